@@ -1,0 +1,142 @@
+# pipecc: the compiler, the simulator and the runtime, plus their tests.
+#   make            build bin/pipecc, bin/pipesim, bin/piperun
+#   make demo       build and run the whole chain on examples/mlp4.pipe
+#   make check      build and run every test
+#   make bench      benchmarks (print figures)
+#   make SAN=1 ...  the same with ASan + UBSan, in build/san and bin/san
+# MPI and CUDA parts are built when found (mpicc; nvcc and nccl.h under CUDA_HOME)
+# and left out with a notice when not.
+
+CC ?= cc
+CUDA_HOME ?= /usr/local/cuda
+NVCC ?= $(CUDA_HOME)/bin/nvcc
+MPICC ?= mpicc
+
+ifeq ($(SAN),1)
+BUILD := build/san
+BIN := bin/san
+SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+OPT := -O1
+else
+BUILD := build/rel
+BIN := bin
+SANFLAGS :=
+OPT := -O2
+endif
+
+CFLAGS := -std=c11 -Wall -Wextra -Wpedantic $(OPT) -g -D_GNU_SOURCE -MMD -MP $(SANFLAGS)
+LDFLAGS := $(SANFLAGS)
+LDLIBS := -lopenblas -lpthread -lm
+
+# Dependencies: install what is missing (or say how), except for goals that need none.
+ifeq ($(filter clean help,$(MAKECMDGOALS)),)
+DEPS_RC := $(shell sh scripts/deps.sh >&2; echo $$?)
+ifneq ($(DEPS_RC),0)
+$(error missing build dependencies (see above))
+endif
+endif
+
+# Optional parts.
+HAVE_MPI := $(if $(PIPECC_NO_MPI),,$(shell command -v $(MPICC) >/dev/null 2>&1 && echo 1))
+HAVE_CUDA := $(if $(PIPECC_NO_CUDA),,$(shell test -x $(NVCC) && test -f $(CUDA_HOME)/include/nccl.h && echo 1))
+ifeq ($(HAVE_MPI),1)
+MPI_CFLAGS := $(shell $(MPICC) --showme:compile)
+MPI_LIBS := $(shell $(MPICC) --showme:link)
+CFLAGS += -DHAVE_MPI
+endif
+ifeq ($(HAVE_CUDA),1)
+CFLAGS += -DHAVE_CUDA -I$(CUDA_HOME)/include
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lnccl -lstdc++
+endif
+
+# Sources: every .c of a module folder is part of its library, except the tool mains
+# (*_main.c) and optional backends (handled below).
+PLAN_SRC := $(wildcard plan/*.c)
+COMP_SRC := $(filter-out %_main.c,$(wildcard compiler/*.c))
+SIM_SRC := $(filter-out %_main.c,$(wildcard sim/*.c))
+RT_SRC := $(filter-out %_main.c runtime/backend_mpi.c,$(wildcard runtime/*.c))
+RT_MPI_SRC := $(if $(HAVE_MPI),$(wildcard runtime/backend_mpi.c))
+RT_CU_SRC := $(if $(HAVE_CUDA),$(wildcard runtime/*.cu))
+GRAM_C := $(BUILD)/grammar/parser.c $(BUILD)/grammar/lexer.c
+
+obj = $(patsubst %.c,$(BUILD)/%.o,$(1))
+PLAN_OBJ := $(call obj,$(PLAN_SRC))
+COMP_OBJ := $(call obj,$(COMP_SRC)) $(GRAM_C:.c=.o)
+SIM_OBJ := $(call obj,$(SIM_SRC))
+RT_OBJ := $(call obj,$(RT_SRC) $(RT_MPI_SRC)) $(patsubst %.cu,$(BUILD)/%.o,$(RT_CU_SRC))
+ALL_LIBS_OBJ := $(RT_OBJ) $(SIM_OBJ) $(COMP_OBJ) $(PLAN_OBJ)
+RT_LIBS := $(MPI_LIBS) $(CUDA_LIBS)
+
+TOOLS := $(BIN)/pipecc $(BIN)/pipesim $(BIN)/piperun
+TEST_SRC := $(wildcard tests/test_*.c)
+TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+
+.PHONY: all demo check test bench clean help notices
+all: notices $(TOOLS)
+
+notices:
+ifneq ($(HAVE_MPI),1)
+	@echo "notice: mpicc not found: the MPI backend is left out"
+endif
+ifneq ($(HAVE_CUDA),1)
+	@echo "notice: nvcc or nccl.h not found under CUDA_HOME=$(CUDA_HOME): the CUDA backend is left out"
+endif
+
+$(BIN)/pipecc: $(BUILD)/compiler/pipecc_main.o $(COMP_OBJ) $(PLAN_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BIN)/pipesim: $(BUILD)/sim/pipesim_main.o $(SIM_OBJ) $(PLAN_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BIN)/piperun: $(BUILD)/runtime/piperun_main.o $(RT_OBJ) $(SIM_OBJ) $(PLAN_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(RT_LIBS) $(LDLIBS)
+
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(ALL_LIBS_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ -lcmocka $(RT_LIBS) $(LDLIBS)
+
+$(BUILD)/grammar/parser.c: grammar/parser.y
+	@mkdir -p $(@D)
+	bison -Wall -Werror --defines=$(BUILD)/grammar/parser.h -o $@ $<
+
+$(BUILD)/grammar/lexer.c: grammar/lexer.l $(BUILD)/grammar/parser.c
+	@mkdir -p $(@D)
+	flex --header-file=$(BUILD)/grammar/lexer.h -o $@ $<
+
+# Generated code: our warnings, minus those flex and bison output trips.
+$(BUILD)/grammar/%.o: $(BUILD)/grammar/%.c
+	$(CC) $(CFLAGS) -Wno-unused-function -Wno-sign-compare -Icompiler -I$(BUILD)/grammar -c -o $@ $<
+
+$(call obj,$(COMP_SRC)) $(BUILD)/compiler/pipecc_main.o: $(GRAM_C)
+
+$(BUILD)/runtime/backend_mpi.o: runtime/backend_mpi.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(MPI_CFLAGS) -c -o $@ $<
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Icompiler -I$(BUILD)/grammar -c -o $@ $<
+
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(@D)
+	$(NVCC) -O2 -std=c++17 -DHAVE_CUDA -Xcompiler -Wall -c -o $@ $<
+
+demo: all
+	sh scripts/demo.sh $(BIN)
+
+check test: all $(TESTS)
+	BIN=$(BIN) BUILD=$(BUILD) sh tests/run.sh $(TESTS)
+
+bench: all
+	BIN=$(BIN) sh bench/run.sh
+
+clean:
+	rm -rf build bin
+
+help:
+	@sed -n '2,9p' Makefile
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,152 @@
+/* The in-memory plan: allocation, coordinates, and the small facts every tool derives
+ * the same way (transfer time, communicator members, op text).  Keeping them here is
+ * what makes the compiler, the simulator and the runtime agree. */
+#include "plan.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *const plan_op_names[OP_COUNT] = {
+	"F", "B", "W", "BW", "SEND", "RECV", "ALLREDUCE", "OPTIM",
+};
+const char *const plan_layer_names[LAYER_COUNT] = {"linear", "relu", "gelu", "mse"};
+const char *const plan_dim_names[DIM_COUNT] = {"pp", "dp", "tp"};
+const char *const plan_dir_names[DIR_COUNT] = {"act", "grad"};
+
+static void *xcalloc(size_t n, size_t size)
+{
+	void *p = calloc(n ? n : 1, size);
+	if (!p) {
+		fprintf(stderr, "out of memory\n");
+		exit(1);
+	}
+	return p;
+}
+
+Plan *plan_new(void)
+{
+	Plan *p = xcalloc(1, sizeof *p);
+	for (int d = 0; d < DIM_COUNT; d++) {
+		p->dims[d] = 1;
+		p->dim_order[d] = d;
+	}
+	p->world = 1;
+	return p;
+}
+
+void plan_free(Plan *p)
+{
+	if (!p)
+		return;
+	free(p->name);
+	free(p->source);
+	free(p->schedule);
+	for (int s = 0; s < p->nstages; s++) {
+		free(p->stages[s].name);
+		free(p->stages[s].layers);
+	}
+	free(p->stages);
+	free(p->edges);
+	free(p->routes);
+	if (p->ranks) {
+		for (int r = 0; r < p->world; r++) {
+			free(p->ranks[r].peers);
+			free(p->ranks[r].ops);
+		}
+	}
+	free(p->ranks);
+	free(p);
+}
+
+PlanOp *plan_push_op(PlanRank *r, PlanOp op)
+{
+	if (r->nops == r->ops_cap) {
+		int64_t cap = r->ops_cap ? r->ops_cap + r->ops_cap / 2 : 64;
+		PlanOp *ops = realloc(r->ops, (size_t)cap * sizeof *ops);
+		if (!ops) {
+			fprintf(stderr, "out of memory\n");
+			exit(1);
+		}
+		r->ops = ops;
+		r->ops_cap = cap;
+	}
+	r->ops[r->nops] = op;
+	return &r->ops[r->nops++];
+}
+
+int plan_rank_of(const Plan *p, const int coord[DIM_COUNT])
+{
+	int r = 0;
+	for (int i = 0; i < DIM_COUNT; i++) {
+		int d = p->dim_order[i];
+		r = r * p->dims[d] + coord[d];
+	}
+	return r;
+}
+
+void plan_coords_of(const Plan *p, int rank, int coord[DIM_COUNT])
+{
+	for (int i = DIM_COUNT - 1; i >= 0; i--) {
+		int d = p->dim_order[i];
+		coord[d] = rank % p->dims[d];
+		rank /= p->dims[d];
+	}
+}
+
+int64_t plan_total_ops(const Plan *p)
+{
+	int64_t n = 0;
+	for (int r = 0; r < p->world; r++)
+		n += p->ranks[r].nops;
+	return n;
+}
+
+int64_t plan_transfer_ns(const Plan *p, int64_t bytes)
+{
+	if (p->link_ideal)
+		return 0;
+	return p->latency_ns + (int64_t)ceil((double)bytes * 1e9 / p->bandwidth);
+}
+
+int plan_is_comm(int kind)
+{
+	return kind == OP_SEND || kind == OP_RECV || kind == OP_ALLREDUCE;
+}
+
+int plan_dim_members(const Plan *p, int rank, int dim, int *out)
+{
+	int c[DIM_COUNT];
+	plan_coords_of(p, rank, c);
+	for (int i = 0; i < p->dims[dim]; i++) {
+		c[dim] = i;
+		out[i] = plan_rank_of(p, c);
+	}
+	return p->dims[dim];
+}
+
+int plan_format_op(const Plan *p, const PlanOp *o, char *buf, size_t n)
+{
+	(void)p;
+	const char *k = o->kind < OP_COUNT ? plan_op_names[o->kind] : "?";
+	switch (o->kind) {
+	case OP_F:
+	case OP_B:
+	case OP_W:
+	case OP_BW:
+		return snprintf(buf, n, "%s %d %d", k, o->stage, o->mb);
+	case OP_SEND:
+	case OP_RECV:
+		return snprintf(buf, n, "%s %s e=%d m=%d %s=%d bytes=%" PRId64 " g=%d r=%d", k,
+		                plan_dir_names[o->dir & 1], o->stage, o->mb,
+		                o->kind == OP_SEND ? "to" : "from", o->peer, o->bytes, o->group,
+		                o->route);
+	case OP_ALLREDUCE:
+		return snprintf(buf, n, "%s s=%d bytes=%" PRId64 " g=%d", k, o->stage, o->bytes,
+		                o->group);
+	case OP_OPTIM:
+		return snprintf(buf, n, "%s s=%d", k, o->stage);
+	}
+	return snprintf(buf, n, "?");
+}

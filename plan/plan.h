@@ -1,0 +1,188 @@
+/* The plan: the one data structure pipecc writes and pipesim and piperun read.
+ *
+ * A plan is self-contained: the mesh, the stages with their layers, shapes, costs and
+ * memory figures, the edges between stages (chain and skip), the link model, the routes
+ * of every transfer, and per world rank its peer table and its ordered op list.
+ * docs/plan-format.md describes the text form; docs/semantics.md what executing it means.
+ *
+ * Convention: times are integer nanoseconds, sizes integer bytes.  Stage, edge and route
+ * numbers are dense indices into their arrays.  Nothing here knows about the compiler. */
+#ifndef PLAN_H
+#define PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define PLAN_FORMAT "pipecc-plan"
+#define PLAN_VERSION 1
+
+typedef enum {
+	DIM_PP, // pipeline parallel
+	DIM_DP, // data parallel
+	DIM_TP, // tensor parallel
+	DIM_COUNT
+} PlanDim;
+
+typedef enum {
+	LAYER_LINEAR, // dense layer with bias, in -> out
+	LAYER_RELU,   // elementwise max(x, 0)
+	LAYER_GELU,   // elementwise gelu (tanh approximation)
+	LAYER_MSE,    // mean squared error loss against a synthetic target
+	LAYER_COUNT
+} LayerKind;
+
+typedef enum {
+	OP_F,         // forward of (stage, mb)
+	OP_B,         // input gradient of (stage, mb)
+	OP_W,         // weight gradient of (stage, mb)
+	OP_BW,        // fused input and weight gradient of (stage, mb)
+	OP_SEND,      // p2p send of (edge, mb, dir) to peer
+	OP_RECV,      // p2p receive of (edge, mb, dir) from peer
+	OP_ALLREDUCE, // all-reduce of a stage's weight gradients over the dp group
+	OP_OPTIM,     // optimizer step of a stage
+	OP_COUNT
+} OpKind;
+
+typedef enum {
+	DIR_ACT,  // forward activation, along the edge
+	DIR_GRAD, // backward gradient, against the edge
+	DIR_COUNT
+} Dir;
+
+typedef struct {
+	int line, col; // 1-based position in the .pipe source; 0 when unknown
+} PlanLoc;
+
+typedef struct {
+	uint8_t kind;  // LayerKind
+	int32_t in, out;
+} PlanLayer;
+
+typedef struct {
+	char *name;
+	int pp;                 // pipeline index the stage is placed on
+	int in, out;            // feature widths of the stage input and output
+	int nlayers;
+	PlanLayer *layers;
+	int64_t cost[3];        // F, B, W nanoseconds per microbatch (BW costs B + W)
+	int64_t params;         // number of f32 parameters (weights and biases)
+	/* Saved activation bytes per microbatch; see docs/semantics.md "Memory".
+	 * F allocates save_fb + save_fw; B frees save_fb and allocates save_bw;
+	 * W frees save_fw + save_bw; BW frees save_fb + save_fw. */
+	int64_t save_fb, save_fw, save_bw;
+	PlanLoc loc;
+} PlanStage;
+
+typedef struct {
+	int src, dst;  // stage indices, src < dst
+	int skip;      // 0: chain edge (dst = src + 1), 1: skip connection
+	int64_t bytes; // bytes of one microbatch's tensor, equal in both directions
+	PlanLoc loc;
+} PlanEdge;
+
+/* A route is the path of one edge's transfers on one pipeline line, in one direction.
+ * Backward routes are always the inverse of a forward route (inverse_of). */
+typedef struct {
+	int edge;
+	uint8_t dir;       // Dir
+	int src_rank, dst_rank;
+	int src_dev, dst_dev;
+	int inverse_of;    // for DIR_GRAD: the forward route it inverts; -1 for DIR_ACT
+} PlanRoute;
+
+/* One entry of a rank's peer table: a local stage's neighbour along an edge. */
+typedef struct {
+	int stage;     // local stage
+	int edge;
+	uint8_t in;    // 1: edge enters stage (peer is edge src); 0: leaves it
+	int peer_stage;
+	int peer_rank;
+	uint8_t local; // 1: peer stage is on this rank (hand-off), 0: remote
+} PlanPeer;
+
+/* 40 bytes.  Compute ops use stage; SEND/RECV use edge (in `stage`), dir, peer, bytes,
+ * group, route; ALLREDUCE uses stage, bytes, group; OPTIM uses stage. */
+typedef struct {
+	uint8_t kind;   // OpKind
+	uint8_t dir;    // Dir, for SEND/RECV
+	uint16_t pad;
+	int32_t stage;  // stage, or edge for SEND/RECV
+	int32_t mb;     // microbatch, -1 for ALLREDUCE/OPTIM
+	int32_t peer;   // peer world rank for SEND/RECV, -1 otherwise
+	int32_t group;  // comm group number, unique per rank; consecutive ops with one number
+	                // form one group; -1 for compute and OPTIM
+	int32_t route;  // route index for SEND/RECV, -1 otherwise
+	int32_t src_line; // .pipe line the op stems from (0 unknown)
+	int64_t bytes;  // bytes moved (SEND/RECV/ALLREDUCE); 0 otherwise
+} PlanOp;
+
+typedef struct {
+	int coord[DIM_COUNT]; // pp, dp, tp coordinates
+	int device;           // local GPU index
+	int npeers;
+	PlanPeer *peers;
+	int64_t nops;
+	PlanOp *ops;
+	int64_t ops_cap;
+	int64_t first_line;   // plan-file line of ops[0] when read from a file, else 0
+} PlanRank;
+
+typedef struct {
+	char *name;
+	char *source;          // .pipe path it was compiled from
+	char *schedule;        // schedule name
+	int ndims;
+	uint8_t dim_order[DIM_COUNT]; // dims outermost first, as written; ranks are row-major
+	int dims[DIM_COUNT];          // sizes indexed by PlanDim
+	int world;
+	int microbatches;
+	int rows, cols;        // one microbatch of input: rows x cols f32
+	int link_ideal;        // 1: transfers are free
+	int64_t latency_ns;    // p2p latency
+	double bandwidth;      // p2p bytes per second
+	int nstages;
+	PlanStage *stages;
+	int nedges;
+	PlanEdge *edges;
+	int nroutes;
+	PlanRoute *routes;
+	PlanRank *ranks;       // world entries
+} Plan;
+
+/* Error reports: the reader and verifier fill one of these instead of printing. */
+typedef struct {
+	int64_t line;  // plan-file line, 0 if not applicable
+	int rank;      // -1 if not applicable
+	int64_t op;    // op index on rank, -1 if not applicable
+	char msg[512];
+} PlanError;
+
+extern const char *const plan_op_names[OP_COUNT];
+extern const char *const plan_layer_names[LAYER_COUNT];
+extern const char *const plan_dim_names[DIM_COUNT];
+extern const char *const plan_dir_names[DIR_COUNT];
+
+Plan *plan_new(void);
+void plan_free(Plan *p);
+PlanOp *plan_push_op(PlanRank *r, PlanOp op);      // appends, growing the array
+int plan_rank_of(const Plan *p, const int coord[DIM_COUNT]);
+void plan_coords_of(const Plan *p, int rank, int coord[DIM_COUNT]);
+int64_t plan_total_ops(const Plan *p);
+int64_t plan_transfer_ns(const Plan *p, int64_t bytes); // latency + bytes / bandwidth
+int plan_is_comm(int kind);                          // SEND, RECV, ALLREDUCE
+/* Ranks of rank r's communicator along dim (r included), in coordinate order. */
+int plan_dim_members(const Plan *p, int rank, int dim, int *out);
+/* Formats op o of rank r as the text the plan file carries (no location). */
+int plan_format_op(const Plan *p, const PlanOp *o, char *buf, size_t n);
+
+int plan_write(const Plan *p, FILE *f);
+/* Returns NULL and fills err on malformed, truncated or inconsistent input. */
+Plan *plan_read(FILE *f, const char *name, PlanError *err);
+Plan *plan_read_file(const char *path, PlanError *err);
+
+/* The verifier: structural invariants every plan must meet (see docs/plan-format.md,
+ * "Invariants").  Returns 0 when they hold, else -1 with the first violation in err. */
+int plan_verify(const Plan *p, PlanError *err);
+
+#endif

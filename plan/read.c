@@ -1,0 +1,612 @@
+/* The plan reader: the inverse of write.c.  It is strict: every line must be exactly
+ * what the writer would produce (keywords, order, counts), numbers must be in range,
+ * and anything else is an error naming the plan-file line.  Cross-references that
+ * need the whole plan (placement, peers, matching, dependencies) are plan_verify()'s.
+ * Arrays grow as lines arrive, so a lying count cannot make us allocate much. */
+#include "plan.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+	FILE *f;
+	char *buf;
+	size_t cap;
+	int64_t line;  // number of the line in buf
+	const char *s; // cursor into buf
+	PlanError *err;
+	int failed;
+} Rd;
+
+static int fail(Rd *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(Rd *r, const char *fmt, ...)
+{
+	if (r->failed)
+		return -1;
+	r->failed = 1;
+	r->err->line = r->line;
+	r->err->rank = -1;
+	r->err->op = -1;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(r->err->msg, sizeof r->err->msg, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+/* Reads the next line; `what` names what was expected, for the truncation error. */
+static int next_line(Rd *r, const char *what)
+{
+	ssize_t n = getline(&r->buf, &r->cap, r->f);
+	r->line++;
+	if (n < 0)
+		return fail(r, "unexpected end of file: expected %s", what);
+	if (n == 0 || r->buf[n - 1] != '\n')
+		return fail(r, "line does not end with a newline (truncated file?)");
+	r->buf[n - 1] = 0;
+	if (strlen(r->buf) != (size_t)n - 1)
+		return fail(r, "NUL byte in line");
+	r->s = r->buf;
+	return 0;
+}
+
+static void skip_sp(Rd *r)
+{
+	while (*r->s == ' ')
+		r->s++;
+}
+
+/* Matches a literal word followed by a space or the end of the line. */
+static int word(Rd *r, const char *w)
+{
+	skip_sp(r);
+	size_t n = strlen(w);
+	if (strncmp(r->s, w, n) != 0 || (r->s[n] != ' ' && r->s[n] != 0)) {
+		char got[40];
+		size_t k = strcspn(r->s, " ");
+		snprintf(got, sizeof got, "%.*s", (int)(k < 32 ? k : 32), r->s);
+		return fail(r, "expected '%s', found '%s'", w, got);
+	}
+	r->s += n;
+	return 0;
+}
+
+/* Matches a literal key such as "pp=" with no space before the value. */
+static int key(Rd *r, const char *k)
+{
+	skip_sp(r);
+	size_t n = strlen(k);
+	if (strncmp(r->s, k, n) != 0)
+		return fail(r, "expected '%s'", k);
+	r->s += n;
+	return 0;
+}
+
+static int num(Rd *r, int64_t *v, int64_t lo, int64_t hi, const char *what)
+{
+	if (r->failed)
+		return -1;
+	skip_sp(r);
+	const char *p = r->s;
+	int neg = 0;
+	if (*p == '-') {
+		neg = 1;
+		p++;
+	}
+	if (*p < '0' || *p > '9')
+		return fail(r, "expected a number for %s", what);
+	uint64_t u = 0;
+	while (*p >= '0' && *p <= '9') {
+		if (u > (UINT64_MAX - 9) / 10 || u > (uint64_t)INT64_MAX)
+			return fail(r, "number too large for %s", what);
+		u = u * 10 + (uint64_t)(*p++ - '0');
+	}
+	if (u > (uint64_t)INT64_MAX)
+		return fail(r, "number too large for %s", what);
+	int64_t x = neg ? -(int64_t)u : (int64_t)u;
+	if (x < lo || x > hi)
+		return fail(r, "%s %lld out of range [%lld, %lld]", what, (long long)x, (long long)lo,
+		            (long long)hi);
+	*v = x;
+	r->s = p;
+	return 0;
+}
+
+static int inum(Rd *r, int *v, int64_t lo, int64_t hi, const char *what)
+{
+	int64_t x = 0;
+	if (num(r, &x, lo, hi, what))
+		return -1;
+	*v = (int)x;
+	return 0;
+}
+
+static int kv(Rd *r, const char *k, int *v, int64_t lo, int64_t hi)
+{
+	if (key(r, k))
+		return -1;
+	return inum(r, v, lo, hi, k);
+}
+
+static int kv64(Rd *r, const char *k, int64_t *v, int64_t lo, int64_t hi)
+{
+	if (key(r, k))
+		return -1;
+	return num(r, v, lo, hi, k);
+}
+
+/* A token up to the next space, copied. */
+static char *token(Rd *r, const char *what)
+{
+	skip_sp(r);
+	size_t n = strcspn(r->s, " ");
+	if (n == 0) {
+		fail(r, "expected %s", what);
+		return NULL;
+	}
+	char *t = strndup(r->s, n);
+	if (!t) {
+		fail(r, "out of memory");
+		return NULL;
+	}
+	r->s += n;
+	return t;
+}
+
+static int eol(Rd *r)
+{
+	if (r->failed)
+		return -1;
+	skip_sp(r);
+	if (*r->s)
+		return fail(r, "unexpected text '%.32s' at end of line", r->s);
+	return 0;
+}
+
+/* Optional " @line" or " @line:col". */
+static int loc(Rd *r, PlanLoc *l)
+{
+	skip_sp(r);
+	l->line = l->col = 0;
+	if (*r->s != '@')
+		return 0;
+	r->s++;
+	if (inum(r, &l->line, 0, INT_MAX, "source line"))
+		return -1;
+	if (*r->s == ':') {
+		r->s++;
+		return inum(r, &l->col, 0, INT_MAX, "source column");
+	}
+	return 0;
+}
+
+static int grow(Rd *r, void **arr, int64_t *cap, int64_t need, size_t size)
+{
+	if (need <= *cap)
+		return 0;
+	int64_t c = *cap ? *cap * 2 : 16;
+	while (c < need)
+		c *= 2;
+	void *p = realloc(*arr, (size_t)c * size);
+	if (!p)
+		return fail(r, "out of memory");
+	memset((char *)p + (size_t)*cap * size, 0, (size_t)(c - *cap) * size);
+	*arr = p;
+	*cap = c;
+	return 0;
+}
+
+static int read_header(Rd *r, Plan *p)
+{
+	if (next_line(r, "'" PLAN_FORMAT " 1'"))
+		return -1;
+	if (strncmp(r->buf, PLAN_FORMAT " ", strlen(PLAN_FORMAT) + 1) != 0)
+		return fail(r, "not a pipecc plan (first line must be '%s %d')", PLAN_FORMAT,
+		            PLAN_VERSION);
+	r->s += strlen(PLAN_FORMAT);
+	skip_sp(r);
+	int v;
+	if (inum(r, &v, 0, INT_MAX, "format version") || eol(r))
+		return -1;
+	if (v != PLAN_VERSION)
+		return fail(r, "plan format version %d is not supported (this build reads %d)", v,
+		            PLAN_VERSION);
+
+	if (next_line(r, "'pipeline NAME'") || word(r, "pipeline") || !(p->name = token(r, "a name")) ||
+	    eol(r))
+		return -1;
+	if (next_line(r, "'source PATH'") || word(r, "source"))
+		return -1;
+	skip_sp(r);
+	if (!(p->source = strdup(r->s)))
+		return fail(r, "out of memory");
+	if (next_line(r, "'schedule NAME'") || word(r, "schedule") ||
+	    !(p->schedule = token(r, "a schedule name")) || eol(r))
+		return -1;
+
+	if (next_line(r, "'mesh ...'") || word(r, "mesh"))
+		return -1;
+	int seen = 0;
+	int64_t world = 1;
+	for (int i = 0; i < DIM_COUNT; i++) {
+		skip_sp(r);
+		int d;
+		for (d = 0; d < DIM_COUNT; d++) {
+			size_t n = strlen(plan_dim_names[d]);
+			if (!strncmp(r->s, plan_dim_names[d], n) && r->s[n] == '=')
+				break;
+		}
+		if (d == DIM_COUNT)
+			return fail(r, "expected a mesh dimension pp=, dp= or tp=");
+		if (seen & (1 << d))
+			return fail(r, "mesh dimension %s repeated", plan_dim_names[d]);
+		seen |= 1 << d;
+		r->s += strlen(plan_dim_names[d]) + 1;
+		if (inum(r, &p->dims[d], 1, 1 << 20, plan_dim_names[d]))
+			return -1;
+		p->dim_order[i] = d;
+		world *= p->dims[d];
+	}
+	if (eol(r))
+		return -1;
+	if (world > (1 << 20))
+		return fail(r, "mesh has %lld ranks, more than %d", (long long)world, 1 << 20);
+	if (next_line(r, "'world N'") || word(r, "world") ||
+	    inum(r, &p->world, 1, 1 << 20, "world") || eol(r))
+		return -1;
+	if (p->world != world)
+		return fail(r, "world %d is not the product of the mesh dims (%lld)", p->world,
+		            (long long)world);
+	if (next_line(r, "'microbatches N'") || word(r, "microbatches") ||
+	    inum(r, &p->microbatches, 1, INT_MAX, "microbatches") || eol(r))
+		return -1;
+	if (next_line(r, "'input RxC'") || word(r, "input") ||
+	    (skip_sp(r), inum(r, &p->rows, 1, INT_MAX, "input rows")))
+		return -1;
+	if (*r->s != 'x')
+		return fail(r, "expected 'x' between input rows and columns");
+	r->s++;
+	if (inum(r, &p->cols, 1, INT_MAX, "input columns") || eol(r))
+		return -1;
+
+	if (next_line(r, "'link ...'") || word(r, "link"))
+		return -1;
+	skip_sp(r);
+	if (!strcmp(r->s, "ideal")) {
+		p->link_ideal = 1;
+		p->bandwidth = 0;
+		return 0;
+	}
+	if (kv64(r, "latency_ns=", &p->latency_ns, 0, INT64_MAX / 4) || key(r, "bandwidth="))
+		return -1;
+	errno = 0;
+	char *end;
+	p->bandwidth = strtod(r->s, &end);
+	if (end == r->s || errno || !(p->bandwidth > 0) || p->bandwidth > 1e18)
+		return fail(r, "bandwidth must be a positive number of bytes per second");
+	r->s = end;
+	return eol(r);
+}
+
+static int read_stages(Rd *r, Plan *p)
+{
+	int n;
+	if (next_line(r, "'stages N'") || word(r, "stages") ||
+	    inum(r, &n, 1, 1 << 20, "stages") || eol(r))
+		return -1;
+	int64_t cap = 0;
+	for (int s = 0; s < n; s++) {
+		if (grow(r, (void **)&p->stages, &cap, s + 1, sizeof *p->stages))
+			return -1;
+		p->nstages = s + 1; // only what exists, so plan_free stays safe
+		PlanStage *st = &p->stages[s];
+		int idx;
+		if (next_line(r, "a 'stage' line") || word(r, "stage") ||
+		    inum(r, &idx, 0, INT_MAX, "stage index"))
+			return -1;
+		if (idx != s)
+			return fail(r, "stage %d where stage %d was expected", idx, s);
+		if (!(st->name = token(r, "a stage name")))
+			return -1;
+		if (kv(r, "pp=", &st->pp, 0, p->dims[DIM_PP] - 1) ||
+		    kv(r, "in=", &st->in, 1, INT_MAX) || kv(r, "out=", &st->out, 1, INT_MAX) ||
+		    kv64(r, "f=", &st->cost[0], 0, INT64_MAX / 4) ||
+		    kv64(r, "b=", &st->cost[1], 0, INT64_MAX / 4) ||
+		    kv64(r, "w=", &st->cost[2], 0, INT64_MAX / 4) ||
+		    kv64(r, "params=", &st->params, 0, INT64_MAX / 8) ||
+		    kv64(r, "save_fb=", &st->save_fb, 0, INT64_MAX / 8) ||
+		    kv64(r, "save_fw=", &st->save_fw, 0, INT64_MAX / 8) ||
+		    kv64(r, "save_bw=", &st->save_bw, 0, INT64_MAX / 8) ||
+		    kv(r, "layers=", &st->nlayers, 1, 1 << 20) || loc(r, &st->loc) || eol(r))
+			return -1;
+		int64_t lcap = 0;
+		for (int l = 0; l < st->nlayers; l++) {
+			if (grow(r, (void **)&st->layers, &lcap, l + 1, sizeof *st->layers))
+				return -1;
+			PlanLayer *ly = &st->layers[l];
+			if (next_line(r, "a 'layer' line") || word(r, "layer"))
+				return -1;
+			skip_sp(r);
+			int k;
+			for (k = 0; k < LAYER_COUNT; k++) {
+				size_t n = strlen(plan_layer_names[k]);
+				if (!strncmp(r->s, plan_layer_names[k], n) && r->s[n] == ' ')
+					break;
+			}
+			if (k == LAYER_COUNT)
+				return fail(r, "unknown layer kind '%.20s'", r->s);
+			r->s += strlen(plan_layer_names[k]);
+			ly->kind = k;
+			skip_sp(r);
+			if (inum(r, &ly->in, 1, INT_MAX, "layer input width"))
+				return -1;
+			skip_sp(r);
+			if (inum(r, &ly->out, 1, INT_MAX, "layer output width") || eol(r))
+				return -1;
+		}
+	}
+	return 0;
+}
+
+static int read_edges(Rd *r, Plan *p)
+{
+	if (next_line(r, "'edges N'") || word(r, "edges") ||
+	    inum(r, &p->nedges, 0, 1 << 22, "edges") || eol(r))
+		return -1;
+	int64_t cap = 0;
+	for (int e = 0; e < p->nedges; e++) {
+		if (grow(r, (void **)&p->edges, &cap, e + 1, sizeof *p->edges))
+			return -1;
+		PlanEdge *ed = &p->edges[e];
+		int idx;
+		if (next_line(r, "an 'edge' line") || word(r, "edge") ||
+		    (skip_sp(r), inum(r, &idx, 0, INT_MAX, "edge index")))
+			return -1;
+		if (idx != e)
+			return fail(r, "edge %d where edge %d was expected", idx, e);
+		skip_sp(r);
+		if (inum(r, &ed->src, 0, p->nstages - 1, "edge source stage") || key(r, "->") ||
+		    inum(r, &ed->dst, 0, p->nstages - 1, "edge destination stage"))
+			return -1;
+		skip_sp(r);
+		if (!strncmp(r->s, "chain ", 6))
+			ed->skip = 0;
+		else if (!strncmp(r->s, "skip ", 5))
+			ed->skip = 1;
+		else
+			return fail(r, "expected 'chain' or 'skip'");
+		r->s += ed->skip ? 5 : 6;
+		if (kv64(r, "bytes=", &ed->bytes, 0, INT64_MAX / 8) || loc(r, &ed->loc) || eol(r))
+			return -1;
+		if (ed->src >= ed->dst)
+			return fail(r, "edge %d goes from stage %d back to stage %d", e, ed->src, ed->dst);
+		if (!ed->skip && ed->dst != ed->src + 1)
+			return fail(r, "chain edge %d must join consecutive stages", e);
+	}
+	return 0;
+}
+
+static int read_routes(Rd *r, Plan *p)
+{
+	if (next_line(r, "'routes N'") || word(r, "routes") ||
+	    inum(r, &p->nroutes, 0, INT_MAX, "routes") || eol(r))
+		return -1;
+	int64_t cap = 0;
+	for (int i = 0; i < p->nroutes; i++) {
+		if (grow(r, (void **)&p->routes, &cap, i + 1, sizeof *p->routes))
+			return -1;
+		PlanRoute *rt = &p->routes[i];
+		int idx;
+		if (next_line(r, "a 'route' line") || word(r, "route") ||
+		    (skip_sp(r), inum(r, &idx, 0, INT_MAX, "route index")))
+			return -1;
+		if (idx != i)
+			return fail(r, "route %d where route %d was expected", idx, i);
+		if (kv(r, "e=", &rt->edge, 0, p->nedges - 1))
+			return -1;
+		skip_sp(r);
+		if (!strncmp(r->s, "act ", 4))
+			rt->dir = DIR_ACT;
+		else if (!strncmp(r->s, "grad ", 5))
+			rt->dir = DIR_GRAD;
+		else
+			return fail(r, "expected 'act' or 'grad'");
+		r->s += rt->dir == DIR_ACT ? 4 : 5;
+		skip_sp(r);
+		if (inum(r, &rt->src_rank, 0, p->world - 1, "route source rank") || key(r, ".d") ||
+		    inum(r, &rt->src_dev, 0, INT_MAX, "route source device") || key(r, "->") ||
+		    inum(r, &rt->dst_rank, 0, p->world - 1, "route destination rank") ||
+		    key(r, ".d") || inum(r, &rt->dst_dev, 0, INT_MAX, "route destination device"))
+			return -1;
+		rt->inverse_of = -1;
+		if (rt->dir == DIR_GRAD && kv(r, "inverse=", &rt->inverse_of, 0, p->nroutes - 1))
+			return -1;
+		if (eol(r))
+			return -1;
+	}
+	return 0;
+}
+
+static int op_kind(Rd *r)
+{
+	for (int k = 0; k < OP_COUNT; k++) {
+		size_t n = strlen(plan_op_names[k]);
+		if (!strncmp(r->s, plan_op_names[k], n) && (r->s[n] == ' ' || r->s[n] == 0)) {
+			r->s += n;
+			return k;
+		}
+	}
+	return -1;
+}
+
+static int read_op(Rd *r, const Plan *p, PlanOp *o)
+{
+	int k = op_kind(r);
+	if (k < 0) {
+		size_t n = strcspn(r->s, " ");
+		return fail(r, "unknown op '%.*s'", (int)(n < 32 ? n : 32), r->s);
+	}
+	*o = (PlanOp){.kind = k, .mb = -1, .peer = -1, .group = -1, .route = -1};
+	int m = p->microbatches;
+	switch (k) {
+	case OP_F:
+	case OP_B:
+	case OP_W:
+	case OP_BW:
+		skip_sp(r);
+		if (inum(r, &o->stage, 0, p->nstages - 1, "stage"))
+			return -1;
+		skip_sp(r);
+		if (inum(r, &o->mb, 0, m - 1, "microbatch"))
+			return -1;
+		break;
+	case OP_SEND:
+	case OP_RECV:
+		skip_sp(r);
+		if (!strncmp(r->s, "act ", 4))
+			o->dir = DIR_ACT;
+		else if (!strncmp(r->s, "grad ", 5))
+			o->dir = DIR_GRAD;
+		else
+			return fail(r, "expected 'act' or 'grad' after %s", plan_op_names[k]);
+		r->s += o->dir == DIR_ACT ? 4 : 5;
+		if (kv(r, "e=", &o->stage, 0, p->nedges - 1) || kv(r, "m=", &o->mb, 0, m - 1) ||
+		    kv(r, k == OP_SEND ? "to=" : "from=", &o->peer, 0, p->world - 1) ||
+		    kv64(r, "bytes=", &o->bytes, 0, INT64_MAX / 8) ||
+		    kv(r, "g=", &o->group, 0, INT_MAX) || kv(r, "r=", &o->route, 0, p->nroutes - 1))
+			return -1;
+		break;
+	case OP_ALLREDUCE:
+		if (kv(r, "s=", &o->stage, 0, p->nstages - 1) ||
+		    kv64(r, "bytes=", &o->bytes, 0, INT64_MAX / 8) || kv(r, "g=", &o->group, 0, INT_MAX))
+			return -1;
+		break;
+	case OP_OPTIM:
+		if (kv(r, "s=", &o->stage, 0, p->nstages - 1))
+			return -1;
+		break;
+	}
+	PlanLoc l;
+	if (loc(r, &l) || eol(r))
+		return -1;
+	o->src_line = l.line;
+	return 0;
+}
+
+static int read_ranks(Rd *r, Plan *p)
+{
+	p->ranks = calloc((size_t)p->world, sizeof *p->ranks);
+	if (!p->ranks)
+		return fail(r, "out of memory");
+	for (int i = 0; i < p->world; i++) {
+		PlanRank *rk = &p->ranks[i];
+		int idx;
+		int64_t nops;
+		if (next_line(r, "a 'rank' line") || word(r, "rank") ||
+		    (skip_sp(r), inum(r, &idx, 0, INT_MAX, "rank")))
+			return -1;
+		if (idx != i)
+			return fail(r, "rank %d where rank %d was expected", idx, i);
+		if (kv(r, "pp=", &rk->coord[DIM_PP], 0, p->dims[DIM_PP] - 1) ||
+		    kv(r, "dp=", &rk->coord[DIM_DP], 0, p->dims[DIM_DP] - 1) ||
+		    kv(r, "tp=", &rk->coord[DIM_TP], 0, p->dims[DIM_TP] - 1) ||
+		    kv(r, "device=", &rk->device, 0, INT_MAX) ||
+		    kv(r, "peers=", &rk->npeers, 0, INT_MAX) ||
+		    kv64(r, "ops=", &nops, 0, INT64_MAX / 64) || eol(r))
+			return -1;
+		if (plan_rank_of(p, rk->coord) != i)
+			return fail(r, "rank %d has the coordinates of rank %d", i,
+			            plan_rank_of(p, rk->coord));
+		int64_t pcap = 0;
+		for (int j = 0; j < rk->npeers; j++) {
+			if (grow(r, (void **)&rk->peers, &pcap, j + 1, sizeof *rk->peers))
+				return -1;
+			PlanPeer *pe = &rk->peers[j];
+			if (next_line(r, "a 'peer' line") || word(r, "peer") ||
+			    kv(r, "s=", &pe->stage, 0, p->nstages - 1))
+				return -1;
+			skip_sp(r);
+			if (!strncmp(r->s, "in ", 3))
+				pe->in = 1;
+			else if (!strncmp(r->s, "out ", 4))
+				pe->in = 0;
+			else
+				return fail(r, "expected 'in' or 'out'");
+			r->s += pe->in ? 3 : 4;
+			if (kv(r, "e=", &pe->edge, 0, p->nedges - 1) ||
+			    kv(r, "s=", &pe->peer_stage, 0, p->nstages - 1) ||
+			    kv(r, "rank=", &pe->peer_rank, 0, p->world - 1))
+				return -1;
+			skip_sp(r);
+			if (!strcmp(r->s, "local"))
+				pe->local = 1;
+			else if (!strcmp(r->s, "remote"))
+				pe->local = 0;
+			else
+				return fail(r, "expected 'local' or 'remote'");
+		}
+		int64_t cap = nops < (1 << 16) ? nops : (1 << 16);
+		rk->ops = malloc((size_t)(cap ? cap : 1) * sizeof *rk->ops);
+		if (!rk->ops)
+			return fail(r, "out of memory");
+		rk->ops_cap = cap;
+		rk->first_line = r->line + 1;
+		for (int64_t j = 0; j < nops; j++) {
+			PlanOp o;
+			if (next_line(r, "an op line") || read_op(r, p, &o))
+				return -1;
+			if (rk->nops == rk->ops_cap &&
+			    grow(r, (void **)&rk->ops, &rk->ops_cap, rk->nops + 1, sizeof *rk->ops))
+				return -1;
+			rk->ops[rk->nops++] = o;
+		}
+	}
+	if (next_line(r, "'end'"))
+		return -1;
+	if (strcmp(r->buf, "end") != 0)
+		return fail(r, "expected 'end' after the last rank's ops (op count too small?)");
+	int c = fgetc(r->f);
+	if (c != EOF) {
+		r->line++;
+		return fail(r, "text after 'end'");
+	}
+	return 0;
+}
+
+Plan *plan_read(FILE *f, const char *name, PlanError *err)
+{
+	(void)name;
+	Rd r = {.f = f, .err = err};
+	memset(err, 0, sizeof *err);
+	err->rank = -1;
+	err->op = -1;
+	Plan *p = plan_new();
+	int bad = read_header(&r, p) || read_stages(&r, p) || read_edges(&r, p) ||
+	          read_routes(&r, p) || read_ranks(&r, p);
+	free(r.buf);
+	if (bad || r.failed) {
+		plan_free(p);
+		return NULL;
+	}
+	return p;
+}
+
+Plan *plan_read_file(const char *path, PlanError *err)
+{
+	if (!strcmp(path, "-"))
+		return plan_read(stdin, "<stdin>", err);
+	FILE *f = fopen(path, "r");
+	if (!f) {
+		memset(err, 0, sizeof *err);
+		err->rank = -1;
+		err->op = -1;
+		snprintf(err->msg, sizeof err->msg, "cannot open: %s", strerror(errno));
+		return NULL;
+	}
+	Plan *p = plan_read(f, path, err);
+	fclose(f);
+	return p;
+}

@@ -1,0 +1,602 @@
+/* The plan verifier: the invariants of docs/plan-format.md, "Invariants", checked in
+ * time linear in the number of ops.  pipecc runs it after lowering (a failure there is
+ * a compiler bug), pipesim and piperun after reading (a failure there is a bad plan).
+ *
+ * Passes: header (routes), peer tables, groups, point-to-point matching and
+ * collectives, then per-rank dependencies.  Matching runs before dependencies so that a
+ * wrong-size or misordered transfer is reported with both of its ops.  The first
+ * violation found is reported; messages name ops as `rank R op I (line L) \`TEXT\``. */
+#include "plan.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+	const Plan *p;
+	PlanError *err;
+	int64_t pp_stride; // world-rank distance between neighbours along pp
+	int *in_off, *in_edges;   // CSR: edges entering each stage
+	int *out_off, *out_edges; // CSR: edges leaving each stage
+} Vc;
+
+static int verr(Vc *v, int rank, int64_t op, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static int verr(Vc *v, int rank, int64_t op, const char *fmt, ...)
+{
+	PlanError *e = v->err;
+	e->rank = rank;
+	e->op = op;
+	e->line = 0;
+	if (rank >= 0 && op >= 0 && v->p->ranks[rank].first_line > 0)
+		e->line = v->p->ranks[rank].first_line + op;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+/* "rank 3 op 17 (line 240) `SEND act ...`" */
+static const char *opdesc(const Vc *v, int rank, int64_t i, char *buf, size_t n)
+{
+	const PlanRank *rk = &v->p->ranks[rank];
+	char text[200];
+	plan_format_op(v->p, &rk->ops[i], text, sizeof text);
+	if (rk->first_line > 0)
+		snprintf(buf, n, "rank %d op %lld (line %lld) `%s`", rank, (long long)i,
+		         (long long)(rk->first_line + i), text);
+	else
+		snprintf(buf, n, "rank %d op %lld `%s`", rank, (long long)i, text);
+	return buf;
+}
+
+/* The world rank on rank r's pipeline line at pipeline index pp. */
+static int on_line(const Vc *v, int r, int pp)
+{
+	return r + (int)((pp - v->p->ranks[r].coord[DIM_PP]) * v->pp_stride);
+}
+
+static int check_routes(Vc *v)
+{
+	const Plan *p = v->p;
+	for (int i = 0; i < p->nroutes; i++) {
+		const PlanRoute *rt = &p->routes[i];
+		const PlanEdge *e = &p->edges[rt->edge];
+		int from = rt->dir == DIR_ACT ? e->src : e->dst;
+		int to = rt->dir == DIR_ACT ? e->dst : e->src;
+		const PlanRank *a = &p->ranks[rt->src_rank], *b = &p->ranks[rt->dst_rank];
+		if (a->coord[DIM_PP] != p->stages[from].pp || b->coord[DIM_PP] != p->stages[to].pp ||
+		    on_line(v, rt->src_rank, b->coord[DIM_PP]) != rt->dst_rank)
+			return verr(v, -1, -1,
+			            "route %d of edge %d does not join the ranks of stages %d and %d on "
+			            "one pipeline line",
+			            i, rt->edge, from, to);
+		if (rt->src_rank == rt->dst_rank)
+			return verr(v, -1, -1, "route %d joins rank %d to itself: same-rank edges hand "
+			                       "over locally and have no route",
+			            i, rt->src_rank);
+		if (rt->src_dev != a->device || rt->dst_dev != b->device)
+			return verr(v, -1, -1, "route %d names devices d%d->d%d but the ranks use d%d->d%d",
+			            i, rt->src_dev, rt->dst_dev, a->device, b->device);
+		if (rt->dir == DIR_GRAD) {
+			const PlanRoute *f = &p->routes[rt->inverse_of];
+			if (f->dir != DIR_ACT || f->edge != rt->edge || f->src_rank != rt->dst_rank ||
+			    f->dst_rank != rt->src_rank || f->src_dev != rt->dst_dev ||
+			    f->dst_dev != rt->src_dev)
+				return verr(v, -1, -1,
+				            "backward route %d is not the inverse of forward route %d",
+				            i, rt->inverse_of);
+		}
+	}
+	return 0;
+}
+
+static int check_peers(Vc *v, unsigned char *seen)
+{
+	const Plan *p = v->p;
+	for (int r = 0; r < p->world; r++) {
+		const PlanRank *rk = &p->ranks[r];
+		int have = 0, want = 0;
+		for (int i = 0; i < rk->npeers; i++) {
+			const PlanPeer *pe = &rk->peers[i];
+			const PlanEdge *e = &p->edges[pe->edge];
+			int me = pe->in ? e->dst : e->src, other = pe->in ? e->src : e->dst;
+			if (pe->stage != me)
+				return verr(v, r, -1, "rank %d: peer entry %d says edge %d %s stage %d, but "
+				                      "it %s stage %d",
+				            r, i, pe->edge, pe->in ? "enters" : "leaves", pe->stage,
+				            pe->in ? "enters" : "leaves", me);
+			if (p->stages[me].pp != rk->coord[DIM_PP])
+				return verr(v, r, -1, "rank %d: peer entry %d registers stage %d, which is "
+				                      "not placed on this rank",
+				            r, i, me);
+			int q = on_line(v, r, p->stages[other].pp);
+			if (pe->peer_stage != other || pe->peer_rank != q || pe->local != (q == r))
+				return verr(v, r, -1, "rank %d: peer entry %d for edge %d should name stage "
+				                      "%d on rank %d (%s)",
+				            r, i, pe->edge, other, q, q == r ? "local" : "remote");
+			unsigned char bit = pe->in ? 1 : 2;
+			if (seen[pe->edge] & bit)
+				return verr(v, r, -1, "rank %d: edge %d registered twice for stage %d", r,
+				            pe->edge, me);
+			seen[pe->edge] |= bit;
+			have++;
+		}
+		for (int e = 0; e < p->nedges; e++) {
+			const PlanEdge *ed = &p->edges[e];
+			if (p->stages[ed->src].pp == rk->coord[DIM_PP]) {
+				want++;
+				if (!(seen[e] & 2))
+					return verr(v, r, -1, "rank %d: no peer registered for edge %d leaving "
+					                      "stage %d",
+					            r, e, ed->src);
+			}
+			if (p->stages[ed->dst].pp == rk->coord[DIM_PP]) {
+				want++;
+				if (!(seen[e] & 1))
+					return verr(v, r, -1, "rank %d: no peer registered for edge %d entering "
+					                      "stage %d",
+					            r, e, ed->dst);
+			}
+		}
+		for (int i = 0; i < rk->npeers; i++)
+			seen[rk->peers[i].edge] = 0;
+		if (have != want)
+			return verr(v, r, -1, "rank %d: %d peer entries, expected %d", r, have, want);
+	}
+	return 0;
+}
+
+static int check_groups(Vc *v)
+{
+	const Plan *p = v->p;
+	for (int r = 0; r < p->world; r++) {
+		const PlanRank *rk = &p->ranks[r];
+		int64_t last = -1, prev_comm = 0;
+		for (int64_t i = 0; i < rk->nops; i++) {
+			const PlanOp *o = &rk->ops[i];
+			if (!plan_is_comm(o->kind)) {
+				prev_comm = 0;
+				continue;
+			}
+			if (prev_comm && o->group == last) {
+				if (o->kind == OP_ALLREDUCE || rk->ops[i - 1].kind == OP_ALLREDUCE) {
+					char a[300];
+					return verr(v, r, i, "%s: an ALLREDUCE must be alone in its group",
+					            opdesc(v, r, i, a, sizeof a));
+				}
+			} else if (o->group <= last) {
+				char a[300];
+				return verr(v, r, i, "%s: group numbers must increase along a rank's list "
+				                     "(group %d follows group %lld)",
+				            opdesc(v, r, i, a, sizeof a), o->group, (long long)last);
+			}
+			last = o->group;
+			prev_comm = 1;
+		}
+	}
+	return 0;
+}
+
+/* Point-to-point matching, FIFO per ordered pair, and the collectives. */
+static int check_matching(Vc *v)
+{
+	const Plan *p = v->p;
+	int W = p->world;
+	int rc = -1;
+	/* CSR of sends per (rank, peer), peers sorted: off[r]..off[r+1] index into peer/start. */
+	int64_t *cnt = calloc((size_t)W, sizeof *cnt);
+	int64_t *pos = calloc((size_t)W, sizeof *pos);
+	int64_t *off = calloc((size_t)W + 1, sizeof *off);
+	int64_t npairs = 0, nsends = 0;
+	for (int r = 0; r < W; r++) {
+		for (int64_t i = 0; i < p->ranks[r].nops; i++)
+			if (p->ranks[r].ops[i].kind == OP_SEND) {
+				nsends++;
+				if (cnt[p->ranks[r].ops[i].peer]++ == 0)
+					npairs++;
+			}
+		for (int64_t i = 0; i < p->ranks[r].nops; i++)
+			if (p->ranks[r].ops[i].kind == OP_SEND)
+				cnt[p->ranks[r].ops[i].peer] = 0;
+	}
+	int *pair_peer = malloc((size_t)(npairs ? npairs : 1) * sizeof *pair_peer);
+	int64_t *pair_start = malloc((size_t)(npairs + 1) * sizeof *pair_start);
+	int64_t *pair_used = calloc((size_t)(npairs ? npairs : 1), sizeof *pair_used);
+	int64_t *sends = malloc((size_t)(nsends ? nsends : 1) * sizeof *sends);
+	if (!cnt || !pos || !off || !pair_peer || !pair_start || !pair_used || !sends) {
+		verr(v, -1, -1, "out of memory");
+		goto out;
+	}
+	int64_t pi = 0, si = 0;
+	for (int r = 0; r < W; r++) {
+		const PlanRank *rk = &p->ranks[r];
+		off[r] = pi;
+		for (int64_t i = 0; i < rk->nops; i++)
+			if (rk->ops[i].kind == OP_SEND)
+				cnt[rk->ops[i].peer]++;
+		/* Peers in increasing order: walk the sends once more, collecting distinct peers,
+		 * then sort that short list. */
+		int64_t first = pi;
+		for (int64_t i = 0; i < rk->nops; i++) {
+			const PlanOp *o = &rk->ops[i];
+			if (o->kind == OP_SEND && cnt[o->peer] > 0) {
+				pair_peer[pi++] = o->peer;
+				pos[o->peer] = -cnt[o->peer]; // mark as collected
+				cnt[o->peer] = 0;
+			}
+		}
+		for (int64_t a = first + 1; a < pi; a++) // insertion sort: few peers per rank
+			for (int64_t b = a; b > first && pair_peer[b - 1] > pair_peer[b]; b--) {
+				int t = pair_peer[b];
+				pair_peer[b] = pair_peer[b - 1];
+				pair_peer[b - 1] = t;
+			}
+		for (int64_t a = first; a < pi; a++) {
+			int q = pair_peer[a];
+			int64_t n = -pos[q];
+			pair_start[a] = si;
+			pos[q] = si;
+			si += n;
+		}
+		for (int64_t i = 0; i < rk->nops; i++)
+			if (rk->ops[i].kind == OP_SEND)
+				sends[pos[rk->ops[i].peer]++] = i;
+		for (int64_t a = first; a < pi; a++)
+			pos[pair_peer[a]] = 0;
+	}
+	off[W] = pi;
+	pair_start[pi] = si;
+
+	/* Receives: the k-th RECV on b from a meets the k-th SEND on a to b. */
+	for (int b = 0; b < W; b++) {
+		const PlanRank *rk = &p->ranks[b];
+		for (int64_t i = 0; i < rk->nops; i++) {
+			const PlanOp *o = &rk->ops[i];
+			if (o->kind != OP_RECV)
+				continue;
+			int a = o->peer;
+			int64_t lo = off[a], hi = off[a + 1];
+			while (lo < hi) {
+				int64_t mid = (lo + hi) / 2;
+				if (pair_peer[mid] < b)
+					lo = mid + 1;
+				else
+					hi = mid;
+			}
+			char x[300], y[300];
+			if (lo == off[a + 1] || pair_peer[lo] != b ||
+			    pair_used[lo] == pair_start[lo + 1] - pair_start[lo]) {
+				int64_t n = (lo < off[a + 1] && pair_peer[lo] == b)
+				                ? pair_start[lo + 1] - pair_start[lo]
+				                : 0;
+				verr(v, b, i, "%s has no matching SEND: rank %d sends only %lld message%s to "
+				              "rank %d",
+				     opdesc(v, b, i, x, sizeof x), a, (long long)n, n == 1 ? "" : "s", b);
+				goto out;
+			}
+			int64_t k = pair_used[lo]++;
+			int64_t si2 = sends[pair_start[lo] + k];
+			const PlanOp *s = &p->ranks[a].ops[si2];
+			const char *what = s->stage != o->stage ? "edges"
+			                   : s->mb != o->mb     ? "microbatches"
+			                   : s->dir != o->dir   ? "directions"
+			                   : s->bytes != o->bytes ? "sizes"
+			                                          : NULL;
+			if (what) {
+				verr(v, b, i, "%s is matched (FIFO position %lld from rank %d to rank %d) "
+				              "with %s: the %s differ",
+				     opdesc(v, a, si2, x, sizeof x), (long long)k, a, b,
+				     opdesc(v, b, i, y, sizeof y), what);
+				goto out;
+			}
+		}
+	}
+	for (int a = 0; a < W; a++)
+		for (int64_t q = off[a]; q < off[a + 1]; q++)
+			if (pair_used[q] < pair_start[q + 1] - pair_start[q]) {
+				int64_t si2 = sends[pair_start[q] + pair_used[q]];
+				char x[300];
+				verr(v, a, si2, "%s has no matching RECV on rank %d",
+				     opdesc(v, a, si2, x, sizeof x), pair_peer[q]);
+				goto out;
+			}
+
+	/* Collectives: every dp group member issues the same sequence of all-reduces. */
+	if (p->dims[DIM_DP] > 1) {
+		for (int r = 0; r < W; r++) {
+			const PlanRank *rk = &p->ranks[r];
+			if (rk->coord[DIM_DP] == 0)
+				continue;
+			int c[DIM_COUNT];
+			memcpy(c, rk->coord, sizeof c);
+			c[DIM_DP] = 0;
+			int r0 = plan_rank_of(p, c);
+			const PlanRank *k0 = &p->ranks[r0];
+			int64_t j = 0, i = 0;
+			for (;; i++, j++) {
+				while (i < rk->nops && rk->ops[i].kind != OP_ALLREDUCE)
+					i++;
+				while (j < k0->nops && k0->ops[j].kind != OP_ALLREDUCE)
+					j++;
+				char x[300], y[300];
+				if (i == rk->nops && j == k0->nops)
+					break;
+				if (i == rk->nops || j == k0->nops) {
+					int lr = i == rk->nops ? r0 : r;
+					int64_t li = i == rk->nops ? j : i;
+					verr(v, lr, li, "%s is reached by only part of its dp group: rank %d has "
+					                "no matching ALLREDUCE",
+					     opdesc(v, lr, li, x, sizeof x), lr == r ? r0 : r);
+					goto out;
+				}
+				if (rk->ops[i].stage != k0->ops[j].stage || rk->ops[i].bytes != k0->ops[j].bytes) {
+					verr(v, r, i, "%s meets %s in the dp group: stages or sizes differ",
+					     opdesc(v, r, i, x, sizeof x), opdesc(v, r0, j, y, sizeof y));
+					goto out;
+				}
+			}
+		}
+	}
+	rc = 0;
+out:
+	free(cnt);
+	free(pos);
+	free(off);
+	free(pair_peer);
+	free(pair_start);
+	free(pair_used);
+	free(sends);
+	return rc;
+}
+
+enum { S_F = 1, S_B = 2, S_W = 4, S_BW = 8 };
+
+/* Per-rank dependency order and completeness. */
+static int check_deps(Vc *v)
+{
+	const Plan *p = v->p;
+	int m = p->microbatches, ns = p->nstages;
+	int dp = p->dims[DIM_DP];
+	int *loc = malloc((size_t)ns * sizeof *loc);        // stage -> local index or -1
+	int *eloc = malloc((size_t)p->nedges * sizeof *eloc); // edge -> local edge index or -1
+	unsigned char *st = NULL, *rcv = NULL;
+	int *done = NULL;        // per local stage: backward count, then flags
+	int rc = -1;
+	if (!loc || !eloc) {
+		verr(v, -1, -1, "out of memory");
+		goto out;
+	}
+	for (int r = 0; r < p->world; r++) {
+		const PlanRank *rk = &p->ranks[r];
+		int pp = rk->coord[DIM_PP], nloc = 0, neloc = 0;
+		for (int s = 0; s < ns; s++)
+			loc[s] = p->stages[s].pp == pp ? nloc++ : -1;
+		for (int e = 0; e < p->nedges; e++) {
+			const PlanEdge *ed = &p->edges[e];
+			eloc[e] = (loc[ed->src] >= 0 || loc[ed->dst] >= 0) ? neloc++ : -1;
+		}
+		free(st);
+		free(rcv);
+		free(done);
+		st = calloc((size_t)nloc * m + 1, 1);
+		rcv = calloc((size_t)neloc * m * 2 + 1, 1);
+		done = calloc((size_t)nloc * 3 + 1, sizeof *done); // bwd count, allreduce, optim
+		if (!st || !rcv || !done) {
+			verr(v, -1, -1, "out of memory");
+			goto out;
+		}
+		char x[300];
+		for (int64_t i = 0; i < rk->nops; i++) {
+			const PlanOp *o = &rk->ops[i];
+			int s = o->stage;
+			switch (o->kind) {
+			case OP_F:
+			case OP_B:
+			case OP_W:
+			case OP_BW: {
+				if (loc[s] < 0) {
+					verr(v, r, i, "%s: stage %d is not placed on rank %d (pp index %d)",
+					     opdesc(v, r, i, x, sizeof x), s, r, pp);
+					goto out;
+				}
+				unsigned char *f = &st[(size_t)loc[s] * m + o->mb];
+				const char *bad = NULL;
+				if (o->kind == OP_F) {
+					bad = *f & S_F ? "a second F of this stage and microbatch" : NULL;
+					for (int j = v->in_off[s]; !bad && j < v->in_off[s + 1]; j++) {
+						int e = v->in_edges[j];
+						const PlanEdge *ed = &p->edges[e];
+						if (loc[ed->src] >= 0 ? !(st[(size_t)loc[ed->src] * m + o->mb] & S_F)
+						                      : !rcv[((size_t)eloc[e] * m + o->mb) * 2 + DIR_ACT]) {
+							snprintf(x, sizeof x, "runs before its input on edge %d exists (%s)", e,
+							         loc[ed->src] >= 0 ? "F of the local source stage comes later"
+							                           : "no RECV act before it");
+							bad = x;
+						}
+					}
+					*f |= S_F;
+				} else if (o->kind == OP_W) {
+					bad = !(*f & S_B) ? "W before its B" : *f & (S_W | S_BW) ? "a second W" : NULL;
+					*f |= S_W;
+				} else {
+					bad = !(*f & S_F)              ? "backward before its F"
+					      : *f & (S_B | S_BW)      ? "a second backward of this stage and microbatch"
+					                               : NULL;
+					for (int j = v->out_off[s]; !bad && j < v->out_off[s + 1]; j++) {
+						int e = v->out_edges[j];
+						const PlanEdge *ed = &p->edges[e];
+						if (loc[ed->dst] >= 0
+						        ? !(st[(size_t)loc[ed->dst] * m + o->mb] & (S_B | S_BW))
+						        : !rcv[((size_t)eloc[e] * m + o->mb) * 2 + DIR_GRAD]) {
+							snprintf(x, sizeof x, "runs before its output gradient on edge %d "
+							                      "exists (%s)",
+							         e, loc[ed->dst] >= 0 ? "backward of the local stage comes later"
+							                              : "no RECV grad before it");
+							bad = x;
+						}
+					}
+					*f |= o->kind == OP_B ? S_B : S_BW;
+				}
+				if (bad) {
+					char y[300];
+					verr(v, r, i, "%s: %s", opdesc(v, r, i, y, sizeof y), bad);
+					goto out;
+				}
+				if (o->kind == OP_W || o->kind == OP_BW)
+					done[loc[s] * 3]++;
+				break;
+			}
+			case OP_SEND:
+			case OP_RECV: {
+				const PlanEdge *ed = &p->edges[s];
+				int from = o->dir == DIR_ACT ? ed->src : ed->dst;
+				int to = o->dir == DIR_ACT ? ed->dst : ed->src;
+				int mine = o->kind == OP_SEND ? from : to;
+				int theirs = o->kind == OP_SEND ? to : from;
+				const PlanRoute *rt = &p->routes[o->route];
+				int rsrc = o->kind == OP_SEND ? r : o->peer, rdst = o->kind == OP_SEND ? o->peer : r;
+				const char *bad = NULL;
+				if (loc[mine] < 0)
+					bad = "the edge's stage at this end is not on this rank";
+				else if (o->peer != on_line(v, r, p->stages[theirs].pp))
+					bad = "the peer is not the rank holding the other end of the edge";
+				else if (o->peer == r)
+					bad = "a transfer to the same rank: same-rank edges hand over locally";
+				else if (o->bytes != ed->bytes)
+					bad = "its size differs from the edge's tensor";
+				else if (rt->edge != s || rt->dir != o->dir || rt->src_rank != rsrc ||
+				         rt->dst_rank != rdst)
+					bad = "its route does not match the edge, direction and ranks";
+				else if (o->kind == OP_SEND) {
+					unsigned char f = st[(size_t)loc[mine] * m + o->mb];
+					if (o->dir == DIR_ACT ? !(f & S_F) : !(f & (S_B | S_BW)))
+						bad = "sent before the compute that produces it";
+				} else {
+					unsigned char *got = &rcv[((size_t)eloc[s] * m + o->mb) * 2 + o->dir];
+					if (*got)
+						bad = "received twice";
+					*got = 1;
+				}
+				if (bad) {
+					verr(v, r, i, "%s: %s", opdesc(v, r, i, x, sizeof x), bad);
+					goto out;
+				}
+				break;
+			}
+			case OP_ALLREDUCE:
+			case OP_OPTIM: {
+				const char *bad = NULL;
+				if (loc[s] < 0)
+					bad = "the stage is not on this rank";
+				else if (done[loc[s] * 3] < m)
+					bad = o->kind == OP_ALLREDUCE ? "a reduction before the stage's last W"
+					                              : "an optimizer step before the stage's last W";
+				else if (o->kind == OP_ALLREDUCE && dp == 1)
+					bad = "an all-reduce with dp = 1";
+				else if (o->kind == OP_ALLREDUCE && o->bytes != p->stages[s].params * 4)
+					bad = "its size differs from the stage's gradients";
+				else if (done[loc[s] * 3 + 1 + (o->kind == OP_OPTIM)])
+					bad = "a second one for this stage";
+				else if (o->kind == OP_OPTIM && dp > 1 && !done[loc[s] * 3 + 1])
+					bad = "an optimizer step before the stage's all-reduce";
+				if (bad) {
+					verr(v, r, i, "%s: %s", opdesc(v, r, i, x, sizeof x), bad);
+					goto out;
+				}
+				done[loc[s] * 3 + 1 + (o->kind == OP_OPTIM)] = 1;
+				break;
+			}
+			}
+		}
+		for (int s = 0; s < ns; s++) {
+			if (loc[s] < 0)
+				continue;
+			for (int mb = 0; mb < m; mb++) {
+				unsigned char f = st[(size_t)loc[s] * m + mb];
+				if (!(f & S_F) || !((f & S_BW) || ((f & S_B) && (f & S_W)))) {
+					verr(v, r, -1, "rank %d never runs %s of stage %d microbatch %d", r,
+					     !(f & S_F) ? "F" : (f & S_B) ? "W" : "the backward", s, mb);
+					goto out;
+				}
+			}
+			if (dp > 1 && !done[loc[s] * 3 + 1]) {
+				verr(v, r, -1, "rank %d never all-reduces the gradients of stage %d", r, s);
+				goto out;
+			}
+			if (!done[loc[s] * 3 + 2]) {
+				verr(v, r, -1, "rank %d never runs OPTIM for stage %d", r, s);
+				goto out;
+			}
+		}
+	}
+	rc = 0;
+out:
+	free(loc);
+	free(eloc);
+	free(st);
+	free(rcv);
+	free(done);
+	return rc;
+}
+
+int plan_verify(const Plan *p, PlanError *err)
+{
+	memset(err, 0, sizeof *err);
+	err->rank = -1;
+	err->op = -1;
+	Vc v = {.p = p, .err = err};
+	v.pp_stride = 1;
+	for (int i = DIM_COUNT - 1; i >= 0 && p->dim_order[i] != DIM_PP; i--)
+		v.pp_stride *= p->dims[p->dim_order[i]];
+	for (int s = 0; s < p->nstages; s++)
+		if (p->stages[s].pp < 0 || p->stages[s].pp >= p->dims[DIM_PP])
+			return verr(&v, -1, -1, "stage %d is placed on pp index %d, outside the mesh", s,
+			            p->stages[s].pp);
+	unsigned char *seen = calloc((size_t)p->nedges + 1, 1);
+	v.in_off = calloc((size_t)p->nstages + 1, sizeof(int));
+	v.out_off = calloc((size_t)p->nstages + 1, sizeof(int));
+	v.in_edges = malloc(((size_t)p->nedges + 1) * sizeof(int));
+	v.out_edges = malloc(((size_t)p->nedges + 1) * sizeof(int));
+	int rc = 0;
+	if (!seen || !v.in_off || !v.out_off || !v.in_edges || !v.out_edges) {
+		rc = verr(&v, -1, -1, "out of memory");
+		goto out;
+	}
+	for (int e = 0; e < p->nedges; e++) {
+		v.in_off[p->edges[e].dst + 1]++;
+		v.out_off[p->edges[e].src + 1]++;
+	}
+	for (int s = 0; s < p->nstages; s++) {
+		v.in_off[s + 1] += v.in_off[s];
+		v.out_off[s + 1] += v.out_off[s];
+	}
+	int *fill = calloc((size_t)p->nstages + 1, 2 * sizeof(int));
+	if (!fill) {
+		rc = verr(&v, -1, -1, "out of memory");
+		goto out;
+	}
+	for (int e = 0; e < p->nedges; e++) {
+		int a = p->edges[e].src, b = p->edges[e].dst;
+		v.out_edges[v.out_off[a] + fill[2 * a]++] = e;
+		v.in_edges[v.in_off[b] + fill[2 * b + 1]++] = e;
+	}
+	free(fill);
+	rc = check_routes(&v);
+	if (!rc)
+		rc = check_peers(&v, seen);
+	if (!rc)
+		rc = check_groups(&v);
+	if (!rc)
+		rc = check_matching(&v);
+	if (!rc)
+		rc = check_deps(&v);
+out:
+	free(seen);
+	free(v.in_off);
+	free(v.out_off);
+	free(v.in_edges);
+	free(v.out_edges);
+	return rc;
+}

@@ -1,0 +1,226 @@
+/* The plan writer.  The text form is documented in docs/plan-format.md; the reader in
+ * read.c accepts exactly what this writes, and write -> read -> write is byte-identical.
+ * Op lines dominate large plans, so they are formatted by hand into a buffer rather
+ * than through printf. */
+#include "plan.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+	FILE *f;
+	char buf[1 << 16];
+	size_t n;
+	int err;
+} Out;
+
+static void flush(Out *o)
+{
+	if (o->n && fwrite(o->buf, 1, o->n, o->f) != o->n)
+		o->err = 1;
+	o->n = 0;
+}
+
+static void put(Out *o, const char *s)
+{
+	size_t len = strlen(s);
+	if (o->n + len > sizeof o->buf)
+		flush(o);
+	if (len > sizeof o->buf) {
+		if (fwrite(s, 1, len, o->f) != len)
+			o->err = 1;
+		return;
+	}
+	memcpy(o->buf + o->n, s, len);
+	o->n += len;
+}
+
+static const char digit_pairs[201] = "00010203040506070809101112131415161718192021222324"
+                                     "25262728293031323334353637383940414243444546474849"
+                                     "50515253545556575859606162636465666768697071727374"
+                                     "75767778798081828384858687888990919293949596979899";
+
+/* Appends v in decimal, two digits per division; the caller has ensured room (ops
+ * reserve 256 bytes).  Op lines are most of a large plan, so this matters. */
+static void put_int(Out *o, int64_t v)
+{
+	char tmp[24];
+	int i = sizeof tmp;
+	uint64_t u = v < 0 ? -(uint64_t)v : (uint64_t)v;
+	while (u >= 100) {
+		unsigned d = (unsigned)(u % 100) * 2;
+		u /= 100;
+		tmp[--i] = digit_pairs[d + 1];
+		tmp[--i] = digit_pairs[d];
+	}
+	if (u >= 10) {
+		tmp[--i] = digit_pairs[u * 2 + 1];
+		tmp[--i] = digit_pairs[u * 2];
+	} else {
+		tmp[--i] = (char)('0' + u);
+	}
+	if (v < 0)
+		tmp[--i] = '-';
+	memcpy(o->buf + o->n, tmp + i, sizeof tmp - i);
+	o->n += sizeof tmp - i;
+}
+
+/* Appends a literal; sizeof - 1 is its length, known at compile time. */
+#define PUT_LIT(o, s) (memcpy((o)->buf + (o)->n, s, sizeof(s) - 1), (o)->n += sizeof(s) - 1)
+
+static void putf(Out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void putf(Out *o, const char *fmt, ...)
+{
+	char tmp[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(tmp, sizeof tmp, fmt, ap);
+	va_end(ap);
+	put(o, tmp);
+}
+
+static void put_op(Out *o, const PlanOp *op)
+{
+	if (o->n + 256 > sizeof o->buf)
+		flush(o);
+	switch (op->kind) {
+	case OP_F:
+	case OP_B:
+	case OP_W:
+	case OP_BW:
+		if (op->kind == OP_F)
+			PUT_LIT(o, "F ");
+		else if (op->kind == OP_B)
+			PUT_LIT(o, "B ");
+		else if (op->kind == OP_W)
+			PUT_LIT(o, "W ");
+		else
+			PUT_LIT(o, "BW ");
+		put_int(o, op->stage);
+		PUT_LIT(o, " ");
+		put_int(o, op->mb);
+		break;
+	case OP_SEND:
+	case OP_RECV:
+		if (op->kind == OP_SEND)
+			PUT_LIT(o, "SEND");
+		else
+			PUT_LIT(o, "RECV");
+		if (op->dir == DIR_ACT)
+			PUT_LIT(o, " act e=");
+		else
+			PUT_LIT(o, " grad e=");
+		put_int(o, op->stage);
+		PUT_LIT(o, " m=");
+		put_int(o, op->mb);
+		if (op->kind == OP_SEND)
+			PUT_LIT(o, " to=");
+		else
+			PUT_LIT(o, " from=");
+		put_int(o, op->peer);
+		PUT_LIT(o, " bytes=");
+		put_int(o, op->bytes);
+		PUT_LIT(o, " g=");
+		put_int(o, op->group);
+		PUT_LIT(o, " r=");
+		put_int(o, op->route);
+		break;
+	case OP_ALLREDUCE:
+		PUT_LIT(o, "ALLREDUCE s=");
+		put_int(o, op->stage);
+		PUT_LIT(o, " bytes=");
+		put_int(o, op->bytes);
+		PUT_LIT(o, " g=");
+		put_int(o, op->group);
+		break;
+	case OP_OPTIM:
+		PUT_LIT(o, "OPTIM s=");
+		put_int(o, op->stage);
+		break;
+	}
+	if (op->src_line > 0) {
+		PUT_LIT(o, " @");
+		put_int(o, op->src_line);
+	}
+	PUT_LIT(o, "\n");
+}
+
+int plan_write(const Plan *p, FILE *f)
+{
+	Out *o = malloc(sizeof *o); // 64 KiB buffer: too big for a thread's stack
+	if (!o)
+		return -1;
+	o->f = f;
+	o->n = 0;
+	o->err = 0;
+
+	putf(o, "%s %d\n", PLAN_FORMAT, PLAN_VERSION);
+	putf(o, "pipeline %s\n", p->name);
+	putf(o, "source %s\n", p->source ? p->source : "-");
+	putf(o, "schedule %s\n", p->schedule);
+	put(o, "mesh");
+	for (int i = 0; i < DIM_COUNT; i++)
+		putf(o, " %s=%d", plan_dim_names[p->dim_order[i]], p->dims[p->dim_order[i]]);
+	putf(o, "\nworld %d\n", p->world);
+	putf(o, "microbatches %d\n", p->microbatches);
+	putf(o, "input %dx%d\n", p->rows, p->cols);
+	if (p->link_ideal)
+		put(o, "link ideal\n");
+	else
+		putf(o, "link latency_ns=%" PRId64 " bandwidth=%.17g\n", p->latency_ns, p->bandwidth);
+
+	putf(o, "stages %d\n", p->nstages);
+	for (int s = 0; s < p->nstages; s++) {
+		const PlanStage *st = &p->stages[s];
+		putf(o,
+		     "stage %d %s pp=%d in=%d out=%d f=%" PRId64 " b=%" PRId64 " w=%" PRId64
+		     " params=%" PRId64 " save_fb=%" PRId64 " save_fw=%" PRId64 " save_bw=%" PRId64
+		     " layers=%d @%d:%d\n",
+		     s, st->name, st->pp, st->in, st->out, st->cost[0], st->cost[1], st->cost[2],
+		     st->params, st->save_fb, st->save_fw, st->save_bw, st->nlayers, st->loc.line,
+		     st->loc.col);
+		for (int l = 0; l < st->nlayers; l++)
+			putf(o, "layer %s %d %d\n", plan_layer_names[st->layers[l].kind],
+			     st->layers[l].in, st->layers[l].out);
+	}
+
+	putf(o, "edges %d\n", p->nedges);
+	for (int e = 0; e < p->nedges; e++) {
+		const PlanEdge *ed = &p->edges[e];
+		putf(o, "edge %d %d->%d %s bytes=%" PRId64 " @%d:%d\n", e, ed->src, ed->dst,
+		     ed->skip ? "skip" : "chain", ed->bytes, ed->loc.line, ed->loc.col);
+	}
+
+	putf(o, "routes %d\n", p->nroutes);
+	for (int i = 0; i < p->nroutes; i++) {
+		const PlanRoute *rt = &p->routes[i];
+		putf(o, "route %d e=%d %s %d.d%d->%d.d%d", i, rt->edge, plan_dir_names[rt->dir],
+		     rt->src_rank, rt->src_dev, rt->dst_rank, rt->dst_dev);
+		if (rt->dir == DIR_GRAD)
+			putf(o, " inverse=%d", rt->inverse_of);
+		put(o, "\n");
+	}
+
+	for (int r = 0; r < p->world; r++) {
+		const PlanRank *rk = &p->ranks[r];
+		putf(o, "rank %d pp=%d dp=%d tp=%d device=%d peers=%d ops=%" PRId64 "\n", r,
+		     rk->coord[DIM_PP], rk->coord[DIM_DP], rk->coord[DIM_TP], rk->device, rk->npeers,
+		     rk->nops);
+		for (int i = 0; i < rk->npeers; i++) {
+			const PlanPeer *pe = &rk->peers[i];
+			putf(o, "peer s=%d %s e=%d s=%d rank=%d %s\n", pe->stage, pe->in ? "in" : "out",
+			     pe->edge, pe->peer_stage, pe->peer_rank, pe->local ? "local" : "remote");
+		}
+		for (int64_t i = 0; i < rk->nops; i++)
+			put_op(o, &rk->ops[i]);
+	}
+	put(o, "end\n");
+	flush(o);
+	if (fflush(f) != 0)
+		o->err = 1;
+	int err = o->err;
+	free(o);
+	return err ? -1 : 0;
+}
