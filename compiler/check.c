@@ -1,0 +1,1025 @@
+/* The checker: turns the syntax tree into a Program, or reports why it cannot.
+ *
+ * It walks the statements once in source order, checking each on its own (numbers,
+ * units, words, names of stages declared above it), so errors come out in the order
+ * of the text; then it checks what needs the whole file: required statements, widths,
+ * losses, list lengths against the mesh and the stage count, and fills every stage's
+ * cost.  A check that depends on something already reported wrong is skipped rather
+ * than repeated (each `*_ok` flag below says what is known to be sound), and checking
+ * stops once the error limit is passed.  Statements the parser marked `bad` count as
+ * present but are not looked into: their syntax error is all there is to say.
+ *
+ * Numbers: counts are whole numbers without unit; times are microseconds unless
+ * suffixed ns, us, ms or s and are kept as integer nanoseconds, rounded to nearest;
+ * bandwidths need a unit (B/s .. TB/s decimal, KiB/s .. TiB/s binary).  The limits
+ * below keep every later product (bytes, FLOPs, makespans) far from overflowing. */
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ast.h"
+#include "program.h"
+#include "schedule.h"
+
+enum {
+	MAX_SIZE = 1 << 24,         // rows, columns, layer widths
+	MAX_MICROBATCHES = 1 << 20,
+	MAX_RANKS = 1 << 20,        // world size, and so any one dimension
+	MAX_DEVICE = 1 << 16,       // devices per node, and local device indices
+};
+#define MAX_TIME_NS 1e12        // 1000 s for one op on one microbatch: surely a typo
+#define MIN_BANDWIDTH 1e6       // 1 MB/s
+#define MAX_BANDWIDTH 1e15      // 1 PB/s
+#define MAX_FILE (1u << 30)
+
+/* Schedules the registry will gain; naming one is "not available yet", not unknown. */
+static const char *const future_schedules[] = {
+	"interleaved", "loopedbfs", "zbh1", "zbh2", "zbv", "dualpipev",
+};
+enum { NFUTURE = sizeof future_schedules / sizeof future_schedules[0] };
+
+/* Open-addressing hash map from a string or an integer to an index, so lookups stay
+ * O(1) however many stages and skips a file holds. */
+typedef struct {
+	const char *key;  // string keys
+	int64_t ikey;     // integer keys, when the map's key is NULL
+	int val;
+	uint8_t used;
+} Slot;
+
+typedef struct {
+	Slot *slots;
+	size_t cap;       // power of two, at least twice the entries
+} Map;
+
+static void map_init(Arena *a, Map *m, int n)
+{
+	m->cap = 16;
+	while (m->cap < 2 * (size_t)n)
+		m->cap *= 2;
+	m->slots = arena_alloc(a, m->cap * sizeof *m->slots);
+}
+
+/* key's slot: its entry, or the free slot to fill (used == 0). */
+static Slot *map_slot(Map *m, const char *key, int64_t ikey)
+{
+	uint64_t h = (uint64_t)ikey * 0x9e3779b97f4a7c15u;
+	if (key) {
+		h = 1469598103934665603u;
+		for (const char *s = key; *s; s++)
+			h = (h ^ (unsigned char)*s) * 1099511628211u;
+	}
+	for (size_t i = (h ^ h >> 29) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+		Slot *s = &m->slots[i];
+		if (!s->used || (key ? strcmp(s->key, key) == 0 : s->ikey == ikey))
+			return s;
+	}
+}
+
+static void map_set(Slot *s, const char *key, int64_t ikey, int val)
+{
+	*s = (Slot){key, ikey, val, 1};
+}
+
+typedef struct {
+	Arena *a;
+	Diag *d;
+	Program *p;
+	AstProgram *ast;
+	AstStmt *first[AST_COUNT];  // first statement of each once-only kind
+
+	int nnames;                 // every stage name written, for "did you mean"
+	const char **names;
+	AstStmt **name_stmt;
+	Map stages;                 // name -> index of stages declared so far
+	AstStmt **stage_stmt;       // declaring statement of each stage
+	uint8_t *stage_ok;          // its layers are all sound
+	int widths_ok;              // every stage and the input are sound
+	int stages_known;           // no stage lost to a syntax error or a duplicate name
+
+	Map skips;                  // (src, dst) -> skip index
+
+	AstStmt *cost_all;          // `cost *`
+	int64_t all_cost[3];
+	uint8_t all_has[3];
+	AstStmt **cost_stmt;        // per stage: its `cost NAME` statement
+	int64_t (*cost)[3];
+	uint8_t (*cost_has)[3];
+
+	int mesh_ok, input_ok;
+	AstStmt *place, *devices, *sched;
+} Check;
+
+static int over_limit(const Check *c)
+{
+	int limit = c->d->max_errors > 0 ? c->d->max_errors : 20;
+	return c->d->nerrors > limit;
+}
+
+/* ---- numbers ------------------------------------------------------------------ */
+
+/* A whole number without unit in [min, max] into *out; 0 after reporting. */
+static int whole(Check *c, const AstNum *n, const char *what, long min, long max, int *out)
+{
+	if (n->bad)
+		return 0;
+	if (n->unit[0]) {
+		diag_error(c->d, n->loc, "%s takes no unit, got '%s'", what, n->unit);
+		return 0;
+	}
+	long v = 0;
+	int big = 0;
+	for (const char *s = n->digits; *s; s++) {
+		if (*s < '0' || *s > '9') {
+			diag_error(c->d, n->loc, "%s must be a whole number", what);
+			return 0;
+		}
+		if (v > (INT_MAX - (*s - '0')) / 10)
+			big = 1;
+		else
+			v = 10 * v + (*s - '0');
+	}
+	if (big) {
+		diag_error(c->d, n->loc, "number too large");
+		return 0;
+	}
+	if (n->neg)
+		v = -v;
+	if (v < min) {
+		diag_error(c->d, n->loc, "%s must be at least %ld, got %ld", what, min, v);
+		return 0;
+	}
+	if (v > max) {
+		diag_error(c->d, n->loc, "%s must be at most %ld, got %ld", what, max, v);
+		return 0;
+	}
+	*out = (int)v;
+	return 1;
+}
+
+typedef struct {
+	const char *name;
+	double scale;
+} Unit;
+
+static const Unit time_units[] = {{"ns", 1}, {"us", 1e3}, {"ms", 1e6}, {"s", 1e9}};
+static const Unit rate_units[] = {
+	{"B/s", 1}, {"KB/s", 1e3}, {"MB/s", 1e6}, {"GB/s", 1e9}, {"TB/s", 1e12},
+	{"KiB/s", 1024.0}, {"MiB/s", 1048576.0}, {"GiB/s", 1073741824.0},
+	{"TiB/s", 1099511627776.0},
+};
+
+/* The scale of n's unit among units[0..nu); reports an unknown one. */
+static int unit_scale(Check *c, const AstNum *n, const Unit *units, int nu,
+	const char *kind, const char *expected, double *scale)
+{
+	const char *names[16];
+	for (int i = 0; i < nu; i++) {
+		names[i] = units[i].name;
+		if (strcmp(n->unit, units[i].name) == 0) {
+			*scale = units[i].scale;
+			return 1;
+		}
+	}
+	const char *s = diag_suggest(n->unit, names, nu);
+	if (s)
+		diag_error(c->d, n->loc, "unknown %s unit '%s'; did you mean '%s'?", kind,
+			n->unit, s);
+	else
+		diag_error(c->d, n->loc, "unknown %s unit '%s' (expected %s)", kind, n->unit,
+			expected);
+	return 0;
+}
+
+static int real(Check *c, const AstNum *n, double *v)
+{
+	*v = strtod(n->digits, NULL);
+	if (!isfinite(*v) || *v > 1e300) {
+		diag_error(c->d, n->loc, "number too large");
+		return 0;
+	}
+	return 1;
+}
+
+/* A time in integer nanoseconds; a bare number is microseconds. */
+static int time_ns(Check *c, const AstNum *n, const char *what, int64_t *out)
+{
+	double scale = 1e3, v;
+	if (n->bad)
+		return 0;
+	if (n->unit[0] && !unit_scale(c, n, time_units, 4, "time", "ns, us, ms or s", &scale))
+		return 0;
+	if (!real(c, n, &v))
+		return 0;
+	if (n->neg && v != 0) {
+		diag_error(c->d, n->loc, "%s must not be negative", what);
+		return 0;
+	}
+	if (v * scale > MAX_TIME_NS) {
+		diag_error(c->d, n->loc, "%s is too large (at most 1000 s)", what);
+		return 0;
+	}
+	*out = llround(v * scale);
+	return 1;
+}
+
+static int bandwidth(Check *c, const AstNum *n, double *out)
+{
+	double scale, v;
+	if (n->bad)
+		return 0;
+	if (!n->unit[0]) {
+		diag_error(c->d, n->loc, "bandwidth needs a unit, e.g. 50GB/s");
+		return 0;
+	}
+	if (!unit_scale(c, n, rate_units, 9, "bandwidth",
+			"B/s, KB/s, MB/s, GB/s, TB/s, KiB/s, MiB/s, GiB/s or TiB/s", &scale))
+		return 0;
+	if (!real(c, n, &v))
+		return 0;
+	v *= scale;
+	if (n->neg && v != 0) {
+		diag_error(c->d, n->loc, "bandwidth must not be negative");
+		return 0;
+	}
+	if (v < MIN_BANDWIDTH) {
+		diag_error(c->d, n->loc, "bandwidth must be at least 1MB/s");
+		return 0;
+	}
+	if (v > MAX_BANDWIDTH) {
+		diag_error(c->d, n->loc, "bandwidth is too large (at most 1000TB/s)");
+		return 0;
+	}
+	*out = v;
+	return 1;
+}
+
+/* ---- names -------------------------------------------------------------------- */
+
+/* Reports a word that is not one of words[0..n); `what` names the kind of word. */
+static void unknown_word(Check *c, const AstName *w, const char *what,
+	const char *const *words, int n)
+{
+	const char *s = diag_suggest(w->s, words, n);
+	if (s)
+		diag_error(c->d, w->loc, "unknown %s '%s'; did you mean '%s'?", what, w->s, s);
+	else
+		diag_error(c->d, w->loc, "unknown %s '%s'", what, w->s);
+}
+
+static int find_word(const char *s, const char *const *words, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (strcmp(s, words[i]) == 0)
+			return i;
+	return -1;
+}
+
+/* The index of the stage a skip or cost names, which must be declared above it. */
+static int resolve(Check *c, const AstName *n)
+{
+	Slot *s = map_slot(&c->stages, n->s, 0);
+	if (s->used)
+		return s->val;
+	for (int i = 0; i < c->nnames; i++) {
+		if (strcmp(c->names[i], n->s) == 0) {
+			diag_error(c->d, n->loc, "stage '%s' is not declared before this use", n->s);
+			diag_note(c->d, c->name_stmt[i]->name.loc, "'%s' is declared here", n->s);
+			return -1;
+		}
+	}
+	const char *sug = diag_suggest(n->s, c->names, c->nnames);
+	if (sug)
+		diag_error(c->d, n->loc, "unknown stage '%s'; did you mean '%s'?", n->s, sug);
+	else
+		diag_error(c->d, n->loc, "unknown stage '%s'", n->s);
+	return -1;
+}
+
+/* Reports key if an earlier kv of kvs[0..i) has it. */
+static int repeated_key(Check *c, const AstKv *kvs, int i, const char *what)
+{
+	for (int j = 0; j < i; j++) {
+		if (strcmp(kvs[j].key.s, kvs[i].key.s) == 0) {
+			diag_error(c->d, kvs[i].key.loc, "%s '%s' is given twice", what,
+				kvs[i].key.s);
+			diag_note(c->d, kvs[j].key.loc, "first given here");
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* ---- statements, one at a time ------------------------------------------------- */
+
+static void check_mesh(Check *c, AstStmt *s)
+{
+	Program *p = c->p;
+	static const char *const dims[DIM_COUNT] = {"pp", "dp", "tp"};
+	uint8_t seen[DIM_COUNT] = {0};
+	int ok = 1, n = 0;
+	if (s->nkvs == 0) {
+		diag_error(c->d, s->span, "'mesh' needs at least one dimension, e.g. mesh pp=4;");
+		ok = 0;
+	}
+	for (int i = 0; i < s->nkvs; i++) {
+		AstKv *kv = &s->kvs[i];
+		int d = find_word(kv->key.s, dims, DIM_COUNT);
+		if (d < 0) {
+			unknown_word(c, &kv->key, "mesh dimension", dims, DIM_COUNT);
+			ok = 0;
+			continue;
+		}
+		if (repeated_key(c, s->kvs, i, "mesh dimension")) {
+			ok = 0;
+			continue;
+		}
+		seen[d] = 1;
+		p->dim_order[n++] = (uint8_t)d;
+		char what[32];
+		snprintf(what, sizeof what, "mesh dimension '%s'", dims[d]);
+		if (!kv->has_val) {
+			diag_error(c->d, kv->loc, "%s needs a size, e.g. %s=2", what, dims[d]);
+			ok = 0;
+		} else if (!whole(c, &kv->val, what, 1, MAX_RANKS, &p->dims[d])) {
+			ok = 0;
+		} else if (d == DIM_TP && p->dims[d] > 1) {
+			diag_error(c->d, kv->loc,
+				"tensor parallelism (tp=%d) is not supported yet", p->dims[d]);
+			ok = 0;
+		}
+	}
+	for (int d = 0; d < DIM_COUNT; d++)
+		if (!seen[d])
+			p->dim_order[n++] = (uint8_t)d;
+	if (ok) {
+		int64_t world = 1;
+		for (int d = 0; d < DIM_COUNT; d++)
+			world *= p->dims[d];
+		if (world > MAX_RANKS) {
+			diag_error(c->d, s->span, "the mesh has %lld ranks, more than %d",
+				(long long)world, MAX_RANKS);
+			ok = 0;
+		}
+	}
+	p->mesh_loc = s->span;
+	c->mesh_ok = ok;
+}
+
+static void check_input(Check *c, AstStmt *s)
+{
+	Program *p = c->p;
+	int ok = whole(c, &s->shape.rows, "input rows", 1, MAX_SIZE, &p->rows);
+	ok &= whole(c, &s->shape.cols, "input columns", 1, MAX_SIZE, &p->cols);
+	p->input_loc = ast_span(s->shape.rows.loc, s->shape.cols.loc);
+	c->input_ok = ok;
+}
+
+static const char *const layer_words[] = {"linear", "relu", "gelu", "loss"};
+
+/* One layer into *l; 0 when it is unsound (reported, or a syntax error before). */
+static int check_layer(Check *c, const AstLayer *al, ProgLayer *l)
+{
+	static const uint8_t kinds[] = {LAYER_LINEAR, LAYER_RELU, LAYER_GELU, LAYER_MSE};
+	static const char *const losses[] = {"mse"};
+	l->loc = al->loc;
+	l->kind = LAYER_COUNT;
+	if (!al->name.s)
+		return 0;
+	int k = find_word(al->name.s, layer_words, 4);
+	if (k < 0) {
+		unknown_word(c, &al->name, "layer", layer_words, 4);
+		return 0;
+	}
+	const char *w = layer_words[k];
+	if (kinds[k] == LAYER_LINEAR) {
+		if (al->nargs == 0) {
+			diag_error(c->d, al->loc, "'linear' needs a width, e.g. linear 512");
+			return 0;
+		}
+		if (al->nargs > 1 || al->args[0].is_name) {
+			diag_error(c->d, al->args[al->nargs > 1].loc, "'linear' takes one width");
+			return 0;
+		}
+		if (!whole(c, &al->args[0].num, "'linear' width", 1, MAX_SIZE, &l->out))
+			return 0;
+	} else if (kinds[k] == LAYER_MSE) {
+		if (al->nargs == 0) {
+			diag_error(c->d, al->loc, "'loss' needs a kind, e.g. loss mse");
+			return 0;
+		}
+		if (al->nargs > 1 || !al->args[0].is_name) {
+			diag_error(c->d, al->args[al->nargs > 1].loc, "'loss' takes one kind: mse");
+			return 0;
+		}
+		if (strcmp(al->args[0].name.s, "mse") != 0) {
+			unknown_word(c, &al->args[0].name, "loss", losses, 1);
+			return 0;
+		}
+	} else if (al->nargs > 0) {
+		diag_error(c->d, al->args[0].loc, "'%s' takes no arguments", w);
+		return 0;
+	}
+	l->kind = kinds[k];
+	return 1;
+}
+
+static void check_stage(Check *c, AstStmt *s)
+{
+	Program *p = c->p;
+	if (!s->name.s) {
+		c->widths_ok = c->stages_known = 0;
+		return;
+	}
+	Slot *slot = map_slot(&c->stages, s->name.s, 0);
+	if (slot->used) {
+		c->stages_known = 0;
+		diag_error(c->d, s->name.loc, "duplicate stage '%s'", s->name.s);
+		diag_note(c->d, c->stage_stmt[slot->val]->name.loc, "'%s' is first declared here",
+			s->name.s);
+		return;
+	}
+	int i = p->nstages++;
+	map_set(slot, s->name.s, 0, i);
+	c->stage_stmt[i] = s;
+	ProgStage *st = &p->stages[i];
+	st->name = s->name.s;
+	st->loc = s->name.loc;
+	st->nlayers = s->nlayers;
+	st->layers = arena_alloc(c->a, (size_t)s->nlayers * sizeof *st->layers);
+	int ok = !s->bad;
+	for (int j = 0; j < s->nlayers; j++)
+		ok &= check_layer(c, &s->layers[j], &st->layers[j]);
+	if (!s->bad && s->nlayers == 0) {
+		diag_error(c->d, s->name.loc, "stage '%s' has no layers", s->name.s);
+		ok = 0;
+	}
+	c->stage_ok[i] = (uint8_t)ok;
+	if (!ok)
+		c->widths_ok = 0;
+}
+
+static void check_skip(Check *c, AstStmt *s)
+{
+	Program *p = c->p;
+	int a = resolve(c, &s->name);
+	int b = resolve(c, &s->name2);
+	if (a < 0 || b < 0)
+		return;
+	const char *an = s->name.s, *bn = s->name2.s;
+	Loc loc = ast_span(s->name.loc, s->name2.loc);
+	if (a == b) {
+		diag_error(c->d, loc, "skip from stage '%s' to itself", an);
+		return;
+	}
+	if (a > b) {
+		diag_error(c->d, loc, "skip goes backwards: stage '%s' comes after '%s'", an, bn);
+		return;
+	}
+	if (a + 1 == b) {
+		diag_error(c->d, loc,
+			"skip between consecutive stages '%s' and '%s': the chain already connects them",
+			an, bn);
+		return;
+	}
+	int64_t key = (int64_t)a << 32 | (uint32_t)b;
+	Slot *slot = map_slot(&c->skips, NULL, key);
+	if (slot->used) {
+		diag_error(c->d, loc, "duplicate skip '%s' -> '%s'", an, bn);
+		diag_note(c->d, p->skips[slot->val].loc, "first given here");
+		return;
+	}
+	map_set(slot, NULL, key, p->nskips);
+	p->skips[p->nskips++] = (ProgSkip){a, b, loc};
+}
+
+static void check_schedule(Check *c, AstStmt *s)
+{
+	Program *p = c->p;
+	char *n = s->name.s;
+	p->schedule = n;
+	p->sched_loc = s->name.loc;
+	if (s->has_body || strcmp(n, "custom") == 0) {
+		if (strcmp(n, "custom") != 0)
+			diag_error(c->d, s->name.loc,
+				"only 'schedule custom' takes a body { rank N: ...; }");
+		else if (!s->has_body)
+			diag_error(c->d, s->name.loc,
+				"'schedule custom' needs a body, e.g. custom { rank 0: 0F0 0B0; }");
+		else
+			c->sched = s; // actions are checked once stages and mesh are known
+		return;
+	}
+	if (s->str.s || strcmp(n, "csv") == 0) {
+		if (strcmp(n, "csv") != 0) {
+			diag_error(c->d, s->name.loc, "only 'schedule csv' takes a file name");
+		} else if (!s->str.s) {
+			diag_error(c->d, s->name.loc,
+				"'schedule csv' needs a file name, e.g. csv \"order.csv\"");
+		} else if (!s->str.s[0]) {
+			diag_error(c->d, s->str.loc, "empty file name");
+		} else {
+			/* relative to the .pipe file's folder, as #include resolves */
+			const char *slash = strrchr(p->file, '/');
+			if (s->str.s[0] == '/' || strcmp(p->file, "-") == 0 || !slash) {
+				p->csv_path = s->str.s;
+			} else {
+				size_t dl = (size_t)(slash - p->file) + 1, fl = strlen(s->str.s);
+				p->csv_path = arena_alloc(c->a, dl + fl + 1);
+				memcpy(p->csv_path, p->file, dl);
+				memcpy(p->csv_path + dl, s->str.s, fl + 1);
+			}
+		}
+		return;
+	}
+	if (sched_find(n))
+		return;
+	if (find_word(n, future_schedules, NFUTURE) >= 0) {
+		diag_error(c->d, s->name.loc, "schedule '%s' is not available yet", n);
+		return;
+	}
+	const char *names[64];
+	int nn = 0;
+	for (int i = 0; i < sched_count && nn < 64 - NFUTURE - 2; i++)
+		names[nn++] = sched_registry[i]->name;
+	for (int i = 0; i < NFUTURE; i++)
+		names[nn++] = future_schedules[i];
+	names[nn++] = "custom";
+	names[nn++] = "csv";
+	unknown_word(c, &s->name, "schedule", names, nn);
+}
+
+static void check_placement(Check *c, AstStmt *s)
+{
+	Program *p = c->p;
+	static const char *const words[] = {"loop", "v"};
+	if (!s->has_list) {
+		p->place_loc = s->name.loc;
+		int w = find_word(s->name.s, words, 2);
+		if (w < 0)
+			unknown_word(c, &s->name, "placement", words, 2);
+		else
+			p->place = w == 0 ? PLACE_LOOP : PLACE_V;
+		return;
+	}
+	p->place = PLACE_LIST;
+	p->place_loc = s->list_loc;
+	p->nplace = s->nnums;
+	p->place_list = arena_alloc(c->a, (size_t)s->nnums * sizeof *p->place_list);
+	for (int i = 0; i < s->nnums; i++)
+		if (!whole(c, &s->nums[i], "pp index", 0, INT_MAX, &p->place_list[i]))
+			p->place_list[i] = -1; // reported; no range error on top
+	c->place = s; // length and range are checked against the whole file
+}
+
+static void check_cost(Check *c, AstStmt *s)
+{
+	static const char *const kinds[] = {"f", "b", "w"};
+	int64_t v[3];
+	uint8_t has[3] = {0};
+	int ok = 1;
+	if (s->nkvs == 0) {
+		diag_error(c->d, s->span, "'cost' needs at least one of f=, b=, w=");
+		ok = 0;
+	}
+	for (int i = 0; i < s->nkvs; i++) {
+		AstKv *kv = &s->kvs[i];
+		int k = find_word(kv->key.s, kinds, 3);
+		if (k < 0) {
+			diag_error(c->d, kv->key.loc, "unknown cost kind '%s' (expected f, b or w)",
+				kv->key.s);
+			ok = 0;
+		} else if (repeated_key(c, s->kvs, i, "cost")) {
+			ok = 0;
+		} else if (!kv->has_val) {
+			diag_error(c->d, kv->loc, "'%s' needs a time, e.g. %s=1.5ms", kinds[k],
+				kinds[k]);
+			ok = 0;
+		} else if (time_ns(c, &kv->val, "cost", &v[k])) {
+			has[k] = 1;
+		} else {
+			ok = 0;
+		}
+	}
+
+	int target = -1;
+	if (strcmp(s->name.s, "*") == 0) {
+		if (c->cost_all) {
+			diag_error(c->d, s->name.loc, "duplicate 'cost *' statement");
+			diag_note(c->d, c->cost_all->name.loc, "first given here");
+			return;
+		}
+		c->cost_all = s;
+	} else {
+		target = resolve(c, &s->name);
+		if (target < 0)
+			return;
+		if (c->cost_stmt[target]) {
+			diag_error(c->d, s->name.loc, "duplicate cost for stage '%s'", s->name.s);
+			diag_note(c->d, c->cost_stmt[target]->name.loc, "first given here");
+			return;
+		}
+		c->cost_stmt[target] = s;
+		c->p->stages[target].has_cost = 1;
+		c->p->stages[target].cost_loc = s->name.loc;
+	}
+	if (!ok)
+		return;
+	for (int k = 0; k < 3; k++) {
+		if (!has[k])
+			continue;
+		if (target < 0) {
+			c->all_cost[k] = v[k];
+			c->all_has[k] = 1;
+		} else {
+			c->cost[target][k] = v[k];
+			c->cost_has[target][k] = 1;
+		}
+	}
+}
+
+static void check_link(Check *c, AstStmt *s)
+{
+	Program *p = c->p;
+	static const char *const keys[] = {"latency", "bandwidth", "ideal"};
+	int ideal = -1, other = -1;
+	p->link_loc = s->span;
+	if (s->nkvs == 0)
+		diag_error(c->d, s->span, "'link' needs latency=, bandwidth= or ideal");
+	for (int i = 0; i < s->nkvs; i++) {
+		AstKv *kv = &s->kvs[i];
+		int k = find_word(kv->key.s, keys, 3);
+		if (k < 0) {
+			unknown_word(c, &kv->key, "link property", keys, 3);
+			continue;
+		}
+		if (repeated_key(c, s->kvs, i, "link property"))
+			continue;
+		if (k == 2) {
+			ideal = i;
+			if (kv->has_val)
+				diag_error(c->d, kv->val.loc, "'ideal' takes no value");
+			continue;
+		}
+		if (other < 0)
+			other = i;
+		if (!kv->has_val)
+			diag_error(c->d, kv->loc, "'%s' needs a value, e.g. %s", keys[k],
+				k == 0 ? "latency=5us" : "bandwidth=50GB/s");
+		else if (k == 0)
+			time_ns(c, &kv->val, "latency", &p->latency_ns);
+		else
+			bandwidth(c, &kv->val, &p->bandwidth);
+	}
+	if (ideal >= 0 && other >= 0) {
+		diag_error(c->d, s->kvs[ideal].key.loc,
+			"'ideal' cannot be combined with latency or bandwidth");
+	} else if (ideal >= 0) {
+		p->link_ideal = 1;
+		p->latency_ns = 0;
+	}
+}
+
+static void check_devices(Check *c, AstStmt *s)
+{
+	Program *p = c->p;
+	p->devices_loc = s->span;
+	if (s->has_list) {
+		p->device_per_node = 0;
+		p->ndevices = s->nnums;
+		p->devices = arena_alloc(c->a, (size_t)s->nnums * sizeof *p->devices);
+		for (int i = 0; i < s->nnums; i++)
+			whole(c, &s->nums[i], "device index", 0, MAX_DEVICE, &p->devices[i]);
+		c->devices = s;
+		return;
+	}
+	static const char *const keys[] = {"per_node"};
+	if (s->nkvs == 0)
+		diag_error(c->d, s->span, "'devices' needs per_node=N or a list [d0, d1, ...]");
+	for (int i = 0; i < s->nkvs; i++) {
+		AstKv *kv = &s->kvs[i];
+		if (strcmp(kv->key.s, "per_node") != 0)
+			unknown_word(c, &kv->key, "devices property", keys, 1);
+		else if (repeated_key(c, s->kvs, i, "devices property"))
+			;
+		else if (!kv->has_val)
+			diag_error(c->d, kv->loc, "'per_node' needs a value, e.g. per_node=8");
+		else
+			whole(c, &kv->val, "'per_node'", 1, MAX_DEVICE, &p->device_per_node);
+	}
+}
+
+static void check_stmt(Check *c, AstStmt *s)
+{
+	Program *p = c->p;
+	switch (s->kind) {
+	case AST_PIPELINE:
+		p->name = s->name.s;
+		p->name_loc = s->name.loc;
+		break;
+	case AST_MESH:
+		check_mesh(c, s);
+		break;
+	case AST_MICROBATCHES:
+		whole(c, &s->num, "microbatches", 1, MAX_MICROBATCHES, &p->microbatches);
+		p->mb_loc = s->num.loc;
+		break;
+	case AST_INPUT:
+		check_input(c, s);
+		break;
+	case AST_STAGE:
+		check_stage(c, s);
+		break;
+	case AST_SKIP:
+		check_skip(c, s);
+		break;
+	case AST_SCHEDULE:
+		check_schedule(c, s);
+		break;
+	case AST_PLACEMENT:
+		check_placement(c, s);
+		break;
+	case AST_COST:
+		check_cost(c, s);
+		break;
+	case AST_LINK:
+		check_link(c, s);
+		break;
+	case AST_DEVICES:
+		check_devices(c, s);
+		break;
+	default:
+		unreachable();
+	}
+}
+
+/* ---- the whole file ------------------------------------------------------------ */
+
+static void check_required(Check *c)
+{
+	static const struct {
+		uint8_t kind;
+		const char *msg;
+	} req[] = {
+		{AST_PIPELINE, "missing 'pipeline NAME;' statement"},
+		{AST_MICROBATCHES, "missing 'microbatches N;' statement"},
+		{AST_INPUT, "missing 'input ROWSxCOLS;' statement"},
+		{AST_STAGE, "no stages: declare at least one 'stage NAME { ... }'"},
+		{AST_SCHEDULE, "missing 'schedule NAME;' statement"},
+	};
+	for (size_t i = 0; i < sizeof req / sizeof req[0]; i++)
+		if (!c->first[req[i].kind])
+			diag_error(c->d, (Loc){0}, "%s", req[i].msg);
+}
+
+/* Widths flow down the chain from the input; each loss must end the last stage. */
+static void check_layers(Check *c)
+{
+	Program *p = c->p;
+	int n = p->nstages;
+	for (int i = 0; i < n; i++) {
+		ProgStage *st = &p->stages[i];
+		if (!c->stage_ok[i])
+			continue;
+		for (int j = 0; j < st->nlayers; j++)
+			if (st->layers[j].kind == LAYER_MSE && (i != n - 1 || j != st->nlayers - 1))
+				diag_error(c->d, st->layers[j].loc,
+					"'loss' must be the last layer of the last stage");
+	}
+	if (n > 0 && c->stage_ok[n - 1] && c->stages_known && !c->ast->lost) {
+		ProgStage *last = &p->stages[n - 1];
+		if (last->layers[last->nlayers - 1].kind != LAYER_MSE)
+			diag_error(c->d, last->loc, "the last stage '%s' must end with 'loss mse'",
+				last->name);
+	}
+	if (!c->widths_ok || !c->input_ok)
+		return;
+	int w = p->cols;
+	for (int i = 0; i < n; i++) {
+		ProgStage *st = &p->stages[i];
+		st->in = w;
+		for (int j = 0; j < st->nlayers; j++) {
+			st->layers[j].in = w;
+			if (st->layers[j].kind == LAYER_LINEAR)
+				w = st->layers[j].out;
+			else
+				st->layers[j].out = w;
+		}
+		st->out = w;
+	}
+	for (int i = 0; i < p->nskips; i++) {
+		ProgSkip *k = &p->skips[i];
+		ProgStage *a = &p->stages[k->src], *b = &p->stages[k->dst];
+		if (a->out != b->in)
+			diag_error(c->d, k->loc,
+				"skip width mismatch: '%s' outputs %d features, '%s' takes %d",
+				a->name, a->out, b->name, b->in);
+	}
+}
+
+/* Each stage's F, B, W: its own cost line, else `cost *`, else from its FLOPs. */
+static void fill_costs(Check *c)
+{
+	Program *p = c->p;
+	if (!c->widths_ok || !c->input_ok)
+		return;
+	for (int i = 0; i < p->nstages; i++) {
+		ProgStage *st = &p->stages[i];
+		double flops = 0;
+		for (int j = 0; j < st->nlayers; j++)
+			if (st->layers[j].kind == LAYER_LINEAR)
+				flops += 2.0 * p->rows * st->layers[j].in * st->layers[j].out;
+		double ns = flops * 1e9 / PROG_DEFAULT_FLOPS;
+		int derived_used = 0;
+		for (int k = 0; k < 3; k++) {
+			if (c->cost_has[i][k]) {
+				st->cost[k] = c->cost[i][k];
+			} else if (c->all_has[k]) {
+				st->cost[k] = c->all_cost[k];
+			} else {
+				derived_used = 1;
+				st->cost[k] = ns < 1 ? 1 : ns > MAX_TIME_NS ? 0 : llround(ns);
+			}
+		}
+		if (derived_used && ns > MAX_TIME_NS)
+			diag_error(c->d, st->loc,
+				"stage '%s' would take %.0f s per microbatch at 100 TFLOP/s; "
+				"give its cost", st->name, ns / 1e9);
+	}
+}
+
+static void check_lists(Check *c)
+{
+	Program *p = c->p;
+	int pp = p->dims[DIM_PP];
+	if (c->place && c->first[AST_STAGE]) {
+		if (p->nplace != p->nstages)
+			diag_error(c->d, p->place_loc,
+				"placement lists %d stage%s, but there %s %d", p->nplace,
+				p->nplace == 1 ? "" : "s", p->nstages == 1 ? "is" : "are",
+				p->nstages);
+		for (int i = 0; c->mesh_ok && i < p->nplace; i++)
+			if (p->place_list[i] >= pp)
+				diag_error(c->d, c->place->nums[i].loc,
+					"pp index %d is out of range: the mesh has pp=%d",
+					p->place_list[i], pp);
+	}
+	if (c->devices && c->mesh_ok) {
+		int world = p->dims[DIM_PP] * p->dims[DIM_DP] * p->dims[DIM_TP];
+		if (p->ndevices != world)
+			diag_error(c->d, c->devices->list_loc,
+				"devices lists %d rank%s, but the mesh has %d", p->ndevices,
+				p->ndevices == 1 ? "" : "s", world);
+	}
+}
+
+/* "12F3": stage digits, one letter, microbatch digits (the lexer made sure). */
+static int action(Check *c, const AstName *t, ProgAction *a)
+{
+	static const char letters[] = "FIWB"; // in ActKind order
+	const char *s = t->s;
+	long v[2] = {0, 0};
+	char kind = 0;
+	for (int part = 0; part < 2; part++) {
+		for (; *s >= '0' && *s <= '9'; s++) {
+			if (v[part] > (INT_MAX - (*s - '0')) / 10) {
+				diag_error(c->d, t->loc, "number too large");
+				return 0;
+			}
+			v[part] = 10 * v[part] + (*s - '0');
+		}
+		if (part == 0)
+			kind = *s++;
+	}
+	const char *k = strchr(letters, kind);
+	if (!k) {
+		diag_error(c->d, t->loc, "unknown action kind '%c' in '%s' (expected F, B, I or W)",
+			kind, t->s);
+		return 0;
+	}
+	if (v[0] >= c->p->nstages) {
+		diag_error(c->d, t->loc, "stage index %ld in '%s' is out of range: there %s %d "
+			"stage%s", v[0], t->s, c->p->nstages == 1 ? "is" : "are", c->p->nstages,
+			c->p->nstages == 1 ? "" : "s");
+		return 0;
+	}
+	*a = (ProgAction){(uint8_t)(k - letters), (int)v[0], (int)v[1], t->loc};
+	return 1;
+}
+
+static void check_custom(Check *c)
+{
+	Program *p = c->p;
+	AstStmt *s = c->sched;
+	if (!s)
+		return;
+	p->custom = arena_alloc(c->a, (size_t)s->nranks * sizeof *p->custom);
+	for (int i = 0; i < s->nranks && !over_limit(c); i++) {
+		AstRank *r = &s->ranks[i];
+		if (r->bad)
+			continue;
+		ProgCustomRank *cr = &p->custom[p->ncustom++];
+		cr->loc = r->loc;
+		if (strcmp(r->word.s, "rank") != 0)
+			diag_error(c->d, r->word.loc, "expected 'rank', got '%s'", r->word.s);
+		if (whole(c, &r->index, "rank", 0, MAX_RANKS, &cr->rank) && c->mesh_ok &&
+			cr->rank >= p->dims[DIM_PP])
+			diag_error(c->d, r->index.loc, "rank %d is out of range: the mesh has pp=%d",
+				cr->rank, p->dims[DIM_PP]);
+		cr->acts = arena_alloc(c->a, (size_t)r->nacts * sizeof *cr->acts);
+		for (int j = 0; j < r->nacts && !over_limit(c); j++)
+			if (action(c, &r->acts[j], &cr->acts[cr->nacts]))
+				cr->nacts++;
+	}
+}
+
+static Program *check(Arena *a, Diag *d, const char *file, AstProgram *ast)
+{
+	Program *p = arena_alloc(a, sizeof *p);
+	Check c = {
+		.a = a, .d = d, .p = p, .ast = ast,
+		.mesh_ok = 1, .widths_ok = 1, .stages_known = 1,
+	};
+	p->file = file;
+	p->ndims = DIM_COUNT;
+	for (int i = 0; i < DIM_COUNT; i++) {
+		p->dims[i] = 1;
+		p->dim_order[i] = (uint8_t)i;
+	}
+	p->place = PLACE_DEFAULT;
+	p->latency_ns = PROG_DEFAULT_LATENCY_NS;
+	p->bandwidth = PROG_DEFAULT_BANDWIDTH;
+	p->device_per_node = PROG_DEFAULT_DEVICES_PER_NODE;
+
+	int nstage_stmts = 0, nskip_stmts = 0;
+	for (AstStmt *s = ast->head; s; s = s->next) {
+		nstage_stmts += s->kind == AST_STAGE;
+		nskip_stmts += s->kind == AST_SKIP;
+	}
+	c.names = arena_alloc(a, (size_t)nstage_stmts * sizeof *c.names);
+	c.name_stmt = arena_alloc(a, (size_t)nstage_stmts * sizeof *c.name_stmt);
+	for (AstStmt *s = ast->head; s; s = s->next) {
+		if (s->kind == AST_STAGE && s->name.s) {
+			c.name_stmt[c.nnames] = s;
+			c.names[c.nnames++] = s->name.s;
+		}
+	}
+	map_init(a, &c.stages, nstage_stmts);
+	map_init(a, &c.skips, nskip_stmts);
+	c.stage_stmt = arena_alloc(a, (size_t)nstage_stmts * sizeof *c.stage_stmt);
+	c.stage_ok = arena_alloc(a, (size_t)nstage_stmts);
+	c.cost_stmt = arena_alloc(a, (size_t)nstage_stmts * sizeof *c.cost_stmt);
+	c.cost = arena_alloc(a, (size_t)nstage_stmts * sizeof *c.cost);
+	c.cost_has = arena_alloc(a, (size_t)nstage_stmts * sizeof *c.cost_has);
+	p->stages = arena_alloc(a, (size_t)nstage_stmts * sizeof *p->stages);
+	p->skips = arena_alloc(a, (size_t)nskip_stmts * sizeof *p->skips);
+
+	if (!ast->head) {
+		if (!ast->lost && !d->nerrors)
+			diag_error(d, (Loc){0}, "empty program: expected 'pipeline NAME;'");
+		return p;
+	}
+	for (AstStmt *s = ast->head; s && !over_limit(&c); s = s->next) {
+		int many = s->kind == AST_STAGE || s->kind == AST_SKIP || s->kind == AST_COST;
+		AstStmt *first = c.first[s->kind];
+		if (!first)
+			c.first[s->kind] = s;
+		if (first && !many) {
+			diag_error(d, s->loc, "duplicate '%s' statement", ast_kind_names[s->kind]);
+			diag_note(d, first->loc, "the first '%s' statement is here",
+				ast_kind_names[s->kind]);
+			continue;
+		}
+		if (s->bad) {
+			if (s->kind == AST_STAGE)
+				check_stage(&c, s); // keeps its name declared
+			else if (s->kind == AST_MESH)
+				c.mesh_ok = 0;
+			else if (s->kind == AST_INPUT)
+				c.input_ok = 0;
+			continue;
+		}
+		check_stmt(&c, s);
+	}
+	if (over_limit(&c))
+		return p;
+	if (!ast->lost)
+		check_required(&c);
+	check_layers(&c);
+	check_lists(&c);
+	check_custom(&c);
+	fill_costs(&c);
+	return p;
+}
+
+Program *front_parse(Arena *a, Diag *d, const char *file, const char *src, size_t len)
+{
+	if (len > MAX_FILE) {
+		diag_error(d, (Loc){0}, "file too large (%zu bytes, at most %u)", len, MAX_FILE);
+		return NULL;
+	}
+	AstProgram *ast = ast_parse(a, d, src, len);
+	Program *p = ast->stopped ? NULL : check(a, d, file, ast);
+	return d->nerrors > 0 ? NULL : p;
+}

@@ -1,0 +1,197 @@
+/* Diagnostics in gcc's format: a `file:line:col: error: message` line, the source line
+ * quoted after one space, and a caret line underlining the span.
+ *
+ * The caret line copies the tabs of the quoted line, so the caret sits under the right
+ * byte whatever the reader's tab width; UTF-8 continuation bytes take no room there, so
+ * one character before the caret is one space.  Control bytes in the quoted line are
+ * shown as '?' so binary input cannot garble a terminal, and a line longer than
+ * QUOTE_MAX bytes is shown as a window around the column, cut ends marked "...".
+ *
+ * Errors are counted; past max_errors they are counted but not printed, with one line
+ * saying so, and notes follow the fate of their error. */
+#include "diag.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { QUOTE_MAX = 200 };
+
+void diag_init(Diag *d, const char *file, const char *src, size_t len, FILE *out)
+{
+	*d = (Diag){.file = file, .src = src, .srclen = len, .out = out ? out : stderr};
+}
+
+static int error_limit(const Diag *d)
+{
+	return d->max_errors > 0 ? d->max_errors : 20;
+}
+
+/* Line `line` of the source, its length without the line end; NULL past the end. */
+static const char *find_line(const Diag *d, int line, size_t *n)
+{
+	if (!d->src || line < 1)
+		return NULL;
+	const char *s = d->src, *end = d->src + d->srclen;
+	for (int i = 1; i < line; i++) {
+		const char *nl = memchr(s, '\n', (size_t)(end - s));
+		if (!nl)
+			return NULL;
+		s = nl + 1;
+	}
+	if (s == end && line > 1)
+		return NULL; // the empty "line" after a final newline
+	const char *nl = memchr(s, '\n', (size_t)(end - s));
+	*n = (size_t)((nl ? nl : end) - s);
+	if (*n > 0 && s[*n - 1] == '\r')
+		(*n)--;
+	return s;
+}
+
+static void quote(const Diag *d, Loc loc)
+{
+	size_t n;
+	const char *s = find_line(d, loc.line, &n);
+	if (!s || loc.col < 1)
+		return;
+	size_t col = (size_t)loc.col - 1;
+	if (col > n)
+		col = n;
+	size_t len = loc.len > 1 ? (size_t)loc.len : 1;
+
+	size_t from = 0, to = n;
+	if (n > QUOTE_MAX) {
+		from = col > QUOTE_MAX / 2 ? col - QUOTE_MAX / 2 : 0;
+		while (from < col && ((unsigned char)s[from] & 0xc0) == 0x80)
+			from++;
+		to = from + QUOTE_MAX < n ? from + QUOTE_MAX : n;
+	}
+	FILE *f = d->out;
+	fputs(from > 0 ? " ..." : " ", f);
+	for (size_t i = from; i < to; i++) {
+		unsigned char c = (unsigned char)s[i];
+		fputc(c == '\t' || (c >= ' ' && c != 0x7f) ? c : '?', f);
+	}
+	fputs(to < n ? "...\n" : "\n", f);
+
+	fputs(from > 0 ? "    " : " ", f);
+	for (size_t i = from; i < col; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c == '\t')
+			fputc('\t', f);
+		else if ((c & 0xc0) != 0x80)
+			fputc(' ', f);
+	}
+	fputc('^', f);
+	size_t end = col + len < to ? col + len : to;
+	for (size_t i = col + 1; i < end; i++)
+		fputc('~', f);
+	fputc('\n', f);
+}
+
+static void report(Diag *d, Loc loc, const char *kind, const char *fmt, va_list ap)
+{
+	FILE *f = d->out ? d->out : stderr;
+	d->out = f;
+	if (loc.line > 0 && loc.col > 0)
+		fprintf(f, "%s:%d:%d: %s: ", d->file, loc.line, loc.col, kind);
+	else if (loc.line > 0)
+		fprintf(f, "%s:%d: %s: ", d->file, loc.line, kind);
+	else
+		fprintf(f, "%s: %s: ", d->file, kind);
+	vfprintf(f, fmt, ap);
+	fputc('\n', f);
+	quote(d, loc);
+}
+
+void diag_error(Diag *d, Loc loc, const char *fmt, ...)
+{
+	d->nerrors++;
+	if (d->nerrors > error_limit(d)) {
+		if (d->nerrors == error_limit(d) + 1)
+			fputs("too many errors, stopping\n", d->out ? d->out : stderr);
+		return;
+	}
+	va_list ap;
+	va_start(ap, fmt);
+	report(d, loc, "error", fmt, ap);
+	va_end(ap);
+}
+
+void diag_note(Diag *d, Loc loc, const char *fmt, ...)
+{
+	if (d->nerrors > error_limit(d))
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	report(d, loc, "note", fmt, ap);
+	va_end(ap);
+}
+
+/* Levenshtein distance with one row; gives up (returns limit + 1) once the row's
+ * minimum passes limit, so long unrelated names cost little. */
+static size_t distance(const char *a, const char *b, size_t limit)
+{
+	size_t n = strlen(a), m = strlen(b);
+	if ((n > m ? n - m : m - n) > limit)
+		return limit + 1;
+	size_t *row = malloc((m + 1) * sizeof *row);
+	if (!row)
+		die("out of memory");
+	for (size_t j = 0; j <= m; j++)
+		row[j] = j;
+	for (size_t i = 1; i <= n; i++) {
+		size_t diag = row[0], best = i;
+		row[0] = i;
+		for (size_t j = 1; j <= m; j++) {
+			size_t up = row[j];
+			size_t v = diag + (a[i - 1] != b[j - 1]);
+			if (up + 1 < v)
+				v = up + 1;
+			if (row[j - 1] + 1 < v)
+				v = row[j - 1] + 1;
+			row[j] = v;
+			diag = up;
+			if (v < best)
+				best = v;
+		}
+		if (best > limit) {
+			free(row);
+			return limit + 1;
+		}
+	}
+	size_t r = row[m];
+	free(row);
+	return r;
+}
+
+const char *diag_suggest(const char *s, const char *const *names, int n)
+{
+	size_t limit = strlen(s) / 3;
+	if (limit < 1)
+		limit = 1;
+	const char *best = NULL;
+	size_t bestd = limit + 1;
+	for (int i = 0; i < n; i++) {
+		if (!names[i])
+			continue;
+		size_t dist = distance(s, names[i], limit);
+		if (dist < bestd) {
+			best = names[i];
+			bestd = dist;
+		}
+	}
+	return best;
+}
+
+_Noreturn void die_at(const char *file, int line, const char *fmt, ...)
+{
+	fflush(stdout);
+	fprintf(stderr, "pipecc: internal error at %s:%d: ", file, line);
+	va_list ap;
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	abort();
+}

@@ -1,0 +1,39 @@
+/* Diagnostics for user input, printed as gcc does:
+ *   file:line:col: error: message
+ *    line text
+ *        ^~~~
+ * Errors are counted, not fatal; after max_errors further ones are dropped with one
+ * notice.  Internal bugs are not diagnostics: they go through die(). */
+#ifndef DIAG_H
+#define DIAG_H
+
+#include <stdio.h>
+
+typedef struct {
+	int line, col; // 1-based; 0 when unknown
+	int len;       // columns to underline, at least 1
+} Loc;
+
+typedef struct {
+	const char *file;  // name shown in messages
+	const char *src;   // whole source text, for the quoted line
+	size_t srclen;
+	FILE *out;         // where messages go (stderr by default)
+	int nerrors;
+	int max_errors;    // 0 means 20
+} Diag;
+
+void diag_init(Diag *d, const char *file, const char *src, size_t len, FILE *out);
+void diag_error(Diag *d, Loc loc, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+void diag_note(Diag *d, Loc loc, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* The closest of names[0..n) to s by edit distance, or NULL if none is close. */
+const char *diag_suggest(const char *s, const char *const *names, int n);
+
+_Noreturn void die_at(const char *file, int line, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+#define die(...) die_at(__FILE__, __LINE__, __VA_ARGS__)
+#define unreachable() die_at(__FILE__, __LINE__, "unreachable")
+
+#endif

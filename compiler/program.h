@@ -1,0 +1,118 @@
+/* The checked program: what the front end (grammar/ + compiler/check.c) hands to the
+ * middle end.  Every name is resolved to an index, every width inferred, every number
+ * converted to nanoseconds or bytes per second, every location kept for later
+ * diagnostics.  Allocated in the compilation's arena. */
+#ifndef PROGRAM_H
+#define PROGRAM_H
+
+#include <stdint.h>
+
+#include "../plan/plan.h"
+#include "arena.h"
+#include "diag.h"
+
+typedef struct {
+	uint8_t kind; // LayerKind
+	int in, out;  // widths (in inferred; relu/gelu/mse keep the width)
+	Loc loc;
+} ProgLayer;
+
+typedef struct {
+	char *name;
+	Loc loc;               // the stage's name in its declaration
+	int nlayers;
+	ProgLayer *layers;
+	int in, out;           // stage input and output widths
+	int has_cost;          // a `cost NAME ...` line names it
+	int64_t cost[3];       // F, B, W ns (filled for every stage after checking:
+	                       // stage cost, else `cost *`, else derived from FLOPs)
+	Loc cost_loc;
+} ProgStage;
+
+typedef struct {
+	int src, dst;          // stage indices
+	Loc loc;
+} ProgSkip;
+
+typedef enum {
+	PLACE_DEFAULT, // not written: the schedule's default
+	PLACE_LOOP,    // stage i -> pp index i mod pp
+	PLACE_V,       // stages 0..pp-1 go down, pp..2pp-1 come back up
+	PLACE_LIST,    // explicit list, place_list[stage] = pp index
+	PLACE_COUNT
+} PlaceKind;
+
+typedef enum {
+	ACT_F,  // forward
+	ACT_I,  // input gradient (our B; PyTorch's I)
+	ACT_W,  // weight gradient
+	ACT_B,  // fused backward (our BW; PyTorch's B)
+	ACT_COUNT
+} ActKind;
+
+typedef struct {
+	uint8_t kind; // ActKind
+	int stage;    // stage index
+	int mb;
+	Loc loc;
+} ProgAction;
+
+typedef struct {
+	int rank;     // pp index
+	Loc loc;
+	int nacts;
+	ProgAction *acts;
+} ProgCustomRank;
+
+typedef struct {
+	const char *file;
+	char *name;
+	Loc name_loc;
+
+	int ndims;
+	uint8_t dim_order[DIM_COUNT];  // as written, outermost first; unwritten dims follow
+	int dims[DIM_COUNT];           // indexed by PlanDim, 1 when not written
+	Loc mesh_loc;
+
+	int microbatches;
+	Loc mb_loc;
+	int rows, cols;
+	Loc input_loc;
+
+	int nstages;
+	ProgStage *stages;
+	int nskips;
+	ProgSkip *skips;
+
+	char *schedule;                // registry name, "custom" or "csv"
+	Loc sched_loc;
+	int ncustom;                   // custom { rank N: ... } bodies
+	ProgCustomRank *custom;
+	char *csv_path;                // schedule csv "file"
+
+	uint8_t place;                 // PlaceKind
+	int nplace;
+	int *place_list;
+	Loc place_loc;
+
+	int link_ideal;
+	int64_t latency_ns;
+	double bandwidth;              // bytes per second
+	Loc link_loc;
+
+	int device_per_node;           // devices per_node=N; 0 when a list is given
+	int ndevices;
+	int *devices;                  // devices [d0, d1, ...]: world rank -> local GPU
+	Loc devices_loc;
+} Program;
+
+/* Defaults, documented in docs/language.md. */
+#define PROG_DEFAULT_FLOPS 100e12      // device rate for costs derived from FLOPs
+#define PROG_DEFAULT_LATENCY_NS 5000   // link latency
+#define PROG_DEFAULT_BANDWIDTH 50e9    // link bytes per second
+#define PROG_DEFAULT_DEVICES_PER_NODE 8
+
+/* Parses and checks src; NULL after reporting errors to d. */
+Program *front_parse(Arena *a, Diag *d, const char *file, const char *src, size_t len);
+
+#endif

@@ -1,0 +1,303 @@
+%code top {
+/* The grammar of .pipe files: a pure, reentrant LALR(1) parser whose actions only
+ * build the syntax tree of ast.h; every rule about meaning (which names exist, which
+ * numbers are in range, which words are allowed where) lives in compiler/check.c.
+ *
+ * Error recovery works per statement: a syntax error inside a statement skips to its
+ * ';', to the '}' that closes its block or to the next statement keyword (keywords are
+ * reserved, so one can only start a statement), and keeps the statement as `bad`, so
+ * the checker knows it was there and does not report it missing; an unreadable
+ * statement start is dropped up to the same points.  Without default reductions
+ * (lr.default-reduction accepting) a `KEYWORD error` rule reduces only when the next
+ * token can follow a statement, which is what makes it skip the rest.
+ *
+ * Lists grow in malloc'd AstVecs on the parser's stack, freed by %destructor when
+ * recovery pops them, and copied into the arena once complete.  LAC keeps the
+ * "expected ..." part of each message exact. */
+}
+
+%code requires {
+#include "ast.h"
+}
+
+%code provides {
+int pclex(PCSTYPE *val, PCLTYPE *loc, void *scanner);
+}
+
+%code {
+/* A rule's location: from its first symbol's start to its last symbol's end when both
+ * are on one line, else the first symbol's; an empty rule sits just after the symbol
+ * before it. */
+#define YYLLOC_DEFAULT(Cur, Rhs, N)                                  \
+	do {                                                         \
+		if (N)                                               \
+			(Cur) = ast_span(YYRHSLOC(Rhs, 1), YYRHSLOC(Rhs, N)); \
+		else                                                 \
+			(Cur) = (Loc){YYRHSLOC(Rhs, 0).line,             \
+				YYRHSLOC(Rhs, 0).col + YYRHSLOC(Rhs, 0).len, 0}; \
+	} while (0)
+
+static void pcerror(Loc *loc, void *scanner, AstParse *ps, const char *msg)
+{
+	(void)scanner;
+	ast_syntax_error(ps, *loc, msg);
+}
+
+static AstStmt *bad(AstParse *ps, int kind, Loc loc)
+{
+	AstStmt *s = ast_stmt(ps, kind, loc, loc);
+	s->bad = 1;
+	return s;
+}
+}
+
+%define api.pure full
+%define api.prefix {pc}
+%define api.token.prefix {TOK_}
+%define api.location.type {Loc}
+%define parse.error detailed
+%define parse.lac full
+%locations
+%expect 0
+%define lr.default-reduction accepting
+%parse-param {void *scanner} {AstParse *ps}
+%lex-param {void *scanner}
+
+%union {
+	AstName name;
+	AstNum num;
+	AstShape shape;
+	AstKv kv;
+	AstArg arg;
+	AstLayer layer;
+	AstRank rank;
+	AstStmt *stmt;
+	AstVec *vec;
+}
+
+%token <name> IDENT "name"
+%token <num> NUMBER "number"
+%token <shape> SHAPE "shape ROWSxCOLS"
+%token <name> ACTION "action"
+%token <name> STRING "string"
+%token ARROW "'->'"
+%token PIPELINE "'pipeline'"
+%token MESH "'mesh'"
+%token MICROBATCHES "'microbatches'"
+%token INPUT "'input'"
+%token STAGE "'stage'"
+%token SKIP "'skip'"
+%token SCHEDULE "'schedule'"
+%token PLACEMENT "'placement'"
+%token COST "'cost'"
+%token LINK "'link'"
+%token DEVICES "'devices'"
+
+/* An error rule without its ';' or '}' ends at the next statement keyword (or the end
+ * of file) but leaves a ';' to the rule that wants it. */
+%precedence RECOVER
+%precedence ';'
+
+%type <stmt> stmt
+%type <vec> kvs layers args list nums ranks acts
+%type <num> num
+%type <kv> kv
+%type <arg> arg
+%type <layer> layer
+%type <rank> rank
+
+%destructor { ast_vec_free($$); } <vec>
+
+%%
+
+program
+	: %empty
+	| program stmt  { ast_append(ps, $2); }
+	;
+
+stmt
+	: ';'  { $$ = NULL; }
+	| PIPELINE IDENT ';'  {
+		$$ = ast_stmt(ps, AST_PIPELINE, @1, ast_span(@1, @2));
+		$$->name = $2;
+	}
+	| MESH kvs ';'  {
+		$$ = ast_stmt(ps, AST_MESH, @1, ast_span(@1, @2));
+		$$->kvs = ast_vec_take(ps, $2, &$$->nkvs);
+	}
+	| MICROBATCHES num ';'  {
+		$$ = ast_stmt(ps, AST_MICROBATCHES, @1, ast_span(@1, @2));
+		$$->num = $2;
+	}
+	| INPUT SHAPE ';'  {
+		$$ = ast_stmt(ps, AST_INPUT, @1, ast_span(@1, @2));
+		$$->shape = $2;
+	}
+	| STAGE IDENT '{' layers '}'  {
+		$$ = ast_stmt(ps, AST_STAGE, @1, ast_span(@1, @2));
+		$$->name = $2;
+		$$->layers = ast_vec_take(ps, $4, &$$->nlayers);
+	}
+	| STAGE IDENT '{' layers error '}'  {
+		$$ = ast_stmt(ps, AST_STAGE, @1, ast_span(@1, @2));
+		$$->name = $2;
+		$$->layers = ast_vec_take(ps, $4, &$$->nlayers);
+		$$->bad = 1;
+	}
+	| STAGE IDENT '{' layers error %prec RECOVER  {
+		$$ = ast_stmt(ps, AST_STAGE, @1, ast_span(@1, @2));
+		$$->name = $2;
+		$$->layers = ast_vec_take(ps, $4, &$$->nlayers);
+		$$->bad = 1;
+	}
+	| SKIP IDENT ARROW IDENT ';'  {
+		$$ = ast_stmt(ps, AST_SKIP, @1, ast_span(@1, @4));
+		$$->name = $2;
+		$$->name2 = $4;
+	}
+	| SCHEDULE IDENT ';'  {
+		$$ = ast_stmt(ps, AST_SCHEDULE, @1, ast_span(@1, @2));
+		$$->name = $2;
+	}
+	| SCHEDULE IDENT STRING ';'  {
+		$$ = ast_stmt(ps, AST_SCHEDULE, @1, ast_span(@1, @3));
+		$$->name = $2;
+		$$->str = $3;
+	}
+	| SCHEDULE IDENT '{' ranks '}'  {
+		$$ = ast_stmt(ps, AST_SCHEDULE, @1, ast_span(@1, @2));
+		$$->name = $2;
+		$$->has_body = 1;
+		$$->ranks = ast_vec_take(ps, $4, &$$->nranks);
+	}
+	| SCHEDULE IDENT '{' ranks error '}'  {
+		$$ = ast_stmt(ps, AST_SCHEDULE, @1, ast_span(@1, @2));
+		$$->name = $2;
+		$$->has_body = 1;
+		$$->ranks = ast_vec_take(ps, $4, &$$->nranks);
+		$$->bad = 1;
+	}
+	| SCHEDULE IDENT '{' ranks error %prec RECOVER  {
+		$$ = ast_stmt(ps, AST_SCHEDULE, @1, ast_span(@1, @2));
+		$$->name = $2;
+		$$->has_body = 1;
+		$$->ranks = ast_vec_take(ps, $4, &$$->nranks);
+		$$->bad = 1;
+	}
+	| PLACEMENT IDENT ';'  {
+		$$ = ast_stmt(ps, AST_PLACEMENT, @1, ast_span(@1, @2));
+		$$->name = $2;
+	}
+	| PLACEMENT list ';'  {
+		$$ = ast_stmt(ps, AST_PLACEMENT, @1, ast_span(@1, @2));
+		$$->has_list = 1;
+		$$->list_loc = @2;
+		$$->nums = ast_vec_take(ps, $2, &$$->nnums);
+	}
+	| COST IDENT kvs ';'  {
+		$$ = ast_stmt(ps, AST_COST, @1, ast_span(@1, @3));
+		$$->name = $2;
+		$$->kvs = ast_vec_take(ps, $3, &$$->nkvs);
+	}
+	| COST '*' kvs ';'  {
+		$$ = ast_stmt(ps, AST_COST, @1, ast_span(@1, @3));
+		$$->name = (AstName){"*", @2};
+		$$->kvs = ast_vec_take(ps, $3, &$$->nkvs);
+	}
+	| LINK kvs ';'  {
+		$$ = ast_stmt(ps, AST_LINK, @1, ast_span(@1, @2));
+		$$->kvs = ast_vec_take(ps, $2, &$$->nkvs);
+	}
+	| DEVICES kvs ';'  {
+		$$ = ast_stmt(ps, AST_DEVICES, @1, ast_span(@1, @2));
+		$$->kvs = ast_vec_take(ps, $2, &$$->nkvs);
+	}
+	| DEVICES list ';'  {
+		$$ = ast_stmt(ps, AST_DEVICES, @1, ast_span(@1, @2));
+		$$->has_list = 1;
+		$$->list_loc = @2;
+		$$->nums = ast_vec_take(ps, $2, &$$->nnums);
+	}
+	| PIPELINE error      { $$ = bad(ps, AST_PIPELINE, @1); }
+	| MESH error          { $$ = bad(ps, AST_MESH, @1); }
+	| MICROBATCHES error  { $$ = bad(ps, AST_MICROBATCHES, @1); }
+	| INPUT error         { $$ = bad(ps, AST_INPUT, @1); }
+	| STAGE error         { $$ = bad(ps, AST_STAGE, @1); }
+	| SKIP error          { $$ = bad(ps, AST_SKIP, @1); }
+	| SCHEDULE error      { $$ = bad(ps, AST_SCHEDULE, @1); }
+	| PLACEMENT error     { $$ = bad(ps, AST_PLACEMENT, @1); }
+	| COST error          { $$ = bad(ps, AST_COST, @1); }
+	| LINK error          { $$ = bad(ps, AST_LINK, @1); }
+	| DEVICES error       { $$ = bad(ps, AST_DEVICES, @1); }
+	| error ';'           { $$ = NULL; }
+	| error '}'           { $$ = NULL; }
+	| error %prec RECOVER { $$ = NULL; }
+	;
+
+num
+	: NUMBER      { $$ = $1; }
+	| '-' NUMBER  { $$ = $2; $$.neg = 1; $$.loc = ast_span(@1, @2); }
+	;
+
+kvs
+	: %empty  { $$ = NULL; }
+	| kvs kv  { $$ = ast_vec_push($1, &$2, sizeof $2); }
+	;
+
+kv
+	: IDENT '=' num  { $$ = (AstKv){.key = $1, .val = $3, .has_val = 1, .loc = @$}; }
+	| IDENT          { $$ = (AstKv){.key = $1, .loc = @$}; }
+	;
+
+list
+	: '[' ']'       { $$ = NULL; }
+	| '[' nums ']'  { $$ = $2; }
+	;
+
+nums
+	: num           { $$ = ast_vec_push(NULL, &$1, sizeof $1); }
+	| nums ',' num  { $$ = ast_vec_push($1, &$3, sizeof $3); }
+	;
+
+layers
+	: %empty        { $$ = NULL; }
+	| layers layer  { $$ = ast_vec_push($1, &$2, sizeof $2); }
+	;
+
+layer
+	: IDENT args ';'  {
+		$$ = (AstLayer){.name = $1, .loc = ast_span(@1, @2)};
+		$$.args = ast_vec_take(ps, $2, &$$.nargs);
+	}
+	| error ';'  { $$ = (AstLayer){.loc = @$}; }
+	;
+
+args
+	: %empty    { $$ = NULL; }
+	| args arg  { $$ = ast_vec_push($1, &$2, sizeof $2); }
+	;
+
+arg
+	: num    { $$ = (AstArg){.num = $1, .loc = @$}; }
+	| IDENT  { $$ = (AstArg){.is_name = 1, .name = $1, .loc = @$}; }
+	;
+
+ranks
+	: %empty      { $$ = NULL; }
+	| ranks rank  { $$ = ast_vec_push($1, &$2, sizeof $2); }
+	;
+
+rank
+	: IDENT NUMBER ':' acts ';'  {
+		$$ = (AstRank){.word = $1, .index = $2, .loc = ast_span(@1, @2)};
+		$$.acts = ast_vec_take(ps, $4, &$$.nacts);
+	}
+	| error ';'  { $$ = (AstRank){.loc = @$, .bad = 1}; }
+	;
+
+acts
+	: %empty       { $$ = NULL; }
+	| acts ACTION  { $$ = ast_vec_push($1, &$2, sizeof $2); }
+	;
+
+%%
