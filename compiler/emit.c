@@ -1,0 +1,74 @@
+/* Emitters other than the plan file: PyTorch's schedule CSV and the human summary.
+ * Naming across the two worlds: our B (input gradient) is PyTorch's I, our fused BW is
+ * PyTorch's B.  A SEND/RECV cell names the stage at this rank's end of the transfer:
+ * the sender stage for SEND, the receiver stage for RECV. */
+#include "pipecc.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+
+int pipecc_emit_torch_csv(const Plan *p, FILE *f, int comms)
+{
+	static const char letter[] = "FIWB";
+	int c[DIM_COUNT] = {0};
+	for (int q = 0; q < p->dims[DIM_PP]; q++) {
+		c[DIM_PP] = q;
+		const PlanRank *rk = &p->ranks[plan_rank_of(p, c)];
+		int first = 1;
+		for (int64_t i = 0; i < rk->nops; i++) {
+			const PlanOp *o = &rk->ops[i];
+			if (o->kind <= OP_BW) {
+				fprintf(f, "%s%d%c%d", first ? "" : ",", o->stage, letter[o->kind], o->mb);
+				first = 0;
+			} else if (comms && (o->kind == OP_SEND || o->kind == OP_RECV)) {
+				const PlanEdge *e = &p->edges[o->stage];
+				int send = o->kind == OP_SEND, act = o->dir == DIR_ACT;
+				int stage = act == send ? e->src : e->dst;
+				fprintf(f, "%s%d%s_%c%d", first ? "" : ",", stage, send ? "SEND" : "RECV",
+				        act ? 'F' : 'B', o->mb);
+				first = 0;
+			}
+		}
+		fputc('\n', f);
+	}
+	return ferror(f) ? -1 : 0;
+}
+
+void pipecc_emit_summary(const Plan *p, FILE *f)
+{
+	int64_t count[OP_COUNT] = {0}, p2p_bytes = 0, ar_bytes = 0;
+	for (int r = 0; r < p->world; r++)
+		for (int64_t i = 0; i < p->ranks[r].nops; i++) {
+			const PlanOp *o = &p->ranks[r].ops[i];
+			count[o->kind]++;
+			if (o->kind == OP_SEND)
+				p2p_bytes += o->bytes;
+			if (o->kind == OP_ALLREDUCE)
+				ar_bytes += o->bytes;
+		}
+	fprintf(f, "pipeline %s: schedule %s, %d stages, %d microbatches of %dx%d\n", p->name,
+	        p->schedule, p->nstages, p->microbatches, p->rows, p->cols);
+	fprintf(f, "mesh");
+	for (int i = 0; i < DIM_COUNT; i++)
+		fprintf(f, " %s=%d", plan_dim_names[p->dim_order[i]], p->dims[p->dim_order[i]]);
+	fprintf(f, " (%d ranks)\n", p->world);
+	for (int q = 0; q < p->dims[DIM_PP]; q++) {
+		fprintf(f, "  pp %d:", q);
+		for (int s = 0; s < p->nstages; s++)
+			if (p->stages[s].pp == q)
+				fprintf(f, " %s", p->stages[s].name);
+		fputc('\n', f);
+	}
+	int nskip = 0, nlocal = 0;
+	for (int e = 0; e < p->nedges; e++) {
+		nskip += p->edges[e].skip;
+		nlocal += p->stages[p->edges[e].src].pp == p->stages[p->edges[e].dst].pp;
+	}
+	fprintf(f, "edges: %d (%d skip, %d local hand-off)\n", p->nedges, nskip, nlocal);
+	fprintf(f, "ops: %" PRId64 " total;", plan_total_ops(p));
+	for (int k = 0; k < OP_COUNT; k++)
+		if (count[k])
+			fprintf(f, " %s %" PRId64, plan_op_names[k], count[k]);
+	fprintf(f, "\nbytes moved per step: %" PRId64 " point-to-point, %" PRId64 " all-reduce\n",
+	        p2p_bytes, ar_bytes);
+}

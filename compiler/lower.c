@@ -1,0 +1,540 @@
+/* Lowering: a checked program plus a schedule (compute order per pipeline index)
+ * becomes a plan: stages with memory figures, edges, routes, peer tables and per world
+ * rank an op list with all communication inserted.
+ *
+ * Communication is placed by a phase-synchronous walk over one pipeline line.  Each
+ * round has a comm phase and a compute phase.  In the comm phase, every rank whose next
+ * action needs a remote tensor that has been produced gets a RECV, and the producer a
+ * SEND, both appended at that moment; all ops a rank gets in one phase form one group.
+ * In the compute phase every rank whose next action has its inputs runs it.  Because
+ * each send and its receive sit in the same phase, executing the lists phase by phase
+ * completes every group even under rendezvous sends: the lists are deadlock-free by
+ * construction, and FIFO order per pair follows from appending both sides in the same
+ * order.  Every pipeline line runs the same lists (with its own ranks and routes), so
+ * the dp all-reduces, placed right after a stage's last backward, line up too.
+ * Backward routes are the forward routes reversed; nothing else creates them. */
+#include "lower.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+	uint8_t kind;
+	uint8_t dir;
+	int stage;   // stage, or edge for SEND/RECV
+	int mb;
+	int peer_pp; // SEND/RECV: pipeline index of the peer
+	int group;
+	int src_line;
+} TOp;
+
+typedef struct {
+	TOp *ops;
+	int64_t n, cap;
+	int group; // next group number
+} TList;
+
+typedef struct {
+	const Program *pr;
+	const SchedCtx *sc;
+	Plan *plan;
+	Diag *diag;
+	int pp, m, ns, ne;
+	TList *t;            // per pipeline index
+	int *in_off, *in_e;  // CSR of in-edges per stage
+	int *out_off, *out_e;
+	unsigned char *done; // per (stage, mb): bit 0 F, 1 B, 2 W (BW sets 1|2)
+	unsigned char *have; // per (edge, mb, dir): 1 produced, 2 transferred
+	int *left;           // per stage: backward actions still to run
+} Lw;
+
+enum { D_F = 1, D_B = 2, D_W = 4 };
+
+static void tpush(TList *t, TOp op)
+{
+	if (t->n == t->cap) {
+		t->cap = t->cap ? 2 * t->cap : 256;
+		t->ops = realloc(t->ops, (size_t)t->cap * sizeof *t->ops);
+		if (!t->ops)
+			die("out of memory");
+	}
+	t->ops[t->n++] = op;
+}
+
+static int *xcalloc_int(size_t n)
+{
+	int *p = calloc(n + 1, sizeof *p);
+	if (!p)
+		die("out of memory");
+	return p;
+}
+
+static void fill_stages(Lw *w)
+{
+	const Program *pr = w->pr;
+	Plan *p = w->plan;
+	p->nstages = pr->nstages;
+	p->stages = calloc((size_t)pr->nstages, sizeof *p->stages);
+	if (!p->stages)
+		die("out of memory");
+	int64_t rows = pr->rows;
+	for (int s = 0; s < pr->nstages; s++) {
+		const ProgStage *ps = &pr->stages[s];
+		PlanStage *st = &p->stages[s];
+		st->name = strdup(ps->name);
+		st->pp = w->sc->stage_pp[s];
+		st->in = ps->in;
+		st->out = ps->out;
+		memcpy(st->cost, ps->cost, sizeof st->cost);
+		st->loc = (PlanLoc){ps->loc.line, ps->loc.col};
+		st->nlayers = ps->nlayers;
+		st->layers = calloc((size_t)ps->nlayers, sizeof *st->layers);
+		if (!st->name || !st->layers)
+			die("out of memory");
+		for (int l = 0; l < ps->nlayers; l++) {
+			const ProgLayer *ly = &ps->layers[l];
+			st->layers[l] = (PlanLayer){.kind = ly->kind, .in = ly->in, .out = ly->out};
+			if (ly->kind == LAYER_LINEAR) {
+				st->params += (int64_t)ly->in * ly->out + ly->out;
+				st->save_fw += rows * ly->in * 4;
+				st->save_bw += rows * ly->out * 4;
+			} else {
+				st->save_fb += rows * ly->in * 4;
+			}
+		}
+	}
+}
+
+static void fill_edges(Lw *w)
+{
+	const Program *pr = w->pr;
+	Plan *p = w->plan;
+	p->nedges = pr->nstages - 1 + pr->nskips;
+	p->edges = calloc((size_t)p->nedges + 1, sizeof *p->edges);
+	if (!p->edges)
+		die("out of memory");
+	for (int s = 0; s + 1 < pr->nstages; s++)
+		p->edges[s] = (PlanEdge){.src = s, .dst = s + 1, .loc = p->stages[s + 1].loc};
+	for (int k = 0; k < pr->nskips; k++) {
+		const ProgSkip *sk = &pr->skips[k];
+		p->edges[pr->nstages - 1 + k] = (PlanEdge){
+			.src = sk->src, .dst = sk->dst, .skip = 1, .loc = {sk->loc.line, sk->loc.col}};
+	}
+	w->ne = p->nedges;
+	w->in_off = xcalloc_int((size_t)w->ns + 1);
+	w->out_off = xcalloc_int((size_t)w->ns + 1);
+	w->in_e = xcalloc_int((size_t)w->ne);
+	w->out_e = xcalloc_int((size_t)w->ne);
+	for (int e = 0; e < w->ne; e++) {
+		PlanEdge *ed = &p->edges[e];
+		ed->bytes = (int64_t)pr->rows * p->stages[ed->src].out * 4;
+		w->in_off[ed->dst + 1]++;
+		w->out_off[ed->src + 1]++;
+	}
+	for (int s = 0; s < w->ns; s++) {
+		w->in_off[s + 1] += w->in_off[s];
+		w->out_off[s + 1] += w->out_off[s];
+	}
+	int *fi = xcalloc_int((size_t)w->ns), *fo = xcalloc_int((size_t)w->ns);
+	for (int e = 0; e < w->ne; e++) {
+		int a = p->edges[e].src, b = p->edges[e].dst;
+		w->out_e[w->out_off[a] + fo[a]++] = e;
+		w->in_e[w->in_off[b] + fi[b]++] = e;
+	}
+	free(fi);
+	free(fo);
+}
+
+/* What action a on pipeline index pp still waits for.  Returns 1 when it can run.
+ * Remote inputs that are produced but not yet moved are appended to want[] as
+ * (edge, dir) pairs when want is non-NULL. */
+static int ready(Lw *w, int pp, const SchedAct *a, int *want, int *nwant)
+{
+	int ok = 1, m = w->m;
+	const int *stage_pp = w->sc->stage_pp;
+	const PlanEdge *E = w->plan->edges;
+	if (a->kind == OP_F) {
+		for (int j = w->in_off[a->stage]; j < w->in_off[a->stage + 1]; j++) {
+			int e = w->in_e[j], src = E[e].src;
+			if (stage_pp[src] == pp) {
+				ok &= !!(w->done[(size_t)src * m + a->mb] & D_F);
+				continue;
+			}
+			unsigned char h = w->have[((size_t)e * m + a->mb) * 2 + DIR_ACT];
+			if (!(h & 2)) {
+				ok = 0;
+				if ((h & 1) && want) {
+					want[(*nwant)++] = e;
+					want[(*nwant)++] = DIR_ACT;
+				}
+			}
+		}
+		return ok;
+	}
+	unsigned char self = w->done[(size_t)a->stage * m + a->mb];
+	if (a->kind == OP_W)
+		return !!(self & D_B);
+	ok = !!(self & D_F);
+	for (int j = w->out_off[a->stage]; j < w->out_off[a->stage + 1]; j++) {
+		int e = w->out_e[j], dst = E[e].dst;
+		if (stage_pp[dst] == pp) {
+			ok &= !!(w->done[(size_t)dst * m + a->mb] & D_B);
+			continue;
+		}
+		unsigned char h = w->have[((size_t)e * m + a->mb) * 2 + DIR_GRAD];
+		if (!(h & 2)) {
+			ok = 0;
+			if ((h & 1) && want) {
+				want[(*nwant)++] = e;
+				want[(*nwant)++] = DIR_GRAD;
+			}
+		}
+	}
+	return ok;
+}
+
+static void run_compute(Lw *w, int pp, const SchedAct *a, int line)
+{
+	int m = w->m;
+	const PlanEdge *E = w->plan->edges;
+	unsigned char *d = &w->done[(size_t)a->stage * m + a->mb];
+	tpush(&w->t[pp], (TOp){.kind = a->kind, .stage = a->stage, .mb = a->mb, .group = -1,
+	                        .src_line = line});
+	if (a->kind == OP_F) {
+		*d |= D_F;
+		for (int j = w->out_off[a->stage]; j < w->out_off[a->stage + 1]; j++)
+			w->have[((size_t)w->out_e[j] * m + a->mb) * 2 + DIR_ACT] |= 1;
+		return;
+	}
+	if (a->kind == OP_B || a->kind == OP_BW) {
+		*d |= D_B;
+		for (int j = w->in_off[a->stage]; j < w->in_off[a->stage + 1]; j++)
+			w->have[((size_t)w->in_e[j] * m + a->mb) * 2 + DIR_GRAD] |= 1;
+	}
+	if (a->kind == OP_W || a->kind == OP_BW) {
+		*d |= D_W;
+		if (--w->left[a->stage] == 0) {
+			int dp = w->plan->dims[DIM_DP];
+			if (dp > 1)
+				tpush(&w->t[pp], (TOp){.kind = OP_ALLREDUCE, .stage = a->stage, .mb = -1,
+				                        .group = w->t[pp].group++, .src_line = line});
+			tpush(&w->t[pp], (TOp){.kind = OP_OPTIM, .stage = a->stage, .mb = -1, .group = -1,
+			                        .src_line = line});
+		}
+	}
+	(void)E;
+}
+
+static int src_line_of(const Lw *w, const SchedAct *a)
+{
+	return a->loc.line ? a->loc.line : w->pr->stages[a->stage].loc.line;
+}
+
+/* Reports an order that cannot make progress: every unfinished rank waits. */
+static void report_stall(Lw *w, const int64_t *cur)
+{
+	const SchedCtx *sc = w->sc;
+	Loc at = w->pr->sched_loc;
+	for (int p = 0; p < w->pp; p++)
+		if (cur[p] < sc->nacts[p] && sc->acts[p][cur[p]].loc.line) {
+			at = sc->acts[p][cur[p]].loc;
+			break;
+		}
+	diag_error(w->diag, at,
+	           "the schedule cannot run: every rank waits for another (run with "
+	           "--allow-deadlock to emit the plan and let pipesim show the cycle)");
+	static const char kinds[] = "FBWB"; // PyTorch letters for F, I, W, B
+	for (int p = 0; p < w->pp; p++) {
+		if (cur[p] >= sc->nacts[p])
+			continue;
+		const SchedAct *a = &sc->acts[p][cur[p]];
+		fprintf(w->diag->out, "  rank %d is stuck at action %lld: %d%c%d\n", p,
+		        (long long)cur[p], a->stage, a->kind == OP_B ? 'I' : kinds[a->kind], a->mb);
+	}
+}
+
+/* Naive lowering of what is left after a stall: receives right before the compute
+ * that needs them, sends right after the compute that produced them. */
+static void lower_rest_naively(Lw *w, int64_t *cur)
+{
+	const SchedCtx *sc = w->sc;
+	int m = w->m;
+	const PlanEdge *E = w->plan->edges;
+	for (int p = 0; p < w->pp; p++) {
+		TList *t = &w->t[p];
+		for (; cur[p] < sc->nacts[p]; cur[p]++) {
+			const SchedAct *a = &sc->acts[p][cur[p]];
+			int line = src_line_of(w, a);
+			int fwd = a->kind == OP_F;
+			int lo = fwd ? w->in_off[a->stage] : w->out_off[a->stage];
+			int hi = fwd ? w->in_off[a->stage + 1] : w->out_off[a->stage + 1];
+			for (int j = lo; a->kind != OP_W && j < hi; j++) {
+				int e = fwd ? w->in_e[j] : w->out_e[j];
+				int other = fwd ? E[e].src : E[e].dst;
+				int opp = w->sc->stage_pp[other];
+				unsigned char *h = &w->have[((size_t)e * m + a->mb) * 2 + !fwd];
+				if (opp == p || (*h & 2))
+					continue;
+				*h |= 2;
+				tpush(t, (TOp){.kind = OP_RECV, .dir = !fwd, .stage = e, .mb = a->mb,
+				               .peer_pp = opp, .group = t->group++, .src_line = line});
+			}
+			run_compute(w, p, a, line);
+			if (a->kind == OP_W)
+				continue;
+			lo = fwd ? w->out_off[a->stage] : w->in_off[a->stage];
+			hi = fwd ? w->out_off[a->stage + 1] : w->in_off[a->stage + 1];
+			for (int j = lo; j < hi; j++) {
+				int e = fwd ? w->out_e[j] : w->in_e[j];
+				int other = fwd ? E[e].dst : E[e].src;
+				int opp = w->sc->stage_pp[other];
+				if (opp == p)
+					continue;
+				tpush(t, (TOp){.kind = OP_SEND, .dir = !fwd, .stage = e, .mb = a->mb,
+				               .peer_pp = opp, .group = t->group++, .src_line = line});
+			}
+		}
+	}
+}
+
+/* The phase-synchronous walk described at the top. */
+static int place_comms(Lw *w, int allow_deadlock)
+{
+	const SchedCtx *sc = w->sc;
+	int pp = w->pp;
+	int64_t *cur = calloc((size_t)pp, sizeof *cur);
+	int *gphase = xcalloc_int((size_t)pp); // group number this phase, or -1
+	int maxin = 2 * (w->ne + 1);
+	int *want = xcalloc_int((size_t)maxin);
+	int rc = 0;
+	if (!cur)
+		die("out of memory");
+	for (;;) {
+		int active = 0, moved = 0;
+		for (int p = 0; p < pp; p++)
+			gphase[p] = -1;
+		/* Comm phase. */
+		for (int p = 0; p < pp; p++) {
+			if (cur[p] >= sc->nacts[p])
+				continue;
+			active = 1;
+			const SchedAct *a = &sc->acts[p][cur[p]];
+			int nwant = 0;
+			ready(w, p, a, want, &nwant);
+			for (int k = 0; k < nwant; k += 2) {
+				int e = want[k], dir = want[k + 1];
+				const PlanEdge *ed = &w->plan->edges[e];
+				int q = sc->stage_pp[dir == DIR_ACT ? ed->src : ed->dst];
+				w->have[((size_t)e * w->m + a->mb) * 2 + dir] |= 2;
+				int line = src_line_of(w, a);
+				if (gphase[q] < 0)
+					gphase[q] = w->t[q].group++;
+				tpush(&w->t[q], (TOp){.kind = OP_SEND, .dir = dir, .stage = e, .mb = a->mb,
+				                       .peer_pp = p, .group = gphase[q], .src_line = line});
+				if (gphase[p] < 0)
+					gphase[p] = w->t[p].group++;
+				tpush(&w->t[p], (TOp){.kind = OP_RECV, .dir = dir, .stage = e, .mb = a->mb,
+				                       .peer_pp = q, .group = gphase[p], .src_line = line});
+				moved = 1;
+			}
+		}
+		if (!active)
+			break;
+		/* Compute phase. */
+		for (int p = 0; p < pp; p++) {
+			if (cur[p] >= sc->nacts[p])
+				continue;
+			const SchedAct *a = &sc->acts[p][cur[p]];
+			if (!ready(w, p, a, NULL, NULL))
+				continue;
+			run_compute(w, p, a, src_line_of(w, a));
+			cur[p]++;
+			moved = 1;
+		}
+		if (!moved) {
+			if (!allow_deadlock) {
+				report_stall(w, cur);
+				rc = -1;
+				break;
+			}
+			lower_rest_naively(w, cur);
+			break;
+		}
+	}
+	free(cur);
+	free(gphase);
+	free(want);
+	return rc;
+}
+
+/* Routes: per pipeline line, per remote edge, a forward route and its inverse. */
+static int route_index(const Lw *w, int line, int k, int dir)
+{
+	int nremote = w->plan->nroutes / (w->plan->world / w->pp);
+	return line * nremote + 2 * k + dir;
+}
+
+static void fill_ranks(Lw *w)
+{
+	const Program *pr = w->pr;
+	Plan *p = w->plan;
+	int world = p->world, pp = w->pp;
+	int nlines = world / pp;
+	int *remote_k = xcalloc_int((size_t)w->ne); // edge -> k among remote edges, or -1
+	int nremote = 0;
+	for (int e = 0; e < w->ne; e++)
+		remote_k[e] = p->stages[p->edges[e].src].pp != p->stages[p->edges[e].dst].pp
+		                  ? nremote++
+		                  : -1;
+	p->ranks = calloc((size_t)world, sizeof *p->ranks);
+	p->nroutes = 2 * nremote * nlines;
+	p->routes = calloc((size_t)p->nroutes + 1, sizeof *p->routes);
+	int *line_of = xcalloc_int((size_t)world);
+	int *line_base = xcalloc_int((size_t)nlines); // a rank of each line, pp = 0
+	if (!p->ranks || !p->routes)
+		die("out of memory");
+	int nl = 0;
+	for (int r = 0; r < world; r++) {
+		PlanRank *rk = &p->ranks[r];
+		plan_coords_of(p, r, rk->coord);
+		rk->device = pr->ndevices ? pr->devices[r]
+		                          : r % (pr->device_per_node > 0 ? pr->device_per_node : 1);
+		if (rk->coord[DIM_PP] == 0)
+			line_base[nl++] = r;
+	}
+	for (int l = 0; l < nlines; l++) {
+		int c[DIM_COUNT];
+		memcpy(c, p->ranks[line_base[l]].coord, sizeof c);
+		for (int q = 0; q < pp; q++) {
+			c[DIM_PP] = q;
+			line_of[plan_rank_of(p, c)] = l;
+		}
+	}
+	/* line_base[l] sits at pipeline index 0, so index q is q strides further. */
+	int stride = 1;
+	for (int i = DIM_COUNT - 1; i >= 0 && p->dim_order[i] != DIM_PP; i--)
+		stride *= p->dims[p->dim_order[i]];
+#define ON_LINE(l, q) (line_base[l] + (q) * stride)
+	int *uses = xcalloc_int((size_t)pp); // lines still to instantiate per template
+	for (int q = 0; q < pp; q++)
+		uses[q] = nlines;
+	for (int l = 0; l < nlines; l++)
+		for (int e = 0; e < w->ne; e++) {
+			if (remote_k[e] < 0)
+				continue;
+			const PlanEdge *ed = &p->edges[e];
+			int a = ON_LINE(l, p->stages[ed->src].pp), b = ON_LINE(l, p->stages[ed->dst].pp);
+			int fi = route_index(w, l, remote_k[e], DIR_ACT);
+			p->routes[fi] = (PlanRoute){.edge = e, .dir = DIR_ACT, .src_rank = a, .dst_rank = b,
+			                            .src_dev = p->ranks[a].device,
+			                            .dst_dev = p->ranks[b].device, .inverse_of = -1};
+			/* The backward route is derived, never stated: the forward one reversed. */
+			const PlanRoute *f = &p->routes[fi];
+			p->routes[fi + 1] = (PlanRoute){.edge = e, .dir = DIR_GRAD, .src_rank = f->dst_rank,
+			                                .dst_rank = f->src_rank, .src_dev = f->dst_dev,
+			                                .dst_dev = f->src_dev, .inverse_of = fi};
+		}
+	for (int r = 0; r < world; r++) {
+		PlanRank *rk = &p->ranks[r];
+		int q = rk->coord[DIM_PP], l = line_of[r];
+		/* Peer table: every (local stage, edge) pair. */
+		int n = 0;
+		for (int e = 0; e < w->ne; e++)
+			n += (p->stages[p->edges[e].src].pp == q) + (p->stages[p->edges[e].dst].pp == q);
+		rk->peers = calloc((size_t)n + 1, sizeof *rk->peers);
+		if (!rk->peers)
+			die("out of memory");
+		for (int s = 0; s < w->ns; s++) {
+			if (p->stages[s].pp != q)
+				continue;
+			for (int e = 0; e < w->ne; e++) {
+				const PlanEdge *ed = &p->edges[e];
+				if (ed->src != s && ed->dst != s)
+					continue;
+				int in = ed->dst == s, other = in ? ed->src : ed->dst;
+				int pr2 = ON_LINE(l, p->stages[other].pp);
+				rk->peers[rk->npeers++] = (PlanPeer){.stage = s, .edge = e, .in = in,
+				                                     .peer_stage = other, .peer_rank = pr2,
+				                                     .local = pr2 == r};
+			}
+		}
+		/* Ops: the line's template, with this line's ranks and routes. */
+		TList *t = &w->t[q];
+		rk->ops = malloc((size_t)(t->n ? t->n : 1) * sizeof *rk->ops);
+		if (!rk->ops)
+			die("out of memory");
+		rk->ops_cap = t->n;
+		for (int64_t i = 0; i < t->n; i++) {
+			const TOp *o = &t->ops[i];
+			PlanOp op = {.kind = o->kind, .dir = o->dir, .stage = o->stage, .mb = o->mb,
+			             .peer = -1, .group = o->group, .route = -1, .src_line = o->src_line};
+			if (o->kind == OP_SEND || o->kind == OP_RECV) {
+				op.peer = ON_LINE(l, o->peer_pp);
+				op.route = route_index(w, l, remote_k[o->stage], o->dir);
+				op.bytes = p->edges[o->stage].bytes;
+			} else if (o->kind == OP_ALLREDUCE) {
+				op.bytes = p->stages[o->stage].params * 4;
+			}
+			rk->ops[rk->nops++] = op;
+		}
+		if (--uses[q] == 0) { // the template is no longer needed: keep peak memory low
+			free(t->ops);
+			t->ops = NULL;
+		}
+	}
+#undef ON_LINE
+	free(uses);
+	free(remote_k);
+	free(line_of);
+	free(line_base);
+}
+
+Plan *lower_program(const Program *pr, const SchedCtx *sc, Diag *d, int allow_deadlock)
+{
+	Plan *p = plan_new();
+	Lw w = {.pr = pr, .sc = sc, .plan = p, .diag = d, .pp = sc->pp, .m = sc->m,
+	        .ns = pr->nstages};
+	p->name = strdup(pr->name);
+	p->source = strdup(pr->file);
+	p->schedule = strdup(pr->schedule);
+	for (int i = 0; i < DIM_COUNT; i++) {
+		p->dim_order[i] = pr->dim_order[i];
+		p->dims[i] = pr->dims[i];
+	}
+	p->world = pr->dims[DIM_PP] * pr->dims[DIM_DP] * pr->dims[DIM_TP];
+	p->microbatches = sc->m;
+	p->rows = pr->rows;
+	p->cols = pr->cols;
+	p->link_ideal = pr->link_ideal;
+	p->latency_ns = pr->link_ideal ? 0 : pr->latency_ns;
+	p->bandwidth = pr->link_ideal ? 0 : pr->bandwidth;
+	fill_stages(&w);
+	fill_edges(&w);
+
+	w.t = calloc((size_t)w.pp, sizeof *w.t);
+	w.done = calloc((size_t)w.ns * w.m + 1, 1);
+	w.have = calloc((size_t)w.ne * w.m * 2 + 1, 1);
+	w.left = xcalloc_int((size_t)w.ns);
+	if (!w.t || !w.done || !w.have)
+		die("out of memory");
+	for (int s = 0; s < w.ns; s++)
+		w.left[s] = w.m;
+	int rc = place_comms(&w, allow_deadlock);
+	free(w.done);
+	free(w.have);
+	free(w.left);
+	if (rc == 0)
+		fill_ranks(&w);
+	for (int q = 0; q < w.pp; q++)
+		free(w.t[q].ops);
+	free(w.t);
+	free(w.in_off);
+	free(w.out_off);
+	free(w.in_e);
+	free(w.out_e);
+	if (rc) {
+		plan_free(p);
+		return NULL;
+	}
+	return p;
+}

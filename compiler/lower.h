@@ -1,0 +1,11 @@
+/* Lowering: checked program + per-rank compute order -> plan (see lower.c). */
+#ifndef LOWER_H
+#define LOWER_H
+
+#include "schedule.h"
+
+/* NULL after reporting to d when the order cannot make progress across ranks, unless
+ * allow_deadlock, which lowers the rest naively so pipesim can show the cycle. */
+Plan *lower_program(const Program *pr, const SchedCtx *sc, Diag *d, int allow_deadlock);
+
+#endif

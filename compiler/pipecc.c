@@ -1,0 +1,129 @@
+/* The pass pipeline, in one readable function: parse and check, place, schedule,
+ * lower, verify.  Each pass either succeeds or leaves diagnostics and stops the
+ * pipeline; `--dump=PASS` prints the state after a pass.  Writing is the caller's. */
+#include "pipecc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "lower.h"
+#include "place.h"
+#include "program.h"
+#include "schedule.h"
+
+const char *const pipecc_pass_names[PASS_COUNT] = {"none", "parse", "place", "schedule",
+                                                    "lower"};
+
+static void dump_program(const Program *pr, FILE *f)
+{
+	fprintf(f, "pipeline %s\nmesh", pr->name);
+	for (int i = 0; i < DIM_COUNT; i++)
+		fprintf(f, " %s=%d", plan_dim_names[pr->dim_order[i]], pr->dims[pr->dim_order[i]]);
+	fprintf(f, "\nmicrobatches %d\ninput %dx%d\nschedule %s\n", pr->microbatches, pr->rows,
+	        pr->cols, pr->schedule);
+	for (int s = 0; s < pr->nstages; s++) {
+		const ProgStage *st = &pr->stages[s];
+		fprintf(f, "stage %d %s in=%d out=%d f=%lldns b=%lldns w=%lldns:", s, st->name, st->in,
+		        st->out, (long long)st->cost[0], (long long)st->cost[1],
+		        (long long)st->cost[2]);
+		for (int l = 0; l < st->nlayers; l++)
+			fprintf(f, " %s(%d->%d)", plan_layer_names[st->layers[l].kind], st->layers[l].in,
+			        st->layers[l].out);
+		fputc('\n', f);
+	}
+	for (int k = 0; k < pr->nskips; k++)
+		fprintf(f, "skip %s -> %s\n", pr->stages[pr->skips[k].src].name,
+		        pr->stages[pr->skips[k].dst].name);
+	if (pr->link_ideal)
+		fprintf(f, "link ideal\n");
+	else
+		fprintf(f, "link latency=%lldns bandwidth=%.6gB/s\n", (long long)pr->latency_ns,
+		        pr->bandwidth);
+}
+
+static void dump_schedule(const SchedCtx *c, FILE *f)
+{
+	static const char letter[] = "FIWB"; // PyTorch notation for OP_F, OP_B, OP_W, OP_BW
+	for (int p = 0; p < c->pp; p++) {
+		fprintf(f, "rank %d:", p);
+		for (int i = 0; i < c->nacts[p]; i++)
+			fprintf(f, " %d%c%d", c->acts[p][i].stage, letter[c->acts[p][i].kind],
+			        c->acts[p][i].mb);
+		fputc('\n', f);
+	}
+}
+
+Plan *pipecc_compile(const char *file, const char *src, size_t len, const PipeccOptions *o,
+                     Diag *d)
+{
+	Arena arena = {0};
+	Plan *plan = NULL;
+	FILE *dout = o->dump_out ? o->dump_out : stdout;
+
+	Program *pr = front_parse(&arena, d, file, src, len);
+	if (!pr)
+		goto out;
+	if (o->schedule)
+		pr->schedule = arena_strdup(&arena, o->schedule);
+	if (o->microbatches > 0)
+		pr->microbatches = o->microbatches;
+	if (o->from_csv) { // as if the program said `schedule csv "FILE";`
+		pr->schedule = arena_strdup(&arena, "csv");
+		pr->csv_path = arena_strdup(&arena, o->from_csv);
+		pr->sched_loc = (Loc){0};
+	}
+	const Schedule *s = sched_find(pr->schedule);
+	if (!s) {
+		diag_error(d, pr->sched_loc, "unknown schedule '%s'", pr->schedule);
+		goto out;
+	}
+	if (o->dump == PASS_PARSE) {
+		dump_program(pr, dout);
+		goto out;
+	}
+
+	SchedCtx c = {.prog = pr, .arena = &arena, .diag = d, .pp = pr->dims[DIM_PP],
+	              .m = pr->microbatches, .nstages = pr->nstages};
+	c.stage_pp = arena_alloc(&arena, (size_t)c.nstages * sizeof *c.stage_pp);
+	c.nacts = arena_alloc(&arena, (size_t)c.pp * sizeof *c.nacts);
+	c.cap = arena_alloc(&arena, (size_t)c.pp * sizeof *c.cap);
+	c.acts = arena_alloc(&arena, (size_t)c.pp * sizeof *c.acts);
+	if (place_stages(&c, s))
+		goto out;
+	if (o->dump == PASS_PLACE) {
+		for (int i = 0; i < c.nstages; i++)
+			fprintf(dout, "stage %d %s -> pp %d\n", i, pr->stages[i].name, c.stage_pp[i]);
+		goto out;
+	}
+	if (s->check(&c))
+		goto out;
+	s->fill(&c);
+	if (d->nerrors)
+		goto out;
+	if (o->dump == PASS_SCHEDULE) {
+		dump_schedule(&c, dout);
+		goto out;
+	}
+
+	plan = lower_program(pr, &c, d, o->allow_deadlock);
+	if (!plan)
+		goto out;
+	if (o->dump == PASS_LOWER) {
+		plan_write(plan, dout);
+		plan_free(plan);
+		plan = NULL;
+		goto out;
+	}
+	PlanError err;
+	if (!o->allow_deadlock && plan_verify(plan, &err)) {
+		/* The lowering must only produce valid plans: this is a compiler bug. */
+		fprintf(d->out, "%s: internal error: lowered plan fails verification: %s\n", file,
+		        err.msg);
+		d->nerrors++;
+		plan_free(plan);
+		plan = NULL;
+	}
+out:
+	arena_free(&arena);
+	return plan;
+}

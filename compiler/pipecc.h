@@ -1,0 +1,41 @@
+/* The compiler as a library: the pass pipeline and the emitters.  pipecc_main.c is a
+ * thin command line over this; tests and benchmarks call it directly. */
+#ifndef PIPECC_H
+#define PIPECC_H
+
+#include <stdio.h>
+
+#include "../plan/plan.h"
+#include "diag.h"
+
+typedef enum {
+	PASS_NONE,     // run everything
+	PASS_PARSE,    // the checked program
+	PASS_PLACE,    // stage -> pipeline index
+	PASS_SCHEDULE, // compute order per pipeline index
+	PASS_LOWER,    // the plan, before verification
+	PASS_COUNT
+} PipeccPass;
+
+typedef struct {
+	const char *schedule;   // overrides the program's schedule, or NULL
+	int microbatches;       // overrides the program's, or 0
+	int allow_deadlock;     // emit orders that cannot run (for pipesim to show)
+	const char *from_csv;   // take the schedule from this torch CSV, as `schedule csv`
+	PipeccPass dump;        // print the state after this pass and stop
+	FILE *dump_out;
+} PipeccOptions;
+
+extern const char *const pipecc_pass_names[PASS_COUNT];
+
+/* Compiles src; NULL when diagnostics were reported to d (or after a dump). */
+Plan *pipecc_compile(const char *file, const char *src, size_t len, const PipeccOptions *o,
+                     Diag *d);
+
+/* PyTorch's schedule CSV: a row per pipeline rank (of the first pipeline line).  With
+ * comms, also SEND_F/RECV_F/SEND_B/RECV_B cells. */
+int pipecc_emit_torch_csv(const Plan *p, FILE *f, int comms);
+/* Human summary: ranks, stages per rank, ops per kind, bytes moved. */
+void pipecc_emit_summary(const Plan *p, FILE *f);
+
+#endif

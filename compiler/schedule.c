@@ -1,0 +1,43 @@
+/* The schedule registry and the helpers every schedule uses.  A schedule is found by
+ * name; the table below is the only place that lists them. */
+#include "schedule.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+extern const Schedule sched_gpipe, sched_1f1b;
+
+const Schedule *const sched_registry[] = {
+	&sched_gpipe,
+	&sched_1f1b,
+};
+const int sched_count = sizeof sched_registry / sizeof sched_registry[0];
+
+const Schedule *sched_find(const char *name)
+{
+	for (int i = 0; i < sched_count; i++)
+		if (strcmp(sched_registry[i]->name, name) == 0)
+			return sched_registry[i];
+	return NULL;
+}
+
+void sched_push(SchedCtx *c, int pp, int kind, int stage, int mb)
+{
+	if (c->nacts[pp] == c->cap[pp]) {
+		int cap = c->cap[pp] ? 2 * c->cap[pp] : 64;
+		SchedAct *a = arena_alloc(c->arena, (size_t)cap * sizeof *a);
+		if (c->nacts[pp])
+			memcpy(a, c->acts[pp], (size_t)c->nacts[pp] * sizeof *a);
+		c->acts[pp] = a;
+		c->cap[pp] = cap;
+	}
+	c->acts[pp][c->nacts[pp]++] = (SchedAct){.kind = kind, .stage = stage, .mb = mb};
+}
+
+int sched_stages_on(const SchedCtx *c, int p)
+{
+	int n = 0;
+	for (int s = 0; s < c->nstages; s++)
+		n += c->stage_pp[s] == p;
+	return n;
+}

@@ -1,0 +1,51 @@
+/* Schedules: each fills, per pipeline index, the order of compute actions (F, B, W,
+ * BW) of the stages placed there.  Communication is not a schedule's business: the
+ * lowering pass inserts it.  Adding a schedule is one file sched_NAME.c defining a
+ * Schedule, plus one line in the table of schedule.c. */
+#ifndef SCHEDULE_H
+#define SCHEDULE_H
+
+#include "program.h"
+
+typedef struct {
+	uint8_t kind; // OP_F, OP_B, OP_W or OP_BW
+	int stage;
+	int mb;
+	Loc loc;      // where a custom schedule wrote it; zero otherwise
+} SchedAct;
+
+typedef struct {
+	const Program *prog;
+	Arena *arena;
+	Diag *diag;
+	int pp;              // pipeline ranks
+	int m;               // microbatches
+	int nstages;
+	int *stage_pp;       // placement: stage -> pipeline index (filled before fill())
+	int *nacts, *cap;    // per pipeline index
+	SchedAct **acts;
+} SchedCtx;
+
+typedef struct {
+	const char *name;
+	uint8_t default_place;  // PlaceKind used when the program writes none
+	const char *placements; // words for errors: which placements work
+	/* Optional: fills c->stage_pp when the program writes no placement (custom
+	 * schedules infer it from where each stage appears); returns error count. */
+	int (*infer_place)(SchedCtx *c);
+	/* Checks stage count, microbatches and placement (c->stage_pp); reports errors
+	 * at the program's locations and returns their number. */
+	int (*check)(SchedCtx *c);
+	/* Fills c->acts; only called after check() found no error. */
+	void (*fill)(SchedCtx *c);
+} Schedule;
+
+extern const Schedule *const sched_registry[];
+extern const int sched_count;
+
+const Schedule *sched_find(const char *name);
+void sched_push(SchedCtx *c, int pp, int kind, int stage, int mb);
+/* Number of stages placed on pipeline index p. */
+int sched_stages_on(const SchedCtx *c, int p);
+
+#endif

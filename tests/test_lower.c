@@ -1,0 +1,414 @@
+/* Lowering and plan tests: invariants over many shapes, hand-offs, skip gradients,
+ * dp reductions, the plan file round trip, the reader on broken files and the verifier
+ * on broken plans. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "../compiler/pipecc.h"
+
+/* Compiles .pipe text; NULL on diagnostics (printed to errs when given). */
+static Plan *compile_text(const char *src, const char *schedule, char *errs, size_t nerrs)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *out = open_memstream(&buf, &len);
+	Diag d;
+	diag_init(&d, "test.pipe", src, strlen(src), out);
+	PipeccOptions o = {.schedule = schedule};
+	Plan *p = pipecc_compile("test.pipe", src, strlen(src), &o, &d);
+	fclose(out);
+	if (errs)
+		snprintf(errs, nerrs, "%s", buf ? buf : "");
+	else if (!p && buf)
+		fprintf(stderr, "%s", buf);
+	free(buf);
+	return p;
+}
+
+/* A program with n stages of width 8, pp x dp, m microbatches and optional extras. */
+static char *program(int n, int pp, int dp, int m, const char *extra)
+{
+	static char buf[8192];
+	int k = snprintf(buf, sizeof buf,
+	                 "pipeline t;\nmesh pp=%d dp=%d;\nmicrobatches %d;\ninput 2x8;\n", pp, dp, m);
+	for (int s = 0; s < n; s++)
+		k += snprintf(buf + k, sizeof buf - k, "stage s%d { linear 8; %s}\n", s,
+		              s == n - 1 ? "loss mse; " : "relu; ");
+	snprintf(buf + k, sizeof buf - k, "schedule 1f1b;\ncost * f=1 b=1 w=1;\nlink ideal;\n%s\n",
+	         extra ? extra : "");
+	return buf;
+}
+
+static int64_t count_ops(const Plan *p, int rank, int kind, int stage_or_edge)
+{
+	int64_t n = 0;
+	for (int64_t i = 0; i < p->ranks[rank].nops; i++) {
+		const PlanOp *o = &p->ranks[rank].ops[i];
+		if (o->kind == kind && (stage_or_edge < 0 || o->stage == stage_or_edge))
+			n++;
+	}
+	return n;
+}
+
+static void lower__matrix__verifies(void **state)
+{
+	(void)state;
+	const char *scheds[] = {"gpipe", "1f1b"};
+	int checked = 0;
+	for (int si = 0; si < 2; si++)
+		for (int pp = 1; pp <= 8; pp++)
+			for (int dp = 1; dp <= 3; dp++)
+				for (int mi = 0; mi < 3; mi++) {
+					int m = mi == 0 ? 1 : mi == 1 ? 3 : 2 * pp;
+					for (int variant = 0; variant < 4; variant++) {
+						char extra[512] = "";
+						if (variant == 1 && pp >= 3)
+							snprintf(extra, sizeof extra, "skip s0 -> s2;");
+						if (variant == 2 && pp >= 4)
+							snprintf(extra, sizeof extra, "skip s0 -> s%d; skip s1 -> s3;", pp - 1);
+						if (variant == 3) { // reversed placement
+							int k = snprintf(extra, sizeof extra, "placement [");
+							for (int s = 0; s < pp; s++)
+								k += snprintf(extra + k, sizeof extra - k, "%s%d", s ? ", " : "",
+								              pp - 1 - s);
+							snprintf(extra + k, sizeof extra - k, "];");
+						}
+						Plan *p = compile_text(program(pp, pp, dp, m, extra), scheds[si], NULL, 0);
+						assert_non_null(p);
+						PlanError err;
+						assert_int_equal(plan_verify(p, &err), 0);
+						assert_int_equal(p->world, pp * dp);
+						int64_t sends = 0, recvs = 0;
+						for (int r = 0; r < p->world; r++) {
+							int s = -1;
+							for (int k = 0; k < p->nstages; k++)
+								if (p->stages[k].pp == p->ranks[r].coord[DIM_PP])
+									s = k;
+							assert_int_equal(count_ops(p, r, OP_F, s), m);
+							assert_int_equal(count_ops(p, r, OP_BW, s), m);
+							assert_int_equal(count_ops(p, r, OP_ALLREDUCE, -1), dp > 1);
+							assert_int_equal(count_ops(p, r, OP_OPTIM, -1), 1);
+							sends += count_ops(p, r, OP_SEND, -1);
+							recvs += count_ops(p, r, OP_RECV, -1);
+							/* Every line runs the same number of ops. */
+							int c[DIM_COUNT];
+							memcpy(c, p->ranks[r].coord, sizeof c);
+							c[DIM_DP] = 0;
+							assert_int_equal(p->ranks[r].nops, p->ranks[plan_rank_of(p, c)].nops);
+						}
+						assert_int_equal(sends, recvs);
+						/* Each remote edge moves m activations and m gradients per line. */
+						int64_t want = 0;
+						for (int e = 0; e < p->nedges; e++)
+							want += 2 * m * (p->stages[p->edges[e].src].pp !=
+							                 p->stages[p->edges[e].dst].pp);
+						assert_int_equal(sends, want * dp);
+						plan_free(p);
+						checked++;
+					}
+				}
+	assert_true(checked == 2 * 8 * 3 * 3 * 4);
+}
+
+static void lower__same_rank_handoff__no_comm(void **state)
+{
+	(void)state;
+	Plan *p = compile_text(program(4, 2, 1, 4, "placement [0, 0, 1, 1];"), "gpipe", NULL, 0);
+	assert_non_null(p);
+	/* Edge 0 (s0 -> s1) and edge 2 (s2 -> s3) stay on one rank; edge 1 crosses. */
+	for (int r = 0; r < 2; r++)
+		for (int64_t i = 0; i < p->ranks[r].nops; i++) {
+			const PlanOp *o = &p->ranks[r].ops[i];
+			if (o->kind == OP_SEND || o->kind == OP_RECV)
+				assert_int_equal(o->stage, 1);
+		}
+	int local = 0;
+	for (int i = 0; i < p->ranks[0].npeers; i++)
+		if (p->ranks[0].peers[i].edge == 0) {
+			assert_true(p->ranks[0].peers[i].local);
+			assert_int_equal(p->ranks[0].peers[i].peer_rank, 0);
+			local++;
+		}
+	assert_int_equal(local, 2); // s0 out and s1 in
+	assert_int_equal(p->nroutes, 2);
+	plan_free(p);
+}
+
+static void lower__skip_gradient__routes_back(void **state)
+{
+	(void)state;
+	Plan *p = compile_text(program(4, 4, 1, 3, "skip s0 -> s2;"), NULL, NULL, 0);
+	assert_non_null(p);
+	int skip = 3;
+	assert_true(p->edges[skip].skip);
+	assert_int_equal(p->edges[skip].src, 0);
+	assert_int_equal(p->edges[skip].dst, 2);
+	/* Activations 0 -> 2, gradients 2 -> 0, once per microbatch. */
+	assert_int_equal(count_ops(p, 0, OP_SEND, skip), 3);
+	assert_int_equal(count_ops(p, 2, OP_RECV, skip), 3);
+	assert_int_equal(count_ops(p, 2, OP_SEND, skip), 3);
+	assert_int_equal(count_ops(p, 0, OP_RECV, skip), 3);
+	for (int64_t i = 0; i < p->ranks[2].nops; i++) {
+		const PlanOp *o = &p->ranks[2].ops[i];
+		if (o->kind == OP_SEND && o->stage == skip) {
+			assert_int_equal(o->dir, DIR_GRAD);
+			assert_int_equal(o->peer, 0);
+			const PlanRoute *g = &p->routes[o->route], *f = &p->routes[g->inverse_of];
+			assert_int_equal(g->dir, DIR_GRAD);
+			assert_int_equal(f->dir, DIR_ACT);
+			assert_int_equal(g->src_rank, f->dst_rank);
+			assert_int_equal(g->dst_rank, f->src_rank);
+			assert_int_equal(g->src_dev, f->dst_dev);
+		}
+	}
+	plan_free(p);
+}
+
+static void lower__dp_allreduce__after_last_backward(void **state)
+{
+	(void)state;
+	Plan *p = compile_text(program(2, 2, 3, 4, ""), NULL, NULL, 0);
+	assert_non_null(p);
+	for (int r = 0; r < p->world; r++) {
+		int64_t last_bw = -1, ar = -1, opt = -1;
+		for (int64_t i = 0; i < p->ranks[r].nops; i++) {
+			int k = p->ranks[r].ops[i].kind;
+			if (k == OP_BW)
+				last_bw = i;
+			if (k == OP_ALLREDUCE)
+				ar = i;
+			if (k == OP_OPTIM)
+				opt = i;
+		}
+		assert_true(last_bw >= 0 && ar > last_bw && opt > ar);
+		const PlanOp *o = &p->ranks[r].ops[ar];
+		assert_int_equal(o->bytes, p->stages[o->stage].params * 4);
+	}
+	plan_free(p);
+}
+
+static void lower__plan__roundtrip_byte_identical(void **state)
+{
+	(void)state;
+	const char *extras[] = {"", "skip s0 -> s2;", "placement [2, 0, 1];"};
+	for (int i = 0; i < 3; i++) {
+		Plan *p = compile_text(program(3, 3, 2, 5, extras[i]), NULL, NULL, 0);
+		assert_non_null(p);
+		char *a = NULL, *b = NULL;
+		size_t na = 0, nb = 0;
+		FILE *f = open_memstream(&a, &na);
+		assert_int_equal(plan_write(p, f), 0);
+		fclose(f);
+		FILE *in = fmemopen(a, na, "r");
+		PlanError err;
+		Plan *q = plan_read(in, "mem", &err);
+		fclose(in);
+		if (!q)
+			fail_msg("line %lld: %s", (long long)err.line, err.msg);
+		assert_int_equal(plan_verify(q, &err), 0);
+		f = open_memstream(&b, &nb);
+		assert_int_equal(plan_write(q, f), 0);
+		fclose(f);
+		assert_int_equal(na, nb);
+		assert_memory_equal(a, b, na);
+		free(a);
+		free(b);
+		plan_free(p);
+		plan_free(q);
+	}
+}
+
+static char *plan_text(Plan *p, size_t *n)
+{
+	char *a = NULL;
+	FILE *f = open_memstream(&a, n);
+	plan_write(p, f);
+	fclose(f);
+	return a;
+}
+
+static void plan__reader__rejects_truncated_and_garbled(void **state)
+{
+	(void)state;
+	Plan *p = compile_text(program(3, 3, 1, 2, "skip s0 -> s2;"), NULL, NULL, 0);
+	assert_non_null(p);
+	size_t n;
+	char *text = plan_text(p, &n);
+	plan_free(p);
+	/* Every truncation at a line boundary fails with a line number. */
+	int lines = 0;
+	for (size_t cut = 0; cut < n; cut++) {
+		if (cut && text[cut - 1] != '\n')
+			continue;
+		FILE *in = fmemopen(text, cut ? cut : 1, "r");
+		PlanError err;
+		Plan *q = cut ? plan_read(in, "mem", &err) : NULL;
+		fclose(in);
+		assert_null(q);
+		lines++;
+	}
+	assert_true(lines > 20);
+	/* Random byte changes: never a crash; a plan that still reads must still verify or
+	 * fail verification cleanly. */
+	srand(7);
+	char *copy = malloc(n);
+	int rejected = 0;
+	for (int it = 0; it < 3000; it++) {
+		memcpy(copy, text, n);
+		for (int k = 0; k < 1 + it % 3; k++)
+			copy[rand() % n] = "0123456789 -=x@\nZ"[rand() % 17];
+		FILE *in = fmemopen(copy, n, "r");
+		PlanError err;
+		Plan *q = plan_read(in, "mem", &err);
+		fclose(in);
+		if (!q) {
+			rejected++;
+			assert_true(err.line > 0);
+			assert_true(err.msg[0] != 0);
+			continue;
+		}
+		if (plan_verify(q, &err))
+			assert_true(err.msg[0] != 0);
+		plan_free(q);
+	}
+	assert_true(rejected > 1000);
+	free(copy);
+	free(text);
+}
+
+/* Reads text, applies edit(), verifies; returns the verifier's message. */
+static void expect_verify_error(Plan *p, const char *needle1, const char *needle2)
+{
+	PlanError err;
+	int rc = plan_verify(p, &err);
+	if (rc == 0)
+		fail_msg("verifier accepted a broken plan (wanted '%s')", needle1);
+	if (!strstr(err.msg, needle1) || (needle2 && !strstr(err.msg, needle2)))
+		fail_msg("message '%s' lacks '%s' / '%s'", err.msg, needle1, needle2 ? needle2 : "");
+}
+
+static int64_t find_op(const Plan *p, int r, int kind, int nth)
+{
+	for (int64_t i = 0; i < p->ranks[r].nops; i++)
+		if (p->ranks[r].ops[i].kind == kind && nth-- == 0)
+			return i;
+	return -1;
+}
+
+static void verify__broken_plans__named(void **state)
+{
+	(void)state;
+	const char *src = program(2, 2, 1, 3, "");
+	/* Two receives swapped: FIFO pairs the wrong microbatches, both ops named. */
+	Plan *p = compile_text(src, "gpipe", NULL, 0);
+	int64_t a = find_op(p, 1, OP_RECV, 0), b = find_op(p, 1, OP_RECV, 1);
+	int t = p->ranks[1].ops[a].mb;
+	p->ranks[1].ops[a].mb = p->ranks[1].ops[b].mb;
+	p->ranks[1].ops[b].mb = t;
+	expect_verify_error(p, "microbatches differ", "rank 0 op");
+	plan_free(p);
+	/* A receive of the wrong size. */
+	p = compile_text(src, "gpipe", NULL, 0);
+	p->ranks[1].ops[find_op(p, 1, OP_RECV, 0)].bytes += 4;
+	expect_verify_error(p, "sizes differ", "RECV act");
+	plan_free(p);
+	/* A missing send. */
+	p = compile_text(src, "gpipe", NULL, 0);
+	int64_t s = find_op(p, 0, OP_SEND, 2);
+	memmove(&p->ranks[0].ops[s], &p->ranks[0].ops[s + 1],
+	        (size_t)(p->ranks[0].nops - s - 1) * sizeof(PlanOp));
+	p->ranks[0].nops--;
+	expect_verify_error(p, "no matching SEND", "RECV");
+	plan_free(p);
+	/* Compute before its input: move rank 1's first F ahead of its receive. */
+	p = compile_text(src, "gpipe", NULL, 0);
+	int64_t f = find_op(p, 1, OP_F, 0), r = find_op(p, 1, OP_RECV, 0);
+	assert_true(r < f);
+	PlanOp tmp = p->ranks[1].ops[r];
+	p->ranks[1].ops[r] = p->ranks[1].ops[f];
+	p->ranks[1].ops[f] = tmp;
+	expect_verify_error(p, "runs before its input", "F 1 0");
+	plan_free(p);
+	/* A missing peer registration. */
+	p = compile_text(src, "gpipe", NULL, 0);
+	p->ranks[1].npeers = 0;
+	expect_verify_error(p, "no peer registered", NULL);
+	plan_free(p);
+	/* A backward route that is not the inverse. */
+	p = compile_text(src, "gpipe", NULL, 0);
+	p->routes[1].dst_dev += 1;
+	expect_verify_error(p, "route", NULL);
+	plan_free(p);
+	/* W before B. */
+	p = compile_text(program(2, 2, 1, 1, ""), "gpipe", NULL, 0);
+	int64_t bw = find_op(p, 0, OP_BW, 0);
+	p->ranks[0].ops[bw].kind = OP_W;
+	expect_verify_error(p, "W before its B", NULL);
+	plan_free(p);
+	/* A reduction before the last backward. */
+	p = compile_text(program(2, 2, 2, 2, ""), "gpipe", NULL, 0);
+	int64_t ar = find_op(p, 0, OP_ALLREDUCE, 0), lb = find_op(p, 0, OP_BW, 1);
+	PlanOp x = p->ranks[0].ops[ar];
+	memmove(&p->ranks[0].ops[lb + 1], &p->ranks[0].ops[lb], (size_t)(ar - lb) * sizeof x);
+	p->ranks[0].ops[lb] = x;
+	expect_verify_error(p, "reduction before", NULL);
+	plan_free(p);
+}
+
+static void lower__bad_placement__diagnosed(void **state)
+{
+	(void)state;
+	char errs[2048];
+	assert_null(compile_text(program(4, 2, 1, 4, ""), "1f1b", errs, sizeof errs));
+	assert_non_null(strstr(errs, "one stage per pipeline rank"));
+	assert_null(compile_text(program(2, 4, 1, 4, ""), "gpipe", errs, sizeof errs));
+	assert_non_null(strstr(errs, "gets no stage"));
+	assert_null(compile_text(program(3, 2, 1, 4, "placement v;"), "gpipe", errs, sizeof errs));
+	assert_non_null(strstr(errs, "two stages per pipeline rank"));
+}
+
+static void emit__torch_csv__pytorch_names(void **state)
+{
+	(void)state;
+	Plan *p = compile_text(program(2, 2, 1, 2, ""), "1f1b", NULL, 0);
+	assert_non_null(p);
+	char *a = NULL;
+	size_t n = 0;
+	FILE *f = open_memstream(&a, &n);
+	pipecc_emit_torch_csv(p, f, 0);
+	fclose(f);
+	assert_string_equal(a, "0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n");
+	free(a);
+	f = open_memstream(&a, &n);
+	pipecc_emit_torch_csv(p, f, 1);
+	fclose(f);
+	assert_non_null(strstr(a, "0SEND_F0"));
+	assert_non_null(strstr(a, "1RECV_F0"));
+	assert_non_null(strstr(a, "1SEND_B0"));
+	assert_non_null(strstr(a, "0RECV_B0"));
+	free(a);
+	plan_free(p);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(lower__matrix__verifies),
+		cmocka_unit_test(lower__same_rank_handoff__no_comm),
+		cmocka_unit_test(lower__skip_gradient__routes_back),
+		cmocka_unit_test(lower__dp_allreduce__after_last_backward),
+		cmocka_unit_test(lower__plan__roundtrip_byte_identical),
+		cmocka_unit_test(plan__reader__rejects_truncated_and_garbled),
+		cmocka_unit_test(verify__broken_plans__named),
+		cmocka_unit_test(lower__bad_placement__diagnosed),
+		cmocka_unit_test(emit__torch_csv__pytorch_names),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
