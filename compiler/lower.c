@@ -19,28 +19,17 @@
 #include <string.h>
 
 typedef struct {
-	uint8_t kind;
-	uint8_t dir;
-	int stage;   // stage, or edge for SEND/RECV
-	int mb;
-	int peer_pp; // SEND/RECV: pipeline index of the peer
-	int group;
-	int src_line;
-} TOp;
-
-typedef struct {
-	TOp *ops;
-	int64_t n, cap;
-	int group; // next group number
-} TList;
-
-typedef struct {
 	const Program *pr;
 	const SchedCtx *sc;
 	Plan *plan;
 	Diag *diag;
 	int pp, m, ns, ne;
-	TList *t;            // per pipeline index
+	PlanRank **line0;    // per pipeline index: its rank on the first line, where ops go
+	int *group;          // per pipeline index: next group number
+	int *remote_k;       // edge -> index among remote edges, or -1
+	int nremote;
+	int stride;          // world-rank distance between pipeline neighbours
+	int *line_of;        // world rank at pipeline index 0 -> its line number
 	int *in_off, *in_e;  // CSR of in-edges per stage
 	int *out_off, *out_e;
 	unsigned char *done; // per (stage, mb): bit 0 F, 1 B, 2 W (BW sets 1|2)
@@ -50,15 +39,19 @@ typedef struct {
 
 enum { D_F = 1, D_B = 2, D_W = 4 };
 
-static void tpush(TList *t, TOp op)
+/* Appends an op to pipeline index pp's list on the first line.  For SEND/RECV, `peer`
+ * is the peer's pipeline index; the world rank and route are filled here (the first
+ * line's ranks are q * stride, its routes come first). */
+static void emit(Lw *w, int pp, PlanOp op)
 {
-	if (t->n == t->cap) {
-		t->cap = t->cap ? 2 * t->cap : 256;
-		t->ops = realloc(t->ops, (size_t)t->cap * sizeof *t->ops);
-		if (!t->ops)
-			die("out of memory");
+	if (op.kind == OP_SEND || op.kind == OP_RECV) {
+		op.peer = (int)(w->line0[op.peer] - w->plan->ranks);
+		op.route = 2 * w->remote_k[op.stage] + op.dir;
+		op.bytes = w->plan->edges[op.stage].bytes;
+	} else if (op.kind == OP_ALLREDUCE) {
+		op.bytes = w->plan->stages[op.stage].params * 4;
 	}
-	t->ops[t->n++] = op;
+	plan_push_op(w->line0[pp], op);
 }
 
 static int *xcalloc_int(size_t n)
@@ -198,8 +191,8 @@ static void run_compute(Lw *w, int pp, const SchedAct *a, int line)
 	int m = w->m;
 	const PlanEdge *E = w->plan->edges;
 	unsigned char *d = &w->done[(size_t)a->stage * m + a->mb];
-	tpush(&w->t[pp], (TOp){.kind = a->kind, .stage = a->stage, .mb = a->mb, .group = -1,
-	                        .src_line = line});
+	emit(w, pp, (PlanOp){.kind = a->kind, .stage = a->stage, .mb = a->mb, .peer = -1,
+	                     .group = -1, .route = -1, .src_line = line});
 	if (a->kind == OP_F) {
 		*d |= D_F;
 		for (int j = w->out_off[a->stage]; j < w->out_off[a->stage + 1]; j++)
@@ -216,10 +209,11 @@ static void run_compute(Lw *w, int pp, const SchedAct *a, int line)
 		if (--w->left[a->stage] == 0) {
 			int dp = w->plan->dims[DIM_DP];
 			if (dp > 1)
-				tpush(&w->t[pp], (TOp){.kind = OP_ALLREDUCE, .stage = a->stage, .mb = -1,
-				                        .group = w->t[pp].group++, .src_line = line});
-			tpush(&w->t[pp], (TOp){.kind = OP_OPTIM, .stage = a->stage, .mb = -1, .group = -1,
-			                        .src_line = line});
+				emit(w, pp, (PlanOp){.kind = OP_ALLREDUCE, .stage = a->stage, .mb = -1,
+				                     .peer = -1, .group = w->group[pp]++, .route = -1,
+				                     .src_line = line});
+			emit(w, pp, (PlanOp){.kind = OP_OPTIM, .stage = a->stage, .mb = -1, .peer = -1,
+			                     .group = -1, .route = -1, .src_line = line});
 		}
 	}
 	(void)E;
@@ -261,7 +255,6 @@ static void lower_rest_naively(Lw *w, int64_t *cur)
 	int m = w->m;
 	const PlanEdge *E = w->plan->edges;
 	for (int p = 0; p < w->pp; p++) {
-		TList *t = &w->t[p];
 		for (; cur[p] < sc->nacts[p]; cur[p]++) {
 			const SchedAct *a = &sc->acts[p][cur[p]];
 			int line = src_line_of(w, a);
@@ -276,8 +269,8 @@ static void lower_rest_naively(Lw *w, int64_t *cur)
 				if (opp == p || (*h & 2))
 					continue;
 				*h |= 2;
-				tpush(t, (TOp){.kind = OP_RECV, .dir = !fwd, .stage = e, .mb = a->mb,
-				               .peer_pp = opp, .group = t->group++, .src_line = line});
+				emit(w, p, (PlanOp){.kind = OP_RECV, .dir = !fwd, .stage = e, .mb = a->mb,
+				                    .peer = opp, .group = w->group[p]++, .src_line = line});
 			}
 			run_compute(w, p, a, line);
 			if (a->kind == OP_W)
@@ -290,8 +283,8 @@ static void lower_rest_naively(Lw *w, int64_t *cur)
 				int opp = w->sc->stage_pp[other];
 				if (opp == p)
 					continue;
-				tpush(t, (TOp){.kind = OP_SEND, .dir = !fwd, .stage = e, .mb = a->mb,
-				               .peer_pp = opp, .group = t->group++, .src_line = line});
+				emit(w, p, (PlanOp){.kind = OP_SEND, .dir = !fwd, .stage = e, .mb = a->mb,
+				                    .peer = opp, .group = w->group[p]++, .src_line = line});
 			}
 		}
 	}
@@ -328,13 +321,13 @@ static int place_comms(Lw *w, int allow_deadlock)
 				w->have[((size_t)e * w->m + a->mb) * 2 + dir] |= 2;
 				int line = src_line_of(w, a);
 				if (gphase[q] < 0)
-					gphase[q] = w->t[q].group++;
-				tpush(&w->t[q], (TOp){.kind = OP_SEND, .dir = dir, .stage = e, .mb = a->mb,
-				                       .peer_pp = p, .group = gphase[q], .src_line = line});
+					gphase[q] = w->group[q]++;
+				emit(w, q, (PlanOp){.kind = OP_SEND, .dir = dir, .stage = e, .mb = a->mb,
+				                    .peer = p, .group = gphase[q], .src_line = line});
 				if (gphase[p] < 0)
-					gphase[p] = w->t[p].group++;
-				tpush(&w->t[p], (TOp){.kind = OP_RECV, .dir = dir, .stage = e, .mb = a->mb,
-				                       .peer_pp = q, .group = gphase[p], .src_line = line});
+					gphase[p] = w->group[p]++;
+				emit(w, p, (PlanOp){.kind = OP_RECV, .dir = dir, .stage = e, .mb = a->mb,
+				                    .peer = q, .group = gphase[p], .src_line = line});
 				moved = 1;
 			}
 		}
@@ -367,64 +360,49 @@ static int place_comms(Lw *w, int allow_deadlock)
 	return rc;
 }
 
-/* Routes: per pipeline line, per remote edge, a forward route and its inverse. */
-static int route_index(const Lw *w, int line, int k, int dir)
-{
-	int nremote = w->plan->nroutes / (w->plan->world / w->pp);
-	return line * nremote + 2 * k + dir;
-}
-
+/* Ranks, routes and peer tables, before any op: per pipeline line, per remote edge, a
+ * forward route and its inverse.  Line l's routes are [2 * nremote * l, ...). */
 static void fill_ranks(Lw *w)
 {
 	const Program *pr = w->pr;
 	Plan *p = w->plan;
 	int world = p->world, pp = w->pp;
 	int nlines = world / pp;
-	int *remote_k = xcalloc_int((size_t)w->ne); // edge -> k among remote edges, or -1
-	int nremote = 0;
+	w->remote_k = xcalloc_int((size_t)w->ne);
 	for (int e = 0; e < w->ne; e++)
-		remote_k[e] = p->stages[p->edges[e].src].pp != p->stages[p->edges[e].dst].pp
-		                  ? nremote++
-		                  : -1;
+		w->remote_k[e] = p->stages[p->edges[e].src].pp != p->stages[p->edges[e].dst].pp
+		                     ? w->nremote++
+		                     : -1;
 	p->ranks = calloc((size_t)world, sizeof *p->ranks);
-	p->nroutes = 2 * nremote * nlines;
+	p->nroutes = 2 * w->nremote * nlines;
 	p->routes = calloc((size_t)p->nroutes + 1, sizeof *p->routes);
-	int *line_of = xcalloc_int((size_t)world);
-	int *line_base = xcalloc_int((size_t)nlines); // a rank of each line, pp = 0
-	if (!p->ranks || !p->routes)
+	w->line0 = calloc((size_t)pp, sizeof *w->line0);
+	if (!p->ranks || !p->routes || !w->line0)
 		die("out of memory");
-	int nl = 0;
+	/* A line's rank at pipeline index q sits q strides after its rank at index 0. */
+	int stride = 1;
+	for (int i = DIM_COUNT - 1; i >= 0 && p->dim_order[i] != DIM_PP; i--)
+		stride *= p->dims[p->dim_order[i]];
+	w->stride = stride;
+	w->line_of = xcalloc_int((size_t)world);
 	for (int r = 0; r < world; r++) {
 		PlanRank *rk = &p->ranks[r];
 		plan_coords_of(p, r, rk->coord);
 		rk->device = pr->ndevices ? pr->devices[r]
 		                          : r % (pr->device_per_node > 0 ? pr->device_per_node : 1);
-		if (rk->coord[DIM_PP] == 0)
-			line_base[nl++] = r;
 	}
-	for (int l = 0; l < nlines; l++) {
-		int c[DIM_COUNT];
-		memcpy(c, p->ranks[line_base[l]].coord, sizeof c);
-		for (int q = 0; q < pp; q++) {
-			c[DIM_PP] = q;
-			line_of[plan_rank_of(p, c)] = l;
-		}
-	}
-	/* line_base[l] sits at pipeline index 0, so index q is q strides further. */
-	int stride = 1;
-	for (int i = DIM_COUNT - 1; i >= 0 && p->dim_order[i] != DIM_PP; i--)
-		stride *= p->dims[p->dim_order[i]];
-#define ON_LINE(l, q) (line_base[l] + (q) * stride)
-	int *uses = xcalloc_int((size_t)pp); // lines still to instantiate per template
 	for (int q = 0; q < pp; q++)
-		uses[q] = nlines;
-	for (int l = 0; l < nlines; l++)
+		w->line0[q] = &p->ranks[q * stride];
+	for (int r = 0, l = 0; r < world; r++) {
+		if (p->ranks[r].coord[DIM_PP] != 0)
+			continue;
+		w->line_of[r] = l;
 		for (int e = 0; e < w->ne; e++) {
-			if (remote_k[e] < 0)
+			if (w->remote_k[e] < 0)
 				continue;
 			const PlanEdge *ed = &p->edges[e];
-			int a = ON_LINE(l, p->stages[ed->src].pp), b = ON_LINE(l, p->stages[ed->dst].pp);
-			int fi = route_index(w, l, remote_k[e], DIR_ACT);
+			int a = r + p->stages[ed->src].pp * stride, b = r + p->stages[ed->dst].pp * stride;
+			int fi = 2 * w->nremote * l + 2 * w->remote_k[e];
 			p->routes[fi] = (PlanRoute){.edge = e, .dir = DIR_ACT, .src_rank = a, .dst_rank = b,
 			                            .src_dev = p->ranks[a].device,
 			                            .dst_dev = p->ranks[b].device, .inverse_of = -1};
@@ -434,10 +412,11 @@ static void fill_ranks(Lw *w)
 			                                .dst_rank = f->src_rank, .src_dev = f->dst_dev,
 			                                .dst_dev = f->src_dev, .inverse_of = fi};
 		}
+		l++;
+	}
 	for (int r = 0; r < world; r++) {
 		PlanRank *rk = &p->ranks[r];
-		int q = rk->coord[DIM_PP], l = line_of[r];
-		/* Peer table: every (local stage, edge) pair. */
+		int q = rk->coord[DIM_PP], base = r - q * stride;
 		int n = 0;
 		for (int e = 0; e < w->ne; e++)
 			n += (p->stages[p->edges[e].src].pp == q) + (p->stages[p->edges[e].dst].pp == q);
@@ -447,46 +426,80 @@ static void fill_ranks(Lw *w)
 		for (int s = 0; s < w->ns; s++) {
 			if (p->stages[s].pp != q)
 				continue;
-			for (int e = 0; e < w->ne; e++) {
-				const PlanEdge *ed = &p->edges[e];
-				if (ed->src != s && ed->dst != s)
-					continue;
-				int in = ed->dst == s, other = in ? ed->src : ed->dst;
-				int pr2 = ON_LINE(l, p->stages[other].pp);
-				rk->peers[rk->npeers++] = (PlanPeer){.stage = s, .edge = e, .in = in,
-				                                     .peer_stage = other, .peer_rank = pr2,
+			for (int j = w->in_off[s]; j < w->in_off[s + 1]; j++) {
+				int e = w->in_e[j], o = p->edges[e].src, pr2 = base + p->stages[o].pp * stride;
+				rk->peers[rk->npeers++] = (PlanPeer){.stage = s, .edge = e, .in = 1,
+				                                     .peer_stage = o, .peer_rank = pr2,
+				                                     .local = pr2 == r};
+			}
+			for (int j = w->out_off[s]; j < w->out_off[s + 1]; j++) {
+				int e = w->out_e[j], o = p->edges[e].dst, pr2 = base + p->stages[o].pp * stride;
+				rk->peers[rk->npeers++] = (PlanPeer){.stage = s, .edge = e, .in = 0,
+				                                     .peer_stage = o, .peer_rank = pr2,
 				                                     .local = pr2 == r};
 			}
 		}
-		/* Ops: the line's template, with this line's ranks and routes. */
-		TList *t = &w->t[q];
-		rk->ops = malloc((size_t)(t->n ? t->n : 1) * sizeof *rk->ops);
+	}
+}
+
+/* Sizes the first line's op arrays exactly, so no array grows while lowering: each
+ * action brings itself and one op per remote edge it receives or sends on. */
+static void reserve_ops(Lw *w)
+{
+	const SchedCtx *sc = w->sc;
+	const Plan *p = w->plan;
+	int dp = p->dims[DIM_DP];
+	int *remote_in = xcalloc_int((size_t)w->ns), *remote_out = xcalloc_int((size_t)w->ns);
+	for (int e = 0; e < w->ne; e++)
+		if (w->remote_k[e] >= 0) {
+			remote_in[p->edges[e].dst]++;
+			remote_out[p->edges[e].src]++;
+		}
+	for (int q = 0; q < w->pp; q++) {
+		int64_t n = 0;
+		for (int i = 0; i < sc->nacts[q]; i++) {
+			const SchedAct *a = &sc->acts[q][i];
+			n++;
+			if (a->kind != OP_W)
+				n += remote_in[a->stage] + remote_out[a->stage];
+		}
+		for (int s = 0; s < w->ns; s++)
+			n += (p->stages[s].pp == q) * (1 + (dp > 1));
+		PlanRank *rk = w->line0[q];
+		rk->ops = malloc((size_t)(n ? n : 1) * sizeof *rk->ops);
 		if (!rk->ops)
 			die("out of memory");
-		rk->ops_cap = t->n;
-		for (int64_t i = 0; i < t->n; i++) {
-			const TOp *o = &t->ops[i];
-			PlanOp op = {.kind = o->kind, .dir = o->dir, .stage = o->stage, .mb = o->mb,
-			             .peer = -1, .group = o->group, .route = -1, .src_line = o->src_line};
+		rk->ops_cap = n;
+	}
+	free(remote_in);
+	free(remote_out);
+}
+
+/* Every other line runs the first line's lists with its own ranks and routes. */
+static void copy_lines(Lw *w)
+{
+	Plan *p = w->plan;
+	int64_t route_shift = 2 * (int64_t)w->nremote;
+	for (int r = 0; r < p->world; r++) {
+		PlanRank *rk = &p->ranks[r];
+		int q = rk->coord[DIM_PP], l = w->line_of[r - q * w->stride];
+		const PlanRank *src = w->line0[q];
+		if (rk == src)
+			continue;
+		int base = (int)(rk - p->ranks) - (int)(src - p->ranks); // line 0 starts at rank 0
+		rk->ops = malloc((size_t)(src->nops ? src->nops : 1) * sizeof *rk->ops);
+		if (!rk->ops)
+			die("out of memory");
+		rk->ops_cap = rk->nops = src->nops;
+		memcpy(rk->ops, src->ops, (size_t)src->nops * sizeof *rk->ops);
+		for (int64_t i = 0; i < rk->nops; i++) {
+			PlanOp *o = &rk->ops[i];
 			if (o->kind == OP_SEND || o->kind == OP_RECV) {
-				op.peer = ON_LINE(l, o->peer_pp);
-				op.route = route_index(w, l, remote_k[o->stage], o->dir);
-				op.bytes = p->edges[o->stage].bytes;
-			} else if (o->kind == OP_ALLREDUCE) {
-				op.bytes = p->stages[o->stage].params * 4;
+				o->peer += base;
+				o->route += (int)(route_shift * l);
 			}
-			rk->ops[rk->nops++] = op;
-		}
-		if (--uses[q] == 0) { // the template is no longer needed: keep peak memory low
-			free(t->ops);
-			t->ops = NULL;
 		}
 	}
-#undef ON_LINE
-	free(uses);
-	free(remote_k);
-	free(line_of);
-	free(line_base);
 }
 
 Plan *lower_program(const Program *pr, const SchedCtx *sc, Diag *d, int allow_deadlock)
@@ -511,11 +524,13 @@ Plan *lower_program(const Program *pr, const SchedCtx *sc, Diag *d, int allow_de
 	fill_stages(&w);
 	fill_edges(&w);
 
-	w.t = calloc((size_t)w.pp, sizeof *w.t);
+	fill_ranks(&w);
+	reserve_ops(&w);
+	w.group = xcalloc_int((size_t)w.pp);
 	w.done = calloc((size_t)w.ns * w.m + 1, 1);
 	w.have = calloc((size_t)w.ne * w.m * 2 + 1, 1);
 	w.left = xcalloc_int((size_t)w.ns);
-	if (!w.t || !w.done || !w.have)
+	if (!w.done || !w.have)
 		die("out of memory");
 	for (int s = 0; s < w.ns; s++)
 		w.left[s] = w.m;
@@ -524,10 +539,11 @@ Plan *lower_program(const Program *pr, const SchedCtx *sc, Diag *d, int allow_de
 	free(w.have);
 	free(w.left);
 	if (rc == 0)
-		fill_ranks(&w);
-	for (int q = 0; q < w.pp; q++)
-		free(w.t[q].ops);
-	free(w.t);
+		copy_lines(&w);
+	free(w.line0);
+	free(w.group);
+	free(w.remote_k);
+	free(w.line_of);
 	free(w.in_off);
 	free(w.out_off);
 	free(w.in_e);

@@ -58,6 +58,7 @@ Plan *pipecc_compile(const char *file, const char *src, size_t len, const Pipecc
 {
 	Arena arena = {0};
 	Plan *plan = NULL;
+	SchedCtx c = {0};
 	FILE *dout = o->dump_out ? o->dump_out : stdout;
 
 	Program *pr = front_parse(&arena, d, file, src, len);
@@ -82,8 +83,8 @@ Plan *pipecc_compile(const char *file, const char *src, size_t len, const Pipecc
 		goto out;
 	}
 
-	SchedCtx c = {.prog = pr, .arena = &arena, .diag = d, .pp = pr->dims[DIM_PP],
-	              .m = pr->microbatches, .nstages = pr->nstages};
+	c = (SchedCtx){.prog = pr, .arena = &arena, .diag = d, .pp = pr->dims[DIM_PP],
+	               .m = pr->microbatches, .nstages = pr->nstages};
 	c.stage_pp = arena_alloc(&arena, (size_t)c.nstages * sizeof *c.stage_pp);
 	c.nacts = arena_alloc(&arena, (size_t)c.pp * sizeof *c.nacts);
 	c.cap = arena_alloc(&arena, (size_t)c.pp * sizeof *c.cap);
@@ -106,6 +107,7 @@ Plan *pipecc_compile(const char *file, const char *src, size_t len, const Pipecc
 	}
 
 	plan = lower_program(pr, &c, d, o->allow_deadlock);
+	sched_free(&c);
 	if (!plan)
 		goto out;
 	if (o->dump == PASS_LOWER) {
@@ -124,6 +126,7 @@ Plan *pipecc_compile(const char *file, const char *src, size_t len, const Pipecc
 		plan = NULL;
 	}
 out:
+	sched_free(&c);
 	arena_free(&arena);
 	return plan;
 }

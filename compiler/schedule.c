@@ -23,15 +23,26 @@ const Schedule *sched_find(const char *name)
 
 void sched_push(SchedCtx *c, int pp, int kind, int stage, int mb)
 {
+	/* Heap, not the arena: orders are the biggest thing the compiler holds besides the
+	 * plan, and sched_free() returns them before the plan is verified and written. */
 	if (c->nacts[pp] == c->cap[pp]) {
 		int cap = c->cap[pp] ? 2 * c->cap[pp] : 64;
-		SchedAct *a = arena_alloc(c->arena, (size_t)cap * sizeof *a);
-		if (c->nacts[pp])
-			memcpy(a, c->acts[pp], (size_t)c->nacts[pp] * sizeof *a);
+		SchedAct *a = realloc(c->acts[pp], (size_t)cap * sizeof *a);
+		if (!a)
+			die("out of memory");
 		c->acts[pp] = a;
 		c->cap[pp] = cap;
 	}
 	c->acts[pp][c->nacts[pp]++] = (SchedAct){.kind = kind, .stage = stage, .mb = mb};
+}
+
+void sched_free(SchedCtx *c)
+{
+	for (int p = 0; c->acts && p < c->pp; p++) {
+		free(c->acts[p]);
+		c->acts[p] = NULL;
+		c->nacts[p] = c->cap[p] = 0;
+	}
 }
 
 int sched_stages_on(const SchedCtx *c, int p)

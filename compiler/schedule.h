@@ -45,6 +45,8 @@ extern const int sched_count;
 
 const Schedule *sched_find(const char *name);
 void sched_push(SchedCtx *c, int pp, int kind, int stage, int mb);
+/* Frees the compute orders (c->acts). */
+void sched_free(SchedCtx *c);
 /* Number of stages placed on pipeline index p. */
 int sched_stages_on(const SchedCtx *c, int p);
 
