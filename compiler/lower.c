@@ -2,16 +2,19 @@
  * becomes a plan: stages with memory figures, edges, routes, peer tables and per world
  * rank an op list with all communication inserted.
  *
- * Communication is placed by a phase-synchronous walk over one pipeline line.  Each
- * round has a comm phase and a compute phase.  In the comm phase, every rank whose next
- * action needs a remote tensor that has been produced gets a RECV, and the producer a
- * SEND, both appended at that moment; all ops a rank gets in one phase form one group.
- * In the compute phase every rank whose next action has its inputs runs it.  Because
- * each send and its receive sit in the same phase, executing the lists phase by phase
- * completes every group even under rendezvous sends: the lists are deadlock-free by
- * construction, and FIFO order per pair follows from appending both sides in the same
- * order.  Every pipeline line runs the same lists (with its own ranks and routes), so
- * the dp all-reduces, placed right after a stage's last backward, line up too.
+ * Communication is placed by walking one pipeline line in simulated time, actions
+ * taking their costs.  At each event time, finished actions make their outputs
+ * available; then every produced tensor whose producer and consumer are both between
+ * actions moves: the producer gets a SEND and the consumer a RECV, appended in the same
+ * step (with --tune=overlap a tensor moves as soon as it is produced, the RECV going
+ * after the consumer's current action); a rank's ops of one step form one group; then
+ * every idle rank whose next action has its inputs starts it.  Executing the lists step
+ * by step completes every group even under rendezvous sends, since each send's receive
+ * is appended in the same step by a rank whose earlier ops need nothing later: the
+ * lists are deadlock-free by construction, and FIFO order per pair follows from
+ * appending both sides in the same order.  A stage's dp all-reduce and optimizer step
+ * follow its last backward once the rank has sent what others wait for.  Every pipeline
+ * line runs the same lists with its own ranks and routes, so the all-reduces line up.
  * Backward routes are the forward routes reversed; nothing else creates them. */
 #include "lower.h"
 
@@ -28,6 +31,8 @@ typedef struct {
 	int *group;          // per pipeline index: next group number
 	int *remote_k;       // edge -> index among remote edges, or -1
 	int nremote;
+	struct Pending *pend; // per pipeline index: produced tensors not yet moved
+	int overlap;         // tune for the overlap model: move tensors as soon as produced
 	int stride;          // world-rank distance between pipeline neighbours
 	int *line_of;        // world rank at pipeline index 0 -> its line number
 	int *in_off, *in_e;  // CSR of in-edges per stage
@@ -35,9 +40,32 @@ typedef struct {
 	unsigned char *done; // per (stage, mb): bit 0 F, 1 B, 2 W (BW sets 1|2)
 	unsigned char *have; // per (edge, mb, dir): 1 produced, 2 transferred
 	int *left;           // per stage: backward actions still to run
+	int *reduce;         // per pipeline index: stages whose reduction is due (ns each)
+	int *nreduce;
 } Lw;
 
 enum { D_F = 1, D_B = 2, D_W = 4 };
+
+/* Tensors a rank has produced for remote consumers and not yet sent, oldest first. */
+typedef struct {
+	int edge, mb, dir, to, line;
+} Out;
+
+typedef struct Pending {
+	Out *v;
+	int n, cap;
+} Pending;
+
+static void pend_push(Pending *q, Out o)
+{
+	if (q->n == q->cap) {
+		q->cap = q->cap ? 2 * q->cap : 16;
+		q->v = realloc(q->v, (size_t)q->cap * sizeof *q->v);
+		if (!q->v)
+			die("out of memory");
+	}
+	q->v[q->n++] = o;
+}
 
 /* Appends an op to pipeline index pp's list on the first line.  For SEND/RECV, `peer`
  * is the peer's pipeline index; the world rank and route are filled here (the first
@@ -138,85 +166,100 @@ static void fill_edges(Lw *w)
 	free(fo);
 }
 
-/* What action a on pipeline index pp still waits for.  Returns 1 when it can run.
- * Remote inputs that are produced but not yet moved are appended to want[] as
- * (edge, dir) pairs when want is non-NULL. */
-static int ready(Lw *w, int pp, const SchedAct *a, int *want, int *nwant)
+/* Whether action a on pipeline index pp has its inputs: local ones computed, remote
+ * ones received. */
+static int ready(const Lw *w, int pp, const SchedAct *a)
 {
-	int ok = 1, m = w->m;
+	int m = w->m;
 	const int *stage_pp = w->sc->stage_pp;
 	const PlanEdge *E = w->plan->edges;
 	if (a->kind == OP_F) {
 		for (int j = w->in_off[a->stage]; j < w->in_off[a->stage + 1]; j++) {
 			int e = w->in_e[j], src = E[e].src;
-			if (stage_pp[src] == pp) {
-				ok &= !!(w->done[(size_t)src * m + a->mb] & D_F);
-				continue;
-			}
-			unsigned char h = w->have[((size_t)e * m + a->mb) * 2 + DIR_ACT];
-			if (!(h & 2)) {
-				ok = 0;
-				if ((h & 1) && want) {
-					want[(*nwant)++] = e;
-					want[(*nwant)++] = DIR_ACT;
-				}
-			}
+			if (stage_pp[src] == pp ? !(w->done[(size_t)src * m + a->mb] & D_F)
+			                        : !(w->have[((size_t)e * m + a->mb) * 2 + DIR_ACT] & 2))
+				return 0;
 		}
-		return ok;
+		return 1;
 	}
 	unsigned char self = w->done[(size_t)a->stage * m + a->mb];
 	if (a->kind == OP_W)
 		return !!(self & D_B);
-	ok = !!(self & D_F);
+	if (!(self & D_F))
+		return 0;
 	for (int j = w->out_off[a->stage]; j < w->out_off[a->stage + 1]; j++) {
 		int e = w->out_e[j], dst = E[e].dst;
-		if (stage_pp[dst] == pp) {
-			ok &= !!(w->done[(size_t)dst * m + a->mb] & D_B);
-			continue;
-		}
-		unsigned char h = w->have[((size_t)e * m + a->mb) * 2 + DIR_GRAD];
-		if (!(h & 2)) {
-			ok = 0;
-			if ((h & 1) && want) {
-				want[(*nwant)++] = e;
-				want[(*nwant)++] = DIR_GRAD;
-			}
-		}
+		if (stage_pp[dst] == pp ? !(w->done[(size_t)dst * m + a->mb] & D_B)
+		                        : !(w->have[((size_t)e * m + a->mb) * 2 + DIR_GRAD] & 2))
+			return 0;
 	}
-	return ok;
+	return 1;
 }
 
-static void run_compute(Lw *w, int pp, const SchedAct *a, int line)
+/* What a finished compute action makes available, and the reduction and optimizer
+ * step after a stage's last backward. */
+static void finish_compute(Lw *w, int pp, const SchedAct *a, int line)
 {
 	int m = w->m;
-	const PlanEdge *E = w->plan->edges;
 	unsigned char *d = &w->done[(size_t)a->stage * m + a->mb];
-	emit(w, pp, (PlanOp){.kind = a->kind, .stage = a->stage, .mb = a->mb, .peer = -1,
-	                     .group = -1, .route = -1, .src_line = line});
+	const PlanEdge *E = w->plan->edges;
+	const int *stage_pp = w->sc->stage_pp;
 	if (a->kind == OP_F) {
 		*d |= D_F;
-		for (int j = w->out_off[a->stage]; j < w->out_off[a->stage + 1]; j++)
-			w->have[((size_t)w->out_e[j] * m + a->mb) * 2 + DIR_ACT] |= 1;
+		for (int j = w->out_off[a->stage]; j < w->out_off[a->stage + 1]; j++) {
+			int e = w->out_e[j];
+			w->have[((size_t)e * m + a->mb) * 2 + DIR_ACT] |= 1;
+			if (stage_pp[E[e].dst] != pp)
+				pend_push(&w->pend[pp], (Out){e, a->mb, DIR_ACT, stage_pp[E[e].dst], line});
+		}
 		return;
 	}
 	if (a->kind == OP_B || a->kind == OP_BW) {
 		*d |= D_B;
-		for (int j = w->in_off[a->stage]; j < w->in_off[a->stage + 1]; j++)
-			w->have[((size_t)w->in_e[j] * m + a->mb) * 2 + DIR_GRAD] |= 1;
+		for (int j = w->in_off[a->stage]; j < w->in_off[a->stage + 1]; j++) {
+			int e = w->in_e[j];
+			w->have[((size_t)e * m + a->mb) * 2 + DIR_GRAD] |= 1;
+			if (stage_pp[E[e].src] != pp)
+				pend_push(&w->pend[pp], (Out){e, a->mb, DIR_GRAD, stage_pp[E[e].src], line});
+		}
 	}
 	if (a->kind == OP_W || a->kind == OP_BW) {
 		*d |= D_W;
-		if (--w->left[a->stage] == 0) {
-			int dp = w->plan->dims[DIM_DP];
-			if (dp > 1)
-				emit(w, pp, (PlanOp){.kind = OP_ALLREDUCE, .stage = a->stage, .mb = -1,
-				                     .peer = -1, .group = w->group[pp]++, .route = -1,
-				                     .src_line = line});
-			emit(w, pp, (PlanOp){.kind = OP_OPTIM, .stage = a->stage, .mb = -1, .peer = -1,
-			                     .group = -1, .route = -1, .src_line = line});
-		}
+		if (--w->left[a->stage] == 0)
+			w->reduce[w->nreduce[pp]++ + (size_t)pp * w->ns] = a->stage;
 	}
-	(void)E;
+}
+
+/* The dp all-reduce and optimizer step of stages whose backward is done, once the
+ * rank has sent what it still owed others (so the gradient a neighbour waits for does
+ * not queue behind a reduction). */
+static void flush_reductions(Lw *w, int pp, int force)
+{
+	if (!w->nreduce[pp] || (w->pend[pp].n && !force))
+		return;
+	int dp = w->plan->dims[DIM_DP];
+	for (int i = 0; i < w->nreduce[pp]; i++) {
+		int s = w->reduce[(size_t)pp * w->ns + i];
+		int line = w->pr->stages[s].loc.line;
+		if (dp > 1)
+			emit(w, pp, (PlanOp){.kind = OP_ALLREDUCE, .stage = s, .mb = -1, .peer = -1,
+			                     .group = w->group[pp]++, .route = -1, .src_line = line});
+		emit(w, pp, (PlanOp){.kind = OP_OPTIM, .stage = s, .mb = -1, .peer = -1, .group = -1,
+		                     .route = -1, .src_line = line});
+	}
+	w->nreduce[pp] = 0;
+}
+
+static void start_compute(Lw *w, int pp, const SchedAct *a, int line)
+{
+	emit(w, pp, (PlanOp){.kind = a->kind, .stage = a->stage, .mb = a->mb, .peer = -1,
+	                     .group = -1, .route = -1, .src_line = line});
+}
+
+static int64_t act_cost(const Lw *w, const SchedAct *a)
+{
+	const int64_t *c = w->plan->stages[a->stage].cost;
+	return a->kind == OP_F ? c[0] : a->kind == OP_B ? c[1] : a->kind == OP_W ? c[2] : c[1] + c[2];
 }
 
 static int src_line_of(const Lw *w, const SchedAct *a)
@@ -272,7 +315,10 @@ static void lower_rest_naively(Lw *w, int64_t *cur)
 				emit(w, p, (PlanOp){.kind = OP_RECV, .dir = !fwd, .stage = e, .mb = a->mb,
 				                    .peer = opp, .group = w->group[p]++, .src_line = line});
 			}
-			run_compute(w, p, a, line);
+			start_compute(w, p, a, line);
+			finish_compute(w, p, a, line);
+			w->pend[p].n = 0; // sent right below, naively
+			flush_reductions(w, p, 1);
 			if (a->kind == OP_W)
 				continue;
 			lo = fwd ? w->out_off[a->stage] : w->in_off[a->stage];
@@ -290,73 +336,104 @@ static void lower_rest_naively(Lw *w, int64_t *cur)
 	}
 }
 
-/* The phase-synchronous walk described at the top. */
+/* The walk described at the top: time advances by the actions' costs; at each event
+ * time, first every produced tensor whose consumer waits for it moves (both ranks being
+ * between actions), then every idle rank whose next action has its inputs starts it. */
 static int place_comms(Lw *w, int allow_deadlock)
 {
 	const SchedCtx *sc = w->sc;
 	int pp = w->pp;
 	int64_t *cur = calloc((size_t)pp, sizeof *cur);
+	int64_t *end = calloc((size_t)pp, sizeof *end); // when a busy rank's action ends
+	unsigned char *busy = calloc((size_t)pp, 1);
 	int *gphase = xcalloc_int((size_t)pp); // group number this phase, or -1
-	int maxin = 2 * (w->ne + 1);
-	int *want = xcalloc_int((size_t)maxin);
 	int rc = 0;
-	if (!cur)
+	int64_t now = 0;
+	w->pend = calloc((size_t)pp, sizeof *w->pend);
+	if (!cur || !end || !busy || !w->pend)
 		die("out of memory");
 	for (;;) {
 		int active = 0, moved = 0;
-		for (int p = 0; p < pp; p++)
-			gphase[p] = -1;
-		/* Comm phase. */
 		for (int p = 0; p < pp; p++) {
-			if (cur[p] >= sc->nacts[p])
-				continue;
-			active = 1;
-			const SchedAct *a = &sc->acts[p][cur[p]];
-			int nwant = 0;
-			ready(w, p, a, want, &nwant);
-			for (int k = 0; k < nwant; k += 2) {
-				int e = want[k], dir = want[k + 1];
-				const PlanEdge *ed = &w->plan->edges[e];
-				int q = sc->stage_pp[dir == DIR_ACT ? ed->src : ed->dst];
-				w->have[((size_t)e * w->m + a->mb) * 2 + dir] |= 2;
-				int line = src_line_of(w, a);
-				if (gphase[q] < 0)
-					gphase[q] = w->group[q]++;
-				emit(w, q, (PlanOp){.kind = OP_SEND, .dir = dir, .stage = e, .mb = a->mb,
-				                    .peer = p, .group = gphase[q], .src_line = line});
-				if (gphase[p] < 0)
-					gphase[p] = w->group[p]++;
-				emit(w, p, (PlanOp){.kind = OP_RECV, .dir = dir, .stage = e, .mb = a->mb,
-				                    .peer = q, .group = gphase[p], .src_line = line});
+			if (busy[p] && end[p] <= now) {
+				const SchedAct *a = &sc->acts[p][cur[p]];
+				finish_compute(w, p, a, src_line_of(w, a));
+				cur[p]++;
+				busy[p] = 0;
 				moved = 1;
 			}
+			gphase[p] = -1;
 		}
+		/* Comm phase: every tensor whose producer and consumer are both between
+		 * actions moves now, oldest first. */
+		for (int q = 0; q < pp; q++) {
+			active |= cur[q] < sc->nacts[q];
+			Pending *pq = &w->pend[q];
+			if ((busy[q] && !w->overlap) || pq->n == 0)
+				continue;
+			int keep = 0;
+			for (int i = 0; i < pq->n; i++) {
+				Out o = pq->v[i];
+				if (busy[o.to] && !w->overlap) {
+					pq->v[keep++] = o;
+					continue;
+				}
+				w->have[((size_t)o.edge * w->m + o.mb) * 2 + o.dir] |= 2;
+				if (gphase[q] < 0)
+					gphase[q] = w->group[q]++;
+				emit(w, q, (PlanOp){.kind = OP_SEND, .dir = o.dir, .stage = o.edge, .mb = o.mb,
+				                    .peer = o.to, .group = gphase[q], .src_line = o.line});
+				if (gphase[o.to] < 0)
+					gphase[o.to] = w->group[o.to]++;
+				emit(w, o.to, (PlanOp){.kind = OP_RECV, .dir = o.dir, .stage = o.edge,
+				                       .mb = o.mb, .peer = q, .group = gphase[o.to],
+				                       .src_line = o.line});
+				moved = 1;
+			}
+			pq->n = keep;
+		}
+		for (int q = 0; q < pp; q++)
+			if (!busy[q])
+				flush_reductions(w, q, !active);
 		if (!active)
 			break;
 		/* Compute phase. */
 		for (int p = 0; p < pp; p++) {
-			if (cur[p] >= sc->nacts[p])
+			if (busy[p] || cur[p] >= sc->nacts[p])
 				continue;
 			const SchedAct *a = &sc->acts[p][cur[p]];
-			if (!ready(w, p, a, NULL, NULL))
+			if (!ready(w, p, a))
 				continue;
-			run_compute(w, p, a, src_line_of(w, a));
-			cur[p]++;
+			start_compute(w, p, a, src_line_of(w, a));
+			busy[p] = 1;
+			end[p] = now + act_cost(w, a);
 			moved = 1;
 		}
-		if (!moved) {
-			if (!allow_deadlock) {
-				report_stall(w, cur);
-				rc = -1;
-				break;
-			}
-			lower_rest_naively(w, cur);
+		if (moved)
+			continue;
+		int64_t next = -1;
+		for (int p = 0; p < pp; p++)
+			if (busy[p] && (next < 0 || end[p] < next))
+				next = end[p];
+		if (next >= 0) {
+			now = next;
+			continue;
+		}
+		if (!allow_deadlock) {
+			report_stall(w, cur);
+			rc = -1;
 			break;
 		}
+		lower_rest_naively(w, cur);
+		break;
 	}
 	free(cur);
+	free(end);
+	free(busy);
 	free(gphase);
-	free(want);
+	for (int q = 0; q < pp; q++)
+		free(w->pend[q].v);
+	free(w->pend);
 	return rc;
 }
 
@@ -502,11 +579,12 @@ static void copy_lines(Lw *w)
 	}
 }
 
-Plan *lower_program(const Program *pr, const SchedCtx *sc, Diag *d, int allow_deadlock)
+Plan *lower_program(const Program *pr, const SchedCtx *sc, Diag *d, int allow_deadlock,
+                    int tune_overlap)
 {
 	Plan *p = plan_new();
 	Lw w = {.pr = pr, .sc = sc, .plan = p, .diag = d, .pp = sc->pp, .m = sc->m,
-	        .ns = pr->nstages};
+	        .ns = pr->nstages, .overlap = tune_overlap};
 	p->name = strdup(pr->name);
 	p->source = strdup(pr->file);
 	p->schedule = strdup(pr->schedule);
@@ -530,6 +608,8 @@ Plan *lower_program(const Program *pr, const SchedCtx *sc, Diag *d, int allow_de
 	w.done = calloc((size_t)w.ns * w.m + 1, 1);
 	w.have = calloc((size_t)w.ne * w.m * 2 + 1, 1);
 	w.left = xcalloc_int((size_t)w.ns);
+	w.reduce = xcalloc_int((size_t)w.ns * w.pp);
+	w.nreduce = xcalloc_int((size_t)w.pp);
 	if (!w.done || !w.have)
 		die("out of memory");
 	for (int s = 0; s < w.ns; s++)
@@ -538,6 +618,8 @@ Plan *lower_program(const Program *pr, const SchedCtx *sc, Diag *d, int allow_de
 	free(w.done);
 	free(w.have);
 	free(w.left);
+	free(w.reduce);
+	free(w.nreduce);
 	if (rc == 0)
 		copy_lines(&w);
 	free(w.line0);

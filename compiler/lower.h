@@ -5,7 +5,11 @@
 #include "schedule.h"
 
 /* NULL after reporting to d when the order cannot make progress across ranks, unless
- * allow_deadlock, which lowers the rest naively so pipesim can show the cycle. */
-Plan *lower_program(const Program *pr, const SchedCtx *sc, Diag *d, int allow_deadlock);
+ * allow_deadlock, which lowers the rest naively so pipesim can show the cycle.
+ * tune_overlap: move each tensor as soon as it is produced (best when communication has
+ * its own stream, docs/semantics.md "overlap"); otherwise when producer and consumer are
+ * both between actions (best under the strict model). */
+Plan *lower_program(const Program *pr, const SchedCtx *sc, Diag *d, int allow_deadlock,
+                    int tune_overlap);
 
 #endif

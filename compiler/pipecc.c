@@ -106,7 +106,7 @@ Plan *pipecc_compile(const char *file, const char *src, size_t len, const Pipecc
 		goto out;
 	}
 
-	plan = lower_program(pr, &c, d, o->allow_deadlock);
+	plan = lower_program(pr, &c, d, o->allow_deadlock, o->tune_overlap);
 	sched_free(&c);
 	if (!plan)
 		goto out;

@@ -21,6 +21,7 @@ typedef struct {
 	const char *schedule;   // overrides the program's schedule, or NULL
 	int microbatches;       // overrides the program's, or 0
 	int allow_deadlock;     // emit orders that cannot run (for pipesim to show)
+	int tune_overlap;       // order communication for the overlap model (--tune=overlap)
 	const char *from_csv;   // take the schedule from this torch CSV, as `schedule csv`
 	PipeccPass dump;        // print the state after this pass and stop
 	FILE *dump_out;

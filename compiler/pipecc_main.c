@@ -28,6 +28,10 @@ static void usage(FILE *f)
 	        "      --comms              with torch-csv: also SEND/RECV cells\n"
 	        "      --dump PASS          print the state after PASS (parse, place, schedule,\n"
 	        "                           lower) and stop\n"
+	        "      --tune MODEL         order communication for the strict model (default:\n"
+	        "                           a transfer waits until both ranks are between\n"
+	        "                           actions) or the overlap model (GPU streams: each\n"
+	        "                           tensor moves as soon as it is produced)\n"
 	        "      --allow-deadlock     emit a plan even when the order cannot run across\n"
 	        "                           ranks, for pipesim to show the cycle\n"
 	        "      --max-errors N       stop reporting after N errors (default 20)\n"
@@ -84,7 +88,7 @@ static int parse_int(const char *s, int lo, int *out)
 
 int main(int argc, char **argv)
 {
-	enum { OPT_COMMS = 256, OPT_DUMP, OPT_ALLOW, OPT_MAXERR, OPT_STATS, OPT_FROM_CSV };
+	enum { OPT_TUNE = 300, OPT_COMMS = 256, OPT_DUMP, OPT_ALLOW, OPT_MAXERR, OPT_STATS, OPT_FROM_CSV };
 	static const struct option longs[] = {
 		{"output", required_argument, 0, 'o'},
 		{"schedule", required_argument, 0, 's'},
@@ -94,6 +98,7 @@ int main(int argc, char **argv)
 		{"comms", no_argument, 0, OPT_COMMS},
 		{"dump", required_argument, 0, OPT_DUMP},
 		{"allow-deadlock", no_argument, 0, OPT_ALLOW},
+		{"tune", required_argument, 0, OPT_TUNE},
 		{"max-errors", required_argument, 0, OPT_MAXERR},
 		{"stats", no_argument, 0, OPT_STATS},
 		{"help", no_argument, 0, 'h'},
@@ -141,6 +146,13 @@ int main(int argc, char **argv)
 		}
 		case OPT_STATS:
 			stats = 1;
+			break;
+		case OPT_TUNE:
+			if (strcmp(optarg, "strict") && strcmp(optarg, "overlap")) {
+				fprintf(stderr, "pipecc: --tune wants strict or overlap, not '%s'\n", optarg);
+				return 2;
+			}
+			o.tune_overlap = !strcmp(optarg, "overlap");
 			break;
 		case OPT_ALLOW:
 			o.allow_deadlock = 1;

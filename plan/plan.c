@@ -107,7 +107,8 @@ int64_t plan_transfer_ns(const Plan *p, int64_t bytes)
 {
 	if (p->link_ideal)
 		return 0;
-	return p->latency_ns + (int64_t)ceil((double)bytes * 1e9 / p->bandwidth);
+	double t = (double)p->latency_ns + ceil((double)bytes * 1e9 / p->bandwidth);
+	return t < (double)(INT64_MAX / 4) ? (int64_t)t : INT64_MAX / 4; // no overflow UB
 }
 
 int plan_is_comm(int kind)
