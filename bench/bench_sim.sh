@@ -1,0 +1,51 @@
+#!/bin/sh
+# Simulator speed and memory.  Goals (issue "pipesim"): at least 20 M simulated ops per
+# second on one core for plans of ten million ops and more, time linear in ops, peak RSS
+# at most 64 bytes per op including the 40-byte in-memory op.
+#
+# bench/sim_bench.c builds a 1F1B plan in memory (no file parsing), verifies it and runs
+# sim_run; one process per size so peak RSS is that size's.  Then end to end: the same
+# plans written to files and read, verified and simulated by $BIN/pipesim.
+# Built here, outside the Makefile, from the release objects.
+: "${BIN:=bin}"
+B=build/rel
+SIM_OBJ=$(ls sim/*.c | grep -v '_main\.c$' | sed "s|^|$B/|; s|\.c\$|.o|")
+PLAN_OBJ=$(ls plan/*.c | sed "s|^|$B/|; s|\.c\$|.o|")
+make -s $SIM_OBJ $PLAN_OBJ "$BIN/pipesim" || exit 1
+mkdir -p "$B/bench"
+${CC:-cc} -std=c11 -Wall -Wextra -Wpedantic -O2 -g -D_GNU_SOURCE -o "$B/bench/sim_bench" \
+	bench/sim_bench.c $SIM_OBJ $PLAN_OBJ -lm || exit 1
+PP=${PP:-16}
+SIZES=${SIZES:-"1000000 4000000 16000000"}
+T=$(mktemp -d /tmp/pipesim-bench.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+
+echo "in memory, strict model (the verdict run), pp=$PP:"
+for n in $SIZES; do
+	"$B/bench/sim_bench" "$n" "$PP" strict || exit 1
+done
+echo "in memory, biggest size, other settings:"
+big=$(echo "$SIZES" | tr ' ' '\n' | tail -1)
+"$B/bench/sim_bench" "$big" "$PP" overlap || exit 1
+"$B/bench/sim_bench" "$big" "$PP" strict record || exit 1
+"$B/bench/sim_bench" "$big" "$PP" overlap record || exit 1
+"$B/bench/sim_bench" "$big" 4 strict || exit 1
+"$B/bench/sim_bench" "$big" 128 strict || exit 1
+
+echo "end to end ($BIN/pipesim on a plan file: read, verify, simulate, report):"
+for n in $SIZES; do
+	"$B/bench/sim_bench" --write "$T/b.plan" "$n" "$PP" >/dev/null || exit 1
+	bytes=$(wc -c <"$T/b.plan")
+	for mode in --no-record ""; do
+		if [ -x /usr/bin/time ]; then
+			/usr/bin/time -f "%e %M" -o "$T/time" "$BIN/pipesim" -q $mode "$T/b.plan" || exit 1
+			read -r secs kb <"$T/time"
+			awk -v n="$n" -v s="$secs" -v kb="$kb" -v b="$bytes" -v m="${mode:-(record)}" 'BEGIN {
+				printf "ops %10d  file %6.1f MB  %-11s %6.2f s (%5.1f M ops/s)  peak RSS %7.1f MB = %5.1f B/op\n",
+				       n, b / 1048576, m, s, (s > 0 ? n / s / 1e6 : 0), kb / 1024, kb * 1024 / n }'
+		else
+			time "$BIN/pipesim" -q $mode "$T/b.plan" || exit 1
+		fi
+	done
+	rm -f "$T/b.plan"
+done

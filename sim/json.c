@@ -1,0 +1,163 @@
+/* The JSON report: one object per run, schema in docs/pipesim.md.  Times are printed
+ * in microseconds with three decimals, which is exact for the integer nanoseconds the
+ * simulation works in; sizes are integer bytes.  Written by hand (no library) because
+ * it is small and its key order is part of the documented output. */
+#include "sim.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+static void jstr(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (const unsigned char *c = (const unsigned char *)(s ? s : ""); *c; c++) {
+		if (*c == '"' || *c == '\\')
+			fprintf(f, "\\%c", *c);
+		else if (*c == '\n')
+			fputs("\\n", f);
+		else if (*c == '\t')
+			fputs("\\t", f);
+		else if (*c < 0x20)
+			fprintf(f, "\\u%04x", *c);
+		else
+			fputc(*c, f);
+	}
+	fputc('"', f);
+}
+
+static void jus(FILE *f, int64_t ns)
+{
+	if (ns < 0) {
+		fputs("-", f);
+		ns = -ns;
+	}
+	fprintf(f, "%" PRId64 ".%03" PRId64, ns / 1000, ns % 1000);
+}
+
+static const char *const stream_names[SIM_STREAM_COUNT] = {"rank", "compute", "comm"};
+
+static void jop(FILE *f, const Plan *p, const SimOpRef *x)
+{
+	fprintf(f, "{\"rank\": %d, \"stream\": ", x->rank);
+	jstr(f, x->stream < SIM_STREAM_COUNT ? stream_names[x->stream] : "rank");
+	fprintf(f, ", \"op\": %" PRId64, x->op);
+	if (x->rank >= 0 && x->rank < p->world && x->op >= 0 && x->op < p->ranks[x->rank].nops) {
+		char text[256];
+		plan_format_op(p, &p->ranks[x->rank].ops[x->op], text, sizeof text);
+		fprintf(f, ", \"line\": %" PRId64 ", \"text\": ", sim_op_line(p, x->rank, x->op));
+		jstr(f, text);
+	} else {
+		fputs(", \"line\": 0, \"text\": null", f);
+	}
+	fputc('}', f);
+}
+
+static void header(FILE *f, const Plan *p, const char *file)
+{
+	fprintf(f, "{\n  \"pipesim\": \"%s\",\n  \"plan\": ", SIM_VERSION);
+	jstr(f, file);
+	if (!p)
+		return;
+	fputs(",\n  \"pipeline\": ", f);
+	jstr(f, p->name);
+	fputs(",\n  \"schedule\": ", f);
+	jstr(f, p->schedule);
+	fprintf(f, ",\n  \"mesh\": {\"pp\": %d, \"dp\": %d, \"tp\": %d},\n  \"world\": %d,\n"
+	           "  \"microbatches\": %d",
+	        p->dims[DIM_PP], p->dims[DIM_DP], p->dims[DIM_TP], p->world, p->microbatches);
+}
+
+int sim_write_json(FILE *f, const Plan *p, const SimResult *res, const PlanError *verr,
+                   const char *file)
+{
+	header(f, p, file);
+	if (verr || !res) {
+		fputs(",\n  \"ok\": false,\n  \"deadlock\": false,\n  \"verdict\": \"invalid\",\n"
+		      "  \"error\": ",
+		      f);
+		jstr(f, verr ? verr->msg : "no result");
+		if (verr)
+			fprintf(f, ",\n  \"error_line\": %" PRId64 ",\n  \"error_rank\": %d,\n"
+			           "  \"error_op\": %" PRId64,
+			        verr->line, verr->rank, verr->op);
+		fputs("\n}\n", f);
+		return ferror(f) ? -1 : 0;
+	}
+	fprintf(f, ",\n  \"model\": \"%s\",\n  \"eager\": %s,\n  \"ok\": %s,\n  \"deadlock\": %s,\n"
+	           "  \"verdict\": \"%s\"",
+	        sim_model_names[res->model], res->eager ? "true" : "false",
+	        res->verdict == SIM_OK ? "true" : "false",
+	        res->verdict == SIM_DEADLOCK ? "true" : "false", sim_verdict_names[res->verdict]);
+	fputs(",\n  \"makespan\": ", f);
+	jus(f, res->makespan);
+	fprintf(f, ",\n  \"bubble\": %.6f,\n  \"ops\": %" PRId64 ",\n  \"ops_done\": %" PRId64
+	           ",\n  \"busy\": ",
+	        res->bubble, res->ops, res->ops_done);
+	jus(f, res->busy);
+	fputs(",\n  \"ranks\": [", f);
+	for (int r = 0; r < res->world; r++) {
+		const SimRankResult *rr = &res->ranks[r];
+		fprintf(f, "%s\n    {\"rank\": %d, \"busy\": ", r ? "," : "", r);
+		jus(f, rr->busy);
+		fputs(", \"idle\": ", f);
+		jus(f, rr->idle);
+		fputs(", \"finish\": ", f);
+		jus(f, rr->finish);
+		fprintf(f, ", \"ops_done\": %" PRId64 ", \"peak_activation_bytes\": %" PRId64
+		           ", \"peak_activation_units\": %" PRId64 "}",
+		        rr->ops_done, rr->peak_act_bytes, rr->peak_act_units);
+	}
+	fputs("\n  ],\n  \"links\": [", f);
+	for (int i = 0; i < res->nlinks; i++)
+		fprintf(f, "%s\n    {\"src\": %d, \"dst\": %d, \"bytes\": %" PRId64
+		           ", \"transfers\": %" PRId64 "}",
+		        i ? "," : "", res->links[i].src, res->links[i].dst, res->links[i].bytes,
+		        res->links[i].transfers);
+	fputs(res->nlinks ? "\n  ],\n  \"allreduce\": [" : "],\n  \"allreduce\": [", f);
+	for (int i = 0; i < res->ncollectives; i++)
+		fprintf(f, "%s\n    {\"first_rank\": %d, \"members\": %d, \"bytes\": %" PRId64
+		           ", \"count\": %" PRId64 "}",
+		        i ? "," : "", res->collectives[i].first_rank, res->collectives[i].members,
+		        res->collectives[i].bytes, res->collectives[i].count);
+	fputs(res->ncollectives ? "\n  ],\n  \"critical_path\": [" : "],\n  \"critical_path\": [",
+	      f);
+	for (int64_t i = 0; i < res->npath; i++) {
+		const SimPathStep *st = &res->path[i];
+		fprintf(f, "%s\n    {\"rank\": %d, \"first_op\": %" PRId64 ", \"last_op\": %" PRId64
+		           ", \"first_line\": %" PRId64 ", \"last_line\": %" PRId64 ", \"start\": ",
+		        i ? "," : "", st->rank, st->first_op, st->last_op,
+		        sim_op_line(p, st->rank, st->first_op), sim_op_line(p, st->rank, st->last_op));
+		jus(f, st->start);
+		fputs(", \"end\": ", f);
+		jus(f, st->end);
+		fputs(", \"compute\": ", f);
+		jus(f, st->compute);
+		fputc('}', f);
+	}
+	fputs(res->npath ? "\n  ]" : "]", f);
+	if (res->verdict != SIM_OK) {
+		fputs(",\n  \"error\": ", f);
+		jstr(f, res->message);
+		fputs(",\n  \"stall_time\": ", f);
+		jus(f, res->stall_time);
+		fputs(res->verdict == SIM_DEADLOCK ? ",\n  \"blocked\": [" : ",\n  \"mismatch\": [", f);
+		for (int i = 0; i < res->nstuck; i++) {
+			fputs(i ? ",\n    " : "\n    ", f);
+			jop(f, p, &res->stuck[i]);
+		}
+		fputs(res->nstuck ? "\n  ],\n  \"cycle\": [" : "],\n  \"cycle\": [", f);
+		for (int i = 0; i < res->ncycle; i++) {
+			const SimWait *w = &res->cycle[i];
+			fputs(i ? ",\n    {\"op\": " : "\n    {\"op\": ", f);
+			jop(f, p, &w->from);
+			fputs(",\n     \"waits_for\": ", f);
+			jop(f, p, &w->on);
+			fputs(",\n     \"behind\": ", f);
+			jop(f, p, &w->behind);
+			fputc('}', f);
+		}
+		fputs(res->ncycle ? "\n  ]" : "]", f);
+	}
+	fputs("\n}\n", f);
+	return ferror(f) ? -1 : 0;
+}

@@ -1,0 +1,309 @@
+/* Text reports of a run: the summary of a plan that finished, the explanation of one
+ * that did not (blocked ops, the wait-for cycle, the last steps before the stall), and
+ * the terminal grid.  Every op is named the same way everywhere: its rank, its text as
+ * the plan file carries it (plan_format_op) and its plan-file line, so a report line
+ * can be pasted into an editor's "go to line". */
+#include "sim.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const stream_words[SIM_STREAM_COUNT] = {"", "compute ", "comm "};
+
+/* "rank 2 SEND act e=0 ... (line 57)"; "(op 12)" for plans not read from a file. */
+static void name_op(char *buf, size_t n, const Plan *p, const SimOpRef *x)
+{
+	if (x->rank < 0 || x->rank >= p->world) {
+		snprintf(buf, n, "nobody");
+		return;
+	}
+	const char *sw = x->stream < SIM_STREAM_COUNT ? stream_words[x->stream] : "";
+	if (x->op < 0 || x->op >= p->ranks[x->rank].nops) {
+		snprintf(buf, n, "rank %d %s(no such op: the rest of its list does not have it)",
+		         x->rank, sw);
+		return;
+	}
+	char text[256];
+	plan_format_op(p, &p->ranks[x->rank].ops[x->op], text, sizeof text);
+	int64_t line = sim_op_line(p, x->rank, x->op);
+	if (line)
+		snprintf(buf, n, "rank %d %s%s (line %" PRId64 ")", x->rank, sw, text, line);
+	else
+		snprintf(buf, n, "rank %d %s%s (op %" PRId64 ")", x->rank, sw, text, x->op);
+}
+
+static void put_us(FILE *f, int64_t ns)
+{
+	fprintf(f, "%" PRId64 ".%03" PRId64, ns / 1000, (ns < 0 ? -ns : ns) % 1000);
+}
+
+int sim_report_summary(FILE *f, const Plan *p, const SimResult *res)
+{
+	fprintf(f, "%s: %s schedule, mesh pp=%d dp=%d tp=%d, %d microbatches, %s model, %s sends\n",
+	        p->name ? p->name : "plan", p->schedule ? p->schedule : "?", p->dims[DIM_PP],
+	        p->dims[DIM_DP], p->dims[DIM_TP], p->microbatches, sim_model_names[res->model],
+	        res->eager ? "eager" : "rendezvous");
+	fprintf(f, "ok: %d ranks ran %" PRId64 " ops to the end\n", res->world, res->ops);
+	fprintf(f, "makespan   ");
+	put_us(f, res->makespan);
+	fprintf(f, " us\nbubble     %.2f %%\n", 100.0 * res->bubble);
+	fprintf(f, "\n rank      busy us      idle us   peak act bytes  peak act units\n");
+	for (int r = 0; r < res->world; r++) {
+		const SimRankResult *rr = &res->ranks[r];
+		char busy[32], idle[32];
+		snprintf(busy, sizeof busy, "%" PRId64 ".%03d", rr->busy / 1000, (int)(rr->busy % 1000));
+		snprintf(idle, sizeof idle, "%" PRId64 ".%03d", rr->idle / 1000, (int)(rr->idle % 1000));
+		fprintf(f, "%5d %12s %12s %16" PRId64 " %15" PRId64 "\n", r, busy, idle,
+		        rr->peak_act_bytes, rr->peak_act_units);
+	}
+	if (res->nlinks) {
+		fprintf(f, "\nlinks (p2p)\n");
+		for (int i = 0; i < res->nlinks; i++)
+			fprintf(f, "  %d -> %d: %" PRId64 " bytes in %" PRId64 " transfers\n",
+			        res->links[i].src, res->links[i].dst, res->links[i].bytes,
+			        res->links[i].transfers);
+	}
+	if (res->ncollectives) {
+		fprintf(f, "\nall-reduce (per dp group)\n");
+		for (int i = 0; i < res->ncollectives; i++)
+			fprintf(f, "  group of rank %d (%d ranks): %" PRId64 " bytes in %" PRId64
+			           " all-reduces\n",
+			        res->collectives[i].first_rank, res->collectives[i].members,
+			        res->collectives[i].bytes, res->collectives[i].count);
+	}
+	if (res->npath) {
+		int64_t comp = 0;
+		for (int64_t i = 0; i < res->npath; i++)
+			comp += res->path[i].compute;
+		fprintf(f, "\ncritical path: %" PRId64 " stretches, ", res->npath);
+		put_us(f, comp);
+		fprintf(f, " us of compute, ");
+		put_us(f, res->makespan - comp);
+		fprintf(f, " us of communication and waiting\n");
+		int64_t shown = res->npath <= 12 ? res->npath : 10;
+		for (int64_t i = 0; i < shown; i++) {
+			const SimPathStep *st = &res->path[i];
+			char a[300], b[300];
+			name_op(a, sizeof a, p, &(SimOpRef){st->rank, st->first_op, SIM_STREAM_RANK});
+			name_op(b, sizeof b, p, &(SimOpRef){st->rank, st->last_op, SIM_STREAM_RANK});
+			fprintf(f, "  ");
+			put_us(f, st->start);
+			fprintf(f, " .. ");
+			put_us(f, st->end);
+			fprintf(f, " us  %s", a);
+			if (st->last_op != st->first_op)
+				fprintf(f, " .. %s", strchr(b, ' ') ? strchr(strchr(b, ' ') + 1, ' ') + 1 : b);
+			fprintf(f, "\n");
+		}
+		if (shown < res->npath)
+			fprintf(f, "  ... %" PRId64 " more\n", res->npath - shown);
+	}
+	return ferror(f) ? -1 : 0;
+}
+
+/* ---- the grid ---- */
+
+static int64_t gcd64(int64_t a, int64_t b)
+{
+	while (b) {
+		int64_t t = a % b;
+		a = b;
+		b = t;
+	}
+	return a;
+}
+
+static int digits(int64_t v)
+{
+	int d = 1;
+	while (v >= 10) {
+		v /= 10;
+		d++;
+	}
+	return d;
+}
+
+/* The column width in ns: the gcd of every cost and transfer time when that keeps the
+ * grid within max_cols, else the window split evenly. */
+static int64_t quantum(const Plan *p, int64_t window, int max_cols)
+{
+	int64_t g = 0;
+	for (int s = 0; s < p->nstages; s++)
+		for (int k = 0; k < 3; k++)
+			g = gcd64(g, p->stages[s].cost[k]);
+	if (!p->link_ideal) {
+		for (int e = 0; e < p->nedges; e++)
+			g = gcd64(g, plan_transfer_ns(p, p->edges[e].bytes));
+	}
+	if (g <= 0)
+		g = 1;
+	if (max_cols < 1)
+		max_cols = 1;
+	if (window / g > max_cols) {
+		int64_t q = (window + max_cols - 1) / max_cols;
+		g = q > g ? q : g;
+	}
+	return g;
+}
+
+static char op_letter(int kind)
+{
+	switch (kind) {
+	case OP_F:
+		return 'F';
+	case OP_B:
+	case OP_BW:
+		return 'B';
+	case OP_W:
+		return 'W';
+	case OP_OPTIM:
+		return 'O';
+	}
+	return '?';
+}
+
+/* Rows of cells for [t0, t0 + ncols * q): a cell shows the compute op running at its
+ * middle (or one too short to reach a middle that lies inside it), else '.'. */
+static void grid_rows(FILE *f, const Plan *p, const SimResult *res, int64_t t0, int64_t q,
+                      int ncols, const char *const *suffix)
+{
+	int w = 1 + digits(p->microbatches > 0 ? p->microbatches - 1 : 0);
+	int rw = digits(p->world > 0 ? p->world - 1 : 0);
+	for (int r = 0; r < p->world; r++) {
+		const PlanRank *pr = &p->ranks[r];
+		const SimOpTime *t = res->ranks[r].times;
+		fprintf(f, "rank %*d |", rw, r);
+		int64_t i = 0;
+		for (int c = 0; c < ncols; c++) {
+			int64_t a = t0 + c * q, b = a + q;
+			/* compute ops run one after the other: skip those over by a (and those that
+			 * take no time, which a grid cannot show) */
+			while (i < pr->nops && (plan_is_comm(pr->ops[i].kind) || t[i].end < 0 ||
+			                        t[i].end <= a || t[i].start == t[i].end))
+				i++;
+			/* the op running at the cell's middle, or one that fits inside it */
+			int64_t mid = a + q / 2, hit = -1;
+			if (i < pr->nops && ((t[i].start <= mid && mid < t[i].end) ||
+			                     (t[i].start >= a && t[i].end <= b)))
+				hit = i;
+			fputc(' ', f);
+			if (hit < 0) {
+				fprintf(f, "%-*s", w, ".");
+			} else {
+				const PlanOp *o = &pr->ops[hit];
+				if (o->kind == OP_OPTIM)
+					fprintf(f, "%-*s", w, "O");
+				else
+					fprintf(f, "%c%-*d", op_letter(o->kind), w - 1, (int)o->mb);
+			}
+		}
+		fprintf(f, " |%s\n", suffix && suffix[r] ? suffix[r] : "");
+	}
+}
+
+int sim_report_grid(FILE *f, const Plan *p, const SimResult *res, int max_cols)
+{
+	if (!res->ranks || !res->ranks[0].times) {
+		fprintf(f, "(no grid: op times were not recorded)\n");
+		return ferror(f) ? -1 : 0;
+	}
+	int64_t end = res->verdict == SIM_OK ? res->makespan : res->stall_time;
+	int64_t q = quantum(p, end, max_cols);
+	int ncols = (int)((end + q - 1) / q);
+	if (ncols < 1)
+		ncols = 1;
+	fprintf(f, "grid: 1 column = ");
+	put_us(f, q);
+	fprintf(f, " us, %d columns; F forward, B backward (B or BW), W weight gradient, "
+	           "O optimizer, . idle or communicating\n",
+	        ncols);
+	grid_rows(f, p, res, 0, q, ncols, NULL);
+	return ferror(f) ? -1 : 0;
+}
+
+/* ---- failures ---- */
+
+int sim_report_failure(FILE *f, const Plan *p, const SimResult *res, const char *file)
+{
+	char a[400], b[400], c[400];
+	if (!file)
+		file = "plan";
+	if (res->verdict == SIM_MISMATCH) {
+		int64_t line = res->nstuck ? sim_op_line(p, res->stuck[0].rank, res->stuck[0].op) : 0;
+		if (line)
+			fprintf(f, "%s:%" PRId64 ": error: mismatch: %s\n", file, line, res->message);
+		else
+			fprintf(f, "%s: error: mismatch: %s\n", file, res->message);
+		for (int i = 0; i < res->nstuck; i++) {
+			name_op(a, sizeof a, p, &res->stuck[i]);
+			fprintf(f, "  %s\n", a);
+		}
+		return ferror(f) ? -1 : 0;
+	}
+	if (res->verdict != SIM_DEADLOCK)
+		return 0;
+	fprintf(f, "%s: error: %s\n", file, res->message);
+	for (int i = 0; i < res->nstuck; i++) {
+		const SimOpRef *x = &res->stuck[i];
+		name_op(a, sizeof a, p, x);
+		int64_t line = sim_op_line(p, x->rank, x->op);
+		if (line)
+			fprintf(f, "%s:%" PRId64 ": note: blocked: %s\n", file, line, a);
+		else
+			fprintf(f, "%s: note: blocked: %s\n", file, a);
+	}
+	if (res->ncycle) {
+		fprintf(f, "wait-for cycle (%d edges):\n", res->ncycle);
+		for (int i = 0; i < res->ncycle; i++) {
+			const SimWait *w = &res->cycle[i];
+			name_op(a, sizeof a, p, &w->from);
+			name_op(b, sizeof b, p, &w->on);
+			name_op(c, sizeof c, p, &w->behind);
+			if (w->on.rank == w->behind.rank && w->on.op == w->behind.op &&
+			    w->on.stream == w->behind.stream)
+				fprintf(f, "  %s waits for %s\n", a, b);
+			else
+				fprintf(f, "  %s waits for %s which waits behind %s\n", a, b, c);
+		}
+	}
+	if (res->ranks && res->ranks[0].times) {
+		enum { COLS = 16 };
+		int64_t q = quantum(p, res->stall_time, COLS);
+		int64_t t0 = res->stall_time - COLS * q;
+		if (t0 < 0)
+			t0 = 0;
+		int ncols = (int)((res->stall_time - t0 + q - 1) / q);
+		if (ncols < 1)
+			ncols = 1;
+		char **suffix = calloc((size_t)p->world, sizeof *suffix);
+		if (suffix) {
+			for (int i = 0; i < res->nstuck; i++) {
+				int r = res->stuck[i].rank;
+				if (suffix[r] || res->stuck[i].op < 0 || res->stuck[i].op >= p->ranks[r].nops)
+					continue;
+				char text[256];
+				plan_format_op(p, &p->ranks[r].ops[res->stuck[i].op], text, sizeof text);
+				suffix[r] = malloc(300);
+				if (suffix[r])
+					snprintf(suffix[r], 300, " stuck at %s", text);
+			}
+			for (int r = 0; r < p->world; r++)
+				if (!suffix[r] && (suffix[r] = malloc(16)))
+					snprintf(suffix[r], 16, " done");
+		}
+		fprintf(f, "last steps before the stall (1 column = ");
+		put_us(f, q);
+		fprintf(f, " us, ");
+		put_us(f, t0);
+		fprintf(f, " .. ");
+		put_us(f, res->stall_time);
+		fprintf(f, " us):\n");
+		grid_rows(f, p, res, t0, q, ncols, (const char *const *)suffix);
+		if (suffix)
+			for (int r = 0; r < p->world; r++)
+				free(suffix[r]);
+		free(suffix);
+	}
+	return ferror(f) ? -1 : 0;
+}

@@ -1,0 +1,180 @@
+/* pipesim's library: executes a plan under docs/semantics.md and reports what happened.
+ *
+ * sim_run() is exact about the semantics: sends rendezvous with their receives (unless
+ * SimOptions.eager), p2p matching is FIFO per ordered pair of ranks, a collective waits
+ * for every member of its dp group, and a rank inside a group posts nothing later.  It
+ * either runs every rank to the end of its op list (SIM_OK, with timing, memory and
+ * traffic figures) or proves a deadlock (SIM_DEADLOCK, with the blocked ops and a
+ * wait-for cycle).  The run is O(ops): ranks advance as far as they can and are woken
+ * by the match that unblocks them; no global clock, no scans over ranks per op.
+ *
+ * The caller is expected to have run plan_verify() first (pipesim does): sim_run never
+ * crashes on an unverified plan, but the static mismatches it finds on the way are
+ * reported only as well as a run can see them (SIM_MISMATCH).
+ *
+ * Convention: every time is integer nanoseconds from the start of the step, every size
+ * integer bytes.  The JSON, trace and SVG writers convert to microseconds. */
+#ifndef SIM_H
+#define SIM_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../plan/plan.h"
+
+#define SIM_VERSION "1.0"
+
+typedef enum {
+	SIM_STRICT,  // a rank waits for each group before its next op (default for verdicts)
+	SIM_OVERLAP, // compute and comm streams; compute waits only on what it consumes
+	SIM_MODEL_COUNT
+} SimModel;
+
+typedef enum {
+	SIM_OK,       // every rank finished its op list
+	SIM_DEADLOCK, // some rank can never finish; see SimResult.stuck and .cycle
+	SIM_MISMATCH, // a run-time pairing error (only on plans plan_verify rejects)
+	SIM_VERDICT_COUNT
+} SimVerdict;
+
+typedef enum {
+	SIM_STREAM_RANK,    // strict model: the rank as a whole
+	SIM_STREAM_COMPUTE, // overlap model: the compute stream
+	SIM_STREAM_COMM,    // overlap model: the communication stream
+	SIM_STREAM_COUNT
+} SimStream;
+
+typedef struct {
+	SimModel model;
+	int eager;      // 1: sends complete when posted (buffered), as with --eager
+	int record_ops; // 1: fill SimRankResult.times and the critical path (20 B per op)
+} SimOptions;
+
+/* Times of one op.  Compute ops: when they ran.  Comm ops: start is when their group
+ * was posted, end when the op itself completed (its group completes at the latest end
+ * of its ops).  start is -1 for ops never reached, end -1 for ops never completed (a
+ * deadlock's blocked ops have a start and no end). */
+typedef struct {
+	int64_t start, end;
+} SimOpTime;
+
+typedef struct {
+	int64_t busy;           // ns of compute (sum of costs of the compute ops it ran)
+	int64_t idle;           // makespan - busy
+	int64_t finish;         // ns when its last op completed (or when it stalled)
+	int64_t ops_done;       // ops completed (nops when it finished)
+	int64_t peak_act_bytes; // peak activation memory, docs/semantics.md "Memory"
+	int64_t peak_act_units; // peak number of live (stage, microbatch) activations
+	SimOpTime *times;       // nops entries when SimOptions.record_ops, else NULL
+} SimRankResult;
+
+/* Bytes moved from src to dst over p2p (one entry per ordered pair that talked). */
+typedef struct {
+	int src, dst;
+	int64_t bytes;
+	int64_t transfers;
+} SimLink;
+
+/* All-reduce traffic of one dp group, named by its first member. */
+typedef struct {
+	int first_rank, members;
+	int64_t bytes;          // sum of the all-reduced sizes
+	int64_t count;          // all-reduces done
+} SimCollective;
+
+/* One op of a rank (or of one of its streams). */
+typedef struct {
+	int rank;
+	int64_t op;             // index into ranks[rank].ops; -1 when none
+	uint8_t stream;         // SimStream
+} SimOpRef;
+
+/* One edge of the wait-for graph: `from` (the op its stream is blocked at) waits for
+ * `on`, an op of another stream that has not been posted yet (the matching receive,
+ * send or all-reduce, the compute op producing a send's data, or the group holding a
+ * receive a compute op consumes), which itself waits behind `behind`, the op that
+ * stream is blocked at.  `on` equals `behind` when the blocked op itself is awaited. */
+typedef struct {
+	SimOpRef from, on, behind;
+} SimWait;
+
+/* A stretch of the critical path: consecutive ops of one rank, [start, end] in ns. */
+typedef struct {
+	int rank;
+	int64_t first_op, last_op;
+	int64_t start, end;
+	int64_t compute;        // ns of compute inside the stretch
+} SimPathStep;
+
+typedef struct {
+	SimVerdict verdict;
+	SimModel model;
+	int eager;
+	int world;
+	int64_t makespan;       // ns the last rank finished (or the last progress at a stall)
+	int64_t ops;            // ops in the plan
+	int64_t ops_done;       // ops completed
+	int64_t busy;           // sum of ranks' busy
+	double bubble;          // 1 - busy / (world * makespan); 0 when makespan is 0
+	SimRankResult *ranks;   // world entries
+
+	int nlinks;
+	SimLink *links;         // sorted by (src, dst)
+	int ncollectives;
+	SimCollective *collectives;
+
+	int64_t npath;          // critical path, first stretch first (record_ops only)
+	SimPathStep *path;
+
+	/* SIM_DEADLOCK: every blocked stream (strict: one per stuck rank) and its op, and
+	 * one cycle of the wait-for graph, cycle[i].on's stream blocked at
+	 * cycle[(i + 1) % ncycle].from.  SIM_MISMATCH: stuck[0] and stuck[1] are the two
+	 * ops that do not pair (op -1 when one side has no op at all). */
+	int nstuck;
+	SimOpRef *stuck;
+	int ncycle;
+	SimWait *cycle;
+	int64_t stall_time;     // ns of the last completion before the stall
+
+	char message[512];      // one-line explanation when verdict != SIM_OK
+} SimResult;
+
+/* Runs the plan.  Returns 0 when every rank finished, 1 for a finding (deadlock or
+ * mismatch; res->verdict says which), -1 when out of memory (res->message).  res is
+ * always initialised and must be released with sim_result_free(). */
+int sim_run(const Plan *p, const SimOptions *opt, SimResult *res);
+void sim_result_free(SimResult *res);
+
+extern const char *const sim_model_names[SIM_MODEL_COUNT];
+extern const char *const sim_verdict_names[SIM_VERDICT_COUNT];
+/* Parses "strict" / "overlap"; -1 when neither. */
+int sim_model_parse(const char *s);
+
+/* All-reduce time over n ranks (docs/semantics.md "Timing"); p2p is plan_transfer_ns. */
+int64_t sim_allreduce_ns(const Plan *p, int n, int64_t bytes);
+
+/* Plan-file line of op i of rank r (first_line + i), 0 when the plan was not read
+ * from a file. */
+int64_t sim_op_line(const Plan *p, int rank, int64_t op);
+
+/* Reports.  Each returns 0, or -1 when writing failed.
+ * sim_report_summary: makespan, per-rank busy/idle/memory, bubble, links, critical path.
+ * sim_report_failure: the verdict with every op named by `file:line` and text, the
+ *   wait-for cycle and (when ops were recorded) a grid of the last steps before it.
+ * sim_report_grid: ranks as rows, time as columns, F/B/W and microbatch in each cell;
+ *   max_cols bounds the width (columns are scaled to fit). */
+int sim_report_summary(FILE *f, const Plan *p, const SimResult *res);
+int sim_report_failure(FILE *f, const Plan *p, const SimResult *res, const char *file);
+int sim_report_grid(FILE *f, const Plan *p, const SimResult *res, int max_cols);
+
+/* One JSON object (docs/pipesim.md).  verr, when not NULL, is a plan_verify() or
+ * plan_read() failure reported instead of a run (res may then be NULL). */
+int sim_write_json(FILE *f, const Plan *p, const SimResult *res, const PlanError *verr,
+                   const char *file);
+/* Chrome trace / Perfetto JSON: a process per rank, compute and comm threads.  Needs
+ * record_ops. */
+int sim_write_trace(FILE *f, const Plan *p, const SimResult *res);
+/* The timeline as the schedule papers draw it.  Needs record_ops. */
+int sim_write_svg(FILE *f, const Plan *p, const SimResult *res);
+
+#endif

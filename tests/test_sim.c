@@ -1,0 +1,916 @@
+/* Simulator tests: unit-cost makespans of the compiler's schedules, the bad-plan corpus
+ * in tests/plans/bad (each caught with the right ops named), verdicts that depend on
+ * buffering, both timing models, memory, the critical path, the reports, and the
+ * reader + verifier + simulator on fuzzed plan files (fixed seed: never a crash, always
+ * a located error).  Paths are relative to the repository root, where make runs us. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "../compiler/pipecc.h"
+#include "../sim/sim.h"
+
+/* ---- helpers ---- */
+
+static Plan *compile_text(const char *src, const char *schedule)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *out = open_memstream(&buf, &len);
+	Diag d;
+	diag_init(&d, "test.pipe", src, strlen(src), out);
+	PipeccOptions o = {.schedule = schedule};
+	Plan *p = pipecc_compile("test.pipe", src, strlen(src), &o, &d);
+	fclose(out);
+	if (!p && buf)
+		fprintf(stderr, "%s", buf);
+	free(buf);
+	return p;
+}
+
+/* n stages on pp ranks (one each), dp replicas, m microbatches; costs and link given. */
+static char *program(int pp, int dp, int m, const char *sched, const char *cost, const char *link)
+{
+	static char buf[8192];
+	int k = snprintf(buf, sizeof buf,
+	                 "pipeline t;\nmesh pp=%d dp=%d;\nmicrobatches %d;\ninput 2x8;\n", pp, dp, m);
+	for (int s = 0; s < pp; s++)
+		k += snprintf(buf + k, sizeof buf - k, "stage s%d { linear 8; %s}\n", s,
+		              s == pp - 1 ? "loss mse; " : "relu; ");
+	snprintf(buf + k, sizeof buf - k, "schedule %s;\ncost * %s;\nlink %s;\n", sched, cost, link);
+	return buf;
+}
+
+static Plan *read_plan(const char *path)
+{
+	PlanError e;
+	Plan *p = plan_read_file(path, &e);
+	if (!p)
+		fail_msg("%s:%lld: %s", path, (long long)e.line, e.msg);
+	return p;
+}
+
+/* Runs and returns the failure report text (malloc'd). */
+static char *failure_text(const Plan *p, const SimResult *res)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	sim_report_failure(f, p, res, "x.plan");
+	fclose(f);
+	return buf;
+}
+
+#define assert_contains(hay, needle)                                                       \
+	do {                                                                                   \
+		if (!strstr((hay), (needle)))                                                      \
+			fail_msg("expected \"%s\" in:\n%s", (needle), (hay));                          \
+	} while (0)
+
+/* ---- unit costs ---- */
+
+static void sim__unit_cost_schedules__makespan_3_m_plus_p_minus_1(void **state)
+{
+	(void)state;
+	const char *scheds[] = {"gpipe", "1f1b"};
+	for (int si = 0; si < 2; si++) {
+		for (int pp = 1; pp <= 6; pp++) {
+			for (int m = 1; m <= 9; m += 2) {
+				Plan *p = compile_text(program(pp, 1, m, scheds[si], "f=1 b=1 w=1", "ideal"),
+				                       NULL);
+				assert_non_null(p);
+				SimResult res;
+				SimOptions o = {.model = SIM_STRICT};
+				assert_int_equal(sim_run(p, &o, &res), 0);
+				int64_t want = 3 * (int64_t)(m + pp - 1) * 1000;
+				if (res.makespan != want)
+					fail_msg("%s pp=%d m=%d: makespan %lld, want %lld", scheds[si], pp, m,
+					         (long long)res.makespan, (long long)want);
+				/* Peak activations: gpipe m everywhere; 1f1b min(p - i, m) on rank i. */
+				for (int r = 0; r < pp; r++) {
+					int64_t units = si == 0 ? m : (pp - r < m ? pp - r : m);
+					assert_int_equal(res.ranks[r].peak_act_units, units);
+					int s = r; // one stage per rank, loop placement
+					int64_t per = p->stages[s].save_fb + p->stages[s].save_fw;
+					assert_int_equal(res.ranks[r].peak_act_bytes, units * per);
+					assert_int_equal(res.ranks[r].busy, 3 * (int64_t)m * 1000);
+				}
+				double bubble = 1.0 - (double)m / (m + pp - 1);
+				assert_true(res.bubble > bubble - 1e-9 && res.bubble < bubble + 1e-9);
+				sim_result_free(&res);
+				/* With free links, overlapping communication changes nothing. */
+				o.model = SIM_OVERLAP;
+				assert_int_equal(sim_run(p, &o, &res), 0);
+				assert_int_equal(res.makespan, want);
+				sim_result_free(&res);
+				plan_free(p);
+			}
+		}
+	}
+}
+
+static void sim__dp_replicas__same_makespan_and_allreduce_counted(void **state)
+{
+	(void)state;
+	Plan *p = compile_text(program(3, 2, 4, "1f1b", "f=1 b=1 w=1", "ideal"), NULL);
+	assert_non_null(p);
+	SimResult res;
+	SimOptions o = {.model = SIM_STRICT};
+	assert_int_equal(sim_run(p, &o, &res), 0);
+	assert_int_equal(res.makespan, 3 * (4 + 3 - 1) * 1000);
+	assert_int_equal(res.ncollectives, 3);
+	for (int i = 0; i < res.ncollectives; i++) {
+		assert_int_equal(res.collectives[i].members, 2);
+		assert_int_equal(res.collectives[i].count, 1);
+	}
+	sim_result_free(&res);
+	plan_free(p);
+
+	/* With real links the step ends in all-reduces: the critical path still runs from
+	 * 0 to the makespan without gaps, through the last member to reach them. */
+	p = compile_text(program(3, 2, 4, "1f1b", "f=1 b=1 w=1", "latency=5us bandwidth=1GB/s"), NULL);
+	assert_non_null(p);
+	for (int model = 0; model < SIM_MODEL_COUNT; model++) {
+		SimOptions ro = {.model = model, .record_ops = 1};
+		assert_int_equal(sim_run(p, &ro, &res), 0);
+		assert_true(res.npath > 3);
+		assert_int_equal(res.path[0].start, 0);
+		assert_int_equal(res.path[res.npath - 1].end, res.makespan);
+		for (int64_t i = 1; i < res.npath; i++)
+			assert_int_equal(res.path[i].start, res.path[i - 1].end);
+		sim_result_free(&res);
+	}
+	plan_free(p);
+}
+
+/* ---- timing ---- */
+
+static void sim__link_costs__transfer_and_allreduce_times(void **state)
+{
+	(void)state;
+	/* pp=2, m=1, gpipe: F0 | xfer | F1 BW1 | xfer | BW0, then the all-reduce is per
+	 * replica-group of one rank (dp = 1): free. */
+	Plan *p = compile_text(program(2, 1, 1, "gpipe", "f=1 b=2 w=3", "latency=2us bandwidth=1GB/s"),
+	                       NULL);
+	assert_non_null(p);
+	int64_t x = plan_transfer_ns(p, p->edges[0].bytes);
+	assert_true(x > 2000);
+	SimResult res;
+	SimOptions o = {.model = SIM_STRICT, .record_ops = 1};
+	assert_int_equal(sim_run(p, &o, &res), 0);
+	assert_int_equal(res.makespan, 1000 + x + 1000 + 5000 + x + 5000);
+	/* Every op has a time, ends after it starts, and compute ops take their cost. */
+	for (int r = 0; r < p->world; r++) {
+		for (int64_t i = 0; i < p->ranks[r].nops; i++) {
+			const SimOpTime *t = &res.ranks[r].times[i];
+			assert_true(t->start >= 0 && t->end >= t->start);
+			const PlanOp *op = &p->ranks[r].ops[i];
+			if (op->kind == OP_F)
+				assert_int_equal(t->end - t->start, 1000);
+			if (op->kind == OP_BW)
+				assert_int_equal(t->end - t->start, 5000);
+		}
+	}
+	/* The critical path covers the makespan without gaps or overlaps. */
+	assert_true(res.npath >= 2);
+	assert_int_equal(res.path[0].start, 0);
+	assert_int_equal(res.path[res.npath - 1].end, res.makespan);
+	for (int64_t i = 1; i < res.npath; i++)
+		assert_int_equal(res.path[i].start, res.path[i - 1].end);
+	assert_int_equal(res.nlinks, 2);
+	assert_int_equal(res.links[0].bytes, p->edges[0].bytes);
+	sim_result_free(&res);
+	plan_free(p);
+
+	/* All-reduce over n ranks: 2(n-1) latency + ceil(2(n-1)/n * bytes / bandwidth). */
+	p = compile_text(program(1, 4, 1, "gpipe", "f=1 b=1 w=1", "latency=1us bandwidth=1GB/s"),
+	                 NULL);
+	assert_non_null(p);
+	int64_t bytes = p->stages[0].params * 4;
+	int64_t ar = 6 * 1000 + (int64_t)((6.0 / 4) * (double)bytes); // 1 GB/s: 1 ns per byte
+	assert_int_equal(sim_allreduce_ns(p, 4, bytes), ar);
+	assert_int_equal(sim_run(p, &o, &res), 0);
+	assert_int_equal(res.makespan, 3000 + ar);
+	sim_result_free(&res);
+	plan_free(p);
+}
+
+static void sim__overlap_model__hides_transfers_strict_does_not(void **state)
+{
+	(void)state;
+	Plan *p = compile_text(program(4, 1, 8, "1f1b", "f=10 b=10 w=10", "latency=5us bandwidth=10GB/s"),
+	                       NULL);
+	assert_non_null(p);
+	SimResult a, b;
+	SimOptions o = {.model = SIM_STRICT};
+	assert_int_equal(sim_run(p, &o, &a), 0);
+	o.model = SIM_OVERLAP;
+	assert_int_equal(sim_run(p, &o, &b), 0);
+	assert_true(b.makespan <= a.makespan);
+	assert_true(b.makespan >= 3 * (8 + 4 - 1) * 10000); // never better than free links
+	assert_int_equal(a.busy, b.busy);
+	sim_result_free(&a);
+	sim_result_free(&b);
+	plan_free(p);
+}
+
+/* ---- the bad corpus ---- */
+
+typedef struct {
+	const char *file;
+	const char *needles[3]; // in the verifier's message
+} VerifyCase;
+
+static void sim__bad_corpus__verifier_names_both_ops(void **state)
+{
+	(void)state;
+	static const VerifyCase cases[] = {
+	    {"crossed_fifo", {"`SEND act e=0 m=0 to=1", "`RECV act e=0 m=1 from=0", "microbatch"}},
+	    {"wrong_size", {"`SEND act e=0 m=0 to=1 bytes=128", "`RECV act e=0 m=0 from=0 bytes=64",
+	                    "sizes differ"}},
+	    {"missing_send", {"`RECV act e=0 m=1 from=0", "no matching SEND", "(line 38)"}},
+	    {"missing_recv", {"`SEND act e=0 m=1 to=1", "no matching RECV", "(line 28)"}},
+	    {"compute_before_input", {"`F 1 0`", "before its input", "(line 35)"}},
+	    {"w_before_b", {"`W 1 0`", "W before its B", "(line 37)"}},
+	    {"allreduce_subset", {"`ALLREDUCE s=0", "only part of its dp group", "rank 1"}},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		char path[256];
+		snprintf(path, sizeof path, "tests/plans/bad/%s.plan", cases[i].file);
+		Plan *p = read_plan(path);
+		PlanError e;
+		if (plan_verify(p, &e) == 0)
+			fail_msg("%s: verifier found nothing", path);
+		assert_true(e.line > 0);
+		for (int k = 0; k < 3 && cases[i].needles[k]; k++)
+			assert_contains(e.msg, cases[i].needles[k]);
+		plan_free(p);
+	}
+}
+
+typedef struct {
+	const char *file;
+	int eager_ok;    // runs with --eager
+	int ncycle;
+	const char *needles[3]; // in the failure report
+} DeadlockCase;
+
+static void sim__bad_corpus__deadlocks_with_cycle(void **state)
+{
+	(void)state;
+	static const DeadlockCase cases[] = {
+	    {"head_to_head", 1, 2,
+	     {"rank 0 SEND act e=0 m=1 to=1 bytes=128 g=1 r=0 (line 27) waits for rank 1 RECV act "
+	      "e=0 m=1 from=0 bytes=128 g=2 r=0 (line 39) which waits behind rank 1 SEND grad e=0 "
+	      "m=0 to=0 bytes=128 g=1 r=1 (line 38)",
+	      "x.plan:27: note: blocked: rank 0 SEND act", "x.plan:38: note: blocked: rank 1 SEND grad"}},
+	    {"cycle3", 0, 3,
+	     {"rank 0 RECV grad e=2 m=0 from=2 bytes=32 g=0 r=5 (line 35) waits for rank 2 SEND grad",
+	      "rank 2 RECV act e=1 m=0 from=1 bytes=32 g=0 r=2 (line 54) waits for rank 1 SEND act",
+	      "rank 1 RECV act e=0 m=0 from=0 bytes=32 g=0 r=0 (line 44) waits for rank 0 SEND act"}},
+	    {"dp_order", 0, 4,
+	     {"rank 0 ALLREDUCE s=2 bytes=80 g=4 (line 51) waits for rank 1 ALLREDUCE s=2",
+	      "which waits behind rank 1 RECV grad e=2 m=0 from=3",
+	      "rank 3 ALLREDUCE s=3 bytes=80 g=3 (line 104) waits for rank 2 ALLREDUCE s=3"}},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		char path[256];
+		snprintf(path, sizeof path, "tests/plans/bad/%s.plan", cases[i].file);
+		Plan *p = read_plan(path);
+		PlanError e;
+		if (plan_verify(p, &e))
+			fail_msg("%s: %s", path, e.msg);
+		for (int model = 0; model < SIM_MODEL_COUNT; model++) {
+			SimResult res;
+			SimOptions o = {.model = model, .record_ops = 1};
+			assert_int_equal(sim_run(p, &o, &res), 1);
+			assert_int_equal(res.verdict, SIM_DEADLOCK);
+			assert_int_equal(res.ncycle, cases[i].ncycle);
+			/* The cycle closes: each edge's awaited stream is blocked where the next
+			 * edge starts. */
+			for (int k = 0; k < res.ncycle; k++) {
+				const SimWait *w = &res.cycle[k], *nx = &res.cycle[(k + 1) % res.ncycle];
+				assert_int_equal(w->on.rank, nx->from.rank);
+				assert_int_equal(w->behind.op, nx->from.op);
+				assert_true(w->on.op > w->behind.op); // not posted: behind the blocked op
+			}
+			if (model == SIM_STRICT) {
+				char *txt = failure_text(p, &res);
+				for (int k = 0; k < 3; k++)
+					assert_contains(txt, cases[i].needles[k]);
+				assert_contains(txt, "last steps before the stall");
+				free(txt);
+			}
+			sim_result_free(&res);
+			o.eager = 1;
+			int rc = sim_run(p, &o, &res);
+			assert_int_equal(rc, cases[i].eager_ok ? 0 : 1);
+			sim_result_free(&res);
+		}
+		plan_free(p);
+	}
+}
+
+/* Without the verifier, the run itself still catches pairing errors with both ops. */
+static void sim__unverified_mismatch__run_names_both_ops(void **state)
+{
+	(void)state;
+	Plan *p = read_plan("tests/plans/bad/crossed_fifo.plan");
+	SimResult res;
+	SimOptions o = {.model = SIM_STRICT};
+	assert_int_equal(sim_run(p, &o, &res), 1);
+	assert_int_equal(res.verdict, SIM_MISMATCH);
+	assert_int_equal(res.nstuck, 2);
+	assert_int_equal(res.stuck[0].rank, 0);
+	assert_int_equal(res.stuck[0].op, 1);
+	assert_int_equal(res.stuck[1].rank, 1);
+	assert_int_equal(res.stuck[1].op, 0);
+	char *txt = failure_text(p, &res);
+	assert_contains(txt, "x.plan:25: error: mismatch");
+	assert_contains(txt, "rank 1 RECV act e=0 m=1 from=0 bytes=128 g=0 r=0 (line 35)");
+	free(txt);
+	sim_result_free(&res);
+	plan_free(p);
+
+	p = read_plan("tests/plans/bad/wrong_size.plan");
+	assert_int_equal(sim_run(p, &o, &res), 1);
+	assert_int_equal(res.verdict, SIM_MISMATCH);
+	assert_contains(res.message, "bytes differ");
+	sim_result_free(&res);
+	plan_free(p);
+
+	/* A send nobody receives: a deadlock-free stall under eager, caught at the end. */
+	p = read_plan("tests/plans/bad/missing_recv.plan");
+	o.eager = 1;
+	int rc = sim_run(p, &o, &res);
+	assert_int_equal(rc, 1);
+	sim_result_free(&res);
+	plan_free(p);
+}
+
+static void sim__good_plans__run_in_both_models(void **state)
+{
+	(void)state;
+	const char *files[] = {"tests/plans/good/tiny2.plan", "tests/plans/good/skip3.plan",
+	                       "tests/plans/good/dp2x2.plan"};
+	for (size_t i = 0; i < 3; i++) {
+		Plan *p = read_plan(files[i]);
+		PlanError e;
+		assert_int_equal(plan_verify(p, &e), 0);
+		for (int model = 0; model < SIM_MODEL_COUNT; model++)
+			for (int eager = 0; eager < 2; eager++) {
+				SimResult res;
+				SimOptions o = {.model = model, .eager = eager, .record_ops = 1};
+				assert_int_equal(sim_run(p, &o, &res), 0);
+				assert_int_equal(res.ops_done, plan_total_ops(p));
+				assert_true(res.makespan > 0);
+				sim_result_free(&res);
+			}
+		plan_free(p);
+	}
+}
+
+/* ---- reports ---- */
+
+static char *capture(int which, const Plan *p, const SimResult *res)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	int rc = 0;
+	switch (which) {
+	case 0:
+		rc = sim_write_json(f, p, res, NULL, "x.plan");
+		break;
+	case 1:
+		rc = sim_write_trace(f, p, res);
+		break;
+	case 2:
+		rc = sim_write_svg(f, p, res);
+		break;
+	case 3:
+		rc = sim_report_summary(f, p, res);
+		break;
+	case 4:
+		rc = sim_report_grid(f, p, res, 60);
+		break;
+	}
+	fclose(f);
+	assert_int_equal(rc, 0);
+	return buf;
+}
+
+static void sim__reports__json_trace_svg_grid(void **state)
+{
+	(void)state;
+	Plan *p = read_plan("tests/plans/good/tiny2.plan");
+	SimResult res;
+	SimOptions o = {.model = SIM_STRICT, .record_ops = 1};
+	assert_int_equal(sim_run(p, &o, &res), 0);
+	char *j = capture(0, p, &res);
+	assert_contains(j, "\"ok\": true");
+	assert_contains(j, "\"deadlock\": false");
+	assert_contains(j, "\"makespan\": 9.000");
+	assert_contains(j, "\"bubble\": 0.333333");
+	assert_contains(j, "{\"rank\": 0, \"busy\": 6.000, \"idle\": 3.000");
+	assert_contains(j, "\"peak_activation_bytes\": 512, \"peak_activation_units\": 2}");
+	free(j);
+	char *t = capture(1, p, &res);
+	assert_contains(t, "\"traceEvents\"");
+	assert_contains(t, "\"name\": \"process_name\", \"pid\": 1");
+	assert_contains(t, "\"name\": \"F 0 0\", \"cat\": \"F\", \"ts\": 0.000, \"dur\": 1.000");
+	assert_contains(t, "\"tid\": 1, \"name\": \"RECV +1\"");
+	free(t);
+	char *s = capture(2, p, &res);
+	assert_contains(s, "<svg");
+	assert_contains(s, "F forward");
+	assert_contains(s, ">rank 1</text>");
+	free(s);
+	char *g = capture(4, p, &res);
+	assert_contains(g, "rank 0 | F0 F1 .  .  B0 B0 .  B1 B1 |");
+	assert_contains(g, "rank 1 | .  F0 B0 B0 F1 B1 B1 .  .  |");
+	free(g);
+	char *sum = capture(3, p, &res);
+	assert_contains(sum, "makespan   9.000 us");
+	assert_contains(sum, "critical path");
+	free(sum);
+	sim_result_free(&res);
+
+	/* A deadlock in JSON: the cycle with both ends of each edge. */
+	Plan *q = read_plan("tests/plans/bad/head_to_head.plan");
+	assert_int_equal(sim_run(q, &o, &res), 1);
+	j = capture(0, q, &res);
+	assert_contains(j, "\"ok\": false");
+	assert_contains(j, "\"deadlock\": true");
+	assert_contains(j, "\"cycle\": [");
+	assert_contains(j, "\"waits_for\": {\"rank\": 1, \"stream\": \"rank\", \"op\": 4, \"line\": 39");
+	free(j);
+	t = capture(1, q, &res);
+	assert_contains(t, "STUCK SEND");
+	free(t);
+	sim_result_free(&res);
+	plan_free(q);
+	plan_free(p);
+}
+
+/* ---- malformed input ---- */
+
+static char *slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	assert_non_null(f);
+	char *buf = NULL;
+	size_t cap = 0;
+	*len = 0;
+	int c;
+	while ((c = fgetc(f)) != EOF) {
+		if (*len + 1 >= cap) {
+			cap = cap ? cap * 2 : 4096;
+			buf = realloc(buf, cap);
+			assert_non_null(buf);
+		}
+		buf[(*len)++] = (char)c;
+	}
+	fclose(f);
+	return buf;
+}
+
+static uint64_t rng(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+/* Reads buf as a plan; when it reads, verifies; when it verifies, simulates. */
+static int try_text(const char *buf, size_t len, int *read_ok, int *verified)
+{
+	FILE *f = fmemopen((void *)buf, len ? len : 1, "r");
+	if (!len) {
+		fclose(f);
+		f = fmemopen((void *)"", 1, "r");
+		fgetc(f);
+	}
+	PlanError e;
+	Plan *p = plan_read(f, "fuzz", &e);
+	fclose(f);
+	if (!p) {
+		if (e.line <= 0)
+			fail_msg("read error without a line: %s", e.msg);
+		return 0;
+	}
+	(*read_ok)++;
+	/* Whatever the verifier says, the simulator must not crash: run it regardless. */
+	if (plan_verify(p, &e) == 0)
+		(*verified)++;
+	for (int model = 0; model < SIM_MODEL_COUNT; model++) {
+		SimResult res;
+		SimOptions o = {.model = model, .eager = model, .record_ops = 1};
+		int rc = sim_run(p, &o, &res);
+		assert_true(rc >= 0);
+		char *buf2 = NULL;
+		size_t n2 = 0;
+		FILE *g = open_memstream(&buf2, &n2);
+		if (res.verdict == SIM_OK)
+			sim_report_summary(g, p, &res);
+		else
+			sim_report_failure(g, p, &res, "fuzz");
+		sim_write_json(g, p, &res, NULL, "fuzz");
+		fclose(g);
+		free(buf2);
+		sim_result_free(&res);
+	}
+	plan_free(p);
+	return 1;
+}
+
+static void sim__malformed_plans__located_error_no_crash(void **state)
+{
+	(void)state;
+	/* The hand-made malformed corpus. */
+	const char *bad[] = {"truncated", "garbage", "bad_count", "bad_number", "empty"};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		char path[256];
+		snprintf(path, sizeof path, "tests/plans/malformed/%s.plan", bad[i]);
+		PlanError e;
+		Plan *p = plan_read_file(path, &e);
+		if (p)
+			fail_msg("%s: read without error", path);
+		assert_true(e.line > 0);
+	}
+	/* Mutations of good plans, fixed seed. */
+	const char *good[] = {"tests/plans/good/tiny2.plan", "tests/plans/good/dp2x2.plan",
+	                      "tests/plans/good/skip3.plan", "tests/plans/bad/head_to_head.plan"};
+	uint64_t seed = 20240611;
+	int read_ok = 0, verified = 0, total = 0;
+	for (size_t gi = 0; gi < 4; gi++) {
+		size_t len;
+		char *src = slurp(good[gi], &len);
+		int dummy_r = 0, dummy_v = 0;
+		assert_int_equal(try_text(src, len, &dummy_r, &dummy_v), 1);
+		char *buf = malloc(len + 64);
+		for (int iter = 0; iter < 1500; iter++) {
+			memcpy(buf, src, len);
+			size_t n = len;
+			int kind = (int)(rng(&seed) % 7);
+			int times = 1 + (int)(rng(&seed) % 3);
+			for (int t = 0; t < times; t++) {
+				size_t at = n ? rng(&seed) % n : 0;
+				switch (kind) {
+				case 0: // flip a byte to something printable-ish
+					if (n)
+						buf[at] = (char)(" 0123456789-=xge\n@"[rng(&seed) % 18]);
+					break;
+				case 1: // truncate
+					n = at;
+					break;
+				case 2: // change a digit
+					for (size_t k = at; k < n; k++)
+						if (buf[k] >= '0' && buf[k] <= '9') {
+							buf[k] = (char)('0' + rng(&seed) % 10);
+							break;
+						}
+					break;
+				case 3: { // delete a line
+					size_t a = at, b = at;
+					while (a > 0 && buf[a - 1] != '\n')
+						a--;
+					while (b < n && buf[b] != '\n')
+						b++;
+					if (b < n)
+						b++;
+					memmove(buf + a, buf + b, n - b);
+					n -= b - a;
+					break;
+				}
+				case 4: { // swap two op lines' digits: change a peer or group number
+					for (size_t k = at; k + 3 < n; k++)
+						if ((buf[k] == 'g' || buf[k] == 'o' || buf[k] == 'm') && buf[k + 1] == '=') {
+							buf[k + 2] = (char)('0' + rng(&seed) % 4);
+							break;
+						}
+					break;
+				}
+				case 5: // a random byte
+					if (n)
+						buf[at] = (char)(rng(&seed) & 0xff);
+					break;
+				case 6: { // swap a line with the next: reorders ops, keeps counts
+					size_t a = at, b = at;
+					while (a > 0 && buf[a - 1] != '\n')
+						a--;
+					while (b < n && buf[b] != '\n')
+						b++;
+					if (b + 1 >= n)
+						break;
+					size_t c = b + 1;
+					while (c < n && buf[c] != '\n')
+						c++;
+					if (c >= n)
+						break;
+					char tmp[512];
+					size_t l1 = b + 1 - a, l2 = c + 1 - (b + 1);
+					if (l1 > sizeof tmp)
+						break;
+					memcpy(tmp, buf + a, l1);
+					memmove(buf + a, buf + b + 1, l2);
+					memcpy(buf + a + l2, tmp, l1);
+					break;
+				}
+				}
+			}
+			try_text(buf, n, &read_ok, &verified);
+			total++;
+		}
+		free(buf);
+		free(src);
+	}
+	print_message("%d mutations: %d read, %d verified\n", total, read_ok, verified);
+	/* The mutations must have exercised all three layers. */
+	assert_true(read_ok > total / 20);
+	assert_true(verified > 0);
+	assert_true(read_ok < total);
+}
+
+
+/* ---- an independent reference for the strict model ---- */
+
+/* A deliberately naive simulator of the strict model, written from docs/semantics.md
+ * without sharing code with sim.c: it sweeps every rank and every posted op until
+ * nothing changes, pairing the k-th SEND from a to b with the k-th RECV on b from a by
+ * counting.  O(ops^2), for small plans only. */
+typedef struct {
+	int64_t makespan;
+	int deadlock;
+	int64_t finish[64];
+} Ref;
+
+static void reference(const Plan *p, int eager, Ref *out)
+{
+	int w = p->world;
+	assert_true(w <= 64);
+	int64_t *pc = calloc(w, sizeof *pc), *t = calloc(w, sizeof *t), *gend = calloc(w, sizeof *gend);
+	int *ingroup = calloc(w, sizeof *ingroup);
+	int64_t **post = calloc(w, sizeof *post), **end = calloc(w, sizeof *end), **k = calloc(w, sizeof *k);
+	for (int r = 0; r < w; r++) {
+		int64_t n = p->ranks[r].nops;
+		post[r] = malloc((n + 1) * sizeof **post);
+		end[r] = malloc((n + 1) * sizeof **end);
+		k[r] = malloc((n + 1) * sizeof **k);
+		int64_t cnt[2 * 64 + 1] = {0}; // sends per peer, receives per peer, all-reduces
+		for (int64_t i = 0; i < n; i++) {
+			const PlanOp *o = &p->ranks[r].ops[i];
+			post[r][i] = end[r][i] = -1;
+			if (o->kind == OP_SEND)
+				k[r][i] = cnt[o->peer]++;
+			else if (o->kind == OP_RECV)
+				k[r][i] = cnt[64 + o->peer]++;
+			else if (o->kind == OP_ALLREDUCE)
+				k[r][i] = cnt[128]++;
+		}
+	}
+	for (int changed = 1; changed;) {
+		changed = 0;
+		for (int r = 0; r < w; r++) {
+			const PlanRank *pr = &p->ranks[r];
+			if (ingroup[r]) {
+				int64_t mx = t[r];
+				int all = 1;
+				for (int64_t i = pc[r]; i < gend[r]; i++) {
+					if (end[r][i] < 0)
+						all = 0;
+					else if (end[r][i] > mx)
+						mx = end[r][i];
+				}
+				if (!all)
+					continue;
+				t[r] = mx;
+				pc[r] = gend[r];
+				ingroup[r] = 0;
+				changed = 1;
+			}
+			while (pc[r] < pr->nops && !plan_is_comm(pr->ops[pc[r]].kind)) {
+				const PlanOp *o = &pr->ops[pc[r]];
+				const PlanStage *st = &p->stages[o->stage];
+				int64_t c = o->kind == OP_F ? st->cost[0] : o->kind == OP_B ? st->cost[1]
+				            : o->kind == OP_W ? st->cost[2] : o->kind == OP_BW ? st->cost[1] + st->cost[2] : 0;
+				t[r] += c;
+				pc[r]++;
+				changed = 1;
+			}
+			if (pc[r] < pr->nops) {
+				int64_t j = pc[r];
+				while (j < pr->nops && plan_is_comm(pr->ops[j].kind) && pr->ops[j].group == pr->ops[pc[r]].group)
+					post[r][j++] = t[r];
+				gend[r] = j;
+				ingroup[r] = 1;
+				changed = 1;
+			}
+		}
+		/* Pair what is posted. */
+		for (int a = 0; a < w; a++) {
+			const PlanRank *pa = &p->ranks[a];
+			for (int64_t i = 0; i < pa->nops; i++) {
+				const PlanOp *o = &pa->ops[i];
+				if (post[a][i] < 0 || (end[a][i] >= 0 && o->kind != OP_SEND))
+					continue;
+				if (o->kind == OP_SEND) {
+					if (eager && end[a][i] < 0) {
+						end[a][i] = post[a][i];
+						changed = 1;
+					}
+					int b = o->peer;
+					for (int64_t j = 0; j < p->ranks[b].nops; j++) {
+						const PlanOp *q = &p->ranks[b].ops[j];
+						if (q->kind != OP_RECV || q->peer != a || k[b][j] != k[a][i])
+							continue;
+						if (post[b][j] < 0 || end[b][j] >= 0)
+							break;
+						int64_t x = plan_transfer_ns(p, o->bytes);
+						int64_t ps = post[a][i], rp = post[b][j];
+						if (eager) {
+							end[b][j] = ps + x > rp ? ps + x : rp;
+						} else {
+							end[a][i] = end[b][j] = (ps > rp ? ps : rp) + x;
+						}
+						changed = 1;
+						break;
+					}
+				} else if (o->kind == OP_ALLREDUCE) {
+					int mem[64];
+					int n = plan_dim_members(p, a, DIM_DP, mem);
+					int64_t mx = 0;
+					int64_t idx[64];
+					int all = 1;
+					for (int m = 0; m < n && all; m++) {
+						idx[m] = -1;
+						for (int64_t j = 0; j < p->ranks[mem[m]].nops; j++)
+							if (p->ranks[mem[m]].ops[j].kind == OP_ALLREDUCE && k[mem[m]][j] == k[a][i])
+								idx[m] = j;
+						if (idx[m] < 0 || post[mem[m]][idx[m]] < 0)
+							all = 0;
+						else if (post[mem[m]][idx[m]] > mx)
+							mx = post[mem[m]][idx[m]];
+					}
+					if (!all)
+						continue;
+					for (int m = 0; m < n; m++)
+						end[mem[m]][idx[m]] = mx + sim_allreduce_ns(p, n, o->bytes);
+					changed = 1;
+				}
+			}
+		}
+	}
+	out->makespan = 0;
+	out->deadlock = 0;
+	for (int r = 0; r < w; r++) {
+		if (pc[r] < p->ranks[r].nops)
+			out->deadlock = 1;
+		out->finish[r] = t[r];
+		if (t[r] > out->makespan)
+			out->makespan = t[r];
+		free(post[r]);
+		free(end[r]);
+		free(k[r]);
+	}
+	free(pc);
+	free(t);
+	free(gend);
+	free(ingroup);
+	free(post);
+	free(end);
+	free(k);
+}
+
+/* Random local edits of compiled plans (swap neighbouring ops, merge or split groups),
+ * kept when they still verify: the simulator and the reference must agree on the
+ * verdict, and on the makespan and every rank's finish when the plan runs. */
+static void sim__random_plans__agree_with_reference(void **state)
+{
+	(void)state;
+	struct {
+		int pp, dp, m;
+		const char *sched, *link;
+	} shapes[] = {
+	    {2, 1, 3, "1f1b", "ideal"},
+	    {3, 1, 4, "gpipe", "latency=1us bandwidth=1GB/s"},
+	    {4, 1, 5, "1f1b", "latency=3us bandwidth=2GB/s"},
+	    {2, 2, 2, "gpipe", "latency=1us bandwidth=4GB/s"},
+	    {3, 2, 3, "1f1b", "ideal"},
+	};
+	uint64_t seed = 7;
+	int runs = 0, deadlocks = 0;
+	for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+		Plan *p = compile_text(program(shapes[si].pp, shapes[si].dp, shapes[si].m, shapes[si].sched,
+		                               "f=2 b=3 w=1", shapes[si].link),
+		                       NULL);
+		assert_non_null(p);
+		for (int iter = 0; iter < 300; iter++) {
+			/* Edit a copy of the op lists. */
+			PlanOp *saved[64];
+			for (int r = 0; r < p->world; r++) {
+				saved[r] = malloc(p->ranks[r].nops * sizeof(PlanOp));
+				memcpy(saved[r], p->ranks[r].ops, p->ranks[r].nops * sizeof(PlanOp));
+			}
+			int edits = 1 + (int)(rng(&seed) % 3);
+			for (int e = 0; e < edits; e++) {
+				int r = (int)(rng(&seed) % p->world);
+				PlanRank *pr = &p->ranks[r];
+				if (pr->nops < 2)
+					continue;
+				int64_t i = (int64_t)(rng(&seed) % (pr->nops - 1));
+				PlanOp *a = &pr->ops[i], *b = &pr->ops[i + 1];
+				switch (rng(&seed) % 3) {
+				case 0: { // swap, keeping group numbers in place
+					PlanOp tmp = *a;
+					int32_t ga = a->group, gb = b->group;
+					*a = *b;
+					*b = tmp;
+					if (plan_is_comm(a->kind) && plan_is_comm(b->kind)) {
+						a->group = ga;
+						b->group = gb;
+					}
+					break;
+				}
+				case 1: // merge b into a's group
+					if (plan_is_comm(a->kind) && plan_is_comm(b->kind))
+						b->group = a->group;
+					break;
+				case 2: // split: b gets a group of its own, renumbering the rest
+					if (plan_is_comm(a->kind) && plan_is_comm(b->kind) && a->group == b->group)
+						for (int64_t j = i + 1; j < pr->nops; j++)
+							if (pr->ops[j].group >= 0)
+								pr->ops[j].group++;
+					break;
+				}
+			}
+			PlanError err;
+			if (plan_verify(p, &err) == 0) {
+				for (int eager = 0; eager < 2; eager++) {
+					Ref ref;
+					reference(p, eager, &ref);
+					SimResult res;
+					SimOptions o = {.model = SIM_STRICT, .eager = eager, .record_ops = 1};
+					int rc = sim_run(p, &o, &res);
+					assert_int_equal(rc, ref.deadlock ? 1 : 0);
+					assert_int_equal(res.verdict, ref.deadlock ? SIM_DEADLOCK : SIM_OK);
+					if (!ref.deadlock) {
+						assert_int_equal(res.makespan, ref.makespan);
+						for (int r = 0; r < p->world; r++)
+							assert_int_equal(res.ranks[r].finish, ref.finish[r]);
+					} else {
+						deadlocks++;
+						assert_true(res.ncycle >= 1);
+						for (int c = 0; c < res.ncycle; c++) {
+							const SimWait *wt = &res.cycle[c], *nx = &res.cycle[(c + 1) % res.ncycle];
+							assert_int_equal(wt->on.rank, nx->from.rank);
+							assert_int_equal(wt->behind.op, nx->from.op);
+						}
+					}
+					sim_result_free(&res);
+					/* The overlap model: never slower than strict when both run. */
+					o.model = SIM_OVERLAP;
+					rc = sim_run(p, &o, &res);
+					assert_true(rc >= 0);
+					if (!ref.deadlock && rc == 0)
+						assert_true(res.makespan <= ref.makespan);
+					sim_result_free(&res);
+					runs++;
+				}
+			}
+			for (int r = 0; r < p->world; r++) {
+				memcpy(p->ranks[r].ops, saved[r], p->ranks[r].nops * sizeof(PlanOp));
+				free(saved[r]);
+			}
+		}
+		plan_free(p);
+	}
+	print_message("%d verified variants, %d deadlocked\n", runs, deadlocks);
+	assert_true(runs > 100);
+	assert_true(deadlocks > 10);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(sim__unit_cost_schedules__makespan_3_m_plus_p_minus_1),
+	    cmocka_unit_test(sim__dp_replicas__same_makespan_and_allreduce_counted),
+	    cmocka_unit_test(sim__link_costs__transfer_and_allreduce_times),
+	    cmocka_unit_test(sim__overlap_model__hides_transfers_strict_does_not),
+	    cmocka_unit_test(sim__bad_corpus__verifier_names_both_ops),
+	    cmocka_unit_test(sim__bad_corpus__deadlocks_with_cycle),
+	    cmocka_unit_test(sim__unverified_mismatch__run_names_both_ops),
+	    cmocka_unit_test(sim__good_plans__run_in_both_models),
+	    cmocka_unit_test(sim__reports__json_trace_svg_grid),
+	    cmocka_unit_test(sim__malformed_plans__located_error_no_crash),
+	    cmocka_unit_test(sim__random_plans__agree_with_reference),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
