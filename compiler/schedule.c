@@ -5,11 +5,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-extern const Schedule sched_gpipe, sched_1f1b;
+extern const Schedule sched_gpipe, sched_1f1b, sched_interleaved, sched_loopedbfs, sched_zbh1,
+	sched_zbh2, sched_zbv, sched_dualpipev, sched_custom, sched_csv;
 
 const Schedule *const sched_registry[] = {
 	&sched_gpipe,
 	&sched_1f1b,
+	&sched_interleaved,
+	&sched_loopedbfs,
+	&sched_zbh1,
+	&sched_zbh2,
+	&sched_zbv,
+	&sched_dualpipev,
+	&sched_custom,
+	&sched_csv,
 };
 const int sched_count = sizeof sched_registry / sizeof sched_registry[0];
 

@@ -1,0 +1,511 @@
+/* User-written schedules: `schedule custom { rank 0: 0F0 0F1 0B0 0B1; ... }` in the
+ * program, or `schedule csv "order.csv";` (and `pipecc --from-torch-csv FILE`) naming
+ * the CSV that `pipecc --emit torch-csv` or PyTorch's _dump_csv writes: a row per
+ * pipeline rank, one action per cell.  Actions use PyTorch's notation: stage, kind,
+ * microbatch, where F is a forward, B a fused backward (our BW), I an input gradient
+ * (our B) and W a weight gradient.  Communication is the compiler's business: the CSV
+ * reader skips SEND_/RECV_ cells (and UNSHARD/RESHARD), and empty cells.
+ *
+ * The order is loaded into the schedule context once, by whichever of infer_place
+ * (no `placement` written: each stage goes where it appears) or check (a placement
+ * given: each action must sit on its stage's rank) runs first, and validated there:
+ * each (stage, microbatch) has one F and either one B or one I and one W, I before W,
+ * F before its backward, microbatches in range, stages known.  Errors point at the
+ * action (in the CSV file for CSV orders, file:line:col) with a note showing that
+ * rank's actions around it.  Orders that are valid per rank but cannot run across
+ * ranks are the lowering's to report (lower.c). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sched_common.h"
+
+enum { CONTEXT = 3 }; // actions shown on each side in a note
+
+/* ActKind -> OpKind, and PyTorch's letter of each OpKind. */
+static const uint8_t op_of_act[ACT_COUNT] = {OP_F, OP_B, OP_W, OP_BW};
+static const char torch_letter[] = "FIWB";
+
+typedef struct {
+	SchedCtx *c;
+	Diag *d;       // where action locations point: the program, or the CSV file
+	Loc whole;     // for errors about the whole order
+	Loc *row;      // per pp index: its `rank N:` or CSV row (line 0: none)
+	int csv;
+} Load;
+
+static int act_text(const SchedAct *a, char *buf, size_t n)
+{
+	return snprintf(buf, n, "%d%c%d", a->stage, torch_letter[a->kind], a->mb);
+}
+
+/* A note with rank p's actions around position i, the action at i in brackets. */
+static void note_context(Load *L, int p, int i)
+{
+	const SchedCtx *c = L->c;
+	char buf[512];
+	size_t k = 0;
+	int lo = i - CONTEXT > 0 ? i - CONTEXT : 0;
+	int hi = i + CONTEXT + 1 < c->nacts[p] ? i + CONTEXT + 1 : c->nacts[p];
+	if (lo > 0)
+		k += (size_t)snprintf(buf + k, sizeof buf - k, " ...");
+	for (int j = lo; j < hi && k < sizeof buf - 40; j++) {
+		char t[40];
+		act_text(&c->acts[p][j], t, sizeof t);
+		k += (size_t)snprintf(buf + k, sizeof buf - k, j == i ? " [%s]" : " %s", t);
+	}
+	if (hi < c->nacts[p] && k < sizeof buf - 8)
+		snprintf(buf + k, sizeof buf - k, " ...");
+	diag_note(L->d, (Loc){c->acts[p][i].loc.line, 0, 0}, "rank %d runs%s", p, buf);
+}
+
+static void push(SchedCtx *c, int p, int kind, int stage, int mb, Loc loc)
+{
+	sched_push(c, p, op_of_act[kind], stage, mb);
+	c->acts[p][c->nacts[p] - 1].loc = loc;
+}
+
+/* ---- the sources --------------------------------------------------------------- */
+
+static int load_custom(Load *L)
+{
+	SchedCtx *c = L->c;
+	const Program *pr = c->prog;
+	int errs = 0;
+	if (pr->ncustom == 0) {
+		diag_error(L->d, pr->sched_loc,
+		           "schedule custom has no rank bodies: write custom { rank 0: 0F0 0B0; ... }");
+		return 1;
+	}
+	for (int i = 0; i < pr->ncustom; i++) {
+		const ProgCustomRank *cr = &pr->custom[i];
+		if (cr->rank < 0 || cr->rank >= c->pp)
+			continue; // the checker reported it
+		if (L->row[cr->rank].line) {
+			diag_error(L->d, cr->loc, "rank %d is given twice", cr->rank);
+			diag_note(L->d, L->row[cr->rank], "first given here");
+			errs++;
+			continue;
+		}
+		L->row[cr->rank] = cr->loc;
+		for (int j = 0; j < cr->nacts; j++) {
+			const ProgAction *a = &cr->acts[j];
+			push(c, cr->rank, a->kind, a->stage, a->mb, a->loc);
+		}
+	}
+	return errs;
+}
+
+/* One CSV cell, trimmed: an action, or something to skip.  Returns 1 for an action,
+ * 0 for a cell to skip, -1 for one we cannot read. */
+static int csv_cell(const char *s, size_t n, int *stage, int *kind, int *mb)
+{
+	static const char *const skip[] = {"SEND_F", "RECV_F", "SEND_B", "RECV_B",
+	                                   "UNSHARD", "RESHARD"};
+	size_t i = 0;
+	long v = 0;
+	if (n == 0)
+		return 0;
+	for (; i < n && s[i] >= '0' && s[i] <= '9'; i++)
+		if ((v = 10 * v + (s[i] - '0')) > 1 << 30)
+			return -1;
+	if (i == 0 || i == n)
+		return -1;
+	*stage = (int)v;
+	for (size_t k = 0; k < sizeof skip / sizeof skip[0]; k++) {
+		size_t l = strlen(skip[k]);
+		if (n - i >= l && memcmp(s + i, skip[k], l) == 0)
+			return 0;
+	}
+	const char *kp = memchr(torch_letter, s[i], 4);
+	if (!kp || ++i == n)
+		return -1;
+	*kind = (int)(kp - torch_letter); // ActKind order is PyTorch's letter order
+	for (v = 0; i < n && s[i] >= '0' && s[i] <= '9'; i++)
+		if ((v = 10 * v + (s[i] - '0')) > 1 << 30)
+			return -1;
+	if (i != n)
+		return -1;
+	*mb = (int)v;
+	return 1;
+}
+
+static int load_csv_text(Load *L, const char *src, size_t len)
+{
+	SchedCtx *c = L->c;
+	int errs = 0, line = 0, last_nonempty = 0;
+	const char *s = src, *end = src + len;
+	while (s < end) {
+		const char *nl = memchr(s, '\n', (size_t)(end - s));
+		const char *e = nl ? nl : end;
+		line++;
+		int row = line - 1, ncells = 0;
+		for (const char *cell = s; cell <= e;) {
+			const char *ce = memchr(cell, ',', (size_t)(e - cell));
+			if (!ce)
+				ce = e;
+			const char *a = cell, *b = ce;
+			while (a < b && (*a == ' ' || *a == '\t'))
+				a++;
+			while (b > a && (b[-1] == ' ' || b[-1] == '\t' || b[-1] == '\r'))
+				b--;
+			if (b - a >= 2 && *a == '"' && b[-1] == '"')
+				a++, b--;
+			int stage, kind, mb;
+			Loc at = {line, (int)(a - s) + 1, b > a ? (int)(b - a) : 1};
+			int r = csv_cell(a, (size_t)(b - a), &stage, &kind, &mb);
+			if (r < 0) {
+				diag_error(L->d, at,
+				           "cannot read cell '%.*s': expected an action like 0F1, 1I0, 1W0 "
+				           "or 2B3",
+				           (int)(b - a), a);
+				errs++;
+			} else if (r > 0 && row < c->pp) {
+				if (stage >= c->nstages) {
+					diag_error(L->d, at,
+					           "stage index %d in '%.*s' is out of range: there %s %d stage%s",
+					           stage, (int)(b - a), a, c->nstages == 1 ? "is" : "are",
+					           c->nstages, c->nstages == 1 ? "" : "s");
+					errs++;
+				} else {
+					push(c, row, kind, stage, mb, at);
+				}
+			}
+			ncells += r > 0;
+			if (r > 0 && row >= c->pp) {
+				diag_error(L->d, (Loc){line, 1, 1},
+				           "row %d has actions, but the mesh has pp=%d (one row per pipeline "
+				           "rank)",
+				           line, c->pp);
+				errs++;
+				break;
+			}
+			cell = ce + 1;
+		}
+		if (row < c->pp)
+			L->row[row] = (Loc){line, 1, 1};
+		if (ncells || e > s)
+			last_nonempty = line;
+		s = e + 1;
+	}
+	if (last_nonempty < c->pp) {
+		diag_error(L->d, (Loc){0},
+		           "the file has %d row%s, but the mesh has pp=%d (one row per pipeline rank)",
+		           last_nonempty, last_nonempty == 1 ? "" : "s", c->pp);
+		errs++;
+	}
+	return errs;
+}
+
+static char *read_file(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	size_t cap = 1 << 14, n = 0;
+	char *buf = malloc(cap);
+	while (buf) {
+		if (n == cap) {
+			char *nb = realloc(buf, cap *= 2);
+			if (!nb) {
+				free(buf);
+				buf = NULL;
+				break;
+			}
+			buf = nb;
+		}
+		size_t k = fread(buf + n, 1, cap - n, f);
+		n += k;
+		if (k == 0)
+			break;
+	}
+	if (buf && ferror(f)) {
+		free(buf);
+		buf = NULL;
+	}
+	fclose(f);
+	*len = n;
+	return buf;
+}
+
+/* ---- placement and validation ---------------------------------------------------- */
+
+/* No placement written: each stage goes where it appears, on one rank only. */
+static int infer(Load *L)
+{
+	SchedCtx *c = L->c;
+	const Program *pr = c->prog;
+	int errs = 0;
+	int *first_p = arena_alloc(c->arena, (size_t)c->nstages * sizeof *first_p);
+	int *first_i = arena_alloc(c->arena, (size_t)c->nstages * sizeof *first_i);
+	uint8_t *told = arena_alloc(c->arena, (size_t)c->nstages);
+	for (int s = 0; s < c->nstages; s++)
+		c->stage_pp[s] = -1;
+	for (int p = 0; p < c->pp; p++)
+		for (int i = 0; i < c->nacts[p]; i++) {
+			const SchedAct *a = &c->acts[p][i];
+			int s = a->stage;
+			if (c->stage_pp[s] < 0) {
+				c->stage_pp[s] = p;
+				first_p[s] = p;
+				first_i[s] = i;
+			} else if (c->stage_pp[s] != p && !told[s]) {
+				told[s] = 1;
+				diag_error(L->d, a->loc,
+				           "stage %d (%s) appears on rank %d and on rank %d: a stage runs on "
+				           "one pipeline rank",
+				           s, pr->stages[s].name, c->stage_pp[s], p);
+				diag_note(L->d, c->acts[first_p[s]][first_i[s]].loc, "first on rank %d here",
+				          first_p[s]);
+				errs++;
+			}
+		}
+	for (int s = 0; s < c->nstages; s++)
+		if (c->stage_pp[s] < 0) {
+			diag_error(L->d, L->whole, "stage %d (%s) appears on no rank", s,
+			           pr->stages[s].name);
+			errs++;
+		}
+	for (int p = 0; p < c->pp && !errs; p++)
+		if (sched_stages_on(c, p) == 0) {
+			diag_error(L->d, L->row[p].line ? L->row[p] : L->whole,
+			           "pipeline rank %d runs no stage: every rank needs at least one", p);
+			errs++;
+		}
+	return errs;
+}
+
+/* A placement was written: every action must sit on its stage's rank. */
+static int check_placed(Load *L)
+{
+	SchedCtx *c = L->c;
+	int errs = 0;
+	uint8_t *told = arena_alloc(c->arena, (size_t)c->nstages);
+	for (int p = 0; p < c->pp; p++)
+		for (int i = 0; i < c->nacts[p]; i++) {
+			const SchedAct *a = &c->acts[p][i];
+			if (c->stage_pp[a->stage] == p || told[a->stage])
+				continue;
+			told[a->stage] = 1;
+			char t[40];
+			act_text(a, t, sizeof t);
+			diag_error(L->d, a->loc,
+			           "'%s' is on rank %d, but the placement puts stage %d (%s) on pp index %d",
+			           t, p, a->stage, c->prog->stages[a->stage].name, c->stage_pp[a->stage]);
+			errs++;
+		}
+	return errs;
+}
+
+/* Per (stage, microbatch) and kind: 1 + position of its first action on the stage's
+ * rank, 0 when absent. */
+typedef struct {
+	int *at[OP_BW + 1];
+} Seen;
+
+static int validate(Load *L)
+{
+	SchedCtx *c = L->c;
+	const Program *pr = c->prog;
+	int m = c->m, errs = 0;
+	size_t cells = (size_t)c->nstages * m;
+	Seen sn;
+	for (int k = 0; k <= OP_BW; k++)
+		sn.at[k] = arena_alloc(c->arena, (cells ? cells : 1) * sizeof *sn.at[k]);
+	int *count = arena_alloc(c->arena, (size_t)c->nstages * sizeof *count);
+	char t[40], u[40];
+
+	/* Pass 1: microbatch range, repeats, first positions. */
+	for (int p = 0; p < c->pp; p++)
+		for (int i = 0; i < c->nacts[p]; i++) {
+			SchedAct *a = &c->acts[p][i];
+			act_text(a, t, sizeof t);
+			count[a->stage]++;
+			if (a->mb < 0 || a->mb >= m) {
+				diag_error(L->d, a->loc,
+				           "microbatch %d in '%s' is out of range: the program has %d "
+				           "microbatch%s (0 to %d)",
+				           a->mb, t, m, m == 1 ? "" : "es", m - 1);
+				note_context(L, p, i);
+				errs++;
+				continue;
+			}
+			int *at = &sn.at[a->kind][(size_t)a->stage * m + a->mb];
+			if (*at) {
+				diag_error(L->d, a->loc, "'%s' appears twice on rank %d", t, p);
+				diag_note(L->d, c->acts[p][*at - 1].loc, "first here");
+				errs++;
+				continue;
+			}
+			*at = i + 1;
+		}
+
+	/* Pass 2: each action against its microbatch's others, in order. */
+	for (int p = 0; p < c->pp; p++)
+		for (int i = 0; i < c->nacts[p]; i++) {
+			SchedAct *a = &c->acts[p][i];
+			if (a->mb < 0 || a->mb >= m || sn.at[a->kind][(size_t)a->stage * m + a->mb] != i + 1)
+				continue;
+			size_t key = (size_t)a->stage * m + a->mb;
+			int f = sn.at[OP_F][key], in = sn.at[OP_B][key], w = sn.at[OP_W][key],
+			    bw = sn.at[OP_BW][key];
+			SchedAct u_act = *a;
+			act_text(a, t, sizeof t);
+			const char *msg = NULL;
+			if ((a->kind == OP_B || a->kind == OP_BW) && in && bw && i + 1 == (in > bw ? in : bw)) {
+				u_act.kind = a->kind == OP_B ? OP_BW : OP_B;
+				act_text(&u_act, u, sizeof u);
+				diag_error(L->d, a->loc,
+				           "'%s' and '%s' both appear: a microbatch's backward is either B, "
+				           "or I and W",
+				           u, t);
+				diag_note(L->d, c->acts[p][(in < bw ? in : bw) - 1].loc, "'%s' is here", u);
+				errs++;
+				continue;
+			}
+			if ((a->kind == OP_B || a->kind == OP_BW) && f > i + 1) {
+				msg = "'%s' comes before its forward '%s'";
+				u_act.kind = OP_F;
+			} else if (a->kind == OP_B && !w && !bw) {
+				msg = "'%s' has no weight gradient '%s' after it";
+				u_act.kind = OP_W;
+			} else if (a->kind == OP_W && bw && !in) {
+				msg = "'%s' goes with an input gradient, but the microbatch has a fused "
+				      "backward '%s'";
+				u_act.kind = OP_BW;
+			} else if (a->kind == OP_W && !in) {
+				msg = "'%s' has no input gradient '%s' before it";
+				u_act.kind = OP_B;
+			} else if (a->kind == OP_W && in > i + 1) {
+				msg = "'%s' comes before its input gradient '%s'";
+				u_act.kind = OP_B;
+			}
+			if (msg) {
+				act_text(&u_act, u, sizeof u);
+				diag_error(L->d, a->loc, msg, t, u);
+				note_context(L, p, i);
+				errs++;
+			}
+		}
+
+	/* Pass 3: what is missing, at the row of the stage's rank. */
+	for (int s = 0; s < c->nstages; s++) {
+		int p = c->stage_pp[s];
+		Loc at = L->row[p].line ? L->row[p] : L->whole;
+		if (count[s] == 0) {
+			diag_error(L->d, at, "rank %d runs no action of stage %d (%s), which is placed there",
+			           p, s, pr->stages[s].name);
+			errs++;
+			continue;
+		}
+		for (int mb = 0; mb < m; mb++) {
+			size_t key = (size_t)s * m + mb;
+			if (!sn.at[OP_F][key]) {
+				diag_error(L->d, at, "rank %d has no forward '%dF%d' of stage %d (%s)", p, s,
+				           mb, s, pr->stages[s].name);
+				errs++;
+			}
+			if (!sn.at[OP_B][key] && !sn.at[OP_BW][key] && !sn.at[OP_W][key]) {
+				diag_error(L->d, at,
+				           "rank %d has no backward of stage %d (%s) microbatch %d: '%dB%d', or "
+				           "'%dI%d' and '%dW%d'",
+				           p, s, pr->stages[s].name, mb, s, mb, s, mb, s, mb);
+				errs++;
+			}
+		}
+	}
+	return errs;
+}
+
+/* Loads the order into c->acts and validates it.  Returns the error count. */
+static int load(SchedCtx *c, int infer_it)
+{
+	const Program *pr = c->prog;
+	Load L = {.c = c, .d = c->diag, .whole = pr->sched_loc};
+	L.row = arena_alloc(c->arena, (size_t)c->pp * sizeof *L.row);
+	Diag cd;
+	char *src = NULL;
+	int errs;
+	if (strcmp(pr->schedule, "csv") == 0) {
+		if (!pr->csv_path) {
+			diag_error(c->diag, pr->sched_loc,
+			           "schedule csv needs a file: schedule csv \"order.csv\";");
+			return 1;
+		}
+		size_t len = 0;
+		src = read_file(pr->csv_path, &len);
+		if (!src) {
+			diag_error(c->diag, pr->sched_loc, "cannot read %s: %s", pr->csv_path,
+			           strerror(errno ? errno : EIO));
+			return 1;
+		}
+		diag_init(&cd, pr->csv_path, src, len, c->diag->out);
+		cd.max_errors = c->diag->max_errors;
+		L.d = &cd;
+		L.whole = (Loc){0};
+		L.csv = 1;
+		errs = load_csv_text(&L, src, len);
+	} else {
+		errs = load_custom(&L);
+	}
+	if (!errs)
+		errs = infer_it ? infer(&L) : check_placed(&L);
+	if (!errs)
+		errs = validate(&L);
+	if (L.csv) {
+		c->diag->nerrors += cd.nerrors;
+		free(src);
+	}
+	return errs;
+}
+
+static int loaded(const SchedCtx *c)
+{
+	for (int p = 0; p < c->pp; p++)
+		if (c->nacts[p])
+			return 1;
+	return 0;
+}
+
+static int infer_place(SchedCtx *c)
+{
+	return load(c, 1);
+}
+
+static int check(SchedCtx *c)
+{
+	return loaded(c) ? 0 : load(c, 0);
+}
+
+static void fill(SchedCtx *c)
+{
+	(void)c; // check() loaded the order
+}
+
+/* CSV orders point into the CSV file; downstream locations are the program's. */
+static void fill_csv(SchedCtx *c)
+{
+	for (int p = 0; p < c->pp; p++)
+		for (int i = 0; i < c->nacts[p]; i++)
+			c->acts[p][i].loc = (Loc){0};
+}
+
+#define PLACEMENTS "any placement: each stage where its actions are, or as 'placement' says"
+
+const Schedule sched_custom = {
+	.name = "custom",
+	.default_place = PLACE_LOOP,
+	.placements = PLACEMENTS,
+	.infer_place = infer_place,
+	.check = check,
+	.fill = fill,
+};
+
+const Schedule sched_csv = {
+	.name = "csv",
+	.default_place = PLACE_LOOP,
+	.placements = PLACEMENTS,
+	.infer_place = infer_place,
+	.check = check,
+	.fill = fill_csv,
+};

@@ -1,0 +1,178 @@
+#!/bin/sh
+# Schedules from the command line: textbook unit-cost makespans read from
+# `pipesim --json`, every schedule's plan runs, placements rejected with what works,
+# custom and CSV orders with located errors, --from-torch-csv round trips, and an
+# order that cannot run across ranks (pipecc says so; with --allow-deadlock pipesim
+# shows the cycle).
+: "${BIN:=bin}"
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+fails=0
+t() { # name expected-rc command...
+	name=$1 want=$2
+	shift 2
+	"$@" >"$dir/out" 2>"$dir/err"
+	rc=$?
+	if [ "$rc" -eq "$want" ]; then
+		echo "testing schedules $name ... passed"
+	else
+		echo "testing schedules $name ... FAILED (exit $rc, wanted $want)"
+		sed 's/^/  | /' "$dir/err" | head -20
+		fails=$((fails + 1))
+	fi
+}
+has() { # name file pattern
+	if grep -q -- "$3" "$2"; then
+		echo "testing schedules $1 ... passed"
+	else
+		echo "testing schedules $1 ... FAILED ('$3' not in output)"
+		sed 's/^/  | /' "$2" | head -20
+		fails=$((fails + 1))
+	fi
+}
+
+# program N PP M SCHEDULE [EXTRA]: N stages on PP ranks, M microbatches, unit costs
+program() {
+	printf 'pipeline u;\nmesh pp=%d;\nmicrobatches %d;\ninput 2x8;\n' "$2" "$3"
+	i=0
+	while [ $i -lt "$1" ]; do
+		if [ $i -eq $(($1 - 1)) ]; then l="loss mse;"; else l="relu;"; fi
+		printf 'stage s%d { linear 8; %s }\n' $i "$l"
+		i=$((i + 1))
+	done
+	printf 'schedule %s;\ncost * f=1 b=1 w=1;\nlink ideal;\n%s\n' "$4" "${5:-}"
+}
+
+# makespan SCHED N PP M WANT [PIPESIM OPTIONS]: the step takes WANT us
+makespan() {
+	s=$1 n=$2 p=$3 m=$4 want=$5
+	shift 5
+	program "$n" "$p" "$m" "$s" >"$dir/u.pipe"
+	if ! "$BIN/pipecc" ${TUNE:+--tune=$TUNE} "$dir/u.pipe" -o "$dir/u.plan" 2>"$dir/err"; then
+		echo "  $s n=$n pp=$p m=$m does not compile"
+		sed 's/^/  | /' "$dir/err" | head -5
+		return 1
+	fi
+	"$BIN/pipesim" --json "$@" "$dir/u.plan" >"$dir/u.json"
+	got=$(sed -n 's/^  "makespan": \([0-9]*\)\.000,$/\1/p' "$dir/u.json")
+	if [ "$got" != "$want" ]; then
+		echo "  $s n=$n pp=$p m=$m $*: makespan $got us, want $want"
+		return 1
+	fi
+}
+
+max() { if [ "$1" -gt "$2" ]; then echo "$1"; else echo "$2"; fi; }
+
+formulas() {
+	ok=0
+	for p in 1 2 3 4 6; do
+		for m in 1 2 3 $p $((2 * p)) $((2 * p + 1)) $((3 * p)); do
+			makespan gpipe $p $p $m $((3 * (m + p - 1))) || ok=1
+			makespan 1f1b $p $p $m $((3 * (m + p - 1))) || ok=1
+			zb=$(max $((3 * m + p - 1)) $((2 * m + 2 * p - 1)))
+			makespan zbh1 $p $p $m "$zb" || ok=1
+			makespan zbh2 $p $p $m "$zb" || ok=1
+			zbv=$(max $((6 * m + p - 1)) $((4 * m + 4 * p - 2)))
+			makespan zbv $((2 * p)) $p $m "$zbv" || ok=1
+			for v in 1 2 3; do
+				w=$((3 * (m + v * p - 1)))
+				[ $m -ge $p ] && w=$((3 * (v * m + p - 1)))
+				makespan loopedbfs $((v * p)) $p $m $w || ok=1
+				[ $((m % p)) -eq 0 ] || continue
+				makespan interleaved $((v * p)) $p $m $((3 * v * m + 3 * (p - 1))) || ok=1
+				makespan interleaved $((v * p)) $p $m $((3 * v * m + 3 * (p - 1))) \
+					--model overlap || ok=1
+			done
+			if [ $m -ge $((2 * p)) ]; then
+				# exact when tuned for overlap; docs/schedules.md, "dualpipev"
+				TUNE=overlap makespan dualpipev $((2 * p)) $p $m $((6 * m + p - 1)) \
+					--model overlap || ok=1
+				TUNE=overlap makespan dualpipev $((2 * p)) $p $m $((6 * m + p - 1)) \
+					--eager || ok=1
+			fi
+		done
+	done
+	return $ok
+}
+if formulas >"$dir/formulas" 2>&1; then
+	echo "testing schedules unit-cost makespans match the formulas ... passed"
+else
+	echo "testing schedules unit-cost makespans match the formulas ... FAILED"
+	sed 's/^/  | /' "$dir/formulas" | head -20
+	fails=$((fails + 1))
+fi
+
+for f in examples/interleaved.pipe examples/zbv.pipe examples/custom.pipe \
+	examples/fromcsv.pipe; do
+	t "compiles $f" 0 "$BIN/pipecc" "$f" -o "$dir/e.plan"
+	t "$f runs (strict)" 0 "$BIN/pipesim" --quiet "$dir/e.plan"
+	t "$f runs (overlap)" 0 "$BIN/pipesim" --quiet --model overlap "$dir/e.plan"
+done
+"$BIN/pipecc" examples/zbv.pipe -o "$dir/e.plan"
+t "zbv example makespan" 0 "$BIN/pipesim" "$dir/e.plan"
+has "zbv example takes 6m + pp - 1 us" "$dir/out" "makespan   51.000 us"
+
+# Every schedule's torch CSV reads back to the same order.
+for s in gpipe 1f1b zbh1 zbh2 zbv dualpipev loopedbfs interleaved; do
+	case $s in zbv | dualpipev | loopedbfs | interleaved) n=8 ;; *) n=4 ;; esac
+	program $n 4 8 $s "skip s0 -> s2;" >"$dir/r.pipe"
+	"$BIN/pipecc" "$dir/r.pipe" -e torch-csv --comms -o "$dir/a.csv"
+	t "$s CSV imports" 0 "$BIN/pipecc" "$dir/r.pipe" --from-torch-csv "$dir/a.csv" \
+		-e torch-csv --comms -o "$dir/b.csv"
+	t "$s CSV round trip is exact" 0 cmp "$dir/a.csv" "$dir/b.csv"
+done
+t "--from-torch-csv with --schedule is a usage error" 2 "$BIN/pipecc" examples/custom.pipe \
+	--from-torch-csv examples/custom.csv -s gpipe
+t "--from-torch-csv of a missing file" 1 "$BIN/pipecc" examples/custom.pipe \
+	--from-torch-csv "$dir/none.csv"
+has "missing CSV named" "$dir/err" "cannot read $dir/none.csv"
+
+# Placements a schedule cannot serve.
+program 8 4 8 zbv "placement loop;" >"$dir/p.pipe"
+t "zbv rejects loop placement" 1 "$BIN/pipecc" "$dir/p.pipe"
+has "zbv says what works" "$dir/err" "it works with placement v"
+program 8 4 8 interleaved "placement [0, 0, 1, 1, 2, 2, 3, 3];" >"$dir/p.pipe"
+t "interleaved rejects contiguous blocks" 1 "$BIN/pipecc" "$dir/p.pipe"
+has "interleaved says what works" "$dir/err" "it works with placement loop"
+t "loopedbfs takes contiguous blocks" 0 "$BIN/pipecc" "$dir/p.pipe" -s loopedbfs -o "$dir/p.plan"
+t "and the plan runs" 0 "$BIN/pipesim" --quiet "$dir/p.plan"
+
+# Custom orders: located errors, in the program or in the CSV.
+sed 's/3F2 3I2 3W2 0I1/3F2 3W2 3I2 0I1/' examples/custom.pipe >"$dir/c.pipe"
+t "custom W before I" 1 "$BIN/pipecc" "$dir/c.pipe"
+has "custom error located" "$dir/err" \
+	"c.pipe:20:15: error: '3W2' comes before its input gradient '3I2'"
+has "custom error shows the rank" "$dir/err" \
+	"note: rank 0 runs ... 0I0 0W0 3F2 \[3W2\] 3I2 0I1"
+sed 's/,3I2,/,3I9,/' examples/custom.csv >"$dir/c.csv"
+t "CSV microbatch out of range" 1 "$BIN/pipecc" examples/custom.pipe --from-torch-csv "$dir/c.csv"
+has "CSV error located in the CSV" "$dir/err" \
+	"c.csv:1:[0-9]*: error: microbatch 9 in '3I9' is out of range"
+sed 's/,3I2,/,3Q2,/' examples/custom.csv >"$dir/c.csv"
+t "CSV unreadable cell" 1 "$BIN/pipecc" examples/custom.pipe --from-torch-csv "$dir/c.csv"
+has "CSV cell located" "$dir/err" "c.csv:1:[0-9]*: error: cannot read cell '3Q2'"
+
+# Valid on each rank, impossible across ranks.
+cat >"$dir/d.pipe" <<'EOF'
+pipeline d;
+mesh pp=2;
+microbatches 1;
+input 2x8;
+stage s0 { linear 8; relu; }
+stage s1 { linear 8; relu; }
+stage s2 { linear 8; loss mse; }
+cost * f=1 b=1 w=1;
+link ideal;
+schedule custom {
+  rank 0: 2F0 0F0 2B0 0B0;
+  rank 1: 1F0 1B0;
+}
+EOF
+t "cross-rank cycle is an error" 1 "$BIN/pipecc" "$dir/d.pipe"
+has "the stall is reported" "$dir/err" "d.pipe:11:11: error: the schedule cannot run"
+t "with --allow-deadlock the plan is written" 0 \
+	"$BIN/pipecc" "$dir/d.pipe" --allow-deadlock -o "$dir/d.plan"
+t "pipesim finds the deadlock" 1 "$BIN/pipesim" "$dir/d.plan"
+has "pipesim shows the cycle" "$dir/err" "wait-for cycle (2 edges)"
+
+[ "$fails" -eq 0 ]

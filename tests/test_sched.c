@@ -1,0 +1,998 @@
+/* Schedule tests: the structure of every schedule's order over ranges of (p, m, v);
+ * the textbook unit-cost makespans and activation peaks, measured by the simulator;
+ * placements each schedule accepts and the errors for those it does not; skips, dp > 1
+ * and explicit placements with every schedule (the plan always runs); custom orders and
+ * CSV imports with their located errors (golden text); orders that are valid per rank
+ * but cannot run across ranks (the lowering's stall, and with allow_deadlock the plan
+ * for the simulator's cycle). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "../compiler/pipecc.h"
+#include "../sim/sim.h"
+
+/* ---- helpers ------------------------------------------------------------------- */
+
+/* Compiles src with o; the diagnostics go to *errs (malloc'd) when errs is not NULL,
+ * else to stderr when compilation fails. */
+static Plan *compile_with(const char *src, const PipeccOptions *o, char **errs)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *out = open_memstream(&buf, &len);
+	Diag d;
+	diag_init(&d, "test.pipe", src, strlen(src), out);
+	Plan *p = pipecc_compile("test.pipe", src, strlen(src), o, &d);
+	fclose(out);
+	if (errs)
+		*errs = buf;
+	else {
+		if (!p && buf)
+			fprintf(stderr, "%s", buf);
+		free(buf);
+	}
+	return p;
+}
+
+static Plan *compile(const char *src)
+{
+	PipeccOptions o = {0};
+	return compile_with(src, &o, NULL);
+}
+
+/* n stages of width 8 on pp x dp ranks, m microbatches, unit costs, ideal links. */
+static char *program(int n, int pp, int dp, int m, const char *sched, const char *extra)
+{
+	static char buf[1 << 14];
+	int k = snprintf(buf, sizeof buf,
+	                 "pipeline t;\nmesh pp=%d dp=%d;\nmicrobatches %d;\ninput 2x8;\n", pp, dp, m);
+	for (int s = 0; s < n; s++)
+		k += snprintf(buf + k, sizeof buf - k, "stage s%d { linear 8; %s}\n", s,
+		              s == n - 1 ? "loss mse; " : "relu; ");
+	snprintf(buf + k, sizeof buf - k, "schedule %s;\ncost * f=1 b=1 w=1;\nlink ideal;\n%s",
+	         sched, extra ? extra : "");
+	return buf;
+}
+
+/* The rank at pipeline index q of the first pipeline line. */
+static const PlanRank *pp_rank(const Plan *p, int q)
+{
+	int c[DIM_COUNT] = {0};
+	c[DIM_PP] = q;
+	return &p->ranks[plan_rank_of(p, c)];
+}
+
+/* Compute op i of a rank's list, skipping comms; NULL past the end. */
+typedef struct {
+	const PlanOp *op[1 << 14];
+	int n;
+} Order;
+
+static void order_of(const Plan *p, int q, Order *o)
+{
+	const PlanRank *r = pp_rank(p, q);
+	o->n = 0;
+	for (int64_t i = 0; i < r->nops; i++)
+		if (r->ops[i].kind <= OP_BW && o->n < (int)(sizeof o->op / sizeof o->op[0]))
+			o->op[o->n++] = &r->ops[i];
+}
+
+/* Every (stage, mb) has one F and either one BW or one B and one W, on the stage's
+ * rank, F before its backward and B before W.  Returns the largest number of
+ * activations alive at once on any rank (F to W or BW). */
+static int check_structure(const Plan *p, const char *what)
+{
+	int n = p->nstages, m = p->microbatches, peak = 0;
+	int *pos = calloc((size_t)n * m * OP_COUNT, sizeof *pos);
+	static Order o;
+	for (int q = 0; q < p->dims[DIM_PP]; q++) {
+		order_of(p, q, &o);
+		int live = 0;
+		for (int i = 0; i < o.n; i++) {
+			const PlanOp *op = o.op[i];
+			if (p->stages[op->stage].pp != q)
+				fail_msg("%s: stage %d runs on pp %d, placed on %d", what, op->stage, q,
+				         p->stages[op->stage].pp);
+			int *at = &pos[((size_t)op->stage * m + op->mb) * OP_COUNT + op->kind];
+			if (*at)
+				fail_msg("%s: %s %d %d twice", what, plan_op_names[op->kind], op->stage, op->mb);
+			*at = i + 1;
+			live += op->kind == OP_F ? 1 : op->kind == OP_W || op->kind == OP_BW ? -1 : 0;
+			if (live > peak)
+				peak = live;
+		}
+	}
+	for (int s = 0; s < n; s++)
+		for (int mb = 0; mb < m; mb++) {
+			int *at = &pos[((size_t)s * m + mb) * OP_COUNT];
+			int f = at[OP_F], b = at[OP_B], w = at[OP_W], bw = at[OP_BW];
+			if (!f || (!bw && !(b && w)) || (bw && (b || w)))
+				fail_msg("%s: stage %d mb %d has F%d B%d W%d BW%d", what, s, mb, !!f, !!b, !!w,
+				         !!bw);
+			if ((bw && bw < f) || (b && b < f) || (w && w < b))
+				fail_msg("%s: stage %d mb %d out of order", what, s, mb);
+		}
+	free(pos);
+	return peak;
+}
+
+static int count_kind(const Plan *p, int kind)
+{
+	int n = 0;
+	for (int r = 0; r < p->world; r++)
+		for (int64_t i = 0; i < p->ranks[r].nops; i++)
+			n += p->ranks[r].ops[i].kind == kind;
+	return n;
+}
+
+/* Forwards at the head of pipeline index q's order before its first backward. */
+static int warmup(const Plan *p, int q)
+{
+	static Order o;
+	order_of(p, q, &o);
+	int k = 0;
+	while (k < o.n && o.op[k]->kind == OP_F)
+		k++;
+	return k;
+}
+
+typedef struct {
+	int64_t makespan;
+	int peak;      // largest peak activation units of any rank
+	int64_t span;  // largest (finish - first compute start) of any rank
+	int verdict;
+} Measure;
+
+static Measure measure(const Plan *p, int model, int eager)
+{
+	SimOptions so = {.model = model, .eager = eager, .record_ops = 1};
+	SimResult r;
+	sim_run(p, &so, &r);
+	Measure ms = {.makespan = r.makespan, .verdict = r.verdict};
+	for (int q = 0; q < p->world; q++) {
+		if (r.ranks[q].peak_act_units > ms.peak)
+			ms.peak = (int)r.ranks[q].peak_act_units;
+		for (int64_t i = 0; i < p->ranks[q].nops; i++)
+			if (p->ranks[q].ops[i].kind <= OP_BW) {
+				int64_t span = r.ranks[q].finish - r.ranks[q].times[i].start;
+				if (span > ms.span)
+					ms.span = span;
+				break;
+			}
+	}
+	sim_result_free(&r);
+	return ms;
+}
+
+#define US 1000 // unit cost: 1 us
+
+static int imax(int a, int b)
+{
+	return a > b ? a : b;
+}
+
+static int imin(int a, int b)
+{
+	return a < b ? a : b;
+}
+
+/* Compiles the standard program and checks its structure; fails on errors. */
+static Plan *build(const char *sched, int n, int pp, int dp, int m, const char *extra)
+{
+	Plan *p = compile(program(n, pp, dp, m, sched, extra));
+	if (!p)
+		fail_msg("%s n=%d pp=%d dp=%d m=%d %s: does not compile", sched, n, pp, dp, m,
+		         extra ? extra : "");
+	return p;
+}
+
+static void expect(int64_t got, int64_t want, const char *what, const char *sched, int pp,
+                   int m, int v)
+{
+	if (got != want)
+		fail_msg("%s pp=%d m=%d v=%d: %s %lld, want %lld", sched, pp, m, v, what,
+		         (long long)got, (long long)want);
+}
+
+/* ---- structure ------------------------------------------------------------------ */
+
+static void sched__every_schedule__each_action_once_in_order(void **state)
+{
+	(void)state;
+	const struct {
+		const char *name;
+		int per_rank, min_m_per_pp, mb_multiple;
+	} S[] = {
+		{"gpipe", 1, 0, 0},      {"1f1b", 1, 0, 0},     {"zbh1", 1, 0, 0},
+		{"zbh2", 1, 0, 0},       {"zbv", 2, 0, 0},      {"dualpipev", 2, 2, 0},
+		{"loopedbfs", 3, 0, 0},  {"interleaved", 2, 0, 1}, {"interleaved", 3, 0, 1},
+		{"interleaved", 4, 0, 1},
+	};
+	int checked = 0;
+	for (size_t k = 0; k < sizeof S / sizeof S[0]; k++)
+		for (int pp = 1; pp <= 6; pp++)
+			for (int m = 1; m <= 3 * pp + 2; m++) {
+				if (m < S[k].min_m_per_pp * pp || (S[k].mb_multiple && m % pp))
+					continue;
+				int n = S[k].per_rank * pp;
+				Plan *p = build(S[k].name, n, pp, 1, m, NULL);
+				char what[64];
+				snprintf(what, sizeof what, "%s pp=%d m=%d", S[k].name, pp, m);
+				check_structure(p, what);
+				plan_free(p);
+				checked++;
+			}
+	assert_true(checked > 300);
+}
+
+static void sched__gpipe_and_loopedbfs__forwards_first(void **state)
+{
+	(void)state;
+	for (int pp = 1; pp <= 5; pp++)
+		for (int m = 1; m <= 6; m++)
+			for (int v = 1; v <= 3; v++) {
+				Plan *p = build("loopedbfs", v * pp, pp, 1, m, NULL);
+				static Order o;
+				for (int q = 0; q < pp; q++) {
+					order_of(p, q, &o);
+					assert_int_equal(warmup(p, q), v * m);
+					/* forwards: local stages ascending, microbatches ascending */
+					for (int i = 0; i < v * m; i++) {
+						assert_int_equal(o.op[i]->stage, q + i / m * pp);
+						assert_int_equal(o.op[i]->mb, i % m);
+					}
+					/* backwards: fused, local stages descending, microbatches descending */
+					for (int i = 0; i < v * m; i++) {
+						const PlanOp *b = o.op[v * m + i];
+						assert_int_equal(b->kind, OP_BW);
+						assert_int_equal(b->stage, q + (v - 1 - i / m) * pp);
+						assert_int_equal(b->mb, m - 1 - i % m);
+					}
+				}
+				plan_free(p);
+				p = build("gpipe", v * pp, pp, 1, m, NULL);
+				for (int q = 0; q < pp; q++)
+					assert_int_equal(warmup(p, q), v * m);
+				plan_free(p);
+			}
+}
+
+static void sched__1f1b_zbh1_zbh2__warmup_and_split(void **state)
+{
+	(void)state;
+	for (int pp = 1; pp <= 7; pp++)
+		for (int m = 1; m <= 3 * pp; m++) {
+			Plan *a = build("1f1b", pp, pp, 1, m, NULL);
+			Plan *b = build("zbh1", pp, pp, 1, m, NULL);
+			Plan *c = build("zbh2", pp, pp, 1, m, NULL);
+			for (int i = 0; i < pp; i++) {
+				assert_int_equal(warmup(a, i), imin(pp - i, m));
+				assert_int_equal(warmup(b, i), imin(pp - i, m));
+				assert_int_equal(warmup(c, i), imin(2 * (pp - i) - 1, m));
+			}
+			assert_int_equal(count_kind(a, OP_B), 0);
+			assert_int_equal(count_kind(b, OP_BW), 0);
+			assert_int_equal(count_kind(c, OP_BW), 0);
+			assert_int_equal(count_kind(b, OP_W), pp * m);
+			assert_true(check_structure(b, "zbh1") <= pp);
+			assert_true(check_structure(c, "zbh2") <= 2 * pp - 1);
+			plan_free(a);
+			plan_free(b);
+			plan_free(c);
+		}
+}
+
+/* Megatron's order: a rank's k-th forward is chunk (k mod v*pp)/pp of microbatch
+ * (k / (v*pp)) * pp + k mod pp; backwards the same with chunks reversed. */
+static void sched__interleaved__megatron_order(void **state)
+{
+	(void)state;
+	for (int pp = 1; pp <= 5; pp++)
+		for (int v = 2; v <= 4; v++)
+			for (int m = pp; m <= 3 * pp; m += pp) {
+				Plan *p = build("interleaved", v * pp, pp, 1, m, NULL);
+				static Order o;
+				for (int j = 0; j < pp; j++) {
+					order_of(p, j, &o);
+					int warm = (v - 1) * pp + 2 * (pp - 1 - j);
+					assert_int_equal(warmup(p, j), imin(v * m, warm + 1));
+					int f = 0, b = 0;
+					for (int i = 0; i < o.n; i++) {
+						const PlanOp *op = o.op[i];
+						int k = op->kind == OP_F ? f++ : b++;
+						int chunk = k % (pp * v) / pp, mb = k / (pp * v) * pp + k % pp;
+						if (op->kind == OP_BW)
+							chunk = v - 1 - chunk;
+						assert_int_equal(op->stage, chunk * pp + j);
+						assert_int_equal(op->mb, mb);
+					}
+					assert_int_equal(f, v * m);
+					assert_int_equal(b, v * m);
+				}
+				plan_free(p);
+			}
+}
+
+static void sched__zbv_and_dualpipev__v_pairs(void **state)
+{
+	(void)state;
+	for (int pp = 1; pp <= 6; pp++)
+		for (int m = 1; m <= 3 * pp; m++) {
+			Plan *p = build("zbv", 2 * pp, pp, 1, m, NULL);
+			for (int s = 0; s < pp; s++)
+				assert_int_equal(p->stages[s].pp, p->stages[2 * pp - 1 - s].pp);
+			assert_int_equal(count_kind(p, OP_BW), 0);
+			for (int r = 0; r < pp && m >= 2 * pp - 1; r++)
+				assert_int_equal(warmup(p, r), 2 * pp); // torch's: 2(p-r)-1 F0, r (F1, F0), F1
+			plan_free(p);
+			if (m < 2 * pp)
+				continue;
+			p = build("dualpipev", 2 * pp, pp, 1, m, NULL);
+			/* overlapped pairs run as F then BW; the ends use split backwards */
+			assert_true(count_kind(p, OP_BW) > 0);
+			assert_int_equal(count_kind(p, OP_B), count_kind(p, OP_W));
+			assert_int_equal(count_kind(p, OP_B) + count_kind(p, OP_BW), 2 * pp * m);
+			/* steps 1 and 2: 2(p-r-1) + 2(r+1) forwards; the bottom of the V (r = p-1) has
+			 * no step 3 and starts step 4 with one more */
+			for (int r = 0; r < pp; r++)
+				assert_int_equal(warmup(p, r), 2 * pp + (r == pp - 1));
+			plan_free(p);
+		}
+}
+
+/* ---- textbook makespans and memory, through the simulator ---------------------- */
+
+static void sched__gpipe_1f1b__unit_cost_makespan(void **state)
+{
+	(void)state;
+	for (int pp = 1; pp <= 8; pp++)
+		for (int m = 1; m <= 3 * pp + 2; m++) {
+			Plan *p = build("gpipe", pp, pp, 1, m, NULL);
+			Measure ms = measure(p, SIM_STRICT, 0);
+			expect(ms.makespan, 3LL * (m + pp - 1) * US, "makespan", "gpipe", pp, m, 1);
+			expect(ms.peak, m, "peak activations", "gpipe", pp, m, 1);
+			plan_free(p);
+			p = build("1f1b", pp, pp, 1, m, NULL);
+			ms = measure(p, SIM_STRICT, 0);
+			expect(ms.makespan, 3LL * (m + pp - 1) * US, "makespan", "1f1b", pp, m, 1);
+			expect(ms.peak, imin(pp, m), "peak activations", "1f1b", pp, m, 1);
+			plan_free(p);
+		}
+}
+
+static void sched__zbh1__unit_cost_makespan(void **state)
+{
+	(void)state;
+	for (int pp = 1; pp <= 8; pp++)
+		for (int m = 1; m <= 3 * pp + 2; m++) {
+			Plan *p = build("zbh1", pp, pp, 1, m, NULL);
+			Measure ms = measure(p, SIM_STRICT, 0);
+			expect(ms.makespan, (int64_t)imax(3 * m + pp - 1, 2 * m + 2 * pp - 1) * US,
+			       "makespan", "zbh1", pp, m, 1);
+			expect(ms.peak, imin(pp, m), "peak activations", "zbh1", pp, m, 1);
+			plan_free(p);
+		}
+}
+
+/* One step: 3m + p - 1 like ZB-H1; what H2 buys is no idle time on any rank between
+ * its first and last op once m >= 2p-1: the span is 3m, the steady-state period. */
+static void sched__zbh2__unit_cost_makespan_and_span(void **state)
+{
+	(void)state;
+	for (int pp = 1; pp <= 8; pp++)
+		for (int m = 1; m <= 3 * pp + 2; m++) {
+			Plan *p = build("zbh2", pp, pp, 1, m, NULL);
+			Measure ms = measure(p, SIM_STRICT, 0);
+			expect(ms.makespan, (int64_t)imax(3 * m + pp - 1, 2 * m + 2 * pp - 1) * US,
+			       "makespan", "zbh2", pp, m, 1);
+			expect(ms.peak, imin(2 * pp - 1, m), "peak activations", "zbh2", pp, m, 1);
+			if (m >= 2 * pp - 1)
+				expect(ms.span, 3LL * m * US, "busy span", "zbh2", pp, m, 1);
+			plan_free(p);
+		}
+}
+
+static void sched__zbv__unit_cost_makespan(void **state)
+{
+	(void)state;
+	for (int pp = 1; pp <= 8; pp++)
+		for (int m = 1; m <= 3 * pp + 2; m++) {
+			Plan *p = build("zbv", 2 * pp, pp, 1, m, NULL);
+			Measure ms = measure(p, SIM_STRICT, 0);
+			expect(ms.makespan, (int64_t)imax(6 * m + pp - 1, 4 * m + 4 * pp - 2) * US,
+			       "makespan", "zbv", pp, m, 1);
+			expect(ms.peak, imin(2 * m, 2 * pp), "peak activations", "zbv", pp, m, 1);
+			plan_free(p);
+		}
+}
+
+static void sched__loopedbfs__unit_cost_makespan(void **state)
+{
+	(void)state;
+	for (int pp = 1; pp <= 6; pp++)
+		for (int v = 1; v <= 3; v++)
+			for (int m = 1; m <= 3 * pp + 1; m++) {
+				Plan *p = build("loopedbfs", v * pp, pp, 1, m, NULL);
+				Measure ms = measure(p, SIM_STRICT, 0);
+				int64_t want = m >= pp ? 3LL * (v * m + pp - 1) : 3LL * (m + v * pp - 1);
+				expect(ms.makespan, want * US, "makespan", "loopedbfs", pp, m, v);
+				expect(ms.peak, v * m, "peak activations", "loopedbfs", pp, m, v);
+				plan_free(p);
+			}
+}
+
+/* Interleaved reaches 3vm + 3(p-1) in the overlap model.  The strict model comes out
+ * longer, never shorter: the lowering's round-by-round walk places some gradient sends
+ * after later compute on the producer (docs/schedules.md). */
+static void sched__interleaved__unit_cost_makespan(void **state)
+{
+	(void)state;
+	for (int pp = 1; pp <= 6; pp++)
+		for (int v = 1; v <= 4; v++)
+			for (int m = pp; m <= 4 * pp; m += pp) {
+				Plan *p = build("interleaved", v * pp, pp, 1, m, NULL);
+				int64_t want = (3LL * v * m + 3LL * (pp - 1)) * US;
+				int warm = v == 1 ? pp - 1 : (v - 1) * pp + 2 * (pp - 1);
+				Measure ms = measure(p, SIM_OVERLAP, 0);
+				expect(ms.makespan, want, "overlap makespan", "interleaved", pp, m, v);
+				expect(ms.peak, imin(v * m, warm + 1), "peak activations", "interleaved", pp, m,
+				       v);
+				ms = measure(p, SIM_STRICT, 0);
+				assert_int_equal(ms.verdict, SIM_OK);
+				expect(ms.makespan, want, "strict makespan", "interleaved", pp, m, v);
+				ms = measure(p, SIM_STRICT, 1);
+				expect(ms.makespan, want, "strict eager makespan", "interleaved", pp, m, v);
+				plan_free(p);
+			}
+}
+
+/* DualPipeV reaches 6m + p - 1 in the overlap model and with buffered sends when the
+ * plan is tuned for overlap (`pipecc --tune=overlap`: tensors move as soon as they are
+ * produced).  Tuned for the strict model (the default), a tensor moves only when both
+ * of its ranks are between actions, and DualPipeV's turn then costs up to p - 1 more
+ * (docs/schedules.md). */
+static void sched__dualpipev__unit_cost_makespan(void **state)
+{
+	(void)state;
+	for (int pp = 1; pp <= 6; pp++)
+		for (int m = 2 * pp; m <= 4 * pp + 1; m++) {
+			PipeccOptions o = {.tune_overlap = 1};
+			Plan *p = compile_with(program(2 * pp, pp, 1, m, "dualpipev", NULL), &o, NULL);
+			assert_non_null(p);
+			int64_t want = (6LL * m + pp - 1) * US;
+			Measure ms = measure(p, SIM_OVERLAP, 0);
+			expect(ms.makespan, want, "overlap makespan", "dualpipev", pp, m, 2);
+			expect(ms.peak, 2 * pp + 1, "peak activations", "dualpipev", pp, m, 2);
+			ms = measure(p, SIM_STRICT, 1);
+			expect(ms.makespan, want, "strict eager makespan", "dualpipev", pp, m, 2);
+			plan_free(p);
+			p = build("dualpipev", 2 * pp, pp, 1, m, NULL);
+			ms = measure(p, SIM_STRICT, 0);
+			assert_int_equal(ms.verdict, SIM_OK);
+			if (ms.makespan < want || ms.makespan > want + (pp - 1) * US)
+				fail_msg("dualpipev pp=%d m=%d: strict makespan %lld outside [%lld, %lld]", pp, m,
+				         (long long)ms.makespan, (long long)want, (long long)(want + (pp - 1) * US));
+			plan_free(p);
+		}
+}
+
+/* ---- placements and mixed features ------------------------------------------------ */
+
+static void expect_error(const char *src, const char *want)
+{
+	char *errs = NULL;
+	PipeccOptions o = {0};
+	Plan *p = compile_with(src, &o, &errs);
+	assert_null(p);
+	if (!errs || strcmp(errs, want) != 0)
+		fail_msg("got:\n%s\nwant:\n%s", errs ? errs : "(nothing)", want);
+	free(errs);
+}
+
+static void sched__placements__rejected_with_what_works(void **state)
+{
+	(void)state;
+	expect_error(program(8, 4, 1, 8, "zbv", "placement loop;\n"),
+	             "test.pipe:16:11: error: schedule zbv cannot serve this placement: stage 3 is "
+	             "on pp index 3 but stage 4 on pp index 0; it works with placement v (stages i "
+	             "and 2pp-1-i on one pipeline rank)\n"
+	             " placement loop;\n"
+	             "           ^~~~\n");
+	expect_error(program(8, 4, 1, 8, "interleaved", "placement [0, 0, 1, 1, 2, 2, 3, 3];\n"),
+	             "test.pipe:16:11: error: schedule interleaved cannot serve this placement: "
+	             "stage 0 is on pp index 0 but stage 4 on pp index 2; it works with placement "
+	             "loop (stages i, i+pp, i+2pp, ... on one pipeline rank)\n"
+	             " placement [0, 0, 1, 1, 2, 2, 3, 3];\n"
+	             "           ^~~~~~~~~~~~~~~~~~~~~~~~\n");
+	expect_error(program(8, 4, 1, 8, "dualpipev", "placement [0, 1, 2, 3, 3, 2, 0, 1];\n"),
+	             "test.pipe:16:11: error: schedule dualpipev cannot serve this placement: stage "
+	             "1 is on pp index 1 but stage 6 on pp index 0; it works with placement v "
+	             "(stages i and 2pp-1-i on one pipeline rank)\n"
+	             " placement [0, 1, 2, 3, 3, 2, 0, 1];\n"
+	             "           ^~~~~~~~~~~~~~~~~~~~~~~~\n");
+	expect_error(program(6, 3, 1, 6, "zbv", "placement [0, 0, 1, 1, 2, 2];\n"),
+	             "test.pipe:14:11: error: schedule zbv cannot serve this placement: stage 1 is "
+	             "on pp index 0 but stage 4 on pp index 2; it works with placement v (stages i "
+	             "and 2pp-1-i on one pipeline rank)\n"
+	             " placement [0, 0, 1, 1, 2, 2];\n"
+	             "           ^~~~~~~~~~~~~~~~~~\n");
+	expect_error(program(8, 4, 1, 8, "zbh1", NULL),
+	             "test.pipe:13:10: error: schedule zbh1 needs one stage per pipeline rank: 8 "
+	             "stages on pp=4\n"
+	             " schedule zbh1;\n"
+	             "          ^~~~\n");
+	expect_error(program(6, 4, 1, 8, "interleaved", NULL),
+	             "test.pipe:11:10: error: schedule interleaved needs the same number of stages "
+	             "on every pipeline rank: 6 stages on pp=4\n"
+	             " schedule interleaved;\n"
+	             "          ^~~~~~~~~~~\n");
+	expect_error(program(8, 4, 1, 6, "interleaved", NULL),
+	             "test.pipe:3:14: error: schedule interleaved needs a multiple of 4 "
+	             "microbatches (they go through the ranks in rounds of pp), got 6\n"
+	             " microbatches 6;\n"
+	             "              ^\n");
+	expect_error(program(8, 4, 1, 7, "dualpipev", NULL),
+	             "test.pipe:3:14: error: schedule dualpipev needs at least 8 microbatches (2 x "
+	             "pp), got 7\n"
+	             " microbatches 7;\n"
+	             "              ^\n");
+	expect_error(program(6, 4, 1, 8, "zbv", "placement [0, 1, 2, 3, 0, 1];\n"),
+	             "test.pipe:11:10: error: schedule zbv needs 2 stages per pipeline rank: 6 "
+	             "stages on pp=4 (want 8)\n"
+	             " schedule zbv;\n"
+	             "          ^~~\n");
+}
+
+/* Skips, dp > 1 and explicit placements with every schedule that allows them: every
+ * plan compiles, keeps its structure, and runs to the end in both timing models. */
+static void sched__mixed_features__plans_run(void **state)
+{
+	(void)state;
+	const struct {
+		const char *name;
+		int per_rank;
+		int pair; // 0 any, 1 one per rank, 2 loop, 3 v
+	} S[] = {
+		{"gpipe", 1, 0}, {"1f1b", 1, 1}, {"zbh1", 1, 1}, {"zbh2", 1, 1}, {"zbv", 2, 3},
+		{"dualpipev", 2, 3}, {"loopedbfs", 2, 0}, {"interleaved", 2, 2}, {"gpipe", 2, 0},
+	};
+	int runs = 0;
+	for (size_t k = 0; k < sizeof S / sizeof S[0]; k++)
+		for (int pp = 2; pp <= 4; pp++)
+			for (int dp = 1; dp <= 2; dp++)
+				for (int variant = 0; variant < 4; variant++) {
+					int n = S[k].per_rank * pp, m = 2 * pp;
+					char extra[512] = "";
+					int e = 0;
+					if ((variant & 1) && n >= 4)
+						e += snprintf(extra + e, sizeof extra - e,
+						              "skip s0 -> s2;\nskip s1 -> s%d;\n", n - 1);
+					if (variant & 2) { // a relabelling of the pp indexes: reversed
+						e += snprintf(extra + e, sizeof extra - e, "placement [");
+						for (int s = 0; s < n; s++) {
+							int pos = S[k].pair == 3 ? (s < pp ? s : 2 * pp - 1 - s) : s % pp;
+							e += snprintf(extra + e, sizeof extra - e, "%s%d", s ? ", " : "",
+							              pp - 1 - pos);
+						}
+						e += snprintf(extra + e, sizeof extra - e, "];\n");
+					}
+					Plan *p = build(S[k].name, n, pp, dp, m, extra);
+					check_structure(p, S[k].name);
+					for (int model = 0; model < SIM_MODEL_COUNT; model++) {
+						Measure ms = measure(p, model, 0);
+						if (ms.verdict != SIM_OK)
+							fail_msg("%s pp=%d dp=%d variant %d: %s", S[k].name, pp, dp, variant,
+							         sim_verdict_names[ms.verdict]);
+					}
+					plan_free(p);
+					runs++;
+				}
+	/* gpipe and loopedbfs take any placement: contiguous blocks and uneven ones */
+	const char *any[] = {"placement [0, 0, 1, 1];\n", "placement [0, 0, 1];\n",
+	                     "placement [1, 0, 0, 1];\n", "placement [0, 1, 1, 0, 1];\n"};
+	const int nst[] = {4, 3, 4, 5};
+	for (int i = 0; i < 4; i++)
+		for (int s = 0; s < 2; s++) {
+			Plan *p = build(s ? "loopedbfs" : "gpipe", nst[i], 2, 2, 3, any[i]);
+			check_structure(p, any[i]);
+			assert_int_equal(measure(p, SIM_STRICT, 0).verdict, SIM_OK);
+			plan_free(p);
+			runs++;
+		}
+	assert_true(runs > 200);
+}
+
+/* ---- custom orders ---------------------------------------------------------------- */
+
+/* Two ranks (dp replicas of them), stages s0 s1 on rank 0 and s2 s3 on rank 1,
+ * m = 2. */
+static char *custom_dp(int dp, const char *body, const char *extra)
+{
+	static char buf[4096];
+	snprintf(buf, sizeof buf,
+	         "pipeline c;\nmesh pp=2 dp=%d;\nmicrobatches 2;\ninput 2x8;\n"
+	         "stage s0 { linear 8; relu; }\nstage s1 { linear 8; relu; }\n"
+	         "stage s2 { linear 8; relu; }\nstage s3 { linear 8; loss mse; }\n"
+	         "cost * f=1 b=1 w=1;\nlink ideal;\n%sschedule custom {\n%s}\n",
+	         dp, extra ? extra : "", body);
+	return buf;
+}
+
+static char *custom(const char *body, const char *extra)
+{
+	return custom_dp(1, body, extra);
+}
+
+#define GOOD_R0 "  rank 0: 0F0 1F0 0F1 1F1 1B0 0B0 1B1 0B1;\n"
+#define GOOD_R1 "  rank 1: 2F0 3F0 2F1 3F1 3I0 3W0 2B0 3I1 2B1 3W1;\n"
+
+static void sched__custom__runs_as_written(void **state)
+{
+	(void)state;
+	Plan *p = compile(custom(GOOD_R0 GOOD_R1, NULL));
+	assert_non_null(p);
+	assert_int_equal(p->stages[1].pp, 0);
+	assert_int_equal(p->stages[2].pp, 1);
+	static Order o;
+	order_of(p, 1, &o);
+	const char *want[] = {"F2.0", "F3.0", "F2.1", "F3.1", "B3.0", "W3.0", "BW2.0", "B3.1",
+	                      "BW2.1", "W3.1"};
+	assert_int_equal(o.n, 10);
+	for (int i = 0; i < o.n; i++) {
+		char t[16];
+		snprintf(t, sizeof t, "%s%d.%d", plan_op_names[o.op[i]->kind], o.op[i]->stage,
+		         o.op[i]->mb);
+		assert_string_equal(t, want[i]);
+	}
+	assert_int_equal(measure(p, SIM_STRICT, 0).verdict, SIM_OK);
+	plan_free(p);
+	/* an explicit placement that agrees; and dp = 2 with a skip */
+	p = compile(custom(GOOD_R0 GOOD_R1, "placement [0, 0, 1, 1];\n"));
+	assert_non_null(p);
+	plan_free(p);
+	p = compile(custom_dp(2, GOOD_R0 GOOD_R1, "skip s0 -> s2;\n"));
+	assert_non_null(p);
+	assert_int_equal(p->world, 4);
+	assert_int_equal(measure(p, SIM_STRICT, 0).verdict, SIM_OK);
+	plan_free(p);
+}
+
+static void sched__custom__located_errors(void **state)
+{
+	(void)state;
+	expect_error(custom(GOOD_R0 "  rank 1: 2F0 3F0 2F1 3F1 3W0 3I0 2B0 3I1 2B1 3W1;\n", NULL),
+	             "test.pipe:13:27: error: '3W0' comes before its input gradient '3I0'\n"
+	             "   rank 1: 2F0 3F0 2F1 3F1 3W0 3I0 2B0 3I1 2B1 3W1;\n"
+	             "                           ^~~\n"
+	             "test.pipe:13: note: rank 1 runs ... 3F0 2F1 3F1 [3W0] 3I0 2B0 3I1 ...\n");
+	expect_error(custom("  rank 0: 0F0 1F0 0F1 1F1 1B0 0B0 1B1 0B1 0F2;\n" GOOD_R1, NULL),
+	             "test.pipe:12:43: error: microbatch 2 in '0F2' is out of range: the program "
+	             "has 2 microbatches (0 to 1)\n"
+	             "   rank 0: 0F0 1F0 0F1 1F1 1B0 0B0 1B1 0B1 0F2;\n"
+	             "                                           ^~~\n"
+	             "test.pipe:12: note: rank 0 runs ... 0B0 1B1 0B1 [0F2]\n");
+	expect_error(custom(GOOD_R0 "  rank 1: 2F0 3F0 2F1 3F1 3I0 3W0 2B0 3I1 2B1 3W1 3F1;\n", NULL),
+	             "test.pipe:13:51: error: '3F1' appears twice on rank 1\n"
+	             "   rank 1: 2F0 3F0 2F1 3F1 3I0 3W0 2B0 3I1 2B1 3W1 3F1;\n"
+	             "                                                   ^~~\n"
+	             "test.pipe:13:23: note: first here\n"
+	             "   rank 1: 2F0 3F0 2F1 3F1 3I0 3W0 2B0 3I1 2B1 3W1 3F1;\n"
+	             "                       ^~~\n");
+	expect_error(custom("  rank 0: 0F0 1F0 0F1 1F1 1B0 0B0 1B1 0B1 2F0;\n" GOOD_R1, NULL),
+	             "test.pipe:13:11: error: stage 2 (s2) appears on rank 0 and on rank 1: a stage "
+	             "runs on one pipeline rank\n"
+	             "   rank 1: 2F0 3F0 2F1 3F1 3I0 3W0 2B0 3I1 2B1 3W1;\n"
+	             "           ^~~\n"
+	             "test.pipe:12:43: note: first on rank 0 here\n"
+	             "   rank 0: 0F0 1F0 0F1 1F1 1B0 0B0 1B1 0B1 2F0;\n"
+	             "                                           ^~~\n");
+	expect_error(custom(GOOD_R0 "  rank 1: 2F0 3F0 2F1 3F1 3I0 3B0 2B0 3I1 2B1 3W1;\n", NULL),
+	             "test.pipe:13:31: error: '3I0' and '3B0' both appear: a microbatch's backward "
+	             "is either B, or I and W\n"
+	             "   rank 1: 2F0 3F0 2F1 3F1 3I0 3B0 2B0 3I1 2B1 3W1;\n"
+	             "                               ^~~\n"
+	             "test.pipe:13:27: note: '3I0' is here\n"
+	             "   rank 1: 2F0 3F0 2F1 3F1 3I0 3B0 2B0 3I1 2B1 3W1;\n"
+	             "                           ^~~\n");
+	expect_error(custom("  rank 0: 0F0 1B0 1F0 0F1 1F1 0B0 1B1 0B1;\n" GOOD_R1, NULL),
+	             "test.pipe:12:15: error: '1B0' comes before its forward '1F0'\n"
+	             "   rank 0: 0F0 1B0 1F0 0F1 1F1 0B0 1B1 0B1;\n"
+	             "               ^~~\n"
+	             "test.pipe:12: note: rank 0 runs 0F0 [1B0] 1F0 0F1 1F1 ...\n");
+}
+
+/* Valid by the rules above, but 0B0 waits for 1B0, later on the same rank: the
+ * lowering finds that nothing can run. */
+static void sched__custom_local_wait__stall(void **state)
+{
+	(void)state;
+	expect_error(custom("  rank 0: 0F0 0B0 1F0 0F1 1F1 1B0 1B1 0B1;\n" GOOD_R1, NULL),
+	             "test.pipe:12:15: error: the schedule cannot run: every rank waits for another "
+	             "(run with --allow-deadlock to emit the plan and let pipesim show the cycle)\n"
+	             "   rank 0: 0F0 0B0 1F0 0F1 1F1 1B0 1B1 0B1;\n"
+	             "               ^~~\n"
+	             "  rank 0 is stuck at action 1: 0B0\n"
+	             "  rank 1 is stuck at action 0: 2F0\n");
+}
+
+static void sched__custom__whole_order_errors(void **state)
+{
+	(void)state;
+	expect_error(custom(GOOD_R0 "  rank 0: 2F0;\n", NULL),
+	             "test.pipe:13:3: error: rank 0 is given twice\n"
+	             "   rank 0: 2F0;\n"
+	             "   ^~~~~~\n"
+	             "test.pipe:12:3: note: first given here\n"
+	             "   rank 0: 0F0 1F0 0F1 1F1 1B0 0B0 1B1 0B1;\n"
+	             "   ^~~~~~\n");
+	expect_error(custom("  rank 0: 0F0 1F0 0F1 1F1 1B0 0B0 1B1 0B1 2F0 2F1 2B0 2B1 3F0 3F1 "
+	                    "3B0 3B1;\n",
+	                    NULL),
+	             "test.pipe:11:10: error: pipeline rank 1 runs no stage: every rank needs at "
+	             "least one\n"
+	             " schedule custom {\n"
+	             "          ^~~~~~\n");
+	expect_error(custom(GOOD_R0 "  rank 1: 2F0 2F1 2B0 2B1;\n", NULL),
+	             "test.pipe:11:10: error: stage 3 (s3) appears on no rank\n"
+	             " schedule custom {\n"
+	             "          ^~~~~~\n");
+	expect_error(custom(GOOD_R0 "  rank 1: 2F0 3F0 2F1 3I0 3W0 2B0 2B1;\n", NULL),
+	             "test.pipe:13:3: error: rank 1 has no forward '3F1' of stage 3 (s3)\n"
+	             "   rank 1: 2F0 3F0 2F1 3I0 3W0 2B0 2B1;\n"
+	             "   ^~~~~~\n"
+	             "test.pipe:13:3: error: rank 1 has no backward of stage 3 (s3) microbatch 1: "
+	             "'3B1', or '3I1' and '3W1'\n"
+	             "   rank 1: 2F0 3F0 2F1 3I0 3W0 2B0 2B1;\n"
+	             "   ^~~~~~\n");
+	expect_error(custom(GOOD_R0 GOOD_R1, "placement [0, 1, 1, 1];\n"),
+	             "test.pipe:13:15: error: '1F0' is on rank 0, but the placement puts stage 1 "
+	             "(s1) on pp index 1\n"
+	             "   rank 0: 0F0 1F0 0F1 1F1 1B0 0B0 1B1 0B1;\n"
+	             "               ^~~\n");
+	expect_error(custom("  rank 0: 0F0 1F0 0F1 1F1 1B0 0W0 1B1 0B1;\n" GOOD_R1, NULL),
+	             "test.pipe:12:31: error: '0W0' has no input gradient '0I0' before it\n"
+	             "   rank 0: 0F0 1F0 0F1 1F1 1B0 0W0 1B1 0B1;\n"
+	             "                               ^~~\n"
+	             "test.pipe:12: note: rank 0 runs ... 0F1 1F1 1B0 [0W0] 1B1 0B1\n");
+}
+
+/* Valid on every rank, impossible across ranks: rank 0 starts with s2, which waits for
+ * s1 on rank 1, which waits for s0, after s2 on rank 0.  Each pair of ranks exchanges
+ * its messages in one order, so the plan is well formed and the simulator finds the
+ * wait-for cycle. */
+static const char cross_rank[] =
+	"pipeline d;\nmesh pp=2;\nmicrobatches 1;\ninput 2x8;\n"
+	"stage s0 { linear 8; relu; }\nstage s1 { linear 8; relu; }\n"
+	"stage s2 { linear 8; loss mse; }\n"
+	"cost * f=1 b=1 w=1;\nlink ideal;\nschedule custom {\n"
+	"  rank 0: 2F0 0F0 2B0 0B0;\n  rank 1: 1F0 1B0;\n}\n";
+
+static void sched__custom_cross_rank_cycle__stall_then_simulator_cycle(void **state)
+{
+	(void)state;
+	expect_error(cross_rank,
+	             "test.pipe:11:11: error: the schedule cannot run: every rank waits for another "
+	             "(run with --allow-deadlock to emit the plan and let pipesim show the cycle)\n"
+	             "   rank 0: 2F0 0F0 2B0 0B0;\n"
+	             "           ^~~\n"
+	             "  rank 0 is stuck at action 0: 2F0\n"
+	             "  rank 1 is stuck at action 0: 1F0\n");
+	PipeccOptions o = {.allow_deadlock = 1};
+	char *errs = NULL;
+	Plan *p = compile_with(cross_rank, &o, &errs);
+	assert_non_null(p);
+	assert_string_equal(errs, "");
+	free(errs);
+	PlanError err;
+	assert_int_equal(plan_verify(p, &err), 0);
+	SimOptions so = {.model = SIM_STRICT};
+	SimResult r;
+	assert_int_equal(sim_run(p, &so, &r), 1);
+	assert_int_equal(r.verdict, SIM_DEADLOCK);
+	assert_int_equal(r.nstuck, 2);
+	assert_int_equal(r.ncycle, 2);
+	sim_result_free(&r);
+	plan_free(p);
+}
+
+/* ---- CSV --------------------------------------------------------------------------- */
+
+static char tmpdir[64];
+
+static int setup_tmp(void **state)
+{
+	(void)state;
+	snprintf(tmpdir, sizeof tmpdir, "/tmp/test_sched.XXXXXX");
+	return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int teardown_tmp(void **state)
+{
+	(void)state;
+	char cmd[128];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+static const char *write_tmp(const char *name, const char *text)
+{
+	static char path[128];
+	snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+	return path;
+}
+
+static char *csv_program(const char *path)
+{
+	static char buf[4096];
+	snprintf(buf, sizeof buf,
+	         "pipeline c;\nmesh pp=2;\nmicrobatches 2;\ninput 2x8;\n"
+	         "stage s0 { linear 8; relu; }\nstage s1 { linear 8; relu; }\n"
+	         "stage s2 { linear 8; relu; }\nstage s3 { linear 8; loss mse; }\n"
+	         "cost * f=1 b=1 w=1;\nlink ideal;\nschedule csv \"%s\";\n",
+	         path);
+	return buf;
+}
+
+static void expect_csv_error(const char *csv, const char *want_fmt)
+{
+	const char *path = write_tmp("o.csv", csv);
+	char want[2048];
+	snprintf(want, sizeof want, want_fmt, path, path, path, path);
+	expect_error(csv_program(path), want);
+}
+
+/* What PyTorch's _dump_csv writes: CRLF rows, communication cells, empty cells. */
+static void sched__csv__torch_dump_reads(void **state)
+{
+	(void)state;
+	const char *path =
+		write_tmp("torch.csv", "0F0,1F0,0F1,1F1,1B0,0B0,1B1,0B1,1SEND_B0,,\r\n"
+		                       "2RECV_F0,2F0,3F0, 2F1 ,3F1,3I0,3W0,2B0,,3I1,2B1,3W1,2SEND_B1\r\n");
+	Plan *p = compile(csv_program(path));
+	assert_non_null(p);
+	assert_string_equal(p->schedule, "csv");
+	check_structure(p, "csv");
+	assert_int_equal(measure(p, SIM_STRICT, 0).verdict, SIM_OK);
+	plan_free(p);
+}
+
+/* --emit torch-csv (with comms) read back gives the same compute order on every rank,
+ * for every schedule. */
+static void sched__csv__emit_roundtrip_every_schedule(void **state)
+{
+	(void)state;
+	const char *names[] = {"gpipe", "1f1b", "zbh1", "zbh2", "zbv", "dualpipev",
+	                       "loopedbfs", "interleaved"};
+	const int per_rank[] = {1, 1, 1, 1, 2, 2, 2, 2};
+	for (int k = 0; k < 8; k++)
+		for (int pp = 1; pp <= 4; pp++) {
+			int m = 2 * pp;
+			char *src = program(per_rank[k] * pp, pp, 2, m, names[k], "skip s0 -> s2;\n");
+			if (per_rank[k] * pp < 3)
+				src = program(per_rank[k] * pp, pp, 2, m, names[k], NULL);
+			char *copy = strdup(src);
+			Plan *a = compile(copy);
+			assert_non_null(a);
+			char path[128];
+			snprintf(path, sizeof path, "%s/rt.csv", tmpdir);
+			FILE *f = fopen(path, "w");
+			assert_int_equal(pipecc_emit_torch_csv(a, f, k % 2), 0);
+			fclose(f);
+			PipeccOptions o = {.from_csv = path};
+			Plan *b = compile_with(copy, &o, NULL);
+			if (!b)
+				fail_msg("%s pp=%d: the CSV does not read back", names[k], pp);
+			for (int q = 0; q < pp; q++) {
+				static Order oa, ob;
+				order_of(a, q, &oa);
+				order_of(b, q, &ob);
+				assert_int_equal(oa.n, ob.n);
+				for (int i = 0; i < oa.n; i++) {
+					assert_int_equal(oa.op[i]->kind, ob.op[i]->kind);
+					assert_int_equal(oa.op[i]->stage, ob.op[i]->stage);
+					assert_int_equal(oa.op[i]->mb, ob.op[i]->mb);
+				}
+			}
+			for (int s = 0; s < a->nstages; s++)
+				assert_int_equal(a->stages[s].pp, b->stages[s].pp);
+			plan_free(a);
+			plan_free(b);
+			free(copy);
+		}
+}
+
+static void sched__csv__errors_located_in_the_csv(void **state)
+{
+	(void)state;
+	expect_csv_error("0F0,1F0,0F1,1F1,1B0,0B0,1B1,0B1\n"
+	                 "2F0,3F0,2F1,3F1,3I0,3W0,2B0,3X1,2B1,3W1,9F0\n",
+	                 "%s:2:29: error: cannot read cell '3X1': expected an action like 0F1, 1I0, "
+	                 "1W0 or 2B3\n"
+	                 " 2F0,3F0,2F1,3F1,3I0,3W0,2B0,3X1,2B1,3W1,9F0\n"
+	                 "                             ^~~\n"
+	                 "%s:2:41: error: stage index 9 in '9F0' is out of range: there are 4 "
+	                 "stages\n"
+	                 " 2F0,3F0,2F1,3F1,3I0,3W0,2B0,3X1,2B1,3W1,9F0\n"
+	                 "                                         ^~~\n");
+	expect_csv_error("0F0,1F0,0F1,1F1,1B0,0B0,1B1,0B1\n"
+	                 "2F0,3F0,2F1,3F1,3W0,3I0,2B0,3I1,2B1,3W1\n",
+	                 "%s:2:17: error: '3W0' comes before its input gradient '3I0'\n"
+	                 " 2F0,3F0,2F1,3F1,3W0,3I0,2B0,3I1,2B1,3W1\n"
+	                 "                 ^~~\n"
+	                 "%s:2: note: rank 1 runs ... 3F0 2F1 3F1 [3W0] 3I0 2B0 3I1 ...\n");
+	expect_csv_error("0F0,1F0,0F1,1F1,1B0,0B0,1B1,0B1\n",
+	                 "%s: error: the file has 1 row, but the mesh has pp=2 (one row per pipeline "
+	                 "rank)\n");
+	expect_csv_error("0F0,1F0,0F1,1F1,1B0,0B0,1B1,0B1\n"
+	                 "2F0,3F0,2F1,3F1,3I0,3W0,2B0,3I1,2B1,3W1\n"
+	                 "0F0\n",
+	                 "%s:3:1: error: row 3 has actions, but the mesh has pp=2 (one row per "
+	                 "pipeline rank)\n"
+	                 " 0F0\n"
+	                 " ^\n");
+	expect_csv_error("0F0,1F0,0F1,1F1,1B0,0B0,1B1\n"
+	                 "2F0,3F0,2F1,3F1,3I0,3W0,2B0,3I1,2B1,3W1\n",
+	                 "%s:1:1: error: rank 0 has no backward of stage 0 (s0) microbatch 1: '0B1', "
+	                 "or '0I1' and '0W1'\n"
+	                 " 0F0,1F0,0F1,1F1,1B0,0B0,1B1\n"
+	                 " ^\n");
+	/* a file that is not there: the error is the program's */
+	char missing[128];
+	snprintf(missing, sizeof missing, "%s/none.csv", tmpdir);
+	char want[512];
+	snprintf(want, sizeof want,
+	         "test.pipe:11:10: error: cannot read %s: No such file or directory\n"
+	         " schedule csv \"%s\";\n"
+	         "          ^~~\n",
+	         missing, missing);
+	expect_error(csv_program(missing), want);
+	/* --from-torch-csv replaces the program's schedule; its errors have no program line */
+	PipeccOptions o = {.from_csv = missing};
+	char *errs = NULL;
+	assert_null(compile_with(program(4, 2, 1, 2, "1f1b", NULL), &o, &errs));
+	snprintf(want, sizeof want, "test.pipe: error: cannot read %s: No such file or directory\n",
+	         missing);
+	assert_string_equal(errs, want);
+	free(errs);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(sched__every_schedule__each_action_once_in_order),
+		cmocka_unit_test(sched__gpipe_and_loopedbfs__forwards_first),
+		cmocka_unit_test(sched__1f1b_zbh1_zbh2__warmup_and_split),
+		cmocka_unit_test(sched__interleaved__megatron_order),
+		cmocka_unit_test(sched__zbv_and_dualpipev__v_pairs),
+		cmocka_unit_test(sched__gpipe_1f1b__unit_cost_makespan),
+		cmocka_unit_test(sched__zbh1__unit_cost_makespan),
+		cmocka_unit_test(sched__zbh2__unit_cost_makespan_and_span),
+		cmocka_unit_test(sched__zbv__unit_cost_makespan),
+		cmocka_unit_test(sched__loopedbfs__unit_cost_makespan),
+		cmocka_unit_test(sched__interleaved__unit_cost_makespan),
+		cmocka_unit_test(sched__dualpipev__unit_cost_makespan),
+		cmocka_unit_test(sched__placements__rejected_with_what_works),
+		cmocka_unit_test(sched__mixed_features__plans_run),
+		cmocka_unit_test(sched__custom__runs_as_written),
+		cmocka_unit_test(sched__custom__located_errors),
+		cmocka_unit_test(sched__custom_local_wait__stall),
+		cmocka_unit_test(sched__custom__whole_order_errors),
+		cmocka_unit_test(sched__custom_cross_rank_cycle__stall_then_simulator_cycle),
+		cmocka_unit_test(sched__csv__torch_dump_reads),
+		cmocka_unit_test(sched__csv__emit_roundtrip_every_schedule),
+		cmocka_unit_test(sched__csv__errors_located_in_the_csv),
+	};
+	return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);
+}
