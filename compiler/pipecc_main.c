@@ -247,10 +247,13 @@ int main(int argc, char **argv)
 			double sec = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
 			struct rusage ru;
 			getrusage(RUSAGE_SELF, &ru);
+			double cpu = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+			             (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
 			double ops = (double)plan_total_ops(plan);
 			fprintf(stderr,
-			        "pipecc: %.0f ops in %.3f s: %.2f M ops/s; peak RSS %.1f MiB = %.1f bytes/op\n",
-			        ops, sec, ops / sec / 1e6, (double)ru.ru_maxrss / 1024,
+			        "pipecc: %.0f ops in %.3f s wall (%.2f M ops/s), %.3f s cpu (%.2f M ops/s); "
+			        "peak RSS %.1f MiB = %.1f bytes/op\n",
+			        ops, sec, ops / sec / 1e6, cpu, ops / cpu / 1e6, (double)ru.ru_maxrss / 1024,
 			        (double)ru.ru_maxrss * 1024 / (ops > 0 ? ops : 1));
 		}
 		plan_free(plan);

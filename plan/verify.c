@@ -180,104 +180,115 @@ static int check_groups(Vc *v)
 }
 
 /* Point-to-point matching, FIFO per ordered pair, and the collectives. */
+typedef struct {
+	int peer;       // the receiving rank
+	int64_t start;  // this pair's sends begin at sends[start]
+	int64_t n;      // how many
+	int64_t used;   // how many receives have met one
+} Pair;
+
+/* The pair (rank's pairs are pairs[lo..hi)) whose peer is q, or -1.  Ranks talk to few
+ * peers, so a linear search beats anything cleverer. */
+static int64_t find_pair(const Pair *pairs, int64_t lo, int64_t hi, int q)
+{
+	for (int64_t i = lo; i < hi; i++)
+		if (pairs[i].peer == q)
+			return i;
+	return -1;
+}
+
 static int check_matching(Vc *v)
 {
 	const Plan *p = v->p;
 	int W = p->world;
 	int rc = -1;
-	/* CSR of sends per (rank, peer), peers sorted: off[r]..off[r+1] index into peer/start. */
-	int64_t *cnt = calloc((size_t)W, sizeof *cnt);
-	int64_t *pos = calloc((size_t)W, sizeof *pos);
-	int64_t *off = calloc((size_t)W + 1, sizeof *off);
-	int64_t npairs = 0, nsends = 0;
-	for (int r = 0; r < W; r++) {
-		for (int64_t i = 0; i < p->ranks[r].nops; i++)
-			if (p->ranks[r].ops[i].kind == OP_SEND) {
-				nsends++;
-				if (cnt[p->ranks[r].ops[i].peer]++ == 0)
-					npairs++;
-			}
-		for (int64_t i = 0; i < p->ranks[r].nops; i++)
-			if (p->ranks[r].ops[i].kind == OP_SEND)
-				cnt[p->ranks[r].ops[i].peer] = 0;
-	}
-	int *pair_peer = malloc((size_t)(npairs ? npairs : 1) * sizeof *pair_peer);
-	int64_t *pair_start = malloc((size_t)(npairs + 1) * sizeof *pair_start);
-	int64_t *pair_used = calloc((size_t)(npairs ? npairs : 1), sizeof *pair_used);
-	int64_t *sends = malloc((size_t)(nsends ? nsends : 1) * sizeof *sends);
-	if (!cnt || !pos || !off || !pair_peer || !pair_start || !pair_used || !sends) {
+	int64_t *off = calloc((size_t)W + 1, sizeof *off); // rank -> its first pair
+	int64_t npairs = 0, cap = 64, nsends = 0;
+	Pair *pairs = malloc((size_t)cap * sizeof *pairs);
+	int64_t *sends = NULL;
+	if (!off || !pairs) {
 		verr(v, -1, -1, "out of memory");
 		goto out;
 	}
-	int64_t pi = 0, si = 0;
+	/* Pass 1: the pairs of each rank and their send counts. */
 	for (int r = 0; r < W; r++) {
 		const PlanRank *rk = &p->ranks[r];
-		off[r] = pi;
-		for (int64_t i = 0; i < rk->nops; i++)
-			if (rk->ops[i].kind == OP_SEND)
-				cnt[rk->ops[i].peer]++;
-		/* Peers in increasing order: walk the sends once more, collecting distinct peers,
-		 * then sort that short list. */
-		int64_t first = pi;
+		off[r] = npairs;
+		int64_t last = -1;
 		for (int64_t i = 0; i < rk->nops; i++) {
 			const PlanOp *o = &rk->ops[i];
-			if (o->kind == OP_SEND && cnt[o->peer] > 0) {
-				pair_peer[pi++] = o->peer;
-				pos[o->peer] = -cnt[o->peer]; // mark as collected
-				cnt[o->peer] = 0;
+			if (o->kind != OP_SEND)
+				continue;
+			int64_t k = last >= 0 && pairs[last].peer == o->peer
+			                ? last
+			                : find_pair(pairs, off[r], npairs, o->peer);
+			if (k < 0) {
+				if (npairs == cap) {
+					Pair *np = realloc(pairs, (size_t)(cap *= 2) * sizeof *pairs);
+					if (!np) {
+						verr(v, -1, -1, "out of memory");
+						goto out;
+					}
+					pairs = np;
+				}
+				k = npairs++;
+				pairs[k] = (Pair){.peer = o->peer};
 			}
+			pairs[k].n++;
+			nsends++;
+			last = k;
 		}
-		for (int64_t a = first + 1; a < pi; a++) // insertion sort: few peers per rank
-			for (int64_t b = a; b > first && pair_peer[b - 1] > pair_peer[b]; b--) {
-				int t = pair_peer[b];
-				pair_peer[b] = pair_peer[b - 1];
-				pair_peer[b - 1] = t;
-			}
-		for (int64_t a = first; a < pi; a++) {
-			int q = pair_peer[a];
-			int64_t n = -pos[q];
-			pair_start[a] = si;
-			pos[q] = si;
-			si += n;
-		}
-		for (int64_t i = 0; i < rk->nops; i++)
-			if (rk->ops[i].kind == OP_SEND)
-				sends[pos[rk->ops[i].peer]++] = i;
-		for (int64_t a = first; a < pi; a++)
-			pos[pair_peer[a]] = 0;
 	}
-	off[W] = pi;
-	pair_start[pi] = si;
+	off[W] = npairs;
+	for (int64_t k = 0, at = 0; k < npairs; k++) {
+		pairs[k].start = at;
+		at += pairs[k].n;
+		pairs[k].n = 0; // refilled below
+	}
+	/* Pass 2: each pair's sends in list order. */
+	sends = malloc((size_t)(nsends ? nsends : 1) * sizeof *sends);
+	if (!sends) {
+		verr(v, -1, -1, "out of memory");
+		goto out;
+	}
+	for (int r = 0; r < W; r++) {
+		const PlanRank *rk = &p->ranks[r];
+		int64_t last = -1;
+		for (int64_t i = 0; i < rk->nops; i++) {
+			const PlanOp *o = &rk->ops[i];
+			if (o->kind != OP_SEND)
+				continue;
+			int64_t k = last >= 0 && pairs[last].peer == o->peer
+			                ? last
+			                : find_pair(pairs, off[r], off[r + 1], o->peer);
+			sends[pairs[k].start + pairs[k].n++] = i;
+			last = k;
+		}
+	}
 
-	/* Receives: the k-th RECV on b from a meets the k-th SEND on a to b. */
+	/* Pass 3: the k-th RECV on b from a meets the k-th SEND on a to b. */
 	for (int b = 0; b < W; b++) {
 		const PlanRank *rk = &p->ranks[b];
+		int last_a = -1;
+		int64_t last_k = -1;
 		for (int64_t i = 0; i < rk->nops; i++) {
 			const PlanOp *o = &rk->ops[i];
 			if (o->kind != OP_RECV)
 				continue;
 			int a = o->peer;
-			int64_t lo = off[a], hi = off[a + 1];
-			while (lo < hi) {
-				int64_t mid = (lo + hi) / 2;
-				if (pair_peer[mid] < b)
-					lo = mid + 1;
-				else
-					hi = mid;
-			}
+			int64_t k = a == last_a ? last_k : find_pair(pairs, off[a], off[a + 1], b);
+			last_a = a;
+			last_k = k;
 			char x[300], y[300];
-			if (lo == off[a + 1] || pair_peer[lo] != b ||
-			    pair_used[lo] == pair_start[lo + 1] - pair_start[lo]) {
-				int64_t n = (lo < off[a + 1] && pair_peer[lo] == b)
-				                ? pair_start[lo + 1] - pair_start[lo]
-				                : 0;
+			if (k < 0 || pairs[k].used == pairs[k].n) {
+				int64_t n = k < 0 ? 0 : pairs[k].n;
 				verr(v, b, i, "%s has no matching SEND: rank %d sends only %lld message%s to "
 				              "rank %d",
 				     opdesc(v, b, i, x, sizeof x), a, (long long)n, n == 1 ? "" : "s", b);
 				goto out;
 			}
-			int64_t k = pair_used[lo]++;
-			int64_t si2 = sends[pair_start[lo] + k];
+			int64_t pos = pairs[k].used++;
+			int64_t si2 = sends[pairs[k].start + pos];
 			const PlanOp *s = &p->ranks[a].ops[si2];
 			const char *what = s->stage != o->stage ? "edges"
 			                   : s->mb != o->mb     ? "microbatches"
@@ -287,19 +298,19 @@ static int check_matching(Vc *v)
 			if (what) {
 				verr(v, b, i, "%s is matched (FIFO position %lld from rank %d to rank %d) "
 				              "with %s: the %s differ",
-				     opdesc(v, a, si2, x, sizeof x), (long long)k, a, b,
+				     opdesc(v, a, si2, x, sizeof x), (long long)pos, a, b,
 				     opdesc(v, b, i, y, sizeof y), what);
 				goto out;
 			}
 		}
 	}
 	for (int a = 0; a < W; a++)
-		for (int64_t q = off[a]; q < off[a + 1]; q++)
-			if (pair_used[q] < pair_start[q + 1] - pair_start[q]) {
-				int64_t si2 = sends[pair_start[q] + pair_used[q]];
+		for (int64_t k = off[a]; k < off[a + 1]; k++)
+			if (pairs[k].used < pairs[k].n) {
+				int64_t si2 = sends[pairs[k].start + pairs[k].used];
 				char x[300];
 				verr(v, a, si2, "%s has no matching RECV on rank %d",
-				     opdesc(v, a, si2, x, sizeof x), pair_peer[q]);
+				     opdesc(v, a, si2, x, sizeof x), pairs[k].peer);
 				goto out;
 			}
 
@@ -341,12 +352,8 @@ static int check_matching(Vc *v)
 	}
 	rc = 0;
 out:
-	free(cnt);
-	free(pos);
 	free(off);
-	free(pair_peer);
-	free(pair_start);
-	free(pair_used);
+	free(pairs);
 	free(sends);
 	return rc;
 }

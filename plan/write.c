@@ -46,14 +46,26 @@ static const char digit_pairs[201] = "000102030405060708091011121314151617181920
  * reserve 256 bytes).  Op lines are most of a large plan, so this matters. */
 static void put_int(Out *o, int64_t v)
 {
+	char *d = o->buf + o->n;
+	if (v >= 0 && v < 100) { // stage, microbatch and group numbers are mostly small
+		if (v < 10) {
+			d[0] = (char)('0' + v);
+			o->n += 1;
+		} else {
+			d[0] = digit_pairs[2 * v];
+			d[1] = digit_pairs[2 * v + 1];
+			o->n += 2;
+		}
+		return;
+	}
 	char tmp[24];
 	int i = sizeof tmp;
 	uint64_t u = v < 0 ? -(uint64_t)v : (uint64_t)v;
 	while (u >= 100) {
-		unsigned d = (unsigned)(u % 100) * 2;
+		unsigned k = (unsigned)(u % 100) * 2;
 		u /= 100;
-		tmp[--i] = digit_pairs[d + 1];
-		tmp[--i] = digit_pairs[d];
+		tmp[--i] = digit_pairs[k + 1];
+		tmp[--i] = digit_pairs[k];
 	}
 	if (u >= 10) {
 		tmp[--i] = digit_pairs[u * 2 + 1];
@@ -63,7 +75,7 @@ static void put_int(Out *o, int64_t v)
 	}
 	if (v < 0)
 		tmp[--i] = '-';
-	memcpy(o->buf + o->n, tmp + i, sizeof tmp - i);
+	memcpy(d, tmp + i, sizeof tmp - i);
 	o->n += sizeof tmp - i;
 }
 
