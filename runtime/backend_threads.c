@@ -1,0 +1,547 @@
+/* The threads backend: every rank of the world is a thread of this process, computing
+ * on the host (cpu.c) and talking through in-process channels.
+ *
+ * Channels implement docs/semantics.md exactly.  There is one per ordered pair of
+ * ranks, holding the posted and not yet matched sends or receives in posting order,
+ * so the k-th SEND from a to b meets the k-th RECV on b from a (FIFO).  A group's ops
+ * are posted together in group_end(), under the world's lock, and the rank then waits
+ * until all of them completed.  A send completes only when a receive has matched it
+ * and the data is copied (rendezvous, as NCCL), whatever the size.  An all-reduce
+ * completes when every member of the dp group has posted it; the last member to post
+ * sums the members' tensors in dp order and scales by 1/dp, so the result is the same
+ * whichever thread arrives last (and equals the sequential reference's).
+ *
+ * Waiting spins briefly (when there are cores to spare) and then sleeps on the rank's
+ * condition variable; wake() broadcasts them all so the watchdog or a failing rank can
+ * end every wait.  A mismatched pair (different edge, microbatch, direction or size)
+ * fails the whole world with a message naming both ops. */
+#include "rt.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct Req {
+	RtTensor *t;       // send: the data; recv: where it goes
+	RtMsg msg;
+	int rank, peer;
+	uint8_t send;
+	uint8_t done;
+	atomic_int *pending; // owner's count of incomplete ops
+	struct Req *next;
+} Req;
+
+typedef struct {
+	Req *sh, *st;      // unmatched sends, oldest first
+	Req *rh, *rt;      // unmatched receives
+} Chan;
+
+typedef struct {
+	int n, posted;
+	Req **reqs;        // by dp index
+} Coll;
+
+typedef struct {
+	pthread_mutex_t mu;
+	pthread_cond_t *cv;  // per rank
+	pthread_cond_t bar_cv;
+	int bar_count, bar_gen;
+	int world;
+	Chan **chan;         // [src * world + dst], made on first use
+	Coll **coll;         // [lowest member], made on first use
+	int64_t spin;        // ns to spin before sleeping
+} ThWorld;
+
+typedef struct {
+	Req *reqs;
+	int nreq, cap;
+	atomic_int pending;
+	int dp_index;
+	int *dp_members;
+	int ndp;
+} ThRank;
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
+
+static ThWorld *tw(RtWorld *w)
+{
+	return w->bw;
+}
+
+static int th_world_open(RtWorld *w)
+{
+	int n = w->plan->world;
+	ThWorld *t = calloc(1, sizeof *t);
+	if (!t)
+		return rt_world_error(w, "out of memory");
+	w->bw = t;
+	t->world = n;
+	t->cv = calloc((size_t)n, sizeof *t->cv);
+	t->chan = calloc((size_t)n * (size_t)n, sizeof *t->chan);
+	t->coll = calloc((size_t)n, sizeof *t->coll);
+	if (!t->cv || !t->chan || !t->coll)
+		return rt_world_error(w, "out of memory for %d ranks", n);
+	pthread_mutex_init(&t->mu, NULL);
+	pthread_cond_init(&t->bar_cv, NULL);
+	for (int i = 0; i < n; i++)
+		pthread_cond_init(&t->cv[i], NULL);
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	const char *spin = getenv("PIPERUN_SPIN_NS");
+	t->spin = spin ? atol(spin) : cpus >= n ? 20000 : 0;
+	w->first_local = 0;
+	w->nlocal = n;
+	w->root = 1;
+	rt_cpu_blas_threads(w->opt.blas_threads);
+	return RT_OK;
+}
+
+static void th_world_close(RtWorld *w, int failed)
+{
+	(void)failed;
+	ThWorld *t = tw(w);
+	if (!t)
+		return;
+	if (t->chan)
+		for (int64_t i = 0; i < (int64_t)t->world * t->world; i++)
+			free(t->chan[i]);
+	if (t->coll)
+		for (int i = 0; i < t->world; i++) {
+			if (t->coll[i])
+				free(t->coll[i]->reqs);
+			free(t->coll[i]);
+		}
+	if (t->cv) {
+		for (int i = 0; i < t->world; i++)
+			pthread_cond_destroy(&t->cv[i]);
+		pthread_mutex_destroy(&t->mu);
+		pthread_cond_destroy(&t->bar_cv);
+	}
+	free(t->cv);
+	free(t->chan);
+	free(t->coll);
+	free(t);
+	w->bw = NULL;
+}
+
+typedef struct {
+	RtRank *r;
+	int (*fn)(RtRank *);
+} Start;
+
+static void *thread_main(void *arg)
+{
+	Start *s = arg;
+	s->r->status = s->fn(s->r);
+	return NULL;
+}
+
+static int th_launch(RtWorld *w, int (*fn)(RtRank *))
+{
+	int n = w->nlocal;
+	pthread_t *th = calloc((size_t)n, sizeof *th);
+	Start *st = calloc((size_t)n, sizeof *st);
+	if (!th || !st) {
+		free(th);
+		free(st);
+		return rt_world_error(w, "out of memory");
+	}
+	int started = 0, rc = RT_OK;
+	for (int i = 0; i < n; i++) {
+		st[i] = (Start){&w->ranks[i], fn};
+		if (pthread_create(&th[i], NULL, thread_main, &st[i])) {
+			rc = rt_world_error(w, "cannot start a thread for rank %d", i);
+			rt_abort(w);
+			break;
+		}
+		started++;
+	}
+	for (int i = 0; i < started; i++)
+		pthread_join(th[i], NULL);
+	free(th);
+	free(st);
+	return rc;
+}
+
+static void wake_locked(ThWorld *t)
+{
+	for (int i = 0; i < t->world; i++)
+		pthread_cond_broadcast(&t->cv[i]);
+	pthread_cond_broadcast(&t->bar_cv);
+}
+
+static void th_wake(RtWorld *w)
+{
+	ThWorld *t = tw(w);
+	pthread_mutex_lock(&t->mu);
+	wake_locked(t);
+	pthread_mutex_unlock(&t->mu);
+}
+
+static int th_gather(RtWorld *w, const void *mine, int64_t n, void *all)
+{
+	memcpy(all, mine, (size_t)(n * w->nlocal));
+	return RT_OK;
+}
+
+static int th_bcast(RtWorld *w, void *buf, int64_t n)
+{
+	(void)w;
+	(void)buf;
+	(void)n;
+	return RT_OK;
+}
+
+static int th_rank_open(RtRank *r)
+{
+	ThRank *t = calloc(1, sizeof *t);
+	if (!t)
+		return rt_error(r, "out of memory");
+	r->be = t;
+	if (r->rank == RT_REF_RANK)
+		return RT_OK;
+	const Plan *p = r->w->plan;
+	t->dp_members = malloc((size_t)p->dims[DIM_DP] * sizeof(int));
+	if (!t->dp_members)
+		return rt_error(r, "out of memory");
+	t->ndp = plan_dim_members(p, r->rank, DIM_DP, t->dp_members);
+	t->dp_index = r->coord[DIM_DP];
+	return RT_OK;
+}
+
+static void th_rank_close(RtRank *r)
+{
+	ThRank *t = r->be;
+	if (!t)
+		return;
+	free(t->reqs);
+	free(t->dp_members);
+	free(t);
+	r->be = NULL;
+}
+
+static int th_group_start(RtRank *r)
+{
+	ThRank *t = r->be;
+	t->nreq = 0;
+	return RT_OK;
+}
+
+static Req *add_req(RtRank *r, RtTensor *tensor, int peer, const RtMsg *m, int send)
+{
+	ThRank *t = r->be;
+	if (t->nreq == t->cap) {
+		int cap = t->cap ? 2 * t->cap : 8;
+		Req *q = realloc(t->reqs, (size_t)cap * sizeof *q);
+		if (!q) {
+			rt_error(r, "out of memory");
+			return NULL;
+		}
+		t->reqs = q;
+		t->cap = cap;
+	}
+	Req *q = &t->reqs[t->nreq++];
+	*q = (Req){.t = tensor, .msg = *m, .rank = r->rank, .peer = peer, .send = (uint8_t)send,
+	           .pending = &t->pending};
+	return q;
+}
+
+static int th_send(RtRank *r, const RtTensor *t, int peer, const RtMsg *m)
+{
+	return add_req(r, (RtTensor *)t, peer, m, 1) ? RT_OK : RT_EFAIL;
+}
+
+static int th_recv(RtRank *r, RtTensor *t, int peer, const RtMsg *m)
+{
+	return add_req(r, t, peer, m, 0) ? RT_OK : RT_EFAIL;
+}
+
+static int th_allreduce(RtRank *r, RtTensor *t, const RtMsg *m)
+{
+	Req *q = add_req(r, t, -1, m, 0);
+	if (!q)
+		return RT_EFAIL;
+	q->peer = -2; // marks a collective
+	return RT_OK;
+}
+
+static void describe(const RtWorld *w, int rank, int op, char *buf, size_t n)
+{
+	const PlanRank *pr = &w->plan->ranks[rank];
+	char txt[256];
+	plan_format_op(w->plan, &pr->ops[op], txt, sizeof txt);
+	if (pr->first_line)
+		snprintf(buf, n, "rank %d's '%s' (%s:%lld)", rank, txt,
+		         w->opt.plan_path ? w->opt.plan_path : "plan", (long long)(pr->first_line + op));
+	else
+		snprintf(buf, n, "rank %d's '%s' (op %d)", rank, txt, op);
+}
+
+static void fail_locked(RtWorld *w, const char *why, const Req *a, const Req *b)
+{
+	char da[400], db[400];
+	describe(w, a->rank, a->msg.op, da, sizeof da);
+	describe(w, b->rank, b->msg.op, db, sizeof db);
+	rt_world_error(w, "%s: %s matched %s", why, da, db);
+	atomic_store(&w->abort, 1);
+	wake_locked(tw(w));
+}
+
+static void done_locked(ThWorld *t, Req *q)
+{
+	q->done = 1;
+	if (atomic_fetch_sub(q->pending, 1) == 1)
+		pthread_cond_signal(&t->cv[q->rank]);
+}
+
+static void match_locked(RtWorld *w, Req *s, Req *rv)
+{
+	if (s->msg.edge != rv->msg.edge || s->msg.mb != rv->msg.mb || s->msg.dir != rv->msg.dir) {
+		fail_locked(w, "send and receive do not match (FIFO order per pair of ranks)", s, rv);
+		return;
+	}
+	if (s->msg.bytes != rv->msg.bytes || s->t->bytes != rv->t->bytes) {
+		fail_locked(w, "send and receive sizes differ", s, rv);
+		return;
+	}
+	memcpy(rv->t->data, s->t->data, (size_t)s->t->bytes);
+	done_locked(tw(w), s);
+	done_locked(tw(w), rv);
+}
+
+static Chan *chan(RtWorld *w, int src, int dst)
+{
+	ThWorld *t = tw(w);
+	Chan **c = &t->chan[(int64_t)src * t->world + dst];
+	if (!*c)
+		*c = calloc(1, sizeof **c);
+	return *c;
+}
+
+static int post_locked(RtRank *r, Req *q)
+{
+	RtWorld *w = r->w;
+	ThWorld *t = tw(w);
+	if (q->peer == -2) {
+		ThRank *tr = r->be;
+		Coll **cp = &t->coll[tr->dp_members[0]];
+		if (!*cp) {
+			*cp = calloc(1, sizeof **cp);
+			if (*cp && !((*cp)->reqs = calloc((size_t)tr->ndp, sizeof(Req *)))) {
+				free(*cp);
+				*cp = NULL;
+			}
+			if (!*cp)
+				return rt_error(r, "out of memory");
+			(*cp)->n = tr->ndp;
+		}
+		Coll *c = *cp;
+		c->reqs[tr->dp_index] = q;
+		if (++c->posted < c->n)
+			return RT_OK;
+		Req *a = c->reqs[0];
+		for (int i = 1; i < c->n; i++)
+			if (c->reqs[i]->msg.edge != a->msg.edge || c->reqs[i]->msg.bytes != a->msg.bytes) {
+				fail_locked(w, "all-reduce members disagree", a, c->reqs[i]);
+				return RT_EABORT;
+			}
+		/* Sum in dp order into member 0's tensor, scale, then copy out. */
+		RtTensor *acc = a->t;
+		for (int i = 1; i < c->n; i++)
+			rt_cpu_add(r, acc, c->reqs[i]->t);
+		rt_cpu_scale(r, acc, 1.0f / (float)c->n);
+		for (int i = 1; i < c->n; i++)
+			memcpy(c->reqs[i]->t->data, acc->data, (size_t)acc->bytes);
+		for (int i = 0; i < c->n; i++)
+			done_locked(t, c->reqs[i]);
+		c->posted = 0;
+		return RT_OK;
+	}
+	Chan *c = q->send ? chan(w, q->rank, q->peer) : chan(w, q->peer, q->rank);
+	if (!c)
+		return rt_error(r, "out of memory");
+	if (q->send) {
+		if (c->rh) {
+			Req *rv = c->rh;
+			c->rh = rv->next;
+			if (!c->rh)
+				c->rt = NULL;
+			match_locked(w, q, rv);
+		} else {
+			q->next = NULL;
+			if (c->st)
+				c->st->next = q;
+			else
+				c->sh = q;
+			c->st = q;
+		}
+	} else {
+		if (c->sh) {
+			Req *s = c->sh;
+			c->sh = s->next;
+			if (!c->sh)
+				c->st = NULL;
+			match_locked(w, s, q);
+		} else {
+			q->next = NULL;
+			if (c->rt)
+				c->rt->next = q;
+			else
+				c->rh = q;
+			c->rt = q;
+		}
+	}
+	return RT_OK;
+}
+
+static void list_unlink(Req **head, Req **tail, Req *q)
+{
+	Req *prev = NULL;
+	for (Req *x = *head; x; prev = x, x = x->next) {
+		if (x != q)
+			continue;
+		if (prev)
+			prev->next = x->next;
+		else
+			*head = x->next;
+		if (*tail == x)
+			*tail = prev;
+		return;
+	}
+}
+
+/* An aborted group: take the rank's unmatched requests out of the channels, so no
+ * other rank touches them (or their tensors) after this rank has moved on. */
+static void withdraw_locked(RtRank *r)
+{
+	ThRank *tr = r->be;
+	ThWorld *t = tw(r->w);
+	for (int i = 0; i < tr->nreq; i++) {
+		Req *q = &tr->reqs[i];
+		if (q->done)
+			continue;
+		if (q->peer == -2) {
+			Coll *c = t->coll[tr->dp_members[0]];
+			if (c && c->reqs[tr->dp_index] == q) {
+				c->reqs[tr->dp_index] = NULL;
+				c->posted--;
+			}
+			continue;
+		}
+		Chan *c = t->chan[q->send ? (int64_t)q->rank * t->world + q->peer
+		                          : (int64_t)q->peer * t->world + q->rank];
+		if (!c)
+			continue;
+		if (q->send)
+			list_unlink(&c->sh, &c->st, q);
+		else
+			list_unlink(&c->rh, &c->rt, q);
+	}
+}
+
+static int th_group_end(RtRank *r)
+{
+	ThRank *tr = r->be;
+	ThWorld *t = tw(r->w);
+	if (tr->nreq == 0)
+		return RT_OK;
+	atomic_store(&tr->pending, tr->nreq);
+	pthread_mutex_lock(&t->mu);
+	int rc = RT_OK;
+	for (int i = 0; i < tr->nreq && rc == RT_OK && !rt_aborted(r->w); i++)
+		rc = post_locked(r, &tr->reqs[i]);
+	if (rc == RT_OK && rt_aborted(r->w))
+		rc = RT_EABORT;
+	if (rc)
+		withdraw_locked(r);
+	pthread_mutex_unlock(&t->mu);
+	if (rc) {
+		tr->nreq = 0;
+		return rc;
+	}
+	/* A short spin catches a partner that is about to post; longer would take the
+	 * core from a rank that is computing (or from another process). */
+	if (t->spin) {
+		int64_t until = rt_now_ns() + t->spin;
+		while (atomic_load(&tr->pending) > 0 && !rt_aborted(r->w) && rt_now_ns() < until)
+			for (int i = 0; i < 64; i++)
+				cpu_relax();
+	}
+	pthread_mutex_lock(&t->mu);
+	while (atomic_load(&tr->pending) > 0 && !rt_aborted(r->w))
+		pthread_cond_wait(&t->cv[r->rank], &t->mu);
+	int left = atomic_load(&tr->pending) > 0;
+	if (left)
+		withdraw_locked(r);
+	pthread_mutex_unlock(&t->mu);
+	tr->nreq = 0;
+	return left ? RT_EABORT : RT_OK;
+}
+
+static int th_sync(RtRank *r)
+{
+	(void)r;
+	return RT_OK;
+}
+
+static int th_barrier(RtRank *r)
+{
+	ThWorld *t = tw(r->w);
+	pthread_mutex_lock(&t->mu);
+	int gen = t->bar_gen;
+	if (++t->bar_count == t->world) {
+		t->bar_count = 0;
+		t->bar_gen++;
+		pthread_cond_broadcast(&t->bar_cv);
+	} else {
+		while (gen == t->bar_gen && !rt_aborted(r->w))
+			pthread_cond_wait(&t->bar_cv, &t->mu);
+	}
+	int rc = gen == t->bar_gen ? RT_EABORT : RT_OK;
+	pthread_mutex_unlock(&t->mu);
+	return rc;
+}
+
+const RtBackend rt_backend_threads = {
+	.name = "threads",
+	.async = 0,
+	.world_open = th_world_open,
+	.launch = th_launch,
+	.wake = th_wake,
+	.gather = th_gather,
+	.bcast = th_bcast,
+	.world_close = th_world_close,
+	.rank_open = th_rank_open,
+	.rank_close = th_rank_close,
+	.alloc = rt_cpu_alloc,
+	.free = rt_cpu_free,
+	.upload = rt_cpu_upload,
+	.download = rt_cpu_download,
+	.zero = rt_cpu_zero,
+	.copy = rt_cpu_copy,
+	.add = rt_cpu_add,
+	.scale = rt_cpu_scale,
+	.linear_fwd = rt_cpu_linear_fwd,
+	.linear_bwd_in = rt_cpu_linear_bwd_in,
+	.linear_bwd_w = rt_cpu_linear_bwd_w,
+	.act_fwd = rt_cpu_act_fwd,
+	.act_bwd = rt_cpu_act_bwd,
+	.mse_fwd = rt_cpu_mse_fwd,
+	.mse_bwd = rt_cpu_mse_bwd,
+	.sgd = rt_cpu_sgd,
+	.group_start = th_group_start,
+	.send = th_send,
+	.recv = th_recv,
+	.allreduce_avg = th_allreduce,
+	.group_end = th_group_end,
+	.sync = th_sync,
+	.barrier = th_barrier,
+};

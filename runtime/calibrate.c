@@ -1,0 +1,78 @@
+/* --calibrate: measured per-microbatch compute times as `cost` lines for the .pipe
+ * file, so pipesim can predict the run that produced them.
+ *
+ * For each stage, the durations of its F, B and W ops over every rank and step but
+ * the first (a warm-up, when there are several) are collected; a fused BW splits into
+ * its B part (timed inside the op) and the rest.  The mean of each (the mean, not the
+ * median: a step's expected time is the sum of its ops' expected times, outliers
+ * included) is written in whole nanoseconds: `cost NAME f=..ns b=..ns w=..ns;`.  OPTIM is not a cost the
+ * language knows and is left out.  A comment line gives the mean step time over the
+ * same steps, so a prediction from these costs can be compared with the very run
+ * that measured them (bench/bench_runtime.sh). */
+#include "rt.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+
+static int64_t average(const int64_t *v, int64_t n)
+{
+	double s = 0;
+	for (int64_t i = 0; i < n; i++)
+		s += (double)v[i];
+	return n ? (int64_t)(s / (double)n + 0.5) : 0;
+}
+
+int rt_calibrate_write(const Plan *p, const RtResult *res, FILE *f)
+{
+	int64_t total = 0;
+	for (int r = 0; r < res->world; r++)
+		total += res->nev[r];
+	int64_t *v[3];
+	for (int k = 0; k < 3; k++)
+		if (!(v[k] = malloc((size_t)(total + 1) * sizeof(int64_t)))) {
+			for (int j = 0; j < k; j++)
+				free(v[j]);
+			return -1;
+		}
+	int first = res->steps > 1 ? 1 : 0;
+	double mean = 0;
+	for (int s = first; s < res->steps; s++)
+		mean += (double)res->step_ns[s];
+	mean /= res->steps - first;
+	fprintf(f, "# measured by piperun --calibrate over %d step(s) of %s (means)\n",
+	        res->steps - first, p->name ? p->name : "plan");
+	fprintf(f, "# mean step time over those steps: %.3f us\n", mean / 1e3);
+	for (int s = 0; s < p->nstages; s++) {
+		int64_t n[3] = {0, 0, 0};
+		for (int r = 0; r < res->world; r++) {
+			for (int64_t i = 0; i < res->nev[r]; i++) {
+				const RtEvent *e = &res->ev[r][i];
+				const PlanOp *o = &p->ranks[r].ops[e->op];
+				if (e->step < first || plan_is_comm(o->kind) || o->kind == OP_OPTIM ||
+				    o->stage != s)
+					continue;
+				int64_t d = e->t1 - e->t0;
+				switch (o->kind) {
+				case OP_F:
+					v[0][n[0]++] = d;
+					break;
+				case OP_B:
+					v[1][n[1]++] = d;
+					break;
+				case OP_W:
+					v[2][n[2]++] = d;
+					break;
+				case OP_BW:
+					v[1][n[1]++] = e->split;
+					v[2][n[2]++] = d - e->split;
+					break;
+				}
+			}
+		}
+		fprintf(f, "cost %s f=%" PRId64 "ns b=%" PRId64 "ns w=%" PRId64 "ns;\n", p->stages[s].name,
+		        average(v[0], n[0]), average(v[1], n[1]), average(v[2], n[2]));
+	}
+	for (int k = 0; k < 3; k++)
+		free(v[k]);
+	return ferror(f) ? -1 : 0;
+}

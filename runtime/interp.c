@@ -1,0 +1,586 @@
+/* The op interpreter: one per rank, the same for every backend.
+ *
+ * It walks the rank's op list in order (docs/semantics.md), once per step.  Compute
+ * ops run the stage code of model.c; a maximal run of comm ops with one group number
+ * is posted between group_start() and group_end().  Tensors between stages live in
+ * slots keyed (edge, microbatch, direction): F and B fill them with their outputs
+ * (one reference per out- or in-edge), and they are emptied by the consumer: the local
+ * peer stage's F/B (a hand-off) or a SEND; RECV fills them on the receiving side.
+ * Every edge a compute op or a transfer uses must be registered in the rank's peer
+ * table with the right locality and peer rank: an unregistered or mismatched peer is
+ * an error naming the op, never a silent fallback.
+ *
+ * After every op the saved-activation bytes the backend holds are sampled into the
+ * rank's peak, as the simulator does, so the two figures agree exactly. */
+#include "rt.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+	int stage;
+	RtStageBufs b;
+	RtTensor **saved;  // [microbatches][2 * nlayers]
+	uint8_t *state;    // [microbatches]: ST_F | ST_B | ST_W
+	int *peer_in;      // per in-edge position: index in the peer table, -1 if none
+	int *peer_out;     // per out-edge position
+	int reduced;       // ALLREDUCE done this step
+	int nw;            // W/BW done this step
+} LStage;
+
+/* What has run of a (stage, microbatch) in the current step. */
+enum {
+	ST_F = 1, // its F
+	ST_B = 2, // its B, or the B half of its BW
+	ST_W = 4, // its W, or the W half of its BW
+};
+
+struct RtInterp {
+	int nls;
+	LStage *ls;
+	int *local_of;     // [nstages] -> index in ls, -1 when not on this rank
+	RtTensor **slot;   // [nedges][microbatches][DIR_COUNT]
+	RtTensor ***sent;  // slots of the current group's sends, released after it
+	int64_t nsent;
+};
+
+static RtTensor **slot_at(RtRank *r, int e, int mb, int dir)
+{
+	const Plan *p = r->w->plan;
+	return &r->in->slot[((int64_t)e * p->microbatches + mb) * DIR_COUNT + dir];
+}
+
+static void slot_release(RtRank *r, RtTensor **s)
+{
+	RtTensor *t = *s;
+	*s = NULL;
+	if (t && --t->refs <= 0)
+		rt_tensor_free(r, t);
+}
+
+/* The sum of the tensors in slots (in order), owned by the caller; the slots empty. */
+static RtTensor *take_sum(RtRank *r, RtTensor ***slots, int n, int64_t rows, int64_t cols)
+{
+	if (n == 1 && (*slots[0])->refs == 1) {
+		RtTensor *t = *slots[0];
+		*slots[0] = NULL;
+		t->refs = 0;
+		return t;
+	}
+	RtTensor *x = rt_tensor_new(r, rows, cols, RT_MEM_TEMP);
+	if (!x)
+		return NULL;
+	const RtBackend *be = r->w->be;
+	for (int i = 0; i < n; i++) {
+		if ((i == 0 ? be->copy(r, x, *slots[i]) : be->add(r, x, *slots[i]))) {
+			rt_tensor_free(r, x);
+			return NULL;
+		}
+	}
+	for (int i = 0; i < n; i++)
+		slot_release(r, slots[i]);
+	return x;
+}
+
+static int find_peer(const PlanRank *pr, int stage, int edge, int in)
+{
+	for (int j = 0; j < pr->npeers; j++)
+		if (pr->peers[j].stage == stage && pr->peers[j].edge == edge && pr->peers[j].in == in)
+			return j;
+	return -1;
+}
+
+static int setup(RtRank *r)
+{
+	const Plan *p = r->w->plan;
+	const RtModel *m = r->w->model;
+	RtInterp *in = calloc(1, sizeof *in);
+	if (!in)
+		return rt_error(r, "out of memory");
+	r->in = in;
+	in->local_of = malloc((size_t)p->nstages * sizeof(int));
+	in->ls = calloc((size_t)p->nstages, sizeof *in->ls);
+	in->slot = calloc((size_t)(p->nedges ? p->nedges : 1) * (size_t)p->microbatches * DIR_COUNT,
+	                  sizeof *in->slot);
+	int64_t maxg = 1;
+	for (int64_t i = 0, j; i < r->pr->nops; i = j) {
+		j = i + 1;
+		if (plan_is_comm(r->pr->ops[i].kind))
+			while (j < r->pr->nops && plan_is_comm(r->pr->ops[j].kind) &&
+			       r->pr->ops[j].group == r->pr->ops[i].group)
+				j++;
+		if (j - i > maxg)
+			maxg = j - i;
+	}
+	in->sent = calloc((size_t)maxg, sizeof *in->sent);
+	if (!in->local_of || !in->ls || !in->slot || !in->sent)
+		return rt_error(r, "out of memory");
+	for (int s = 0; s < p->nstages; s++) {
+		in->local_of[s] = -1;
+		if (p->stages[s].pp != r->coord[DIM_PP])
+			continue;
+		LStage *ls = &in->ls[in->nls];
+		in->local_of[s] = in->nls++;
+		ls->stage = s;
+		int L = p->stages[s].nlayers;
+		const RtStageModel *sm = &m->st[s];
+		ls->saved = calloc((size_t)p->microbatches * 2 * (size_t)L, sizeof *ls->saved);
+		ls->state = calloc((size_t)p->microbatches, 1);
+		ls->peer_in = malloc((size_t)(sm->nin + 1) * sizeof(int));
+		ls->peer_out = malloc((size_t)(sm->nout + 1) * sizeof(int));
+		if (!ls->saved || !ls->state || !ls->peer_in || !ls->peer_out)
+			return rt_error(r, "out of memory");
+		for (int k = 0; k < sm->nin; k++)
+			ls->peer_in[k] = find_peer(r->pr, s, sm->in_edges[k], 1);
+		for (int k = 0; k < sm->nout; k++)
+			ls->peer_out[k] = find_peer(r->pr, s, sm->out_edges[k], 0);
+		if (rt_stage_bufs_open(r, s, &ls->b))
+			return RT_EFAIL;
+	}
+	return RT_OK;
+}
+
+void rt_rank_free(RtRank *r)
+{
+	RtInterp *in = r->in;
+	if (!in)
+		return;
+	const Plan *p = r->w->plan;
+	for (int i = 0; i < in->nls; i++) {
+		LStage *ls = &in->ls[i];
+		int L = p->stages[ls->stage].nlayers;
+		if (ls->saved)
+			for (int64_t k = 0; k < (int64_t)p->microbatches * 2 * L; k++)
+				rt_tensor_free(r, ls->saved[k]);
+		rt_stage_bufs_close(r, &ls->b);
+		free(ls->saved);
+		free(ls->state);
+		free(ls->peer_in);
+		free(ls->peer_out);
+	}
+	if (in->slot) {
+		int64_t n = (int64_t)p->nedges * p->microbatches * DIR_COUNT;
+		for (int64_t k = 0; k < n; k++) {
+			RtTensor *t = in->slot[k];
+			if (!t)
+				continue;
+			/* A tensor shared by several slots is freed with its last reference. */
+			for (int64_t j = k; j < n; j++)
+				if (in->slot[j] == t)
+					in->slot[j] = NULL;
+			rt_tensor_free(r, t);
+		}
+	}
+	free(in->slot);
+	free(in->sent);
+	free(in->ls);
+	free(in->local_of);
+	free(in);
+	r->in = NULL;
+}
+
+/* ---- checks shared by compute and comm ops ---- */
+
+static LStage *local_stage(RtRank *r, int s, const char *what)
+{
+	int i = r->in->local_of[s];
+	if (i < 0) {
+		rt_error(r, "%s stage %s, which is not placed on this rank (pp=%d)", what,
+		         r->w->plan->stages[s].name, r->coord[DIM_PP]);
+		return NULL;
+	}
+	return &r->in->ls[i];
+}
+
+/* Checks the registration of local stage s's neighbour along edge e (in: e enters s):
+ * it must exist, name the edge's other stage, and be local or remote on rank `want`
+ * (-1: any remote rank) as the caller needs. */
+static int check_peer(RtRank *r, int s, int e, int in, int want_local, int want_rank)
+{
+	const Plan *p = r->w->plan;
+	int j = find_peer(r->pr, s, e, in);
+	const char *sn = p->stages[s].name;
+	if (j < 0)
+		return rt_error(r, "stage %s has no peer registered for edge %d (%s): the rank's peer "
+		                   "table lacks 'peer s=%d %s e=%d'",
+		                sn, e, in ? "in" : "out", s, in ? "in" : "out", e);
+	const PlanPeer *pe = &r->pr->peers[j];
+	int other = in ? p->edges[e].src : p->edges[e].dst;
+	if (pe->peer_stage != other)
+		return rt_error(r, "peer of stage %s on edge %d is registered as stage %d, not %d", sn,
+		                e, pe->peer_stage, other);
+	if (pe->local != want_local)
+		return rt_error(r, "edge %d of stage %s is registered %s, but the op needs it %s", e,
+		                sn, pe->local ? "local" : "remote", want_local ? "local" : "remote");
+	if (want_local && pe->peer_rank != r->rank)
+		return rt_error(r, "local peer of stage %s on edge %d names rank %d", sn, e,
+		                pe->peer_rank);
+	if (want_local && r->in->local_of[other] < 0)
+		return rt_error(r, "edge %d is registered local but stage %s is not on this rank", e,
+		                p->stages[other].name);
+	if (!want_local && want_rank >= 0 && pe->peer_rank != want_rank)
+		return rt_error(r, "transfer with rank %d on edge %d, but the peer table registers "
+		                   "stage %s on rank %d",
+		                want_rank, e, p->stages[other].name, pe->peer_rank);
+	return RT_OK;
+}
+
+/* Gathers the tensors arriving on a stage's edges for microbatch mb (dir ACT: its
+ * in-edges; GRAD: its out-edges) and returns their sum, owned. */
+static RtTensor *gather_edges(RtRank *r, LStage *ls, int mb, int dir)
+{
+	const Plan *p = r->w->plan;
+	const RtStageModel *sm = &r->w->model->st[ls->stage];
+	int n = dir == DIR_ACT ? sm->nin : sm->nout;
+	const int *edges = dir == DIR_ACT ? sm->in_edges : sm->out_edges;
+	const int *peers = dir == DIR_ACT ? ls->peer_in : ls->peer_out;
+	RtTensor **slots[64];
+	RtTensor ***sl = n <= 64 ? slots : malloc((size_t)n * sizeof *sl);
+	if (!sl) {
+		rt_error(r, "out of memory");
+		return NULL;
+	}
+	RtTensor *x = NULL;
+	for (int k = 0; k < n; k++) {
+		int e = edges[k];
+		if (peers[k] < 0) {
+			check_peer(r, ls->stage, e, dir == DIR_ACT, 0, -1);
+			goto out;
+		}
+		const PlanPeer *pe = &r->pr->peers[peers[k]];
+		if (pe->local && check_peer(r, ls->stage, e, dir == DIR_ACT, 1, r->rank))
+			goto out;
+		sl[k] = slot_at(r, e, mb, dir);
+		if (!*sl[k]) {
+			const char *other = p->stages[pe->peer_stage].name;
+			if (pe->local)
+				rt_error(r, "the %s of edge %d for microbatch %d is not there: the local stage "
+				            "%s has not run %s %d %d yet",
+				         dir == DIR_ACT ? "activation" : "gradient", e, mb, other,
+				         dir == DIR_ACT ? "F" : "B", pe->peer_stage, mb);
+			else
+				rt_error(r, "the %s of edge %d for microbatch %d has not been received from "
+				            "rank %d (no earlier RECV %s e=%d m=%d)",
+				         dir == DIR_ACT ? "activation" : "gradient", e, mb, pe->peer_rank,
+				         plan_dir_names[dir], e, mb);
+			goto out;
+		}
+	}
+	x = take_sum(r, sl, n, p->rows,
+	             dir == DIR_ACT ? p->stages[ls->stage].in : p->stages[ls->stage].out);
+out:
+	if (sl != slots)
+		free(sl);
+	return x;
+}
+
+/* Puts t (owned) into the slots of the stage's edges (ACT: out-edges, GRAD: in-edges). */
+static int scatter_edges(RtRank *r, LStage *ls, int mb, int dir, RtTensor *t)
+{
+	const RtStageModel *sm = &r->w->model->st[ls->stage];
+	int n = dir == DIR_ACT ? sm->nout : sm->nin;
+	const int *edges = dir == DIR_ACT ? sm->out_edges : sm->in_edges;
+	const int *peers = dir == DIR_ACT ? ls->peer_out : ls->peer_in;
+	int rc = RT_OK;
+	for (int k = 0; k < n && rc == RT_OK; k++) {
+		int e = edges[k];
+		if (peers[k] < 0) {
+			rc = check_peer(r, ls->stage, e, dir != DIR_ACT, 0, -1);
+			break;
+		}
+		if (r->pr->peers[peers[k]].local &&
+		    (rc = check_peer(r, ls->stage, e, dir != DIR_ACT, 1, r->rank)))
+			break;
+		RtTensor **s = slot_at(r, e, mb, dir);
+		if (*s) {
+			rc = rt_error(r, "the %s of edge %d for microbatch %d is produced twice",
+			              dir == DIR_ACT ? "activation" : "gradient", e, mb);
+			break;
+		}
+		*s = t;
+		t->refs++;
+	}
+	if (t->refs == 0)
+		rt_tensor_free(r, t);
+	return rc;
+}
+
+/* ---- compute ops ---- */
+
+static int op_forward(RtRank *r, LStage *ls, int mb, int step)
+{
+	if (ls->state[mb] & ST_F)
+		return rt_error(r, "F of stage %s, microbatch %d, runs twice in one step",
+		                r->w->plan->stages[ls->stage].name, mb);
+	const RtStageModel *sm = &r->w->model->st[ls->stage];
+	int replica = r->coord[DIM_DP];
+	RtTensor *x = sm->nin == 0 ? rt_stage_input(r, step, replica, mb, &ls->b, RT_MEM_TEMP)
+	                           : gather_edges(r, ls, mb, DIR_ACT);
+	if (!x)
+		return RT_EFAIL;
+	RtTensor *y;
+	const Plan *p = r->w->plan;
+	RtTensor **saved = ls->saved + (int64_t)mb * 2 * p->stages[ls->stage].nlayers;
+	if (rt_stage_forward(r, ls->stage, mb, step, replica, &ls->b, x, saved, &y))
+		return RT_EFAIL;
+	ls->state[mb] |= ST_F;
+	return y ? scatter_edges(r, ls, mb, DIR_ACT, y) : RT_OK;
+}
+
+static int op_backward(RtRank *r, LStage *ls, int mb, int step)
+{
+	const Plan *p = r->w->plan;
+	const char *sn = p->stages[ls->stage].name;
+	if (!(ls->state[mb] & ST_F))
+		return rt_error(r, "B of stage %s, microbatch %d, before its F", sn, mb);
+	if (ls->state[mb] & ST_B)
+		return rt_error(r, "B of stage %s, microbatch %d, runs twice in one step", sn, mb);
+	const RtStageModel *sm = &r->w->model->st[ls->stage];
+	RtTensor *dy = NULL;
+	if (!sm->loss && !(dy = gather_edges(r, ls, mb, DIR_GRAD)))
+		return RT_EFAIL;
+	RtTensor *dx;
+	RtTensor **saved = ls->saved + (int64_t)mb * 2 * p->stages[ls->stage].nlayers;
+	if (rt_stage_backward(r, ls->stage, mb, step, r->coord[DIM_DP], &ls->b, dy, saved, &dx))
+		return RT_EFAIL;
+	ls->state[mb] |= ST_B;
+	return dx ? scatter_edges(r, ls, mb, DIR_GRAD, dx) : RT_OK;
+}
+
+static int op_weights(RtRank *r, LStage *ls, int mb)
+{
+	const Plan *p = r->w->plan;
+	const char *sn = p->stages[ls->stage].name;
+	if (!(ls->state[mb] & ST_B))
+		return rt_error(r, "W of stage %s, microbatch %d, before its B", sn, mb);
+	if (ls->state[mb] & ST_W)
+		return rt_error(r, "W of stage %s, microbatch %d, runs twice in one step", sn, mb);
+	if (ls->reduced)
+		return rt_error(r, "W of stage %s, microbatch %d, after the stage's ALLREDUCE", sn, mb);
+	RtTensor **saved = ls->saved + (int64_t)mb * 2 * p->stages[ls->stage].nlayers;
+	if (rt_stage_weights(r, ls->stage, &ls->b, saved))
+		return RT_EFAIL;
+	ls->state[mb] |= ST_W;
+	ls->nw++;
+	return RT_OK;
+}
+
+static int op_optim(RtRank *r, LStage *ls)
+{
+	const Plan *p = r->w->plan;
+	if (ls->nw != p->microbatches)
+		return rt_error(r, "OPTIM of stage %s after %d of %d weight gradients",
+		                p->stages[ls->stage].name, ls->nw, p->microbatches);
+	if (p->dims[DIM_DP] > 1 && !ls->reduced)
+		return rt_error(r, "OPTIM of stage %s before its ALLREDUCE", p->stages[ls->stage].name);
+	const RtBackend *be = r->w->be;
+	if (be->sgd(r, ls->b.params, ls->b.grads, (float)r->w->opt.lr) || be->zero(r, ls->b.grads))
+		return RT_EFAIL;
+	memset(ls->state, 0, (size_t)p->microbatches);
+	ls->nw = 0;
+	ls->reduced = 0;
+	return RT_OK;
+}
+
+/* ---- comm groups ---- */
+
+static int post_op(RtRank *r, const PlanOp *o, int64_t i)
+{
+	const Plan *p = r->w->plan;
+	const RtBackend *be = r->w->be;
+	RtMsg msg = {.edge = o->stage, .mb = o->mb, .dir = o->dir, .op = (int32_t)i,
+	             .bytes = o->bytes};
+	if (o->kind == OP_ALLREDUCE) {
+		LStage *ls = local_stage(r, o->stage, "ALLREDUCE of");
+		if (!ls)
+			return RT_EFAIL;
+		int64_t want = r->w->model->st[o->stage].nparams * 4;
+		if (o->bytes != want)
+			return rt_error(r, "ALLREDUCE of stage %s moves bytes=%lld, but its gradients are "
+			                   "%lld bytes",
+			                p->stages[o->stage].name, (long long)o->bytes, (long long)want);
+		if (ls->nw != p->microbatches)
+			return rt_error(r, "ALLREDUCE of stage %s after %d of %d weight gradients",
+			                p->stages[o->stage].name, ls->nw, p->microbatches);
+		msg.mb = -1;
+		msg.dir = -1;
+		ls->reduced = 1;
+		return be->allreduce_avg(r, ls->b.grads, &msg);
+	}
+	int e = o->stage, dir = o->dir;
+	const PlanEdge *ed = &p->edges[e];
+	/* The local end: for act, a SEND leaves the edge's source and a RECV enters its
+	 * destination; grad goes the other way. */
+	int send = o->kind == OP_SEND;
+	int at_src = send == (dir == DIR_ACT);
+	int s = at_src ? ed->src : ed->dst;
+	if (!local_stage(r, s, send ? "SEND from" : "RECV for"))
+		return RT_EFAIL;
+	if (o->peer == r->rank)
+		return rt_error(r, "%s with itself", plan_op_names[o->kind]);
+	if (check_peer(r, s, e, !at_src, 0, o->peer))
+		return RT_EFAIL;
+	int64_t width = p->stages[ed->src].out;
+	if (o->bytes != (int64_t)p->rows * width * 4)
+		return rt_error(r, "bytes=%lld, but edge %d carries %d x %lld f32 = %lld bytes",
+		                (long long)o->bytes, e, p->rows, (long long)width,
+		                (long long)p->rows * width * 4);
+	RtTensor **sl = slot_at(r, e, o->mb, dir);
+	if (send) {
+		if (!*sl)
+			return rt_error(r, "nothing to send: the %s of edge %d for microbatch %d has not "
+			                   "been computed (%s %d %d comes later or never)",
+			                dir == DIR_ACT ? "activation" : "gradient", e, o->mb,
+			                dir == DIR_ACT ? "F" : "B", s, o->mb);
+		r->in->sent[r->in->nsent++] = sl;
+		return be->send(r, *sl, o->peer, &msg);
+	}
+	if (*sl)
+		return rt_error(r, "the %s of edge %d for microbatch %d is received twice",
+		                dir == DIR_ACT ? "activation" : "gradient", e, o->mb);
+	RtTensor *t = rt_tensor_new(r, p->rows, width, RT_MEM_COMM);
+	if (!t)
+		return RT_EFAIL;
+	t->refs = 1;
+	*sl = t;
+	return be->recv(r, t, o->peer, &msg);
+}
+
+/* Runs ops [i, j) as one group; the sends' slots are released once it completed. */
+static int run_group(RtRank *r, int64_t i, int64_t j)
+{
+	const RtBackend *be = r->w->be;
+	RtInterp *in = r->in;
+	in->nsent = 0;
+	int rc = be->group_start(r);
+	for (int64_t k = i; k < j && rc == RT_OK; k++) {
+		rc = post_op(r, &r->pr->ops[k], k);
+		if (rc == RT_EFAIL && !r->w->abort)
+			atomic_store(&r->cur_op, k); // name the op that failed
+	}
+	if (rc == RT_OK)
+		rc = be->group_end(r);
+	for (int64_t k = 0; k < in->nsent; k++)
+		slot_release(r, in->sent[k]);
+	in->nsent = 0;
+	return rc;
+}
+
+static void record(RtRank *r, int64_t t0, int64_t t1, int64_t op, int64_t end, int step,
+                   int64_t split)
+{
+	if (r->nev == r->ev_cap) {
+		int64_t cap = r->ev_cap ? r->ev_cap * 2 : 1024;
+		RtEvent *e = realloc(r->ev, (size_t)cap * sizeof *e);
+		if (!e)
+			return; // a trace with a gap beats a failed run
+		r->ev = e;
+		r->ev_cap = cap;
+	}
+	r->ev[r->nev++] = (RtEvent){.t0 = t0 - r->w->t0, .t1 = t1 - r->w->t0, .op = op,
+	                            .op_end = end, .step = step, .split = (int32_t)split};
+}
+
+static int run_compute(RtRank *r, const PlanOp *o, int step, int64_t *split)
+{
+	const char *what = o->kind == OP_OPTIM ? "OPTIM of" : "compute on";
+	LStage *ls = local_stage(r, o->stage, what);
+	if (!ls)
+		return RT_EFAIL;
+	switch (o->kind) {
+	case OP_F:
+		return op_forward(r, ls, o->mb, step);
+	case OP_B:
+		return op_backward(r, ls, o->mb, step);
+	case OP_W:
+		return op_weights(r, ls, o->mb);
+	case OP_BW: {
+		int64_t t0 = rt_now_ns();
+		if (op_backward(r, ls, o->mb, step))
+			return RT_EFAIL;
+		if (r->w->be->async && r->w->opt.trace && r->w->be->sync(r))
+			return RT_EFAIL;
+		*split = rt_now_ns() - t0;
+		return op_weights(r, ls, o->mb);
+	}
+	case OP_OPTIM:
+		return op_optim(r, ls);
+	}
+	return rt_error(r, "unknown op kind %d", o->kind);
+}
+
+static int run_step(RtRank *r, int step)
+{
+	const PlanRank *pr = r->pr;
+	const RtBackend *be = r->w->be;
+	int timed = r->w->opt.trace;
+	atomic_store(&r->cur_step, step);
+	for (int64_t i = 0; i < pr->nops;) {
+		const PlanOp *o = &pr->ops[i];
+		int64_t j = i + 1;
+		if (plan_is_comm(o->kind))
+			while (j < pr->nops && plan_is_comm(pr->ops[j].kind) && pr->ops[j].group == o->group)
+				j++;
+		atomic_store(&r->cur_end, j);
+		atomic_store(&r->cur_op, i);
+		int64_t t0 = rt_now_ns(), split = 0;
+		int rc = plan_is_comm(o->kind) ? run_group(r, i, j) : run_compute(r, o, step, &split);
+		if (rc)
+			return rc;
+		if (timed && be->async && be->sync(r))
+			return RT_EFAIL;
+		int64_t t1 = rt_now_ns();
+		if (!plan_is_comm(o->kind))
+			r->busy_ns += t1 - t0;
+		if (timed)
+			record(r, t0, t1, i, j, step, split);
+		if (r->mem[RT_MEM_SAVED] > r->peak_act)
+			r->peak_act = r->mem[RT_MEM_SAVED];
+		atomic_fetch_add_explicit(&r->w->progress, j - i, memory_order_relaxed);
+		i = j;
+	}
+	return RT_OK;
+}
+
+int rt_rank_main(RtRank *r)
+{
+	const Plan *p = r->w->plan;
+	const RtBackend *be = r->w->be;
+	atomic_store(&r->cur_op, -1);
+	if (setup(r))
+		return RT_EFAIL;
+	LStage *loss = NULL;
+	if (r->in->local_of[r->w->model->loss_stage] >= 0 && r->coord[DIM_TP] == 0)
+		loss = &r->in->ls[r->in->local_of[r->w->model->loss_stage]];
+	float *lbuf = malloc((size_t)p->microbatches * sizeof(float));
+	if (!lbuf)
+		return rt_error(r, "out of memory");
+	int rc = RT_OK;
+	for (int step = 0; step < r->w->opt.steps && rc == RT_OK; step++) {
+		atomic_store(&r->cur_op, -1);
+		if ((rc = be->barrier(r)))
+			break;
+		r->step_t0[step] = rt_now_ns() - r->w->t0;
+		if ((rc = run_step(r, step)) || (rc = be->sync(r)))
+			break;
+		r->step_t1[step] = rt_now_ns() - r->w->t0;
+		if (loss) {
+			if ((rc = be->download(r, loss->b.loss, lbuf)))
+				break;
+			double s = 0;
+			for (int m = 0; m < p->microbatches; m++)
+				s += lbuf[m];
+			r->loss_sum[step] = s;
+		}
+	}
+	free(lbuf);
+	return rc;
+}
+
+int rt_rank_weights(RtRank *r, int stage, float *out)
+{
+	int i = r->in ? r->in->local_of[stage] : -1;
+	if (i < 0)
+		return rt_error(r, "internal: stage %d is not on rank %d", stage, r->rank);
+	return r->w->be->download(r, r->in->ls[i].b.params, out);
+}

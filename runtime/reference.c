@@ -1,0 +1,232 @@
+/* The sequential reference for --check: the same model, one rank, no pipeline.
+ *
+ * Per step and dp replica it runs every microbatch through all stages in order (F),
+ * back through them in reverse (B), then the weight gradients (W), then averages the
+ * replicas and takes the SGD step.  It calls the very stage code the interpreter
+ * calls (model.c) on the same backend, and it keeps the summation orders the plan
+ * implies, so a correct pipelined run agrees with it to the last bit on the threads
+ * backend:
+ *  - a stage's input (output gradient) is the sum of its in-edges' (out-edges')
+ *    tensors in edge order, as the interpreter sums them;
+ *  - a stage's microbatch gradients accumulate in the order of that stage's W/BW ops
+ *    on the replica's rank (schedules reorder them);
+ *  - replicas are summed in dp order, then scaled by 1/dp, as the threads backend's
+ *    all-reduce does.
+ * Only the MPI backend's all-reduce (MPI's own order) leaves rounding differences,
+ * which the tolerance of docs/runtime.md covers. */
+#include "rt.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+	RtRank r;
+	RtStageBufs *b;
+	RtTensor **gacc;   // [stage] replica sum
+	RtTensor ***saved; // [stage][mb * 2L]
+	RtTensor **y, **dx;
+	int **order;       // [stage * dp + d][k]: microbatch of the k-th W
+} Ref;
+
+/* Microbatch order of stage s's weight gradients on replica d's rank. */
+static void w_order(const Plan *p, int s, int d, int *out)
+{
+	int c[DIM_COUNT] = {0};
+	c[DIM_PP] = p->stages[s].pp;
+	c[DIM_DP] = d;
+	const PlanRank *pr = &p->ranks[plan_rank_of(p, c)];
+	int k = 0;
+	for (int64_t i = 0; i < pr->nops && k < p->microbatches; i++) {
+		const PlanOp *o = &pr->ops[i];
+		if ((o->kind == OP_W || o->kind == OP_BW) && o->stage == s)
+			out[k++] = o->mb;
+	}
+	if (k != p->microbatches)
+		for (k = 0; k < p->microbatches; k++)
+			out[k] = k;
+}
+
+/* Sum of tensors ts[0..n) into a new tensor. */
+static RtTensor *sum(RtRank *r, RtTensor **ts, int n)
+{
+	RtTensor *x = rt_tensor_new(r, ts[0]->rows, ts[0]->cols, RT_MEM_TEMP);
+	if (!x)
+		return NULL;
+	for (int i = 0; i < n; i++)
+		if (i == 0 ? r->w->be->copy(r, x, ts[0]) : r->w->be->add(r, x, ts[i])) {
+			rt_tensor_free(r, x);
+			return NULL;
+		}
+	return x;
+}
+
+static int microbatch(Ref *f, int step, int d, int m)
+{
+	RtRank *r = &f->r;
+	const Plan *p = r->w->plan;
+	const RtModel *md = r->w->model;
+	RtTensor *ts[64];
+	for (int s = 0; s < p->nstages; s++) {
+		const RtStageModel *sm = &md->st[s];
+		RtTensor *x;
+		if (sm->nin == 0) {
+			x = rt_stage_input(r, step, d, m, &f->b[s], RT_MEM_TEMP);
+		} else {
+			if (sm->nin > 64)
+				return rt_error(r, "stage %s has more than 64 in-edges", p->stages[s].name);
+			for (int k = 0; k < sm->nin; k++)
+				ts[k] = f->y[p->edges[sm->in_edges[k]].src];
+			x = sum(r, ts, sm->nin);
+		}
+		if (!x)
+			return RT_EFAIL;
+		int L = p->stages[s].nlayers;
+		if (rt_stage_forward(r, s, m, step, d, &f->b[s], x, f->saved[s] + (int64_t)m * 2 * L,
+		                     &f->y[s]))
+			return RT_EFAIL;
+	}
+	for (int s = p->nstages - 1; s >= 0; s--) {
+		const RtStageModel *sm = &md->st[s];
+		RtTensor *dy = NULL;
+		if (!sm->loss) {
+			if (sm->nout > 64)
+				return rt_error(r, "stage %s has more than 64 out-edges", p->stages[s].name);
+			for (int k = 0; k < sm->nout; k++)
+				ts[k] = f->dx[p->edges[sm->out_edges[k]].dst];
+			if (!(dy = sum(r, ts, sm->nout)))
+				return RT_EFAIL;
+		}
+		int L = p->stages[s].nlayers;
+		if (rt_stage_backward(r, s, m, step, d, &f->b[s], dy, f->saved[s] + (int64_t)m * 2 * L,
+		                      &f->dx[s]))
+			return RT_EFAIL;
+	}
+	for (int s = 0; s < p->nstages; s++) {
+		rt_tensor_free(r, f->y[s]);
+		rt_tensor_free(r, f->dx[s]);
+		f->y[s] = f->dx[s] = NULL;
+	}
+	return RT_OK;
+}
+
+static int run(Ref *f, double *loss)
+{
+	RtRank *r = &f->r;
+	RtWorld *w = r->w;
+	const Plan *p = w->plan;
+	const RtBackend *be = w->be;
+	int D = p->dims[DIM_DP], M = p->microbatches;
+	float *lbuf = malloc((size_t)M * sizeof(float));
+	if (!lbuf)
+		return rt_error(r, "out of memory");
+	int rc = RT_OK;
+	for (int step = 0; step < w->opt.steps && rc == RT_OK; step++) {
+		double total = 0;
+		for (int d = 0; d < D && rc == RT_OK; d++) {
+			for (int m = 0; m < M && rc == RT_OK; m++)
+				rc = microbatch(f, step, d, m);
+			for (int s = 0; s < p->nstages && rc == RT_OK; s++) {
+				int L = p->stages[s].nlayers;
+				for (int k = 0; k < M && rc == RT_OK; k++) {
+					int m = f->order[s * D + d][k];
+					rc = rt_stage_weights(r, s, &f->b[s], f->saved[s] + (int64_t)m * 2 * L);
+				}
+				if (rc == RT_OK)
+					rc = d == 0 ? be->copy(r, f->gacc[s], f->b[s].grads)
+					            : be->add(r, f->gacc[s], f->b[s].grads);
+				if (rc == RT_OK)
+					rc = be->zero(r, f->b[s].grads);
+			}
+			if (rc == RT_OK && (rc = be->download(r, f->b[w->model->loss_stage].loss, lbuf)) == RT_OK) {
+				double s = 0;
+				for (int m = 0; m < M; m++)
+					s += lbuf[m];
+				total += s / ((double)M * D);
+			}
+		}
+		for (int s = 0; s < p->nstages && rc == RT_OK; s++) {
+			if (D > 1)
+				rc = be->scale(r, f->gacc[s], 1.0f / (float)D);
+			if (rc == RT_OK)
+				rc = be->sgd(r, f->b[s].params, f->gacc[s], (float)w->opt.lr);
+		}
+		loss[step] = total;
+	}
+	free(lbuf);
+	return rc;
+}
+
+int rt_reference(RtWorld *w, double *loss, float **weights)
+{
+	const Plan *p = w->plan;
+	int S = p->nstages, D = p->dims[DIM_DP];
+	Ref f = {0};
+	f.r.w = w;
+	f.r.rank = RT_REF_RANK;
+	f.r.local = -1;
+	f.b = calloc((size_t)S, sizeof *f.b);
+	f.gacc = calloc((size_t)S, sizeof *f.gacc);
+	f.saved = calloc((size_t)S, sizeof *f.saved);
+	f.y = calloc((size_t)S, sizeof *f.y);
+	f.dx = calloc((size_t)S, sizeof *f.dx);
+	f.order = calloc((size_t)S * (size_t)D, sizeof *f.order);
+	int rc = RT_OK;
+	if (!f.b || !f.gacc || !f.saved || !f.y || !f.dx || !f.order)
+		rc = rt_error(&f.r, "out of memory");
+	if (rc == RT_OK)
+		rc = w->be->rank_open(&f.r);
+	for (int s = 0; s < S && rc == RT_OK; s++) {
+		int L = p->stages[s].nlayers;
+		if ((rc = rt_stage_bufs_open(&f.r, s, &f.b[s])))
+			break;
+		if (!(f.gacc[s] = rt_tensor_new(&f.r, 1, f.b[s].params->cols, RT_MEM_GRAD)))
+			rc = RT_EFAIL;
+		f.saved[s] = calloc((size_t)p->microbatches * 2 * (size_t)L, sizeof **f.saved);
+		if (!f.saved[s])
+			rc = rt_error(&f.r, "out of memory");
+		for (int d = 0; d < D && rc == RT_OK; d++) {
+			if (!(f.order[s * D + d] = malloc((size_t)p->microbatches * sizeof(int))))
+				rc = rt_error(&f.r, "out of memory");
+			else
+				w_order(p, s, d, f.order[s * D + d]);
+		}
+	}
+	if (rc == RT_OK)
+		rc = run(&f, loss);
+	for (int s = 0; s < S && rc == RT_OK; s++) {
+		int64_t n = w->model->st[s].nparams;
+		if (!(weights[s] = malloc((size_t)(n + 1) * sizeof(float))))
+			rc = rt_error(&f.r, "out of memory");
+		else if (n)
+			rc = w->be->download(&f.r, f.b[s].params, weights[s]);
+	}
+	for (int s = 0; s < S; s++) {
+		if (f.saved && f.saved[s]) {
+			for (int64_t k = 0; k < (int64_t)p->microbatches * 2 * p->stages[s].nlayers; k++)
+				rt_tensor_free(&f.r, f.saved[s][k]);
+			free(f.saved[s]);
+		}
+		if (f.y)
+			rt_tensor_free(&f.r, f.y[s]);
+		if (f.dx)
+			rt_tensor_free(&f.r, f.dx[s]);
+		if (f.gacc)
+			rt_tensor_free(&f.r, f.gacc[s]);
+		if (f.b)
+			rt_stage_bufs_close(&f.r, &f.b[s]);
+	}
+	if (f.order)
+		for (int i = 0; i < S * D; i++)
+			free(f.order[i]);
+	if (f.r.be)
+		w->be->rank_close(&f.r);
+	if (rc && f.r.err[0])
+		rt_world_error(w, "--check reference: %s", f.r.err);
+	free(f.b);
+	free(f.gacc);
+	free(f.saved);
+	free(f.y);
+	free(f.dx);
+	free(f.order);
+	return rc;
+}

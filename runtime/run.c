@@ -1,0 +1,530 @@
+/* The world: what one process does to run a plan.
+ *
+ * rt_world_open() picks the backend, builds the model and opens the backend, which
+ * says which world ranks live in this process (all of them for threads, one for MPI).
+ * rt_world_run() runs them under the watchdog, each on its own thread of control:
+ * open the backend rank, run the interpreter for every step, keep the final weights
+ * for --check, free everything, close.  Then every process contributes fixed-size
+ * blocks per rank to the root (backend gather), which turns them into the figures of
+ * RtResult and, for --check, replays the model sequentially and compares.
+ *
+ * Failures never exit: the first failing rank marks the world aborted and wakes the
+ * others, and rt_world_report() tells the story: errors as `plan:line: error: ...`
+ * naming the op, a watchdog timeout as every rank's blocked ops. */
+#include "rt.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- backends ---- */
+
+/* A CUDA backend (runtime/backend_cuda.cu) defines this when it is built; the weak
+ * reference keeps this file independent of whether it is. */
+extern const RtBackend rt_backend_cuda __attribute__((weak));
+
+static const RtBackend *registry(int i)
+{
+	switch (i) {
+	case 0:
+		return &rt_backend_threads;
+	case 1:
+#ifdef HAVE_MPI
+		return &rt_backend_mpi;
+#else
+		return NULL;
+#endif
+	case 2:
+		return &rt_backend_cuda;
+	}
+	return NULL;
+}
+
+const RtBackend *rt_backend_find(const char *name)
+{
+	for (int i = 0; i < 3; i++) {
+		const RtBackend *b = registry(i);
+		if (b && !strcmp(b->name, name))
+			return b;
+	}
+	return NULL;
+}
+
+const char *rt_backend_names(void)
+{
+	int mpi = registry(1) != NULL, cuda = registry(2) != NULL;
+	if (mpi && cuda)
+		return "threads mpi cuda";
+	if (mpi)
+		return "threads mpi";
+	if (cuda)
+		return "threads cuda";
+	return "threads";
+}
+
+const char *rt_backend_default(void)
+{
+	const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"};
+	for (int i = 0; i < 3; i++) {
+		const char *v = getenv(vars[i]);
+		if (v && atoi(v) > 1)
+			return "mpi";
+	}
+	return "threads";
+}
+
+/* ---- small helpers ---- */
+
+int rt_error(RtRank *r, const char *fmt, ...)
+{
+	if (!r->err[0]) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(r->err, sizeof r->err, fmt, ap);
+		va_end(ap);
+	}
+	return RT_EFAIL;
+}
+
+int rt_world_error(RtWorld *w, const char *fmt, ...)
+{
+	if (!w->err[0]) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(w->err, sizeof w->err, fmt, ap);
+		va_end(ap);
+	}
+	return RT_EFAIL;
+}
+
+void rt_abort(RtWorld *w)
+{
+	atomic_store(&w->abort, 1);
+	if (w->be && w->be->wake && w->bw)
+		w->be->wake(w);
+}
+
+int64_t rt_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Parameters a rank holds: the stages on its pipeline index, in stage order. */
+static int64_t rank_params(const RtWorld *w, int rank)
+{
+	const Plan *p = w->plan;
+	int64_t n = 0;
+	for (int s = 0; s < p->nstages; s++)
+		if (p->stages[s].pp == p->ranks[rank].coord[DIM_PP])
+			n += w->model->st[s].nparams;
+	return n;
+}
+
+/* ---- opening ---- */
+
+RtWorld *rt_world_open(const Plan *p, const RtOptions *o, char *err, size_t errn)
+{
+	const char *name = o->backend ? o->backend : rt_backend_default();
+	const RtBackend *be = rt_backend_find(name);
+	if (!be) {
+		snprintf(err, errn, "backend '%s' is not built into this piperun (built in: %s)", name,
+		         rt_backend_names());
+		return NULL;
+	}
+	RtWorld *w = calloc(1, sizeof *w);
+	if (!w) {
+		snprintf(err, errn, "out of memory");
+		return NULL;
+	}
+	w->plan = p;
+	w->opt = *o;
+	w->be = be;
+	gethostname(w->host, sizeof w->host - 1);
+	if (!(w->model = rt_model_new(p, err, errn))) {
+		free(w);
+		return NULL;
+	}
+	if (be->world_open(w)) {
+		snprintf(err, errn, "%s", w->err[0] ? w->err : "cannot open the backend");
+		/* Opening fails alike in every process (a wrong world size, say), so the
+		 * backend closes normally and the caller can still print the reason. */
+		be->world_close(w, 0);
+		rt_model_free(w->model);
+		free(w);
+		return NULL;
+	}
+	w->ranks = calloc((size_t)w->nlocal, sizeof *w->ranks);
+	double *loss = calloc((size_t)w->nlocal * (size_t)o->steps, sizeof *loss);
+	int64_t *step = calloc((size_t)w->nlocal * 2 * (size_t)o->steps, sizeof *step);
+	if (!w->ranks || !loss || !step) {
+		free(loss);
+		free(step);
+		snprintf(err, errn, "out of memory");
+		rt_world_close(w, 1);
+		return NULL;
+	}
+	for (int i = 0; i < w->nlocal; i++) {
+		RtRank *r = &w->ranks[i];
+		r->w = w;
+		r->rank = w->first_local + i;
+		r->local = i;
+		r->pr = &p->ranks[r->rank];
+		memcpy(r->coord, r->pr->coord, sizeof r->coord);
+		r->loss_sum = loss + (size_t)i * (size_t)o->steps;
+		r->step_t0 = step + (size_t)i * 2 * (size_t)o->steps;
+		r->step_t1 = r->step_t0 + o->steps;
+		atomic_store(&r->cur_op, -1);
+	}
+	w->t0 = rt_now_ns();
+	if (be->bcast(w, &w->t0, sizeof w->t0)) {
+		snprintf(err, errn, "%s", w->err);
+		rt_world_close(w, 1);
+		return NULL;
+	}
+	return w;
+}
+
+void rt_world_close(RtWorld *w, int failed)
+{
+	if (!w)
+		return;
+	if (w->be && w->bw)
+		w->be->world_close(w, failed);
+	if (w->ranks) {
+		free(w->ranks[0].loss_sum);
+		free(w->ranks[0].step_t0);
+		for (int i = 0; i < w->nlocal; i++) {
+			free(w->ranks[i].ev);
+			free(w->ranks[i].weights);
+		}
+	}
+	free(w->ranks);
+	rt_model_free(w->model);
+	free(w);
+}
+
+/* ---- running ---- */
+
+static int rank_entry(RtRank *r)
+{
+	RtWorld *w = r->w;
+	const Plan *p = w->plan;
+	int rc = w->be->rank_open(r);
+	if (rc == RT_OK)
+		rc = rt_rank_main(r);
+	r->held_end = r->mem[RT_MEM_SAVED];
+	if (rc == RT_OK && w->opt.check) {
+		r->weights = malloc((size_t)(rank_params(w, r->rank) + 1) * sizeof(float));
+		if (!r->weights)
+			rc = rt_error(r, "out of memory");
+		int64_t off = 0;
+		for (int s = 0; s < p->nstages && rc == RT_OK; s++) {
+			if (p->stages[s].pp != r->coord[DIM_PP])
+				continue;
+			rc = rt_rank_weights(r, s, r->weights + off);
+			off += w->model->st[s].nparams;
+		}
+		if (rc == RT_OK)
+			rc = w->be->sync(r);
+	}
+	rt_rank_free(r);
+	if (r->be)
+		w->be->rank_close(r);
+	atomic_store(&r->done, 1);
+	if (rc == RT_EFAIL)
+		rt_abort(w);
+	return rc;
+}
+
+/* Root-side buffer for `gather`: world blocks of n bytes. */
+static int gather(RtWorld *w, const void *mine, int64_t n, void **all)
+{
+	*all = NULL;
+	if (w->root && !(*all = calloc((size_t)w->plan->world, (size_t)(n ? n : 1))))
+		return rt_world_error(w, "out of memory gathering %lld bytes per rank", (long long)n);
+	return w->be->gather(w, mine, n, w->root ? *all : NULL);
+}
+
+static int gather_figures(RtWorld *w, RtResult *res)
+{
+	const Plan *p = w->plan;
+	int steps = w->opt.steps;
+	int64_t n = (int64_t)(5 + 3 * steps) * 8;
+	char *mine = calloc((size_t)w->nlocal, (size_t)n);
+	if (!mine)
+		return rt_world_error(w, "out of memory");
+	for (int i = 0; i < w->nlocal; i++) {
+		RtRank *r = &w->ranks[i];
+		int64_t *b = (int64_t *)(mine + i * n);
+		b[0] = r->busy_ns;
+		b[1] = r->peak_act;
+		b[2] = r->held_end;
+		b[3] = r->nev;
+		b[4] = r->coord[DIM_TP] == 0 && r->coord[DIM_PP] == p->stages[w->model->loss_stage].pp;
+		for (int s = 0; s < steps; s++) {
+			memcpy(&b[5 + 3 * s], &r->loss_sum[s], 8);
+			b[6 + 3 * s] = r->step_t0[s];
+			b[7 + 3 * s] = r->step_t1[s];
+		}
+	}
+	void *all;
+	int rc = gather(w, mine, n, &all);
+	free(mine);
+	if (rc)
+		return rc;
+	int64_t maxev = 0;
+	if (w->root) {
+		res->world = p->world;
+		res->steps = steps;
+		res->loss = calloc((size_t)steps, sizeof *res->loss);
+		res->step_ns = calloc((size_t)steps, sizeof *res->step_ns);
+		res->busy_ns = calloc((size_t)p->world, sizeof *res->busy_ns);
+		res->peak_act = calloc((size_t)p->world, sizeof *res->peak_act);
+		res->held_end = calloc((size_t)p->world, sizeof *res->held_end);
+		res->nev = calloc((size_t)p->world, sizeof *res->nev);
+		res->ev = calloc((size_t)p->world, sizeof *res->ev);
+		if (!res->loss || !res->step_ns || !res->busy_ns || !res->peak_act || !res->held_end ||
+		    !res->nev || !res->ev) {
+			free(all);
+			return rt_world_error(w, "out of memory");
+		}
+		double norm = (double)p->microbatches * p->dims[DIM_DP];
+		int64_t *t0 = calloc((size_t)steps, sizeof *t0), *t1 = calloc((size_t)steps, sizeof *t1);
+		if (!t0 || !t1) {
+			free(t0);
+			free(t1);
+			free(all);
+			return rt_world_error(w, "out of memory");
+		}
+		for (int r = 0; r < p->world; r++) {
+			const int64_t *b = (const int64_t *)((char *)all + r * n);
+			res->busy_ns[r] = b[0];
+			res->peak_act[r] = b[1];
+			res->held_end[r] = b[2];
+			res->nev[r] = b[3];
+			if (b[3] > maxev)
+				maxev = b[3];
+			for (int s = 0; s < steps; s++) {
+				double l;
+				memcpy(&l, &b[5 + 3 * s], 8);
+				if (b[4])
+					res->loss[s] += l / norm;
+				if (r == 0 || b[6 + 3 * s] < t0[s])
+					t0[s] = b[6 + 3 * s];
+				if (r == 0 || b[7 + 3 * s] > t1[s])
+					t1[s] = b[7 + 3 * s];
+			}
+		}
+		for (int s = 0; s < steps; s++)
+			res->step_ns[s] = t1[s] - t0[s];
+		free(t0);
+		free(t1);
+	}
+	free(all);
+	if (!w->opt.trace)
+		return RT_OK;
+	/* Events: padded to the longest list. */
+	if (w->be->bcast(w, &maxev, sizeof maxev))
+		return RT_EFAIL;
+	int64_t en = (maxev ? maxev : 1) * (int64_t)sizeof(RtEvent);
+	char *ev = calloc((size_t)w->nlocal, (size_t)en);
+	if (!ev)
+		return rt_world_error(w, "out of memory");
+	for (int i = 0; i < w->nlocal; i++)
+		if (w->ranks[i].nev)
+			memcpy(ev + i * en, w->ranks[i].ev, (size_t)w->ranks[i].nev * sizeof(RtEvent));
+	rc = gather(w, ev, en, &all);
+	free(ev);
+	if (rc)
+		return rc;
+	if (w->root) {
+		for (int r = 0; r < p->world; r++) {
+			res->ev[r] = malloc((size_t)(res->nev[r] + 1) * sizeof(RtEvent));
+			if (!res->ev[r]) {
+				free(all);
+				return rt_world_error(w, "out of memory");
+			}
+			memcpy(res->ev[r], (char *)all + r * en, (size_t)res->nev[r] * sizeof(RtEvent));
+		}
+	}
+	free(all);
+	return RT_OK;
+}
+
+/* Max |a - b| and that over max |b| (the normwise relative error, docs/runtime.md). */
+static void compare(const float *a, const float *b, int64_t n, double *abs_err, double *rel_err)
+{
+	double d = 0, m = 0;
+	for (int64_t i = 0; i < n; i++) {
+		double x = fabs((double)a[i] - (double)b[i]);
+		if (x > d || isnan(x))
+			d = isnan(x) ? INFINITY : x;
+		if (fabs((double)b[i]) > m)
+			m = fabs((double)b[i]);
+	}
+	*abs_err = d;
+	*rel_err = d == 0 ? 0 : d / (m > 1e-30 ? m : 1e-30);
+}
+
+static int check(RtWorld *w, RtResult *res)
+{
+	const Plan *p = w->plan;
+	int64_t maxp = 1;
+	for (int r = 0; r < p->world; r++)
+		if (rank_params(w, r) > maxp)
+			maxp = rank_params(w, r);
+	int64_t n = maxp * (int64_t)sizeof(float);
+	char *mine = calloc((size_t)w->nlocal, (size_t)n);
+	if (!mine)
+		return rt_world_error(w, "out of memory");
+	for (int i = 0; i < w->nlocal; i++)
+		memcpy(mine + i * n, w->ranks[i].weights,
+		       (size_t)rank_params(w, w->ranks[i].rank) * sizeof(float));
+	void *all;
+	int rc = gather(w, mine, n, &all);
+	free(mine);
+	if (rc || !w->root)
+		return rc;
+	double *loss = calloc((size_t)w->opt.steps, sizeof *loss);
+	float **ref = calloc((size_t)p->nstages, sizeof *ref);
+	if (!loss || !ref) {
+		free(loss);
+		free(ref);
+		free(all);
+		return rt_world_error(w, "out of memory");
+	}
+	rc = rt_reference(w, loss, ref);
+	if (rc == RT_OK) {
+		res->checked = 1;
+		for (int s = 0; s < w->opt.steps; s++) {
+			double d = fabs(res->loss[s] - loss[s]);
+			double rel = d == 0 ? 0 : d / fmax(fabs(loss[s]), 1e-30);
+			if (isnan(d))
+				d = rel = INFINITY;
+			res->loss_abs = fmax(res->loss_abs, d);
+			res->loss_rel = fmax(res->loss_rel, rel);
+		}
+		for (int r = 0; r < p->world; r++) {
+			const float *wr = (const float *)((char *)all + r * n);
+			int64_t off = 0;
+			for (int s = 0; s < p->nstages; s++) {
+				if (p->stages[s].pp != p->ranks[r].coord[DIM_PP])
+					continue;
+				int64_t k = w->model->st[s].nparams;
+				double a, b;
+				compare(wr + off, ref[s], k, &a, &b);
+				res->weight_abs = fmax(res->weight_abs, a);
+				res->weight_rel = fmax(res->weight_rel, b);
+				res->nweights += k;
+				off += k;
+			}
+		}
+		double tol = rt_check_tol(w->opt.dtype);
+		res->check_ok = res->loss_rel <= tol && res->weight_rel <= tol;
+	}
+	for (int s = 0; s < p->nstages; s++)
+		free(ref[s]);
+	free(ref);
+	free(loss);
+	free(all);
+	return rc;
+}
+
+int rt_world_run(RtWorld *w, RtResult *res)
+{
+	memset(res, 0, sizeof *res);
+	RtWatchdog *wd = rt_watchdog_start(w);
+	if (!wd)
+		return RT_EFAIL;
+	int rc = w->be->launch(w, rank_entry);
+	rt_watchdog_stop(wd);
+	for (int i = 0; i < w->nlocal; i++)
+		if (w->ranks[i].status != RT_OK)
+			rc = RT_EFAIL;
+	if (rc || atomic_load(&w->timed_out) || rt_aborted(w))
+		return RT_EFAIL;
+	rc = gather_figures(w, res);
+	if (rc == RT_OK && w->opt.check)
+		rc = check(w, res);
+	for (int i = 0; i < w->nlocal; i++) {
+		free(w->ranks[i].weights);
+		w->ranks[i].weights = NULL;
+	}
+	return rc ? RT_EFAIL : RT_OK;
+}
+
+void rt_result_free(RtResult *res)
+{
+	free(res->loss);
+	free(res->step_ns);
+	free(res->busy_ns);
+	free(res->peak_act);
+	free(res->held_end);
+	if (res->ev)
+		for (int r = 0; r < res->world; r++)
+			free(res->ev[r]);
+	free(res->ev);
+	free(res->nev);
+	memset(res, 0, sizeof *res);
+}
+
+/* ---- reporting ---- */
+
+static void op_where(const RtWorld *w, const RtRank *r, int64_t op, FILE *f)
+{
+	const char *path = w->opt.plan_path ? w->opt.plan_path : "plan";
+	if (r->pr->first_line)
+		fprintf(f, "%s:%lld: ", path, (long long)(r->pr->first_line + op));
+	else
+		fprintf(f, "%s: op %lld of rank %d: ", path, (long long)op, r->rank);
+}
+
+void rt_world_report(RtWorld *w, FILE *f)
+{
+	char txt[256];
+	if (atomic_load(&w->timed_out)) {
+		fprintf(f, "piperun: error: no rank made progress for %g s (deadlock?); blocked ops:\n",
+		        w->opt.timeout_s);
+		for (int i = 0; i < w->nlocal; i++) {
+			RtRank *r = &w->ranks[i];
+			int64_t op = atomic_load(&r->cur_op), end = atomic_load(&r->cur_end);
+			int step = atomic_load(&r->cur_step);
+			if (atomic_load(&r->done) && r->status == RT_OK) {
+				fprintf(f, "piperun: note: rank %d finished its list\n", r->rank);
+				continue;
+			}
+			if (op < 0) {
+				fprintf(f, "piperun: note: rank %d waits for the other ranks before step %d\n",
+				        r->rank, step + 1);
+				continue;
+			}
+			for (int64_t k = op; k < end && k < r->pr->nops; k++) {
+				plan_format_op(w->plan, &r->pr->ops[k], txt, sizeof txt);
+				op_where(w, r, k, f);
+				fprintf(f, "note: rank %d blocked in step %d at '%s'\n", r->rank, step + 1, txt);
+			}
+		}
+		return;
+	}
+	if (w->err[0])
+		fprintf(f, "piperun: error: %s\n", w->err);
+	for (int i = 0; i < w->nlocal; i++) {
+		RtRank *r = &w->ranks[i];
+		if (r->status != RT_EFAIL)
+			continue;
+		int64_t op = atomic_load(&r->cur_op);
+		if (op >= 0 && op < r->pr->nops) {
+			plan_format_op(w->plan, &r->pr->ops[op], txt, sizeof txt);
+			op_where(w, r, op, f);
+			fprintf(f, "error: rank %d, step %d, '%s': %s\n", r->rank,
+			        atomic_load(&r->cur_step) + 1, txt, r->err[0] ? r->err : "failed");
+		} else {
+			fprintf(f, "piperun: error: rank %d: %s\n", r->rank, r->err[0] ? r->err : "failed");
+		}
+	}
+}

@@ -1,0 +1,88 @@
+#!/bin/sh
+# piperun under mpirun, one rank per process: --check passes for every schedule pipecc
+# accepts on the bundled examples (the backend chosen automatically from the launcher's
+# environment, and by --backend mpi), a head-to-head deadlock ends by the watchdogs with
+# both blocked sends named, and a wrong process count is an error.  Skipped (with a
+# line saying so) without mpirun, without the MPI backend, or under sanitizers.
+: "${BIN:=bin}"
+if ! command -v mpirun >/dev/null 2>&1; then
+	echo "testing piperun under mpirun ... skipped: mpirun not found"
+	exit 0
+fi
+if ! "$BIN/piperun" --version | grep -q mpi; then
+	echo "testing piperun under mpirun ... skipped: piperun was built without MPI"
+	exit 0
+fi
+case $BIN in
+*san*)
+	echo "testing piperun under mpirun ... skipped: sanitizer builds test the threads backend"
+	exit 0
+	;;
+esac
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+# Oversubscribe: the tests run more ranks than this machine may have cores.
+MPIRUN="mpirun --allow-run-as-root --oversubscribe --mca btl self,vader"
+export OMPI_MCA_rmaps_base_oversubscribe=1
+fails=0
+t() { # name expected-rc command...
+	name=$1 want=$2
+	shift 2
+	"$@" >"$dir/out" 2>"$dir/err"
+	rc=$?
+	if { [ "$want" = nonzero ] && [ "$rc" -ne 0 ]; } || [ "$rc" = "$want" ]; then
+		echo "testing piperun-mpi $name ... passed"
+	else
+		echo "testing piperun-mpi $name ... FAILED (exit $rc, wanted $want)"
+		sed 's/^/  | /' "$dir/err" | head -20
+		fails=$((fails + 1))
+	fi
+}
+has() { # name file pattern
+	if grep -q -- "$3" "$2"; then
+		echo "testing piperun-mpi $1 ... passed"
+	else
+		echo "testing piperun-mpi $1 ... FAILED ('$3' not in output)"
+		sed 's/^/  | /' "$2" | head -20
+		fails=$((fails + 1))
+	fi
+}
+
+schedules=$(sed -n 's/.*\.name = "\([A-Za-z0-9_]*\)".*/\1/p' compiler/sched_*.c | sort -u)
+for p in examples/tiny.pipe examples/skips.pipe examples/mlp4.pipe; do
+	b=$(basename "$p" .pipe)
+	for s in $schedules; do
+		"$BIN/pipecc" "$p" -s "$s" -o "$dir/$b-$s.plan" >/dev/null 2>&1 || continue
+		if [ -x "$BIN/pipesim" ] && ! "$BIN/pipesim" -q "$dir/$b-$s.plan" >/dev/null 2>&1; then
+			continue
+		fi
+		n=$(sed -n 's/^world //p' "$dir/$b-$s.plan")
+		t "--check $s on $b (np $n)" 0 timeout 300 $MPIRUN -np "$n" "$BIN/piperun" \
+			"$dir/$b-$s.plan" --check --steps 2
+		has "--check $s on $b chose mpi and agrees" "$dir/out" "^check: .*: ok"
+	done
+done
+has "the backend is chosen from the launcher" "$dir/out" " on mpi, "
+"$BIN/pipecc" examples/tiny.pipe -o "$dir/tiny.plan"
+t "--backend mpi" 0 timeout 120 $MPIRUN -np 2 "$BIN/piperun" "$dir/tiny.plan" --backend mpi --json
+has "--backend mpi reports mpi" "$dir/out" '"backend": "mpi"'
+t "wrong process count" nonzero timeout 120 $MPIRUN -np 3 "$BIN/piperun" "$dir/tiny.plan"
+has "wrong process count is explained" "$dir/err" "the plan has world 2 but 3 MPI processes"
+
+# The head-to-head deadlock of tests/cli/piperun.sh: rank 0 sends act m=1 while rank 1
+# sends grad m=0, in separate groups.
+sed -n '/^cat >"$dir\/deadlock.plan" <<.EOF.$/,/^EOF$/p' tests/cli/piperun.sh | sed '1d;$d' \
+	>"$dir/deadlock.plan"
+if [ -x "$BIN/pipesim" ]; then
+	t "deadlock plan: pipesim finds the deadlock" 1 "$BIN/pipesim" "$dir/deadlock.plan"
+fi
+l0=$(grep -n "SEND act e=0 m=1" "$dir/deadlock.plan" | cut -d: -f1)
+l1=$(grep -n "SEND grad e=0 m=0" "$dir/deadlock.plan" | cut -d: -f1)
+t "deadlock ends by the watchdog" nonzero timeout 60 $MPIRUN -np 2 "$BIN/piperun" \
+	"$dir/deadlock.plan" --timeout 2
+has "watchdog names rank 0's blocked send" "$dir/err" \
+	"deadlock.plan:$l0: note: rank 0 blocked in step 1 at 'SEND act e=0 m=1 to=1"
+has "watchdog names rank 1's blocked send" "$dir/err" \
+	"deadlock.plan:$l1: note: rank 1 blocked in step 1 at 'SEND grad e=0 m=0 to=0"
+
+[ "$fails" -eq 0 ]

@@ -1,0 +1,498 @@
+/* Runtime tests: the synthetic data against its definition, the layer kernels against
+ * finite differences, every schedule the compiler knows over a set of small programs
+ * (pipelined == sequential reference bit for bit on threads, measured peak activation
+ * bytes == pipesim's prediction), the watchdog on a head-to-head deadlock, and the
+ * errors for missing peers, wrong sizes, FIFO mismatches and bad models.  Plans come
+ * from the compiler (pipecc_compile) and are then broken by hand where a test needs it. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <math.h>
+
+#include "../compiler/pipecc.h"
+#include "../compiler/schedule.h"
+#include "../runtime/rt.h"
+#include "../sim/sim.h"
+
+/* ---- helpers ---- */
+
+static Plan *compile_text(const char *src, const char *schedule, int mb)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *out = open_memstream(&buf, &len);
+	Diag d;
+	diag_init(&d, "test.pipe", src, strlen(src), out);
+	PipeccOptions o = {.schedule = schedule, .microbatches = mb};
+	Plan *p = pipecc_compile("test.pipe", src, strlen(src), &o, &d);
+	fclose(out);
+	free(buf);
+	return p;
+}
+
+static const char tiny_src[] = "pipeline tiny;\nmesh pp=2;\nmicrobatches 2;\ninput 4x8;\n"
+                               "stage s0 { linear 8; relu; }\nstage s1 { linear 8; loss mse; }\n"
+                               "schedule gpipe;\ncost * f=1 b=1 w=1;\nlink ideal;\n";
+
+static RtOptions options(int steps, int check)
+{
+	return (RtOptions){.backend = "threads", .steps = steps, .seed = 7, .lr = 0.5,
+	                   .check = check, .timeout_s = 20, .blas_threads = 1};
+}
+
+/* Runs p; returns rt_world_run's code and the report text (malloc'd) in *report. */
+static int run_plan(const Plan *p, const RtOptions *o, RtResult *res, char **report)
+{
+	char err[1024];
+	RtWorld *w = rt_world_open(p, o, err, sizeof err);
+	if (!w) {
+		if (report)
+			*report = strdup(err);
+		memset(res, 0, sizeof *res);
+		return -100;
+	}
+	int rc = rt_world_run(w, res);
+	if (report) {
+		size_t len = 0;
+		*report = NULL;
+		FILE *f = open_memstream(report, &len);
+		if (rc)
+			rt_world_report(w, f);
+		fclose(f);
+	}
+	rt_world_close(w, 0);
+	return rc;
+}
+
+/* ---- data ---- */
+
+static uint64_t sm64(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+static void runtime__data__follows_semantics(void **state)
+{
+	(void)state;
+	/* docs/semantics.md: k = seed; k = splitmix64(k ^ v) per field; u = (x>>40)/2^23 - 1 */
+	float in[40], tg[40];
+	rt_gen_input(42, 3, 1, 2, in, 40);
+	rt_gen_target(42, 3, 1, 2, tg, 40);
+	for (int i = 0; i < 40; i++) {
+		uint64_t f1[] = {1, 1, 2, (uint64_t)i}, f2[] = {2, 1, 2, (uint64_t)i};
+		uint64_t k1 = 42, k2 = 42;
+		for (int j = 0; j < 4; j++) {
+			k1 = sm64(k1 ^ f1[j]);
+			k2 = sm64(k2 ^ f2[j]);
+		}
+		assert_true(in[i] == (float)((double)(k1 >> 40) / 8388608.0 - 1.0));
+		assert_true(tg[i] == (float)((double)(k2 >> 40) / 8388608.0 - 1.0));
+		assert_true(in[i] >= -1.0f && in[i] < 1.0f);
+	}
+	assert_true(memcmp(in, tg, sizeof in) != 0);
+	/* The data set is the same every step (so training can fit it). */
+	float again[40];
+	rt_gen_input(42, 7, 1, 2, again, 40);
+	assert_memory_equal(in, again, sizeof in);
+	rt_gen_input(42, 3, 0, 2, again, 40);
+	assert_true(memcmp(in, again, sizeof in) != 0);
+	Plan *p = compile_text(tiny_src, NULL, 0);
+	assert_non_null(p);
+	float w[72];
+	rt_gen_weights(5, p, 1, w);
+	uint64_t k = 5;
+	uint64_t f[] = {3, 1, 0, 9};
+	for (int j = 0; j < 4; j++)
+		k = sm64(k ^ f[j]);
+	assert_true(fabsf(w[9] - (float)((double)(k >> 40) / 8388608.0 - 1.0) / sqrtf(8.0f)) < 1e-7f);
+	for (int i = 64; i < 72; i++)
+		assert_true(w[i] == 0.0f); // biases start at 0
+	plan_free(p);
+}
+
+/* ---- kernels ---- */
+
+/* Loss of one microbatch through stage 0 of a one-stage model. */
+static double loss_of(RtRank *r, RtStageBufs *b, RtTensor **saved)
+{
+	RtTensor *x = rt_stage_input(r, 0, 0, 0, b, RT_MEM_TEMP), *y;
+	assert_int_equal(rt_stage_forward(r, 0, 0, 0, 0, b, x, saved, &y), RT_OK);
+	assert_null(y);
+	float l;
+	r->w->be->download(r, b->loss, &l);
+	for (int i = 0; i < 8; i++) {
+		rt_tensor_free(r, saved[i]);
+		saved[i] = NULL;
+	}
+	return l;
+}
+
+static void runtime__gradients__match_finite_differences(void **state)
+{
+	(void)state;
+	const char *src = "pipeline g;\nmesh pp=1;\nmicrobatches 1;\ninput 3x4;\n"
+	                  "stage s0 { linear 5; gelu; linear 4; loss mse; }\n"
+	                  "schedule gpipe;\ncost * f=1 b=1 w=1;\nlink ideal;\n";
+	Plan *p = compile_text(src, NULL, 0);
+	assert_non_null(p);
+	char err[256];
+	RtWorld w = {.plan = p, .be = &rt_backend_threads, .opt = options(1, 0)};
+	w.model = rt_model_new(p, err, sizeof err);
+	assert_non_null(w.model);
+	RtRank r = {.w = &w, .rank = RT_REF_RANK};
+	assert_int_equal(w.be->rank_open(&r), RT_OK);
+	RtStageBufs b;
+	assert_int_equal(rt_stage_bufs_open(&r, 0, &b), RT_OK);
+	RtTensor *saved[8] = {0};
+	RtTensor *x = rt_stage_input(&r, 0, 0, 0, &b, RT_MEM_TEMP), *y, *dx;
+	assert_int_equal(rt_stage_forward(&r, 0, 0, 0, 0, &b, x, saved, &y), RT_OK);
+	/* The runtime holds exactly the plan's F figures, then B's, then nothing. */
+	assert_int_equal(r.mem[RT_MEM_SAVED], p->stages[0].save_fb + p->stages[0].save_fw);
+	assert_int_equal(rt_stage_backward(&r, 0, 0, 0, 0, &b, NULL, saved, &dx), RT_OK);
+	assert_null(dx);
+	assert_int_equal(r.mem[RT_MEM_SAVED], p->stages[0].save_fw + p->stages[0].save_bw);
+	assert_int_equal(rt_stage_weights(&r, 0, &b, saved), RT_OK);
+	assert_int_equal(r.mem[RT_MEM_SAVED], 0);
+	int64_t n = p->stages[0].params;
+	float *g = malloc((size_t)n * sizeof *g), *wt = malloc((size_t)n * sizeof *wt);
+	w.be->download(&r, b.grads, g);
+	w.be->download(&r, b.params, wt);
+	int checked = 0;
+	for (int64_t i = 0; i < n; i += 3) {
+		float keep = wt[i];
+		const float h = 1e-2f;
+		wt[i] = keep + h;
+		w.be->upload(&r, b.params, wt);
+		double lp = loss_of(&r, &b, saved);
+		wt[i] = keep - h;
+		w.be->upload(&r, b.params, wt);
+		double lm = loss_of(&r, &b, saved);
+		wt[i] = keep;
+		w.be->upload(&r, b.params, wt);
+		double num = (lp - lm) / (2 * h);
+		assert_true(fabs(num - g[i]) <= 2e-3 * fmax(1.0, fabs(num)) + 2e-4);
+		checked++;
+	}
+	assert_true(checked > 10);
+	free(g);
+	free(wt);
+	rt_stage_bufs_close(&r, &b);
+	w.be->rank_close(&r);
+	rt_model_free(w.model);
+	plan_free(p);
+}
+
+/* ---- every schedule ---- */
+
+static const char *const programs[] = {
+	/* chain, one stage per rank */
+	"pipeline a;\nmesh pp=2;\nmicrobatches 4;\ninput 4x8;\n"
+	"stage s0 { linear 8; relu; }\nstage s1 { linear 6; loss mse; }\n"
+	"schedule gpipe;\ncost * f=1 b=1 w=1;\nlink ideal;\n",
+	/* skip connection, dp = 2, gelu, widths change */
+	"pipeline b;\nmesh pp=4 dp=2;\nmicrobatches 4;\ninput 2x6;\n"
+	"stage s0 { linear 8; relu; }\nstage s1 { linear 8; gelu; }\n"
+	"stage s2 { linear 5; relu; }\nstage s3 { linear 4; loss mse; }\n"
+	"skip s0 -> s2;\nschedule gpipe;\ncost * f=1 b=1 w=1;\nlink latency=1us bandwidth=1GB/s;\n",
+	/* two stages per rank, skips over local and remote edges */
+	"pipeline c;\nmesh pp=2;\nmicrobatches 4;\ninput 2x8;\n"
+	"stage s0 { linear 8; relu; }\nstage s1 { linear 8; gelu; }\n"
+	"stage s2 { linear 8; relu; }\nstage s3 { linear 8; loss mse; }\n"
+	"skip s0 -> s3;\nskip s0 -> s2;\nschedule gpipe;\ncost * f=1 b=1 w=1;\nlink ideal;\n",
+	/* V placement with dp */
+	"pipeline d;\nmesh dp=2 pp=2;\nmicrobatches 4;\ninput 2x8;\n"
+	"stage s0 { linear 8; relu; }\nstage s1 { linear 8; relu; }\n"
+	"stage s2 { linear 8; relu; }\nstage s3 { linear 8; loss mse; }\n"
+	"skip s1 -> s3;\nplacement v;\nschedule gpipe;\ncost * f=1 b=1 w=1;\nlink ideal;\n",
+	/* one pipeline rank: every edge a local hand-off */
+	"pipeline e;\nmesh pp=1 dp=2;\nmicrobatches 2;\ninput 2x8;\n"
+	"stage s0 { linear 8; relu; }\nstage s1 { linear 8; gelu; }\n"
+	"stage s2 { linear 8; loss mse; }\nskip s0 -> s2;\nschedule gpipe;\ncost * f=1 b=1 w=1;\nlink ideal;\n",
+	/* eight stages on four ranks */
+	"pipeline f;\nmesh pp=4;\nmicrobatches 8;\ninput 2x4;\n"
+	"stage s0 { linear 4; relu; }\nstage s1 { linear 4; relu; }\nstage s2 { linear 4; gelu; }\n"
+	"stage s3 { linear 4; relu; }\nstage s4 { linear 4; relu; }\nstage s5 { linear 4; relu; }\n"
+	"stage s6 { linear 4; relu; }\nstage s7 { linear 4; loss mse; }\nskip s2 -> s5;\n"
+	"schedule gpipe;\ncost * f=1 b=1 w=1;\nlink ideal;\n",
+};
+
+static void runtime__every_schedule__matches_reference_and_sim(void **state)
+{
+	(void)state;
+	int nprog = sizeof programs / sizeof programs[0];
+	int total = 0;
+	for (int k = 0; k < sched_count; k++) {
+		const char *name = sched_registry[k]->name;
+		int ran = 0;
+		for (int i = 0; i < nprog; i++) {
+			Plan *p = compile_text(programs[i], name, 0);
+			if (!p)
+				continue; // this schedule does not take this shape
+			PlanError e;
+			assert_int_equal(plan_verify(p, &e), 0);
+			SimOptions so = {.model = SIM_STRICT};
+			SimResult sr;
+			int deadlock = sim_run(p, &so, &sr) != 0;
+			if (deadlock) {
+				sim_result_free(&sr);
+				plan_free(p);
+				continue;
+			}
+			RtOptions o = options(2, 1);
+			RtResult res;
+			char *rep;
+			int rc = run_plan(p, &o, &res, &rep);
+			if (rc)
+				fprintf(stderr, "%s on program %d: %s\n", name, i, rep);
+			assert_int_equal(rc, 0);
+			assert_true(res.checked);
+			if (!res.check_ok || res.loss_rel != 0 || res.weight_rel != 0)
+				fprintf(stderr, "%s on program %d: loss rel %g weight rel %g\n", name, i,
+				        res.loss_rel, res.weight_rel);
+			/* threads: same summation order as the reference, so bit for bit */
+			assert_true(res.check_ok);
+			assert_true(res.loss_rel == 0 && res.weight_rel == 0);
+			for (int r = 0; r < p->world; r++) {
+				assert_int_equal(res.peak_act[r], sr.ranks[r].peak_act_bytes);
+				assert_int_equal(res.held_end[r], 0);
+			}
+			assert_true(res.loss[0] > 0 && isfinite(res.loss[1]));
+			free(rep);
+			rt_result_free(&res);
+			sim_result_free(&sr);
+			plan_free(p);
+			ran++;
+		}
+		printf("runtime: schedule %s ran on %d of %d programs\n", name, ran, nprog);
+		if (!strcmp(name, "gpipe") || !strcmp(name, "1f1b"))
+			assert_true(ran >= 2);
+		total += ran;
+	}
+	assert_true(total >= 4);
+}
+
+/* ---- failures ---- */
+
+/* tiny under gpipe with 2 microbatches, rank 0 with its sends moved after both F and
+ * rank 1 sending grad m0 before receiving act m1: head-to-head sends in separate
+ * groups.  Rank 0 blocks at SEND act m=1, rank 1 at SEND grad m=0. */
+static Plan *deadlock_plan(void)
+{
+	Plan *p = compile_text(tiny_src, "gpipe", 2);
+	assert_non_null(p);
+	PlanRank *r0 = &p->ranks[0], *r1 = &p->ranks[1];
+	assert_int_equal(r0->nops, 9);
+	assert_int_equal(r1->nops, 9);
+	PlanOp a[9], b[9];
+	/* rank 0: F0 F1 SENDa0 SENDa1 RECVg0 BW0 RECVg1 BW1 OPTIM */
+	PlanOp f[2], sa[2], rg[2], bw[2], op0 = {0}, op1 = {0}, ra[2], f1[2], b1[2], sg[2];
+	int nf = 0, ns = 0, nr = 0, nb = 0;
+	for (int i = 0; i < 9; i++) {
+		PlanOp o = r0->ops[i];
+		if (o.kind == OP_F)
+			f[nf++] = o;
+		else if (o.kind == OP_SEND)
+			sa[ns++] = o;
+		else if (o.kind == OP_RECV)
+			rg[nr++] = o;
+		else if (o.kind == OP_BW)
+			bw[nb++] = o;
+		else
+			op0 = o;
+	}
+	a[0] = f[0], a[1] = f[1], a[2] = sa[0], a[3] = sa[1], a[4] = rg[0], a[5] = bw[0];
+	a[6] = rg[1], a[7] = bw[1], a[8] = op0;
+	nf = ns = nr = nb = 0;
+	for (int i = 0; i < 9; i++) {
+		PlanOp o = r1->ops[i];
+		if (o.kind == OP_F)
+			f1[nf++] = o;
+		else if (o.kind == OP_SEND)
+			sg[ns++] = o;
+		else if (o.kind == OP_RECV)
+			ra[nr++] = o;
+		else if (o.kind == OP_BW)
+			b1[nb++] = o;
+		else
+			op1 = o;
+	}
+	/* rank 1: RECVa0 F0 BW0 SENDg0 RECVa1 F1 BW1 SENDg1 OPTIM */
+	b[0] = ra[0], b[1] = f1[0], b[2] = b1[0], b[3] = sg[0], b[4] = ra[1], b[5] = f1[1];
+	b[6] = b1[1], b[7] = sg[1], b[8] = op1;
+	int g = 0;
+	for (int i = 0; i < 9; i++) {
+		if (plan_is_comm(a[i].kind))
+			a[i].group = g++;
+		if (plan_is_comm(b[i].kind))
+			b[i].group = 100 + g++;
+	}
+	memcpy(r0->ops, a, sizeof a);
+	memcpy(r1->ops, b, sizeof b);
+	return p;
+}
+
+static void runtime__deadlock__watchdog_names_blocked_sends(void **state)
+{
+	(void)state;
+	Plan *p = deadlock_plan();
+	PlanError e;
+	assert_int_equal(plan_verify(p, &e), 0);
+	SimOptions so = {.model = SIM_STRICT};
+	SimResult sr;
+	assert_int_equal(sim_run(p, &so, &sr), 1);
+	assert_int_equal(sr.verdict, SIM_DEADLOCK);
+	sim_result_free(&sr);
+	RtOptions o = options(1, 0);
+	o.timeout_s = 0.3;
+	RtResult res;
+	char *rep;
+	int64_t t0 = rt_now_ns();
+	assert_int_equal(run_plan(p, &o, &res, &rep), RT_EFAIL);
+	assert_true(rt_now_ns() - t0 < 10000000000ll);
+	assert_non_null(strstr(rep, "no rank made progress"));
+	assert_non_null(strstr(rep, "rank 0 blocked in step 1 at 'SEND act e=0 m=1 to=1"));
+	assert_non_null(strstr(rep, "rank 1 blocked in step 1 at 'SEND grad e=0 m=0 to=0"));
+	free(rep);
+	plan_free(p);
+}
+
+static void runtime__missing_peer__is_an_error(void **state)
+{
+	(void)state;
+	Plan *p = compile_text(tiny_src, NULL, 0);
+	assert_non_null(p);
+	p->ranks[1].npeers = 0; // rank 1 forgets who feeds stage 1
+	RtOptions o = options(1, 0);
+	RtResult res;
+	char *rep;
+	assert_int_equal(run_plan(p, &o, &res, &rep), RT_EFAIL);
+	assert_non_null(strstr(rep, "rank 1"));
+	assert_non_null(strstr(rep, "no peer registered for edge 0"));
+	free(rep);
+	plan_free(p);
+}
+
+static void runtime__wrong_bytes__is_an_error(void **state)
+{
+	(void)state;
+	Plan *p = compile_text(tiny_src, NULL, 0);
+	assert_non_null(p);
+	for (int r = 0; r < 2; r++)
+		for (int64_t i = 0; i < p->ranks[r].nops; i++)
+			if (p->ranks[r].ops[i].kind == OP_SEND || p->ranks[r].ops[i].kind == OP_RECV)
+				p->ranks[r].ops[i].bytes = 64;
+	RtOptions o = options(1, 0);
+	RtResult res;
+	char *rep;
+	assert_int_equal(run_plan(p, &o, &res, &rep), RT_EFAIL);
+	assert_non_null(strstr(rep, "bytes=64, but edge 0 carries 4 x 8 f32 = 128 bytes"));
+	free(rep);
+	plan_free(p);
+}
+
+static void runtime__fifo_mismatch__names_both_ops(void **state)
+{
+	(void)state;
+	Plan *p = compile_text(tiny_src, "gpipe", 2);
+	assert_non_null(p);
+	PlanRank *r1 = &p->ranks[1];
+	int k = 0;
+	for (int64_t i = 0; i < r1->nops; i++)
+		if (r1->ops[i].kind == OP_RECV && r1->ops[i].dir == DIR_ACT)
+			r1->ops[i].mb = 1 - k++; // receive m=1 first
+	RtOptions o = options(1, 0);
+	RtResult res;
+	char *rep;
+	assert_int_equal(run_plan(p, &o, &res, &rep), RT_EFAIL);
+	assert_non_null(strstr(rep, "do not match"));
+	assert_non_null(strstr(rep, "rank 0's 'SEND act e=0 m=0"));
+	assert_non_null(strstr(rep, "rank 1's 'RECV act e=0 m=1"));
+	free(rep);
+	plan_free(p);
+}
+
+static void runtime__bad_model__rejected_at_open(void **state)
+{
+	(void)state;
+	Plan *p = compile_text(tiny_src, NULL, 0);
+	assert_non_null(p);
+	p->edges[0].bytes = 100;
+	RtOptions o = options(1, 0);
+	RtResult res;
+	char *rep;
+	assert_int_equal(run_plan(p, &o, &res, &rep), -100);
+	assert_non_null(strstr(rep, "edge 0: bytes=100"));
+	free(rep);
+	p->edges[0].bytes = 128;
+	p->stages[1].params = 7;
+	assert_int_equal(run_plan(p, &o, &res, &rep), -100);
+	assert_non_null(strstr(rep, "the plan says 7"));
+	free(rep);
+	o.backend = "nosuch";
+	assert_int_equal(run_plan(p, &o, &res, &rep), -100);
+	assert_non_null(strstr(rep, "backend 'nosuch' is not built"));
+	free(rep);
+	plan_free(p);
+}
+
+static void runtime__trace_and_calibrate__cover_every_compute_op(void **state)
+{
+	(void)state;
+	Plan *p = compile_text(programs[1], "1f1b", 0);
+	assert_non_null(p);
+	RtOptions o = options(3, 0);
+	o.trace = 1;
+	RtResult res;
+	assert_int_equal(run_plan(p, &o, &res, NULL), 0);
+	for (int r = 0; r < p->world; r++) {
+		int64_t want = 0, got = 0;
+		for (int64_t i = 0; i < p->ranks[r].nops; i++)
+			want += !plan_is_comm(p->ranks[r].ops[i].kind);
+		for (int64_t i = 0; i < res.nev[r]; i++) {
+			const RtEvent *e = &res.ev[r][i];
+			got += !plan_is_comm(p->ranks[r].ops[e->op].kind);
+			assert_true(e->t1 >= e->t0);
+			if (i)
+				assert_true(e->t0 >= res.ev[r][i - 1].t1);
+		}
+		assert_int_equal(got, 3 * want);
+	}
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	assert_int_equal(rt_trace_write(p, &res, f), 0);
+	assert_int_equal(rt_calibrate_write(p, &res, f), 0);
+	fclose(f);
+	assert_non_null(strstr(buf, "\"traceEvents\""));
+	assert_non_null(strstr(buf, "\"name\": \"F 0 0\", \"cat\": \"F\""));
+	assert_non_null(strstr(buf, "\"thread_name\", \"pid\": 7, \"tid\": 1"));
+	assert_non_null(strstr(buf, "cost s3 f="));
+	free(buf);
+	rt_result_free(&res);
+	plan_free(p);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(runtime__data__follows_semantics),
+		cmocka_unit_test(runtime__gradients__match_finite_differences),
+		cmocka_unit_test(runtime__every_schedule__matches_reference_and_sim),
+		cmocka_unit_test(runtime__deadlock__watchdog_names_blocked_sends),
+		cmocka_unit_test(runtime__missing_peer__is_an_error),
+		cmocka_unit_test(runtime__wrong_bytes__is_an_error),
+		cmocka_unit_test(runtime__fifo_mismatch__names_both_ops),
+		cmocka_unit_test(runtime__bad_model__rejected_at_open),
+		cmocka_unit_test(runtime__trace_and_calibrate__cover_every_compute_op),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
