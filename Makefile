@@ -122,7 +122,7 @@ $(BUILD)/%.o: %.c
 
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(@D)
-	$(NVCC) -O2 -std=c++17 -DHAVE_CUDA -Xcompiler -Wall -c -o $@ $<
+	$(NVCC) -O2 -std=c++17 -DHAVE_CUDA -MMD -MP -Xcompiler -Wall -c -o $@ $<
 
 demo: all
 	sh scripts/demo.sh $(BIN)

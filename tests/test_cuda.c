@@ -1,0 +1,761 @@
+/* CUDA backend tests.  Most of them need no GPU and run everywhere: the backend's place
+ * in the registry, the launcher environment and device choice (cuda_env.h's pure
+ * functions), the text of the CUDACHECK/CUBLASCHECK/NCCLCHECK macros, the dtype-
+ * dependent --check bound, a clear "no CUDA device" failure (exit 1 from piperun) where
+ * there is no GPU, and --dtype validation on the command line.  The rest need a GPU and
+ * skip with a message without one: every kernel against cpu.c, a one-rank NCCL
+ * communicator's grouped self send/receive and all-reduce, an abort that ends a hung
+ * receive, and whole plans with --check (f32 and bf16, and two GPUs when there are).
+ *
+ * Built without CUDA (no nvcc or nccl.h), only the registry test runs: the backend must
+ * then be absent.  The command-line tests run $BIN/piperun (tests/run.sh sets BIN) and
+ * skip when it is not there. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <math.h>
+#include <pthread.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../compiler/pipecc.h"
+#include "../runtime/rt.h"
+
+#ifdef HAVE_CUDA
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include "../runtime/cuda_env.h"
+#endif
+
+/* ---- helpers ---- */
+
+static Plan *compile_text(const char *src)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *out = open_memstream(&buf, &len);
+	Diag d;
+	diag_init(&d, "test.pipe", src, strlen(src), out);
+	PipeccOptions o = {0};
+	Plan *p = pipecc_compile("test.pipe", src, strlen(src), &o, &d);
+	fclose(out);
+	if (!p)
+		fprintf(stderr, "%s", buf ? buf : "");
+	free(buf);
+	return p;
+}
+
+/* Every stage on one GPU: pp=1 and four stages, a skip, both activations. */
+static const char one_gpu_src[] = "pipeline one;\nmesh pp=1;\nmicrobatches 4;\ninput 8x32;\n"
+                                  "stage s0 { linear 32; relu; }\n"
+                                  "stage s1 { linear 32; gelu; }\n"
+                                  "stage s2 { linear 32; relu; }\n"
+                                  "stage s3 { linear 16; loss mse; }\n"
+                                  "skip s0 -> s2;\n"
+                                  "schedule gpipe;\ncost * f=1 b=1 w=1;\nlink ideal;\n";
+
+/* ---- no GPU needed ---- */
+
+static void cuda__registry__backend_present_iff_built(void **state)
+{
+	(void)state;
+	const RtBackend *b = rt_backend_find("cuda");
+#ifdef HAVE_CUDA
+	assert_non_null(b);
+	assert_string_equal(b->name, "cuda");
+	assert_int_equal(b->async, 1);
+	assert_non_null(strstr(rt_backend_names(), "cuda"));
+	/* Every entry is filled: the interpreter calls all of them. */
+	void (*const *fn)(void) = (void (*const *)(void))&b->world_open;
+	size_t n = (sizeof *b - offsetof(RtBackend, world_open)) / sizeof *fn;
+	for (size_t i = 0; i < n; i++)
+		assert_non_null(fn[i]);
+#else
+	assert_null(b);
+	assert_null(strstr(rt_backend_names(), "cuda"));
+#endif
+}
+
+static void cuda__check_tol__depends_on_dtype(void **state)
+{
+	(void)state;
+	assert_true(rt_check_tol(RT_DTYPE_F32) == RT_CHECK_TOL);
+	assert_true(rt_check_tol(RT_DTYPE_BF16) == RT_CHECK_TOL_BF16);
+	assert_true(RT_CHECK_TOL_BF16 > RT_CHECK_TOL);
+	/* bf16 keeps 8 significant bits: a bound below 2^-8 could not hold. */
+	assert_true(RT_CHECK_TOL_BF16 >= 1.0 / 256);
+}
+
+/* The piperun binary for command-line tests, or NULL. */
+static const char *piperun_path(void)
+{
+	static char path[512];
+	const char *bin = getenv("BIN");
+	snprintf(path, sizeof path, "%s/piperun", bin && *bin ? bin : "bin");
+	return access(path, X_OK) == 0 ? path : NULL;
+}
+
+/* Runs a shell command; returns its exit status and its stderr (malloc'd). */
+static int shell(const char *command, char **err)
+{
+	char out[] = "/tmp/test_cuda.XXXXXX";
+	int fd = mkstemp(out);
+	assert_true(fd >= 0);
+	close(fd);
+	char cmd[4096];
+	snprintf(cmd, sizeof cmd, "%s >/dev/null 2>'%s'", command, out);
+	int st = system(cmd);
+	FILE *f = fopen(out, "r");
+	char *buf = calloc(1, 8192);
+	if (f) {
+		size_t n = fread(buf, 1, 8191, f);
+		buf[n] = 0;
+		fclose(f);
+	}
+	unlink(out);
+	*err = buf;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+/* Runs piperun with args, as shell(). */
+static int piperun(const char *args, char **err)
+{
+	char cmd[2048];
+	snprintf(cmd, sizeof cmd, "'%s' %s", piperun_path(), args);
+	return shell(cmd, err);
+}
+
+/* Writes a compiled program to a temporary file; returns its path (malloc'd). */
+static char *plan_file_of(const char *src)
+{
+	char *path = strdup("/tmp/test_cuda_plan.XXXXXX");
+	Plan *p = compile_text(src);
+	assert_non_null(p);
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	FILE *f = fdopen(fd, "w");
+	assert_int_equal(plan_write(p, f), 0);
+	fclose(f);
+	plan_free(p);
+	return path;
+}
+
+/* The one-GPU plan as a file, made once. */
+static const char *plan_file(void)
+{
+	static char *path;
+	if (!path)
+		path = plan_file_of(one_gpu_src);
+	return path;
+}
+
+static void cuda__cli_dtype__validated(void **state)
+{
+	(void)state;
+	if (!piperun_path())
+		skip();
+	char args[1024], *err;
+	snprintf(args, sizeof args, "'%s' --dtype f16", plan_file());
+	assert_int_equal(piperun(args, &err), 2);
+	assert_non_null(strstr(err, "--dtype wants f32 or bf16, not 'f16'"));
+	free(err);
+	snprintf(args, sizeof args, "'%s' --backend threads --dtype bf16", plan_file());
+	assert_int_equal(piperun(args, &err), 2);
+	assert_non_null(strstr(err, "--dtype bf16 needs --backend cuda"));
+	free(err);
+	snprintf(args, sizeof args, "'%s' --backend threads --dtype f32 --steps 1 --check",
+	         plan_file());
+	assert_int_equal(piperun(args, &err), 0);
+	free(err);
+}
+
+#ifndef HAVE_CUDA
+static void cuda__cli_not_built__usage_error(void **state)
+{
+	(void)state;
+	if (!piperun_path())
+		skip();
+	char args[1024], *err;
+	snprintf(args, sizeof args, "'%s' --backend cuda", plan_file());
+	assert_int_equal(piperun(args, &err), 2);
+	assert_non_null(strstr(err, "the cuda backend is not built into this piperun"));
+	free(err);
+}
+#else
+
+static const char two_gpu_src[] = "pipeline two;\nmesh pp=2;\nmicrobatches 4;\ninput 8x32;\n"
+                                  "stage s0 { linear 32; relu; }\n"
+                                  "stage s1 { linear 32; gelu; }\n"
+                                  "stage s2 { linear 32; relu; }\n"
+                                  "stage s3 { linear 16; loss mse; }\n"
+                                  "skip s0 -> s2;\n"
+                                  "schedule gpipe;\ncost * f=1 b=1 w=1;\nlink ideal;\n";
+
+static RtOptions options(const char *backend, int steps, int check, int dtype)
+{
+	return (RtOptions){.backend = backend, .steps = steps, .seed = 3, .lr = 0.5,
+	                   .check = check, .timeout_s = 60, .blas_threads = 1, .dtype = dtype};
+}
+
+/* Runs p; returns rt_world_run's code (-100: the world did not open) and in *report
+ * (malloc'd) rt_world_open's message or rt_world_report's text. */
+static int run_plan(const Plan *p, const RtOptions *o, RtResult *res, char **report)
+{
+	char err[1024];
+	memset(res, 0, sizeof *res);
+	RtWorld *w = rt_world_open(p, o, err, sizeof err);
+	if (!w) {
+		*report = strdup(err);
+		return -100;
+	}
+	int rc = rt_world_run(w, res);
+	size_t len = 0;
+	*report = NULL;
+	FILE *f = open_memstream(report, &len);
+	if (rc)
+		rt_world_report(w, f);
+	fclose(f);
+	rt_world_close(w, rc != 0);
+	return rc;
+}
+
+static int have_gpu(void)
+{
+	char why[256];
+	int n = rt_cuda_device_count(why, sizeof why);
+	if (n == 0)
+		print_message("skipped: no CUDA device (%s)\n", why);
+	return n;
+}
+
+static void cuda__no_device__run_fails_with_message(void **state)
+{
+	(void)state;
+	char why[256];
+	if (rt_cuda_device_count(why, sizeof why) > 0)
+		skip(); // a GPU is there: the GPU tests below cover the backend
+	Plan *p = compile_text(one_gpu_src);
+	assert_non_null(p);
+	for (int dtype = 0; dtype < RT_DTYPE_COUNT; dtype++) {
+		RtOptions o = options("cuda", 1, 1, dtype);
+		RtResult res;
+		char *report;
+		int rc = run_plan(p, &o, &res, &report);
+		assert_int_equal(rc, RT_EFAIL); // a runtime failure: piperun exits 1
+		assert_non_null(strstr(report, "no CUDA device on host"));
+		assert_non_null(strstr(report, "cudaGetDeviceCount"));
+		free(report);
+		rt_result_free(&res);
+	}
+	plan_free(p);
+}
+
+static void cuda__cli_no_device__exit_1(void **state)
+{
+	(void)state;
+	char why[256];
+	if (!piperun_path() || rt_cuda_device_count(why, sizeof why) > 0)
+		skip();
+	const char *extra[] = {"", "--dtype bf16", "--check", "--json", "--calibrate"};
+	for (size_t i = 0; i < sizeof extra / sizeof *extra; i++) {
+		char args[1024], *err;
+		snprintf(args, sizeof args, "'%s' --backend cuda %s", plan_file(), extra[i]);
+		assert_int_equal(piperun(args, &err), 1);
+		assert_non_null(strstr(err, "piperun: error: no CUDA device on host"));
+		free(err);
+	}
+}
+
+/* Under mpirun the backend opens MPI through the MPI backend's functions, gathers the
+ * host names and broadcasts the NCCL id; without a GPU every process must still end
+ * with the no-device error, and the job with exit 1, not a hang. */
+static void cuda__cli_mpirun_no_device__exit_1(void **state)
+{
+	(void)state;
+	char why[256];
+	if (!piperun_path() || rt_cuda_device_count(why, sizeof why) > 0 ||
+	    system("command -v mpirun >/dev/null 2>&1 && mpirun --version 2>&1 | "
+	           "grep -q 'Open MPI'") != 0 ||
+	    !strstr(rt_backend_names(), "mpi"))
+		skip();
+	char *plan = plan_file_of(two_gpu_src);
+	char cmd[2048], *err;
+	snprintf(cmd, sizeof cmd, "timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 "
+	                          "'%s' '%s' --backend cuda",
+	         piperun_path(), plan);
+	assert_int_equal(shell(cmd, &err), 1);
+	assert_non_null(strstr(err, "piperun: error: no CUDA device on host"));
+	free(err);
+	unlink(plan);
+	free(plan);
+}
+
+/* A getenv over a fixed table: "NAME=value" strings, NULL-terminated. */
+static const char *const *fake_env;
+static char *fake_getenv(const char *name)
+{
+	size_t n = strlen(name);
+	for (const char *const *e = fake_env; e && *e; e++)
+		if (!strncmp(*e, name, n) && (*e)[n] == '=')
+			return (char *)*e + n + 1;
+	return NULL;
+}
+
+static int nprocs_of(const char *const *env)
+{
+	fake_env = env;
+	return rt_cuda_env_nprocs(fake_getenv);
+}
+
+static int local_of(const char *const *env)
+{
+	fake_env = env;
+	return rt_cuda_env_local_rank(fake_getenv);
+}
+
+static void cuda__env__reads_launchers(void **state)
+{
+	(void)state;
+	assert_int_equal(nprocs_of((const char *const[]){NULL}), 0);
+	assert_int_equal(nprocs_of((const char *const[]){"OMPI_COMM_WORLD_SIZE=8", NULL}), 8);
+	assert_int_equal(nprocs_of((const char *const[]){"PMI_SIZE=4", NULL}), 4);
+	assert_int_equal(nprocs_of((const char *const[]){"PMIX_SIZE=2", NULL}), 2);
+	assert_int_equal(nprocs_of((const char *const[]){"SLURM_STEP_NUM_TASKS=16", NULL}), 16);
+	/* A batch script's allocation is not a launch: piperun there runs one process. */
+	assert_int_equal(nprocs_of((const char *const[]){"SLURM_NTASKS=16", NULL}), 0);
+	assert_int_equal(nprocs_of((const char *const[]){"OMPI_COMM_WORLD_SIZE=x", NULL}), 0);
+	assert_int_equal(nprocs_of((const char *const[]){"OMPI_COMM_WORLD_SIZE=0", NULL}), 0);
+	/* Open MPI's own variable wins over srun's. */
+	assert_int_equal(nprocs_of((const char *const[]){"SLURM_STEP_NUM_TASKS=32",
+	                                                "OMPI_COMM_WORLD_SIZE=2", NULL}),
+	                 2);
+
+	assert_int_equal(local_of((const char *const[]){NULL}), -1);
+	assert_int_equal(local_of((const char *const[]){"OMPI_COMM_WORLD_LOCAL_RANK=3", NULL}), 3);
+	assert_int_equal(local_of((const char *const[]){"MPI_LOCALRANKID=5", NULL}), 5);
+	assert_int_equal(local_of((const char *const[]){"SLURM_LOCALID=0", NULL}), 0);
+	assert_int_equal(local_of((const char *const[]){"MV2_COMM_WORLD_LOCAL_RANK=7", NULL}), 7);
+	assert_int_equal(local_of((const char *const[]){"LOCAL_RANK=1", NULL}), 1);
+	assert_int_equal(local_of((const char *const[]){"SLURM_LOCALID=-1", NULL}), -1);
+	assert_int_equal(local_of((const char *const[]){"SLURM_LOCALID=2x", NULL}), -1);
+	assert_int_equal(local_of((const char *const[]){"SLURM_LOCALID=", NULL}), -1);
+	assert_int_equal(local_of((const char *const[]){"SLURM_LOCALID=6",
+	                                               "OMPI_COMM_WORLD_LOCAL_RANK=2", NULL}),
+	                 2);
+}
+
+static void cuda__hosts__local_rank_counts_earlier_same_host(void **state)
+{
+	(void)state;
+	char hosts[6][64] = {"a", "b", "a", "a", "b", "c"};
+	const char *h = &hosts[0][0];
+	int want[6] = {0, 0, 1, 2, 1, 0};
+	for (int i = 0; i < 6; i++)
+		assert_int_equal(rt_cuda_hosts_local_rank(h, 64, 6, i), want[i]);
+	assert_int_equal(rt_cuda_hosts_local_rank(h, 64, 6, 6), -1);
+	assert_int_equal(rt_cuda_hosts_local_rank(h, 64, 6, -1), -1);
+	assert_int_equal(rt_cuda_hosts_local_rank(NULL, 64, 6, 0), -1);
+}
+
+static void cuda__pick_device__plan_then_local_rank(void **state)
+{
+	(void)state;
+	char why[256];
+	/* The plan's device when visible. */
+	assert_int_equal(rt_cuda_pick_device(3, -1, 8, why, sizeof why), 3);
+	assert_int_equal(rt_cuda_pick_device(3, 5, 8, why, sizeof why), 3);
+	/* A launcher that gives each process its own GPU: one visible device. */
+	assert_int_equal(rt_cuda_pick_device(3, 3, 1, why, sizeof why), 0);
+	/* Not visible, local rank known: wrap over what is visible. */
+	assert_int_equal(rt_cuda_pick_device(9, 5, 4, why, sizeof why), 1);
+	/* Not visible and no launcher: an error that says why. */
+	why[0] = 0;
+	assert_int_equal(rt_cuda_pick_device(4, -1, 2, why, sizeof why), -1);
+	assert_non_null(strstr(why, "device 4"));
+	assert_non_null(strstr(why, "sees 2 CUDA devices"));
+	why[0] = 0;
+	assert_int_equal(rt_cuda_pick_device(0, 0, 0, why, sizeof why), -1);
+	assert_non_null(strstr(why, "no CUDA device"));
+}
+
+/* The macros return from the function they are used in: wrap each in one. */
+static int cuda_line;
+static int fail_cuda(RtRank *r)
+{
+	CUDACHECK(r, cudaSuccess);
+	cuda_line = __LINE__ + 1;
+	CUDACHECK(r, cudaErrorInvalidValue);
+	return RT_OK;
+}
+
+static int fail_cublas(RtRank *r)
+{
+	CUBLASCHECK(r, CUBLAS_STATUS_SUCCESS);
+	CUBLASCHECK(r, CUBLAS_STATUS_INVALID_VALUE);
+	return RT_OK;
+}
+
+static int fail_nccl(RtRank *r)
+{
+	NCCLCHECK(r, ncclSuccess);
+	NCCLCHECK(r, ncclInProgress); // a non-blocking communicator's answer: no failure
+	NCCLCHECK(r, ncclInvalidArgument);
+	return RT_OK;
+}
+
+static int fail_world(RtWorld *w)
+{
+	NCCLCHECK_W(w, ncclSuccess);
+	CUDACHECK_W(w, cudaErrorNoDevice);
+	return RT_OK;
+}
+
+static void cuda__check_macros__name_call_host_rank_and_line(void **state)
+{
+	(void)state;
+	RtWorld w;
+	memset(&w, 0, sizeof w);
+	snprintf(w.host, sizeof w.host, "node7");
+	RtRank r;
+	memset(&r, 0, sizeof r);
+	r.w = &w;
+	r.rank = 3;
+	char want[256];
+
+	assert_int_equal(fail_cuda(&r), RT_EFAIL);
+	snprintf(want, sizeof want, "test_cuda.c:%d: cudaErrorInvalidValue failed on host node7, "
+	                            "rank 3: cudaErrorInvalidValue: invalid argument",
+	         cuda_line);
+	assert_non_null(strstr(r.err, want));
+
+	r.err[0] = 0;
+	assert_int_equal(fail_cublas(&r), RT_EFAIL);
+	assert_non_null(strstr(r.err, "CUBLAS_STATUS_INVALID_VALUE failed on host node7, rank 3: "
+	                              "CUBLAS_STATUS_INVALID_VALUE"));
+	assert_non_null(strstr(r.err, "test_cuda.c:"));
+
+	r.err[0] = 0;
+	assert_int_equal(fail_nccl(&r), RT_EFAIL);
+	assert_non_null(strstr(r.err, "ncclInvalidArgument failed on host node7, rank 3: "
+	                              "ncclInvalidArgument: invalid argument"));
+
+	r.err[0] = 0;
+	r.rank = RT_REF_RANK;
+	assert_int_equal(fail_cuda(&r), RT_EFAIL);
+	assert_non_null(strstr(r.err, "on host node7, the --check reference: "));
+
+	assert_int_equal(fail_world(&w), RT_EFAIL);
+	assert_non_null(strstr(w.err, "cudaErrorNoDevice failed on host node7: cudaErrorNoDevice: "));
+	assert_null(strstr(w.err, "rank"));
+
+	/* The first error wins, as everywhere in the runtime. */
+	r.rank = 3;
+	assert_int_equal(fail_cublas(&r), RT_EFAIL);
+	assert_null(strstr(r.err, "CUBLAS"));
+
+	assert_string_equal(rt_cuda_nccl_name(ncclRemoteError), "ncclRemoteError");
+	assert_string_equal(rt_cuda_nccl_name(99), "ncclResult (unknown)");
+}
+
+/* ---- with a GPU ---- */
+
+/* A world for the one-GPU plan with rank 0 opened on this thread. */
+typedef struct {
+	Plan *p;
+	RtWorld *w;
+	RtRank *r;
+	const RtBackend *be;
+} Gpu;
+
+static int gpu_open(Gpu *g, int dtype)
+{
+	memset(g, 0, sizeof *g);
+	if (!have_gpu())
+		return 0;
+	g->p = compile_text(one_gpu_src);
+	assert_non_null(g->p);
+	RtOptions o = options("cuda", 1, 0, dtype);
+	char err[1024];
+	g->w = rt_world_open(g->p, &o, err, sizeof err);
+	if (!g->w)
+		fail_msg("rt_world_open: %s", err);
+	g->be = g->w->be;
+	g->r = &g->w->ranks[0];
+	if (g->be->rank_open(g->r))
+		fail_msg("rank_open: %s", g->r->err);
+	return 1;
+}
+
+static void gpu_close(Gpu *g)
+{
+	g->be->rank_close(g->r);
+	rt_world_close(g->w, 0);
+	plan_free(g->p);
+}
+
+static float frand(uint64_t *s)
+{
+	*s = *s * 6364136223846793005ull + 1442695040888963407ull;
+	return (float)((double)(*s >> 40) / 8388608.0 - 1.0);
+}
+
+/* A device tensor and its host twin with the same random contents. */
+static RtTensor *both(Gpu *g, int64_t rows, int64_t cols, RtTensor *host, uint64_t seed)
+{
+	RtTensor *t = rt_tensor_new(g->r, rows, cols, RT_MEM_TEMP);
+	assert_non_null(t);
+	*host = (RtTensor){.rows = rows, .cols = cols, .bytes = rows * cols * 4};
+	host->data = malloc((size_t)host->bytes);
+	for (int64_t i = 0; i < rows * cols; i++)
+		((float *)host->data)[i] = frand(&seed);
+	assert_int_equal(g->be->upload(g->r, t, host->data), RT_OK);
+	return t;
+}
+
+/* Max |device - host| over max |host|. */
+static double rel_err(Gpu *g, const RtTensor *t, const RtTensor *host)
+{
+	int64_t n = host->rows * host->cols;
+	float *d = malloc((size_t)n * 4);
+	assert_int_equal(g->be->download(g->r, t, d), RT_OK);
+	double e = 0, m = 1e-30;
+	for (int64_t i = 0; i < n; i++) {
+		double x = fabs((double)d[i] - ((float *)host->data)[i]);
+		e = x > e || isnan(x) ? (isnan(x) ? INFINITY : x) : e;
+		m = fmax(m, fabs(((float *)host->data)[i]));
+	}
+	free(d);
+	return e / m;
+}
+
+static void cuda__kernels__match_cpu(void **state)
+{
+	(void)state;
+	for (int dtype = 0; dtype < RT_DTYPE_COUNT; dtype++) {
+		Gpu g;
+		if (!gpu_open(&g, dtype))
+			skip();
+		RtRank *r = g.r;
+		const RtBackend *be = g.be;
+		double gemm_tol = dtype == RT_DTYPE_BF16 ? 2e-2 : 1e-5;
+		int64_t m = 33, k = 70, n = 45; // odd sizes: no tile fits exactly
+		RtTensor hx, hw, hb, hy, hdy, hdx, hdw, hdb, ht, hl;
+		RtTensor *x = both(&g, m, k, &hx, 1), *w = both(&g, k, n, &hw, 2);
+		RtTensor *b = both(&g, 1, n, &hb, 3), *y = both(&g, m, n, &hy, 4);
+		RtTensor *dy = both(&g, m, n, &hdy, 5), *dx = both(&g, m, k, &hdx, 6);
+		RtTensor *dw = both(&g, k, n, &hdw, 7), *db = both(&g, 1, n, &hdb, 8);
+		RtTensor *t = both(&g, m, n, &ht, 9), *loss = both(&g, 1, 4, &hl, 10);
+
+		assert_int_equal(be->linear_fwd(r, x, w, b, y), RT_OK);
+		rt_cpu_linear_fwd(r, &hx, &hw, &hb, &hy);
+		assert_true(rel_err(&g, y, &hy) <= gemm_tol);
+		assert_int_equal(be->linear_bwd_in(r, dy, w, dx), RT_OK);
+		rt_cpu_linear_bwd_in(r, &hdy, &hw, &hdx);
+		assert_true(rel_err(&g, dx, &hdx) <= gemm_tol);
+		assert_int_equal(be->linear_bwd_w(r, x, dy, dw, db), RT_OK);
+		rt_cpu_linear_bwd_w(r, &hx, &hdy, &hdw, &hdb);
+		assert_true(rel_err(&g, dw, &hdw) <= gemm_tol);
+		assert_true(rel_err(&g, db, &hdb) == 0); // column sums in the CPU's order
+		for (int kind = LAYER_RELU; kind <= LAYER_GELU; kind++) {
+			assert_int_equal(be->act_fwd(r, kind, x, dx), RT_OK);
+			rt_cpu_act_fwd(r, kind, &hx, &hdx);
+			assert_true(rel_err(&g, dx, &hdx) <= 1e-6);
+			assert_int_equal(be->act_bwd(r, kind, y, dy, t), RT_OK);
+			rt_cpu_act_bwd(r, kind, &hy, &hdy, &ht);
+			assert_true(rel_err(&g, t, &ht) <= 1e-5);
+		}
+		assert_int_equal(be->mse_fwd(r, y, dy, loss, 2), RT_OK);
+		rt_cpu_mse_fwd(r, &hy, &hdy, &hl, 2);
+		assert_true(rel_err(&g, loss, &hl) <= 1e-6);
+		assert_int_equal(be->mse_bwd(r, y, dy, 0.25f, t), RT_OK);
+		rt_cpu_mse_bwd(r, &hy, &hdy, 0.25f, &ht);
+		assert_true(rel_err(&g, t, &ht) == 0);
+		assert_int_equal(be->add(r, y, dy), RT_OK);
+		rt_cpu_add(r, &hy, &hdy);
+		assert_true(rel_err(&g, y, &hy) == 0);
+		assert_int_equal(be->scale(r, y, 0.37f), RT_OK);
+		rt_cpu_scale(r, &hy, 0.37f);
+		assert_true(rel_err(&g, y, &hy) == 0);
+		assert_int_equal(be->sgd(r, y, dy, 0.5f), RT_OK);
+		rt_cpu_sgd(r, &hy, &hdy, 0.5f);
+		assert_true(rel_err(&g, y, &hy) == 0);
+		assert_int_equal(be->copy(r, y, dy), RT_OK);
+		assert_true(rel_err(&g, y, &hdy) == 0);
+		assert_int_equal(be->zero(r, y), RT_OK);
+		memset(hy.data, 0, (size_t)hy.bytes);
+		assert_true(rel_err(&g, y, &hy) == 0);
+		assert_int_equal(be->sync(r), RT_OK);
+
+		RtTensor *ts[] = {x, w, b, y, dy, dx, dw, db, t, loss};
+		RtTensor *hs[] = {&hx, &hw, &hb, &hy, &hdy, &hdx, &hdw, &hdb, &ht, &hl};
+		for (int i = 0; i < 10; i++) {
+			rt_tensor_free(r, ts[i]);
+			free(hs[i]->data);
+		}
+		gpu_close(&g);
+	}
+}
+
+static void cuda__nccl_self__grouped_sendrecv_and_allreduce(void **state)
+{
+	(void)state;
+	Gpu g;
+	if (!gpu_open(&g, RT_DTYPE_F32))
+		skip();
+	RtRank *r = g.r;
+	const RtBackend *be = g.be;
+	RtTensor ha, hb;
+	RtTensor *a = both(&g, 64, 1000, &ha, 11), *b = both(&g, 64, 1000, &hb, 12);
+	RtTensor *c = rt_tensor_new(r, 64, 1000, RT_MEM_COMM);
+	RtTensor *d = rt_tensor_new(r, 64, 1000, RT_MEM_COMM);
+	RtMsg m = {.edge = 0, .mb = 0, .dir = 0, .op = 0, .bytes = a->bytes};
+	/* Two transfers to itself in one group, crossed over. */
+	assert_int_equal(be->group_start(r), RT_OK);
+	assert_int_equal(be->send(r, a, 0, &m), RT_OK);
+	assert_int_equal(be->send(r, b, 0, &m), RT_OK);
+	assert_int_equal(be->recv(r, c, 0, &m), RT_OK);
+	assert_int_equal(be->recv(r, d, 0, &m), RT_OK);
+	assert_int_equal(be->group_end(r), RT_OK);
+	/* Compute that reads what arrived, then an all-reduce (an average over one rank). */
+	assert_int_equal(be->add(r, c, d), RT_OK);
+	rt_cpu_add(r, &ha, &hb);
+	m.mb = m.dir = -1;
+	assert_int_equal(be->group_start(r), RT_OK);
+	assert_int_equal(be->allreduce_avg(r, c, &m), RT_OK);
+	assert_int_equal(be->group_end(r), RT_OK);
+	assert_int_equal(be->scale(r, c, 2.0f), RT_OK);
+	rt_cpu_scale(r, &ha, 2.0f);
+	assert_int_equal(be->sync(r), RT_OK);
+	assert_true(rel_err(&g, c, &ha) == 0);
+	assert_int_equal(be->barrier(r), RT_OK);
+	RtTensor *ts[] = {a, b, c, d};
+	for (int i = 0; i < 4; i++)
+		rt_tensor_free(r, ts[i]);
+	free(ha.data);
+	free(hb.data);
+	gpu_close(&g);
+}
+
+static void *abort_later(void *arg)
+{
+	struct timespec ts = {0, 300000000};
+	nanosleep(&ts, NULL);
+	rt_abort(arg);
+	return NULL;
+}
+
+static void cuda__hang__abort_ends_the_wait(void **state)
+{
+	(void)state;
+	Gpu g;
+	if (!gpu_open(&g, RT_DTYPE_F32))
+		skip();
+	RtRank *r = g.r;
+	RtTensor *c = rt_tensor_new(r, 4, 4, RT_MEM_COMM);
+	RtMsg m = {.bytes = c->bytes};
+	/* A receive nobody sends: only the abort can end the wait. */
+	alarm(60);
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, abort_later, g.w), 0);
+	int rc = g.be->group_start(r);
+	if (rc == RT_OK)
+		rc = g.be->recv(r, c, 0, &m);
+	if (rc == RT_OK)
+		rc = g.be->group_end(r);
+	if (rc == RT_OK)
+		rc = g.be->sync(r);
+	pthread_join(th, NULL);
+	alarm(0);
+	assert_int_not_equal(rc, RT_OK);
+	rt_tensor_free(r, c);
+	gpu_close(&g);
+}
+
+static void run_checked(const char *src, int dtype, int ngpu)
+{
+	char why[256];
+	int n = rt_cuda_device_count(why, sizeof why);
+	if (n < ngpu) {
+		print_message("skipped: needs %d GPU%s, found %d%s%s\n", ngpu, ngpu == 1 ? "" : "s",
+		              n, n ? "" : ": ", n ? "" : why);
+		skip();
+	}
+	Plan *p = compile_text(src);
+	assert_non_null(p);
+	RtOptions o = options("cuda", 3, 1, dtype);
+	RtResult res, th;
+	char *report;
+	int rc = run_plan(p, &o, &res, &report);
+	if (rc)
+		fail_msg("cuda run failed: %s", report);
+	free(report);
+	assert_true(res.checked);
+	print_message("dtype %d: loss rel err %.3g, weight rel err %.3g (bound %g)\n", dtype,
+	              res.loss_rel, res.weight_rel, rt_check_tol(dtype));
+	assert_true(res.check_ok);
+	/* Memory is the interpreter's accounting: the same on every backend. */
+	RtOptions t = options("threads", 3, 0, RT_DTYPE_F32);
+	assert_int_equal(run_plan(p, &t, &th, &report), RT_OK);
+	free(report);
+	for (int i = 0; i < p->world; i++)
+		assert_int_equal(res.peak_act[i], th.peak_act[i]);
+	rt_result_free(&res);
+	rt_result_free(&th);
+	plan_free(p);
+}
+
+static void cuda__plan_one_gpu__check_f32(void **state)
+{
+	(void)state;
+	run_checked(one_gpu_src, RT_DTYPE_F32, 1);
+}
+
+static void cuda__plan_one_gpu__check_bf16(void **state)
+{
+	(void)state;
+	run_checked(one_gpu_src, RT_DTYPE_BF16, 1);
+}
+
+static void cuda__plan_two_gpus__check_f32(void **state)
+{
+	(void)state;
+	run_checked(two_gpu_src, RT_DTYPE_F32, 2);
+}
+
+#endif
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(cuda__registry__backend_present_iff_built),
+		cmocka_unit_test(cuda__check_tol__depends_on_dtype),
+		cmocka_unit_test(cuda__cli_dtype__validated),
+#ifndef HAVE_CUDA
+		cmocka_unit_test(cuda__cli_not_built__usage_error),
+#else
+		cmocka_unit_test(cuda__no_device__run_fails_with_message),
+		cmocka_unit_test(cuda__cli_no_device__exit_1),
+		cmocka_unit_test(cuda__cli_mpirun_no_device__exit_1),
+		cmocka_unit_test(cuda__env__reads_launchers),
+		cmocka_unit_test(cuda__hosts__local_rank_counts_earlier_same_host),
+		cmocka_unit_test(cuda__pick_device__plan_then_local_rank),
+		cmocka_unit_test(cuda__check_macros__name_call_host_rank_and_line),
+		cmocka_unit_test(cuda__kernels__match_cpu),
+		cmocka_unit_test(cuda__nccl_self__grouped_sendrecv_and_allreduce),
+		cmocka_unit_test(cuda__plan_one_gpu__check_f32),
+		cmocka_unit_test(cuda__plan_one_gpu__check_bf16),
+		cmocka_unit_test(cuda__plan_two_gpus__check_f32),
+		cmocka_unit_test(cuda__hang__abort_ends_the_wait), // last: it aborts NCCL
+#endif
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
