@@ -33,12 +33,6 @@ enum {
 #define MAX_BANDWIDTH 1e15      // 1 PB/s
 #define MAX_FILE (1u << 30)
 
-/* Schedules the registry will gain; naming one is "not available yet", not unknown. */
-static const char *const future_schedules[] = {
-	"interleaved", "loopedbfs", "zbh1", "zbh2", "zbv", "dualpipev",
-};
-enum { NFUTURE = sizeof future_schedules / sizeof future_schedules[0] };
-
 /* Open-addressing hash map from a string or an integer to an index, so lookups stay
  * O(1) however many stages and skips a file holds. */
 typedef struct {
@@ -535,18 +529,10 @@ static void check_schedule(Check *c, AstStmt *s)
 	}
 	if (sched_find(n))
 		return;
-	if (find_word(n, future_schedules, NFUTURE) >= 0) {
-		diag_error(c->d, s->name.loc, "schedule '%s' is not available yet", n);
-		return;
-	}
-	const char *names[64];
+	const char *names[64]; // the registry holds "custom" and "csv" too
 	int nn = 0;
-	for (int i = 0; i < sched_count && nn < 64 - NFUTURE - 2; i++)
+	for (int i = 0; i < sched_count && nn < 64; i++)
 		names[nn++] = sched_registry[i]->name;
-	for (int i = 0; i < NFUTURE; i++)
-		names[nn++] = future_schedules[i];
-	names[nn++] = "custom";
-	names[nn++] = "csv";
 	unknown_word(c, &s->name, "schedule", names, nn);
 }
 
