@@ -1,0 +1,112 @@
+/* The shared Chrome trace writer (see trace.h).  Events are written as they come; the
+ * format allows any order, and both tools give them per rank in op order. */
+#include "trace.h"
+
+#include <inttypes.h>
+
+static void us(FILE *f, int64_t ns)
+{
+	if (ns < 0)
+		ns = 0;
+	fprintf(f, "%" PRId64 ".%03" PRId64, ns / 1000, ns % 1000);
+}
+
+static void jtext(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		if (*s == '"' || *s == '\\')
+			fputc('\\', f);
+		fputc(*s, f);
+	}
+	fputc('"', f);
+}
+
+static int64_t line_of(const Plan *p, int r, int64_t op)
+{
+	return p->ranks[r].first_line ? p->ranks[r].first_line + op : 0;
+}
+
+void plan_trace_begin(PlanTrace *t, FILE *f, const Plan *p, const char *other)
+{
+	t->f = f;
+	t->p = p;
+	t->sep = "";
+	fputs("{\"displayTimeUnit\": \"ns\", \"otherData\": {\"pipeline\": ", f);
+	jtext(f, p->name ? p->name : "");
+	if (other)
+		fprintf(f, ", %s", other);
+	fputs("},\n\"traceEvents\": [\n", f);
+}
+
+void plan_trace_rank(PlanTrace *t, int r)
+{
+	const PlanRank *pr = &t->p->ranks[r];
+	fprintf(t->f, "%s{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": %d, \"args\": "
+	              "{\"name\": \"rank %d (pp=%d dp=%d tp=%d)\"}}",
+	        t->sep, r, r, pr->coord[DIM_PP], pr->coord[DIM_DP], pr->coord[DIM_TP]);
+	t->sep = ",\n";
+	fprintf(t->f, ",\n{\"ph\": \"M\", \"name\": \"process_sort_index\", \"pid\": %d, "
+	              "\"args\": {\"sort_index\": %d}}",
+	        r, r);
+	fprintf(t->f, ",\n{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": %d, \"tid\": 0, "
+	              "\"args\": {\"name\": \"compute\"}}",
+	        r);
+	fprintf(t->f, ",\n{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": %d, \"tid\": 1, "
+	              "\"args\": {\"name\": \"comm\"}}",
+	        r);
+}
+
+void plan_trace_compute(PlanTrace *t, int r, int64_t op, int64_t t0, int64_t t1, int step)
+{
+	const PlanOp *o = &t->p->ranks[r].ops[op];
+	char text[256];
+	plan_format_op(t->p, o, text, sizeof text);
+	fprintf(t->f, "%s{\"ph\": \"X\", \"pid\": %d, \"tid\": 0, \"name\": ", t->sep, r);
+	t->sep = ",\n";
+	jtext(t->f, text);
+	fprintf(t->f, ", \"cat\": \"%s\", \"ts\": ", plan_op_names[o->kind]);
+	us(t->f, t0);
+	fputs(", \"dur\": ", t->f);
+	us(t->f, t1 - t0);
+	fprintf(t->f, ", \"args\": {\"op\": %" PRId64 ", \"line\": %" PRId64 ", \"stage\": %d, \"mb\": %d",
+	        op, line_of(t->p, r, op), o->stage, o->mb);
+	if (step >= 0)
+		fprintf(t->f, ", \"step\": %d", step + 1);
+	fputs("}}", t->f);
+}
+
+void plan_trace_group(PlanTrace *t, int r, int64_t op, int64_t op_end, int64_t t0, int64_t t1,
+                      int step, int stuck)
+{
+	const PlanRank *pr = &t->p->ranks[r];
+	const PlanOp *o = &pr->ops[op];
+	int64_t n = op_end - op;
+	fprintf(t->f, "%s{\"ph\": \"X\", \"pid\": %d, \"tid\": 1, \"name\": \"%s%s%s", t->sep, r,
+	        stuck ? "STUCK " : "", plan_op_names[o->kind], n > 1 ? " +" : "");
+	t->sep = ",\n";
+	if (n > 1)
+		fprintf(t->f, "%" PRId64, n - 1);
+	fprintf(t->f, "\", \"cat\": \"comm\"%s, \"ts\": ", stuck ? ", \"cname\": \"terrible\"" : "");
+	us(t->f, t0);
+	fputs(", \"dur\": ", t->f);
+	us(t->f, t1 > t0 ? t1 - t0 : 0);
+	fprintf(t->f, ", \"args\": {\"group\": %d, \"line\": %" PRId64, o->group, line_of(t->p, r, op));
+	if (step >= 0)
+		fprintf(t->f, ", \"step\": %d", step + 1);
+	fputs(", \"ops\": [", t->f);
+	char text[256];
+	for (int64_t j = op; j < op_end && j < pr->nops; j++) {
+		plan_format_op(t->p, &pr->ops[j], text, sizeof text);
+		if (j > op)
+			fputs(", ", t->f);
+		jtext(t->f, text);
+	}
+	fputs("]}}", t->f);
+}
+
+int plan_trace_end(PlanTrace *t)
+{
+	fputs("\n]}\n", t->f);
+	return ferror(t->f) ? -1 : 0;
+}
