@@ -1,31 +1,8 @@
 #!/bin/sh
 # pipecc's command line: exit codes, outputs, stdin/stdout, dumps.
 : "${BIN:=bin}"
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-fails=0
-t() { # name expected-rc command...
-	name=$1 want=$2
-	shift 2
-	"$@" >"$dir/out" 2>"$dir/err"
-	rc=$?
-	if [ "$rc" -eq "$want" ]; then
-		echo "testing pipecc $name ... passed"
-	else
-		echo "testing pipecc $name ... FAILED (exit $rc, wanted $want)"
-		sed 's/^/  | /' "$dir/err" | head -20
-		fails=$((fails + 1))
-	fi
-}
-has() { # name file pattern
-	if grep -q -- "$3" "$2"; then
-		echo "testing pipecc $1 ... passed"
-	else
-		echo "testing pipecc $1 ... FAILED ('$3' not in output)"
-		sed 's/^/  | /' "$2" | head -20
-		fails=$((fails + 1))
-	fi
-}
+TOOL=pipecc
+. tests/lib/cli.sh
 
 t "no arguments is a usage error" 2 "$BIN/pipecc"
 t "unknown option is a usage error" 2 "$BIN/pipecc" --frobnicate examples/tiny.pipe

@@ -5,39 +5,8 @@
 # naming both blocked sends with their plan lines; bad plans and bad usage give the
 # documented exit codes; --json, --trace and --calibrate produce what they promise.
 : "${BIN:=bin}"
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-fails=0
-t() { # name expected-rc command...
-	name=$1 want=$2
-	shift 2
-	"$@" >"$dir/out" 2>"$dir/err"
-	rc=$?
-	if [ "$rc" -eq "$want" ]; then
-		echo "testing piperun $name ... passed"
-	else
-		echo "testing piperun $name ... FAILED (exit $rc, wanted $want)"
-		sed 's/^/  | /' "$dir/err" | head -20
-		fails=$((fails + 1))
-	fi
-}
-has() { # name file pattern
-	if grep -q -- "$3" "$2"; then
-		echo "testing piperun $1 ... passed"
-	else
-		echo "testing piperun $1 ... FAILED ('$3' not in output)"
-		sed 's/^/  | /' "$2" | head -20
-		fails=$((fails + 1))
-	fi
-}
-check() { # name condition-result(0/1) detail
-	if [ "$2" -eq 0 ]; then
-		echo "testing piperun $1 ... passed"
-	else
-		echo "testing piperun $1 ... FAILED ($3)"
-		fails=$((fails + 1))
-	fi
-}
+TOOL=piperun
+. tests/lib/cli.sh
 
 # ---- small variants, so that every schedule finds shapes it accepts ----
 cat >"$dir/v2.pipe" <<'EOF'

@@ -5,6 +5,8 @@
 # both blocked sends named, and a wrong process count is an error.  Skipped (with a
 # line saying so) without mpirun, without the MPI backend, or under sanitizers.
 : "${BIN:=bin}"
+TOOL=piperun-mpi
+. tests/lib/cli.sh
 if ! command -v mpirun >/dev/null 2>&1; then
 	echo "testing piperun under mpirun ... skipped: mpirun not found"
 	exit 0
@@ -19,34 +21,9 @@ case $BIN in
 	exit 0
 	;;
 esac
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
 # Oversubscribe: the tests run more ranks than this machine may have cores.
 MPIRUN="mpirun --allow-run-as-root --oversubscribe --mca btl self,vader"
 export OMPI_MCA_rmaps_base_oversubscribe=1
-fails=0
-t() { # name expected-rc command...
-	name=$1 want=$2
-	shift 2
-	"$@" >"$dir/out" 2>"$dir/err"
-	rc=$?
-	if { [ "$want" = nonzero ] && [ "$rc" -ne 0 ]; } || [ "$rc" = "$want" ]; then
-		echo "testing piperun-mpi $name ... passed"
-	else
-		echo "testing piperun-mpi $name ... FAILED (exit $rc, wanted $want)"
-		sed 's/^/  | /' "$dir/err" | head -20
-		fails=$((fails + 1))
-	fi
-}
-has() { # name file pattern
-	if grep -q -- "$3" "$2"; then
-		echo "testing piperun-mpi $1 ... passed"
-	else
-		echo "testing piperun-mpi $1 ... FAILED ('$3' not in output)"
-		sed 's/^/  | /' "$2" | head -20
-		fails=$((fails + 1))
-	fi
-}
 
 schedules=$(sed -n 's/.*\.name = "\([A-Za-z0-9_]*\)".*/\1/p' compiler/sched_*.c | sort -u)
 for p in examples/tiny.pipe examples/skips.pipe examples/mlp4.pipe; do

@@ -5,31 +5,8 @@
 # order that cannot run across ranks (pipecc says so; with --allow-deadlock pipesim
 # shows the cycle).
 : "${BIN:=bin}"
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-fails=0
-t() { # name expected-rc command...
-	name=$1 want=$2
-	shift 2
-	"$@" >"$dir/out" 2>"$dir/err"
-	rc=$?
-	if [ "$rc" -eq "$want" ]; then
-		echo "testing schedules $name ... passed"
-	else
-		echo "testing schedules $name ... FAILED (exit $rc, wanted $want)"
-		sed 's/^/  | /' "$dir/err" | head -20
-		fails=$((fails + 1))
-	fi
-}
-has() { # name file pattern
-	if grep -q -- "$3" "$2"; then
-		echo "testing schedules $1 ... passed"
-	else
-		echo "testing schedules $1 ... FAILED ('$3' not in output)"
-		sed 's/^/  | /' "$2" | head -20
-		fails=$((fails + 1))
-	fi
-}
+TOOL=schedules
+. tests/lib/cli.sh
 
 # program N PP M SCHEDULE [EXTRA]: N stages on PP ranks, M microbatches, unit costs
 program() {
