@@ -29,6 +29,9 @@ typedef struct {
 
 extern const char *const pipecc_pass_names[PASS_COUNT];
 
+/* Reads a whole file ("-": standard input) into a malloc'd buffer; NULL on failure. */
+char *pipecc_read_file(const char *path, size_t *len);
+
 /* Compiles src; NULL when diagnostics were reported to d (or after a dump). */
 Plan *pipecc_compile(const char *file, const char *src, size_t len, const PipeccOptions *o,
                      Diag *d);

@@ -40,41 +40,6 @@ static void usage(FILE *f)
 	        "  -V, --version            the version\n");
 }
 
-static char *read_all(const char *path, size_t *len)
-{
-	FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-	if (!f)
-		return NULL;
-	size_t cap = 1 << 16, n = 0;
-	char *buf = malloc(cap);
-	for (;;) {
-		if (!buf)
-			break;
-		if (n == cap) {
-			char *nb = realloc(buf, cap *= 2);
-			if (!nb) {
-				free(buf);
-				buf = NULL;
-				break;
-			}
-			buf = nb;
-		}
-		size_t k = fread(buf + n, 1, cap - n, f);
-		n += k;
-		if (k == 0)
-			break;
-	}
-	int bad = ferror(f);
-	if (f != stdin)
-		fclose(f);
-	if (bad) {
-		free(buf);
-		return NULL;
-	}
-	*len = n;
-	return buf;
-}
-
 static int parse_int(const char *s, int lo, int *out)
 {
 	char *end;
@@ -196,7 +161,7 @@ int main(int argc, char **argv)
 	}
 	const char *file = argv[optind];
 	size_t len = 0;
-	char *src = read_all(file, &len);
+	char *src = pipecc_read_file(file, &len);
 	if (!src) {
 		fprintf(stderr, "pipecc: cannot read %s: %s\n", file, strerror(errno));
 		return 1;

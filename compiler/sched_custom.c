@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pipecc.h"
 #include "sched_common.h"
 
 enum { CONTEXT = 3 }; // actions shown on each side in a note
@@ -195,37 +196,6 @@ static int load_csv_text(Load *L, const char *src, size_t len)
 		errs++;
 	}
 	return errs;
-}
-
-static char *read_file(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	size_t cap = 1 << 14, n = 0;
-	char *buf = malloc(cap);
-	while (buf) {
-		if (n == cap) {
-			char *nb = realloc(buf, cap *= 2);
-			if (!nb) {
-				free(buf);
-				buf = NULL;
-				break;
-			}
-			buf = nb;
-		}
-		size_t k = fread(buf + n, 1, cap - n, f);
-		n += k;
-		if (k == 0)
-			break;
-	}
-	if (buf && ferror(f)) {
-		free(buf);
-		buf = NULL;
-	}
-	fclose(f);
-	*len = n;
-	return buf;
 }
 
 /* ---- placement and validation ---------------------------------------------------- */
@@ -433,7 +403,7 @@ static int load(SchedCtx *c, int infer_it)
 			return 1;
 		}
 		size_t len = 0;
-		src = read_file(pr->csv_path, &len);
+		src = pipecc_read_file(pr->csv_path, &len);
 		if (!src) {
 			diag_error(c->diag, pr->sched_loc, "cannot read %s: %s", pr->csv_path,
 			           strerror(errno ? errno : EIO));
