@@ -1680,18 +1680,6 @@ static void cu_world_close(RtWorld *w, int failed)
 	w->bw = NULL;
 }
 
-typedef struct {
-	RtRank *r;
-	int (*fn)(RtRank *);
-} Start;
-
-static void *thread_main(void *arg)
-{
-	Start *s = (Start *)arg;
-	s->r->status = s->fn(s->r);
-	return NULL;
-}
-
 static int cu_launch(RtWorld *w, int (*fn)(RtRank *))
 {
 	CuWorld *cw = cuw(w);
@@ -1701,29 +1689,7 @@ static int cu_launch(RtWorld *w, int (*fn)(RtRank *))
 		w->ranks[0].status = fn(&w->ranks[0]);
 		return RT_OK;
 	}
-	int n = w->nlocal;
-	pthread_t *th = (pthread_t *)calloc((size_t)n, sizeof *th);
-	Start *st = (Start *)calloc((size_t)n, sizeof *st);
-	if (!th || !st) {
-		free(th);
-		free(st);
-		return rt_world_error(w, "out of memory");
-	}
-	int started = 0, rc = RT_OK;
-	for (int i = 0; i < n; i++) {
-		st[i] = Start{&w->ranks[i], fn};
-		if (pthread_create(&th[i], NULL, thread_main, &st[i])) {
-			rc = rt_world_error(w, "cannot start a thread for rank %d", i);
-			rt_abort(w);
-			break;
-		}
-		started++;
-	}
-	for (int i = 0; i < started; i++)
-		pthread_join(th[i], NULL);
-	free(th);
-	free(st);
-	return rc;
+	return rt_launch_threads(w, fn);
 }
 
 /* From the watchdog or a failing rank: abort every local communicator, which ends the

@@ -132,43 +132,9 @@ static void th_world_close(RtWorld *w, int failed)
 	w->bw = NULL;
 }
 
-typedef struct {
-	RtRank *r;
-	int (*fn)(RtRank *);
-} Start;
-
-static void *thread_main(void *arg)
-{
-	Start *s = arg;
-	s->r->status = s->fn(s->r);
-	return NULL;
-}
-
 static int th_launch(RtWorld *w, int (*fn)(RtRank *))
 {
-	int n = w->nlocal;
-	pthread_t *th = calloc((size_t)n, sizeof *th);
-	Start *st = calloc((size_t)n, sizeof *st);
-	if (!th || !st) {
-		free(th);
-		free(st);
-		return rt_world_error(w, "out of memory");
-	}
-	int started = 0, rc = RT_OK;
-	for (int i = 0; i < n; i++) {
-		st[i] = (Start){&w->ranks[i], fn};
-		if (pthread_create(&th[i], NULL, thread_main, &st[i])) {
-			rc = rt_world_error(w, "cannot start a thread for rank %d", i);
-			rt_abort(w);
-			break;
-		}
-		started++;
-	}
-	for (int i = 0; i < started; i++)
-		pthread_join(th[i], NULL);
-	free(th);
-	free(st);
-	return rc;
+	return rt_launch_threads(w, fn);
 }
 
 static void wake_locked(ThWorld *t)

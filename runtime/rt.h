@@ -315,6 +315,9 @@ struct RtRank {
 /* Error helpers: the first message wins. */
 int rt_error(RtRank *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int rt_world_error(RtWorld *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A backend's launch() for in-process ranks: one thread per local rank running fn,
+ * its result in rank->status; returns when all have returned. */
+int rt_launch_threads(RtWorld *w, int (*fn)(RtRank *));
 static inline int rt_aborted(const RtWorld *w)
 {
 	return atomic_load_explicit(&w->abort, memory_order_relaxed);

@@ -13,6 +13,8 @@
  * naming the op, a watchdog timeout as every rank's blocked ops. */
 #include "rt.h"
 
+#include <pthread.h>
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -527,4 +529,44 @@ void rt_world_report(RtWorld *w, FILE *f)
 			fprintf(f, "piperun: error: rank %d: %s\n", r->rank, r->err[0] ? r->err : "failed");
 		}
 	}
+}
+
+/* One thread per local rank, each running fn; returns when all have returned. */
+typedef struct {
+	RtRank *r;
+	int (*fn)(RtRank *);
+} Start;
+
+static void *thread_main(void *arg)
+{
+	Start *s = arg;
+	s->r->status = s->fn(s->r);
+	return NULL;
+}
+
+int rt_launch_threads(RtWorld *w, int (*fn)(RtRank *))
+{
+	int n = w->nlocal;
+	pthread_t *th = calloc((size_t)n, sizeof *th);
+	Start *st = calloc((size_t)n, sizeof *st);
+	if (!th || !st) {
+		free(th);
+		free(st);
+		return rt_world_error(w, "out of memory");
+	}
+	int started = 0, rc = RT_OK;
+	for (int i = 0; i < n; i++) {
+		st[i] = (Start){&w->ranks[i], fn};
+		if (pthread_create(&th[i], NULL, thread_main, &st[i])) {
+			rc = rt_world_error(w, "cannot start a thread for rank %d", i);
+			rt_abort(w);
+			break;
+		}
+		started++;
+	}
+	for (int i = 0; i < started; i++)
+		pthread_join(th[i], NULL);
+	free(th);
+	free(st);
+	return rc;
 }
