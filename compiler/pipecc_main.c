@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -176,9 +177,14 @@ int main(int argc, char **argv)
 		/* Write beside the target and rename, so a failed write never leaves a
 		 * half plan where a good one was. */
 		int to_file = strcmp(out, "-") != 0;
+		struct stat st;
+		int regular = to_file && (stat(out, &st) != 0 || S_ISREG(st.st_mode));
 		char *tmp = NULL;
 		FILE *f = stdout;
-		if (to_file) {
+		if (to_file && !regular) { // a device or pipe (/dev/null, /dev/stdout): write to it
+			f = fopen(out, "w");
+			to_file = 0;
+		} else if (to_file) {
 			size_t n = strlen(out) + 16;
 			tmp = malloc(n);
 			snprintf(tmp, n, "%s.tmp%d", out, (int)getpid());
@@ -195,7 +201,7 @@ int main(int argc, char **argv)
 				bad = pipecc_emit_torch_csv(plan, f, comms);
 			else
 				pipecc_emit_summary(plan, f);
-			if (to_file ? fclose(f) != 0 : fflush(f) != 0)
+			if (f != stdout ? fclose(f) != 0 : fflush(f) != 0)
 				bad = 1;
 			if (!bad && to_file && rename(tmp, out) != 0)
 				bad = 1;

@@ -53,5 +53,8 @@ if [ -e "$dir/bad.plan" ]; then
 else
 	echo "testing pipecc no plan on error ... passed"
 fi
+t "writing to /dev/null" 0 "$BIN/pipecc" examples/tiny.pipe -o /dev/null
+[ -c /dev/null ]
+check "/dev/null stays a device" $? "pipecc replaced /dev/null"
 t "unwritable output is an error" 1 "$BIN/pipecc" examples/tiny.pipe -o /nonexistent/dir/x.plan
 [ "$fails" -eq 0 ]
