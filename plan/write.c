@@ -11,7 +11,7 @@
 
 typedef struct {
 	FILE *f;
-	char buf[1 << 16];
+	char buf[1 << 20];
 	size_t n;
 	int err;
 } Out;
@@ -161,7 +161,7 @@ static void put_op(Out *o, const PlanOp *op)
 
 int plan_write(const Plan *p, FILE *f)
 {
-	Out *o = malloc(sizeof *o); // 64 KiB buffer: too big for a thread's stack
+	Out *o = malloc(sizeof *o); // a 1 MiB buffer: big writes, and too big for a stack
 	if (!o)
 		return -1;
 	o->f = f;

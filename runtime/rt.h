@@ -442,6 +442,14 @@ int rt_cpu_act_bwd(RtRank *r, int kind, const RtTensor *x, const RtTensor *dy, R
 int rt_cpu_mse_fwd(RtRank *r, const RtTensor *y, const RtTensor *t, RtTensor *loss, int slot);
 int rt_cpu_mse_bwd(RtRank *r, const RtTensor *y, const RtTensor *t, float scale, RtTensor *dy);
 int rt_cpu_sgd(RtRank *r, RtTensor *w, const RtTensor *g, float lr);
+/* The tensor and layer members of an RtBackend initializer, for host-memory backends. */
+#define RT_CPU_COMPUTE                                                                       \
+	.alloc = rt_cpu_alloc, .free = rt_cpu_free, .upload = rt_cpu_upload,                     \
+	.download = rt_cpu_download, .zero = rt_cpu_zero, .copy = rt_cpu_copy, .add = rt_cpu_add, \
+	.scale = rt_cpu_scale, .linear_fwd = rt_cpu_linear_fwd,                                  \
+	.linear_bwd_in = rt_cpu_linear_bwd_in, .linear_bwd_w = rt_cpu_linear_bwd_w,              \
+	.act_fwd = rt_cpu_act_fwd, .act_bwd = rt_cpu_act_bwd, .mse_fwd = rt_cpu_mse_fwd,         \
+	.mse_bwd = rt_cpu_mse_bwd, .sgd = rt_cpu_sgd
 /* Sets OpenBLAS to n threads (process-wide). */
 void rt_cpu_blas_threads(int n);
 
