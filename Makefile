@@ -72,6 +72,7 @@ TEST_SRC := $(wildcard tests/test_*.c)
 TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 
 .PHONY: all demo check test bench clean help notices
+.SECONDARY: # keep the objects of test binaries (they are intermediate files)
 all: notices $(TOOLS)
 
 notices:
