@@ -52,7 +52,7 @@ typedef struct {
 typedef struct {
 	int src, dst;
 	uint8_t side;       // what q holds: 0 sends of src, 1 receives of dst
-	int64_t head, n, cap;
+	int64_t head, n, cap; // cap: 0 or a power of two (the ring is indexed by masking)
 	QEnt *q;
 	int64_t bytes, transfers;
 } Chan;
@@ -136,6 +136,10 @@ typedef struct {
 	int64_t nwork;
 	int32_t **pred;      // per rank per op (record_ops): pred_code()
 	int64_t xfer_bytes, xfer_ns; // last transfer time computed
+	/* record_ops: the op that ends last (the first in (rank, op) order among equals),
+	 * kept as ends are written (each op's end is written once) so that the critical
+	 * path need not scan every op's time. */
+	int64_t last_end, last_ref;
 	int failed;          // a mismatch or out of memory stopped the run
 	int oom;
 } S;
@@ -293,6 +297,10 @@ static void record(S *s, int r, int64_t i, int64_t start, int64_t end, int64_t p
 	SimOpTime *t = &s->res->ranks[r].times[i];
 	t->start = start;
 	t->end = end;
+	if (end >= s->last_end && (end > s->last_end || REF(r, i) < s->last_ref)) {
+		s->last_end = end;
+		s->last_ref = REF(r, i);
+	}
 	if (pred != REF_KEEP)
 		s->pred[r][i] = pred_code(s, r, i, pred);
 }
@@ -302,6 +310,10 @@ static void set_end(S *s, int r, int64_t i, int64_t end, int64_t pred)
 	if (!s->opt.record_ops)
 		return;
 	s->res->ranks[r].times[i].end = end;
+	if (end >= s->last_end && (end > s->last_end || REF(r, i) < s->last_ref)) {
+		s->last_end = end;
+		s->last_ref = REF(r, i);
+	}
 	if (pred != REF_KEEP)
 		s->pred[r][i] = pred_code(s, r, i, pred);
 }
@@ -358,6 +370,25 @@ static inline HEnt *hfind(Hash *h, uint64_t key)
 
 static int hput(S *s, Hash *h, uint64_t key, int64_t time, int64_t who, int64_t refs)
 {
+	/* One probe run finds the key or the free slot it goes to (unless the table grows). */
+	if ((h->n + 1) * 2 <= h->cap) {
+		uint64_t mask = (uint64_t)(h->cap - 1);
+		uint64_t i = hmix(key) & mask;
+		while (h->e[i].key && h->e[i].key != key)
+			i = (i + 1) & mask;
+		HEnt *e = &h->e[i];
+		if (!e->key) {
+			*e = (HEnt){key, time, who, refs};
+			h->n++;
+			return 0;
+		}
+		e->refs = sat_add(e->refs, refs);
+		if (time > e->time) {
+			e->time = time;
+			e->who = who;
+		}
+		return 0;
+	}
 	HEnt *e = hfind(h, key);
 	if (e) {
 		e->refs = sat_add(e->refs, refs);
@@ -498,14 +529,14 @@ static int chan_push(S *s, Chan *c, int side, int64_t post, int64_t op)
 			return -1;
 		}
 		for (int64_t i = 0; i < c->n; i++)
-			q[i] = c->q[(c->head + i) % c->cap];
+			q[i] = c->q[(c->head + i) & (c->cap - 1)];
 		free(c->q);
 		c->q = q;
 		c->head = 0;
 		c->cap = cap;
 	}
 	c->side = (uint8_t)side;
-	c->q[(c->head + c->n) % c->cap] = (QEnt){post, op};
+	c->q[(c->head + c->n) & (c->cap - 1)] = (QEnt){post, op};
 	c->n++;
 	return 0;
 }
@@ -513,7 +544,7 @@ static int chan_push(S *s, Chan *c, int side, int64_t post, int64_t op)
 static QEnt chan_pop(Chan *c)
 {
 	QEnt e = c->q[c->head];
-	c->head = (c->head + 1) % c->cap;
+	c->head = (c->head + 1) & (c->cap - 1);
 	c->n--;
 	return e;
 }
@@ -554,7 +585,7 @@ static int check_pair(S *s, int ra, int64_t a, int rb, int64_t b)
 /* ---- groups ---- */
 
 /* Credits op i of rank r (in r's posted group) with completion at `end`. */
-static void complete_op(S *s, int r, int64_t i, int64_t end, int64_t pred, int counted)
+static inline void complete_op(S *s, int r, int64_t i, int64_t end, int64_t pred, int counted)
 {
 	Rk *k = &s->rk[r];
 	set_end(s, r, i, end, pred);
@@ -779,7 +810,7 @@ static int local_stage(S *s, int r, int stage)
 }
 
 /* What compute op o consumes: up to n keys into keys[]; returns the count. */
-static int consumed_keys(S *s, const PlanOp *o, uint64_t *keys, int n)
+static inline int consumed_keys(S *s, const PlanOp *o, uint64_t *keys, int n)
 {
 	int c = 0;
 	if (o->kind == OP_F) {
@@ -823,8 +854,9 @@ static void run_compute(S *s, int r)
 		int nk = consumed_keys(s, o, keys, MAXKEYS);
 		int64_t start = t, bind = k->cbind;
 		int missing = 0;
+		HEnt *e = NULL;
 		for (int j = 0; j < nk; j++) {
-			HEnt *e = hfind(&k->h, keys[j]);
+			e = hfind(&k->h, keys[j]);
 			if (!e) {
 				missing = 1;
 				break;
@@ -839,8 +871,11 @@ static void run_compute(S *s, int r)
 			prefetch_ops(pr, i);
 			break;
 		}
-		for (int j = 0; j < nk; j++)
-			hconsume(&k->h, hfind(&k->h, keys[j]));
+		if (nk == 1) // the hash has not changed since the lookup
+			hconsume(&k->h, e);
+		else
+			for (int j = 0; j < nk; j++)
+				hconsume(&k->h, hfind(&k->h, keys[j]));
 		int64_t end = do_compute(s, r, i, o, start, bind);
 		t = end;
 		k->cbind = REF(r, i);
@@ -1092,6 +1127,8 @@ static int setup(S *s)
 		}
 	}
 	s->xfer_bytes = -1;
+	s->last_end = -1;
+	s->last_ref = REF_NONE;
 	return 0;
 }
 
@@ -1195,16 +1232,7 @@ static void figures(S *s)
 static void critical_path(S *s)
 {
 	SimResult *res = s->res;
-	int64_t best = REF_NONE, bend = -1;
-	for (int r = 0; r < s->world; r++) {
-		const SimOpTime *t = res->ranks[r].times;
-		for (int64_t i = 0; i < s->p->ranks[r].nops; i++) {
-			if (t[i].end > bend) {
-				bend = t[i].end;
-				best = REF(r, i);
-			}
-		}
-	}
+	int64_t best = s->last_end > -1 ? s->last_ref : REF_NONE;
 	int64_t cap = 0, n = 0;
 	SimPathStep *path = NULL;
 	int64_t guard = res->ops + 1;
