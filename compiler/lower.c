@@ -37,14 +37,14 @@ typedef struct {
 	int *line_of;        // world rank at pipeline index 0 -> its line number
 	int *in_off, *in_e;  // CSR of in-edges per stage
 	int *out_off, *out_e;
-	unsigned char *done; // per (stage, mb): bit 0 F, 1 B, 2 W (BW sets 1|2)
-	unsigned char *have; // per (edge, mb, dir): 1 produced, 2 transferred
+	unsigned char *done; // per (stage, mb): D_F, D_B (set by B or BW)
+	unsigned char *moved; // per (edge, mb, dir): 1 once the tensor has been transferred
 	int *left;           // per stage: backward actions still to run
 	int *reduce;         // per pipeline index: stages whose reduction is due (ns each)
 	int *nreduce;
 } Lw;
 
-enum { D_F = 1, D_B = 2, D_W = 4 };
+enum { D_F = 1, D_B = 2 };
 
 /* Tensors a rank has produced for remote consumers and not yet sent, oldest first. */
 typedef struct {
@@ -177,7 +177,7 @@ static int ready(const Lw *w, int pp, const SchedAct *a)
 		for (int j = w->in_off[a->stage]; j < w->in_off[a->stage + 1]; j++) {
 			int e = w->in_e[j], src = E[e].src;
 			if (stage_pp[src] == pp ? !(w->done[(size_t)src * m + a->mb] & D_F)
-			                        : !(w->have[((size_t)e * m + a->mb) * 2 + DIR_ACT] & 2))
+			                        : !w->moved[((size_t)e * m + a->mb) * 2 + DIR_ACT])
 				return 0;
 		}
 		return 1;
@@ -190,7 +190,7 @@ static int ready(const Lw *w, int pp, const SchedAct *a)
 	for (int j = w->out_off[a->stage]; j < w->out_off[a->stage + 1]; j++) {
 		int e = w->out_e[j], dst = E[e].dst;
 		if (stage_pp[dst] == pp ? !(w->done[(size_t)dst * m + a->mb] & D_B)
-		                        : !(w->have[((size_t)e * m + a->mb) * 2 + DIR_GRAD] & 2))
+		                        : !w->moved[((size_t)e * m + a->mb) * 2 + DIR_GRAD])
 			return 0;
 	}
 	return 1;
@@ -208,7 +208,6 @@ static void finish_compute(Lw *w, int pp, const SchedAct *a, int line)
 		*d |= D_F;
 		for (int j = w->out_off[a->stage]; j < w->out_off[a->stage + 1]; j++) {
 			int e = w->out_e[j];
-			w->have[((size_t)e * m + a->mb) * 2 + DIR_ACT] |= 1;
 			if (stage_pp[E[e].dst] != pp)
 				pend_push(&w->pend[pp], (Out){e, a->mb, DIR_ACT, stage_pp[E[e].dst], line});
 		}
@@ -218,17 +217,14 @@ static void finish_compute(Lw *w, int pp, const SchedAct *a, int line)
 		*d |= D_B;
 		for (int j = w->in_off[a->stage]; j < w->in_off[a->stage + 1]; j++) {
 			int e = w->in_e[j];
-			w->have[((size_t)e * m + a->mb) * 2 + DIR_GRAD] |= 1;
 			if (stage_pp[E[e].src] != pp)
 				pend_push(&w->pend[pp], (Out){e, a->mb, DIR_GRAD, stage_pp[E[e].src], line});
 		}
 	}
-	if (a->kind == OP_W || a->kind == OP_BW) {
-		*d |= D_W;
-		if (--w->left[a->stage] == 0)
-			w->reduce[w->nreduce[pp]++ + (size_t)pp * w->ns] = a->stage;
-	}
+	if ((a->kind == OP_W || a->kind == OP_BW) && --w->left[a->stage] == 0)
+		w->reduce[w->nreduce[pp]++ + (size_t)pp * w->ns] = a->stage;
 }
+
 
 /* The dp all-reduce and optimizer step of stages whose backward is done, once the
  * rank has sent what it still owed others (so the gradient a neighbour waits for does
@@ -308,30 +304,25 @@ static void lower_rest_naively(Lw *w, int64_t *cur)
 				int e = fwd ? w->in_e[j] : w->out_e[j];
 				int other = fwd ? E[e].src : E[e].dst;
 				int opp = w->sc->stage_pp[other];
-				unsigned char *h = &w->have[((size_t)e * m + a->mb) * 2 + !fwd];
-				if (opp == p || (*h & 2))
+				unsigned char *h = &w->moved[((size_t)e * m + a->mb) * 2 + !fwd];
+				if (opp == p || *h)
 					continue;
-				*h |= 2;
+				*h = 1;
 				emit(w, p, (PlanOp){.kind = OP_RECV, .dir = !fwd, .stage = e, .mb = a->mb,
 				                    .peer = opp, .group = w->group[p]++, .src_line = line});
 			}
 			start_compute(w, p, a, line);
 			finish_compute(w, p, a, line);
-			w->pend[p].n = 0; // sent right below, naively
-			flush_reductions(w, p, 1);
-			if (a->kind == OP_W)
-				continue;
-			lo = fwd ? w->out_off[a->stage] : w->in_off[a->stage];
-			hi = fwd ? w->out_off[a->stage + 1] : w->in_off[a->stage + 1];
-			for (int j = lo; j < hi; j++) {
-				int e = fwd ? w->out_e[j] : w->in_e[j];
-				int other = fwd ? E[e].dst : E[e].src;
-				int opp = w->sc->stage_pp[other];
-				if (opp == p)
-					continue;
-				emit(w, p, (PlanOp){.kind = OP_SEND, .dir = !fwd, .stage = e, .mb = a->mb,
-				                    .peer = opp, .group = w->group[p]++, .src_line = line});
+			/* What the action produced for other ranks goes right away; `moved` here
+			 * only tells a consumer that its RECV was already placed. */
+			Pending *pq = &w->pend[p];
+			for (int i = 0; i < pq->n; i++) {
+				Out o = pq->v[i];
+				emit(w, p, (PlanOp){.kind = OP_SEND, .dir = o.dir, .stage = o.edge, .mb = o.mb,
+				                    .peer = o.to, .group = w->group[p]++, .src_line = o.line});
 			}
+			pq->n = 0;
+			flush_reductions(w, p, 0);
 		}
 	}
 }
@@ -378,7 +369,7 @@ static int place_comms(Lw *w, int allow_deadlock)
 					pq->v[keep++] = o;
 					continue;
 				}
-				w->have[((size_t)o.edge * w->m + o.mb) * 2 + o.dir] |= 2;
+				w->moved[((size_t)o.edge * w->m + o.mb) * 2 + o.dir] = 1;
 				if (gphase[q] < 0)
 					gphase[q] = w->group[q]++;
 				emit(w, q, (PlanOp){.kind = OP_SEND, .dir = o.dir, .stage = o.edge, .mb = o.mb,
@@ -606,17 +597,17 @@ Plan *lower_program(const Program *pr, const SchedCtx *sc, Diag *d, int allow_de
 	reserve_ops(&w);
 	w.group = xcalloc_int((size_t)w.pp);
 	w.done = calloc((size_t)w.ns * w.m + 1, 1);
-	w.have = calloc((size_t)w.ne * w.m * 2 + 1, 1);
+	w.moved = calloc((size_t)w.ne * w.m * 2 + 1, 1);
 	w.left = xcalloc_int((size_t)w.ns);
 	w.reduce = xcalloc_int((size_t)w.ns * w.pp);
 	w.nreduce = xcalloc_int((size_t)w.pp);
-	if (!w.done || !w.have)
+	if (!w.done || !w.moved)
 		die("out of memory");
 	for (int s = 0; s < w.ns; s++)
 		w.left[s] = w.m;
 	int rc = place_comms(&w, allow_deadlock);
 	free(w.done);
-	free(w.have);
+	free(w.moved);
 	free(w.left);
 	free(w.reduce);
 	free(w.nreduce);

@@ -55,28 +55,31 @@ typedef struct {
 	int nops, opcap;
 } MpRank;
 
+/* The message of a failed MPI call, as nccl-tests' MPICHECK prints it: file:line, the
+ * call, host, rank (when there is one) and MPI's error string. */
+static int mp_failed(RtWorld *w, RtRank *r, int e, const char *call, int line)
+{
+	char s[MPI_MAX_ERROR_STRING];
+	int n = 0;
+	MPI_Error_string(e, s, &n);
+	if (r)
+		return rt_error(r, "%s:%d: %s failed on host %s, rank %d: %s", __FILE__, line, call,
+		                w->host, r->rank, s);
+	return rt_world_error(w, "%s:%d: %s failed on host %s: %s", __FILE__, line, call, w->host, s);
+}
+
 #define MPICHECK(r, call)                                                                    \
 	do {                                                                                     \
 		int e_ = (call);                                                                     \
-		if (e_ != MPI_SUCCESS) {                                                             \
-			char s_[MPI_MAX_ERROR_STRING];                                                   \
-			int n_ = 0;                                                                      \
-			MPI_Error_string(e_, s_, &n_);                                                   \
-			return rt_error((r), "%s:%d: %s failed on host %s, rank %d: %s", __FILE__,       \
-			                __LINE__, #call, (r)->w->host, (r)->rank, s_);                   \
-		}                                                                                    \
+		if (e_ != MPI_SUCCESS)                                                               \
+			return mp_failed((r)->w, (r), e_, #call, __LINE__);                              \
 	} while (0)
 
 #define MPICHECK_W(w, call)                                                                  \
 	do {                                                                                     \
 		int e_ = (call);                                                                     \
-		if (e_ != MPI_SUCCESS) {                                                             \
-			char s_[MPI_MAX_ERROR_STRING];                                                   \
-			int n_ = 0;                                                                      \
-			MPI_Error_string(e_, s_, &n_);                                                   \
-			return rt_world_error((w), "%s:%d: %s failed on host %s: %s", __FILE__,          \
-			                      __LINE__, #call, (w)->host, s_);                           \
-		}                                                                                    \
+		if (e_ != MPI_SUCCESS)                                                               \
+			return mp_failed((w), NULL, e_, #call, __LINE__);                                \
 	} while (0)
 
 static int mp_world_open(RtWorld *w)
