@@ -197,6 +197,12 @@ static int64_t find_pair(const Pair *pairs, int64_t lo, int64_t hi, int q)
 	return -1;
 }
 
+/* find_pair, trying first the pair found last (consecutive messages mostly share one). */
+static int64_t find_pair_near(const Pair *pairs, int64_t lo, int64_t hi, int q, int64_t last)
+{
+	return last >= 0 && pairs[last].peer == q ? last : find_pair(pairs, lo, hi, q);
+}
+
 static int check_matching(Vc *v)
 {
 	const Plan *p = v->p;
@@ -219,9 +225,7 @@ static int check_matching(Vc *v)
 			const PlanOp *o = &rk->ops[i];
 			if (o->kind != OP_SEND)
 				continue;
-			int64_t k = last >= 0 && pairs[last].peer == o->peer
-			                ? last
-			                : find_pair(pairs, off[r], npairs, o->peer);
+			int64_t k = find_pair_near(pairs, off[r], npairs, o->peer, last);
 			if (k < 0) {
 				if (npairs == cap) {
 					Pair *np = realloc(pairs, (size_t)(cap *= 2) * sizeof *pairs);
@@ -258,9 +262,7 @@ static int check_matching(Vc *v)
 			const PlanOp *o = &rk->ops[i];
 			if (o->kind != OP_SEND)
 				continue;
-			int64_t k = last >= 0 && pairs[last].peer == o->peer
-			                ? last
-			                : find_pair(pairs, off[r], off[r + 1], o->peer);
+			int64_t k = find_pair_near(pairs, off[r], off[r + 1], o->peer, last);
 			sends[pairs[k].start + pairs[k].n++] = i;
 			last = k;
 		}
