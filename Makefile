@@ -26,7 +26,7 @@ endif
 
 CFLAGS := -std=c11 -Wall -Wextra -Wpedantic $(OPT) -g -D_GNU_SOURCE -MMD -MP $(SANFLAGS)
 LDFLAGS := $(SANFLAGS)
-LDLIBS := -lopenblas -lpthread -lm
+LDLIBS := -lpthread -lm
 
 # Dependencies: install what is missing (or say how), except for goals that need none.
 ifeq ($(filter clean help,$(MAKECMDGOALS)),)
@@ -35,6 +35,11 @@ ifneq ($(DEPS_RC),0)
 $(error missing build dependencies (see above))
 endif
 endif
+
+# BLAS: OpenBLAS's own cblas.h (Debian's reference BLAS may own the default one); only
+# piperun and the tests link it.
+BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
+BLAS_LIBS := $(or $(shell pkg-config --libs openblas 2>/dev/null),-lopenblas)
 
 # Optional parts.
 HAVE_MPI := $(if $(PIPECC_NO_MPI),,$(shell command -v $(MPICC) >/dev/null 2>&1 && echo 1))
@@ -91,13 +96,13 @@ $(BIN)/pipesim: $(BUILD)/sim/pipesim_main.o $(SIM_OBJ) $(PLAN_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BIN)/piperun: $(BUILD)/runtime/piperun_main.o $(RT_OBJ) $(SIM_OBJ) $(PLAN_OBJ)
+$(BIN)/piperun: $(BUILD)/runtime/piperun_main.o $(RT_OBJ) $(PLAN_OBJ)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $^ $(RT_LIBS) $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(RT_LIBS) $(BLAS_LIBS) $(LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(ALL_LIBS_OBJ)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $^ -lcmocka $(RT_LIBS) $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ -lcmocka $(RT_LIBS) $(BLAS_LIBS) $(LDLIBS)
 
 $(BUILD)/grammar/parser.c: grammar/parser.y
 	@mkdir -p $(@D)
@@ -112,6 +117,10 @@ $(BUILD)/grammar/%.o: $(BUILD)/grammar/%.c
 	$(CC) $(CFLAGS) -Wno-unused-function -Wno-sign-compare -Icompiler -I$(BUILD)/grammar -c -o $@ $<
 
 $(call obj,$(COMP_SRC)) $(BUILD)/compiler/pipecc_main.o: $(GRAM_C)
+
+$(BUILD)/runtime/cpu.o: runtime/cpu.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(BLAS_CFLAGS) -c -o $@ $<
 
 $(BUILD)/runtime/backend_mpi.o: runtime/backend_mpi.c
 	@mkdir -p $(@D)

@@ -1,30 +1,63 @@
 #!/bin/sh
-# Checks the Debian packages the build and tests need and installs the missing ones
-# when run as root; otherwise prints the exact command and fails.  Called by the
-# Makefile on every run, so it must be quick when nothing is missing.
-# Optional: Open MPI (the MPI backend); when it cannot be installed the build goes on
-# without it.
-need=""
-command -v flex >/dev/null 2>&1 || need="$need flex"
-command -v bison >/dev/null 2>&1 || need="$need bison"
-[ -f /usr/include/cmocka.h ] || need="$need libcmocka-dev"
-[ -f /usr/include/x86_64-linux-gnu/cblas.h ] || [ -f /usr/include/cblas.h ] ||
-	[ -f /usr/include/openblas/cblas.h ] || need="$need libopenblas-dev"
-opt=""
-if [ -z "${PIPECC_NO_MPI:-}" ]; then
-	command -v mpicc >/dev/null 2>&1 || opt="$opt libopenmpi-dev"
-	command -v mpirun >/dev/null 2>&1 || opt="$opt openmpi-bin"
+# The Debian packages pipecc's build and tests need, decided by asking the package
+# database (dpkg-query), never by looking for a file that another package may also
+# provide (Debian's reference BLAS ships a cblas.h of its own, for one).
+#   sh scripts/deps.sh          install what is missing (as root), else print the command
+#   sh scripts/deps.sh --list   print every package, required or optional, and its state
+# Called by the Makefile on every run, so it must be quick when nothing is missing.
+# Optional packages (Open MPI) build the MPI backend; without them the build goes on.
+
+# package:why, one per word.  tests/cli/deps.sh checks that every -l library in the
+# link lines comes from one of these packages (or from what they depend on).
+REQUIRED="gcc:compiler make:build libc6-dev:libc,-lm,-lpthread flex:lexer bison:parser
+libcmocka-dev:unit-tests libopenblas-dev:piperun-GEMMs groff-base:man-page-lint"
+OPTIONAL="libopenmpi-dev:MPI-backend openmpi-bin:mpirun"
+
+installed() {
+	[ "$(dpkg-query -W -f='${db:Status-Abbrev}' "$1" 2>/dev/null)" = "ii " ]
+}
+
+list=0
+case "${1:-}" in
+--list) list=1 ;;
+"") ;;
+*) echo "usage: sh scripts/deps.sh [--list]" >&2; exit 2 ;;
+esac
+
+if ! command -v dpkg-query >/dev/null 2>&1; then
+	[ $list = 1 ] && { echo "deps: dpkg-query not found: not a Debian system" >&2; exit 1; }
+	echo "deps: notice: dpkg-query not found: not a Debian system, packages not checked" >&2
+	exit 0
 fi
+
+need=""
+opt=""
+for kind in required optional; do
+	if [ $kind = required ]; then set -- $REQUIRED; else set -- $OPTIONAL; fi
+	for entry; do
+		pkg=${entry%%:*}
+		if installed "$pkg"; then state=installed; else state=missing; fi
+		[ $list = 1 ] && printf '%-16s %-9s %-9s %s\n' "$pkg" "$kind" "$state" "${entry#*:}"
+		[ $state = installed ] && continue
+		if [ $kind = required ]; then
+			need="$need $pkg"
+		else
+			[ -n "${PIPECC_NO_MPI:-}" ] || opt="$opt $pkg"
+		fi
+	done
+done
+[ $list = 1 ] && exit 0
 [ -z "$need$opt" ] && exit 0
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
 	echo "deps: installing$need$opt" >&2
 	export DEBIAN_FRONTEND=noninteractive
-	if ! apt-get install -y -q $need $opt >/tmp/pipecc-deps.log 2>&1; then
-		apt-get update -q >>/tmp/pipecc-deps.log 2>&1
-		apt-get install -y -q $need $opt >>/tmp/pipecc-deps.log 2>&1 || {
-			echo "deps: apt-get failed; see /tmp/pipecc-deps.log" >&2
-			[ -n "$need" ] && exit 1
+	log=/tmp/pipecc-deps.log
+	if ! apt-get install -y -q $need $opt >$log 2>&1; then
+		apt-get update -q >>$log 2>&1
+		apt-get install -y -q $need $opt >>$log 2>&1 || {
+			echo "deps: apt-get failed; see $log" >&2
+			for p in $need; do installed "$p" || exit 1; done
 			echo "deps: going on without MPI" >&2
 		}
 	fi
