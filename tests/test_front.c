@@ -563,6 +563,26 @@ static void front__max_errors__stops_with_one_line(void **state)
 	run_free(&r);
 }
 
+/* Syntax errors recover on every line, so the cap is what stops them too. */
+static void front__max_errors__caps_syntax_errors(void **state)
+{
+	(void)state;
+	char src[1024] = "";
+	for (int i = 0; i < 30; i++)
+		strcat(src, "backward s1 -> s0;\n");
+	Run r;
+	assert_null(run_len(&r, "m.pipe", src, strlen(src), 5));
+	int errors = 0;
+	for (char *s = r.out; (s = strstr(s, ": error: ")); s++)
+		errors++;
+	assert_int_equal(errors, 5);
+	assert_non_null(strstr(r.out, "m.pipe:5:1: error: unknown statement 'backward'\n"));
+	const char *tail = "too many errors, stopping\n";
+	assert_true(r.outlen > strlen(tail));
+	assert_string_equal(r.out + r.outlen - strlen(tail), tail);
+	run_free(&r);
+}
+
 static int by_name(const void *a, const void *b)
 {
 	return strcmp(*(char *const *)a, *(char *const *)b);
@@ -850,6 +870,7 @@ int main(void)
 		cmocka_unit_test(front__caret__keeps_tabs_and_spans),
 		cmocka_unit_test(front__long_line__quote_is_cut),
 		cmocka_unit_test(front__max_errors__stops_with_one_line),
+		cmocka_unit_test(front__max_errors__caps_syntax_errors),
 		cmocka_unit_test(front__golden__diagnostics_match),
 		cmocka_unit_test(front__empty__reports),
 		cmocka_unit_test(front__random_bytes__survive),
