@@ -839,6 +839,44 @@ static void fill_costs(Check *c)
 	}
 }
 
+/* Two ranks of one node on one GPU run on CPU backends only.  A devices list does not
+ * say which ranks share a node; it is read as nodes of consecutive ranks, one rank per
+ * device the list names: [0, 1, 0, 1] is two nodes of two GPUs, [0, 0, 1] puts ranks 0
+ * and 1 on GPU 0 of the first node.  One warning per list is enough. */
+static void warn_shared_devices(Check *c)
+{
+	Program *p = c->p;
+	int n = p->ndevices, distinct = 0;
+	Map seen;
+	map_init(c->a, &seen, n);
+	for (int i = 0; i < n; i++) {
+		Slot *s = map_slot(&seen, NULL, p->devices[i]);
+		if (!s->used) {
+			map_set(s, NULL, p->devices[i], i);
+			distinct++;
+		}
+	}
+	/* the same map again, per node: device -> its first rank there */
+	for (int node = 0; node < n; node += distinct) {
+		map_init(c->a, &seen, distinct);
+		for (int i = node; i < n && i < node + distinct; i++) {
+			Slot *s = map_slot(&seen, NULL, p->devices[i]);
+			if (!s->used) {
+				map_set(s, NULL, p->devices[i], i);
+				continue;
+			}
+			diag_warning(c->d, c->devices->nums[i].loc,
+				"ranks %d and %d share GPU %d of one node; NCCL before 2.30 refuses two "
+				"ranks on one GPU, so this plan runs on CPU backends only",
+				s->val, i, p->devices[i]);
+			diag_note(c->d, c->devices->list_loc,
+				"the list is read as nodes of %d consecutive ranks, one per GPU it names",
+				distinct);
+			return;
+		}
+	}
+}
+
 static void check_lists(Check *c)
 {
 	Program *p = c->p;
@@ -861,6 +899,8 @@ static void check_lists(Check *c)
 			diag_error(c->d, c->devices->list_loc,
 				"devices lists %d rank%s, but the mesh has %d", p->ndevices,
 				p->ndevices == 1 ? "" : "s", world);
+		else
+			warn_shared_devices(c);
 	}
 }
 

@@ -424,6 +424,45 @@ static void front__devices__parses(void **state)
 	run_free(&r);
 }
 
+/* Two ranks of one node on one GPU: a warning, and the program still comes out. */
+static void front__devices_shared_gpu__warns(void **state)
+{
+	(void)state;
+	Run r;
+	Program *p = ok(&r, prog3("mesh pp=3;\ndevices [0, 0, 1];"));
+	assert_int_equal(p->ndevices, 3);
+	assert_int_equal(r.diag.nwarnings, 1);
+	assert_string_equal(r.out,
+		"test.pipe:8:13: warning: ranks 0 and 1 share GPU 0 of one node; NCCL before "
+		"2.30 refuses two ranks on one GPU, so this plan runs on CPU backends only\n"
+		" devices [0, 0, 1];\n"
+		"             ^\n"
+		"test.pipe:8:9: note: the list is read as nodes of 2 consecutive ranks, one per "
+		"GPU it names\n"
+		" devices [0, 0, 1];\n"
+		"         ^~~~~~~~~\n");
+	run_free(&r);
+	/* nodes of one rank per GPU named: these share nothing */
+	static const char *const fine[] = {
+		"mesh pp=3 dp=2;\ndevices [0, 1, 2, 3, 0, 1];",
+		"mesh pp=2 dp=2;\ndevices [1, 0, 1, 0];",
+		"mesh pp=3;\ndevices [0, 0, 0];",
+		"mesh pp=2 dp=2;\ndevices [0, 2, 0, 2];",
+		"mesh pp=3 dp=2;\ndevices per_node=2;",
+	};
+	for (size_t i = 0; i < sizeof fine / sizeof fine[0]; i++) {
+		ok(&r, prog3(fine[i]));
+		if (r.diag.nwarnings)
+			fail_msg("%s: %s", fine[i], r.out);
+		run_free(&r);
+	}
+	/* the second node repeats a GPU */
+	ok(&r, prog3("mesh pp=3 dp=2;\ndevices [0, 1, 2, 2, 1, 1];"));
+	assert_int_equal(r.diag.nwarnings, 1);
+	assert_non_null(strstr(r.out, "warning: ranks 4 and 5 share GPU 1 of one node"));
+	run_free(&r);
+}
+
 static void front__placement__forms(void **state)
 {
 	(void)state;
@@ -894,6 +933,7 @@ int main(void)
 		cmocka_unit_test(front__custom_schedule__stage_range),
 		cmocka_unit_test(front__csv_schedule__resolves_path),
 		cmocka_unit_test(front__devices__parses),
+		cmocka_unit_test(front__devices_shared_gpu__warns),
 		cmocka_unit_test(front__placement__forms),
 		cmocka_unit_test(front__free_order__accepted),
 		cmocka_unit_test(front__names__digits_first),

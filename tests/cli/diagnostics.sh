@@ -70,4 +70,27 @@ for o in "-s 1f1b" "-s 1f1bb" "-m 2" "--from-torch-csv $dir/none.csv"; do
 		"an error located in $ex"
 done
 
+# ---- warnings ---------------------------------------------------------------------
+cat >"$dir/shared.pipe" <<'END'
+pipeline shared;
+mesh pp=3;
+microbatches 4;
+input 4x8;
+stage s0 { linear 8; relu; }
+stage s1 { linear 8; relu; }
+stage s2 { linear 8; loss mse; }
+schedule 1f1b;
+devices [0, 0, 1];
+END
+t "two ranks on one GPU compiles" 0 "$BIN/pipecc" "$dir/shared.pipe" -o "$dir/shared.plan"
+has "two ranks on one GPU warns at the list" "$dir/err" \
+	"^$dir/shared.pipe:9:13: warning: ranks 0 and 1 share GPU 0 of one node; NCCL before 2.30"
+has "the warning says where it runs" "$dir/err" "runs on CPU backends only$"
+check "the plan is written" "$(test -s "$dir/shared.plan"; echo $?)" "no plan"
+t "the plan runs on threads" 0 "$BIN/piperun" "$dir/shared.plan" --backend threads
+t "the plan simulates" 0 "$BIN/pipesim" "$dir/shared.plan"
+sed 's/devices .*/devices [0, 1, 2];/' "$dir/shared.pipe" >"$dir/apart.pipe"
+t "one GPU each" 0 "$BIN/pipecc" "$dir/apart.pipe" -o "$dir/apart.plan"
+check "one GPU each warns nothing" "$(grep -c warning "$dir/err")" "a warning"
+
 [ "$fails" -eq 0 ]
