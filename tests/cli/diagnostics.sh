@@ -93,4 +93,25 @@ sed 's/devices .*/devices [0, 1, 2];/' "$dir/shared.pipe" >"$dir/apart.pipe"
 t "one GPU each" 0 "$BIN/pipecc" "$dir/apart.pipe" -o "$dir/apart.plan"
 check "one GPU each warns nothing" "$(grep -c warning "$dir/err")" "a warning"
 
+# ---- plan route and peer errors carry their line ----------------------------------
+b=tests/plans/bad
+t "a route with the wrong device" 1 "$BIN/pipesim" $b/route_devices.plan
+same "the route's line is named" "$dir/err" <<END
+$b/route_devices.plan:20: error: route 0 names devices d0->d2 but the ranks use d0->d1
+END
+t "a backward route that is not an inverse" 1 "$BIN/pipesim" $b/route_not_inverse.plan
+has "the backward route's line is named" "$dir/err" \
+	"^$b/route_not_inverse.plan:21: error: backward route 1 is not the inverse of forward route 1$"
+t "a peer entry that says local" 1 "$BIN/pipesim" $b/peer_local.plan
+has "the peer entry's line is named" "$dir/err" \
+	"^$b/peer_local.plan:34: error: rank 1: peer entry 0 for edge 0 should name stage 0"
+sed '/^peer s=1 in e=0/d; s/^\(rank 1 .*\) peers=1/\1 peers=0/' tests/plans/good/tiny2.plan \
+	>"$dir/nopeer.plan"
+t "a rank without its peer entry" 1 "$BIN/pipesim" "$dir/nopeer.plan"
+has "the rank's line is named" "$dir/err" \
+	"^$dir/nopeer.plan:33: error: rank 1: no peer registered for edge 0 entering stage 1$"
+t "piperun names the route's line too" nonzero "$BIN/piperun" $b/route_devices.plan \
+	--backend threads
+has "piperun's route error has the line" "$dir/err" "route_devices.plan:20"
+
 [ "$fails" -eq 0 ]
