@@ -114,4 +114,54 @@ t "piperun names the route's line too" nonzero "$BIN/piperun" $b/route_devices.p
 	--backend threads
 has "piperun's route error has the line" "$dir/err" "route_devices.plan:20"
 
+# ---- --allow-deadlock plans reach pipesim's deadlock report -----------------------
+# dl NAME PLACEMENT SKIPS RANK0 RANK1 [DP]: 4 stages on pp=2, m=2, a custom order.
+dl() {
+	cat >"$dir/$1.pipe" <<END
+pipeline $1;
+mesh pp=2 dp=${6:-1};
+microbatches 2;
+input 4x8;
+stage s0 { linear 8; relu; }
+stage s1 { linear 8; relu; }
+stage s2 { linear 8; relu; }
+stage s3 { linear 8; loss mse; }
+$3
+placement $2;
+schedule custom {
+	rank 0: $4;
+	rank 1: $5;
+}
+END
+}
+# the issue's case: rank 0 starts with stage 3's forward, a skip s1 -> s3
+dl skip13 "[0, 1, 1, 0]" "skip s1 -> s3;" "3F0 0F0 0F1 3F1 3B0 3B1 0B0 0B1" \
+	"1F0 2F0 1F1 2F1 2B0 1B0 2B1 1B1"
+dl noskip "[0, 1, 1, 0]" "" "3F0 0F0 0F1 3F1 3B0 3B1 0B0 0B1" "1F0 2F0 1F1 2F1 2B0 1B0 2B1 1B1"
+dl loop "[0, 1, 0, 1]" "skip s0 -> s3;" "2F0 0F0 2F1 0F1 2B0 2B1 0B0 0B1" \
+	"1F0 3F0 1F1 3F1 3B0 1B0 3B1 1B1"
+dl blocks "[0, 0, 1, 1]" "skip s0 -> s2; skip s1 -> s3;" "0F0 1F0 1B0 0F1 1F1 0B0 1B1 0B1" \
+	"2F1 3F1 3B1 2B1 2F0 3F0 3B0 2B0"
+dl dp2 "[0, 1, 1, 0]" "skip s1 -> s3;" "3F0 0F0 0F1 3F1 3B0 3B1 0B0 0B1" \
+	"1F0 2F0 1F1 2F1 2B0 1B0 2B1 1B1" 2
+for n in skip13 noskip loop blocks dp2; do
+	t "$n: the order cannot run" 1 "$BIN/pipecc" "$dir/$n.pipe" -o "$dir/$n.plan"
+	has "$n: pipecc says so" "$dir/err" "the schedule cannot run"
+	t "$n: --allow-deadlock writes the plan" 0 "$BIN/pipecc" "$dir/$n.pipe" --allow-deadlock \
+		-o "$dir/$n.plan"
+	for model in strict overlap; do
+		t "$n: pipesim --model $model finds the deadlock" 1 "$BIN/pipesim" "$dir/$n.plan" \
+			--model $model
+		has "$n: pipesim --model $model reports a deadlock" "$dir/err" "error: deadlock"
+		has "$n: pipesim --model $model shows the wait-for cycle" "$dir/err" "cycle"
+		check "$n: pipesim --model $model sees no mismatch" \
+			"$(grep -c 'differ\|mismatch\|matched' "$dir/err")" "a FIFO mismatch"
+	done
+done
+# a rank that waits on itself: no plan, with or without --allow-deadlock
+dl self "[0, 0, 1, 1]" "" "0F0 1F0 0B0 0F1 1F1 1B0 1B1 0B1" "2F0 3F0 2F1 3F1 3B0 2B0 3B1 2B1"
+t "a rank waiting on itself" 1 "$BIN/pipecc" "$dir/self.pipe" --allow-deadlock -o "$dir/self.plan"
+has "both actions are named" "$dir/err" \
+	"self.pipe:12:18: error: '0B0' needs '1B0', which comes later on rank 0"
+
 [ "$fails" -eq 0 ]
