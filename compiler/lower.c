@@ -356,13 +356,12 @@ static void report_stall(Lw *w, const int64_t *cur)
 	diag_error(w->diag, at,
 	           "the schedule cannot run: every rank waits for another (run with "
 	           "--allow-deadlock to emit the plan and let pipesim show the cycle)");
-	static const char kinds[] = "FBWB"; // PyTorch letters for F, I, W, B
 	for (int p = 0; p < w->pp; p++) {
 		if (cur[p] >= sc->nacts[p])
 			continue;
-		const SchedAct *a = &sc->acts[p][cur[p]];
-		fprintf(w->diag->out, "  rank %d is stuck at action %lld: %d%c%d\n", p,
-		        (long long)cur[p], a->stage, a->kind == OP_B ? 'I' : kinds[a->kind], a->mb);
+		char an[32];
+		fprintf(w->diag->out, "  rank %d is stuck at action %lld: %s\n", p, (long long)cur[p],
+		        act_name(&sc->acts[p][cur[p]], an, sizeof an));
 	}
 }
 
