@@ -488,6 +488,15 @@ static void check_skip(Check *c, AstStmt *s)
 	p->skips[p->nskips++] = (ProgSkip){a, b, loc};
 }
 
+static void unknown_schedule(Check *c, const AstName *n)
+{
+	const char *names[64]; // the registry holds "custom" and "csv" too
+	int nn = 0;
+	for (int i = 0; i < sched_count && nn < 64; i++)
+		names[nn++] = sched_registry[i]->name;
+	unknown_word(c, n, "schedule", names, nn);
+}
+
 static void check_schedule(Check *c, AstStmt *s)
 {
 	Program *p = c->p;
@@ -527,13 +536,8 @@ static void check_schedule(Check *c, AstStmt *s)
 		}
 		return;
 	}
-	if (sched_find(n))
-		return;
-	const char *names[64]; // the registry holds "custom" and "csv" too
-	int nn = 0;
-	for (int i = 0; i < sched_count && nn < 64; i++)
-		names[nn++] = sched_registry[i]->name;
-	unknown_word(c, &s->name, "schedule", names, nn);
+	if (!sched_find(n))
+		unknown_schedule(c, &s->name);
 }
 
 static void check_placement(Check *c, AstStmt *s)
@@ -835,6 +839,44 @@ static void fill_costs(Check *c)
 	}
 }
 
+/* Two ranks of one node on one GPU run on CPU backends only.  A devices list does not
+ * say which ranks share a node; it is read as nodes of consecutive ranks, one rank per
+ * device the list names: [0, 1, 0, 1] is two nodes of two GPUs, [0, 0, 1] puts ranks 0
+ * and 1 on GPU 0 of the first node.  One warning per list is enough. */
+static void warn_shared_devices(Check *c)
+{
+	Program *p = c->p;
+	int n = p->ndevices, distinct = 0;
+	Map seen;
+	map_init(c->a, &seen, n);
+	for (int i = 0; i < n; i++) {
+		Slot *s = map_slot(&seen, NULL, p->devices[i]);
+		if (!s->used) {
+			map_set(s, NULL, p->devices[i], i);
+			distinct++;
+		}
+	}
+	/* the same map again, per node: device -> its first rank there */
+	for (int node = 0; node < n; node += distinct) {
+		map_init(c->a, &seen, distinct);
+		for (int i = node; i < n && i < node + distinct; i++) {
+			Slot *s = map_slot(&seen, NULL, p->devices[i]);
+			if (!s->used) {
+				map_set(s, NULL, p->devices[i], i);
+				continue;
+			}
+			diag_warning(c->d, c->devices->nums[i].loc,
+				"ranks %d and %d share GPU %d of one node; NCCL before 2.30 refuses two "
+				"ranks on one GPU, so this plan runs on CPU backends only",
+				s->val, i, p->devices[i]);
+			diag_note(c->d, c->devices->list_loc,
+				"the list is read as nodes of %d consecutive ranks, one per GPU it names",
+				distinct);
+			return;
+		}
+	}
+}
+
 static void check_lists(Check *c)
 {
 	Program *p = c->p;
@@ -857,6 +899,8 @@ static void check_lists(Check *c)
 			diag_error(c->d, c->devices->list_loc,
 				"devices lists %d rank%s, but the mesh has %d", p->ndevices,
 				p->ndevices == 1 ? "" : "s", world);
+		else
+			warn_shared_devices(c);
 	}
 }
 
@@ -1008,4 +1052,61 @@ Program *front_parse(Arena *a, Diag *d, const char *file, const char *src, size_
 	AstProgram *ast = ast_parse(a, d, src, len);
 	Program *p = ast->stopped ? NULL : check(a, d, file, ast);
 	return d->nerrors > 0 ? NULL : p;
+}
+
+/* ---- command-line overrides --------------------------------------------------- */
+
+/* Appends "OPTION VALUE" to the options' text; the value's place in it. */
+static Loc cmdline_add(char *buf, size_t *n, const char *opt, const char *val)
+{
+	*n += (size_t)sprintf(buf + *n, "%s%s ", *n ? " " : "", opt);
+	Loc l = {DIAG_CMDLINE, (int)*n + 1, (int)strlen(val)};
+	*n += (size_t)sprintf(buf + *n, "%s", val);
+	return l;
+}
+
+int front_override(Arena *a, Diag *d, Program *p, const ProgOverrides *o)
+{
+	Check c = {.a = a, .d = d, .p = p};
+	char mb[16];
+	snprintf(mb, sizeof mb, "%d", o->microbatches < 0 ? -o->microbatches : o->microbatches);
+	size_t n = 0, cap = 64 + (o->schedule ? strlen(o->schedule) : 0) +
+		(o->from_csv ? strlen(o->from_csv) : 0);
+	char *text = arena_alloc(a, cap);
+	AstName name = {0};
+	AstNum num = {.digits = mb, .unit = "", .neg = o->microbatches < 0};
+	Loc csv = {0};
+	if (o->schedule)
+		name = (AstName){(char *)o->schedule, cmdline_add(text, &n, "--schedule", o->schedule)};
+	if (o->microbatches)
+		num.loc = cmdline_add(text, &n, "--microbatches", mb);
+	if (o->from_csv)
+		csv = cmdline_add(text, &n, "--from-torch-csv", o->from_csv);
+	d->cmdline = text;
+
+	int errors = d->nerrors;
+	if (o->schedule) {
+		if (!sched_find(name.s))
+			unknown_schedule(&c, &name);
+		else if (strcmp(name.s, "custom") == 0 && !p->custom)
+			diag_error(d, name.loc, "schedule custom takes its order from the file's "
+				"'schedule custom { rank 0: ...; }' statement, which it has not");
+		else if (strcmp(name.s, "csv") == 0 && !p->csv_path)
+			diag_error(d, name.loc,
+				"schedule csv takes its order from a file: use --from-torch-csv FILE");
+		p->schedule = arena_strdup(a, name.s);
+		p->sched_loc = name.loc;
+	}
+	if (o->microbatches) {
+		whole(&c, &num, "microbatches", 1, MAX_MICROBATCHES, &p->microbatches);
+		p->mb_loc = num.loc;
+	}
+	if (o->from_csv) { // as if the file said `schedule csv "FILE";`
+		if (!o->from_csv[0])
+			diag_error(d, csv, "empty file name");
+		p->schedule = arena_strdup(a, "csv");
+		p->csv_path = arena_strdup(a, o->from_csv);
+		p->sched_loc = csv;
+	}
+	return d->nerrors > errors;
 }

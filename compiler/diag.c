@@ -7,8 +7,13 @@
  * shown as '?' so binary input cannot garble a terminal, and a line longer than
  * QUOTE_MAX bytes is shown as a window around the column, cut ends marked "...".
  *
+ * A value given on the command line instead of in the file (Loc.line DIAG_CMDLINE) is
+ * shown as `<command line>: error: message`, the options' text quoted with the caret
+ * under the value.
+ *
  * Errors are counted; past max_errors they are counted but not printed, with one line
- * saying so, and notes follow the fate of their error. */
+ * saying so, and notes follow the fate of their error.  Warnings are counted apart and
+ * printed until the errors pass the limit. */
 #include "diag.h"
 
 #include <stdarg.h>
@@ -48,10 +53,18 @@ static const char *find_line(const Diag *d, int line, size_t *n)
 	return s;
 }
 
+/* The quoted line and the caret line under loc: a line of the source, or of the
+ * command line's text for a value given there. */
 static void quote(const Diag *d, Loc loc)
 {
 	size_t n;
-	const char *s = find_line(d, loc.line, &n);
+	const char *s;
+	if (loc.line == DIAG_CMDLINE) {
+		s = d->cmdline;
+		n = s ? strlen(s) : 0;
+	} else {
+		s = find_line(d, loc.line, &n);
+	}
 	if (!s || loc.col < 1)
 		return;
 	size_t col = (size_t)loc.col - 1;
@@ -93,7 +106,9 @@ static void report(Diag *d, Loc loc, const char *kind, const char *fmt, va_list 
 {
 	FILE *f = d->out ? d->out : stderr;
 	d->out = f;
-	if (loc.line > 0 && loc.col > 0)
+	if (loc.line == DIAG_CMDLINE)
+		fprintf(f, "<command line>: %s: ", kind);
+	else if (loc.line > 0 && loc.col > 0)
 		fprintf(f, "%s:%d:%d: %s: ", d->file, loc.line, loc.col, kind);
 	else if (loc.line > 0)
 		fprintf(f, "%s:%d: %s: ", d->file, loc.line, kind);
@@ -107,6 +122,7 @@ static void report(Diag *d, Loc loc, const char *kind, const char *fmt, va_list 
 void diag_error(Diag *d, Loc loc, const char *fmt, ...)
 {
 	d->nerrors++;
+	d->ncmdline_errors += loc.line == DIAG_CMDLINE;
 	if (d->nerrors > error_limit(d)) {
 		if (d->nerrors == error_limit(d) + 1)
 			fputs("too many errors, stopping\n", d->out ? d->out : stderr);
@@ -115,6 +131,17 @@ void diag_error(Diag *d, Loc loc, const char *fmt, ...)
 	va_list ap;
 	va_start(ap, fmt);
 	report(d, loc, "error", fmt, ap);
+	va_end(ap);
+}
+
+void diag_warning(Diag *d, Loc loc, const char *fmt, ...)
+{
+	d->nwarnings++;
+	if (d->nerrors > error_limit(d))
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	report(d, loc, "warning", fmt, ap);
 	va_end(ap);
 }
 

@@ -10,9 +10,14 @@
 #include <stdio.h>
 
 typedef struct {
-	int line, col; // 1-based; 0 when unknown
+	int line, col; // 1-based; 0 when unknown; line DIAG_CMDLINE: on the command line
 	int len;       // columns to underline, at least 1
 } Loc;
+
+/* Loc.line of a value given on the command line rather than in the file: col and len
+ * then mark its span in Diag.cmdline, which the message quotes instead of a source
+ * line, under the name "<command line>". */
+#define DIAG_CMDLINE (-1)
 
 typedef struct {
 	const char *file;  // name shown in messages
@@ -21,10 +26,16 @@ typedef struct {
 	FILE *out;         // where messages go (stderr by default)
 	int nerrors;
 	int max_errors;    // 0 means 20
+	int nwarnings;
+	int ncmdline_errors; // of nerrors, those located on the command line
+	const char *cmdline; // the options standing in for the file's statements, as text
 } Diag;
 
 void diag_init(Diag *d, const char *file, const char *src, size_t len, FILE *out);
 void diag_error(Diag *d, Loc loc, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* A warning: printed like an error, counted apart, never failing the run. */
+void diag_warning(Diag *d, Loc loc, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 void diag_note(Diag *d, Loc loc, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

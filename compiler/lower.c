@@ -15,7 +15,12 @@
  * appending both sides in the same order.  A stage's dp all-reduce and optimizer step
  * follow its last backward once the rank has sent what others wait for.  Every pipeline
  * line runs the same lists with its own ranks and routes, so the all-reduces line up.
- * Backward routes are the forward routes reversed; nothing else creates them. */
+ * Backward routes are the forward routes reversed; nothing else creates them.
+ *
+ * An order in which a rank needs an action later in its own list is rejected first.
+ * Any other order that stalls the walk is an error, or with --allow-deadlock is
+ * lowered naively from the stall on, in a plan that still verifies (lower_rest_naively)
+ * so that pipesim shows the cycle. */
 #include "lower.h"
 
 #include <stdlib.h>
@@ -196,31 +201,41 @@ static int ready(const Lw *w, int pp, const SchedAct *a)
 	return 1;
 }
 
+/* The tensors action a on pipeline index pp produces for other ranks, onto q in the
+ * order they are sent: a forward's activations along its out-edges, a backward's
+ * gradients along its in-edges. */
+static void push_outputs(const Lw *w, int pp, const SchedAct *a, int line, Pending *q)
+{
+	const PlanEdge *E = w->plan->edges;
+	const int *stage_pp = w->sc->stage_pp;
+	if (a->kind == OP_F) {
+		for (int j = w->out_off[a->stage]; j < w->out_off[a->stage + 1]; j++) {
+			int e = w->out_e[j];
+			if (stage_pp[E[e].dst] != pp)
+				pend_push(q, (Out){e, a->mb, DIR_ACT, stage_pp[E[e].dst], line});
+		}
+	} else if (a->kind == OP_B || a->kind == OP_BW) {
+		for (int j = w->in_off[a->stage]; j < w->in_off[a->stage + 1]; j++) {
+			int e = w->in_e[j];
+			if (stage_pp[E[e].src] != pp)
+				pend_push(q, (Out){e, a->mb, DIR_GRAD, stage_pp[E[e].src], line});
+		}
+	}
+}
+
 /* What a finished compute action makes available, and the reduction and optimizer
  * step after a stage's last backward. */
 static void finish_compute(Lw *w, int pp, const SchedAct *a, int line)
 {
 	int m = w->m;
 	unsigned char *d = &w->done[(size_t)a->stage * m + a->mb];
-	const PlanEdge *E = w->plan->edges;
-	const int *stage_pp = w->sc->stage_pp;
+	push_outputs(w, pp, a, line, &w->pend[pp]);
 	if (a->kind == OP_F) {
 		*d |= D_F;
-		for (int j = w->out_off[a->stage]; j < w->out_off[a->stage + 1]; j++) {
-			int e = w->out_e[j];
-			if (stage_pp[E[e].dst] != pp)
-				pend_push(&w->pend[pp], (Out){e, a->mb, DIR_ACT, stage_pp[E[e].dst], line});
-		}
 		return;
 	}
-	if (a->kind == OP_B || a->kind == OP_BW) {
+	if (a->kind == OP_B || a->kind == OP_BW)
 		*d |= D_B;
-		for (int j = w->in_off[a->stage]; j < w->in_off[a->stage + 1]; j++) {
-			int e = w->in_e[j];
-			if (stage_pp[E[e].src] != pp)
-				pend_push(&w->pend[pp], (Out){e, a->mb, DIR_GRAD, stage_pp[E[e].src], line});
-		}
-	}
 	if ((a->kind == OP_W || a->kind == OP_BW) && --w->left[a->stage] == 0)
 		w->reduce[w->nreduce[pp]++ + (size_t)pp * w->ns] = a->stage;
 }
@@ -263,6 +278,71 @@ static int src_line_of(const Lw *w, const SchedAct *a)
 	return a->loc.line ? a->loc.line : w->pr->stages[a->stage].loc.line;
 }
 
+/* "3F1", "0I2", "1B0": PyTorch's letters for F, B, W and BW. */
+static const char *act_name(const SchedAct *a, char *buf, size_t n)
+{
+	static const char letter[] = "FIWB";
+	snprintf(buf, n, "%d%c%d", a->stage, letter[a->kind], a->mb);
+	return buf;
+}
+
+/* An action whose input comes from an action later on its own rank can never run,
+ * whatever the other ranks do, and no plan can hold it (the verifier wants a rank's
+ * inputs before their use): say so, with both actions, before the walk.  Returns the
+ * number of errors (0 or 1). */
+static int check_local_order(Lw *w)
+{
+	const SchedCtx *sc = w->sc;
+	const PlanEdge *E = w->plan->edges;
+	int m = w->m;
+	unsigned char *seen = calloc((size_t)w->ns * m + 1, 1);
+	if (!seen)
+		die("out of memory");
+	int bad = 0;
+	for (int p = 0; p < w->pp && !bad; p++) {
+		memset(seen, 0, (size_t)w->ns * m);
+		for (int i = 0; i < sc->nacts[p] && !bad; i++) {
+			const SchedAct *a = &sc->acts[p][i];
+			int fwd = a->kind == OP_F, need = -1; // the local stage whose action is missing
+			int lo = fwd ? w->in_off[a->stage] : w->out_off[a->stage];
+			int hi = fwd ? w->in_off[a->stage + 1] : w->out_off[a->stage + 1];
+			for (int j = lo; a->kind != OP_W && j < hi && need < 0; j++) {
+				int e = fwd ? w->in_e[j] : w->out_e[j], o = fwd ? E[e].src : E[e].dst;
+				if (sc->stage_pp[o] == p && !(seen[(size_t)o * m + a->mb] & (fwd ? D_F : D_B)))
+					need = o;
+			}
+			if (a->kind == OP_W && !(seen[(size_t)a->stage * m + a->mb] & D_B))
+				need = a->stage;
+			seen[(size_t)a->stage * m + a->mb] |= fwd ? D_F : a->kind == OP_W ? 0 : D_B;
+			if (need < 0)
+				continue;
+			const SchedAct *b = NULL; // the action it needs, later on this rank
+			for (int k = i + 1; k < sc->nacts[p] && !b; k++) {
+				const SchedAct *c = &sc->acts[p][k];
+				if (c->stage == need && c->mb == a->mb &&
+				    (fwd ? c->kind == OP_F : c->kind == OP_B || c->kind == OP_BW))
+					b = c;
+			}
+			char an[32], bn[32];
+			Loc at = a->loc.line ? a->loc : w->pr->sched_loc;
+			bad = 1;
+			if (!b) { // the schedule's own checks make sure it is there
+				diag_error(w->diag, at, "'%s' on rank %d needs an action of stage %d that the "
+				           "rank never runs", act_name(a, an, sizeof an), p, need);
+				break;
+			}
+			diag_error(w->diag, at,
+			           "'%s' needs '%s', which comes later on rank %d: the rank can never "
+			           "run it (no plan can hold this order, not even with --allow-deadlock)",
+			           act_name(a, an, sizeof an), act_name(b, bn, sizeof bn), p);
+			if (b->loc.line)
+				diag_note(w->diag, b->loc, "'%s' is here", bn);
+		}
+	}
+	free(seen);
+	return bad;
+}
+
 /* Reports an order that cannot make progress: every unfinished rank waits. */
 static void report_stall(Lw *w, const int64_t *cur)
 {
@@ -276,25 +356,114 @@ static void report_stall(Lw *w, const int64_t *cur)
 	diag_error(w->diag, at,
 	           "the schedule cannot run: every rank waits for another (run with "
 	           "--allow-deadlock to emit the plan and let pipesim show the cycle)");
-	static const char kinds[] = "FBWB"; // PyTorch letters for F, I, W, B
 	for (int p = 0; p < w->pp; p++) {
 		if (cur[p] >= sc->nacts[p])
 			continue;
-		const SchedAct *a = &sc->acts[p][cur[p]];
-		fprintf(w->diag->out, "  rank %d is stuck at action %lld: %d%c%d\n", p,
-		        (long long)cur[p], a->stage, a->kind == OP_B ? 'I' : kinds[a->kind], a->mb);
+		char an[32];
+		fprintf(w->diag->out, "  rank %d is stuck at action %lld: %s\n", p, (long long)cur[p],
+		        act_name(&sc->acts[p][cur[p]], an, sizeof an));
 	}
 }
 
-/* Naive lowering of what is left after a stall: receives right before the compute
- * that needs them, sends right after the compute that produced them. */
+/* Per ordered pair of pipeline indexes, the tensors the naive lowering sends from one
+ * to the other, in sending order, and how many of them the receiver has taken. */
+typedef struct {
+	int *t; // tensor ids: (edge * m + mb) * 2 + dir
+	int n, cap, taken;
+} Fifo;
+
+static int cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return (x > y) - (x < y);
+}
+
+/* Naive lowering of what is left after a stall, so that pipesim can show the cycle:
+ * sends right after the compute that produced them, receives before the compute that
+ * needs them.  The plan must still verify, and the verifier pairs the k-th send from
+ * one rank to another with the k-th receive (FIFO): a rank may consume tensors in
+ * another order than its peer produces them (a skip's activation is produced before
+ * the chain's but consumed with it), so each rank's sends are listed first, per pair,
+ * and a receive takes the pair's tensors in that order up to the one it needs. */
 static void lower_rest_naively(Lw *w, int64_t *cur)
 {
 	const SchedCtx *sc = w->sc;
-	int m = w->m;
+	int m = w->m, ne = w->ne;
 	const PlanEdge *E = w->plan->edges;
+	const int *stage_pp = sc->stage_pp;
+
+	/* The pair each remote (edge, direction) travels between, as an index. */
+	int64_t *keys = malloc((2 * (size_t)ne + 1) * sizeof *keys);
+	int *pair = xcalloc_int(2 * (size_t)ne);
+	if (!keys)
+		die("out of memory");
+	size_t nk = 0;
+	for (int e = 0; e < ne; e++) {
+		int a = stage_pp[E[e].src], b = stage_pp[E[e].dst];
+		if (a != b) {
+			keys[nk++] = (int64_t)a * w->pp + b;
+			keys[nk++] = (int64_t)b * w->pp + a;
+		}
+	}
+	qsort(keys, nk, sizeof *keys, cmp_i64);
+	size_t np = 0;
+	for (size_t i = 0; i < nk; i++)
+		if (np == 0 || keys[np - 1] != keys[i])
+			keys[np++] = keys[i];
+	for (int e = 0; e < ne; e++) {
+		int a = stage_pp[E[e].src], b = stage_pp[E[e].dst];
+		for (int dir = 0; dir < 2; dir++) {
+			int64_t key = dir == DIR_ACT ? (int64_t)a * w->pp + b : (int64_t)b * w->pp + a;
+			int64_t *k = a == b ? NULL : bsearch(&key, keys, np, sizeof *keys, cmp_i64);
+			pair[2 * e + dir] = k ? (int)(k - keys) : -1;
+		}
+	}
+	Fifo *fifo = calloc(np + 1, sizeof *fifo);
+	int *pos = malloc(((size_t)ne * m * 2 + 1) * sizeof *pos); // tensor -> place in its Fifo
+	if (!fifo || !pos)
+		die("out of memory");
+
+	/* Pass 1: what each rank will send, in order: what it produced before the stall
+	 * and has not sent, then its remaining actions' outputs. */
+	Pending out = {0};
 	for (int p = 0; p < w->pp; p++) {
-		for (; cur[p] < sc->nacts[p]; cur[p]++) {
+		out.n = 0;
+		for (int i = 0; i < w->pend[p].n; i++)
+			pend_push(&out, w->pend[p].v[i]);
+		for (int64_t i = cur[p]; i < sc->nacts[p]; i++)
+			push_outputs(w, p, &sc->acts[p][i], 0, &out);
+		for (int i = 0; i < out.n; i++) {
+			Fifo *f = &fifo[pair[2 * out.v[i].edge + out.v[i].dir]];
+			int t = (out.v[i].edge * m + out.v[i].mb) * 2 + out.v[i].dir;
+			if (f->n == f->cap) {
+				f->cap = f->cap ? 2 * f->cap : 16;
+				f->t = realloc(f->t, (size_t)f->cap * sizeof *f->t);
+				if (!f->t)
+					die("out of memory");
+			}
+			pos[t] = f->n;
+			f->t[f->n++] = t;
+		}
+	}
+	free(out.v);
+
+	/* Pass 2: the ops. */
+	for (int p = 0; p < w->pp; p++) {
+		Pending *pq = &w->pend[p];
+		for (int64_t first = cur[p];; cur[p]++) {
+			/* What was produced, here or before the stall, goes right away. */
+			if (cur[p] > first || pq->n) {
+				for (int i = 0; i < pq->n; i++) {
+					Out o = pq->v[i];
+					emit(w, p, (PlanOp){.kind = OP_SEND, .dir = o.dir, .stage = o.edge,
+					                    .mb = o.mb, .peer = o.to, .group = w->group[p]++,
+					                    .src_line = o.line});
+				}
+				pq->n = 0;
+				flush_reductions(w, p, 0);
+			}
+			if (cur[p] >= sc->nacts[p])
+				break;
 			const SchedAct *a = &sc->acts[p][cur[p]];
 			int line = src_line_of(w, a);
 			int fwd = a->kind == OP_F;
@@ -302,29 +471,29 @@ static void lower_rest_naively(Lw *w, int64_t *cur)
 			int hi = fwd ? w->in_off[a->stage + 1] : w->out_off[a->stage + 1];
 			for (int j = lo; a->kind != OP_W && j < hi; j++) {
 				int e = fwd ? w->in_e[j] : w->out_e[j];
-				int other = fwd ? E[e].src : E[e].dst;
-				int opp = w->sc->stage_pp[other];
-				unsigned char *h = &w->moved[((size_t)e * m + a->mb) * 2 + !fwd];
-				if (opp == p || *h)
+				int opp = stage_pp[fwd ? E[e].src : E[e].dst];
+				int t = (e * m + a->mb) * 2 + !fwd;
+				if (opp == p || w->moved[t])
 					continue;
-				*h = 1;
-				emit(w, p, (PlanOp){.kind = OP_RECV, .dir = !fwd, .stage = e, .mb = a->mb,
-				                    .peer = opp, .group = w->group[p]++, .src_line = line});
+				/* `moved` here only tells that the RECV is placed. */
+				for (Fifo *f = &fifo[pair[2 * e + !fwd]]; f->taken <= pos[t]; f->taken++) {
+					int u = f->t[f->taken];
+					w->moved[u] = 1;
+					emit(w, p, (PlanOp){.kind = OP_RECV, .dir = u % 2, .stage = u / 2 / m,
+					                    .mb = u / 2 % m, .peer = opp, .group = w->group[p]++,
+					                    .src_line = line});
+				}
 			}
 			start_compute(w, p, a, line);
 			finish_compute(w, p, a, line);
-			/* What the action produced for other ranks goes right away; `moved` here
-			 * only tells a consumer that its RECV was already placed. */
-			Pending *pq = &w->pend[p];
-			for (int i = 0; i < pq->n; i++) {
-				Out o = pq->v[i];
-				emit(w, p, (PlanOp){.kind = OP_SEND, .dir = o.dir, .stage = o.edge, .mb = o.mb,
-				                    .peer = o.to, .group = w->group[p]++, .src_line = o.line});
-			}
-			pq->n = 0;
-			flush_reductions(w, p, 0);
 		}
 	}
+	for (size_t k = 0; k < np; k++)
+		free(fifo[k].t);
+	free(fifo);
+	free(pos);
+	free(pair);
+	free(keys);
 }
 
 /* The walk described at the top: time advances by the actions' costs; at each event
@@ -605,7 +774,7 @@ Plan *lower_program(const Program *pr, const SchedCtx *sc, Diag *d, int allow_de
 		die("out of memory");
 	for (int s = 0; s < w.ns; s++)
 		w.left[s] = w.m;
-	int rc = place_comms(&w, allow_deadlock);
+	int rc = check_local_order(&w) ? -1 : place_comms(&w, allow_deadlock);
 	free(w.done);
 	free(w.moved);
 	free(w.left);

@@ -53,6 +53,17 @@ static void dump_schedule(const SchedCtx *c, FILE *f)
 	}
 }
 
+/* After errors located in the file, the values the command line changed, which may be
+ * why: a custom order written for the file's microbatch count, say. */
+static void note_overrides(Diag *d, const Program *pr)
+{
+	if (pr->sched_loc.line == DIAG_CMDLINE)
+		diag_note(d, pr->sched_loc, "the schedule comes from the command line, not the file");
+	if (pr->mb_loc.line == DIAG_CMDLINE)
+		diag_note(d, pr->mb_loc,
+			"the microbatch count comes from the command line, not the file");
+}
+
 Plan *pipecc_compile(const char *file, const char *src, size_t len, const PipeccOptions *o,
                      Diag *d)
 {
@@ -60,24 +71,18 @@ Plan *pipecc_compile(const char *file, const char *src, size_t len, const Pipecc
 	Plan *plan = NULL;
 	SchedCtx c = {0};
 	FILE *dout = o->dump_out ? o->dump_out : stdout;
+	int errors = -1; // errors located in the file, once the command line has its say
 
 	Program *pr = front_parse(&arena, d, file, src, len);
 	if (!pr)
 		goto out;
-	if (o->schedule)
-		pr->schedule = arena_strdup(&arena, o->schedule);
-	if (o->microbatches > 0)
-		pr->microbatches = o->microbatches;
-	if (o->from_csv) { // as if the program said `schedule csv "FILE";`
-		pr->schedule = arena_strdup(&arena, "csv");
-		pr->csv_path = arena_strdup(&arena, o->from_csv);
-		pr->sched_loc = (Loc){0};
-	}
-	const Schedule *s = sched_find(pr->schedule);
-	if (!s) {
-		diag_error(d, pr->sched_loc, "unknown schedule '%s'", pr->schedule);
+	ProgOverrides ov = {o->schedule, o->microbatches, o->from_csv};
+	if (front_override(&arena, d, pr, &ov))
 		goto out;
-	}
+	errors = d->nerrors - d->ncmdline_errors;
+	const Schedule *s = sched_find(pr->schedule);
+	if (!s)
+		unreachable(); // the checker knows the registry
 	if (o->dump == PASS_PARSE) {
 		dump_program(pr, dout);
 		goto out;
@@ -126,7 +131,10 @@ Plan *pipecc_compile(const char *file, const char *src, size_t len, const Pipecc
 		plan = NULL;
 	}
 out:
+	if (errors >= 0 && d->nerrors - d->ncmdline_errors > errors)
+		note_overrides(d, pr);
 	sched_free(&c);
+	d->cmdline = NULL; // its text lives in the arena
 	arena_free(&arena);
 	return plan;
 }

@@ -115,4 +115,17 @@ typedef struct {
 /* Parses and checks src; NULL after reporting errors to d. */
 Program *front_parse(Arena *a, Diag *d, const char *file, const char *src, size_t len);
 
+/* Values the command line gives instead of the file's (pipecc -s, -m, --from-torch-csv). */
+typedef struct {
+	const char *schedule;          // a registry name, or NULL for the file's
+	int microbatches;              // 0 for the file's
+	const char *from_csv;          // a torch CSV order, as `schedule csv "FILE";`
+} ProgOverrides;
+
+/* Puts o into p with the checks the file's own statements get; each value is located
+ * on the command line (d->cmdline is set to the options' text, in a's memory), so the
+ * errors it causes, now or in later passes, say they come from there.  Nonzero after
+ * reporting. */
+int front_override(Arena *a, Diag *d, Program *p, const ProgOverrides *o);
+
 #endif

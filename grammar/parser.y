@@ -7,9 +7,15 @@
  * ';', to the '}' that closes its block or to the next statement keyword (keywords are
  * reserved, so one can only start a statement), and keeps the statement as `bad`, so
  * the checker knows it was there and does not report it missing; an unreadable
- * statement start is dropped up to the same points.  Without default reductions
- * (lr.default-reduction accepting) a `KEYWORD error` rule reduces only when the next
- * token can follow a statement, which is what makes it skip the rest.
+ * statement start is dropped up to the same points, a run of stray '}' with it.  Every
+ * error rule ends in yyerrok, so the next mistake is reported however close it is
+ * (bison would otherwise stay quiet for three tokens).  That is safe because each one
+ * reduces only once it is past the junk: a rule that ends in ';' or '}' reduces as soon as
+ * that token is shifted (its state holds nothing else, and lr.default-reduction
+ * consistent reduces such states without a lookahead), and a rule that ends at the
+ * error or at a run of '}' reduces only when the next token can follow it (its state also
+ * shifts, so it has no default reduction).  A `KEYWORD error` rule has both forms, so it skips
+ * the rest of its statement.
  *
  * Lists grow in malloc'd AstVecs on the parser's stack, freed by %destructor when
  * recovery pops them, and copied into the arena once complete.  LAC keeps the
@@ -59,7 +65,7 @@ static AstStmt *bad(AstParse *ps, int kind, Loc loc)
 %define parse.lac full
 %locations
 %expect 0
-%define lr.default-reduction accepting
+%define lr.default-reduction consistent
 %parse-param {void *scanner} {AstParse *ps}
 %lex-param {void *scanner}
 
@@ -143,12 +149,14 @@ stmt
 		$$->name = $2;
 		$$->layers = ast_vec_take(ps, $4, &$$->nlayers);
 		$$->bad = 1;
+		yyerrok;
 	}
 	| STAGE IDENT '{' layers error %prec RECOVER  {
 		$$ = ast_stmt(ps, AST_STAGE, @1, ast_span(@1, @2));
 		$$->name = $2;
 		$$->layers = ast_vec_take(ps, $4, &$$->nlayers);
 		$$->bad = 1;
+		yyerrok;
 	}
 	| SKIP IDENT ARROW IDENT ';'  {
 		$$ = ast_stmt(ps, AST_SKIP, @1, ast_span(@1, @4));
@@ -176,6 +184,7 @@ stmt
 		$$->has_body = 1;
 		$$->ranks = ast_vec_take(ps, $4, &$$->nranks);
 		$$->bad = 1;
+		yyerrok;
 	}
 	| SCHEDULE IDENT '{' ranks error %prec RECOVER  {
 		$$ = ast_stmt(ps, AST_SCHEDULE, @1, ast_span(@1, @2));
@@ -183,6 +192,7 @@ stmt
 		$$->has_body = 1;
 		$$->ranks = ast_vec_take(ps, $4, &$$->nranks);
 		$$->bad = 1;
+		yyerrok;
 	}
 	| PLACEMENT IDENT ';'  {
 		$$ = ast_stmt(ps, AST_PLACEMENT, @1, ast_span(@1, @2));
@@ -218,20 +228,37 @@ stmt
 		$$->list_loc = @2;
 		$$->nums = ast_vec_take(ps, $2, &$$->nnums);
 	}
-	| PIPELINE error      { $$ = bad(ps, AST_PIPELINE, @1); }
-	| MESH error          { $$ = bad(ps, AST_MESH, @1); }
-	| MICROBATCHES error  { $$ = bad(ps, AST_MICROBATCHES, @1); }
-	| INPUT error         { $$ = bad(ps, AST_INPUT, @1); }
-	| STAGE error         { $$ = bad(ps, AST_STAGE, @1); }
-	| SKIP error          { $$ = bad(ps, AST_SKIP, @1); }
-	| SCHEDULE error      { $$ = bad(ps, AST_SCHEDULE, @1); }
-	| PLACEMENT error     { $$ = bad(ps, AST_PLACEMENT, @1); }
-	| COST error          { $$ = bad(ps, AST_COST, @1); }
-	| LINK error          { $$ = bad(ps, AST_LINK, @1); }
-	| DEVICES error       { $$ = bad(ps, AST_DEVICES, @1); }
-	| error ';'           { $$ = NULL; }
-	| error '}'           { $$ = NULL; }
-	| error %prec RECOVER { $$ = NULL; }
+	| PIPELINE error ';'  { $$ = bad(ps, AST_PIPELINE, @1); yyerrok; }
+	| PIPELINE error %prec RECOVER  { $$ = bad(ps, AST_PIPELINE, @1); yyerrok; }
+	| MESH error ';'  { $$ = bad(ps, AST_MESH, @1); yyerrok; }
+	| MESH error %prec RECOVER  { $$ = bad(ps, AST_MESH, @1); yyerrok; }
+	| MICROBATCHES error ';'  { $$ = bad(ps, AST_MICROBATCHES, @1); yyerrok; }
+	| MICROBATCHES error %prec RECOVER  { $$ = bad(ps, AST_MICROBATCHES, @1); yyerrok; }
+	| INPUT error ';'  { $$ = bad(ps, AST_INPUT, @1); yyerrok; }
+	| INPUT error %prec RECOVER  { $$ = bad(ps, AST_INPUT, @1); yyerrok; }
+	| STAGE error ';'  { $$ = bad(ps, AST_STAGE, @1); yyerrok; }
+	| STAGE error %prec RECOVER  { $$ = bad(ps, AST_STAGE, @1); yyerrok; }
+	| SKIP error ';'  { $$ = bad(ps, AST_SKIP, @1); yyerrok; }
+	| SKIP error %prec RECOVER  { $$ = bad(ps, AST_SKIP, @1); yyerrok; }
+	| SCHEDULE error ';'  { $$ = bad(ps, AST_SCHEDULE, @1); yyerrok; }
+	| SCHEDULE error %prec RECOVER  { $$ = bad(ps, AST_SCHEDULE, @1); yyerrok; }
+	| PLACEMENT error ';'  { $$ = bad(ps, AST_PLACEMENT, @1); yyerrok; }
+	| PLACEMENT error %prec RECOVER  { $$ = bad(ps, AST_PLACEMENT, @1); yyerrok; }
+	| COST error ';'  { $$ = bad(ps, AST_COST, @1); yyerrok; }
+	| COST error %prec RECOVER  { $$ = bad(ps, AST_COST, @1); yyerrok; }
+	| LINK error ';'  { $$ = bad(ps, AST_LINK, @1); yyerrok; }
+	| LINK error %prec RECOVER  { $$ = bad(ps, AST_LINK, @1); yyerrok; }
+	| DEVICES error ';'  { $$ = bad(ps, AST_DEVICES, @1); yyerrok; }
+	| DEVICES error %prec RECOVER  { $$ = bad(ps, AST_DEVICES, @1); yyerrok; }
+	| error ';'           { $$ = NULL; yyerrok; }
+	| error braces       { $$ = NULL; yyerrok; }
+	| error %prec RECOVER { $$ = NULL; yyerrok; }
+	;
+
+/* A run of stray '}' is one mistake. */
+braces
+	: '}'
+	| braces '}'
 	;
 
 num
@@ -269,7 +296,7 @@ layer
 		$$ = (AstLayer){.name = $1, .loc = ast_span(@1, @2)};
 		$$.args = ast_vec_take(ps, $2, &$$.nargs);
 	}
-	| error ';'  { $$ = (AstLayer){.loc = @$}; }
+	| error ';'  { $$ = (AstLayer){.loc = @$}; yyerrok; }
 	;
 
 args
@@ -292,7 +319,7 @@ rank
 		$$ = (AstRank){.word = $1, .index = $2, .loc = ast_span(@1, @2)};
 		$$.acts = ast_vec_take(ps, $4, &$$.nacts);
 	}
-	| error ';'  { $$ = (AstRank){.loc = @$, .bad = 1}; }
+	| error ';'  { $$ = (AstRank){.loc = @$, .bad = 1}; yyerrok; }
 	;
 
 acts

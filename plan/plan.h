@@ -126,6 +126,7 @@ typedef struct {
 	PlanOp *ops;
 	int64_t ops_cap;
 	int64_t first_line;   // plan-file line of ops[0] when read from a file, else 0
+	int64_t line;         // plan-file line of its `rank` line (peers follow), else 0
 } PlanRank;
 
 typedef struct {
@@ -147,6 +148,7 @@ typedef struct {
 	PlanEdge *edges;
 	int nroutes;
 	PlanRoute *routes;
+	int64_t routes_line;   // plan-file line of routes[0] when read from a file, else 0
 	PlanRank *ranks;       // world entries
 } Plan;
 

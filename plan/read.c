@@ -395,6 +395,7 @@ static int read_routes(Rd *r, Plan *p)
 	    inum(r, &p->nroutes, 0, INT_MAX, "routes") || eol(r))
 		return -1;
 	int64_t cap = 0;
+	p->routes_line = r->line + 1;
 	for (int i = 0; i < p->nroutes; i++) {
 		if (grow(r, (void **)&p->routes, &cap, i + 1, sizeof *p->routes))
 			return -1;
@@ -510,6 +511,7 @@ static int read_ranks(Rd *r, Plan *p)
 			return -1;
 		if (idx != i)
 			return fail(r, "rank %d where rank %d was expected", idx, i);
+		rk->line = r->line;
 		if (kv(r, "pp=", &rk->coord[DIM_PP], 0, p->dims[DIM_PP] - 1) ||
 		    kv(r, "dp=", &rk->coord[DIM_DP], 0, p->dims[DIM_DP] - 1) ||
 		    kv(r, "tp=", &rk->coord[DIM_TP], 0, p->dims[DIM_TP] - 1) ||

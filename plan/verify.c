@@ -30,11 +30,40 @@ static int verr(Vc *v, int rank, int64_t op, const char *fmt, ...)
 	e->line = 0;
 	if (rank >= 0 && op >= 0 && v->p->ranks[rank].first_line > 0)
 		e->line = v->p->ranks[rank].first_line + op;
+	else if (rank >= 0)
+		e->line = v->p->ranks[rank].line; // a fact about the rank: its `rank` line
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(e->msg, sizeof e->msg, fmt, ap);
 	va_end(ap);
 	return -1;
+}
+
+/* A violation on one line of the file: a route (rank -1) or a rank's peer entry. */
+static int verr_line(Vc *v, int rank, int64_t line, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static int verr_line(Vc *v, int rank, int64_t line, const char *fmt, ...)
+{
+	PlanError *e = v->err;
+	e->rank = rank;
+	e->op = -1;
+	e->line = line;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+/* The file lines of route i and of rank r's peer entry i; 0 for a plan not read. */
+static int64_t route_line(const Vc *v, int i)
+{
+	return v->p->routes_line > 0 ? v->p->routes_line + i : 0;
+}
+
+static int64_t peer_line(const Vc *v, int r, int i)
+{
+	return v->p->ranks[r].line > 0 ? v->p->ranks[r].line + 1 + i : 0;
 }
 
 /* "rank 3 op 17 (line 240) `SEND act ...`" */
@@ -65,28 +94,31 @@ static int check_routes(Vc *v)
 		const PlanEdge *e = &p->edges[rt->edge];
 		int from = rt->dir == DIR_ACT ? e->src : e->dst;
 		int to = rt->dir == DIR_ACT ? e->dst : e->src;
+		int64_t at = route_line(v, i);
 		const PlanRank *a = &p->ranks[rt->src_rank], *b = &p->ranks[rt->dst_rank];
 		if (a->coord[DIM_PP] != p->stages[from].pp || b->coord[DIM_PP] != p->stages[to].pp ||
 		    on_line(v, rt->src_rank, b->coord[DIM_PP]) != rt->dst_rank)
-			return verr(v, -1, -1,
-			            "route %d of edge %d does not join the ranks of stages %d and %d on "
-			            "one pipeline line",
-			            i, rt->edge, from, to);
+			return verr_line(v, -1, at,
+			                 "route %d of edge %d does not join the ranks of stages %d and %d "
+			                 "on one pipeline line",
+			                 i, rt->edge, from, to);
 		if (rt->src_rank == rt->dst_rank)
-			return verr(v, -1, -1, "route %d joins rank %d to itself: same-rank edges hand "
-			                       "over locally and have no route",
-			            i, rt->src_rank);
+			return verr_line(v, -1, at,
+			                 "route %d joins rank %d to itself: same-rank edges hand over "
+			                 "locally and have no route",
+			                 i, rt->src_rank);
 		if (rt->src_dev != a->device || rt->dst_dev != b->device)
-			return verr(v, -1, -1, "route %d names devices d%d->d%d but the ranks use d%d->d%d",
-			            i, rt->src_dev, rt->dst_dev, a->device, b->device);
+			return verr_line(v, -1, at,
+			                 "route %d names devices d%d->d%d but the ranks use d%d->d%d", i,
+			                 rt->src_dev, rt->dst_dev, a->device, b->device);
 		if (rt->dir == DIR_GRAD) {
 			const PlanRoute *f = &p->routes[rt->inverse_of];
 			if (f->dir != DIR_ACT || f->edge != rt->edge || f->src_rank != rt->dst_rank ||
 			    f->dst_rank != rt->src_rank || f->src_dev != rt->dst_dev ||
 			    f->dst_dev != rt->src_dev)
-				return verr(v, -1, -1,
-				            "backward route %d is not the inverse of forward route %d",
-				            i, rt->inverse_of);
+				return verr_line(v, -1, at,
+				                 "backward route %d is not the inverse of forward route %d",
+				                 i, rt->inverse_of);
 		}
 	}
 	return 0;
@@ -102,24 +134,28 @@ static int check_peers(Vc *v, unsigned char *seen)
 			const PlanPeer *pe = &rk->peers[i];
 			const PlanEdge *e = &p->edges[pe->edge];
 			int me = pe->in ? e->dst : e->src, other = pe->in ? e->src : e->dst;
+			int64_t at = peer_line(v, r, i);
 			if (pe->stage != me)
-				return verr(v, r, -1, "rank %d: peer entry %d says edge %d %s stage %d, but "
-				                      "it %s stage %d",
-				            r, i, pe->edge, pe->in ? "enters" : "leaves", pe->stage,
-				            pe->in ? "enters" : "leaves", me);
+				return verr_line(v, r, at,
+				                 "rank %d: peer entry %d says edge %d %s stage %d, but it %s "
+				                 "stage %d",
+				                 r, i, pe->edge, pe->in ? "enters" : "leaves", pe->stage,
+				                 pe->in ? "enters" : "leaves", me);
 			if (p->stages[me].pp != rk->coord[DIM_PP])
-				return verr(v, r, -1, "rank %d: peer entry %d registers stage %d, which is "
-				                      "not placed on this rank",
-				            r, i, me);
+				return verr_line(v, r, at,
+				                 "rank %d: peer entry %d registers stage %d, which is not "
+				                 "placed on this rank",
+				                 r, i, me);
 			int q = on_line(v, r, p->stages[other].pp);
 			if (pe->peer_stage != other || pe->peer_rank != q || pe->local != (q == r))
-				return verr(v, r, -1, "rank %d: peer entry %d for edge %d should name stage "
-				                      "%d on rank %d (%s)",
-				            r, i, pe->edge, other, q, q == r ? "local" : "remote");
+				return verr_line(v, r, at,
+				                 "rank %d: peer entry %d for edge %d should name stage %d on "
+				                 "rank %d (%s)",
+				                 r, i, pe->edge, other, q, q == r ? "local" : "remote");
 			unsigned char bit = pe->in ? 1 : 2;
 			if (seen[pe->edge] & bit)
-				return verr(v, r, -1, "rank %d: edge %d registered twice for stage %d", r,
-				            pe->edge, me);
+				return verr_line(v, r, at, "rank %d: edge %d registered twice for stage %d",
+				                 r, pe->edge, me);
 			seen[pe->edge] |= bit;
 			have++;
 		}

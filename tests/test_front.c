@@ -424,6 +424,45 @@ static void front__devices__parses(void **state)
 	run_free(&r);
 }
 
+/* Two ranks of one node on one GPU: a warning, and the program still comes out. */
+static void front__devices_shared_gpu__warns(void **state)
+{
+	(void)state;
+	Run r;
+	Program *p = ok(&r, prog3("mesh pp=3;\ndevices [0, 0, 1];"));
+	assert_int_equal(p->ndevices, 3);
+	assert_int_equal(r.diag.nwarnings, 1);
+	assert_string_equal(r.out,
+		"test.pipe:8:13: warning: ranks 0 and 1 share GPU 0 of one node; NCCL before "
+		"2.30 refuses two ranks on one GPU, so this plan runs on CPU backends only\n"
+		" devices [0, 0, 1];\n"
+		"             ^\n"
+		"test.pipe:8:9: note: the list is read as nodes of 2 consecutive ranks, one per "
+		"GPU it names\n"
+		" devices [0, 0, 1];\n"
+		"         ^~~~~~~~~\n");
+	run_free(&r);
+	/* nodes of one rank per GPU named: these share nothing */
+	static const char *const fine[] = {
+		"mesh pp=3 dp=2;\ndevices [0, 1, 2, 3, 0, 1];",
+		"mesh pp=2 dp=2;\ndevices [1, 0, 1, 0];",
+		"mesh pp=3;\ndevices [0, 0, 0];",
+		"mesh pp=2 dp=2;\ndevices [0, 2, 0, 2];",
+		"mesh pp=3 dp=2;\ndevices per_node=2;",
+	};
+	for (size_t i = 0; i < sizeof fine / sizeof fine[0]; i++) {
+		ok(&r, prog3(fine[i]));
+		if (r.diag.nwarnings)
+			fail_msg("%s: %s", fine[i], r.out);
+		run_free(&r);
+	}
+	/* the second node repeats a GPU */
+	ok(&r, prog3("mesh pp=3 dp=2;\ndevices [0, 1, 2, 2, 1, 1];"));
+	assert_int_equal(r.diag.nwarnings, 1);
+	assert_non_null(strstr(r.out, "warning: ranks 4 and 5 share GPU 1 of one node"));
+	run_free(&r);
+}
+
 static void front__placement__forms(void **state)
 {
 	(void)state;
@@ -500,6 +539,38 @@ static void front__every_registered_schedule__accepted(void **state)
 	run_free(&r);
 }
 
+/* Command-line values are checked like the file's and located on the command line. */
+static void front__override__located_on_the_command_line(void **state)
+{
+	(void)state;
+	Run r;
+	Program *p = ok(&r, prog3("schedule gpipe;"));
+	FILE *f = open_memstream(&r.out, &r.outlen);
+	assert_non_null(f);
+	free(r.out);
+	r.diag.out = f;
+	ProgOverrides o = {.schedule = "gpipee", .microbatches = 2000000};
+	assert_int_not_equal(front_override(&r.arena, &r.diag, p, &o), 0);
+	fclose(f);
+	assert_string_equal(r.out,
+		"<command line>: error: unknown schedule 'gpipee'; did you mean 'gpipe'?\n"
+		" --schedule gpipee --microbatches 2000000\n"
+		"            ^~~~~~\n"
+		"<command line>: error: microbatches must be at most 1048576, got 2000000\n"
+		" --schedule gpipee --microbatches 2000000\n"
+		"                                  ^~~~~~~\n");
+	run_free(&r);
+
+	p = ok(&r, prog3("schedule gpipe;"));
+	o = (ProgOverrides){.schedule = "1f1b", .microbatches = 6};
+	assert_int_equal(front_override(&r.arena, &r.diag, p, &o), 0);
+	assert_string_equal(p->schedule, "1f1b");
+	assert_int_equal(p->microbatches, 6);
+	assert_int_equal(p->sched_loc.line, DIAG_CMDLINE);
+	assert_int_equal(p->mb_loc.line, DIAG_CMDLINE);
+	run_free(&r);
+}
+
 static void front__suggest__closest_within_a_third(void **state)
 {
 	(void)state;
@@ -557,6 +628,26 @@ static void front__max_errors__stops_with_one_line(void **state)
 		errors++;
 	assert_int_equal(errors, 5);
 	assert_non_null(strstr(r.out, "m.pipe:5:1: error: stray character '@'\n"));
+	const char *tail = "too many errors, stopping\n";
+	assert_true(r.outlen > strlen(tail));
+	assert_string_equal(r.out + r.outlen - strlen(tail), tail);
+	run_free(&r);
+}
+
+/* Syntax errors recover on every line, so the cap is what stops them too. */
+static void front__max_errors__caps_syntax_errors(void **state)
+{
+	(void)state;
+	char src[1024] = "";
+	for (int i = 0; i < 30; i++)
+		strcat(src, "backward s1 -> s0;\n");
+	Run r;
+	assert_null(run_len(&r, "m.pipe", src, strlen(src), 5));
+	int errors = 0;
+	for (char *s = r.out; (s = strstr(s, ": error: ")); s++)
+		errors++;
+	assert_int_equal(errors, 5);
+	assert_non_null(strstr(r.out, "m.pipe:5:1: error: unknown statement 'backward'\n"));
 	const char *tail = "too many errors, stopping\n";
 	assert_true(r.outlen > strlen(tail));
 	assert_string_equal(r.out + r.outlen - strlen(tail), tail);
@@ -842,14 +933,17 @@ int main(void)
 		cmocka_unit_test(front__custom_schedule__stage_range),
 		cmocka_unit_test(front__csv_schedule__resolves_path),
 		cmocka_unit_test(front__devices__parses),
+		cmocka_unit_test(front__devices_shared_gpu__warns),
 		cmocka_unit_test(front__placement__forms),
 		cmocka_unit_test(front__free_order__accepted),
 		cmocka_unit_test(front__names__digits_first),
 		cmocka_unit_test(front__every_registered_schedule__accepted),
+		cmocka_unit_test(front__override__located_on_the_command_line),
 		cmocka_unit_test(front__suggest__closest_within_a_third),
 		cmocka_unit_test(front__caret__keeps_tabs_and_spans),
 		cmocka_unit_test(front__long_line__quote_is_cut),
 		cmocka_unit_test(front__max_errors__stops_with_one_line),
+		cmocka_unit_test(front__max_errors__caps_syntax_errors),
 		cmocka_unit_test(front__golden__diagnostics_match),
 		cmocka_unit_test(front__empty__reports),
 		cmocka_unit_test(front__random_bytes__survive),

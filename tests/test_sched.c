@@ -710,17 +710,25 @@ static void sched__custom__located_errors(void **state)
 }
 
 /* Valid by the rules above, but 0B0 waits for 1B0, later on the same rank: the
- * lowering finds that nothing can run. */
-static void sched__custom_local_wait__stall(void **state)
+ * lowering names both actions, and --allow-deadlock cannot help (no plan holds it). */
+static void sched__custom_local_wait__both_actions_named(void **state)
 {
 	(void)state;
-	expect_error(custom("  rank 0: 0F0 0B0 1F0 0F1 1F1 1B0 1B1 0B1;\n" GOOD_R1, NULL),
-	             "test.pipe:12:15: error: the schedule cannot run: every rank waits for another "
-	             "(run with --allow-deadlock to emit the plan and let pipesim show the cycle)\n"
-	             "   rank 0: 0F0 0B0 1F0 0F1 1F1 1B0 1B1 0B1;\n"
-	             "               ^~~\n"
-	             "  rank 0 is stuck at action 1: 0B0\n"
-	             "  rank 1 is stuck at action 0: 2F0\n");
+	const char *want =
+		"test.pipe:12:15: error: '0B0' needs '1B0', which comes later on rank 0: the rank "
+		"can never run it (no plan can hold this order, not even with --allow-deadlock)\n"
+		"   rank 0: 0F0 0B0 1F0 0F1 1F1 1B0 1B1 0B1;\n"
+		"               ^~~\n"
+		"test.pipe:12:31: note: '1B0' is here\n"
+		"   rank 0: 0F0 0B0 1F0 0F1 1F1 1B0 1B1 0B1;\n"
+		"                               ^~~\n";
+	const char *src = custom("  rank 0: 0F0 0B0 1F0 0F1 1F1 1B0 1B1 0B1;\n" GOOD_R1, NULL);
+	expect_error(src, want);
+	PipeccOptions o = {.allow_deadlock = 1};
+	char *errs = NULL;
+	assert_null(compile_with(src, &o, &errs));
+	assert_string_equal(errs, want);
+	free(errs);
 }
 
 static void sched__custom__whole_order_errors(void **state)
@@ -801,6 +809,153 @@ static void sched__custom_cross_rank_cycle__stall_then_simulator_cycle(void **st
 	assert_int_equal(r.ncycle, 2);
 	sim_result_free(&r);
 	plan_free(p);
+}
+
+/* ---- random custom orders ------------------------------------------------------- */
+
+static uint32_t lcg(uint32_t *s)
+{
+	*s = *s * 1664525u + 1013904223u;
+	return *s >> 8;
+}
+
+/* `custom { ... }`, the body for n stages placed by where[] with the given skips (src,
+ * dst pairs): per rank, a random order of its actions that keeps every dependency
+ * within the rank (a microbatch's F after the F that feeds it from a stage on the same
+ * rank, its backward after the backward it gets a gradient from there, I before W), so
+ * only the order across ranks can be wrong. */
+static void random_order(char *buf, size_t size, int n, int pp, int m, const int *where,
+                         const int (*skip)[2], int nskip, uint32_t *seed)
+{
+	enum { U = 64 * 8 };
+	int src[16], dst[16], ne = 0;
+	for (int s = 0; s + 1 < n; s++, ne++) {
+		src[ne] = s;
+		dst[ne] = s + 1;
+	}
+	for (int k = 0; k < nskip; k++, ne++) {
+		src[ne] = skip[k][0];
+		dst[ne] = skip[k][1];
+	}
+	int k = snprintf(buf, size, "custom {\n");
+	for (int r = 0; r < pp; r++) {
+		int next[U], split[U], stage[U], mb[U], units = 0; // per (stage, mb): actions done
+		int unit_of[16][8];
+		for (int s = 0; s < n; s++)
+			for (int j = 0; j < m && where[s] == r; j++) {
+				unit_of[s][j] = units;
+				stage[units] = s;
+				mb[units] = j;
+				split[units] = lcg(seed) % 2;
+				next[units++] = 0;
+			}
+		k += snprintf(buf + k, size - (size_t)k, "  rank %d:", r);
+		for (;;) {
+			int open[U], left = 0;
+			for (int u = 0; u < units; u++) {
+				if (next[u] == 2 + split[u])
+					continue;
+				int ok = 1;
+				for (int e = 0; e < ne && ok && next[u] < 2; e++) {
+					int other = next[u] == 0 ? src[e] : dst[e];
+					if ((next[u] == 0 ? dst[e] : src[e]) != stage[u] || where[other] != r)
+						continue;
+					ok = next[unit_of[other][mb[u]]] > next[u]; // its F, or its B or I
+				}
+				if (ok)
+					open[left++] = u;
+			}
+			if (!left)
+				break;
+			int u = open[lcg(seed) % (uint32_t)left];
+			char kind = next[u] == 0 ? 'F' : !split[u] ? 'B' : next[u] == 1 ? 'I' : 'W';
+			k += snprintf(buf + k, size - (size_t)k, " %d%c%d", stage[u], kind, mb[u]);
+			next[u]++;
+		}
+		k += snprintf(buf + k, size - (size_t)k, ";\n");
+	}
+	snprintf(buf + k, size - (size_t)k, "}\n");
+}
+
+/* Orders that cannot run, with and without skips, over several placements and dp:
+ * pipecc says so, and with allow_deadlock writes a plan that verifies (its pairs
+ * exchange messages in one order) and that the simulator proves deadlocked with a
+ * wait-for cycle, in every model; never a mismatch.  Orders that happen to run must
+ * run. */
+static void sched__random_custom_orders__deadlocks_show_a_cycle(void **state)
+{
+	(void)state;
+	static const struct {
+		int n, pp, dp, m;
+		int nskip, skip[2][2];
+		int place[8];
+	} shapes[] = {
+	    {4, 2, 1, 2, 1, {{1, 3}}, {0, 0, 1, 1}},
+	    {4, 2, 1, 2, 1, {{1, 3}}, {0, 1, 0, 1}},
+	    {4, 2, 1, 2, 0, {{0}}, {0, 1, 1, 0}},
+	    {4, 2, 2, 2, 2, {{0, 2}, {1, 3}}, {1, 0, 1, 0}},
+	    {3, 3, 1, 3, 1, {{0, 2}}, {0, 1, 2}},
+	    {3, 3, 1, 2, 0, {{0}}, {2, 1, 0}},
+	    {6, 3, 1, 2, 2, {{0, 3}, {2, 5}}, {0, 1, 2, 2, 1, 0}},
+	    {6, 3, 2, 2, 1, {{1, 4}}, {0, 0, 1, 1, 2, 2}},
+	    {5, 2, 1, 3, 2, {{0, 4}, {1, 3}}, {1, 0, 0, 1, 1}},
+	};
+	uint32_t seed = 12345;
+	int stalled = 0, ran = 0;
+	for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+		for (int trial = 0; trial < 40; trial++) {
+			char extra[8192], body[6144];
+			int k = 0;
+			for (int j = 0; j < shapes[i].nskip; j++)
+				k += snprintf(extra + k, sizeof extra - (size_t)k, "skip s%d -> s%d;\n",
+				              shapes[i].skip[j][0], shapes[i].skip[j][1]);
+			k += snprintf(extra + k, sizeof extra - (size_t)k, "placement [");
+			for (int s = 0; s < shapes[i].n; s++)
+				k += snprintf(extra + k, sizeof extra - (size_t)k, "%s%d", s ? ", " : "",
+				              shapes[i].place[s]);
+			random_order(body, sizeof body, shapes[i].n, shapes[i].pp, shapes[i].m,
+			             shapes[i].place, shapes[i].skip, shapes[i].nskip, &seed);
+			snprintf(extra + k, sizeof extra - (size_t)k, "];\n");
+			const char *src = program(shapes[i].n, shapes[i].pp, shapes[i].dp, shapes[i].m,
+			                          body, extra);
+			char *errs = NULL;
+			PipeccOptions o = {0};
+			Plan *p = compile_with(src, &o, &errs);
+			if (p) {
+				SimOptions so = {.model = SIM_STRICT};
+				SimResult r;
+				assert_int_equal(sim_run(p, &so, &r), 0);
+				sim_result_free(&r);
+				plan_free(p);
+				free(errs);
+				ran++;
+				continue;
+			}
+			o.allow_deadlock = 1;
+			if (!strstr(errs, "the schedule cannot run"))
+				fail_msg("%s\n%s", src, errs);
+			free(errs);
+			p = compile_with(src, &o, NULL);
+			assert_non_null(p);
+			PlanError err;
+			if (plan_verify(p, &err))
+				fail_msg("%s\nplan fails verification: %s", src, err.msg);
+			for (int model = 0; model < SIM_MODEL_COUNT; model++) {
+				SimOptions so = {.model = model};
+				SimResult r;
+				assert_int_equal(sim_run(p, &so, &r), 1);
+				if (r.verdict != SIM_DEADLOCK || r.ncycle < 1)
+					fail_msg("%s\nmodel %d: %s", src, model, r.message);
+				sim_result_free(&r);
+			}
+			plan_free(p);
+			stalled++;
+		}
+	}
+	/* the sweep met every kind of order */
+	print_message("%d orders stalled across ranks, %d ran\n", stalled, ran);
+	assert_true(stalled > 100);
+	assert_true(ran > 0);
 }
 
 /* ---- CSV --------------------------------------------------------------------------- */
@@ -958,12 +1113,19 @@ static void sched__csv__errors_located_in_the_csv(void **state)
 	         "          ^~~\n",
 	         missing, missing);
 	expect_error(csv_program(missing), want);
-	/* --from-torch-csv replaces the program's schedule; its errors have no program line */
+	/* --from-torch-csv replaces the program's schedule; its errors are the command line's */
 	PipeccOptions o = {.from_csv = missing};
 	char *errs = NULL;
 	assert_null(compile_with(program(4, 2, 1, 2, "1f1b", NULL), &o, &errs));
-	snprintf(want, sizeof want, "test.pipe: error: cannot read %s: No such file or directory\n",
-	         missing);
+	char tildes[128];
+	size_t k = strlen(missing) - 1;
+	memset(tildes, '~', k);
+	tildes[k] = 0;
+	snprintf(want, sizeof want,
+	         "<command line>: error: cannot read %s: No such file or directory\n"
+	         " --from-torch-csv %s\n"
+	         "                  ^%s\n",
+	         missing, missing, tildes);
 	assert_string_equal(errs, want);
 	free(errs);
 }
@@ -987,9 +1149,10 @@ int main(void)
 		cmocka_unit_test(sched__mixed_features__plans_run),
 		cmocka_unit_test(sched__custom__runs_as_written),
 		cmocka_unit_test(sched__custom__located_errors),
-		cmocka_unit_test(sched__custom_local_wait__stall),
+		cmocka_unit_test(sched__custom_local_wait__both_actions_named),
 		cmocka_unit_test(sched__custom__whole_order_errors),
 		cmocka_unit_test(sched__custom_cross_rank_cycle__stall_then_simulator_cycle),
+		cmocka_unit_test(sched__random_custom_orders__deadlocks_show_a_cycle),
 		cmocka_unit_test(sched__csv__torch_dump_reads),
 		cmocka_unit_test(sched__csv__emit_roundtrip_every_schedule),
 		cmocka_unit_test(sched__csv__errors_located_in_the_csv),
