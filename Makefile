@@ -4,6 +4,7 @@
 #   make check      build and run every test
 #   make bench      benchmarks (print figures)
 #   make SAN=1 ...  the same with ASan + UBSan, in build/san and bin/san
+#   make fuzz       libFuzzer targets (clang) in bin/fuzz, each run FUZZ_SECONDS
 # MPI and CUDA parts are built when found (mpicc; nvcc and nccl.h under CUDA_HOME)
 # and left out with a notice when not.
 
@@ -12,7 +13,13 @@ CUDA_HOME ?= /usr/local/cuda
 NVCC ?= $(CUDA_HOME)/bin/nvcc
 MPICC ?= mpicc
 
-ifeq ($(SAN),1)
+ifeq ($(FUZZ),1)
+CC := clang
+BUILD := build/fuzz
+BIN := bin/fuzz
+SANFLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer
+OPT := -O1
+else ifeq ($(SAN),1)
 BUILD := build/san
 BIN := bin/san
 SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -30,7 +37,7 @@ LDLIBS := -lpthread -lm
 
 # Dependencies: install what is missing (or say how), except for goals that need none.
 ifeq ($(filter clean help,$(MAKECMDGOALS)),)
-DEPS_RC := $(shell sh scripts/deps.sh >&2; echo $$?)
+DEPS_RC := $(shell sh scripts/deps.sh $(if $(filter 1,$(FUZZ)),--fuzz) >&2; echo $$?)
 ifneq ($(DEPS_RC),0)
 $(error missing build dependencies (see above))
 endif
@@ -76,7 +83,11 @@ TOOLS := $(BIN)/pipecc $(BIN)/pipesim $(BIN)/piperun
 TEST_SRC := $(wildcard tests/test_*.c)
 TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 
-.PHONY: all demo check test bench clean help notices
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZERS := $(patsubst tests/fuzz/%.c,$(BIN)/%,$(FUZZ_SRC))
+FUZZ_SECONDS ?= 60
+
+.PHONY: all demo check test bench clean help notices fuzz fuzzers
 .SECONDARY: # keep the objects of test binaries (they are intermediate files)
 all: notices $(TOOLS)
 
@@ -139,6 +150,18 @@ demo: all
 
 check test: all $(TESTS)
 	BIN=$(BIN) BUILD=$(BUILD) sh tests/run.sh $(TESTS)
+
+# The fuzzers are built by a second make in FUZZ=1 mode (clang, its own build folder);
+# the seeds come from the examples compiled by this one's pipecc.
+fuzz: all
+	$(MAKE) --no-print-directory FUZZ=1 fuzzers
+	sh tests/fuzz/run.sh bin/fuzz $(FUZZ_SECONDS) $(BIN)
+
+fuzzers: $(FUZZERS)
+
+$(BIN)/fuzz_%: $(BUILD)/tests/fuzz/fuzz_%.o $(COMP_OBJ) $(SIM_OBJ) $(PLAN_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(LDLIBS)
 
 bench: all
 	BIN=$(BIN) sh bench/run.sh

@@ -3,7 +3,8 @@
 # database (dpkg-query), never by looking for a file that another package may also
 # provide (Debian's reference BLAS ships a cblas.h of its own, for one).
 #   sh scripts/deps.sh          install what is missing (as root), else print the command
-#   sh scripts/deps.sh --list   print every package, required or optional, and its state
+#   sh scripts/deps.sh --fuzz   also the packages of `make fuzz` (clang's libFuzzer)
+#   sh scripts/deps.sh --list   print every package, required, optional or fuzz, and its state
 # Called by the Makefile on every run, so it must be quick when nothing is missing.
 # Optional packages (Open MPI) build the MPI backend; without them the build goes on.
 
@@ -12,16 +13,19 @@
 REQUIRED="gcc:compiler make:build libc6-dev:libc,-lm,-lpthread flex:lexer bison:parser
 libcmocka-dev:unit-tests libopenblas-dev:piperun-GEMMs groff-base:man-page-lint"
 OPTIONAL="libopenmpi-dev:MPI-backend openmpi-bin:mpirun"
+FUZZ="clang:make-fuzz libclang-rt-dev:libFuzzer,ASan-runtime"
 
 installed() {
 	[ "$(dpkg-query -W -f='${db:Status-Abbrev}' "$1" 2>/dev/null)" = "ii " ]
 }
 
 list=0
+kinds="required optional"
 case "${1:-}" in
---list) list=1 ;;
+--list) list=1; kinds="required optional fuzz" ;;
+--fuzz) kinds="required optional fuzz" ;;
 "") ;;
-*) echo "usage: sh scripts/deps.sh [--list]" >&2; exit 2 ;;
+*) echo "usage: sh scripts/deps.sh [--list | --fuzz]" >&2; exit 2 ;;
 esac
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
@@ -32,18 +36,21 @@ fi
 
 need=""
 opt=""
-for kind in required optional; do
-	if [ $kind = required ]; then set -- $REQUIRED; else set -- $OPTIONAL; fi
+for kind in $kinds; do
+	case $kind in
+	required) set -- $REQUIRED ;;
+	optional) set -- $OPTIONAL ;;
+	fuzz) set -- $FUZZ ;;
+	esac
 	for entry; do
 		pkg=${entry%%:*}
 		if installed "$pkg"; then state=installed; else state=missing; fi
 		[ $list = 1 ] && printf '%-16s %-9s %-9s %s\n' "$pkg" "$kind" "$state" "${entry#*:}"
 		[ $state = installed ] && continue
-		if [ $kind = required ]; then
-			need="$need $pkg"
-		else
-			[ -n "${PIPECC_NO_MPI:-}" ] || opt="$opt $pkg"
-		fi
+		case $kind in
+		optional) [ -n "${PIPECC_NO_MPI:-}" ] || opt="$opt $pkg" ;;
+		*) need="$need $pkg" ;;
+		esac
 	done
 done
 [ $list = 1 ] && exit 0

@@ -1,0 +1,88 @@
+/* Shared by the libFuzzer targets in tests/fuzz: plans to and from memory, and the
+ * invariant check that turns a broken promise into a crash libFuzzer reports.  Only
+ * `make fuzz` builds these (clang, -fsanitize=fuzzer). */
+#ifndef FUZZ_H
+#define FUZZ_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../plan/plan.h"
+#include "../../sim/sim.h"
+
+/* An invariant the project promises; a failure aborts so libFuzzer saves the input. */
+#define fuzz_assert(cond, ...)                                                          \
+	do {                                                                            \
+		if (!(cond)) {                                                          \
+			fprintf(stderr, "%s:%d: invariant broken: ", __FILE__, __LINE__); \
+			fprintf(stderr, __VA_ARGS__);                                   \
+			fputc('\n', stderr);                                            \
+			abort();                                                        \
+		}                                                                       \
+	} while (0)
+
+/* The plan as text in a malloc'd buffer (*len bytes); aborts on failure. */
+static inline char *fuzz_write_plan(const Plan *p, size_t *len)
+{
+	char *buf = NULL;
+	FILE *f = open_memstream(&buf, len);
+	fuzz_assert(f, "open_memstream failed");
+	fuzz_assert(plan_write(p, f) == 0, "plan_write failed");
+	fuzz_assert(fclose(f) == 0, "fclose failed");
+	return buf;
+}
+
+/* The plan in data[0..len); NULL with err filled when it does not read (len > 0). */
+static inline Plan *fuzz_read_plan(const void *data, size_t len, PlanError *err)
+{
+	FILE *f = fmemopen((void *)data, len, "r");
+	if (!f)
+		return NULL;
+	Plan *p = plan_read(f, "fuzz", err);
+	fclose(f);
+	return p;
+}
+
+/* write -> read -> write gives the same bytes. */
+static inline void fuzz_check_round_trip(const Plan *p)
+{
+	size_t n1, n2;
+	char *a = fuzz_write_plan(p, &n1);
+	PlanError err;
+	Plan *q = fuzz_read_plan(a, n1, &err);
+	fuzz_assert(q, "a written plan does not read back: line %lld: %s", (long long)err.line,
+	            err.msg);
+	char *b = fuzz_write_plan(q, &n2);
+	fuzz_assert(n1 == n2 && memcmp(a, b, n1) == 0, "write -> read -> write differs");
+	plan_free(q);
+	free(a);
+	free(b);
+}
+
+/* Every model, rendezvous and eager: a verified plan never gets a run-time mismatch, and
+ * every deadlock comes with a wait-for cycle.  Returns the strict rendezvous verdict. */
+static inline SimVerdict fuzz_check_sim(const Plan *p)
+{
+	SimVerdict strict = SIM_OK;
+	for (int model = 0; model < SIM_MODEL_COUNT; model++)
+		for (int eager = 0; eager <= 1; eager++) {
+			SimOptions o = {.model = (SimModel)model, .eager = eager, .record_ops = 1};
+			SimResult r;
+			int rc = sim_run(p, &o, &r);
+			if (rc >= 0) {
+				fuzz_assert(r.verdict != SIM_MISMATCH,
+				            "verified plan, run-time mismatch (model %d, eager %d): %s",
+				            model, eager, r.message);
+				fuzz_assert(r.verdict != SIM_DEADLOCK || r.ncycle > 0,
+				            "deadlock without a cycle (model %d, eager %d): %s", model,
+				            eager, r.message);
+				if (model == SIM_STRICT && !eager)
+					strict = r.verdict;
+			}
+			sim_result_free(&r);
+		}
+	return strict;
+}
+
+#endif
