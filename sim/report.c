@@ -38,6 +38,15 @@ static void put_us(FILE *f, int64_t ns)
 	fprintf(f, "%" PRId64 ".%03" PRId64, ns / 1000, (ns < 0 ? -ns : ns) % 1000);
 }
 
+double sim_busy(const SimResult *res, int r)
+{
+	if (res->makespan <= 0 || !res->ranks || res->world <= 0)
+		return 0;
+	if (r < 0)
+		return (double)res->busy / ((double)res->world * (double)res->makespan);
+	return (double)res->ranks[r].busy / (double)res->makespan;
+}
+
 int sim_report_summary(FILE *f, const Plan *p, const SimResult *res)
 {
 	fprintf(f, "%s: %s schedule, mesh pp=%d dp=%d tp=%d, %d microbatches, %s model, %s sends\n",
@@ -47,15 +56,16 @@ int sim_report_summary(FILE *f, const Plan *p, const SimResult *res)
 	fprintf(f, "ok: %d ranks ran %" PRId64 " ops to the end\n", res->world, res->ops);
 	fprintf(f, "makespan   ");
 	put_us(f, res->makespan);
-	fprintf(f, " us\nbubble     %.2f %%\n", 100.0 * res->bubble);
-	fprintf(f, "\n rank      busy us      idle us   peak act bytes  peak act units\n");
+	fprintf(f, " us\nbubble     %.2f %%\nbusy       %.2f %% (mean over ranks)\n",
+	        100.0 * res->bubble, 100.0 * sim_busy(res, -1));
+	fprintf(f, "\n rank   busy %%   compute us      idle us   peak act bytes  peak act units\n");
 	for (int r = 0; r < res->world; r++) {
 		const SimRankResult *rr = &res->ranks[r];
 		char busy[32], idle[32];
 		snprintf(busy, sizeof busy, "%" PRId64 ".%03d", rr->busy / 1000, (int)(rr->busy % 1000));
 		snprintf(idle, sizeof idle, "%" PRId64 ".%03d", rr->idle / 1000, (int)(rr->idle % 1000));
-		fprintf(f, "%5d %12s %12s %16" PRId64 " %15" PRId64 "\n", r, busy, idle,
-		        rr->peak_act_bytes, rr->peak_act_units);
+		fprintf(f, "%5d %7.2f %12s %12s %16" PRId64 " %15" PRId64 "\n", r,
+		        100.0 * sim_busy(res, r), busy, idle, rr->peak_act_bytes, rr->peak_act_units);
 	}
 	if (res->nlinks) {
 		fprintf(f, "\nlinks (p2p)\n");
