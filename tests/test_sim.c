@@ -422,7 +422,8 @@ static void sim__reports__json_trace_svg_grid(void **state)
 	assert_contains(j, "\"deadlock\": false");
 	assert_contains(j, "\"makespan\": 9.000");
 	assert_contains(j, "\"bubble\": 0.333333");
-	assert_contains(j, "{\"rank\": 0, \"busy\": 6.000, \"idle\": 3.000");
+	assert_contains(j, "{\"rank\": 0, \"busy\": 0.666667, \"compute\": 6.000, \"idle\": 3.000");
+	assert_contains(j, "\"busy\": 0.666667,\n  \"compute\": 12.000,");
 	assert_contains(j, "\"peak_activation_bytes\": 512, \"peak_activation_units\": 2}");
 	free(j);
 	char *t = capture(1, p, &res);
@@ -444,6 +445,8 @@ static void sim__reports__json_trace_svg_grid(void **state)
 	free(g);
 	char *sum = capture(3, p, &res);
 	assert_contains(sum, "makespan   9.000 us");
+	assert_contains(sum, "busy       66.67 % (mean over ranks)");
+	assert_contains(sum, "    0   66.67        6.000        3.000");
 	assert_contains(sum, "critical path");
 	free(sum);
 	sim_result_free(&res);
