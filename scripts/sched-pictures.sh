@@ -50,8 +50,8 @@ for ex in tiny skips mlp4 demo; do
 	# the plan's path is not part of the picture: name it as the docs do
 	sed -i "s|$dir/||g" "docs/img/$ex.grid.txt"
 done
-# deadlocks: the picture and the failure report (its grid) only
+# deadlocks: the picture, the failure report and the grid
 for d in head_to_head:deadlock stall_at_zero:deadlock-t0; do
-	"$BIN/pipesim" --svg "docs/img/${d#*:}.svg" "tests/plans/bad/${d%%:*}.plan" \
-		>/dev/null 2>"docs/img/${d#*:}.grid.txt" || [ $? -eq 1 ]
+	"$BIN/pipesim" --svg "docs/img/${d#*:}.svg" --grid "tests/plans/bad/${d%%:*}.plan" \
+		>"docs/img/${d#*:}.grid.txt" 2>&1 || [ $? -eq 1 ]
 done

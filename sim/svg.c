@@ -8,12 +8,13 @@
  * the picture; a deadlocked run gets a red line at the stall and the op each rank is
  * stuck at.
  *
- * Time is drawn through a piecewise-linear map (Warp) so that small models whose
- * links cost more than their computes stay readable: every compute box is at least as
- * wide as the longest label (`2BW7`), and a stretch in which no rank computes is compressed to at most
- * GAP_W pixels, hatched and marked with a break on the axis.  When no box is too thin
- * and no stretch too long the map is the plain linear one.  Everything is computed
- * from the plan and the recorded times only, so the output is deterministic. */
+ * Time is drawn to scale, widened up to PLOT_W_MAX so that every compute box holds the
+ * longest label (`2BW7`).  When that does not fit (small models whose links cost more
+ * than their computes), time goes through a monotone piecewise-linear map (Warp):
+ * every compute box still gets its label's width, and a stretch in which no rank
+ * computes is compressed to at most GAP_W pixels, hatched and marked with a break on
+ * the axis; the subtitle says the axis is not to scale.  Everything is computed from
+ * the plan and the recorded times only, so the output is deterministic. */
 #include "sim.h"
 
 #include <inttypes.h>
