@@ -83,6 +83,24 @@ static int parse_double(const char *s, double lo, double hi, double *out)
 	return 0;
 }
 
+/* busy of rank r (-1: the mean over ranks): the fraction of the step it spends
+ * computing, the same definition as pipesim's (docs/pipesim.md "Summary"): its compute
+ * time over the steps run / the steps' total time.  Text prints it in percent, JSON as
+ * a fraction, next to the compute time per step. */
+static double busy_of(const RtResult *res, int r)
+{
+	double steps = 0, sum = 0;
+	for (int s = 0; s < res->steps; s++)
+		steps += (double)res->step_ns[s];
+	if (!(steps > 0) || res->world <= 0)
+		return 0;
+	if (r >= 0)
+		return (double)res->busy_ns[r] / steps;
+	for (int k = 0; k < res->world; k++)
+		sum += (double)res->busy_ns[k];
+	return sum / ((double)res->world * steps);
+}
+
 static void print_text(const Plan *p, const RtWorld *w, const RtResult *res)
 {
 	printf("piperun: %s (%s, pp=%d dp=%d tp=%d, %d ranks, %d microbatches of %dx%d) on %s, "
@@ -97,11 +115,13 @@ static void print_text(const Plan *p, const RtWorld *w, const RtResult *res)
 			t += (double)res->step_ns[s];
 		printf("mean step time (steps 2-%d): %.3f ms\n", res->steps, t / (res->steps - 1) / 1e6);
 	}
-	printf("rank  pp  dp  tp   busy_ms  peak_act_bytes\n");
+	printf("busy %.2f %% (mean over ranks)\n", 100.0 * busy_of(res, -1));
+	printf("rank  pp  dp  tp   busy %%   compute us  peak_act_bytes\n");
 	for (int r = 0; r < res->world; r++) {
 		const int *c = p->ranks[r].coord;
-		printf("%4d %3d %3d %3d %9.3f  %14" PRId64 "\n", r, c[DIM_PP], c[DIM_DP], c[DIM_TP],
-		       res->busy_ns[r] / 1e6, res->peak_act[r]);
+		printf("%4d %3d %3d %3d %7.2f %12.3f  %14" PRId64 "\n", r, c[DIM_PP], c[DIM_DP],
+		       c[DIM_TP], 100.0 * busy_of(res, r), res->busy_ns[r] / 1e3 / res->steps,
+		       res->peak_act[r]);
 	}
 	if (res->checked)
 		printf("check: loss max abs err %.3g rel %.3g; weights max abs err %.3g rel %.3g "
@@ -144,11 +164,13 @@ static void print_json(const Plan *p, const RtWorld *w, const RtResult *res)
 			mean += (double)res->step_ns[s];
 		mean /= res->steps - 1;
 	}
-	printf("],\n \"mean_step_us\": %.3f,\n \"ranks\": [", mean / 1e3);
+	printf("],\n \"mean_step_us\": %.3f,\n \"busy\": %.6f,\n \"ranks\": [", mean / 1e3,
+	       busy_of(res, -1));
 	for (int r = 0; r < res->world; r++)
-		printf("%s{\"rank\": %d, \"busy_us\": %.3f, \"peak_act_bytes\": %" PRId64
+		printf("%s{\"rank\": %d, \"busy\": %.6f, \"compute_us\": %.3f, \"peak_act_bytes\": %" PRId64
 		       ", \"held_at_end_bytes\": %" PRId64 "}",
-		       r ? ", " : "", r, res->busy_ns[r] / 1e3, res->peak_act[r], res->held_end[r]);
+		       r ? ", " : "", r, busy_of(res, r), res->busy_ns[r] / 1e3 / res->steps,
+		       res->peak_act[r], res->held_end[r]);
 	printf("]");
 	if (res->checked)
 		printf(",\n \"check\": {\"ok\": %s, \"loss_abs\": %.6g, \"loss_rel\": %.6g, "

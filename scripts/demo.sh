@@ -1,17 +1,28 @@
 #!/bin/sh
-# make demo: the whole chain on examples/mlp4.pipe: compile, simulate (when pipesim
-# is built), run with --check.  Usage: sh scripts/demo.sh BIN (the tools' folder).
+# make demo: the whole chain on examples/demo.pipe: compile, simulate (when pipesim is
+# built) with a grid and an SVG timeline, run with --check.  The plan and the picture
+# stay in OUT (default demo-out/ in the current folder, which git ignores), and the
+# last line says where the picture is.
+# Usage: sh scripts/demo.sh [BIN [OUT]] (BIN: the tools' folder, default bin).
 set -e
 BIN=${1:-bin}
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-echo "== pipecc examples/mlp4.pipe -o mlp4.plan"
-"$BIN/pipecc" examples/mlp4.pipe -o "$dir/mlp4.plan"
+OUT=${2:-demo-out}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+echo "== pipecc examples/demo.pipe -o $OUT/demo.plan"
+"$BIN/pipecc" examples/demo.pipe -o "$OUT/demo.plan"
+svg=""
 if [ -x "$BIN/pipesim" ]; then
-	echo "== pipesim mlp4.plan"
-	"$BIN/pipesim" "$dir/mlp4.plan"
+	echo "== pipesim demo.plan --grid --svg $OUT/demo.svg"
+	"$BIN/pipesim" "$OUT/demo.plan" --grid --svg "$OUT/demo.svg"
+	svg="$OUT/demo.svg"
 else
 	echo "== pipesim not built: simulation skipped"
 fi
-echo "== piperun mlp4.plan --check"
-"$BIN/piperun" "$dir/mlp4.plan" --check
+echo "== piperun demo.plan --check"
+"$BIN/piperun" "$OUT/demo.plan" --check
+if [ -n "$svg" ]; then
+	echo "demo: the timeline is in $svg (open it in a web browser)"
+else
+	echo "demo: no timeline (pipesim not built); the plan is in $OUT/demo.plan"
+fi

@@ -1,7 +1,9 @@
 #!/bin/sh
 # Redraws docs/img/sched-*.svg: pipesim --svg of each schedule with p = 4, m = 8 (two
-# stages per rank for the schedules that take several), unit costs and ideal links.
-# Usage: sh scripts/sched-pictures.sh [BIN]; prints each picture's grid as well.
+# stages per rank for the schedules that take several), unit costs and ideal links;
+# then the example pictures of docs/pipesim.md: svg, trace and summary + grid of
+# examples/{tiny,skips,mlp4,demo}.pipe and of two deadlocked plans.
+# Usage: sh scripts/sched-pictures.sh [BIN]; prints each schedule picture's grid too.
 set -e
 BIN=${1:-bin}
 dir=$(mktemp -d)
@@ -35,3 +37,21 @@ draw zbh2 4 zbh2 sched-zbh2
 draw zbv 8 zbv sched-zbv
 draw dualpipev 8 dualpipev sched-dualpipev
 draw "dualpipev tuned for overlap" 8 dualpipev sched-dualpipev-overlap --tune=overlap -- --model overlap
+
+example() { # NAME PLAN [PIPESIM OPTIONS]: docs/img/NAME.{svg,trace.json,grid.txt}
+	name=$1 plan=$2
+	shift 2
+	"$BIN/pipesim" "$@" --svg "docs/img/$name.svg" --trace "docs/img/$name.trace.json" \
+		--grid "$plan" >"docs/img/$name.grid.txt" 2>&1 || [ $? -eq 1 ]
+}
+for ex in tiny skips mlp4 demo; do
+	"$BIN/pipecc" "examples/$ex.pipe" -o "$dir/$ex.plan"
+	example "$ex" "$dir/$ex.plan"
+	# the plan's path is not part of the picture: name it as the docs do
+	sed -i "s|$dir/||g" "docs/img/$ex.grid.txt"
+done
+# deadlocks: the picture, the failure report and the grid
+for d in head_to_head:deadlock stall_at_zero:deadlock-t0; do
+	"$BIN/pipesim" --svg "docs/img/${d#*:}.svg" --grid "tests/plans/bad/${d%%:*}.plan" \
+		>"docs/img/${d#*:}.grid.txt" 2>&1 || [ $? -eq 1 ]
+done

@@ -91,13 +91,14 @@ int sim_write_json(FILE *f, const Plan *p, const SimResult *res, const PlanError
 	fputs(",\n  \"makespan\": ", f);
 	jus(f, res->makespan);
 	fprintf(f, ",\n  \"bubble\": %.6f,\n  \"ops\": %" PRId64 ",\n  \"ops_done\": %" PRId64
-	           ",\n  \"busy\": ",
-	        res->bubble, res->ops, res->ops_done);
+	           ",\n  \"busy\": %.6f,\n  \"compute\": ",
+	        res->bubble, res->ops, res->ops_done, sim_busy(res, -1));
 	jus(f, res->busy);
 	fputs(",\n  \"ranks\": [", f);
 	for (int r = 0; r < res->world; r++) {
 		const SimRankResult *rr = &res->ranks[r];
-		fprintf(f, "%s\n    {\"rank\": %d, \"busy\": ", r ? "," : "", r);
+		fprintf(f, "%s\n    {\"rank\": %d, \"busy\": %.6f, \"compute\": ", r ? "," : "", r,
+		        sim_busy(res, r));
 		jus(f, rr->busy);
 		fputs(", \"idle\": ", f);
 		jus(f, rr->idle);

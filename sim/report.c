@@ -38,6 +38,15 @@ static void put_us(FILE *f, int64_t ns)
 	fprintf(f, "%" PRId64 ".%03" PRId64, ns / 1000, (ns < 0 ? -ns : ns) % 1000);
 }
 
+double sim_busy(const SimResult *res, int r)
+{
+	if (res->makespan <= 0 || !res->ranks || res->world <= 0)
+		return 0;
+	if (r < 0)
+		return (double)res->busy / ((double)res->world * (double)res->makespan);
+	return (double)res->ranks[r].busy / (double)res->makespan;
+}
+
 int sim_report_summary(FILE *f, const Plan *p, const SimResult *res)
 {
 	fprintf(f, "%s: %s schedule, mesh pp=%d dp=%d tp=%d, %d microbatches, %s model, %s sends\n",
@@ -47,15 +56,16 @@ int sim_report_summary(FILE *f, const Plan *p, const SimResult *res)
 	fprintf(f, "ok: %d ranks ran %" PRId64 " ops to the end\n", res->world, res->ops);
 	fprintf(f, "makespan   ");
 	put_us(f, res->makespan);
-	fprintf(f, " us\nbubble     %.2f %%\n", 100.0 * res->bubble);
-	fprintf(f, "\n rank      busy us      idle us   peak act bytes  peak act units\n");
+	fprintf(f, " us\nbubble     %.2f %%\nbusy       %.2f %% (mean over ranks)\n",
+	        100.0 * res->bubble, 100.0 * sim_busy(res, -1));
+	fprintf(f, "\n rank   busy %%   compute us      idle us   peak act bytes  peak act units\n");
 	for (int r = 0; r < res->world; r++) {
 		const SimRankResult *rr = &res->ranks[r];
 		char busy[32], idle[32];
 		snprintf(busy, sizeof busy, "%" PRId64 ".%03d", rr->busy / 1000, (int)(rr->busy % 1000));
 		snprintf(idle, sizeof idle, "%" PRId64 ".%03d", rr->idle / 1000, (int)(rr->idle % 1000));
-		fprintf(f, "%5d %12s %12s %16" PRId64 " %15" PRId64 "\n", r, busy, idle,
-		        rr->peak_act_bytes, rr->peak_act_units);
+		fprintf(f, "%5d %7.2f %12s %12s %16" PRId64 " %15" PRId64 "\n", r,
+		        100.0 * sim_busy(res, r), busy, idle, rr->peak_act_bytes, rr->peak_act_units);
 	}
 	if (res->nlinks) {
 		fprintf(f, "\nlinks (p2p)\n");
@@ -163,35 +173,74 @@ static char op_letter(int kind)
 	return '?';
 }
 
-/* Rows of cells for [t0, t0 + ncols * q): a cell shows the compute op running at its
- * middle (or one too short to reach a middle that lies inside it), else '.'. */
-static void grid_rows(FILE *f, const Plan *p, const SimResult *res, int64_t t0, int64_t q,
-                      int ncols, const char *const *suffix)
+/* A compute op the grid can show: it ran and took time. */
+static int shown_op(const PlanOp *o, const SimOpTime *t)
 {
+	return !plan_is_comm(o->kind) && t->end >= 0 && t->start >= 0 && t->end > t->start;
+}
+
+/* One cell [a, b) of a rank's row.  Every shown op belongs to the cell holding its
+ * midpoint: *n counts those and *first is the first of them; with none, *first is the
+ * op running at the cell's middle (a long op's continuation), or -1.  *i and *j walk
+ * the rank's ops and only move forward (compute ops run one after another). */
+static void grid_cell(const PlanRank *pr, const SimOpTime *t, int64_t a, int64_t b, int64_t *i,
+                      int64_t *j, int64_t *n, int64_t *first)
+{
+	*n = 0;
+	*first = -1;
+	for (; *i < pr->nops; ++*i) {
+		if (!shown_op(&pr->ops[*i], &t[*i]))
+			continue;
+		int64_t mid = t[*i].start + (t[*i].end - t[*i].start) / 2;
+		if (mid >= b)
+			break;
+		if (mid >= a && !(*n)++)
+			*first = *i;
+	}
+	if (*n)
+		return;
+	int64_t m = a + (b - a) / 2;
+	while (*j < pr->nops && (!shown_op(&pr->ops[*j], &t[*j]) || t[*j].end <= m))
+		++*j;
+	if (*j < pr->nops && t[*j].start <= m)
+		*first = *j;
+}
+
+/* Rows of cells for [t0, t0 + ncols * q): a cell names its op (letter and microbatch),
+ * or `+N` when N ops end up in it, so no op is lost when a column is longer than the
+ * ops; '.' is a cell in which the rank does not compute.  Returns the most ops any
+ * cell holds. */
+static int64_t grid_rows(FILE *f, const Plan *p, const SimResult *res, int64_t t0, int64_t q,
+                         int ncols, const char *const *suffix)
+{
+	int64_t most = 0;
+	for (int r = 0; r < p->world; r++) {
+		int64_t i = 0, j = 0, n, first;
+		for (int c = 0; c < ncols; c++) {
+			grid_cell(&p->ranks[r], res->ranks[r].times, t0 + c * q, t0 + (c + 1) * q, &i, &j,
+			          &n, &first);
+			if (n > most)
+				most = n;
+		}
+	}
 	int w = 1 + digits(p->microbatches > 0 ? p->microbatches - 1 : 0);
+	if (most > 1 && 1 + digits(most) > w)
+		w = 1 + digits(most);
 	int rw = digits(p->world > 0 ? p->world - 1 : 0);
 	for (int r = 0; r < p->world; r++) {
 		const PlanRank *pr = &p->ranks[r];
 		const SimOpTime *t = res->ranks[r].times;
 		fprintf(f, "rank %*d |", rw, r);
-		int64_t i = 0;
+		int64_t i = 0, j = 0, n, first;
 		for (int c = 0; c < ncols; c++) {
-			int64_t a = t0 + c * q, b = a + q;
-			/* compute ops run one after the other: skip those over by a (and those that
-			 * take no time, which a grid cannot show) */
-			while (i < pr->nops && (plan_is_comm(pr->ops[i].kind) || t[i].end < 0 ||
-			                        t[i].end <= a || t[i].start == t[i].end))
-				i++;
-			/* the op running at the cell's middle, or one that fits inside it */
-			int64_t mid = a + q / 2, hit = -1;
-			if (i < pr->nops && ((t[i].start <= mid && mid < t[i].end) ||
-			                     (t[i].start >= a && t[i].end <= b)))
-				hit = i;
+			grid_cell(pr, t, t0 + c * q, t0 + (c + 1) * q, &i, &j, &n, &first);
 			fputc(' ', f);
-			if (hit < 0) {
+			if (n > 1) {
+				fprintf(f, "+%-*" PRId64, w - 1, n);
+			} else if (first < 0) {
 				fprintf(f, "%-*s", w, ".");
 			} else {
-				const PlanOp *o = &pr->ops[hit];
+				const PlanOp *o = &pr->ops[first];
 				if (o->kind == OP_OPTIM)
 					fprintf(f, "%-*s", w, "O");
 				else
@@ -200,6 +249,7 @@ static void grid_rows(FILE *f, const Plan *p, const SimResult *res, int64_t t0, 
 		}
 		fprintf(f, " |%s\n", suffix && suffix[r] ? suffix[r] : "");
 	}
+	return most;
 }
 
 int sim_report_grid(FILE *f, const Plan *p, const SimResult *res, int max_cols)
@@ -216,7 +266,7 @@ int sim_report_grid(FILE *f, const Plan *p, const SimResult *res, int max_cols)
 	fprintf(f, "grid: 1 column = ");
 	put_us(f, q);
 	fprintf(f, " us, %d columns; F forward, B backward (B or BW), W weight gradient, "
-	           "O optimizer, . idle or communicating\n",
+	           "O optimizer, +N N ops in one column, . idle or communicating\n",
 	        ncols);
 	grid_rows(f, p, res, 0, q, ncols, NULL);
 	return ferror(f) ? -1 : 0;

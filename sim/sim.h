@@ -59,7 +59,8 @@ typedef struct {
 } SimOpTime;
 
 typedef struct {
-	int64_t busy;           // ns of compute (sum of costs of the compute ops it ran)
+	int64_t busy;           // ns of compute (sum of costs of the compute ops it ran);
+	                        // the reports print it as compute and sim_busy's fraction
 	int64_t idle;           // makespan - busy
 	int64_t finish;         // ns when its last op completed (or when it stalled)
 	int64_t ops_done;       // ops completed (nops when it finished)
@@ -156,6 +157,12 @@ int64_t sim_allreduce_ns(const Plan *p, int n, int64_t bytes);
 /* Plan-file line of op i of rank r (first_line + i), 0 when the plan was not read
  * from a file. */
 int64_t sim_op_line(const Plan *p, int rank, int64_t op);
+
+/* busy of rank r (rank -1: the mean over ranks): the fraction of the step it spends
+ * computing, its compute time / makespan, in [0, 1]; 0 when the makespan is 0.  The
+ * one definition pipesim prints (text: percent, JSON: fraction) and piperun measures
+ * (docs/pipesim.md "Summary").  The mean is 1 - bubble. */
+double sim_busy(const SimResult *res, int r);
 
 /* Reports.  Each returns 0, or -1 when writing failed.
  * sim_report_summary: makespan, per-rank busy/idle/memory, bubble, links, critical path.

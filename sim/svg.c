@@ -1,22 +1,47 @@
 /* The SVG timeline, drawn the way the pipeline-schedule papers draw them: a row per
- * rank, time to the right, one box per compute op coloured by kind (F, B, W, fused BW,
- * optimizer) with its microbatch number inside, idle time left as the pale background
- * so bubbles show, and under each row a thin bar per communication group.  A legend and
- * a time axis close the picture; a deadlocked run gets a red line at the stall and the
- * op each rank is stuck at. */
+ * rank (labelled with its mesh coordinates), time to the right, one box per compute op
+ * coloured by kind (F, B, W, fused BW, optimizer) and labelled stage, kind and
+ * microbatch (`3F0`), idle time left as the pale background so bubbles show.  Under
+ * each row a thin bar per communication group, pale while the rank waits for its peer
+ * and dark while data moves, and an arrow per p2p transfer from the sender to the
+ * receiver, so the picture says what waits for what.  A legend and a time axis close
+ * the picture; a deadlocked run gets a red line at the stall and the op each rank is
+ * stuck at.
+ *
+ * Time is drawn to scale, widened up to PLOT_W_MAX so that every compute box holds the
+ * longest label (`2BW7`).  When that does not fit (small models whose links cost more
+ * than their computes), time goes through a monotone piecewise-linear map (Warp):
+ * every compute box still gets its label's width, and a stretch in which no rank
+ * computes is compressed to at most GAP_W pixels, hatched and marked with a break on
+ * the axis; the subtitle says the axis is not to scale.  Everything is computed from
+ * the plan and the recorded times only, so the output is deterministic. */
 #include "sim.h"
 
 #include <inttypes.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum {
-	LEFT = 78,     // room for "rank N"
 	RIGHT = 24,
 	TOP = 44,
-	ROW = 30,      // row pitch
-	BOX = 22,      // box height
-	PLOT_W = 1100, // width of the time axis
+	ROW = 30,          // row pitch
+	BOX = 22,          // box height
+	PLOT_W = 1100,     // width of the time axis
+	PLOT_W_MAX = 2400, // widest the axis grows to give every box room for a label
+	GAP_W = 36,        // widest a stretch without compute is drawn
+	DETAIL_OPS = 200000, // above this many ops: no labels, arrows or warp
+};
+
+/* What the legend explains: the op kinds (OpKind values), then these. */
+enum {
+	MARK_IDLE = OP_COUNT, // the pale background
+	MARK_WAIT,            // a comm group waiting for its peer
+	MARK_MOVE,            // a comm op moving data
+	MARK_XFER,            // a transfer arrow
+	MARK_GAP,             // a compressed stretch
+	MARK_STUCK,           // a group that never completes
+	MARK_COUNT
 };
 
 static const char *const fill[OP_COUNT] = {
@@ -38,14 +63,333 @@ static void esc(FILE *f, const char *s)
 	}
 }
 
-/* A tick step of 1, 2 or 5 times a power of ten giving about 10 ticks. */
-static double tick_step(double span)
+/* A tick step of 1, 2 or 5 times a power of ten giving about `ticks` ticks over span
+ * (a span of zero or less gets step 1). */
+static double tick_step(double span, double ticks)
 {
-	if (span <= 0)
+	if (!(span > 0) || !(ticks >= 1))
 		return 1;
-	double raw = span / 10, p = pow(10, floor(log10(raw)));
+	double raw = span / ticks, p = pow(10, floor(log10(raw)));
 	double m = raw / p;
 	return (m < 1.5 ? 1 : m < 3.5 ? 2 : m < 7.5 ? 5 : 10) * p;
+}
+
+/* ---- the time map ---- */
+
+typedef struct {
+	int64_t n;      // breakpoints
+	int64_t *t;     // [n] ns, ascending, t[0] = 0, t[n-1] = span
+	double *x;      // [n] pixels from the axis start
+	uint8_t *gap;   // [n-1] 1: interval k is a compressed stretch without compute
+	double width;   // x[n-1]
+	double sx;      // px per ns of the linear map (used when n == 0)
+} Warp;
+
+static double warp_x(const Warp *w, int64_t t)
+{
+	if (!w->n)
+		return (double)t * w->sx;
+	if (t <= w->t[0])
+		return w->x[0];
+	if (t >= w->t[w->n - 1])
+		return w->x[w->n - 1];
+	int64_t lo = 0, hi = w->n - 1; // t[lo] <= t < t[hi]
+	while (hi - lo > 1) {
+		int64_t mid = lo + (hi - lo) / 2;
+		if (w->t[mid] <= t)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return w->x[lo] + (w->x[hi] - w->x[lo]) * (double)(t - w->t[lo]) /
+	                      (double)(w->t[hi] - w->t[lo]);
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return (x > y) - (x < y);
+}
+
+static int64_t find_t(const Warp *w, int64_t t)
+{
+	int64_t lo = 0, hi = w->n - 1;
+	while (lo < hi) {
+		int64_t mid = lo + (hi - lo) / 2;
+		if (w->t[mid] < t)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* Width of the whole axis at linear scale s (px/ns): interval k is s * len wide, at
+ * least need[k] where a compute op covers it, at most GAP_W where none does. */
+static double warp_total(const Warp *w, const double *need, double s, int fill_x)
+{
+	double x = 0;
+	if (fill_x)
+		w->x[0] = 0;
+	for (int64_t k = 0; k + 1 < w->n; k++) {
+		double len = (double)(w->t[k + 1] - w->t[k]), d = s * len;
+		if (need[k] > 0) {
+			if (d < need[k])
+				d = need[k];
+		} else if (d > GAP_W) {
+			d = GAP_W;
+		}
+		if (fill_x) {
+			w->gap[k] = need[k] <= 0 && s * len > GAP_W + 0.5;
+			w->x[k + 1] = x + d;
+		}
+		x += d;
+	}
+	return x;
+}
+
+static void warp_free(Warp *w)
+{
+	free(w->t);
+	free(w->x);
+	free(w->gap);
+}
+
+/* Builds the map for [0, span]; falls back to the linear map (n = 0) for huge plans,
+ * when memory is short, or when a linear map gives every box min_box pixels within PLOT_W_MAX
+ * (then scaled so).  Returns 1 when the map is not linear. */
+static int warp_build(Warp *w, const Plan *p, const SimResult *res, int64_t span, int detail,
+                      double min_box)
+{
+	memset(w, 0, sizeof *w);
+	w->sx = (double)PLOT_W / (double)span;
+	w->width = PLOT_W;
+	if (!detail)
+		return 0;
+	/* The linear map that gives the shortest op min_box, when it is not too wide. */
+	int64_t cap = 2, shortest = 0;
+	for (int r = 0; r < p->world; r++) {
+		const SimOpTime *ti = res->ranks[r].times;
+		for (int64_t i = 0; i < p->ranks[r].nops; i++) {
+			if (plan_is_comm(p->ranks[r].ops[i].kind) || ti[i].end <= ti[i].start ||
+			    ti[i].start < 0 || ti[i].end > span)
+				continue;
+			cap += 2;
+			if (!shortest || ti[i].end - ti[i].start < shortest)
+				shortest = ti[i].end - ti[i].start;
+		}
+	}
+	if (!shortest)
+		return 0;
+	double lin = min_box * (double)span / (double)shortest;
+	if (lin <= PLOT_W_MAX) {
+		if (lin > PLOT_W) {
+			w->width = lin;
+			w->sx = lin / (double)span;
+		}
+		return 0;
+	}
+	int64_t *t = malloc((size_t)cap * sizeof *t);
+	if (!t)
+		return 0;
+	int64_t n = 0;
+	t[n++] = 0;
+	t[n++] = span;
+	for (int r = 0; r < p->world; r++) {
+		const SimOpTime *ti = res->ranks[r].times;
+		for (int64_t i = 0; i < p->ranks[r].nops; i++) {
+			if (plan_is_comm(p->ranks[r].ops[i].kind) || ti[i].end <= ti[i].start ||
+			    ti[i].start < 0 || ti[i].end > span)
+				continue;
+			t[n++] = ti[i].start;
+			t[n++] = ti[i].end;
+		}
+	}
+	qsort(t, (size_t)n, sizeof *t, cmp_i64);
+	int64_t m = 0;
+	for (int64_t i = 0; i < n; i++)
+		if (!m || t[i] != t[m - 1])
+			t[m++] = t[i];
+	w->n = m;
+	w->t = t;
+	double *need = calloc((size_t)m, sizeof *need);
+	w->x = malloc((size_t)m * sizeof *w->x);
+	w->gap = calloc((size_t)m, 1);
+	if (!need || !w->x || !w->gap || m < 2)
+		goto linear;
+	/* need[k]: the share of min_box the widest-needing op covering interval k asks */
+	double sum_need = 0;
+	for (int r = 0; r < p->world; r++) {
+		const SimOpTime *ti = res->ranks[r].times;
+		for (int64_t i = 0; i < p->ranks[r].nops; i++) {
+			if (plan_is_comm(p->ranks[r].ops[i].kind) || ti[i].end <= ti[i].start ||
+			    ti[i].start < 0 || ti[i].end > span)
+				continue;
+			double len = (double)(ti[i].end - ti[i].start);
+			for (int64_t k = find_t(w, ti[i].start); k + 1 < m && t[k] < ti[i].end; k++) {
+				double v = min_box * (double)(t[k + 1] - t[k]) / len;
+				if (v > need[k])
+					need[k] = v;
+			}
+		}
+	}
+	for (int64_t k = 0; k + 1 < m; k++)
+		sum_need += need[k];
+	/* Room: the axis grows up to PLOT_W_MAX; beyond that boxes get less than min_box. */
+	double target = sum_need * 1.2 > PLOT_W ? sum_need * 1.2 : PLOT_W;
+	if (target > PLOT_W_MAX) {
+		double shrink = PLOT_W_MAX / target;
+		for (int64_t k = 0; k + 1 < m; k++)
+			need[k] *= shrink;
+		target = PLOT_W_MAX;
+	}
+	/* The linear scale s with total(s) = target: total grows with s. */
+	double lo = 0, hi = (double)PLOT_W / (double)span;
+	for (int i = 0; i < 200 && warp_total(w, need, hi, 0) < target; i++)
+		hi *= 2;
+	if (warp_total(w, need, hi, 0) < target)
+		goto linear; // nothing but compressed stretches: keep it linear
+	for (int i = 0; i < 100; i++) {
+		double mid = (lo + hi) / 2;
+		if (warp_total(w, need, mid, 0) < target)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	w->width = warp_total(w, need, hi, 1);
+	w->sx = hi;
+	int warped = 0;
+	for (int64_t k = 0; k + 1 < m && !warped; k++)
+		if (fabs((w->x[k + 1] - w->x[k]) - hi * (double)(t[k + 1] - t[k])) > 0.5)
+			warped = 1;
+	free(need);
+	if (warped)
+		return 1;
+	/* uniformly scaled: the linear map at that scale */
+	double sx = hi, width = hi * (double)span;
+	warp_free(w);
+	memset(w, 0, sizeof *w);
+	w->sx = sx;
+	w->width = width;
+	return 0;
+linear:
+	free(need);
+	warp_free(w);
+	memset(w, 0, sizeof *w);
+	w->sx = (double)PLOT_W / (double)span;
+	w->width = PLOT_W;
+	return 0;
+}
+
+/* ---- transfers ---- */
+
+typedef struct {
+	int32_t dst;
+	int64_t op;
+} SendRef;
+
+static int cmp_send(const void *a, const void *b)
+{
+	const SendRef *x = a, *y = b;
+	if (x->dst != y->dst)
+		return (x->dst > y->dst) - (x->dst < y->dst);
+	return (x->op > y->op) - (x->op < y->op);
+}
+
+/* An arrow per completed p2p transfer, from the sender's row where the data leaves to
+ * the receiver's row where it lands.  Sends pair with receives FIFO per ordered pair of
+ * ranks (docs/semantics.md), so the k-th RECV on d from s is the k-th SEND on s to d. */
+static int64_t draw_transfers(FILE *f, const Plan *p, const SimResult *res, const Warp *w,
+                              int left)
+{
+	int world = p->world;
+	SendRef **sends = calloc((size_t)world, sizeof *sends);
+	int64_t *nsends = calloc((size_t)world, sizeof *nsends);
+	int64_t *seen = calloc((size_t)world, sizeof *seen), drawn = 0;
+	if (!sends || !nsends || !seen)
+		goto out;
+	for (int s = 0; s < world; s++) {
+		const PlanRank *pr = &p->ranks[s];
+		int64_t n = 0;
+		for (int64_t i = 0; i < pr->nops; i++)
+			n += pr->ops[i].kind == OP_SEND;
+		if (!n)
+			continue;
+		sends[s] = malloc((size_t)n * sizeof *sends[s]);
+		if (!sends[s])
+			goto out;
+		for (int64_t i = 0; i < pr->nops; i++)
+			if (pr->ops[i].kind == OP_SEND)
+				sends[s][nsends[s]++] = (SendRef){pr->ops[i].peer, i};
+		qsort(sends[s], (size_t)n, sizeof *sends[s], cmp_send);
+	}
+	for (int d = 0; d < world; d++) {
+		const PlanRank *pr = &p->ranks[d];
+		const SimOpTime *td = res->ranks[d].times;
+		for (int64_t i = 0; i < pr->nops; i++) {
+			const PlanOp *o = &pr->ops[i];
+			if (o->kind != OP_RECV || o->peer < 0 || o->peer >= world || o->peer == d)
+				continue;
+			int s = o->peer;
+			int64_t k = seen[s]++;
+			/* first send of s to d */
+			int64_t lo = 0, hi = nsends[s];
+			while (lo < hi) {
+				int64_t mid = lo + (hi - lo) / 2;
+				if (sends[s][mid].dst < d)
+					lo = mid + 1;
+				else
+					hi = mid;
+			}
+			if (lo + k >= nsends[s] || sends[s][lo + k].dst != d || td[i].end < 0)
+				continue;
+			int64_t so = sends[s][lo + k].op;
+			const SimOpTime *ts = &res->ranks[s].times[so];
+			if (ts->start < 0)
+				continue;
+			int64_t t0 = td[i].end - plan_transfer_ns(p, o->bytes);
+			if (t0 < ts->start)
+				t0 = ts->start;
+			double x0 = left + warp_x(w, t0), x1 = left + warp_x(w, td[i].end);
+			int ys = TOP + s * ROW, yd = TOP + d * ROW;
+			double y0 = d > s ? ys + BOX + 4 : ys, y1 = d > s ? yd : yd + BOX + 4;
+			fprintf(f, "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" "
+			           "class=\"xfer\" marker-end=\"url(#arrow)\"/>\n",
+			        x0, y0, x1, y1);
+			drawn++;
+		}
+		for (int64_t i = 0; i < pr->nops; i++)
+			if (pr->ops[i].kind == OP_RECV && pr->ops[i].peer >= 0 && pr->ops[i].peer < world)
+				seen[pr->ops[i].peer] = 0;
+	}
+out:
+	if (sends)
+		for (int s = 0; s < world; s++)
+			free(sends[s]);
+	free(sends);
+	free(nsends);
+	free(seen);
+	return drawn;
+}
+
+/* "r5 pp=1 dp=1": the rank and its coordinate along every mesh dim longer than 1. */
+static void rank_label(const Plan *p, int r, char *buf, size_t n)
+{
+	static const char *const dim_names[DIM_COUNT] = {"pp", "dp", "tp"};
+	int k = snprintf(buf, n, "r%d", r);
+	for (int d = 0; d < DIM_COUNT && k > 0 && (size_t)k < n; d++)
+		if (p->dims[d] > 1)
+			k += snprintf(buf + k, n - (size_t)k, " %s=%d", dim_names[d],
+			              p->ranks[r].coord[d]);
+}
+
+/* "3F0": stage, kind, microbatch; "3O" for a stage's optimizer step. */
+static void box_label(const PlanOp *o, char *buf, size_t n)
+{
+	if (o->kind == OP_OPTIM)
+		snprintf(buf, n, "%dO", (int)o->stage);
+	else
+		snprintf(buf, n, "%d%s%d", (int)o->stage, plan_op_names[o->kind], (int)o->mb);
 }
 
 int sim_write_svg(FILE *f, const Plan *p, const SimResult *res)
@@ -55,42 +399,100 @@ int sim_write_svg(FILE *f, const Plan *p, const SimResult *res)
 		return -1;
 	}
 	int64_t span = res->verdict == SIM_OK ? res->makespan : res->stall_time;
+	/* A stall at t = 0 (or a plan that takes no time) still gets a 0 .. 1 us axis. */
 	if (span <= 0)
-		span = 1;
-	double sx = (double)PLOT_W / (double)span;
+		span = 1000;
 	int world = p->world;
-	int h = TOP + world * ROW + 70;
+	int64_t total = plan_total_ops(p);
+	int detail = total <= DETAIL_OPS;
+	/* the narrowest box that holds the longest label, 6 px a character */
+	size_t maxbox = 1;
+	for (int r = 0; r < world && detail; r++)
+		for (int64_t i = 0; i < p->ranks[r].nops; i++) {
+			char lab[48];
+			if (plan_is_comm(p->ranks[r].ops[i].kind))
+				continue;
+			box_label(&p->ranks[r].ops[i], lab, sizeof lab);
+			if (strlen(lab) > maxbox)
+				maxbox = strlen(lab);
+		}
+	double min_box = 6.0 * (double)maxbox + 4;
+	Warp wp;
+	int warped = warp_build(&wp, p, res, span, detail, min_box);
+	int plot_w = (int)ceil(wp.width);
+	int maxlab = 0;
+	for (int r = 0; r < world; r++) {
+		char lab[64];
+		rank_label(p, r, lab, sizeof lab);
+		if ((int)strlen(lab) > maxlab)
+			maxlab = (int)strlen(lab);
+	}
+	int left = 16 + 7 * maxlab;
+	if (left < 78)
+		left = 78;
+	int h = TOP + world * ROW + 92;
 	/* A deadlock gets a margin on the right for what each rank is stuck at. */
 	int right = res->verdict == SIM_OK ? RIGHT : 430;
-	int w = LEFT + PLOT_W + right;
-	int64_t total = plan_total_ops(p);
-	int labels = total <= 200000;
+	int w = left + plot_w + right;
 	fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
 	           "viewBox=\"0 0 %d %d\" font-family=\"Helvetica, Arial, sans-serif\">\n",
 	        w, h, w, h);
+	fputs("<defs>\n"
+	      "<marker id=\"arrow\" viewBox=\"0 0 6 6\" refX=\"6\" refY=\"3\" markerWidth=\"6\" "
+	      "markerHeight=\"6\" orient=\"auto\"><path d=\"M0,0 L6,3 L0,6 z\" fill=\"#555\"/></marker>\n"
+	      "<pattern id=\"hatch\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
+	      "patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"#f1f1f1\"/>"
+	      "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#c8c8c8\" stroke-width=\"2\"/>"
+	      "</pattern>\n"
+	      "<style>.xfer{stroke:#555;stroke-width:0.8;stroke-opacity:0.55} "
+	      ".lab{font-size:10px;text-anchor:middle}</style>\n"
+	      "</defs>\n",
+	      f);
 	fprintf(f, "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", w, h);
-	fprintf(f, "<text x=\"%d\" y=\"20\" font-size=\"15\" font-weight=\"bold\">", LEFT);
+	fprintf(f, "<text x=\"%d\" y=\"20\" font-size=\"15\" font-weight=\"bold\">", left);
 	esc(f, p->name ? p->name : "plan");
 	fprintf(f, ": %s, pp=%d dp=%d tp=%d, %d microbatches</text>\n",
 	        p->schedule ? p->schedule : "?", p->dims[DIM_PP], p->dims[DIM_DP], p->dims[DIM_TP],
 	        p->microbatches);
 	fprintf(f, "<text x=\"%d\" y=\"36\" font-size=\"12\" fill=\"#444\">%s model, %s sends; ",
-	        LEFT, sim_model_names[res->model], res->eager ? "eager" : "rendezvous");
+	        left, sim_model_names[res->model], res->eager ? "eager" : "rendezvous");
 	if (res->verdict == SIM_OK)
-		fprintf(f, "makespan %.3f us, bubble %.1f%%</text>\n", (double)res->makespan / 1000,
+		fprintf(f, "makespan %.3f us, bubble %.1f%%", (double)res->makespan / 1000,
 		        100 * res->bubble);
 	else
-		fprintf(f, "%s at %.3f us</text>\n", sim_verdict_names[res->verdict],
+		fprintf(f, "%s at %.3f us", sim_verdict_names[res->verdict],
 		        (double)res->stall_time / 1000);
+	if (warped)
+		fprintf(f, "; time not to scale: boxes at least %.0f px, idle stretches compressed",
+		        min_box);
+	fputs("</text>\n", f);
 
+	/* Rows: label, background, compressed stretches. */
+	for (int r = 0; r < world; r++) {
+		char lab[64];
+		rank_label(p, r, lab, sizeof lab);
+		int y = TOP + r * ROW;
+		fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"12\" text-anchor=\"end\">%s</text>\n",
+		        left - 8, y + BOX / 2 + 4, lab);
+		fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#f1f1f1\"/>\n",
+		        left, y, plot_w, BOX);
+	}
+	int ngaps = 0;
+	for (int64_t k = 0; k + 1 < wp.n; k++) {
+		if (!wp.gap[k])
+			continue;
+		ngaps++;
+		fprintf(f, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" "
+		           "fill=\"url(#hatch)\"/>\n",
+		        left + wp.x[k], TOP - 2, wp.x[k + 1] - wp.x[k], world * ROW);
+	}
+
+	/* Communication groups, then compute boxes (the legend shows the kinds drawn). */
+	int shown[MARK_COUNT] = {[MARK_IDLE] = 1, [MARK_GAP] = ngaps > 0};
 	for (int r = 0; r < world; r++) {
 		const PlanRank *pr = &p->ranks[r];
 		const SimOpTime *t = res->ranks[r].times;
 		int y = TOP + r * ROW;
-		fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"12\" text-anchor=\"end\">rank %d</text>\n",
-		        LEFT - 8, y + BOX / 2 + 4, r);
-		fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#f1f1f1\"/>\n",
-		        LEFT, y, PLOT_W, BOX);
 		for (int64_t i = 0; i < pr->nops;) {
 			const PlanOp *o = &pr->ops[i];
 			if (plan_is_comm(o->kind)) {
@@ -107,38 +509,59 @@ int sim_write_svg(FILE *f, const Plan *p, const SimResult *res)
 				if (t[i].start >= 0) {
 					if (stuck)
 						end = span;
-					double x0 = LEFT + t[i].start * sx, x1 = LEFT + end * sx;
-					if (x1 - x0 >= 0.5 || stuck)
+					double x0 = left + warp_x(&wp, t[i].start), x1 = left + warp_x(&wp, end);
+					if (x1 - x0 >= 0.5 || stuck) {
 						fprintf(f, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"3\" "
 						           "fill=\"%s\"/>\n",
 						        x0, y + BOX + 1, x1 - x0 > 1 ? x1 - x0 : 1,
-						        stuck ? "#cc0000" : "#777777");
+						        stuck ? "#cc0000" : "#bbbbbb");
+						shown[stuck ? MARK_STUCK : MARK_WAIT] = 1;
+					}
+					/* the part of each op spent moving data, darker */
+					for (int64_t k = i; k < j && !stuck; k++) {
+						const PlanOp *c = &pr->ops[k];
+						int64_t d = c->kind == OP_ALLREDUCE
+						                ? sim_allreduce_ns(p, p->dims[DIM_DP], c->bytes)
+						                : plan_transfer_ns(p, c->bytes);
+						int64_t a = t[k].end - d < t[i].start ? t[i].start : t[k].end - d;
+						double xa = left + warp_x(&wp, a), xb = left + warp_x(&wp, t[k].end);
+						if (xb - xa >= 0.5) {
+							fprintf(f, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"3\" "
+							           "fill=\"#555555\"/>\n",
+							        xa, y + BOX + 1, xb - xa);
+							shown[MARK_MOVE] = 1;
+						}
+					}
 				}
 				i = j;
 				continue;
 			}
 			if (t[i].end >= 0 && t[i].end > t[i].start) {
-				double x0 = LEFT + t[i].start * sx, x1 = LEFT + t[i].end * sx;
+				double x0 = left + warp_x(&wp, t[i].start), x1 = left + warp_x(&wp, t[i].end);
 				fprintf(f, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\" "
 				           "stroke=\"white\" stroke-width=\"%s\"/>\n",
 				        x0, y, x1 - x0, BOX, fill[o->kind] ? fill[o->kind] : "#999",
 				        x1 - x0 > 4 ? "1" : "0");
-				int digits = o->mb >= 100 ? 3 : o->mb >= 10 ? 2 : 1;
-				if (labels && o->kind != OP_OPTIM && x1 - x0 >= 7.0 * digits + 3)
-					fprintf(f, "<text x=\"%.2f\" y=\"%d\" font-size=\"12\" "
-					           "text-anchor=\"middle\">%d</text>\n",
-					        (x0 + x1) / 2, y + BOX / 2 + 4, o->mb);
+				shown[o->kind] = 1;
+				char lab[48];
+				box_label(o, lab, sizeof lab);
+				if (detail && x1 - x0 + 0.01 >= 6.0 * (double)strlen(lab) + 4)
+					fprintf(f, "<text x=\"%.2f\" y=\"%d\" class=\"lab\">%s</text>\n",
+					        (x0 + x1) / 2, y + BOX / 2 + 4, lab);
 			}
 			i++;
 		}
 	}
+	if (detail && draw_transfers(f, p, res, &wp, left))
+		shown[MARK_XFER] = 1;
 
 	/* The stall and where each rank is stuck. */
 	if (res->verdict != SIM_OK) {
-		double x = LEFT + span * sx;
+		double x = left + warp_x(&wp, res->stall_time > 0 ? res->stall_time : 0);
 		fprintf(f, "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"#cc0000\" "
 		           "stroke-width=\"2\"/>\n",
 		        x, TOP - 4, x, TOP + world * ROW);
+		double xs = left + plot_w;
 		for (int i = 0; i < res->nstuck; i++) {
 			const SimOpRef *s = &res->stuck[i];
 			if (s->rank < 0 || s->op < 0 || s->op >= p->ranks[s->rank].nops)
@@ -148,7 +571,7 @@ int sim_write_svg(FILE *f, const Plan *p, const SimResult *res)
 			char text[256];
 			plan_format_op(p, &p->ranks[s->rank].ops[s->op], text, sizeof text);
 			fprintf(f, "<text x=\"%.2f\" y=\"%d\" font-size=\"11\" fill=\"#cc0000\">stuck: ",
-			        x + 8, TOP + s->rank * ROW + BOX / 2 + 4);
+			        xs + 8, TOP + s->rank * ROW + BOX / 2 + 4);
 			esc(f, text);
 			int64_t line = sim_op_line(p, s->rank, s->op);
 			if (line)
@@ -157,53 +580,93 @@ int sim_write_svg(FILE *f, const Plan *p, const SimResult *res)
 		}
 	}
 
-	/* Time axis. */
+	/* Time axis: nice ticks, dropped where they would crowd (a stretched or compressed
+	 * part of a warped axis) or fall inside a compressed stretch, which gets a break
+	 * mark instead. */
 	int ay = TOP + world * ROW + 4;
-	fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#333\"/>\n", LEFT, ay,
-	        LEFT + PLOT_W, ay);
-	double step = tick_step((double)span / 1000);
-	for (double v = 0; v <= (double)span / 1000 + 1e-9; v += step) {
-		double x = LEFT + v * 1000 * sx;
+	fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#333\"/>\n", left, ay,
+	        left + plot_w, ay);
+	double span_us = (double)span / 1000;
+	double step = tick_step(span_us, warped ? plot_w / 50.0 : 10);
+	double last = -1e9;
+	for (int64_t k = 0;; k++) {
+		double v = (double)k * step;
+		if (v > span_us * (1 + 1e-9))
+			break;
+		int64_t ns = (int64_t)llround(v * 1000);
+		double x = left + warp_x(&wp, ns);
+		int in_gap = 0;
+		if (wp.n) {
+			int64_t g = find_t(&wp, ns); // first breakpoint at or after ns
+			in_gap = g > 0 && wp.t[g] != ns && wp.gap[g - 1];
+		}
+		if (in_gap || x - last < 40)
+			continue;
+		last = x;
 		fprintf(f, "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"#333\"/>\n", x,
 		        ay, x, ay + 4);
 		fprintf(f, "<text x=\"%.2f\" y=\"%d\" font-size=\"10\" text-anchor=\"middle\">%g</text>\n",
 		        x, ay + 15, v);
 	}
-	fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"10\">us</text>\n", LEFT + PLOT_W + 4,
-	        ay + 15);
+	if (left + plot_w - last >= 40) { // the end of the axis: makespan or stall
+		fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#333\"/>\n",
+		        left + plot_w, ay, left + plot_w, ay + 4);
+		fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"middle\">%g</text>\n",
+		        left + plot_w, ay + 15, span_us);
+	}
+	for (int64_t k = 0; k + 1 < wp.n; k++) {
+		if (!wp.gap[k])
+			continue;
+		double xm = left + (wp.x[k] + wp.x[k + 1]) / 2;
+		fprintf(f, "<path d=\"M%.2f,%d l4,-8 M%.2f,%d l4,-8\" stroke=\"#333\" "
+		           "stroke-width=\"1.2\"/>\n",
+		        xm - 5, ay + 4, xm, ay + 4);
+	}
+	fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"end\">time (us)%s</text>\n",
+	        left + plot_w, ay + 28, ngaps ? "; // marks a compressed stretch" : "");
 
-	/* Legend. */
+	/* Legend: what the picture shows. */
 	static const struct {
 		const char *label, *color;
-		int thin, kind;
+		int shape, mark; // shape 0 box, 1 bar, 2 arrow, 3 hatch
 	} legend[] = {
 	    {"F forward", "#6fa8dc", 0, OP_F},
 	    {"B input gradient", "#93c47d", 0, OP_B},
 	    {"W weight gradient", "#f6b26b", 0, OP_W},
 	    {"BW fused backward", "#6aa84f", 0, OP_BW},
 	    {"optimizer", "#b4a7d6", 0, OP_OPTIM},
-	    {"idle", "#f1f1f1", 0, -1},
-	    {"communication", "#777777", 1, -1},
+	    {"idle", "#f1f1f1", 0, MARK_IDLE},
+	    {"waiting for a peer", "#bbbbbb", 1, MARK_WAIT},
+	    {"moving data", "#555555", 1, MARK_MOVE},
+	    {"stuck", "#cc0000", 1, MARK_STUCK},
+	    {"transfer, send to receive", "#555555", 2, MARK_XFER},
+	    {"no rank computing (compressed)", "", 3, MARK_GAP},
 	};
-	int present[OP_COUNT] = {0};
-	for (int r = 0; r < world; r++)
-		for (int64_t i = 0; i < p->ranks[r].nops; i++)
-			present[p->ranks[r].ops[i].kind] = 1;
-	int lx = LEFT, ly = ay + 32;
+	int lx = left, ly = ay + 40;
 	for (size_t i = 0; i < sizeof legend / sizeof legend[0]; i++) {
-		if (legend[i].kind >= 0 && !present[legend[i].kind])
+		if (!shown[legend[i].mark])
 			continue;
-		if (legend[i].thin)
+		int lw = 18 + 6 * (int)strlen(legend[i].label) + 18;
+		if (lx > left && lx + lw > w) {
+			lx = left;
+			ly += 20;
+		}
+		if (legend[i].shape == 1)
 			fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"3\" fill=\"%s\"/>\n", lx,
 			        ly + 5, legend[i].color);
+		else if (legend[i].shape == 2)
+			fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" class=\"xfer\" "
+			           "marker-end=\"url(#arrow)\"/>\n",
+			        lx, ly + 2, lx + 14, ly + 12);
 		else
 			fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"14\" fill=\"%s\" "
 			           "stroke=\"#bbb\" stroke-width=\"0.5\"/>\n",
-			        lx, ly, legend[i].color);
+			        lx, ly, legend[i].shape == 3 ? "url(#hatch)" : legend[i].color);
 		fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"11\">%s</text>\n", lx + 18, ly + 11,
 		        legend[i].label);
-		lx += 18 + 7 * (int)strlen(legend[i].label) + 18;
+		lx += lw;
 	}
+	warp_free(&wp);
 	fputs("</svg>\n", f);
 	return ferror(f) ? -1 : 0;
 }

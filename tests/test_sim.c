@@ -274,6 +274,10 @@ static void sim__bad_corpus__deadlocks_with_cycle(void **state)
 	     {"rank 0 RECV grad e=2 m=0 from=2 bytes=32 g=0 r=5 (line 35) waits for rank 2 SEND grad",
 	      "rank 2 RECV act e=1 m=0 from=1 bytes=32 g=0 r=2 (line 54) waits for rank 1 SEND act",
 	      "rank 1 RECV act e=0 m=0 from=0 bytes=32 g=0 r=0 (line 44) waits for rank 0 SEND act"}},
+	    {"stall_at_zero", 0, 2,
+	     {"rank 0 RECV grad e=0 m=0 from=1 bytes=128 g=0 r=1 (line 24) waits for rank 1 SEND grad",
+	      "rank 1 RECV act e=0 m=0 from=0 bytes=128 g=0 r=0 (line 35) waits for rank 0 SEND act",
+	      "x.plan:24: note: blocked: rank 0 RECV grad"}},
 	    {"dp_order", 0, 4,
 	     {"rank 0 ALLREDUCE s=2 bytes=80 g=4 (line 51) waits for rank 1 ALLREDUCE s=2",
 	      "which waits behind rank 1 RECV grad e=2 m=0 from=3",
@@ -418,7 +422,8 @@ static void sim__reports__json_trace_svg_grid(void **state)
 	assert_contains(j, "\"deadlock\": false");
 	assert_contains(j, "\"makespan\": 9.000");
 	assert_contains(j, "\"bubble\": 0.333333");
-	assert_contains(j, "{\"rank\": 0, \"busy\": 6.000, \"idle\": 3.000");
+	assert_contains(j, "{\"rank\": 0, \"busy\": 0.666667, \"compute\": 6.000, \"idle\": 3.000");
+	assert_contains(j, "\"busy\": 0.666667,\n  \"compute\": 12.000,");
 	assert_contains(j, "\"peak_activation_bytes\": 512, \"peak_activation_units\": 2}");
 	free(j);
 	char *t = capture(1, p, &res);
@@ -430,7 +435,9 @@ static void sim__reports__json_trace_svg_grid(void **state)
 	char *s = capture(2, p, &res);
 	assert_contains(s, "<svg");
 	assert_contains(s, "F forward");
-	assert_contains(s, ">rank 1</text>");
+	assert_contains(s, ">r1 pp=1</text>");
+	assert_contains(s, ">0F0</text>");
+	assert_contains(s, ">1BW1</text>");
 	free(s);
 	char *g = capture(4, p, &res);
 	assert_contains(g, "rank 0 | F0 F1 .  .  B0 B0 .  B1 B1 |");
@@ -438,6 +445,8 @@ static void sim__reports__json_trace_svg_grid(void **state)
 	free(g);
 	char *sum = capture(3, p, &res);
 	assert_contains(sum, "makespan   9.000 us");
+	assert_contains(sum, "busy       66.67 % (mean over ranks)");
+	assert_contains(sum, "    0   66.67        6.000        3.000");
 	assert_contains(sum, "critical path");
 	free(sum);
 	sim_result_free(&res);
@@ -897,6 +906,132 @@ static void sim__random_plans__agree_with_reference(void **state)
 	assert_true(deadlocks > 10);
 }
 
+
+static int count_of(const char *hay, const char *needle)
+{
+	int n = 0;
+	size_t len = strlen(needle);
+	for (size_t i = 0; hay[i]; i++)
+		n += !strncmp(hay + i, needle, len);
+	return n;
+}
+
+/* Compute ops that took time (the ones a picture or grid can show), per rank or all. */
+static int64_t timed_ops(const Plan *p, const SimResult *res, int rank)
+{
+	int64_t n = 0;
+	for (int r = 0; r < p->world; r++) {
+		if (rank >= 0 && r != rank)
+			continue;
+		for (int64_t i = 0; i < p->ranks[r].nops; i++)
+			n += !plan_is_comm(p->ranks[r].ops[i].kind) &&
+			     res->ranks[r].times[i].end > res->ranks[r].times[i].start;
+	}
+	return n;
+}
+
+/* Links far slower than the computes: the SVG still labels every box (stage, kind,
+ * microbatch), names ranks by mesh coordinates and draws one arrow per transfer. */
+static void sim__svg_comm_dominated__every_box_labelled(void **state)
+{
+	(void)state;
+	Plan *p = compile_text(program(4, 2, 8, "1f1b", "f=1 b=1 w=1",
+	                               "latency=5us bandwidth=50GB/s"),
+	                       NULL);
+	assert_non_null(p);
+	SimResult res;
+	SimOptions o = {.model = SIM_STRICT, .record_ops = 1};
+	assert_int_equal(sim_run(p, &o, &res), 0);
+	assert_true(res.bubble > 0.5);
+	char *s = capture(2, p, &res);
+	assert_int_equal(count_of(s, "class=\"lab\""), timed_ops(p, &res, -1));
+	assert_contains(s, ">3F0</text>");
+	assert_contains(s, ">0BW7</text>");
+	assert_contains(s, ">r5 pp=2 dp=1</text>");
+	assert_contains(s, "time not to scale");
+	int recvs = 0;
+	for (int r = 0; r < p->world; r++)
+		for (int64_t i = 0; i < p->ranks[r].nops; i++)
+			recvs += p->ranks[r].ops[i].kind == OP_RECV;
+	assert_true(recvs > 0);
+	assert_int_equal(count_of(s, "marker-end="), recvs + 1); // + the legend's
+	free(s);
+	sim_result_free(&res);
+	plan_free(p);
+}
+
+/* A stall at t = 0: the axis runs 0 .. 1 us with its last tick at 1. */
+static void sim__svg_stall_at_zero__axis_0_to_1_us(void **state)
+{
+	(void)state;
+	Plan *p = read_plan("tests/plans/bad/stall_at_zero.plan");
+	SimResult res;
+	SimOptions o = {.model = SIM_STRICT, .record_ops = 1};
+	assert_int_equal(sim_run(p, &o, &res), 1);
+	assert_int_equal(res.stall_time, 0);
+	char *s = capture(2, p, &res);
+	assert_contains(s, "deadlock at 0.000 us");
+	assert_contains(s, "text-anchor=\"middle\">0.5</text>");
+	assert_contains(s, "text-anchor=\"middle\">1</text>");
+	assert_null(strstr(s, ">0.001</text>"));
+	assert_null(strstr(s, ">0.0001</text>"));
+	assert_contains(s, "stuck: RECV grad");
+	free(s);
+	sim_result_free(&res);
+	plan_free(p);
+}
+
+/* Columns much longer than the ops: each row still accounts for every op, by name or
+ * in a `+N` cell. */
+static void sim__grid_narrow__every_op_named_or_counted(void **state)
+{
+	(void)state;
+	Plan *p = compile_text(program(4, 1, 8, "1f1b", "f=1 b=1 w=1",
+	                               "latency=5us bandwidth=50GB/s"),
+	                       NULL);
+	assert_non_null(p);
+	SimResult res;
+	SimOptions o = {.model = SIM_STRICT, .record_ops = 1};
+	assert_int_equal(sim_run(p, &o, &res), 0);
+	static const int widths[] = {60, 20, 7};
+	int marked = 0;
+	for (size_t k = 0; k < sizeof widths / sizeof widths[0]; k++) {
+		char *buf = NULL;
+		size_t len = 0;
+		FILE *f = open_memstream(&buf, &len);
+		assert_int_equal(sim_report_grid(f, p, &res, widths[k]), 0);
+		fclose(f);
+		for (int r = 0; r < p->world; r++) {
+			char head[32];
+			snprintf(head, sizeof head, "rank %d |", r);
+			const char *row = strstr(buf, head);
+			assert_non_null(row);
+			row += strlen(head);
+			/* one stage per rank: equal neighbouring names are one op's cells */
+			int64_t seen = 0;
+			char prev[16] = "", tok[16];
+			int used;
+			while (sscanf(row, " %15s%n", tok, &used) == 1 && strcmp(tok, "|")) {
+				row += used;
+				if (tok[0] == '+') {
+					seen += atoi(tok + 1);
+					marked++;
+				} else if (tok[0] != '.' && strcmp(tok, prev)) {
+					seen++;
+				}
+				snprintf(prev, sizeof prev, "%s", tok);
+			}
+			if (seen != timed_ops(p, &res, r))
+				fail_msg("width %d rank %d: %lld ops in the grid, %lld ran:\n%s", widths[k], r,
+				         (long long)seen, (long long)timed_ops(p, &res, r), buf);
+		}
+		free(buf);
+	}
+	assert_true(marked > 0);
+	sim_result_free(&res);
+	plan_free(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -909,6 +1044,9 @@ int main(void)
 	    cmocka_unit_test(sim__unverified_mismatch__run_names_both_ops),
 	    cmocka_unit_test(sim__good_plans__run_in_both_models),
 	    cmocka_unit_test(sim__reports__json_trace_svg_grid),
+	    cmocka_unit_test(sim__svg_comm_dominated__every_box_labelled),
+	    cmocka_unit_test(sim__svg_stall_at_zero__axis_0_to_1_us),
+	    cmocka_unit_test(sim__grid_narrow__every_op_named_or_counted),
 	    cmocka_unit_test(sim__malformed_plans__located_error_no_crash),
 	    cmocka_unit_test(sim__random_plans__agree_with_reference),
 	};
