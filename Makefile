@@ -1,6 +1,6 @@
 # pipecc: the compiler, the simulator and the runtime, plus their tests.
 #   make            build bin/pipecc, bin/pipesim, bin/piperun
-#   make demo       build and run the whole chain on examples/mlp4.pipe
+#   make demo       build and run the whole chain on examples/demo.pipe
 #   make check      build and run every test
 #   make bench      benchmarks (print figures)
 #   make SAN=1 ...  the same with ASan + UBSan, in build/san and bin/san
