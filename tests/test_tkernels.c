@@ -662,6 +662,27 @@ static void tk__mlp_gelu__matches_reference_and_finite_differences(void **state)
 	}
 }
 
+/* With d = f = 1 and unit weights the MLP is gelu itself (and B gives gelu'): the tanh
+ * form of GPT-2 and runtime/cpu.c, in double, over a range with saturated ends. */
+static void tk__mlp_gelu__equals_tanh_form_across_range(void **state)
+{
+	(void)state;
+	enum { M = 203 };
+	float x[M], h[M], a[M], y[M], dy[M], dh[M], dx[M], one = 1.0f;
+	for (int i = 0; i < M; i++)
+		x[i] = i < 201 ? (float)(i - 100) * 0.12f : (i == 201 ? -100.0f : 100.0f), dy[i] = 1;
+	tk_mlp_fwd(x, &one, NULL, &one, NULL, h, a, y, M, 1, 1);
+	tk_mlp_bwd_in(&one, &one, h, dy, dh, dx, M, 1, 1);
+	for (int i = 0; i < M; i++) {
+		double v = x[i], c = sqrt(2 / M_PI), u = c * (v + 0.044715 * v * v * v), t = tanh(u);
+		double g = 0.5 * v * (1 + t);
+		double dg = 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * c * (1 + 3 * 0.044715 * v * v);
+		assert_true(isfinite(y[i]) && isfinite(dx[i]));
+		assert_float_equal(y[i], g, 1e-6 * fmax(1, fabs(g)));
+		assert_float_equal(dx[i], dg, 1e-5);
+	}
+}
+
 static void tk__mlp_swiglu__matches_reference_and_finite_differences(void **state)
 {
 	(void)state;
@@ -1155,6 +1176,7 @@ int main(void)
 		cmocka_unit_test(tk__rope__scores_depend_on_relative_position_only),
 		cmocka_unit_test(tk__attn_check__rejects_bad_shapes),
 		cmocka_unit_test(tk__mlp_gelu__matches_reference_and_finite_differences),
+		cmocka_unit_test(tk__mlp_gelu__equals_tanh_form_across_range),
 		cmocka_unit_test(tk__mlp_swiglu__matches_reference_and_finite_differences),
 		cmocka_unit_test(tk__residual__routes_gradient_through_skip_and_sub_block),
 		cmocka_unit_test(tk__head_untied__matches_finite_differences),
