@@ -194,7 +194,7 @@ static double lin_loss(void *p)
 	return dot(c->y, c->r, c->N * c->n);
 }
 
-static void tk__linear__matches_finite_differences(void **state)
+static void tk__linear__matches_reference_and_finite_differences(void **state)
 {
 	(void)state;
 	for (int bias = 0; bias < 2; bias++) {
@@ -208,6 +208,14 @@ static void tk__linear__matches_finite_differences(void **state)
 		float *dx = buf(&A, N_ * D_), *dw = zeros(&A, D_ * F_);
 		float *db = bias ? zeros(&A, F_) : NULL;
 		lin_loss(&c);
+		double want[N_ * F_];
+		for (int t = 0; t < N_; t++)
+			for (int j = 0; j < F_; j++) {
+				want[t * F_ + j] = bias ? c.b[j] : 0;
+				for (int k = 0; k < D_; k++)
+					want[t * F_ + j] += (double)c.x[t * D_ + k] * c.w[k * F_ + j];
+			}
+		close_to(c.y, want, N_ * F_, 1e-5, "linear y");
 		tk_linear_bwd_in(c.r, c.w, dx, N_, D_, F_, 0);
 		tk_linear_bwd_w(c.x, c.r, dw, db, N_, D_, F_);
 		check_grad("linear dx", lin_loss, &c, c.x, dx, N_ * D_);
@@ -763,7 +771,7 @@ static double head_loss(void *p)
 	return loss;
 }
 
-static void tk__head_untied__matches_finite_differences(void **state)
+static void tk__head_untied__matches_reference_and_finite_differences(void **state)
 {
 	(void)state;
 	Arena A = {.rng = 111};
@@ -773,6 +781,14 @@ static void tk__head_untied__matches_finite_differences(void **state)
 	c.logits = buf(&A, N_ * V_);
 	c.r = rnd(&A, N_ * V_, 1);
 	head_loss(&c);
+	double want[N_ * V_];
+	for (int t = 0; t < N_; t++)
+		for (int v = 0; v < V_; v++) {
+			want[t * V_ + v] = 0;
+			for (int j = 0; j < D_; j++)
+				want[t * V_ + v] += (double)c.x[t * D_ + j] * c.wte[v * D_ + j];
+		}
+	close_to(c.logits, want, N_ * V_, 1e-5, "head logits");
 	float *dx = buf(&A, N_ * D_), *dw = zeros(&A, V_ * D_);
 	tk_head_bwd_in(c.wte, c.r, dx, N_, D_, V_);
 	tk_head_bwd_w(c.x, c.r, dw, N_, D_, V_);
@@ -1164,7 +1180,7 @@ static void tk__flops__match_megatron_formula(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(tk__linear__matches_finite_differences),
+		cmocka_unit_test(tk__linear__matches_reference_and_finite_differences),
 		cmocka_unit_test(tk__embed_positions__matches_reference_and_finite_differences),
 		cmocka_unit_test(tk__embed_bad_token__is_rejected_untouched),
 		cmocka_unit_test(tk__layernorm__matches_reference_and_finite_differences),
@@ -1179,7 +1195,7 @@ int main(void)
 		cmocka_unit_test(tk__mlp_gelu__equals_tanh_form_across_range),
 		cmocka_unit_test(tk__mlp_swiglu__matches_reference_and_finite_differences),
 		cmocka_unit_test(tk__residual__routes_gradient_through_skip_and_sub_block),
-		cmocka_unit_test(tk__head_untied__matches_finite_differences),
+		cmocka_unit_test(tk__head_untied__matches_reference_and_finite_differences),
 		cmocka_unit_test(tk__head_tied_with_xent__matches_finite_differences),
 		cmocka_unit_test(tk__xent__matches_reference_and_finite_differences),
 		cmocka_unit_test(tk__xent_uniform_logits__loss_is_log_v),
