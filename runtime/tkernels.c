@@ -575,6 +575,50 @@ int64_t tk_params_head(int64_t V, int64_t d, int tied)
 	return tied ? 0 : V * d;
 }
 
+/* ---- memory ---- */
+
+TkMem tk_mem_embed(int64_t N)
+{
+	(void)N; // the tokens are the input
+	return (TkMem){0, 0, 0};
+}
+
+TkMem tk_mem_layernorm(int64_t N)
+{
+	return (TkMem){2 * N, 0, 0};
+}
+
+TkMem tk_mem_rmsnorm(int64_t N)
+{
+	return (TkMem){N, 0, 0};
+}
+
+TkMem tk_mem_attn(const TkAttn *a)
+{
+	int64_t N = a->B * a->S, nqkv = tk_attn_nqkv(a);
+	return (TkMem){N * nqkv + tk_attn_p_elems(a) + N * a->d, N * nqkv, tk_attn_workspace(a)};
+}
+
+TkMem tk_mem_mlp(int64_t N, int64_t f)
+{
+	return (TkMem){2 * N * f, N * f, 0};
+}
+
+TkMem tk_mem_swiglu(int64_t N, int64_t f)
+{
+	return (TkMem){3 * N * f, 2 * N * f, 0};
+}
+
+TkMem tk_mem_head(int64_t N, int64_t V)
+{
+	return (TkMem){0, N * V, 0};
+}
+
+TkMem tk_mem_xent(int64_t N)
+{
+	return (TkMem){2 * N, 0, 0}; // lse and the targets; the logits are the input
+}
+
 /* ---- FLOPs ---- */
 
 TkFlops tk_flops_linear(int64_t N, int64_t k, int64_t n)

@@ -14,6 +14,7 @@
  *   input x and the saved/held buffers unchanged; nothing else carries over, so the two
  *   halves can run apart (zero-bubble schedules).  `_bwd` is the fused pair.
  * - `_bwd_in` overwrites dx; `_bwd_w` adds into dW/db (the caller zeroes them per step).
+ * - Every GEMM dimension (N, d, f, V, S, nqkv) must fit in an int (OpenBLAS's API).
  * - Kernels never allocate.  Where a kernel needs scratch, `tk_*_workspace` says how many
  *   floats; otherwise it needs none.  Element counts below are floats unless marked.
  * - Optional parameters (biases, learned positions) are NULL when absent; so are their
@@ -47,7 +48,7 @@ void tk_linear_bwd_w(const float *x, const float *dy, float *dw, float *db, int6
 
 /* ---- token embedding: x[t] = wte[tok[t]] (+ wpe[t mod S]) ----
  * tok: N int32 in [0, V); wte V x d; wpe S x d or NULL (rotary or no positions).
- * Saved: the tokens (N int32).  No input gradient (tokens are not differentiable).
+ * Saved: nothing beyond the input tokens (N int32).  No input gradient (tokens are not differentiable).
  * Returns TK_EINVAL, writing nothing, if a token is out of range. */
 int tk_embed_fwd(const int32_t *tok, const float *wte, const float *wpe, float *x, int64_t B,
                  int64_t S, int64_t d, int64_t V);
@@ -99,7 +100,7 @@ typedef struct TkAttn {
 } TkAttn;
 
 /* NULL when the shape is valid, else what is wrong (H divides d, Hkv divides H, even hd
- * with rotary, positive sizes). */
+ * with rotary, positive sizes).  The attention kernels assume a valid shape. */
 const char *tk_attn_check(const TkAttn *a);
 int64_t tk_attn_nqkv(const TkAttn *a);
 int64_t tk_attn_p_elems(const TkAttn *a);
@@ -166,8 +167,8 @@ void tk_head_bwd_w(const float *x, const float *dlogits, float *dwv, int64_t N, 
                    int64_t V);
 
 /* ---- cross-entropy on next-token targets: loss = mean_t -log softmax(logits[t])[tgt[t]] ----
- * logits N x V; tgt N int32 in [0, V).  Saved: lse (N, each row's log-sum-exp), the
- * logits (N*V) and the targets (N int32).  Backward writes
+ * logits N x V; tgt N int32 in [0, V).  Saved: lse (N, each row's log-sum-exp) and the
+ * targets (N int32), plus the input logits (N*V).  Backward writes
  * dlogits = scale * (softmax(logits) - onehot(tgt)) / N, and may run in place
  * (dlogits == logits), so a microbatch needs one N x V buffer.  No parameters.
  * Return TK_EINVAL, writing nothing, if a target is out of range. */
@@ -185,6 +186,24 @@ int64_t tk_params_attn(const TkAttn *a, int bias);
 int64_t tk_params_mlp(int64_t d, int64_t f, int bias);
 int64_t tk_params_swiglu(int64_t d, int64_t f);
 int64_t tk_params_head(int64_t V, int64_t d, int tied);
+
+/* ---- memory per microbatch, in 4-byte elements (floats; int32 tokens and targets),
+ * besides the layer's input (kept from F to W: x, or the tokens of an embedding, or the
+ * logits of a cross-entropy) and its output gradient dy (kept from B to W) ---- */
+typedef struct TkMem {
+	int64_t saved; // written by F, read by B and W
+	int64_t held;  // written by B, read by W
+	int64_t work;  // scratch inside B only
+} TkMem;
+
+TkMem tk_mem_embed(int64_t N);
+TkMem tk_mem_layernorm(int64_t N);
+TkMem tk_mem_rmsnorm(int64_t N);
+TkMem tk_mem_attn(const TkAttn *a);
+TkMem tk_mem_mlp(int64_t N, int64_t f);
+TkMem tk_mem_swiglu(int64_t N, int64_t f);
+TkMem tk_mem_head(int64_t N, int64_t V);
+TkMem tk_mem_xent(int64_t N);
 
 /* ---- FLOPs per microbatch: GEMM multiply-adds counted as 2, for F (forward), B (input
  * gradient) and W (weight gradient).  Element-wise kinds (embedding, norms, residual,

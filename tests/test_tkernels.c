@@ -1080,6 +1080,10 @@ static void tk__saved_buffers__match_documented_sizes(void **state)
 		assert_int_equal(nq, (a.H + 2 * a.Hkv) * (d / a.H));
 		assert_int_equal(tk_attn_p_elems(&a), a.B * a.H * a.S * a.S);
 		assert_int_equal(tk_attn_workspace(&a), N * d + a.S * a.S);
+		TkMem m = tk_mem_attn(&a);
+		assert_int_equal(m.saved, N * nq + a.B * a.H * a.S * a.S + N * d);
+		assert_int_equal(m.held, N * nq);
+		assert_int_equal(m.work, N * d + a.S * a.S);
 		AttnCtx c = attn_setup(&A, a, v);
 		float *dqkv = buf(&A, N * nq), *dx = buf(&A, N * d), *work = buf(&A, N * d + a.S * a.S);
 		float *dwqkv = zeros(&A, d * nq), *dwo = zeros(&A, d * d);
@@ -1096,6 +1100,16 @@ static void tk__saved_buffers__match_documented_sizes(void **state)
 		arena_free(&A);
 	}
 	Arena A = {.rng = 181};
+	/* the buffers below, kind by kind */
+	assert_int_equal(tk_mem_mlp(N_, F_).saved, 2 * N_ * F_);       // h, a
+	assert_int_equal(tk_mem_mlp(N_, F_).held, N_ * F_);            // dh
+	assert_int_equal(tk_mem_swiglu(N_, F_).saved, 3 * N_ * F_);    // g, u, a
+	assert_int_equal(tk_mem_swiglu(N_, F_).held, 2 * N_ * F_);     // dg, du
+	assert_int_equal(tk_mem_layernorm(N_).saved, 2 * N_);          // mean, rstd
+	assert_int_equal(tk_mem_rmsnorm(N_).saved, N_);                // rstd
+	assert_int_equal(tk_mem_xent(N_).saved, 2 * N_);               // lse, targets
+	assert_int_equal(tk_mem_head(N_, V_).held, N_ * V_);           // dlogits
+	assert_int_equal(tk_mem_embed(N_).saved + tk_mem_embed(N_).held, 0);
 	MlpCtx g = mlp_setup(&A, 0, 1), s = mlp_setup(&A, 1, 0);
 	mlp_loss(&g);
 	mlp_loss(&s);
@@ -1157,6 +1171,19 @@ static void tk__params__match_published_gpt2_and_llama2(void **state)
 	assert_int_equal(tk_params_linear(3, 4, 1), 16);
 }
 
+/* docs/layers.md's worked example: one GPT-2 small layer at B = 1, S = 1024 keeps its
+ * four layer inputs (layernorm, attention, layernorm, MLP) and what each kind saves. */
+static void tk__mem__gpt2_layer_matches_worked_example(void **state)
+{
+	(void)state;
+	int64_t N = 1024, d = 768;
+	TkAttn a = {.B = 1, .S = 1024, .d = d, .H = 12, .Hkv = 12};
+	int64_t saved = 4 * N * d + 2 * tk_mem_layernorm(N).saved + tk_mem_attn(&a).saved +
+	                tk_mem_mlp(N, 4 * d).saved;
+	assert_int_equal(saved, 25169920);
+	assert_int_equal(tk_mem_attn(&a).saved, 16515072 - N * d);
+}
+
 /* Megatron-LM's count for GPT (Narayanan et al. 2021): forward + backward of L layers and
  * the logits = 72 B S L h^2 (1 + S/(6h) + V/(12 h L)). */
 static void tk__flops__match_megatron_formula(void **state)
@@ -1203,6 +1230,7 @@ int main(void)
 		cmocka_unit_test(tk__gpt_block__is_deterministic),
 		cmocka_unit_test(tk__saved_buffers__match_documented_sizes),
 		cmocka_unit_test(tk__params__match_published_gpt2_and_llama2),
+		cmocka_unit_test(tk__mem__gpt2_layer_matches_worked_example),
 		cmocka_unit_test(tk__flops__match_megatron_formula),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
