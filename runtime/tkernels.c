@@ -239,27 +239,27 @@ int64_t tk_attn_workspace(const TkAttn *a)
 }
 
 /* Llama's convention: within a head, element i pairs with i + hd/2 and turns by angle
- * s * theta^(-2i/hd) at position s.  Angles are computed in double, once per (row, i),
- * and applied to every q and k head of the row. */
+ * s * theta^(-2i/hd) at position s.  Angles are computed in double, once per (position,
+ * i), and applied to every q and k head of that position in every sequence. */
 void tk_rope(const TkAttn *a, float *qkv, int inverse)
 {
 	int64_t hd = a->d / a->H, half = hd / 2, nqkv = tk_attn_nqkv(a), nh = a->H + a->Hkv;
-	for (int64_t t = 0; t < a->B * a->S; t++) {
-		float *row = qkv + t * nqkv;
-		double pos = (double)(t % a->S);
+	for (int64_t pos = 0; pos < a->S; pos++)
 		for (int64_t i = 0; i < half; i++) {
-			double ang = pos * pow(a->rope_theta, -2.0 * (double)i / (double)hd);
+			double ang = (double)pos * pow(a->rope_theta, -2.0 * (double)i / (double)hd);
 			float c = (float)cos(ang), s = (float)sin(ang);
 			if (inverse)
 				s = -s;
-			for (int64_t h = 0; h < nh; h++) {
-				float *p = row + h * hd;
-				float x1 = p[i], x2 = p[i + half];
-				p[i] = x1 * c - x2 * s;
-				p[i + half] = x1 * s + x2 * c;
+			for (int64_t b = 0; b < a->B; b++) {
+				float *row = qkv + (b * a->S + pos) * nqkv;
+				for (int64_t h = 0; h < nh; h++) {
+					float *p = row + h * hd;
+					float x1 = p[i], x2 = p[i + half];
+					p[i] = x1 * c - x2 * s;
+					p[i + half] = x1 * s + x2 * c;
+				}
 			}
 		}
-	}
 }
 
 void tk_attn_fwd(const TkAttn *a, const float *x, const float *wqkv, const float *bqkv,

@@ -1199,8 +1199,14 @@ static void tk__flops__match_megatron_formula(void **state)
 	assert_int_equal(ml.b + ml.w, 2 * ml.f);
 	/* forward attention: 2 N d (3d) + 2 N d^2 + 4 B S^2 d */
 	assert_int_equal(at.f, 8 * N * h * h + 4 * Bm * S * S * h);
-	TkFlops sw = tk_flops_swiglu(N, 4096, 11008);
-	assert_int_equal(sw.f, 6 * N * 4096 * 11008);
+	/* Llama-2-7B, one sequence of 4096: the forward is 2 FLOPs per token per GEMM weight
+	 * (all parameters but the embedding and the norms) plus attention's 4 S^2 d per layer */
+	int64_t ld = 4096, lS = 4096, lN = lS, lL = 32;
+	TkAttn la = {.B = 1, .S = lS, .d = ld, .H = 32, .Hkv = 32, .rope = 1, .rope_theta = 1e4};
+	int64_t fwd = lL * (tk_flops_attn(&la).f + tk_flops_swiglu(lN, ld, 11008).f) +
+	              tk_flops_head(lN, ld, 32000).f;
+	int64_t gemm_weights = 6738415616LL - 32000 * ld - (2 * lL + 1) * ld;
+	assert_int_equal(fwd, 2 * lN * gemm_weights + lL * 4 * lS * lS * ld);
 	assert_int_equal(tk_flops_linear(2, 3, 5).w, 60);
 }
 
