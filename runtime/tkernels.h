@@ -15,8 +15,9 @@
  *   halves can run apart (zero-bubble schedules).  `_bwd` is the fused pair.
  * - `_bwd_in` overwrites dx; `_bwd_w` adds into dW/db (the caller zeroes them per step).
  * - Every GEMM dimension (N, d, f, V, S, nqkv) must fit in an int (OpenBLAS's API).
- * - Kernels never allocate.  Where a kernel needs scratch, `tk_*_workspace` says how many
- *   floats; otherwise it needs none.  Element counts below are floats unless marked.
+ * - Kernels never allocate.  Only attention's `_bwd_in` needs scratch
+ *   (`tk_attn_workspace` floats).  Element counts below are floats unless marked;
+ *   `tk_mem_*` returns them per kind for the memory model.
  * - Optional parameters (biases, learned positions) are NULL when absent; so are their
  *   gradients.
  * - Same inputs, same bits: fixed loop orders, scalar reductions (row statistics, the
@@ -29,7 +30,7 @@
 
 enum {
 	TK_OK = 0,       // success
-	TK_EINVAL = -1,  // bad argument: a token or target out of range, inconsistent shape
+	TK_EINVAL = -1,  // bad argument: a token or target out of range
 };
 
 #define TK_NORM_EPS 1e-5f     // layernorm / rmsnorm default epsilon
@@ -48,7 +49,8 @@ void tk_linear_bwd_w(const float *x, const float *dy, float *dw, float *db, int6
 
 /* ---- token embedding: x[t] = wte[tok[t]] (+ wpe[t mod S]) ----
  * tok: N int32 in [0, V); wte V x d; wpe S x d or NULL (rotary or no positions).
- * Saved: nothing beyond the input tokens (N int32).  No input gradient (tokens are not differentiable).
+ * Saved: nothing beyond the input tokens (N int32).  No input gradient (tokens are not
+ * differentiable).
  * Returns TK_EINVAL, writing nothing, if a token is out of range. */
 int tk_embed_fwd(const int32_t *tok, const float *wte, const float *wpe, float *x, int64_t B,
                  int64_t S, int64_t d, int64_t V);
