@@ -129,7 +129,8 @@ $(BUILD)/grammar/%.o: $(BUILD)/grammar/%.c
 
 $(call obj,$(COMP_SRC)) $(BUILD)/compiler/pipecc_main.o: $(GRAM_C)
 
-$(BUILD)/runtime/cpu.o: runtime/cpu.c
+# BLAS users: runtime/cpu.c and the transformer kernels (runtime/tkernels.c).
+$(BUILD)/runtime/cpu.o $(BUILD)/runtime/tkernels.o: $(BUILD)/runtime/%.o: runtime/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(BLAS_CFLAGS) -c -o $@ $<
 

@@ -1,0 +1,654 @@
+/* Transformer layer kernels on the CPU (see tkernels.h for the contract and
+ * docs/layers.md for the math).  Every kernel works on caller-owned float32 row-major
+ * arrays; GEMMs go through OpenBLAS's cblas_sgemm (attention as one GEMM per sequence
+ * and head, reading heads in place through the leading dimension), everything else is a
+ * plain loop in a fixed order, with row statistics and the loss summed in double, so a
+ * kernel gives the same bits for the same inputs.  Each layer kind is split into
+ * forward, input gradient and weight gradient; the input gradient leaves in the caller's
+ * "held" buffers what the weight gradient reads, and nothing else passes between them. */
+#include "tkernels.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+/* C (m x n) = alpha op(A) op(B) + beta C, row-major, leading dimensions given. */
+static void gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                 int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+{
+	cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+	            (int)m, (int)n, (int)k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+}
+
+/* db (n) += column sums of dy (N x n). */
+static void colsum_add(const float *dy, float *db, int64_t N, int64_t n)
+{
+	for (int64_t i = 0; i < N; i++)
+		for (int64_t j = 0; j < n; j++)
+			db[j] += dy[i * n + j];
+}
+
+/* ---- linear ---- */
+
+void tk_linear_fwd(const float *x, const float *w, const float *b, float *y, int64_t N,
+                   int64_t k, int64_t n)
+{
+	if (b)
+		for (int64_t i = 0; i < N; i++)
+			memcpy(y + i * n, b, (size_t)n * sizeof(float));
+	gemm(0, 0, N, n, k, 1.0f, x, k, w, n, b ? 1.0f : 0.0f, y, n);
+}
+
+void tk_linear_bwd_in(const float *dy, const float *w, float *dx, int64_t N, int64_t k,
+                      int64_t n, int accumulate)
+{
+	gemm(0, 1, N, k, n, 1.0f, dy, n, w, n, accumulate ? 1.0f : 0.0f, dx, k);
+}
+
+void tk_linear_bwd_w(const float *x, const float *dy, float *dw, float *db, int64_t N,
+                     int64_t k, int64_t n)
+{
+	gemm(1, 0, k, n, N, 1.0f, x, k, dy, n, 1.0f, dw, n);
+	if (db)
+		colsum_add(dy, db, N, n);
+}
+
+/* ---- token embedding ---- */
+
+static int tokens_ok(const int32_t *tok, int64_t n, int64_t V)
+{
+	for (int64_t i = 0; i < n; i++)
+		if (tok[i] < 0 || tok[i] >= V)
+			return 0;
+	return 1;
+}
+
+int tk_embed_fwd(const int32_t *tok, const float *wte, const float *wpe, float *x, int64_t B,
+                 int64_t S, int64_t d, int64_t V)
+{
+	int64_t N = B * S;
+	if (!tokens_ok(tok, N, V))
+		return TK_EINVAL;
+	for (int64_t t = 0; t < N; t++) {
+		const float *e = wte + (int64_t)tok[t] * d;
+		float *o = x + t * d;
+		if (wpe) {
+			const float *p = wpe + (t % S) * d;
+			for (int64_t j = 0; j < d; j++)
+				o[j] = e[j] + p[j];
+		} else {
+			memcpy(o, e, (size_t)d * sizeof(float));
+		}
+	}
+	return TK_OK;
+}
+
+int tk_embed_bwd_w(const int32_t *tok, const float *dy, float *dwte, float *dwpe, int64_t B,
+                   int64_t S, int64_t d, int64_t V)
+{
+	int64_t N = B * S;
+	if (!tokens_ok(tok, N, V))
+		return TK_EINVAL;
+	for (int64_t t = 0; t < N; t++) {
+		const float *g = dy + t * d;
+		float *e = dwte + (int64_t)tok[t] * d;
+		for (int64_t j = 0; j < d; j++)
+			e[j] += g[j];
+		if (dwpe) {
+			float *p = dwpe + (t % S) * d;
+			for (int64_t j = 0; j < d; j++)
+				p[j] += g[j];
+		}
+	}
+	return TK_OK;
+}
+
+/* ---- layernorm and rmsnorm ---- */
+
+void tk_layernorm_fwd(const float *x, const float *g, const float *b, float eps, float *y,
+                      float *mean, float *rstd, int64_t N, int64_t d)
+{
+	for (int64_t i = 0; i < N; i++) {
+		const float *r = x + i * d;
+		double s = 0, v = 0;
+		for (int64_t j = 0; j < d; j++)
+			s += r[j];
+		double mu = s / (double)d;
+		for (int64_t j = 0; j < d; j++)
+			v += ((double)r[j] - mu) * ((double)r[j] - mu);
+		float m = (float)mu, rs = (float)(1.0 / sqrt(v / (double)d + (double)eps));
+		mean[i] = m;
+		rstd[i] = rs;
+		for (int64_t j = 0; j < d; j++)
+			y[i * d + j] = (r[j] - m) * rs * g[j] + b[j];
+	}
+}
+
+void tk_layernorm_bwd_in(const float *x, const float *g, const float *mean,
+                         const float *rstd, const float *dy, float *dx, int64_t N, int64_t d)
+{
+	for (int64_t i = 0; i < N; i++) {
+		const float *r = x + i * d, *gy = dy + i * d;
+		double m1 = 0, m2 = 0;
+		for (int64_t j = 0; j < d; j++) {
+			float xh = (r[j] - mean[i]) * rstd[i];
+			double dxh = (double)gy[j] * (double)g[j];
+			m1 += dxh;
+			m2 += dxh * xh;
+		}
+		float a1 = (float)(m1 / (double)d), a2 = (float)(m2 / (double)d);
+		for (int64_t j = 0; j < d; j++) {
+			float xh = (r[j] - mean[i]) * rstd[i];
+			dx[i * d + j] = rstd[i] * (gy[j] * g[j] - a1 - xh * a2);
+		}
+	}
+}
+
+void tk_layernorm_bwd_w(const float *x, const float *mean, const float *rstd,
+                        const float *dy, float *dg, float *db, int64_t N, int64_t d)
+{
+	for (int64_t i = 0; i < N; i++)
+		for (int64_t j = 0; j < d; j++) {
+			float xh = (x[i * d + j] - mean[i]) * rstd[i];
+			dg[j] += dy[i * d + j] * xh;
+			db[j] += dy[i * d + j];
+		}
+}
+
+void tk_layernorm_bwd(const float *x, const float *g, const float *mean, const float *rstd,
+                      const float *dy, float *dx, float *dg, float *db, int64_t N, int64_t d)
+{
+	tk_layernorm_bwd_in(x, g, mean, rstd, dy, dx, N, d);
+	tk_layernorm_bwd_w(x, mean, rstd, dy, dg, db, N, d);
+}
+
+void tk_rmsnorm_fwd(const float *x, const float *g, float eps, float *y, float *rstd,
+                    int64_t N, int64_t d)
+{
+	for (int64_t i = 0; i < N; i++) {
+		const float *r = x + i * d;
+		double s = 0;
+		for (int64_t j = 0; j < d; j++)
+			s += (double)r[j] * (double)r[j];
+		float rs = (float)(1.0 / sqrt(s / (double)d + (double)eps));
+		rstd[i] = rs;
+		for (int64_t j = 0; j < d; j++)
+			y[i * d + j] = r[j] * rs * g[j];
+	}
+}
+
+void tk_rmsnorm_bwd_in(const float *x, const float *g, const float *rstd, const float *dy,
+                       float *dx, int64_t N, int64_t d)
+{
+	for (int64_t i = 0; i < N; i++) {
+		const float *r = x + i * d, *gy = dy + i * d;
+		double m2 = 0;
+		for (int64_t j = 0; j < d; j++)
+			m2 += (double)gy[j] * (double)g[j] * (double)(r[j] * rstd[i]);
+		float a2 = (float)(m2 / (double)d);
+		for (int64_t j = 0; j < d; j++)
+			dx[i * d + j] = rstd[i] * (gy[j] * g[j] - r[j] * rstd[i] * a2);
+	}
+}
+
+void tk_rmsnorm_bwd_w(const float *x, const float *rstd, const float *dy, float *dg, int64_t N,
+                      int64_t d)
+{
+	for (int64_t i = 0; i < N; i++)
+		for (int64_t j = 0; j < d; j++)
+			dg[j] += dy[i * d + j] * (x[i * d + j] * rstd[i]);
+}
+
+void tk_rmsnorm_bwd(const float *x, const float *g, const float *rstd, const float *dy,
+                    float *dx, float *dg, int64_t N, int64_t d)
+{
+	tk_rmsnorm_bwd_in(x, g, rstd, dy, dx, N, d);
+	tk_rmsnorm_bwd_w(x, rstd, dy, dg, N, d);
+}
+
+/* ---- attention ---- */
+
+const char *tk_attn_check(const TkAttn *a)
+{
+	if (a->B <= 0 || a->S <= 0 || a->d <= 0 || a->H <= 0 || a->Hkv <= 0)
+		return "sizes must be positive";
+	if (a->d % a->H)
+		return "the number of heads must divide the width";
+	if (a->H % a->Hkv)
+		return "the number of key/value heads must divide the number of heads";
+	if (a->rope && (a->d / a->H) % 2)
+		return "rotary needs an even head width";
+	if (a->rope && !(a->rope_theta > 0))
+		return "rotary base must be positive";
+	return NULL;
+}
+
+int64_t tk_attn_nqkv(const TkAttn *a)
+{
+	return (a->H + 2 * a->Hkv) * (a->d / a->H);
+}
+
+int64_t tk_attn_p_elems(const TkAttn *a)
+{
+	return a->B * a->H * a->S * a->S;
+}
+
+int64_t tk_attn_workspace(const TkAttn *a)
+{
+	return a->B * a->S * a->d + a->S * a->S;
+}
+
+/* Llama's convention: within a head, element i pairs with i + hd/2 and turns by angle
+ * s * theta^(-2i/hd) at position s.  Angles are computed in double, once per (position,
+ * i), and applied to every q and k head of that position in every sequence. */
+void tk_rope(const TkAttn *a, float *qkv, int inverse)
+{
+	int64_t hd = a->d / a->H, half = hd / 2, nqkv = tk_attn_nqkv(a), nh = a->H + a->Hkv;
+	for (int64_t pos = 0; pos < a->S; pos++)
+		for (int64_t i = 0; i < half; i++) {
+			double ang = (double)pos * pow(a->rope_theta, -2.0 * (double)i / (double)hd);
+			float c = (float)cos(ang), s = (float)sin(ang);
+			if (inverse)
+				s = -s;
+			for (int64_t b = 0; b < a->B; b++) {
+				float *row = qkv + (b * a->S + pos) * nqkv;
+				for (int64_t h = 0; h < nh; h++) {
+					float *p = row + h * hd;
+					float x1 = p[i], x2 = p[i + half];
+					p[i] = x1 * c - x2 * s;
+					p[i + half] = x1 * s + x2 * c;
+				}
+			}
+		}
+}
+
+void tk_attn_fwd(const TkAttn *a, const float *x, const float *wqkv, const float *bqkv,
+                 const float *wo, const float *bo, float *qkv, float *p, float *att, float *y)
+{
+	int64_t B = a->B, S = a->S, d = a->d, H = a->H, Hkv = a->Hkv, hd = d / H;
+	int64_t nqkv = tk_attn_nqkv(a), N = B * S, grp = H / Hkv;
+	float scale = (float)(1.0 / sqrt((double)hd));
+	tk_linear_fwd(x, wqkv, bqkv, qkv, N, d, nqkv);
+	if (a->rope)
+		tk_rope(a, qkv, 0);
+	for (int64_t b = 0; b < B; b++) {
+		const float *base = qkv + b * S * nqkv;
+		for (int64_t h = 0; h < H; h++) {
+			int64_t g = h / grp;
+			const float *q = base + h * hd, *k = base + (H + g) * hd;
+			const float *v = base + (H + Hkv + g) * hd;
+			float *pb = p + (b * H + h) * S * S;
+			gemm(0, 1, S, S, hd, scale, q, nqkv, k, nqkv, 0.0f, pb, S);
+			for (int64_t i = 0; i < S; i++) {
+				float *r = pb + i * S, mx = r[0];
+				for (int64_t j = 1; j <= i; j++)
+					mx = r[j] > mx ? r[j] : mx;
+				double sum = 0;
+				for (int64_t j = 0; j <= i; j++) {
+					r[j] = expf(r[j] - mx);
+					sum += r[j];
+				}
+				float inv = (float)(1.0 / sum);
+				for (int64_t j = 0; j <= i; j++)
+					r[j] *= inv;
+				for (int64_t j = i + 1; j < S; j++)
+					r[j] = 0.0f;
+			}
+			gemm(0, 0, S, hd, S, 1.0f, pb, S, v, nqkv, 0.0f, att + b * S * d + h * hd, d);
+		}
+	}
+	tk_linear_fwd(att, wo, bo, y, N, d, d);
+}
+
+void tk_attn_bwd_in(const TkAttn *a, const float *wqkv, const float *wo, const float *qkv,
+                    const float *p, const float *dy, float *dqkv, float *dx, float *work)
+{
+	int64_t B = a->B, S = a->S, d = a->d, H = a->H, Hkv = a->Hkv, hd = d / H;
+	int64_t nqkv = tk_attn_nqkv(a), N = B * S, grp = H / Hkv;
+	float scale = (float)(1.0 / sqrt((double)hd));
+	float *datt = work, *ds = work + N * d;
+	tk_linear_bwd_in(dy, wo, datt, N, d, d, 0);
+	memset(dqkv, 0, (size_t)(N * nqkv) * sizeof(float));
+	for (int64_t b = 0; b < B; b++) {
+		const float *base = qkv + b * S * nqkv;
+		float *dbase = dqkv + b * S * nqkv;
+		for (int64_t h = 0; h < H; h++) {
+			int64_t g = h / grp;
+			const float *q = base + h * hd, *k = base + (H + g) * hd;
+			const float *v = base + (H + Hkv + g) * hd;
+			float *dq = dbase + h * hd, *dk = dbase + (H + g) * hd;
+			float *dv = dbase + (H + Hkv + g) * hd;
+			const float *pb = p + (b * H + h) * S * S, *da = datt + b * S * d + h * hd;
+			gemm(0, 1, S, S, hd, 1.0f, da, d, v, nqkv, 0.0f, ds, S);     // dP = dO V^T
+			gemm(1, 0, S, hd, S, 1.0f, pb, S, da, d, 1.0f, dv, nqkv);    // dV += P^T dO
+			for (int64_t i = 0; i < S; i++) {                           // softmax'
+				const float *pr = pb + i * S;
+				float *r = ds + i * S;
+				double dot = 0;
+				for (int64_t j = 0; j <= i; j++)
+					dot += (double)pr[j] * (double)r[j];
+				float fd = (float)dot;
+				for (int64_t j = 0; j <= i; j++)
+					r[j] = pr[j] * (r[j] - fd);
+				for (int64_t j = i + 1; j < S; j++)
+					r[j] = 0.0f;
+			}
+			gemm(0, 0, S, hd, S, scale, ds, S, k, nqkv, 1.0f, dq, nqkv); // dQ = c dS K
+			gemm(1, 0, S, hd, S, scale, ds, S, q, nqkv, 1.0f, dk, nqkv); // dK += c dS^T Q
+		}
+	}
+	if (a->rope)
+		tk_rope(a, dqkv, 1);
+	tk_linear_bwd_in(dqkv, wqkv, dx, N, d, nqkv, 0);
+}
+
+void tk_attn_bwd_w(const TkAttn *a, const float *x, const float *att, const float *dy,
+                   const float *dqkv, float *dwqkv, float *dbqkv, float *dwo, float *dbo)
+{
+	int64_t N = a->B * a->S, d = a->d;
+	tk_linear_bwd_w(x, dqkv, dwqkv, dbqkv, N, d, tk_attn_nqkv(a));
+	tk_linear_bwd_w(att, dy, dwo, dbo, N, d, d);
+}
+
+void tk_attn_bwd(const TkAttn *a, const float *x, const float *wqkv, const float *wo,
+                 const float *qkv, const float *p, const float *att, const float *dy,
+                 float *dqkv, float *dx, float *dwqkv, float *dbqkv, float *dwo, float *dbo,
+                 float *work)
+{
+	tk_attn_bwd_in(a, wqkv, wo, qkv, p, dy, dqkv, dx, work);
+	tk_attn_bwd_w(a, x, att, dy, dqkv, dwqkv, dbqkv, dwo, dbo);
+}
+
+/* ---- MLPs ---- */
+
+/* GPT-2's tanh GELU, the function of runtime/cpu.c, written through the identity
+ * 0.5 (1 + tanh u) = sigmoid(2u): one expf instead of tanhf, which is several times
+ * slower in glibc and dominates small layers.  Equal to the tanhf form to float
+ * rounding (not bit for bit). */
+#define GELU_C 0.7978845608f // sqrt(2/pi)
+#define GELU_A 0.044715f
+
+static float gelu(float v)
+{
+	return v / (1.0f + expf(-2.0f * GELU_C * (v + GELU_A * v * v * v)));
+}
+
+/* d/dv: s + v * 2 s (1 - s) * du/dv, with s = sigmoid(2u). */
+static float gelu_grad(float v)
+{
+	float s = 1.0f / (1.0f + expf(-2.0f * GELU_C * (v + GELU_A * v * v * v)));
+	return s + 2.0f * v * s * (1.0f - s) * GELU_C * (1.0f + 3.0f * GELU_A * v * v);
+}
+
+void tk_mlp_fwd(const float *x, const float *w1, const float *b1, const float *w2,
+                const float *b2, float *h, float *a, float *y, int64_t N, int64_t d, int64_t f)
+{
+	tk_linear_fwd(x, w1, b1, h, N, d, f);
+	for (int64_t i = 0; i < N * f; i++)
+		a[i] = gelu(h[i]);
+	tk_linear_fwd(a, w2, b2, y, N, f, d);
+}
+
+void tk_mlp_bwd_in(const float *w1, const float *w2, const float *h, const float *dy,
+                   float *dh, float *dx, int64_t N, int64_t d, int64_t f)
+{
+	tk_linear_bwd_in(dy, w2, dh, N, f, d, 0);
+	for (int64_t i = 0; i < N * f; i++)
+		dh[i] *= gelu_grad(h[i]);
+	tk_linear_bwd_in(dh, w1, dx, N, d, f, 0);
+}
+
+void tk_mlp_bwd_w(const float *x, const float *a, const float *dy, const float *dh,
+                  float *dw1, float *db1, float *dw2, float *db2, int64_t N, int64_t d,
+                  int64_t f)
+{
+	tk_linear_bwd_w(x, dh, dw1, db1, N, d, f);
+	tk_linear_bwd_w(a, dy, dw2, db2, N, f, d);
+}
+
+void tk_mlp_bwd(const float *x, const float *w1, const float *w2, const float *h,
+                const float *a, const float *dy, float *dh, float *dx, float *dw1, float *db1,
+                float *dw2, float *db2, int64_t N, int64_t d, int64_t f)
+{
+	tk_mlp_bwd_in(w1, w2, h, dy, dh, dx, N, d, f);
+	tk_mlp_bwd_w(x, a, dy, dh, dw1, db1, dw2, db2, N, d, f);
+}
+
+static float sigmoid(float v)
+{
+	return 1.0f / (1.0f + expf(-v));
+}
+
+void tk_swiglu_fwd(const float *x, const float *wg, const float *wu, const float *wd, float *g,
+                   float *u, float *a, float *y, int64_t N, int64_t d, int64_t f)
+{
+	tk_linear_fwd(x, wg, NULL, g, N, d, f);
+	tk_linear_fwd(x, wu, NULL, u, N, d, f);
+	for (int64_t i = 0; i < N * f; i++)
+		a[i] = g[i] * sigmoid(g[i]) * u[i];
+	tk_linear_fwd(a, wd, NULL, y, N, f, d);
+}
+
+void tk_swiglu_bwd_in(const float *wg, const float *wu, const float *wd, const float *g,
+                      const float *u, const float *dy, float *dg, float *du, float *dx,
+                      int64_t N, int64_t d, int64_t f)
+{
+	tk_linear_bwd_in(dy, wd, du, N, f, d, 0); // da, turned into du below in place
+	for (int64_t i = 0; i < N * f; i++) {
+		float da = du[i], s = sigmoid(g[i]);
+		dg[i] = da * u[i] * s * (1.0f + g[i] * (1.0f - s));
+		du[i] = da * g[i] * s;
+	}
+	tk_linear_bwd_in(dg, wg, dx, N, d, f, 0);
+	tk_linear_bwd_in(du, wu, dx, N, d, f, 1);
+}
+
+void tk_swiglu_bwd_w(const float *x, const float *a, const float *dy, const float *dg,
+                     const float *du, float *dwg, float *dwu, float *dwd, int64_t N, int64_t d,
+                     int64_t f)
+{
+	tk_linear_bwd_w(x, dg, dwg, NULL, N, d, f);
+	tk_linear_bwd_w(x, du, dwu, NULL, N, d, f);
+	tk_linear_bwd_w(a, dy, dwd, NULL, N, f, d);
+}
+
+void tk_swiglu_bwd(const float *x, const float *wg, const float *wu, const float *wd,
+                   const float *g, const float *u, const float *a, const float *dy, float *dg,
+                   float *du, float *dx, float *dwg, float *dwu, float *dwd, int64_t N,
+                   int64_t d, int64_t f)
+{
+	tk_swiglu_bwd_in(wg, wu, wd, g, u, dy, dg, du, dx, N, d, f);
+	tk_swiglu_bwd_w(x, a, dy, dg, du, dwg, dwu, dwd, N, d, f);
+}
+
+/* ---- residual ---- */
+
+void tk_residual_fwd(const float *x, const float *s, float *y, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++)
+		y[i] = x[i] + s[i];
+}
+
+void tk_residual_bwd(const float *dy, const float *dxs, float *dx, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++)
+		dx[i] = dy[i] + dxs[i];
+}
+
+/* ---- vocabulary head and cross-entropy ---- */
+
+void tk_head_fwd(const float *x, const float *wv, float *logits, int64_t N, int64_t d,
+                 int64_t V)
+{
+	gemm(0, 1, N, V, d, 1.0f, x, d, wv, d, 0.0f, logits, V);
+}
+
+void tk_head_bwd_in(const float *wv, const float *dlogits, float *dx, int64_t N, int64_t d,
+                    int64_t V)
+{
+	gemm(0, 0, N, d, V, 1.0f, dlogits, V, wv, d, 0.0f, dx, d);
+}
+
+void tk_head_bwd_w(const float *x, const float *dlogits, float *dwv, int64_t N, int64_t d,
+                   int64_t V)
+{
+	gemm(1, 0, V, d, N, 1.0f, dlogits, V, x, d, 1.0f, dwv, d);
+}
+
+int tk_xent_fwd(const float *logits, const int32_t *tgt, float *lse, double *loss, int64_t N,
+                int64_t V)
+{
+	if (!tokens_ok(tgt, N, V))
+		return TK_EINVAL;
+	double total = 0;
+	for (int64_t i = 0; i < N; i++) {
+		const float *r = logits + i * V;
+		float mx = r[0];
+		for (int64_t j = 1; j < V; j++)
+			mx = r[j] > mx ? r[j] : mx;
+		double s = 0;
+		for (int64_t j = 0; j < V; j++)
+			s += exp((double)r[j] - (double)mx);
+		double l = (double)mx + log(s);
+		lse[i] = (float)l;
+		total += l - (double)r[tgt[i]];
+	}
+	*loss = total / (double)N;
+	return TK_OK;
+}
+
+int tk_xent_bwd(const float *logits, const int32_t *tgt, const float *lse, float scale,
+                float *dlogits, int64_t N, int64_t V)
+{
+	if (!tokens_ok(tgt, N, V))
+		return TK_EINVAL;
+	float k = (float)((double)scale / (double)N);
+	for (int64_t i = 0; i < N; i++) {
+		const float *r = logits + i * V;
+		float *o = dlogits + i * V;
+		for (int64_t j = 0; j < V; j++)
+			o[j] = k * expf(r[j] - lse[i]);
+		o[tgt[i]] -= k;
+	}
+	return TK_OK;
+}
+
+/* ---- parameter counts ---- */
+
+int64_t tk_params_linear(int64_t k, int64_t n, int bias)
+{
+	return k * n + (bias ? n : 0);
+}
+
+int64_t tk_params_embed(int64_t V, int64_t d, int64_t S, int learned_pos)
+{
+	return V * d + (learned_pos ? S * d : 0);
+}
+
+int64_t tk_params_layernorm(int64_t d)
+{
+	return 2 * d;
+}
+
+int64_t tk_params_rmsnorm(int64_t d)
+{
+	return d;
+}
+
+int64_t tk_params_attn(const TkAttn *a, int bias)
+{
+	return tk_params_linear(a->d, tk_attn_nqkv(a), bias) + tk_params_linear(a->d, a->d, bias);
+}
+
+int64_t tk_params_mlp(int64_t d, int64_t f, int bias)
+{
+	return tk_params_linear(d, f, bias) + tk_params_linear(f, d, bias);
+}
+
+int64_t tk_params_swiglu(int64_t d, int64_t f)
+{
+	return 3 * d * f;
+}
+
+int64_t tk_params_head(int64_t V, int64_t d, int tied)
+{
+	return tied ? 0 : V * d;
+}
+
+/* ---- memory ---- */
+
+TkMem tk_mem_embed(int64_t N)
+{
+	(void)N; // the tokens are the input
+	return (TkMem){0, 0, 0};
+}
+
+TkMem tk_mem_layernorm(int64_t N)
+{
+	return (TkMem){2 * N, 0, 0};
+}
+
+TkMem tk_mem_rmsnorm(int64_t N)
+{
+	return (TkMem){N, 0, 0};
+}
+
+TkMem tk_mem_attn(const TkAttn *a)
+{
+	int64_t N = a->B * a->S, nqkv = tk_attn_nqkv(a);
+	return (TkMem){N * nqkv + tk_attn_p_elems(a) + N * a->d, N * nqkv, tk_attn_workspace(a)};
+}
+
+TkMem tk_mem_mlp(int64_t N, int64_t f)
+{
+	return (TkMem){2 * N * f, N * f, 0};
+}
+
+TkMem tk_mem_swiglu(int64_t N, int64_t f)
+{
+	return (TkMem){3 * N * f, 2 * N * f, 0};
+}
+
+TkMem tk_mem_head(int64_t N, int64_t V)
+{
+	return (TkMem){0, N * V, 0};
+}
+
+TkMem tk_mem_xent(int64_t N)
+{
+	return (TkMem){2 * N, 0, 0}; // lse and the targets; the logits are the input
+}
+
+/* ---- FLOPs ---- */
+
+TkFlops tk_flops_linear(int64_t N, int64_t k, int64_t n)
+{
+	int64_t g = 2 * N * k * n;
+	return (TkFlops){g, g, g};
+}
+
+TkFlops tk_flops_attn(const TkAttn *a)
+{
+	int64_t N = a->B * a->S, d = a->d, nqkv = tk_attn_nqkv(a);
+	int64_t proj_in = 2 * N * d * nqkv, proj_out = 2 * N * d * d;
+	int64_t sq = 2 * a->B * a->H * a->S * a->S * (d / a->H); // one S x S x hd GEMM per head
+	return (TkFlops){proj_in + 2 * sq + proj_out, proj_out + 4 * sq + proj_in,
+	                 proj_in + proj_out};
+}
+
+TkFlops tk_flops_mlp(int64_t N, int64_t d, int64_t f)
+{
+	int64_t g = 4 * N * d * f;
+	return (TkFlops){g, g, g};
+}
+
+TkFlops tk_flops_swiglu(int64_t N, int64_t d, int64_t f)
+{
+	int64_t g = 6 * N * d * f;
+	return (TkFlops){g, g, g};
+}
+
+TkFlops tk_flops_head(int64_t N, int64_t d, int64_t V)
+{
+	return tk_flops_linear(N, d, V);
+}

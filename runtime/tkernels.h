@@ -1,0 +1,223 @@
+/* Transformer layer kernels on the CPU: the math of every decoder-transformer layer kind,
+ * as a pure library over float32 row-major arrays and explicit sizes (no runtime structs),
+ * so the layer table and the backends can call it.  docs/layers.md gives the math, the
+ * saved tensors, the FLOPs and the parameter counts of each kind.
+ *
+ * Conventions shared by every kernel:
+ * - N = B*S rows (the tokens of a microbatch), one row per token, sequence-major within
+ *   a microbatch (row b*S + s is token s of sequence b).
+ * - Each layer kind has three entry points: forward (`_fwd`) writes y and fills the
+ *   caller's "saved" buffers; backward-input (`_bwd_in`) turns dy into dx and fills the
+ *   "held" buffers that the weight gradient needs; backward-weight (`_bwd_w`)
+ *   accumulates (+=) into the parameter gradients from the layer input, the saved and the
+ *   held buffers and dy.  Between `_bwd_in` and `_bwd_w` the caller keeps dy, the layer
+ *   input x and the saved/held buffers unchanged; nothing else carries over, so the two
+ *   halves can run apart (zero-bubble schedules).  `_bwd` is the fused pair.
+ * - `_bwd_in` overwrites dx; `_bwd_w` adds into dW/db (the caller zeroes them per step).
+ * - Every GEMM dimension (N, d, f, V, S, nqkv) must fit in an int (OpenBLAS's API).
+ * - Kernels never allocate.  Only attention's `_bwd_in` needs scratch
+ *   (`tk_attn_workspace` floats).  Element counts below are floats unless marked;
+ *   `tk_mem_*` returns them per kind for the memory model.
+ * - Optional parameters (biases, learned positions) are NULL when absent; so are their
+ *   gradients.
+ * - Same inputs, same bits: fixed loop orders, scalar reductions (row statistics, the
+ *   loss) in double, GEMMs through OpenBLAS's cblas_sgemm (deterministic for given
+ *   shapes and thread count). */
+#ifndef TKERNELS_H
+#define TKERNELS_H
+
+#include <stdint.h>
+
+enum {
+	TK_OK = 0,       // success
+	TK_EINVAL = -1,  // bad argument: a token or target out of range
+};
+
+#define TK_NORM_EPS 1e-5f     // layernorm / rmsnorm default epsilon
+#define TK_ROPE_THETA 10000.0 // rotary base (Llama, GPT-NeoX)
+
+/* ---- linear: y (N x n) = x (N x k) W (k x n) + b (n) ----
+ * Saved: nothing beyond the input x (N*k).  Held for W: dy (N*n). */
+void tk_linear_fwd(const float *x, const float *w, const float *b, float *y, int64_t N,
+                   int64_t k, int64_t n);
+/* dx (N x k) = dy W^T; with accumulate != 0, dx += dy W^T. */
+void tk_linear_bwd_in(const float *dy, const float *w, float *dx, int64_t N, int64_t k,
+                      int64_t n, int accumulate);
+/* dw += x^T dy; db += column sums of dy (db may be NULL). */
+void tk_linear_bwd_w(const float *x, const float *dy, float *dw, float *db, int64_t N,
+                     int64_t k, int64_t n);
+
+/* ---- token embedding: x[t] = wte[tok[t]] (+ wpe[t mod S]) ----
+ * tok: N int32 in [0, V); wte V x d; wpe S x d or NULL (rotary or no positions).
+ * Saved: nothing beyond the input tokens (N int32).  No input gradient (tokens are not
+ * differentiable).
+ * Returns TK_EINVAL, writing nothing, if a token is out of range. */
+int tk_embed_fwd(const int32_t *tok, const float *wte, const float *wpe, float *x, int64_t B,
+                 int64_t S, int64_t d, int64_t V);
+/* dwte[tok[t]] += dy[t]; dwpe[t mod S] += dy[t] (dwpe NULL without positions).  Rows are
+ * added in token order, so repeated tokens accumulate deterministically. */
+int tk_embed_bwd_w(const int32_t *tok, const float *dy, float *dwte, float *dwpe, int64_t B,
+                   int64_t S, int64_t d, int64_t V);
+
+/* ---- layernorm: y = (x - mean) * rstd * g + b, rstd = 1/sqrt(var + eps) ----
+ * x, y: N x d; g, b: d.  Saved: mean (N), rstd (N), plus the input x (N*d).
+ * Held for W: dy (N*d). */
+void tk_layernorm_fwd(const float *x, const float *g, const float *b, float eps, float *y,
+                      float *mean, float *rstd, int64_t N, int64_t d);
+void tk_layernorm_bwd_in(const float *x, const float *g, const float *mean,
+                         const float *rstd, const float *dy, float *dx, int64_t N, int64_t d);
+void tk_layernorm_bwd_w(const float *x, const float *mean, const float *rstd,
+                        const float *dy, float *dg, float *db, int64_t N, int64_t d);
+void tk_layernorm_bwd(const float *x, const float *g, const float *mean, const float *rstd,
+                      const float *dy, float *dx, float *dg, float *db, int64_t N, int64_t d);
+
+/* ---- rmsnorm: y = x * rstd * g, rstd = 1/sqrt(mean(x^2) + eps) ----
+ * Saved: rstd (N), plus the input x (N*d).  Held for W: dy (N*d). */
+void tk_rmsnorm_fwd(const float *x, const float *g, float eps, float *y, float *rstd,
+                    int64_t N, int64_t d);
+void tk_rmsnorm_bwd_in(const float *x, const float *g, const float *rstd, const float *dy,
+                       float *dx, int64_t N, int64_t d);
+void tk_rmsnorm_bwd_w(const float *x, const float *rstd, const float *dy, float *dg, int64_t N,
+                      int64_t d);
+void tk_rmsnorm_bwd(const float *x, const float *g, const float *rstd, const float *dy,
+                    float *dx, float *dg, int64_t N, int64_t d);
+
+/* ---- causal multi-head self-attention with grouped-query attention ----
+ * hd = d/H; nqkv = (H + 2*Hkv)*hd.  A qkv row is [q heads | k heads | v heads]; query head
+ * h reads key/value head h / (H/Hkv).
+ * Parameters: wqkv d x nqkv, bqkv nqkv or NULL, wo d x d, bo d or NULL.
+ * Saved (besides the input x, N*d):
+ *   qkv  N*nqkv   projections, q and k after rotary
+ *   p    B*H*S*S  softmax probabilities per (b, h), row-major S x S, zeros above the
+ *                 diagonal
+ *   att  N*d      attention output before wo (heads side by side)
+ * Held for W (filled by _bwd_in): dqkv N*nqkv (gradient at the qkv projection's output,
+ *   before rotary), plus dy (N*d).
+ * Workspace of _bwd_in: tk_attn_workspace() floats (N*d + S*S). */
+typedef struct TkAttn {
+	int64_t B, S, d;   // sequences, sequence length, model width
+	int64_t H, Hkv;    // query heads, key/value heads (Hkv divides H)
+	int rope;          // 1: rotary position embedding on q and k
+	double rope_theta; // rotary base (TK_ROPE_THETA)
+} TkAttn;
+
+/* NULL when the shape is valid, else what is wrong (H divides d, Hkv divides H, even hd
+ * with rotary, positive sizes).  The attention kernels assume a valid shape. */
+const char *tk_attn_check(const TkAttn *a);
+int64_t tk_attn_nqkv(const TkAttn *a);
+int64_t tk_attn_p_elems(const TkAttn *a);
+int64_t tk_attn_workspace(const TkAttn *a);
+void tk_attn_fwd(const TkAttn *a, const float *x, const float *wqkv, const float *bqkv,
+                 const float *wo, const float *bo, float *qkv, float *p, float *att, float *y);
+void tk_attn_bwd_in(const TkAttn *a, const float *wqkv, const float *wo, const float *qkv,
+                    const float *p, const float *dy, float *dqkv, float *dx, float *work);
+void tk_attn_bwd_w(const TkAttn *a, const float *x, const float *att, const float *dy,
+                   const float *dqkv, float *dwqkv, float *dbqkv, float *dwo, float *dbo);
+void tk_attn_bwd(const TkAttn *a, const float *x, const float *wqkv, const float *wo,
+                 const float *qkv, const float *p, const float *att, const float *dy,
+                 float *dqkv, float *dx, float *dwqkv, float *dbqkv, float *dwo, float *dbo,
+                 float *work);
+/* Rotary on the q and k heads of qkv rows (N x nqkv) in place; inverse != 0 applies the
+ * transpose (the gradient). */
+void tk_rope(const TkAttn *a, float *qkv, int inverse);
+
+/* ---- MLP with GELU (tanh approximation, as GPT-2 and runtime/cpu.c) ----
+ * h = x W1 + b1 (N x f), a = gelu(h), y = a W2 + b2.  W1 d x f, W2 f x d, b1/b2 or NULL.
+ * Saved: h (N*f), a (N*f), plus the input x (N*d).
+ * Held for W: dh (N*f, gradient at h), plus dy (N*d). */
+void tk_mlp_fwd(const float *x, const float *w1, const float *b1, const float *w2,
+                const float *b2, float *h, float *a, float *y, int64_t N, int64_t d, int64_t f);
+void tk_mlp_bwd_in(const float *w1, const float *w2, const float *h, const float *dy,
+                   float *dh, float *dx, int64_t N, int64_t d, int64_t f);
+void tk_mlp_bwd_w(const float *x, const float *a, const float *dy, const float *dh,
+                  float *dw1, float *db1, float *dw2, float *db2, int64_t N, int64_t d,
+                  int64_t f);
+void tk_mlp_bwd(const float *x, const float *w1, const float *w2, const float *h,
+                const float *a, const float *dy, float *dh, float *dx, float *dw1, float *db1,
+                float *dw2, float *db2, int64_t N, int64_t d, int64_t f);
+
+/* ---- SwiGLU MLP (Llama): y = (silu(x Wg) * (x Wu)) Wd, no biases ----
+ * Wg, Wu d x f; Wd f x d.  Saved: g = x Wg (N*f), u = x Wu (N*f), a = silu(g)*u (N*f),
+ * plus the input x (N*d).  Held for W: dg (N*f), du (N*f), plus dy (N*d). */
+void tk_swiglu_fwd(const float *x, const float *wg, const float *wu, const float *wd, float *g,
+                   float *u, float *a, float *y, int64_t N, int64_t d, int64_t f);
+void tk_swiglu_bwd_in(const float *wg, const float *wu, const float *wd, const float *g,
+                      const float *u, const float *dy, float *dg, float *du, float *dx,
+                      int64_t N, int64_t d, int64_t f);
+void tk_swiglu_bwd_w(const float *x, const float *a, const float *dy, const float *dg,
+                     const float *du, float *dwg, float *dwu, float *dwd, int64_t N, int64_t d,
+                     int64_t f);
+void tk_swiglu_bwd(const float *x, const float *wg, const float *wu, const float *wd,
+                   const float *g, const float *u, const float *a, const float *dy, float *dg,
+                   float *du, float *dx, float *dwg, float *dwu, float *dwd, int64_t N,
+                   int64_t d, int64_t f);
+
+/* ---- residual: y = x + s, where s = sub(x) is a sub-block's output ----
+ * Backward: dx = dy + (the sub-block's input gradient dxs).  Saves nothing.  y may alias
+ * x or s; dx may alias dy or dxs. */
+void tk_residual_fwd(const float *x, const float *s, float *y, int64_t n);
+void tk_residual_bwd(const float *dy, const float *dxs, float *dx, int64_t n);
+
+/* ---- vocabulary head: logits (N x V) = x Wv^T, Wv V x d, no bias ----
+ * Tied: pass the embedding's wte as wv (and its gradient as dwv).  Saved: the input x
+ * (N*d).  Held for W: dlogits (N*V). */
+void tk_head_fwd(const float *x, const float *wv, float *logits, int64_t N, int64_t d,
+                 int64_t V);
+void tk_head_bwd_in(const float *wv, const float *dlogits, float *dx, int64_t N, int64_t d,
+                    int64_t V);
+void tk_head_bwd_w(const float *x, const float *dlogits, float *dwv, int64_t N, int64_t d,
+                   int64_t V);
+
+/* ---- cross-entropy on next-token targets: loss = mean_t -log softmax(logits[t])[tgt[t]] ----
+ * logits N x V; tgt N int32 in [0, V).  Saved: lse (N, each row's log-sum-exp) and the
+ * targets (N int32), plus the input logits (N*V).  Backward writes
+ * dlogits = scale * (softmax(logits) - onehot(tgt)) / N, and may run in place
+ * (dlogits == logits), so a microbatch needs one N x V buffer.  No parameters.
+ * Return TK_EINVAL, writing nothing, if a target is out of range. */
+int tk_xent_fwd(const float *logits, const int32_t *tgt, float *lse, double *loss, int64_t N,
+                int64_t V);
+int tk_xent_bwd(const float *logits, const int32_t *tgt, const float *lse, float scale,
+                float *dlogits, int64_t N, int64_t V);
+
+/* ---- parameter counts, per layer kind (docs/layers.md) ---- */
+int64_t tk_params_linear(int64_t k, int64_t n, int bias);
+int64_t tk_params_embed(int64_t V, int64_t d, int64_t S, int learned_pos);
+int64_t tk_params_layernorm(int64_t d);
+int64_t tk_params_rmsnorm(int64_t d);
+int64_t tk_params_attn(const TkAttn *a, int bias);
+int64_t tk_params_mlp(int64_t d, int64_t f, int bias);
+int64_t tk_params_swiglu(int64_t d, int64_t f);
+int64_t tk_params_head(int64_t V, int64_t d, int tied);
+
+/* ---- memory per microbatch, in 4-byte elements (floats; int32 tokens and targets),
+ * besides the layer's input (kept from F to W: x, or the tokens of an embedding, or the
+ * logits of a cross-entropy) and its output gradient dy (kept from B to W) ---- */
+typedef struct TkMem {
+	int64_t saved; // written by F, read by B and W
+	int64_t held;  // written by B, read by W
+	int64_t work;  // scratch inside B only
+} TkMem;
+
+TkMem tk_mem_embed(int64_t N);
+TkMem tk_mem_layernorm(int64_t N);
+TkMem tk_mem_rmsnorm(int64_t N);
+TkMem tk_mem_attn(const TkAttn *a);
+TkMem tk_mem_mlp(int64_t N, int64_t f);
+TkMem tk_mem_swiglu(int64_t N, int64_t f);
+TkMem tk_mem_head(int64_t N, int64_t V);
+TkMem tk_mem_xent(int64_t N);
+
+/* ---- FLOPs per microbatch: GEMM multiply-adds counted as 2, for F (forward), B (input
+ * gradient) and W (weight gradient).  Element-wise kinds (embedding, norms, residual,
+ * cross-entropy) do no GEMMs and count 0 (docs/layers.md). ---- */
+typedef struct TkFlops {
+	int64_t f, b, w; // forward, backward-input, backward-weight
+} TkFlops;
+
+TkFlops tk_flops_linear(int64_t N, int64_t k, int64_t n);
+TkFlops tk_flops_attn(const TkAttn *a);
+TkFlops tk_flops_mlp(int64_t N, int64_t d, int64_t f);
+TkFlops tk_flops_swiglu(int64_t N, int64_t d, int64_t f);
+TkFlops tk_flops_head(int64_t N, int64_t d, int64_t V);
+
+#endif
