@@ -51,6 +51,13 @@ for tool in pipecc pipesim piperun; do
 	t "a missing input exits 1" 1 "$T" "$dir/nosuch.in"
 	has "a missing input is named" "$dir/err" "$dir/nosuch.in"
 	t "an invalid input exits 1" 1 "$T" "$bad"
+	if [ "$tool" != pipecc ]; then # a .pipe source where a plan is expected
+		t "a .pipe source exits 1" 1 "$T" examples/tiny.pipe
+		has "a .pipe source is named as one" "$dir/err" \
+			"examples/tiny.pipe:1: error: this is a pipecc source file, not a plan: compile it first with \`pipecc examples/tiny.pipe -o PLAN\`"
+		t "a .pipe source on stdin exits 1" 1 sh -c "'$T' - <examples/mlp4.pipe"
+		has "a .pipe source on stdin is named as one" "$dir/err" "<stdin>:1: error: this is a pipecc source file"
+	fi
 	t "--quiet is accepted" 0 "$T" "$in" $extra --quiet
 	t "-q is accepted" 0 "$T" "$in" $extra -q
 	t "'-' reads standard input" 0 sh -c "'$T' - $extra <'$in'"
@@ -115,6 +122,19 @@ for tool in pipecc pipesim piperun; do
 	[ -z "$missing" ]
 	check "every --help option is in $page" $? "missing:$missing"
 done
+# Defaults in --help come from the named constants, not from literals in help texts.
+TOOL=help
+defaults() { # TOOL OPTION HEADER CONSTANT
+	want=$(sed -n "s/^#define $4 \([^ ]*\).*/\1/p" "$3" | sed 's/\.0$//')
+	grep -q -- "$2 .*(default: $want)" "$dir/help.$1"
+	check "$1 $2 shows $4 ($want) as its default" $? "$(grep -- "$2" "$dir/help.$1")"
+}
+defaults pipecc --max-errors compiler/diag.h DIAG_MAX_ERRORS
+defaults pipesim --width sim/pipesim.h PIPESIM_GRID_WIDTH
+defaults piperun --steps runtime/rt.h RT_DEFAULT_STEPS
+defaults piperun --lr runtime/rt.h RT_DEFAULT_LR
+defaults piperun --blas-threads runtime/piperun.h PIPERUN_BLAS_THREADS
+
 [ "$ran" = " pipecc pipesim piperun" ]
 check "the loop ran over the three tools" $? "ran:$ran"
 
