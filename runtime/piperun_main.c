@@ -27,7 +27,7 @@ int main(int argc, char **argv)
 		 "print measured per-stage `cost` lines for the .pipe file"},
 		{"blas-threads", 0, CLI_INT, &a.o.blas_threads, "N", "BLAS threads per rank on CPU backends",
 		 1, 1, 1024},
-		{"dtype", 0, CLI_ENUM, &a.dtype, "T",
+		{"dtype", 0, CLI_ENUM, &a.dtype, "TYPE",
 		 "GEMM operands (bf16: cuda backend only; f32\naccumulation, --check bound "
 		 CLI_XSTR(RT_CHECK_TOL_BF16) "; docs/gpu.md)", 1,
 		 .names = piperun_dtype_names, .nnames = RT_DTYPE_COUNT},
