@@ -63,6 +63,11 @@ for tool in pipecc pipesim piperun; do
 	t "'-' reads standard input" 0 sh -c "'$T' - $extra <'$in'"
 	[ -s "$dir/out" ]
 	check "'-' as input gives output" $? "nothing on stdout"
+	if [ "$tool" = pipecc ]; then # the one input-file option
+		t "--from-torch-csv - reads standard input" 0 sh -c \
+			"'$T' examples/fromcsv.pipe --from-torch-csv - --emit summary <examples/custom.csv"
+		has "--from-torch-csv - took the schedule" "$dir/out" "schedule csv"
+	fi
 	t "standard output to /dev/full exits 1" 1 sh -c "'$T' '$in' $extra >/dev/full"
 	has "standard output to /dev/full says why" "$dir/err" "cannot write standard output: No space left"
 
