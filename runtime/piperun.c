@@ -206,12 +206,16 @@ int piperun_drive(CliTool *t, PiperunArgs *a)
 	a->o.plan_path = t->in;
 
 	PlanError err;
+	CliProgress *pr = cli_progress_start(t, "reading the plan");
 	Plan *p = plan_read_file(t->in, &err);
+	cli_progress_phase(pr, "verifying the plan");
+	int bad = p && plan_verify(p, &err);
+	cli_progress_end(pr);
 	if (!p) {
 		plan_error(t, NULL, &err);
 		return CLI_EXIT_FAIL;
 	}
-	if (plan_verify(p, &err)) {
+	if (bad) {
 		plan_error(t, p, &err);
 		plan_free(p);
 		return CLI_EXIT_FAIL;
@@ -229,7 +233,7 @@ int piperun_drive(CliTool *t, PiperunArgs *a)
 		total += p->ranks[r].nops;
 	char what[64];
 	snprintf(what, sizeof what, "running %d steps on %s, ops", a->o.steps, w->be->name);
-	CliProgress *pr = cli_progress_start(t, what);
+	pr = cli_progress_start(t, what);
 	cli_progress_count(pr, ops_done, w, total * a->o.steps);
 	RtResult res;
 	rc = rt_world_run(w, &res);

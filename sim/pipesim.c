@@ -57,23 +57,21 @@ int pipesim_drive(CliTool *t, PipesimArgs *a)
 	SimOptions opt = {.model = (SimModel)a->model, .eager = a->eager, .record_ops = !a->no_record};
 
 	PlanError perr;
+	CliProgress *pr = cli_progress_start(t, "reading the plan");
 	Plan *p = plan_read_file(t->in, &perr);
-	if (!p) {
-		print_plan_error(t->in_name, &perr);
-		if (a->json)
-			sim_write_json(stdout, NULL, NULL, &perr, t->in_name);
-		return CLI_EXIT_FAIL;
-	}
-	if (plan_verify(p, &perr)) {
+	cli_progress_phase(pr, "verifying the plan");
+	if (!p || plan_verify(p, &perr)) {
+		cli_progress_end(pr);
 		print_plan_error(t->in_name, &perr);
 		if (a->json)
 			sim_write_json(stdout, p, NULL, &perr, t->in_name);
-		plan_free(p);
+		if (p)
+			plan_free(p);
 		return CLI_EXIT_FAIL;
 	}
 	char what[64];
 	snprintf(what, sizeof what, "simulating %lld ops", (long long)plan_total_ops(p));
-	CliProgress *pr = cli_progress_start(t, what);
+	cli_progress_phase(pr, what);
 	SimResult res;
 	rc = sim_run(p, &opt, &res);
 	cli_progress_end(pr);
