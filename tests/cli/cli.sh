@@ -107,7 +107,7 @@ for tool in pipecc pipesim piperun; do
 	t "progress off when not a terminal" 0 env PIPECC_PROGRESS_AFTER_MS=0 "$T" "$in" $extra
 	! grep -q "$(printf '\033')\[K" "$dir/err"
 	check "no progress line when stderr is not a terminal" $? "escape sequence in stderr"
-	if command -v script >/dev/null 2>&1; then
+	if command -v script >/dev/null 2>&1 && script -qec true /dev/null >/dev/null 2>&1; then
 		t "progress on a terminal" 0 script -qec \
 			"env PIPECC_PROGRESS_AFTER_MS=0 '$T' '$in' $extra >/dev/null" /dev/null
 		has "progress line drawn on a terminal" "$dir/out" "$tool: [a-z]"
