@@ -5,10 +5,16 @@
 #   make bench      benchmarks (print figures)
 #   make SAN=1 ...  the same with ASan + UBSan, in build/san and bin/san
 #   make fuzz       libFuzzer targets (clang) in bin/fuzz, each run FUZZ_SECONDS
+#   make install    the 3 tools into $(DESTDIR)$(PREFIX)/bin and their 5 man pages into
+#                   $(DESTDIR)$(PREFIX)/share/man/man1 and man5 (PREFIX=/usr/local)
+#   make uninstall  remove exactly what install installs (same PREFIX and DESTDIR)
 # MPI and CUDA parts are built when found (mpicc; nvcc and nccl.h under CUDA_HOME)
 # and left out with a notice when not.
 
 CC ?= cc
+PREFIX ?= /usr/local
+DESTDIR ?=
+VERSION := $(shell cat VERSION)
 CUDA_HOME ?= /usr/local/cuda
 NVCC ?= $(CUDA_HOME)/bin/nvcc
 MPICC ?= mpicc
@@ -36,7 +42,7 @@ LDFLAGS := $(SANFLAGS)
 LDLIBS := -lpthread -lm
 
 # Dependencies: install what is missing (or say how), except for goals that need none.
-ifeq ($(filter clean help,$(MAKECMDGOALS)),)
+ifeq ($(filter clean help uninstall,$(MAKECMDGOALS)),)
 DEPS_RC := $(shell sh scripts/deps.sh $(if $(filter 1,$(FUZZ)),--fuzz) >&2; echo $$?)
 ifneq ($(DEPS_RC),0)
 $(error missing build dependencies (see above))
@@ -87,7 +93,7 @@ FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZERS := $(patsubst tests/fuzz/%.c,$(BIN)/%,$(FUZZ_SRC))
 FUZZ_SECONDS ?= 60
 
-.PHONY: all demo check test bench clean help notices fuzz fuzzers
+.PHONY: all demo check test bench clean help notices fuzz fuzzers install uninstall
 .SECONDARY: # keep the objects of test binaries (they are intermediate files)
 all: notices $(TOOLS)
 
@@ -129,6 +135,11 @@ $(BUILD)/grammar/%.o: $(BUILD)/grammar/%.c
 
 $(call obj,$(COMP_SRC)) $(BUILD)/compiler/pipecc_main.o: $(GRAM_C)
 
+# The one version string of the three tools (plan/cli.c), from the VERSION file.
+$(BUILD)/plan/cli.o: plan/cli.c VERSION
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -DPIPECC_VERSION='"$(VERSION)"' -c -o $@ $<
+
 # BLAS users: runtime/cpu.c and the transformer kernels (runtime/tkernels.c).
 $(BUILD)/runtime/cpu.o $(BUILD)/runtime/tkernels.o: $(BUILD)/runtime/%.o: runtime/%.c
 	@mkdir -p $(@D)
@@ -167,10 +178,24 @@ $(BIN)/fuzz_%: $(BUILD)/tests/fuzz/fuzz_%.o $(COMP_OBJ) $(SIM_OBJ) $(PLAN_OBJ)
 bench: all
 	BIN=$(BIN) sh bench/run.sh
 
+MAN1 := man/pipecc.1 man/pipesim.1 man/piperun.1
+MAN5 := man/pipe.5 man/pipecc-plan.5
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
+		$(DESTDIR)$(PREFIX)/share/man/man5
+	install -m 755 $(TOOLS) $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 $(MAN1) $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 644 $(MAN5) $(DESTDIR)$(PREFIX)/share/man/man5/
+
+uninstall:
+	rm -f $(addprefix $(DESTDIR)$(PREFIX)/bin/,$(notdir $(TOOLS))) \
+		$(addprefix $(DESTDIR)$(PREFIX)/share/man/man1/,$(notdir $(MAN1))) \
+		$(addprefix $(DESTDIR)$(PREFIX)/share/man/man5/,$(notdir $(MAN5)))
+
 clean:
 	rm -rf build bin
 
 help:
-	@sed -n '2,9p' Makefile
+	@sed -n '2,12p' Makefile
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -29,7 +29,7 @@ void diag_init(Diag *d, const char *file, const char *src, size_t len, FILE *out
 
 static int error_limit(const Diag *d)
 {
-	return d->max_errors > 0 ? d->max_errors : 20;
+	return d->max_errors > 0 ? d->max_errors : DIAG_MAX_ERRORS;
 }
 
 /* Line `line` of the source, its length without the line end; NULL past the end. */

@@ -7,6 +7,8 @@
 #ifndef DIAG_H
 #define DIAG_H
 
+#define DIAG_MAX_ERRORS 20 // errors printed before the rest are only counted
+
 #include <stdio.h>
 
 typedef struct {
@@ -25,7 +27,7 @@ typedef struct {
 	size_t srclen;
 	FILE *out;         // where messages go (stderr by default)
 	int nerrors;
-	int max_errors;    // 0 means 20
+	int max_errors;    // 0 means DIAG_MAX_ERRORS
 	int nwarnings;
 	int ncmdline_errors; // of nerrors, those located on the command line
 	const char *cmdline; // the options standing in for the file's statements, as text

@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 
+#include "../plan/cli.h"
 #include "../plan/plan.h"
 #include "diag.h"
 
@@ -41,5 +42,29 @@ Plan *pipecc_compile(const char *file, const char *src, size_t len, const Pipecc
 int pipecc_emit_torch_csv(const Plan *p, FILE *f, int comms);
 /* Human summary: ranks, stages per rank, ops per kind, bytes moved. */
 void pipecc_emit_summary(const Plan *p, FILE *f);
+
+/* --emit: what pipecc writes. */
+typedef enum {
+	EMIT_PLAN,      // the plan file (docs/plan-format.md)
+	EMIT_TORCH_CSV, // PyTorch's schedule CSV
+	EMIT_SUMMARY,   // the human summary
+	EMIT_COUNT
+} PipeccEmit;
+extern const char *const pipecc_emit_names[EMIT_COUNT];
+
+/* The command line's settings (pipecc_main.c fills them from its option table). */
+typedef struct {
+	PipeccOptions o;
+	const char *out;  // -o: where to write ("-": standard output)
+	int emit;         // PipeccEmit
+	int comms;        // --comms (torch-csv only)
+	int dump;         // --dump: index into pipecc_pass_names + 1, or -1
+	int max_errors;   // --max-errors
+	int stats;        // --stats
+} PipeccArgs;
+
+/* The tool: checks option combinations, reads the source, compiles, writes the output
+ * (checked before the work, written whole or not at all).  Returns the exit status. */
+int pipecc_drive(CliTool *t, PipeccArgs *a);
 
 #endif

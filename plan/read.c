@@ -19,6 +19,7 @@ typedef struct {
 	const char *s; // cursor into buf
 	PlanError *err;
 	int failed;
+	const char *name; // for messages
 } Rd;
 
 static int fail(Rd *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -203,9 +204,17 @@ static int read_header(Rd *r, Plan *p)
 {
 	if (next_line(r, "'" PLAN_FORMAT " 1'"))
 		return -1;
-	if (strncmp(r->buf, PLAN_FORMAT " ", strlen(PLAN_FORMAT) + 1) != 0)
+	if (strncmp(r->buf, PLAN_FORMAT " ", strlen(PLAN_FORMAT) + 1) != 0) {
+		/* A .pipe source starts with a comment or its `pipeline NAME;` line. */
+		size_t len = strlen(r->name);
+		if (r->buf[0] == '#' || !strncmp(r->buf, "pipeline ", 9) ||
+		    (len > 5 && !strcmp(r->name + len - 5, ".pipe")))
+			return fail(r, "this is a pipecc source file, not a plan: compile it first with "
+			               "`pipecc %s -o PLAN`",
+			            strcmp(r->name, "<stdin>") ? r->name : "FILE");
 		return fail(r, "not a pipecc plan (first line must be '%s %d')", PLAN_FORMAT,
 		            PLAN_VERSION);
+	}
 	r->s += strlen(PLAN_FORMAT);
 	skip_sp(r);
 	int v;
@@ -580,8 +589,7 @@ static int read_ranks(Rd *r, Plan *p)
 
 Plan *plan_read(FILE *f, const char *name, PlanError *err)
 {
-	(void)name;
-	Rd r = {.f = f, .err = err};
+	Rd r = {.f = f, .err = err, .name = name ? name : "<stdin>"};
 	memset(err, 0, sizeof *err);
 	err->rank = -1;
 	err->op = -1;

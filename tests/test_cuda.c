@@ -166,7 +166,7 @@ static void cuda__cli_dtype__validated(void **state)
 	char args[1024], *err;
 	snprintf(args, sizeof args, "'%s' --dtype f16", plan_file());
 	assert_int_equal(piperun(args, &err), 2);
-	assert_non_null(strstr(err, "--dtype wants f32 or bf16, not 'f16'"));
+	assert_non_null(strstr(err, "--dtype: unknown type 'f16' (valid: f32, bf16)"));
 	free(err);
 	snprintf(args, sizeof args, "'%s' --backend threads --dtype bf16", plan_file());
 	assert_int_equal(piperun(args, &err), 2);

@@ -1,0 +1,96 @@
+/* pipecc as a tool: what happens between the parsed command line (pipecc_main.c) and
+ * the exit status.  Option combinations are checked first, then the output path, so a
+ * bad command line or an unwritable output costs no compilation; the pass pipeline is
+ * pipecc_compile (pipecc.c) and the output goes through cli_out_open/cli_out_close, so
+ * a failed write leaves nothing behind. */
+#include "pipecc.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+const char *const pipecc_emit_names[EMIT_COUNT] = {"plan", "torch-csv", "summary"};
+
+static double seconds_since(const struct timespec *t0)
+{
+	struct timespec t1;
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	return (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) * 1e-9;
+}
+
+static void print_stats(const Plan *plan, const struct timespec *t0)
+{
+	double sec = seconds_since(t0);
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	double cpu = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+	             (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+	double ops = (double)plan_total_ops(plan);
+	fprintf(stderr,
+	        "pipecc: %.0f ops in %.3f s wall (%.2f M ops/s), %.3f s cpu (%.2f M ops/s); "
+	        "peak RSS %.1f MiB = %.1f bytes/op\n",
+	        ops, sec, ops / sec / 1e6, cpu, ops / cpu / 1e6, (double)ru.ru_maxrss / 1024,
+	        (double)ru.ru_maxrss * 1024 / (ops > 0 ? ops : 1));
+}
+
+static int write_output(CliTool *t, const PipeccArgs *a, const Plan *plan)
+{
+	CliOut out;
+	FILE *f = cli_out_open(t, &out, a->out);
+	if (!f)
+		return CLI_EXIT_FAIL;
+	errno = 0;
+	int bad = 0;
+	if (a->emit == EMIT_PLAN)
+		bad = plan_write(plan, f);
+	else if (a->emit == EMIT_TORCH_CSV)
+		bad = pipecc_emit_torch_csv(plan, f, a->comms);
+	else
+		pipecc_emit_summary(plan, f);
+	return cli_out_close(t, &out, bad);
+}
+
+int pipecc_drive(CliTool *t, PipeccArgs *a)
+{
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	if (a->o.from_csv && a->o.schedule)
+		return cli_usage_error(t, "--from-torch-csv and --schedule both name the schedule");
+	if (a->comms && a->emit != EMIT_TORCH_CSV)
+		return cli_usage_error(t, "--comms goes with --emit torch-csv");
+	if (a->o.from_csv && cli_is_std(a->o.from_csv) && cli_is_std(t->in))
+		return cli_usage_error(t, "the source and --from-torch-csv cannot both be standard "
+		                          "input");
+	if (a->dump < 0 && cli_check_outputs(t))
+		return CLI_EXIT_FAIL;
+	a->o.dump = a->dump >= 0 ? (PipeccPass)(a->dump + 1) : PASS_NONE;
+	a->o.dump_out = stdout;
+
+	size_t len = 0;
+	char *src = pipecc_read_file(t->in, &len);
+	if (!src)
+		return cli_error(t, "cannot read %s: %s", t->in_name, strerror(errno));
+	CliProgress *pr = cli_progress_start(t, "compiling");
+	Diag d;
+	diag_init(&d, t->in_name, src, len, stderr);
+	d.max_errors = a->max_errors;
+	Plan *plan = pipecc_compile(t->in, src, len, &a->o, &d);
+	int rc = d.nerrors ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+	if (plan) {
+		cli_progress_phase(pr, a->emit == EMIT_PLAN ? "writing the plan" : "writing");
+		if (write_output(t, a, plan))
+			rc = CLI_EXIT_FAIL;
+		cli_progress_end(pr);
+		pr = NULL;
+		if (a->stats)
+			print_stats(plan, &t0);
+		plan_free(plan);
+	}
+	cli_progress_end(pr);
+	if (a->dump >= 0 && cli_stdout_close(t))
+		rc = CLI_EXIT_FAIL;
+	free(src);
+	return rc;
+}

@@ -1,0 +1,275 @@
+/* piperun as a tool (piperun.h): everything between the parsed command line and the
+ * exit status, over the public runtime API only (rt_world_open / run / close).
+ * Combinations and the --trace path are checked before the plan is read, so a bad path
+ * costs no run; the figures go to standard output on the process holding world rank 0,
+ * the trace through cli_write (whole or not at all).  Under a launcher only the first
+ * process prints what every process would. */
+#include "piperun.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *const piperun_dtype_names[RT_DTYPE_COUNT] = {"f32", "bf16"};
+
+int piperun_first_process(void)
+{
+	const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"};
+	for (int i = 0; i < 4; i++) {
+		const char *v = getenv(vars[i]);
+		if (v)
+			return atoi(v) == 0;
+	}
+	return 1;
+}
+
+const char *piperun_backend_help(void)
+{
+	static char buf[256];
+	snprintf(buf, sizeof buf,
+	         "one of those built in: %s (default: mpi when\n"
+	         "started by mpirun or srun with more than one process,\n"
+	         "else %s)",
+	         rt_backend_names(), rt_backend_default());
+	return buf;
+}
+
+const char *piperun_version_extra(void)
+{
+	static char buf[256];
+	snprintf(buf, sizeof buf, "plan format %d; backends: %s", PLAN_VERSION, rt_backend_names());
+	return buf;
+}
+
+/* busy of rank r (-1: the mean over ranks): the fraction of the step it spends
+ * computing, the same definition as pipesim's (docs/pipesim.md "Summary"): its compute
+ * time over the steps run / the steps' total time.  Text prints it in percent, JSON as
+ * a fraction, next to the compute time per step. */
+static double busy_of(const RtResult *res, int r)
+{
+	double steps = 0, sum = 0;
+	for (int s = 0; s < res->steps; s++)
+		steps += (double)res->step_ns[s];
+	if (!(steps > 0) || res->world <= 0)
+		return 0;
+	if (r >= 0)
+		return (double)res->busy_ns[r] / steps;
+	for (int k = 0; k < res->world; k++)
+		sum += (double)res->busy_ns[k];
+	return sum / ((double)res->world * steps);
+}
+
+static void print_text(const Plan *p, const RtWorld *w, const RtResult *res)
+{
+	printf("piperun: %s (%s, pp=%d dp=%d tp=%d, %d ranks, %d microbatches of %dx%d) on %s, "
+	       "%d steps\n",
+	       p->name, p->schedule, p->dims[DIM_PP], p->dims[DIM_DP], p->dims[DIM_TP], p->world,
+	       p->microbatches, p->rows, p->cols, w->be->name, res->steps);
+	for (int s = 0; s < res->steps; s++)
+		printf("step %d: loss %.6f time %.3f ms\n", s + 1, res->loss[s], res->step_ns[s] / 1e6);
+	if (res->steps > 1) {
+		double t = 0;
+		for (int s = 1; s < res->steps; s++)
+			t += (double)res->step_ns[s];
+		printf("mean step time (steps 2-%d): %.3f ms\n", res->steps, t / (res->steps - 1) / 1e6);
+	}
+	printf("busy %.2f %% (mean over ranks)\n", 100.0 * busy_of(res, -1));
+	printf("rank  pp  dp  tp   busy %%   compute us  peak_act_bytes\n");
+	for (int r = 0; r < res->world; r++) {
+		const int *c = p->ranks[r].coord;
+		printf("%4d %3d %3d %3d %7.2f %12.3f  %14" PRId64 "\n", r, c[DIM_PP], c[DIM_DP],
+		       c[DIM_TP], 100.0 * busy_of(res, r), res->busy_ns[r] / 1e3 / res->steps,
+		       res->peak_act[r]);
+	}
+	if (res->checked)
+		printf("check: loss max abs err %.3g rel %.3g; weights max abs err %.3g rel %.3g "
+		       "(%" PRId64 " weights): %s (tolerance %g relative)\n",
+		       res->loss_abs, res->loss_rel, res->weight_abs, res->weight_rel, res->nweights,
+		       res->check_ok ? "ok" : "FAILED", rt_check_tol(w->opt.dtype));
+}
+
+static void jstr(const char *s)
+{
+	putchar('"');
+	for (; s && *s; s++) {
+		if (*s == '"' || *s == '\\')
+			putchar('\\');
+		if ((unsigned char)*s < 0x20)
+			printf("\\u%04x", *s);
+		else
+			putchar(*s);
+	}
+	putchar('"');
+}
+
+static void print_json(const Plan *p, const RtWorld *w, const RtResult *res)
+{
+	printf("{\"pipeline\": ");
+	jstr(p->name);
+	printf(", \"schedule\": ");
+	jstr(p->schedule);
+	printf(", \"backend\": \"%s\", \"world\": %d, \"pp\": %d, \"dp\": %d, \"tp\": %d, "
+	       "\"microbatches\": %d,\n \"steps\": [",
+	       w->be->name, p->world, p->dims[DIM_PP], p->dims[DIM_DP], p->dims[DIM_TP],
+	       p->microbatches);
+	for (int s = 0; s < res->steps; s++)
+		printf("%s{\"step\": %d, \"loss\": %.9g, \"time_us\": %.3f}", s ? ", " : "", s + 1,
+		       res->loss[s], res->step_ns[s] / 1e3);
+	double mean = res->step_ns[0];
+	if (res->steps > 1) {
+		mean = 0;
+		for (int s = 1; s < res->steps; s++)
+			mean += (double)res->step_ns[s];
+		mean /= res->steps - 1;
+	}
+	printf("],\n \"mean_step_us\": %.3f,\n \"busy\": %.6f,\n \"ranks\": [", mean / 1e3,
+	       busy_of(res, -1));
+	for (int r = 0; r < res->world; r++)
+		printf("%s{\"rank\": %d, \"busy\": %.6f, \"compute_us\": %.3f, \"peak_act_bytes\": %" PRId64
+		       ", \"held_at_end_bytes\": %" PRId64 "}",
+		       r ? ", " : "", r, busy_of(res, r), res->busy_ns[r] / 1e3 / res->steps,
+		       res->peak_act[r], res->held_end[r]);
+	printf("]");
+	if (res->checked)
+		printf(",\n \"check\": {\"ok\": %s, \"loss_abs\": %.6g, \"loss_rel\": %.6g, "
+		       "\"weight_abs\": %.6g, \"weight_rel\": %.6g, \"weights\": %" PRId64
+		       ", \"tolerance\": %g}",
+		       res->check_ok ? "true" : "false", res->loss_abs, res->loss_rel, res->weight_abs,
+		       res->weight_rel, res->nweights, rt_check_tol(w->opt.dtype));
+	printf("}\n");
+}
+
+static void plan_error(const CliTool *t, const Plan *p, const PlanError *e)
+{
+	if (t->silent)
+		return;
+	int64_t line = e->line;
+	if (!line && p && e->rank >= 0 && e->rank < p->world && e->op >= 0 &&
+	    p->ranks[e->rank].first_line)
+		line = p->ranks[e->rank].first_line + e->op;
+	if (line)
+		fprintf(stderr, "%s:%" PRId64 ": error: %s\n", t->in_name, line, e->msg);
+	else
+		fprintf(stderr, "%s: error: %s\n", t->in_name, e->msg);
+}
+
+static int check_combinations(CliTool *t, PiperunArgs *a)
+{
+	if (a->calibrate && (a->o.check || a->json || a->trace))
+		return cli_usage_error(t, "--calibrate prints cost lines; it takes no --check, --json "
+		                          "or --trace");
+	if (a->trace && cli_is_std(a->trace) && a->json)
+		return cli_usage_error(t, "--json and --trace - both write to standard output");
+	/* TODO(lead): the backend list comes from rt_backend_names(); when the runtime gets
+	 * a registry that also knows the backends left out of this build, name them here
+	 * from it instead of the two literals below. */
+	if (a->o.backend && !rt_backend_find(a->o.backend)) {
+		if (!strcmp(a->o.backend, "mpi") || !strcmp(a->o.backend, "cuda"))
+			return cli_usage_error(t, "the %s backend is not built into this piperun (it was "
+			                          "built without it; see `make` notices)",
+			                       a->o.backend);
+		return cli_usage_error(t, "--backend: unknown backend '%s' (valid: %s)", a->o.backend,
+		                       rt_backend_names());
+	}
+	a->o.dtype = a->dtype;
+	if (a->o.dtype == RT_DTYPE_BF16 &&
+	    strcmp(a->o.backend ? a->o.backend : rt_backend_default(), "cuda"))
+		return cli_usage_error(t, "--dtype bf16 needs --backend cuda (the CPU backends compute "
+		                          "in f32 only)");
+	return 0;
+}
+
+typedef struct {
+	const Plan *p;
+	const RtResult *res;
+} TraceArg;
+
+static int write_trace(FILE *f, void *arg)
+{
+	const TraceArg *ta = arg;
+	return rt_trace_write(ta->p, ta->res, f);
+}
+
+static int64_t ops_done(void *arg)
+{
+	return (int64_t)atomic_load(&((RtWorld *)arg)->progress);
+}
+
+/* Prints the figures; returns the exit status. */
+static int report(CliTool *t, PiperunArgs *a, const Plan *p, RtWorld *w, RtResult *res)
+{
+	int status = CLI_EXIT_OK;
+	if (a->calibrate)
+		rt_calibrate_write(p, res, stdout);
+	else if (a->json)
+		print_json(p, w, res);
+	else if (!(a->trace && cli_is_std(a->trace)))
+		print_text(p, w, res);
+	if (cli_stdout_close(t))
+		status = CLI_EXIT_FAIL;
+	TraceArg ta = {p, res};
+	if (a->trace && cli_write(t, a->trace, write_trace, &ta))
+		status = CLI_EXIT_FAIL;
+	if (res->checked && !res->check_ok) {
+		fprintf(stderr, "piperun: error: --check: the pipelined run differs from the "
+		                "sequential one beyond %g relative\n",
+		        rt_check_tol(w->opt.dtype));
+		status = CLI_EXIT_FAIL;
+	}
+	return status;
+}
+
+int piperun_drive(CliTool *t, PiperunArgs *a)
+{
+	int rc = check_combinations(t, a);
+	if (rc || (rc = cli_check_outputs(t)))
+		return rc;
+	a->o.trace = a->trace || a->calibrate;
+	a->o.plan_path = t->in;
+
+	PlanError err;
+	CliProgress *pr = cli_progress_start(t, "reading the plan");
+	Plan *p = plan_read_file(t->in, &err);
+	cli_progress_phase(pr, "verifying the plan");
+	int bad = p && plan_verify(p, &err);
+	cli_progress_end(pr);
+	if (!p) {
+		plan_error(t, NULL, &err);
+		return CLI_EXIT_FAIL;
+	}
+	if (bad) {
+		plan_error(t, p, &err);
+		plan_free(p);
+		return CLI_EXIT_FAIL;
+	}
+	char msg[1024];
+	RtWorld *w = rt_world_open(p, &a->o, msg, sizeof msg);
+	if (!w) {
+		if (!t->silent)
+			fprintf(stderr, "%s: error: %s\n", t->in_name, msg);
+		plan_free(p);
+		return CLI_EXIT_FAIL;
+	}
+	int64_t total = 0;
+	for (int r = w->first_local; r < w->first_local + w->nlocal; r++)
+		total += p->ranks[r].nops;
+	char what[64];
+	snprintf(what, sizeof what, "running %d steps on %s, ops", a->o.steps, w->be->name);
+	pr = cli_progress_start(t, what);
+	cli_progress_count(pr, ops_done, w, total * a->o.steps);
+	RtResult res;
+	rc = rt_world_run(w, &res);
+	cli_progress_end(pr);
+	int status = CLI_EXIT_OK;
+	if (rc) {
+		rt_world_report(w, stderr);
+		fflush(stderr);
+		status = CLI_EXIT_FAIL;
+	} else if (w->root) {
+		status = report(t, a, p, w, &res);
+	}
+	rt_result_free(&res);
+	rt_world_close(w, rc != 0);
+	plan_free(p);
+	return status;
+}

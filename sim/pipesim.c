@@ -1,0 +1,107 @@
+/* pipesim as a tool (pipesim.h): everything between the parsed command line and the
+ * exit status.  Combinations and output paths are checked before the plan is read, so a
+ * bad --svg path costs no simulation; the report goes to standard output unless an
+ * output file took it ('-'), and every file is written whole or not at all through
+ * cli_write.  docs/pipesim.md documents the options, output and exits. */
+#include "pipesim.h"
+
+#include <string.h>
+
+typedef struct {
+	const Plan *p;
+	const SimResult *res;
+	int (*fn)(FILE *, const Plan *, const SimResult *);
+} Writer;
+
+static int write_one(FILE *f, void *arg)
+{
+	const Writer *w = arg;
+	return w->fn(f, w->p, w->res);
+}
+
+static void print_plan_error(const char *file, const PlanError *e)
+{
+	if (e->line > 0)
+		fprintf(stderr, "%s:%lld: error: %s\n", file, (long long)e->line, e->msg);
+	else
+		fprintf(stderr, "%s: error: %s\n", file, e->msg);
+}
+
+static int check_combinations(CliTool *t, const PipesimArgs *a)
+{
+	if (a->json && a->grid)
+		return cli_usage_error(t, "--json and --grid both write to standard output");
+	if (a->json && t->quiet)
+		return cli_usage_error(t, "--json and --quiet contradict each other");
+	if (t->quiet && a->grid)
+		return cli_usage_error(t, "--quiet and --grid contradict each other");
+	if (cli_given(t, &a->width) && !a->grid)
+		return cli_usage_error(t, "--width only applies with --grid");
+	if (a->no_record && (a->trace || a->svg || a->grid))
+		return cli_usage_error(t, "--no-record keeps no op times; --trace, --svg and --grid "
+		                          "need them");
+	int to_stdout = (a->trace && cli_is_std(a->trace)) + (a->svg && cli_is_std(a->svg));
+	if (to_stdout && (a->json || a->grid || to_stdout > 1))
+		return cli_usage_error(t, "only one output may go to standard output");
+	return 0;
+}
+
+int pipesim_drive(CliTool *t, PipesimArgs *a)
+{
+	int rc = check_combinations(t, a);
+	if (rc || (rc = cli_check_outputs(t)))
+		return rc;
+	/* An output on standard output replaces the report. */
+	int report = !t->quiet && !((a->trace && cli_is_std(a->trace)) ||
+	                            (a->svg && cli_is_std(a->svg)));
+	SimOptions opt = {.model = (SimModel)a->model, .eager = a->eager, .record_ops = !a->no_record};
+
+	PlanError perr;
+	CliProgress *pr = cli_progress_start(t, "reading the plan");
+	Plan *p = plan_read_file(t->in, &perr);
+	cli_progress_phase(pr, "verifying the plan");
+	if (!p || plan_verify(p, &perr)) {
+		cli_progress_end(pr);
+		print_plan_error(t->in_name, &perr);
+		if (a->json)
+			sim_write_json(stdout, p, NULL, &perr, t->in_name);
+		if (p)
+			plan_free(p);
+		return CLI_EXIT_FAIL;
+	}
+	char what[64];
+	snprintf(what, sizeof what, "simulating %lld ops", (long long)plan_total_ops(p));
+	cli_progress_phase(pr, what);
+	SimResult res;
+	rc = sim_run(p, &opt, &res);
+	cli_progress_end(pr);
+	if (rc < 0) {
+		cli_error(t, "%s", res.message);
+		sim_result_free(&res);
+		plan_free(p);
+		return CLI_EXIT_FAIL;
+	}
+	int status = res.verdict == SIM_OK ? CLI_EXIT_OK : CLI_EXIT_FAIL;
+	if (res.verdict != SIM_OK)
+		sim_report_failure(stderr, p, &res, t->in_name);
+	if (a->json) {
+		sim_write_json(stdout, p, &res, NULL, t->in_name);
+	} else if (report) {
+		if (res.verdict == SIM_OK)
+			sim_report_summary(stdout, p, &res);
+		if (a->grid)
+			sim_report_grid(stdout, p, &res, a->width);
+	}
+	if (cli_stdout_close(t))
+		status = CLI_EXIT_FAIL;
+	pr = cli_progress_start(t, "writing");
+	Writer trace = {p, &res, sim_write_trace}, svg = {p, &res, sim_write_svg};
+	if (a->trace && cli_write(t, a->trace, write_one, &trace))
+		status = CLI_EXIT_FAIL;
+	if (a->svg && cli_write(t, a->svg, write_one, &svg))
+		status = CLI_EXIT_FAIL;
+	cli_progress_end(pr);
+	sim_result_free(&res);
+	plan_free(p);
+	return status;
+}
