@@ -370,52 +370,93 @@ static void check_input(Check *c, AstStmt *s)
 	c->input_ok = ok;
 }
 
-static const char *const layer_words[] = {"linear", "relu", "gelu", "loss"};
+/* The table's distinct words (word NULL), or the names of the rows spelled word; for
+ * "did you mean".  Returns the count. */
+static int layer_words(const char *word, const char **out)
+{
+	int n = 0;
+	for (int k = 0; k < LAYER_COUNT; k++) {
+		const LayerInfo *l = &plan_layers[k];
+		int seen = 0;
+		for (int j = 0; j < n && !word; j++)
+			seen |= !strcmp(out[j], l->word);
+		if (!seen && (!word || !strcmp(l->word, word)))
+			out[n++] = word ? l->name : l->word;
+	}
+	return n;
+}
 
-/* One layer into *l; 0 when it is unsound (reported, or a syntax error before). */
+/* The row for word and argument al: its index, or -1 (reported). */
+static int layer_row(Check *c, const AstLayer *al)
+{
+	const char *words[LAYER_COUNT];
+	char list[256];
+	int k = 0;
+	while (k < LAYER_COUNT && strcmp(plan_layers[k].word, al->name.s))
+		k++;
+	if (k == LAYER_COUNT) {
+		int n = layer_words(NULL, words);
+		const char *s = diag_suggest(al->name.s, words, n);
+		plan_layer_words(NULL, list, sizeof list);
+		if (s)
+			diag_error(c->d, al->name.loc, "unknown layer '%s'; did you mean '%s'?",
+				al->name.s, s);
+		else
+			diag_error(c->d, al->name.loc, "unknown layer '%s'; the layers are %s",
+				al->name.s, list);
+		return -1;
+	}
+	const LayerInfo *li = &plan_layers[k];
+	if (li->arg != LAYER_ARG_NAME)
+		return k;
+	const char *w = li->word;
+	plan_layer_words(w, list, sizeof list);
+	if (al->nargs == 0) {
+		diag_error(c->d, al->loc, "'%s' needs a kind, e.g. %s", w, li->example);
+		return -1;
+	}
+	if (al->nargs > 1 || !al->args[0].is_name) {
+		diag_error(c->d, al->args[al->nargs > 1].loc, "'%s' takes one kind: %s", w, list);
+		return -1;
+	}
+	for (; k < LAYER_COUNT; k++)
+		if (!strcmp(plan_layers[k].word, w) && !strcmp(plan_layers[k].name, al->args[0].name.s))
+			return k;
+	unknown_word(c, &al->args[0].name, w, words, layer_words(w, words));
+	return -1;
+}
+
+/* One layer into *l; 0 when it is unsound (reported, or a syntax error before).  The
+ * layer table says how each kind is spelled and what follows it. */
 static int check_layer(Check *c, const AstLayer *al, ProgLayer *l)
 {
-	static const uint8_t kinds[] = {LAYER_LINEAR, LAYER_RELU, LAYER_GELU, LAYER_MSE};
-	static const char *const losses[] = {"mse"};
 	l->loc = al->loc;
 	l->kind = LAYER_COUNT;
 	if (!al->name.s)
 		return 0;
-	int k = find_word(al->name.s, layer_words, 4);
-	if (k < 0) {
-		unknown_word(c, &al->name, "layer", layer_words, 4);
+	int k = layer_row(c, al);
+	if (k < 0)
 		return 0;
-	}
-	const char *w = layer_words[k];
-	if (kinds[k] == LAYER_LINEAR) {
+	const LayerInfo *li = &plan_layers[k];
+	const char *w = li->word;
+	if (li->arg == LAYER_ARG_WIDTH) {
+		char what[64];
+		snprintf(what, sizeof what, "'%s' width", w);
 		if (al->nargs == 0) {
-			diag_error(c->d, al->loc, "'linear' needs a width, e.g. linear 512");
+			diag_error(c->d, al->loc, "'%s' needs a width, e.g. %s", w, li->example);
 			return 0;
 		}
 		if (al->nargs > 1 || al->args[0].is_name) {
-			diag_error(c->d, al->args[al->nargs > 1].loc, "'linear' takes one width");
+			diag_error(c->d, al->args[al->nargs > 1].loc, "'%s' takes one width", w);
 			return 0;
 		}
-		if (!whole(c, &al->args[0].num, "'linear' width", 1, MAX_SIZE, &l->out))
+		if (!whole(c, &al->args[0].num, what, 1, MAX_SIZE, &l->out))
 			return 0;
-	} else if (kinds[k] == LAYER_MSE) {
-		if (al->nargs == 0) {
-			diag_error(c->d, al->loc, "'loss' needs a kind, e.g. loss mse");
-			return 0;
-		}
-		if (al->nargs > 1 || !al->args[0].is_name) {
-			diag_error(c->d, al->args[al->nargs > 1].loc, "'loss' takes one kind: mse");
-			return 0;
-		}
-		if (strcmp(al->args[0].name.s, "mse") != 0) {
-			unknown_word(c, &al->args[0].name, "loss", losses, 1);
-			return 0;
-		}
-	} else if (al->nargs > 0) {
+	} else if (li->arg == LAYER_ARG_NONE && al->nargs > 0) {
 		diag_error(c->d, al->args[0].loc, "'%s' takes no arguments", w);
 		return 0;
 	}
-	l->kind = kinds[k];
+	l->kind = (LayerKind)k;
 	return 1;
 }
 
@@ -769,15 +810,19 @@ static void check_layers(Check *c)
 		if (!c->stage_ok[i])
 			continue;
 		for (int j = 0; j < st->nlayers; j++)
-			if (st->layers[j].kind == LAYER_MSE && (i != n - 1 || j != st->nlayers - 1))
+			if (plan_layers[st->layers[j].kind].loss && (i != n - 1 || j != st->nlayers - 1))
 				diag_error(c->d, st->layers[j].loc,
-					"'loss' must be the last layer of the last stage");
+					"'%s' must be the last layer of the last stage",
+					plan_layers[st->layers[j].kind].word);
 	}
 	if (n > 0 && c->stage_ok[n - 1] && c->stages_known && !c->ast->lost) {
 		ProgStage *last = &p->stages[n - 1];
-		if (last->layers[last->nlayers - 1].kind != LAYER_MSE)
-			diag_error(c->d, last->loc, "the last stage '%s' must end with 'loss mse'",
-				last->name);
+		int k = 0;
+		while (!plan_layers[k].loss)
+			k++; // the first loss in the table is the example
+		if (!plan_layers[last->layers[last->nlayers - 1].kind].loss)
+			diag_error(c->d, last->loc, "the last stage '%s' must end with '%s'",
+				last->name, plan_layers[k].example);
 	}
 	if (!c->widths_ok || !c->input_ok)
 		return;
@@ -786,11 +831,9 @@ static void check_layers(Check *c)
 		ProgStage *st = &p->stages[i];
 		st->in = w;
 		for (int j = 0; j < st->nlayers; j++) {
-			st->layers[j].in = w;
-			if (st->layers[j].kind == LAYER_LINEAR)
-				w = st->layers[j].out;
-			else
-				st->layers[j].out = w;
+			ProgLayer *l = &st->layers[j];
+			l->in = w;
+			w = l->out = plan_layer_out(l->kind, w, l->out);
 		}
 		st->out = w;
 	}
@@ -804,7 +847,8 @@ static void check_layers(Check *c)
 	}
 }
 
-/* Each stage's F, B, W: its own cost line, else `cost *`, else from its FLOPs. */
+/* Each stage's F, B, W: its own cost line, else `cost *`, else from its FLOPs (the
+ * layer table's, at PROG_DEFAULT_FLOPS). */
 static void fill_costs(Check *c)
 {
 	Program *p = c->p;
@@ -812,26 +856,28 @@ static void fill_costs(Check *c)
 		return;
 	for (int i = 0; i < p->nstages; i++) {
 		ProgStage *st = &p->stages[i];
-		double flops = 0;
-		for (int j = 0; j < st->nlayers; j++)
-			if (st->layers[j].kind == LAYER_LINEAR)
-				flops += 2.0 * p->rows * st->layers[j].in * st->layers[j].out;
-		double ns = flops * 1e9 / PROG_DEFAULT_FLOPS;
-		int derived_used = 0;
+		double flops[3] = {0, 0, 0}, worst = 0;
+		for (int j = 0; j < st->nlayers; j++) {
+			const ProgLayer *l = &st->layers[j];
+			LayerCost lc = plan_layer_cost(l->kind, p->rows, l->in, l->out);
+			for (int k = 0; k < 3; k++)
+				flops[k] += lc.flops[k];
+		}
 		for (int k = 0; k < 3; k++) {
+			double ns = flops[k] * 1e9 / PROG_DEFAULT_FLOPS;
 			if (c->cost_has[i][k]) {
 				st->cost[k] = c->cost[i][k];
 			} else if (c->all_has[k]) {
 				st->cost[k] = c->all_cost[k];
 			} else {
-				derived_used = 1;
+				worst = ns > worst ? ns : worst;
 				st->cost[k] = ns < 1 ? 1 : ns > MAX_TIME_NS ? 0 : llround(ns);
 			}
 		}
-		if (derived_used && ns > MAX_TIME_NS)
+		if (worst > MAX_TIME_NS)
 			diag_error(c->d, st->loc,
 				"stage '%s' would take %.0f s per microbatch at 100 TFLOP/s; "
-				"give its cost", st->name, ns / 1e9);
+				"give its cost", st->name, worst / 1e9);
 	}
 }
 

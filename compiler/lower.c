@@ -115,13 +115,11 @@ static void fill_stages(Lw *w)
 		for (int l = 0; l < ps->nlayers; l++) {
 			const ProgLayer *ly = &ps->layers[l];
 			st->layers[l] = (PlanLayer){.kind = ly->kind, .in = ly->in, .out = ly->out};
-			if (ly->kind == LAYER_LINEAR) {
-				st->params += (int64_t)ly->in * ly->out + ly->out;
-				st->save_fw += rows * ly->in * 4;
-				st->save_bw += rows * ly->out * 4;
-			} else {
-				st->save_fb += rows * ly->in * 4;
-			}
+			LayerCost lc = plan_layer_cost(ly->kind, rows, ly->in, ly->out);
+			st->params += lc.params;
+			st->save_fb += lc.save_fb;
+			st->save_fw += lc.save_fw;
+			st->save_bw += lc.save_bw;
 		}
 	}
 }

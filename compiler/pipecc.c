@@ -27,7 +27,7 @@ static void dump_program(const Program *pr, FILE *f)
 		        st->out, (long long)st->cost[0], (long long)st->cost[1],
 		        (long long)st->cost[2]);
 		for (int l = 0; l < st->nlayers; l++)
-			fprintf(f, " %s(%d->%d)", plan_layer_names[st->layers[l].kind], st->layers[l].in,
+			fprintf(f, " %s(%d->%d)", plan_layers[st->layers[l].kind].name, st->layers[l].in,
 			        st->layers[l].out);
 		fputc('\n', f);
 	}

@@ -12,7 +12,7 @@
 #include "diag.h"
 
 typedef struct {
-	uint8_t kind; // LayerKind
+	LayerKind kind;
 	int in, out;  // widths (in inferred; relu/gelu/mse keep the width)
 	Loc loc;
 } ProgLayer;

@@ -11,7 +11,6 @@
 const char *const plan_op_names[OP_COUNT] = {
 	"F", "B", "W", "BW", "SEND", "RECV", "ALLREDUCE", "OPTIM",
 };
-const char *const plan_layer_names[LAYER_COUNT] = {"linear", "relu", "gelu", "mse"};
 const char *const plan_dim_names[DIM_COUNT] = {"pp", "dp", "tp"};
 const char *const plan_dir_names[DIR_COUNT] = {"act", "grad"};
 

@@ -14,6 +14,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "layer.h"
+
 #define PLAN_FORMAT "pipecc-plan"
 #define PLAN_VERSION 1
 
@@ -23,14 +25,6 @@ typedef enum {
 	DIM_TP, // tensor parallel
 	DIM_COUNT
 } PlanDim;
-
-typedef enum {
-	LAYER_LINEAR, // dense layer with bias, in -> out
-	LAYER_RELU,   // elementwise max(x, 0)
-	LAYER_GELU,   // elementwise gelu (tanh approximation)
-	LAYER_MSE,    // mean squared error loss against a synthetic target
-	LAYER_COUNT
-} LayerKind;
 
 typedef enum {
 	OP_F,         // forward of (stage, mb)
@@ -55,7 +49,7 @@ typedef struct {
 } PlanLoc;
 
 typedef struct {
-	uint8_t kind;  // LayerKind
+	LayerKind kind;
 	int32_t in, out;
 } PlanLayer;
 
@@ -159,7 +153,6 @@ typedef struct {
 } PlanError;
 
 extern const char *const plan_op_names[OP_COUNT];
-extern const char *const plan_layer_names[LAYER_COUNT];
 extern const char *const plan_dim_names[DIM_COUNT];
 extern const char *const plan_dir_names[DIR_COUNT];
 

@@ -330,15 +330,11 @@ static int read_stages(Rd *r, Plan *p)
 			if (next_line(r, "a 'layer' line") || word(r, "layer"))
 				return -1;
 			skip_sp(r);
-			int k;
-			for (k = 0; k < LAYER_COUNT; k++) {
-				size_t n = strlen(plan_layer_names[k]);
-				if (!strncmp(r->s, plan_layer_names[k], n) && r->s[n] == ' ')
-					break;
-			}
-			if (k == LAYER_COUNT)
+			size_t n = strcspn(r->s, " \n");
+			LayerKind k = plan_layer_find(r->s, n);
+			if (k == LAYER_COUNT || r->s[n] != ' ')
 				return fail(r, "unknown layer kind '%.20s'", r->s);
-			r->s += strlen(plan_layer_names[k]);
+			r->s += n;
 			ly->kind = k;
 			skip_sp(r);
 			if (inum(r, &ly->in, 1, INT_MAX, "layer input width"))

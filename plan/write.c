@@ -194,7 +194,7 @@ int plan_write(const Plan *p, FILE *f)
 		     st->params, st->save_fb, st->save_fw, st->save_bw, st->nlayers, st->loc.line,
 		     st->loc.col);
 		for (int l = 0; l < st->nlayers; l++)
-			putf(o, "layer %s %d %d\n", plan_layer_names[st->layers[l].kind],
+			putf(o, "layer %s %d %d\n", plan_layers[st->layers[l].kind].name,
 			     st->layers[l].in, st->layers[l].out);
 	}
 
