@@ -60,20 +60,26 @@ LayerCost plan_layer_cost(LayerKind k, int64_t rows, int in, int out)
 	return c;
 }
 
-int plan_layer_words(const char *word, char *buf, size_t n)
+LayerKind plan_layer_parse(const char *word, const char *name)
 {
-	size_t len = 0;
-	if (n)
-		buf[0] = 0;
+	for (int k = 0; k < LAYER_COUNT; k++) {
+		const LayerInfo *l = &plan_layers[k];
+		if (!strcmp(l->word, word) && (!name || !strcmp(l->name, name)))
+			return (LayerKind)k;
+	}
+	return LAYER_COUNT;
+}
+
+int plan_layer_words(const char *word, const char **out)
+{
+	int n = 0;
 	for (int k = 0; k < LAYER_COUNT; k++) {
 		const LayerInfo *l = &plan_layers[k];
 		int seen = 0;
-		for (int j = 0; j < k && !word; j++)
-			seen |= !strcmp(plan_layers[j].word, l->word);
-		if (seen || (word && strcmp(l->word, word)))
-			continue;
-		len += (size_t)snprintf(buf + len, len < n ? n - len : 0, "%s%s", len ? ", " : "",
-		                        word ? l->name : l->word);
+		for (int j = 0; j < n && !word; j++)
+			seen |= !strcmp(out[j], l->word);
+		if (!seen && (!word || !strcmp(l->word, word)))
+			out[n++] = word ? l->name : l->word;
 	}
-	return (int)len;
+	return n;
 }

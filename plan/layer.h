@@ -54,9 +54,12 @@ LayerKind plan_layer_find(const char *s, size_t n);
 int plan_layer_out(LayerKind k, int in, int width_arg);
 /* Figures of one layer for a microbatch of rows rows. */
 LayerCost plan_layer_cost(LayerKind k, int64_t rows, int in, int out);
-/* Lists into buf, comma-separated in table order: with word NULL every distinct word
- * ("linear, relu, gelu, loss"), else the names of the rows spelled with word ("mse").
- * Returns the length it needed, as snprintf does. */
-int plan_layer_words(const char *word, char *buf, size_t n);
+/* The kind spelled word (and, for LAYER_ARG_NAME rows, name), or LAYER_COUNT; with name
+ * NULL the first row spelled word. */
+LayerKind plan_layer_parse(const char *word, const char *name);
+/* Into out (LAYER_COUNT entries), in table order: with word NULL every distinct word
+ * ("linear", "relu", "gelu", "loss"), else the names of the rows spelled word ("mse").
+ * Returns the count. */
+int plan_layer_words(const char *word, const char **out);
 
 #endif

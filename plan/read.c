@@ -429,8 +429,8 @@ static int read_routes(Rd *r, Plan *p)
 static int op_kind(Rd *r)
 {
 	for (int k = 0; k < OP_COUNT; k++) {
-		size_t n = strlen(plan_op_names[k]);
-		if (!strncmp(r->s, plan_op_names[k], n) && (r->s[n] == ' ' || r->s[n] == 0)) {
+		size_t n = strlen(plan_ops[k].name);
+		if (!strncmp(r->s, plan_ops[k].name, n) && (r->s[n] == ' ' || r->s[n] == 0)) {
 			r->s += n;
 			return k;
 		}
@@ -467,7 +467,7 @@ static int read_op(Rd *r, const Plan *p, PlanOp *o)
 		else if (!strncmp(r->s, "grad ", 5))
 			o->dir = DIR_GRAD;
 		else
-			return fail(r, "expected 'act' or 'grad' after %s", plan_op_names[k]);
+			return fail(r, "expected 'act' or 'grad' after %s", plan_ops[k].name);
 		r->s += o->dir == DIR_ACT ? 4 : 5;
 		if (kv(r, "e=", &o->stage, 0, p->nedges - 1) || kv(r, "m=", &o->mb, 0, m - 1) ||
 		    kv(r, k == OP_SEND ? "to=" : "from=", &o->peer, 0, p->world - 1) ||

@@ -159,12 +159,6 @@ static int64_t max64(int64_t a, int64_t b)
 	return a > b ? a : b;
 }
 
-/* plan_is_comm, inlined: it is asked once or twice per op. */
-static inline int is_comm(int kind)
-{
-	return kind >= OP_SEND && kind <= OP_ALLREDUCE;
-}
-
 static void *xcalloc(S *s, size_t n, size_t size)
 {
 	void *p = calloc(n ? n : 1, size);
@@ -702,10 +696,7 @@ static int64_t post_group(S *s, int r, int64_t i, int64_t end, int64_t t, int ta
 	k->gmax = t;
 	k->gmax_who = REF_NONE;
 	if (end < 0) {
-		int32_t g = ops[i].group;
-		end = i;
-		while (end < pr->nops && is_comm(ops[end].kind) && ops[end].group == g)
-			end++;
+		end = plan_group_end(pr, i);
 	}
 	k->gend = end;
 	for (int64_t x = i; x < end && !s->failed; x++) {
@@ -733,7 +724,7 @@ static inline int64_t do_compute(S *s, int r, int64_t i, const PlanOp *o, int64_
 {
 	Rk *k = &s->rk[r];
 	int64_t end = start;
-	if (o->kind <= OP_BW) {
+	if (plan_op_is_compute(o->kind)) {
 		const StageInfo *st = &s->st[o->stage];
 		int64_t cost = st->cost[o->kind];
 		end = sat_add(start, cost);
@@ -741,10 +732,11 @@ static inline int64_t do_compute(S *s, int r, int64_t i, const PlanOp *o, int64_
 		k->mem = sat_add(k->mem, st->dmem[o->kind]);
 		if (k->mem > k->peak_mem)
 			k->peak_mem = k->mem;
-		if (o->kind == OP_F) {
+		uint8_t makes = plan_ops[o->kind].makes; // a microbatch is live from F to its W
+		if (makes & PLAN_DEP_ACT) {
 			if (++k->units > k->peak_units)
 				k->peak_units = k->units;
-		} else if (o->kind != OP_B) {
+		} else if (makes & PLAN_DEP_WGRAD) {
 			k->units--;
 		}
 	}
@@ -771,7 +763,7 @@ static void run_strict(S *s, int r)
 	const PlanOp *ops = pr->ops;
 	while (i < n) {
 		const PlanOp *o = &ops[i];
-		if (!is_comm(o->kind)) {
+		if (!plan_op_is_comm(o->kind)) {
 			t = do_compute(s, r, i, o, t, k->bind);
 			k->bind = REF(r, i);
 			i++;
@@ -813,17 +805,19 @@ static int local_stage(S *s, int r, int stage)
 static inline int consumed_keys(S *s, const PlanOp *o, uint64_t *keys, int n)
 {
 	int c = 0;
-	if (o->kind == OP_F) {
+	uint8_t needs = plan_ops[o->kind].needs;
+	if (needs & PLAN_DEP_IN_ACT) {
 		const StageInfo *st = &s->st[o->stage];
 		for (int j = 0; j < st->nrin && c < n; j++)
 			keys[c++] = hkey(KEY_RECV, DIR_ACT, st->rin[j], o->mb);
-	} else if (o->kind == OP_B || o->kind == OP_BW) {
+	}
+	if (needs & PLAN_DEP_OUT_GRAD) {
 		const StageInfo *st = &s->st[o->stage];
 		for (int j = 0; j < st->nrout && c < n; j++)
 			keys[c++] = hkey(KEY_RECV, DIR_GRAD, st->rout[j], o->mb);
-	} else if (o->kind == OP_OPTIM && s->p->dims[DIM_DP] > 1) {
-		keys[c++] = hkey(KEY_AR, 0, o->stage, 0);
 	}
+	if ((needs & PLAN_DEP_REDUCED) && s->p->dims[DIM_DP] > 1)
+		keys[c++] = hkey(KEY_AR, 0, o->stage, 0);
 	return c;
 }
 
@@ -847,7 +841,7 @@ static void run_compute(S *s, int r)
 	uint64_t keys[MAXKEYS];
 	while (i < n) {
 		const PlanOp *o = &pr->ops[i];
-		if (is_comm(o->kind)) {
+		if (plan_op_is_comm(o->kind)) {
 			i++;
 			continue;
 		}
@@ -881,16 +875,17 @@ static void run_compute(S *s, int r)
 		k->cbind = REF(r, i);
 		progressed = 1;
 		/* What it produces for the comm stream. */
-		if (o->kind <= OP_BW) {
+		if (plan_op_is_compute(o->kind)) {
 			const StageInfo *st = &s->st[o->stage];
-			if (o->kind == OP_F && st->nrout &&
+			uint8_t makes = plan_ops[o->kind].makes;
+			if ((makes & PLAN_DEP_ACT) && st->nrout &&
 			    hput(s, &k->h, hkey(KEY_DATA, DIR_ACT, o->stage, o->mb), end, REF(r, i), st->nrout))
 				return;
-			if ((o->kind == OP_B || o->kind == OP_BW) && st->nrin &&
+			if ((makes & PLAN_DEP_GRAD) && st->nrin &&
 			    hput(s, &k->h, hkey(KEY_DATA, DIR_GRAD, o->stage, o->mb), end, REF(r, i), st->nrin))
 				return;
 			int ls = local_stage(s, r, o->stage);
-			if ((o->kind == OP_W || o->kind == OP_BW) && ls >= 0) {
+			if ((makes & PLAN_DEP_WGRAD) && ls >= 0) {
 				k->wdone[ls]++;
 				if (end >= k->wlast[ls]) {
 					k->wlast[ls] = end;
@@ -915,9 +910,8 @@ static int group_ready(S *s, int r, int64_t i, int64_t *end, int64_t *t, int64_t
 {
 	const PlanRank *pr = &s->p->ranks[r];
 	Rk *k = &s->rk[r];
-	int32_t g = pr->ops[i].group;
-	int64_t x = i;
-	for (; x < pr->nops && is_comm(pr->ops[x].kind) && pr->ops[x].group == g; x++) {
+	int64_t x = i, e = plan_group_end(pr, i);
+	for (; x < e; x++) {
 		const PlanOp *o = &pr->ops[x];
 		if (o->kind == OP_SEND) {
 			HEnt *e = hfind(&k->h, send_key(s, o));
@@ -941,15 +935,6 @@ static int group_ready(S *s, int r, int64_t i, int64_t *end, int64_t *t, int64_t
 	}
 	*end = x;
 	return 1;
-}
-
-static int64_t group_end(const PlanRank *pr, int64_t i)
-{
-	int32_t g = pr->ops[i].group;
-	int64_t j = i;
-	while (j < pr->nops && is_comm(pr->ops[j].kind) && pr->ops[j].group == g)
-		j++;
-	return j;
 }
 
 /* The comm stream's group [i, gend) completed at gmax: publish its receives. */
@@ -993,7 +978,7 @@ static void run_comm(S *s, int r)
 	k->state = AG_READY;
 	int64_t i = k->pc;
 	while (i < n) {
-		if (!is_comm(pr->ops[i].kind)) {
+		if (!plan_op_is_comm(pr->ops[i].kind)) {
 			i++;
 			continue;
 		}
@@ -1241,7 +1226,7 @@ static void critical_path(S *s)
 		int64_t i = REF_OP(x);
 		const SimOpTime *t = &res->ranks[r].times[i];
 		const PlanOp *o = &s->p->ranks[r].ops[i];
-		int64_t c = o->kind <= OP_BW ? s->st[o->stage].cost[o->kind] : 0;
+		int64_t c = plan_op_is_compute(o->kind) ? s->st[o->stage].cost[o->kind] : 0;
 		if (n && path[n - 1].rank == r) {
 			SimPathStep *st = &path[n - 1];
 			st->first_op = i;
@@ -1315,9 +1300,10 @@ static int want_recv_key(const PlanOp *o, const void *arg)
 static int want_producer(const PlanOp *o, const void *arg)
 {
 	const Want *w = arg;
-	if (o->kind == OP_F)
+	uint8_t makes = plan_ops[o->kind].makes;
+	if (makes & PLAN_DEP_ACT)
 		return hkey(KEY_DATA, DIR_ACT, o->stage, o->mb) == w->key;
-	if (o->kind == OP_B || o->kind == OP_BW)
+	if (makes & PLAN_DEP_GRAD)
 		return hkey(KEY_DATA, DIR_GRAD, o->stage, o->mb) == w->key;
 	return 0;
 }
@@ -1325,7 +1311,7 @@ static int want_producer(const PlanOp *o, const void *arg)
 static int want_wgrad(const PlanOp *o, const void *arg)
 {
 	const Want *w = arg;
-	return (o->kind == OP_W || o->kind == OP_BW) && (uint64_t)o->stage == w->key;
+	return (plan_ops[o->kind].makes & PLAN_DEP_WGRAD) && (uint64_t)o->stage == w->key;
 }
 
 /* Whether op i of rank r (in its posted group) is still unmatched. */
@@ -1411,7 +1397,7 @@ static int agent_edge(S *s, int a, int idx, SimWait *w, int *to)
 		return 0;
 	}
 	if (k->state == AG_WAIT) { // comm stream: the data of its sends
-		int64_t end = group_end(pr, k->pc);
+		int64_t end = plan_group_end(pr, k->pc);
 		for (int64_t x = k->pc; x < end; x++) {
 			const PlanOp *o = &pr->ops[x];
 			Want wt = {0};

@@ -103,7 +103,7 @@ static int check_structure(const Plan *p, const char *what)
 				         p->stages[op->stage].pp);
 			int *at = &pos[((size_t)op->stage * m + op->mb) * OP_COUNT + op->kind];
 			if (*at)
-				fail_msg("%s: %s %d %d twice", what, plan_op_names[op->kind], op->stage, op->mb);
+				fail_msg("%s: %s %d %d twice", what, plan_ops[op->kind].name, op->stage, op->mb);
 			*at = i + 1;
 			live += op->kind == OP_F ? 1 : op->kind == OP_W || op->kind == OP_BW ? -1 : 0;
 			if (live > peak)
@@ -648,7 +648,7 @@ static void sched__custom__runs_as_written(void **state)
 	assert_int_equal(o.n, 10);
 	for (int i = 0; i < o.n; i++) {
 		char t[16];
-		snprintf(t, sizeof t, "%s%d.%d", plan_op_names[o.op[i]->kind], o.op[i]->stage,
+		snprintf(t, sizeof t, "%s%d.%d", plan_ops[o.op[i]->kind].name, o.op[i]->stage,
 		         o.op[i]->mb);
 		assert_string_equal(t, want[i]);
 	}
