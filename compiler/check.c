@@ -370,94 +370,71 @@ static void check_input(Check *c, AstStmt *s)
 	c->input_ok = ok;
 }
 
-/* The table's distinct words (word NULL), or the names of the rows spelled word; for
- * "did you mean".  Returns the count. */
-static int layer_words(const char *word, const char **out)
+/* What the layer table knows (plan_layer_words) into words, joined into list. */
+static int layer_list(const char *word, const char **words, char *list, size_t n)
 {
-	int n = 0;
-	for (int k = 0; k < LAYER_COUNT; k++) {
-		const LayerInfo *l = &plan_layers[k];
-		int seen = 0;
-		for (int j = 0; j < n && !word; j++)
-			seen |= !strcmp(out[j], l->word);
-		if (!seen && (!word || !strcmp(l->word, word)))
-			out[n++] = word ? l->name : l->word;
-	}
-	return n;
+	int count = plan_layer_words(word, words);
+	size_t len = 0;
+	list[0] = 0;
+	for (int i = 0; i < count && len < n; i++)
+		len += (size_t)snprintf(list + len, n - len, "%s%s", i ? ", " : "", words[i]);
+	return count;
 }
 
-/* The row for word and argument al: its index, or -1 (reported). */
-static int layer_row(Check *c, const AstLayer *al)
+/* "unknown layer 'x'" (word NULL) or "unknown loss 'x'" (word "loss"). */
+static void unknown_layer(Check *c, const AstName *w, const char *word)
 {
 	const char *words[LAYER_COUNT];
 	char list[256];
-	int k = 0;
-	while (k < LAYER_COUNT && strcmp(plan_layers[k].word, al->name.s))
-		k++;
-	if (k == LAYER_COUNT) {
-		int n = layer_words(NULL, words);
-		const char *s = diag_suggest(al->name.s, words, n);
-		plan_layer_words(NULL, list, sizeof list);
-		if (s)
-			diag_error(c->d, al->name.loc, "unknown layer '%s'; did you mean '%s'?",
-				al->name.s, s);
-		else
-			diag_error(c->d, al->name.loc, "unknown layer '%s'; the layers are %s",
-				al->name.s, list);
-		return -1;
-	}
-	const LayerInfo *li = &plan_layers[k];
-	if (li->arg != LAYER_ARG_NAME)
-		return k;
-	const char *w = li->word;
-	plan_layer_words(w, list, sizeof list);
-	if (al->nargs == 0) {
-		diag_error(c->d, al->loc, "'%s' needs a kind, e.g. %s", w, li->example);
-		return -1;
-	}
-	if (al->nargs > 1 || !al->args[0].is_name) {
-		diag_error(c->d, al->args[al->nargs > 1].loc, "'%s' takes one kind: %s", w, list);
-		return -1;
-	}
-	for (; k < LAYER_COUNT; k++)
-		if (!strcmp(plan_layers[k].word, w) && !strcmp(plan_layers[k].name, al->args[0].name.s))
-			return k;
-	unknown_word(c, &al->args[0].name, w, words, layer_words(w, words));
-	return -1;
+	const char *s = diag_suggest(w->s, words, layer_list(word, words, list, sizeof list));
+	if (s)
+		diag_error(c->d, w->loc, "unknown %s '%s'; did you mean '%s'?", word ? word : "layer",
+			w->s, s);
+	else
+		diag_error(c->d, w->loc, "unknown %s '%s'; the %s%s are: %s", word ? word : "layer",
+			w->s, word ? word : "layer", word ? " kinds" : "s", list);
 }
 
 /* One layer into *l; 0 when it is unsound (reported, or a syntax error before).  The
- * layer table says how each kind is spelled and what follows it. */
+ * layer table says how each kind is spelled and what follows its word. */
 static int check_layer(Check *c, const AstLayer *al, ProgLayer *l)
 {
 	l->loc = al->loc;
 	l->kind = LAYER_COUNT;
 	if (!al->name.s)
 		return 0;
-	int k = layer_row(c, al);
-	if (k < 0)
-		return 0;
-	const LayerInfo *li = &plan_layers[k];
-	const char *w = li->word;
-	if (li->arg == LAYER_ARG_WIDTH) {
-		char what[64];
-		snprintf(what, sizeof what, "'%s' width", w);
-		if (al->nargs == 0) {
-			diag_error(c->d, al->loc, "'%s' needs a width, e.g. %s", w, li->example);
-			return 0;
-		}
-		if (al->nargs > 1 || al->args[0].is_name) {
-			diag_error(c->d, al->args[al->nargs > 1].loc, "'%s' takes one width", w);
-			return 0;
-		}
-		if (!whole(c, &al->args[0].num, what, 1, MAX_SIZE, &l->out))
-			return 0;
-	} else if (li->arg == LAYER_ARG_NONE && al->nargs > 0) {
-		diag_error(c->d, al->args[0].loc, "'%s' takes no arguments", w);
+	LayerKind k = plan_layer_parse(al->name.s, NULL);
+	if (k == LAYER_COUNT) {
+		unknown_layer(c, &al->name, NULL);
 		return 0;
 	}
-	l->kind = (LayerKind)k;
-	return 1;
+	const LayerInfo *li = &plan_layers[k];
+	const char *w = li->word, *names[LAYER_COUNT];
+	char list[256];
+	int named = li->arg == LAYER_ARG_NAME;
+	if (li->arg == LAYER_ARG_NONE) {
+		if (al->nargs == 0)
+			return l->kind = k, 1;
+		diag_error(c->d, al->args[0].loc, "'%s' takes no arguments", w);
+	} else if (al->nargs == 0) {
+		diag_error(c->d, al->loc, "'%s' needs a %s, e.g. %s", w, named ? "kind" : "width",
+			li->example);
+	} else if (al->nargs > 1 || al->args[0].is_name != named) {
+		layer_list(w, names, list, sizeof list);
+		diag_error(c->d, al->args[al->nargs > 1].loc, "'%s' takes one %s%s%s", w,
+			named ? "kind" : "width", named ? ": " : "", named ? list : "");
+	} else if (named) {
+		k = plan_layer_parse(w, al->args[0].name.s);
+		if (k != LAYER_COUNT)
+			return l->kind = k, 1;
+		unknown_layer(c, &al->args[0].name, w);
+	} else {
+		char what[64];
+		snprintf(what, sizeof what, "'%s' width", w);
+		if (whole(c, &al->args[0].num, what, 1, MAX_SIZE, &l->out))
+			return l->kind = k, 1;
+	}
+	return 0;
 }
 
 static void check_stage(Check *c, AstStmt *s)
@@ -909,7 +886,6 @@ static void check_lists(Check *c)
 /* "12F3": stage digits, one letter, microbatch digits (the lexer made sure). */
 static int action(Check *c, const AstName *t, ProgAction *a)
 {
-	static const char letters[] = "FIWB"; // in ActKind order
 	const char *s = t->s;
 	long v[2] = {0, 0};
 	char kind = 0;
@@ -924,8 +900,8 @@ static int action(Check *c, const AstName *t, ProgAction *a)
 		if (part == 0)
 			kind = *s++;
 	}
-	const char *k = strchr(letters, kind);
-	if (!k) {
+	OpKind k = plan_op_of_torch(kind); // PyTorch's letters
+	if (k == OP_COUNT) {
 		diag_error(c->d, t->loc, "unknown action kind '%c' in '%s' (expected F, B, I or W)",
 			kind, t->s);
 		return 0;
@@ -936,7 +912,7 @@ static int action(Check *c, const AstName *t, ProgAction *a)
 			c->p->nstages == 1 ? "" : "s");
 		return 0;
 	}
-	*a = (ProgAction){(uint8_t)(k - letters), (int)v[0], (int)v[1], t->loc};
+	*a = (ProgAction){k, (int)v[0], (int)v[1], t->loc};
 	return 1;
 }
 

@@ -37,14 +37,12 @@ typedef struct {
 	int *line_of;        // world rank at pipeline index 0 -> its line number
 	int *in_off, *in_e;  // CSR of in-edges per stage
 	int *out_off, *out_e;
-	unsigned char *done; // per (stage, mb): D_F, D_B (set by B or BW)
+	unsigned char *done; // per (stage, mb): PLAN_DEP_MB bits of the actions that ran
 	unsigned char *moved; // per (edge, mb, dir): 1 once the tensor has been transferred
 	int *left;           // per stage: backward actions still to run
 	int *reduce;         // per pipeline index: stages whose reduction is due (ns each)
 	int *nreduce;
 } Lw;
-
-enum { D_F = 1, D_B = 2 };
 
 /* Tensors a rank has produced for remote consumers and not yet sent, oldest first. */
 typedef struct {
@@ -164,62 +162,55 @@ static void fill_edges(Lw *w)
 	free(fo);
 }
 
-/* Whether action a on pipeline index pp has its inputs: local ones computed, remote
- * ones received. */
+/* Whether action a on pipeline index pp has its inputs (the op table's needs): local
+ * ones computed, remote ones received. */
 static int ready(const Lw *w, int pp, const SchedAct *a)
 {
 	int m = w->m;
 	const int *stage_pp = w->sc->stage_pp;
 	const PlanEdge *E = w->plan->edges;
-	if (a->kind == OP_F) {
-		for (int j = w->in_off[a->stage]; j < w->in_off[a->stage + 1]; j++) {
-			int e = w->in_e[j], src = E[e].src;
-			if (stage_pp[src] == pp ? !(w->done[(size_t)src * m + a->mb] & D_F)
-			                        : !w->moved[((size_t)e * m + a->mb) * 2 + DIR_ACT])
-				return 0;
-		}
-		return 1;
-	}
-	unsigned char self = w->done[(size_t)a->stage * m + a->mb];
-	if (a->kind == OP_W)
-		return !!(self & D_B);
-	if (!(self & D_F))
+	uint8_t needs = plan_ops[a->kind].needs;
+	if ((needs & PLAN_DEP_MB) & ~w->done[(size_t)a->stage * m + a->mb])
 		return 0;
-	for (int j = w->out_off[a->stage]; j < w->out_off[a->stage + 1]; j++) {
+	for (int j = w->in_off[a->stage]; (needs & PLAN_DEP_IN_ACT) && j < w->in_off[a->stage + 1];
+	     j++) {
+		int e = w->in_e[j], src = E[e].src;
+		if (stage_pp[src] == pp ? !(w->done[(size_t)src * m + a->mb] & PLAN_DEP_ACT)
+		                        : !w->moved[((size_t)e * m + a->mb) * 2 + DIR_ACT])
+			return 0;
+	}
+	for (int j = w->out_off[a->stage];
+	     (needs & PLAN_DEP_OUT_GRAD) && j < w->out_off[a->stage + 1]; j++) {
 		int e = w->out_e[j], dst = E[e].dst;
-		if (stage_pp[dst] == pp ? !(w->done[(size_t)dst * m + a->mb] & D_B)
+		if (stage_pp[dst] == pp ? !(w->done[(size_t)dst * m + a->mb] & PLAN_DEP_GRAD)
 		                        : !w->moved[((size_t)e * m + a->mb) * 2 + DIR_GRAD])
 			return 0;
 	}
 	return 1;
 }
 
-/* What a finished compute action makes available, and the reduction and optimizer
- * step after a stage's last backward. */
+/* What a finished compute action makes available (the op table's makes), and the
+ * reduction and optimizer step after a stage's last weight gradient. */
 static void finish_compute(Lw *w, int pp, const SchedAct *a, int line)
 {
 	int m = w->m;
-	unsigned char *d = &w->done[(size_t)a->stage * m + a->mb];
 	const PlanEdge *E = w->plan->edges;
 	const int *stage_pp = w->sc->stage_pp;
-	if (a->kind == OP_F) {
-		*d |= D_F;
-		for (int j = w->out_off[a->stage]; j < w->out_off[a->stage + 1]; j++) {
-			int e = w->out_e[j];
-			if (stage_pp[E[e].dst] != pp)
-				pend_push(&w->pend[pp], (Out){e, a->mb, DIR_ACT, stage_pp[E[e].dst], line});
-		}
-		return;
+	uint8_t makes = plan_ops[a->kind].makes;
+	w->done[(size_t)a->stage * m + a->mb] |= makes & PLAN_DEP_MB;
+	for (int j = w->out_off[a->stage]; (makes & PLAN_DEP_ACT) && j < w->out_off[a->stage + 1];
+	     j++) {
+		int e = w->out_e[j];
+		if (stage_pp[E[e].dst] != pp)
+			pend_push(&w->pend[pp], (Out){e, a->mb, DIR_ACT, stage_pp[E[e].dst], line});
 	}
-	if (a->kind == OP_B || a->kind == OP_BW) {
-		*d |= D_B;
-		for (int j = w->in_off[a->stage]; j < w->in_off[a->stage + 1]; j++) {
-			int e = w->in_e[j];
-			if (stage_pp[E[e].src] != pp)
-				pend_push(&w->pend[pp], (Out){e, a->mb, DIR_GRAD, stage_pp[E[e].src], line});
-		}
+	for (int j = w->in_off[a->stage]; (makes & PLAN_DEP_GRAD) && j < w->in_off[a->stage + 1];
+	     j++) {
+		int e = w->in_e[j];
+		if (stage_pp[E[e].src] != pp)
+			pend_push(&w->pend[pp], (Out){e, a->mb, DIR_GRAD, stage_pp[E[e].src], line});
 	}
-	if ((a->kind == OP_W || a->kind == OP_BW) && --w->left[a->stage] == 0)
+	if ((makes & PLAN_DEP_WGRAD) && --w->left[a->stage] == 0)
 		w->reduce[w->nreduce[pp]++ + (size_t)pp * w->ns] = a->stage;
 }
 
@@ -252,8 +243,7 @@ static void start_compute(Lw *w, int pp, const SchedAct *a, int line)
 
 static int64_t act_cost(const Lw *w, const SchedAct *a)
 {
-	const int64_t *c = w->plan->stages[a->stage].cost;
-	return a->kind == OP_F ? c[0] : a->kind == OP_B ? c[1] : a->kind == OP_W ? c[2] : c[1] + c[2];
+	return plan_op_cost(a->kind, w->plan->stages[a->stage].cost);
 }
 
 static int src_line_of(const Lw *w, const SchedAct *a)
@@ -274,13 +264,12 @@ static void report_stall(Lw *w, const int64_t *cur)
 	diag_error(w->diag, at,
 	           "the schedule cannot run: every rank waits for another (run with "
 	           "--allow-deadlock to emit the plan and let pipesim show the cycle)");
-	static const char kinds[] = "FBWB"; // PyTorch letters for F, I, W, B
 	for (int p = 0; p < w->pp; p++) {
 		if (cur[p] >= sc->nacts[p])
 			continue;
 		const SchedAct *a = &sc->acts[p][cur[p]];
 		fprintf(w->diag->out, "  rank %d is stuck at action %lld: %d%c%d\n", p,
-		        (long long)cur[p], a->stage, a->kind == OP_B ? 'I' : kinds[a->kind], a->mb);
+		        (long long)cur[p], a->stage, plan_ops[a->kind].torch, a->mb);
 	}
 }
 

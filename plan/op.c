@@ -7,20 +7,20 @@
 #include <stddef.h>
 
 const OpInfo plan_ops[OP_COUNT] = {
-	[OP_F] = {"F", 'F', OP_ROLE_COMPUTE, PLAN_DEP_IN_ACT, PLAN_DEP_ACT,
+	[OP_F] = {"F", 'F', OP_ROLE_COMPUTE, PLAN_DEP_IN_ACT, PLAN_DEP_ACT, 1,
 	          "a second F of this stage and microbatch", NULL},
-	[OP_B] = {"B", 'I', OP_ROLE_COMPUTE, PLAN_DEP_ACT | PLAN_DEP_OUT_GRAD, PLAN_DEP_GRAD,
+	[OP_B] = {"B", 'I', OP_ROLE_COMPUTE, PLAN_DEP_ACT | PLAN_DEP_OUT_GRAD, PLAN_DEP_GRAD, 2,
 	          "a second backward of this stage and microbatch", "backward before its F"},
-	[OP_W] = {"W", 'W', OP_ROLE_COMPUTE, PLAN_DEP_GRAD, PLAN_DEP_WGRAD, "a second W",
+	[OP_W] = {"W", 'W', OP_ROLE_COMPUTE, PLAN_DEP_GRAD, PLAN_DEP_WGRAD, 4, "a second W",
 	          "W before its B"},
 	[OP_BW] = {"BW", 'B', OP_ROLE_COMPUTE, PLAN_DEP_ACT | PLAN_DEP_OUT_GRAD,
-	           PLAN_DEP_GRAD | PLAN_DEP_WGRAD,
+	           PLAN_DEP_GRAD | PLAN_DEP_WGRAD, 6,
 	           "a second backward of this stage and microbatch", "backward before its F"},
-	[OP_SEND] = {"SEND", 0, OP_ROLE_COMM, 0, 0, NULL, NULL},
-	[OP_RECV] = {"RECV", 0, OP_ROLE_COMM, 0, 0, NULL, NULL},
-	[OP_ALLREDUCE] = {"ALLREDUCE", 0, OP_ROLE_COMM, PLAN_DEP_ALL_W, PLAN_DEP_REDUCED,
+	[OP_SEND] = {"SEND", 0, OP_ROLE_COMM, 0, 0, 0, NULL, NULL},
+	[OP_RECV] = {"RECV", 0, OP_ROLE_COMM, 0, 0, 0, NULL, NULL},
+	[OP_ALLREDUCE] = {"ALLREDUCE", 0, OP_ROLE_COMM, PLAN_DEP_ALL_W, PLAN_DEP_REDUCED, 0,
 	                  "a second one for this stage", "a reduction before the stage's last W"},
-	[OP_OPTIM] = {"OPTIM", 0, OP_ROLE_STEP, PLAN_DEP_ALL_W | PLAN_DEP_REDUCED, PLAN_DEP_STEP,
+	[OP_OPTIM] = {"OPTIM", 0, OP_ROLE_STEP, PLAN_DEP_ALL_W | PLAN_DEP_REDUCED, PLAN_DEP_STEP, 0,
 	              "a second one for this stage",
 	              "an optimizer step before the stage's last W"},
 };
@@ -64,4 +64,13 @@ OpKind plan_op_of_torch(char c)
 		if (plan_ops[k].torch == c)
 			return (OpKind)k;
 	return OP_COUNT;
+}
+
+int64_t plan_op_cost(OpKind k, const int64_t cost[3])
+{
+	int64_t c = 0;
+	for (int i = 0; i < 3; i++)
+		if (plan_ops[k].costs & (1 << i))
+			c += cost[i];
+	return c;
 }

@@ -50,6 +50,7 @@ typedef struct {
 	OpRole role;
 	uint8_t needs;     // PLAN_DEP_* it waits for
 	uint8_t makes;     // PLAN_DEP_* it produces
+	uint8_t costs;     // bit k: it costs the stage's cost[k] (0 F, 1 B, 2 W)
 	const char *again; // why it cannot run twice in a step
 	const char *early; // why it cannot run before what it needs (local part)
 } OpInfo;
@@ -83,6 +84,9 @@ static inline int plan_op_is_comm(OpKind k)
 	return plan_ops[k].role == OP_ROLE_COMM;
 }
 
+/* What an op of kind k costs on a stage whose F, B, W cost cost[0..2] (0 for ops that
+ * do not compute).  Stage costs are below INT64_MAX / 4, so the sum cannot overflow. */
+int64_t plan_op_cost(OpKind k, const int64_t cost[3]);
 /* The kind PyTorch writes as letter c ('F', 'I', 'W', 'B'), or OP_COUNT. */
 OpKind plan_op_of_torch(char c);
 

@@ -109,8 +109,8 @@ typedef struct {
 } Rk;
 
 typedef struct {
-	int64_t cost[4];   // F, B, W, BW
-	int64_t dmem[4];
+	int64_t cost[OP_COUNT]; // per op kind (plan_op_cost): 0 for ops that do not compute
+	int64_t dmem[OP_COUNT]; // saved bytes an op allocates (+) or frees (-)
 	int nrin, nrout;   // remote in- and out-edges (overlap)
 	int *rin, *rout;
 } StageInfo;
@@ -1029,10 +1029,8 @@ static int setup(S *s)
 	for (int i = 0; i < p->nstages; i++) {
 		const PlanStage *ps = &p->stages[i];
 		StageInfo *st = &s->st[i];
-		st->cost[OP_F] = ps->cost[0];
-		st->cost[OP_B] = ps->cost[1];
-		st->cost[OP_W] = ps->cost[2];
-		st->cost[OP_BW] = sat_add(ps->cost[1], ps->cost[2]);
+		for (int k = 0; k < OP_COUNT; k++)
+			st->cost[k] = plan_op_cost((OpKind)k, ps->cost);
 		st->dmem[OP_F] = sat_add(ps->save_fb, ps->save_fw);
 		st->dmem[OP_B] = ps->save_bw - ps->save_fb;
 		st->dmem[OP_W] = -sat_add(ps->save_fw, ps->save_bw);
