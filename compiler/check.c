@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "ast.h"
+#include "map.h"
 #include "program.h"
 #include "schedule.h"
 
@@ -32,49 +33,6 @@ enum {
 #define MIN_BANDWIDTH 1e6       // 1 MB/s
 #define MAX_BANDWIDTH 1e15      // 1 PB/s
 #define MAX_FILE (1u << 30)
-
-/* Open-addressing hash map from a string or an integer to an index, so lookups stay
- * O(1) however many stages and skips a file holds. */
-typedef struct {
-	const char *key;  // string keys
-	int64_t ikey;     // integer keys, when the map's key is NULL
-	int val;
-	uint8_t used;
-} Slot;
-
-typedef struct {
-	Slot *slots;
-	size_t cap;       // power of two, at least twice the entries
-} Map;
-
-static void map_init(Arena *a, Map *m, int n)
-{
-	m->cap = 16;
-	while (m->cap < 2 * (size_t)n)
-		m->cap *= 2;
-	m->slots = arena_alloc(a, m->cap * sizeof *m->slots);
-}
-
-/* key's slot: its entry, or the free slot to fill (used == 0). */
-static Slot *map_slot(Map *m, const char *key, int64_t ikey)
-{
-	uint64_t h = (uint64_t)ikey * 0x9e3779b97f4a7c15u;
-	if (key) {
-		h = 1469598103934665603u;
-		for (const char *s = key; *s; s++)
-			h = (h ^ (unsigned char)*s) * 1099511628211u;
-	}
-	for (size_t i = (h ^ h >> 29) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
-		Slot *s = &m->slots[i];
-		if (!s->used || (key ? strcmp(s->key, key) == 0 : s->ikey == ikey))
-			return s;
-	}
-}
-
-static void map_set(Slot *s, const char *key, int64_t ikey, int val)
-{
-	*s = (Slot){key, ikey, val, 1};
-}
 
 typedef struct {
 	Arena *a;
