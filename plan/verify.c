@@ -179,7 +179,7 @@ static int check_groups(Vc *v)
 	return 0;
 }
 
-/* Point-to-point matching, FIFO per ordered pair, and the collectives. */
+/* Point-to-point matching, FIFO per ordered pair. */
 typedef struct {
 	int peer;       // the receiving rank
 	int64_t start;  // this pair's sends begin at sends[start]
@@ -316,48 +316,52 @@ static int check_matching(Vc *v)
 				goto out;
 			}
 
-	/* Collectives: every dp group member issues the same sequence of all-reduces. */
-	if (p->dims[DIM_DP] > 1) {
-		for (int r = 0; r < W; r++) {
-			const PlanRank *rk = &p->ranks[r];
-			if (rk->coord[DIM_DP] == 0)
-				continue;
-			int c[DIM_COUNT];
-			memcpy(c, rk->coord, sizeof c);
-			c[DIM_DP] = 0;
-			int r0 = plan_rank_of(p, c);
-			const PlanRank *k0 = &p->ranks[r0];
-			int64_t j = 0, i = 0;
-			for (;; i++, j++) {
-				while (i < rk->nops && rk->ops[i].kind != OP_ALLREDUCE)
-					i++;
-				while (j < k0->nops && k0->ops[j].kind != OP_ALLREDUCE)
-					j++;
-				char x[300], y[300];
-				if (i == rk->nops && j == k0->nops)
-					break;
-				if (i == rk->nops || j == k0->nops) {
-					int lr = i == rk->nops ? r0 : r;
-					int64_t li = i == rk->nops ? j : i;
-					verr(v, lr, li, "%s is reached by only part of its dp group: rank %d has "
-					                "no matching ALLREDUCE",
-					     opdesc(v, lr, li, x, sizeof x), lr == r ? r0 : r);
-					goto out;
-				}
-				if (rk->ops[i].stage != k0->ops[j].stage || rk->ops[i].bytes != k0->ops[j].bytes) {
-					verr(v, r, i, "%s meets %s in the dp group: stages or sizes differ",
-					     opdesc(v, r, i, x, sizeof x), opdesc(v, r0, j, y, sizeof y));
-					goto out;
-				}
-			}
-		}
-	}
 	rc = 0;
 out:
 	free(off);
 	free(pairs);
 	free(sends);
 	return rc;
+}
+
+/* Collectives: every dp group member issues the same sequence of all-reduces. */
+static int check_collectives(Vc *v)
+{
+	const Plan *p = v->p;
+	int W = p->world;
+	if (p->dims[DIM_DP] == 1)
+		return 0;
+	for (int r = 0; r < W; r++) {
+		const PlanRank *rk = &p->ranks[r];
+		if (rk->coord[DIM_DP] == 0)
+			continue;
+		int c[DIM_COUNT];
+		memcpy(c, rk->coord, sizeof c);
+		c[DIM_DP] = 0;
+		int r0 = plan_rank_of(p, c);
+		const PlanRank *k0 = &p->ranks[r0];
+		int64_t j = 0, i = 0;
+		for (;; i++, j++) {
+			while (i < rk->nops && rk->ops[i].kind != OP_ALLREDUCE)
+				i++;
+			while (j < k0->nops && k0->ops[j].kind != OP_ALLREDUCE)
+				j++;
+			char x[300], y[300];
+			if (i == rk->nops && j == k0->nops)
+				break;
+			if (i == rk->nops || j == k0->nops) {
+				int lr = i == rk->nops ? r0 : r;
+				int64_t li = i == rk->nops ? j : i;
+				return verr(v, lr, li, "%s is reached by only part of its dp group: rank %d "
+				            "has no matching ALLREDUCE",
+				            opdesc(v, lr, li, x, sizeof x), lr == r ? r0 : r);
+			}
+			if (rk->ops[i].stage != k0->ops[j].stage || rk->ops[i].bytes != k0->ops[j].bytes)
+				return verr(v, r, i, "%s meets %s in the dp group: stages or sizes differ",
+				            opdesc(v, r, i, x, sizeof x), opdesc(v, r0, j, y, sizeof y));
+		}
+	}
+	return 0;
 }
 
 /* The per-rank state of check_deps: which stages and edges are local, and what has run
@@ -601,6 +605,8 @@ int plan_verify(const Plan *p, PlanError *err)
 		rc = check_groups(&v);
 	if (!rc)
 		rc = check_matching(&v);
+	if (!rc)
+		rc = check_collectives(&v);
 	if (!rc)
 		rc = check_deps(&v);
 out:
