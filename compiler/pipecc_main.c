@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "pipecc.h"
+#include "schedule.h"
 
 #define PIPECC_VERSION "0.1.0"
 
@@ -37,6 +38,8 @@ static void usage(FILE *f)
 	        "                           ranks, for pipesim to show the cycle\n"
 	        "      --max-errors N       stop reporting after N errors (default 20)\n"
 	        "      --stats              print time, ops per second and peak memory to stderr\n"
+        "      --list-schedules     print the schedule names, one a line, and exit\n"
+        "      --list-layers        print the layer kinds (as a stage writes them) and exit\n"
 	        "  -h, --help               this text\n"
 	        "  -V, --version            the version\n");
 }
@@ -54,7 +57,8 @@ static int parse_int(const char *s, int lo, int *out)
 
 int main(int argc, char **argv)
 {
-	enum { OPT_TUNE = 300, OPT_COMMS = 256, OPT_DUMP, OPT_ALLOW, OPT_MAXERR, OPT_STATS, OPT_FROM_CSV };
+	enum { OPT_TUNE = 300, OPT_COMMS = 256, OPT_DUMP, OPT_ALLOW, OPT_MAXERR, OPT_STATS, OPT_FROM_CSV,
+	       OPT_LIST_SCHED, OPT_LIST_LAYERS };
 	static const struct option longs[] = {
 		{"output", required_argument, 0, 'o'},
 		{"schedule", required_argument, 0, 's'},
@@ -67,6 +71,8 @@ int main(int argc, char **argv)
 		{"tune", required_argument, 0, OPT_TUNE},
 		{"max-errors", required_argument, 0, OPT_MAXERR},
 		{"stats", no_argument, 0, OPT_STATS},
+		{"list-schedules", no_argument, 0, OPT_LIST_SCHED},
+		{"list-layers", no_argument, 0, OPT_LIST_LAYERS},
 		{"help", no_argument, 0, 'h'},
 		{"version", no_argument, 0, 'V'},
 		{0, 0, 0, 0},
@@ -132,6 +138,14 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case OPT_LIST_SCHED: // the registries, for scripts and tests that loop over them
+			for (int i = 0; i < sched_count; i++)
+				printf("%s\n", sched_registry[i]->name);
+			return 0;
+		case OPT_LIST_LAYERS:
+			for (int k = 0; k < LAYER_COUNT; k++)
+				printf("%s\n", plan_layers[k].example);
+			return 0;
 		case 'h':
 			usage(stdout);
 			return 0;
