@@ -284,10 +284,11 @@ static void lower_rest_naively(Lw *w, int64_t *cur)
 		for (; cur[p] < sc->nacts[p]; cur[p]++) {
 			const SchedAct *a = &sc->acts[p][cur[p]];
 			int line = src_line_of(w, a);
-			int fwd = a->kind == OP_F;
+			uint8_t needs = plan_ops[a->kind].needs & (PLAN_DEP_IN_ACT | PLAN_DEP_OUT_GRAD);
+			int fwd = !!(needs & PLAN_DEP_IN_ACT);
 			int lo = fwd ? w->in_off[a->stage] : w->out_off[a->stage];
 			int hi = fwd ? w->in_off[a->stage + 1] : w->out_off[a->stage + 1];
-			for (int j = lo; a->kind != OP_W && j < hi; j++) {
+			for (int j = lo; needs && j < hi; j++) {
 				int e = fwd ? w->in_e[j] : w->out_e[j];
 				int other = fwd ? E[e].src : E[e].dst;
 				int opp = w->sc->stage_pp[other];
@@ -515,7 +516,7 @@ static void reserve_ops(Lw *w)
 		for (int i = 0; i < sc->nacts[q]; i++) {
 			const SchedAct *a = &sc->acts[q][i];
 			n++;
-			if (a->kind != OP_W)
+			if (plan_ops[a->kind].needs & (PLAN_DEP_IN_ACT | PLAN_DEP_OUT_GRAD))
 				n += remote_in[a->stage] + remote_out[a->stage];
 		}
 		for (int s = 0; s < w->ns; s++)

@@ -7,22 +7,35 @@
 #include <stddef.h>
 
 const OpInfo plan_ops[OP_COUNT] = {
-	[OP_F] = {"F", 'F', OP_ROLE_COMPUTE, PLAN_DEP_IN_ACT, PLAN_DEP_ACT, 1,
-	          "a second F of this stage and microbatch", NULL},
-	[OP_B] = {"B", 'I', OP_ROLE_COMPUTE, PLAN_DEP_ACT | PLAN_DEP_OUT_GRAD, PLAN_DEP_GRAD, 2,
-	          "a second backward of this stage and microbatch", "backward before its F"},
-	[OP_W] = {"W", 'W', OP_ROLE_COMPUTE, PLAN_DEP_GRAD, PLAN_DEP_WGRAD, 4, "a second W",
-	          "W before its B"},
-	[OP_BW] = {"BW", 'B', OP_ROLE_COMPUTE, PLAN_DEP_ACT | PLAN_DEP_OUT_GRAD,
-	           PLAN_DEP_GRAD | PLAN_DEP_WGRAD, 6,
-	           "a second backward of this stage and microbatch", "backward before its F"},
-	[OP_SEND] = {"SEND", 0, OP_ROLE_COMM, 0, 0, 0, NULL, NULL},
-	[OP_RECV] = {"RECV", 0, OP_ROLE_COMM, 0, 0, 0, NULL, NULL},
-	[OP_ALLREDUCE] = {"ALLREDUCE", 0, OP_ROLE_COMM, PLAN_DEP_ALL_W, PLAN_DEP_REDUCED, 0,
-	                  "a second one for this stage", "a reduction before the stage's last W"},
-	[OP_OPTIM] = {"OPTIM", 0, OP_ROLE_STEP, PLAN_DEP_ALL_W | PLAN_DEP_REDUCED, PLAN_DEP_STEP, 0,
-	              "a second one for this stage",
-	              "an optimizer step before the stage's last W"},
+	[OP_F] = {.name = "F", .torch = 'F', .role = OP_ROLE_COMPUTE,
+	          .needs = PLAN_DEP_IN_ACT, .makes = PLAN_DEP_ACT, .costs = 1,
+	          .saves = PLAN_SAVE_FB | PLAN_SAVE_FW,
+	          .again = "a second F of this stage and microbatch"},
+	[OP_B] = {.name = "B", .torch = 'I', .role = OP_ROLE_COMPUTE,
+	          .needs = PLAN_DEP_ACT | PLAN_DEP_OUT_GRAD, .makes = PLAN_DEP_GRAD, .costs = 2,
+	          .saves = PLAN_SAVE_BW, .frees = PLAN_SAVE_FB,
+	          .again = "a second backward of this stage and microbatch",
+	          .early = "backward before its F"},
+	[OP_W] = {.name = "W", .torch = 'W', .role = OP_ROLE_COMPUTE,
+	          .needs = PLAN_DEP_GRAD, .makes = PLAN_DEP_WGRAD, .costs = 4,
+	          .frees = PLAN_SAVE_FW | PLAN_SAVE_BW,
+	          .again = "a second W", .early = "W before its B"},
+	[OP_BW] = {.name = "BW", .torch = 'B', .role = OP_ROLE_COMPUTE,
+	           .needs = PLAN_DEP_ACT | PLAN_DEP_OUT_GRAD,
+	           .makes = PLAN_DEP_GRAD | PLAN_DEP_WGRAD, .costs = 2 | 4,
+	           .frees = PLAN_SAVE_FB | PLAN_SAVE_FW,
+	           .again = "a second backward of this stage and microbatch",
+	           .early = "backward before its F"},
+	[OP_SEND] = {.name = "SEND", .role = OP_ROLE_COMM},
+	[OP_RECV] = {.name = "RECV", .role = OP_ROLE_COMM},
+	[OP_ALLREDUCE] = {.name = "ALLREDUCE", .role = OP_ROLE_COMM,
+	                  .needs = PLAN_DEP_ALL_W, .makes = PLAN_DEP_REDUCED,
+	                  .again = "a second one for this stage",
+	                  .early = "a reduction before the stage's last W"},
+	[OP_OPTIM] = {.name = "OPTIM", .role = OP_ROLE_STEP,
+	              .needs = PLAN_DEP_ALL_W | PLAN_DEP_REDUCED, .makes = PLAN_DEP_STEP,
+	              .again = "a second one for this stage",
+	              .early = "an optimizer step before the stage's last W"},
 };
 
 const char *plan_dep_apply(OpKind k, uint8_t *mb, PlanStageDeps *st, int m, int dp)
@@ -73,4 +86,17 @@ int64_t plan_op_cost(OpKind k, const int64_t cost[3])
 		if (plan_ops[k].costs & (1 << i))
 			c += cost[i];
 	return c;
+}
+
+int64_t plan_op_mem(OpKind k, const PlanStage *st)
+{
+	const int64_t bytes[3] = {st->save_fb, st->save_fw, st->save_bw};
+	int64_t d = 0;
+	for (int i = 0; i < 3; i++) {
+		if (plan_ops[k].saves & (1 << i))
+			d += bytes[i];
+		if (plan_ops[k].frees & (1 << i))
+			d -= bytes[i];
+	}
+	return d;
 }

@@ -37,6 +37,13 @@ enum {
 };
 #define PLAN_DEP_MB (PLAN_DEP_ACT | PLAN_DEP_GRAD | PLAN_DEP_WGRAD)
 
+/* The saved-activation classes of a stage (PlanStage's save_fb, save_fw, save_bw). */
+enum {
+	PLAN_SAVE_FB = 1, // kept from F to B
+	PLAN_SAVE_FW = 2, // kept from F to W
+	PLAN_SAVE_BW = 4, // kept from B to W
+};
+
 typedef enum {
 	OP_ROLE_COMPUTE, // a stage's math on one microbatch (cost F, B, W or B + W)
 	OP_ROLE_COMM,    // moves data; consecutive comm ops of one group post together
@@ -51,6 +58,8 @@ typedef struct {
 	uint8_t needs;     // PLAN_DEP_* it waits for
 	uint8_t makes;     // PLAN_DEP_* it produces
 	uint8_t costs;     // bit k: it costs the stage's cost[k] (0 F, 1 B, 2 W)
+	uint8_t saves;     // PLAN_SAVE_* it allocates (docs/semantics.md "Memory")
+	uint8_t frees;     // PLAN_SAVE_* it frees
 	const char *again; // why it cannot run twice in a step
 	const char *early; // why it cannot run before what it needs (local part)
 } OpInfo;
@@ -87,6 +96,9 @@ static inline int plan_op_is_comm(OpKind k)
 /* What an op of kind k costs on a stage whose F, B, W cost cost[0..2] (0 for ops that
  * do not compute).  Stage costs are below INT64_MAX / 4, so the sum cannot overflow. */
 int64_t plan_op_cost(OpKind k, const int64_t cost[3]);
+struct PlanStage;
+/* The saved bytes an op of kind k allocates (positive) or frees (negative) on stage st. */
+int64_t plan_op_mem(OpKind k, const struct PlanStage *st);
 /* The kind PyTorch writes as letter c ('F', 'I', 'W', 'B'), or OP_COUNT. */
 OpKind plan_op_of_torch(char c);
 

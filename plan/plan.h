@@ -42,7 +42,7 @@ typedef struct {
 	int32_t in, out;
 } PlanLayer;
 
-typedef struct {
+typedef struct PlanStage {
 	char *name;
 	int pp;                 // pipeline index the stage is placed on
 	int in, out;            // feature widths of the stage input and output

@@ -24,12 +24,10 @@ int sim_setup(S *s)
 	for (int i = 0; i < p->nstages; i++) {
 		const PlanStage *ps = &p->stages[i];
 		StageInfo *st = &s->st[i];
-		for (int k = 0; k < OP_COUNT; k++)
+		for (int k = 0; k < OP_COUNT; k++) {
 			st->cost[k] = plan_op_cost((OpKind)k, ps->cost);
-		st->dmem[OP_F] = sat_add(ps->save_fb, ps->save_fw);
-		st->dmem[OP_B] = ps->save_bw - ps->save_fb;
-		st->dmem[OP_W] = -sat_add(ps->save_fw, ps->save_bw);
-		st->dmem[OP_BW] = -sat_add(ps->save_fb, ps->save_fw);
+			st->dmem[k] = plan_op_mem((OpKind)k, ps);
+		}
 		if (ps->pp >= 0 && ps->pp < p->dims[DIM_PP])
 			s->local_idx[i] = s->nlocal[ps->pp]++;
 	}

@@ -215,6 +215,17 @@ static void ops__table__rows_complete(void **state)
 			assert_non_null(o->again);
 		}
 	}
+	/* A microbatch's saved bytes come back to zero by either backward path, and the
+	 * costs add up to the stage's F + B + W. */
+	PlanStage st = {.save_fb = 1, .save_fw = 10, .save_bw = 100, .cost = {1, 10, 100}};
+	assert_int_equal(plan_op_mem(OP_F, &st), 11);
+	assert_int_equal(plan_op_mem(OP_F, &st) + plan_op_mem(OP_B, &st) + plan_op_mem(OP_W, &st), 0);
+	assert_int_equal(plan_op_mem(OP_F, &st) + plan_op_mem(OP_BW, &st), 0);
+	assert_int_equal(plan_op_cost(OP_BW, st.cost), 110);
+	assert_int_equal(plan_op_cost(OP_F, st.cost) + plan_op_cost(OP_B, st.cost) +
+	                     plan_op_cost(OP_W, st.cost),
+	                 111);
+	assert_int_equal(plan_op_cost(OP_SEND, st.cost) + plan_op_mem(OP_OPTIM, &st), 0);
 	assert_int_equal(plan_op_of_torch('X'), OP_COUNT);
 	assert_int_equal(plan_op_of_torch(0), OP_COUNT);
 }
