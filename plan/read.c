@@ -445,9 +445,11 @@ static int read_op(Rd *r, const Plan *p, PlanOp *o)
 		size_t n = strcspn(r->s, " ");
 		return fail(r, "unknown op '%.*s'", (int)(n < 32 ? n : 32), r->s);
 	}
-	*o = (PlanOp){.kind = k, .mb = -1, .peer = -1, .group = -1, .route = -1};
+	*o = (PlanOp){.kind = (uint8_t)k, .mb = -1, .peer = -1, .group = -1, .route = -1};
 	int m = p->microbatches;
-	switch (k) {
+	switch (plan_op_kind(o)) {
+	case OP_COUNT: // op_kind() returns known kinds only
+		break;
 	case OP_F:
 	case OP_B:
 	case OP_W:
