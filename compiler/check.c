@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "ast.h"
+#include "map.h"
 #include "program.h"
 #include "schedule.h"
 
@@ -32,49 +33,6 @@ enum {
 #define MIN_BANDWIDTH 1e6       // 1 MB/s
 #define MAX_BANDWIDTH 1e15      // 1 PB/s
 #define MAX_FILE (1u << 30)
-
-/* Open-addressing hash map from a string or an integer to an index, so lookups stay
- * O(1) however many stages and skips a file holds. */
-typedef struct {
-	const char *key;  // string keys
-	int64_t ikey;     // integer keys, when the map's key is NULL
-	int val;
-	uint8_t used;
-} Slot;
-
-typedef struct {
-	Slot *slots;
-	size_t cap;       // power of two, at least twice the entries
-} Map;
-
-static void map_init(Arena *a, Map *m, int n)
-{
-	m->cap = 16;
-	while (m->cap < 2 * (size_t)n)
-		m->cap *= 2;
-	m->slots = arena_alloc(a, m->cap * sizeof *m->slots);
-}
-
-/* key's slot: its entry, or the free slot to fill (used == 0). */
-static Slot *map_slot(Map *m, const char *key, int64_t ikey)
-{
-	uint64_t h = (uint64_t)ikey * 0x9e3779b97f4a7c15u;
-	if (key) {
-		h = 1469598103934665603u;
-		for (const char *s = key; *s; s++)
-			h = (h ^ (unsigned char)*s) * 1099511628211u;
-	}
-	for (size_t i = (h ^ h >> 29) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
-		Slot *s = &m->slots[i];
-		if (!s->used || (key ? strcmp(s->key, key) == 0 : s->ikey == ikey))
-			return s;
-	}
-}
-
-static void map_set(Slot *s, const char *key, int64_t ikey, int val)
-{
-	*s = (Slot){key, ikey, val, 1};
-}
 
 typedef struct {
 	Arena *a;
@@ -370,53 +328,71 @@ static void check_input(Check *c, AstStmt *s)
 	c->input_ok = ok;
 }
 
-static const char *const layer_words[] = {"linear", "relu", "gelu", "loss"};
+/* What the layer table knows (plan_layer_words) into words, joined into list. */
+static int layer_list(const char *word, const char **words, char *list, size_t n)
+{
+	int count = plan_layer_words(word, words);
+	size_t len = 0;
+	list[0] = 0;
+	for (int i = 0; i < count && len < n; i++)
+		len += (size_t)snprintf(list + len, n - len, "%s%s", i ? ", " : "", words[i]);
+	return count;
+}
 
-/* One layer into *l; 0 when it is unsound (reported, or a syntax error before). */
+/* "unknown layer 'x'" (word NULL) or "unknown loss 'x'" (word "loss"). */
+static void unknown_layer(Check *c, const AstName *w, const char *word)
+{
+	const char *words[LAYER_COUNT];
+	char list[256];
+	const char *s = diag_suggest(w->s, words, layer_list(word, words, list, sizeof list));
+	if (s)
+		diag_error(c->d, w->loc, "unknown %s '%s'; did you mean '%s'?", word ? word : "layer",
+			w->s, s);
+	else
+		diag_error(c->d, w->loc, "unknown %s '%s'; the %s%s are: %s", word ? word : "layer",
+			w->s, word ? word : "layer", word ? " kinds" : "s", list);
+}
+
+/* One layer into *l; 0 when it is unsound (reported, or a syntax error before).  The
+ * layer table says how each kind is spelled and what follows its word. */
 static int check_layer(Check *c, const AstLayer *al, ProgLayer *l)
 {
-	static const uint8_t kinds[] = {LAYER_LINEAR, LAYER_RELU, LAYER_GELU, LAYER_MSE};
-	static const char *const losses[] = {"mse"};
 	l->loc = al->loc;
 	l->kind = LAYER_COUNT;
 	if (!al->name.s)
 		return 0;
-	int k = find_word(al->name.s, layer_words, 4);
-	if (k < 0) {
-		unknown_word(c, &al->name, "layer", layer_words, 4);
+	LayerKind k = plan_layer_parse(al->name.s, NULL);
+	if (k == LAYER_COUNT) {
+		unknown_layer(c, &al->name, NULL);
 		return 0;
 	}
-	const char *w = layer_words[k];
-	if (kinds[k] == LAYER_LINEAR) {
-		if (al->nargs == 0) {
-			diag_error(c->d, al->loc, "'linear' needs a width, e.g. linear 512");
-			return 0;
-		}
-		if (al->nargs > 1 || al->args[0].is_name) {
-			diag_error(c->d, al->args[al->nargs > 1].loc, "'linear' takes one width");
-			return 0;
-		}
-		if (!whole(c, &al->args[0].num, "'linear' width", 1, MAX_SIZE, &l->out))
-			return 0;
-	} else if (kinds[k] == LAYER_MSE) {
-		if (al->nargs == 0) {
-			diag_error(c->d, al->loc, "'loss' needs a kind, e.g. loss mse");
-			return 0;
-		}
-		if (al->nargs > 1 || !al->args[0].is_name) {
-			diag_error(c->d, al->args[al->nargs > 1].loc, "'loss' takes one kind: mse");
-			return 0;
-		}
-		if (strcmp(al->args[0].name.s, "mse") != 0) {
-			unknown_word(c, &al->args[0].name, "loss", losses, 1);
-			return 0;
-		}
-	} else if (al->nargs > 0) {
+	const LayerInfo *li = &plan_layers[k];
+	const char *w = li->word, *names[LAYER_COUNT];
+	char list[256];
+	int named = li->arg == LAYER_ARG_NAME;
+	if (li->arg == LAYER_ARG_NONE) {
+		if (al->nargs == 0)
+			return l->kind = k, 1;
 		diag_error(c->d, al->args[0].loc, "'%s' takes no arguments", w);
-		return 0;
+	} else if (al->nargs == 0) {
+		diag_error(c->d, al->loc, "'%s' needs a %s, e.g. %s", w, named ? "kind" : "width",
+			li->example);
+	} else if (al->nargs > 1 || al->args[0].is_name != named) {
+		layer_list(w, names, list, sizeof list);
+		diag_error(c->d, al->args[al->nargs > 1].loc, "'%s' takes one %s%s%s", w,
+			named ? "kind" : "width", named ? ": " : "", named ? list : "");
+	} else if (named) {
+		k = plan_layer_parse(w, al->args[0].name.s);
+		if (k != LAYER_COUNT)
+			return l->kind = k, 1;
+		unknown_layer(c, &al->args[0].name, w);
+	} else {
+		char what[64];
+		snprintf(what, sizeof what, "'%s' width", w);
+		if (whole(c, &al->args[0].num, what, 1, MAX_SIZE, &l->out))
+			return l->kind = k, 1;
 	}
-	l->kind = kinds[k];
-	return 1;
+	return 0;
 }
 
 static void check_stage(Check *c, AstStmt *s)
@@ -773,15 +749,19 @@ static void check_layers(Check *c)
 		if (!c->stage_ok[i])
 			continue;
 		for (int j = 0; j < st->nlayers; j++)
-			if (st->layers[j].kind == LAYER_MSE && (i != n - 1 || j != st->nlayers - 1))
+			if (plan_layers[st->layers[j].kind].loss && (i != n - 1 || j != st->nlayers - 1))
 				diag_error(c->d, st->layers[j].loc,
-					"'loss' must be the last layer of the last stage");
+					"'%s' must be the last layer of the last stage",
+					plan_layers[st->layers[j].kind].word);
 	}
 	if (n > 0 && c->stage_ok[n - 1] && c->stages_known && !c->ast->lost) {
 		ProgStage *last = &p->stages[n - 1];
-		if (last->layers[last->nlayers - 1].kind != LAYER_MSE)
-			diag_error(c->d, last->loc, "the last stage '%s' must end with 'loss mse'",
-				last->name);
+		int k = 0;
+		while (!plan_layers[k].loss)
+			k++; // the first loss in the table is the example
+		if (!plan_layers[last->layers[last->nlayers - 1].kind].loss)
+			diag_error(c->d, last->loc, "the last stage '%s' must end with '%s'",
+				last->name, plan_layers[k].example);
 	}
 	if (!c->widths_ok || !c->input_ok)
 		return;
@@ -790,11 +770,9 @@ static void check_layers(Check *c)
 		ProgStage *st = &p->stages[i];
 		st->in = w;
 		for (int j = 0; j < st->nlayers; j++) {
-			st->layers[j].in = w;
-			if (st->layers[j].kind == LAYER_LINEAR)
-				w = st->layers[j].out;
-			else
-				st->layers[j].out = w;
+			ProgLayer *l = &st->layers[j];
+			l->in = w;
+			w = l->out = plan_layer_out(l->kind, w, l->out);
 		}
 		st->out = w;
 	}
@@ -808,7 +786,8 @@ static void check_layers(Check *c)
 	}
 }
 
-/* Each stage's F, B, W: its own cost line, else `cost *`, else from its FLOPs. */
+/* Each stage's F, B, W: its own cost line, else `cost *`, else from its FLOPs (the
+ * layer table's, at PROG_DEFAULT_FLOPS). */
 static void fill_costs(Check *c)
 {
 	Program *p = c->p;
@@ -816,26 +795,28 @@ static void fill_costs(Check *c)
 		return;
 	for (int i = 0; i < p->nstages; i++) {
 		ProgStage *st = &p->stages[i];
-		double flops = 0;
-		for (int j = 0; j < st->nlayers; j++)
-			if (st->layers[j].kind == LAYER_LINEAR)
-				flops += 2.0 * p->rows * st->layers[j].in * st->layers[j].out;
-		double ns = flops * 1e9 / PROG_DEFAULT_FLOPS;
-		int derived_used = 0;
+		double flops[3] = {0, 0, 0}, worst = 0;
+		for (int j = 0; j < st->nlayers; j++) {
+			const ProgLayer *l = &st->layers[j];
+			LayerCost lc = plan_layer_cost(l->kind, p->rows, l->in, l->out);
+			for (int k = 0; k < 3; k++)
+				flops[k] += lc.flops[k];
+		}
 		for (int k = 0; k < 3; k++) {
+			double ns = flops[k] * 1e9 / PROG_DEFAULT_FLOPS;
 			if (c->cost_has[i][k]) {
 				st->cost[k] = c->cost[i][k];
 			} else if (c->all_has[k]) {
 				st->cost[k] = c->all_cost[k];
 			} else {
-				derived_used = 1;
+				worst = ns > worst ? ns : worst;
 				st->cost[k] = ns < 1 ? 1 : ns > MAX_TIME_NS ? 0 : llround(ns);
 			}
 		}
-		if (derived_used && ns > MAX_TIME_NS)
+		if (worst > MAX_TIME_NS)
 			diag_error(c->d, st->loc,
 				"stage '%s' would take %.0f s per microbatch at 100 TFLOP/s; "
-				"give its cost", st->name, ns / 1e9);
+				"give its cost", st->name, worst / 1e9);
 	}
 }
 
@@ -907,7 +888,6 @@ static void check_lists(Check *c)
 /* "12F3": stage digits, one letter, microbatch digits (the lexer made sure). */
 static int action(Check *c, const AstName *t, ProgAction *a)
 {
-	static const char letters[] = "FIWB"; // in ActKind order
 	const char *s = t->s;
 	long v[2] = {0, 0};
 	char kind = 0;
@@ -922,8 +902,8 @@ static int action(Check *c, const AstName *t, ProgAction *a)
 		if (part == 0)
 			kind = *s++;
 	}
-	const char *k = strchr(letters, kind);
-	if (!k) {
+	OpKind k = plan_op_of_torch(kind); // PyTorch's letters
+	if (k == OP_COUNT) {
 		diag_error(c->d, t->loc, "unknown action kind '%c' in '%s' (expected F, B, I or W)",
 			kind, t->s);
 		return 0;
@@ -934,7 +914,7 @@ static int action(Check *c, const AstName *t, ProgAction *a)
 			c->p->nstages == 1 ? "" : "s");
 		return 0;
 	}
-	*a = (ProgAction){(uint8_t)(k - letters), (int)v[0], (int)v[1], t->loc};
+	*a = (ProgAction){k, (int)v[0], (int)v[1], t->loc};
 	return 1;
 }
 

@@ -4,6 +4,7 @@
  * pipecc_compile (pipecc.c) and the output goes through cli_out_open/cli_out_close, so
  * a failed write leaves nothing behind. */
 #include "pipecc.h"
+#include "schedule.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -93,4 +94,16 @@ int pipecc_drive(CliTool *t, PipeccArgs *a)
 		rc = CLI_EXIT_FAIL;
 	free(src);
 	return rc;
+}
+
+void pipecc_list_schedules(FILE *f)
+{
+	for (int i = 0; i < sched_count; i++)
+		fprintf(f, "%s\n", sched_registry[i]->name);
+}
+
+void pipecc_list_layers(FILE *f)
+{
+	for (int k = 0; k < LAYER_COUNT; k++)
+		fprintf(f, "%s\n", plan_layers[k].example);
 }

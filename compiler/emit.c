@@ -9,7 +9,6 @@
 
 int pipecc_emit_torch_csv(const Plan *p, FILE *f, int comms)
 {
-	static const char letter[] = "FIWB";
 	int c[DIM_COUNT] = {0};
 	for (int q = 0; q < p->dims[DIM_PP]; q++) {
 		c[DIM_PP] = q;
@@ -17,8 +16,9 @@ int pipecc_emit_torch_csv(const Plan *p, FILE *f, int comms)
 		int first = 1;
 		for (int64_t i = 0; i < rk->nops; i++) {
 			const PlanOp *o = &rk->ops[i];
-			if (o->kind <= OP_BW) {
-				fprintf(f, "%s%d%c%d", first ? "" : ",", o->stage, letter[o->kind], o->mb);
+			if (plan_op_is_compute(o->kind)) {
+				fprintf(f, "%s%d%c%d", first ? "" : ",", o->stage, plan_ops[o->kind].torch,
+				        o->mb);
 				first = 0;
 			} else if (comms && (o->kind == OP_SEND || o->kind == OP_RECV)) {
 				const PlanEdge *e = &p->edges[o->stage];
@@ -68,7 +68,7 @@ void pipecc_emit_summary(const Plan *p, FILE *f)
 	fprintf(f, "ops: %" PRId64 " total;", plan_total_ops(p));
 	for (int k = 0; k < OP_COUNT; k++)
 		if (count[k])
-			fprintf(f, " %s %" PRId64, plan_op_names[k], count[k]);
+			fprintf(f, " %s %" PRId64, plan_ops[k].name, count[k]);
 	fprintf(f, "\nbytes moved per step: %" PRId64 " point-to-point, %" PRId64 " all-reduce\n",
 	        p2p_bytes, ar_bytes);
 }

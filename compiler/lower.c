@@ -42,14 +42,12 @@ typedef struct {
 	int *line_of;        // world rank at pipeline index 0 -> its line number
 	int *in_off, *in_e;  // CSR of in-edges per stage
 	int *out_off, *out_e;
-	unsigned char *done; // per (stage, mb): D_F, D_B (set by B or BW)
+	unsigned char *done; // per (stage, mb): PLAN_DEP_MB bits of the actions that ran
 	unsigned char *moved; // per (edge, mb, dir): 1 once the tensor has been transferred
 	int *left;           // per stage: backward actions still to run
 	int *reduce;         // per pipeline index: stages whose reduction is due (ns each)
 	int *nreduce;
 } Lw;
-
-enum { D_F = 1, D_B = 2 };
 
 /* Tensors a rank has produced for remote consumers and not yet sent, oldest first. */
 typedef struct {
@@ -120,13 +118,11 @@ static void fill_stages(Lw *w)
 		for (int l = 0; l < ps->nlayers; l++) {
 			const ProgLayer *ly = &ps->layers[l];
 			st->layers[l] = (PlanLayer){.kind = ly->kind, .in = ly->in, .out = ly->out};
-			if (ly->kind == LAYER_LINEAR) {
-				st->params += (int64_t)ly->in * ly->out + ly->out;
-				st->save_fw += rows * ly->in * 4;
-				st->save_bw += rows * ly->out * 4;
-			} else {
-				st->save_fb += rows * ly->in * 4;
-			}
+			LayerCost lc = plan_layer_cost(ly->kind, rows, ly->in, ly->out);
+			st->params += lc.params;
+			st->save_fb += lc.save_fb;
+			st->save_fw += lc.save_fw;
+			st->save_bw += lc.save_bw;
 		}
 	}
 }
@@ -171,72 +167,64 @@ static void fill_edges(Lw *w)
 	free(fo);
 }
 
-/* Whether action a on pipeline index pp has its inputs: local ones computed, remote
- * ones received. */
+/* Whether action a on pipeline index pp has its inputs (the op table's needs): local
+ * ones computed, remote ones received. */
 static int ready(const Lw *w, int pp, const SchedAct *a)
 {
 	int m = w->m;
 	const int *stage_pp = w->sc->stage_pp;
 	const PlanEdge *E = w->plan->edges;
-	if (a->kind == OP_F) {
-		for (int j = w->in_off[a->stage]; j < w->in_off[a->stage + 1]; j++) {
-			int e = w->in_e[j], src = E[e].src;
-			if (stage_pp[src] == pp ? !(w->done[(size_t)src * m + a->mb] & D_F)
-			                        : !w->moved[((size_t)e * m + a->mb) * 2 + DIR_ACT])
-				return 0;
-		}
-		return 1;
-	}
-	unsigned char self = w->done[(size_t)a->stage * m + a->mb];
-	if (a->kind == OP_W)
-		return !!(self & D_B);
-	if (!(self & D_F))
+	uint8_t needs = plan_ops[a->kind].needs;
+	if ((needs & PLAN_DEP_MB) & ~w->done[(size_t)a->stage * m + a->mb])
 		return 0;
-	for (int j = w->out_off[a->stage]; j < w->out_off[a->stage + 1]; j++) {
+	for (int j = w->in_off[a->stage]; (needs & PLAN_DEP_IN_ACT) && j < w->in_off[a->stage + 1];
+	     j++) {
+		int e = w->in_e[j], src = E[e].src;
+		if (stage_pp[src] == pp ? !(w->done[(size_t)src * m + a->mb] & PLAN_DEP_ACT)
+		                        : !w->moved[((size_t)e * m + a->mb) * 2 + DIR_ACT])
+			return 0;
+	}
+	for (int j = w->out_off[a->stage];
+	     (needs & PLAN_DEP_OUT_GRAD) && j < w->out_off[a->stage + 1]; j++) {
 		int e = w->out_e[j], dst = E[e].dst;
-		if (stage_pp[dst] == pp ? !(w->done[(size_t)dst * m + a->mb] & D_B)
+		if (stage_pp[dst] == pp ? !(w->done[(size_t)dst * m + a->mb] & PLAN_DEP_GRAD)
 		                        : !w->moved[((size_t)e * m + a->mb) * 2 + DIR_GRAD])
 			return 0;
 	}
 	return 1;
 }
 
-/* The tensors action a on pipeline index pp produces for other ranks, onto q in the
- * order they are sent: a forward's activations along its out-edges, a backward's
- * gradients along its in-edges. */
+/* The tensors action a on pipeline index pp produces for other ranks (the op table's
+ * makes), onto q in the order they are sent: a forward's activations along its
+ * out-edges, a backward's gradients along its in-edges. */
 static void push_outputs(const Lw *w, int pp, const SchedAct *a, int line, Pending *q)
 {
 	const PlanEdge *E = w->plan->edges;
 	const int *stage_pp = w->sc->stage_pp;
-	if (a->kind == OP_F) {
-		for (int j = w->out_off[a->stage]; j < w->out_off[a->stage + 1]; j++) {
-			int e = w->out_e[j];
-			if (stage_pp[E[e].dst] != pp)
-				pend_push(q, (Out){e, a->mb, DIR_ACT, stage_pp[E[e].dst], line});
-		}
-	} else if (a->kind == OP_B || a->kind == OP_BW) {
-		for (int j = w->in_off[a->stage]; j < w->in_off[a->stage + 1]; j++) {
-			int e = w->in_e[j];
-			if (stage_pp[E[e].src] != pp)
-				pend_push(q, (Out){e, a->mb, DIR_GRAD, stage_pp[E[e].src], line});
-		}
+	uint8_t makes = plan_ops[a->kind].makes;
+	for (int j = w->out_off[a->stage]; (makes & PLAN_DEP_ACT) && j < w->out_off[a->stage + 1];
+	     j++) {
+		int e = w->out_e[j];
+		if (stage_pp[E[e].dst] != pp)
+			pend_push(q, (Out){e, a->mb, DIR_ACT, stage_pp[E[e].dst], line});
+	}
+	for (int j = w->in_off[a->stage]; (makes & PLAN_DEP_GRAD) && j < w->in_off[a->stage + 1];
+	     j++) {
+		int e = w->in_e[j];
+		if (stage_pp[E[e].src] != pp)
+			pend_push(q, (Out){e, a->mb, DIR_GRAD, stage_pp[E[e].src], line});
 	}
 }
 
 /* What a finished compute action makes available, and the reduction and optimizer
- * step after a stage's last backward. */
+ * step after a stage's last weight gradient. */
 static void finish_compute(Lw *w, int pp, const SchedAct *a, int line)
 {
 	int m = w->m;
-	unsigned char *d = &w->done[(size_t)a->stage * m + a->mb];
+	uint8_t makes = plan_ops[a->kind].makes;
+	w->done[(size_t)a->stage * m + a->mb] |= makes & PLAN_DEP_MB;
 	push_outputs(w, pp, a, line, &w->pend[pp]);
-	if (a->kind == OP_F) {
-		*d |= D_F;
-		return;
-	}
-	if (a->kind == OP_B || a->kind == OP_BW)
-		*d |= D_B;
-	if ((a->kind == OP_W || a->kind == OP_BW) && --w->left[a->stage] == 0)
+	if ((makes & PLAN_DEP_WGRAD) && --w->left[a->stage] == 0)
 		w->reduce[w->nreduce[pp]++ + (size_t)pp * w->ns] = a->stage;
 }
 
@@ -269,8 +257,7 @@ static void start_compute(Lw *w, int pp, const SchedAct *a, int line)
 
 static int64_t act_cost(const Lw *w, const SchedAct *a)
 {
-	const int64_t *c = w->plan->stages[a->stage].cost;
-	return a->kind == OP_F ? c[0] : a->kind == OP_B ? c[1] : a->kind == OP_W ? c[2] : c[1] + c[2];
+	return plan_op_cost(a->kind, w->plan->stages[a->stage].cost);
 }
 
 static int src_line_of(const Lw *w, const SchedAct *a)
@@ -278,11 +265,10 @@ static int src_line_of(const Lw *w, const SchedAct *a)
 	return a->loc.line ? a->loc.line : w->pr->stages[a->stage].loc.line;
 }
 
-/* "3F1", "0I2", "1B0": PyTorch's letters for F, B, W and BW. */
+/* "3F1", "0I2", "1B0": PyTorch's letters, from the op table. */
 static const char *act_name(const SchedAct *a, char *buf, size_t n)
 {
-	static const char letter[] = "FIWB";
-	snprintf(buf, n, "%d%c%d", a->stage, letter[a->kind], a->mb);
+	snprintf(buf, n, "%d%c%d", a->stage, plan_ops[a->kind].torch, a->mb);
 	return buf;
 }
 
@@ -308,12 +294,12 @@ static int check_local_order(Lw *w)
 			int hi = fwd ? w->in_off[a->stage + 1] : w->out_off[a->stage + 1];
 			for (int j = lo; a->kind != OP_W && j < hi && need < 0; j++) {
 				int e = fwd ? w->in_e[j] : w->out_e[j], o = fwd ? E[e].src : E[e].dst;
-				if (sc->stage_pp[o] == p && !(seen[(size_t)o * m + a->mb] & (fwd ? D_F : D_B)))
+				if (sc->stage_pp[o] == p && !(seen[(size_t)o * m + a->mb] & (fwd ? PLAN_DEP_ACT : PLAN_DEP_GRAD)))
 					need = o;
 			}
-			if (a->kind == OP_W && !(seen[(size_t)a->stage * m + a->mb] & D_B))
+			if (a->kind == OP_W && !(seen[(size_t)a->stage * m + a->mb] & PLAN_DEP_GRAD))
 				need = a->stage;
-			seen[(size_t)a->stage * m + a->mb] |= fwd ? D_F : a->kind == OP_W ? 0 : D_B;
+			seen[(size_t)a->stage * m + a->mb] |= plan_ops[a->kind].makes & (PLAN_DEP_ACT | PLAN_DEP_GRAD);
 			if (need < 0)
 				continue;
 			const SchedAct *b = NULL; // the action it needs, later on this rank
@@ -466,10 +452,11 @@ static void lower_rest_naively(Lw *w, int64_t *cur)
 				break;
 			const SchedAct *a = &sc->acts[p][cur[p]];
 			int line = src_line_of(w, a);
-			int fwd = a->kind == OP_F;
+			uint8_t needs = plan_ops[a->kind].needs & (PLAN_DEP_IN_ACT | PLAN_DEP_OUT_GRAD);
+			int fwd = !!(needs & PLAN_DEP_IN_ACT);
 			int lo = fwd ? w->in_off[a->stage] : w->out_off[a->stage];
 			int hi = fwd ? w->in_off[a->stage + 1] : w->out_off[a->stage + 1];
-			for (int j = lo; a->kind != OP_W && j < hi; j++) {
+			for (int j = lo; needs && j < hi; j++) {
 				int e = fwd ? w->in_e[j] : w->out_e[j];
 				int opp = stage_pp[fwd ? E[e].src : E[e].dst];
 				int t = (e * m + a->mb) * 2 + !fwd;
@@ -697,7 +684,7 @@ static void reserve_ops(Lw *w)
 		for (int i = 0; i < sc->nacts[q]; i++) {
 			const SchedAct *a = &sc->acts[q][i];
 			n++;
-			if (a->kind != OP_W)
+			if (plan_ops[a->kind].needs & (PLAN_DEP_IN_ACT | PLAN_DEP_OUT_GRAD))
 				n += remote_in[a->stage] + remote_out[a->stage];
 		}
 		for (int s = 0; s < w->ns; s++)

@@ -27,7 +27,7 @@ static void dump_program(const Program *pr, FILE *f)
 		        st->out, (long long)st->cost[0], (long long)st->cost[1],
 		        (long long)st->cost[2]);
 		for (int l = 0; l < st->nlayers; l++)
-			fprintf(f, " %s(%d->%d)", plan_layer_names[st->layers[l].kind], st->layers[l].in,
+			fprintf(f, " %s(%d->%d)", plan_layers[st->layers[l].kind].name, st->layers[l].in,
 			        st->layers[l].out);
 		fputc('\n', f);
 	}
@@ -43,11 +43,10 @@ static void dump_program(const Program *pr, FILE *f)
 
 static void dump_schedule(const SchedCtx *c, FILE *f)
 {
-	static const char letter[] = "FIWB"; // PyTorch notation for OP_F, OP_B, OP_W, OP_BW
 	for (int p = 0; p < c->pp; p++) {
 		fprintf(f, "rank %d:", p);
 		for (int i = 0; i < c->nacts[p]; i++)
-			fprintf(f, " %d%c%d", c->acts[p][i].stage, letter[c->acts[p][i].kind],
+			fprintf(f, " %d%c%d", c->acts[p][i].stage, plan_ops[c->acts[p][i].kind].torch,
 			        c->acts[p][i].mb);
 		fputc('\n', f);
 	}

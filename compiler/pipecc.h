@@ -66,5 +66,9 @@ typedef struct {
 /* The tool: checks option combinations, reads the source, compiles, writes the output
  * (checked before the work, written whole or not at all).  Returns the exit status. */
 int pipecc_drive(CliTool *t, PipeccArgs *a);
+/* The registries, one name a line, for scripts and tests that loop over them:
+ * pipecc --list-schedules, pipecc --list-layers. */
+void pipecc_list_schedules(FILE *f);
+void pipecc_list_layers(FILE *f);
 
 #endif

@@ -31,6 +31,10 @@ int main(int argc, char **argv)
 		 1 << 30},
 		{"stats", 0, CLI_FLAG, &a.stats, NULL,
 		 "print time, ops per second and peak memory to stderr"},
+		{"list-schedules", 0, CLI_LIST, NULL, NULL, "print the schedule names, one a line",
+		 .list = pipecc_list_schedules},
+		{"list-layers", 0, CLI_LIST, NULL, NULL,
+		 "print the layer kinds (as a stage writes them)", .list = pipecc_list_layers},
 		{0},
 	};
 	CLI_TABLE_END

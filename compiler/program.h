@@ -12,7 +12,7 @@
 #include "diag.h"
 
 typedef struct {
-	uint8_t kind; // LayerKind
+	LayerKind kind;
 	int in, out;  // widths (in inferred; relu/gelu/mse keep the width)
 	Loc loc;
 } ProgLayer;
@@ -42,16 +42,8 @@ typedef enum {
 	PLACE_COUNT
 } PlaceKind;
 
-typedef enum {
-	ACT_F,  // forward
-	ACT_I,  // input gradient (our B; PyTorch's I)
-	ACT_W,  // weight gradient
-	ACT_B,  // fused backward (our BW; PyTorch's B)
-	ACT_COUNT
-} ActKind;
-
 typedef struct {
-	uint8_t kind; // ActKind
+	OpKind kind;  // OP_F, OP_B, OP_W or OP_BW (PyTorch's F, I, W, B)
 	int stage;    // stage index
 	int mb;
 	Loc loc;

@@ -23,10 +23,6 @@
 
 enum { CONTEXT = 3 }; // actions shown on each side in a note
 
-/* ActKind -> OpKind, and PyTorch's letter of each OpKind. */
-static const uint8_t op_of_act[ACT_COUNT] = {OP_F, OP_B, OP_W, OP_BW};
-static const char torch_letter[] = "FIWB";
-
 typedef struct {
 	SchedCtx *c;
 	Diag *d;       // where action locations point: the program, or the CSV file
@@ -37,7 +33,7 @@ typedef struct {
 
 static int act_text(const SchedAct *a, char *buf, size_t n)
 {
-	return snprintf(buf, n, "%d%c%d", a->stage, torch_letter[a->kind], a->mb);
+	return snprintf(buf, n, "%d%c%d", a->stage, plan_ops[a->kind].torch, a->mb);
 }
 
 /* A note with rank p's actions around position i, the action at i in brackets. */
@@ -62,7 +58,7 @@ static void note_context(Load *L, int p, int i)
 
 static void push(SchedCtx *c, int p, int kind, int stage, int mb, Loc loc)
 {
-	sched_push(c, p, op_of_act[kind], stage, mb);
+	sched_push(c, p, kind, stage, mb);
 	c->acts[p][c->nacts[p] - 1].loc = loc;
 }
 
@@ -118,10 +114,9 @@ static int csv_cell(const char *s, size_t n, int *stage, int *kind, int *mb)
 		if (n - i >= l && memcmp(s + i, skip[k], l) == 0)
 			return 0;
 	}
-	const char *kp = memchr(torch_letter, s[i], 4);
-	if (!kp || ++i == n)
+	*kind = (int)plan_op_of_torch(s[i]);
+	if (*kind == OP_COUNT || ++i == n)
 		return -1;
-	*kind = (int)(kp - torch_letter); // ActKind order is PyTorch's letter order
 	for (v = 0; i < n && s[i] >= '0' && s[i] <= '9'; i++)
 		if ((v = 10 * v + (s[i] - '0')) > 1 << 30)
 			return -1;

@@ -8,7 +8,7 @@
 #include "program.h"
 
 typedef struct {
-	uint8_t kind; // OP_F, OP_B, OP_W or OP_BW
+	OpKind kind;  // OP_F, OP_B, OP_W or OP_BW
 	int stage;
 	int mb;
 	Loc loc;      // where a custom schedule wrote it; zero otherwise

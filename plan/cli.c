@@ -126,7 +126,8 @@ static void help_row(FILE *f, const CliOpt *o, const char *extra)
 	char head[128];
 	int n = snprintf(head, sizeof head, "  %c%c%s--%s%s%s", o->short_name ? '-' : ' ',
 	                 o->short_name ? o->short_name : ' ', o->short_name ? ", " : "  ", o->name,
-	                 o->kind == CLI_FLAG ? "" : " ", o->kind == CLI_FLAG ? "" : o->arg);
+	                 o->kind == CLI_FLAG || o->kind == CLI_LIST ? "" : " ",
+	                 o->kind == CLI_FLAG || o->kind == CLI_LIST ? "" : o->arg);
 	fputs(head, f);
 	const char *h = o->help;
 	if (n >= HELP_COL - 1) { // too wide: the text starts on the next line
@@ -267,7 +268,7 @@ int cli_parse(CliTool *t, int argc, char **argv)
 	shorts[ns++] = ':'; // report a missing value as ':'
 	for (int i = 0; i < n + B_COUNT; i++) {
 		const CliOpt *o = i < n ? &t->opts[i] : &builtin[i - n];
-		int has_arg = o->kind == CLI_FLAG ? no_argument : required_argument;
+		int has_arg = o->kind == CLI_FLAG || o->kind == CLI_LIST ? no_argument : required_argument;
 		longs[i] = (struct option){o->name, has_arg, NULL, LONG_BASE + i};
 		if (o->short_name) {
 			shorts[ns++] = (char)o->short_name;
@@ -314,6 +315,10 @@ int cli_parse(CliTool *t, int argc, char **argv)
 				return fflush(stdout) ? CLI_EXIT_FAIL : CLI_EXIT_OK;
 			}
 			continue;
+		}
+		if (t->opts[i].kind == CLI_LIST) {
+			t->opts[i].list(stdout);
+			return fflush(stdout) ? CLI_EXIT_FAIL : CLI_EXIT_OK;
 		}
 		int rc = set_value(t, &t->opts[i], optarg);
 		if (rc)

@@ -36,6 +36,7 @@ typedef enum {
 	CLI_STR,  // any text into *(const char **)dest
 	CLI_IN,   // an input file ('-': standard input) into *(const char **)dest
 	CLI_OUT,  // an output file ('-': standard output), checked by cli_check_outputs
+	CLI_LIST, // no value and no input: prints with list(stdout), then exits 0 (a registry)
 	CLI_KIND_COUNT
 } CliKind;
 
@@ -51,6 +52,7 @@ typedef struct {
 	double rlo, rhi;  // CLI_REAL
 	const char *const *names; // CLI_ENUM
 	int nnames;
+	void (*list)(FILE *f);    // CLI_LIST
 } CliOpt;
 
 /* A table's rows name the fields they use, in order, and leave the rest zero:

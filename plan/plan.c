@@ -8,10 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const plan_op_names[OP_COUNT] = {
-	"F", "B", "W", "BW", "SEND", "RECV", "ALLREDUCE", "OPTIM",
-};
-const char *const plan_layer_names[LAYER_COUNT] = {"linear", "relu", "gelu", "mse"};
 const char *const plan_dim_names[DIM_COUNT] = {"pp", "dp", "tp"};
 const char *const plan_dir_names[DIR_COUNT] = {"act", "grad"};
 
@@ -113,7 +109,18 @@ int64_t plan_transfer_ns(const Plan *p, int64_t bytes)
 
 int plan_is_comm(int kind)
 {
-	return kind == OP_SEND || kind == OP_RECV || kind == OP_ALLREDUCE;
+	return kind >= 0 && kind < OP_COUNT && plan_op_is_comm((OpKind)kind);
+}
+
+int64_t plan_group_end(const PlanRank *r, int64_t i)
+{
+	const PlanOp *o = r->ops;
+	if (!plan_op_is_comm(plan_op_kind(&o[i])))
+		return i + 1;
+	int64_t j = i + 1;
+	while (j < r->nops && plan_op_is_comm(plan_op_kind(&o[j])) && o[j].group == o[i].group)
+		j++;
+	return j;
 }
 
 int plan_dim_members(const Plan *p, int rank, int dim, int *out)
@@ -130,8 +137,12 @@ int plan_dim_members(const Plan *p, int rank, int dim, int *out)
 int plan_format_op(const Plan *p, const PlanOp *o, char *buf, size_t n)
 {
 	(void)p;
-	const char *k = o->kind < OP_COUNT ? plan_op_names[o->kind] : "?";
-	switch (o->kind) {
+	if (o->kind >= OP_COUNT)
+		return snprintf(buf, n, "?");
+	const char *k = plan_ops[o->kind].name;
+	switch (plan_op_kind(o)) {
+	case OP_COUNT:
+		break;
 	case OP_F:
 	case OP_B:
 	case OP_W:

@@ -14,6 +14,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "layer.h"
+#include "op.h"
+
 #define PLAN_FORMAT "pipecc-plan"
 #define PLAN_VERSION 1
 
@@ -23,26 +26,6 @@ typedef enum {
 	DIM_TP, // tensor parallel
 	DIM_COUNT
 } PlanDim;
-
-typedef enum {
-	LAYER_LINEAR, // dense layer with bias, in -> out
-	LAYER_RELU,   // elementwise max(x, 0)
-	LAYER_GELU,   // elementwise gelu (tanh approximation)
-	LAYER_MSE,    // mean squared error loss against a synthetic target
-	LAYER_COUNT
-} LayerKind;
-
-typedef enum {
-	OP_F,         // forward of (stage, mb)
-	OP_B,         // input gradient of (stage, mb)
-	OP_W,         // weight gradient of (stage, mb)
-	OP_BW,        // fused input and weight gradient of (stage, mb)
-	OP_SEND,      // p2p send of (edge, mb, dir) to peer
-	OP_RECV,      // p2p receive of (edge, mb, dir) from peer
-	OP_ALLREDUCE, // all-reduce of a stage's weight gradients over the dp group
-	OP_OPTIM,     // optimizer step of a stage
-	OP_COUNT
-} OpKind;
 
 typedef enum {
 	DIR_ACT,  // forward activation, along the edge
@@ -55,11 +38,11 @@ typedef struct {
 } PlanLoc;
 
 typedef struct {
-	uint8_t kind;  // LayerKind
+	LayerKind kind;
 	int32_t in, out;
 } PlanLayer;
 
-typedef struct {
+typedef struct PlanStage {
 	char *name;
 	int pp;                 // pipeline index the stage is placed on
 	int in, out;            // feature widths of the stage input and output
@@ -104,7 +87,7 @@ typedef struct {
 /* 40 bytes.  Compute ops use stage; SEND/RECV use edge (in `stage`), dir, peer, bytes,
  * group, route; ALLREDUCE uses stage, bytes, group; OPTIM uses stage. */
 typedef struct {
-	uint8_t kind;   // OpKind
+	uint8_t kind;   // OpKind, read through plan_op_kind()
 	uint8_t dir;    // Dir, for SEND/RECV
 	uint16_t pad;
 	int32_t stage;  // stage, or edge for SEND/RECV
@@ -160,8 +143,6 @@ typedef struct {
 	char msg[512];
 } PlanError;
 
-extern const char *const plan_op_names[OP_COUNT];
-extern const char *const plan_layer_names[LAYER_COUNT];
 extern const char *const plan_dim_names[DIM_COUNT];
 extern const char *const plan_dir_names[DIR_COUNT];
 
@@ -172,7 +153,15 @@ int plan_rank_of(const Plan *p, const int coord[DIM_COUNT]);
 void plan_coords_of(const Plan *p, int rank, int coord[DIM_COUNT]);
 int64_t plan_total_ops(const Plan *p);
 int64_t plan_transfer_ns(const Plan *p, int64_t bytes); // latency + bytes / bandwidth
-int plan_is_comm(int kind);                          // SEND, RECV, ALLREDUCE
+/* The kind of op o, typed so that a switch over it is checked (-Wswitch). */
+static inline OpKind plan_op_kind(const PlanOp *o)
+{
+	return (OpKind)o->kind;
+}
+int plan_is_comm(int kind);                          // plan_op_is_comm on a raw kind
+/* The end of what runs as one step from op i of rank r: past the comm group op i opens
+ * (the consecutive comm ops with its group number), or i + 1 for any other op. */
+int64_t plan_group_end(const PlanRank *r, int64_t i);
 /* Ranks of rank r's communicator along dim (r included), in coordinate order. */
 int plan_dim_members(const Plan *p, int rank, int dim, int *out);
 /* Formats op o of rank r as the text the plan file carries (no location). */

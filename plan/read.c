@@ -339,15 +339,11 @@ static int read_stages(Rd *r, Plan *p)
 			if (next_line(r, "a 'layer' line") || word(r, "layer"))
 				return -1;
 			skip_sp(r);
-			int k;
-			for (k = 0; k < LAYER_COUNT; k++) {
-				size_t n = strlen(plan_layer_names[k]);
-				if (!strncmp(r->s, plan_layer_names[k], n) && r->s[n] == ' ')
-					break;
-			}
-			if (k == LAYER_COUNT)
+			size_t n = strcspn(r->s, " \n");
+			LayerKind k = plan_layer_find(r->s, n);
+			if (k == LAYER_COUNT || r->s[n] != ' ')
 				return fail(r, "unknown layer kind '%.20s'", r->s);
-			r->s += strlen(plan_layer_names[k]);
+			r->s += n;
 			ly->kind = k;
 			skip_sp(r);
 			if (inum(r, &ly->in, 1, INT_MAX, "layer input width"))
@@ -443,8 +439,8 @@ static int read_routes(Rd *r, Plan *p)
 static int op_kind(Rd *r)
 {
 	for (int k = 0; k < OP_COUNT; k++) {
-		size_t n = strlen(plan_op_names[k]);
-		if (!strncmp(r->s, plan_op_names[k], n) && (r->s[n] == ' ' || r->s[n] == 0)) {
+		size_t n = strlen(plan_ops[k].name);
+		if (!strncmp(r->s, plan_ops[k].name, n) && (r->s[n] == ' ' || r->s[n] == 0)) {
 			r->s += n;
 			return k;
 		}
@@ -459,9 +455,11 @@ static int read_op(Rd *r, const Plan *p, PlanOp *o)
 		size_t n = strcspn(r->s, " ");
 		return fail(r, "unknown op '%.*s'", (int)(n < 32 ? n : 32), r->s);
 	}
-	*o = (PlanOp){.kind = k, .mb = -1, .peer = -1, .group = -1, .route = -1};
+	*o = (PlanOp){.kind = (uint8_t)k, .mb = -1, .peer = -1, .group = -1, .route = -1};
 	int m = p->microbatches;
-	switch (k) {
+	switch (plan_op_kind(o)) {
+	case OP_COUNT: // op_kind() returns known kinds only
+		break;
 	case OP_F:
 	case OP_B:
 	case OP_W:
@@ -481,7 +479,7 @@ static int read_op(Rd *r, const Plan *p, PlanOp *o)
 		else if (!strncmp(r->s, "grad ", 5))
 			o->dir = DIR_GRAD;
 		else
-			return fail(r, "expected 'act' or 'grad' after %s", plan_op_names[k]);
+			return fail(r, "expected 'act' or 'grad' after %s", plan_ops[k].name);
 		r->s += o->dir == DIR_ACT ? 4 : 5;
 		if (kv(r, "e=", &o->stage, 0, p->nedges - 1) || kv(r, "m=", &o->mb, 0, m - 1) ||
 		    kv(r, k == OP_SEND ? "to=" : "from=", &o->peer, 0, p->world - 1) ||

@@ -65,7 +65,7 @@ void plan_trace_compute(PlanTrace *t, int r, int64_t op, int64_t t0, int64_t t1,
 	fprintf(t->f, "%s{\"ph\": \"X\", \"pid\": %d, \"tid\": 0, \"name\": ", t->sep, r);
 	t->sep = ",\n";
 	jtext(t->f, text);
-	fprintf(t->f, ", \"cat\": \"%s\", \"ts\": ", plan_op_names[o->kind]);
+	fprintf(t->f, ", \"cat\": \"%s\", \"ts\": ", plan_ops[o->kind].name);
 	us(t->f, t0);
 	fputs(", \"dur\": ", t->f);
 	us(t->f, t1 - t0);
@@ -83,7 +83,7 @@ void plan_trace_group(PlanTrace *t, int r, int64_t op, int64_t op_end, int64_t t
 	const PlanOp *o = &pr->ops[op];
 	int64_t n = op_end - op;
 	fprintf(t->f, "%s{\"ph\": \"X\", \"pid\": %d, \"tid\": 1, \"name\": \"%s%s%s", t->sep, r,
-	        stuck ? "STUCK " : "", plan_op_names[o->kind], n > 1 ? " +" : "");
+	        stuck ? "STUCK " : "", plan_ops[o->kind].name, n > 1 ? " +" : "");
 	t->sep = ",\n";
 	if (n > 1)
 		fprintf(t->f, "%" PRId64, n - 1);

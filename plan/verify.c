@@ -215,7 +215,7 @@ static int check_groups(Vc *v)
 	return 0;
 }
 
-/* Point-to-point matching, FIFO per ordered pair, and the collectives. */
+/* Point-to-point matching, FIFO per ordered pair. */
 typedef struct {
 	int peer;       // the receiving rank
 	int64_t start;  // this pair's sends begin at sends[start]
@@ -352,42 +352,6 @@ static int check_matching(Vc *v)
 				goto out;
 			}
 
-	/* Collectives: every dp group member issues the same sequence of all-reduces. */
-	if (p->dims[DIM_DP] > 1) {
-		for (int r = 0; r < W; r++) {
-			const PlanRank *rk = &p->ranks[r];
-			if (rk->coord[DIM_DP] == 0)
-				continue;
-			int c[DIM_COUNT];
-			memcpy(c, rk->coord, sizeof c);
-			c[DIM_DP] = 0;
-			int r0 = plan_rank_of(p, c);
-			const PlanRank *k0 = &p->ranks[r0];
-			int64_t j = 0, i = 0;
-			for (;; i++, j++) {
-				while (i < rk->nops && rk->ops[i].kind != OP_ALLREDUCE)
-					i++;
-				while (j < k0->nops && k0->ops[j].kind != OP_ALLREDUCE)
-					j++;
-				char x[300], y[300];
-				if (i == rk->nops && j == k0->nops)
-					break;
-				if (i == rk->nops || j == k0->nops) {
-					int lr = i == rk->nops ? r0 : r;
-					int64_t li = i == rk->nops ? j : i;
-					verr(v, lr, li, "%s is reached by only part of its dp group: rank %d has "
-					                "no matching ALLREDUCE",
-					     opdesc(v, lr, li, x, sizeof x), lr == r ? r0 : r);
-					goto out;
-				}
-				if (rk->ops[i].stage != k0->ops[j].stage || rk->ops[i].bytes != k0->ops[j].bytes) {
-					verr(v, r, i, "%s meets %s in the dp group: stages or sizes differ",
-					     opdesc(v, r, i, x, sizeof x), opdesc(v, r0, j, y, sizeof y));
-					goto out;
-				}
-			}
-		}
-	}
 	rc = 0;
 out:
 	free(off);
@@ -396,193 +360,235 @@ out:
 	return rc;
 }
 
-enum { S_F = 1, S_B = 2, S_W = 4, S_BW = 8 };
+/* Collectives: every dp group member issues the same sequence of all-reduces. */
+static int check_collectives(Vc *v)
+{
+	const Plan *p = v->p;
+	int W = p->world;
+	if (p->dims[DIM_DP] == 1)
+		return 0;
+	for (int r = 0; r < W; r++) {
+		const PlanRank *rk = &p->ranks[r];
+		if (rk->coord[DIM_DP] == 0)
+			continue;
+		int c[DIM_COUNT];
+		memcpy(c, rk->coord, sizeof c);
+		c[DIM_DP] = 0;
+		int r0 = plan_rank_of(p, c);
+		const PlanRank *k0 = &p->ranks[r0];
+		int64_t j = 0, i = 0;
+		for (;; i++, j++) {
+			while (i < rk->nops && rk->ops[i].kind != OP_ALLREDUCE)
+				i++;
+			while (j < k0->nops && k0->ops[j].kind != OP_ALLREDUCE)
+				j++;
+			char x[300], y[300];
+			if (i == rk->nops && j == k0->nops)
+				break;
+			if (i == rk->nops || j == k0->nops) {
+				int lr = i == rk->nops ? r0 : r;
+				int64_t li = i == rk->nops ? j : i;
+				return verr(v, lr, li, "%s is reached by only part of its dp group: rank %d "
+				            "has no matching ALLREDUCE",
+				            opdesc(v, lr, li, x, sizeof x), lr == r ? r0 : r);
+			}
+			if (rk->ops[i].stage != k0->ops[j].stage || rk->ops[i].bytes != k0->ops[j].bytes)
+				return verr(v, r, i, "%s meets %s in the dp group: stages or sizes differ",
+				            opdesc(v, r, i, x, sizeof x), opdesc(v, r0, j, y, sizeof y));
+		}
+	}
+	return 0;
+}
 
-/* Per-rank dependency order and completeness. */
+/* The per-rank state of check_deps: which stages and edges are local, and what has run
+ * of each local (stage, microbatch) in PLAN_DEP_MB bits. */
+typedef struct {
+	int r, pp, m, dp;
+	int *loc;           // stage -> local index or -1
+	int *eloc;          // edge -> local edge index or -1
+	uint8_t *st;        // [local stage][mb]: PLAN_DEP_MB bits
+	uint8_t *rcv;       // [local edge][mb][dir]: received
+	PlanStageDeps *sd;  // [local stage]
+} Deps;
+
+static uint8_t mb_state(const Deps *d, int stage, int mb)
+{
+	return d->st[(size_t)d->loc[stage] * d->m + mb];
+}
+
+/* What compute op o needs along its edges (the rows' PLAN_DEP_IN_ACT and _OUT_GRAD):
+ * NULL when it is there, else why not, in x. */
+static const char *edge_inputs(const Vc *v, const Deps *d, const PlanOp *o, char *x, size_t n)
+{
+	const Plan *p = v->p;
+	uint8_t needs = plan_ops[o->kind].needs;
+	int s = o->stage;
+	for (int j = v->in_off[s]; (needs & PLAN_DEP_IN_ACT) && j < v->in_off[s + 1]; j++) {
+		int e = v->in_edges[j], src = p->edges[e].src;
+		if (d->loc[src] >= 0 ? !(mb_state(d, src, o->mb) & PLAN_DEP_ACT)
+		                     : !d->rcv[((size_t)d->eloc[e] * d->m + o->mb) * 2 + DIR_ACT]) {
+			snprintf(x, n, "runs before its input on edge %d exists (%s)", e,
+			         d->loc[src] >= 0 ? "F of the local source stage comes later"
+			                          : "no RECV act before it");
+			return x;
+		}
+	}
+	for (int j = v->out_off[s]; (needs & PLAN_DEP_OUT_GRAD) && j < v->out_off[s + 1]; j++) {
+		int e = v->out_edges[j], dst = p->edges[e].dst;
+		if (d->loc[dst] >= 0 ? !(mb_state(d, dst, o->mb) & PLAN_DEP_GRAD)
+		                     : !d->rcv[((size_t)d->eloc[e] * d->m + o->mb) * 2 + DIR_GRAD]) {
+			snprintf(x, n, "runs before its output gradient on edge %d exists (%s)", e,
+			         d->loc[dst] >= 0 ? "backward of the local stage comes later"
+			                          : "no RECV grad before it");
+			return x;
+		}
+	}
+	return NULL;
+}
+
+/* A SEND or RECV: its ends, peer, size and route, and a SEND's data produced. */
+static const char *p2p_rule(const Vc *v, Deps *d, const PlanOp *o)
+{
+	const Plan *p = v->p;
+	int r = d->r, s = o->stage;
+	const PlanEdge *ed = &p->edges[s];
+	int from = o->dir == DIR_ACT ? ed->src : ed->dst;
+	int to = o->dir == DIR_ACT ? ed->dst : ed->src;
+	int send = o->kind == OP_SEND;
+	int mine = send ? from : to, theirs = send ? to : from;
+	const PlanRoute *rt = &p->routes[o->route];
+	int rsrc = send ? r : o->peer, rdst = send ? o->peer : r;
+	if (d->loc[mine] < 0)
+		return "the edge's stage at this end is not on this rank";
+	if (o->peer != on_line(v, r, p->stages[theirs].pp))
+		return "the peer is not the rank holding the other end of the edge";
+	if (o->peer == r)
+		return "a transfer to the same rank: same-rank edges hand over locally";
+	if (o->bytes != ed->bytes)
+		return "its size differs from the edge's tensor";
+	if (rt->edge != s || rt->dir != o->dir || rt->src_rank != rsrc || rt->dst_rank != rdst)
+		return "its route does not match the edge, direction and ranks";
+	if (send)
+		return mb_state(d, mine, o->mb) & (o->dir == DIR_ACT ? PLAN_DEP_ACT : PLAN_DEP_GRAD)
+		               ? NULL
+		               : "sent before the compute that produces it";
+	uint8_t *got = &d->rcv[((size_t)d->eloc[s] * d->m + o->mb) * 2 + o->dir];
+	if (*got)
+		return "received twice";
+	*got = 1;
+	return NULL;
+}
+
+/* Op i of rank d->r against the dependency rules; 0 or -1 (reported). */
+static int dep_op(Vc *v, Deps *d, int64_t i)
+{
+	const Plan *p = v->p;
+	const PlanOp *o = &p->ranks[d->r].ops[i];
+	int s = o->stage;
+	char x[300], y[300];
+	const char *bad = NULL;
+	switch (plan_op_kind(o)) {
+	case OP_COUNT: // the reader takes known kinds only
+		break;
+	case OP_F:
+	case OP_B:
+	case OP_W:
+	case OP_BW:
+		if (d->loc[s] < 0)
+			return verr(v, d->r, i, "%s: stage %d is not placed on rank %d (pp index %d)",
+			            opdesc(v, d->r, i, x, sizeof x), s, d->r, d->pp);
+		bad = plan_dep_apply(plan_op_kind(o), &d->st[(size_t)d->loc[s] * d->m + o->mb],
+		                     &d->sd[d->loc[s]], d->m, d->dp);
+		if (!bad)
+			bad = edge_inputs(v, d, o, x, sizeof x);
+		break;
+	case OP_SEND:
+	case OP_RECV:
+		bad = p2p_rule(v, d, o);
+		break;
+	case OP_ALLREDUCE:
+	case OP_OPTIM:
+		if (d->loc[s] < 0)
+			bad = "the stage is not on this rank";
+		else if (o->kind == OP_ALLREDUCE && d->dp > 1 && o->bytes != p->stages[s].params * 4)
+			bad = "its size differs from the stage's gradients";
+		else
+			bad = plan_dep_apply(plan_op_kind(o), NULL, &d->sd[d->loc[s]], d->m, d->dp);
+		break;
+	}
+	return bad ? verr(v, d->r, i, "%s: %s", opdesc(v, d->r, i, y, sizeof y), bad) : 0;
+}
+
+/* After rank d->r's ops: every local stage ran all it must. */
+static int dep_complete(Vc *v, Deps *d)
+{
+	int r = d->r;
+	for (int s = 0; s < v->p->nstages; s++) {
+		if (d->loc[s] < 0)
+			continue;
+		for (int mb = 0; mb < d->m; mb++) {
+			uint8_t f = mb_state(d, s, mb);
+			if ((f & PLAN_DEP_MB) != PLAN_DEP_MB)
+				return verr(v, r, -1, "rank %d never runs %s of stage %d microbatch %d", r,
+				            !(f & PLAN_DEP_ACT) ? "F" : (f & PLAN_DEP_GRAD) ? "W" : "the backward",
+				            s, mb);
+		}
+		if (d->dp > 1 && !d->sd[d->loc[s]].reduced)
+			return verr(v, r, -1, "rank %d never all-reduces the gradients of stage %d", r, s);
+		if (!d->sd[d->loc[s]].stepped)
+			return verr(v, r, -1, "rank %d never runs OPTIM for stage %d", r, s);
+	}
+	return 0;
+}
+
+/* Per-rank dependency order and completeness (plan_dep_apply's rules, and the data
+ * along edges). */
 static int check_deps(Vc *v)
 {
 	const Plan *p = v->p;
-	int m = p->microbatches, ns = p->nstages;
-	int dp = p->dims[DIM_DP];
-	int *loc = malloc((size_t)ns * sizeof *loc);        // stage -> local index or -1
-	int *eloc = malloc((size_t)p->nedges * sizeof *eloc); // edge -> local edge index or -1
-	unsigned char *st = NULL, *rcv = NULL;
-	int *done = NULL;        // per local stage: backward count, then flags
+	int ns = p->nstages;
+	Deps d = {.m = p->microbatches, .dp = p->dims[DIM_DP]};
+	d.loc = malloc((size_t)ns * sizeof *d.loc);
+	d.eloc = malloc((size_t)p->nedges * sizeof *d.eloc + 1);
 	int rc = -1;
-	if (!loc || !eloc) {
+	if (!d.loc || !d.eloc) {
 		verr(v, -1, -1, "out of memory");
 		goto out;
 	}
 	for (int r = 0; r < p->world; r++) {
 		const PlanRank *rk = &p->ranks[r];
-		int pp = rk->coord[DIM_PP], nloc = 0, neloc = 0;
+		int nloc = 0, neloc = 0;
+		d.r = r;
+		d.pp = rk->coord[DIM_PP];
 		for (int s = 0; s < ns; s++)
-			loc[s] = p->stages[s].pp == pp ? nloc++ : -1;
+			d.loc[s] = p->stages[s].pp == d.pp ? nloc++ : -1;
 		for (int e = 0; e < p->nedges; e++) {
 			const PlanEdge *ed = &p->edges[e];
-			eloc[e] = (loc[ed->src] >= 0 || loc[ed->dst] >= 0) ? neloc++ : -1;
+			d.eloc[e] = (d.loc[ed->src] >= 0 || d.loc[ed->dst] >= 0) ? neloc++ : -1;
 		}
-		free(st);
-		free(rcv);
-		free(done);
-		st = calloc((size_t)nloc * m + 1, 1);
-		rcv = calloc((size_t)neloc * m * 2 + 1, 1);
-		done = calloc((size_t)nloc * 3 + 1, sizeof *done); // bwd count, allreduce, optim
-		if (!st || !rcv || !done) {
+		free(d.st);
+		free(d.rcv);
+		free(d.sd);
+		d.st = calloc((size_t)nloc * d.m + 1, 1);
+		d.rcv = calloc((size_t)neloc * d.m * 2 + 1, 1);
+		d.sd = calloc((size_t)nloc + 1, sizeof *d.sd);
+		if (!d.st || !d.rcv || !d.sd) {
 			verr(v, -1, -1, "out of memory");
 			goto out;
 		}
-		char x[300];
-		for (int64_t i = 0; i < rk->nops; i++) {
-			const PlanOp *o = &rk->ops[i];
-			int s = o->stage;
-			switch (o->kind) {
-			case OP_F:
-			case OP_B:
-			case OP_W:
-			case OP_BW: {
-				if (loc[s] < 0) {
-					verr(v, r, i, "%s: stage %d is not placed on rank %d (pp index %d)",
-					     opdesc(v, r, i, x, sizeof x), s, r, pp);
-					goto out;
-				}
-				unsigned char *f = &st[(size_t)loc[s] * m + o->mb];
-				const char *bad = NULL;
-				if (o->kind == OP_F) {
-					bad = *f & S_F ? "a second F of this stage and microbatch" : NULL;
-					for (int j = v->in_off[s]; !bad && j < v->in_off[s + 1]; j++) {
-						int e = v->in_edges[j];
-						const PlanEdge *ed = &p->edges[e];
-						if (loc[ed->src] >= 0 ? !(st[(size_t)loc[ed->src] * m + o->mb] & S_F)
-						                      : !rcv[((size_t)eloc[e] * m + o->mb) * 2 + DIR_ACT]) {
-							snprintf(x, sizeof x, "runs before its input on edge %d exists (%s)", e,
-							         loc[ed->src] >= 0 ? "F of the local source stage comes later"
-							                           : "no RECV act before it");
-							bad = x;
-						}
-					}
-					*f |= S_F;
-				} else if (o->kind == OP_W) {
-					bad = !(*f & S_B) ? "W before its B" : *f & (S_W | S_BW) ? "a second W" : NULL;
-					*f |= S_W;
-				} else {
-					bad = !(*f & S_F)              ? "backward before its F"
-					      : *f & (S_B | S_BW)      ? "a second backward of this stage and microbatch"
-					                               : NULL;
-					for (int j = v->out_off[s]; !bad && j < v->out_off[s + 1]; j++) {
-						int e = v->out_edges[j];
-						const PlanEdge *ed = &p->edges[e];
-						if (loc[ed->dst] >= 0
-						        ? !(st[(size_t)loc[ed->dst] * m + o->mb] & (S_B | S_BW))
-						        : !rcv[((size_t)eloc[e] * m + o->mb) * 2 + DIR_GRAD]) {
-							snprintf(x, sizeof x, "runs before its output gradient on edge %d "
-							                      "exists (%s)",
-							         e, loc[ed->dst] >= 0 ? "backward of the local stage comes later"
-							                              : "no RECV grad before it");
-							bad = x;
-						}
-					}
-					*f |= o->kind == OP_B ? S_B : S_BW;
-				}
-				if (bad) {
-					char y[300];
-					verr(v, r, i, "%s: %s", opdesc(v, r, i, y, sizeof y), bad);
-					goto out;
-				}
-				if (o->kind == OP_W || o->kind == OP_BW)
-					done[loc[s] * 3]++;
-				break;
-			}
-			case OP_SEND:
-			case OP_RECV: {
-				const PlanEdge *ed = &p->edges[s];
-				int from = o->dir == DIR_ACT ? ed->src : ed->dst;
-				int to = o->dir == DIR_ACT ? ed->dst : ed->src;
-				int mine = o->kind == OP_SEND ? from : to;
-				int theirs = o->kind == OP_SEND ? to : from;
-				const PlanRoute *rt = &p->routes[o->route];
-				int rsrc = o->kind == OP_SEND ? r : o->peer, rdst = o->kind == OP_SEND ? o->peer : r;
-				const char *bad = NULL;
-				if (loc[mine] < 0)
-					bad = "the edge's stage at this end is not on this rank";
-				else if (o->peer != on_line(v, r, p->stages[theirs].pp))
-					bad = "the peer is not the rank holding the other end of the edge";
-				else if (o->peer == r)
-					bad = "a transfer to the same rank: same-rank edges hand over locally";
-				else if (o->bytes != ed->bytes)
-					bad = "its size differs from the edge's tensor";
-				else if (rt->edge != s || rt->dir != o->dir || rt->src_rank != rsrc ||
-				         rt->dst_rank != rdst)
-					bad = "its route does not match the edge, direction and ranks";
-				else if (o->kind == OP_SEND) {
-					unsigned char f = st[(size_t)loc[mine] * m + o->mb];
-					if (o->dir == DIR_ACT ? !(f & S_F) : !(f & (S_B | S_BW)))
-						bad = "sent before the compute that produces it";
-				} else {
-					unsigned char *got = &rcv[((size_t)eloc[s] * m + o->mb) * 2 + o->dir];
-					if (*got)
-						bad = "received twice";
-					*got = 1;
-				}
-				if (bad) {
-					verr(v, r, i, "%s: %s", opdesc(v, r, i, x, sizeof x), bad);
-					goto out;
-				}
-				break;
-			}
-			case OP_ALLREDUCE:
-			case OP_OPTIM: {
-				const char *bad = NULL;
-				if (loc[s] < 0)
-					bad = "the stage is not on this rank";
-				else if (done[loc[s] * 3] < m)
-					bad = o->kind == OP_ALLREDUCE ? "a reduction before the stage's last W"
-					                              : "an optimizer step before the stage's last W";
-				else if (o->kind == OP_ALLREDUCE && dp == 1)
-					bad = "an all-reduce with dp = 1";
-				else if (o->kind == OP_ALLREDUCE && o->bytes != p->stages[s].params * 4)
-					bad = "its size differs from the stage's gradients";
-				else if (done[loc[s] * 3 + 1 + (o->kind == OP_OPTIM)])
-					bad = "a second one for this stage";
-				else if (o->kind == OP_OPTIM && dp > 1 && !done[loc[s] * 3 + 1])
-					bad = "an optimizer step before the stage's all-reduce";
-				if (bad) {
-					verr(v, r, i, "%s: %s", opdesc(v, r, i, x, sizeof x), bad);
-					goto out;
-				}
-				done[loc[s] * 3 + 1 + (o->kind == OP_OPTIM)] = 1;
-				break;
-			}
-			}
-		}
-		for (int s = 0; s < ns; s++) {
-			if (loc[s] < 0)
-				continue;
-			for (int mb = 0; mb < m; mb++) {
-				unsigned char f = st[(size_t)loc[s] * m + mb];
-				if (!(f & S_F) || !((f & S_BW) || ((f & S_B) && (f & S_W)))) {
-					verr(v, r, -1, "rank %d never runs %s of stage %d microbatch %d", r,
-					     !(f & S_F) ? "F" : (f & S_B) ? "W" : "the backward", s, mb);
-					goto out;
-				}
-			}
-			if (dp > 1 && !done[loc[s] * 3 + 1]) {
-				verr(v, r, -1, "rank %d never all-reduces the gradients of stage %d", r, s);
+		for (int64_t i = 0; i < rk->nops; i++)
+			if (dep_op(v, &d, i))
 				goto out;
-			}
-			if (!done[loc[s] * 3 + 2]) {
-				verr(v, r, -1, "rank %d never runs OPTIM for stage %d", r, s);
-				goto out;
-			}
-		}
+		if (dep_complete(v, &d))
+			goto out;
 	}
 	rc = 0;
 out:
-	free(loc);
-	free(eloc);
-	free(st);
-	free(rcv);
-	free(done);
+	free(d.loc);
+	free(d.eloc);
+	free(d.st);
+	free(d.rcv);
+	free(d.sd);
 	return rc;
 }
 
@@ -635,6 +641,8 @@ int plan_verify(const Plan *p, PlanError *err)
 		rc = check_groups(&v);
 	if (!rc)
 		rc = check_matching(&v);
+	if (!rc)
+		rc = check_collectives(&v);
 	if (!rc)
 		rc = check_deps(&v);
 out:

@@ -97,29 +97,24 @@ static void put_op(Out *o, const PlanOp *op)
 {
 	if (o->n + 256 > sizeof o->buf)
 		flush(o);
-	switch (op->kind) {
+	const char *name = plan_ops[op->kind].name; // the reader made sure kind is valid
+	size_t len = strlen(name);
+	memcpy(o->buf + o->n, name, len);
+	o->n += len;
+	switch (plan_op_kind(op)) {
+	case OP_COUNT:
+		break;
 	case OP_F:
 	case OP_B:
 	case OP_W:
 	case OP_BW:
-		if (op->kind == OP_F)
-			PUT_LIT(o, "F ");
-		else if (op->kind == OP_B)
-			PUT_LIT(o, "B ");
-		else if (op->kind == OP_W)
-			PUT_LIT(o, "W ");
-		else
-			PUT_LIT(o, "BW ");
+		PUT_LIT(o, " ");
 		put_int(o, op->stage);
 		PUT_LIT(o, " ");
 		put_int(o, op->mb);
 		break;
 	case OP_SEND:
 	case OP_RECV:
-		if (op->kind == OP_SEND)
-			PUT_LIT(o, "SEND");
-		else
-			PUT_LIT(o, "RECV");
 		if (op->dir == DIR_ACT)
 			PUT_LIT(o, " act e=");
 		else
@@ -140,7 +135,7 @@ static void put_op(Out *o, const PlanOp *op)
 		put_int(o, op->route);
 		break;
 	case OP_ALLREDUCE:
-		PUT_LIT(o, "ALLREDUCE s=");
+		PUT_LIT(o, " s=");
 		put_int(o, op->stage);
 		PUT_LIT(o, " bytes=");
 		put_int(o, op->bytes);
@@ -148,7 +143,7 @@ static void put_op(Out *o, const PlanOp *op)
 		put_int(o, op->group);
 		break;
 	case OP_OPTIM:
-		PUT_LIT(o, "OPTIM s=");
+		PUT_LIT(o, " s=");
 		put_int(o, op->stage);
 		break;
 	}
@@ -194,7 +189,7 @@ int plan_write(const Plan *p, FILE *f)
 		     st->params, st->save_fb, st->save_fw, st->save_bw, st->nlayers, st->loc.line,
 		     st->loc.col);
 		for (int l = 0; l < st->nlayers; l++)
-			putf(o, "layer %s %d %d\n", plan_layer_names[st->layers[l].kind],
+			putf(o, "layer %s %d %d\n", plan_layers[st->layers[l].kind].name,
 			     st->layers[l].in, st->layers[l].out);
 	}
 

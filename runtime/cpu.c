@@ -138,22 +138,60 @@ int rt_cpu_linear_bwd_w(RtRank *r, const RtTensor *x, const RtTensor *dy, RtTens
 #define GELU_C 0.7978845608f
 #define GELU_A 0.044715f
 
+static void relu_fwd(const float *a, float *o, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++)
+		o[i] = a[i] > 0 ? a[i] : 0;
+}
+
+static void relu_bwd(const float *a, const float *g, float *o, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++)
+		o[i] = a[i] > 0 ? g[i] : 0;
+}
+
+static void gelu_fwd(const float *a, float *o, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++) {
+		float v = a[i];
+		o[i] = 0.5f * v * (1.0f + tanhf(GELU_C * (v + GELU_A * v * v * v)));
+	}
+}
+
+static void gelu_bwd(const float *a, const float *g, float *o, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++) {
+		float v = a[i];
+		float th = tanhf(GELU_C * (v + GELU_A * v * v * v));
+		float d = 0.5f * (1.0f + th) +
+		          0.5f * v * (1.0f - th * th) * GELU_C * (1.0f + 3.0f * GELU_A * v * v);
+		o[i] = g[i] * d;
+	}
+}
+
+/* The elementwise layers' kernels, one row per layer kind (plan/layer.c): y = f(x) and
+ * dx = dy * f'(x).  A kind without a row has no elementwise kernel here. */
+static const struct {
+	void (*fwd)(const float *x, float *y, int64_t n);
+	void (*bwd)(const float *x, const float *dy, float *dx, int64_t n);
+} elementwise[LAYER_COUNT] = {
+	[LAYER_RELU] = {relu_fwd, relu_bwd},
+	[LAYER_GELU] = {gelu_fwd, gelu_bwd},
+};
+
+static int no_kernel(RtRank *r, int kind)
+{
+	return rt_error(r, "internal: no elementwise CPU kernel for layer kind %s",
+	                kind >= 0 && kind < LAYER_COUNT ? plan_layers[kind].name : "?");
+}
+
 int rt_cpu_act_fwd(RtRank *r, int kind, const RtTensor *x, RtTensor *y)
 {
 	if (same_shape(r, y, x, "activation"))
 		return RT_EFAIL;
-	const float *a = F32(x);
-	float *o = F32(y);
-	int64_t n = x->rows * x->cols;
-	if (kind == LAYER_RELU) {
-		for (int64_t i = 0; i < n; i++)
-			o[i] = a[i] > 0 ? a[i] : 0;
-	} else {
-		for (int64_t i = 0; i < n; i++) {
-			float v = a[i];
-			o[i] = 0.5f * v * (1.0f + tanhf(GELU_C * (v + GELU_A * v * v * v)));
-		}
-	}
+	if (kind < 0 || kind >= LAYER_COUNT || !elementwise[kind].fwd)
+		return no_kernel(r, kind);
+	elementwise[kind].fwd(F32(x), F32(y), x->rows * x->cols);
 	return RT_OK;
 }
 
@@ -162,21 +200,9 @@ int rt_cpu_act_bwd(RtRank *r, int kind, const RtTensor *x, const RtTensor *dy, R
 	if (same_shape(r, dy, x, "activation gradient") ||
 	    same_shape(r, dx, x, "activation gradient"))
 		return RT_EFAIL;
-	const float *a = F32(x), *g = F32(dy);
-	float *o = F32(dx);
-	int64_t n = x->rows * x->cols;
-	if (kind == LAYER_RELU) {
-		for (int64_t i = 0; i < n; i++)
-			o[i] = a[i] > 0 ? g[i] : 0;
-	} else {
-		for (int64_t i = 0; i < n; i++) {
-			float v = a[i];
-			float th = tanhf(GELU_C * (v + GELU_A * v * v * v));
-			float d = 0.5f * (1.0f + th) +
-			          0.5f * v * (1.0f - th * th) * GELU_C * (1.0f + 3.0f * GELU_A * v * v);
-			o[i] = g[i] * d;
-		}
-	}
+	if (kind < 0 || kind >= LAYER_COUNT || !elementwise[kind].bwd)
+		return no_kernel(r, kind);
+	elementwise[kind].bwd(F32(x), F32(dy), F32(dx), x->rows * x->cols);
 	return RT_OK;
 }
 

@@ -21,19 +21,11 @@ typedef struct {
 	int stage;
 	RtStageBufs b;
 	RtTensor **saved;  // [microbatches][2 * nlayers]
-	uint8_t *state;    // [microbatches]: ST_F | ST_B | ST_W
+	uint8_t *state;    // [microbatches]: PLAN_DEP_MB bits done this step
 	int *peer_in;      // per in-edge position: index in the peer table, -1 if none
 	int *peer_out;     // per out-edge position
-	int reduced;       // ALLREDUCE done this step
-	int nw;            // W/BW done this step
+	PlanStageDeps deps; // this step's W count, ALLREDUCE and OPTIM (plan_dep_apply)
 } LStage;
-
-/* What has run of a (stage, microbatch) in the current step. */
-enum {
-	ST_F = 1, // its F
-	ST_B = 2, // its B, or the B half of its BW
-	ST_W = 4, // its W, or the W half of its BW
-};
 
 struct RtInterp {
 	int nls;
@@ -104,11 +96,7 @@ static int setup(RtRank *r)
 	                  sizeof *in->slot);
 	int64_t maxg = 1;
 	for (int64_t i = 0, j; i < r->pr->nops; i = j) {
-		j = i + 1;
-		if (plan_is_comm(r->pr->ops[i].kind))
-			while (j < r->pr->nops && plan_is_comm(r->pr->ops[j].kind) &&
-			       r->pr->ops[j].group == r->pr->ops[i].group)
-				j++;
+		j = plan_group_end(r->pr, i);
 		if (j - i > maxg)
 			maxg = j - i;
 	}
@@ -307,11 +295,22 @@ static int scatter_edges(RtRank *r, LStage *ls, int mb, int dir, RtTensor *t)
 
 /* ---- compute ops ---- */
 
+/* The dependency rules (plan_dep_apply) for op o on local stage ls. */
+static int dep_rule(RtRank *r, LStage *ls, const PlanOp *o)
+{
+	const Plan *p = r->w->plan;
+	int per_mb = o->mb >= 0 && o->mb < p->microbatches && plan_op_is_compute(plan_op_kind(o));
+	const char *why = plan_dep_apply(plan_op_kind(o), per_mb ? &ls->state[o->mb] : NULL,
+	                                 &ls->deps, p->microbatches, p->dims[DIM_DP]);
+	if (!why)
+		return RT_OK;
+	char text[200];
+	plan_format_op(p, o, text, sizeof text);
+	return rt_error(r, "%s (stage %s): %s", text, p->stages[ls->stage].name, why);
+}
+
 static int op_forward(RtRank *r, LStage *ls, int mb, int step)
 {
-	if (ls->state[mb] & ST_F)
-		return rt_error(r, "F of stage %s, microbatch %d, runs twice in one step",
-		                r->w->plan->stages[ls->stage].name, mb);
 	const RtStageModel *sm = &r->w->model->st[ls->stage];
 	int replica = r->coord[DIM_DP];
 	RtTensor *x = sm->nin == 0 ? rt_stage_input(r, step, replica, mb, &ls->b, RT_MEM_TEMP)
@@ -323,18 +322,12 @@ static int op_forward(RtRank *r, LStage *ls, int mb, int step)
 	RtTensor **saved = ls->saved + (int64_t)mb * 2 * p->stages[ls->stage].nlayers;
 	if (rt_stage_forward(r, ls->stage, mb, step, replica, &ls->b, x, saved, &y))
 		return RT_EFAIL;
-	ls->state[mb] |= ST_F;
 	return y ? scatter_edges(r, ls, mb, DIR_ACT, y) : RT_OK;
 }
 
 static int op_backward(RtRank *r, LStage *ls, int mb, int step)
 {
 	const Plan *p = r->w->plan;
-	const char *sn = p->stages[ls->stage].name;
-	if (!(ls->state[mb] & ST_F))
-		return rt_error(r, "B of stage %s, microbatch %d, before its F", sn, mb);
-	if (ls->state[mb] & ST_B)
-		return rt_error(r, "B of stage %s, microbatch %d, runs twice in one step", sn, mb);
 	const RtStageModel *sm = &r->w->model->st[ls->stage];
 	RtTensor *dy = NULL;
 	if (!sm->loss && !(dy = gather_edges(r, ls, mb, DIR_GRAD)))
@@ -343,42 +336,24 @@ static int op_backward(RtRank *r, LStage *ls, int mb, int step)
 	RtTensor **saved = ls->saved + (int64_t)mb * 2 * p->stages[ls->stage].nlayers;
 	if (rt_stage_backward(r, ls->stage, mb, step, r->coord[DIM_DP], &ls->b, dy, saved, &dx))
 		return RT_EFAIL;
-	ls->state[mb] |= ST_B;
 	return dx ? scatter_edges(r, ls, mb, DIR_GRAD, dx) : RT_OK;
 }
 
 static int op_weights(RtRank *r, LStage *ls, int mb)
 {
 	const Plan *p = r->w->plan;
-	const char *sn = p->stages[ls->stage].name;
-	if (!(ls->state[mb] & ST_B))
-		return rt_error(r, "W of stage %s, microbatch %d, before its B", sn, mb);
-	if (ls->state[mb] & ST_W)
-		return rt_error(r, "W of stage %s, microbatch %d, runs twice in one step", sn, mb);
-	if (ls->reduced)
-		return rt_error(r, "W of stage %s, microbatch %d, after the stage's ALLREDUCE", sn, mb);
 	RtTensor **saved = ls->saved + (int64_t)mb * 2 * p->stages[ls->stage].nlayers;
-	if (rt_stage_weights(r, ls->stage, &ls->b, saved))
-		return RT_EFAIL;
-	ls->state[mb] |= ST_W;
-	ls->nw++;
-	return RT_OK;
+	return rt_stage_weights(r, ls->stage, &ls->b, saved);
 }
 
 static int op_optim(RtRank *r, LStage *ls)
 {
 	const Plan *p = r->w->plan;
-	if (ls->nw != p->microbatches)
-		return rt_error(r, "OPTIM of stage %s after %d of %d weight gradients",
-		                p->stages[ls->stage].name, ls->nw, p->microbatches);
-	if (p->dims[DIM_DP] > 1 && !ls->reduced)
-		return rt_error(r, "OPTIM of stage %s before its ALLREDUCE", p->stages[ls->stage].name);
 	const RtBackend *be = r->w->be;
 	if (be->sgd(r, ls->b.params, ls->b.grads, (float)r->w->opt.lr) || be->zero(r, ls->b.grads))
 		return RT_EFAIL;
-	memset(ls->state, 0, (size_t)p->microbatches);
-	ls->nw = 0;
-	ls->reduced = 0;
+	memset(ls->state, 0, (size_t)p->microbatches); // the next step starts afresh
+	ls->deps = (PlanStageDeps){0};
 	return RT_OK;
 }
 
@@ -399,12 +374,10 @@ static int post_op(RtRank *r, const PlanOp *o, int64_t i)
 			return rt_error(r, "ALLREDUCE of stage %s moves bytes=%lld, but its gradients are "
 			                   "%lld bytes",
 			                p->stages[o->stage].name, (long long)o->bytes, (long long)want);
-		if (ls->nw != p->microbatches)
-			return rt_error(r, "ALLREDUCE of stage %s after %d of %d weight gradients",
-			                p->stages[o->stage].name, ls->nw, p->microbatches);
+		if (dep_rule(r, ls, o))
+			return RT_EFAIL;
 		msg.mb = -1;
 		msg.dir = -1;
-		ls->reduced = 1;
 		return be->allreduce_avg(r, ls->b.grads, &msg);
 	}
 	int e = o->stage, dir = o->dir;
@@ -417,7 +390,7 @@ static int post_op(RtRank *r, const PlanOp *o, int64_t i)
 	if (!local_stage(r, s, send ? "SEND from" : "RECV for"))
 		return RT_EFAIL;
 	if (o->peer == r->rank)
-		return rt_error(r, "%s with itself", plan_op_names[o->kind]);
+		return rt_error(r, "%s with itself", plan_ops[o->kind].name);
 	if (check_peer(r, s, e, !at_src, 0, o->peer))
 		return RT_EFAIL;
 	int64_t width = p->stages[ed->src].out;
@@ -485,9 +458,14 @@ static int run_compute(RtRank *r, const PlanOp *o, int step, int64_t *split)
 {
 	const char *what = o->kind == OP_OPTIM ? "OPTIM of" : "compute on";
 	LStage *ls = local_stage(r, o->stage, what);
-	if (!ls)
+	if (!ls || dep_rule(r, ls, o))
 		return RT_EFAIL;
-	switch (o->kind) {
+	switch (plan_op_kind(o)) {
+	case OP_SEND:
+	case OP_RECV:
+	case OP_ALLREDUCE:
+	case OP_COUNT:
+		break;
 	case OP_F:
 		return op_forward(r, ls, o->mb, step);
 	case OP_B:
@@ -517,10 +495,7 @@ static int run_step(RtRank *r, int step)
 	atomic_store(&r->cur_step, step);
 	for (int64_t i = 0; i < pr->nops;) {
 		const PlanOp *o = &pr->ops[i];
-		int64_t j = i + 1;
-		if (plan_is_comm(o->kind))
-			while (j < pr->nops && plan_is_comm(pr->ops[j].kind) && pr->ops[j].group == o->group)
-				j++;
+		int64_t j = plan_group_end(pr, i);
 		atomic_store(&r->cur_end, j);
 		atomic_store(&r->cur_op, i);
 		int64_t t0 = rt_now_ns(), split = 0;

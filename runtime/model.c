@@ -132,27 +132,26 @@ static int build(RtModel *m, const Plan *p, char *err, size_t errn)
 			if (l > 0 && ly->in != st->layers[l - 1].out)
 				return merr(err, errn, "stage %s: layer %d takes %d features after %d",
 				            st->name, l, ly->in, st->layers[l - 1].out);
-			if (ly->kind != LAYER_LINEAR && ly->in != ly->out)
+			if (plan_layer_out(ly->kind, ly->in, ly->out) != ly->out)
 				return merr(err, errn, "stage %s: %s layer %d changes width %d -> %d",
-				            st->name, plan_layer_names[ly->kind], l, ly->in, ly->out);
-			if (ly->kind == LAYER_MSE) {
+				            st->name, plan_layers[ly->kind].name, l, ly->in, ly->out);
+			if (plan_layers[ly->kind].loss) {
 				if (s != p->nstages - 1 || l != st->nlayers - 1)
 					return merr(err, errn,
-					            "stage %s: the mse loss must be the last layer of the last stage",
-					            st->name);
+					            "stage %s: the %s loss must be the last layer of the last stage",
+					            st->name, plan_layers[ly->kind].name);
 				sm->loss = 1;
 				m->loss_stage = s;
 			}
-			if (ly->kind == LAYER_LINEAR) {
-				sm->at[l].w_off = off;
-				off += (int64_t)ly->in * ly->out;
-				sm->at[l].b_off = off;
-				off += ly->out;
-				sm->save[1] += rows * ly->in * 4;
-				sm->save[2] += rows * ly->out * 4;
-			} else {
-				sm->save[0] += rows * ly->in * 4;
-			}
+			/* The layer table's figures; a layer with weights keeps them at w_off
+			 * (in x out) and its bias right after, at b_off. */
+			LayerCost lc = plan_layer_cost(ly->kind, rows, ly->in, ly->out);
+			sm->at[l].w_off = off;
+			sm->at[l].b_off = off + (int64_t)ly->in * ly->out;
+			off += lc.params;
+			sm->save[0] += lc.save_fb;
+			sm->save[1] += lc.save_fw;
+			sm->save[2] += lc.save_bw;
 		}
 		sm->nparams = off;
 		if (off != st->params)

@@ -389,7 +389,7 @@ static void box_label(const PlanOp *o, char *buf, size_t n)
 	if (o->kind == OP_OPTIM)
 		snprintf(buf, n, "%dO", (int)o->stage);
 	else
-		snprintf(buf, n, "%d%s%d", (int)o->stage, plan_op_names[o->kind], (int)o->mb);
+		snprintf(buf, n, "%d%s%d", (int)o->stage, plan_ops[plan_op_kind(o)].name, (int)o->mb);
 }
 
 int sim_write_svg(FILE *f, const Plan *p, const SimResult *res)

@@ -355,18 +355,18 @@ static void front__custom_schedule__parses(void **state)
 	assert_int_equal(p->custom[1].rank, 1);
 	assert_int_equal(p->custom[2].nacts, 0);
 	ProgAction *a = p->custom[0].acts;
-	assert_int_equal(a[0].kind, ACT_F);
+	assert_int_equal(a[0].kind, OP_F);
 	assert_int_equal(a[0].stage, 0);
 	assert_int_equal(a[0].mb, 0);
-	assert_int_equal(a[3].kind, ACT_B);
+	assert_int_equal(a[3].kind, OP_BW);
 	assert_int_equal(a[3].mb, 1);
-	assert_int_equal(a[5].kind, ACT_I);
+	assert_int_equal(a[5].kind, OP_B);
 	assert_int_equal(a[5].stage, 2);
-	assert_int_equal(a[6].kind, ACT_W);
+	assert_int_equal(a[6].kind, OP_W);
 	assert_int_equal(a[6].loc.line, 9);
 	assert_int_equal(a[6].loc.col, 34);
 	assert_int_equal(a[6].loc.len, 3);
-	assert_int_equal(p->custom[1].acts[4].kind, ACT_I);
+	assert_int_equal(p->custom[1].acts[4].kind, OP_B);
 	assert_int_equal(p->custom[1].acts[4].mb, 3);
 	run_free(&r);
 }

@@ -129,10 +129,13 @@ check "pipesim good plans, JSON, grid, trace, SVG" good
 examples() {
 	[ -x "$CC_" ] || { echo "no $CC_"; return 1; }
 	n=0
-	# the example's own schedule, then every schedule by name (unknown names and
-	# placements a schedule rejects are the compiler's business: skipped)
+	# the example's own schedule, then every registered schedule by name (unknown
+	# names and placements a schedule rejects are the compiler's business: skipped);
+	# every registered schedule must have run on some example
+	scheds=$("$CC_" --list-schedules) || return 1
+	ran=" "
 	for src in examples/*.pipe; do
-		for sched in "" gpipe 1f1b interleaved loopedbfs zbh1 zbh2 zbv dualpipev; do
+		for sched in "" $scheds; do
 			if ! "$CC_" "$src" ${sched:+-s "$sched"} -o "$T/x.plan" 2>"$T/cc"; then
 				grep -q "error:" "$T/cc" && continue
 				cat "$T/cc"
@@ -142,8 +145,12 @@ examples() {
 				expect 0 "$SIM" --model "$m" --json "$T/x.plan" || { echo "$src ${sched:-default} $m"; return 1; }
 				json_ok "$T/out" && has "$T/out" '"ok": true' || return 1
 			done
+			ran="$ran$(sed -n 's/^schedule //p' "$T/x.plan") "
 			n=$((n + 1))
 		done
+	done
+	for sched in $scheds; do
+		case $ran in *" $sched "*) ;; *) echo "schedule $sched ran on no example"; return 1 ;; esac
 	done
 	[ "$n" -ge 2 ]
 }

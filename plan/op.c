@@ -1,0 +1,102 @@
+/* The op table and the dependency rules.  Our B (input gradient) is PyTorch's I and
+ * our fused BW is PyTorch's B; only the table says so.  plan_dep_apply reads the
+ * needs/makes bits, so a kind's rules are its row: what it needs of its own stage and
+ * microbatch, what it makes, and what a stage must have done (every W, the reduction). */
+#include "plan.h"
+
+#include <stddef.h>
+
+const OpInfo plan_ops[OP_COUNT] = {
+	[OP_F] = {.name = "F", .torch = 'F', .role = OP_ROLE_COMPUTE,
+	          .needs = PLAN_DEP_IN_ACT, .makes = PLAN_DEP_ACT, .costs = 1,
+	          .saves = PLAN_SAVE_FB | PLAN_SAVE_FW,
+	          .again = "a second F of this stage and microbatch"},
+	[OP_B] = {.name = "B", .torch = 'I', .role = OP_ROLE_COMPUTE,
+	          .needs = PLAN_DEP_ACT | PLAN_DEP_OUT_GRAD, .makes = PLAN_DEP_GRAD, .costs = 2,
+	          .saves = PLAN_SAVE_BW, .frees = PLAN_SAVE_FB,
+	          .again = "a second backward of this stage and microbatch",
+	          .early = "backward before its F"},
+	[OP_W] = {.name = "W", .torch = 'W', .role = OP_ROLE_COMPUTE,
+	          .needs = PLAN_DEP_GRAD, .makes = PLAN_DEP_WGRAD, .costs = 4,
+	          .frees = PLAN_SAVE_FW | PLAN_SAVE_BW,
+	          .again = "a second W", .early = "W before its B"},
+	[OP_BW] = {.name = "BW", .torch = 'B', .role = OP_ROLE_COMPUTE,
+	           .needs = PLAN_DEP_ACT | PLAN_DEP_OUT_GRAD,
+	           .makes = PLAN_DEP_GRAD | PLAN_DEP_WGRAD, .costs = 2 | 4,
+	           .frees = PLAN_SAVE_FB | PLAN_SAVE_FW,
+	           .again = "a second backward of this stage and microbatch",
+	           .early = "backward before its F"},
+	[OP_SEND] = {.name = "SEND", .role = OP_ROLE_COMM},
+	[OP_RECV] = {.name = "RECV", .role = OP_ROLE_COMM},
+	[OP_ALLREDUCE] = {.name = "ALLREDUCE", .role = OP_ROLE_COMM,
+	                  .needs = PLAN_DEP_ALL_W, .makes = PLAN_DEP_REDUCED,
+	                  .again = "a second one for this stage",
+	                  .early = "a reduction before the stage's last W"},
+	[OP_OPTIM] = {.name = "OPTIM", .role = OP_ROLE_STEP,
+	              .needs = PLAN_DEP_ALL_W | PLAN_DEP_REDUCED, .makes = PLAN_DEP_STEP,
+	              .again = "a second one for this stage",
+	              .early = "an optimizer step before the stage's last W"},
+};
+
+const char *plan_dep_apply(OpKind k, uint8_t *mb, PlanStageDeps *st, int m, int dp)
+{
+	const OpInfo *o = &plan_ops[k];
+	if (o->makes & PLAN_DEP_MB) {
+		if ((o->needs & PLAN_DEP_MB) & ~*mb)
+			return o->early;
+		if (*mb & o->makes)
+			return o->again;
+		if ((o->makes & PLAN_DEP_WGRAD) && st->reduced)
+			return "a weight gradient after the stage's all-reduce";
+		*mb |= o->makes;
+		st->nw += !!(o->makes & PLAN_DEP_WGRAD);
+		return NULL;
+	}
+	if ((o->needs & PLAN_DEP_ALL_W) && st->nw < m)
+		return o->early;
+	if (o->makes & PLAN_DEP_REDUCED) {
+		if (dp == 1)
+			return "an all-reduce with dp = 1";
+		if (st->reduced)
+			return o->again;
+		st->reduced = 1;
+	}
+	if (o->makes & PLAN_DEP_STEP) {
+		if (st->stepped)
+			return o->again;
+		if ((o->needs & PLAN_DEP_REDUCED) && dp > 1 && !st->reduced)
+			return "an optimizer step before the stage's all-reduce";
+		st->stepped = 1;
+	}
+	return NULL;
+}
+
+OpKind plan_op_of_torch(char c)
+{
+	for (int k = 0; c && k < OP_COUNT; k++)
+		if (plan_ops[k].torch == c)
+			return (OpKind)k;
+	return OP_COUNT;
+}
+
+int64_t plan_op_cost(OpKind k, const int64_t cost[3])
+{
+	int64_t c = 0;
+	for (int i = 0; i < 3; i++)
+		if (plan_ops[k].costs & (1 << i))
+			c += cost[i];
+	return c;
+}
+
+int64_t plan_op_mem(OpKind k, const PlanStage *st)
+{
+	const int64_t bytes[3] = {st->save_fb, st->save_fw, st->save_bw};
+	int64_t d = 0;
+	for (int i = 0; i < 3; i++) {
+		if (plan_ops[k].saves & (1 << i))
+			d += bytes[i];
+		if (plan_ops[k].frees & (1 << i))
+			d -= bytes[i];
+	}
+	return d;
+}

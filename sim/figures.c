@@ -1,0 +1,105 @@
+/* After a run: the figures (finish, busy and idle time per rank, bubble, links,
+ * collectives) and the critical path, walked back through each op's binding
+ * predecessor from the op that finished last. */
+#include "sim_int.h"
+
+#include <stdlib.h>
+
+static int cmp_link(const void *a, const void *b)
+{
+	const SimLink *x = a, *y = b;
+	if (x->src != y->src)
+		return x->src < y->src ? -1 : 1;
+	return (x->dst > y->dst) - (x->dst < y->dst);
+}
+
+void sim_figures(S *s)
+{
+	const Plan *p = s->p;
+	SimResult *res = s->res;
+	int64_t mk = 0;
+	for (int r = 0; r < s->world; r++) {
+		Rk *k = &s->rk[r];
+		int64_t fin = s->opt.model == SIM_OVERLAP ? max64(k->t, k->ct) : k->t;
+		if (k->state == AG_MATCH)
+			fin = max64(fin, k->gmax);
+		SimRankResult *rr = &res->ranks[r];
+		rr->finish = fin;
+		rr->busy = k->busy;
+		rr->ops_done = k->done;
+		rr->peak_act_bytes = k->peak_mem;
+		rr->peak_act_units = k->peak_units;
+		mk = max64(mk, fin);
+		res->busy = sat_add(res->busy, k->busy);
+		res->ops_done += k->done;
+	}
+	res->makespan = mk;
+	for (int r = 0; r < s->world; r++)
+		res->ranks[r].idle = mk - res->ranks[r].busy;
+	res->bubble = mk > 0 ? 1.0 - (double)res->busy / ((double)s->world * (double)mk) : 0;
+	res->ops = plan_total_ops(p);
+
+	int nl = 0;
+	for (int i = 0; i < s->nch; i++)
+		nl += s->ch[i].transfers > 0;
+	res->links = calloc((size_t)(nl ? nl : 1), sizeof *res->links);
+	if (res->links) {
+		for (int i = 0; i < s->nch; i++)
+			if (s->ch[i].transfers > 0)
+				res->links[res->nlinks++] = (SimLink){s->ch[i].src, s->ch[i].dst,
+				                                       s->ch[i].bytes, s->ch[i].transfers};
+		qsort(res->links, (size_t)res->nlinks, sizeof *res->links, cmp_link);
+	}
+	int nc = 0;
+	for (int i = 0; i < s->ncoll; i++)
+		nc += s->coll[i].count > 0;
+	res->collectives = calloc((size_t)(nc ? nc : 1), sizeof *res->collectives);
+	if (res->collectives)
+		for (int i = 0; i < s->ncoll; i++)
+			if (s->coll[i].count > 0)
+				res->collectives[res->ncollectives++] =
+				    (SimCollective){s->coll[i].members[0], s->coll[i].n, s->coll[i].total,
+				                    s->coll[i].count};
+}
+
+/* Walks the binding predecessors back from the op that finished last. */
+void sim_critical_path(S *s)
+{
+	SimResult *res = s->res;
+	int64_t best = s->last_end > -1 ? s->last_ref : REF_NONE;
+	int64_t cap = 0, n = 0;
+	SimPathStep *path = NULL;
+	int64_t guard = res->ops + 1;
+	for (int64_t x = best; x != REF_NONE && guard-- > 0;) {
+		int r = REF_RANK(x);
+		int64_t i = REF_OP(x);
+		const SimOpTime *t = &res->ranks[r].times[i];
+		const PlanOp *o = &s->p->ranks[r].ops[i];
+		int64_t c = plan_op_is_compute(o->kind) ? s->st[o->stage].cost[o->kind] : 0;
+		if (n && path[n - 1].rank == r) {
+			SimPathStep *st = &path[n - 1];
+			st->first_op = i;
+			st->start = t->start;
+			st->compute = sat_add(st->compute, c);
+		} else {
+			if (sim_grow(s, (void **)&path, &cap, n + 1, sizeof *path)) {
+				free(path);
+				return;
+			}
+			path[n++] = (SimPathStep){r, i, i, t->start, t->end, c};
+		}
+		x = sim_pred_ref(s, r, i);
+	}
+	for (int64_t a = 0, b = n - 1; a < b; a++, b--) {
+		SimPathStep tmp = path[a];
+		path[a] = path[b];
+		path[b] = tmp;
+	}
+	/* A stretch entered through a comm op began when the previous one handed over,
+	 * not when the op was posted. */
+	for (int64_t i = 1; i < n; i++)
+		if (path[i].start < path[i - 1].end)
+			path[i].start = path[i - 1].end;
+	res->path = path;
+	res->npath = n;
+}

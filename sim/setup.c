@@ -1,0 +1,146 @@
+/* Building the simulator's state from a plan, and freeing it: per-stage costs and
+ * memory deltas (the op table's costs), the local stage numbering, per-rank streams and
+ * hashes, the dp collectives.  Run once per simulation, so nothing here is hot. */
+#include "sim_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int sim_setup(S *s)
+{
+	const Plan *p = s->p;
+	SimResult *res = s->res;
+	int w = p->world;
+	res->ranks = sim_xcalloc(s, (size_t)w, sizeof *res->ranks);
+	s->rk = sim_xcalloc(s, (size_t)w, sizeof *s->rk);
+	s->st = sim_xcalloc(s, (size_t)p->nstages, sizeof *s->st);
+	s->local_idx = sim_xcalloc(s, (size_t)p->nstages, sizeof *s->local_idx);
+	s->nlocal = sim_xcalloc(s, (size_t)p->dims[DIM_PP], sizeof *s->nlocal);
+	s->collof = sim_xcalloc(s, (size_t)w, sizeof *s->collof);
+	s->coll = sim_xcalloc(s, (size_t)w, sizeof *s->coll);
+	s->work = sim_xcalloc(s, (size_t)w * 2, sizeof *s->work);
+	if (s->failed)
+		return -1;
+	for (int i = 0; i < p->nstages; i++) {
+		const PlanStage *ps = &p->stages[i];
+		StageInfo *st = &s->st[i];
+		for (int k = 0; k < OP_COUNT; k++) {
+			st->cost[k] = plan_op_cost((OpKind)k, ps->cost);
+			st->dmem[k] = plan_op_mem((OpKind)k, ps);
+		}
+		if (ps->pp >= 0 && ps->pp < p->dims[DIM_PP])
+			s->local_idx[i] = s->nlocal[ps->pp]++;
+	}
+	if (s->opt.model == SIM_OVERLAP) {
+		for (int e = 0; e < p->nedges; e++) {
+			const PlanEdge *ed = &p->edges[e];
+			if (p->stages[ed->src].pp != p->stages[ed->dst].pp) {
+				s->st[ed->src].nrout++;
+				s->st[ed->dst].nrin++;
+			}
+		}
+		for (int i = 0; i < p->nstages; i++) {
+			s->st[i].rin = sim_xcalloc(s, (size_t)s->st[i].nrin, sizeof(int));
+			s->st[i].rout = sim_xcalloc(s, (size_t)s->st[i].nrout, sizeof(int));
+			s->st[i].nrin = s->st[i].nrout = 0;
+		}
+		if (s->failed)
+			return -1;
+		for (int e = 0; e < p->nedges; e++) {
+			const PlanEdge *ed = &p->edges[e];
+			if (p->stages[ed->src].pp != p->stages[ed->dst].pp) {
+				StageInfo *a = &s->st[ed->src], *b = &s->st[ed->dst];
+				a->rout[a->nrout++] = e;
+				b->rin[b->nrin++] = e;
+			}
+		}
+	}
+	/* dp groups: one per rank whose dp coordinate is 0. */
+	for (int r = 0; r < w; r++) {
+		if (p->ranks[r].coord[DIM_DP] != 0)
+			continue;
+		Coll *c = &s->coll[s->ncoll];
+		c->members = sim_xcalloc(s, (size_t)p->dims[DIM_DP], sizeof *c->members);
+		if (!c->members)
+			return -1;
+		c->n = plan_dim_members(p, r, DIM_DP, c->members);
+		for (int j = 0; j < c->n; j++)
+			s->collof[c->members[j]] = s->ncoll;
+		s->ncoll++;
+	}
+	if (s->opt.record_ops) {
+		s->pred = sim_xcalloc(s, (size_t)w, sizeof *s->pred);
+		if (!s->pred)
+			return -1;
+	}
+	for (int r = 0; r < w; r++) {
+		Rk *k = &s->rk[r];
+		k->bind = k->cbind = REF_NONE;
+		k->ar_op = -1;
+		int64_t n = p->ranks[r].nops;
+		if (s->opt.record_ops) {
+			SimOpTime *t = malloc((size_t)(n ? n : 1) * sizeof *t);
+			s->pred[r] = malloc((size_t)(n ? n : 1) * sizeof **s->pred);
+			res->ranks[r].times = t;
+			if (!t || !s->pred[r]) {
+				s->oom = s->failed = 1;
+				snprintf(res->message, sizeof res->message, "out of memory");
+				return -1;
+			}
+			for (int64_t i = 0; i < n; i++) {
+				t[i] = (SimOpTime){-1, -1};
+				s->pred[r][i] = -1;
+			}
+		}
+		if (s->opt.model == SIM_OVERLAP) {
+			int pp = p->ranks[r].coord[DIM_PP];
+			int nl = pp >= 0 && pp < p->dims[DIM_PP] ? s->nlocal[pp] : 0;
+			k->wdone = sim_xcalloc(s, (size_t)nl, sizeof *k->wdone);
+			k->wlast = sim_xcalloc(s, (size_t)nl, sizeof *k->wlast);
+			k->wlast_who = sim_xcalloc(s, (size_t)nl, sizeof *k->wlast_who);
+			if (s->failed)
+				return -1;
+		}
+	}
+	s->xfer_bytes = -1;
+	s->last_end = -1;
+	s->last_ref = REF_NONE;
+	return 0;
+}
+
+void sim_cleanup(S *s)
+{
+	if (s->rk) {
+		for (int r = 0; r < s->world; r++) {
+			free(s->rk[r].ch);
+			free(s->rk[r].h.e);
+			free(s->rk[r].wdone);
+			free(s->rk[r].wlast);
+			free(s->rk[r].wlast_who);
+		}
+	}
+	free(s->rk);
+	if (s->st) {
+		for (int i = 0; i < s->p->nstages; i++) {
+			free(s->st[i].rin);
+			free(s->st[i].rout);
+		}
+	}
+	free(s->st);
+	free(s->local_idx);
+	free(s->nlocal);
+	for (int i = 0; i < s->nch; i++)
+		free(s->ch[i].q);
+	free(s->ch);
+	free(s->pairkey);
+	free(s->pairval);
+	for (int i = 0; i < s->ncoll; i++)
+		free(s->coll[i].members);
+	free(s->coll);
+	free(s->collof);
+	free(s->work);
+	if (s->pred)
+		for (int r = 0; r < s->world; r++)
+			free(s->pred[r]);
+	free(s->pred);
+}

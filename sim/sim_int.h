@@ -1,0 +1,225 @@
+/* The simulator's private header: the state every part of pipesim's engine shares.
+ * sim.c is the core (posting, matching, the strict and overlap models), setup.c builds
+ * and frees the state, figures.c computes the figures and the critical path after a
+ * run, stall.c analyses a deadlock.  Small helpers the hot loops call live here as
+ * static inline functions so that splitting the files costs nothing at run time.
+ * Nothing outside sim/ includes this. */
+#ifndef SIM_INT_H
+#define SIM_INT_H
+
+#include "sim.h"
+
+enum {
+	AG_READY,   // runnable or running
+	AG_MATCH,   // parked in a posted group, waiting for partners
+	AG_WAIT,    // parked before an op, waiting for a value of the other stream
+	AG_DONE,    // reached the end of its op list
+};
+
+/* Keys of the per-rank hash (overlap model), never 0. */
+enum {
+	KEY_RECV = 1, // a completed RECV (dir, edge, mb): what a compute op consumes
+	KEY_DATA = 2, // a produced tensor (dir, stage, mb): what a SEND transmits
+	KEY_AR = 3,   // a completed ALLREDUCE of a stage: what OPTIM consumes
+};
+
+#define REF_NONE (-1)
+#define REF_KEEP (-2) // complete an op without changing its critical-path predecessor
+#define REF(r, i) (((int64_t)(r) << 40) | (int64_t)(i))
+#define REF_RANK(x) ((int)((x) >> 40))
+#define REF_OP(x) ((x) & (((int64_t)1 << 40) - 1))
+
+typedef struct {
+	int64_t post; // time the op was posted
+	int64_t op;   // its index on its rank
+} QEnt;
+
+/* One ordered pair (src -> dst).  Only one side can have unmatched ops at a time. */
+typedef struct {
+	int src, dst;
+	uint8_t side;       // what q holds: 0 sends of src, 1 receives of dst
+	int64_t head, n, cap; // cap: 0 or a power of two (the ring is indexed by masking)
+	QEnt *q;
+	int64_t bytes, transfers;
+} Chan;
+
+typedef struct {
+	int key; // peer * 2 + (1 when this rank receives)
+	int chan;
+} ChanRef;
+
+typedef struct {
+	uint64_t key;
+	int64_t time;
+	int64_t who;  // op whose end is `time`
+	int64_t refs; // consumers still to come
+} HEnt;
+
+typedef struct {
+	HEnt *e;
+	int64_t cap, n;
+} Hash;
+
+typedef struct {
+	int n;
+	int *members;
+	int arrived;
+	int stage;
+	int64_t bytes;
+	int64_t maxpost, last_who; // latest arrival and who it was
+	int first_rank;
+	int64_t first_op;
+	int64_t count, total;
+} Coll;
+
+typedef struct {
+	/* The strict model's rank, or the overlap model's comm stream. */
+	int64_t pc;        // next op; while parked in a group, its first op
+	int64_t t;         // time of the stream
+	int64_t bind;      // op whose end set t (critical path)
+	int64_t gend;      // one past the posted group
+	int pending;       // unmatched ops of the posted group
+	int64_t gmax, gmax_who;
+	int64_t ar_op;     // its posted ALLREDUCE, or -1
+	uint8_t state;
+	/* The overlap model's compute stream. */
+	uint8_t cstate;
+	int64_t cpc, ct, cbind;
+	uint8_t queued[2];
+	int64_t mem, peak_mem, units, peak_units, busy, done;
+	int nch, chcap;
+	ChanRef *ch;
+	Hash h;
+	int64_t *wdone;    // per local stage: W/BW done (overlap)
+	int64_t *wlast, *wlast_who;
+} Rk;
+
+typedef struct {
+	int64_t cost[OP_COUNT]; // per op kind (plan_op_cost): 0 for ops that do not compute
+	int64_t dmem[OP_COUNT]; // saved bytes an op allocates (+) or frees (-)
+	int nrin, nrout;   // remote in- and out-edges (overlap)
+	int *rin, *rout;
+} StageInfo;
+
+typedef struct {
+	const Plan *p;
+	SimOptions opt;
+	SimResult *res;
+	int world;
+	Rk *rk;
+	StageInfo *st;
+	int *local_idx;      // stage -> index among the stages of its pp
+	int *nlocal;         // pp -> stages placed there
+	Chan *ch;
+	int nch, chcap;
+	uint64_t *pairkey;   // open addressing (src, dst) -> chan + 1
+	int *pairval;
+	int64_t paircap;
+	Coll *coll;
+	int ncoll;
+	int *collof;
+	int *work;           // agent ids: rank * 2 + stream (0 rank/comm, 1 compute)
+	int64_t nwork;
+	int32_t **pred;      // per rank per op (record_ops): pred_code()
+	int64_t xfer_bytes, xfer_ns; // last transfer time computed
+	/* record_ops: the op that ends last (the first in (rank, op) order among equals),
+	 * kept as ends are written (each op's end is written once) so that the critical
+	 * path need not scan every op's time. */
+	int64_t last_end, last_ref;
+	int failed;          // a mismatch or out of memory stopped the run
+	int oom;
+} S;
+
+#define MAXKEYS 64 // most keys one compute op consumes
+
+static inline int64_t sat_add(int64_t a, int64_t b)
+{
+	int64_t r;
+	if (__builtin_add_overflow(a, b, &r))
+		return b > 0 ? INT64_MAX : INT64_MIN;
+	return r;
+}
+
+static inline int64_t max64(int64_t a, int64_t b)
+{
+	return a > b ? a : b;
+}
+
+
+static inline uint64_t hkey(int type, int dir, int idx, int mb)
+{
+	return ((uint64_t)type << 62) | ((uint64_t)(dir & 1) << 61) |
+	       ((uint64_t)(uint32_t)idx << 31) | (uint64_t)(uint32_t)mb;
+}
+
+/* Fibonacci hashing: keys differ mostly in their low bits (the microbatch). */
+static inline uint64_t hmix(uint64_t k)
+{
+	k *= 0x9e3779b97f4a7c15ULL;
+	return k ^ (k >> 29);
+}
+
+static inline HEnt *hfind(Hash *h, uint64_t key)
+{
+	if (!h->cap)
+		return NULL;
+	for (uint64_t i = hmix(key) & (uint64_t)(h->cap - 1);; i = (i + 1) & (uint64_t)(h->cap - 1)) {
+		if (h->e[i].key == key)
+			return &h->e[i];
+		if (!h->e[i].key)
+			return NULL;
+	}
+}
+
+
+static inline int local_stage(S *s, int r, int stage)
+{
+	if (stage < 0 || stage >= s->p->nstages)
+		return -1;
+	if (s->p->stages[stage].pp != s->p->ranks[r].coord[DIM_PP])
+		return -1;
+	return s->local_idx[stage];
+}
+
+/* What compute op o consumes: up to n keys into keys[]; returns the count. */
+static inline int consumed_keys(S *s, const PlanOp *o, uint64_t *keys, int n)
+{
+	int c = 0;
+	uint8_t needs = plan_ops[o->kind].needs;
+	if (needs & PLAN_DEP_IN_ACT) {
+		const StageInfo *st = &s->st[o->stage];
+		for (int j = 0; j < st->nrin && c < n; j++)
+			keys[c++] = hkey(KEY_RECV, DIR_ACT, st->rin[j], o->mb);
+	}
+	if (needs & PLAN_DEP_OUT_GRAD) {
+		const StageInfo *st = &s->st[o->stage];
+		for (int j = 0; j < st->nrout && c < n; j++)
+			keys[c++] = hkey(KEY_RECV, DIR_GRAD, st->rout[j], o->mb);
+	}
+	if ((needs & PLAN_DEP_REDUCED) && s->p->dims[DIM_DP] > 1)
+		keys[c++] = hkey(KEY_AR, 0, o->stage, 0);
+	return c;
+}
+
+/* The key a SEND's data is produced under. */
+static inline uint64_t send_key(S *s, const PlanOp *o)
+{
+	const PlanEdge *e = &s->p->edges[o->stage];
+	return o->dir == DIR_ACT ? hkey(KEY_DATA, DIR_ACT, e->src, o->mb)
+	                         : hkey(KEY_DATA, DIR_GRAD, e->dst, o->mb);
+}
+
+
+/* Shared by the parts (sim.c unless said otherwise). */
+void *sim_xcalloc(S *s, size_t n, size_t size);   // calloc, or s->oom and NULL
+int sim_grow(S *s, void **arr, int64_t *cap, int64_t need, size_t size);
+int64_t sim_pred_ref(const S *s, int r, int64_t i); // op i's critical-path predecessor
+void sim_mismatch(S *s, int ra, int64_t a, int rb, int64_t b, const char *why);
+int sim_setup(S *s);                               // setup.c
+void sim_cleanup(S *s);                            // setup.c
+void sim_figures(S *s);                            // figures.c
+void sim_critical_path(S *s);                      // figures.c
+void sim_analyse_stall(S *s);                      // stall.c
+void sim_leftover_sends(S *s);                     // stall.c
+
+#endif
