@@ -19,8 +19,8 @@ static const char usage_text[] =
 	"Runs a pipecc plan: every rank executes its op list, a thread per rank (threads) or\n"
 	"a process per rank (mpi, under mpirun or srun).\n"
 	"\n"
-	"  -b, --backend NAME   threads, mpi or cuda (default: mpi when started by mpirun\n"
-	"                       or srun with more than one process, else threads)\n"
+	"  -b, --backend NAME   one of: %s (default: mpi when started by\n"
+	"                       mpirun or srun with more than one process, else threads)\n"
 	"  -n, --steps N        training steps to run (default 5)\n"
 	"  -s, --seed S         seed of weights, inputs and targets (default 1)\n"
 	"      --lr X           SGD learning rate (default 0.5)\n"
@@ -88,7 +88,7 @@ static void print_text(const Plan *p, const RtWorld *w, const RtResult *res)
 	printf("piperun: %s (%s, pp=%d dp=%d tp=%d, %d ranks, %d microbatches of %dx%d) on %s, "
 	       "%d steps\n",
 	       p->name, p->schedule, p->dims[DIM_PP], p->dims[DIM_DP], p->dims[DIM_TP], p->world,
-	       p->microbatches, p->rows, p->cols, w->be->name, res->steps);
+	       p->microbatches, p->rows, p->cols, rt_world_backend(w), res->steps);
 	for (int s = 0; s < res->steps; s++)
 		printf("step %d: loss %.6f time %.3f ms\n", s + 1, res->loss[s], res->step_ns[s] / 1e6);
 	if (res->steps > 1) {
@@ -107,7 +107,7 @@ static void print_text(const Plan *p, const RtWorld *w, const RtResult *res)
 		printf("check: loss max abs err %.3g rel %.3g; weights max abs err %.3g rel %.3g "
 		       "(%" PRId64 " weights): %s (tolerance %g relative)\n",
 		       res->loss_abs, res->loss_rel, res->weight_abs, res->weight_rel, res->nweights,
-		       res->check_ok ? "ok" : "FAILED", rt_check_tol(w->opt.dtype));
+		       res->check_ok ? "ok" : "FAILED", rt_check_tol(rt_world_options(w)->dtype));
 }
 
 static void jstr(const char *s)
@@ -132,7 +132,7 @@ static void print_json(const Plan *p, const RtWorld *w, const RtResult *res)
 	jstr(p->schedule);
 	printf(", \"backend\": \"%s\", \"world\": %d, \"pp\": %d, \"dp\": %d, \"tp\": %d, "
 	       "\"microbatches\": %d,\n \"steps\": [",
-	       w->be->name, p->world, p->dims[DIM_PP], p->dims[DIM_DP], p->dims[DIM_TP],
+	       rt_world_backend(w), p->world, p->dims[DIM_PP], p->dims[DIM_DP], p->dims[DIM_TP],
 	       p->microbatches);
 	for (int s = 0; s < res->steps; s++)
 		printf("%s{\"step\": %d, \"loss\": %.9g, \"time_us\": %.3f}", s ? ", " : "", s + 1,
@@ -155,7 +155,7 @@ static void print_json(const Plan *p, const RtWorld *w, const RtResult *res)
 		       "\"weight_abs\": %.6g, \"weight_rel\": %.6g, \"weights\": %" PRId64
 		       ", \"tolerance\": %g}",
 		       res->check_ok ? "true" : "false", res->loss_abs, res->loss_rel, res->weight_abs,
-		       res->weight_rel, res->nweights, rt_check_tol(w->opt.dtype));
+		       res->weight_rel, res->nweights, rt_check_tol(rt_world_options(w)->dtype));
 	printf("}\n");
 }
 
@@ -200,6 +200,7 @@ int main(int argc, char **argv)
 		.blas_threads = 1,
 	};
 	int json = 0, calibrate = 0;
+	char names[512];
 	const char *trace = NULL;
 	int c;
 	long v;
@@ -260,11 +261,11 @@ int main(int argc, char **argv)
 			o.blas_threads = (int)v;
 			break;
 		case 'h':
-			fputs(usage_text, stdout);
+			printf(usage_text, rt_backend_names(names, sizeof names));
 			return 0;
 		case 'V':
 			printf("piperun %s (plan format %d; backends: %s)\n", RT_VERSION, PLAN_VERSION,
-			       rt_backend_names());
+			       rt_backend_names(names, sizeof names));
 			return 0;
 		case ':':
 			return usage_error("option '%s' needs a value", argv[optind - 1]);
@@ -280,13 +281,8 @@ int main(int argc, char **argv)
 	if (calibrate && (o.check || json || trace))
 		return usage_error("%s", "--calibrate prints cost lines; it takes no --check, --json "
 		                         "or --trace");
-	if (o.backend && !rt_backend_find(o.backend)) {
-		if (!strcmp(o.backend, "mpi") || !strcmp(o.backend, "cuda"))
-			return usage_error("the %s backend is not built into this piperun (it was built "
-			                   "without it; see `make` notices)",
-			                   o.backend);
-		return usage_error("unknown backend '%s' (threads, mpi or cuda)", o.backend);
-	}
+	if (o.backend && rt_backend_check(o.backend, names, sizeof names))
+		return usage_error("%s", names);
 	if (o.dtype == RT_DTYPE_BF16 && strcmp(o.backend ? o.backend : rt_backend_default(), "cuda"))
 		return usage_error("%s", "--dtype bf16 needs --backend cuda (the CPU backends compute "
 		                         "in f32 only)");
@@ -323,7 +319,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	int status = 0;
-	if (w->root) {
+	if (rt_world_root(w)) {
 		if (calibrate)
 			rt_calibrate_write(p, &res, stdout);
 		else if (json)
@@ -344,7 +340,7 @@ int main(int argc, char **argv)
 		if (res.checked && !res.check_ok) {
 			fprintf(stderr, "piperun: error: --check: the pipelined run differs from the "
 			                "sequential one beyond %g relative\n",
-			        rt_check_tol(w->opt.dtype));
+			        rt_check_tol(rt_world_options(w)->dtype));
 			status = 1;
 		}
 		fflush(stdout);

@@ -9,7 +9,7 @@
  *
  * Under MPI each process watches its own rank: in a deadlock they all stall, so each
  * fires and reports its own blocked op, and the backend ends the job. */
-#include "rt.h"
+#include "rt_private.h"
 
 #include <pthread.h>
 #include <stdlib.h>

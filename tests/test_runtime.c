@@ -17,7 +17,7 @@
 
 #include "../compiler/pipecc.h"
 #include "../compiler/schedule.h"
-#include "../runtime/rt.h"
+#include "../runtime/rt_private.h"
 #include "../sim/sim.h"
 
 /* ---- helpers ---- */
@@ -128,7 +128,7 @@ static double loss_of(RtRank *r, RtStageBufs *b, RtTensor **saved)
 	assert_int_equal(rt_stage_forward(r, 0, 0, 0, 0, b, x, saved, &y), RT_OK);
 	assert_null(y);
 	float l;
-	r->w->be->download(r, b->loss, &l);
+	r->dev->download(r, b->loss, &l);
 	for (int i = 0; i < 8; i++) {
 		rt_tensor_free(r, saved[i]);
 		saved[i] = NULL;
@@ -145,11 +145,10 @@ static void runtime__gradients__match_finite_differences(void **state)
 	Plan *p = compile_text(src, NULL, 0);
 	assert_non_null(p);
 	char err[256];
-	RtWorld w = {.plan = p, .be = &rt_backend_threads, .opt = options(1, 0)};
+	RtWorld w = {.plan = p, .dev = &rt_device_cpu, .opt = options(1, 0)};
 	w.model = rt_model_new(p, err, sizeof err);
 	assert_non_null(w.model);
-	RtRank r = {.w = &w, .rank = RT_REF_RANK};
-	assert_int_equal(w.be->rank_open(&r), RT_OK);
+	RtRank r = {.w = &w, .rank = RT_REF_RANK, .dev = &rt_device_cpu};
 	RtStageBufs b;
 	assert_int_equal(rt_stage_bufs_open(&r, 0, &b), RT_OK);
 	RtTensor *saved[8] = {0};
@@ -164,20 +163,20 @@ static void runtime__gradients__match_finite_differences(void **state)
 	assert_int_equal(r.mem[RT_MEM_SAVED], 0);
 	int64_t n = p->stages[0].params;
 	float *g = malloc((size_t)n * sizeof *g), *wt = malloc((size_t)n * sizeof *wt);
-	w.be->download(&r, b.grads, g);
-	w.be->download(&r, b.params, wt);
+	r.dev->download(&r, b.grads, g);
+	r.dev->download(&r, b.params, wt);
 	int checked = 0;
 	for (int64_t i = 0; i < n; i += 3) {
 		float keep = wt[i];
 		const float h = 1e-2f;
 		wt[i] = keep + h;
-		w.be->upload(&r, b.params, wt);
+		r.dev->upload(&r, b.params, wt);
 		double lp = loss_of(&r, &b, saved);
 		wt[i] = keep - h;
-		w.be->upload(&r, b.params, wt);
+		r.dev->upload(&r, b.params, wt);
 		double lm = loss_of(&r, &b, saved);
 		wt[i] = keep;
-		w.be->upload(&r, b.params, wt);
+		r.dev->upload(&r, b.params, wt);
 		double num = (lp - lm) / (2 * h);
 		assert_true(fabs(num - g[i]) <= 2e-3 * fmax(1.0, fabs(num)) + 2e-4);
 		checked++;
@@ -186,7 +185,6 @@ static void runtime__gradients__match_finite_differences(void **state)
 	free(g);
 	free(wt);
 	rt_stage_bufs_close(&r, &b);
-	w.be->rank_close(&r);
 	rt_model_free(w.model);
 	plan_free(p);
 }
