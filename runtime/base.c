@@ -155,3 +155,8 @@ void rt_rank_blame(RtRank *r, int64_t op, int64_t op_end)
 	atomic_store(&r->cur_end, op_end);
 	atomic_store(&r->cur_op, op);
 }
+
+const char *rt_rank_error(const RtRank *r)
+{
+	return r->err;
+}

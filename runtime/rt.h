@@ -18,6 +18,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#ifdef __cplusplus
+extern "C" { // the CUDA parts are C++; plan.h has no guard of its own
+#endif
+
 #include "../plan/plan.h"
 
 #define RT_VERSION "0.1"
@@ -132,5 +136,9 @@ int rt_trace_write(const Plan *p, const RtResult *res, FILE *f);
 /* --calibrate: prints `cost STAGE f=.. b=.. w=..;` lines (means over steps but the
  * first) for the .pipe file. */
 int rt_calibrate_write(const Plan *p, const RtResult *res, FILE *f);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

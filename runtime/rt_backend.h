@@ -287,6 +287,8 @@ int rt_rank_id(const RtRank *r);        // world rank, or RT_REF_RANK
 int rt_rank_local(const RtRank *r);     // index among the process's ranks
 const int *rt_rank_coord(const RtRank *r);
 void **rt_rank_state(RtRank *r, RtPart part);
+/* The rank's first error ("" when none). */
+const char *rt_rank_error(const RtRank *r);
 /* Stores what a launcher's fn returned. */
 void rt_rank_set_status(RtRank *r, int status);
 /* Names the group [op, op_end) as what the rank is blocked in (for the report). */
