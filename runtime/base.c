@@ -160,3 +160,13 @@ const char *rt_rank_error(const RtRank *r)
 {
 	return r->err;
 }
+
+const char *rt_world_backend(const RtWorld *w)
+{
+	return w->be->name;
+}
+
+int rt_world_root(const RtWorld *w)
+{
+	return w->root;
+}

@@ -7,7 +7,7 @@
  * `file:line: CALL failed on host H, rank R: NAME: library message` into the rank's
  * (or the world's) error and return RT_EFAIL to the caller, which returns it up to
  * main.  Nothing here exits or prints.  They call rt_cuda_fail(), which maps a library
- * code to its name and message and so lives with the CUDA code (device_cuda.cu): the
+ * code to its name and message and so lives with the CUDA code (cuda_stream.cu): the
  * macros exist in CUDA builds only. */
 #ifndef CUDA_ENV_H
 #define CUDA_ENV_H
@@ -51,7 +51,7 @@ int rt_cuda_pick_device(int plan_device, int local_rank, int ndev, char *why, si
 int rt_cuda_shared_device(const Plan *p, const char *hosts, size_t stride, const char *host,
                           int nccl_version, char *why, size_t n);
 
-/* CUDA builds only (device_cuda.cu). */
+/* CUDA builds only (cuda_stream.cu). */
 /* Maps code to the library's name and message (NCCL: with ncclGetLastError's detail)
  * and reports as rt_cuda_report(). */
 int rt_cuda_fail(RtWorld *w, RtRank *r, int lib, int code, const char *call, const char *file,

@@ -1,8 +1,11 @@
-/* The cuda device's streams, markers and storage (the scheme is cuda_dev.h's): recording
- * and retiring markers, the waits that poll them (watching rt_aborted() and the
- * communicator's errors), ordering a compute call after the groups it depends on, and
- * the stream-ordered reuse of freed device and pinned host blocks. */
+/* The lowest layer of the CUDA parts (the scheme is cuda_dev.h's): recording and
+ * retiring the streams' markers, the waits that poll them (watching rt_aborted() and the
+ * communicator's errors), ordering a compute call after the groups it depends on, the
+ * stream-ordered reuse of freed device and pinned host blocks, and the text of a failed
+ * CUDA, cuBLAS or NCCL call. */
+#include <nccl.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -299,3 +302,45 @@ Block *cu_get_block(RtRank *r, int64_t bytes, int host)
 	return b;
 }
 
+
+/* ---- errors: the text of a failed CUDA, cuBLAS or NCCL call (cuda_env.h) ---- */
+
+extern "C" int rt_cuda_fail(RtWorld *w, RtRank *r, int lib, int code, const char *call,
+                            const char *file, int line)
+{
+	const char *name = "?", *msg = "?";
+	char detail[512] = "";
+	switch (lib) {
+	case RT_LIB_CUDA:
+		name = cudaGetErrorName((cudaError_t)code);
+		msg = cudaGetErrorString((cudaError_t)code);
+		break;
+	case RT_LIB_CUBLAS:
+		name = cublasGetStatusName((cublasStatus_t)code);
+		msg = cublasGetStatusString((cublasStatus_t)code);
+		break;
+	case RT_LIB_NCCL: {
+		name = rt_cuda_nccl_name(code);
+		msg = ncclGetErrorString((ncclResult_t)code);
+		const char *last = ncclGetLastError(NULL);
+		if (last && *last)
+			snprintf(detail, sizeof detail, " (%s)", last);
+		break;
+	}
+	}
+	return rt_cuda_report(w, r, call, name, msg, detail, file, line);
+}
+
+extern "C" int rt_cuda_device_count(char *why, size_t n)
+{
+	int count = 0;
+	cudaError_t e = cudaGetDeviceCount(&count);
+	if (e != cudaSuccess) {
+		snprintf(why, n, "cudaGetDeviceCount: %s: %s", cudaGetErrorName(e), cudaGetErrorString(e));
+		cudaGetLastError();
+		return 0;
+	}
+	if (count <= 0)
+		snprintf(why, n, "cudaGetDeviceCount found no device");
+	return count > 0 ? count : 0;
+}

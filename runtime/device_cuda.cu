@@ -1,7 +1,7 @@
 /* The cuda device: one GPU per rank, layers on the rank's compute stream, storage in
  * device memory (docs/gpu.md).  This file is the thin part: choosing each rank's GPU,
- * opening and closing its streams and cuBLAS handle, alloc, free and sync, the table,
- * and the text of failed library calls.  The streams, markers and block reuse are in
+ * opening and closing its streams and cuBLAS handle, alloc, free and sync, and the
+ * table.  The streams, markers and block reuse are in
  * cuda_stream.cu, the kernels and GEMMs in cuda_kernels.cu (the scheme: cuda_dev.h).  Any
  * launcher fits: threads (a thread per GPU) or mpi (a process per GPU).
  *
@@ -19,46 +19,6 @@
 #include <time.h>
 
 #include "cuda_dev.h"
-
-extern "C" int rt_cuda_fail(RtWorld *w, RtRank *r, int lib, int code, const char *call,
-                            const char *file, int line)
-{
-	const char *name = "?", *msg = "?";
-	char detail[512] = "";
-	switch (lib) {
-	case RT_LIB_CUDA:
-		name = cudaGetErrorName((cudaError_t)code);
-		msg = cudaGetErrorString((cudaError_t)code);
-		break;
-	case RT_LIB_CUBLAS:
-		name = cublasGetStatusName((cublasStatus_t)code);
-		msg = cublasGetStatusString((cublasStatus_t)code);
-		break;
-	case RT_LIB_NCCL: {
-		name = rt_cuda_nccl_name(code);
-		msg = ncclGetErrorString((ncclResult_t)code);
-		const char *last = ncclGetLastError(NULL);
-		if (last && *last)
-			snprintf(detail, sizeof detail, " (%s)", last);
-		break;
-	}
-	}
-	return rt_cuda_report(w, r, call, name, msg, detail, file, line);
-}
-
-extern "C" int rt_cuda_device_count(char *why, size_t n)
-{
-	int count = 0;
-	cudaError_t e = cudaGetDeviceCount(&count);
-	if (e != cudaSuccess) {
-		snprintf(why, n, "cudaGetDeviceCount: %s: %s", cudaGetErrorName(e), cudaGetErrorString(e));
-		cudaGetLastError();
-		return 0;
-	}
-	if (count <= 0)
-		snprintf(why, n, "cudaGetDeviceCount found no device");
-	return count > 0 ? count : 0;
-}
 
 /* ---- the process ---- */
 

@@ -18,20 +18,14 @@ static int th_open(RtWorld *w)
 	int n = rt_launch_env_nprocs(rt_real_getenv);
 	if (n <= 1)
 		return RT_OK;
-	int mpi = 0;
-	for (int i = 0; i < rt_nlaunchers; i++)
-		mpi |= rt_launchers[i] && strcmp(rt_launchers[i]->name, "threads") != 0;
 	/* Only the launcher's first process speaks: every copy would say the same. */
 	w->quiet = rt_launch_env_rank(rt_real_getenv) > 0;
 	return rt_world_unable(
 		w,
 		"piperun was started by a launcher (mpirun, srun) as %d processes, but the %s "
 		"backend runs every rank of the plan in one process, so each would run the whole "
-		"world; %s",
-		n, w->be->name,
-		mpi ? "use --backend mpi (a process per rank), or run piperun without the launcher"
-		    : "this piperun has no MPI launcher (build it with mpicc installed), so run it "
-		      "without the launcher");
+		"world; use --backend mpi (a process per rank), or run piperun without the launcher",
+		n, w->be->name);
 }
 
 static void th_close(RtWorld *w)

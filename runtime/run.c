@@ -157,16 +157,6 @@ void rt_world_close(RtWorld *w, int failed)
 	free(w);
 }
 
-const char *rt_world_backend(const RtWorld *w)
-{
-	return w->be->name;
-}
-
-int rt_world_root(const RtWorld *w)
-{
-	return w->root;
-}
-
 /* ---- running ---- */
 
 /* The final weights of the rank's stages, on the host, for --check. */
