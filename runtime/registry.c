@@ -5,11 +5,20 @@
  * it says it was left out rather than that it does not exist.
  *
  * Adding a part: its file, defining one RtLauncher, RtDevice or RtComm, plus its row
- * below (and a backend row naming a combination with it). */
+ * below (its declaration and its entry), and a backend row naming a combination with
+ * it. */
 #include "rt_backend.h"
 
 #include <stdio.h>
 #include <string.h>
+
+/* The parts, each defined in its own file. */
+extern const RtLauncher rt_launcher_threads; // launch_threads.c
+extern const RtLauncher rt_launcher_mpi;     // launch_mpi.c (HAVE_MPI)
+extern const RtDevice rt_device_cuda;        // device_cuda.cu (HAVE_CUDA)
+extern const RtComm rt_comm_shm;             // comm_shm.c
+extern const RtComm rt_comm_mpi;             // comm_mpi.c (HAVE_MPI)
+extern const RtComm rt_comm_nccl;            // comm_nccl.cu (HAVE_CUDA)
 
 #ifdef HAVE_MPI
 #define MPI_PART(x) (&(x))

@@ -209,14 +209,9 @@ extern const int rt_ncomms;
 extern const RtBackend rt_backends[];
 extern const int rt_nbackends;
 
-/* The parts, each defined in its own file. */
-extern const RtLauncher rt_launcher_threads; // launch_threads.c
-extern const RtLauncher rt_launcher_mpi;     // launch_mpi.c (HAVE_MPI)
-extern const RtDevice rt_device_cpu;         // cpu.c
-extern const RtDevice rt_device_cuda;        // device_cuda.cu (HAVE_CUDA)
-extern const RtComm rt_comm_shm;             // comm_shm.c
-extern const RtComm rt_comm_mpi;             // comm_mpi.c (HAVE_MPI)
-extern const RtComm rt_comm_nccl;            // comm_nccl.cu (HAVE_CUDA)
+/* The cpu device (cpu.c), which every --check reference runs on.  The other parts are
+ * reached through the registries only (their declarations are registry.c's). */
+extern const RtDevice rt_device_cpu;
 
 /* A backend by name, built or not; NULL when unknown. */
 const RtBackend *rt_backend_find(const char *name);
