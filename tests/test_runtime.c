@@ -334,7 +334,8 @@ static void runtime__every_schedule__matches_reference_and_sim(void **state)
 		for (int i = 0; i < nprog; i++) {
 			Plan *p = compile_text(programs[i], name, 0);
 			char *alt[2] = {NULL, NULL};
-			for (int a = 0; !p && a < written_orders(programs[i], csv, alt); a++)
+			int nalt = p ? 0 : written_orders(programs[i], csv, alt);
+			for (int a = 0; !p && a < nalt; a++)
 				p = alt[a] ? compile_text(alt[a], name, 0) : NULL;
 			free(alt[0]);
 			free(alt[1]);
