@@ -1,17 +1,18 @@
 /* CUDA backend tests.  Most of them need no GPU and run everywhere, CUDA or not: the
  * cuda device's and nccl communicator's place in the registries, the launcher
- * environment, device choice and the two-ranks-on-one-GPU check (cuda_env.c, built
- * everywhere), the text of a failed library call; with CUDA also the
- * CUDACHECK/CUBLASCHECK/NCCLCHECK macros, the dtype-
- * dependent --check bound, a clear "no CUDA device" failure (exit 1 from piperun) where
- * there is no GPU, and --dtype validation on the command line.  The rest need a GPU and
- * skip with a message without one: every kernel against cpu.c, a one-rank NCCL
- * communicator's grouped self send/receive and all-reduce, an abort that ends a hung
- * receive, and whole plans with --check (f32 and bf16, and two GPUs when there are).
+ * environment, device choice, the two-ranks-on-one-GPU check and the text of a failed
+ * library call (cuda_env.c and launch_env.c, built everywhere), the dtype-dependent
+ * --check bound and --dtype validation.  With CUDA also: the
+ * CUDACHECK/CUBLASCHECK/NCCLCHECK macros, the refusal of two ranks on one GPU through
+ * piperun, and a clear "no CUDA device" failure (exit 1 from piperun) where there is no
+ * GPU.  The rest need a GPU and skip with a message without one: every kernel against
+ * the cpu device, a one-rank NCCL communicator's grouped self send/receive and
+ * all-reduce, an abort that ends a hung receive, and whole plans with --check (f32 and
+ * bf16, and two GPUs when there are).
  *
  * Built without CUDA (no nvcc or nccl.h), the cuda parts must be absent and asking for
- * the backend is a usage error.  The command-line tests run $BIN/piperun (tests/run.sh sets BIN) and
- * skip when it is not there. */
+ * the backend is a usage error.  The command-line tests run $BIN/piperun (tests/run.sh
+ * sets BIN) and skip when it is not there. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -66,6 +67,7 @@ static const char one_gpu_src[] = "pipeline one;\nmesh pp=1;\nmicrobatches 4;\ni
 
 /* ---- no GPU needed ---- */
 
+#ifdef HAVE_CUDA
 /* Every member of a table, as an array of function pointers from `first` to its end. */
 static int all_filled(const void *table, size_t size, size_t first)
 {
@@ -76,6 +78,7 @@ static int all_filled(const void *table, size_t size, size_t first)
 			return 0;
 	return 1;
 }
+#endif
 
 static void cuda__registry__parts_present_iff_built(void **state)
 {

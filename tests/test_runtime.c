@@ -1,7 +1,9 @@
 /* Runtime tests: the synthetic data against its definition, the layer kernels against
- * finite differences, every schedule the compiler knows over a set of small programs
- * (pipelined == sequential reference bit for bit on threads, measured peak activation
- * bytes == pipesim's prediction), the watchdog on a head-to-head deadlock, and the
+ * finite differences, every schedule of the compiler's registry over a set of small
+ * programs (those that take a written order get it written out; a schedule that runs
+ * on none fails) with pipelined == sequential reference bit for bit on threads and
+ * measured peak activation bytes == pipesim's prediction, the registries of launchers,
+ * devices and communicators (complete, each part used by a backend), the watchdog on a head-to-head deadlock, and the
  * errors for missing peers, wrong sizes, FIFO mismatches and bad models.  Plans come
  * from the compiler (pipecc_compile) and are then broken by hand where a test needs it. */
 #include <setjmp.h>
