@@ -5,7 +5,8 @@
  * measured peak activation bytes == pipesim's prediction, the registries of launchers,
  * devices and communicators (complete, each part used by a backend), the watchdog on a
  * head-to-head deadlock, and the errors for missing peers, wrong sizes, FIFO mismatches
- * and bad models.  Plans come from the compiler (pipecc_compile) and are then broken by hand where a test needs it. */
+ * and bad models.  Plans come from the compiler (pipecc_compile) and are then broken by
+ * hand where a test needs it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
