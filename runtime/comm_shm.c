@@ -87,17 +87,17 @@ static int th_open(RtWorld *w)
 	ThWorld *t = calloc(1, sizeof *t);
 	if (!t)
 		return rt_world_error(w, "out of memory");
+	pthread_mutex_init(&t->mu, NULL); // first: abort() may lock it from now on
 	w->state[RT_PART_COMM] = t;
-	t->world = n;
 	t->cv = calloc((size_t)n, sizeof *t->cv);
 	t->chan = calloc((size_t)n * (size_t)n, sizeof *t->chan);
 	t->coll = calloc((size_t)n, sizeof *t->coll);
 	if (!t->cv || !t->chan || !t->coll)
 		return rt_world_error(w, "out of memory for %d ranks", n);
-	pthread_mutex_init(&t->mu, NULL);
 	pthread_cond_init(&t->bar_cv, NULL);
 	for (int i = 0; i < n; i++)
 		pthread_cond_init(&t->cv[i], NULL);
+	t->world = n; // last: abort() wakes t->world ranks
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	const char *spin = getenv("PIPERUN_SPIN_NS");
 	t->spin = spin ? atol(spin) : cpus >= n ? 20000 : 0;
