@@ -68,12 +68,13 @@ CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcubla
 endif
 
 # Sources: every .c of a module folder is part of its library, except the tool mains
-# (*_main.c) and optional backends (handled below).
+# (*_main.c) and the optional MPI and CUDA parts (handled below).
 PLAN_SRC := $(wildcard plan/*.c)
 COMP_SRC := $(filter-out %_main.c,$(wildcard compiler/*.c))
 SIM_SRC := $(filter-out %_main.c,$(wildcard sim/*.c))
-RT_SRC := $(filter-out %_main.c runtime/backend_mpi.c,$(wildcard runtime/*.c))
-RT_MPI_SRC := $(if $(HAVE_MPI),$(wildcard runtime/backend_mpi.c))
+RT_MPI_ALL := runtime/launch_mpi.c runtime/comm_mpi.c
+RT_SRC := $(filter-out %_main.c $(RT_MPI_ALL),$(wildcard runtime/*.c))
+RT_MPI_SRC := $(if $(HAVE_MPI),$(RT_MPI_ALL))
 RT_CU_SRC := $(if $(HAVE_CUDA),$(wildcard runtime/*.cu))
 GRAM_C := $(BUILD)/grammar/parser.c $(BUILD)/grammar/lexer.c
 
@@ -145,7 +146,7 @@ $(BUILD)/runtime/cpu.o $(BUILD)/runtime/tkernels.o: $(BUILD)/runtime/%.o: runtim
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(BLAS_CFLAGS) -c -o $@ $<
 
-$(BUILD)/runtime/backend_mpi.o: runtime/backend_mpi.c
+$(BUILD)/runtime/launch_mpi.o $(BUILD)/runtime/comm_mpi.o: $(BUILD)/runtime/%.o: runtime/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) -c -o $@ $<
 

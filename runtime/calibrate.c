@@ -9,7 +9,7 @@
  * language knows and is left out.  A comment line gives the mean step time over the
  * same steps, so a prediction from these costs can be compared with the very run
  * that measured them (bench/bench_runtime.sh). */
-#include "rt.h"
+#include "rt_private.h"
 
 #include <inttypes.h>
 #include <stdlib.h>

@@ -1,10 +1,10 @@
-/* CPU kernels: tensor storage in host memory and the layers' math, shared by the
- * backends that compute on the host (threads, MPI).  GEMMs go through OpenBLAS's
+/* The cpu device: tensor storage in host memory and the layers' math, for the threads
+ * and mpi backends and for every --check reference.  GEMMs go through OpenBLAS's
  * cblas_sgemm; everything else is a plain loop.  Every kernel is deterministic for
  * given shapes, which is what lets --check compare a pipelined run with the
  * sequential reference bit for bit when summation orders agree.  Reductions that
  * produce a scalar (the loss) accumulate in double. */
-#include "rt.h"
+#include "rt_private.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -13,7 +13,7 @@
 
 #define F32(t) ((float *)(t)->data)
 
-int rt_cpu_alloc(RtRank *r, RtTensor *t)
+static int cpu_alloc(RtRank *r, RtTensor *t)
 {
 	size_t n = (size_t)t->rows * (size_t)t->cols * sizeof(float);
 	/* 64-byte alignment keeps GEMM kernels on their fast paths and identical between
@@ -25,28 +25,28 @@ int rt_cpu_alloc(RtRank *r, RtTensor *t)
 	return RT_OK;
 }
 
-void rt_cpu_free(RtRank *r, RtTensor *t)
+static void cpu_free(RtRank *r, RtTensor *t)
 {
 	(void)r;
 	free(t->data);
 	t->data = NULL;
 }
 
-int rt_cpu_upload(RtRank *r, RtTensor *t, const float *host)
+static int cpu_upload(RtRank *r, RtTensor *t, const float *host)
 {
 	(void)r;
 	memcpy(t->data, host, (size_t)t->bytes);
 	return RT_OK;
 }
 
-int rt_cpu_download(RtRank *r, const RtTensor *t, float *host)
+static int cpu_download(RtRank *r, const RtTensor *t, float *host)
 {
 	(void)r;
 	memcpy(host, t->data, (size_t)t->bytes);
 	return RT_OK;
 }
 
-int rt_cpu_zero(RtRank *r, RtTensor *t)
+static int cpu_zero(RtRank *r, RtTensor *t)
 {
 	(void)r;
 	memset(t->data, 0, (size_t)t->bytes);
@@ -62,7 +62,7 @@ static int same_shape(RtRank *r, const RtTensor *a, const RtTensor *b, const cha
 	return RT_OK;
 }
 
-int rt_cpu_copy(RtRank *r, RtTensor *dst, const RtTensor *src)
+static int cpu_copy(RtRank *r, RtTensor *dst, const RtTensor *src)
 {
 	if (same_shape(r, dst, src, "copy"))
 		return RT_EFAIL;
@@ -70,7 +70,7 @@ int rt_cpu_copy(RtRank *r, RtTensor *dst, const RtTensor *src)
 	return RT_OK;
 }
 
-int rt_cpu_add(RtRank *r, RtTensor *dst, const RtTensor *src)
+static int cpu_add(RtRank *r, RtTensor *dst, const RtTensor *src)
 {
 	if (same_shape(r, dst, src, "sum"))
 		return RT_EFAIL;
@@ -82,7 +82,7 @@ int rt_cpu_add(RtRank *r, RtTensor *dst, const RtTensor *src)
 	return RT_OK;
 }
 
-int rt_cpu_scale(RtRank *r, RtTensor *t, float alpha)
+static int cpu_scale(RtRank *r, RtTensor *t, float alpha)
 {
 	(void)r;
 	float *d = F32(t);
@@ -92,7 +92,7 @@ int rt_cpu_scale(RtRank *r, RtTensor *t, float alpha)
 	return RT_OK;
 }
 
-int rt_cpu_linear_fwd(RtRank *r, const RtTensor *x, const RtTensor *w, const RtTensor *b,
+static int cpu_linear_fwd(RtRank *r, const RtTensor *x, const RtTensor *w, const RtTensor *b,
                       RtTensor *y)
 {
 	int64_t m = x->rows, k = x->cols, n = w->cols;
@@ -109,7 +109,7 @@ int rt_cpu_linear_fwd(RtRank *r, const RtTensor *x, const RtTensor *w, const RtT
 	return RT_OK;
 }
 
-int rt_cpu_linear_bwd_in(RtRank *r, const RtTensor *dy, const RtTensor *w, RtTensor *dx)
+static int cpu_linear_bwd_in(RtRank *r, const RtTensor *dy, const RtTensor *w, RtTensor *dx)
 {
 	int64_t m = dy->rows, n = dy->cols, k = w->rows;
 	if (w->cols != n || dx->rows != m || dx->cols != k)
@@ -119,7 +119,7 @@ int rt_cpu_linear_bwd_in(RtRank *r, const RtTensor *dy, const RtTensor *w, RtTen
 	return RT_OK;
 }
 
-int rt_cpu_linear_bwd_w(RtRank *r, const RtTensor *x, const RtTensor *dy, RtTensor *dw,
+static int cpu_linear_bwd_w(RtRank *r, const RtTensor *x, const RtTensor *dy, RtTensor *dw,
                         RtTensor *db)
 {
 	int64_t m = x->rows, k = x->cols, n = dy->cols;
@@ -185,7 +185,7 @@ static int no_kernel(RtRank *r, int kind)
 	                kind >= 0 && kind < LAYER_COUNT ? plan_layers[kind].name : "?");
 }
 
-int rt_cpu_act_fwd(RtRank *r, int kind, const RtTensor *x, RtTensor *y)
+static int cpu_act_fwd(RtRank *r, int kind, const RtTensor *x, RtTensor *y)
 {
 	if (same_shape(r, y, x, "activation"))
 		return RT_EFAIL;
@@ -195,7 +195,7 @@ int rt_cpu_act_fwd(RtRank *r, int kind, const RtTensor *x, RtTensor *y)
 	return RT_OK;
 }
 
-int rt_cpu_act_bwd(RtRank *r, int kind, const RtTensor *x, const RtTensor *dy, RtTensor *dx)
+static int cpu_act_bwd(RtRank *r, int kind, const RtTensor *x, const RtTensor *dy, RtTensor *dx)
 {
 	if (same_shape(r, dy, x, "activation gradient") ||
 	    same_shape(r, dx, x, "activation gradient"))
@@ -206,7 +206,7 @@ int rt_cpu_act_bwd(RtRank *r, int kind, const RtTensor *x, const RtTensor *dy, R
 	return RT_OK;
 }
 
-int rt_cpu_mse_fwd(RtRank *r, const RtTensor *y, const RtTensor *t, RtTensor *loss, int slot)
+static int cpu_mse_fwd(RtRank *r, const RtTensor *y, const RtTensor *t, RtTensor *loss, int slot)
 {
 	if (same_shape(r, y, t, "loss"))
 		return RT_EFAIL;
@@ -223,7 +223,7 @@ int rt_cpu_mse_fwd(RtRank *r, const RtTensor *y, const RtTensor *t, RtTensor *lo
 	return RT_OK;
 }
 
-int rt_cpu_mse_bwd(RtRank *r, const RtTensor *y, const RtTensor *t, float scale, RtTensor *dy)
+static int cpu_mse_bwd(RtRank *r, const RtTensor *y, const RtTensor *t, float scale, RtTensor *dy)
 {
 	if (same_shape(r, y, t, "loss gradient") || same_shape(r, dy, y, "loss gradient"))
 		return RT_EFAIL;
@@ -236,7 +236,7 @@ int rt_cpu_mse_bwd(RtRank *r, const RtTensor *y, const RtTensor *t, float scale,
 	return RT_OK;
 }
 
-int rt_cpu_sgd(RtRank *r, RtTensor *w, const RtTensor *g, float lr)
+static int cpu_sgd(RtRank *r, RtTensor *w, const RtTensor *g, float lr)
 {
 	if (same_shape(r, w, g, "optimizer step"))
 		return RT_EFAIL;
@@ -248,7 +248,41 @@ int rt_cpu_sgd(RtRank *r, RtTensor *w, const RtTensor *g, float lr)
 	return RT_OK;
 }
 
-void rt_cpu_blas_threads(int n)
+/* OpenBLAS threads are process-wide: --blas-threads per rank means per process. */
+static int cpu_open(RtWorld *w)
 {
-	openblas_set_num_threads(n > 0 ? n : 1);
+	openblas_set_num_threads(w->opt.blas_threads > 0 ? w->opt.blas_threads : 1);
+	return RT_OK;
 }
+
+static int cpu_sync(RtRank *r)
+{
+	(void)r;
+	return RT_OK;
+}
+
+const RtDevice rt_device_cpu = {
+	.name = "cpu",
+	.async = 0,
+	.open = cpu_open,
+	.close = NULL,
+	.rank_open = NULL,
+	.rank_close = NULL,
+	.alloc = cpu_alloc,
+	.free = cpu_free,
+	.upload = cpu_upload,
+	.download = cpu_download,
+	.zero = cpu_zero,
+	.copy = cpu_copy,
+	.add = cpu_add,
+	.scale = cpu_scale,
+	.linear_fwd = cpu_linear_fwd,
+	.linear_bwd_in = cpu_linear_bwd_in,
+	.linear_bwd_w = cpu_linear_bwd_w,
+	.act_fwd = cpu_act_fwd,
+	.act_bwd = cpu_act_bwd,
+	.mse_fwd = cpu_mse_fwd,
+	.mse_bwd = cpu_mse_bwd,
+	.sgd = cpu_sgd,
+	.sync = cpu_sync,
+};

@@ -12,7 +12,7 @@
  *
  * After every op the saved-activation bytes the backend holds are sampled into the
  * rank's peak, as the simulator does, so the two figures agree exactly. */
-#include "rt.h"
+#include "rt_private.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -62,9 +62,9 @@ static RtTensor *take_sum(RtRank *r, RtTensor ***slots, int n, int64_t rows, int
 	RtTensor *x = rt_tensor_new(r, rows, cols, RT_MEM_TEMP);
 	if (!x)
 		return NULL;
-	const RtBackend *be = r->w->be;
+	const RtDevice *dev = r->dev;
 	for (int i = 0; i < n; i++) {
-		if ((i == 0 ? be->copy(r, x, *slots[i]) : be->add(r, x, *slots[i]))) {
+		if ((i == 0 ? dev->copy(r, x, *slots[i]) : dev->add(r, x, *slots[i]))) {
 			rt_tensor_free(r, x);
 			return NULL;
 		}
@@ -349,8 +349,8 @@ static int op_weights(RtRank *r, LStage *ls, int mb)
 static int op_optim(RtRank *r, LStage *ls)
 {
 	const Plan *p = r->w->plan;
-	const RtBackend *be = r->w->be;
-	if (be->sgd(r, ls->b.params, ls->b.grads, (float)r->w->opt.lr) || be->zero(r, ls->b.grads))
+	const RtDevice *dev = r->dev;
+	if (dev->sgd(r, ls->b.params, ls->b.grads, (float)r->w->opt.lr) || dev->zero(r, ls->b.grads))
 		return RT_EFAIL;
 	memset(ls->state, 0, (size_t)p->microbatches); // the next step starts afresh
 	ls->deps = (PlanStageDeps){0};
@@ -362,7 +362,7 @@ static int op_optim(RtRank *r, LStage *ls)
 static int post_op(RtRank *r, const PlanOp *o, int64_t i)
 {
 	const Plan *p = r->w->plan;
-	const RtBackend *be = r->w->be;
+	const RtComm *comm = r->w->comm;
 	RtMsg msg = {.edge = o->stage, .mb = o->mb, .dir = o->dir, .op = (int32_t)i,
 	             .bytes = o->bytes};
 	if (o->kind == OP_ALLREDUCE) {
@@ -378,7 +378,7 @@ static int post_op(RtRank *r, const PlanOp *o, int64_t i)
 			return RT_EFAIL;
 		msg.mb = -1;
 		msg.dir = -1;
-		return be->allreduce_avg(r, ls->b.grads, &msg);
+		return comm->allreduce_avg(r, ls->b.grads, &msg);
 	}
 	int e = o->stage, dir = o->dir;
 	const PlanEdge *ed = &p->edges[e];
@@ -406,7 +406,7 @@ static int post_op(RtRank *r, const PlanOp *o, int64_t i)
 			                dir == DIR_ACT ? "activation" : "gradient", e, o->mb,
 			                dir == DIR_ACT ? "F" : "B", s, o->mb);
 		r->in->sent[r->in->nsent++] = sl;
-		return be->send(r, *sl, o->peer, &msg);
+		return comm->send(r, *sl, o->peer, &msg);
 	}
 	if (*sl)
 		return rt_error(r, "the %s of edge %d for microbatch %d is received twice",
@@ -416,23 +416,23 @@ static int post_op(RtRank *r, const PlanOp *o, int64_t i)
 		return RT_EFAIL;
 	t->refs = 1;
 	*sl = t;
-	return be->recv(r, t, o->peer, &msg);
+	return comm->recv(r, t, o->peer, &msg);
 }
 
 /* Runs ops [i, j) as one group; the sends' slots are released once it completed. */
 static int run_group(RtRank *r, int64_t i, int64_t j)
 {
-	const RtBackend *be = r->w->be;
+	const RtComm *comm = r->w->comm;
 	RtInterp *in = r->in;
 	in->nsent = 0;
-	int rc = be->group_start(r);
+	int rc = comm->group_start(r);
 	for (int64_t k = i; k < j && rc == RT_OK; k++) {
 		rc = post_op(r, &r->pr->ops[k], k);
 		if (rc == RT_EFAIL && !r->w->abort)
 			atomic_store(&r->cur_op, k); // name the op that failed
 	}
 	if (rc == RT_OK)
-		rc = be->group_end(r);
+		rc = comm->group_end(r);
 	for (int64_t k = 0; k < in->nsent; k++)
 		slot_release(r, in->sent[k]);
 	in->nsent = 0;
@@ -476,7 +476,7 @@ static int run_compute(RtRank *r, const PlanOp *o, int step, int64_t *split)
 		int64_t t0 = rt_now_ns();
 		if (op_backward(r, ls, o->mb, step))
 			return RT_EFAIL;
-		if (r->w->be->async && r->w->opt.trace && r->w->be->sync(r))
+		if (r->dev->async && r->w->opt.trace && r->dev->sync(r))
 			return RT_EFAIL;
 		*split = rt_now_ns() - t0;
 		return op_weights(r, ls, o->mb);
@@ -490,7 +490,7 @@ static int run_compute(RtRank *r, const PlanOp *o, int step, int64_t *split)
 static int run_step(RtRank *r, int step)
 {
 	const PlanRank *pr = r->pr;
-	const RtBackend *be = r->w->be;
+	const RtDevice *dev = r->dev;
 	int timed = r->w->opt.trace;
 	atomic_store(&r->cur_step, step);
 	for (int64_t i = 0; i < pr->nops;) {
@@ -502,7 +502,7 @@ static int run_step(RtRank *r, int step)
 		int rc = plan_is_comm(o->kind) ? run_group(r, i, j) : run_compute(r, o, step, &split);
 		if (rc)
 			return rc;
-		if (timed && be->async && be->sync(r))
+		if (timed && dev->async && dev->sync(r))
 			return RT_EFAIL;
 		int64_t t1 = rt_now_ns();
 		if (!plan_is_comm(o->kind))
@@ -520,7 +520,8 @@ static int run_step(RtRank *r, int step)
 int rt_rank_main(RtRank *r)
 {
 	const Plan *p = r->w->plan;
-	const RtBackend *be = r->w->be;
+	const RtDevice *dev = r->dev;
+	const RtComm *comm = r->w->comm;
 	atomic_store(&r->cur_op, -1);
 	if (setup(r))
 		return RT_EFAIL;
@@ -533,14 +534,14 @@ int rt_rank_main(RtRank *r)
 	int rc = RT_OK;
 	for (int step = 0; step < r->w->opt.steps && rc == RT_OK; step++) {
 		atomic_store(&r->cur_op, -1);
-		if ((rc = be->barrier(r)))
+		if ((rc = comm->barrier(r)))
 			break;
 		r->step_t0[step] = rt_now_ns() - r->w->t0;
-		if ((rc = run_step(r, step)) || (rc = be->sync(r)))
+		if ((rc = run_step(r, step)) || (rc = dev->sync(r)))
 			break;
 		r->step_t1[step] = rt_now_ns() - r->w->t0;
 		if (loss) {
-			if ((rc = be->download(r, loss->b.loss, lbuf)))
+			if ((rc = dev->download(r, loss->b.loss, lbuf)))
 				break;
 			double s = 0;
 			for (int m = 0; m < p->microbatches; m++)
@@ -557,5 +558,5 @@ int rt_rank_weights(RtRank *r, int stage, float *out)
 	int i = r->in ? r->in->local_of[stage] : -1;
 	if (i < 0)
 		return rt_error(r, "internal: stage %d is not on rank %d", stage, r->rank);
-	return r->w->be->download(r, r->in->ls[i].b.params, out);
+	return r->dev->download(r, r->in->ls[i].b.params, out);
 }

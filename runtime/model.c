@@ -14,7 +14,7 @@
  * its output gradient from B to W (save_bw).  A layer's output is the next layer's saved
  * input, so F holds exactly save_fb + save_fw, B frees save_fb and holds save_bw, and W
  * frees the rest: the figures the simulator predicts, measured on real allocations. */
-#include "rt.h"
+#include "rt_private.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -227,7 +227,7 @@ RtTensor *rt_tensor_new(RtRank *r, int64_t rows, int64_t cols, int cls)
 	t->cols = cols;
 	t->bytes = rows * cols * (int64_t)sizeof(float);
 	t->cls = (uint8_t)cls;
-	if (r->w->be->alloc(r, t)) {
+	if (r->dev->alloc(r, t)) {
 		free(t);
 		return NULL;
 	}
@@ -241,7 +241,7 @@ void rt_tensor_free(RtRank *r, RtTensor *t)
 		return;
 	if (!t->view) {
 		r->mem[t->cls] -= t->bytes;
-		r->w->be->free(r, t);
+		r->dev->free(r, t);
 	}
 	free(t);
 }
@@ -295,10 +295,10 @@ int rt_stage_bufs_open(RtRank *r, int s, RtStageBufs *b)
 		return RT_EFAIL;
 	memset(b->host, 0, (size_t)np * sizeof(float));
 	rt_gen_weights(r->w->opt.seed, p, s, b->host);
-	const RtBackend *be = r->w->be;
-	if (be->upload(r, b->params, b->host) || be->zero(r, b->grads))
+	const RtDevice *dev = r->dev;
+	if (dev->upload(r, b->params, b->host) || dev->zero(r, b->grads))
 		return RT_EFAIL;
-	if (b->loss && be->zero(r, b->loss))
+	if (b->loss && dev->zero(r, b->loss))
 		return RT_EFAIL;
 	return RT_OK;
 }
@@ -319,7 +319,7 @@ RtTensor *rt_stage_input(RtRank *r, int step, int replica, int mb, RtStageBufs *
 	if (!x)
 		return NULL;
 	rt_gen_input(r->w->opt.seed, step, replica, mb, b->host, (int64_t)p->rows * p->cols);
-	if (r->w->be->upload(r, x, b->host)) {
+	if (r->dev->upload(r, x, b->host)) {
 		rt_tensor_free(r, x);
 		return NULL;
 	}
@@ -334,7 +334,7 @@ static RtTensor *target(RtRank *r, int s, int step, int replica, int mb, RtStage
 	if (!t)
 		return NULL;
 	rt_gen_target(r->w->opt.seed, step, replica, mb, b->host, (int64_t)p->rows * width);
-	if (r->w->be->upload(r, t, b->host)) {
+	if (r->dev->upload(r, t, b->host)) {
 		rt_tensor_free(r, t);
 		return NULL;
 	}
@@ -347,7 +347,7 @@ int rt_stage_forward(RtRank *r, int s, int mb, int step, int replica, RtStageBuf
 	const Plan *p = r->w->plan;
 	const PlanStage *st = &p->stages[s];
 	const RtStageModel *sm = &r->w->model->st[s];
-	const RtBackend *be = r->w->be;
+	const RtDevice *dev = r->dev;
 	RtTensor *cur = x;
 	*y = NULL;
 	for (int l = 0; l < st->nlayers; l++) {
@@ -358,7 +358,7 @@ int rt_stage_forward(RtRank *r, int s, int mb, int step, int replica, RtStageBuf
 			RtTensor *t = target(r, s, step, replica, mb, b);
 			if (!t)
 				return RT_EFAIL;
-			int rc = be->mse_fwd(r, cur, t, b->loss, mb);
+			int rc = dev->mse_fwd(r, cur, t, b->loss, mb);
 			rt_tensor_free(r, t);
 			return rc;
 		}
@@ -369,9 +369,9 @@ int rt_stage_forward(RtRank *r, int s, int mb, int step, int replica, RtStageBuf
 		if (ly->kind == LAYER_LINEAR) {
 			RtTensor w = rt_tensor_view(b->params, sm->at[l].w_off, ly->in, ly->out);
 			RtTensor bias = rt_tensor_view(b->params, sm->at[l].b_off, 1, ly->out);
-			rc = be->linear_fwd(r, cur, &w, &bias, out);
+			rc = dev->linear_fwd(r, cur, &w, &bias, out);
 		} else {
-			rc = be->act_fwd(r, ly->kind, cur, out);
+			rc = dev->act_fwd(r, ly->kind, cur, out);
 		}
 		if (rc) {
 			rt_tensor_free(r, out);
@@ -390,7 +390,7 @@ int rt_stage_backward(RtRank *r, int s, int mb, int step, int replica, RtStageBu
 	const Plan *p = r->w->plan;
 	const PlanStage *st = &p->stages[s];
 	const RtStageModel *sm = &r->w->model->st[s];
-	const RtBackend *be = r->w->be;
+	const RtDevice *dev = r->dev;
 	int L = st->nlayers;
 	RtTensor *cur = dy;
 	*dx = NULL;
@@ -410,7 +410,7 @@ int rt_stage_backward(RtRank *r, int s, int mb, int step, int replica, RtStageBu
 			if (!g)
 				return RT_EFAIL;
 			RtTensor w = rt_tensor_view(b->params, sm->at[l].w_off, ly->in, ly->out);
-			if (be->linear_bwd_in(r, cur, &w, g)) {
+			if (dev->linear_bwd_in(r, cur, &w, g)) {
 				rt_tensor_free(r, g);
 				return RT_EFAIL;
 			}
@@ -427,10 +427,10 @@ int rt_stage_backward(RtRank *r, int s, int mb, int step, int replica, RtStageBu
 				rt_tensor_free(r, g);
 				return RT_EFAIL;
 			}
-			rc = be->mse_bwd(r, in, t, (float)(1.0 / p->microbatches), g);
+			rc = dev->mse_bwd(r, in, t, (float)(1.0 / p->microbatches), g);
 			rt_tensor_free(r, t);
 		} else {
-			rc = be->act_bwd(r, ly->kind, in, cur, g);
+			rc = dev->act_bwd(r, ly->kind, in, cur, g);
 		}
 		if (rc) {
 			rt_tensor_free(r, g);
@@ -464,7 +464,7 @@ int rt_stage_weights(RtRank *r, int s, RtStageBufs *b, RtTensor **saved)
 			return rt_error(r, "internal: layer %d of stage %d lost its saved tensors", l, s);
 		RtTensor dw = rt_tensor_view(b->grads, sm->at[l].w_off, ly->in, ly->out);
 		RtTensor db = rt_tensor_view(b->grads, sm->at[l].b_off, 1, ly->out);
-		if (r->w->be->linear_bwd_w(r, saved[l], saved[L + l], &dw, &db))
+		if (r->dev->linear_bwd_w(r, saved[l], saved[L + l], &dw, &db))
 			return RT_EFAIL;
 		rt_tensor_free(r, saved[l]);
 		rt_tensor_free(r, saved[L + l]);

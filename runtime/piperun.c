@@ -25,19 +25,20 @@ int piperun_first_process(void)
 
 const char *piperun_backend_help(void)
 {
-	static char buf[256];
+	static char buf[256], names[128];
 	snprintf(buf, sizeof buf,
 	         "one of those built in: %s (default: mpi when\n"
 	         "started by mpirun or srun with more than one process,\n"
 	         "else %s)",
-	         rt_backend_names(), rt_backend_default());
+	         rt_backend_names(names, sizeof names), rt_backend_default());
 	return buf;
 }
 
 const char *piperun_version_extra(void)
 {
-	static char buf[256];
-	snprintf(buf, sizeof buf, "plan format %d; backends: %s", PLAN_VERSION, rt_backend_names());
+	static char buf[256], names[128];
+	snprintf(buf, sizeof buf, "plan format %d; backends: %s", PLAN_VERSION,
+	         rt_backend_names(names, sizeof names));
 	return buf;
 }
 
@@ -64,7 +65,7 @@ static void print_text(const Plan *p, const RtWorld *w, const RtResult *res)
 	printf("piperun: %s (%s, pp=%d dp=%d tp=%d, %d ranks, %d microbatches of %dx%d) on %s, "
 	       "%d steps\n",
 	       p->name, p->schedule, p->dims[DIM_PP], p->dims[DIM_DP], p->dims[DIM_TP], p->world,
-	       p->microbatches, p->rows, p->cols, w->be->name, res->steps);
+	       p->microbatches, p->rows, p->cols, rt_world_backend(w), res->steps);
 	for (int s = 0; s < res->steps; s++)
 		printf("step %d: loss %.6f time %.3f ms\n", s + 1, res->loss[s], res->step_ns[s] / 1e6);
 	if (res->steps > 1) {
@@ -85,7 +86,7 @@ static void print_text(const Plan *p, const RtWorld *w, const RtResult *res)
 		printf("check: loss max abs err %.3g rel %.3g; weights max abs err %.3g rel %.3g "
 		       "(%" PRId64 " weights): %s (tolerance %g relative)\n",
 		       res->loss_abs, res->loss_rel, res->weight_abs, res->weight_rel, res->nweights,
-		       res->check_ok ? "ok" : "FAILED", rt_check_tol(w->opt.dtype));
+		       res->check_ok ? "ok" : "FAILED", rt_check_tol(rt_world_options(w)->dtype));
 }
 
 static void jstr(const char *s)
@@ -110,7 +111,7 @@ static void print_json(const Plan *p, const RtWorld *w, const RtResult *res)
 	jstr(p->schedule);
 	printf(", \"backend\": \"%s\", \"world\": %d, \"pp\": %d, \"dp\": %d, \"tp\": %d, "
 	       "\"microbatches\": %d,\n \"steps\": [",
-	       w->be->name, p->world, p->dims[DIM_PP], p->dims[DIM_DP], p->dims[DIM_TP],
+	       rt_world_backend(w), p->world, p->dims[DIM_PP], p->dims[DIM_DP], p->dims[DIM_TP],
 	       p->microbatches);
 	for (int s = 0; s < res->steps; s++)
 		printf("%s{\"step\": %d, \"loss\": %.9g, \"time_us\": %.3f}", s ? ", " : "", s + 1,
@@ -135,7 +136,7 @@ static void print_json(const Plan *p, const RtWorld *w, const RtResult *res)
 		       "\"weight_abs\": %.6g, \"weight_rel\": %.6g, \"weights\": %" PRId64
 		       ", \"tolerance\": %g}",
 		       res->check_ok ? "true" : "false", res->loss_abs, res->loss_rel, res->weight_abs,
-		       res->weight_rel, res->nweights, rt_check_tol(w->opt.dtype));
+		       res->weight_rel, res->nweights, rt_check_tol(rt_world_options(w)->dtype));
 	printf("}\n");
 }
 
@@ -160,17 +161,9 @@ static int check_combinations(CliTool *t, PiperunArgs *a)
 		                          "or --trace");
 	if (a->trace && cli_is_std(a->trace) && a->json)
 		return cli_usage_error(t, "--json and --trace - both write to standard output");
-	/* TODO(lead): the backend list comes from rt_backend_names(); when the runtime gets
-	 * a registry that also knows the backends left out of this build, name them here
-	 * from it instead of the two literals below. */
-	if (a->o.backend && !rt_backend_find(a->o.backend)) {
-		if (!strcmp(a->o.backend, "mpi") || !strcmp(a->o.backend, "cuda"))
-			return cli_usage_error(t, "the %s backend is not built into this piperun (it was "
-			                          "built without it; see `make` notices)",
-			                       a->o.backend);
-		return cli_usage_error(t, "--backend: unknown backend '%s' (valid: %s)", a->o.backend,
-		                       rt_backend_names());
-	}
+	char msg[512];
+	if (a->o.backend && rt_backend_check(a->o.backend, msg, sizeof msg))
+		return cli_usage_error(t, "--backend: %s", msg);
 	a->o.dtype = a->dtype;
 	if (a->o.dtype == RT_DTYPE_BF16 &&
 	    strcmp(a->o.backend ? a->o.backend : rt_backend_default(), "cuda"))
@@ -192,7 +185,7 @@ static int write_trace(FILE *f, void *arg)
 
 static int64_t ops_done(void *arg)
 {
-	return (int64_t)atomic_load(&((RtWorld *)arg)->progress);
+	return rt_world_progress(arg);
 }
 
 /* Prints the figures; returns the exit status. */
@@ -213,7 +206,7 @@ static int report(CliTool *t, PiperunArgs *a, const Plan *p, RtWorld *w, RtResul
 	if (res->checked && !res->check_ok) {
 		fprintf(stderr, "piperun: error: --check: the pipelined run differs from the "
 		                "sequential one beyond %g relative\n",
-		        rt_check_tol(w->opt.dtype));
+		        rt_check_tol(rt_world_options(w)->dtype));
 		status = CLI_EXIT_FAIL;
 	}
 	return status;
@@ -250,11 +243,9 @@ int piperun_drive(CliTool *t, PiperunArgs *a)
 		plan_free(p);
 		return CLI_EXIT_FAIL;
 	}
-	int64_t total = 0;
-	for (int r = w->first_local; r < w->first_local + w->nlocal; r++)
-		total += p->ranks[r].nops;
+	int64_t total = rt_world_local_ops(w);
 	char what[64];
-	snprintf(what, sizeof what, "running %d steps on %s, ops", a->o.steps, w->be->name);
+	snprintf(what, sizeof what, "running %d steps on %s, ops", a->o.steps, rt_world_backend(w));
 	pr = cli_progress_start(t, what);
 	cli_progress_count(pr, ops_done, w, total * a->o.steps);
 	RtResult res;
@@ -265,7 +256,7 @@ int piperun_drive(CliTool *t, PiperunArgs *a)
 		rt_world_report(w, stderr);
 		fflush(stderr);
 		status = CLI_EXIT_FAIL;
-	} else if (w->root) {
+	} else if (rt_world_root(w)) {
 		status = report(t, a, p, w, &res);
 	}
 	rt_result_free(&res);

@@ -3,18 +3,18 @@
  * Per step and dp replica it runs every microbatch through all stages in order (F),
  * back through them in reverse (B), then the weight gradients (W), then averages the
  * replicas and takes the SGD step.  It calls the very stage code the interpreter
- * calls (model.c) on the same backend, and it keeps the summation orders the plan
+ * calls (model.c) on the cpu device, and it keeps the summation orders the plan
  * implies, so a correct pipelined run agrees with it to the last bit on the threads
- * backend:
+ * backend (cpu device, shared-memory communicator):
  *  - a stage's input (output gradient) is the sum of its in-edges' (out-edges')
  *    tensors in edge order, as the interpreter sums them;
  *  - a stage's microbatch gradients accumulate in the order of that stage's W/BW ops
  *    on the replica's rank (schedules reorder them);
- *  - replicas are summed in dp order, then scaled by 1/dp, as the threads backend's
+ *  - replicas are summed in dp order, then scaled by 1/dp, as the shared-memory communicator's
  *    all-reduce does.
- * Only the MPI backend's all-reduce (MPI's own order) leaves rounding differences,
+ * Only the MPI communicator's all-reduce (MPI's own order) leaves rounding differences,
  * which the tolerance of docs/runtime.md covers. */
-#include "rt.h"
+#include "rt_private.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -53,7 +53,7 @@ static RtTensor *sum(RtRank *r, RtTensor **ts, int n)
 	if (!x)
 		return NULL;
 	for (int i = 0; i < n; i++)
-		if (i == 0 ? r->w->be->copy(r, x, ts[0]) : r->w->be->add(r, x, ts[i])) {
+		if (i == 0 ? r->dev->copy(r, x, ts[0]) : r->dev->add(r, x, ts[i])) {
 			rt_tensor_free(r, x);
 			return NULL;
 		}
@@ -114,7 +114,7 @@ static int run(Ref *f, double *loss)
 	RtRank *r = &f->r;
 	RtWorld *w = r->w;
 	const Plan *p = w->plan;
-	const RtBackend *be = w->be;
+	const RtDevice *dev = r->dev;
 	int D = p->dims[DIM_DP], M = p->microbatches;
 	float *lbuf = malloc((size_t)M * sizeof(float));
 	if (!lbuf)
@@ -132,12 +132,12 @@ static int run(Ref *f, double *loss)
 					rc = rt_stage_weights(r, s, &f->b[s], f->saved[s] + (int64_t)m * 2 * L);
 				}
 				if (rc == RT_OK)
-					rc = d == 0 ? be->copy(r, f->gacc[s], f->b[s].grads)
-					            : be->add(r, f->gacc[s], f->b[s].grads);
+					rc = d == 0 ? dev->copy(r, f->gacc[s], f->b[s].grads)
+					            : dev->add(r, f->gacc[s], f->b[s].grads);
 				if (rc == RT_OK)
-					rc = be->zero(r, f->b[s].grads);
+					rc = dev->zero(r, f->b[s].grads);
 			}
-			if (rc == RT_OK && (rc = be->download(r, f->b[w->model->loss_stage].loss, lbuf)) == RT_OK) {
+			if (rc == RT_OK && (rc = dev->download(r, f->b[w->model->loss_stage].loss, lbuf)) == RT_OK) {
 				double s = 0;
 				for (int m = 0; m < M; m++)
 					s += lbuf[m];
@@ -146,9 +146,9 @@ static int run(Ref *f, double *loss)
 		}
 		for (int s = 0; s < p->nstages && rc == RT_OK; s++) {
 			if (D > 1)
-				rc = be->scale(r, f->gacc[s], 1.0f / (float)D);
+				rc = dev->scale(r, f->gacc[s], 1.0f / (float)D);
 			if (rc == RT_OK)
-				rc = be->sgd(r, f->b[s].params, f->gacc[s], (float)w->opt.lr);
+				rc = dev->sgd(r, f->b[s].params, f->gacc[s], (float)w->opt.lr);
 		}
 		loss[step] = total;
 	}
@@ -164,6 +164,7 @@ int rt_reference(RtWorld *w, double *loss, float **weights)
 	f.r.w = w;
 	f.r.rank = RT_REF_RANK;
 	f.r.local = -1;
+	f.r.dev = &rt_device_cpu; // the reference always computes on the host
 	f.b = calloc((size_t)S, sizeof *f.b);
 	f.gacc = calloc((size_t)S, sizeof *f.gacc);
 	f.saved = calloc((size_t)S, sizeof *f.saved);
@@ -173,8 +174,8 @@ int rt_reference(RtWorld *w, double *loss, float **weights)
 	int rc = RT_OK;
 	if (!f.b || !f.gacc || !f.saved || !f.y || !f.dx || !f.order)
 		rc = rt_error(&f.r, "out of memory");
-	if (rc == RT_OK)
-		rc = w->be->rank_open(&f.r);
+	if (rc == RT_OK && f.r.dev->rank_open)
+		rc = f.r.dev->rank_open(&f.r);
 	for (int s = 0; s < S && rc == RT_OK; s++) {
 		int L = p->stages[s].nlayers;
 		if ((rc = rt_stage_bufs_open(&f.r, s, &f.b[s])))
@@ -198,7 +199,7 @@ int rt_reference(RtWorld *w, double *loss, float **weights)
 		if (!(weights[s] = malloc((size_t)(n + 1) * sizeof(float))))
 			rc = rt_error(&f.r, "out of memory");
 		else if (n)
-			rc = w->be->download(&f.r, f.b[s].params, weights[s]);
+			rc = f.r.dev->download(&f.r, f.b[s].params, weights[s]);
 	}
 	for (int s = 0; s < S; s++) {
 		if (f.saved && f.saved[s]) {
@@ -218,8 +219,8 @@ int rt_reference(RtWorld *w, double *loss, float **weights)
 	if (f.order)
 		for (int i = 0; i < S * D; i++)
 			free(f.order[i]);
-	if (f.r.be)
-		w->be->rank_close(&f.r);
+	if (f.r.dev->rank_close)
+		f.r.dev->rank_close(&f.r);
 	if (rc && f.r.err[0])
 		rt_world_error(w, "--check reference: %s", f.r.err);
 	free(f.b);

@@ -1,120 +1,25 @@
 /* The world: what one process does to run a plan.
  *
- * rt_world_open() picks the backend, builds the model and opens the backend, which
- * says which world ranks live in this process (all of them for threads, one for MPI).
- * rt_world_run() runs them under the watchdog, each on its own thread of control:
- * open the backend rank, run the interpreter for every step, keep the final weights
- * for --check, free everything, close.  Then every process contributes fixed-size
- * blocks per rank to the root (backend gather), which turns them into the figures of
- * RtResult and, for --check, replays the model sequentially and compares.
+ * rt_world_open() finds the backend's three parts, builds the model and opens the
+ * launcher (which says which world ranks live in this process: all of them for
+ * threads, one for MPI), the device and the communicator, in that order.
+ * rt_world_run() runs the ranks under the watchdog, each on its own thread of control:
+ * open the rank on the device and the communicator, run the interpreter for every
+ * step, keep the final weights for --check, free everything, close.  Then every
+ * process contributes fixed-size blocks per rank to the root (the launcher's gather),
+ * which turns them into the figures of RtResult and, for --check, replays the model
+ * sequentially on the cpu device and compares.
  *
  * Failures never exit: the first failing rank marks the world aborted and wakes the
  * others, and rt_world_report() tells the story: errors as `plan:line: error: ...`
  * naming the op, a watchdog timeout as every rank's blocked ops. */
-#include "rt.h"
-
-#include <pthread.h>
+#include "rt_private.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-/* ---- backends ---- */
-
-/* A CUDA backend (runtime/backend_cuda.cu) defines this when it is built; the weak
- * reference keeps this file independent of whether it is. */
-extern const RtBackend rt_backend_cuda __attribute__((weak));
-
-static const RtBackend *registry(int i)
-{
-	switch (i) {
-	case 0:
-		return &rt_backend_threads;
-	case 1:
-#ifdef HAVE_MPI
-		return &rt_backend_mpi;
-#else
-		return NULL;
-#endif
-	case 2:
-		return &rt_backend_cuda;
-	}
-	return NULL;
-}
-
-const RtBackend *rt_backend_find(const char *name)
-{
-	for (int i = 0; i < 3; i++) {
-		const RtBackend *b = registry(i);
-		if (b && !strcmp(b->name, name))
-			return b;
-	}
-	return NULL;
-}
-
-const char *rt_backend_names(void)
-{
-	int mpi = registry(1) != NULL, cuda = registry(2) != NULL;
-	if (mpi && cuda)
-		return "threads mpi cuda";
-	if (mpi)
-		return "threads mpi";
-	if (cuda)
-		return "threads cuda";
-	return "threads";
-}
-
-const char *rt_backend_default(void)
-{
-	const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"};
-	for (int i = 0; i < 3; i++) {
-		const char *v = getenv(vars[i]);
-		if (v && atoi(v) > 1)
-			return "mpi";
-	}
-	return "threads";
-}
-
-/* ---- small helpers ---- */
-
-int rt_error(RtRank *r, const char *fmt, ...)
-{
-	if (!r->err[0]) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(r->err, sizeof r->err, fmt, ap);
-		va_end(ap);
-	}
-	return RT_EFAIL;
-}
-
-int rt_world_error(RtWorld *w, const char *fmt, ...)
-{
-	if (!w->err[0]) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(w->err, sizeof w->err, fmt, ap);
-		va_end(ap);
-	}
-	return RT_EFAIL;
-}
-
-void rt_abort(RtWorld *w)
-{
-	atomic_store(&w->abort, 1);
-	if (w->be && w->be->wake && w->bw)
-		w->be->wake(w);
-}
-
-int64_t rt_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 /* Parameters a rank holds: the stages on its pipeline index, in stage order. */
 static int64_t rank_params(const RtWorld *w, int rank)
@@ -129,15 +34,72 @@ static int64_t rank_params(const RtWorld *w, int rank)
 
 /* ---- opening ---- */
 
+/* Closes the parts that were opened, last opened first. */
+static void close_parts(RtWorld *w, int failed)
+{
+	if (w->comm && w->comm->close)
+		w->comm->close(w);
+	if (w->dev && w->dev->close)
+		w->dev->close(w);
+	if (w->opt.check && w->dev != &rt_device_cpu && rt_device_cpu.close)
+		rt_device_cpu.close(w);
+	/* A failed run may leave other processes waiting for this one: end the job. */
+	if (failed && w->launcher && w->launcher->abort)
+		w->launcher->abort(w);
+	if (w->launcher)
+		w->launcher->close(w);
+}
+
+/* Opens the launcher, then the device (and the cpu device for the --check reference),
+ * then the communicator.  Each may note that this process cannot run instead of
+ * failing, so the collective steps of opening complete on every process. */
+static int open_parts(RtWorld *w)
+{
+	if (w->launcher->open(w))
+		return RT_EFAIL;
+	if (w->dev->open && w->dev->open(w))
+		return RT_EFAIL;
+	if (w->opt.check && w->dev != &rt_device_cpu && rt_device_cpu.open &&
+	    rt_device_cpu.open(w))
+		return RT_EFAIL;
+	return w->comm->open ? w->comm->open(w) : RT_OK;
+}
+
+static int alloc_ranks(RtWorld *w)
+{
+	const RtOptions *o = &w->opt;
+	w->ranks = calloc((size_t)w->nlocal, sizeof *w->ranks);
+	double *loss = calloc((size_t)w->nlocal * (size_t)o->steps, sizeof *loss);
+	int64_t *step = calloc((size_t)w->nlocal * 2 * (size_t)o->steps, sizeof *step);
+	if (!w->ranks || !loss || !step) {
+		free(loss);
+		free(step);
+		free(w->ranks);
+		w->ranks = NULL;
+		return rt_world_error(w, "out of memory");
+	}
+	for (int i = 0; i < w->nlocal; i++) {
+		RtRank *r = &w->ranks[i];
+		r->w = w;
+		r->rank = w->first_local + i;
+		r->local = i;
+		r->pr = &w->plan->ranks[r->rank];
+		r->dev = w->dev;
+		memcpy(r->coord, r->pr->coord, sizeof r->coord);
+		r->loss_sum = loss + (size_t)i * (size_t)o->steps;
+		r->step_t0 = step + (size_t)i * 2 * (size_t)o->steps;
+		r->step_t1 = r->step_t0 + o->steps;
+		atomic_store(&r->cur_op, -1);
+	}
+	return RT_OK;
+}
+
 RtWorld *rt_world_open(const Plan *p, const RtOptions *o, char *err, size_t errn)
 {
 	const char *name = o->backend ? o->backend : rt_backend_default();
-	const RtBackend *be = rt_backend_find(name);
-	if (!be) {
-		snprintf(err, errn, "backend '%s' is not built into this piperun (built in: %s)", name,
-		         rt_backend_names());
+	if (rt_backend_check(name, err, errn))
 		return NULL;
-	}
+	const RtBackend *be = rt_backend_find(name);
 	RtWorld *w = calloc(1, sizeof *w);
 	if (!w) {
 		snprintf(err, errn, "out of memory");
@@ -146,44 +108,30 @@ RtWorld *rt_world_open(const Plan *p, const RtOptions *o, char *err, size_t errn
 	w->plan = p;
 	w->opt = *o;
 	w->be = be;
+	w->launcher = be->auto_launcher ? rt_launcher_auto() : be->launcher;
+	w->dev = be->device;
+	w->comm = be->comm;
 	gethostname(w->host, sizeof w->host - 1);
 	if (!(w->model = rt_model_new(p, err, errn))) {
 		free(w);
 		return NULL;
 	}
-	if (be->world_open(w)) {
+	if (open_parts(w)) {
 		snprintf(err, errn, "%s", w->err[0] ? w->err : "cannot open the backend");
 		/* Opening fails alike in every process (a wrong world size, say), so the
-		 * backend closes normally and the caller can still print the reason. */
-		be->world_close(w, 0);
+		 * parts close normally and the caller can still print the reason. */
+		close_parts(w, 0);
 		rt_model_free(w->model);
 		free(w);
 		return NULL;
 	}
-	w->ranks = calloc((size_t)w->nlocal, sizeof *w->ranks);
-	double *loss = calloc((size_t)w->nlocal * (size_t)o->steps, sizeof *loss);
-	int64_t *step = calloc((size_t)w->nlocal * 2 * (size_t)o->steps, sizeof *step);
-	if (!w->ranks || !loss || !step) {
-		free(loss);
-		free(step);
-		snprintf(err, errn, "out of memory");
+	if (alloc_ranks(w)) {
+		snprintf(err, errn, "%s", w->err);
 		rt_world_close(w, 1);
 		return NULL;
 	}
-	for (int i = 0; i < w->nlocal; i++) {
-		RtRank *r = &w->ranks[i];
-		r->w = w;
-		r->rank = w->first_local + i;
-		r->local = i;
-		r->pr = &p->ranks[r->rank];
-		memcpy(r->coord, r->pr->coord, sizeof r->coord);
-		r->loss_sum = loss + (size_t)i * (size_t)o->steps;
-		r->step_t0 = step + (size_t)i * 2 * (size_t)o->steps;
-		r->step_t1 = r->step_t0 + o->steps;
-		atomic_store(&r->cur_op, -1);
-	}
 	w->t0 = rt_now_ns();
-	if (be->bcast(w, &w->t0, sizeof w->t0)) {
+	if (rt_world_bcast(w, &w->t0, sizeof w->t0)) {
 		snprintf(err, errn, "%s", w->err);
 		rt_world_close(w, 1);
 		return NULL;
@@ -195,8 +143,7 @@ void rt_world_close(RtWorld *w, int failed)
 {
 	if (!w)
 		return;
-	if (w->be && w->bw)
-		w->be->world_close(w, failed);
+	close_parts(w, failed);
 	if (w->ranks) {
 		free(w->ranks[0].loss_sum);
 		free(w->ranks[0].step_t0);
@@ -212,31 +159,41 @@ void rt_world_close(RtWorld *w, int failed)
 
 /* ---- running ---- */
 
-static int rank_entry(RtRank *r)
+/* The final weights of the rank's stages, on the host, for --check. */
+static int keep_weights(RtRank *r)
 {
 	RtWorld *w = r->w;
 	const Plan *p = w->plan;
-	int rc = w->be->rank_open(r);
+	r->weights = malloc((size_t)(rank_params(w, r->rank) + 1) * sizeof(float));
+	if (!r->weights)
+		return rt_error(r, "out of memory");
+	int64_t off = 0;
+	for (int s = 0; s < p->nstages; s++) {
+		if (p->stages[s].pp != r->coord[DIM_PP])
+			continue;
+		if (rt_rank_weights(r, s, r->weights + off))
+			return RT_EFAIL;
+		off += w->model->st[s].nparams;
+	}
+	return r->dev->sync(r);
+}
+
+static int rank_entry(RtRank *r)
+{
+	RtWorld *w = r->w;
+	int rc = r->dev->rank_open ? r->dev->rank_open(r) : RT_OK;
+	if (rc == RT_OK && w->comm->rank_open)
+		rc = w->comm->rank_open(r);
 	if (rc == RT_OK)
 		rc = rt_rank_main(r);
 	r->held_end = r->mem[RT_MEM_SAVED];
-	if (rc == RT_OK && w->opt.check) {
-		r->weights = malloc((size_t)(rank_params(w, r->rank) + 1) * sizeof(float));
-		if (!r->weights)
-			rc = rt_error(r, "out of memory");
-		int64_t off = 0;
-		for (int s = 0; s < p->nstages && rc == RT_OK; s++) {
-			if (p->stages[s].pp != r->coord[DIM_PP])
-				continue;
-			rc = rt_rank_weights(r, s, r->weights + off);
-			off += w->model->st[s].nparams;
-		}
-		if (rc == RT_OK)
-			rc = w->be->sync(r);
-	}
+	if (rc == RT_OK && w->opt.check)
+		rc = keep_weights(r);
 	rt_rank_free(r);
-	if (r->be)
-		w->be->rank_close(r);
+	if (w->comm->rank_close)
+		w->comm->rank_close(r);
+	if (r->dev->rank_close)
+		r->dev->rank_close(r);
 	atomic_store(&r->done, 1);
 	if (rc == RT_EFAIL)
 		rt_abort(w);
@@ -249,7 +206,7 @@ static int gather(RtWorld *w, const void *mine, int64_t n, void **all)
 	*all = NULL;
 	if (w->root && !(*all = calloc((size_t)w->plan->world, (size_t)(n ? n : 1))))
 		return rt_world_error(w, "out of memory gathering %lld bytes per rank", (long long)n);
-	return w->be->gather(w, mine, n, w->root ? *all : NULL);
+	return rt_world_gather(w, mine, n, w->root ? *all : NULL);
 }
 
 static int gather_figures(RtWorld *w, RtResult *res)
@@ -331,7 +288,7 @@ static int gather_figures(RtWorld *w, RtResult *res)
 	if (!w->opt.trace)
 		return RT_OK;
 	/* Events: padded to the longest list. */
-	if (w->be->bcast(w, &maxev, sizeof maxev))
+	if (rt_world_bcast(w, &maxev, sizeof maxev))
 		return RT_EFAIL;
 	int64_t en = (maxev ? maxev : 1) * (int64_t)sizeof(RtEvent);
 	char *ev = calloc((size_t)w->nlocal, (size_t)en);
@@ -440,10 +397,14 @@ static int check(RtWorld *w, RtResult *res)
 int rt_world_run(RtWorld *w, RtResult *res)
 {
 	memset(res, 0, sizeof *res);
+	/* A process that cannot run fails now, after opening took part in every collective
+	 * step; the others fail alike (or end by the watchdog). */
+	if (w->unable[0])
+		return rt_world_error(w, "%s", w->unable);
 	RtWatchdog *wd = rt_watchdog_start(w);
 	if (!wd)
 		return RT_EFAIL;
-	int rc = w->be->launch(w, rank_entry);
+	int rc = w->launcher->launch(w, rank_entry);
 	rt_watchdog_stop(wd);
 	for (int i = 0; i < w->nlocal; i++)
 		if (w->ranks[i].status != RT_OK)
@@ -489,6 +450,8 @@ static void op_where(const RtWorld *w, const RtRank *r, int64_t op, FILE *f)
 void rt_world_report(RtWorld *w, FILE *f)
 {
 	char txt[256];
+	if (w->quiet)
+		return;
 	if (atomic_load(&w->timed_out)) {
 		fprintf(f, "piperun: error: no rank made progress for %g s (deadlock?); blocked ops:\n",
 		        w->opt.timeout_s);
@@ -531,42 +494,3 @@ void rt_world_report(RtWorld *w, FILE *f)
 	}
 }
 
-/* One thread per local rank, each running fn; returns when all have returned. */
-typedef struct {
-	RtRank *r;
-	int (*fn)(RtRank *);
-} Start;
-
-static void *thread_main(void *arg)
-{
-	Start *s = arg;
-	s->r->status = s->fn(s->r);
-	return NULL;
-}
-
-int rt_launch_threads(RtWorld *w, int (*fn)(RtRank *))
-{
-	int n = w->nlocal;
-	pthread_t *th = calloc((size_t)n, sizeof *th);
-	Start *st = calloc((size_t)n, sizeof *st);
-	if (!th || !st) {
-		free(th);
-		free(st);
-		return rt_world_error(w, "out of memory");
-	}
-	int started = 0, rc = RT_OK;
-	for (int i = 0; i < n; i++) {
-		st[i] = (Start){&w->ranks[i], fn};
-		if (pthread_create(&th[i], NULL, thread_main, &st[i])) {
-			rc = rt_world_error(w, "cannot start a thread for rank %d", i);
-			rt_abort(w);
-			break;
-		}
-		started++;
-	}
-	for (int i = 0; i < started; i++)
-		pthread_join(th[i], NULL);
-	free(th);
-	free(st);
-	return rc;
-}

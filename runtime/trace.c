@@ -2,7 +2,7 @@
  * shares (plan/trace.h), so predicted and measured timelines open side by side.  Unlike
  * pipesim's single step, every step run is there, one after the other; args carry the
  * step.  Times are microseconds since the world started (on the root's clock). */
-#include "rt.h"
+#include "rt_private.h"
 
 #include "../plan/trace.h"
 

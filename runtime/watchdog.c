@@ -2,14 +2,14 @@
  *
  * Every rank adds the ops it completes to the world's progress counter.  When the
  * counter has not moved for opt.timeout_s while some local rank is still running,
- * the watchdog marks the world timed out and aborts it: the backend's wake() makes
- * every blocked wait return RT_EABORT, the interpreters unwind, and
+ * the watchdog marks the world timed out and aborts it: the communicator's abort()
+ * makes every blocked wait return RT_EABORT, the interpreters unwind, and
  * rt_world_report() prints each rank's blocked ops (plan line and text).  A deadlocked
  * plan therefore ends with a report instead of hanging.
  *
  * Under MPI each process watches its own rank: in a deadlock they all stall, so each
- * fires and reports its own blocked op, and the backend ends the job. */
-#include "rt.h"
+ * fires and reports its own blocked op, and the mpi launcher ends the job. */
+#include "rt_private.h"
 
 #include <pthread.h>
 #include <stdlib.h>

@@ -1,15 +1,18 @@
-/* CUDA backend tests.  Most of them need no GPU and run everywhere: the backend's place
- * in the registry, the launcher environment and device choice (cuda_env.h's pure
- * functions), the text of the CUDACHECK/CUBLASCHECK/NCCLCHECK macros, the dtype-
- * dependent --check bound, a clear "no CUDA device" failure (exit 1 from piperun) where
- * there is no GPU, and --dtype validation on the command line.  The rest need a GPU and
- * skip with a message without one: every kernel against cpu.c, a one-rank NCCL
- * communicator's grouped self send/receive and all-reduce, an abort that ends a hung
- * receive, and whole plans with --check (f32 and bf16, and two GPUs when there are).
+/* CUDA backend tests.  Most of them need no GPU and run everywhere, CUDA or not: the
+ * cuda device's and nccl communicator's place in the registries, the launcher
+ * environment, device choice, the two-ranks-on-one-GPU check and the text of a failed
+ * library call (cuda_env.c and launch_env.c, built everywhere), the dtype-dependent
+ * --check bound and --dtype validation.  With CUDA also: the
+ * CUDACHECK/CUBLASCHECK/NCCLCHECK macros, the refusal of two ranks on one GPU through
+ * piperun, and a clear "no CUDA device" failure (exit 1 from piperun) where there is no
+ * GPU.  The rest need a GPU and skip with a message without one: every kernel against
+ * the cpu device, a one-rank NCCL communicator's grouped self send/receive and
+ * all-reduce, an abort that ends a hung receive, and whole plans with --check (f32 and
+ * bf16, and two GPUs when there are).
  *
- * Built without CUDA (no nvcc or nccl.h), only the registry test runs: the backend must
- * then be absent.  The command-line tests run $BIN/piperun (tests/run.sh sets BIN) and
- * skip when it is not there. */
+ * Built without CUDA (no nvcc or nccl.h), the cuda parts must be absent and asking for
+ * the backend is a usage error.  The command-line tests run $BIN/piperun (tests/run.sh
+ * sets BIN) and skip when it is not there. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -26,14 +29,13 @@
 #include <unistd.h>
 
 #include "../compiler/pipecc.h"
-#include "../runtime/rt.h"
+#include "../runtime/cuda_env.h"
+#include "../runtime/rt_private.h"
 
 #ifdef HAVE_CUDA
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <nccl.h>
-
-#include "../runtime/cuda_env.h"
 #endif
 
 /* ---- helpers ---- */
@@ -65,23 +67,50 @@ static const char one_gpu_src[] = "pipeline one;\nmesh pp=1;\nmicrobatches 4;\ni
 
 /* ---- no GPU needed ---- */
 
-static void cuda__registry__backend_present_iff_built(void **state)
+#ifdef HAVE_CUDA
+/* Every member of a table, as an array of function pointers from `first` to its end. */
+static int all_filled(const void *table, size_t size, size_t first)
+{
+	void (*const *fn)(void) = (void (*const *)(void))((const char *)table + first);
+	size_t n = (size - first) / sizeof *fn;
+	for (size_t i = 0; i < n; i++)
+		if (!fn[i])
+			return 0;
+	return 1;
+}
+#endif
+
+static void cuda__registry__parts_present_iff_built(void **state)
 {
 	(void)state;
+	char msg[512], names[256];
+	int dev = 0, comm = 0;
+	for (int i = 0; i < rt_ndevices; i++)
+		dev += rt_devices[i] && !strcmp(rt_devices[i]->name, "cuda");
+	for (int i = 0; i < rt_ncomms; i++)
+		comm += rt_comms[i] && !strcmp(rt_comms[i]->name, "nccl");
 	const RtBackend *b = rt_backend_find("cuda");
+	assert_non_null(b); // the name is known, built or not
+	assert_true(b->auto_launcher);
 #ifdef HAVE_CUDA
-	assert_non_null(b);
-	assert_string_equal(b->name, "cuda");
-	assert_int_equal(b->async, 1);
-	assert_non_null(strstr(rt_backend_names(), "cuda"));
-	/* Every entry is filled: the interpreter calls all of them. */
-	void (*const *fn)(void) = (void (*const *)(void))&b->world_open;
-	size_t n = (sizeof *b - offsetof(RtBackend, world_open)) / sizeof *fn;
-	for (size_t i = 0; i < n; i++)
-		assert_non_null(fn[i]);
+	assert_int_equal(dev, 1);
+	assert_int_equal(comm, 1);
+	assert_non_null(b->device);
+	assert_string_equal(b->device->name, "cuda");
+	assert_string_equal(b->comm->name, "nccl");
+	assert_int_equal(b->device->async, 1);
+	assert_int_equal(rt_backend_check("cuda", msg, sizeof msg), 0);
+	assert_non_null(strstr(rt_backend_names(names, sizeof names), "cuda"));
+	/* Every entry is filled: the interpreter and the world call all of them. */
+	assert_true(all_filled(b->device, sizeof *b->device, offsetof(RtDevice, open)));
+	assert_true(all_filled(b->comm, sizeof *b->comm, offsetof(RtComm, open)));
 #else
-	assert_null(b);
-	assert_null(strstr(rt_backend_names(), "cuda"));
+	assert_int_equal(dev, 0);
+	assert_int_equal(comm, 0);
+	assert_null(b->device);
+	assert_int_equal(rt_backend_check("cuda", msg, sizeof msg), -1);
+	assert_non_null(strstr(msg, "the cuda backend is not built into this piperun"));
+	assert_null(strstr(rt_backend_names(names, sizeof names), "cuda"));
 #endif
 }
 
@@ -178,6 +207,169 @@ static void cuda__cli_dtype__validated(void **state)
 	free(err);
 }
 
+/* A getenv over a fixed table: "NAME=value" strings, NULL-terminated. */
+static const char *const *fake_env;
+static char *fake_getenv(const char *name)
+{
+	size_t n = strlen(name);
+	for (const char *const *e = fake_env; e && *e; e++)
+		if (!strncmp(*e, name, n) && (*e)[n] == '=')
+			return (char *)*e + n + 1;
+	return NULL;
+}
+
+static int nprocs_of(const char *const *env)
+{
+	fake_env = env;
+	return rt_launch_env_nprocs(fake_getenv);
+}
+
+static int local_of(const char *const *env)
+{
+	fake_env = env;
+	return rt_launch_env_local_rank(fake_getenv);
+}
+
+static void cuda__env__reads_launchers(void **state)
+{
+	(void)state;
+	assert_int_equal(nprocs_of((const char *const[]){NULL}), 0);
+	assert_int_equal(nprocs_of((const char *const[]){"OMPI_COMM_WORLD_SIZE=8", NULL}), 8);
+	assert_int_equal(nprocs_of((const char *const[]){"PMI_SIZE=4", NULL}), 4);
+	assert_int_equal(nprocs_of((const char *const[]){"PMIX_SIZE=2", NULL}), 2);
+	assert_int_equal(nprocs_of((const char *const[]){"SLURM_STEP_NUM_TASKS=16", NULL}), 16);
+	/* A batch script's allocation is not a launch: piperun there runs one process. */
+	assert_int_equal(nprocs_of((const char *const[]){"SLURM_NTASKS=16", NULL}), 0);
+	assert_int_equal(nprocs_of((const char *const[]){"OMPI_COMM_WORLD_SIZE=x", NULL}), 0);
+	assert_int_equal(nprocs_of((const char *const[]){"OMPI_COMM_WORLD_SIZE=0", NULL}), 0);
+	/* Open MPI's own variable wins over srun's. */
+	assert_int_equal(nprocs_of((const char *const[]){"SLURM_STEP_NUM_TASKS=32",
+	                                                "OMPI_COMM_WORLD_SIZE=2", NULL}),
+	                 2);
+
+	assert_int_equal(local_of((const char *const[]){NULL}), -1);
+	assert_int_equal(local_of((const char *const[]){"OMPI_COMM_WORLD_LOCAL_RANK=3", NULL}), 3);
+	assert_int_equal(local_of((const char *const[]){"MPI_LOCALRANKID=5", NULL}), 5);
+	assert_int_equal(local_of((const char *const[]){"SLURM_LOCALID=0", NULL}), 0);
+	assert_int_equal(local_of((const char *const[]){"MV2_COMM_WORLD_LOCAL_RANK=7", NULL}), 7);
+	assert_int_equal(local_of((const char *const[]){"LOCAL_RANK=1", NULL}), 1);
+	assert_int_equal(local_of((const char *const[]){"SLURM_LOCALID=-1", NULL}), -1);
+	assert_int_equal(local_of((const char *const[]){"SLURM_LOCALID=2x", NULL}), -1);
+	assert_int_equal(local_of((const char *const[]){"SLURM_LOCALID=", NULL}), -1);
+	assert_int_equal(local_of((const char *const[]){"SLURM_LOCALID=6",
+	                                               "OMPI_COMM_WORLD_LOCAL_RANK=2", NULL}),
+	                 2);
+
+	fake_env = (const char *const[]){NULL};
+	assert_int_equal(rt_launch_env_rank(fake_getenv), -1);
+	fake_env = (const char *const[]){"OMPI_COMM_WORLD_RANK=1", NULL};
+	assert_int_equal(rt_launch_env_rank(fake_getenv), 1);
+	fake_env = (const char *const[]){"SLURM_PROCID=4", "PMIX_RANK=2", NULL};
+	assert_int_equal(rt_launch_env_rank(fake_getenv), 2);
+	fake_env = (const char *const[]){"PMI_RANK=z", NULL};
+	assert_int_equal(rt_launch_env_rank(fake_getenv), -1);
+}
+
+static void cuda__hosts__local_rank_counts_earlier_same_host(void **state)
+{
+	(void)state;
+	char hosts[6][64] = {"a", "b", "a", "a", "b", "c"};
+	const char *h = &hosts[0][0];
+	int want[6] = {0, 0, 1, 2, 1, 0};
+	for (int i = 0; i < 6; i++)
+		assert_int_equal(rt_launch_hosts_local_rank(h, 64, 6, i), want[i]);
+	assert_int_equal(rt_launch_hosts_local_rank(h, 64, 6, 6), -1);
+	assert_int_equal(rt_launch_hosts_local_rank(h, 64, 6, -1), -1);
+	assert_int_equal(rt_launch_hosts_local_rank(NULL, 64, 6, 0), -1);
+}
+
+static void cuda__pick_device__plan_then_local_rank(void **state)
+{
+	(void)state;
+	char why[256];
+	/* The plan's device when visible. */
+	assert_int_equal(rt_cuda_pick_device(3, -1, 8, why, sizeof why), 3);
+	assert_int_equal(rt_cuda_pick_device(3, 5, 8, why, sizeof why), 3);
+	/* A launcher that gives each process its own GPU: one visible device. */
+	assert_int_equal(rt_cuda_pick_device(3, 3, 1, why, sizeof why), 0);
+	/* Not visible, local rank known: wrap over what is visible. */
+	assert_int_equal(rt_cuda_pick_device(9, 5, 4, why, sizeof why), 1);
+	/* Not visible and no launcher: an error that says why. */
+	why[0] = 0;
+	assert_int_equal(rt_cuda_pick_device(4, -1, 2, why, sizeof why), -1);
+	assert_non_null(strstr(why, "device 4"));
+	assert_non_null(strstr(why, "sees 2 CUDA devices"));
+	why[0] = 0;
+	assert_int_equal(rt_cuda_pick_device(0, 0, 0, why, sizeof why), -1);
+	assert_non_null(strstr(why, "no CUDA device"));
+}
+
+static void cuda__report__names_call_host_rank_and_line(void **state)
+{
+	(void)state;
+	RtWorld w;
+	memset(&w, 0, sizeof w);
+	snprintf(w.host, sizeof w.host, "node7");
+	RtRank r;
+	memset(&r, 0, sizeof r);
+	r.w = &w;
+	r.rank = 3;
+	assert_int_equal(rt_cuda_report(&w, &r, "cudaMalloc(size)", "cudaErrorMemoryAllocation",
+	                                "out of memory", "", "x.cu", 12),
+	                 RT_EFAIL);
+	assert_string_equal(r.err, "x.cu:12: cudaMalloc(size) failed on host node7, rank 3: "
+	                           "cudaErrorMemoryAllocation: out of memory");
+	/* The first error wins. */
+	rt_cuda_report(&w, &r, "other", "n", "m", "", "y.cu", 1);
+	assert_null(strstr(r.err, "other"));
+	r.err[0] = 0;
+	r.rank = RT_REF_RANK;
+	rt_cuda_report(&w, &r, "ncclSend", "ncclRemoteError", "remote", " (peer gone)", "z.cu", 5);
+	assert_string_equal(r.err, "z.cu:5: ncclSend failed on host node7, the --check reference: "
+	                           "ncclRemoteError: remote (peer gone)");
+	rt_cuda_report(&w, NULL, "cudaGetDeviceCount", NULL, NULL, NULL, "d.cu", 9);
+	assert_string_equal(w.err, "d.cu:9: cudaGetDeviceCount failed on host node7: ?: ?");
+	assert_string_equal(rt_cuda_nccl_name(6), "ncclRemoteError");
+	assert_string_equal(rt_cuda_nccl_name(99), "ncclResult (unknown)");
+	assert_string_equal(rt_cuda_nccl_name(-1), "ncclResult (unknown)");
+}
+
+/* Three ranks, two of them on device 0: the plan's devices table. */
+static const char shared_gpu_src[] = "pipeline shared;\nmesh pp=3;\nmicrobatches 3;\n"
+                                     "input 4x8;\ndevices [1, 0, 0];\n"
+                                     "stage s0 { linear 8; relu; }\n"
+                                     "stage s1 { linear 8; relu; }\n"
+                                     "stage s2 { linear 8; loss mse; }\n"
+                                     "schedule gpipe;\ncost * f=1 b=1 w=1;\nlink ideal;\n";
+
+static void cuda__shared_device__names_ranks_device_and_host(void **state)
+{
+	(void)state;
+	Plan *p = compile_text(shared_gpu_src);
+	assert_non_null(p);
+	char why[512] = "";
+	/* One process (no host table): ranks 1 and 2 share device 0 of this host. */
+	assert_int_equal(rt_cuda_shared_device(p, NULL, 0, "box", 22805, why, sizeof why), -1);
+	assert_non_null(strstr(why, "ranks 1 and 2 on one GPU, device 0 of host box"));
+	assert_non_null(strstr(why, "NCCL 2.28.5 refuses two ranks"));
+	why[0] = 0;
+	assert_int_equal(rt_cuda_shared_device(p, NULL, 0, "box", 0, why, sizeof why), -1);
+	assert_non_null(strstr(why, "NCCL before 2.30"));
+	/* Ranks 1 and 2 on different hosts: each GPU has one rank. */
+	char hosts[3][64] = {"a", "a", "b"};
+	assert_int_equal(rt_cuda_shared_device(p, &hosts[0][0], 64, "a", 0, why, sizeof why), 0);
+	/* ...and on the same host, named in the message. */
+	snprintf(hosts[2], sizeof hosts[2], "a");
+	assert_int_equal(rt_cuda_shared_device(p, &hosts[0][0], 64, "x", 0, why, sizeof why), -1);
+	assert_non_null(strstr(why, "ranks 1 and 2 on one GPU, device 0 of host a "));
+	/* The default devices (rank r on device r % 8): one GPU each. */
+	Plan *q = compile_text(one_gpu_src);
+	assert_non_null(q);
+	assert_int_equal(rt_cuda_shared_device(q, NULL, 0, "box", 0, why, sizeof why), 0);
+	plan_free(q);
+	plan_free(p);
+}
+
 #ifndef HAVE_CUDA
 static void cuda__cli_not_built__usage_error(void **state)
 {
@@ -259,6 +451,24 @@ static void cuda__no_device__run_fails_with_message(void **state)
 	plan_free(p);
 }
 
+/* Two ranks on one GPU: refused before any NCCL call, with or without a GPU here. */
+static void cuda__cli_shared_device__exit_1(void **state)
+{
+	(void)state;
+	if (!piperun_path())
+		skip();
+	char *plan = plan_file_of(shared_gpu_src);
+	char args[1024], *err;
+	snprintf(args, sizeof args, "'%s' --backend cuda --steps 1", plan);
+	assert_int_equal(piperun(args, &err), 1);
+	assert_non_null(strstr(err, "piperun: error: the plan puts ranks 1 and 2 on one GPU, "
+	                            "device 0 of host "));
+	assert_null(strstr(err, "no CUDA device")); // the plan's problem comes first
+	free(err);
+	unlink(plan);
+	free(plan);
+}
+
 static void cuda__cli_no_device__exit_1(void **state)
 {
 	(void)state;
@@ -285,7 +495,7 @@ static void cuda__cli_mpirun_no_device__exit_1(void **state)
 	if (!piperun_path() || rt_cuda_device_count(why, sizeof why) > 0 ||
 	    system("command -v mpirun >/dev/null 2>&1 && mpirun --version 2>&1 | "
 	           "grep -q 'Open MPI'") != 0 ||
-	    !strstr(rt_backend_names(), "mpi"))
+	    !rt_backend_find("mpi") || !rt_backend_built(rt_backend_find("mpi")))
 		skip();
 	char *plan = plan_file_of(two_gpu_src);
 	char cmd[2048], *err;
@@ -297,94 +507,6 @@ static void cuda__cli_mpirun_no_device__exit_1(void **state)
 	free(err);
 	unlink(plan);
 	free(plan);
-}
-
-/* A getenv over a fixed table: "NAME=value" strings, NULL-terminated. */
-static const char *const *fake_env;
-static char *fake_getenv(const char *name)
-{
-	size_t n = strlen(name);
-	for (const char *const *e = fake_env; e && *e; e++)
-		if (!strncmp(*e, name, n) && (*e)[n] == '=')
-			return (char *)*e + n + 1;
-	return NULL;
-}
-
-static int nprocs_of(const char *const *env)
-{
-	fake_env = env;
-	return rt_cuda_env_nprocs(fake_getenv);
-}
-
-static int local_of(const char *const *env)
-{
-	fake_env = env;
-	return rt_cuda_env_local_rank(fake_getenv);
-}
-
-static void cuda__env__reads_launchers(void **state)
-{
-	(void)state;
-	assert_int_equal(nprocs_of((const char *const[]){NULL}), 0);
-	assert_int_equal(nprocs_of((const char *const[]){"OMPI_COMM_WORLD_SIZE=8", NULL}), 8);
-	assert_int_equal(nprocs_of((const char *const[]){"PMI_SIZE=4", NULL}), 4);
-	assert_int_equal(nprocs_of((const char *const[]){"PMIX_SIZE=2", NULL}), 2);
-	assert_int_equal(nprocs_of((const char *const[]){"SLURM_STEP_NUM_TASKS=16", NULL}), 16);
-	/* A batch script's allocation is not a launch: piperun there runs one process. */
-	assert_int_equal(nprocs_of((const char *const[]){"SLURM_NTASKS=16", NULL}), 0);
-	assert_int_equal(nprocs_of((const char *const[]){"OMPI_COMM_WORLD_SIZE=x", NULL}), 0);
-	assert_int_equal(nprocs_of((const char *const[]){"OMPI_COMM_WORLD_SIZE=0", NULL}), 0);
-	/* Open MPI's own variable wins over srun's. */
-	assert_int_equal(nprocs_of((const char *const[]){"SLURM_STEP_NUM_TASKS=32",
-	                                                "OMPI_COMM_WORLD_SIZE=2", NULL}),
-	                 2);
-
-	assert_int_equal(local_of((const char *const[]){NULL}), -1);
-	assert_int_equal(local_of((const char *const[]){"OMPI_COMM_WORLD_LOCAL_RANK=3", NULL}), 3);
-	assert_int_equal(local_of((const char *const[]){"MPI_LOCALRANKID=5", NULL}), 5);
-	assert_int_equal(local_of((const char *const[]){"SLURM_LOCALID=0", NULL}), 0);
-	assert_int_equal(local_of((const char *const[]){"MV2_COMM_WORLD_LOCAL_RANK=7", NULL}), 7);
-	assert_int_equal(local_of((const char *const[]){"LOCAL_RANK=1", NULL}), 1);
-	assert_int_equal(local_of((const char *const[]){"SLURM_LOCALID=-1", NULL}), -1);
-	assert_int_equal(local_of((const char *const[]){"SLURM_LOCALID=2x", NULL}), -1);
-	assert_int_equal(local_of((const char *const[]){"SLURM_LOCALID=", NULL}), -1);
-	assert_int_equal(local_of((const char *const[]){"SLURM_LOCALID=6",
-	                                               "OMPI_COMM_WORLD_LOCAL_RANK=2", NULL}),
-	                 2);
-}
-
-static void cuda__hosts__local_rank_counts_earlier_same_host(void **state)
-{
-	(void)state;
-	char hosts[6][64] = {"a", "b", "a", "a", "b", "c"};
-	const char *h = &hosts[0][0];
-	int want[6] = {0, 0, 1, 2, 1, 0};
-	for (int i = 0; i < 6; i++)
-		assert_int_equal(rt_cuda_hosts_local_rank(h, 64, 6, i), want[i]);
-	assert_int_equal(rt_cuda_hosts_local_rank(h, 64, 6, 6), -1);
-	assert_int_equal(rt_cuda_hosts_local_rank(h, 64, 6, -1), -1);
-	assert_int_equal(rt_cuda_hosts_local_rank(NULL, 64, 6, 0), -1);
-}
-
-static void cuda__pick_device__plan_then_local_rank(void **state)
-{
-	(void)state;
-	char why[256];
-	/* The plan's device when visible. */
-	assert_int_equal(rt_cuda_pick_device(3, -1, 8, why, sizeof why), 3);
-	assert_int_equal(rt_cuda_pick_device(3, 5, 8, why, sizeof why), 3);
-	/* A launcher that gives each process its own GPU: one visible device. */
-	assert_int_equal(rt_cuda_pick_device(3, 3, 1, why, sizeof why), 0);
-	/* Not visible, local rank known: wrap over what is visible. */
-	assert_int_equal(rt_cuda_pick_device(9, 5, 4, why, sizeof why), 1);
-	/* Not visible and no launcher: an error that says why. */
-	why[0] = 0;
-	assert_int_equal(rt_cuda_pick_device(4, -1, 2, why, sizeof why), -1);
-	assert_non_null(strstr(why, "device 4"));
-	assert_non_null(strstr(why, "sees 2 CUDA devices"));
-	why[0] = 0;
-	assert_int_equal(rt_cuda_pick_device(0, 0, 0, why, sizeof why), -1);
-	assert_non_null(strstr(why, "no CUDA device"));
 }
 
 /* The macros return from the function they are used in: wrap each in one. */
@@ -473,7 +595,8 @@ typedef struct {
 	Plan *p;
 	RtWorld *w;
 	RtRank *r;
-	const RtBackend *be;
+	const RtDevice *dev;
+	const RtComm *comm;
 } Gpu;
 
 static int gpu_open(Gpu *g, int dtype)
@@ -488,16 +611,18 @@ static int gpu_open(Gpu *g, int dtype)
 	g->w = rt_world_open(g->p, &o, err, sizeof err);
 	if (!g->w)
 		fail_msg("rt_world_open: %s", err);
-	g->be = g->w->be;
+	g->dev = rt_backend_find("cuda")->device;
+	g->comm = rt_backend_find("cuda")->comm;
 	g->r = &g->w->ranks[0];
-	if (g->be->rank_open(g->r))
+	if (g->dev->rank_open(g->r) || g->comm->rank_open(g->r))
 		fail_msg("rank_open: %s", g->r->err);
 	return 1;
 }
 
 static void gpu_close(Gpu *g)
 {
-	g->be->rank_close(g->r);
+	g->comm->rank_close(g->r);
+	g->dev->rank_close(g->r);
 	rt_world_close(g->w, 0);
 	plan_free(g->p);
 }
@@ -517,7 +642,7 @@ static RtTensor *both(Gpu *g, int64_t rows, int64_t cols, RtTensor *host, uint64
 	host->data = malloc((size_t)host->bytes);
 	for (int64_t i = 0; i < rows * cols; i++)
 		((float *)host->data)[i] = frand(&seed);
-	assert_int_equal(g->be->upload(g->r, t, host->data), RT_OK);
+	assert_int_equal(g->dev->upload(g->r, t, host->data), RT_OK);
 	return t;
 }
 
@@ -526,7 +651,7 @@ static double rel_err(Gpu *g, const RtTensor *t, const RtTensor *host)
 {
 	int64_t n = host->rows * host->cols;
 	float *d = malloc((size_t)n * 4);
-	assert_int_equal(g->be->download(g->r, t, d), RT_OK);
+	assert_int_equal(g->dev->download(g->r, t, d), RT_OK);
 	double e = 0, m = 1e-30;
 	for (int64_t i = 0; i < n; i++) {
 		double x = fabs((double)d[i] - ((float *)host->data)[i]);
@@ -545,7 +670,7 @@ static void cuda__kernels__match_cpu(void **state)
 		if (!gpu_open(&g, dtype))
 			skip();
 		RtRank *r = g.r;
-		const RtBackend *be = g.be;
+		const RtDevice *be = g.dev, *cpu = &rt_device_cpu;
 		double gemm_tol = dtype == RT_DTYPE_BF16 ? 2e-2 : 1e-5;
 		int64_t m = 33, k = 70, n = 45; // odd sizes: no tile fits exactly
 		RtTensor hx, hw, hb, hy, hdy, hdx, hdw, hdb, ht, hl;
@@ -556,37 +681,37 @@ static void cuda__kernels__match_cpu(void **state)
 		RtTensor *t = both(&g, m, n, &ht, 9), *loss = both(&g, 1, 4, &hl, 10);
 
 		assert_int_equal(be->linear_fwd(r, x, w, b, y), RT_OK);
-		rt_cpu_linear_fwd(r, &hx, &hw, &hb, &hy);
+		cpu->linear_fwd(r, &hx, &hw, &hb, &hy);
 		assert_true(rel_err(&g, y, &hy) <= gemm_tol);
 		assert_int_equal(be->linear_bwd_in(r, dy, w, dx), RT_OK);
-		rt_cpu_linear_bwd_in(r, &hdy, &hw, &hdx);
+		cpu->linear_bwd_in(r, &hdy, &hw, &hdx);
 		assert_true(rel_err(&g, dx, &hdx) <= gemm_tol);
 		assert_int_equal(be->linear_bwd_w(r, x, dy, dw, db), RT_OK);
-		rt_cpu_linear_bwd_w(r, &hx, &hdy, &hdw, &hdb);
+		cpu->linear_bwd_w(r, &hx, &hdy, &hdw, &hdb);
 		assert_true(rel_err(&g, dw, &hdw) <= gemm_tol);
 		assert_true(rel_err(&g, db, &hdb) == 0); // column sums in the CPU's order
 		for (int kind = LAYER_RELU; kind <= LAYER_GELU; kind++) {
 			assert_int_equal(be->act_fwd(r, kind, x, dx), RT_OK);
-			rt_cpu_act_fwd(r, kind, &hx, &hdx);
+			cpu->act_fwd(r, kind, &hx, &hdx);
 			assert_true(rel_err(&g, dx, &hdx) <= 1e-6);
 			assert_int_equal(be->act_bwd(r, kind, y, dy, t), RT_OK);
-			rt_cpu_act_bwd(r, kind, &hy, &hdy, &ht);
+			cpu->act_bwd(r, kind, &hy, &hdy, &ht);
 			assert_true(rel_err(&g, t, &ht) <= 1e-5);
 		}
 		assert_int_equal(be->mse_fwd(r, y, dy, loss, 2), RT_OK);
-		rt_cpu_mse_fwd(r, &hy, &hdy, &hl, 2);
+		cpu->mse_fwd(r, &hy, &hdy, &hl, 2);
 		assert_true(rel_err(&g, loss, &hl) <= 1e-6);
 		assert_int_equal(be->mse_bwd(r, y, dy, 0.25f, t), RT_OK);
-		rt_cpu_mse_bwd(r, &hy, &hdy, 0.25f, &ht);
+		cpu->mse_bwd(r, &hy, &hdy, 0.25f, &ht);
 		assert_true(rel_err(&g, t, &ht) == 0);
 		assert_int_equal(be->add(r, y, dy), RT_OK);
-		rt_cpu_add(r, &hy, &hdy);
+		cpu->add(r, &hy, &hdy);
 		assert_true(rel_err(&g, y, &hy) == 0);
 		assert_int_equal(be->scale(r, y, 0.37f), RT_OK);
-		rt_cpu_scale(r, &hy, 0.37f);
+		cpu->scale(r, &hy, 0.37f);
 		assert_true(rel_err(&g, y, &hy) == 0);
 		assert_int_equal(be->sgd(r, y, dy, 0.5f), RT_OK);
-		rt_cpu_sgd(r, &hy, &hdy, 0.5f);
+		cpu->sgd(r, &hy, &hdy, 0.5f);
 		assert_true(rel_err(&g, y, &hy) == 0);
 		assert_int_equal(be->copy(r, y, dy), RT_OK);
 		assert_true(rel_err(&g, y, &hdy) == 0);
@@ -612,31 +737,32 @@ static void cuda__nccl_self__grouped_sendrecv_and_allreduce(void **state)
 	if (!gpu_open(&g, RT_DTYPE_F32))
 		skip();
 	RtRank *r = g.r;
-	const RtBackend *be = g.be;
+	const RtDevice *be = g.dev, *cpu = &rt_device_cpu;
+	const RtComm *comm = g.comm;
 	RtTensor ha, hb;
 	RtTensor *a = both(&g, 64, 1000, &ha, 11), *b = both(&g, 64, 1000, &hb, 12);
 	RtTensor *c = rt_tensor_new(r, 64, 1000, RT_MEM_COMM);
 	RtTensor *d = rt_tensor_new(r, 64, 1000, RT_MEM_COMM);
 	RtMsg m = {.edge = 0, .mb = 0, .dir = 0, .op = 0, .bytes = a->bytes};
 	/* Two transfers to itself in one group, crossed over. */
-	assert_int_equal(be->group_start(r), RT_OK);
-	assert_int_equal(be->send(r, a, 0, &m), RT_OK);
-	assert_int_equal(be->send(r, b, 0, &m), RT_OK);
-	assert_int_equal(be->recv(r, c, 0, &m), RT_OK);
-	assert_int_equal(be->recv(r, d, 0, &m), RT_OK);
-	assert_int_equal(be->group_end(r), RT_OK);
+	assert_int_equal(comm->group_start(r), RT_OK);
+	assert_int_equal(comm->send(r, a, 0, &m), RT_OK);
+	assert_int_equal(comm->send(r, b, 0, &m), RT_OK);
+	assert_int_equal(comm->recv(r, c, 0, &m), RT_OK);
+	assert_int_equal(comm->recv(r, d, 0, &m), RT_OK);
+	assert_int_equal(comm->group_end(r), RT_OK);
 	/* Compute that reads what arrived, then an all-reduce (an average over one rank). */
 	assert_int_equal(be->add(r, c, d), RT_OK);
-	rt_cpu_add(r, &ha, &hb);
+	cpu->add(r, &ha, &hb);
 	m.mb = m.dir = -1;
-	assert_int_equal(be->group_start(r), RT_OK);
-	assert_int_equal(be->allreduce_avg(r, c, &m), RT_OK);
-	assert_int_equal(be->group_end(r), RT_OK);
+	assert_int_equal(comm->group_start(r), RT_OK);
+	assert_int_equal(comm->allreduce_avg(r, c, &m), RT_OK);
+	assert_int_equal(comm->group_end(r), RT_OK);
 	assert_int_equal(be->scale(r, c, 2.0f), RT_OK);
-	rt_cpu_scale(r, &ha, 2.0f);
+	cpu->scale(r, &ha, 2.0f);
 	assert_int_equal(be->sync(r), RT_OK);
 	assert_true(rel_err(&g, c, &ha) == 0);
-	assert_int_equal(be->barrier(r), RT_OK);
+	assert_int_equal(comm->barrier(r), RT_OK);
 	RtTensor *ts[] = {a, b, c, d};
 	for (int i = 0; i < 4; i++)
 		rt_tensor_free(r, ts[i]);
@@ -666,13 +792,13 @@ static void cuda__hang__abort_ends_the_wait(void **state)
 	alarm(60);
 	pthread_t th;
 	assert_int_equal(pthread_create(&th, NULL, abort_later, g.w), 0);
-	int rc = g.be->group_start(r);
+	int rc = g.comm->group_start(r);
 	if (rc == RT_OK)
-		rc = g.be->recv(r, c, 0, &m);
+		rc = g.comm->recv(r, c, 0, &m);
 	if (rc == RT_OK)
-		rc = g.be->group_end(r);
+		rc = g.comm->group_end(r);
 	if (rc == RT_OK)
-		rc = g.be->sync(r);
+		rc = g.dev->sync(r);
 	pthread_join(th, NULL);
 	alarm(0);
 	assert_int_not_equal(rc, RT_OK);
@@ -736,18 +862,21 @@ static void cuda__plan_two_gpus__check_f32(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(cuda__registry__backend_present_iff_built),
+		cmocka_unit_test(cuda__registry__parts_present_iff_built),
 		cmocka_unit_test(cuda__check_tol__depends_on_dtype),
 		cmocka_unit_test(cuda__cli_dtype__validated),
+		cmocka_unit_test(cuda__env__reads_launchers),
+		cmocka_unit_test(cuda__hosts__local_rank_counts_earlier_same_host),
+		cmocka_unit_test(cuda__pick_device__plan_then_local_rank),
+		cmocka_unit_test(cuda__report__names_call_host_rank_and_line),
+		cmocka_unit_test(cuda__shared_device__names_ranks_device_and_host),
 #ifndef HAVE_CUDA
 		cmocka_unit_test(cuda__cli_not_built__usage_error),
 #else
 		cmocka_unit_test(cuda__no_device__run_fails_with_message),
 		cmocka_unit_test(cuda__cli_no_device__exit_1),
 		cmocka_unit_test(cuda__cli_mpirun_no_device__exit_1),
-		cmocka_unit_test(cuda__env__reads_launchers),
-		cmocka_unit_test(cuda__hosts__local_rank_counts_earlier_same_host),
-		cmocka_unit_test(cuda__pick_device__plan_then_local_rank),
+		cmocka_unit_test(cuda__cli_shared_device__exit_1),
 		cmocka_unit_test(cuda__check_macros__name_call_host_rank_and_line),
 		cmocka_unit_test(cuda__kernels__match_cpu),
 		cmocka_unit_test(cuda__nccl_self__grouped_sendrecv_and_allreduce),

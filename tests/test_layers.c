@@ -18,7 +18,7 @@
 
 #include "../compiler/pipecc.h"
 #include "../compiler/program.h"
-#include "../runtime/rt.h"
+#include "../runtime/rt_private.h"
 
 /* How a stage writes kind k: "linear 6", "relu", "loss mse". */
 static void spell(LayerKind k, char *buf, size_t n)

@@ -2,7 +2,8 @@
 # piperun under mpirun, one rank per process: --check passes for every schedule pipecc
 # accepts on the bundled examples (the backend chosen automatically from the launcher's
 # environment, and by --backend mpi), a head-to-head deadlock ends by the watchdogs with
-# both blocked sends named, and a wrong process count is an error.  Skipped (with a
+# both blocked sends named, a wrong process count is an error, and --backend threads
+# (which would run the whole world in every process) is refused.  Skipped (with a
 # line saying so) without mpirun, without the MPI backend, or under sanitizers.
 : "${BIN:=bin}"
 TOOL=piperun-mpi
@@ -45,6 +46,13 @@ t "--backend mpi" 0 timeout 120 $MPIRUN -np 2 "$BIN/piperun" "$dir/tiny.plan" --
 has "--backend mpi reports mpi" "$dir/out" '"backend": "mpi"'
 t "wrong process count" nonzero timeout 120 $MPIRUN -np 3 "$BIN/piperun" "$dir/tiny.plan"
 has "wrong process count is explained" "$dir/err" "the plan has world 2 but 3 MPI processes"
+t "--backend threads under mpirun is refused" 1 timeout 120 $MPIRUN -np 2 "$BIN/piperun" \
+	"$dir/tiny.plan" --backend threads
+has "the refusal says to use --backend mpi" "$dir/err" \
+	"as 2 processes, but the threads backend runs every rank of the plan in one process.*use --backend mpi"
+check "the refusal is said once" "$(($(grep -c "piperun: error:" "$dir/err") - 1))" \
+	"$(grep -c "piperun: error:" "$dir/err") error lines"
+check "the refused run prints no figures" "$(grep -c "^step " "$dir/out")" "stdout has steps"
 
 # The head-to-head deadlock of tests/cli/piperun.sh: rank 0 sends act m=1 while rank 1
 # sends grad m=0, in separate groups.

@@ -333,7 +333,7 @@ for dt in $dtypes; do
 done
 if [ "$dry" -eq 0 ]; then
 	cat >"$dir/gemm.cu" <<'EOF'
-// cuBLAS alone for the stage layers' GEMMs, issued as backend_cuda.cu issues them:
+// cuBLAS alone for the stage layers' GEMMs, issued as cuda_kernels.cu issues them:
 // fwd y^T = W^T x^T (NN), input gradient (TN), weight gradient (NT).  bf16: operands
 // already bf16 (no conversion), f32 output and accumulation.
 #include <cublas_v2.h>

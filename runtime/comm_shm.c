@@ -1,5 +1,6 @@
-/* The threads backend: every rank of the world is a thread of this process, computing
- * on the host (cpu.c) and talking through in-process channels.
+/* The shared-memory communicator: every rank of the world is a thread of this process
+ * (the threads launcher) with tensors in host memory (the cpu device), talking through
+ * in-process channels.
  *
  * Channels implement docs/semantics.md exactly.  There is one per ordered pair of
  * ranks, holding the posted and not yet matched sends or receives in posting order,
@@ -12,10 +13,10 @@
  * whichever thread arrives last (and equals the sequential reference's).
  *
  * Waiting spins briefly (when there are cores to spare) and then sleeps on the rank's
- * condition variable; wake() broadcasts them all so the watchdog or a failing rank can
+ * condition variable; abort() broadcasts them all so the watchdog or a failing rank can
  * end every wait.  A mismatched pair (different edge, microbatch, direction or size)
  * fails the whole world with a message naming both ops. */
-#include "rt.h"
+#include "rt_private.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -74,39 +75,37 @@ static inline void cpu_relax(void)
 
 static ThWorld *tw(RtWorld *w)
 {
-	return w->bw;
+	return w->state[RT_PART_COMM];
 }
 
-static int th_world_open(RtWorld *w)
+static int th_open(RtWorld *w)
 {
 	int n = w->plan->world;
+	if (w->nlocal != n)
+		return rt_world_error(w, "the shm communicator needs every rank in one process "
+		                         "(%d of %d here)", w->nlocal, n);
 	ThWorld *t = calloc(1, sizeof *t);
 	if (!t)
 		return rt_world_error(w, "out of memory");
-	w->bw = t;
-	t->world = n;
+	pthread_mutex_init(&t->mu, NULL); // first: abort() may lock it from now on
+	w->state[RT_PART_COMM] = t;
 	t->cv = calloc((size_t)n, sizeof *t->cv);
 	t->chan = calloc((size_t)n * (size_t)n, sizeof *t->chan);
 	t->coll = calloc((size_t)n, sizeof *t->coll);
 	if (!t->cv || !t->chan || !t->coll)
 		return rt_world_error(w, "out of memory for %d ranks", n);
-	pthread_mutex_init(&t->mu, NULL);
 	pthread_cond_init(&t->bar_cv, NULL);
 	for (int i = 0; i < n; i++)
 		pthread_cond_init(&t->cv[i], NULL);
+	t->world = n; // last: abort() wakes t->world ranks
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	const char *spin = getenv("PIPERUN_SPIN_NS");
 	t->spin = spin ? atol(spin) : cpus >= n ? 20000 : 0;
-	w->first_local = 0;
-	w->nlocal = n;
-	w->root = 1;
-	rt_cpu_blas_threads(w->opt.blas_threads);
 	return RT_OK;
 }
 
-static void th_world_close(RtWorld *w, int failed)
+static void th_close(RtWorld *w)
 {
-	(void)failed;
 	ThWorld *t = tw(w);
 	if (!t)
 		return;
@@ -129,12 +128,7 @@ static void th_world_close(RtWorld *w, int failed)
 	free(t->chan);
 	free(t->coll);
 	free(t);
-	w->bw = NULL;
-}
-
-static int th_launch(RtWorld *w, int (*fn)(RtRank *))
-{
-	return rt_launch_threads(w, fn);
+	w->state[RT_PART_COMM] = NULL;
 }
 
 static void wake_locked(ThWorld *t)
@@ -144,7 +138,7 @@ static void wake_locked(ThWorld *t)
 	pthread_cond_broadcast(&t->bar_cv);
 }
 
-static void th_wake(RtWorld *w)
+static void th_abort(RtWorld *w)
 {
 	ThWorld *t = tw(w);
 	pthread_mutex_lock(&t->mu);
@@ -152,28 +146,12 @@ static void th_wake(RtWorld *w)
 	pthread_mutex_unlock(&t->mu);
 }
 
-static int th_gather(RtWorld *w, const void *mine, int64_t n, void *all)
-{
-	memcpy(all, mine, (size_t)(n * w->nlocal));
-	return RT_OK;
-}
-
-static int th_bcast(RtWorld *w, void *buf, int64_t n)
-{
-	(void)w;
-	(void)buf;
-	(void)n;
-	return RT_OK;
-}
-
 static int th_rank_open(RtRank *r)
 {
 	ThRank *t = calloc(1, sizeof *t);
 	if (!t)
 		return rt_error(r, "out of memory");
-	r->be = t;
-	if (r->rank == RT_REF_RANK)
-		return RT_OK;
+	r->state[RT_PART_COMM] = t;
 	const Plan *p = r->w->plan;
 	t->dp_members = malloc((size_t)p->dims[DIM_DP] * sizeof(int));
 	if (!t->dp_members)
@@ -185,25 +163,25 @@ static int th_rank_open(RtRank *r)
 
 static void th_rank_close(RtRank *r)
 {
-	ThRank *t = r->be;
+	ThRank *t = r->state[RT_PART_COMM];
 	if (!t)
 		return;
 	free(t->reqs);
 	free(t->dp_members);
 	free(t);
-	r->be = NULL;
+	r->state[RT_PART_COMM] = NULL;
 }
 
 static int th_group_start(RtRank *r)
 {
-	ThRank *t = r->be;
+	ThRank *t = r->state[RT_PART_COMM];
 	t->nreq = 0;
 	return RT_OK;
 }
 
 static Req *add_req(RtRank *r, RtTensor *tensor, int peer, const RtMsg *m, int send)
 {
-	ThRank *t = r->be;
+	ThRank *t = r->state[RT_PART_COMM];
 	if (t->nreq == t->cap) {
 		int cap = t->cap ? 2 * t->cap : 8;
 		Req *q = realloc(t->reqs, (size_t)cap * sizeof *q);
@@ -297,7 +275,7 @@ static int post_locked(RtRank *r, Req *q)
 	RtWorld *w = r->w;
 	ThWorld *t = tw(w);
 	if (q->peer == -2) {
-		ThRank *tr = r->be;
+		ThRank *tr = r->state[RT_PART_COMM];
 		Coll **cp = &t->coll[tr->dp_members[0]];
 		if (!*cp) {
 			*cp = calloc(1, sizeof **cp);
@@ -322,8 +300,8 @@ static int post_locked(RtRank *r, Req *q)
 		/* Sum in dp order into member 0's tensor, scale, then copy out. */
 		RtTensor *acc = a->t;
 		for (int i = 1; i < c->n; i++)
-			rt_cpu_add(r, acc, c->reqs[i]->t);
-		rt_cpu_scale(r, acc, 1.0f / (float)c->n);
+			r->dev->add(r, acc, c->reqs[i]->t);
+		r->dev->scale(r, acc, 1.0f / (float)c->n);
 		for (int i = 1; i < c->n; i++)
 			memcpy(c->reqs[i]->t->data, acc->data, (size_t)acc->bytes);
 		for (int i = 0; i < c->n; i++)
@@ -388,7 +366,7 @@ static void list_unlink(Req **head, Req **tail, Req *q)
  * other rank touches them (or their tensors) after this rank has moved on. */
 static void withdraw_locked(RtRank *r)
 {
-	ThRank *tr = r->be;
+	ThRank *tr = r->state[RT_PART_COMM];
 	ThWorld *t = tw(r->w);
 	for (int i = 0; i < tr->nreq; i++) {
 		Req *q = &tr->reqs[i];
@@ -415,7 +393,7 @@ static void withdraw_locked(RtRank *r)
 
 static int th_group_end(RtRank *r)
 {
-	ThRank *tr = r->be;
+	ThRank *tr = r->state[RT_PART_COMM];
 	ThWorld *t = tw(r->w);
 	if (tr->nreq == 0)
 		return RT_OK;
@@ -452,12 +430,6 @@ static int th_group_end(RtRank *r)
 	return left ? RT_EABORT : RT_OK;
 }
 
-static int th_sync(RtRank *r)
-{
-	(void)r;
-	return RT_OK;
-}
-
 static int th_barrier(RtRank *r)
 {
 	ThWorld *t = tw(r->w);
@@ -476,23 +448,17 @@ static int th_barrier(RtRank *r)
 	return rc;
 }
 
-const RtBackend rt_backend_threads = {
-	.name = "threads",
-	.async = 0,
-	.world_open = th_world_open,
-	.launch = th_launch,
-	.wake = th_wake,
-	.gather = th_gather,
-	.bcast = th_bcast,
-	.world_close = th_world_close,
+const RtComm rt_comm_shm = {
+	.name = "shm",
+	.open = th_open,
+	.close = th_close,
+	.abort = th_abort,
 	.rank_open = th_rank_open,
 	.rank_close = th_rank_close,
-	RT_CPU_COMPUTE,
 	.group_start = th_group_start,
 	.send = th_send,
 	.recv = th_recv,
 	.allreduce_avg = th_allreduce,
 	.group_end = th_group_end,
-	.sync = th_sync,
 	.barrier = th_barrier,
 };

@@ -1,0 +1,185 @@
+/* Services every part of the runtime uses: errors (the first message wins), the abort
+ * flag, the clock, and accessors to the world and the rank.  A leaf: it calls nothing
+ * of the runtime but the parts' abort and collectives through the world's tables, so
+ * the interpreter, the model and the watchdog depend on it and on nothing above them.
+ *
+ * The accessors exist for the CUDA parts, which are C++ and see RtWorld and RtRank as
+ * incomplete types (their atomics are C11's); C parts may use the fields directly. */
+#include "rt_private.h"
+
+#include <stdarg.h>
+#include <time.h>
+
+static int vnote(char *buf, size_t n, const char *fmt, va_list ap)
+{
+	if (!buf[0])
+		vsnprintf(buf, n, fmt, ap);
+	return RT_EFAIL;
+}
+
+int rt_error(RtRank *r, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vnote(r->err, sizeof r->err, fmt, ap);
+	va_end(ap);
+	return RT_EFAIL;
+}
+
+int rt_world_error(RtWorld *w, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vnote(w->err, sizeof w->err, fmt, ap);
+	va_end(ap);
+	return RT_EFAIL;
+}
+
+int rt_world_unable(RtWorld *w, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vnote(w->unable, sizeof w->unable, fmt, ap);
+	va_end(ap);
+	return RT_OK;
+}
+
+int rt_aborted(const RtWorld *w)
+{
+	return atomic_load_explicit(&w->abort, memory_order_relaxed);
+}
+
+void rt_abort(RtWorld *w)
+{
+	atomic_store(&w->abort, 1);
+	if (w->comm && w->comm->abort && w->state[RT_PART_COMM])
+		w->comm->abort(w);
+}
+
+int64_t rt_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+const Plan *rt_world_plan(const RtWorld *w)
+{
+	return w->plan;
+}
+
+const RtOptions *rt_world_options(const RtWorld *w)
+{
+	return &w->opt;
+}
+
+const char *rt_world_host(const RtWorld *w)
+{
+	return w->host;
+}
+
+const char *rt_world_unable_reason(const RtWorld *w)
+{
+	return w->unable;
+}
+
+void **rt_world_state(RtWorld *w, RtPart part)
+{
+	return &w->state[part];
+}
+
+int rt_world_first_local(const RtWorld *w)
+{
+	return w->first_local;
+}
+
+int rt_world_nlocal(const RtWorld *w)
+{
+	return w->nlocal;
+}
+
+void rt_world_set_ranks(RtWorld *w, int first, int n, int root)
+{
+	w->first_local = first;
+	w->nlocal = n;
+	w->root = root;
+}
+
+RtRank *rt_world_rank(RtWorld *w, int local)
+{
+	return &w->ranks[local];
+}
+
+int rt_world_gather(RtWorld *w, const void *mine, int64_t n, void *all)
+{
+	return w->launcher->gather(w, mine, n, all);
+}
+
+int rt_world_bcast(RtWorld *w, void *buf, int64_t n)
+{
+	return w->launcher->bcast(w, buf, n);
+}
+
+RtWorld *rt_rank_world(const RtRank *r)
+{
+	return r->w;
+}
+
+int rt_rank_id(const RtRank *r)
+{
+	return r->rank;
+}
+
+int rt_rank_local(const RtRank *r)
+{
+	return r->local;
+}
+
+const int *rt_rank_coord(const RtRank *r)
+{
+	return r->coord;
+}
+
+void **rt_rank_state(RtRank *r, RtPart part)
+{
+	return &r->state[part];
+}
+
+void rt_rank_set_status(RtRank *r, int status)
+{
+	r->status = status;
+}
+
+void rt_rank_blame(RtRank *r, int64_t op, int64_t op_end)
+{
+	atomic_store(&r->cur_end, op_end);
+	atomic_store(&r->cur_op, op);
+}
+
+const char *rt_rank_error(const RtRank *r)
+{
+	return r->err;
+}
+
+const char *rt_world_backend(const RtWorld *w)
+{
+	return w->be->name;
+}
+
+int rt_world_root(const RtWorld *w)
+{
+	return w->root;
+}
+
+int64_t rt_world_progress(const RtWorld *w)
+{
+	return (int64_t)atomic_load(&((RtWorld *)w)->progress);
+}
+
+int64_t rt_world_local_ops(const RtWorld *w)
+{
+	int64_t n = 0;
+	for (int r = w->first_local; r < w->first_local + w->nlocal; r++)
+		n += w->plan->ranks[r].nops;
+	return n;
+}

@@ -1,0 +1,326 @@
+/* The MPI communicator: host tensors over MPI, one rank per process (the mpi launcher
+ * opened MPI).
+ *
+ * Point-to-point: every SEND posts two synchronous-mode sends, MPI_Issend, to the
+ * peer on a duplicate of the world communicator: a small header (edge, microbatch,
+ * direction, bytes, op index), then the data.  Synchronous mode completes only once the
+ * matching receive has started, which makes every send a rendezvous whatever its size
+ * (NCCL's contract, docs/semantics.md), where plain MPI_Isend would buffer small
+ * messages eagerly.  A RECV posts MPI_Irecv for both.  All messages of one kind use one
+ * tag, so MPI's non-overtaking rule gives the FIFO matching per ordered pair the plan
+ * relies on; the receiver compares the header with what its op expects and fails with
+ * both ops named on a mismatch.
+ *
+ * All-reduce: MPI_Iallreduce (sum, in place) on the rank's dp communicator, made with
+ * MPI_Comm_split once per mesh dimension, then a scale by 1/dp on the rank's device.
+ * MPI chooses the summation order, so results may differ from the shared-memory
+ * communicator in the last bits.
+ *
+ * A group's requests are completed together by polling MPI_Testall, which checks
+ * rt_aborted() between polls: the watchdog can end a deadlock (abort has nothing to
+ * wake), and the launcher then ends the whole job. */
+#include "rt_private.h"
+
+#include <mpi.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mpi_check.h"
+
+enum { TAG_HDR = 7301, TAG_DATA = 7302 };
+enum { HDR_EDGE, HDR_MB, HDR_DIR, HDR_BYTES, HDR_OP, HDR_N };
+
+typedef struct {
+	MPI_Comm comm;
+} MpComm;
+
+typedef struct {
+	int64_t hdr[HDR_N]; // sent, or received
+	RtMsg want;         // recv: what the op expects
+	int peer;
+	int kind;           // OP_SEND, OP_RECV, OP_ALLREDUCE
+	RtTensor *t;
+} MpOp;
+
+typedef struct {
+	MPI_Comm dim[DIM_COUNT]; // communicators per mesh dimension
+	int ndp;
+	MPI_Request *reqs;
+	int nreq, reqcap;
+	MpOp **ops;              // pool; pointers stay put while MPI holds their buffers
+	int nops, opcap;
+} MpRank;
+
+static MPI_Comm world_comm(RtWorld *w)
+{
+	return ((MpComm *)w->state[RT_PART_COMM])->comm;
+}
+
+static MpRank *mr_of(RtRank *r)
+{
+	return r->state[RT_PART_COMM];
+}
+
+static int mc_open(RtWorld *w)
+{
+	MpComm *c = calloc(1, sizeof *c);
+	if (!c)
+		return rt_world_error(w, "out of memory");
+	c->comm = MPI_COMM_NULL;
+	w->state[RT_PART_COMM] = c;
+	MPICHECK_W(w, MPI_Comm_dup(MPI_COMM_WORLD, &c->comm));
+	MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
+	return RT_OK;
+}
+
+static void mc_close(RtWorld *w)
+{
+	MpComm *c = w->state[RT_PART_COMM];
+	if (!c)
+		return;
+	int finalized = 0;
+	MPI_Finalized(&finalized);
+	if (c->comm != MPI_COMM_NULL && !finalized)
+		MPI_Comm_free(&c->comm);
+	free(c);
+	w->state[RT_PART_COMM] = NULL;
+}
+
+static void mc_abort(RtWorld *w)
+{
+	(void)w; // the polling loops watch rt_aborted()
+}
+
+static int mc_rank_open(RtRank *r)
+{
+	MpRank *t = calloc(1, sizeof *t);
+	if (!t)
+		return rt_error(r, "out of memory");
+	r->state[RT_PART_COMM] = t;
+	for (int d = 0; d < DIM_COUNT; d++)
+		t->dim[d] = MPI_COMM_NULL;
+	const Plan *p = r->w->plan;
+	/* One communicator per mesh dimension: the ranks that differ only in that
+	 * coordinate, ordered by it.  Collective over the world, in dimension order. */
+	int *mem = malloc((size_t)p->world * sizeof(int));
+	if (!mem)
+		return rt_error(r, "out of memory");
+	for (int d = 0; d < DIM_COUNT; d++) {
+		plan_dim_members(p, r->rank, d, mem);
+		int e = MPI_Comm_split(world_comm(r->w), mem[0], r->coord[d], &t->dim[d]);
+		if (e != MPI_SUCCESS) {
+			free(mem);
+			return rt_mpi_failed(r->w, r, e, "MPI_Comm_split", __FILE__, __LINE__);
+		}
+		MPI_Comm_set_errhandler(t->dim[d], MPI_ERRORS_RETURN);
+	}
+	free(mem);
+	t->ndp = p->dims[DIM_DP];
+	return RT_OK;
+}
+
+static void mc_rank_close(RtRank *r)
+{
+	MpRank *t = mr_of(r);
+	if (!t)
+		return;
+	int finalized = 0;
+	MPI_Finalized(&finalized);
+	for (int d = 0; d < DIM_COUNT; d++)
+		if (t->dim[d] != MPI_COMM_NULL && !finalized && !rt_aborted(r->w))
+			MPI_Comm_free(&t->dim[d]);
+	for (int i = 0; i < t->opcap; i++)
+		free(t->ops[i]);
+	free(t->ops);
+	free(t->reqs);
+	free(t);
+	r->state[RT_PART_COMM] = NULL;
+}
+
+static int mc_group_start(RtRank *r)
+{
+	MpRank *t = mr_of(r);
+	t->nreq = 0;
+	t->nops = 0;
+	return RT_OK;
+}
+
+static MpOp *new_op(RtRank *r, int nreq)
+{
+	MpRank *t = mr_of(r);
+	if (t->nops == t->opcap) {
+		int cap = t->opcap ? 2 * t->opcap : 8;
+		MpOp **ops = realloc(t->ops, (size_t)cap * sizeof *ops);
+		if (!ops) {
+			rt_error(r, "out of memory");
+			return NULL;
+		}
+		for (int i = t->opcap; i < cap; i++)
+			if (!(ops[i] = calloc(1, sizeof **ops))) {
+				t->ops = ops;
+				t->opcap = i;
+				rt_error(r, "out of memory");
+				return NULL;
+			}
+		t->ops = ops;
+		t->opcap = cap;
+	}
+	if (t->nreq + nreq > t->reqcap) {
+		int cap = t->reqcap ? 2 * t->reqcap : 16;
+		while (cap < t->nreq + nreq)
+			cap *= 2;
+		MPI_Request *q = realloc(t->reqs, (size_t)cap * sizeof *q);
+		if (!q) {
+			rt_error(r, "out of memory");
+			return NULL;
+		}
+		t->reqs = q;
+		t->reqcap = cap;
+	}
+	MpOp *o = t->ops[t->nops++];
+	memset(o, 0, sizeof *o);
+	return o;
+}
+
+static int count_of(RtRank *r, const RtTensor *t, int *count)
+{
+	int64_t n = t->rows * t->cols;
+	if (n > 0x7fffffff)
+		return rt_error(r, "tensor of %lld elements is too large for one MPI message",
+		                (long long)n);
+	*count = (int)n;
+	return RT_OK;
+}
+
+static int mc_send(RtRank *r, const RtTensor *t, int peer, const RtMsg *msg)
+{
+	MpRank *mr = mr_of(r);
+	MpOp *o = new_op(r, 2);
+	int count = 0;
+	if (!o || count_of(r, t, &count))
+		return RT_EFAIL;
+	o->kind = OP_SEND;
+	o->peer = peer;
+	o->hdr[HDR_EDGE] = msg->edge;
+	o->hdr[HDR_MB] = msg->mb;
+	o->hdr[HDR_DIR] = msg->dir;
+	o->hdr[HDR_BYTES] = msg->bytes;
+	o->hdr[HDR_OP] = msg->op;
+	MPI_Comm comm = world_comm(r->w);
+	MPICHECK(r, MPI_Issend(o->hdr, HDR_N, MPI_INT64_T, peer, TAG_HDR, comm,
+	                       &mr->reqs[mr->nreq++]));
+	MPICHECK(r, MPI_Issend(t->data, count, MPI_FLOAT, peer, TAG_DATA, comm,
+	                       &mr->reqs[mr->nreq++]));
+	return RT_OK;
+}
+
+static int mc_recv(RtRank *r, RtTensor *t, int peer, const RtMsg *msg)
+{
+	MpRank *mr = mr_of(r);
+	MpOp *o = new_op(r, 2);
+	int count = 0;
+	if (!o || count_of(r, t, &count))
+		return RT_EFAIL;
+	o->kind = OP_RECV;
+	o->peer = peer;
+	o->want = *msg;
+	o->t = t;
+	MPI_Comm comm = world_comm(r->w);
+	MPICHECK(r, MPI_Irecv(o->hdr, HDR_N, MPI_INT64_T, peer, TAG_HDR, comm,
+	                      &mr->reqs[mr->nreq++]));
+	MPICHECK(r, MPI_Irecv(t->data, count, MPI_FLOAT, peer, TAG_DATA, comm,
+	                      &mr->reqs[mr->nreq++]));
+	return RT_OK;
+}
+
+static int mc_allreduce(RtRank *r, RtTensor *t, const RtMsg *msg)
+{
+	MpRank *mr = mr_of(r);
+	MpOp *o = new_op(r, 1);
+	int count = 0;
+	if (!o || count_of(r, t, &count))
+		return RT_EFAIL;
+	o->kind = OP_ALLREDUCE;
+	o->want = *msg;
+	o->t = t;
+	MPICHECK(r, MPI_Iallreduce(MPI_IN_PLACE, t->data, count, MPI_FLOAT, MPI_SUM,
+	                           mr->dim[DIM_DP], &mr->reqs[mr->nreq++]));
+	return RT_OK;
+}
+
+/* Polls requests to completion; RT_EABORT when the world is aborted meanwhile. */
+static int wait_all(RtRank *r, int n, MPI_Request *reqs)
+{
+	int flag = 0;
+	for (long spins = 0;; spins++) {
+		MPICHECK(r, MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE));
+		if (flag)
+			return RT_OK;
+		if (rt_aborted(r->w))
+			return RT_EABORT;
+		if (spins > 1000) {
+			struct timespec ts = {0, spins > 100000 ? 200000 : 1000};
+			nanosleep(&ts, NULL);
+		} else {
+			sched_yield();
+		}
+	}
+}
+
+/* A received header that differs from what the RECV expects. */
+static int mismatch(RtRank *r, const MpOp *o)
+{
+	const Plan *p = r->w->plan;
+	int64_t op = o->hdr[HDR_OP];
+	const PlanRank *pr = &p->ranks[o->peer];
+	char txt[256] = "?";
+	if (op >= 0 && op < pr->nops)
+		plan_format_op(p, &pr->ops[op], txt, sizeof txt);
+	return rt_error(r, "send and receive do not match (FIFO order per pair of ranks): "
+	                   "rank %d's '%s' (plan line %lld) arrived",
+	                o->peer, txt, (long long)(pr->first_line ? pr->first_line + op : 0));
+}
+
+static int mc_group_end(RtRank *r)
+{
+	MpRank *mr = mr_of(r);
+	int rc = wait_all(r, mr->nreq, mr->reqs);
+	if (rc)
+		return rc;
+	for (int i = 0; i < mr->nops; i++) {
+		MpOp *o = mr->ops[i];
+		if (o->kind == OP_ALLREDUCE && (rc = r->dev->scale(r, o->t, 1.0f / (float)mr->ndp)))
+			return rc;
+		if (o->kind == OP_RECV &&
+		    (o->hdr[HDR_EDGE] != o->want.edge || o->hdr[HDR_MB] != o->want.mb ||
+		     o->hdr[HDR_DIR] != o->want.dir || o->hdr[HDR_BYTES] != o->want.bytes))
+			return mismatch(r, o);
+	}
+	mr->nreq = 0;
+	mr->nops = 0;
+	return RT_OK;
+}
+
+static int mc_barrier(RtRank *r)
+{
+	MPI_Request q;
+	MPICHECK(r, MPI_Ibarrier(world_comm(r->w), &q));
+	return wait_all(r, 1, &q);
+}
+
+const RtComm rt_comm_mpi = {
+	.name = "mpi",
+	.open = mc_open,
+	.close = mc_close,
+	.abort = mc_abort,
+	.rank_open = mc_rank_open,
+	.rank_close = mc_rank_close,
+	.group_start = mc_group_start,
+	.send = mc_send,
+	.recv = mc_recv,
+	.allreduce_avg = mc_allreduce,
+	.group_end = mc_group_end,
+	.barrier = mc_barrier,
+};

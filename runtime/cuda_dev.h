@@ -1,0 +1,138 @@
+/* What the CUDA files share (C++, internal to them): a rank's streams, markers and
+ * storage blocks, which the cuda device (device_cuda.cu, cuda_kernels.cu,
+ * cuda_stream.cu) owns and the NCCL communicator (comm_nccl.cu) orders its groups
+ * against.  The runtime is reached through rt_backend.h's plain C interface only.
+ *
+ * Streams and events.  Every rank has a compute stream `cs` and a comm stream `ms`.
+ * Work on each is counted (cs: one count per device call, ms: one per group), and
+ * markers (events) record positions: one after each group on ms, and on cs lazily, just
+ * before the next call after one that wrote a tensor (and on demand).  Each tensor's
+ * storage (a Block, in RtTensor.aux) remembers the cs call that last wrote it and the
+ * groups that last read or wrote it.  So:
+ *  - a group waits (cudaStreamWaitEvent on ms) only for the compute that wrote the
+ *    tensors it sends; an all-reduce waits for all compute issued before it (the
+ *    stage's W ops write the gradients through views, which carry no Block);
+ *  - a compute call waits only for the groups that received (or all-reduced) the
+ *    tensors it reads, and for writes also for the groups still sending them.
+ * The host issues everything in plan order and never waits, except in download(),
+ * sync() and barrier(), as rt_backend.h's contract for asynchronous devices says.
+ *
+ * Memory.  free() cannot hand storage back at once: either stream may still use it.
+ * Freed Blocks go to a list with the positions of their last uses and are reused only
+ * once both streams have passed them (an event query, no waiting), so a fresh tensor is
+ * idle on both streams and a receive may write it at once.  Host staging for upload()
+ * and download() is pinned memory kept the same way. */
+#ifndef CUDA_DEV_H
+#define CUDA_DEV_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "cuda_env.h"
+
+/* Device or pinned host storage and the positions of its last uses. */
+typedef struct Block {
+	void *ptr;
+	size_t size;
+	int64_t cs_last, ms_last; // last use on each stream (0: none)
+	int64_t cs_write;         // cs call that last wrote it
+	int64_t ms_write;         // group that last wrote it (a receive or all-reduce)
+	int64_t ms_read;          // group that last read it (a send)
+	struct Block *next;
+} Block;
+
+/* Markers of one stream: events at increasing positions, oldest first. */
+typedef struct {
+	cudaEvent_t *ev;
+	int64_t *pos;
+	int64_t *op;              // ms: first and last plan op of the group (2 per marker)
+	int cap, head, n;
+	int64_t last;             // position of the newest marker (0: none)
+	int64_t done;             // every position <= done has completed
+} Ring;
+
+/* A rank on the cuda device. */
+typedef struct {
+	int dev;
+	cudaStream_t cs, ms;
+	cublasHandle_t blas;
+	int bf16;
+	Ring csr, msr;
+	int64_t cs_pos, ms_pos;   // calls issued on cs, groups issued on ms
+	int mark_due;             // a tracked tensor was written since the last cs marker
+	int64_t cs_waits_ms;      // newest group cs already waits for
+	int64_t ms_waits_cs;      // newest cs position ms already waits for
+	Block *free_dev;          // freed device blocks (ready or not)
+	Block *free_host;         // pinned host staging
+	/* Set by the communicator on ms, so every wait also watches it: poll reports its
+	 * asynchronous errors (RT_EFAIL with the message), abort ends its work. */
+	int (*comm_poll)(RtRank *r);
+	void (*comm_abort)(RtRank *r);
+} CuRank;
+
+static inline CuRank *cur(RtRank *r)
+{
+	return (CuRank *)*rt_rank_state(r, RT_PART_DEVICE);
+}
+
+static inline Block *blk(const RtTensor *t)
+{
+	return t ? (Block *)t->aux : NULL;
+}
+
+static inline int64_t numel(const RtTensor *t)
+{
+	return t->rows * t->cols;
+}
+
+/* A tensor a compute call touches, and whether it writes it. */
+typedef struct {
+	const RtTensor *t;
+	int write;
+} Use;
+
+/* ---- cuda_stream.cu: markers, waiting, storage ---- */
+void cu_backoff(long spins);
+int cu_ring_open(RtRank *r, Ring *g, int cap);
+void cu_ring_close(Ring *g);
+/* Retires the markers that completed. */
+int cu_ring_poll(RtRank *r, Ring *g);
+/* The oldest pending marker at or after pos; NULL when pos has completed already. */
+cudaEvent_t cu_ring_find(const Ring *g, int64_t pos);
+int cu_ring_record(RtRank *r, Ring *g, cudaStream_t s, int64_t pos, int64_t op0, int64_t op1);
+/* Makes sure a cs marker covers position pos (records one now if needed). */
+int cu_cs_cover(RtRank *r, int64_t pos);
+/* Polls until cs has passed cs_need and ms has passed ms_need, watching rt_aborted()
+ * and the communicator's asynchronous errors. */
+int cu_wait_pos(RtRank *r, int64_t cs_need, int64_t ms_need);
+int cu_wait_idle(RtRank *r);
+/* A compute-stream call: cu_cs_begin() orders it after the groups it depends on,
+ * cu_cs_end() records what it touched. */
+int cu_cs_begin(RtRank *r, const Use *u, int n);
+void cu_cs_end(RtRank *r, const Use *u, int n);
+/* A block of `bytes` bytes (host: pinned), reused when both streams are done with one. */
+Block *cu_get_block(RtRank *r, int64_t bytes, int host);
+void cu_release(RtRank *r, Block **list, Block *b);
+/* Frees every block of the list (the streams must be idle: cudaFree synchronizes). */
+void cu_drop_all(Block **list, int host);
+
+/* ---- cuda_kernels.cu: the device's tensor and layer calls ---- */
+int cu_upload(RtRank *r, RtTensor *t, const float *host);
+int cu_download(RtRank *r, const RtTensor *t, float *host);
+int cu_zero(RtRank *r, RtTensor *t);
+int cu_copy(RtRank *r, RtTensor *dst, const RtTensor *src);
+int cu_add(RtRank *r, RtTensor *dst, const RtTensor *src);
+int cu_scale(RtRank *r, RtTensor *t, float alpha);
+int cu_linear_fwd(RtRank *r, const RtTensor *x, const RtTensor *w, const RtTensor *b,
+                  RtTensor *y);
+int cu_linear_bwd_in(RtRank *r, const RtTensor *dy, const RtTensor *w, RtTensor *dx);
+int cu_linear_bwd_w(RtRank *r, const RtTensor *x, const RtTensor *dy, RtTensor *dw,
+                    RtTensor *db);
+int cu_act_fwd(RtRank *r, int kind, const RtTensor *x, RtTensor *y);
+int cu_act_bwd(RtRank *r, int kind, const RtTensor *x, const RtTensor *dy, RtTensor *dx);
+int cu_mse_fwd(RtRank *r, const RtTensor *y, const RtTensor *t, RtTensor *loss, int slot);
+int cu_mse_bwd(RtRank *r, const RtTensor *y, const RtTensor *t, float scale, RtTensor *dy);
+int cu_sgd(RtRank *r, RtTensor *w, const RtTensor *g, float lr);
+
+#endif

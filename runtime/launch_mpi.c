@@ -1,0 +1,126 @@
+/* The MPI launcher: one rank per process, started by `mpirun -np WORLD piperun PLAN`
+ * (or srun); the same binary runs across machines.  It initialises MPI (if nobody has),
+ * checks the process count against the plan, and gives the process-level collectives
+ * (MPI_Gather, MPI_Bcast on a duplicate of MPI_COMM_WORLD).  After a failure it ends the
+ * whole job with MPI_Abort, after a grace period that lets the other processes print
+ * their own blocked ops first.  Communicators (comm_mpi.c, comm_nccl.cu) build on the
+ * MPI it opened. */
+#include "rt_private.h"
+
+#include <mpi.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "mpi_check.h"
+
+typedef struct {
+	MPI_Comm comm;
+	int rank, size;
+	int inited;    // we called MPI_Init (so we finalize)
+} MpWorld;
+
+int rt_mpi_failed(RtWorld *w, RtRank *r, int e, const char *call, const char *file, int line)
+{
+	char s[MPI_MAX_ERROR_STRING];
+	int n = 0;
+	MPI_Error_string(e, s, &n);
+	if (r)
+		return rt_error(r, "%s:%d: %s failed on host %s, rank %d: %s", file, line, call,
+		                w->host, r->rank, s);
+	return rt_world_error(w, "%s:%d: %s failed on host %s: %s", file, line, call, w->host, s);
+}
+
+static int mp_open(RtWorld *w)
+{
+	MpWorld *m = calloc(1, sizeof *m);
+	if (!m)
+		return rt_world_error(w, "out of memory");
+	w->state[RT_PART_LAUNCHER] = m;
+	m->comm = MPI_COMM_NULL;
+	int inited = 0;
+	MPI_Initialized(&inited);
+	if (!inited) {
+		int provided;
+		MPICHECK_W(w, MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided));
+		m->inited = 1;
+	}
+	MPICHECK_W(w, MPI_Comm_dup(MPI_COMM_WORLD, &m->comm));
+	MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
+	MPI_Comm_rank(m->comm, &m->rank);
+	MPI_Comm_size(m->comm, &m->size);
+	if (m->size != w->plan->world)
+		return rt_world_error(w, "the plan has world %d but %d MPI processes were started "
+		                         "(mpirun -np %d)",
+		                      w->plan->world, m->size, w->plan->world);
+	rt_world_set_ranks(w, m->rank, 1, m->rank == 0);
+	return RT_OK;
+}
+
+static int mpi_live(void)
+{
+	int inited = 0, finalized = 0;
+	MPI_Initialized(&inited);
+	MPI_Finalized(&finalized);
+	return inited && !finalized;
+}
+
+static void mp_abort(RtWorld *w)
+{
+	(void)w;
+	if (!mpi_live())
+		return;
+	/* Others may be stuck waiting for us: end the job, after giving them a moment to
+	 * report their own state. */
+	fflush(stdout);
+	fflush(stderr);
+	struct timespec ts = {1, 0};
+	nanosleep(&ts, NULL);
+	MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+static void mp_close(RtWorld *w)
+{
+	MpWorld *m = w->state[RT_PART_LAUNCHER];
+	if (!m)
+		return;
+	if (mpi_live()) {
+		if (m->comm != MPI_COMM_NULL)
+			MPI_Comm_free(&m->comm);
+		if (m->inited)
+			MPI_Finalize();
+	}
+	free(m);
+	w->state[RT_PART_LAUNCHER] = NULL;
+}
+
+static int mp_launch(RtWorld *w, int (*fn)(RtRank *))
+{
+	w->ranks[0].status = fn(&w->ranks[0]);
+	return RT_OK;
+}
+
+static int mp_gather(RtWorld *w, const void *mine, int64_t n, void *all)
+{
+	MpWorld *m = w->state[RT_PART_LAUNCHER];
+	if (n > (int64_t)1 << 30)
+		return rt_world_error(w, "gather of %lld bytes per rank is too large", (long long)n);
+	MPICHECK_W(w, MPI_Gather(mine, (int)n, MPI_BYTE, all, (int)n, MPI_BYTE, 0, m->comm));
+	return RT_OK;
+}
+
+static int mp_bcast(RtWorld *w, void *buf, int64_t n)
+{
+	MpWorld *m = w->state[RT_PART_LAUNCHER];
+	MPICHECK_W(w, MPI_Bcast(buf, (int)n, MPI_BYTE, 0, m->comm));
+	return RT_OK;
+}
+
+const RtLauncher rt_launcher_mpi = {
+	.name = "mpi",
+	.open = mp_open,
+	.launch = mp_launch,
+	.gather = mp_gather,
+	.bcast = mp_bcast,
+	.abort = mp_abort,
+	.close = mp_close,
+};

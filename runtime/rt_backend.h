@@ -1,0 +1,356 @@
+/* The backend contract: what a launcher, a device and a communicator implement, and
+ * the runtime services they may call.  A backend name is a row of the registry
+ * (registry.c) that composes one of each:
+ *
+ *   launcher      starts the ranks: which world ranks live in this process, running
+ *                 them, the process-level collectives (gather, bcast), ending the job
+ *                 (threads: launch_threads.c, mpi: launch_mpi.c)
+ *   device        computes: tensor storage, the layer kernels, the optimizer step and
+ *                 waiting for issued work (cpu: cpu.c, cuda: device_cuda.cu)
+ *   communicator  moves tensors: grouped send/recv, the dp all-reduce, one
+ *                 communicator per mesh dimension, the step barrier, abort
+ *                 (shm: comm_shm.c, mpi: comm_mpi.c, nccl: comm_nccl.cu)
+ *
+ * Calls come from one thread per rank (a rank's calls never run concurrently with
+ * each other), except the process-level ones (open, close, gather, bcast), which the
+ * world calls from the thread that opened it, and a communicator's abort, which the
+ * watchdog or a failing rank calls from any thread.
+ *
+ * Ordering contract (what makes an asynchronous device fit): the interpreter issues
+ * calls in plan order and may free or reuse a tensor right after the call that last
+ * uses it.  A synchronous device (cpu) completes each call before returning.  An
+ * asynchronous one (cuda: a compute stream, a comm stream, events) may return early
+ * provided every later call on the same rank observes the results of earlier ones that
+ * touched the same tensors, free() is deferred past pending uses, and download() and
+ * sync() really wait.  Host pointers passed to upload() may be reused at once.
+ *
+ * Communication follows NCCL's group model: group_start(), then any number of send(),
+ * recv() and allreduce_avg() posts, then group_end().  On a synchronous communicator
+ * group_end() returns when every op of the group has completed; an asynchronous one
+ * enqueues the group and orders later work after it.  Sends are rendezvous; matching
+ * is FIFO per ordered pair of ranks.  While waiting, a part polls rt_aborted() (or is
+ * woken by the communicator's abort) and returns RT_EABORT, so the watchdog can end a
+ * deadlock.
+ *
+ * Errors: a function that fails writes a message with rt_error(r, ...) (naming the
+ * library call, its error string, host, rank and file:line, as nccl-tests' NCCLCHECK)
+ * and returns RT_EFAIL.
+ *
+ * This header is C11 and C++ alike: C++ code (the CUDA parts) sees RtWorld and RtRank
+ * as incomplete types and reaches them through the accessors below, so the atomics
+ * inside them stay C11's. */
+#ifndef RT_BACKEND_H
+#define RT_BACKEND_H
+
+#include "rt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------------------
+ * Tensors.  The interpreter owns the RtTensor header; the device owns the storage
+ * behind `data`.  The core never dereferences `data`; it only offsets it to make views
+ * (a stage's weights are one flat buffer, its layers views into it), so `data` must be
+ * a linear address: host memory for the cpu device, device memory for cuda. */
+
+typedef enum {
+	RT_MEM_SAVED, // saved activations: what the plan's save_* figures count
+	RT_MEM_PARAM, // weights and biases
+	RT_MEM_GRAD,  // weight-gradient accumulators
+	RT_MEM_COMM,  // stage outputs and input gradients between stages (sent, received,
+	              // handed over locally)
+	RT_MEM_TEMP,  // scratch that lives inside one op
+	RT_MEM_COUNT
+} RtMemClass;
+
+typedef struct {
+	void *data;   // device storage (host or device), f32, row-major rows x cols
+	void *aux;    // device's per-tensor extra (say, a CUDA block); NULL if unused
+	int64_t rows, cols;
+	int64_t bytes;
+	uint8_t cls;  // RtMemClass, for the core's memory accounting
+	uint8_t view; // 1: borrows another tensor's storage; never freed itself
+	int refs;     // hand-off references held by the interpreter's slots
+} RtTensor;
+
+/* What a point-to-point message or collective carries, for matching checks: the
+ * k-th send from a to b must name what the k-th receive on b from a names. */
+typedef struct {
+	int32_t edge;   // edge for SEND/RECV, stage for ALLREDUCE
+	int32_t mb;     // microbatch, -1 for ALLREDUCE
+	int32_t dir;    // Dir, or -1 for ALLREDUCE
+	int32_t op;     // index of the op in the rank's list (for messages)
+	int64_t bytes;
+} RtMsg;
+
+/* ------------------------------------------------------------------------------------
+ * The three parts.  Process-level state lives in the world (rt_world_state), rank
+ * state in the rank (rt_rank_state), one slot per part. */
+
+typedef enum {
+	RT_PART_LAUNCHER, // RtLauncher's state
+	RT_PART_DEVICE,   // RtDevice's state
+	RT_PART_COMM,     // RtComm's state
+	RT_PART_COUNT
+} RtPart;
+
+typedef struct {
+	const char *name;
+	/* Sets the world's rank set (rt_world_set_ranks: all of them for threads, one per
+	 * process for mpi) and checks the world size.  May note that this process cannot
+	 * run (rt_world_unable) instead of failing, so every process still takes part in
+	 * the collective rest of opening. */
+	int (*open)(RtWorld *w);
+	/* Runs fn on every local rank concurrently and returns when all have returned;
+	 * fn's return value is stored as the rank's status (rt_rank_run). */
+	int (*launch)(RtWorld *w, int (*fn)(RtRank *));
+	/* Every process contributes nlocal blocks of n bytes (one per local rank, in rank
+	 * order); the root receives world blocks in `all`.  Collective over processes. */
+	int (*gather)(RtWorld *w, const void *mine, int64_t n, void *all);
+	/* Broadcasts n bytes from the root's buf to every process's buf. */
+	int (*bcast)(RtWorld *w, void *buf, int64_t n);
+	/* Ends the whole job after a failure (other processes may be stuck); NULL when
+	 * every rank lives in this process. */
+	void (*abort)(RtWorld *w);
+	void (*close)(RtWorld *w);
+} RtLauncher;
+
+typedef struct {
+	const char *name;
+	int async;     // 1: calls may return before the work is done (see above)
+	/* Process level, after the launcher's open; NULL when there is nothing to do.
+	 * May note rt_world_unable() (no GPU, two ranks on one GPU). */
+	int (*open)(RtWorld *w);
+	void (*close)(RtWorld *w);
+	/* Rank level, on the rank's own thread.  The --check reference is a rank too
+	 * (rank RT_REF_RANK), always on the cpu device. */
+	int (*rank_open)(RtRank *r);
+	void (*rank_close)(RtRank *r);
+
+	/* Tensors: alloc fills t->data for t->rows x t->cols f32 (contents undefined). */
+	int (*alloc)(RtRank *r, RtTensor *t);
+	void (*free)(RtRank *r, RtTensor *t);
+	int (*upload)(RtRank *r, RtTensor *t, const float *host);
+	int (*download)(RtRank *r, const RtTensor *t, float *host);
+	int (*zero)(RtRank *r, RtTensor *t);
+	int (*copy)(RtRank *r, RtTensor *dst, const RtTensor *src);
+	int (*add)(RtRank *r, RtTensor *dst, const RtTensor *src);   // dst += src
+	int (*scale)(RtRank *r, RtTensor *t, float alpha);            // t *= alpha
+
+	/* Layers.  x: rows x in, w: in x out (row-major), b: 1 x out, y: rows x out. */
+	int (*linear_fwd)(RtRank *r, const RtTensor *x, const RtTensor *w, const RtTensor *b,
+	                  RtTensor *y);
+	/* dx = dy w^T */
+	int (*linear_bwd_in)(RtRank *r, const RtTensor *dy, const RtTensor *w, RtTensor *dx);
+	/* dw += x^T dy, db += column sums of dy */
+	int (*linear_bwd_w)(RtRank *r, const RtTensor *x, const RtTensor *dy, RtTensor *dw,
+	                    RtTensor *db);
+	/* kind: LAYER_RELU or LAYER_GELU.  act_bwd: dx = dy * f'(x). */
+	int (*act_fwd)(RtRank *r, int kind, const RtTensor *x, RtTensor *y);
+	int (*act_bwd)(RtRank *r, int kind, const RtTensor *x, const RtTensor *dy, RtTensor *dx);
+	/* Mean of (y - t)^2 over all elements, accumulated in double, stored as element
+	 * `slot` of the 1 x n tensor `loss`. */
+	int (*mse_fwd)(RtRank *r, const RtTensor *y, const RtTensor *t, RtTensor *loss, int slot);
+	/* dy = scale * 2 (y - t) / (rows * cols) */
+	int (*mse_bwd)(RtRank *r, const RtTensor *y, const RtTensor *t, float scale, RtTensor *dy);
+	/* The optimizer step: w -= lr * g */
+	int (*sgd)(RtRank *r, RtTensor *w, const RtTensor *g, float lr);
+	/* Waits for everything the rank has issued (communication included). */
+	int (*sync)(RtRank *r);
+} RtDevice;
+
+typedef struct {
+	const char *name;
+	/* Process level, after the launcher's and the device's open (NCCL: the unique id,
+	 * made by the root and broadcast through the launcher). */
+	int (*open)(RtWorld *w);
+	void (*close)(RtWorld *w);
+	/* Makes every blocked wait of this process return RT_EABORT soon, from any thread
+	 * (rt_aborted() is already true): wakes sleepers, or aborts the communicators
+	 * (ncclCommAbort). */
+	void (*abort)(RtWorld *w);
+	/* Rank level, after the device's rank_open: the communicators of the rank, one
+	 * per mesh dimension (split from the world's, collective over the world). */
+	int (*rank_open)(RtRank *r);
+	void (*rank_close)(RtRank *r);
+	/* Groups as NCCL's.  peer: world rank.  allreduce_avg sums t over the rank's dp
+	 * group (plan_dim_members(DIM_DP)), in dp order where the part can choose, then
+	 * multiplies by 1/dp. */
+	int (*group_start)(RtRank *r);
+	int (*send)(RtRank *r, const RtTensor *t, int peer, const RtMsg *m);
+	int (*recv)(RtRank *r, RtTensor *t, int peer, const RtMsg *m);
+	int (*allreduce_avg)(RtRank *r, RtTensor *t, const RtMsg *m);
+	int (*group_end)(RtRank *r);
+	/* All ranks of the world (between steps, so steps are timed alike). */
+	int (*barrier)(RtRank *r);
+} RtComm;
+
+/* A backend: a name for a combination.  auto_launcher: the launcher is chosen from
+ * the environment (mpi when started by a launcher with several processes, else
+ * threads).  A part that is not built into this binary is NULL in its row (the
+ * name stays known, for messages). */
+typedef struct {
+	const char *name;
+	const RtLauncher *launcher;
+	const RtDevice *device;
+	const RtComm *comm;
+	int auto_launcher; // 1: the launcher is rt_launcher_auto()'s choice (launcher NULL)
+} RtBackend;
+
+/* The registries (registry.c): arrays walked by loops, NULL entries for parts not
+ * built into this binary. */
+extern const RtLauncher *const rt_launchers[];
+extern const int rt_nlaunchers;
+extern const RtDevice *const rt_devices[];
+extern const int rt_ndevices;
+extern const RtComm *const rt_comms[];
+extern const int rt_ncomms;
+extern const RtBackend rt_backends[];
+extern const int rt_nbackends;
+
+/* The cpu device (cpu.c), which every --check reference runs on.  The other parts are
+ * reached through the registries only (their declarations are registry.c's). */
+extern const RtDevice rt_device_cpu;
+
+/* A backend by name, built or not; NULL when unknown. */
+const RtBackend *rt_backend_find(const char *name);
+/* 1 when every part of b is built into this binary. */
+int rt_backend_built(const RtBackend *b);
+/* The launcher for an auto row: mpi when rt_launch_env_nprocs() > 1 and built, else
+ * threads. */
+const RtLauncher *rt_launcher_auto(void);
+
+/* ------------------------------------------------------------------------------------
+ * Launch environment (launch_env.c): pure functions of a getenv-like lookup, so tests
+ * can fake one. */
+
+typedef char *(*RtGetenv)(const char *name);
+/* Processes the launcher started (OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_SIZE,
+ * SLURM_STEP_NUM_TASKS, first one set: srun sets the last for its tasks, not for the
+ * batch script, whose SLURM_NTASKS describes the allocation); 0 when not started by a
+ * launcher or the value is not a positive number. */
+int rt_launch_env_nprocs(RtGetenv get);
+/* This process's rank among all the launcher started (OMPI_COMM_WORLD_RANK, PMI_RANK,
+ * PMIX_RANK, SLURM_PROCID, first one set); -1 when none is set or not a number >= 0. */
+int rt_launch_env_rank(RtGetenv get);
+/* This process's rank among the processes of its node (OMPI_COMM_WORLD_LOCAL_RANK,
+ * MPI_LOCALRANKID, SLURM_LOCALID, MV2_COMM_WORLD_LOCAL_RANK, LOCAL_RANK, first one
+ * set); -1 when none is set or the value is not a whole number >= 0. */
+int rt_launch_env_local_rank(RtGetenv get);
+/* Local rank from every process's host name: hosts holds nproc NUL-terminated names,
+ * `stride` bytes apart, in world order; the answer is how many processes before `me`
+ * run on the same host.  -1 when me is out of range. */
+int rt_launch_hosts_local_rank(const char *hosts, size_t stride, int nproc, int me);
+/* The process's real getenv, as an RtGetenv. */
+char *rt_real_getenv(const char *name);
+
+/* ------------------------------------------------------------------------------------
+ * Services of the runtime (base.c), for every part.  Plain functions, so C++ calls
+ * them too. */
+
+#define RT_REF_RANK (-1)
+
+/* Errors: the first message wins. */
+int rt_error(RtRank *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int rt_world_error(RtWorld *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Notes why this process cannot run (the first reason wins); opening goes on, so
+ * collective steps complete everywhere, and rt_world_run fails with the reason. */
+int rt_world_unable(RtWorld *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int rt_aborted(const RtWorld *w);
+/* Marks the world failed and wakes every waiting rank of this process. */
+void rt_abort(RtWorld *w);
+int64_t rt_now_ns(void);
+
+/* The world, for parts.  State slots: one per RtPart. */
+const Plan *rt_world_plan(const RtWorld *w);
+const char *rt_world_host(const RtWorld *w);
+const char *rt_world_unable_reason(const RtWorld *w); // "" when able
+void **rt_world_state(RtWorld *w, RtPart part);
+int rt_world_first_local(const RtWorld *w);
+int rt_world_nlocal(const RtWorld *w);
+/* Sets the ranks this process runs: [first, first + n), and whether it is the root. */
+void rt_world_set_ranks(RtWorld *w, int first, int n, int root);
+RtRank *rt_world_rank(RtWorld *w, int local);
+/* The launcher's collectives, for devices and communicators. */
+int rt_world_gather(RtWorld *w, const void *mine, int64_t n, void *all);
+int rt_world_bcast(RtWorld *w, void *buf, int64_t n);
+
+/* The rank, for parts. */
+RtWorld *rt_rank_world(const RtRank *r);
+int rt_rank_id(const RtRank *r);        // world rank, or RT_REF_RANK
+int rt_rank_local(const RtRank *r);     // index among the process's ranks
+const int *rt_rank_coord(const RtRank *r);
+void **rt_rank_state(RtRank *r, RtPart part);
+/* The rank's first error ("" when none). */
+const char *rt_rank_error(const RtRank *r);
+/* Stores what a launcher's fn returned. */
+void rt_rank_set_status(RtRank *r, int status);
+/* Names the group [op, op_end) as what the rank is blocked in (for the report). */
+void rt_rank_blame(RtRank *r, int64_t op, int64_t op_end);
+
+#ifdef __cplusplus
+}
+#endif
+
+/* ------------------------------------------------------------------------------------
+ * The world and the rank, for C parts (C++ sees incomplete types). */
+#ifndef __cplusplus
+#include <stdatomic.h>
+
+struct RtWorld {
+	const Plan *plan;
+	RtOptions opt;
+	const RtBackend *be;      // the combination named by --backend
+	const RtLauncher *launcher;
+	const RtDevice *dev;      // the ranks' device (the reference: rt_device_cpu)
+	const RtComm *comm;
+	void *state[RT_PART_COUNT]; // each part's process-level state
+	int first_local;       // world ranks [first_local, first_local + nlocal) live here
+	int nlocal;
+	int root;              // 1 in the process that holds world rank 0
+	int quiet;             // 1: another process reports this one's failure too
+	RtRank *ranks;         // nlocal entries
+	struct RtModel *model;
+	int64_t t0;            // start time (ns, CLOCK_MONOTONIC), the root's
+	atomic_int abort;      // set on the first failure or by the watchdog
+	atomic_int timed_out;  // the watchdog fired
+	atomic_llong progress; // ops completed by the local ranks, for the watchdog
+	char unable[1024];     // why this process cannot run (rt_world_unable)
+	char err[1024];        // process-level error
+	char host[64];
+};
+
+struct RtRank {
+	RtWorld *w;
+	int rank;              // world rank, or RT_REF_RANK
+	int local;             // index in w->ranks
+	int coord[DIM_COUNT];
+	const PlanRank *pr;    // NULL for the reference
+	const RtDevice *dev;   // where this rank computes (the reference: rt_device_cpu)
+	void *state[RT_PART_COUNT]; // each part's per-rank state (no launcher state)
+	int status;            // what launch()'s fn returned
+	char err[1024];        // first error of this rank
+	/* Watchdog: the op (or group [cur_op, cur_end)) in progress, and the step. */
+	atomic_llong cur_op;
+	atomic_llong cur_end;
+	atomic_int cur_step;
+	atomic_int done;
+	/* Memory accounting (bytes held per RtMemClass) and the saved-activation peak
+	 * sampled after each op. */
+	int64_t mem[RT_MEM_COUNT];
+	int64_t peak_act;
+	/* Figures. */
+	int64_t held_end;      // saved-activation bytes still held after the last step
+	float *weights;        // --check: final weights of its stages, host copy
+	int64_t busy_ns;
+	double *loss_sum;      // [steps] sum of this rank's microbatch losses
+	int64_t *step_t0, *step_t1; // [steps] start (after the barrier) and end, ns since
+	                            // the world's start
+	RtEvent *ev;
+	int64_t nev, ev_cap;
+	struct RtInterp *in;   // interpreter state (interp.c)
+};
+#endif
+
+#endif

@@ -1,0 +1,96 @@
+/* Inside the runtime: the model a plan describes, one stage's compute, the op
+ * interpreter, the reference, the watchdog.  Shared by the runtime's own files and the
+ * unit tests; parts (launchers, devices, communicators) need only rt_backend.h.
+ *
+ * Three layers, top to bottom:
+ *  - the world (run.c): picks the backend's parts, opens them, builds the model from
+ *    the plan, runs every rank this process owns under a watchdog, gathers the
+ *    figures, and for --check replays the model sequentially on the cpu device
+ *    (reference.c) and compares;
+ *  - the op interpreter (interp.c): one per rank, written once.  It walks the rank's
+ *    op list in order, keeps the saved activations, hand-offs and in-flight tensors of
+ *    its stages, accounts activation memory per op, and calls the rank's device for
+ *    every byte it touches and the communicator for every transfer;
+ *  - the parts (rt_backend.h).  The interpreter never knows which ones it drives. */
+#ifndef RT_PRIVATE_H
+#define RT_PRIVATE_H
+
+#include "rt_backend.h"
+
+typedef struct RtInterp RtInterp;
+
+/* The model the plan describes, read-only, shared by every rank. */
+typedef struct {
+	int64_t w_off, b_off; // element offsets of a linear layer's weights and bias
+} RtLayerAt;
+
+typedef struct {
+	RtLayerAt *at;           // per layer
+	int64_t nparams;         // f32 parameters (w then b, layer by layer)
+	int nin, nout;
+	int *in_edges, *out_edges; // ascending edge indices
+	int64_t save[3];         // fb, fw, bw bytes per microbatch the runtime holds
+	int loss;                // last layer is mse
+	int64_t out_bytes;       // rows x out x 4
+} RtStageModel;
+
+typedef struct RtModel {
+	const Plan *p;
+	RtStageModel *st;
+	int loss_stage;
+} RtModel;
+
+/* Builds and checks the model: layer widths chain, stage and edge widths agree,
+ * params and bytes match, one mse at the very end.  NULL with a message on error. */
+RtModel *rt_model_new(const Plan *p, char *err, size_t errn);
+void rt_model_free(RtModel *m);
+
+/* Deterministic data (docs/semantics.md "Model"). */
+uint64_t rt_splitmix64(uint64_t x);
+void rt_gen_input(uint64_t seed, int step, int replica, int mb, float *out, int64_t n);
+void rt_gen_target(uint64_t seed, int step, int replica, int mb, float *out, int64_t n);
+void rt_gen_weights(uint64_t seed, const Plan *p, int stage, float *out); // whole stage
+
+/* Tensors through the rank's device, accounted per class. */
+RtTensor *rt_tensor_new(RtRank *r, int64_t rows, int64_t cols, int cls);
+void rt_tensor_free(RtRank *r, RtTensor *t);
+void rt_tensor_reclass(RtRank *r, RtTensor *t, int cls);
+RtTensor rt_tensor_view(const RtTensor *parent, int64_t off, int64_t rows, int64_t cols);
+
+/* One stage's compute, shared by the interpreter and the reference.  `saved` holds
+ * 2 x nlayers tensor pointers: layer inputs, then the output gradients W needs. */
+typedef struct {
+	RtTensor *params, *grads;  // flat
+	RtTensor *loss;            // 1 x microbatches, for the loss stage
+	float *host;               // scratch for synthetic data (rows x widest)
+} RtStageBufs;
+
+/* F: x (owned, consumed) -> *y (NULL for the loss stage).  target_key: step, replica. */
+int rt_stage_forward(RtRank *r, int s, int mb, int step, int replica, RtStageBufs *b,
+                     RtTensor *x, RtTensor **saved, RtTensor **y);
+/* B: dy (owned, consumed; NULL for the loss stage) -> *dx (NULL when the stage has no
+ * in-edges). */
+int rt_stage_backward(RtRank *r, int s, int mb, int step, int replica, RtStageBufs *b,
+                      RtTensor *dy, RtTensor **saved, RtTensor **dx);
+int rt_stage_weights(RtRank *r, int s, RtStageBufs *b, RtTensor **saved);
+/* The synthetic input of a microbatch as a new tensor of class cls. */
+RtTensor *rt_stage_input(RtRank *r, int step, int replica, int mb, RtStageBufs *b, int cls);
+/* Allocates and initialises a stage's params and zeroed grads. */
+int rt_stage_bufs_open(RtRank *r, int s, RtStageBufs *b);
+void rt_stage_bufs_close(RtRank *r, RtStageBufs *b);
+
+/* The interpreter: runs the rank's list opt.steps times. */
+int rt_rank_main(RtRank *r);
+/* Copies a local stage's weights to host (for --check). */
+int rt_rank_weights(RtRank *r, int stage, float *out);
+void rt_rank_free(RtRank *r);
+
+/* Per-rank figures of the sequential reference (on the cpu device). */
+int rt_reference(RtWorld *w, double *loss, float **weights);
+
+/* Watchdog thread over the local ranks' progress. */
+typedef struct RtWatchdog RtWatchdog;
+RtWatchdog *rt_watchdog_start(RtWorld *w);
+void rt_watchdog_stop(RtWatchdog *wd);
+
+#endif
