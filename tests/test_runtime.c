@@ -133,7 +133,7 @@ static double loss_of(RtRank *r, RtStageBufs *b, RtTensor **saved)
 	assert_null(y);
 	float l;
 	r->dev->download(r, b->loss, &l);
-	for (int i = 0; i < 8; i++) {
+	for (int i = 0; i < r->w->model->st[0].nslots; i++) {
 		rt_tensor_free(r, saved[i]);
 		saved[i] = NULL;
 	}
@@ -155,7 +155,8 @@ static void runtime__gradients__match_finite_differences(void **state)
 	RtRank r = {.w = &w, .rank = RT_REF_RANK, .dev = &rt_device_cpu};
 	RtStageBufs b;
 	assert_int_equal(rt_stage_bufs_open(&r, 0, &b), RT_OK);
-	RtTensor *saved[8] = {0};
+	RtTensor *saved[16] = {0};
+	assert_true(w.model->st[0].nslots <= 16);
 	RtTensor *x = rt_stage_input(&r, 0, 0, 0, &b, RT_MEM_TEMP), *y, *dx;
 	assert_int_equal(rt_stage_forward(&r, 0, 0, 0, 0, &b, x, saved, &y), RT_OK);
 	/* The runtime holds exactly the plan's F figures, then B's, then nothing. */
@@ -424,6 +425,68 @@ static void runtime__registries__parts_complete_and_used(void **state)
 	assert_int_equal(rt_backend_check("threads", msg, sizeof msg), 0);
 }
 
+/* ---- layer kernels ---- */
+
+/* The cpu device computes every layer kind of the table (it is every --check's
+ * reference): F and B for all, W exactly for the kinds with parameters. */
+static void runtime__layer_kernels__every_kind_has_a_cpu_row(void **state)
+{
+	(void)state;
+	assert_non_null(rt_device_cpu.layers);
+	for (int k = 0; k < LAYER_COUNT; k++) {
+		const RtLayerKernels *row = &rt_device_cpu.layers[k];
+		const char *name = plan_layers[k].name;
+		int params = plan_layer_cost((LayerKind)k, 4, 8, 8).params > 0;
+		if (!row->fwd || !row->bwd_in)
+			fail_msg("layer kind %s has no forward or input-gradient kernel on the cpu device",
+			         name);
+		if (!row->bwd_w != !params)
+			fail_msg("layer kind %s: a weight-gradient kernel on the cpu device %s", name,
+			         params ? "is missing" : "for a kind without parameters");
+	}
+}
+
+/* A device without a kernel a plan needs is refused when the world opens, naming the
+ * device, the part and the kind; a part nobody needs (stage 0's first input gradient)
+ * may be missing. */
+static void runtime__device_without_row__refused_at_open(void **state)
+{
+	(void)state;
+	Plan *p = compile_text(tiny_src, NULL, 0); // s0 { linear; relu }, s1 { linear; mse }
+	assert_non_null(p);
+	char err[256];
+	assert_null(rt_device_check(&rt_device_cpu, p, err, sizeof err));
+	RtLayerKernels rows[LAYER_COUNT];
+	RtDevice dev = rt_device_cpu;
+	dev.layers = rows;
+	static const struct {
+		LayerKind kind;
+		int part; // 0 fwd, 1 bwd_in, 2 bwd_w
+		const char *msg;
+	} cases[] = {
+		{LAYER_RELU, 0, "the cpu device has no kernel for layer kind relu (stage s0, layer 1)"},
+		{LAYER_MSE, 1, "the cpu device has no input-gradient kernel for layer kind mse"},
+		{LAYER_LINEAR, 2, "the cpu device has no weight-gradient kernel for layer kind linear"},
+		{LAYER_LINEAR, 1, "the cpu device has no input-gradient kernel for layer kind linear "
+		                  "(stage s1, layer 0)"},
+		{LAYER_GELU, 0, NULL}, // not in the plan
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		memcpy(rows, rt_device_cpu.layers, sizeof rows);
+		RtLayerFn *part[] = {&rows[cases[i].kind].fwd, &rows[cases[i].kind].bwd_in,
+		                     &rows[cases[i].kind].bwd_w};
+		*part[cases[i].part] = NULL;
+		const char *why = rt_device_check(&dev, p, err, sizeof err);
+		if (!cases[i].msg) {
+			assert_null(why);
+			continue;
+		}
+		assert_non_null(why);
+		assert_non_null(strstr(why, cases[i].msg));
+	}
+	plan_free(p);
+}
+
 /* ---- failures ---- */
 
 /* tiny under gpipe with 2 microbatches, rank 0 with its sends moved after both F and
@@ -634,6 +697,8 @@ int main(void)
 		cmocka_unit_test(runtime__gradients__match_finite_differences),
 		cmocka_unit_test(runtime__every_schedule__matches_reference_and_sim),
 		cmocka_unit_test(runtime__registries__parts_complete_and_used),
+		cmocka_unit_test(runtime__layer_kernels__every_kind_has_a_cpu_row),
+		cmocka_unit_test(runtime__device_without_row__refused_at_open),
 		cmocka_unit_test(runtime__deadlock__watchdog_names_blocked_sends),
 		cmocka_unit_test(runtime__missing_peer__is_an_error),
 		cmocka_unit_test(runtime__wrong_bytes__is_an_error),
