@@ -38,7 +38,7 @@ static void w_order(const Plan *p, int s, int d, int *out)
 	int k = 0;
 	for (int64_t i = 0; i < pr->nops && k < p->microbatches; i++) {
 		const PlanOp *o = &pr->ops[i];
-		if ((o->kind == OP_W || o->kind == OP_BW) && o->stage == s)
+		if ((plan_ops[plan_op_kind(o)].makes & PLAN_DEP_WGRAD) && o->stage == s)
 			out[k++] = o->mb;
 	}
 	if (k != p->microbatches)

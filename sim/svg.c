@@ -496,15 +496,13 @@ int sim_write_svg(FILE *f, const Plan *p, const SimResult *res)
 		for (int64_t i = 0; i < pr->nops;) {
 			const PlanOp *o = &pr->ops[i];
 			if (plan_is_comm(o->kind)) {
-				int64_t j = i, end = -1;
+				int64_t j = plan_group_end(pr, i), end = -1;
 				int stuck = 0;
-				while (j < pr->nops && plan_is_comm(pr->ops[j].kind) &&
-				       pr->ops[j].group == o->group) {
-					if (t[j].end < 0)
+				for (int64_t k = i; k < j; k++) {
+					if (t[k].end < 0)
 						stuck = 1;
-					else if (t[j].end > end)
-						end = t[j].end;
-					j++;
+					else if (t[k].end > end)
+						end = t[k].end;
 				}
 				if (t[i].start >= 0) {
 					if (stuck)
