@@ -764,6 +764,8 @@ static void cuda__kernels__match_cpu(void **state)
 		for (int kind = 0; kind < LAYER_COUNT; kind++) {
 			const RtLayerKernels *dk = &be->layers[kind], *hk = &cpu->layers[kind];
 			const char *name = plan_layers[kind].name;
+			if (!dk->fwd || !hk->fwd || !dk->bwd_in != !hk->bwd_in || !dk->bwd_w != !hk->bwd_w)
+				fail_msg("layer kind %s: the cuda and cpu rows differ or are empty", name);
 			PlanLayer ly = {.kind = (LayerKind)kind, .in = (int32_t)k};
 			ly.out = plan_layer_out(ly.kind, ly.in, (int)n);
 			double tol = plan_layer_cost(ly.kind, m, ly.in, ly.out).flops[0] > 0 ? gemm_tol
