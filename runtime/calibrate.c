@@ -5,8 +5,9 @@
  * the first (a warm-up, when there are several) are collected; a fused BW splits into
  * its B part (timed inside the op) and the rest.  The mean of each (the mean, not the
  * median: a step's expected time is the sum of its ops' expected times, outliers
- * included) is written in whole nanoseconds: `cost NAME f=..ns b=..ns w=..ns;`.  OPTIM is not a cost the
- * language knows and is left out.  A comment line gives the mean step time over the
+ * included) is written in whole nanoseconds: `cost NAME f=..ns b=..ns w=..ns;`.  Which
+ * costs an op takes is its op-table row's (plan/op.c); OPTIM takes none (it is not a
+ * cost the language knows) and is left out.  A comment line gives the mean step time over the
  * same steps, so a prediction from these costs can be compared with the very run
  * that measured them (bench/bench_runtime.sh). */
 #include "rt_private.h"
@@ -48,25 +49,19 @@ int rt_calibrate_write(const Plan *p, const RtResult *res, FILE *f)
 			for (int64_t i = 0; i < res->nev[r]; i++) {
 				const RtEvent *e = &res->ev[r][i];
 				const PlanOp *o = &p->ranks[r].ops[e->op];
-				if (e->step < first || plan_is_comm(o->kind) || o->kind == OP_OPTIM ||
-				    o->stage != s)
+				OpKind k = plan_op_kind(o);
+				if (e->step < first || !plan_op_is_compute(k) || o->stage != s)
 					continue;
+				/* The stage costs the op takes (plan_ops[].costs: F, B, W); a fused op
+				 * (BW) timed its first part inside (split), the rest is the second. */
 				int64_t d = e->t1 - e->t0;
-				switch (o->kind) {
-				case OP_F:
-					v[0][n[0]++] = d;
-					break;
-				case OP_B:
-					v[1][n[1]++] = d;
-					break;
-				case OP_W:
-					v[2][n[2]++] = d;
-					break;
-				case OP_BW:
-					v[1][n[1]++] = e->split;
-					v[2][n[2]++] = d - e->split;
-					break;
-				}
+				uint8_t c = plan_ops[k].costs;
+				int64_t part = c & (c - 1) ? e->split : d;
+				for (int j = 0; j < 3; j++)
+					if (c & 1 << j) {
+						v[j][n[j]++] = part;
+						part = d - part;
+					}
 			}
 		}
 		fprintf(f, "cost %s f=%" PRId64 "ns b=%" PRId64 "ns w=%" PRId64 "ns;\n", p->stages[s].name,

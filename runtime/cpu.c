@@ -1,9 +1,11 @@
 /* The cpu device: tensor storage in host memory and the layers' math, for the threads
- * and mpi backends and for every --check reference.  GEMMs go through OpenBLAS's
- * cblas_sgemm; everything else is a plain loop.  Every kernel is deterministic for
- * given shapes, which is what lets --check compare a pipelined run with the
- * sequential reference bit for bit when summation orders agree.  Reductions that
- * produce a scalar (the loss) accumulate in double. */
+ * and mpi backends and for every --check reference.  The layers are one row of kernels
+ * per layer kind (cpu_layers); the tensors each kind keeps are defined here too
+ * (rt_layer_shapes), as this is the reference every other device agrees with.  GEMMs
+ * go through OpenBLAS's cblas_sgemm; everything else is a plain loop.  Every kernel is
+ * deterministic for given shapes, which is what lets --check compare a pipelined run
+ * with the sequential reference bit for bit when summation orders agree.  Reductions
+ * that produce a scalar (the loss) accumulate in double. */
 #include "rt_private.h"
 
 #include <cblas.h>
@@ -92,43 +94,71 @@ static int cpu_scale(RtRank *r, RtTensor *t, float alpha)
 	return RT_OK;
 }
 
-static int cpu_linear_fwd(RtRank *r, const RtTensor *x, const RtTensor *w, const RtTensor *b,
-                      RtTensor *y)
+/* ---- layers: one row of kernels per layer kind (rt_backend.h, "Layers") ---- */
+
+static const char *kind_name(const RtLayerCall *c)
 {
-	int64_t m = x->rows, k = x->cols, n = w->cols;
-	if (w->rows != k || y->rows != m || y->cols != n || b->cols != n)
-		return rt_error(r, "internal: linear of shapes %lldx%lld by %lldx%lld into %lldx%lld",
-		                (long long)m, (long long)k, (long long)w->rows, (long long)w->cols,
-		                (long long)y->rows, (long long)y->cols);
-	float *yd = F32(y);
-	const float *bd = F32(b);
+	return plan_layers[c->layer->kind].name;
+}
+
+/* The shapes a kernel relies on: x is rows x in, y and dy rows x out, dx rows x in. */
+static int shapes_ok(RtRank *r, const RtLayerCall *c)
+{
+	const PlanLayer *ly = c->layer;
+	const RtTensor *t[] = {c->x, c->y, c->dy, c->dx, c->target};
+	const int64_t cols[] = {ly->in, ly->out, ly->out, ly->in, ly->in};
+	for (int i = 0; i < 5; i++)
+		if (t[i] && (t[i]->rows != c->rows || t[i]->cols != cols[i]))
+			return rt_error(r, "internal: %s layer given a %lldx%lld tensor where it takes "
+			                   "%lldx%lld", kind_name(c), (long long)t[i]->rows,
+			                (long long)t[i]->cols, (long long)c->rows, (long long)cols[i]);
+	return RT_OK;
+}
+
+/* linear: y = x w + b; w in x out (row-major), b 1 x out. */
+static void linear_shapes(const PlanLayer *ly, int64_t rows, RtLayerTensors *t)
+{
+	(void)rows;
+	t->nparams = 2;
+	t->param[0] = (RtShape){ly->in, ly->out, RT_INIT_UNIFORM};
+	t->param[1] = (RtShape){1, ly->out, RT_INIT_ZERO};
+}
+
+static int linear_fwd(RtRank *r, const RtLayerCall *c)
+{
+	if (shapes_ok(r, c))
+		return RT_EFAIL;
+	int64_t m = c->rows, k = c->layer->in, n = c->layer->out;
+	float *yd = F32(c->y);
+	const float *bd = F32(&c->param[1]);
 	for (int64_t i = 0; i < m; i++)
 		memcpy(yd + i * n, bd, (size_t)n * sizeof(float));
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)k, 1.0f,
-	            F32(x), (int)k, F32(w), (int)n, 1.0f, yd, (int)n);
+	            F32(c->x), (int)k, F32(&c->param[0]), (int)n, 1.0f, yd, (int)n);
 	return RT_OK;
 }
 
-static int cpu_linear_bwd_in(RtRank *r, const RtTensor *dy, const RtTensor *w, RtTensor *dx)
+/* dx = dy w^T */
+static int linear_bwd_in(RtRank *r, const RtLayerCall *c)
 {
-	int64_t m = dy->rows, n = dy->cols, k = w->rows;
-	if (w->cols != n || dx->rows != m || dx->cols != k)
-		return rt_error(r, "internal: linear input gradient of mismatched shapes");
+	if (shapes_ok(r, c))
+		return RT_EFAIL;
+	int64_t m = c->rows, k = c->layer->in, n = c->layer->out;
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)k, (int)n, 1.0f,
-	            F32(dy), (int)n, F32(w), (int)n, 0.0f, F32(dx), (int)k);
+	            F32(c->dy), (int)n, F32(&c->param[0]), (int)n, 0.0f, F32(c->dx), (int)k);
 	return RT_OK;
 }
 
-static int cpu_linear_bwd_w(RtRank *r, const RtTensor *x, const RtTensor *dy, RtTensor *dw,
-                        RtTensor *db)
+/* dw += x^T dy, db += column sums of dy */
+static int linear_bwd_w(RtRank *r, const RtLayerCall *c)
 {
-	int64_t m = x->rows, k = x->cols, n = dy->cols;
-	if (dy->rows != m || dw->rows != k || dw->cols != n || db->cols != n)
-		return rt_error(r, "internal: linear weight gradient of mismatched shapes");
+	if (shapes_ok(r, c))
+		return RT_EFAIL;
+	int64_t m = c->rows, k = c->layer->in, n = c->layer->out;
 	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)n, (int)m, 1.0f,
-	            F32(x), (int)k, F32(dy), (int)n, 1.0f, F32(dw), (int)n);
-	float *bd = F32(db);
-	const float *g = F32(dy);
+	            F32(c->x), (int)k, F32(c->dy), (int)n, 1.0f, F32(&c->grad[0]), (int)n);
+	float *bd = F32(&c->grad[1]);
+	const float *g = F32(c->dy);
 	for (int64_t i = 0; i < m; i++)
 		for (int64_t j = 0; j < n; j++)
 			bd[j] += g[i * n + j];
@@ -138,103 +168,99 @@ static int cpu_linear_bwd_w(RtRank *r, const RtTensor *x, const RtTensor *dy, Rt
 #define GELU_C 0.7978845608f
 #define GELU_A 0.044715f
 
-static void relu_fwd(const float *a, float *o, int64_t n)
+static int relu_fwd(RtRank *r, const RtLayerCall *c)
 {
-	for (int64_t i = 0; i < n; i++)
+	if (shapes_ok(r, c))
+		return RT_EFAIL;
+	const float *a = F32(c->x);
+	float *o = F32(c->y);
+	for (int64_t i = 0, n = c->rows * c->layer->in; i < n; i++)
 		o[i] = a[i] > 0 ? a[i] : 0;
+	return RT_OK;
 }
 
-static void relu_bwd(const float *a, const float *g, float *o, int64_t n)
+static int relu_bwd_in(RtRank *r, const RtLayerCall *c)
 {
-	for (int64_t i = 0; i < n; i++)
+	if (shapes_ok(r, c))
+		return RT_EFAIL;
+	const float *a = F32(c->x), *g = F32(c->dy);
+	float *o = F32(c->dx);
+	for (int64_t i = 0, n = c->rows * c->layer->in; i < n; i++)
 		o[i] = a[i] > 0 ? g[i] : 0;
+	return RT_OK;
 }
 
-static void gelu_fwd(const float *a, float *o, int64_t n)
+static int gelu_fwd(RtRank *r, const RtLayerCall *c)
 {
-	for (int64_t i = 0; i < n; i++) {
+	if (shapes_ok(r, c))
+		return RT_EFAIL;
+	const float *a = F32(c->x);
+	float *o = F32(c->y);
+	for (int64_t i = 0, n = c->rows * c->layer->in; i < n; i++) {
 		float v = a[i];
 		o[i] = 0.5f * v * (1.0f + tanhf(GELU_C * (v + GELU_A * v * v * v)));
 	}
+	return RT_OK;
 }
 
-static void gelu_bwd(const float *a, const float *g, float *o, int64_t n)
+static int gelu_bwd_in(RtRank *r, const RtLayerCall *c)
 {
-	for (int64_t i = 0; i < n; i++) {
+	if (shapes_ok(r, c))
+		return RT_EFAIL;
+	const float *a = F32(c->x), *g = F32(c->dy);
+	float *o = F32(c->dx);
+	for (int64_t i = 0, n = c->rows * c->layer->in; i < n; i++) {
 		float v = a[i];
 		float th = tanhf(GELU_C * (v + GELU_A * v * v * v));
 		float d = 0.5f * (1.0f + th) +
 		          0.5f * v * (1.0f - th * th) * GELU_C * (1.0f + 3.0f * GELU_A * v * v);
 		o[i] = g[i] * d;
 	}
-}
-
-/* The elementwise layers' kernels, one row per layer kind (plan/layer.c): y = f(x) and
- * dx = dy * f'(x).  A kind without a row has no elementwise kernel here. */
-static const struct {
-	void (*fwd)(const float *x, float *y, int64_t n);
-	void (*bwd)(const float *x, const float *dy, float *dx, int64_t n);
-} elementwise[LAYER_COUNT] = {
-	[LAYER_RELU] = {relu_fwd, relu_bwd},
-	[LAYER_GELU] = {gelu_fwd, gelu_bwd},
-};
-
-static int no_kernel(RtRank *r, int kind)
-{
-	return rt_error(r, "internal: no elementwise CPU kernel for layer kind %s",
-	                kind >= 0 && kind < LAYER_COUNT ? plan_layers[kind].name : "?");
-}
-
-static int cpu_act_fwd(RtRank *r, int kind, const RtTensor *x, RtTensor *y)
-{
-	if (same_shape(r, y, x, "activation"))
-		return RT_EFAIL;
-	if (kind < 0 || kind >= LAYER_COUNT || !elementwise[kind].fwd)
-		return no_kernel(r, kind);
-	elementwise[kind].fwd(F32(x), F32(y), x->rows * x->cols);
 	return RT_OK;
 }
 
-static int cpu_act_bwd(RtRank *r, int kind, const RtTensor *x, const RtTensor *dy, RtTensor *dx)
+/* Mean of (x - target)^2 over all elements, accumulated in double, into loss[slot]. */
+static int mse_fwd(RtRank *r, const RtLayerCall *c)
 {
-	if (same_shape(r, dy, x, "activation gradient") ||
-	    same_shape(r, dx, x, "activation gradient"))
+	if (shapes_ok(r, c))
 		return RT_EFAIL;
-	if (kind < 0 || kind >= LAYER_COUNT || !elementwise[kind].bwd)
-		return no_kernel(r, kind);
-	elementwise[kind].bwd(F32(x), F32(dy), F32(dx), x->rows * x->cols);
-	return RT_OK;
-}
-
-static int cpu_mse_fwd(RtRank *r, const RtTensor *y, const RtTensor *t, RtTensor *loss, int slot)
-{
-	if (same_shape(r, y, t, "loss"))
-		return RT_EFAIL;
-	if (slot < 0 || slot >= loss->cols)
-		return rt_error(r, "internal: loss slot %d of %lld", slot, (long long)loss->cols);
-	const float *a = F32(y), *b = F32(t);
-	int64_t n = y->rows * y->cols;
+	if (c->slot < 0 || c->slot >= c->loss->cols)
+		return rt_error(r, "internal: loss slot %d of %lld", c->slot, (long long)c->loss->cols);
+	const float *a = F32(c->x), *b = F32(c->target);
+	int64_t n = c->rows * c->layer->in;
 	double s = 0;
 	for (int64_t i = 0; i < n; i++) {
 		double d = (double)a[i] - (double)b[i];
 		s += d * d;
 	}
-	F32(loss)[slot] = (float)(s / (double)n);
+	F32(c->loss)[c->slot] = (float)(s / (double)n);
 	return RT_OK;
 }
 
-static int cpu_mse_bwd(RtRank *r, const RtTensor *y, const RtTensor *t, float scale, RtTensor *dy)
+/* dx = scale * 2 (x - target) / (rows * cols) */
+static int mse_bwd_in(RtRank *r, const RtLayerCall *c)
 {
-	if (same_shape(r, y, t, "loss gradient") || same_shape(r, dy, y, "loss gradient"))
+	if (shapes_ok(r, c))
 		return RT_EFAIL;
-	const float *a = F32(y), *b = F32(t);
-	float *o = F32(dy);
-	int64_t n = y->rows * y->cols;
-	float k = (float)(2.0 * (double)scale / (double)n);
+	const float *a = F32(c->x), *b = F32(c->target);
+	float *o = F32(c->dx);
+	int64_t n = c->rows * c->layer->in;
+	float k = (float)(2.0 * (double)c->scale / (double)n);
 	for (int64_t i = 0; i < n; i++)
 		o[i] = k * (a[i] - b[i]);
 	return RT_OK;
 }
+
+const RtLayerShapeFn rt_layer_shapes[LAYER_COUNT] = {
+	[LAYER_LINEAR] = linear_shapes,
+};
+
+static const RtLayerKernels cpu_layers[LAYER_COUNT] = {
+	[LAYER_LINEAR] = {linear_fwd, linear_bwd_in, linear_bwd_w},
+	[LAYER_RELU] = {relu_fwd, relu_bwd_in, NULL},
+	[LAYER_GELU] = {gelu_fwd, gelu_bwd_in, NULL},
+	[LAYER_MSE] = {mse_fwd, mse_bwd_in, NULL},
+};
 
 static int cpu_sgd(RtRank *r, RtTensor *w, const RtTensor *g, float lr)
 {
@@ -276,13 +302,7 @@ const RtDevice rt_device_cpu = {
 	.copy = cpu_copy,
 	.add = cpu_add,
 	.scale = cpu_scale,
-	.linear_fwd = cpu_linear_fwd,
-	.linear_bwd_in = cpu_linear_bwd_in,
-	.linear_bwd_w = cpu_linear_bwd_w,
-	.act_fwd = cpu_act_fwd,
-	.act_bwd = cpu_act_bwd,
-	.mse_fwd = cpu_mse_fwd,
-	.mse_bwd = cpu_mse_bwd,
+	.layers = cpu_layers,
 	.sgd = cpu_sgd,
 	.sync = cpu_sync,
 };

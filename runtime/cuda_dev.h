@@ -124,15 +124,11 @@ int cu_zero(RtRank *r, RtTensor *t);
 int cu_copy(RtRank *r, RtTensor *dst, const RtTensor *src);
 int cu_add(RtRank *r, RtTensor *dst, const RtTensor *src);
 int cu_scale(RtRank *r, RtTensor *t, float alpha);
-int cu_linear_fwd(RtRank *r, const RtTensor *x, const RtTensor *w, const RtTensor *b,
-                  RtTensor *y);
-int cu_linear_bwd_in(RtRank *r, const RtTensor *dy, const RtTensor *w, RtTensor *dx);
-int cu_linear_bwd_w(RtRank *r, const RtTensor *x, const RtTensor *dy, RtTensor *dw,
-                    RtTensor *db);
-int cu_act_fwd(RtRank *r, int kind, const RtTensor *x, RtTensor *y);
-int cu_act_bwd(RtRank *r, int kind, const RtTensor *x, const RtTensor *dy, RtTensor *dx);
-int cu_mse_fwd(RtRank *r, const RtTensor *y, const RtTensor *t, RtTensor *loss, int slot);
-int cu_mse_bwd(RtRank *r, const RtTensor *y, const RtTensor *t, float scale, RtTensor *dy);
 int cu_sgd(RtRank *r, RtTensor *w, const RtTensor *g, float lr);
+/* The layer kernels, one row per LayerKind. */
+struct CuLayerTable {
+	RtLayerKernels k[LAYER_COUNT];
+};
+extern const CuLayerTable cu_layers;
 
 #endif

@@ -20,7 +20,7 @@
 typedef struct {
 	int stage;
 	RtStageBufs b;
-	RtTensor **saved;  // [microbatches][2 * nlayers]
+	RtTensor **saved;  // [microbatches][nslots] (rt_stage_forward's)
 	uint8_t *state;    // [microbatches]: PLAN_DEP_MB bits done this step
 	int *peer_in;      // per in-edge position: index in the peer table, -1 if none
 	int *peer_out;     // per out-edge position
@@ -110,9 +110,8 @@ static int setup(RtRank *r)
 		LStage *ls = &in->ls[in->nls];
 		in->local_of[s] = in->nls++;
 		ls->stage = s;
-		int L = p->stages[s].nlayers;
 		const RtStageModel *sm = &m->st[s];
-		ls->saved = calloc((size_t)p->microbatches * 2 * (size_t)L, sizeof *ls->saved);
+		ls->saved = calloc((size_t)p->microbatches * (size_t)sm->nslots, sizeof *ls->saved);
 		ls->state = calloc((size_t)p->microbatches, 1);
 		ls->peer_in = malloc((size_t)(sm->nin + 1) * sizeof(int));
 		ls->peer_out = malloc((size_t)(sm->nout + 1) * sizeof(int));
@@ -136,9 +135,9 @@ void rt_rank_free(RtRank *r)
 	const Plan *p = r->w->plan;
 	for (int i = 0; i < in->nls; i++) {
 		LStage *ls = &in->ls[i];
-		int L = p->stages[ls->stage].nlayers;
+		int64_t nslots = r->w->model->st[ls->stage].nslots;
 		if (ls->saved)
-			for (int64_t k = 0; k < (int64_t)p->microbatches * 2 * L; k++)
+			for (int64_t k = 0; k < (int64_t)p->microbatches * nslots; k++)
 				rt_tensor_free(r, ls->saved[k]);
 		rt_stage_bufs_close(r, &ls->b);
 		free(ls->saved);
@@ -309,6 +308,11 @@ static int dep_rule(RtRank *r, LStage *ls, const PlanOp *o)
 	return rt_error(r, "%s (stage %s): %s", text, p->stages[ls->stage].name, why);
 }
 
+static RtTensor **saved_of(RtRank *r, LStage *ls, int mb)
+{
+	return ls->saved + (int64_t)mb * r->w->model->st[ls->stage].nslots;
+}
+
 static int op_forward(RtRank *r, LStage *ls, int mb, int step)
 {
 	const RtStageModel *sm = &r->w->model->st[ls->stage];
@@ -318,8 +322,7 @@ static int op_forward(RtRank *r, LStage *ls, int mb, int step)
 	if (!x)
 		return RT_EFAIL;
 	RtTensor *y;
-	const Plan *p = r->w->plan;
-	RtTensor **saved = ls->saved + (int64_t)mb * 2 * p->stages[ls->stage].nlayers;
+	RtTensor **saved = saved_of(r, ls, mb);
 	if (rt_stage_forward(r, ls->stage, mb, step, replica, &ls->b, x, saved, &y))
 		return RT_EFAIL;
 	return y ? scatter_edges(r, ls, mb, DIR_ACT, y) : RT_OK;
@@ -327,13 +330,12 @@ static int op_forward(RtRank *r, LStage *ls, int mb, int step)
 
 static int op_backward(RtRank *r, LStage *ls, int mb, int step)
 {
-	const Plan *p = r->w->plan;
 	const RtStageModel *sm = &r->w->model->st[ls->stage];
 	RtTensor *dy = NULL;
 	if (!sm->loss && !(dy = gather_edges(r, ls, mb, DIR_GRAD)))
 		return RT_EFAIL;
 	RtTensor *dx;
-	RtTensor **saved = ls->saved + (int64_t)mb * 2 * p->stages[ls->stage].nlayers;
+	RtTensor **saved = saved_of(r, ls, mb);
 	if (rt_stage_backward(r, ls->stage, mb, step, r->coord[DIM_DP], &ls->b, dy, saved, &dx))
 		return RT_EFAIL;
 	return dx ? scatter_edges(r, ls, mb, DIR_GRAD, dx) : RT_OK;
@@ -341,9 +343,7 @@ static int op_backward(RtRank *r, LStage *ls, int mb, int step)
 
 static int op_weights(RtRank *r, LStage *ls, int mb)
 {
-	const Plan *p = r->w->plan;
-	RtTensor **saved = ls->saved + (int64_t)mb * 2 * p->stages[ls->stage].nlayers;
-	return rt_stage_weights(r, ls->stage, &ls->b, saved);
+	return rt_stage_weights(r, ls->stage, &ls->b, saved_of(r, ls, mb));
 }
 
 static int op_optim(RtRank *r, LStage *ls)

@@ -1,19 +1,24 @@
 /* The model a plan describes, and one stage's compute over it.
  *
- * The plan carries everything: per stage its layers (linear with bias, relu, gelu,
- * mse), per edge its width.  rt_model_new() checks that the shapes chain and lays out
- * each stage's parameters as one flat buffer (per linear layer: w, in x out, then b),
- * so a stage's weights and gradients are single tensors that one all-reduce moves.
+ * The plan carries everything: per stage its layers, per edge its width.
+ * rt_model_new() checks that the shapes chain and lays out each stage's parameters as
+ * one flat buffer (layer by layer, each layer's parameter tensors in the order of its
+ * rt_layer_shapes row), so a stage's weights and gradients are single tensors that one
+ * all-reduce moves.
  *
- * rt_stage_forward/backward/weights are the one implementation of F, B and W; the
+ * rt_stage_forward/backward/weights are the one implementation of F, B and W, for
+ * every layer kind: they walk a stage's layers and call the device's row for the
+ * layer's kind (fwd, bwd_in, bwd_w; rt_backend.h, "Layers"), knowing no kind.  The
  * interpreter (pipelined) and the reference (sequential, for --check) both call them,
  * so the two can only differ where the plan changes summation order.
  *
- * Memory convention (docs/semantics.md "Memory"): every layer keeps its input for the
- * backward pass (a linear's in save_fw, relu/gelu/mse's in save_fb), and a linear keeps
- * its output gradient from B to W (save_bw).  A layer's output is the next layer's saved
+ * Memory convention (docs/semantics.md "Memory"): every layer keeps its input and its
+ * saved tensors for the backward pass (until W for a kind with parameters: save_fw;
+ * else until B: save_fb), and a kind with parameters keeps its output gradient and its
+ * held tensors from B to W (save_bw).  A layer's output is the next layer's saved
  * input, so F holds exactly save_fb + save_fw, B frees save_fb and holds save_bw, and W
- * frees the rest: the figures the simulator predicts, measured on real allocations. */
+ * frees the rest: the figures the simulator predicts, measured on real allocations
+ * (rt_model_new checks each layer's tensors against the layer table's figures). */
 #include "rt_private.h"
 
 #include <math.h>
@@ -63,22 +68,36 @@ void rt_gen_target(uint64_t seed, int step, int replica, int mb, float *out, int
 	gen(seed, 2, step, replica, mb, out, n);
 }
 
+/* The tensors a layer keeps (rt_layer_shapes; none for a kind without a row). */
+static RtLayerTensors layer_tensors(const PlanLayer *ly, int64_t rows)
+{
+	RtLayerTensors t;
+	memset(&t, 0, sizeof t);
+	if (rt_layer_shapes[ly->kind])
+		rt_layer_shapes[ly->kind](ly, rows, &t);
+	return t;
+}
+
+/* Each parameter from its RtInit; a layer's first one keyed by (stage, layer), the
+ * others by their index too. */
 void rt_gen_weights(uint64_t seed, const Plan *p, int stage, float *out)
 {
 	const PlanStage *st = &p->stages[stage];
 	int64_t off = 0;
 	for (int l = 0; l < st->nlayers; l++) {
-		const PlanLayer *ly = &st->layers[l];
-		if (ly->kind != LAYER_LINEAR)
-			continue;
+		RtLayerTensors t = layer_tensors(&st->layers[l], p->rows);
 		uint64_t k = mix(mix(mix(seed, 3), (uint64_t)stage), (uint64_t)l);
-		int64_t n = (int64_t)ly->in * ly->out;
-		float sc = (float)(1.0 / sqrt((double)ly->in));
-		for (int64_t i = 0; i < n; i++)
-			out[off + i] = unit(mix(k, (uint64_t)i)) * sc;
-		off += n;
-		memset(out + off, 0, (size_t)ly->out * sizeof(float));
-		off += ly->out;
+		for (int j = 0; j < t.nparams; j++) {
+			const RtShape *sh = &t.param[j];
+			int64_t n = sh->rows * sh->cols;
+			uint64_t kj = j == 0 ? k : mix(k, (uint64_t)j);
+			float sc = (float)(1.0 / sqrt((double)sh->rows));
+			for (int64_t i = 0; i < n; i++)
+				out[off + i] = sh->init == RT_INIT_UNIFORM ? unit(mix(kj, (uint64_t)i)) * sc
+				               : sh->init == RT_INIT_ONE   ? 1.0f
+				                                           : 0.0f;
+			off += n;
+		}
 	}
 }
 
@@ -107,6 +126,49 @@ void rt_model_free(RtModel *m)
 	}
 	free(m->st);
 	free(m);
+}
+
+static int64_t bytes_of(const RtShape *sh, int n)
+{
+	int64_t b = 0;
+	for (int i = 0; i < n; i++)
+		b += sh[i].rows * sh[i].cols * 4;
+	return b;
+}
+
+/* Lays out layer l's tensors at *off and checks them against the layer table: its
+ * parameters, and what it keeps (x and the saved tensors until B, or until W for a
+ * kind with parameters, which also keeps dy and the held tensors from B to W). */
+static int lay_out(RtStageModel *sm, const char *stage, int l, const PlanLayer *ly,
+                   int64_t rows, int64_t *off, char *err, size_t errn)
+{
+	const char *name = plan_layers[ly->kind].name;
+	RtLayerAt *at = &sm->at[l];
+	at->t = layer_tensors(ly, rows);
+	at->off = *off;
+	at->slot = sm->nslots;
+	sm->nslots += 2 + at->t.nsaved + at->t.nheld;
+	LayerCost lc = plan_layer_cost(ly->kind, rows, ly->in, ly->out);
+	int64_t np = bytes_of(at->t.param, at->t.nparams) / 4;
+	if (np != lc.params)
+		return merr(err, errn, "stage %s: layer %d (%s): the runtime lays out %lld parameters, "
+		                       "the layer table says %lld", stage, l, name, (long long)np, (long long)lc.params);
+	int64_t keep = rows * ly->in * 4 + bytes_of(at->t.saved, at->t.nsaved);
+	int64_t held = np ? rows * ly->out * 4 + bytes_of(at->t.held, at->t.nheld) : 0;
+	int64_t want[3] = {np ? 0 : keep, np ? keep : 0, held};
+	int64_t table[3] = {lc.save_fb, lc.save_fw, lc.save_bw};
+	for (int i = 0; i < 3; i++)
+		if (want[i] != table[i] || (!np && at->t.nheld))
+			return merr(err, errn, "stage %s: layer %d (%s): the runtime keeps %lld, %lld and "
+			                       "%lld bytes (F to B, F to W, B to W), the layer table says "
+			                       "%lld, %lld and %lld", stage, l, name, (long long)want[0], (long long)want[1],
+			            (long long)want[2], (long long)table[0], (long long)table[1],
+			            (long long)table[2]);
+	*off += np;
+	sm->save[0] += lc.save_fb;
+	sm->save[1] += lc.save_fw;
+	sm->save[2] += lc.save_bw;
+	return 0;
 }
 
 static int build(RtModel *m, const Plan *p, char *err, size_t errn)
@@ -143,15 +205,8 @@ static int build(RtModel *m, const Plan *p, char *err, size_t errn)
 				sm->loss = 1;
 				m->loss_stage = s;
 			}
-			/* The layer table's figures; a layer with weights keeps them at w_off
-			 * (in x out) and its bias right after, at b_off. */
-			LayerCost lc = plan_layer_cost(ly->kind, rows, ly->in, ly->out);
-			sm->at[l].w_off = off;
-			sm->at[l].b_off = off + (int64_t)ly->in * ly->out;
-			off += lc.params;
-			sm->save[0] += lc.save_fb;
-			sm->save[1] += lc.save_fw;
-			sm->save[2] += lc.save_bw;
+			if (lay_out(sm, st->name, l, ly, rows, &off, err, errn))
+				return -1;
 		}
 		sm->nparams = off;
 		if (off != st->params)
@@ -212,6 +267,34 @@ RtModel *rt_model_new(const Plan *p, char *err, size_t errn)
 		return NULL;
 	}
 	return m;
+}
+
+/* Every kernel the plan's layers need: fwd; bwd_in unless the layer is the first of a
+ * stage without in-edges (nobody wants its input gradient); bwd_w for a kind with
+ * parameters.  A missing one is a clear refusal, never a fallback to other math. */
+const char *rt_device_check(const RtDevice *d, const Plan *p, char *err, size_t n)
+{
+	for (int s = 0; s < p->nstages; s++) {
+		const PlanStage *st = &p->stages[s];
+		int first = 1;
+		for (int e = 0; e < p->nedges; e++)
+			first &= p->edges[e].dst != s;
+		for (int l = 0; l < st->nlayers; l++) {
+			LayerKind k = st->layers[l].kind;
+			const RtLayerKernels *row = d->layers ? &d->layers[k] : NULL;
+			LayerCost lc = plan_layer_cost(k, p->rows, st->layers[l].in, st->layers[l].out);
+			const char *what = !row || !row->fwd                ? "kernel"
+			                   : !row->bwd_in && !(first && !l) ? "input-gradient kernel"
+			                   : !row->bwd_w && lc.params       ? "weight-gradient kernel"
+			                                                    : NULL;
+			if (what) {
+				snprintf(err, n, "the %s device has no %s for layer kind %s (stage %s, "
+				                 "layer %d)", d->name, what, plan_layers[k].name, st->name, l);
+				return err;
+			}
+		}
+	}
+	return NULL;
 }
 
 /* ---- tensors, accounted ---- */
@@ -341,109 +424,155 @@ static RtTensor *target(RtRank *r, int s, int step, int replica, int mb, RtStage
 	return t;
 }
 
+/* A layer's call and its parameter views (pv, gv: RT_LAYER_MAX_TENSORS each); slot is
+ * the layer's first saved slot of the microbatch. */
+static RtLayerCall layer_call(RtRank *r, int s, int l, RtStageBufs *b, RtTensor **slot,
+                              RtTensor *pv, RtTensor *gv)
+{
+	const PlanLayer *ly = &r->w->plan->stages[s].layers[l];
+	const RtLayerAt *at = &r->w->model->st[s].at[l];
+	RtLayerCall c = {.layer = ly, .rows = r->w->plan->rows, .x = slot[0]};
+	int64_t off = at->off;
+	for (int j = 0; j < at->t.nparams; j++) {
+		const RtShape *sh = &at->t.param[j];
+		pv[j] = rt_tensor_view(b->params, off, sh->rows, sh->cols);
+		gv[j] = rt_tensor_view(b->grads, off, sh->rows, sh->cols);
+		off += sh->rows * sh->cols;
+	}
+	c.nparams = at->t.nparams;
+	c.param = pv;
+	c.grad = gv;
+	c.nsaved = at->t.nsaved;
+	c.saved = slot + 2;
+	c.nheld = at->t.nheld;
+	c.held = slot + 2 + at->t.nsaved;
+	return c;
+}
+
+/* New tensors of class cls into out[0..n). */
+static int new_tensors(RtRank *r, const RtShape *sh, int n, int cls, RtTensor **out)
+{
+	for (int i = 0; i < n; i++)
+		if (!(out[i] = rt_tensor_new(r, sh[i].rows, sh[i].cols, cls)))
+			return RT_EFAIL;
+	return RT_OK;
+}
+
+static void free_slots(RtRank *r, RtTensor **slot, int n)
+{
+	for (int i = 0; i < n; i++) {
+		rt_tensor_free(r, slot[i]);
+		slot[i] = NULL;
+	}
+}
+
 int rt_stage_forward(RtRank *r, int s, int mb, int step, int replica, RtStageBufs *b,
                      RtTensor *x, RtTensor **saved, RtTensor **y)
 {
 	const Plan *p = r->w->plan;
 	const PlanStage *st = &p->stages[s];
 	const RtStageModel *sm = &r->w->model->st[s];
-	const RtDevice *dev = r->dev;
+	RtTensor pv[RT_LAYER_MAX_TENSORS], gv[RT_LAYER_MAX_TENSORS];
 	RtTensor *cur = x;
 	*y = NULL;
 	for (int l = 0; l < st->nlayers; l++) {
 		const PlanLayer *ly = &st->layers[l];
+		const RtLayerAt *at = &sm->at[l];
+		RtTensor **slot = saved + at->slot;
 		rt_tensor_reclass(r, cur, RT_MEM_SAVED);
-		saved[l] = cur;
-		if (ly->kind == LAYER_MSE) {
+		slot[0] = cur;
+		if (new_tensors(r, at->t.saved, at->t.nsaved, RT_MEM_SAVED, slot + 2))
+			return RT_EFAIL;
+		RtLayerCall c = layer_call(r, s, l, b, slot, pv, gv);
+		RtLayerFn fwd = r->dev->layers[ly->kind].fwd;
+		if (plan_layers[ly->kind].loss) {
 			RtTensor *t = target(r, s, step, replica, mb, b);
 			if (!t)
 				return RT_EFAIL;
-			int rc = dev->mse_fwd(r, cur, t, b->loss, mb);
+			c.target = t;
+			c.loss = b->loss;
+			c.slot = mb;
+			int rc = fwd(r, &c);
 			rt_tensor_free(r, t);
 			return rc;
 		}
-		RtTensor *out = rt_tensor_new(r, p->rows, ly->out, RT_MEM_TEMP);
-		if (!out)
+		if (!(c.y = rt_tensor_new(r, p->rows, ly->out, RT_MEM_TEMP)))
 			return RT_EFAIL;
-		int rc;
-		if (ly->kind == LAYER_LINEAR) {
-			RtTensor w = rt_tensor_view(b->params, sm->at[l].w_off, ly->in, ly->out);
-			RtTensor bias = rt_tensor_view(b->params, sm->at[l].b_off, 1, ly->out);
-			rc = dev->linear_fwd(r, cur, &w, &bias, out);
-		} else {
-			rc = dev->act_fwd(r, ly->kind, cur, out);
+		if (fwd(r, &c)) {
+			rt_tensor_free(r, c.y);
+			return RT_EFAIL;
 		}
-		if (rc) {
-			rt_tensor_free(r, out);
-			return rc;
-		}
-		cur = out;
+		cur = c.y;
 	}
 	rt_tensor_reclass(r, cur, RT_MEM_COMM);
 	*y = cur;
 	return RT_OK;
 }
 
+/* B of layer l: dy (owned) -> *dx (NULL when not wanted).  A layer with parameters
+ * keeps dy and its held tensors for W; one without frees what it kept. */
+static int layer_backward(RtRank *r, int s, int l, int mb, int step, int replica,
+                          RtStageBufs *b, RtTensor **slot, RtTensor *dy, int want_dx,
+                          RtTensor **dx)
+{
+	const Plan *p = r->w->plan;
+	const PlanLayer *ly = &p->stages[s].layers[l];
+	const RtLayerAt *at = &r->w->model->st[s].at[l];
+	RtTensor pv[RT_LAYER_MAX_TENSORS], gv[RT_LAYER_MAX_TENSORS];
+	int has_w = at->t.nparams > 0;
+	*dx = NULL;
+	if (has_w) {
+		rt_tensor_reclass(r, dy, RT_MEM_SAVED);
+		slot[1] = dy;
+		if (new_tensors(r, at->t.held, at->t.nheld, RT_MEM_SAVED, slot + 2 + at->t.nsaved))
+			return RT_EFAIL;
+	}
+	RtLayerCall c = layer_call(r, s, l, b, slot, pv, gv);
+	c.dy = dy;
+	int rc = RT_OK;
+	if (want_dx && !(c.dx = rt_tensor_new(r, p->rows, ly->in, RT_MEM_TEMP)))
+		return RT_EFAIL;
+	if (c.dx || c.nheld) {
+		RtTensor *t = NULL;
+		if (plan_layers[ly->kind].loss) {
+			c.target = t = target(r, s, step, replica, mb, b);
+			c.scale = (float)(1.0 / p->microbatches);
+			rc = t ? RT_OK : RT_EFAIL;
+		}
+		if (rc == RT_OK && at->t.work.rows &&
+		    !(c.work = rt_tensor_new(r, at->t.work.rows, at->t.work.cols, RT_MEM_TEMP)))
+			rc = RT_EFAIL;
+		if (rc == RT_OK)
+			rc = r->dev->layers[ly->kind].bwd_in(r, &c);
+		rt_tensor_free(r, c.work);
+		rt_tensor_free(r, t);
+	}
+	if (rc) {
+		rt_tensor_free(r, c.dx);
+		return rc;
+	}
+	if (!has_w) {
+		rt_tensor_free(r, dy);
+		free_slots(r, slot, 2 + at->t.nsaved);
+	}
+	*dx = c.dx;
+	return RT_OK;
+}
+
 int rt_stage_backward(RtRank *r, int s, int mb, int step, int replica, RtStageBufs *b,
                       RtTensor *dy, RtTensor **saved, RtTensor **dx)
 {
-	const Plan *p = r->w->plan;
-	const PlanStage *st = &p->stages[s];
 	const RtStageModel *sm = &r->w->model->st[s];
-	const RtDevice *dev = r->dev;
-	int L = st->nlayers;
 	RtTensor *cur = dy;
 	*dx = NULL;
-	for (int l = L - 1; l >= 0; l--) {
-		const PlanLayer *ly = &st->layers[l];
-		RtTensor *in = saved[l];
-		if (!in)
+	for (int l = r->w->plan->stages[s].nlayers - 1; l >= 0; l--) {
+		RtTensor **slot = saved + sm->at[l].slot;
+		if (!slot[0])
 			return rt_error(r, "internal: layer %d of stage %d lost its saved input", l, s);
-		if (ly->kind == LAYER_LINEAR) {
-			rt_tensor_reclass(r, cur, RT_MEM_SAVED);
-			saved[L + l] = cur;
-			if (l == 0 && sm->nin == 0) {
-				cur = NULL; // stage 0: nobody wants the input gradient
-				break;
-			}
-			RtTensor *g = rt_tensor_new(r, p->rows, ly->in, RT_MEM_TEMP);
-			if (!g)
-				return RT_EFAIL;
-			RtTensor w = rt_tensor_view(b->params, sm->at[l].w_off, ly->in, ly->out);
-			if (dev->linear_bwd_in(r, cur, &w, g)) {
-				rt_tensor_free(r, g);
-				return RT_EFAIL;
-			}
-			cur = g;
-			continue;
-		}
-		RtTensor *g = rt_tensor_new(r, p->rows, ly->in, RT_MEM_TEMP);
-		if (!g)
+		/* Stage 0's first layer: nobody wants the input gradient. */
+		int want_dx = !(l == 0 && sm->nin == 0);
+		if (layer_backward(r, s, l, mb, step, replica, b, slot, cur, want_dx, &cur))
 			return RT_EFAIL;
-		int rc;
-		if (ly->kind == LAYER_MSE) {
-			RtTensor *t = target(r, s, step, replica, mb, b);
-			if (!t) {
-				rt_tensor_free(r, g);
-				return RT_EFAIL;
-			}
-			rc = dev->mse_bwd(r, in, t, (float)(1.0 / p->microbatches), g);
-			rt_tensor_free(r, t);
-		} else {
-			rc = dev->act_bwd(r, ly->kind, in, cur, g);
-		}
-		if (rc) {
-			rt_tensor_free(r, g);
-			return rc;
-		}
-		rt_tensor_free(r, cur);
-		rt_tensor_free(r, in);
-		saved[l] = NULL;
-		cur = g;
-	}
-	if (cur && sm->nin == 0) {
-		rt_tensor_free(r, cur);
-		cur = NULL;
 	}
 	if (cur)
 		rt_tensor_reclass(r, cur, RT_MEM_COMM);
@@ -455,20 +584,19 @@ int rt_stage_weights(RtRank *r, int s, RtStageBufs *b, RtTensor **saved)
 {
 	const PlanStage *st = &r->w->plan->stages[s];
 	const RtStageModel *sm = &r->w->model->st[s];
-	int L = st->nlayers;
-	for (int l = 0; l < L; l++) {
-		const PlanLayer *ly = &st->layers[l];
-		if (ly->kind != LAYER_LINEAR)
-			continue;
-		if (!saved[l] || !saved[L + l])
+	RtTensor pv[RT_LAYER_MAX_TENSORS], gv[RT_LAYER_MAX_TENSORS];
+	for (int l = 0; l < st->nlayers; l++) {
+		const RtLayerAt *at = &sm->at[l];
+		if (!at->t.nparams)
+			continue; // no W part
+		RtTensor **slot = saved + at->slot;
+		if (!slot[0] || !slot[1])
 			return rt_error(r, "internal: layer %d of stage %d lost its saved tensors", l, s);
-		RtTensor dw = rt_tensor_view(b->grads, sm->at[l].w_off, ly->in, ly->out);
-		RtTensor db = rt_tensor_view(b->grads, sm->at[l].b_off, 1, ly->out);
-		if (r->dev->linear_bwd_w(r, saved[l], saved[L + l], &dw, &db))
+		RtLayerCall c = layer_call(r, s, l, b, slot, pv, gv);
+		c.dy = slot[1];
+		if (r->dev->layers[st->layers[l].kind].bwd_w(r, &c))
 			return RT_EFAIL;
-		rt_tensor_free(r, saved[l]);
-		rt_tensor_free(r, saved[L + l]);
-		saved[l] = saved[L + l] = NULL;
+		free_slots(r, slot, 2 + at->t.nsaved + at->t.nheld);
 	}
 	return RT_OK;
 }

@@ -23,7 +23,7 @@ typedef struct {
 	RtRank r;
 	RtStageBufs *b;
 	RtTensor **gacc;   // [stage] replica sum
-	RtTensor ***saved; // [stage][mb * 2L]
+	RtTensor ***saved; // [stage][mb * nslots]
 	RtTensor **y, **dx;
 	int **order;       // [stage * dp + d][k]: microbatch of the k-th W
 } Ref;
@@ -38,12 +38,18 @@ static void w_order(const Plan *p, int s, int d, int *out)
 	int k = 0;
 	for (int64_t i = 0; i < pr->nops && k < p->microbatches; i++) {
 		const PlanOp *o = &pr->ops[i];
-		if ((o->kind == OP_W || o->kind == OP_BW) && o->stage == s)
+		if ((plan_ops[plan_op_kind(o)].makes & PLAN_DEP_WGRAD) && o->stage == s)
 			out[k++] = o->mb;
 	}
 	if (k != p->microbatches)
 		for (k = 0; k < p->microbatches; k++)
 			out[k] = k;
+}
+
+/* Microbatch m's saved slots of stage s. */
+static RtTensor **saved_of(Ref *f, int s, int m)
+{
+	return f->saved[s] + (int64_t)m * f->r.w->model->st[s].nslots;
 }
 
 /* Sum of tensors ts[0..n) into a new tensor. */
@@ -80,9 +86,7 @@ static int microbatch(Ref *f, int step, int d, int m)
 		}
 		if (!x)
 			return RT_EFAIL;
-		int L = p->stages[s].nlayers;
-		if (rt_stage_forward(r, s, m, step, d, &f->b[s], x, f->saved[s] + (int64_t)m * 2 * L,
-		                     &f->y[s]))
+		if (rt_stage_forward(r, s, m, step, d, &f->b[s], x, saved_of(f, s, m), &f->y[s]))
 			return RT_EFAIL;
 	}
 	for (int s = p->nstages - 1; s >= 0; s--) {
@@ -96,9 +100,7 @@ static int microbatch(Ref *f, int step, int d, int m)
 			if (!(dy = sum(r, ts, sm->nout)))
 				return RT_EFAIL;
 		}
-		int L = p->stages[s].nlayers;
-		if (rt_stage_backward(r, s, m, step, d, &f->b[s], dy, f->saved[s] + (int64_t)m * 2 * L,
-		                      &f->dx[s]))
+		if (rt_stage_backward(r, s, m, step, d, &f->b[s], dy, saved_of(f, s, m), &f->dx[s]))
 			return RT_EFAIL;
 	}
 	for (int s = 0; s < p->nstages; s++) {
@@ -126,10 +128,9 @@ static int run(Ref *f, double *loss)
 			for (int m = 0; m < M && rc == RT_OK; m++)
 				rc = microbatch(f, step, d, m);
 			for (int s = 0; s < p->nstages && rc == RT_OK; s++) {
-				int L = p->stages[s].nlayers;
 				for (int k = 0; k < M && rc == RT_OK; k++) {
 					int m = f->order[s * D + d][k];
-					rc = rt_stage_weights(r, s, &f->b[s], f->saved[s] + (int64_t)m * 2 * L);
+					rc = rt_stage_weights(r, s, &f->b[s], saved_of(f, s, m));
 				}
 				if (rc == RT_OK)
 					rc = d == 0 ? dev->copy(r, f->gacc[s], f->b[s].grads)
@@ -177,12 +178,12 @@ int rt_reference(RtWorld *w, double *loss, float **weights)
 	if (rc == RT_OK && f.r.dev->rank_open)
 		rc = f.r.dev->rank_open(&f.r);
 	for (int s = 0; s < S && rc == RT_OK; s++) {
-		int L = p->stages[s].nlayers;
 		if ((rc = rt_stage_bufs_open(&f.r, s, &f.b[s])))
 			break;
 		if (!(f.gacc[s] = rt_tensor_new(&f.r, 1, f.b[s].params->cols, RT_MEM_GRAD)))
 			rc = RT_EFAIL;
-		f.saved[s] = calloc((size_t)p->microbatches * 2 * (size_t)L, sizeof **f.saved);
+		f.saved[s] = calloc((size_t)p->microbatches * (size_t)w->model->st[s].nslots,
+		                    sizeof **f.saved);
 		if (!f.saved[s])
 			rc = rt_error(&f.r, "out of memory");
 		for (int d = 0; d < D && rc == RT_OK; d++) {
@@ -203,7 +204,7 @@ int rt_reference(RtWorld *w, double *loss, float **weights)
 	}
 	for (int s = 0; s < S; s++) {
 		if (f.saved && f.saved[s]) {
-			for (int64_t k = 0; k < (int64_t)p->microbatches * 2 * p->stages[s].nlayers; k++)
+			for (int64_t k = 0; k < (int64_t)p->microbatches * w->model->st[s].nslots; k++)
 				rt_tensor_free(&f.r, f.saved[s][k]);
 			free(f.saved[s]);
 		}

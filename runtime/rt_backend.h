@@ -85,6 +85,88 @@ typedef struct {
 } RtMsg;
 
 /* ------------------------------------------------------------------------------------
+ * Layers.  A device computes every layer kind through one row of three kernels, each
+ * taking one RtLayerCall, so a kind's math is one row per device and the model
+ * (model.c) walks a stage's layers without knowing any kind:
+ *
+ *   fwd     y = f(x); fills the layer's saved tensors; a loss writes its loss instead
+ *           of y (into element `slot` of `loss`, against `target`)
+ *   bwd_in  B: dx from dy (overwriting dx), x and the saved tensors; fills the held
+ *           tensors W needs.  Never touches a weight gradient: zero-bubble schedules
+ *           run B and W apart.  A loss computes dx = scale * dloss/dy from x and
+ *           `target` (dy is NULL).  dx is NULL when nobody wants the input gradient;
+ *           the model then calls bwd_in only for a kind with held tensors.
+ *   bwd_w   W: accumulates (+=) into the parameter gradients from x, dy, the saved
+ *           and the held tensors; NULL for a kind without parameters.
+ *
+ * Between F and W the model keeps x and the saved tensors, between B and W dy and the
+ * held tensors, unchanged; nothing else carries over.  Which tensors a kind has (its
+ * parameters, saved, held and scratch tensors, with their shapes) is its RtLayerShapeFn
+ * row, one for every device (rt_layer_shapes, next to the reference kernels in cpu.c);
+ * its figures (parameters, saved bytes) must add up to the layer table's
+ * (plan/layer.c), which the model checks. */
+
+enum { RT_LAYER_MAX_TENSORS = 8 }; // per list: parameters, saved, held
+
+typedef enum {
+	RT_INIT_ZERO,    // 0 (biases)
+	RT_INIT_ONE,     // 1 (norm gains)
+	RT_INIT_UNIFORM, // u[-1, 1) / sqrt(rows): a weight matrix of `rows` inputs
+	RT_INIT_COUNT
+} RtInit;
+
+typedef struct {
+	int64_t rows, cols;
+	RtInit init; // parameters: their initial values (docs/semantics.md "Model")
+} RtShape;
+
+/* The tensors of one layer for a microbatch of `rows` rows, besides its input x (kept
+ * from F to B, or to W for a kind with parameters) and, for a kind with parameters,
+ * its output gradient dy (kept from B to W). */
+typedef struct {
+	int nparams;                          // parameters, laid out in this order in
+	RtShape param[RT_LAYER_MAX_TENSORS];  // the stage's flat buffer
+	int nsaved;                           // written by F, read by B and W; kept as
+	RtShape saved[RT_LAYER_MAX_TENSORS];  // long as x
+	int nheld;                            // written by B, read by W
+	RtShape held[RT_LAYER_MAX_TENSORS];
+	RtShape work;                         // B's scratch (rows 0: none)
+} RtLayerTensors;
+
+/* Fills t (zeroed by the caller) for layer ly. */
+typedef void (*RtLayerShapeFn)(const PlanLayer *ly, int64_t rows, RtLayerTensors *t);
+
+/* One kernel call.  Arrays are in RtLayerTensors' order; unused members are NULL/0. */
+typedef struct {
+	const PlanLayer *layer;  // kind and widths (in, out)
+	int64_t rows;            // rows of the microbatch
+	const RtTensor *x;       // input, rows x in
+	RtTensor *y;             // F: output, rows x out (NULL for a loss)
+	const RtTensor *dy;      // B, W: output gradient, rows x out (NULL for a loss)
+	RtTensor *dx;            // B: input gradient, rows x in (NULL: not wanted)
+	int nparams;
+	const RtTensor *param;   // [nparams] views into the stage's parameters
+	RtTensor *grad;          // [nparams] views into its gradient accumulators (W)
+	int nsaved;
+	RtTensor *const *saved;  // [nsaved]
+	int nheld;
+	RtTensor *const *held;   // [nheld]
+	RtTensor *work;          // B: scratch, or NULL
+	const RtTensor *target;  // a loss's target (F and B), rows x in
+	RtTensor *loss;          // F of a loss: 1 x microbatches
+	int slot;                // ... and the element it writes (the microbatch)
+	float scale;             // B of a loss: factor of the gradient (1/microbatches)
+} RtLayerCall;
+
+typedef int (*RtLayerFn)(RtRank *r, const RtLayerCall *c);
+
+typedef struct {
+	RtLayerFn fwd;    // required
+	RtLayerFn bwd_in; // required, except for a kind that is only ever first (no dx)
+	RtLayerFn bwd_w;  // required for a kind with parameters, else NULL
+} RtLayerKernels;
+
+/* ------------------------------------------------------------------------------------
  * The three parts.  Process-level state lives in the world (rt_world_state), rank
  * state in the rank (rt_rank_state), one slot per part. */
 
@@ -138,22 +220,10 @@ typedef struct {
 	int (*add)(RtRank *r, RtTensor *dst, const RtTensor *src);   // dst += src
 	int (*scale)(RtRank *r, RtTensor *t, float alpha);            // t *= alpha
 
-	/* Layers.  x: rows x in, w: in x out (row-major), b: 1 x out, y: rows x out. */
-	int (*linear_fwd)(RtRank *r, const RtTensor *x, const RtTensor *w, const RtTensor *b,
-	                  RtTensor *y);
-	/* dx = dy w^T */
-	int (*linear_bwd_in)(RtRank *r, const RtTensor *dy, const RtTensor *w, RtTensor *dx);
-	/* dw += x^T dy, db += column sums of dy */
-	int (*linear_bwd_w)(RtRank *r, const RtTensor *x, const RtTensor *dy, RtTensor *dw,
-	                    RtTensor *db);
-	/* kind: LAYER_RELU or LAYER_GELU.  act_bwd: dx = dy * f'(x). */
-	int (*act_fwd)(RtRank *r, int kind, const RtTensor *x, RtTensor *y);
-	int (*act_bwd)(RtRank *r, int kind, const RtTensor *x, const RtTensor *dy, RtTensor *dx);
-	/* Mean of (y - t)^2 over all elements, accumulated in double, stored as element
-	 * `slot` of the 1 x n tensor `loss`. */
-	int (*mse_fwd)(RtRank *r, const RtTensor *y, const RtTensor *t, RtTensor *loss, int slot);
-	/* dy = scale * 2 (y - t) / (rows * cols) */
-	int (*mse_bwd)(RtRank *r, const RtTensor *y, const RtTensor *t, float scale, RtTensor *dy);
+	/* Layers: one row per LayerKind (an array of LAYER_COUNT rows, RtLayerKernels
+	 * below).  A kind the device cannot compute has an empty row, and a plan using it is
+	 * refused when the world opens (rt_device_check). */
+	const RtLayerKernels *layers;
 	/* The optimizer step: w -= lr * g */
 	int (*sgd)(RtRank *r, RtTensor *w, const RtTensor *g, float lr);
 	/* Waits for everything the rank has issued (communication included). */
@@ -212,6 +282,10 @@ extern const int rt_nbackends;
 /* The cpu device (cpu.c), which every --check reference runs on.  The other parts are
  * reached through the registries only (their declarations are registry.c's). */
 extern const RtDevice rt_device_cpu;
+/* The tensors of each layer kind (cpu.c, next to the reference kernels that define
+ * them; every device computes into the same ones).  NULL: no parameters, nothing kept
+ * beyond the input. */
+extern const RtLayerShapeFn rt_layer_shapes[LAYER_COUNT];
 
 /* A backend by name, built or not; NULL when unknown. */
 const RtBackend *rt_backend_find(const char *name);

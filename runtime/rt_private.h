@@ -21,12 +21,16 @@ typedef struct RtInterp RtInterp;
 
 /* The model the plan describes, read-only, shared by every rank. */
 typedef struct {
-	int64_t w_off, b_off; // element offsets of a linear layer's weights and bias
+	RtLayerTensors t; // the kind's tensors (rt_layer_shapes)
+	int64_t off;      // element offset of its first parameter in the stage's buffer
+	int slot;         // its first slot in a microbatch's saved slots: x, dy, saved...,
+	                  // held...
 } RtLayerAt;
 
 typedef struct {
 	RtLayerAt *at;           // per layer
-	int64_t nparams;         // f32 parameters (w then b, layer by layer)
+	int64_t nparams;         // f32 parameters (layer by layer, each layer's in order)
+	int nslots;              // saved-tensor slots per microbatch (RtLayerAt.slot)
 	int nin, nout;
 	int *in_edges, *out_edges; // ascending edge indices
 	int64_t save[3];         // fb, fw, bw bytes per microbatch the runtime holds
@@ -41,8 +45,13 @@ typedef struct RtModel {
 } RtModel;
 
 /* Builds and checks the model: layer widths chain, stage and edge widths agree,
- * params and bytes match, one mse at the very end.  NULL with a message on error. */
+ * params and bytes match the layer table, one loss at the very end.  NULL with a
+ * message on error. */
 RtModel *rt_model_new(const Plan *p, char *err, size_t errn);
+/* NULL when device d has every kernel plan p's layers need, else why not ("the cuda
+ * device has no kernel for layer kind gelu"), written into err.  rt_world_open()
+ * refuses the plan with the message. */
+const char *rt_device_check(const RtDevice *d, const Plan *p, char *err, size_t n);
 void rt_model_free(RtModel *m);
 
 /* Deterministic data (docs/semantics.md "Model"). */
@@ -57,8 +66,9 @@ void rt_tensor_free(RtRank *r, RtTensor *t);
 void rt_tensor_reclass(RtRank *r, RtTensor *t, int cls);
 RtTensor rt_tensor_view(const RtTensor *parent, int64_t off, int64_t rows, int64_t cols);
 
-/* One stage's compute, shared by the interpreter and the reference.  `saved` holds
- * 2 x nlayers tensor pointers: layer inputs, then the output gradients W needs. */
+/* One stage's compute, shared by the interpreter and the reference.  `saved` holds a
+ * microbatch's RtStageModel.nslots tensor pointers (each layer's from RtLayerAt.slot:
+ * its input, its output gradient for W, its saved and held tensors). */
 typedef struct {
 	RtTensor *params, *grads;  // flat
 	RtTensor *loss;            // 1 x microbatches, for the loss stage

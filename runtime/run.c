@@ -112,6 +112,11 @@ RtWorld *rt_world_open(const Plan *p, const RtOptions *o, char *err, size_t errn
 	w->dev = be->device;
 	w->comm = be->comm;
 	gethostname(w->host, sizeof w->host - 1);
+	if (rt_device_check(w->dev, p, err, errn) ||
+	    (o->check && rt_device_check(&rt_device_cpu, p, err, errn))) {
+		free(w);
+		return NULL;
+	}
 	if (!(w->model = rt_model_new(p, err, errn))) {
 		free(w);
 		return NULL;

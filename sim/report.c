@@ -157,20 +157,11 @@ static int64_t quantum(const Plan *p, int64_t window, int max_cols)
 	return g;
 }
 
-static char op_letter(int kind)
+/* A compute or step op's letter in the grid: its op-table name's first (F, B, W, B for
+ * BW, O for OPTIM). */
+static char op_letter(const PlanOp *o)
 {
-	switch (kind) {
-	case OP_F:
-		return 'F';
-	case OP_B:
-	case OP_BW:
-		return 'B';
-	case OP_W:
-		return 'W';
-	case OP_OPTIM:
-		return 'O';
-	}
-	return '?';
+	return plan_ops[plan_op_kind(o)].name[0];
 }
 
 /* A compute op the grid can show: it ran and took time. */
@@ -244,7 +235,7 @@ static int64_t grid_rows(FILE *f, const Plan *p, const SimResult *res, int64_t t
 				if (o->kind == OP_OPTIM)
 					fprintf(f, "%-*s", w, "O");
 				else
-					fprintf(f, "%c%-*d", op_letter(o->kind), w - 1, (int)o->mb);
+					fprintf(f, "%c%-*d", op_letter(o), w - 1, (int)o->mb);
 			}
 		}
 		fprintf(f, " |%s\n", suffix && suffix[r] ? suffix[r] : "");

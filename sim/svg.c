@@ -392,22 +392,37 @@ static void box_label(const PlanOp *o, char *buf, size_t n)
 		snprintf(buf, n, "%d%s%d", (int)o->stage, plan_ops[plan_op_kind(o)].name, (int)o->mb);
 }
 
-int sim_write_svg(FILE *f, const Plan *p, const SimResult *res)
+/* ---- the picture ---- */
+
+/* One picture being drawn: its sizes, its time map and the marks it has drawn (which
+ * the legend explains). */
+typedef struct {
+	FILE *f;
+	const Plan *p;
+	const SimResult *res;
+	int64_t span;      // the time axis: makespan or stall time
+	int detail;        // labels, arrows and the warp (not for huge plans)
+	double min_box;    // the narrowest box that holds the longest label
+	Warp wp;
+	int warped;
+	int left, plot_w, w, h; // plot's left edge and width, picture's size
+	int ngaps;         // compressed stretches
+	int shown[MARK_COUNT];
+} Pic;
+
+/* Sizes: the axis, the narrowest labelled box, the time map, margins. */
+static void pic_size(Pic *c)
 {
-	if (!res->ranks || !res->ranks[0].times) {
-		fprintf(stderr, "pipesim: no op times recorded: cannot draw\n");
-		return -1;
-	}
-	int64_t span = res->verdict == SIM_OK ? res->makespan : res->stall_time;
+	const Plan *p = c->p;
+	const SimResult *res = c->res;
+	c->span = res->verdict == SIM_OK ? res->makespan : res->stall_time;
 	/* A stall at t = 0 (or a plan that takes no time) still gets a 0 .. 1 us axis. */
-	if (span <= 0)
-		span = 1000;
-	int world = p->world;
-	int64_t total = plan_total_ops(p);
-	int detail = total <= DETAIL_OPS;
+	if (c->span <= 0)
+		c->span = 1000;
+	c->detail = plan_total_ops(p) <= DETAIL_OPS;
 	/* the narrowest box that holds the longest label, 6 px a character */
 	size_t maxbox = 1;
-	for (int r = 0; r < world && detail; r++)
+	for (int r = 0; r < p->world && c->detail; r++)
 		for (int64_t i = 0; i < p->ranks[r].nops; i++) {
 			char lab[48];
 			if (plan_is_comm(p->ranks[r].ops[i].kind))
@@ -416,24 +431,32 @@ int sim_write_svg(FILE *f, const Plan *p, const SimResult *res)
 			if (strlen(lab) > maxbox)
 				maxbox = strlen(lab);
 		}
-	double min_box = 6.0 * (double)maxbox + 4;
-	Warp wp;
-	int warped = warp_build(&wp, p, res, span, detail, min_box);
-	int plot_w = (int)ceil(wp.width);
+	c->min_box = 6.0 * (double)maxbox + 4;
+	c->warped = warp_build(&c->wp, p, res, c->span, c->detail, c->min_box);
+	c->plot_w = (int)ceil(c->wp.width);
 	int maxlab = 0;
-	for (int r = 0; r < world; r++) {
+	for (int r = 0; r < p->world; r++) {
 		char lab[64];
 		rank_label(p, r, lab, sizeof lab);
 		if ((int)strlen(lab) > maxlab)
 			maxlab = (int)strlen(lab);
 	}
-	int left = 16 + 7 * maxlab;
-	if (left < 78)
-		left = 78;
-	int h = TOP + world * ROW + 92;
+	c->left = 16 + 7 * maxlab;
+	if (c->left < 78)
+		c->left = 78;
+	c->h = TOP + p->world * ROW + 92;
 	/* A deadlock gets a margin on the right for what each rank is stuck at. */
 	int right = res->verdict == SIM_OK ? RIGHT : 430;
-	int w = left + plot_w + right;
+	c->w = c->left + c->plot_w + right;
+}
+
+/* The svg element, its definitions, the title and the subtitle. */
+static void pic_head(Pic *c)
+{
+	FILE *f = c->f;
+	const Plan *p = c->p;
+	const SimResult *res = c->res;
+	int w = c->w, h = c->h, left = c->left;
 	fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
 	           "viewBox=\"0 0 %d %d\" font-family=\"Helvetica, Arial, sans-serif\">\n",
 	        w, h, w, h);
@@ -462,143 +485,170 @@ int sim_write_svg(FILE *f, const Plan *p, const SimResult *res)
 	else
 		fprintf(f, "%s at %.3f us", sim_verdict_names[res->verdict],
 		        (double)res->stall_time / 1000);
-	if (warped)
+	if (c->warped)
 		fprintf(f, "; time not to scale: boxes at least %.0f px, idle stretches compressed",
-		        min_box);
+		        c->min_box);
 	fputs("</text>\n", f);
+}
 
-	/* Rows: label, background, compressed stretches. */
-	for (int r = 0; r < world; r++) {
+/* Rows: label, background; compressed stretches. */
+static void pic_rows(Pic *c)
+{
+	FILE *f = c->f;
+	int left = c->left;
+	for (int r = 0; r < c->p->world; r++) {
 		char lab[64];
-		rank_label(p, r, lab, sizeof lab);
+		rank_label(c->p, r, lab, sizeof lab);
 		int y = TOP + r * ROW;
 		fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"12\" text-anchor=\"end\">%s</text>\n",
 		        left - 8, y + BOX / 2 + 4, lab);
 		fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#f1f1f1\"/>\n",
-		        left, y, plot_w, BOX);
+		        left, y, c->plot_w, BOX);
 	}
-	int ngaps = 0;
-	for (int64_t k = 0; k + 1 < wp.n; k++) {
-		if (!wp.gap[k])
+	for (int64_t k = 0; k + 1 < c->wp.n; k++) {
+		if (!c->wp.gap[k])
 			continue;
-		ngaps++;
+		c->ngaps++;
 		fprintf(f, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" "
 		           "fill=\"url(#hatch)\"/>\n",
-		        left + wp.x[k], TOP - 2, wp.x[k + 1] - wp.x[k], world * ROW);
+		        left + c->wp.x[k], TOP - 2, c->wp.x[k + 1] - c->wp.x[k], c->p->world * ROW);
 	}
+}
 
-	/* Communication groups, then compute boxes (the legend shows the kinds drawn). */
-	int shown[MARK_COUNT] = {[MARK_IDLE] = 1, [MARK_GAP] = ngaps > 0};
-	for (int r = 0; r < world; r++) {
+/* Rank r's comm group [i, j): a bar under the row, pale while it waits, red when it
+ * never completes, and darker where each op moves data. */
+static void pic_group(Pic *c, int r, int64_t i, int64_t j)
+{
+	FILE *f = c->f;
+	const Plan *p = c->p;
+	const PlanRank *pr = &p->ranks[r];
+	const SimOpTime *t = c->res->ranks[r].times;
+	int y = TOP + r * ROW;
+	int64_t end = -1;
+	int stuck = 0;
+	for (int64_t k = i; k < j; k++) {
+		if (t[k].end < 0)
+			stuck = 1;
+		else if (t[k].end > end)
+			end = t[k].end;
+	}
+	if (t[i].start < 0)
+		return;
+	if (stuck)
+		end = c->span;
+	double x0 = c->left + warp_x(&c->wp, t[i].start), x1 = c->left + warp_x(&c->wp, end);
+	if (x1 - x0 >= 0.5 || stuck) {
+		fprintf(f, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"3\" fill=\"%s\"/>\n", x0,
+		        y + BOX + 1, x1 - x0 > 1 ? x1 - x0 : 1, stuck ? "#cc0000" : "#bbbbbb");
+		c->shown[stuck ? MARK_STUCK : MARK_WAIT] = 1;
+	}
+	/* the part of each op spent moving data, darker */
+	for (int64_t k = i; k < j && !stuck; k++) {
+		const PlanOp *o = &pr->ops[k];
+		int64_t d = o->kind == OP_ALLREDUCE ? sim_allreduce_ns(p, p->dims[DIM_DP], o->bytes)
+		                                    : plan_transfer_ns(p, o->bytes);
+		int64_t a = t[k].end - d < t[i].start ? t[i].start : t[k].end - d;
+		double xa = c->left + warp_x(&c->wp, a), xb = c->left + warp_x(&c->wp, t[k].end);
+		if (xb - xa >= 0.5) {
+			fprintf(f, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"3\" "
+			           "fill=\"#555555\"/>\n",
+			        xa, y + BOX + 1, xb - xa);
+			c->shown[MARK_MOVE] = 1;
+		}
+	}
+}
+
+/* Communication groups, then compute boxes, then the transfer arrows. */
+static void pic_ops(Pic *c)
+{
+	FILE *f = c->f;
+	const Plan *p = c->p;
+	for (int r = 0; r < p->world; r++) {
 		const PlanRank *pr = &p->ranks[r];
-		const SimOpTime *t = res->ranks[r].times;
+		const SimOpTime *t = c->res->ranks[r].times;
 		int y = TOP + r * ROW;
 		for (int64_t i = 0; i < pr->nops;) {
 			const PlanOp *o = &pr->ops[i];
 			if (plan_is_comm(o->kind)) {
-				int64_t j = i, end = -1;
-				int stuck = 0;
-				while (j < pr->nops && plan_is_comm(pr->ops[j].kind) &&
-				       pr->ops[j].group == o->group) {
-					if (t[j].end < 0)
-						stuck = 1;
-					else if (t[j].end > end)
-						end = t[j].end;
-					j++;
-				}
-				if (t[i].start >= 0) {
-					if (stuck)
-						end = span;
-					double x0 = left + warp_x(&wp, t[i].start), x1 = left + warp_x(&wp, end);
-					if (x1 - x0 >= 0.5 || stuck) {
-						fprintf(f, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"3\" "
-						           "fill=\"%s\"/>\n",
-						        x0, y + BOX + 1, x1 - x0 > 1 ? x1 - x0 : 1,
-						        stuck ? "#cc0000" : "#bbbbbb");
-						shown[stuck ? MARK_STUCK : MARK_WAIT] = 1;
-					}
-					/* the part of each op spent moving data, darker */
-					for (int64_t k = i; k < j && !stuck; k++) {
-						const PlanOp *c = &pr->ops[k];
-						int64_t d = c->kind == OP_ALLREDUCE
-						                ? sim_allreduce_ns(p, p->dims[DIM_DP], c->bytes)
-						                : plan_transfer_ns(p, c->bytes);
-						int64_t a = t[k].end - d < t[i].start ? t[i].start : t[k].end - d;
-						double xa = left + warp_x(&wp, a), xb = left + warp_x(&wp, t[k].end);
-						if (xb - xa >= 0.5) {
-							fprintf(f, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"3\" "
-							           "fill=\"#555555\"/>\n",
-							        xa, y + BOX + 1, xb - xa);
-							shown[MARK_MOVE] = 1;
-						}
-					}
-				}
+				int64_t j = plan_group_end(pr, i);
+				pic_group(c, r, i, j);
 				i = j;
 				continue;
 			}
 			if (t[i].end >= 0 && t[i].end > t[i].start) {
-				double x0 = left + warp_x(&wp, t[i].start), x1 = left + warp_x(&wp, t[i].end);
+				double x0 = c->left + warp_x(&c->wp, t[i].start);
+				double x1 = c->left + warp_x(&c->wp, t[i].end);
 				fprintf(f, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\" "
 				           "stroke=\"white\" stroke-width=\"%s\"/>\n",
 				        x0, y, x1 - x0, BOX, fill[o->kind] ? fill[o->kind] : "#999",
 				        x1 - x0 > 4 ? "1" : "0");
-				shown[o->kind] = 1;
+				c->shown[o->kind] = 1;
 				char lab[48];
 				box_label(o, lab, sizeof lab);
-				if (detail && x1 - x0 + 0.01 >= 6.0 * (double)strlen(lab) + 4)
+				if (c->detail && x1 - x0 + 0.01 >= 6.0 * (double)strlen(lab) + 4)
 					fprintf(f, "<text x=\"%.2f\" y=\"%d\" class=\"lab\">%s</text>\n",
 					        (x0 + x1) / 2, y + BOX / 2 + 4, lab);
 			}
 			i++;
 		}
 	}
-	if (detail && draw_transfers(f, p, res, &wp, left))
-		shown[MARK_XFER] = 1;
+	if (c->detail && draw_transfers(f, p, c->res, &c->wp, c->left))
+		c->shown[MARK_XFER] = 1;
+}
 
-	/* The stall and where each rank is stuck. */
-	if (res->verdict != SIM_OK) {
-		double x = left + warp_x(&wp, res->stall_time > 0 ? res->stall_time : 0);
-		fprintf(f, "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"#cc0000\" "
-		           "stroke-width=\"2\"/>\n",
-		        x, TOP - 4, x, TOP + world * ROW);
-		double xs = left + plot_w;
-		for (int i = 0; i < res->nstuck; i++) {
-			const SimOpRef *s = &res->stuck[i];
-			if (s->rank < 0 || s->op < 0 || s->op >= p->ranks[s->rank].nops)
-				continue;
-			if (i && res->stuck[i - 1].rank == s->rank)
-				continue; // overlap model: the comm stream's op says it
-			char text[256];
-			plan_format_op(p, &p->ranks[s->rank].ops[s->op], text, sizeof text);
-			fprintf(f, "<text x=\"%.2f\" y=\"%d\" font-size=\"11\" fill=\"#cc0000\">stuck: ",
-			        xs + 8, TOP + s->rank * ROW + BOX / 2 + 4);
-			esc(f, text);
-			int64_t line = sim_op_line(p, s->rank, s->op);
-			if (line)
-				fprintf(f, " (line %" PRId64 ")", line);
-			fputs("</text>\n", f);
-		}
+/* The stall and where each rank is stuck. */
+static void pic_stall(Pic *c)
+{
+	FILE *f = c->f;
+	const Plan *p = c->p;
+	const SimResult *res = c->res;
+	double x = c->left + warp_x(&c->wp, res->stall_time > 0 ? res->stall_time : 0);
+	fprintf(f, "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"#cc0000\" "
+	           "stroke-width=\"2\"/>\n",
+	        x, TOP - 4, x, TOP + p->world * ROW);
+	double xs = c->left + c->plot_w;
+	for (int i = 0; i < res->nstuck; i++) {
+		const SimOpRef *s = &res->stuck[i];
+		if (s->rank < 0 || s->op < 0 || s->op >= p->ranks[s->rank].nops)
+			continue;
+		if (i && res->stuck[i - 1].rank == s->rank)
+			continue; // overlap model: the comm stream's op says it
+		char text[256];
+		plan_format_op(p, &p->ranks[s->rank].ops[s->op], text, sizeof text);
+		fprintf(f, "<text x=\"%.2f\" y=\"%d\" font-size=\"11\" fill=\"#cc0000\">stuck: ",
+		        xs + 8, TOP + s->rank * ROW + BOX / 2 + 4);
+		esc(f, text);
+		int64_t line = sim_op_line(p, s->rank, s->op);
+		if (line)
+			fprintf(f, " (line %" PRId64 ")", line);
+		fputs("</text>\n", f);
 	}
+}
 
-	/* Time axis: nice ticks, dropped where they would crowd (a stretched or compressed
-	 * part of a warped axis) or fall inside a compressed stretch, which gets a break
-	 * mark instead. */
-	int ay = TOP + world * ROW + 4;
+/* Time axis: nice ticks, dropped where they would crowd (a stretched or compressed
+ * part of a warped axis) or fall inside a compressed stretch, which gets a break mark
+ * instead.  Returns the axis's y. */
+static int pic_axis(Pic *c)
+{
+	FILE *f = c->f;
+	int left = c->left, plot_w = c->plot_w;
+	const Warp *wp = &c->wp;
+	int ay = TOP + c->p->world * ROW + 4;
 	fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#333\"/>\n", left, ay,
 	        left + plot_w, ay);
-	double span_us = (double)span / 1000;
-	double step = tick_step(span_us, warped ? plot_w / 50.0 : 10);
+	double span_us = (double)c->span / 1000;
+	double step = tick_step(span_us, c->warped ? plot_w / 50.0 : 10);
 	double last = -1e9;
 	for (int64_t k = 0;; k++) {
 		double v = (double)k * step;
 		if (v > span_us * (1 + 1e-9))
 			break;
 		int64_t ns = (int64_t)llround(v * 1000);
-		double x = left + warp_x(&wp, ns);
+		double x = left + warp_x(wp, ns);
 		int in_gap = 0;
-		if (wp.n) {
-			int64_t g = find_t(&wp, ns); // first breakpoint at or after ns
-			in_gap = g > 0 && wp.t[g] != ns && wp.gap[g - 1];
+		if (wp->n) {
+			int64_t g = find_t(wp, ns); // first breakpoint at or after ns
+			in_gap = g > 0 && wp->t[g] != ns && wp->gap[g - 1];
 		}
 		if (in_gap || x - last < 40)
 			continue;
@@ -614,18 +664,24 @@ int sim_write_svg(FILE *f, const Plan *p, const SimResult *res)
 		fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"middle\">%g</text>\n",
 		        left + plot_w, ay + 15, span_us);
 	}
-	for (int64_t k = 0; k + 1 < wp.n; k++) {
-		if (!wp.gap[k])
+	for (int64_t k = 0; k + 1 < wp->n; k++) {
+		if (!wp->gap[k])
 			continue;
-		double xm = left + (wp.x[k] + wp.x[k + 1]) / 2;
+		double xm = left + (wp->x[k] + wp->x[k + 1]) / 2;
 		fprintf(f, "<path d=\"M%.2f,%d l4,-8 M%.2f,%d l4,-8\" stroke=\"#333\" "
 		           "stroke-width=\"1.2\"/>\n",
 		        xm - 5, ay + 4, xm, ay + 4);
 	}
 	fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"end\">time (us)%s</text>\n",
-	        left + plot_w, ay + 28, ngaps ? "; // marks a compressed stretch" : "");
+	        left + plot_w, ay + 28, c->ngaps ? "; // marks a compressed stretch" : "");
+	return ay;
+}
 
-	/* Legend: what the picture shows. */
+/* Legend: what the picture shows, below the axis at ay. */
+static void pic_legend(Pic *c, int ay)
+{
+	FILE *f = c->f;
+	int left = c->left;
 	static const struct {
 		const char *label, *color;
 		int shape, mark; // shape 0 box, 1 bar, 2 arrow, 3 hatch
@@ -644,10 +700,10 @@ int sim_write_svg(FILE *f, const Plan *p, const SimResult *res)
 	};
 	int lx = left, ly = ay + 40;
 	for (size_t i = 0; i < sizeof legend / sizeof legend[0]; i++) {
-		if (!shown[legend[i].mark])
+		if (!c->shown[legend[i].mark])
 			continue;
 		int lw = 18 + 6 * (int)strlen(legend[i].label) + 18;
-		if (lx > left && lx + lw > w) {
+		if (lx > left && lx + lw > c->w) {
 			lx = left;
 			ly += 20;
 		}
@@ -666,7 +722,25 @@ int sim_write_svg(FILE *f, const Plan *p, const SimResult *res)
 		        legend[i].label);
 		lx += lw;
 	}
-	warp_free(&wp);
+}
+
+int sim_write_svg(FILE *f, const Plan *p, const SimResult *res)
+{
+	if (!res->ranks || !res->ranks[0].times) {
+		fprintf(stderr, "pipesim: no op times recorded: cannot draw\n");
+		return -1;
+	}
+	Pic c = {.f = f, .p = p, .res = res};
+	pic_size(&c);
+	pic_head(&c);
+	pic_rows(&c);
+	c.shown[MARK_IDLE] = 1;
+	c.shown[MARK_GAP] = c.ngaps > 0;
+	pic_ops(&c);
+	if (res->verdict != SIM_OK)
+		pic_stall(&c);
+	pic_legend(&c, pic_axis(&c));
+	warp_free(&c.wp);
 	fputs("</svg>\n", f);
 	return ferror(f) ? -1 : 0;
 }

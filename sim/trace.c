@@ -30,14 +30,13 @@ int sim_write_trace(FILE *f, const Plan *p, const SimResult *res)
 				i++;
 				continue;
 			}
-			int64_t j = i, end = -1;
+			int64_t j = plan_group_end(pr, i), end = -1;
 			int stuck = 0;
-			while (j < pr->nops && plan_is_comm(pr->ops[j].kind) && pr->ops[j].group == o->group) {
-				if (tm[j].end < 0)
+			for (int64_t k = i; k < j; k++) {
+				if (tm[k].end < 0)
 					stuck = 1;
-				else if (tm[j].end > end)
-					end = tm[j].end;
-				j++;
+				else if (tm[k].end > end)
+					end = tm[k].end;
 			}
 			if (tm[i].start >= 0)
 				plan_trace_group(&t, r, i, j, tm[i].start, stuck ? stop : end, -1, stuck);

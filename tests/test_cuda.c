@@ -104,6 +104,13 @@ static void cuda__registry__parts_present_iff_built(void **state)
 	/* Every entry is filled: the interpreter and the world call all of them. */
 	assert_true(all_filled(b->device, sizeof *b->device, offsetof(RtDevice, open)));
 	assert_true(all_filled(b->comm, sizeof *b->comm, offsetof(RtComm, open)));
+	/* A kernel row for every layer kind the cpu device computes, with the same parts. */
+	for (int k = 0; k < LAYER_COUNT; k++) {
+		const RtLayerKernels *c = &b->device->layers[k], *h = &rt_device_cpu.layers[k];
+		if (!c->fwd != !h->fwd || !c->bwd_in != !h->bwd_in || !c->bwd_w != !h->bwd_w)
+			fail_msg("layer kind %s: the cuda row has other kernels than the cpu row",
+			         plan_layers[k].name);
+	}
 #else
 	assert_int_equal(dev, 0);
 	assert_int_equal(comm, 0);
@@ -662,6 +669,86 @@ static double rel_err(Gpu *g, const RtTensor *t, const RtTensor *host)
 	return e / m;
 }
 
+/* One layer's tensors on the GPU and their host twins: [0] x, [1] y, [2] dy, [3] dx,
+ * [4] target, [5] loss, then parameters, gradients, saved, held, work. */
+enum { T_X, T_Y, T_DY, T_DX, T_TARGET, T_LOSS, T_FIXED };
+typedef struct {
+	RtTensor *d[T_FIXED + 5 * RT_LAYER_MAX_TENSORS];
+	RtTensor h[T_FIXED + 5 * RT_LAYER_MAX_TENSORS];
+	int n;
+	RtLayerCall dc, hc; // the device's call and the cpu's
+	RtTensor dp[RT_LAYER_MAX_TENSORS], dg[RT_LAYER_MAX_TENSORS]; // parameter structs
+	RtTensor hp[RT_LAYER_MAX_TENSORS], hg[RT_LAYER_MAX_TENSORS];
+	RtTensor *ds[2 * RT_LAYER_MAX_TENSORS], *hs[2 * RT_LAYER_MAX_TENSORS]; // saved, held
+} Twin;
+
+static int twin_add(Gpu *g, Twin *t, int64_t rows, int64_t cols)
+{
+	int i = t->n++;
+	t->d[i] = both(g, rows, cols, &t->h[i], 100 + (uint64_t)i);
+	return i;
+}
+
+/* Tensors for layer ly over m rows, random contents, and the two calls over them. */
+static void twin_open(Gpu *g, Twin *t, const PlanLayer *ly, int64_t m)
+{
+	memset(t, 0, sizeof *t);
+	RtLayerTensors lt = {0};
+	if (rt_layer_shapes[ly->kind])
+		rt_layer_shapes[ly->kind](ly, m, &lt);
+	twin_add(g, t, m, ly->in);
+	twin_add(g, t, m, ly->out);
+	twin_add(g, t, m, ly->out);
+	twin_add(g, t, m, ly->in);
+	twin_add(g, t, m, ly->in);
+	twin_add(g, t, 1, 4);
+	RtLayerCall c = {.layer = ly, .rows = m, .nparams = lt.nparams, .nsaved = lt.nsaved,
+	                 .nheld = lt.nheld};
+	t->dc = t->hc = c;
+	for (int j = 0; j < lt.nparams; j++) {
+		int p = twin_add(g, t, lt.param[j].rows, lt.param[j].cols);
+		int q = twin_add(g, t, lt.param[j].rows, lt.param[j].cols);
+		t->dp[j] = *t->d[p], t->dg[j] = *t->d[q], t->hp[j] = t->h[p], t->hg[j] = t->h[q];
+	}
+	for (int j = 0; j < lt.nsaved + lt.nheld; j++) {
+		const RtShape *sh = j < lt.nsaved ? &lt.saved[j] : &lt.held[j - lt.nsaved];
+		int p = twin_add(g, t, sh->rows, sh->cols);
+		t->ds[j] = t->d[p], t->hs[j] = &t->h[p];
+	}
+	t->dc.param = t->dp, t->dc.grad = t->dg, t->hc.param = t->hp, t->hc.grad = t->hg;
+	t->dc.saved = t->ds, t->dc.held = t->ds + lt.nsaved;
+	t->hc.saved = t->hs, t->hc.held = t->hs + lt.nsaved;
+	if (lt.work.rows) {
+		int p = twin_add(g, t, lt.work.rows, lt.work.cols);
+		t->dc.work = t->d[p], t->hc.work = &t->h[p];
+	}
+	t->dc.x = t->d[T_X], t->hc.x = &t->h[T_X];
+}
+
+static void twin_close(Gpu *g, Twin *t)
+{
+	for (int i = 0; i < t->n; i++) {
+		rt_tensor_free(g->r, t->d[i]);
+		free(t->h[i].data);
+	}
+}
+
+/* Device tensors d[0..n) agree with their host twins h within tol (0: bit for bit). */
+static void twin_compare(Gpu *g, RtTensor *const *d, const RtTensor *h, int n, double tol,
+                         const char *kind, const char *what)
+{
+	for (int i = 0; i < n; i++) {
+		double e = rel_err(g, d[i], &h[i]);
+		if (!(e <= tol))
+			fail_msg("layer kind %s: %s %d differs from the cpu's by %g (bound %g)", kind,
+			         what, i, e, tol);
+	}
+}
+
+/* Every layer kind's row (the table, not a hand list) against the cpu's row: F, B and
+ * W on random tensors of odd sizes, for f32 and bf16 GEMMs.  A layer with GEMMs (FLOPs
+ * in the layer table) is held to the GEMM bound, elementwise math to 1e-5; linear's
+ * bias gradient, column sums in the CPU's order, bit for bit. */
 static void cuda__kernels__match_cpu(void **state)
 {
 	(void)state;
@@ -673,37 +760,65 @@ static void cuda__kernels__match_cpu(void **state)
 		const RtDevice *be = g.dev, *cpu = &rt_device_cpu;
 		double gemm_tol = dtype == RT_DTYPE_BF16 ? 2e-2 : 1e-5;
 		int64_t m = 33, k = 70, n = 45; // odd sizes: no tile fits exactly
-		RtTensor hx, hw, hb, hy, hdy, hdx, hdw, hdb, ht, hl;
-		RtTensor *x = both(&g, m, k, &hx, 1), *w = both(&g, k, n, &hw, 2);
-		RtTensor *b = both(&g, 1, n, &hb, 3), *y = both(&g, m, n, &hy, 4);
-		RtTensor *dy = both(&g, m, n, &hdy, 5), *dx = both(&g, m, k, &hdx, 6);
-		RtTensor *dw = both(&g, k, n, &hdw, 7), *db = both(&g, 1, n, &hdb, 8);
-		RtTensor *t = both(&g, m, n, &ht, 9), *loss = both(&g, 1, 4, &hl, 10);
-
-		assert_int_equal(be->linear_fwd(r, x, w, b, y), RT_OK);
-		cpu->linear_fwd(r, &hx, &hw, &hb, &hy);
-		assert_true(rel_err(&g, y, &hy) <= gemm_tol);
-		assert_int_equal(be->linear_bwd_in(r, dy, w, dx), RT_OK);
-		cpu->linear_bwd_in(r, &hdy, &hw, &hdx);
-		assert_true(rel_err(&g, dx, &hdx) <= gemm_tol);
-		assert_int_equal(be->linear_bwd_w(r, x, dy, dw, db), RT_OK);
-		cpu->linear_bwd_w(r, &hx, &hdy, &hdw, &hdb);
-		assert_true(rel_err(&g, dw, &hdw) <= gemm_tol);
-		assert_true(rel_err(&g, db, &hdb) == 0); // column sums in the CPU's order
-		for (int kind = LAYER_RELU; kind <= LAYER_GELU; kind++) {
-			assert_int_equal(be->act_fwd(r, kind, x, dx), RT_OK);
-			cpu->act_fwd(r, kind, &hx, &hdx);
-			assert_true(rel_err(&g, dx, &hdx) <= 1e-6);
-			assert_int_equal(be->act_bwd(r, kind, y, dy, t), RT_OK);
-			cpu->act_bwd(r, kind, &hy, &hdy, &ht);
-			assert_true(rel_err(&g, t, &ht) <= 1e-5);
+		int ran = 0;
+		for (int kind = 0; kind < LAYER_COUNT; kind++) {
+			const RtLayerKernels *dk = &be->layers[kind], *hk = &cpu->layers[kind];
+			const char *name = plan_layers[kind].name;
+			if (!dk->fwd || !hk->fwd || !dk->bwd_in != !hk->bwd_in || !dk->bwd_w != !hk->bwd_w)
+				fail_msg("layer kind %s: the cuda and cpu rows differ or are empty", name);
+			PlanLayer ly = {.kind = (LayerKind)kind, .in = (int32_t)k};
+			ly.out = plan_layer_out(ly.kind, ly.in, (int)n);
+			double tol = plan_layer_cost(ly.kind, m, ly.in, ly.out).flops[0] > 0 ? gemm_tol
+			                                                                     : 1e-5;
+			Twin t;
+			twin_open(&g, &t, &ly, m);
+			RtLayerCall *dc = &t.dc, *hc = &t.hc;
+			int loss = plan_layers[kind].loss;
+			if (loss) {
+				dc->target = t.d[T_TARGET], hc->target = &t.h[T_TARGET];
+				dc->loss = t.d[T_LOSS], hc->loss = &t.h[T_LOSS];
+				dc->slot = hc->slot = 2;
+			} else {
+				dc->y = t.d[T_Y], hc->y = &t.h[T_Y];
+			}
+			assert_int_equal(dk->fwd(r, dc), RT_OK);
+			assert_int_equal(hk->fwd(r, hc), RT_OK);
+			twin_compare(&g, &t.d[loss ? T_LOSS : T_Y], &t.h[loss ? T_LOSS : T_Y], 1, tol,
+			             name, "F output");
+			for (int j = 0; j < hc->nsaved; j++)
+				twin_compare(&g, &t.ds[j], t.hs[j], 1, tol, name, "saved tensor");
+			if (dk->bwd_in) {
+				dc->y = NULL, hc->y = NULL;
+				if (loss)
+					dc->scale = hc->scale = 0.25f;
+				else
+					dc->dy = t.d[T_DY], hc->dy = &t.h[T_DY];
+				dc->dx = t.d[T_DX], hc->dx = &t.h[T_DX];
+				assert_int_equal(dk->bwd_in(r, dc), RT_OK);
+				assert_int_equal(hk->bwd_in(r, hc), RT_OK);
+				twin_compare(&g, &t.d[T_DX], &t.h[T_DX], 1, tol, name, "B input gradient");
+				for (int j = 0; j < hc->nheld; j++)
+					twin_compare(&g, &t.ds[hc->nsaved + j], t.hs[hc->nsaved + j], 1, tol,
+					             name, "held tensor");
+			}
+			if (dk->bwd_w) {
+				assert_int_equal(dk->bwd_w(r, dc), RT_OK);
+				assert_int_equal(hk->bwd_w(r, hc), RT_OK);
+				for (int j = 0; j < hc->nparams; j++) {
+					RtTensor dg = t.dg[j];
+					double bound = kind == LAYER_LINEAR && j == 1 ? 0 : tol;
+					RtTensor *dgp = &dg;
+					twin_compare(&g, &dgp, &t.hg[j], 1, bound, name, "W gradient");
+				}
+			}
+			twin_close(&g, &t);
+			ran++;
 		}
-		assert_int_equal(be->mse_fwd(r, y, dy, loss, 2), RT_OK);
-		cpu->mse_fwd(r, &hy, &hdy, &hl, 2);
-		assert_true(rel_err(&g, loss, &hl) <= 1e-6);
-		assert_int_equal(be->mse_bwd(r, y, dy, 0.25f, t), RT_OK);
-		cpu->mse_bwd(r, &hy, &hdy, 0.25f, &ht);
-		assert_true(rel_err(&g, t, &ht) == 0);
+		assert_int_equal(ran, LAYER_COUNT);
+
+		/* The tensor operations. */
+		RtTensor hy, hdy;
+		RtTensor *y = both(&g, m, n, &hy, 4), *dy = both(&g, m, n, &hdy, 5);
 		assert_int_equal(be->add(r, y, dy), RT_OK);
 		cpu->add(r, &hy, &hdy);
 		assert_true(rel_err(&g, y, &hy) == 0);
@@ -719,13 +834,10 @@ static void cuda__kernels__match_cpu(void **state)
 		memset(hy.data, 0, (size_t)hy.bytes);
 		assert_true(rel_err(&g, y, &hy) == 0);
 		assert_int_equal(be->sync(r), RT_OK);
-
-		RtTensor *ts[] = {x, w, b, y, dy, dx, dw, db, t, loss};
-		RtTensor *hs[] = {&hx, &hw, &hb, &hy, &hdy, &hdx, &hdw, &hdb, &ht, &hl};
-		for (int i = 0; i < 10; i++) {
-			rt_tensor_free(r, ts[i]);
-			free(hs[i]->data);
-		}
+		rt_tensor_free(r, y);
+		rt_tensor_free(r, dy);
+		free(hy.data);
+		free(hdy.data);
 		gpu_close(&g);
 	}
 }

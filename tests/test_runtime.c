@@ -133,7 +133,7 @@ static double loss_of(RtRank *r, RtStageBufs *b, RtTensor **saved)
 	assert_null(y);
 	float l;
 	r->dev->download(r, b->loss, &l);
-	for (int i = 0; i < 8; i++) {
+	for (int i = 0; i < r->w->model->st[0].nslots; i++) {
 		rt_tensor_free(r, saved[i]);
 		saved[i] = NULL;
 	}
@@ -155,7 +155,8 @@ static void runtime__gradients__match_finite_differences(void **state)
 	RtRank r = {.w = &w, .rank = RT_REF_RANK, .dev = &rt_device_cpu};
 	RtStageBufs b;
 	assert_int_equal(rt_stage_bufs_open(&r, 0, &b), RT_OK);
-	RtTensor *saved[8] = {0};
+	RtTensor *saved[16] = {0};
+	assert_true(w.model->st[0].nslots <= 16);
 	RtTensor *x = rt_stage_input(&r, 0, 0, 0, &b, RT_MEM_TEMP), *y, *dx;
 	assert_int_equal(rt_stage_forward(&r, 0, 0, 0, 0, &b, x, saved, &y), RT_OK);
 	/* The runtime holds exactly the plan's F figures, then B's, then nothing. */
@@ -424,6 +425,236 @@ static void runtime__registries__parts_complete_and_used(void **state)
 	assert_int_equal(rt_backend_check("threads", msg, sizeof msg), 0);
 }
 
+/* ---- layer kernels ---- */
+
+/* The cpu device computes every layer kind of the table (it is every --check's
+ * reference): F and B for all, W exactly for the kinds with parameters. */
+static void runtime__layer_kernels__every_kind_has_a_cpu_row(void **state)
+{
+	(void)state;
+	assert_non_null(rt_device_cpu.layers);
+	for (int k = 0; k < LAYER_COUNT; k++) {
+		const RtLayerKernels *row = &rt_device_cpu.layers[k];
+		const char *name = plan_layers[k].name;
+		int params = plan_layer_cost((LayerKind)k, 4, 8, 8).params > 0;
+		if (!row->fwd || !row->bwd_in)
+			fail_msg("layer kind %s has no forward or input-gradient kernel on the cpu device",
+			         name);
+		if (!row->bwd_w != !params)
+			fail_msg("layer kind %s: a weight-gradient kernel on the cpu device %s", name,
+			         params ? "is missing" : "for a kind without parameters");
+	}
+}
+
+/* One layer on the cpu device: its tensors (rt_layer_shapes) and a call over them. */
+typedef struct {
+	RtTensor *x, *y, *dy, *dx, *target, *loss, *work;
+	RtTensor *param[RT_LAYER_MAX_TENSORS], *grad[RT_LAYER_MAX_TENSORS];
+	RtTensor pv[RT_LAYER_MAX_TENSORS], gv[RT_LAYER_MAX_TENSORS];
+	RtTensor *keep[2 * RT_LAYER_MAX_TENSORS]; // saved, then held
+	RtLayerTensors t;
+	RtLayerCall c;
+} OneLayer;
+
+static float *f32(RtTensor *t)
+{
+	return (float *)t->data;
+}
+
+/* Values in +-[0.2, 1): clear of relu's kink at 0, so finite differences hold. */
+static void fill_away_from_zero(RtTensor *t, uint64_t seed)
+{
+	for (int64_t i = 0; i < t->rows * t->cols; i++) {
+		seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+		double u = (double)(seed >> 11) / 9007199254740992.0;
+		f32(t)[i] = (float)((i % 2 ? -1 : 1) * (0.2 + 0.8 * u));
+	}
+}
+
+static void one_layer_open(RtRank *r, OneLayer *o, const PlanLayer *ly, int64_t rows)
+{
+	memset(o, 0, sizeof *o);
+	if (rt_layer_shapes[ly->kind])
+		rt_layer_shapes[ly->kind](ly, rows, &o->t);
+	RtTensor **mine[] = {&o->x, &o->y, &o->dy, &o->dx, &o->target};
+	int64_t cols[] = {ly->in, ly->out, ly->out, ly->in, ly->in};
+	for (int i = 0; i < 5; i++) {
+		*mine[i] = rt_tensor_new(r, rows, cols[i], RT_MEM_TEMP);
+		fill_away_from_zero(*mine[i], 11 + (uint64_t)i);
+	}
+	o->loss = rt_tensor_new(r, 1, 4, RT_MEM_TEMP);
+	for (int j = 0; j < o->t.nparams; j++) {
+		o->param[j] = rt_tensor_new(r, o->t.param[j].rows, o->t.param[j].cols, RT_MEM_PARAM);
+		o->grad[j] = rt_tensor_new(r, o->t.param[j].rows, o->t.param[j].cols, RT_MEM_GRAD);
+		fill_away_from_zero(o->param[j], 31 + (uint64_t)j);
+		o->pv[j] = *o->param[j];
+		o->gv[j] = *o->grad[j];
+	}
+	for (int j = 0; j < o->t.nsaved + o->t.nheld; j++) {
+		const RtShape *sh = j < o->t.nsaved ? &o->t.saved[j] : &o->t.held[j - o->t.nsaved];
+		o->keep[j] = rt_tensor_new(r, sh->rows, sh->cols, RT_MEM_SAVED);
+	}
+	if (o->t.work.rows)
+		o->work = rt_tensor_new(r, o->t.work.rows, o->t.work.cols, RT_MEM_TEMP);
+	o->c = (RtLayerCall){.layer = ly, .rows = rows, .x = o->x, .nparams = o->t.nparams,
+	                     .param = o->pv, .grad = o->gv, .nsaved = o->t.nsaved,
+	                     .saved = o->keep, .nheld = o->t.nheld, .held = o->keep + o->t.nsaved,
+	                     .work = o->work};
+	if (plan_layers[ly->kind].loss)
+		o->c.target = o->target, o->c.loss = o->loss, o->c.slot = 1, o->c.scale = 1;
+	else
+		o->c.y = o->y;
+}
+
+static void one_layer_close(RtRank *r, OneLayer *o)
+{
+	RtTensor *all[] = {o->x, o->y, o->dy, o->dx, o->target, o->loss, o->work};
+	for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+		rt_tensor_free(r, all[i]);
+	for (int j = 0; j < o->t.nparams; j++) {
+		rt_tensor_free(r, o->param[j]);
+		rt_tensor_free(r, o->grad[j]);
+	}
+	for (int j = 0; j < o->t.nsaved + o->t.nheld; j++)
+		rt_tensor_free(r, o->keep[j]);
+}
+
+/* The objective the gradients are of: a loss's loss, else sum(y .* dy) for the fixed
+ * random dy, in double. */
+static double objective(RtRank *r, OneLayer *o)
+{
+	RtLayerCall c = o->c;
+	assert_int_equal(rt_device_cpu.layers[c.layer->kind].fwd(r, &c), RT_OK);
+	if (plan_layers[c.layer->kind].loss)
+		return f32(o->loss)[1];
+	double s = 0;
+	for (int64_t i = 0; i < o->y->rows * o->y->cols; i++)
+		s += (double)f32(o->y)[i] * f32(o->dy)[i];
+	return s;
+}
+
+/* Central differences of the objective against the analytic gradient g of the
+ * elements of t. */
+static int check_gradient(RtRank *r, OneLayer *o, RtTensor *t, const float *g,
+                          const char *kind, const char *what)
+{
+	int checked = 0;
+	for (int64_t i = 0; i < t->rows * t->cols; i++) {
+		float keep = f32(t)[i];
+		const float h = 1e-2f;
+		f32(t)[i] = keep + h;
+		double lp = objective(r, o);
+		f32(t)[i] = keep - h;
+		double lm = objective(r, o);
+		f32(t)[i] = keep;
+		double num = (lp - lm) / (2 * h);
+		if (!(fabs(num - g[i]) <= 2e-3 * fmax(1.0, fabs(num)) + 5e-4))
+			fail_msg("layer kind %s: %s element %lld: %g analytic, %g by finite differences",
+			         kind, what, (long long)i, (double)g[i], num);
+		checked++;
+	}
+	return checked;
+}
+
+/* Every layer kind's cpu row (the table, not a hand list): the input gradient of B and
+ * the parameter gradients of W match finite differences of F, B writes no parameter
+ * gradient (zero-bubble's split), and W accumulates. */
+static void runtime__layer_kernels__gradients_match_finite_differences(void **state)
+{
+	(void)state;
+	const char *src = "pipeline g;\nmesh pp=1;\nmicrobatches 1;\ninput 3x4;\n"
+	                  "stage s0 { linear 4; loss mse; }\n"
+	                  "schedule gpipe;\ncost * f=1 b=1 w=1;\nlink ideal;\n";
+	Plan *p = compile_text(src, NULL, 0);
+	assert_non_null(p);
+	RtWorld w = {.plan = p, .dev = &rt_device_cpu, .opt = options(1, 0)};
+	RtRank r = {.w = &w, .rank = RT_REF_RANK, .dev = &rt_device_cpu};
+	int kinds = 0;
+	for (int k = 0; k < LAYER_COUNT; k++) {
+		const RtLayerKernels *row = &rt_device_cpu.layers[k];
+		const char *name = plan_layers[k].name;
+		PlanLayer ly = {.kind = (LayerKind)k, .in = 5};
+		ly.out = plan_layer_out(ly.kind, ly.in, 4);
+		OneLayer o;
+		one_layer_open(&r, &o, &ly, 3);
+		objective(&r, &o); // F fills the saved tensors B and W read
+		RtLayerCall c = o.c;
+		c.y = NULL;
+		c.dy = plan_layers[k].loss ? NULL : o.dy;
+		c.dx = o.dx;
+		for (int j = 0; j < o.t.nparams; j++)
+			memset(o.grad[j]->data, 0, (size_t)o.grad[j]->bytes);
+		assert_int_equal(row->bwd_in(&r, &c), RT_OK);
+		for (int j = 0; j < o.t.nparams; j++)
+			for (int64_t i = 0; i < o.grad[j]->rows * o.grad[j]->cols; i++)
+				if (f32(o.grad[j])[i] != 0)
+					fail_msg("layer kind %s: B wrote a weight gradient", name);
+		float *dx = malloc((size_t)o.dx->bytes);
+		memcpy(dx, o.dx->data, (size_t)o.dx->bytes);
+		int checked = check_gradient(&r, &o, o.x, dx, name, "input gradient");
+		free(dx);
+		for (int j = 0; j < o.t.nparams; j++) {
+			assert_non_null(row->bwd_w);
+			assert_int_equal(row->bwd_w(&r, &c), RT_OK); // twice: W accumulates
+			assert_int_equal(row->bwd_w(&r, &c), RT_OK);
+			float *g = malloc((size_t)o.grad[j]->bytes);
+			for (int64_t i = 0; i < o.grad[j]->rows * o.grad[j]->cols; i++)
+				g[i] = f32(o.grad[j])[i] / 2;
+			for (int i = 0; i < o.t.nparams; i++)
+				memset(o.grad[i]->data, 0, (size_t)o.grad[i]->bytes);
+			checked += check_gradient(&r, &o, o.param[j], g, name, "parameter gradient");
+			free(g);
+		}
+		if (checked == 0)
+			fail_msg("layer kind %s: no gradient element checked", name);
+		one_layer_close(&r, &o);
+		kinds++;
+	}
+	assert_int_equal(kinds, LAYER_COUNT);
+	plan_free(p);
+}
+
+/* A device without a kernel a plan needs is refused when the world opens, naming the
+ * device, the part and the kind; a part nobody needs (stage 0's first input gradient)
+ * may be missing. */
+static void runtime__device_without_row__refused_at_open(void **state)
+{
+	(void)state;
+	Plan *p = compile_text(tiny_src, NULL, 0); // s0 { linear; relu }, s1 { linear; mse }
+	assert_non_null(p);
+	char err[256];
+	assert_null(rt_device_check(&rt_device_cpu, p, err, sizeof err));
+	RtLayerKernels rows[LAYER_COUNT];
+	RtDevice dev = rt_device_cpu;
+	dev.layers = rows;
+	static const struct {
+		LayerKind kind;
+		int part; // 0 fwd, 1 bwd_in, 2 bwd_w
+		const char *msg;
+	} cases[] = {
+		{LAYER_RELU, 0, "the cpu device has no kernel for layer kind relu (stage s0, layer 1)"},
+		{LAYER_MSE, 1, "the cpu device has no input-gradient kernel for layer kind mse"},
+		{LAYER_LINEAR, 2, "the cpu device has no weight-gradient kernel for layer kind linear"},
+		{LAYER_LINEAR, 1, "the cpu device has no input-gradient kernel for layer kind linear "
+		                  "(stage s1, layer 0)"},
+		{LAYER_GELU, 0, NULL}, // not in the plan
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		memcpy(rows, rt_device_cpu.layers, sizeof rows);
+		RtLayerFn *part[] = {&rows[cases[i].kind].fwd, &rows[cases[i].kind].bwd_in,
+		                     &rows[cases[i].kind].bwd_w};
+		*part[cases[i].part] = NULL;
+		const char *why = rt_device_check(&dev, p, err, sizeof err);
+		if (!cases[i].msg) {
+			assert_null(why);
+			continue;
+		}
+		assert_non_null(why);
+		assert_non_null(strstr(why, cases[i].msg));
+	}
+	plan_free(p);
+}
+
 /* ---- failures ---- */
 
 /* tiny under gpipe with 2 microbatches, rank 0 with its sends moved after both F and
@@ -634,6 +865,9 @@ int main(void)
 		cmocka_unit_test(runtime__gradients__match_finite_differences),
 		cmocka_unit_test(runtime__every_schedule__matches_reference_and_sim),
 		cmocka_unit_test(runtime__registries__parts_complete_and_used),
+		cmocka_unit_test(runtime__layer_kernels__every_kind_has_a_cpu_row),
+		cmocka_unit_test(runtime__layer_kernels__gradients_match_finite_differences),
+		cmocka_unit_test(runtime__device_without_row__refused_at_open),
 		cmocka_unit_test(runtime__deadlock__watchdog_names_blocked_sends),
 		cmocka_unit_test(runtime__missing_peer__is_an_error),
 		cmocka_unit_test(runtime__wrong_bytes__is_an_error),

@@ -215,7 +215,11 @@ t "--steps 0 is a usage error" 2 "$BIN/piperun" --steps 0 "$dir/tiny.plan"
 t "--lr -1 is a usage error" 2 "$BIN/piperun" --lr -1 "$dir/tiny.plan"
 t "--timeout x is a usage error" 2 "$BIN/piperun" --timeout x "$dir/tiny.plan"
 t "unknown backend is a usage error" 2 "$BIN/piperun" --backend nosuch "$dir/tiny.plan"
-has "unknown backend lists the registered ones" "$dir/err" "valid backends are threads, mpi, cuda"
+# The registered backends: the rows of rt_backends[] in runtime/registry.c, in order.
+registered=$(sed -n '/^const RtBackend rt_backends\[\]/,/^};/s/^\t{"\([a-z0-9_]*\)",.*/\1/p' \
+	runtime/registry.c | paste -sd, - | sed 's/,/, /g')
+check "registry.c has backend rows ($registered)" "$(echo "$registered" | grep -q '^threads, '; echo $?)" ""
+has "unknown backend lists the registered ones" "$dir/err" "valid backends are $registered)"
 t "--calibrate with --check is a usage error" 2 "$BIN/piperun" --calibrate --check "$dir/tiny.plan"
 t "--help" 0 "$BIN/piperun" --help
 has "--help lists --check" "$dir/out" "--check"

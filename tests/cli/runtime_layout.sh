@@ -1,24 +1,11 @@
 #!/bin/sh
-# The runtime's shape (docs/runtime.md, "Architecture"): no source file over 1000 lines,
-# no function over 120 lines (the tool mains excepted: their size is the command
-# line's business), and no cycle among its files, neither through #include nor through
-# the symbols their objects define and use ($BUILD/runtime/*.o, as `make` builds them).
+# The runtime's shape (docs/runtime.md, "Architecture"): no cycle among its files,
+# neither through #include nor through the symbols their objects define and use
+# ($BUILD/runtime/*.o, as `make` builds them).  Sizes are tests/cli/layout.sh's.
 : "${BIN:=bin}"
 : "${BUILD:=build/rel}"
 TOOL=runtime
 . tests/lib/cli.sh
-
-long=$(wc -l runtime/*.c runtime/*.cu runtime/*.h | awk '$2 != "total" && $1 > 1000')
-check "no source file over 1000 lines" "$(printf '%s' "$long" | wc -c)" "$long"
-
-# A function: a line at column 0 opening with `{`, up to the next `}` at column 0.
-funcs=$(awk 'FNR == 1 { infn = 0 }
-	/^\{/ { start = FNR; name = prev; infn = 1 }
-	/^\}/ { if (infn && FNR - start > 120 && FILENAME !~ /_main\.c$/)
-			print FILENAME ": " name " (" FNR - start " lines)"
-		infn = 0 }
-	{ prev = $0 }' runtime/*.c runtime/*.cu)
-check "no function over 120 lines" "$(printf '%s' "$funcs" | wc -c)" "$funcs"
 
 # Includes: "x.h" edges between runtime files; tsort fails on a cycle.
 for f in runtime/*.c runtime/*.cu runtime/*.h; do
