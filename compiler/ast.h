@@ -79,6 +79,7 @@ typedef enum {
 	AST_COST,         // cost NAME|* f=.. b=.. w=..;
 	AST_LINK,         // link latency=.. bandwidth=..; | link ideal;
 	AST_DEVICES,      // devices per_node=N; | devices [..];
+	AST_PEERS,        // peers local; | peers self_send;
 	AST_COUNT
 } AstKind;
 

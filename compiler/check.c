@@ -715,6 +715,9 @@ static void check_stmt(Check *c, AstStmt *s)
 	case AST_DEVICES:
 		check_devices(c, s);
 		break;
+	case AST_PEERS:
+		front_peers(c->d, p, s);
+		break;
 	default:
 		unreachable();
 	}

@@ -78,6 +78,8 @@ Plan *pipecc_compile(const char *file, const char *src, size_t len, const Pipecc
 	ProgOverrides ov = {o->schedule, o->microbatches, o->from_csv};
 	if (front_override(&arena, d, pr, &ov))
 		goto out;
+	if (o->same_rank > 0)
+		pr->same_rank = o->same_rank - 1;
 	errors = d->nerrors - d->ncmdline_errors;
 	const Schedule *s = sched_find(pr->schedule);
 	if (!s)

@@ -96,7 +96,22 @@ typedef struct {
 	int ndevices;
 	int *devices;                  // devices [d0, d1, ...]: world rank -> local GPU
 	Loc devices_loc;
+
+	int same_rank;                 // SameRank: how edges between stages of one rank go
+	Loc same_rank_loc;             // the `peers` statement; 0:0 when not written
 } Program;
+
+/* How a tensor between two stages on one rank moves (`peers ...;`, --same-rank). */
+typedef enum {
+	SAME_RANK_LOCAL,     // handed over in memory through the peer table (the default)
+	SAME_RANK_SELF_SEND, // a SEND/RECV to self through the communicator, in one group
+	SAME_RANK_COUNT
+} SameRank;
+extern const char *const prog_same_rank_names[SAME_RANK_COUNT]; // "local", "self-send"
+
+/* The `peers` statement (compiler/route.c): sets p->same_rank, or reports the word. */
+struct AstStmt;
+void front_peers(Diag *d, Program *p, const struct AstStmt *s);
 
 /* Defaults, documented in docs/language.md. */
 #define PROG_DEFAULT_FLOPS 100e12      // device rate for costs derived from FLOPs

@@ -98,13 +98,14 @@ static AstStmt *bad(AstParse *ps, int kind, Loc loc)
 %token COST "'cost'"
 %token LINK "'link'"
 %token DEVICES "'devices'"
+%token PEERS "'peers'"
 
 /* An error rule without its ';' or '}' ends at the next statement keyword (or the end
  * of file) but leaves a ';' to the rule that wants it. */
 %precedence RECOVER
 %precedence ';'
 
-%type <stmt> stmt
+%type <stmt> stmt peers
 %type <vec> kvs layers args list nums ranks acts
 %type <num> num
 %type <kv> kv
@@ -228,6 +229,7 @@ stmt
 		$$->list_loc = @2;
 		$$->nums = ast_vec_take(ps, $2, &$$->nnums);
 	}
+	| peers
 	| PIPELINE error ';'  { $$ = bad(ps, AST_PIPELINE, @1); yyerrok; }
 	| PIPELINE error %prec RECOVER  { $$ = bad(ps, AST_PIPELINE, @1); yyerrok; }
 	| MESH error ';'  { $$ = bad(ps, AST_MESH, @1); yyerrok; }
@@ -253,6 +255,16 @@ stmt
 	| error ';'           { $$ = NULL; yyerrok; }
 	| error braces       { $$ = NULL; yyerrok; }
 	| error %prec RECOVER { $$ = NULL; yyerrok; }
+	;
+
+/* How edges between stages on one rank go (compiler/route.c checks the word). */
+peers
+	: PEERS IDENT ';'  {
+		$$ = ast_stmt(ps, AST_PEERS, @1, ast_span(@1, @2));
+		$$->name = $2;
+	}
+	| PEERS error ';'  { $$ = bad(ps, AST_PEERS, @1); yyerrok; }
+	| PEERS error %prec RECOVER  { $$ = bad(ps, AST_PEERS, @1); yyerrok; }
 	;
 
 /* A run of stray '}' is one mistake. */
