@@ -653,6 +653,16 @@ static void fill_ranks(Lw *w)
 		}
 		l++;
 	}
+	/* Routes the program states (route_check made them agree with the ones above)
+	 * carry their statement's place, in either direction. */
+	for (int i = 0; i < pr->nroutes; i++) {
+		const ProgRoute *st = &pr->routes[i];
+		int r0 = st->rank[0], base = r0 - p->ranks[r0].coord[DIM_PP] * stride;
+		if (st->edge < 0 || w->remote_k[st->edge] < 0)
+			continue;
+		int fi = 2 * w->nremote * w->line_of[base] + 2 * w->remote_k[st->edge] + st->dir;
+		p->routes[fi].loc = (PlanLoc){st->loc.line, st->loc.col};
+	}
 	for (int r = 0; r < world; r++) {
 		PlanRank *rk = &p->ranks[r];
 		int q = rk->coord[DIM_PP], base = r - q * stride;

@@ -97,6 +97,8 @@ Plan *pipecc_compile(const char *file, const char *src, size_t len, const Pipecc
 	c.acts = arena_alloc(&arena, (size_t)c.pp * sizeof *c.acts);
 	if (place_stages(&c, s))
 		goto out;
+	if (route_check(&arena, pr, c.stage_pp, d))
+		goto out;
 	if (o->dump == PASS_PLACE) {
 		for (int i = 0; i < c.nstages; i++)
 			fprintf(dout, "stage %d %s -> pp %d\n", i, pr->stages[i].name, c.stage_pp[i]);
