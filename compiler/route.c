@@ -173,7 +173,7 @@ static int check_one(Program *pr, const int *stage_pp, const Mesh *m, Diag *d, P
 	const int stage[2] = {from, to};
 	for (int k = 0; k < 2; k++) {
 		if (r->rank[k] >= m->world) {
-			diag_error(d, r->end[k], "rank %d is outside the mesh (world %d)", r->rank[k],
+			diag_error(d, r->end[k], "world rank %d is outside the mesh (world %d)", r->rank[k],
 			           m->world);
 			return 1;
 		}
@@ -185,12 +185,12 @@ static int check_one(Program *pr, const int *stage_pp, const Mesh *m, Diag *d, P
 		int right = on_line(m, r->rank[0], want);
 		if (want != at)
 			diag_error(d, r->end[k],
-			           "stage '%s' runs on pipeline rank %d, but rank %d is pipeline rank %d "
+			           "stage '%s' runs on pipeline rank %d, but world rank %d is pipeline rank %d "
 			           "(a route picks devices, it does not move stages)",
 			           pr->stages[stage[k]].name, want, r->rank[k], at);
 		else
 			diag_error(d, r->end[k],
-			           "rank %d is not on the pipeline line of rank %d: there, stage '%s' "
+			           "world rank %d is not on the pipeline line of rank %d: there, stage '%s' "
 			           "is on rank %d",
 			           r->rank[k], r->rank[0], pr->stages[stage[k]].name, right);
 		return 1;
