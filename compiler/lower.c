@@ -15,7 +15,11 @@
  * appending both sides in the same order.  A stage's dp all-reduce and optimizer step
  * follow its last backward once the rank has sent what others wait for.  Every pipeline
  * line runs the same lists with its own ranks and routes, so the all-reduces line up.
- * Backward routes are the forward routes reversed; nothing else creates them.
+ * Backward routes are the forward routes reversed; nothing else creates them (a stated
+ * route, compiler/route.c, has made the ranks' devices agree and only lends its place).
+ * With `peers self_send;` an edge between stages of one rank is sent like a remote one,
+ * to self: it gets routes, `self` peer entries, and its SEND and RECV in one group (the
+ * walk appends both in the same step; the naive lowering puts them together).
  *
  * An order in which a rank needs an action later in its own list is rejected first.
  * Any other order that stalls the walk is an error, or with --allow-deadlock is

@@ -1,9 +1,13 @@
-/* How edges between stages travel, as far as the program says: the `peers` setting
- * (docs/language.md, "peers"), which decides whether an edge whose two stages share a
- * rank is handed over in memory through the peer table (local, the default) or sent to
- * self through the communicator (self_send).  Kept apart from check.c so that the
- * statement's words live in one table that the checker, the command line and the help
- * all read. */
+/* How edges between stages travel, as far as the program says (docs/language.md,
+ * "route" and "peers").  `peers` decides whether an edge whose two stages share a rank
+ * is handed over in memory through the peer table (local, the default) or sent to self
+ * through the communicator (self_send); its words are one table that the checker, the
+ * command line and the help read.  `route` states an edge's ranks and devices in one
+ * direction: front_route checks its words as the front end reads it; route_check, once
+ * placement is known, checks its edge and ranks (a route picks devices, never moves a
+ * stage), a direction stated twice, a pair that is not each other's inverse (error at
+ * the later, note at the earlier), and devices that disagree, then makes the picked
+ * devices the ranks' devices, from which lowering derives every route as before. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
