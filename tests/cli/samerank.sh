@@ -66,4 +66,29 @@ has "... naming the send" "$dir/err" "SEND act.*: a send to self .*never complet
 t "piperun rejects it too" 1 "$BIN/piperun" "$dir/bad.plan"
 has "... with the same words" "$dir/err" "a send to self .*never completes"
 
+# An order that cannot run, lowered naively with --allow-deadlock: the sends to self
+# still share a group with their receives, so the plan verifies and pipesim shows the
+# cross-rank cycle, not a send to self that never completes.
+cat >"$dir/dl.pipe" <<'PIPE'
+pipeline t;
+mesh pp=2;
+microbatches 2;
+input 2x8;
+stage s0 { linear 8; relu; }
+stage s1 { linear 8; relu; }
+stage s2 { linear 8; relu; }
+stage s3 { linear 8; loss mse; }
+skip s0 -> s3;
+placement v;
+peers self_send;
+schedule custom {
+  rank 0: 0F0 3F0 0F1 3F1 3B0 3B1 0B0 0B1;
+  rank 1: 1F1 1F0 2F0 2F1 2B0 2B1 1B0 1B1;
+}
+PIPE
+t "a stalled self-send order with --allow-deadlock" 0 "$BIN/pipecc" "$dir/dl.pipe" \
+	--allow-deadlock -o "$dir/dl.plan"
+t "pipesim finds its deadlock" 1 "$BIN/pipesim" "$dir/dl.plan"
+has "... a cross-rank wait-for cycle" "$dir/err" "^wait-for cycle (2 edges)"
+
 [ "$fails" -eq 0 ]
