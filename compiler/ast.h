@@ -79,8 +79,19 @@ typedef enum {
 	AST_COST,         // cost NAME|* f=.. b=.. w=..;
 	AST_LINK,         // link latency=.. bandwidth=..; | link ideal;
 	AST_DEVICES,      // devices per_node=N; | devices [..];
+	AST_PEERS,        // peers local; | peers self_send;
+	AST_ROUTE,        // route A -> B forward 0:d0 -> 1:d1;
 	AST_COUNT
 } AstKind;
+
+/* `route A -> B DIR R:dD -> R:dD;` past the edge: the direction word as written, and
+ * both ends (world rank, device name) in the order the tensor travels. */
+typedef struct {
+	AstName dir;      // forward | backward (checked, not keywords)
+	AstNum rank[2];
+	AstName dev[2];   // "d0"
+	Loc end[2];       // each `R:dD`
+} AstRoute;
 
 /* One top-level statement; which fields are used depends on kind. */
 typedef struct AstStmt AstStmt;
@@ -106,6 +117,7 @@ struct AstStmt {
 	uint8_t has_body; // schedule NAME { ranks }
 	int nranks;
 	AstRank *ranks;
+	AstRoute *route;  // route
 	AstStmt *next;
 };
 

@@ -715,6 +715,15 @@ static void check_stmt(Check *c, AstStmt *s)
 	case AST_DEVICES:
 		check_devices(c, s);
 		break;
+	case AST_PEERS:
+		front_peers(c->d, p, s);
+		break;
+	case AST_ROUTE: {
+		int a = resolve(c, &s->name), b = resolve(c, &s->name2);
+		if (a >= 0 && b >= 0)
+			front_route(c->a, c->d, p, s, a, b);
+		break;
+	}
 	default:
 		unreachable();
 	}
@@ -991,7 +1000,8 @@ static Program *check(Arena *a, Diag *d, const char *file, AstProgram *ast)
 		return p;
 	}
 	for (AstStmt *s = ast->head; s && !over_limit(&c); s = s->next) {
-		int many = s->kind == AST_STAGE || s->kind == AST_SKIP || s->kind == AST_COST;
+		int many = s->kind == AST_STAGE || s->kind == AST_SKIP || s->kind == AST_COST ||
+		           s->kind == AST_ROUTE;
 		AstStmt *first = c.first[s->kind];
 		if (!first)
 			c.first[s->kind] = s;

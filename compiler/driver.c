@@ -66,6 +66,7 @@ int pipecc_drive(CliTool *t, PipeccArgs *a)
 		                          "input");
 	if (a->dump < 0 && cli_check_outputs(t))
 		return CLI_EXIT_FAIL;
+	a->o.same_rank = a->same_rank + 1;
 	a->o.dump = a->dump >= 0 ? (PipeccPass)(a->dump + 1) : PASS_NONE;
 	a->o.dump_out = stdout;
 

@@ -15,7 +15,11 @@
  * appending both sides in the same order.  A stage's dp all-reduce and optimizer step
  * follow its last backward once the rank has sent what others wait for.  Every pipeline
  * line runs the same lists with its own ranks and routes, so the all-reduces line up.
- * Backward routes are the forward routes reversed; nothing else creates them.
+ * Backward routes are the forward routes reversed; nothing else creates them (a stated
+ * route, compiler/route.c, has made the ranks' devices agree and only lends its place).
+ * With `peers self_send;` an edge between stages of one rank is sent like a remote one,
+ * to self: it gets routes, `self` peer entries, and its SEND and RECV in one group (the
+ * walk appends both in the same step; the naive lowering puts them together).
  *
  * An order in which a rank needs an action later in its own list is rejected first.
  * Any other order that stalls the walk is an error, or with --allow-deadlock is
@@ -34,10 +38,11 @@ typedef struct {
 	int pp, m, ns, ne;
 	PlanRank **line0;    // per pipeline index: its rank on the first line, where ops go
 	int *group;          // per pipeline index: next group number
-	int *remote_k;       // edge -> index among remote edges, or -1
+	int *remote_k;       // edge -> index among edges sent (remote, or to self), or -1
 	int nremote;
 	struct Pending *pend; // per pipeline index: produced tensors not yet moved
 	int overlap;         // tune for the overlap model: move tensors as soon as produced
+	int self_send;       // same-rank edges go through the communicator, to self
 	int stride;          // world-rank distance between pipeline neighbours
 	int *line_of;        // world rank at pipeline index 0 -> its line number
 	int *in_off, *in_e;  // CSR of in-edges per stage
@@ -172,7 +177,7 @@ static void fill_edges(Lw *w)
 static int ready(const Lw *w, int pp, const SchedAct *a)
 {
 	int m = w->m;
-	const int *stage_pp = w->sc->stage_pp;
+	(void)pp; // where the ends are is in remote_k: what is not sent is handed over
 	const PlanEdge *E = w->plan->edges;
 	uint8_t needs = plan_ops[a->kind].needs;
 	if ((needs & PLAN_DEP_MB) & ~w->done[(size_t)a->stage * m + a->mb])
@@ -180,14 +185,14 @@ static int ready(const Lw *w, int pp, const SchedAct *a)
 	for (int j = w->in_off[a->stage]; (needs & PLAN_DEP_IN_ACT) && j < w->in_off[a->stage + 1];
 	     j++) {
 		int e = w->in_e[j], src = E[e].src;
-		if (stage_pp[src] == pp ? !(w->done[(size_t)src * m + a->mb] & PLAN_DEP_ACT)
+		if (w->remote_k[e] < 0 ? !(w->done[(size_t)src * m + a->mb] & PLAN_DEP_ACT)
 		                        : !w->moved[((size_t)e * m + a->mb) * 2 + DIR_ACT])
 			return 0;
 	}
 	for (int j = w->out_off[a->stage];
 	     (needs & PLAN_DEP_OUT_GRAD) && j < w->out_off[a->stage + 1]; j++) {
 		int e = w->out_e[j], dst = E[e].dst;
-		if (stage_pp[dst] == pp ? !(w->done[(size_t)dst * m + a->mb] & PLAN_DEP_GRAD)
+		if (w->remote_k[e] < 0 ? !(w->done[(size_t)dst * m + a->mb] & PLAN_DEP_GRAD)
 		                        : !w->moved[((size_t)e * m + a->mb) * 2 + DIR_GRAD])
 			return 0;
 	}
@@ -199,19 +204,20 @@ static int ready(const Lw *w, int pp, const SchedAct *a)
  * out-edges, a backward's gradients along its in-edges. */
 static void push_outputs(const Lw *w, int pp, const SchedAct *a, int line, Pending *q)
 {
+	(void)pp;
 	const PlanEdge *E = w->plan->edges;
 	const int *stage_pp = w->sc->stage_pp;
 	uint8_t makes = plan_ops[a->kind].makes;
 	for (int j = w->out_off[a->stage]; (makes & PLAN_DEP_ACT) && j < w->out_off[a->stage + 1];
 	     j++) {
 		int e = w->out_e[j];
-		if (stage_pp[E[e].dst] != pp)
+		if (w->remote_k[e] >= 0)
 			pend_push(q, (Out){e, a->mb, DIR_ACT, stage_pp[E[e].dst], line});
 	}
 	for (int j = w->in_off[a->stage]; (makes & PLAN_DEP_GRAD) && j < w->in_off[a->stage + 1];
 	     j++) {
 		int e = w->in_e[j];
-		if (stage_pp[E[e].src] != pp)
+		if (w->remote_k[e] >= 0)
 			pend_push(q, (Out){e, a->mb, DIR_GRAD, stage_pp[E[e].src], line});
 	}
 }
@@ -419,6 +425,8 @@ static void lower_rest_naively(Lw *w, int64_t *cur)
 		for (int64_t i = cur[p]; i < sc->nacts[p]; i++)
 			push_outputs(w, p, &sc->acts[p][i], 0, &out);
 		for (int i = 0; i < out.n; i++) {
+			if (out.v[i].to == p)
+				continue; // sent to self with its receive, below
 			Fifo *f = &fifo[pair[2 * out.v[i].edge + out.v[i].dir]];
 			int t = (out.v[i].edge * m + out.v[i].mb) * 2 + out.v[i].dir;
 			if (f->n == f->cap) {
@@ -441,9 +449,14 @@ static void lower_rest_naively(Lw *w, int64_t *cur)
 			if (cur[p] > first || pq->n) {
 				for (int i = 0; i < pq->n; i++) {
 					Out o = pq->v[i];
+					int g = w->group[p]++;
 					emit(w, p, (PlanOp){.kind = OP_SEND, .dir = o.dir, .stage = o.edge,
-					                    .mb = o.mb, .peer = o.to, .group = w->group[p]++,
+					                    .mb = o.mb, .peer = o.to, .group = g,
 					                    .src_line = o.line});
+					if (o.to == p) // a send to self completes only with its receive
+						emit(w, p, (PlanOp){.kind = OP_RECV, .dir = o.dir, .stage = o.edge,
+						                    .mb = o.mb, .peer = p, .group = g,
+						                    .src_line = o.line});
 				}
 				pq->n = 0;
 				flush_reductions(w, p, 0);
@@ -584,6 +597,12 @@ static int place_comms(Lw *w, int allow_deadlock)
 	return rc;
 }
 
+/* The peer-table kind of an edge end on rank r whose other end is on rank q. */
+static uint8_t peer_kind(const Lw *w, int q, int r)
+{
+	return q != r ? PEER_REMOTE : w->self_send ? PEER_SELF : PEER_LOCAL;
+}
+
 /* Ranks, routes and peer tables, before any op: per pipeline line, per remote edge, a
  * forward route and its inverse.  Line l's routes are [2 * nremote * l, ...). */
 static void fill_ranks(Lw *w)
@@ -594,7 +613,7 @@ static void fill_ranks(Lw *w)
 	int nlines = world / pp;
 	w->remote_k = xcalloc_int((size_t)w->ne);
 	for (int e = 0; e < w->ne; e++)
-		w->remote_k[e] = p->stages[p->edges[e].src].pp != p->stages[p->edges[e].dst].pp
+		w->remote_k[e] = w->self_send || p->stages[p->edges[e].src].pp != p->stages[p->edges[e].dst].pp
 		                     ? w->nremote++
 		                     : -1;
 	p->ranks = calloc((size_t)world, sizeof *p->ranks);
@@ -638,6 +657,16 @@ static void fill_ranks(Lw *w)
 		}
 		l++;
 	}
+	/* Routes the program states (route_check made them agree with the ones above)
+	 * carry their statement's place, in either direction. */
+	for (int i = 0; i < pr->nroutes; i++) {
+		const ProgRoute *st = &pr->routes[i];
+		int r0 = st->rank[0], base = r0 - p->ranks[r0].coord[DIM_PP] * stride;
+		if (st->edge < 0 || w->remote_k[st->edge] < 0)
+			continue;
+		int fi = 2 * w->nremote * w->line_of[base] + 2 * w->remote_k[st->edge] + st->dir;
+		p->routes[fi].loc = (PlanLoc){st->loc.line, st->loc.col};
+	}
 	for (int r = 0; r < world; r++) {
 		PlanRank *rk = &p->ranks[r];
 		int q = rk->coord[DIM_PP], base = r - q * stride;
@@ -654,13 +683,13 @@ static void fill_ranks(Lw *w)
 				int e = w->in_e[j], o = p->edges[e].src, pr2 = base + p->stages[o].pp * stride;
 				rk->peers[rk->npeers++] = (PlanPeer){.stage = s, .edge = e, .in = 1,
 				                                     .peer_stage = o, .peer_rank = pr2,
-				                                     .local = pr2 == r};
+				                                     .local = peer_kind(w, pr2, r)};
 			}
 			for (int j = w->out_off[s]; j < w->out_off[s + 1]; j++) {
 				int e = w->out_e[j], o = p->edges[e].dst, pr2 = base + p->stages[o].pp * stride;
 				rk->peers[rk->npeers++] = (PlanPeer){.stage = s, .edge = e, .in = 0,
 				                                     .peer_stage = o, .peer_rank = pr2,
-				                                     .local = pr2 == r};
+				                                     .local = peer_kind(w, pr2, r)};
 			}
 		}
 	}
@@ -731,7 +760,8 @@ Plan *lower_program(const Program *pr, const SchedCtx *sc, Diag *d, int allow_de
 {
 	Plan *p = plan_new();
 	Lw w = {.pr = pr, .sc = sc, .plan = p, .diag = d, .pp = sc->pp, .m = sc->m,
-	        .ns = pr->nstages, .overlap = tune_overlap};
+	        .ns = pr->nstages, .overlap = tune_overlap,
+	        .self_send = pr->same_rank == SAME_RANK_SELF_SEND};
 	p->name = strdup(pr->name);
 	p->source = strdup(pr->file);
 	p->schedule = strdup(pr->schedule);

@@ -20,7 +20,7 @@
 
 const char *const ast_kind_names[AST_COUNT] = {
 	"pipeline", "mesh", "microbatches", "input", "stage", "skip",
-	"schedule", "placement", "cost", "link", "devices",
+	"schedule", "placement", "cost", "link", "devices", "peers", "route",
 };
 
 struct AstVec {

@@ -78,6 +78,8 @@ Plan *pipecc_compile(const char *file, const char *src, size_t len, const Pipecc
 	ProgOverrides ov = {o->schedule, o->microbatches, o->from_csv};
 	if (front_override(&arena, d, pr, &ov))
 		goto out;
+	if (o->same_rank > 0)
+		pr->same_rank = o->same_rank - 1;
 	errors = d->nerrors - d->ncmdline_errors;
 	const Schedule *s = sched_find(pr->schedule);
 	if (!s)
@@ -94,6 +96,8 @@ Plan *pipecc_compile(const char *file, const char *src, size_t len, const Pipecc
 	c.cap = arena_alloc(&arena, (size_t)c.pp * sizeof *c.cap);
 	c.acts = arena_alloc(&arena, (size_t)c.pp * sizeof *c.acts);
 	if (place_stages(&c, s))
+		goto out;
+	if (route_check(&arena, pr, c.stage_pp, d))
 		goto out;
 	if (o->dump == PASS_PLACE) {
 		for (int i = 0; i < c.nstages; i++)

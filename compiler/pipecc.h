@@ -24,6 +24,7 @@ typedef struct {
 	int allow_deadlock;     // emit orders that cannot run (for pipesim to show)
 	int tune_overlap;       // order communication for the overlap model (--tune=overlap)
 	const char *from_csv;   // take the schedule from this torch CSV, as `schedule csv`
+	int same_rank;          // 1 + SameRank (--same-rank), or 0 for the program's `peers`
 	PipeccPass dump;        // print the state after this pass and stop
 	FILE *dump_out;
 } PipeccOptions;
@@ -59,6 +60,7 @@ typedef struct {
 	int emit;         // PipeccEmit
 	int comms;        // --comms (torch-csv only)
 	int dump;         // --dump: index into pipecc_pass_names + 1, or -1
+	int same_rank;    // --same-rank: a SameRank, or -1
 	int max_errors;   // --max-errors
 	int stats;        // --stats
 } PipeccArgs;

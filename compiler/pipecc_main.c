@@ -1,10 +1,11 @@
 /* pipecc: the command line.  The options are a table for the shared layer (plan/cli.h);
  * the work is pipecc_drive (compiler/driver.c).  Exit 0 ok, 1 input error, 2 usage. */
 #include "pipecc.h"
+#include "program.h"
 
 int main(int argc, char **argv)
 {
-	PipeccArgs a = {.out = "-", .emit = EMIT_PLAN, .dump = -1, .max_errors = DIAG_MAX_ERRORS};
+	PipeccArgs a = {.out = "-", .emit = EMIT_PLAN, .dump = -1, .same_rank = -1, .max_errors = DIAG_MAX_ERRORS};
 	static const char *const tunes[] = {"strict", "overlap"};
 	CLI_TABLE_BEGIN
 	const CliOpt opts[] = {
@@ -24,6 +25,12 @@ int main(int argc, char **argv)
 		 "waits until both ranks are between actions) or the\n"
 		 "overlap model (GPU streams: each tensor moves as soon\n"
 		 "as it is produced)", 1, .names = tunes, .nnames = 2},
+		{"same-rank", 0, CLI_ENUM, &a.same_rank, "HOW",
+		 "how a tensor between two stages on one rank moves:\n"
+		 "handed over in memory (local, the default) or sent\n"
+		 "to self through the communicator (self-send);\n"
+		 "overrides the program's `peers` statement", 1,
+		 .names = prog_same_rank_names, .nnames = SAME_RANK_COUNT},
 		{"allow-deadlock", 0, CLI_FLAG, &a.o.allow_deadlock, NULL,
 		 "emit a plan even when the order cannot run across\n"
 		 "ranks, for pipesim to show the cycle"},

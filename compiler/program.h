@@ -96,7 +96,42 @@ typedef struct {
 	int ndevices;
 	int *devices;                  // devices [d0, d1, ...]: world rank -> local GPU
 	Loc devices_loc;
+
+	int same_rank;                 // SameRank: how edges between stages of one rank go
+	Loc same_rank_loc;             // the `peers` statement; 0:0 when not written
+
+	int nroutes;                   // `route` statements (compiler/route.c)
+	struct ProgRoute *routes;
 } Program;
+
+/* How a tensor between two stages on one rank moves (`peers ...;`, --same-rank). */
+typedef enum {
+	SAME_RANK_LOCAL,     // handed over in memory through the peer table (the default)
+	SAME_RANK_SELF_SEND, // a SEND/RECV to self through the communicator, in one group
+	SAME_RANK_COUNT
+} SameRank;
+extern const char *const prog_same_rank_names[SAME_RANK_COUNT]; // "local", "self-send"
+
+/* A `route` statement: edge `a -> b` in direction dir goes from world rank rank[0] on
+ * local device dev[0] to rank[1] on dev[1].  edge is filled by route_check. */
+typedef struct ProgRoute {
+	int a, b;              // the stages named, as written (a before b)
+	int edge;              // plan edge index, or -1 before route_check
+	int dir;               // Dir: DIR_ACT forward (a to b), DIR_GRAD backward (b to a)
+	int rank[2], dev[2];
+	Loc loc;               // the statement
+	Loc edge_loc;          // `a -> b`
+	Loc end[2];            // each `R:dD`
+} ProgRoute;
+
+/* The `peers` statement (compiler/route.c): sets p->same_rank, or reports the word. */
+struct AstStmt;
+void front_peers(Diag *d, Program *p, const struct AstStmt *s);
+/* A `route` statement, once its stages a and b are resolved: checks its words and
+
+ * numbers and appends it to p->routes.  Edge, ranks and
+ * devices are checked against the placement later, by route_check (compiler/place.h). */
+void front_route(Arena *a, Diag *d, Program *p, const struct AstStmt *s, int sa, int sb);
 
 /* Defaults, documented in docs/language.md. */
 #define PROG_DEFAULT_FLOPS 100e12      // device rate for costs derived from FLOPs

@@ -98,13 +98,15 @@ static AstStmt *bad(AstParse *ps, int kind, Loc loc)
 %token COST "'cost'"
 %token LINK "'link'"
 %token DEVICES "'devices'"
+%token PEERS "'peers'"
+%token ROUTE "'route'"
 
 /* An error rule without its ';' or '}' ends at the next statement keyword (or the end
  * of file) but leaves a ';' to the rule that wants it. */
 %precedence RECOVER
 %precedence ';'
 
-%type <stmt> stmt
+%type <stmt> stmt peers route
 %type <vec> kvs layers args list nums ranks acts
 %type <num> num
 %type <kv> kv
@@ -228,6 +230,8 @@ stmt
 		$$->list_loc = @2;
 		$$->nums = ast_vec_take(ps, $2, &$$->nnums);
 	}
+	| peers
+	| route
 	| PIPELINE error ';'  { $$ = bad(ps, AST_PIPELINE, @1); yyerrok; }
 	| PIPELINE error %prec RECOVER  { $$ = bad(ps, AST_PIPELINE, @1); yyerrok; }
 	| MESH error ';'  { $$ = bad(ps, AST_MESH, @1); yyerrok; }
@@ -253,6 +257,30 @@ stmt
 	| error ';'           { $$ = NULL; yyerrok; }
 	| error braces       { $$ = NULL; yyerrok; }
 	| error %prec RECOVER { $$ = NULL; yyerrok; }
+	;
+
+/* A stated route of one edge, one direction (compiler/route.c checks it). */
+route
+	: ROUTE IDENT ARROW IDENT IDENT NUMBER ':' IDENT ARROW NUMBER ':' IDENT ';'  {
+		$$ = ast_stmt(ps, AST_ROUTE, @1, ast_span(@1, @12));
+		$$->name = $2;
+		$$->name2 = $4;
+		$$->route = arena_alloc(ps->arena, sizeof *$$->route);
+		*$$->route = (AstRoute){.dir = $5, .rank = {$6, $10}, .dev = {$8, $12},
+		                        .end = {ast_span(@6, @8), ast_span(@10, @12)}};
+	}
+	| ROUTE error ';'  { $$ = bad(ps, AST_ROUTE, @1); yyerrok; }
+	| ROUTE error %prec RECOVER  { $$ = bad(ps, AST_ROUTE, @1); yyerrok; }
+	;
+
+/* How edges between stages on one rank go (compiler/route.c checks the word). */
+peers
+	: PEERS IDENT ';'  {
+		$$ = ast_stmt(ps, AST_PEERS, @1, ast_span(@1, @2));
+		$$->name = $2;
+	}
+	| PEERS error ';'  { $$ = bad(ps, AST_PEERS, @1); yyerrok; }
+	| PEERS error %prec RECOVER  { $$ = bad(ps, AST_PEERS, @1); yyerrok; }
 	;
 
 /* A run of stray '}' is one mistake. */

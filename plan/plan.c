@@ -10,6 +10,18 @@
 
 const char *const plan_dim_names[DIM_COUNT] = {"pp", "dp", "tp"};
 const char *const plan_dir_names[DIR_COUNT] = {"act", "grad"};
+const char *const plan_peer_names[PEER_COUNT] = {"remote", "local", "self"};
+
+int plan_edge_self(const Plan *p, int e)
+{
+	const PlanEdge *ed = &p->edges[e];
+	if (p->stages[ed->src].pp != p->stages[ed->dst].pp)
+		return 0;
+	for (int i = 0; i < p->nroutes; i++)
+		if (p->routes[i].edge == e)
+			return 1;
+	return 0;
+}
 
 static void *xcalloc(size_t n, size_t size)
 {

@@ -72,7 +72,16 @@ typedef struct {
 	int src_rank, dst_rank;
 	int src_dev, dst_dev;
 	int inverse_of;    // for DIR_GRAD: the forward route it inverts; -1 for DIR_ACT
+	PlanLoc loc;       // the `route` statement that states it; 0:0 when derived
 } PlanRoute;
+
+/* How a peer entry reaches the stage at the other end of its edge. */
+typedef enum {
+	PEER_REMOTE, // another rank, through the communicator
+	PEER_LOCAL,  // this rank, handed over in memory (no op)
+	PEER_SELF,   // this rank, through the communicator: a SEND/RECV to self in one group
+	PEER_COUNT
+} PeerKind;
 
 /* One entry of a rank's peer table: a local stage's neighbour along an edge. */
 typedef struct {
@@ -81,7 +90,7 @@ typedef struct {
 	uint8_t in;    // 1: edge enters stage (peer is edge src); 0: leaves it
 	int peer_stage;
 	int peer_rank;
-	uint8_t local; // 1: peer stage is on this rank (hand-off), 0: remote
+	uint8_t local; // PeerKind: PEER_REMOTE, PEER_LOCAL (hand-off) or PEER_SELF
 } PlanPeer;
 
 /* 40 bytes.  Compute ops use stage; SEND/RECV use edge (in `stage`), dir, peer, bytes,
@@ -145,6 +154,7 @@ typedef struct {
 
 extern const char *const plan_dim_names[DIM_COUNT];
 extern const char *const plan_dir_names[DIR_COUNT];
+extern const char *const plan_peer_names[PEER_COUNT]; // "remote", "local", "self"
 
 Plan *plan_new(void);
 void plan_free(Plan *p);
@@ -159,6 +169,9 @@ static inline OpKind plan_op_kind(const PlanOp *o)
 	return (OpKind)o->kind;
 }
 int plan_is_comm(int kind);                          // plan_op_is_comm on a raw kind
+/* Whether edge e travels through the communicator when both its stages share a rank:
+ * the plan sends it to self (a route joins a rank to itself).  Remote edges always do. */
+int plan_edge_self(const Plan *p, int e);
 /* The end of what runs as one step from op i of rank r: past the comm group op i opens
  * (the consecutive comm ops with its group number), or i + 1 for any other op. */
 int64_t plan_group_end(const PlanRank *r, int64_t i);

@@ -430,7 +430,7 @@ static int read_routes(Rd *r, Plan *p)
 		rt->inverse_of = -1;
 		if (rt->dir == DIR_GRAD && kv(r, "inverse=", &rt->inverse_of, 0, p->nroutes - 1))
 			return -1;
-		if (eol(r))
+		if (loc(r, &rt->loc) || eol(r))
 			return -1;
 	}
 	return 0;
@@ -550,12 +550,12 @@ static int read_ranks(Rd *r, Plan *p)
 			    kv(r, "rank=", &pe->peer_rank, 0, p->world - 1))
 				return -1;
 			skip_sp(r);
-			if (!strcmp(r->s, "local"))
-				pe->local = 1;
-			else if (!strcmp(r->s, "remote"))
-				pe->local = 0;
-			else
-				return fail(r, "expected 'local' or 'remote'");
+			int k = 0;
+			while (k < PEER_COUNT && strcmp(r->s, plan_peer_names[k]))
+				k++;
+			if (k == PEER_COUNT)
+				return fail(r, "expected 'local', 'remote' or 'self'");
+			pe->local = (uint8_t)k;
 		}
 		int64_t cap = nops < (1 << 16) ? nops : (1 << 16);
 		rk->ops = malloc((size_t)(cap ? cap : 1) * sizeof *rk->ops);

@@ -18,6 +18,7 @@ typedef struct {
 	int64_t pp_stride; // world-rank distance between neighbours along pp
 	int *in_off, *in_edges;   // CSR: edges entering each stage
 	int *out_off, *out_edges; // CSR: edges leaving each stage
+	unsigned char *eself;     // per edge: sent to self (a route joins a rank to itself)
 } Vc;
 
 static int verr(Vc *v, int rank, int64_t op, const char *fmt, ...)
@@ -102,11 +103,6 @@ static int check_routes(Vc *v)
 			                 "route %d of edge %d does not join the ranks of stages %d and %d "
 			                 "on one pipeline line",
 			                 i, rt->edge, from, to);
-		if (rt->src_rank == rt->dst_rank)
-			return verr_line(v, -1, at,
-			                 "route %d joins rank %d to itself: same-rank edges hand over "
-			                 "locally and have no route",
-			                 i, rt->src_rank);
 		if (rt->src_dev != a->device || rt->dst_dev != b->device)
 			return verr_line(v, -1, at,
 			                 "route %d names devices d%d->d%d but the ranks use d%d->d%d", i,
@@ -147,11 +143,12 @@ static int check_peers(Vc *v, unsigned char *seen)
 				                 "placed on this rank",
 				                 r, i, me);
 			int q = on_line(v, r, p->stages[other].pp);
-			if (pe->peer_stage != other || pe->peer_rank != q || pe->local != (q == r))
+			int want = q != r ? PEER_REMOTE : v->eself[pe->edge] ? PEER_SELF : PEER_LOCAL;
+			if (pe->peer_stage != other || pe->peer_rank != q || pe->local != want)
 				return verr_line(v, r, at,
 				                 "rank %d: peer entry %d for edge %d should name stage %d on "
 				                 "rank %d (%s)",
-				                 r, i, pe->edge, other, q, q == r ? "local" : "remote");
+				                 r, i, pe->edge, other, q, plan_peer_names[want]);
 			unsigned char bit = pe->in ? 1 : 2;
 			if (seen[pe->edge] & bit)
 				return verr_line(v, r, at, "rank %d: edge %d registered twice for stage %d",
@@ -213,6 +210,57 @@ static int check_groups(Vc *v)
 		}
 	}
 	return 0;
+}
+
+/* Sends to self: the k-th SEND to self of a rank pairs with its k-th RECV from self
+ * (FIFO), and the two must share a group.  A rank waits for a group before it posts the
+ * next, and a send completes only once its receive is posted (rendezvous), so a send to
+ * self whose receive is in another group can never complete. */
+static int check_self(Vc *v)
+{
+	const Plan *p = v->p;
+	int64_t *sends = NULL, cap = 0;
+	int rc = 0;
+	for (int r = 0; r < p->world && !rc; r++) {
+		const PlanRank *rk = &p->ranks[r];
+		int64_t ns = 0, nr = 0;
+		for (int64_t i = 0; i < rk->nops; i++) {
+			const PlanOp *o = &rk->ops[i];
+			if (o->kind != OP_SEND || o->peer != r)
+				continue;
+			if (ns == cap) {
+				cap = cap ? 2 * cap : 64;
+				int64_t *n = realloc(sends, (size_t)cap * sizeof *n);
+				if (!n) {
+					rc = verr(v, -1, -1, "out of memory");
+					break;
+				}
+				sends = n;
+			}
+			sends[ns++] = i;
+		}
+		char a[300];
+		for (int64_t i = 0; i < rk->nops && !rc; i++) {
+			const PlanOp *o = &rk->ops[i];
+			if (o->kind != OP_RECV || o->peer != r)
+				continue;
+			if (nr == ns)
+				rc = verr(v, r, i, "%s: a receive from self without its SEND to self in the "
+				                   "same group",
+				          opdesc(v, r, i, a, sizeof a));
+			else if (rk->ops[sends[nr]].group != o->group)
+				rc = verr(v, r, sends[nr], "%s: a send to self must be in the group of its "
+				                           "RECV from self (group %d), or it never completes",
+				          opdesc(v, r, sends[nr], a, sizeof a), o->group);
+			nr++;
+		}
+		if (!rc && nr < ns)
+			rc = verr(v, r, sends[nr], "%s: a send to self without its RECV from self in the "
+			                           "same group, so it never completes",
+			          opdesc(v, r, sends[nr], a, sizeof a));
+	}
+	free(sends);
+	return rc;
 }
 
 /* Point-to-point matching, FIFO per ordered pair. */
@@ -425,20 +473,20 @@ static const char *edge_inputs(const Vc *v, const Deps *d, const PlanOp *o, char
 	int s = o->stage;
 	for (int j = v->in_off[s]; (needs & PLAN_DEP_IN_ACT) && j < v->in_off[s + 1]; j++) {
 		int e = v->in_edges[j], src = p->edges[e].src;
-		if (d->loc[src] >= 0 ? !(mb_state(d, src, o->mb) & PLAN_DEP_ACT)
+		if (d->loc[src] >= 0 && !v->eself[e] ? !(mb_state(d, src, o->mb) & PLAN_DEP_ACT)
 		                     : !d->rcv[((size_t)d->eloc[e] * d->m + o->mb) * 2 + DIR_ACT]) {
 			snprintf(x, n, "runs before its input on edge %d exists (%s)", e,
-			         d->loc[src] >= 0 ? "F of the local source stage comes later"
+			         d->loc[src] >= 0 && !v->eself[e] ? "F of the local source stage comes later"
 			                          : "no RECV act before it");
 			return x;
 		}
 	}
 	for (int j = v->out_off[s]; (needs & PLAN_DEP_OUT_GRAD) && j < v->out_off[s + 1]; j++) {
 		int e = v->out_edges[j], dst = p->edges[e].dst;
-		if (d->loc[dst] >= 0 ? !(mb_state(d, dst, o->mb) & PLAN_DEP_GRAD)
+		if (d->loc[dst] >= 0 && !v->eself[e] ? !(mb_state(d, dst, o->mb) & PLAN_DEP_GRAD)
 		                     : !d->rcv[((size_t)d->eloc[e] * d->m + o->mb) * 2 + DIR_GRAD]) {
 			snprintf(x, n, "runs before its output gradient on edge %d exists (%s)", e,
-			         d->loc[dst] >= 0 ? "backward of the local stage comes later"
+			         d->loc[dst] >= 0 && !v->eself[e] ? "backward of the local stage comes later"
 			                          : "no RECV grad before it");
 			return x;
 		}
@@ -462,8 +510,8 @@ static const char *p2p_rule(const Vc *v, Deps *d, const PlanOp *o)
 		return "the edge's stage at this end is not on this rank";
 	if (o->peer != on_line(v, r, p->stages[theirs].pp))
 		return "the peer is not the rank holding the other end of the edge";
-	if (o->peer == r)
-		return "a transfer to the same rank: same-rank edges hand over locally";
+	if (o->peer == r && !v->eself[s])
+		return "a transfer to the same rank, on an edge its peer tables hand over locally";
 	if (o->bytes != ed->bytes)
 		return "its size differs from the edge's tensor";
 	if (rt->edge != s || rt->dir != o->dir || rt->src_rank != rsrc || rt->dst_rank != rdst)
@@ -634,11 +682,21 @@ int plan_verify(const Plan *p, PlanError *err)
 		v.in_edges[v.in_off[b] + fill[2 * b + 1]++] = e;
 	}
 	free(fill);
+	v.eself = calloc((size_t)p->nedges + 1, 1);
+	if (!v.eself) {
+		rc = verr(&v, -1, -1, "out of memory");
+		goto out;
+	}
+	for (int i = 0; i < p->nroutes; i++)
+		if (p->routes[i].src_rank == p->routes[i].dst_rank)
+			v.eself[p->routes[i].edge] = 1;
 	rc = check_routes(&v);
 	if (!rc)
 		rc = check_peers(&v, seen);
 	if (!rc)
 		rc = check_groups(&v);
+	if (!rc)
+		rc = check_self(&v);
 	if (!rc)
 		rc = check_matching(&v);
 	if (!rc)
@@ -647,6 +705,7 @@ int plan_verify(const Plan *p, PlanError *err)
 		rc = check_deps(&v);
 out:
 	free(seen);
+	free(v.eself);
 	free(v.in_off);
 	free(v.out_off);
 	free(v.in_edges);

@@ -207,6 +207,8 @@ int plan_write(const Plan *p, FILE *f)
 		     rt->src_rank, rt->src_dev, rt->dst_rank, rt->dst_dev);
 		if (rt->dir == DIR_GRAD)
 			putf(o, " inverse=%d", rt->inverse_of);
+		if (rt->loc.line)
+			putf(o, " @%d:%d", rt->loc.line, rt->loc.col);
 		put(o, "\n");
 	}
 
@@ -218,7 +220,7 @@ int plan_write(const Plan *p, FILE *f)
 		for (int i = 0; i < rk->npeers; i++) {
 			const PlanPeer *pe = &rk->peers[i];
 			putf(o, "peer s=%d %s e=%d s=%d rank=%d %s\n", pe->stage, pe->in ? "in" : "out",
-			     pe->edge, pe->peer_stage, pe->peer_rank, pe->local ? "local" : "remote");
+			     pe->edge, pe->peer_stage, pe->peer_rank, plan_peer_names[pe->local < PEER_COUNT ? pe->local : 0]);
 		}
 		for (int64_t i = 0; i < rk->nops; i++)
 			put_op(o, &rk->ops[i]);

@@ -9,7 +9,9 @@
  * messages eagerly.  A RECV posts MPI_Irecv for both.  All messages of one kind use one
  * tag, so MPI's non-overtaking rule gives the FIFO matching per ordered pair the plan
  * relies on; the receiver compares the header with what its op expects and fails with
- * both ops named on a mismatch.
+ * both ops named on a mismatch.  A send to self (--same-rank=self-send) is an
+ * MPI_Issend to the rank itself; its MPI_Irecv is posted in the same group, and
+ * MPI_Testall completes the two together.
  *
  * All-reduce: MPI_Iallreduce (sum, in place) on the rank's dp communicator, made with
  * MPI_Comm_split once per mesh dimension, then a scale by 1/dp on the rank's device.

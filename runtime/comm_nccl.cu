@@ -4,7 +4,9 @@
  * Each plan group is one ncclGroupStart/ncclGroupEnd of ncclSend and ncclRecv on the
  * world communicator, or one ncclAllReduce (ncclAvg) on the rank's dp communicator,
  * split from the world one with ncclCommSplit (color: the lowest world rank of the dp
- * group, i.e. the rank's other coordinates; key: its dp coordinate).  The world
+ * group, i.e. the rank's other coordinates; key: its dp coordinate).  A send to self (a plan
+ * lowered with --same-rank=self-send) is an ncclSend and an ncclRecv with the rank's
+ * own index in one group, which NCCL allows (a local copy on the comm stream).  The world
  * communicator's unique id is made by world rank 0 and handed to every process through
  * the launcher's broadcast (threads or mpi alike).
  *

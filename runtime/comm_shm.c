@@ -7,7 +7,9 @@
  * so the k-th SEND from a to b meets the k-th RECV on b from a (FIFO).  A group's ops
  * are posted together in group_end(), under the world's lock, and the rank then waits
  * until all of them completed.  A send completes only when a receive has matched it
- * and the data is copied (rendezvous, as NCCL), whatever the size.  An all-reduce
+ * and the data is copied (rendezvous, as NCCL), whatever the size.  A send to self (a plan
+ * lowered with --same-rank=self-send) is the pair (a, a): its receive, posted in the same
+ * group, meets it there and the data is copied like any other.  An all-reduce
  * completes when every member of the dp group has posted it; the last member to post
  * sums the members' tensors in dp order and scales by 1/dp, so the result is the same
  * whichever thread arrives last (and equals the sequential reference's).

@@ -31,7 +31,8 @@ struct RtInterp {
 	int nls;
 	LStage *ls;
 	int *local_of;     // [nstages] -> index in ls, -1 when not on this rank
-	RtTensor **slot;   // [nedges][microbatches][DIR_COUNT]
+	RtTensor **slot;   // [2][nedges][microbatches][DIR_COUNT]: plane 1 holds what a RECV
+	                   // from self got, while plane 0 still holds what its SEND sends
 	RtTensor ***sent;  // slots of the current group's sends, released after it
 	int64_t nsent;
 };
@@ -40,6 +41,13 @@ static RtTensor **slot_at(RtRank *r, int e, int mb, int dir)
 {
 	const Plan *p = r->w->plan;
 	return &r->in->slot[((int64_t)e * p->microbatches + mb) * DIR_COUNT + dir];
+}
+
+/* The slot a RECV from self fills and the consuming stage empties (see RtInterp.slot). */
+static RtTensor **self_slot_at(RtRank *r, int e, int mb, int dir)
+{
+	const Plan *p = r->w->plan;
+	return slot_at(r, e, mb, dir) + (int64_t)p->nedges * p->microbatches * DIR_COUNT;
 }
 
 static void slot_release(RtRank *r, RtTensor **s)
@@ -92,7 +100,7 @@ static int setup(RtRank *r)
 	r->in = in;
 	in->local_of = malloc((size_t)p->nstages * sizeof(int));
 	in->ls = calloc((size_t)p->nstages, sizeof *in->ls);
-	in->slot = calloc((size_t)(p->nedges ? p->nedges : 1) * (size_t)p->microbatches * DIR_COUNT,
+	in->slot = calloc(2 * (size_t)(p->nedges ? p->nedges : 1) * (size_t)p->microbatches * DIR_COUNT,
 	                  sizeof *in->slot);
 	int64_t maxg = 1;
 	for (int64_t i = 0, j; i < r->pr->nops; i = j) {
@@ -146,7 +154,7 @@ void rt_rank_free(RtRank *r)
 		free(ls->peer_out);
 	}
 	if (in->slot) {
-		int64_t n = (int64_t)p->nedges * p->microbatches * DIR_COUNT;
+		int64_t n = 2 * (int64_t)p->nedges * p->microbatches * DIR_COUNT;
 		for (int64_t k = 0; k < n; k++) {
 			RtTensor *t = in->slot[k];
 			if (!t)
@@ -180,9 +188,9 @@ static LStage *local_stage(RtRank *r, int s, const char *what)
 }
 
 /* Checks the registration of local stage s's neighbour along edge e (in: e enters s):
- * it must exist, name the edge's other stage, and be local or remote on rank `want`
- * (-1: any remote rank) as the caller needs. */
-static int check_peer(RtRank *r, int s, int e, int in, int want_local, int want_rank)
+ * it must exist, name the edge's other stage, and be of kind `want` (PeerKind) on rank
+ * `want_rank` (-1: any remote rank) as the caller needs. */
+static int check_peer(RtRank *r, int s, int e, int in, int want, int want_rank)
 {
 	const Plan *p = r->w->plan;
 	int j = find_peer(r->pr, s, e, in);
@@ -196,16 +204,17 @@ static int check_peer(RtRank *r, int s, int e, int in, int want_local, int want_
 	if (pe->peer_stage != other)
 		return rt_error(r, "peer of stage %s on edge %d is registered as stage %d, not %d", sn,
 		                e, pe->peer_stage, other);
-	if (pe->local != want_local)
+	if (pe->local != want)
 		return rt_error(r, "edge %d of stage %s is registered %s, but the op needs it %s", e,
-		                sn, pe->local ? "local" : "remote", want_local ? "local" : "remote");
-	if (want_local && pe->peer_rank != r->rank)
-		return rt_error(r, "local peer of stage %s on edge %d names rank %d", sn, e,
-		                pe->peer_rank);
-	if (want_local && r->in->local_of[other] < 0)
-		return rt_error(r, "edge %d is registered local but stage %s is not on this rank", e,
-		                p->stages[other].name);
-	if (!want_local && want_rank >= 0 && pe->peer_rank != want_rank)
+		                sn, plan_peer_names[pe->local < PEER_COUNT ? pe->local : 0],
+		                plan_peer_names[want]);
+	if (want != PEER_REMOTE && pe->peer_rank != r->rank)
+		return rt_error(r, "%s peer of stage %s on edge %d names rank %d", plan_peer_names[want],
+		                sn, e, pe->peer_rank);
+	if (want != PEER_REMOTE && r->in->local_of[other] < 0)
+		return rt_error(r, "edge %d is registered %s but stage %s is not on this rank", e,
+		                plan_peer_names[want], p->stages[other].name);
+	if (want == PEER_REMOTE && want_rank >= 0 && pe->peer_rank != want_rank)
 		return rt_error(r, "transfer with rank %d on edge %d, but the peer table registers "
 		                   "stage %s on rank %d",
 		                want_rank, e, p->stages[other].name, pe->peer_rank);
@@ -235,21 +244,22 @@ static RtTensor *gather_edges(RtRank *r, LStage *ls, int mb, int dir)
 			goto out;
 		}
 		const PlanPeer *pe = &r->pr->peers[peers[k]];
-		if (pe->local && check_peer(r, ls->stage, e, dir == DIR_ACT, 1, r->rank))
+		if (pe->local != PEER_REMOTE &&
+		    check_peer(r, ls->stage, e, dir == DIR_ACT, pe->local, r->rank))
 			goto out;
-		sl[k] = slot_at(r, e, mb, dir);
+		sl[k] = pe->local == PEER_SELF ? self_slot_at(r, e, mb, dir) : slot_at(r, e, mb, dir);
 		if (!*sl[k]) {
 			const char *other = p->stages[pe->peer_stage].name;
-			if (pe->local)
+			if (pe->local == PEER_LOCAL)
 				rt_error(r, "the %s of edge %d for microbatch %d is not there: the local stage "
 				            "%s has not run %s %d %d yet",
 				         dir == DIR_ACT ? "activation" : "gradient", e, mb, other,
 				         dir == DIR_ACT ? "F" : "B", pe->peer_stage, mb);
 			else
 				rt_error(r, "the %s of edge %d for microbatch %d has not been received from "
-				            "rank %d (no earlier RECV %s e=%d m=%d)",
+				            "rank %d (no earlier RECV %s e=%d m=%d from=%d)",
 				         dir == DIR_ACT ? "activation" : "gradient", e, mb, pe->peer_rank,
-				         plan_dir_names[dir], e, mb);
+				         plan_dir_names[dir], e, mb, pe->peer_rank);
 			goto out;
 		}
 	}
@@ -275,8 +285,9 @@ static int scatter_edges(RtRank *r, LStage *ls, int mb, int dir, RtTensor *t)
 			rc = check_peer(r, ls->stage, e, dir != DIR_ACT, 0, -1);
 			break;
 		}
-		if (r->pr->peers[peers[k]].local &&
-		    (rc = check_peer(r, ls->stage, e, dir != DIR_ACT, 1, r->rank)))
+		int kind = r->pr->peers[peers[k]].local;
+		if (kind != PEER_REMOTE &&
+		    (rc = check_peer(r, ls->stage, e, dir != DIR_ACT, kind, r->rank)))
 			break;
 		RtTensor **s = slot_at(r, e, mb, dir);
 		if (*s) {
@@ -389,16 +400,16 @@ static int post_op(RtRank *r, const PlanOp *o, int64_t i)
 	int s = at_src ? ed->src : ed->dst;
 	if (!local_stage(r, s, send ? "SEND from" : "RECV for"))
 		return RT_EFAIL;
-	if (o->peer == r->rank)
-		return rt_error(r, "%s with itself", plan_ops[o->kind].name);
-	if (check_peer(r, s, e, !at_src, 0, o->peer))
+	/* A transfer to self goes through the communicator: the peer table must say so. */
+	int self = o->peer == r->rank;
+	if (check_peer(r, s, e, !at_src, self ? PEER_SELF : PEER_REMOTE, o->peer))
 		return RT_EFAIL;
 	int64_t width = p->stages[ed->src].out;
 	if (o->bytes != (int64_t)p->rows * width * 4)
 		return rt_error(r, "bytes=%lld, but edge %d carries %d x %lld f32 = %lld bytes",
 		                (long long)o->bytes, e, p->rows, (long long)width,
 		                (long long)p->rows * width * 4);
-	RtTensor **sl = slot_at(r, e, o->mb, dir);
+	RtTensor **sl = self && !send ? self_slot_at(r, e, o->mb, dir) : slot_at(r, e, o->mb, dir);
 	if (send) {
 		if (!*sl)
 			return rt_error(r, "nothing to send: the %s of edge %d for microbatch %d has not "

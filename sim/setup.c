@@ -32,9 +32,16 @@ int sim_setup(S *s)
 			s->local_idx[i] = s->nlocal[ps->pp]++;
 	}
 	if (s->opt.model == SIM_OVERLAP) {
+		/* Edges sent to self are received like remote ones. */
+		unsigned char *self = sim_xcalloc(s, (size_t)p->nedges + 1, 1);
+		if (!self)
+			return -1;
+		for (int i = 0; i < p->nroutes; i++)
+			if (p->routes[i].src_rank == p->routes[i].dst_rank)
+				self[p->routes[i].edge] = 1;
 		for (int e = 0; e < p->nedges; e++) {
 			const PlanEdge *ed = &p->edges[e];
-			if (p->stages[ed->src].pp != p->stages[ed->dst].pp) {
+			if (p->stages[ed->src].pp != p->stages[ed->dst].pp || self[e]) {
 				s->st[ed->src].nrout++;
 				s->st[ed->dst].nrin++;
 			}
@@ -44,16 +51,19 @@ int sim_setup(S *s)
 			s->st[i].rout = sim_xcalloc(s, (size_t)s->st[i].nrout, sizeof(int));
 			s->st[i].nrin = s->st[i].nrout = 0;
 		}
-		if (s->failed)
+		if (s->failed) {
+			free(self);
 			return -1;
+		}
 		for (int e = 0; e < p->nedges; e++) {
 			const PlanEdge *ed = &p->edges[e];
-			if (p->stages[ed->src].pp != p->stages[ed->dst].pp) {
+			if (p->stages[ed->src].pp != p->stages[ed->dst].pp || self[e]) {
 				StageInfo *a = &s->st[ed->src], *b = &s->st[ed->dst];
 				a->rout[a->nrout++] = e;
 				b->rin[b->nrin++] = e;
 			}
 		}
+		free(self);
 	}
 	/* dp groups: one per rank whose dp coordinate is 0. */
 	for (int r = 0; r < w; r++) {

@@ -197,8 +197,9 @@ static void lower__dp_allreduce__after_last_backward(void **state)
 static void lower__plan__roundtrip_byte_identical(void **state)
 {
 	(void)state;
-	const char *extras[] = {"", "skip s0 -> s2;", "placement [2, 0, 1];"};
-	for (int i = 0; i < 3; i++) {
+	const char *extras[] = {"", "skip s0 -> s2;", "placement [2, 0, 1];",
+	                        "route s0 -> s1 forward 0:d0 -> 2:d5;"};
+	for (int i = 0; i < 4; i++) {
 		Plan *p = compile_text(program(3, 3, 2, 5, extras[i]), NULL, NULL, 0);
 		assert_non_null(p);
 		char *a = NULL, *b = NULL;
@@ -300,6 +301,81 @@ static int64_t find_op(const Plan *p, int r, int kind, int nth)
 		if (p->ranks[r].ops[i].kind == kind && nth-- == 0)
 			return i;
 	return -1;
+}
+
+/* `peers self_send;`: same-rank edges become a SEND and a RECV to self in one group,
+ * registered `self`; the plan verifies and reads back byte for byte, and the verifier
+ * names a send to self without its receive and a `local` entry for an edge sent. */
+static void lower__self_send__one_group_and_verified(void **state)
+{
+	(void)state;
+	Plan *p = compile_text(program(4, 2, 1, 4, "peers self_send;"), "zbv", NULL, 0);
+	assert_non_null(p);
+	int selfs = 0, peers = 0;
+	for (int r = 0; r < p->world; r++) {
+		const PlanRank *rk = &p->ranks[r];
+		for (int i = 0; i < rk->npeers; i++)
+			peers += rk->peers[i].local == PEER_SELF;
+		for (int64_t i = 0; i < rk->nops; i++) {
+			const PlanOp *o = &rk->ops[i];
+			if (o->kind != OP_SEND || o->peer != r)
+				continue;
+			selfs++;
+			assert_true(i + 1 < rk->nops);
+			assert_int_equal(rk->ops[i + 1].kind, OP_RECV);
+			assert_int_equal(rk->ops[i + 1].peer, r);
+			assert_int_equal(rk->ops[i + 1].group, o->group);
+		}
+	}
+	assert_true(selfs > 0);
+	assert_true(peers > 0);
+	PlanError err;
+	assert_int_equal(plan_verify(p, &err), 0);
+	char *a = NULL, *b = NULL;
+	size_t na = 0, nb = 0;
+	FILE *f = open_memstream(&a, &na);
+	assert_int_equal(plan_write(p, f), 0);
+	fclose(f);
+	assert_non_null(strstr(a, " self\n"));
+	FILE *in = fmemopen(a, na, "r");
+	Plan *q = plan_read(in, "mem", &err);
+	fclose(in);
+	if (!q)
+		fail_msg("line %lld: %s", (long long)err.line, err.msg);
+	f = open_memstream(&b, &nb);
+	assert_int_equal(plan_write(q, f), 0);
+	fclose(f);
+	assert_int_equal(na, nb);
+	assert_memory_equal(a, b, na);
+	free(a);
+	free(b);
+	plan_free(q);
+
+	/* Drop the first receive from self. */
+	int r = 1;
+	int64_t k = -1;
+	for (int64_t i = 0; i < p->ranks[r].nops && k < 0; i++)
+		if (p->ranks[r].ops[i].kind == OP_RECV && p->ranks[r].ops[i].peer == r)
+			k = i;
+	assert_true(k >= 0);
+	PlanOp keep = p->ranks[r].ops[k];
+	memmove(&p->ranks[r].ops[k], &p->ranks[r].ops[k + 1],
+	        (size_t)(p->ranks[r].nops - k - 1) * sizeof(PlanOp));
+	p->ranks[r].nops--;
+	expect_verify_error(p, "a send to self", "never completes");
+	memmove(&p->ranks[r].ops[k + 1], &p->ranks[r].ops[k],
+	        (size_t)(p->ranks[r].nops - k) * sizeof(PlanOp));
+	p->ranks[r].ops[k] = keep;
+	p->ranks[r].nops++;
+	assert_int_equal(plan_verify(p, &err), 0);
+	/* A `local` entry for an edge the plan sends to self. */
+	for (int i = 0; i < p->ranks[r].npeers; i++)
+		if (p->ranks[r].peers[i].local == PEER_SELF) {
+			p->ranks[r].peers[i].local = PEER_LOCAL;
+			break;
+		}
+	expect_verify_error(p, "should name stage", "(self)");
+	plan_free(p);
 }
 
 static void verify__broken_plans__named(void **state)
@@ -407,6 +483,7 @@ int main(void)
 		cmocka_unit_test(lower__plan__roundtrip_byte_identical),
 		cmocka_unit_test(plan__reader__rejects_truncated_and_garbled),
 		cmocka_unit_test(verify__broken_plans__named),
+		cmocka_unit_test(lower__self_send__one_group_and_verified),
 		cmocka_unit_test(lower__bad_placement__diagnosed),
 		cmocka_unit_test(emit__torch_csv__pytorch_names),
 	};

@@ -41,6 +41,13 @@ for p in examples/tiny.pipe examples/skips.pipe examples/mlp4.pipe; do
 	done
 done
 has "the backend is chosen from the launcher" "$dir/out" " on mpi, "
+# Same-rank edges sent to self (a send to self inside one group) under MPI.
+for s in zbv dualpipev; do
+	"$BIN/pipecc" examples/zbv.pipe -s "$s" --same-rank=self-send -o "$dir/self-$s.plan"
+	t "--check on the $s self-send plan (np 8)" 0 timeout 300 $MPIRUN -np 8 "$BIN/piperun" \
+		"$dir/self-$s.plan" --check --steps 2
+	has "--check on the $s self-send plan agrees" "$dir/out" "^check: .*: ok"
+done
 "$BIN/pipecc" examples/tiny.pipe -o "$dir/tiny.plan"
 t "--backend mpi" 0 timeout 120 $MPIRUN -np 2 "$BIN/piperun" "$dir/tiny.plan" --backend mpi --json
 has "--backend mpi reports mpi" "$dir/out" '"backend": "mpi"'
