@@ -98,6 +98,9 @@ static AstStmt *bad(AstParse *ps, int kind, Loc loc)
 %token COST "'cost'"
 %token LINK "'link'"
 %token DEVICES "'devices'"
+%token BLOCK "'block'"
+%token OPTIMIZER "'optimizer'"
+%token DEVICE "'device'"
 
 /* An error rule without its ';' or '}' ends at the next statement keyword (or the end
  * of file) but leaves a ';' to the rule that wants it. */
@@ -138,6 +141,33 @@ stmt
 	| INPUT SHAPE ';'  {
 		$$ = ast_stmt(ps, AST_INPUT, @1, ast_span(@1, @2));
 		$$->shape = $2;
+	}
+	| INPUT IDENT SHAPE kvs ';'  {
+		$$ = ast_stmt(ps, AST_INPUT, @1, ast_span(@1, @4));
+		$$->name3 = $2;
+		$$->shape = $3;
+		$$->kvs = ast_vec_take(ps, $4, &$$->nkvs);
+	}
+	| BLOCK IDENT '{' layers '}'  {
+		$$ = ast_stmt(ps, AST_BLOCK, @1, ast_span(@1, @2));
+		$$->name = $2;
+		$$->layers = ast_vec_take(ps, $4, &$$->nlayers);
+	}
+	| BLOCK IDENT '{' layers error '}'  {
+		$$ = ast_stmt(ps, AST_BLOCK, @1, ast_span(@1, @2));
+		$$->name = $2;
+		$$->layers = ast_vec_take(ps, $4, &$$->nlayers);
+		$$->bad = 1;
+		yyerrok;
+	}
+	| OPTIMIZER IDENT kvs ';'  {
+		$$ = ast_stmt(ps, AST_OPTIMIZER, @1, ast_span(@1, @3));
+		$$->name = $2;
+		$$->kvs = ast_vec_take(ps, $3, &$$->nkvs);
+	}
+	| DEVICE kvs ';'  {
+		$$ = ast_stmt(ps, AST_DEVICE, @1, ast_span(@1, @2));
+		$$->kvs = ast_vec_take(ps, $2, &$$->nkvs);
 	}
 	| STAGE IDENT '{' layers '}'  {
 		$$ = ast_stmt(ps, AST_STAGE, @1, ast_span(@1, @2));
@@ -250,6 +280,12 @@ stmt
 	| LINK error %prec RECOVER  { $$ = bad(ps, AST_LINK, @1); yyerrok; }
 	| DEVICES error ';'  { $$ = bad(ps, AST_DEVICES, @1); yyerrok; }
 	| DEVICES error %prec RECOVER  { $$ = bad(ps, AST_DEVICES, @1); yyerrok; }
+	| BLOCK error ';'  { $$ = bad(ps, AST_BLOCK, @1); yyerrok; }
+	| BLOCK error %prec RECOVER  { $$ = bad(ps, AST_BLOCK, @1); yyerrok; }
+	| OPTIMIZER error ';'  { $$ = bad(ps, AST_OPTIMIZER, @1); yyerrok; }
+	| OPTIMIZER error %prec RECOVER  { $$ = bad(ps, AST_OPTIMIZER, @1); yyerrok; }
+	| DEVICE error ';'  { $$ = bad(ps, AST_DEVICE, @1); yyerrok; }
+	| DEVICE error %prec RECOVER  { $$ = bad(ps, AST_DEVICE, @1); yyerrok; }
 	| error ';'           { $$ = NULL; yyerrok; }
 	| error braces       { $$ = NULL; yyerrok; }
 	| error %prec RECOVER { $$ = NULL; yyerrok; }
@@ -296,6 +332,11 @@ layer
 		$$ = (AstLayer){.name = $1, .loc = ast_span(@1, @2)};
 		$$.args = ast_vec_take(ps, $2, &$$.nargs);
 	}
+	| IDENT args '{' layers '}'  {
+		$$ = (AstLayer){.name = $1, .loc = ast_span(@1, @2), .has_body = 1};
+		$$.args = ast_vec_take(ps, $2, &$$.nargs);
+		$$.layers = ast_vec_take(ps, $4, &$$.nlayers);
+	}
 	| error ';'  { $$ = (AstLayer){.loc = @$}; yyerrok; }
 	;
 
@@ -307,6 +348,9 @@ args
 arg
 	: num    { $$ = (AstArg){.num = $1, .loc = @$}; }
 	| IDENT  { $$ = (AstArg){.is_name = 1, .name = $1, .loc = @$}; }
+	| IDENT '=' num  {
+		$$ = (AstArg){.is_name = 1, .has_val = 1, .name = $1, .num = $3, .loc = @$};
+	}
 	;
 
 ranks

@@ -174,9 +174,9 @@ static void put_layer(Out *o, const PlanLayer *l)
 
 static void put_optim(Out *o, const PlanOptim *op)
 {
-	putf(o, "optimizer %s lr=%.17g", plan_optim_names[op->kind], op->lr);
+	putf(o, "optimizer %s lr=%.15g", plan_optim_names[op->kind], op->lr);
 	if (op->kind == OPTIM_ADAMW)
-		putf(o, " beta1=%.17g beta2=%.17g eps=%.17g weight_decay=%.17g", op->beta1, op->beta2,
+		putf(o, " beta1=%.15g beta2=%.15g eps=%.15g weight_decay=%.15g", op->beta1, op->beta2,
 		     op->eps, op->weight_decay);
 	put(o, "\n");
 }

@@ -109,8 +109,32 @@ void rt_model_free(RtModel *m)
 	free(m);
 }
 
+/* The layer kinds this runtime has kernels for; a plan with any other kind is refused
+ * before anything is allocated for it. */
+static int has_kernel(LayerKind k)
+{
+	return k == LAYER_LINEAR || k == LAYER_RELU || k == LAYER_GELU || k == LAYER_MSE;
+}
+
+static int refuse(const Plan *p, char *err, size_t errn)
+{
+	for (int s = 0; s < p->nstages; s++)
+		for (int l = 0; l < p->stages[s].nlayers; l++)
+			if (!has_kernel(p->stages[s].layers[l].kind))
+				return merr(err, errn, "stage %s: layer %d (%s): piperun has no kernel for this "
+				            "layer kind yet (it runs linear, relu, gelu and loss mse); "
+				            "pipesim can still simulate this plan",
+				            p->stages[s].name, l, plan_layers[p->stages[s].layers[l].kind].name);
+	if (p->optim.given && p->optim.kind != OPTIM_SGD)
+		return merr(err, errn, "the plan asks for the %s optimizer; piperun runs only sgd "
+		            "(its learning rate from --lr)", plan_optim_names[p->optim.kind]);
+	return 0;
+}
+
 static int build(RtModel *m, const Plan *p, char *err, size_t errn)
 {
+	if (refuse(p, err, errn))
+		return -1;
 	int64_t rows = p->rows;
 	for (int s = 0; s < p->nstages; s++) {
 		const PlanStage *st = &p->stages[s];
