@@ -595,8 +595,11 @@ static int expand(Check *c, const AstLayer *als, int n, int within, LayerList *l
 		}
 		if (b >= 0) {
 			const AstStmt *bs = c->block_stmt[b];
-			for (int t = 0; t < times && ok; t++)
-				ok &= c->block_ok[b] && expand(c, bs->layers, bs->nlayers, b, ls);
+			int bok = c->block_ok[b];
+			for (int t = 0; t < times && bok; t++)
+				bok = expand(c, bs->layers, bs->nlayers, b, ls);
+			c->block_ok[b] = (uint8_t)bok; // its errors are reported once
+			ok &= bok;
 			continue;
 		}
 		ProgLayer l;
