@@ -357,6 +357,80 @@ static void layers__examples__published_parameter_counts(void **state)
 	assert_int_equal(params_of(slurp("examples/llama2-7b.pipe")), 6738415616);
 }
 
+
+/* plan with its first `from` replaced by `to`, read back: the error's line and text. */
+static void read_broken(const char *plan, const char *from, const char *to, const char *want)
+{
+	const char *at = strstr(plan, from);
+	if (!at)
+		fail_msg("'%s' is not in the plan", from);
+	size_t n = strlen(plan) + strlen(to) + 1;
+	char *text = malloc(n);
+	assert_non_null(text);
+	snprintf(text, n, "%.*s%s%s", (int)(at - plan), plan, to, at + strlen(from));
+	int64_t line = 1;
+	for (const char *s = plan; s < at; s++)
+		line += *s == '\n';
+	FILE *f = fmemopen(text, strlen(text), "r");
+	PlanError e;
+	Plan *q = plan_read(f, "mem", &e);
+	fclose(f);
+	if (q)
+		fail_msg("reads with '%s' in place of '%s'", to, from);
+	if (e.line != line || !strstr(e.msg, want))
+		fail_msg("'%s': line %lld: %s; want line %lld: %s", to, (long long)e.line, e.msg,
+		         (long long)line, want);
+	free(text);
+}
+
+/* The reader's located errors on what version 2 added, and version 1 still reads. */
+static void layers__plan_reader__located_errors(void **state)
+{
+	(void)state;
+	Plan *p = compile_text(slurp("examples/gpt-tiny.pipe"));
+	p->optim = (PlanOptim){OPTIM_ADAMW, 1, 1e-3, 0.9, 0.95, 1e-8, 0.1};
+	char *plan = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&plan, &len);
+	assert_int_equal(plan_write(p, f), 0);
+	fclose(f);
+	round_trip(p, "gpt-tiny with adamw");
+	read_broken(plan, "heads=4 kv_heads=4", "heads=3 kv_heads=3", "do not divide");
+	read_broken(plan, "heads=4 kv_heads=4", "heads=4", "expected 'kv_heads='");
+	read_broken(plan, "128 128 span=2", "128 128", "needs span=N");
+	read_broken(plan, "128 128 span=2", "128 128 span=99", "out of range");
+	read_broken(plan, "bias hidden=512", "bias", "needs hidden=N");
+	read_broken(plan, "layer layernorm 128 128", "layer layernorm 128 128 rope",
+	            "unexpected 'rope' on a layernorm layer");
+	read_broken(plan, "layer head 128 512", "layer head 128 512 positions",
+	            "unexpected 'positions'");
+	read_broken(plan, "vocab=512", "vocab=0", "out of range");
+	read_broken(plan, "optimizer adamw", "optimizer adam", "unknown optimizer 'adam'");
+	read_broken(plan, "beta2=0.95", "beta2=2", "beta2= must be a number in [0, 1]");
+	read_broken(plan, "pipecc-plan 2", "pipecc-plan 3", "version 3 is not supported");
+	free(plan);
+	plan_free(p);
+
+	/* a version 1 plan reads as the same plan */
+	p = compile_text(slurp("examples/tiny.pipe"));
+	plan = NULL;
+	f = open_memstream(&plan, &len);
+	assert_int_equal(plan_write(p, f), 0);
+	fclose(f);
+	assert_memory_equal(plan, "pipecc-plan 2\n", 14);
+	plan[12] = '1';
+	f = fmemopen(plan, len, "r");
+	PlanError e;
+	Plan *q = plan_read(f, "mem", &e);
+	fclose(f);
+	if (!q)
+		fail_msg("a version 1 plan does not read: %s", e.msg);
+	assert_int_equal(q->nstages, p->nstages);
+	assert_int_equal(q->stages[0].layers[0].kind, p->stages[0].layers[0].kind);
+	plan_free(q);
+	free(plan);
+	plan_free(p);
+}
 static void ops__table__rows_complete(void **state)
 {
 	(void)state;
@@ -471,6 +545,7 @@ int main(void)
 		cmocka_unit_test(layers__table__rows_complete_and_found),
 		cmocka_unit_test(layers__transformer_rows__match_tfcount),
 		cmocka_unit_test(layers__examples__published_parameter_counts),
+		cmocka_unit_test(layers__plan_reader__located_errors),
 		cmocka_unit_test(ops__table__rows_complete),
 		cmocka_unit_test(ops__dep_rules__order_enforced),
 		cmocka_unit_test(ops__group_end__spans_one_group),
