@@ -33,6 +33,7 @@ enum {
 #define MIN_BANDWIDTH 1e6       // 1 MB/s
 #define MAX_BANDWIDTH 1e15      // 1 PB/s
 #define MAX_FILE (1u << 30)
+#define MAX_LAYER_BYTES 1152921504606846976.0 // 2^60: the layer table's figures stay in int64
 
 typedef struct {
 	Arena *a;
@@ -1122,6 +1123,19 @@ static int check_layer_widths(Check *c, const ProgStage *st, int j, int first,
 	if (l->heads && (l->flags & LAYER_FLAG(LAYER_KEY_ROPE)) && (l->in / l->heads) % 2) {
 		diag_error(c->d, l->loc, "rope needs an even head width, got %d / %d = %d", l->in,
 		           l->heads, l->in / l->heads);
+		return 0;
+	}
+	/* Keep every figure of the layer table far from int64: the largest term of any kind is
+	 * rows x a width (x 16 elements) or attention's B x H x S x S probabilities. */
+	double wide = l->in > l->out ? l->in : l->out, big = MAX_LAYER_BYTES;
+	if (l->hidden > wide)
+		wide = l->hidden;
+	if (p->vocab > wide)
+		wide = p->vocab;
+	if ((double)p->rows * wide * 16 > big || (double)l->in * l->out > big ||
+	    (double)p->rows * l->heads * (p->seq > 0 ? p->seq : 1) * 4 > big) {
+		diag_error(c->d, l->loc, "this layer is too large: its figures per microbatch pass "
+		           "2^60 bytes");
 		return 0;
 	}
 	if (l->kind == LAYER_XENT && l->in != p->vocab) {
