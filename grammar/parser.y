@@ -31,6 +31,8 @@ int pclex(PCSTYPE *val, PCLTYPE *loc, void *scanner);
 }
 
 %code {
+#include <string.h>
+
 /* A rule's location: from its first symbol's start to its last symbol's end when both
  * are on one line, else the first symbol's; an empty rule sits just after the symbol
  * before it. */
@@ -49,6 +51,7 @@ static void pcerror(Loc *loc, void *scanner, AstParse *ps, const char *msg)
 	ast_syntax_error(ps, *loc, msg);
 }
 
+
 static AstStmt *bad(AstParse *ps, int kind, Loc loc)
 {
 	AstStmt *s = ast_stmt(ps, kind, loc, loc);
@@ -61,7 +64,7 @@ static AstStmt *bad(AstParse *ps, int kind, Loc loc)
 %define api.prefix {pc}
 %define api.token.prefix {TOK_}
 %define api.location.type {Loc}
-%define parse.error detailed
+%define parse.error custom
 %define parse.lac full
 %locations
 %expect 0
@@ -372,3 +375,24 @@ acts
 	;
 
 %%
+/* Bison's own message ("syntax error, unexpected X, expecting A or B"), but with up to
+ * six expected tokens where bison stops at four: a layer's arguments may be followed by
+ * a name, a number, '-', '=', ';' or a body's '{'.  ast_syntax_error rewords it. */
+static int yyreport_syntax_error(const yypcontext_t *ctx, void *scanner, AstParse *ps)
+{
+	enum { MAX_EXPECTED = 6 };
+	yysymbol_kind_t exp[MAX_EXPECTED];
+	char msg[512] = "syntax error";
+	size_t n = strlen(msg);
+	yysymbol_kind_t tok = yypcontext_token(ctx);
+	if (tok != YYSYMBOL_YYEMPTY) {
+		n += (size_t)snprintf(msg + n, sizeof msg - n, ", unexpected %s", yysymbol_name(tok));
+		int ne = yypcontext_expected_tokens(ctx, exp, MAX_EXPECTED);
+		for (int i = 0; i < ne && n < sizeof msg; i++)
+			n += (size_t)snprintf(msg + n, sizeof msg - n, "%s%s", i ? " or " : ", expecting ",
+			                      yysymbol_name(exp[i]));
+	}
+	Loc at = *yypcontext_location(ctx);
+	pcerror(&at, scanner, ps, msg);
+	return 0;
+}
