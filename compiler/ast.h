@@ -42,20 +42,26 @@ typedef struct {
 	Loc loc;
 } AstKv;
 
-/* A layer argument: a number (`linear 1024`) or a name (`loss mse`). */
+/* A layer argument: a number (`linear 1024`), a name (`loss mse`, `bias`) or a key with
+ * a value (`heads=12`: is_name and has_val). */
 typedef struct {
 	uint8_t is_name;
+	uint8_t has_val;
 	AstName name;
 	AstNum num;
 	Loc loc;
 } AstArg;
 
-typedef struct {
+typedef struct AstLayer AstLayer;
+struct AstLayer {
 	AstName name;
 	int nargs;
 	AstArg *args;
+	uint8_t has_body;   // `residual { ... }`
+	int nlayers;        // the body
+	AstLayer *layers;
 	Loc loc;       // name and arguments
-} AstLayer;
+};
 
 /* `rank 0: 0F0 0B0;` in a custom schedule.  Actions are kept as their tokens ("0F0"). */
 typedef struct {
@@ -81,6 +87,9 @@ typedef enum {
 	AST_DEVICES,      // devices per_node=N; | devices [..];
 	AST_PEERS,        // peers local; | peers self_send;
 	AST_ROUTE,        // route A -> B forward 0:d0 -> 1:d1;
+	AST_BLOCK,        // block NAME { layers }
+	AST_OPTIMIZER,    // optimizer NAME key=value...;
+	AST_DEVICE,       // device h100; or device peak=989TFLOPs;
 	AST_COUNT
 } AstKind;
 
@@ -106,13 +115,14 @@ struct AstStmt {
 	AstName str;      // schedule csv "path"
 	AstNum num;       // microbatches
 	AstShape shape;   // input
-	int nkvs;         // mesh, cost, link, devices
+	AstName name3;    // input tokens: the word `tokens`
+	int nkvs;         // mesh, cost, link, devices, input tokens, optimizer, device
 	AstKv *kvs;
 	uint8_t has_list; // placement [..], devices [..]
 	Loc list_loc;
 	int nnums;
 	AstNum *nums;
-	int nlayers;      // stage
+	int nlayers;      // stage, block
 	AstLayer *layers;
 	uint8_t has_body; // schedule NAME { ranks }
 	int nranks;

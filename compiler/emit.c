@@ -34,6 +34,37 @@ int pipecc_emit_torch_csv(const Plan *p, FILE *f, int comms)
 	return ferror(f) ? -1 : 0;
 }
 
+/* Per stage: parameters, FLOPs of F, B and W per microbatch (the layer table's, from the
+ * plan's layers), activation bytes saved per microbatch, and the bytes of parameters,
+ * gradients and optimizer state (f32; AdamW keeps two moments per parameter). */
+static void summary_stages(const Plan *p, FILE *f)
+{
+	LayerShape sh = plan_shape(p);
+	int state = plan_optim_state_bytes(p->optim.kind);
+	int64_t total = 0;
+	double tf[3] = {0, 0, 0};
+	fprintf(f, "stage        pp      params     F flops     B flops     W flops   act bytes"
+	           "  param+grad+opt bytes\n");
+	for (int s = 0; s < p->nstages; s++) {
+		const PlanStage *st = &p->stages[s];
+		double fl[3] = {0, 0, 0};
+		for (int l = 0; l < st->nlayers; l++) {
+			LayerCost c = plan_layer_figures(&st->layers[l], &sh);
+			for (int k = 0; k < 3; k++)
+				fl[k] += c.flops[k];
+		}
+		for (int k = 0; k < 3; k++)
+			tf[k] += fl[k];
+		total += st->params;
+		fprintf(f, "%-12s %2d %11" PRId64 " %11.4g %11.4g %11.4g %11" PRId64 " %21" PRId64 "\n",
+		        st->name, st->pp, st->params, fl[0], fl[1], fl[2],
+		        st->save_fb + st->save_fw + st->save_bw, st->params * (8 + state));
+	}
+	fprintf(f, "parameters %" PRId64 "; FLOPs per microbatch F %.4g B %.4g W %.4g; "
+	           "optimizer %s (%d bytes of state per parameter)\n",
+	        total, tf[0], tf[1], tf[2], plan_optim_names[p->optim.kind], state);
+}
+
 void pipecc_emit_summary(const Plan *p, FILE *f)
 {
 	int64_t count[OP_COUNT] = {0}, p2p_bytes = 0, ar_bytes = 0;
@@ -46,8 +77,13 @@ void pipecc_emit_summary(const Plan *p, FILE *f)
 			if (o->kind == OP_ALLREDUCE)
 				ar_bytes += o->bytes;
 		}
-	fprintf(f, "pipeline %s: schedule %s, %d stages, %d microbatches of %dx%d\n", p->name,
-	        p->schedule, p->nstages, p->microbatches, p->rows, p->cols);
+	if (p->seq > 0)
+		fprintf(f, "pipeline %s: schedule %s, %d stages, %d microbatches of %dx%d tokens "
+		           "(vocabulary %d)\n", p->name, p->schedule, p->nstages, p->microbatches,
+		        p->rows / p->seq, p->seq, p->vocab);
+	else
+		fprintf(f, "pipeline %s: schedule %s, %d stages, %d microbatches of %dx%d\n", p->name,
+		        p->schedule, p->nstages, p->microbatches, p->rows, p->cols);
 	fprintf(f, "mesh");
 	for (int i = 0; i < DIM_COUNT; i++)
 		fprintf(f, " %s=%d", plan_dim_names[p->dim_order[i]], p->dims[p->dim_order[i]]);
@@ -71,4 +107,5 @@ void pipecc_emit_summary(const Plan *p, FILE *f)
 			fprintf(f, " %s %" PRId64, plan_ops[k].name, count[k]);
 	fprintf(f, "\nbytes moved per step: %" PRId64 " point-to-point, %" PRId64 " all-reduce\n",
 	        p2p_bytes, ar_bytes);
+	summary_stages(p, f);
 }

@@ -106,7 +106,10 @@ static void fill_stages(Lw *w)
 	p->stages = calloc((size_t)pr->nstages, sizeof *p->stages);
 	if (!p->stages)
 		die("out of memory");
-	int64_t rows = pr->rows;
+	p->seq = pr->seq;
+	p->vocab = pr->vocab;
+	p->optim = pr->optim;
+	LayerShape shape = plan_shape(p);
 	for (int s = 0; s < pr->nstages; s++) {
 		const ProgStage *ps = &pr->stages[s];
 		PlanStage *st = &p->stages[s];
@@ -122,8 +125,8 @@ static void fill_stages(Lw *w)
 			die("out of memory");
 		for (int l = 0; l < ps->nlayers; l++) {
 			const ProgLayer *ly = &ps->layers[l];
-			st->layers[l] = (PlanLayer){.kind = ly->kind, .in = ly->in, .out = ly->out};
-			LayerCost lc = plan_layer_cost(ly->kind, rows, ly->in, ly->out);
+			st->layers[l] = prog_plan_layer(ly);
+			LayerCost lc = plan_layer_figures(&st->layers[l], &shape);
 			st->params += lc.params;
 			st->save_fb += lc.save_fb;
 			st->save_fw += lc.save_fw;

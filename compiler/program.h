@@ -14,8 +14,17 @@
 typedef struct {
 	LayerKind kind;
 	int in, out;  // widths (in inferred; relu/gelu/mse keep the width)
+	int heads, kv_heads, hidden, span; // as PlanLayer's fields of those names
+	uint32_t flags;
 	Loc loc;
 } ProgLayer;
+
+/* The plan's form of a layer. */
+static inline PlanLayer prog_plan_layer(const ProgLayer *l)
+{
+	return (PlanLayer){l->kind, l->in, l->out, l->heads, l->kv_heads, l->hidden, l->span,
+	                   l->flags};
+}
 
 typedef struct {
 	char *name;
@@ -68,8 +77,12 @@ typedef struct {
 
 	int microbatches;
 	Loc mb_loc;
-	int rows, cols;
+	int rows, cols;                // a token input: rows = sequences x seq, cols = 1
+	int seq, vocab;                // a token input's sequence length and vocabulary; else 0
 	Loc input_loc;
+
+	PlanOptim optim;               // optimizer NAME ...; (given 0 without one: SGD)
+	double peak_flops;             // device FLOP/s for costs derived from FLOPs
 
 	int nstages;
 	ProgStage *stages;
@@ -135,6 +148,7 @@ void front_route(Arena *a, Diag *d, Program *p, const struct AstStmt *s, int sa,
 
 /* Defaults, documented in docs/language.md. */
 #define PROG_DEFAULT_FLOPS 100e12      // device rate for costs derived from FLOPs
+#define PROG_DEFAULT_LR 1e-3          // optimizer lr= when not given
 #define PROG_DEFAULT_LATENCY_NS 5000   // link latency
 #define PROG_DEFAULT_BANDWIDTH 50e9    // link bytes per second
 #define PROG_DEFAULT_DEVICES_PER_NODE 8

@@ -31,6 +31,8 @@ int pclex(PCSTYPE *val, PCLTYPE *loc, void *scanner);
 }
 
 %code {
+#include <string.h>
+
 /* A rule's location: from its first symbol's start to its last symbol's end when both
  * are on one line, else the first symbol's; an empty rule sits just after the symbol
  * before it. */
@@ -49,6 +51,7 @@ static void pcerror(Loc *loc, void *scanner, AstParse *ps, const char *msg)
 	ast_syntax_error(ps, *loc, msg);
 }
 
+
 static AstStmt *bad(AstParse *ps, int kind, Loc loc)
 {
 	AstStmt *s = ast_stmt(ps, kind, loc, loc);
@@ -61,7 +64,7 @@ static AstStmt *bad(AstParse *ps, int kind, Loc loc)
 %define api.prefix {pc}
 %define api.token.prefix {TOK_}
 %define api.location.type {Loc}
-%define parse.error detailed
+%define parse.error custom
 %define parse.lac full
 %locations
 %expect 0
@@ -100,6 +103,9 @@ static AstStmt *bad(AstParse *ps, int kind, Loc loc)
 %token DEVICES "'devices'"
 %token PEERS "'peers'"
 %token ROUTE "'route'"
+%token BLOCK "'block'"
+%token OPTIMIZER "'optimizer'"
+%token DEVICE "'device'"
 
 /* An error rule without its ';' or '}' ends at the next statement keyword (or the end
  * of file) but leaves a ';' to the rule that wants it. */
@@ -140,6 +146,33 @@ stmt
 	| INPUT SHAPE ';'  {
 		$$ = ast_stmt(ps, AST_INPUT, @1, ast_span(@1, @2));
 		$$->shape = $2;
+	}
+	| INPUT IDENT SHAPE kvs ';'  {
+		$$ = ast_stmt(ps, AST_INPUT, @1, ast_span(@1, @4));
+		$$->name3 = $2;
+		$$->shape = $3;
+		$$->kvs = ast_vec_take(ps, $4, &$$->nkvs);
+	}
+	| BLOCK IDENT '{' layers '}'  {
+		$$ = ast_stmt(ps, AST_BLOCK, @1, ast_span(@1, @2));
+		$$->name = $2;
+		$$->layers = ast_vec_take(ps, $4, &$$->nlayers);
+	}
+	| BLOCK IDENT '{' layers error '}'  {
+		$$ = ast_stmt(ps, AST_BLOCK, @1, ast_span(@1, @2));
+		$$->name = $2;
+		$$->layers = ast_vec_take(ps, $4, &$$->nlayers);
+		$$->bad = 1;
+		yyerrok;
+	}
+	| OPTIMIZER IDENT kvs ';'  {
+		$$ = ast_stmt(ps, AST_OPTIMIZER, @1, ast_span(@1, @3));
+		$$->name = $2;
+		$$->kvs = ast_vec_take(ps, $3, &$$->nkvs);
+	}
+	| DEVICE kvs ';'  {
+		$$ = ast_stmt(ps, AST_DEVICE, @1, ast_span(@1, @2));
+		$$->kvs = ast_vec_take(ps, $2, &$$->nkvs);
 	}
 	| STAGE IDENT '{' layers '}'  {
 		$$ = ast_stmt(ps, AST_STAGE, @1, ast_span(@1, @2));
@@ -254,6 +287,12 @@ stmt
 	| LINK error %prec RECOVER  { $$ = bad(ps, AST_LINK, @1); yyerrok; }
 	| DEVICES error ';'  { $$ = bad(ps, AST_DEVICES, @1); yyerrok; }
 	| DEVICES error %prec RECOVER  { $$ = bad(ps, AST_DEVICES, @1); yyerrok; }
+	| BLOCK error ';'  { $$ = bad(ps, AST_BLOCK, @1); yyerrok; }
+	| BLOCK error %prec RECOVER  { $$ = bad(ps, AST_BLOCK, @1); yyerrok; }
+	| OPTIMIZER error ';'  { $$ = bad(ps, AST_OPTIMIZER, @1); yyerrok; }
+	| OPTIMIZER error %prec RECOVER  { $$ = bad(ps, AST_OPTIMIZER, @1); yyerrok; }
+	| DEVICE error ';'  { $$ = bad(ps, AST_DEVICE, @1); yyerrok; }
+	| DEVICE error %prec RECOVER  { $$ = bad(ps, AST_DEVICE, @1); yyerrok; }
 	| error ';'           { $$ = NULL; yyerrok; }
 	| error braces       { $$ = NULL; yyerrok; }
 	| error %prec RECOVER { $$ = NULL; yyerrok; }
@@ -324,6 +363,11 @@ layer
 		$$ = (AstLayer){.name = $1, .loc = ast_span(@1, @2)};
 		$$.args = ast_vec_take(ps, $2, &$$.nargs);
 	}
+	| IDENT args '{' layers '}'  {
+		$$ = (AstLayer){.name = $1, .loc = ast_span(@1, @2), .has_body = 1};
+		$$.args = ast_vec_take(ps, $2, &$$.nargs);
+		$$.layers = ast_vec_take(ps, $4, &$$.nlayers);
+	}
 	| error ';'  { $$ = (AstLayer){.loc = @$}; yyerrok; }
 	;
 
@@ -335,6 +379,9 @@ args
 arg
 	: num    { $$ = (AstArg){.num = $1, .loc = @$}; }
 	| IDENT  { $$ = (AstArg){.is_name = 1, .name = $1, .loc = @$}; }
+	| IDENT '=' num  {
+		$$ = (AstArg){.is_name = 1, .has_val = 1, .name = $1, .num = $3, .loc = @$};
+	}
 	;
 
 ranks
@@ -356,3 +403,24 @@ acts
 	;
 
 %%
+/* Bison's own message ("syntax error, unexpected X, expecting A or B"), but with up to
+ * six expected tokens where bison stops at four: a layer's arguments may be followed by
+ * a name, a number, '-', '=', ';' or a body's '{'.  ast_syntax_error rewords it. */
+static int yyreport_syntax_error(const yypcontext_t *ctx, void *scanner, AstParse *ps)
+{
+	enum { MAX_EXPECTED = 6 };
+	yysymbol_kind_t exp[MAX_EXPECTED];
+	char msg[512] = "syntax error";
+	size_t n = strlen(msg);
+	yysymbol_kind_t tok = yypcontext_token(ctx);
+	if (tok != YYSYMBOL_YYEMPTY) {
+		n += (size_t)snprintf(msg + n, sizeof msg - n, ", unexpected %s", yysymbol_name(tok));
+		int ne = yypcontext_expected_tokens(ctx, exp, MAX_EXPECTED);
+		for (int i = 0; i < ne && n < sizeof msg; i++)
+			n += (size_t)snprintf(msg + n, sizeof msg - n, "%s%s", i ? " or " : ", expecting ",
+			                      yysymbol_name(exp[i]));
+	}
+	Loc at = *yypcontext_location(ctx);
+	pcerror(&at, scanner, ps, msg);
+	return 0;
+}

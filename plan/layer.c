@@ -1,39 +1,157 @@
 /* The layer table: one row per LayerKind, with the functions that give each kind's
- * figures.  Every figure is per microbatch of `rows` rows and in f32 (4 bytes).
+ * figures.  Every figure is per microbatch (LayerShape) and in f32 (4 bytes).
  *
  * Memory convention (docs/semantics.md "Memory"): every layer keeps its input for the
  * backward pass, a layer with weights until W (save_fw), one without until B (save_fb);
- * a layer with weights also keeps its output gradient from B to W (save_bw).  FLOPs
- * count a multiply-add as two; elementwise layers count as free, as they always have
- * for the derived costs. */
+ * a layer with weights also keeps its output gradient from B to W (save_bw).  The
+ * transformer kinds add what their kernels save in F (tk_mem_*'s saved, to save_fw, or to
+ * save_fb without weights) and hold from B to W (held, to save_bw).  FLOPs count a
+ * multiply-add as two; elementwise layers count as free, as they always have for the
+ * derived costs.  Parameter, FLOP and memory formulas of the transformer kinds are
+ * tfcount.c's, so the table and the kernels cannot disagree. */
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "layer.h"
+#include "tfcount.h"
 
-static void linear_cost(int64_t rows, int64_t in, int64_t out, LayerCost *c)
+const LayerKeyInfo plan_layer_keys[LAYER_KEY_COUNT] = {
+	[LAYER_KEY_HEADS] = {"heads", 1},
+	[LAYER_KEY_KV_HEADS] = {"kv_heads", 1},
+	[LAYER_KEY_BIAS] = {"bias", 0},
+	[LAYER_KEY_ROPE] = {"rope", 0},
+	[LAYER_KEY_TIED] = {"tied", 0},
+	[LAYER_KEY_POSITIONS] = {"positions", 0},
+};
+
+static int has(const PlanLayer *l, LayerKey k)
 {
-	c->params = in * out + out;
-	c->save_fw = rows * in * 4;
-	c->save_bw = rows * out * 4;
-	double gemm = 2.0 * (double)rows * (double)in * (double)out;
-	c->flops[0] = c->flops[1] = c->flops[2] = gemm;
+	return (l->flags & LAYER_FLAG(k)) != 0;
+}
+
+static void linear_cost(const PlanLayer *l, const LayerShape *sh, LayerCost *c)
+{
+	c->params = tk_params_linear(l->in, l->out, 1);
+	c->save_fw = sh->rows * l->in * 4;
+	c->save_bw = sh->rows * l->out * 4;
+	TkFlops f = tk_flops_linear(sh->rows, l->in, l->out);
+	c->flops[0] = (double)f.f;
+	c->flops[1] = (double)f.b;
+	c->flops[2] = (double)f.w;
 }
 
 /* Elementwise, no weights: keeps its input from F to B. */
-static void elementwise_cost(int64_t rows, int64_t in, int64_t out, LayerCost *c)
+static void elementwise_cost(const PlanLayer *l, const LayerShape *sh, LayerCost *c)
 {
-	(void)out;
-	c->save_fb = rows * in * 4;
+	c->save_fb = sh->rows * l->in * 4;
 }
 
+/* A layer with weights: its input and what F saves until W, its output gradient and
+ * what B holds from B to W. */
+static void weighted(const PlanLayer *l, const LayerShape *sh, int64_t params, TkMem m,
+                     TkFlops f, LayerCost *c)
+{
+	c->params = params;
+	c->save_fw = (sh->rows * l->in + m.saved) * 4;
+	c->save_bw = (sh->rows * l->out + m.held) * 4;
+	c->flops[0] = (double)f.f;
+	c->flops[1] = (double)f.b;
+	c->flops[2] = (double)f.w;
+}
+
+static TkAttn attn_shape(const PlanLayer *l, const LayerShape *sh)
+{
+	return (TkAttn){sh->batch, sh->seq, l->in, l->heads, l->kv_heads,
+	                has(l, LAYER_KEY_ROPE), 10000.0};
+}
+
+static void embed_cost(const PlanLayer *l, const LayerShape *sh, LayerCost *c)
+{
+	weighted(l, sh, tk_params_embed(sh->vocab, l->out, sh->seq, has(l, LAYER_KEY_POSITIONS)),
+	         tk_mem_embed(sh->rows), (TkFlops){0, 0, 0}, c);
+}
+
+static void layernorm_cost(const PlanLayer *l, const LayerShape *sh, LayerCost *c)
+{
+	weighted(l, sh, tk_params_layernorm(l->in), tk_mem_layernorm(sh->rows), (TkFlops){0, 0, 0},
+	         c);
+}
+
+static void rmsnorm_cost(const PlanLayer *l, const LayerShape *sh, LayerCost *c)
+{
+	weighted(l, sh, tk_params_rmsnorm(l->in), tk_mem_rmsnorm(sh->rows), (TkFlops){0, 0, 0}, c);
+}
+
+static void attn_cost(const PlanLayer *l, const LayerShape *sh, LayerCost *c)
+{
+	TkAttn a = attn_shape(l, sh);
+	weighted(l, sh, tk_params_attn(&a, has(l, LAYER_KEY_BIAS)), tk_mem_attn(&a),
+	         tk_flops_attn(&a), c);
+}
+
+static void mlp_cost(const PlanLayer *l, const LayerShape *sh, LayerCost *c)
+{
+	weighted(l, sh, tk_params_mlp(l->in, l->hidden, has(l, LAYER_KEY_BIAS)),
+	         tk_mem_mlp(sh->rows, l->hidden), tk_flops_mlp(sh->rows, l->in, l->hidden), c);
+}
+
+static void swiglu_cost(const PlanLayer *l, const LayerShape *sh, LayerCost *c)
+{
+	weighted(l, sh, tk_params_swiglu(l->in, l->hidden), tk_mem_swiglu(sh->rows, l->hidden),
+	         tk_flops_swiglu(sh->rows, l->in, l->hidden), c);
+}
+
+/* y = x + f(x): saves nothing, costs nothing; f's layers count for themselves. */
+static void residual_cost(const PlanLayer *l, const LayerShape *sh, LayerCost *c)
+{
+	(void)l, (void)sh, (void)c;
+}
+
+static void head_cost(const PlanLayer *l, const LayerShape *sh, LayerCost *c)
+{
+	weighted(l, sh, tk_params_head(l->out, l->in, has(l, LAYER_KEY_TIED)),
+	         tk_mem_head(sh->rows, l->out), tk_flops_head(sh->rows, l->in, l->out), c);
+}
+
+/* No weights: keeps its input (the logits) and what F saves from F to B. */
+static void xent_cost(const PlanLayer *l, const LayerShape *sh, LayerCost *c)
+{
+	c->save_fb = (sh->rows * l->in + tk_mem_xent(sh->rows).saved) * 4;
+}
+
+#define K(k) LAYER_FLAG(LAYER_KEY_##k)
+
 const LayerInfo plan_layers[LAYER_COUNT] = {
-	[LAYER_LINEAR] = {"linear", "linear", LAYER_ARG_WIDTH, "linear 512", 0, linear_cost},
-	[LAYER_RELU] = {"relu", "relu", LAYER_ARG_NONE, "relu", 0, elementwise_cost},
-	[LAYER_GELU] = {"gelu", "gelu", LAYER_ARG_NONE, "gelu", 0, elementwise_cost},
-	[LAYER_MSE] = {"mse", "loss", LAYER_ARG_NAME, "loss mse", 1, elementwise_cost},
+	[LAYER_LINEAR] = {"linear", "linear", LAYER_ARG_WIDTH, "linear 512", 0, 0, 0, LAYER_OUT_ARG,
+	                  linear_cost},
+	[LAYER_RELU] = {"relu", "relu", LAYER_ARG_NONE, "relu", 0, 0, 0, LAYER_OUT_SAME,
+	                elementwise_cost},
+	[LAYER_GELU] = {"gelu", "gelu", LAYER_ARG_NONE, "gelu", 0, 0, 0, LAYER_OUT_SAME,
+	                elementwise_cost},
+	[LAYER_MSE] = {"mse", "loss", LAYER_ARG_NAME, "loss mse", 1, 0, 0, LAYER_OUT_SAME,
+	               elementwise_cost},
+	[LAYER_EMBED] = {"embed", "embed", LAYER_ARG_WIDTH, "embed 768 positions", 0, K(POSITIONS),
+	                 1, LAYER_OUT_ARG, embed_cost},
+	[LAYER_LAYERNORM] = {"layernorm", "layernorm", LAYER_ARG_NONE, "layernorm", 0, 0, 0,
+	                     LAYER_OUT_SAME, layernorm_cost},
+	[LAYER_RMSNORM] = {"rmsnorm", "rmsnorm", LAYER_ARG_NONE, "rmsnorm", 0, 0, 0, LAYER_OUT_SAME,
+	                   rmsnorm_cost},
+	[LAYER_ATTN] = {"attention", "attention", LAYER_ARG_NONE, "attention heads=12", 0,
+	                K(HEADS) | K(KV_HEADS) | K(BIAS) | K(ROPE), 0, LAYER_OUT_SAME, attn_cost},
+	[LAYER_MLP] = {"mlp", "mlp", LAYER_ARG_HIDDEN, "mlp 3072 bias", 0, K(BIAS), 0,
+	               LAYER_OUT_SAME, mlp_cost},
+	[LAYER_SWIGLU] = {"swiglu", "swiglu", LAYER_ARG_HIDDEN, "swiglu 11008", 0, 0, 0,
+	                  LAYER_OUT_SAME, swiglu_cost},
+	[LAYER_RESIDUAL] = {"residual", "residual", LAYER_ARG_BODY, "residual { rmsnorm; ... }", 0,
+	                    0, 0, LAYER_OUT_SAME, residual_cost},
+	[LAYER_HEAD] = {"head", "head", LAYER_ARG_NONE, "head tied", 0, K(TIED), 1, LAYER_OUT_VOCAB,
+	                head_cost},
+	[LAYER_XENT] = {"xent", "loss", LAYER_ARG_NAME, "loss xent", 1, 0, 1, LAYER_OUT_SAME,
+	                xent_cost},
 };
+
+#undef K
 
 const LayerInfo *plan_layer(LayerKind k)
 {
@@ -48,18 +166,32 @@ LayerKind plan_layer_find(const char *s, size_t n)
 	return LAYER_COUNT;
 }
 
+LayerKey plan_layer_key_find(const char *s, size_t n)
+{
+	for (int k = 0; k < LAYER_KEY_COUNT; k++)
+		if (strlen(plan_layer_keys[k].name) == n && !memcmp(s, plan_layer_keys[k].name, n))
+			return (LayerKey)k;
+	return LAYER_KEY_COUNT;
+}
+
 int plan_layer_out(LayerKind k, int in, int width_arg)
 {
-	return plan_layers[k].arg == LAYER_ARG_WIDTH ? width_arg : in;
+	return plan_layers[k].outw == LAYER_OUT_SAME ? in : width_arg;
+}
+
+LayerCost plan_layer_figures(const PlanLayer *l, const LayerShape *sh)
+{
+	LayerCost c = {0};
+	plan_layers[l->kind].cost(l, sh, &c);
+	return c;
 }
 
 LayerCost plan_layer_cost(LayerKind k, int64_t rows, int in, int out)
 {
-	LayerCost c = {0};
-	plan_layers[k].cost(rows, in, out, &c);
-	return c;
+	PlanLayer l = {.kind = k, .in = in, .out = out};
+	LayerShape sh = {rows, rows, 1, 0};
+	return plan_layer_figures(&l, &sh);
 }
-
 LayerKind plan_layer_parse(const char *word, const char *name)
 {
 	for (int k = 0; k < LAYER_COUNT; k++) {

@@ -5,34 +5,91 @@
  * The checker (words, arguments, widths, FLOPs), the lowering (parameters, saved bytes)
  * and the runtime's model (the cross-check of the plan) read these rows and restate
  * nothing.  Adding a kind: its enum member here, its row in layer.c, its kernels in the
- * runtime, its test (docs/architecture.md, "Adding a layer kind"). */
+ * runtime, its test (docs/architecture.md, "Adding a layer kind").  The transformer
+ * kinds take their figures from plan/tfcount.h, the kernels' own counts. */
 #ifndef PLAN_LAYER_H
 #define PLAN_LAYER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef enum {
-	LAYER_LINEAR, // dense layer with bias, in -> out
-	LAYER_RELU,   // elementwise max(x, 0)
-	LAYER_GELU,   // elementwise gelu (tanh approximation)
-	LAYER_MSE,    // mean squared error loss against a synthetic target
+	LAYER_LINEAR,    // dense layer with bias, in -> out
+	LAYER_RELU,      // elementwise max(x, 0)
+	LAYER_GELU,      // elementwise gelu (tanh approximation)
+	LAYER_MSE,       // mean squared error loss against a synthetic target
+	LAYER_EMBED,     // token embedding, tokens -> width (+ learned positions)
+	LAYER_LAYERNORM, // layer normalization with gain and bias
+	LAYER_RMSNORM,   // RMS normalization with gain
+	LAYER_ATTN,      // causal multi-head self-attention with its projections (GQA, rotary)
+	LAYER_MLP,       // two-layer MLP with GELU, hidden width
+	LAYER_SWIGLU,    // gated SwiGLU MLP, hidden width, no biases
+	LAYER_RESIDUAL,  // x + f(x), f the next `span` layers
+	LAYER_HEAD,      // vocabulary head, width -> vocab, no bias (tied or not)
+	LAYER_XENT,      // cross-entropy on next-token targets
 	LAYER_COUNT
 } LayerKind;
 
-/* What follows a layer's word in a .pipe stage. */
+/* What follows a layer's word in a .pipe stage (besides its keys). */
 typedef enum {
-	LAYER_ARG_NONE,  // nothing: `relu;`
-	LAYER_ARG_WIDTH, // one whole number, the output width: `linear 512;`
-	LAYER_ARG_NAME,  // one name, the row's name: `loss mse;`
+	LAYER_ARG_NONE,   // nothing: `relu;`
+	LAYER_ARG_WIDTH,  // one whole number, the output width: `linear 512;`
+	LAYER_ARG_NAME,   // one name, the row's name: `loss mse;`
+	LAYER_ARG_HIDDEN, // one whole number, the hidden width; output = input: `mlp 3072;`
+	LAYER_ARG_BODY,   // a sub-block in braces: `residual { ... }`
 	LAYER_ARG_COUNT
 } LayerArg;
 
-/* A layer's figures for one microbatch of `rows` rows. */
+/* Keys a layer may take after its argument: numbers (`heads=12`) or flags (`bias`). */
+typedef enum {
+	LAYER_KEY_HEADS,     // attention: query heads (divides the width)
+	LAYER_KEY_KV_HEADS,  // attention: key/value heads (divides heads); default heads
+	LAYER_KEY_BIAS,      // flag: projections have biases
+	LAYER_KEY_ROPE,      // flag: rotary position embedding on q and k
+	LAYER_KEY_TIED,      // flag: the head reuses the embedding's table
+	LAYER_KEY_POSITIONS, // flag: the embedding adds learned positions
+	LAYER_KEY_COUNT
+} LayerKey;
+
+typedef struct {
+	const char *name; // as written and in the plan file
+	int number;       // 1: takes =N; 0: a flag
+} LayerKeyInfo;
+
+extern const LayerKeyInfo plan_layer_keys[LAYER_KEY_COUNT];
+
+/* Flags of a layer, bit (1 << key) for the flag keys. */
+#define LAYER_FLAG(key) (1u << (key))
+
+/* One layer as the plan holds it. */
+typedef struct {
+	LayerKind kind;
+	int32_t in, out;         // widths (an embedding's input is 1: a token id per row)
+	int32_t heads, kv_heads; // attention; 0 otherwise
+	int32_t hidden;          // mlp, swiglu: the hidden width; 0 otherwise
+	int32_t span;            // residual: the next span layers are its sub-block
+	uint32_t flags;          // LAYER_FLAG(LAYER_KEY_*) of the flag keys given
+} PlanLayer;
+
+/* The microbatch a layer works on: rows = batch * seq rows (tokens) of features;
+ * a matrix input is batch = rows, seq = 1, vocab = 0. */
+typedef struct {
+	int64_t rows, batch, seq, vocab;
+} LayerShape;
+
+/* A layer's figures for one microbatch. */
 typedef struct {
 	int64_t params;                     // f32 parameters (weights and biases)
 	int64_t save_fb, save_fw, save_bw;  // saved bytes, as PlanStage's fields of those names
 	double flops[3];                    // F, B (input gradient), W (weight gradient)
 } LayerCost;
+
+/* How a row's output width follows from its input. */
+typedef enum {
+	LAYER_OUT_SAME,  // out = in
+	LAYER_OUT_ARG,   // out = the width argument
+	LAYER_OUT_VOCAB, // out = the vocabulary size
+} LayerOut;
 
 typedef struct {
 	const char *name;    // the plan file's word and the name in messages ("mse")
@@ -40,8 +97,10 @@ typedef struct {
 	LayerArg arg;        // what follows the word
 	const char *example; // a use, for "needs" messages ("linear 512")
 	int loss;            // 1: must be the last layer of the last stage
-	/* The figures for widths in -> out (out = in unless arg is LAYER_ARG_WIDTH). */
-	void (*cost)(int64_t rows, int64_t in, int64_t out, LayerCost *c);
+	uint32_t keys;       // LAYER_FLAG(k) for each key k the layer takes
+	int tokens;          // 1: needs a token input (`input tokens BxS vocab=V;`)
+	LayerOut outw;       // its output width
+	void (*cost)(const PlanLayer *l, const LayerShape *sh, LayerCost *c);
 } LayerInfo;
 
 extern const LayerInfo plan_layers[LAYER_COUNT];
@@ -50,16 +109,21 @@ extern const LayerInfo plan_layers[LAYER_COUNT];
 const LayerInfo *plan_layer(LayerKind k);
 /* The kind whose name is the n bytes at s, or LAYER_COUNT. */
 LayerKind plan_layer_find(const char *s, size_t n);
-/* Output width of a kind given its input width and its width argument (if it takes one). */
+/* Output width of a kind given its input width and its width argument (the vocabulary
+ * for LAYER_OUT_VOCAB rows). */
 int plan_layer_out(LayerKind k, int in, int width_arg);
-/* Figures of one layer for a microbatch of rows rows. */
+/* Figures of one layer on a microbatch of shape sh. */
+LayerCost plan_layer_figures(const PlanLayer *l, const LayerShape *sh);
+/* Figures of a layer without keys (linear, relu, gelu, mse) for rows rows. */
 LayerCost plan_layer_cost(LayerKind k, int64_t rows, int in, int out);
 /* The kind spelled word (and, for LAYER_ARG_NAME rows, name), or LAYER_COUNT; with name
  * NULL the first row spelled word. */
 LayerKind plan_layer_parse(const char *word, const char *name);
 /* Into out (LAYER_COUNT entries), in table order: with word NULL every distinct word
- * ("linear", "relu", "gelu", "loss"), else the names of the rows spelled word ("mse").
- * Returns the count. */
+ * ("linear", "relu", "gelu", "loss", ...), else the names of the rows spelled word
+ * ("mse", "xent").  Returns the count. */
 int plan_layer_words(const char *word, const char **out);
+/* The key called the n bytes at s, or LAYER_KEY_COUNT. */
+LayerKey plan_layer_key_find(const char *s, size_t n);
 
 #endif

@@ -23,6 +23,20 @@ int plan_edge_self(const Plan *p, int e)
 	return 0;
 }
 
+const char *const plan_optim_names[OPTIM_COUNT] = {"sgd", "adamw"};
+
+int plan_optim_state_bytes(int kind)
+{
+	return kind == OPTIM_ADAMW ? 8 : 0;
+}
+
+LayerShape plan_shape(const Plan *p)
+{
+	if (p->seq > 0)
+		return (LayerShape){p->rows, p->rows / p->seq, p->seq, p->vocab};
+	return (LayerShape){p->rows, p->rows, 1, 0};
+}
+
 static void *xcalloc(size_t n, size_t size)
 {
 	void *p = calloc(n ? n : 1, size);

@@ -18,7 +18,7 @@
 #include "op.h"
 
 #define PLAN_FORMAT "pipecc-plan"
-#define PLAN_VERSION 1
+#define PLAN_VERSION 2
 
 typedef enum {
 	DIM_PP, // pipeline parallel
@@ -33,14 +33,22 @@ typedef enum {
 	DIR_COUNT
 } Dir;
 
+typedef enum {
+	OPTIM_SGD,   // w -= lr * g
+	OPTIM_ADAMW, // Adam with decoupled weight decay (two f32 moments per parameter)
+	OPTIM_COUNT
+} OptimKind;
+
+/* The optimizer a program names; given 0 when it names none (SGD, piperun's --lr). */
+typedef struct {
+	uint8_t kind;  // OptimKind
+	uint8_t given; // 1: the program has an `optimizer` statement (the plan says it)
+	double lr, beta1, beta2, eps, weight_decay;
+} PlanOptim;
+
 typedef struct {
 	int line, col; // 1-based position in the .pipe source; 0 when unknown
 } PlanLoc;
-
-typedef struct {
-	LayerKind kind;
-	int32_t in, out;
-} PlanLayer;
 
 typedef struct PlanStage {
 	char *name;
@@ -131,6 +139,8 @@ typedef struct {
 	int world;
 	int microbatches;
 	int rows, cols;        // one microbatch of input: rows x cols f32
+	int seq, vocab;        // token input: rows = sequences x seq tokens over vocab; else 0
+	PlanOptim optim;
 	int link_ideal;        // 1: transfers are free
 	int64_t latency_ns;    // p2p latency
 	double bandwidth;      // p2p bytes per second
@@ -155,6 +165,12 @@ typedef struct {
 extern const char *const plan_dim_names[DIM_COUNT];
 extern const char *const plan_dir_names[DIR_COUNT];
 extern const char *const plan_peer_names[PEER_COUNT]; // "remote", "local", "self"
+extern const char *const plan_optim_names[OPTIM_COUNT];
+
+/* Optimizer state bytes per parameter: 0 for SGD, 8 for AdamW (two f32 moments). */
+int plan_optim_state_bytes(int kind);
+/* The microbatch the layers of p work on. */
+LayerShape plan_shape(const Plan *p);
 
 Plan *plan_new(void);
 void plan_free(Plan *p);

@@ -200,6 +200,102 @@ static int grow(Rd *r, void **arr, int64_t *cap, int64_t need, size_t size)
 	return 0;
 }
 
+/* `input tokens BxS vocab=V`: rows are the B*S tokens, one int32 id each. */
+static int read_tokens(Rd *r, Plan *p)
+{
+	int b, s;
+	if (inum(r, &b, 1, INT_MAX, "input sequences"))
+		return -1;
+	if (*r->s != 'x')
+		return fail(r, "expected 'x' between input sequences and length");
+	r->s++;
+	if (inum(r, &s, 1, INT_MAX, "sequence length") ||
+	    kv(r, "vocab=", &p->vocab, 1, INT_MAX) || eol(r))
+		return -1;
+	if ((int64_t)b * s > INT_MAX)
+		return fail(r, "input has %lld tokens, more than %d", (long long)b * s, INT_MAX);
+	p->rows = b * s;
+	p->seq = s;
+	p->cols = 1;
+	return 0;
+}
+
+/* `optimizer sgd lr=X` or `optimizer adamw lr=X beta1=X beta2=X eps=X weight_decay=X`. */
+static int real(Rd *r, const char *k, double *v, double lo, double hi)
+{
+	if (key(r, k))
+		return -1;
+	errno = 0;
+	char *end;
+	*v = strtod(r->s, &end);
+	if (end == r->s || errno || !(*v >= lo && *v <= hi))
+		return fail(r, "%s must be a number in [%g, %g]", k, lo, hi);
+	r->s = end;
+	return 0;
+}
+
+static int read_optim(Rd *r, Plan *p)
+{
+	PlanOptim *o = &p->optim;
+	if (word(r, "optimizer"))
+		return -1;
+	skip_sp(r);
+	size_t n = strcspn(r->s, " ");
+	o->kind = OPTIM_COUNT;
+	for (int k = 0; k < OPTIM_COUNT; k++)
+		if (strlen(plan_optim_names[k]) == n && !strncmp(r->s, plan_optim_names[k], n))
+			o->kind = (uint8_t)k;
+	if (o->kind == OPTIM_COUNT)
+		return fail(r, "unknown optimizer '%.*s'", (int)(n < 20 ? n : 20), r->s);
+	r->s += n;
+	o->given = 1;
+	if (real(r, "lr=", &o->lr, 0, 1e6))
+		return -1;
+	if (o->kind == OPTIM_ADAMW &&
+	    (real(r, "beta1=", &o->beta1, 0, 1) || real(r, "beta2=", &o->beta2, 0, 1) ||
+	     real(r, "eps=", &o->eps, 0, 1) || real(r, "weight_decay=", &o->weight_decay, 0, 1e6)))
+		return -1;
+	return eol(r);
+}
+
+/* After `layer KIND IN OUT`: the keys plan_write puts, checked against the kind's row. */
+static int read_layer_keys(Rd *r, PlanLayer *ly, int left)
+{
+	const LayerInfo *li = plan_layer(ly->kind);
+	for (skip_sp(r); *r->s; skip_sp(r)) {
+		size_t n = strcspn(r->s, " =");
+		LayerKey k = plan_layer_key_find(r->s, n);
+		if (!strncmp(r->s, "hidden=", 7) && li->arg == LAYER_ARG_HIDDEN) {
+			if (kv(r, "hidden=", &ly->hidden, 1, INT_MAX))
+				return -1;
+		} else if (!strncmp(r->s, "span=", 5) && li->arg == LAYER_ARG_BODY) {
+			if (kv(r, "span=", &ly->span, 1, left))
+				return -1;
+		} else if (k == LAYER_KEY_HEADS && (li->keys & LAYER_FLAG(k))) {
+			if (kv(r, "heads=", &ly->heads, 1, ly->in) || kv(r, "kv_heads=", &ly->kv_heads, 1,
+			                                                 ly->heads))
+				return -1;
+			if (ly->in % ly->heads || ly->heads % ly->kv_heads)
+				return fail(r, "heads=%d kv_heads=%d do not divide the width %d and the heads",
+				            ly->heads, ly->kv_heads, ly->in);
+		} else if (k != LAYER_KEY_COUNT && !plan_layer_keys[k].number &&
+		           (li->keys & LAYER_FLAG(k)) && r->s[n] != '=') {
+			ly->flags |= LAYER_FLAG(k);
+			r->s += n;
+		} else {
+			return fail(r, "unexpected '%.*s' on a %s layer", (int)(n < 20 ? n : 20), r->s,
+			            li->name);
+		}
+	}
+	if (li->arg == LAYER_ARG_HIDDEN && !ly->hidden)
+		return fail(r, "a %s layer needs hidden=N", li->name);
+	if (li->arg == LAYER_ARG_BODY && !ly->span)
+		return fail(r, "a %s layer needs span=N", li->name);
+	if ((li->keys & LAYER_FLAG(LAYER_KEY_HEADS)) && !ly->heads)
+		return fail(r, "a %s layer needs heads=N kv_heads=N", li->name);
+	return 0;
+}
+
 static int read_header(Rd *r, Plan *p)
 {
 	if (next_line(r, "'" PLAN_FORMAT " 1'"))
@@ -220,7 +316,7 @@ static int read_header(Rd *r, Plan *p)
 	int v;
 	if (inum(r, &v, 0, INT_MAX, "format version") || eol(r))
 		return -1;
-	if (v != PLAN_VERSION)
+	if (v < 1 || v > PLAN_VERSION) // version 1 lacks only what version 2 added
 		return fail(r, "plan format version %d is not supported (this build reads %d)", v,
 		            PLAN_VERSION);
 
@@ -272,14 +368,22 @@ static int read_header(Rd *r, Plan *p)
 	if (next_line(r, "'microbatches N'") || word(r, "microbatches") ||
 	    inum(r, &p->microbatches, 1, INT_MAX, "microbatches") || eol(r))
 		return -1;
-	if (next_line(r, "'input RxC'") || word(r, "input") ||
-	    (skip_sp(r), inum(r, &p->rows, 1, INT_MAX, "input rows")))
+	if (next_line(r, "'input RxC'") || word(r, "input"))
 		return -1;
-	if (*r->s != 'x')
-		return fail(r, "expected 'x' between input rows and columns");
-	r->s++;
-	if (inum(r, &p->cols, 1, INT_MAX, "input columns") || eol(r))
-		return -1;
+	skip_sp(r);
+	if (!strncmp(r->s, "tokens ", 7)) {
+		r->s += 7;
+		if (read_tokens(r, p))
+			return -1;
+	} else {
+		if (inum(r, &p->rows, 1, INT_MAX, "input rows"))
+			return -1;
+		if (*r->s != 'x')
+			return fail(r, "expected 'x' between input rows and columns");
+		r->s++;
+		if (inum(r, &p->cols, 1, INT_MAX, "input columns") || eol(r))
+			return -1;
+	}
 
 	if (next_line(r, "'link ...'") || word(r, "link"))
 		return -1;
@@ -303,7 +407,11 @@ static int read_header(Rd *r, Plan *p)
 static int read_stages(Rd *r, Plan *p)
 {
 	int n;
-	if (next_line(r, "'stages N'") || word(r, "stages") ||
+	if (next_line(r, "'stages N'"))
+		return -1;
+	if (!strncmp(r->buf, "optimizer ", 10) && (read_optim(r, p) || next_line(r, "'stages N'")))
+		return -1;
+	if (word(r, "stages") ||
 	    inum(r, &n, 1, 1 << 20, "stages") || eol(r))
 		return -1;
 	int64_t cap = 0;
@@ -349,7 +457,8 @@ static int read_stages(Rd *r, Plan *p)
 			if (inum(r, &ly->in, 1, INT_MAX, "layer input width"))
 				return -1;
 			skip_sp(r);
-			if (inum(r, &ly->out, 1, INT_MAX, "layer output width") || eol(r))
+			if (inum(r, &ly->out, 1, INT_MAX, "layer output width") ||
+			    read_layer_keys(r, ly, st->nlayers - l - 1))
 				return -1;
 		}
 	}

@@ -154,6 +154,33 @@ static void put_op(Out *o, const PlanOp *op)
 	PUT_LIT(o, "\n");
 }
 
+/* `layer KIND IN OUT`, then the keys that are set, in the key table's order: numbers
+ * as key=N (heads, kv_heads), flags as their names; hidden= and span= last.  A layer
+ * without keys (every pre-transformer kind) is the three words it always was. */
+static void put_layer(Out *o, const PlanLayer *l)
+{
+	putf(o, "layer %s %d %d", plan_layers[l->kind].name, l->in, l->out);
+	if (l->heads)
+		putf(o, " heads=%d kv_heads=%d", l->heads, l->kv_heads);
+	for (int k = 0; k < LAYER_KEY_COUNT; k++)
+		if (!plan_layer_keys[k].number && (l->flags & LAYER_FLAG(k)))
+			putf(o, " %s", plan_layer_keys[k].name);
+	if (l->hidden)
+		putf(o, " hidden=%d", l->hidden);
+	if (l->span)
+		putf(o, " span=%d", l->span);
+	put(o, "\n");
+}
+
+static void put_optim(Out *o, const PlanOptim *op)
+{
+	putf(o, "optimizer %s lr=%.15g", plan_optim_names[op->kind], op->lr);
+	if (op->kind == OPTIM_ADAMW)
+		putf(o, " beta1=%.15g beta2=%.15g eps=%.15g weight_decay=%.15g", op->beta1, op->beta2,
+		     op->eps, op->weight_decay);
+	put(o, "\n");
+}
+
 int plan_write(const Plan *p, FILE *f)
 {
 	Out *o = malloc(sizeof *o); // a 1 MiB buffer: big writes, and too big for a stack
@@ -172,11 +199,16 @@ int plan_write(const Plan *p, FILE *f)
 		putf(o, " %s=%d", plan_dim_names[p->dim_order[i]], p->dims[p->dim_order[i]]);
 	putf(o, "\nworld %d\n", p->world);
 	putf(o, "microbatches %d\n", p->microbatches);
-	putf(o, "input %dx%d\n", p->rows, p->cols);
+	if (p->seq > 0)
+		putf(o, "input tokens %dx%d vocab=%d\n", p->rows / p->seq, p->seq, p->vocab);
+	else
+		putf(o, "input %dx%d\n", p->rows, p->cols);
 	if (p->link_ideal)
 		put(o, "link ideal\n");
 	else
 		putf(o, "link latency_ns=%" PRId64 " bandwidth=%.17g\n", p->latency_ns, p->bandwidth);
+	if (p->optim.given)
+		put_optim(o, &p->optim);
 
 	putf(o, "stages %d\n", p->nstages);
 	for (int s = 0; s < p->nstages; s++) {
@@ -189,8 +221,7 @@ int plan_write(const Plan *p, FILE *f)
 		     st->params, st->save_fb, st->save_fw, st->save_bw, st->nlayers, st->loc.line,
 		     st->loc.col);
 		for (int l = 0; l < st->nlayers; l++)
-			putf(o, "layer %s %d %d\n", plan_layers[st->layers[l].kind].name,
-			     st->layers[l].in, st->layers[l].out);
+			put_layer(o, &st->layers[l]);
 	}
 
 	putf(o, "edges %d\n", p->nedges);

@@ -140,15 +140,16 @@ static int64_t bytes_of(const RtShape *sh, int n)
  * parameters, and what it keeps (x and the saved tensors until B, or until W for a
  * kind with parameters, which also keeps dy and the held tensors from B to W). */
 static int lay_out(RtStageModel *sm, const char *stage, int l, const PlanLayer *ly,
-                   int64_t rows, int64_t *off, char *err, size_t errn)
+                   const LayerShape *sh, int64_t *off, char *err, size_t errn)
 {
 	const char *name = plan_layers[ly->kind].name;
 	RtLayerAt *at = &sm->at[l];
+	int64_t rows = sh->rows;
 	at->t = layer_tensors(ly, rows);
 	at->off = *off;
 	at->slot = sm->nslots;
 	sm->nslots += 2 + at->t.nsaved + at->t.nheld;
-	LayerCost lc = plan_layer_cost(ly->kind, rows, ly->in, ly->out);
+	LayerCost lc = plan_layer_figures(ly, sh);
 	int64_t np = bytes_of(at->t.param, at->t.nparams) / 4;
 	if (np != lc.params)
 		return merr(err, errn, "stage %s: layer %d (%s): the runtime lays out %lld parameters, "
@@ -171,9 +172,22 @@ static int lay_out(RtStageModel *sm, const char *stage, int l, const PlanLayer *
 	return 0;
 }
 
+/* What the runtime cannot do yet besides layer kinds (those are refused by
+ * rt_device_check when the world opens): optimizers other than SGD. */
+static int refuse(const Plan *p, char *err, size_t errn)
+{
+	if (p->optim.given && p->optim.kind != OPTIM_SGD)
+		return merr(err, errn, "the plan asks for the %s optimizer; piperun runs only sgd "
+		            "(its learning rate from --lr)", plan_optim_names[p->optim.kind]);
+	return 0;
+}
+
 static int build(RtModel *m, const Plan *p, char *err, size_t errn)
 {
-	int64_t rows = p->rows;
+	if (refuse(p, err, errn))
+		return -1;
+	LayerShape shape = plan_shape(p);
+	int64_t rows = shape.rows;
 	for (int s = 0; s < p->nstages; s++) {
 		const PlanStage *st = &p->stages[s];
 		RtStageModel *sm = &m->st[s];
@@ -205,7 +219,7 @@ static int build(RtModel *m, const Plan *p, char *err, size_t errn)
 				sm->loss = 1;
 				m->loss_stage = s;
 			}
-			if (lay_out(sm, st->name, l, ly, rows, &off, err, errn))
+			if (lay_out(sm, st->name, l, ly, &shape, &off, err, errn))
 				return -1;
 		}
 		sm->nparams = off;
@@ -282,7 +296,8 @@ const char *rt_device_check(const RtDevice *d, const Plan *p, char *err, size_t 
 		for (int l = 0; l < st->nlayers; l++) {
 			LayerKind k = st->layers[l].kind;
 			const RtLayerKernels *row = d->layers ? &d->layers[k] : NULL;
-			LayerCost lc = plan_layer_cost(k, p->rows, st->layers[l].in, st->layers[l].out);
+			LayerShape sh = plan_shape(p);
+			LayerCost lc = plan_layer_figures(&st->layers[l], &sh);
 			const char *what = !row || !row->fwd                ? "kernel"
 			                   : !row->bwd_in && !(first && !l) ? "input-gradient kernel"
 			                   : !row->bwd_w && lc.params       ? "weight-gradient kernel"

@@ -28,6 +28,8 @@
 
 #include <stdint.h>
 
+#include "../plan/tfcount.h"
+
 enum {
 	TK_OK = 0,       // success
 	TK_EINVAL = -1,  // bad argument: a token or target out of range
@@ -93,20 +95,8 @@ void tk_rmsnorm_bwd(const float *x, const float *g, const float *rstd, const flo
  *   att  N*d      attention output before wo (heads side by side)
  * Held for W (filled by _bwd_in): dqkv N*nqkv (gradient at the qkv projection's output,
  *   before rotary), plus dy (N*d).
- * Workspace of _bwd_in: tk_attn_workspace() floats (N*d + S*S). */
-typedef struct TkAttn {
-	int64_t B, S, d;   // sequences, sequence length, model width
-	int64_t H, Hkv;    // query heads, key/value heads (Hkv divides H)
-	int rope;          // 1: rotary position embedding on q and k
-	double rope_theta; // rotary base (TK_ROPE_THETA)
-} TkAttn;
-
-/* NULL when the shape is valid, else what is wrong (H divides d, Hkv divides H, even hd
- * with rotary, positive sizes).  The attention kernels assume a valid shape. */
-const char *tk_attn_check(const TkAttn *a);
-int64_t tk_attn_nqkv(const TkAttn *a);
-int64_t tk_attn_p_elems(const TkAttn *a);
-int64_t tk_attn_workspace(const TkAttn *a);
+ * Workspace of _bwd_in: tk_attn_workspace() floats (N*d + S*S).  The shape (TkAttn) and
+ * every count (parameters, FLOPs, memory) are in plan/tfcount.h. */
 void tk_attn_fwd(const TkAttn *a, const float *x, const float *wqkv, const float *bqkv,
                  const float *wo, const float *bo, float *qkv, float *p, float *att, float *y);
 void tk_attn_bwd_in(const TkAttn *a, const float *wqkv, const float *wo, const float *qkv,
@@ -178,46 +168,5 @@ int tk_xent_fwd(const float *logits, const int32_t *tgt, float *lse, double *los
                 int64_t V);
 int tk_xent_bwd(const float *logits, const int32_t *tgt, const float *lse, float scale,
                 float *dlogits, int64_t N, int64_t V);
-
-/* ---- parameter counts, per layer kind (docs/layers.md) ---- */
-int64_t tk_params_linear(int64_t k, int64_t n, int bias);
-int64_t tk_params_embed(int64_t V, int64_t d, int64_t S, int learned_pos);
-int64_t tk_params_layernorm(int64_t d);
-int64_t tk_params_rmsnorm(int64_t d);
-int64_t tk_params_attn(const TkAttn *a, int bias);
-int64_t tk_params_mlp(int64_t d, int64_t f, int bias);
-int64_t tk_params_swiglu(int64_t d, int64_t f);
-int64_t tk_params_head(int64_t V, int64_t d, int tied);
-
-/* ---- memory per microbatch, in 4-byte elements (floats; int32 tokens and targets),
- * besides the layer's input (kept from F to W: x, or the tokens of an embedding, or the
- * logits of a cross-entropy) and its output gradient dy (kept from B to W) ---- */
-typedef struct TkMem {
-	int64_t saved; // written by F, read by B and W
-	int64_t held;  // written by B, read by W
-	int64_t work;  // scratch inside B only
-} TkMem;
-
-TkMem tk_mem_embed(int64_t N);
-TkMem tk_mem_layernorm(int64_t N);
-TkMem tk_mem_rmsnorm(int64_t N);
-TkMem tk_mem_attn(const TkAttn *a);
-TkMem tk_mem_mlp(int64_t N, int64_t f);
-TkMem tk_mem_swiglu(int64_t N, int64_t f);
-TkMem tk_mem_head(int64_t N, int64_t V);
-TkMem tk_mem_xent(int64_t N);
-
-/* ---- FLOPs per microbatch: GEMM multiply-adds counted as 2, for F (forward), B (input
- * gradient) and W (weight gradient).  Element-wise kinds (embedding, norms, residual,
- * cross-entropy) do no GEMMs and count 0 (docs/layers.md). ---- */
-typedef struct TkFlops {
-	int64_t f, b, w; // forward, backward-input, backward-weight
-} TkFlops;
-
-TkFlops tk_flops_linear(int64_t N, int64_t k, int64_t n);
-TkFlops tk_flops_attn(const TkAttn *a);
-TkFlops tk_flops_mlp(int64_t N, int64_t d, int64_t f);
-TkFlops tk_flops_swiglu(int64_t N, int64_t d, int64_t f);
-TkFlops tk_flops_head(int64_t N, int64_t d, int64_t V);
 
 #endif

@@ -269,8 +269,10 @@ has "--calibrate prints cost lines" "$dir/cost.txt" "^cost s0 f=[0-9]*ns b=[0-9]
 { cat examples/tiny.pipe; grep '^cost' "$dir/cost.txt"; } >"$dir/cal.pipe"
 t "pipecc takes the calibrated costs" 0 "$BIN/pipecc" "$dir/cal.pipe" -o "$dir/cal.plan"
 
-# Training fits the fixed data set: the loss falls at every step on every example.
+# Training fits the fixed data set: the loss falls at every step on every example
+# piperun has kernels for (not yet the token models: tests/cli/transformer.sh).
 for f in examples/*.pipe; do
+	grep -q "^input tokens" "$f" && continue
 	"$BIN/pipecc" "$f" -o "$dir/ex.plan" 2>/dev/null || continue
 	"$BIN/piperun" "$dir/ex.plan" --steps 4 >"$dir/out" 2>"$dir/err"
 	falls=$(awk '/^step [0-9]+: loss/ { if (n++ && $4 >= prev) bad = 1; prev = $4 }

@@ -1,0 +1,67 @@
+#!/bin/sh
+# Transformer programs end to end: the GPT-2, Llama-2-7B and gpt-tiny examples compile,
+# pass pipesim and report the published parameter counts in --emit summary; every
+# schedule compiles gpt-tiny; a device preset scales the derived costs; a tied head on
+# another rank than its embedding is refused at the head; piperun refuses what it has no
+# kernel for with exit 1.
+: "${BIN:=bin}"
+TOOL=transformer
+. tests/lib/cli.sh
+
+for f in examples/gpt-tiny.pipe examples/gpt2.pipe examples/llama2-7b.pipe; do
+	t "compiles $f" 0 "$BIN/pipecc" "$f" -o "$dir/x.plan"
+	t "pipesim proves $f" 0 "$BIN/pipesim" "$dir/x.plan"
+	has "$f runs to the end" "$dir/out" "^ok: "
+done
+
+t "gpt2 summary" 0 "$BIN/pipecc" examples/gpt2.pipe --emit summary
+has "GPT-2 small has 124,439,808 parameters" "$dir/out" "^parameters 124439808;"
+has "GPT-2 summary names AdamW" "$dir/out" "optimizer adamw (8 bytes of state"
+has "GPT-2 stage line: params + grads + AdamW = 16 bytes a parameter" "$dir/out" \
+	"^s1 .* 7087872 .* 113405952$"
+sed 's/head tied;/head;/' examples/gpt2.pipe >"$dir/untied.pipe"
+t "untied gpt2 summary" 0 "$BIN/pipecc" "$dir/untied.pipe" --emit summary
+has "GPT-2 small untied has 163,037,184 parameters" "$dir/out" "^parameters 163037184;"
+t "llama summary" 0 "$BIN/pipecc" examples/llama2-7b.pipe --emit summary
+has "Llama-2-7B has 6,738,415,616 parameters" "$dir/out" "^parameters 6738415616;"
+
+# every schedule compiles gpt-tiny (the V-shaped ones at pp=2: two stages a rank)
+for s in $("$BIN/pipecc" --list-schedules); do
+	case $s in
+	custom | csv) continue ;;
+	zbv | dualpipev) sed 's/mesh pp=4;/mesh pp=2;/' examples/gpt-tiny.pipe >"$dir/t.pipe" ;;
+	*) cp examples/gpt-tiny.pipe "$dir/t.pipe" ;;
+	esac
+	t "gpt-tiny compiles with $s" 0 "$BIN/pipecc" "$dir/t.pipe" -s "$s" -o "$dir/s.plan"
+	t "gpt-tiny with $s passes pipesim" 0 "$BIN/pipesim" "$dir/s.plan"
+done
+
+# the device peak sets derived costs: the H100 preset is 9.89x the default 100 TFLOP/s
+sed 's/^device h100;$//' examples/gpt2.pipe >"$dir/slow.pipe"
+"$BIN/pipecc" examples/gpt2.pipe -o "$dir/fast.plan"
+"$BIN/pipecc" "$dir/slow.pipe" -o "$dir/slow.plan"
+fast=$(sed -n 's/^stage 1 .* f=\([0-9]*\) .*/\1/p' "$dir/fast.plan")
+slow=$(sed -n 's/^stage 1 .* f=\([0-9]*\) .*/\1/p' "$dir/slow.plan")
+ratio=$(awk -v a="$slow" -v b="$fast" 'BEGIN { r = a / b; print (r > 9.88 && r < 9.90) ? 0 : 1 }')
+check "h100 preset divides derived costs by 9.89" "$ratio" "f=$fast at h100, f=$slow at 100 TFLOP/s"
+sed 's/^device h100;$/device peak=100TFLOPs;/' examples/gpt2.pipe >"$dir/peak.pipe"
+"$BIN/pipecc" "$dir/peak.pipe" -o "$dir/peak.plan"
+peak=$(sed -n 's/^stage 1 .* f=\([0-9]*\) .*/\1/p' "$dir/peak.plan")
+check "device peak=100TFLOPs is the default rate" "$([ "$peak" = "$slow" ]; echo $?)" \
+	"f=$peak, want $slow"
+
+# a tied head must share its embedding's rank
+sed 's/^schedule zbv;$/schedule interleaved;/' examples/gpt2.pipe >"$dir/loop.pipe"
+t "tied head on another rank" 1 "$BIN/pipecc" "$dir/loop.pipe" -o "$dir/x.plan"
+has "the error is at the head" "$dir/err" "loop.pipe:24:28: error: 'head tied' on stage 's7' (pp 3)"
+
+# piperun refuses token models (no kernels yet) with exit 1 and says why
+"$BIN/pipecc" examples/gpt-tiny.pipe -o "$dir/tiny.plan"
+t "piperun refuses gpt-tiny" 1 "$BIN/piperun" "$dir/tiny.plan" --steps 1
+has "piperun names the kind it lacks" "$dir/err" "has no kernel for layer kind embed (stage [a-z0-9_]*, layer 0)"
+printf 'optimizer adamw lr=1e-3;\n' | cat examples/tiny.pipe - >"$dir/adam.pipe"
+"$BIN/pipecc" "$dir/adam.pipe" -o "$dir/adam.plan"
+t "piperun refuses adamw" 1 "$BIN/piperun" "$dir/adam.plan" --steps 1
+has "piperun names the optimizer" "$dir/err" "asks for the adamw optimizer"
+
+[ "$fails" -eq 0 ]
