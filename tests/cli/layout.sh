@@ -10,7 +10,7 @@ TOOL=layout
 . tests/lib/cli.sh
 
 DIRS="compiler plan sim runtime"
-PENDING="compiler/check.c" # 1092 lines on main; compiler/ is the language's change
+PENDING="" # files allowed over the limit for now (none)
 src=$(for d in $DIRS; do ls "$d"/*.c "$d"/*.h "$d"/*.cu 2>/dev/null; done)
 
 # Files.

@@ -1,0 +1,586 @@
+/* The checker's layers: the token input, layers and their keys, stages, blocks and
+ * their expansion into a stage's layer list, the optimizer and the device, then, once
+ * every stage is read, each layer's widths against its neighbours and the input.  Part
+ * of check.c's single pass over the statements (see its opening comment); the layer
+ * kinds' facts come from the layer table (plan/layer.c), never from here. */
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_int.h"
+
+/* `input tokens BxS vocab=V;`: B sequences of S tokens; rows are the B*S tokens. */
+static void check_tokens(Check *c, AstStmt *s)
+{
+	Program *p = c->p;
+	int b = 0, ok = 1, vocab = -1;
+	p->input_loc = s->span;
+	if (strcmp(s->name3.s, "tokens") != 0) {
+		diag_error(c->d, s->name3.loc, "unknown input kind '%s'; the input is 'ROWSxCOLS' or "
+		           "'tokens BxS vocab=V'", s->name3.s);
+		ok = 0;
+	}
+	ok &= whole(c, &s->shape.rows, "input sequences", 1, MAX_SIZE, &b);
+	ok &= whole(c, &s->shape.cols, "sequence length", 1, MAX_SIZE, &p->seq);
+	for (int i = 0; i < s->nkvs; i++) {
+		AstKv *kv = &s->kvs[i];
+		if (strcmp(kv->key.s, "vocab") != 0) {
+			static const char *const keys[] = {"vocab"};
+			unknown_word(c, &kv->key, "input setting", keys, 1);
+			ok = 0;
+		} else if (repeated_key(c, s->kvs, i, "input setting")) {
+			ok = 0;
+		} else if (!kv->has_val) {
+			diag_error(c->d, kv->loc, "'vocab' needs a value, e.g. vocab=50257");
+			ok = 0;
+		} else {
+			ok &= whole(c, &kv->val, "vocab", 1, MAX_SIZE, &vocab);
+		}
+	}
+	if (ok && vocab < 0) {
+		diag_error(c->d, s->span, "a token input needs its vocabulary: vocab=V");
+		ok = 0;
+	}
+	if (ok && (int64_t)b * p->seq > MAX_SIZE) {
+		diag_error(c->d, s->span, "the input has %lld tokens per microbatch, more than %d",
+		           (long long)b * p->seq, MAX_SIZE);
+		ok = 0;
+	}
+	if (ok) {
+		p->rows = b * p->seq;
+		p->cols = 1;
+		p->vocab = vocab;
+	} else {
+		p->seq = 0;
+	}
+	c->input_ok = ok;
+}
+
+void check_input(Check *c, AstStmt *s)
+{
+	Program *p = c->p;
+	if (s->name3.s) {
+		check_tokens(c, s);
+		return;
+	}
+	int ok = whole(c, &s->shape.rows, "input rows", 1, MAX_SIZE, &p->rows);
+	ok &= whole(c, &s->shape.cols, "input columns", 1, MAX_SIZE, &p->cols);
+	p->input_loc = ast_span(s->shape.rows.loc, s->shape.cols.loc);
+	c->input_ok = ok;
+}
+
+/* What the layer table knows (plan_layer_words) into words, joined into list. */
+static int layer_list(const char *word, const char **words, char *list, size_t n)
+{
+	int count = plan_layer_words(word, words);
+	size_t len = 0;
+	list[0] = 0;
+	for (int i = 0; i < count && len < n; i++)
+		len += (size_t)snprintf(list + len, n - len, "%s%s", i ? ", " : "", words[i]);
+	return count;
+}
+
+/* "unknown layer 'x'" (word NULL) or "unknown loss 'x'" (word "loss"). */
+static void unknown_layer(Check *c, const AstName *w, const char *word)
+{
+	const char *words[LAYER_COUNT];
+	char list[256];
+	const char *s = diag_suggest(w->s, words, layer_list(word, words, list, sizeof list));
+	if (s)
+		diag_error(c->d, w->loc, "unknown %s '%s'; did you mean '%s'?", word ? word : "layer",
+			w->s, s);
+	else
+		diag_error(c->d, w->loc, "unknown %s '%s'; the %s%s are: %s", word ? word : "layer",
+			w->s, word ? word : "layer", word ? " kinds" : "s", list);
+}
+
+/* The keys of one layer (`heads=12`, `bias`) into l; 0 after reporting. */
+static int layer_keys(Check *c, const AstLayer *al, const LayerInfo *li, ProgLayer *l)
+{
+	int ok = 1;
+	for (int i = 0; i < al->nargs; i++) {
+		const AstArg *a = &al->args[i];
+		if (!a->is_name)
+			continue;
+		LayerKey k = plan_layer_key_find(a->name.s, strlen(a->name.s));
+		if (k == LAYER_KEY_COUNT) {
+			if (a->has_val) {
+				diag_error(c->d, a->name.loc, "'%s' takes no key '%s'", li->word, a->name.s);
+				ok = 0;
+			}
+			continue; // a positional name (`loss mse`), checked by the caller
+		}
+		const LayerKeyInfo *ki = &plan_layer_keys[k];
+		if (!(li->keys & LAYER_FLAG(k))) {
+			diag_error(c->d, a->name.loc, "'%s' takes no '%s'", li->word, ki->name);
+			ok = 0;
+			continue;
+		}
+		for (int j = 0; j < i; j++)
+			if (al->args[j].is_name && !strcmp(al->args[j].name.s, a->name.s)) {
+				diag_error(c->d, a->name.loc, "'%s' is given twice", a->name.s);
+				ok = 0;
+			}
+		if (ki->number && !a->has_val) {
+			diag_error(c->d, a->loc, "'%s' needs a value, e.g. %s=4", ki->name, ki->name);
+			ok = 0;
+		} else if (!ki->number && a->has_val) {
+			diag_error(c->d, a->num.loc, "'%s' takes no value", ki->name);
+			ok = 0;
+		} else if (!ki->number) {
+			l->flags |= LAYER_FLAG(k);
+		} else {
+			char what[64];
+			snprintf(what, sizeof what, "'%s'", ki->name);
+			ok &= whole(c, &a->num, what, 1, MAX_SIZE,
+			            k == LAYER_KEY_HEADS ? &l->heads : &l->kv_heads);
+		}
+	}
+	if (ok && (li->keys & LAYER_FLAG(LAYER_KEY_HEADS)) && !l->heads) {
+		diag_error(c->d, al->loc, "'%s' needs heads=N, e.g. %s", li->word, li->example);
+		ok = 0;
+	}
+	if (ok && l->heads && !l->kv_heads)
+		l->kv_heads = l->heads;
+	return ok;
+}
+
+/* One layer into *l; 0 when it is unsound (reported, or a syntax error before).  The
+ * layer table says how each kind is spelled, what follows its word and which keys it
+ * takes.  Bodies (residual) are the caller's. */
+static int check_layer(Check *c, const AstLayer *al, ProgLayer *l)
+{
+	*l = (ProgLayer){.kind = LAYER_COUNT, .loc = al->loc};
+	if (!al->name.s)
+		return 0;
+	LayerKind k = plan_layer_parse(al->name.s, NULL);
+	if (k == LAYER_COUNT) {
+		unknown_layer(c, &al->name, NULL);
+		return 0;
+	}
+	const LayerInfo *li = &plan_layers[k];
+	const char *w = li->word, *names[LAYER_COUNT];
+	char list[256];
+	if (!layer_keys(c, al, li, l))
+		return 0;
+	/* the positional arguments: numbers, and names that are not keys */
+	const AstArg *pos[2];
+	int npos = 0;
+	for (int i = 0; i < al->nargs; i++) {
+		const AstArg *a = &al->args[i];
+		if (!a->is_name || plan_layer_key_find(a->name.s, strlen(a->name.s)) == LAYER_KEY_COUNT)
+			if (npos < 2)
+				pos[npos++] = a;
+	}
+	int named = li->arg == LAYER_ARG_NAME;
+	int number = li->arg == LAYER_ARG_WIDTH || li->arg == LAYER_ARG_HIDDEN;
+	const char *what = named ? "kind" : li->arg == LAYER_ARG_HIDDEN ? "hidden width" : "width";
+	if (al->has_body != (li->arg == LAYER_ARG_BODY)) {
+		diag_error(c->d, al->loc, al->has_body ? "'%s' takes no body { ... }" :
+		           "'%s' needs a body, e.g. %s", w, li->example);
+	} else if (li->arg == LAYER_ARG_NONE || li->arg == LAYER_ARG_BODY) {
+		if (npos == 0)
+			return l->kind = k, 1;
+		diag_error(c->d, pos[0]->loc, "'%s' takes no arguments%s", w,
+		           li->keys ? " but its keys" : "");
+	} else if (npos == 0) {
+		diag_error(c->d, al->loc, "'%s' needs a %s, e.g. %s", w, what, li->example);
+	} else if (npos > 1 || pos[0]->is_name != named) {
+		layer_list(w, names, list, sizeof list);
+		diag_error(c->d, pos[npos > 1]->loc, "'%s' takes one %s%s%s", w, what,
+			named ? ": " : "", named ? list : "");
+	} else if (named) {
+		k = plan_layer_parse(w, pos[0]->name.s);
+		if (k != LAYER_COUNT)
+			return l->kind = k, 1;
+		unknown_layer(c, &pos[0]->name, w);
+	} else if (number) {
+		char msg[64];
+		snprintf(msg, sizeof msg, "'%s' %s", w, what);
+		if (whole(c, &pos[0]->num, msg, 1, MAX_SIZE,
+		          li->arg == LAYER_ARG_HIDDEN ? &l->hidden : &l->out))
+			return l->kind = k, 1;
+	}
+	return 0;
+}
+
+enum { MAX_STAGE_LAYERS = 1 << 20 };
+
+typedef struct {
+	ProgLayer *v;
+	int n, cap;
+} LayerList;
+
+static ProgLayer *layer_push(Check *c, LayerList *ls, Loc at)
+{
+	if (ls->n >= MAX_STAGE_LAYERS) {
+		diag_error(c->d, at, "a stage may hold at most %d layers", MAX_STAGE_LAYERS);
+		return NULL;
+	}
+	if (ls->n == ls->cap) {
+		int cap = ls->cap ? 2 * ls->cap : 16;
+		ProgLayer *v = arena_alloc(c->a, (size_t)cap * sizeof *v);
+		if (ls->n)
+			memcpy(v, ls->v, (size_t)ls->n * sizeof *v);
+		ls->v = v;
+		ls->cap = cap;
+	}
+	return &ls->v[ls->n++];
+}
+
+/* The block a layer line names, or -1: `NAME;` or `NAME x N;` uses block NAME, which
+ * must be declared above (and, inside a block, above that block: `within`). */
+static int block_use(Check *c, const AstLayer *al, int within, int *times)
+{
+	if (!al->name.s)
+		return -1;
+	int b = -1;
+	for (int i = 0; i < c->nblock_names; i++)
+		if (!strcmp(c->block_stmt[i]->name.s, al->name.s)) {
+			b = i;
+			break;
+		}
+	if (b < 0)
+		return -1;
+	*times = 0;
+	if (b >= within) {
+		if (b < c->nblocks && b == within)
+			diag_error(c->d, al->name.loc, "block '%s' uses itself", al->name.s);
+		else
+			diag_error(c->d, al->name.loc, "block '%s' is used before it is defined",
+			           al->name.s);
+		diag_note(c->d, c->block_stmt[b]->name.loc, "'%s' is defined here", al->name.s);
+		return -2;
+	}
+	*times = 1;
+	if (al->nargs == 0 && !al->has_body)
+		return b;
+	if (al->nargs == 2 && !al->has_body && al->args[0].is_name && !al->args[0].has_val &&
+	    !strcmp(al->args[0].name.s, "x") && !al->args[1].is_name) {
+		if (whole(c, &al->args[1].num, "repeat count", 1, MAX_STAGE_LAYERS, times))
+			return b;
+		return -2;
+	}
+	diag_error(c->d, al->loc, "a block is used as '%s;' or '%s x N;'", al->name.s,
+	           al->name.s);
+	return -2;
+}
+
+/* The layers als[0..n) into ls, blocks repeated and residual bodies flattened after
+ * their residual (its span).  `within`: the blocks visible (declared above). */
+static int expand(Check *c, const AstLayer *als, int n, int within, LayerList *ls)
+{
+	int ok = 1;
+	for (int i = 0; i < n && !over_limit(c); i++) {
+		const AstLayer *al = &als[i];
+		int times = 0, b = block_use(c, al, within, &times);
+		if (b == -2) {
+			ok = 0;
+			continue;
+		}
+		if (b >= 0) {
+			const AstStmt *bs = c->block_stmt[b];
+			int bok = c->block_ok[b];
+			for (int t = 0; t < times && bok; t++)
+				bok = expand(c, bs->layers, bs->nlayers, b, ls);
+			c->block_ok[b] = (uint8_t)bok; // its errors are reported once
+			ok &= bok;
+			continue;
+		}
+		ProgLayer l;
+		int lok = check_layer(c, al, &l);
+		ok &= lok;
+		if (!lok && !al->has_body)
+			continue;
+		int at = ls->n;
+		ProgLayer *slot = layer_push(c, ls, al->loc);
+		if (!slot)
+			return 0;
+		*slot = l;
+		if (!al->has_body)
+			continue;
+		ok &= expand(c, al->layers, al->nlayers, within, ls);
+		if (ls->n == at + 1 && lok) {
+			diag_error(c->d, al->loc, "'%s' needs at least one layer in its body",
+			           al->name.s);
+			ok = 0;
+		}
+		ls->v[at].span = ls->n - at - 1;
+	}
+	return ok;
+}
+void check_stage(Check *c, AstStmt *s)
+{
+	Program *p = c->p;
+	if (!s->name.s) {
+		c->widths_ok = c->stages_known = 0;
+		return;
+	}
+	Slot *slot = map_slot(&c->stages, s->name.s, 0);
+	if (slot->used) {
+		c->stages_known = 0;
+		diag_error(c->d, s->name.loc, "duplicate stage '%s'", s->name.s);
+		diag_note(c->d, c->stage_stmt[slot->val]->name.loc, "'%s' is first declared here",
+			s->name.s);
+		return;
+	}
+	int i = p->nstages++;
+	map_set(slot, s->name.s, 0, i);
+	c->stage_stmt[i] = s;
+	ProgStage *st = &p->stages[i];
+	st->name = s->name.s;
+	st->loc = s->name.loc;
+	LayerList ls = {0};
+	int ok = !s->bad;
+	ok &= expand(c, s->layers, s->nlayers, c->nblocks, &ls);
+	st->nlayers = ls.n;
+	st->layers = ls.v;
+	if (!s->bad && s->nlayers == 0) {
+		diag_error(c->d, s->name.loc, "stage '%s' has no layers", s->name.s);
+		ok = 0;
+	}
+	c->stage_ok[i] = (uint8_t)ok;
+	if (!ok)
+		c->widths_ok = 0;
+}
+
+/* `block NAME { layers }`: its layers are checked where a stage uses it. */
+void check_block(Check *c, AstStmt *s)
+{
+	int b = c->nblocks;
+	if (!s->name.s || b >= c->nblock_names || c->block_stmt[b] != s)
+		return; // lost to a syntax error: not among the names collected
+	c->nblocks++;
+	c->block_ok[b] = !s->bad;
+	for (int i = 0; i < b; i++)
+		if (!strcmp(c->block_stmt[i]->name.s, s->name.s)) {
+			diag_error(c->d, s->name.loc, "duplicate block '%s'", s->name.s);
+			diag_note(c->d, c->block_stmt[i]->name.loc, "'%s' is first defined here",
+			          s->name.s);
+			c->block_ok[b] = 0;
+			return;
+		}
+	if (plan_layer_parse(s->name.s, NULL) != LAYER_COUNT) {
+		diag_error(c->d, s->name.loc, "block '%s' has the name of a layer kind", s->name.s);
+		c->block_ok[b] = 0;
+	}
+	if (!s->bad && s->nlayers == 0) {
+		diag_error(c->d, s->name.loc, "block '%s' has no layers", s->name.s);
+		c->block_ok[b] = 0;
+	}
+}
+
+/* A plain non-negative real without unit, in [lo, hi]. */
+static int real_in(Check *c, const AstNum *n, const char *what, double lo, double hi,
+                   double *out)
+{
+	double v;
+	if (n->bad)
+		return 0;
+	if (n->unit[0]) {
+		diag_error(c->d, n->loc, "%s takes no unit, got '%s'", what, n->unit);
+		return 0;
+	}
+	if (!real(c, n, &v))
+		return 0;
+	if (n->neg)
+		v = -v;
+	if (!(v >= lo && v <= hi)) {
+		diag_error(c->d, n->loc, "%s must be in [%g, %g]", what, lo, hi);
+		return 0;
+	}
+	*out = v;
+	return 1;
+}
+
+void check_optimizer(Check *c, AstStmt *s)
+{
+	PlanOptim *o = &c->p->optim;
+	static const char *const keys[] = {"lr", "beta1", "beta2", "eps", "weight_decay"};
+	static const double lo[] = {1e-12, 0, 0, 1e-30, 0}, hi[] = {1e6, 0.999999, 0.999999, 1, 1e6};
+	int k = find_word(s->name.s, plan_optim_names, OPTIM_COUNT);
+	if (k < 0) {
+		unknown_word(c, &s->name, "optimizer", plan_optim_names, OPTIM_COUNT);
+		return;
+	}
+	*o = (PlanOptim){.kind = (uint8_t)k, .given = 1, .lr = PROG_DEFAULT_LR, .beta1 = 0.9,
+	                 .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01};
+	double *val[] = {&o->lr, &o->beta1, &o->beta2, &o->eps, &o->weight_decay};
+	int nk = k == OPTIM_ADAMW ? 5 : 1;
+	for (int i = 0; i < s->nkvs; i++) {
+		AstKv *kv = &s->kvs[i];
+		int j = find_word(kv->key.s, keys, nk);
+		if (j < 0)
+			unknown_word(c, &kv->key, k == OPTIM_ADAMW ? "adamw setting" : "sgd setting", keys,
+			             nk);
+		else if (repeated_key(c, s->kvs, i, "optimizer setting"))
+			;
+		else if (!kv->has_val)
+			diag_error(c->d, kv->loc, "'%s' needs a value, e.g. %s=0.001", keys[j], keys[j]);
+		else
+			real_in(c, &kv->val, keys[j], lo[j], hi[j], val[j]);
+	}
+}
+
+/* `device NAME;` (a preset) or `device peak=NTFLOPs;`: the FLOP rate for derived costs. */
+void check_device(Check *c, AstStmt *s)
+{
+	static const char *const names[] = {"a100", "h100", "h200", "peak"};
+	static const double rate[] = {312e12, 989e12, 989e12, 0};
+	static const Unit units[] = {{"GFLOPs", 1e9}, {"TFLOPs", 1e12}, {"PFLOPs", 1e15},
+	                             {"GFLOP/s", 1e9}, {"TFLOP/s", 1e12}, {"PFLOP/s", 1e15}};
+	if (s->nkvs != 1) {
+		diag_error(c->d, s->span, "'device' takes one of a100, h100, h200 or peak=N, "
+		           "e.g. device h100; or device peak=989TFLOPs;");
+		return;
+	}
+	AstKv *kv = &s->kvs[0];
+	int k = find_word(kv->key.s, names, 4);
+	double scale, v;
+	if (k < 0)
+		unknown_word(c, &kv->key, "device", names, 4);
+	else if (k < 3 && kv->has_val)
+		diag_error(c->d, kv->val.loc, "'%s' takes no value", names[k]);
+	else if (k < 3)
+		c->p->peak_flops = rate[k];
+	else if (!kv->has_val)
+		diag_error(c->d, kv->loc, "'peak' needs a value, e.g. peak=989TFLOPs");
+	else if (!kv->val.bad && !kv->val.unit[0])
+		diag_error(c->d, kv->val.loc, "peak needs a unit, e.g. 989TFLOPs");
+	else if (!kv->val.bad && unit_scale(c, &kv->val, units, 6, "FLOP rate",
+	                                    "GFLOPs, TFLOPs or PFLOPs", &scale) &&
+	         real(c, &kv->val, &v)) {
+		v *= kv->val.neg ? -scale : scale;
+		if (!(v >= 1e9 && v <= 1e18))
+			diag_error(c->d, kv->val.loc, "peak must be between 1GFLOPs and 1000PFLOPs");
+		else
+			c->p->peak_flops = v;
+	}
+}
+
+/* What one layer asks of the widths and the input, once its input width is known. */
+static int check_layer_widths(Check *c, const ProgStage *st, int j, int first,
+                              const ProgLayer *embed)
+{
+	Program *p = c->p;
+	const ProgLayer *l = &st->layers[j];
+	const LayerInfo *li = &plan_layers[l->kind];
+	if (li->tokens && !p->seq) {
+		diag_error(c->d, l->loc, "'%s' needs a token input: write 'input tokens BxS vocab=V;'",
+		           li->word);
+		return 0;
+	}
+	if (p->seq && first && l->kind != LAYER_EMBED) {
+		diag_error(c->d, l->loc, "a token input goes into 'embed' first, e.g. %s",
+		           plan_layers[LAYER_EMBED].example);
+		return 0;
+	}
+	if (l->kind == LAYER_EMBED && !first) {
+		diag_error(c->d, l->loc, "'embed' must be the first layer of the first stage");
+		return 0;
+	}
+	if (l->heads && l->in % l->heads) {
+		diag_error(c->d, l->loc, "heads=%d does not divide the width %d", l->heads, l->in);
+		return 0;
+	}
+	if (l->heads && l->heads % l->kv_heads) {
+		diag_error(c->d, l->loc, "kv_heads=%d does not divide heads=%d", l->kv_heads, l->heads);
+		return 0;
+	}
+	if (l->heads && (l->flags & LAYER_FLAG(LAYER_KEY_ROPE)) && (l->in / l->heads) % 2) {
+		diag_error(c->d, l->loc, "rope needs an even head width, got %d / %d = %d", l->in,
+		           l->heads, l->in / l->heads);
+		return 0;
+	}
+	/* Keep every figure of the layer table far from int64: the largest term of any kind is
+	 * rows x a width (x 16 elements) or attention's B x H x S x S probabilities. */
+	double wide = l->in > l->out ? l->in : l->out, big = MAX_LAYER_BYTES;
+	if (l->hidden > wide)
+		wide = l->hidden;
+	if (p->vocab > wide)
+		wide = p->vocab;
+	if ((double)p->rows * wide * 16 > big || (double)l->in * l->out > big ||
+	    (double)p->rows * l->heads * (p->seq > 0 ? p->seq : 1) * 4 > big) {
+		diag_error(c->d, l->loc, "this layer is too large: its figures per microbatch pass "
+		           "2^60 bytes");
+		return 0;
+	}
+	if (l->kind == LAYER_XENT && l->in != p->vocab) {
+		diag_error(c->d, l->loc, "'loss xent' takes logits over the vocabulary (%d wide), got "
+		           "width %d; put 'head' before it", p->vocab, l->in);
+		return 0;
+	}
+	if ((l->flags & LAYER_FLAG(LAYER_KEY_TIED)) && (!embed || embed->out != l->in)) {
+		if (embed)
+			diag_error(c->d, l->loc, "'head tied' takes width %d but the embedding it ties "
+			           "to has width %d", l->in, embed->out);
+		else
+			diag_error(c->d, l->loc, "'head tied' needs an 'embed' to tie to");
+		return 0;
+	}
+	return 1;
+}
+
+/* Widths flow down the chain from the input; each loss must end the last stage. */
+void check_layers(Check *c)
+{
+	Program *p = c->p;
+	int n = p->nstages;
+	for (int i = 0; i < n; i++) {
+		ProgStage *st = &p->stages[i];
+		if (!c->stage_ok[i])
+			continue;
+		for (int j = 0; j < st->nlayers; j++)
+			if (plan_layers[st->layers[j].kind].loss && (i != n - 1 || j != st->nlayers - 1))
+				diag_error(c->d, st->layers[j].loc,
+					"'%s' must be the last layer of the last stage",
+					plan_layers[st->layers[j].kind].word);
+	}
+	if (n > 0 && c->stage_ok[n - 1] && c->stages_known && !c->ast->lost) {
+		ProgStage *last = &p->stages[n - 1];
+		int k = 0;
+		while (!plan_layers[k].loss || plan_layers[k].tokens != (p->seq > 0))
+			k++; // the first loss in the table that suits the input is the example
+		if (!plan_layers[last->layers[last->nlayers - 1].kind].loss)
+			diag_error(c->d, last->loc, "the last stage '%s' must end with '%s'",
+				last->name, plan_layers[k].example);
+	}
+	if (!c->widths_ok || !c->input_ok)
+		return;
+	int w = p->cols, ok = 1;
+	const ProgLayer *embed = NULL;
+	for (int i = 0; i < n; i++) {
+		ProgStage *st = &p->stages[i];
+		st->in = w;
+		for (int j = 0; j < st->nlayers; j++) {
+			ProgLayer *l = &st->layers[j];
+			l->in = w;
+			w = l->out = plan_layer_out(l->kind, w, l->kind == LAYER_HEAD ? p->vocab : l->out);
+			ok &= check_layer_widths(c, st, j, i == 0 && j == 0, embed);
+			if (l->kind == LAYER_EMBED)
+				embed = l;
+		}
+		st->out = w;
+		for (int j = 0; j < st->nlayers; j++) {
+			const ProgLayer *l = &st->layers[j];
+			if (l->kind == LAYER_RESIDUAL && st->layers[j + l->span].out != l->in) {
+				diag_error(c->d, l->loc, "the body of 'residual' changes the width from %d "
+				           "to %d", l->in, st->layers[j + l->span].out);
+				ok = 0;
+			}
+		}
+	}
+	if (!ok) {
+		c->widths_ok = 0;
+		return;
+	}
+	for (int i = 0; i < p->nskips; i++) {
+		ProgSkip *k = &p->skips[i];
+		ProgStage *a = &p->stages[k->src], *b = &p->stages[k->dst];
+		if (a->out != b->in)
+			diag_error(c->d, k->loc,
+				"skip width mismatch: '%s' outputs %d features, '%s' takes %d",
+				a->name, a->out, b->name, b->in);
+	}
+}
