@@ -146,9 +146,15 @@ typedef struct {
 extern const char *const plan_dim_names[DIM_COUNT];
 extern const char *const plan_dir_names[DIR_COUNT];
 
-Plan *plan_new(void);
+/* Out of memory is a user condition, not a crash: these return NULL and every tool
+ * says what the plan needed (plan_oom_text) and exits 1. */
+Plan *plan_new(void); // NULL when out of memory
 void plan_free(Plan *p);
-PlanOp *plan_push_op(PlanRank *r, PlanOp op);      // appends, growing the array
+PlanOp *plan_push_op(PlanRank *r, PlanOp op); // appends, growing the array; NULL: out of memory
+/* "out of memory: the plan needs 12.5 M ops (about 610 MiB); allocating 512 MiB
+ * failed" into buf: ops is the plan size in ops (0 when unknown), failed the bytes of
+ * the allocation that failed.  Returns buf. */
+char *plan_oom_text(char *buf, size_t n, int64_t ops, size_t failed);
 int plan_rank_of(const Plan *p, const int coord[DIM_COUNT]);
 void plan_coords_of(const Plan *p, int rank, int coord[DIM_COUNT]);
 int64_t plan_total_ops(const Plan *p);

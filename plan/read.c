@@ -20,6 +20,7 @@ typedef struct {
 	PlanError *err;
 	int failed;
 	const char *name; // for messages
+	int64_t ops;      // ops the rank lines declared so far, for the out-of-memory text
 } Rd;
 
 static int fail(Rd *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -192,8 +193,10 @@ static int grow(Rd *r, void **arr, int64_t *cap, int64_t need, size_t size)
 	while (c < need)
 		c *= 2;
 	void *p = realloc(*arr, (size_t)c * size);
-	if (!p)
-		return fail(r, "out of memory");
+	if (!p) {
+		char t[160];
+		return fail(r, "%s", plan_oom_text(t, sizeof t, r->ops, (size_t)c * size));
+	}
 	memset((char *)p + (size_t)*cap * size, 0, (size_t)(c - *cap) * size);
 	*arr = p;
 	*cap = c;
@@ -526,6 +529,7 @@ static int read_ranks(Rd *r, Plan *p)
 		    kv(r, "peers=", &rk->npeers, 0, INT_MAX) ||
 		    kv64(r, "ops=", &nops, 0, INT64_MAX / 64) || eol(r))
 			return -1;
+		r->ops += nops;
 		if (plan_rank_of(p, rk->coord) != i)
 			return fail(r, "rank %d has the coordinates of rank %d", i,
 			            plan_rank_of(p, rk->coord));
@@ -559,8 +563,10 @@ static int read_ranks(Rd *r, Plan *p)
 		}
 		int64_t cap = nops < (1 << 16) ? nops : (1 << 16);
 		rk->ops = malloc((size_t)(cap ? cap : 1) * sizeof *rk->ops);
-		if (!rk->ops)
-			return fail(r, "out of memory");
+		if (!rk->ops) {
+			char t[160];
+			return fail(r, "%s", plan_oom_text(t, sizeof t, r->ops, (size_t)(cap ? cap : 1) * sizeof *rk->ops));
+		}
 		rk->ops_cap = cap;
 		rk->first_line = r->line + 1;
 		for (int64_t j = 0; j < nops; j++) {
@@ -592,6 +598,10 @@ Plan *plan_read(FILE *f, const char *name, PlanError *err)
 	err->rank = -1;
 	err->op = -1;
 	Plan *p = plan_new();
+	if (!p) {
+		plan_oom_text(err->msg, sizeof err->msg, 0, sizeof *p);
+		return NULL;
+	}
 	int bad = read_header(&r, p) || read_stages(&r, p) || read_edges(&r, p) ||
 	          read_routes(&r, p) || read_ranks(&r, p);
 	free(r.buf);

