@@ -56,4 +56,51 @@ else
 	check "pipecc out of memory leaves no output" $? "oom.plan or its temporary file exists"
 fi
 
+
+# An interrupted compile: the signal removes the temporary file, the target is neither
+# created nor changed, and the exit status says killed by that signal.  A background
+# job of a script starts with SIGINT ignored, so env --default-signal gives it back.
+program 64 40000 >"$dir/huge.pipe"
+for sig in INT TERM; do
+	rm -f "$dir/huge.plan"
+	[ "$sig" = TERM ] && echo "old plan" >"$dir/huge.plan"
+	env --default-signal=INT "$BIN/pipecc" "$dir/huge.pipe" -o "$dir/huge.plan" 2>"$dir/err" &
+	pid=$!
+	n=0
+	while ! ls "$dir"/huge.plan.tmp* >/dev/null 2>&1 && [ "$n" -lt 600 ] && kill -0 "$pid" 2>/dev/null; do
+		sleep 0.05
+		n=$((n + 1))
+	done
+	kill -"$sig" "$pid" 2>/dev/null
+	wait "$pid"
+	rc=$?
+	want=130
+	[ "$sig" = TERM ] && want=143
+	[ "$rc" -eq "$want" ]
+	check "SIG$sig ends pipecc by the signal" $? "exit $rc, wanted $want (too fast a compile?)"
+	! ls "$dir"/huge.plan.tmp* >/dev/null 2>&1
+	check "SIG$sig leaves no temporary file" $? "$(ls "$dir"/huge.plan.tmp* 2>/dev/null)"
+	if [ "$sig" = TERM ]; then
+		[ "$(cat "$dir/huge.plan")" = "old plan" ]
+		check "SIG$sig leaves the old target as it was" $? "huge.plan changed"
+	else
+		[ ! -e "$dir/huge.plan" ]
+		check "SIG$sig creates no target" $? "huge.plan exists"
+	fi
+done
+
+# Outputs that cannot be written are named with the real reason, before the work.
+if [ -e /proc/version ]; then
+	t "-o /proc/version is an error" 1 "$BIN/pipecc" examples/tiny.pipe -o /proc/version
+	has "-o /proc/version gives the reason" "$dir/err" \
+		"cannot write /proc/version: it is not a regular file we can replace: its folder takes no new files"
+	t "-o /proc/new is an error" 1 "$BIN/pipecc" examples/tiny.pipe -o /proc/new.plan
+	has "-o /proc/new gives the reason" "$dir/err" "cannot write /proc/new.plan: its folder takes no new files"
+fi
+mkdir "$dir/ro" && chmod 555 "$dir/ro"
+if [ "$(id -u)" -ne 0 ]; then
+	t "read-only folder is an error" 1 "$BIN/pipecc" examples/tiny.pipe -o "$dir/ro/x.plan"
+	has "read-only folder gives the reason" "$dir/err" "Permission denied"
+fi
+
 [ "$fails" -eq 0 ]
