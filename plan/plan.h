@@ -18,7 +18,11 @@
 #include "op.h"
 
 #define PLAN_FORMAT "pipecc-plan"
-#define PLAN_VERSION 1
+#define PLAN_VERSION 2        // what the writer writes: the header carries a checksum
+#define PLAN_VERSION_PLAIN 1  // still read: no checksum (hand-written test plans)
+#define PLAN_CHECKSUM "fnv1a" // 64-bit FNV-1a of every byte after the header line
+#define PLAN_FNV_OFFSET 0xcbf29ce484222325ULL
+#define PLAN_FNV_PRIME 0x100000001b3ULL
 
 typedef enum {
 	DIM_PP, // pipeline parallel

@@ -6,6 +6,7 @@
 #include "plan.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -21,6 +22,8 @@ typedef struct {
 	int failed;
 	const char *name; // for messages
 	int64_t ops;      // ops the rank lines declared so far, for the out-of-memory text
+	int check;        // the header has a checksum: hash every later line into h
+	uint64_t want, h;
 } Rd;
 
 static int fail(Rd *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -46,6 +49,12 @@ static int next_line(Rd *r, const char *what)
 	r->line++;
 	if (n < 0)
 		return fail(r, "unexpected end of file: expected %s", what);
+	if (r->check) {
+		uint64_t h = r->h;
+		for (ssize_t i = 0; i < n; i++)
+			h = (h ^ (unsigned char)r->buf[i]) * PLAN_FNV_PRIME;
+		r->h = h;
+	}
 	if (n == 0 || r->buf[n - 1] != '\n')
 		return fail(r, "line does not end with a newline (truncated file?)");
 	r->buf[n - 1] = 0;
@@ -221,11 +230,27 @@ static int read_header(Rd *r, Plan *p)
 	r->s += strlen(PLAN_FORMAT);
 	skip_sp(r);
 	int v;
-	if (inum(r, &v, 0, INT_MAX, "format version") || eol(r))
+	if (inum(r, &v, 0, INT_MAX, "format version"))
 		return -1;
-	if (v != PLAN_VERSION)
-		return fail(r, "plan format version %d is not supported (this build reads %d)", v,
-		            PLAN_VERSION);
+	if (v != PLAN_VERSION && v != PLAN_VERSION_PLAIN)
+		return fail(r, "plan format version %d is not supported (this build reads %d and %d)",
+		            v, PLAN_VERSION_PLAIN, PLAN_VERSION);
+	if (v == PLAN_VERSION) {
+		skip_sp(r);
+		char *end;
+		if (strncmp(r->s, PLAN_CHECKSUM "=", strlen(PLAN_CHECKSUM) + 1) != 0)
+			return fail(r, "expected '" PLAN_CHECKSUM "=HEX' after the format version");
+		r->s += strlen(PLAN_CHECKSUM) + 1;
+		errno = 0;
+		r->want = strtoull(r->s, &end, 16);
+		if (end - r->s != 16 || errno)
+			return fail(r, "the checksum must be 16 hex digits");
+		r->s = end;
+		r->check = 1;
+		r->h = PLAN_FNV_OFFSET;
+	}
+	if (eol(r))
+		return -1;
 
 	if (next_line(r, "'pipeline NAME'") || word(r, "pipeline") || !(p->name = token(r, "a name")) ||
 	    eol(r))
@@ -587,6 +612,12 @@ static int read_ranks(Rd *r, Plan *p)
 	if (c != EOF) {
 		r->line++;
 		return fail(r, "text after 'end'");
+	}
+	if (r->check && r->h != r->want) {
+		r->line = 1;
+		return fail(r, "checksum mismatch: the plan was changed after pipecc wrote it (the "
+		               "header says %016" PRIx64 ", the text hashes to %016" PRIx64 ")",
+		            r->want, r->h);
 	}
 	return 0;
 }

@@ -103,4 +103,24 @@ if [ "$(id -u)" -ne 0 ]; then
 	has "read-only folder gives the reason" "$dir/err" "Permission denied"
 fi
 
+
+# The plan checksum: a plan changed after pipecc wrote it is refused by both readers
+# at line 1; a truncated plan gets a located error; hand-written version-1 plans (no
+# checksum) still read.
+"$BIN/pipecc" examples/tiny.pipe -o "$dir/tiny.plan"
+sed 's/^F 0 1 /F 0 2 /' "$dir/tiny.plan" >"$dir/edited.plan"
+! cmp -s "$dir/tiny.plan" "$dir/edited.plan"
+check "the hand edit changed the plan" $? "sed changed nothing"
+for tool in pipesim piperun; do
+	extra=
+	[ "$tool" = piperun ] && extra=--check
+	t "$tool refuses an edited plan" 1 "$BIN/$tool" "$dir/edited.plan" $extra
+	has "$tool names the checksum mismatch at line 1" "$dir/err" \
+		"edited.plan:1: error: checksum mismatch: the plan was changed after pipecc wrote it"
+	head -c 800 "$dir/tiny.plan" >"$dir/cut.plan"
+	t "$tool refuses a truncated plan" 1 "$BIN/$tool" "$dir/cut.plan" $extra
+	has "$tool locates the truncation" "$dir/err" "cut.plan:[0-9]*: error: .*truncated"
+done
+t "a version-1 plan without checksum still reads" 0 "$BIN/pipesim" tests/plans/good/tiny2.plan
+
 [ "$fails" -eq 0 ]
