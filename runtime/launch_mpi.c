@@ -89,6 +89,21 @@ static int mpi_live(void)
 	return inited && !finalized;
 }
 
+/* Whether a same-host process is stopped (state T in /proc/PID/stat). */
+static int peer_stopped(int pid)
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof path, "/proc/%d/stat", pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return 0;
+	size_t n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	const char *p = strrchr(buf, ')');
+	return p && (p[2] == 'T' || p[2] == 't');
+}
+
 static void mp_abort(RtWorld *w)
 {
 	MpWorld *m = w->state[RT_PART_LAUNCHER];
@@ -101,10 +116,12 @@ static void mp_abort(RtWorld *w)
 	struct timespec ts = {1, 0};
 	nanosleep(&ts, NULL);
 	/* A stopped peer ignores the launcher's SIGTERM and would outlive the job: after a
-	 * watchdog abort, kill the same-host peers first (SIGKILL ends a stopped process). */
+	 * watchdog abort, kill the stopped same-host peers first (SIGKILL ends a stopped
+	 * process).  Live peers are left to MPI_Abort: killing them here too would cut their
+	 * own messages to mpirun short (ORTE_ERROR_LOG lines). */
 	if (m && m->peer_pid && atomic_load(&w->timed_out))
 		for (int i = 0; i < m->size; i++)
-			if (m->peer_pid[i] > 0) {
+			if (m->peer_pid[i] > 0 && peer_stopped(m->peer_pid[i])) {
 				kill((pid_t)m->peer_pid[i], SIGKILL);
 				kill((pid_t)m->peer_pid[i], SIGCONT);
 			}
