@@ -27,10 +27,23 @@
  * so that pipesim shows the cycle. */
 #include "lower.h"
 
+#include <setjmp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* Out of memory ends the lowering from wherever it happens: the allocators below jump
+ * back to lower_program, which frees the plan and the walk state it holds and reports
+ * what the plan needed.  (A pass's own scratch arrays are not freed on that path; the
+ * tool exits next.) */
 typedef struct {
+	jmp_buf jb;
+	size_t failed; // bytes of the allocation that failed
+	int64_t ops;   // the plan size in ops, as far as known
+} LwOom;
+
+typedef struct {
+	LwOom *oom;
 	const Program *pr;
 	const SchedCtx *sc;
 	Plan *plan;
@@ -54,6 +67,36 @@ typedef struct {
 	int *nreduce;
 } Lw;
 
+_Noreturn static void lw_oom(const Lw *w, size_t bytes)
+{
+	w->oom->failed = bytes;
+	longjmp(w->oom->jb, 1);
+}
+
+static void *lw_calloc(const Lw *w, size_t n, size_t size)
+{
+	void *p = calloc(n ? n : 1, size);
+	if (!p)
+		lw_oom(w, n * size);
+	return p;
+}
+
+static void *lw_malloc(const Lw *w, size_t bytes)
+{
+	void *p = malloc(bytes ? bytes : 1);
+	if (!p)
+		lw_oom(w, bytes);
+	return p;
+}
+
+static void *lw_realloc(const Lw *w, void *old, size_t bytes)
+{
+	void *p = realloc(old, bytes ? bytes : 1);
+	if (!p)
+		lw_oom(w, bytes);
+	return p;
+}
+
 /* Tensors a rank has produced for remote consumers and not yet sent, oldest first. */
 typedef struct {
 	int edge, mb, dir, to, line;
@@ -64,13 +107,11 @@ typedef struct Pending {
 	int n, cap;
 } Pending;
 
-static void pend_push(Pending *q, Out o)
+static void pend_push(const Lw *w, Pending *q, Out o)
 {
 	if (q->n == q->cap) {
 		q->cap = q->cap ? 2 * q->cap : 16;
-		q->v = realloc(q->v, (size_t)q->cap * sizeof *q->v);
-		if (!q->v)
-			die("out of memory");
+		q->v = lw_realloc(w, q->v, (size_t)q->cap * sizeof *q->v);
 	}
 	q->v[q->n++] = o;
 }
@@ -87,25 +128,21 @@ static void emit(Lw *w, int pp, PlanOp op)
 	} else if (op.kind == OP_ALLREDUCE) {
 		op.bytes = w->plan->stages[op.stage].params * 4;
 	}
-	plan_push_op(w->line0[pp], op);
+	if (!plan_push_op(w->line0[pp], op))
+		lw_oom(w, (size_t)w->line0[pp]->ops_cap * sizeof op * 3 / 2);
 }
 
-static int *xcalloc_int(size_t n)
+static int *xcalloc_int(const Lw *w, size_t n)
 {
-	int *p = calloc(n + 1, sizeof *p);
-	if (!p)
-		die("out of memory");
-	return p;
+	return lw_calloc(w, n + 1, sizeof(int));
 }
 
 static void fill_stages(Lw *w)
 {
 	const Program *pr = w->pr;
 	Plan *p = w->plan;
-	p->nstages = pr->nstages;
-	p->stages = calloc((size_t)pr->nstages, sizeof *p->stages);
-	if (!p->stages)
-		die("out of memory");
+	p->stages = lw_calloc(w, (size_t)pr->nstages, sizeof *p->stages);
+	p->nstages = pr->nstages; // after the array, so plan_free can follow an early stop
 	p->seq = pr->seq;
 	p->vocab = pr->vocab;
 	p->optim = pr->optim;
@@ -120,9 +157,9 @@ static void fill_stages(Lw *w)
 		memcpy(st->cost, ps->cost, sizeof st->cost);
 		st->loc = (PlanLoc){ps->loc.line, ps->loc.col};
 		st->nlayers = ps->nlayers;
-		st->layers = calloc((size_t)ps->nlayers, sizeof *st->layers);
-		if (!st->name || !st->layers)
-			die("out of memory");
+		st->layers = lw_calloc(w, (size_t)ps->nlayers, sizeof *st->layers);
+		if (!st->name)
+			lw_oom(w, strlen(ps->name) + 1);
 		for (int l = 0; l < ps->nlayers; l++) {
 			const ProgLayer *ly = &ps->layers[l];
 			st->layers[l] = prog_plan_layer(ly);
@@ -140,9 +177,7 @@ static void fill_edges(Lw *w)
 	const Program *pr = w->pr;
 	Plan *p = w->plan;
 	p->nedges = pr->nstages - 1 + pr->nskips;
-	p->edges = calloc((size_t)p->nedges + 1, sizeof *p->edges);
-	if (!p->edges)
-		die("out of memory");
+	p->edges = lw_calloc(w, (size_t)p->nedges + 1, sizeof *p->edges);
 	for (int s = 0; s + 1 < pr->nstages; s++)
 		p->edges[s] = (PlanEdge){.src = s, .dst = s + 1, .loc = p->stages[s + 1].loc};
 	for (int k = 0; k < pr->nskips; k++) {
@@ -151,10 +186,10 @@ static void fill_edges(Lw *w)
 			.src = sk->src, .dst = sk->dst, .skip = 1, .loc = {sk->loc.line, sk->loc.col}};
 	}
 	w->ne = p->nedges;
-	w->in_off = xcalloc_int((size_t)w->ns + 1);
-	w->out_off = xcalloc_int((size_t)w->ns + 1);
-	w->in_e = xcalloc_int((size_t)w->ne);
-	w->out_e = xcalloc_int((size_t)w->ne);
+	w->in_off = xcalloc_int(w, (size_t)w->ns + 1);
+	w->out_off = xcalloc_int(w, (size_t)w->ns + 1);
+	w->in_e = xcalloc_int(w, (size_t)w->ne);
+	w->out_e = xcalloc_int(w, (size_t)w->ne);
 	for (int e = 0; e < w->ne; e++) {
 		PlanEdge *ed = &p->edges[e];
 		ed->bytes = (int64_t)pr->rows * p->stages[ed->src].out * 4;
@@ -165,7 +200,7 @@ static void fill_edges(Lw *w)
 		w->in_off[s + 1] += w->in_off[s];
 		w->out_off[s + 1] += w->out_off[s];
 	}
-	int *fi = xcalloc_int((size_t)w->ns), *fo = xcalloc_int((size_t)w->ns);
+	int *fi = xcalloc_int(w, (size_t)w->ns), *fo = xcalloc_int(w, (size_t)w->ns);
 	for (int e = 0; e < w->ne; e++) {
 		int a = p->edges[e].src, b = p->edges[e].dst;
 		w->out_e[w->out_off[a] + fo[a]++] = e;
@@ -215,13 +250,13 @@ static void push_outputs(const Lw *w, int pp, const SchedAct *a, int line, Pendi
 	     j++) {
 		int e = w->out_e[j];
 		if (w->remote_k[e] >= 0)
-			pend_push(q, (Out){e, a->mb, DIR_ACT, stage_pp[E[e].dst], line});
+			pend_push(w, q, (Out){e, a->mb, DIR_ACT, stage_pp[E[e].dst], line});
 	}
 	for (int j = w->in_off[a->stage]; (makes & PLAN_DEP_GRAD) && j < w->in_off[a->stage + 1];
 	     j++) {
 		int e = w->in_e[j];
 		if (w->remote_k[e] >= 0)
-			pend_push(q, (Out){e, a->mb, DIR_GRAD, stage_pp[E[e].src], line});
+			pend_push(w, q, (Out){e, a->mb, DIR_GRAD, stage_pp[E[e].src], line});
 	}
 }
 
@@ -290,9 +325,7 @@ static int check_local_order(Lw *w)
 	const SchedCtx *sc = w->sc;
 	const PlanEdge *E = w->plan->edges;
 	int m = w->m;
-	unsigned char *seen = calloc((size_t)w->ns * m + 1, 1);
-	if (!seen)
-		die("out of memory");
+	unsigned char *seen = lw_calloc(w, (size_t)w->ns * m + 1, 1);
 	int bad = 0;
 	for (int p = 0; p < w->pp && !bad; p++) {
 		memset(seen, 0, (size_t)w->ns * m);
@@ -388,10 +421,8 @@ static void lower_rest_naively(Lw *w, int64_t *cur)
 	const int *stage_pp = sc->stage_pp;
 
 	/* The pair each remote (edge, direction) travels between, as an index. */
-	int64_t *keys = malloc((2 * (size_t)ne + 1) * sizeof *keys);
-	int *pair = xcalloc_int(2 * (size_t)ne);
-	if (!keys)
-		die("out of memory");
+	int64_t *keys = lw_malloc(w, (2 * (size_t)ne + 1) * sizeof *keys);
+	int *pair = xcalloc_int(w, 2 * (size_t)ne);
 	size_t nk = 0;
 	for (int e = 0; e < ne; e++) {
 		int a = stage_pp[E[e].src], b = stage_pp[E[e].dst];
@@ -413,10 +444,8 @@ static void lower_rest_naively(Lw *w, int64_t *cur)
 			pair[2 * e + dir] = k ? (int)(k - keys) : -1;
 		}
 	}
-	Fifo *fifo = calloc(np + 1, sizeof *fifo);
-	int *pos = malloc(((size_t)ne * m * 2 + 1) * sizeof *pos); // tensor -> place in its Fifo
-	if (!fifo || !pos)
-		die("out of memory");
+	Fifo *fifo = lw_calloc(w, np + 1, sizeof *fifo);
+	int *pos = lw_malloc(w, ((size_t)ne * m * 2 + 1) * sizeof *pos); // tensor -> place in its Fifo
 
 	/* Pass 1: what each rank will send, in order: what it produced before the stall
 	 * and has not sent, then its remaining actions' outputs. */
@@ -424,7 +453,7 @@ static void lower_rest_naively(Lw *w, int64_t *cur)
 	for (int p = 0; p < w->pp; p++) {
 		out.n = 0;
 		for (int i = 0; i < w->pend[p].n; i++)
-			pend_push(&out, w->pend[p].v[i]);
+			pend_push(w, &out, w->pend[p].v[i]);
 		for (int64_t i = cur[p]; i < sc->nacts[p]; i++)
 			push_outputs(w, p, &sc->acts[p][i], 0, &out);
 		for (int i = 0; i < out.n; i++) {
@@ -434,9 +463,7 @@ static void lower_rest_naively(Lw *w, int64_t *cur)
 			int t = (out.v[i].edge * m + out.v[i].mb) * 2 + out.v[i].dir;
 			if (f->n == f->cap) {
 				f->cap = f->cap ? 2 * f->cap : 16;
-				f->t = realloc(f->t, (size_t)f->cap * sizeof *f->t);
-				if (!f->t)
-					die("out of memory");
+				f->t = lw_realloc(w, f->t, (size_t)f->cap * sizeof *f->t);
 			}
 			pos[t] = f->n;
 			f->t[f->n++] = t;
@@ -506,15 +533,13 @@ static int place_comms(Lw *w, int allow_deadlock)
 {
 	const SchedCtx *sc = w->sc;
 	int pp = w->pp;
-	int64_t *cur = calloc((size_t)pp, sizeof *cur);
-	int64_t *end = calloc((size_t)pp, sizeof *end); // when a busy rank's action ends
-	unsigned char *busy = calloc((size_t)pp, 1);
-	int *gphase = xcalloc_int((size_t)pp); // group number this phase, or -1
+	int64_t *cur = lw_calloc(w, (size_t)pp, sizeof *cur);
+	int64_t *end = lw_calloc(w, (size_t)pp, sizeof *end); // when a busy rank's action ends
+	unsigned char *busy = lw_calloc(w, (size_t)pp, 1);
+	int *gphase = xcalloc_int(w, (size_t)pp); // group number this phase, or -1
 	int rc = 0;
 	int64_t now = 0;
-	w->pend = calloc((size_t)pp, sizeof *w->pend);
-	if (!cur || !end || !busy || !w->pend)
-		die("out of memory");
+	w->pend = lw_calloc(w, (size_t)pp, sizeof *w->pend);
 	for (;;) {
 		int active = 0, moved = 0;
 		for (int p = 0; p < pp; p++) {
@@ -597,6 +622,7 @@ static int place_comms(Lw *w, int allow_deadlock)
 	for (int q = 0; q < pp; q++)
 		free(w->pend[q].v);
 	free(w->pend);
+	w->pend = NULL;
 	return rc;
 }
 
@@ -614,23 +640,21 @@ static void fill_ranks(Lw *w)
 	Plan *p = w->plan;
 	int world = p->world, pp = w->pp;
 	int nlines = world / pp;
-	w->remote_k = xcalloc_int((size_t)w->ne);
+	w->remote_k = xcalloc_int(w, (size_t)w->ne);
 	for (int e = 0; e < w->ne; e++)
 		w->remote_k[e] = w->self_send || p->stages[p->edges[e].src].pp != p->stages[p->edges[e].dst].pp
 		                     ? w->nremote++
 		                     : -1;
-	p->ranks = calloc((size_t)world, sizeof *p->ranks);
+	p->ranks = lw_calloc(w, (size_t)world, sizeof *p->ranks);
 	p->nroutes = 2 * w->nremote * nlines;
-	p->routes = calloc((size_t)p->nroutes + 1, sizeof *p->routes);
-	w->line0 = calloc((size_t)pp, sizeof *w->line0);
-	if (!p->ranks || !p->routes || !w->line0)
-		die("out of memory");
+	p->routes = lw_calloc(w, (size_t)p->nroutes + 1, sizeof *p->routes);
+	w->line0 = lw_calloc(w, (size_t)pp, sizeof *w->line0);
 	/* A line's rank at pipeline index q sits q strides after its rank at index 0. */
 	int stride = 1;
 	for (int i = DIM_COUNT - 1; i >= 0 && p->dim_order[i] != DIM_PP; i--)
 		stride *= p->dims[p->dim_order[i]];
 	w->stride = stride;
-	w->line_of = xcalloc_int((size_t)world);
+	w->line_of = xcalloc_int(w, (size_t)world);
 	for (int r = 0; r < world; r++) {
 		PlanRank *rk = &p->ranks[r];
 		plan_coords_of(p, r, rk->coord);
@@ -676,9 +700,7 @@ static void fill_ranks(Lw *w)
 		int n = 0;
 		for (int e = 0; e < w->ne; e++)
 			n += (p->stages[p->edges[e].src].pp == q) + (p->stages[p->edges[e].dst].pp == q);
-		rk->peers = calloc((size_t)n + 1, sizeof *rk->peers);
-		if (!rk->peers)
-			die("out of memory");
+		rk->peers = lw_calloc(w, (size_t)n + 1, sizeof *rk->peers);
 		for (int s = 0; s < w->ns; s++) {
 			if (p->stages[s].pp != q)
 				continue;
@@ -705,12 +727,13 @@ static void reserve_ops(Lw *w)
 	const SchedCtx *sc = w->sc;
 	const Plan *p = w->plan;
 	int dp = p->dims[DIM_DP];
-	int *remote_in = xcalloc_int((size_t)w->ns), *remote_out = xcalloc_int((size_t)w->ns);
+	int *remote_in = xcalloc_int(w, (size_t)w->ns), *remote_out = xcalloc_int(w, (size_t)w->ns);
 	for (int e = 0; e < w->ne; e++)
 		if (w->remote_k[e] >= 0) {
 			remote_in[p->edges[e].dst]++;
 			remote_out[p->edges[e].src]++;
 		}
+	int64_t *need = lw_calloc(w, (size_t)w->pp, sizeof *need), total = 0;
 	for (int q = 0; q < w->pp; q++) {
 		int64_t n = 0;
 		for (int i = 0; i < sc->nacts[q]; i++) {
@@ -721,12 +744,16 @@ static void reserve_ops(Lw *w)
 		}
 		for (int s = 0; s < w->ns; s++)
 			n += (p->stages[s].pp == q) * (1 + (dp > 1));
-		PlanRank *rk = w->line0[q];
-		rk->ops = malloc((size_t)(n ? n : 1) * sizeof *rk->ops);
-		if (!rk->ops)
-			die("out of memory");
-		rk->ops_cap = n;
+		need[q] = n;
+		total += n;
 	}
+	w->oom->ops = total * (p->world / w->pp); // every pipeline line runs the same lists
+	for (int q = 0; q < w->pp; q++) {
+		PlanRank *rk = w->line0[q];
+		rk->ops = lw_malloc(w, (size_t)(need[q] ? need[q] : 1) * sizeof *rk->ops);
+		rk->ops_cap = need[q];
+	}
+	free(need);
 	free(remote_in);
 	free(remote_out);
 }
@@ -743,9 +770,7 @@ static void copy_lines(Lw *w)
 		if (rk == src)
 			continue;
 		int base = (int)(rk - p->ranks) - (int)(src - p->ranks); // line 0 starts at rank 0
-		rk->ops = malloc((size_t)(src->nops ? src->nops : 1) * sizeof *rk->ops);
-		if (!rk->ops)
-			die("out of memory");
+		rk->ops = lw_malloc(w, (size_t)(src->nops ? src->nops : 1) * sizeof *rk->ops);
 		rk->ops_cap = rk->nops = src->nops;
 		memcpy(rk->ops, src->ops, (size_t)src->nops * sizeof *rk->ops);
 		for (int64_t i = 0; i < rk->nops; i++) {
@@ -758,16 +783,64 @@ static void copy_lines(Lw *w)
 	}
 }
 
+/* Frees the walk state; on the out-of-memory path also the pending queues. */
+static void lw_free(Lw *w)
+{
+	for (int q = 0; w->pend && q < w->pp; q++)
+		free(w->pend[q].v);
+	free(w->pend);
+	free(w->done);
+	free(w->moved);
+	free(w->left);
+	free(w->reduce);
+	free(w->nreduce);
+	free(w->line0);
+	free(w->group);
+	free(w->remote_k);
+	free(w->line_of);
+	free(w->in_off);
+	free(w->out_off);
+	free(w->in_e);
+	free(w->out_e);
+	free(w);
+}
+
 Plan *lower_program(const Program *pr, const SchedCtx *sc, Diag *d, int allow_deadlock,
                     int tune_overlap)
 {
+	/* The walk state is on the heap, not in this frame: longjmp leaves a local that
+	 * changed after setjmp indeterminate, the heap object stays as the callees left it. */
+	LwOom *oom = calloc(1, sizeof *oom);
+	Lw *w = calloc(1, sizeof *w);
 	Plan *p = plan_new();
-	Lw w = {.pr = pr, .sc = sc, .plan = p, .diag = d, .pp = sc->pp, .m = sc->m,
-	        .ns = pr->nstages, .overlap = tune_overlap,
-	        .self_send = pr->same_rank == SAME_RANK_SELF_SEND};
+	if (!oom || !w || !p) {
+		char t[160];
+		fprintf(d->out, "pipecc: %s\n", plan_oom_text(t, sizeof t, 0, sizeof *w));
+		d->nerrors++;
+		free(oom);
+		free(w);
+		plan_free(p);
+		return NULL;
+	}
+	*w = (Lw){.oom = oom, .pr = pr, .sc = sc, .plan = p, .diag = d, .pp = sc->pp,
+	          .m = sc->m, .ns = pr->nstages, .overlap = tune_overlap,
+	          .self_send = pr->same_rank == SAME_RANK_SELF_SEND};
+	for (int q = 0; q < sc->pp; q++) // compute actions: a first estimate of the plan size
+		oom->ops += (int64_t)sc->nacts[q] * (pr->dims[DIM_DP] * pr->dims[DIM_TP]);
+	if (setjmp(oom->jb)) {
+		char t[160];
+		fprintf(d->out, "pipecc: %s\n", plan_oom_text(t, sizeof t, oom->ops, oom->failed));
+		d->nerrors++;
+		lw_free(w);
+		plan_free(p);
+		free(oom);
+		return NULL;
+	}
 	p->name = strdup(pr->name);
 	p->source = strdup(pr->file);
 	p->schedule = strdup(pr->schedule);
+	if (!p->name || !p->source || !p->schedule)
+		lw_oom(w, strlen(pr->file) + 1);
 	for (int i = 0; i < DIM_COUNT; i++) {
 		p->dim_order[i] = pr->dim_order[i];
 		p->dims[i] = pr->dims[i];
@@ -779,37 +852,24 @@ Plan *lower_program(const Program *pr, const SchedCtx *sc, Diag *d, int allow_de
 	p->link_ideal = pr->link_ideal;
 	p->latency_ns = pr->link_ideal ? 0 : pr->latency_ns;
 	p->bandwidth = pr->link_ideal ? 0 : pr->bandwidth;
-	fill_stages(&w);
-	fill_edges(&w);
+	fill_stages(w);
+	fill_edges(w);
 
-	fill_ranks(&w);
-	reserve_ops(&w);
-	w.group = xcalloc_int((size_t)w.pp);
-	w.done = calloc((size_t)w.ns * w.m + 1, 1);
-	w.moved = calloc((size_t)w.ne * w.m * 2 + 1, 1);
-	w.left = xcalloc_int((size_t)w.ns);
-	w.reduce = xcalloc_int((size_t)w.ns * w.pp);
-	w.nreduce = xcalloc_int((size_t)w.pp);
-	if (!w.done || !w.moved)
-		die("out of memory");
-	for (int s = 0; s < w.ns; s++)
-		w.left[s] = w.m;
-	int rc = check_local_order(&w) ? -1 : place_comms(&w, allow_deadlock);
-	free(w.done);
-	free(w.moved);
-	free(w.left);
-	free(w.reduce);
-	free(w.nreduce);
+	fill_ranks(w);
+	reserve_ops(w);
+	w->group = xcalloc_int(w, (size_t)w->pp);
+	w->done = lw_calloc(w, (size_t)w->ns * w->m + 1, 1);
+	w->moved = lw_calloc(w, (size_t)w->ne * w->m * 2 + 1, 1);
+	w->left = xcalloc_int(w, (size_t)w->ns);
+	w->reduce = xcalloc_int(w, (size_t)w->ns * w->pp);
+	w->nreduce = xcalloc_int(w, (size_t)w->pp);
+	for (int s = 0; s < w->ns; s++)
+		w->left[s] = w->m;
+	int rc = check_local_order(w) ? -1 : place_comms(w, allow_deadlock);
 	if (rc == 0)
-		copy_lines(&w);
-	free(w.line0);
-	free(w.group);
-	free(w.remote_k);
-	free(w.line_of);
-	free(w.in_off);
-	free(w.out_off);
-	free(w.in_e);
-	free(w.out_e);
+		copy_lines(w);
+	lw_free(w);
+	free(oom);
 	if (rc) {
 		plan_free(p);
 		return NULL;

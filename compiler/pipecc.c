@@ -107,6 +107,13 @@ Plan *pipecc_compile(const char *file, const char *src, size_t len, const Pipecc
 	if (s->check(&c))
 		goto out;
 	s->fill(&c);
+	if (c.oom) {
+		char t[160];
+		int64_t ops = (int64_t)c.m * c.nstages * 3 * pr->dims[DIM_DP] * pr->dims[DIM_TP];
+		fprintf(d->out, "pipecc: %s\n", plan_oom_text(t, sizeof t, ops, c.oom));
+		d->nerrors++;
+		goto out;
+	}
 	if (d->nerrors)
 		goto out;
 	if (o->dump == PASS_SCHEDULE) {

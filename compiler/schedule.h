@@ -24,6 +24,7 @@ typedef struct {
 	int *stage_pp;       // placement: stage -> pipeline index (filled before fill())
 	int *nacts, *cap;    // per pipeline index
 	SchedAct **acts;
+	size_t oom;          // bytes of an allocation that failed: sched_push dropped actions
 } SchedCtx;
 
 typedef struct {

@@ -15,7 +15,9 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -346,6 +348,36 @@ int cli_given(const CliTool *t, const void *dest)
 /* ------------------------------------------------------------------------------------
  * Output files. */
 
+/* Creates and removes the temporary file the write will use, so that a folder which
+ * takes no new files (/proc, a read-only mount) is named before the work, with the
+ * reason, rather than as "No such file or directory" after it. */
+static int probe_temporary(const CliTool *t, const char *path)
+{
+	size_t n = strlen(path) + 32;
+	char *tmp = malloc(n);
+	if (!tmp)
+		return cli_error(t, "cannot write %s: %s", path, strerror(ENOMEM));
+	snprintf(tmp, n, "%s.tmp%ld", path, (long)getpid());
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
+	int e = errno, rc = 0;
+	if (fd >= 0) {
+		close(fd);
+		unlink(tmp);
+	} else {
+		struct stat st;
+		int exists = stat(path, &st) == 0;
+		if (exists && access(path, W_OK) != 0)
+			rc = cli_error(t, "cannot write %s: %s", path, strerror(errno));
+		else if (e == ENOENT) // /proc: the folder refuses new names
+			rc = cli_error(t, "cannot write %s: %sits folder takes no new files", path,
+			               exists ? "it is not a regular file we can replace: " : "");
+		else
+			rc = cli_error(t, "cannot write %s: %s", path, strerror(e));
+	}
+	free(tmp);
+	return rc;
+}
+
 static int check_output(const CliTool *t, const char *path)
 {
 	if (cli_is_std(path))
@@ -370,6 +402,8 @@ static int check_output(const CliTool *t, const char *path)
 		rc = cli_error(t, "cannot write %s: %s", path, strerror(ENOTDIR));
 	else if (access(d, W_OK | X_OK) != 0)
 		rc = cli_error(t, "cannot write %s: %s", path, strerror(errno));
+	else
+		rc = probe_temporary(t, path);
 	free(folder);
 	return rc;
 }
@@ -395,6 +429,57 @@ int cli_check_outputs(const CliTool *t)
 	return 0;
 }
 
+/* ------------------------------------------------------------------------------------
+ * Temporary files and signals.  SIGINT, SIGTERM and SIGHUP during a write would leave
+ * PATH.tmpPID behind: the open temporary files are kept in a small table that the
+ * handler walks with unlink() only (async-signal-safe), then it restores the default
+ * action and raises the signal again, so the exit status still says "killed by".  The
+ * table is process state by nature (a signal handler has no context to be passed). */
+
+enum { TMP_SLOTS = 16 };
+static char *volatile tmp_slots[TMP_SLOTS];
+static volatile sig_atomic_t handlers_set;
+static const int tmp_signals[] = {SIGINT, SIGTERM, SIGHUP};
+
+static void on_signal(int sig)
+{
+	for (int i = 0; i < TMP_SLOTS; i++) {
+		char *p = tmp_slots[i];
+		if (p)
+			unlink(p);
+	}
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+static void tmp_register(char *path)
+{
+	if (!handlers_set) {
+		handlers_set = 1;
+		for (size_t i = 0; i < sizeof tmp_signals / sizeof *tmp_signals; i++) {
+			struct sigaction old, sa = {.sa_handler = on_signal};
+			sigemptyset(&sa.sa_mask);
+			for (size_t k = 0; k < sizeof tmp_signals / sizeof *tmp_signals; k++)
+				sigaddset(&sa.sa_mask, tmp_signals[k]);
+			/* A signal the caller ignores (nohup) stays ignored. */
+			if (sigaction(tmp_signals[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+				sigaction(tmp_signals[i], &sa, NULL);
+		}
+	}
+	for (int i = 0; i < TMP_SLOTS; i++)
+		if (!tmp_slots[i]) {
+			tmp_slots[i] = path;
+			return;
+		}
+}
+
+static void tmp_unregister(const char *path)
+{
+	for (int i = 0; i < TMP_SLOTS; i++)
+		if (tmp_slots[i] == path)
+			tmp_slots[i] = NULL;
+}
+
 FILE *cli_out_open(const CliTool *t, CliOut *o, const char *path)
 {
 	*o = (CliOut){.path = path};
@@ -408,6 +493,7 @@ FILE *cli_out_open(const CliTool *t, CliOut *o, const char *path)
 		o->tmp = malloc(n);
 		if (o->tmp) {
 			snprintf(o->tmp, n, "%s.tmp%ld", path, (long)getpid());
+			tmp_register(o->tmp);
 			o->f = fopen(o->tmp, "wx");
 		} else {
 			errno = ENOMEM;
@@ -415,6 +501,8 @@ FILE *cli_out_open(const CliTool *t, CliOut *o, const char *path)
 	}
 	if (!o->f) {
 		cli_error(t, "cannot write %s: %s", path, strerror(errno));
+		if (o->tmp)
+			tmp_unregister(o->tmp);
 		free(o->tmp);
 		o->tmp = NULL;
 	}
@@ -444,6 +532,8 @@ int cli_out_close(const CliTool *t, CliOut *o, int failed)
 		if (o->tmp)
 			remove(o->tmp);
 	}
+	if (o->tmp)
+		tmp_unregister(o->tmp);
 	free(o->tmp);
 	*o = (CliOut){0};
 	return bad ? CLI_EXIT_FAIL : 0;

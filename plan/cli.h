@@ -102,7 +102,9 @@ int cli_is_std(const char *path);
 /* One output file.  A regular file (or a new one) is written to a temporary file in
  * the same folder and renamed over the target by cli_out_close, so a failure leaves
  * no partial or empty file; a device or pipe (/dev/null) is written in place; "-" is
- * standard output. */
+ * standard output.  SIGINT, SIGTERM and SIGHUP remove the open temporary files and
+ * then end the process by the same signal.  cli_check_outputs creates and removes the
+ * temporary file once, so a folder that takes no new files (/proc) is named first. */
 typedef struct {
 	const char *path;
 	FILE *f;

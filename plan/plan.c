@@ -37,19 +37,37 @@ LayerShape plan_shape(const Plan *p)
 	return (LayerShape){p->rows, p->rows, 1, 0};
 }
 
-static void *xcalloc(size_t n, size_t size)
+/* A size in bytes as people read it: "512 MiB". */
+static void human_bytes(char *buf, size_t n, double b)
 {
-	void *p = calloc(n ? n : 1, size);
-	if (!p) {
-		fprintf(stderr, "out of memory\n");
-		exit(1);
+	static const char *const units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+	int u = 0;
+	while (b >= 1024 && u < 4) {
+		b /= 1024;
+		u++;
 	}
-	return p;
+	snprintf(buf, n, u >= 3 ? "%.1f %s" : "%.0f %s", b, units[u]);
+}
+
+char *plan_oom_text(char *buf, size_t n, int64_t ops, size_t failed)
+{
+	char need[32], got[32];
+	human_bytes(need, sizeof need, (double)ops * (double)sizeof(PlanOp));
+	human_bytes(got, sizeof got, (double)failed);
+	int k = snprintf(buf, n, "out of memory");
+	if (ops > 0 && k < (int)n)
+		k += snprintf(buf + k, n - (size_t)k, ": the plan needs %.1f M ops (about %s)",
+		              (double)ops / 1e6, need);
+	if (failed && k < (int)n)
+		snprintf(buf + k, n - (size_t)k, "%sallocating %s failed", ops > 0 ? "; " : ": ", got);
+	return buf;
 }
 
 Plan *plan_new(void)
 {
-	Plan *p = xcalloc(1, sizeof *p);
+	Plan *p = calloc(1, sizeof *p);
+	if (!p)
+		return NULL;
 	for (int d = 0; d < DIM_COUNT; d++) {
 		p->dims[d] = 1;
 		p->dim_order[d] = d;
@@ -87,10 +105,8 @@ PlanOp *plan_push_op(PlanRank *r, PlanOp op)
 	if (r->nops == r->ops_cap) {
 		int64_t cap = r->ops_cap ? r->ops_cap + r->ops_cap / 2 : 64;
 		PlanOp *ops = realloc(r->ops, (size_t)cap * sizeof *ops);
-		if (!ops) {
-			fprintf(stderr, "out of memory\n");
-			exit(1);
-		}
+		if (!ops)
+			return NULL;
 		r->ops = ops;
 		r->ops_cap = cap;
 	}

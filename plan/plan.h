@@ -18,7 +18,11 @@
 #include "op.h"
 
 #define PLAN_FORMAT "pipecc-plan"
-#define PLAN_VERSION 2
+#define PLAN_VERSION 2        // what the writer writes: the header carries a checksum
+#define PLAN_VERSION_PLAIN 1  // still read: no checksum (hand-written test plans)
+#define PLAN_CHECKSUM "fnv1a" // 64-bit FNV-1a of every byte after the header line
+#define PLAN_FNV_OFFSET 0xcbf29ce484222325ULL
+#define PLAN_FNV_PRIME 0x100000001b3ULL
 
 typedef enum {
 	DIM_PP, // pipeline parallel
@@ -172,9 +176,15 @@ int plan_optim_state_bytes(int kind);
 /* The microbatch the layers of p work on. */
 LayerShape plan_shape(const Plan *p);
 
-Plan *plan_new(void);
+/* Out of memory is a user condition, not a crash: these return NULL and every tool
+ * says what the plan needed (plan_oom_text) and exits 1. */
+Plan *plan_new(void); // NULL when out of memory
 void plan_free(Plan *p);
-PlanOp *plan_push_op(PlanRank *r, PlanOp op);      // appends, growing the array
+PlanOp *plan_push_op(PlanRank *r, PlanOp op); // appends, growing the array; NULL: out of memory
+/* "out of memory: the plan needs 12.5 M ops (about 610 MiB); allocating 512 MiB
+ * failed" into buf: ops is the plan size in ops (0 when unknown), failed the bytes of
+ * the allocation that failed.  Returns buf. */
+char *plan_oom_text(char *buf, size_t n, int64_t ops, size_t failed);
 int plan_rank_of(const Plan *p, const int coord[DIM_COUNT]);
 void plan_coords_of(const Plan *p, int rank, int coord[DIM_COUNT]);
 int64_t plan_total_ops(const Plan *p);

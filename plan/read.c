@@ -6,6 +6,7 @@
 #include "plan.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -20,6 +21,9 @@ typedef struct {
 	PlanError *err;
 	int failed;
 	const char *name; // for messages
+	int64_t ops;      // ops the rank lines declared so far, for the out-of-memory text
+	int check;        // the header has a checksum: hash every later line into h
+	uint64_t want, h;
 } Rd;
 
 static int fail(Rd *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -45,6 +49,12 @@ static int next_line(Rd *r, const char *what)
 	r->line++;
 	if (n < 0)
 		return fail(r, "unexpected end of file: expected %s", what);
+	if (r->check) {
+		uint64_t h = r->h;
+		for (ssize_t i = 0; i < n; i++)
+			h = (h ^ (unsigned char)r->buf[i]) * PLAN_FNV_PRIME;
+		r->h = h;
+	}
 	if (n == 0 || r->buf[n - 1] != '\n')
 		return fail(r, "line does not end with a newline (truncated file?)");
 	r->buf[n - 1] = 0;
@@ -192,8 +202,10 @@ static int grow(Rd *r, void **arr, int64_t *cap, int64_t need, size_t size)
 	while (c < need)
 		c *= 2;
 	void *p = realloc(*arr, (size_t)c * size);
-	if (!p)
-		return fail(r, "out of memory");
+	if (!p) {
+		char t[160];
+		return fail(r, "%s", plan_oom_text(t, sizeof t, r->ops, (size_t)c * size));
+	}
 	memset((char *)p + (size_t)*cap * size, 0, (size_t)(c - *cap) * size);
 	*arr = p;
 	*cap = c;
@@ -296,7 +308,8 @@ static int read_layer_keys(Rd *r, PlanLayer *ly, int left)
 	return 0;
 }
 
-static int read_header(Rd *r, Plan *p)
+/* The first line: `pipecc-plan VERSION [fnv1a=HEX]`; sets up the checksum. */
+static int read_format(Rd *r)
 {
 	if (next_line(r, "'" PLAN_FORMAT " 1'"))
 		return -1;
@@ -314,12 +327,32 @@ static int read_header(Rd *r, Plan *p)
 	r->s += strlen(PLAN_FORMAT);
 	skip_sp(r);
 	int v;
-	if (inum(r, &v, 0, INT_MAX, "format version") || eol(r))
+	if (inum(r, &v, 0, INT_MAX, "format version"))
 		return -1;
-	if (v < 1 || v > PLAN_VERSION) // version 1 lacks only what version 2 added
-		return fail(r, "plan format version %d is not supported (this build reads %d)", v,
-		            PLAN_VERSION);
+	if (v != PLAN_VERSION && v != PLAN_VERSION_PLAIN)
+		return fail(r, "plan format version %d is not supported (this build reads %d and %d)",
+		            v, PLAN_VERSION_PLAIN, PLAN_VERSION);
+	if (v == PLAN_VERSION) {
+		skip_sp(r);
+		char *end;
+		if (strncmp(r->s, PLAN_CHECKSUM "=", strlen(PLAN_CHECKSUM) + 1) != 0)
+			return fail(r, "expected '" PLAN_CHECKSUM "=HEX' after the format version");
+		r->s += strlen(PLAN_CHECKSUM) + 1;
+		errno = 0;
+		r->want = strtoull(r->s, &end, 16);
+		if (end - r->s != 16 || errno)
+			return fail(r, "the checksum must be 16 hex digits");
+		r->s = end;
+		r->check = 1;
+		r->h = PLAN_FNV_OFFSET;
+	}
+	return eol(r);
+}
 
+static int read_header(Rd *r, Plan *p)
+{
+	if (read_format(r))
+		return -1;
 	if (next_line(r, "'pipeline NAME'") || word(r, "pipeline") || !(p->name = token(r, "a name")) ||
 	    eol(r))
 		return -1;
@@ -635,6 +668,7 @@ static int read_ranks(Rd *r, Plan *p)
 		    kv(r, "peers=", &rk->npeers, 0, INT_MAX) ||
 		    kv64(r, "ops=", &nops, 0, INT64_MAX / 64) || eol(r))
 			return -1;
+		r->ops += nops;
 		if (plan_rank_of(p, rk->coord) != i)
 			return fail(r, "rank %d has the coordinates of rank %d", i,
 			            plan_rank_of(p, rk->coord));
@@ -668,8 +702,10 @@ static int read_ranks(Rd *r, Plan *p)
 		}
 		int64_t cap = nops < (1 << 16) ? nops : (1 << 16);
 		rk->ops = malloc((size_t)(cap ? cap : 1) * sizeof *rk->ops);
-		if (!rk->ops)
-			return fail(r, "out of memory");
+		if (!rk->ops) {
+			char t[160];
+			return fail(r, "%s", plan_oom_text(t, sizeof t, r->ops, (size_t)(cap ? cap : 1) * sizeof *rk->ops));
+		}
 		rk->ops_cap = cap;
 		rk->first_line = r->line + 1;
 		for (int64_t j = 0; j < nops; j++) {
@@ -691,6 +727,12 @@ static int read_ranks(Rd *r, Plan *p)
 		r->line++;
 		return fail(r, "text after 'end'");
 	}
+	if (r->check && r->h != r->want) {
+		r->line = 1;
+		return fail(r, "checksum mismatch: the plan was changed after pipecc wrote it (the "
+		               "header says %016" PRIx64 ", the text hashes to %016" PRIx64 ")",
+		            r->want, r->h);
+	}
 	return 0;
 }
 
@@ -701,6 +743,10 @@ Plan *plan_read(FILE *f, const char *name, PlanError *err)
 	err->rank = -1;
 	err->op = -1;
 	Plan *p = plan_new();
+	if (!p) {
+		plan_oom_text(err->msg, sizeof err->msg, 0, sizeof *p);
+		return NULL;
+	}
 	int bad = read_header(&r, p) || read_stages(&r, p) || read_edges(&r, p) ||
 	          read_routes(&r, p) || read_ranks(&r, p);
 	free(r.buf);

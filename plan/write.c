@@ -14,10 +14,25 @@ typedef struct {
 	char buf[1 << 20];
 	size_t n;
 	int err;
+	int hash_only; // the first pass: fold the text into h instead of writing it
+	uint64_t h;    // FNV-1a of everything after the header line
 } Out;
+
+static void hash(Out *o, const char *s, size_t n)
+{
+	uint64_t h = o->h;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ (unsigned char)s[i]) * PLAN_FNV_PRIME;
+	o->h = h;
+}
 
 static void flush(Out *o)
 {
+	if (o->hash_only) {
+		hash(o, o->buf, o->n);
+		o->n = 0;
+		return;
+	}
 	if (o->n && fwrite(o->buf, 1, o->n, o->f) != o->n)
 		o->err = 1;
 	o->n = 0;
@@ -29,7 +44,9 @@ static void put(Out *o, const char *s)
 	if (o->n + len > sizeof o->buf)
 		flush(o);
 	if (len > sizeof o->buf) {
-		if (fwrite(s, 1, len, o->f) != len)
+		if (o->hash_only)
+			hash(o, s, len);
+		else if (fwrite(s, 1, len, o->f) != len)
 			o->err = 1;
 		return;
 	}
@@ -181,16 +198,8 @@ static void put_optim(Out *o, const PlanOptim *op)
 	put(o, "\n");
 }
 
-int plan_write(const Plan *p, FILE *f)
+static void write_body(Out *o, const Plan *p)
 {
-	Out *o = malloc(sizeof *o); // a 1 MiB buffer: big writes, and too big for a stack
-	if (!o)
-		return -1;
-	o->f = f;
-	o->n = 0;
-	o->err = 0;
-
-	putf(o, "%s %d\n", PLAN_FORMAT, PLAN_VERSION);
 	putf(o, "pipeline %s\n", p->name);
 	putf(o, "source %s\n", p->source ? p->source : "-");
 	putf(o, "schedule %s\n", p->schedule);
@@ -258,6 +267,24 @@ int plan_write(const Plan *p, FILE *f)
 	}
 	put(o, "end\n");
 	flush(o);
+}
+
+/* Two passes over the text: the first only hashes it, so the header line can carry the
+ * checksum of what follows while the plan still streams to a pipe. */
+int plan_write(const Plan *p, FILE *f)
+{
+	Out *o = malloc(sizeof *o); // a 1 MiB buffer: big writes, and too big for a stack
+	if (!o)
+		return -1;
+	o->f = f;
+	o->n = 0;
+	o->err = 0;
+	o->hash_only = 1;
+	o->h = PLAN_FNV_OFFSET;
+	write_body(o, p);
+	o->hash_only = 0;
+	putf(o, "%s %d " PLAN_CHECKSUM "=%016" PRIx64 "\n", PLAN_FORMAT, PLAN_VERSION, o->h);
+	write_body(o, p);
 	if (fflush(f) != 0)
 		o->err = 1;
 	int err = o->err;

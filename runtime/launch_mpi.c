@@ -8,8 +8,11 @@
 #include "rt_private.h"
 
 #include <mpi.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "mpi_check.h"
 
@@ -17,6 +20,7 @@ typedef struct {
 	MPI_Comm comm;
 	int rank, size;
 	int inited;    // we called MPI_Init (so we finalize)
+	int *peer_pid;  // per rank: its process id on this host, 0 on another host
 } MpWorld;
 
 int rt_mpi_failed(RtWorld *w, RtRank *r, int e, const char *call, const char *file, int line)
@@ -52,6 +56,27 @@ static int mp_open(RtWorld *w)
 		return rt_world_error(w, "the plan has world %d but %d MPI processes were started "
 		                         "(mpirun -np %d)",
 		                      w->plan->world, m->size, w->plan->world);
+	/* Who runs where: a rank that ends the job after a watchdog abort also kills its
+	 * same-host peers itself, since a stopped (SIGSTOP) process outlives MPI_Abort. */
+	typedef struct {
+		int pid;
+		char host[64];
+	} Who;
+	Who me = {.pid = (int)getpid()};
+	gethostname(me.host, sizeof me.host - 1);
+	Who *all = calloc((size_t)m->size, sizeof *all);
+	m->peer_pid = calloc((size_t)m->size, sizeof *m->peer_pid);
+	if (!all || !m->peer_pid) {
+		free(all);
+		return rt_world_error(w, "out of memory");
+	}
+	int e = MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, m->comm);
+	for (int i = 0; e == MPI_SUCCESS && i < m->size; i++)
+		if (i != m->rank && !strcmp(all[i].host, me.host))
+			m->peer_pid[i] = all[i].pid;
+	free(all);
+	if (e != MPI_SUCCESS)
+		return rt_mpi_failed(w, NULL, e, "MPI_Allgather", __FILE__, __LINE__);
 	rt_world_set_ranks(w, m->rank, 1, m->rank == 0);
 	return RT_OK;
 }
@@ -64,9 +89,24 @@ static int mpi_live(void)
 	return inited && !finalized;
 }
 
+/* Whether a same-host process is stopped (state T in /proc/PID/stat). */
+static int peer_stopped(int pid)
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof path, "/proc/%d/stat", pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return 0;
+	size_t n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	const char *p = strrchr(buf, ')');
+	return p && (p[2] == 'T' || p[2] == 't');
+}
+
 static void mp_abort(RtWorld *w)
 {
-	(void)w;
+	MpWorld *m = w->state[RT_PART_LAUNCHER];
 	if (!mpi_live())
 		return;
 	/* Others may be stuck waiting for us: end the job, after giving them a moment to
@@ -75,6 +115,16 @@ static void mp_abort(RtWorld *w)
 	fflush(stderr);
 	struct timespec ts = {1, 0};
 	nanosleep(&ts, NULL);
+	/* A stopped peer ignores the launcher's SIGTERM and would outlive the job: after a
+	 * watchdog abort, kill the stopped same-host peers first (SIGKILL ends a stopped
+	 * process).  Live peers are left to MPI_Abort: killing them here too would cut their
+	 * own messages to mpirun short (ORTE_ERROR_LOG lines). */
+	if (m && m->peer_pid && atomic_load(&w->timed_out))
+		for (int i = 0; i < m->size; i++)
+			if (m->peer_pid[i] > 0 && peer_stopped(m->peer_pid[i])) {
+				kill((pid_t)m->peer_pid[i], SIGKILL);
+				kill((pid_t)m->peer_pid[i], SIGCONT);
+			}
 	MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
@@ -89,6 +139,7 @@ static void mp_close(RtWorld *w)
 		if (m->inited)
 			MPI_Finalize();
 	}
+	free(m->peer_pid);
 	free(m);
 	w->state[RT_PART_LAUNCHER] = NULL;
 }

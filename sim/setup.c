@@ -94,7 +94,8 @@ int sim_setup(S *s)
 			res->ranks[r].times = t;
 			if (!t || !s->pred[r]) {
 				s->oom = s->failed = 1;
-				snprintf(res->message, sizeof res->message, "out of memory");
+				plan_oom_text(res->message, sizeof res->message, plan_total_ops(p),
+				              (size_t)(n ? n : 1) * (sizeof *t + sizeof **s->pred));
 				return -1;
 			}
 			for (int64_t i = 0; i < n; i++) {

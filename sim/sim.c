@@ -30,7 +30,7 @@ void *sim_xcalloc(S *s, size_t n, size_t size)
 	void *p = calloc(n ? n : 1, size);
 	if (!p && !s->oom) {
 		s->oom = s->failed = 1;
-		snprintf(s->res->message, sizeof s->res->message, "out of memory");
+		plan_oom_text(s->res->message, sizeof s->res->message, plan_total_ops(s->p), n * size);
 	}
 	return p;
 }
@@ -46,7 +46,8 @@ int sim_grow(S *s, void **arr, int64_t *cap, int64_t need, size_t size)
 	if (!p) {
 		if (!s->oom) {
 			s->oom = s->failed = 1;
-			snprintf(s->res->message, sizeof s->res->message, "out of memory");
+			plan_oom_text(s->res->message, sizeof s->res->message, plan_total_ops(s->p),
+			              (size_t)c * size);
 		}
 		return -1;
 	}
@@ -238,7 +239,7 @@ static int hput(S *s, Hash *h, uint64_t key, int64_t time, int64_t who, int64_t 
 		HEnt *ne = calloc((size_t)cap, sizeof *ne);
 		if (!ne) {
 			s->oom = s->failed = 1;
-			snprintf(s->res->message, sizeof s->res->message, "out of memory");
+			plan_oom_text(s->res->message, sizeof s->res->message, plan_total_ops(s->p), 0);
 			return -1;
 		}
 		for (int64_t j = 0; j < h->cap; j++) {
@@ -311,7 +312,7 @@ static int chan_of(S *s, int r, int peer, int recv)
 			free(nk);
 			free(nv);
 			s->oom = s->failed = 1;
-			snprintf(s->res->message, sizeof s->res->message, "out of memory");
+			plan_oom_text(s->res->message, sizeof s->res->message, plan_total_ops(s->p), 0);
 			return -1;
 		}
 		for (int64_t j = 0; j < s->paircap; j++) {
@@ -360,7 +361,7 @@ static int chan_push(S *s, Chan *c, int side, int64_t post, int64_t op)
 		QEnt *q = malloc((size_t)cap * sizeof *q);
 		if (!q) {
 			s->oom = s->failed = 1;
-			snprintf(s->res->message, sizeof s->res->message, "out of memory");
+			plan_oom_text(s->res->message, sizeof s->res->message, plan_total_ops(s->p), 0);
 			return -1;
 		}
 		for (int64_t i = 0; i < c->n; i++)
@@ -865,7 +866,8 @@ int sim_run(const Plan *p, const SimOptions *opt, SimResult *res)
 	int oom = s.oom;
 	sim_cleanup(&s);
 	if (oom) {
-		snprintf(res->message, sizeof res->message, "out of memory");
+		if (!res->message[0])
+			plan_oom_text(res->message, sizeof res->message, plan_total_ops(p), 0);
 		return -1;
 	}
 	return res->verdict == SIM_OK ? 0 : 1;

@@ -77,4 +77,53 @@ has "watchdog names rank 0's blocked send" "$dir/err" \
 has "watchdog names rank 1's blocked send" "$dir/err" \
 	"deadlock.plan:$l1: note: rank 1 blocked in step 1 at 'SEND grad e=0 m=0 to=0"
 
+
+# Chaos: one rank of a long run is stopped (SIGSTOP) or killed (SIGKILL) mid-run.  The
+# job must end within the watchdog time plus the launcher's grace second, with a non-zero
+# status, no piperun process of the job left alive and our watchdog message (Open
+# MPI may still print an ORTE_ERROR_LOG line: docs/runtime.md).  The plan: pp=4, 64 mbs.
+{
+	printf 'pipeline chaos;\nmesh pp=4;\nmicrobatches 64;\ninput 2x4;\n'
+	printf 'stage s0 { linear 4; }\nstage s1 { linear 4; }\nstage s2 { linear 4; }\n'
+	printf 'stage s3 { linear 4; loss mse; }\nschedule 1f1b;\ncost * f=1 b=1 w=1;\nlink ideal;\n'
+} >"$dir/chaos.pipe"
+"$BIN/pipecc" "$dir/chaos.pipe" -o "$dir/chaos.plan" || fails=$((fails + 1))
+for sig in STOP KILL; do
+	$MPIRUN -np 4 "$BIN/piperun" "$dir/chaos.plan" --steps 1000000 --timeout 2 \
+		>"$dir/out" 2>"$dir/err" &
+	mp=$!
+	n=0 # until all four ranks are up
+	while [ "$(pgrep -f -- "piperun $dir/chaos.plan" | wc -l)" -lt 4 ] && [ "$n" -lt 200 ]; do
+		sleep 0.1
+		n=$((n + 1))
+	done
+	sleep 1
+	victim=$(pgrep -f -- "piperun $dir/chaos.plan" | tail -1)
+	[ -n "$victim" ] && kill -"$sig" "$victim"
+	# The bound: 2 s watchdog + 1 s grace + start-up slack; a hang fails here.
+	n=0
+	while kill -0 "$mp" 2>/dev/null && [ "$n" -lt 200 ]; do
+		sleep 0.1
+		n=$((n + 1))
+	done
+	if kill -0 "$mp" 2>/dev/null; then
+		check "SIG$sig: mpirun ends within 20 s" 1 "still running"
+		kill -9 "$mp"
+	else
+		check "SIG$sig: mpirun ends within 20 s" 0 ""
+	fi
+	wait "$mp"
+	rc=$?
+	[ "$rc" -ne 0 ]
+	check "SIG$sig: mpirun exits non-zero" $? "exit $rc"
+	sleep 0.5
+	left=$(pgrep -f -- "piperun $dir/chaos.plan")
+	[ -z "$left" ]
+	check "SIG$sig: no piperun process of the job remains" $? "left: $left"
+	[ -n "$left" ] && kill -9 $left
+	if [ "$sig" = STOP ]; then
+		has "SIG$sig: the watchdog says why" "$dir/err" "error: no rank made progress for 2 s"
+	fi
+done
+
 [ "$fails" -eq 0 ]

@@ -1,0 +1,133 @@
+#!/bin/sh
+# Faults every tool must survive with a clear message: out of memory (an address-space
+# limit with `ulimit -v`), interrupted writes (SIGINT during a compile), outputs that
+# cannot be written.  ASan reserves terabytes of address space, so the ulimit tests are
+# skipped under SAN=1 with a notice.
+: "${BIN:=bin}"
+TOOL=reliability
+. tests/lib/cli.sh
+
+# A program of pp stages on pp ranks with m microbatches.
+program() {
+	printf 'pipeline big;\nmesh pp=%d;\nmicrobatches %d;\ninput 2x4;\n' "$1" "$2"
+	i=0
+	while [ "$i" -lt "$1" ]; do
+		if [ "$i" -eq $(($1 - 1)) ]; then
+			printf 'stage s%d { linear 4; loss mse; }\n' "$i"
+		else
+			printf 'stage s%d { linear 4; }\n' "$i"
+		fi
+		i=$((i + 1))
+	done
+	printf 'schedule 1f1b;\ncost * f=1 b=1 w=1;\nlink ideal;\n'
+}
+program 8 20000 >"$dir/mid.pipe"
+"$BIN/pipecc" "$dir/mid.pipe" -o "$dir/mid.plan" || fails=$((fails + 1))
+
+# limited KB CMD...: CMD under an address-space limit of KB kilobytes.  OpenBLAS's
+# own threads retry their buffers forever when mmap fails, so it gets one thread.
+limited() {
+	kb=$1
+	shift
+	(ulimit -v "$kb" && OPENBLAS_NUM_THREADS=1 exec "$@")
+}
+
+if ldd "$BIN/pipecc" 2>/dev/null | grep -q asan; then
+	echo "testing $TOOL out of memory ... skipped (ASan and ulimit -v do not mix)"
+else
+	for tool in pipecc pipesim piperun; do
+		case $tool in
+		pipecc) set -- "$BIN/pipecc" "$dir/mid.pipe" -o "$dir/oom.plan" ;;
+		pipesim) set -- "$BIN/pipesim" "$dir/mid.plan" ;;
+		piperun) set -- "$BIN/piperun" "$dir/mid.plan" --check ;;
+		esac
+		# The smallest limit, in steps of 30 MB, under which the tool starts at all: piperun
+		# maps OpenBLAS (and cuBLAS when built with CUDA) before main.
+		kb=30000
+		while :; do
+			limited "$kb" "$@" >/dev/null 2>"$dir/err"
+			grep -q "error while loading shared libraries" "$dir/err" || break
+			[ "$kb" -lt 4000000 ] || break
+			kb=$((kb + 30000))
+		done
+		t "$tool out of memory exits 1" 1 limited "$kb" "$@"
+		has "$tool out of memory says what the plan needs" "$dir/err" \
+			"out of memory: the plan needs [0-9.]* M ops (about [0-9]* MiB); allocating .* failed"
+		if grep -q "internal error\|Aborted" "$dir/err"; then
+			check "$tool out of memory is no crash" 1 "$(head -1 "$dir/err")"
+		else
+			check "$tool out of memory is no crash" 0 ""
+		fi
+	done
+	[ ! -e "$dir/oom.plan" ] && ! ls "$dir"/oom.plan.tmp* >/dev/null 2>&1
+	check "pipecc out of memory leaves no output" $? "oom.plan or its temporary file exists"
+fi
+
+
+# An interrupted compile: the signal removes the temporary file, the target is neither
+# created nor changed, and the exit status says killed by that signal.  A background
+# job of a script starts with SIGINT ignored, so env --default-signal gives it back.
+program 64 40000 >"$dir/huge.pipe"
+for sig in INT TERM; do
+	rm -f "$dir/huge.plan"
+	[ "$sig" = TERM ] && echo "old plan" >"$dir/huge.plan"
+	env --default-signal=INT "$BIN/pipecc" "$dir/huge.pipe" -o "$dir/huge.plan" 2>"$dir/err" &
+	pid=$!
+	n=0
+	while ! ls "$dir"/huge.plan.tmp* >/dev/null 2>&1 && [ "$n" -lt 600 ] && kill -0 "$pid" 2>/dev/null; do
+		sleep 0.05
+		n=$((n + 1))
+	done
+	kill -"$sig" "$pid" 2>/dev/null
+	wait "$pid"
+	rc=$?
+	want=130
+	[ "$sig" = TERM ] && want=143
+	[ "$rc" -eq "$want" ]
+	check "SIG$sig ends pipecc by the signal" $? "exit $rc, wanted $want (too fast a compile?)"
+	! ls "$dir"/huge.plan.tmp* >/dev/null 2>&1
+	check "SIG$sig leaves no temporary file" $? "$(ls "$dir"/huge.plan.tmp* 2>/dev/null)"
+	if [ "$sig" = TERM ]; then
+		[ "$(cat "$dir/huge.plan")" = "old plan" ]
+		check "SIG$sig leaves the old target as it was" $? "huge.plan changed"
+	else
+		[ ! -e "$dir/huge.plan" ]
+		check "SIG$sig creates no target" $? "huge.plan exists"
+	fi
+done
+
+# Outputs that cannot be written are named with the real reason, before the work.
+if [ -e /proc/version ]; then
+	t "-o /proc/version is an error" 1 "$BIN/pipecc" examples/tiny.pipe -o /proc/version
+	has "-o /proc/version gives the reason" "$dir/err" \
+		"cannot write /proc/version: it is not a regular file we can replace: its folder takes no new files"
+	t "-o /proc/new is an error" 1 "$BIN/pipecc" examples/tiny.pipe -o /proc/new.plan
+	has "-o /proc/new gives the reason" "$dir/err" "cannot write /proc/new.plan: its folder takes no new files"
+fi
+mkdir "$dir/ro" && chmod 555 "$dir/ro"
+if [ "$(id -u)" -ne 0 ]; then
+	t "read-only folder is an error" 1 "$BIN/pipecc" examples/tiny.pipe -o "$dir/ro/x.plan"
+	has "read-only folder gives the reason" "$dir/err" "Permission denied"
+fi
+
+
+# The plan checksum: a plan changed after pipecc wrote it is refused by both readers
+# at line 1; a truncated plan gets a located error; hand-written version-1 plans (no
+# checksum) still read.
+"$BIN/pipecc" examples/tiny.pipe -o "$dir/tiny.plan"
+sed 's/^F 0 1 /F 0 2 /' "$dir/tiny.plan" >"$dir/edited.plan"
+! cmp -s "$dir/tiny.plan" "$dir/edited.plan"
+check "the hand edit changed the plan" $? "sed changed nothing"
+for tool in pipesim piperun; do
+	extra=
+	[ "$tool" = piperun ] && extra=--check
+	t "$tool refuses an edited plan" 1 "$BIN/$tool" "$dir/edited.plan" $extra
+	has "$tool names the checksum mismatch at line 1" "$dir/err" \
+		"edited.plan:1: error: checksum mismatch: the plan was changed after pipecc wrote it"
+	head -c 800 "$dir/tiny.plan" >"$dir/cut.plan"
+	t "$tool refuses a truncated plan" 1 "$BIN/$tool" "$dir/cut.plan" $extra
+	has "$tool locates the truncation" "$dir/err" "cut.plan:[0-9]*: error: .*truncated"
+done
+t "a version-1 plan without checksum still reads" 0 "$BIN/pipesim" tests/plans/good/tiny2.plan
+
+[ "$fails" -eq 0 ]
