@@ -183,3 +183,16 @@ int64_t rt_world_local_ops(const RtWorld *w)
 		n += w->plan->ranks[r].nops;
 	return n;
 }
+
+int rt_layer_call_check(RtRank *r, const RtLayerCall *c)
+{
+	const PlanLayer *ly = c->layer;
+	const RtTensor *t[] = {c->x, c->y, c->dy, c->dx, c->target};
+	const int64_t cols[] = {ly->in, ly->out, ly->out, ly->in, ly->in};
+	for (int i = 0; i < 5; i++)
+		if (t[i] && (t[i]->rows != c->rows || t[i]->cols != cols[i]))
+			return rt_error(r, "internal: %s layer given a %lldx%lld tensor where it takes "
+			                   "%lldx%lld", plan_layers[ly->kind].name, (long long)t[i]->rows,
+			                (long long)t[i]->cols, (long long)c->rows, (long long)cols[i]);
+	return RT_OK;
+}

@@ -96,24 +96,6 @@ static int cpu_scale(RtRank *r, RtTensor *t, float alpha)
 
 /* ---- layers: one row of kernels per layer kind (rt_backend.h, "Layers") ---- */
 
-static const char *kind_name(const RtLayerCall *c)
-{
-	return plan_layers[c->layer->kind].name;
-}
-
-/* The shapes a kernel relies on: x is rows x in, y and dy rows x out, dx rows x in. */
-static int shapes_ok(RtRank *r, const RtLayerCall *c)
-{
-	const PlanLayer *ly = c->layer;
-	const RtTensor *t[] = {c->x, c->y, c->dy, c->dx, c->target};
-	const int64_t cols[] = {ly->in, ly->out, ly->out, ly->in, ly->in};
-	for (int i = 0; i < 5; i++)
-		if (t[i] && (t[i]->rows != c->rows || t[i]->cols != cols[i]))
-			return rt_error(r, "internal: %s layer given a %lldx%lld tensor where it takes "
-			                   "%lldx%lld", kind_name(c), (long long)t[i]->rows,
-			                (long long)t[i]->cols, (long long)c->rows, (long long)cols[i]);
-	return RT_OK;
-}
 
 /* linear: y = x w + b; w in x out (row-major), b 1 x out. */
 static void linear_shapes(const PlanLayer *ly, int64_t rows, RtLayerTensors *t)
@@ -126,7 +108,7 @@ static void linear_shapes(const PlanLayer *ly, int64_t rows, RtLayerTensors *t)
 
 static int linear_fwd(RtRank *r, const RtLayerCall *c)
 {
-	if (shapes_ok(r, c))
+	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
 	int64_t m = c->rows, k = c->layer->in, n = c->layer->out;
 	float *yd = F32(c->y);
@@ -141,7 +123,7 @@ static int linear_fwd(RtRank *r, const RtLayerCall *c)
 /* dx = dy w^T */
 static int linear_bwd_in(RtRank *r, const RtLayerCall *c)
 {
-	if (shapes_ok(r, c))
+	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
 	int64_t m = c->rows, k = c->layer->in, n = c->layer->out;
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)k, (int)n, 1.0f,
@@ -152,7 +134,7 @@ static int linear_bwd_in(RtRank *r, const RtLayerCall *c)
 /* dw += x^T dy, db += column sums of dy */
 static int linear_bwd_w(RtRank *r, const RtLayerCall *c)
 {
-	if (shapes_ok(r, c))
+	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
 	int64_t m = c->rows, k = c->layer->in, n = c->layer->out;
 	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)n, (int)m, 1.0f,
@@ -170,7 +152,7 @@ static int linear_bwd_w(RtRank *r, const RtLayerCall *c)
 
 static int relu_fwd(RtRank *r, const RtLayerCall *c)
 {
-	if (shapes_ok(r, c))
+	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
 	const float *a = F32(c->x);
 	float *o = F32(c->y);
@@ -181,7 +163,7 @@ static int relu_fwd(RtRank *r, const RtLayerCall *c)
 
 static int relu_bwd_in(RtRank *r, const RtLayerCall *c)
 {
-	if (shapes_ok(r, c))
+	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
 	const float *a = F32(c->x), *g = F32(c->dy);
 	float *o = F32(c->dx);
@@ -192,7 +174,7 @@ static int relu_bwd_in(RtRank *r, const RtLayerCall *c)
 
 static int gelu_fwd(RtRank *r, const RtLayerCall *c)
 {
-	if (shapes_ok(r, c))
+	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
 	const float *a = F32(c->x);
 	float *o = F32(c->y);
@@ -205,7 +187,7 @@ static int gelu_fwd(RtRank *r, const RtLayerCall *c)
 
 static int gelu_bwd_in(RtRank *r, const RtLayerCall *c)
 {
-	if (shapes_ok(r, c))
+	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
 	const float *a = F32(c->x), *g = F32(c->dy);
 	float *o = F32(c->dx);
@@ -222,7 +204,7 @@ static int gelu_bwd_in(RtRank *r, const RtLayerCall *c)
 /* Mean of (x - target)^2 over all elements, accumulated in double, into loss[slot]. */
 static int mse_fwd(RtRank *r, const RtLayerCall *c)
 {
-	if (shapes_ok(r, c))
+	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
 	if (c->slot < 0 || c->slot >= c->loss->cols)
 		return rt_error(r, "internal: loss slot %d of %lld", c->slot, (long long)c->loss->cols);
@@ -240,7 +222,7 @@ static int mse_fwd(RtRank *r, const RtLayerCall *c)
 /* dx = scale * 2 (x - target) / (rows * cols) */
 static int mse_bwd_in(RtRank *r, const RtLayerCall *c)
 {
-	if (shapes_ok(r, c))
+	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
 	const float *a = F32(c->x), *b = F32(c->target);
 	float *o = F32(c->dx);

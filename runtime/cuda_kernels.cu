@@ -299,23 +299,9 @@ static int gemm(RtRank *r, cublasOperation_t ta, cublasOperation_t tb, int64_t m
 /* ---- layers: one row of kernels per layer kind (rt_backend.h, "Layers"); the
  * tensors are the cpu device's (rt_layer_shapes) ---- */
 
-/* The shapes a kernel relies on: x is rows x in, y and dy rows x out, dx rows x in. */
-static int shapes_ok(RtRank *r, const RtLayerCall *c)
-{
-	const PlanLayer *ly = c->layer;
-	const RtTensor *t[] = {c->x, c->y, c->dy, c->dx, c->target};
-	const int64_t cols[] = {ly->in, ly->out, ly->out, ly->in, ly->in};
-	for (int i = 0; i < 5; i++)
-		if (t[i] && (t[i]->rows != c->rows || t[i]->cols != cols[i]))
-			return rt_error(r, "internal: %s layer given a %lldx%lld tensor where it takes "
-			                   "%lldx%lld", plan_layers[ly->kind].name, (long long)t[i]->rows,
-			                (long long)t[i]->cols, (long long)c->rows, (long long)cols[i]);
-	return RT_OK;
-}
-
 static int linear_fwd(RtRank *r, const RtLayerCall *c)
 {
-	if (shapes_ok(r, c))
+	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
 	int64_t m = c->rows, k = c->layer->in, n = c->layer->out;
 	const RtTensor *w = &c->param[0], *b = &c->param[1];
@@ -333,7 +319,7 @@ static int linear_fwd(RtRank *r, const RtLayerCall *c)
 /* dx = dy w^T */
 static int linear_bwd_in(RtRank *r, const RtLayerCall *c)
 {
-	if (shapes_ok(r, c))
+	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
 	int64_t m = c->rows, k = c->layer->in, n = c->layer->out;
 	const RtTensor *w = &c->param[0];
@@ -350,7 +336,7 @@ static int linear_bwd_in(RtRank *r, const RtLayerCall *c)
 /* dw += x^T dy, db += column sums of dy */
 static int linear_bwd_w(RtRank *r, const RtLayerCall *c)
 {
-	if (shapes_ok(r, c))
+	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
 	int64_t m = c->rows, k = c->layer->in, n = c->layer->out;
 	RtTensor *dw = &c->grad[0], *db = &c->grad[1];
@@ -373,7 +359,7 @@ static int linear_bwd_w(RtRank *r, const RtLayerCall *c)
 /* An elementwise layer's F: y = f(x). */
 static int ew_fwd(RtRank *r, const RtLayerCall *c, void (*kernel)(const float *, float *, int64_t))
 {
-	if (shapes_ok(r, c))
+	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
 	Use u[] = {{c->x, 0}, {c->y, 1}};
 	if (cu_cs_begin(r, u, 2))
@@ -387,7 +373,7 @@ static int ew_fwd(RtRank *r, const RtLayerCall *c, void (*kernel)(const float *,
 static int ew_bwd_in(RtRank *r, const RtLayerCall *c,
                      void (*kernel)(const float *, const float *, float *, int64_t))
 {
-	if (shapes_ok(r, c))
+	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
 	Use u[] = {{c->x, 0}, {c->dy, 0}, {c->dx, 1}};
 	if (cu_cs_begin(r, u, 3))
@@ -419,7 +405,7 @@ static int gelu_bwd_in(RtRank *r, const RtLayerCall *c)
 
 static int mse_fwd(RtRank *r, const RtLayerCall *c)
 {
-	if (shapes_ok(r, c))
+	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
 	if (c->slot < 0 || c->slot >= c->loss->cols)
 		return rt_error(r, "internal: loss slot %d of %lld", c->slot, (long long)c->loss->cols);
@@ -435,7 +421,7 @@ static int mse_fwd(RtRank *r, const RtLayerCall *c)
 
 static int mse_bwd_in(RtRank *r, const RtLayerCall *c)
 {
-	if (shapes_ok(r, c))
+	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
 	Use u[] = {{c->x, 0}, {c->target, 0}, {c->dx, 1}};
 	if (cu_cs_begin(r, u, 3))

@@ -158,6 +158,10 @@ typedef struct {
 	float scale;             // B of a loss: factor of the gradient (1/microbatches)
 } RtLayerCall;
 
+/* The shapes every device's kernels rely on: x is rows x in, y and dy rows x out, dx
+ * rows x in, a loss's target rows x in.  RT_OK, or RT_EFAIL with an internal error. */
+int rt_layer_call_check(RtRank *r, const RtLayerCall *c);
+
 typedef int (*RtLayerFn)(RtRank *r, const RtLayerCall *c);
 
 typedef struct {
