@@ -155,6 +155,39 @@ static void warp_free(Warp *w)
 	free(w->gap);
 }
 
+/* Whether op i of rank r is a compute op drawn as a box inside [0, span]. */
+static int drawn(const Plan *p, const SimResult *res, int r, int64_t i, int64_t span)
+{
+	const SimOpTime *ti = &res->ranks[r].times[i];
+	return !plan_is_comm(p->ranks[r].ops[i].kind) && ti->end > ti->start && ti->start >= 0 &&
+	       ti->end <= span;
+}
+
+/* need[k]: the share of min_box the widest-needing op covering interval k of the map
+ * asks; returns their sum. */
+static double warp_need(const Warp *w, const Plan *p, const SimResult *res, int64_t span,
+                        double min_box, double *need)
+{
+	double sum = 0;
+	for (int r = 0; r < p->world; r++) {
+		const SimOpTime *ti = res->ranks[r].times;
+		for (int64_t i = 0; i < p->ranks[r].nops; i++) {
+			if (!drawn(p, res, r, i, span))
+				continue;
+			double len = (double)(ti[i].end - ti[i].start);
+			for (int64_t k = find_t(w, ti[i].start); k + 1 < w->n && w->t[k] < ti[i].end;
+			     k++) {
+				double v = min_box * (double)(w->t[k + 1] - w->t[k]) / len;
+				if (v > need[k])
+					need[k] = v;
+			}
+		}
+	}
+	for (int64_t k = 0; k + 1 < w->n; k++)
+		sum += need[k];
+	return sum;
+}
+
 /* Builds the map for [0, span]; falls back to the linear map (n = 0) for huge plans,
  * when memory is short, or when a linear map gives every box min_box pixels within PLOT_W_MAX
  * (then scaled so).  Returns 1 when the map is not linear. */
@@ -171,8 +204,7 @@ static int warp_build(Warp *w, const Plan *p, const SimResult *res, int64_t span
 	for (int r = 0; r < p->world; r++) {
 		const SimOpTime *ti = res->ranks[r].times;
 		for (int64_t i = 0; i < p->ranks[r].nops; i++) {
-			if (plan_is_comm(p->ranks[r].ops[i].kind) || ti[i].end <= ti[i].start ||
-			    ti[i].start < 0 || ti[i].end > span)
+			if (!drawn(p, res, r, i, span))
 				continue;
 			cap += 2;
 			if (!shortest || ti[i].end - ti[i].start < shortest)
@@ -198,8 +230,7 @@ static int warp_build(Warp *w, const Plan *p, const SimResult *res, int64_t span
 	for (int r = 0; r < p->world; r++) {
 		const SimOpTime *ti = res->ranks[r].times;
 		for (int64_t i = 0; i < p->ranks[r].nops; i++) {
-			if (plan_is_comm(p->ranks[r].ops[i].kind) || ti[i].end <= ti[i].start ||
-			    ti[i].start < 0 || ti[i].end > span)
+			if (!drawn(p, res, r, i, span))
 				continue;
 			t[n++] = ti[i].start;
 			t[n++] = ti[i].end;
@@ -217,24 +248,7 @@ static int warp_build(Warp *w, const Plan *p, const SimResult *res, int64_t span
 	w->gap = calloc((size_t)m, 1);
 	if (!need || !w->x || !w->gap || m < 2)
 		goto linear;
-	/* need[k]: the share of min_box the widest-needing op covering interval k asks */
-	double sum_need = 0;
-	for (int r = 0; r < p->world; r++) {
-		const SimOpTime *ti = res->ranks[r].times;
-		for (int64_t i = 0; i < p->ranks[r].nops; i++) {
-			if (plan_is_comm(p->ranks[r].ops[i].kind) || ti[i].end <= ti[i].start ||
-			    ti[i].start < 0 || ti[i].end > span)
-				continue;
-			double len = (double)(ti[i].end - ti[i].start);
-			for (int64_t k = find_t(w, ti[i].start); k + 1 < m && t[k] < ti[i].end; k++) {
-				double v = min_box * (double)(t[k + 1] - t[k]) / len;
-				if (v > need[k])
-					need[k] = v;
-			}
-		}
-	}
-	for (int64_t k = 0; k + 1 < m; k++)
-		sum_need += need[k];
+	double sum_need = warp_need(w, p, res, span, min_box, need);
 	/* Room: the axis grows up to PLOT_W_MAX; beyond that boxes get less than min_box. */
 	double target = sum_need * 1.2 > PLOT_W ? sum_need * 1.2 : PLOT_W;
 	if (target > PLOT_W_MAX) {
