@@ -63,6 +63,7 @@ typedef struct {
 	unsigned char *done; // per (stage, mb): PLAN_DEP_MB bits of the actions that ran
 	unsigned char *moved; // per (edge, mb, dir): 1 once the tensor has been transferred
 	int *left;           // per stage: backward actions still to run
+	int tie_embed, tie_head; // plan_tie: a head tied to another stage's embedding
 	int *reduce;         // per pipeline index: stages whose reduction is due (ns each)
 	int *nreduce;
 } Lw;
@@ -270,6 +271,9 @@ static void finish_compute(Lw *w, int pp, const SchedAct *a, int line)
 	push_outputs(w, pp, a, line, &w->pend[pp]);
 	if ((makes & PLAN_DEP_WGRAD) && --w->left[a->stage] == 0)
 		w->reduce[w->nreduce[pp]++ + (size_t)pp * w->ns] = a->stage;
+	/* A tied head's weight gradient adds into its embedding's (plan_tie). */
+	if ((makes & PLAN_DEP_WGRAD) && a->stage == w->tie_head && --w->left[w->tie_embed] == 0)
+		w->reduce[w->nreduce[pp]++ + (size_t)pp * w->ns] = w->tie_embed;
 }
 
 
@@ -865,6 +869,9 @@ Plan *lower_program(const Program *pr, const SchedCtx *sc, Diag *d, int allow_de
 	w->nreduce = xcalloc_int(w, (size_t)w->pp);
 	for (int s = 0; s < w->ns; s++)
 		w->left[s] = w->m;
+	plan_tie(p, &w->tie_embed, &w->tie_head);
+	if (w->tie_embed >= 0)
+		w->left[w->tie_embed] += w->m;
 	int rc = check_local_order(w) ? -1 : place_comms(w, allow_deadlock);
 	if (rc == 0)
 		copy_lines(w);

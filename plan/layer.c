@@ -60,9 +60,9 @@ static void weighted(const PlanLayer *l, const LayerShape *sh, int64_t params, T
 	c->flops[2] = (double)f.w;
 }
 
-static TkAttn attn_shape(const PlanLayer *l, const LayerShape *sh)
+TkAttn plan_layer_attn(const PlanLayer *l, const LayerShape *sh)
 {
-	return (TkAttn){sh->batch, sh->seq, l->in, l->heads, l->kv_heads,
+	return (TkAttn){sh->batch, sh->seq, l->in, l->heads, l->kv_heads ? l->kv_heads : l->heads,
 	                has(l, LAYER_KEY_ROPE), 10000.0};
 }
 
@@ -85,7 +85,7 @@ static void rmsnorm_cost(const PlanLayer *l, const LayerShape *sh, LayerCost *c)
 
 static void attn_cost(const PlanLayer *l, const LayerShape *sh, LayerCost *c)
 {
-	TkAttn a = attn_shape(l, sh);
+	TkAttn a = plan_layer_attn(l, sh);
 	weighted(l, sh, tk_params_attn(&a, has(l, LAYER_KEY_BIAS)), tk_mem_attn(&a),
 	         tk_flops_attn(&a), c);
 }

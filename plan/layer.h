@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct TkAttn;
+
 typedef enum {
 	LAYER_LINEAR,    // dense layer with bias, in -> out
 	LAYER_RELU,      // elementwise max(x, 0)
@@ -114,6 +116,8 @@ LayerKind plan_layer_find(const char *s, size_t n);
 int plan_layer_out(LayerKind k, int in, int width_arg);
 /* Figures of one layer on a microbatch of shape sh. */
 LayerCost plan_layer_figures(const PlanLayer *l, const LayerShape *sh);
+/* The attention shape (plan/tfcount.h) of an attention layer on microbatch sh. */
+struct TkAttn plan_layer_attn(const PlanLayer *l, const LayerShape *sh);
 /* Figures of a layer without keys (linear, relu, gelu, mse) for rows rows. */
 LayerCost plan_layer_cost(LayerKind k, int64_t rows, int in, int out);
 /* The kind spelled word (and, for LAYER_ARG_NAME rows, name), or LAYER_COUNT; with name

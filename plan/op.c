@@ -38,22 +38,30 @@ const OpInfo plan_ops[OP_COUNT] = {
 	              .early = "an optimizer step before the stage's last W"},
 };
 
-const char *plan_dep_apply(OpKind k, uint8_t *mb, PlanStageDeps *st, int m, int dp)
+const char *plan_dep_apply(OpKind k, uint8_t *mb, PlanStageDeps *st, PlanStageDeps *embed,
+                           int m, int dp)
 {
 	const OpInfo *o = &plan_ops[k];
+	int wgrad = (o->makes & PLAN_DEP_WGRAD) != 0;
 	if (o->makes & PLAN_DEP_MB) {
 		if ((o->needs & PLAN_DEP_MB) & ~*mb)
 			return o->early;
 		if (*mb & o->makes)
 			return o->again;
-		if ((o->makes & PLAN_DEP_WGRAD) && st->reduced)
+		if (wgrad && st->reduced)
 			return "a weight gradient after the stage's all-reduce";
+		if (wgrad && embed && (embed->reduced || embed->stepped))
+			return "a tied head's weight gradient after its embedding's all-reduce or step";
 		*mb |= o->makes;
-		st->nw += !!(o->makes & PLAN_DEP_WGRAD);
+		st->nw += wgrad;
+		if (embed)
+			embed->nw_tied += wgrad;
 		return NULL;
 	}
 	if ((o->needs & PLAN_DEP_ALL_W) && st->nw < m)
 		return o->early;
+	if ((o->needs & PLAN_DEP_ALL_W) && st->tied && st->nw_tied < m)
+		return "before the last weight gradient of the head tied to its embedding";
 	if (o->makes & PLAN_DEP_REDUCED) {
 		if (dp == 1)
 			return "an all-reduce with dp = 1";

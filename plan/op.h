@@ -72,14 +72,20 @@ typedef struct {
 	int nw;           // weight gradients done (W or BW)
 	uint8_t reduced;  // its ALLREDUCE ran
 	uint8_t stepped;  // its OPTIM ran
+	uint8_t tied;     // set by the caller: a tied head on another stage adds its m weight
+	                  // gradients into this (the embedding's) stage's gradient
+	int nw_tied;      // ... of which done
 } PlanStageDeps;
 
 /* The dependency rules, once.  May an op of kind k run now on a stage whose microbatch
  * has done the PLAN_DEP_MB bits in *mb (NULL for ALLREDUCE and OPTIM) and whose stage
  * state is *st, with m microbatches and dp replicas?  NULL: yes, and *mb and *st are
- * updated; else the phrase that says why not ("W before its B").  SEND and RECV have no
- * local rule here (their data is the caller's to find). */
-const char *plan_dep_apply(OpKind k, uint8_t *mb, PlanStageDeps *st, int m, int dp);
+ * updated; else the phrase that says why not ("W before its B").  embed: for an op of
+ * the stage of a head tied to another stage's embedding (plan_tie), that stage's state
+ * (its gradient takes the head's), else NULL.  SEND and RECV have no local rule here
+ * (their data is the caller's to find). */
+const char *plan_dep_apply(OpKind k, uint8_t *mb, PlanStageDeps *st, PlanStageDeps *embed,
+                           int m, int dp);
 
 /* F, B, W, BW: a stage's math on one microbatch. */
 static inline int plan_op_is_compute(OpKind k)

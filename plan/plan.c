@@ -12,6 +12,21 @@ const char *const plan_dim_names[DIM_COUNT] = {"pp", "dp", "tp"};
 const char *const plan_dir_names[DIR_COUNT] = {"act", "grad"};
 const char *const plan_peer_names[PEER_COUNT] = {"remote", "local", "self"};
 
+void plan_tie(const Plan *p, int *embed, int *head)
+{
+	*embed = *head = -1;
+	for (int s = 0; s < p->nstages; s++)
+		for (int l = 0; l < p->stages[s].nlayers; l++) {
+			const PlanLayer *ly = &p->stages[s].layers[l];
+			if (ly->kind == LAYER_EMBED && *embed < 0)
+				*embed = s;
+			if (ly->kind == LAYER_HEAD && (ly->flags & LAYER_FLAG(LAYER_KEY_TIED)))
+				*head = s;
+		}
+	if (*embed < 0 || *head < 0 || *embed == *head)
+		*embed = *head = -1;
+}
+
 int plan_edge_self(const Plan *p, int e)
 {
 	const PlanEdge *ed = &p->edges[e];

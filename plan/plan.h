@@ -201,6 +201,10 @@ int plan_edge_self(const Plan *p, int e);
 /* The end of what runs as one step from op i of rank r: past the comm group op i opens
  * (the consecutive comm ops with its group number), or i + 1 for any other op. */
 int64_t plan_group_end(const PlanRank *r, int64_t i);
+/* A head tied to an embedding in another stage: *embed and *head are the two stages
+ * (the head's weight gradients add into the embedding's stage's gradient), else -1 and
+ * -1 (no tied head, or both in one stage). */
+void plan_tie(const Plan *p, int *embed, int *head);
 /* Ranks of rank r's communicator along dim (r included), in coordinate order. */
 int plan_dim_members(const Plan *p, int rank, int dim, int *out);
 /* Formats op o of rank r as the text the plan file carries (no location). */

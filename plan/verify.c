@@ -457,7 +457,14 @@ typedef struct {
 	uint8_t *st;        // [local stage][mb]: PLAN_DEP_MB bits
 	uint8_t *rcv;       // [local edge][mb][dir]: received
 	PlanStageDeps *sd;  // [local stage]
+	int embed, head;    // plan_tie's stages, or -1
 } Deps;
+
+/* The state of the embedding stage a tied head's op of stage s writes into, or NULL. */
+static PlanStageDeps *tied_of(Deps *d, int s)
+{
+	return s == d->head && s >= 0 ? &d->sd[d->loc[d->embed]] : NULL;
+}
 
 static uint8_t mb_state(const Deps *d, int stage, int mb)
 {
@@ -546,7 +553,7 @@ static int dep_op(Vc *v, Deps *d, int64_t i)
 			return verr(v, d->r, i, "%s: stage %d is not placed on rank %d (pp index %d)",
 			            opdesc(v, d->r, i, x, sizeof x), s, d->r, d->pp);
 		bad = plan_dep_apply(plan_op_kind(o), &d->st[(size_t)d->loc[s] * d->m + o->mb],
-		                     &d->sd[d->loc[s]], d->m, d->dp);
+		                     &d->sd[d->loc[s]], tied_of(d, s), d->m, d->dp);
 		if (!bad)
 			bad = edge_inputs(v, d, o, x, sizeof x);
 		break;
@@ -561,7 +568,7 @@ static int dep_op(Vc *v, Deps *d, int64_t i)
 		else if (o->kind == OP_ALLREDUCE && d->dp > 1 && o->bytes != p->stages[s].params * 4)
 			bad = "its size differs from the stage's gradients";
 		else
-			bad = plan_dep_apply(plan_op_kind(o), NULL, &d->sd[d->loc[s]], d->m, d->dp);
+			bad = plan_dep_apply(plan_op_kind(o), NULL, &d->sd[d->loc[s]], NULL, d->m, d->dp);
 		break;
 	}
 	return bad ? verr(v, d->r, i, "%s: %s", opdesc(v, d->r, i, y, sizeof y), bad) : 0;
@@ -596,6 +603,7 @@ static int check_deps(Vc *v)
 	const Plan *p = v->p;
 	int ns = p->nstages;
 	Deps d = {.m = p->microbatches, .dp = p->dims[DIM_DP]};
+	plan_tie(p, &d.embed, &d.head);
 	d.loc = malloc((size_t)ns * sizeof *d.loc);
 	d.eloc = malloc((size_t)p->nedges * sizeof *d.eloc + 1);
 	int rc = -1;
@@ -624,6 +632,13 @@ static int check_deps(Vc *v)
 			verr(v, -1, -1, "out of memory");
 			goto out;
 		}
+		if (d.head >= 0 && (d.loc[d.head] >= 0) != (d.loc[d.embed] >= 0)) {
+			verr(v, r, -1, "stage %d's head is tied to the embedding of stage %d, which is "
+			     "on another rank", d.head, d.embed);
+			goto out;
+		}
+		if (d.head >= 0 && d.loc[d.head] >= 0)
+			d.sd[d.loc[d.embed]].tied = 1;
 		for (int64_t i = 0; i < rk->nops; i++)
 			if (dep_op(v, &d, i))
 				goto out;

@@ -8,6 +8,7 @@
 #include "rt_private.h"
 
 #include <stdarg.h>
+#include <string.h>
 #include <time.h>
 
 static int vnote(char *buf, size_t n, const char *fmt, va_list ap)
@@ -184,15 +185,51 @@ int64_t rt_world_local_ops(const RtWorld *w)
 	return n;
 }
 
+static int wrong_shape(RtRank *r, const RtLayerCall *c, const RtTensor *t, int64_t rows,
+                       int64_t cols)
+{
+	return rt_error(r, "internal: %s layer given a %lldx%lld tensor where it takes %lldx%lld",
+	                plan_layers[c->layer->kind].name, (long long)t->rows, (long long)t->cols,
+	                (long long)rows, (long long)cols);
+}
+
+/* Tensors of one list (parameters, saved, held) against the kind's row. */
+static int check_list(RtRank *r, const RtLayerCall *c, const RtTensor *t, RtTensor *const *tp,
+                      int n, const RtShape *sh, int want)
+{
+	if (n != want)
+		return rt_error(r, "internal: %s layer given %d tensors where it keeps %d",
+		                plan_layers[c->layer->kind].name, n, want);
+	for (int i = 0; i < n; i++) {
+		const RtTensor *x = t ? &t[i] : tp[i];
+		if (x && (x->rows != sh[i].rows || x->cols != sh[i].cols))
+			return wrong_shape(r, c, x, sh[i].rows, sh[i].cols);
+	}
+	return RT_OK;
+}
+
 int rt_layer_call_check(RtRank *r, const RtLayerCall *c)
 {
 	const PlanLayer *ly = c->layer;
+	int64_t tcols = plan_layers[ly->kind].tokens ? 1 : ly->in;
 	const RtTensor *t[] = {c->x, c->y, c->dy, c->dx, c->target};
-	const int64_t cols[] = {ly->in, ly->out, ly->out, ly->in, ly->in};
+	const int64_t cols[] = {ly->in, ly->out, ly->out, ly->in, tcols};
 	for (int i = 0; i < 5; i++)
 		if (t[i] && (t[i]->rows != c->rows || t[i]->cols != cols[i]))
-			return rt_error(r, "internal: %s layer given a %lldx%lld tensor where it takes "
-			                   "%lldx%lld", plan_layers[ly->kind].name, (long long)t[i]->rows,
-			                (long long)t[i]->cols, (long long)c->rows, (long long)cols[i]);
+			return wrong_shape(r, c, t[i], c->rows, cols[i]);
+	if (c->rows != c->sh.rows)
+		return rt_error(r, "internal: %s layer called on %lld rows of a %lld-row microbatch",
+		                plan_layers[ly->kind].name, (long long)c->rows, (long long)c->sh.rows);
+	RtLayerTensors k;
+	memset(&k, 0, sizeof k);
+	if (rt_layer_shapes[ly->kind])
+		rt_layer_shapes[ly->kind](ly, &c->sh, &k);
+	if (check_list(r, c, c->param, NULL, c->nparams, k.param, k.nparams) ||
+	    (c->grad && check_list(r, c, c->grad, NULL, c->nparams, k.param, k.nparams)) ||
+	    check_list(r, c, NULL, c->saved, c->nsaved, k.saved, k.nsaved) ||
+	    check_list(r, c, NULL, c->held, c->nheld, k.held, k.nheld))
+		return RT_EFAIL;
+	if (c->work && (c->work->rows != k.work.rows || c->work->cols != k.work.cols))
+		return wrong_shape(r, c, c->work, k.work.rows, k.work.cols);
 	return RT_OK;
 }

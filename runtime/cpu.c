@@ -1,12 +1,13 @@
 /* The cpu device: tensor storage in host memory and the layers' math, for the threads
  * and mpi backends and for every --check reference.  The layers are one row of kernels
- * per layer kind (cpu_layers); the tensors each kind keeps are defined here too
- * (rt_layer_shapes), as this is the reference every other device agrees with.  GEMMs
+ * per layer kind (cpu_layers), computing into the tensors shapes.c defines for the kind;
+ * the transformer kinds call tkernels.c, the math every other device agrees with.  GEMMs
  * go through OpenBLAS's cblas_sgemm; everything else is a plain loop.  Every kernel is
  * deterministic for given shapes, which is what lets --check compare a pipelined run
  * with the sequential reference bit for bit when summation orders agree.  Reductions
  * that produce a scalar (the loss) accumulate in double. */
 #include "rt_private.h"
+#include "tkernels.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -96,16 +97,7 @@ static int cpu_scale(RtRank *r, RtTensor *t, float alpha)
 
 /* ---- layers: one row of kernels per layer kind (rt_backend.h, "Layers") ---- */
 
-
 /* linear: y = x w + b; w in x out (row-major), b 1 x out. */
-static void linear_shapes(const PlanLayer *ly, int64_t rows, RtLayerTensors *t)
-{
-	(void)rows;
-	t->nparams = 2;
-	t->param[0] = (RtShape){ly->in, ly->out, RT_INIT_UNIFORM};
-	t->param[1] = (RtShape){1, ly->out, RT_INIT_ZERO};
-}
-
 static int linear_fwd(RtRank *r, const RtLayerCall *c)
 {
 	if (rt_layer_call_check(r, c))
@@ -233,15 +225,296 @@ static int mse_bwd_in(RtRank *r, const RtLayerCall *c)
 	return RT_OK;
 }
 
-const RtLayerShapeFn rt_layer_shapes[LAYER_COUNT] = {
-	[LAYER_LINEAR] = linear_shapes,
-};
+/* ---- the transformer kinds: tkernels.c's math on the call's tensors ---- */
+
+#define PARAM(c, i) F32(&(c)->param[i])
+#define GRAD(c, i) F32(&(c)->grad[i])
+#define SAVED(c, i) F32((c)->saved[i])
+#define HELD(c, i) F32((c)->held[i])
+#define HAS(ly, key) (((ly)->flags & LAYER_FLAG(LAYER_KEY_##key)) != 0)
+
+/* The token ids of t (rows x 1 whole numbers) as a new int32 array; NULL with an error
+ * naming the first bad one. */
+static int32_t *token_ids(RtRank *r, const RtTensor *t, int64_t vocab, const char *what)
+{
+	int64_t n = t->rows * t->cols;
+	int32_t *ids = malloc((size_t)(n ? n : 1) * sizeof *ids);
+	if (!ids) {
+		rt_error(r, "out of memory for %lld token ids", (long long)n);
+		return NULL;
+	}
+	const float *v = F32(t);
+	for (int64_t i = 0; i < n; i++) {
+		if (!(v[i] >= 0 && v[i] < (float)vocab && v[i] == floorf(v[i]))) {
+			rt_error(r, "%s %lld is %g, not a token id in [0, %lld)", what, (long long)i,
+			         (double)v[i], (long long)vocab);
+			free(ids);
+			return NULL;
+		}
+		ids[i] = (int32_t)v[i];
+	}
+	return ids;
+}
+
+/* embed: y = wte[x] (+ wpe[position]); W scatters dy into the rows of the tokens. */
+static int embed_fwd(RtRank *r, const RtLayerCall *c)
+{
+	if (rt_layer_call_check(r, c))
+		return RT_EFAIL;
+	int32_t *ids = token_ids(r, c->x, c->sh.vocab, "input token");
+	if (!ids)
+		return RT_EFAIL;
+	tk_embed_fwd(ids, PARAM(c, 0), c->nparams > 1 ? PARAM(c, 1) : NULL, F32(c->y),
+	             c->sh.batch, c->sh.seq, c->layer->out, c->sh.vocab);
+	free(ids);
+	return RT_OK;
+}
+
+static int embed_bwd_w(RtRank *r, const RtLayerCall *c)
+{
+	if (rt_layer_call_check(r, c))
+		return RT_EFAIL;
+	int32_t *ids = token_ids(r, c->x, c->sh.vocab, "input token");
+	if (!ids)
+		return RT_EFAIL;
+	tk_embed_bwd_w(ids, F32(c->dy), GRAD(c, 0), c->nparams > 1 ? GRAD(c, 1) : NULL,
+	               c->sh.batch, c->sh.seq, c->layer->out, c->sh.vocab);
+	free(ids);
+	return RT_OK;
+}
+
+/* layernorm and rmsnorm: per-row statistics saved for B and W. */
+static int layernorm_fwd(RtRank *r, const RtLayerCall *c)
+{
+	if (rt_layer_call_check(r, c))
+		return RT_EFAIL;
+	tk_layernorm_fwd(F32(c->x), PARAM(c, 0), PARAM(c, 1), TK_NORM_EPS, F32(c->y), SAVED(c, 0),
+	                 SAVED(c, 1), c->rows, c->layer->in);
+	return RT_OK;
+}
+
+static int layernorm_bwd_in(RtRank *r, const RtLayerCall *c)
+{
+	if (rt_layer_call_check(r, c))
+		return RT_EFAIL;
+	tk_layernorm_bwd_in(F32(c->x), PARAM(c, 0), SAVED(c, 0), SAVED(c, 1), F32(c->dy),
+	                    F32(c->dx), c->rows, c->layer->in);
+	return RT_OK;
+}
+
+static int layernorm_bwd_w(RtRank *r, const RtLayerCall *c)
+{
+	if (rt_layer_call_check(r, c))
+		return RT_EFAIL;
+	tk_layernorm_bwd_w(F32(c->x), SAVED(c, 0), SAVED(c, 1), F32(c->dy), GRAD(c, 0), GRAD(c, 1),
+	                   c->rows, c->layer->in);
+	return RT_OK;
+}
+
+static int rmsnorm_fwd(RtRank *r, const RtLayerCall *c)
+{
+	if (rt_layer_call_check(r, c))
+		return RT_EFAIL;
+	tk_rmsnorm_fwd(F32(c->x), PARAM(c, 0), TK_NORM_EPS, F32(c->y), SAVED(c, 0), c->rows,
+	               c->layer->in);
+	return RT_OK;
+}
+
+static int rmsnorm_bwd_in(RtRank *r, const RtLayerCall *c)
+{
+	if (rt_layer_call_check(r, c))
+		return RT_EFAIL;
+	tk_rmsnorm_bwd_in(F32(c->x), PARAM(c, 0), SAVED(c, 0), F32(c->dy), F32(c->dx), c->rows,
+	                  c->layer->in);
+	return RT_OK;
+}
+
+static int rmsnorm_bwd_w(RtRank *r, const RtLayerCall *c)
+{
+	if (rt_layer_call_check(r, c))
+		return RT_EFAIL;
+	tk_rmsnorm_bwd_w(F32(c->x), SAVED(c, 0), F32(c->dy), GRAD(c, 0), c->rows, c->layer->in);
+	return RT_OK;
+}
+
+/* Parameters laid out weight, bias, weight, bias (attention: wqkv, bqkv, wo, bo; mlp: w1,
+ * b1, w2, b2), the biases NULL when absent. */
+static void wb_params(const RtLayerCall *c, const RtTensor *pt, float *w[4])
+{
+	int b = HAS(c->layer, BIAS);
+	w[0] = F32(&pt[0]);
+	w[1] = b ? F32(&pt[1]) : NULL;
+	w[2] = F32(&pt[1 + b]);
+	w[3] = b ? F32(&pt[3]) : NULL;
+}
+
+/* attention: causal softmax per sequence and head (tk_attn_*). */
+static int attn_fwd(RtRank *r, const RtLayerCall *c)
+{
+	if (rt_layer_call_check(r, c))
+		return RT_EFAIL;
+	TkAttn a = plan_layer_attn(c->layer, &c->sh);
+	float *w[4];
+	wb_params(c, c->param, w);
+	tk_attn_fwd(&a, F32(c->x), w[0], w[1], w[2], w[3], SAVED(c, 0), SAVED(c, 1), SAVED(c, 2),
+	            F32(c->y));
+	return RT_OK;
+}
+
+static int attn_bwd_in(RtRank *r, const RtLayerCall *c)
+{
+	if (rt_layer_call_check(r, c))
+		return RT_EFAIL;
+	TkAttn a = plan_layer_attn(c->layer, &c->sh);
+	float *w[4];
+	wb_params(c, c->param, w);
+	tk_attn_bwd_in(&a, w[0], w[2], SAVED(c, 0), SAVED(c, 1), F32(c->dy), HELD(c, 0), F32(c->dx),
+	               F32(c->work));
+	return RT_OK;
+}
+
+static int attn_bwd_w(RtRank *r, const RtLayerCall *c)
+{
+	if (rt_layer_call_check(r, c))
+		return RT_EFAIL;
+	TkAttn a = plan_layer_attn(c->layer, &c->sh);
+	float *g[4];
+	wb_params(c, c->grad, g);
+	tk_attn_bwd_w(&a, F32(c->x), SAVED(c, 2), F32(c->dy), HELD(c, 0), g[0], g[1], g[2], g[3]);
+	return RT_OK;
+}
+
+/* mlp: gelu between two projections. */
+static int mlp_fwd(RtRank *r, const RtLayerCall *c)
+{
+	if (rt_layer_call_check(r, c))
+		return RT_EFAIL;
+	float *w[4];
+	wb_params(c, c->param, w);
+	tk_mlp_fwd(F32(c->x), w[0], w[1], w[2], w[3], SAVED(c, 0), SAVED(c, 1), F32(c->y), c->rows,
+	           c->layer->in, c->layer->hidden);
+	return RT_OK;
+}
+
+static int mlp_bwd_in(RtRank *r, const RtLayerCall *c)
+{
+	if (rt_layer_call_check(r, c))
+		return RT_EFAIL;
+	float *w[4];
+	wb_params(c, c->param, w);
+	tk_mlp_bwd_in(w[0], w[2], SAVED(c, 0), F32(c->dy), HELD(c, 0), F32(c->dx), c->rows,
+	              c->layer->in, c->layer->hidden);
+	return RT_OK;
+}
+
+static int mlp_bwd_w(RtRank *r, const RtLayerCall *c)
+{
+	if (rt_layer_call_check(r, c))
+		return RT_EFAIL;
+	float *g[4];
+	wb_params(c, c->grad, g);
+	tk_mlp_bwd_w(F32(c->x), SAVED(c, 1), F32(c->dy), HELD(c, 0), g[0], g[1], g[2], g[3], c->rows,
+	             c->layer->in, c->layer->hidden);
+	return RT_OK;
+}
+
+/* swiglu: silu(x wg) * (x wu), then wd. */
+static int swiglu_fwd(RtRank *r, const RtLayerCall *c)
+{
+	if (rt_layer_call_check(r, c))
+		return RT_EFAIL;
+	tk_swiglu_fwd(F32(c->x), PARAM(c, 0), PARAM(c, 1), PARAM(c, 2), SAVED(c, 0), SAVED(c, 1),
+	              SAVED(c, 2), F32(c->y), c->rows, c->layer->in, c->layer->hidden);
+	return RT_OK;
+}
+
+static int swiglu_bwd_in(RtRank *r, const RtLayerCall *c)
+{
+	if (rt_layer_call_check(r, c))
+		return RT_EFAIL;
+	tk_swiglu_bwd_in(PARAM(c, 0), PARAM(c, 1), PARAM(c, 2), SAVED(c, 0), SAVED(c, 1),
+	                 F32(c->dy), HELD(c, 0), HELD(c, 1), F32(c->dx), c->rows, c->layer->in,
+	                 c->layer->hidden);
+	return RT_OK;
+}
+
+static int swiglu_bwd_w(RtRank *r, const RtLayerCall *c)
+{
+	if (rt_layer_call_check(r, c))
+		return RT_EFAIL;
+	tk_swiglu_bwd_w(F32(c->x), SAVED(c, 2), F32(c->dy), HELD(c, 0), HELD(c, 1), GRAD(c, 0),
+	                GRAD(c, 1), GRAD(c, 2), c->rows, c->layer->in, c->layer->hidden);
+	return RT_OK;
+}
+
+/* head: logits = x wv^T (wv the embedding's table when tied). */
+static int head_fwd(RtRank *r, const RtLayerCall *c)
+{
+	if (rt_layer_call_check(r, c))
+		return RT_EFAIL;
+	tk_head_fwd(F32(c->x), PARAM(c, 0), F32(c->y), c->rows, c->layer->in, c->layer->out);
+	return RT_OK;
+}
+
+static int head_bwd_in(RtRank *r, const RtLayerCall *c)
+{
+	if (rt_layer_call_check(r, c))
+		return RT_EFAIL;
+	tk_head_bwd_in(PARAM(c, 0), F32(c->dy), F32(c->dx), c->rows, c->layer->in, c->layer->out);
+	return RT_OK;
+}
+
+static int head_bwd_w(RtRank *r, const RtLayerCall *c)
+{
+	if (rt_layer_call_check(r, c))
+		return RT_EFAIL;
+	tk_head_bwd_w(F32(c->x), F32(c->dy), GRAD(c, 0), c->rows, c->layer->in, c->layer->out);
+	return RT_OK;
+}
+
+/* xent: mean cross-entropy of the rows against their next tokens, into loss[slot]. */
+static int xent_fwd(RtRank *r, const RtLayerCall *c)
+{
+	if (rt_layer_call_check(r, c))
+		return RT_EFAIL;
+	if (c->slot < 0 || c->slot >= c->loss->cols)
+		return rt_error(r, "internal: loss slot %d of %lld", c->slot, (long long)c->loss->cols);
+	int32_t *ids = token_ids(r, c->target, c->layer->in, "target token");
+	if (!ids)
+		return RT_EFAIL;
+	double loss = 0;
+	tk_xent_fwd(F32(c->x), ids, SAVED(c, 0), &loss, c->rows, c->layer->in);
+	free(ids);
+	memcpy(SAVED(c, 1), F32(c->target), (size_t)c->target->bytes);
+	F32(c->loss)[c->slot] = (float)loss;
+	return RT_OK;
+}
+
+static int xent_bwd_in(RtRank *r, const RtLayerCall *c)
+{
+	if (rt_layer_call_check(r, c))
+		return RT_EFAIL;
+	int32_t *ids = token_ids(r, c->saved[1], c->layer->in, "target token");
+	if (!ids)
+		return RT_EFAIL;
+	tk_xent_bwd(F32(c->x), ids, SAVED(c, 0), c->scale, F32(c->dx), c->rows, c->layer->in);
+	free(ids);
+	return RT_OK;
+}
 
 static const RtLayerKernels cpu_layers[LAYER_COUNT] = {
 	[LAYER_LINEAR] = {linear_fwd, linear_bwd_in, linear_bwd_w},
 	[LAYER_RELU] = {relu_fwd, relu_bwd_in, NULL},
 	[LAYER_GELU] = {gelu_fwd, gelu_bwd_in, NULL},
 	[LAYER_MSE] = {mse_fwd, mse_bwd_in, NULL},
+	[LAYER_EMBED] = {embed_fwd, NULL, embed_bwd_w},
+	[LAYER_LAYERNORM] = {layernorm_fwd, layernorm_bwd_in, layernorm_bwd_w},
+	[LAYER_RMSNORM] = {rmsnorm_fwd, rmsnorm_bwd_in, rmsnorm_bwd_w},
+	[LAYER_ATTN] = {attn_fwd, attn_bwd_in, attn_bwd_w},
+	[LAYER_MLP] = {mlp_fwd, mlp_bwd_in, mlp_bwd_w},
+	[LAYER_SWIGLU] = {swiglu_fwd, swiglu_bwd_in, swiglu_bwd_w},
+	[LAYER_HEAD] = {head_fwd, head_bwd_in, head_bwd_w},
+	[LAYER_XENT] = {xent_fwd, xent_bwd_in, NULL},
 };
 
 static int cpu_sgd(RtRank *r, RtTensor *w, const RtTensor *g, float lr)

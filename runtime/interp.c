@@ -132,6 +132,12 @@ static int setup(RtRank *r)
 		if (rt_stage_bufs_open(r, s, &ls->b))
 			return RT_EFAIL;
 	}
+	/* A tied head borrows the embedding's table: the compiler puts both on one rank. */
+	int e = m->embed_stage;
+	for (int i = 0; i < in->nls; i++)
+		in->ls[i].b.embed = e >= 0 && in->local_of[e] >= 0 ? &in->ls[in->local_of[e]].b : NULL;
+	if (m->tied_head >= 0 && in->local_of[m->tied_head] >= 0 && in->local_of[e] >= 0)
+		in->ls[in->local_of[e]].deps.tied = 1;
 	return RT_OK;
 }
 
@@ -309,9 +315,12 @@ static int scatter_edges(RtRank *r, LStage *ls, int mb, int dir, RtTensor *t)
 static int dep_rule(RtRank *r, LStage *ls, const PlanOp *o)
 {
 	const Plan *p = r->w->plan;
+	const RtModel *m = r->w->model;
 	int per_mb = o->mb >= 0 && o->mb < p->microbatches && plan_op_is_compute(plan_op_kind(o));
+	int e = ls->stage == m->tied_head ? r->in->local_of[m->embed_stage] : -1;
 	const char *why = plan_dep_apply(plan_op_kind(o), per_mb ? &ls->state[o->mb] : NULL,
-	                                 &ls->deps, p->microbatches, p->dims[DIM_DP]);
+	                                 &ls->deps, e >= 0 && per_mb ? &r->in->ls[e].deps : NULL,
+	                                 p->microbatches, p->dims[DIM_DP]);
 	if (!why)
 		return RT_OK;
 	char text[200];
@@ -364,7 +373,7 @@ static int op_optim(RtRank *r, LStage *ls)
 	if (dev->sgd(r, ls->b.params, ls->b.grads, (float)r->w->opt.lr) || dev->zero(r, ls->b.grads))
 		return RT_EFAIL;
 	memset(ls->state, 0, (size_t)p->microbatches); // the next step starts afresh
-	ls->deps = (PlanStageDeps){0};
+	ls->deps = (PlanStageDeps){.tied = ls->deps.tied};
 	return RT_OK;
 }
 

@@ -68,13 +68,33 @@ void rt_gen_target(uint64_t seed, int step, int replica, int mb, float *out, int
 	gen(seed, 2, step, replica, mb, out, n);
 }
 
+/* Every sequence walks a fixed random successor table, succ(t) = u(seed, t) mod V, from
+ * a random first token, except that one position in 8 (by the key) is a fresh random
+ * token.  Tokens are sequence b's positions shift .. shift + S - 1 of S + 1. */
+void rt_gen_tokens(uint64_t seed, int replica, int mb, const LayerShape *sh, int shift,
+                   float *out)
+{
+	uint64_t ks = mix(seed, 4), k = mix(mix(mix(seed, 5), (uint64_t)replica), (uint64_t)mb);
+	uint64_t V = (uint64_t)sh->vocab;
+	for (int64_t b = 0; b < sh->batch; b++) {
+		uint64_t kb = mix(k, (uint64_t)b);
+		uint64_t t = mix(kb, 0) % V;
+		for (int64_t i = 0; i < sh->seq + shift; i++) {
+			if (i >= shift)
+				out[b * sh->seq + i - shift] = (float)t;
+			uint64_t u = mix(kb, (uint64_t)i + 1);
+			t = (u & 7) == 0 ? (u >> 3) % V : mix(ks, t) % V;
+		}
+	}
+}
+
 /* The tensors a layer keeps (rt_layer_shapes; none for a kind without a row). */
-static RtLayerTensors layer_tensors(const PlanLayer *ly, int64_t rows)
+static RtLayerTensors layer_tensors(const PlanLayer *ly, const LayerShape *sh)
 {
 	RtLayerTensors t;
 	memset(&t, 0, sizeof t);
 	if (rt_layer_shapes[ly->kind])
-		rt_layer_shapes[ly->kind](ly, rows, &t);
+		rt_layer_shapes[ly->kind](ly, sh, &t);
 	return t;
 }
 
@@ -83,11 +103,12 @@ static RtLayerTensors layer_tensors(const PlanLayer *ly, int64_t rows)
 void rt_gen_weights(uint64_t seed, const Plan *p, int stage, float *out)
 {
 	const PlanStage *st = &p->stages[stage];
+	LayerShape shape = plan_shape(p);
 	int64_t off = 0;
 	for (int l = 0; l < st->nlayers; l++) {
-		RtLayerTensors t = layer_tensors(&st->layers[l], p->rows);
+		RtLayerTensors t = layer_tensors(&st->layers[l], &shape);
 		uint64_t k = mix(mix(mix(seed, 3), (uint64_t)stage), (uint64_t)l);
-		for (int j = 0; j < t.nparams; j++) {
+		for (int j = t.borrowed; j < t.nparams; j++) {
 			const RtShape *sh = &t.param[j];
 			int64_t n = sh->rows * sh->cols;
 			uint64_t kj = j == 0 ? k : mix(k, (uint64_t)j);
@@ -145,21 +166,24 @@ static int lay_out(RtStageModel *sm, const char *stage, int l, const PlanLayer *
 	const char *name = plan_layers[ly->kind].name;
 	RtLayerAt *at = &sm->at[l];
 	int64_t rows = sh->rows;
-	at->t = layer_tensors(ly, rows);
+	at->t = layer_tensors(ly, sh);
 	at->off = *off;
 	at->slot = sm->nslots;
 	sm->nslots += 2 + at->t.nsaved + at->t.nheld;
 	LayerCost lc = plan_layer_figures(ly, sh);
-	int64_t np = bytes_of(at->t.param, at->t.nparams) / 4;
+	int64_t np = bytes_of(at->t.param + at->t.borrowed, at->t.nparams - at->t.borrowed) / 4;
 	if (np != lc.params)
 		return merr(err, errn, "stage %s: layer %d (%s): the runtime lays out %lld parameters, "
 		                       "the layer table says %lld", stage, l, name, (long long)np, (long long)lc.params);
-	int64_t keep = rows * ly->in * 4 + bytes_of(at->t.saved, at->t.nsaved);
-	int64_t held = np ? rows * ly->out * 4 + bytes_of(at->t.held, at->t.nheld) : 0;
-	int64_t want[3] = {np ? 0 : keep, np ? keep : 0, held};
+	/* A body kind (residual) keeps nothing: its input is its body's first layer's. */
+	int body = plan_layers[ly->kind].arg == LAYER_ARG_BODY;
+	int has_w = at->t.nparams > 0;
+	int64_t keep = body ? 0 : rows * ly->in * 4 + bytes_of(at->t.saved, at->t.nsaved);
+	int64_t held = has_w ? rows * ly->out * 4 + bytes_of(at->t.held, at->t.nheld) : 0;
+	int64_t want[3] = {has_w ? 0 : keep, has_w ? keep : 0, held};
 	int64_t table[3] = {lc.save_fb, lc.save_fw, lc.save_bw};
 	for (int i = 0; i < 3; i++)
-		if (want[i] != table[i] || (!np && at->t.nheld))
+		if (want[i] != table[i] || (!has_w && at->t.nheld))
 			return merr(err, errn, "stage %s: layer %d (%s): the runtime keeps %lld, %lld and "
 			                       "%lld bytes (F to B, F to W, B to W), the layer table says "
 			                       "%lld, %lld and %lld", stage, l, name, (long long)want[0], (long long)want[1],
@@ -182,12 +206,36 @@ static int refuse(const Plan *p, char *err, size_t errn)
 	return 0;
 }
 
+/* A body kind's span: its layers follow it inside the stage, inside any enclosing body,
+ * and give back its width. */
+static int check_body(const PlanStage *st, int l, char *err, size_t errn)
+{
+	const PlanLayer *ly = &st->layers[l];
+	if (plan_layers[ly->kind].arg != LAYER_ARG_BODY)
+		return 0;
+	int end = l + ly->span;
+	if (ly->span < 1 || end >= st->nlayers)
+		return merr(err, errn, "stage %s: layer %d (%s) spans %d layers, the stage has %d after it",
+		            st->name, l, plan_layers[ly->kind].name, ly->span, st->nlayers - l - 1);
+	for (int i = l + 1; i <= end; i++)
+		if (plan_layers[st->layers[i].kind].arg == LAYER_ARG_BODY && i + st->layers[i].span > end)
+			return merr(err, errn, "stage %s: layer %d (%s) spans past the end of layer %d's",
+			            st->name, i, plan_layers[st->layers[i].kind].name, l);
+	if (st->layers[end].out != ly->in)
+		return merr(err, errn, "stage %s: layer %d (%s) takes %d features, its body gives %d",
+		            st->name, l, plan_layers[ly->kind].name, ly->in, st->layers[end].out);
+	return 0;
+}
+
 static int build(RtModel *m, const Plan *p, char *err, size_t errn)
 {
 	if (refuse(p, err, errn))
 		return -1;
 	LayerShape shape = plan_shape(p);
 	int64_t rows = shape.rows;
+	if (p->vocab > RT_MAX_VOCAB)
+		return merr(err, errn, "the vocabulary has %d tokens; piperun carries token ids in "
+		            "f32, exact up to %d", p->vocab, RT_MAX_VOCAB);
 	for (int s = 0; s < p->nstages; s++) {
 		const PlanStage *st = &p->stages[s];
 		RtStageModel *sm = &m->st[s];
@@ -219,8 +267,16 @@ static int build(RtModel *m, const Plan *p, char *err, size_t errn)
 				sm->loss = 1;
 				m->loss_stage = s;
 			}
-			if (lay_out(sm, st->name, l, ly, &shape, &off, err, errn))
+			if (check_body(st, l, err, errn) ||
+			    lay_out(sm, st->name, l, ly, &shape, &off, err, errn))
 				return -1;
+			if (ly->kind == LAYER_EMBED) {
+				m->embed_stage = s;
+				m->embed_off = sm->at[l].off;
+			}
+			if (sm->at[l].t.borrowed && m->embed_stage < 0)
+				return merr(err, errn, "stage %s: layer %d (%s) is tied to an embedding that "
+				            "no stage before it holds", st->name, l, plan_layers[ly->kind].name);
 		}
 		sm->nparams = off;
 		if (off != st->params)
@@ -229,7 +285,7 @@ static int build(RtModel *m, const Plan *p, char *err, size_t errn)
 		sm->out_bytes = rows * st->out * 4;
 	}
 	if (m->loss_stage < 0)
-		return merr(err, errn, "the model has no mse loss (last layer of the last stage)");
+		return merr(err, errn, "the model has no loss (last layer of the last stage)");
 	if (p->stages[0].in != p->cols)
 		return merr(err, errn, "stage %s takes %d features but the input has %d",
 		            p->stages[0].name, p->stages[0].in, p->cols);
@@ -270,6 +326,9 @@ RtModel *rt_model_new(const Plan *p, char *err, size_t errn)
 	}
 	m->p = p;
 	m->loss_stage = -1;
+	m->embed_stage = -1;
+	int embed;
+	plan_tie(p, &embed, &m->tied_head);
 	m->st = calloc((size_t)p->nstages, sizeof *m->st);
 	if (!m->st) {
 		merr(err, errn, "out of memory");
@@ -295,6 +354,8 @@ const char *rt_device_check(const RtDevice *d, const Plan *p, char *err, size_t 
 			first &= p->edges[e].dst != s;
 		for (int l = 0; l < st->nlayers; l++) {
 			LayerKind k = st->layers[l].kind;
+			if (plan_layers[k].arg == LAYER_ARG_BODY)
+				continue; // the model's own (device copy and add)
 			const RtLayerKernels *row = d->layers ? &d->layers[k] : NULL;
 			LayerShape sh = plan_shape(p);
 			LayerCost lc = plan_layer_figures(&st->layers[l], &sh);
@@ -416,7 +477,11 @@ RtTensor *rt_stage_input(RtRank *r, int step, int replica, int mb, RtStageBufs *
 	RtTensor *x = rt_tensor_new(r, p->rows, p->cols, cls);
 	if (!x)
 		return NULL;
-	rt_gen_input(r->w->opt.seed, step, replica, mb, b->host, (int64_t)p->rows * p->cols);
+	LayerShape sh = plan_shape(p);
+	if (sh.vocab)
+		rt_gen_tokens(r->w->opt.seed, replica, mb, &sh, 0, b->host);
+	else
+		rt_gen_input(r->w->opt.seed, step, replica, mb, b->host, (int64_t)p->rows * p->cols);
 	if (r->dev->upload(r, x, b->host)) {
 		rt_tensor_free(r, x);
 		return NULL;
@@ -424,14 +489,21 @@ RtTensor *rt_stage_input(RtRank *r, int step, int replica, int mb, RtStageBufs *
 	return x;
 }
 
+/* The loss's target: next tokens for a loss on tokens, else rows x width values. */
 static RtTensor *target(RtRank *r, int s, int step, int replica, int mb, RtStageBufs *b)
 {
 	const Plan *p = r->w->plan;
-	int width = p->stages[s].out;
+	const PlanStage *st = &p->stages[s];
+	int tokens = plan_layers[st->layers[st->nlayers - 1].kind].tokens;
+	int width = tokens ? 1 : st->out;
 	RtTensor *t = rt_tensor_new(r, p->rows, width, RT_MEM_TEMP);
 	if (!t)
 		return NULL;
-	rt_gen_target(r->w->opt.seed, step, replica, mb, b->host, (int64_t)p->rows * width);
+	LayerShape sh = plan_shape(p);
+	if (tokens)
+		rt_gen_tokens(r->w->opt.seed, replica, mb, &sh, 1, b->host);
+	else
+		rt_gen_target(r->w->opt.seed, step, replica, mb, b->host, (int64_t)p->rows * width);
 	if (r->dev->upload(r, t, b->host)) {
 		rt_tensor_free(r, t);
 		return NULL;
@@ -445,14 +517,20 @@ static RtLayerCall layer_call(RtRank *r, int s, int l, RtStageBufs *b, RtTensor 
                               RtTensor *pv, RtTensor *gv)
 {
 	const PlanLayer *ly = &r->w->plan->stages[s].layers[l];
-	const RtLayerAt *at = &r->w->model->st[s].at[l];
-	RtLayerCall c = {.layer = ly, .rows = r->w->plan->rows, .x = slot[0]};
+	const RtModel *m = r->w->model;
+	const RtLayerAt *at = &m->st[s].at[l];
+	RtLayerCall c = {.layer = ly, .rows = r->w->plan->rows, .sh = plan_shape(r->w->plan),
+	                 .x = slot[0]};
 	int64_t off = at->off;
 	for (int j = 0; j < at->t.nparams; j++) {
 		const RtShape *sh = &at->t.param[j];
-		pv[j] = rt_tensor_view(b->params, off, sh->rows, sh->cols);
-		gv[j] = rt_tensor_view(b->grads, off, sh->rows, sh->cols);
-		off += sh->rows * sh->cols;
+		/* A borrowed table is the embedding's first parameter (rt_backend.h). */
+		const RtStageBufs *from = j < at->t.borrowed ? b->embed : b;
+		int64_t o = j < at->t.borrowed ? m->embed_off : off;
+		pv[j] = rt_tensor_view(from->params, o, sh->rows, sh->cols);
+		gv[j] = rt_tensor_view(from->grads, o, sh->rows, sh->cols);
+		if (j >= at->t.borrowed)
+			off += sh->rows * sh->cols;
 	}
 	c.nparams = at->t.nparams;
 	c.param = pv;
@@ -481,6 +559,34 @@ static void free_slots(RtRank *r, RtTensor **slot, int n)
 	}
 }
 
+/* A stage whose head borrows the embedding's table needs the embedding's buffers. */
+static int stage_ready(RtRank *r, int s, const RtStageBufs *b)
+{
+	const PlanStage *st = &r->w->plan->stages[s];
+	for (int l = 0; l < st->nlayers; l++)
+		if (r->w->model->st[s].at[l].t.borrowed && !b->embed)
+			return rt_error(r, "stage %s: its tied head needs the embedding's table, which is "
+			                   "not on this rank", st->name);
+	return RT_OK;
+}
+
+/* Bodies (residual) open inside a stage's walk: the tensor to add when layer `end` is
+ * done (F: the body's input; B: a copy of its output gradient). */
+typedef struct {
+	int n;
+	int end[RT_MAX_NEST];
+	RtTensor *t[RT_MAX_NEST];
+} Bodies;
+
+static int body_push(RtRank *r, Bodies *bd, int end, RtTensor *t)
+{
+	if (bd->n == RT_MAX_NEST)
+		return rt_error(r, "residual blocks nest deeper than %d", RT_MAX_NEST);
+	bd->end[bd->n] = end;
+	bd->t[bd->n++] = t;
+	return RT_OK;
+}
+
 int rt_stage_forward(RtRank *r, int s, int mb, int step, int replica, RtStageBufs *b,
                      RtTensor *x, RtTensor **saved, RtTensor **y)
 {
@@ -489,10 +595,19 @@ int rt_stage_forward(RtRank *r, int s, int mb, int step, int replica, RtStageBuf
 	const RtStageModel *sm = &r->w->model->st[s];
 	RtTensor pv[RT_LAYER_MAX_TENSORS], gv[RT_LAYER_MAX_TENSORS];
 	RtTensor *cur = x;
+	Bodies bd = {0};
 	*y = NULL;
+	if (stage_ready(r, s, b))
+		return RT_EFAIL;
 	for (int l = 0; l < st->nlayers; l++) {
 		const PlanLayer *ly = &st->layers[l];
 		const RtLayerAt *at = &sm->at[l];
+		if (plan_layers[ly->kind].arg == LAYER_ARG_BODY) {
+			/* y = x + body(x): x stays alive as the body's first layer's saved input. */
+			if (body_push(r, &bd, l + ly->span, cur))
+				return RT_EFAIL;
+			continue;
+		}
 		RtTensor **slot = saved + at->slot;
 		rt_tensor_reclass(r, cur, RT_MEM_SAVED);
 		slot[0] = cur;
@@ -518,6 +633,9 @@ int rt_stage_forward(RtRank *r, int s, int mb, int step, int replica, RtStageBuf
 			return RT_EFAIL;
 		}
 		cur = c.y;
+		for (; bd.n && bd.end[bd.n - 1] == l; bd.n--)
+			if (r->dev->add(r, cur, bd.t[bd.n - 1]))
+				return RT_EFAIL;
 	}
 	rt_tensor_reclass(r, cur, RT_MEM_COMM);
 	*y = cur;
@@ -536,6 +654,8 @@ static int layer_backward(RtRank *r, int s, int l, int mb, int step, int replica
 	RtTensor pv[RT_LAYER_MAX_TENSORS], gv[RT_LAYER_MAX_TENSORS];
 	int has_w = at->t.nparams > 0;
 	*dx = NULL;
+	/* A kind that holds tensors for W computes them with its input gradient. */
+	int need_dx = want_dx || at->t.nheld > 0;
 	if (has_w) {
 		rt_tensor_reclass(r, dy, RT_MEM_SAVED);
 		slot[1] = dy;
@@ -545,9 +665,9 @@ static int layer_backward(RtRank *r, int s, int l, int mb, int step, int replica
 	RtLayerCall c = layer_call(r, s, l, b, slot, pv, gv);
 	c.dy = dy;
 	int rc = RT_OK;
-	if (want_dx && !(c.dx = rt_tensor_new(r, p->rows, ly->in, RT_MEM_TEMP)))
+	if (need_dx && !(c.dx = rt_tensor_new(r, p->rows, ly->in, RT_MEM_TEMP)))
 		return RT_EFAIL;
-	if (c.dx || c.nheld) {
+	if (c.dx) {
 		RtTensor *t = NULL;
 		if (plan_layers[ly->kind].loss) {
 			c.target = t = target(r, s, step, replica, mb, b);
@@ -570,24 +690,80 @@ static int layer_backward(RtRank *r, int s, int l, int mb, int step, int replica
 		rt_tensor_free(r, dy);
 		free_slots(r, slot, 2 + at->t.nsaved);
 	}
-	*dx = c.dx;
+	if (!want_dx)
+		rt_tensor_free(r, c.dx);
+	else
+		*dx = c.dx;
 	return RT_OK;
+}
+
+/* B at body kind l (residual): dx = dy + the copy of the body's output gradient pushed
+ * when the walk entered the body; NULL when nobody wants it. */
+static int body_backward(RtRank *r, int l, Bodies *bd, RtTensor **cur, int want_dx)
+{
+	if (!bd->n || bd->end[bd->n - 1] != l)
+		return rt_error(r, "internal: residual layer %d has no output gradient to add", l);
+	RtTensor *skip = bd->t[--bd->n];
+	int rc = RT_OK;
+	if (*cur && want_dx)
+		rc = r->dev->add(r, *cur, skip);
+	rt_tensor_free(r, skip);
+	if (!want_dx) {
+		rt_tensor_free(r, *cur);
+		*cur = NULL;
+	}
+	return rc;
+}
+
+/* Entering bodies that end at layer l (outermost first, so the innermost is on top):
+ * each keeps a copy of the output gradient. */
+static int body_enter(RtRank *r, const PlanStage *st, int l, Bodies *bd, const RtTensor *dy)
+{
+	for (int i = 0; i < l; i++) {
+		const PlanLayer *ly = &st->layers[i];
+		if (plan_layers[ly->kind].arg != LAYER_ARG_BODY || i + ly->span != l)
+			continue;
+		RtTensor *t = rt_tensor_new(r, dy->rows, dy->cols, RT_MEM_TEMP);
+		if (!t || r->dev->copy(r, t, dy) || body_push(r, bd, i, t)) {
+			rt_tensor_free(r, t);
+			return RT_EFAIL;
+		}
+	}
+	return RT_OK;
+}
+
+static void bodies_free(RtRank *r, Bodies *bd)
+{
+	while (bd->n)
+		rt_tensor_free(r, bd->t[--bd->n]);
 }
 
 int rt_stage_backward(RtRank *r, int s, int mb, int step, int replica, RtStageBufs *b,
                       RtTensor *dy, RtTensor **saved, RtTensor **dx)
 {
+	const PlanStage *st = &r->w->plan->stages[s];
 	const RtStageModel *sm = &r->w->model->st[s];
 	RtTensor *cur = dy;
+	Bodies bd = {0};
 	*dx = NULL;
-	for (int l = r->w->plan->stages[s].nlayers - 1; l >= 0; l--) {
+	if (stage_ready(r, s, b))
+		return RT_EFAIL;
+	for (int l = st->nlayers - 1; l >= 0; l--) {
+		/* Stage 0's first layer: nobody wants the input gradient. */
+		int want_dx = !(l == 0 && sm->nin == 0);
+		if (plan_layers[st->layers[l].kind].arg == LAYER_ARG_BODY) {
+			if (body_backward(r, l, &bd, &cur, want_dx))
+				return RT_EFAIL;
+			continue;
+		}
 		RtTensor **slot = saved + sm->at[l].slot;
 		if (!slot[0])
 			return rt_error(r, "internal: layer %d of stage %d lost its saved input", l, s);
-		/* Stage 0's first layer: nobody wants the input gradient. */
-		int want_dx = !(l == 0 && sm->nin == 0);
-		if (layer_backward(r, s, l, mb, step, replica, b, slot, cur, want_dx, &cur))
+		if ((cur && body_enter(r, st, l, &bd, cur)) ||
+		    layer_backward(r, s, l, mb, step, replica, b, slot, cur, want_dx, &cur)) {
+			bodies_free(r, &bd);
 			return RT_EFAIL;
+		}
 	}
 	if (cur)
 		rt_tensor_reclass(r, cur, RT_MEM_COMM);
@@ -600,6 +776,8 @@ int rt_stage_weights(RtRank *r, int s, RtStageBufs *b, RtTensor **saved)
 	const PlanStage *st = &r->w->plan->stages[s];
 	const RtStageModel *sm = &r->w->model->st[s];
 	RtTensor pv[RT_LAYER_MAX_TENSORS], gv[RT_LAYER_MAX_TENSORS];
+	if (stage_ready(r, s, b))
+		return RT_EFAIL;
 	for (int l = 0; l < st->nlayers; l++) {
 		const RtLayerAt *at = &sm->at[l];
 		if (!at->t.nparams)

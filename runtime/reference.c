@@ -8,8 +8,9 @@
  * backend (cpu device, shared-memory communicator):
  *  - a stage's input (output gradient) is the sum of its in-edges' (out-edges')
  *    tensors in edge order, as the interpreter sums them;
- *  - a stage's microbatch gradients accumulate in the order of that stage's W/BW ops
- *    on the replica's rank (schedules reorder them);
+ *  - weight gradients accumulate in the order of the W/BW ops on the replica's ranks
+ *    (schedules reorder them; a tied head adds into the embedding's gradient between
+ *    the embedding's own W ops);
  *  - replicas are summed in dp order, then scaled by 1/dp, as the shared-memory communicator's
  *    all-reduce does.
  * Only the MPI communicator's all-reduce (MPI's own order) leaves rounding differences,
@@ -25,25 +26,40 @@ typedef struct {
 	RtTensor **gacc;   // [stage] replica sum
 	RtTensor ***saved; // [stage][mb * nslots]
 	RtTensor **y, **dx;
-	int **order;       // [stage * dp + d][k]: microbatch of the k-th W
+	int **order;       // [d][2 k]: stage and microbatch of replica d's k-th W
 } Ref;
 
-/* Microbatch order of stage s's weight gradients on replica d's rank. */
-static void w_order(const Plan *p, int s, int d, int *out)
+/* Stage and microbatch of every weight gradient of replica d (stages x microbatches
+ * pairs into out), in the order of the W/BW ops of the replica's ranks, pp by pp.  A
+ * plan without one W per stage and microbatch gets stage-major order. */
+static void w_order(const Plan *p, int d, int *out)
 {
-	int c[DIM_COUNT] = {0};
-	c[DIM_PP] = p->stages[s].pp;
-	c[DIM_DP] = d;
-	const PlanRank *pr = &p->ranks[plan_rank_of(p, c)];
-	int k = 0;
-	for (int64_t i = 0; i < pr->nops && k < p->microbatches; i++) {
-		const PlanOp *o = &pr->ops[i];
-		if ((plan_ops[plan_op_kind(o)].makes & PLAN_DEP_WGRAD) && o->stage == s)
-			out[k++] = o->mb;
+	int S = p->nstages, M = p->microbatches, k = 0, ok = 1;
+	int *seen = calloc((size_t)S * (size_t)M, sizeof *seen);
+	for (int pp = 0; pp < p->dims[DIM_PP] && seen; pp++) {
+		int c[DIM_COUNT] = {0};
+		c[DIM_PP] = pp;
+		c[DIM_DP] = d;
+		const PlanRank *pr = &p->ranks[plan_rank_of(p, c)];
+		for (int64_t i = 0; i < pr->nops; i++) {
+			const PlanOp *o = &pr->ops[i];
+			if (!(plan_ops[plan_op_kind(o)].makes & PLAN_DEP_WGRAD))
+				continue;
+			if (o->stage < 0 || o->stage >= S || o->mb < 0 || o->mb >= M ||
+			    seen[o->stage * M + o->mb]++ || k == S * M) {
+				ok = 0;
+				break;
+			}
+			out[2 * k] = o->stage;
+			out[2 * k++ + 1] = o->mb;
+		}
 	}
-	if (k != p->microbatches)
-		for (k = 0; k < p->microbatches; k++)
-			out[k] = k;
+	if (!seen || !ok || k != S * M)
+		for (k = 0; k < S * M; k++) {
+			out[2 * k] = k / M;
+			out[2 * k + 1] = k % M;
+		}
+	free(seen);
 }
 
 /* Microbatch m's saved slots of stage s. */
@@ -127,11 +143,11 @@ static int run(Ref *f, double *loss)
 		for (int d = 0; d < D && rc == RT_OK; d++) {
 			for (int m = 0; m < M && rc == RT_OK; m++)
 				rc = microbatch(f, step, d, m);
+			for (int k = 0; k < p->nstages * M && rc == RT_OK; k++) {
+				int s = f->order[d][2 * k], m = f->order[d][2 * k + 1];
+				rc = rt_stage_weights(r, s, &f->b[s], saved_of(f, s, m));
+			}
 			for (int s = 0; s < p->nstages && rc == RT_OK; s++) {
-				for (int k = 0; k < M && rc == RT_OK; k++) {
-					int m = f->order[s * D + d][k];
-					rc = rt_stage_weights(r, s, &f->b[s], saved_of(f, s, m));
-				}
 				if (rc == RT_OK)
 					rc = d == 0 ? dev->copy(r, f->gacc[s], f->b[s].grads)
 					            : dev->add(r, f->gacc[s], f->b[s].grads);
@@ -171,7 +187,7 @@ int rt_reference(RtWorld *w, double *loss, float **weights)
 	f.saved = calloc((size_t)S, sizeof *f.saved);
 	f.y = calloc((size_t)S, sizeof *f.y);
 	f.dx = calloc((size_t)S, sizeof *f.dx);
-	f.order = calloc((size_t)S * (size_t)D, sizeof *f.order);
+	f.order = calloc((size_t)D, sizeof *f.order);
 	int rc = RT_OK;
 	if (!f.b || !f.gacc || !f.saved || !f.y || !f.dx || !f.order)
 		rc = rt_error(&f.r, "out of memory");
@@ -186,12 +202,14 @@ int rt_reference(RtWorld *w, double *loss, float **weights)
 		                    sizeof **f.saved);
 		if (!f.saved[s])
 			rc = rt_error(&f.r, "out of memory");
-		for (int d = 0; d < D && rc == RT_OK; d++) {
-			if (!(f.order[s * D + d] = malloc((size_t)p->microbatches * sizeof(int))))
-				rc = rt_error(&f.r, "out of memory");
-			else
-				w_order(p, s, d, f.order[s * D + d]);
-		}
+	}
+	for (int s = 0; s < S && rc == RT_OK; s++)
+		f.b[s].embed = w->model->embed_stage >= 0 ? &f.b[w->model->embed_stage] : NULL;
+	for (int d = 0; d < D && rc == RT_OK; d++) {
+		if (!(f.order[d] = malloc((size_t)S * (size_t)p->microbatches * 2 * sizeof(int))))
+			rc = rt_error(&f.r, "out of memory");
+		else
+			w_order(p, d, f.order[d]);
 	}
 	if (rc == RT_OK)
 		rc = run(&f, loss);
@@ -218,7 +236,7 @@ int rt_reference(RtWorld *w, double *loss, float **weights)
 			rt_stage_bufs_close(&f.r, &f.b[s]);
 	}
 	if (f.order)
-		for (int i = 0; i < S * D; i++)
+		for (int i = 0; i < D; i++)
 			free(f.order[i]);
 	if (f.r.dev->rank_close)
 		f.r.dev->rank_close(&f.r);

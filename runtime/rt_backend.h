@@ -104,7 +104,21 @@ typedef struct {
  * parameters, saved, held and scratch tensors, with their shapes) is its RtLayerShapeFn
  * row, one for every device (rt_layer_shapes, next to the reference kernels in cpu.c);
  * its figures (parameters, saved bytes) must add up to the layer table's
- * (plan/layer.c), which the model checks. */
+ * (plan/layer.c), which the model checks.
+ *
+ * Token data travels as f32 tensors of whole numbers (a token id per row, exact below
+ * 2^24; the compiler bounds the vocabulary): an embedding's x is rows x 1, and a loss
+ * on tokens (a kind whose row says `tokens`, cross-entropy) gets rows x 1 targets, the
+ * next token of each position.  A kernel refuses an id that is not a whole number in
+ * [0, vocab) with an error.
+ *
+ * A kind with a body (residual: LAYER_ARG_BODY) has no kernels: the model adds its
+ * input to its body's output in F, and its output gradient to the body's input gradient
+ * in B, through the device's copy and add.
+ *
+ * A tied head computes with the embedding's table: its call's param[0] and grad[0] are
+ * views of the embedding's (the layer has no parameters of its own), so its kernels are
+ * the untied head's. */
 
 enum { RT_LAYER_MAX_TENSORS = 8 }; // per list: parameters, saved, held
 
@@ -126,6 +140,9 @@ typedef struct {
 typedef struct {
 	int nparams;                          // parameters, laid out in this order in
 	RtShape param[RT_LAYER_MAX_TENSORS];  // the stage's flat buffer
+	int borrowed;                         // the first `borrowed` of them are another
+	                                      // layer's (a tied head's table): not laid
+	                                      // out here, nor counted as the layer's
 	int nsaved;                           // written by F, read by B and W; kept as
 	RtShape saved[RT_LAYER_MAX_TENSORS];  // long as x
 	int nheld;                            // written by B, read by W
@@ -133,13 +150,14 @@ typedef struct {
 	RtShape work;                         // B's scratch (rows 0: none)
 } RtLayerTensors;
 
-/* Fills t (zeroed by the caller) for layer ly. */
-typedef void (*RtLayerShapeFn)(const PlanLayer *ly, int64_t rows, RtLayerTensors *t);
+/* Fills t (zeroed by the caller) for layer ly on a microbatch of shape sh. */
+typedef void (*RtLayerShapeFn)(const PlanLayer *ly, const LayerShape *sh, RtLayerTensors *t);
 
 /* One kernel call.  Arrays are in RtLayerTensors' order; unused members are NULL/0. */
 typedef struct {
 	const PlanLayer *layer;  // kind and widths (in, out)
-	int64_t rows;            // rows of the microbatch
+	int64_t rows;            // rows of the microbatch (sh.rows)
+	LayerShape sh;           // the microbatch: sequences, tokens each, vocabulary
 	const RtTensor *x;       // input, rows x in
 	RtTensor *y;             // F: output, rows x out (NULL for a loss)
 	const RtTensor *dy;      // B, W: output gradient, rows x out (NULL for a loss)
@@ -152,14 +170,16 @@ typedef struct {
 	int nheld;
 	RtTensor *const *held;   // [nheld]
 	RtTensor *work;          // B: scratch, or NULL
-	const RtTensor *target;  // a loss's target (F and B), rows x in
+	const RtTensor *target;  // a loss's target (F and B): rows x in, or rows x 1
+	                         // token ids for a kind on tokens
 	RtTensor *loss;          // F of a loss: 1 x microbatches
 	int slot;                // ... and the element it writes (the microbatch)
 	float scale;             // B of a loss: factor of the gradient (1/microbatches)
 } RtLayerCall;
 
 /* The shapes every device's kernels rely on: x is rows x in, y and dy rows x out, dx
- * rows x in, a loss's target rows x in.  RT_OK, or RT_EFAIL with an internal error. */
+ * rows x in, a loss's target rows x in (rows x 1 on tokens), and the tensors of its
+ * RtLayerTensors row.  RT_OK, or RT_EFAIL with an internal error. */
 int rt_layer_call_check(RtRank *r, const RtLayerCall *c);
 
 typedef int (*RtLayerFn)(RtRank *r, const RtLayerCall *c);

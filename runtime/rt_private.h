@@ -34,7 +34,7 @@ typedef struct {
 	int nin, nout;
 	int *in_edges, *out_edges; // ascending edge indices
 	int64_t save[3];         // fb, fw, bw bytes per microbatch the runtime holds
-	int loss;                // last layer is mse
+	int loss;                // last layer is the loss
 	int64_t out_bytes;       // rows x out x 4
 } RtStageModel;
 
@@ -42,7 +42,15 @@ typedef struct RtModel {
 	const Plan *p;
 	RtStageModel *st;
 	int loss_stage;
+	int embed_stage;   // the embedding's stage (-1: none), whose table a tied head borrows
+	int64_t embed_off; // the table's offset in that stage's parameters
+	int tied_head;     // the stage of a head tied to it in another stage (plan_tie), or -1
 } RtModel;
+
+/* Token ids travel in f32 (rt_backend.h), exact up to 2^24. */
+#define RT_MAX_VOCAB (1 << 24)
+/* Residual blocks nested inside one another in a stage, at most. */
+#define RT_MAX_NEST 16
 
 /* Builds and checks the model: layer widths chain, stage and edge widths agree,
  * params and bytes match the layer table, one loss at the very end.  NULL with a
@@ -58,6 +66,10 @@ void rt_model_free(RtModel *m);
 uint64_t rt_splitmix64(uint64_t x);
 void rt_gen_input(uint64_t seed, int step, int replica, int mb, float *out, int64_t n);
 void rt_gen_target(uint64_t seed, int step, int replica, int mb, float *out, int64_t n);
+/* Token ids of a microbatch (sh.rows of them): the inputs (shift 0) or their next tokens,
+ * the targets (shift 1). */
+void rt_gen_tokens(uint64_t seed, int replica, int mb, const LayerShape *sh, int shift,
+                   float *out);
 void rt_gen_weights(uint64_t seed, const Plan *p, int stage, float *out); // whole stage
 
 /* Tensors through the rank's device, accounted per class. */
@@ -69,10 +81,12 @@ RtTensor rt_tensor_view(const RtTensor *parent, int64_t off, int64_t rows, int64
 /* One stage's compute, shared by the interpreter and the reference.  `saved` holds a
  * microbatch's RtStageModel.nslots tensor pointers (each layer's from RtLayerAt.slot:
  * its input, its output gradient for W, its saved and held tensors). */
-typedef struct {
+typedef struct RtStageBufs {
 	RtTensor *params, *grads;  // flat
 	RtTensor *loss;            // 1 x microbatches, for the loss stage
 	float *host;               // scratch for synthetic data (rows x widest)
+	struct RtStageBufs *embed; // the embedding stage's buffers on this rank (a tied head
+	                           // borrows its table), set by whoever opens the stages
 } RtStageBufs;
 
 /* F: x (owned, consumed) -> *y (NULL for the loss stage).  target_key: step, replica. */

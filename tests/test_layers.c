@@ -498,11 +498,39 @@ static const char *run(const OpKind *kinds, int n, int m, int dp)
 	PlanStageDeps st = {0};
 	for (int i = 0; i < n; i++) {
 		int per_mb = plan_op_is_compute(kinds[i]);
-		const char *why = plan_dep_apply(kinds[i], per_mb ? &mb[0] : NULL, &st, m, dp);
+		const char *why = plan_dep_apply(kinds[i], per_mb ? &mb[0] : NULL, &st, NULL, m, dp);
 		if (why)
 			return why;
 	}
 	return NULL;
+}
+
+/* A head tied to another stage's embedding adds into its gradient: the embedding's
+ * all-reduce and step wait for the head's weight gradients, and none may come after. */
+static void ops__dep_rules__tied_head_before_embedding_step(void **state)
+{
+	(void)state;
+	for (int late = 0; late < 2; late++) {
+		uint8_t emb_mb = 0, head_mb = 0;
+		PlanStageDeps emb = {.tied = 1}, head = {0};
+		assert_null(plan_dep_apply(OP_F, &emb_mb, &emb, NULL, 1, 2));
+		assert_null(plan_dep_apply(OP_BW, &emb_mb, &emb, NULL, 1, 2));
+		assert_null(plan_dep_apply(OP_F, &head_mb, &head, &emb, 1, 2));
+		if (late) { // the embedding reduces first: refused, and the head's W after it too
+			const char *why = plan_dep_apply(OP_ALLREDUCE, NULL, &emb, NULL, 1, 2);
+			assert_non_null(why);
+			assert_non_null(strstr(why, "head tied to its embedding"));
+			emb.reduced = 1; // as a plan that went on regardless
+			why = plan_dep_apply(OP_BW, &head_mb, &head, &emb, 1, 2);
+			assert_non_null(why);
+			assert_non_null(strstr(why, "tied head's weight gradient after"));
+			continue;
+		}
+		assert_null(plan_dep_apply(OP_BW, &head_mb, &head, &emb, 1, 2));
+		assert_int_equal(emb.nw_tied, 1);
+		assert_null(plan_dep_apply(OP_ALLREDUCE, NULL, &emb, NULL, 1, 2));
+		assert_null(plan_dep_apply(OP_OPTIM, NULL, &emb, NULL, 1, 2));
+	}
 }
 
 static void ops__dep_rules__order_enforced(void **state)
@@ -573,6 +601,7 @@ int main(void)
 		cmocka_unit_test(layers__plan_reader__located_errors),
 		cmocka_unit_test(ops__table__rows_complete),
 		cmocka_unit_test(ops__dep_rules__order_enforced),
+		cmocka_unit_test(ops__dep_rules__tied_head_before_embedding_step),
 		cmocka_unit_test(ops__group_end__spans_one_group),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
