@@ -297,25 +297,32 @@ static void sched__1f1b_zbh1_zbh2__warmup_and_split(void **state)
 		}
 }
 
-/* Megatron's order: a rank's k-th forward is chunk (k mod v*pp)/pp of microbatch
- * (k / (v*pp)) * pp + k mod pp; backwards the same with chunks reversed. */
+/* Megatron's and torch's order: in rounds of r = m / max(1, m / pp) microbatches (r = pp
+ * when pp divides m), a rank's k-th forward is chunk (k mod v*r)/r of microbatch
+ * (k / (v*r)) * r + k mod r; backwards the same with chunks reversed.  Every m torch
+ * takes (a multiple of the round count), each m < 2pp among them. */
 static void sched__interleaved__megatron_order(void **state)
 {
 	(void)state;
+	int odd = 0;
 	for (int pp = 1; pp <= 5; pp++)
 		for (int v = 2; v <= 4; v++)
-			for (int m = pp; m <= 3 * pp; m += pp) {
+			for (int m = 1; m <= 3 * pp; m++) {
+				int rounds = m / pp > 1 ? m / pp : 1, r = m / rounds;
+				if (m % rounds)
+					continue;
+				odd += m % pp != 0;
 				Plan *p = build("interleaved", v * pp, pp, 1, m, NULL);
 				static Order o;
 				for (int j = 0; j < pp; j++) {
 					order_of(p, j, &o);
-					int warm = (v - 1) * pp + 2 * (pp - 1 - j);
+					int warm = (v - 1) * r + 2 * (pp - 1 - j);
 					assert_int_equal(warmup(p, j), imin(v * m, warm + 1));
 					int f = 0, b = 0;
 					for (int i = 0; i < o.n; i++) {
 						const PlanOp *op = o.op[i];
 						int k = op->kind == OP_F ? f++ : b++;
-						int chunk = k % (pp * v) / pp, mb = k / (pp * v) * pp + k % pp;
+						int chunk = k % (r * v) / r, mb = k / (r * v) * r + k % r;
 						if (op->kind == OP_BW)
 							chunk = v - 1 - chunk;
 						assert_int_equal(op->stage, chunk * pp + j);
@@ -324,8 +331,11 @@ static void sched__interleaved__megatron_order(void **state)
 					assert_int_equal(f, v * m);
 					assert_int_equal(b, v * m);
 				}
+				Measure ms = measure(p, SIM_STRICT, 0);
+				assert_int_equal(ms.verdict, SIM_OK);
 				plan_free(p);
 			}
+	assert_true(odd > 20); // the orders pp does not divide were among them
 }
 
 static void sched__zbv_and_dualpipev__v_pairs(void **state)
@@ -541,10 +551,10 @@ static void sched__placements__rejected_with_what_works(void **state)
 	             "on every pipeline rank: 6 stages on pp=4\n"
 	             " schedule interleaved;\n"
 	             "          ^~~~~~~~~~~\n");
-	expect_error(program(8, 4, 1, 6, "interleaved", NULL),
-	             "test.pipe:3:14: error: schedule interleaved needs a multiple of 4 "
-	             "microbatches (they go through the ranks in rounds of pp), got 6\n"
-	             " microbatches 6;\n"
+	expect_error(program(8, 4, 1, 9, "interleaved", NULL),
+	             "test.pipe:3:14: error: schedule interleaved needs a multiple of 2 "
+	             "microbatches (they go through the ranks in 2 rounds of m / 2), got 9\n"
+	             " microbatches 9;\n"
 	             "              ^\n");
 	expect_error(program(8, 4, 1, 7, "dualpipev", NULL),
 	             "test.pipe:3:14: error: schedule dualpipev needs at least 8 microbatches (2 x "
