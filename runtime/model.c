@@ -172,20 +172,8 @@ static int lay_out(RtStageModel *sm, const char *stage, int l, const PlanLayer *
 	return 0;
 }
 
-/* What the runtime cannot do yet besides layer kinds (those are refused by
- * rt_device_check when the world opens): optimizers other than SGD. */
-static int refuse(const Plan *p, char *err, size_t errn)
-{
-	if (p->optim.given && p->optim.kind != OPTIM_SGD)
-		return merr(err, errn, "the plan asks for the %s optimizer; piperun runs only sgd "
-		            "(its learning rate from --lr)", plan_optim_names[p->optim.kind]);
-	return 0;
-}
-
 static int build(RtModel *m, const Plan *p, char *err, size_t errn)
 {
-	if (refuse(p, err, errn))
-		return -1;
 	LayerShape shape = plan_shape(p);
 	int64_t rows = shape.rows;
 	for (int s = 0; s < p->nstages; s++) {
@@ -391,6 +379,11 @@ int rt_stage_bufs_open(RtRank *r, int s, RtStageBufs *b)
 		return RT_EFAIL;
 	if (sm->loss && !(b->loss = rt_tensor_new(r, 1, p->microbatches, RT_MEM_TEMP)))
 		return RT_EFAIL;
+	if (r->w->optim.kind == OPTIM_ADAMW &&
+	    (!(b->m = rt_tensor_new(r, 1, np, RT_MEM_OPTIM)) ||
+	     !(b->v = rt_tensor_new(r, 1, np, RT_MEM_OPTIM)) || r->dev->zero(r, b->m) ||
+	     r->dev->zero(r, b->v)))
+		return RT_EFAIL;
 	memset(b->host, 0, (size_t)np * sizeof(float));
 	rt_gen_weights(r->w->opt.seed, p, s, b->host);
 	const RtDevice *dev = r->dev;
@@ -405,6 +398,8 @@ void rt_stage_bufs_close(RtRank *r, RtStageBufs *b)
 {
 	rt_tensor_free(r, b->params);
 	rt_tensor_free(r, b->grads);
+	rt_tensor_free(r, b->m);
+	rt_tensor_free(r, b->v);
 	rt_tensor_free(r, b->loss);
 	free(b->host);
 	memset(b, 0, sizeof *b);

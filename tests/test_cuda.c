@@ -401,7 +401,7 @@ static const char two_gpu_src[] = "pipeline two;\nmesh pp=2;\nmicrobatches 4;\ni
 
 static RtOptions options(const char *backend, int steps, int check, int dtype)
 {
-	return (RtOptions){.backend = backend, .steps = steps, .seed = 3, .lr = 0.5,
+	return (RtOptions){.backend = backend, .steps = steps, .seed = 3, .optim = {.lr = 0.5},
 	                   .check = check, .timeout_s = 60, .blas_threads = 1, .dtype = dtype};
 }
 
