@@ -19,7 +19,7 @@ int main(int argc, char **argv)
 		 "sgd or adamw (default: the plan's optimizer line,\nelse sgd)", 0,
 		 .names = plan_optim_names, .nnames = OPTIM_COUNT},
 		{"lr", 0, CLI_REAL, &a.o.optim.lr, "X",
-		 "learning rate, replacing the plan's; without one,\n1e-3 for adamw, and for sgd", 1, .rlo = 0, .rhi = 1e6},
+		 "learning rate over the plan's; sgd's", 1, .rlo = 0, .rhi = 1e6},
 		{"beta1", 0, CLI_REAL, &a.o.optim.beta1, "X",
 		 "adamw: first-moment decay, in [0, 1) (default: the\nplan's, else 0.9)", 0,
 		 .rlo = -INFINITY, .rhi = INFINITY},

@@ -1,6 +1,7 @@
 /* Optimizer tests (runtime/optim.c and the devices' optimizer rows): the cpu's SGD and
  * AdamW steps against their formulas evaluated here in double (two AdamW steps, so the
- * moments and the bias corrections carry over), every hyper-parameter row's range
+ * moments and the bias corrections carry over), an entry for every kind on every
+ * device built in, every hyper-parameter row's range
  * (its ends included or not, as the table says), how the optimizer a run uses follows
  * from the plan and the options, the state a stage holds (AdamW only, zeroed,
  * accounted as RT_MEM_OPTIM), and whole AdamW runs that --check passes bit for bit
@@ -115,6 +116,25 @@ static void optim__adamw_without_state__internal_error(void **state)
 	RtRank r = {.dev = &rt_device_cpu};
 	assert_int_equal(rt_device_cpu.optim[OPTIM_ADAMW](&r, &s), RT_EFAIL);
 	assert_non_null(strstr(r.err, "without its state"));
+}
+
+/* Every device built in runs every optimizer (a plan naming one is otherwise refused
+ * when the world opens). */
+static void optim__devices__every_kind_has_an_entry(void **state)
+{
+	(void)state;
+	int ran = 0;
+	for (int i = 0; i < rt_ndevices; i++) {
+		const RtDevice *d = rt_devices[i];
+		if (!d)
+			continue;
+		assert_non_null(d->optim);
+		for (int k = 0; k < OPTIM_COUNT; k++)
+			if (!d->optim[k])
+				fail_msg("the %s device has no %s step", d->name, plan_optim_names[k]);
+		ran++;
+	}
+	assert_true(ran > 0);
 }
 
 /* ---- hyper-parameters ---- */
@@ -304,6 +324,7 @@ int main(void)
 		cmocka_unit_test(optim__cpu_sgd__is_w_minus_lr_g),
 		cmocka_unit_test(optim__cpu_adamw_two_steps__match_the_formula),
 		cmocka_unit_test(optim__adamw_without_state__internal_error),
+		cmocka_unit_test(optim__devices__every_kind_has_an_entry),
 		cmocka_unit_test(optim__hypers__ranges_as_their_rows_say),
 		cmocka_unit_test(optim__resolve__plan_then_options),
 		cmocka_unit_test(optim__stage_state__adamw_only_zeroed_and_accounted),
