@@ -404,8 +404,7 @@ void check_optimizer(Check *c, AstStmt *s)
 		unknown_word(c, &s->name, "optimizer", plan_optim_names, OPTIM_COUNT);
 		return;
 	}
-	*o = (PlanOptim){.kind = (uint8_t)k, .given = 1, .lr = PROG_DEFAULT_LR, .beta1 = 0.9,
-	                 .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01};
+	*o = plan_optim_default(k);
 	double *val[] = {&o->lr, &o->beta1, &o->beta2, &o->eps, &o->weight_decay};
 	int nk = k == OPTIM_ADAMW ? 5 : 1;
 	for (int i = 0; i < s->nkvs; i++) {

@@ -148,7 +148,6 @@ void front_route(Arena *a, Diag *d, Program *p, const struct AstStmt *s, int sa,
 
 /* Defaults, documented in docs/language.md. */
 #define PROG_DEFAULT_FLOPS 100e12      // device rate for costs derived from FLOPs
-#define PROG_DEFAULT_LR 1e-3          // optimizer lr= when not given
 #define PROG_DEFAULT_LATENCY_NS 5000   // link latency
 #define PROG_DEFAULT_BANDWIDTH 50e9    // link bytes per second
 #define PROG_DEFAULT_DEVICES_PER_NODE 8

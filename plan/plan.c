@@ -40,6 +40,12 @@ int plan_edge_self(const Plan *p, int e)
 
 const char *const plan_optim_names[OPTIM_COUNT] = {"sgd", "adamw"};
 
+PlanOptim plan_optim_default(int kind)
+{
+	return (PlanOptim){.kind = (uint8_t)kind, .given = 1, .lr = 1e-3, .beta1 = 0.9,
+	                   .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01};
+}
+
 int plan_optim_state_bytes(int kind)
 {
 	return kind == OPTIM_ADAMW ? 8 : 0;

@@ -171,6 +171,9 @@ extern const char *const plan_dir_names[DIR_COUNT];
 extern const char *const plan_peer_names[PEER_COUNT]; // "remote", "local", "self"
 extern const char *const plan_optim_names[OPTIM_COUNT];
 
+/* The language's settings for an optimizer statement that gives none: lr 1e-3; adamw
+ * beta1 0.9, beta2 0.999, eps 1e-8, weight_decay 0.01 (given 1). */
+PlanOptim plan_optim_default(int kind);
 /* Optimizer state bytes per parameter: 0 for SGD, 8 for AdamW (two f32 moments). */
 int plan_optim_state_bytes(int kind);
 /* The microbatch the layers of p work on. */

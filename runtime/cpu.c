@@ -517,17 +517,44 @@ static const RtLayerKernels cpu_layers[LAYER_COUNT] = {
 	[LAYER_XENT] = {xent_fwd, xent_bwd_in, NULL},
 };
 
-static int cpu_sgd(RtRank *r, RtTensor *w, const RtTensor *g, float lr)
+/* ---- the optimizer: one entry per OptimKind (rt_backend.h, "The optimizer") ---- */
+
+static int cpu_sgd(RtRank *r, const RtOptStep *s)
 {
-	if (same_shape(r, w, g, "optimizer step"))
+	if (same_shape(r, s->w, s->g, "optimizer step"))
 		return RT_EFAIL;
-	float *a = F32(w);
-	const float *b = F32(g);
-	int64_t n = w->rows * w->cols;
-	for (int64_t i = 0; i < n; i++)
-		a[i] -= lr * b[i];
+	float *w = F32(s->w);
+	const float *g = F32(s->g);
+	for (int64_t i = 0, n = s->w->rows * s->w->cols; i < n; i++)
+		w[i] -= s->lr * g[i];
 	return RT_OK;
 }
+
+static int cpu_adamw(RtRank *r, const RtOptStep *s)
+{
+	if (!s->m || !s->v)
+		return rt_error(r, "internal: adamw step without its state");
+	if (same_shape(r, s->w, s->g, "optimizer step") || same_shape(r, s->w, s->m, "adamw m") ||
+	    same_shape(r, s->w, s->v, "adamw v"))
+		return RT_EFAIL;
+	float *w = F32(s->w), *m = F32(s->m), *v = F32(s->v);
+	const float *g = F32(s->g);
+	for (int64_t i = 0, n = s->w->rows * s->w->cols; i < n; i++) {
+		float gi = g[i];
+		float mi = s->beta1 * m[i] + s->one_minus_beta1 * gi;
+		float vi = s->beta2 * v[i] + (s->one_minus_beta2 * gi) * gi;
+		m[i] = mi;
+		v[i] = vi;
+		float denom = sqrtf(vi) / s->bc2 + s->eps;
+		w[i] = w[i] * s->decay - s->step * (mi / denom);
+	}
+	return RT_OK;
+}
+
+static const RtOptimFn cpu_optim[OPTIM_COUNT] = {
+	[OPTIM_SGD] = cpu_sgd,
+	[OPTIM_ADAMW] = cpu_adamw,
+};
 
 /* OpenBLAS threads are process-wide: --blas-threads per rank means per process. */
 static int cpu_open(RtWorld *w)
@@ -558,6 +585,6 @@ const RtDevice rt_device_cpu = {
 	.add = cpu_add,
 	.scale = cpu_scale,
 	.layers = cpu_layers,
-	.sgd = cpu_sgd,
+	.optim = cpu_optim,
 	.sync = cpu_sync,
 };

@@ -124,7 +124,11 @@ int cu_zero(RtRank *r, RtTensor *t);
 int cu_copy(RtRank *r, RtTensor *dst, const RtTensor *src);
 int cu_add(RtRank *r, RtTensor *dst, const RtTensor *src);
 int cu_scale(RtRank *r, RtTensor *t, float alpha);
-int cu_sgd(RtRank *r, RtTensor *w, const RtTensor *g, float lr);
+/* The optimizer's entries, one per OptimKind (RtDevice.optim). */
+struct CuOptimTable {
+	RtOptimFn f[OPTIM_COUNT];
+};
+extern const CuOptimTable cu_optim;
 /* The layer kernels, one row per LayerKind. */
 struct CuLayerTable {
 	RtLayerKernels k[LAYER_COUNT];

@@ -49,6 +49,23 @@ static __global__ void k_sgd(float *w, const float *g, float lr, int64_t n)
 	w[i] = __fsub_rn(w[i], __fmul_rn(lr, g[i]));
 }
 
+/* One AdamW step, operation for operation as cpu.c's cpu_adamw (rt_backend.h "The
+ * optimizer"); the factors come from the host (rt_optim_step_init). */
+static __global__ void k_adamw(float *w, const float *g, float *m, float *v, RtOptStep s,
+                               int64_t n)
+{
+	FOR_EACH(i, n)
+	{
+		float gi = g[i];
+		float mi = __fadd_rn(__fmul_rn(s.beta1, m[i]), __fmul_rn(s.one_minus_beta1, gi));
+		float vi = __fadd_rn(__fmul_rn(s.beta2, v[i]), __fmul_rn(__fmul_rn(s.one_minus_beta2, gi), gi));
+		m[i] = mi;
+		v[i] = vi;
+		float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), s.bc2), s.eps);
+		w[i] = __fsub_rn(__fmul_rn(w[i], s.decay), __fmul_rn(s.step, __fdiv_rn(mi, denom)));
+	}
+}
+
 static __global__ void k_relu_fwd(const float *x, float *y, int64_t n)
 {
 	FOR_EACH(i, n)
@@ -234,17 +251,45 @@ int cu_scale(RtRank *r, RtTensor *t, float alpha)
 	return RT_OK;
 }
 
-int cu_sgd(RtRank *r, RtTensor *w, const RtTensor *g, float lr)
+static int cu_sgd(RtRank *r, const RtOptStep *s)
 {
-	if (same_shape(r, w, g, "optimizer step"))
+	if (same_shape(r, s->w, s->g, "optimizer step"))
 		return RT_EFAIL;
-	Use u[] = {{w, 1}, {g, 0}};
+	Use u[] = {{s->w, 1}, {s->g, 0}};
 	if (cu_cs_begin(r, u, 2))
 		return RT_EFAIL;
 	cu_cs_end(r, u, 2);
-	LAUNCH(r, k_sgd, numel(w), F32(w), F32(g), lr, numel(w));
+	LAUNCH(r, k_sgd, numel(s->w), F32(s->w), F32(s->g), s->lr, numel(s->w));
 	return RT_OK;
 }
+
+static int cu_adamw(RtRank *r, const RtOptStep *s)
+{
+	if (!s->m || !s->v)
+		return rt_error(r, "internal: adamw step without its state");
+	if (same_shape(r, s->w, s->g, "optimizer step") || same_shape(r, s->w, s->m, "adamw m") ||
+	    same_shape(r, s->w, s->v, "adamw v"))
+		return RT_EFAIL;
+	Use u[] = {{s->w, 1}, {s->g, 0}, {s->m, 1}, {s->v, 1}};
+	if (cu_cs_begin(r, u, 4))
+		return RT_EFAIL;
+	cu_cs_end(r, u, 4);
+	RtOptStep k = *s; // by value to the kernel; its pointers stay the host's
+	LAUNCH(r, k_adamw, numel(s->w), F32(s->w), F32(s->g), F32(s->m), F32(s->v), k,
+	       numel(s->w));
+	return RT_OK;
+}
+
+/* The optimizer's entries by kind, as make_layers() below places layer rows. */
+static constexpr CuOptimTable make_optim()
+{
+	CuOptimTable t = {};
+	t.f[OPTIM_SGD] = cu_sgd;
+	t.f[OPTIM_ADAMW] = cu_adamw;
+	return t;
+}
+
+extern const CuOptimTable cu_optim = make_optim();
 
 /* ---- GEMMs: column-major cuBLAS on row-major tensors (a row-major M is M^T to it) ---- */
 

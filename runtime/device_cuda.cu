@@ -211,6 +211,6 @@ extern "C" const RtDevice rt_device_cuda = {
 	.add = cu_add,
 	.scale = cu_scale,
 	.layers = cu_layers.k,
-	.sgd = cu_sgd,
+	.optim = cu_optim.f,
 	.sync = cu_sync,
 };

@@ -370,7 +370,7 @@ static int op_optim(RtRank *r, LStage *ls)
 {
 	const Plan *p = r->w->plan;
 	const RtDevice *dev = r->dev;
-	if (dev->sgd(r, ls->b.params, ls->b.grads, (float)r->w->opt.lr) || dev->zero(r, ls->b.grads))
+	if (rt_stage_optim(r, &ls->b, ls->b.grads) || dev->zero(r, ls->b.grads))
 		return RT_EFAIL;
 	memset(ls->state, 0, (size_t)p->microbatches); // the next step starts afresh
 	ls->deps = (PlanStageDeps){.tied = ls->deps.tied};

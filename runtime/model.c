@@ -196,16 +196,6 @@ static int lay_out(RtStageModel *sm, const char *stage, int l, const PlanLayer *
 	return 0;
 }
 
-/* What the runtime cannot do yet besides layer kinds (those are refused by
- * rt_device_check when the world opens): optimizers other than SGD. */
-static int refuse(const Plan *p, char *err, size_t errn)
-{
-	if (p->optim.given && p->optim.kind != OPTIM_SGD)
-		return merr(err, errn, "the plan asks for the %s optimizer; piperun runs only sgd "
-		            "(its learning rate from --lr)", plan_optim_names[p->optim.kind]);
-	return 0;
-}
-
 /* A body kind's span: its layers follow it inside the stage, inside any enclosing body,
  * and give back its width. */
 static int check_body(const PlanStage *st, int l, char *err, size_t errn)
@@ -229,8 +219,6 @@ static int check_body(const PlanStage *st, int l, char *err, size_t errn)
 
 static int build(RtModel *m, const Plan *p, char *err, size_t errn)
 {
-	if (refuse(p, err, errn))
-		return -1;
 	LayerShape shape = plan_shape(p);
 	int64_t rows = shape.rows;
 	if (p->vocab > RT_MAX_VOCAB)
@@ -452,6 +440,11 @@ int rt_stage_bufs_open(RtRank *r, int s, RtStageBufs *b)
 		return RT_EFAIL;
 	if (sm->loss && !(b->loss = rt_tensor_new(r, 1, p->microbatches, RT_MEM_TEMP)))
 		return RT_EFAIL;
+	if (r->w->optim.kind == OPTIM_ADAMW &&
+	    (!(b->m = rt_tensor_new(r, 1, np, RT_MEM_OPTIM)) ||
+	     !(b->v = rt_tensor_new(r, 1, np, RT_MEM_OPTIM)) || r->dev->zero(r, b->m) ||
+	     r->dev->zero(r, b->v)))
+		return RT_EFAIL;
 	memset(b->host, 0, (size_t)np * sizeof(float));
 	rt_gen_weights(r->w->opt.seed, p, s, b->host);
 	const RtDevice *dev = r->dev;
@@ -466,6 +459,8 @@ void rt_stage_bufs_close(RtRank *r, RtStageBufs *b)
 {
 	rt_tensor_free(r, b->params);
 	rt_tensor_free(r, b->grads);
+	rt_tensor_free(r, b->m);
+	rt_tensor_free(r, b->v);
 	rt_tensor_free(r, b->loss);
 	free(b->host);
 	memset(b, 0, sizeof *b);

@@ -60,12 +60,28 @@ static double busy_of(const RtResult *res, int r)
 	return sum / ((double)res->world * steps);
 }
 
+/* "optimizer adamw lr=0.001 beta1=0.9 ... state 1234 bytes": the settings run (the
+ * plan's or the options') and the optimizer-state bytes over all ranks. */
+static void print_optim(const RtResult *res)
+{
+	PlanOptim o = res->optim;
+	printf("optimizer %s", plan_optim_names[o.kind]);
+	for (int h = 0; h < RT_HYPER_COUNT; h++)
+		if (!rt_hypers[h].adamw_only || o.kind == OPTIM_ADAMW)
+			printf(" %s=%g", rt_hypers[h].name, *rt_hyper_field(&o, h));
+	int64_t state = 0;
+	for (int r = 0; r < res->world; r++)
+		state += res->model_bytes[3 * r + 2];
+	printf(", state %" PRId64 " bytes\n", state);
+}
+
 static void print_text(const Plan *p, const RtWorld *w, const RtResult *res)
 {
 	printf("piperun: %s (%s, pp=%d dp=%d tp=%d, %d ranks, %d microbatches of %dx%d) on %s, "
 	       "%d steps\n",
 	       p->name, p->schedule, p->dims[DIM_PP], p->dims[DIM_DP], p->dims[DIM_TP], p->world,
 	       p->microbatches, p->rows, p->cols, rt_world_backend(w), res->steps);
+	print_optim(res);
 	for (int s = 0; s < res->steps; s++)
 		printf("step %d: loss %.6f time %.3f ms\n", s + 1, res->loss[s], res->step_ns[s] / 1e6);
 	if (res->steps > 1) {
@@ -123,13 +139,20 @@ static void print_json(const Plan *p, const RtWorld *w, const RtResult *res)
 			mean += (double)res->step_ns[s];
 		mean /= res->steps - 1;
 	}
-	printf("],\n \"mean_step_us\": %.3f,\n \"busy\": %.6f,\n \"ranks\": [", mean / 1e3,
+	PlanOptim o = res->optim;
+	printf("],\n \"optimizer\": {\"kind\": \"%s\"", plan_optim_names[o.kind]);
+	for (int h = 0; h < RT_HYPER_COUNT; h++)
+		if (!rt_hypers[h].adamw_only || o.kind == OPTIM_ADAMW)
+			printf(", \"%s\": %.9g", rt_hypers[h].name, *rt_hyper_field(&o, h));
+	printf("},\n \"mean_step_us\": %.3f,\n \"busy\": %.6f,\n \"ranks\": [", mean / 1e3,
 	       busy_of(res, -1));
 	for (int r = 0; r < res->world; r++)
 		printf("%s{\"rank\": %d, \"busy\": %.6f, \"compute_us\": %.3f, \"peak_act_bytes\": %" PRId64
-		       ", \"held_at_end_bytes\": %" PRId64 "}",
+		       ", \"held_at_end_bytes\": %" PRId64 ", \"param_bytes\": %" PRId64
+		       ", \"grad_bytes\": %" PRId64 ", \"optim_state_bytes\": %" PRId64 "}",
 		       r ? ", " : "", r, busy_of(res, r), res->busy_ns[r] / 1e3 / res->steps,
-		       res->peak_act[r], res->held_end[r]);
+		       res->peak_act[r], res->held_end[r], res->model_bytes[3 * r],
+		       res->model_bytes[3 * r + 1], res->model_bytes[3 * r + 2]);
 	printf("]");
 	if (res->checked)
 		printf(",\n \"check\": {\"ok\": %s, \"loss_abs\": %.6g, \"loss_rel\": %.6g, "
@@ -162,6 +185,20 @@ static int check_combinations(CliTool *t, PiperunArgs *a)
 	if (a->trace && cli_is_std(a->trace) && a->json)
 		return cli_usage_error(t, "--json and --trace - both write to standard output");
 	char msg[512];
+	/* The optimizer's settings: the fields given replace the plan's (rt_optim_resolve). */
+	a->o.optim_set = 0;
+	if (cli_given(t, &a->optim)) {
+		a->o.optim.kind = (uint8_t)a->optim;
+		a->o.optim_set |= RT_OPTIM_SET_KIND;
+	}
+	for (int h = 0; h < RT_HYPER_COUNT; h++) {
+		double *v = rt_hyper_field(&a->o.optim, h);
+		if (!cli_given(t, v))
+			continue;
+		if (rt_hyper_check(h, *v, msg, sizeof msg))
+			return cli_usage_error(t, "--%s: %s", rt_hypers[h].option, msg);
+		a->o.optim_set |= RT_OPTIM_SET(h);
+	}
 	if (a->o.backend && rt_backend_check(a->o.backend, msg, sizeof msg))
 		return cli_usage_error(t, "--backend: %s", msg);
 	a->o.dtype = a->dtype;

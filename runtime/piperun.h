@@ -9,8 +9,9 @@
 #define PIPERUN_BLAS_THREADS 1 // --blas-threads unless given
 
 typedef struct {
-	RtOptions o;       // steps, seed, lr, check, timeout, blas threads, backend
+	RtOptions o;       // steps, seed, optimizer, check, timeout, blas threads, backend
 	int dtype;         // RtDtype (--dtype)
+	int optim;         // OptimKind (--optimizer)
 	int json;          // --json
 	int calibrate;     // --calibrate
 	const char *trace; // --trace FILE, or NULL

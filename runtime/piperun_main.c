@@ -3,17 +3,35 @@
  * (rt.h).  Exit 0 ok, 1 a runtime failure, a --check difference or a bad plan, 2 usage. */
 #include "piperun.h"
 
+#include <math.h>
+
 int main(int argc, char **argv)
 {
 	PiperunArgs a = {.o = {.steps = RT_DEFAULT_STEPS, .seed = RT_DEFAULT_SEED,
-	                       .lr = RT_DEFAULT_LR, .timeout_s = RT_DEFAULT_TIMEOUT,
+	                       .optim = {.lr = RT_DEFAULT_LR}, .timeout_s = RT_DEFAULT_TIMEOUT,
 	                       .blas_threads = PIPERUN_BLAS_THREADS}};
 	CLI_TABLE_BEGIN
 	const CliOpt opts[] = {
 		{"backend", 'b', CLI_STR, &a.o.backend, "NAME", piperun_backend_help()},
 		{"steps", 'n', CLI_INT, &a.o.steps, "N", "training steps to run", 1, 1, 1000000},
 		{"seed", 's', CLI_U64, &a.o.seed, "S", "seed of weights, inputs and targets", 1},
-		{"lr", 0, CLI_REAL, &a.o.lr, "X", "SGD learning rate", 1, .rlo = 0, .rhi = 1e6},
+		{"optimizer", 0, CLI_ENUM, &a.optim, "NAME",
+		 "sgd or adamw (default: the plan's optimizer line,\nelse sgd)", 0,
+		 .names = plan_optim_names, .nnames = OPTIM_COUNT},
+		{"lr", 0, CLI_REAL, &a.o.optim.lr, "X",
+		 "learning rate over the plan's; sgd's", 1, .rlo = 0, .rhi = 1e6},
+		{"beta1", 0, CLI_REAL, &a.o.optim.beta1, "X",
+		 "adamw: first-moment decay, in [0, 1) (default: the\nplan's, else 0.9)", 0,
+		 .rlo = -INFINITY, .rhi = INFINITY},
+		{"beta2", 0, CLI_REAL, &a.o.optim.beta2, "X",
+		 "adamw: second-moment decay, in [0, 1) (default: the\nplan's, else 0.999)", 0,
+		 .rlo = -INFINITY, .rhi = INFINITY},
+		{"eps", 0, CLI_REAL, &a.o.optim.eps, "X",
+		 "adamw: added to the second moment's root, in (0, 1]\n(default: the plan's, else 1e-8)",
+		 0, .rlo = -INFINITY, .rhi = INFINITY},
+		{"weight-decay", 0, CLI_REAL, &a.o.optim.weight_decay, "X",
+		 "adamw: decoupled weight decay, in [0, 1e6] (default:\nthe plan's, else 0.01)", 0,
+		 .rlo = -INFINITY, .rhi = INFINITY},
 		{"check", 'c', CLI_FLAG, &a.o.check, NULL,
 		 "also run the model sequentially and compare every\n"
 		 "step's loss and the final weights (exit 1 beyond\n" CLI_XSTR(RT_CHECK_TOL) " relative)"},

@@ -2,7 +2,7 @@
  *
  * Per step and dp replica it runs every microbatch through all stages in order (F),
  * back through them in reverse (B), then the weight gradients (W), then averages the
- * replicas and takes the SGD step.  It calls the very stage code the interpreter
+ * replicas and takes the optimizer step (the same rt_stage_optim, with the same state).  It calls the very stage code the interpreter
  * calls (model.c) on the cpu device, and it keeps the summation orders the plan
  * implies, so a correct pipelined run agrees with it to the last bit on the threads
  * backend (cpu device, shared-memory communicator):
@@ -165,7 +165,7 @@ static int run(Ref *f, double *loss)
 			if (D > 1)
 				rc = dev->scale(r, f->gacc[s], 1.0f / (float)D);
 			if (rc == RT_OK)
-				rc = dev->sgd(r, f->b[s].params, f->gacc[s], (float)w->opt.lr);
+				rc = rt_stage_optim(r, &f->b[s], f->gacc[s]);
 		}
 		loss[step] = total;
 	}

@@ -46,7 +46,11 @@ typedef struct {
 	const char *backend;  // NULL: rt_backend_default()
 	int steps;
 	uint64_t seed;
-	double lr;
+	/* The optimizer: the plan's `optimizer` line, else sgd at RT_DEFAULT_LR; each field
+	 * of `optim` whose bit is in optim_set replaces that (piperun's --optimizer, --lr,
+	 * --beta1 ...).  rt_optim_resolve. */
+	PlanOptim optim;
+	unsigned optim_set;   // RT_OPTIM_SET(RT_HYPER_*) and RT_OPTIM_SET_KIND bits
 	int check;            // run the sequential reference (on the cpu device) and compare
 	double timeout_s;     // watchdog: no progress for this long ends the run
 	int trace;            // record per-op timestamps (for --trace and --calibrate)
@@ -66,6 +70,39 @@ static inline double rt_check_tol(int dtype)
 	return dtype == RT_DTYPE_BF16 ? RT_CHECK_TOL_BF16 : RT_CHECK_TOL;
 }
 
+/* The optimizer's hyper-parameters (runtime/optim.c): one row each, walked by loops
+ * (piperun's checks, the resolution below, the tests). */
+typedef enum {
+	RT_HYPER_LR,           // learning rate (sgd and adamw)
+	RT_HYPER_BETA1,        // adamw: decay of the first moment
+	RT_HYPER_BETA2,        // adamw: decay of the second moment
+	RT_HYPER_EPS,          // adamw: added to the second moment's root
+	RT_HYPER_WEIGHT_DECAY, // adamw: decoupled weight decay
+	RT_HYPER_COUNT
+} RtHyper;
+
+#define RT_OPTIM_SET(h) (1u << (h))                // RtOptions.optim_set: hyper h given
+#define RT_OPTIM_SET_KIND (1u << RT_HYPER_COUNT)    // ... the kind given
+
+typedef struct {
+	const char *name;    // as the plan and the language spell it: "weight_decay"
+	const char *option;  // piperun's option: "weight-decay"
+	double lo, hi;       // the valid range ...
+	int lo_open, hi_open; // ... its ends excluded
+	int adamw_only;      // 1: sgd has no such setting
+} RtHyperInfo;
+
+extern const RtHyperInfo rt_hypers[RT_HYPER_COUNT];
+/* The field of o that hyper h is. */
+double *rt_hyper_field(PlanOptim *o, int h);
+/* 0 when v is in h's range, else -1 and "beta1 must be in [0, 1), not 1" in msg. */
+int rt_hyper_check(int h, double v, char *msg, size_t n);
+/* The optimizer the ranks run (RtOptions.optim above): out is the plan's, or sgd at
+ * RT_DEFAULT_LR, or, when o names another kind, that kind's defaults (sgd: lr
+ * RT_DEFAULT_LR; adamw: the language's, plan_optim_default), then o's given fields.
+ * Returns 0, or -1 and why in msg: a value out of range, an adamw setting for sgd. */
+int rt_optim_resolve(const Plan *p, const RtOptions *o, PlanOptim *out, char *msg, size_t n);
+
 /* One recorded op, for traces and calibration. */
 typedef struct {
 	int64_t t0, t1;   // ns since the world's start
@@ -83,6 +120,9 @@ typedef struct {
 	int64_t *busy_ns;      // [world] compute time summed over all steps
 	int64_t *peak_act;     // [world] peak saved activation bytes (per op, list order)
 	int64_t *held_end;     // [world] activation bytes still held after the last op
+	int64_t *model_bytes;  // [world * 3] parameter, gradient and optimizer-state bytes
+	                       // of the rank's stages (RT_MEM_PARAM, _GRAD, _OPTIM)
+	PlanOptim optim;       // the optimizer run (rt_optim_resolve)
 	/* Events per rank, when options.trace: ev[r][0..nev[r]). */
 	int64_t *nev;
 	RtEvent **ev;

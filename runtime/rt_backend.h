@@ -58,6 +58,7 @@ typedef enum {
 	RT_MEM_SAVED, // saved activations: what the plan's save_* figures count
 	RT_MEM_PARAM, // weights and biases
 	RT_MEM_GRAD,  // weight-gradient accumulators
+	RT_MEM_OPTIM, // optimizer state (AdamW's two moments; none for SGD)
 	RT_MEM_COMM,  // stage outputs and input gradients between stages (sent, received,
 	              // handed over locally)
 	RT_MEM_TEMP,  // scratch that lives inside one op
@@ -191,6 +192,36 @@ typedef struct {
 } RtLayerKernels;
 
 /* ------------------------------------------------------------------------------------
+ * The optimizer.  A device computes each OptimKind through one entry of its `optim`
+ * table, over a stage's flat parameters w with their dp-averaged gradient g.  The f32
+ * factors below are computed once on the host (rt_optim_step_init, the bias
+ * corrections in double), so every device runs the same f32 operations in the same
+ * order and agrees with the cpu to the bit (no fused multiply-adds):
+ *
+ *   sgd     w = w - lr * g
+ *   adamw   m = beta1 * m + (1 - beta1) * g
+ *           v = beta2 * v + ((1 - beta2) * g) * g
+ *           w = w * decay - step * (m / (sqrt(v) / bc2 + eps))
+ *           decay = 1 - lr * weight_decay (decoupled, as torch.optim.AdamW),
+ *           step = lr / (1 - beta1^t), bc2 = sqrt(1 - beta2^t)
+ *
+ * m and v are the stage's optimizer state (RT_MEM_OPTIM, zero before step 1). */
+typedef struct {
+	RtTensor *w;        // parameters, updated in place
+	const RtTensor *g;  // their gradient, w's shape
+	RtTensor *m, *v;    // adamw: first and second moments, w's shape; NULL for sgd
+	int64_t t;          // the step, from 1
+	float lr;           // sgd
+	float beta1, beta2, one_minus_beta1, one_minus_beta2, decay, step, bc2, eps; // adamw
+} RtOptStep;
+
+typedef int (*RtOptimFn)(RtRank *r, const RtOptStep *s);
+
+/* The factors of step t (from 1) of optimizer o into s (runtime/optim.c); w, g, m, v
+ * are the caller's. */
+void rt_optim_step_init(const PlanOptim *o, int64_t t, RtOptStep *s);
+
+/* ------------------------------------------------------------------------------------
  * The three parts.  Process-level state lives in the world (rt_world_state), rank
  * state in the rank (rt_rank_state), one slot per part. */
 
@@ -248,8 +279,10 @@ typedef struct {
 	 * below).  A kind the device cannot compute has an empty row, and a plan using it is
 	 * refused when the world opens (rt_device_check). */
 	const RtLayerKernels *layers;
-	/* The optimizer step: w -= lr * g */
-	int (*sgd)(RtRank *r, RtTensor *w, const RtTensor *g, float lr);
+	/* The optimizer step: one entry per OptimKind (an array of OPTIM_COUNT, RtOptStep
+	 * above); a NULL entry is an optimizer the device cannot run, refused when the
+	 * world opens. */
+	const RtOptimFn *optim;
 	/* Waits for everything the rank has issued (communication included). */
 	int (*sync)(RtRank *r);
 } RtDevice;
@@ -399,6 +432,7 @@ void rt_rank_blame(RtRank *r, int64_t op, int64_t op_end);
 struct RtWorld {
 	const Plan *plan;
 	RtOptions opt;
+	PlanOptim optim;          // the optimizer the ranks run (rt_optim_resolve)
 	const RtBackend *be;      // the combination named by --backend
 	const RtLauncher *launcher;
 	const RtDevice *dev;      // the ranks' device (the reference: rt_device_cpu)
@@ -440,6 +474,7 @@ struct RtRank {
 	int64_t peak_act;
 	/* Figures. */
 	int64_t held_end;      // saved-activation bytes still held after the last step
+	int64_t model_bytes[3]; // parameter, gradient, optimizer-state bytes (RtResult's)
 	float *weights;        // --check: final weights of its stages, host copy
 	int64_t busy_ns;
 	double *loss_sum;      // [steps] sum of this rank's microbatch losses

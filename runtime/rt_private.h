@@ -83,6 +83,8 @@ RtTensor rt_tensor_view(const RtTensor *parent, int64_t off, int64_t rows, int64
  * its input, its output gradient for W, its saved and held tensors). */
 typedef struct RtStageBufs {
 	RtTensor *params, *grads;  // flat
+	RtTensor *m, *v;           // optimizer state, params' shape (adamw; else NULL)
+	int64_t t;                 // optimizer steps taken
 	RtTensor *loss;            // 1 x microbatches, for the loss stage
 	float *host;               // scratch for synthetic data (rows x widest)
 	struct RtStageBufs *embed; // the embedding stage's buffers on this rank (a tied head
@@ -99,7 +101,12 @@ int rt_stage_backward(RtRank *r, int s, int mb, int step, int replica, RtStageBu
 int rt_stage_weights(RtRank *r, int s, RtStageBufs *b, RtTensor **saved);
 /* The synthetic input of a microbatch as a new tensor of class cls. */
 RtTensor *rt_stage_input(RtRank *r, int step, int replica, int mb, RtStageBufs *b, int cls);
-/* Allocates and initialises a stage's params and zeroed grads. */
+/* The optimizer step (optim.c): params from the gradient g (the dp average; the
+ * interpreter passes grads, the reference its replica sum) with the world's optimizer,
+ * the stage's state and its next step number. */
+int rt_stage_optim(RtRank *r, RtStageBufs *b, const RtTensor *g);
+/* Allocates and initialises a stage's params, zeroed grads and zeroed optimizer state
+ * (RT_MEM_OPTIM, for the world's optimizer). */
 int rt_stage_bufs_open(RtRank *r, int s, RtStageBufs *b);
 void rt_stage_bufs_close(RtRank *r, RtStageBufs *b);
 

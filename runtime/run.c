@@ -113,7 +113,14 @@ RtWorld *rt_world_open(const Plan *p, const RtOptions *o, char *err, size_t errn
 	w->comm = be->comm;
 	gethostname(w->host, sizeof w->host - 1);
 	if (rt_device_check(w->dev, p, err, errn) ||
-	    (o->check && rt_device_check(&rt_device_cpu, p, err, errn))) {
+	    (o->check && rt_device_check(&rt_device_cpu, p, err, errn)) ||
+	    rt_optim_resolve(p, o, &w->optim, err, errn)) {
+		free(w);
+		return NULL;
+	}
+	if (!w->dev->optim || !w->dev->optim[w->optim.kind]) {
+		snprintf(err, errn, "the %s device has no %s optimizer step", w->dev->name,
+		         plan_optim_names[w->optim.kind]);
 		free(w);
 		return NULL;
 	}
@@ -183,6 +190,9 @@ static int keep_weights(RtRank *r)
 	return r->dev->sync(r);
 }
 
+/* The classes of RtResult.model_bytes, in its order. */
+static const int model_mem[3] = {RT_MEM_PARAM, RT_MEM_GRAD, RT_MEM_OPTIM};
+
 static int rank_entry(RtRank *r)
 {
 	RtWorld *w = r->w;
@@ -192,6 +202,8 @@ static int rank_entry(RtRank *r)
 	if (rc == RT_OK)
 		rc = rt_rank_main(r);
 	r->held_end = r->mem[RT_MEM_SAVED];
+	for (int i = 0; i < 3; i++)
+		r->model_bytes[i] = r->mem[model_mem[i]];
 	if (rc == RT_OK && w->opt.check)
 		rc = keep_weights(r);
 	rt_rank_free(r);
@@ -218,7 +230,8 @@ static int gather_figures(RtWorld *w, RtResult *res)
 {
 	const Plan *p = w->plan;
 	int steps = w->opt.steps;
-	int64_t n = (int64_t)(5 + 3 * steps) * 8;
+	enum { NFIX = 8 }; // fixed figures per rank, then 3 per step
+	int64_t n = (int64_t)(NFIX + 3 * steps) * 8;
 	char *mine = calloc((size_t)w->nlocal, (size_t)n);
 	if (!mine)
 		return rt_world_error(w, "out of memory");
@@ -230,10 +243,12 @@ static int gather_figures(RtWorld *w, RtResult *res)
 		b[2] = r->held_end;
 		b[3] = r->nev;
 		b[4] = r->coord[DIM_TP] == 0 && r->coord[DIM_PP] == p->stages[w->model->loss_stage].pp;
+		for (int k = 0; k < 3; k++)
+			b[5 + k] = r->model_bytes[k];
 		for (int s = 0; s < steps; s++) {
-			memcpy(&b[5 + 3 * s], &r->loss_sum[s], 8);
-			b[6 + 3 * s] = r->step_t0[s];
-			b[7 + 3 * s] = r->step_t1[s];
+			memcpy(&b[NFIX + 3 * s], &r->loss_sum[s], 8);
+			b[NFIX + 1 + 3 * s] = r->step_t0[s];
+			b[NFIX + 2 + 3 * s] = r->step_t1[s];
 		}
 	}
 	void *all;
@@ -250,10 +265,12 @@ static int gather_figures(RtWorld *w, RtResult *res)
 		res->busy_ns = calloc((size_t)p->world, sizeof *res->busy_ns);
 		res->peak_act = calloc((size_t)p->world, sizeof *res->peak_act);
 		res->held_end = calloc((size_t)p->world, sizeof *res->held_end);
+		res->model_bytes = calloc((size_t)p->world * 3, sizeof *res->model_bytes);
+		res->optim = w->optim;
 		res->nev = calloc((size_t)p->world, sizeof *res->nev);
 		res->ev = calloc((size_t)p->world, sizeof *res->ev);
 		if (!res->loss || !res->step_ns || !res->busy_ns || !res->peak_act || !res->held_end ||
-		    !res->nev || !res->ev) {
+		    !res->model_bytes || !res->nev || !res->ev) {
 			free(all);
 			return rt_world_error(w, "out of memory");
 		}
@@ -271,17 +288,19 @@ static int gather_figures(RtWorld *w, RtResult *res)
 			res->peak_act[r] = b[1];
 			res->held_end[r] = b[2];
 			res->nev[r] = b[3];
+			for (int k = 0; k < 3; k++)
+				res->model_bytes[3 * r + k] = b[5 + k];
 			if (b[3] > maxev)
 				maxev = b[3];
 			for (int s = 0; s < steps; s++) {
 				double l;
-				memcpy(&l, &b[5 + 3 * s], 8);
+				memcpy(&l, &b[NFIX + 3 * s], 8);
 				if (b[4])
 					res->loss[s] += l / norm;
-				if (r == 0 || b[6 + 3 * s] < t0[s])
-					t0[s] = b[6 + 3 * s];
-				if (r == 0 || b[7 + 3 * s] > t1[s])
-					t1[s] = b[7 + 3 * s];
+				if (r == 0 || b[NFIX + 1 + 3 * s] < t0[s])
+					t0[s] = b[NFIX + 1 + 3 * s];
+				if (r == 0 || b[NFIX + 2 + 3 * s] > t1[s])
+					t1[s] = b[NFIX + 2 + 3 * s];
 			}
 		}
 		for (int s = 0; s < steps; s++)
@@ -433,6 +452,7 @@ void rt_result_free(RtResult *res)
 	free(res->busy_ns);
 	free(res->peak_act);
 	free(res->held_end);
+	free(res->model_bytes);
 	if (res->ev)
 		for (int r = 0; r < res->world; r++)
 			free(res->ev[r]);

@@ -57,13 +57,15 @@ static Plan *compile_text(const char *src)
 }
 
 /* Every stage on one GPU: pp=1 and four stages, a skip, both activations. */
-static const char one_gpu_src[] = "pipeline one;\nmesh pp=1;\nmicrobatches 4;\ninput 8x32;\n"
-                                  "stage s0 { linear 32; relu; }\n"
-                                  "stage s1 { linear 32; gelu; }\n"
-                                  "stage s2 { linear 32; relu; }\n"
-                                  "stage s3 { linear 16; loss mse; }\n"
-                                  "skip s0 -> s2;\n"
-                                  "schedule gpipe;\ncost * f=1 b=1 w=1;\nlink ideal;\n";
+#define ONE_GPU_SRC                                                                        \
+	"pipeline one;\nmesh pp=1;\nmicrobatches 4;\ninput 8x32;\n"                             \
+	"stage s0 { linear 32; relu; }\n"                                                     \
+	"stage s1 { linear 32; gelu; }\n"                                                     \
+	"stage s2 { linear 32; relu; }\n"                                                     \
+	"stage s3 { linear 16; loss mse; }\n"                                                 \
+	"skip s0 -> s2;\n"                                                                    \
+	"schedule gpipe;\ncost * f=1 b=1 w=1;\nlink ideal;\n"
+static const char one_gpu_src[] = ONE_GPU_SRC;
 
 /* ---- no GPU needed ---- */
 
@@ -405,7 +407,7 @@ static const char two_gpu_src[] = "pipeline two;\nmesh pp=2;\nmicrobatches 4;\ni
 
 static RtOptions options(const char *backend, int steps, int check, int dtype)
 {
-	return (RtOptions){.backend = backend, .steps = steps, .seed = 3, .lr = 0.5,
+	return (RtOptions){.backend = backend, .steps = steps, .seed = 3,
 	                   .check = check, .timeout_s = 60, .blas_threads = 1, .dtype = dtype};
 }
 
@@ -830,9 +832,39 @@ static void cuda__kernels__match_cpu(void **state)
 		assert_int_equal(be->scale(r, y, 0.37f), RT_OK);
 		cpu->scale(r, &hy, 0.37f);
 		assert_true(rel_err(&g, y, &hy) == 0);
-		assert_int_equal(be->sgd(r, y, dy, 0.5f), RT_OK);
-		cpu->sgd(r, &hy, &hdy, 0.5f);
-		assert_true(rel_err(&g, y, &hy) == 0);
+		/* The optimizer: every kind, two steps (AdamW's moments carry over), bit for
+		 * bit as the cpu's. */
+		for (int k = 0; k < OPTIM_COUNT; k++) {
+			PlanOptim po = plan_optim_default(k);
+			po.lr = 0.05;
+			RtTensor hm, hv;
+			RtTensor *dm = both(&g, m, n, &hm, 6), *dv = both(&g, m, n, &hv, 7);
+			assert_int_equal(be->zero(r, dm), RT_OK);
+			assert_int_equal(be->zero(r, dv), RT_OK);
+			memset(hm.data, 0, (size_t)hm.bytes);
+			memset(hv.data, 0, (size_t)hv.bytes);
+			int adam = k == OPTIM_ADAMW;
+			for (int t = 1; t <= 2; t++) {
+				RtOptStep ds = {.w = y, .g = dy, .m = adam ? dm : NULL, .v = adam ? dv : NULL};
+				RtOptStep hs = {.w = &hy, .g = &hdy, .m = adam ? &hm : NULL,
+				                .v = adam ? &hv : NULL};
+				rt_optim_step_init(&po, t, &ds);
+				rt_optim_step_init(&po, t, &hs);
+				assert_non_null(be->optim[k]);
+				assert_int_equal(be->optim[k](r, &ds), RT_OK);
+				assert_int_equal(cpu->optim[k](r, &hs), RT_OK);
+				if (rel_err(&g, y, &hy) != 0)
+					fail_msg("%s step %d: the %s device's weights differ from the cpu's",
+					         plan_optim_names[k], t, be->name);
+				if (adam && (rel_err(&g, dm, &hm) != 0 || rel_err(&g, dv, &hv) != 0))
+					fail_msg("adamw step %d: the %s device's moments differ from the cpu's", t,
+					         be->name);
+			}
+			rt_tensor_free(r, dm);
+			rt_tensor_free(r, dv);
+			free(hm.data);
+			free(hv.data);
+		}
 		assert_int_equal(be->copy(r, y, dy), RT_OK);
 		assert_true(rel_err(&g, y, &hdy) == 0);
 		assert_int_equal(be->zero(r, y), RT_OK);
@@ -968,6 +1000,16 @@ static void cuda__plan_one_gpu__check_bf16(void **state)
 	run_checked(one_gpu_src, RT_DTYPE_BF16, 1);
 }
 
+/* The same plan with the AdamW optimizer: its state on the GPU, --check against the
+ * cpu reference (the step itself matches the cpu's bit for bit: cuda__kernels__...). */
+static const char one_gpu_adamw_src[] = ONE_GPU_SRC "optimizer adamw lr=1e-3;\n";
+
+static void cuda__plan_one_gpu__check_adamw(void **state)
+{
+	(void)state;
+	run_checked(one_gpu_adamw_src, RT_DTYPE_F32, 1);
+}
+
 static void cuda__plan_two_gpus__check_f32(void **state)
 {
 	(void)state;
@@ -999,6 +1041,7 @@ int main(void)
 		cmocka_unit_test(cuda__nccl_self__grouped_sendrecv_and_allreduce),
 		cmocka_unit_test(cuda__plan_one_gpu__check_f32),
 		cmocka_unit_test(cuda__plan_one_gpu__check_bf16),
+		cmocka_unit_test(cuda__plan_one_gpu__check_adamw),
 		cmocka_unit_test(cuda__plan_two_gpus__check_f32),
 		cmocka_unit_test(cuda__hang__abort_ends_the_wait), // last: it aborts NCCL
 #endif

@@ -46,7 +46,7 @@ static const char tiny_src[] = "pipeline tiny;\nmesh pp=2;\nmicrobatches 2;\ninp
 
 static RtOptions options(int steps, int check)
 {
-	return (RtOptions){.backend = "threads", .steps = steps, .seed = 7, .lr = 0.5,
+	return (RtOptions){.backend = "threads", .steps = steps, .seed = 7,
 	                   .check = check, .timeout_s = 20, .blas_threads = 1};
 }
 

@@ -1,10 +1,11 @@
 #!/bin/sh
 # piperun under mpirun, one rank per process: --check passes for every schedule pipecc
 # accepts on the bundled examples (the backend chosen automatically from the launcher's
-# environment, and by --backend mpi), a head-to-head deadlock ends by the watchdogs with
-# both blocked sends named, a wrong process count is an error, and --backend threads
-# (which would run the whole world in every process) is refused.  Skipped (with a
-# line saying so) without mpirun, without the MPI backend, or under sanitizers.
+# environment, and by --backend mpi) and for AdamW with dp=2, a head-to-head deadlock
+# ends by the watchdogs with both blocked sends named, a wrong process count is an
+# error, and --backend threads (which would run the whole world in every process) is
+# refused.  Skipped (with a line saying so) without mpirun, without the MPI backend, or
+# under sanitizers.
 : "${BIN:=bin}"
 TOOL=piperun-mpi
 . tests/lib/cli.sh
@@ -48,6 +49,12 @@ for s in zbv dualpipev; do
 		"$dir/self-$s.plan" --check --steps 2
 	has "--check on the $s self-send plan agrees" "$dir/out" "^check: .*: ok"
 done
+# AdamW with dp=2 (its state per process; the all-reduce is MPI's, within tolerance).
+"$BIN/pipecc" examples/mlp4.pipe -o "$dir/mlp4-adamw.plan"
+t "--check adamw on mlp4 (np 8)" 0 timeout 300 $MPIRUN -np 8 "$BIN/piperun" \
+	"$dir/mlp4-adamw.plan" --optimizer adamw --check --steps 2
+has "--check adamw on mlp4 agrees" "$dir/out" "^check: .*: ok"
+has "--check adamw on mlp4 ran adamw" "$dir/out" "^optimizer adamw lr=0.001 "
 "$BIN/pipecc" examples/tiny.pipe -o "$dir/tiny.plan"
 t "--backend mpi" 0 timeout 120 $MPIRUN -np 2 "$BIN/piperun" "$dir/tiny.plan" --backend mpi --json
 has "--backend mpi reports mpi" "$dir/out" '"backend": "mpi"'

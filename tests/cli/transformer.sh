@@ -59,7 +59,7 @@ has "the error is at the head" "$dir/err" "loop.pipe:24:28: error: 'head tied' o
 # transformer_run.sh trains the transformers)
 printf 'optimizer adamw lr=1e-3;\n' | cat examples/tiny.pipe - >"$dir/adam.pipe"
 "$BIN/pipecc" "$dir/adam.pipe" -o "$dir/adam.plan"
-t "piperun refuses adamw" 1 "$BIN/piperun" "$dir/adam.plan" --steps 1
-has "piperun names the optimizer" "$dir/err" "asks for the adamw optimizer"
+t "piperun runs the plan's adamw" 0 "$BIN/piperun" "$dir/adam.plan" --steps 1
+has "piperun runs the plan's lr" "$dir/out" "^optimizer adamw lr=0.001 "
 
 [ "$fails" -eq 0 ]

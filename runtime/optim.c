@@ -1,0 +1,120 @@
+/* The optimizer step around the devices' kernels: which optimizer a run uses, its
+ * hyper-parameters checked against one table (rt_hypers: a row per setting with its
+ * range, walked by piperun's option checks and by the tests), and the f32 factors of
+ * a step computed once on the host, so that every device (and the --check reference)
+ * runs the very same f32 arithmetic.  The math itself is each device's `optim` row
+ * (cpu.c, cuda_kernels.cu); rt_backend.h "The optimizer" states it.
+ *
+ * The optimizer is the plan's `optimizer` line when it has one, else SGD at
+ * RT_DEFAULT_LR (piperun's --lr default, as before plans named optimizers); piperun's
+ * options replace single fields of it (rt_optim_resolve). */
+#include "rt_private.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+
+const RtHyperInfo rt_hypers[RT_HYPER_COUNT] = {
+	[RT_HYPER_LR] = {"lr", "lr", 0, 1e6, 1, 0, 0},
+	[RT_HYPER_BETA1] = {"beta1", "beta1", 0, 1, 0, 1, 1},
+	[RT_HYPER_BETA2] = {"beta2", "beta2", 0, 1, 0, 1, 1},
+	[RT_HYPER_EPS] = {"eps", "eps", 0, 1, 1, 0, 1},
+	[RT_HYPER_WEIGHT_DECAY] = {"weight_decay", "weight-decay", 0, 1e6, 0, 0, 1},
+};
+
+double *rt_hyper_field(PlanOptim *o, int h)
+{
+	switch ((RtHyper)h) {
+	case RT_HYPER_LR:
+		return &o->lr;
+	case RT_HYPER_BETA1:
+		return &o->beta1;
+	case RT_HYPER_BETA2:
+		return &o->beta2;
+	case RT_HYPER_EPS:
+		return &o->eps;
+	case RT_HYPER_WEIGHT_DECAY:
+		return &o->weight_decay;
+	case RT_HYPER_COUNT:
+		break;
+	}
+	return NULL;
+}
+
+int rt_hyper_check(int h, double v, char *msg, size_t n)
+{
+	const RtHyperInfo *hi = &rt_hypers[h];
+	int ok = isfinite(v) && (hi->lo_open ? v > hi->lo : v >= hi->lo) &&
+	         (hi->hi_open ? v < hi->hi : v <= hi->hi);
+	if (ok)
+		return 0;
+	snprintf(msg, n, "%s must be in %c%g, %g%c, not %g", hi->name, hi->lo_open ? '(' : '[',
+	         hi->lo, hi->hi, hi->hi_open ? ')' : ']', v);
+	return -1;
+}
+
+int rt_optim_resolve(const Plan *p, const RtOptions *o, PlanOptim *out, char *msg, size_t n)
+{
+	PlanOptim e = p->optim.given ? p->optim : (PlanOptim){.kind = OPTIM_SGD, .lr = RT_DEFAULT_LR};
+	if ((o->optim_set & RT_OPTIM_SET_KIND) && o->optim.kind != e.kind) {
+		if (o->optim.kind >= OPTIM_COUNT) {
+			snprintf(msg, n, "unknown optimizer %d", o->optim.kind);
+			return -1;
+		}
+		e = plan_optim_default(o->optim.kind);
+		if (e.kind == OPTIM_SGD)
+			e.lr = RT_DEFAULT_LR;
+	}
+	e.given = 1;
+	for (int h = 0; h < RT_HYPER_COUNT; h++) {
+		if (!(o->optim_set & RT_OPTIM_SET(h)))
+			continue;
+		if (rt_hypers[h].adamw_only && e.kind != OPTIM_ADAMW) {
+			snprintf(msg, n, "%s is an adamw setting and the optimizer is %s (adamw: the "
+			         "plan's optimizer line or --optimizer adamw)", rt_hypers[h].name,
+			         plan_optim_names[e.kind]);
+			return -1;
+		}
+		*rt_hyper_field(&e, h) = *rt_hyper_field((PlanOptim *)&o->optim, h);
+	}
+	for (int h = 0; h < RT_HYPER_COUNT; h++) {
+		if (rt_hypers[h].adamw_only && e.kind != OPTIM_ADAMW)
+			continue;
+		char why[160];
+		if (rt_hyper_check(h, *rt_hyper_field(&e, h), why, sizeof why)) {
+			snprintf(msg, n, "the %s optimizer's %s", plan_optim_names[e.kind], why);
+			return -1;
+		}
+	}
+	*out = e;
+	return 0;
+}
+
+void rt_optim_step_init(const PlanOptim *o, int64_t t, RtOptStep *s)
+{
+	s->t = t;
+	s->lr = (float)o->lr;
+	if (o->kind != OPTIM_ADAMW)
+		return;
+	double bc1 = 1.0 - pow(o->beta1, (double)t), bc2 = 1.0 - pow(o->beta2, (double)t);
+	s->beta1 = (float)o->beta1;
+	s->beta2 = (float)o->beta2;
+	s->one_minus_beta1 = (float)(1.0 - o->beta1);
+	s->one_minus_beta2 = (float)(1.0 - o->beta2);
+	s->decay = (float)(1.0 - o->lr * o->weight_decay);
+	s->step = (float)(o->lr / bc1);
+	s->bc2 = (float)sqrt(bc2);
+	s->eps = (float)o->eps;
+}
+
+int rt_stage_optim(RtRank *r, RtStageBufs *b, const RtTensor *g)
+{
+	const PlanOptim *o = &r->w->optim;
+	RtOptimFn fn = r->dev->optim ? r->dev->optim[o->kind] : NULL;
+	if (!fn)
+		return rt_error(r, "internal: the %s device has no %s step", r->dev->name,
+		                plan_optim_names[o->kind]);
+	RtOptStep s = {.w = b->params, .g = g, .m = b->m, .v = b->v};
+	rt_optim_step_init(o, ++b->t, &s);
+	return fn(r, &s);
+}
