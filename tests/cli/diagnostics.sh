@@ -37,10 +37,10 @@ has "-s custom says what it needs" "$dir/err" \
 	"^<command line>: error: schedule custom takes its order from the file's"
 t "-s csv without a file" 1 "$BIN/pipecc" $ex -s csv -o "$dir/x.plan"
 has "-s csv points at --from-torch-csv" "$dir/err" "use --from-torch-csv FILE"
-t "-m below the schedule's minimum" 1 "$BIN/pipecc" $ex -m 2 -o "$dir/x.plan"
+t "-m the schedule cannot take" 1 "$BIN/pipecc" $ex -m 9 -o "$dir/x.plan"
 same "-m error is the command line's" "$dir/err" <<'END'
-<command line>: error: schedule interleaved needs at least 4 microbatches (they go through the ranks in rounds of pp), got 2
- --microbatches 2
+<command line>: error: schedule interleaved needs a multiple of 2 microbatches (they go through the ranks in 2 rounds of m / 2), got 9
+ --microbatches 9
                 ^
 END
 t "-m too large" 1 "$BIN/pipecc" $ex -m 2000000 -o "$dir/x.plan"
