@@ -58,7 +58,7 @@ static int mp_open(RtWorld *w)
 		                         "(mpirun -np %d)",
 		                      w->plan->world, m->size, w->plan->world);
 	/* Who runs where: a rank that ends the job after a watchdog abort also kills its
-	 * same-host peers itself, since a stopped (SIGSTOP) process outlives MPI_Abort. */
+	 * same-host peers itself, since a stopped (SIGSTOP) process outlives the job. */
 	typedef struct {
 		int pid;
 		char host[64];
