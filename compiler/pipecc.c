@@ -1,6 +1,9 @@
-/* The pass pipeline, in one readable function: parse and check, place, schedule,
- * lower, verify.  Each pass either succeeds or leaves diagnostics and stops the
- * pipeline; `--dump=PASS` prints the state after a pass.  Writing is the caller's. */
+/* The pass pipeline, in one readable function (run_passes): parse and check, place,
+ * schedule, lower, verify.  Each pass either succeeds or leaves diagnostics and stops
+ * the pipeline; `--dump=PASS` prints the state after a pass.  Writing is the caller's.
+ * Out of memory anywhere in the arena's passes jumps back to pipecc_compile (arena_oom),
+ * which reports it as a diagnostic and frees the compilation; the lowering catches its
+ * own (lower.c). */
 #include "pipecc.h"
 
 #include <setjmp.h>
