@@ -90,6 +90,11 @@ TOOLS := $(BIN)/pipecc $(BIN)/pipesim $(BIN)/piperun
 TEST_SRC := $(wildcard tests/test_*.c)
 TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 
+# The tools again with every allocation of their own code through tests/failalloc/
+# (PIPECC_FAIL_ALLOC=N makes the N-th fail): for tests/cli/failalloc.sh only.
+FA_WRAP := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup,--wrap=strndup
+FA_TOOLS := $(BUILD)/failalloc/pipecc $(BUILD)/failalloc/pipesim
+
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZERS := $(patsubst tests/fuzz/%.c,$(BIN)/%,$(FUZZ_SRC))
 FUZZ_SECONDS ?= 60
@@ -117,6 +122,16 @@ $(BIN)/pipesim: $(BUILD)/sim/pipesim_main.o $(SIM_OBJ) $(PLAN_OBJ)
 $(BIN)/piperun: $(BUILD)/runtime/piperun_main.o $(RT_OBJ) $(PLAN_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(RT_LIBS) $(BLAS_LIBS) $(LDLIBS)
+
+$(BUILD)/failalloc/pipecc: $(BUILD)/compiler/pipecc_main.o $(COMP_OBJ) $(PLAN_OBJ) \
+		$(BUILD)/tests/failalloc/failalloc.o
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) $(FA_WRAP) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/failalloc/pipesim: $(BUILD)/sim/pipesim_main.o $(SIM_OBJ) $(PLAN_OBJ) \
+		$(BUILD)/tests/failalloc/failalloc.o
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) $(FA_WRAP) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(ALL_LIBS_OBJ)
 	@mkdir -p $(@D)
@@ -161,7 +176,7 @@ $(BUILD)/%.o: %.cu
 demo: all
 	sh scripts/demo.sh $(BIN)
 
-check test: all $(TESTS)
+check test: all $(TESTS) $(FA_TOOLS)
 	BIN=$(BIN) BUILD=$(BUILD) sh tests/run.sh $(TESTS)
 
 # The fuzzers are built by a second make in FUZZ=1 mode (clang, its own build folder);

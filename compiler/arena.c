@@ -1,9 +1,15 @@
-/* Bump allocation in growing blocks; arena_free releases every block at once. */
+/* Bump allocation in growing blocks; arena_free releases every block at once.
+ * An allocation that cannot be had (the heap is exhausted, or the size does not fit a
+ * size_t) is not returned as NULL: arena_oom jumps to the owner, which reports it. */
 #include "arena.h"
 
-#include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "diag.h"
+
+enum { ARENA_BLOCK = 65536 };
 
 struct ArenaBlock {
 	ArenaBlock *next;
@@ -11,17 +17,25 @@ struct ArenaBlock {
 	_Alignas(16) unsigned char data[];
 };
 
+_Noreturn void arena_oom(Arena *a, size_t bytes)
+{
+	if (!a->oom)
+		die("out of memory (%zu bytes) in an arena without an out-of-memory handler", bytes);
+	a->failed = bytes;
+	longjmp(*a->oom, 1);
+}
+
 void *arena_alloc(Arena *a, size_t n)
 {
+	if (n > SIZE_MAX - sizeof(ArenaBlock) - 16)
+		arena_oom(a, n);
 	n = (n + 15) & ~(size_t)15;
 	ArenaBlock *b = a->head;
 	if (!b || b->cap - b->used < n) {
-		size_t cap = n > 65536 ? n : 65536;
+		size_t cap = n > ARENA_BLOCK ? n : ARENA_BLOCK;
 		b = malloc(sizeof *b + cap);
-		if (!b) {
-			fprintf(stderr, "pipecc: out of memory\n");
-			exit(1);
-		}
+		if (!b)
+			arena_oom(a, sizeof *b + cap);
 		b->next = a->head;
 		b->used = 0;
 		b->cap = cap;

@@ -169,7 +169,7 @@ AstProgram *ast_parse(Arena *a, Diag *d, const char *src, size_t len);
 AstStmt *ast_stmt(AstParse *ps, int kind, Loc loc, Loc span);
 void ast_append(AstParse *ps, AstStmt *s);
 Loc ast_span(Loc first, Loc last);
-AstVec *ast_vec_push(AstVec *v, const void *elem, size_t size);
+AstVec *ast_vec_push(AstParse *ps, AstVec *v, const void *elem, size_t size);
 void *ast_vec_take(AstParse *ps, AstVec *v, int *n); // arena copy; frees v
 void ast_vec_free(AstVec *v);
 void ast_syntax_error(AstParse *ps, Loc loc, const char *msg);

@@ -156,15 +156,15 @@ void diag_note(Diag *d, Loc loc, const char *fmt, ...)
 }
 
 /* Levenshtein distance with one row; gives up (returns limit + 1) once the row's
- * minimum passes limit, so long unrelated names cost little. */
+ * minimum passes limit, so long unrelated names cost little.  The row is on the stack:
+ * the names suggested are short (the registries' and the program's, AST_NAME_MAX at
+ * most), so a suggestion never needs the heap. */
 static size_t distance(const char *a, const char *b, size_t limit)
 {
 	size_t n = strlen(a), m = strlen(b);
-	if ((n > m ? n - m : m - n) > limit)
+	size_t row[DIAG_SUGGEST_MAX + 1];
+	if ((n > m ? n - m : m - n) > limit || m > DIAG_SUGGEST_MAX)
 		return limit + 1;
-	size_t *row = malloc((m + 1) * sizeof *row);
-	if (!row)
-		die("out of memory");
 	for (size_t j = 0; j <= m; j++)
 		row[j] = j;
 	for (size_t i = 1; i <= n; i++) {
@@ -182,14 +182,10 @@ static size_t distance(const char *a, const char *b, size_t limit)
 			if (v < best)
 				best = v;
 		}
-		if (best > limit) {
-			free(row);
+		if (best > limit)
 			return limit + 1;
-		}
 	}
-	size_t r = row[m];
-	free(row);
-	return r;
+	return row[m];
 }
 
 const char *diag_suggest(const char *s, const char *const *names, int n)

@@ -8,6 +8,7 @@
 #define DIAG_H
 
 #define DIAG_MAX_ERRORS 20 // errors printed before the rest are only counted
+#define DIAG_SUGGEST_MAX 256 // names longer than this get no "did you mean"
 
 #include <stdio.h>
 

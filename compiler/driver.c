@@ -73,7 +73,7 @@ int pipecc_drive(CliTool *t, PipeccArgs *a)
 	size_t len = 0;
 	char *src = pipecc_read_file(t->in, &len);
 	if (!src)
-		return cli_error(t, "cannot read %s: %s", t->in_name, strerror(errno));
+		return cli_error(t, "cannot read %s: %s", t->in_name, plan_strerror(errno));
 	CliProgress *pr = cli_progress_start(t, "compiling");
 	Diag d;
 	diag_init(&d, t->in_name, src, len, stderr);

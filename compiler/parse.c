@@ -30,15 +30,15 @@ struct AstVec {
 	_Alignas(16) unsigned char data[];
 };
 
-AstVec *ast_vec_push(AstVec *v, const void *elem, size_t size)
+AstVec *ast_vec_push(AstParse *ps, AstVec *v, const void *elem, size_t size)
 {
 	if (!v || v->n == v->cap) {
 		int cap = v ? 2 * v->cap : 8;
 		if (cap < 0 || (size_t)cap > ((size_t)-1 - sizeof *v) / size)
 			die("list too long");
 		AstVec *w = realloc(v, sizeof *w + (size_t)cap * size);
-		if (!w)
-			die("out of memory");
+		if (!w) // v stays on bison's stack, lost: the tool exits after the report
+			arena_oom(ps->arena, sizeof *w + (size_t)cap * size);
 		if (!v) {
 			w->n = 0;
 			w->size = size;
@@ -200,8 +200,8 @@ AstProgram *ast_parse(Arena *a, Diag *d, const char *src, size_t len)
 		.end = {1, 1, 1},
 	};
 	yyscan_t scanner;
-	if (pclex_init_extra(&ps, &scanner))
-		die("cannot start the lexer");
+	if (pclex_init_extra(&ps, &scanner)) // only out of memory makes it fail
+		arena_oom(a, 0);
 	YY_BUFFER_STATE buf = pc_scan_bytes(src, (int)len, scanner);
 	if (pcparse(scanner, &ps) != 0)
 		prog->lost++; // gave up (out of stack): what follows is lost

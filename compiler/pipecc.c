@@ -1,8 +1,12 @@
-/* The pass pipeline, in one readable function: parse and check, place, schedule,
- * lower, verify.  Each pass either succeeds or leaves diagnostics and stops the
- * pipeline; `--dump=PASS` prints the state after a pass.  Writing is the caller's. */
+/* The pass pipeline, in one readable function (run_passes): parse and check, place,
+ * schedule, lower, verify.  Each pass either succeeds or leaves diagnostics and stops
+ * the pipeline; `--dump=PASS` prints the state after a pass.  Writing is the caller's.
+ * Out of memory anywhere in the arena's passes jumps back to pipecc_compile (arena_oom),
+ * which reports it as a diagnostic and frees the compilation; the lowering catches its
+ * own (lower.c). */
 #include "pipecc.h"
 
+#include <setjmp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,73 +67,92 @@ static void note_overrides(Diag *d, const Program *pr)
 			"the microbatch count comes from the command line, not the file");
 }
 
-Plan *pipecc_compile(const char *file, const char *src, size_t len, const PipeccOptions *o,
-                     Diag *d)
-{
-	Arena arena = {0};
-	Plan *plan = NULL;
-	SchedCtx c = {0};
-	FILE *dout = o->dump_out ? o->dump_out : stdout;
-	int errors = -1; // errors located in the file, once the command line has its say
+/* The state of one compilation, on the heap: an arena allocation that fails jumps back
+ * to pipecc_compile, and what changed between setjmp and longjmp must not be a local of
+ * the function that called setjmp. */
+typedef struct {
+	Arena arena;
+	jmp_buf oom;
+	SchedCtx c;
+	Program *pr;
+	Plan *plan;  // once lowered, until it is returned
+	int errors;  // errors located in the file, once the command line has its say; or -1
+} Compile;
 
-	Program *pr = front_parse(&arena, d, file, src, len);
+/* The plan size in ops as far as known: every compute action on every rank. */
+static int64_t estimated_ops(const Compile *k)
+{
+	if (!k->pr)
+		return 0;
+	const Program *pr = k->pr;
+	return (int64_t)pr->microbatches * pr->nstages * 3 * pr->dims[DIM_DP] * pr->dims[DIM_TP];
+}
+
+static void report_oom(Diag *d, int64_t ops, size_t failed)
+{
+	char t[160];
+	fprintf(d->out, "pipecc: %s\n", plan_oom_text(t, sizeof t, ops, failed));
+	d->nerrors++;
+}
+
+static void run_passes(Compile *k, const char *file, const char *src, size_t len,
+                       const PipeccOptions *o, Diag *d)
+{
+	Arena *arena = &k->arena;
+	SchedCtx *c = &k->c;
+	FILE *dout = o->dump_out ? o->dump_out : stdout;
+
+	Program *pr = k->pr = front_parse(arena, d, file, src, len);
 	if (!pr)
-		goto out;
+		return;
 	ProgOverrides ov = {o->schedule, o->microbatches, o->from_csv};
-	if (front_override(&arena, d, pr, &ov))
-		goto out;
+	if (front_override(arena, d, pr, &ov))
+		return;
 	if (o->same_rank > 0)
 		pr->same_rank = o->same_rank - 1;
-	errors = d->nerrors - d->ncmdline_errors;
+	k->errors = d->nerrors - d->ncmdline_errors;
 	const Schedule *s = sched_find(pr->schedule);
 	if (!s)
 		unreachable(); // the checker knows the registry
 	if (o->dump == PASS_PARSE) {
 		dump_program(pr, dout);
-		goto out;
+		return;
 	}
 
-	c = (SchedCtx){.prog = pr, .arena = &arena, .diag = d, .pp = pr->dims[DIM_PP],
-	               .m = pr->microbatches, .nstages = pr->nstages};
-	c.stage_pp = arena_alloc(&arena, (size_t)c.nstages * sizeof *c.stage_pp);
-	c.nacts = arena_alloc(&arena, (size_t)c.pp * sizeof *c.nacts);
-	c.cap = arena_alloc(&arena, (size_t)c.pp * sizeof *c.cap);
-	c.acts = arena_alloc(&arena, (size_t)c.pp * sizeof *c.acts);
-	if (place_stages(&c, s))
-		goto out;
-	if (route_check(&arena, pr, c.stage_pp, d))
-		goto out;
+	*c = (SchedCtx){.prog = pr, .arena = arena, .diag = d, .pp = pr->dims[DIM_PP],
+	                .m = pr->microbatches, .nstages = pr->nstages};
+	c->stage_pp = arena_alloc(arena, (size_t)c->nstages * sizeof *c->stage_pp);
+	c->nacts = arena_alloc(arena, (size_t)c->pp * sizeof *c->nacts);
+	c->cap = arena_alloc(arena, (size_t)c->pp * sizeof *c->cap);
+	c->acts = arena_alloc(arena, (size_t)c->pp * sizeof *c->acts);
+	if (place_stages(c, s))
+		return;
+	if (route_check(arena, pr, c->stage_pp, d))
+		return;
 	if (o->dump == PASS_PLACE) {
-		for (int i = 0; i < c.nstages; i++)
-			fprintf(dout, "stage %d %s -> pp %d\n", i, pr->stages[i].name, c.stage_pp[i]);
-		goto out;
+		for (int i = 0; i < c->nstages; i++)
+			fprintf(dout, "stage %d %s -> pp %d\n", i, pr->stages[i].name, c->stage_pp[i]);
+		return;
 	}
-	if (s->check(&c))
-		goto out;
-	s->fill(&c);
-	if (c.oom) {
-		char t[160];
-		int64_t ops = (int64_t)c.m * c.nstages * 3 * pr->dims[DIM_DP] * pr->dims[DIM_TP];
-		fprintf(d->out, "pipecc: %s\n", plan_oom_text(t, sizeof t, ops, c.oom));
-		d->nerrors++;
-		goto out;
-	}
+	if (s->check(c))
+		return;
+	s->fill(c);
 	if (d->nerrors)
-		goto out;
+		return;
 	if (o->dump == PASS_SCHEDULE) {
-		dump_schedule(&c, dout);
-		goto out;
+		dump_schedule(c, dout);
+		return;
 	}
 
-	plan = lower_program(pr, &c, d, o->allow_deadlock, o->tune_overlap);
-	sched_free(&c);
+	Plan *plan = k->plan = lower_program(pr, c, d, o->allow_deadlock, o->tune_overlap);
+	sched_free(c);
 	if (!plan)
-		goto out;
+		return;
 	if (o->dump == PASS_LOWER) {
 		plan_write(plan, dout);
 		plan_free(plan);
-		plan = NULL;
-		goto out;
+		k->plan = NULL;
+		return;
 	}
 	PlanError err;
 	if (!o->allow_deadlock && plan_verify(plan, &err)) {
@@ -138,14 +161,34 @@ Plan *pipecc_compile(const char *file, const char *src, size_t len, const Pipecc
 		        err.msg);
 		d->nerrors++;
 		plan_free(plan);
-		plan = NULL;
+		k->plan = NULL;
 	}
-out:
-	if (errors >= 0 && d->nerrors - d->ncmdline_errors > errors)
-		note_overrides(d, pr);
-	sched_free(&c);
+}
+
+Plan *pipecc_compile(const char *file, const char *src, size_t len, const PipeccOptions *o,
+                     Diag *d)
+{
+	Compile *k = calloc(1, sizeof *k);
+	if (!k) {
+		report_oom(d, 0, sizeof *k);
+		return NULL;
+	}
+	k->errors = -1;
+	k->arena.oom = &k->oom;
+	if (setjmp(k->oom)) {
+		report_oom(d, estimated_ops(k), k->arena.failed);
+		plan_free(k->plan);
+		k->plan = NULL;
+	} else {
+		run_passes(k, file, src, len, o, d);
+	}
+	if (k->errors >= 0 && d->nerrors - d->ncmdline_errors > k->errors)
+		note_overrides(d, k->pr);
+	sched_free(&k->c);
 	d->cmdline = NULL; // its text lives in the arena
-	arena_free(&arena);
+	arena_free(&k->arena);
+	Plan *plan = k->plan;
+	free(k);
 	return plan;
 }
 

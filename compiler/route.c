@@ -211,11 +211,9 @@ int route_check(Arena *a, Program *pr, const int *stage_pp, Diag *d)
 	for (int i = DIM_COUNT - 1; i >= 0 && pr->dim_order[i] != DIM_PP; i--)
 		m.stride *= pr->dims[pr->dim_order[i]];
 	int errors = 0;
-	unsigned char *ok = calloc((size_t)pr->nroutes, 1);
-	int *dev = malloc((size_t)m.world * sizeof *dev);  // device each rank ends up on
-	int *dev_by = malloc((size_t)m.world * sizeof *dev_by); // the route that set it, or -1
-	if (!ok || !dev || !dev_by)
-		die("out of memory");
+	unsigned char *ok = arena_alloc(a, (size_t)pr->nroutes);
+	int *dev = arena_alloc(a, (size_t)m.world * sizeof *dev); // device each rank ends up on
+	int *dev_by = arena_alloc(a, (size_t)m.world * sizeof *dev_by); // the route that set it
 	for (int r = 0; r < m.world; r++) {
 		dev[r] = pr->ndevices == m.world ? pr->devices[r]
 		                                 : r % (pr->device_per_node > 0 ? pr->device_per_node : 1);
@@ -289,8 +287,5 @@ int route_check(Arena *a, Program *pr, const int *stage_pp, Diag *d)
 		memcpy(pr->devices, dev, (size_t)m.world * sizeof *dev);
 		pr->ndevices = m.world;
 	}
-	free(ok);
-	free(dev);
-	free(dev_by);
 	return errors;
 }

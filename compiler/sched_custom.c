@@ -401,7 +401,7 @@ static int load(SchedCtx *c, int infer_it)
 		src = pipecc_read_file(pr->csv_path, &len);
 		if (!src) {
 			diag_error(c->diag, pr->sched_loc, "cannot read %s: %s", pr->csv_path,
-			           strerror(errno ? errno : EIO));
+			           plan_strerror(errno ? errno : EIO));
 			return 1;
 		}
 		diag_init(&cd, pr->csv_path, src, len, c->diag->out);

@@ -37,11 +37,8 @@ void sched_push(SchedCtx *c, int pp, int kind, int stage, int mb)
 	if (c->nacts[pp] == c->cap[pp]) {
 		int cap = c->cap[pp] ? 2 * c->cap[pp] : 64;
 		SchedAct *a = realloc(c->acts[pp], (size_t)cap * sizeof *a);
-		if (!a) { // out of memory is the user's to hear about: pipecc_compile reports it
-			if (!c->oom)
-				c->oom = (size_t)cap * sizeof *a;
-			return;
-		}
+		if (!a) // out of memory is the user's to hear about: pipecc_compile reports it
+			arena_oom(c->arena, (size_t)cap * sizeof *a);
 		c->acts[pp] = a;
 		c->cap[pp] = cap;
 	}

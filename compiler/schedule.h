@@ -23,8 +23,7 @@ typedef struct {
 	int nstages;
 	int *stage_pp;       // placement: stage -> pipeline index (filled before fill())
 	int *nacts, *cap;    // per pipeline index
-	SchedAct **acts;
-	size_t oom;          // bytes of an allocation that failed: sched_push dropped actions
+	SchedAct **acts;     // heap, grown by sched_push (out of memory: arena_oom)
 } SchedCtx;
 
 typedef struct {

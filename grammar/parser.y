@@ -335,7 +335,7 @@ num
 
 kvs
 	: %empty  { $$ = NULL; }
-	| kvs kv  { $$ = ast_vec_push($1, &$2, sizeof $2); }
+	| kvs kv  { $$ = ast_vec_push(ps, $1, &$2, sizeof $2); }
 	;
 
 kv
@@ -349,13 +349,13 @@ list
 	;
 
 nums
-	: num           { $$ = ast_vec_push(NULL, &$1, sizeof $1); }
-	| nums ',' num  { $$ = ast_vec_push($1, &$3, sizeof $3); }
+	: num           { $$ = ast_vec_push(ps, NULL, &$1, sizeof $1); }
+	| nums ',' num  { $$ = ast_vec_push(ps, $1, &$3, sizeof $3); }
 	;
 
 layers
 	: %empty        { $$ = NULL; }
-	| layers layer  { $$ = ast_vec_push($1, &$2, sizeof $2); }
+	| layers layer  { $$ = ast_vec_push(ps, $1, &$2, sizeof $2); }
 	;
 
 layer
@@ -373,7 +373,7 @@ layer
 
 args
 	: %empty    { $$ = NULL; }
-	| args arg  { $$ = ast_vec_push($1, &$2, sizeof $2); }
+	| args arg  { $$ = ast_vec_push(ps, $1, &$2, sizeof $2); }
 	;
 
 arg
@@ -386,7 +386,7 @@ arg
 
 ranks
 	: %empty      { $$ = NULL; }
-	| ranks rank  { $$ = ast_vec_push($1, &$2, sizeof $2); }
+	| ranks rank  { $$ = ast_vec_push(ps, $1, &$2, sizeof $2); }
 	;
 
 rank
@@ -399,7 +399,7 @@ rank
 
 acts
 	: %empty       { $$ = NULL; }
-	| acts ACTION  { $$ = ast_vec_push($1, &$2, sizeof $2); }
+	| acts ACTION  { $$ = ast_vec_push(ps, $1, &$2, sizeof $2); }
 	;
 
 %%

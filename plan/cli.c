@@ -10,6 +10,7 @@
  * fclose) is reported with the file's name and the system's reason.  The progress line
  * is drawn by its own thread, so the libraries doing the work need no hooks. */
 #include "cli.h"
+#include "plan.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -356,7 +357,7 @@ static int probe_temporary(const CliTool *t, const char *path)
 	size_t n = strlen(path) + 32;
 	char *tmp = malloc(n);
 	if (!tmp)
-		return cli_error(t, "cannot write %s: %s", path, strerror(ENOMEM));
+		return cli_error(t, "cannot write %s: %s", path, plan_strerror(ENOMEM));
 	snprintf(tmp, n, "%s.tmp%ld", path, (long)getpid());
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
 	int e = errno, rc = 0;
@@ -367,12 +368,12 @@ static int probe_temporary(const CliTool *t, const char *path)
 		struct stat st;
 		int exists = stat(path, &st) == 0;
 		if (exists && access(path, W_OK) != 0)
-			rc = cli_error(t, "cannot write %s: %s", path, strerror(errno));
+			rc = cli_error(t, "cannot write %s: %s", path, plan_strerror(errno));
 		else if (e == ENOENT) // /proc: the folder refuses new names
 			rc = cli_error(t, "cannot write %s: %sits folder takes no new files", path,
 			               exists ? "it is not a regular file we can replace: " : "");
 		else
-			rc = cli_error(t, "cannot write %s: %s", path, strerror(e));
+			rc = cli_error(t, "cannot write %s: %s", path, plan_strerror(e));
 	}
 	free(tmp);
 	return rc;
@@ -385,10 +386,10 @@ static int check_output(const CliTool *t, const char *path)
 	struct stat st;
 	if (stat(path, &st) == 0) {
 		if (S_ISDIR(st.st_mode))
-			return cli_error(t, "cannot write %s: %s", path, strerror(EISDIR));
+			return cli_error(t, "cannot write %s: %s", path, plan_strerror(EISDIR));
 		if (!S_ISREG(st.st_mode)) // a device or pipe, written in place
 			return access(path, W_OK) ? cli_error(t, "cannot write %s: %s", path,
-			                                      strerror(errno))
+			                                      plan_strerror(errno))
 			                          : 0;
 	}
 	/* A regular or new file: its folder must take the temporary file. */
@@ -397,11 +398,11 @@ static int check_output(const CliTool *t, const char *path)
 	const char *d = folder ? folder : ".";
 	int rc = 0;
 	if (stat(d, &st) != 0)
-		rc = cli_error(t, "cannot write %s: %s", path, strerror(errno));
+		rc = cli_error(t, "cannot write %s: %s", path, plan_strerror(errno));
 	else if (!S_ISDIR(st.st_mode))
-		rc = cli_error(t, "cannot write %s: %s", path, strerror(ENOTDIR));
+		rc = cli_error(t, "cannot write %s: %s", path, plan_strerror(ENOTDIR));
 	else if (access(d, W_OK | X_OK) != 0)
-		rc = cli_error(t, "cannot write %s: %s", path, strerror(errno));
+		rc = cli_error(t, "cannot write %s: %s", path, plan_strerror(errno));
 	else
 		rc = probe_temporary(t, path);
 	free(folder);
@@ -500,7 +501,7 @@ FILE *cli_out_open(const CliTool *t, CliOut *o, const char *path)
 		}
 	}
 	if (!o->f) {
-		cli_error(t, "cannot write %s: %s", path, strerror(errno));
+		cli_error(t, "cannot write %s: %s", path, plan_strerror(errno));
 		if (o->tmp)
 			tmp_unregister(o->tmp);
 		free(o->tmp);
@@ -528,7 +529,7 @@ int cli_out_close(const CliTool *t, CliOut *o, int failed)
 	}
 	if (bad) {
 		cli_error(t, "cannot write %s: %s", out_name(o->path),
-		          err ? strerror(err) : "write error");
+		          err ? plan_strerror(err) : "write error");
 		if (o->tmp)
 			remove(o->tmp);
 	}
@@ -555,7 +556,7 @@ int cli_stdout_close(const CliTool *t)
 	errno = 0;
 	if (fflush(stdout) != 0 || ferror(stdout))
 		return cli_error(t, "cannot write standard output: %s",
-		                 errno ? strerror(errno) : "write error");
+		                 errno ? plan_strerror(errno) : "write error");
 	return 0;
 }
 

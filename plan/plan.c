@@ -3,6 +3,7 @@
  * what makes the compiler, the simulator and the runtime agree. */
 #include "plan.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -82,6 +83,11 @@ char *plan_oom_text(char *buf, size_t n, int64_t ops, size_t failed)
 	if (failed && k < (int)n)
 		snprintf(buf + k, n - (size_t)k, "%sallocating %s failed", ops > 0 ? "; " : ": ", got);
 	return buf;
+}
+
+const char *plan_strerror(int e)
+{
+	return e == ENOMEM ? "out of memory" : strerror(e);
 }
 
 Plan *plan_new(void)

@@ -188,6 +188,9 @@ PlanOp *plan_push_op(PlanRank *r, PlanOp op); // appends, growing the array; NUL
  * failed" into buf: ops is the plan size in ops (0 when unknown), failed the bytes of
  * the allocation that failed.  Returns buf. */
 char *plan_oom_text(char *buf, size_t n, int64_t ops, size_t failed);
+/* strerror(e), except that ENOMEM reads "out of memory", as plan_oom_text does: every
+ * report of running out of memory says it the same way. */
+const char *plan_strerror(int e);
 int plan_rank_of(const Plan *p, const int coord[DIM_COUNT]);
 void plan_coords_of(const Plan *p, int rank, int coord[DIM_COUNT]);
 int64_t plan_total_ops(const Plan *p);

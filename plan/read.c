@@ -766,7 +766,7 @@ Plan *plan_read_file(const char *path, PlanError *err)
 		memset(err, 0, sizeof *err);
 		err->rank = -1;
 		err->op = -1;
-		snprintf(err->msg, sizeof err->msg, "cannot open: %s", strerror(errno));
+		snprintf(err->msg, sizeof err->msg, "cannot open: %s", plan_strerror(errno));
 		return NULL;
 	}
 	Plan *p = plan_read(f, path, err);

@@ -518,6 +518,8 @@ static int run_step(RtRank *r, int step)
 		int64_t j = plan_group_end(pr, i);
 		atomic_store(&r->cur_end, j);
 		atomic_store(&r->cur_op, i);
+		if (r->w->fault_rank == r->rank) // test-only (PIPERUN_FAULT): fault.c
+			rt_fault_at(r, step, i, j);
 		int64_t t0 = rt_now_ns(), split = 0;
 		int rc = plan_is_comm(o->kind) ? run_group(r, i, j) : run_compute(r, o, step, &split);
 		if (rc)

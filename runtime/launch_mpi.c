@@ -1,9 +1,9 @@
 /* The MPI launcher: one rank per process, started by `mpirun -np WORLD piperun PLAN`
  * (or srun); the same binary runs across machines.  It initialises MPI (if nobody has),
  * checks the process count against the plan, and gives the process-level collectives
- * (MPI_Gather, MPI_Bcast on a duplicate of MPI_COMM_WORLD).  After a failure it ends the
- * whole job with MPI_Abort, after a grace period that lets the other processes print
- * their own blocked ops first.  Communicators (comm_mpi.c, comm_nccl.cu) build on the
+ * (MPI_Gather, MPI_Bcast on a duplicate of MPI_COMM_WORLD).  After a failure the process
+ * exits 1 without finalizing, after a grace period that lets the other processes print
+ * their own blocked ops first, and the launcher ends the job (mp_abort).  Communicators (comm_mpi.c, comm_nccl.cu) build on the
  * MPI it opened. */
 #include "rt_private.h"
 
@@ -20,6 +20,7 @@ typedef struct {
 	MPI_Comm comm;
 	int rank, size;
 	int inited;    // we called MPI_Init (so we finalize)
+	int failed;    // mp_abort ran: leave without MPI_Finalize, which would wait for peers
 	int *peer_pid;  // per rank: its process id on this host, 0 on another host
 } MpWorld;
 
@@ -57,7 +58,7 @@ static int mp_open(RtWorld *w)
 		                         "(mpirun -np %d)",
 		                      w->plan->world, m->size, w->plan->world);
 	/* Who runs where: a rank that ends the job after a watchdog abort also kills its
-	 * same-host peers itself, since a stopped (SIGSTOP) process outlives MPI_Abort. */
+	 * same-host peers itself, since a stopped (SIGSTOP) process outlives the job. */
 	typedef struct {
 		int pid;
 		char host[64];
@@ -104,28 +105,33 @@ static int peer_stopped(int pid)
 	return p && (p[2] == 'T' || p[2] == 't');
 }
 
+/* Ends the job after a failure: this process leaves without MPI_Finalize (mp_close)
+ * and exits 1, and mpirun, seeing a process exit non-zero, kills the rest.  Not
+ * MPI_Abort: Open MPI 4.1's MPI_Abort sends a help message to mpirun and then has the
+ * job killed, and when a process is killed while its message (its own, or another
+ * aborting process's) is on the way, mpirun logs `ORTE_ERROR_LOG: Data unpack had
+ * inadequate space` (or `... would read past end of buffer`, `Out of resource`) from
+ * show_help.c; measured, one run in two to four, and in every run of a stalled rank.
+ * An exit sends nothing, and what mpirun prints then is its own (docs/runtime.md).
+ * Before leaving: a grace second for the other processes to print their own blocked
+ * ops, and after a watchdog abort, stopped same-host peers are killed (a stopped
+ * process ignores the launcher's SIGTERM and would outlive the job). */
 static void mp_abort(RtWorld *w)
 {
 	MpWorld *m = w->state[RT_PART_LAUNCHER];
-	if (!mpi_live())
+	if (!mpi_live() || !m)
 		return;
-	/* Others may be stuck waiting for us: end the job, after giving them a moment to
-	 * report their own state. */
 	fflush(stdout);
 	fflush(stderr);
 	struct timespec ts = {1, 0};
 	nanosleep(&ts, NULL);
-	/* A stopped peer ignores the launcher's SIGTERM and would outlive the job: after a
-	 * watchdog abort, kill the stopped same-host peers first (SIGKILL ends a stopped
-	 * process).  Live peers are left to MPI_Abort: killing them here too would cut their
-	 * own messages to mpirun short (ORTE_ERROR_LOG lines). */
-	if (m && m->peer_pid && atomic_load(&w->timed_out))
+	if (m->peer_pid && atomic_load(&w->timed_out))
 		for (int i = 0; i < m->size; i++)
-			if (m->peer_pid[i] > 0 && peer_stopped(m->peer_pid[i])) {
+			if (i != m->rank && m->peer_pid[i] > 0 && peer_stopped(m->peer_pid[i])) {
 				kill((pid_t)m->peer_pid[i], SIGKILL);
 				kill((pid_t)m->peer_pid[i], SIGCONT);
 			}
-	MPI_Abort(MPI_COMM_WORLD, 1);
+	m->failed = 1;
 }
 
 static void mp_close(RtWorld *w)
@@ -133,7 +139,7 @@ static void mp_close(RtWorld *w)
 	MpWorld *m = w->state[RT_PART_LAUNCHER];
 	if (!m)
 		return;
-	if (mpi_live()) {
+	if (mpi_live() && !m->failed) {
 		if (m->comm != MPI_COMM_NULL)
 			MPI_Comm_free(&m->comm);
 		if (m->inited)

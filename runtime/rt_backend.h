@@ -451,6 +451,11 @@ struct RtWorld {
 	char unable[1024];     // why this process cannot run (rt_world_unable)
 	char err[1024];        // process-level error
 	char host[64];
+	/* Test-only fault (PIPERUN_FAULT, fault.c): world rank fault_rank stalls at op
+	 * fault_op of its list in step fault_step (0-based); fault_rank -1: none. */
+	int fault_rank, fault_step;
+	int64_t fault_op;
+	int nstuck;            // rank threads still in an op when the launcher gave up
 };
 
 struct RtRank {

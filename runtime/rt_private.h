@@ -119,6 +119,17 @@ void rt_rank_free(RtRank *r);
 /* Per-rank figures of the sequential reference (on the cpu device). */
 int rt_reference(RtWorld *w, double *loss, float **weights);
 
+/* Test-only faults (fault.c): PIPERUN_FAULT=stall:rank=R:op=N[:step=S] makes world
+ * rank R's thread stop forever, ignoring aborts, when it reaches op N of its list in
+ * step S (default 1), as a kernel that never returns would.  rt_fault_parse fills w's
+ * fault fields from the variable's text (NULL: none); -1 with w->err on a bad one. */
+int rt_fault_parse(RtWorld *w, const char *spec);
+/* Called by the interpreter before the group [op, end) of a step. */
+void rt_fault_at(RtRank *r, int step, int64_t op, int64_t end);
+/* How long a launcher waits after an abort for its rank threads to return before it
+ * leaves the stuck ones behind (their rank's op never returns: w->nstuck). */
+#define RT_STUCK_GRACE_S 2
+
 /* Watchdog thread over the local ranks' progress. */
 typedef struct RtWatchdog RtWatchdog;
 RtWatchdog *rt_watchdog_start(RtWorld *w);

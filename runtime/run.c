@@ -108,6 +108,11 @@ RtWorld *rt_world_open(const Plan *p, const RtOptions *o, char *err, size_t errn
 	w->plan = p;
 	w->opt = *o;
 	w->be = be;
+	if (rt_fault_parse(w, getenv("PIPERUN_FAULT"))) {
+		snprintf(err, errn, "%s", w->err);
+		free(w);
+		return NULL;
+	}
 	w->launcher = be->auto_launcher ? rt_launcher_auto() : be->launcher;
 	w->dev = be->device;
 	w->comm = be->comm;
@@ -156,6 +161,10 @@ void rt_world_close(RtWorld *w, int failed)
 	if (!w)
 		return;
 	close_parts(w, failed);
+	/* A rank thread stuck in an op may still use the ranks and the model; the process
+	 * ends next, and they with it. */
+	if (w->nstuck)
+		return;
 	if (w->ranks) {
 		free(w->ranks[0].loss_sum);
 		free(w->ranks[0].step_t0);
@@ -499,6 +508,10 @@ void rt_world_report(RtWorld *w, FILE *f)
 				fprintf(f, "note: rank %d blocked in step %d at '%s'\n", r->rank, step + 1, txt);
 			}
 		}
+		if (w->nstuck)
+			fprintf(f, "piperun: note: %d rank thread%s did not return within %d s of the "
+			        "abort (stuck in an op): piperun ends without waiting for %s\n", w->nstuck,
+			        w->nstuck == 1 ? "" : "s", RT_STUCK_GRACE_S, w->nstuck == 1 ? "it" : "them");
 		return;
 	}
 	if (w->err[0])

@@ -919,6 +919,31 @@ static void front__huge_numbers__rejected(void **state)
 	}
 }
 
+/* An allocation the arena cannot make jumps to its owner with the size (here a size
+ * that does not fit a size_t with the block header; malloc refusing one is the
+ * failalloc CLI test's, since ASan aborts on a huge malloc); blocks allocated before
+ * stay owned by the arena. */
+static void arena__impossible_size__jumps_with_the_size(void **state)
+{
+	(void)state;
+	static const size_t sizes[] = {SIZE_MAX, SIZE_MAX - 40};
+	for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+		jmp_buf jb;
+		Arena a = {.oom = &jb};
+		char *keep = arena_strdup(&a, "kept");
+		volatile int jumped = 0;
+		if (setjmp(jb) == 0) {
+			(void)arena_alloc(&a, sizes[i]);
+		} else {
+			jumped = 1;
+		}
+		assert_true(jumped);
+		assert_true(a.failed >= sizes[i]);
+		assert_string_equal(keep, "kept");
+		arena_free(&a);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -951,6 +976,7 @@ int main(void)
 		cmocka_unit_test(front__mutated_mlp4__survives),
 		cmocka_unit_test(front__huge_inputs__survive),
 		cmocka_unit_test(front__huge_numbers__rejected),
+		cmocka_unit_test(arena__impossible_size__jumps_with_the_size),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -130,4 +130,25 @@ for tool in pipesim piperun; do
 done
 t "a version-1 plan without checksum still reads" 0 "$BIN/pipesim" tests/plans/good/tiny2.plan
 
+
+# A rank thread stuck in a kernel (PIPERUN_FAULT, runtime/fault.c: rank 1 sleeps for
+# good in its first forward op and ignores aborts): the watchdog fires after --timeout,
+# the threads launcher leaves the stuck thread behind after its grace, and piperun
+# exits 1 naming the stuck op.  `timeout 60` only guards against a hang (exit 124).
+op=$(awk '/^rank 1 /{on=1; i=-1; next} /^rank /{on=0} on && /^peer/{next}
+	on {i++; if ($1 == "F") {print i; exit}}' "$dir/tiny.plan")
+t "threads: a rank stuck in its compute op ends by the watchdog" 1 \
+	env PIPERUN_FAULT="stall:rank=1:op=$op" timeout 60 "$BIN/piperun" "$dir/tiny.plan" \
+	--backend threads --timeout 2
+has "threads: the watchdog names the stall" "$dir/err" \
+	"^piperun: error: no rank made progress for 2 s (deadlock?); blocked ops:"
+has "threads: the stuck rank's forward op is named" "$dir/err" \
+	"tiny.plan:[0-9]*: note: rank 1 blocked in step 1 at 'F 1 0'"
+has "threads: the stuck thread is left behind" "$dir/err" \
+	"^piperun: note: 1 rank thread did not return within 2 s of the abort (stuck in an op)"
+t "a bad PIPERUN_FAULT is an error" 1 env PIPERUN_FAULT=stall:rank=7:op=1 \
+	"$BIN/piperun" "$dir/tiny.plan" --backend threads
+has "a bad PIPERUN_FAULT is named" "$dir/err" \
+	"PIPERUN_FAULT='stall:rank=7:op=1': expected stall:rank=R:op=N\[:step=S\], R a rank of the plan (0 to 1)"
+
 [ "$fails" -eq 0 ]

@@ -1,0 +1,72 @@
+/* Test-only fault injection: what a real fault does to a rank, on demand, so the
+ * chaos tests (tests/cli/reliability.sh) can show that the run still ends.
+ *
+ * PIPERUN_FAULT=stall:rank=R:op=N[:step=S] stops world rank R for good when it reaches
+ * op N of its plan list (0-based: the op on the rank's first op line + N) in step S
+ * (1-based, default 1).  The rank's thread sleeps forever and never looks at the
+ * world's abort flag: a kernel that never returns.  The other ranks
+ * block on it, the watchdog fires after --timeout, and the launcher leaves the stuck
+ * thread behind (launch_threads.c) or the job is aborted (MPI).  Unset, it costs one
+ * comparison per group. */
+#include "rt_private.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The value of "key=N" in tok (N a non-negative integer); -1 when tok is another key,
+ * -2 when the value is not such a number. */
+static long long field(const char *tok, const char *key)
+{
+	size_t k = strlen(key);
+	if (strncmp(tok, key, k) != 0 || tok[k] != '=')
+		return -1;
+	char *end;
+	long long v = strtoll(tok + k + 1, &end, 10);
+	return end != tok + k + 1 && *end == 0 && v >= 0 ? v : -2;
+}
+
+int rt_fault_parse(RtWorld *w, const char *spec)
+{
+	w->fault_rank = -1;
+	if (!spec || !*spec)
+		return RT_OK;
+	long long rank = -1, op = -1, step = 1;
+	char buf[128], *save = NULL;
+	snprintf(buf, sizeof buf, "%s", spec);
+	char *tok = strtok_r(buf, ":", &save);
+	if (!tok || strcmp(tok, "stall") != 0)
+		goto bad;
+	while ((tok = strtok_r(NULL, ":", &save))) {
+		long long v, *to = NULL;
+		if ((v = field(tok, "rank")) != -1)
+			to = &rank;
+		else if ((v = field(tok, "op")) != -1)
+			to = &op;
+		else if ((v = field(tok, "step")) != -1)
+			to = &step;
+		if (!to || v < 0)
+			goto bad;
+		*to = v;
+	}
+	if (strlen(spec) >= sizeof buf || rank < 0 || op < 0 || step < 1 ||
+	    rank >= w->plan->world)
+		goto bad;
+	w->fault_rank = (int)rank;
+	w->fault_op = op;
+	w->fault_step = (int)(step - 1);
+	return RT_OK;
+bad:
+	return rt_world_error(w, "PIPERUN_FAULT='%s': expected stall:rank=R:op=N[:step=S], R a "
+	                      "rank of the plan (0 to %d)", spec, w->plan->world - 1);
+}
+
+void rt_fault_at(RtRank *r, int step, int64_t op, int64_t end)
+{
+	const RtWorld *w = r->w;
+	if (r->rank != w->fault_rank || step != w->fault_step || w->fault_op < op ||
+	    w->fault_op >= end)
+		return;
+	for (;;)
+		sleep(3600);
+}
