@@ -7,7 +7,11 @@
  * world's abort flag: a kernel that never returns.  The other ranks
  * block on it, the watchdog fires after --timeout, and the launcher leaves the stuck
  * thread behind (launch_threads.c) or the job is aborted (MPI).  Unset, it costs one
- * comparison per group. */
+ * comparison per group.
+ *
+ * PIPERUN_FAULT=stall-open:rank=R stops the process of launcher rank R (the only one,
+ * rank 0, without a launcher) for good before it opens the world: the others block in
+ * the collective opening until their start guard ends them (watchdog.c). */
 #include "rt_private.h"
 
 #include <stdlib.h>
@@ -35,8 +39,9 @@ int rt_fault_parse(RtWorld *w, const char *spec)
 	char buf[128], *save = NULL;
 	snprintf(buf, sizeof buf, "%s", spec);
 	char *tok = strtok_r(buf, ":", &save);
-	if (!tok || strcmp(tok, "stall") != 0)
+	if (!tok || (strcmp(tok, "stall") != 0 && strcmp(tok, "stall-open") != 0))
 		goto bad;
+	int open = !strcmp(tok, "stall-open");
 	while ((tok = strtok_r(NULL, ":", &save))) {
 		long long v, *to = NULL;
 		if ((v = field(tok, "rank")) != -1)
@@ -49,22 +54,33 @@ int rt_fault_parse(RtWorld *w, const char *spec)
 			goto bad;
 		*to = v;
 	}
-	if (strlen(spec) >= sizeof buf || rank < 0 || op < 0 || step < 1 ||
+	if (strlen(spec) >= sizeof buf || rank < 0 || (op >= 0) != !open || step < 1 ||
 	    rank >= w->plan->world)
 		goto bad;
+	w->fault_open = open;
 	w->fault_rank = (int)rank;
 	w->fault_op = op;
 	w->fault_step = (int)(step - 1);
 	return RT_OK;
 bad:
-	return rt_world_error(w, "PIPERUN_FAULT='%s': expected stall:rank=R:op=N[:step=S], R a "
-	                      "rank of the plan (0 to %d)", spec, w->plan->world - 1);
+	return rt_world_error(w, "PIPERUN_FAULT='%s': expected stall:rank=R:op=N[:step=S] or "
+	                      "stall-open:rank=R, R a rank of the plan (0 to %d)", spec,
+	                      w->plan->world - 1);
+}
+
+void rt_fault_open(const RtWorld *w)
+{
+	int me = rt_launch_env_rank(rt_real_getenv);
+	if (!w->fault_open || w->fault_rank != (me < 0 ? 0 : me))
+		return;
+	for (;;)
+		sleep(3600);
 }
 
 void rt_fault_at(RtRank *r, int step, int64_t op, int64_t end)
 {
 	const RtWorld *w = r->w;
-	if (r->rank != w->fault_rank || step != w->fault_step || w->fault_op < op ||
+	if (w->fault_open || r->rank != w->fault_rank || step != w->fault_step || w->fault_op < op ||
 	    w->fault_op >= end)
 		return;
 	for (;;)

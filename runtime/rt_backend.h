@@ -452,8 +452,9 @@ struct RtWorld {
 	char err[1024];        // process-level error
 	char host[64];
 	/* Test-only fault (PIPERUN_FAULT, fault.c): world rank fault_rank stalls at op
-	 * fault_op of its list in step fault_step (0-based); fault_rank -1: none. */
-	int fault_rank, fault_step;
+	 * fault_op of its list in step fault_step (0-based), or (fault_open) the process
+	 * of launcher rank fault_rank while opening; fault_rank -1: none. */
+	int fault_rank, fault_step, fault_open;
 	int64_t fault_op;
 	int nstuck;            // rank threads still in an op when the launcher gave up
 };

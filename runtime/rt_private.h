@@ -121,9 +121,13 @@ int rt_reference(RtWorld *w, double *loss, float **weights);
 
 /* Test-only faults (fault.c): PIPERUN_FAULT=stall:rank=R:op=N[:step=S] makes world
  * rank R's thread stop forever, ignoring aborts, when it reaches op N of its list in
- * step S (default 1), as a kernel that never returns would.  rt_fault_parse fills w's
- * fault fields from the variable's text (NULL: none); -1 with w->err on a bad one. */
+ * step S (default 1), as a kernel that never returns would; stall-open:rank=R stops the
+ * process of launcher rank R (0 without a launcher) before it opens the world, as a
+ * process stuck while starting would.  rt_fault_parse fills w's fault fields from the
+ * variable's text (NULL: none); -1 with w->err on a bad one. */
 int rt_fault_parse(RtWorld *w, const char *spec);
+/* Called by rt_world_open before the collective opening (stall-open). */
+void rt_fault_open(const RtWorld *w);
 /* Called by the interpreter before the group [op, end) of a step. */
 void rt_fault_at(RtRank *r, int step, int64_t op, int64_t end);
 /* How long a launcher waits after an abort for its rank threads to return before it
@@ -134,5 +138,12 @@ void rt_fault_at(RtRank *r, int step, int64_t op, int64_t end);
 typedef struct RtWatchdog RtWatchdog;
 RtWatchdog *rt_watchdog_start(RtWorld *w);
 void rt_watchdog_stop(RtWatchdog *wd);
+/* Bounds opening the world (rt_world_open): past rt_start_limit_s(), the process
+ * prints why and exits 1.  Stopped with rt_watchdog_stop once the world is open. */
+RtWatchdog *rt_start_guard(RtWorld *w);
+/* RT_START_FACTOR x the watchdog timeout, at least RT_START_MIN_S. */
+double rt_start_limit_s(const RtOptions *o);
+#define RT_START_FACTOR 5.0
+#define RT_START_MIN_S 10.0
 
 #endif

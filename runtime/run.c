@@ -133,8 +133,13 @@ RtWorld *rt_world_open(const Plan *p, const RtOptions *o, char *err, size_t errn
 		free(w);
 		return NULL;
 	}
-	if (open_parts(w)) {
+	RtWatchdog *guard = rt_start_guard(w); // opening is collective: bound it
+	if (guard)
+		rt_fault_open(w); // test-only (PIPERUN_FAULT=stall-open)
+	if (!guard || open_parts(w)) {
 		snprintf(err, errn, "%s", w->err[0] ? w->err : "cannot open the backend");
+		if (guard)
+			rt_watchdog_stop(guard);
 		/* Opening fails alike in every process (a wrong world size, say), so the
 		 * parts close normally and the caller can still print the reason. */
 		close_parts(w, 0);
@@ -142,17 +147,14 @@ RtWorld *rt_world_open(const Plan *p, const RtOptions *o, char *err, size_t errn
 		free(w);
 		return NULL;
 	}
-	if (alloc_ranks(w)) {
-		snprintf(err, errn, "%s", w->err);
-		rt_world_close(w, 1);
-		return NULL;
-	}
 	w->t0 = rt_now_ns();
-	if (rt_world_bcast(w, &w->t0, sizeof w->t0)) {
+	if (alloc_ranks(w) || rt_world_bcast(w, &w->t0, sizeof w->t0)) {
 		snprintf(err, errn, "%s", w->err);
+		rt_watchdog_stop(guard);
 		rt_world_close(w, 1);
 		return NULL;
 	}
+	rt_watchdog_stop(guard);
 	return w;
 }
 

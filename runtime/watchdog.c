@@ -8,12 +8,20 @@
  * plan therefore ends with a report instead of hanging.
  *
  * Under MPI each process watches its own rank: in a deadlock they all stall, so each
- * fires and reports its own blocked op, and the mpi launcher ends the job. */
+ * fires and reports its own blocked op, and the mpi launcher ends the job.
+ *
+ * Before the ranks run, opening the world is collective too (MPI_Init, the
+ * communicators' set-up): a process of the job that stops or hangs there would hold
+ * every other one forever, and no interpreter is counting progress yet.  The start
+ * guard bounds it: if opening has not finished within rt_start_limit_s(), the process
+ * says so and exits 1 (the launcher then ends the job). */
 #include "rt_private.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 struct RtWatchdog {
 	RtWorld *w;
@@ -70,7 +78,43 @@ static void *watch(void *arg)
 	return NULL;
 }
 
-RtWatchdog *rt_watchdog_start(RtWorld *w)
+/* Waits on wd->cv until wd->stop or until `ns` from now; 1 when stopped. */
+static int wait_stop(RtWatchdog *wd, int64_t ns)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	int64_t end = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec + ns;
+	ts.tv_sec = end / 1000000000;
+	ts.tv_nsec = end % 1000000000;
+	pthread_mutex_lock(&wd->mu);
+	while (!wd->stop && pthread_cond_timedwait(&wd->cv, &wd->mu, &ts) == 0)
+		;
+	int stopped = wd->stop;
+	pthread_mutex_unlock(&wd->mu);
+	return stopped;
+}
+
+static void *guard(void *arg)
+{
+	RtWatchdog *wd = arg;
+	double limit = rt_start_limit_s(&wd->w->opt);
+	if (wait_stop(wd, (int64_t)(limit * 1e9)))
+		return NULL;
+	/* The world is half open and other threads may be inside MPI: say why, and go. */
+	fprintf(stderr, "piperun: error: %s: opening the job took longer than %g s (a process "
+	        "of the job stopped, died or hangs while starting); exiting\n", wd->w->host,
+	        limit);
+	fflush(stderr);
+	_exit(1);
+}
+
+double rt_start_limit_s(const RtOptions *o)
+{
+	double t = RT_START_FACTOR * o->timeout_s;
+	return t > RT_START_MIN_S ? t : RT_START_MIN_S;
+}
+
+static RtWatchdog *start(RtWorld *w, void *(*fn)(void *))
 {
 	RtWatchdog *wd = calloc(1, sizeof *wd);
 	if (!wd) {
@@ -80,12 +124,22 @@ RtWatchdog *rt_watchdog_start(RtWorld *w)
 	wd->w = w;
 	pthread_mutex_init(&wd->mu, NULL);
 	pthread_cond_init(&wd->cv, NULL);
-	if (pthread_create(&wd->th, NULL, watch, wd)) {
+	if (pthread_create(&wd->th, NULL, fn, wd)) {
 		rt_world_error(w, "cannot start the watchdog thread");
 		free(wd);
 		return NULL;
 	}
 	return wd;
+}
+
+RtWatchdog *rt_start_guard(RtWorld *w)
+{
+	return start(w, guard);
+}
+
+RtWatchdog *rt_watchdog_start(RtWorld *w)
+{
+	return start(w, watch);
 }
 
 void rt_watchdog_stop(RtWatchdog *wd)

@@ -149,6 +149,6 @@ has "threads: the stuck thread is left behind" "$dir/err" \
 t "a bad PIPERUN_FAULT is an error" 1 env PIPERUN_FAULT=stall:rank=7:op=1 \
 	"$BIN/piperun" "$dir/tiny.plan" --backend threads
 has "a bad PIPERUN_FAULT is named" "$dir/err" \
-	"PIPERUN_FAULT='stall:rank=7:op=1': expected stall:rank=R:op=N\[:step=S\], R a rank of the plan (0 to 1)"
+	"PIPERUN_FAULT='stall:rank=7:op=1': expected stall:rank=R:op=N\[:step=S\] or stall-open:rank=R, R a rank of the plan (0 to 1)"
 
 [ "$fails" -eq 0 ]
