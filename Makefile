@@ -179,6 +179,13 @@ $(BIN)/fuzz_%: $(BUILD)/tests/fuzz/fuzz_%.o $(COMP_OBJ) $(SIM_OBJ) $(PLAN_OBJ)
 bench: all
 	BIN=$(BIN) sh bench/run.sh
 
+# The transformer-stage bench (bench/bench_tf.sh): the runtime and plan objects, with
+# cblas_sgemm wrapped so that it can time and replay the kernels' own GEMMs.
+$(BUILD)/bench/tf_bench: bench/tf_bench.c $(RT_OBJ) $(PLAN_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(BLAS_CFLAGS) -Wl,--wrap=cblas_sgemm $(LDFLAGS) -o $@ $^ \
+		$(RT_LIBS) $(BLAS_LIBS) $(LDLIBS)
+
 MAN1 := man/pipecc.1 man/pipesim.1 man/piperun.1
 MAN5 := man/pipe.5 man/pipecc-plan.5
 install: all
