@@ -141,6 +141,12 @@ $(BUILD)/plan/cli.o: plan/cli.c VERSION
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -DPIPECC_VERSION='"$(VERSION)"' -c -o $@ $<
 
+# The transformer kernels' element-wise loops (GELU, SiLU, the softmaxes, through
+# tk_exp) vectorize: at every -O, with the cost model that allows run-time alias checks,
+# and without trapping math (it keeps tk_exp's clamps from becoming selects).  The
+# values are unchanged: no fast-math, so no reassociation and no FMA contraction.
+$(BUILD)/runtime/tkernels.o: CFLAGS += -ftree-vectorize -fvect-cost-model=dynamic -fno-trapping-math
+
 # BLAS users: runtime/cpu.c and the transformer kernels (runtime/tkernels.c).
 $(BUILD)/runtime/cpu.o $(BUILD)/runtime/tkernels.o: $(BUILD)/runtime/%.o: runtime/%.c
 	@mkdir -p $(@D)
