@@ -140,7 +140,8 @@ static float urand(void)
 	return (float)((double)(g_seed >> 11) / 9007199254740992.0) * 2.0f - 1.0f;
 }
 
-/* Lays out t (rows x cols) on the cpu device; values u[-1,1) * scale, or `fill`. */
+/* Lays out t (rows x cols) on the cpu device, filled as the model initializes `init`
+ * (uniform: u[-1, 1) / sqrt(rows)). */
 static void tensor(RtRank *r, RtTensor *t, int64_t rows, int64_t cols, RtInit init)
 {
 	memset(t, 0, sizeof *t);
