@@ -32,9 +32,9 @@ static inline float tk_exp(float x)
 	float c = x > 88.0f ? 88.0f : x < -87.0f ? -87.0f : x;
 	float t = c * 1.44269504088896341f + 12582912.0f; // 1.5 * 2^23: rounds to an integer
 	float n = t - 12582912.0f;
-	int32_t bits;
+	uint32_t bits; // unsigned: a NaN's bits (replaced below) shift without overflow
 	memcpy(&bits, &t, sizeof bits);
-	bits = (bits - 0x4B400000 + 127) << 23; // 2^n, n in [-126, 127]
+	bits = (bits - 0x4B400000u + 127u) << 23; // 2^n, n in [-126, 127]
 	float scale;
 	memcpy(&scale, &bits, sizeof scale);
 	float r = c - n * 0.693359375f + n * 2.12194440e-4f;
