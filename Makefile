@@ -156,6 +156,12 @@ $(BUILD)/plan/cli.o: plan/cli.c VERSION
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -DPIPECC_VERSION='"$(VERSION)"' -c -o $@ $<
 
+# The transformer kernels' element-wise loops (GELU, SiLU, the softmaxes, through
+# tk_exp) vectorize: at every -O, with the cost model that allows run-time alias checks,
+# and without trapping math (it keeps tk_exp's clamps from becoming selects).  The
+# values are unchanged: no fast-math, so no reassociation and no FMA contraction.
+$(BUILD)/runtime/tkernels.o: CFLAGS += -ftree-vectorize -fvect-cost-model=dynamic -fno-trapping-math
+
 # BLAS users: runtime/cpu.c and the transformer kernels (runtime/tkernels.c).
 $(BUILD)/runtime/cpu.o $(BUILD)/runtime/tkernels.o: $(BUILD)/runtime/%.o: runtime/%.c
 	@mkdir -p $(@D)
@@ -193,6 +199,13 @@ $(BIN)/fuzz_%: $(BUILD)/tests/fuzz/fuzz_%.o $(COMP_OBJ) $(SIM_OBJ) $(PLAN_OBJ)
 
 bench: all
 	BIN=$(BIN) sh bench/run.sh
+
+# The transformer-stage bench (bench/bench_tf.sh): the runtime and plan objects, with
+# cblas_sgemm wrapped so that it can time and replay the kernels' own GEMMs.
+$(BUILD)/bench/tf_bench: bench/tf_bench.c $(RT_OBJ) $(PLAN_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(BLAS_CFLAGS) -Wl,--wrap=cblas_sgemm $(LDFLAGS) -o $@ $^ \
+		$(RT_LIBS) $(BLAS_LIBS) $(LDLIBS)
 
 MAN1 := man/pipecc.1 man/pipesim.1 man/piperun.1
 MAN5 := man/pipe.5 man/pipecc-plan.5

@@ -20,6 +20,35 @@ static void gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, c
 	            (int)m, (int)n, (int)k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
 }
 
+/* e^x in float without a libm call, so that the element-wise loops (GELU, SiLU, the
+ * softmaxes) vectorize: x = n ln2 + r with |r| <= ln2/2 (round to nearest through the
+ * 1.5 * 2^23 shift), e^r by Cephes' degree-6 polynomial (relative error about 2e-7,
+ * against glibc's expf's 0.5 ulp), 2^n written into the exponent bits.  The same bits
+ * on every x86-64 (plain float operations, no FMA, no table).  Flushes to 0 below -87
+ * (e^-87 is 1.6e-38, near FLT_MIN: no denormals, which are slow), gives e^88 for x in
+ * (88, 88.72] and +inf above; NaN stays NaN. */
+static inline float tk_exp(float x)
+{
+	float c = x > 88.0f ? 88.0f : x < -87.0f ? -87.0f : x;
+	float t = c * 1.44269504088896341f + 12582912.0f; // 1.5 * 2^23: rounds to an integer
+	float n = t - 12582912.0f;
+	uint32_t bits; // unsigned: a NaN's bits (replaced below) shift without overflow
+	memcpy(&bits, &t, sizeof bits);
+	bits = (bits - 0x4B400000u + 127u) << 23; // 2^n, n in [-126, 127]
+	float scale;
+	memcpy(&scale, &bits, sizeof scale);
+	float r = c - n * 0.693359375f + n * 2.12194440e-4f;
+	float p = 1.9875691500e-4f;
+	p = p * r + 1.3981999507e-3f;
+	p = p * r + 8.3334519073e-3f;
+	p = p * r + 4.1665795894e-2f;
+	p = p * r + 1.6666665459e-1f;
+	p = p * r + 5.0000001201e-1f;
+	float e = (p * r * r + r + 1.0f) * scale;
+	e = x > 88.7228f ? INFINITY : x < -87.0f ? 0.0f : e;
+	return x != x ? x : e;
+}
+
 /* db (n) += column sums of dy (N x n). */
 static void colsum_add(const float *dy, float *db, int64_t N, int64_t n)
 {
@@ -253,11 +282,11 @@ void tk_attn_fwd(const TkAttn *a, const float *x, const float *wqkv, const float
 				float *r = pb + i * S, mx = r[0];
 				for (int64_t j = 1; j <= i; j++)
 					mx = r[j] > mx ? r[j] : mx;
+				for (int64_t j = 0; j <= i; j++) // apart from the sum: vectorizes
+					r[j] = tk_exp(r[j] - mx);
 				double sum = 0;
-				for (int64_t j = 0; j <= i; j++) {
-					r[j] = expf(r[j] - mx);
+				for (int64_t j = 0; j <= i; j++)
 					sum += r[j];
-				}
 				float inv = (float)(1.0 / sum);
 				for (int64_t j = 0; j <= i; j++)
 					r[j] *= inv;
@@ -332,21 +361,21 @@ void tk_attn_bwd(const TkAttn *a, const float *x, const float *wqkv, const float
 /* ---- MLPs ---- */
 
 /* GPT-2's tanh GELU, the function of runtime/cpu.c, written through the identity
- * 0.5 (1 + tanh u) = sigmoid(2u): one expf instead of tanhf, which is several times
- * slower in glibc and dominates small layers.  Equal to the tanhf form to float
- * rounding (not bit for bit). */
+ * 0.5 (1 + tanh u) = sigmoid(2u): one exponential (tk_exp, which vectorizes) instead
+ * of tanhf, which is several times slower in glibc and dominated small layers.  Equal
+ * to the tanhf form to float rounding (not bit for bit). */
 #define GELU_C 0.7978845608f // sqrt(2/pi)
 #define GELU_A 0.044715f
 
 static float gelu(float v)
 {
-	return v / (1.0f + expf(-2.0f * GELU_C * (v + GELU_A * v * v * v)));
+	return v / (1.0f + tk_exp(-2.0f * GELU_C * (v + GELU_A * v * v * v)));
 }
 
 /* d/dv: s + v * 2 s (1 - s) * du/dv, with s = sigmoid(2u). */
 static float gelu_grad(float v)
 {
-	float s = 1.0f / (1.0f + expf(-2.0f * GELU_C * (v + GELU_A * v * v * v)));
+	float s = 1.0f / (1.0f + tk_exp(-2.0f * GELU_C * (v + GELU_A * v * v * v)));
 	return s + 2.0f * v * s * (1.0f - s) * GELU_C * (1.0f + 3.0f * GELU_A * v * v);
 }
 
@@ -386,7 +415,7 @@ void tk_mlp_bwd(const float *x, const float *w1, const float *w2, const float *h
 
 static float sigmoid(float v)
 {
-	return 1.0f / (1.0f + expf(-v));
+	return 1.0f / (1.0f + tk_exp(-v));
 }
 
 void tk_swiglu_fwd(const float *x, const float *wg, const float *wu, const float *wd, float *g,

@@ -711,6 +711,29 @@ static void tk__mlp_swiglu__matches_reference_and_finite_differences(void **stat
 	arena_free(&A);
 }
 
+/* With d = f = 1 and unit weights SwiGLU is silu(x) x (and B gives its derivative,
+ * dg + du): the libm form in double over a range with saturated ends and past the
+ * exponential's flush and overflow points (|x| = 87..89, 100), and NaN stays NaN. */
+static void tk__mlp_swiglu__equals_libm_form_across_range(void **state)
+{
+	(void)state;
+	enum { M = 210 };
+	float x[M], g[M], u[M], a[M], y[M], dy[M], dg[M], du[M], dx[M], one = 1.0f;
+	const float ends[] = {-100, -89, -88.5f, -87.5f, 87.5f, 88.5f, 89, 100, NAN};
+	for (int i = 0; i < M; i++)
+		x[i] = i < 201 ? (float)(i - 100) * 0.12f : ends[i - 201], dy[i] = 1;
+	tk_swiglu_fwd(x, &one, &one, &one, g, u, a, y, M, 1, 1);
+	tk_swiglu_bwd_in(&one, &one, &one, g, u, dy, dg, du, dx, M, 1, 1);
+	for (int i = 0; i < M - 1; i++) {
+		double v = x[i], s = 1 / (1 + exp(-v)), want = v * s * v;
+		double dwant = v * s * (1 + v * (1 - s)) + v * s;
+		assert_true(isfinite(y[i]) && isfinite(dx[i]));
+		assert_float_equal(y[i], want, 1e-6 * fmax(1, fabs(want)));
+		assert_float_equal(dx[i], dwant, 1e-5 * fmax(1, fabs(dwant)));
+	}
+	assert_true(isnan(y[M - 1]) && isnan(dx[M - 1]));
+}
+
 /* ---- residual ---- */
 
 typedef struct ResCtx {
@@ -1226,6 +1249,7 @@ int main(void)
 		cmocka_unit_test(tk__attn_check__rejects_bad_shapes),
 		cmocka_unit_test(tk__mlp_gelu__matches_reference_and_finite_differences),
 		cmocka_unit_test(tk__mlp_gelu__equals_tanh_form_across_range),
+		cmocka_unit_test(tk__mlp_swiglu__equals_libm_form_across_range),
 		cmocka_unit_test(tk__mlp_swiglu__matches_reference_and_finite_differences),
 		cmocka_unit_test(tk__residual__routes_gradient_through_skip_and_sub_block),
 		cmocka_unit_test(tk__head_untied__matches_reference_and_finite_differences),
