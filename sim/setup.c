@@ -17,7 +17,8 @@ int sim_setup(S *s)
 	s->local_idx = sim_xcalloc(s, (size_t)p->nstages, sizeof *s->local_idx);
 	s->nlocal = sim_xcalloc(s, (size_t)p->dims[DIM_PP], sizeof *s->nlocal);
 	s->collof = sim_xcalloc(s, (size_t)w, sizeof *s->collof);
-	s->coll = sim_xcalloc(s, (size_t)w, sizeof *s->coll);
+	s->coll = sim_xcalloc(s, (size_t)w * 2, sizeof *s->coll);
+	s->tieof = sim_xcalloc(s, (size_t)w, sizeof *s->tieof);
 	s->work = sim_xcalloc(s, (size_t)w * 2, sizeof *s->work);
 	if (s->failed)
 		return -1;
@@ -77,6 +78,23 @@ int sim_setup(S *s)
 		for (int j = 0; j < c->n; j++)
 			s->collof[c->members[j]] = s->ncoll;
 		s->ncoll++;
+	}
+	/* Pairs holding the two copies of a table tied across pipeline ranks: one per rank
+	 * on the embedding's side, the embedding's rank first. */
+	plan_tie_across(p, &s->tie_e, &s->tie_h);
+	for (int r = 0; r < w; r++)
+		s->tieof[r] = -1;
+	for (int r = 0; r < w; r++) {
+		int st, q = plan_tie_peer(p, r, &st);
+		if (q < 0 || st != s->tie_e)
+			continue;
+		Coll *c = &s->coll[s->ncoll];
+		if (!(c->members = sim_xcalloc(s, 2, sizeof *c->members)))
+			return -1;
+		c->n = 2;
+		c->members[0] = r;
+		c->members[1] = q;
+		s->tieof[r] = s->tieof[q] = s->ncoll++;
 	}
 	if (s->opt.record_ops) {
 		s->pred = sim_xcalloc(s, (size_t)w, sizeof *s->pred);
@@ -149,6 +167,7 @@ void sim_cleanup(S *s)
 		free(s->coll[i].members);
 	free(s->coll);
 	free(s->collof);
+	free(s->tieof);
 	free(s->work);
 	if (s->pred)
 		for (int r = 0; r < s->world; r++)
