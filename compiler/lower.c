@@ -13,8 +13,11 @@
  * is appended in the same step by a rank whose earlier ops need nothing later: the
  * lists are deadlock-free by construction, and FIFO order per pair follows from
  * appending both sides in the same order.  A stage's dp all-reduce and optimizer step
- * follow its last backward once the rank has sent what others wait for.  Every pipeline
- * line runs the same lists with its own ranks and routes, so the all-reduces line up.
+ * follow its last backward once the rank has sent what others wait for.  A stage holding
+ * a copy of a table tied across pipeline ranks (plan_tie_across) waits until its rank
+ * has run every action and sent everything: its TIEREDUCE with the other copy's rank
+ * then waits for nothing either side still owes.  Every pipeline line runs the same
+ * lists with its own ranks and routes, so the all-reduces line up.
  * Backward routes are the forward routes reversed; nothing else creates them (a stated
  * route, compiler/route.c, has made the ranks' devices agree and only lends its place).
  * With `peers self_send;` an edge between stages of one rank is sent like a remote one,
