@@ -36,12 +36,14 @@ int pipecc_emit_torch_csv(const Plan *p, FILE *f, int comms)
 
 /* Per stage: parameters, FLOPs of F, B and W per microbatch (the layer table's, from the
  * plan's layers), activation bytes saved per microbatch, and the bytes of parameters,
- * gradients and optimizer state (f32; AdamW keeps two moments per parameter). */
+ * gradients and optimizer state (f32; AdamW keeps two moments per parameter).  A tied
+ * head's copy of the table (`copy`) counts on its stage, which holds it, and not in the
+ * model's total, which counts the table once. */
 static void summary_stages(const Plan *p, FILE *f)
 {
 	LayerShape sh = plan_shape(p);
 	int state = plan_optim_state_bytes(p->optim.kind);
-	int64_t total = 0;
+	int64_t total = 0, copies = 0;
 	double tf[3] = {0, 0, 0};
 	fprintf(f, "stage        pp      params     F flops     B flops     W flops   act bytes"
 	           "  param+grad+opt bytes\n");
@@ -52,6 +54,8 @@ static void summary_stages(const Plan *p, FILE *f)
 			LayerCost c = plan_layer_figures(&st->layers[l], &sh);
 			for (int k = 0; k < 3; k++)
 				fl[k] += c.flops[k];
+			if (st->layers[l].flags & LAYER_FLAG(LAYER_KEY_COPY))
+				copies += c.params;
 		}
 		for (int k = 0; k < 3; k++)
 			tf[k] += fl[k];
@@ -62,7 +66,10 @@ static void summary_stages(const Plan *p, FILE *f)
 	}
 	fprintf(f, "parameters %" PRId64 "; FLOPs per microbatch F %.4g B %.4g W %.4g; "
 	           "optimizer %s (%d bytes of state per parameter)\n",
-	        total, tf[0], tf[1], tf[2], plan_optim_names[p->optim.kind], state);
+	        total - copies, tf[0], tf[1], tf[2], plan_optim_names[p->optim.kind], state);
+	if (copies)
+		fprintf(f, "tied table: %" PRId64 " parameters held twice (embedding and head on two "
+		           "pipeline ranks, summed by TIEREDUCE), counted once above\n", copies);
 }
 
 void pipecc_emit_summary(const Plan *p, FILE *f)
@@ -74,7 +81,7 @@ void pipecc_emit_summary(const Plan *p, FILE *f)
 			count[o->kind]++;
 			if (o->kind == OP_SEND)
 				p2p_bytes += o->bytes;
-			if (o->kind == OP_ALLREDUCE)
+			if (o->kind == OP_ALLREDUCE || o->kind == OP_TIEREDUCE)
 				ar_bytes += o->bytes;
 		}
 	if (p->seq > 0)

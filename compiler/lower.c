@@ -13,8 +13,11 @@
  * is appended in the same step by a rank whose earlier ops need nothing later: the
  * lists are deadlock-free by construction, and FIFO order per pair follows from
  * appending both sides in the same order.  A stage's dp all-reduce and optimizer step
- * follow its last backward once the rank has sent what others wait for.  Every pipeline
- * line runs the same lists with its own ranks and routes, so the all-reduces line up.
+ * follow its last backward once the rank has sent what others wait for.  A stage holding
+ * a copy of a table tied across pipeline ranks (plan_tie_across) waits until its rank
+ * has run every action and sent everything: its TIEREDUCE with the other copy's rank
+ * then waits for nothing either side still owes.  Every pipeline line runs the same
+ * lists with its own ranks and routes, so the all-reduces line up.
  * Backward routes are the forward routes reversed; nothing else creates them (a stated
  * route, compiler/route.c, has made the ranks' devices agree and only lends its place).
  * With `peers self_send;` an edge between stages of one rank is sent like a remote one,
@@ -64,6 +67,9 @@ typedef struct {
 	unsigned char *moved; // per (edge, mb, dir): 1 once the tensor has been transferred
 	int *left;           // per stage: backward actions still to run
 	int tie_embed, tie_head; // plan_tie: a head tied to another stage's embedding
+	int *tie_stage;      // per pipeline index: its stage holding a copy of a table tied
+	int *tie_peer;       // across pipeline ranks (plan_tie_across), and the pipeline index
+	                     // holding the other copy; -1 and -1 elsewhere
 	int *reduce;         // per pipeline index: stages whose reduction is due (ns each)
 	int *nreduce;
 } Lw;
@@ -128,6 +134,9 @@ static void emit(Lw *w, int pp, PlanOp op)
 		op.bytes = w->plan->edges[op.stage].bytes;
 	} else if (op.kind == OP_ALLREDUCE) {
 		op.bytes = w->plan->stages[op.stage].params * 4;
+	} else if (op.kind == OP_TIEREDUCE) {
+		op.peer = (int)(w->line0[op.peer] - w->plan->ranks);
+		op.bytes = plan_tie_bytes(w->plan);
 	}
 	if (!plan_push_op(w->line0[pp], op))
 		lw_oom(w, (size_t)w->line0[pp]->ops_cap * sizeof op * 3 / 2);
@@ -148,6 +157,11 @@ static void fill_stages(Lw *w)
 	p->vocab = pr->vocab;
 	p->optim = pr->optim;
 	LayerShape shape = plan_shape(p);
+	int es = -1; // the embedding's stage: a head tied to it on another rank keeps a copy
+	for (int s = 0; s < pr->nstages && es < 0; s++)
+		for (int l = 0; l < pr->stages[s].nlayers && es < 0; l++)
+			if (pr->stages[s].layers[l].kind == LAYER_EMBED)
+				es = s;
 	for (int s = 0; s < pr->nstages; s++) {
 		const ProgStage *ps = &pr->stages[s];
 		PlanStage *st = &p->stages[s];
@@ -164,6 +178,9 @@ static void fill_stages(Lw *w)
 		for (int l = 0; l < ps->nlayers; l++) {
 			const ProgLayer *ly = &ps->layers[l];
 			st->layers[l] = prog_plan_layer(ly);
+			if (ly->kind == LAYER_HEAD && (ly->flags & LAYER_FLAG(LAYER_KEY_TIED)) && es >= 0 &&
+			    w->sc->stage_pp[es] != st->pp)
+				st->layers[l].flags |= LAYER_FLAG(LAYER_KEY_COPY);
 			LayerCost lc = plan_layer_figures(&st->layers[l], &shape);
 			st->params += lc.params;
 			st->save_fb += lc.save_fb;
@@ -279,22 +296,34 @@ static void finish_compute(Lw *w, int pp, const SchedAct *a, int line)
 
 /* The dp all-reduce and optimizer step of stages whose backward is done, once the
  * rank has sent what it still owed others (so the gradient a neighbour waits for does
- * not queue behind a reduction). */
-static void flush_reductions(Lw *w, int pp, int force)
+ * not queue behind a reduction).  A stage holding a copy of a table tied across
+ * pipeline ranks waits until its rank has `finished` every action (Megatron sums the
+ * embedding group's gradients after the whole backward): its TIEREDUCE, a rendezvous
+ * with the other copy's rank, then comes after every transfer either rank owes, and
+ * before the stage's all-reduce and step. */
+static void flush_reductions(Lw *w, int pp, int force, int finished)
 {
 	if (!w->nreduce[pp] || (w->pend[pp].n && !force))
 		return;
-	int dp = w->plan->dims[DIM_DP];
+	int dp = w->plan->dims[DIM_DP], keep = 0;
 	for (int i = 0; i < w->nreduce[pp]; i++) {
 		int s = w->reduce[(size_t)pp * w->ns + i];
 		int line = w->pr->stages[s].loc.line;
+		if (s == w->tie_stage[pp] && !finished) {
+			w->reduce[(size_t)pp * w->ns + keep++] = s;
+			continue;
+		}
+		if (s == w->tie_stage[pp])
+			emit(w, pp, (PlanOp){.kind = OP_TIEREDUCE, .stage = s, .mb = -1,
+			                     .peer = w->tie_peer[pp], .group = w->group[pp]++, .route = -1,
+			                     .src_line = line});
 		if (dp > 1)
 			emit(w, pp, (PlanOp){.kind = OP_ALLREDUCE, .stage = s, .mb = -1, .peer = -1,
 			                     .group = w->group[pp]++, .route = -1, .src_line = line});
 		emit(w, pp, (PlanOp){.kind = OP_OPTIM, .stage = s, .mb = -1, .peer = -1, .group = -1,
 		                     .route = -1, .src_line = line});
 	}
-	w->nreduce[pp] = 0;
+	w->nreduce[pp] = keep;
 }
 
 static void start_compute(Lw *w, int pp, const SchedAct *a, int line)
@@ -493,7 +522,7 @@ static void lower_rest_naively(Lw *w, int64_t *cur)
 						                    .src_line = o.line});
 				}
 				pq->n = 0;
-				flush_reductions(w, p, 0);
+				flush_reductions(w, p, 0, cur[p] >= sc->nacts[p]);
 			}
 			if (cur[p] >= sc->nacts[p])
 				break;
@@ -586,7 +615,7 @@ static int place_comms(Lw *w, int allow_deadlock)
 		}
 		for (int q = 0; q < pp; q++)
 			if (!busy[q])
-				flush_reductions(w, q, !active);
+				flush_reductions(w, q, !active, cur[q] >= sc->nacts[q]);
 		if (!active)
 			break;
 		/* Compute phase. */
@@ -783,6 +812,8 @@ static void copy_lines(Lw *w)
 				o->peer += base;
 				o->route += (int)(route_shift * l);
 			}
+			if (o->kind == OP_TIEREDUCE)
+				o->peer += base;
 		}
 	}
 }
@@ -798,6 +829,8 @@ static void lw_free(Lw *w)
 	free(w->left);
 	free(w->reduce);
 	free(w->nreduce);
+	free(w->tie_stage);
+	free(w->tie_peer);
 	free(w->line0);
 	free(w->group);
 	free(w->remote_k);
@@ -872,6 +905,15 @@ Plan *lower_program(const Program *pr, const SchedCtx *sc, Diag *d, int allow_de
 	plan_tie(p, &w->tie_embed, &w->tie_head);
 	if (w->tie_embed >= 0)
 		w->left[w->tie_embed] += w->m;
+	w->tie_stage = xcalloc_int(w, (size_t)w->pp);
+	w->tie_peer = xcalloc_int(w, (size_t)w->pp);
+	int te, th;
+	int across = plan_tie_across(p, &te, &th);
+	for (int q = 0; q < w->pp; q++) {
+		int mine = !across ? -1 : q == p->stages[te].pp ? te : q == p->stages[th].pp ? th : -1;
+		w->tie_stage[q] = mine;
+		w->tie_peer[q] = mine < 0 ? -1 : p->stages[mine == te ? th : te].pp;
+	}
 	int rc = check_local_order(w) ? -1 : place_comms(w, allow_deadlock);
 	if (rc == 0)
 		copy_lines(w);

@@ -2,34 +2,9 @@
  * `v` sends the first half down the ranks and the second half back up, a list says it
  * stage by stage.  Without a `placement` statement the schedule decides (custom orders
  * infer it from where stages appear).  Whether the schedule can serve the placement is
- * the schedule's check, run afterwards. */
+ * the schedule's check, run afterwards.  A tied head may sit on any rank: on another
+ * than its embedding's, the lowering gives it a copy of the table and a TIEREDUCE. */
 #include "place.h"
-
-/* A head tied to the embedding reads and updates the embedding's table, so both must be
- * on one pipeline rank: the gradient all-reduce between two ranks that Megatron does for
- * a tie across stages is not in the plan yet. */
-static int check_tied(SchedCtx *c)
-{
-	const Program *pr = c->prog;
-	int es = -1;
-	for (int s = 0; s < c->nstages; s++)
-		for (int l = 0; l < pr->stages[s].nlayers; l++) {
-			const ProgLayer *ly = &pr->stages[s].layers[l];
-			if (ly->kind == LAYER_EMBED)
-				es = s;
-			if (!(ly->flags & LAYER_FLAG(LAYER_KEY_TIED)) || es < 0 ||
-			    c->stage_pp[s] == c->stage_pp[es])
-				continue;
-			diag_error(c->diag, ly->loc,
-			           "'head tied' on stage '%s' (pp %d) shares the table of the embedding "
-			           "on stage '%s' (pp %d); a tied head must be on the embedding's pipeline "
-			           "rank (e.g. placement v), or untied ('head;')",
-			           pr->stages[s].name, c->stage_pp[s], pr->stages[es].name,
-			           c->stage_pp[es]);
-			return 1;
-		}
-	return 0;
-}
 
 int place_stages(SchedCtx *c, const Schedule *s)
 {
@@ -37,7 +12,7 @@ int place_stages(SchedCtx *c, const Schedule *s)
 	int pp = c->pp, n = c->nstages;
 	int kind = pr->place;
 	if (kind == PLACE_DEFAULT && s->infer_place)
-		return s->infer_place(c) || check_tied(c);
+		return s->infer_place(c);
 	if (kind == PLACE_DEFAULT)
 		kind = s->default_place;
 	Loc at = pr->place_loc.line ? pr->place_loc : pr->sched_loc;
@@ -64,8 +39,6 @@ int place_stages(SchedCtx *c, const Schedule *s)
 	default:
 		die("bad placement kind %d", kind);
 	}
-	if (check_tied(c))
-		return 1;
 	for (int p = 0; p < pp; p++) {
 		if (sched_stages_on(c, p) == 0) {
 			diag_error(c->diag, at, "pipeline rank %d gets no stage (%d stages on pp=%d)", p,

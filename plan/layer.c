@@ -23,6 +23,7 @@ const LayerKeyInfo plan_layer_keys[LAYER_KEY_COUNT] = {
 	[LAYER_KEY_ROPE] = {"rope", 0},
 	[LAYER_KEY_TIED] = {"tied", 0},
 	[LAYER_KEY_POSITIONS] = {"positions", 0},
+	[LAYER_KEY_COPY] = {"copy", 0},
 };
 
 static int has(const PlanLayer *l, LayerKey k)
@@ -108,9 +109,12 @@ static void residual_cost(const PlanLayer *l, const LayerShape *sh, LayerCost *c
 	(void)l, (void)sh, (void)c;
 }
 
+/* A tied head counts no parameters of its own, unless it keeps a copy of the table on
+ * another pipeline rank (`copy`): then its stage holds, steps and stores the copy. */
 static void head_cost(const PlanLayer *l, const LayerShape *sh, LayerCost *c)
 {
-	weighted(l, sh, tk_params_head(l->out, l->in, has(l, LAYER_KEY_TIED)),
+	int tied = has(l, LAYER_KEY_TIED) && !has(l, LAYER_KEY_COPY);
+	weighted(l, sh, tk_params_head(l->out, l->in, tied),
 	         tk_mem_head(sh->rows, l->out), tk_flops_head(sh->rows, l->in, l->out), c);
 }
 

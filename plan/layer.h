@@ -50,6 +50,8 @@ typedef enum {
 	LAYER_KEY_ROPE,      // flag: rotary position embedding on q and k
 	LAYER_KEY_TIED,      // flag: the head reuses the embedding's table
 	LAYER_KEY_POSITIONS, // flag: the embedding adds learned positions
+	LAYER_KEY_COPY,      // flag, plan only: a tied head on another pipeline rank than its
+	                     // embedding keeps (and counts) its own copy of the table
 	LAYER_KEY_COUNT
 } LayerKey;
 

@@ -29,13 +29,17 @@ const OpInfo plan_ops[OP_COUNT] = {
 	[OP_SEND] = {.name = "SEND", .role = OP_ROLE_COMM},
 	[OP_RECV] = {.name = "RECV", .role = OP_ROLE_COMM},
 	[OP_ALLREDUCE] = {.name = "ALLREDUCE", .role = OP_ROLE_COMM,
-	                  .needs = PLAN_DEP_ALL_W, .makes = PLAN_DEP_REDUCED,
+	                  .needs = PLAN_DEP_ALL_W | PLAN_DEP_TIED, .makes = PLAN_DEP_REDUCED,
 	                  .again = "a second one for this stage",
 	                  .early = "a reduction before the stage's last W"},
 	[OP_OPTIM] = {.name = "OPTIM", .role = OP_ROLE_STEP,
-	              .needs = PLAN_DEP_ALL_W | PLAN_DEP_REDUCED, .makes = PLAN_DEP_STEP,
-	              .again = "a second one for this stage",
+	              .needs = PLAN_DEP_ALL_W | PLAN_DEP_REDUCED | PLAN_DEP_TIED,
+	              .makes = PLAN_DEP_STEP, .again = "a second one for this stage",
 	              .early = "an optimizer step before the stage's last W"},
+	[OP_TIEREDUCE] = {.name = "TIEREDUCE", .role = OP_ROLE_COMM,
+	                  .needs = PLAN_DEP_ALL_W, .makes = PLAN_DEP_TIED,
+	                  .again = "a second one for this stage",
+	                  .early = "a tied table's reduction before the stage's last W"},
 };
 
 const char *plan_dep_apply(OpKind k, uint8_t *mb, PlanStageDeps *st, PlanStageDeps *embed,
@@ -50,6 +54,8 @@ const char *plan_dep_apply(OpKind k, uint8_t *mb, PlanStageDeps *st, PlanStageDe
 			return o->again;
 		if (wgrad && st->reduced)
 			return "a weight gradient after the stage's all-reduce";
+		if (wgrad && st->tie_done)
+			return "a weight gradient after the stage's TIEREDUCE";
 		if (wgrad && embed && (embed->reduced || embed->stepped))
 			return "a tied head's weight gradient after its embedding's all-reduce or step";
 		*mb |= o->makes;
@@ -62,6 +68,17 @@ const char *plan_dep_apply(OpKind k, uint8_t *mb, PlanStageDeps *st, PlanStageDe
 		return o->early;
 	if ((o->needs & PLAN_DEP_ALL_W) && st->tied && st->nw_tied < m)
 		return "before the last weight gradient of the head tied to its embedding";
+	if ((o->needs & PLAN_DEP_TIED) && st->tie && !st->tie_done)
+		return "before the stage's TIEREDUCE (its tied table's copies are not summed yet)";
+	if (o->makes & PLAN_DEP_TIED) {
+		if (!st->tie)
+			return "a TIEREDUCE on a stage that holds no table tied across pipeline ranks";
+		if (st->tie_done)
+			return o->again;
+		if (st->reduced || st->stepped)
+			return "a TIEREDUCE after the stage's all-reduce or step";
+		st->tie_done = 1;
+	}
 	if (o->makes & PLAN_DEP_REDUCED) {
 		if (dp == 1)
 			return "an all-reduce with dp = 1";

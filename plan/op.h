@@ -20,6 +20,7 @@ typedef enum {
 	OP_RECV,      // p2p receive of (edge, mb, dir) from peer
 	OP_ALLREDUCE, // all-reduce of a stage's weight gradients over the dp group
 	OP_OPTIM,     // optimizer step of a stage
+	OP_TIEREDUCE, // sum of a tied table's gradient with its copy on another pipeline rank
 	OP_COUNT
 } OpKind;
 
@@ -34,6 +35,8 @@ enum {
 	PLAN_DEP_ALL_W = 32,    // every microbatch's weight gradient of the stage
 	PLAN_DEP_REDUCED = 64,  // the stage's gradients all-reduced (needed only when dp > 1)
 	PLAN_DEP_STEP = 128,    // the stage's optimizer step
+	PLAN_DEP_TIED = 256,    // the tied table's gradient summed with its other copy's
+	                        // (needed only by a stage holding a copy, PlanStageDeps.tie)
 };
 #define PLAN_DEP_MB (PLAN_DEP_ACT | PLAN_DEP_GRAD | PLAN_DEP_WGRAD)
 
@@ -55,8 +58,8 @@ typedef struct {
 	const char *name;  // the plan file's word
 	char torch;        // PyTorch's action letter; 0: not a PyTorch action
 	OpRole role;
-	uint8_t needs;     // PLAN_DEP_* it waits for
-	uint8_t makes;     // PLAN_DEP_* it produces
+	uint16_t needs;    // PLAN_DEP_* it waits for
+	uint16_t makes;    // PLAN_DEP_* it produces
 	uint8_t costs;     // bit k: it costs the stage's cost[k] (0 F, 1 B, 2 W)
 	uint8_t saves;     // PLAN_SAVE_* it allocates (docs/semantics.md "Memory")
 	uint8_t frees;     // PLAN_SAVE_* it frees
@@ -75,6 +78,9 @@ typedef struct {
 	uint8_t tied;     // set by the caller: a tied head on another stage adds its m weight
 	                  // gradients into this (the embedding's) stage's gradient
 	int nw_tied;      // ... of which done
+	uint8_t tie;      // set by the caller: the stage holds one copy of a table tied across
+	                  // pipeline ranks (plan_tie_peer), summed by its TIEREDUCE
+	uint8_t tie_done; // its TIEREDUCE ran
 } PlanStageDeps;
 
 /* The dependency rules, once.  May an op of kind k run now on a stage whose microbatch
@@ -93,7 +99,7 @@ static inline int plan_op_is_compute(OpKind k)
 	return plan_ops[k].role == OP_ROLE_COMPUTE;
 }
 
-/* SEND, RECV, ALLREDUCE. */
+/* SEND, RECV, ALLREDUCE, TIEREDUCE. */
 static inline int plan_op_is_comm(OpKind k)
 {
 	return plan_ops[k].role == OP_ROLE_COMM;

@@ -13,7 +13,8 @@ const char *const plan_dim_names[DIM_COUNT] = {"pp", "dp", "tp"};
 const char *const plan_dir_names[DIR_COUNT] = {"act", "grad"};
 const char *const plan_peer_names[PEER_COUNT] = {"remote", "local", "self"};
 
-void plan_tie(const Plan *p, int *embed, int *head)
+/* The embedding's stage and the stage of a head tied to it, or -1. */
+static void tie_stages(const Plan *p, int *embed, int *head)
 {
 	*embed = *head = -1;
 	for (int s = 0; s < p->nstages; s++)
@@ -24,8 +25,53 @@ void plan_tie(const Plan *p, int *embed, int *head)
 			if (ly->kind == LAYER_HEAD && (ly->flags & LAYER_FLAG(LAYER_KEY_TIED)))
 				*head = s;
 		}
-	if (*embed < 0 || *head < 0 || *embed == *head)
+}
+
+void plan_tie(const Plan *p, int *embed, int *head)
+{
+	tie_stages(p, embed, head);
+	if (*embed < 0 || *head < 0 || *embed == *head ||
+	    p->stages[*embed].pp != p->stages[*head].pp)
 		*embed = *head = -1;
+}
+
+int plan_tie_across(const Plan *p, int *embed, int *head)
+{
+	tie_stages(p, embed, head);
+	if (*embed < 0 || *head < 0 || p->stages[*embed].pp == p->stages[*head].pp) {
+		*embed = *head = -1;
+		return 0;
+	}
+	return 1;
+}
+
+int plan_tie_peer(const Plan *p, int rank, int *stage)
+{
+	int e, h;
+	*stage = -1;
+	if (!plan_tie_across(p, &e, &h) || rank < 0 || rank >= p->world)
+		return -1;
+	int c[DIM_COUNT];
+	memcpy(c, p->ranks[rank].coord, sizeof c);
+	int me = c[DIM_PP];
+	if (me != p->stages[e].pp && me != p->stages[h].pp)
+		return -1;
+	*stage = me == p->stages[e].pp ? e : h;
+	c[DIM_PP] = me == p->stages[e].pp ? p->stages[h].pp : p->stages[e].pp;
+	return plan_rank_of(p, c);
+}
+
+int64_t plan_tie_bytes(const Plan *p)
+{
+	int e, h;
+	tie_stages(p, &e, &h);
+	if (h < 0)
+		return 0;
+	const PlanStage *st = &p->stages[h];
+	for (int l = 0; l < st->nlayers; l++)
+		if (st->layers[l].kind == LAYER_HEAD)
+			return (int64_t)p->vocab * st->layers[l].in * 4;
+	return 0;
 }
 
 int plan_edge_self(const Plan *p, int e)
@@ -228,6 +274,9 @@ int plan_format_op(const Plan *p, const PlanOp *o, char *buf, size_t n)
 		                o->group);
 	case OP_OPTIM:
 		return snprintf(buf, n, "%s s=%d", k, o->stage);
+	case OP_TIEREDUCE:
+		return snprintf(buf, n, "%s s=%d with=%d bytes=%" PRId64 " g=%d", k, o->stage,
+		                o->peer, o->bytes, o->group);
 	}
 	return snprintf(buf, n, "?");
 }

@@ -106,14 +106,15 @@ typedef struct {
 } PlanPeer;
 
 /* 40 bytes.  Compute ops use stage; SEND/RECV use edge (in `stage`), dir, peer, bytes,
- * group, route; ALLREDUCE uses stage, bytes, group; OPTIM uses stage. */
+ * group, route; ALLREDUCE uses stage, bytes, group; OPTIM uses stage; TIEREDUCE uses
+ * stage, peer (the world rank holding the other copy), bytes, group. */
 typedef struct {
 	uint8_t kind;   // OpKind, read through plan_op_kind()
 	uint8_t dir;    // Dir, for SEND/RECV
 	uint16_t pad;
 	int32_t stage;  // stage, or edge for SEND/RECV
 	int32_t mb;     // microbatch, -1 for ALLREDUCE/OPTIM
-	int32_t peer;   // peer world rank for SEND/RECV, -1 otherwise
+	int32_t peer;   // peer world rank for SEND/RECV/TIEREDUCE, -1 otherwise
 	int32_t group;  // comm group number, unique per rank; consecutive ops with one number
 	                // form one group; -1 for compute and OPTIM
 	int32_t route;  // route index for SEND/RECV, -1 otherwise
@@ -207,10 +208,21 @@ int plan_edge_self(const Plan *p, int e);
 /* The end of what runs as one step from op i of rank r: past the comm group op i opens
  * (the consecutive comm ops with its group number), or i + 1 for any other op. */
 int64_t plan_group_end(const PlanRank *r, int64_t i);
-/* A head tied to an embedding in another stage: *embed and *head are the two stages
- * (the head's weight gradients add into the embedding's stage's gradient), else -1 and
- * -1 (no tied head, or both in one stage). */
+/* A head tied to an embedding in another stage of the same pipeline rank: *embed and
+ * *head are the two stages (the head borrows the table, and its weight gradients add
+ * into the embedding's stage's gradient), else -1 and -1 (no tied head, both in one
+ * stage, or on two pipeline ranks: plan_tie_across). */
 void plan_tie(const Plan *p, int *embed, int *head);
+/* A head tied to an embedding on another pipeline rank: 1 with the two stages, else 0
+ * with -1 and -1.  The head's stage keeps its own copy of the table (its layer has the
+ * `copy` flag); the two copies' gradients are summed by a TIEREDUCE on each side. */
+int plan_tie_across(const Plan *p, int *embed, int *head);
+/* For rank `rank` of a plan with a tie across pipeline ranks: the world rank that holds
+ * the other copy of the table (same dp and tp coordinates, the other stage's pipeline
+ * index), and in *stage the rank's own stage holding it; else -1 and *stage -1. */
+int plan_tie_peer(const Plan *p, int rank, int *stage);
+/* Bytes of the tied table's gradient (vocab x width f32), 0 without a tied head. */
+int64_t plan_tie_bytes(const Plan *p);
 /* Ranks of rank r's communicator along dim (r included), in coordinate order. */
 int plan_dim_members(const Plan *p, int rank, int dim, int *out);
 /* Formats op o of rank r as the text the plan file carries (no location). */

@@ -270,6 +270,13 @@ static int read_optim(Rd *r, Plan *p)
 	return eol(r);
 }
 
+/* `copy`, which only the compiler writes: on a tied head, after `tied`. */
+static int copy_ok(const PlanLayer *ly, LayerKey k)
+{
+	return k == LAYER_KEY_COPY && ly->kind == LAYER_HEAD &&
+	       (ly->flags & LAYER_FLAG(LAYER_KEY_TIED));
+}
+
 /* After `layer KIND IN OUT`: the keys plan_write puts, checked against the kind's row. */
 static int read_layer_keys(Rd *r, PlanLayer *ly, int left)
 {
@@ -291,7 +298,7 @@ static int read_layer_keys(Rd *r, PlanLayer *ly, int left)
 				return fail(r, "heads=%d kv_heads=%d do not divide the width %d and the heads",
 				            ly->heads, ly->kv_heads, ly->in);
 		} else if (k != LAYER_KEY_COUNT && !plan_layer_keys[k].number &&
-		           (li->keys & LAYER_FLAG(k)) && r->s[n] != '=') {
+		           ((li->keys & LAYER_FLAG(k)) || copy_ok(ly, k)) && r->s[n] != '=') {
 			ly->flags |= LAYER_FLAG(k);
 			r->s += n;
 		} else {
@@ -636,6 +643,12 @@ static int read_op(Rd *r, const Plan *p, PlanOp *o)
 		break;
 	case OP_OPTIM:
 		if (kv(r, "s=", &o->stage, 0, p->nstages - 1))
+			return -1;
+		break;
+	case OP_TIEREDUCE:
+		if (kv(r, "s=", &o->stage, 0, p->nstages - 1) ||
+		    kv(r, "with=", &o->peer, 0, p->world - 1) ||
+		    kv64(r, "bytes=", &o->bytes, 0, INT64_MAX / 8) || kv(r, "g=", &o->group, 0, INT_MAX))
 			return -1;
 		break;
 	}

@@ -181,6 +181,12 @@ static int check_peers(Vc *v, unsigned char *seen)
 	return 0;
 }
 
+/* ALLREDUCE and TIEREDUCE: collectives, each alone in its group. */
+static int is_coll(int kind)
+{
+	return kind == OP_ALLREDUCE || kind == OP_TIEREDUCE;
+}
+
 static int check_groups(Vc *v)
 {
 	const Plan *p = v->p;
@@ -194,10 +200,12 @@ static int check_groups(Vc *v)
 				continue;
 			}
 			if (prev_comm && o->group == last) {
-				if (o->kind == OP_ALLREDUCE || rk->ops[i - 1].kind == OP_ALLREDUCE) {
+				const PlanOp *c = is_coll(o->kind) ? o : &rk->ops[i - 1];
+				if (is_coll(c->kind)) {
 					char a[300];
-					return verr(v, r, i, "%s: an ALLREDUCE must be alone in its group",
-					            opdesc(v, r, i, a, sizeof a));
+					return verr(v, r, i, "%s: a%s %s must be alone in its group",
+					            opdesc(v, r, i, a, sizeof a),
+					            c->kind == OP_ALLREDUCE ? "n" : "", plan_ops[c->kind].name);
 				}
 			} else if (o->group <= last) {
 				char a[300];
@@ -448,6 +456,59 @@ static int check_collectives(Vc *v)
 	return 0;
 }
 
+/* The tied table's copies (plan_tie_across): a head keeps a copy (`copy`) exactly when
+ * it is tied to an embedding on another pipeline rank; every TIEREDUCE names the rank
+ * holding the other copy, its own stage of the table and the table's size, and the two
+ * ranks of a pair issue as many. */
+static int check_tie(Vc *v)
+{
+	const Plan *p = v->p;
+	int e, h, across = plan_tie_across(p, &e, &h);
+	for (int s = 0; s < p->nstages; s++)
+		for (int l = 0; l < p->stages[s].nlayers; l++) {
+			const PlanLayer *ly = &p->stages[s].layers[l];
+			int copy = (ly->flags & LAYER_FLAG(LAYER_KEY_COPY)) != 0;
+			int want = across && s == h && ly->kind == LAYER_HEAD;
+			if (copy != want)
+				return verr(v, -1, -1, "stage %d layer %d: %s", s, l,
+				            want ? "a head tied to the embedding on another pipeline rank "
+				                   "must keep its own copy of the table (`copy`)"
+				                 : "`copy` on a head that is not tied to an embedding on "
+				                   "another pipeline rank");
+		}
+	int64_t bytes = plan_tie_bytes(p);
+	for (int r = 0; r < p->world; r++) {
+		const PlanRank *rk = &p->ranks[r];
+		int st, q = plan_tie_peer(p, r, &st);
+		int64_t n = 0;
+		for (int64_t i = 0; i < rk->nops; i++) {
+			const PlanOp *o = &rk->ops[i];
+			if (o->kind != OP_TIEREDUCE)
+				continue;
+			char x[300];
+			n++;
+			if (q < 0)
+				return verr(v, r, i, "%s: rank %d holds no table tied across pipeline ranks",
+				            opdesc(v, r, i, x, sizeof x), r);
+			if (o->peer != q || o->stage != st)
+				return verr(v, r, i, "%s: the tied table's copies are stage %d here and on "
+				            "rank %d (want s=%d with=%d)", opdesc(v, r, i, x, sizeof x), st, q,
+				            st, q);
+			if (o->bytes != bytes)
+				return verr(v, r, i, "%s: the tied table's gradient is %lld bytes",
+				            opdesc(v, r, i, x, sizeof x), (long long)bytes);
+		}
+		int64_t nq = 0;
+		for (int64_t i = 0; q >= 0 && i < p->ranks[q].nops; i++)
+			nq += p->ranks[q].ops[i].kind == OP_TIEREDUCE;
+		if (q >= 0 && n != nq)
+			return verr(v, r, -1, "rank %d has %lld TIEREDUCE ops but rank %d, which holds the "
+			            "other copy of the tied table, has %lld", r, (long long)n, q,
+			            (long long)nq);
+	}
+	return 0;
+}
+
 /* The per-rank state of check_deps: which stages and edges are local, and what has run
  * of each local (stage, microbatch) in PLAN_DEP_MB bits. */
 typedef struct {
@@ -563,6 +624,7 @@ static int dep_op(Vc *v, Deps *d, int64_t i)
 		break;
 	case OP_ALLREDUCE:
 	case OP_OPTIM:
+	case OP_TIEREDUCE:
 		if (d->loc[s] < 0)
 			bad = "the stage is not on this rank";
 		else if (o->kind == OP_ALLREDUCE && d->dp > 1 && o->bytes != p->stages[s].params * 4)
@@ -639,6 +701,9 @@ static int check_deps(Vc *v)
 		}
 		if (d.head >= 0 && d.loc[d.head] >= 0)
 			d.sd[d.loc[d.embed]].tied = 1;
+		int ts;
+		if (plan_tie_peer(p, r, &ts) >= 0)
+			d.sd[d.loc[ts]].tie = 1;
 		for (int64_t i = 0; i < rk->nops; i++)
 			if (dep_op(v, &d, i))
 				goto out;
@@ -716,6 +781,8 @@ int plan_verify(const Plan *p, PlanError *err)
 		rc = check_matching(&v);
 	if (!rc)
 		rc = check_collectives(&v);
+	if (!rc)
+		rc = check_tie(&v);
 	if (!rc)
 		rc = check_deps(&v);
 out:

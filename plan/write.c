@@ -163,6 +163,16 @@ static void put_op(Out *o, const PlanOp *op)
 		PUT_LIT(o, " s=");
 		put_int(o, op->stage);
 		break;
+	case OP_TIEREDUCE:
+		PUT_LIT(o, " s=");
+		put_int(o, op->stage);
+		PUT_LIT(o, " with=");
+		put_int(o, op->peer);
+		PUT_LIT(o, " bytes=");
+		put_int(o, op->bytes);
+		PUT_LIT(o, " g=");
+		put_int(o, op->group);
+		break;
 	}
 	if (op->src_line > 0) {
 		PUT_LIT(o, " @");

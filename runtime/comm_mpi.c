@@ -16,7 +16,9 @@
  * All-reduce: MPI_Iallreduce (sum, in place) on the rank's dp communicator, made with
  * MPI_Comm_split once per mesh dimension, then a scale by 1/dp on the rank's device.
  * MPI chooses the summation order, so results may differ from the shared-memory
- * communicator in the last bits.
+ * communicator in the last bits.  A tied table's sum (TIEREDUCE) is MPI_Iallreduce on
+ * the embedding group, Megatron's name: the pair holding the table's two copies, split
+ * from the world when the rank opens (the embedding's rank first), without a scale.
  *
  * A group's requests are completed together by polling MPI_Testall, which checks
  * rt_aborted() between polls: the watchdog can end a deadlock (abort has nothing to
@@ -42,12 +44,14 @@ typedef struct {
 	int64_t hdr[HDR_N]; // sent, or received
 	RtMsg want;         // recv: what the op expects
 	int peer;
-	int kind;           // OP_SEND, OP_RECV, OP_ALLREDUCE
+	int kind;           // OP_SEND, OP_RECV, OP_ALLREDUCE, OP_TIEREDUCE
 	RtTensor *t;
 } MpOp;
 
 typedef struct {
 	MPI_Comm dim[DIM_COUNT]; // communicators per mesh dimension
+	MPI_Comm tie;            // the embedding group (plan_tie_peer), or MPI_COMM_NULL
+	int tie_first;           // its first member (the embedding's rank), or -1
 	int ndp;
 	MPI_Request *reqs;
 	int nreq, reqcap;
@@ -120,6 +124,23 @@ static int mc_rank_open(RtRank *r)
 	}
 	free(mem);
 	t->ndp = p->dims[DIM_DP];
+	/* The embedding group: every rank takes part in the split when the plan ties a
+	 * table across pipeline ranks (all read the same plan); the others get no comm. */
+	t->tie = MPI_COMM_NULL;
+	t->tie_first = -1;
+	int e, h, st;
+	if (plan_tie_across(p, &e, &h)) {
+		int q = plan_tie_peer(p, r->rank, &st);
+		int head = st == h;
+		int color = q < 0 ? MPI_UNDEFINED : head ? q : r->rank;
+		int rc = MPI_Comm_split(world_comm(r->w), color, head, &t->tie);
+		if (rc != MPI_SUCCESS)
+			return rt_mpi_failed(r->w, r, rc, "MPI_Comm_split", __FILE__, __LINE__);
+		if (t->tie != MPI_COMM_NULL) {
+			MPI_Comm_set_errhandler(t->tie, MPI_ERRORS_RETURN);
+			t->tie_first = color;
+		}
+	}
 	return RT_OK;
 }
 
@@ -133,6 +154,8 @@ static void mc_rank_close(RtRank *r)
 	for (int d = 0; d < DIM_COUNT; d++)
 		if (t->dim[d] != MPI_COMM_NULL && !finalized && !rt_aborted(r->w))
 			MPI_Comm_free(&t->dim[d]);
+	if (t->tie != MPI_COMM_NULL && !finalized && !rt_aborted(r->w))
+		MPI_Comm_free(&t->tie);
 	for (int i = 0; i < t->opcap; i++)
 		free(t->ops[i]);
 	free(t->ops);
@@ -252,6 +275,25 @@ static int mc_allreduce(RtRank *r, RtTensor *t, const RtMsg *msg)
 	return RT_OK;
 }
 
+static int mc_allreduce_sum(RtRank *r, RtTensor *t, const int *ranks, int n,
+                            const RtMsg *msg)
+{
+	MpRank *mr = mr_of(r);
+	if (mr->tie == MPI_COMM_NULL || n != 2 || ranks[0] != mr->tie_first)
+		return rt_error(r, "internal: the mpi communicator sums only over the embedding "
+		                   "group it made when the rank opened");
+	MpOp *o = new_op(r, 1);
+	int count = 0;
+	if (!o || count_of(r, t, &count))
+		return RT_EFAIL;
+	o->kind = OP_TIEREDUCE;
+	o->want = *msg;
+	o->t = t;
+	MPICHECK(r, MPI_Iallreduce(MPI_IN_PLACE, t->data, count, MPI_FLOAT, MPI_SUM, mr->tie,
+	                           &mr->reqs[mr->nreq++]));
+	return RT_OK;
+}
+
 /* Polls requests to completion; RT_EABORT when the world is aborted meanwhile. */
 static int wait_all(RtRank *r, int n, MPI_Request *reqs)
 {
@@ -323,6 +365,7 @@ const RtComm rt_comm_mpi = {
 	.send = mc_send,
 	.recv = mc_recv,
 	.allreduce_avg = mc_allreduce,
+	.allreduce_sum = mc_allreduce_sum,
 	.group_end = mc_group_end,
 	.barrier = mc_barrier,
 };

@@ -8,7 +8,10 @@
  * lowered with --same-rank=self-send) is an ncclSend and an ncclRecv with the rank's
  * own index in one group, which NCCL allows (a local copy on the comm stream).  The world
  * communicator's unique id is made by world rank 0 and handed to every process through
- * the launcher's broadcast (threads or mpi alike).
+ * the launcher's broadcast (threads or mpi alike).  A tied table's sum (TIEREDUCE) is
+ * one ncclAllReduce (ncclSum) on the embedding group, Megatron's name: the pair holding
+ * the table's two copies, split from the world when the rank opens (color: the
+ * embedding's rank; key: 0 there, 1 at the head; NCCL_SPLIT_NOCOLOR elsewhere).
  *
  * Communicators are non-blocking (config.blocking = 0): calls return at once, and the
  * communicator polls ncclCommGetAsyncError, the streams and rt_aborted() while it
@@ -22,7 +25,8 @@
 
 #include "cuda_dev.h"
 
-enum { NCOMM = 1 + DIM_COUNT }; // [0] the world, [1 + d] mesh dimension d
+enum { NCOMM = 2 + DIM_COUNT }; // [0] the world, [1 + d] mesh dimension d, then the tie
+enum { CI_TIE = 1 + DIM_COUNT }; // the embedding group (plan_tie_peer)
 
 /* What abort() may touch of a local rank; lives as long as the world. */
 typedef struct {
@@ -38,7 +42,7 @@ typedef struct {
 	int nslot;
 } NcWorld;
 
-enum { POST_SEND, POST_RECV, POST_ALLREDUCE, POST_BARRIER };
+enum { POST_SEND, POST_RECV, POST_ALLREDUCE, POST_BARRIER, POST_TIE };
 
 typedef struct {
 	int kind;
@@ -53,6 +57,7 @@ typedef struct {
 	int npost, postcap;
 	Block *one;               // one float, for barrier()
 	int world;
+	int tie_first;            // the embedding group's first rank, or -1 (no group)
 } NcRank;
 
 static NcWorld *ncw(RtWorld *w)
@@ -88,7 +93,7 @@ static void slot_abort(CuSlot *s)
 
 static const char *comm_name(int i)
 {
-	static const char *const n[NCOMM] = {"world", "pp", "dp", "tp"};
+	static const char *const n[NCOMM] = {"world", "pp", "dp", "tp", "embedding"};
 	return i >= 0 && i < NCOMM ? n[i] : "?";
 }
 
@@ -206,6 +211,14 @@ static int nc_allreduce(RtRank *r, RtTensor *t, const RtMsg *m)
 	return add_post(r, POST_ALLREDUCE, t, -1, m->op);
 }
 
+static int nc_allreduce_sum(RtRank *r, RtTensor *t, const int *ranks, int n, const RtMsg *m)
+{
+	if (n != 2 || ranks[0] != ncr(r)->tie_first)
+		return rt_error(r, "internal: the nccl communicator sums only over the embedding "
+		                   "group it made when the rank opened");
+	return add_post(r, POST_TIE, t, -1, m->op);
+}
+
 /* Issues the posted ops as one NCCL group on ms, after the compute they depend on. */
 static int flush_group(RtRank *r)
 {
@@ -228,12 +241,14 @@ static int flush_group(RtRank *r)
 		const Block *b = blk(p->t);
 		int64_t want = !b ? c->cs_pos
 		               : p->kind == POST_SEND ? b->cs_write
-		               : p->kind == POST_ALLREDUCE ? c->cs_pos
-		                                           : b->cs_last;
+		               : p->kind == POST_ALLREDUCE || p->kind == POST_TIE ? c->cs_pos
+		                                                                : b->cs_last;
 		if (want > need)
 			need = want;
 		if (p->kind == POST_ALLREDUCE)
 			ci = 1 + DIM_DP; // alone in its group (plan invariant)
+		if (p->kind == POST_TIE)
+			ci = CI_TIE; // alone in its group too
 	}
 	if (need > c->ms_waits_cs) {
 		if (cu_cs_cover(r, need) || cu_ring_poll(r, &c->csr))
@@ -269,6 +284,7 @@ static int flush_group(RtRank *r)
 			e = ncclAllReduce(p->t->data, p->t->data, count, ncclFloat32, ncclAvg, comm, c->ms);
 			break;
 		case POST_BARRIER:
+		case POST_TIE:
 			e = ncclAllReduce(p->t->data, p->t->data, count, ncclFloat32, ncclSum, comm, c->ms);
 			break;
 		}
@@ -378,6 +394,32 @@ static int init_comms(RtRank *r)
 			rc = comm_ready(r, 1 + d, "ncclCommSplit");
 	}
 	free(mem);
+	/* The embedding group: every rank splits when the plan ties a table across pipeline
+	 * ranks (all read the same plan); ranks outside a pair pass NCCL_SPLIT_NOCOLOR. */
+	int te, th, ts;
+	ncr(r)->tie_first = -1;
+	if (rc == RT_OK && plan_tie_across(p, &te, &th)) {
+		int q = plan_tie_peer(p, rank, &ts);
+		int head = ts == th;
+		int color = q < 0 ? NCCL_SPLIT_NOCOLOR : head ? q : rank;
+		pthread_mutex_lock(&s->mu);
+		if (!s->comm[0]) {
+			pthread_mutex_unlock(&s->mu);
+			return RT_EABORT;
+		}
+		e = ncclCommSplit(s->comm[0], color, head, &s->comm[CI_TIE], &cfg);
+		if (s->comm[CI_TIE])
+			s->owned[CI_TIE] = 1;
+		pthread_mutex_unlock(&s->mu);
+		if (e != ncclSuccess && e != ncclInProgress)
+			return rt_cuda_fail(rt_rank_world(r), r, RT_LIB_NCCL, e, "ncclCommSplit", __FILE__,
+			                    __LINE__);
+		rc = comm_ready(r, 0, "ncclCommSplit");
+		if (rc == RT_OK && q >= 0)
+			rc = comm_ready(r, CI_TIE, "ncclCommSplit");
+		if (rc == RT_OK && q >= 0)
+			ncr(r)->tie_first = color;
+	}
 	return rc;
 }
 
@@ -518,6 +560,7 @@ extern "C" const RtComm rt_comm_nccl = {
 	.send = nc_send,
 	.recv = nc_recv,
 	.allreduce_avg = nc_allreduce,
+	.allreduce_sum = nc_allreduce_sum,
 	.group_end = nc_group_end,
 	.barrier = nc_barrier,
 };

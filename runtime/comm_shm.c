@@ -12,7 +12,8 @@
  * group, meets it there and the data is copied like any other.  An all-reduce
  * completes when every member of the dp group has posted it; the last member to post
  * sums the members' tensors in dp order and scales by 1/dp, so the result is the same
- * whichever thread arrives last (and equals the sequential reference's).
+ * whichever thread arrives last (and equals the sequential reference's).  A sum over a
+ * list of ranks (a tied table's pair) works alike, in list order, without the scale.
  *
  * Waiting spins briefly (when there are cores to spare) and then sleeps on the rank's
  * condition variable; abort() broadcasts them all so the watchdog or a failing rank can
@@ -32,6 +33,8 @@ typedef struct Req {
 	int rank, peer;
 	uint8_t send;
 	uint8_t done;
+	int ckey, cidx, cn;  // a collective (peer -2: dp average, -3: sum over a list): its
+	                     // first member, this rank's index, the member count
 	atomic_int *pending; // owner's count of incomplete ops
 	struct Req *next;
 } Req;
@@ -53,7 +56,8 @@ typedef struct {
 	int bar_count, bar_gen;
 	int world;
 	Chan **chan;         // [src * world + dst], made on first use
-	Coll **coll;         // [lowest member], made on first use
+	Coll **coll;         // [kind * world + first member], made on first use (kind 0: dp
+	                     // average, 1: sum over a list)
 	int64_t spin;        // ns to spin before sleeping
 } ThWorld;
 
@@ -93,7 +97,7 @@ static int th_open(RtWorld *w)
 	w->state[RT_PART_COMM] = t;
 	t->cv = calloc((size_t)n, sizeof *t->cv);
 	t->chan = calloc((size_t)n * (size_t)n, sizeof *t->chan);
-	t->coll = calloc((size_t)n, sizeof *t->coll);
+	t->coll = calloc(2 * (size_t)n, sizeof *t->coll);
 	if (!t->cv || !t->chan || !t->coll)
 		return rt_world_error(w, "out of memory for %d ranks", n);
 	pthread_cond_init(&t->bar_cv, NULL);
@@ -115,7 +119,7 @@ static void th_close(RtWorld *w)
 		for (int64_t i = 0; i < (int64_t)t->world * t->world; i++)
 			free(t->chan[i]);
 	if (t->coll)
-		for (int i = 0; i < t->world; i++) {
+		for (int i = 0; i < 2 * t->world; i++) {
 			if (t->coll[i])
 				free(t->coll[i]->reqs);
 			free(t->coll[i]);
@@ -212,11 +216,38 @@ static int th_recv(RtRank *r, RtTensor *t, int peer, const RtMsg *m)
 
 static int th_allreduce(RtRank *r, RtTensor *t, const RtMsg *m)
 {
+	ThRank *tr = r->state[RT_PART_COMM];
 	Req *q = add_req(r, t, -1, m, 0);
 	if (!q)
 		return RT_EFAIL;
 	q->peer = -2; // marks a collective
+	q->ckey = tr->dp_members[0];
+	q->cidx = tr->dp_index;
+	q->cn = tr->ndp;
 	return RT_OK;
+}
+
+static int th_allreduce_sum(RtRank *r, RtTensor *t, const int *ranks, int n, const RtMsg *m)
+{
+	int idx = -1;
+	for (int i = 0; i < n; i++)
+		if (ranks[i] == r->rank)
+			idx = i;
+	if (idx < 0 || ranks[0] < 0 || ranks[0] >= r->w->plan->world)
+		return rt_error(r, "internal: a sum over ranks that leave out rank %d", r->rank);
+	Req *q = add_req(r, t, -1, m, 0);
+	if (!q)
+		return RT_EFAIL;
+	q->peer = -3;
+	q->ckey = ranks[0];
+	q->cidx = idx;
+	q->cn = n;
+	return RT_OK;
+}
+
+static Coll **coll_slot(ThWorld *t, const Req *q)
+{
+	return &t->coll[(q->peer == -3 ? t->world : 0) + q->ckey];
 }
 
 static void describe(const RtWorld *w, int rank, int op, char *buf, size_t n)
@@ -276,38 +307,45 @@ static int post_locked(RtRank *r, Req *q)
 {
 	RtWorld *w = r->w;
 	ThWorld *t = tw(w);
-	if (q->peer == -2) {
-		ThRank *tr = r->state[RT_PART_COMM];
-		Coll **cp = &t->coll[tr->dp_members[0]];
+	if (q->peer <= -2) {
+		Coll **cp = coll_slot(t, q);
 		if (!*cp) {
 			*cp = calloc(1, sizeof **cp);
-			if (*cp && !((*cp)->reqs = calloc((size_t)tr->ndp, sizeof(Req *)))) {
+			if (*cp && !((*cp)->reqs = calloc((size_t)q->cn, sizeof(Req *)))) {
 				free(*cp);
 				*cp = NULL;
 			}
 			if (!*cp)
 				return rt_error(r, "out of memory");
-			(*cp)->n = tr->ndp;
+			(*cp)->n = q->cn;
 		}
 		Coll *c = *cp;
-		c->reqs[tr->dp_index] = q;
+		if (q->cn != c->n || c->reqs[q->cidx]) {
+			fail_locked(w, "collective members disagree", q, c->reqs[q->cidx] ? c->reqs[q->cidx] : q);
+			return RT_EABORT;
+		}
+		c->reqs[q->cidx] = q;
 		if (++c->posted < c->n)
 			return RT_OK;
 		Req *a = c->reqs[0];
 		for (int i = 1; i < c->n; i++)
-			if (c->reqs[i]->msg.edge != a->msg.edge || c->reqs[i]->msg.bytes != a->msg.bytes) {
+			if ((q->peer == -2 && c->reqs[i]->msg.edge != a->msg.edge) || // a sum's stages differ
+			    c->reqs[i]->msg.bytes != a->msg.bytes) {
 				fail_locked(w, "all-reduce members disagree", a, c->reqs[i]);
 				return RT_EABORT;
 			}
-		/* Sum in dp order into member 0's tensor, scale, then copy out. */
+		/* Sum in member order into member 0's tensor, scale (dp), then copy out. */
 		RtTensor *acc = a->t;
 		for (int i = 1; i < c->n; i++)
 			r->dev->add(r, acc, c->reqs[i]->t);
-		r->dev->scale(r, acc, 1.0f / (float)c->n);
+		if (q->peer == -2)
+			r->dev->scale(r, acc, 1.0f / (float)c->n);
 		for (int i = 1; i < c->n; i++)
 			memcpy(c->reqs[i]->t->data, acc->data, (size_t)acc->bytes);
-		for (int i = 0; i < c->n; i++)
+		for (int i = 0; i < c->n; i++) {
 			done_locked(t, c->reqs[i]);
+			c->reqs[i] = NULL;
+		}
 		c->posted = 0;
 		return RT_OK;
 	}
@@ -374,10 +412,10 @@ static void withdraw_locked(RtRank *r)
 		Req *q = &tr->reqs[i];
 		if (q->done)
 			continue;
-		if (q->peer == -2) {
-			Coll *c = t->coll[tr->dp_members[0]];
-			if (c && c->reqs[tr->dp_index] == q) {
-				c->reqs[tr->dp_index] = NULL;
+		if (q->peer <= -2) {
+			Coll *c = *coll_slot(t, q);
+			if (c && c->reqs[q->cidx] == q) {
+				c->reqs[q->cidx] = NULL;
 				c->posted--;
 			}
 			continue;
@@ -461,6 +499,7 @@ const RtComm rt_comm_shm = {
 	.send = th_send,
 	.recv = th_recv,
 	.allreduce_avg = th_allreduce,
+	.allreduce_sum = th_allreduce_sum,
 	.group_end = th_group_end,
 	.barrier = th_barrier,
 };

@@ -25,6 +25,8 @@ typedef struct {
 	int *peer_in;      // per in-edge position: index in the peer table, -1 if none
 	int *peer_out;     // per out-edge position
 	PlanStageDeps deps; // this step's W count, ALLREDUCE and OPTIM (plan_dep_apply)
+	RtTensor tie;       // a table tied across ranks: the gradient of this stage's copy
+	int tie_ranks[2];   // ... and the pair that sums it, the embedding's rank first
 } LStage;
 
 struct RtInterp {
@@ -138,6 +140,17 @@ static int setup(RtRank *r)
 		in->ls[i].b.embed = e >= 0 && in->local_of[e] >= 0 ? &in->ls[in->local_of[e]].b : NULL;
 	if (m->tied_head >= 0 && in->local_of[m->tied_head] >= 0 && in->local_of[e] >= 0)
 		in->ls[in->local_of[e]].deps.tied = 1;
+	/* A table tied across ranks: this rank's copy, summed with the other by TIEREDUCE. */
+	int ts, q = plan_tie_peer(p, r->rank, &ts);
+	if (q >= 0 && in->local_of[ts] >= 0 && e >= 0 && m->copy_head >= 0) {
+		LStage *ls = &in->ls[in->local_of[ts]];
+		int head = ts == m->copy_head;
+		int64_t d = plan_tie_bytes(p) / 4 / p->vocab;
+		ls->deps.tie = 1;
+		ls->tie = rt_tensor_view(ls->b.grads, head ? m->copy_off : m->embed_off, p->vocab, d);
+		ls->tie_ranks[0] = head ? q : r->rank;
+		ls->tie_ranks[1] = head ? r->rank : q;
+	}
 	return RT_OK;
 }
 
@@ -373,7 +386,7 @@ static int op_optim(RtRank *r, LStage *ls)
 	if (rt_stage_optim(r, &ls->b, ls->b.grads) || dev->zero(r, ls->b.grads))
 		return RT_EFAIL;
 	memset(ls->state, 0, (size_t)p->microbatches); // the next step starts afresh
-	ls->deps = (PlanStageDeps){.tied = ls->deps.tied};
+	ls->deps = (PlanStageDeps){.tied = ls->deps.tied, .tie = ls->deps.tie};
 	return RT_OK;
 }
 
@@ -399,6 +412,24 @@ static int post_op(RtRank *r, const PlanOp *o, int64_t i)
 		msg.mb = -1;
 		msg.dir = -1;
 		return comm->allreduce_avg(r, ls->b.grads, &msg);
+	}
+	if (o->kind == OP_TIEREDUCE) {
+		LStage *ls = local_stage(r, o->stage, "TIEREDUCE of");
+		if (!ls)
+			return RT_EFAIL;
+		if (!ls->deps.tie || o->peer != ls->tie_ranks[ls->tie_ranks[0] == r->rank])
+			return rt_error(r, "TIEREDUCE of stage %s with rank %d: the stage holds no copy "
+			                   "of a tied table shared with that rank",
+			                p->stages[o->stage].name, o->peer);
+		if (o->bytes != ls->tie.bytes)
+			return rt_error(r, "TIEREDUCE of stage %s moves bytes=%lld, but the tied table's "
+			                   "gradient is %lld bytes",
+			                p->stages[o->stage].name, (long long)o->bytes, (long long)ls->tie.bytes);
+		if (dep_rule(r, ls, o))
+			return RT_EFAIL;
+		msg.mb = -1;
+		msg.dir = -1;
+		return comm->allreduce_sum(r, &ls->tie, ls->tie_ranks, 2, &msg);
 	}
 	int e = o->stage, dir = o->dir;
 	const PlanEdge *ed = &p->edges[e];
@@ -484,6 +515,7 @@ static int run_compute(RtRank *r, const PlanOp *o, int step, int64_t *split)
 	case OP_SEND:
 	case OP_RECV:
 	case OP_ALLREDUCE:
+	case OP_TIEREDUCE:
 	case OP_COUNT:
 		break;
 	case OP_F:

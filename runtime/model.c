@@ -98,8 +98,21 @@ static RtLayerTensors layer_tensors(const PlanLayer *ly, const LayerShape *sh)
 	return t;
 }
 
+/* The first embedding layer: its stage into *stage and its index, or -1. */
+static int embed_layer(const Plan *p, int *stage)
+{
+	for (int s = 0; s < p->nstages; s++)
+		for (int l = 0; l < p->stages[s].nlayers; l++)
+			if (p->stages[s].layers[l].kind == LAYER_EMBED) {
+				*stage = s;
+				return l;
+			}
+	return -1;
+}
+
 /* Each parameter from its RtInit; a layer's first one keyed by (stage, layer), the
- * others by their index too. */
+ * others by their index too.  A tied head's copy of the table is keyed as the
+ * embedding's table, so the two copies start equal. */
 void rt_gen_weights(uint64_t seed, const Plan *p, int stage, float *out)
 {
 	const PlanStage *st = &p->stages[stage];
@@ -107,7 +120,10 @@ void rt_gen_weights(uint64_t seed, const Plan *p, int stage, float *out)
 	int64_t off = 0;
 	for (int l = 0; l < st->nlayers; l++) {
 		RtLayerTensors t = layer_tensors(&st->layers[l], &shape);
-		uint64_t k = mix(mix(mix(seed, 3), (uint64_t)stage), (uint64_t)l);
+		int ks = stage, kl = l;
+		if (t.copy && (kl = embed_layer(p, &ks)) < 0)
+			kl = l, ks = stage; // the model refuses a copy without an embedding
+		uint64_t k = mix(mix(mix(seed, 3), (uint64_t)ks), (uint64_t)kl);
 		for (int j = t.borrowed; j < t.nparams; j++) {
 			const RtShape *sh = &t.param[j];
 			int64_t n = sh->rows * sh->cols;
@@ -262,9 +278,13 @@ static int build(RtModel *m, const Plan *p, char *err, size_t errn)
 				m->embed_stage = s;
 				m->embed_off = sm->at[l].off;
 			}
-			if (sm->at[l].t.borrowed && m->embed_stage < 0)
+			if ((sm->at[l].t.borrowed || sm->at[l].t.copy) && m->embed_stage < 0)
 				return merr(err, errn, "stage %s: layer %d (%s) is tied to an embedding that "
 				            "no stage before it holds", st->name, l, plan_layers[ly->kind].name);
+			if (sm->at[l].t.copy) {
+				m->copy_head = s;
+				m->copy_off = sm->at[l].off;
+			}
 		}
 		sm->nparams = off;
 		if (off != st->params)
@@ -315,6 +335,8 @@ RtModel *rt_model_new(const Plan *p, char *err, size_t errn)
 	m->p = p;
 	m->loss_stage = -1;
 	m->embed_stage = -1;
+	m->copy_head = -1;
+	m->copy_off = -1;
 	int embed;
 	plan_tie(p, &embed, &m->tied_head);
 	m->st = calloc((size_t)p->nstages, sizeof *m->st);
@@ -519,10 +541,13 @@ static RtLayerCall layer_call(RtRank *r, int s, int l, RtStageBufs *b, RtTensor 
 	int64_t off = at->off;
 	for (int j = 0; j < at->t.nparams; j++) {
 		const RtShape *sh = &at->t.param[j];
-		/* A borrowed table is the embedding's first parameter (rt_backend.h). */
+		/* A borrowed table is the embedding's first parameter (rt_backend.h); the
+		 * reference computes a head's copy with the embedding's table too. */
 		const RtStageBufs *from = j < at->t.borrowed ? b->embed : b;
 		int64_t o = j < at->t.borrowed ? m->embed_off : off;
-		pv[j] = rt_tensor_view(from->params, o, sh->rows, sh->cols);
+		int share = j == 0 && at->t.copy && b->share_tie;
+		pv[j] = share ? rt_tensor_view(b->embed->params, m->embed_off, sh->rows, sh->cols)
+		              : rt_tensor_view(from->params, o, sh->rows, sh->cols);
 		gv[j] = rt_tensor_view(from->grads, o, sh->rows, sh->cols);
 		if (j >= at->t.borrowed)
 			off += sh->rows * sh->cols;
@@ -559,7 +584,8 @@ static int stage_ready(RtRank *r, int s, const RtStageBufs *b)
 {
 	const PlanStage *st = &r->w->plan->stages[s];
 	for (int l = 0; l < st->nlayers; l++)
-		if (r->w->model->st[s].at[l].t.borrowed && !b->embed)
+		if ((r->w->model->st[s].at[l].t.borrowed ||
+		     (r->w->model->st[s].at[l].t.copy && b->share_tie)) && !b->embed)
 			return rt_error(r, "stage %s: its tied head needs the embedding's table, which is "
 			                   "not on this rank", st->name);
 	return RT_OK;

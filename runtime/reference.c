@@ -12,7 +12,11 @@
  *    (schedules reorder them; a tied head adds into the embedding's gradient between
  *    the embedding's own W ops);
  *  - replicas are summed in dp order, then scaled by 1/dp, as the shared-memory communicator's
- *    all-reduce does.
+ *    all-reduce does;
+ *  - a head tied to an embedding on another rank computes with the embedding's table
+ *    (one table here), its gradient kept apart and added to the embedding's after each
+ *    replica's W ops, as the plan's TIEREDUCE sums the two copies (embedding's first);
+ *    the head's copy is reported as the table, so --check proves the copies stay equal.
  * Only the MPI communicator's all-reduce (MPI's own order) leaves rounding differences,
  * which the tolerance of docs/runtime.md covers. */
 #include "rt_private.h"
@@ -127,6 +131,20 @@ static int microbatch(Ref *f, int step, int d, int m)
 	return RT_OK;
 }
 
+/* The TIEREDUCE of replica d's copies: the embedding's table gradient += the head's. */
+static int tie_sum(Ref *f)
+{
+	RtRank *r = &f->r;
+	const RtModel *md = r->w->model;
+	const Plan *p = r->w->plan;
+	if (md->copy_head < 0)
+		return RT_OK;
+	int64_t d = plan_tie_bytes(p) / 4 / p->vocab;
+	RtTensor e = rt_tensor_view(f->b[md->embed_stage].grads, md->embed_off, p->vocab, d);
+	RtTensor h = rt_tensor_view(f->b[md->copy_head].grads, md->copy_off, p->vocab, d);
+	return r->dev->add(r, &e, &h);
+}
+
 static int run(Ref *f, double *loss)
 {
 	RtRank *r = &f->r;
@@ -147,6 +165,8 @@ static int run(Ref *f, double *loss)
 				int s = f->order[d][2 * k], m = f->order[d][2 * k + 1];
 				rc = rt_stage_weights(r, s, &f->b[s], saved_of(f, s, m));
 			}
+			if (rc == RT_OK)
+				rc = tie_sum(f);
 			for (int s = 0; s < p->nstages && rc == RT_OK; s++) {
 				if (rc == RT_OK)
 					rc = d == 0 ? dev->copy(r, f->gacc[s], f->b[s].grads)
@@ -203,8 +223,10 @@ int rt_reference(RtWorld *w, double *loss, float **weights)
 		if (!f.saved[s])
 			rc = rt_error(&f.r, "out of memory");
 	}
-	for (int s = 0; s < S && rc == RT_OK; s++)
+	for (int s = 0; s < S && rc == RT_OK; s++) {
 		f.b[s].embed = w->model->embed_stage >= 0 ? &f.b[w->model->embed_stage] : NULL;
+		f.b[s].share_tie = 1;
+	}
 	for (int d = 0; d < D && rc == RT_OK; d++) {
 		if (!(f.order[d] = malloc((size_t)S * (size_t)p->microbatches * 2 * sizeof(int))))
 			rc = rt_error(&f.r, "out of memory");
@@ -220,6 +242,10 @@ int rt_reference(RtWorld *w, double *loss, float **weights)
 		else if (n)
 			rc = f.r.dev->download(&f.r, f.b[s].params, weights[s]);
 	}
+	const RtModel *md = w->model;
+	if (rc == RT_OK && md->copy_head >= 0) // the one table, where the head keeps its copy
+		memcpy(weights[md->copy_head] + md->copy_off, weights[md->embed_stage] + md->embed_off,
+		       (size_t)(plan_tie_bytes(p)));
 	for (int s = 0; s < S; s++) {
 		if (f.saved && f.saved[s]) {
 			for (int64_t k = 0; k < (int64_t)p->microbatches * w->model->st[s].nslots; k++)

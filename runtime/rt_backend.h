@@ -7,8 +7,9 @@
  *                 (threads: launch_threads.c, mpi: launch_mpi.c)
  *   device        computes: tensor storage, the layer kernels, the optimizer step and
  *                 waiting for issued work (cpu: cpu.c, cuda: device_cuda.cu)
- *   communicator  moves tensors: grouped send/recv, the dp all-reduce, one
- *                 communicator per mesh dimension, the step barrier, abort
+ *   communicator  moves tensors: grouped send/recv, the dp all-reduce, the tied
+ *                 table's sum over its pair of ranks, one communicator per mesh
+ *                 dimension, the step barrier, abort
  *                 (shm: comm_shm.c, mpi: comm_mpi.c, nccl: comm_nccl.cu)
  *
  * Calls come from one thread per rank (a rank's calls never run concurrently with
@@ -119,7 +120,9 @@ typedef struct {
  *
  * A tied head computes with the embedding's table: its call's param[0] and grad[0] are
  * views of the embedding's (the layer has no parameters of its own), so its kernels are
- * the untied head's. */
+ * the untied head's.  On another pipeline rank than the embedding (`copy`), the head
+ * keeps its own copy of the table, initialised as the embedding's, which the plan's
+ * TIEREDUCE keeps equal (the communicator's allreduce_sum). */
 
 enum { RT_LAYER_MAX_TENSORS = 8 }; // per list: parameters, saved, held
 
@@ -144,6 +147,8 @@ typedef struct {
 	int borrowed;                         // the first `borrowed` of them are another
 	                                      // layer's (a tied head's table): not laid
 	                                      // out here, nor counted as the layer's
+	int copy;                             // 1: param[0] is a tied head's own copy of
+	                                      // the embedding's table on another rank
 	int nsaved;                           // written by F, read by B and W; kept as
 	RtShape saved[RT_LAYER_MAX_TENSORS];  // long as x
 	int nheld;                            // written by B, read by W
@@ -308,6 +313,11 @@ typedef struct {
 	int (*send)(RtRank *r, const RtTensor *t, int peer, const RtMsg *m);
 	int (*recv)(RtRank *r, RtTensor *t, int peer, const RtMsg *m);
 	int (*allreduce_avg)(RtRank *r, RtTensor *t, const RtMsg *m);
+	/* Sums t over the world ranks ranks[0..n) (r among them; every member passes the
+	 * same list), in list order where the part can choose: a TIEREDUCE, over the pair
+	 * holding a tied table's copies (plan_tie_peer), the embedding's rank first.  Alone
+	 * in its group.  The part may prepare the group when the rank opens. */
+	int (*allreduce_sum)(RtRank *r, RtTensor *t, const int *ranks, int n, const RtMsg *m);
 	int (*group_end)(RtRank *r);
 	/* All ranks of the world (between steps, so steps are timed alike). */
 	int (*barrier)(RtRank *r);

@@ -45,6 +45,8 @@ typedef struct RtModel {
 	int embed_stage;   // the embedding's stage (-1: none), whose table a tied head borrows
 	int64_t embed_off; // the table's offset in that stage's parameters
 	int tied_head;     // the stage of a head tied to it in another stage (plan_tie), or -1
+	int copy_head;     // the stage of a head tied to it on another rank, with its own copy
+	int64_t copy_off;  // of the table at this offset (plan_tie_across), or -1
 } RtModel;
 
 /* Token ids travel in f32 (rt_backend.h), exact up to 2^24. */
@@ -89,6 +91,8 @@ typedef struct RtStageBufs {
 	float *host;               // scratch for synthetic data (rows x widest)
 	struct RtStageBufs *embed; // the embedding stage's buffers on this rank (a tied head
 	                           // borrows its table), set by whoever opens the stages
+	int share_tie;             // the reference: a head's copy of the table (`copy`)
+	                           // computes with the embedding's, gradients its own
 } RtStageBufs;
 
 /* F: x (owned, consumed) -> *y (NULL for the loss stage).  target_key: step, replica. */

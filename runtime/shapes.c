@@ -97,11 +97,13 @@ static void swiglu_shapes(const PlanLayer *ly, const LayerShape *sh, RtLayerTens
 }
 
 /* head: wv V x d, logits = x wv^T; tied, wv is the embedding's (borrowed, see
- * rt_backend.h), so the layer lays out nothing of its own. */
+ * rt_backend.h), so the layer lays out nothing of its own, unless it is on another
+ * pipeline rank (`copy`): then wv is its own copy of the table. */
 static void head_shapes(const PlanLayer *ly, const LayerShape *sh, RtLayerTensors *t)
 {
 	add_shape(t->param, &t->nparams, sh->vocab, ly->in, RT_INIT_UNIFORM);
-	t->borrowed = HAS(ly, TIED);
+	t->copy = HAS(ly, TIED) && HAS(ly, COPY);
+	t->borrowed = HAS(ly, TIED) && !t->copy;
 }
 
 /* xent: saves each row's log-sum-exp and its target. */

@@ -75,7 +75,7 @@ int sim_report_summary(FILE *f, const Plan *p, const SimResult *res)
 			        res->links[i].transfers);
 	}
 	if (res->ncollectives) {
-		fprintf(f, "\nall-reduce (per dp group)\n");
+		fprintf(f, "\nall-reduce (per dp group, and per pair holding a tied table's copies)\n");
 		for (int i = 0; i < res->ncollectives; i++)
 			fprintf(f, "  group of rank %d (%d ranks): %" PRId64 " bytes in %" PRId64
 			           " all-reduces\n",

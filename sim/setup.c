@@ -6,6 +6,43 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The collectives: the dp groups, one per rank whose dp coordinate is 0, then the pairs
+ * holding the two copies of a table tied across pipeline ranks, one per rank on the
+ * embedding's side, the embedding's rank first. */
+static int setup_colls(S *s)
+{
+	const Plan *p = s->p;
+	int w = p->world;
+	for (int r = 0; r < w; r++) {
+		if (p->ranks[r].coord[DIM_DP] != 0)
+			continue;
+		Coll *c = &s->coll[s->ncoll];
+		c->members = sim_xcalloc(s, (size_t)p->dims[DIM_DP], sizeof *c->members);
+		if (!c->members)
+			return -1;
+		c->n = plan_dim_members(p, r, DIM_DP, c->members);
+		for (int j = 0; j < c->n; j++)
+			s->collof[c->members[j]] = s->ncoll;
+		s->ncoll++;
+	}
+	plan_tie_across(p, &s->tie_e, &s->tie_h);
+	for (int r = 0; r < w; r++)
+		s->tieof[r] = -1;
+	for (int r = 0; r < w; r++) {
+		int st, q = plan_tie_peer(p, r, &st);
+		if (q < 0 || st != s->tie_e)
+			continue;
+		Coll *c = &s->coll[s->ncoll];
+		if (!(c->members = sim_xcalloc(s, 2, sizeof *c->members)))
+			return -1;
+		c->n = 2;
+		c->members[0] = r;
+		c->members[1] = q;
+		s->tieof[r] = s->tieof[q] = s->ncoll++;
+	}
+	return 0;
+}
+
 int sim_setup(S *s)
 {
 	const Plan *p = s->p;
@@ -17,7 +54,8 @@ int sim_setup(S *s)
 	s->local_idx = sim_xcalloc(s, (size_t)p->nstages, sizeof *s->local_idx);
 	s->nlocal = sim_xcalloc(s, (size_t)p->dims[DIM_PP], sizeof *s->nlocal);
 	s->collof = sim_xcalloc(s, (size_t)w, sizeof *s->collof);
-	s->coll = sim_xcalloc(s, (size_t)w, sizeof *s->coll);
+	s->coll = sim_xcalloc(s, (size_t)w * 2, sizeof *s->coll);
+	s->tieof = sim_xcalloc(s, (size_t)w, sizeof *s->tieof);
 	s->work = sim_xcalloc(s, (size_t)w * 2, sizeof *s->work);
 	if (s->failed)
 		return -1;
@@ -65,19 +103,8 @@ int sim_setup(S *s)
 		}
 		free(self);
 	}
-	/* dp groups: one per rank whose dp coordinate is 0. */
-	for (int r = 0; r < w; r++) {
-		if (p->ranks[r].coord[DIM_DP] != 0)
-			continue;
-		Coll *c = &s->coll[s->ncoll];
-		c->members = sim_xcalloc(s, (size_t)p->dims[DIM_DP], sizeof *c->members);
-		if (!c->members)
-			return -1;
-		c->n = plan_dim_members(p, r, DIM_DP, c->members);
-		for (int j = 0; j < c->n; j++)
-			s->collof[c->members[j]] = s->ncoll;
-		s->ncoll++;
-	}
+	if (setup_colls(s))
+		return -1;
 	if (s->opt.record_ops) {
 		s->pred = sim_xcalloc(s, (size_t)w, sizeof *s->pred);
 		if (!s->pred)
@@ -149,6 +176,7 @@ void sim_cleanup(S *s)
 		free(s->coll[i].members);
 	free(s->coll);
 	free(s->collof);
+	free(s->tieof);
 	free(s->work);
 	if (s->pred)
 		for (int r = 0; r < s->world; r++)

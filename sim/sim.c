@@ -1,7 +1,8 @@
 /* The simulation core: executes a plan as docs/semantics.md defines it.
  *
  * Matching is decided by program order alone (the k-th SEND from a to b pairs with the
- * k-th RECV on b from a; the k-th ALLREDUCE of a dp group with every member's k-th), so
+ * k-th RECV on b from a; the k-th ALLREDUCE of a dp group with every member's k-th, the
+ * k-th TIEREDUCE of a tied table's pair of ranks with the other's k-th), so
  * time never decides who meets whom.  That lets us run without a global clock: each
  * agent (a rank in the strict model; a rank's compute stream and its comm stream in the
  * overlap model) advances as far as it can, computing times in max-plus fashion, and
@@ -118,7 +119,7 @@ static int32_t pred_code(const S *s, int r, int64_t i, int64_t ref)
 		return -1;
 	if (q == r)
 		return (int32_t)v;
-	if ((o->kind == OP_SEND || o->kind == OP_RECV) && o->peer == q)
+	if ((o->kind == OP_SEND || o->kind == OP_RECV || o->kind == OP_TIEREDUCE) && o->peer == q)
 		return (int32_t)((1 << PRED_BITS) | v);
 	if (o->kind == OP_ALLREDUCE)
 		return (int32_t)((2 << PRED_BITS) | q);
@@ -483,9 +484,17 @@ static void post_p2p(S *s, int r, int64_t i, const PlanOp *o, int64_t t)
 		s->rk[r].pending++;
 }
 
+/* A collective: an ALLREDUCE over the rank's dp group, or a TIEREDUCE over the pair
+ * holding the two copies of a tied table (their stages differ: the embedding's and the
+ * head's).  It completes when every member has posted, after the link model's time. */
 static void post_allreduce(S *s, int r, int64_t i, const PlanOp *o, int64_t t)
 {
-	Coll *c = &s->coll[s->collof[r]];
+	int tie = o->kind == OP_TIEREDUCE;
+	if (tie && s->tieof[r] < 0) { // the verifier refuses this; stay safe on any plan
+		sim_mismatch(s, r, i, o->peer, -1, "a TIEREDUCE on a rank that holds no tied table");
+		return;
+	}
+	Coll *c = &s->coll[tie ? s->tieof[r] : s->collof[r]];
 	Rk *k = &s->rk[r];
 	if (c->arrived == 0) {
 		c->stage = o->stage;
@@ -495,9 +504,10 @@ static void post_allreduce(S *s, int r, int64_t i, const PlanOp *o, int64_t t)
 		c->first_rank = r;
 		c->first_op = i;
 	} else {
-		if (o->stage != c->stage || o->bytes != c->bytes) {
+		if ((o->stage != c->stage && !tie) || o->bytes != c->bytes) {
 			sim_mismatch(s, c->first_rank, c->first_op, r, i,
-			         o->stage != c->stage
+			         tie ? "the two copies of a tied table are reduced with different sizes"
+			         : o->stage != c->stage
 			             ? "members of a dp group all-reduce different stages at the same point"
 			             : "members of a dp group all-reduce different sizes");
 			return;
@@ -542,7 +552,7 @@ static int64_t post_group(S *s, int r, int64_t i, int64_t end, int64_t t, int ta
 	for (int64_t x = i; x < end && !s->failed; x++) {
 		const PlanOp *o = &ops[x];
 		record(s, r, x, t, -1, k->bind);
-		if (o->kind == OP_ALLREDUCE) {
+		if (o->kind == OP_ALLREDUCE || o->kind == OP_TIEREDUCE) {
 			post_allreduce(s, r, x, o, t);
 			continue;
 		}
@@ -723,7 +733,7 @@ static int group_ready(S *s, int r, int64_t i, int64_t *end, int64_t *t, int64_t
 				*t = e->time;
 				*bind = e->who;
 			}
-		} else if (o->kind == OP_ALLREDUCE) {
+		} else if (o->kind == OP_ALLREDUCE || o->kind == OP_TIEREDUCE) {
 			int ls = local_stage(s, r, o->stage);
 			if (ls < 0)
 				continue;
@@ -750,8 +760,8 @@ static int group_done(S *s, int r, int64_t i)
 		uint64_t key;
 		if (o->kind == OP_RECV)
 			key = hkey(KEY_RECV, o->dir, o->stage, o->mb);
-		else if (o->kind == OP_ALLREDUCE)
-			key = hkey(KEY_AR, 0, o->stage, 0);
+		else if (o->kind == OP_ALLREDUCE || o->kind == OP_TIEREDUCE)
+			key = hkey(KEY_AR, o->kind == OP_TIEREDUCE, o->stage, 0);
 		else
 			continue;
 		if (hput(s, &k->h, key, k->gmax, k->gmax_who, 1))

@@ -20,7 +20,8 @@ enum {
 enum {
 	KEY_RECV = 1, // a completed RECV (dir, edge, mb): what a compute op consumes
 	KEY_DATA = 2, // a produced tensor (dir, stage, mb): what a SEND transmits
-	KEY_AR = 3,   // a completed ALLREDUCE of a stage: what OPTIM consumes
+	KEY_AR = 3,   // a completed ALLREDUCE (dir 0) or TIEREDUCE (dir 1) of a stage: what
+	              // OPTIM consumes
 };
 
 #define REF_NONE (-1)
@@ -80,7 +81,7 @@ typedef struct {
 	int64_t gend;      // one past the posted group
 	int pending;       // unmatched ops of the posted group
 	int64_t gmax, gmax_who;
-	int64_t ar_op;     // its posted ALLREDUCE, or -1
+	int64_t ar_op;     // its posted ALLREDUCE or TIEREDUCE, or -1
 	uint8_t state;
 	/* The overlap model's compute stream. */
 	uint8_t cstate;
@@ -115,9 +116,11 @@ typedef struct {
 	uint64_t *pairkey;   // open addressing (src, dst) -> chan + 1
 	int *pairval;
 	int64_t paircap;
-	Coll *coll;
+	Coll *coll;          // the dp groups, then the pairs of a table tied across ranks
 	int ncoll;
-	int *collof;
+	int *collof;         // rank -> its dp group
+	int *tieof;          // rank -> its tied-table pair, or -1
+	int tie_e, tie_h;    // plan_tie_across's stages, or -1
 	int *work;           // agent ids: rank * 2 + stream (0 rank/comm, 1 compute)
 	int64_t nwork;
 	int32_t **pred;      // per rank per op (record_ops): pred_code()
@@ -185,7 +188,7 @@ static inline int local_stage(S *s, int r, int stage)
 static inline int consumed_keys(S *s, const PlanOp *o, uint64_t *keys, int n)
 {
 	int c = 0;
-	uint8_t needs = plan_ops[o->kind].needs;
+	uint16_t needs = plan_ops[o->kind].needs;
 	if (needs & PLAN_DEP_IN_ACT) {
 		const StageInfo *st = &s->st[o->stage];
 		for (int j = 0; j < st->nrin && c < n; j++)
@@ -198,6 +201,8 @@ static inline int consumed_keys(S *s, const PlanOp *o, uint64_t *keys, int n)
 	}
 	if ((needs & PLAN_DEP_REDUCED) && s->p->dims[DIM_DP] > 1)
 		keys[c++] = hkey(KEY_AR, 0, o->stage, 0);
+	if ((needs & PLAN_DEP_TIED) && c < n && (o->stage == s->tie_e || o->stage == s->tie_h))
+		keys[c++] = hkey(KEY_AR, 1, o->stage, 0);
 	return c;
 }
 

@@ -39,7 +39,8 @@ static int want_kind(const PlanOp *o, const void *arg)
 
 static int want_ar(const PlanOp *o, const void *arg)
 {
-	return o->kind == OP_ALLREDUCE && hkey(KEY_AR, 0, o->stage, 0) == ((const Want *)arg)->key;
+	return (o->kind == OP_ALLREDUCE || o->kind == OP_TIEREDUCE) &&
+	       hkey(KEY_AR, o->kind == OP_TIEREDUCE, o->stage, 0) == ((const Want *)arg)->key;
 }
 
 static int want_recv_key(const PlanOp *o, const void *arg)
@@ -69,7 +70,7 @@ static int want_wgrad(const PlanOp *o, const void *arg)
 static int unmatched(S *s, int r, int64_t i)
 {
 	const PlanOp *o = &s->p->ranks[r].ops[i];
-	if (o->kind == OP_ALLREDUCE)
+	if (o->kind == OP_ALLREDUCE || o->kind == OP_TIEREDUCE)
 		return s->rk[r].ar_op == i;
 	if (o->kind == OP_SEND && s->opt.eager)
 		return 0;
@@ -158,7 +159,7 @@ static int agent_edge(S *s, int a, int idx, SimWait *w, int *to)
 				if (hfind(&k->h, wt.key))
 					continue;
 				y = find_op(p, r, k->cpc, 0, want_producer, &wt);
-			} else if (o->kind == OP_ALLREDUCE) {
+			} else if (o->kind == OP_ALLREDUCE || o->kind == OP_TIEREDUCE) {
 				int ls = local_stage(s, r, o->stage);
 				if (ls < 0 || k->wdone[ls] >= p->microbatches)
 					continue;
@@ -180,15 +181,19 @@ static int agent_edge(S *s, int a, int idx, SimWait *w, int *to)
 		if (!unmatched(s, r, x))
 			continue;
 		const PlanOp *o = &pr->ops[x];
-		if (o->kind == OP_ALLREDUCE) {
-			const Coll *c = &s->coll[s->collof[r]];
+		if (o->kind == OP_ALLREDUCE || o->kind == OP_TIEREDUCE) {
+			int tie = o->kind == OP_TIEREDUCE;
+			if (tie && s->tieof[r] < 0)
+				continue;
+			const Coll *c = &s->coll[tie ? s->tieof[r] : s->collof[r]];
 			for (int j = 0; j < c->n; j++) {
 				int m = c->members[j];
-				if (s->rk[m].ar_op >= 0)
+				int64_t at = s->rk[m].ar_op;
+				if (at >= 0 && p->ranks[m].ops[at].kind == o->kind)
 					continue; // arrived
 				if (e++ != idx)
 					continue;
-				Want wt = {.kind = OP_ALLREDUCE};
+				Want wt = {.kind = o->kind};
 				int64_t y = find_op(p, m, agent_next_post(s, m * 2), 0, want_kind, &wt);
 				*w = (SimWait){{r, x, stream}, {m, y, cstream}, {m, -1, cstream}};
 				*to = m * 2;

@@ -573,6 +573,122 @@ static void ops__dep_rules__order_enforced(void **state)
 	}
 }
 
+/* A stage holding a copy of a table tied across ranks: its TIEREDUCE comes after its
+ * last W and before its all-reduce and step, once; a stage without one has none. */
+static void ops__dep_rules__tie_reduce_after_last_w_before_step(void **state)
+{
+	(void)state;
+	const struct {
+		OpKind k[5];
+		int n, dp, tie;
+		const char *why; // NULL: accepted
+	} cases[] = {
+		{{OP_F, OP_BW, OP_TIEREDUCE, OP_ALLREDUCE, OP_OPTIM}, 5, 2, 1, NULL},
+		{{OP_F, OP_B, OP_W, OP_TIEREDUCE, OP_OPTIM}, 5, 1, 1, NULL},
+		{{OP_F, OP_B, OP_TIEREDUCE}, 3, 1, 1, "a tied table's reduction before the stage's last W"},
+		{{OP_F, OP_BW, OP_ALLREDUCE}, 3, 2, 1,
+		 "before the stage's TIEREDUCE (its tied table's copies are not summed yet)"},
+		{{OP_F, OP_BW, OP_OPTIM}, 3, 1, 1,
+		 "before the stage's TIEREDUCE (its tied table's copies are not summed yet)"},
+		{{OP_F, OP_BW, OP_TIEREDUCE, OP_TIEREDUCE}, 4, 1, 1, "a second one for this stage"},
+		{{OP_F, OP_BW, OP_TIEREDUCE}, 3, 1, 0,
+		 "a TIEREDUCE on a stage that holds no table tied across pipeline ranks"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		uint8_t mb = 0;
+		PlanStageDeps st = {.tie = (uint8_t)cases[i].tie};
+		const char *why = NULL;
+		for (int j = 0; j < cases[i].n && !why; j++)
+			why = plan_dep_apply(cases[i].k[j], plan_op_is_compute(cases[i].k[j]) ? &mb : NULL,
+			                     &st, NULL, 1, cases[i].dp);
+		if (cases[i].why ? !why || strcmp(why, cases[i].why) : why != NULL)
+			fail_msg("case %zu: got '%s', want '%s'", i, why ? why : "(accepted)",
+			         cases[i].why ? cases[i].why : "(accepted)");
+	}
+	/* a W of another microbatch after the TIEREDUCE */
+	uint8_t mb[2] = {0};
+	PlanStageDeps st = {.tie = 1};
+	assert_null(plan_dep_apply(OP_F, &mb[0], &st, NULL, 2, 1));
+	assert_null(plan_dep_apply(OP_F, &mb[1], &st, NULL, 2, 1));
+	assert_null(plan_dep_apply(OP_BW, &mb[0], &st, NULL, 2, 1));
+	assert_non_null(plan_dep_apply(OP_TIEREDUCE, NULL, &st, NULL, 2, 1)); // one W to go
+	st.tie_done = 1; // as a plan that went on regardless
+	assert_string_equal(plan_dep_apply(OP_BW, &mb[1], &st, NULL, 2, 1),
+	                    "a weight gradient after the stage's TIEREDUCE");
+}
+
+/* gpt-tiny with its head tied at pp=4: a copy of the table on the head's rank, and a
+ * TIEREDUCE on both ranks; the reader and the verifier locate what is wrong in one. */
+static void plan__tie_across_ranks__read_and_verified(void **state)
+{
+	(void)state;
+	const char *src = slurp("examples/gpt-tiny.pipe");
+	const char *at = strstr(src, "head;");
+	assert_non_null(at);
+	size_t n = strlen(src) + 8;
+	char *tied = malloc(n);
+	assert_non_null(tied);
+	snprintf(tied, n, "%.*shead tied;%s", (int)(at - src), src, at + 5);
+	Plan *p = compile_text(tied);
+	PlanError e;
+	assert_int_equal(plan_verify(p, &e), 0);
+	round_trip(p, "gpt-tiny tied across ranks");
+	int em, hd, st;
+	assert_int_equal(plan_tie_across(p, &em, &hd), 1);
+	assert_int_equal(plan_tie_peer(p, 0, &st), 3);
+	assert_int_equal(st, em);
+	assert_int_equal(plan_tie_peer(p, 3, &st), 0);
+	assert_int_equal(st, hd);
+	assert_int_equal(plan_tie_peer(p, 1, &st), -1);
+	assert_int_equal(plan_tie_bytes(p), 512 * 128 * 4);
+	char *plan = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&plan, &len);
+	assert_int_equal(plan_write(p, f), 0);
+	fclose(f);
+	char *full = plan;
+	plan = as_plain(full);
+	free(full);
+	assert_non_null(strstr(plan, "\nTIEREDUCE s=0 with=3 bytes=262144 g="));
+	assert_non_null(strstr(plan, "\nTIEREDUCE s=3 with=0 bytes=262144 g="));
+	read_broken(plan, "TIEREDUCE s=0 with=3", "TIEREDUCE s=0 to=3", "expected 'with='");
+	read_broken(plan, "TIEREDUCE s=0 with=3", "TIEREDUCE s=0 with=4", "out of range");
+	read_broken(plan, "TIEREDUCE s=0 with=3", "TIEREDUCE s=9 with=3", "out of range");
+	read_broken(plan, "layer head 128 512 tied copy", "layer head 128 512 copy",
+	            "unexpected 'copy' on a head layer");
+	/* read, but refused by the verifier */
+	const struct {
+		const char *from, *to, *want;
+	} bad[] = {
+		{"TIEREDUCE s=0 with=3", "TIEREDUCE s=0 with=2",
+		 "the tied table's copies are stage 0 here and on rank 3 (want s=0 with=3)"},
+		{"TIEREDUCE s=0 with=3 bytes=262144", "TIEREDUCE s=0 with=3 bytes=262148",
+		 "the tied table's gradient is 262144 bytes"},
+		{"layer head 128 512 tied copy", "layer head 128 512 tied",
+		 "must keep its own copy of the table"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		char *hit = strstr(plan, bad[i].from);
+		assert_non_null(hit);
+		size_t m = strlen(plan) + strlen(bad[i].to) + 1;
+		char *text = malloc(m);
+		assert_non_null(text);
+		snprintf(text, m, "%.*s%s%s", (int)(hit - plan), plan, bad[i].to, hit + strlen(bad[i].from));
+		f = fmemopen(text, strlen(text), "r");
+		Plan *q = plan_read(f, "mem", &e);
+		fclose(f);
+		if (!q)
+			fail_msg("'%s' does not read: %s", bad[i].to, e.msg);
+		if (plan_verify(q, &e) == 0 || !strstr(e.msg, bad[i].want))
+			fail_msg("'%s': %s; want %s", bad[i].to, e.msg, bad[i].want);
+		plan_free(q);
+		free(text);
+	}
+	free(plan);
+	plan_free(p);
+	free(tied);
+}
+
 static void ops__group_end__spans_one_group(void **state)
 {
 	(void)state;
@@ -602,6 +718,8 @@ int main(void)
 		cmocka_unit_test(ops__table__rows_complete),
 		cmocka_unit_test(ops__dep_rules__order_enforced),
 		cmocka_unit_test(ops__dep_rules__tied_head_before_embedding_step),
+		cmocka_unit_test(ops__dep_rules__tie_reduce_after_last_w_before_step),
+		cmocka_unit_test(plan__tie_across_ranks__read_and_verified),
 		cmocka_unit_test(ops__group_end__spans_one_group),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
