@@ -43,13 +43,17 @@ static void summary_stages(const Plan *p, FILE *f)
 	int state = plan_optim_state_bytes(p->optim.kind);
 	int64_t total = 0;
 	double tf[3] = {0, 0, 0};
+	if (p->dims[DIM_TP] > 1)
+		fprintf(f, "per rank of a tp group of %d (Megatron split: attention by heads, mlp by "
+		           "hidden width, embedding, head and loss by vocabulary; the rest whole):\n",
+		        p->dims[DIM_TP]);
 	fprintf(f, "stage        pp      params     F flops     B flops     W flops   act bytes"
 	           "  param+grad+opt bytes\n");
 	for (int s = 0; s < p->nstages; s++) {
 		const PlanStage *st = &p->stages[s];
 		double fl[3] = {0, 0, 0};
 		for (int l = 0; l < st->nlayers; l++) {
-			LayerCost c = plan_layer_figures(&st->layers[l], &sh);
+			LayerCost c = plan_layer_figures_tp(&st->layers[l], &sh, p->dims[DIM_TP]);
 			for (int k = 0; k < 3; k++)
 				fl[k] += c.flops[k];
 		}
@@ -67,7 +71,7 @@ static void summary_stages(const Plan *p, FILE *f)
 
 void pipecc_emit_summary(const Plan *p, FILE *f)
 {
-	int64_t count[OP_COUNT] = {0}, p2p_bytes = 0, ar_bytes = 0;
+	int64_t count[OP_COUNT] = {0}, p2p_bytes = 0, ar_bytes = 0, tp_bytes = 0;
 	for (int r = 0; r < p->world; r++)
 		for (int64_t i = 0; i < p->ranks[r].nops; i++) {
 			const PlanOp *o = &p->ranks[r].ops[i];
@@ -76,6 +80,8 @@ void pipecc_emit_summary(const Plan *p, FILE *f)
 				p2p_bytes += o->bytes;
 			if (o->kind == OP_ALLREDUCE)
 				ar_bytes += o->bytes;
+			if (o->kind == OP_TPREDUCE)
+				tp_bytes += o->bytes;
 		}
 	if (p->seq > 0)
 		fprintf(f, "pipeline %s: schedule %s, %d stages, %d microbatches of %dx%d tokens "
@@ -105,7 +111,10 @@ void pipecc_emit_summary(const Plan *p, FILE *f)
 	for (int k = 0; k < OP_COUNT; k++)
 		if (count[k])
 			fprintf(f, " %s %" PRId64, plan_ops[k].name, count[k]);
-	fprintf(f, "\nbytes moved per step: %" PRId64 " point-to-point, %" PRId64 " all-reduce\n",
+	fprintf(f, "\nbytes moved per step: %" PRId64 " point-to-point, %" PRId64 " all-reduce",
 	        p2p_bytes, ar_bytes);
+	if (p->dims[DIM_TP] > 1)
+		fprintf(f, ", %" PRId64 " tp all-reduce", tp_bytes);
+	fputc('\n', f);
 	summary_stages(p, f);
 }

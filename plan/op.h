@@ -20,6 +20,7 @@ typedef enum {
 	OP_RECV,      // p2p receive of (edge, mb, dir) from peer
 	OP_ALLREDUCE, // all-reduce of a stage's weight gradients over the dp group
 	OP_OPTIM,     // optimizer step of a stage
+	OP_TPREDUCE,  // all-reduce over the tp group inside a stage's F or backward (a part's end)
 	OP_COUNT
 } OpKind;
 
@@ -87,7 +88,7 @@ static inline int plan_op_is_compute(OpKind k)
 	return plan_ops[k].role == OP_ROLE_COMPUTE;
 }
 
-/* SEND, RECV, ALLREDUCE. */
+/* SEND, RECV, ALLREDUCE, TPREDUCE. */
 static inline int plan_op_is_comm(OpKind k)
 {
 	return plan_ops[k].role == OP_ROLE_COMM;

@@ -189,6 +189,8 @@ int plan_format_op(const Plan *p, const PlanOp *o, char *buf, size_t n)
 	case OP_B:
 	case OP_W:
 	case OP_BW:
+		if (o->part)
+			return snprintf(buf, n, "%s %d %d part=%d", k, o->stage, o->mb, o->part);
 		return snprintf(buf, n, "%s %d %d", k, o->stage, o->mb);
 	case OP_SEND:
 	case OP_RECV:
@@ -201,6 +203,9 @@ int plan_format_op(const Plan *p, const PlanOp *o, char *buf, size_t n)
 		                o->group);
 	case OP_OPTIM:
 		return snprintf(buf, n, "%s s=%d", k, o->stage);
+	case OP_TPREDUCE:
+		return snprintf(buf, n, "%s %s s=%d m=%d part=%d bytes=%" PRId64 " g=%d", k,
+		                plan_dir_names[o->dir & 1], o->stage, o->mb, o->part, o->bytes, o->group);
 	}
 	return snprintf(buf, n, "?");
 }

@@ -6,6 +6,26 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The collective groups along dim, one per rank whose coordinate there is 0, appended
+ * to s->coll; of[r] is rank r's group.  The dp groups come first, then the tp groups. */
+static int add_groups(S *s, int dim, int *of)
+{
+	const Plan *p = s->p;
+	for (int r = 0; r < p->world; r++) {
+		if (p->ranks[r].coord[dim] != 0)
+			continue;
+		Coll *c = &s->coll[s->ncoll];
+		c->members = sim_xcalloc(s, (size_t)p->dims[dim], sizeof *c->members);
+		if (!c->members)
+			return -1;
+		c->n = plan_dim_members(p, r, dim, c->members);
+		for (int j = 0; j < c->n; j++)
+			of[c->members[j]] = s->ncoll;
+		s->ncoll++;
+	}
+	return 0;
+}
+
 int sim_setup(S *s)
 {
 	const Plan *p = s->p;
@@ -17,7 +37,9 @@ int sim_setup(S *s)
 	s->local_idx = sim_xcalloc(s, (size_t)p->nstages, sizeof *s->local_idx);
 	s->nlocal = sim_xcalloc(s, (size_t)p->dims[DIM_PP], sizeof *s->nlocal);
 	s->collof = sim_xcalloc(s, (size_t)w, sizeof *s->collof);
-	s->coll = sim_xcalloc(s, (size_t)w, sizeof *s->coll);
+	s->coll = sim_xcalloc(s, 2 * (size_t)w, sizeof *s->coll);
+	s->tpof = sim_xcalloc(s, (size_t)w, sizeof *s->tpof);
+	s->tp = p->dims[DIM_TP];
 	s->work = sim_xcalloc(s, (size_t)w * 2, sizeof *s->work);
 	if (s->failed)
 		return -1;
@@ -30,6 +52,11 @@ int sim_setup(S *s)
 		}
 		if (ps->pp >= 0 && ps->pp < p->dims[DIM_PP])
 			s->local_idx[i] = s->nlocal[ps->pp]++;
+		if (s->tp > 1 && plan_stage_parts(p, i, &st->parts)) {
+			s->oom = s->failed = 1;
+			plan_oom_text(res->message, sizeof res->message, plan_total_ops(p), 0);
+			return -1;
+		}
 	}
 	if (s->opt.model == SIM_OVERLAP) {
 		/* Edges sent to self are received like remote ones. */
@@ -65,19 +92,9 @@ int sim_setup(S *s)
 		}
 		free(self);
 	}
-	/* dp groups: one per rank whose dp coordinate is 0. */
-	for (int r = 0; r < w; r++) {
-		if (p->ranks[r].coord[DIM_DP] != 0)
-			continue;
-		Coll *c = &s->coll[s->ncoll];
-		c->members = sim_xcalloc(s, (size_t)p->dims[DIM_DP], sizeof *c->members);
-		if (!c->members)
-			return -1;
-		c->n = plan_dim_members(p, r, DIM_DP, c->members);
-		for (int j = 0; j < c->n; j++)
-			s->collof[c->members[j]] = s->ncoll;
-		s->ncoll++;
-	}
+	if (add_groups(s, DIM_DP, s->collof) || (s->tp > 1 && add_groups(s, DIM_TP, s->tpof)))
+		return -1;
+	s->ntpcoll = s->tp > 1 ? s->ncoll - p->world / p->dims[DIM_DP] : 0;
 	if (s->opt.record_ops) {
 		s->pred = sim_xcalloc(s, (size_t)w, sizeof *s->pred);
 		if (!s->pred)
@@ -87,6 +104,7 @@ int sim_setup(S *s)
 		Rk *k = &s->rk[r];
 		k->bind = k->cbind = REF_NONE;
 		k->ar_op = -1;
+		k->tp_op = -1;
 		int64_t n = p->ranks[r].nops;
 		if (s->opt.record_ops) {
 			SimOpTime *t = malloc((size_t)(n ? n : 1) * sizeof *t);
@@ -135,6 +153,7 @@ void sim_cleanup(S *s)
 		for (int i = 0; i < s->p->nstages; i++) {
 			free(s->st[i].rin);
 			free(s->st[i].rout);
+			plan_parts_free(&s->st[i].parts);
 		}
 	}
 	free(s->st);
@@ -149,6 +168,7 @@ void sim_cleanup(S *s)
 		free(s->coll[i].members);
 	free(s->coll);
 	free(s->collof);
+	free(s->tpof);
 	free(s->work);
 	if (s->pred)
 		for (int r = 0; r < s->world; r++)

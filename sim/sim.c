@@ -122,6 +122,8 @@ static int32_t pred_code(const S *s, int r, int64_t i, int64_t ref)
 		return (int32_t)((1 << PRED_BITS) | v);
 	if (o->kind == OP_ALLREDUCE)
 		return (int32_t)((2 << PRED_BITS) | q);
+	if (o->kind == OP_TPREDUCE)
+		return (int32_t)((3 << PRED_BITS) | q);
 	return -1;
 }
 
@@ -145,6 +147,16 @@ int64_t sim_pred_ref(const S *s, int r, int64_t i)
 		for (int64_t j = 0; j < pm->nops; j++)
 			if (pm->ops[j].kind == OP_ALLREDUCE && k-- == 0)
 				return REF(v, j);
+		return REF_NONE;
+	}
+	case 3: { // the member's TPREDUCE of the same stage, microbatch, direction and part
+		const PlanRank *pm = &s->p->ranks[v];
+		for (int64_t j = 0; j < pm->nops; j++) {
+			const PlanOp *x = &pm->ops[j];
+			if (x->kind == OP_TPREDUCE && x->stage == o->stage && x->mb == o->mb &&
+			    x->dir == o->dir && x->part == o->part)
+				return REF(v, j);
+		}
 		return REF_NONE;
 	}
 	}
@@ -525,6 +537,52 @@ static void post_allreduce(S *s, int r, int64_t i, const PlanOp *o, int64_t t)
 	}
 }
 
+/* A TPREDUCE completes when every member of the rank's tp group has posted the one of
+ * the same stage, microbatch, direction and part (its identity, not its count: members
+ * that post different ones wait for each other forever, which the stall analysis shows
+ * as a cycle).  A member whose posted one differs from the group's stays parked. */
+static void post_tpreduce(S *s, int r, int64_t i, const PlanOp *o, int64_t t)
+{
+	Coll *c = &s->coll[s->tpof[r]];
+	Rk *k = &s->rk[r];
+	k->tp_op = i;
+	k->pending++;
+	if (c->arrived == 0) {
+		c->stage = o->stage;
+		c->mb = o->mb;
+		c->dir = o->dir;
+		c->part = o->part;
+		c->bytes = o->bytes;
+		c->maxpost = t;
+		c->last_who = REF(r, i);
+		c->first_rank = r;
+		c->first_op = i;
+	} else if (o->stage != c->stage || o->mb != c->mb || o->dir != c->dir ||
+	           o->part != c->part) {
+		return; // never completes: a deadlock
+	} else if (o->bytes != c->bytes) {
+		sim_mismatch(s, c->first_rank, c->first_op, r, i,
+		             "members of a tp group all-reduce different sizes");
+		return;
+	} else if (t >= c->maxpost) {
+		c->maxpost = t;
+		c->last_who = REF(r, i);
+	}
+	if (++c->arrived < c->n)
+		return;
+	int64_t end = sat_add(c->maxpost, plan_allreduce_ns(s->p, c->members, c->n, c->bytes));
+	c->arrived = 0;
+	c->count++;
+	c->total = sat_add(c->total, c->bytes);
+	for (int j = 0; j < c->n; j++) {
+		int m = c->members[j];
+		Rk *km = &s->rk[m];
+		int64_t ti = km->tp_op;
+		km->tp_op = -1;
+		complete_op(s, m, ti, end, c->last_who == REF(m, ti) ? REF_KEEP : c->last_who, 1);
+	}
+}
+
 /* Posts the group [i, end) at time t (end -1: find it).  take: the comm stream consumes
  * the tensors its sends transmit (overlap model).  Returns the end. */
 static int64_t post_group(S *s, int r, int64_t i, int64_t end, int64_t t, int take)
@@ -544,6 +602,10 @@ static int64_t post_group(S *s, int r, int64_t i, int64_t end, int64_t t, int ta
 		record(s, r, x, t, -1, k->bind);
 		if (o->kind == OP_ALLREDUCE) {
 			post_allreduce(s, r, x, o, t);
+			continue;
+		}
+		if (o->kind == OP_TPREDUCE) {
+			post_tpreduce(s, r, x, o, t);
 			continue;
 		}
 		if (take && o->kind == OP_SEND) {
@@ -566,17 +628,19 @@ static inline int64_t do_compute(S *s, int r, int64_t i, const PlanOp *o, int64_
 	int64_t end = start;
 	if (plan_op_is_compute(o->kind)) {
 		const StageInfo *st = &s->st[o->stage];
-		int64_t cost = st->cost[o->kind];
+		int64_t cost = s->tp > 1 ? plan_part_cost(&st->parts, o, s->p->stages[o->stage].cost)
+		                          : st->cost[o->kind];
 		end = sat_add(start, cost);
 		k->busy = sat_add(k->busy, cost);
-		k->mem = sat_add(k->mem, st->dmem[o->kind]);
+		k->mem = sat_add(k->mem, s->tp > 1 ? plan_part_mem(&st->parts, o) : st->dmem[o->kind]);
 		if (k->mem > k->peak_mem)
 			k->peak_mem = k->mem;
 		uint8_t makes = plan_ops[o->kind].makes; // a microbatch is live from F to its W
+		int last = s->tp == 1 || o->kind == OP_W || o->part + 1 >= st->parts.n[DIR_GRAD];
 		if (makes & PLAN_DEP_ACT) {
-			if (++k->units > k->peak_units)
+			if (o->part == 0 && ++k->units > k->peak_units)
 				k->peak_units = k->units;
-		} else if (makes & PLAN_DEP_WGRAD) {
+		} else if ((makes & PLAN_DEP_WGRAD) && last) {
 			k->units--;
 		}
 	}
@@ -829,6 +893,13 @@ int sim_run(const Plan *p, const SimOptions *opt, SimResult *res)
 		return -1;
 	}
 	int overlap = s.opt.model == SIM_OVERLAP;
+	if (overlap && p->dims[DIM_TP] > 1) {
+		snprintf(res->message, sizeof res->message,
+		         "the overlap model does not simulate tp > 1 plans yet (tp=%d); use the strict "
+		         "model", p->dims[DIM_TP]);
+		sim_cleanup(&s);
+		return -1;
+	}
 	for (int r = p->world - 1; r >= 0; r--) {
 		if (overlap)
 			push_agent(&s, r, 1);
@@ -883,6 +954,7 @@ void sim_result_free(SimResult *res)
 	free(res->ranks);
 	free(res->links);
 	free(res->collectives);
+	free(res->tp);
 	free(res->path);
 	free(res->stuck);
 	free(res->cycle);

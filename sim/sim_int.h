@@ -66,6 +66,7 @@ typedef struct {
 	int arrived;
 	int stage;
 	int64_t bytes;
+	int mb, part, dir;  // a tp group's: the TPREDUCE being posted (matched by these)
 	int64_t maxpost, last_who; // latest arrival and who it was
 	int first_rank;
 	int64_t first_op;
@@ -81,6 +82,7 @@ typedef struct {
 	int pending;       // unmatched ops of the posted group
 	int64_t gmax, gmax_who;
 	int64_t ar_op;     // its posted ALLREDUCE, or -1
+	int64_t tp_op;     // its posted TPREDUCE, or -1
 	uint8_t state;
 	/* The overlap model's compute stream. */
 	uint8_t cstate;
@@ -99,6 +101,7 @@ typedef struct {
 	int64_t dmem[OP_COUNT]; // saved bytes an op allocates (+) or frees (-)
 	int nrin, nrout;   // remote in- and out-edges (overlap)
 	int *rin, *rout;
+	PlanParts parts;   // tp > 1: the stage's parts, which F, B, BW ops name
 } StageInfo;
 
 typedef struct {
@@ -118,6 +121,9 @@ typedef struct {
 	Coll *coll;
 	int ncoll;
 	int *collof;
+	int ntpcoll;         // the tp groups follow the dp groups in coll
+	int *tpof;           // rank -> its tp group in coll
+	int tp;              // p->dims[DIM_TP]
 	int *work;           // agent ids: rank * 2 + stream (0 rank/comm, 1 compute)
 	int64_t nwork;
 	int32_t **pred;      // per rank per op (record_ops): pred_code()

@@ -24,6 +24,7 @@ static int64_t find_op(const Plan *p, int r, int64_t from, int64_t skip, OpPred 
 typedef struct {
 	int kind, peer;
 	uint64_t key;
+	const PlanOp *op;
 } Want;
 
 static int want_p2p(const PlanOp *o, const void *arg)
@@ -40,6 +41,14 @@ static int want_kind(const PlanOp *o, const void *arg)
 static int want_ar(const PlanOp *o, const void *arg)
 {
 	return o->kind == OP_ALLREDUCE && hkey(KEY_AR, 0, o->stage, 0) == ((const Want *)arg)->key;
+}
+
+/* The TPREDUCE with the identity of the op in arg (stage, microbatch, direction, part). */
+static int want_tp(const PlanOp *o, const void *arg)
+{
+	const PlanOp *x = ((const Want *)arg)->op;
+	return o->kind == OP_TPREDUCE && o->stage == x->stage && o->mb == x->mb &&
+	       o->dir == x->dir && o->part == x->part;
 }
 
 static int want_recv_key(const PlanOp *o, const void *arg)
@@ -71,6 +80,8 @@ static int unmatched(S *s, int r, int64_t i)
 	const PlanOp *o = &s->p->ranks[r].ops[i];
 	if (o->kind == OP_ALLREDUCE)
 		return s->rk[r].ar_op == i;
+	if (o->kind == OP_TPREDUCE)
+		return s->rk[r].tp_op == i;
 	if (o->kind == OP_SEND && s->opt.eager)
 		return 0;
 	int recv = o->kind == OP_RECV;
@@ -180,6 +191,23 @@ static int agent_edge(S *s, int a, int idx, SimWait *w, int *to)
 		if (!unmatched(s, r, x))
 			continue;
 		const PlanOp *o = &pr->ops[x];
+		if (o->kind == OP_TPREDUCE) {
+			const Coll *c = &s->coll[s->tpof[r]];
+			Want wt = {.op = o};
+			for (int j = 0; j < c->n; j++) {
+				int m = c->members[j];
+				int64_t mi = s->rk[m].tp_op;
+				if (m == r || (mi >= 0 && want_tp(&p->ranks[m].ops[mi], &wt)))
+					continue; // arrived with the same one
+				if (e++ != idx)
+					continue;
+				int64_t y = find_op(p, m, agent_next_post(s, m * 2), 0, want_tp, &wt);
+				*w = (SimWait){{r, x, stream}, {m, y, cstream}, {m, -1, cstream}};
+				*to = m * 2;
+				return 1;
+			}
+			continue;
+		}
 		if (o->kind == OP_ALLREDUCE) {
 			const Coll *c = &s->coll[s->collof[r]];
 			for (int j = 0; j < c->n; j++) {
