@@ -264,6 +264,8 @@ int64_t plan_part_mem(const PlanParts *pp, const PlanOp *o);
 /* Time of a ring all-reduce of bytes over the n ranks in members: 2(n-1)/n bytes over
  * the link plus 2(n-1) latencies, on the node link when all share a node. */
 int64_t plan_allreduce_ns(const Plan *p, const int *members, int n, int64_t bytes);
+/* The same for the tp group of rank (the TPREDUCE time pipesim uses). */
+int64_t plan_tp_allreduce_ns(const Plan *p, int rank, int64_t bytes);
 
 /* The verifier: structural invariants every plan must meet (see docs/plan-format.md,
  * "Invariants").  Returns 0 when they hold, else -1 with the first violation in err. */

@@ -77,7 +77,9 @@ void sim_critical_path(S *s)
 		int64_t i = REF_OP(x);
 		const SimOpTime *t = &res->ranks[r].times[i];
 		const PlanOp *o = &s->p->ranks[r].ops[i];
-		int64_t c = plan_op_is_compute(o->kind) ? s->st[o->stage].cost[o->kind] : 0;
+		int64_t c = !plan_op_is_compute(o->kind) ? 0
+		            : s->tp > 1 ? plan_part_cost(&s->st[o->stage].parts, o, s->p->stages[o->stage].cost)
+		                        : s->st[o->stage].cost[o->kind];
 		if (n && path[n - 1].rank == r) {
 			SimPathStep *st = &path[n - 1];
 			st->first_op = i;
