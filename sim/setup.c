@@ -3,6 +3,7 @@
  * hashes, the dp collectives.  Run once per simulation, so nothing here is hot. */
 #include "sim_int.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +23,45 @@ static int add_groups(S *s, int dim, int *of)
 		for (int j = 0; j < c->n; j++)
 			of[c->members[j]] = s->ncoll;
 		s->ncoll++;
+	}
+	return 0;
+}
+
+/* The overlap model at tp > 1: each stage's local (handed-over) edges, whose source's
+ * last TPREDUCE its first part waits for, and the part limit of the tp keys. */
+static int setup_local_edges(S *s, const unsigned char *self)
+{
+	const Plan *p = s->p;
+	for (int i = 0; i < p->nstages; i++)
+		for (int d = 0; d < DIR_COUNT; d++)
+			if (s->st[i].parts.n[d] >= 512) {
+				snprintf(s->res->message, sizeof s->res->message,
+				         "the overlap model takes stages of at most 511 parts; stage %d has %d",
+				         i, s->st[i].parts.n[d]);
+				s->failed = 1;
+				return -1;
+			}
+	for (int pass = 0; pass < 2; pass++) {
+		for (int e = 0; e < p->nedges; e++) {
+			const PlanEdge *ed = &p->edges[e];
+			if (p->stages[ed->src].pp != p->stages[ed->dst].pp || self[e])
+				continue;
+			StageInfo *a = &s->st[ed->src], *b = &s->st[ed->dst];
+			if (pass) {
+				a->ldst[a->nlout++] = ed->dst;
+				b->lsrc[b->nlin++] = ed->src;
+			} else {
+				a->nlout++;
+				b->nlin++;
+			}
+		}
+		for (int i = 0; !pass && i < p->nstages; i++) {
+			s->st[i].lsrc = sim_xcalloc(s, (size_t)s->st[i].nlin, sizeof(int));
+			s->st[i].ldst = sim_xcalloc(s, (size_t)s->st[i].nlout, sizeof(int));
+			s->st[i].nlin = s->st[i].nlout = 0;
+		}
+		if (s->failed)
+			return -1;
 	}
 	return 0;
 }
@@ -90,6 +130,10 @@ int sim_setup(S *s)
 				b->rin[b->nrin++] = e;
 			}
 		}
+		if (s->tp > 1 && setup_local_edges(s, self)) {
+			free(self);
+			return -1;
+		}
 		free(self);
 	}
 	if (add_groups(s, DIM_DP, s->collof) || (s->tp > 1 && add_groups(s, DIM_TP, s->tpof)))
@@ -154,6 +198,8 @@ void sim_cleanup(S *s)
 			free(s->st[i].rin);
 			free(s->st[i].rout);
 			plan_parts_free(&s->st[i].parts);
+			free(s->st[i].lsrc);
+			free(s->st[i].ldst);
 		}
 	}
 	free(s->st);

@@ -608,6 +608,14 @@ static int64_t post_group(S *s, int r, int64_t i, int64_t end, int64_t t, int ta
 			post_tpreduce(s, r, x, o, t);
 			continue;
 		}
+		if (o->kind == OP_TPREDUCE) {
+			HEnt *e = take ? hfind(&k->h, tp_key(KEY_DATA, o->stage, o->dir, o->part, o->mb))
+			               : NULL;
+			if (e)
+				hconsume(&k->h, e);
+			post_tpreduce(s, r, x, o, t);
+			continue;
+		}
 		if (take && o->kind == OP_SEND) {
 			HEnt *e = hfind(&k->h, send_key(s, o));
 			if (e)
@@ -740,10 +748,23 @@ static void run_compute(S *s, int r)
 		t = end;
 		k->cbind = REF(r, i);
 		progressed = 1;
-		/* What it produces for the comm stream. */
+		/* What it produces for the comm stream: with tp > 1 a part ending in a cut gives
+		 * its TPREDUCE's data, and only the last part (the TPREDUCE after it, if any,
+		 * in group_done) gives the stage's output. */
 		if (plan_op_is_compute(o->kind)) {
 			const StageInfo *st = &s->st[o->stage];
 			uint8_t makes = plan_ops[o->kind].makes;
+			int dir = o->kind == OP_F ? DIR_ACT : DIR_GRAD;
+			int parted = s->tp > 1 && o->kind != OP_W && o->part < st->parts.n[dir];
+			int red = parted && st->parts.part[dir][o->part].reduce;
+			int last = !parted || (o->part + 1 == st->parts.n[dir] && !red);
+			if (red && hput(s, &k->h, tp_key(KEY_DATA, o->stage, dir, o->part, o->mb), end,
+			                REF(r, i), 1))
+				return;
+			if (!last)
+				makes &= (uint8_t)~(PLAN_DEP_ACT | PLAN_DEP_GRAD);
+			if (parted && o->part + 1 != st->parts.n[dir])
+				makes &= (uint8_t)~PLAN_DEP_WGRAD;
 			if ((makes & PLAN_DEP_ACT) && st->nrout &&
 			    hput(s, &k->h, hkey(KEY_DATA, DIR_ACT, o->stage, o->mb), end, REF(r, i), st->nrout))
 				return;
@@ -787,6 +808,14 @@ static int group_ready(S *s, int r, int64_t i, int64_t *end, int64_t *t, int64_t
 				*t = e->time;
 				*bind = e->who;
 			}
+		} else if (o->kind == OP_TPREDUCE) {
+			HEnt *h = hfind(&k->h, tp_key(KEY_DATA, o->stage, o->dir, o->part, o->mb));
+			if (!h)
+				return 0;
+			if (h->time > *t) {
+				*t = h->time;
+				*bind = h->who;
+			}
 		} else if (o->kind == OP_ALLREDUCE) {
 			int ls = local_stage(s, r, o->stage);
 			if (ls < 0)
@@ -803,6 +832,26 @@ static int group_ready(S *s, int r, int64_t i, int64_t *end, int64_t *t, int64_t
 	return 1;
 }
 
+/* A TPREDUCE of rank r completed at r's gmax: its result for the compute ops that wait
+ * for it (the next part; after the last, the backward's first part and the first parts
+ * of the local stages it hands its output to), and after the last part the stage's
+ * output for its sends.  1 when something was published, -1 out of memory. */
+static int tp_done(S *s, int r, const PlanOp *o)
+{
+	Rk *k = &s->rk[r];
+	const StageInfo *st = &s->st[o->stage];
+	int last = o->part + 1 >= st->parts.n[o->dir & 1];
+	int64_t refs = !last ? 1 : o->dir == DIR_ACT ? 1 + st->nlout : st->nlin;
+	int64_t outs = !last ? 0 : o->dir == DIR_ACT ? st->nrout : st->nrin;
+	if (refs && hput(s, &k->h, tp_key(KEY_AR, o->stage, o->dir, o->part, o->mb), k->gmax,
+	                 k->gmax_who, refs))
+		return -1;
+	if (outs && hput(s, &k->h, hkey(KEY_DATA, o->dir, o->stage, o->mb), k->gmax, k->gmax_who,
+	                 outs))
+		return -1;
+	return refs > 0;
+}
+
 /* The comm stream's group [i, gend) completed at gmax: publish its receives. */
 static int group_done(S *s, int r, int64_t i)
 {
@@ -816,7 +865,13 @@ static int group_done(S *s, int r, int64_t i)
 			key = hkey(KEY_RECV, o->dir, o->stage, o->mb);
 		else if (o->kind == OP_ALLREDUCE)
 			key = hkey(KEY_AR, 0, o->stage, 0);
-		else
+		else if (o->kind == OP_TPREDUCE) {
+			int rc = tp_done(s, r, o);
+			if (rc < 0)
+				return -1;
+			any |= rc;
+			continue;
+		} else
 			continue;
 		if (hput(s, &k->h, key, k->gmax, k->gmax_who, 1))
 			return -1;
@@ -893,13 +948,6 @@ int sim_run(const Plan *p, const SimOptions *opt, SimResult *res)
 		return -1;
 	}
 	int overlap = s.opt.model == SIM_OVERLAP;
-	if (overlap && p->dims[DIM_TP] > 1) {
-		snprintf(res->message, sizeof res->message,
-		         "the overlap model does not simulate tp > 1 plans yet (tp=%d); use the strict "
-		         "model", p->dims[DIM_TP]);
-		sim_cleanup(&s);
-		return -1;
-	}
 	for (int r = p->world - 1; r >= 0; r--) {
 		if (overlap)
 			push_agent(&s, r, 1);

@@ -51,6 +51,22 @@ static int want_tp(const PlanOp *o, const void *arg)
 	       o->dir == x->dir && o->part == x->part;
 }
 
+/* The TPREDUCE whose result is key (tp_key KEY_AR). */
+static int want_tp_done(const PlanOp *o, const void *arg)
+{
+	return o->kind == OP_TPREDUCE &&
+	       tp_key(KEY_AR, o->stage, o->dir, o->part, o->mb) == ((const Want *)arg)->key;
+}
+
+/* The part whose data a TPREDUCE (in arg) all-reduces. */
+static int want_tp_part(const PlanOp *o, const void *arg)
+{
+	const PlanOp *x = ((const Want *)arg)->op;
+	int dir = o->kind == OP_F ? DIR_ACT : DIR_GRAD;
+	return (o->kind == OP_F || o->kind == OP_B || o->kind == OP_BW) && o->stage == x->stage &&
+	       o->mb == x->mb && dir == x->dir && o->part == x->part;
+}
+
 static int want_recv_key(const PlanOp *o, const void *arg)
 {
 	const Want *w = arg;
@@ -149,9 +165,10 @@ static int agent_edge(S *s, int a, int idx, SimWait *w, int *to)
 			if (e++ != idx)
 				continue;
 			Want wt = {.key = keys[j]};
-			int64_t y = (keys[j] >> 62) == KEY_AR
-			                ? find_op(p, r, k->pc, 0, want_ar, &wt)
-			                : find_op(p, r, k->pc, 0, want_recv_key, &wt);
+			int tpk = (keys[j] >> 62) == KEY_AR && ((keys[j] >> 31) & (1u << 29));
+			int64_t y = tpk                         ? find_op(p, r, k->pc, 0, want_tp_done, &wt)
+			            : (keys[j] >> 62) == KEY_AR ? find_op(p, r, k->pc, 0, want_ar, &wt)
+			                                        : find_op(p, r, k->pc, 0, want_recv_key, &wt);
 			*w = (SimWait){{r, k->cpc, stream}, {r, y, cstream}, {r, -1, cstream}};
 			*to = r * 2;
 			return 1;
@@ -169,6 +186,11 @@ static int agent_edge(S *s, int a, int idx, SimWait *w, int *to)
 				if (hfind(&k->h, wt.key))
 					continue;
 				y = find_op(p, r, k->cpc, 0, want_producer, &wt);
+			} else if (o->kind == OP_TPREDUCE) {
+				if (hfind(&k->h, tp_key(KEY_DATA, o->stage, o->dir, o->part, o->mb)))
+					continue;
+				wt.op = o;
+				y = find_op(p, r, k->cpc, 0, want_tp_part, &wt);
 			} else if (o->kind == OP_ALLREDUCE) {
 				int ls = local_stage(s, r, o->stage);
 				if (ls < 0 || k->wdone[ls] >= p->microbatches)

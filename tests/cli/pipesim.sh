@@ -141,10 +141,7 @@ examples() {
 				cat "$T/cc"
 				return 1
 			fi
-			# the overlap model does not take tp > 1 plans yet (it says so: tests/cli/tp.sh)
-			models="strict overlap"
-			grep -Eq '^mesh( [a-z]+=[0-9]+)* tp=1( |$)' "$T/x.plan" || models=strict
-			for m in $models; do
+			for m in strict overlap; do
 				expect 0 "$SIM" --model "$m" --json "$T/x.plan" || { echo "$src ${sched:-default} $m"; return 1; }
 				json_ok "$T/out" && has "$T/out" '"ok": true' || return 1
 			done

@@ -2,7 +2,7 @@
 # Tensor parallelism from the command line: the tp examples compile and simulate, the
 # summary divides per-rank figures by tp, the node link times the tp all-reduces, tp
 # groups and nodes (error, opt-in, warning), malformed tp ops in a plan (reader and
-# verifier, located), the overlap model and piperun refuse tp > 1 with their reason.
+# verifier, located), both timing models, and piperun refusing tp > 1 with its reason.
 : "${BIN:=bin}"
 TOOL=tp
 . tests/lib/cli.sh
@@ -15,8 +15,8 @@ has "gpt-tp plan carries the node link" "$dir/g.plan" \
 t "pipesim proves gpt-tp" 0 "$BIN/pipesim" "$dir/g.plan"
 has "gpt-tp runs to the end" "$dir/out" "^ok: "
 has "pipesim reports the tp all-reduces" "$dir/out" "^  group of rank 0 (2 ranks): .* in 36 all-reduces"
-t "overlap model refuses tp > 1" 1 "$BIN/pipesim" --model overlap "$dir/g.plan"
-has "and says why" "$dir/err" "overlap model does not simulate tp > 1 plans yet"
+t "overlap model proves gpt-tp" 0 "$BIN/pipesim" --model overlap "$dir/g.plan"
+has "overlap: the same tp all-reduces" "$dir/out" "^  group of rank 0 (2 ranks): .* in 36 all-reduces"
 t "piperun refuses tp > 1" 1 "$BIN/piperun" "$dir/g.plan" --steps 1
 has "piperun says it does not run tp>1" "$dir/err" "piperun does not run tp>1 plans yet"
 
