@@ -495,46 +495,49 @@ static void post_p2p(S *s, int r, int64_t i, const PlanOp *o, int64_t t)
 		s->rk[r].pending++;
 }
 
-static void post_allreduce(S *s, int r, int64_t i, const PlanOp *o, int64_t t)
+/* Member r's op i (o) arrives at collective c at time t; the first sets what the others
+ * must match.  Once all have, every member's posted op (ar_op, or tp_op for a tp group)
+ * completes when the last arrival and the ring time allow. */
+static void coll_arrive(S *s, Coll *c, int r, int64_t i, const PlanOp *o, int64_t t, int tp)
 {
-	Coll *c = &s->coll[s->collof[r]];
-	Rk *k = &s->rk[r];
 	if (c->arrived == 0) {
-		c->stage = o->stage;
-		c->bytes = o->bytes;
+		*c = (Coll){.n = c->n, .members = c->members, .count = c->count, .total = c->total,
+		            .stage = o->stage, .mb = o->mb, .part = o->part, .dir = o->dir,
+		            .bytes = o->bytes, .maxpost = t, .last_who = REF(r, i), .first_rank = r,
+		            .first_op = i};
+	} else if (t >= c->maxpost) {
 		c->maxpost = t;
 		c->last_who = REF(r, i);
-		c->first_rank = r;
-		c->first_op = i;
-	} else {
-		if (o->stage != c->stage || o->bytes != c->bytes) {
-			sim_mismatch(s, c->first_rank, c->first_op, r, i,
-			         o->stage != c->stage
-			             ? "members of a dp group all-reduce different stages at the same point"
-			             : "members of a dp group all-reduce different sizes");
-			return;
-		}
-		if (t >= c->maxpost) {
-			c->maxpost = t;
-			c->last_who = REF(r, i);
-		}
 	}
-	k->ar_op = i;
-	k->pending++;
 	if (++c->arrived < c->n)
 		return;
-	int64_t end = sat_add(c->maxpost, sim_allreduce_ns(s->p, c->n, c->bytes));
+	int64_t ns = tp ? plan_allreduce_ns(s->p, c->members, c->n, c->bytes)
+	                : sim_allreduce_ns(s->p, c->n, c->bytes);
+	int64_t end = sat_add(c->maxpost, ns);
 	c->arrived = 0;
 	c->count++;
 	c->total = sat_add(c->total, c->bytes);
 	for (int j = 0; j < c->n; j++) {
 		int m = c->members[j];
-		Rk *km = &s->rk[m];
-		int64_t ai = km->ar_op;
-		km->ar_op = -1;
-		int64_t keep = REF_KEEP;
-		complete_op(s, m, ai, end, c->last_who == REF(m, ai) ? keep : c->last_who, 1);
+		int64_t *op = tp ? &s->rk[m].tp_op : &s->rk[m].ar_op, x = *op;
+		*op = -1;
+		complete_op(s, m, x, end, c->last_who == REF(m, x) ? REF_KEEP : c->last_who, 1);
 	}
+}
+
+static void post_allreduce(S *s, int r, int64_t i, const PlanOp *o, int64_t t)
+{
+	Coll *c = &s->coll[s->collof[r]];
+	if (c->arrived && (o->stage != c->stage || o->bytes != c->bytes)) {
+		sim_mismatch(s, c->first_rank, c->first_op, r, i,
+		             o->stage != c->stage
+		                 ? "members of a dp group all-reduce different stages at the same point"
+		                 : "members of a dp group all-reduce different sizes");
+		return;
+	}
+	s->rk[r].ar_op = i;
+	s->rk[r].pending++;
+	coll_arrive(s, c, r, i, o, t, 0);
 }
 
 /* A TPREDUCE completes when every member of the rank's tp group has posted the one of
@@ -544,43 +547,17 @@ static void post_allreduce(S *s, int r, int64_t i, const PlanOp *o, int64_t t)
 static void post_tpreduce(S *s, int r, int64_t i, const PlanOp *o, int64_t t)
 {
 	Coll *c = &s->coll[s->tpof[r]];
-	Rk *k = &s->rk[r];
-	k->tp_op = i;
-	k->pending++;
-	if (c->arrived == 0) {
-		c->stage = o->stage;
-		c->mb = o->mb;
-		c->dir = o->dir;
-		c->part = o->part;
-		c->bytes = o->bytes;
-		c->maxpost = t;
-		c->last_who = REF(r, i);
-		c->first_rank = r;
-		c->first_op = i;
-	} else if (o->stage != c->stage || o->mb != c->mb || o->dir != c->dir ||
-	           o->part != c->part) {
+	s->rk[r].tp_op = i;
+	s->rk[r].pending++;
+	if (c->arrived &&
+	    (o->stage != c->stage || o->mb != c->mb || o->dir != c->dir || o->part != c->part))
 		return; // never completes: a deadlock
-	} else if (o->bytes != c->bytes) {
+	if (c->arrived && o->bytes != c->bytes) {
 		sim_mismatch(s, c->first_rank, c->first_op, r, i,
 		             "members of a tp group all-reduce different sizes");
 		return;
-	} else if (t >= c->maxpost) {
-		c->maxpost = t;
-		c->last_who = REF(r, i);
 	}
-	if (++c->arrived < c->n)
-		return;
-	int64_t end = sat_add(c->maxpost, plan_allreduce_ns(s->p, c->members, c->n, c->bytes));
-	c->arrived = 0;
-	c->count++;
-	c->total = sat_add(c->total, c->bytes);
-	for (int j = 0; j < c->n; j++) {
-		int m = c->members[j];
-		Rk *km = &s->rk[m];
-		int64_t ti = km->tp_op;
-		km->tp_op = -1;
-		complete_op(s, m, ti, end, c->last_who == REF(m, ti) ? REF_KEEP : c->last_who, 1);
-	}
+	coll_arrive(s, c, r, i, o, t, 1);
 }
 
 /* Posts the group [i, end) at time t (end -1: find it).  take: the comm stream consumes

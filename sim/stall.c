@@ -143,6 +143,29 @@ static int64_t agent_next_post(S *s, int a)
 	return k->state == AG_MATCH ? k->gend : k->pc;
 }
 
+/* Rank r's TPREDUCE x waits for the members that have not posted the same one (edge
+ * number *e onwards); 1 with w and to filled when the idx-th edge is among them. */
+static int tp_edge(S *s, int r, int64_t x, int *e, int idx, SimWait *w, int *to, uint8_t stream)
+{
+	const Plan *p = s->p;
+	const Coll *c = &s->coll[s->tpof[r]];
+	uint8_t cstream = s->opt.model == SIM_STRICT ? SIM_STREAM_RANK : SIM_STREAM_COMM;
+	Want wt = {.op = &p->ranks[r].ops[x]};
+	for (int j = 0; j < c->n; j++) {
+		int m = c->members[j];
+		int64_t mi = s->rk[m].tp_op;
+		if (m == r || (mi >= 0 && want_tp(&p->ranks[m].ops[mi], &wt)))
+			continue; // arrived with the same one
+		if ((*e)++ != idx)
+			continue;
+		int64_t y = find_op(p, m, agent_next_post(s, m * 2), 0, want_tp, &wt);
+		*w = (SimWait){{r, x, stream}, {m, y, cstream}, {m, -1, cstream}};
+		*to = m * 2;
+		return 1;
+	}
+	return 0;
+}
+
 /* The edges of agent a, in order; fills w for the idx-th.  0 when none left. */
 static int agent_edge(S *s, int a, int idx, SimWait *w, int *to)
 {
@@ -214,20 +237,8 @@ static int agent_edge(S *s, int a, int idx, SimWait *w, int *to)
 			continue;
 		const PlanOp *o = &pr->ops[x];
 		if (o->kind == OP_TPREDUCE) {
-			const Coll *c = &s->coll[s->tpof[r]];
-			Want wt = {.op = o};
-			for (int j = 0; j < c->n; j++) {
-				int m = c->members[j];
-				int64_t mi = s->rk[m].tp_op;
-				if (m == r || (mi >= 0 && want_tp(&p->ranks[m].ops[mi], &wt)))
-					continue; // arrived with the same one
-				if (e++ != idx)
-					continue;
-				int64_t y = find_op(p, m, agent_next_post(s, m * 2), 0, want_tp, &wt);
-				*w = (SimWait){{r, x, stream}, {m, y, cstream}, {m, -1, cstream}};
-				*to = m * 2;
+			if (tp_edge(s, r, x, &e, idx, w, to, stream))
 				return 1;
-			}
 			continue;
 		}
 		if (o->kind == OP_ALLREDUCE) {
