@@ -771,7 +771,7 @@ static void check_custom(Check *c)
 
 /* Devices a node holds: `devices per_node=N`, or with a list the number of distinct
  * devices it names (as warn_shared_devices reads it). */
-static int node_size(const Program *p)
+int prog_node_size(const Program *p)
 {
 	if (p->device_per_node > 0)
 		return p->device_per_node;
@@ -809,7 +809,7 @@ static void check_tp(Check *c)
 			if (!bad++)
 				diag_note(c->d, p->tp_loc, "tp is set here");
 		}
-	int node = node_size(p);
+	int node = prog_node_size(p);
 	if (tp > node && !p->tp_spans_nodes) {
 		diag_error(c->d, p->tp_loc,
 			"tp=%d is larger than a node (%d devices): its all-reduces would cross the "

@@ -16,7 +16,9 @@ int pipecc_emit_torch_csv(const Plan *p, FILE *f, int comms)
 		int first = 1;
 		for (int64_t i = 0; i < rk->nops; i++) {
 			const PlanOp *o = &rk->ops[i];
-			if (plan_op_is_compute(o->kind)) {
+			if (plan_op_is_compute(o->kind) && o->part > 0) {
+				continue; // a tp part: PyTorch's action is the whole op, at its first part
+			} else if (plan_op_is_compute(o->kind)) {
 				fprintf(f, "%s%d%c%d", first ? "" : ",", o->stage, plan_ops[o->kind].torch,
 				        o->mb);
 				first = 0;

@@ -916,16 +916,7 @@ Plan *lower_program(const Program *pr, const SchedCtx *sc, Diag *d, int allow_de
 	p->link_ideal = pr->link_ideal;
 	p->latency_ns = pr->link_ideal ? 0 : pr->latency_ns;
 	p->bandwidth = pr->link_ideal ? 0 : pr->bandwidth;
-	p->per_node = pr->device_per_node;
-	for (int i = 0; !p->per_node && i < pr->ndevices; i++) { // a list: its distinct devices
-		int seen = 0;
-		for (int j = 0; j < i && !seen; j++)
-			seen = pr->devices[j] == pr->devices[i];
-		if (seen)
-			p->per_node = i;
-	}
-	if (!p->per_node)
-		p->per_node = pr->ndevices > 0 ? pr->ndevices : 1;
+	p->per_node = prog_node_size(pr);
 	p->node_latency_ns = pr->link_ideal ? 0 : pr->node_latency_ns;
 	p->node_bandwidth = pr->node_bandwidth;
 	fill_stages(w);

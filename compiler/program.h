@@ -159,6 +159,10 @@ void front_route(Arena *a, Diag *d, Program *p, const struct AstStmt *s, int sa,
 #define PROG_DEFAULT_NODE_LATENCY_NS 1000 // link node_latency: inside a node (NVLink class)
 #define PROG_DEFAULT_NODE_BANDWIDTH 300e9  // link node_bandwidth
 
+/* Devices a node holds: `devices per_node=N`, or with a list the number of distinct
+ * devices it names (compiler/check.c; the plan's `node per_node=`). */
+int prog_node_size(const Program *p);
+
 /* Parses and checks src; NULL after reporting errors to d. */
 Program *front_parse(Arena *a, Diag *d, const char *file, const char *src, size_t len);
 

@@ -20,6 +20,12 @@ has "overlap: the same tp all-reduces" "$dir/out" "^  group of rank 0 (2 ranks):
 t "piperun refuses tp > 1" 1 "$BIN/piperun" "$dir/g.plan" --steps 1
 has "piperun says it does not run tp>1" "$dir/err" "piperun does not run tp>1 plans yet"
 
+# PyTorch's schedule CSV names each action once, not once per part
+t "gpt-tp as torch-csv" 0 "$BIN/pipecc" examples/gpt-tp.pipe --emit torch-csv
+has "the first rank runs 1F1B, one cell an action" "$dir/out" "^0F0,0F1,0B0,0F2,0B1,0F3,0B2,0B3$"
+check "each action once: 4 F and 4 B per rank" \
+	"$([ "$(head -1 "$dir/out" | tr , '\n' | sort -u | wc -l)" -eq 8 ] && [ "$(head -1 "$dir/out" | tr , '\n' | wc -l)" -eq 8 ]; echo $?)" "$(head -1 "$dir/out")"
+
 # Llama-2-7B at pp=4 dp=4 tp=8: per-rank parameters are the split weights / 8 plus the
 # 65 RMSNorm gains (4096 each) whole on every rank
 t "llama2-7b-tp compiles" 0 "$BIN/pipecc" examples/llama2-7b-tp.pipe -o "$dir/l.plan"
