@@ -230,6 +230,12 @@ static void check_mesh(Check *c, AstStmt *s)
 	}
 	for (int i = 0; i < s->nkvs; i++) {
 		AstKv *kv = &s->kvs[i];
+		if (!strcmp(kv->key.s, "tp_spans_nodes")) { // the opt-in for tp > devices per node
+			if (kv->has_val)
+				diag_error(c->d, kv->val.loc, "'tp_spans_nodes' takes no value");
+			p->tp_spans_nodes = 1;
+			continue;
+		}
 		int d = find_word(kv->key.s, dims, DIM_COUNT);
 		if (d < 0) {
 			unknown_word(c, &kv->key, "mesh dimension", dims, DIM_COUNT);
@@ -249,10 +255,8 @@ static void check_mesh(Check *c, AstStmt *s)
 			ok = 0;
 		} else if (!whole(c, &kv->val, what, 1, MAX_RANKS, &p->dims[d])) {
 			ok = 0;
-		} else if (d == DIM_TP && p->dims[d] > 1) {
-			diag_error(c->d, kv->loc,
-				"tensor parallelism (tp=%d) is not supported yet", p->dims[d]);
-			ok = 0;
+		} else if (d == DIM_TP) {
+			p->tp_loc = kv->loc;
 		}
 	}
 	for (int d = 0; d < DIM_COUNT; d++)
@@ -450,16 +454,17 @@ static void check_cost(Check *c, AstStmt *s)
 static void check_link(Check *c, AstStmt *s)
 {
 	Program *p = c->p;
-	static const char *const keys[] = {"latency", "bandwidth", "ideal"};
+	static const char *const keys[] = {"latency", "bandwidth", "ideal", "node_latency",
+	                                    "node_bandwidth"};
 	int ideal = -1, other = -1;
 	p->link_loc = s->span;
 	if (s->nkvs == 0)
 		diag_error(c->d, s->span, "'link' needs latency=, bandwidth= or ideal");
 	for (int i = 0; i < s->nkvs; i++) {
 		AstKv *kv = &s->kvs[i];
-		int k = find_word(kv->key.s, keys, 3);
+		int k = find_word(kv->key.s, keys, 5);
 		if (k < 0) {
-			unknown_word(c, &kv->key, "link property", keys, 3);
+			unknown_word(c, &kv->key, "link property", keys, 5);
 			continue;
 		}
 		if (repeated_key(c, s->kvs, i, "link property"))
@@ -474,11 +479,16 @@ static void check_link(Check *c, AstStmt *s)
 			other = i;
 		if (!kv->has_val)
 			diag_error(c->d, kv->loc, "'%s' needs a value, e.g. %s", keys[k],
-				k == 0 ? "latency=5us" : "bandwidth=50GB/s");
+				k == 0 ? "latency=5us" : k == 1 ? "bandwidth=50GB/s"
+				: k == 3 ? "node_latency=1us" : "node_bandwidth=300GB/s");
 		else if (k == 0)
 			time_ns(c, &kv->val, "latency", &p->latency_ns);
-		else
+		else if (k == 1)
 			bandwidth(c, &kv->val, &p->bandwidth);
+		else if (k == 3)
+			time_ns(c, &kv->val, "node_latency", &p->node_latency_ns);
+		else
+			bandwidth(c, &kv->val, &p->node_bandwidth);
 	}
 	if (ideal >= 0 && other >= 0) {
 		diag_error(c->d, s->kvs[ideal].key.loc,
@@ -613,7 +623,7 @@ static void fill_costs(Check *c)
 		double flops[3] = {0, 0, 0}, worst = 0;
 		for (int j = 0; j < st->nlayers; j++) {
 			PlanLayer pl = prog_plan_layer(&st->layers[j]);
-			LayerCost lc = plan_layer_figures(&pl, &shape);
+			LayerCost lc = plan_layer_figures_tp(&pl, &shape, p->dims[DIM_TP]);
 			for (int k = 0; k < 3; k++)
 				flops[k] += lc.flops[k];
 		}
@@ -759,6 +769,72 @@ static void check_custom(Check *c)
 	}
 }
 
+/* Devices a node holds: `devices per_node=N`, or with a list the number of distinct
+ * devices it names (as warn_shared_devices reads it). */
+int prog_node_size(const Program *p)
+{
+	if (p->device_per_node > 0)
+		return p->device_per_node;
+	int n = 0;
+	for (int i = 0; i < p->ndevices; i++) {
+		int seen = 0;
+		for (int j = 0; j < i && !seen; j++)
+			seen = p->devices[j] == p->devices[i];
+		n += !seen;
+	}
+	return n > 0 ? n : 1;
+}
+
+/* Tensor parallelism: every split layer divides evenly (heads, key/value heads, hidden
+ * width, vocabulary), and the tp groups fit a node unless the mesh opts out with
+ * `tp_spans_nodes` (a group that spans nodes anyway, by the mesh order, is a warning). */
+static void check_tp(Check *c)
+{
+	Program *p = c->p;
+	int tp = p->dims[DIM_TP];
+	if (tp <= 1 || !c->mesh_ok || !c->widths_ok || !c->input_ok)
+		return;
+	LayerShape shape = {p->rows, p->seq ? p->rows / p->seq : p->rows, p->seq ? p->seq : 1,
+	                    p->vocab};
+	int bad = 0;
+	for (int i = 0; i < p->nstages; i++)
+		for (int j = 0; j < p->stages[i].nlayers; j++) {
+			const ProgLayer *ly = &p->stages[i].layers[j];
+			PlanLayer pl = prog_plan_layer(ly);
+			char what[96];
+			if (!plan_layer_tp_check(&pl, &shape, tp, what, sizeof what))
+				continue;
+			diag_error(c->d, ly->loc, "tp=%d does not divide %s of this %s layer", tp, what,
+				plan_layers[ly->kind].name);
+			if (!bad++)
+				diag_note(c->d, p->tp_loc, "tp is set here");
+		}
+	int node = prog_node_size(p);
+	if (tp > node && !p->tp_spans_nodes) {
+		diag_error(c->d, p->tp_loc,
+			"tp=%d is larger than a node (%d devices): its all-reduces would cross the "
+			"network inside every layer; write 'mesh ... tp_spans_nodes;' to allow it",
+			tp, node);
+		return;
+	}
+	if (p->tp_spans_nodes)
+		return;
+	int stride = 1, world = p->dims[DIM_PP] * p->dims[DIM_DP] * tp;
+	for (int i = DIM_COUNT - 1; i >= 0 && p->dim_order[i] != DIM_TP; i--)
+		stride *= p->dims[p->dim_order[i]];
+	for (int r = 0; r < world; r++) {
+		int t = r / stride % tp, first = r - t * stride, last = first + (tp - 1) * stride;
+		if (t == 0 && first / node != last / node) {
+			diag_warning(c->d, p->tp_loc,
+				"the tp group of rank %d (%d ranks, %d apart) spans nodes %d to %d (%d "
+				"devices each): its all-reduces cross the network; write tp last in the "
+				"mesh to keep each group inside a node", first, tp, stride, first / node,
+				last / node, node);
+			return;
+		}
+	}
+}
+
 static Program *check(Arena *a, Diag *d, const char *file, AstProgram *ast)
 {
 	Program *p = arena_alloc(a, sizeof *p);
@@ -776,6 +852,8 @@ static Program *check(Arena *a, Diag *d, const char *file, AstProgram *ast)
 	p->latency_ns = PROG_DEFAULT_LATENCY_NS;
 	p->bandwidth = PROG_DEFAULT_BANDWIDTH;
 	p->device_per_node = PROG_DEFAULT_DEVICES_PER_NODE;
+	p->node_latency_ns = PROG_DEFAULT_NODE_LATENCY_NS;
+	p->node_bandwidth = PROG_DEFAULT_NODE_BANDWIDTH;
 	p->peak_flops = PROG_DEFAULT_FLOPS;
 
 	int nstage_stmts = 0, nskip_stmts = 0;
@@ -847,6 +925,7 @@ static Program *check(Arena *a, Diag *d, const char *file, AstProgram *ast)
 	check_lists(&c);
 	check_custom(&c);
 	fill_costs(&c);
+	check_tp(&c);
 	return p;
 }
 

@@ -16,7 +16,9 @@ int pipecc_emit_torch_csv(const Plan *p, FILE *f, int comms)
 		int first = 1;
 		for (int64_t i = 0; i < rk->nops; i++) {
 			const PlanOp *o = &rk->ops[i];
-			if (plan_op_is_compute(o->kind)) {
+			if (plan_op_is_compute(o->kind) && o->part > 0) {
+				continue; // a tp part: PyTorch's action is the whole op, at its first part
+			} else if (plan_op_is_compute(o->kind)) {
 				fprintf(f, "%s%d%c%d", first ? "" : ",", o->stage, plan_ops[o->kind].torch,
 				        o->mb);
 				first = 0;
@@ -45,13 +47,17 @@ static void summary_stages(const Plan *p, FILE *f)
 	int state = plan_optim_state_bytes(p->optim.kind);
 	int64_t total = 0, copies = 0;
 	double tf[3] = {0, 0, 0};
+	if (p->dims[DIM_TP] > 1)
+		fprintf(f, "per rank of a tp group of %d (Megatron split: attention by heads, mlp by "
+		           "hidden width, embedding, head and loss by vocabulary; the rest whole):\n",
+		        p->dims[DIM_TP]);
 	fprintf(f, "stage        pp      params     F flops     B flops     W flops   act bytes"
 	           "  param+grad+opt bytes\n");
 	for (int s = 0; s < p->nstages; s++) {
 		const PlanStage *st = &p->stages[s];
 		double fl[3] = {0, 0, 0};
 		for (int l = 0; l < st->nlayers; l++) {
-			LayerCost c = plan_layer_figures(&st->layers[l], &sh);
+			LayerCost c = plan_layer_figures_tp(&st->layers[l], &sh, p->dims[DIM_TP]);
 			for (int k = 0; k < 3; k++)
 				fl[k] += c.flops[k];
 			if (st->layers[l].flags & LAYER_FLAG(LAYER_KEY_COPY))
@@ -74,7 +80,7 @@ static void summary_stages(const Plan *p, FILE *f)
 
 void pipecc_emit_summary(const Plan *p, FILE *f)
 {
-	int64_t count[OP_COUNT] = {0}, p2p_bytes = 0, ar_bytes = 0;
+	int64_t count[OP_COUNT] = {0}, p2p_bytes = 0, ar_bytes = 0, tp_bytes = 0;
 	for (int r = 0; r < p->world; r++)
 		for (int64_t i = 0; i < p->ranks[r].nops; i++) {
 			const PlanOp *o = &p->ranks[r].ops[i];
@@ -83,6 +89,8 @@ void pipecc_emit_summary(const Plan *p, FILE *f)
 				p2p_bytes += o->bytes;
 			if (o->kind == OP_ALLREDUCE || o->kind == OP_TIEREDUCE)
 				ar_bytes += o->bytes;
+			if (o->kind == OP_TPREDUCE)
+				tp_bytes += o->bytes;
 		}
 	if (p->seq > 0)
 		fprintf(f, "pipeline %s: schedule %s, %d stages, %d microbatches of %dx%d tokens "
@@ -112,7 +120,10 @@ void pipecc_emit_summary(const Plan *p, FILE *f)
 	for (int k = 0; k < OP_COUNT; k++)
 		if (count[k])
 			fprintf(f, " %s %" PRId64, plan_ops[k].name, count[k]);
-	fprintf(f, "\nbytes moved per step: %" PRId64 " point-to-point, %" PRId64 " all-reduce\n",
+	fprintf(f, "\nbytes moved per step: %" PRId64 " point-to-point, %" PRId64 " all-reduce",
 	        p2p_bytes, ar_bytes);
+	if (p->dims[DIM_TP] > 1)
+		fprintf(f, ", %" PRId64 " tp all-reduce", tp_bytes);
+	fputc('\n', f);
 	summary_stages(p, f);
 }

@@ -106,6 +106,10 @@ typedef struct {
 	Loc link_loc;
 
 	int device_per_node;           // devices per_node=N; 0 when a list is given
+	int64_t node_latency_ns;       // link node_latency=: tp collectives inside a node
+	double node_bandwidth;         // link node_bandwidth=, bytes per second
+	int tp_spans_nodes;            // mesh ... tp_spans_nodes: tp may exceed a node
+	Loc tp_loc;                    // the mesh's tp=N; 0:0 when not written
 	int ndevices;
 	int *devices;                  // devices [d0, d1, ...]: world rank -> local GPU
 	Loc devices_loc;
@@ -151,6 +155,12 @@ void front_route(Arena *a, Diag *d, Program *p, const struct AstStmt *s, int sa,
 #define PROG_DEFAULT_LATENCY_NS 5000   // link latency
 #define PROG_DEFAULT_BANDWIDTH 50e9    // link bytes per second
 #define PROG_DEFAULT_DEVICES_PER_NODE 8
+#define PROG_DEFAULT_NODE_LATENCY_NS 1000 // link node_latency: inside a node (NVLink class)
+#define PROG_DEFAULT_NODE_BANDWIDTH 300e9  // link node_bandwidth
+
+/* Devices a node holds: `devices per_node=N`, or with a list the number of distinct
+ * devices it names (compiler/check.c; the plan's `node per_node=`). */
+int prog_node_size(const Program *p);
 
 /* Parses and checks src; NULL after reporting errors to d. */
 Program *front_parse(Arena *a, Diag *d, const char *file, const char *src, size_t len);

@@ -31,8 +31,9 @@ static int has(const PlanLayer *l, LayerKey k)
 	return (l->flags & LAYER_FLAG(k)) != 0;
 }
 
-static void linear_cost(const PlanLayer *l, const LayerShape *sh, LayerCost *c)
+static void linear_cost(const PlanLayer *l, const LayerShape *sh, int tp, LayerCost *c)
 {
+	(void)tp; // replicated on a tp group
 	c->params = tk_params_linear(l->in, l->out, 1);
 	c->save_fw = sh->rows * l->in * 4;
 	c->save_bw = sh->rows * l->out * 4;
@@ -43,22 +44,33 @@ static void linear_cost(const PlanLayer *l, const LayerShape *sh, LayerCost *c)
 }
 
 /* Elementwise, no weights: keeps its input from F to B. */
-static void elementwise_cost(const PlanLayer *l, const LayerShape *sh, LayerCost *c)
+static void elementwise_cost(const PlanLayer *l, const LayerShape *sh, int tp, LayerCost *c)
 {
+	(void)tp;
 	c->save_fb = sh->rows * l->in * 4;
 }
 
-/* A layer with weights: its input and what F saves until W, its output gradient and
- * what B holds from B to W. */
-static void weighted(const PlanLayer *l, const LayerShape *sh, int64_t params, TkMem m,
-                     TkFlops f, LayerCost *c)
+/* A layer with weights: its input (in_w wide on this rank) and what F saves until W, its
+ * output gradient (out_w wide) and what B holds from B to W. */
+static void weighted(const LayerShape *sh, int64_t in_w, int64_t out_w, int64_t params,
+                     TkMem m, TkFlops f, LayerCost *c)
 {
 	c->params = params;
-	c->save_fw = (sh->rows * l->in + m.saved) * 4;
-	c->save_bw = (sh->rows * l->out + m.held) * 4;
+	c->save_fw = (sh->rows * in_w + m.saved) * 4;
+	c->save_bw = (sh->rows * out_w + m.held) * 4;
 	c->flops[0] = (double)f.f;
 	c->flops[1] = (double)f.b;
 	c->flops[2] = (double)f.w;
+}
+
+/* The tp all-reduces around a split layer (Megatron's g after a row-parallel output,
+ * f before a column-parallel input): fwd and bwd floats per row, none at tp = 1. */
+static void tp_reduce(const LayerShape *sh, int tp, int64_t fwd, int64_t bwd, LayerCost *c)
+{
+	if (tp <= 1)
+		return;
+	c->tp_bytes[0] = sh->rows * fwd * 4;
+	c->tp_bytes[1] = sh->rows * bwd * 4;
 }
 
 TkAttn plan_layer_attn(const PlanLayer *l, const LayerShape *sh)
@@ -67,92 +79,112 @@ TkAttn plan_layer_attn(const PlanLayer *l, const LayerShape *sh)
 	                has(l, LAYER_KEY_ROPE), 10000.0};
 }
 
-static void embed_cost(const PlanLayer *l, const LayerShape *sh, LayerCost *c)
+/* Vocabulary-parallel: each rank looks up the tokens of its slice, zeros elsewhere; the
+ * forward all-reduce sums the slices. */
+static void embed_cost(const PlanLayer *l, const LayerShape *sh, int tp, LayerCost *c)
 {
-	weighted(l, sh, tk_params_embed(sh->vocab, l->out, sh->seq, has(l, LAYER_KEY_POSITIONS)),
+	weighted(sh, l->in, l->out,
+	         tk_params_embed_tp(sh->vocab, l->out, sh->seq, has(l, LAYER_KEY_POSITIONS), tp),
 	         tk_mem_embed(sh->rows), (TkFlops){0, 0, 0}, c);
+	tp_reduce(sh, tp, l->out, 0, c);
 }
 
-static void layernorm_cost(const PlanLayer *l, const LayerShape *sh, LayerCost *c)
+static void layernorm_cost(const PlanLayer *l, const LayerShape *sh, int tp, LayerCost *c)
 {
-	weighted(l, sh, tk_params_layernorm(l->in), tk_mem_layernorm(sh->rows), (TkFlops){0, 0, 0},
-	         c);
+	(void)tp;
+	weighted(sh, l->in, l->out, tk_params_layernorm(l->in), tk_mem_layernorm(sh->rows),
+	         (TkFlops){0, 0, 0}, c);
 }
 
-static void rmsnorm_cost(const PlanLayer *l, const LayerShape *sh, LayerCost *c)
+static void rmsnorm_cost(const PlanLayer *l, const LayerShape *sh, int tp, LayerCost *c)
 {
-	weighted(l, sh, tk_params_rmsnorm(l->in), tk_mem_rmsnorm(sh->rows), (TkFlops){0, 0, 0}, c);
+	(void)tp;
+	weighted(sh, l->in, l->out, tk_params_rmsnorm(l->in), tk_mem_rmsnorm(sh->rows),
+	         (TkFlops){0, 0, 0}, c);
 }
 
-static void attn_cost(const PlanLayer *l, const LayerShape *sh, LayerCost *c)
+static void attn_cost(const PlanLayer *l, const LayerShape *sh, int tp, LayerCost *c)
 {
 	TkAttn a = plan_layer_attn(l, sh);
-	weighted(l, sh, tk_params_attn(&a, has(l, LAYER_KEY_BIAS)), tk_mem_attn(&a),
-	         tk_flops_attn(&a), c);
+	weighted(sh, l->in, l->out, tk_params_attn_tp(&a, has(l, LAYER_KEY_BIAS), tp),
+	         tk_mem_attn_tp(&a, tp), tk_flops_attn_tp(&a, tp), c);
+	tp_reduce(sh, tp, l->out, l->in, c);
 }
 
-static void mlp_cost(const PlanLayer *l, const LayerShape *sh, LayerCost *c)
+static void mlp_cost(const PlanLayer *l, const LayerShape *sh, int tp, LayerCost *c)
 {
-	weighted(l, sh, tk_params_mlp(l->in, l->hidden, has(l, LAYER_KEY_BIAS)),
-	         tk_mem_mlp(sh->rows, l->hidden), tk_flops_mlp(sh->rows, l->in, l->hidden), c);
+	weighted(sh, l->in, l->out, tk_params_mlp_tp(l->in, l->hidden, has(l, LAYER_KEY_BIAS), tp),
+	         tk_mem_mlp_tp(sh->rows, l->hidden, tp),
+	         tk_flops_mlp_tp(sh->rows, l->in, l->hidden, tp), c);
+	tp_reduce(sh, tp, l->out, l->in, c);
 }
 
-static void swiglu_cost(const PlanLayer *l, const LayerShape *sh, LayerCost *c)
+static void swiglu_cost(const PlanLayer *l, const LayerShape *sh, int tp, LayerCost *c)
 {
-	weighted(l, sh, tk_params_swiglu(l->in, l->hidden), tk_mem_swiglu(sh->rows, l->hidden),
-	         tk_flops_swiglu(sh->rows, l->in, l->hidden), c);
+	weighted(sh, l->in, l->out, tk_params_swiglu_tp(l->in, l->hidden, tp),
+	         tk_mem_swiglu_tp(sh->rows, l->hidden, tp),
+	         tk_flops_swiglu_tp(sh->rows, l->in, l->hidden, tp), c);
+	tp_reduce(sh, tp, l->out, l->in, c);
 }
 
 /* y = x + f(x): saves nothing, costs nothing; f's layers count for themselves. */
-static void residual_cost(const PlanLayer *l, const LayerShape *sh, LayerCost *c)
+static void residual_cost(const PlanLayer *l, const LayerShape *sh, int tp, LayerCost *c)
 {
-	(void)l, (void)sh, (void)c;
+	(void)l, (void)sh, (void)tp, (void)c;
 }
 
-/* A tied head counts no parameters of its own, unless it keeps a copy of the table on
- * another pipeline rank (`copy`): then its stage holds, steps and stores the copy. */
-static void head_cost(const PlanLayer *l, const LayerShape *sh, LayerCost *c)
+/* Column-parallel over the vocabulary: each rank's logits are its slice; the backward
+ * all-reduce sums the input gradients of the slices.  A tied head counts no parameters
+ * of its own, unless it keeps a copy of the table on another pipeline rank (`copy`):
+ * then its stage holds, steps and stores the copy. */
+static void head_cost(const PlanLayer *l, const LayerShape *sh, int tp, LayerCost *c)
 {
 	int tied = has(l, LAYER_KEY_TIED) && !has(l, LAYER_KEY_COPY);
-	weighted(l, sh, tk_params_head(l->out, l->in, tied),
-	         tk_mem_head(sh->rows, l->out), tk_flops_head(sh->rows, l->in, l->out), c);
+	weighted(sh, l->in, l->out / tp, tk_params_head_tp(l->out, l->in, tied, tp),
+	         tk_mem_head_tp(sh->rows, l->out, tp), tk_flops_head_tp(sh->rows, l->in, l->out, tp),
+	         c);
+	tp_reduce(sh, tp, 0, l->in, c);
 }
 
-/* No weights: keeps its input (the logits) and what F saves from F to B. */
-static void xent_cost(const PlanLayer *l, const LayerShape *sh, LayerCost *c)
+/* No weights: keeps its input (the logits, its slice of them) and what F saves from F to
+ * B.  Vocabulary-parallel, it all-reduces three floats per row in the forward: the
+ * maximum logit, the sum of exponentials and the target's logit (one op in the plan). */
+static void xent_cost(const PlanLayer *l, const LayerShape *sh, int tp, LayerCost *c)
 {
-	c->save_fb = (sh->rows * l->in + tk_mem_xent(sh->rows).saved) * 4;
+	c->save_fb = (sh->rows * (l->in / tp) + tk_mem_xent(sh->rows).saved) * 4;
+	tp_reduce(sh, tp, 3, 0, c);
 }
 
 #define K(k) LAYER_FLAG(LAYER_KEY_##k)
 
 const LayerInfo plan_layers[LAYER_COUNT] = {
 	[LAYER_LINEAR] = {"linear", "linear", LAYER_ARG_WIDTH, "linear 512", 0, 0, 0, LAYER_OUT_ARG,
-	                  linear_cost},
+	                  LAYER_TP_WHOLE, linear_cost},
 	[LAYER_RELU] = {"relu", "relu", LAYER_ARG_NONE, "relu", 0, 0, 0, LAYER_OUT_SAME,
-	                elementwise_cost},
+	                LAYER_TP_WHOLE, elementwise_cost},
 	[LAYER_GELU] = {"gelu", "gelu", LAYER_ARG_NONE, "gelu", 0, 0, 0, LAYER_OUT_SAME,
-	                elementwise_cost},
+	                LAYER_TP_WHOLE, elementwise_cost},
 	[LAYER_MSE] = {"mse", "loss", LAYER_ARG_NAME, "loss mse", 1, 0, 0, LAYER_OUT_SAME,
-	               elementwise_cost},
+	               LAYER_TP_WHOLE, elementwise_cost},
 	[LAYER_EMBED] = {"embed", "embed", LAYER_ARG_WIDTH, "embed 768 positions", 0, K(POSITIONS),
-	                 1, LAYER_OUT_ARG, embed_cost},
+	                 1, LAYER_OUT_ARG, LAYER_TP_VOCAB, embed_cost},
 	[LAYER_LAYERNORM] = {"layernorm", "layernorm", LAYER_ARG_NONE, "layernorm", 0, 0, 0,
-	                     LAYER_OUT_SAME, layernorm_cost},
+	                     LAYER_OUT_SAME, LAYER_TP_WHOLE, layernorm_cost},
 	[LAYER_RMSNORM] = {"rmsnorm", "rmsnorm", LAYER_ARG_NONE, "rmsnorm", 0, 0, 0, LAYER_OUT_SAME,
-	                   rmsnorm_cost},
+	                   LAYER_TP_WHOLE, rmsnorm_cost},
 	[LAYER_ATTN] = {"attention", "attention", LAYER_ARG_NONE, "attention heads=12", 0,
-	                K(HEADS) | K(KV_HEADS) | K(BIAS) | K(ROPE), 0, LAYER_OUT_SAME, attn_cost},
+	                K(HEADS) | K(KV_HEADS) | K(BIAS) | K(ROPE), 0, LAYER_OUT_SAME,
+	                LAYER_TP_HEADS, attn_cost},
 	[LAYER_MLP] = {"mlp", "mlp", LAYER_ARG_HIDDEN, "mlp 3072 bias", 0, K(BIAS), 0,
-	               LAYER_OUT_SAME, mlp_cost},
+	               LAYER_OUT_SAME, LAYER_TP_HIDDEN, mlp_cost},
 	[LAYER_SWIGLU] = {"swiglu", "swiglu", LAYER_ARG_HIDDEN, "swiglu 11008", 0, 0, 0,
-	                  LAYER_OUT_SAME, swiglu_cost},
+	                  LAYER_OUT_SAME, LAYER_TP_HIDDEN, swiglu_cost},
 	[LAYER_RESIDUAL] = {"residual", "residual", LAYER_ARG_BODY, "residual { rmsnorm; ... }", 0,
-	                    0, 0, LAYER_OUT_SAME, residual_cost},
+	                    0, 0, LAYER_OUT_SAME, LAYER_TP_WHOLE, residual_cost},
 	[LAYER_HEAD] = {"head", "head", LAYER_ARG_NONE, "head tied", 0, K(TIED), 1, LAYER_OUT_VOCAB,
-	                head_cost},
+	                LAYER_TP_VOCAB, head_cost},
 	[LAYER_XENT] = {"xent", "loss", LAYER_ARG_NAME, "loss xent", 1, 0, 1, LAYER_OUT_SAME,
-	                xent_cost},
+	                LAYER_TP_VOCAB, xent_cost},
 };
 
 #undef K
@@ -185,9 +217,7 @@ int plan_layer_out(LayerKind k, int in, int width_arg)
 
 LayerCost plan_layer_figures(const PlanLayer *l, const LayerShape *sh)
 {
-	LayerCost c = {0};
-	plan_layers[l->kind].cost(l, sh, &c);
-	return c;
+	return plan_layer_figures_tp(l, sh, 1);
 }
 
 LayerCost plan_layer_cost(LayerKind k, int64_t rows, int in, int out)
@@ -218,4 +248,42 @@ int plan_layer_words(const char *word, const char **out)
 			out[n++] = word ? l->name : l->word;
 	}
 	return n;
+}
+
+LayerCost plan_layer_figures_tp(const PlanLayer *l, const LayerShape *sh, int tp)
+{
+	LayerCost c = {0};
+	plan_layers[l->kind].cost(l, sh, tp > 1 ? tp : 1, &c);
+	return c;
+}
+
+const char *plan_layer_tp_check(const PlanLayer *l, const LayerShape *sh, int tp, char *buf,
+                                size_t n)
+{
+	if (tp <= 1)
+		return NULL;
+	switch (plan_layers[l->kind].tp) {
+	case LAYER_TP_HEADS:
+		if (l->heads % tp)
+			snprintf(buf, n, "the number of heads (%d)", l->heads);
+		else if (l->kv_heads % tp)
+			snprintf(buf, n, "the number of key/value heads (%d)", l->kv_heads);
+		else
+			return NULL;
+		return buf;
+	case LAYER_TP_HIDDEN:
+		if (l->hidden % tp == 0)
+			return NULL;
+		snprintf(buf, n, "the hidden width (%d)", l->hidden);
+		return buf;
+	case LAYER_TP_VOCAB:
+		if (sh->vocab % tp == 0)
+			return NULL;
+		snprintf(buf, n, "the vocabulary (%lld)", (long long)sh->vocab);
+		return buf;
+	case LAYER_TP_WHOLE:
+	case LAYER_TP_COUNT:
+		break;
+	}
+	return NULL;
 }

@@ -86,6 +86,9 @@ typedef struct {
 	int64_t params;                     // f32 parameters (weights and biases)
 	int64_t save_fb, save_fw, save_bw;  // saved bytes, as PlanStage's fields of those names
 	double flops[3];                    // F, B (input gradient), W (weight gradient)
+	/* With tp > 1: bytes of the tp all-reduce after the layer, in the forward (Dir DIR_ACT)
+	 * and in the backward (DIR_GRAD, after its input gradient); 0: none. */
+	int64_t tp_bytes[2];
 } LayerCost;
 
 /* How a row's output width follows from its input. */
@@ -94,6 +97,15 @@ typedef enum {
 	LAYER_OUT_ARG,   // out = the width argument
 	LAYER_OUT_VOCAB, // out = the vocabulary size
 } LayerOut;
+
+/* What tensor parallelism splits in a layer (docs/semantics.md, "Tensor parallelism"). */
+typedef enum {
+	LAYER_TP_WHOLE,  // replicated: every rank of the tp group computes all of it
+	LAYER_TP_HEADS,  // attention by heads: qkv column-parallel, output projection row-parallel
+	LAYER_TP_HIDDEN, // mlp, swiglu by hidden width: column-parallel, then row-parallel
+	LAYER_TP_VOCAB,  // embedding, head, cross-entropy by vocabulary
+	LAYER_TP_COUNT
+} LayerTp;
 
 typedef struct {
 	const char *name;    // the plan file's word and the name in messages ("mse")
@@ -104,7 +116,9 @@ typedef struct {
 	uint32_t keys;       // LAYER_FLAG(k) for each key k the layer takes
 	int tokens;          // 1: needs a token input (`input tokens BxS vocab=V;`)
 	LayerOut outw;       // its output width
-	void (*cost)(const PlanLayer *l, const LayerShape *sh, LayerCost *c);
+	LayerTp tp;          // what a tp group splits
+	/* Its figures on one rank of a tp group of size tp (1: the whole layer). */
+	void (*cost)(const PlanLayer *l, const LayerShape *sh, int tp, LayerCost *c);
 } LayerInfo;
 
 extern const LayerInfo plan_layers[LAYER_COUNT];
@@ -120,6 +134,12 @@ int plan_layer_out(LayerKind k, int in, int width_arg);
 LayerCost plan_layer_figures(const PlanLayer *l, const LayerShape *sh);
 /* The attention shape (plan/tfcount.h) of an attention layer on microbatch sh. */
 struct TkAttn plan_layer_attn(const PlanLayer *l, const LayerShape *sh);
+/* Figures of one layer on one rank of a tp group of size tp (the whole layer at tp 1). */
+LayerCost plan_layer_figures_tp(const PlanLayer *l, const LayerShape *sh, int tp);
+/* NULL when tp splits layer l on shape sh evenly; else what tp must divide ("the number
+ * of heads (12)"), for the message "tp=5 does not divide ...". */
+const char *plan_layer_tp_check(const PlanLayer *l, const LayerShape *sh, int tp, char *buf,
+                                size_t n);
 /* Figures of a layer without keys (linear, relu, gelu, mse) for rows rows. */
 LayerCost plan_layer_cost(LayerKind k, int64_t rows, int in, int out);
 /* The kind spelled word (and, for LAYER_ARG_NAME rows, name), or LAYER_COUNT; with name

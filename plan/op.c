@@ -40,6 +40,9 @@ const OpInfo plan_ops[OP_COUNT] = {
 	                  .needs = PLAN_DEP_ALL_W, .makes = PLAN_DEP_TIED,
 	                  .again = "a second one for this stage",
 	                  .early = "a tied table's reduction before the stage's last W"},
+	[OP_TPREDUCE] = {.name = "TPREDUCE", .role = OP_ROLE_COMM,
+	                 .again = "a second tp all-reduce of this part",
+	                 .early = "a tp all-reduce out of order in its stage's parts"},
 };
 
 const char *plan_dep_apply(OpKind k, uint8_t *mb, PlanStageDeps *st, PlanStageDeps *embed,

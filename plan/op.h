@@ -21,6 +21,7 @@ typedef enum {
 	OP_ALLREDUCE, // all-reduce of a stage's weight gradients over the dp group
 	OP_OPTIM,     // optimizer step of a stage
 	OP_TIEREDUCE, // sum of a tied table's gradient with its copy on another pipeline rank
+	OP_TPREDUCE,  // all-reduce over the tp group inside a stage's F or backward (a part's end)
 	OP_COUNT
 } OpKind;
 
@@ -99,7 +100,7 @@ static inline int plan_op_is_compute(OpKind k)
 	return plan_ops[k].role == OP_ROLE_COMPUTE;
 }
 
-/* SEND, RECV, ALLREDUCE, TIEREDUCE. */
+/* SEND, RECV, ALLREDUCE, TIEREDUCE, TPREDUCE. */
 static inline int plan_op_is_comm(OpKind k)
 {
 	return plan_ops[k].role == OP_ROLE_COMM;

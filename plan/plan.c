@@ -262,6 +262,8 @@ int plan_format_op(const Plan *p, const PlanOp *o, char *buf, size_t n)
 	case OP_B:
 	case OP_W:
 	case OP_BW:
+		if (o->part)
+			return snprintf(buf, n, "%s %d %d part=%d", k, o->stage, o->mb, o->part);
 		return snprintf(buf, n, "%s %d %d", k, o->stage, o->mb);
 	case OP_SEND:
 	case OP_RECV:
@@ -277,6 +279,9 @@ int plan_format_op(const Plan *p, const PlanOp *o, char *buf, size_t n)
 	case OP_TIEREDUCE:
 		return snprintf(buf, n, "%s s=%d with=%d bytes=%" PRId64 " g=%d", k, o->stage,
 		                o->peer, o->bytes, o->group);
+	case OP_TPREDUCE:
+		return snprintf(buf, n, "%s %s s=%d m=%d part=%d bytes=%" PRId64 " g=%d", k,
+		                plan_dir_names[o->dir & 1], o->stage, o->mb, o->part, o->bytes, o->group);
 	}
 	return snprintf(buf, n, "?");
 }

@@ -444,10 +444,23 @@ static int read_header(Rd *r, Plan *p)
 	return eol(r);
 }
 
+/* `node per_node=N latency_ns=L bandwidth=B`: the tp collectives' node link. */
+static int read_node(Rd *r, Plan *p)
+{
+	r->s += 4;
+	if (kv(r, "per_node=", &p->per_node, 0, INT_MAX) ||
+	    kv64(r, "latency_ns=", &p->node_latency_ns, 0, INT64_MAX / 4) ||
+	    real(r, "bandwidth=", &p->node_bandwidth, 1e-300, 1e18))
+		return -1;
+	return eol(r);
+}
+
 static int read_stages(Rd *r, Plan *p)
 {
 	int n;
 	if (next_line(r, "'stages N'"))
+		return -1;
+	if (!strncmp(r->buf, "node ", 5) && (read_node(r, p) || next_line(r, "'stages N'")))
 		return -1;
 	if (!strncmp(r->buf, "optimizer ", 10) && (read_optim(r, p) || next_line(r, "'stages N'")))
 		return -1;
@@ -619,6 +632,15 @@ static int read_op(Rd *r, const Plan *p, PlanOp *o)
 		skip_sp(r);
 		if (inum(r, &o->mb, 0, m - 1, "microbatch"))
 			return -1;
+		skip_sp(r);
+		if (k != OP_W && !strncmp(r->s, "part=", 5)) {
+			int part;
+			if (p->dims[DIM_TP] == 1)
+				return fail(r, "part= in a plan with tp=1 (stages have one part each way)");
+			if (kv(r, "part=", &part, 1, UINT16_MAX))
+				return -1;
+			o->part = (uint16_t)part;
+		}
 		break;
 	case OP_SEND:
 	case OP_RECV:
@@ -651,6 +673,25 @@ static int read_op(Rd *r, const Plan *p, PlanOp *o)
 		    kv64(r, "bytes=", &o->bytes, 0, INT64_MAX / 8) || kv(r, "g=", &o->group, 0, INT_MAX))
 			return -1;
 		break;
+	case OP_TPREDUCE: {
+		int part;
+		if (p->dims[DIM_TP] == 1)
+			return fail(r, "a TPREDUCE in a plan with tp=1 (it all-reduces over the tp group)");
+		skip_sp(r);
+		if (!strncmp(r->s, "act ", 4))
+			o->dir = DIR_ACT;
+		else if (!strncmp(r->s, "grad ", 5))
+			o->dir = DIR_GRAD;
+		else
+			return fail(r, "expected 'act' or 'grad' after TPREDUCE");
+		r->s += o->dir == DIR_ACT ? 4 : 5;
+		if (kv(r, "s=", &o->stage, 0, p->nstages - 1) || kv(r, "m=", &o->mb, 0, m - 1) ||
+		    kv(r, "part=", &part, 0, UINT16_MAX) ||
+		    kv64(r, "bytes=", &o->bytes, 1, INT64_MAX / 8) || kv(r, "g=", &o->group, 0, INT_MAX))
+			return -1;
+		o->part = (uint16_t)part;
+		break;
+	}
 	}
 	PlanLoc l;
 	if (loc(r, &l) || eol(r))

@@ -43,7 +43,12 @@ int64_t tk_params_linear(int64_t k, int64_t n, int bias)
 
 int64_t tk_params_embed(int64_t V, int64_t d, int64_t S, int learned_pos)
 {
-	return V * d + (learned_pos ? S * d : 0);
+	return tk_params_embed_tp(V, d, S, learned_pos, 1);
+}
+
+int64_t tk_params_embed_tp(int64_t V, int64_t d, int64_t S, int learned_pos, int64_t tp)
+{
+	return V / tp * d + (learned_pos ? S * d : 0);
 }
 
 int64_t tk_params_layernorm(int64_t d)
@@ -58,22 +63,44 @@ int64_t tk_params_rmsnorm(int64_t d)
 
 int64_t tk_params_attn(const TkAttn *a, int bias)
 {
-	return tk_params_linear(a->d, tk_attn_nqkv(a), bias) + tk_params_linear(a->d, a->d, bias);
+	return tk_params_attn_tp(a, bias, 1);
+}
+
+/* wqkv and bqkv by heads, wo by its input rows; bo whole. */
+int64_t tk_params_attn_tp(const TkAttn *a, int bias, int64_t tp)
+{
+	int64_t nq = tk_attn_nqkv(a) / tp;
+	return tk_params_linear(a->d, nq, bias) + a->d / tp * a->d + (bias ? a->d : 0);
 }
 
 int64_t tk_params_mlp(int64_t d, int64_t f, int bias)
 {
-	return tk_params_linear(d, f, bias) + tk_params_linear(f, d, bias);
+	return tk_params_mlp_tp(d, f, bias, 1);
+}
+
+int64_t tk_params_mlp_tp(int64_t d, int64_t f, int bias, int64_t tp)
+{
+	return tk_params_linear(d, f / tp, bias) + f / tp * d + (bias ? d : 0);
 }
 
 int64_t tk_params_swiglu(int64_t d, int64_t f)
 {
-	return 3 * d * f;
+	return tk_params_swiglu_tp(d, f, 1);
+}
+
+int64_t tk_params_swiglu_tp(int64_t d, int64_t f, int64_t tp)
+{
+	return 3 * d * (f / tp);
 }
 
 int64_t tk_params_head(int64_t V, int64_t d, int tied)
 {
-	return tied ? 0 : V * d;
+	return tk_params_head_tp(V, d, tied, 1);
+}
+
+int64_t tk_params_head_tp(int64_t V, int64_t d, int tied, int64_t tp)
+{
+	return tied ? 0 : V / tp * d;
 }
 
 /* ---- memory ---- */
@@ -96,23 +123,45 @@ TkMem tk_mem_rmsnorm(int64_t N)
 
 TkMem tk_mem_attn(const TkAttn *a)
 {
-	int64_t N = a->B * a->S, nqkv = tk_attn_nqkv(a);
-	return (TkMem){N * nqkv + tk_attn_p_elems(a) + N * a->d, N * nqkv, tk_attn_workspace(a)};
+	return tk_mem_attn_tp(a, 1);
+}
+
+/* Each rank keeps its heads' qkv, probabilities and outputs. */
+TkMem tk_mem_attn_tp(const TkAttn *a, int64_t tp)
+{
+	int64_t N = a->B * a->S, nq = tk_attn_nqkv(a) / tp;
+	return (TkMem){N * nq + tk_attn_p_elems(a) / tp + N * (a->d / tp), N * nq,
+	               tk_attn_workspace(a)};
 }
 
 TkMem tk_mem_mlp(int64_t N, int64_t f)
 {
-	return (TkMem){2 * N * f, N * f, 0};
+	return tk_mem_mlp_tp(N, f, 1);
+}
+
+TkMem tk_mem_mlp_tp(int64_t N, int64_t f, int64_t tp)
+{
+	return (TkMem){2 * N * (f / tp), N * (f / tp), 0};
 }
 
 TkMem tk_mem_swiglu(int64_t N, int64_t f)
 {
-	return (TkMem){3 * N * f, 2 * N * f, 0};
+	return tk_mem_swiglu_tp(N, f, 1);
+}
+
+TkMem tk_mem_swiglu_tp(int64_t N, int64_t f, int64_t tp)
+{
+	return (TkMem){3 * N * (f / tp), 2 * N * (f / tp), 0};
 }
 
 TkMem tk_mem_head(int64_t N, int64_t V)
 {
-	(void)N, (void)V; // dlogits is the head's output gradient, kept as any layer's
+	return tk_mem_head_tp(N, V, 1);
+}
+
+TkMem tk_mem_head_tp(int64_t N, int64_t V, int64_t tp)
+{
+	(void)N, (void)V, (void)tp; // dlogits is the head's output gradient, kept as any layer's
 	return (TkMem){0, 0, 0};
 }
 
@@ -131,26 +180,47 @@ TkFlops tk_flops_linear(int64_t N, int64_t k, int64_t n)
 
 TkFlops tk_flops_attn(const TkAttn *a)
 {
+	return tk_flops_attn_tp(a, 1);
+}
+
+/* tp divides H, so every term divides exactly. */
+TkFlops tk_flops_attn_tp(const TkAttn *a, int64_t tp)
+{
 	int64_t N = a->B * a->S, d = a->d, nqkv = tk_attn_nqkv(a);
-	int64_t proj_in = 2 * N * d * nqkv, proj_out = 2 * N * d * d;
-	int64_t sq = 2 * a->B * a->H * a->S * a->S * (d / a->H); // one S x S x hd GEMM per head
+	int64_t proj_in = 2 * N * d * (nqkv / tp), proj_out = 2 * N * (d / tp) * d;
+	int64_t sq = 2 * a->B * (a->H / tp) * a->S * a->S * (d / a->H); // one S x S x hd GEMM per head
 	return (TkFlops){proj_in + 2 * sq + proj_out, proj_out + 4 * sq + proj_in,
 	                 proj_in + proj_out};
 }
 
 TkFlops tk_flops_mlp(int64_t N, int64_t d, int64_t f)
 {
-	int64_t g = 4 * N * d * f;
+	return tk_flops_mlp_tp(N, d, f, 1);
+}
+
+TkFlops tk_flops_mlp_tp(int64_t N, int64_t d, int64_t f, int64_t tp)
+{
+	int64_t g = 4 * N * d * (f / tp);
 	return (TkFlops){g, g, g};
 }
 
 TkFlops tk_flops_swiglu(int64_t N, int64_t d, int64_t f)
 {
-	int64_t g = 6 * N * d * f;
+	return tk_flops_swiglu_tp(N, d, f, 1);
+}
+
+TkFlops tk_flops_swiglu_tp(int64_t N, int64_t d, int64_t f, int64_t tp)
+{
+	int64_t g = 6 * N * d * (f / tp);
 	return (TkFlops){g, g, g};
 }
 
 TkFlops tk_flops_head(int64_t N, int64_t d, int64_t V)
 {
-	return tk_flops_linear(N, d, V);
+	return tk_flops_head_tp(N, d, V, 1);
+}
+
+TkFlops tk_flops_head_tp(int64_t N, int64_t d, int64_t V, int64_t tp)
+{
+	return tk_flops_linear(N, d, V / tp);
 }

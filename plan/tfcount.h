@@ -75,4 +75,25 @@ TkFlops tk_flops_mlp(int64_t N, int64_t d, int64_t f);
 TkFlops tk_flops_swiglu(int64_t N, int64_t d, int64_t f);
 TkFlops tk_flops_head(int64_t N, int64_t d, int64_t V);
 
+
+/* ---- tensor parallelism (docs/layers.md, "Tensor parallelism") ----
+ * The same figures for one rank of a tp group of size tp, Megatron's split: attention by
+ * heads (qkv column-parallel, wo row-parallel; tp divides H and Hkv), an MLP or SwiGLU
+ * by its hidden width (tp divides f), embedding and head by the vocabulary (tp divides
+ * V).  A row-parallel projection's bias and an embedding's learned positions are whole
+ * on every rank.  With tp = 1 each is the function above. */
+int64_t tk_params_attn_tp(const TkAttn *a, int bias, int64_t tp);
+int64_t tk_params_mlp_tp(int64_t d, int64_t f, int bias, int64_t tp);
+int64_t tk_params_swiglu_tp(int64_t d, int64_t f, int64_t tp);
+int64_t tk_params_embed_tp(int64_t V, int64_t d, int64_t S, int learned_pos, int64_t tp);
+int64_t tk_params_head_tp(int64_t V, int64_t d, int tied, int64_t tp);
+TkMem tk_mem_attn_tp(const TkAttn *a, int64_t tp);
+TkMem tk_mem_mlp_tp(int64_t N, int64_t f, int64_t tp);
+TkMem tk_mem_swiglu_tp(int64_t N, int64_t f, int64_t tp);
+TkMem tk_mem_head_tp(int64_t N, int64_t V, int64_t tp);
+TkFlops tk_flops_attn_tp(const TkAttn *a, int64_t tp);
+TkFlops tk_flops_mlp_tp(int64_t N, int64_t d, int64_t f, int64_t tp);
+TkFlops tk_flops_swiglu_tp(int64_t N, int64_t d, int64_t f, int64_t tp);
+TkFlops tk_flops_head_tp(int64_t N, int64_t d, int64_t V, int64_t tp);
+
 #endif

@@ -19,6 +19,7 @@ typedef struct {
 	int *in_off, *in_edges;   // CSR: edges entering each stage
 	int *out_off, *out_edges; // CSR: edges leaving each stage
 	unsigned char *eself;     // per edge: sent to self (a route joins a rank to itself)
+	PlanParts *parts;         // per stage, when tp > 1 (else NULL)
 } Vc;
 
 static int verr(Vc *v, int rank, int64_t op, const char *fmt, ...)
@@ -184,7 +185,7 @@ static int check_peers(Vc *v, unsigned char *seen)
 /* ALLREDUCE and TIEREDUCE: collectives, each alone in its group. */
 static int is_coll(int kind)
 {
-	return kind == OP_ALLREDUCE || kind == OP_TIEREDUCE;
+	return kind == OP_ALLREDUCE || kind == OP_TIEREDUCE || kind == OP_TPREDUCE;
 }
 
 static int check_groups(Vc *v)
@@ -516,6 +517,7 @@ typedef struct {
 	int *loc;           // stage -> local index or -1
 	int *eloc;          // edge -> local edge index or -1
 	uint8_t *st;        // [local stage][mb]: PLAN_DEP_MB bits
+	PlanPartState *ps;  // [local stage][mb]: how far its parts ran (tp > 1)
 	uint8_t *rcv;       // [local edge][mb][dir]: received
 	PlanStageDeps *sd;  // [local stage]
 	int embed, head;    // plan_tie's stages, or -1
@@ -595,6 +597,32 @@ static const char *p2p_rule(const Vc *v, Deps *d, const PlanOp *o)
 	return NULL;
 }
 
+/* A part of a tp > 1 stage (F, B, BW) or a TPREDUCE: the part rule, the first part's
+ * inputs along edges, a TPREDUCE's size, and the dependency rules once a whole
+ * forward or backward is done. */
+static const char *part_rule(const Vc *v, Deps *d, const PlanOp *o, char *x, size_t n)
+{
+	const PlanParts *pp = &v->parts[o->stage];
+	size_t at = (size_t)d->loc[o->stage] * d->m + o->mb;
+	PlanPartState *ps = &d->ps[at];
+	int dir = o->kind == OP_TPREDUCE ? o->dir : o->kind == OP_F ? DIR_ACT : DIR_GRAD;
+	int first = o->kind != OP_TPREDUCE && ps->step[dir] == 0;
+	if (o->kind == OP_TPREDUCE && o->part < pp->n[dir] &&
+	    o->bytes != pp->part[dir][o->part].reduce && pp->part[dir][o->part].reduce) {
+		snprintf(x, n, "its size differs from the part's all-reduce (%lld bytes)",
+		         (long long)pp->part[dir][o->part].reduce);
+		return x;
+	}
+	OpKind done;
+	const char *bad = plan_part_apply(pp, o, d->st[at], ps, &done);
+	if (!bad && first)
+		bad = edge_inputs(v, d, o, x, n);
+	if (!bad && done != OP_COUNT)
+		bad = plan_dep_apply(done, &d->st[at], &d->sd[d->loc[o->stage]],
+		                     tied_of(d, o->stage), d->m, d->dp);
+	return bad;
+}
+
 /* Op i of rank d->r against the dependency rules; 0 or -1 (reported). */
 static int dep_op(Vc *v, Deps *d, int64_t i)
 {
@@ -613,10 +641,22 @@ static int dep_op(Vc *v, Deps *d, int64_t i)
 		if (d->loc[s] < 0)
 			return verr(v, d->r, i, "%s: stage %d is not placed on rank %d (pp index %d)",
 			            opdesc(v, d->r, i, x, sizeof x), s, d->r, d->pp);
+		if (v->parts && o->kind != OP_W) {
+			bad = part_rule(v, d, o, x, sizeof x);
+			break;
+		}
 		bad = plan_dep_apply(plan_op_kind(o), &d->st[(size_t)d->loc[s] * d->m + o->mb],
 		                     &d->sd[d->loc[s]], tied_of(d, s), d->m, d->dp);
 		if (!bad)
 			bad = edge_inputs(v, d, o, x, sizeof x);
+		break;
+	case OP_TPREDUCE:
+		if (d->loc[s] < 0)
+			bad = "the stage is not on this rank";
+		else if (!v->parts)
+			bad = "a TPREDUCE in a plan with tp=1";
+		else
+			bad = part_rule(v, d, o, x, sizeof x);
 		break;
 	case OP_SEND:
 	case OP_RECV:
@@ -687,10 +727,12 @@ static int check_deps(Vc *v)
 		free(d.st);
 		free(d.rcv);
 		free(d.sd);
+		free(d.ps);
+		d.ps = calloc(v->parts ? (size_t)nloc * d.m + 1 : 1, sizeof *d.ps);
 		d.st = calloc((size_t)nloc * d.m + 1, 1);
 		d.rcv = calloc((size_t)neloc * d.m * 2 + 1, 1);
 		d.sd = calloc((size_t)nloc + 1, sizeof *d.sd);
-		if (!d.st || !d.rcv || !d.sd) {
+		if (!d.st || !d.rcv || !d.sd || !d.ps) {
 			verr(v, -1, -1, "out of memory");
 			goto out;
 		}
@@ -715,6 +757,7 @@ out:
 	free(d.loc);
 	free(d.eloc);
 	free(d.st);
+	free(d.ps);
 	free(d.rcv);
 	free(d.sd);
 	return rc;
@@ -770,6 +813,18 @@ int plan_verify(const Plan *p, PlanError *err)
 	for (int i = 0; i < p->nroutes; i++)
 		if (p->routes[i].src_rank == p->routes[i].dst_rank)
 			v.eself[p->routes[i].edge] = 1;
+	if (p->dims[DIM_TP] > 1) {
+		v.parts = calloc((size_t)p->nstages, sizeof *v.parts);
+		for (int s = 0; v.parts && s < p->nstages; s++)
+			if (plan_stage_parts(p, s, &v.parts[s])) {
+				for (int t = 0; t < s; t++)
+					plan_parts_free(&v.parts[t]);
+				free(v.parts);
+				v.parts = NULL;
+				rc = verr(&v, -1, -1, "out of memory");
+				goto out;
+			}
+	}
 	rc = check_routes(&v);
 	if (!rc)
 		rc = check_peers(&v, seen);
@@ -786,6 +841,9 @@ int plan_verify(const Plan *p, PlanError *err)
 	if (!rc)
 		rc = check_deps(&v);
 out:
+	for (int s = 0; v.parts && s < p->nstages; s++)
+		plan_parts_free(&v.parts[s]);
+	free(v.parts);
 	free(seen);
 	free(v.eself);
 	free(v.in_off);

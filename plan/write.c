@@ -129,6 +129,10 @@ static void put_op(Out *o, const PlanOp *op)
 		put_int(o, op->stage);
 		PUT_LIT(o, " ");
 		put_int(o, op->mb);
+		if (op->part) {
+			PUT_LIT(o, " part=");
+			put_int(o, op->part);
+		}
 		break;
 	case OP_SEND:
 	case OP_RECV:
@@ -168,6 +172,21 @@ static void put_op(Out *o, const PlanOp *op)
 		put_int(o, op->stage);
 		PUT_LIT(o, " with=");
 		put_int(o, op->peer);
+		PUT_LIT(o, " bytes=");
+		put_int(o, op->bytes);
+		PUT_LIT(o, " g=");
+		put_int(o, op->group);
+		break;
+	case OP_TPREDUCE:
+		if (op->dir == DIR_ACT)
+			PUT_LIT(o, " act s=");
+		else
+			PUT_LIT(o, " grad s=");
+		put_int(o, op->stage);
+		PUT_LIT(o, " m=");
+		put_int(o, op->mb);
+		PUT_LIT(o, " part=");
+		put_int(o, op->part);
 		PUT_LIT(o, " bytes=");
 		put_int(o, op->bytes);
 		PUT_LIT(o, " g=");
@@ -226,6 +245,9 @@ static void write_body(Out *o, const Plan *p)
 		put(o, "link ideal\n");
 	else
 		putf(o, "link latency_ns=%" PRId64 " bandwidth=%.17g\n", p->latency_ns, p->bandwidth);
+	if (p->dims[DIM_TP] > 1)
+		putf(o, "node per_node=%d latency_ns=%" PRId64 " bandwidth=%.17g\n", p->per_node,
+		     p->node_latency_ns, p->node_bandwidth);
 	if (p->optim.given)
 		put_optim(o, &p->optim);
 

@@ -516,6 +516,7 @@ static int run_compute(RtRank *r, const PlanOp *o, int step, int64_t *split)
 	case OP_RECV:
 	case OP_ALLREDUCE:
 	case OP_TIEREDUCE:
+	case OP_TPREDUCE: // rt_world_open refuses tp > 1 plans
 	case OP_COUNT:
 		break;
 	case OP_F:

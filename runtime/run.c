@@ -96,6 +96,11 @@ static int alloc_ranks(RtWorld *w)
 
 RtWorld *rt_world_open(const Plan *p, const RtOptions *o, char *err, size_t errn)
 {
+	if (p->dims[DIM_TP] > 1) { // the plan format and pipesim have tp; the runtime not yet
+		snprintf(err, errn, "piperun does not run tp>1 plans yet (this plan has tp=%d); "
+		         "pipesim simulates it", p->dims[DIM_TP]);
+		return NULL;
+	}
 	const char *name = o->backend ? o->backend : rt_backend_default();
 	if (rt_backend_check(name, err, errn))
 		return NULL;

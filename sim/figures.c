@@ -50,16 +50,18 @@ void sim_figures(S *s)
 				                                       s->ch[i].bytes, s->ch[i].transfers};
 		qsort(res->links, (size_t)res->nlinks, sizeof *res->links, cmp_link);
 	}
-	int nc = 0;
-	for (int i = 0; i < s->ncoll; i++)
-		nc += s->coll[i].count > 0;
-	res->collectives = calloc((size_t)(nc ? nc : 1), sizeof *res->collectives);
-	if (res->collectives)
-		for (int i = 0; i < s->ncoll; i++)
-			if (s->coll[i].count > 0)
-				res->collectives[res->ncollectives++] =
-				    (SimCollective){s->coll[i].members[0], s->coll[i].n, s->coll[i].total,
-				                    s->coll[i].count};
+	/* dp groups first in coll, then the tp groups (their own list) */
+	int ndp = s->ncoll - s->ntpcoll;
+	res->collectives = calloc((size_t)(ndp ? ndp : 1), sizeof *res->collectives);
+	res->tp = calloc((size_t)(s->ntpcoll ? s->ntpcoll : 1), sizeof *res->tp);
+	for (int i = 0; i < s->ncoll; i++) {
+		const Coll *c = &s->coll[i];
+		SimCollective x = {c->members[0], c->n, c->total, c->count};
+		if (c->count > 0 && i < ndp && res->collectives)
+			res->collectives[res->ncollectives++] = x;
+		else if (c->count > 0 && i >= ndp && res->tp)
+			res->tp[res->ntp++] = x;
+	}
 }
 
 /* Walks the binding predecessors back from the op that finished last. */
@@ -75,7 +77,9 @@ void sim_critical_path(S *s)
 		int64_t i = REF_OP(x);
 		const SimOpTime *t = &res->ranks[r].times[i];
 		const PlanOp *o = &s->p->ranks[r].ops[i];
-		int64_t c = plan_op_is_compute(o->kind) ? s->st[o->stage].cost[o->kind] : 0;
+		int64_t c = !plan_op_is_compute(o->kind) ? 0
+		            : s->tp > 1 ? plan_part_cost(&s->st[o->stage].parts, o, s->p->stages[o->stage].cost)
+		                        : s->st[o->stage].cost[o->kind];
 		if (n && path[n - 1].rank == r) {
 			SimPathStep *st = &path[n - 1];
 			st->first_op = i;

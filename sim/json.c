@@ -120,8 +120,13 @@ int sim_write_json(FILE *f, const Plan *p, const SimResult *res, const PlanError
 		           ", \"count\": %" PRId64 "}",
 		        i ? "," : "", res->collectives[i].first_rank, res->collectives[i].members,
 		        res->collectives[i].bytes, res->collectives[i].count);
-	fputs(res->ncollectives ? "\n  ],\n  \"critical_path\": [" : "],\n  \"critical_path\": [",
-	      f);
+	fputs(res->ncollectives ? "\n  ],\n  \"tp_allreduce\": [" : "],\n  \"tp_allreduce\": [", f);
+	for (int i = 0; i < res->ntp; i++)
+		fprintf(f, "%s\n    {\"first_rank\": %d, \"members\": %d, \"bytes\": %" PRId64
+		           ", \"count\": %" PRId64 "}",
+		        i ? "," : "", res->tp[i].first_rank, res->tp[i].members, res->tp[i].bytes,
+		        res->tp[i].count);
+	fputs(res->ntp ? "\n  ],\n  \"critical_path\": [" : "],\n  \"critical_path\": [", f);
 	for (int64_t i = 0; i < res->npath; i++) {
 		const SimPathStep *st = &res->path[i];
 		fprintf(f, "%s\n    {\"rank\": %d, \"first_op\": %" PRId64 ", \"last_op\": %" PRId64

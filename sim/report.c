@@ -58,14 +58,23 @@ int sim_report_summary(FILE *f, const Plan *p, const SimResult *res)
 	put_us(f, res->makespan);
 	fprintf(f, " us\nbubble     %.2f %%\nbusy       %.2f %% (mean over ranks)\n",
 	        100.0 * res->bubble, 100.0 * sim_busy(res, -1));
-	fprintf(f, "\n rank   busy %%   compute us      idle us   peak act bytes  peak act units\n");
+	/* model state: parameters, gradients (f32) and optimizer state of the rank's stages, as
+	 * the plan's per-rank figures give them (a tp rank's share) */
+	int state = 8 + plan_optim_state_bytes(p->optim.kind);
+	fprintf(f, "\n rank   busy %%   compute us      idle us   peak act bytes  peak act units"
+	           "  model state bytes\n");
 	for (int r = 0; r < res->world; r++) {
 		const SimRankResult *rr = &res->ranks[r];
+		int64_t model = 0;
+		for (int s = 0; s < p->nstages; s++)
+			if (p->stages[s].pp == p->ranks[r].coord[DIM_PP])
+				model += p->stages[s].params * state;
 		char busy[32], idle[32];
 		snprintf(busy, sizeof busy, "%" PRId64 ".%03d", rr->busy / 1000, (int)(rr->busy % 1000));
 		snprintf(idle, sizeof idle, "%" PRId64 ".%03d", rr->idle / 1000, (int)(rr->idle % 1000));
-		fprintf(f, "%5d %7.2f %12s %12s %16" PRId64 " %15" PRId64 "\n", r,
-		        100.0 * sim_busy(res, r), busy, idle, rr->peak_act_bytes, rr->peak_act_units);
+		fprintf(f, "%5d %7.2f %12s %12s %16" PRId64 " %15" PRId64 " %18" PRId64 "\n", r,
+		        100.0 * sim_busy(res, r), busy, idle, rr->peak_act_bytes, rr->peak_act_units,
+		        model);
 	}
 	if (res->nlinks) {
 		fprintf(f, "\nlinks (p2p)\n");
@@ -81,6 +90,14 @@ int sim_report_summary(FILE *f, const Plan *p, const SimResult *res)
 			           " all-reduces\n",
 			        res->collectives[i].first_rank, res->collectives[i].members,
 			        res->collectives[i].bytes, res->collectives[i].count);
+	}
+	if (res->ntp) {
+		fprintf(f, "\ntp all-reduce (per tp group, inside each stage)\n");
+		for (int i = 0; i < res->ntp; i++)
+			fprintf(f, "  group of rank %d (%d ranks): %" PRId64 " bytes in %" PRId64
+			           " all-reduces\n",
+			        res->tp[i].first_rank, res->tp[i].members, res->tp[i].bytes,
+			        res->tp[i].count);
 	}
 	if (res->npath) {
 		int64_t comp = 0;

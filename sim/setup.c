@@ -3,32 +3,39 @@
  * hashes, the dp collectives.  Run once per simulation, so nothing here is hot. */
 #include "sim_int.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* The collectives: the dp groups, one per rank whose dp coordinate is 0, then the pairs
- * holding the two copies of a table tied across pipeline ranks, one per rank on the
- * embedding's side, the embedding's rank first. */
-static int setup_colls(S *s)
+/* The collective groups along dim, one per rank whose coordinate there is 0, appended
+ * to s->coll; of[r] is rank r's group.  The dp groups come first, then the tp groups. */
+static int add_groups(S *s, int dim, int *of)
 {
 	const Plan *p = s->p;
-	int w = p->world;
-	for (int r = 0; r < w; r++) {
-		if (p->ranks[r].coord[DIM_DP] != 0)
+	for (int r = 0; r < p->world; r++) {
+		if (p->ranks[r].coord[dim] != 0)
 			continue;
 		Coll *c = &s->coll[s->ncoll];
-		c->members = sim_xcalloc(s, (size_t)p->dims[DIM_DP], sizeof *c->members);
+		c->members = sim_xcalloc(s, (size_t)p->dims[dim], sizeof *c->members);
 		if (!c->members)
 			return -1;
-		c->n = plan_dim_members(p, r, DIM_DP, c->members);
+		c->n = plan_dim_members(p, r, dim, c->members);
 		for (int j = 0; j < c->n; j++)
-			s->collof[c->members[j]] = s->ncoll;
+			of[c->members[j]] = s->ncoll;
 		s->ncoll++;
 	}
+	return 0;
+}
+
+/* The pairs holding the two copies of a table tied across pipeline ranks, one per rank
+ * on the embedding's side, the embedding's rank first; appended after the tp groups. */
+static int add_tie_pairs(S *s)
+{
+	const Plan *p = s->p;
 	plan_tie_across(p, &s->tie_e, &s->tie_h);
-	for (int r = 0; r < w; r++)
+	for (int r = 0; r < p->world; r++)
 		s->tieof[r] = -1;
-	for (int r = 0; r < w; r++) {
+	for (int r = 0; r < p->world; r++) {
 		int st, q = plan_tie_peer(p, r, &st);
 		if (q < 0 || st != s->tie_e)
 			continue;
@@ -39,6 +46,45 @@ static int setup_colls(S *s)
 		c->members[0] = r;
 		c->members[1] = q;
 		s->tieof[r] = s->tieof[q] = s->ncoll++;
+	}
+	return 0;
+}
+
+/* The overlap model at tp > 1: each stage's local (handed-over) edges, whose source's
+ * last TPREDUCE its first part waits for, and the part limit of the tp keys. */
+static int setup_local_edges(S *s, const unsigned char *self)
+{
+	const Plan *p = s->p;
+	for (int i = 0; i < p->nstages; i++)
+		for (int d = 0; d < DIR_COUNT; d++)
+			if (s->st[i].parts.n[d] >= 512) {
+				snprintf(s->res->message, sizeof s->res->message,
+				         "the overlap model takes stages of at most 511 parts; stage %d has %d",
+				         i, s->st[i].parts.n[d]);
+				s->failed = 1;
+				return -1;
+			}
+	for (int pass = 0; pass < 2; pass++) {
+		for (int e = 0; e < p->nedges; e++) {
+			const PlanEdge *ed = &p->edges[e];
+			if (p->stages[ed->src].pp != p->stages[ed->dst].pp || self[e])
+				continue;
+			StageInfo *a = &s->st[ed->src], *b = &s->st[ed->dst];
+			if (pass) {
+				a->ldst[a->nlout++] = ed->dst;
+				b->lsrc[b->nlin++] = ed->src;
+			} else {
+				a->nlout++;
+				b->nlin++;
+			}
+		}
+		for (int i = 0; !pass && i < p->nstages; i++) {
+			s->st[i].lsrc = sim_xcalloc(s, (size_t)s->st[i].nlin, sizeof(int));
+			s->st[i].ldst = sim_xcalloc(s, (size_t)s->st[i].nlout, sizeof(int));
+			s->st[i].nlin = s->st[i].nlout = 0;
+		}
+		if (s->failed)
+			return -1;
 	}
 	return 0;
 }
@@ -54,8 +100,10 @@ int sim_setup(S *s)
 	s->local_idx = sim_xcalloc(s, (size_t)p->nstages, sizeof *s->local_idx);
 	s->nlocal = sim_xcalloc(s, (size_t)p->dims[DIM_PP], sizeof *s->nlocal);
 	s->collof = sim_xcalloc(s, (size_t)w, sizeof *s->collof);
-	s->coll = sim_xcalloc(s, (size_t)w * 2, sizeof *s->coll);
+	s->coll = sim_xcalloc(s, 3 * (size_t)w, sizeof *s->coll);
+	s->tpof = sim_xcalloc(s, (size_t)w, sizeof *s->tpof);
 	s->tieof = sim_xcalloc(s, (size_t)w, sizeof *s->tieof);
+	s->tp = p->dims[DIM_TP];
 	s->work = sim_xcalloc(s, (size_t)w * 2, sizeof *s->work);
 	if (s->failed)
 		return -1;
@@ -68,6 +116,11 @@ int sim_setup(S *s)
 		}
 		if (ps->pp >= 0 && ps->pp < p->dims[DIM_PP])
 			s->local_idx[i] = s->nlocal[ps->pp]++;
+		if (s->tp > 1 && plan_stage_parts(p, i, &st->parts)) {
+			s->oom = s->failed = 1;
+			plan_oom_text(res->message, sizeof res->message, plan_total_ops(p), 0);
+			return -1;
+		}
 	}
 	if (s->opt.model == SIM_OVERLAP) {
 		/* Edges sent to self are received like remote ones. */
@@ -101,9 +154,16 @@ int sim_setup(S *s)
 				b->rin[b->nrin++] = e;
 			}
 		}
+		if (s->tp > 1 && setup_local_edges(s, self)) {
+			free(self);
+			return -1;
+		}
 		free(self);
 	}
-	if (setup_colls(s))
+	if (add_groups(s, DIM_DP, s->collof) || (s->tp > 1 && add_groups(s, DIM_TP, s->tpof)))
+		return -1;
+	s->ntpcoll = s->tp > 1 ? s->ncoll - p->world / p->dims[DIM_DP] : 0;
+	if (add_tie_pairs(s))
 		return -1;
 	if (s->opt.record_ops) {
 		s->pred = sim_xcalloc(s, (size_t)w, sizeof *s->pred);
@@ -114,6 +174,7 @@ int sim_setup(S *s)
 		Rk *k = &s->rk[r];
 		k->bind = k->cbind = REF_NONE;
 		k->ar_op = -1;
+		k->tp_op = -1;
 		int64_t n = p->ranks[r].nops;
 		if (s->opt.record_ops) {
 			SimOpTime *t = malloc((size_t)(n ? n : 1) * sizeof *t);
@@ -162,6 +223,9 @@ void sim_cleanup(S *s)
 		for (int i = 0; i < s->p->nstages; i++) {
 			free(s->st[i].rin);
 			free(s->st[i].rout);
+			plan_parts_free(&s->st[i].parts);
+			free(s->st[i].lsrc);
+			free(s->st[i].ldst);
 		}
 	}
 	free(s->st);
@@ -176,6 +240,7 @@ void sim_cleanup(S *s)
 		free(s->coll[i].members);
 	free(s->coll);
 	free(s->collof);
+	free(s->tpof);
 	free(s->tieof);
 	free(s->work);
 	if (s->pred)

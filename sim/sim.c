@@ -123,6 +123,8 @@ static int32_t pred_code(const S *s, int r, int64_t i, int64_t ref)
 		return (int32_t)((1 << PRED_BITS) | v);
 	if (o->kind == OP_ALLREDUCE)
 		return (int32_t)((2 << PRED_BITS) | q);
+	if (o->kind == OP_TPREDUCE)
+		return (int32_t)((3 << PRED_BITS) | q);
 	return -1;
 }
 
@@ -146,6 +148,16 @@ int64_t sim_pred_ref(const S *s, int r, int64_t i)
 		for (int64_t j = 0; j < pm->nops; j++)
 			if (pm->ops[j].kind == OP_ALLREDUCE && k-- == 0)
 				return REF(v, j);
+		return REF_NONE;
+	}
+	case 3: { // the member's TPREDUCE of the same stage, microbatch, direction and part
+		const PlanRank *pm = &s->p->ranks[v];
+		for (int64_t j = 0; j < pm->nops; j++) {
+			const PlanOp *x = &pm->ops[j];
+			if (x->kind == OP_TPREDUCE && x->stage == o->stage && x->mb == o->mb &&
+			    x->dir == o->dir && x->part == o->part)
+				return REF(v, j);
+		}
 		return REF_NONE;
 	}
 	}
@@ -484,6 +496,36 @@ static void post_p2p(S *s, int r, int64_t i, const PlanOp *o, int64_t t)
 		s->rk[r].pending++;
 }
 
+/* Member r's op i (o) arrives at collective c at time t; the first sets what the others
+ * must match.  Once all have, every member's posted op (ar_op, or tp_op for a tp group)
+ * completes when the last arrival and the ring time allow. */
+static void coll_arrive(S *s, Coll *c, int r, int64_t i, const PlanOp *o, int64_t t, int tp)
+{
+	if (c->arrived == 0) {
+		*c = (Coll){.n = c->n, .members = c->members, .count = c->count, .total = c->total,
+		            .stage = o->stage, .mb = o->mb, .part = o->part, .dir = o->dir,
+		            .bytes = o->bytes, .maxpost = t, .last_who = REF(r, i), .first_rank = r,
+		            .first_op = i};
+	} else if (t >= c->maxpost) {
+		c->maxpost = t;
+		c->last_who = REF(r, i);
+	}
+	if (++c->arrived < c->n)
+		return;
+	int64_t ns = tp ? plan_allreduce_ns(s->p, c->members, c->n, c->bytes)
+	                : sim_allreduce_ns(s->p, c->n, c->bytes);
+	int64_t end = sat_add(c->maxpost, ns);
+	c->arrived = 0;
+	c->count++;
+	c->total = sat_add(c->total, c->bytes);
+	for (int j = 0; j < c->n; j++) {
+		int m = c->members[j];
+		int64_t *op = tp ? &s->rk[m].tp_op : &s->rk[m].ar_op, x = *op;
+		*op = -1;
+		complete_op(s, m, x, end, c->last_who == REF(m, x) ? REF_KEEP : c->last_who, 1);
+	}
+}
+
 /* A collective: an ALLREDUCE over the rank's dp group, or a TIEREDUCE over the pair
  * holding the two copies of a tied table (their stages differ: the embedding's and the
  * head's).  It completes when every member has posted, after the link model's time. */
@@ -495,44 +537,37 @@ static void post_allreduce(S *s, int r, int64_t i, const PlanOp *o, int64_t t)
 		return;
 	}
 	Coll *c = &s->coll[tie ? s->tieof[r] : s->collof[r]];
-	Rk *k = &s->rk[r];
-	if (c->arrived == 0) {
-		c->stage = o->stage;
-		c->bytes = o->bytes;
-		c->maxpost = t;
-		c->last_who = REF(r, i);
-		c->first_rank = r;
-		c->first_op = i;
-	} else {
-		if ((o->stage != c->stage && !tie) || o->bytes != c->bytes) {
-			sim_mismatch(s, c->first_rank, c->first_op, r, i,
-			         tie ? "the two copies of a tied table are reduced with different sizes"
-			         : o->stage != c->stage
-			             ? "members of a dp group all-reduce different stages at the same point"
-			             : "members of a dp group all-reduce different sizes");
-			return;
-		}
-		if (t >= c->maxpost) {
-			c->maxpost = t;
-			c->last_who = REF(r, i);
-		}
-	}
-	k->ar_op = i;
-	k->pending++;
-	if (++c->arrived < c->n)
+	if (c->arrived && ((o->stage != c->stage && !tie) || o->bytes != c->bytes)) {
+		sim_mismatch(s, c->first_rank, c->first_op, r, i,
+		             tie ? "the two copies of a tied table are reduced with different sizes"
+		             : o->stage != c->stage
+		                 ? "members of a dp group all-reduce different stages at the same point"
+		                 : "members of a dp group all-reduce different sizes");
 		return;
-	int64_t end = sat_add(c->maxpost, sim_allreduce_ns(s->p, c->n, c->bytes));
-	c->arrived = 0;
-	c->count++;
-	c->total = sat_add(c->total, c->bytes);
-	for (int j = 0; j < c->n; j++) {
-		int m = c->members[j];
-		Rk *km = &s->rk[m];
-		int64_t ai = km->ar_op;
-		km->ar_op = -1;
-		int64_t keep = REF_KEEP;
-		complete_op(s, m, ai, end, c->last_who == REF(m, ai) ? keep : c->last_who, 1);
 	}
+	s->rk[r].ar_op = i;
+	s->rk[r].pending++;
+	coll_arrive(s, c, r, i, o, t, 0);
+}
+
+/* A TPREDUCE completes when every member of the rank's tp group has posted the one of
+ * the same stage, microbatch, direction and part (its identity, not its count: members
+ * that post different ones wait for each other forever, which the stall analysis shows
+ * as a cycle).  A member whose posted one differs from the group's stays parked. */
+static void post_tpreduce(S *s, int r, int64_t i, const PlanOp *o, int64_t t)
+{
+	Coll *c = &s->coll[s->tpof[r]];
+	s->rk[r].tp_op = i;
+	s->rk[r].pending++;
+	if (c->arrived &&
+	    (o->stage != c->stage || o->mb != c->mb || o->dir != c->dir || o->part != c->part))
+		return; // never completes: a deadlock
+	if (c->arrived && o->bytes != c->bytes) {
+		sim_mismatch(s, c->first_rank, c->first_op, r, i,
+		             "members of a tp group all-reduce different sizes");
+		return;
+	}
+	coll_arrive(s, c, r, i, o, t, 1);
 }
 
 /* Posts the group [i, end) at time t (end -1: find it).  take: the comm stream consumes
@@ -556,6 +591,10 @@ static int64_t post_group(S *s, int r, int64_t i, int64_t end, int64_t t, int ta
 			post_allreduce(s, r, x, o, t);
 			continue;
 		}
+		if (o->kind == OP_TPREDUCE) {
+			post_tpreduce(s, r, x, o, t);
+			continue;
+		}
 		if (take && o->kind == OP_SEND) {
 			HEnt *e = hfind(&k->h, send_key(s, o));
 			if (e)
@@ -576,17 +615,19 @@ static inline int64_t do_compute(S *s, int r, int64_t i, const PlanOp *o, int64_
 	int64_t end = start;
 	if (plan_op_is_compute(o->kind)) {
 		const StageInfo *st = &s->st[o->stage];
-		int64_t cost = st->cost[o->kind];
+		int64_t cost = s->tp > 1 ? plan_part_cost(&st->parts, o, s->p->stages[o->stage].cost)
+		                          : st->cost[o->kind];
 		end = sat_add(start, cost);
 		k->busy = sat_add(k->busy, cost);
-		k->mem = sat_add(k->mem, st->dmem[o->kind]);
+		k->mem = sat_add(k->mem, s->tp > 1 ? plan_part_mem(&st->parts, o) : st->dmem[o->kind]);
 		if (k->mem > k->peak_mem)
 			k->peak_mem = k->mem;
 		uint8_t makes = plan_ops[o->kind].makes; // a microbatch is live from F to its W
+		int last = s->tp == 1 || o->kind == OP_W || o->part + 1 >= st->parts.n[DIR_GRAD];
 		if (makes & PLAN_DEP_ACT) {
-			if (++k->units > k->peak_units)
+			if (o->part == 0 && ++k->units > k->peak_units)
 				k->peak_units = k->units;
-		} else if (makes & PLAN_DEP_WGRAD) {
+		} else if ((makes & PLAN_DEP_WGRAD) && last) {
 			k->units--;
 		}
 	}
@@ -686,10 +727,23 @@ static void run_compute(S *s, int r)
 		t = end;
 		k->cbind = REF(r, i);
 		progressed = 1;
-		/* What it produces for the comm stream. */
+		/* What it produces for the comm stream: with tp > 1 a part ending in a cut gives
+		 * its TPREDUCE's data, and only the last part (the TPREDUCE after it, if any,
+		 * in group_done) gives the stage's output. */
 		if (plan_op_is_compute(o->kind)) {
 			const StageInfo *st = &s->st[o->stage];
 			uint8_t makes = plan_ops[o->kind].makes;
+			int dir = o->kind == OP_F ? DIR_ACT : DIR_GRAD;
+			int parted = s->tp > 1 && o->kind != OP_W && o->part < st->parts.n[dir];
+			int red = parted && st->parts.part[dir][o->part].reduce;
+			int last = !parted || (o->part + 1 == st->parts.n[dir] && !red);
+			if (red && hput(s, &k->h, tp_key(KEY_DATA, o->stage, dir, o->part, o->mb), end,
+			                REF(r, i), 1))
+				return;
+			if (!last)
+				makes &= (uint8_t)~(PLAN_DEP_ACT | PLAN_DEP_GRAD);
+			if (parted && o->part + 1 != st->parts.n[dir])
+				makes &= (uint8_t)~PLAN_DEP_WGRAD;
 			if ((makes & PLAN_DEP_ACT) && st->nrout &&
 			    hput(s, &k->h, hkey(KEY_DATA, DIR_ACT, o->stage, o->mb), end, REF(r, i), st->nrout))
 				return;
@@ -733,6 +787,14 @@ static int group_ready(S *s, int r, int64_t i, int64_t *end, int64_t *t, int64_t
 				*t = e->time;
 				*bind = e->who;
 			}
+		} else if (o->kind == OP_TPREDUCE) {
+			HEnt *h = hfind(&k->h, tp_key(KEY_DATA, o->stage, o->dir, o->part, o->mb));
+			if (!h)
+				return 0;
+			if (h->time > *t) {
+				*t = h->time;
+				*bind = h->who;
+			}
 		} else if (o->kind == OP_ALLREDUCE || o->kind == OP_TIEREDUCE) {
 			int ls = local_stage(s, r, o->stage);
 			if (ls < 0)
@@ -749,6 +811,26 @@ static int group_ready(S *s, int r, int64_t i, int64_t *end, int64_t *t, int64_t
 	return 1;
 }
 
+/* A TPREDUCE of rank r completed at r's gmax: its result for the compute ops that wait
+ * for it (the next part; after the last, the backward's first part and the first parts
+ * of the local stages it hands its output to), and after the last part the stage's
+ * output for its sends.  1 when something was published, -1 out of memory. */
+static int tp_done(S *s, int r, const PlanOp *o)
+{
+	Rk *k = &s->rk[r];
+	const StageInfo *st = &s->st[o->stage];
+	int last = o->part + 1 >= st->parts.n[o->dir & 1];
+	int64_t refs = !last ? 1 : o->dir == DIR_ACT ? 1 + st->nlout : st->nlin;
+	int64_t outs = !last ? 0 : o->dir == DIR_ACT ? st->nrout : st->nrin;
+	if (refs && hput(s, &k->h, tp_key(KEY_AR, o->stage, o->dir, o->part, o->mb), k->gmax,
+	                 k->gmax_who, refs))
+		return -1;
+	if (outs && hput(s, &k->h, hkey(KEY_DATA, o->dir, o->stage, o->mb), k->gmax, k->gmax_who,
+	                 outs))
+		return -1;
+	return refs > 0;
+}
+
 /* The comm stream's group [i, gend) completed at gmax: publish its receives. */
 static int group_done(S *s, int r, int64_t i)
 {
@@ -762,7 +844,13 @@ static int group_done(S *s, int r, int64_t i)
 			key = hkey(KEY_RECV, o->dir, o->stage, o->mb);
 		else if (o->kind == OP_ALLREDUCE || o->kind == OP_TIEREDUCE)
 			key = hkey(KEY_AR, o->kind == OP_TIEREDUCE, o->stage, 0);
-		else
+		else if (o->kind == OP_TPREDUCE) {
+			int rc = tp_done(s, r, o);
+			if (rc < 0)
+				return -1;
+			any |= rc;
+			continue;
+		} else
 			continue;
 		if (hput(s, &k->h, key, k->gmax, k->gmax_who, 1))
 			return -1;
@@ -893,6 +981,7 @@ void sim_result_free(SimResult *res)
 	free(res->ranks);
 	free(res->links);
 	free(res->collectives);
+	free(res->tp);
 	free(res->path);
 	free(res->stuck);
 	free(res->cycle);

@@ -123,6 +123,8 @@ typedef struct {
 	SimLink *links;         // sorted by (src, dst)
 	int ncollectives;
 	SimCollective *collectives;
+	int ntp;                // tp all-reduce traffic, one entry per tp group (tp > 1)
+	SimCollective *tp;
 
 	int64_t npath;          // critical path, first stretch first (record_ops only)
 	SimPathStep *path;

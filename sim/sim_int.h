@@ -67,6 +67,7 @@ typedef struct {
 	int arrived;
 	int stage;
 	int64_t bytes;
+	int mb, part, dir;  // a tp group's: the TPREDUCE being posted (matched by these)
 	int64_t maxpost, last_who; // latest arrival and who it was
 	int first_rank;
 	int64_t first_op;
@@ -82,6 +83,7 @@ typedef struct {
 	int pending;       // unmatched ops of the posted group
 	int64_t gmax, gmax_who;
 	int64_t ar_op;     // its posted ALLREDUCE or TIEREDUCE, or -1
+	int64_t tp_op;     // its posted TPREDUCE, or -1
 	uint8_t state;
 	/* The overlap model's compute stream. */
 	uint8_t cstate;
@@ -100,6 +102,9 @@ typedef struct {
 	int64_t dmem[OP_COUNT]; // saved bytes an op allocates (+) or frees (-)
 	int nrin, nrout;   // remote in- and out-edges (overlap)
 	int *rin, *rout;
+	PlanParts parts;   // tp > 1: the stage's parts, which F, B, BW ops name
+	int nlin, nlout;   // local (handed-over) in- and out-edges (overlap, tp > 1)
+	int *lsrc, *ldst;  // their stages at the other end
 } StageInfo;
 
 typedef struct {
@@ -119,7 +124,10 @@ typedef struct {
 	Coll *coll;          // the dp groups, then the pairs of a table tied across ranks
 	int ncoll;
 	int *collof;         // rank -> its dp group
-	int *tieof;          // rank -> its tied-table pair, or -1
+	int ntpcoll;         // the tp groups follow the dp groups in coll
+	int *tpof;           // rank -> its tp group in coll
+	int tp;              // p->dims[DIM_TP]
+	int *tieof;          // rank -> its tied-table pair, or -1 (after the tp groups)
 	int tie_e, tie_h;    // plan_tie_across's stages, or -1
 	int *work;           // agent ids: rank * 2 + stream (0 rank/comm, 1 compute)
 	int64_t nwork;
@@ -184,11 +192,52 @@ static inline int local_stage(S *s, int r, int stage)
 	return s->local_idx[stage];
 }
 
+/* tp > 1 (overlap model): a part's data for its TPREDUCE (KEY_DATA) and the TPREDUCE's
+ * result (KEY_AR), keyed by stage, part, direction and microbatch; bit 29 of the index
+ * keeps them apart from the other keys (setup refuses stages of 512 parts or more). */
+#define TP_IDX(stage, part) ((1 << 29) | (((stage) & 0xFFFFF) << 9) | ((part) & 0x1FF))
+static inline uint64_t tp_key(int type, int stage, int dir, int part, int mb)
+{
+	return hkey(type, dir, TP_IDX(stage, part), mb);
+}
+
+/* The TPREDUCE after the last part of stage st's sequence in dir, or -1 when none. */
+static inline int tp_last_reduce(const StageInfo *st, int dir)
+{
+	int n = st->parts.n[dir];
+	return n > 0 && st->parts.part[dir][n - 1].reduce ? n - 1 : -1;
+}
+
+/* What a part of a tp > 1 stage consumes besides its receives: the TPREDUCE before it
+ * in its sequence; a backward's first part, its forward's last TPREDUCE; a first part,
+ * the last TPREDUCE of the local stages that hand it its input. */
+static inline int tp_consumed(S *s, const PlanOp *o, uint64_t *keys, int c, int n)
+{
+	const StageInfo *st = &s->st[o->stage];
+	int dir = o->kind == OP_F ? DIR_ACT : DIR_GRAD, last;
+	if (o->part > 0 && c < n)
+		return keys[c] = tp_key(KEY_AR, o->stage, dir, o->part - 1, o->mb), c + 1;
+	if (dir == DIR_GRAD && (last = tp_last_reduce(st, DIR_ACT)) >= 0 && c < n)
+		keys[c++] = tp_key(KEY_AR, o->stage, DIR_ACT, last, o->mb);
+	int nl = dir == DIR_ACT ? st->nlin : st->nlout;
+	for (int j = 0; j < nl && c < n; j++) {
+		int q = dir == DIR_ACT ? st->lsrc[j] : st->ldst[j];
+		if ((last = tp_last_reduce(&s->st[q], dir)) >= 0)
+			keys[c++] = tp_key(KEY_AR, q, dir, last, o->mb);
+	}
+	return c;
+}
+
 /* What compute op o consumes: up to n keys into keys[]; returns the count. */
 static inline int consumed_keys(S *s, const PlanOp *o, uint64_t *keys, int n)
 {
 	int c = 0;
 	uint16_t needs = plan_ops[o->kind].needs;
+	if (s->tp > 1 && plan_op_is_compute(plan_op_kind(o)) && o->kind != OP_W) {
+		c = tp_consumed(s, o, keys, c, n);
+		if (o->part > 0)
+			return c; // its receives are the first part's
+	}
 	if (needs & PLAN_DEP_IN_ACT) {
 		const StageInfo *st = &s->st[o->stage];
 		for (int j = 0; j < st->nrin && c < n; j++)

@@ -24,6 +24,7 @@ static int64_t find_op(const Plan *p, int r, int64_t from, int64_t skip, OpPred 
 typedef struct {
 	int kind, peer;
 	uint64_t key;
+	const PlanOp *op;
 } Want;
 
 static int want_p2p(const PlanOp *o, const void *arg)
@@ -41,6 +42,30 @@ static int want_ar(const PlanOp *o, const void *arg)
 {
 	return (o->kind == OP_ALLREDUCE || o->kind == OP_TIEREDUCE) &&
 	       hkey(KEY_AR, o->kind == OP_TIEREDUCE, o->stage, 0) == ((const Want *)arg)->key;
+}
+
+/* The TPREDUCE with the identity of the op in arg (stage, microbatch, direction, part). */
+static int want_tp(const PlanOp *o, const void *arg)
+{
+	const PlanOp *x = ((const Want *)arg)->op;
+	return o->kind == OP_TPREDUCE && o->stage == x->stage && o->mb == x->mb &&
+	       o->dir == x->dir && o->part == x->part;
+}
+
+/* The TPREDUCE whose result is key (tp_key KEY_AR). */
+static int want_tp_done(const PlanOp *o, const void *arg)
+{
+	return o->kind == OP_TPREDUCE &&
+	       tp_key(KEY_AR, o->stage, o->dir, o->part, o->mb) == ((const Want *)arg)->key;
+}
+
+/* The part whose data a TPREDUCE (in arg) all-reduces. */
+static int want_tp_part(const PlanOp *o, const void *arg)
+{
+	const PlanOp *x = ((const Want *)arg)->op;
+	int dir = o->kind == OP_F ? DIR_ACT : DIR_GRAD;
+	return (o->kind == OP_F || o->kind == OP_B || o->kind == OP_BW) && o->stage == x->stage &&
+	       o->mb == x->mb && dir == x->dir && o->part == x->part;
 }
 
 static int want_recv_key(const PlanOp *o, const void *arg)
@@ -72,6 +97,8 @@ static int unmatched(S *s, int r, int64_t i)
 	const PlanOp *o = &s->p->ranks[r].ops[i];
 	if (o->kind == OP_ALLREDUCE || o->kind == OP_TIEREDUCE)
 		return s->rk[r].ar_op == i;
+	if (o->kind == OP_TPREDUCE)
+		return s->rk[r].tp_op == i;
 	if (o->kind == OP_SEND && s->opt.eager)
 		return 0;
 	int recv = o->kind == OP_RECV;
@@ -117,6 +144,29 @@ static int64_t agent_next_post(S *s, int a)
 	return k->state == AG_MATCH ? k->gend : k->pc;
 }
 
+/* Rank r's TPREDUCE x waits for the members that have not posted the same one (edge
+ * number *e onwards); 1 with w and to filled when the idx-th edge is among them. */
+static int tp_edge(S *s, int r, int64_t x, int *e, int idx, SimWait *w, int *to, uint8_t stream)
+{
+	const Plan *p = s->p;
+	const Coll *c = &s->coll[s->tpof[r]];
+	uint8_t cstream = s->opt.model == SIM_STRICT ? SIM_STREAM_RANK : SIM_STREAM_COMM;
+	Want wt = {.op = &p->ranks[r].ops[x]};
+	for (int j = 0; j < c->n; j++) {
+		int m = c->members[j];
+		int64_t mi = s->rk[m].tp_op;
+		if (m == r || (mi >= 0 && want_tp(&p->ranks[m].ops[mi], &wt)))
+			continue; // arrived with the same one
+		if ((*e)++ != idx)
+			continue;
+		int64_t y = find_op(p, m, agent_next_post(s, m * 2), 0, want_tp, &wt);
+		*w = (SimWait){{r, x, stream}, {m, y, cstream}, {m, -1, cstream}};
+		*to = m * 2;
+		return 1;
+	}
+	return 0;
+}
+
 /* The edges of agent a, in order; fills w for the idx-th.  0 when none left. */
 static int agent_edge(S *s, int a, int idx, SimWait *w, int *to)
 {
@@ -139,9 +189,10 @@ static int agent_edge(S *s, int a, int idx, SimWait *w, int *to)
 			if (e++ != idx)
 				continue;
 			Want wt = {.key = keys[j]};
-			int64_t y = (keys[j] >> 62) == KEY_AR
-			                ? find_op(p, r, k->pc, 0, want_ar, &wt)
-			                : find_op(p, r, k->pc, 0, want_recv_key, &wt);
+			int tpk = (keys[j] >> 62) == KEY_AR && ((keys[j] >> 31) & (1u << 29));
+			int64_t y = tpk                         ? find_op(p, r, k->pc, 0, want_tp_done, &wt)
+			            : (keys[j] >> 62) == KEY_AR ? find_op(p, r, k->pc, 0, want_ar, &wt)
+			                                        : find_op(p, r, k->pc, 0, want_recv_key, &wt);
 			*w = (SimWait){{r, k->cpc, stream}, {r, y, cstream}, {r, -1, cstream}};
 			*to = r * 2;
 			return 1;
@@ -159,6 +210,11 @@ static int agent_edge(S *s, int a, int idx, SimWait *w, int *to)
 				if (hfind(&k->h, wt.key))
 					continue;
 				y = find_op(p, r, k->cpc, 0, want_producer, &wt);
+			} else if (o->kind == OP_TPREDUCE) {
+				if (hfind(&k->h, tp_key(KEY_DATA, o->stage, o->dir, o->part, o->mb)))
+					continue;
+				wt.op = o;
+				y = find_op(p, r, k->cpc, 0, want_tp_part, &wt);
 			} else if (o->kind == OP_ALLREDUCE || o->kind == OP_TIEREDUCE) {
 				int ls = local_stage(s, r, o->stage);
 				if (ls < 0 || k->wdone[ls] >= p->microbatches)
@@ -181,6 +237,11 @@ static int agent_edge(S *s, int a, int idx, SimWait *w, int *to)
 		if (!unmatched(s, r, x))
 			continue;
 		const PlanOp *o = &pr->ops[x];
+		if (o->kind == OP_TPREDUCE) {
+			if (tp_edge(s, r, x, &e, idx, w, to, stream))
+				return 1;
+			continue;
+		}
 		if (o->kind == OP_ALLREDUCE || o->kind == OP_TIEREDUCE) {
 			int tie = o->kind == OP_TIEREDUCE;
 			if (tie && s->tieof[r] < 0)

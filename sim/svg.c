@@ -559,8 +559,9 @@ static void pic_group(Pic *c, int r, int64_t i, int64_t j)
 	/* the part of each op spent moving data, darker */
 	for (int64_t k = i; k < j && !stuck; k++) {
 		const PlanOp *o = &pr->ops[k];
-		int64_t d = o->kind == OP_ALLREDUCE   ? sim_allreduce_ns(p, p->dims[DIM_DP], o->bytes)
+		int64_t d = o->kind == OP_ALLREDUCE    ? sim_allreduce_ns(p, p->dims[DIM_DP], o->bytes)
 		            : o->kind == OP_TIEREDUCE ? sim_allreduce_ns(p, 2, o->bytes)
+		            : o->kind == OP_TPREDUCE  ? plan_tp_allreduce_ns(p, (int)(pr - p->ranks), o->bytes)
 		                                      : plan_transfer_ns(p, o->bytes);
 		int64_t a = t[k].end - d < t[i].start ? t[i].start : t[k].end - d;
 		double xa = c->left + warp_x(&c->wp, a), xb = c->left + warp_x(&c->wp, t[k].end);

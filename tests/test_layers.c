@@ -330,6 +330,78 @@ static void layers__transformer_rows__match_tfcount(void **state)
 	assert_true(c.params == 0 && c.save_fb == 0 && c.save_fw == 0 && c.flops[0] == 0);
 }
 
+
+/* Tensor parallelism in the layer table: at tp = 1 every row is its whole figures with no
+ * all-reduce; at tp = T a split row's FLOPs are the whole's / T exactly, its split
+ * parameters / T with the rest whole, and it names the all-reduces Megatron places
+ * (forward after a row-parallel output, backward after a column-parallel input); a whole
+ * row is unchanged.  Loops over the table: every split kind must be met. */
+static void layers__tp_figures__divide_as_split(void **state)
+{
+	(void)state;
+	enum { B = 2, S = 8, D = 16, H = 4, HKV = 2, F = 40, V = 24, T = 2 };
+	int64_t N = B * S;
+	LayerShape sh = {N, B, S, V};
+	uint32_t bias = LAYER_FLAG(LAYER_KEY_BIAS);
+	const PlanLayer rows[LAYER_COUNT] = {
+	    [LAYER_LINEAR] = {LAYER_LINEAR, D, D, 0, 0, 0, 0, 0},
+	    [LAYER_RELU] = {LAYER_RELU, D, D, 0, 0, 0, 0, 0},
+	    [LAYER_GELU] = {LAYER_GELU, D, D, 0, 0, 0, 0, 0},
+	    [LAYER_MSE] = {LAYER_MSE, D, D, 0, 0, 0, 0, 0},
+	    [LAYER_EMBED] = {LAYER_EMBED, 1, D, 0, 0, 0, 0, LAYER_FLAG(LAYER_KEY_POSITIONS)},
+	    [LAYER_LAYERNORM] = {LAYER_LAYERNORM, D, D, 0, 0, 0, 0, 0},
+	    [LAYER_RMSNORM] = {LAYER_RMSNORM, D, D, 0, 0, 0, 0, 0},
+	    [LAYER_ATTN] = {LAYER_ATTN, D, D, H, HKV, 0, 0, bias | LAYER_FLAG(LAYER_KEY_ROPE)},
+	    [LAYER_MLP] = {LAYER_MLP, D, D, 0, 0, F, 0, bias},
+	    [LAYER_SWIGLU] = {LAYER_SWIGLU, D, D, 0, 0, F, 0, 0},
+	    [LAYER_RESIDUAL] = {LAYER_RESIDUAL, D, D, 0, 0, 0, 2, 0},
+	    [LAYER_HEAD] = {LAYER_HEAD, D, V, 0, 0, 0, 0, 0},
+	    [LAYER_XENT] = {LAYER_XENT, V, V, 0, 0, 0, 0, 0},
+	};
+	/* parameters that stay whole on every rank */
+	const int64_t whole[LAYER_COUNT] = {[LAYER_EMBED] = S * D, [LAYER_ATTN] = D,
+	                                    [LAYER_MLP] = D};
+	int seen[LAYER_TP_COUNT] = {0};
+	for (int k = 0; k < LAYER_COUNT; k++) {
+		const PlanLayer *l = &rows[k];
+		LayerCost one = plan_layer_figures(l, &sh), a = plan_layer_figures_tp(l, &sh, 1);
+		assert_memory_equal(&one, &a, sizeof one);
+		assert_true(one.tp_bytes[0] == 0 && one.tp_bytes[1] == 0);
+		LayerCost t = plan_layer_figures_tp(l, &sh, T);
+		char why[96];
+		assert_null(plan_layer_tp_check(l, &sh, T, why, sizeof why));
+		LayerTp split = plan_layers[k].tp;
+		seen[split]++;
+		if (split == LAYER_TP_WHOLE) {
+			assert_memory_equal(&one, &t, sizeof one);
+			continue;
+		}
+		for (int f = 0; f < 3; f++)
+			assert_true(t.flops[f] * T == one.flops[f]);
+		assert_int_equal(t.params, (one.params - whole[k]) / T + whole[k]);
+		int64_t ts = t.save_fb + t.save_fw + t.save_bw, os = one.save_fb + one.save_fw + one.save_bw;
+		assert_true(k == LAYER_EMBED ? ts == os : ts < os); // an embedding keeps only the tokens
+		int fwd = k != LAYER_HEAD, bwd = k == LAYER_ATTN || k == LAYER_MLP ||
+		                                 k == LAYER_SWIGLU || k == LAYER_HEAD;
+		assert_int_equal(t.tp_bytes[0], !fwd ? 0 : k == LAYER_XENT ? N * 3 * 4 : N * D * 4);
+		assert_int_equal(t.tp_bytes[1], bwd ? N * D * 4 : 0);
+	}
+	for (int s = 0; s < LAYER_TP_COUNT; s++)
+		assert_true(seen[s] > 0);
+	/* what tp must divide */
+	char why[96];
+	PlanLayer at = rows[LAYER_ATTN];
+	at.kv_heads = 1;
+	assert_non_null(plan_layer_tp_check(&at, &sh, 2, why, sizeof why));
+	assert_string_equal(why, "the number of key/value heads (1)");
+	assert_string_equal(plan_layer_tp_check(&rows[LAYER_ATTN], &sh, 3, why, sizeof why),
+	                    "the number of heads (4)");
+	assert_string_equal(plan_layer_tp_check(&rows[LAYER_SWIGLU], &sh, 3, why, sizeof why),
+	                    "the hidden width (40)");
+	assert_string_equal(plan_layer_tp_check(&rows[LAYER_HEAD], &sh, 5, why, sizeof why),
+	                    "the vocabulary (24)");
+	assert_null(plan_layer_tp_check(&rows[LAYER_LINEAR], &sh, 7, why, sizeof why));
+}
 static char *slurp(const char *path)
 {
 	FILE *f = fopen(path, "rb");
@@ -721,6 +793,7 @@ int main(void)
 		cmocka_unit_test(ops__dep_rules__tie_reduce_after_last_w_before_step),
 		cmocka_unit_test(plan__tie_across_ranks__read_and_verified),
 		cmocka_unit_test(ops__group_end__spans_one_group),
+		cmocka_unit_test(layers__tp_figures__divide_as_split),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -473,6 +473,127 @@ static void emit__torch_csv__pytorch_names(void **state)
 	plan_free(p);
 }
 
+
+/* A small GPT on pp=2 dp=2 tp=T: s0 = embedding and L0 layers, s1 = L1 layers, norm,
+ * head and loss; every layer is attention then MLP, each in a residual. */
+static char *gpt_program(int tp, int l0, int l1, const char *schedule)
+{
+	static char buf[2048];
+	snprintf(buf, sizeof buf,
+	         "pipeline g;\nmesh pp=2 dp=2 tp=%d;\nmicrobatches 4;\n"
+	         "input tokens 2x16 vocab=64;\n"
+	         "block gpt { residual { layernorm; attention heads=4 bias; }\n"
+	         "            residual { layernorm; mlp 128 bias; } }\n"
+	         "stage s0 { embed 32 positions; gpt x %d; }\n"
+	         "stage s1 { gpt x %d; layernorm; head; loss xent; }\n"
+	         "schedule %s;\ncost * f=100 b=100 w=100;\n",
+	         tp, l0, l1, schedule);
+	return buf;
+}
+
+/* Megatron's all-reduces, counted from the program: forward after the embedding, each
+ * attention, each MLP and the loss; backward after each attention, each MLP and the
+ * head.  A stage has one more part than cuts unless its last layer (forward) or first
+ * (backward) ends in one. */
+static void lower__tp__reduce_counts_from_formula(void **state)
+{
+	(void)state;
+	const char *scheds[] = {"1f1b", "gpipe", "zbh1"};
+	const int tps[] = {2, 4};
+	for (int si = 0; si < 3; si++)
+		for (int ti = 0; ti < 2; ti++)
+			for (int l0 = 1; l0 <= 2; l0++) {
+				int l1 = 3 - l0, m = 4, tp = tps[ti];
+				Plan *p = compile_text(gpt_program(tp, l0, l1, scheds[si]), NULL, NULL, 0);
+				assert_non_null(p);
+				int fwd[2] = {1 + 2 * l0, 2 * l1 + 1}; // embedding / loss
+				int bwd[2] = {2 * l0, 2 * l1 + 1};     // head
+				int fparts[2] = {fwd[0], fwd[1]};      // both stages end in a cut
+				int bparts[2] = {bwd[0] + 1, bwd[1] + 1}; // neither begins with one
+				assert_int_equal(p->world, 2 * 2 * tp);
+				for (int r = 0; r < p->world; r++) {
+					int q = p->ranks[r].coord[DIM_PP];
+					int64_t act = 0, grad = 0, back = 0;
+					for (int64_t i = 0; i < p->ranks[r].nops; i++) {
+						const PlanOp *o = &p->ranks[r].ops[i];
+						act += o->kind == OP_TPREDUCE && o->dir == DIR_ACT;
+						grad += o->kind == OP_TPREDUCE && o->dir == DIR_GRAD;
+						back += o->kind == OP_B || o->kind == OP_BW;
+						if (o->kind == OP_TPREDUCE)
+							assert_true(o->bytes == 2 * 16 * 32 * 4 || o->bytes == 2 * 16 * 3 * 4);
+					}
+					assert_int_equal(act, m * fwd[q]);
+					assert_int_equal(grad, m * bwd[q]);
+					assert_int_equal(count_ops(p, r, OP_F, -1), m * fparts[q]);
+					assert_int_equal(back, m * bparts[q]);
+					assert_int_equal(count_ops(p, r, OP_W, -1), strcmp(scheds[si], "zbh1") ? 0 : m);
+					/* every member of the tp group runs the same list */
+					int c[DIM_COUNT];
+					memcpy(c, p->ranks[r].coord, sizeof c);
+					c[DIM_TP] = 0;
+					const PlanRank *a = &p->ranks[plan_rank_of(p, c)], *b = &p->ranks[r];
+					assert_int_equal(a->nops, b->nops);
+					for (int64_t i = 0; i < a->nops; i++) {
+						assert_int_equal(a->ops[i].kind, b->ops[i].kind);
+						assert_int_equal(a->ops[i].stage, b->ops[i].stage);
+						assert_int_equal(a->ops[i].mb, b->ops[i].mb);
+						assert_int_equal(a->ops[i].part, b->ops[i].part);
+					}
+				}
+				PlanError err;
+				assert_int_equal(plan_verify(p, &err), 0);
+				plan_free(p);
+			}
+	/* tp = 1: no TPREDUCE and no part */
+	Plan *p = compile_text(gpt_program(1, 1, 2, "1f1b"), NULL, NULL, 0);
+	assert_non_null(p);
+	for (int r = 0; r < p->world; r++) {
+		assert_int_equal(count_ops(p, r, OP_TPREDUCE, -1), 0);
+		for (int64_t i = 0; i < p->ranks[r].nops; i++)
+			assert_int_equal(p->ranks[r].ops[i].part, 0);
+	}
+	plan_free(p);
+}
+
+/* Per-rank parameters at tp: the split layers' weights divided by tp, the row-parallel
+ * biases, positions and norms whole; the dp all-reduce moves a rank's share. */
+static void lower__tp__params_divided(void **state)
+{
+	(void)state;
+	const int64_t d = 32, f = 128, V = 64, S = 16;
+	for (int tp = 1; tp <= 4; tp *= 2) {
+		Plan *p = compile_text(gpt_program(tp, 1, 1, "1f1b"), NULL, NULL, 0);
+		assert_non_null(p);
+		int64_t attn = (d * 3 * d + 3 * d) / tp + d * d / tp + d;
+		int64_t mlp = (d * f + f) / tp + f / tp * d + d;
+		int64_t layer = 2 * 2 * d + attn + mlp;
+		assert_int_equal(p->stages[0].params, V / tp * d + S * d + layer);
+		assert_int_equal(p->stages[1].params, layer + 2 * d + V / tp * d);
+		for (int r = 0; r < p->world; r++)
+			for (int64_t i = 0; i < p->ranks[r].nops; i++)
+				if (p->ranks[r].ops[i].kind == OP_ALLREDUCE)
+					assert_int_equal(p->ranks[r].ops[i].bytes,
+					                 p->stages[p->ranks[r].ops[i].stage].params * 4);
+		/* write -> read -> write is byte-identical with TPREDUCE and part= */
+		size_t na = 0, nb = 0;
+		char *a = plan_text(p, &na);
+		FILE *in = fmemopen(a, na, "r");
+		PlanError err;
+		Plan *q = plan_read(in, "mem", &err);
+		fclose(in);
+		if (!q)
+			fail_msg("line %lld: %s", (long long)err.line, err.msg);
+		assert_int_equal(plan_verify(q, &err), 0);
+		char *b = plan_text(q, &nb);
+		assert_int_equal(na, nb);
+		assert_memory_equal(a, b, na);
+		assert_int_equal(q->per_node, tp > 1 ? 8 : 0); // the node line comes with tp > 1
+		free(a);
+		free(b);
+		plan_free(q);
+		plan_free(p);
+	}
+}
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -486,6 +607,8 @@ int main(void)
 		cmocka_unit_test(lower__self_send__one_group_and_verified),
 		cmocka_unit_test(lower__bad_placement__diagnosed),
 		cmocka_unit_test(emit__torch_csv__pytorch_names),
+		cmocka_unit_test(lower__tp__reduce_counts_from_formula),
+		cmocka_unit_test(lower__tp__params_divided),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

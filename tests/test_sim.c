@@ -321,6 +321,82 @@ static void sim__bad_corpus__deadlocks_with_cycle(void **state)
 	}
 }
 
+
+/* Tensor parallelism: a TPREDUCE completes when every member of the tp group posts the
+ * same one.  Hand-edited plans that verify but deadlock: members all-reducing different
+ * microbatches first (a 2-cycle of TPREDUCEs), and a cycle through two tp groups and two
+ * pipeline transfers; in both timing models. */
+static void sim__tp_plans__collectives_and_cycles(void **state)
+{
+	(void)state;
+	Plan *p = read_plan("tests/plans/good/tp2.plan");
+	PlanError e;
+	if (plan_verify(p, &e))
+		fail_msg("tp2: %s", e.msg);
+	SimResult res;
+	SimOptions o = {.model = SIM_STRICT, .record_ops = 1};
+	assert_int_equal(sim_run(p, &o, &res), 0);
+	assert_int_equal(res.ntp, 2); // two tp groups: {0, 1} on stage 0, {2, 3} on stage 1
+	/* 2 microbatches: stage 0 has 2 forward and 1 backward all-reduces, stage 1 2 and 2 */
+	assert_int_equal(res.tp[0].count, 2 * (2 + 1));
+	assert_int_equal(res.tp[1].count, 2 * (2 + 2));
+	assert_int_equal(res.tp[0].members, 2);
+	/* compute is the stage costs, split over parts without loss */
+	for (int r = 0; r < p->world; r++)
+		assert_int_equal(res.ranks[r].busy, 2 * (p->stages[0].cost[0] + p->stages[0].cost[1] +
+		                                              p->stages[0].cost[2]));
+	int64_t strict = res.makespan;
+	sim_result_free(&res);
+	o.model = SIM_OVERLAP; // the parts wait for their TPREDUCEs across the two streams
+	assert_int_equal(sim_run(p, &o, &res), 0);
+	assert_true(res.makespan > 0 && res.makespan <= strict);
+	assert_int_equal(res.tp[1].count, 2 * (2 + 2));
+	for (int r = 0; r < p->world; r++)
+		assert_int_equal(res.ranks[r].busy, 2 * (p->stages[0].cost[0] + p->stages[0].cost[1] +
+		                                              p->stages[0].cost[2]));
+	sim_result_free(&res);
+	plan_free(p);
+
+	static const DeadlockCase cases[] = {
+	    {"tp_order", 0, 2,
+	     {"rank 2 TPREDUCE grad s=1 m=0 part=0 bytes=64 g=6 (line 86) waits for rank 3 TPREDUCE "
+	      "grad s=1 m=0 part=0",
+	      "rank 3 TPREDUCE grad s=1 m=1 part=0 bytes=64 g=6 (line 111) waits for rank 2 "
+	      "TPREDUCE grad s=1 m=1 part=0",
+	      "wait-for cycle (2 edges)"}},
+	    {"tp_pp_cycle", 0, 4,
+	     {"rank 0 TPREDUCE act s=0 m=1 part=0 bytes=64 g=3 (line 39) waits for rank 1 TPREDUCE",
+	      "rank 1 RECV grad e=0 m=0 from=3 bytes=64 g=3 r=3 (line 59) waits for rank 3 SEND grad",
+	      "rank 3 TPREDUCE grad s=1 m=0 part=0 bytes=64 g=3 (line 106) waits for rank 2 "
+	      "TPREDUCE"}},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		char path[256];
+		snprintf(path, sizeof path, "tests/plans/bad/%s.plan", cases[i].file);
+		p = read_plan(path);
+		if (plan_verify(p, &e))
+			fail_msg("%s: %s", path, e.msg);
+		for (int run = 0; run < 4; run++) {
+			o = (SimOptions){.model = run / 2 ? SIM_OVERLAP : SIM_STRICT, .record_ops = 1,
+			                 .eager = run % 2};
+			assert_int_equal(sim_run(p, &o, &res), 1);
+			assert_int_equal(res.verdict, SIM_DEADLOCK);
+			assert_int_equal(res.ncycle, cases[i].ncycle);
+			for (int k = 0; k < res.ncycle; k++) {
+				const SimWait *w = &res.cycle[k], *nx = &res.cycle[(k + 1) % res.ncycle];
+				assert_int_equal(w->on.rank, nx->from.rank);
+				assert_int_equal(w->behind.op, nx->from.op);
+			}
+			char *txt = failure_text(p, &res);
+			for (int k = 0; k < 3 && o.model == SIM_STRICT; k++)
+				assert_contains(txt, cases[i].needles[k]);
+			assert_contains(txt, o.model == SIM_STRICT ? "rank 3 TPREDUCE" : "rank 3 comm TPREDUCE");
+			free(txt);
+			sim_result_free(&res);
+		}
+		plan_free(p);
+	}
+}
 /* Without the verifier, the run itself still catches pairing errors with both ops. */
 static void sim__unverified_mismatch__run_names_both_ops(void **state)
 {
@@ -1041,6 +1117,7 @@ int main(void)
 	    cmocka_unit_test(sim__overlap_model__hides_transfers_strict_does_not),
 	    cmocka_unit_test(sim__bad_corpus__verifier_names_both_ops),
 	    cmocka_unit_test(sim__bad_corpus__deadlocks_with_cycle),
+	    cmocka_unit_test(sim__tp_plans__collectives_and_cycles),
 	    cmocka_unit_test(sim__unverified_mismatch__run_names_both_ops),
 	    cmocka_unit_test(sim__good_plans__run_in_both_models),
 	    cmocka_unit_test(sim__reports__json_trace_svg_grid),

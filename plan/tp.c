@@ -1,0 +1,202 @@
+/* Tensor parallelism inside a stage: its parts, the rule that orders them, and their
+ * costs.  A part is a run of the stage's layers between two tp all-reduces; which
+ * layers end in one is the layer table's tp_bytes (plan/layer.c), so the compiler, the
+ * simulator and the runtime cut a stage the same way from its layer list and tp alone.
+ * A stage's F, B and W costs are shared out over its parts by their layers' FLOPs
+ * (evenly when the stage has none of a kind), cumulatively rounded, so the parts of a
+ * stage sum to its costs exactly.  Saved bytes are the parts' own layers'. */
+#include "plan.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void plan_parts_free(PlanParts *pp)
+{
+	for (int d = 0; d < DIR_COUNT; d++) {
+		free(pp->part[d]);
+		pp->part[d] = NULL;
+		pp->n[d] = 0;
+	}
+}
+
+/* Shares cost over the parts by w[k] (their FLOPs of that kind), cumulatively. */
+static void share(PlanPart *pt, int n, int k, int64_t cost, const double *w)
+{
+	double total = 0, acc = 0;
+	for (int i = 0; i < n; i++)
+		total += w[i];
+	int64_t given = 0;
+	for (int i = 0; i < n; i++) {
+		acc += total > 0 ? w[i] : 1;
+		double frac = acc / (total > 0 ? total : n);
+		int64_t upto = i == n - 1 ? cost : (int64_t)llround((double)cost * frac);
+		if (upto < given)
+			upto = given;
+		pt[i].cost[k] = upto - given;
+		given = upto;
+	}
+}
+
+int plan_stage_parts(const Plan *p, int s, PlanParts *pp)
+{
+	const PlanStage *st = &p->stages[s];
+	int tp = p->dims[DIM_TP], nl = st->nlayers;
+	LayerShape sh = plan_shape(p);
+	memset(pp, 0, sizeof *pp);
+	LayerCost *lc = calloc((size_t)nl + 1, sizeof *lc);
+	double *w = calloc(2 * ((size_t)nl + 1), sizeof *w);
+	for (int d = 0; d < DIR_COUNT; d++)
+		pp->part[d] = calloc((size_t)nl + 1, sizeof *pp->part[d]);
+	if (!lc || !w || !pp->part[0] || !pp->part[1]) {
+		free(lc);
+		free(w);
+		plan_parts_free(pp);
+		return -1;
+	}
+	for (int l = 0; l < nl; l++)
+		lc[l] = plan_layer_figures_tp(&st->layers[l], &sh, tp);
+	for (int d = 0; d < DIR_COUNT; d++) {
+		PlanPart *pt = pp->part[d];
+		int n = 0;
+		pt[0] = (PlanPart){.first = d == DIR_ACT ? 0 : nl};
+		for (int j = 0; j < nl; j++) {
+			int l = d == DIR_ACT ? j : nl - 1 - j;
+			PlanPart *c = &pt[n];
+			if (d == DIR_ACT)
+				c->n++;
+			else
+				c->first = l, c->n++;
+			for (int k = 0; k < 3; k++)
+				c->save[k] += k == 0 ? lc[l].save_fb : k == 1 ? lc[l].save_fw : lc[l].save_bw;
+			if (lc[l].tp_bytes[d] > 0) {
+				c->reduce = lc[l].tp_bytes[d];
+				if (j + 1 < nl)
+					pt[++n] = (PlanPart){.first = d == DIR_ACT ? l + 1 : l};
+			}
+		}
+		pp->n[d] = n + 1;
+		/* Costs by FLOPs: F over the forward's parts, B and W over the backward's. */
+		for (int k = d == DIR_ACT ? 0 : 1; k < (d == DIR_ACT ? 1 : 3); k++) {
+			for (int i = 0; i < pp->n[d]; i++) {
+				w[i] = 0;
+				for (int l = pt[i].first; l < pt[i].first + pt[i].n; l++)
+					w[i] += lc[l].flops[k];
+			}
+			share(pt, pp->n[d], k, st->cost[k], w);
+		}
+	}
+	free(lc);
+	free(w);
+	return 0;
+}
+
+int plan_part_steps(const PlanParts *pp, int dir)
+{
+	int n = 0;
+	for (int i = 0; i < pp->n[dir]; i++)
+		n += 1 + (pp->part[dir][i].reduce > 0);
+	return n;
+}
+
+int plan_part_step(const PlanParts *pp, int dir, int red, int part)
+{
+	if (part < 0 || part >= pp->n[dir] || (red && !pp->part[dir][part].reduce))
+		return -1;
+	int n = 0;
+	for (int i = 0; i < part; i++)
+		n += 1 + (pp->part[dir][i].reduce > 0);
+	return n + red;
+}
+
+const char *plan_part_apply(const PlanParts *pp, const PlanOp *o, uint8_t mb,
+                            PlanPartState *ps, OpKind *done)
+{
+	OpKind k = plan_op_kind(o);
+	int red = k == OP_TPREDUCE;
+	int dir = red ? (o->dir & 1) : k == OP_F ? DIR_ACT : DIR_GRAD;
+	const OpInfo *in = &plan_ops[k];
+	uint16_t *st = &ps->step[dir];
+	int n = plan_part_steps(pp, dir);
+	*done = OP_COUNT;
+	if (!red && *st == 0) {
+		if (mb & in->makes & PLAN_DEP_MB)
+			return in->again;
+		if ((in->needs & PLAN_DEP_MB) & ~mb)
+			return in->early;
+		if (dir == DIR_GRAD)
+			ps->fused = k == OP_BW;
+	}
+	if (*st >= n)
+		return in->again;
+	int want = plan_part_step(pp, dir, red, o->part);
+	if (want < 0)
+		return red ? "no tp all-reduce follows this part" : "the stage has no such part";
+	if (want != *st)
+		return red ? "a tp all-reduce out of order in its stage's parts"
+		           : "a part out of order: the stage's parts run in order, each after the "
+		             "tp all-reduce before it";
+	if (!red && dir == DIR_GRAD && (k == OP_BW) != ps->fused)
+		return "B and BW parts mixed in one backward";
+	if (++*st == n)
+		*done = dir == DIR_ACT ? OP_F : ps->fused ? OP_BW : OP_B;
+	return NULL;
+}
+
+int64_t plan_part_cost(const PlanParts *pp, const PlanOp *o, const int64_t stage_cost[3])
+{
+	int dir = o->kind == OP_F ? DIR_ACT : DIR_GRAD;
+	if (o->kind == OP_W || !plan_op_is_compute(plan_op_kind(o)) || o->part >= pp->n[dir])
+		return plan_op_cost(plan_op_kind(o), stage_cost);
+	const PlanPart *pt = &pp->part[dir][o->part];
+	return plan_op_cost(plan_op_kind(o), pt->cost);
+}
+
+int64_t plan_part_mem(const PlanParts *pp, const PlanOp *o)
+{
+	int dir = o->kind == OP_F ? DIR_ACT : DIR_GRAD;
+	if (!plan_op_is_compute(plan_op_kind(o)))
+		return 0;
+	PlanStage st = {0};
+	if (o->kind == OP_W) { // frees what every backward part's layers kept for it
+		for (int i = 0; i < pp->n[DIR_GRAD]; i++) {
+			st.save_fw += pp->part[DIR_GRAD][i].save[1];
+			st.save_bw += pp->part[DIR_GRAD][i].save[2];
+		}
+	} else if (o->part < pp->n[dir]) {
+		const PlanPart *pt = &pp->part[dir][o->part];
+		st.save_fb = pt->save[0];
+		st.save_fw = pt->save[1];
+		st.save_bw = pt->save[2];
+	}
+	return plan_op_mem(plan_op_kind(o), &st);
+}
+
+/* Members are in coordinate order, so ranks increase: the first and last share a node
+ * exactly when all do. */
+static int64_t ring_ns(const Plan *p, int first, int last, int n, int64_t bytes)
+{
+	if (p->link_ideal || n <= 1)
+		return 0;
+	int node = p->per_node > 0 && first / p->per_node == last / p->per_node;
+	double bw = node ? p->node_bandwidth : p->bandwidth;
+	int64_t lat = node ? p->node_latency_ns : p->latency_ns;
+	double x = ceil(2.0 * (n - 1) / n * (double)bytes * 1e9 / bw);
+	if (!(x < 4e18) || lat > INT64_MAX / (4 * (int64_t)n))
+		return INT64_MAX / 2;
+	return 2 * (int64_t)(n - 1) * lat + (int64_t)x;
+}
+
+int64_t plan_allreduce_ns(const Plan *p, const int *members, int n, int64_t bytes)
+{
+	return n > 0 ? ring_ns(p, members[0], members[n - 1], n, bytes) : 0;
+}
+
+int64_t plan_tp_allreduce_ns(const Plan *p, int rank, int64_t bytes)
+{
+	int stride = 1, tp = p->dims[DIM_TP];
+	for (int i = DIM_COUNT - 1; i >= 0 && p->dim_order[i] != DIM_TP; i--)
+		stride *= p->dims[p->dim_order[i]];
+	int first = rank - p->ranks[rank].coord[DIM_TP] * stride;
+	return ring_ns(p, first, first + (tp - 1) * stride, tp, bytes);
+}
