@@ -235,7 +235,7 @@ static int ready(const Lw *w, int pp, const SchedAct *a)
 	int m = w->m;
 	(void)pp; // where the ends are is in remote_k: what is not sent is handed over
 	const PlanEdge *E = w->plan->edges;
-	uint8_t needs = plan_ops[a->kind].needs;
+	uint16_t needs = plan_ops[a->kind].needs;
 	if ((needs & PLAN_DEP_MB) & ~w->done[(size_t)a->stage * m + a->mb])
 		return 0;
 	for (int j = w->in_off[a->stage]; (needs & PLAN_DEP_IN_ACT) && j < w->in_off[a->stage + 1];
@@ -263,7 +263,7 @@ static void push_outputs(const Lw *w, int pp, const SchedAct *a, int line, Pendi
 	(void)pp;
 	const PlanEdge *E = w->plan->edges;
 	const int *stage_pp = w->sc->stage_pp;
-	uint8_t makes = plan_ops[a->kind].makes;
+	uint16_t makes = plan_ops[a->kind].makes;
 	for (int j = w->out_off[a->stage]; (makes & PLAN_DEP_ACT) && j < w->out_off[a->stage + 1];
 	     j++) {
 		int e = w->out_e[j];
@@ -283,7 +283,7 @@ static void push_outputs(const Lw *w, int pp, const SchedAct *a, int line, Pendi
 static void finish_compute(Lw *w, int pp, const SchedAct *a, int line)
 {
 	int m = w->m;
-	uint8_t makes = plan_ops[a->kind].makes;
+	uint16_t makes = plan_ops[a->kind].makes;
 	w->done[(size_t)a->stage * m + a->mb] |= makes & PLAN_DEP_MB;
 	push_outputs(w, pp, a, line, &w->pend[pp]);
 	if ((makes & PLAN_DEP_WGRAD) && --w->left[a->stage] == 0)
@@ -528,7 +528,7 @@ static void lower_rest_naively(Lw *w, int64_t *cur)
 				break;
 			const SchedAct *a = &sc->acts[p][cur[p]];
 			int line = src_line_of(w, a);
-			uint8_t needs = plan_ops[a->kind].needs & (PLAN_DEP_IN_ACT | PLAN_DEP_OUT_GRAD);
+			uint16_t needs = plan_ops[a->kind].needs & (PLAN_DEP_IN_ACT | PLAN_DEP_OUT_GRAD);
 			int fwd = !!(needs & PLAN_DEP_IN_ACT);
 			int lo = fwd ? w->in_off[a->stage] : w->out_off[a->stage];
 			int hi = fwd ? w->in_off[a->stage + 1] : w->out_off[a->stage + 1];

@@ -539,7 +539,7 @@ static uint8_t mb_state(const Deps *d, int stage, int mb)
 static const char *edge_inputs(const Vc *v, const Deps *d, const PlanOp *o, char *x, size_t n)
 {
 	const Plan *p = v->p;
-	uint8_t needs = plan_ops[o->kind].needs;
+	uint16_t needs = plan_ops[o->kind].needs;
 	int s = o->stage;
 	for (int j = v->in_off[s]; (needs & PLAN_DEP_IN_ACT) && j < v->in_off[s + 1]; j++) {
 		int e = v->in_edges[j], src = p->edges[e].src;

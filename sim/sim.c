@@ -622,7 +622,7 @@ static inline int64_t do_compute(S *s, int r, int64_t i, const PlanOp *o, int64_
 		k->mem = sat_add(k->mem, s->tp > 1 ? plan_part_mem(&st->parts, o) : st->dmem[o->kind]);
 		if (k->mem > k->peak_mem)
 			k->peak_mem = k->mem;
-		uint8_t makes = plan_ops[o->kind].makes; // a microbatch is live from F to its W
+		uint16_t makes = plan_ops[o->kind].makes; // a microbatch is live from F to its W
 		int last = s->tp == 1 || o->kind == OP_W || o->part + 1 >= st->parts.n[DIR_GRAD];
 		if (makes & PLAN_DEP_ACT) {
 			if (o->part == 0 && ++k->units > k->peak_units)
@@ -732,7 +732,7 @@ static void run_compute(S *s, int r)
 		 * in group_done) gives the stage's output. */
 		if (plan_op_is_compute(o->kind)) {
 			const StageInfo *st = &s->st[o->stage];
-			uint8_t makes = plan_ops[o->kind].makes;
+			uint16_t makes = plan_ops[o->kind].makes;
 			int dir = o->kind == OP_F ? DIR_ACT : DIR_GRAD;
 			int parted = s->tp > 1 && o->kind != OP_W && o->part < st->parts.n[dir];
 			int red = parted && st->parts.part[dir][o->part].reduce;

@@ -77,7 +77,7 @@ static int want_recv_key(const PlanOp *o, const void *arg)
 static int want_producer(const PlanOp *o, const void *arg)
 {
 	const Want *w = arg;
-	uint8_t makes = plan_ops[o->kind].makes;
+	uint16_t makes = plan_ops[o->kind].makes;
 	if (makes & PLAN_DEP_ACT)
 		return hkey(KEY_DATA, DIR_ACT, o->stage, o->mb) == w->key;
 	if (makes & PLAN_DEP_GRAD)
