@@ -52,6 +52,16 @@ typedef struct {
 	int64_t done;             // every position <= done has completed
 } Ring;
 
+/* The first bad token id a kernel met (mapped pinned host memory, written by the
+ * device, read by the host at download and sync: cu_tokens_report). */
+typedef struct {
+	int bad;          // 1: a kernel met one
+	int what;         // 0: an input token, 1: a target token
+	long long index;  // its row in that call's tensor
+	long long vocab;
+	float value;
+} CuTokBad;
+
 /* A rank on the cuda device. */
 typedef struct {
 	int dev;
@@ -65,6 +75,7 @@ typedef struct {
 	int64_t ms_waits_cs;      // newest cs position ms already waits for
 	Block *free_dev;          // freed device blocks (ready or not)
 	Block *free_host;         // pinned host staging
+	CuTokBad *tok, *tok_dev;  // the bad-token flag: host and device addresses
 	/* Set by the communicator on ms, so every wait also watches it: poll reports its
 	 * asynchronous errors (RT_EFAIL with the message), abort ends its work. */
 	int (*comm_poll)(RtRank *r);
@@ -125,6 +136,9 @@ int cu_copy(RtRank *r, RtTensor *dst, const RtTensor *src);
 int cu_add(RtRank *r, RtTensor *dst, const RtTensor *src);
 int cu_scale(RtRank *r, RtTensor *t, float alpha);
 int cu_sgd(RtRank *r, RtTensor *w, const RtTensor *g, float lr);
+/* RT_OK, or RT_EFAIL naming the first bad token id the kernels met (call after waiting
+ * for the compute stream). */
+int cu_tokens_report(RtRank *r);
 /* The layer kernels, one row per LayerKind. */
 struct CuLayerTable {
 	RtLayerKernels k[LAYER_COUNT];

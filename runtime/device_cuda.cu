@@ -127,6 +127,9 @@ static int cu_rank_open(RtRank *r)
 	CUBLASCHECK(r, cublasSetStream(c->blas, c->cs));
 	/* No TF32: f32 GEMMs stay f32 (docs/gpu.md, tolerance). */
 	CUBLASCHECK(r, cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH));
+	CUDACHECK(r, cudaHostAlloc((void **)&c->tok, sizeof *c->tok, cudaHostAllocMapped));
+	memset(c->tok, 0, sizeof *c->tok);
+	CUDACHECK(r, cudaHostGetDevicePointer((void **)&c->tok_dev, c->tok, 0));
 	return RT_OK;
 }
 
@@ -162,6 +165,8 @@ static void cu_rank_close(RtRank *r)
 		cu_drop_all(&c->free_host, 1);
 		if (c->blas)
 			cublasDestroy(c->blas);
+		if (c->tok)
+			cudaFreeHost(c->tok);
 		if (c->cs)
 			cudaStreamDestroy(c->cs);
 		if (c->ms)
@@ -190,9 +195,11 @@ static void cu_free(RtRank *r, RtTensor *t)
 		cu_release(r, &cur(r)->free_dev, b);
 }
 
+/* Also where a bad token id the kernels met is reported (cuda_kernels.cu). */
 static int cu_sync(RtRank *r)
 {
-	return cu_wait_idle(r);
+	int rc = cu_wait_idle(r);
+	return rc == RT_OK ? cu_tokens_report(r) : rc;
 }
 
 extern "C" const RtDevice rt_device_cuda = {
