@@ -1,5 +1,5 @@
 /* What the CUDA files share (C++, internal to them): a rank's streams, markers and
- * storage blocks, which the cuda device (device_cuda.cu, cuda_kernels.cu,
+ * storage blocks, which the cuda device (device_cuda.cu, cuda_kernels.cu, cuda_tf.cu,
  * cuda_stream.cu) owns and the NCCL communicator (comm_nccl.cu) orders its groups
  * against.  The runtime is reached through rt_backend.h's plain C interface only.
  *
@@ -128,7 +128,7 @@ void cu_release(RtRank *r, Block **list, Block *b);
 /* Frees every block of the list (the streams must be idle: cudaFree synchronizes). */
 void cu_drop_all(Block **list, int host);
 
-/* ---- cuda_kernels.cu: the device's tensor and layer calls ---- */
+/* ---- cuda_kernels.cu and cuda_tf.cu: the device's tensor and layer calls ---- */
 int cu_upload(RtRank *r, RtTensor *t, const float *host);
 int cu_download(RtRank *r, const RtTensor *t, float *host);
 int cu_zero(RtRank *r, RtTensor *t);
@@ -136,13 +136,92 @@ int cu_copy(RtRank *r, RtTensor *dst, const RtTensor *src);
 int cu_add(RtRank *r, RtTensor *dst, const RtTensor *src);
 int cu_scale(RtRank *r, RtTensor *t, float alpha);
 int cu_sgd(RtRank *r, RtTensor *w, const RtTensor *g, float lr);
-/* RT_OK, or RT_EFAIL naming the first bad token id the kernels met (call after waiting
- * for the compute stream). */
+/* RT_OK, or RT_EFAIL naming the first bad token id the kernels met (cuda_tf.cu; call
+ * after waiting for the compute stream). */
 int cu_tokens_report(RtRank *r);
 /* The layer kernels, one row per LayerKind. */
 struct CuLayerTable {
 	RtLayerKernels k[LAYER_COUNT];
 };
 extern const CuLayerTable cu_layers;
+
+/* ---- what the kernel files share (cuda_kernels.cu, cuda_tf.cu) ---- */
+
+#define GELU_C 0.7978845608f // sqrt(2/pi)
+#define GELU_A 0.044715f
+
+/* Blocks of 256 threads for n elements (grid-stride loops cover the rest). */
+static inline int cu_grid(int64_t n)
+{
+	int64_t b = (n + 255) / 256;
+	return (int)(b < 1 ? 1 : b > 8192 ? 8192 : b);
+}
+
+#define FOR_EACH(i, n)                                                                       \
+	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);              \
+	     i += (int64_t)gridDim.x * blockDim.x)
+
+#define F32(t) ((float *)(t)->data)
+/* Launches kernel over n elements on the rank's compute stream (returns on failure). */
+#define LAUNCH(r, kernel, n, ...)                                                            \
+	do {                                                                                     \
+		kernel<<<cu_grid(n), 256, 0, cur(r)->cs>>>(__VA_ARGS__);                             \
+		CUDACHECK((r), cudaGetLastError());                                                  \
+	} while (0)
+
+/* A row-major GEMM operand: an array of n floats, where the (first) matrix starts in
+ * it, its leading dimension and, in a batch, the distance between consecutive
+ * matrices. */
+typedef struct {
+	const float *base;
+	int64_t n, off, ld, stride;
+} Opd;
+
+/* A whole rows x cols matrix. */
+static inline Opd cu_mat(const float *p, int64_t rows, int64_t cols)
+{
+	return Opd{p, rows * cols, 0, cols, 0};
+}
+
+static inline Opd cu_mat(const RtTensor *t)
+{
+	return cu_mat((const float *)t->data, t->rows, t->cols);
+}
+
+/* C = alpha op(A) op(B) + beta C, all row-major, for `batch` matrices (C's ldc and
+ * stride sc; op(A) is M x K, op(B) K x N); ta, tb: 1 transposes.  cuBLAS on the
+ * compute stream, bf16 operands under --dtype bf16. */
+int cu_gemm(RtRank *r, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, Opd A,
+            Opd B, float beta, float *C, int64_t ldc, int64_t sc, int64_t batch);
+
+/* Device scratch of one layer call, freed past it by cu_layer_run. */
+typedef struct {
+	Block *b[4];
+	int n;
+} CuScratch;
+void *cu_scratch(RtRank *r, CuScratch *s, int64_t bytes);
+
+enum { CU_F, CU_B, CU_W }; // which kernel of a row (fwd, bwd_in, bwd_w): what it writes
+
+/* A row's kernel: checks the call (rt_layer_call_check), orders it on the compute
+ * stream after what it reads and records what it writes, whatever body returns. */
+typedef int (*CuBody)(RtRank *r, const RtLayerCall *c, CuScratch *s);
+int cu_layer_run(RtRank *r, const RtLayerCall *c, int ph, CuBody body);
+
+/* Projections (inside a body): y = x w (+ b); dx = dy w^T (+ beta dx) over m rows;
+ * dw += x^T dy and db += column sums of dy (rows in order; db may be NULL). */
+int cu_proj_fwd(RtRank *r, const RtTensor *x, const RtTensor *w, const RtTensor *b, RtTensor *y);
+int cu_proj_bwd_in(RtRank *r, const float *dy, const RtTensor *w, float *dx, int64_t m,
+                   float beta);
+int cu_proj_bwd_w(RtRank *r, const float *x, const float *dy, RtTensor *dw, RtTensor *db,
+                  int64_t m);
+
+/* cuda_tf.cu's rows (the transformer kinds), merged into cu_layers. */
+typedef struct {
+	LayerKind kind;
+	RtLayerKernels k;
+} CuLayerRow;
+extern const CuLayerRow cu_tf_rows[];
+extern const int cu_tf_nrows;
 
 #endif

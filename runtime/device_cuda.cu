@@ -1,9 +1,9 @@
 /* The cuda device: one GPU per rank, layers on the rank's compute stream, storage in
  * device memory (docs/gpu.md).  This file is the thin part: choosing each rank's GPU,
  * opening and closing its streams and cuBLAS handle, alloc, free and sync, and the
- * table.  The streams, markers and block reuse are in
- * cuda_stream.cu, the kernels and GEMMs in cuda_kernels.cu (the scheme: cuda_dev.h).  Any
- * launcher fits: threads (a thread per GPU) or mpi (a process per GPU).
+ * table.  The streams, markers and block reuse are in cuda_stream.cu, the kernels and
+ * GEMMs in cuda_kernels.cu and cuda_tf.cu (the scheme: cuda_dev.h).  Any launcher fits:
+ * threads (a thread per GPU) or mpi (a process per GPU).
  *
  * Problems of the machine (no GPU, a device the plan names that is not there, two
  * ranks of a host on one GPU) are noted with rt_world_unable(), so every process still
@@ -195,7 +195,7 @@ static void cu_free(RtRank *r, RtTensor *t)
 		cu_release(r, &cur(r)->free_dev, b);
 }
 
-/* Also where a bad token id the kernels met is reported (cuda_kernels.cu). */
+/* Also where a bad token id the kernels met is reported (cuda_tf.cu). */
 static int cu_sync(RtRank *r)
 {
 	int rc = cu_wait_idle(r);
