@@ -127,6 +127,9 @@ Block *cu_get_block(RtRank *r, int64_t bytes, int host);
 void cu_release(RtRank *r, Block **list, Block *b);
 /* Frees every block of the list (the streams must be idle: cudaFree synchronizes). */
 void cu_drop_all(Block **list, int host);
+/* RT_OK, or RT_EFAIL naming the first bad token id the kernels met (the rank's
+ * CuTokBad; call after waiting for the compute stream). */
+int cu_tokens_report(RtRank *r);
 
 /* ---- cuda_kernels.cu and cuda_tf.cu: the device's tensor and layer calls ---- */
 int cu_upload(RtRank *r, RtTensor *t, const float *host);
@@ -136,14 +139,6 @@ int cu_copy(RtRank *r, RtTensor *dst, const RtTensor *src);
 int cu_add(RtRank *r, RtTensor *dst, const RtTensor *src);
 int cu_scale(RtRank *r, RtTensor *t, float alpha);
 int cu_sgd(RtRank *r, RtTensor *w, const RtTensor *g, float lr);
-/* RT_OK, or RT_EFAIL naming the first bad token id the kernels met (cuda_tf.cu; call
- * after waiting for the compute stream). */
-int cu_tokens_report(RtRank *r);
-/* The layer kernels, one row per LayerKind. */
-struct CuLayerTable {
-	RtLayerKernels k[LAYER_COUNT];
-};
-extern const CuLayerTable cu_layers;
 
 /* ---- what the kernel files share (cuda_kernels.cu, cuda_tf.cu) ---- */
 
@@ -216,12 +211,13 @@ int cu_proj_bwd_in(RtRank *r, const float *dy, const RtTensor *w, float *dx, int
 int cu_proj_bwd_w(RtRank *r, const float *x, const float *dy, RtTensor *dw, RtTensor *db,
                   int64_t m);
 
-/* cuda_tf.cu's rows (the transformer kinds), merged into cu_layers. */
+/* Each file's rows by kind (cuda_kernels.cu: the matrix kinds, cuda_tf.cu: the
+ * transformer kinds), put in the device's table by device_cuda.cu. */
 typedef struct {
 	LayerKind kind;
 	RtLayerKernels k;
 } CuLayerRow;
-extern const CuLayerRow cu_tf_rows[];
-extern const int cu_tf_nrows;
+extern const CuLayerRow cu_mat_rows[], cu_tf_rows[];
+extern const int cu_mat_nrows, cu_tf_nrows;
 
 #endif

@@ -1,7 +1,7 @@
 /* The cuda device's tensor operations, GEMMs and the layer rows of the matrix kinds
  * (linear, relu, gelu, mse), on the rank's compute stream, ordered by
  * cu_cs_begin()/cu_cs_end() (cuda_stream.cu); the transformer kinds' rows are
- * cuda_tf.cu's, and the table of rows by kind (cu_layers) is here.
+ * cuda_tf.cu's, and device_cuda.cu puts both lists of rows in the table by kind.
  *
  * Kernels are grid-stride loops; the arithmetic mirrors cpu.c (rounded intrinsics where
  * nvcc would otherwise fuse a multiply-add the CPU does not), so everything but the
@@ -504,20 +504,11 @@ ROW_FN(linear_bwd_in, CU_B)
 ROW_FN(linear_bwd_w, CU_W)
 #undef ROW_FN
 
-/* The rows by kind, as C's designated initializers would place them (C++ has none for
- * arrays): this file's and cuda_tf.cu's (cu_tf_rows, constant-initialized, so ready
- * before this runs); a kind left out stays empty and rt_device_check refuses plans
- * using it. */
-static CuLayerTable make_layers()
-{
-	CuLayerTable t = {};
-	t.k[LAYER_LINEAR] = {linear_fwd, linear_bwd_in, linear_bwd_w};
-	t.k[LAYER_RELU] = {relu_fwd, relu_bwd_in, nullptr};
-	t.k[LAYER_GELU] = {gelu_fwd, gelu_bwd_in, nullptr};
-	t.k[LAYER_MSE] = {mse_fwd, mse_bwd_in, nullptr};
-	for (int i = 0; i < cu_tf_nrows; i++)
-		t.k[cu_tf_rows[i].kind] = cu_tf_rows[i].k;
-	return t;
-}
-
-extern const CuLayerTable cu_layers = make_layers();
+/* This file's rows (the matrix kinds), merged into the device's table (device_cuda.cu). */
+extern const CuLayerRow cu_mat_rows[] = {
+	{LAYER_LINEAR, {linear_fwd, linear_bwd_in, linear_bwd_w}},
+	{LAYER_RELU, {relu_fwd, relu_bwd_in, nullptr}},
+	{LAYER_GELU, {gelu_fwd, gelu_bwd_in, nullptr}},
+	{LAYER_MSE, {mse_fwd, mse_bwd_in, nullptr}},
+};
+extern const int cu_mat_nrows = sizeof cu_mat_rows / sizeof *cu_mat_rows;

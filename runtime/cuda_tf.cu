@@ -95,17 +95,6 @@ static __global__ void k_tokens(const float *x, int64_t n, int64_t V, int what, 
 	}
 }
 
-static const char *const tok_what[] = {"input token", "target token"};
-
-int cu_tokens_report(RtRank *r)
-{
-	const volatile CuTokBad *t = cur(r)->tok;
-	if (!t || !t->bad)
-		return RT_OK;
-	return rt_error(r, "%s %lld is %g, not a token id in [0, %lld)", tok_what[t->what & 1],
-	                (long long)t->index, (double)t->value, (long long)t->vocab);
-}
-
 /* Checks the ids of t on the device (what: 0 input, 1 target); the answer is read at
  * the rank's next download or sync (cu_tokens_report). */
 static int check_tokens(RtRank *r, const RtTensor *t, int64_t V, int what)

@@ -202,6 +202,26 @@ static int cu_sync(RtRank *r)
 	return rc == RT_OK ? cu_tokens_report(r) : rc;
 }
 
+/* The layer rows by kind, as C's designated initializers would place them (C++ has none
+ * for arrays), from the kernel files' lists (constant-initialized, so ready before this
+ * runs); a kind left out stays empty and rt_device_check refuses plans using it. */
+struct CuLayerTable {
+	RtLayerKernels k[LAYER_COUNT];
+};
+
+static CuLayerTable make_layers()
+{
+	CuLayerTable t = {};
+	const CuLayerRow *lists[] = {cu_mat_rows, cu_tf_rows};
+	const int n[] = {cu_mat_nrows, cu_tf_nrows};
+	for (int l = 0; l < 2; l++)
+		for (int i = 0; i < n[l]; i++)
+			t.k[lists[l][i].kind] = lists[l][i].k;
+	return t;
+}
+
+static const CuLayerTable cu_layers = make_layers();
+
 extern "C" const RtDevice rt_device_cuda = {
 	.name = "cuda",
 	.async = 1,
