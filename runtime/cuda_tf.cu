@@ -529,13 +529,13 @@ static int attn_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 		       a.rope_theta, 0);
 	for (int64_t h = 0; h < H; h++) // P = scale q k^T
 		if (cu_gemm(r, 0, 1, S, S, m.hd, m.scale, qkv_head(qkv, &m, h),
-		         qkv_head(qkv, &m, H + h / m.grp), 0.0f, p + h * S * S, S, H * S * S, m.B))
+		            qkv_head(qkv, &m, H + h / m.grp), 0.0f, p + h * S * S, S, H * S * S, m.B))
 			return RT_EFAIL;
 	LAUNCH(r, k_softmax_causal, m.B * H * S, p, m.B * H * S, S);
 	for (int64_t h = 0; h < H; h++) // att = P v
 		if (cu_gemm(r, 0, 0, S, m.hd, S, 1.0f, Opd{p, np, h * S * S, S, H * S * S},
-		         qkv_head(qkv, &m, H + m.Hkv + h / m.grp), 0.0f, att + h * m.hd, m.d, S * m.d,
-		         m.B))
+		            qkv_head(qkv, &m, H + m.Hkv + h / m.grp), 0.0f, att + h * m.hd, m.d, S * m.d,
+		            m.B))
 			return RT_EFAIL;
 	return cu_proj_fwd(r, c->saved[2], w[2], w[3], c->y);
 }
@@ -562,15 +562,15 @@ static int attn_bwd_in_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 		Opd dO = dO0, P = {p, np, h * S * S, S, H * S * S};
 		dO.off = h * m.hd;
 		if (cu_gemm(r, 0, 1, S, S, m.hd, 1.0f, dO, qkv_head(qkv, &m, jv), 0.0f, ds, S, S * S,
-		         m.B) || // dP = dO v^T
+		            m.B) || // dP = dO v^T
 		    cu_gemm(r, 1, 0, S, m.hd, S, 1.0f, P, dO, 1.0f, dqkv + jv * m.hd, m.nqkv, S * m.nqkv,
-		         m.B)) // dv += P^T dO
+		            m.B)) // dv += P^T dO
 			return RT_EFAIL;
 		LAUNCH(r, k_softmax_bwd, m.B * S, p, ds, m.B, H, h, S);
 		if (cu_gemm(r, 0, 0, S, m.hd, S, m.scale, dS, qkv_head(qkv, &m, jk), 1.0f, dqkv + h * m.hd,
-		         m.nqkv, S * m.nqkv, m.B) || // dq += c dS k
+		            m.nqkv, S * m.nqkv, m.B) || // dq += c dS k
 		    cu_gemm(r, 1, 0, S, m.hd, S, m.scale, dS, qkv_head(qkv, &m, h), 1.0f, dqkv + jk * m.hd,
-		         m.nqkv, S * m.nqkv, m.B)) // dk += c dS^T q
+		            m.nqkv, S * m.nqkv, m.B)) // dk += c dS^T q
 			return RT_EFAIL;
 	}
 	if (a.rope)
@@ -587,7 +587,7 @@ static int attn_bwd_w_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 	if (cu_proj_bwd_w(r, F32(c->x), F32(c->held[0]), (RtTensor *)g[0], (RtTensor *)g[1], c->rows))
 		return RT_EFAIL;
 	return cu_proj_bwd_w(r, F32(c->saved[2]), F32(c->dy), (RtTensor *)g[2], (RtTensor *)g[3],
-	                  c->rows);
+	                     c->rows);
 }
 
 /* mlp: gelu between two projections; saved h and gelu(h), held dh. */
@@ -623,7 +623,7 @@ static int mlp_bwd_w_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 	if (cu_proj_bwd_w(r, F32(c->x), F32(c->held[0]), (RtTensor *)g[0], (RtTensor *)g[1], c->rows))
 		return RT_EFAIL;
 	return cu_proj_bwd_w(r, F32(c->saved[1]), F32(c->dy), (RtTensor *)g[2], (RtTensor *)g[3],
-	                  c->rows);
+	                     c->rows);
 }
 
 /* swiglu: silu(x wg) * (x wu), then wd; saved g, u, a; held dg, du. */
@@ -667,7 +667,8 @@ static int head_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 {
 	(void)s;
 	int64_t N = c->rows, d = c->layer->in, V = c->layer->out;
-	return cu_gemm(r, 0, 1, N, V, d, 1.0f, cu_mat(c->x), cu_mat(&c->param[0]), 0.0f, F32(c->y), V, 0, 1);
+	return cu_gemm(r, 0, 1, N, V, d, 1.0f, cu_mat(c->x), cu_mat(&c->param[0]), 0.0f, F32(c->y), V,
+	               0, 1);
 }
 
 static int head_bwd_in_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
@@ -675,14 +676,15 @@ static int head_bwd_in_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 	(void)s;
 	int64_t N = c->rows, d = c->layer->in, V = c->layer->out;
 	return cu_gemm(r, 0, 0, N, d, V, 1.0f, cu_mat(c->dy), cu_mat(&c->param[0]), 0.0f, F32(c->dx), d, 0,
-	            1);
+	               1);
 }
 
 static int head_bwd_w_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 {
 	(void)s;
 	int64_t N = c->rows, d = c->layer->in, V = c->layer->out;
-	return cu_gemm(r, 1, 0, V, d, N, 1.0f, cu_mat(c->dy), cu_mat(c->x), 1.0f, F32(&c->grad[0]), d, 0, 1);
+	return cu_gemm(r, 1, 0, V, d, N, 1.0f, cu_mat(c->dy), cu_mat(c->x), 1.0f, F32(&c->grad[0]), d,
+	               0, 1);
 }
 
 /* xent: mean cross-entropy of the rows against their next tokens, into loss[slot];
