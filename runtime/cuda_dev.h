@@ -1,5 +1,5 @@
 /* What the CUDA files share (C++, internal to them): a rank's streams, markers and
- * storage blocks, which the cuda device (device_cuda.cu, cuda_kernels.cu,
+ * storage blocks, which the cuda device (device_cuda.cu, cuda_kernels.cu, cuda_tf.cu,
  * cuda_stream.cu) owns and the NCCL communicator (comm_nccl.cu) orders its groups
  * against.  The runtime is reached through rt_backend.h's plain C interface only.
  *
@@ -52,6 +52,16 @@ typedef struct {
 	int64_t done;             // every position <= done has completed
 } Ring;
 
+/* The first bad token id a kernel met (mapped pinned host memory, written by the
+ * device, read by the host at download and sync: cu_tokens_report). */
+typedef struct {
+	int bad;          // 1: a kernel met one
+	int what;         // 0: an input token, 1: a target token
+	long long index;  // its row in that call's tensor
+	long long vocab;
+	float value;
+} CuTokBad;
+
 /* A rank on the cuda device. */
 typedef struct {
 	int dev;
@@ -65,6 +75,7 @@ typedef struct {
 	int64_t ms_waits_cs;      // newest cs position ms already waits for
 	Block *free_dev;          // freed device blocks (ready or not)
 	Block *free_host;         // pinned host staging
+	CuTokBad *tok, *tok_dev;  // the bad-token flag: host and device addresses
 	/* Set by the communicator on ms, so every wait also watches it: poll reports its
 	 * asynchronous errors (RT_EFAIL with the message), abort ends its work. */
 	int (*comm_poll)(RtRank *r);
@@ -116,8 +127,11 @@ Block *cu_get_block(RtRank *r, int64_t bytes, int host);
 void cu_release(RtRank *r, Block **list, Block *b);
 /* Frees every block of the list (the streams must be idle: cudaFree synchronizes). */
 void cu_drop_all(Block **list, int host);
+/* RT_OK, or RT_EFAIL naming the first bad token id the kernels met (the rank's
+ * CuTokBad; call after waiting for the compute stream). */
+int cu_tokens_report(RtRank *r);
 
-/* ---- cuda_kernels.cu: the device's tensor and layer calls ---- */
+/* ---- cuda_kernels.cu and cuda_tf.cu: the device's tensor and layer calls ---- */
 int cu_upload(RtRank *r, RtTensor *t, const float *host);
 int cu_download(RtRank *r, const RtTensor *t, float *host);
 int cu_zero(RtRank *r, RtTensor *t);
@@ -129,10 +143,84 @@ struct CuOptimTable {
 	RtOptimFn f[OPTIM_COUNT];
 };
 extern const CuOptimTable cu_optim;
-/* The layer kernels, one row per LayerKind. */
-struct CuLayerTable {
-	RtLayerKernels k[LAYER_COUNT];
-};
-extern const CuLayerTable cu_layers;
+/* ---- what the kernel files share (cuda_kernels.cu, cuda_tf.cu) ---- */
+
+#define GELU_C 0.7978845608f // sqrt(2/pi)
+#define GELU_A 0.044715f
+
+/* Blocks of 256 threads for n elements (grid-stride loops cover the rest). */
+static inline int cu_grid(int64_t n)
+{
+	int64_t b = (n + 255) / 256;
+	return (int)(b < 1 ? 1 : b > 8192 ? 8192 : b);
+}
+
+#define FOR_EACH(i, n)                                                                       \
+	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);              \
+	     i += (int64_t)gridDim.x * blockDim.x)
+
+#define F32(t) ((float *)(t)->data)
+/* Launches kernel over n elements on the rank's compute stream (returns on failure). */
+#define LAUNCH(r, kernel, n, ...)                                                            \
+	do {                                                                                     \
+		kernel<<<cu_grid(n), 256, 0, cur(r)->cs>>>(__VA_ARGS__);                             \
+		CUDACHECK((r), cudaGetLastError());                                                  \
+	} while (0)
+
+/* A row-major GEMM operand: an array of n floats, where the (first) matrix starts in
+ * it, its leading dimension and, in a batch, the distance between consecutive
+ * matrices. */
+typedef struct {
+	const float *base;
+	int64_t n, off, ld, stride;
+} Opd;
+
+/* A whole rows x cols matrix. */
+static inline Opd cu_mat(const float *p, int64_t rows, int64_t cols)
+{
+	return Opd{p, rows * cols, 0, cols, 0};
+}
+
+static inline Opd cu_mat(const RtTensor *t)
+{
+	return cu_mat((const float *)t->data, t->rows, t->cols);
+}
+
+/* C = alpha op(A) op(B) + beta C, all row-major, for `batch` matrices (C's ldc and
+ * stride sc; op(A) is M x K, op(B) K x N); ta, tb: 1 transposes.  cuBLAS on the
+ * compute stream, bf16 operands under --dtype bf16. */
+int cu_gemm(RtRank *r, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, Opd A,
+            Opd B, float beta, float *C, int64_t ldc, int64_t sc, int64_t batch);
+
+/* Device scratch of one layer call, freed past it by cu_layer_run. */
+typedef struct {
+	Block *b[4];
+	int n;
+} CuScratch;
+void *cu_scratch(RtRank *r, CuScratch *s, int64_t bytes);
+
+enum { CU_F, CU_B, CU_W }; // which kernel of a row (fwd, bwd_in, bwd_w): what it writes
+
+/* A row's kernel: checks the call (rt_layer_call_check), orders it on the compute
+ * stream after what it reads and records what it writes, whatever body returns. */
+typedef int (*CuBody)(RtRank *r, const RtLayerCall *c, CuScratch *s);
+int cu_layer_run(RtRank *r, const RtLayerCall *c, int ph, CuBody body);
+
+/* Projections (inside a body): y = x w (+ b); dx = dy w^T (+ beta dx) over m rows;
+ * dw += x^T dy and db += column sums of dy (rows in order; db may be NULL). */
+int cu_proj_fwd(RtRank *r, const RtTensor *x, const RtTensor *w, const RtTensor *b, RtTensor *y);
+int cu_proj_bwd_in(RtRank *r, const float *dy, const RtTensor *w, float *dx, int64_t m,
+                   float beta);
+int cu_proj_bwd_w(RtRank *r, const float *x, const float *dy, RtTensor *dw, RtTensor *db,
+                  int64_t m);
+
+/* Each file's rows by kind (cuda_kernels.cu: the matrix kinds, cuda_tf.cu: the
+ * transformer kinds), put in the device's table by device_cuda.cu. */
+typedef struct {
+	LayerKind kind;
+	RtLayerKernels k;
+} CuLayerRow;
+extern const CuLayerRow cu_mat_rows[], cu_tf_rows[];
+extern const int cu_mat_nrows, cu_tf_nrows;
 
 #endif

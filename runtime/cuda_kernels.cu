@@ -1,29 +1,20 @@
-/* The cuda device's kernels and GEMMs: every tensor and layer call of the device on the
- * rank's compute stream, ordered by cu_cs_begin()/cu_cs_end() (cuda_stream.cu).
+/* The cuda device's tensor operations, GEMMs and the layer rows of the matrix kinds
+ * (linear, relu, gelu, mse), on the rank's compute stream, ordered by
+ * cu_cs_begin()/cu_cs_end() (cuda_stream.cu); the transformer kinds' rows are
+ * cuda_tf.cu's, and device_cuda.cu puts both lists of rows in the table by kind.
  *
  * Kernels are grid-stride loops; the arithmetic mirrors cpu.c (rounded intrinsics where
  * nvcc would otherwise fuse a multiply-add the CPU does not), so everything but the
- * GEMMs, tanh and the loss's summation order matches the cpu device bit for bit.  GEMMs
- * are cuBLAS's, column-major on row-major tensors; with --dtype bf16 both operands are
- * rounded to bf16 by a small kernel and cublasGemmEx accumulates in f32; f32 GEMMs use
- * CUBLAS_DEFAULT_MATH, which never uses TF32. */
+ * GEMMs, tanh and the mse loss's summation order matches the cpu device bit for bit.
+ * GEMMs are cuBLAS's, column-major on row-major tensors (cu_gemm: one matrix or a
+ * strided batch); with --dtype bf16 both operands are rounded to bf16 by a small kernel
+ * and cuBLAS accumulates in f32; f32 GEMMs use CUBLAS_DEFAULT_MATH, which never uses
+ * TF32.  A layer call runs through cu_layer_run, which checks it, orders it on the
+ * stream and frees its scratch past it. */
 #include <cuda_bf16.h>
 #include <string.h>
 
 #include "cuda_dev.h"
-
-#define GELU_C 0.7978845608f
-#define GELU_A 0.044715f
-
-static int grid_of(int64_t n)
-{
-	int64_t b = (n + 255) / 256;
-	return (int)(b < 1 ? 1 : b > 8192 ? 8192 : b);
-}
-
-#define FOR_EACH(i, n)                                                                       \
-	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);              \
-	     i += (int64_t)gridDim.x * blockDim.x)
 
 static __global__ void k_bias_rows(float *y, const float *b, int64_t m, int64_t n)
 {
@@ -145,13 +136,6 @@ static __global__ void k_to_bf16(const float *x, __nv_bfloat16 *y, int64_t n)
 	y[i] = __float2bfloat16_rn(x[i]);
 }
 
-#define F32(t) ((float *)(t)->data)
-#define LAUNCH(r, kernel, n, ...)                                                            \
-	do {                                                                                     \
-		kernel<<<grid_of(n), 256, 0, cur(r)->cs>>>(__VA_ARGS__);                             \
-		CUDACHECK((r), cudaGetLastError());                                                  \
-	} while (0)
-
 static int same_shape(RtRank *r, const RtTensor *a, const RtTensor *b, const char *what)
 {
 	if (a->rows != b->rows || a->cols != b->cols)
@@ -200,6 +184,8 @@ int cu_download(RtRank *r, const RtTensor *t, float *host)
 	h->cs_last = cur(r)->cs_pos;
 	if (rc == RT_OK)
 		rc = cu_wait_pos(r, cur(r)->cs_pos, 0);
+	if (rc == RT_OK)
+		rc = cu_tokens_report(r);
 	if (rc == RT_OK)
 		memcpy(host, h->ptr, (size_t)t->bytes);
 	cu_release(r, &cur(r)->free_host, h);
@@ -280,7 +266,7 @@ static int cu_adamw(RtRank *r, const RtOptStep *s)
 	return RT_OK;
 }
 
-/* The optimizer's entries by kind, as make_layers() below places layer rows. */
+/* The optimizer's entries by kind, as device_cuda.cu places the layer rows. */
 static constexpr CuOptimTable make_optim()
 {
 	CuOptimTable t = {};
@@ -291,45 +277,72 @@ static constexpr CuOptimTable make_optim()
 
 extern const CuOptimTable cu_optim = make_optim();
 
-/* ---- GEMMs: column-major cuBLAS on row-major tensors (a row-major M is M^T to it) ---- */
+/* ---- GEMMs: cuBLAS is column-major, and a row-major M x N matrix is its N x M
+ * transpose, so the row-major C = op(A) op(B) is cuBLAS's C^T = op(B)^T op(A)^T: the
+ * call names B first (tb, ta, N, M, K, B, A). ---- */
 
-/* C = A op B (+ beta C) in cuBLAS's terms; A has na elements, B nb (for bf16 copies). */
-static int gemm(RtRank *r, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n,
-                int64_t k, const float *A, int64_t lda, int64_t na, const float *B, int64_t ldb,
-                int64_t nb, float beta, float *C, int64_t ldc)
+/* The floats a product reads of an operand stored rows x cols, batch matrices deep:
+ * from its start to the end of the last matrix's last row (bf16 copies convert those). */
+static int64_t span_of(const Opd *o, int64_t rows, int64_t cols, int64_t batch)
+{
+	int64_t s = (batch - 1) * o->stride + (rows - 1) * o->ld + cols;
+	return s < o->n - o->off ? s : o->n - o->off;
+}
+
+/* One matrix is cublasSgemm (bf16: cublasGemmEx), a batch cublasSgemmStridedBatched
+ * (bf16: cublasGemmStridedBatchedEx). */
+int cu_gemm(RtRank *r, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, Opd A,
+            Opd B, float beta, float *C, int64_t ldc, int64_t sc, int64_t batch)
 {
 	CuRank *c = cur(r);
 	const int64_t lim = 0x7fffffff;
-	if (m > lim || n > lim || k > lim || lda > lim || ldb > lim || ldc > lim)
+	if (M > lim || N > lim || K > lim || A.ld > lim || B.ld > lim || ldc > lim || batch > lim)
 		return rt_error(r, "GEMM of %lldx%lldx%lld is too large for cuBLAS's int sizes",
-		                (long long)m, (long long)n, (long long)k);
-	const float one = 1.0f;
-	if (m == 0 || n == 0)
+		                (long long)M, (long long)N, (long long)K);
+	if (M == 0 || N == 0 || batch == 0)
 		return RT_OK;
+	cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
 	if (!c->bf16) {
-		CUBLASCHECK(r, cublasSgemm(c->blas, ta, tb, (int)m, (int)n, (int)k, &one, A, (int)lda,
-		                           B, (int)ldb, &beta, C, (int)ldc));
+		const float *pa = A.base + A.off, *pb = B.base + B.off;
+		if (batch == 1)
+			CUBLASCHECK(r, cublasSgemm(c->blas, ob, oa, (int)N, (int)M, (int)K, &alpha, pb,
+			                           (int)B.ld, pa, (int)A.ld, &beta, C, (int)ldc));
+		else
+			CUBLASCHECK(r, cublasSgemmStridedBatched(
+			                   c->blas, ob, oa, (int)N, (int)M, (int)K, &alpha, pb, (int)B.ld,
+			                   (long long)B.stride, pa, (int)A.ld, (long long)A.stride, &beta, C,
+			                   (int)ldc, (long long)sc, (int)batch));
 		return RT_OK;
 	}
+	/* bf16: both operands rounded into scratch copies of the span the product reads. */
+	int64_t na = span_of(&A, ta ? K : M, ta ? M : K, batch);
+	int64_t nb = span_of(&B, tb ? N : K, tb ? K : N, batch);
 	Block *a16 = cu_get_block(r, na * 2, 0), *b16 = a16 ? cu_get_block(r, nb * 2, 0) : NULL;
 	int rc = RT_OK;
 	if (!a16 || !b16)
 		rc = RT_EFAIL;
 	if (rc == RT_OK) {
-		k_to_bf16<<<grid_of(na), 256, 0, c->cs>>>(A, (__nv_bfloat16 *)a16->ptr, na);
-		k_to_bf16<<<grid_of(nb), 256, 0, c->cs>>>(B, (__nv_bfloat16 *)b16->ptr, nb);
+		k_to_bf16<<<cu_grid(na), 256, 0, c->cs>>>(A.base + A.off, (__nv_bfloat16 *)a16->ptr, na);
+		k_to_bf16<<<cu_grid(nb), 256, 0, c->cs>>>(B.base + B.off, (__nv_bfloat16 *)b16->ptr, nb);
 		cudaError_t e = cudaGetLastError();
 		if (e != cudaSuccess)
 			rc = rt_cuda_fail(rt_rank_world(r), r, RT_LIB_CUDA, e, "k_to_bf16<<<>>>", __FILE__, __LINE__);
 	}
 	if (rc == RT_OK) {
-		cublasStatus_t st = cublasGemmEx(c->blas, ta, tb, (int)m, (int)n, (int)k, &one, a16->ptr,
-		                                 CUDA_R_16BF, (int)lda, b16->ptr, CUDA_R_16BF, (int)ldb,
-		                                 &beta, C, CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F,
-		                                 CUBLAS_GEMM_DEFAULT);
+		cublasStatus_t st =
+			batch == 1
+				? cublasGemmEx(c->blas, ob, oa, (int)N, (int)M, (int)K, &alpha, b16->ptr,
+			                   CUDA_R_16BF, (int)B.ld, a16->ptr, CUDA_R_16BF, (int)A.ld, &beta, C,
+			                   CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)
+				: cublasGemmStridedBatchedEx(
+					  c->blas, ob, oa, (int)N, (int)M, (int)K, &alpha, b16->ptr, CUDA_R_16BF,
+					  (int)B.ld, (long long)B.stride, a16->ptr, CUDA_R_16BF, (int)A.ld,
+					  (long long)A.stride, &beta, C, CUDA_R_32F, (int)ldc, (long long)sc,
+					  (int)batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 		if (st != CUBLAS_STATUS_SUCCESS)
-			rc = rt_cuda_fail(rt_rank_world(r), r, RT_LIB_CUBLAS, st, "cublasGemmEx(bf16)", __FILE__,
-			                  __LINE__);
+			rc = rt_cuda_fail(rt_rank_world(r), r, RT_LIB_CUBLAS, st,
+			                  batch == 1 ? "cublasGemmEx(bf16)" : "cublasGemmStridedBatchedEx(bf16)",
+			                  __FILE__, __LINE__);
 	}
 	/* The scratch is used by the call being issued: free it past it. */
 	Block *scratch[2] = {a16, b16};
@@ -343,63 +356,6 @@ static int gemm(RtRank *r, cublasOperation_t ta, cublasOperation_t tb, int64_t m
 
 /* ---- layers: one row of kernels per layer kind (rt_backend.h, "Layers"); the
  * tensors are the cpu device's (rt_layer_shapes) ---- */
-
-static int linear_fwd(RtRank *r, const RtLayerCall *c)
-{
-	if (rt_layer_call_check(r, c))
-		return RT_EFAIL;
-	int64_t m = c->rows, k = c->layer->in, n = c->layer->out;
-	const RtTensor *w = &c->param[0], *b = &c->param[1];
-	Use u[] = {{c->x, 0}, {w, 0}, {b, 0}, {c->y, 1}};
-	if (cu_cs_begin(r, u, 4))
-		return RT_EFAIL;
-	LAUNCH(r, k_bias_rows, m * n, F32(c->y), F32(b), m, n);
-	/* y^T (n x m) = w^T (n x k) x^T (k x m) */
-	int rc = gemm(r, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, F32(w), n, k * n, F32(c->x), k, m * k,
-	              1.0f, F32(c->y), n);
-	cu_cs_end(r, u, 4);
-	return rc;
-}
-
-/* dx = dy w^T */
-static int linear_bwd_in(RtRank *r, const RtLayerCall *c)
-{
-	if (rt_layer_call_check(r, c))
-		return RT_EFAIL;
-	int64_t m = c->rows, k = c->layer->in, n = c->layer->out;
-	const RtTensor *w = &c->param[0];
-	Use u[] = {{c->dy, 0}, {w, 0}, {c->dx, 1}};
-	if (cu_cs_begin(r, u, 3))
-		return RT_EFAIL;
-	/* dx^T (k x m) = (w^T)^T (k x n) dy^T (n x m) */
-	int rc = gemm(r, CUBLAS_OP_T, CUBLAS_OP_N, k, m, n, F32(w), n, k * n, F32(c->dy), n, m * n,
-	              0.0f, F32(c->dx), k);
-	cu_cs_end(r, u, 3);
-	return rc;
-}
-
-/* dw += x^T dy, db += column sums of dy */
-static int linear_bwd_w(RtRank *r, const RtLayerCall *c)
-{
-	if (rt_layer_call_check(r, c))
-		return RT_EFAIL;
-	int64_t m = c->rows, k = c->layer->in, n = c->layer->out;
-	RtTensor *dw = &c->grad[0], *db = &c->grad[1];
-	Use u[] = {{c->x, 0}, {c->dy, 0}, {dw, 1}, {db, 1}};
-	if (cu_cs_begin(r, u, 4))
-		return RT_EFAIL;
-	/* dw^T (n x k) += dy^T (n x m) (x^T)^T (m x k) */
-	int rc = gemm(r, CUBLAS_OP_N, CUBLAS_OP_T, n, k, m, F32(c->dy), n, m * n, F32(c->x), k, m * k,
-	              1.0f, F32(dw), n);
-	if (rc == RT_OK) {
-		k_colsum<<<grid_of(n), 256, 0, cur(r)->cs>>>(F32(c->dy), F32(db), m, n);
-		cudaError_t e = cudaGetLastError();
-		if (e != cudaSuccess)
-			rc = rt_cuda_fail(rt_rank_world(r), r, RT_LIB_CUDA, e, "k_colsum<<<>>>", __FILE__, __LINE__);
-	}
-	cu_cs_end(r, u, 4);
-	return rc;
-}
 
 /* An elementwise layer's F: y = f(x). */
 static int ew_fwd(RtRank *r, const RtLayerCall *c, void (*kernel)(const float *, float *, int64_t))
@@ -478,16 +434,126 @@ static int mse_bwd_in(RtRank *r, const RtLayerCall *c)
 	return RT_OK;
 }
 
-/* The rows by kind, as C's designated initializers would place them (C++ has none for
- * arrays); a kind left out stays empty and rt_device_check refuses plans using it. */
-static constexpr CuLayerTable make_layers()
+/* ---- layer calls: every row's kernels run through cu_layer_run ---- */
+
+void *cu_scratch(RtRank *r, CuScratch *s, int64_t bytes)
 {
-	CuLayerTable t = {};
-	t.k[LAYER_LINEAR] = {linear_fwd, linear_bwd_in, linear_bwd_w};
-	t.k[LAYER_RELU] = {relu_fwd, relu_bwd_in, nullptr};
-	t.k[LAYER_GELU] = {gelu_fwd, gelu_bwd_in, nullptr};
-	t.k[LAYER_MSE] = {mse_fwd, mse_bwd_in, nullptr};
-	return t;
+	if (s->n == 4) {
+		rt_error(r, "internal: more than 4 scratch blocks in one layer call");
+		return NULL;
+	}
+	Block *b = cu_get_block(r, bytes, 0);
+	if (!b)
+		return NULL;
+	s->b[s->n++] = b;
+	return b->ptr;
 }
 
-extern const CuLayerTable cu_layers = make_layers();
+/* The tensors a call touches, and which it writes (for cu_cs_begin/end). */
+static int call_uses(const RtLayerCall *c, int ph, Use *u)
+{
+	int n = 0;
+	const RtTensor *rd[] = {c->x, c->dy, c->target};
+	for (int i = 0; i < 3; i++)
+		if (rd[i])
+			u[n++] = Use{rd[i], 0};
+	const RtTensor *wr[] = {c->y, c->dx, c->work, c->loss};
+	for (int i = 0; i < 4; i++)
+		if (wr[i])
+			u[n++] = Use{wr[i], 1};
+	for (int j = 0; j < c->nparams; j++) {
+		u[n++] = Use{&c->param[j], 0};
+		if (ph == CU_W && c->grad)
+			u[n++] = Use{&c->grad[j], 1};
+	}
+	for (int j = 0; j < c->nsaved; j++)
+		u[n++] = Use{c->saved[j], ph == CU_F};
+	for (int j = 0; j < c->nheld; j++)
+		u[n++] = Use{c->held[j], ph == CU_B};
+	return n;
+}
+
+int cu_layer_run(RtRank *r, const RtLayerCall *c, int ph, CuBody body)
+{
+	if (rt_layer_call_check(r, c))
+		return RT_EFAIL;
+	Use u[7 + 4 * RT_LAYER_MAX_TENSORS];
+	int n = call_uses(c, ph, u);
+	if (cu_cs_begin(r, u, n))
+		return RT_EFAIL;
+	CuScratch s = {};
+	int rc = body(r, c, &s);
+	for (int i = 0; i < s.n; i++) {
+		s.b[i]->cs_last = cur(r)->cs_pos + 1; // used by this call: free past it
+		cu_release(r, &cur(r)->free_dev, s.b[i]);
+	}
+	cu_cs_end(r, u, n);
+	return rc;
+}
+
+/* y (m x n) = x (m x k) w (k x n) (+ b) */
+int cu_proj_fwd(RtRank *r, const RtTensor *x, const RtTensor *w, const RtTensor *b, RtTensor *y)
+{
+	int64_t m = x->rows, k = x->cols, n = w->cols;
+	if (b)
+		LAUNCH(r, k_bias_rows, m * n, F32(y), F32(b), m, n);
+	return cu_gemm(r, 0, 0, m, n, k, 1.0f, cu_mat(x), cu_mat(w), b ? 1.0f : 0.0f, F32(y), n, 0, 1);
+}
+
+/* dx (m x k) = dy (m x n) w^T (+ beta dx), w k x n */
+int cu_proj_bwd_in(RtRank *r, const float *dy, const RtTensor *w, float *dx, int64_t m,
+                   float beta)
+{
+	int64_t k = w->rows, n = w->cols;
+	return cu_gemm(r, 0, 1, m, k, n, 1.0f, cu_mat(dy, m, n), cu_mat(w), beta, dx, k, 0, 1);
+}
+
+/* dw (k x n) += x^T (k x m) dy (m x n); db += column sums of dy (rows in order) */
+int cu_proj_bwd_w(RtRank *r, const float *x, const float *dy, RtTensor *dw, RtTensor *db,
+                  int64_t m)
+{
+	int64_t k = dw->rows, n = dw->cols;
+	if (cu_gemm(r, 1, 0, k, n, m, 1.0f, cu_mat(x, m, k), cu_mat(dy, m, n), 1.0f, F32(dw), n, 0, 1))
+		return RT_EFAIL;
+	if (db)
+		LAUNCH(r, k_colsum, n, dy, F32(db), m, n);
+	return RT_OK;
+}
+
+/* linear: y = x w + b; w in x out (row-major), b 1 x out. */
+static int linear_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
+{
+	(void)s;
+	return cu_proj_fwd(r, c->x, &c->param[0], &c->param[1], c->y);
+}
+
+static int linear_bwd_in_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
+{
+	(void)s;
+	return cu_proj_bwd_in(r, F32(c->dy), &c->param[0], F32(c->dx), c->rows, 0.0f);
+}
+
+static int linear_bwd_w_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
+{
+	(void)s;
+	return cu_proj_bwd_w(r, F32(c->x), F32(c->dy), &c->grad[0], &c->grad[1], c->rows);
+}
+
+#define ROW_FN(name, ph)                                                                       \
+	static int name(RtRank *r, const RtLayerCall *c)                                           \
+	{                                                                                          \
+		return cu_layer_run(r, c, ph, name##_body);                                            \
+	}
+ROW_FN(linear_fwd, CU_F)
+ROW_FN(linear_bwd_in, CU_B)
+ROW_FN(linear_bwd_w, CU_W)
+#undef ROW_FN
+
+/* This file's rows (the matrix kinds), merged into the device's table (device_cuda.cu). */
+extern const CuLayerRow cu_mat_rows[] = {
+	{LAYER_LINEAR, {linear_fwd, linear_bwd_in, linear_bwd_w}},
+	{LAYER_RELU, {relu_fwd, relu_bwd_in, nullptr}},
+	{LAYER_GELU, {gelu_fwd, gelu_bwd_in, nullptr}},
+	{LAYER_MSE, {mse_fwd, mse_bwd_in, nullptr}},
+};
+extern const int cu_mat_nrows = sizeof cu_mat_rows / sizeof *cu_mat_rows;

@@ -344,3 +344,15 @@ extern "C" int rt_cuda_device_count(char *why, size_t n)
 		snprintf(why, n, "cudaGetDeviceCount found no device");
 	return count > 0 ? count : 0;
 }
+
+/* ---- the bad-token flag (written by cuda_tf.cu's kernels) ---- */
+
+int cu_tokens_report(RtRank *r)
+{
+	static const char *const what[] = {"input token", "target token"};
+	const volatile CuTokBad *t = cur(r)->tok;
+	if (!t || !t->bad)
+		return RT_OK;
+	return rt_error(r, "%s %lld is %g, not a token id in [0, %lld)", what[t->what & 1],
+	                (long long)t->index, (double)t->value, (long long)t->vocab);
+}

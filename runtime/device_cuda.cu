@@ -1,9 +1,9 @@
 /* The cuda device: one GPU per rank, layers on the rank's compute stream, storage in
  * device memory (docs/gpu.md).  This file is the thin part: choosing each rank's GPU,
  * opening and closing its streams and cuBLAS handle, alloc, free and sync, and the
- * table.  The streams, markers and block reuse are in
- * cuda_stream.cu, the kernels and GEMMs in cuda_kernels.cu (the scheme: cuda_dev.h).  Any
- * launcher fits: threads (a thread per GPU) or mpi (a process per GPU).
+ * table.  The streams, markers and block reuse are in cuda_stream.cu, the kernels and
+ * GEMMs in cuda_kernels.cu and cuda_tf.cu (the scheme: cuda_dev.h).  Any launcher fits:
+ * threads (a thread per GPU) or mpi (a process per GPU).
  *
  * Problems of the machine (no GPU, a device the plan names that is not there, two
  * ranks of a host on one GPU) are noted with rt_world_unable(), so every process still
@@ -127,6 +127,9 @@ static int cu_rank_open(RtRank *r)
 	CUBLASCHECK(r, cublasSetStream(c->blas, c->cs));
 	/* No TF32: f32 GEMMs stay f32 (docs/gpu.md, tolerance). */
 	CUBLASCHECK(r, cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH));
+	CUDACHECK(r, cudaHostAlloc((void **)&c->tok, sizeof *c->tok, cudaHostAllocMapped));
+	memset(c->tok, 0, sizeof *c->tok);
+	CUDACHECK(r, cudaHostGetDevicePointer((void **)&c->tok_dev, c->tok, 0));
 	return RT_OK;
 }
 
@@ -162,6 +165,8 @@ static void cu_rank_close(RtRank *r)
 		cu_drop_all(&c->free_host, 1);
 		if (c->blas)
 			cublasDestroy(c->blas);
+		if (c->tok)
+			cudaFreeHost(c->tok);
 		if (c->cs)
 			cudaStreamDestroy(c->cs);
 		if (c->ms)
@@ -190,10 +195,32 @@ static void cu_free(RtRank *r, RtTensor *t)
 		cu_release(r, &cur(r)->free_dev, b);
 }
 
+/* Also where a bad token id the kernels met is reported (cuda_tf.cu). */
 static int cu_sync(RtRank *r)
 {
-	return cu_wait_idle(r);
+	int rc = cu_wait_idle(r);
+	return rc == RT_OK ? cu_tokens_report(r) : rc;
 }
+
+/* The layer rows by kind, as C's designated initializers would place them (C++ has none
+ * for arrays), from the kernel files' lists (constant-initialized, so ready before this
+ * runs); a kind left out stays empty and rt_device_check refuses plans using it. */
+struct CuLayerTable {
+	RtLayerKernels k[LAYER_COUNT];
+};
+
+static CuLayerTable make_layers()
+{
+	CuLayerTable t = {};
+	const CuLayerRow *lists[] = {cu_mat_rows, cu_tf_rows};
+	const int n[] = {cu_mat_nrows, cu_tf_nrows};
+	for (int l = 0; l < 2; l++)
+		for (int i = 0; i < n[l]; i++)
+			t.k[lists[l][i].kind] = lists[l][i].k;
+	return t;
+}
+
+static const CuLayerTable cu_layers = make_layers();
 
 extern "C" const RtDevice rt_device_cuda = {
 	.name = "cuda",

@@ -5,10 +5,12 @@
  * --check bound and --dtype validation.  With CUDA also: the
  * CUDACHECK/CUBLASCHECK/NCCLCHECK macros, the refusal of two ranks on one GPU through
  * piperun, and a clear "no CUDA device" failure (exit 1 from piperun) where there is no
- * GPU.  The rest need a GPU and skip with a message without one: every kernel against
- * the cpu device, a one-rank NCCL communicator's grouped self send/receive and
- * all-reduce, an abort that ends a hung receive, and whole plans with --check (f32 and
- * bf16, and two GPUs when there are).
+ * GPU, and that every layer kind the cpu device computes has a cuda row with the same
+ * parts.  The rest need a GPU and skip with a message without one: every kernel row
+ * (each transformer kind in its variants) against the cpu device's, a bad token id
+ * reported at the next sync, a one-rank NCCL communicator's grouped self send/receive
+ * and all-reduce, an abort that ends a hung receive, and whole plans with --check (f32
+ * and bf16, a small transformer with every kind, and two GPUs when there are).
  *
  * Built without CUDA (no nvcc or nccl.h), the cuda parts must be absent and asking for
  * the backend is a usage error.  The command-line tests run $BIN/piperun (tests/run.sh
@@ -106,17 +108,20 @@ static void cuda__registry__parts_present_iff_built(void **state)
 	/* Every entry is filled: the interpreter and the world call all of them. */
 	assert_true(all_filled(b->device, sizeof *b->device, offsetof(RtDevice, open)));
 	assert_true(all_filled(b->comm, sizeof *b->comm, offsetof(RtComm, open)));
-	/* Each layer kind's cuda row has the cpu row's parts, or is empty (the kind is then
-	 * refused when the world opens: runtime__device_without_row__refused_at_open). */
+	/* Every layer kind's cuda row has exactly the cpu row's parts: a kind the cpu
+	 * device computes, the cuda device computes too (residual has no row on either). */
+	int rows = 0;
 	for (int k = 0; k < LAYER_COUNT; k++) {
 		const RtLayerKernels *c = &b->device->layers[k], *h = &rt_device_cpu.layers[k];
-		if (!c->fwd && !c->bwd_in && !c->bwd_w)
-			continue;
 		if (!c->fwd != !h->fwd || !c->bwd_in != !h->bwd_in || !c->bwd_w != !h->bwd_w)
 			fail_msg("layer kind %s: the cuda row has other kernels than the cpu row",
 			         plan_layers[k].name);
+		if (!c->fwd != (plan_layers[k].arg == LAYER_ARG_BODY))
+			fail_msg("layer kind %s: %s", plan_layers[k].name,
+			         c->fwd ? "a row for the model's own kind" : "no cuda row");
+		rows += c->fwd != NULL;
 	}
-	assert_non_null(b->device->layers[LAYER_LINEAR].fwd);
+	assert_true(rows > 0);
 #else
 	assert_int_equal(dev, 0);
 	assert_int_equal(comm, 0);
@@ -695,22 +700,39 @@ static int twin_add(Gpu *g, Twin *t, int64_t rows, int64_t cols)
 	return i;
 }
 
-/* Tensors for layer ly over m rows, random contents, and the two calls over them. */
-static void twin_open(Gpu *g, Twin *t, const PlanLayer *ly, int64_t m)
+/* Token ids (whole numbers below min(vocab, 13), so ids repeat) into tensor i of both
+ * twins. */
+static void twin_tokens(Gpu *g, Twin *t, int i, int64_t vocab)
+{
+	float *h = t->h[i].data;
+	int64_t top = vocab < 13 ? vocab : 13;
+	for (int64_t k = 0; k < t->h[i].rows * t->h[i].cols; k++)
+		h[k] = (float)((k * 7 + k / 3) % top);
+	assert_int_equal(g->dev->upload(g->r, t->d[i], h), RT_OK);
+}
+
+/* Tensors for layer ly on microbatch sh, random contents (token ids where a kind takes
+ * them), and the two calls over them. */
+static void twin_open(Gpu *g, Twin *t, const PlanLayer *ly, const LayerShape *sh)
 {
 	memset(t, 0, sizeof *t);
 	RtLayerTensors lt = {0};
-	LayerShape sh = {m, m, 1, 0}; // a matrix input: a row a sequence
+	int64_t m = sh->rows;
+	int tokens = plan_layers[ly->kind].tokens;
 	if (rt_layer_shapes[ly->kind])
-		rt_layer_shapes[ly->kind](ly, &sh, &lt);
+		rt_layer_shapes[ly->kind](ly, sh, &lt);
 	twin_add(g, t, m, ly->in);
 	twin_add(g, t, m, ly->out);
 	twin_add(g, t, m, ly->out);
 	twin_add(g, t, m, ly->in);
-	twin_add(g, t, m, ly->in);
+	twin_add(g, t, m, tokens ? 1 : ly->in);
 	twin_add(g, t, 1, 4);
-	RtLayerCall c = {.layer = ly, .rows = m, .sh = sh, .nparams = lt.nparams, .nsaved = lt.nsaved,
-	                 .nheld = lt.nheld};
+	if (ly->kind == LAYER_EMBED)
+		twin_tokens(g, t, T_X, sh->vocab);
+	if (tokens)
+		twin_tokens(g, t, T_TARGET, ly->in);
+	RtLayerCall c = {.layer = ly, .rows = m, .sh = *sh, .nparams = lt.nparams,
+	                 .nsaved = lt.nsaved, .nheld = lt.nheld};
 	t->dc = t->hc = c;
 	for (int j = 0; j < lt.nparams; j++) {
 		int p = twin_add(g, t, lt.param[j].rows, lt.param[j].cols);
@@ -718,8 +740,8 @@ static void twin_open(Gpu *g, Twin *t, const PlanLayer *ly, int64_t m)
 		t->dp[j] = *t->d[p], t->dg[j] = *t->d[q], t->hp[j] = t->h[p], t->hg[j] = t->h[q];
 	}
 	for (int j = 0; j < lt.nsaved + lt.nheld; j++) {
-		const RtShape *sh = j < lt.nsaved ? &lt.saved[j] : &lt.held[j - lt.nsaved];
-		int p = twin_add(g, t, sh->rows, sh->cols);
+		const RtShape *ts = j < lt.nsaved ? &lt.saved[j] : &lt.held[j - lt.nsaved];
+		int p = twin_add(g, t, ts->rows, ts->cols);
 		t->ds[j] = t->d[p], t->hs[j] = &t->h[p];
 	}
 	t->dc.param = t->dp, t->dc.grad = t->dg, t->hc.param = t->hp, t->hc.grad = t->hg;
@@ -730,6 +752,13 @@ static void twin_open(Gpu *g, Twin *t, const PlanLayer *ly, int64_t m)
 		t->dc.work = t->d[p], t->hc.work = &t->h[p];
 	}
 	t->dc.x = t->d[T_X], t->hc.x = &t->h[T_X];
+	if (plan_layers[ly->kind].loss) {
+		t->dc.target = t->d[T_TARGET], t->hc.target = &t->h[T_TARGET];
+		t->dc.loss = t->d[T_LOSS], t->hc.loss = &t->h[T_LOSS];
+		t->dc.slot = t->hc.slot = 2;
+	} else {
+		t->dc.y = t->d[T_Y], t->hc.y = &t->h[T_Y];
+	}
 }
 
 static void twin_close(Gpu *g, Twin *t)
@@ -752,10 +781,40 @@ static void twin_compare(Gpu *g, RtTensor *const *d, const RtTensor *h, int n, d
 	}
 }
 
-/* Every layer kind's row (the table, not a hand list) against the cpu's row: F, B and
- * W on random tensors of odd sizes, for f32 and bf16 GEMMs.  A layer with GEMMs (FLOPs
- * in the layer table) is held to the GEMM bound, elementwise math to 1e-5; linear's
- * bias gradient, column sums in the CPU's order, bit for bit. */
+/* The layers the kernel rows are checked on: every kind with a cpu row, in the
+ * variants fd_layers (test_runtime.c) runs (biases, grouped-query and rotary attention,
+ * learned positions), at odd sizes (no GEMM tile fits exactly).  Kinds on tokens run on
+ * 3 sequences of 11 tokens over a vocabulary of 37. */
+#define FLAG(k) LAYER_FLAG(LAYER_KEY_##k)
+static const PlanLayer gpu_layers[] = {
+	{.kind = LAYER_LINEAR, .in = 70, .out = 45},
+	{.kind = LAYER_RELU, .in = 70, .out = 70},
+	{.kind = LAYER_GELU, .in = 70, .out = 70},
+	{.kind = LAYER_MSE, .in = 70, .out = 70},
+	{.kind = LAYER_EMBED, .in = 1, .out = 24},
+	{.kind = LAYER_EMBED, .in = 1, .out = 24, .flags = FLAG(POSITIONS)},
+	{.kind = LAYER_LAYERNORM, .in = 24, .out = 24},
+	{.kind = LAYER_RMSNORM, .in = 24, .out = 24},
+	{.kind = LAYER_ATTN, .in = 24, .out = 24, .heads = 3, .kv_heads = 3, .flags = FLAG(BIAS)},
+	{.kind = LAYER_ATTN, .in = 24, .out = 24, .heads = 4, .kv_heads = 2, .flags = FLAG(ROPE)},
+	{.kind = LAYER_ATTN, .in = 24, .out = 24, .heads = 6, .kv_heads = 1,
+	 .flags = FLAG(ROPE) | FLAG(BIAS)},
+	{.kind = LAYER_MLP, .in = 24, .out = 24, .hidden = 40, .flags = FLAG(BIAS)},
+	{.kind = LAYER_MLP, .in = 24, .out = 24, .hidden = 40},
+	{.kind = LAYER_SWIGLU, .in = 24, .out = 24, .hidden = 40},
+	{.kind = LAYER_HEAD, .in = 24, .out = 37},
+	{.kind = LAYER_XENT, .in = 37, .out = 37},
+};
+#undef FLAG
+static const LayerShape gpu_shape = {33, 3, 11, 37};
+
+/* Every layer of gpu_layers on the cuda row against the cpu row: F (output and saved
+ * tensors), B (input gradient and held tensors) and W (parameter gradients, which
+ * accumulate into random contents), for f32 and bf16 GEMMs.  A kind with GEMMs (FLOPs
+ * in the layer table) is held to the GEMM bound (looser for the kinds that chain
+ * several: attention, mlp, swiglu), other math to 1e-5; the embedding (gather and the
+ * in-order scatter) and linear's bias gradient (column sums in the CPU's order) bit for
+ * bit.  Every kind with a cpu row must have been run. */
 static void cuda__kernels__match_cpu(void **state)
 {
 	(void)state;
@@ -765,42 +824,37 @@ static void cuda__kernels__match_cpu(void **state)
 			skip();
 		RtRank *r = g.r;
 		const RtDevice *be = g.dev, *cpu = &rt_device_cpu;
-		double gemm_tol = dtype == RT_DTYPE_BF16 ? 2e-2 : 1e-5;
-		int64_t m = 33, k = 70, n = 45; // odd sizes: no tile fits exactly
-		int ran = 0;
-		for (int kind = 0; kind < LAYER_COUNT; kind++) {
+		int bf16 = dtype == RT_DTYPE_BF16;
+		int64_t m = gpu_shape.rows, n = 45;
+		int seen[LAYER_COUNT] = {0};
+		for (size_t i = 0; i < sizeof gpu_layers / sizeof *gpu_layers; i++) {
+			const PlanLayer *ly = &gpu_layers[i];
+			int kind = ly->kind;
 			const RtLayerKernels *dk = &be->layers[kind], *hk = &cpu->layers[kind];
 			const char *name = plan_layers[kind].name;
 			if (!dk->fwd || !hk->fwd || !dk->bwd_in != !hk->bwd_in || !dk->bwd_w != !hk->bwd_w)
 				fail_msg("layer kind %s: the cuda and cpu rows differ or are empty", name);
-			PlanLayer ly = {.kind = (LayerKind)kind, .in = (int32_t)k};
-			ly.out = plan_layer_out(ly.kind, ly.in, (int)n);
-			double tol = plan_layer_cost(ly.kind, m, ly.in, ly.out).flops[0] > 0 ? gemm_tol
-			                                                                     : 1e-5;
+			int chained = kind == LAYER_ATTN || kind == LAYER_MLP || kind == LAYER_SWIGLU;
+			double gemm_tol = bf16 ? (chained ? 5e-2 : 2e-2) : (chained ? 1e-4 : 1e-5);
+			double tol = plan_layer_figures(ly, &gpu_shape).flops[0] > 0 ? gemm_tol : 1e-5;
+			double exact = kind == LAYER_EMBED ? 0 : tol;
 			Twin t;
-			twin_open(&g, &t, &ly, m);
+			twin_open(&g, &t, ly, &gpu_shape);
 			RtLayerCall *dc = &t.dc, *hc = &t.hc;
 			int loss = plan_layers[kind].loss;
-			if (loss) {
-				dc->target = t.d[T_TARGET], hc->target = &t.h[T_TARGET];
-				dc->loss = t.d[T_LOSS], hc->loss = &t.h[T_LOSS];
-				dc->slot = hc->slot = 2;
-			} else {
-				dc->y = t.d[T_Y], hc->y = &t.h[T_Y];
-			}
 			assert_int_equal(dk->fwd(r, dc), RT_OK);
 			assert_int_equal(hk->fwd(r, hc), RT_OK);
-			twin_compare(&g, &t.d[loss ? T_LOSS : T_Y], &t.h[loss ? T_LOSS : T_Y], 1, tol,
+			twin_compare(&g, &t.d[loss ? T_LOSS : T_Y], &t.h[loss ? T_LOSS : T_Y], 1, exact,
 			             name, "F output");
 			for (int j = 0; j < hc->nsaved; j++)
 				twin_compare(&g, &t.ds[j], t.hs[j], 1, tol, name, "saved tensor");
+			dc->y = NULL, hc->y = NULL;
+			if (loss)
+				dc->scale = hc->scale = 0.25f;
+			else
+				dc->dy = t.d[T_DY], hc->dy = &t.h[T_DY];
+			dc->dx = t.d[T_DX], hc->dx = &t.h[T_DX];
 			if (dk->bwd_in) {
-				dc->y = NULL, hc->y = NULL;
-				if (loss)
-					dc->scale = hc->scale = 0.25f;
-				else
-					dc->dy = t.d[T_DY], hc->dy = &t.h[T_DY];
-				dc->dx = t.d[T_DX], hc->dx = &t.h[T_DX];
 				assert_int_equal(dk->bwd_in(r, dc), RT_OK);
 				assert_int_equal(hk->bwd_in(r, hc), RT_OK);
 				twin_compare(&g, &t.d[T_DX], &t.h[T_DX], 1, tol, name, "B input gradient");
@@ -813,15 +867,19 @@ static void cuda__kernels__match_cpu(void **state)
 				assert_int_equal(hk->bwd_w(r, hc), RT_OK);
 				for (int j = 0; j < hc->nparams; j++) {
 					RtTensor dg = t.dg[j];
-					double bound = kind == LAYER_LINEAR && j == 1 ? 0 : tol;
+					double bound = (kind == LAYER_LINEAR && j == 1) ? 0 : exact;
 					RtTensor *dgp = &dg;
 					twin_compare(&g, &dgp, &t.hg[j], 1, bound, name, "W gradient");
 				}
 			}
+			assert_int_equal(be->sync(r), RT_OK);
 			twin_close(&g, &t);
-			ran++;
+			seen[kind] = 1;
 		}
-		assert_int_equal(ran, LAYER_COUNT);
+		for (int k = 0; k < LAYER_COUNT; k++)
+			if (cpu->layers[k].fwd && !seen[k])
+				fail_msg("layer kind %s has a cpu row but no check against the cuda row",
+				         plan_layers[k].name);
 
 		/* The tensor operations. */
 		RtTensor hy, hdy;
@@ -875,6 +933,42 @@ static void cuda__kernels__match_cpu(void **state)
 		rt_tensor_free(r, dy);
 		free(hy.data);
 		free(hdy.data);
+		gpu_close(&g);
+	}
+}
+
+/* A bad token id (not a whole number, or out of the vocabulary) is found on the GPU:
+ * the call itself returns at once, and the rank's next sync fails with the cpu
+ * device's message naming the row and the value.  Both kinds on tokens: the
+ * embedding's input and the cross-entropy's target. */
+static void cuda__tokens__bad_id_fails_at_sync(void **state)
+{
+	(void)state;
+	static const PlanLayer embed = {.kind = LAYER_EMBED, .in = 1, .out = 24};
+	static const PlanLayer xent = {.kind = LAYER_XENT, .in = 37, .out = 37};
+	const PlanLayer *lys[] = {&embed, &xent};
+	const float bad[] = {2.5f, 37.0f};
+	const char *want[] = {"input token 5 is 2.5, not a token id in [0, 37)",
+	                      "target token 5 is 37, not a token id in [0, 37)"};
+	for (int i = 0; i < 2; i++) {
+		Gpu g;
+		if (!gpu_open(&g, RT_DTYPE_F32))
+			skip();
+		Twin t;
+		twin_open(&g, &t, lys[i], &gpu_shape);
+		int ti = i ? T_TARGET : T_X;
+		((float *)t.h[ti].data)[5] = bad[i];
+		assert_int_equal(g.dev->upload(g.r, t.d[ti], t.h[ti].data), RT_OK);
+		const RtLayerKernels *dk = &g.dev->layers[lys[i]->kind];
+		assert_int_equal(dk->fwd(g.r, &t.dc), RT_OK); // asynchronous: found on the GPU
+		assert_int_equal(g.dev->sync(g.r), RT_EFAIL);
+		if (!strstr(g.r->err, want[i]))
+			fail_msg("bad token: '%s', want '%s'", g.r->err, want[i]);
+		/* The cpu row refuses the same id with the same words. */
+		RtRank cr = {.w = g.w, .rank = RT_REF_RANK, .dev = &rt_device_cpu};
+		assert_int_equal(rt_device_cpu.layers[lys[i]->kind].fwd(&cr, &t.hc), RT_EFAIL);
+		assert_non_null(strstr(cr.err, want[i]));
+		twin_close(&g, &t);
 		gpu_close(&g);
 	}
 }
@@ -955,7 +1049,8 @@ static void cuda__hang__abort_ends_the_wait(void **state)
 	gpu_close(&g);
 }
 
-static void run_checked(const char *src, int dtype, int ngpu)
+/* lr > 0 replaces the plan's learning rate. */
+static void run_checked(const char *src, int dtype, int ngpu, double lr)
 {
 	char why[256];
 	int n = rt_cuda_device_count(why, sizeof why);
@@ -967,6 +1062,10 @@ static void run_checked(const char *src, int dtype, int ngpu)
 	Plan *p = compile_text(src);
 	assert_non_null(p);
 	RtOptions o = options("cuda", 3, 1, dtype);
+	if (lr > 0) { // else the plan's optimizer
+		o.optim.lr = lr;
+		o.optim_set |= RT_OPTIM_SET(RT_HYPER_LR);
+	}
 	RtResult res, th;
 	char *report;
 	int rc = run_plan(p, &o, &res, &report);
@@ -979,6 +1078,8 @@ static void run_checked(const char *src, int dtype, int ngpu)
 	assert_true(res.check_ok);
 	/* Memory is the interpreter's accounting: the same on every backend. */
 	RtOptions t = options("threads", 3, 0, RT_DTYPE_F32);
+	t.optim = o.optim;
+	t.optim_set = o.optim_set;
 	assert_int_equal(run_plan(p, &t, &th, &report), RT_OK);
 	free(report);
 	for (int i = 0; i < p->world; i++)
@@ -991,13 +1092,30 @@ static void run_checked(const char *src, int dtype, int ngpu)
 static void cuda__plan_one_gpu__check_f32(void **state)
 {
 	(void)state;
-	run_checked(one_gpu_src, RT_DTYPE_F32, 1);
+	run_checked(one_gpu_src, RT_DTYPE_F32, 1, 0.5);
 }
 
 static void cuda__plan_one_gpu__check_bf16(void **state)
 {
 	(void)state;
-	run_checked(one_gpu_src, RT_DTYPE_BF16, 1);
+	run_checked(one_gpu_src, RT_DTYPE_BF16, 1, 0.5);
+}
+
+/* A small transformer with every kind on one GPU: learned positions, attention with
+ * biases and grouped-query heads, then rotary with GQA, both MLPs, both norms, a head
+ * tied to the embedding, cross-entropy on next tokens. */
+static const char tf_src[] =
+	"pipeline tf;\nmesh pp=1;\nmicrobatches 4;\ninput tokens 3x12 vocab=37;\n"
+	"stage s0 { embed 24 positions; residual { layernorm; attention heads=4 kv_heads=2 bias; }\n"
+	"  residual { layernorm; mlp 40 bias; } }\n"
+	"stage s1 { residual { rmsnorm; attention heads=6 kv_heads=3 rope; }\n"
+	"  residual { rmsnorm; swiglu 40; } rmsnorm; head tied; loss xent; }\n"
+	"schedule gpipe;\ncost * f=1 b=1 w=1;\nlink ideal;\n";
+
+static void cuda__plan_transformer__check_f32(void **state)
+{
+	(void)state;
+	run_checked(tf_src, RT_DTYPE_F32, 1, 0.05);
 }
 
 /* The same plan with the AdamW optimizer: its state on the GPU, --check against the
@@ -1007,13 +1125,13 @@ static const char one_gpu_adamw_src[] = ONE_GPU_SRC "optimizer adamw lr=1e-3;\n"
 static void cuda__plan_one_gpu__check_adamw(void **state)
 {
 	(void)state;
-	run_checked(one_gpu_adamw_src, RT_DTYPE_F32, 1);
+	run_checked(one_gpu_adamw_src, RT_DTYPE_F32, 1, 0);
 }
 
 static void cuda__plan_two_gpus__check_f32(void **state)
 {
 	(void)state;
-	run_checked(two_gpu_src, RT_DTYPE_F32, 2);
+	run_checked(two_gpu_src, RT_DTYPE_F32, 2, 0.5);
 }
 
 #endif
@@ -1038,10 +1156,12 @@ int main(void)
 		cmocka_unit_test(cuda__cli_shared_device__exit_1),
 		cmocka_unit_test(cuda__check_macros__name_call_host_rank_and_line),
 		cmocka_unit_test(cuda__kernels__match_cpu),
+		cmocka_unit_test(cuda__tokens__bad_id_fails_at_sync),
 		cmocka_unit_test(cuda__nccl_self__grouped_sendrecv_and_allreduce),
 		cmocka_unit_test(cuda__plan_one_gpu__check_f32),
 		cmocka_unit_test(cuda__plan_one_gpu__check_bf16),
 		cmocka_unit_test(cuda__plan_one_gpu__check_adamw),
+		cmocka_unit_test(cuda__plan_transformer__check_f32),
 		cmocka_unit_test(cuda__plan_two_gpus__check_f32),
 		cmocka_unit_test(cuda__hang__abort_ends_the_wait), // last: it aborts NCCL
 #endif
