@@ -873,6 +873,8 @@ Plan *lower_program(const Program *pr, const SchedCtx *sc, Diag *d, int allow_de
 	if (w->tie_embed >= 0)
 		w->left[w->tie_embed] += w->m;
 	int rc = check_local_order(w) ? -1 : place_comms(w, allow_deadlock);
+	if (rc == 0 && sc->comms) // a CSV's own communication order
+		rc = lower_given(p, sc, w->stride, d);
 	if (rc == 0)
 		copy_lines(w);
 	lw_free(w);
