@@ -536,6 +536,62 @@ static int comm_edge(Load *L, int p, const SchedComm *k, int *bit)
 	return -1;
 }
 
+/* Every cell named once (keep_comms' first part): each send comes after the compute
+ * that makes its tensor and each receive before the compute that uses it, and between
+ * two ranks the k-th send pairs with the k-th receive (NCCL's order; the plan's too). */
+static int comms_in_order(Load *L)
+{
+	SchedCtx *c = L->c;
+	int m = c->m, pp = c->pp;
+	size_t nk = (size_t)c->nstages * m, nt = (size_t)(c->nstages - 1) * m * 2;
+	int *made = arena_alloc(c->arena, (nk + 1) * 2 * sizeof *made); // per (stage, mb, dir)
+	int *seq = arena_alloc(c->arena, (nt + 1) * 2 * sizeof *seq);  // per transfer, side
+	int *count = arena_alloc(c->arena, ((size_t)pp * pp + 1) * 2 * sizeof *count);
+	const SchedComm **recv = arena_alloc(c->arena, (nt + 1) * sizeof *recv);
+	char t[64], u[64];
+	for (int p = 0; p < pp; p++)
+		for (int i = 0; i < c->nacts[p]; i++) {
+			const SchedAct *a = &c->acts[p][i];
+			if (a->kind != OP_W)
+				made[((size_t)a->stage * m + a->mb) * 2 + (a->kind != OP_F)] = i;
+		}
+	for (int p = 0; p < pp; p++)
+		for (int i = 0; i < L->crow[p].n; i++) {
+			const SchedComm *k = &L->crow[p].v[i];
+			if (k->kind == SCHED_COMM_REDUCE)
+				continue;
+			int send = k->kind == SCHED_COMM_SEND, act = k->dir == DIR_ACT;
+			int st = send == act ? k->edge : k->edge + 1, other = k->edge + (st == k->edge);
+			int at = made[((size_t)st * m + k->mb) * 2 + !act]; // st's action on this rank
+			size_t key = ((size_t)k->edge * m + k->mb) * 2 + k->dir;
+			comm_text(st, !send, k->dir, k->mb, t, sizeof t);
+			if (send ? at >= k->at : at < k->at) {
+				diag_error(L->d, k->loc, send ? "'%s' comes before the compute that makes its "
+				           "tensor" : "'%s' comes after the compute that uses its tensor", t);
+				return 1;
+			}
+			int peer = c->stage_pp[other];
+			seq[key * 2 + !send] = count[((size_t)(send ? p : peer) * pp + (send ? peer : p)) * 2 + !send]++;
+			if (!send)
+				recv[key] = k;
+		}
+	for (size_t key = 0; key < nt; key++) {
+		const SchedComm *k = recv[key];
+		if (!k || seq[key * 2] == seq[key * 2 + 1])
+			continue;
+		int e = (int)(key / 2 / (size_t)m), dir = (int)(key % 2), act = dir == DIR_ACT;
+		int to = act ? e + 1 : e, from = act ? e : e + 1;
+		diag_error(L->d, k->loc, "'%s' is rank %d's receive #%d from rank %d, but '%s' is rank "
+		           "%d's send #%d to rank %d: between two ranks, sends and receives pair in "
+		           "order", comm_text(to, 1, dir, k->mb, t, sizeof t), c->stage_pp[to],
+		           seq[key * 2 + 1] + 1, c->stage_pp[from],
+		           comm_text(from, 0, dir, k->mb, u, sizeof u), c->stage_pp[from],
+		           seq[key * 2] + 1, c->stage_pp[to]);
+		return 1;
+	}
+	return 0;
+}
+
 /* A CSV that names SEND/RECV cells keeps its communication order: each cell is checked
  * against the placement, every transfer between ranks must be named once on each side,
  * and the cells move into c->comms for the lowering (lower_given.c).  A CSV without
@@ -586,8 +642,8 @@ static int keep_comms(Load *L)
 					           comm_text(st, recv, dir, mb, t, sizeof t));
 					errs++;
 				}
-	if (errs)
-		return errs;
+	if (errs || comms_in_order(L))
+		return errs ? errs : 1;
 	c->comms = arena_alloc(c->arena, (size_t)c->pp * sizeof *c->comms);
 	c->ncomms = arena_alloc(c->arena, (size_t)c->pp * sizeof *c->ncomms);
 	for (int p = 0; p < c->pp; p++) {
