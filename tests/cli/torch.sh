@@ -3,7 +3,8 @@
 # made by tests/torch/dump.py with the torch version in tests/torch/VERSION): every
 # compute-only CSV and every compute_comms CSV compiles with --from-torch-csv, pipesim's
 # verdict and unit-cost makespan are the ones recorded below, and pipecc's own schedule
-# of the same name is never slower than torch's order lowered the same way.
+# of the same name is never slower than torch's order, lowered by pipecc or with
+# torch's own communication in either timing model.
 : "${BIN:=bin}"
 TOOL=torch
 . tests/lib/cli.sh
@@ -166,8 +167,10 @@ for f in tests/torch/*-p*-m*.csv; do
 	program "$p" $((p * v)) "$m" "$s" "$pl" >"$dir/o.pipe"
 	"$BIN/pipecc" "$dir/o.pipe" -o "$dir/o.plan" 2>"$dir/err"
 	own=$(span "$dir/o.plan")
-	check "$b: pipecc's $s ($own) is not slower than torch's order ($1)" \
-		"$([ "$own" != deadlock ] && [ "$own" -le "$1" ]; echo $?)" "got $own"
+	best=$1 # torch's order at its fastest: lowered by pipecc, or its own comms in either model
+	for x in $2 $3; do [ "$x" -lt "$best" ] && best=$x; done
+	check "$b: pipecc's $s ($own) is not slower than torch's order ($best)" \
+		"$([ "$own" != deadlock ] && [ "$own" -le "$best" ]; echo $?)" "got $own"
 done
 
 # A compute_comms CSV is checked cell by cell, errors located in the file: one torch
