@@ -3,8 +3,10 @@
  * the CSV that `pipecc --emit torch-csv` or PyTorch's _dump_csv writes: a row per
  * pipeline rank, one action per cell.  Actions use PyTorch's notation: stage, kind,
  * microbatch, where F is a forward, B a fused backward (our BW), I an input gradient
- * (our B) and W a weight gradient.  Communication is the compiler's business: the CSV
- * reader skips SEND_/RECV_ cells (and UNSHARD/RESHARD), and empty cells.
+ * (our B) and W a weight gradient; (a;b)OVERLAP_F_B is a then b.  A CSV without SEND/RECV
+ * cells leaves communication to the lowering; one with them (PyTorch's compute_comms
+ * format) has them checked and kept in c->comms, in their order (keep_comms,
+ * lower_given.c).  Waits, UNSHARD/RESHARD and empty cells are skipped.
  *
  * The order is loaded into the schedule context once, by whichever of infer_place
  * (no `placement` written: each stage goes where it appears) or check (a placement
@@ -217,7 +219,6 @@ static int csv_take(Load *L, int row, const char *a, const char *b, Loc at, int 
 			return cell_error(L, at, a, b);
 		p = a + 1;
 	}
-	int errs = 0;
 	do {
 		const char *pe = close ? memchr(p, ';', (size_t)(close - p)) : NULL;
 		if (close)
@@ -243,7 +244,7 @@ static int csv_take(Load *L, int row, const char *a, const char *b, Loc at, int 
 			diag_error(L->d, at, "stage index %d in '%.*s' is out of range: there %s %d stage%s",
 			           cl.stage, (int)(b - a), a, c->nstages == 1 ? "is" : "are", c->nstages,
 			           c->nstages == 1 ? "" : "s");
-			return errs + 1;
+			return 1;
 		}
 		if (k == CELL_ACT) {
 			push(c, row, cl.kind, cl.stage, cl.mb, at);
@@ -256,7 +257,7 @@ static int csv_take(Load *L, int row, const char *a, const char *b, Loc at, int 
 		if (comm_push(&L->crow[row], sc) && !c->oom)
 			c->oom = (size_t)L->crow[row].cap * 2 * sizeof sc;
 	} while (close && (p = q + 1) <= close);
-	return errs;
+	return 0;
 }
 
 static int load_csv_text(Load *L, const char *src, size_t len)
