@@ -2,6 +2,7 @@
 #   make            build bin/pipecc, bin/pipesim, bin/piperun
 #   make demo       build and run the whole chain on examples/demo.pipe
 #   make check      build and run every test
+#   make check-torch  optional: PyTorch loads the CSVs pipecc writes (PYTHON=...)
 #   make bench      benchmarks (print figures)
 #   make SAN=1 ...  the same with ASan + UBSan, in build/san and bin/san
 #   make fuzz       libFuzzer targets (clang) in bin/fuzz, each run FUZZ_SECONDS
@@ -99,7 +100,7 @@ FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZERS := $(patsubst tests/fuzz/%.c,$(BIN)/%,$(FUZZ_SRC))
 FUZZ_SECONDS ?= 60
 
-.PHONY: all demo check test bench clean help notices fuzz fuzzers install uninstall
+.PHONY: all demo check check-torch test bench clean help notices fuzz fuzzers install uninstall
 .SECONDARY: # keep the objects of test binaries (they are intermediate files)
 all: notices $(TOOLS)
 
@@ -185,6 +186,17 @@ demo: all
 check test: all $(TESTS) $(FA_TOOLS)
 	BIN=$(BIN) BUILD=$(BUILD) sh tests/run.sh $(TESTS)
 
+# Optional, never part of check: PyTorch loads and dry-runs every CSV pipecc writes with
+# --emit torch-csv --comms (tests/torch/check_load.py).  PYTHON must import torch
+# (make check-torch PYTHON=/path/to/venv/bin/python); without it the target says so.
+PYTHON ?= python3
+check-torch: all
+	@if $(PYTHON) -c 'import torch' 2>/dev/null; then \
+		$(PYTHON) tests/torch/check_load.py $(BIN); \
+	else \
+		echo "check-torch: skipped: $(PYTHON) cannot import torch"; \
+	fi
+
 # The fuzzers are built by a second make in FUZZ=1 mode (clang, its own build folder);
 # the seeds come from the examples compiled by this one's pipecc.
 fuzz: all
@@ -225,6 +237,6 @@ clean:
 	rm -rf build bin
 
 help:
-	@sed -n '2,12p' Makefile
+	@sed -n '2,13p' Makefile
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

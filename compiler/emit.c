@@ -7,8 +7,34 @@
 #include <inttypes.h>
 #include <stdlib.h>
 
+/* One cell, comma-separated from the row's earlier ones. */
+static void cell(FILE *f, int *first, const char *fmt, int stage, const char *word, int mb)
+{
+	fputs(*first ? "" : ",", f);
+	fprintf(f, fmt, stage, word, mb);
+	*first = 0;
+}
+
+static int in_group(const PlanOp *o, int group)
+{
+	return (o->kind == OP_SEND || o->kind == OP_RECV) && o->group == group;
+}
+
+/* The SEND/RECV cell of op o: the stage at this rank's end, as PyTorch names it. */
+static int comm_stage(const Plan *p, const PlanOp *o)
+{
+	const PlanEdge *e = &p->edges[o->stage];
+	return (o->dir == DIR_ACT) == (o->kind == OP_SEND) ? e->src : e->dst;
+}
+
+/* With comms, the form torch's _PipelineScheduleRuntime._load_csv(..., "compute_comms")
+ * runs: a group's SEND and RECV cells, then a WAIT_SEND per send of the group (torch's
+ * host posts them all, then waits, as the plan's group does; a receive is waited for
+ * by the compute that uses it), and REDUCE_GRAD, WAIT_REDUCE_GRAD where the stage's
+ * optimizer step is. */
 int pipecc_emit_torch_csv(const Plan *p, FILE *f, int comms)
 {
+	static const char *const word[2][2] = {{"RECV_F", "RECV_B"}, {"SEND_F", "SEND_B"}};
 	int c[DIM_COUNT] = {0};
 	for (int q = 0; q < p->dims[DIM_PP]; q++) {
 		c[DIM_PP] = q;
@@ -16,20 +42,28 @@ int pipecc_emit_torch_csv(const Plan *p, FILE *f, int comms)
 		int first = 1;
 		for (int64_t i = 0; i < rk->nops; i++) {
 			const PlanOp *o = &rk->ops[i];
-			if (plan_op_is_compute(o->kind) && o->part > 0) {
+			char kind[2] = {plan_ops[o->kind].torch, 0};
+			if (plan_op_is_compute(o->kind) && o->part > 0)
 				continue; // a tp part: PyTorch's action is the whole op, at its first part
-			} else if (plan_op_is_compute(o->kind)) {
-				fprintf(f, "%s%d%c%d", first ? "" : ",", o->stage, plan_ops[o->kind].torch,
-				        o->mb);
-				first = 0;
-			} else if (comms && (o->kind == OP_SEND || o->kind == OP_RECV)) {
-				const PlanEdge *e = &p->edges[o->stage];
-				int send = o->kind == OP_SEND, act = o->dir == DIR_ACT;
-				int stage = act == send ? e->src : e->dst;
-				fprintf(f, "%s%d%s_%c%d", first ? "" : ",", stage, send ? "SEND" : "RECV",
-				        act ? 'F' : 'B', o->mb);
-				first = 0;
+			if (plan_op_is_compute(o->kind))
+				cell(f, &first, "%d%s%d", o->stage, kind, o->mb);
+			else if (comms && o->kind == OP_OPTIM) {
+				cell(f, &first, "%d%s", o->stage, "REDUCE_GRAD", 0);
+				cell(f, &first, "%d%s", o->stage, "WAIT_REDUCE_GRAD", 0);
 			}
+			if (!comms || (o->kind != OP_SEND && o->kind != OP_RECV))
+				continue;
+			int send = o->kind == OP_SEND;
+			cell(f, &first, "%d%s%d", comm_stage(p, o), word[send][o->dir], o->mb);
+			if (i + 1 < rk->nops && in_group(&rk->ops[i + 1], o->group))
+				continue; // not the group's last op yet
+			int64_t j = i;
+			while (j > 0 && in_group(&rk->ops[j - 1], o->group))
+				j--;
+			for (; j <= i; j++)
+				if (rk->ops[j].kind == OP_SEND)
+					cell(f, &first, "%dWAIT_%s%d", comm_stage(p, &rk->ops[j]),
+					     word[1][rk->ops[j].dir], rk->ops[j].mb);
 		}
 		fputc('\n', f);
 	}

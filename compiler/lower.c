@@ -982,6 +982,8 @@ Plan *lower_program(const Program *pr, const SchedCtx *sc, Diag *d, int allow_de
 		w->tie_peer[q] = mine < 0 ? -1 : p->stages[mine == te ? th : te].pp;
 	}
 	int rc = check_local_order(w) ? -1 : place_comms(w, allow_deadlock);
+	if (rc == 0 && sc->comms) // a CSV's own communication order
+		rc = lower_given(p, sc, w->stride, d);
 	if (rc == 0) {
 		expand_tp(w);
 		copy_lines(w);

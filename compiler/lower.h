@@ -12,4 +12,9 @@
 Plan *lower_program(const Program *pr, const SchedCtx *sc, Diag *d, int allow_deadlock,
                     int tune_overlap);
 
+/* With sc->comms (a CSV that names its communication): reorders the first pipeline
+ * line's lists (ranks q * stride) to the CSV's SEND/RECV/REDUCE_GRAD order
+ * (lower_given.c); -1 after reporting to d. */
+int lower_given(Plan *p, const SchedCtx *sc, int stride, Diag *d);
+
 #endif

@@ -17,7 +17,8 @@ int main(int argc, char **argv)
 		 "take the schedule from a PyTorch schedule CSV, as\n"
 		 "`schedule csv \"FILE\";` would"},
 		{"emit", 'e', CLI_ENUM, &a.emit, "KIND", "what to write", 1, .names = pipecc_emit_names, .nnames = EMIT_COUNT},
-		{"comms", 0, CLI_FLAG, &a.comms, NULL, "with torch-csv: also SEND/RECV cells"},
+		{"comms", 0, CLI_FLAG, &a.comms, NULL, "with torch-csv: also SEND/RECV cells and their\n"
+		 "waits (torch's compute_comms form)"},
 		{"dump", 0, CLI_ENUM, &a.dump, "PASS", "print the state after PASS and stop", 0,
 		 .names = pipecc_pass_names + 1, .nnames = PASS_COUNT - 1},
 		{"tune", 0, CLI_ENUM, &a.o.tune_overlap, "MODEL",

@@ -12,9 +12,13 @@
  *   8  (r+1) x W
  * where "F & B" is a forward of one chunk overlapped with the fused backward of the
  * other, "split" a backward whose W goes to a queue that each W step pops.  We have
- * one compute stream per rank (docs/semantics.md), so a pair runs as F then BW and
- * costs F + B + W: the overlap DualPipe gets from hiding one chunk's communication
- * behind the other's compute is not in our model.
+ * one compute stream per rank (docs/semantics.md), so a pair runs as F, B, W and costs
+ * F + B + W: the overlap DualPipe gets from hiding one chunk's communication behind
+ * the other's compute is not in our model.  The fused backward is written as B then W
+ * (same work and memory): with every action one unit long, ranks are between actions
+ * at every unit, so the lowering moves each tensor as soon as it is made even under
+ * rendezvous sends; a two-unit BW made tensors wait for their consumer's next gap, up
+ * to p - 1 units a step.
  *
  * Needs m >= 2p.  Unit costs (f = b = w = 1 per stage, 6m per rank): makespan
  * 6m + p - 1, the lower bound (the last rank starts at p-1); peak activations 2p + 1
@@ -44,13 +48,16 @@ static void fwd(Dp *d, int ch)
 	sched_push(d->c, d->rank, OP_F, d->stage[ch], d->f[ch]++);
 }
 
-/* split: B now, W queued for a later W step (DualPipe's WeightGradStore). */
+/* split: B now, W queued for a later W step (DualPipe's WeightGradStore); otherwise
+ * the W right after its B. */
 static void bwd(Dp *d, int ch, int split)
 {
 	int mb = d->b[ch]++;
-	sched_push(d->c, d->rank, split ? OP_B : OP_BW, d->stage[ch], mb);
+	sched_push(d->c, d->rank, OP_B, d->stage[ch], mb);
 	if (split)
 		d->wq[d->wt++] = ch * d->c->m + mb;
+	else
+		sched_push(d->c, d->rank, OP_W, d->stage[ch], mb);
 }
 
 static void wstep(Dp *d)

@@ -14,6 +14,25 @@ typedef struct {
 	Loc loc;      // where a custom schedule wrote it; zero otherwise
 } SchedAct;
 
+/* A communication action a CSV order names (PyTorch's compute_comms format): the plan
+ * keeps the CSV's order of these instead of deriving its own (lower_given.c). */
+typedef enum {
+	SCHED_COMM_SEND,   // xSEND_Fm / xSEND_Bm: send the tensor of (edge, mb, dir)
+	SCHED_COMM_RECV,   // xRECV_Fm / xRECV_Bm: receive it
+	SCHED_COMM_REDUCE, // xREDUCE_GRAD: the stage's dp all-reduce and optimizer step
+	SCHED_COMM_COUNT
+} SchedCommKind;
+
+typedef struct {
+	int at;       // compute actions before it on its rank
+	uint8_t kind; // SchedCommKind
+	uint8_t dir;  // DIR_ACT or DIR_GRAD (SEND, RECV)
+	uint8_t join; // posted with the cell before it (no compute or wait between them)
+	int edge;     // SEND, RECV: the chain edge; REDUCE: the stage
+	int mb;
+	Loc loc;
+} SchedComm;
+
 typedef struct {
 	const Program *prog;
 	Arena *arena;
@@ -24,6 +43,8 @@ typedef struct {
 	int *stage_pp;       // placement: stage -> pipeline index (filled before fill())
 	int *nacts, *cap;    // per pipeline index
 	SchedAct **acts;     // heap, grown by sched_push (out of memory: arena_oom)
+	SchedComm **comms;   // per pipeline index: the given communication order, or NULL
+	int *ncomms;         // (a CSV order with SEND/RECV cells fills them; arena memory)
 } SchedCtx;
 
 typedef struct {

@@ -36,7 +36,6 @@ draw zbh1 4 zbh1 sched-zbh1
 draw zbh2 4 zbh2 sched-zbh2
 draw zbv 8 zbv sched-zbv
 draw dualpipev 8 dualpipev sched-dualpipev
-draw "dualpipev tuned for overlap" 8 dualpipev sched-dualpipev-overlap --tune=overlap -- --model overlap
 
 example() { # NAME PLAN [PIPESIM OPTIONS]: docs/img/NAME.{svg,trace.json,grid.txt}
 	name=$1 plan=$2
