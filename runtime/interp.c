@@ -453,6 +453,7 @@ static int run_group(RtRank *r, int64_t i, int64_t j)
 	}
 	if (rc == RT_OK)
 		rc = comm->group_end(r);
+	rt_mem_sample(r, i); // the receives are in, the sends not yet released
 	for (int64_t k = 0; k < in->nsent; k++)
 		slot_release(r, in->sent[k]);
 	in->nsent = 0;
@@ -531,6 +532,7 @@ static int run_step(RtRank *r, int step)
 			record(r, t0, t1, i, j, step, split);
 		if (r->mem[RT_MEM_SAVED] > r->peak_act)
 			r->peak_act = r->mem[RT_MEM_SAVED];
+		rt_mem_sample(r, i);
 		atomic_fetch_add_explicit(&r->w->progress, j - i, memory_order_relaxed);
 		i = j;
 	}
@@ -552,6 +554,8 @@ int rt_rank_main(RtRank *r)
 	if (!lbuf)
 		return rt_error(r, "out of memory");
 	int rc = RT_OK;
+	r->peak_total[3] = -1;
+	rt_mem_sample(r, -1); // before any op: the static parts
 	for (int step = 0; step < r->w->opt.steps && rc == RT_OK; step++) {
 		atomic_store(&r->cur_op, -1);
 		if ((rc = comm->barrier(r)))

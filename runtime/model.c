@@ -393,6 +393,19 @@ void rt_tensor_free(RtRank *r, RtTensor *t)
 	free(t);
 }
 
+void rt_mem_sample(RtRank *r, int64_t op)
+{
+	int64_t total = 0;
+	for (int c = 0; c < RT_MEM_COUNT; c++)
+		total += c == RT_MEM_TEMP ? 0 : r->mem[c];
+	if (total > r->peak_total[0]) {
+		r->peak_total[0] = total;
+		r->peak_total[1] = r->mem[RT_MEM_SAVED];
+		r->peak_total[2] = r->mem[RT_MEM_COMM];
+		r->peak_total[3] = op;
+	}
+}
+
 void rt_tensor_reclass(RtRank *r, RtTensor *t, int cls)
 {
 	r->mem[t->cls] -= t->bytes;

@@ -76,6 +76,10 @@ void rt_gen_weights(uint64_t seed, const Plan *p, int stage, float *out); // who
 RtTensor *rt_tensor_new(RtRank *r, int64_t rows, int64_t cols, int cls);
 void rt_tensor_free(RtRank *r, RtTensor *t);
 void rt_tensor_reclass(RtRank *r, RtTensor *t, int cls);
+/* Samples the memory model's total (every class but scratch) into r->peak_total at
+ * op index op: after each op, inside a group before its sends release their tensors,
+ * inside a recomputing B once its forward is rebuilt (docs/semantics.md "Memory"). */
+void rt_mem_sample(RtRank *r, int64_t op);
 RtTensor rt_tensor_view(const RtTensor *parent, int64_t off, int64_t rows, int64_t cols);
 
 /* One stage's compute, shared by the interpreter and the reference.  `saved` holds a
