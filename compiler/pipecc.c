@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../plan/mem.h"
 #include "lower.h"
 #include "place.h"
 #include "program.h"
@@ -61,6 +62,46 @@ static void note_overrides(Diag *d, const Program *pr)
 	if (pr->mb_loc.line == DIAG_CMDLINE)
 		diag_note(d, pr->mb_loc,
 			"the microbatch count comes from the command line, not the file");
+}
+
+/* The device's capacity against every rank's peak (plan/mem.h): an error at the
+ * statement that states the capacity, naming the rank that needs the most. */
+static int check_memory(const Program *pr, const Plan *p, Diag *d)
+{
+	if (!p->mem_cap)
+		return 0;
+	PlanMem worst = {0}, m;
+	int wr = -1, over = 0;
+	for (int r = 0; r < p->world; r++) {
+		if (plan_mem_rank(p, r, &m)) {
+			fprintf(d->out, "pipecc: out of memory computing the memory model\n");
+			d->nerrors++;
+			return -1;
+		}
+		over += m.peak > p->mem_cap;
+		if (m.peak > p->mem_cap && m.peak > worst.peak)
+			worst = m, wr = r;
+	}
+	if (wr < 0)
+		return 0;
+	char t[7][32];
+	const int *c = p->ranks[wr].coord;
+	diag_error(d, pr->mem_loc,
+	           "the plan does not fit: rank %d (pp %d, dp %d) needs %s at its peak, the device "
+	           "holds %s (parameters %s, gradients %s, optimizer state %s, saved activations "
+	           "%s, in flight %s)",
+	           wr, c[DIM_PP], c[DIM_DP], plan_mem_text(t[0], 32, worst.peak),
+	           plan_mem_text(t[1], 32, p->mem_cap), plan_mem_text(t[2], 32, worst.params),
+	           plan_mem_text(t[3], 32, worst.grads), plan_mem_text(t[4], 32, worst.optim),
+	           plan_mem_text(t[5], 32, worst.saved), plan_mem_text(t[6], 32, worst.comm));
+	if (over > 1)
+		diag_note(d, pr->mem_loc, "%d of the %d ranks do not fit", over, p->world);
+	int all = 1;
+	for (int s = 0; s < p->nstages; s++)
+		all &= p->stages[s].recompute;
+	if (!all)
+		diag_note(d, pr->mem_loc, "'recompute *;' keeps only each stage's input from F to B");
+	return -1;
 }
 
 Plan *pipecc_compile(const char *file, const char *src, size_t len, const PipeccOptions *o,
@@ -125,6 +166,7 @@ Plan *pipecc_compile(const char *file, const char *src, size_t len, const Pipecc
 	sched_free(&c);
 	if (!plan)
 		goto out;
+	plan->mem_cap = pr->mem_cap;
 	if (o->dump == PASS_LOWER) {
 		plan_write(plan, dout);
 		plan_free(plan);
@@ -137,6 +179,10 @@ Plan *pipecc_compile(const char *file, const char *src, size_t len, const Pipecc
 		fprintf(d->out, "%s: internal error: lowered plan fails verification: %s\n", file,
 		        err.msg);
 		d->nerrors++;
+		plan_free(plan);
+		plan = NULL;
+	}
+	if (plan && check_memory(pr, plan, d)) {
 		plan_free(plan);
 		plan = NULL;
 	}

@@ -345,17 +345,24 @@ static int op_forward(RtRank *r, LStage *ls, int mb, int step)
 	RtTensor **saved = saved_of(r, ls, mb);
 	if (rt_stage_forward(r, ls->stage, mb, step, replica, &ls->b, x, saved, &y))
 		return RT_EFAIL;
+	if (r->w->plan->stages[ls->stage].recompute)
+		rt_stage_drop(r, ls->stage, saved);
 	return y ? scatter_edges(r, ls, mb, DIR_ACT, y) : RT_OK;
 }
 
 static int op_backward(RtRank *r, LStage *ls, int mb, int step)
 {
 	const RtStageModel *sm = &r->w->model->st[ls->stage];
+	RtTensor **saved = saved_of(r, ls, mb);
+	if (r->w->plan->stages[ls->stage].recompute) {
+		if (rt_stage_recompute(r, ls->stage, mb, step, r->coord[DIM_DP], &ls->b, saved))
+			return RT_EFAIL;
+		rt_mem_sample(r, atomic_load(&r->cur_op)); // F rebuilt, B not begun
+	}
 	RtTensor *dy = NULL;
 	if (!sm->loss && !(dy = gather_edges(r, ls, mb, DIR_GRAD)))
 		return RT_EFAIL;
 	RtTensor *dx;
-	RtTensor **saved = saved_of(r, ls, mb);
 	if (rt_stage_backward(r, ls->stage, mb, step, r->coord[DIM_DP], &ls->b, dy, saved, &dx))
 		return RT_EFAIL;
 	return dx ? scatter_edges(r, ls, mb, DIR_GRAD, dx) : RT_OK;

@@ -650,6 +650,41 @@ int rt_stage_forward(RtRank *r, int s, int mb, int step, int replica, RtStageBuf
 	return RT_OK;
 }
 
+/* The slot of stage s's input in a microbatch's saved tensors: its first layer that is
+ * not a body kind keeps it as its saved input. */
+static int input_slot(const RtRank *r, int s)
+{
+	const PlanStage *st = &r->w->plan->stages[s];
+	int l = 0;
+	while (l + 1 < st->nlayers && plan_layers[st->layers[l].kind].arg == LAYER_ARG_BODY)
+		l++;
+	return r->w->model->st[s].at[l].slot;
+}
+
+void rt_stage_drop(RtRank *r, int s, RtTensor **saved)
+{
+	int64_t n = r->w->model->st[s].nslots;
+	RtTensor *x = saved[input_slot(r, s)];
+	for (int64_t k = 0; k < n; k++)
+		if (saved[k] != x) {
+			rt_tensor_free(r, saved[k]);
+			saved[k] = NULL;
+		}
+}
+
+int rt_stage_recompute(RtRank *r, int s, int mb, int step, int replica, RtStageBufs *b,
+                       RtTensor **saved)
+{
+	RtTensor *x = saved[input_slot(r, s)], *y;
+	if (!x)
+		return rt_error(r, "internal: stage %s lost its input before recomputing",
+		                r->w->plan->stages[s].name);
+	if (rt_stage_forward(r, s, mb, step, replica, b, x, saved, &y))
+		return RT_EFAIL;
+	rt_tensor_free(r, y); // its consumers have it already
+	return RT_OK;
+}
+
 /* B of layer l: dy (owned) -> *dx (NULL when not wanted).  A layer with parameters
  * keeps dy and its held tensors for W; one without frees what it kept. */
 static int layer_backward(RtRank *r, int s, int l, int mb, int step, int replica,

@@ -103,6 +103,12 @@ int rt_stage_forward(RtRank *r, int s, int mb, int step, int replica, RtStageBuf
 int rt_stage_backward(RtRank *r, int s, int mb, int step, int replica, RtStageBufs *b,
                       RtTensor *dy, RtTensor **saved, RtTensor **dx);
 int rt_stage_weights(RtRank *r, int s, RtStageBufs *b, RtTensor **saved);
+/* Recomputation (PlanStage.recompute): after F, rt_stage_drop frees every saved tensor
+ * of the microbatch but the stage input; before B, rt_stage_recompute re-runs F on
+ * that input to rebuild them (the same math, so the same values). */
+void rt_stage_drop(RtRank *r, int s, RtTensor **saved);
+int rt_stage_recompute(RtRank *r, int s, int mb, int step, int replica, RtStageBufs *b,
+                       RtTensor **saved);
 /* The synthetic input of a microbatch as a new tensor of class cls. */
 RtTensor *rt_stage_input(RtRank *r, int step, int replica, int mb, RtStageBufs *b, int cls);
 /* The optimizer step (optim.c): params from the gradient g (the dp average; the
