@@ -46,6 +46,35 @@ for s in $schedules; do
 done
 check "the schedule loop ran" "$([ $ran -gt 3 ]; echo $?)" "only $ran schedules"
 
+# ---- the device's memory: golden diagnostics (PIPECC_UPDATE_GOLDEN=1 rewrites them) ----
+n=0
+for f in tests/golden/memory/*.pipe; do
+	want=${f%.pipe}.err
+	rm -f "$dir/x.plan"
+	"$BIN/pipecc" "$f" -o "$dir/x.plan" >"$dir/out" 2>"$dir/err"
+	rc=$?
+	[ -n "$PIPECC_UPDATE_GOLDEN" ] && cp "$dir/err" "$want"
+	check "$(basename "$f" .pipe) does not fit" "$([ "$rc" -eq 1 ] && [ ! -s "$dir/x.plan" ]; echo $?)" "exit $rc"
+	cmp -s "$dir/err" "$want"
+	check "$(basename "$f" .pipe) diagnostics match" $? "$(diff "$want" "$dir/err" | head -5)"
+	n=$((n + 1))
+done
+check "golden memory cases ran" "$([ "$n" -ge 3 ]; echo $?)" "only $n cases"
+# recomputing makes the preset case fit; the summary and the plan show the capacity
+printf 'recompute *;\n' | cat tests/golden/memory/preset.pipe - >"$dir/fits.pipe"
+t "recompute makes it fit" 0 "$BIN/pipecc" "$dir/fits.pipe" -o "$dir/fits.plan"
+has "the plan carries the capacity" "$dir/fits.plan" "^memory cap=80000000000$"
+t "summary" 0 "$BIN/pipecc" "$dir/fits.pipe" --emit summary
+has "summary: rank 0 against the device" "$dir/out" "^  rank 0: peak .* % of the device)$"
+"$BIN/pipesim" --json "$dir/fits.plan" >"$dir/sim.json"
+has "pipesim: the capacity" "$dir/sim.json" '"memory_cap_bytes": 80000000000'
+has "pipesim: it fits" "$dir/sim.json" '"fits": true'
+# a plan over its capacity (written by hand) is marked, not rejected, by pipesim
+sed 's/^memory cap=.*/memory cap=1000000/' "$dir/fits.plan" | grep -v '^pipecc-plan' |
+	sed '1i pipecc-plan 1' >"$dir/over.plan"
+t "pipesim runs an over-capacity plan" 0 "$BIN/pipesim" "$dir/over.plan"
+has "pipesim marks it" "$dir/out" "does not fit$"
+
 # ---- recomputation: bit-exact, measured == predicted, and fewer saved bytes ----
 
 ran=0
