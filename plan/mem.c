@@ -25,12 +25,15 @@ static int64_t out_bytes(const Plan *p, int s)
 	return (int64_t)p->rows * p->stages[s].out * 4;
 }
 
-/* Walk state: refs[(stage * m + mb) * 2 + dir] consumers still to take a tensor. */
+/* Walk state: refs[(stage * m + mb) * 2 + dir] consumers still to take a tensor;
+ * per stage its in- and out-edges (CSR: ein[ioff[s] .. ioff[s + 1]]), and per edge
+ * whether this rank hands it over locally (the peer table says `local`). */
 typedef struct {
 	const Plan *p;
 	const PlanRank *rk;
 	int *refs;
-	int *nin, *nout; // per stage
+	int *ioff, *ooff, *ein, *eout;
+	uint8_t *handoff;
 	int64_t saved, comm, stat;
 	PlanMem *m;
 } Walk;
@@ -68,27 +71,17 @@ static void make(Walk *w, int s, int mb, int dir, int consumers)
 	w->comm += dir == DIR_ACT ? out_bytes(p, s) : plan_stage_in_bytes(p, s);
 }
 
-static const PlanPeer *peer_of(const PlanRank *rk, int s, int e, int in)
-{
-	for (int j = 0; j < rk->npeers; j++)
-		if (rk->peers[j].stage == s && rk->peers[j].edge == e && rk->peers[j].in == in)
-			return &rk->peers[j];
-	return NULL;
-}
-
 /* F (dir ACT) takes what arrived on s's in-edges, B (GRAD) what arrived on its
  * out-edges: a local hand-off is the peer stage's tensor, anything else a receive. */
 static void gather(Walk *w, int s, int mb, int dir)
 {
 	const Plan *p = w->p;
-	for (int e = 0; e < p->nedges; e++) {
-		const PlanEdge *ed = &p->edges[e];
-		if ((dir == DIR_ACT ? ed->dst : ed->src) != s)
-			continue;
-		int other = dir == DIR_ACT ? ed->src : ed->dst;
-		const PlanPeer *pe = peer_of(w->rk, s, e, dir == DIR_ACT);
-		if (pe && pe->local == PEER_LOCAL)
-			take(w, other, mb, dir);
+	const int *off = dir == DIR_ACT ? w->ioff : w->ooff;
+	const int *es = dir == DIR_ACT ? w->ein : w->eout;
+	for (int k = off[s]; k < off[s + 1]; k++) {
+		const PlanEdge *ed = &p->edges[es[k]];
+		if (w->handoff[es[k]])
+			take(w, dir == DIR_ACT ? ed->src : ed->dst, mb, dir);
 		else
 			w->comm -= out_bytes(p, ed->src);
 	}
@@ -106,10 +99,10 @@ static void compute(Walk *w, const PlanOp *o, int64_t i)
 		sample(w, i, st->save_re); // B first rebuilds what F dropped
 	if (per_mb && k == OP_F) {
 		gather(w, o->stage, o->mb, DIR_ACT);
-		make(w, o->stage, o->mb, DIR_ACT, w->nout[o->stage]);
+		make(w, o->stage, o->mb, DIR_ACT, w->ooff[o->stage + 1] - w->ooff[o->stage]);
 	} else if (per_mb && (k == OP_B || k == OP_BW)) {
 		gather(w, o->stage, o->mb, DIR_GRAD);
-		make(w, o->stage, o->mb, DIR_GRAD, w->nin[o->stage]);
+		make(w, o->stage, o->mb, DIR_GRAD, w->ioff[o->stage + 1] - w->ioff[o->stage]);
 	}
 	w->saved += plan_op_mem(k, st);
 	sample(w, i, 0);
@@ -150,17 +143,40 @@ int plan_mem_rank(const Plan *p, int r, PlanMem *m)
 			m->optim += p->stages[s].params * state;
 		}
 	Walk w = {.p = p, .rk = rk, .m = m, .stat = m->params + m->grads + m->optim};
-	w.refs = calloc((size_t)p->nstages * (size_t)p->microbatches * 2, sizeof *w.refs);
-	w.nin = calloc((size_t)p->nstages, sizeof *w.nin);
-	w.nout = calloc((size_t)p->nstages, sizeof *w.nout);
-	if (!w.refs || !w.nin || !w.nout) {
-		free(w.refs), free(w.nin), free(w.nout);
+	size_t ns = (size_t)p->nstages, ne = (size_t)p->nedges;
+	size_t nrefs = ns * (size_t)p->microbatches * 2;
+	int *buf = calloc(nrefs + 2 * (ns + 1) + 2 * ne + ne / sizeof(int) + 1, sizeof(int));
+	if (!buf)
 		return -1;
+	w.refs = buf;
+	w.ioff = buf + nrefs;
+	w.ooff = w.ioff + ns + 1;
+	w.ein = w.ooff + ns + 1;
+	w.eout = w.ein + ne;
+	w.handoff = (uint8_t *)(w.eout + ne);
+	for (size_t e = 0; e < ne; e++) {
+		w.ioff[p->edges[e].dst + 1]++;
+		w.ooff[p->edges[e].src + 1]++;
 	}
-	for (int e = 0; e < p->nedges; e++) {
-		w.nout[p->edges[e].src]++;
-		w.nin[p->edges[e].dst]++;
+	for (size_t s = 0; s < ns; s++) {
+		w.ioff[s + 1] += w.ioff[s];
+		w.ooff[s + 1] += w.ooff[s];
 	}
+	for (size_t e = 0; e < ne; e++) { // in edge order: the fill counts up from the start
+		w.ein[w.ioff[p->edges[e].dst]++] = (int)e;
+		w.eout[w.ooff[p->edges[e].src]++] = (int)e;
+	}
+	for (size_t s = ns; s > 0; s--) { // and back to the starts
+		w.ioff[s] = w.ioff[s - 1];
+		w.ooff[s] = w.ooff[s - 1];
+	}
+	w.ioff[0] = w.ooff[0] = 0;
+	/* Both ends of a hand-off are on this rank and registered `local`; the consumer's
+	 * entry decides, as the runtime's gather does. */
+	for (int j = 0; j < rk->npeers; j++)
+		if (rk->peers[j].local == PEER_LOCAL && rk->peers[j].edge >= 0 &&
+		    (size_t)rk->peers[j].edge < ne)
+			w.handoff[rk->peers[j].edge] = 1;
 	m->peak = w.stat;
 	for (int64_t i = 0; i < rk->nops;) {
 		int64_t j = plan_group_end(rk, i);
@@ -170,7 +186,7 @@ int plan_mem_rank(const Plan *p, int r, PlanMem *m)
 			compute(&w, &rk->ops[i], i);
 		i = j;
 	}
-	free(w.refs), free(w.nin), free(w.nout);
+	free(buf);
 	return 0;
 }
 
