@@ -89,7 +89,8 @@ typedef enum {
 	AST_ROUTE,        // route A -> B forward 0:d0 -> 1:d1;
 	AST_BLOCK,        // block NAME { layers }
 	AST_OPTIMIZER,    // optimizer NAME key=value...;
-	AST_DEVICE,       // device h100; or device peak=989TFLOPs;
+	AST_DEVICE,       // device h100; or device peak=989TFLOPs memory=80GB;
+	AST_RECOMPUTE,    // recompute NAME|*;
 	AST_COUNT
 } AstKind;
 

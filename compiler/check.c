@@ -451,6 +451,34 @@ static void check_cost(Check *c, AstStmt *s)
 	}
 }
 
+/* `recompute NAME;` or `recompute *;`: the stage (every stage) keeps only its input
+ * from F and re-runs F at B (docs/semantics.md "Memory"). */
+static void check_recompute(Check *c, AstStmt *s)
+{
+	Program *p = c->p;
+	if (strcmp(s->name.s, "*") == 0) {
+		if (p->recompute_all) {
+			diag_error(c->d, s->name.loc, "duplicate 'recompute *' statement");
+			diag_note(c->d, p->recompute_all_loc, "first given here");
+			return;
+		}
+		p->recompute_all = 1;
+		p->recompute_all_loc = s->name.loc;
+		return;
+	}
+	int target = resolve(c, &s->name);
+	if (target < 0)
+		return;
+	if (c->recompute_stmt[target]) {
+		diag_error(c->d, s->name.loc, "duplicate 'recompute' for stage '%s'", s->name.s);
+		diag_note(c->d, c->recompute_stmt[target]->name.loc, "first given here");
+		return;
+	}
+	c->recompute_stmt[target] = s;
+	p->stages[target].recompute = 1;
+	p->stages[target].recompute_loc = s->name.loc;
+}
+
 static void check_link(Check *c, AstStmt *s)
 {
 	Program *p = c->p;
@@ -584,6 +612,9 @@ static void check_stmt(Check *c, AstStmt *s)
 		break;
 	case AST_DEVICE:
 		check_device(c, s);
+		break;
+	case AST_RECOMPUTE:
+		check_recompute(c, s);
 		break;
 	default:
 		unreachable();
@@ -882,6 +913,7 @@ static Program *check(Arena *a, Diag *d, const char *file, AstProgram *ast)
 	c.stage_stmt = arena_alloc(a, (size_t)nstage_stmts * sizeof *c.stage_stmt);
 	c.stage_ok = arena_alloc(a, (size_t)nstage_stmts);
 	c.cost_stmt = arena_alloc(a, (size_t)nstage_stmts * sizeof *c.cost_stmt);
+	c.recompute_stmt = arena_alloc(a, (size_t)nstage_stmts * sizeof *c.recompute_stmt);
 	c.cost = arena_alloc(a, (size_t)nstage_stmts * sizeof *c.cost);
 	c.cost_has = arena_alloc(a, (size_t)nstage_stmts * sizeof *c.cost_has);
 	p->stages = arena_alloc(a, (size_t)nstage_stmts * sizeof *p->stages);
@@ -894,6 +926,7 @@ static Program *check(Arena *a, Diag *d, const char *file, AstProgram *ast)
 	}
 	for (AstStmt *s = ast->head; s && !over_limit(&c); s = s->next) {
 		int many = s->kind == AST_STAGE || s->kind == AST_SKIP || s->kind == AST_COST ||
+		           s->kind == AST_RECOMPUTE ||
 		           s->kind == AST_ROUTE || s->kind == AST_BLOCK;
 		AstStmt *first = c.first[s->kind];
 		if (!first)

@@ -45,6 +45,7 @@ typedef struct {
 	int nblocks;                // blocks declared so far
 
 	AstStmt *cost_all;          // `cost *`
+	AstStmt **recompute_stmt;   // per stage: its `recompute NAME` statement
 	int64_t all_cost[3];
 	uint8_t all_has[3];
 	AstStmt **cost_stmt;        // per stage: its `cost NAME` statement

@@ -422,39 +422,91 @@ void check_optimizer(Check *c, AstStmt *s)
 	}
 }
 
-/* `device NAME;` (a preset) or `device peak=NTFLOPs;`: the FLOP rate for derived costs. */
-void check_device(Check *c, AstStmt *s)
+/* The device presets: FLOP rate for derived costs and the memory the vendor names
+ * (decimal GB), one row each. */
+static const struct {
+	const char *name;
+	double flops;
+	int64_t mem;
+} device_presets[] = {
+	{"a100", 312e12, 80000000000},
+	{"h100", 989e12, 80000000000},
+	{"h200", 989e12, 141000000000},
+};
+#define NPRESETS ((int)(sizeof device_presets / sizeof device_presets[0]))
+
+/* `device peak=N;` or `device memory=N;`: a rate or a capacity with its unit. */
+static void device_value(Check *c, const AstKv *kv, int mem)
 {
-	static const char *const names[] = {"a100", "h100", "h200", "peak"};
-	static const double rate[] = {312e12, 989e12, 989e12, 0};
-	static const Unit units[] = {{"GFLOPs", 1e9}, {"TFLOPs", 1e12}, {"PFLOPs", 1e15},
+	static const Unit rates[] = {{"GFLOPs", 1e9}, {"TFLOPs", 1e12}, {"PFLOPs", 1e15},
 	                             {"GFLOP/s", 1e9}, {"TFLOP/s", 1e12}, {"PFLOP/s", 1e15}};
-	if (s->nkvs != 1) {
-		diag_error(c->d, s->span, "'device' takes one of a100, h100, h200 or peak=N, "
-		           "e.g. device h100; or device peak=989TFLOPs;");
-		return;
-	}
-	AstKv *kv = &s->kvs[0];
-	int k = find_word(kv->key.s, names, 4);
+	static const Unit bytes[] = {{"B", 1},       {"kB", 1e3},           {"MB", 1e6},
+	                             {"GB", 1e9},    {"TB", 1e12},          {"KiB", 1024.0},
+	                             {"MiB", 1048576.0}, {"GiB", 1073741824.0},
+	                             {"TiB", 1099511627776.0}};
+	const char *key = mem ? "memory" : "peak", *eg = mem ? "80GB" : "989TFLOPs";
 	double scale, v;
-	if (k < 0)
-		unknown_word(c, &kv->key, "device", names, 4);
-	else if (k < 3 && kv->has_val)
-		diag_error(c->d, kv->val.loc, "'%s' takes no value", names[k]);
-	else if (k < 3)
-		c->p->peak_flops = rate[k];
-	else if (!kv->has_val)
-		diag_error(c->d, kv->loc, "'peak' needs a value, e.g. peak=989TFLOPs");
+	if (!kv->has_val)
+		diag_error(c->d, kv->loc, "'%s' needs a value, e.g. %s=%s", key, key, eg);
 	else if (!kv->val.bad && !kv->val.unit[0])
-		diag_error(c->d, kv->val.loc, "peak needs a unit, e.g. 989TFLOPs");
-	else if (!kv->val.bad && unit_scale(c, &kv->val, units, 6, "FLOP rate",
-	                                    "GFLOPs, TFLOPs or PFLOPs", &scale) &&
+		diag_error(c->d, kv->val.loc, "%s needs a unit, e.g. %s", key, eg);
+	else if (!kv->val.bad &&
+	         unit_scale(c, &kv->val, mem ? bytes : rates, mem ? 9 : 6,
+	                    mem ? "memory" : "FLOP rate",
+	                    mem ? "B, kB, MB, GB, TB, KiB, MiB, GiB or TiB" : "GFLOPs, TFLOPs or PFLOPs",
+	                    &scale) &&
 	         real(c, &kv->val, &v)) {
 		v *= kv->val.neg ? -scale : scale;
-		if (!(v >= 1e9 && v <= 1e18))
+		if (mem && !(v >= 1e6 && v <= 1e15))
+			diag_error(c->d, kv->val.loc, "memory must be between 1MB and 1000TB");
+		else if (!mem && !(v >= 1e9 && v <= 1e18))
 			diag_error(c->d, kv->val.loc, "peak must be between 1GFLOPs and 1000PFLOPs");
-		else
+		else if (mem) {
+			c->p->mem_cap = (int64_t)v;
+			c->p->mem_loc = kv->loc;
+		} else
 			c->p->peak_flops = v;
+	}
+}
+
+/* `device NAME;` (a preset: FLOP rate and memory), `device peak=NTFLOPs;`,
+ * `device memory=80GB;`, or a preset with either setting replacing its own. */
+void check_device(Check *c, AstStmt *s)
+{
+	const char *names[NPRESETS + 2];
+	for (int k = 0; k < NPRESETS; k++)
+		names[k] = device_presets[k].name;
+	names[NPRESETS] = "peak";
+	names[NPRESETS + 1] = "memory";
+	if (s->nkvs == 0) {
+		diag_error(c->d, s->span, "'device' takes a preset (a100, h100, h200), peak=N or "
+		           "memory=N, e.g. device h100; or device peak=989TFLOPs memory=80GB;");
+		return;
+	}
+	int preset = -1, given[2] = {0, 0};
+	for (int i = 0; i < s->nkvs; i++) {
+		AstKv *kv = &s->kvs[i];
+		int k = find_word(kv->key.s, names, NPRESETS + 2);
+		if (k < 0) {
+			unknown_word(c, &kv->key, "device", names, NPRESETS + 2);
+		} else if (repeated_key(c, s->kvs, i, "device setting")) {
+		} else if (k < NPRESETS && kv->has_val) {
+			diag_error(c->d, kv->val.loc, "'%s' takes no value", names[k]);
+		} else if (k < NPRESETS && preset >= 0) {
+			diag_error(c->d, kv->key.loc, "'device' names one preset, not '%s' and '%s'",
+			           device_presets[preset].name, names[k]);
+		} else if (k < NPRESETS) {
+			preset = k;
+			if (!given[0])
+				c->p->peak_flops = device_presets[k].flops;
+			if (!given[1]) {
+				c->p->mem_cap = device_presets[k].mem;
+				c->p->mem_loc = kv->key.loc;
+			}
+		} else {
+			given[k - NPRESETS] = 1;
+			device_value(c, kv, k == NPRESETS + 1);
+		}
 	}
 }
 

@@ -3,6 +3,7 @@
  * PyTorch's B.  A SEND/RECV cell names the stage at this rank's end of the transfer:
  * the sender stage for SEND, the receiver stage for RECV. */
 #include "pipecc.h"
+#include "../plan/mem.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -112,6 +113,34 @@ static void summary_stages(const Plan *p, FILE *f)
 		           "pipeline ranks, summed by TIEREDUCE), counted once above\n", copies);
 }
 
+/* Per rank: the memory model's peak (plan/mem.h) and its parts, against the device. */
+static void summary_memory(const Plan *p, FILE *f)
+{
+	char t[8][32];
+	fprintf(f, "memory per rank (peak = params + grads + optimizer + saved + in flight)");
+	if (p->mem_cap)
+		fprintf(f, ", device holds %s", plan_mem_text(t[0], 32, p->mem_cap));
+	fputc('\n', f);
+	for (int s = 0; s < p->nstages; s++)
+		if (p->stages[s].recompute)
+			fprintf(f, "  stage %s recomputes: F keeps %" PRId64 " bytes, B rebuilds %" PRId64
+			           "\n", p->stages[s].name, p->stages[s].save_fb, p->stages[s].save_re);
+	for (int r = 0; r < p->world; r++) {
+		PlanMem m;
+		if (plan_mem_rank(p, r, &m)) {
+			fprintf(f, "  (out of memory computing the memory model)\n");
+			return;
+		}
+		fprintf(f, "  rank %d: peak %s = %s + %s + %s + %s + %s", r, plan_mem_text(t[1], 32, m.peak),
+		        plan_mem_text(t[2], 32, m.params), plan_mem_text(t[3], 32, m.grads),
+		        plan_mem_text(t[4], 32, m.optim), plan_mem_text(t[5], 32, m.saved),
+		        plan_mem_text(t[6], 32, m.comm));
+		if (p->mem_cap)
+			fprintf(f, " (%.1f %% of the device)", 100.0 * (double)m.peak / (double)p->mem_cap);
+		fputc('\n', f);
+	}
+}
+
 void pipecc_emit_summary(const Plan *p, FILE *f)
 {
 	int64_t count[OP_COUNT] = {0}, p2p_bytes = 0, ar_bytes = 0, tp_bytes = 0;
@@ -160,4 +189,5 @@ void pipecc_emit_summary(const Plan *p, FILE *f)
 		fprintf(f, ", %" PRId64 " tp all-reduce", tp_bytes);
 	fputc('\n', f);
 	summary_stages(p, f);
+	summary_memory(p, f);
 }

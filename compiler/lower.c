@@ -29,6 +29,7 @@
  * lowered naively from the stall on, in a plan that still verifies (lower_rest_naively)
  * so that pipesim shows the cycle. */
 #include "lower.h"
+#include "../plan/mem.h"
 
 #include <setjmp.h>
 #include <stdio.h>
@@ -147,6 +148,21 @@ static int *xcalloc_int(const Lw *w, size_t n)
 	return lw_calloc(w, n + 1, sizeof(int));
 }
 
+/* Recomputation (docs/semantics.md "Memory"): F keeps only the stage input, B re-runs
+ * F (its cost adds to B's), rebuilding the rest of what F saved (save_re), and keeps
+ * what W needs from B to W. */
+static void recompute_stage(Plan *p, int s)
+{
+	PlanStage *st = &p->stages[s];
+	int64_t in = plan_stage_in_bytes(p, s);
+	st->recompute = 1;
+	st->save_re = st->save_fb + st->save_fw - in;
+	st->save_bw += st->save_fw;
+	st->save_fb = in;
+	st->save_fw = 0;
+	st->cost[1] += st->cost[0];
+}
+
 static void fill_stages(Lw *w)
 {
 	const Program *pr = w->pr;
@@ -187,6 +203,8 @@ static void fill_stages(Lw *w)
 			st->save_fw += lc.save_fw;
 			st->save_bw += lc.save_bw;
 		}
+		if (ps->recompute || pr->recompute_all)
+			recompute_stage(p, s);
 	}
 }
 

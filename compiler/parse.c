@@ -21,7 +21,7 @@
 const char *const ast_kind_names[AST_COUNT] = {
 	"pipeline", "mesh", "microbatches", "input", "stage", "skip",
 	"schedule", "placement", "cost", "link", "devices", "peers", "route",
-	"block", "optimizer", "device",
+	"block", "optimizer", "device", "recompute",
 };
 
 struct AstVec {

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../plan/mem.h"
 #include "lower.h"
 #include "place.h"
 #include "program.h"
@@ -78,6 +79,46 @@ typedef struct {
 	Plan *plan;  // once lowered, until it is returned
 	int errors;  // errors located in the file, once the command line has its say; or -1
 } Compile;
+
+/* The device's capacity against every rank's peak (plan/mem.h): an error at the
+ * statement that states the capacity, naming the rank that needs the most. */
+static int check_memory(const Program *pr, const Plan *p, Diag *d)
+{
+	if (!p->mem_cap)
+		return 0;
+	PlanMem worst = {0}, m;
+	int wr = -1, over = 0;
+	for (int r = 0; r < p->world; r++) {
+		if (plan_mem_rank(p, r, &m)) {
+			fprintf(d->out, "pipecc: out of memory computing the memory model\n");
+			d->nerrors++;
+			return -1;
+		}
+		over += m.peak > p->mem_cap;
+		if (m.peak > p->mem_cap && m.peak > worst.peak)
+			worst = m, wr = r;
+	}
+	if (wr < 0)
+		return 0;
+	char t[7][32];
+	const int *c = p->ranks[wr].coord;
+	diag_error(d, pr->mem_loc,
+	           "the plan does not fit: rank %d (pp %d, dp %d) needs %s at its peak, the device "
+	           "holds %s (parameters %s, gradients %s, optimizer state %s, saved activations "
+	           "%s, in flight %s)",
+	           wr, c[DIM_PP], c[DIM_DP], plan_mem_text(t[0], 32, worst.peak),
+	           plan_mem_text(t[1], 32, p->mem_cap), plan_mem_text(t[2], 32, worst.params),
+	           plan_mem_text(t[3], 32, worst.grads), plan_mem_text(t[4], 32, worst.optim),
+	           plan_mem_text(t[5], 32, worst.saved), plan_mem_text(t[6], 32, worst.comm));
+	if (over > 1)
+		diag_note(d, pr->mem_loc, "%d of the %d ranks do not fit", over, p->world);
+	int all = 1;
+	for (int s = 0; s < p->nstages; s++)
+		all &= p->stages[s].recompute;
+	if (!all && worst.saved > worst.peak - p->mem_cap) // recomputing could make it fit
+		diag_note(d, pr->mem_loc, "'recompute *;' keeps only each stage's input from F to B");
+	return -1;
+}
 
 /* The plan size in ops as far as known: every compute action on every rank. */
 static int64_t estimated_ops(const Compile *k)
@@ -148,6 +189,7 @@ static void run_passes(Compile *k, const char *file, const char *src, size_t len
 	sched_free(c);
 	if (!plan)
 		return;
+	plan->mem_cap = pr->mem_cap;
 	if (o->dump == PASS_LOWER) {
 		plan_write(plan, dout);
 		plan_free(plan);
@@ -161,6 +203,10 @@ static void run_passes(Compile *k, const char *file, const char *src, size_t len
 		        err.msg);
 		d->nerrors++;
 		plan_free(plan);
+		k->plan = NULL;
+	}
+	if (k->plan && check_memory(pr, k->plan, d)) {
+		plan_free(k->plan);
 		k->plan = NULL;
 	}
 }

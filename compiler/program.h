@@ -36,6 +36,8 @@ typedef struct {
 	int64_t cost[3];       // F, B, W ns (filled for every stage after checking:
 	                       // stage cost, else `cost *`, else derived from FLOPs)
 	Loc cost_loc;
+	uint8_t recompute;     // `recompute NAME;` or `recompute *;` names it
+	Loc recompute_loc;
 } ProgStage;
 
 typedef struct {
@@ -83,6 +85,10 @@ typedef struct {
 
 	PlanOptim optim;               // optimizer NAME ...; (given 0 without one: SGD)
 	double peak_flops;             // device FLOP/s for costs derived from FLOPs
+	int64_t mem_cap;               // device bytes (`device` preset or memory=); 0: none
+	Loc mem_loc;                   // where the capacity is stated
+	uint8_t recompute_all;         // `recompute *;`
+	Loc recompute_all_loc;
 
 	int nstages;
 	ProgStage *stages;

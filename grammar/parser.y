@@ -106,6 +106,7 @@ static AstStmt *bad(AstParse *ps, int kind, Loc loc)
 %token BLOCK "'block'"
 %token OPTIMIZER "'optimizer'"
 %token DEVICE "'device'"
+%token RECOMPUTE "'recompute'"
 
 /* An error rule without its ';' or '}' ends at the next statement keyword (or the end
  * of file) but leaves a ';' to the rule that wants it. */
@@ -173,6 +174,14 @@ stmt
 	| DEVICE kvs ';'  {
 		$$ = ast_stmt(ps, AST_DEVICE, @1, ast_span(@1, @2));
 		$$->kvs = ast_vec_take(ps, $2, &$$->nkvs);
+	}
+	| RECOMPUTE IDENT ';'  {
+		$$ = ast_stmt(ps, AST_RECOMPUTE, @1, ast_span(@1, @2));
+		$$->name = $2;
+	}
+	| RECOMPUTE '*' ';'  {
+		$$ = ast_stmt(ps, AST_RECOMPUTE, @1, ast_span(@1, @2));
+		$$->name = (AstName){"*", @2};
 	}
 	| STAGE IDENT '{' layers '}'  {
 		$$ = ast_stmt(ps, AST_STAGE, @1, ast_span(@1, @2));
@@ -292,6 +301,8 @@ stmt
 	| OPTIMIZER error ';'  { $$ = bad(ps, AST_OPTIMIZER, @1); yyerrok; }
 	| OPTIMIZER error %prec RECOVER  { $$ = bad(ps, AST_OPTIMIZER, @1); yyerrok; }
 	| DEVICE error ';'  { $$ = bad(ps, AST_DEVICE, @1); yyerrok; }
+	| RECOMPUTE error ';'  { $$ = bad(ps, AST_RECOMPUTE, @1); yyerrok; }
+	| RECOMPUTE error %prec RECOVER  { $$ = bad(ps, AST_RECOMPUTE, @1); yyerrok; }
 	| DEVICE error %prec RECOVER  { $$ = bad(ps, AST_DEVICE, @1); yyerrok; }
 	| error ';'           { $$ = NULL; yyerrok; }
 	| error braces       { $$ = NULL; yyerrok; }

@@ -66,6 +66,11 @@ typedef struct PlanStage {
 	 * F allocates save_fb + save_fw; B frees save_fb and allocates save_bw;
 	 * W frees save_fw + save_bw; BW frees save_fb + save_fw. */
 	int64_t save_fb, save_fw, save_bw;
+	/* Recomputation (docs/semantics.md "Memory"): F keeps only the stage input (save_fb),
+	 * B re-runs F first, holding save_re more bytes while it rebuilds what F dropped, and
+	 * keeps what W needs (save_bw); the B cost includes F's. */
+	uint8_t recompute;
+	int64_t save_re;
 	PlanLoc loc;
 } PlanStage;
 
@@ -147,6 +152,7 @@ typedef struct {
 	int rows, cols;        // one microbatch of input: rows x cols f32
 	int seq, vocab;        // token input: rows = sequences x seq tokens over vocab; else 0
 	PlanOptim optim;
+	int64_t mem_cap;       // bytes each device holds (`device memory=`); 0: not stated
 	int link_ideal;        // 1: transfers are free
 	int64_t latency_ns;    // p2p latency
 	double bandwidth;      // p2p bytes per second

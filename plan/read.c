@@ -455,6 +455,16 @@ static int read_node(Rd *r, Plan *p)
 	return eol(r);
 }
 
+/* Optional after save_bw: ` recompute save_re=N` (docs/plan-format.md). */
+static int read_recompute(Rd *r, PlanStage *st)
+{
+	skip_sp(r);
+	if (strncmp(r->s, "recompute ", 10))
+		return 0;
+	st->recompute = 1;
+	return word(r, "recompute") || kv64(r, "save_re=", &st->save_re, 0, INT64_MAX / 8);
+}
+
 static int read_stages(Rd *r, Plan *p)
 {
 	int n;
@@ -463,6 +473,10 @@ static int read_stages(Rd *r, Plan *p)
 	if (!strncmp(r->buf, "node ", 5) && (read_node(r, p) || next_line(r, "'stages N'")))
 		return -1;
 	if (!strncmp(r->buf, "optimizer ", 10) && (read_optim(r, p) || next_line(r, "'stages N'")))
+		return -1;
+	if (!strncmp(r->buf, "memory ", 7) &&
+	    (word(r, "memory") || kv64(r, "cap=", &p->mem_cap, 1, INT64_MAX / 4) || eol(r) ||
+	     next_line(r, "'stages N'")))
 		return -1;
 	if (word(r, "stages") ||
 	    inum(r, &n, 1, 1 << 20, "stages") || eol(r))
@@ -489,7 +503,7 @@ static int read_stages(Rd *r, Plan *p)
 		    kv64(r, "params=", &st->params, 0, INT64_MAX / 8) ||
 		    kv64(r, "save_fb=", &st->save_fb, 0, INT64_MAX / 8) ||
 		    kv64(r, "save_fw=", &st->save_fw, 0, INT64_MAX / 8) ||
-		    kv64(r, "save_bw=", &st->save_bw, 0, INT64_MAX / 8) ||
+		    kv64(r, "save_bw=", &st->save_bw, 0, INT64_MAX / 8) || read_recompute(r, st) ||
 		    kv(r, "layers=", &st->nlayers, 1, 1 << 20) || loc(r, &st->loc) || eol(r))
 			return -1;
 		int64_t lcap = 0;

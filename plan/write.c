@@ -250,17 +250,20 @@ static void write_body(Out *o, const Plan *p)
 		     p->node_latency_ns, p->node_bandwidth);
 	if (p->optim.given)
 		put_optim(o, &p->optim);
+	if (p->mem_cap)
+		putf(o, "memory cap=%" PRId64 "\n", p->mem_cap);
 
 	putf(o, "stages %d\n", p->nstages);
 	for (int s = 0; s < p->nstages; s++) {
 		const PlanStage *st = &p->stages[s];
 		putf(o,
 		     "stage %d %s pp=%d in=%d out=%d f=%" PRId64 " b=%" PRId64 " w=%" PRId64
-		     " params=%" PRId64 " save_fb=%" PRId64 " save_fw=%" PRId64 " save_bw=%" PRId64
-		     " layers=%d @%d:%d\n",
+		     " params=%" PRId64 " save_fb=%" PRId64 " save_fw=%" PRId64 " save_bw=%" PRId64,
 		     s, st->name, st->pp, st->in, st->out, st->cost[0], st->cost[1], st->cost[2],
-		     st->params, st->save_fb, st->save_fw, st->save_bw, st->nlayers, st->loc.line,
-		     st->loc.col);
+		     st->params, st->save_fb, st->save_fw, st->save_bw);
+		if (st->recompute)
+			putf(o, " recompute save_re=%" PRId64, st->save_re);
+		putf(o, " layers=%d @%d:%d\n", st->nlayers, st->loc.line, st->loc.col);
 		for (int l = 0; l < st->nlayers; l++)
 			put_layer(o, &st->layers[l]);
 	}

@@ -358,17 +358,24 @@ static int op_forward(RtRank *r, LStage *ls, int mb, int step)
 	RtTensor **saved = saved_of(r, ls, mb);
 	if (rt_stage_forward(r, ls->stage, mb, step, replica, &ls->b, x, saved, &y))
 		return RT_EFAIL;
+	if (r->w->plan->stages[ls->stage].recompute)
+		rt_stage_drop(r, ls->stage, saved);
 	return y ? scatter_edges(r, ls, mb, DIR_ACT, y) : RT_OK;
 }
 
 static int op_backward(RtRank *r, LStage *ls, int mb, int step)
 {
 	const RtStageModel *sm = &r->w->model->st[ls->stage];
+	RtTensor **saved = saved_of(r, ls, mb);
+	if (r->w->plan->stages[ls->stage].recompute) {
+		if (rt_stage_recompute(r, ls->stage, mb, step, r->coord[DIM_DP], &ls->b, saved))
+			return RT_EFAIL;
+		rt_mem_sample(r, atomic_load(&r->cur_op)); // F rebuilt, B not begun
+	}
 	RtTensor *dy = NULL;
 	if (!sm->loss && !(dy = gather_edges(r, ls, mb, DIR_GRAD)))
 		return RT_EFAIL;
 	RtTensor *dx;
-	RtTensor **saved = saved_of(r, ls, mb);
 	if (rt_stage_backward(r, ls->stage, mb, step, r->coord[DIM_DP], &ls->b, dy, saved, &dx))
 		return RT_EFAIL;
 	return dx ? scatter_edges(r, ls, mb, DIR_GRAD, dx) : RT_OK;
@@ -484,6 +491,7 @@ static int run_group(RtRank *r, int64_t i, int64_t j)
 	}
 	if (rc == RT_OK)
 		rc = comm->group_end(r);
+	rt_mem_sample(r, i); // the receives are in, the sends not yet released
 	for (int64_t k = 0; k < in->nsent; k++)
 		slot_release(r, in->sent[k]);
 	in->nsent = 0;
@@ -566,6 +574,7 @@ static int run_step(RtRank *r, int step)
 			record(r, t0, t1, i, j, step, split);
 		if (r->mem[RT_MEM_SAVED] > r->peak_act)
 			r->peak_act = r->mem[RT_MEM_SAVED];
+		rt_mem_sample(r, i);
 		atomic_fetch_add_explicit(&r->w->progress, j - i, memory_order_relaxed);
 		i = j;
 	}
@@ -587,6 +596,8 @@ int rt_rank_main(RtRank *r)
 	if (!lbuf)
 		return rt_error(r, "out of memory");
 	int rc = RT_OK;
+	r->peak_total[3] = -1;
+	rt_mem_sample(r, -1); // before any op: the static parts
 	for (int step = 0; step < r->w->opt.steps && rc == RT_OK; step++) {
 		atomic_store(&r->cur_op, -1);
 		if ((rc = comm->barrier(r)))

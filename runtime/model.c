@@ -415,6 +415,19 @@ void rt_tensor_free(RtRank *r, RtTensor *t)
 	free(t);
 }
 
+void rt_mem_sample(RtRank *r, int64_t op)
+{
+	int64_t total = 0;
+	for (int c = 0; c < RT_MEM_COUNT; c++)
+		total += c == RT_MEM_TEMP ? 0 : r->mem[c];
+	if (total > r->peak_total[0]) {
+		r->peak_total[0] = total;
+		r->peak_total[1] = r->mem[RT_MEM_SAVED];
+		r->peak_total[2] = r->mem[RT_MEM_COMM];
+		r->peak_total[3] = op;
+	}
+}
+
 void rt_tensor_reclass(RtRank *r, RtTensor *t, int cls)
 {
 	r->mem[t->cls] -= t->bytes;
@@ -660,6 +673,41 @@ int rt_stage_forward(RtRank *r, int s, int mb, int step, int replica, RtStageBuf
 	}
 	rt_tensor_reclass(r, cur, RT_MEM_COMM);
 	*y = cur;
+	return RT_OK;
+}
+
+/* The slot of stage s's input in a microbatch's saved tensors: its first layer that is
+ * not a body kind keeps it as its saved input. */
+static int input_slot(const RtRank *r, int s)
+{
+	const PlanStage *st = &r->w->plan->stages[s];
+	int l = 0;
+	while (l + 1 < st->nlayers && plan_layers[st->layers[l].kind].arg == LAYER_ARG_BODY)
+		l++;
+	return r->w->model->st[s].at[l].slot;
+}
+
+void rt_stage_drop(RtRank *r, int s, RtTensor **saved)
+{
+	int64_t n = r->w->model->st[s].nslots;
+	RtTensor *x = saved[input_slot(r, s)];
+	for (int64_t k = 0; k < n; k++)
+		if (saved[k] != x) {
+			rt_tensor_free(r, saved[k]);
+			saved[k] = NULL;
+		}
+}
+
+int rt_stage_recompute(RtRank *r, int s, int mb, int step, int replica, RtStageBufs *b,
+                       RtTensor **saved)
+{
+	RtTensor *x = saved[input_slot(r, s)], *y;
+	if (!x)
+		return rt_error(r, "internal: stage %s lost its input before recomputing",
+		                r->w->plan->stages[s].name);
+	if (rt_stage_forward(r, s, mb, step, replica, b, x, saved, &y))
+		return RT_EFAIL;
+	rt_tensor_free(r, y); // its consumers have it already
 	return RT_OK;
 }
 

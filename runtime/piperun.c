@@ -91,12 +91,12 @@ static void print_text(const Plan *p, const RtWorld *w, const RtResult *res)
 		printf("mean step time (steps 2-%d): %.3f ms\n", res->steps, t / (res->steps - 1) / 1e6);
 	}
 	printf("busy %.2f %% (mean over ranks)\n", 100.0 * busy_of(res, -1));
-	printf("rank  pp  dp  tp   busy %%   compute us  peak_act_bytes\n");
+	printf("rank  pp  dp  tp   busy %%   compute us  peak_act_bytes  peak_total_bytes\n");
 	for (int r = 0; r < res->world; r++) {
 		const int *c = p->ranks[r].coord;
-		printf("%4d %3d %3d %3d %7.2f %12.3f  %14" PRId64 "\n", r, c[DIM_PP], c[DIM_DP],
-		       c[DIM_TP], 100.0 * busy_of(res, r), res->busy_ns[r] / 1e3 / res->steps,
-		       res->peak_act[r]);
+		printf("%4d %3d %3d %3d %7.2f %12.3f  %14" PRId64 "  %16" PRId64 "\n", r, c[DIM_PP],
+		       c[DIM_DP], c[DIM_TP], 100.0 * busy_of(res, r), res->busy_ns[r] / 1e3 / res->steps,
+		       res->peak_act[r], res->mem_peak[4 * r]);
 	}
 	if (res->checked)
 		printf("check: loss max abs err %.3g rel %.3g; weights max abs err %.3g rel %.3g "
@@ -149,10 +149,13 @@ static void print_json(const Plan *p, const RtWorld *w, const RtResult *res)
 	for (int r = 0; r < res->world; r++)
 		printf("%s{\"rank\": %d, \"busy\": %.6f, \"compute_us\": %.3f, \"peak_act_bytes\": %" PRId64
 		       ", \"held_at_end_bytes\": %" PRId64 ", \"param_bytes\": %" PRId64
-		       ", \"grad_bytes\": %" PRId64 ", \"optim_state_bytes\": %" PRId64 "}",
+		       ", \"grad_bytes\": %" PRId64 ", \"optim_state_bytes\": %" PRId64
+		       ", \"peak_total_bytes\": %" PRId64 ", \"saved_bytes_at_peak\": %" PRId64
+		       ", \"inflight_bytes_at_peak\": %" PRId64 ", \"peak_op\": %" PRId64 "}",
 		       r ? ", " : "", r, busy_of(res, r), res->busy_ns[r] / 1e3 / res->steps,
 		       res->peak_act[r], res->held_end[r], res->model_bytes[3 * r],
-		       res->model_bytes[3 * r + 1], res->model_bytes[3 * r + 2]);
+		       res->model_bytes[3 * r + 1], res->model_bytes[3 * r + 2], res->mem_peak[4 * r],
+		       res->mem_peak[4 * r + 1], res->mem_peak[4 * r + 2], res->mem_peak[4 * r + 3]);
 	printf("]");
 	if (res->checked)
 		printf(",\n \"check\": {\"ok\": %s, \"loss_abs\": %.6g, \"loss_rel\": %.6g, "

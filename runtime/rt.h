@@ -122,6 +122,8 @@ typedef struct {
 	int64_t *held_end;     // [world] activation bytes still held after the last op
 	int64_t *model_bytes;  // [world * 3] parameter, gradient and optimizer-state bytes
 	                       // of the rank's stages (RT_MEM_PARAM, _GRAD, _OPTIM)
+	int64_t *mem_peak;     // [world * 4] the memory model's peak total, its saved and
+	                       // in-flight bytes then, and the op (docs/semantics.md "Memory")
 	PlanOptim optim;       // the optimizer run (rt_optim_resolve)
 	/* Events per rank, when options.trace: ev[r][0..nev[r]). */
 	int64_t *nev;

@@ -488,6 +488,9 @@ struct RtRank {
 	 * sampled after each op. */
 	int64_t mem[RT_MEM_COUNT];
 	int64_t peak_act;
+	/* The memory model's peak (docs/semantics.md "Memory", rt_mem_sample): total bytes of
+	 * every class but RT_MEM_TEMP, its saved and in-flight parts then, and the op. */
+	int64_t peak_total[4];
 	/* Figures. */
 	int64_t held_end;      // saved-activation bytes still held after the last step
 	int64_t model_bytes[3]; // parameter, gradient, optimizer-state bytes (RtResult's)

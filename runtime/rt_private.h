@@ -78,6 +78,10 @@ void rt_gen_weights(uint64_t seed, const Plan *p, int stage, float *out); // who
 RtTensor *rt_tensor_new(RtRank *r, int64_t rows, int64_t cols, int cls);
 void rt_tensor_free(RtRank *r, RtTensor *t);
 void rt_tensor_reclass(RtRank *r, RtTensor *t, int cls);
+/* Samples the memory model's total (every class but scratch) into r->peak_total at
+ * op index op: after each op, inside a group before its sends release their tensors,
+ * inside a recomputing B once its forward is rebuilt (docs/semantics.md "Memory"). */
+void rt_mem_sample(RtRank *r, int64_t op);
 RtTensor rt_tensor_view(const RtTensor *parent, int64_t off, int64_t rows, int64_t cols);
 
 /* One stage's compute, shared by the interpreter and the reference.  `saved` holds a
@@ -103,6 +107,12 @@ int rt_stage_forward(RtRank *r, int s, int mb, int step, int replica, RtStageBuf
 int rt_stage_backward(RtRank *r, int s, int mb, int step, int replica, RtStageBufs *b,
                       RtTensor *dy, RtTensor **saved, RtTensor **dx);
 int rt_stage_weights(RtRank *r, int s, RtStageBufs *b, RtTensor **saved);
+/* Recomputation (PlanStage.recompute): after F, rt_stage_drop frees every saved tensor
+ * of the microbatch but the stage input; before B, rt_stage_recompute re-runs F on
+ * that input to rebuild them (the same math, so the same values). */
+void rt_stage_drop(RtRank *r, int s, RtTensor **saved);
+int rt_stage_recompute(RtRank *r, int s, int mb, int step, int replica, RtStageBufs *b,
+                       RtTensor **saved);
 /* The synthetic input of a microbatch as a new tensor of class cls. */
 RtTensor *rt_stage_input(RtRank *r, int step, int replica, int mb, RtStageBufs *b, int cls);
 /* The optimizer step (optim.c): params from the gradient g (the dp average; the

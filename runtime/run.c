@@ -246,7 +246,7 @@ static int gather_figures(RtWorld *w, RtResult *res)
 {
 	const Plan *p = w->plan;
 	int steps = w->opt.steps;
-	enum { NFIX = 8 }; // fixed figures per rank, then 3 per step
+	enum { NFIX = 12 }; // fixed figures per rank, then 3 per step
 	int64_t n = (int64_t)(NFIX + 3 * steps) * 8;
 	char *mine = calloc((size_t)w->nlocal, (size_t)n);
 	if (!mine)
@@ -261,6 +261,8 @@ static int gather_figures(RtWorld *w, RtResult *res)
 		b[4] = r->coord[DIM_TP] == 0 && r->coord[DIM_PP] == p->stages[w->model->loss_stage].pp;
 		for (int k = 0; k < 3; k++)
 			b[5 + k] = r->model_bytes[k];
+		for (int k = 0; k < 4; k++)
+			b[8 + k] = r->peak_total[k];
 		for (int s = 0; s < steps; s++) {
 			memcpy(&b[NFIX + 3 * s], &r->loss_sum[s], 8);
 			b[NFIX + 1 + 3 * s] = r->step_t0[s];
@@ -282,11 +284,12 @@ static int gather_figures(RtWorld *w, RtResult *res)
 		res->peak_act = calloc((size_t)p->world, sizeof *res->peak_act);
 		res->held_end = calloc((size_t)p->world, sizeof *res->held_end);
 		res->model_bytes = calloc((size_t)p->world * 3, sizeof *res->model_bytes);
+		res->mem_peak = calloc((size_t)p->world * 4, sizeof *res->mem_peak);
 		res->optim = w->optim;
 		res->nev = calloc((size_t)p->world, sizeof *res->nev);
 		res->ev = calloc((size_t)p->world, sizeof *res->ev);
 		if (!res->loss || !res->step_ns || !res->busy_ns || !res->peak_act || !res->held_end ||
-		    !res->model_bytes || !res->nev || !res->ev) {
+		    !res->model_bytes || !res->mem_peak || !res->nev || !res->ev) {
 			free(all);
 			return rt_world_error(w, "out of memory");
 		}
@@ -306,6 +309,8 @@ static int gather_figures(RtWorld *w, RtResult *res)
 			res->nev[r] = b[3];
 			for (int k = 0; k < 3; k++)
 				res->model_bytes[3 * r + k] = b[5 + k];
+			for (int k = 0; k < 4; k++)
+				res->mem_peak[4 * r + k] = b[8 + k];
 			if (b[3] > maxev)
 				maxev = b[3];
 			for (int s = 0; s < steps; s++) {
@@ -469,6 +474,7 @@ void rt_result_free(RtResult *res)
 	free(res->peak_act);
 	free(res->held_end);
 	free(res->model_bytes);
+	free(res->mem_peak);
 	if (res->ev)
 		for (int r = 0; r < res->world; r++)
 			free(res->ev[r]);

@@ -3,6 +3,7 @@
  * simulation works in; sizes are integer bytes.  Written by hand (no library) because
  * it is small and its key order is part of the documented output. */
 #include "sim.h"
+#include "../plan/mem.h"
 
 #include <inttypes.h>
 #include <string.h>
@@ -88,6 +89,7 @@ int sim_write_json(FILE *f, const Plan *p, const SimResult *res, const PlanError
 	        sim_model_names[res->model], res->eager ? "true" : "false",
 	        res->verdict == SIM_OK ? "true" : "false",
 	        res->verdict == SIM_DEADLOCK ? "true" : "false", sim_verdict_names[res->verdict]);
+	fprintf(f, ",\n  \"memory_cap_bytes\": %" PRId64, p->mem_cap);
 	fputs(",\n  \"makespan\": ", f);
 	jus(f, res->makespan);
 	fprintf(f, ",\n  \"bubble\": %.6f,\n  \"ops\": %" PRId64 ",\n  \"ops_done\": %" PRId64
@@ -105,8 +107,18 @@ int sim_write_json(FILE *f, const Plan *p, const SimResult *res, const PlanError
 		fputs(", \"finish\": ", f);
 		jus(f, rr->finish);
 		fprintf(f, ", \"ops_done\": %" PRId64 ", \"peak_activation_bytes\": %" PRId64
-		           ", \"peak_activation_units\": %" PRId64 "}",
+		           ", \"peak_activation_units\": %" PRId64,
 		        rr->ops_done, rr->peak_act_bytes, rr->peak_act_units);
+		PlanMem m;
+		if (plan_mem_rank(p, r, &m))
+			return -1;
+		fprintf(f, ", \"peak_total_bytes\": %" PRId64 ", \"param_bytes\": %" PRId64
+		           ", \"grad_bytes\": %" PRId64 ", \"optim_state_bytes\": %" PRId64
+		           ", \"saved_bytes_at_peak\": %" PRId64 ", \"inflight_bytes_at_peak\": %" PRId64
+		           ", \"peak_op\": %" PRId64 ", \"peak_inflight_bytes\": %" PRId64
+		           ", \"fits\": %s}",
+		        m.peak, m.params, m.grads, m.optim, m.saved, m.comm, m.peak_op, m.peak_comm,
+		        !p->mem_cap || m.peak <= p->mem_cap ? "true" : "false");
 	}
 	fputs("\n  ],\n  \"links\": [", f);
 	for (int i = 0; i < res->nlinks; i++)

@@ -4,6 +4,7 @@
  * the plan file carries it (plan_format_op) and its plan-file line, so a report line
  * can be pasted into an editor's "go to line". */
 #include "sim.h"
+#include "../plan/mem.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -47,6 +48,28 @@ double sim_busy(const SimResult *res, int r)
 	return (double)res->ranks[r].busy / (double)res->makespan;
 }
 
+/* The memory model per rank (docs/semantics.md "Memory"): the peak, its parts at that
+ * moment, and the device's capacity when the plan states one. */
+int sim_report_memory(FILE *f, const Plan *p)
+{
+	char cap[32];
+	fprintf(f, "\nmemory (bytes; peak = params + grads + optim + saved + in flight)%s%s\n",
+	        p->mem_cap ? ", device holds " : "",
+	        p->mem_cap ? plan_mem_text(cap, sizeof cap, p->mem_cap) : "");
+	fprintf(f, " rank           peak         params          grads          optim          saved"
+	           "      in flight   at op\n");
+	for (int r = 0; r < p->world; r++) {
+		PlanMem m;
+		if (plan_mem_rank(p, r, &m))
+			return -1;
+		fprintf(f, "%5d %14" PRId64 " %14" PRId64 " %14" PRId64 " %14" PRId64 " %14" PRId64
+		           " %14" PRId64 " %7" PRId64 "%s\n",
+		        r, m.peak, m.params, m.grads, m.optim, m.saved, m.comm, m.peak_op,
+		        p->mem_cap && m.peak > p->mem_cap ? "  does not fit" : "");
+	}
+	return 0;
+}
+
 int sim_report_summary(FILE *f, const Plan *p, const SimResult *res)
 {
 	fprintf(f, "%s: %s schedule, mesh pp=%d dp=%d tp=%d, %d microbatches, %s model, %s sends\n",
@@ -76,6 +99,8 @@ int sim_report_summary(FILE *f, const Plan *p, const SimResult *res)
 		        100.0 * sim_busy(res, r), busy, idle, rr->peak_act_bytes, rr->peak_act_units,
 		        model);
 	}
+	if (sim_report_memory(f, p))
+		return -1;
 	if (res->nlinks) {
 		fprintf(f, "\nlinks (p2p)\n");
 		for (int i = 0; i < res->nlinks; i++)

@@ -173,6 +173,8 @@ double sim_busy(const SimResult *res, int r);
  * sim_report_grid: ranks as rows, time as columns, F/B/W and microbatch in each cell;
  *   max_cols bounds the width (columns are scaled to fit). */
 int sim_report_summary(FILE *f, const Plan *p, const SimResult *res);
+/* sim_report_memory: per rank the memory model's peak and its parts (plan/mem.h). */
+int sim_report_memory(FILE *f, const Plan *p);
 int sim_report_failure(FILE *f, const Plan *p, const SimResult *res, const char *file);
 int sim_report_grid(FILE *f, const Plan *p, const SimResult *res, int max_cols);
 

@@ -194,12 +194,43 @@ static void lower__dp_allreduce__after_last_backward(void **state)
 	plan_free(p);
 }
 
+/* `recompute s1;`: s1 (linear 8, relu on 2 rows) saved 64 (relu, F to B), 64 (linear's
+ * input, F to W) and 64 (its output gradient, B to W); recomputing it keeps its 64-byte
+ * input from F to B, rebuilds 64 at B, holds 128 from B to W, and B costs f + b. */
+static void lower__recompute__figures_and_cost(void **state)
+{
+	(void)state;
+	Plan *p = compile_text(program(3, 3, 1, 4, "recompute s1;"), NULL, NULL, 0);
+	assert_non_null(p);
+	const PlanStage *s0 = &p->stages[0], *s1 = &p->stages[1];
+	assert_int_equal(s0->recompute, 0);
+	assert_int_equal(s0->save_fb, 64);
+	assert_int_equal(s0->save_fw, 64);
+	assert_int_equal(s0->save_bw, 64);
+	assert_int_equal(s0->cost[1], 1000);
+	assert_int_equal(s1->recompute, 1);
+	assert_int_equal(s1->save_fb, 64);
+	assert_int_equal(s1->save_fw, 0);
+	assert_int_equal(s1->save_bw, 128);
+	assert_int_equal(s1->save_re, 64);
+	assert_int_equal(s1->cost[0], 1000);
+	assert_int_equal(s1->cost[1], 2000);
+	assert_int_equal(s1->cost[2], 1000);
+	plan_free(p);
+	p = compile_text(program(3, 3, 1, 4, "recompute *;"), NULL, NULL, 0);
+	assert_non_null(p);
+	for (int s = 0; s < 3; s++)
+		assert_int_equal(p->stages[s].recompute, 1);
+	plan_free(p);
+}
+
 static void lower__plan__roundtrip_byte_identical(void **state)
 {
 	(void)state;
 	const char *extras[] = {"", "skip s0 -> s2;", "placement [2, 0, 1];",
-	                        "route s0 -> s1 forward 0:d0 -> 2:d5;"};
-	for (int i = 0; i < 4; i++) {
+	                        "route s0 -> s1 forward 0:d0 -> 2:d5;",
+	                        "recompute s1;\ndevice memory=1GB;"};
+	for (int i = 0; i < 5; i++) {
 		Plan *p = compile_text(program(3, 3, 2, 5, extras[i]), NULL, NULL, 0);
 		assert_non_null(p);
 		char *a = NULL, *b = NULL;
@@ -602,6 +633,7 @@ int main(void)
 		cmocka_unit_test(lower__skip_gradient__routes_back),
 		cmocka_unit_test(lower__dp_allreduce__after_last_backward),
 		cmocka_unit_test(lower__plan__roundtrip_byte_identical),
+		cmocka_unit_test(lower__recompute__figures_and_cost),
 		cmocka_unit_test(plan__reader__rejects_truncated_and_garbled),
 		cmocka_unit_test(verify__broken_plans__named),
 		cmocka_unit_test(lower__self_send__one_group_and_verified),

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "../compiler/pipecc.h"
+#include "../plan/mem.h"
 #include "../sim/sim.h"
 
 /* ---- helpers ---- */
@@ -486,6 +487,50 @@ static char *capture(int which, const Plan *p, const SimResult *res)
 	return buf;
 }
 
+/* tiny2.plan by hand (docs/semantics.md "Memory"): rank 0 holds 72 params and their
+ * gradients (576 B); F 0 0 saves 256 and makes its 128-byte output; its SEND frees it;
+ * F 0 1 saves 256 more; group 1 receives a gradient (128) while its send still holds
+ * F 0 1's output (128): 576 + 512 + 256 = 1344 at op 3.  Rank 1 peaks at its first F
+ * (the received input is consumed, 256 saved): 832 at op 1. */
+static void mem__tiny_plan__peak_and_parts_by_hand(void **state)
+{
+	(void)state;
+	Plan *p = read_plan("tests/plans/good/tiny2.plan");
+	PlanMem m;
+	assert_int_equal(plan_mem_rank(p, 0, &m), 0);
+	assert_int_equal(m.params, 288);
+	assert_int_equal(m.grads, 288);
+	assert_int_equal(m.optim, 0);
+	assert_int_equal(m.peak, 1344);
+	assert_int_equal(m.saved, 512);
+	assert_int_equal(m.comm, 256);
+	assert_int_equal(m.peak_op, 3);
+	assert_int_equal(m.peak_saved, 512);
+	assert_int_equal(plan_mem_rank(p, 1, &m), 0);
+	assert_int_equal(m.peak, 832);
+	assert_int_equal(m.saved, 256);
+	assert_int_equal(m.comm, 0);
+	assert_int_equal(m.peak_op, 1);
+	/* Stage 0 recomputes: F keeps its 128-byte input; B rebuilds 128 more (the linear's
+	 * input is the stage input, relu's 128 is rebuilt) and holds 256 for W. */
+	PlanStage *st = &p->stages[0];
+	st->recompute = 1;
+	st->save_re = 128;
+	st->save_fb = 128;
+	st->save_fw = 0;
+	st->save_bw = 256;
+	assert_int_equal(plan_mem_rank(p, 0, &m), 0);
+	assert_int_equal(m.peak, 1088);
+	assert_int_equal(m.saved, 256);
+	assert_int_equal(m.peak_saved, 384); // inside BW 0 0: 256 + the rebuilt 128
+	/* AdamW: 8 bytes of state per parameter. */
+	p->optim.kind = OPTIM_ADAMW;
+	assert_int_equal(plan_mem_rank(p, 0, &m), 0);
+	assert_int_equal(m.optim, 576);
+	assert_int_equal(m.peak, 1088 + 576);
+	plan_free(p);
+}
+
 static void sim__reports__json_trace_svg_grid(void **state)
 {
 	(void)state;
@@ -500,7 +545,8 @@ static void sim__reports__json_trace_svg_grid(void **state)
 	assert_contains(j, "\"bubble\": 0.333333");
 	assert_contains(j, "{\"rank\": 0, \"busy\": 0.666667, \"compute\": 6.000, \"idle\": 3.000");
 	assert_contains(j, "\"busy\": 0.666667,\n  \"compute\": 12.000,");
-	assert_contains(j, "\"peak_activation_bytes\": 512, \"peak_activation_units\": 2}");
+	assert_contains(j, "\"peak_activation_bytes\": 512, \"peak_activation_units\": 2, "
+	                   "\"peak_total_bytes\": 1344");
 	free(j);
 	char *t = capture(1, p, &res);
 	assert_contains(t, "\"traceEvents\"");
@@ -1112,6 +1158,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(sim__unit_cost_schedules__makespan_3_m_plus_p_minus_1),
+	    cmocka_unit_test(mem__tiny_plan__peak_and_parts_by_hand),
 	    cmocka_unit_test(sim__dp_replicas__same_makespan_and_allreduce_counted),
 	    cmocka_unit_test(sim__link_costs__transfer_and_allreduce_times),
 	    cmocka_unit_test(sim__overlap_model__hides_transfers_strict_does_not),

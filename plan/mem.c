@@ -1,0 +1,219 @@
+/* The memory model of docs/semantics.md "Memory", one rank at a time.
+ *
+ * Static: every stage on the rank holds its parameters, their gradients and the
+ * optimizer's state all step.  Dynamic, walked in list order: saved activations
+ * (plan_op_mem per compute op, as pipesim's engine counts them) and the tensors in
+ * flight between stages: a stage output made by F (one tensor, shared by its out-edges)
+ * or an input gradient made by B (shared by its in-edges) lives until every consumer
+ * took it (the local peer stage's F or B for a hand-off, else the SEND's group), and a
+ * received tensor lives from its RECV's group to the compute op that consumes it.
+ * Samples are taken after every compute op, inside every comm group once its receives
+ * hold their buffers and before its sends release theirs, and inside a recomputing B
+ * once its forward is rebuilt (st->save_re more saved bytes) - the points where
+ * piperun samples its allocations.  Convention: bytes, int64_t. */
+#include "mem.h"
+
+#include <stdlib.h>
+
+int64_t plan_stage_in_bytes(const Plan *p, int s)
+{
+	return (int64_t)p->rows * p->stages[s].in * 4;
+}
+
+static int64_t out_bytes(const Plan *p, int s)
+{
+	return (int64_t)p->rows * p->stages[s].out * 4;
+}
+
+/* Walk state: refs[(stage * m + mb) * 2 + dir] consumers still to take a tensor;
+ * per stage its in- and out-edges (CSR: ein[ioff[s] .. ioff[s + 1]]), and per edge
+ * whether this rank hands it over locally (the peer table says `local`). */
+typedef struct {
+	const Plan *p;
+	const PlanRank *rk;
+	int *refs;
+	int *ioff, *ooff, *ein, *eout;
+	uint8_t *handoff;
+	int64_t saved, comm, stat;
+	PlanMem *m;
+} Walk;
+
+static void sample(Walk *w, int64_t op, int64_t extra_saved)
+{
+	int64_t total = w->stat + w->saved + extra_saved + w->comm;
+	if (w->saved + extra_saved > w->m->peak_saved)
+		w->m->peak_saved = w->saved + extra_saved;
+	if (w->comm > w->m->peak_comm)
+		w->m->peak_comm = w->comm;
+	if (total > w->m->peak) {
+		w->m->peak = total;
+		w->m->peak_op = op;
+		w->m->saved = w->saved + extra_saved;
+		w->m->comm = w->comm;
+	}
+}
+
+/* One consumer took the tensor (s, mb, dir), made on this rank; the last frees it. */
+static void take(Walk *w, int s, int mb, int dir)
+{
+	const Plan *p = w->p;
+	int *n = &w->refs[((int64_t)s * p->microbatches + mb) * 2 + dir];
+	if (*n > 0 && --*n == 0)
+		w->comm -= dir == DIR_ACT ? out_bytes(p, s) : plan_stage_in_bytes(p, s);
+}
+
+static void make(Walk *w, int s, int mb, int dir, int consumers)
+{
+	const Plan *p = w->p;
+	if (consumers <= 0)
+		return;
+	w->refs[((int64_t)s * p->microbatches + mb) * 2 + dir] = consumers;
+	w->comm += dir == DIR_ACT ? out_bytes(p, s) : plan_stage_in_bytes(p, s);
+}
+
+/* F (dir ACT) takes what arrived on s's in-edges, B (GRAD) what arrived on its
+ * out-edges: a local hand-off is the peer stage's tensor, anything else a receive. */
+static void gather(Walk *w, int s, int mb, int dir)
+{
+	const Plan *p = w->p;
+	const int *off = dir == DIR_ACT ? w->ioff : w->ooff;
+	const int *es = dir == DIR_ACT ? w->ein : w->eout;
+	for (int k = off[s]; k < off[s + 1]; k++) {
+		const PlanEdge *ed = &p->edges[es[k]];
+		if (w->handoff[es[k]])
+			take(w, dir == DIR_ACT ? ed->src : ed->dst, mb, dir);
+		else
+			w->comm -= out_bytes(p, ed->src);
+	}
+}
+
+static void compute(Walk *w, const PlanOp *o, int64_t i)
+{
+	const Plan *p = w->p;
+	OpKind k = plan_op_kind(o);
+	if (o->stage < 0 || o->stage >= p->nstages)
+		return;
+	const PlanStage *st = &p->stages[o->stage];
+	int per_mb = o->mb >= 0 && o->mb < p->microbatches;
+	if ((k == OP_B || k == OP_BW) && st->recompute)
+		sample(w, i, st->save_re); // B first rebuilds what F dropped
+	if (per_mb && k == OP_F) {
+		gather(w, o->stage, o->mb, DIR_ACT);
+		make(w, o->stage, o->mb, DIR_ACT, w->ooff[o->stage + 1] - w->ooff[o->stage]);
+	} else if (per_mb && (k == OP_B || k == OP_BW)) {
+		gather(w, o->stage, o->mb, DIR_GRAD);
+		make(w, o->stage, o->mb, DIR_GRAD, w->ioff[o->stage + 1] - w->ioff[o->stage]);
+	}
+	w->saved += plan_op_mem(k, st);
+	sample(w, i, 0);
+}
+
+/* A comm group [i, j): receives hold their buffers while the sends' are still alive. */
+static void group(Walk *w, int64_t i, int64_t j)
+{
+	const Plan *p = w->p;
+	const PlanOp *ops = w->rk->ops;
+	for (int64_t k = i; k < j; k++)
+		if (ops[k].kind == OP_RECV)
+			w->comm += ops[k].bytes;
+	sample(w, i, 0);
+	for (int64_t k = i; k < j; k++) {
+		const PlanOp *o = &ops[k];
+		if (o->kind != OP_SEND || o->stage < 0 || o->stage >= p->nedges || o->mb < 0 ||
+		    o->mb >= p->microbatches)
+			continue;
+		const PlanEdge *ed = &p->edges[o->stage];
+		if (o->dir == DIR_ACT)
+			take(w, ed->src, o->mb, DIR_ACT);
+		else
+			take(w, ed->dst, o->mb, DIR_GRAD);
+	}
+}
+
+int plan_mem_rank(const Plan *p, int r, PlanMem *m)
+{
+	*m = (PlanMem){.peak_op = -1};
+	const PlanRank *rk = &p->ranks[r];
+	int pp = rk->coord[DIM_PP];
+	int state = plan_optim_state_bytes(p->optim.kind);
+	for (int s = 0; s < p->nstages; s++)
+		if (p->stages[s].pp == pp) {
+			m->params += p->stages[s].params * 4;
+			m->grads += p->stages[s].params * 4;
+			m->optim += p->stages[s].params * state;
+		}
+	Walk w = {.p = p, .rk = rk, .m = m, .stat = m->params + m->grads + m->optim};
+	size_t ns = (size_t)p->nstages, ne = (size_t)p->nedges;
+	size_t nrefs = ns * (size_t)p->microbatches * 2;
+	int *buf = calloc(nrefs + 2 * (ns + 1) + 2 * ne + ne / sizeof(int) + 1, sizeof(int));
+	if (!buf)
+		return -1;
+	w.refs = buf;
+	w.ioff = buf + nrefs;
+	w.ooff = w.ioff + ns + 1;
+	w.ein = w.ooff + ns + 1;
+	w.eout = w.ein + ne;
+	w.handoff = (uint8_t *)(w.eout + ne);
+	for (size_t e = 0; e < ne; e++) {
+		w.ioff[p->edges[e].dst + 1]++;
+		w.ooff[p->edges[e].src + 1]++;
+	}
+	for (size_t s = 0; s < ns; s++) {
+		w.ioff[s + 1] += w.ioff[s];
+		w.ooff[s + 1] += w.ooff[s];
+	}
+	for (size_t e = 0; e < ne; e++) { // in edge order: the fill counts up from the start
+		w.ein[w.ioff[p->edges[e].dst]++] = (int)e;
+		w.eout[w.ooff[p->edges[e].src]++] = (int)e;
+	}
+	for (size_t s = ns; s > 0; s--) { // and back to the starts
+		w.ioff[s] = w.ioff[s - 1];
+		w.ooff[s] = w.ooff[s - 1];
+	}
+	w.ioff[0] = w.ooff[0] = 0;
+	/* Both ends of a hand-off are on this rank and registered `local`; the consumer's
+	 * entry decides, as the runtime's gather does. */
+	for (int j = 0; j < rk->npeers; j++)
+		if (rk->peers[j].local == PEER_LOCAL && rk->peers[j].edge >= 0 &&
+		    (size_t)rk->peers[j].edge < ne)
+			w.handoff[rk->peers[j].edge] = 1;
+	m->peak = w.stat;
+	for (int64_t i = 0; i < rk->nops;) {
+		int64_t j = plan_group_end(rk, i);
+		if (plan_is_comm(rk->ops[i].kind))
+			group(&w, i, j);
+		else
+			compute(&w, &rk->ops[i], i);
+		i = j;
+	}
+	free(buf);
+	return 0;
+}
+
+int64_t plan_mem_peaks(const Plan *p, int64_t *peak)
+{
+	int64_t max = 0;
+	for (int r = 0; r < p->world; r++) {
+		PlanMem m;
+		if (plan_mem_rank(p, r, &m))
+			return -1;
+		peak[r] = m.peak;
+		if (m.peak > max)
+			max = m.peak;
+	}
+	return max;
+}
+
+char *plan_mem_text(char *buf, size_t n, int64_t b)
+{
+	static const char *const unit[] = {"B", "kB", "MB", "GB", "TB", "PB"};
+	double v = (double)b;
+	int k = 0;
+	while (v >= 1000 && k < 5)
+		v /= 1000, k++;
+	if (k == 0)
+		snprintf(buf, n, "%lld B", (long long)b);
+	else
+		snprintf(buf, n, "%.3g %s", v, unit[k]);
+	return buf;
+}

@@ -1,0 +1,37 @@
+/* The memory model: what a rank holds over one step, from its op list alone.
+ *
+ * docs/semantics.md "Memory" defines it; pipesim reports it, pipecc checks it against
+ * the device's capacity, and piperun measures the same figures at the same points (they
+ * are equal on the cpu device).  plan_mem_rank() is a pure function of the plan: no
+ * timing, no I/O, one pass over the rank's ops, so a search can call it per candidate. */
+#ifndef PLAN_MEM_H
+#define PLAN_MEM_H
+
+#include "plan.h"
+
+/* One rank's memory.  The static parts are held all step; saved and comm are the
+ * dynamic parts at the moment of the peak (peak = the five parts' sum). */
+typedef struct {
+	int64_t params;     // f32 weights of the rank's stages
+	int64_t grads;      // their f32 gradient accumulators
+	int64_t optim;      // optimizer state (plan_optim_state_bytes per parameter)
+	int64_t saved;      // saved activations at the peak
+	int64_t comm;       // stage outputs and input gradients in flight at the peak
+	int64_t peak;       // peak total bytes
+	int64_t peak_op;    // op index at (or inside) which the peak is reached, -1 before any
+	int64_t peak_saved; // peak of the saved activations alone (pipesim's peak act bytes)
+	int64_t peak_comm;  // peak of the in-flight bytes alone
+} PlanMem;
+
+/* The memory of world rank r over one step.  Returns 0, or -1 when out of memory. */
+int plan_mem_rank(const Plan *p, int r, PlanMem *m);
+/* The peak total of every rank into peak[world] and the largest of them; -1 when out
+ * of memory. */
+int64_t plan_mem_peaks(const Plan *p, int64_t *peak);
+/* The bytes of stage s's input, what a recomputing stage keeps from F to B. */
+int64_t plan_stage_in_bytes(const Plan *p, int s);
+/* "80 GB", "1.5 MiB"-style: bytes b in decimal units (B, kB, MB, GB, TB), 3
+ * significant digits, into buf.  Returns buf. */
+char *plan_mem_text(char *buf, size_t n, int64_t b);
+
+#endif

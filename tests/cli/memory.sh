@@ -1,0 +1,112 @@
+#!/bin/sh
+# The memory model (docs/semantics.md "Memory"): piperun's measured peak total and its
+# parts equal pipesim's prediction, rank by rank, over programs with skips, hand-offs,
+# sends to self, dp, transformers, AdamW and every schedule on mlp4.
+TOOL=memory
+. tests/lib/cli.sh
+
+[ -x "$BIN/pipesim" ] || { echo "note: memory: pipesim not built: skipped"; exit 0; }
+
+fields="peak_total_bytes param_bytes grad_bytes optim_state_bytes saved_bytes_at_peak inflight_bytes_at_peak peak_op"
+# figs FILE FIELD: the field's values, one per rank, on one line.
+figs() {
+	grep -o "\"$2\": -*[0-9]*" "$1" | sed 's/.*: //' | tr '\n' ' '
+}
+
+# same NAME PLAN [PIPERUN OPTIONS]: every field of every rank agrees.
+same() {
+	name=$1 plan=$2
+	shift 2
+	"$BIN/piperun" "$plan" --json --steps 2 "$@" >"$dir/run.json" 2>"$dir/err"
+	"$BIN/pipesim" --json "$plan" >"$dir/sim.json" 2>>"$dir/err"
+	bad=""
+	for f in $fields; do
+		got=$(figs "$dir/run.json" "$f") want=$(figs "$dir/sim.json" "$f")
+		[ -n "$got" ] && [ "$got" = "$want" ] || bad="$bad $f: measured $got, predicted $want;"
+	done
+	check "memory of $name: measured == predicted" "$([ -z "$bad" ]; echo $?)" "$bad"
+}
+
+sed 's/^schedule .*/optimizer adamw;\n&/' examples/mlp4.pipe >"$dir/mlp4-adamw.pipe"
+for p in examples/tiny.pipe examples/mlp4.pipe examples/skips.pipe examples/gpt-tiny.pipe \
+	examples/zbv.pipe examples/zbv-selfsend.pipe examples/interleaved.pipe \
+	"$dir/mlp4-adamw.pipe"; do
+	b=$(basename "$p" .pipe)
+	t "compiles $b" 0 "$BIN/pipecc" "$p" -o "$dir/$b.plan"
+	same "$b" "$dir/$b.plan"
+done
+has "AdamW's state is in the peak" "$dir/sim.json" '"optim_state_bytes": [1-9]'
+
+schedules=$(sed -n 's/.*\.name = "\([A-Za-z0-9_]*\)".*/\1/p' compiler/sched_*.c | sort -u)
+ran=0
+for s in $schedules; do
+	"$BIN/pipecc" examples/mlp4.pipe -s "$s" -o "$dir/m-$s.plan" >/dev/null 2>&1 || continue
+	same "mlp4 under $s" "$dir/m-$s.plan"
+	ran=$((ran + 1))
+done
+check "the schedule loop ran" "$([ $ran -gt 3 ]; echo $?)" "only $ran schedules"
+
+# ---- the device's memory: golden diagnostics (PIPECC_UPDATE_GOLDEN=1 rewrites them) ----
+n=0
+for f in tests/golden/memory/*.pipe; do
+	want=${f%.pipe}.err
+	rm -f "$dir/x.plan"
+	"$BIN/pipecc" "$f" -o "$dir/x.plan" >"$dir/out" 2>"$dir/err"
+	rc=$?
+	[ -n "$PIPECC_UPDATE_GOLDEN" ] && cp "$dir/err" "$want"
+	check "$(basename "$f" .pipe) does not fit" "$([ "$rc" -eq 1 ] && [ ! -s "$dir/x.plan" ]; echo $?)" "exit $rc"
+	cmp -s "$dir/err" "$want"
+	check "$(basename "$f" .pipe) diagnostics match" $? "$(diff "$want" "$dir/err" | head -5)"
+	n=$((n + 1))
+done
+check "golden memory cases ran" "$([ "$n" -ge 3 ]; echo $?)" "only $n cases"
+# recomputing makes the preset case fit; the summary and the plan show the capacity
+printf 'recompute *;\n' | cat tests/golden/memory/preset.pipe - >"$dir/fits.pipe"
+t "recompute makes it fit" 0 "$BIN/pipecc" "$dir/fits.pipe" -o "$dir/fits.plan"
+has "the plan carries the capacity" "$dir/fits.plan" "^memory cap=80000000000$"
+t "summary" 0 "$BIN/pipecc" "$dir/fits.pipe" --emit summary
+has "summary: rank 0 against the device" "$dir/out" "^  rank 0: peak .* % of the device)$"
+"$BIN/pipesim" --json "$dir/fits.plan" >"$dir/sim.json"
+has "pipesim: the capacity" "$dir/sim.json" '"memory_cap_bytes": 80000000000'
+has "pipesim: it fits" "$dir/sim.json" '"fits": true'
+# a plan over its capacity (written by hand) is marked, not rejected, by pipesim
+sed 's/^memory cap=.*/memory cap=1000000/' "$dir/fits.plan" | grep -v '^pipecc-plan' |
+	sed '1i pipecc-plan 1' >"$dir/over.plan"
+t "pipesim runs an over-capacity plan" 0 "$BIN/pipesim" "$dir/over.plan"
+has "pipesim marks it" "$dir/out" "does not fit$"
+
+# ---- recomputation: bit-exact, measured == predicted, and fewer saved bytes ----
+
+ran=0
+for p in examples/mlp4.pipe examples/gpt-tiny.pipe examples/zbv.pipe examples/skips.pipe; do
+	b=$(basename "$p" .pipe)
+	printf 'recompute *;\n' | cat "$p" - >"$dir/$b-re.pipe"
+	for s in $schedules; do
+		"$BIN/pipecc" "$p" -s "$s" -o "$dir/$b-$s.plan" >/dev/null 2>&1 || continue
+		t "$b under $s with recompute compiles" 0 "$BIN/pipecc" "$dir/$b-re.pipe" -s "$s" \
+			-o "$dir/$b-$s-re.plan"
+		same "$b under $s with recompute" "$dir/$b-$s-re.plan" --check
+		has "--check $b under $s with recompute agrees" "$dir/run.json" '"check": {"ok": true'
+		"$BIN/pipesim" --json "$dir/$b-$s.plan" >"$dir/without.json"
+		with=$(figs "$dir/run.json" peak_act_bytes) without=$(figs "$dir/without.json" peak_activation_bytes)
+		# every rank holds no more, and the ranks together less (a rank whose peak has
+		# every microbatch between B and W holds what W needs either way)
+		less=$(echo "$with" "|" "$without" | awk '{n = (NF - 1) / 2; sw = 0; so = 0;
+			for (i = 1; i <= n; i++) { w = $i; o = $(i + n + 1); if (w > o) { print 1; exit }
+				sw += w; so += o }
+			print (sw < so) ? 0 : 1 }')
+		check "$b under $s: recompute saves activations" "$less" \
+			"measured with recompute $with, predicted without $without"
+		ran=$((ran + 1))
+	done
+done
+check "the recompute loop ran" "$([ $ran -gt 8 ]; echo $?)" "only $ran runs"
+grep -q "^stage 0 .* recompute save_re=" "$dir/mlp4-1f1b-re.plan"
+check "the plan records recomputation" $? "no 'recompute save_re=' on stage 0"
+# B's cost includes F's
+fb=$(sed -n 's/^stage 0 .* f=\([0-9]*\) b=\([0-9]*\) .*/\1 \2/p' "$dir/mlp4-1f1b.plan")
+fb2=$(sed -n 's/^stage 0 .* f=\([0-9]*\) b=\([0-9]*\) .*/\1 \2/p' "$dir/mlp4-1f1b-re.plan")
+check "recompute adds F's cost to B's" \
+	"$(echo "$fb" "$fb2" | awk '{print ($4 == $2 + $1 && $3 == $1) ? 0 : 1}')" "$fb -> $fb2"
+
+exit $((fails > 0))
