@@ -34,6 +34,7 @@ typedef struct {
 	int *refs;
 	int *ioff, *ooff, *ein, *eout;
 	uint8_t *handoff;
+	PlanParts *parts; // per stage, with tp > 1 (plan_stage_parts); else NULL
 	int64_t saved, comm, stat;
 	PlanMem *m;
 } Walk;
@@ -95,16 +96,25 @@ static void compute(Walk *w, const PlanOp *o, int64_t i)
 		return;
 	const PlanStage *st = &p->stages[o->stage];
 	int per_mb = o->mb >= 0 && o->mb < p->microbatches;
-	if ((k == OP_B || k == OP_BW) && st->recompute)
+	/* With tp > 1 a direction's first part takes the incoming tensors, its last makes
+	 * the outgoing one, and each part keeps its own layers' saved bytes. */
+	const PlanParts *pp = w->parts ? &w->parts[o->stage] : NULL;
+	int n = pp ? pp->n[k == OP_F ? DIR_ACT : DIR_GRAD] : 1;
+	int first = !pp || o->part == 0, last = !pp || o->part + 1 >= n;
+	if ((k == OP_B || k == OP_BW) && st->recompute && first)
 		sample(w, i, st->save_re); // B first rebuilds what F dropped
 	if (per_mb && k == OP_F) {
-		gather(w, o->stage, o->mb, DIR_ACT);
-		make(w, o->stage, o->mb, DIR_ACT, w->ooff[o->stage + 1] - w->ooff[o->stage]);
+		if (first)
+			gather(w, o->stage, o->mb, DIR_ACT);
+		if (last)
+			make(w, o->stage, o->mb, DIR_ACT, w->ooff[o->stage + 1] - w->ooff[o->stage]);
 	} else if (per_mb && (k == OP_B || k == OP_BW)) {
-		gather(w, o->stage, o->mb, DIR_GRAD);
-		make(w, o->stage, o->mb, DIR_GRAD, w->ioff[o->stage + 1] - w->ioff[o->stage]);
+		if (first)
+			gather(w, o->stage, o->mb, DIR_GRAD);
+		if (last)
+			make(w, o->stage, o->mb, DIR_GRAD, w->ioff[o->stage + 1] - w->ioff[o->stage]);
 	}
-	w->saved += plan_op_mem(k, st);
+	w->saved += pp ? plan_part_mem(pp, o) : plan_op_mem(k, st);
 	sample(w, i, 0);
 }
 
@@ -177,8 +187,14 @@ int plan_mem_rank(const Plan *p, int r, PlanMem *m)
 		if (rk->peers[j].local == PEER_LOCAL && rk->peers[j].edge >= 0 &&
 		    (size_t)rk->peers[j].edge < ne)
 			w.handoff[rk->peers[j].edge] = 1;
+	int rc = 0;
+	if (p->dims[DIM_TP] > 1 && !(w.parts = calloc(ns, sizeof *w.parts)))
+		rc = -1;
+	for (int s = 0; w.parts && s < p->nstages && !rc; s++)
+		if (p->stages[s].pp == pp)
+			rc = plan_stage_parts(p, s, &w.parts[s]);
 	m->peak = w.stat;
-	for (int64_t i = 0; i < rk->nops;) {
+	for (int64_t i = 0; i < rk->nops && !rc;) {
 		int64_t j = plan_group_end(rk, i);
 		if (plan_is_comm(rk->ops[i].kind))
 			group(&w, i, j);
@@ -186,8 +202,11 @@ int plan_mem_rank(const Plan *p, int r, PlanMem *m)
 			compute(&w, &rk->ops[i], i);
 		i = j;
 	}
+	for (size_t s = 0; w.parts && s < ns; s++)
+		plan_parts_free(&w.parts[s]);
+	free(w.parts);
 	free(buf);
-	return 0;
+	return rc;
 }
 
 int64_t plan_mem_peaks(const Plan *p, int64_t *peak)

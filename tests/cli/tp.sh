@@ -35,6 +35,9 @@ t "llama2-7b-tp summary" 0 "$BIN/pipecc" examples/llama2-7b-tp.pipe --emit summa
 cp "$dir/out" "$dir/s8"
 has "summary says the figures are per tp rank" "$dir/s8" "^per rank of a tp group of 8"
 sed 's/^mesh pp=4 dp=4 tp=8;/mesh pp=4 dp=4;/' examples/llama2-7b-tp.pipe >"$dir/l1.pipe"
+t "llama2-7b at tp=1 does not fit an h100" 1 "$BIN/pipecc" "$dir/l1.pipe" -o "$dir/l1.plan"
+has "the rank that does not fit is named" "$dir/err" "error: the plan does not fit: rank 0 (pp 0, dp 0)"
+sed -i 's/^device h100;/device h100 memory=1TB;/' "$dir/l1.pipe"
 t "llama2-7b at tp=1 summary" 0 "$BIN/pipecc" "$dir/l1.pipe" --emit summary
 p1=$(sed -n 's/^parameters \([0-9]*\);.*/\1/p' "$dir/out")
 p8=$(sed -n 's/^parameters \([0-9]*\);.*/\1/p' "$dir/s8")
@@ -105,5 +108,20 @@ sed -n '1,/^rank 0/p' tests/plans/good/tiny2.plan | sed '$d' >"$dir/bad.plan"
 printf 'rank 0 pp=0 dp=0 tp=0 device=0 peers=1 ops=1\npeer s=0 out e=0 s=1 rank=1 remote\nF 0 0 part=1 @7\n' >>"$dir/bad.plan"
 t "refuses part= in a tp=1 plan" 1 "$BIN/pipesim" "$dir/bad.plan"
 has "part= in tp=1: located" "$dir/err" "error: part= in a plan with tp=1"
+
+# the memory model counts a part's own layers: at the peak, the saved bytes are within
+# the peak activation bytes and nothing in flight is negative (every rank, two plans)
+for ex in examples/gpt-tp.pipe examples/llama2-7b-tp.pipe; do
+	b=$(basename "$ex" .pipe)
+	"$BIN/pipecc" "$ex" -o "$dir/$b-mem.plan"
+	"$BIN/pipesim" --json "$dir/$b-mem.plan" >"$dir/mem.json"
+	act=$(grep -o '"peak_activation_bytes": [0-9-]*' "$dir/mem.json" | sed 's/.*: //' | tr '\n' ' ')
+	saved=$(grep -o '"saved_bytes_at_peak": [0-9-]*' "$dir/mem.json" | sed 's/.*: //' | tr '\n' ' ')
+	fly=$(grep -o '"peak_inflight_bytes": [0-9-]*' "$dir/mem.json" | sed 's/.*: //' | tr '\n' ' ')
+	ok=$(awk -v a="$act" -v s="$saved" -v f="$fly" 'BEGIN { n = split(a, x, " "); split(s, y, " ");
+		split(f, z, " "); bad = n == 0; for (i = 1; i <= n; i++) bad += y[i] > x[i] || z[i] < 0;
+		print bad ? 1 : 0 }')
+	check "$b: memory model per part (saved $saved <= act $act, in flight $fly >= 0)" "$ok" ""
+done
 
 exit $((fails > 0))
