@@ -218,64 +218,6 @@ int repeated_key(Check *c, const AstKv *kvs, int i, const char *what)
 
 /* ---- statements, one at a time ------------------------------------------------- */
 
-static void check_mesh(Check *c, AstStmt *s)
-{
-	Program *p = c->p;
-	static const char *const dims[DIM_COUNT] = {"pp", "dp", "tp"};
-	uint8_t seen[DIM_COUNT] = {0};
-	int ok = 1, n = 0;
-	if (s->nkvs == 0) {
-		diag_error(c->d, s->span, "'mesh' needs at least one dimension, e.g. mesh pp=4;");
-		ok = 0;
-	}
-	for (int i = 0; i < s->nkvs; i++) {
-		AstKv *kv = &s->kvs[i];
-		if (!strcmp(kv->key.s, "tp_spans_nodes")) { // the opt-in for tp > devices per node
-			if (kv->has_val)
-				diag_error(c->d, kv->val.loc, "'tp_spans_nodes' takes no value");
-			p->tp_spans_nodes = 1;
-			continue;
-		}
-		int d = find_word(kv->key.s, dims, DIM_COUNT);
-		if (d < 0) {
-			unknown_word(c, &kv->key, "mesh dimension", dims, DIM_COUNT);
-			ok = 0;
-			continue;
-		}
-		if (repeated_key(c, s->kvs, i, "mesh dimension")) {
-			ok = 0;
-			continue;
-		}
-		seen[d] = 1;
-		p->dim_order[n++] = (uint8_t)d;
-		char what[32];
-		snprintf(what, sizeof what, "mesh dimension '%s'", dims[d]);
-		if (!kv->has_val) {
-			diag_error(c->d, kv->loc, "%s needs a size, e.g. %s=2", what, dims[d]);
-			ok = 0;
-		} else if (!whole(c, &kv->val, what, 1, MAX_RANKS, &p->dims[d])) {
-			ok = 0;
-		} else if (d == DIM_TP) {
-			p->tp_loc = kv->loc;
-		}
-	}
-	for (int d = 0; d < DIM_COUNT; d++)
-		if (!seen[d])
-			p->dim_order[n++] = (uint8_t)d;
-	if (ok) {
-		int64_t world = 1;
-		for (int d = 0; d < DIM_COUNT; d++)
-			world *= p->dims[d];
-		if (world > MAX_RANKS) {
-			diag_error(c->d, s->span, "the mesh has %lld ranks, more than %d",
-				(long long)world, MAX_RANKS);
-			ok = 0;
-		}
-	}
-	p->mesh_loc = s->span;
-	c->mesh_ok = ok;
-}
-
 static void check_skip(Check *c, AstStmt *s)
 {
 	Program *p = c->p;
@@ -797,72 +739,6 @@ static void check_custom(Check *c)
 		for (int j = 0; j < r->nacts && !over_limit(c); j++)
 			if (action(c, &r->acts[j], &cr->acts[cr->nacts]))
 				cr->nacts++;
-	}
-}
-
-/* Devices a node holds: `devices per_node=N`, or with a list the number of distinct
- * devices it names (as warn_shared_devices reads it). */
-int prog_node_size(const Program *p)
-{
-	if (p->device_per_node > 0)
-		return p->device_per_node;
-	int n = 0;
-	for (int i = 0; i < p->ndevices; i++) {
-		int seen = 0;
-		for (int j = 0; j < i && !seen; j++)
-			seen = p->devices[j] == p->devices[i];
-		n += !seen;
-	}
-	return n > 0 ? n : 1;
-}
-
-/* Tensor parallelism: every split layer divides evenly (heads, key/value heads, hidden
- * width, vocabulary), and the tp groups fit a node unless the mesh opts out with
- * `tp_spans_nodes` (a group that spans nodes anyway, by the mesh order, is a warning). */
-static void check_tp(Check *c)
-{
-	Program *p = c->p;
-	int tp = p->dims[DIM_TP];
-	if (tp <= 1 || !c->mesh_ok || !c->widths_ok || !c->input_ok)
-		return;
-	LayerShape shape = {p->rows, p->seq ? p->rows / p->seq : p->rows, p->seq ? p->seq : 1,
-	                    p->vocab};
-	int bad = 0;
-	for (int i = 0; i < p->nstages; i++)
-		for (int j = 0; j < p->stages[i].nlayers; j++) {
-			const ProgLayer *ly = &p->stages[i].layers[j];
-			PlanLayer pl = prog_plan_layer(ly);
-			char what[96];
-			if (!plan_layer_tp_check(&pl, &shape, tp, what, sizeof what))
-				continue;
-			diag_error(c->d, ly->loc, "tp=%d does not divide %s of this %s layer", tp, what,
-				plan_layers[ly->kind].name);
-			if (!bad++)
-				diag_note(c->d, p->tp_loc, "tp is set here");
-		}
-	int node = prog_node_size(p);
-	if (tp > node && !p->tp_spans_nodes) {
-		diag_error(c->d, p->tp_loc,
-			"tp=%d is larger than a node (%d devices): its all-reduces would cross the "
-			"network inside every layer; write 'mesh ... tp_spans_nodes;' to allow it",
-			tp, node);
-		return;
-	}
-	if (p->tp_spans_nodes)
-		return;
-	int stride = 1, world = p->dims[DIM_PP] * p->dims[DIM_DP] * tp;
-	for (int i = DIM_COUNT - 1; i >= 0 && p->dim_order[i] != DIM_TP; i--)
-		stride *= p->dims[p->dim_order[i]];
-	for (int r = 0; r < world; r++) {
-		int t = r / stride % tp, first = r - t * stride, last = first + (tp - 1) * stride;
-		if (t == 0 && first / node != last / node) {
-			diag_warning(c->d, p->tp_loc,
-				"the tp group of rank %d (%d ranks, %d apart) spans nodes %d to %d (%d "
-				"devices each): its all-reduces cross the network; write tp last in the "
-				"mesh to keep each group inside a node", first, tp, stride, first / node,
-				last / node, node);
-			return;
-		}
 	}
 }
 

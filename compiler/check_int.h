@@ -76,5 +76,7 @@ void check_block(Check *c, AstStmt *s);
 void check_optimizer(Check *c, AstStmt *s);
 void check_device(Check *c, AstStmt *s);
 void check_layers(Check *c);
+void check_mesh(Check *c, AstStmt *s); // check_mesh.c
+void check_tp(Check *c);
 
 #endif

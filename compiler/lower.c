@@ -809,68 +809,16 @@ static void reserve_ops(Lw *w)
 	free(remote_out);
 }
 
-/* Tensor parallelism: every compute op of a stage with more than one part, or with a
- * tp all-reduce, becomes its parts in order, each followed by its TPREDUCE when it has
- * one (plan_stage_parts decides both).  The walk above placed whole actions; splitting
+/* Tensor parallelism: each line-0 rank's compute ops become their parts, with their
+ * TPREDUCEs (plan_tp_expand, plan/tp.c).  The walk above placed whole actions; splitting
  * them afterwards changes no rank's order of transfers, and every member of a tp group
- * runs the same list, so rendezvous still holds.  Group numbers are renumbered so that
- * each TPREDUCE is a group of its own and numbers still increase.  W is never split. */
+ * runs the same list, so rendezvous still holds. */
 static void expand_tp(Lw *w)
 {
-	Plan *p = w->plan;
-	if (p->dims[DIM_TP] <= 1)
-		return;
-	PlanParts *parts = lw_calloc(w, (size_t)w->ns, sizeof *parts);
-	for (int s = 0; s < w->ns; s++)
-		if (plan_stage_parts(p, s, &parts[s]))
-			lw_oom(w, (size_t)p->stages[s].nlayers * sizeof(PlanPart) * 2);
-	for (int q = 0; q < w->pp; q++) {
-		PlanRank *rk = w->line0[q];
-		PlanRank out = {0};
-		int g = -1, last = -1, prev_comm = 0;
-		for (int64_t i = 0; i < rk->nops; i++) {
-			PlanOp o = rk->ops[i];
-			if (plan_op_is_comm(plan_op_kind(&o))) {
-				if (!prev_comm || o.group != last)
-					g++;
-				last = o.group;
-				o.group = g;
-				prev_comm = 1;
-				if (!plan_push_op(&out, o))
-					lw_oom(w, (size_t)out.ops_cap * sizeof o * 3 / 2);
-				continue;
-			}
-			prev_comm = 0;
-			if (!plan_op_is_compute(plan_op_kind(&o)) || o.kind == OP_W) {
-				if (!plan_push_op(&out, o))
-					lw_oom(w, (size_t)out.ops_cap * sizeof o * 3 / 2);
-				continue;
-			}
-			int dir = o.kind == OP_F ? DIR_ACT : DIR_GRAD;
-			const PlanParts *pp = &parts[o.stage];
-			for (int k = 0; k < pp->n[dir]; k++) {
-				PlanOp c = o;
-				c.part = (uint16_t)k;
-				if (!plan_push_op(&out, c))
-					lw_oom(w, (size_t)out.ops_cap * sizeof c * 3 / 2);
-				if (!pp->part[dir][k].reduce)
-					continue;
-				PlanOp t = {.kind = OP_TPREDUCE, .dir = (uint8_t)dir, .part = (uint16_t)k,
-				            .stage = o.stage, .mb = o.mb, .peer = -1, .group = ++g,
-				            .route = -1, .src_line = o.src_line,
-				            .bytes = pp->part[dir][k].reduce};
-				if (!plan_push_op(&out, t))
-					lw_oom(w, (size_t)out.ops_cap * sizeof t * 3 / 2);
-			}
-		}
-		free(rk->ops);
-		rk->ops = out.ops;
-		rk->nops = out.nops;
-		rk->ops_cap = out.ops_cap;
-	}
-	for (int s = 0; s < w->ns; s++)
-		plan_parts_free(&parts[s]);
-	free(parts);
+	size_t failed = 0;
+	for (int q = 0; q < w->pp && w->plan->dims[DIM_TP] > 1; q++)
+		if (plan_tp_expand(w->plan, w->line0[q], &failed))
+			lw_oom(w, failed);
 }
 
 /* Every other line runs the first line's lists with its own ranks and routes. */

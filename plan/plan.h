@@ -266,6 +266,10 @@ typedef struct {
 	PlanPart *part[DIR_COUNT]; // the backward's in its order: the last layers first
 } PlanParts;
 
+/* Rank rk's list with every F, B and BW cut into its parts, each followed by its
+ * TPREDUCE when it has one (the lowering's last step at tp > 1); -1 when out of memory,
+ * with the bytes that failed in *failed (rk unchanged). */
+int plan_tp_expand(const Plan *p, PlanRank *rk, size_t *failed);
 /* Fills *pp for stage s of p (tp = p->dims[DIM_TP]); -1 when out of memory. */
 int plan_stage_parts(const Plan *p, int s, PlanParts *pp);
 void plan_parts_free(PlanParts *pp);

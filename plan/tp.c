@@ -200,3 +200,80 @@ int64_t plan_tp_allreduce_ns(const Plan *p, int rank, int64_t bytes)
 	int first = rank - p->ranks[rank].coord[DIM_TP] * stride;
 	return ring_ns(p, first, first + (tp - 1) * stride, tp, bytes);
 }
+
+/* Pushes o onto out; 0, or -1 with the bytes that failed in *failed. */
+static int push(PlanRank *out, PlanOp o, size_t *failed)
+{
+	if (plan_push_op(out, o))
+		return 0;
+	*failed = (size_t)(out->ops_cap ? out->ops_cap : 16) * sizeof o * 2;
+	return -1;
+}
+
+/* One rank's list: each F, B and BW as its parts in order, each followed by its TPREDUCE
+ * when it has one; group numbers renumbered so that each TPREDUCE is a group of its own
+ * and numbers still increase.  W is never split. */
+static int expand(const PlanParts *parts, PlanRank *rk, PlanRank *out, size_t *failed)
+{
+	int g = -1, last = -1, prev_comm = 0;
+	for (int64_t i = 0; i < rk->nops; i++) {
+		PlanOp o = rk->ops[i];
+		if (plan_op_is_comm(plan_op_kind(&o))) {
+			g += !prev_comm || o.group != last;
+			last = o.group;
+			o.group = g;
+			prev_comm = 1;
+			if (push(out, o, failed))
+				return -1;
+			continue;
+		}
+		prev_comm = 0;
+		if (!plan_op_is_compute(plan_op_kind(&o)) || o.kind == OP_W) {
+			if (push(out, o, failed))
+				return -1;
+			continue;
+		}
+		int dir = o.kind == OP_F ? DIR_ACT : DIR_GRAD;
+		const PlanParts *pp = &parts[o.stage];
+		for (int k = 0; k < pp->n[dir]; k++) {
+			PlanOp c = o;
+			c.part = (uint16_t)k;
+			if (push(out, c, failed))
+				return -1;
+			if (!pp->part[dir][k].reduce)
+				continue;
+			PlanOp t = {.kind = OP_TPREDUCE, .dir = (uint8_t)dir, .part = (uint16_t)k,
+			            .stage = o.stage, .mb = o.mb, .peer = -1, .group = ++g, .route = -1,
+			            .src_line = o.src_line, .bytes = pp->part[dir][k].reduce};
+			if (push(out, t, failed))
+				return -1;
+		}
+	}
+	return 0;
+}
+
+int plan_tp_expand(const Plan *p, PlanRank *rk, size_t *failed)
+{
+	PlanParts *parts = calloc((size_t)p->nstages + 1, sizeof *parts);
+	PlanRank out = {0};
+	int rc = parts ? 0 : -1;
+	if (!parts)
+		*failed = ((size_t)p->nstages + 1) * sizeof *parts;
+	for (int s = 0; s < p->nstages && !rc; s++)
+		if ((rc = plan_stage_parts(p, s, &parts[s])))
+			*failed = (size_t)p->stages[s].nlayers * sizeof(PlanPart) * 2;
+	if (!rc)
+		rc = expand(parts, rk, &out, failed);
+	if (rc) {
+		free(out.ops);
+	} else {
+		free(rk->ops);
+		rk->ops = out.ops;
+		rk->nops = out.nops;
+		rk->ops_cap = out.ops_cap;
+	}
+	for (int s = 0; parts && s < p->nstages; s++)
+		plan_parts_free(&parts[s]);
+	free(parts);
+	return rc;
+}
