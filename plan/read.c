@@ -444,6 +444,21 @@ static int read_header(Rd *r, Plan *p)
 	return eol(r);
 }
 
+/* A direction word, `act` or `grad` and a space, into *dir; `after` names what it follows
+ * in the message (NULL: nothing). */
+static int read_dir(Rd *r, uint8_t *dir, const char *after)
+{
+	skip_sp(r);
+	if (!strncmp(r->s, "act ", 4))
+		*dir = DIR_ACT;
+	else if (!strncmp(r->s, "grad ", 5))
+		*dir = DIR_GRAD;
+	else
+		return fail(r, "expected 'act' or 'grad'%s%s", after ? " after " : "", after ? after : "");
+	r->s += *dir == DIR_ACT ? 4 : 5;
+	return 0;
+}
+
 /* `node per_node=N latency_ns=L bandwidth=B`: the tp collectives' node link. */
 static int read_node(Rd *r, Plan *p)
 {
@@ -589,14 +604,8 @@ static int read_routes(Rd *r, Plan *p)
 			return fail(r, "route %d where route %d was expected", idx, i);
 		if (kv(r, "e=", &rt->edge, 0, p->nedges - 1))
 			return -1;
-		skip_sp(r);
-		if (!strncmp(r->s, "act ", 4))
-			rt->dir = DIR_ACT;
-		else if (!strncmp(r->s, "grad ", 5))
-			rt->dir = DIR_GRAD;
-		else
-			return fail(r, "expected 'act' or 'grad'");
-		r->s += rt->dir == DIR_ACT ? 4 : 5;
+		if (read_dir(r, &rt->dir, NULL))
+			return -1;
 		skip_sp(r);
 		if (inum(r, &rt->src_rank, 0, p->world - 1, "route source rank") || key(r, ".d") ||
 		    inum(r, &rt->src_dev, 0, INT_MAX, "route source device") || key(r, "->") ||
@@ -658,14 +667,8 @@ static int read_op(Rd *r, const Plan *p, PlanOp *o)
 		break;
 	case OP_SEND:
 	case OP_RECV:
-		skip_sp(r);
-		if (!strncmp(r->s, "act ", 4))
-			o->dir = DIR_ACT;
-		else if (!strncmp(r->s, "grad ", 5))
-			o->dir = DIR_GRAD;
-		else
-			return fail(r, "expected 'act' or 'grad' after %s", plan_ops[k].name);
-		r->s += o->dir == DIR_ACT ? 4 : 5;
+		if (read_dir(r, &o->dir, plan_ops[k].name))
+			return -1;
 		if (kv(r, "e=", &o->stage, 0, p->nedges - 1) || kv(r, "m=", &o->mb, 0, m - 1) ||
 		    kv(r, k == OP_SEND ? "to=" : "from=", &o->peer, 0, p->world - 1) ||
 		    kv64(r, "bytes=", &o->bytes, 0, INT64_MAX / 8) ||
@@ -691,14 +694,8 @@ static int read_op(Rd *r, const Plan *p, PlanOp *o)
 		int part;
 		if (p->dims[DIM_TP] == 1)
 			return fail(r, "a TPREDUCE in a plan with tp=1 (it all-reduces over the tp group)");
-		skip_sp(r);
-		if (!strncmp(r->s, "act ", 4))
-			o->dir = DIR_ACT;
-		else if (!strncmp(r->s, "grad ", 5))
-			o->dir = DIR_GRAD;
-		else
-			return fail(r, "expected 'act' or 'grad' after TPREDUCE");
-		r->s += o->dir == DIR_ACT ? 4 : 5;
+		if (read_dir(r, &o->dir, "TPREDUCE"))
+			return -1;
 		if (kv(r, "s=", &o->stage, 0, p->nstages - 1) || kv(r, "m=", &o->mb, 0, m - 1) ||
 		    kv(r, "part=", &part, 0, UINT16_MAX) ||
 		    kv64(r, "bytes=", &o->bytes, 1, INT64_MAX / 8) || kv(r, "g=", &o->group, 0, INT_MAX))

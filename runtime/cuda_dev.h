@@ -205,6 +205,12 @@ enum { CU_F, CU_B, CU_W }; // which kernel of a row (fwd, bwd_in, bwd_w): what i
  * stream after what it reads and records what it writes, whatever body returns. */
 typedef int (*CuBody)(RtRank *r, const RtLayerCall *c, CuScratch *s);
 int cu_layer_run(RtRank *r, const RtLayerCall *c, int ph, CuBody body);
+/* A row's entry point NAME, running NAME_body for phase ph through cu_layer_run. */
+#define CU_ROW_FN(name, ph)                                                                    \
+	static int name(RtRank *r, const RtLayerCall *c)                                           \
+	{                                                                                          \
+		return cu_layer_run(r, c, ph, name##_body);                                            \
+	}
 
 /* Projections (inside a body): y = x w (+ b); dx = dy w^T (+ beta dx) over m rows;
  * dw += x^T dy and db += column sums of dy (rows in order; db may be NULL). */

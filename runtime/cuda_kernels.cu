@@ -539,15 +539,9 @@ static int linear_bwd_w_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 	return cu_proj_bwd_w(r, F32(c->x), F32(c->dy), &c->grad[0], &c->grad[1], c->rows);
 }
 
-#define ROW_FN(name, ph)                                                                       \
-	static int name(RtRank *r, const RtLayerCall *c)                                           \
-	{                                                                                          \
-		return cu_layer_run(r, c, ph, name##_body);                                            \
-	}
-ROW_FN(linear_fwd, CU_F)
-ROW_FN(linear_bwd_in, CU_B)
-ROW_FN(linear_bwd_w, CU_W)
-#undef ROW_FN
+CU_ROW_FN(linear_fwd, CU_F)
+CU_ROW_FN(linear_bwd_in, CU_B)
+CU_ROW_FN(linear_bwd_w, CU_W)
 
 /* This file's rows (the matrix kinds), merged into the device's table (device_cuda.cu). */
 extern const CuLayerRow cu_mat_rows[] = {

@@ -718,34 +718,28 @@ static int xent_bwd_in_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 }
 
 /* The rows' entry points: the bodies run by layer_run for their phase. */
-#define ROW_FN(name, ph)                                                                       \
-	static int name(RtRank *r, const RtLayerCall *c)                                           \
-	{                                                                                          \
-		return cu_layer_run(r, c, ph, name##_body);                                            \
-	}
-ROW_FN(embed_fwd, CU_F)
-ROW_FN(embed_bwd_w, CU_W)
-ROW_FN(layernorm_fwd, CU_F)
-ROW_FN(layernorm_bwd_in, CU_B)
-ROW_FN(layernorm_bwd_w, CU_W)
-ROW_FN(rmsnorm_fwd, CU_F)
-ROW_FN(rmsnorm_bwd_in, CU_B)
-ROW_FN(rmsnorm_bwd_w, CU_W)
-ROW_FN(attn_fwd, CU_F)
-ROW_FN(attn_bwd_in, CU_B)
-ROW_FN(attn_bwd_w, CU_W)
-ROW_FN(mlp_fwd, CU_F)
-ROW_FN(mlp_bwd_in, CU_B)
-ROW_FN(mlp_bwd_w, CU_W)
-ROW_FN(swiglu_fwd, CU_F)
-ROW_FN(swiglu_bwd_in, CU_B)
-ROW_FN(swiglu_bwd_w, CU_W)
-ROW_FN(head_fwd, CU_F)
-ROW_FN(head_bwd_in, CU_B)
-ROW_FN(head_bwd_w, CU_W)
-ROW_FN(xent_fwd, CU_F)
-ROW_FN(xent_bwd_in, CU_B)
-#undef ROW_FN
+CU_ROW_FN(embed_fwd, CU_F)
+CU_ROW_FN(embed_bwd_w, CU_W)
+CU_ROW_FN(layernorm_fwd, CU_F)
+CU_ROW_FN(layernorm_bwd_in, CU_B)
+CU_ROW_FN(layernorm_bwd_w, CU_W)
+CU_ROW_FN(rmsnorm_fwd, CU_F)
+CU_ROW_FN(rmsnorm_bwd_in, CU_B)
+CU_ROW_FN(rmsnorm_bwd_w, CU_W)
+CU_ROW_FN(attn_fwd, CU_F)
+CU_ROW_FN(attn_bwd_in, CU_B)
+CU_ROW_FN(attn_bwd_w, CU_W)
+CU_ROW_FN(mlp_fwd, CU_F)
+CU_ROW_FN(mlp_bwd_in, CU_B)
+CU_ROW_FN(mlp_bwd_w, CU_W)
+CU_ROW_FN(swiglu_fwd, CU_F)
+CU_ROW_FN(swiglu_bwd_in, CU_B)
+CU_ROW_FN(swiglu_bwd_w, CU_W)
+CU_ROW_FN(head_fwd, CU_F)
+CU_ROW_FN(head_bwd_in, CU_B)
+CU_ROW_FN(head_bwd_w, CU_W)
+CU_ROW_FN(xent_fwd, CU_F)
+CU_ROW_FN(xent_bwd_in, CU_B)
 
 extern const CuLayerRow cu_tf_rows[] = {
 	{LAYER_EMBED, {embed_fwd, nullptr, embed_bwd_w}},
