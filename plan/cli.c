@@ -35,11 +35,13 @@ enum { LONG_BASE = 256, HELP_COL = 26 };
 
 static void vmsg(const CliTool *t, const char *fmt, va_list ap)
 {
+	char line[2048];
 	if (t->silent)
 		return;
-	fprintf(stderr, "%s: ", t->tool);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
+	/* One write for the whole line: processes under mpirun share the launcher's stderr. */
+	int n = snprintf(line, sizeof line, "%s: ", t->tool);
+	vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+	fprintf(stderr, "%s\n", line);
 }
 
 int cli_usage_error(const CliTool *t, const char *fmt, ...)

@@ -494,11 +494,9 @@ static void op_where(const RtWorld *w, const RtRank *r, int64_t op, FILE *f)
 		fprintf(f, "%s: op %lld of rank %d: ", path, (long long)op, r->rank);
 }
 
-void rt_world_report(RtWorld *w, FILE *f)
+static void report_to(RtWorld *w, FILE *f)
 {
 	char txt[256];
-	if (w->quiet)
-		return;
 	if (atomic_load(&w->timed_out)) {
 		fprintf(f, "piperun: error: no rank made progress for %g s (deadlock?); blocked ops:\n",
 		        w->opt.timeout_s);
@@ -543,5 +541,26 @@ void rt_world_report(RtWorld *w, FILE *f)
 			fprintf(f, "piperun: error: rank %d: %s\n", r->rank, r->err[0] ? r->err : "failed");
 		}
 	}
+}
+
+/* The report is built in memory and written with one call: under mpirun each process's
+ * stderr is a pipe the launcher forwards as it reads, and a line written in pieces could
+ * come out spliced with another process's line. */
+void rt_world_report(RtWorld *w, FILE *f)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	if (w->quiet)
+		return;
+	FILE *m = open_memstream(&buf, &len);
+	if (!m) {
+		report_to(w, f);
+		return;
+	}
+	report_to(w, m);
+	if (fclose(m) == 0 && len)
+		fwrite(buf, 1, len, f);
+	fflush(f);
+	free(buf);
 }
 
