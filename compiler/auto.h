@@ -61,6 +61,7 @@ void auto_eval(const AutoModel *md, AutoScratch *sc, SchedAct *const *acts, cons
 typedef struct {
 	int64_t cap;     // device bytes (0: no limit); a rank's saved activations stay
 	int64_t reserve; // within cap - its static bytes - reserve (room for tensors in flight)
+	const int64_t *extra; // per rank, more reserve (NULL: none)
 	int warm;        // 0: memory only; 1: at most p-i F's ahead (ZB-H1); 2: 2(p-i)-1
 	int w_lazy;      // 1: W only when nothing else can run or memory needs it
 	int f_deep;      // 1: among ready F's, the deepest stage first

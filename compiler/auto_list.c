@@ -89,7 +89,7 @@ static int64_t budget(const Ls *l, int p)
 {
 	if (!l->o->cap)
 		return INT64_MAX;
-	return l->o->cap - l->md->stat[p] - l->o->reserve;
+	return l->o->cap - l->md->stat[p] - l->o->reserve - (l->o->extra ? l->o->extra[p] : 0);
 }
 
 static int warm_limit(const Ls *l, int p)

@@ -15,7 +15,8 @@
 #include "lower.h"
 #include "place.h"
 
-enum { AUTO_CONFIRM = 6, AUTO_TRIES = 24, AUTO_IMPROVE = 2, AUTO_REPAIR = 4 };
+enum { AUTO_CONFIRM = 6, AUTO_TRIES = 24, AUTO_IMPROVE = 2, AUTO_REPAIR = 4,
+       AUTO_CHAINS = 3 };
 
 typedef struct {
 	char label[48];
@@ -28,6 +29,7 @@ typedef struct {
 	const char *note;
 	int fits;           // the real memory model's verdict
 	int64_t step, peak; // confirmed: overlap-model makespan, real peak
+	int64_t *peaks;     // confirmed: per pipeline index (arena)
 	double bubble;
 	int tune;
 	int list;           // 1: made by the list scheduler with options lo (2: then improved)
@@ -42,6 +44,7 @@ typedef struct {
 	AutoModel md;
 	AutoScratch *sc;
 	int64_t tensor;     // largest stage input + output bytes (room for tensors in flight)
+	int *wr;            // pipeline index -> world rank on the first line
 } Setup;
 
 typedef struct {
@@ -144,14 +147,21 @@ static int setup_model(Search *s, Setup *u)
 		md->ioff[i + 1] = ki, md->ooff[i + 1] = ko;
 	}
 	int rc = 0;
+	u->wr = arena_alloc(a, (size_t)md->pp * sizeof *u->wr);
 	for (int i = 0; i < md->pp && !rc; i++) {
 		PlanMem mm;
-		rc = plan_mem_rank(p, world_rank_of(p, i), &mm);
+		u->wr[i] = world_rank_of(p, i);
+		rc = plan_mem_rank(p, u->wr[i], &mm);
 		md->stat[i] = mm.params + mm.grads + mm.optim;
 	}
 	plan_free(p);
 	u->sc = rc ? NULL : auto_scratch_new(md);
 	return u->sc ? 0 : -1;
+}
+
+static int world_rank_of_pp(const Search *s, int q)
+{
+	return s->setups[0].wr[q];
 }
 
 static Cand *new_cand(Search *s, int setup, const char *label)
@@ -361,9 +371,8 @@ static void confirm(Search *s, Cand *c)
 		Plan *p = compile_cand(s, c, tune);
 		if (!p)
 			return;
-		int64_t *peaks = malloc((size_t)p->world * sizeof *peaks);
-		int64_t peak = peaks ? plan_mem_peaks(p, peaks) : -1;
-		free(peaks);
+		int64_t *peaks = arena_alloc(s->a, (size_t)p->world * sizeof *peaks);
+		int64_t peak = plan_mem_peaks(p, peaks);
 		SimOptions so = {.model = SIM_OVERLAP};
 		SimResult r;
 		int rc = peak < 0 ? -1 : sim_run(p, &so, &r);
@@ -374,6 +383,7 @@ static void confirm(Search *s, Cand *c)
 				c->bubble = r.bubble;
 				c->tune = tune;
 				c->peak = peak;
+				c->peaks = peaks;
 				c->fits = !s->cap || peak <= s->cap;
 			} else if (rc != 0 && c->state < 1) {
 				c->note = r.verdict == SIM_DEADLOCK ? "pipesim finds a deadlock"
@@ -420,7 +430,7 @@ static void explain_row(FILE *f, const Search *s, const Cand *c)
 static void explain(FILE *f, const Search *s, const int *ix, int win, int nconf)
 {
 	char t[32];
-	fprintf(f, "schedule auto: %d candidates, %ld fast evaluations, %d confirmed in pipesim's "
+	fprintf(f, "schedule auto: %d candidates, %ld fast evaluations, %d confirmed to fit in pipesim's "
 	           "overlap model; device memory %s\n",
 	        s->n, s->evals, nconf, s->cap ? plan_mem_text(t, sizeof t, s->cap) : "not stated");
 	fprintf(f, "  %-26s %-5s %6s %-9s %10s %10s %7s %10s %-4s\n", "candidate", "place", "chunks",
@@ -480,11 +490,12 @@ static void make_setups(Search *s)
 }
 
 /* A list order the fast model thought fitting may overshoot the cap by its tensors in
- * flight: the best such order is made again with that much less budget (and improved),
- * up to AUTO_REPAIR times. */
+ * flight: the best such order is made again with less budget (by the overshoot, at
+ * least half a tensor) and improved, until it fits, up to AUTO_REPAIR times; then the
+ * next best such order, AUTO_CHAINS in all. */
 static void repair(Search *s, int *win)
 {
-	for (int round = 0; round < AUTO_REPAIR; round++) {
+	for (int chain = 0; chain < AUTO_CHAINS; chain++) {
 		int k = -1;
 		for (int i = 0; i < s->n; i++) {
 			const Cand *c = &s->c[i];
@@ -492,22 +503,33 @@ static void repair(Search *s, int *win)
 			    (*win < 0 || c->step < s->c[*win].step) && (k < 0 || c->step < s->c[k].step))
 				k = i;
 		}
-		if (k < 0)
-			return;
-		s->c[k].repaired = 1;
-		AutoListOpt o = s->c[k].lo;
-		o.reserve += s->c[k].peak - s->cap;
-		char label[48];
-		snprintf(label, sizeof label, "%.36s+fit%d", s->c[k].label, round + 1);
-		int i = list_cand(s, s->c[k].setup, &o, label);
-		if (!s->c[i].fast_fits)
-			continue;
-		int j = improve_one(s, i);
-		for (int x = 0; x < 2; x++) {
-			Cand *c = &s->c[x ? j : i];
-			confirm(s, c);
-			if (c->state == 1 && c->fits && (*win < 0 || c->step < s->c[*win].step))
-				*win = (int)(c - s->c);
+		for (int round = 0; k >= 0 && round < AUTO_REPAIR; round++) {
+			s->c[k].repaired = 1;
+			AutoListOpt o = s->c[k].lo;
+			int pp = s->pr->dims[DIM_PP];
+			int64_t *extra = arena_alloc(s->a, (size_t)pp * sizeof *extra);
+			for (int q = 0; q < pp; q++) { // the ranks over the cap, by their overshoot
+				int64_t over = s->c[k].peaks[world_rank_of_pp(s, q)] - s->cap;
+				extra[q] = (o.extra ? o.extra[q] : 0) + (over > 0 ? over : 0);
+			}
+			o.extra = extra;
+			char label[48];
+			snprintf(label, sizeof label, "%.36s+fit%d", s->c[k].label, round + 1);
+			int i = list_cand(s, s->c[k].setup, &o, label);
+			if (!s->c[i].fast_fits)
+				break;
+			int j = improve_one(s, i), next = -1;
+			for (int x = 0; x < 2; x++) {
+				Cand *c = &s->c[x ? j : i];
+				confirm(s, c);
+				if (c->state == 1 && c->fits && (*win < 0 || c->step < s->c[*win].step))
+					*win = (int)(c - s->c);
+				if (c->state == 1 && !c->fits && next < 0)
+					next = (int)(c - s->c);
+			}
+			if (next < 0 || (*win >= 0 && s->c[next].step >= s->c[*win].step))
+				break;
+			k = next;
 		}
 	}
 }
@@ -587,16 +609,20 @@ int auto_search(Program *pr, Arena *a, Diag *d, FILE *ex, AutoChoice *out)
 		add_list(&s, k);
 	}
 	improve(&s);
+	/* The best by the fast model, and every registry schedule that may fit: auto is
+	 * never slower than the best of those in pipesim. */
 	int *ix = ranking(&s), nconf = 0, win = -1;
-	for (int k = 0, tries = 0; k < s.n && nconf < AUTO_CONFIRM && tries < AUTO_TRIES; k++) {
+	for (int k = 0, tries = 0; k < s.n; k++) {
 		Cand *c = &s.c[ix[k]];
-		if (!c->fast_fits)
-			break; // ranked: the rest do not fit or do not run
+		int top = nconf < AUTO_CONFIRM && tries < AUTO_TRIES;
+		if (!c->fast_fits || (!top && c->list))
+			continue; // ranked: after the first that does not fit, none does
 		confirm(&s, c);
 		tries++;
 		if (c->state == 1 && c->fits) {
 			nconf++;
-			if (win < 0 || c->step < s.c[win].step)
+			if (win < 0 || c->step < s.c[win].step ||
+			    (c->step == s.c[win].step && before(c, ix[k], &s.c[win], win)))
 				win = ix[k];
 		}
 	}
