@@ -231,9 +231,12 @@ static int list_cand(Search *s, int k, const AutoListOpt *o, const char *label)
 	c->list = 1;
 	c->lo = *o;
 	for (int p = 0; p < md->pp; p++) {
-		c->acts[p] = calloc((size_t)md->ns * md->m * 3 + 1, sizeof(SchedAct));
+		size_t n = 1;
+		for (int st = 0; st < md->ns; st++)
+			n += md->stage_pp[st] == p ? (size_t)md->m * 3 : 0;
+		c->acts[p] = malloc(n * sizeof(SchedAct));
 		if (!c->acts[p])
-			arena_oom(s->a, (size_t)md->ns * md->m * 3 * sizeof(SchedAct));
+			arena_oom(s->a, n * sizeof(SchedAct));
 	}
 	if (auto_list_fill(md, o, c->acts, c->nacts, NULL)) {
 		c->fast.makespan = -1;
