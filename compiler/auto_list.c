@@ -121,8 +121,11 @@ static int step(Ls *l, int p)
 			int64_t r = f_ready(l, s, l->fnext[s]);
 			int64_t key = l->o->f_deep ? (int64_t)l->fnext[s] * md->ns - s
 			                           : (int64_t)l->fnext[s] * md->ns + s;
+			/* room for the F and then for a B of it, so the rank can always go on */
+			const int64_t *sv = md->save[s];
+			int64_t bneed = sv[3] > sv[2] - sv[0] ? sv[3] : sv[2] - sv[0];
 			int ok = l->held[p] < warm_limit(l, p) &&
-			         l->cur[p] + md->save[s][0] + md->save[s][1] <= budget(l, p);
+			         l->cur[p] + sv[0] + sv[1] + (bneed > 0 ? bneed : 0) <= budget(l, p);
 			if (ok && r >= 0 && r <= t && (fs < 0 || key < fsel))
 				fs = s, fsel = key;
 			else if (ok && r > t && (next < 0 || r < next))
