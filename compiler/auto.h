@@ -65,6 +65,8 @@ typedef struct {
 	int warm;        // 0: memory only; 1: at most p-i F's ahead (ZB-H1); 2: 2(p-i)-1
 	int w_lazy;      // 1: W only when nothing else can run or memory needs it
 	int f_deep;      // 1: among ready F's, the deepest stage first
+	int full;        // 1: an F may take the room a B needs next (the order may then
+	                 // overshoot the budget; the fast model tells)
 } AutoListOpt;
 
 /* Fills acts/nacts (heap, like sched_push; cap per rank) with a greedy order; returns 0,

@@ -125,7 +125,8 @@ static int step(Ls *l, int p)
 			const int64_t *sv = md->save[s];
 			int64_t bneed = sv[3] > sv[2] - sv[0] ? sv[3] : sv[2] - sv[0];
 			int ok = l->held[p] < warm_limit(l, p) &&
-			         l->cur[p] + sv[0] + sv[1] + (bneed > 0 ? bneed : 0) <= budget(l, p);
+			         l->cur[p] + sv[0] + sv[1] + (bneed > 0 && !l->o->full ? bneed : 0) <=
+			             budget(l, p);
 			if (ok && r >= 0 && r <= t && (fs < 0 || key < fsel))
 				fs = s, fsel = key;
 			else if (ok && r > t && (next < 0 || r < next))

@@ -255,15 +255,17 @@ static void add_list(Search *s, int k)
 	for (int r = 0; r < (s->cap ? 3 : 1); r++)
 		for (int warm = 0; warm < (one ? 3 : 1); warm++)
 			for (int lazy = 0; lazy < 2; lazy++)
-				for (int deep = 0; deep < (one ? 1 : 2); deep++) {
-					AutoListOpt o = {.cap = s->cap, .reserve = r * u->tensor, .warm = warm,
-					                 .w_lazy = lazy, .f_deep = deep};
-					char label[48];
-					snprintf(label, sizeof label, "list/r%d%s%s%s", r,
-					         warm == 1 ? "/h1" : warm == 2 ? "/h2" : "", lazy ? "/lazy" : "",
-					         deep ? "/deep" : "");
-					list_cand(s, k, &o, label);
-				}
+				for (int deep = 0; deep < (one ? 1 : 2); deep++)
+					for (int full = 0; full < (s->cap ? 2 : 1); full++) {
+						AutoListOpt o = {.cap = s->cap, .reserve = r * u->tensor,
+						                 .warm = warm, .w_lazy = lazy, .f_deep = deep,
+						                 .full = full};
+						char label[48];
+						snprintf(label, sizeof label, "list/r%d%s%s%s%s", r,
+						         warm == 1 ? "/h1" : warm == 2 ? "/h2" : "",
+						         lazy ? "/lazy" : "", deep ? "/deep" : "", full ? "/full" : "");
+						list_cand(s, k, &o, label);
+					}
 }
 
 /* The fast model's ranking: runnable first, then fitting, then step, then summed
