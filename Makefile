@@ -112,7 +112,7 @@ ifneq ($(HAVE_CUDA),1)
 	@echo "notice: nvcc or nccl.h not found under CUDA_HOME=$(CUDA_HOME): the CUDA backend is left out"
 endif
 
-$(BIN)/pipecc: $(BUILD)/compiler/pipecc_main.o $(COMP_OBJ) $(PLAN_OBJ)
+$(BIN)/pipecc: $(BUILD)/compiler/pipecc_main.o $(COMP_OBJ) $(SIM_OBJ) $(PLAN_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -124,7 +124,7 @@ $(BIN)/piperun: $(BUILD)/runtime/piperun_main.o $(RT_OBJ) $(PLAN_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(RT_LIBS) $(BLAS_LIBS) $(LDLIBS)
 
-$(BUILD)/failalloc/pipecc: $(BUILD)/compiler/pipecc_main.o $(COMP_OBJ) $(PLAN_OBJ) \
+$(BUILD)/failalloc/pipecc: $(BUILD)/compiler/pipecc_main.o $(COMP_OBJ) $(SIM_OBJ) $(PLAN_OBJ) \
 		$(BUILD)/tests/failalloc/failalloc.o
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) $(FA_WRAP) -o $@ $^ $(LDLIBS)

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "../plan/mem.h"
+#include "auto.h"
 #include "lower.h"
 #include "place.h"
 #include "program.h"
@@ -77,6 +78,7 @@ typedef struct {
 	SchedCtx c;
 	Program *pr;
 	Plan *plan;  // once lowered, until it is returned
+	AutoChoice auto_choice; // schedule auto: the search's winner
 	int errors;  // errors located in the file, once the command line has its say; or -1
 } Compile;
 
@@ -159,6 +161,15 @@ static void run_passes(Compile *k, const char *file, const char *src, size_t len
 		dump_program(pr, dout);
 		return;
 	}
+	int tune = o->tune_overlap, is_auto = s == &sched_auto;
+	if (is_auto) { // rewrites the placement and recomputation to the winner's
+		if (auto_search(pr, arena, d, o->explain ? stderr : NULL, &k->auto_choice))
+			return;
+		tune = k->auto_choice.tune_overlap;
+	} else if (o->explain) {
+		fprintf(stderr, "schedule %s is given: nothing to weigh ('schedule auto;' searches)\n",
+		        pr->schedule);
+	}
 
 	*c = (SchedCtx){.prog = pr, .arena = arena, .diag = d, .pp = pr->dims[DIM_PP],
 	                .m = pr->microbatches, .nstages = pr->nstages};
@@ -178,6 +189,11 @@ static void run_passes(Compile *k, const char *file, const char *src, size_t len
 	if (s->check(c))
 		return;
 	s->fill(c);
+	for (int p = 0; is_auto && p < c->pp; p++)
+		for (int i = 0; i < k->auto_choice.nacts[p]; i++) {
+			const SchedAct *a = &k->auto_choice.acts[p][i];
+			sched_push(c, p, a->kind, a->stage, a->mb);
+		}
 	if (d->nerrors)
 		return;
 	if (o->dump == PASS_SCHEDULE) {
@@ -185,10 +201,17 @@ static void run_passes(Compile *k, const char *file, const char *src, size_t len
 		return;
 	}
 
-	Plan *plan = k->plan = lower_program(pr, c, d, o->allow_deadlock, o->tune_overlap);
+	Plan *plan = k->plan = lower_program(pr, c, d, o->allow_deadlock, tune);
 	sched_free(c);
 	if (!plan)
 		return;
+	if (is_auto) { // the plan names what the search chose (docs/plan-format.md)
+		char *name = strdup(k->auto_choice.label);
+		if (!name)
+			arena_oom(arena, sizeof k->auto_choice.label);
+		free(plan->schedule);
+		plan->schedule = name;
+	}
 	plan->mem_cap = pr->mem_cap;
 	if (o->dump == PASS_LOWER) {
 		plan_write(plan, dout);
@@ -231,6 +254,8 @@ Plan *pipecc_compile(const char *file, const char *src, size_t len, const Pipecc
 	if (k->errors >= 0 && d->nerrors - d->ncmdline_errors > k->errors)
 		note_overrides(d, k->pr);
 	sched_free(&k->c);
+	if (k->pr)
+		auto_choice_free(&k->auto_choice, k->pr->dims[DIM_PP]);
 	d->cmdline = NULL; // its text lives in the arena
 	arena_free(&k->arena);
 	Plan *plan = k->plan;

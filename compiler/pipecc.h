@@ -25,6 +25,7 @@ typedef struct {
 	int tune_overlap;       // order communication for the overlap model (--tune=overlap)
 	const char *from_csv;   // take the schedule from this torch CSV, as `schedule csv`
 	int same_rank;          // 1 + SameRank (--same-rank), or 0 for the program's `peers`
+	int explain;            // schedule auto: print the candidates weighed to stderr
 	PipeccPass dump;        // print the state after this pass and stop
 	FILE *dump_out;
 } PipeccOptions;

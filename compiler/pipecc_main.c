@@ -32,6 +32,10 @@ int main(int argc, char **argv)
 		 "to self through the communicator (self-send);\n"
 		 "overrides the program's `peers` statement", 1,
 		 .names = prog_same_rank_names, .nnames = SAME_RANK_COUNT},
+		{"explain", 0, CLI_FLAG, &a.o.explain, NULL,
+		 "with `schedule auto;`: print every candidate weighed\n"
+		 "(step, bubble, peak memory, fits) and why the\n"
+		 "winner won, to stderr"},
 		{"allow-deadlock", 0, CLI_FLAG, &a.o.allow_deadlock, NULL,
 		 "emit a plan even when the order cannot run across\n"
 		 "ranks, for pipesim to show the cycle"},

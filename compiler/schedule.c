@@ -6,7 +6,7 @@
 #include <string.h>
 
 extern const Schedule sched_gpipe, sched_1f1b, sched_interleaved, sched_loopedbfs, sched_zbh1,
-	sched_zbh2, sched_zbv, sched_dualpipev, sched_custom, sched_csv;
+	sched_zbh2, sched_zbv, sched_dualpipev, sched_custom, sched_csv, sched_auto;
 
 const Schedule *const sched_registry[] = {
 	&sched_gpipe,
@@ -19,6 +19,7 @@ const Schedule *const sched_registry[] = {
 	&sched_dualpipev,
 	&sched_custom,
 	&sched_csv,
+	&sched_auto,
 };
 const int sched_count = sizeof sched_registry / sizeof sched_registry[0];
 

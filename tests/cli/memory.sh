@@ -82,6 +82,8 @@ for p in examples/mlp4.pipe examples/gpt-tiny.pipe examples/zbv.pipe examples/sk
 	b=$(basename "$p" .pipe)
 	printf 'recompute *;\n' | cat "$p" - >"$dir/$b-re.pipe"
 	for s in $schedules; do
+		# auto may pick another order once recomputation changes the memory: not comparable
+		[ "$s" = auto ] && continue
 		"$BIN/pipecc" "$p" -s "$s" -o "$dir/$b-$s.plan" >/dev/null 2>&1 || continue
 		t "$b under $s with recompute compiles" 0 "$BIN/pipecc" "$dir/$b-re.pipe" -s "$s" \
 			-o "$dir/$b-$s-re.plan"

@@ -145,7 +145,7 @@ examples() {
 				expect 0 "$SIM" --model "$m" --json "$T/x.plan" || { echo "$src ${sched:-default} $m"; return 1; }
 				json_ok "$T/out" && has "$T/out" '"ok": true' || return 1
 			done
-			ran="$ran$(sed -n 's/^schedule //p' "$T/x.plan") "
+			ran="$ran$(sed -n 's/^schedule \([^/]*\).*/\1/p' "$T/x.plan") "
 			n=$((n + 1))
 		done
 	done

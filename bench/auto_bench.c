@@ -1,0 +1,323 @@
+/* `schedule auto` figures (bench/bench_auto.sh runs it).
+ *
+ *   auto_bench speed [P M]   fast-model evaluations per second (goal: 10,000 at pp=8,
+ *                            m=32 on one core), list-scheduler runs per second, and the
+ *                            whole search through pipecc_compile
+ *   auto_bench zb [P...]     the table against Zero Bubble's heuristic
+ *                            (bench/zb_heuristic.c): p in {4, 8, 16}, m in {p, 2p, 4p},
+ *                            F:B:W in {1:1:1, 10:11:9, 10:12:6, 10:8:12} (one unit =
+ *                            1 us, F = 10 us), communication 0, 10 %, 20 % of F, memory
+ *                            caps p, 1.5p, 2p activations (pipecc: 1F1B's peak plus the
+ *                            extra activations); makespans from time 0 to the last op.
+ *                            Columns: the heuristic's own time, its order compiled by
+ *                            pipecc and run in pipesim's overlap model, pipecc auto's
+ *                            plan in the same model. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../compiler/auto.h"
+#include "../compiler/pipecc.h"
+#include "../plan/mem.h"
+#include "../sim/sim.h"
+#include "zb_heuristic.h"
+
+static double now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* The program text: p stages of one linear layer each on p ranks. */
+static char *program(int p, int m, const int fbw[3], int comm_us, const char *sched,
+                     int64_t cap, const char *extra)
+{
+	size_t n = 4096 + (size_t)p * 64 + (extra ? strlen(extra) : 0);
+	char *s = malloc(n);
+	int k = snprintf(s, n, "pipeline b;\nmesh pp=%d;\nmicrobatches %d;\ninput 64x512;\n", p, m);
+	for (int i = 0; i < p; i++)
+		k += snprintf(s + k, n - (size_t)k, "stage s%d { linear 512;%s }\n", i,
+		              i == p - 1 ? " loss mse;" : "");
+	k += snprintf(s + k, n - (size_t)k, "cost * f=%dus b=%dus w=%dus;\n", fbw[0], fbw[1], fbw[2]);
+	if (comm_us) // latency + ceil(bytes / bandwidth) = comm exactly (the tensor is < 1 MB)
+		k += snprintf(s + k, n - (size_t)k, "link latency=%dns bandwidth=1000TB/s;\n",
+		              comm_us * 1000 - 1);
+	else
+		k += snprintf(s + k, n - (size_t)k, "link ideal;\n");
+	if (cap)
+		k += snprintf(s + k, n - (size_t)k, "device memory=%lldB;\n", (long long)cap);
+	if (extra)
+		k += snprintf(s + k, n - (size_t)k, "%s", extra);
+	else
+		snprintf(s + k, n - (size_t)k, "schedule %s;\n", sched);
+	return s;
+}
+
+static Plan *compile(const char *src, FILE *sink)
+{
+	PipeccOptions o = {0};
+	Diag d;
+	diag_init(&d, "bench.pipe", src, strlen(src), sink);
+	return pipecc_compile("bench.pipe", src, strlen(src), &o, &d);
+}
+
+static int64_t overlap_ms(const Plan *p)
+{
+	SimOptions so = {.model = SIM_OVERLAP};
+	SimResult r;
+	int rc = sim_run(p, &so, &r);
+	int64_t ms = rc == 0 ? r.makespan : -1;
+	sim_result_free(&r);
+	return ms;
+}
+
+static int speed(int p, int m)
+{
+	static const int fbw[3] = {10, 11, 9};
+	FILE *sink = fopen("/dev/null", "w");
+	char *src = program(p, m, fbw, 1, "auto", 0, NULL);
+	double t0 = now();
+	int runs = 0;
+	Plan *plan = NULL;
+	while (runs < 3 || now() - t0 < 1.0) {
+		plan_free(plan);
+		plan = compile(src, sink);
+		runs++;
+	}
+	double whole = (now() - t0) / runs;
+	if (!plan) {
+		fprintf(stderr, "auto_bench: the program does not compile\n");
+		return 1;
+	}
+	/* The fast model alone, on the plan's own stages and the chosen order. */
+	int ns = plan->nstages;
+	int64_t(*cost)[3] = calloc((size_t)ns, sizeof *cost);
+	int64_t(*save)[4] = calloc((size_t)ns, sizeof *save);
+	int64_t *stat = calloc((size_t)p, sizeof *stat);
+	AutoEdge *edges = calloc((size_t)ns, sizeof *edges);
+	int *stage_pp = calloc((size_t)ns, sizeof(int)), *ein = calloc((size_t)ns, sizeof(int));
+	int *eout = calloc((size_t)ns, sizeof(int)), *ioff = calloc((size_t)ns + 1, sizeof(int));
+	int *ooff = calloc((size_t)ns + 1, sizeof(int));
+	for (int s = 0; s < ns; s++) {
+		const PlanStage *st = &plan->stages[s];
+		memcpy(cost[s], st->cost, sizeof cost[s]);
+		save[s][0] = st->save_fb, save[s][1] = st->save_fw, save[s][2] = st->save_bw;
+		save[s][3] = st->save_re;
+		stage_pp[s] = st->pp;
+	}
+	for (int e = 0; e < plan->nedges; e++) {
+		edges[e] = (AutoEdge){plan->edges[e].src, plan->edges[e].dst,
+		                      plan_transfer_ns(plan, plan->edges[e].bytes)};
+		ein[e] = eout[e] = e;
+	}
+	for (int s = 0; s <= ns; s++) {
+		ioff[s] = s > 0 ? s - 1 : 0;
+		ooff[s] = s < ns - 1 ? s : ns - 1;
+	}
+	AutoModel md = {.pp = p, .m = m, .ns = ns, .ne = plan->nedges, .stage_pp = stage_pp,
+	                .cost = cost, .save = save, .stat = stat, .edges = edges, .ein = ein,
+	                .ioff = ioff, .eout = eout, .ooff = ooff};
+	SchedAct **acts = calloc((size_t)p, sizeof *acts);
+	int *nacts = calloc((size_t)p, sizeof *nacts);
+	for (int q = 0; q < p; q++)
+		acts[q] = calloc((size_t)3 * m * ns, sizeof **acts);
+	AutoListOpt lo = {.warm = 1};
+	t0 = now();
+	int lists = 0;
+	while (lists < 100 || now() - t0 < 0.5) {
+		auto_list_fill(&md, &lo, acts, nacts, NULL);
+		lists++;
+	}
+	double tl = (now() - t0) / lists;
+	AutoScratch *sc = auto_scratch_new(&md);
+	AutoFig f;
+	t0 = now();
+	long evals = 0;
+	while (evals < 1000 || now() - t0 < 1.0) {
+		auto_eval(&md, sc, acts, nacts, &f);
+		evals++;
+	}
+	double te = (now() - t0) / (double)evals;
+	int64_t ops = 0;
+	for (int q = 0; q < p; q++)
+		ops += nacts[q];
+	printf("pp=%d m=%d (%lld compute ops, F:B:W 10:11:9 us, comm 1 us), one core:\n", p, m,
+	       (long long)ops);
+	printf("  fast-model evaluations: %.0f per second (%.2f us each; goal 10000 per second: "
+	       "%s)\n", 1 / te, te * 1e6, 1 / te >= 10000 ? "met" : "missed");
+	printf("  list-scheduler orders:  %.0f per second (%.2f us each)\n", 1 / tl, tl * 1e6);
+	printf("  whole search (pipecc_compile with schedule auto, confirmation included): "
+	       "%.1f ms; chose %s, makespan %.3f us\n", whole * 1e3, plan->schedule,
+	       (double)f.makespan / 1000);
+	for (int q = 0; q < p; q++)
+		free(acts[q]);
+	free(acts), free(nacts), free(sc), free(cost), free(save), free(stat), free(edges);
+	free(stage_pp), free(ein), free(eout), free(ioff), free(ooff);
+	plan_free(plan);
+	free(src);
+	fclose(sink);
+	return 0;
+}
+
+/* ZB's order as a custom schedule body. */
+static char *zb_custom(const ZbOut *z, int p)
+{
+	size_t n = 64;
+	for (int j = 0; j < p; j++)
+		n += 32 + (size_t)z->n[j] * 16;
+	char *s = malloc(n);
+	size_t k = (size_t)snprintf(s, n, "schedule custom {\n");
+	for (int j = 0; j < p; j++) {
+		k += (size_t)snprintf(s + k, n - k, "rank %d:", j);
+		for (int i = 0; i < z->n[j]; i++)
+			k += (size_t)snprintf(s + k, n - k, " %d%c%d", j, "FIW"[(int)z->kind[j][i]],
+			                      z->mb[j][i]);
+		k += (size_t)snprintf(s + k, n - k, ";\n");
+	}
+	snprintf(s + k, n - k, "}\n");
+	return s;
+}
+
+typedef struct {
+	int n, eq, faster, slower, none;
+	double logsum;
+} Tally;
+
+static void tally(Tally *t, double zb, double au)
+{
+	if (zb <= 0 || au <= 0) {
+		t->none++;
+		return;
+	}
+	t->n++;
+	double r = au / zb;
+	t->logsum += log(r);
+	if (fabs(au - zb) < 1e-6)
+		t->eq++;
+	else if (au < zb)
+		t->faster++;
+	else
+		t->slower++;
+}
+
+static void report(const char *what, const Tally *t)
+{
+	printf("%s: %d configs: auto equal %d, faster %d, slower %d; geometric mean auto/zb %.4f"
+	       " (%d without a number)\n", what, t->n, t->eq, t->faster, t->slower,
+	       t->n ? exp(t->logsum / t->n) : 0, t->none);
+}
+
+/* One (p, m, F:B:W, comm) setting at three caps; tallies both comparisons. */
+static void zb_row(int p, int m, const int fbw[3], int comm, FILE *sink, Tally tm[2], Tally ts[2])
+{
+	char *src = program(p, m, fbw, comm, "1f1b", 0, NULL);
+	Plan *ref = compile(src, sink);
+	free(src);
+	if (!ref) {
+		printf("p=%d m=%d: 1f1b does not compile\n", p, m);
+		return;
+	}
+	int64_t *peaks = calloc((size_t)ref->world, sizeof *peaks);
+	int64_t peak1 = plan_mem_peaks(ref, peaks), act = ref->stages[0].save_fb + ref->stages[0].save_fw;
+	free(peaks);
+	ZbIn in = {.p = p, .m = m, .comm = comm};
+	for (int j = 0; j < p; j++) {
+		const PlanStage *st = &ref->stages[j];
+		for (int k = 0; k < 3; k++)
+			in.cost[k][j] = st->cost[k] / 1000;
+		in.mem[0][j] = st->save_fb + st->save_fw;
+		in.mem[1][j] = st->save_bw - st->save_fb;
+		in.mem[2][j] = -(st->save_fw + st->save_bw);
+	}
+	plan_free(ref);
+	for (int h = 2; h <= 4; h++) { // cap h/2 * p activations
+		int64_t units2 = (int64_t)h * p; // twice the activations
+		for (int j = 0; j < p; j++)
+			in.maxmem[j] = (long)(units2 * act / 2);
+		ZbOut *z = malloc(sizeof *z);
+		double zb = -1, zs = -1, au = -1;
+		int64_t cap = peak1 + (units2 - 2 * p) * act / 2, zpeak = -1;
+		if (zb_initial_solution(&in, z) == 0) {
+			zb = (double)z->makespan;
+			char *body = zb_custom(z, p);
+			char *s2 = program(p, m, fbw, comm, NULL, 0, body);
+			Plan *zp = compile(s2, sink);
+			if (zp) {
+				zs = (double)overlap_ms(zp) / 1000;
+				int64_t *pk = calloc((size_t)zp->world, sizeof *pk);
+				zpeak = plan_mem_peaks(zp, pk);
+				free(pk);
+			}
+			plan_free(zp);
+			free(s2);
+			free(body);
+		}
+		free(z);
+		char *s3 = program(p, m, fbw, comm, "auto", cap, NULL);
+		double t0 = now();
+		Plan *ap = compile(s3, sink);
+		double dt = now() - t0;
+		char chose[64] = "none fits";
+		if (ap) {
+			au = (double)overlap_ms(ap) / 1000;
+			snprintf(chose, sizeof chose, "%s", ap->schedule);
+		}
+		plan_free(ap);
+		free(s3);
+		int zfits = zpeak >= 0 && zpeak <= cap;
+		char ratio[16];
+		snprintf(ratio, sizeof ratio, "%d:%d:%d", fbw[0], fbw[1], fbw[2]);
+		printf("%3d %4d %-8s %4d %5.1fp %10.0f %10.0f %-3s %10.0f %8.2f%% %7.0f  %s\n", p,
+		       m, ratio, comm, h / 2.0, zb, zs, zpeak < 0 ? "-" : zfits ? "yes" : "no",
+		       au, zb > 0 && au > 0 ? 100 * (au - zb) / zb : 0, dt * 1e3, chose);
+		tally(&tm[0], zb, au);
+		tally(&ts[0], zs, au);
+		if (zfits) {
+			tally(&tm[1], zb, au);
+			tally(&ts[1], zs, au);
+		}
+		fflush(stdout);
+	}
+}
+
+static int zb_table(int np, const int *ps)
+{
+	static const int ratios[4][3] = {{10, 10, 10}, {10, 11, 9}, {10, 12, 6}, {10, 8, 12}};
+	FILE *sink = fopen("/dev/null", "w");
+	Tally tm[2] = {{0}}, ts[2] = {{0}};
+	printf("  p    m F:B:W    comm   cap    zb(own) zb(pipesim) fits?   auto    auto-zb ms/search  auto chose\n");
+	for (int a = 0; a < np; a++) {
+		int p = ps[a];
+		for (int mm = 1; mm <= 4; mm *= 2) {
+			for (int r = 0; r < 4; r++)
+				for (int c = 0; c <= 2; c++)
+					zb_row(p, mm * p, ratios[r], c, sink, tm, ts);
+		}
+	}
+	report("all: against the heuristic's own times", &tm[0]);
+	report("all: against its order compiled by pipecc, pipesim overlap", &ts[0]);
+	report("where ZB's order fits pipecc's cap: against its own times", &tm[1]);
+	report("where ZB's order fits pipecc's cap: against its order in pipesim", &ts[1]);
+	fclose(sink);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc >= 2 && !strcmp(argv[1], "speed"))
+		return speed(argc > 2 ? atoi(argv[2]) : 8, argc > 3 ? atoi(argv[3]) : 32);
+	if (argc >= 2 && !strcmp(argv[1], "zb")) {
+		int ps[8] = {4, 8, 16}, np = 3;
+		if (argc > 2) {
+			np = 0;
+			for (int i = 2; i < argc && np < 8; i++)
+				ps[np++] = atoi(argv[i]);
+		}
+		return zb_table(np, ps);
+	}
+	fprintf(stderr, "usage: auto_bench speed [P M] | zb [P...]\n");
+	return 2;
+}

@@ -1,0 +1,98 @@
+/* `schedule auto;`: the search for the fastest plan that fits the device's memory
+ * (docs/schedules.md "auto").  Three files:
+ *   auto_eval.c   the fast model: one candidate order's makespan and per-rank peak in
+ *                 O(ops), no plan built (what the search evaluates thousands of times);
+ *   auto_list.c   pipecc's own list scheduler (F, B, W placed greedily under a memory
+ *                 budget) and the local improvement of an order (adjacent swaps);
+ *   sched_auto.c  the search: registry schedules x recomputation x list-scheduler
+ *                 variants, screened by the fast model, the best confirmed by the real
+ *                 lowering, verifier, memory model and pipesim's overlap model.
+ * Times are integer ns, sizes bytes, as everywhere. */
+#ifndef AUTO_H
+#define AUTO_H
+
+#include <stdio.h>
+
+#include "schedule.h"
+
+/* The registry row (sched_auto.c): the pass pipeline runs auto_search for it. */
+extern const Schedule sched_auto;
+
+/* One (stage, mb) op kind index: AUTO_F, AUTO_B, AUTO_W; BW is B then W at once. */
+enum { AUTO_F, AUTO_B, AUTO_W };
+
+typedef struct {
+	int src, dst;       // stages
+	int64_t ns;         // transfer time of one tensor (0: same rank, handed over)
+} AutoEdge;
+
+/* What the fast model needs of a program with a placement and recompute choice. */
+typedef struct {
+	int pp, m, ns, ne;
+	const int *stage_pp;      // stage -> pipeline index
+	int64_t (*cost)[3];       // per stage F, B, W ns (B includes F's when recomputing)
+	int64_t (*save)[4];       // per stage save_fb, save_fw, save_bw, save_re
+	int64_t *stat;            // per pipeline index: parameters, gradients, optimizer state
+	AutoEdge *edges;
+	int *ein, *ioff;          // per stage its in-edges (CSR), and out-edges:
+	int *eout, *ooff;
+} AutoModel;
+
+typedef struct {
+	int64_t makespan;   // -1: the order cannot run (a rank waits on itself or a cycle)
+	int64_t finish_sum; // sum of ranks' finish times (tie-breaker for the improvement)
+	int64_t busy;       // compute ns over all ranks
+	int64_t peak;       // largest per-rank static + saved activations
+	int peak_rank;
+} AutoFig;
+
+/* Scratch for auto_eval, sized for one model (auto_scratch_new; free with free()). */
+typedef struct AutoScratch AutoScratch;
+AutoScratch *auto_scratch_new(const AutoModel *md);
+
+/* Runs the per-rank orders acts[p][0..nacts[p]) in the fast model: each op starts when
+ * its rank is free and its inputs arrived (producer's end + the edge's transfer time);
+ * communication overlaps compute, as in pipesim's overlap model with receives posted
+ * early.  Memory: static + saved activations (plan/plan.h PlanStage rules). */
+void auto_eval(const AutoModel *md, AutoScratch *sc, SchedAct *const *acts, const int *nacts,
+               AutoFig *out);
+
+/* List-scheduler variants (auto_list.c). */
+typedef struct {
+	int64_t cap;     // device bytes (0: no limit); a rank's saved activations stay
+	int64_t reserve; // within cap - its static bytes - reserve (room for tensors in flight)
+	const int64_t *extra; // per rank, more reserve (NULL: none)
+	int warm;        // 0: memory only; 1: at most p-i F's ahead (ZB-H1); 2: 2(p-i)-1
+	int w_lazy;      // 1: W only when nothing else can run or memory needs it
+	int f_deep;      // 1: among ready F's, the deepest stage first
+	int full;        // 1: an F may take the room a B needs next (the order may then
+	                 // overshoot the budget; the fast model tells)
+} AutoListOpt;
+
+/* Fills acts/nacts (heap, like sched_push; cap per rank) with a greedy order; returns 0,
+ * or -1 when the budget lets no order finish. */
+int auto_list_fill(const AutoModel *md, const AutoListOpt *o, SchedAct **acts, int *nacts,
+                   int *cap);
+/* Hill-climbs the order by swapping neighbours on a rank while the fast model's
+ * (makespan, finish_sum) falls and every rank's peak stays within limit; at most
+ * max_evals evaluations.  Returns the evaluations spent. */
+int auto_improve(const AutoModel *md, AutoScratch *sc, SchedAct **acts, const int *nacts,
+                 int64_t limit, int max_evals, AutoFig *fig);
+
+/* The search (sched_auto.c), run by the pass pipeline before placement when the
+ * program says `schedule auto;`.  On success it rewrites pr: placement (a list), the
+ * stages' recompute flags (recompute_all), and out receives the winner's compute order
+ * (heap, per pipeline index), its name for the plan's schedule line and the lowering's
+ * communication tuning that won (both are tried).  explain, when not NULL, gets the
+ * table of candidates (pipecc --explain).  Returns the number of errors reported to d. */
+typedef struct {
+	SchedAct **acts;
+	int *nacts;
+	char label[96];
+	int tune_overlap;
+} AutoChoice;
+
+int auto_search(Program *pr, Arena *a, Diag *d, FILE *explain, AutoChoice *out);
+void auto_choice_free(AutoChoice *ch, int pp);
+
+#endif

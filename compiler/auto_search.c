@@ -1,0 +1,660 @@
+/* The search behind `schedule auto;` (see sched_auto.c for what it weighs and why the
+ * winner wins).  Candidates live in one heap array, in the order they were made:
+ * setups (placement x recomputation) in turn, in each the registry rows in table order,
+ * then the list scheduler's variants, then the improved orders.  The fast model ranks
+ * them; the confirmation (lowering, verifier, memory model, pipesim's overlap model)
+ * decides.  The confirmation compiles under a diagnostics sink: a candidate's failure is
+ * a fact about the candidate, not an error of the program. */
+#include "auto.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../plan/mem.h"
+#include "../sim/sim.h"
+#include "lower.h"
+#include "place.h"
+
+enum { AUTO_CONFIRM = 6, AUTO_TRIES = 24, AUTO_IMPROVE = 2, AUTO_REPAIR = 4,
+       AUTO_CHAINS = 3 };
+
+typedef struct {
+	char label[48];
+	int setup;          // index into Search.setups
+	SchedAct **acts;    // heap, per pipeline index
+	int *nacts;
+	AutoFig fast;
+	int fast_fits;
+	int state;          // 0 not confirmed, 1 confirmed, -1 failed (why: note)
+	const char *note;
+	int fits;           // the real memory model's verdict
+	int64_t step, peak; // confirmed: overlap-model makespan, real peak
+	int64_t *peaks;     // confirmed: per pipeline index (arena)
+	double bubble;
+	int tune;
+	int list;           // 1: made by the list scheduler with options lo (2: then improved)
+	AutoListOpt lo;
+	int repaired;       // a tighter budget has been tried for it
+} Cand;
+
+typedef struct {
+	int place;          // PlaceKind
+	int recompute;      // 1: every stage recomputes
+	int *stage_pp;
+	AutoModel md;
+	AutoScratch *sc;
+	int64_t tensor;     // largest stage input + output bytes (room for tensors in flight)
+	int *wr;            // pipeline index -> world rank on the first line
+} Setup;
+
+typedef struct {
+	Program *pr;
+	Arena *a;
+	Diag sink;
+	int64_t cap;
+	Setup setups[4];
+	int nsetups;
+	Cand *c;
+	int n, ncap;
+	long evals;
+} Search;
+
+static Program *program_with(Search *s, int recompute)
+{
+	Program *q = arena_alloc(s->a, sizeof *q);
+	*q = *s->pr;
+	q->recompute_all = s->pr->recompute_all || recompute;
+	return q;
+}
+
+static void init_ctx(Search *s, SchedCtx *c, const Program *q, int *stage_pp)
+{
+	Arena *a = s->a;
+	*c = (SchedCtx){.prog = q, .arena = a, .diag = &s->sink, .pp = q->dims[DIM_PP],
+	                .m = q->microbatches, .nstages = q->nstages, .stage_pp = stage_pp};
+	c->nacts = arena_alloc(a, (size_t)c->pp * sizeof *c->nacts);
+	c->cap = arena_alloc(a, (size_t)c->pp * sizeof *c->cap);
+	c->acts = arena_alloc(a, (size_t)c->pp * sizeof *c->acts);
+}
+
+/* All forwards by stage, then all backwards by stage from the last: a topological order,
+ * so every rank's part of it runs. */
+static void topo_fill(SchedCtx *c)
+{
+	for (int s = 0; s < c->nstages; s++)
+		for (int mb = 0; mb < c->m; mb++)
+			sched_push(c, c->stage_pp[s], OP_F, s, mb);
+	for (int s = c->nstages - 1; s >= 0; s--)
+		for (int mb = 0; mb < c->m; mb++)
+			sched_push(c, c->stage_pp[s], OP_BW, s, mb);
+}
+
+static int world_rank_of(const Plan *p, int q)
+{
+	for (int r = 0; r < p->world; r++)
+		if (p->ranks[r].coord[DIM_PP] == q && p->ranks[r].coord[DIM_DP] == 0 &&
+		    p->ranks[r].coord[DIM_TP] == 0)
+			return r;
+	return 0;
+}
+
+/* The fast model's facts for one placement and recomputation choice. */
+static int setup_model(Search *s, Setup *u)
+{
+	const Program *q = program_with(s, u->recompute);
+	SchedCtx c;
+	init_ctx(s, &c, q, u->stage_pp);
+	topo_fill(&c);
+	Plan *p = lower_program(q, &c, &s->sink, 0, 0);
+	sched_free(&c);
+	if (!p)
+		return -1;
+	AutoModel *md = &u->md;
+	Arena *a = s->a;
+	*md = (AutoModel){.pp = c.pp, .m = c.m, .ns = p->nstages, .ne = p->nedges,
+	                  .stage_pp = u->stage_pp};
+	md->cost = arena_alloc(a, (size_t)md->ns * sizeof *md->cost);
+	md->save = arena_alloc(a, (size_t)md->ns * sizeof *md->save);
+	md->stat = arena_alloc(a, (size_t)md->pp * sizeof *md->stat);
+	md->edges = arena_alloc(a, (size_t)(md->ne + 1) * sizeof *md->edges);
+	md->ioff = arena_alloc(a, (size_t)(md->ns + 1) * sizeof(int));
+	md->ooff = arena_alloc(a, (size_t)(md->ns + 1) * sizeof(int));
+	md->ein = arena_alloc(a, (size_t)(md->ne + 1) * sizeof(int));
+	md->eout = arena_alloc(a, (size_t)(md->ne + 1) * sizeof(int));
+	for (int i = 0; i < md->ns; i++) {
+		const PlanStage *st = &p->stages[i];
+		memcpy(md->cost[i], st->cost, sizeof md->cost[i]);
+		int64_t sv[4] = {st->save_fb, st->save_fw, st->save_bw, st->save_re};
+		memcpy(md->save[i], sv, sizeof sv);
+		int64_t t = plan_stage_in_bytes(p, i) + (int64_t)p->rows * st->out * 4;
+		if (t > u->tensor)
+			u->tensor = t;
+	}
+	for (int e = 0; e < md->ne; e++) {
+		const PlanEdge *pe = &p->edges[e];
+		int same = u->stage_pp[pe->src] == u->stage_pp[pe->dst] &&
+		           q->same_rank == SAME_RANK_LOCAL;
+		md->edges[e] = (AutoEdge){pe->src, pe->dst, same ? 0 : plan_transfer_ns(p, pe->bytes)};
+	}
+	for (int i = 0, ki = 0, ko = 0; i < md->ns; i++) {
+		md->ioff[i] = ki, md->ooff[i] = ko;
+		for (int e = 0; e < md->ne; e++) {
+			if (md->edges[e].dst == i)
+				md->ein[ki++] = e;
+			if (md->edges[e].src == i)
+				md->eout[ko++] = e;
+		}
+		md->ioff[i + 1] = ki, md->ooff[i + 1] = ko;
+	}
+	int rc = 0;
+	u->wr = arena_alloc(a, (size_t)md->pp * sizeof *u->wr);
+	for (int i = 0; i < md->pp && !rc; i++) {
+		PlanMem mm;
+		u->wr[i] = world_rank_of(p, i);
+		rc = plan_mem_rank(p, u->wr[i], &mm);
+		md->stat[i] = mm.params + mm.grads + mm.optim;
+	}
+	plan_free(p);
+	u->sc = rc ? NULL : auto_scratch_new(md);
+	return u->sc ? 0 : -1;
+}
+
+static int world_rank_of_pp(const Search *s, int q)
+{
+	return s->setups[0].wr[q];
+}
+
+static Cand *new_cand(Search *s, int setup, const char *label)
+{
+	if (s->n == s->ncap) {
+		int nc = s->ncap ? 2 * s->ncap : 64;
+		Cand *c = realloc(s->c, (size_t)nc * sizeof *c);
+		if (!c)
+			arena_oom(s->a, (size_t)nc * sizeof *c);
+		s->c = c;
+		s->ncap = nc;
+	}
+	Cand *c = &s->c[s->n++];
+	*c = (Cand){.setup = setup};
+	snprintf(c->label, sizeof c->label, "%s", label);
+	int pp = s->setups[setup].md.pp;
+	c->acts = calloc((size_t)pp, sizeof *c->acts);
+	c->nacts = calloc((size_t)pp, sizeof *c->nacts);
+	if (!c->acts || !c->nacts)
+		arena_oom(s->a, (size_t)pp * sizeof *c->acts);
+	return c;
+}
+
+static void evaluate(Search *s, Cand *c)
+{
+	Setup *u = &s->setups[c->setup];
+	auto_eval(&u->md, u->sc, c->acts, c->nacts, &c->fast);
+	s->evals++;
+	c->fast_fits = c->fast.makespan >= 0 && (!s->cap || c->fast.peak <= s->cap);
+}
+
+static void add_registry(Search *s, int k)
+{
+	Setup *u = &s->setups[k];
+	const Program *q = program_with(s, u->recompute);
+	for (int i = 0; i < sched_count; i++) {
+		const Schedule *sch = sched_registry[i];
+		if (sch == &sched_auto || sch->infer_place || !strcmp(sch->name, "csv"))
+			continue; // the given orders (custom, csv) are not ours to pick
+		if (s->pr->place == PLACE_DEFAULT && sch->default_place != u->place)
+			continue;
+		SchedCtx c;
+		init_ctx(s, &c, q, u->stage_pp);
+		int before = s->sink.nerrors;
+		if (sch->check(&c) || s->sink.nerrors > before)
+			continue;
+		sch->fill(&c);
+		if (s->sink.nerrors > before) {
+			sched_free(&c);
+			continue;
+		}
+		Cand *cd = new_cand(s, k, sch->name);
+		for (int p = 0; p < c.pp; p++) {
+			cd->acts[p] = c.acts[p];
+			cd->nacts[p] = c.nacts[p];
+			c.acts[p] = NULL;
+		}
+		evaluate(s, cd);
+	}
+}
+
+/* One list-scheduler candidate; returns its index. */
+static int list_cand(Search *s, int k, const AutoListOpt *o, const char *label)
+{
+	const AutoModel *md = &s->setups[k].md;
+	Cand *c = new_cand(s, k, label);
+	c->list = 1;
+	c->lo = *o;
+	for (int p = 0; p < md->pp; p++) {
+		size_t n = 1;
+		for (int st = 0; st < md->ns; st++)
+			n += md->stage_pp[st] == p ? (size_t)md->m * 3 : 0;
+		c->acts[p] = malloc(n * sizeof(SchedAct));
+		if (!c->acts[p])
+			arena_oom(s->a, n * sizeof(SchedAct));
+	}
+	if (auto_list_fill(md, o, c->acts, c->nacts, NULL)) {
+		c->fast.makespan = -1;
+		c->note = "the list scheduler stalled in this budget";
+	} else {
+		evaluate(s, c);
+	}
+	return (int)(c - s->c);
+}
+
+static void add_list(Search *s, int k)
+{
+	Setup *u = &s->setups[k];
+	const AutoModel *md = &u->md;
+	int one = md->ns == md->pp;
+	for (int r = 0; r < (s->cap ? 3 : 1); r++)
+		for (int warm = 0; warm < (one ? 3 : 1); warm++)
+			for (int lazy = 0; lazy < 2; lazy++)
+				for (int deep = 0; deep < (one ? 1 : 2); deep++)
+					for (int full = 0; full < (s->cap ? 2 : 1); full++) {
+						AutoListOpt o = {.cap = s->cap, .reserve = r * u->tensor,
+						                 .warm = warm, .w_lazy = lazy, .f_deep = deep,
+						                 .full = full};
+						char label[48];
+						snprintf(label, sizeof label, "list/r%d%s%s%s%s", r,
+						         warm == 1 ? "/h1" : warm == 2 ? "/h2" : "",
+						         lazy ? "/lazy" : "", deep ? "/deep" : "", full ? "/full" : "");
+						list_cand(s, k, &o, label);
+					}
+}
+
+/* The fast model's ranking: runnable first, then fitting, then step, then summed
+ * finish times, then the order of making, so the ranking is deterministic. */
+static int before(const Cand *a, int ia, const Cand *b, int ib)
+{
+	int ra = a->fast.makespan >= 0, rb = b->fast.makespan >= 0;
+	if (ra != rb)
+		return ra;
+	if (a->fast_fits != b->fast_fits)
+		return a->fast_fits;
+	if (a->fast.makespan != b->fast.makespan)
+		return a->fast.makespan < b->fast.makespan;
+	if (a->fast.finish_sum != b->fast.finish_sum)
+		return a->fast.finish_sum < b->fast.finish_sum;
+	return ia < ib;
+}
+
+static int *ranking(Search *s)
+{
+	int *ix = malloc((size_t)(s->n ? s->n : 1) * sizeof *ix);
+	if (!ix)
+		arena_oom(s->a, (size_t)s->n * sizeof *ix);
+	for (int i = 0; i < s->n; i++) { // insertion: a few hundred candidates at most
+		int j = i;
+		while (j > 0 && before(&s->c[i], i, &s->c[ix[j - 1]], ix[j - 1])) {
+			ix[j] = ix[j - 1];
+			j--;
+		}
+		ix[j] = i;
+	}
+	return ix;
+}
+
+/* A copy of list candidate i improved by swaps (auto_improve); returns its index. */
+static int improve_one(Search *s, int i)
+{
+	int setup = s->c[i].setup;
+	const AutoModel *md = &s->setups[setup].md;
+	char label[48];
+	snprintf(label, sizeof label, "%.40s+swaps", s->c[i].label);
+	Cand *d = new_cand(s, setup, label), *c = &s->c[i]; // new_cand may move the array
+	int64_t ops = 0;
+	for (int p = 0; p < md->pp; p++) {
+		d->acts[p] = malloc(((size_t)c->nacts[p] + 1) * sizeof(SchedAct));
+		if (!d->acts[p])
+			arena_oom(s->a, (size_t)c->nacts[p] * sizeof(SchedAct));
+		memcpy(d->acts[p], c->acts[p], (size_t)c->nacts[p] * sizeof(SchedAct));
+		d->nacts[p] = c->nacts[p];
+		ops += c->nacts[p];
+	}
+	d->fast = c->fast;
+	d->list = 2;
+	d->lo = c->lo;
+	int budget = (int)(3000000 / (ops + 1));
+	if (budget < 200)
+		budget = 200;
+	int64_t limit = s->cap ? s->cap - c->lo.reserve : INT64_MAX;
+	s->evals += auto_improve(md, s->setups[setup].sc, d->acts, d->nacts, limit, budget,
+	                         &d->fast);
+	d->fast_fits = 1;
+	return (int)(d - s->c);
+}
+
+/* Local improvement of the best fitting orders the list scheduler made. */
+static void improve(Search *s)
+{
+	int *ix = ranking(s), done = 0, n = s->n;
+	for (int k = 0; k < n && done < AUTO_IMPROVE; k++) {
+		if (!s->c[ix[k]].fast_fits || s->c[ix[k]].list != 1)
+			continue;
+		improve_one(s, ix[k]);
+		done++;
+	}
+	free(ix);
+}
+
+/* Compiles candidate c for real under one tuning: its plan, or NULL (c->note says why). */
+static Plan *compile_cand(Search *s, Cand *c, int tune)
+{
+	Setup *u = &s->setups[c->setup];
+	const Program *q = program_with(s, u->recompute);
+	SchedCtx ctx;
+	init_ctx(s, &ctx, q, u->stage_pp);
+	for (int p = 0; p < ctx.pp; p++) {
+		ctx.acts[p] = c->acts[p];
+		ctx.nacts[p] = c->nacts[p];
+	}
+	Plan *p = lower_program(q, &ctx, &s->sink, 0, tune);
+	if (!p) {
+		c->note = "the lowering rejects the order";
+		return NULL;
+	}
+	PlanError err;
+	if (plan_verify(p, &err)) {
+		c->note = "the plan fails verification";
+		plan_free(p);
+		return NULL;
+	}
+	p->mem_cap = s->cap;
+	return p;
+}
+
+static void confirm(Search *s, Cand *c)
+{
+	c->state = -1;
+	for (int tune = 0; tune < 2; tune++) {
+		Plan *p = compile_cand(s, c, tune);
+		if (!p)
+			return;
+		int64_t *peaks = arena_alloc(s->a, (size_t)p->world * sizeof *peaks);
+		int64_t peak = plan_mem_peaks(p, peaks);
+		SimOptions so = {.model = SIM_OVERLAP};
+		SimResult r;
+		int rc = peak < 0 ? -1 : sim_run(p, &so, &r);
+		if (peak >= 0) {
+			if (rc == 0 && (c->state < 1 || r.makespan < c->step)) {
+				c->state = 1;
+				c->step = r.makespan;
+				c->bubble = r.bubble;
+				c->tune = tune;
+				c->peak = peak;
+				c->peaks = peaks;
+				c->fits = !s->cap || peak <= s->cap;
+			} else if (rc != 0 && c->state < 1) {
+				c->note = r.verdict == SIM_DEADLOCK ? "pipesim finds a deadlock"
+				                                    : "pipesim cannot run it";
+			}
+			sim_result_free(&r);
+		}
+		plan_free(p);
+		if (peak < 0)
+			arena_oom(s->a, 0);
+	}
+}
+
+static const char *place_name(int k)
+{
+	return k == PLACE_V ? "v" : k == PLACE_LIST ? "given" : "loop";
+}
+
+static void explain_row(FILE *f, const Search *s, const Cand *c)
+{
+	const Setup *u = &s->setups[c->setup];
+	const AutoFig *x = &c->fast;
+	char pk[32], step[24] = "-", bub[16] = "-", fast[24] = "-";
+	if (x->makespan >= 0) {
+		snprintf(fast, sizeof fast, "%.3f", (double)x->makespan / 1000);
+		double b = x->makespan ? 1 - (double)x->busy / ((double)u->md.pp * x->makespan) : 0;
+		snprintf(bub, sizeof bub, "%.1f%%", 100 * (c->state == 1 ? c->bubble : b));
+	}
+	if (c->state == 1)
+		snprintf(step, sizeof step, "%.3f", (double)c->step / 1000);
+	plan_mem_text(pk, sizeof pk, c->state == 1 ? c->peak : x->peak);
+	const char *fits = c->state == 1 ? (c->fits ? "yes" : "no")
+	                   : x->makespan < 0 ? "-" : c->fast_fits ? "yes?" : "no";
+	fprintf(f, "  %-26s %-5s %6d %-9s %10s %10s %7s %10s %-4s", c->label, place_name(u->place),
+	        u->md.ns / u->md.pp, u->recompute || s->pr->recompute_all ? "all" : "as given",
+	        fast, step, bub, x->makespan >= 0 ? pk : "-", fits);
+	if (c->state == 1)
+		fprintf(f, " tune=%s", c->tune ? "overlap" : "strict");
+	else if (c->note)
+		fprintf(f, " (%s)", c->note);
+	fputc('\n', f);
+}
+
+static void explain(FILE *f, const Search *s, const int *ix, int win, int nconf)
+{
+	char t[32];
+	fprintf(f, "schedule auto: %d candidates, %ld fast evaluations, %d confirmed to fit in pipesim's "
+	           "overlap model; device memory %s\n",
+	        s->n, s->evals, nconf, s->cap ? plan_mem_text(t, sizeof t, s->cap) : "not stated");
+	fprintf(f, "  %-26s %-5s %6s %-9s %10s %10s %7s %10s %-4s\n", "candidate", "place", "chunks",
+	        "recompute", "fast us", "step us", "bubble", "peak", "fits");
+	for (int k = 0; k < s->n; k++)
+		explain_row(f, s, &s->c[ix[k]]);
+	fprintf(f, "  (fast: the search's own model; step, bubble, peak and fits of confirmed rows "
+	           "are pipesim's overlap model and the memory model; 'yes?' is the fast model's "
+	           "guess, before the tensors in flight)\n");
+	if (win < 0)
+		return;
+	const Cand *w = &s->c[win];
+	int second = -1;
+	for (int k = 0; k < s->n; k++) {
+		const Cand *c = &s->c[ix[k]];
+		if (ix[k] != win && c->state == 1 && c->fits && (second < 0 || c->step < s->c[second].step))
+			second = ix[k];
+	}
+	fprintf(f, "chosen: %s: %.3f us a step, the lowest of the confirmed candidates that fit",
+	        w->label, (double)w->step / 1000);
+	if (second >= 0)
+		fprintf(f, "; next %s at %.3f us (+%.2f%%)", s->c[second].label,
+		        (double)s->c[second].step / 1000,
+		        100.0 * (double)(s->c[second].step - w->step) / (double)w->step);
+	fputc('\n', f);
+}
+
+/* Placements and recomputation choices to weigh: the program's placement when it writes
+ * one, else loop and (two stages a rank) v; the program's recomputation and all. */
+static void make_setups(Search *s)
+{
+	Program *pr = s->pr;
+	int pp = pr->dims[DIM_PP], places[2], np = 0;
+	if (pr->place != PLACE_DEFAULT)
+		places[np++] = pr->place;
+	else {
+		places[np++] = PLACE_LOOP;
+		if (pr->nstages == 2 * pp)
+			places[np++] = PLACE_V;
+	}
+	for (int i = 0; i < np; i++) {
+		int *stage_pp = arena_alloc(s->a, (size_t)pr->nstages * sizeof *stage_pp);
+		SchedCtx c;
+		init_ctx(s, &c, pr, stage_pp);
+		Program q = *pr;
+		q.place = (uint8_t)places[i];
+		c.prog = &q;
+		if (place_stages(&c, &sched_auto))
+			continue;
+		for (int rc = 0; rc < (pr->recompute_all ? 1 : 2); rc++) {
+			Setup *u = &s->setups[s->nsetups];
+			*u = (Setup){.place = places[i], .recompute = rc, .stage_pp = stage_pp};
+			if (setup_model(s, u) == 0)
+				s->nsetups++;
+		}
+	}
+}
+
+/* A list order the fast model thought fitting may overshoot the cap by its tensors in
+ * flight: the best such order is made again with less budget (by the overshoot, at
+ * least half a tensor) and improved, until it fits, up to AUTO_REPAIR times; then the
+ * next best such order, AUTO_CHAINS in all. */
+static void repair(Search *s, int *win)
+{
+	for (int chain = 0; chain < AUTO_CHAINS; chain++) {
+		int k = -1;
+		for (int i = 0; i < s->n; i++) {
+			const Cand *c = &s->c[i];
+			if (c->state == 1 && !c->fits && c->list && !c->repaired &&
+			    (*win < 0 || c->step < s->c[*win].step) && (k < 0 || c->step < s->c[k].step))
+				k = i;
+		}
+		for (int round = 0; k >= 0 && round < AUTO_REPAIR; round++) {
+			s->c[k].repaired = 1;
+			AutoListOpt o = s->c[k].lo;
+			int pp = s->pr->dims[DIM_PP];
+			int64_t *extra = arena_alloc(s->a, (size_t)pp * sizeof *extra);
+			for (int q = 0; q < pp; q++) { // the ranks over the cap, by their overshoot
+				int64_t over = s->c[k].peaks[world_rank_of_pp(s, q)] - s->cap;
+				extra[q] = (o.extra ? o.extra[q] : 0) + (over > 0 ? over : 0);
+			}
+			o.extra = extra;
+			char label[48];
+			snprintf(label, sizeof label, "%.36s+fit%d", s->c[k].label, round + 1);
+			int i = list_cand(s, s->c[k].setup, &o, label);
+			if (!s->c[i].fast_fits)
+				break;
+			int j = improve_one(s, i), next = -1;
+			for (int x = 0; x < 2; x++) {
+				Cand *c = &s->c[x ? j : i];
+				confirm(s, c);
+				if (c->state == 1 && c->fits && (*win < 0 || c->step < s->c[*win].step))
+					*win = (int)(c - s->c);
+				if (c->state == 1 && !c->fits && next < 0)
+					next = (int)(c - s->c);
+			}
+			if (next < 0 || (*win >= 0 && s->c[next].step >= s->c[*win].step))
+				break;
+			k = next;
+		}
+	}
+}
+
+static ssize_t sink_write(void *cookie, const char *buf, size_t n)
+{
+	(void)cookie, (void)buf;
+	return (ssize_t)n;
+}
+
+/* When nothing fits: the smallest real peak among the candidates with the smallest
+ * fast peaks (the fast model leaves out the tensors in flight). */
+static int smallest_peak(Search *s)
+{
+	int best = -1;
+	for (int round = 0; round < 4; round++) {
+		int k = -1;
+		for (int i = 0; i < s->n; i++)
+			if (s->c[i].state == 0 && s->c[i].fast.makespan >= 0 &&
+			    (k < 0 || s->c[i].fast.peak < s->c[k].fast.peak))
+				k = i;
+		if (k < 0)
+			break;
+		confirm(s, &s->c[k]);
+	}
+	for (int i = 0; i < s->n; i++)
+		if (s->c[i].state == 1 && (best < 0 || s->c[i].peak < s->c[best].peak))
+			best = i;
+	return best;
+}
+
+static void none_fits(Search *s, Diag *d)
+{
+	int b = smallest_peak(s);
+	char t[2][32];
+	Loc at = s->pr->mem_loc.line ? s->pr->mem_loc : s->pr->sched_loc;
+	if (b < 0) {
+		diag_error(d, s->pr->sched_loc, "schedule auto found no order that runs (%d candidates)",
+		           s->n);
+		return;
+	}
+	const Cand *c = &s->c[b];
+	diag_error(d, at,
+	           "schedule auto: no candidate fits the device's %s: the smallest peak any of the %d "
+	           "candidates reached is %s (%s%s)",
+	           plan_mem_text(t[0], 32, s->cap), s->n, plan_mem_text(t[1], 32, c->peak), c->label,
+	           s->setups[c->setup].recompute || s->pr->recompute_all ? ", recompute *" : "");
+	diag_note(d, at, "pipecc --explain lists every candidate with its peak");
+}
+
+static void take_winner(Search *s, Cand *w, AutoChoice *out)
+{
+	Setup *u = &s->setups[w->setup];
+	Program *pr = s->pr;
+	out->acts = w->acts;
+	out->nacts = w->nacts;
+	w->acts = NULL;
+	w->nacts = NULL;
+	snprintf(out->label, sizeof out->label, "auto/%s", w->label);
+	out->tune_overlap = w->tune;
+	pr->place = PLACE_LIST;
+	pr->place_list = u->stage_pp;
+	pr->recompute_all |= (uint8_t)u->recompute;
+}
+
+int auto_search(Program *pr, Arena *a, Diag *d, FILE *ex, AutoChoice *out)
+{
+	Search s = {.pr = pr, .a = a, .cap = pr->mem_cap};
+	FILE *null = fopencookie(NULL, "w", (cookie_io_functions_t){.write = sink_write});
+	if (!null)
+		arena_oom(a, sizeof(FILE));
+	diag_init(&s.sink, d->file, d->src, d->srclen, null);
+	s.sink.max_errors = 1;
+	make_setups(&s);
+	for (int k = 0; k < s.nsetups; k++) {
+		add_registry(&s, k);
+		add_list(&s, k);
+	}
+	improve(&s);
+	/* The best by the fast model, and every registry schedule that may fit: auto is
+	 * never slower than the best of those in pipesim. */
+	int *ix = ranking(&s), nconf = 0, win = -1;
+	for (int k = 0, tries = 0; k < s.n; k++) {
+		Cand *c = &s.c[ix[k]];
+		int top = nconf < AUTO_CONFIRM && tries < AUTO_TRIES;
+		if (!c->fast_fits || (!top && c->list))
+			continue; // ranked: after the first that does not fit, none does
+		confirm(&s, c);
+		tries++;
+		if (c->state == 1 && c->fits) {
+			nconf++;
+			if (win < 0 || c->step < s.c[win].step ||
+			    (c->step == s.c[win].step && before(c, ix[k], &s.c[win], win)))
+				win = ix[k];
+		}
+	}
+	repair(&s, &win);
+	int errors = 0;
+	if (win < 0) {
+		int before = d->nerrors;
+		none_fits(&s, d);
+		errors = d->nerrors - before;
+	}
+	if (ex) {
+		free(ix);
+		ix = ranking(&s);
+		explain(ex, &s, ix, win, nconf);
+	}
+	if (win >= 0)
+		take_winner(&s, &s.c[win], out);
+	free(ix);
+	for (int i = 0; i < s.n; i++) {
+		for (int p = 0; s.c[i].acts && p < pr->dims[DIM_PP]; p++)
+			free(s.c[i].acts[p]);
+		free(s.c[i].acts);
+		free(s.c[i].nacts);
+	}
+	free(s.c);
+	for (int k = 0; k < s.nsetups; k++)
+		free(s.setups[k].sc);
+	fclose(null);
+	return errors;
+}

@@ -1,0 +1,261 @@
+/* schedule auto's parts: the fast model (compiler/auto_eval.c) agrees with pipesim's
+ * overlap model on every registry order with free links and is never later than it with
+ * latency; it proves a stuck order stuck; the list scheduler (auto_list.c) reaches the
+ * unit-cost lower bound without a cap, stays within a budget and stalls when none fits;
+ * the improvement never makes an order slower nor lets it outgrow its limit; and the
+ * whole search is deterministic. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "../compiler/auto.h"
+#include "../compiler/pipecc.h"
+#include "../sim/sim.h"
+
+static char *program(int n, int p, int m, const char *sched, const char *link)
+{
+	char *s = malloc(4096);
+	int k = snprintf(s, 4096, "pipeline t;\nmesh pp=%d;\nmicrobatches %d;\ninput 4x8;\n", p, m);
+	for (int i = 0; i < n; i++)
+		k += snprintf(s + k, (size_t)(4096 - k), "stage s%d { linear 8;%s }\n", i,
+		              i == n - 1 ? " loss mse;" : "");
+	snprintf(s + k, (size_t)(4096 - k), "schedule %s;\ncost * f=1us b=1us w=1us;\nlink %s;\n",
+	         sched, link);
+	return s;
+}
+
+static Plan *compile(const char *src)
+{
+	PipeccOptions o = {0};
+	Diag d;
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *out = open_memstream(&buf, &len);
+	diag_init(&d, "t.pipe", src, strlen(src), out);
+	Plan *p = pipecc_compile("t.pipe", src, strlen(src), &o, &d);
+	fclose(out);
+	if (!p)
+		fprintf(stderr, "%s", buf);
+	free(buf);
+	return p;
+}
+
+/* The fast model of a lowered plan, and its compute order per pipeline index. */
+typedef struct {
+	AutoModel md;
+	int64_t (*cost)[3], (*save)[4], *stat;
+	AutoEdge *edges;
+	int *stage_pp, *ein, *eout, *ioff, *ooff;
+	SchedAct **acts;
+	int *nacts;
+} Fm;
+
+static void fm_from_plan(Fm *f, const Plan *p)
+{
+	int ns = p->nstages, ne = p->nedges, pp = p->dims[DIM_PP];
+	f->cost = calloc((size_t)ns, sizeof *f->cost);
+	f->save = calloc((size_t)ns, sizeof *f->save);
+	f->stat = calloc((size_t)pp, sizeof *f->stat);
+	f->edges = calloc((size_t)ne + 1, sizeof *f->edges);
+	f->stage_pp = calloc((size_t)ns, sizeof(int));
+	f->ein = calloc((size_t)ne + 1, sizeof(int));
+	f->eout = calloc((size_t)ne + 1, sizeof(int));
+	f->ioff = calloc((size_t)ns + 1, sizeof(int));
+	f->ooff = calloc((size_t)ns + 1, sizeof(int));
+	for (int s = 0; s < ns; s++) {
+		const PlanStage *st = &p->stages[s];
+		memcpy(f->cost[s], st->cost, sizeof f->cost[s]);
+		int64_t sv[4] = {st->save_fb, st->save_fw, st->save_bw, st->save_re};
+		memcpy(f->save[s], sv, sizeof sv);
+		f->stage_pp[s] = st->pp;
+	}
+	for (int e = 0; e < ne; e++) {
+		const PlanEdge *pe = &p->edges[e];
+		int same = f->stage_pp[pe->src] == f->stage_pp[pe->dst];
+		f->edges[e] = (AutoEdge){pe->src, pe->dst, same ? 0 : plan_transfer_ns(p, pe->bytes)};
+	}
+	for (int s = 0, ki = 0, ko = 0; s < ns; s++) {
+		f->ioff[s] = ki, f->ooff[s] = ko;
+		for (int e = 0; e < ne; e++) {
+			if (f->edges[e].dst == s)
+				f->ein[ki++] = e;
+			if (f->edges[e].src == s)
+				f->eout[ko++] = e;
+		}
+		f->ioff[s + 1] = ki, f->ooff[s + 1] = ko;
+	}
+	f->md = (AutoModel){.pp = pp, .m = p->microbatches, .ns = ns, .ne = ne,
+	                    .stage_pp = f->stage_pp, .cost = f->cost, .save = f->save,
+	                    .stat = f->stat, .edges = f->edges, .ein = f->ein, .ioff = f->ioff,
+	                    .eout = f->eout, .ooff = f->ooff};
+	f->acts = calloc((size_t)pp, sizeof *f->acts);
+	f->nacts = calloc((size_t)pp, sizeof *f->nacts);
+	for (int r = 0; r < p->world; r++) {
+		int q = p->ranks[r].coord[DIM_PP];
+		if (p->ranks[r].coord[DIM_DP] || p->ranks[r].coord[DIM_TP])
+			continue;
+		f->acts[q] = calloc((size_t)p->ranks[r].nops + 1, sizeof **f->acts);
+		for (int64_t i = 0; i < p->ranks[r].nops; i++) {
+			const PlanOp *o = &p->ranks[r].ops[i];
+			int k = plan_op_kind(o);
+			if (k == OP_F || k == OP_B || k == OP_W || k == OP_BW)
+				f->acts[q][f->nacts[q]++] = (SchedAct){.kind = k, .stage = o->stage, .mb = o->mb};
+		}
+	}
+}
+
+static void fm_free(Fm *f)
+{
+	for (int q = 0; q < f->md.pp; q++)
+		free(f->acts[q]);
+	free(f->acts), free(f->nacts), free(f->cost), free(f->save), free(f->stat);
+	free(f->edges), free(f->stage_pp), free(f->ein), free(f->eout), free(f->ioff);
+	free(f->ooff);
+}
+
+static int64_t overlap_ms(const Plan *p)
+{
+	SimOptions so = {.model = SIM_OVERLAP};
+	SimResult r;
+	assert_int_equal(sim_run(p, &so, &r), 0);
+	int64_t ms = r.makespan;
+	sim_result_free(&r);
+	return ms;
+}
+
+static void auto__fast_model__matches_pipesim_on_registry_orders(void **state)
+{
+	(void)state;
+	static const char *const scheds[] = {"gpipe", "1f1b", "zbh1", "zbh2", "zbv", "interleaved"};
+	int ran = 0;
+	for (int li = 0; li < 2; li++)
+		for (size_t k = 0; k < sizeof scheds / sizeof *scheds; k++)
+			for (int p = 2; p <= 4; p++)
+				for (int m = p; m <= 3 * p; m += p) {
+					int n = !strcmp(scheds[k], "zbv") || !strcmp(scheds[k], "interleaved") ? 2 * p : p;
+					char *src = program(n, p, m, scheds[k], li ? "latency=1us bandwidth=50GB/s" : "ideal");
+					Plan *pl = compile(src);
+					assert_non_null(pl);
+					Fm f;
+					fm_from_plan(&f, pl);
+					AutoScratch *sc = auto_scratch_new(&f.md);
+					AutoFig fig;
+					auto_eval(&f.md, sc, f.acts, f.nacts, &fig);
+					int64_t sim = overlap_ms(pl);
+					if (li == 0 && fig.makespan != sim)
+						fail_msg("%s p=%d m=%d: fast %lld, pipesim %lld", scheds[k], p, m,
+						         (long long)fig.makespan, (long long)sim);
+					if (li == 1 && (fig.makespan <= 0 || fig.makespan > sim))
+						fail_msg("%s p=%d m=%d latency: fast %lld, pipesim %lld", scheds[k], p,
+						         m, (long long)fig.makespan, (long long)sim);
+					ran++;
+					free(sc);
+					fm_free(&f);
+					plan_free(pl);
+					free(src);
+				}
+	assert_true(ran >= 60);
+}
+
+static void auto__fast_model__stuck_order_is_stuck(void **state)
+{
+	(void)state;
+	char *src = program(2, 2, 1, "1f1b", "ideal");
+	Plan *pl = compile(src);
+	assert_non_null(pl);
+	Fm f;
+	fm_from_plan(&f, pl);
+	/* rank 1 first waits for a gradient it would make itself later */
+	f.nacts[0] = 2;
+	f.acts[0][0] = (SchedAct){.kind = OP_F, .stage = 0, .mb = 0};
+	f.acts[0][1] = (SchedAct){.kind = OP_BW, .stage = 0, .mb = 0};
+	f.nacts[1] = 2;
+	f.acts[1][0] = (SchedAct){.kind = OP_BW, .stage = 1, .mb = 0};
+	f.acts[1][1] = (SchedAct){.kind = OP_F, .stage = 1, .mb = 0};
+	AutoScratch *sc = auto_scratch_new(&f.md);
+	AutoFig fig;
+	auto_eval(&f.md, sc, f.acts, f.nacts, &fig);
+	assert_int_equal(fig.makespan, -1);
+	free(sc);
+	fm_free(&f);
+	plan_free(pl);
+	free(src);
+}
+
+/* The list scheduler: 3m + p - 1 with unit costs and no cap; within a budget; stalls
+ * when not even one forward fits; the improvement keeps its limit and never slows. */
+static void auto__list_scheduler__bound_budget_stall_improve(void **state)
+{
+	(void)state;
+	for (int p = 2; p <= 5; p++)
+		for (int m = p; m <= 3 * p; m += p) {
+			char *src = program(p, p, m, "gpipe", "ideal");
+			Plan *pl = compile(src);
+			assert_non_null(pl);
+			Fm f;
+			fm_from_plan(&f, pl);
+			AutoScratch *sc = auto_scratch_new(&f.md);
+			AutoListOpt lo = {0};
+			assert_int_equal(auto_list_fill(&f.md, &lo, f.acts, f.nacts, NULL), 0);
+			AutoFig fig;
+			auto_eval(&f.md, sc, f.acts, f.nacts, &fig);
+			assert_int_equal(fig.makespan, (3 * m + p - 1) * 1000);
+			int64_t act = f.save[0][0] + f.save[0][1] + f.save[0][2];
+			lo = (AutoListOpt){.cap = 2 * act + f.save[p - 1][0] + f.save[p - 1][1] +
+			                          f.save[p - 1][2]}; // static bytes are 0 here
+			assert_int_equal(auto_list_fill(&f.md, &lo, f.acts, f.nacts, NULL), 0);
+			auto_eval(&f.md, sc, f.acts, f.nacts, &fig);
+			if (!(fig.makespan > 0 && fig.peak <= lo.cap))
+				fail_msg("p=%d m=%d: makespan %lld peak %lld cap %lld (rank %d)", p, m,
+				         (long long)fig.makespan, (long long)fig.peak, (long long)lo.cap,
+				         fig.peak_rank);
+			AutoFig before = fig;
+			auto_improve(&f.md, sc, f.acts, f.nacts, lo.cap, 500, &fig);
+			assert_true(fig.makespan <= before.makespan && fig.peak <= lo.cap);
+			AutoFig again;
+			auto_eval(&f.md, sc, f.acts, f.nacts, &again);
+			assert_int_equal(again.makespan, fig.makespan);
+			lo = (AutoListOpt){.cap = 1};
+			assert_int_equal(auto_list_fill(&f.md, &lo, f.acts, f.nacts, NULL), -1);
+			free(sc);
+			fm_free(&f);
+			plan_free(pl);
+			free(src);
+		}
+}
+
+static void auto__search__deterministic_and_named(void **state)
+{
+	(void)state;
+	char *src = program(4, 4, 8, "auto", "latency=1us bandwidth=50GB/s");
+	Plan *a = compile(src), *b = compile(src);
+	assert_non_null(a);
+	assert_non_null(b);
+	assert_string_equal(a->schedule, b->schedule);
+	assert_memory_equal(a->schedule, "auto/", 5);
+	for (int r = 0; r < a->world; r++) {
+		assert_int_equal(a->ranks[r].nops, b->ranks[r].nops);
+		assert_memory_equal(a->ranks[r].ops, b->ranks[r].ops,
+		                    (size_t)a->ranks[r].nops * sizeof *a->ranks[r].ops);
+	}
+	plan_free(a);
+	plan_free(b);
+	free(src);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(auto__fast_model__matches_pipesim_on_registry_orders),
+		cmocka_unit_test(auto__fast_model__stuck_order_is_stuck),
+		cmocka_unit_test(auto__list_scheduler__bound_budget_stall_improve),
+		cmocka_unit_test(auto__search__deterministic_and_named),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
