@@ -719,8 +719,7 @@ static void twin_open(Gpu *g, Twin *t, const PlanLayer *ly, const LayerShape *sh
 	RtLayerTensors lt = {0};
 	int64_t m = sh->rows;
 	int tokens = plan_layers[ly->kind].tokens;
-	if (rt_layer_shapes[ly->kind])
-		rt_layer_shapes[ly->kind](ly, sh, &lt);
+	rt_layer_tensors(ly, sh, 1, &lt);
 	twin_add(g, t, m, ly->in);
 	twin_add(g, t, m, ly->out);
 	twin_add(g, t, m, ly->out);
