@@ -447,16 +447,12 @@ static int op_optim(RtRank *r, LStage *ls)
 
 /* ---- tp parts ---- */
 
-/* A whole F or B (BW) of (stage, microbatch) is done: its output goes out on the edges,
- * and BW's W follows. */
-static int seq_done(RtRank *r, LStage *ls, int mb, int dir, OpKind done)
+/* A whole F or B (BW) of (stage, microbatch) is done: its output goes out on the edges. */
+static int seq_done(RtRank *r, LStage *ls, int mb, int dir)
 {
 	RtTensor *out;
 	rt_stage_walk_end(r, &ls->walk[mb * DIR_COUNT + dir], &out);
-	int rc = out ? scatter_edges(r, ls, mb, dir, out) : RT_OK;
-	if (rc == RT_OK && done == OP_BW)
-		rc = op_weights(r, ls, mb);
-	return rc;
+	return out ? scatter_edges(r, ls, mb, dir, out) : RT_OK;
 }
 
 /* Part o->part of an F, B or BW: the first takes the stage's input (or output gradient). */
@@ -484,9 +480,13 @@ static int op_part(RtRank *r, LStage *ls, const PlanOp *o, int step)
 	int rc = dir == DIR_ACT
 	             ? rt_stage_fwd_run(r, ls->stage, mb, step, replica, &ls->b, wk, pt->first + pt->n, saved)
 	             : rt_stage_bwd_run(r, ls->stage, mb, step, replica, &ls->b, wk, pt->first, saved);
+	/* A BW part is B then W of its own layers, so it frees what they kept, as the
+	 * memory model's BW part does (plan_part_mem). */
+	if (rc == RT_OK && o->kind == OP_BW)
+		rc = rt_stage_weights_of(r, ls->stage, &ls->b, saved, pt->first, pt->first + pt->n);
 	if (rc)
 		return rc;
-	return done != OP_COUNT ? seq_done(r, ls, mb, dir, done) : RT_OK;
+	return done != OP_COUNT ? seq_done(r, ls, mb, dir) : RT_OK;
 }
 
 /* A TPREDUCE: the all-reduce its stage's walk stopped for, alone in its group. */
@@ -510,7 +510,7 @@ static int op_tpreduce(RtRank *r, const PlanOp *o, int64_t i)
 	if (rt_stage_tp_reduce(r, o->stage, o->mb, &ls->b, &ls->walk[o->mb * DIR_COUNT + dir],
 	                       saved_of(r, ls, o->mb), dir, &msg))
 		return RT_EFAIL;
-	return done != OP_COUNT ? seq_done(r, ls, o->mb, dir, done) : RT_OK;
+	return done != OP_COUNT ? seq_done(r, ls, o->mb, dir) : RT_OK;
 }
 
 /* ---- comm groups ---- */

@@ -113,6 +113,8 @@ int rt_stage_forward(RtRank *r, int s, int mb, int step, int replica, RtStageBuf
 int rt_stage_backward(RtRank *r, int s, int mb, int step, int replica, RtStageBufs *b,
                       RtTensor *dy, RtTensor **saved, RtTensor **dx);
 int rt_stage_weights(RtRank *r, int s, RtStageBufs *b, RtTensor **saved);
+/* W of layers [lo, hi) only: a BW part's own layers (docs/semantics.md, "Parts"). */
+int rt_stage_weights_of(RtRank *r, int s, RtStageBufs *b, RtTensor **saved, int lo, int hi);
 /* A stage's walk through its layers for one microbatch in one direction (F: first to
  * last, B: last to first; stage.c).  At tp > 1 it stops after each layer that ends in a
  * tp all-reduce (RtLayerAt.cut): the plan's TPREDUCE (rt_stage_tp_reduce) sums `red`

@@ -536,12 +536,17 @@ int rt_stage_tp_reduce(RtRank *r, int s, int mb, RtStageBufs *b, RtWalk *wk, RtT
 
 int rt_stage_weights(RtRank *r, int s, RtStageBufs *b, RtTensor **saved)
 {
+	return rt_stage_weights_of(r, s, b, saved, 0, r->w->plan->stages[s].nlayers);
+}
+
+int rt_stage_weights_of(RtRank *r, int s, RtStageBufs *b, RtTensor **saved, int lo, int hi)
+{
 	const PlanStage *st = &r->w->plan->stages[s];
 	const RtStageModel *sm = &r->model->st[s];
 	RtTensor pv[RT_LAYER_MAX_TENSORS], gv[RT_LAYER_MAX_TENSORS];
 	if (stage_ready(r, s, b))
 		return RT_EFAIL;
-	for (int l = 0; l < st->nlayers; l++) {
+	for (int l = lo; l < hi; l++) {
 		const RtLayerAt *at = &sm->at[l];
 		if (!at->t.nparams)
 			continue; // no W part
