@@ -1,7 +1,7 @@
 /* The op interpreter: one per rank, the same for every backend.
  *
  * It walks the rank's op list in order (docs/semantics.md), once per step.  Compute
- * ops run the stage code of model.c; a maximal run of comm ops with one group number
+ * ops run the stage code of stage.c; a maximal run of comm ops with one group number
  * is posted between group_start() and group_end().  Tensors between stages live in
  * slots keyed (edge, microbatch, direction): F and B fill them with their outputs
  * (one reference per out- or in-edge), and they are emptied by the consumer: the local

@@ -3,7 +3,7 @@
  * Per step and dp replica it runs every microbatch through all stages in order (F),
  * back through them in reverse (B), then the weight gradients (W), then averages the
  * replicas and takes the optimizer step (the same rt_stage_optim, with the same state).  It calls the very stage code the interpreter
- * calls (model.c) on the cpu device, and it keeps the summation orders the plan
+ * calls (stage.c) on the cpu device, and it keeps the summation orders the plan
  * implies, so a correct pipelined run agrees with it to the last bit on the threads
  * backend (cpu device, shared-memory communicator):
  *  - a stage's input (output gradient) is the sum of its in-edges' (out-edges')

@@ -89,7 +89,7 @@ typedef struct {
 /* ------------------------------------------------------------------------------------
  * Layers.  A device computes every layer kind through one row of three kernels, each
  * taking one RtLayerCall, so a kind's math is one row per device and the model
- * (model.c) walks a stage's layers without knowing any kind:
+ * (stage.c) walks a stage's layers without knowing any kind:
  *
  *   fwd     y = f(x); fills the layer's saved tensors; a loss writes its loss instead
  *           of y (into element `slot` of `loss`, against `target`)

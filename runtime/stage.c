@@ -496,24 +496,35 @@ static int tp_reduce(RtRank *r, RtTensor *t, int max, const RtMsg *m)
 	return rc;
 }
 
+/* Reduces rows [row, row + n) of t over the tp group through a tensor of their own (an
+ * asynchronous device orders work on whole tensors, not on views of them). */
+static int reduce_rows(RtRank *r, RtTensor *t, int64_t row, int64_t n, int max, const RtMsg *m)
+{
+	RtTensor v = rt_tensor_view(t, row * t->cols, n, t->cols);
+	RtTensor *x = rt_tensor_new(r, n, t->cols, RT_MEM_TEMP);
+	int rc = !x || r->dev->copy(r, x, &v) || tp_reduce(r, x, max, m) || r->dev->copy(r, &v, x)
+	             ? RT_EFAIL
+	             : RT_OK;
+	rt_tensor_free(r, x);
+	return rc;
+}
+
 /* The vocabulary-parallel loss at layer l: the maximum over the group first, so every
  * rank's exponentials share it; then the sums (rt_backend.h, tp_fwd). */
 static int loss_reduce(RtRank *r, int s, int l, int mb, RtStageBufs *b, RtTensor *t,
                        RtTensor **saved, const RtMsg *m)
 {
 	RtTensor pv[RT_LAYER_MAX_TENSORS], gv[RT_LAYER_MAX_TENSORS];
-	int64_t n = t->cols;
-	RtTensor mx = rt_tensor_view(t, 0, 1, n), sums = rt_tensor_view(t, n, 2, n);
 	RtLayerCall c = layer_call(r, s, l, b, saved + r->model->st[s].at[l].slot, pv, gv);
 	RtLayerFn fn = r->dev->layers[c.layer->kind].tp_fwd;
 	c.y = t;
 	c.loss = b->loss;
 	c.slot = mb;
-	int rc = fn ? tp_reduce(r, &mx, 1, m)
+	int rc = fn ? reduce_rows(r, t, 0, 1, 1, m)
 	            : rt_error(r, "the %s device cannot split the %s loss over a tp group",
 	                       r->dev->name, plan_layers[c.layer->kind].name);
 	if (rc == RT_OK && (c.phase = 1, rc = fn(r, &c)) == RT_OK &&
-	    (rc = tp_reduce(r, &sums, 0, m)) == RT_OK)
+	    (rc = reduce_rows(r, t, 1, 2, 0, m)) == RT_OK)
 		rc = (c.phase = 2, fn(r, &c));
 	rt_tensor_free(r, t);
 	return rc;
