@@ -455,8 +455,9 @@ static int seq_done(RtRank *r, LStage *ls, int mb, int dir)
 	return out ? scatter_edges(r, ls, mb, dir, out) : RT_OK;
 }
 
-/* Part o->part of an F, B or BW: the first takes the stage's input (or output gradient). */
-static int op_part(RtRank *r, LStage *ls, const PlanOp *o, int step)
+/* Part o->part of an F, B or BW: the first takes the stage's input (or output gradient).
+ * *split: a BW part's B time, as run_compute times a whole BW. */
+static int op_part(RtRank *r, LStage *ls, const PlanOp *o, int step, int64_t *split)
 {
 	const RtStageModel *sm = &r->model->st[ls->stage];
 	OpKind done;
@@ -477,13 +478,18 @@ static int op_part(RtRank *r, LStage *ls, const PlanOp *o, int step)
 			return RT_EFAIL;
 		rt_walk_begin(r, ls->stage, dir, t, wk);
 	}
+	int64_t t0 = rt_now_ns();
 	int rc = dir == DIR_ACT
 	             ? rt_stage_fwd_run(r, ls->stage, mb, step, replica, &ls->b, wk, pt->first + pt->n, saved)
 	             : rt_stage_bwd_run(r, ls->stage, mb, step, replica, &ls->b, wk, pt->first, saved);
 	/* A BW part is B then W of its own layers, so it frees what they kept, as the
 	 * memory model's BW part does (plan_part_mem). */
-	if (rc == RT_OK && o->kind == OP_BW)
+	if (rc == RT_OK && o->kind == OP_BW) {
+		if (r->dev->async && r->w->opt.trace && r->dev->sync(r))
+			return RT_EFAIL;
+		*split = rt_now_ns() - t0;
 		rc = rt_stage_weights_of(r, ls->stage, &ls->b, saved, pt->first, pt->first + pt->n);
+	}
 	if (rc)
 		return rc;
 	return done != OP_COUNT ? seq_done(r, ls, mb, dir) : RT_OK;
@@ -635,7 +641,7 @@ static int run_compute(RtRank *r, const PlanOp *o, int step, int64_t *split)
 	LStage *ls = local_stage(r, o->stage, what);
 	if (ls && r->w->plan->dims[DIM_TP] > 1 &&
 	    (o->kind == OP_F || o->kind == OP_B || o->kind == OP_BW))
-		return op_part(r, ls, o, step);
+		return op_part(r, ls, o, step, split);
 	if (!ls || dep_rule(r, ls, o))
 		return RT_EFAIL;
 	switch (plan_op_kind(o)) {

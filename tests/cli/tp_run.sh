@@ -4,8 +4,8 @@
 # rank's shard against its slice of the tp=1 reference), so do tp=4, dp=2 with a skip
 # connection, a Llama-style model (rotary grouped-query attention, swiglu, rmsnorm) and a
 # head tied to the embedding; tp=2 trains exactly as tp=1 does (the same losses); measured
-# peak activation bytes equal pipesim's on every rank; what piperun does not run at
-# tp > 1 is refused with its reason.  (MPI: tests/cli/piperun_mpi.sh.)
+# peak activation bytes equal pipesim's on every rank; --calibrate sums a microbatch's
+# parts; what piperun does not run at tp > 1 is refused with its reason.  (MPI: tests/cli/piperun_mpi.sh.)
 : "${BIN:=bin}"
 TOOL=tp-run
 . tests/lib/cli.sh
@@ -107,6 +107,12 @@ for b in 1f1b zbh2 tp4-1f1b skipdp llama tied gpt-tp; do
 	check "peak activation bytes of $b equal pipesim's" \
 		"$([ -n "$got" ] && [ "$got" = "$want" ]; echo $?)" "measured $got, predicted $want"
 done
+
+# --calibrate adds up a microbatch's parts: a cost line per stage, none of them zero
+t "--calibrate at tp=2" 0 "$BIN/piperun" "$dir/1f1b.plan" --calibrate --steps 2
+got=$(grep -c '^cost s[0-9] f=[1-9][0-9]*ns b=[1-9][0-9]*ns w=[1-9][0-9]*ns;$' "$dir/out")
+check "--calibrate gives every stage nonzero F, B and W costs" "$([ "$got" -eq 4 ]; echo $?)" \
+	"$(grep '^cost' "$dir/out" | tr '\n' ' ')"
 
 # what piperun does not run at tp > 1, refused with the reason
 sed 's/^schedule 1f1b;$/recompute s1;\nschedule 1f1b;/' "$dir/gpt.pipe" >"$dir/re.pipe"
