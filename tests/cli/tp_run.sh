@@ -5,7 +5,8 @@
 # connection, a Llama-style model (rotary grouped-query attention, swiglu, rmsnorm) and a
 # head tied to the embedding; tp=2 trains exactly as tp=1 does (the same losses); measured
 # peak activation bytes equal pipesim's on every rank; --calibrate sums a microbatch's
-# parts; what piperun does not run at tp > 1 is refused with its reason.  (MPI: tests/cli/piperun_mpi.sh.)
+# parts; a stalled tp member ends by the watchdog; what piperun does not run at tp > 1
+# is refused with its reason.  (MPI: tests/cli/piperun_mpi.sh.)
 : "${BIN:=bin}"
 TOOL=tp-run
 . tests/lib/cli.sh
@@ -113,6 +114,11 @@ t "--calibrate at tp=2" 0 "$BIN/piperun" "$dir/1f1b.plan" --calibrate --steps 2
 got=$(grep -c '^cost s[0-9] f=[1-9][0-9]*ns b=[1-9][0-9]*ns w=[1-9][0-9]*ns;$' "$dir/out")
 check "--calibrate gives every stage nonzero F, B and W costs" "$([ "$got" -eq 4 ]; echo $?)" \
 	"$(grep '^cost' "$dir/out" | tr '\n' ' ')"
+
+# a tp member that never arrives: the watchdog ends the run naming the waiting TPREDUCE
+t "a stalled tp member is a deadlock" 1 env PIPERUN_FAULT=stall:rank=1:op=1 "$BIN/piperun" \
+	"$dir/llama.plan" --steps 1 --timeout 2
+has "the report names rank 0's TPREDUCE" "$dir/err" "note: rank 0 blocked in step 1 at 'TPREDUCE act s=0 m=0 part=0 "
 
 # what piperun does not run at tp > 1, refused with the reason
 sed 's/^schedule 1f1b;$/recompute s1;\nschedule 1f1b;/' "$dir/gpt.pipe" >"$dir/re.pipe"
