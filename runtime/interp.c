@@ -492,6 +492,10 @@ static int op_part(RtRank *r, LStage *ls, const PlanOp *o, int step, int64_t *sp
 	}
 	if (rc)
 		return rc;
+	/* The last part makes the outgoing tensor (in flight from now, as the memory model
+	 * counts it), even when a TPREDUCE is still to sum it in place. */
+	if (o->part + 1 >= ls->parts.n[dir] && wk->cur)
+		rt_tensor_reclass(r, wk->cur, RT_MEM_COMM);
 	return done != OP_COUNT ? seq_done(r, ls, mb, dir) : RT_OK;
 }
 

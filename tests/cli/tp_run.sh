@@ -3,10 +3,11 @@
 # small GPT at tp=2 gives the whole model's sequential losses and weights (--check: each
 # rank's shard against its slice of the tp=1 reference), so do tp=4, dp=2 with a skip
 # connection, a Llama-style model (rotary grouped-query attention, swiglu, rmsnorm) and a
-# head tied to the embedding; tp=2 trains exactly as tp=1 does (the same losses); measured
-# peak activation bytes equal pipesim's on every rank; --calibrate sums a microbatch's
-# parts; a stalled tp member ends by the watchdog; what piperun does not run at tp > 1
-# is refused with its reason.  (MPI: tests/cli/piperun_mpi.sh.)
+# head tied to the embedding; tp=2 trains exactly as tp=1 does (the same losses); the
+# measured peak activation bytes and the memory model's peak (total, in flight, op)
+# equal pipesim's on every rank; --calibrate sums a microbatch's parts; a stalled tp
+# member ends by the watchdog; what piperun does not run at tp > 1 is refused with its
+# reason.  (MPI: tests/cli/piperun_mpi.sh.)
 : "${BIN:=bin}"
 TOOL=tp-run
 . tests/lib/cli.sh
@@ -107,6 +108,13 @@ for b in 1f1b zbh2 tp4-1f1b skipdp llama tied gpt-tp; do
 	want=$(grep -o '"peak_activation_bytes": [0-9]*' "$dir/sim.json" | sed 's/.*: //' | tr '\n' ' ')
 	check "peak activation bytes of $b equal pipesim's" \
 		"$([ -n "$got" ] && [ "$got" = "$want" ]; echo $?)" "measured $got, predicted $want"
+	for f in peak_total_bytes inflight_bytes_at_peak peak_op; do
+		got=$(grep -o "\"$f\": -*[0-9]*" "$dir/run.json" | tr '\n' ' ')
+		want=$(grep -o "\"$f\": -*[0-9]*" "$dir/sim.json" | tr '\n' ' ')
+		[ -n "$got" ] && [ "$got" = "$want" ] || echo "$b $f: measured $got, predicted $want"
+	done >"$dir/bad"
+	check "the memory model's peak of $b (total, in flight, op) equals pipesim's" \
+		"$([ ! -s "$dir/bad" ]; echo $?)" "$(cat "$dir/bad")"
 done
 
 # --calibrate adds up a microbatch's parts: a cost line per stage, none of them zero
