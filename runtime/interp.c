@@ -159,9 +159,9 @@ static int setup(RtRank *r)
 	if (q >= 0 && in->local_of[ts] >= 0 && e >= 0 && m->copy_head >= 0) {
 		LStage *ls = &in->ls[in->local_of[ts]];
 		int head = ts == m->copy_head;
-		int64_t d = plan_tie_bytes(p) / 4 / p->vocab;
+		int64_t rows = p->vocab / m->tp, d = plan_tie_bytes(p) / 4 / rows; // the rank's rows
 		ls->deps.tie = 1;
-		ls->tie = rt_tensor_view(ls->b.grads, head ? m->copy_off : m->embed_off, p->vocab, d);
+		ls->tie = rt_tensor_view(ls->b.grads, head ? m->copy_off : m->embed_off, rows, d);
 		ls->tie_ranks[0] = head ? q : r->rank;
 		ls->tie_ranks[1] = head ? r->rank : q;
 	}

@@ -140,7 +140,7 @@ static int tie_sum(Ref *f)
 	const Plan *p = r->w->plan;
 	if (md->copy_head < 0)
 		return RT_OK;
-	int64_t d = plan_tie_bytes(p) / 4 / p->vocab;
+	int64_t d = plan_tie_bytes(p) * p->dims[DIM_TP] / 4 / p->vocab; // the whole table
 	RtTensor e = rt_tensor_view(f->b[md->embed_stage].grads, md->embed_off, p->vocab, d);
 	RtTensor h = rt_tensor_view(f->b[md->copy_head].grads, md->copy_off, p->vocab, d);
 	return r->dev->add(r, &e, &h);
@@ -247,7 +247,7 @@ int rt_reference(RtWorld *w, double *loss, float **weights)
 	const RtModel *md = w->whole;
 	if (rc == RT_OK && md->copy_head >= 0) // the one table, where the head keeps its copy
 		memcpy(weights[md->copy_head] + md->copy_off, weights[md->embed_stage] + md->embed_off,
-		       (size_t)(plan_tie_bytes(p)));
+		       (size_t)(plan_tie_bytes(p) * p->dims[DIM_TP]));
 	for (int s = 0; s < S; s++) {
 		if (f.saved && f.saved[s]) {
 			for (int64_t k = 0; k < (int64_t)p->microbatches * w->whole->st[s].nslots; k++)

@@ -101,10 +101,8 @@ static int tp_refuse(const RtWorld *w, char *err, size_t errn)
 {
 	const Plan *p = w->plan;
 	const char *why = !w->comm->tp_allreduce ? "the communicator has no tp all-reduce"
-	                  : !w->dev->tp_split ? "its device does not compute tp shards yet"
-	                  : w->model->copy_head >= 0 ? "a head tied to an embedding on another "
-	                                               "pipeline rank"
-	                                             : NULL;
+	                  : !w->dev->tp_split    ? "its device does not compute tp shards yet"
+	                                         : NULL;
 	for (int s = 0; s < p->nstages && !why; s++)
 		if (p->stages[s].recompute)
 			why = "recomputation (its forward would need the tp all-reduces again)";

@@ -3,7 +3,7 @@
 # small GPT at tp=2 gives the whole model's sequential losses and weights (--check: each
 # rank's shard against its slice of the tp=1 reference), so do tp=4, dp=2 with a skip
 # connection, a Llama-style model (rotary grouped-query attention, swiglu, rmsnorm) and a
-# head tied to the embedding; tp=2 trains exactly as tp=1 does (the same losses); the
+# head tied to the embedding (on its rank, and across pipeline ranks); tp=2 trains exactly as tp=1 does (the same losses); the
 # measured peak activation bytes and the memory model's peak (total, in flight, op)
 # equal pipesim's on every rank; --calibrate sums a microbatch's parts; a stalled tp
 # member ends by the watchdog; what piperun does not run at tp > 1 is refused with its
@@ -96,12 +96,20 @@ sed 's/mesh pp=4 tp=2;/mesh pp=2 tp=2;/; s/head;/head tied;/' "$dir/gpt.pipe" >"
 t "tied head tp=2 compiles" 0 "$BIN/pipecc" "$dir/tied.pipe" -s zbv -o "$dir/tied.plan"
 runs "tied head tp=2 zbv" "$dir/tied.plan"
 
+# a head tied to the embedding on another pipeline rank: each rank's copy of its rows of
+# the table, the TIEREDUCE moving the rows' gradient (V/tp x d x 4 = 16 x 32 x 4 bytes)
+sed 's/mesh pp=4 tp=2;/mesh pp=4 dp=2 tp=2;/; s/head;/head tied;/' "$dir/gpt.pipe" >"$dir/tiedpp.pipe"
+t "tied head across pipeline ranks tp=2 dp=2 compiles" 0 "$BIN/pipecc" "$dir/tiedpp.pipe" \
+	-o "$dir/tiedpp.plan"
+has "its TIEREDUCE moves the rank's rows" "$dir/tiedpp.plan" "^TIEREDUCE s=0 with=[0-9]* bytes=2048 "
+runs "tied head across pipeline ranks tp=2 dp=2" "$dir/tiedpp.plan"
+
 # the example
 t "gpt-tp compiles" 0 "$BIN/pipecc" examples/gpt-tp.pipe -o "$dir/gpt-tp.plan"
 runs "examples/gpt-tp.pipe" "$dir/gpt-tp.plan"
 
 # measured peak activation bytes == pipesim's, every rank
-for b in 1f1b zbh2 tp4-1f1b skipdp llama tied gpt-tp; do
+for b in 1f1b zbh2 tp4-1f1b skipdp llama tied tiedpp gpt-tp; do
 	"$BIN/piperun" "$dir/$b.plan" --json --steps 1 >"$dir/run.json"
 	"$BIN/pipesim" --json "$dir/$b.plan" >"$dir/sim.json"
 	got=$(grep -o '"peak_act_bytes": [0-9]*' "$dir/run.json" | sed 's/.*: //' | tr '\n' ' ')
