@@ -76,7 +76,7 @@ static void tp_reduce(const LayerShape *sh, int tp, int64_t fwd, int64_t bwd, La
 TkAttn plan_layer_attn(const PlanLayer *l, const LayerShape *sh)
 {
 	return (TkAttn){sh->batch, sh->seq, l->in, l->heads, l->kv_heads ? l->kv_heads : l->heads,
-	                has(l, LAYER_KEY_ROPE), 10000.0};
+	                has(l, LAYER_KEY_ROPE), 10000.0, 1};
 }
 
 /* Vocabulary-parallel: each rank looks up the tokens of its slice, zeros elsewhere; the

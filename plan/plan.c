@@ -68,9 +68,10 @@ int64_t plan_tie_bytes(const Plan *p)
 	if (h < 0)
 		return 0;
 	const PlanStage *st = &p->stages[h];
+	int tp = p->dims[DIM_TP] > 1 ? p->dims[DIM_TP] : 1;
 	for (int l = 0; l < st->nlayers; l++)
 		if (st->layers[l].kind == LAYER_HEAD)
-			return (int64_t)p->vocab * st->layers[l].in * 4;
+			return (int64_t)(p->vocab / tp) * st->layers[l].in * 4;
 	return 0;
 }
 

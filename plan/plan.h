@@ -234,7 +234,8 @@ int plan_tie_across(const Plan *p, int *embed, int *head);
  * the other copy of the table (same dp and tp coordinates, the other stage's pipeline
  * index), and in *stage the rank's own stage holding it; else -1 and *stage -1. */
 int plan_tie_peer(const Plan *p, int rank, int *stage);
-/* Bytes of the tied table's gradient (vocab x width f32), 0 without a tied head. */
+/* Bytes of one rank's tied table gradient (vocab x width f32; at tp > 1 the rank's
+ * vocab / tp rows, what its TIEREDUCE moves), 0 without a tied head. */
 int64_t plan_tie_bytes(const Plan *p);
 /* Ranks of rank r's communicator along dim (r included), in coordinate order. */
 int plan_dim_members(const Plan *p, int rank, int dim, int *out);

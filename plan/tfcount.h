@@ -25,6 +25,10 @@ typedef struct TkAttn {
 	int64_t H, Hkv;    // query heads, key/value heads (Hkv divides H)
 	int rope;          // 1: rotary position embedding on q and k
 	double rope_theta; // rotary base (TK_ROPE_THETA)
+	int64_t tp;        // > 1: the kernels (runtime/tkernels.c) compute one rank's share of
+	                   // a tp group this size: H / tp query and Hkv / tp key/value heads
+	                   // (qkv, p, att and wo by those heads); 0 or 1: the whole layer.  The
+	                   // counts here always describe the whole layer.
 } TkAttn;
 
 /* NULL when the shape is valid, else what is wrong (H divides d, Hkv divides H, even hd

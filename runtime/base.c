@@ -211,19 +211,21 @@ static int check_list(RtRank *r, const RtLayerCall *c, const RtTensor *t, RtTens
 int rt_layer_call_check(RtRank *r, const RtLayerCall *c)
 {
 	const PlanLayer *ly = c->layer;
-	int64_t tcols = plan_layers[ly->kind].tokens ? 1 : ly->in;
+	RtLayerTensors k;
+	rt_layer_tensors(ly, &c->sh, c->tp, &k);
+	int64_t tcols = plan_layers[ly->kind].tokens ? 1 : k.in;
+	/* A loss split over the vocabulary writes its 3 x rows statistics into y. */
+	int stats = c->tp > 1 && plan_layers[ly->kind].loss && c->y;
 	const RtTensor *t[] = {c->x, c->y, c->dy, c->dx, c->target};
-	const int64_t cols[] = {ly->in, ly->out, ly->out, ly->in, tcols};
-	for (int i = 0; i < 5; i++)
-		if (t[i] && (t[i]->rows != c->rows || t[i]->cols != cols[i]))
-			return wrong_shape(r, c, t[i], c->rows, cols[i]);
+	const int64_t cols[] = {k.in, stats ? c->rows : k.out, k.out, k.in, tcols};
+	for (int i = 0; i < 5; i++) {
+		int64_t rows = i == 1 && stats ? 3 : c->rows;
+		if (t[i] && (t[i]->rows != rows || t[i]->cols != cols[i]))
+			return wrong_shape(r, c, t[i], rows, cols[i]);
+	}
 	if (c->rows != c->sh.rows)
 		return rt_error(r, "internal: %s layer called on %lld rows of a %lld-row microbatch",
 		                plan_layers[ly->kind].name, (long long)c->rows, (long long)c->sh.rows);
-	RtLayerTensors k;
-	memset(&k, 0, sizeof k);
-	if (rt_layer_shapes[ly->kind])
-		rt_layer_shapes[ly->kind](ly, &c->sh, &k);
 	if (check_list(r, c, c->param, NULL, c->nparams, k.param, k.nparams) ||
 	    (c->grad && check_list(r, c, c->grad, NULL, c->nparams, k.param, k.nparams)) ||
 	    check_list(r, c, NULL, c->saved, c->nsaved, k.saved, k.nsaved) ||

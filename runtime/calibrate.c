@@ -5,7 +5,9 @@
  * the first (a warm-up, when there are several) are collected; a fused BW splits into
  * its B part (timed inside the op) and the rest.  The mean of each (the mean, not the
  * median: a step's expected time is the sum of its ops' expected times, outliers
- * included) is written in whole nanoseconds: `cost NAME f=..ns b=..ns w=..ns;`.  Which
+ * included) is written in whole nanoseconds: `cost NAME f=..ns b=..ns w=..ns;`.  At
+ * tp > 1 an F, B or BW comes as parts: their durations add up to the microbatch's, so
+ * the mean is the parts' total over the number of first parts.  Which
  * costs an op takes is its op-table row's (plan/op.c); OPTIM takes none (it is not a
  * cost the language knows) and is left out.  A comment line gives the mean step time over the
  * same steps, so a prediction from these costs can be compared with the very run
@@ -15,26 +17,13 @@
 #include <inttypes.h>
 #include <stdlib.h>
 
-static int64_t average(const int64_t *v, int64_t n)
+static int64_t average(double sum, int64_t n)
 {
-	double s = 0;
-	for (int64_t i = 0; i < n; i++)
-		s += (double)v[i];
-	return n ? (int64_t)(s / (double)n + 0.5) : 0;
+	return n ? (int64_t)(sum / (double)n + 0.5) : 0;
 }
 
 int rt_calibrate_write(const Plan *p, const RtResult *res, FILE *f)
 {
-	int64_t total = 0;
-	for (int r = 0; r < res->world; r++)
-		total += res->nev[r];
-	int64_t *v[3];
-	for (int k = 0; k < 3; k++)
-		if (!(v[k] = malloc((size_t)(total + 1) * sizeof(int64_t)))) {
-			for (int j = 0; j < k; j++)
-				free(v[j]);
-			return -1;
-		}
 	int first = res->steps > 1 ? 1 : 0;
 	double mean = 0;
 	for (int s = first; s < res->steps; s++)
@@ -45,6 +34,7 @@ int rt_calibrate_write(const Plan *p, const RtResult *res, FILE *f)
 	fprintf(f, "# mean step time over those steps: %.3f us\n", mean / 1e3);
 	for (int s = 0; s < p->nstages; s++) {
 		int64_t n[3] = {0, 0, 0};
+		double sum[3] = {0, 0, 0};
 		for (int r = 0; r < res->world; r++) {
 			for (int64_t i = 0; i < res->nev[r]; i++) {
 				const RtEvent *e = &res->ev[r][i];
@@ -59,15 +49,14 @@ int rt_calibrate_write(const Plan *p, const RtResult *res, FILE *f)
 				int64_t part = c & (c - 1) ? e->split : d;
 				for (int j = 0; j < 3; j++)
 					if (c & 1 << j) {
-						v[j][n[j]++] = part;
+						sum[j] += (double)part;
+						n[j] += o->part == 0; // a microbatch's first part
 						part = d - part;
 					}
 			}
 		}
 		fprintf(f, "cost %s f=%" PRId64 "ns b=%" PRId64 "ns w=%" PRId64 "ns;\n", p->stages[s].name,
-		        average(v[0], n[0]), average(v[1], n[1]), average(v[2], n[2]));
+		        average(sum[0], n[0]), average(sum[1], n[1]), average(sum[2], n[2]));
 	}
-	for (int k = 0; k < 3; k++)
-		free(v[k]);
 	return ferror(f) ? -1 : 0;
 }

@@ -18,7 +18,9 @@
  * MPI chooses the summation order, so results may differ from the shared-memory
  * communicator in the last bits.  A tied table's sum (TIEREDUCE) is MPI_Iallreduce on
  * the embedding group, Megatron's name: the pair holding the table's two copies, split
- * from the world when the rank opens (the embedding's rank first), without a scale.
+ * from the world when the rank opens (the embedding's rank first), without a scale.  A
+ * TPREDUCE is MPI_Iallreduce on the rank's tp communicator (split with the others), a
+ * sum or, for a vocabulary-split loss's row maxima, MPI_MAX.
  *
  * A group's requests are completed together by polling MPI_Testall, which checks
  * rt_aborted() between polls: the watchdog can end a deadlock (abort has nothing to
@@ -44,7 +46,7 @@ typedef struct {
 	int64_t hdr[HDR_N]; // sent, or received
 	RtMsg want;         // recv: what the op expects
 	int peer;
-	int kind;           // OP_SEND, OP_RECV, OP_ALLREDUCE, OP_TIEREDUCE
+	int kind;           // OP_SEND, OP_RECV, OP_ALLREDUCE, OP_TIEREDUCE, OP_TPREDUCE
 	RtTensor *t;
 } MpOp;
 
@@ -294,6 +296,21 @@ static int mc_allreduce_sum(RtRank *r, RtTensor *t, const int *ranks, int n,
 	return RT_OK;
 }
 
+static int mc_tp_allreduce(RtRank *r, RtTensor *t, int max, const RtMsg *msg)
+{
+	MpRank *mr = mr_of(r);
+	MpOp *o = new_op(r, 1);
+	int count = 0;
+	if (!o || count_of(r, t, &count))
+		return RT_EFAIL;
+	o->kind = OP_TPREDUCE;
+	o->want = *msg;
+	o->t = t;
+	MPICHECK(r, MPI_Iallreduce(MPI_IN_PLACE, t->data, count, MPI_FLOAT, max ? MPI_MAX : MPI_SUM,
+	                           mr->dim[DIM_TP], &mr->reqs[mr->nreq++]));
+	return RT_OK;
+}
+
 /* Polls requests to completion; RT_EABORT when the world is aborted meanwhile. */
 static int wait_all(RtRank *r, int n, MPI_Request *reqs)
 {
@@ -366,6 +383,7 @@ const RtComm rt_comm_mpi = {
 	.recv = mc_recv,
 	.allreduce_avg = mc_allreduce,
 	.allreduce_sum = mc_allreduce_sum,
+	.tp_allreduce = mc_tp_allreduce,
 	.group_end = mc_group_end,
 	.barrier = mc_barrier,
 };

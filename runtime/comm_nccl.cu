@@ -11,7 +11,9 @@
  * the launcher's broadcast (threads or mpi alike).  A tied table's sum (TIEREDUCE) is
  * one ncclAllReduce (ncclSum) on the embedding group, Megatron's name: the pair holding
  * the table's two copies, split from the world when the rank opens (color: the
- * embedding's rank; key: 0 there, 1 at the head; NCCL_SPLIT_NOCOLOR elsewhere).
+ * embedding's rank; key: 0 there, 1 at the head; NCCL_SPLIT_NOCOLOR elsewhere).  A
+ * TPREDUCE is one ncclAllReduce (ncclSum, or ncclMax for a vocabulary-split loss's row
+ * maxima) on the rank's tp communicator, split as the dp one.
  *
  * Communicators are non-blocking (config.blocking = 0): calls return at once, and the
  * communicator polls ncclCommGetAsyncError, the streams and rt_aborted() while it
@@ -42,7 +44,7 @@ typedef struct {
 	int nslot;
 } NcWorld;
 
-enum { POST_SEND, POST_RECV, POST_ALLREDUCE, POST_BARRIER, POST_TIE };
+enum { POST_SEND, POST_RECV, POST_ALLREDUCE, POST_BARRIER, POST_TIE, POST_TP_SUM, POST_TP_MAX };
 
 typedef struct {
 	int kind;
@@ -219,6 +221,11 @@ static int nc_allreduce_sum(RtRank *r, RtTensor *t, const int *ranks, int n, con
 	return add_post(r, POST_TIE, t, -1, m->op);
 }
 
+static int nc_tp_allreduce(RtRank *r, RtTensor *t, int max, const RtMsg *m)
+{
+	return add_post(r, max ? POST_TP_MAX : POST_TP_SUM, t, -1, m->op);
+}
+
 /* Issues the posted ops as one NCCL group on ms, after the compute they depend on. */
 static int flush_group(RtRank *r)
 {
@@ -249,6 +256,8 @@ static int flush_group(RtRank *r)
 			ci = 1 + DIM_DP; // alone in its group (plan invariant)
 		if (p->kind == POST_TIE)
 			ci = CI_TIE; // alone in its group too
+		if (p->kind == POST_TP_SUM || p->kind == POST_TP_MAX)
+			ci = 1 + DIM_TP; // and a TPREDUCE
 	}
 	if (need > c->ms_waits_cs) {
 		if (cu_cs_cover(r, need) || cu_ring_poll(r, &c->csr))
@@ -285,7 +294,11 @@ static int flush_group(RtRank *r)
 			break;
 		case POST_BARRIER:
 		case POST_TIE:
+		case POST_TP_SUM:
 			e = ncclAllReduce(p->t->data, p->t->data, count, ncclFloat32, ncclSum, comm, c->ms);
+			break;
+		case POST_TP_MAX:
+			e = ncclAllReduce(p->t->data, p->t->data, count, ncclFloat32, ncclMax, comm, c->ms);
 			break;
 		}
 	}
@@ -561,6 +574,7 @@ extern "C" const RtComm rt_comm_nccl = {
 	.recv = nc_recv,
 	.allreduce_avg = nc_allreduce,
 	.allreduce_sum = nc_allreduce_sum,
+	.tp_allreduce = nc_tp_allreduce,
 	.group_end = nc_group_end,
 	.barrier = nc_barrier,
 };

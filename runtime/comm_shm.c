@@ -13,7 +13,8 @@
  * completes when every member of the dp group has posted it; the last member to post
  * sums the members' tensors in dp order and scales by 1/dp, so the result is the same
  * whichever thread arrives last (and equals the sequential reference's).  A sum over a
- * list of ranks (a tied table's pair) works alike, in list order, without the scale.
+ * list of ranks (a tied table's pair) works alike, in list order, without the scale, and
+ * so does a TPREDUCE over the tp group, in tp order (a sum, or an elementwise maximum).
  *
  * Waiting spins briefly (when there are cores to spare) and then sleeps on the rank's
  * condition variable; abort() broadcasts them all so the watchdog or a failing rank can
@@ -33,8 +34,10 @@ typedef struct Req {
 	int rank, peer;
 	uint8_t send;
 	uint8_t done;
-	int ckey, cidx, cn;  // a collective (peer -2: dp average, -3: sum over a list): its
-	                     // first member, this rank's index, the member count
+	uint8_t max;         // a tp collective: the elementwise maximum instead of the sum
+	int ckey, cidx, cn;  // a collective (peer -2: dp average, -3: sum over a list, -4:
+	                     // over the tp group): its first member, this rank's index, the
+	                     // member count
 	atomic_int *pending; // owner's count of incomplete ops
 	struct Req *next;
 } Req;
@@ -57,7 +60,7 @@ typedef struct {
 	int world;
 	Chan **chan;         // [src * world + dst], made on first use
 	Coll **coll;         // [kind * world + first member], made on first use (kind 0: dp
-	                     // average, 1: sum over a list)
+	                     // average, 1: sum over a list, 2: tp group)
 	int64_t spin;        // ns to spin before sleeping
 } ThWorld;
 
@@ -68,6 +71,7 @@ typedef struct {
 	int dp_index;
 	int *dp_members;
 	int ndp;
+	int tp_first, tp_index, ntp; // the tp group: its first member, this rank's place, size
 } ThRank;
 
 static inline void cpu_relax(void)
@@ -97,7 +101,7 @@ static int th_open(RtWorld *w)
 	w->state[RT_PART_COMM] = t;
 	t->cv = calloc((size_t)n, sizeof *t->cv);
 	t->chan = calloc((size_t)n * (size_t)n, sizeof *t->chan);
-	t->coll = calloc(2 * (size_t)n, sizeof *t->coll);
+	t->coll = calloc(3 * (size_t)n, sizeof *t->coll);
 	if (!t->cv || !t->chan || !t->coll)
 		return rt_world_error(w, "out of memory for %d ranks", n);
 	pthread_cond_init(&t->bar_cv, NULL);
@@ -119,7 +123,7 @@ static void th_close(RtWorld *w)
 		for (int64_t i = 0; i < (int64_t)t->world * t->world; i++)
 			free(t->chan[i]);
 	if (t->coll)
-		for (int i = 0; i < 2 * t->world; i++) {
+		for (int i = 0; i < 3 * t->world; i++) {
 			if (t->coll[i])
 				free(t->coll[i]->reqs);
 			free(t->coll[i]);
@@ -164,6 +168,13 @@ static int th_rank_open(RtRank *r)
 		return rt_error(r, "out of memory");
 	t->ndp = plan_dim_members(p, r->rank, DIM_DP, t->dp_members);
 	t->dp_index = r->coord[DIM_DP];
+	int *tp = malloc((size_t)p->dims[DIM_TP] * sizeof(int));
+	if (!tp)
+		return rt_error(r, "out of memory");
+	t->ntp = plan_dim_members(p, r->rank, DIM_TP, tp);
+	t->tp_first = tp[0];
+	t->tp_index = r->coord[DIM_TP];
+	free(tp);
 	return RT_OK;
 }
 
@@ -245,9 +256,32 @@ static int th_allreduce_sum(RtRank *r, RtTensor *t, const int *ranks, int n, con
 	return RT_OK;
 }
 
+static int th_tp_allreduce(RtRank *r, RtTensor *t, int max, const RtMsg *m)
+{
+	ThRank *tr = r->state[RT_PART_COMM];
+	Req *q = add_req(r, t, -1, m, 0);
+	if (!q)
+		return RT_EFAIL;
+	q->peer = -4;
+	q->max = (uint8_t)max;
+	q->ckey = tr->tp_first;
+	q->cidx = tr->tp_index;
+	q->cn = tr->ntp;
+	return RT_OK;
+}
+
 static Coll **coll_slot(ThWorld *t, const Req *q)
 {
-	return &t->coll[(q->peer == -3 ? t->world : 0) + q->ckey];
+	return &t->coll[(q->peer == -3 ? t->world : q->peer == -4 ? 2 * t->world : 0) + q->ckey];
+}
+
+/* acc = max(acc, x) elementwise (host memory: the shm communicator runs on the cpu). */
+static void max_into(RtTensor *acc, const RtTensor *x)
+{
+	float *a = acc->data;
+	const float *b = x->data;
+	for (int64_t i = 0; i < acc->rows * acc->cols; i++)
+		a[i] = b[i] > a[i] ? b[i] : a[i];
 }
 
 static void describe(const RtWorld *w, int rank, int op, char *buf, size_t n)
@@ -329,7 +363,10 @@ static int post_locked(RtRank *r, Req *q)
 			return RT_OK;
 		Req *a = c->reqs[0];
 		for (int i = 1; i < c->n; i++)
-			if ((q->peer == -2 && c->reqs[i]->msg.edge != a->msg.edge) || // a sum's stages differ
+			if ((q->peer != -3 && c->reqs[i]->msg.edge != a->msg.edge) || // a sum's stages differ
+			    (q->peer == -4 && (c->reqs[i]->msg.mb != a->msg.mb ||
+			                       c->reqs[i]->msg.dir != a->msg.dir ||
+			                       c->reqs[i]->max != a->max)) ||
 			    c->reqs[i]->msg.bytes != a->msg.bytes) {
 				fail_locked(w, "all-reduce members disagree", a, c->reqs[i]);
 				return RT_EABORT;
@@ -337,7 +374,10 @@ static int post_locked(RtRank *r, Req *q)
 		/* Sum in member order into member 0's tensor, scale (dp), then copy out. */
 		RtTensor *acc = a->t;
 		for (int i = 1; i < c->n; i++)
-			r->dev->add(r, acc, c->reqs[i]->t);
+			if (a->max)
+				max_into(acc, c->reqs[i]->t);
+			else
+				r->dev->add(r, acc, c->reqs[i]->t);
 		if (q->peer == -2)
 			r->dev->scale(r, acc, 1.0f / (float)c->n);
 		for (int i = 1; i < c->n; i++)
@@ -500,6 +540,7 @@ const RtComm rt_comm_shm = {
 	.recv = th_recv,
 	.allreduce_avg = th_allreduce,
 	.allreduce_sum = th_allreduce_sum,
+	.tp_allreduce = th_tp_allreduce,
 	.group_end = th_group_end,
 	.barrier = th_barrier,
 };

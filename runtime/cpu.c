@@ -233,6 +233,19 @@ static int mse_bwd_in(RtRank *r, const RtLayerCall *c)
 #define HELD(c, i) F32((c)->held[i])
 #define HAS(ly, key) (((ly)->flags & LAYER_FLAG(LAYER_KEY_##key)) != 0)
 
+/* The call's tp group size (1: the whole layer) and a split width's share. */
+static int64_t tp_of(const RtLayerCall *c)
+{
+	return c->tp > 1 ? c->tp : 1;
+}
+
+/* A whole tensor added after a row-parallel output (its bias, learned positions) is
+ * added by the group's first rank only, so the all-reduce sums it once. */
+static const float *once(const RtLayerCall *c, const float *p)
+{
+	return c->tp_rank == 0 ? p : NULL;
+}
+
 /* The token ids of t (rows x 1 whole numbers) as a new int32 array; NULL with an error
  * naming the first bad one. */
 static int32_t *token_ids(RtRank *r, const RtTensor *t, int64_t vocab, const char *what)
@@ -256,7 +269,8 @@ static int32_t *token_ids(RtRank *r, const RtTensor *t, int64_t vocab, const cha
 	return ids;
 }
 
-/* embed: y = wte[x] (+ wpe[position]); W scatters dy into the rows of the tokens. */
+/* embed: y = wte[x] (+ wpe[position]); W scatters dy into the rows of the tokens.  At
+ * tp > 1 the rank looks up the tokens of its rows of the table, zeros elsewhere. */
 static int embed_fwd(RtRank *r, const RtLayerCall *c)
 {
 	if (rt_layer_call_check(r, c))
@@ -264,8 +278,9 @@ static int embed_fwd(RtRank *r, const RtLayerCall *c)
 	int32_t *ids = token_ids(r, c->x, c->sh.vocab, "input token");
 	if (!ids)
 		return RT_EFAIL;
-	tk_embed_fwd(ids, PARAM(c, 0), c->nparams > 1 ? PARAM(c, 1) : NULL, F32(c->y),
-	             c->sh.batch, c->sh.seq, c->layer->out, c->sh.vocab);
+	int64_t n = c->sh.vocab / tp_of(c);
+	tk_embed_fwd_tp(ids, PARAM(c, 0), c->nparams > 1 ? once(c, PARAM(c, 1)) : NULL, F32(c->y),
+	                c->sh.batch, c->sh.seq, c->layer->out, c->sh.vocab, c->tp_rank * n, n);
 	free(ids);
 	return RT_OK;
 }
@@ -277,8 +292,9 @@ static int embed_bwd_w(RtRank *r, const RtLayerCall *c)
 	int32_t *ids = token_ids(r, c->x, c->sh.vocab, "input token");
 	if (!ids)
 		return RT_EFAIL;
-	tk_embed_bwd_w(ids, F32(c->dy), GRAD(c, 0), c->nparams > 1 ? GRAD(c, 1) : NULL,
-	               c->sh.batch, c->sh.seq, c->layer->out, c->sh.vocab);
+	int64_t n = c->sh.vocab / tp_of(c);
+	tk_embed_bwd_w_tp(ids, F32(c->dy), GRAD(c, 0), c->nparams > 1 ? GRAD(c, 1) : NULL,
+	                  c->sh.batch, c->sh.seq, c->layer->out, c->sh.vocab, c->tp_rank * n, n);
 	free(ids);
 	return RT_OK;
 }
@@ -354,10 +370,11 @@ static int attn_fwd(RtRank *r, const RtLayerCall *c)
 	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
 	TkAttn a = plan_layer_attn(c->layer, &c->sh);
+	a.tp = tp_of(c);
 	float *w[4];
 	wb_params(c, c->param, w);
-	tk_attn_fwd(&a, F32(c->x), w[0], w[1], w[2], w[3], SAVED(c, 0), SAVED(c, 1), SAVED(c, 2),
-	            F32(c->y));
+	tk_attn_fwd(&a, F32(c->x), w[0], w[1], w[2], once(c, w[3]), SAVED(c, 0), SAVED(c, 1),
+	            SAVED(c, 2), F32(c->y));
 	return RT_OK;
 }
 
@@ -366,6 +383,7 @@ static int attn_bwd_in(RtRank *r, const RtLayerCall *c)
 	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
 	TkAttn a = plan_layer_attn(c->layer, &c->sh);
+	a.tp = tp_of(c);
 	float *w[4];
 	wb_params(c, c->param, w);
 	tk_attn_bwd_in(&a, w[0], w[2], SAVED(c, 0), SAVED(c, 1), F32(c->dy), HELD(c, 0), F32(c->dx),
@@ -378,6 +396,7 @@ static int attn_bwd_w(RtRank *r, const RtLayerCall *c)
 	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
 	TkAttn a = plan_layer_attn(c->layer, &c->sh);
+	a.tp = tp_of(c);
 	float *g[4];
 	wb_params(c, c->grad, g);
 	tk_attn_bwd_w(&a, F32(c->x), SAVED(c, 2), F32(c->dy), HELD(c, 0), g[0], g[1], g[2], g[3]);
@@ -391,8 +410,8 @@ static int mlp_fwd(RtRank *r, const RtLayerCall *c)
 		return RT_EFAIL;
 	float *w[4];
 	wb_params(c, c->param, w);
-	tk_mlp_fwd(F32(c->x), w[0], w[1], w[2], w[3], SAVED(c, 0), SAVED(c, 1), F32(c->y), c->rows,
-	           c->layer->in, c->layer->hidden);
+	tk_mlp_fwd(F32(c->x), w[0], w[1], w[2], once(c, w[3]), SAVED(c, 0), SAVED(c, 1), F32(c->y),
+	           c->rows, c->layer->in, c->layer->hidden / tp_of(c));
 	return RT_OK;
 }
 
@@ -403,7 +422,7 @@ static int mlp_bwd_in(RtRank *r, const RtLayerCall *c)
 	float *w[4];
 	wb_params(c, c->param, w);
 	tk_mlp_bwd_in(w[0], w[2], SAVED(c, 0), F32(c->dy), HELD(c, 0), F32(c->dx), c->rows,
-	              c->layer->in, c->layer->hidden);
+	              c->layer->in, c->layer->hidden / tp_of(c));
 	return RT_OK;
 }
 
@@ -414,7 +433,7 @@ static int mlp_bwd_w(RtRank *r, const RtLayerCall *c)
 	float *g[4];
 	wb_params(c, c->grad, g);
 	tk_mlp_bwd_w(F32(c->x), SAVED(c, 1), F32(c->dy), HELD(c, 0), g[0], g[1], g[2], g[3], c->rows,
-	             c->layer->in, c->layer->hidden);
+	             c->layer->in, c->layer->hidden / tp_of(c));
 	return RT_OK;
 }
 
@@ -424,7 +443,7 @@ static int swiglu_fwd(RtRank *r, const RtLayerCall *c)
 	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
 	tk_swiglu_fwd(F32(c->x), PARAM(c, 0), PARAM(c, 1), PARAM(c, 2), SAVED(c, 0), SAVED(c, 1),
-	              SAVED(c, 2), F32(c->y), c->rows, c->layer->in, c->layer->hidden);
+	              SAVED(c, 2), F32(c->y), c->rows, c->layer->in, c->layer->hidden / tp_of(c));
 	return RT_OK;
 }
 
@@ -434,7 +453,7 @@ static int swiglu_bwd_in(RtRank *r, const RtLayerCall *c)
 		return RT_EFAIL;
 	tk_swiglu_bwd_in(PARAM(c, 0), PARAM(c, 1), PARAM(c, 2), SAVED(c, 0), SAVED(c, 1),
 	                 F32(c->dy), HELD(c, 0), HELD(c, 1), F32(c->dx), c->rows, c->layer->in,
-	                 c->layer->hidden);
+	                 c->layer->hidden / tp_of(c));
 	return RT_OK;
 }
 
@@ -443,7 +462,7 @@ static int swiglu_bwd_w(RtRank *r, const RtLayerCall *c)
 	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
 	tk_swiglu_bwd_w(F32(c->x), SAVED(c, 2), F32(c->dy), HELD(c, 0), HELD(c, 1), GRAD(c, 0),
-	                GRAD(c, 1), GRAD(c, 2), c->rows, c->layer->in, c->layer->hidden);
+	                GRAD(c, 1), GRAD(c, 2), c->rows, c->layer->in, c->layer->hidden / tp_of(c));
 	return RT_OK;
 }
 
@@ -452,7 +471,8 @@ static int head_fwd(RtRank *r, const RtLayerCall *c)
 {
 	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
-	tk_head_fwd(F32(c->x), PARAM(c, 0), F32(c->y), c->rows, c->layer->in, c->layer->out);
+	tk_head_fwd(F32(c->x), PARAM(c, 0), F32(c->y), c->rows, c->layer->in,
+	            c->layer->out / tp_of(c));
 	return RT_OK;
 }
 
@@ -460,7 +480,8 @@ static int head_bwd_in(RtRank *r, const RtLayerCall *c)
 {
 	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
-	tk_head_bwd_in(PARAM(c, 0), F32(c->dy), F32(c->dx), c->rows, c->layer->in, c->layer->out);
+	tk_head_bwd_in(PARAM(c, 0), F32(c->dy), F32(c->dx), c->rows, c->layer->in,
+	               c->layer->out / tp_of(c));
 	return RT_OK;
 }
 
@@ -468,11 +489,14 @@ static int head_bwd_w(RtRank *r, const RtLayerCall *c)
 {
 	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
-	tk_head_bwd_w(F32(c->x), F32(c->dy), GRAD(c, 0), c->rows, c->layer->in, c->layer->out);
+	tk_head_bwd_w(F32(c->x), F32(c->dy), GRAD(c, 0), c->rows, c->layer->in,
+	              c->layer->out / tp_of(c));
 	return RT_OK;
 }
 
-/* xent: mean cross-entropy of the rows against their next tokens, into loss[slot]. */
+/* xent: mean cross-entropy of the rows against their next tokens, into loss[slot].  At
+ * tp > 1 (vocabulary-parallel) F writes the local row maxima into y's row 0 and keeps
+ * the targets; tp_fwd finishes after the model's all-reduces (rt_backend.h). */
 static int xent_fwd(RtRank *r, const RtLayerCall *c)
 {
 	if (rt_layer_call_check(r, c))
@@ -482,11 +506,34 @@ static int xent_fwd(RtRank *r, const RtLayerCall *c)
 	int32_t *ids = token_ids(r, c->target, c->layer->in, "target token");
 	if (!ids)
 		return RT_EFAIL;
+	memcpy(SAVED(c, 1), F32(c->target), (size_t)c->target->bytes);
+	if (tp_of(c) > 1) {
+		tk_xent_tp_max(F32(c->x), F32(c->y), c->rows, c->layer->in / tp_of(c));
+		free(ids);
+		return RT_OK;
+	}
 	double loss = 0;
 	tk_xent_fwd(F32(c->x), ids, SAVED(c, 0), &loss, c->rows, c->layer->in);
 	free(ids);
-	memcpy(SAVED(c, 1), F32(c->target), (size_t)c->target->bytes);
 	F32(c->loss)[c->slot] = (float)loss;
+	return RT_OK;
+}
+
+static int xent_tp_fwd(RtRank *r, const RtLayerCall *c)
+{
+	int64_t N = c->rows, n = c->layer->in / tp_of(c);
+	float *y = F32(c->y);
+	if (c->phase == 2) {
+		double loss = 0;
+		tk_xent_tp_end(y, y + N, y + 2 * N, SAVED(c, 0), &loss, N);
+		F32(c->loss)[c->slot] = (float)loss;
+		return RT_OK;
+	}
+	int32_t *ids = token_ids(r, c->saved[1], c->layer->in, "target token");
+	if (!ids)
+		return RT_EFAIL;
+	tk_xent_tp_sums(F32(c->x), ids, y, y + N, y + 2 * N, N, c->layer->in, c->tp_rank * n, n);
+	free(ids);
 	return RT_OK;
 }
 
@@ -497,7 +544,9 @@ static int xent_bwd_in(RtRank *r, const RtLayerCall *c)
 	int32_t *ids = token_ids(r, c->saved[1], c->layer->in, "target token");
 	if (!ids)
 		return RT_EFAIL;
-	tk_xent_bwd(F32(c->x), ids, SAVED(c, 0), c->scale, F32(c->dx), c->rows, c->layer->in);
+	int64_t n = c->layer->in / tp_of(c);
+	tk_xent_tp_bwd(F32(c->x), ids, SAVED(c, 0), c->scale, F32(c->dx), c->rows, c->layer->in,
+	               c->tp_rank * n, n);
 	free(ids);
 	return RT_OK;
 }
@@ -514,7 +563,7 @@ static const RtLayerKernels cpu_layers[LAYER_COUNT] = {
 	[LAYER_MLP] = {mlp_fwd, mlp_bwd_in, mlp_bwd_w},
 	[LAYER_SWIGLU] = {swiglu_fwd, swiglu_bwd_in, swiglu_bwd_w},
 	[LAYER_HEAD] = {head_fwd, head_bwd_in, head_bwd_w},
-	[LAYER_XENT] = {xent_fwd, xent_bwd_in, NULL},
+	[LAYER_XENT] = {xent_fwd, xent_bwd_in, NULL, xent_tp_fwd},
 };
 
 /* ---- the optimizer: one entry per OptimKind (rt_backend.h, "The optimizer") ---- */
@@ -587,4 +636,5 @@ const RtDevice rt_device_cpu = {
 	.layers = cpu_layers,
 	.optim = cpu_optim,
 	.sync = cpu_sync,
+	.tp_split = 1,
 };

@@ -13,6 +13,12 @@
  * strided-batched GEMMs, a call per query head batched over the sequences; grouped-query
  * attention is the head-to-kv-head mapping in that loop.
  *
+ * At tp > 1 the rows compute one rank's shard (RtLayerCall.tp, tp_rank; docs/runtime.md
+ * "Tensor parallelism"): attention over its heads, the MLPs over their hidden slice
+ * (both from the shapes of shapes.c's tensors), the embedding and head over their rows
+ * of the vocabulary, the cross-entropy split as the cpu's (tp_fwd between the model's
+ * all-reduces); a whole bias after a row-parallel output is added by tp rank 0 only.
+ *
  * Token ids are checked on the device: a bad one is noted in the rank's mapped host
  * flag (CuTokBad, the first one wins) and reported at the rank's next download or
  * sync, with the cpu device's message; until then the kernels read row 0 for it, so
@@ -24,6 +30,18 @@ extern "C" {
 }
 
 #define HAS(ly, key) (((ly)->flags & LAYER_FLAG(LAYER_KEY_##key)) != 0)
+
+/* The call's tp group size (1: the whole layer). */
+static int64_t tp_of(const RtLayerCall *c)
+{
+	return c->tp > 1 ? c->tp : 1;
+}
+
+/* A whole tensor added after a row-parallel output: by tp rank 0 only. */
+static const RtTensor *once(const RtLayerCall *c, const RtTensor *t)
+{
+	return c->tp_rank == 0 ? t : NULL;
+}
 
 /* f32 and f64 arithmetic without fused multiply-adds, as the CPU computes. */
 static __device__ float fadd_rn(float a, float b)
@@ -108,14 +126,18 @@ static int check_tokens(RtRank *r, const RtTensor *t, int64_t V, int what)
 /* ---- kernels ---- */
 
 /* y[t] = wte[tok[t]] (+ wpe[t mod S]), an element a thread. */
+/* The table's rows [lo, lo + n) on this rank (all of them at tp = 1): a token outside
+ * them gives 0 (plus its position). */
 static __global__ void k_embed_fwd(const float *tok, const float *wte, const float *wpe,
-                                   float *y, int64_t N, int64_t S, int64_t d, int64_t V)
+                                   float *y, int64_t N, int64_t S, int64_t d, int64_t V,
+                                   int64_t lo, int64_t n)
 {
 	FOR_EACH(e, N * d)
 	{
-		int64_t t = e / d, j = e % d;
-		float v = wte[tok_id(tok[t], V) * d + j];
-		y[e] = wpe ? fadd_rn(v, wpe[(t % S) * d + j]) : v;
+		int64_t t = e / d, j = e % d, id = tok_id(tok[t], V);
+		int in = id >= lo && id < lo + n;
+		float v = in ? wte[(id - lo) * d + j] : 0.0f;
+		y[e] = wpe ? (in ? fadd_rn(v, wpe[(t % S) * d + j]) : wpe[(t % S) * d + j]) : v;
 	}
 }
 
@@ -123,14 +145,18 @@ static __global__ void k_embed_fwd(const float *tok, const float *wte, const flo
  * order, so every element sums in the CPU's order with no atomics (bit for bit the
  * CPU's, run after run). */
 static __global__ void k_embed_bwd_w(const float *tok, const float *dy, float *dwte,
-                                     float *dwpe, int64_t N, int64_t S, int64_t d, int64_t V)
+                                     float *dwpe, int64_t N, int64_t S, int64_t d, int64_t V,
+                                     int64_t lo, int64_t n)
 {
 	FOR_EACH(j, d)
 	{
 		for (int64_t t = 0; t < N; t++) {
 			float g = dy[t * d + j];
-			float *e = dwte + tok_id(tok[t], V) * d + j;
-			*e = fadd_rn(*e, g);
+			int64_t id = tok_id(tok[t], V);
+			if (id >= lo && id < lo + n) {
+				float *e = dwte + (id - lo) * d + j;
+				*e = fadd_rn(*e, g);
+			}
 			if (dwpe) {
 				float *p = dwpe + (t % S) * d + j;
 				*p = fadd_rn(*p, g);
@@ -388,17 +414,60 @@ static __global__ void k_xent_sum(const double *rl, int64_t N, float *loss)
 	*loss = (float)(t / (double)N);
 }
 
-/* dx = k (softmax(x) - onehot(tgt)); may run in place (an element reads only itself). */
+/* dx = k (softmax(x) - onehot(tgt)) over the rank's columns [lo, lo + n) of V (all of
+ * them at tp = 1); may run in place (an element reads only itself). */
 static __global__ void k_xent_bwd(const float *x, const float *tgt, const float *lse, float k,
-                                  float *dx, int64_t N, int64_t V)
+                                  float *dx, int64_t N, int64_t V, int64_t lo, int64_t n)
 {
-	FOR_EACH(e, N * V)
+	FOR_EACH(e, N * n)
 	{
-		int64_t i = e / V, j = e % V;
+		int64_t i = e / n, j = e % n;
 		float o = fmul_rn(k, expf(fsub_rn(x[e], lse[i])));
-		if (j == tok_id(tgt[i], V))
+		if (lo + j == tok_id(tgt[i], V))
 			o = fsub_rn(o, k);
 		dx[e] = o;
+	}
+}
+
+/* The vocabulary-parallel loss (tkernels.h tk_xent_tp_*): each row's local maximum;
+ * after its max all-reduce, the sum of exp(x - max) and the target's logit (0 outside
+ * the rank's columns); after their sum all-reduce, lse and the row's loss term. */
+static __global__ void k_xent_tp_max(const float *x, float *mx, int64_t N, int64_t n)
+{
+	FOR_EACH(i, N)
+	{
+		const float *r = x + i * n;
+		float m = r[0];
+		for (int64_t j = 1; j < n; j++)
+			m = r[j] > m ? r[j] : m;
+		mx[i] = m;
+	}
+}
+
+static __global__ void k_xent_tp_sums(const float *x, const float *tgt, const float *mx,
+                                      float *sum, float *zt, int64_t N, int64_t V, int64_t lo,
+                                      int64_t n)
+{
+	FOR_EACH(i, N)
+	{
+		const float *r = x + i * n;
+		double s = 0;
+		for (int64_t j = 0; j < n; j++)
+			s = dadd_rn(s, exp(dsub_rn((double)r[j], (double)mx[i])));
+		sum[i] = (float)s;
+		int64_t id = tok_id(tgt[i], V);
+		zt[i] = id >= lo && id < lo + n ? r[id - lo] : 0.0f;
+	}
+}
+
+static __global__ void k_xent_tp_end(const float *mx, const float *sum, const float *zt,
+                                     float *lse, double *rl, int64_t N)
+{
+	FOR_EACH(i, N)
+	{
+		double l = dadd_rn((double)mx[i], log((double)sum[i]));
+		lse[i] = (float)l;
+		rl[i] = dsub_rn(l, (double)zt[i]);
 	}
 }
 
@@ -408,22 +477,24 @@ static __global__ void k_xent_bwd(const float *x, const float *tgt, const float 
 static int embed_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 {
 	(void)s;
-	int64_t N = c->rows, d = c->layer->out, V = c->sh.vocab;
+	int64_t N = c->rows, d = c->layer->out, V = c->sh.vocab, n = V / tp_of(c);
 	if (check_tokens(r, c->x, V, 0))
 		return RT_EFAIL;
-	LAUNCH(r, k_embed_fwd, N * d, F32(c->x), F32(&c->param[0]),
-	       c->nparams > 1 ? F32(&c->param[1]) : (float *)NULL, F32(c->y), N, c->sh.seq, d, V);
+	const RtTensor *wpe = c->nparams > 1 ? once(c, &c->param[1]) : NULL;
+	LAUNCH(r, k_embed_fwd, N * d, F32(c->x), F32(&c->param[0]), wpe ? F32(wpe) : (float *)NULL,
+	       F32(c->y), N, c->sh.seq, d, V, c->tp_rank * n, n);
 	return RT_OK;
 }
 
 static int embed_bwd_w_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 {
 	(void)s;
-	int64_t N = c->rows, d = c->layer->out, V = c->sh.vocab;
+	int64_t N = c->rows, d = c->layer->out, V = c->sh.vocab, n = V / tp_of(c);
 	if (check_tokens(r, c->x, V, 0))
 		return RT_EFAIL;
 	LAUNCH(r, k_embed_bwd_w, d, F32(c->x), F32(c->dy), F32(&c->grad[0]),
-	       c->nparams > 1 ? F32(&c->grad[1]) : (float *)NULL, N, c->sh.seq, d, V);
+	       c->nparams > 1 ? F32(&c->grad[1]) : (float *)NULL, N, c->sh.seq, d, V,
+	       c->tp_rank * n, n);
 	return RT_OK;
 }
 
@@ -495,14 +566,18 @@ static void wb_params(const RtLayerCall *c, const RtTensor *pt, const RtTensor *
  * does.  P's softmax and its gradient are plain kernels. */
 typedef struct {
 	int64_t B, S, d, H, Hkv, hd, nqkv, N, grp;
+	int64_t di; // the rank's heads side by side: att's width, wo's rows (d at tp = 1)
 	float scale;
 } AttnDims;
 
+/* The rank's heads at tp > 1 (TkAttn.tp): H / tp and Hkv / tp of width d / H. */
 static AttnDims attn_dims(const TkAttn *a)
 {
 	AttnDims m;
-	m.B = a->B, m.S = a->S, m.d = a->d, m.H = a->H, m.Hkv = a->Hkv, m.hd = a->d / a->H;
-	m.nqkv = tk_attn_nqkv(a), m.N = a->B * a->S, m.grp = a->H / a->Hkv;
+	int64_t tp = a->tp > 1 ? a->tp : 1;
+	m.B = a->B, m.S = a->S, m.d = a->d, m.H = a->H / tp, m.Hkv = a->Hkv / tp, m.hd = a->d / a->H;
+	m.nqkv = (m.H + 2 * m.Hkv) * m.hd, m.N = a->B * a->S, m.grp = m.H / m.Hkv;
+	m.di = m.H * m.hd;
 	m.scale = (float)(1.0 / sqrt((double)m.hd));
 	return m;
 }
@@ -517,6 +592,7 @@ static int attn_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 {
 	(void)s;
 	TkAttn a = plan_layer_attn(c->layer, &c->sh);
+	a.tp = tp_of(c);
 	AttnDims m = attn_dims(&a);
 	const RtTensor *w[4];
 	wb_params(c, c->param, w);
@@ -534,10 +610,10 @@ static int attn_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 	LAUNCH(r, k_softmax_causal, m.B * H * S, p, m.B * H * S, S);
 	for (int64_t h = 0; h < H; h++) // att = P v
 		if (cu_gemm(r, 0, 0, S, m.hd, S, 1.0f, Opd{p, np, h * S * S, S, H * S * S},
-		            qkv_head(qkv, &m, H + m.Hkv + h / m.grp), 0.0f, att + h * m.hd, m.d, S * m.d,
-		            m.B))
+		            qkv_head(qkv, &m, H + m.Hkv + h / m.grp), 0.0f, att + h * m.hd, m.di,
+		            S * m.di, m.B))
 			return RT_EFAIL;
-	return cu_proj_fwd(r, c->saved[2], w[2], w[3], c->y);
+	return cu_proj_fwd(r, c->saved[2], w[2], w[3] ? once(c, w[3]) : NULL, c->y);
 }
 
 /* B: datt (the workspace's first N*d floats) = dy wo^T, then per head dP, dV, dS, dQ,
@@ -546,6 +622,7 @@ static int attn_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 static int attn_bwd_in_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 {
 	TkAttn a = plan_layer_attn(c->layer, &c->sh);
+	a.tp = tp_of(c);
 	AttnDims m = attn_dims(&a);
 	const RtTensor *w[4];
 	wb_params(c, c->param, w);
@@ -556,7 +633,7 @@ static int attn_bwd_in_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 	if (!ds || cu_proj_bwd_in(r, F32(c->dy), w[2], datt, m.N, 0.0f))
 		return RT_EFAIL;
 	CUDACHECK(r, cudaMemsetAsync(dqkv, 0, (size_t)(m.N * m.nqkv) * sizeof(float), cur(r)->cs));
-	Opd dO0 = {datt, m.N * m.d, 0, m.d, S * m.d}, dS = {ds, nds, 0, S, S * S};
+	Opd dO0 = {datt, m.N * m.di, 0, m.di, S * m.di}, dS = {ds, nds, 0, S, S * S};
 	for (int64_t h = 0; h < H; h++) {
 		int64_t g = h / m.grp, jk = H + g, jv = H + m.Hkv + g;
 		Opd dO = dO0, P = {p, np, h * S * S, S, H * S * S};
@@ -600,7 +677,7 @@ static int mlp_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 		return RT_EFAIL;
 	LAUNCH(r, k_mlp_act, numel(c->saved[0]), F32(c->saved[0]), F32(c->saved[1]),
 	       numel(c->saved[0]));
-	return cu_proj_fwd(r, c->saved[1], w[2], w[3], c->y);
+	return cu_proj_fwd(r, c->saved[1], w[2], w[3] ? once(c, w[3]) : NULL, c->y);
 }
 
 static int mlp_bwd_in_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
@@ -666,7 +743,7 @@ static int swiglu_bwd_w_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 static int head_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 {
 	(void)s;
-	int64_t N = c->rows, d = c->layer->in, V = c->layer->out;
+	int64_t N = c->rows, d = c->layer->in, V = c->layer->out / tp_of(c);
 	return cu_gemm(r, 0, 1, N, V, d, 1.0f, cu_mat(c->x), cu_mat(&c->param[0]), 0.0f, F32(c->y), V,
 	               0, 1);
 }
@@ -674,7 +751,7 @@ static int head_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 static int head_bwd_in_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 {
 	(void)s;
-	int64_t N = c->rows, d = c->layer->in, V = c->layer->out;
+	int64_t N = c->rows, d = c->layer->in, V = c->layer->out / tp_of(c);
 	return cu_gemm(r, 0, 0, N, d, V, 1.0f, cu_mat(c->dy), cu_mat(&c->param[0]), 0.0f, F32(c->dx), d, 0,
 	               1);
 }
@@ -682,7 +759,7 @@ static int head_bwd_in_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 static int head_bwd_w_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 {
 	(void)s;
-	int64_t N = c->rows, d = c->layer->in, V = c->layer->out;
+	int64_t N = c->rows, d = c->layer->in, V = c->layer->out / tp_of(c);
 	return cu_gemm(r, 1, 0, V, d, N, 1.0f, cu_mat(c->dy), cu_mat(c->x), 1.0f, F32(&c->grad[0]), d,
 	               0, 1);
 }
@@ -694,26 +771,54 @@ static int xent_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 	int64_t N = c->rows, V = c->layer->in;
 	if (c->slot < 0 || c->slot >= c->loss->cols)
 		return rt_error(r, "internal: loss slot %d of %lld", c->slot, (long long)c->loss->cols);
+	if (check_tokens(r, c->target, V, 1))
+		return RT_EFAIL;
+	CUDACHECK(r, cudaMemcpyAsync(c->saved[1]->data, c->target->data, (size_t)c->target->bytes,
+	                             cudaMemcpyDeviceToDevice, cur(r)->cs));
+	if (tp_of(c) > 1) { // the local maxima into y's row 0; tp_fwd does the rest
+		LAUNCH(r, k_xent_tp_max, N, F32(c->x), F32(c->y), N, V / tp_of(c));
+		return RT_OK;
+	}
 	double *rl = (double *)cu_scratch(r, s, N * (int64_t)sizeof(double));
-	if (!rl || check_tokens(r, c->target, V, 1))
+	if (!rl)
 		return RT_EFAIL;
 	LAUNCH(r, k_xent_rows, N, F32(c->x), F32(c->target), F32(c->saved[0]), rl, N, V);
 	k_xent_sum<<<1, 1, 0, cur(r)->cs>>>(rl, N, F32(c->loss) + c->slot);
 	CUDACHECK(r, cudaGetLastError());
-	CUDACHECK(r, cudaMemcpyAsync(c->saved[1]->data, c->target->data, (size_t)c->target->bytes,
-	                             cudaMemcpyDeviceToDevice, cur(r)->cs));
+	return RT_OK;
+}
+
+/* Between the model's all-reduces (rt_backend.h, tp_fwd): phase 1 the sums against the
+ * group's maxima, phase 2 lse and the loss. */
+static int xent_tp_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
+{
+	int64_t N = c->rows, V = c->layer->in, n = V / tp_of(c);
+	float *y = F32(c->y);
+	if (c->phase == 1) {
+		if (check_tokens(r, c->saved[1], V, 1))
+			return RT_EFAIL;
+		LAUNCH(r, k_xent_tp_sums, N, F32(c->x), F32(c->saved[1]), y, y + N, y + 2 * N, N, V,
+		       c->tp_rank * n, n);
+		return RT_OK;
+	}
+	double *rl = (double *)cu_scratch(r, s, N * (int64_t)sizeof(double));
+	if (!rl)
+		return RT_EFAIL;
+	LAUNCH(r, k_xent_tp_end, N, y, y + N, y + 2 * N, F32(c->saved[0]), rl, N);
+	k_xent_sum<<<1, 1, 0, cur(r)->cs>>>(rl, N, F32(c->loss) + c->slot);
+	CUDACHECK(r, cudaGetLastError());
 	return RT_OK;
 }
 
 static int xent_bwd_in_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 {
 	(void)s;
-	int64_t N = c->rows, V = c->layer->in;
+	int64_t N = c->rows, V = c->layer->in, n = V / tp_of(c);
 	if (check_tokens(r, c->saved[1], V, 1))
 		return RT_EFAIL;
 	float k = (float)((double)c->scale / (double)N); // as tk_xent_bwd
-	LAUNCH(r, k_xent_bwd, N * V, F32(c->x), F32(c->saved[1]), F32(c->saved[0]), k, F32(c->dx),
-	       N, V);
+	LAUNCH(r, k_xent_bwd, N * n, F32(c->x), F32(c->saved[1]), F32(c->saved[0]), k, F32(c->dx),
+	       N, V, c->tp_rank * n, n);
 	return RT_OK;
 }
 
@@ -740,6 +845,7 @@ CU_ROW_FN(head_bwd_in, CU_B)
 CU_ROW_FN(head_bwd_w, CU_W)
 CU_ROW_FN(xent_fwd, CU_F)
 CU_ROW_FN(xent_bwd_in, CU_B)
+CU_ROW_FN(xent_tp_fwd, CU_F)
 
 extern const CuLayerRow cu_tf_rows[] = {
 	{LAYER_EMBED, {embed_fwd, nullptr, embed_bwd_w}},
@@ -749,6 +855,6 @@ extern const CuLayerRow cu_tf_rows[] = {
 	{LAYER_MLP, {mlp_fwd, mlp_bwd_in, mlp_bwd_w}},
 	{LAYER_SWIGLU, {swiglu_fwd, swiglu_bwd_in, swiglu_bwd_w}},
 	{LAYER_HEAD, {head_fwd, head_bwd_in, head_bwd_w}},
-	{LAYER_XENT, {xent_fwd, xent_bwd_in, nullptr}},
+	{LAYER_XENT, {xent_fwd, xent_bwd_in, nullptr, xent_tp_fwd}},
 };
 extern const int cu_tf_nrows = sizeof cu_tf_rows / sizeof *cu_tf_rows;

@@ -240,4 +240,5 @@ extern "C" const RtDevice rt_device_cuda = {
 	.layers = cu_layers.k,
 	.optim = cu_optim.f,
 	.sync = cu_sync,
+	.tp_split = 1, // cuda_tf.cu's rows compute tp shards
 };

@@ -1,7 +1,7 @@
 /* The op interpreter: one per rank, the same for every backend.
  *
  * It walks the rank's op list in order (docs/semantics.md), once per step.  Compute
- * ops run the stage code of model.c; a maximal run of comm ops with one group number
+ * ops run the stage code of stage.c; a maximal run of comm ops with one group number
  * is posted between group_start() and group_end().  Tensors between stages live in
  * slots keyed (edge, microbatch, direction): F and B fill them with their outputs
  * (one reference per out- or in-edge), and they are emptied by the consumer: the local
@@ -11,7 +11,13 @@
  * an error naming the op, never a silent fallback.
  *
  * After every op the saved-activation bytes the backend holds are sampled into the
- * rank's peak, as the simulator does, so the two figures agree exactly. */
+ * rank's peak, as the simulator does, so the two figures agree exactly.
+ *
+ * At tp > 1 a stage's F, B and BW come as parts (plan_stage_parts), each resuming the
+ * (stage, microbatch, direction)'s walk (RtWalk, stage.c) where the previous part
+ * stopped, and a TPREDUCE runs the all-reduce the walk stopped for; the part rule
+ * (plan_part_apply) orders them as the verifier does, and the dependency rules see a
+ * whole F or B when its last part or TPREDUCE completes. */
 #include "rt_private.h"
 
 #include <stdlib.h>
@@ -27,6 +33,9 @@ typedef struct {
 	PlanStageDeps deps; // this step's W count, ALLREDUCE and OPTIM (plan_dep_apply)
 	RtTensor tie;       // a table tied across ranks: the gradient of this stage's copy
 	int tie_ranks[2];   // ... and the pair that sums it, the embedding's rank first
+	PlanParts parts;    // tp > 1: the stage's parts
+	PlanPartState *ps;  // [microbatches]: how far its parts ran
+	RtWalk *walk;       // [microbatches][DIR_COUNT]: the walks between parts
 } LStage;
 
 struct RtInterp {
@@ -95,7 +104,7 @@ static int find_peer(const PlanRank *pr, int stage, int edge, int in)
 static int setup(RtRank *r)
 {
 	const Plan *p = r->w->plan;
-	const RtModel *m = r->w->model;
+	const RtModel *m = r->model;
 	RtInterp *in = calloc(1, sizeof *in);
 	if (!in)
 		return rt_error(r, "out of memory");
@@ -133,6 +142,11 @@ static int setup(RtRank *r)
 			ls->peer_out[k] = find_peer(r->pr, s, sm->out_edges[k], 0);
 		if (rt_stage_bufs_open(r, s, &ls->b))
 			return RT_EFAIL;
+		if (p->dims[DIM_TP] > 1 &&
+		    (plan_stage_parts(p, s, &ls->parts) ||
+		     !(ls->ps = calloc((size_t)p->microbatches, sizeof *ls->ps)) ||
+		     !(ls->walk = calloc((size_t)p->microbatches * DIR_COUNT, sizeof *ls->walk))))
+			return rt_error(r, "out of memory");
 	}
 	/* A tied head borrows the embedding's table: the compiler puts both on one rank. */
 	int e = m->embed_stage;
@@ -145,9 +159,9 @@ static int setup(RtRank *r)
 	if (q >= 0 && in->local_of[ts] >= 0 && e >= 0 && m->copy_head >= 0) {
 		LStage *ls = &in->ls[in->local_of[ts]];
 		int head = ts == m->copy_head;
-		int64_t d = plan_tie_bytes(p) / 4 / p->vocab;
+		int64_t rows = p->vocab / m->tp, d = plan_tie_bytes(p) / 4 / rows; // the rank's rows
 		ls->deps.tie = 1;
-		ls->tie = rt_tensor_view(ls->b.grads, head ? m->copy_off : m->embed_off, p->vocab, d);
+		ls->tie = rt_tensor_view(ls->b.grads, head ? m->copy_off : m->embed_off, rows, d);
 		ls->tie_ranks[0] = head ? q : r->rank;
 		ls->tie_ranks[1] = head ? r->rank : q;
 	}
@@ -162,11 +176,16 @@ void rt_rank_free(RtRank *r)
 	const Plan *p = r->w->plan;
 	for (int i = 0; i < in->nls; i++) {
 		LStage *ls = &in->ls[i];
-		int64_t nslots = r->w->model->st[ls->stage].nslots;
+		int64_t nslots = r->model->st[ls->stage].nslots;
 		if (ls->saved)
 			for (int64_t k = 0; k < (int64_t)p->microbatches * nslots; k++)
 				rt_tensor_free(r, ls->saved[k]);
+		for (int k = 0; ls->walk && k < p->microbatches * DIR_COUNT; k++)
+			rt_walk_free(r, &ls->walk[k]);
 		rt_stage_bufs_close(r, &ls->b);
+		plan_parts_free(&ls->parts);
+		free(ls->ps);
+		free(ls->walk);
 		free(ls->saved);
 		free(ls->state);
 		free(ls->peer_in);
@@ -245,7 +264,7 @@ static int check_peer(RtRank *r, int s, int e, int in, int want, int want_rank)
 static RtTensor *gather_edges(RtRank *r, LStage *ls, int mb, int dir)
 {
 	const Plan *p = r->w->plan;
-	const RtStageModel *sm = &r->w->model->st[ls->stage];
+	const RtStageModel *sm = &r->model->st[ls->stage];
 	int n = dir == DIR_ACT ? sm->nin : sm->nout;
 	const int *edges = dir == DIR_ACT ? sm->in_edges : sm->out_edges;
 	const int *peers = dir == DIR_ACT ? ls->peer_in : ls->peer_out;
@@ -293,7 +312,7 @@ out:
 /* Puts t (owned) into the slots of the stage's edges (ACT: out-edges, GRAD: in-edges). */
 static int scatter_edges(RtRank *r, LStage *ls, int mb, int dir, RtTensor *t)
 {
-	const RtStageModel *sm = &r->w->model->st[ls->stage];
+	const RtStageModel *sm = &r->model->st[ls->stage];
 	int n = dir == DIR_ACT ? sm->nout : sm->nin;
 	const int *edges = dir == DIR_ACT ? sm->out_edges : sm->in_edges;
 	const int *peers = dir == DIR_ACT ? ls->peer_out : ls->peer_in;
@@ -324,16 +343,37 @@ static int scatter_edges(RtRank *r, LStage *ls, int mb, int dir, RtTensor *t)
 
 /* ---- compute ops ---- */
 
-/* The dependency rules (plan_dep_apply) for op o on local stage ls. */
-static int dep_rule(RtRank *r, LStage *ls, const PlanOp *o)
+/* The dependency rules (plan_dep_apply) for op o on local stage ls, as an op of kind k
+ * (o's, or the whole F or B that o's part completes). */
+static const char *dep_why(RtRank *r, LStage *ls, const PlanOp *o, OpKind k)
 {
 	const Plan *p = r->w->plan;
-	const RtModel *m = r->w->model;
-	int per_mb = o->mb >= 0 && o->mb < p->microbatches && plan_op_is_compute(plan_op_kind(o));
+	const RtModel *m = r->model;
+	int per_mb = o->mb >= 0 && o->mb < p->microbatches &&
+	             (plan_op_is_compute(plan_op_kind(o)) || o->kind == OP_TPREDUCE);
 	int e = ls->stage == m->tied_head ? r->in->local_of[m->embed_stage] : -1;
-	const char *why = plan_dep_apply(plan_op_kind(o), per_mb ? &ls->state[o->mb] : NULL,
-	                                 &ls->deps, e >= 0 && per_mb ? &r->in->ls[e].deps : NULL,
-	                                 p->microbatches, p->dims[DIM_DP]);
+	return plan_dep_apply(k, per_mb ? &ls->state[o->mb] : NULL, &ls->deps,
+	                      e >= 0 && per_mb ? &r->in->ls[e].deps : NULL, p->microbatches,
+	                      p->dims[DIM_DP]);
+}
+
+/* The part rule (plan_part_apply) for op o at tp > 1, then the dependency rules when o
+ * completes a whole F, B or BW (*done, else OP_COUNT). */
+static const char *part_why(RtRank *r, LStage *ls, const PlanOp *o, OpKind *done)
+{
+	*done = OP_COUNT;
+	if (o->mb < 0 || o->mb >= r->w->plan->microbatches)
+		return "no such microbatch";
+	const char *why = plan_part_apply(&ls->parts, o, ls->state[o->mb], &ls->ps[o->mb], done);
+	return why || *done == OP_COUNT ? why : dep_why(r, ls, o, *done);
+}
+
+static int dep_rule_as(RtRank *r, LStage *ls, const PlanOp *o, OpKind *done)
+{
+	const Plan *p = r->w->plan;
+	int parts = p->dims[DIM_TP] > 1 && o->kind != OP_W &&
+	            (plan_op_is_compute(plan_op_kind(o)) || o->kind == OP_TPREDUCE);
+	const char *why = parts ? part_why(r, ls, o, done) : dep_why(r, ls, o, plan_op_kind(o));
 	if (!why)
 		return RT_OK;
 	char text[200];
@@ -341,14 +381,20 @@ static int dep_rule(RtRank *r, LStage *ls, const PlanOp *o)
 	return rt_error(r, "%s (stage %s): %s", text, p->stages[ls->stage].name, why);
 }
 
+static int dep_rule(RtRank *r, LStage *ls, const PlanOp *o)
+{
+	OpKind done;
+	return dep_rule_as(r, ls, o, &done);
+}
+
 static RtTensor **saved_of(RtRank *r, LStage *ls, int mb)
 {
-	return ls->saved + (int64_t)mb * r->w->model->st[ls->stage].nslots;
+	return ls->saved + (int64_t)mb * r->model->st[ls->stage].nslots;
 }
 
 static int op_forward(RtRank *r, LStage *ls, int mb, int step)
 {
-	const RtStageModel *sm = &r->w->model->st[ls->stage];
+	const RtStageModel *sm = &r->model->st[ls->stage];
 	int replica = r->coord[DIM_DP];
 	RtTensor *x = sm->nin == 0 ? rt_stage_input(r, step, replica, mb, &ls->b, RT_MEM_TEMP)
 	                           : gather_edges(r, ls, mb, DIR_ACT);
@@ -365,7 +411,7 @@ static int op_forward(RtRank *r, LStage *ls, int mb, int step)
 
 static int op_backward(RtRank *r, LStage *ls, int mb, int step)
 {
-	const RtStageModel *sm = &r->w->model->st[ls->stage];
+	const RtStageModel *sm = &r->model->st[ls->stage];
 	RtTensor **saved = saved_of(r, ls, mb);
 	if (r->w->plan->stages[ls->stage].recompute) {
 		if (rt_stage_recompute(r, ls->stage, mb, step, r->coord[DIM_DP], &ls->b, saved))
@@ -393,8 +439,88 @@ static int op_optim(RtRank *r, LStage *ls)
 	if (rt_stage_optim(r, &ls->b, ls->b.grads) || dev->zero(r, ls->b.grads))
 		return RT_EFAIL;
 	memset(ls->state, 0, (size_t)p->microbatches); // the next step starts afresh
+	if (ls->ps)
+		memset(ls->ps, 0, (size_t)p->microbatches * sizeof *ls->ps);
 	ls->deps = (PlanStageDeps){.tied = ls->deps.tied, .tie = ls->deps.tie};
 	return RT_OK;
+}
+
+/* ---- tp parts ---- */
+
+/* A whole F or B (BW) of (stage, microbatch) is done: its output goes out on the edges. */
+static int seq_done(RtRank *r, LStage *ls, int mb, int dir)
+{
+	RtTensor *out;
+	rt_stage_walk_end(r, &ls->walk[mb * DIR_COUNT + dir], &out);
+	return out ? scatter_edges(r, ls, mb, dir, out) : RT_OK;
+}
+
+/* Part o->part of an F, B or BW: the first takes the stage's input (or output gradient).
+ * *split: a BW part's B time, as run_compute times a whole BW. */
+static int op_part(RtRank *r, LStage *ls, const PlanOp *o, int step, int64_t *split)
+{
+	const RtStageModel *sm = &r->model->st[ls->stage];
+	OpKind done;
+	if (dep_rule_as(r, ls, o, &done))
+		return RT_EFAIL;
+	int mb = o->mb, dir = o->kind == OP_F ? DIR_ACT : DIR_GRAD, replica = r->coord[DIM_DP];
+	RtWalk *wk = &ls->walk[mb * DIR_COUNT + dir];
+	const PlanPart *pt = &ls->parts.part[dir][o->part];
+	RtTensor **saved = saved_of(r, ls, mb);
+	if (o->part == 0) {
+		RtTensor *t = NULL;
+		if (dir == DIR_ACT)
+			t = sm->nin == 0 ? rt_stage_input(r, step, replica, mb, &ls->b, RT_MEM_TEMP)
+			                 : gather_edges(r, ls, mb, DIR_ACT);
+		else if (!sm->loss)
+			t = gather_edges(r, ls, mb, DIR_GRAD);
+		if (!t && (dir == DIR_ACT || !sm->loss))
+			return RT_EFAIL;
+		rt_walk_begin(r, ls->stage, dir, t, wk);
+	}
+	int64_t t0 = rt_now_ns();
+	int rc = dir == DIR_ACT
+	             ? rt_stage_fwd_run(r, ls->stage, mb, step, replica, &ls->b, wk, pt->first + pt->n, saved)
+	             : rt_stage_bwd_run(r, ls->stage, mb, step, replica, &ls->b, wk, pt->first, saved);
+	/* A BW part is B then W of its own layers, so it frees what they kept, as the
+	 * memory model's BW part does (plan_part_mem). */
+	if (rc == RT_OK && o->kind == OP_BW) {
+		if (r->dev->async && r->w->opt.trace && r->dev->sync(r))
+			return RT_EFAIL;
+		*split = rt_now_ns() - t0;
+		rc = rt_stage_weights_of(r, ls->stage, &ls->b, saved, pt->first, pt->first + pt->n);
+	}
+	if (rc)
+		return rc;
+	/* The last part makes the outgoing tensor (in flight from now, as the memory model
+	 * counts it), even when a TPREDUCE is still to sum it in place. */
+	if (o->part + 1 >= ls->parts.n[dir] && wk->cur)
+		rt_tensor_reclass(r, wk->cur, RT_MEM_COMM);
+	return done != OP_COUNT ? seq_done(r, ls, mb, dir) : RT_OK;
+}
+
+/* A TPREDUCE: the all-reduce its stage's walk stopped for, alone in its group. */
+static int op_tpreduce(RtRank *r, const PlanOp *o, int64_t i)
+{
+	const Plan *p = r->w->plan;
+	LStage *ls = local_stage(r, o->stage, "TPREDUCE of");
+	if (!ls)
+		return RT_EFAIL;
+	int dir = o->dir & 1;
+	if (p->dims[DIM_TP] < 2)
+		return rt_error(r, "a TPREDUCE in a plan without tensor parallelism (tp=1)");
+	if (o->part < ls->parts.n[dir] && o->bytes != ls->parts.part[dir][o->part].reduce)
+		return rt_error(r, "TPREDUCE of stage %s part %d moves bytes=%lld, but the part's "
+		                   "all-reduce is %lld bytes", p->stages[o->stage].name, o->part,
+		                (long long)o->bytes, (long long)ls->parts.part[dir][o->part].reduce);
+	OpKind done;
+	if (dep_rule_as(r, ls, o, &done))
+		return RT_EFAIL;
+	RtMsg msg = {.edge = o->stage, .mb = o->mb, .dir = dir, .op = (int32_t)i, .bytes = o->bytes};
+	if (rt_stage_tp_reduce(r, o->stage, o->mb, &ls->b, &ls->walk[o->mb * DIR_COUNT + dir],
+	                       saved_of(r, ls, o->mb), dir, &msg))
+		return RT_EFAIL;
+	return done != OP_COUNT ? seq_done(r, ls, o->mb, dir) : RT_OK;
 }
 
 /* ---- comm groups ---- */
@@ -409,7 +535,7 @@ static int post_op(RtRank *r, const PlanOp *o, int64_t i)
 		LStage *ls = local_stage(r, o->stage, "ALLREDUCE of");
 		if (!ls)
 			return RT_EFAIL;
-		int64_t want = r->w->model->st[o->stage].nparams * 4;
+		int64_t want = r->model->st[o->stage].nparams * 4;
 		if (o->bytes != want)
 			return rt_error(r, "ALLREDUCE of stage %s moves bytes=%lld, but its gradients are "
 			                   "%lld bytes",
@@ -517,6 +643,9 @@ static int run_compute(RtRank *r, const PlanOp *o, int step, int64_t *split)
 {
 	const char *what = o->kind == OP_OPTIM ? "OPTIM of" : "compute on";
 	LStage *ls = local_stage(r, o->stage, what);
+	if (ls && r->w->plan->dims[DIM_TP] > 1 &&
+	    (o->kind == OP_F || o->kind == OP_B || o->kind == OP_BW))
+		return op_part(r, ls, o, step, split);
 	if (!ls || dep_rule(r, ls, o))
 		return RT_EFAIL;
 	switch (plan_op_kind(o)) {
@@ -524,7 +653,7 @@ static int run_compute(RtRank *r, const PlanOp *o, int step, int64_t *split)
 	case OP_RECV:
 	case OP_ALLREDUCE:
 	case OP_TIEREDUCE:
-	case OP_TPREDUCE: // rt_world_open refuses tp > 1 plans
+	case OP_TPREDUCE: // run_step's: op_tpreduce
 	case OP_COUNT:
 		break;
 	case OP_F:
@@ -562,7 +691,9 @@ static int run_step(RtRank *r, int step)
 		if (r->w->fault_rank == r->rank) // test-only (PIPERUN_FAULT): fault.c
 			rt_fault_at(r, step, i, j);
 		int64_t t0 = rt_now_ns(), split = 0;
-		int rc = plan_is_comm(o->kind) ? run_group(r, i, j) : run_compute(r, o, step, &split);
+		int rc = o->kind == OP_TPREDUCE  ? op_tpreduce(r, o, i)
+		         : plan_is_comm(o->kind) ? run_group(r, i, j)
+		                                 : run_compute(r, o, step, &split);
 		if (rc)
 			return rc;
 		if (timed && dev->async && dev->sync(r))
@@ -590,8 +721,8 @@ int rt_rank_main(RtRank *r)
 	if (setup(r))
 		return RT_EFAIL;
 	LStage *loss = NULL;
-	if (r->in->local_of[r->w->model->loss_stage] >= 0 && r->coord[DIM_TP] == 0)
-		loss = &r->in->ls[r->in->local_of[r->w->model->loss_stage]];
+	if (r->in->local_of[r->model->loss_stage] >= 0 && r->coord[DIM_TP] == 0)
+		loss = &r->in->ls[r->in->local_of[r->model->loss_stage]];
 	float *lbuf = malloc((size_t)p->microbatches * sizeof(float));
 	if (!lbuf)
 		return rt_error(r, "out of memory");

@@ -1,24 +1,18 @@
-/* The model a plan describes, and one stage's compute over it.
+/* The model a plan describes: its synthetic data and weights, and the layout of its
+ * parameters.
  *
  * The plan carries everything: per stage its layers, per edge its width.
  * rt_model_new() checks that the shapes chain and lays out each stage's parameters as
  * one flat buffer (layer by layer, each layer's parameter tensors in the order of its
  * rt_layer_shapes row), so a stage's weights and gradients are single tensors that one
- * all-reduce moves.
+ * all-reduce moves.  A model is one rank's share of a tp group of a given size: at
+ * tp > 1 every split layer has its shard's tensors (shapes.c), and the weights of tp
+ * rank t are piece t of the whole model's (rt_model_shard), so a tp run and the whole
+ * reference start from the same numbers.
  *
- * rt_stage_forward/backward/weights are the one implementation of F, B and W, for
- * every layer kind: they walk a stage's layers and call the device's row for the
- * layer's kind (fwd, bwd_in, bwd_w; rt_backend.h, "Layers"), knowing no kind.  The
- * interpreter (pipelined) and the reference (sequential, for --check) both call them,
- * so the two can only differ where the plan changes summation order.
- *
- * Memory convention (docs/semantics.md "Memory"): every layer keeps its input and its
- * saved tensors for the backward pass (until W for a kind with parameters: save_fw;
- * else until B: save_fb), and a kind with parameters keeps its output gradient and its
- * held tensors from B to W (save_bw).  A layer's output is the next layer's saved
- * input, so F holds exactly save_fb + save_fw, B frees save_fb and holds save_bw, and W
- * frees the rest: the figures the simulator predicts, measured on real allocations
- * (rt_model_new checks each layer's tensors against the layer table's figures). */
+ * Each layer's tensors are checked against the layer table's figures at the model's tp
+ * (plan_layer_figures_tp): what a rank keeps is what the simulator predicts.  One
+ * stage's compute over the model is stage.c's. */
 #include "rt_private.h"
 
 #include <math.h>
@@ -88,13 +82,11 @@ void rt_gen_tokens(uint64_t seed, int replica, int mb, const LayerShape *sh, int
 	}
 }
 
-/* The tensors a layer keeps (rt_layer_shapes; none for a kind without a row). */
-static RtLayerTensors layer_tensors(const PlanLayer *ly, const LayerShape *sh)
+/* The tensors a layer keeps on one rank of a tp group of size tp. */
+static RtLayerTensors layer_tensors(const PlanLayer *ly, const LayerShape *sh, int tp)
 {
 	RtLayerTensors t;
-	memset(&t, 0, sizeof t);
-	if (rt_layer_shapes[ly->kind])
-		rt_layer_shapes[ly->kind](ly, sh, &t);
+	rt_layer_tensors(ly, sh, tp, &t);
 	return t;
 }
 
@@ -119,7 +111,7 @@ void rt_gen_weights(uint64_t seed, const Plan *p, int stage, float *out)
 	LayerShape shape = plan_shape(p);
 	int64_t off = 0;
 	for (int l = 0; l < st->nlayers; l++) {
-		RtLayerTensors t = layer_tensors(&st->layers[l], &shape);
+		RtLayerTensors t = layer_tensors(&st->layers[l], &shape, 1);
 		int ks = stage, kl = l;
 		if (t.copy && (kl = embed_layer(p, &ks)) < 0)
 			kl = l, ks = stage; // the model refuses a copy without an embedding
@@ -134,6 +126,24 @@ void rt_gen_weights(uint64_t seed, const Plan *p, int stage, float *out)
 				               : sh->init == RT_INIT_ONE   ? 1.0f
 				                                           : 0.0f;
 			off += n;
+		}
+	}
+}
+
+void rt_model_shard(const RtModel *m, int s, int t, const float *whole, float *out)
+{
+	const PlanStage *st = &m->p->stages[s];
+	LayerShape shape = plan_shape(m->p);
+	int64_t from = 0;
+	for (int l = 0; l < st->nlayers; l++) {
+		const RtLayerAt *at = &m->st[s].at[l];
+		RtLayerTensors w = layer_tensors(&st->layers[l], &shape, 1);
+		int64_t to = at->off;
+		for (int j = at->t.borrowed; j < at->t.nparams; j++) {
+			const RtShape *sh = &at->t.param[j];
+			rt_split_copy(sh, &at->t.split[j], m->tp, t, whole + from, out + to);
+			from += w.param[j].rows * w.param[j].cols;
+			to += sh->rows * sh->cols;
 		}
 	}
 }
@@ -177,16 +187,18 @@ static int64_t bytes_of(const RtShape *sh, int n)
  * parameters, and what it keeps (x and the saved tensors until B, or until W for a
  * kind with parameters, which also keeps dy and the held tensors from B to W). */
 static int lay_out(RtStageModel *sm, const char *stage, int l, const PlanLayer *ly,
-                   const LayerShape *sh, int64_t *off, char *err, size_t errn)
+                   const LayerShape *sh, int tp, int64_t *off, char *err, size_t errn)
 {
 	const char *name = plan_layers[ly->kind].name;
 	RtLayerAt *at = &sm->at[l];
 	int64_t rows = sh->rows;
-	at->t = layer_tensors(ly, sh);
+	at->t = layer_tensors(ly, sh, tp);
 	at->off = *off;
 	at->slot = sm->nslots;
 	sm->nslots += 2 + at->t.nsaved + at->t.nheld;
-	LayerCost lc = plan_layer_figures(ly, sh);
+	LayerCost lc = plan_layer_figures_tp(ly, sh, tp);
+	at->cut[DIR_ACT] = lc.tp_bytes[DIR_ACT];
+	at->cut[DIR_GRAD] = lc.tp_bytes[DIR_GRAD];
 	int64_t np = bytes_of(at->t.param + at->t.borrowed, at->t.nparams - at->t.borrowed) / 4;
 	if (np != lc.params)
 		return merr(err, errn, "stage %s: layer %d (%s): the runtime lays out %lld parameters, "
@@ -194,8 +206,8 @@ static int lay_out(RtStageModel *sm, const char *stage, int l, const PlanLayer *
 	/* A body kind (residual) keeps nothing: its input is its body's first layer's. */
 	int body = plan_layers[ly->kind].arg == LAYER_ARG_BODY;
 	int has_w = at->t.nparams > 0;
-	int64_t keep = body ? 0 : rows * ly->in * 4 + bytes_of(at->t.saved, at->t.nsaved);
-	int64_t held = has_w ? rows * ly->out * 4 + bytes_of(at->t.held, at->t.nheld) : 0;
+	int64_t keep = body ? 0 : rows * at->t.in * 4 + bytes_of(at->t.saved, at->t.nsaved);
+	int64_t held = has_w ? rows * at->t.out * 4 + bytes_of(at->t.held, at->t.nheld) : 0;
 	int64_t want[3] = {has_w ? 0 : keep, has_w ? keep : 0, held};
 	int64_t table[3] = {lc.save_fb, lc.save_fw, lc.save_bw};
 	for (int i = 0; i < 3; i++)
@@ -272,8 +284,12 @@ static int build(RtModel *m, const Plan *p, char *err, size_t errn)
 				m->loss_stage = s;
 			}
 			if (check_body(st, l, err, errn) ||
-			    lay_out(sm, st->name, l, ly, &shape, &off, err, errn))
+			    lay_out(sm, st->name, l, ly, &shape, m->tp, &off, err, errn))
 				return -1;
+			if (l == st->nlayers - 1 && !sm->loss && sm->at[l].t.out != ly->out)
+				return merr(err, errn, "stage %s ends in a %s layer split over the tp group; "
+				            "piperun sends whole tensors between stages",
+				            st->name, plan_layers[ly->kind].name);
 			if (ly->kind == LAYER_EMBED) {
 				m->embed_stage = s;
 				m->embed_off = sm->at[l].off;
@@ -287,7 +303,7 @@ static int build(RtModel *m, const Plan *p, char *err, size_t errn)
 			}
 		}
 		sm->nparams = off;
-		if (off != st->params)
+		if (m->tp == p->dims[DIM_TP] && off != st->params)
 			return merr(err, errn, "stage %s: its layers have %lld parameters, the plan says %lld",
 			            st->name, (long long)off, (long long)st->params);
 		sm->out_bytes = rows * st->out * 4;
@@ -325,7 +341,7 @@ static int build(RtModel *m, const Plan *p, char *err, size_t errn)
 	return 0;
 }
 
-RtModel *rt_model_new(const Plan *p, char *err, size_t errn)
+RtModel *rt_model_new(const Plan *p, int tp, char *err, size_t errn)
 {
 	RtModel *m = calloc(1, sizeof *m);
 	if (!m) {
@@ -333,6 +349,7 @@ RtModel *rt_model_new(const Plan *p, char *err, size_t errn)
 		return NULL;
 	}
 	m->p = p;
+	m->tp = tp > 1 ? tp : 1;
 	m->loss_stage = -1;
 	m->embed_stage = -1;
 	m->copy_head = -1;
@@ -446,419 +463,4 @@ RtTensor rt_tensor_view(const RtTensor *parent, int64_t off, int64_t rows, int64
 	v.view = 1;
 	v.refs = 0;
 	return v;
-}
-
-/* ---- one stage ---- */
-
-int rt_stage_bufs_open(RtRank *r, int s, RtStageBufs *b)
-{
-	const Plan *p = r->w->plan;
-	const RtStageModel *sm = &r->w->model->st[s];
-	memset(b, 0, sizeof *b);
-	int64_t widest = p->cols;
-	for (int i = 0; i < p->nstages; i++)
-		for (int l = 0; l < p->stages[i].nlayers; l++) {
-			if (p->stages[i].layers[l].in > widest)
-				widest = p->stages[i].layers[l].in;
-			if (p->stages[i].layers[l].out > widest)
-				widest = p->stages[i].layers[l].out;
-		}
-	int64_t nhost = widest * p->rows;
-	if (sm->nparams > nhost)
-		nhost = sm->nparams;
-	b->host = malloc((size_t)nhost * sizeof(float));
-	if (!b->host)
-		return rt_error(r, "out of memory");
-	int64_t np = sm->nparams ? sm->nparams : 1;
-	if (!(b->params = rt_tensor_new(r, 1, np, RT_MEM_PARAM)) ||
-	    !(b->grads = rt_tensor_new(r, 1, np, RT_MEM_GRAD)))
-		return RT_EFAIL;
-	if (sm->loss && !(b->loss = rt_tensor_new(r, 1, p->microbatches, RT_MEM_TEMP)))
-		return RT_EFAIL;
-	if (r->w->optim.kind == OPTIM_ADAMW &&
-	    (!(b->m = rt_tensor_new(r, 1, np, RT_MEM_OPTIM)) ||
-	     !(b->v = rt_tensor_new(r, 1, np, RT_MEM_OPTIM)) || r->dev->zero(r, b->m) ||
-	     r->dev->zero(r, b->v)))
-		return RT_EFAIL;
-	memset(b->host, 0, (size_t)np * sizeof(float));
-	rt_gen_weights(r->w->opt.seed, p, s, b->host);
-	const RtDevice *dev = r->dev;
-	if (dev->upload(r, b->params, b->host) || dev->zero(r, b->grads))
-		return RT_EFAIL;
-	if (b->loss && dev->zero(r, b->loss))
-		return RT_EFAIL;
-	return RT_OK;
-}
-
-void rt_stage_bufs_close(RtRank *r, RtStageBufs *b)
-{
-	rt_tensor_free(r, b->params);
-	rt_tensor_free(r, b->grads);
-	rt_tensor_free(r, b->m);
-	rt_tensor_free(r, b->v);
-	rt_tensor_free(r, b->loss);
-	free(b->host);
-	memset(b, 0, sizeof *b);
-}
-
-RtTensor *rt_stage_input(RtRank *r, int step, int replica, int mb, RtStageBufs *b, int cls)
-{
-	const Plan *p = r->w->plan;
-	RtTensor *x = rt_tensor_new(r, p->rows, p->cols, cls);
-	if (!x)
-		return NULL;
-	LayerShape sh = plan_shape(p);
-	if (sh.vocab)
-		rt_gen_tokens(r->w->opt.seed, replica, mb, &sh, 0, b->host);
-	else
-		rt_gen_input(r->w->opt.seed, step, replica, mb, b->host, (int64_t)p->rows * p->cols);
-	if (r->dev->upload(r, x, b->host)) {
-		rt_tensor_free(r, x);
-		return NULL;
-	}
-	return x;
-}
-
-/* The loss's target: next tokens for a loss on tokens, else rows x width values. */
-static RtTensor *target(RtRank *r, int s, int step, int replica, int mb, RtStageBufs *b)
-{
-	const Plan *p = r->w->plan;
-	const PlanStage *st = &p->stages[s];
-	int tokens = plan_layers[st->layers[st->nlayers - 1].kind].tokens;
-	int width = tokens ? 1 : st->out;
-	RtTensor *t = rt_tensor_new(r, p->rows, width, RT_MEM_TEMP);
-	if (!t)
-		return NULL;
-	LayerShape sh = plan_shape(p);
-	if (tokens)
-		rt_gen_tokens(r->w->opt.seed, replica, mb, &sh, 1, b->host);
-	else
-		rt_gen_target(r->w->opt.seed, step, replica, mb, b->host, (int64_t)p->rows * width);
-	if (r->dev->upload(r, t, b->host)) {
-		rt_tensor_free(r, t);
-		return NULL;
-	}
-	return t;
-}
-
-/* A layer's call and its parameter views (pv, gv: RT_LAYER_MAX_TENSORS each); slot is
- * the layer's first saved slot of the microbatch. */
-static RtLayerCall layer_call(RtRank *r, int s, int l, RtStageBufs *b, RtTensor **slot,
-                              RtTensor *pv, RtTensor *gv)
-{
-	const PlanLayer *ly = &r->w->plan->stages[s].layers[l];
-	const RtModel *m = r->w->model;
-	const RtLayerAt *at = &m->st[s].at[l];
-	RtLayerCall c = {.layer = ly, .rows = r->w->plan->rows, .sh = plan_shape(r->w->plan),
-	                 .x = slot[0]};
-	int64_t off = at->off;
-	for (int j = 0; j < at->t.nparams; j++) {
-		const RtShape *sh = &at->t.param[j];
-		/* A borrowed table is the embedding's first parameter (rt_backend.h); the
-		 * reference computes a head's copy with the embedding's table too. */
-		const RtStageBufs *from = j < at->t.borrowed ? b->embed : b;
-		int64_t o = j < at->t.borrowed ? m->embed_off : off;
-		int share = j == 0 && at->t.copy && b->share_tie;
-		pv[j] = share ? rt_tensor_view(b->embed->params, m->embed_off, sh->rows, sh->cols)
-		              : rt_tensor_view(from->params, o, sh->rows, sh->cols);
-		gv[j] = rt_tensor_view(from->grads, o, sh->rows, sh->cols);
-		if (j >= at->t.borrowed)
-			off += sh->rows * sh->cols;
-	}
-	c.nparams = at->t.nparams;
-	c.param = pv;
-	c.grad = gv;
-	c.nsaved = at->t.nsaved;
-	c.saved = slot + 2;
-	c.nheld = at->t.nheld;
-	c.held = slot + 2 + at->t.nsaved;
-	return c;
-}
-
-/* New tensors of class cls into out[0..n). */
-static int new_tensors(RtRank *r, const RtShape *sh, int n, int cls, RtTensor **out)
-{
-	for (int i = 0; i < n; i++)
-		if (!(out[i] = rt_tensor_new(r, sh[i].rows, sh[i].cols, cls)))
-			return RT_EFAIL;
-	return RT_OK;
-}
-
-static void free_slots(RtRank *r, RtTensor **slot, int n)
-{
-	for (int i = 0; i < n; i++) {
-		rt_tensor_free(r, slot[i]);
-		slot[i] = NULL;
-	}
-}
-
-/* A stage whose head borrows the embedding's table needs the embedding's buffers. */
-static int stage_ready(RtRank *r, int s, const RtStageBufs *b)
-{
-	const PlanStage *st = &r->w->plan->stages[s];
-	for (int l = 0; l < st->nlayers; l++)
-		if ((r->w->model->st[s].at[l].t.borrowed ||
-		     (r->w->model->st[s].at[l].t.copy && b->share_tie)) && !b->embed)
-			return rt_error(r, "stage %s: its tied head needs the embedding's table, which is "
-			                   "not on this rank", st->name);
-	return RT_OK;
-}
-
-/* Bodies (residual) open inside a stage's walk: the tensor to add when layer `end` is
- * done (F: the body's input; B: a copy of its output gradient). */
-typedef struct {
-	int n;
-	int end[RT_MAX_NEST];
-	RtTensor *t[RT_MAX_NEST];
-} Bodies;
-
-static int body_push(RtRank *r, Bodies *bd, int end, RtTensor *t)
-{
-	if (bd->n == RT_MAX_NEST)
-		return rt_error(r, "residual blocks nest deeper than %d", RT_MAX_NEST);
-	bd->end[bd->n] = end;
-	bd->t[bd->n++] = t;
-	return RT_OK;
-}
-
-int rt_stage_forward(RtRank *r, int s, int mb, int step, int replica, RtStageBufs *b,
-                     RtTensor *x, RtTensor **saved, RtTensor **y)
-{
-	const Plan *p = r->w->plan;
-	const PlanStage *st = &p->stages[s];
-	const RtStageModel *sm = &r->w->model->st[s];
-	RtTensor pv[RT_LAYER_MAX_TENSORS], gv[RT_LAYER_MAX_TENSORS];
-	RtTensor *cur = x;
-	Bodies bd = {0};
-	*y = NULL;
-	if (stage_ready(r, s, b))
-		return RT_EFAIL;
-	for (int l = 0; l < st->nlayers; l++) {
-		const PlanLayer *ly = &st->layers[l];
-		const RtLayerAt *at = &sm->at[l];
-		if (plan_layers[ly->kind].arg == LAYER_ARG_BODY) {
-			/* y = x + body(x): x stays alive as the body's first layer's saved input. */
-			if (body_push(r, &bd, l + ly->span, cur))
-				return RT_EFAIL;
-			continue;
-		}
-		RtTensor **slot = saved + at->slot;
-		rt_tensor_reclass(r, cur, RT_MEM_SAVED);
-		slot[0] = cur;
-		if (new_tensors(r, at->t.saved, at->t.nsaved, RT_MEM_SAVED, slot + 2))
-			return RT_EFAIL;
-		RtLayerCall c = layer_call(r, s, l, b, slot, pv, gv);
-		RtLayerFn fwd = r->dev->layers[ly->kind].fwd;
-		if (plan_layers[ly->kind].loss) {
-			RtTensor *t = target(r, s, step, replica, mb, b);
-			if (!t)
-				return RT_EFAIL;
-			c.target = t;
-			c.loss = b->loss;
-			c.slot = mb;
-			int rc = fwd(r, &c);
-			rt_tensor_free(r, t);
-			return rc;
-		}
-		if (!(c.y = rt_tensor_new(r, p->rows, ly->out, RT_MEM_TEMP)))
-			return RT_EFAIL;
-		if (fwd(r, &c)) {
-			rt_tensor_free(r, c.y);
-			return RT_EFAIL;
-		}
-		cur = c.y;
-		for (; bd.n && bd.end[bd.n - 1] == l; bd.n--)
-			if (r->dev->add(r, cur, bd.t[bd.n - 1]))
-				return RT_EFAIL;
-	}
-	rt_tensor_reclass(r, cur, RT_MEM_COMM);
-	*y = cur;
-	return RT_OK;
-}
-
-/* The slot of stage s's input in a microbatch's saved tensors: its first layer that is
- * not a body kind keeps it as its saved input. */
-static int input_slot(const RtRank *r, int s)
-{
-	const PlanStage *st = &r->w->plan->stages[s];
-	int l = 0;
-	while (l + 1 < st->nlayers && plan_layers[st->layers[l].kind].arg == LAYER_ARG_BODY)
-		l++;
-	return r->w->model->st[s].at[l].slot;
-}
-
-void rt_stage_drop(RtRank *r, int s, RtTensor **saved)
-{
-	int64_t n = r->w->model->st[s].nslots;
-	RtTensor *x = saved[input_slot(r, s)];
-	for (int64_t k = 0; k < n; k++)
-		if (saved[k] != x) {
-			rt_tensor_free(r, saved[k]);
-			saved[k] = NULL;
-		}
-}
-
-int rt_stage_recompute(RtRank *r, int s, int mb, int step, int replica, RtStageBufs *b,
-                       RtTensor **saved)
-{
-	RtTensor *x = saved[input_slot(r, s)], *y;
-	if (!x)
-		return rt_error(r, "internal: stage %s lost its input before recomputing",
-		                r->w->plan->stages[s].name);
-	if (rt_stage_forward(r, s, mb, step, replica, b, x, saved, &y))
-		return RT_EFAIL;
-	rt_tensor_free(r, y); // its consumers have it already
-	return RT_OK;
-}
-
-/* B of layer l: dy (owned) -> *dx (NULL when not wanted).  A layer with parameters
- * keeps dy and its held tensors for W; one without frees what it kept. */
-static int layer_backward(RtRank *r, int s, int l, int mb, int step, int replica,
-                          RtStageBufs *b, RtTensor **slot, RtTensor *dy, int want_dx,
-                          RtTensor **dx)
-{
-	const Plan *p = r->w->plan;
-	const PlanLayer *ly = &p->stages[s].layers[l];
-	const RtLayerAt *at = &r->w->model->st[s].at[l];
-	RtTensor pv[RT_LAYER_MAX_TENSORS], gv[RT_LAYER_MAX_TENSORS];
-	int has_w = at->t.nparams > 0;
-	*dx = NULL;
-	/* A kind that holds tensors for W computes them with its input gradient. */
-	int need_dx = want_dx || at->t.nheld > 0;
-	if (has_w) {
-		rt_tensor_reclass(r, dy, RT_MEM_SAVED);
-		slot[1] = dy;
-		if (new_tensors(r, at->t.held, at->t.nheld, RT_MEM_SAVED, slot + 2 + at->t.nsaved))
-			return RT_EFAIL;
-	}
-	RtLayerCall c = layer_call(r, s, l, b, slot, pv, gv);
-	c.dy = dy;
-	int rc = RT_OK;
-	if (need_dx && !(c.dx = rt_tensor_new(r, p->rows, ly->in, RT_MEM_TEMP)))
-		return RT_EFAIL;
-	if (c.dx) {
-		RtTensor *t = NULL;
-		if (plan_layers[ly->kind].loss) {
-			c.target = t = target(r, s, step, replica, mb, b);
-			c.scale = (float)(1.0 / p->microbatches);
-			rc = t ? RT_OK : RT_EFAIL;
-		}
-		if (rc == RT_OK && at->t.work.rows &&
-		    !(c.work = rt_tensor_new(r, at->t.work.rows, at->t.work.cols, RT_MEM_TEMP)))
-			rc = RT_EFAIL;
-		if (rc == RT_OK)
-			rc = r->dev->layers[ly->kind].bwd_in(r, &c);
-		rt_tensor_free(r, c.work);
-		rt_tensor_free(r, t);
-	}
-	if (rc) {
-		rt_tensor_free(r, c.dx);
-		return rc;
-	}
-	if (!has_w) {
-		rt_tensor_free(r, dy);
-		free_slots(r, slot, 2 + at->t.nsaved);
-	}
-	if (!want_dx)
-		rt_tensor_free(r, c.dx);
-	else
-		*dx = c.dx;
-	return RT_OK;
-}
-
-/* B at body kind l (residual): dx = dy + the copy of the body's output gradient pushed
- * when the walk entered the body; NULL when nobody wants it. */
-static int body_backward(RtRank *r, int l, Bodies *bd, RtTensor **cur, int want_dx)
-{
-	if (!bd->n || bd->end[bd->n - 1] != l)
-		return rt_error(r, "internal: residual layer %d has no output gradient to add", l);
-	RtTensor *skip = bd->t[--bd->n];
-	int rc = RT_OK;
-	if (*cur && want_dx)
-		rc = r->dev->add(r, *cur, skip);
-	rt_tensor_free(r, skip);
-	if (!want_dx) {
-		rt_tensor_free(r, *cur);
-		*cur = NULL;
-	}
-	return rc;
-}
-
-/* Entering bodies that end at layer l (outermost first, so the innermost is on top):
- * each keeps a copy of the output gradient. */
-static int body_enter(RtRank *r, const PlanStage *st, int l, Bodies *bd, const RtTensor *dy)
-{
-	for (int i = 0; i < l; i++) {
-		const PlanLayer *ly = &st->layers[i];
-		if (plan_layers[ly->kind].arg != LAYER_ARG_BODY || i + ly->span != l)
-			continue;
-		RtTensor *t = rt_tensor_new(r, dy->rows, dy->cols, RT_MEM_TEMP);
-		if (!t || r->dev->copy(r, t, dy) || body_push(r, bd, i, t)) {
-			rt_tensor_free(r, t);
-			return RT_EFAIL;
-		}
-	}
-	return RT_OK;
-}
-
-static void bodies_free(RtRank *r, Bodies *bd)
-{
-	while (bd->n)
-		rt_tensor_free(r, bd->t[--bd->n]);
-}
-
-int rt_stage_backward(RtRank *r, int s, int mb, int step, int replica, RtStageBufs *b,
-                      RtTensor *dy, RtTensor **saved, RtTensor **dx)
-{
-	const PlanStage *st = &r->w->plan->stages[s];
-	const RtStageModel *sm = &r->w->model->st[s];
-	RtTensor *cur = dy;
-	Bodies bd = {0};
-	*dx = NULL;
-	if (stage_ready(r, s, b))
-		return RT_EFAIL;
-	for (int l = st->nlayers - 1; l >= 0; l--) {
-		/* Stage 0's first layer: nobody wants the input gradient. */
-		int want_dx = !(l == 0 && sm->nin == 0);
-		if (plan_layers[st->layers[l].kind].arg == LAYER_ARG_BODY) {
-			if (body_backward(r, l, &bd, &cur, want_dx))
-				return RT_EFAIL;
-			continue;
-		}
-		RtTensor **slot = saved + sm->at[l].slot;
-		if (!slot[0])
-			return rt_error(r, "internal: layer %d of stage %d lost its saved input", l, s);
-		if ((cur && body_enter(r, st, l, &bd, cur)) ||
-		    layer_backward(r, s, l, mb, step, replica, b, slot, cur, want_dx, &cur)) {
-			bodies_free(r, &bd);
-			return RT_EFAIL;
-		}
-	}
-	if (cur)
-		rt_tensor_reclass(r, cur, RT_MEM_COMM);
-	*dx = cur;
-	return RT_OK;
-}
-
-int rt_stage_weights(RtRank *r, int s, RtStageBufs *b, RtTensor **saved)
-{
-	const PlanStage *st = &r->w->plan->stages[s];
-	const RtStageModel *sm = &r->w->model->st[s];
-	RtTensor pv[RT_LAYER_MAX_TENSORS], gv[RT_LAYER_MAX_TENSORS];
-	if (stage_ready(r, s, b))
-		return RT_EFAIL;
-	for (int l = 0; l < st->nlayers; l++) {
-		const RtLayerAt *at = &sm->at[l];
-		if (!at->t.nparams)
-			continue; // no W part
-		RtTensor **slot = saved + at->slot;
-		if (!slot[0] || !slot[1])
-			return rt_error(r, "internal: layer %d of stage %d lost its saved tensors", l, s);
-		RtLayerCall c = layer_call(r, s, l, b, slot, pv, gv);
-		c.dy = slot[1];
-		if (r->dev->layers[st->layers[l].kind].bwd_w(r, &c))
-			return RT_EFAIL;
-		free_slots(r, slot, 2 + at->t.nsaved + at->t.nheld);
-	}
-	return RT_OK;
 }

@@ -3,7 +3,7 @@
  * Per step and dp replica it runs every microbatch through all stages in order (F),
  * back through them in reverse (B), then the weight gradients (W), then averages the
  * replicas and takes the optimizer step (the same rt_stage_optim, with the same state).  It calls the very stage code the interpreter
- * calls (model.c) on the cpu device, and it keeps the summation orders the plan
+ * calls (stage.c) on the cpu device, and it keeps the summation orders the plan
  * implies, so a correct pipelined run agrees with it to the last bit on the threads
  * backend (cpu device, shared-memory communicator):
  *  - a stage's input (output gradient) is the sum of its in-edges' (out-edges')
@@ -18,7 +18,8 @@
  *    replica's W ops, as the plan's TIEREDUCE sums the two copies (embedding's first);
  *    the head's copy is reported as the table, so --check proves the copies stay equal.
  * Only the MPI communicator's all-reduce (MPI's own order) leaves rounding differences,
- * which the tolerance of docs/runtime.md covers. */
+ * which the tolerance of docs/runtime.md covers, as do the tp all-reduces of a tp > 1
+ * plan: the reference runs the whole model (tp = 1), whose sums the tp groups split. */
 #include "rt_private.h"
 
 #include <stdlib.h>
@@ -69,7 +70,7 @@ static void w_order(const Plan *p, int d, int *out)
 /* Microbatch m's saved slots of stage s. */
 static RtTensor **saved_of(Ref *f, int s, int m)
 {
-	return f->saved[s] + (int64_t)m * f->r.w->model->st[s].nslots;
+	return f->saved[s] + (int64_t)m * f->r.model->st[s].nslots;
 }
 
 /* Sum of tensors ts[0..n) into a new tensor. */
@@ -90,7 +91,7 @@ static int microbatch(Ref *f, int step, int d, int m)
 {
 	RtRank *r = &f->r;
 	const Plan *p = r->w->plan;
-	const RtModel *md = r->w->model;
+	const RtModel *md = r->model;
 	RtTensor *ts[64];
 	for (int s = 0; s < p->nstages; s++) {
 		const RtStageModel *sm = &md->st[s];
@@ -135,11 +136,11 @@ static int microbatch(Ref *f, int step, int d, int m)
 static int tie_sum(Ref *f)
 {
 	RtRank *r = &f->r;
-	const RtModel *md = r->w->model;
+	const RtModel *md = r->model;
 	const Plan *p = r->w->plan;
 	if (md->copy_head < 0)
 		return RT_OK;
-	int64_t d = plan_tie_bytes(p) / 4 / p->vocab;
+	int64_t d = plan_tie_bytes(p) * p->dims[DIM_TP] / 4 / p->vocab; // the whole table
 	RtTensor e = rt_tensor_view(f->b[md->embed_stage].grads, md->embed_off, p->vocab, d);
 	RtTensor h = rt_tensor_view(f->b[md->copy_head].grads, md->copy_off, p->vocab, d);
 	return r->dev->add(r, &e, &h);
@@ -174,7 +175,7 @@ static int run(Ref *f, double *loss)
 				if (rc == RT_OK)
 					rc = dev->zero(r, f->b[s].grads);
 			}
-			if (rc == RT_OK && (rc = dev->download(r, f->b[w->model->loss_stage].loss, lbuf)) == RT_OK) {
+			if (rc == RT_OK && (rc = dev->download(r, f->b[w->whole->loss_stage].loss, lbuf)) == RT_OK) {
 				double s = 0;
 				for (int m = 0; m < M; m++)
 					s += lbuf[m];
@@ -202,6 +203,7 @@ int rt_reference(RtWorld *w, double *loss, float **weights)
 	f.r.rank = RT_REF_RANK;
 	f.r.local = -1;
 	f.r.dev = &rt_device_cpu; // the reference always computes on the host
+	f.r.model = w->whole;     // and the whole model, whatever the plan's tp
 	f.b = calloc((size_t)S, sizeof *f.b);
 	f.gacc = calloc((size_t)S, sizeof *f.gacc);
 	f.saved = calloc((size_t)S, sizeof *f.saved);
@@ -218,13 +220,13 @@ int rt_reference(RtWorld *w, double *loss, float **weights)
 			break;
 		if (!(f.gacc[s] = rt_tensor_new(&f.r, 1, f.b[s].params->cols, RT_MEM_GRAD)))
 			rc = RT_EFAIL;
-		f.saved[s] = calloc((size_t)p->microbatches * (size_t)w->model->st[s].nslots,
+		f.saved[s] = calloc((size_t)p->microbatches * (size_t)w->whole->st[s].nslots,
 		                    sizeof **f.saved);
 		if (!f.saved[s])
 			rc = rt_error(&f.r, "out of memory");
 	}
 	for (int s = 0; s < S && rc == RT_OK; s++) {
-		f.b[s].embed = w->model->embed_stage >= 0 ? &f.b[w->model->embed_stage] : NULL;
+		f.b[s].embed = w->whole->embed_stage >= 0 ? &f.b[w->whole->embed_stage] : NULL;
 		f.b[s].share_tie = 1;
 	}
 	for (int d = 0; d < D && rc == RT_OK; d++) {
@@ -236,19 +238,19 @@ int rt_reference(RtWorld *w, double *loss, float **weights)
 	if (rc == RT_OK)
 		rc = run(&f, loss);
 	for (int s = 0; s < S && rc == RT_OK; s++) {
-		int64_t n = w->model->st[s].nparams;
+		int64_t n = w->whole->st[s].nparams;
 		if (!(weights[s] = malloc((size_t)(n + 1) * sizeof(float))))
 			rc = rt_error(&f.r, "out of memory");
 		else if (n)
 			rc = f.r.dev->download(&f.r, f.b[s].params, weights[s]);
 	}
-	const RtModel *md = w->model;
+	const RtModel *md = w->whole;
 	if (rc == RT_OK && md->copy_head >= 0) // the one table, where the head keeps its copy
 		memcpy(weights[md->copy_head] + md->copy_off, weights[md->embed_stage] + md->embed_off,
-		       (size_t)(plan_tie_bytes(p)));
+		       (size_t)(plan_tie_bytes(p) * p->dims[DIM_TP]));
 	for (int s = 0; s < S; s++) {
 		if (f.saved && f.saved[s]) {
-			for (int64_t k = 0; k < (int64_t)p->microbatches * w->model->st[s].nslots; k++)
+			for (int64_t k = 0; k < (int64_t)p->microbatches * w->whole->st[s].nslots; k++)
 				rt_tensor_free(&f.r, f.saved[s][k]);
 			free(f.saved[s]);
 		}

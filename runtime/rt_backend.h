@@ -89,7 +89,7 @@ typedef struct {
 /* ------------------------------------------------------------------------------------
  * Layers.  A device computes every layer kind through one row of three kernels, each
  * taking one RtLayerCall, so a kind's math is one row per device and the model
- * (model.c) walks a stage's layers without knowing any kind:
+ * (stage.c) walks a stage's layers without knowing any kind:
  *
  *   fwd     y = f(x); fills the layer's saved tensors; a loss writes its loss instead
  *           of y (into element `slot` of `loss`, against `target`)
@@ -138,6 +138,26 @@ typedef struct {
 	RtInit init; // parameters: their initial values (docs/semantics.md "Model")
 } RtShape;
 
+/* How a parameter of a layer split over a tp group (docs/semantics.md "Tensor
+ * parallelism") is cut: along its rows or columns, which are nseg segments of the whole
+ * tensor laid end to end (a fused qkv: q, k and v), each cut in tp equal pieces; rank t
+ * of the group holds piece t of every segment, in segment order.  RT_SPLIT_NONE: every
+ * rank holds all of it. */
+typedef enum {
+	RT_SPLIT_NONE, // whole on every rank
+	RT_SPLIT_ROWS, // rows cut (a row-parallel weight, a vocabulary table)
+	RT_SPLIT_COLS, // columns cut (a column-parallel weight and its bias)
+	RT_SPLIT_COUNT
+} RtSplitAxis;
+
+enum { RT_SPLIT_MAX_SEGS = 3 };
+
+typedef struct {
+	uint8_t axis;                   // RtSplitAxis
+	uint8_t nseg;
+	int64_t seg[RT_SPLIT_MAX_SEGS]; // whole length of each segment along the axis
+} RtSplit;
+
 /* The tensors of one layer for a microbatch of `rows` rows, besides its input x (kept
  * from F to B, or to W for a kind with parameters) and, for a kind with parameters,
  * its output gradient dy (kept from B to W). */
@@ -154,10 +174,15 @@ typedef struct {
 	int nheld;                            // written by B, read by W
 	RtShape held[RT_LAYER_MAX_TENSORS];
 	RtShape work;                         // B's scratch (rows 0: none)
+	RtSplit split[RT_LAYER_MAX_TENSORS];  // with tp > 1: how each parameter is cut
+	int64_t in, out;                      // the rank's x and y widths: the layer's, but a
+	                                      // vocabulary slice (head out, xent in) at tp > 1
 } RtLayerTensors;
 
-/* Fills t (zeroed by the caller) for layer ly on a microbatch of shape sh. */
-typedef void (*RtLayerShapeFn)(const PlanLayer *ly, const LayerShape *sh, RtLayerTensors *t);
+/* Fills t (zeroed by the caller) for layer ly on a microbatch of shape sh, on one rank of
+ * a tp group of size tp (1: the whole layer): the rank's shard of every split tensor. */
+typedef void (*RtLayerShapeFn)(const PlanLayer *ly, const LayerShape *sh, int tp,
+                               RtLayerTensors *t);
 
 /* One kernel call.  Arrays are in RtLayerTensors' order; unused members are NULL/0. */
 typedef struct {
@@ -181,6 +206,8 @@ typedef struct {
 	RtTensor *loss;          // F of a loss: 1 x microbatches
 	int slot;                // ... and the element it writes (the microbatch)
 	float scale;             // B of a loss: factor of the gradient (1/microbatches)
+	int tp, tp_rank;         // the layer's tp group size (1: whole) and the rank's place
+	int phase;               // tp_fwd of a vocabulary-parallel loss: 1 or 2 (below)
 } RtLayerCall;
 
 /* The shapes every device's kernels rely on: x is rows x in, y and dy rows x out, dx
@@ -194,6 +221,12 @@ typedef struct {
 	RtLayerFn fwd;    // required
 	RtLayerFn bwd_in; // required, except for a kind that is only ever first (no dx)
 	RtLayerFn bwd_w;  // required for a kind with parameters, else NULL
+	/* A loss split over the vocabulary at tp > 1 (cross-entropy): fwd writes y, 3 x rows,
+	 * row 0 the rows' local maximum logit; the model max-reduces row 0 over the tp group,
+	 * calls tp_fwd with phase 1 (rows 1 and 2: the sum of exp(logit - max) and the target's
+	 * logit, 0 outside the slice), sum-reduces rows 1 and 2, and calls it with phase 2 (the
+	 * log-sum-exp into saved[0], the loss into loss[slot]).  NULL: no such split. */
+	RtLayerFn tp_fwd;
 } RtLayerKernels;
 
 /* ------------------------------------------------------------------------------------
@@ -290,6 +323,10 @@ typedef struct {
 	const RtOptimFn *optim;
 	/* Waits for everything the rank has issued (communication included). */
 	int (*sync)(RtRank *r);
+	/* 1: its layer rows compute one rank's shard of a tp group (RtLayerCall.tp and
+	 * tp_rank, the split tensors of rt_layer_tensors); 0: plans with tp > 1 are refused
+	 * when the world opens. */
+	int tp_split;
 } RtDevice;
 
 typedef struct {
@@ -318,6 +355,11 @@ typedef struct {
 	 * holding a tied table's copies (plan_tie_peer), the embedding's rank first.  Alone
 	 * in its group.  The part may prepare the group when the rank opens. */
 	int (*allreduce_sum)(RtRank *r, RtTensor *t, const int *ranks, int n, const RtMsg *m);
+	/* A TPREDUCE: sums (max 0) or takes the elementwise maximum (max 1) of t over the
+	 * rank's tp group (plan_dim_members(DIM_TP)), on the tp communicator, in tp order
+	 * where the part can choose.  Alone in its group.  NULL: the part cannot, and plans
+	 * with tp > 1 are refused when the world opens. */
+	int (*tp_allreduce)(RtRank *r, RtTensor *t, int max, const RtMsg *m);
 	int (*group_end)(RtRank *r);
 	/* All ranks of the world (between steps, so steps are timed alike). */
 	int (*barrier)(RtRank *r);
@@ -353,6 +395,13 @@ extern const RtDevice rt_device_cpu;
  * them; every device computes into the same ones).  NULL: no parameters, nothing kept
  * beyond the input. */
 extern const RtLayerShapeFn rt_layer_shapes[LAYER_COUNT];
+/* Layer ly's tensors on one rank of a tp group of size tp (shapes.c): its row, with in
+ * and out filled (the layer's widths when the row leaves them 0). */
+void rt_layer_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, RtLayerTensors *t);
+/* Piece t (of a tp group) of a whole parameter, cut as sp says, into out (piece's shape);
+ * a whole copy when sp says none. */
+void rt_split_copy(const RtShape *piece, const RtSplit *sp, int tp, int t, const float *whole,
+                   float *out);
 
 /* A backend by name, built or not; NULL when unknown. */
 const RtBackend *rt_backend_find(const char *name);
@@ -453,7 +502,8 @@ struct RtWorld {
 	int root;              // 1 in the process that holds world rank 0
 	int quiet;             // 1: another process reports this one's failure too
 	RtRank *ranks;         // nlocal entries
-	struct RtModel *model;
+	struct RtModel *model;  // the ranks' model: their tp shards (plan_stage_parts)
+	struct RtModel *whole;  // the whole model (tp = 1): the reference's; model at tp 1
 	int64_t t0;            // start time (ns, CLOCK_MONOTONIC), the root's
 	atomic_int abort;      // set on the first failure or by the watchdog
 	atomic_int timed_out;  // the watchdog fired
@@ -502,6 +552,8 @@ struct RtRank {
 	RtEvent *ev;
 	int64_t nev, ev_cap;
 	struct RtInterp *in;   // interpreter state (interp.c)
+	const struct RtModel *model; // what the rank computes: its tp shard of every stage
+	                             // (the reference: the whole model)
 };
 #endif
 

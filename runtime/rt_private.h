@@ -25,6 +25,8 @@ typedef struct {
 	int64_t off;      // element offset of its first parameter in the stage's buffer
 	int slot;         // its first slot in a microbatch's saved slots: x, dy, saved...,
 	                  // held...
+	int64_t cut[DIR_COUNT]; // bytes of the tp all-reduce after it in F (DIR_ACT) and B
+	                        // (DIR_GRAD) at the model's tp; 0: none (always at tp 1)
 } RtLayerAt;
 
 typedef struct {
@@ -40,6 +42,7 @@ typedef struct {
 
 typedef struct RtModel {
 	const Plan *p;
+	int tp;            // the tp group size whose one rank's share this model is (1: whole)
 	RtStageModel *st;
 	int loss_stage;
 	int embed_stage;   // the embedding's stage (-1: none), whose table a tied head borrows
@@ -57,7 +60,10 @@ typedef struct RtModel {
 /* Builds and checks the model: layer widths chain, stage and edge widths agree,
  * params and bytes match the layer table, one loss at the very end.  NULL with a
  * message on error. */
-RtModel *rt_model_new(const Plan *p, char *err, size_t errn);
+RtModel *rt_model_new(const Plan *p, int tp, char *err, size_t errn);
+/* Stage s's parameters on tp rank t of model m (out: m's layout) from the whole model's
+ * (whole: the tp = 1 layout), each parameter cut as its RtSplit says. */
+void rt_model_shard(const RtModel *m, int s, int t, const float *whole, float *out);
 /* NULL when device d has every kernel plan p's layers need, else why not ("the cuda
  * device has no kernel for layer kind gelu"), written into err.  rt_world_open()
  * refuses the plan with the message. */
@@ -107,6 +113,44 @@ int rt_stage_forward(RtRank *r, int s, int mb, int step, int replica, RtStageBuf
 int rt_stage_backward(RtRank *r, int s, int mb, int step, int replica, RtStageBufs *b,
                       RtTensor *dy, RtTensor **saved, RtTensor **dx);
 int rt_stage_weights(RtRank *r, int s, RtStageBufs *b, RtTensor **saved);
+/* W of layers [lo, hi) only: a BW part's own layers (docs/semantics.md, "Parts"). */
+int rt_stage_weights_of(RtRank *r, int s, RtStageBufs *b, RtTensor **saved, int lo, int hi);
+/* A stage's walk through its layers for one microbatch in one direction (F: first to
+ * last, B: last to first; stage.c).  At tp > 1 it stops after each layer that ends in a
+ * tp all-reduce (RtLayerAt.cut): the plan's TPREDUCE (rt_stage_tp_reduce) sums `red`
+ * over the tp group and the next part resumes the walk. */
+typedef struct {
+	int n;
+	int end[RT_MAX_NEST];     // residual bodies open in the walk: the layer each ends at,
+	RtTensor *t[RT_MAX_NEST]; // and what it adds then (F: its input; B: a gradient copy)
+} RtBodies;
+
+typedef struct {
+	int l;         // the next layer
+	int back;      // 1: a backward walk (its bodies hold copies)
+	RtTensor *cur; // between layers: F's activation, B's gradient (NULL: none wanted)
+	RtTensor *red; // what the pending TPREDUCE sums: cur, or a vocabulary-split loss's
+	               // statistics (3 x rows, rt_backend.h tp_fwd); NULL: none
+	RtBodies bd;
+} RtWalk;
+
+/* A walk of stage s in direction dir from t (owned: F's input, B's output gradient). */
+void rt_walk_begin(RtRank *r, int s, int dir, RtTensor *t, RtWalk *wk);
+void rt_walk_free(RtRank *r, RtWalk *wk);
+/* F's layers from wk->l up to end (exclusive), or to the first cut; B's from wk->l down
+ * to end (inclusive), or to the first cut. */
+int rt_stage_fwd_run(RtRank *r, int s, int mb, int step, int replica, RtStageBufs *b,
+                     RtWalk *wk, int end, RtTensor **saved);
+int rt_stage_bwd_run(RtRank *r, int s, int mb, int step, int replica, RtStageBufs *b,
+                     RtWalk *wk, int end, RtTensor **saved);
+/* The TPREDUCE after the walk's cut in direction dir (msg: the op, for matching), then
+ * what waits for it: F's residual adds, or a vocabulary-split loss's two reductions and
+ * its loss. */
+int rt_stage_tp_reduce(RtRank *r, int s, int mb, RtStageBufs *b, RtWalk *wk, RtTensor **saved,
+                       int dir, const RtMsg *m);
+/* The walk's result, owned (F: the stage output, NULL after a loss; B: the input
+ * gradient, NULL when not wanted), of class RT_MEM_COMM. */
+void rt_stage_walk_end(RtRank *r, RtWalk *wk, RtTensor **out);
 /* Recomputation (PlanStage.recompute): after F, rt_stage_drop frees every saved tensor
  * of the microbatch but the stage input; before B, rt_stage_recompute re-runs F on
  * that input to rebuild them (the same math, so the same values). */

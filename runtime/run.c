@@ -85,6 +85,7 @@ static int alloc_ranks(RtWorld *w)
 		r->local = i;
 		r->pr = &w->plan->ranks[r->rank];
 		r->dev = w->dev;
+		r->model = w->model;
 		memcpy(r->coord, r->pr->coord, sizeof r->coord);
 		r->loss_sum = loss + (size_t)i * (size_t)o->steps;
 		r->step_t0 = step + (size_t)i * 2 * (size_t)o->steps;
@@ -94,13 +95,26 @@ static int alloc_ranks(RtWorld *w)
 	return RT_OK;
 }
 
+/* What piperun does not run at tp > 1 (docs/runtime.md "Tensor parallelism"); 0 when
+ * the plan is fine. */
+static int tp_refuse(const RtWorld *w, char *err, size_t errn)
+{
+	const Plan *p = w->plan;
+	const char *why = !w->comm->tp_allreduce ? "the communicator has no tp all-reduce"
+	                  : !w->dev->tp_split    ? "its device does not compute tp shards yet"
+	                                         : NULL;
+	for (int s = 0; s < p->nstages && !why; s++)
+		if (p->stages[s].recompute)
+			why = "recomputation (its forward would need the tp all-reduces again)";
+	if (!why)
+		return 0;
+	snprintf(err, errn, "piperun cannot run this tp=%d plan on the %s backend: %s",
+	         p->dims[DIM_TP], w->be->name, why);
+	return -1;
+}
+
 RtWorld *rt_world_open(const Plan *p, const RtOptions *o, char *err, size_t errn)
 {
-	if (p->dims[DIM_TP] > 1) { // the plan format and pipesim have tp; the runtime not yet
-		snprintf(err, errn, "piperun does not run tp>1 plans yet (this plan has tp=%d); "
-		         "pipesim simulates it", p->dims[DIM_TP]);
-		return NULL;
-	}
 	const char *name = o->backend ? o->backend : rt_backend_default();
 	if (rt_backend_check(name, err, errn))
 		return NULL;
@@ -134,7 +148,16 @@ RtWorld *rt_world_open(const Plan *p, const RtOptions *o, char *err, size_t errn
 		free(w);
 		return NULL;
 	}
-	if (!(w->model = rt_model_new(p, err, errn))) {
+	if (!(w->model = rt_model_new(p, p->dims[DIM_TP], err, errn))) {
+		free(w);
+		return NULL;
+	}
+	w->whole = w->model;
+	if (p->dims[DIM_TP] > 1 && (tp_refuse(w, err, errn) ||
+	                            !(w->whole = rt_model_new(p, 1, err, errn)))) {
+		if (w->whole != w->model)
+		rt_model_free(w->whole);
+	rt_model_free(w->model);
 		free(w);
 		return NULL;
 	}
@@ -148,6 +171,8 @@ RtWorld *rt_world_open(const Plan *p, const RtOptions *o, char *err, size_t errn
 		/* Opening fails alike in every process (a wrong world size, say), so the
 		 * parts close normally and the caller can still print the reason. */
 		close_parts(w, 0);
+		if (w->whole != w->model)
+			rt_model_free(w->whole);
 		rt_model_free(w->model);
 		free(w);
 		return NULL;
@@ -181,6 +206,8 @@ void rt_world_close(RtWorld *w, int failed)
 		}
 	}
 	free(w->ranks);
+	if (w->whole != w->model)
+		rt_model_free(w->whole);
 	rt_model_free(w->model);
 	free(w);
 }
@@ -403,6 +430,9 @@ static int check(RtWorld *w, RtResult *res)
 		return rt_world_error(w, "out of memory");
 	}
 	rc = rt_reference(w, loss, ref);
+	float *piece = NULL;
+	if (rc == RT_OK && w->model != w->whole && !(piece = malloc((size_t)maxp * sizeof(float))))
+		rc = rt_world_error(w, "out of memory");
 	if (rc == RT_OK) {
 		res->checked = 1;
 		for (int s = 0; s < w->opt.steps; s++) {
@@ -421,7 +451,9 @@ static int check(RtWorld *w, RtResult *res)
 					continue;
 				int64_t k = w->model->st[s].nparams;
 				double a, b;
-				compare(wr + off, ref[s], k, &a, &b);
+				if (piece) // the slice of the whole reference this rank holds
+					rt_model_shard(w->model, s, p->ranks[r].coord[DIM_TP], ref[s], piece);
+				compare(wr + off, piece ? piece : ref[s], k, &a, &b);
 				res->weight_abs = fmax(res->weight_abs, a);
 				res->weight_rel = fmax(res->weight_rel, b);
 				res->nweights += k;
@@ -433,6 +465,7 @@ static int check(RtWorld *w, RtResult *res)
 	}
 	for (int s = 0; s < p->nstages; s++)
 		free(ref[s]);
+	free(piece);
 	free(ref);
 	free(loss);
 	free(all);

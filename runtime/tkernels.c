@@ -95,18 +95,27 @@ static int tokens_ok(const int32_t *tok, int64_t n, int64_t V)
 int tk_embed_fwd(const int32_t *tok, const float *wte, const float *wpe, float *x, int64_t B,
                  int64_t S, int64_t d, int64_t V)
 {
+	return tk_embed_fwd_tp(tok, wte, wpe, x, B, S, d, V, 0, V);
+}
+
+int tk_embed_fwd_tp(const int32_t *tok, const float *wte, const float *wpe, float *x,
+                    int64_t B, int64_t S, int64_t d, int64_t V, int64_t lo, int64_t n)
+{
 	int64_t N = B * S;
 	if (!tokens_ok(tok, N, V))
 		return TK_EINVAL;
 	for (int64_t t = 0; t < N; t++) {
-		const float *e = wte + (int64_t)tok[t] * d;
+		int in = tok[t] >= lo && tok[t] < lo + n;
+		const float *e = wte + (in ? (int64_t)tok[t] - lo : 0) * d;
 		float *o = x + t * d;
 		if (wpe) {
 			const float *p = wpe + (t % S) * d;
 			for (int64_t j = 0; j < d; j++)
-				o[j] = e[j] + p[j];
-		} else {
+				o[j] = in ? e[j] + p[j] : p[j];
+		} else if (in) {
 			memcpy(o, e, (size_t)d * sizeof(float));
+		} else {
+			memset(o, 0, (size_t)d * sizeof(float));
 		}
 	}
 	return TK_OK;
@@ -115,14 +124,22 @@ int tk_embed_fwd(const int32_t *tok, const float *wte, const float *wpe, float *
 int tk_embed_bwd_w(const int32_t *tok, const float *dy, float *dwte, float *dwpe, int64_t B,
                    int64_t S, int64_t d, int64_t V)
 {
+	return tk_embed_bwd_w_tp(tok, dy, dwte, dwpe, B, S, d, V, 0, V);
+}
+
+int tk_embed_bwd_w_tp(const int32_t *tok, const float *dy, float *dwte, float *dwpe, int64_t B,
+                      int64_t S, int64_t d, int64_t V, int64_t lo, int64_t n)
+{
 	int64_t N = B * S;
 	if (!tokens_ok(tok, N, V))
 		return TK_EINVAL;
 	for (int64_t t = 0; t < N; t++) {
 		const float *g = dy + t * d;
-		float *e = dwte + (int64_t)tok[t] * d;
-		for (int64_t j = 0; j < d; j++)
-			e[j] += g[j];
+		if (tok[t] >= lo && tok[t] < lo + n) {
+			float *e = dwte + ((int64_t)tok[t] - lo) * d;
+			for (int64_t j = 0; j < d; j++)
+				e[j] += g[j];
+		}
 		if (dwpe) {
 			float *p = dwpe + (t % S) * d;
 			for (int64_t j = 0; j < d; j++)
@@ -240,9 +257,24 @@ void tk_rmsnorm_bwd(const float *x, const float *g, const float *rstd, const flo
 /* Llama's convention: within a head, element i pairs with i + hd/2 and turns by angle
  * s * theta^(-2i/hd) at position s.  Angles are computed in double, once per (position,
  * i), and applied to every q and k head of that position in every sequence. */
+/* The rank's share of a (TkAttn.tp): its heads, their width, its qkv row width. */
+typedef struct {
+	int64_t H, Hkv, hd, nqkv, di; // di: its heads side by side (att's width, wo's rows)
+} Share;
+
+static Share share(const TkAttn *a)
+{
+	int64_t tp = a->tp > 1 ? a->tp : 1, hd = a->d / a->H;
+	Share s = {a->H / tp, a->Hkv / tp, hd, 0, 0};
+	s.nqkv = (s.H + 2 * s.Hkv) * hd;
+	s.di = s.H * hd;
+	return s;
+}
+
 void tk_rope(const TkAttn *a, float *qkv, int inverse)
 {
-	int64_t hd = a->d / a->H, half = hd / 2, nqkv = tk_attn_nqkv(a), nh = a->H + a->Hkv;
+	Share sh = share(a);
+	int64_t hd = sh.hd, half = hd / 2, nqkv = sh.nqkv, nh = sh.H + sh.Hkv;
 	for (int64_t pos = 0; pos < a->S; pos++)
 		for (int64_t i = 0; i < half; i++) {
 			double ang = (double)pos * pow(a->rope_theta, -2.0 * (double)i / (double)hd);
@@ -264,8 +296,9 @@ void tk_rope(const TkAttn *a, float *qkv, int inverse)
 void tk_attn_fwd(const TkAttn *a, const float *x, const float *wqkv, const float *bqkv,
                  const float *wo, const float *bo, float *qkv, float *p, float *att, float *y)
 {
-	int64_t B = a->B, S = a->S, d = a->d, H = a->H, Hkv = a->Hkv, hd = d / H;
-	int64_t nqkv = tk_attn_nqkv(a), N = B * S, grp = H / Hkv;
+	Share sh = share(a);
+	int64_t B = a->B, S = a->S, d = a->d, H = sh.H, Hkv = sh.Hkv, hd = sh.hd, di = sh.di;
+	int64_t nqkv = sh.nqkv, N = B * S, grp = H / Hkv;
 	float scale = (float)(1.0 / sqrt((double)hd));
 	tk_linear_fwd(x, wqkv, bqkv, qkv, N, d, nqkv);
 	if (a->rope)
@@ -293,20 +326,21 @@ void tk_attn_fwd(const TkAttn *a, const float *x, const float *wqkv, const float
 				for (int64_t j = i + 1; j < S; j++)
 					r[j] = 0.0f;
 			}
-			gemm(0, 0, S, hd, S, 1.0f, pb, S, v, nqkv, 0.0f, att + b * S * d + h * hd, d);
+			gemm(0, 0, S, hd, S, 1.0f, pb, S, v, nqkv, 0.0f, att + b * S * di + h * hd, di);
 		}
 	}
-	tk_linear_fwd(att, wo, bo, y, N, d, d);
+	tk_linear_fwd(att, wo, bo, y, N, di, d);
 }
 
 void tk_attn_bwd_in(const TkAttn *a, const float *wqkv, const float *wo, const float *qkv,
                     const float *p, const float *dy, float *dqkv, float *dx, float *work)
 {
-	int64_t B = a->B, S = a->S, d = a->d, H = a->H, Hkv = a->Hkv, hd = d / H;
-	int64_t nqkv = tk_attn_nqkv(a), N = B * S, grp = H / Hkv;
+	Share sh = share(a);
+	int64_t B = a->B, S = a->S, d = a->d, H = sh.H, Hkv = sh.Hkv, hd = sh.hd, di = sh.di;
+	int64_t nqkv = sh.nqkv, N = B * S, grp = H / Hkv;
 	float scale = (float)(1.0 / sqrt((double)hd));
-	float *datt = work, *ds = work + N * d;
-	tk_linear_bwd_in(dy, wo, datt, N, d, d, 0);
+	float *datt = work, *ds = work + N * di;
+	tk_linear_bwd_in(dy, wo, datt, N, di, d, 0);
 	memset(dqkv, 0, (size_t)(N * nqkv) * sizeof(float));
 	for (int64_t b = 0; b < B; b++) {
 		const float *base = qkv + b * S * nqkv;
@@ -317,9 +351,9 @@ void tk_attn_bwd_in(const TkAttn *a, const float *wqkv, const float *wo, const f
 			const float *v = base + (H + Hkv + g) * hd;
 			float *dq = dbase + h * hd, *dk = dbase + (H + g) * hd;
 			float *dv = dbase + (H + Hkv + g) * hd;
-			const float *pb = p + (b * H + h) * S * S, *da = datt + b * S * d + h * hd;
-			gemm(0, 1, S, S, hd, 1.0f, da, d, v, nqkv, 0.0f, ds, S);     // dP = dO V^T
-			gemm(1, 0, S, hd, S, 1.0f, pb, S, da, d, 1.0f, dv, nqkv);    // dV += P^T dO
+			const float *pb = p + (b * H + h) * S * S, *da = datt + b * S * di + h * hd;
+			gemm(0, 1, S, S, hd, 1.0f, da, di, v, nqkv, 0.0f, ds, S);    // dP = dO V^T
+			gemm(1, 0, S, hd, S, 1.0f, pb, S, da, di, 1.0f, dv, nqkv);   // dV += P^T dO
 			for (int64_t i = 0; i < S; i++) {                           // softmax'
 				const float *pr = pb + i * S;
 				float *r = ds + i * S;
@@ -344,9 +378,10 @@ void tk_attn_bwd_in(const TkAttn *a, const float *wqkv, const float *wo, const f
 void tk_attn_bwd_w(const TkAttn *a, const float *x, const float *att, const float *dy,
                    const float *dqkv, float *dwqkv, float *dbqkv, float *dwo, float *dbo)
 {
+	Share sh = share(a);
 	int64_t N = a->B * a->S, d = a->d;
-	tk_linear_bwd_w(x, dqkv, dwqkv, dbqkv, N, d, tk_attn_nqkv(a));
-	tk_linear_bwd_w(att, dy, dwo, dbo, N, d, d);
+	tk_linear_bwd_w(x, dqkv, dwqkv, dbqkv, N, d, sh.nqkv);
+	tk_linear_bwd_w(att, dy, dwo, dbo, N, sh.di, d);
 }
 
 void tk_attn_bwd(const TkAttn *a, const float *x, const float *wqkv, const float *wo,
@@ -532,3 +567,64 @@ int tk_xent_bwd(const float *logits, const int32_t *tgt, const float *lse, float
 	return TK_OK;
 }
 
+
+/* ---- cross-entropy split over the vocabulary (tp) ----
+ * Each rank holds columns [lo, lo + n) of the logits.  The global row maximum M comes
+ * first (a max all-reduce of tk_xent_tp_max's), so every exponential is taken against
+ * the same M on every rank, as the whole kernel takes it: the sum of the ranks' sums is
+ * then the whole sum (up to f32 rounding of the partial sums), without rescaling. */
+void tk_xent_tp_max(const float *logits, float *mx, int64_t N, int64_t n)
+{
+	for (int64_t i = 0; i < N; i++) {
+		const float *r = logits + i * n;
+		float m = r[0];
+		for (int64_t j = 1; j < n; j++)
+			m = r[j] > m ? r[j] : m;
+		mx[i] = m;
+	}
+}
+
+int tk_xent_tp_sums(const float *logits, const int32_t *tgt, const float *mx, float *sum,
+                    float *zt, int64_t N, int64_t V, int64_t lo, int64_t n)
+{
+	if (!tokens_ok(tgt, N, V))
+		return TK_EINVAL;
+	for (int64_t i = 0; i < N; i++) {
+		const float *r = logits + i * n;
+		double s = 0;
+		for (int64_t j = 0; j < n; j++)
+			s += exp((double)r[j] - (double)mx[i]);
+		sum[i] = (float)s;
+		zt[i] = tgt[i] >= lo && tgt[i] < lo + n ? r[tgt[i] - lo] : 0.0f;
+	}
+	return TK_OK;
+}
+
+void tk_xent_tp_end(const float *mx, const float *sum, const float *zt, float *lse,
+                    double *loss, int64_t N)
+{
+	double total = 0;
+	for (int64_t i = 0; i < N; i++) {
+		double l = (double)mx[i] + log((double)sum[i]);
+		lse[i] = (float)l;
+		total += l - (double)zt[i];
+	}
+	*loss = total / (double)N;
+}
+
+int tk_xent_tp_bwd(const float *logits, const int32_t *tgt, const float *lse, float scale,
+                   float *dlogits, int64_t N, int64_t V, int64_t lo, int64_t n)
+{
+	if (!tokens_ok(tgt, N, V))
+		return TK_EINVAL;
+	float k = (float)((double)scale / (double)N);
+	for (int64_t i = 0; i < N; i++) {
+		const float *r = logits + i * n;
+		float *o = dlogits + i * n;
+		for (int64_t j = 0; j < n; j++)
+			o[j] = k * expf(r[j] - lse[i]);
+		if (tgt[i] >= lo && tgt[i] < lo + n)
+			o[tgt[i] - lo] -= k;
+	}
+	return TK_OK;
+}

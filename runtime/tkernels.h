@@ -60,6 +60,12 @@ int tk_embed_fwd(const int32_t *tok, const float *wte, const float *wpe, float *
  * added in token order, so repeated tokens accumulate deterministically. */
 int tk_embed_bwd_w(const int32_t *tok, const float *dy, float *dwte, float *dwpe, int64_t B,
                    int64_t S, int64_t d, int64_t V);
+/* The same on one rank of a tp group holding rows [lo, lo + n) of the table (wte, dwte:
+ * n x d): a token outside them gives zeros (plus wpe when given) and no table gradient. */
+int tk_embed_fwd_tp(const int32_t *tok, const float *wte, const float *wpe, float *x,
+                    int64_t B, int64_t S, int64_t d, int64_t V, int64_t lo, int64_t n);
+int tk_embed_bwd_w_tp(const int32_t *tok, const float *dy, float *dwte, float *dwpe, int64_t B,
+                      int64_t S, int64_t d, int64_t V, int64_t lo, int64_t n);
 
 /* ---- layernorm: y = (x - mean) * rstd * g + b, rstd = 1/sqrt(var + eps) ----
  * x, y: N x d; g, b: d.  Saved: mean (N), rstd (N), plus the input x (N*d).
@@ -168,5 +174,17 @@ int tk_xent_fwd(const float *logits, const int32_t *tgt, float *lse, double *los
                 int64_t V);
 int tk_xent_bwd(const float *logits, const int32_t *tgt, const float *lse, float scale,
                 float *dlogits, int64_t N, int64_t V);
+/* Vocabulary-parallel (tp): a rank's logits are columns [lo, lo + n) of V (N x n).
+ * tk_xent_tp_max: each row's local maximum; after its max all-reduce over the group (M),
+ * tk_xent_tp_sums: sum of exp(logit - M) and the target's logit (0 when outside the
+ * slice); after their sum all-reduce, tk_xent_tp_end: lse = M + log(sum) and the mean
+ * loss.  tk_xent_tp_bwd: the rank's columns of tk_xent_bwd's dlogits. */
+void tk_xent_tp_max(const float *logits, float *mx, int64_t N, int64_t n);
+int tk_xent_tp_sums(const float *logits, const int32_t *tgt, const float *mx, float *sum,
+                    float *zt, int64_t N, int64_t V, int64_t lo, int64_t n);
+void tk_xent_tp_end(const float *mx, const float *sum, const float *zt, float *lse,
+                    double *loss, int64_t N);
+int tk_xent_tp_bwd(const float *logits, const int32_t *tgt, const float *lse, float scale,
+                   float *dlogits, int64_t N, int64_t V, int64_t lo, int64_t n);
 
 #endif

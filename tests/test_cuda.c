@@ -719,8 +719,7 @@ static void twin_open(Gpu *g, Twin *t, const PlanLayer *ly, const LayerShape *sh
 	RtLayerTensors lt = {0};
 	int64_t m = sh->rows;
 	int tokens = plan_layers[ly->kind].tokens;
-	if (rt_layer_shapes[ly->kind])
-		rt_layer_shapes[ly->kind](ly, sh, &lt);
+	rt_layer_tensors(ly, sh, 1, &lt);
 	twin_add(g, t, m, ly->in);
 	twin_add(g, t, m, ly->out);
 	twin_add(g, t, m, ly->out);
@@ -1134,6 +1133,22 @@ static void cuda__plan_two_gpus__check_f32(void **state)
 	run_checked(two_gpu_src, RT_DTYPE_F32, 2, 0.5);
 }
 
+/* Tensor parallelism on two GPUs (tp=2): every split kind's shard on cuda_tf.cu's rows,
+ * TPREDUCE on the tp ncclCommSplit communicator, the loss's max then sum. */
+static const char tp_src[] =
+	"pipeline tp;\nmesh pp=1 tp=2;\nmicrobatches 4;\ninput tokens 3x12 vocab=38;\n"
+	"stage s0 { embed 24 positions; residual { layernorm; attention heads=4 kv_heads=2 bias; }\n"
+	"  residual { layernorm; mlp 40 bias; } }\n"
+	"stage s1 { residual { rmsnorm; attention heads=6 kv_heads=2 rope; }\n"
+	"  residual { rmsnorm; swiglu 40; } rmsnorm; head; loss xent; }\n"
+	"schedule gpipe;\ncost * f=1 b=1 w=1;\nlink ideal;\n";
+
+static void cuda__plan_tp2__check_f32(void **state)
+{
+	(void)state;
+	run_checked(tp_src, RT_DTYPE_F32, 2, 0.05);
+}
+
 #endif
 
 int main(void)
@@ -1163,6 +1178,7 @@ int main(void)
 		cmocka_unit_test(cuda__plan_one_gpu__check_adamw),
 		cmocka_unit_test(cuda__plan_transformer__check_f32),
 		cmocka_unit_test(cuda__plan_two_gpus__check_f32),
+		cmocka_unit_test(cuda__plan_tp2__check_f32),
 		cmocka_unit_test(cuda__hang__abort_ends_the_wait), // last: it aborts NCCL
 #endif
 	};

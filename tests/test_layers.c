@@ -129,7 +129,7 @@ static void agree(const Plan *p, int *used, int may_refuse)
 	if (rt_device_check(&rt_device_cpu, p, err, sizeof err)) {
 		if (!may_refuse || !strstr(err, "no kernel"))
 			fail_msg("the cpu device refuses the plan: %s", err);
-	} else if (!(m = rt_model_new(p, err, sizeof err))) {
+	} else if (!(m = rt_model_new(p, 1, err, sizeof err))) {
 		fail_msg("the runtime's model refuses the plan: %s", err);
 	}
 	LayerShape sh = plan_shape(p);
@@ -272,7 +272,7 @@ static void layers__transformer_rows__match_tfcount(void **state)
 	enum { B = 2, S = 8, D = 16, H = 4, HKV = 2, F = 40, V = 23 };
 	int64_t N = B * S;
 	LayerShape sh = {N, B, S, V};
-	TkAttn a = {B, S, D, H, HKV, 1, 10000.0};
+	TkAttn a = {B, S, D, H, HKV, 1, 10000.0, 1};
 	uint32_t bias = LAYER_FLAG(LAYER_KEY_BIAS), rope = LAYER_FLAG(LAYER_KEY_ROPE);
 
 	PlanLayer at = {LAYER_ATTN, D, D, H, HKV, 0, 0, bias | rope};

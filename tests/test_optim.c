@@ -228,9 +228,9 @@ static void optim__stage_state__adamw_only_zeroed_and_accounted(void **state)
 	for (int k = 0; k < OPTIM_COUNT; k++) {
 		RtWorld w = {.plan = p, .dev = &rt_device_cpu, .opt = {.seed = 1},
 		             .optim = plan_optim_default(k)};
-		w.model = rt_model_new(p, err, sizeof err);
+		w.model = rt_model_new(p, 1, err, sizeof err);
 		assert_non_null(w.model);
-		RtRank r = {.w = &w, .rank = RT_REF_RANK, .dev = &rt_device_cpu};
+		RtRank r = {.w = &w, .rank = RT_REF_RANK, .dev = &rt_device_cpu, .model = w.model};
 		RtStageBufs b;
 		assert_int_equal(rt_stage_bufs_open(&r, 0, &b), RT_OK);
 		int64_t np = w.model->st[0].nparams;

@@ -150,9 +150,9 @@ static void runtime__gradients__match_finite_differences(void **state)
 	assert_non_null(p);
 	char err[256];
 	RtWorld w = {.plan = p, .dev = &rt_device_cpu, .opt = options(1, 0)};
-	w.model = rt_model_new(p, err, sizeof err);
+	w.model = rt_model_new(p, 1, err, sizeof err);
 	assert_non_null(w.model);
-	RtRank r = {.w = &w, .rank = RT_REF_RANK, .dev = &rt_device_cpu};
+	RtRank r = {.w = &w, .rank = RT_REF_RANK, .dev = &rt_device_cpu, .model = w.model};
 	RtStageBufs b;
 	assert_int_equal(rt_stage_bufs_open(&r, 0, &b), RT_OK);
 	RtTensor *saved[16] = {0};
@@ -506,8 +506,7 @@ static void one_layer_open(RtRank *r, OneLayer *o, const PlanLayer *ly, const La
 {
 	int64_t rows = sh->rows;
 	memset(o, 0, sizeof *o);
-	if (rt_layer_shapes[ly->kind])
-		rt_layer_shapes[ly->kind](ly, sh, &o->t);
+	rt_layer_tensors(ly, sh, 1, &o->t);
 	RtTensor **mine[] = {&o->x, &o->y, &o->dy, &o->dx, &o->target};
 	int tokens = plan_layers[ly->kind].tokens;
 	int64_t cols[] = {ly->in, ly->out, ly->out, ly->in, tokens ? 1 : ly->in};
@@ -673,7 +672,7 @@ static void runtime__layer_kernels__gradients_match_finite_differences(void **st
 	Plan *p = compile_text(src, NULL, 0);
 	assert_non_null(p);
 	RtWorld w = {.plan = p, .dev = &rt_device_cpu, .opt = options(1, 0)};
-	RtRank r = {.w = &w, .rank = RT_REF_RANK, .dev = &rt_device_cpu};
+	RtRank r = {.w = &w, .rank = RT_REF_RANK, .dev = &rt_device_cpu, .model = w.model};
 	int seen[LAYER_COUNT] = {0};
 	/* Two sequences of 3 tokens over a vocabulary of 7. */
 	LayerShape sh = {6, 2, 3, 7};

@@ -1,7 +1,7 @@
 #!/bin/sh
 # The memory model (docs/semantics.md "Memory"): piperun's measured peak total and its
 # parts equal pipesim's prediction, rank by rank, over programs with skips, hand-offs,
-# sends to self, dp, transformers, AdamW and every schedule on mlp4.
+# sends to self, dp, transformers, tp (gpt-tp), AdamW and every schedule on mlp4.
 TOOL=memory
 . tests/lib/cli.sh
 
@@ -29,7 +29,7 @@ same() {
 
 sed 's/^schedule .*/optimizer adamw;\n&/' examples/mlp4.pipe >"$dir/mlp4-adamw.pipe"
 for p in examples/tiny.pipe examples/mlp4.pipe examples/skips.pipe examples/gpt-tiny.pipe \
-	examples/zbv.pipe examples/zbv-selfsend.pipe examples/interleaved.pipe \
+	examples/zbv.pipe examples/zbv-selfsend.pipe examples/interleaved.pipe examples/gpt-tp.pipe \
 	"$dir/mlp4-adamw.pipe"; do
 	b=$(basename "$p" .pipe)
 	t "compiles $b" 0 "$BIN/pipecc" "$p" -o "$dir/$b.plan"

@@ -1,7 +1,8 @@
 #!/bin/sh
 # piperun under mpirun, one rank per process: --check passes for every schedule pipecc
 # accepts on the bundled examples (the backend chosen automatically from the launcher's
-# environment, and by --backend mpi) and for AdamW with dp=2, a head-to-head deadlock
+# environment, and by --backend mpi), for AdamW with dp=2 and for pp x dp x tp =
+# 2 x 2 x 2 (examples/gpt-tp.pipe), a head-to-head deadlock
 # ends by the watchdogs with both blocked sends named, a wrong process count is an
 # error, and --backend threads (which would run the whole world in every process) is
 # refused.  Skipped (with a line saying so) without mpirun, without the MPI backend, or
@@ -49,6 +50,17 @@ for s in zbv dualpipev; do
 		"$dir/self-$s.plan" --check --steps 2
 	has "--check on the $s self-send plan agrees" "$dir/out" "^check: .*: ok"
 done
+# pp x dp x tp = 2 x 2 x 2: TPREDUCE on the tp communicator (MPI_Comm_split), the
+# vocabulary-split loss's max and sum among them; a second one with zbh1 (B and W apart).
+"$BIN/pipecc" examples/gpt-tp.pipe -o "$dir/gpt-tp.plan"
+t "--check gpt-tp pp=2 dp=2 tp=2 (np 8)" 0 timeout 300 $MPIRUN -np 8 "$BIN/piperun" \
+	"$dir/gpt-tp.plan" --check --steps 2
+has "--check gpt-tp on mpi agrees" "$dir/out" "^check: .*: ok"
+has "gpt-tp ran 2 x 2 x 2 on mpi" "$dir/out" "pp=2 dp=2 tp=2, 8 ranks.* on mpi, "
+"$BIN/pipecc" examples/gpt-tp.pipe -s zbh1 -o "$dir/gpt-tp-zbh1.plan"
+t "--check gpt-tp zbh1 (np 8)" 0 timeout 300 $MPIRUN -np 8 "$BIN/piperun" \
+	"$dir/gpt-tp-zbh1.plan" --check --steps 2
+has "--check gpt-tp zbh1 on mpi agrees" "$dir/out" "^check: .*: ok"
 # AdamW with dp=2 (its state per process; the all-reduce is MPI's, within tolerance).
 "$BIN/pipecc" examples/mlp4.pipe -o "$dir/mlp4-adamw.plan"
 t "--check adamw on mlp4 (np 8)" 0 timeout 300 $MPIRUN -np 8 "$BIN/piperun" \

@@ -2,7 +2,8 @@
 # Tensor parallelism from the command line: the tp examples compile and simulate, the
 # summary divides per-rank figures by tp, the node link times the tp all-reduces, tp
 # groups and nodes (error, opt-in, warning), malformed tp ops in a plan (reader and
-# verifier, located), both timing models, and piperun refusing tp > 1 with its reason.
+# verifier, located), both timing models, and piperun training gpt-tp (the rest of the
+# runtime's tp checks: tests/cli/tp_run.sh).
 : "${BIN:=bin}"
 TOOL=tp
 . tests/lib/cli.sh
@@ -17,8 +18,8 @@ has "gpt-tp runs to the end" "$dir/out" "^ok: "
 has "pipesim reports the tp all-reduces" "$dir/out" "^  group of rank 0 (2 ranks): .* in 36 all-reduces"
 t "overlap model proves gpt-tp" 0 "$BIN/pipesim" --model overlap "$dir/g.plan"
 has "overlap: the same tp all-reduces" "$dir/out" "^  group of rank 0 (2 ranks): .* in 36 all-reduces"
-t "piperun refuses tp > 1" 1 "$BIN/piperun" "$dir/g.plan" --steps 1
-has "piperun says it does not run tp>1" "$dir/err" "piperun does not run tp>1 plans yet"
+t "piperun trains gpt-tp with --check" 0 "$BIN/piperun" "$dir/g.plan" --steps 2 --check
+has "gpt-tp agrees with the whole sequential reference" "$dir/out" "^check: .*: ok"
 
 # PyTorch's schedule CSV names each action once, not once per part
 t "gpt-tp as torch-csv" 0 "$BIN/pipecc" examples/gpt-tp.pipe --emit torch-csv

@@ -1,0 +1,574 @@
+/* One stage's compute over the model (model.c): its buffers, F, B and W for a
+ * microbatch, every layer kind through the device's row (rt_backend.h, "Layers").
+ *
+ * A walk (RtWalk) runs a stage's layers for one microbatch and direction and can stop
+ * after a layer that ends in a tp all-reduce (its part, plan_stage_parts): the
+ * interpreter then runs the plan's TPREDUCE (rt_stage_tp_reduce) and the next part
+ * resumes the walk.  At tp = 1 there are no such layers, and rt_stage_forward and
+ * rt_stage_backward walk the whole stage at once, as the reference always does.
+ *
+ * Memory convention (docs/semantics.md "Memory"): every layer keeps its input and its
+ * saved tensors for the backward pass (until W for a kind with parameters: save_fw;
+ * else until B: save_fb), and a kind with parameters keeps its output gradient and its
+ * held tensors from B to W (save_bw).  A layer's output is the next layer's saved
+ * input, so F holds exactly save_fb + save_fw, B frees save_fb and holds save_bw, and W
+ * frees the rest. */
+#include "rt_private.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- one stage ---- */
+
+int rt_stage_bufs_open(RtRank *r, int s, RtStageBufs *b)
+{
+	const Plan *p = r->w->plan;
+	const RtStageModel *sm = &r->model->st[s];
+	memset(b, 0, sizeof *b);
+	int64_t widest = p->cols;
+	for (int i = 0; i < p->nstages; i++)
+		for (int l = 0; l < p->stages[i].nlayers; l++) {
+			if (p->stages[i].layers[l].in > widest)
+				widest = p->stages[i].layers[l].in;
+			if (p->stages[i].layers[l].out > widest)
+				widest = p->stages[i].layers[l].out;
+		}
+	int64_t nhost = widest * p->rows;
+	if (sm->nparams > nhost)
+		nhost = sm->nparams;
+	b->host = malloc((size_t)nhost * sizeof(float));
+	if (!b->host)
+		return rt_error(r, "out of memory");
+	int64_t np = sm->nparams ? sm->nparams : 1;
+	if (!(b->params = rt_tensor_new(r, 1, np, RT_MEM_PARAM)) ||
+	    !(b->grads = rt_tensor_new(r, 1, np, RT_MEM_GRAD)))
+		return RT_EFAIL;
+	if (sm->loss && !(b->loss = rt_tensor_new(r, 1, p->microbatches, RT_MEM_TEMP)))
+		return RT_EFAIL;
+	if (r->w->optim.kind == OPTIM_ADAMW &&
+	    (!(b->m = rt_tensor_new(r, 1, np, RT_MEM_OPTIM)) ||
+	     !(b->v = rt_tensor_new(r, 1, np, RT_MEM_OPTIM)) || r->dev->zero(r, b->m) ||
+	     r->dev->zero(r, b->v)))
+		return RT_EFAIL;
+	memset(b->host, 0, (size_t)np * sizeof(float));
+	if (r->model->tp > 1) { // the rank's pieces of the whole model's weights
+		float *whole = malloc((size_t)(r->w->whole->st[s].nparams + 1) * sizeof(float));
+		if (!whole)
+			return rt_error(r, "out of memory");
+		rt_gen_weights(r->w->opt.seed, p, s, whole);
+		rt_model_shard(r->model, s, r->coord[DIM_TP], whole, b->host);
+		free(whole);
+	} else {
+		rt_gen_weights(r->w->opt.seed, p, s, b->host);
+	}
+	const RtDevice *dev = r->dev;
+	if (dev->upload(r, b->params, b->host) || dev->zero(r, b->grads))
+		return RT_EFAIL;
+	if (b->loss && dev->zero(r, b->loss))
+		return RT_EFAIL;
+	return RT_OK;
+}
+
+void rt_stage_bufs_close(RtRank *r, RtStageBufs *b)
+{
+	rt_tensor_free(r, b->params);
+	rt_tensor_free(r, b->grads);
+	rt_tensor_free(r, b->m);
+	rt_tensor_free(r, b->v);
+	rt_tensor_free(r, b->loss);
+	free(b->host);
+	memset(b, 0, sizeof *b);
+}
+
+RtTensor *rt_stage_input(RtRank *r, int step, int replica, int mb, RtStageBufs *b, int cls)
+{
+	const Plan *p = r->w->plan;
+	RtTensor *x = rt_tensor_new(r, p->rows, p->cols, cls);
+	if (!x)
+		return NULL;
+	LayerShape sh = plan_shape(p);
+	if (sh.vocab)
+		rt_gen_tokens(r->w->opt.seed, replica, mb, &sh, 0, b->host);
+	else
+		rt_gen_input(r->w->opt.seed, step, replica, mb, b->host, (int64_t)p->rows * p->cols);
+	if (r->dev->upload(r, x, b->host)) {
+		rt_tensor_free(r, x);
+		return NULL;
+	}
+	return x;
+}
+
+/* The loss's target: next tokens for a loss on tokens, else rows x width values. */
+static RtTensor *target(RtRank *r, int s, int step, int replica, int mb, RtStageBufs *b)
+{
+	const Plan *p = r->w->plan;
+	const PlanStage *st = &p->stages[s];
+	int tokens = plan_layers[st->layers[st->nlayers - 1].kind].tokens;
+	int width = tokens ? 1 : st->out;
+	RtTensor *t = rt_tensor_new(r, p->rows, width, RT_MEM_TEMP);
+	if (!t)
+		return NULL;
+	LayerShape sh = plan_shape(p);
+	if (tokens)
+		rt_gen_tokens(r->w->opt.seed, replica, mb, &sh, 1, b->host);
+	else
+		rt_gen_target(r->w->opt.seed, step, replica, mb, b->host, (int64_t)p->rows * width);
+	if (r->dev->upload(r, t, b->host)) {
+		rt_tensor_free(r, t);
+		return NULL;
+	}
+	return t;
+}
+
+/* A layer's call and its parameter views (pv, gv: RT_LAYER_MAX_TENSORS each); slot is
+ * the layer's first saved slot of the microbatch. */
+static RtLayerCall layer_call(RtRank *r, int s, int l, RtStageBufs *b, RtTensor **slot,
+                              RtTensor *pv, RtTensor *gv)
+{
+	const PlanLayer *ly = &r->w->plan->stages[s].layers[l];
+	const RtModel *m = r->model;
+	const RtLayerAt *at = &m->st[s].at[l];
+	RtLayerCall c = {.layer = ly, .rows = r->w->plan->rows, .sh = plan_shape(r->w->plan),
+	                 .x = slot[0]};
+	int64_t off = at->off;
+	for (int j = 0; j < at->t.nparams; j++) {
+		const RtShape *sh = &at->t.param[j];
+		/* A borrowed table is the embedding's first parameter (rt_backend.h); the
+		 * reference computes a head's copy with the embedding's table too. */
+		const RtStageBufs *from = j < at->t.borrowed ? b->embed : b;
+		int64_t o = j < at->t.borrowed ? m->embed_off : off;
+		int share = j == 0 && at->t.copy && b->share_tie;
+		pv[j] = share ? rt_tensor_view(b->embed->params, m->embed_off, sh->rows, sh->cols)
+		              : rt_tensor_view(from->params, o, sh->rows, sh->cols);
+		gv[j] = rt_tensor_view(from->grads, o, sh->rows, sh->cols);
+		if (j >= at->t.borrowed)
+			off += sh->rows * sh->cols;
+	}
+	c.nparams = at->t.nparams;
+	c.param = pv;
+	c.grad = gv;
+	c.nsaved = at->t.nsaved;
+	c.saved = slot + 2;
+	c.nheld = at->t.nheld;
+	c.held = slot + 2 + at->t.nsaved;
+	c.tp = m->tp;
+	c.tp_rank = r->coord[DIM_TP];
+	return c;
+}
+
+/* New tensors of class cls into out[0..n). */
+static int new_tensors(RtRank *r, const RtShape *sh, int n, int cls, RtTensor **out)
+{
+	for (int i = 0; i < n; i++)
+		if (!(out[i] = rt_tensor_new(r, sh[i].rows, sh[i].cols, cls)))
+			return RT_EFAIL;
+	return RT_OK;
+}
+
+static void free_slots(RtRank *r, RtTensor **slot, int n)
+{
+	for (int i = 0; i < n; i++) {
+		rt_tensor_free(r, slot[i]);
+		slot[i] = NULL;
+	}
+}
+
+/* A stage whose head borrows the embedding's table needs the embedding's buffers. */
+static int stage_ready(RtRank *r, int s, const RtStageBufs *b)
+{
+	const PlanStage *st = &r->w->plan->stages[s];
+	for (int l = 0; l < st->nlayers; l++)
+		if ((r->model->st[s].at[l].t.borrowed ||
+		     (r->model->st[s].at[l].t.copy && b->share_tie)) && !b->embed)
+			return rt_error(r, "stage %s: its tied head needs the embedding's table, which is "
+			                   "not on this rank", st->name);
+	return RT_OK;
+}
+
+static int body_push(RtRank *r, RtBodies *bd, int end, RtTensor *t)
+{
+	if (bd->n == RT_MAX_NEST)
+		return rt_error(r, "residual blocks nest deeper than %d", RT_MAX_NEST);
+	bd->end[bd->n] = end;
+	bd->t[bd->n++] = t;
+	return RT_OK;
+}
+
+/* Adds the inputs of the bodies that end at layer l to cur (F). */
+static int bodies_close(RtRank *r, RtWalk *wk, int l)
+{
+	for (; wk->bd.n && wk->bd.end[wk->bd.n - 1] == l; wk->bd.n--)
+		if (r->dev->add(r, wk->cur, wk->bd.t[wk->bd.n - 1]))
+			return RT_EFAIL;
+	return RT_OK;
+}
+
+void rt_walk_begin(RtRank *r, int s, int dir, RtTensor *t, RtWalk *wk)
+{
+	memset(wk, 0, sizeof *wk);
+	wk->l = dir == DIR_ACT ? 0 : r->w->plan->stages[s].nlayers - 1;
+	wk->cur = t;
+}
+
+void rt_walk_free(RtRank *r, RtWalk *wk)
+{
+	if (wk->red != wk->cur)
+		rt_tensor_free(r, wk->red);
+	rt_tensor_free(r, wk->cur);
+	while (wk->bd.n) { // F: the bodies' inputs are saved tensors; B: copies
+		wk->bd.n--;
+		if (wk->back)
+			rt_tensor_free(r, wk->bd.t[wk->bd.n]);
+	}
+	memset(wk, 0, sizeof *wk);
+}
+
+/* F of the loss layer l: its loss, or at tp > 1 its statistics for the all-reduce. */
+static int loss_forward(RtRank *r, int s, int l, int mb, int step, int replica,
+                        RtStageBufs *b, RtWalk *wk, RtLayerCall *c)
+{
+	RtTensor *t = target(r, s, step, replica, mb, b);
+	if (!t)
+		return RT_EFAIL;
+	c->target = t;
+	c->loss = b->loss;
+	c->slot = mb;
+	if (r->model->st[s].at[l].cut[DIR_ACT] &&
+	    !(c->y = wk->red = rt_tensor_new(r, 3, c->rows, RT_MEM_TEMP))) {
+		rt_tensor_free(r, t);
+		return RT_EFAIL;
+	}
+	int rc = r->dev->layers[c->layer->kind].fwd(r, c);
+	rt_tensor_free(r, t);
+	return rc;
+}
+
+int rt_stage_fwd_run(RtRank *r, int s, int mb, int step, int replica, RtStageBufs *b,
+                     RtWalk *wk, int end, RtTensor **saved)
+{
+	const Plan *p = r->w->plan;
+	const PlanStage *st = &p->stages[s];
+	const RtStageModel *sm = &r->model->st[s];
+	RtTensor pv[RT_LAYER_MAX_TENSORS], gv[RT_LAYER_MAX_TENSORS];
+	if (stage_ready(r, s, b))
+		return RT_EFAIL;
+	while (wk->l < end && wk->cur) {
+		int l = wk->l++;
+		const PlanLayer *ly = &st->layers[l];
+		const RtLayerAt *at = &sm->at[l];
+		if (plan_layers[ly->kind].arg == LAYER_ARG_BODY) {
+			/* y = x + body(x): x stays alive as the body's first layer's saved input. */
+			if (body_push(r, &wk->bd, l + ly->span, wk->cur))
+				return RT_EFAIL;
+			continue;
+		}
+		RtTensor **slot = saved + at->slot;
+		rt_tensor_reclass(r, wk->cur, RT_MEM_SAVED);
+		slot[0] = wk->cur;
+		wk->cur = NULL;
+		if (new_tensors(r, at->t.saved, at->t.nsaved, RT_MEM_SAVED, slot + 2))
+			return RT_EFAIL;
+		RtLayerCall c = layer_call(r, s, l, b, slot, pv, gv);
+		if (plan_layers[ly->kind].loss)
+			return loss_forward(r, s, l, mb, step, replica, b, wk, &c);
+		if (!(c.y = rt_tensor_new(r, p->rows, at->t.out, RT_MEM_TEMP)))
+			return RT_EFAIL;
+		if (r->dev->layers[ly->kind].fwd(r, &c)) {
+			rt_tensor_free(r, c.y);
+			return RT_EFAIL;
+		}
+		wk->cur = c.y;
+		if (at->cut[DIR_ACT]) { // the bodies it closes wait for the all-reduce
+			wk->red = wk->cur;
+			return RT_OK;
+		}
+		if (bodies_close(r, wk, l))
+			return RT_EFAIL;
+	}
+	return RT_OK;
+}
+
+void rt_stage_walk_end(RtRank *r, RtWalk *wk, RtTensor **out)
+{
+	if (wk->cur)
+		rt_tensor_reclass(r, wk->cur, RT_MEM_COMM);
+	*out = wk->cur;
+	wk->cur = NULL;
+}
+
+int rt_stage_forward(RtRank *r, int s, int mb, int step, int replica, RtStageBufs *b,
+                     RtTensor *x, RtTensor **saved, RtTensor **y)
+{
+	RtWalk wk;
+	rt_walk_begin(r, s, DIR_ACT, x, &wk);
+	*y = NULL;
+	if (rt_stage_fwd_run(r, s, mb, step, replica, b, &wk, r->w->plan->stages[s].nlayers, saved)) {
+		rt_walk_free(r, &wk);
+		return RT_EFAIL;
+	}
+	rt_stage_walk_end(r, &wk, y);
+	return RT_OK;
+}
+
+/* The slot of stage s's input in a microbatch's saved tensors: its first layer that is
+ * not a body kind keeps it as its saved input. */
+static int input_slot(const RtRank *r, int s)
+{
+	const PlanStage *st = &r->w->plan->stages[s];
+	int l = 0;
+	while (l + 1 < st->nlayers && plan_layers[st->layers[l].kind].arg == LAYER_ARG_BODY)
+		l++;
+	return r->model->st[s].at[l].slot;
+}
+
+void rt_stage_drop(RtRank *r, int s, RtTensor **saved)
+{
+	int64_t n = r->model->st[s].nslots;
+	RtTensor *x = saved[input_slot(r, s)];
+	for (int64_t k = 0; k < n; k++)
+		if (saved[k] != x) {
+			rt_tensor_free(r, saved[k]);
+			saved[k] = NULL;
+		}
+}
+
+int rt_stage_recompute(RtRank *r, int s, int mb, int step, int replica, RtStageBufs *b,
+                       RtTensor **saved)
+{
+	RtTensor *x = saved[input_slot(r, s)], *y;
+	if (!x)
+		return rt_error(r, "internal: stage %s lost its input before recomputing",
+		                r->w->plan->stages[s].name);
+	if (rt_stage_forward(r, s, mb, step, replica, b, x, saved, &y))
+		return RT_EFAIL;
+	rt_tensor_free(r, y); // its consumers have it already
+	return RT_OK;
+}
+
+/* B of layer l: dy (owned) -> *dx (NULL when not wanted).  A layer with parameters
+ * keeps dy and its held tensors for W; one without frees what it kept. */
+static int layer_backward(RtRank *r, int s, int l, int mb, int step, int replica,
+                          RtStageBufs *b, RtTensor **slot, RtTensor *dy, int want_dx,
+                          RtTensor **dx)
+{
+	const Plan *p = r->w->plan;
+	const PlanLayer *ly = &p->stages[s].layers[l];
+	const RtLayerAt *at = &r->model->st[s].at[l];
+	RtTensor pv[RT_LAYER_MAX_TENSORS], gv[RT_LAYER_MAX_TENSORS];
+	int has_w = at->t.nparams > 0;
+	*dx = NULL;
+	/* A kind that holds tensors for W computes them with its input gradient. */
+	int need_dx = want_dx || at->t.nheld > 0;
+	if (has_w) {
+		rt_tensor_reclass(r, dy, RT_MEM_SAVED);
+		slot[1] = dy;
+		if (new_tensors(r, at->t.held, at->t.nheld, RT_MEM_SAVED, slot + 2 + at->t.nsaved))
+			return RT_EFAIL;
+	}
+	RtLayerCall c = layer_call(r, s, l, b, slot, pv, gv);
+	c.dy = dy;
+	int rc = RT_OK;
+	if (need_dx && !(c.dx = rt_tensor_new(r, p->rows, at->t.in, RT_MEM_TEMP)))
+		return RT_EFAIL;
+	if (c.dx) {
+		RtTensor *t = NULL;
+		if (plan_layers[ly->kind].loss) {
+			c.target = t = target(r, s, step, replica, mb, b);
+			c.scale = (float)(1.0 / p->microbatches);
+			rc = t ? RT_OK : RT_EFAIL;
+		}
+		if (rc == RT_OK && at->t.work.rows &&
+		    !(c.work = rt_tensor_new(r, at->t.work.rows, at->t.work.cols, RT_MEM_TEMP)))
+			rc = RT_EFAIL;
+		if (rc == RT_OK)
+			rc = r->dev->layers[ly->kind].bwd_in(r, &c);
+		rt_tensor_free(r, c.work);
+		rt_tensor_free(r, t);
+	}
+	if (rc) {
+		rt_tensor_free(r, c.dx);
+		return rc;
+	}
+	if (!has_w) {
+		rt_tensor_free(r, dy);
+		free_slots(r, slot, 2 + at->t.nsaved);
+	}
+	if (!want_dx)
+		rt_tensor_free(r, c.dx);
+	else
+		*dx = c.dx;
+	return RT_OK;
+}
+
+/* B at body kind l (residual): dx = dy + the copy of the body's output gradient pushed
+ * when the walk entered the body; NULL when nobody wants it. */
+static int body_backward(RtRank *r, int l, RtBodies *bd, RtTensor **cur, int want_dx)
+{
+	if (!bd->n || bd->end[bd->n - 1] != l)
+		return rt_error(r, "internal: residual layer %d has no output gradient to add", l);
+	RtTensor *skip = bd->t[--bd->n];
+	int rc = RT_OK;
+	if (*cur && want_dx)
+		rc = r->dev->add(r, *cur, skip);
+	rt_tensor_free(r, skip);
+	if (!want_dx) {
+		rt_tensor_free(r, *cur);
+		*cur = NULL;
+	}
+	return rc;
+}
+
+/* Entering bodies that end at layer l (outermost first, so the innermost is on top):
+ * each keeps a copy of the output gradient. */
+static int body_enter(RtRank *r, const PlanStage *st, int l, RtBodies *bd, const RtTensor *dy)
+{
+	for (int i = 0; i < l; i++) {
+		const PlanLayer *ly = &st->layers[i];
+		if (plan_layers[ly->kind].arg != LAYER_ARG_BODY || i + ly->span != l)
+			continue;
+		RtTensor *t = rt_tensor_new(r, dy->rows, dy->cols, RT_MEM_TEMP);
+		if (!t || r->dev->copy(r, t, dy) || body_push(r, bd, i, t)) {
+			rt_tensor_free(r, t);
+			return RT_EFAIL;
+		}
+	}
+	return RT_OK;
+}
+
+int rt_stage_bwd_run(RtRank *r, int s, int mb, int step, int replica, RtStageBufs *b,
+                     RtWalk *wk, int end, RtTensor **saved)
+{
+	const PlanStage *st = &r->w->plan->stages[s];
+	const RtStageModel *sm = &r->model->st[s];
+	wk->back = 1;
+	if (stage_ready(r, s, b))
+		return RT_EFAIL;
+	while (wk->l >= end) {
+		int l = wk->l--;
+		/* Stage 0's first layer: nobody wants the input gradient. */
+		int want_dx = !(l == 0 && sm->nin == 0);
+		if (plan_layers[st->layers[l].kind].arg == LAYER_ARG_BODY) {
+			if (body_backward(r, l, &wk->bd, &wk->cur, want_dx))
+				return RT_EFAIL;
+			continue;
+		}
+		RtTensor **slot = saved + sm->at[l].slot;
+		if (!slot[0])
+			return rt_error(r, "internal: layer %d of stage %d lost its saved input", l, s);
+		RtTensor *dy = wk->cur;
+		wk->cur = NULL;
+		if ((dy && body_enter(r, st, l, &wk->bd, dy)) ||
+		    layer_backward(r, s, l, mb, step, replica, b, slot, dy, want_dx, &wk->cur))
+			return RT_EFAIL;
+		if (sm->at[l].cut[DIR_GRAD]) { // its input gradient is a partial sum
+			wk->red = wk->cur;
+			return RT_OK;
+		}
+	}
+	return RT_OK;
+}
+
+int rt_stage_backward(RtRank *r, int s, int mb, int step, int replica, RtStageBufs *b,
+                      RtTensor *dy, RtTensor **saved, RtTensor **dx)
+{
+	RtWalk wk;
+	rt_walk_begin(r, s, DIR_GRAD, dy, &wk);
+	*dx = NULL;
+	if (rt_stage_bwd_run(r, s, mb, step, replica, b, &wk, 0, saved)) {
+		rt_walk_free(r, &wk);
+		return RT_EFAIL;
+	}
+	rt_stage_walk_end(r, &wk, dx);
+	return RT_OK;
+}
+
+/* One all-reduce over the rank's tp group, alone in its group. */
+static int tp_reduce(RtRank *r, RtTensor *t, int max, const RtMsg *m)
+{
+	const RtComm *comm = r->w->comm;
+	RtMsg msg = *m;
+	msg.bytes = t->bytes;
+	int rc = comm->group_start(r);
+	if (rc == RT_OK)
+		rc = comm->tp_allreduce(r, t, max, &msg);
+	if (rc == RT_OK)
+		rc = comm->group_end(r);
+	return rc;
+}
+
+/* Reduces rows [row, row + n) of t over the tp group through a tensor of their own (an
+ * asynchronous device orders work on whole tensors, not on views of them). */
+static int reduce_rows(RtRank *r, RtTensor *t, int64_t row, int64_t n, int max, const RtMsg *m)
+{
+	RtTensor v = rt_tensor_view(t, row * t->cols, n, t->cols);
+	RtTensor *x = rt_tensor_new(r, n, t->cols, RT_MEM_TEMP);
+	int rc = !x || r->dev->copy(r, x, &v) || tp_reduce(r, x, max, m) || r->dev->copy(r, &v, x)
+	             ? RT_EFAIL
+	             : RT_OK;
+	rt_tensor_free(r, x);
+	return rc;
+}
+
+/* The vocabulary-parallel loss at layer l: the maximum over the group first, so every
+ * rank's exponentials share it; then the sums (rt_backend.h, tp_fwd). */
+static int loss_reduce(RtRank *r, int s, int l, int mb, RtStageBufs *b, RtTensor *t,
+                       RtTensor **saved, const RtMsg *m)
+{
+	RtTensor pv[RT_LAYER_MAX_TENSORS], gv[RT_LAYER_MAX_TENSORS];
+	RtLayerCall c = layer_call(r, s, l, b, saved + r->model->st[s].at[l].slot, pv, gv);
+	RtLayerFn fn = r->dev->layers[c.layer->kind].tp_fwd;
+	c.y = t;
+	c.loss = b->loss;
+	c.slot = mb;
+	int rc = fn ? reduce_rows(r, t, 0, 1, 1, m)
+	            : rt_error(r, "the %s device cannot split the %s loss over a tp group",
+	                       r->dev->name, plan_layers[c.layer->kind].name);
+	if (rc == RT_OK && (c.phase = 1, rc = fn(r, &c)) == RT_OK &&
+	    (rc = reduce_rows(r, t, 1, 2, 0, m)) == RT_OK)
+		rc = (c.phase = 2, fn(r, &c));
+	rt_tensor_free(r, t);
+	return rc;
+}
+
+int rt_stage_tp_reduce(RtRank *r, int s, int mb, RtStageBufs *b, RtWalk *wk, RtTensor **saved,
+                       int dir, const RtMsg *m)
+{
+	RtTensor *t = wk->red;
+	int l = dir == DIR_ACT ? wk->l - 1 : wk->l + 1;
+	wk->red = NULL;
+	if (!t) // B of a first layer whose input gradient nobody wants: alike on every member
+		return RT_OK;
+	if (dir == DIR_ACT && plan_layers[r->w->plan->stages[s].layers[l].kind].loss)
+		return loss_reduce(r, s, l, mb, b, t, saved, m);
+	if (tp_reduce(r, t, 0, m))
+		return RT_EFAIL;
+	return dir == DIR_ACT ? bodies_close(r, wk, l) : RT_OK;
+}
+
+int rt_stage_weights(RtRank *r, int s, RtStageBufs *b, RtTensor **saved)
+{
+	return rt_stage_weights_of(r, s, b, saved, 0, r->w->plan->stages[s].nlayers);
+}
+
+int rt_stage_weights_of(RtRank *r, int s, RtStageBufs *b, RtTensor **saved, int lo, int hi)
+{
+	const PlanStage *st = &r->w->plan->stages[s];
+	const RtStageModel *sm = &r->model->st[s];
+	RtTensor pv[RT_LAYER_MAX_TENSORS], gv[RT_LAYER_MAX_TENSORS];
+	if (stage_ready(r, s, b))
+		return RT_EFAIL;
+	for (int l = lo; l < hi; l++) {
+		const RtLayerAt *at = &sm->at[l];
+		if (!at->t.nparams)
+			continue; // no W part
+		RtTensor **slot = saved + at->slot;
+		if (!slot[0] || !slot[1])
+			return rt_error(r, "internal: layer %d of stage %d lost its saved tensors", l, s);
+		RtLayerCall c = layer_call(r, s, l, b, slot, pv, gv);
+		c.dy = slot[1];
+		if (r->dev->layers[st->layers[l].kind].bwd_w(r, &c))
+			return RT_EFAIL;
+		free_slots(r, slot, 2 + at->t.nsaved + at->t.nheld);
+	}
+	return RT_OK;
+}
