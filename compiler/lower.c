@@ -11,7 +11,10 @@
  * every idle rank whose next action has its inputs starts it.  Tuned for overlap, the
  * walk also follows the overlap model's comm streams (the link clock below): a received
  * tensor is usable when its group would complete, so the walk's times are the model's
- * and a receive never shares a group with a send whose data comes later.  Executing the lists step
+ * and a receive never shares a group with a send whose data comes later.  A group
+ * still waiting for its stream takes later steps' transfers of its rank while it is the
+ * rank's last op (clock_open): posted at once with them, and with every group before
+ * it complete by then, it keeps the argument below.  Executing the lists step
  * by step completes every group even under rendezvous sends, since each send's receive
  * is appended in the same step by a rank whose earlier ops need nothing later (whatever
  * the times that put it in that step): the lists are deadlock-free by construction, and FIFO order per pair follows from
@@ -201,7 +204,7 @@ static void fill_edges(Lw *w)
 }
 
 /* When action a has its inputs (the op table's needs): local ones computed, remote
- * ones received and usable (w->arrive); -1 while one is missing. */
+ * ones received and usable (their group complete); -1 while one is missing. */
 static int64_t inputs_at(const Lw *w, const SchedAct *a)
 {
 	int m = w->m;
@@ -222,8 +225,8 @@ static int64_t inputs_at(const Lw *w, const SchedAct *a)
 			                           (fwd ? PLAN_DEP_ACT : PLAN_DEP_GRAD))
 			                       : !w->moved[t])
 				return -1;
-			if (w->remote_k[e] >= 0 && w->arrive[t] > at)
-				at = w->arrive[t];
+			if (w->remote_k[e] >= 0 && w->gend[w->tgroup[t]] > at)
+				at = w->gend[w->tgroup[t]];
 		}
 	}
 	return at;
@@ -325,14 +328,26 @@ const char *lw_act_name(const SchedAct *a, char *buf, size_t n)
 
 /* The link clock: the walk's view of the overlap model's comm streams
  * (docs/semantics.md "Timing"), so that a received tensor is usable when it would be,
- * not the moment it is sent.  A rank's group of this step starts once its stream is
- * free; each transfer once both ends' groups have started, taking the link's time (with
- * --tune=overlap; none otherwise, where a transfer waits for both ranks to be between
- * actions anyway); a group ends with its last transfer, and what it receives is usable
- * from then on. */
-static void clock_open(Lw *w, int r, int64_t now)
+ * not the moment it is sent.  A rank's group starts once its stream is free (its last
+ * group complete); each transfer once both ends' groups have started, taking the link's
+ * time (with --tune=overlap; none otherwise, where a transfer waits for both ranks to
+ * be between actions anyway); a group completes with its last transfer, and what it
+ * receives is usable from then on.  A rank whose last op is a group that has not
+ * started yet (its stream is busy) adds this step's transfers to that group instead of
+ * queueing a new one behind it: they start no later, and run together.  Returns the
+ * group number for rank r's ops of this step. */
+static int clock_open(Lw *w, int r, int64_t now)
 {
-	w->gstart[r] = w->gdone[r] = w->cfree[r] > now ? w->cfree[r] : now;
+	const PlanRank *rk = w->line0[r];
+	const PlanOp *last = rk->nops ? &rk->ops[rk->nops - 1] : NULL;
+	int g = w->glast[r];
+	if (w->overlap && g >= 0 && w->gstart[r] >= now && last &&
+	    (last->kind == OP_SEND || last->kind == OP_RECV))
+		return last->group;
+	int64_t free = g >= 0 ? w->gend[g] : 0;
+	w->glast[r] = w->ngroups++;
+	w->gstart[r] = w->gend[w->glast[r]] = free > now ? free : now;
+	return w->group[r]++;
 }
 
 static void clock_move(Lw *w, int q, int to, size_t t, int64_t bytes)
@@ -340,22 +355,12 @@ static void clock_move(Lw *w, int q, int to, size_t t, int64_t bytes)
 	int64_t x = w->overlap ? plan_transfer_ns(w->plan, bytes) : 0; // <= INT64_MAX / 4
 	int64_t s = w->gstart[q] > w->gstart[to] ? w->gstart[q] : w->gstart[to];
 	int64_t end = s > INT64_MAX / 2 ? s : s + x;
-	if (end > w->gdone[q])
-		w->gdone[q] = end;
-	if (end > w->gdone[to])
-		w->gdone[to] = end;
-	w->stept[2 * w->nstep] = to;
-	w->stept[2 * w->nstep++ + 1] = (int)t;
-}
-
-static void clock_close(Lw *w, const int *gphase)
-{
-	for (int i = 0; i < w->nstep; i++)
-		w->arrive[w->stept[2 * i + 1]] = w->gdone[w->stept[2 * i]];
-	w->nstep = 0;
-	for (int r = 0; r < w->pp; r++)
-		if (gphase[r] >= 0)
-			w->cfree[r] = w->gdone[r];
+	int gq = w->glast[q], gt = w->glast[to];
+	if (end > w->gend[gq])
+		w->gend[gq] = end;
+	if (end > w->gend[gt])
+		w->gend[gt] = end;
+	w->tgroup[t] = gt;
 }
 
 /* The walk described at the top: time advances by the actions' costs; at each event
@@ -400,16 +405,12 @@ static int place_comms(Lw *w, int allow_deadlock)
 				}
 				size_t t = ((size_t)o.edge * w->m + o.mb) * 2 + o.dir;
 				w->moved[t] = 1;
-				if (gphase[q] < 0) {
-					gphase[q] = w->group[q]++;
-					clock_open(w, q, now);
-				}
+				if (gphase[q] < 0)
+					gphase[q] = clock_open(w, q, now);
 				lw_emit(w, q, (PlanOp){.kind = OP_SEND, .dir = o.dir, .stage = o.edge, .mb = o.mb,
 				                    .peer = o.to, .group = gphase[q], .src_line = o.line});
-				if (gphase[o.to] < 0) {
-					gphase[o.to] = w->group[o.to]++;
-					clock_open(w, o.to, now);
-				}
+				if (gphase[o.to] < 0)
+					gphase[o.to] = clock_open(w, o.to, now);
 				lw_emit(w, o.to, (PlanOp){.kind = OP_RECV, .dir = o.dir, .stage = o.edge,
 				                       .mb = o.mb, .peer = q, .group = gphase[o.to],
 				                       .src_line = o.line});
@@ -418,7 +419,6 @@ static int place_comms(Lw *w, int allow_deadlock)
 			}
 			pq->n = keep;
 		}
-		clock_close(w, gphase);
 		for (int q = 0; q < pp; q++)
 			if (!busy[q])
 				lw_flush_reductions(w, q, !active, cur[q] >= sc->nacts[q]);
@@ -648,9 +648,10 @@ static void lw_free(Lw *w)
 	free(w->pend);
 	free(w->done);
 	free(w->moved);
-	free(w->arrive);
-	free(w->stept);
-	free(w->cfree);
+	free(w->gend);
+	free(w->tgroup);
+	free(w->glast);
+	free(w->gstart);
 	free(w->left);
 	free(w->reduce);
 	free(w->nreduce);
@@ -725,11 +726,12 @@ Plan *lower_program(const Program *pr, const SchedCtx *sc, Diag *d, int allow_de
 	w->group = lw_calloc_int(w, (size_t)w->pp);
 	w->done = lw_calloc(w, (size_t)w->ns * w->m + 1, 1);
 	w->moved = lw_calloc(w, (size_t)w->ne * w->m * 2 + 1, 1);
-	w->arrive = lw_calloc(w, (size_t)w->ne * w->m * 2 + 1, sizeof *w->arrive);
-	w->stept = lw_calloc(w, (size_t)w->ne * w->m * 4 + 1, sizeof *w->stept);
-	w->cfree = lw_calloc(w, (size_t)w->pp * 3, sizeof *w->cfree);
-	w->gstart = w->cfree + w->pp;
-	w->gdone = w->gstart + w->pp;
+	w->tgroup = lw_calloc_int(w, (size_t)w->ne * w->m * 2);
+	w->gend = lw_calloc(w, (size_t)w->ne * w->m * 4 + 1, sizeof *w->gend); // a group per p2p op at most
+	w->glast = lw_calloc_int(w, (size_t)w->pp);
+	w->gstart = lw_calloc(w, (size_t)w->pp + 1, sizeof *w->gstart);
+	for (int q = 0; q < w->pp; q++)
+		w->glast[q] = -1;
 	w->left = lw_calloc_int(w, (size_t)w->ns);
 	w->reduce = lw_calloc_int(w, (size_t)w->ns * w->pp);
 	w->nreduce = lw_calloc_int(w, (size_t)w->pp);

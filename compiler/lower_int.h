@@ -40,10 +40,14 @@ typedef struct {
 	int *out_off, *out_e;
 	unsigned char *done; // per (stage, mb): PLAN_DEP_MB bits of the actions that ran
 	unsigned char *moved; // per (edge, mb, dir): 1 once the tensor has been transferred
-	int64_t *arrive;     // per (edge, mb, dir): when its consumer may use it (the clock)
-	int64_t *cfree;      // per pipeline index: when its comm stream is free (the clock)
-	int64_t *gstart, *gdone; // per pipeline index: this step's group, start and end
-	int *stept, nstep;   // tensors moved this step, receiver first: (to, tensor) pairs
+	/* The link clock (lower.c): groups numbered in walk order, when each completes,
+	 * which group received each tensor, and per pipeline index its last group and when
+	 * that group starts. */
+	int64_t *gend;       // per group: its completion
+	int ngroups;
+	int *tgroup;         // per (edge, mb, dir): the group that received it
+	int *glast;          // per pipeline index: its last group, or -1
+	int64_t *gstart;     // per pipeline index: when its last group starts
 	int *left;           // per stage: backward actions still to run
 	int tie_embed, tie_head; // plan_tie: a head tied to another stage's embedding
 	int *tie_stage;      // per pipeline index: its stage holding a copy of a table tied
