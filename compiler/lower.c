@@ -331,7 +331,9 @@ const char *lw_act_name(const SchedAct *a, char *buf, size_t n)
  * not the moment it is sent.  A rank's group starts once its stream is free (its last
  * group complete); each transfer once both ends' groups have started, taking the link's
  * time (with --tune=overlap; none otherwise, where a transfer waits for both ranks to
- * be between actions anyway); a group completes with its last transfer, and what it
+ * be between actions anyway, nor with tp > 1, whose TPREDUCEs share the stream but are
+ * placed only after the walk, expand_tp: a clock blind to them placed transfers worse);
+ * a group completes with its last transfer, and what it
  * receives is usable from then on.  A rank whose last op is a group that has not
  * started yet (its stream is busy) adds this step's transfers to that group instead of
  * queueing a new one behind it: they start no later, and run together.  Returns the
@@ -352,7 +354,8 @@ static int clock_open(Lw *w, int r, int64_t now)
 
 static void clock_move(Lw *w, int q, int to, size_t t, int64_t bytes)
 {
-	int64_t x = w->overlap ? plan_transfer_ns(w->plan, bytes) : 0; // <= INT64_MAX / 4
+	int64_t x = w->overlap && w->plan->dims[DIM_TP] == 1 ? plan_transfer_ns(w->plan, bytes)
+	                                                     : 0; // <= INT64_MAX / 4
 	int64_t s = w->gstart[q] > w->gstart[to] ? w->gstart[q] : w->gstart[to];
 	int64_t end = s > INT64_MAX / 2 ? s : s + x;
 	int gq = w->glast[q], gt = w->glast[to];
