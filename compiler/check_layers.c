@@ -397,28 +397,39 @@ static int real_in(Check *c, const AstNum *n, const char *what, double lo, doubl
 void check_optimizer(Check *c, AstStmt *s)
 {
 	PlanOptim *o = &c->p->optim;
-	static const char *const keys[] = {"lr", "beta1", "beta2", "eps", "weight_decay"};
-	static const double lo[] = {1e-12, 0, 0, 1e-30, 0}, hi[] = {1e6, 0.999999, 0.999999, 1, 1e6};
+	/* Each kind's settings: lr first, then its own (a row per kind). */
+	static const char *const keys[OPTIM_COUNT][5] = {
+		[OPTIM_SGD] = {"lr"},
+		[OPTIM_ADAMW] = {"lr", "beta1", "beta2", "eps", "weight_decay"},
+		[OPTIM_MOMENTUM] = {"lr", "momentum"},
+	};
+	static const int nkeys[OPTIM_COUNT] = {[OPTIM_SGD] = 1, [OPTIM_ADAMW] = 5, [OPTIM_MOMENTUM] = 2};
 	int k = find_word(s->name.s, plan_optim_names, OPTIM_COUNT);
 	if (k < 0) {
 		unknown_word(c, &s->name, "optimizer", plan_optim_names, OPTIM_COUNT);
 		return;
 	}
 	*o = plan_optim_default(k);
-	double *val[] = {&o->lr, &o->beta1, &o->beta2, &o->eps, &o->weight_decay};
-	int nk = k == OPTIM_ADAMW ? 5 : 1;
+	double *adam[] = {&o->lr, &o->beta1, &o->beta2, &o->eps, &o->weight_decay};
+	double *mom[] = {&o->lr, &o->momentum};
+	static const double lo[OPTIM_COUNT][5] = {{1e-12}, {1e-12, 0, 0, 1e-30, 0}, {1e-12, 0}};
+	static const double hi[OPTIM_COUNT][5] = {
+		{1e6}, {1e6, 0.999999, 0.999999, 1, 1e6}, {1e6, 0.999999}};
+	double **val = k == OPTIM_MOMENTUM ? mom : adam;
+	int nk = nkeys[k];
+	char what[32];
+	snprintf(what, sizeof what, "%s setting", plan_optim_names[k]);
 	for (int i = 0; i < s->nkvs; i++) {
 		AstKv *kv = &s->kvs[i];
-		int j = find_word(kv->key.s, keys, nk);
+		int j = find_word(kv->key.s, keys[k], nk);
 		if (j < 0)
-			unknown_word(c, &kv->key, k == OPTIM_ADAMW ? "adamw setting" : "sgd setting", keys,
-			             nk);
+			unknown_word(c, &kv->key, what, keys[k], nk);
 		else if (repeated_key(c, s->kvs, i, "optimizer setting"))
 			;
 		else if (!kv->has_val)
-			diag_error(c->d, kv->loc, "'%s' needs a value, e.g. %s=0.001", keys[j], keys[j]);
+			diag_error(c->d, kv->loc, "'%s' needs a value, e.g. %s=0.001", keys[k][j], keys[k][j]);
 		else
-			real_in(c, &kv->val, keys[j], lo[j], hi[j], val[j]);
+			real_in(c, &kv->val, keys[k][j], lo[k][j], hi[k][j], val[j]);
 	}
 }
 

@@ -8,10 +8,16 @@
  * actions moves: the producer gets a SEND and the consumer a RECV, appended in the same
  * step (with --tune=overlap a tensor moves as soon as it is produced, the RECV going
  * after the consumer's current action); a rank's ops of one step form one group; then
- * every idle rank whose next action has its inputs starts it.  Executing the lists step
+ * every idle rank whose next action has its inputs starts it.  Tuned for overlap, the
+ * walk also follows the overlap model's comm streams (the link clock below): a received
+ * tensor is usable when its group would complete, so the walk's times are the model's
+ * and a receive never shares a group with a send whose data comes later.  A group
+ * still waiting for its stream takes later steps' transfers of its rank while it is the
+ * rank's last op (clock_open): posted at once with them, and with every group before
+ * it complete by then, it keeps the argument below.  Executing the lists step
  * by step completes every group even under rendezvous sends, since each send's receive
- * is appended in the same step by a rank whose earlier ops need nothing later: the
- * lists are deadlock-free by construction, and FIFO order per pair follows from
+ * is appended in the same step by a rank whose earlier ops need nothing later (whatever
+ * the times that put it in that step): the lists are deadlock-free by construction, and FIFO order per pair follows from
  * appending both sides in the same order.  A stage's dp all-reduce and optimizer step
  * follow its last backward once the rank has sent what others wait for.  A stage holding
  * a copy of a table tied across pipeline ranks (plan_tie_across) waits until its rank
@@ -27,61 +33,21 @@
  * An order in which a rank needs an action later in its own list is rejected first.
  * Any other order that stalls the walk is an error, or with --allow-deadlock is
  * lowered naively from the stall on, in a plan that still verifies (lower_rest_naively)
- * so that pipesim shows the cycle. */
-#include "lower.h"
+ * so that pipesim shows the cycle (lower_stall.c). */
+#include "lower_int.h"
 #include "../plan/mem.h"
 
-#include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Out of memory ends the lowering from wherever it happens: the allocators below jump
- * back to lower_program, which frees the plan and the walk state it holds and reports
- * what the plan needed.  (A pass's own scratch arrays are not freed on that path; the
- * tool exits next.) */
-typedef struct {
-	jmp_buf jb;
-	size_t failed; // bytes of the allocation that failed
-	int64_t ops;   // the plan size in ops, as far as known
-} LwOom;
-
-typedef struct {
-	LwOom *oom;
-	const Program *pr;
-	const SchedCtx *sc;
-	Plan *plan;
-	Diag *diag;
-	int pp, m, ns, ne;
-	PlanRank **line0;    // per pipeline index: its rank on the first line, where ops go
-	int *group;          // per pipeline index: next group number
-	int *remote_k;       // edge -> index among edges sent (remote, or to self), or -1
-	int nremote;
-	struct Pending *pend; // per pipeline index: produced tensors not yet moved
-	int overlap;         // tune for the overlap model: move tensors as soon as produced
-	int self_send;       // same-rank edges go through the communicator, to self
-	int stride;          // world-rank distance between pipeline neighbours
-	int *line_of;        // world rank at pipeline index 0 -> its line number
-	int *in_off, *in_e;  // CSR of in-edges per stage
-	int *out_off, *out_e;
-	unsigned char *done; // per (stage, mb): PLAN_DEP_MB bits of the actions that ran
-	unsigned char *moved; // per (edge, mb, dir): 1 once the tensor has been transferred
-	int *left;           // per stage: backward actions still to run
-	int tie_embed, tie_head; // plan_tie: a head tied to another stage's embedding
-	int *tie_stage;      // per pipeline index: its stage holding a copy of a table tied
-	int *tie_peer;       // across pipeline ranks (plan_tie_across), and the pipeline index
-	                     // holding the other copy; -1 and -1 elsewhere
-	int *reduce;         // per pipeline index: stages whose reduction is due (ns each)
-	int *nreduce;
-} Lw;
-
-_Noreturn static void lw_oom(const Lw *w, size_t bytes)
+_Noreturn void lw_oom(const Lw *w, size_t bytes)
 {
 	w->oom->failed = bytes;
 	longjmp(w->oom->jb, 1);
 }
 
-static void *lw_calloc(const Lw *w, size_t n, size_t size)
+void *lw_calloc(const Lw *w, size_t n, size_t size)
 {
 	void *p = calloc(n ? n : 1, size);
 	if (!p)
@@ -89,7 +55,7 @@ static void *lw_calloc(const Lw *w, size_t n, size_t size)
 	return p;
 }
 
-static void *lw_malloc(const Lw *w, size_t bytes)
+void *lw_malloc(const Lw *w, size_t bytes)
 {
 	void *p = malloc(bytes ? bytes : 1);
 	if (!p)
@@ -97,7 +63,7 @@ static void *lw_malloc(const Lw *w, size_t bytes)
 	return p;
 }
 
-static void *lw_realloc(const Lw *w, void *old, size_t bytes)
+void *lw_realloc(const Lw *w, void *old, size_t bytes)
 {
 	void *p = realloc(old, bytes ? bytes : 1);
 	if (!p)
@@ -105,17 +71,8 @@ static void *lw_realloc(const Lw *w, void *old, size_t bytes)
 	return p;
 }
 
-/* Tensors a rank has produced for remote consumers and not yet sent, oldest first. */
-typedef struct {
-	int edge, mb, dir, to, line;
-} Out;
 
-typedef struct Pending {
-	Out *v;
-	int n, cap;
-} Pending;
-
-static void pend_push(const Lw *w, Pending *q, Out o)
+void lw_pend_push(const Lw *w, Pending *q, Out o)
 {
 	if (q->n == q->cap) {
 		q->cap = q->cap ? 2 * q->cap : 16;
@@ -127,7 +84,7 @@ static void pend_push(const Lw *w, Pending *q, Out o)
 /* Appends an op to pipeline index pp's list on the first line.  For SEND/RECV, `peer`
  * is the peer's pipeline index; the world rank and route are filled here (the first
  * line's ranks are q * stride, its routes come first). */
-static void emit(Lw *w, int pp, PlanOp op)
+void lw_emit(Lw *w, int pp, PlanOp op)
 {
 	if (op.kind == OP_SEND || op.kind == OP_RECV) {
 		op.peer = (int)(w->line0[op.peer] - w->plan->ranks);
@@ -143,7 +100,7 @@ static void emit(Lw *w, int pp, PlanOp op)
 		lw_oom(w, (size_t)w->line0[pp]->ops_cap * sizeof op * 3 / 2);
 }
 
-static int *xcalloc_int(const Lw *w, size_t n)
+int *lw_calloc_int(const Lw *w, size_t n)
 {
 	return lw_calloc(w, n + 1, sizeof(int));
 }
@@ -222,10 +179,10 @@ static void fill_edges(Lw *w)
 			.src = sk->src, .dst = sk->dst, .skip = 1, .loc = {sk->loc.line, sk->loc.col}};
 	}
 	w->ne = p->nedges;
-	w->in_off = xcalloc_int(w, (size_t)w->ns + 1);
-	w->out_off = xcalloc_int(w, (size_t)w->ns + 1);
-	w->in_e = xcalloc_int(w, (size_t)w->ne);
-	w->out_e = xcalloc_int(w, (size_t)w->ne);
+	w->in_off = lw_calloc_int(w, (size_t)w->ns + 1);
+	w->out_off = lw_calloc_int(w, (size_t)w->ns + 1);
+	w->in_e = lw_calloc_int(w, (size_t)w->ne);
+	w->out_e = lw_calloc_int(w, (size_t)w->ne);
 	for (int e = 0; e < w->ne; e++) {
 		PlanEdge *ed = &p->edges[e];
 		ed->bytes = (int64_t)pr->rows * p->stages[ed->src].out * 4;
@@ -236,7 +193,7 @@ static void fill_edges(Lw *w)
 		w->in_off[s + 1] += w->in_off[s];
 		w->out_off[s + 1] += w->out_off[s];
 	}
-	int *fi = xcalloc_int(w, (size_t)w->ns), *fo = xcalloc_int(w, (size_t)w->ns);
+	int *fi = lw_calloc_int(w, (size_t)w->ns), *fo = lw_calloc_int(w, (size_t)w->ns);
 	for (int e = 0; e < w->ne; e++) {
 		int a = p->edges[e].src, b = p->edges[e].dst;
 		w->out_e[w->out_off[a] + fo[a]++] = e;
@@ -246,37 +203,39 @@ static void fill_edges(Lw *w)
 	free(fo);
 }
 
-/* Whether action a on pipeline index pp has its inputs (the op table's needs): local
- * ones computed, remote ones received. */
-static int ready(const Lw *w, int pp, const SchedAct *a)
+/* When action a has its inputs (the op table's needs): local ones computed, remote
+ * ones received and usable (their group complete); -1 while one is missing. */
+static int64_t inputs_at(const Lw *w, const SchedAct *a)
 {
 	int m = w->m;
-	(void)pp; // where the ends are is in remote_k: what is not sent is handed over
 	const PlanEdge *E = w->plan->edges;
 	uint16_t needs = plan_ops[a->kind].needs;
+	int64_t at = 0;
 	if ((needs & PLAN_DEP_MB) & ~w->done[(size_t)a->stage * m + a->mb])
-		return 0;
-	for (int j = w->in_off[a->stage]; (needs & PLAN_DEP_IN_ACT) && j < w->in_off[a->stage + 1];
-	     j++) {
-		int e = w->in_e[j], src = E[e].src;
-		if (w->remote_k[e] < 0 ? !(w->done[(size_t)src * m + a->mb] & PLAN_DEP_ACT)
-		                        : !w->moved[((size_t)e * m + a->mb) * 2 + DIR_ACT])
-			return 0;
+		return -1;
+	for (int fwd = 1; fwd >= 0; fwd--) {
+		if (!(needs & (fwd ? PLAN_DEP_IN_ACT : PLAN_DEP_OUT_GRAD)))
+			continue;
+		int lo = fwd ? w->in_off[a->stage] : w->out_off[a->stage];
+		int hi = fwd ? w->in_off[a->stage + 1] : w->out_off[a->stage + 1];
+		for (int j = lo; j < hi; j++) {
+			int e = fwd ? w->in_e[j] : w->out_e[j], o = fwd ? E[e].src : E[e].dst;
+			size_t t = ((size_t)e * m + a->mb) * 2 + !fwd;
+			if (w->remote_k[e] < 0 ? !(w->done[(size_t)o * m + a->mb] &
+			                           (fwd ? PLAN_DEP_ACT : PLAN_DEP_GRAD))
+			                       : !w->moved[t])
+				return -1;
+			if (w->remote_k[e] >= 0 && w->gend[w->tgroup[t]] > at)
+				at = w->gend[w->tgroup[t]];
+		}
 	}
-	for (int j = w->out_off[a->stage];
-	     (needs & PLAN_DEP_OUT_GRAD) && j < w->out_off[a->stage + 1]; j++) {
-		int e = w->out_e[j], dst = E[e].dst;
-		if (w->remote_k[e] < 0 ? !(w->done[(size_t)dst * m + a->mb] & PLAN_DEP_GRAD)
-		                        : !w->moved[((size_t)e * m + a->mb) * 2 + DIR_GRAD])
-			return 0;
-	}
-	return 1;
+	return at;
 }
 
 /* The tensors action a on pipeline index pp produces for other ranks (the op table's
  * makes), onto q in the order they are sent: a forward's activations along its
  * out-edges, a backward's gradients along its in-edges. */
-static void push_outputs(const Lw *w, int pp, const SchedAct *a, int line, Pending *q)
+void lw_push_outputs(const Lw *w, int pp, const SchedAct *a, int line, Pending *q)
 {
 	(void)pp;
 	const PlanEdge *E = w->plan->edges;
@@ -286,24 +245,24 @@ static void push_outputs(const Lw *w, int pp, const SchedAct *a, int line, Pendi
 	     j++) {
 		int e = w->out_e[j];
 		if (w->remote_k[e] >= 0)
-			pend_push(w, q, (Out){e, a->mb, DIR_ACT, stage_pp[E[e].dst], line});
+			lw_pend_push(w, q, (Out){e, a->mb, DIR_ACT, stage_pp[E[e].dst], line});
 	}
 	for (int j = w->in_off[a->stage]; (makes & PLAN_DEP_GRAD) && j < w->in_off[a->stage + 1];
 	     j++) {
 		int e = w->in_e[j];
 		if (w->remote_k[e] >= 0)
-			pend_push(w, q, (Out){e, a->mb, DIR_GRAD, stage_pp[E[e].src], line});
+			lw_pend_push(w, q, (Out){e, a->mb, DIR_GRAD, stage_pp[E[e].src], line});
 	}
 }
 
 /* What a finished compute action makes available, and the reduction and optimizer
  * step after a stage's last weight gradient. */
-static void finish_compute(Lw *w, int pp, const SchedAct *a, int line)
+void lw_finish_compute(Lw *w, int pp, const SchedAct *a, int line)
 {
 	int m = w->m;
 	uint16_t makes = plan_ops[a->kind].makes;
 	w->done[(size_t)a->stage * m + a->mb] |= makes & PLAN_DEP_MB;
-	push_outputs(w, pp, a, line, &w->pend[pp]);
+	lw_push_outputs(w, pp, a, line, &w->pend[pp]);
 	if ((makes & PLAN_DEP_WGRAD) && --w->left[a->stage] == 0)
 		w->reduce[w->nreduce[pp]++ + (size_t)pp * w->ns] = a->stage;
 	/* A tied head's weight gradient adds into its embedding's (plan_tie). */
@@ -319,7 +278,7 @@ static void finish_compute(Lw *w, int pp, const SchedAct *a, int line)
  * embedding group's gradients after the whole backward): its TIEREDUCE, a rendezvous
  * with the other copy's rank, then comes after every transfer either rank owes, and
  * before the stage's all-reduce and step. */
-static void flush_reductions(Lw *w, int pp, int force, int finished)
+void lw_flush_reductions(Lw *w, int pp, int force, int finished)
 {
 	if (!w->nreduce[pp] || (w->pend[pp].n && !force))
 		return;
@@ -332,21 +291,21 @@ static void flush_reductions(Lw *w, int pp, int force, int finished)
 			continue;
 		}
 		if (s == w->tie_stage[pp])
-			emit(w, pp, (PlanOp){.kind = OP_TIEREDUCE, .stage = s, .mb = -1,
+			lw_emit(w, pp, (PlanOp){.kind = OP_TIEREDUCE, .stage = s, .mb = -1,
 			                     .peer = w->tie_peer[pp], .group = w->group[pp]++, .route = -1,
 			                     .src_line = line});
 		if (dp > 1)
-			emit(w, pp, (PlanOp){.kind = OP_ALLREDUCE, .stage = s, .mb = -1, .peer = -1,
+			lw_emit(w, pp, (PlanOp){.kind = OP_ALLREDUCE, .stage = s, .mb = -1, .peer = -1,
 			                     .group = w->group[pp]++, .route = -1, .src_line = line});
-		emit(w, pp, (PlanOp){.kind = OP_OPTIM, .stage = s, .mb = -1, .peer = -1, .group = -1,
+		lw_emit(w, pp, (PlanOp){.kind = OP_OPTIM, .stage = s, .mb = -1, .peer = -1, .group = -1,
 		                     .route = -1, .src_line = line});
 	}
 	w->nreduce[pp] = keep;
 }
 
-static void start_compute(Lw *w, int pp, const SchedAct *a, int line)
+void lw_start_compute(Lw *w, int pp, const SchedAct *a, int line)
 {
-	emit(w, pp, (PlanOp){.kind = a->kind, .stage = a->stage, .mb = a->mb, .peer = -1,
+	lw_emit(w, pp, (PlanOp){.kind = a->kind, .stage = a->stage, .mb = a->mb, .peer = -1,
 	                     .group = -1, .route = -1, .src_line = line});
 }
 
@@ -355,226 +314,56 @@ static int64_t act_cost(const Lw *w, const SchedAct *a)
 	return plan_op_cost(a->kind, w->plan->stages[a->stage].cost);
 }
 
-static int src_line_of(const Lw *w, const SchedAct *a)
+int lw_src_line_of(const Lw *w, const SchedAct *a)
 {
 	return a->loc.line ? a->loc.line : w->pr->stages[a->stage].loc.line;
 }
 
 /* "3F1", "0I2", "1B0": PyTorch's letters, from the op table. */
-static const char *act_name(const SchedAct *a, char *buf, size_t n)
+const char *lw_act_name(const SchedAct *a, char *buf, size_t n)
 {
 	snprintf(buf, n, "%d%c%d", a->stage, plan_ops[a->kind].torch, a->mb);
 	return buf;
 }
 
-/* An action whose input comes from an action later on its own rank can never run,
- * whatever the other ranks do, and no plan can hold it (the verifier wants a rank's
- * inputs before their use): say so, with both actions, before the walk.  Returns the
- * number of errors (0 or 1). */
-static int check_local_order(Lw *w)
+/* The link clock: the walk's view of the overlap model's comm streams
+ * (docs/semantics.md "Timing"), so that a received tensor is usable when it would be,
+ * not the moment it is sent.  A rank's group starts once its stream is free (its last
+ * group complete); each transfer once both ends' groups have started, taking the link's
+ * time (with --tune=overlap; none otherwise, where a transfer waits for both ranks to
+ * be between actions anyway, nor with tp > 1, whose TPREDUCEs share the stream but are
+ * placed only after the walk, expand_tp: a clock blind to them placed transfers worse);
+ * a group completes with its last transfer, and what it
+ * receives is usable from then on.  A rank whose last op is a group that has not
+ * started yet (its stream is busy) adds this step's transfers to that group instead of
+ * queueing a new one behind it: they start no later, and run together.  Returns the
+ * group number for rank r's ops of this step. */
+static int clock_open(Lw *w, int r, int64_t now)
 {
-	const SchedCtx *sc = w->sc;
-	const PlanEdge *E = w->plan->edges;
-	int m = w->m;
-	unsigned char *seen = lw_calloc(w, (size_t)w->ns * m + 1, 1);
-	int bad = 0;
-	for (int p = 0; p < w->pp && !bad; p++) {
-		memset(seen, 0, (size_t)w->ns * m);
-		for (int i = 0; i < sc->nacts[p] && !bad; i++) {
-			const SchedAct *a = &sc->acts[p][i];
-			int fwd = a->kind == OP_F, need = -1; // the local stage whose action is missing
-			int lo = fwd ? w->in_off[a->stage] : w->out_off[a->stage];
-			int hi = fwd ? w->in_off[a->stage + 1] : w->out_off[a->stage + 1];
-			for (int j = lo; a->kind != OP_W && j < hi && need < 0; j++) {
-				int e = fwd ? w->in_e[j] : w->out_e[j], o = fwd ? E[e].src : E[e].dst;
-				if (sc->stage_pp[o] == p && !(seen[(size_t)o * m + a->mb] & (fwd ? PLAN_DEP_ACT : PLAN_DEP_GRAD)))
-					need = o;
-			}
-			if (a->kind == OP_W && !(seen[(size_t)a->stage * m + a->mb] & PLAN_DEP_GRAD))
-				need = a->stage;
-			seen[(size_t)a->stage * m + a->mb] |= plan_ops[a->kind].makes & (PLAN_DEP_ACT | PLAN_DEP_GRAD);
-			if (need < 0)
-				continue;
-			const SchedAct *b = NULL; // the action it needs, later on this rank
-			for (int k = i + 1; k < sc->nacts[p] && !b; k++) {
-				const SchedAct *c = &sc->acts[p][k];
-				if (c->stage == need && c->mb == a->mb &&
-				    (fwd ? c->kind == OP_F : c->kind == OP_B || c->kind == OP_BW))
-					b = c;
-			}
-			char an[32], bn[32];
-			Loc at = a->loc.line ? a->loc : w->pr->sched_loc;
-			bad = 1;
-			if (!b) { // the schedule's own checks make sure it is there
-				diag_error(w->diag, at, "'%s' on rank %d needs an action of stage %d that the "
-				           "rank never runs", act_name(a, an, sizeof an), p, need);
-				break;
-			}
-			diag_error(w->diag, at,
-			           "'%s' needs '%s', which comes later on rank %d: the rank can never "
-			           "run it (no plan can hold this order, not even with --allow-deadlock)",
-			           act_name(a, an, sizeof an), act_name(b, bn, sizeof bn), p);
-			if (b->loc.line)
-				diag_note(w->diag, b->loc, "'%s' is here", bn);
-		}
-	}
-	free(seen);
-	return bad;
+	const PlanRank *rk = w->line0[r];
+	const PlanOp *last = rk->nops ? &rk->ops[rk->nops - 1] : NULL;
+	int g = w->glast[r];
+	if (w->overlap && g >= 0 && w->gstart[r] >= now && last &&
+	    (last->kind == OP_SEND || last->kind == OP_RECV))
+		return last->group;
+	int64_t free = g >= 0 ? w->gend[g] : 0;
+	w->glast[r] = w->ngroups++;
+	w->gstart[r] = w->gend[w->glast[r]] = free > now ? free : now;
+	return w->group[r]++;
 }
 
-/* Reports an order that cannot make progress: every unfinished rank waits. */
-static void report_stall(Lw *w, const int64_t *cur)
+static void clock_move(Lw *w, int q, int to, size_t t, int64_t bytes)
 {
-	const SchedCtx *sc = w->sc;
-	Loc at = w->pr->sched_loc;
-	for (int p = 0; p < w->pp; p++)
-		if (cur[p] < sc->nacts[p] && sc->acts[p][cur[p]].loc.line) {
-			at = sc->acts[p][cur[p]].loc;
-			break;
-		}
-	diag_error(w->diag, at,
-	           "the schedule cannot run: every rank waits for another (run with "
-	           "--allow-deadlock to emit the plan and let pipesim show the cycle)");
-	for (int p = 0; p < w->pp; p++) {
-		if (cur[p] >= sc->nacts[p])
-			continue;
-		char an[32];
-		fprintf(w->diag->out, "  rank %d is stuck at action %lld: %s\n", p, (long long)cur[p],
-		        act_name(&sc->acts[p][cur[p]], an, sizeof an));
-	}
-}
-
-/* Per ordered pair of pipeline indexes, the tensors the naive lowering sends from one
- * to the other, in sending order, and how many of them the receiver has taken. */
-typedef struct {
-	int *t; // tensor ids: (edge * m + mb) * 2 + dir
-	int n, cap, taken;
-} Fifo;
-
-static int cmp_i64(const void *a, const void *b)
-{
-	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-	return (x > y) - (x < y);
-}
-
-/* Naive lowering of what is left after a stall, so that pipesim can show the cycle:
- * sends right after the compute that produced them, receives before the compute that
- * needs them.  The plan must still verify, and the verifier pairs the k-th send from
- * one rank to another with the k-th receive (FIFO): a rank may consume tensors in
- * another order than its peer produces them (a skip's activation is produced before
- * the chain's but consumed with it), so each rank's sends are listed first, per pair,
- * and a receive takes the pair's tensors in that order up to the one it needs. */
-static void lower_rest_naively(Lw *w, int64_t *cur)
-{
-	const SchedCtx *sc = w->sc;
-	int m = w->m, ne = w->ne;
-	const PlanEdge *E = w->plan->edges;
-	const int *stage_pp = sc->stage_pp;
-
-	/* The pair each remote (edge, direction) travels between, as an index. */
-	int64_t *keys = lw_malloc(w, (2 * (size_t)ne + 1) * sizeof *keys);
-	int *pair = xcalloc_int(w, 2 * (size_t)ne);
-	size_t nk = 0;
-	for (int e = 0; e < ne; e++) {
-		int a = stage_pp[E[e].src], b = stage_pp[E[e].dst];
-		if (a != b) {
-			keys[nk++] = (int64_t)a * w->pp + b;
-			keys[nk++] = (int64_t)b * w->pp + a;
-		}
-	}
-	qsort(keys, nk, sizeof *keys, cmp_i64);
-	size_t np = 0;
-	for (size_t i = 0; i < nk; i++)
-		if (np == 0 || keys[np - 1] != keys[i])
-			keys[np++] = keys[i];
-	for (int e = 0; e < ne; e++) {
-		int a = stage_pp[E[e].src], b = stage_pp[E[e].dst];
-		for (int dir = 0; dir < 2; dir++) {
-			int64_t key = dir == DIR_ACT ? (int64_t)a * w->pp + b : (int64_t)b * w->pp + a;
-			int64_t *k = a == b ? NULL : bsearch(&key, keys, np, sizeof *keys, cmp_i64);
-			pair[2 * e + dir] = k ? (int)(k - keys) : -1;
-		}
-	}
-	Fifo *fifo = lw_calloc(w, np + 1, sizeof *fifo);
-	int *pos = lw_malloc(w, ((size_t)ne * m * 2 + 1) * sizeof *pos); // tensor -> place in its Fifo
-
-	/* Pass 1: what each rank will send, in order: what it produced before the stall
-	 * and has not sent, then its remaining actions' outputs. */
-	Pending out = {0};
-	for (int p = 0; p < w->pp; p++) {
-		out.n = 0;
-		for (int i = 0; i < w->pend[p].n; i++)
-			pend_push(w, &out, w->pend[p].v[i]);
-		for (int64_t i = cur[p]; i < sc->nacts[p]; i++)
-			push_outputs(w, p, &sc->acts[p][i], 0, &out);
-		for (int i = 0; i < out.n; i++) {
-			if (out.v[i].to == p)
-				continue; // sent to self with its receive, below
-			Fifo *f = &fifo[pair[2 * out.v[i].edge + out.v[i].dir]];
-			int t = (out.v[i].edge * m + out.v[i].mb) * 2 + out.v[i].dir;
-			if (f->n == f->cap) {
-				f->cap = f->cap ? 2 * f->cap : 16;
-				f->t = lw_realloc(w, f->t, (size_t)f->cap * sizeof *f->t);
-			}
-			pos[t] = f->n;
-			f->t[f->n++] = t;
-		}
-	}
-	free(out.v);
-
-	/* Pass 2: the ops. */
-	for (int p = 0; p < w->pp; p++) {
-		Pending *pq = &w->pend[p];
-		for (int64_t first = cur[p];; cur[p]++) {
-			/* What was produced, here or before the stall, goes right away. */
-			if (cur[p] > first || pq->n) {
-				for (int i = 0; i < pq->n; i++) {
-					Out o = pq->v[i];
-					int g = w->group[p]++;
-					emit(w, p, (PlanOp){.kind = OP_SEND, .dir = o.dir, .stage = o.edge,
-					                    .mb = o.mb, .peer = o.to, .group = g,
-					                    .src_line = o.line});
-					if (o.to == p) // a send to self completes only with its receive
-						emit(w, p, (PlanOp){.kind = OP_RECV, .dir = o.dir, .stage = o.edge,
-						                    .mb = o.mb, .peer = p, .group = g,
-						                    .src_line = o.line});
-				}
-				pq->n = 0;
-				flush_reductions(w, p, 0, cur[p] >= sc->nacts[p]);
-			}
-			if (cur[p] >= sc->nacts[p])
-				break;
-			const SchedAct *a = &sc->acts[p][cur[p]];
-			int line = src_line_of(w, a);
-			uint16_t needs = plan_ops[a->kind].needs & (PLAN_DEP_IN_ACT | PLAN_DEP_OUT_GRAD);
-			int fwd = !!(needs & PLAN_DEP_IN_ACT);
-			int lo = fwd ? w->in_off[a->stage] : w->out_off[a->stage];
-			int hi = fwd ? w->in_off[a->stage + 1] : w->out_off[a->stage + 1];
-			for (int j = lo; needs && j < hi; j++) {
-				int e = fwd ? w->in_e[j] : w->out_e[j];
-				int opp = stage_pp[fwd ? E[e].src : E[e].dst];
-				int t = (e * m + a->mb) * 2 + !fwd;
-				if (opp == p || w->moved[t])
-					continue;
-				/* `moved` here only tells that the RECV is placed. */
-				for (Fifo *f = &fifo[pair[2 * e + !fwd]]; f->taken <= pos[t]; f->taken++) {
-					int u = f->t[f->taken];
-					w->moved[u] = 1;
-					emit(w, p, (PlanOp){.kind = OP_RECV, .dir = u % 2, .stage = u / 2 / m,
-					                    .mb = u / 2 % m, .peer = opp, .group = w->group[p]++,
-					                    .src_line = line});
-				}
-			}
-			start_compute(w, p, a, line);
-			finish_compute(w, p, a, line);
-		}
-	}
-	for (size_t k = 0; k < np; k++)
-		free(fifo[k].t);
-	free(fifo);
-	free(pos);
-	free(pair);
-	free(keys);
+	int64_t x = w->overlap && w->plan->dims[DIM_TP] == 1 ? plan_transfer_ns(w->plan, bytes)
+	                                                     : 0; // <= INT64_MAX / 4
+	int64_t s = w->gstart[q] > w->gstart[to] ? w->gstart[q] : w->gstart[to];
+	int64_t end = s > INT64_MAX / 2 ? s : s + x;
+	int gq = w->glast[q], gt = w->glast[to];
+	if (end > w->gend[gq])
+		w->gend[gq] = end;
+	if (end > w->gend[gt])
+		w->gend[gt] = end;
+	w->tgroup[t] = gt;
 }
 
 /* The walk described at the top: time advances by the actions' costs; at each event
@@ -587,7 +376,7 @@ static int place_comms(Lw *w, int allow_deadlock)
 	int64_t *cur = lw_calloc(w, (size_t)pp, sizeof *cur);
 	int64_t *end = lw_calloc(w, (size_t)pp, sizeof *end); // when a busy rank's action ends
 	unsigned char *busy = lw_calloc(w, (size_t)pp, 1);
-	int *gphase = xcalloc_int(w, (size_t)pp); // group number this phase, or -1
+	int *gphase = lw_calloc_int(w, (size_t)pp); // group number this phase, or -1
 	int rc = 0;
 	int64_t now = 0;
 	w->pend = lw_calloc(w, (size_t)pp, sizeof *w->pend);
@@ -596,7 +385,7 @@ static int place_comms(Lw *w, int allow_deadlock)
 		for (int p = 0; p < pp; p++) {
 			if (busy[p] && end[p] <= now) {
 				const SchedAct *a = &sc->acts[p][cur[p]];
-				finish_compute(w, p, a, src_line_of(w, a));
+				lw_finish_compute(w, p, a, lw_src_line_of(w, a));
 				cur[p]++;
 				busy[p] = 0;
 				moved = 1;
@@ -617,23 +406,25 @@ static int place_comms(Lw *w, int allow_deadlock)
 					pq->v[keep++] = o;
 					continue;
 				}
-				w->moved[((size_t)o.edge * w->m + o.mb) * 2 + o.dir] = 1;
+				size_t t = ((size_t)o.edge * w->m + o.mb) * 2 + o.dir;
+				w->moved[t] = 1;
 				if (gphase[q] < 0)
-					gphase[q] = w->group[q]++;
-				emit(w, q, (PlanOp){.kind = OP_SEND, .dir = o.dir, .stage = o.edge, .mb = o.mb,
+					gphase[q] = clock_open(w, q, now);
+				lw_emit(w, q, (PlanOp){.kind = OP_SEND, .dir = o.dir, .stage = o.edge, .mb = o.mb,
 				                    .peer = o.to, .group = gphase[q], .src_line = o.line});
 				if (gphase[o.to] < 0)
-					gphase[o.to] = w->group[o.to]++;
-				emit(w, o.to, (PlanOp){.kind = OP_RECV, .dir = o.dir, .stage = o.edge,
+					gphase[o.to] = clock_open(w, o.to, now);
+				lw_emit(w, o.to, (PlanOp){.kind = OP_RECV, .dir = o.dir, .stage = o.edge,
 				                       .mb = o.mb, .peer = q, .group = gphase[o.to],
 				                       .src_line = o.line});
+				clock_move(w, q, o.to, t, w->plan->edges[o.edge].bytes);
 				moved = 1;
 			}
 			pq->n = keep;
 		}
 		for (int q = 0; q < pp; q++)
 			if (!busy[q])
-				flush_reductions(w, q, !active, cur[q] >= sc->nacts[q]);
+				lw_flush_reductions(w, q, !active, cur[q] >= sc->nacts[q]);
 		if (!active)
 			break;
 		/* Compute phase. */
@@ -641,29 +432,33 @@ static int place_comms(Lw *w, int allow_deadlock)
 			if (busy[p] || cur[p] >= sc->nacts[p])
 				continue;
 			const SchedAct *a = &sc->acts[p][cur[p]];
-			if (!ready(w, p, a))
+			int64_t at = inputs_at(w, a);
+			if (at < 0 || at > now)
 				continue;
-			start_compute(w, p, a, src_line_of(w, a));
+			lw_start_compute(w, p, a, lw_src_line_of(w, a));
 			busy[p] = 1;
 			end[p] = now + act_cost(w, a);
 			moved = 1;
 		}
 		if (moved)
 			continue;
-		int64_t next = -1;
-		for (int p = 0; p < pp; p++)
-			if (busy[p] && (next < 0 || end[p] < next))
-				next = end[p];
+		int64_t next = -1; // the next action's end, or a waiting input's arrival
+		for (int p = 0; p < pp; p++) {
+			int64_t at = busy[p] ? end[p]
+			             : cur[p] < sc->nacts[p] ? inputs_at(w, &sc->acts[p][cur[p]]) : -1;
+			if (at > now && (next < 0 || at < next))
+				next = at;
+		}
 		if (next >= 0) {
 			now = next;
 			continue;
 		}
 		if (!allow_deadlock) {
-			report_stall(w, cur);
+			lw_report_stall(w, cur);
 			rc = -1;
 			break;
 		}
-		lower_rest_naively(w, cur);
+		lw_rest_naively(w, cur);
 		break;
 	}
 	free(cur);
@@ -691,7 +486,7 @@ static void fill_ranks(Lw *w)
 	Plan *p = w->plan;
 	int world = p->world, pp = w->pp;
 	int nlines = world / pp;
-	w->remote_k = xcalloc_int(w, (size_t)w->ne);
+	w->remote_k = lw_calloc_int(w, (size_t)w->ne);
 	for (int e = 0; e < w->ne; e++)
 		w->remote_k[e] = w->self_send || p->stages[p->edges[e].src].pp != p->stages[p->edges[e].dst].pp
 		                     ? w->nremote++
@@ -705,7 +500,7 @@ static void fill_ranks(Lw *w)
 	for (int i = DIM_COUNT - 1; i >= 0 && p->dim_order[i] != DIM_PP; i--)
 		stride *= p->dims[p->dim_order[i]];
 	w->stride = stride;
-	w->line_of = xcalloc_int(w, (size_t)world);
+	w->line_of = lw_calloc_int(w, (size_t)world);
 	for (int r = 0; r < world; r++) {
 		PlanRank *rk = &p->ranks[r];
 		plan_coords_of(p, r, rk->coord);
@@ -778,7 +573,7 @@ static void reserve_ops(Lw *w)
 	const SchedCtx *sc = w->sc;
 	const Plan *p = w->plan;
 	int dp = p->dims[DIM_DP];
-	int *remote_in = xcalloc_int(w, (size_t)w->ns), *remote_out = xcalloc_int(w, (size_t)w->ns);
+	int *remote_in = lw_calloc_int(w, (size_t)w->ns), *remote_out = lw_calloc_int(w, (size_t)w->ns);
 	for (int e = 0; e < w->ne; e++)
 		if (w->remote_k[e] >= 0) {
 			remote_in[p->edges[e].dst]++;
@@ -856,6 +651,10 @@ static void lw_free(Lw *w)
 	free(w->pend);
 	free(w->done);
 	free(w->moved);
+	free(w->gend);
+	free(w->tgroup);
+	free(w->glast);
+	free(w->gstart);
 	free(w->left);
 	free(w->reduce);
 	free(w->nreduce);
@@ -927,19 +726,25 @@ Plan *lower_program(const Program *pr, const SchedCtx *sc, Diag *d, int allow_de
 
 	fill_ranks(w);
 	reserve_ops(w);
-	w->group = xcalloc_int(w, (size_t)w->pp);
+	w->group = lw_calloc_int(w, (size_t)w->pp);
 	w->done = lw_calloc(w, (size_t)w->ns * w->m + 1, 1);
 	w->moved = lw_calloc(w, (size_t)w->ne * w->m * 2 + 1, 1);
-	w->left = xcalloc_int(w, (size_t)w->ns);
-	w->reduce = xcalloc_int(w, (size_t)w->ns * w->pp);
-	w->nreduce = xcalloc_int(w, (size_t)w->pp);
+	w->tgroup = lw_calloc_int(w, (size_t)w->ne * w->m * 2);
+	w->gend = lw_calloc(w, (size_t)w->ne * w->m * 4 + 1, sizeof *w->gend); // a group per p2p op at most
+	w->glast = lw_calloc_int(w, (size_t)w->pp);
+	w->gstart = lw_calloc(w, (size_t)w->pp + 1, sizeof *w->gstart);
+	for (int q = 0; q < w->pp; q++)
+		w->glast[q] = -1;
+	w->left = lw_calloc_int(w, (size_t)w->ns);
+	w->reduce = lw_calloc_int(w, (size_t)w->ns * w->pp);
+	w->nreduce = lw_calloc_int(w, (size_t)w->pp);
 	for (int s = 0; s < w->ns; s++)
 		w->left[s] = w->m;
 	plan_tie(p, &w->tie_embed, &w->tie_head);
 	if (w->tie_embed >= 0)
 		w->left[w->tie_embed] += w->m;
-	w->tie_stage = xcalloc_int(w, (size_t)w->pp);
-	w->tie_peer = xcalloc_int(w, (size_t)w->pp);
+	w->tie_stage = lw_calloc_int(w, (size_t)w->pp);
+	w->tie_peer = lw_calloc_int(w, (size_t)w->pp);
 	int te, th;
 	int across = plan_tie_across(p, &te, &th);
 	for (int q = 0; q < w->pp; q++) {
@@ -947,7 +752,7 @@ Plan *lower_program(const Program *pr, const SchedCtx *sc, Diag *d, int allow_de
 		w->tie_stage[q] = mine;
 		w->tie_peer[q] = mine < 0 ? -1 : p->stages[mine == te ? th : te].pp;
 	}
-	int rc = check_local_order(w) ? -1 : place_comms(w, allow_deadlock);
+	int rc = lw_check_local_order(w) ? -1 : place_comms(w, allow_deadlock);
 	if (rc == 0 && sc->comms) // a CSV's own communication order
 		rc = lower_given(p, sc, w->stride, d);
 	if (rc == 0) {

@@ -25,7 +25,8 @@ int main(int argc, char **argv)
 		 "order communication for the strict model (a transfer\n"
 		 "waits until both ranks are between actions) or the\n"
 		 "overlap model (GPU streams: each tensor moves as soon\n"
-		 "as it is produced)", 1, .names = tunes, .nnames = 2},
+		 "as it is produced, and is used once the link's latency\n"
+		 "and bandwidth have brought it)", 1, .names = tunes, .nnames = 2},
 		{"same-rank", 0, CLI_ENUM, &a.same_rank, "HOW",
 		 "how a tensor between two stages on one rank moves:\n"
 		 "handed over in memory (local, the default) or sent\n"

@@ -86,17 +86,17 @@ int plan_edge_self(const Plan *p, int e)
 	return 0;
 }
 
-const char *const plan_optim_names[OPTIM_COUNT] = {"sgd", "adamw"};
+const char *const plan_optim_names[OPTIM_COUNT] = {"sgd", "adamw", "momentum"};
 
 PlanOptim plan_optim_default(int kind)
 {
 	return (PlanOptim){.kind = (uint8_t)kind, .given = 1, .lr = 1e-3, .beta1 = 0.9,
-	                   .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01};
+	                   .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01, .momentum = 0.9};
 }
 
 int plan_optim_state_bytes(int kind)
 {
-	return kind == OPTIM_ADAMW ? 8 : 0;
+	return kind == OPTIM_ADAMW ? 8 : kind == OPTIM_MOMENTUM ? 4 : 0;
 }
 
 LayerShape plan_shape(const Plan *p)

@@ -40,6 +40,7 @@ typedef enum {
 typedef enum {
 	OPTIM_SGD,   // w -= lr * g
 	OPTIM_ADAMW, // Adam with decoupled weight decay (two f32 moments per parameter)
+	OPTIM_MOMENTUM, // SGD with momentum: b = momentum b + g, w -= lr * b (one f32 buffer)
 	OPTIM_COUNT
 } OptimKind;
 
@@ -48,6 +49,7 @@ typedef struct {
 	uint8_t kind;  // OptimKind
 	uint8_t given; // 1: the program has an `optimizer` statement (the plan says it)
 	double lr, beta1, beta2, eps, weight_decay;
+	double momentum; // OPTIM_MOMENTUM: the buffer's decay
 } PlanOptim;
 
 typedef struct {
@@ -186,9 +188,10 @@ extern const char *const plan_peer_names[PEER_COUNT]; // "remote", "local", "sel
 extern const char *const plan_optim_names[OPTIM_COUNT];
 
 /* The language's settings for an optimizer statement that gives none: lr 1e-3; adamw
- * beta1 0.9, beta2 0.999, eps 1e-8, weight_decay 0.01 (given 1). */
+ * beta1 0.9, beta2 0.999, eps 1e-8, weight_decay 0.01; momentum 0.9 (given 1). */
 PlanOptim plan_optim_default(int kind);
-/* Optimizer state bytes per parameter: 0 for SGD, 8 for AdamW (two f32 moments). */
+/* Optimizer state bytes per parameter: 0 for SGD, 4 for momentum (one f32 buffer), 8 for
+ * AdamW (two f32 moments). */
 int plan_optim_state_bytes(int kind);
 /* The microbatch the layers of p work on. */
 LayerShape plan_shape(const Plan *p);

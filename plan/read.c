@@ -267,6 +267,8 @@ static int read_optim(Rd *r, Plan *p)
 	    (real(r, "beta1=", &o->beta1, 0, 1) || real(r, "beta2=", &o->beta2, 0, 1) ||
 	     real(r, "eps=", &o->eps, 0, 1) || real(r, "weight_decay=", &o->weight_decay, 0, 1e6)))
 		return -1;
+	if (o->kind == OPTIM_MOMENTUM && real(r, "momentum=", &o->momentum, 0, 1))
+		return -1;
 	return eol(r);
 }
 

@@ -224,6 +224,8 @@ static void put_optim(Out *o, const PlanOptim *op)
 	if (op->kind == OPTIM_ADAMW)
 		putf(o, " beta1=%.15g beta2=%.15g eps=%.15g weight_decay=%.15g", op->beta1, op->beta2,
 		     op->eps, op->weight_decay);
+	if (op->kind == OPTIM_MOMENTUM)
+		putf(o, " momentum=%.15g", op->momentum);
 	put(o, "\n");
 }
 

@@ -600,9 +600,26 @@ static int cpu_adamw(RtRank *r, const RtOptStep *s)
 	return RT_OK;
 }
 
+static int cpu_momentum(RtRank *r, const RtOptStep *s)
+{
+	if (!s->m)
+		return rt_error(r, "internal: momentum step without its buffer");
+	if (same_shape(r, s->w, s->g, "optimizer step") || same_shape(r, s->w, s->m, "momentum buffer"))
+		return RT_EFAIL;
+	float *w = F32(s->w), *m = F32(s->m);
+	const float *g = F32(s->g);
+	for (int64_t i = 0, n = s->w->rows * s->w->cols; i < n; i++) {
+		float mi = s->momentum * m[i] + g[i];
+		m[i] = mi;
+		w[i] -= s->lr * mi;
+	}
+	return RT_OK;
+}
+
 static const RtOptimFn cpu_optim[OPTIM_COUNT] = {
 	[OPTIM_SGD] = cpu_sgd,
 	[OPTIM_ADAMW] = cpu_adamw,
+	[OPTIM_MOMENTUM] = cpu_momentum,
 };
 
 /* OpenBLAS threads are process-wide: --blas-threads per rank means per process. */

@@ -40,6 +40,18 @@ static __global__ void k_sgd(float *w, const float *g, float lr, int64_t n)
 	w[i] = __fsub_rn(w[i], __fmul_rn(lr, g[i]));
 }
 
+/* One momentum step, operation for operation as cpu.c's cpu_momentum. */
+static __global__ void k_momentum(float *w, const float *g, float *m, float mu, float lr,
+                                  int64_t n)
+{
+	FOR_EACH(i, n)
+	{
+		float mi = __fadd_rn(__fmul_rn(mu, m[i]), g[i]);
+		m[i] = mi;
+		w[i] = __fsub_rn(w[i], __fmul_rn(lr, mi));
+	}
+}
+
 /* One AdamW step, operation for operation as cpu.c's cpu_adamw (rt_backend.h "The
  * optimizer"); the factors come from the host (rt_optim_step_init). */
 static __global__ void k_adamw(float *w, const float *g, float *m, float *v, RtOptStep s,
@@ -266,12 +278,28 @@ static int cu_adamw(RtRank *r, const RtOptStep *s)
 	return RT_OK;
 }
 
+static int cu_momentum(RtRank *r, const RtOptStep *s)
+{
+	if (!s->m)
+		return rt_error(r, "internal: momentum step without its buffer");
+	if (same_shape(r, s->w, s->g, "optimizer step") || same_shape(r, s->w, s->m, "momentum buffer"))
+		return RT_EFAIL;
+	Use u[] = {{s->w, 1}, {s->g, 0}, {s->m, 1}};
+	if (cu_cs_begin(r, u, 3))
+		return RT_EFAIL;
+	cu_cs_end(r, u, 3);
+	LAUNCH(r, k_momentum, numel(s->w), F32(s->w), F32(s->g), F32(s->m), s->momentum, s->lr,
+	       numel(s->w));
+	return RT_OK;
+}
+
 /* The optimizer's entries by kind, as device_cuda.cu places the layer rows. */
 static constexpr CuOptimTable make_optim()
 {
 	CuOptimTable t = {};
 	t.f[OPTIM_SGD] = cu_sgd;
 	t.f[OPTIM_ADAMW] = cu_adamw;
+	t.f[OPTIM_MOMENTUM] = cu_momentum;
 	return t;
 }
 

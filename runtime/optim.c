@@ -14,12 +14,16 @@
 #include <stddef.h>
 #include <string.h>
 
+#define ALL ((1u << OPTIM_COUNT) - 1)
+#define ADAMW (1u << OPTIM_ADAMW)
+#define MOMENTUM (1u << OPTIM_MOMENTUM)
 const RtHyperInfo rt_hypers[RT_HYPER_COUNT] = {
-	[RT_HYPER_LR] = {"lr", "lr", 0, 1e6, 1, 0, 0},
-	[RT_HYPER_BETA1] = {"beta1", "beta1", 0, 1, 0, 1, 1},
-	[RT_HYPER_BETA2] = {"beta2", "beta2", 0, 1, 0, 1, 1},
-	[RT_HYPER_EPS] = {"eps", "eps", 0, 1, 1, 0, 1},
-	[RT_HYPER_WEIGHT_DECAY] = {"weight_decay", "weight-decay", 0, 1e6, 0, 0, 1},
+	[RT_HYPER_LR] = {"lr", "lr", 0, 1e6, 1, 0, ALL},
+	[RT_HYPER_BETA1] = {"beta1", "beta1", 0, 1, 0, 1, ADAMW},
+	[RT_HYPER_BETA2] = {"beta2", "beta2", 0, 1, 0, 1, ADAMW},
+	[RT_HYPER_EPS] = {"eps", "eps", 0, 1, 1, 0, ADAMW},
+	[RT_HYPER_WEIGHT_DECAY] = {"weight_decay", "weight-decay", 0, 1e6, 0, 0, ADAMW},
+	[RT_HYPER_MOMENTUM] = {"momentum", "momentum", 0, 1, 0, 1, MOMENTUM},
 };
 
 double *rt_hyper_field(PlanOptim *o, int h)
@@ -35,6 +39,8 @@ double *rt_hyper_field(PlanOptim *o, int h)
 		return &o->eps;
 	case RT_HYPER_WEIGHT_DECAY:
 		return &o->weight_decay;
+	case RT_HYPER_MOMENTUM:
+		return &o->momentum;
 	case RT_HYPER_COUNT:
 		break;
 	}
@@ -69,16 +75,20 @@ int rt_optim_resolve(const Plan *p, const RtOptions *o, PlanOptim *out, char *ms
 	for (int h = 0; h < RT_HYPER_COUNT; h++) {
 		if (!(o->optim_set & RT_OPTIM_SET(h)))
 			continue;
-		if (rt_hypers[h].adamw_only && e.kind != OPTIM_ADAMW) {
-			snprintf(msg, n, "%s is an adamw setting and the optimizer is %s (adamw: the "
-			         "plan's optimizer line or --optimizer adamw)", rt_hypers[h].name,
-			         plan_optim_names[e.kind]);
+		if (!RT_HYPER_OF(h, e.kind)) {
+			int k = 0; // the optimizer that has it (each such setting has one)
+			while (k + 1 < OPTIM_COUNT && !RT_HYPER_OF(h, k))
+				k++;
+			const char *kn = plan_optim_names[k];
+			snprintf(msg, n, "%s is %s %s setting and the optimizer is %s (%s: the plan's "
+			         "optimizer line or --optimizer %s)", rt_hypers[h].name,
+			         strchr("aeiou", kn[0]) ? "an" : "a", kn, plan_optim_names[e.kind], kn, kn);
 			return -1;
 		}
 		*rt_hyper_field(&e, h) = *rt_hyper_field((PlanOptim *)&o->optim, h);
 	}
 	for (int h = 0; h < RT_HYPER_COUNT; h++) {
-		if (rt_hypers[h].adamw_only && e.kind != OPTIM_ADAMW)
+		if (!RT_HYPER_OF(h, e.kind))
 			continue;
 		char why[160];
 		if (rt_hyper_check(h, *rt_hyper_field(&e, h), why, sizeof why)) {
@@ -94,6 +104,7 @@ void rt_optim_step_init(const PlanOptim *o, int64_t t, RtOptStep *s)
 {
 	s->t = t;
 	s->lr = (float)o->lr;
+	s->momentum = (float)o->momentum;
 	if (o->kind != OPTIM_ADAMW)
 		return;
 	double bc1 = 1.0 - pow(o->beta1, (double)t), bc2 = 1.0 - pow(o->beta2, (double)t);

@@ -67,7 +67,7 @@ static void print_optim(const RtResult *res)
 	PlanOptim o = res->optim;
 	printf("optimizer %s", plan_optim_names[o.kind]);
 	for (int h = 0; h < RT_HYPER_COUNT; h++)
-		if (!rt_hypers[h].adamw_only || o.kind == OPTIM_ADAMW)
+		if (RT_HYPER_OF(h, o.kind))
 			printf(" %s=%g", rt_hypers[h].name, *rt_hyper_field(&o, h));
 	int64_t state = 0;
 	for (int r = 0; r < res->world; r++)
@@ -142,7 +142,7 @@ static void print_json(const Plan *p, const RtWorld *w, const RtResult *res)
 	PlanOptim o = res->optim;
 	printf("],\n \"optimizer\": {\"kind\": \"%s\"", plan_optim_names[o.kind]);
 	for (int h = 0; h < RT_HYPER_COUNT; h++)
-		if (!rt_hypers[h].adamw_only || o.kind == OPTIM_ADAMW)
+		if (RT_HYPER_OF(h, o.kind))
 			printf(", \"%s\": %.9g", rt_hypers[h].name, *rt_hyper_field(&o, h));
 	printf("},\n \"mean_step_us\": %.3f,\n \"busy\": %.6f,\n \"ranks\": [", mean / 1e3,
 	       busy_of(res, -1));

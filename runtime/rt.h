@@ -73,11 +73,12 @@ static inline double rt_check_tol(int dtype)
 /* The optimizer's hyper-parameters (runtime/optim.c): one row each, walked by loops
  * (piperun's checks, the resolution below, the tests). */
 typedef enum {
-	RT_HYPER_LR,           // learning rate (sgd and adamw)
+	RT_HYPER_LR,           // learning rate (every optimizer)
 	RT_HYPER_BETA1,        // adamw: decay of the first moment
 	RT_HYPER_BETA2,        // adamw: decay of the second moment
 	RT_HYPER_EPS,          // adamw: added to the second moment's root
 	RT_HYPER_WEIGHT_DECAY, // adamw: decoupled weight decay
+	RT_HYPER_MOMENTUM,     // momentum: decay of the momentum buffer
 	RT_HYPER_COUNT
 } RtHyper;
 
@@ -89,8 +90,11 @@ typedef struct {
 	const char *option;  // piperun's option: "weight-decay"
 	double lo, hi;       // the valid range ...
 	int lo_open, hi_open; // ... its ends excluded
-	int adamw_only;      // 1: sgd has no such setting
+	unsigned kinds;      // the optimizers that have it: bit (1u << OptimKind) each
 } RtHyperInfo;
+
+/* Whether optimizer kind k has hyper-parameter h. */
+#define RT_HYPER_OF(h, k) ((rt_hypers[h].kinds >> (k)) & 1u)
 
 extern const RtHyperInfo rt_hypers[RT_HYPER_COUNT];
 /* The field of o that hyper h is. */

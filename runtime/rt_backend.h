@@ -242,14 +242,20 @@ typedef struct {
  *           w = w * decay - step * (m / (sqrt(v) / bc2 + eps))
  *           decay = 1 - lr * weight_decay (decoupled, as torch.optim.AdamW),
  *           step = lr / (1 - beta1^t), bc2 = sqrt(1 - beta2^t)
+ *   momentum  m = momentum * m + g
+ *             w = w - lr * m      (torch.optim.SGD with momentum, no dampening: its
+ *                                  first buffer is g, which m = 0 gives)
  *
- * m and v are the stage's optimizer state (RT_MEM_OPTIM, zero before step 1). */
+ * m and v are the stage's optimizer state (RT_MEM_OPTIM, zero before step 1); momentum
+ * keeps m only. */
 typedef struct {
 	RtTensor *w;        // parameters, updated in place
 	const RtTensor *g;  // their gradient, w's shape
-	RtTensor *m, *v;    // adamw: first and second moments, w's shape; NULL for sgd
+	RtTensor *m, *v;    // adamw: first and second moments, w's shape; momentum: m is the
+	                    // buffer, v NULL; NULL for sgd
 	int64_t t;          // the step, from 1
-	float lr;           // sgd
+	float lr;           // every kind
+	float momentum;     // momentum
 	float beta1, beta2, one_minus_beta1, one_minus_beta2, decay, step, bc2, eps; // adamw
 } RtOptStep;
 

@@ -480,7 +480,9 @@ static void layers__plan_reader__located_errors(void **state)
 {
 	(void)state;
 	Plan *p = compile_text(slurp("examples/gpt-tiny.pipe"));
-	p->optim = (PlanOptim){OPTIM_ADAMW, 1, 1e-3, 0.9, 0.95, 1e-8, 0.1};
+	p->optim = (PlanOptim){OPTIM_MOMENTUM, 1, 2e-3, 0, 0, 0, 0, 0.85};
+	round_trip(p, "gpt-tiny with momentum");
+	p->optim = (PlanOptim){OPTIM_ADAMW, 1, 1e-3, 0.9, 0.95, 1e-8, 0.1, 0};
 	char *plan = NULL;
 	size_t len = 0;
 	FILE *f = open_memstream(&plan, &len);

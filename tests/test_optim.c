@@ -1,11 +1,11 @@
-/* Optimizer tests (runtime/optim.c and the devices' optimizer rows): the cpu's SGD and
- * AdamW steps against their formulas evaluated here in double (two AdamW steps, so the
- * moments and the bias corrections carry over), an entry for every kind on every
+/* Optimizer tests (runtime/optim.c and the devices' optimizer rows): the cpu's SGD,
+ * AdamW and momentum steps against their formulas evaluated here in double (two AdamW
+ * steps, so the moments and the bias corrections carry over; three momentum steps), an entry for every kind on every
  * device built in, every hyper-parameter row's range
  * (its ends included or not, as the table says), how the optimizer a run uses follows
- * from the plan and the options, the state a stage holds (AdamW only, zeroed,
- * accounted as RT_MEM_OPTIM), and whole AdamW runs that --check passes bit for bit
- * with the loss falling. */
+ * from the plan and the options, the state a stage holds (per kind, zeroed,
+ * accounted as RT_MEM_OPTIM), and whole AdamW and momentum runs that --check passes
+ * bit for bit with the loss falling (momentum's state equal to the memory model's). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +18,7 @@
 #include <math.h>
 
 #include "../compiler/pipecc.h"
+#include "../plan/mem.h"
 #include "../runtime/rt_private.h"
 
 static Plan *compile_text(const char *src)
@@ -63,6 +64,42 @@ static void optim__cpu_sgd__is_w_minus_lr_g(void **state)
 	assert_int_equal(rt_device_cpu.optim[OPTIM_SGD](&r, &s), RT_OK);
 	for (int i = 0; i < 3; i++)
 		assert_true(w[i] == w0[i] - (float)o.lr * g[i]);
+}
+
+/* torch.optim.SGD with momentum mu (no dampening, no Nesterov), in double: b = g at
+ * step 1, then b = mu b + g; w -= lr b.  Three steps, so the buffer carries over. */
+static void optim__cpu_momentum_three_steps__match_the_formula(void **state)
+{
+	(void)state;
+	enum { N = 4 };
+	const double g[3][N] = {{0.5, -0.25, 1e-3, 0}, {-0.75, -0.5, 2e-3, 0}, {0.125, 1, -1e-3, 0}};
+	double wd[N] = {1.0, -2.0, 0.3, 0.5}, bd[N] = {0};
+	float w[N], m[N] = {0}, gf[N];
+	for (int i = 0; i < N; i++)
+		w[i] = (float)wd[i];
+	PlanOptim o = plan_optim_default(OPTIM_MOMENTUM);
+	o.lr = 0.05;
+	o.momentum = 0.8;
+	RtTensor tw = host(w, N), tg = host(gf, N), tm = host(m, N);
+	RtRank r = {.dev = &rt_device_cpu};
+	for (int t = 1; t <= 3; t++) {
+		for (int i = 0; i < N; i++) {
+			gf[i] = (float)g[t - 1][i];
+			bd[i] = t == 1 ? g[t - 1][i] : o.momentum * bd[i] + g[t - 1][i];
+			wd[i] -= o.lr * bd[i];
+		}
+		RtOptStep s = {.w = &tw, .g = &tg, .m = &tm};
+		rt_optim_step_init(&o, t, &s);
+		assert_int_equal(rt_device_cpu.optim[OPTIM_MOMENTUM](&r, &s), RT_OK);
+		for (int i = 0; i < N; i++) {
+			if (rel(m[i], bd[i]) > 1e-6 || rel(w[i], wd[i]) > 1e-6)
+				fail_msg("step %d element %d: buffer %g want %g, weight %g want %g", t, i, m[i],
+				         bd[i], w[i], wd[i]);
+		}
+	}
+	RtOptStep s = {.w = &tw, .g = &tg}; // without its buffer: an internal error
+	rt_optim_step_init(&o, 4, &s);
+	assert_int_equal(rt_device_cpu.optim[OPTIM_MOMENTUM](&r, &s), RT_EFAIL);
 }
 
 /* torch.optim.AdamW, in double: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
@@ -220,7 +257,7 @@ static const char tiny_src[] = "pipeline tiny;\nmesh pp=2;\nmicrobatches 2;\ninp
                                "stage s0 { linear 8; relu; }\nstage s1 { linear 8; loss mse; }\n"
                                "schedule gpipe;\ncost * f=1 b=1 w=1;\nlink ideal;\n";
 
-static void optim__stage_state__adamw_only_zeroed_and_accounted(void **state)
+static void optim__stage_state__per_kind_zeroed_and_accounted(void **state)
 {
 	(void)state;
 	Plan *p = compile_text(tiny_src);
@@ -237,12 +274,16 @@ static void optim__stage_state__adamw_only_zeroed_and_accounted(void **state)
 		assert_true(np > 0);
 		assert_int_equal(r.mem[RT_MEM_PARAM], 4 * np);
 		assert_int_equal(r.mem[RT_MEM_OPTIM], plan_optim_state_bytes(k) * np);
-		if (k == OPTIM_ADAMW) {
+		int nbuf = plan_optim_state_bytes(k) / 4; // sgd none, momentum m, adamw m and v
+		RtTensor *bufs[2] = {b.m, b.v};
+		for (int j = 0; j < 2; j++) {
+			if (j >= nbuf) {
+				assert_null(bufs[j]);
+				continue;
+			}
+			assert_non_null(bufs[j]);
 			for (int64_t i = 0; i < np; i++)
-				assert_true(((float *)b.m->data)[i] == 0 && ((float *)b.v->data)[i] == 0);
-		} else {
-			assert_null(b.m);
-			assert_null(b.v);
+				assert_true(((float *)bufs[j]->data)[i] == 0);
 		}
 		rt_stage_bufs_close(&r, &b);
 		assert_int_equal(r.mem[RT_MEM_OPTIM], 0);
@@ -296,6 +337,45 @@ static void optim__adamw_runs__check_passes_and_loss_falls(void **state)
 	}
 }
 
+/* SGD with momentum on a chain with a skip under zbh1: --check passes to the bit, the
+ * loss falls, and every rank holds 4 bytes of state per parameter, as the memory model
+ * (plan_mem_rank, pipesim's figures) says. */
+static void optim__momentum_run__check_passes_and_state_as_predicted(void **state)
+{
+	(void)state;
+	Plan *p = compile_text("pipeline mo;\nmesh pp=4;\nmicrobatches 4;\ninput 4x8;\n"
+	                       "stage s0 { linear 8; relu; }\nstage s1 { linear 8; gelu; }\n"
+	                       "stage s2 { linear 8; relu; }\nstage s3 { linear 8; loss mse; }\n"
+	                       "skip s0 -> s2;\nschedule zbh1;\ncost * f=1 b=1 w=1;\nlink ideal;\n"
+	                       "optimizer momentum lr=0.05 momentum=0.9;\n");
+	assert_int_equal(p->optim.kind, OPTIM_MOMENTUM);
+	assert_true(p->optim.momentum == 0.9 && p->optim.lr == 0.05);
+	RtOptions o = {.backend = "threads", .steps = 4, .seed = 7, .check = 1, .timeout_s = 20,
+	               .blas_threads = 1};
+	char err[1024];
+	RtWorld *w = rt_world_open(p, &o, err, sizeof err);
+	if (!w)
+		fail_msg("%s", err);
+	RtResult res;
+	assert_int_equal(rt_world_run(w, &res), RT_OK);
+	assert_int_equal(res.optim.kind, OPTIM_MOMENTUM);
+	assert_true(res.checked && res.check_ok);
+	assert_true(res.loss_rel == 0 && res.weight_rel == 0);
+	for (int s = 1; s < res.steps; s++)
+		if (!(res.loss[s] < res.loss[s - 1]))
+			fail_msg("loss %g at step %d, %g before", res.loss[s], s + 1, res.loss[s - 1]);
+	for (int r = 0; r < p->world; r++) {
+		PlanMem pm;
+		assert_int_equal(plan_mem_rank(p, r, &pm), 0);
+		assert_true(res.model_bytes[3 * r] > 0);
+		assert_int_equal(res.model_bytes[3 * r + 2], res.model_bytes[3 * r]);
+		assert_int_equal(res.model_bytes[3 * r + 2], pm.optim);
+	}
+	rt_result_free(&res);
+	rt_world_close(w, 0);
+	plan_free(p);
+}
+
 /* The same plans under SGD hold no state. */
 static void optim__sgd_run__no_state(void **state)
 {
@@ -323,12 +403,14 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(optim__cpu_sgd__is_w_minus_lr_g),
 		cmocka_unit_test(optim__cpu_adamw_two_steps__match_the_formula),
+		cmocka_unit_test(optim__cpu_momentum_three_steps__match_the_formula),
 		cmocka_unit_test(optim__adamw_without_state__internal_error),
 		cmocka_unit_test(optim__devices__every_kind_has_an_entry),
 		cmocka_unit_test(optim__hypers__ranges_as_their_rows_say),
 		cmocka_unit_test(optim__resolve__plan_then_options),
-		cmocka_unit_test(optim__stage_state__adamw_only_zeroed_and_accounted),
+		cmocka_unit_test(optim__stage_state__per_kind_zeroed_and_accounted),
 		cmocka_unit_test(optim__adamw_runs__check_passes_and_loss_falls),
+		cmocka_unit_test(optim__momentum_run__check_passes_and_state_as_predicted),
 		cmocka_unit_test(optim__sgd_run__no_state),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -499,6 +499,86 @@ static void sched__dualpipev__unit_cost_makespan(void **state)
 		}
 }
 
+/* ---- link latency ------------------------------------------------------------------ */
+
+/* n stages on pp ranks, m microbatches, costs f b w (us), links of latency lat us. */
+static char *program_link(int n, int pp, int m, const char *sched, int f, int b, int w,
+                          int lat, const char *extra)
+{
+	static char buf[1 << 14];
+	int k = snprintf(buf, sizeof buf, "pipeline t;\nmesh pp=%d;\nmicrobatches %d;\ninput 2x8;\n",
+	                 pp, m);
+	for (int s = 0; s < n; s++)
+		k += snprintf(buf + k, sizeof buf - k, "stage s%d { linear 8; %s}\n", s,
+		              s == n - 1 ? "loss mse; " : "relu; ");
+	snprintf(buf + k, sizeof buf - k,
+	         "schedule %s;\ncost * f=%d b=%d w=%d;\nlink latency=%dus bandwidth=1000TB/s;\n%s",
+	         sched, f, b, w, lat, extra ? extra : "");
+	return buf;
+}
+
+/* Tuned for overlap, the lowering hides link time behind compute where the order allows:
+ * GPipe with equal costs then takes (m + p - 1)(f + b + w) plus one transfer per hop
+ * down and one per hop back, 2(p - 1) x, in the overlap model (issue 18's case p=3, m=2
+ * took 4 us more: a rank's receive of its next input waited in a group with the send
+ * of its current output).  Every plan still runs in the strict model. */
+static void sched__gpipe_overlap_tuned__hides_link_latency(void **state)
+{
+	(void)state;
+	PipeccOptions o = {.tune_overlap = 1};
+	for (int pp = 2; pp <= 6; pp++)
+		for (int m = 1; m <= 2 * pp + 1; m++) {
+			Plan *p = compile_with(program_link(pp, pp, m, "gpipe", 10, 10, 10, 2, NULL), &o, NULL);
+			assert_non_null(p);
+			int64_t x = plan_transfer_ns(p, p->edges[0].bytes);
+			assert_true(x > 2 * US);
+			int64_t want = (int64_t)(m + pp - 1) * 30 * US + 2LL * (pp - 1) * x;
+			Measure ms = measure(p, SIM_OVERLAP, 0);
+			expect(ms.makespan, want, "overlap makespan", "gpipe latency", pp, m, 1);
+			assert_int_equal(measure(p, SIM_STRICT, 0).verdict, SIM_OK);
+			plan_free(p);
+		}
+}
+
+/* Every schedule tuned for overlap with link latency and unequal costs runs in both
+ * models, with rendezvous and with buffered sends (the lowering's walk follows the
+ * transfers' times; the deadlock-freedom argument does not depend on them). */
+static void sched__every_schedule_overlap_tuned__runs_with_latency(void **state)
+{
+	(void)state;
+	const struct {
+		const char *name;
+		int per_rank;
+	} S[] = {{"gpipe", 1}, {"1f1b", 1}, {"zbh1", 1}, {"zbh2", 1}, {"zbv", 2},
+	         {"dualpipev", 2}, {"loopedbfs", 2}, {"interleaved", 2}};
+	PipeccOptions o = {.tune_overlap = 1};
+	int runs = 0;
+	for (size_t k = 0; k < sizeof S / sizeof S[0]; k++)
+		for (int pp = 2; pp <= 4; pp++)
+			for (int m = 2 * pp; m <= 4 * pp; m += pp) // dualpipev wants m >= 2pp
+				for (int lat = 1; lat <= 7; lat += 3) {
+					int n = S[k].per_rank * pp;
+					const char *extra = !strcmp(S[k].name, "zbv") || !strcmp(S[k].name, "dualpipev")
+					                        ? "placement v;\n"
+					                        : NULL;
+					Plan *p = compile_with(program_link(n, pp, m, S[k].name, 10, 11, 9, lat, extra),
+					                       &o, NULL);
+					if (!p)
+						fail_msg("%s pp=%d m=%d: does not compile", S[k].name, pp, m);
+					check_structure(p, S[k].name);
+					for (int model = 0; model < SIM_MODEL_COUNT; model++)
+						for (int eager = 0; eager < 2; eager++) {
+							Measure ms = measure(p, model, eager);
+							if (ms.verdict != SIM_OK)
+								fail_msg("%s pp=%d m=%d lat=%d model %d eager %d: %s", S[k].name, pp,
+								         m, lat, model, eager, sim_verdict_names[ms.verdict]);
+						}
+					plan_free(p);
+					runs++;
+				}
+	assert_int_equal(runs, 8 * 3 * 3 * 3);
+}
+
 /* ---- placements and mixed features ------------------------------------------------ */
 
 static void expect_error(const char *src, const char *want)
@@ -1211,6 +1291,8 @@ int main(void)
 		cmocka_unit_test(sched__loopedbfs__unit_cost_makespan),
 		cmocka_unit_test(sched__interleaved__unit_cost_makespan),
 		cmocka_unit_test(sched__dualpipev__unit_cost_makespan),
+		cmocka_unit_test(sched__gpipe_overlap_tuned__hides_link_latency),
+		cmocka_unit_test(sched__every_schedule_overlap_tuned__runs_with_latency),
 		cmocka_unit_test(sched__placements__rejected_with_what_works),
 		cmocka_unit_test(sched__mixed_features__plans_run),
 		cmocka_unit_test(sched__custom__runs_as_written),

@@ -28,14 +28,25 @@ same() {
 }
 
 sed 's/^schedule .*/optimizer adamw;\n&/' examples/mlp4.pipe >"$dir/mlp4-adamw.pipe"
+sed 's/^schedule .*/optimizer momentum momentum=0.8;\n&/' examples/mlp4.pipe >"$dir/mlp4-momentum.pipe"
 for p in examples/tiny.pipe examples/mlp4.pipe examples/skips.pipe examples/gpt-tiny.pipe \
 	examples/zbv.pipe examples/zbv-selfsend.pipe examples/interleaved.pipe examples/gpt-tp.pipe \
-	"$dir/mlp4-adamw.pipe"; do
+	"$dir/mlp4-momentum.pipe" "$dir/mlp4-adamw.pipe"; do
 	b=$(basename "$p" .pipe)
 	t "compiles $b" 0 "$BIN/pipecc" "$p" -o "$dir/$b.plan"
 	same "$b" "$dir/$b.plan"
+	[ "$b" = mlp4-momentum ] && cp "$dir/sim.json" "$dir/momentum.json"
 done
 has "AdamW's state is in the peak" "$dir/sim.json" '"optim_state_bytes": [1-9]'
+# state per parameter: momentum one f32 buffer, AdamW two
+ratio() { # JSON: each rank's optim_state_bytes / param_bytes, one a line
+	grep -o '"param_bytes": [0-9]*, "grad_bytes": [0-9]*, "optim_state_bytes": [0-9]*' "$1" |
+		awk -F'[:,]' '$2 > 0 { print $6 / $2 }' | sort -u
+}
+check "momentum's state is 1x the parameters" "$([ "$(ratio "$dir/momentum.json")" = 1 ]; echo $?)" \
+	"$(ratio "$dir/momentum.json")"
+check "AdamW's state is 2x the parameters" "$([ "$(ratio "$dir/sim.json")" = 2 ]; echo $?)" \
+	"$(ratio "$dir/sim.json")"
 
 schedules=$(sed -n 's/.*\.name = "\([A-Za-z0-9_]*\)".*/\1/p' compiler/sched_*.c | sort -u)
 ran=0

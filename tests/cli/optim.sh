@@ -4,7 +4,9 @@
 # and every rank holds 8 bytes of optimizer state per parameter (0 for SGD); the
 # plan's optimizer line is what runs unless an option replaces a field of it; SGD's
 # results are the same whether chosen by default or by name; bad values are errors
-# that name the option (exit 2) or the plan's setting (exit 1).
+# that name the option (exit 2) or the plan's setting (exit 1).  SGD with momentum:
+# the language's statement into the plan, --check passes, the loss falls, its state
+# (one f32 per parameter) as pipesim predicts, and its settings checked.
 : "${BIN:=bin}"
 TOOL=optim
 . tests/lib/cli.sh
@@ -96,5 +98,36 @@ check "the plan edit took" $? "no optimizer line changed"
 t "a plan's beta1=1" 1 "$BIN/piperun" "$dir/beta1.plan" --steps 1
 has "names the plan's setting" "$dir/err" "error: the adamw optimizer's beta1 must be in \[0, 1), not 1"
 t "--beta1 mends it" 0 "$BIN/piperun" "$dir/beta1.plan" --steps 1 --beta1 0.9
+
+# ---- SGD with momentum: the language's statement, piperun's options, its state ----
+printf 'optimizer momentum lr=0.05 momentum=0.8;\n' | cat examples/tiny.pipe - >"$dir/mom.pipe"
+"$BIN/pipecc" "$dir/mom.pipe" -o "$dir/mom.plan"
+has "the plan carries it" "$dir/mom.plan" "^optimizer momentum lr=0.05 momentum=0.8$"
+t "the plan's momentum runs, --check" 0 "$BIN/piperun" "$dir/mom.plan" --steps 4 --check --json
+has "momentum matches the sequential run" "$dir/out" '"check": {"ok": true'
+has "the json names it" "$dir/out" '"optimizer": {"kind": "momentum", "lr": 0.05, "momentum": 0.8'
+l=$(losses "$dir/out")
+falls "$l"
+check "the momentum loss falls ($l)" $? "losses $l"
+"$BIN/pipesim" --json "$dir/mom.plan" >"$dir/mom-sim.json"
+for f in param_bytes optim_state_bytes; do
+	got=$(grep -o "\"$f\": [0-9]*" "$dir/out" | tr '\n' ' ')
+	want=$(grep -o "\"$f\": [0-9]*" "$dir/mom-sim.json" | tr '\n' ' ')
+	check "piperun's $f equal pipesim's ($got)" "$([ -n "$got" ] && [ "$got" = "$want" ]; echo $?)" \
+		"measured $got, predicted $want"
+done
+pb=$(grep -o '"param_bytes": [0-9]*' "$dir/out" | head -1 | sed 's/.*: //')
+has "momentum keeps one f32 per parameter" "$dir/out" "\"optim_state_bytes\": $pb"
+t "--optimizer momentum --momentum 0.5 over sgd" 0 "$BIN/piperun" "$dir/tiny.plan" --steps 2 \
+	--optimizer momentum --momentum 0.5 --check
+has "momentum at the language's lr" "$dir/out" "^optimizer momentum lr=0.001 momentum=0.5, state 576 bytes"
+t "--momentum for an sgd plan" 1 "$BIN/piperun" "$dir/tiny.plan" --momentum 0.5 --steps 1
+has "says momentum is momentum's" "$dir/err" \
+	"error: momentum is a momentum setting and the optimizer is sgd"
+bad --momentum 1 "piperun: --momentum: momentum must be in \[0, 1), not 1"
+printf 'optimizer momentum beta1=0.9 momentum=2;\n' | cat examples/tiny.pipe - >"$dir/mbad.pipe"
+t "momentum's settings are checked" 1 "$BIN/pipecc" "$dir/mbad.pipe" -o /dev/null
+has "an adamw key is unknown for momentum" "$dir/err" "error: unknown momentum setting 'beta1'"
+has "momentum=2 is out of range" "$dir/err" "error: momentum must be in \\[0, 0.999999\\]"
 
 [ "$fails" -eq 0 ]

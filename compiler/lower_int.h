@@ -1,0 +1,93 @@
+/* The lowering's private header: the walk state (Lw) and the helpers that lower.c
+ * (the walk, ranks, routes, lines) and lower_stall.c (orders that cannot run: the local
+ * order check, the stall report, the naive lowering behind --allow-deadlock) share. */
+#ifndef LOWER_INT_H
+#define LOWER_INT_H
+
+#include "lower.h"
+
+#include <setjmp.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Out of memory ends the lowering from wherever it happens: the allocators below jump
+ * back to lower_program, which frees the plan and the walk state it holds and reports
+ * what the plan needed.  (A pass's own scratch arrays are not freed on that path; the
+ * tool exits next.) */
+typedef struct {
+	jmp_buf jb;
+	size_t failed; // bytes of the allocation that failed
+	int64_t ops;   // the plan size in ops, as far as known
+} LwOom;
+
+typedef struct {
+	LwOom *oom;
+	const Program *pr;
+	const SchedCtx *sc;
+	Plan *plan;
+	Diag *diag;
+	int pp, m, ns, ne;
+	PlanRank **line0;    // per pipeline index: its rank on the first line, where ops go
+	int *group;          // per pipeline index: next group number
+	int *remote_k;       // edge -> index among edges sent (remote, or to self), or -1
+	int nremote;
+	struct Pending *pend; // per pipeline index: produced tensors not yet moved
+	int overlap;         // tune for the overlap model: move tensors as soon as produced
+	int self_send;       // same-rank edges go through the communicator, to self
+	int stride;          // world-rank distance between pipeline neighbours
+	int *line_of;        // world rank at pipeline index 0 -> its line number
+	int *in_off, *in_e;  // CSR of in-edges per stage
+	int *out_off, *out_e;
+	unsigned char *done; // per (stage, mb): PLAN_DEP_MB bits of the actions that ran
+	unsigned char *moved; // per (edge, mb, dir): 1 once the tensor has been transferred
+	/* The link clock (lower.c): groups numbered in walk order, when each completes,
+	 * which group received each tensor, and per pipeline index its last group and when
+	 * that group starts. */
+	int64_t *gend;       // per group: its completion
+	int ngroups;
+	int *tgroup;         // per (edge, mb, dir): the group that received it
+	int *glast;          // per pipeline index: its last group, or -1
+	int64_t *gstart;     // per pipeline index: when its last group starts
+	int *left;           // per stage: backward actions still to run
+	int tie_embed, tie_head; // plan_tie: a head tied to another stage's embedding
+	int *tie_stage;      // per pipeline index: its stage holding a copy of a table tied
+	int *tie_peer;       // across pipeline ranks (plan_tie_across), and the pipeline index
+	                     // holding the other copy; -1 and -1 elsewhere
+	int *reduce;         // per pipeline index: stages whose reduction is due (ns each)
+	int *nreduce;
+} Lw;
+
+/* Tensors a rank has produced for remote consumers and not yet sent, oldest first. */
+typedef struct {
+	int edge, mb, dir, to, line;
+} Out;
+
+typedef struct Pending {
+	Out *v;
+	int n, cap;
+} Pending;
+
+_Noreturn void lw_oom(const Lw *w, size_t bytes);
+void *lw_calloc(const Lw *w, size_t n, size_t size);
+void *lw_malloc(const Lw *w, size_t bytes);
+void *lw_realloc(const Lw *w, void *old, size_t bytes);
+int *lw_calloc_int(const Lw *w, size_t n); // n + 1 zeroed ints
+void lw_pend_push(const Lw *w, Pending *q, Out o);
+/* Appends an op to pipeline index pp's list on the first line (peer: a pipeline index). */
+void lw_emit(Lw *w, int pp, PlanOp op);
+/* The tensors action a on pipeline index pp makes for other ranks, onto q. */
+void lw_push_outputs(const Lw *w, int pp, const SchedAct *a, int line, Pending *q);
+const char *lw_act_name(const SchedAct *a, char *buf, size_t n); // "3F1"
+int lw_src_line_of(const Lw *w, const SchedAct *a);
+/* A compute action: its op, then what it makes available once done; the reductions and
+ * optimizer steps due on pp (force: even with sends pending). */
+void lw_start_compute(Lw *w, int pp, const SchedAct *a, int line);
+void lw_finish_compute(Lw *w, int pp, const SchedAct *a, int line);
+void lw_flush_reductions(Lw *w, int pp, int force, int finished);
+
+/* lower_stall.c */
+int lw_check_local_order(Lw *w);
+void lw_report_stall(Lw *w, const int64_t *cur);
+void lw_rest_naively(Lw *w, int64_t *cur);
+
+#endif
