@@ -44,7 +44,8 @@ void plan_trace_rank(PlanTrace *t, int r)
 	const PlanRank *pr = &t->p->ranks[r];
 	fprintf(t->f, "%s{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": %d, \"args\": "
 	              "{\"name\": \"rank %d (pp=%d dp=%d tp=%d)\"}}",
-	        t->sep, r, r, pr->coord[DIM_PP], pr->coord[DIM_DP], pr->coord[DIM_TP]);
+	        t->sep, r, plan_world_rank(t->p, r), pr->coord[DIM_PP], pr->coord[DIM_DP],
+	        pr->coord[DIM_TP]);
 	t->sep = ",\n";
 	fprintf(t->f, ",\n{\"ph\": \"M\", \"name\": \"process_sort_index\", \"pid\": %d, "
 	              "\"args\": {\"sort_index\": %d}}",

@@ -276,6 +276,17 @@ int piperun_drive(CliTool *t, PiperunArgs *a)
 		return CLI_EXIT_FAIL;
 	}
 	char msg[1024];
+	if (p->line) { // read and verified as one line; the runtime takes world ranks
+		size_t failed;
+		Plan *e = plan_expand(p, &failed);
+		plan_free(p);
+		if (!(p = e)) {
+			if (!t->silent)
+				fprintf(stderr, "%s: error: %s\n", t->in_name,
+				        plan_oom_text(msg, sizeof msg, 0, failed));
+			return CLI_EXIT_FAIL;
+		}
+	}
 	RtWorld *w = rt_world_open(p, &a->o, msg, sizeof msg);
 	if (!w) {
 		if (!t->silent)
