@@ -339,11 +339,23 @@ static void lower__line__expands_to_the_world(void **state)
 		}
 }
 
+/* The truncation and corruption checks below, on an expanded plan and on a line plan. */
+static void reader_rejects(int line);
+
 static void plan__reader__rejects_truncated_and_garbled(void **state)
 {
 	(void)state;
-	Plan *p = compile_text(program(3, 3, 1, 2, "skip s0 -> s2;"), NULL, NULL, 0);
+	reader_rejects(0);
+	reader_rejects(1);
+}
+
+static void reader_rejects(int line)
+{
+	want_line = line;
+	Plan *p = compile_text(program(3, 3, 1 + line, 2, "skip s0 -> s2;"), NULL, NULL, 0);
+	want_line = 0;
 	assert_non_null(p);
+	assert_int_equal(p->line, line);
 	size_t n;
 	char *text = plan_text(p, &n);
 	plan_free(p);
