@@ -1,6 +1,9 @@
 /* piperun's plan loading, timed (bench/bench_lines.sh): read and verify a plan file as
- * piperun does, then, for a line plan, derive every world rank's lists (plan_expand, what
- * piperun hands its launchers today).  Prints the two phases' seconds to stderr. */
+ * piperun does, then, for a line plan, derive what one process needs: with RANK (a
+ * process of `mpirun -np WORLD`) lists for line 0 and that rank (plan_expand_for), without
+ * it every world rank's (the threads launcher, one process for all).  Prints the two
+ * phases' seconds to stderr. */
+#include <stdlib.h>
 #include "../plan/plan.h"
 
 #include <stdio.h>
@@ -15,8 +18,8 @@ static double now(void)
 
 int main(int argc, char **argv)
 {
-	if (argc != 2) {
-		fprintf(stderr, "usage: load_bench PLAN\n");
+	if (argc != 2 && argc != 3) {
+		fprintf(stderr, "usage: load_bench PLAN [RANK]\n");
 		return 2;
 	}
 	PlanError err;
@@ -29,7 +32,7 @@ int main(int argc, char **argv)
 	double t1 = now();
 	if (p->line) {
 		size_t failed;
-		Plan *e = plan_expand(p, &failed);
+		Plan *e = plan_expand_for(p, argc == 3 ? atoi(argv[2]) : -1, &failed);
 		if (!e) {
 			fprintf(stderr, "load_bench: out of memory\n");
 			return 1;

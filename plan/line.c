@@ -145,6 +145,40 @@ static int expand_rank(const Plan *p, PlanRank *rk, int w, size_t *failed)
 
 Plan *plan_expand(const Plan *p, size_t *failed)
 {
+	return plan_expand_for(p, -1, failed);
+}
+
+PlanOp plan_rank_op(const Plan *p, int r, int64_t i)
+{
+	const PlanRank *rk = &p->ranks[r];
+	PlanOp o = rk->ops[i];
+	if (rk->borrowed) {
+		if (o.peer >= 0)
+			o.peer += rk->base;
+		if (o.route >= 0)
+			o.route += rk->route_shift;
+	}
+	return o;
+}
+
+/* World rank w borrowing the lists of line 0's rank at its pipeline index. */
+static void borrow_rank(const Plan *p, PlanRank *rk, const PlanRank *line0, int w)
+{
+	plan_mesh_coords(p, w, rk->coord);
+	rk->device = plan_line_device(p, w);
+	rk->borrowed = 1;
+	rk->base = w - rk->coord[DIM_PP] * plan_pp_stride(p);
+	rk->route_shift = line_of_base(p, rk->base) * p->nroutes;
+	rk->peers = line0->peers;
+	rk->npeers = line0->npeers;
+	rk->ops = line0->ops;
+	rk->nops = line0->nops;
+	rk->first_line = line0->first_line;
+	rk->line = line0->line;
+}
+
+Plan *plan_expand_for(const Plan *p, int only, size_t *failed)
+{
 	*failed = sizeof(Plan);
 	Plan *e = plan_new();
 	if (!e)
@@ -180,14 +214,22 @@ Plan *plan_expand(const Plan *p, size_t *failed)
 		}
 	}
 	for (int w = 0; w < world; w++) {
+		int q = w / stride % p->dims[DIM_PP], own = only < 0 || w == only || w == q * stride;
+		if (!own)
+			continue; // borrowed below, once line 0's ranks exist
 		if (expand_rank(p, &e->ranks[w], w, failed)) {
 			plan_free(e);
 			return NULL;
 		}
 		/* Its ops' text is line 0's in the file: diagnostics point there. */
-		const PlanRank *src = &p->ranks[e->ranks[w].coord[DIM_PP]];
+		const PlanRank *src = &p->ranks[q];
 		e->ranks[w].first_line = src->first_line;
 		e->ranks[w].line = src->line;
+	}
+	for (int w = 0; only >= 0 && w < world; w++) {
+		int q = w / stride % p->dims[DIM_PP];
+		if (w != only && w != q * stride)
+			borrow_rank(p, &e->ranks[w], &e->ranks[q * stride], w);
 	}
 	*failed = 0;
 	return e;

@@ -165,6 +165,8 @@ void plan_free(Plan *p)
 	free(p->routes);
 	if (p->ranks) {
 		for (int r = 0; r < p->world; r++) {
+			if (p->ranks[r].borrowed)
+				continue;
 			free(p->ranks[r].peers);
 			free(p->ranks[r].ops);
 		}

@@ -139,6 +139,11 @@ typedef struct {
 	int64_t ops_cap;
 	int64_t first_line;   // plan-file line of ops[0] when read from a file, else 0
 	int64_t line;         // plan-file line of its `rank` line (peers follow), else 0
+	/* plan_expand_for: peers and ops are those of line 0's rank at this pipeline index,
+	 * shared, not owned; rank numbers in them are line 0's plus base, route numbers plus
+	 * route_shift (plan_rank_op gives them so). */
+	uint8_t borrowed;
+	int base, route_shift;
 } PlanRank;
 
 typedef struct {
@@ -270,6 +275,12 @@ int plan_line_device(const Plan *p, int w);
 /* The expanded form of line plan p (p->line set): every world rank with its lists, peers and routes
  * translated onto its own line.  NULL when out of memory (*failed: the bytes). */
 Plan *plan_expand(const Plan *p, size_t *failed);
+/* The same, but only line 0 and world rank `only` get lists of their own: every other
+ * rank borrows line 0's (PlanRank.borrowed), so the work is one line's plus a rank table,
+ * whatever dp and tp are.  What a process running one rank needs (piperun under MPI). */
+Plan *plan_expand_for(const Plan *p, int only, size_t *failed);
+/* Op i of rank r as that rank runs it (a borrowed rank's numbers translated). */
+PlanOp plan_rank_op(const Plan *p, int r, int64_t i);
 /* Turns an expanded plan whose lines are translates of its first line (as the lowering
  * makes them, only the first line filled) into a line plan in place; the other ranks'
  * tables are freed.  -1 when out of memory (p unchanged). */

@@ -98,7 +98,8 @@ void plan_trace_group(PlanTrace *t, int r, int64_t op, int64_t op_end, int64_t t
 	fputs(", \"ops\": [", t->f);
 	char text[256];
 	for (int64_t j = op; j < op_end && j < pr->nops; j++) {
-		plan_format_op(t->p, &pr->ops[j], text, sizeof text);
+		PlanOp x = plan_rank_op(t->p, r, j); // its own peers, also when borrowed
+		plan_format_op(t->p, &x, text, sizeof text);
 		if (j > op)
 			fputs(", ", t->f);
 		jtext(t->f, text);

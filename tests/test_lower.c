@@ -301,6 +301,28 @@ static void check_line(const char *src, const char *schedule, int line_want)
 	char *tb = plan_text(q, &nb);
 	assert_int_equal(nl, nb);
 	assert_memory_equal(tl, tb, nl);
+	/* one process's view (plan_expand_for): every rank's ops, borrowed or its own, are
+	 * the world's as plan_rank_op gives them */
+	for (int only = 0; line_want && only < w->world; only += w->world / 3 + 1) {
+		Plan *y = plan_expand_for(l, only, &failed);
+		assert_non_null(y);
+		assert_int_equal(y->world, w->world);
+		assert_false(y->ranks[only].borrowed);
+		for (int r = 0; r < w->world; r++) {
+			const PlanRank *a = &y->ranks[r], *b = &w->ranks[r];
+			assert_memory_equal(a->coord, b->coord, sizeof a->coord);
+			assert_int_equal(a->device, b->device);
+			assert_int_equal(a->nops, b->nops);
+			for (int64_t i = 0; i < a->nops; i++) {
+				PlanOp x = plan_rank_op(y, r, i);
+				const PlanOp *o = &b->ops[i];
+				assert_true(x.kind == o->kind && x.dir == o->dir && x.part == o->part &&
+				            x.stage == o->stage && x.mb == o->mb && x.peer == o->peer &&
+				            x.group == o->group && x.route == o->route && x.bytes == o->bytes);
+			}
+		}
+		plan_free(y);
+	}
 	free(tw);
 	free(tx);
 	free(tl);
