@@ -23,6 +23,8 @@ same() {
 	done
 	[ "$(sed -n 's/^\(ok: .* to the end\).*/\1/p' "$dir/a")" = "$(sed -n 's/^\(ok: .* to the end\).*/\1/p' "$dir/b")" ] ||
 		why="$why; the ok lines differ"
+	[ "$(grep -o 'error: deadlock: .*' "$dir/ae")" = "$(grep -o 'error: deadlock: .*' "$dir/be")" ] ||
+		why="$why; the deadlock verdicts differ"
 	# every rank row of the line (busy, memory) is the expanded run's row of that rank
 	awk '/^ rank/{t=1; next} /^$/{t=0} t' "$dir/a" >"$dir/rows"
 	[ "$ra" != 0 ] || [ -s "$dir/rows" ] || why="$why; no rank rows"
@@ -81,6 +83,31 @@ while read -r a b c sched; do
 	fi
 	[ "$fails" = 0 ] || exit 1
 done || fails=$((fails + 1))
+
+# a deadlock (an order lowered with --allow-deadlock) on dp=3: the same verdict, and
+# every line's ranks counted stuck
+cat >"$dir/dl.pipe" <<END
+pipeline dl;
+mesh pp=2 dp=3;
+microbatches 2;
+input 4x8;
+stage s0 { linear 8; relu; }
+stage s1 { linear 8; relu; }
+stage s2 { linear 8; relu; }
+stage s3 { linear 8; loss mse; }
+skip s1 -> s3;
+placement [0, 1, 1, 0];
+schedule custom {
+	rank 0: 3F0 0F0 0F1 3F1 3B0 3B1 0B0 0B1;
+	rank 1: 1F0 2F0 1F1 2F1 2B0 1B0 2B1 1B1;
+}
+END
+t "a deadlocking order compiles with --allow-deadlock" 0 "$BIN/pipecc" --allow-deadlock \
+	"$dir/dl.pipe" -o "$dir/dl.plan"
+t "pipesim finds the deadlock on the line" 1 "$BIN/pipesim" "$dir/dl.plan"
+has "it counts every line's ranks" "$dir/err" "error: deadlock: 6 of 6 ranks can never finish"
+same "deadlock: line and --expand agree" "$dir/dl.plan"
+same "deadlock, overlap model: line and --expand agree" "$dir/dl.plan" --model overlap
 
 # tp groups that sit in one node on some lines and span nodes on others: pipesim says so
 # and runs the world, so the figures still agree
