@@ -127,8 +127,8 @@ int sim_write_json(FILE *f, const Plan *p, const SimResult *res, const PlanError
 	for (int i = 0; i < res->nlinks; i++)
 		fprintf(f, "%s\n    {\"src\": %d, \"dst\": %d, \"bytes\": %" PRId64
 		           ", \"transfers\": %" PRId64 "}",
-		        i ? "," : "", res->links[i].src, res->links[i].dst, res->links[i].bytes,
-		        res->links[i].transfers);
+		        i ? "," : "", plan_world_rank(p, res->links[i].src),
+		        plan_world_rank(p, res->links[i].dst), res->links[i].bytes, res->links[i].transfers);
 	fputs(res->nlinks ? "\n  ],\n  \"allreduce\": [" : "],\n  \"allreduce\": [", f);
 	for (int i = 0; i < res->ncollectives; i++)
 		fprintf(f, "%s\n    {\"first_rank\": %d, \"members\": %d, \"bytes\": %" PRId64
