@@ -45,7 +45,7 @@ static int write_output(CliTool *t, const PipeccArgs *a, const Plan *plan)
 	errno = 0;
 	int bad = 0;
 	if (a->emit == EMIT_PLAN)
-		bad = plan_write(plan, f);
+		bad = a->expand ? plan_write_expanded(plan, f) : plan_write(plan, f);
 	else if (a->emit == EMIT_TORCH_CSV)
 		bad = pipecc_emit_torch_csv(plan, f, a->comms);
 	else
@@ -66,7 +66,10 @@ int pipecc_drive(CliTool *t, PipeccArgs *a)
 		                          "input");
 	if (a->dump < 0 && cli_check_outputs(t))
 		return CLI_EXIT_FAIL;
+	if (a->expand && a->emit != EMIT_PLAN)
+		return cli_usage_error(t, "--expand goes with --emit plan");
 	a->o.same_rank = a->same_rank + 1;
+	a->o.line = a->emit == EMIT_PLAN;
 	a->o.dump = a->dump >= 0 ? (PipeccPass)(a->dump + 1) : PASS_NONE;
 	a->o.dump_out = stdout;
 

@@ -492,7 +492,7 @@ static void fill_ranks(Lw *w)
 		                     ? w->nremote++
 		                     : -1;
 	p->ranks = lw_calloc(w, (size_t)world, sizeof *p->ranks);
-	p->nroutes = 2 * w->nremote * nlines;
+	p->nroutes = 2 * w->nremote * (w->line ? 1 : nlines);
 	p->routes = lw_calloc(w, (size_t)p->nroutes + 1, sizeof *p->routes);
 	w->line0 = lw_calloc(w, (size_t)pp, sizeof *w->line0);
 	/* A line's rank at pipeline index q sits q strides after its rank at index 0. */
@@ -510,7 +510,7 @@ static void fill_ranks(Lw *w)
 	for (int q = 0; q < pp; q++)
 		w->line0[q] = &p->ranks[q * stride];
 	for (int r = 0, l = 0; r < world; r++) {
-		if (p->ranks[r].coord[DIM_PP] != 0)
+		if (p->ranks[r].coord[DIM_PP] != 0 || (w->line && r != 0))
 			continue;
 		w->line_of[r] = l;
 		for (int e = 0; e < w->ne; e++) {
@@ -544,6 +544,8 @@ static void fill_ranks(Lw *w)
 		PlanRank *rk = &p->ranks[r];
 		int q = rk->coord[DIM_PP], base = r - q * stride;
 		int n = 0;
+		if (w->line && base != 0) // a line plan keeps the first line's tables only
+			continue;
 		for (int e = 0; e < w->ne; e++)
 			n += (p->stages[p->edges[e].src].pp == q) + (p->stages[p->edges[e].dst].pp == q);
 		rk->peers = lw_calloc(w, (size_t)n + 1, sizeof *rk->peers);
@@ -644,6 +646,24 @@ static void copy_lines(Lw *w)
 }
 
 /* Frees the walk state; on the out-of-memory path also the pending queues. */
+/* Whether a line plan can say what this program's plan says: every rank's device follows
+ * the one rule, w % per_node (whether or not a list or the routes stated it), and every
+ * stated route is on the first line. */
+static int line_ok(const Program *pr, const Plan *p)
+{
+	int dpn = pr->device_per_node > 0 ? pr->device_per_node : 1;
+	for (int r = 0; r < pr->ndevices; r++) // stated, or picked by routes: the rule?
+		if (pr->ndevices != p->world || pr->devices[r] != r % dpn)
+			return 0;
+	for (int i = 0; i < pr->nroutes; i++) {
+		int c[DIM_COUNT];
+		plan_coords_of(p, pr->routes[i].rank[0], c);
+		if (c[DIM_DP] || c[DIM_TP])
+			return 0;
+	}
+	return 1;
+}
+
 static void lw_free(Lw *w)
 {
 	for (int q = 0; w->pend && q < w->pp; q++)
@@ -672,7 +692,7 @@ static void lw_free(Lw *w)
 }
 
 Plan *lower_program(const Program *pr, const SchedCtx *sc, Diag *d, int allow_deadlock,
-                    int tune_overlap)
+                    int tune_overlap, int line)
 {
 	/* The walk state is on the heap, not in this frame: longjmp leaves a local that
 	 * changed after setjmp indeterminate, the heap object stays as the callees left it. */
@@ -723,6 +743,7 @@ Plan *lower_program(const Program *pr, const SchedCtx *sc, Diag *d, int allow_de
 	p->node_bandwidth = pr->node_bandwidth;
 	fill_stages(w);
 	fill_edges(w);
+	w->line = line && line_ok(pr, p);
 
 	fill_ranks(w);
 	reserve_ops(w);
@@ -757,7 +778,10 @@ Plan *lower_program(const Program *pr, const SchedCtx *sc, Diag *d, int allow_de
 		rc = lower_given(p, sc, w->stride, d);
 	if (rc == 0) {
 		expand_tp(w);
-		copy_lines(w);
+		if (!w->line)
+			copy_lines(w);
+		else if (plan_make_line(p, pr->device_per_node))
+			lw_oom(w, (size_t)w->pp * sizeof *p->ranks);
 	}
 	lw_free(w);
 	free(oom);

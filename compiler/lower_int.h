@@ -55,6 +55,7 @@ typedef struct {
 	                     // holding the other copy; -1 and -1 elsewhere
 	int *reduce;         // per pipeline index: stages whose reduction is due (ns each)
 	int *nreduce;
+	int line;            // make a line plan: only the first line's ranks and routes
 } Lw;
 
 /* Tensors a rank has produced for remote consumers and not yet sent, oldest first. */

@@ -201,7 +201,8 @@ static void run_passes(Compile *k, const char *file, const char *src, size_t len
 		return;
 	}
 
-	Plan *plan = k->plan = lower_program(pr, c, d, o->allow_deadlock, tune);
+	Plan *plan = k->plan = lower_program(pr, c, d, o->allow_deadlock, tune,
+	                                         o->line && o->dump == PASS_NONE);
 	sched_free(c);
 	if (!plan)
 		return;

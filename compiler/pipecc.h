@@ -28,6 +28,7 @@ typedef struct {
 	int explain;            // schedule auto: print the candidates weighed to stderr
 	PipeccPass dump;        // print the state after this pass and stop
 	FILE *dump_out;
+	int line;               // lower one pipeline line: a line plan (docs/plan-format.md)
 } PipeccOptions;
 
 extern const char *const pipecc_pass_names[PASS_COUNT];
@@ -64,6 +65,7 @@ typedef struct {
 	int same_rank;    // --same-rank: a SameRank, or -1
 	int max_errors;   // --max-errors
 	int stats;        // --stats
+	int expand;       // --expand: write every world rank (format 2)
 } PipeccArgs;
 
 /* The tool: checks option combinations, reads the source, compiles, writes the output

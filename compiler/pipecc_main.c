@@ -42,6 +42,9 @@ int main(int argc, char **argv)
 		 "ranks, for pipesim to show the cycle"},
 		{"max-errors", 0, CLI_INT, &a.max_errors, "N", "stop reporting after N errors", 1, 1,
 		 1 << 30},
+		{"expand", 0, CLI_FLAG, &a.expand, NULL,
+		 "write every world rank's lists (plan format 2)\n"
+		 "instead of one pipeline line's (format 3)"},
 		{"stats", 0, CLI_FLAG, &a.stats, NULL,
 		 "print time, ops per second and peak memory to stderr"},
 		{"list-schedules", 0, CLI_LIST, NULL, NULL, "print the schedule names, one a line",

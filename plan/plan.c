@@ -166,6 +166,8 @@ void plan_free(Plan *p)
 	free(p->routes);
 	if (p->ranks) {
 		for (int r = 0; r < p->world; r++) {
+			if (p->ranks[r].borrowed)
+				continue;
 			free(p->ranks[r].peers);
 			free(p->ranks[r].ops);
 		}
@@ -188,23 +190,23 @@ PlanOp *plan_push_op(PlanRank *r, PlanOp op)
 	return &r->ops[r->nops++];
 }
 
+/* In a line plan ranks are pipeline indices of line 0 (dp = tp = 0): other
+ * coordinates name no rank of the plan (-1). */
 int plan_rank_of(const Plan *p, const int coord[DIM_COUNT])
 {
-	int r = 0;
-	for (int i = 0; i < DIM_COUNT; i++) {
-		int d = p->dim_order[i];
-		r = r * p->dims[d] + coord[d];
-	}
-	return r;
+	if (p->line)
+		return coord[DIM_DP] || coord[DIM_TP] ? -1 : coord[DIM_PP];
+	return plan_mesh_rank(p, coord);
 }
 
 void plan_coords_of(const Plan *p, int rank, int coord[DIM_COUNT])
 {
-	for (int i = DIM_COUNT - 1; i >= 0; i--) {
-		int d = p->dim_order[i];
-		coord[d] = rank % p->dims[d];
-		rank /= p->dims[d];
+	if (p->line) {
+		coord[DIM_PP] = rank;
+		coord[DIM_DP] = coord[DIM_TP] = 0;
+		return;
 	}
+	plan_mesh_coords(p, rank, coord);
 }
 
 int64_t plan_total_ops(const Plan *p)
@@ -241,6 +243,10 @@ int64_t plan_group_end(const PlanRank *r, int64_t i)
 
 int plan_dim_members(const Plan *p, int rank, int dim, int *out)
 {
+	if (p->line && dim != DIM_PP) { // the other members run on other lines
+		out[0] = rank;
+		return 1;
+	}
 	int c[DIM_COUNT];
 	plan_coords_of(p, rank, c);
 	for (int i = 0; i < p->dims[dim]; i++) {

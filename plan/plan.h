@@ -18,7 +18,8 @@
 #include "op.h"
 
 #define PLAN_FORMAT "pipecc-plan"
-#define PLAN_VERSION 2        // what the writer writes: the header carries a checksum
+#define PLAN_VERSION 3        // what the writer writes: one pipeline line (a line plan)
+#define PLAN_VERSION_EXPANDED 2 // every world rank listed; `pipecc --expand` writes it
 #define PLAN_VERSION_PLAIN 1  // still read: no checksum (hand-written test plans)
 #define PLAN_CHECKSUM "fnv1a" // 64-bit FNV-1a of every byte after the header line
 #define PLAN_FNV_OFFSET 0xcbf29ce484222325ULL
@@ -140,6 +141,11 @@ typedef struct {
 	int64_t ops_cap;
 	int64_t first_line;   // plan-file line of ops[0] when read from a file, else 0
 	int64_t line;         // plan-file line of its `rank` line (peers follow), else 0
+	/* plan_expand_for: peers and ops are those of line 0's rank at this pipeline index,
+	 * shared, not owned; rank numbers in them are line 0's plus base, route numbers plus
+	 * route_shift (plan_rank_op gives them so). */
+	uint8_t borrowed;
+	int base, route_shift;
 } PlanRank;
 
 typedef struct {
@@ -147,9 +153,16 @@ typedef struct {
 	char *source;          // .pipe path it was compiled from
 	char *schedule;        // schedule name
 	int ndims;
+	/* A line plan (format 3, docs/plan-format.md "Lines"): ranks[] holds one pipeline
+	 * line, the ranks with dp = tp = 0, indexed by pipeline index, and `world` is that
+	 * count (dims[DIM_PP]); every rank number in ops, peers and routes is such an index.
+	 * Every other line runs the same lists with its own ranks (plan/line.c).  0: ranks[]
+	 * lists every world rank (format 1 and 2, or plan_expand's result). */
+	uint8_t line;
+	int dev_per_node;      // line plans: world rank r uses device r % dev_per_node
 	uint8_t dim_order[DIM_COUNT]; // dims outermost first, as written; ranks are row-major
 	int dims[DIM_COUNT];          // sizes indexed by PlanDim
-	int world;
+	int world;             // entries of ranks[]: the world, or one line's (line plans)
 	int microbatches;
 	int rows, cols;        // one microbatch of input: rows x cols f32
 	int seq, vocab;        // token input: rows = sequences x seq tokens over vocab; else 0
@@ -246,6 +259,40 @@ int plan_dim_members(const Plan *p, int rank, int dim, int *out);
 int plan_format_op(const Plan *p, const PlanOp *o, char *buf, size_t n);
 
 int plan_write(const Plan *p, FILE *f);
+/* Writes a line plan expanded (format 2, every world rank), as `pipecc --expand` does;
+ * an expanded plan as plan_write.  -1 on a write error or out of memory. */
+int plan_write_expanded(const Plan *p, FILE *f);
+
+/* ---- lines (plan/line.c, docs/plan-format.md "Lines") ----
+ * World rank of the rank at coordinates c is row-major over the mesh dims in their
+ * order; the ranks of one pipeline line (its dp and tp coordinates) are its rank at
+ * pipeline index 0 plus q * plan_pp_stride() for index q.  These are the one place that
+ * maps a line plan's ranks onto the world. */
+int plan_mesh_world(const Plan *p);               // product of the dims
+int plan_pp_stride(const Plan *p);                // world-rank distance along pp
+int plan_mesh_rank(const Plan *p, const int coord[DIM_COUNT]); // world rank of coord
+void plan_mesh_coords(const Plan *p, int world_rank, int coord[DIM_COUNT]);
+/* World rank of entry r of ranks[] (r itself in an expanded plan). */
+int plan_world_rank(const Plan *p, int r);
+/* The device world rank w uses in a line plan (w % dev_per_node). */
+int plan_line_device(const Plan *p, int w);
+/* The expanded form of line plan p (p->line set): every world rank with its lists, peers and routes
+ * translated onto its own line.  NULL when out of memory (*failed: the bytes). */
+Plan *plan_expand(const Plan *p, size_t *failed);
+/* The same, but only line 0 and world rank `only` get lists of their own: every other
+ * rank borrows line 0's (PlanRank.borrowed), so the work is one line's plus a rank table,
+ * whatever dp and tp are.  What a process running one rank needs (piperun under MPI). */
+Plan *plan_expand_for(const Plan *p, int only, size_t *failed);
+/* Op i of rank r as that rank runs it (a borrowed rank's numbers translated). */
+PlanOp plan_rank_op(const Plan *p, int r, int64_t i);
+/* Turns an expanded plan whose lines are translates of its first line (as the lowering
+ * makes them, only the first line filled) into a line plan in place; the other ranks'
+ * tables are freed.  -1 when out of memory (p unchanged). */
+int plan_make_line(Plan *p, int dev_per_node);
+/* Whether every line's collectives take the time line 0's take (the tp groups sit in
+ * one node or span nodes alike): then one line's run is every line's run (docs/pipesim.md,
+ * "Line plans").  Work O(world / tp), no ops. */
+int plan_line_uniform(const Plan *p);
 /* Returns NULL and fills err on malformed, truncated or inconsistent input. */
 Plan *plan_read(FILE *f, const char *name, PlanError *err);
 Plan *plan_read_file(const char *path, PlanError *err);

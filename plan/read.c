@@ -24,6 +24,8 @@ typedef struct {
 	int64_t ops;      // ops the rank lines declared so far, for the out-of-memory text
 	int check;        // the header has a checksum: hash every later line into h
 	uint64_t want, h;
+	int version;
+	int world;        // the mesh's world: the range of rank numbers in the file
 } Rd;
 
 static int fail(Rd *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -338,10 +340,11 @@ static int read_format(Rd *r)
 	int v;
 	if (inum(r, &v, 0, INT_MAX, "format version"))
 		return -1;
-	if (v != PLAN_VERSION && v != PLAN_VERSION_PLAIN)
-		return fail(r, "plan format version %d is not supported (this build reads %d and %d)",
+	if (v != PLAN_VERSION && v != PLAN_VERSION_EXPANDED && v != PLAN_VERSION_PLAIN)
+		return fail(r, "plan format version %d is not supported (this build reads %d to %d)",
 		            v, PLAN_VERSION_PLAIN, PLAN_VERSION);
-	if (v == PLAN_VERSION) {
+	r->version = v;
+	if (v != PLAN_VERSION_PLAIN) {
 		skip_sp(r);
 		char *end;
 		if (strncmp(r->s, PLAN_CHECKSUM "=", strlen(PLAN_CHECKSUM) + 1) != 0)
@@ -356,6 +359,38 @@ static int read_format(Rd *r)
 		r->h = PLAN_FNV_OFFSET;
 	}
 	return eol(r);
+}
+
+/* `lines L devices_per_node=D` (format 3): the rank lists are one pipeline line's, L
+ * lines run them, world rank w uses device w % D. */
+static int read_lines_at(Rd *r, Plan *p)
+{
+	int n;
+	if (word(r, "lines") || inum(r, &n, 1, 1 << 20, "lines") ||
+	    kv(r, "devices_per_node=", &p->dev_per_node, 1, INT_MAX) || eol(r))
+		return -1;
+	if (n != p->world / p->dims[DIM_PP])
+		return fail(r, "lines %d is not the world over pp (%d)", n, p->world / p->dims[DIM_PP]);
+	p->line = 1;
+	return 0;
+}
+
+static int read_lines(Rd *r, Plan *p)
+{
+	return next_line(r, "'lines N devices_per_node=D'") || read_lines_at(r, p);
+}
+
+/* A rank number of a line plan's file, a world rank on line 0, into its pipeline index. */
+static int line_ref(Rd *r, const Plan *p, int *v)
+{
+	if (!p->line || r->failed)
+		return r->failed ? -1 : 0;
+	int stride = plan_pp_stride(p);
+	if (*v % stride || *v / stride >= p->dims[DIM_PP])
+		return fail(r, "rank %d is not on the plan's pipeline line (dp=0 tp=0): a line plan "
+		               "names only those ranks", *v);
+	*v /= stride;
+	return 0;
 }
 
 static int read_header(Rd *r, Plan *p)
@@ -407,7 +442,17 @@ static int read_header(Rd *r, Plan *p)
 	if (p->world != world)
 		return fail(r, "world %d is not the product of the mesh dims (%lld)", p->world,
 		            (long long)world);
-	if (next_line(r, "'microbatches N'") || word(r, "microbatches") ||
+	r->world = p->world;
+	/* Format 3 has the lines line; a hand-written (format 1) plan may. */
+	if (r->version == PLAN_VERSION && read_lines(r, p))
+		return -1;
+	if (next_line(r, r->version == PLAN_VERSION_PLAIN ? "'lines N' or 'microbatches N'"
+	                                                  : "'microbatches N'"))
+		return -1;
+	if (r->version == PLAN_VERSION_PLAIN && !strncmp(r->buf, "lines ", 6) &&
+	    (read_lines_at(r, p) || next_line(r, "'microbatches N'")))
+		return -1;
+	if (word(r, "microbatches") ||
 	    inum(r, &p->microbatches, 1, INT_MAX, "microbatches") || eol(r))
 		return -1;
 	if (next_line(r, "'input RxC'") || word(r, "input"))
@@ -612,7 +657,8 @@ static int read_routes(Rd *r, Plan *p)
 		if (inum(r, &rt->src_rank, 0, p->world - 1, "route source rank") || key(r, ".d") ||
 		    inum(r, &rt->src_dev, 0, INT_MAX, "route source device") || key(r, "->") ||
 		    inum(r, &rt->dst_rank, 0, p->world - 1, "route destination rank") ||
-		    key(r, ".d") || inum(r, &rt->dst_dev, 0, INT_MAX, "route destination device"))
+		    key(r, ".d") || inum(r, &rt->dst_dev, 0, INT_MAX, "route destination device") ||
+		    line_ref(r, p, &rt->src_rank) || line_ref(r, p, &rt->dst_rank))
 			return -1;
 		rt->inverse_of = -1;
 		if (rt->dir == DIR_GRAD && kv(r, "inverse=", &rt->inverse_of, 0, p->nroutes - 1))
@@ -635,7 +681,7 @@ static int op_kind(Rd *r)
 	return -1;
 }
 
-static int read_op(Rd *r, const Plan *p, PlanOp *o)
+static int read_op(Rd *r, Plan *p, PlanOp *o)
 {
 	int k = op_kind(r);
 	if (k < 0) {
@@ -672,7 +718,8 @@ static int read_op(Rd *r, const Plan *p, PlanOp *o)
 		if (read_dir(r, &o->dir, plan_ops[k].name))
 			return -1;
 		if (kv(r, "e=", &o->stage, 0, p->nedges - 1) || kv(r, "m=", &o->mb, 0, m - 1) ||
-		    kv(r, k == OP_SEND ? "to=" : "from=", &o->peer, 0, p->world - 1) ||
+		    kv(r, k == OP_SEND ? "to=" : "from=", &o->peer, 0, r->world - 1) ||
+		    line_ref(r, p, &o->peer) ||
 		    kv64(r, "bytes=", &o->bytes, 0, INT64_MAX / 8) ||
 		    kv(r, "g=", &o->group, 0, INT_MAX) || kv(r, "r=", &o->route, 0, p->nroutes - 1))
 			return -1;
@@ -688,7 +735,7 @@ static int read_op(Rd *r, const Plan *p, PlanOp *o)
 		break;
 	case OP_TIEREDUCE:
 		if (kv(r, "s=", &o->stage, 0, p->nstages - 1) ||
-		    kv(r, "with=", &o->peer, 0, p->world - 1) ||
+		    kv(r, "with=", &o->peer, 0, r->world - 1) || line_ref(r, p, &o->peer) ||
 		    kv64(r, "bytes=", &o->bytes, 0, INT64_MAX / 8) || kv(r, "g=", &o->group, 0, INT_MAX))
 			return -1;
 		break;
@@ -715,18 +762,20 @@ static int read_op(Rd *r, const Plan *p, PlanOp *o)
 
 static int read_ranks(Rd *r, Plan *p)
 {
-	p->ranks = calloc((size_t)p->world, sizeof *p->ranks);
+	int n = p->line ? p->dims[DIM_PP] : p->world, stride = p->line ? plan_pp_stride(p) : 1;
+	p->ranks = calloc((size_t)n, sizeof *p->ranks);
 	if (!p->ranks)
 		return fail(r, "out of memory");
-	for (int i = 0; i < p->world; i++) {
+	p->world = n; // entries, so plan_free stays safe
+	for (int i = 0; i < n; i++) {
 		PlanRank *rk = &p->ranks[i];
 		int idx;
 		int64_t nops;
 		if (next_line(r, "a 'rank' line") || word(r, "rank") ||
 		    (skip_sp(r), inum(r, &idx, 0, INT_MAX, "rank")))
 			return -1;
-		if (idx != i)
-			return fail(r, "rank %d where rank %d was expected", idx, i);
+		if (idx != i * stride)
+			return fail(r, "rank %d where rank %d was expected", idx, i * stride);
 		rk->line = r->line;
 		if (kv(r, "pp=", &rk->coord[DIM_PP], 0, p->dims[DIM_PP] - 1) ||
 		    kv(r, "dp=", &rk->coord[DIM_DP], 0, p->dims[DIM_DP] - 1) ||
@@ -736,9 +785,9 @@ static int read_ranks(Rd *r, Plan *p)
 		    kv64(r, "ops=", &nops, 0, INT64_MAX / 64) || eol(r))
 			return -1;
 		r->ops += nops;
-		if (plan_rank_of(p, rk->coord) != i)
-			return fail(r, "rank %d has the coordinates of rank %d", i,
-			            plan_rank_of(p, rk->coord));
+		if (plan_mesh_rank(p, rk->coord) != idx)
+			return fail(r, "rank %d has the coordinates of rank %d", idx,
+			            plan_mesh_rank(p, rk->coord));
 		int64_t pcap = 0;
 		for (int j = 0; j < rk->npeers; j++) {
 			if (grow(r, (void **)&rk->peers, &pcap, j + 1, sizeof *rk->peers))
@@ -757,7 +806,8 @@ static int read_ranks(Rd *r, Plan *p)
 			r->s += pe->in ? 3 : 4;
 			if (kv(r, "e=", &pe->edge, 0, p->nedges - 1) ||
 			    kv(r, "s=", &pe->peer_stage, 0, p->nstages - 1) ||
-			    kv(r, "rank=", &pe->peer_rank, 0, p->world - 1))
+			    kv(r, "rank=", &pe->peer_rank, 0, r->world - 1) ||
+			    line_ref(r, p, &pe->peer_rank))
 				return -1;
 			skip_sp(r);
 			int k = 0;

@@ -197,7 +197,11 @@ int64_t plan_tp_allreduce_ns(const Plan *p, int rank, int64_t bytes)
 	int stride = 1, tp = p->dims[DIM_TP];
 	for (int i = DIM_COUNT - 1; i >= 0 && p->dim_order[i] != DIM_TP; i--)
 		stride *= p->dims[p->dim_order[i]];
-	int first = rank - p->ranks[rank].coord[DIM_TP] * stride;
+	if (p->line) // the group of line 0's rank in the world: tp coordinate 0
+		rank = plan_world_rank(p, rank);
+	int c[DIM_COUNT];
+	plan_mesh_coords(p, rank, c);
+	int first = rank - c[DIM_TP] * stride;
 	return ring_ns(p, first, first + (tp - 1) * stride, tp, bytes);
 }
 

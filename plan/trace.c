@@ -44,7 +44,8 @@ void plan_trace_rank(PlanTrace *t, int r)
 	const PlanRank *pr = &t->p->ranks[r];
 	fprintf(t->f, "%s{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": %d, \"args\": "
 	              "{\"name\": \"rank %d (pp=%d dp=%d tp=%d)\"}}",
-	        t->sep, r, r, pr->coord[DIM_PP], pr->coord[DIM_DP], pr->coord[DIM_TP]);
+	        t->sep, r, plan_world_rank(t->p, r), pr->coord[DIM_PP], pr->coord[DIM_DP],
+	        pr->coord[DIM_TP]);
 	t->sep = ",\n";
 	fprintf(t->f, ",\n{\"ph\": \"M\", \"name\": \"process_sort_index\", \"pid\": %d, "
 	              "\"args\": {\"sort_index\": %d}}",
@@ -97,7 +98,8 @@ void plan_trace_group(PlanTrace *t, int r, int64_t op, int64_t op_end, int64_t t
 	fputs(", \"ops\": [", t->f);
 	char text[256];
 	for (int64_t j = op; j < op_end && j < pr->nops; j++) {
-		plan_format_op(t->p, &pr->ops[j], text, sizeof text);
+		PlanOp x = plan_rank_op(t->p, r, j); // its own peers, also when borrowed
+		plan_format_op(t->p, &x, text, sizeof text);
 		if (j > op)
 			fputs(", ", t->f);
 		jtext(t->f, text);

@@ -769,9 +769,7 @@ int plan_verify(const Plan *p, PlanError *err)
 	err->rank = -1;
 	err->op = -1;
 	Vc v = {.p = p, .err = err};
-	v.pp_stride = 1;
-	for (int i = DIM_COUNT - 1; i >= 0 && p->dim_order[i] != DIM_PP; i--)
-		v.pp_stride *= p->dims[p->dim_order[i]];
+	v.pp_stride = p->line ? 1 : plan_pp_stride(p); // a line plan's ranks are pp indices
 	for (int s = 0; s < p->nstages; s++)
 		if (p->stages[s].pp < 0 || p->stages[s].pp >= p->dims[DIM_PP])
 			return verr(&v, -1, -1, "stage %d is placed on pp index %d, outside the mesh", s,

@@ -16,6 +16,7 @@ typedef struct {
 	int err;
 	int hash_only; // the first pass: fold the text into h instead of writing it
 	uint64_t h;    // FNV-1a of everything after the header line
+	int mul;       // rank numbers in memory times mul are world ranks (a line plan's stride)
 } Out;
 
 static void hash(Out *o, const char *s, size_t n)
@@ -147,7 +148,7 @@ static void put_op(Out *o, const PlanOp *op)
 			PUT_LIT(o, " to=");
 		else
 			PUT_LIT(o, " from=");
-		put_int(o, op->peer);
+		put_int(o, (int64_t)op->peer * o->mul);
 		PUT_LIT(o, " bytes=");
 		put_int(o, op->bytes);
 		PUT_LIT(o, " g=");
@@ -171,7 +172,7 @@ static void put_op(Out *o, const PlanOp *op)
 		PUT_LIT(o, " s=");
 		put_int(o, op->stage);
 		PUT_LIT(o, " with=");
-		put_int(o, op->peer);
+		put_int(o, (int64_t)op->peer * o->mul);
 		PUT_LIT(o, " bytes=");
 		put_int(o, op->bytes);
 		PUT_LIT(o, " g=");
@@ -237,7 +238,10 @@ static void write_body(Out *o, const Plan *p)
 	put(o, "mesh");
 	for (int i = 0; i < DIM_COUNT; i++)
 		putf(o, " %s=%d", plan_dim_names[p->dim_order[i]], p->dims[p->dim_order[i]]);
-	putf(o, "\nworld %d\n", p->world);
+	putf(o, "\nworld %d\n", p->line ? plan_mesh_world(p) : p->world);
+	if (p->line)
+		putf(o, "lines %d devices_per_node=%d\n", plan_mesh_world(p) / p->dims[DIM_PP],
+		     p->dev_per_node);
 	putf(o, "microbatches %d\n", p->microbatches);
 	if (p->seq > 0)
 		putf(o, "input tokens %dx%d vocab=%d\n", p->rows / p->seq, p->seq, p->vocab);
@@ -281,7 +285,7 @@ static void write_body(Out *o, const Plan *p)
 	for (int i = 0; i < p->nroutes; i++) {
 		const PlanRoute *rt = &p->routes[i];
 		putf(o, "route %d e=%d %s %d.d%d->%d.d%d", i, rt->edge, plan_dir_names[rt->dir],
-		     rt->src_rank, rt->src_dev, rt->dst_rank, rt->dst_dev);
+		     rt->src_rank * o->mul, rt->src_dev, rt->dst_rank * o->mul, rt->dst_dev);
 		if (rt->dir == DIR_GRAD)
 			putf(o, " inverse=%d", rt->inverse_of);
 		if (rt->loc.line)
@@ -291,13 +295,13 @@ static void write_body(Out *o, const Plan *p)
 
 	for (int r = 0; r < p->world; r++) {
 		const PlanRank *rk = &p->ranks[r];
-		putf(o, "rank %d pp=%d dp=%d tp=%d device=%d peers=%d ops=%" PRId64 "\n", r,
+		putf(o, "rank %d pp=%d dp=%d tp=%d device=%d peers=%d ops=%" PRId64 "\n", r * o->mul,
 		     rk->coord[DIM_PP], rk->coord[DIM_DP], rk->coord[DIM_TP], rk->device, rk->npeers,
 		     rk->nops);
 		for (int i = 0; i < rk->npeers; i++) {
 			const PlanPeer *pe = &rk->peers[i];
 			putf(o, "peer s=%d %s e=%d s=%d rank=%d %s\n", pe->stage, pe->in ? "in" : "out",
-			     pe->edge, pe->peer_stage, pe->peer_rank, plan_peer_names[pe->local < PEER_COUNT ? pe->local : 0]);
+			     pe->edge, pe->peer_stage, pe->peer_rank * o->mul, plan_peer_names[pe->local < PEER_COUNT ? pe->local : 0]);
 		}
 		for (int64_t i = 0; i < rk->nops; i++)
 			put_op(o, &rk->ops[i]);
@@ -318,13 +322,28 @@ int plan_write(const Plan *p, FILE *f)
 	o->err = 0;
 	o->hash_only = 1;
 	o->h = PLAN_FNV_OFFSET;
+	o->mul = p->line ? plan_pp_stride(p) : 1;
 	write_body(o, p);
 	o->hash_only = 0;
-	putf(o, "%s %d " PLAN_CHECKSUM "=%016" PRIx64 "\n", PLAN_FORMAT, PLAN_VERSION, o->h);
+	putf(o, "%s %d " PLAN_CHECKSUM "=%016" PRIx64 "\n", PLAN_FORMAT,
+	     p->line ? PLAN_VERSION : PLAN_VERSION_EXPANDED, o->h);
 	write_body(o, p);
 	if (fflush(f) != 0)
 		o->err = 1;
 	int err = o->err;
 	free(o);
 	return err ? -1 : 0;
+}
+
+int plan_write_expanded(const Plan *p, FILE *f)
+{
+	if (!p->line)
+		return plan_write(p, f);
+	size_t failed;
+	Plan *e = plan_expand(p, &failed);
+	if (!e)
+		return -1;
+	int rc = plan_write(e, f);
+	plan_free(e);
+	return rc;
 }

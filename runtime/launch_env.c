@@ -68,3 +68,9 @@ char *rt_real_getenv(const char *name)
 {
 	return getenv(name);
 }
+
+int rt_launch_one_rank(int world)
+{
+	int n = rt_launch_env_nprocs(rt_real_getenv), me = rt_launch_env_rank(rt_real_getenv);
+	return n > 1 && n == world && me >= 0 && me < world ? me : -1;
+}

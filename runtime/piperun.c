@@ -276,6 +276,20 @@ int piperun_drive(CliTool *t, PiperunArgs *a)
 		return CLI_EXIT_FAIL;
 	}
 	char msg[1024];
+	/* Read and verified as one line; the runtime takes world ranks.  A process that runs
+	 * one rank of many derives lists for line 0 and itself only (the others borrow line
+	 * 0's), so its start-up does not grow with dp or tp beyond a rank table. */
+	if (p->line) {
+		size_t failed;
+		Plan *e = plan_expand_for(p, rt_launch_one_rank(plan_mesh_world(p)), &failed);
+		plan_free(p);
+		if (!(p = e)) {
+			if (!t->silent)
+				fprintf(stderr, "%s: error: %s\n", t->in_name,
+				        plan_oom_text(msg, sizeof msg, 0, failed));
+			return CLI_EXIT_FAIL;
+		}
+	}
 	RtWorld *w = rt_world_open(p, &a->o, msg, sizeof msg);
 	if (!w) {
 		if (!t->silent)

@@ -159,6 +159,10 @@ int rt_backend_check(const char *name, char *msg, size_t n);
 
 /* Opens a world for plan p with backend o->backend.  Returns NULL with a message in
  * err on failure. */
+/* The world rank this process alone runs when a launcher (mpirun, srun) started one
+ * process per rank of a world of `world` ranks; -1 otherwise (one process runs them all,
+ * or it is not known).  piperun gives only that rank lists of its own (plan_expand_for). */
+int rt_launch_one_rank(int world);
 RtWorld *rt_world_open(const Plan *p, const RtOptions *o, char *err, size_t errn);
 /* Runs the plan o->steps times on every local rank, then gathers the figures into res
  * (on the root; other processes get only their own ranks') and, with --check,

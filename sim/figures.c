@@ -56,7 +56,7 @@ void sim_figures(S *s)
 	res->tp = calloc((size_t)(s->ntpcoll ? s->ntpcoll : 1), sizeof *res->tp);
 	for (int i = 0; i < s->ncoll; i++) {
 		const Coll *c = &s->coll[i];
-		SimCollective x = {c->members[0], c->n, c->total, c->count};
+		SimCollective x = {plan_world_rank(s->p, c->members[0]), c->world_n, c->total, c->count};
 		if (c->count > 0 && i < ndp && res->collectives)
 			res->collectives[res->ncollectives++] = x;
 		else if (c->count > 0 && i >= ndp && res->tp)

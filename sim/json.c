@@ -39,7 +39,7 @@ static const char *const stream_names[SIM_STREAM_COUNT] = {"rank", "compute", "c
 
 static void jop(FILE *f, const Plan *p, const SimOpRef *x)
 {
-	fprintf(f, "{\"rank\": %d, \"stream\": ", x->rank);
+	fprintf(f, "{\"rank\": %d, \"stream\": ", plan_world_rank(p, x->rank));
 	jstr(f, x->stream < SIM_STREAM_COUNT ? stream_names[x->stream] : "rank");
 	fprintf(f, ", \"op\": %" PRId64, x->op);
 	if (x->rank >= 0 && x->rank < p->world && x->op >= 0 && x->op < p->ranks[x->rank].nops) {
@@ -63,9 +63,12 @@ static void header(FILE *f, const Plan *p, const char *file)
 	jstr(f, p->name);
 	fputs(",\n  \"schedule\": ", f);
 	jstr(f, p->schedule);
+	/* A line plan: "world" is the mesh's, "line": true, and the ranks listed are line
+	 * 0's, by world rank (every line runs alike, docs/pipesim.md "Line plans"). */
 	fprintf(f, ",\n  \"mesh\": {\"pp\": %d, \"dp\": %d, \"tp\": %d},\n  \"world\": %d,\n"
-	           "  \"microbatches\": %d",
-	        p->dims[DIM_PP], p->dims[DIM_DP], p->dims[DIM_TP], p->world, p->microbatches);
+	           "  \"line\": %s,\n  \"microbatches\": %d",
+	        p->dims[DIM_PP], p->dims[DIM_DP], p->dims[DIM_TP], plan_mesh_world(p),
+	        p->line ? "true" : "false", p->microbatches);
 }
 
 int sim_write_json(FILE *f, const Plan *p, const SimResult *res, const PlanError *verr,
@@ -99,8 +102,8 @@ int sim_write_json(FILE *f, const Plan *p, const SimResult *res, const PlanError
 	fputs(",\n  \"ranks\": [", f);
 	for (int r = 0; r < res->world; r++) {
 		const SimRankResult *rr = &res->ranks[r];
-		fprintf(f, "%s\n    {\"rank\": %d, \"busy\": %.6f, \"compute\": ", r ? "," : "", r,
-		        sim_busy(res, r));
+		fprintf(f, "%s\n    {\"rank\": %d, \"busy\": %.6f, \"compute\": ", r ? "," : "",
+		        plan_world_rank(p, r), sim_busy(res, r));
 		jus(f, rr->busy);
 		fputs(", \"idle\": ", f);
 		jus(f, rr->idle);
@@ -124,8 +127,8 @@ int sim_write_json(FILE *f, const Plan *p, const SimResult *res, const PlanError
 	for (int i = 0; i < res->nlinks; i++)
 		fprintf(f, "%s\n    {\"src\": %d, \"dst\": %d, \"bytes\": %" PRId64
 		           ", \"transfers\": %" PRId64 "}",
-		        i ? "," : "", res->links[i].src, res->links[i].dst, res->links[i].bytes,
-		        res->links[i].transfers);
+		        i ? "," : "", plan_world_rank(p, res->links[i].src),
+		        plan_world_rank(p, res->links[i].dst), res->links[i].bytes, res->links[i].transfers);
 	fputs(res->nlinks ? "\n  ],\n  \"allreduce\": [" : "],\n  \"allreduce\": [", f);
 	for (int i = 0; i < res->ncollectives; i++)
 		fprintf(f, "%s\n    {\"first_rank\": %d, \"members\": %d, \"bytes\": %" PRId64
@@ -143,7 +146,7 @@ int sim_write_json(FILE *f, const Plan *p, const SimResult *res, const PlanError
 		const SimPathStep *st = &res->path[i];
 		fprintf(f, "%s\n    {\"rank\": %d, \"first_op\": %" PRId64 ", \"last_op\": %" PRId64
 		           ", \"first_line\": %" PRId64 ", \"last_line\": %" PRId64 ", \"start\": ",
-		        i ? "," : "", st->rank, st->first_op, st->last_op,
+		        i ? "," : "", plan_world_rank(p, st->rank), st->first_op, st->last_op,
 		        sim_op_line(p, st->rank, st->first_op), sim_op_line(p, st->rank, st->last_op));
 		jus(f, st->start);
 		fputs(", \"end\": ", f);

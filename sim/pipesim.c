@@ -69,6 +69,24 @@ int pipesim_drive(CliTool *t, PipesimArgs *a)
 			plan_free(p);
 		return CLI_EXIT_FAIL;
 	}
+	/* One line stands for all when every line's collectives take its times
+	 * (docs/pipesim.md "Line plans"); otherwise, or when asked, the world runs. */
+	if (p->line && (a->expand || !plan_line_uniform(p))) {
+		if (!a->expand && !t->quiet)
+			fprintf(stderr, "pipesim: note: the tp groups of some lines span nodes and others' "
+			                "do not: simulating every world rank\n");
+		size_t failed;
+		Plan *e = plan_expand(p, &failed);
+		if (!e) {
+			char m[160];
+			cli_progress_end(pr);
+			cli_error(t, "%s", plan_oom_text(m, sizeof m, 0, failed));
+			plan_free(p);
+			return CLI_EXIT_FAIL;
+		}
+		plan_free(p);
+		p = e;
+	}
 	char what[64];
 	snprintf(what, sizeof what, "simulating %lld ops", (long long)plan_total_ops(p));
 	cli_progress_phase(pr, what);

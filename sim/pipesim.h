@@ -15,6 +15,7 @@ typedef struct {
 	int grid;         // --grid: the text grid on standard output
 	int width;        // --width
 	int no_record;    // --no-record
+	int expand;       // --expand: simulate every world rank of a line plan
 	const char *trace; // --trace FILE, or NULL
 	const char *svg;   // --svg FILE, or NULL
 } PipesimArgs;

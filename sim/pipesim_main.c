@@ -21,6 +21,9 @@ int main(int argc, char **argv)
 		{"svg", 's', CLI_OUT, &a.svg, "FILE", "write the timeline as an SVG picture"},
 		{"grid", 'g', CLI_FLAG, &a.grid, NULL, "print a text grid of the timeline"},
 		{"width", 'w', CLI_INT, &a.width, "N", "grid columns at most", 1, 1, 100000},
+		{"expand", 0, CLI_FLAG, &a.expand, NULL,
+		 "simulate every world rank, not one pipeline line\n"
+		 "(cross-checks a line plan's verdict, docs/pipesim.md)"},
 		{"no-record", 'n', CLI_FLAG, &a.no_record, NULL,
 		 "keep no per-op times (20 bytes per op less): no\n"
 		 "critical path, grid or pictures"},

@@ -22,16 +22,18 @@ static void name_op(char *buf, size_t n, const Plan *p, const SimOpRef *x)
 	const char *sw = x->stream < SIM_STREAM_COUNT ? stream_words[x->stream] : "";
 	if (x->op < 0 || x->op >= p->ranks[x->rank].nops) {
 		snprintf(buf, n, "rank %d %s(no such op: the rest of its list does not have it)",
-		         x->rank, sw);
+		         plan_world_rank(p, x->rank), sw);
 		return;
 	}
 	char text[256];
 	plan_format_op(p, &p->ranks[x->rank].ops[x->op], text, sizeof text);
 	int64_t line = sim_op_line(p, x->rank, x->op);
 	if (line)
-		snprintf(buf, n, "rank %d %s%s (line %" PRId64 ")", x->rank, sw, text, line);
+		snprintf(buf, n, "rank %d %s%s (line %" PRId64 ")", plan_world_rank(p, x->rank), sw,
+		         text, line);
 	else
-		snprintf(buf, n, "rank %d %s%s (op %" PRId64 ")", x->rank, sw, text, x->op);
+		snprintf(buf, n, "rank %d %s%s (op %" PRId64 ")", plan_world_rank(p, x->rank), sw,
+		         text, x->op);
 }
 
 static void put_us(FILE *f, int64_t ns)
@@ -64,7 +66,8 @@ int sim_report_memory(FILE *f, const Plan *p)
 			return -1;
 		fprintf(f, "%5d %14" PRId64 " %14" PRId64 " %14" PRId64 " %14" PRId64 " %14" PRId64
 		           " %14" PRId64 " %7" PRId64 "%s\n",
-		        r, m.peak, m.params, m.grads, m.optim, m.saved, m.comm, m.peak_op,
+		        plan_world_rank(p, r), m.peak, m.params, m.grads, m.optim, m.saved, m.comm,
+		        m.peak_op,
 		        p->mem_cap && m.peak > p->mem_cap ? "  does not fit" : "");
 	}
 	return 0;
@@ -76,7 +79,14 @@ int sim_report_summary(FILE *f, const Plan *p, const SimResult *res)
 	        p->name ? p->name : "plan", p->schedule ? p->schedule : "?", p->dims[DIM_PP],
 	        p->dims[DIM_DP], p->dims[DIM_TP], p->microbatches, sim_model_names[res->model],
 	        res->eager ? "eager" : "rendezvous");
-	fprintf(f, "ok: %d ranks ran %" PRId64 " ops to the end\n", res->world, res->ops);
+	if (p->line) { // one line ran for all of them (docs/pipesim.md "Line plans")
+		int lines = plan_mesh_world(p) / p->world;
+		fprintf(f, "ok: %d ranks ran %" PRId64 " ops to the end (%d lines, each as the one "
+		           "simulated; ranks below are line 0's)\n",
+		        plan_mesh_world(p), res->ops * lines, lines);
+	} else {
+		fprintf(f, "ok: %d ranks ran %" PRId64 " ops to the end\n", res->world, res->ops);
+	}
 	fprintf(f, "makespan   ");
 	put_us(f, res->makespan);
 	fprintf(f, " us\nbubble     %.2f %%\nbusy       %.2f %% (mean over ranks)\n",
@@ -95,7 +105,8 @@ int sim_report_summary(FILE *f, const Plan *p, const SimResult *res)
 		char busy[32], idle[32];
 		snprintf(busy, sizeof busy, "%" PRId64 ".%03d", rr->busy / 1000, (int)(rr->busy % 1000));
 		snprintf(idle, sizeof idle, "%" PRId64 ".%03d", rr->idle / 1000, (int)(rr->idle % 1000));
-		fprintf(f, "%5d %7.2f %12s %12s %16" PRId64 " %15" PRId64 " %18" PRId64 "\n", r,
+		fprintf(f, "%5d %7.2f %12s %12s %16" PRId64 " %15" PRId64 " %18" PRId64 "\n",
+		        plan_world_rank(p, r),
 		        100.0 * sim_busy(res, r), busy, idle, rr->peak_act_bytes, rr->peak_act_units,
 		        model);
 	}
@@ -105,7 +116,8 @@ int sim_report_summary(FILE *f, const Plan *p, const SimResult *res)
 		fprintf(f, "\nlinks (p2p)\n");
 		for (int i = 0; i < res->nlinks; i++)
 			fprintf(f, "  %d -> %d: %" PRId64 " bytes in %" PRId64 " transfers\n",
-			        res->links[i].src, res->links[i].dst, res->links[i].bytes,
+			        plan_world_rank(p, res->links[i].src), plan_world_rank(p, res->links[i].dst),
+			        res->links[i].bytes,
 			        res->links[i].transfers);
 	}
 	if (res->ncollectives) {
@@ -259,11 +271,11 @@ static int64_t grid_rows(FILE *f, const Plan *p, const SimResult *res, int64_t t
 	int w = 1 + digits(p->microbatches > 0 ? p->microbatches - 1 : 0);
 	if (most > 1 && 1 + digits(most) > w)
 		w = 1 + digits(most);
-	int rw = digits(p->world > 0 ? p->world - 1 : 0);
+	int rw = digits(p->world > 0 ? plan_world_rank(p, p->world - 1) : 0);
 	for (int r = 0; r < p->world; r++) {
 		const PlanRank *pr = &p->ranks[r];
 		const SimOpTime *t = res->ranks[r].times;
-		fprintf(f, "rank %*d |", rw, r);
+		fprintf(f, "rank %*d |", rw, plan_world_rank(p, r));
 		int64_t i = 0, j = 0, n, first;
 		for (int c = 0; c < ncols; c++) {
 			grid_cell(pr, t, t0 + c * q, t0 + (c + 1) * q, &i, &j, &n, &first);

@@ -20,6 +20,7 @@ static int add_groups(S *s, int dim, int *of)
 		if (!c->members)
 			return -1;
 		c->n = plan_dim_members(p, r, dim, c->members);
+		c->world_n = p->dims[dim]; // in a line plan the others are on other lines
 		for (int j = 0; j < c->n; j++)
 			of[c->members[j]] = s->ncoll;
 		s->ncoll++;
@@ -42,7 +43,7 @@ static int add_tie_pairs(S *s)
 		Coll *c = &s->coll[s->ncoll];
 		if (!(c->members = sim_xcalloc(s, 2, sizeof *c->members)))
 			return -1;
-		c->n = 2;
+		c->n = c->world_n = 2;
 		c->members[0] = r;
 		c->members[1] = q;
 		s->tieof[r] = s->tieof[q] = s->ncoll++;
@@ -160,9 +161,12 @@ int sim_setup(S *s)
 		}
 		free(self);
 	}
-	if (add_groups(s, DIM_DP, s->collof) || (s->tp > 1 && add_groups(s, DIM_TP, s->tpof)))
+	if (add_groups(s, DIM_DP, s->collof))
 		return -1;
-	s->ntpcoll = s->tp > 1 ? s->ncoll - p->world / p->dims[DIM_DP] : 0;
+	int ndp = s->ncoll;
+	if (s->tp > 1 && add_groups(s, DIM_TP, s->tpof))
+		return -1;
+	s->ntpcoll = s->ncoll - ndp;
 	if (add_tie_pairs(s))
 		return -1;
 	if (s->opt.record_ops) {

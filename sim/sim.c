@@ -502,7 +502,8 @@ static void post_p2p(S *s, int r, int64_t i, const PlanOp *o, int64_t t)
 static void coll_arrive(S *s, Coll *c, int r, int64_t i, const PlanOp *o, int64_t t, int tp)
 {
 	if (c->arrived == 0) {
-		*c = (Coll){.n = c->n, .members = c->members, .count = c->count, .total = c->total,
+		*c = (Coll){.n = c->n, .world_n = c->world_n, .members = c->members, .count = c->count,
+		            .total = c->total,
 		            .stage = o->stage, .mb = o->mb, .part = o->part, .dir = o->dir,
 		            .bytes = o->bytes, .maxpost = t, .last_who = REF(r, i), .first_rank = r,
 		            .first_op = i};
@@ -512,8 +513,10 @@ static void coll_arrive(S *s, Coll *c, int r, int64_t i, const PlanOp *o, int64_
 	}
 	if (++c->arrived < c->n)
 		return;
-	int64_t ns = tp ? plan_allreduce_ns(s->p, c->members, c->n, c->bytes)
-	                : sim_allreduce_ns(s->p, c->n, c->bytes);
+	/* A line plan's groups hold line 0's member; the time is the world group's. */
+	int64_t ns = tp ? (s->p->line ? plan_tp_allreduce_ns(s->p, c->members[0], c->bytes)
+	                              : plan_allreduce_ns(s->p, c->members, c->n, c->bytes))
+	                : sim_allreduce_ns(s->p, c->world_n, c->bytes);
 	int64_t end = sat_add(c->maxpost, ns);
 	c->arrived = 0;
 	c->count++;

@@ -63,6 +63,7 @@ typedef struct {
 
 typedef struct {
 	int n;
+	int world_n;        // members in the world: n, or the mesh dim's size in a line plan
 	int *members;
 	int arrived;
 	int stage;

@@ -345,14 +345,14 @@ void sim_analyse_stall(S *s)
 				res->stuck[0] = first.from;
 				res->stuck[1] = first.on;
 				snprintf(res->message, sizeof res->message,
-				         "rank %d waits for an op of rank %d that %s", first.from.rank,
-				         first.on.rank,
+				         "rank %d waits for an op of rank %d that %s",
+				         plan_world_rank(p, first.from.rank), plan_world_rank(p, first.on.rank),
 				         first.on.op < 0 ? "does not exist"
 				                         : "comes after the end of its list");
 			} else {
 				res->nstuck = 0;
 				snprintf(res->message, sizeof res->message,
-				         "rank %d is stuck waiting for nothing", a / 2);
+				         "rank %d is stuck waiting for nothing", plan_world_rank(p, a / 2));
 			}
 			free(seen);
 			free(walk);
@@ -378,9 +378,10 @@ void sim_analyse_stall(S *s)
 	int stuck_ranks = 0;
 	for (int r = 0; r < s->world; r++)
 		stuck_ranks += s->rk[r].state != AG_DONE || (overlap && s->rk[r].cstate != AG_DONE);
+	int lines = p->line ? plan_mesh_world(p) / p->world : 1; // every line is stuck alike
 	snprintf(res->message, sizeof res->message,
-	         "deadlock: %d of %d ranks can never finish (%s model, %s sends)", stuck_ranks,
-	         p->world, sim_model_names[s->opt.model], s->opt.eager ? "eager" : "rendezvous");
+	         "deadlock: %d of %d ranks can never finish (%s model, %s sends)",
+	         stuck_ranks * lines, p->world * lines, sim_model_names[s->opt.model], s->opt.eager ? "eager" : "rendezvous");
 }
 
 /* After every rank finished: eager sends nobody received are still queued. */

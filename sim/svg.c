@@ -390,7 +390,7 @@ out:
 static void rank_label(const Plan *p, int r, char *buf, size_t n)
 {
 	static const char *const dim_names[DIM_COUNT] = {"pp", "dp", "tp"};
-	int k = snprintf(buf, n, "r%d", r);
+	int k = snprintf(buf, n, "r%d", plan_world_rank(p, r));
 	for (int d = 0; d < DIM_COUNT && k > 0 && (size_t)k < n; d++)
 		if (p->dims[d] > 1)
 			k += snprintf(buf + k, n - (size_t)k, " %s=%d", dim_names[d],

@@ -504,7 +504,7 @@ static void layers__plan_reader__located_errors(void **state)
 	read_broken(plan, "vocab=512", "vocab=0", "out of range");
 	read_broken(plan, "optimizer adamw", "optimizer adam", "unknown optimizer 'adam'");
 	read_broken(plan, "beta2=0.95", "beta2=2", "beta2= must be a number in [0, 1]");
-	read_broken(plan, "pipecc-plan 1", "pipecc-plan 3", "version 3 is not supported");
+	read_broken(plan, "pipecc-plan 1", "pipecc-plan 4", "version 4 is not supported");
 	free(plan);
 	plan_free(p);
 

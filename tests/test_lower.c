@@ -14,6 +14,8 @@
 #include "../compiler/pipecc.h"
 
 /* Compiles .pipe text; NULL on diagnostics (printed to errs when given). */
+static int want_line; // compile_text makes line plans (docs/plan-format.md "Lines")
+
 static Plan *compile_text(const char *src, const char *schedule, char *errs, size_t nerrs)
 {
 	char *buf = NULL;
@@ -21,7 +23,7 @@ static Plan *compile_text(const char *src, const char *schedule, char *errs, siz
 	FILE *out = open_memstream(&buf, &len);
 	Diag d;
 	diag_init(&d, "test.pipe", src, strlen(src), out);
-	PipeccOptions o = {.schedule = schedule};
+	PipeccOptions o = {.schedule = schedule, .line = want_line};
 	Plan *p = pipecc_compile("test.pipe", src, strlen(src), &o, &d);
 	fclose(out);
 	if (errs)
@@ -266,11 +268,116 @@ static char *plan_text(Plan *p, size_t *n)
 	return a;
 }
 
+static char *gpt_program(int tp, int l0, int l1, const char *schedule);
+
+/* src lowered as the world and as one line: the line expands to the world byte for
+ * byte, and the line plan reads, verifies and writes back the same.  line_want: whether
+ * the program can be a line plan at all. */
+static void check_line(const char *src, const char *schedule, int line_want)
+{
+	want_line = 0;
+	Plan *w = compile_text(src, schedule, NULL, 0);
+	want_line = 1;
+	Plan *l = compile_text(src, schedule, NULL, 0);
+	want_line = 0;
+	assert_non_null(w);
+	assert_non_null(l);
+	if (l->line != line_want || w->line)
+		fail_msg("line plan %d, wanted %d:\n%s", l->line, line_want, src);
+	if (line_want)
+		assert_int_equal(l->world, w->dims[DIM_PP]);
+	size_t failed, nw, nx, nl, nb;
+	Plan *x = line_want ? plan_expand(l, &failed) : NULL;
+	char *tw = plan_text(w, &nw), *tx = plan_text(x ? x : l, &nx), *tl = plan_text(l, &nl);
+	if (nw != nx || memcmp(tw, tx, nw))
+		fail_msg("the expanded line is not the world's plan:\n%s", src);
+	FILE *in = fmemopen(tl, nl, "r");
+	PlanError err;
+	Plan *q = plan_read(in, "mem", &err);
+	fclose(in);
+	if (!q)
+		fail_msg("line %lld: %s", (long long)err.line, err.msg);
+	assert_int_equal(plan_verify(q, &err), 0);
+	char *tb = plan_text(q, &nb);
+	assert_int_equal(nl, nb);
+	assert_memory_equal(tl, tb, nl);
+	/* one process's view (plan_expand_for): every rank's ops, borrowed or its own, are
+	 * the world's as plan_rank_op gives them */
+	for (int only = 0; line_want && only < w->world; only += w->world / 3 + 1) {
+		Plan *y = plan_expand_for(l, only, &failed);
+		assert_non_null(y);
+		assert_int_equal(y->world, w->world);
+		assert_false(y->ranks[only].borrowed);
+		for (int r = 0; r < w->world; r++) {
+			const PlanRank *a = &y->ranks[r], *b = &w->ranks[r];
+			assert_memory_equal(a->coord, b->coord, sizeof a->coord);
+			assert_int_equal(a->device, b->device);
+			assert_int_equal(a->nops, b->nops);
+			for (int64_t i = 0; i < a->nops; i++) {
+				PlanOp x = plan_rank_op(y, r, i);
+				const PlanOp *o = &b->ops[i];
+				assert_true(x.kind == o->kind && x.dir == o->dir && x.part == o->part &&
+				            x.stage == o->stage && x.mb == o->mb && x.peer == o->peer &&
+				            x.group == o->group && x.route == o->route && x.bytes == o->bytes);
+			}
+		}
+		plan_free(y);
+	}
+	free(tw);
+	free(tx);
+	free(tl);
+	free(tb);
+	plan_free(w);
+	plan_free(l);
+	plan_free(x);
+	plan_free(q);
+}
+
+static void lower__line__expands_to_the_world(void **state)
+{
+	(void)state;
+	/* the last two state devices off the rule w % per_node: only the world says them */
+	const char *extras[] = {"", "skip s0 -> s2;", "placement [2, 0, 1];", "peers self_send;",
+	                        "devices per_node=4;", "route s0 -> s1 forward 0:d0 -> 2:d2;",
+	                        "route s0 -> s1 forward 0:d0 -> 2:d5;", "devices [0, 1, 2, 3, 5, 4];"};
+	for (int i = 0; i < 8; i++) {
+		check_line(program(3, 3, 2, 5, extras[i]), NULL, i < 6);
+		if (i == 5 || i == 6) // the routes name pp-outer world ranks
+			continue;
+		char *src = program(3, 3, 2, 5, extras[i]);
+		memcpy(strstr(src, "mesh pp=3 dp=2;"), "mesh dp=2 pp=3;", 15); // pp innermost
+		check_line(src, NULL, i < 6);
+	}
+	/* a route stated on line 1: only the world can carry its place */
+	check_line(program(3, 3, 2, 5, "route s0 -> s1 forward 1:d1 -> 3:d3;"), NULL, 0);
+	const char *scheds[] = {"1f1b", "gpipe", "zbh1"};
+	for (int tp = 1; tp <= 2; tp++)
+		for (int k = 0; k < 3; k++) {
+			check_line(gpt_program(tp, 1, 1, scheds[k]), NULL, 1);
+			char *src = gpt_program(tp, 1, 1, scheds[k]), mesh[32];
+			snprintf(mesh, sizeof mesh, "mesh tp=%d pp=2 dp=2;", tp); // tp outermost
+			memcpy(strstr(src, "mesh pp=2 dp=2 tp="), mesh, strlen(mesh));
+			check_line(src, NULL, 1);
+		}
+}
+
+/* The truncation and corruption checks below, on an expanded plan and on a line plan. */
+static void reader_rejects(int line);
+
 static void plan__reader__rejects_truncated_and_garbled(void **state)
 {
 	(void)state;
-	Plan *p = compile_text(program(3, 3, 1, 2, "skip s0 -> s2;"), NULL, NULL, 0);
+	reader_rejects(0);
+	reader_rejects(1);
+}
+
+static void reader_rejects(int line)
+{
+	want_line = line;
+	Plan *p = compile_text(program(3, 3, 1 + line, 2, "skip s0 -> s2;"), NULL, NULL, 0);
+	want_line = 0;
 	assert_non_null(p);
+	assert_int_equal(p->line, line);
 	size_t n;
 	char *text = plan_text(p, &n);
 	plan_free(p);
@@ -641,6 +748,7 @@ int main(void)
 		cmocka_unit_test(emit__torch_csv__pytorch_names),
 		cmocka_unit_test(lower__tp__reduce_counts_from_formula),
 		cmocka_unit_test(lower__tp__params_divided),
+		cmocka_unit_test(lower__line__expands_to_the_world),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

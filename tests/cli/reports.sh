@@ -26,7 +26,8 @@ for ex in demo mlp4; do
 	check "$ex.svg labels every compute box" $? "$got labels for $want compute ops"
 	has "$ex.svg labels a box stage-kind-microbatch (3F0)" "$dir/$ex.svg" '>3F0</text>'
 	has "$ex.svg labels a fused backward (0BW7)" "$dir/$ex.svg" '>0BW7</text>'
-	has "$ex.svg names ranks by mesh coordinates" "$dir/$ex.svg" '>r5 pp=2 dp=1</text>'
+	# a line plan draws line 0's ranks, named by world rank
+	has "$ex.svg names ranks by mesh coordinates" "$dir/$ex.svg" '>r4 pp=2 dp=0</text>'
 	want=$(grep -c '^RECV ' "$dir/$ex.plan")
 	got=$(grep -c 'class="xfer" marker-end' "$dir/$ex.svg")
 	[ "$got" = "$((want + 1))" ] # and the legend's
