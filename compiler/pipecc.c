@@ -108,12 +108,14 @@ static int check_memory(const Program *pr, const Plan *p, Diag *d)
 	           "the plan does not fit: rank %d (pp %d, dp %d) needs %s at its peak, the device "
 	           "holds %s (parameters %s, gradients %s, optimizer state %s, saved activations "
 	           "%s, in flight %s)",
-	           wr, c[DIM_PP], c[DIM_DP], plan_mem_text(t[0], 32, worst.peak),
+	           plan_world_rank(p, wr), c[DIM_PP], c[DIM_DP], plan_mem_text(t[0], 32, worst.peak),
 	           plan_mem_text(t[1], 32, p->mem_cap), plan_mem_text(t[2], 32, worst.params),
 	           plan_mem_text(t[3], 32, worst.grads), plan_mem_text(t[4], 32, worst.optim),
 	           plan_mem_text(t[5], 32, worst.saved), plan_mem_text(t[6], 32, worst.comm));
-	if (over > 1)
-		diag_note(d, pr->mem_loc, "%d of the %d ranks do not fit", over, p->world);
+	int lines = p->line ? plan_mesh_world(p) / p->world : 1; // each line's ranks alike
+	if (over * lines > 1)
+		diag_note(d, pr->mem_loc, "%d of the %d ranks do not fit", over * lines,
+		          p->world * lines);
 	int all = 1;
 	for (int s = 0; s < p->nstages; s++)
 		all &= p->stages[s].recompute;

@@ -34,14 +34,12 @@ int main(int argc, char **argv)
 		 "overrides the program's `peers` statement", 1,
 		 .names = prog_same_rank_names, .nnames = SAME_RANK_COUNT},
 		{"explain", 0, CLI_FLAG, &a.o.explain, NULL,
-		 "with `schedule auto;`: print every candidate weighed\n"
-		 "(step, bubble, peak memory, fits) and why the\n"
-		 "winner won, to stderr"},
+		 "with `schedule auto;`: print to stderr every candidate\n"
+		 "weighed (step, bubble, peak, fits) and why one won"},
 		{"allow-deadlock", 0, CLI_FLAG, &a.o.allow_deadlock, NULL,
 		 "emit a plan even when the order cannot run across\n"
 		 "ranks, for pipesim to show the cycle"},
-		{"max-errors", 0, CLI_INT, &a.max_errors, "N", "stop reporting after N errors", 1, 1,
-		 1 << 30},
+		{"max-errors", 0, CLI_INT, &a.max_errors, "N", "stop after N errors", 1, 1, 1 << 30},
 		{"expand", 0, CLI_FLAG, &a.expand, NULL,
 		 "write every world rank's lists (plan format 2)\n"
 		 "instead of one pipeline line's (format 3)"},

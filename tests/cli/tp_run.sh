@@ -111,7 +111,7 @@ runs "examples/gpt-tp.pipe" "$dir/gpt-tp.plan"
 # measured peak activation bytes == pipesim's, every rank
 for b in 1f1b zbh2 tp4-1f1b skipdp llama tied tiedpp gpt-tp; do
 	"$BIN/piperun" "$dir/$b.plan" --json --steps 1 >"$dir/run.json"
-	"$BIN/pipesim" --json "$dir/$b.plan" >"$dir/sim.json"
+	"$BIN/pipesim" --expand --json "$dir/$b.plan" >"$dir/sim.json"
 	got=$(grep -o '"peak_act_bytes": [0-9]*' "$dir/run.json" | sed 's/.*: //' | tr '\n' ' ')
 	want=$(grep -o '"peak_activation_bytes": [0-9]*' "$dir/sim.json" | sed 's/.*: //' | tr '\n' ' ')
 	check "peak activation bytes of $b equal pipesim's" \
