@@ -55,12 +55,17 @@ static char *program(int p, int m, const int fbw[3], int comm_us, const char *sc
 	return s;
 }
 
-static Plan *compile(const char *src, FILE *sink)
+static Plan *compile_tuned(const char *src, FILE *sink, int tune)
 {
-	PipeccOptions o = {0};
+	PipeccOptions o = {.tune_overlap = tune};
 	Diag d;
 	diag_init(&d, "bench.pipe", src, strlen(src), sink);
 	return pipecc_compile("bench.pipe", src, strlen(src), &o, &d);
+}
+
+static Plan *compile(const char *src, FILE *sink)
+{
+	return compile_tuned(src, sink, 0);
 }
 
 static int64_t overlap_ms(const Plan *p)
@@ -233,6 +238,29 @@ static void report(const char *what, const Tally *t)
 	       t->n ? exp(t->logsum / t->n) : 0, t->none);
 }
 
+/* ZB's order compiled by pipecc under both communication tunings (as auto weighs its
+ * own): the faster one that fits the cap, else the faster one; its time and peak. */
+static void zb_compiled(const char *src, int64_t cap, FILE *sink, double *ms, int64_t *peak)
+{
+	int fits = 0;
+	for (int tune = 0; tune < 2; tune++) {
+		Plan *zp = compile_tuned(src, sink, tune);
+		if (!zp)
+			continue;
+		double t = (double)overlap_ms(zp) / 1000;
+		int64_t *pk = calloc((size_t)zp->world, sizeof *pk);
+		int64_t k = plan_mem_peaks(zp, pk);
+		free(pk);
+		plan_free(zp);
+		int f = k >= 0 && k <= cap;
+		if (t > 0 && (*ms < 0 || f > fits || (f == fits && t < *ms))) {
+			*ms = t;
+			*peak = k;
+			fits = f;
+		}
+	}
+}
+
 /* One (p, m, F:B:W, comm) setting at three caps; tallies both comparisons. */
 static void zb_row(int p, int m, const int fbw[3], int comm, FILE *sink, Tally tm[2], Tally ts[2])
 {
@@ -265,14 +293,7 @@ static void zb_row(int p, int m, const int fbw[3], int comm, FILE *sink, Tally t
 			zb = (double)z.makespan / 1000;
 			char *body = zb_custom(acts, nacts, p);
 			char *s2 = program(p, m, fbw, comm, NULL, 0, body);
-			Plan *zp = compile(s2, sink);
-			if (zp) {
-				zs = (double)overlap_ms(zp) / 1000;
-				int64_t *pk = calloc((size_t)zp->world, sizeof *pk);
-				zpeak = plan_mem_peaks(zp, pk);
-				free(pk);
-			}
-			plan_free(zp);
+			zb_compiled(s2, cap, sink, &zs, &zpeak);
 			free(s2);
 			free(body);
 		}
@@ -325,6 +346,9 @@ static int zb_table(int np, const int *ps)
 	report("all: against its order compiled by pipecc, pipesim overlap", &ts[0]);
 	report("where ZB's order fits pipecc's cap: against its own times", &tm[1]);
 	report("where ZB's order fits pipecc's cap: against its order in pipesim", &ts[1]);
+	printf("%d configurations: the heuristic finds no order in %d; its order fits pipecc's memory"
+	       " model in %d, not in %d (pipecc counts the tensors in flight, the heuristic does"
+	       " not)\n", tm[0].n + tm[0].none, tm[0].none, tm[1].n, tm[0].n - tm[1].n);
 	fclose(sink);
 	return 0;
 }

@@ -16,7 +16,7 @@
 #include "place.h"
 
 enum { AUTO_CONFIRM = 6, AUTO_TRIES = 24, AUTO_IMPROVE = 2, AUTO_REPAIR = 4,
-       AUTO_CHAINS = 3 };
+       AUTO_CHAINS = 3, AUTO_ZB_FIT = 6 };
 
 typedef struct {
 	char label[48];
@@ -35,6 +35,8 @@ typedef struct {
 	int list;           // 1: made by the list scheduler with options lo (2: then improved)
 	AutoListOpt lo;
 	int repaired;       // a tighter budget has been tried for it
+	int zb;             // made by Zero Bubble's heuristic (auto_zb.c) within zmax
+	int64_t *zmax, *zpeak; // per pipeline index: its budget and its own peak (arena)
 } Cand;
 
 typedef struct {
@@ -266,6 +268,44 @@ static void add_list(Search *s, int k)
 						         lazy ? "/lazy" : "", deep ? "/deep" : "", full ? "/full" : "");
 						list_cand(s, k, &o, label);
 					}
+}
+
+/* Zero Bubble's heuristic (auto_zb.c) with each rank's saved activations within
+ * maxmem[pipeline index]; returns the candidate's index, or -1 when the setup is not a
+ * chain of one stage per rank. */
+static int zb_cand(Search *s, int k, const int64_t *maxmem, const char *label)
+{
+	const AutoModel *md = &s->setups[k].md;
+	if (md->ns != md->pp)
+		return -1;
+	Cand *c = new_cand(s, k, label);
+	c->zb = 1;
+	c->zmax = arena_alloc(s->a, (size_t)md->pp * sizeof *c->zmax);
+	c->zpeak = arena_alloc(s->a, (size_t)md->pp * sizeof *c->zpeak);
+	memcpy(c->zmax, maxmem, (size_t)md->pp * sizeof *c->zmax);
+	for (int p = 0; p < md->pp; p++) {
+		c->acts[p] = malloc((size_t)md->m * 3 * sizeof(SchedAct));
+		if (!c->acts[p])
+			arena_oom(s->a, (size_t)md->m * 3 * sizeof(SchedAct));
+	}
+	AutoZbOut o = {.peak = c->zpeak};
+	if (auto_zb_fill(md, maxmem, c->acts, c->nacts, &o)) {
+		c->fast.makespan = -1;
+		c->note = "the heuristic finds no order here";
+	} else {
+		evaluate(s, c);
+	}
+	return (int)(c - s->c);
+}
+
+/* The heuristic at the cap: each rank's budget is the cap less its static bytes. */
+static void add_zb(Search *s, int k)
+{
+	const AutoModel *md = &s->setups[k].md;
+	int64_t *maxmem = arena_alloc(s->a, (size_t)md->pp * sizeof *maxmem);
+	for (int p = 0; p < md->pp; p++)
+		maxmem[p] = s->cap ? s->cap - md->stat[p] : INT64_MAX / 4;
+	zb_cand(s, k, maxmem, "zb");
 }
 
 /* The fast model's ranking: runnable first, then fitting, then step, then summed
@@ -539,6 +579,41 @@ static void repair(Search *s, int *win)
 	}
 }
 
+/* The heuristic counts saved activations only; pipecc's memory model also counts the
+ * tensors in flight.  An order of it that overshoots the cap is made again with each
+ * overshooting rank's budget cut to the heuristic's own peak there less the overshoot,
+ * until it fits (`zb+fitN`), up to AUTO_ZB_FIT times, or until the orders it makes are
+ * already slower than the winner. */
+static void zb_fit(Search *s, int *win)
+{
+	for (int i = 0, n = s->n; i < n; i++) {
+		int k = i, pp = s->pr->dims[DIM_PP];
+		for (int round = 0; s->c[i].zb && round < AUTO_ZB_FIT; round++) {
+			Cand *c = &s->c[k];
+			if (c->state == 0 && c->fast.makespan >= 0)
+				confirm(s, c);
+			if (c->state != 1 || c->fits ||
+			    (*win >= 0 && c->step >= s->c[*win].step))
+				break;
+			int64_t *maxmem = arena_alloc(s->a, (size_t)pp * sizeof *maxmem);
+			for (int q = 0; q < pp; q++) {
+				int64_t over = c->peaks[world_rank_of_pp(s, q)] - s->cap;
+				int64_t top = c->zpeak[q] < c->zmax[q] ? c->zpeak[q] : c->zmax[q];
+				maxmem[q] = over > 0 ? top - over : c->zmax[q];
+			}
+			char label[48];
+			snprintf(label, sizeof label, "zb+fit%d", round + 1);
+			k = zb_cand(s, c->setup, maxmem, label);
+			c = &s->c[k];
+			if (c->fast.makespan < 0)
+				break;
+			confirm(s, c);
+			if (c->state == 1 && c->fits && (*win < 0 || c->step < s->c[*win].step))
+				*win = k;
+		}
+	}
+}
+
 static ssize_t sink_write(void *cookie, const char *buf, size_t n)
 {
 	(void)cookie, (void)buf;
@@ -612,6 +687,7 @@ int auto_search(Program *pr, Arena *a, Diag *d, FILE *ex, AutoChoice *out)
 	for (int k = 0; k < s.nsetups; k++) {
 		add_registry(&s, k);
 		add_list(&s, k);
+		add_zb(&s, k);
 	}
 	improve(&s);
 	/* The best by the fast model, and every registry schedule that may fit: auto is
@@ -632,6 +708,7 @@ int auto_search(Program *pr, Arena *a, Diag *d, FILE *ex, AutoChoice *out)
 		}
 	}
 	repair(&s, &win);
+	zb_fit(&s, &win);
 	int errors = 0;
 	if (win < 0) {
 		int before = d->nerrors;
