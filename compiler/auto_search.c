@@ -16,7 +16,7 @@
 #include "place.h"
 
 enum { AUTO_CONFIRM = 6, AUTO_TRIES = 24, AUTO_IMPROVE = 2, AUTO_REPAIR = 4,
-       AUTO_CHAINS = 3, AUTO_ZB_FIT = 6 };
+       AUTO_CHAINS = 3, AUTO_ZB_FIT = 6, AUTO_ZB_MID = 4 };
 
 typedef struct {
 	char label[48];
@@ -421,15 +421,17 @@ static void confirm(Search *s, Cand *c)
 		SimOptions so = {.model = SIM_OVERLAP};
 		SimResult r;
 		int rc = peak < 0 ? -1 : sim_run(p, &so, &r);
+		int fits = !s->cap || peak <= s->cap; // a tuning that fits beats a faster one
 		if (peak >= 0) {
-			if (rc == 0 && (c->state < 1 || r.makespan < c->step)) {
+			if (rc == 0 && (c->state < 1 || fits > c->fits ||
+			                (fits == c->fits && r.makespan < c->step))) {
 				c->state = 1;
 				c->step = r.makespan;
 				c->bubble = r.bubble;
 				c->tune = tune;
 				c->peak = peak;
 				c->peaks = peaks;
-				c->fits = !s->cap || peak <= s->cap;
+				c->fits = fits;
 			} else if (rc != 0 && c->state < 1) {
 				c->note = r.verdict == SIM_DEADLOCK ? "pipesim finds a deadlock"
 				                                    : "pipesim cannot run it";
@@ -579,37 +581,74 @@ static void repair(Search *s, int *win)
 	}
 }
 
+/* Makes and confirms the heuristic's order within maxmem; returns its index (-1: no
+ * order) and takes it as the winner when it fits and is faster. */
+static int zb_try(Search *s, int setup, const int64_t *maxmem, const char *label, int *win)
+{
+	int k = zb_cand(s, setup, maxmem, label);
+	Cand *c = &s->c[k];
+	if (c->fast.makespan < 0)
+		return -1;
+	confirm(s, c);
+	if (c->state == 1 && c->fits && (*win < 0 || c->step < s->c[*win].step))
+		*win = k;
+	return k;
+}
+
+static int zb_fits(const Search *s, int k)
+{
+	return k >= 0 && s->c[k].state == 1 && s->c[k].fits;
+}
+
 /* The heuristic counts saved activations only; pipecc's memory model also counts the
  * tensors in flight.  An order of it that overshoots the cap is made again with each
- * overshooting rank's budget cut to the heuristic's own peak there less the overshoot,
- * until it fits (`zb+fitN`), up to AUTO_ZB_FIT times, or until the orders it makes are
- * already slower than the winner. */
+ * overshooting rank's budget cut to the heuristic's own peak there less the overshoot
+ * (`zb+fitN`), until it fits, up to AUTO_ZB_FIT times, or until its orders are already
+ * slower than the winner.  The cut may go deeper than needed (the tensors in flight
+ * change with the order), so the budgets between the last that overshot and the first
+ * that fits are then bisected (`zb+midN`), AUTO_ZB_MID times. */
 static void zb_fit(Search *s, int *win)
 {
+	int pp = s->pr->dims[DIM_PP];
 	for (int i = 0, n = s->n; i < n; i++) {
-		int k = i, pp = s->pr->dims[DIM_PP];
-		for (int round = 0; s->c[i].zb && round < AUTO_ZB_FIT; round++) {
+		int k = i, fit = -1, over = -1;
+		for (int round = 0; s->c[i].zb && round < AUTO_ZB_FIT && k >= 0; round++) {
 			Cand *c = &s->c[k];
 			if (c->state == 0 && c->fast.makespan >= 0)
 				confirm(s, c);
-			if (c->state != 1 || c->fits ||
-			    (*win >= 0 && c->step >= s->c[*win].step))
+			if (zb_fits(s, k))
+				fit = k;
+			if (c->state != 1 || c->fits || (*win >= 0 && c->step >= s->c[*win].step))
 				break;
+			over = k;
 			int64_t *maxmem = arena_alloc(s->a, (size_t)pp * sizeof *maxmem);
 			for (int q = 0; q < pp; q++) {
-				int64_t over = c->peaks[world_rank_of_pp(s, q)] - s->cap;
+				int64_t x = c->peaks[world_rank_of_pp(s, q)] - s->cap;
 				int64_t top = c->zpeak[q] < c->zmax[q] ? c->zpeak[q] : c->zmax[q];
-				maxmem[q] = over > 0 ? top - over : c->zmax[q];
+				maxmem[q] = x > 0 ? top - x : c->zmax[q];
 			}
 			char label[48];
 			snprintf(label, sizeof label, "zb+fit%d", round + 1);
-			k = zb_cand(s, c->setup, maxmem, label);
-			c = &s->c[k];
-			if (c->fast.makespan < 0)
+			k = zb_try(s, c->setup, maxmem, label, win);
+		}
+		for (int round = 0; fit >= 0 && over >= 0 && round < AUTO_ZB_MID; round++) {
+			const int64_t *lo = s->c[fit].zmax, *hi = s->c[over].zmax;
+			int64_t *maxmem = arena_alloc(s->a, (size_t)pp * sizeof *maxmem), gap = 0;
+			for (int q = 0; q < pp; q++) {
+				maxmem[q] = lo[q] + (hi[q] - lo[q]) / 2;
+				gap = hi[q] - lo[q] > gap ? hi[q] - lo[q] : gap;
+			}
+			if (gap < 2)
 				break;
-			confirm(s, c);
-			if (c->state == 1 && c->fits && (*win < 0 || c->step < s->c[*win].step))
-				*win = k;
+			char label[48];
+			snprintf(label, sizeof label, "zb+mid%d", round + 1);
+			int j = zb_try(s, s->c[fit].setup, maxmem, label, win);
+			if (j < 0)
+				break;
+			if (zb_fits(s, j))
+				fit = j;
+			else
+				over = j;
 		}
 	}
 }
