@@ -10,8 +10,11 @@
  *                            caps p, 1.5p, 2p activations (pipecc: 1F1B's peak plus the
  *                            extra activations); makespans from time 0 to the last op.
  *                            Columns: the heuristic's own time, its order compiled by
- *                            pipecc and run in pipesim's overlap model, pipecc auto's
- *                            plan in the same model. */
+ *                            pipecc (the faster tuning that fits) and run in pipesim's
+ *                            overlap model, whether that fits the cap, pipecc auto's
+ *                            plan in the same model.  The summary counts both
+ *                            comparisons over the configurations where the heuristic's
+ *                            order fits, and how many it does not fit. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,10 +1,11 @@
 /* The search behind `schedule auto;` (see sched_auto.c for what it weighs and why the
  * winner wins).  Candidates live in one heap array, in the order they were made:
  * setups (placement x recomputation) in turn, in each the registry rows in table order,
- * then the list scheduler's variants, then the improved orders.  The fast model ranks
- * them; the confirmation (lowering, verifier, memory model, pipesim's overlap model)
- * decides.  The confirmation compiles under a diagnostics sink: a candidate's failure is
- * a fact about the candidate, not an error of the program. */
+ * then the list scheduler's variants and the heuristic's order, then the improved
+ * orders and the refitted ones.  The fast model ranks them; the confirmation (lowering,
+ * verifier, memory model, pipesim's overlap model) decides.  The confirmation compiles
+ * under a diagnostics sink: a candidate's failure is a fact about the candidate, not an
+ * error of the program. */
 #include "auto.h"
 
 #include <stdlib.h>
