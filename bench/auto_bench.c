@@ -4,14 +4,17 @@
  *                            m=32 on one core), list-scheduler runs per second, and the
  *                            whole search through pipecc_compile
  *   auto_bench zb [P...]     the table against Zero Bubble's heuristic
- *                            (bench/zb_heuristic.c): p in {4, 8, 16}, m in {p, 2p, 4p},
+ *                            (compiler/auto_zb.c): p in {4, 8, 16}, m in {p, 2p, 4p},
  *                            F:B:W in {1:1:1, 10:11:9, 10:12:6, 10:8:12} (one unit =
  *                            1 us, F = 10 us), communication 0, 10 %, 20 % of F, memory
  *                            caps p, 1.5p, 2p activations (pipecc: 1F1B's peak plus the
  *                            extra activations); makespans from time 0 to the last op.
  *                            Columns: the heuristic's own time, its order compiled by
- *                            pipecc and run in pipesim's overlap model, pipecc auto's
- *                            plan in the same model. */
+ *                            pipecc (the faster tuning that fits) and run in pipesim's
+ *                            overlap model, whether that fits the cap, pipecc auto's
+ *                            plan in the same model.  The summary counts both
+ *                            comparisons over the configurations where the heuristic's
+ *                            order fits, and how many it does not fit. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +25,6 @@
 #include "../compiler/pipecc.h"
 #include "../plan/mem.h"
 #include "../sim/sim.h"
-#include "zb_heuristic.h"
 
 static double now(void)
 {
@@ -56,12 +58,17 @@ static char *program(int p, int m, const int fbw[3], int comm_us, const char *sc
 	return s;
 }
 
-static Plan *compile(const char *src, FILE *sink)
+static Plan *compile_tuned(const char *src, FILE *sink, int tune)
 {
-	PipeccOptions o = {0};
+	PipeccOptions o = {.tune_overlap = tune};
 	Diag d;
 	diag_init(&d, "bench.pipe", src, strlen(src), sink);
 	return pipecc_compile("bench.pipe", src, strlen(src), &o, &d);
+}
+
+static Plan *compile(const char *src, FILE *sink)
+{
+	return compile_tuned(src, sink, 0);
 }
 
 static int64_t overlap_ms(const Plan *p)
@@ -72,6 +79,52 @@ static int64_t overlap_ms(const Plan *p)
 	int64_t ms = rc == 0 ? r.makespan : -1;
 	sim_result_free(&r);
 	return ms;
+}
+
+/* The fast model's facts of a lowered plan of a chain of one stage per rank (heap). */
+typedef struct {
+	AutoModel md;
+	int64_t (*cost)[3], (*save)[4], *stat;
+	AutoEdge *edges;
+	int *stage_pp, *ein, *eout, *ioff, *ooff;
+} Model;
+
+static void model_from_plan(Model *x, const Plan *plan)
+{
+	int ns = plan->nstages, p = plan->dims[DIM_PP];
+	x->cost = calloc((size_t)ns, sizeof *x->cost);
+	x->save = calloc((size_t)ns, sizeof *x->save);
+	x->stat = calloc((size_t)p, sizeof *x->stat);
+	x->edges = calloc((size_t)ns, sizeof *x->edges);
+	x->stage_pp = calloc((size_t)ns, sizeof(int)), x->ein = calloc((size_t)ns, sizeof(int));
+	x->eout = calloc((size_t)ns, sizeof(int)), x->ioff = calloc((size_t)ns + 1, sizeof(int));
+	x->ooff = calloc((size_t)ns + 1, sizeof(int));
+	for (int s = 0; s < ns; s++) {
+		const PlanStage *st = &plan->stages[s];
+		memcpy(x->cost[s], st->cost, sizeof x->cost[s]);
+		x->save[s][0] = st->save_fb, x->save[s][1] = st->save_fw, x->save[s][2] = st->save_bw;
+		x->save[s][3] = st->save_re;
+		x->stage_pp[s] = st->pp;
+	}
+	for (int e = 0; e < plan->nedges; e++) { // edge e runs from stage e to e + 1
+		x->edges[e] = (AutoEdge){plan->edges[e].src, plan->edges[e].dst,
+		                         plan_transfer_ns(plan, plan->edges[e].bytes)};
+		x->ein[e] = x->eout[e] = e;
+	}
+	for (int s = 0; s <= ns; s++) {
+		x->ioff[s] = s > 0 ? s - 1 : 0;
+		x->ooff[s] = s < ns - 1 ? s : ns - 1;
+	}
+	x->md = (AutoModel){.pp = p, .m = plan->microbatches, .ns = ns, .ne = plan->nedges,
+	                    .stage_pp = x->stage_pp, .cost = x->cost, .save = x->save,
+	                    .stat = x->stat, .edges = x->edges, .ein = x->ein, .ioff = x->ioff,
+	                    .eout = x->eout, .ooff = x->ooff};
+}
+
+static void model_free(Model *x)
+{
+	free(x->cost), free(x->save), free(x->stat), free(x->edges), free(x->stage_pp);
+	free(x->ein), free(x->eout), free(x->ioff), free(x->ooff);
 }
 
 static int speed(int p, int m)
@@ -93,33 +146,10 @@ static int speed(int p, int m)
 		return 1;
 	}
 	/* The fast model alone, on the plan's own stages and the chosen order. */
-	int ns = plan->nstages;
-	int64_t(*cost)[3] = calloc((size_t)ns, sizeof *cost);
-	int64_t(*save)[4] = calloc((size_t)ns, sizeof *save);
-	int64_t *stat = calloc((size_t)p, sizeof *stat);
-	AutoEdge *edges = calloc((size_t)ns, sizeof *edges);
-	int *stage_pp = calloc((size_t)ns, sizeof(int)), *ein = calloc((size_t)ns, sizeof(int));
-	int *eout = calloc((size_t)ns, sizeof(int)), *ioff = calloc((size_t)ns + 1, sizeof(int));
-	int *ooff = calloc((size_t)ns + 1, sizeof(int));
-	for (int s = 0; s < ns; s++) {
-		const PlanStage *st = &plan->stages[s];
-		memcpy(cost[s], st->cost, sizeof cost[s]);
-		save[s][0] = st->save_fb, save[s][1] = st->save_fw, save[s][2] = st->save_bw;
-		save[s][3] = st->save_re;
-		stage_pp[s] = st->pp;
-	}
-	for (int e = 0; e < plan->nedges; e++) {
-		edges[e] = (AutoEdge){plan->edges[e].src, plan->edges[e].dst,
-		                      plan_transfer_ns(plan, plan->edges[e].bytes)};
-		ein[e] = eout[e] = e;
-	}
-	for (int s = 0; s <= ns; s++) {
-		ioff[s] = s > 0 ? s - 1 : 0;
-		ooff[s] = s < ns - 1 ? s : ns - 1;
-	}
-	AutoModel md = {.pp = p, .m = m, .ns = ns, .ne = plan->nedges, .stage_pp = stage_pp,
-	                .cost = cost, .save = save, .stat = stat, .edges = edges, .ein = ein,
-	                .ioff = ioff, .eout = eout, .ooff = ooff};
+	Model x;
+	model_from_plan(&x, plan);
+	const AutoModel md = x.md;
+	int ns = md.ns;
 	SchedAct **acts = calloc((size_t)p, sizeof *acts);
 	int *nacts = calloc((size_t)p, sizeof *nacts);
 	for (int q = 0; q < p; q++)
@@ -154,8 +184,8 @@ static int speed(int p, int m)
 	       (double)f.makespan / 1000);
 	for (int q = 0; q < p; q++)
 		free(acts[q]);
-	free(acts), free(nacts), free(sc), free(cost), free(save), free(stat), free(edges);
-	free(stage_pp), free(ein), free(eout), free(ioff), free(ooff);
+	free(acts), free(nacts), free(sc);
+	model_free(&x);
 	plan_free(plan);
 	free(src);
 	fclose(sink);
@@ -163,18 +193,19 @@ static int speed(int p, int m)
 }
 
 /* ZB's order as a custom schedule body. */
-static char *zb_custom(const ZbOut *z, int p)
+static char *zb_custom(SchedAct *const *acts, const int *nacts, int p)
 {
 	size_t n = 64;
 	for (int j = 0; j < p; j++)
-		n += 32 + (size_t)z->n[j] * 16;
+		n += 32 + (size_t)nacts[j] * 16;
 	char *s = malloc(n);
 	size_t k = (size_t)snprintf(s, n, "schedule custom {\n");
 	for (int j = 0; j < p; j++) {
 		k += (size_t)snprintf(s + k, n - k, "rank %d:", j);
-		for (int i = 0; i < z->n[j]; i++)
-			k += (size_t)snprintf(s + k, n - k, " %d%c%d", j, "FIW"[(int)z->kind[j][i]],
-			                      z->mb[j][i]);
+		for (int i = 0; i < nacts[j]; i++)
+			k += (size_t)snprintf(s + k, n - k, " %d%c%d", acts[j][i].stage,
+			                      "FIW"[acts[j][i].kind],
+			                      acts[j][i].mb);
 		k += (size_t)snprintf(s + k, n - k, ";\n");
 	}
 	snprintf(s + k, n - k, "}\n");
@@ -210,6 +241,29 @@ static void report(const char *what, const Tally *t)
 	       t->n ? exp(t->logsum / t->n) : 0, t->none);
 }
 
+/* ZB's order compiled by pipecc under both communication tunings (as auto weighs its
+ * own): the faster one that fits the cap, else the faster one; its time and peak. */
+static void zb_compiled(const char *src, int64_t cap, FILE *sink, double *ms, int64_t *peak)
+{
+	int fits = 0;
+	for (int tune = 0; tune < 2; tune++) {
+		Plan *zp = compile_tuned(src, sink, tune);
+		if (!zp)
+			continue;
+		double t = (double)overlap_ms(zp) / 1000;
+		int64_t *pk = calloc((size_t)zp->world, sizeof *pk);
+		int64_t k = plan_mem_peaks(zp, pk);
+		free(pk);
+		plan_free(zp);
+		int f = k >= 0 && k <= cap;
+		if (t > 0 && (*ms < 0 || f > fits || (f == fits && t < *ms))) {
+			*ms = t;
+			*peak = k;
+			fits = f;
+		}
+	}
+}
+
 /* One (p, m, F:B:W, comm) setting at three caps; tallies both comparisons. */
 static void zb_row(int p, int m, const int fbw[3], int comm, FILE *sink, Tally tm[2], Tally ts[2])
 {
@@ -223,39 +277,29 @@ static void zb_row(int p, int m, const int fbw[3], int comm, FILE *sink, Tally t
 	int64_t *peaks = calloc((size_t)ref->world, sizeof *peaks);
 	int64_t peak1 = plan_mem_peaks(ref, peaks), act = ref->stages[0].save_fb + ref->stages[0].save_fw;
 	free(peaks);
-	ZbIn in = {.p = p, .m = m, .comm = comm};
-	for (int j = 0; j < p; j++) {
-		const PlanStage *st = &ref->stages[j];
-		for (int k = 0; k < 3; k++)
-			in.cost[k][j] = st->cost[k] / 1000;
-		in.mem[0][j] = st->save_fb + st->save_fw;
-		in.mem[1][j] = st->save_bw - st->save_fb;
-		in.mem[2][j] = -(st->save_fw + st->save_bw);
-	}
+	Model x;
+	model_from_plan(&x, ref);
 	plan_free(ref);
+	int64_t *maxmem = calloc((size_t)p, sizeof *maxmem);
+	SchedAct **acts = calloc((size_t)p, sizeof *acts);
+	int *nacts = calloc((size_t)p, sizeof *nacts);
+	for (int j = 0; j < p; j++)
+		acts[j] = calloc((size_t)3 * m, sizeof **acts);
 	for (int h = 2; h <= 4; h++) { // cap h/2 * p activations
 		int64_t units2 = (int64_t)h * p; // twice the activations
 		for (int j = 0; j < p; j++)
-			in.maxmem[j] = (long)(units2 * act / 2);
-		ZbOut *z = malloc(sizeof *z);
+			maxmem[j] = units2 * act / 2;
+		AutoZbOut z = {0};
 		double zb = -1, zs = -1, au = -1;
 		int64_t cap = peak1 + (units2 - 2 * p) * act / 2, zpeak = -1;
-		if (zb_initial_solution(&in, z) == 0) {
-			zb = (double)z->makespan;
-			char *body = zb_custom(z, p);
+		if (auto_zb_fill(&x.md, maxmem, acts, nacts, &z) == 0) {
+			zb = (double)z.makespan / 1000;
+			char *body = zb_custom(acts, nacts, p);
 			char *s2 = program(p, m, fbw, comm, NULL, 0, body);
-			Plan *zp = compile(s2, sink);
-			if (zp) {
-				zs = (double)overlap_ms(zp) / 1000;
-				int64_t *pk = calloc((size_t)zp->world, sizeof *pk);
-				zpeak = plan_mem_peaks(zp, pk);
-				free(pk);
-			}
-			plan_free(zp);
+			zb_compiled(s2, cap, sink, &zs, &zpeak);
 			free(s2);
 			free(body);
 		}
-		free(z);
 		char *s3 = program(p, m, fbw, comm, "auto", cap, NULL);
 		double t0 = now();
 		Plan *ap = compile(s3, sink);
@@ -281,6 +325,10 @@ static void zb_row(int p, int m, const int fbw[3], int comm, FILE *sink, Tally t
 		}
 		fflush(stdout);
 	}
+	for (int j = 0; j < p; j++)
+		free(acts[j]);
+	free(acts), free(nacts), free(maxmem);
+	model_free(&x);
 }
 
 static int zb_table(int np, const int *ps)
@@ -301,6 +349,9 @@ static int zb_table(int np, const int *ps)
 	report("all: against its order compiled by pipecc, pipesim overlap", &ts[0]);
 	report("where ZB's order fits pipecc's cap: against its own times", &tm[1]);
 	report("where ZB's order fits pipecc's cap: against its order in pipesim", &ts[1]);
+	printf("%d configurations: the heuristic finds no order in %d; its order fits pipecc's memory"
+	       " model in %d, not in %d (pipecc counts the tensors in flight, the heuristic does"
+	       " not)\n", tm[0].n + tm[0].none, tm[0].none, tm[1].n, tm[0].n - tm[1].n);
 	fclose(sink);
 	return 0;
 }

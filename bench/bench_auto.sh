@@ -1,7 +1,7 @@
 #!/bin/sh
 # `schedule auto` (issue 18): how fast the search evaluates candidates (goal: 10,000 fast-
 # model evaluations per second at pp=8, m=32 on one core) and how its plans compare
-# with Zero Bubble's automatic scheduler's heuristic (bench/zb_heuristic.c) over
+# with Zero Bubble's automatic scheduler's heuristic (compiler/auto_zb.c) over
 # p in {4, 8, 16}, m in {p, 2p, 4p}, four F:B:W ratios, communication 0/10/20 % of F and
 # memory caps of p, 1.5p, 2p activations.  ZB_P="4 8" narrows the table.
 # Built here, outside the Makefile, from the release objects.
@@ -11,7 +11,7 @@ OBJ=$(ls compiler/*.c sim/*.c plan/*.c | grep -v '_main\.c$' | sed "s|^|$B/|; s|
 make -s $OBJ "$B/grammar/parser.o" "$B/grammar/lexer.o" || exit 1
 mkdir -p "$B/bench"
 ${CC:-cc} -std=c11 -Wall -Wextra -Wpedantic -O2 -g -D_GNU_SOURCE -o "$B/bench/auto_bench" \
-	bench/auto_bench.c bench/zb_heuristic.c $OBJ "$B/grammar/parser.o" "$B/grammar/lexer.o" \
+	bench/auto_bench.c $OBJ "$B/grammar/parser.o" "$B/grammar/lexer.o" \
 	-lm || exit 1
 "$B/bench/auto_bench" speed 8 32 || exit 1
 "$B/bench/auto_bench" zb ${ZB_P:-4 8 16}

@@ -1,12 +1,15 @@
 /* `schedule auto;`: the search for the fastest plan that fits the device's memory
- * (docs/schedules.md "auto").  Three files:
+ * (docs/schedules.md "auto").  Its files:
  *   auto_eval.c   the fast model: one candidate order's makespan and per-rank peak in
  *                 O(ops), no plan built (what the search evaluates thousands of times);
  *   auto_list.c   pipecc's own list scheduler (F, B, W placed greedily under a memory
  *                 budget) and the local improvement of an order (adjacent swaps);
- *   sched_auto.c  the search: registry schedules x recomputation x list-scheduler
- *                 variants, screened by the fast model, the best confirmed by the real
- *                 lowering, verifier, memory model and pipesim's overlap model.
+ *   auto_zb.c     Zero Bubble's greedy heuristic, reimplemented: one more generator
+ *                 (and what bench/auto_bench.c compares auto with);
+ *   auto_search.c the search (sched_auto.c the registry row): registry schedules x
+ *                 recomputation x list-scheduler variants x the heuristic, screened by
+ *                 the fast model, the best confirmed by the real lowering, verifier,
+ *                 memory model and pipesim's overlap model.
  * Times are integer ns, sizes bytes, as everywhere. */
 #ifndef AUTO_H
 #define AUTO_H
@@ -78,6 +81,20 @@ int auto_list_fill(const AutoModel *md, const AutoListOpt *o, SchedAct **acts, i
  * max_evals evaluations.  Returns the evaluations spent. */
 int auto_improve(const AutoModel *md, AutoScratch *sc, SchedAct **acts, const int *nacts,
                  int64_t limit, int max_evals, AutoFig *fig);
+
+/* Zero Bubble's heuristic (auto_zb.c) on a chain of one stage per rank, each rank's saved
+ * activations within maxmem[pipeline index].  Fills acts/nacts (3m per rank) with the
+ * best of its eight flag combinations; out gets its own times and, when out->peak is not
+ * NULL, its own per-rank peak of saved bytes.  Returns 0, or -1 when the model is not
+ * such a chain or no combination fits. */
+typedef struct {
+	int64_t makespan;  // its own model: time 0 to the last op
+	int64_t span;      // its own measure: the largest per-rank first-F-to-last-W span
+	int64_t *peak;     // per pipeline index (caller's array, or NULL)
+} AutoZbOut;
+
+int auto_zb_fill(const AutoModel *md, const int64_t *maxmem, SchedAct **acts, int *nacts,
+                 AutoZbOut *out);
 
 /* The search (sched_auto.c), run by the pass pipeline before placement when the
  * program says `schedule auto;`.  On success it rewrites pr: placement (a list), the

@@ -1,10 +1,11 @@
 /* The search behind `schedule auto;` (see sched_auto.c for what it weighs and why the
  * winner wins).  Candidates live in one heap array, in the order they were made:
  * setups (placement x recomputation) in turn, in each the registry rows in table order,
- * then the list scheduler's variants, then the improved orders.  The fast model ranks
- * them; the confirmation (lowering, verifier, memory model, pipesim's overlap model)
- * decides.  The confirmation compiles under a diagnostics sink: a candidate's failure is
- * a fact about the candidate, not an error of the program. */
+ * then the list scheduler's variants and the heuristic's order, then the improved
+ * orders and the refitted ones.  The fast model ranks them; the confirmation (lowering,
+ * verifier, memory model, pipesim's overlap model) decides.  The confirmation compiles
+ * under a diagnostics sink: a candidate's failure is a fact about the candidate, not an
+ * error of the program. */
 #include "auto.h"
 
 #include <stdlib.h>
@@ -16,7 +17,7 @@
 #include "place.h"
 
 enum { AUTO_CONFIRM = 6, AUTO_TRIES = 24, AUTO_IMPROVE = 2, AUTO_REPAIR = 4,
-       AUTO_CHAINS = 3 };
+       AUTO_CHAINS = 3, AUTO_ZB_FIT = 6, AUTO_ZB_MID = 4 };
 
 typedef struct {
 	char label[48];
@@ -35,6 +36,8 @@ typedef struct {
 	int list;           // 1: made by the list scheduler with options lo (2: then improved)
 	AutoListOpt lo;
 	int repaired;       // a tighter budget has been tried for it
+	int zb;             // made by Zero Bubble's heuristic (auto_zb.c) within zmax
+	int64_t *zmax, *zpeak; // per pipeline index: its budget and its own peak (arena)
 } Cand;
 
 typedef struct {
@@ -268,6 +271,44 @@ static void add_list(Search *s, int k)
 					}
 }
 
+/* Zero Bubble's heuristic (auto_zb.c) with each rank's saved activations within
+ * maxmem[pipeline index]; returns the candidate's index, or -1 when the setup is not a
+ * chain of one stage per rank. */
+static int zb_cand(Search *s, int k, const int64_t *maxmem, const char *label)
+{
+	const AutoModel *md = &s->setups[k].md;
+	if (md->ns != md->pp)
+		return -1;
+	Cand *c = new_cand(s, k, label);
+	c->zb = 1;
+	c->zmax = arena_alloc(s->a, (size_t)md->pp * sizeof *c->zmax);
+	c->zpeak = arena_alloc(s->a, (size_t)md->pp * sizeof *c->zpeak);
+	memcpy(c->zmax, maxmem, (size_t)md->pp * sizeof *c->zmax);
+	for (int p = 0; p < md->pp; p++) {
+		c->acts[p] = malloc((size_t)md->m * 3 * sizeof(SchedAct));
+		if (!c->acts[p])
+			arena_oom(s->a, (size_t)md->m * 3 * sizeof(SchedAct));
+	}
+	AutoZbOut o = {.peak = c->zpeak};
+	if (auto_zb_fill(md, maxmem, c->acts, c->nacts, &o)) {
+		c->fast.makespan = -1;
+		c->note = "the heuristic finds no order here";
+	} else {
+		evaluate(s, c);
+	}
+	return (int)(c - s->c);
+}
+
+/* The heuristic at the cap: each rank's budget is the cap less its static bytes. */
+static void add_zb(Search *s, int k)
+{
+	const AutoModel *md = &s->setups[k].md;
+	int64_t *maxmem = arena_alloc(s->a, (size_t)md->pp * sizeof *maxmem);
+	for (int p = 0; p < md->pp; p++)
+		maxmem[p] = s->cap ? s->cap - md->stat[p] : INT64_MAX / 4;
+	zb_cand(s, k, maxmem, "zb");
+}
+
 /* The fast model's ranking: runnable first, then fitting, then step, then summed
  * finish times, then the order of making, so the ranking is deterministic. */
 static int before(const Cand *a, int ia, const Cand *b, int ib)
@@ -381,15 +422,17 @@ static void confirm(Search *s, Cand *c)
 		SimOptions so = {.model = SIM_OVERLAP};
 		SimResult r;
 		int rc = peak < 0 ? -1 : sim_run(p, &so, &r);
+		int fits = !s->cap || peak <= s->cap; // a tuning that fits beats a faster one
 		if (peak >= 0) {
-			if (rc == 0 && (c->state < 1 || r.makespan < c->step)) {
+			if (rc == 0 && (c->state < 1 || fits > c->fits ||
+			                (fits == c->fits && r.makespan < c->step))) {
 				c->state = 1;
 				c->step = r.makespan;
 				c->bubble = r.bubble;
 				c->tune = tune;
 				c->peak = peak;
 				c->peaks = peaks;
-				c->fits = !s->cap || peak <= s->cap;
+				c->fits = fits;
 			} else if (rc != 0 && c->state < 1) {
 				c->note = r.verdict == SIM_DEADLOCK ? "pipesim finds a deadlock"
 				                                    : "pipesim cannot run it";
@@ -539,6 +582,78 @@ static void repair(Search *s, int *win)
 	}
 }
 
+/* Makes and confirms the heuristic's order within maxmem; returns its index (-1: no
+ * order) and takes it as the winner when it fits and is faster. */
+static int zb_try(Search *s, int setup, const int64_t *maxmem, const char *label, int *win)
+{
+	int k = zb_cand(s, setup, maxmem, label);
+	Cand *c = &s->c[k];
+	if (c->fast.makespan < 0)
+		return -1;
+	confirm(s, c);
+	if (c->state == 1 && c->fits && (*win < 0 || c->step < s->c[*win].step))
+		*win = k;
+	return k;
+}
+
+static int zb_fits(const Search *s, int k)
+{
+	return k >= 0 && s->c[k].state == 1 && s->c[k].fits;
+}
+
+/* The heuristic counts saved activations only; pipecc's memory model also counts the
+ * tensors in flight.  An order of it that overshoots the cap is made again with each
+ * overshooting rank's budget cut to the heuristic's own peak there less the overshoot
+ * (`zb+fitN`), until it fits, up to AUTO_ZB_FIT times, or until its orders are already
+ * slower than the winner.  The cut may go deeper than needed (the tensors in flight
+ * change with the order), so the budgets between the last that overshot and the first
+ * that fits are then bisected (`zb+midN`), AUTO_ZB_MID times. */
+static void zb_fit(Search *s, int *win)
+{
+	int pp = s->pr->dims[DIM_PP];
+	for (int i = 0, n = s->n; i < n; i++) {
+		int k = i, fit = -1, over = -1;
+		for (int round = 0; s->c[i].zb && round < AUTO_ZB_FIT && k >= 0; round++) {
+			Cand *c = &s->c[k];
+			if (c->state == 0 && c->fast.makespan >= 0)
+				confirm(s, c);
+			if (zb_fits(s, k))
+				fit = k;
+			if (c->state != 1 || c->fits || (*win >= 0 && c->step >= s->c[*win].step))
+				break;
+			over = k;
+			int64_t *maxmem = arena_alloc(s->a, (size_t)pp * sizeof *maxmem);
+			for (int q = 0; q < pp; q++) {
+				int64_t x = c->peaks[world_rank_of_pp(s, q)] - s->cap;
+				int64_t top = c->zpeak[q] < c->zmax[q] ? c->zpeak[q] : c->zmax[q];
+				maxmem[q] = x > 0 ? top - x : c->zmax[q];
+			}
+			char label[48];
+			snprintf(label, sizeof label, "zb+fit%d", round + 1);
+			k = zb_try(s, c->setup, maxmem, label, win);
+		}
+		for (int round = 0; fit >= 0 && over >= 0 && round < AUTO_ZB_MID; round++) {
+			const int64_t *lo = s->c[fit].zmax, *hi = s->c[over].zmax;
+			int64_t *maxmem = arena_alloc(s->a, (size_t)pp * sizeof *maxmem), gap = 0;
+			for (int q = 0; q < pp; q++) {
+				maxmem[q] = lo[q] + (hi[q] - lo[q]) / 2;
+				gap = hi[q] - lo[q] > gap ? hi[q] - lo[q] : gap;
+			}
+			if (gap < 2)
+				break;
+			char label[48];
+			snprintf(label, sizeof label, "zb+mid%d", round + 1);
+			int j = zb_try(s, s->c[fit].setup, maxmem, label, win);
+			if (j < 0)
+				break;
+			if (zb_fits(s, j))
+				fit = j;
+			else
+				over = j;
+		}
+	}
+}
+
 static ssize_t sink_write(void *cookie, const char *buf, size_t n)
 {
 	(void)cookie, (void)buf;
@@ -612,6 +727,7 @@ int auto_search(Program *pr, Arena *a, Diag *d, FILE *ex, AutoChoice *out)
 	for (int k = 0; k < s.nsetups; k++) {
 		add_registry(&s, k);
 		add_list(&s, k);
+		add_zb(&s, k);
 	}
 	improve(&s);
 	/* The best by the fast model, and every registry schedule that may fit: auto is
@@ -632,6 +748,7 @@ int auto_search(Program *pr, Arena *a, Diag *d, FILE *ex, AutoChoice *out)
 		}
 	}
 	repair(&s, &win);
+	zb_fit(&s, &win);
 	int errors = 0;
 	if (win < 0) {
 		int before = d->nerrors;

@@ -8,6 +8,9 @@
  *   - pipecc's own list scheduler (auto_list.c) under the per-rank memory budget, in
  *     variants (warm-up limit, when W's run, which forward first, room left for
  *     tensors in flight), followed by local improvement of the best of them,
+ *   - Zero Bubble's greedy heuristic (auto_zb.c) with one stage per rank, at the cap
+ *     and, where its order overshoots the memory model (it does not count tensors in
+ *     flight), at budgets cut until it fits,
  * each with the program's recomputation and with `recompute *`.  The fast model
  * (auto_eval.c) predicts every candidate's step and peak; the best that fit are then
  * confirmed for real: lowered (both communication tunings), verified, their memory

@@ -16,23 +16,38 @@
 
 #include "../compiler/auto.h"
 #include "../compiler/pipecc.h"
+#include "../plan/mem.h"
 #include "../sim/sim.h"
 
-static char *program(int n, int p, int m, const char *sched, const char *link)
+/* n stages of one linear layer on p ranks; sched is a schedule's name, or a whole
+ * statement when it starts with "schedule"; extra (may be NULL) goes at the end; big:
+ * 64x512 tensors (room for a device capacity of a few MB), else 4x8. */
+static char *program_with(int n, int p, int m, const char *sched, const char *costs,
+                          const char *link, const char *extra, int big)
 {
-	char *s = malloc(4096);
-	int k = snprintf(s, 4096, "pipeline t;\nmesh pp=%d;\nmicrobatches %d;\ninput 4x8;\n", p, m);
+	size_t len = 4096 + strlen(sched) + (extra ? strlen(extra) : 0);
+	char *s = malloc(len);
+	int k = snprintf(s, len, "pipeline t;\nmesh pp=%d;\nmicrobatches %d;\ninput %s;\n", p, m,
+	                 big ? "64x512" : "4x8");
 	for (int i = 0; i < n; i++)
-		k += snprintf(s + k, (size_t)(4096 - k), "stage s%d { linear 8;%s }\n", i,
+		k += snprintf(s + k, len - (size_t)k, "stage s%d { linear %d;%s }\n", i, big ? 512 : 8,
 		              i == n - 1 ? " loss mse;" : "");
-	snprintf(s + k, (size_t)(4096 - k), "schedule %s;\ncost * f=1us b=1us w=1us;\nlink %s;\n",
-	         sched, link);
+	if (strncmp(sched, "schedule", 8))
+		k += snprintf(s + k, len - (size_t)k, "schedule %s;\n", sched);
+	else
+		k += snprintf(s + k, len - (size_t)k, "%s", sched);
+	snprintf(s + k, len - (size_t)k, "cost * %s;\nlink %s;\n%s", costs, link, extra ? extra : "");
 	return s;
 }
 
-static Plan *compile(const char *src)
+static char *program(int n, int p, int m, const char *sched, const char *link)
 {
-	PipeccOptions o = {0};
+	return program_with(n, p, m, sched, "f=1us b=1us w=1us", link, NULL, 0);
+}
+
+static Plan *compile_tuned(const char *src, int tune)
+{
+	PipeccOptions o = {.tune_overlap = tune};
 	Diag d;
 	char *buf = NULL;
 	size_t len = 0;
@@ -44,6 +59,11 @@ static Plan *compile(const char *src)
 		fprintf(stderr, "%s", buf);
 	free(buf);
 	return p;
+}
+
+static Plan *compile(const char *src)
+{
+	return compile_tuned(src, 0);
 }
 
 /* The fast model of a lowered plan, and its compute order per pipeline index. */
@@ -230,6 +250,154 @@ static void auto__list_scheduler__bound_budget_stall_improve(void **state)
 		}
 }
 
+/* ZB's heuristic (auto_zb.c): every rank gets its 3m ops, the order runs, the fast model
+ * agrees with the heuristic's own time with free links, its own peak stays within the
+ * budget (but for one backward's growth: the heuristic checks the forwards it adds after
+ * the first microbatch, not that microbatch's backward), and a budget below one forward's activations gets no order. */
+static void auto__zb_heuristic__runs_within_budget(void **state)
+{
+	(void)state;
+	int ran = 0;
+	for (int p = 2; p <= 5; p++)
+		for (int m = p; m <= 2 * p; m += p)
+			for (int units = 1; units <= 2 * p; units += p / 2 + 1) {
+				char *src = program_with(p, p, m, "gpipe", "f=10us b=12us w=6us", "ideal", NULL, 0);
+				Plan *pl = compile(src);
+				assert_non_null(pl);
+				Fm f;
+				fm_from_plan(&f, pl);
+				int64_t act = f.save[0][0] + f.save[0][1], *maxmem = calloc((size_t)p, 8);
+				int64_t *peak = calloc((size_t)p, sizeof *peak);
+				for (int q = 0; q < p; q++)
+					maxmem[q] = units * act + f.save[q][2];
+				AutoZbOut z = {.peak = peak};
+				int rc = auto_zb_fill(&f.md, maxmem, f.acts, f.nacts, &z);
+				if (rc == 0) {
+					AutoScratch *sc = auto_scratch_new(&f.md);
+					AutoFig fig;
+					auto_eval(&f.md, sc, f.acts, f.nacts, &fig);
+					for (int q = 0; q < p; q++) {
+						assert_int_equal(f.nacts[q], 3 * m);
+						if (peak[q] > maxmem[q] + f.save[q][2] - f.save[q][0])
+							fail_msg("p=%d m=%d units=%d rank %d: peak %lld, budget %lld", p,
+							         m, units, q, (long long)peak[q], (long long)maxmem[q]);
+					}
+					if (fig.makespan != z.makespan)
+						fail_msg("p=%d m=%d units=%d: fast model %lld, heuristic %lld", p, m,
+						         units, (long long)fig.makespan, (long long)z.makespan);
+					free(sc);
+					ran++;
+				}
+				for (int q = 0; q < p; q++)
+					maxmem[q] = act - 1;
+				assert_int_equal(auto_zb_fill(&f.md, maxmem, f.acts, f.nacts, &z), -1);
+				free(maxmem), free(peak);
+				fm_free(&f);
+				plan_free(pl);
+				free(src);
+			}
+	assert_true(ran >= 12);
+}
+
+/* The heuristic's order as a custom schedule statement. */
+static char *zb_text(SchedAct *const *acts, const int *nacts, int p)
+{
+	size_t n = 64, k;
+	for (int q = 0; q < p; q++)
+		n += 32 + (size_t)nacts[q] * 16;
+	char *s = malloc(n);
+	k = (size_t)snprintf(s, n, "schedule custom {\n");
+	for (int q = 0; q < p; q++) {
+		k += (size_t)snprintf(s + k, n - k, "rank %d:", q);
+		for (int i = 0; i < nacts[q]; i++)
+			k += (size_t)snprintf(s + k, n - k, " %d%c%d", acts[q][i].stage,
+			                      "FIW"[acts[q][i].kind], acts[q][i].mb);
+		k += (size_t)snprintf(s + k, n - k, ";\n");
+	}
+	snprintf(s + k, n - k, "}\n");
+	return s;
+}
+
+/* The heuristic's order compiled by pipecc (the faster tuning that fits cap): its
+ * overlap-model step, or -1 when neither fits. */
+static int64_t zb_fitting_step(const char *src, int64_t cap)
+{
+	int64_t best = -1;
+	for (int tune = 0; tune < 2; tune++) {
+		Plan *pl = compile_tuned(src, tune);
+		assert_non_null(pl);
+		int64_t *pk = calloc((size_t)pl->world, sizeof *pk);
+		int64_t peak = plan_mem_peaks(pl, pk), ms = overlap_ms(pl);
+		if (peak <= cap && (best < 0 || ms < best))
+			best = ms;
+		free(pk);
+		plan_free(pl);
+	}
+	return best;
+}
+
+/* One grid point of the comparison: 1 when the heuristic's order fit and was compared. */
+static int zb_compare(int p, int m, const char *costs, const char *link, int half)
+{
+	char *src = program_with(p, p, m, "1f1b", costs, link, NULL, 1);
+	Plan *ref = compile(src);
+	assert_non_null(ref);
+	free(src);
+	int64_t *pk = calloc((size_t)ref->world, sizeof *pk);
+	int64_t cap = plan_mem_peaks(ref, pk), act = ref->stages[0].save_fb + ref->stages[0].save_fw;
+	free(pk);
+	Fm f;
+	fm_from_plan(&f, ref);
+	cap += (int64_t)half * p * act / 2; // 1F1B's peak and half more activations
+	int64_t *maxmem = calloc((size_t)p, sizeof *maxmem);
+	for (int q = 0; q < p; q++)
+		maxmem[q] = (2 + half) * p * act / 2;
+	AutoZbOut z = {0};
+	int fit = 0;
+	if (auto_zb_fill(&f.md, maxmem, f.acts, f.nacts, &z) == 0) {
+		char *body = zb_text(f.acts, f.nacts, p), mem[64];
+		snprintf(mem, sizeof mem, "device memory=%lldB;\n", (long long)cap);
+		src = program_with(p, p, m, body, costs, link, NULL, 1);
+		int64_t zs = zb_fitting_step(src, cap);
+		free(src);
+		src = program_with(p, p, m, "auto", costs, link, mem, 1);
+		Plan *a = compile(src);
+		assert_non_null(a);
+		int64_t as = overlap_ms(a);
+		if (zs >= 0 && as > zs)
+			fail_msg("p=%d m=%d %s link %s cap +%d/2p: auto (%s) %lld ns, the heuristic's "
+			         "order %lld ns", p, m, costs, link, half, a->schedule, (long long)as,
+			         (long long)zs);
+		fit = zs >= 0;
+		plan_free(a);
+		free(src);
+		free(body);
+	}
+	free(maxmem);
+	fm_free(&f);
+	plan_free(ref);
+	return fit;
+}
+
+/* auto is never slower than ZB's heuristic's order compiled by pipecc where that order
+ * fits the cap (small grid: unit and unequal costs, free links and latency, caps of 1F1B's
+ * peak plus 0, p/2 and p activations, the heuristic given p, 1.5p and 2p). */
+static void auto__search__never_slower_than_zb_heuristic(void **state)
+{
+	(void)state;
+	static const char *const costs[] = {"f=1us b=1us w=1us", "f=10us b=12us w=6us",
+	                                    "f=10us b=8us w=12us"};
+	int fit = 0, ran = 0;
+	for (int p = 3; p <= 4; p++)
+		for (int m = p; m <= 2 * p; m += p)
+			for (int c = 0; c < 3; c++)
+				for (int li = 0; li < 2; li++)
+					for (int half = 0; half <= 2; half++, ran++)
+						fit += zb_compare(p, m, costs[c], li ? "latency=1us bandwidth=1GB/s"
+						                                     : "ideal", half);
+	assert_true(fit >= ran / 4);
+}
+
 static void auto__search__deterministic_and_named(void **state)
 {
 	(void)state;
@@ -255,6 +423,8 @@ int main(void)
 		cmocka_unit_test(auto__fast_model__matches_pipesim_on_registry_orders),
 		cmocka_unit_test(auto__fast_model__stuck_order_is_stuck),
 		cmocka_unit_test(auto__list_scheduler__bound_budget_stall_improve),
+		cmocka_unit_test(auto__zb_heuristic__runs_within_budget),
+		cmocka_unit_test(auto__search__never_slower_than_zb_heuristic),
 		cmocka_unit_test(auto__search__deterministic_and_named),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
