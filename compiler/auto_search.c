@@ -108,7 +108,7 @@ static int setup_model(Search *s, Setup *u)
 	SchedCtx c;
 	init_ctx(s, &c, q, u->stage_pp);
 	topo_fill(&c);
-	Plan *p = lower_program(q, &c, &s->sink, 0, 0, 0);
+	Plan *p = lower_program(q, &c, &s->sink, 0, 0, 1);
 	sched_free(&c);
 	if (!p)
 		return -1;
@@ -395,7 +395,7 @@ static Plan *compile_cand(Search *s, Cand *c, int tune)
 		ctx.acts[p] = c->acts[p];
 		ctx.nacts[p] = c->nacts[p];
 	}
-	Plan *p = lower_program(q, &ctx, &s->sink, 0, tune, 0);
+	Plan *p = lower_program(q, &ctx, &s->sink, 0, tune, 1);
 	if (!p) {
 		c->note = "the lowering rejects the order";
 		return NULL;

@@ -98,6 +98,17 @@ has "--explain: why the winner won" "$dir/err" "^chosen: .* the lowest of the co
 t "--explain on a given schedule" 0 "$BIN/pipecc" --explain tests/plans/../../examples/tiny.pipe -o /dev/null
 has "--explain: nothing to weigh" "$dir/err" "nothing to weigh"
 
+# data parallelism does not change the choice: the search weighs one pipeline line (a
+# line plan, docs/plan-format.md "Lines"), so dp=64 picks what dp=1 picks
+program 4 4 8 auto "f=10us b=11us w=9us" "latency=1us bandwidth=50GB/s" >"$dir/dp1.pipe"
+sed 's/^mesh pp=4;/mesh pp=4 dp=64;/' "$dir/dp1.pipe" >"$dir/dp64.pipe"
+t "compiles at dp=64" 0 "$BIN/pipecc" "$dir/dp64.pipe" -o "$dir/dp64.plan"
+"$BIN/pipecc" "$dir/dp1.pipe" -o "$dir/dp1.plan"
+check "dp=64 chooses as dp=1" \
+	"$([ "$(grep '^schedule ' "$dir/dp1.plan")" = "$(grep '^schedule ' "$dir/dp64.plan")" ]; echo $?)" \
+	"$(grep -h '^schedule ' "$dir/dp1.plan" "$dir/dp64.plan" | tr '\n' ' ')"
+t "pipesim proves the dp=64 plan" 0 "$BIN/pipesim" "$dir/dp64.plan"
+
 # a cap nothing fits: located, with the smallest peak a candidate reached
 program 4 4 8 auto "f=1us b=1us w=1us" ideal "device memory=2MB;" >"$dir/n.pipe"
 t "a cap nothing fits" 1 "$BIN/pipecc" "$dir/n.pipe" -o "$dir/n.plan"
