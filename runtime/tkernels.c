@@ -554,17 +554,7 @@ int tk_xent_fwd(const float *logits, const int32_t *tgt, float *lse, double *los
 int tk_xent_bwd(const float *logits, const int32_t *tgt, const float *lse, float scale,
                 float *dlogits, int64_t N, int64_t V)
 {
-	if (!tokens_ok(tgt, N, V))
-		return TK_EINVAL;
-	float k = (float)((double)scale / (double)N);
-	for (int64_t i = 0; i < N; i++) {
-		const float *r = logits + i * V;
-		float *o = dlogits + i * V;
-		for (int64_t j = 0; j < V; j++)
-			o[j] = k * expf(r[j] - lse[i]);
-		o[tgt[i]] -= k;
-	}
-	return TK_OK;
+	return tk_xent_tp_bwd(logits, tgt, lse, scale, dlogits, N, V, 0, V); // all columns
 }
 
 
