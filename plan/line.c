@@ -63,7 +63,7 @@ static int line_base(const Plan *p, int l)
 	return l / stride * stride * p->dims[DIM_PP] + l % stride;
 }
 
-static int line_of_base(const Plan *p, int b)
+int plan_line_of_base(const Plan *p, int b)
 {
 	int stride = plan_pp_stride(p);
 	return b / (stride * p->dims[DIM_PP]) * stride + b % stride;
@@ -117,7 +117,7 @@ static int expand_rank(const Plan *p, PlanRank *rk, int w, size_t *failed)
 	int stride = plan_pp_stride(p);
 	plan_mesh_coords(p, w, rk->coord);
 	int q = rk->coord[DIM_PP], base = w - q * stride;
-	int shift = line_of_base(p, base) * p->nroutes;
+	int shift = plan_line_of_base(p, base) * p->nroutes;
 	const PlanRank *src = &p->ranks[q];
 	rk->device = plan_line_device(p, w);
 	rk->peers = malloc((size_t)src->npeers * sizeof *rk->peers + 1);
@@ -168,7 +168,7 @@ static void borrow_rank(const Plan *p, PlanRank *rk, const PlanRank *line0, int 
 	rk->device = plan_line_device(p, w);
 	rk->borrowed = 1;
 	rk->base = w - rk->coord[DIM_PP] * plan_pp_stride(p);
-	rk->route_shift = line_of_base(p, rk->base) * p->nroutes;
+	rk->route_shift = plan_line_of_base(p, rk->base) * p->nroutes;
 	rk->peers = line0->peers;
 	rk->npeers = line0->npeers;
 	rk->ops = line0->ops;
@@ -233,49 +233,6 @@ Plan *plan_expand_for(const Plan *p, int only, size_t *failed)
 	}
 	*failed = 0;
 	return e;
-}
-
-static int on_line0(const Plan *p, int w)
-{
-	int stride = plan_pp_stride(p);
-	return w % stride == 0 && w / stride < p->dims[DIM_PP];
-}
-
-int plan_make_line(Plan *p, int dev_per_node)
-{
-	int pp = p->dims[DIM_PP], stride = plan_pp_stride(p), world = p->world;
-	PlanRank *line = calloc((size_t)pp, sizeof *line);
-	if (!line)
-		return -1;
-	for (int q = 0; q < pp; q++) {
-		line[q] = p->ranks[q * stride];
-		memset(&p->ranks[q * stride], 0, sizeof *p->ranks);
-		PlanRank *rk = &line[q];
-		for (int i = 0; i < rk->npeers; i++)
-			rk->peers[i].peer_rank /= stride;
-		for (int64_t i = 0; i < rk->nops; i++)
-			if (rk->ops[i].peer >= 0)
-				rk->ops[i].peer /= stride;
-	}
-	for (int r = 0; r < world; r++) {
-		free(p->ranks[r].peers);
-		free(p->ranks[r].ops);
-	}
-	free(p->ranks);
-	p->ranks = line;
-	int n0 = 0; // line 0's routes come first
-	while (n0 < p->nroutes && on_line0(p, p->routes[n0].src_rank) &&
-	       on_line0(p, p->routes[n0].dst_rank))
-		n0++;
-	p->nroutes = n0;
-	for (int i = 0; i < p->nroutes; i++) {
-		p->routes[i].src_rank /= stride;
-		p->routes[i].dst_rank /= stride;
-	}
-	p->world = pp;
-	p->line = 1;
-	p->dev_per_node = dev_per_node > 0 ? dev_per_node : 1;
-	return 0;
 }
 
 int plan_line_uniform(const Plan *p)

@@ -285,10 +285,9 @@ Plan *plan_expand(const Plan *p, size_t *failed);
 Plan *plan_expand_for(const Plan *p, int only, size_t *failed);
 /* Op i of rank r as that rank runs it (a borrowed rank's numbers translated). */
 PlanOp plan_rank_op(const Plan *p, int r, int64_t i);
-/* Turns an expanded plan whose lines are translates of its first line (as the lowering
- * makes them, only the first line filled) into a line plan in place; the other ranks'
- * tables are freed.  -1 when out of memory (p unchanged). */
-int plan_make_line(Plan *p, int dev_per_node);
+/* The number of the pipeline line whose pipeline index 0 is world rank base (lines are
+ * numbered by increasing base; line l's routes follow the l * nroutes0 before it). */
+int plan_line_of_base(const Plan *p, int base);
 /* Whether every line's collectives take the time line 0's take (the tp groups sit in
  * one node or span nodes alike): then one line's run is every line's run (docs/pipesim.md,
  * "Line plans").  Work O(world / tp), no ops. */
