@@ -150,7 +150,8 @@ Plan *plan_expand(const Plan *p, size_t *failed)
 
 PlanOp plan_rank_op(const Plan *p, int r, int64_t i)
 {
-	const PlanRank *rk = &p->ranks[r];
+	PlanRank tmp;
+	const PlanRank *rk = plan_rank(p, r, &tmp);
 	PlanOp o = rk->ops[i];
 	if (rk->borrowed) {
 		if (o.peer >= 0)
@@ -177,6 +178,35 @@ static void borrow_rank(const Plan *p, PlanRank *rk, const PlanRank *line0, int 
 	rk->line = line0->line;
 }
 
+/* A view holds line 0 at ranks[q] (world rank q * stride), then its own rank. */
+const PlanRank *plan_rank(const Plan *p, int r, PlanRank *tmp)
+{
+	if (!p->view)
+		return &p->ranks[r];
+	int stride = plan_pp_stride(p), pp = p->dims[DIM_PP];
+	if (r % stride == 0 && r / stride < pp)
+		return &p->ranks[r / stride];
+	if (r == p->view - 1)
+		return &p->ranks[pp];
+	if (!tmp)
+		return NULL;
+	*tmp = (PlanRank){0};
+	borrow_rank(p, tmp, &p->ranks[r / stride % pp], r);
+	return tmp;
+}
+
+/* Entry `slot` of e gets world rank w's own lists; its ops' text is line 0's in the file,
+ * so diagnostics point there. */
+static int own_rank(const Plan *p, Plan *e, int slot, int w, size_t *failed)
+{
+	if (expand_rank(p, &e->ranks[slot], w, failed))
+		return -1;
+	const PlanRank *src = &p->ranks[w / plan_pp_stride(p) % p->dims[DIM_PP]];
+	e->ranks[slot].first_line = src->first_line;
+	e->ranks[slot].line = src->line;
+	return 0;
+}
+
 Plan *plan_expand_for(const Plan *p, int only, size_t *failed)
 {
 	*failed = sizeof(Plan);
@@ -187,16 +217,18 @@ Plan *plan_expand_for(const Plan *p, int only, size_t *failed)
 		plan_free(e);
 		return NULL;
 	}
-	int world = plan_mesh_world(p), stride = plan_pp_stride(p);
-	int nl = world / p->dims[DIM_PP];
+	int world = plan_mesh_world(p), stride = plan_pp_stride(p), pp = p->dims[DIM_PP];
+	int nl = only < 0 ? world / pp : 1; // a view keeps line 0's routes
+	int held = only < 0 ? world : pp + 1;
 	int n0 = p->nroutes;
 	e->routes = malloc((size_t)n0 * nl * sizeof *e->routes + 1);
-	e->ranks = calloc((size_t)world, sizeof *e->ranks);
+	e->ranks = calloc((size_t)held, sizeof *e->ranks);
 	if (!e->routes || !e->ranks) {
-		*failed = (size_t)world * sizeof *e->ranks;
+		*failed = (size_t)held * sizeof *e->ranks;
 		plan_free(e);
 		return NULL;
 	}
+	e->view = only < 0 ? 0 : 1 + only; // before world: plan_free counts entries by both
 	e->world = world;
 	for (int l = 0; l < nl; l++) {
 		int b = line_base(p, l);
@@ -213,24 +245,24 @@ Plan *plan_expand_for(const Plan *p, int only, size_t *failed)
 			e->routes[e->nroutes++] = rt;
 		}
 	}
-	for (int w = 0; w < world; w++) {
-		int q = w / stride % p->dims[DIM_PP], own = only < 0 || w == only || w == q * stride;
-		if (!own)
-			continue; // borrowed below, once line 0's ranks exist
-		if (expand_rank(p, &e->ranks[w], w, failed)) {
+	if (only >= 0) {
+		int rc = 0;
+		for (int q = 0; q < pp && rc == 0; q++)
+			rc = own_rank(p, e, q, q * stride, failed);
+		if (rc == 0 && plan_rank(e, only, NULL) == &e->ranks[pp])
+			rc = own_rank(p, e, pp, only, failed);
+		if (rc) {
 			plan_free(e);
 			return NULL;
 		}
-		/* Its ops' text is line 0's in the file: diagnostics point there. */
-		const PlanRank *src = &p->ranks[q];
-		e->ranks[w].first_line = src->first_line;
-		e->ranks[w].line = src->line;
+		*failed = 0;
+		return e;
 	}
-	for (int w = 0; only >= 0 && w < world; w++) {
-		int q = w / stride % p->dims[DIM_PP];
-		if (w != only && w != q * stride)
-			borrow_rank(p, &e->ranks[w], &e->ranks[q * stride], w);
-	}
+	for (int w = 0; w < world; w++)
+		if (own_rank(p, e, w, w, failed)) {
+			plan_free(e);
+			return NULL;
+		}
 	*failed = 0;
 	return e;
 }

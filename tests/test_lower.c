@@ -307,9 +307,13 @@ static void check_line(const char *src, const char *schedule, int line_want)
 		Plan *y = plan_expand_for(l, only, &failed);
 		assert_non_null(y);
 		assert_int_equal(y->world, w->world);
-		assert_false(y->ranks[only].borrowed);
+		/* a view: line 0 and its own rank held, line 0's routes, nothing per world rank */
+		assert_int_equal(y->view, only + 1);
+		assert_int_equal(y->nroutes, l->nroutes);
+		assert_false(plan_rank(y, only, NULL)->borrowed);
 		for (int r = 0; r < w->world; r++) {
-			const PlanRank *a = &y->ranks[r], *b = &w->ranks[r];
+			PlanRank tmp;
+			const PlanRank *a = plan_rank(y, r, &tmp), *b = &w->ranks[r];
 			assert_memory_equal(a->coord, b->coord, sizeof a->coord);
 			assert_int_equal(a->device, b->device);
 			assert_int_equal(a->nops, b->nops);
