@@ -69,7 +69,7 @@ int pipecc_drive(CliTool *t, PipeccArgs *a)
 	if (a->expand && a->emit != EMIT_PLAN)
 		return cli_usage_error(t, "--expand goes with --emit plan");
 	a->o.same_rank = a->same_rank + 1;
-	a->o.line = a->emit == EMIT_PLAN;
+	a->o.line = 1; // every emitter reads a line plan (pipecc --expand expands it to write)
 	a->o.dump = a->dump >= 0 ? (PipeccPass)(a->dump + 1) : PASS_NONE;
 	a->o.dump_out = stdout;
 

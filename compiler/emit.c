@@ -113,7 +113,8 @@ static void summary_stages(const Plan *p, FILE *f)
 		           "pipeline ranks, summed by TIEREDUCE), counted once above\n", copies);
 }
 
-/* Per rank: the memory model's peak (plan/mem.h) and its parts, against the device. */
+/* Per world rank: the memory model's peak (plan/mem.h) and its parts, against the device.
+ * On a line plan every line's rank at pipeline index q has line rank q's figures. */
 static void summary_memory(const Plan *p, FILE *f)
 {
 	char t[8][32];
@@ -125,12 +126,19 @@ static void summary_memory(const Plan *p, FILE *f)
 		if (p->stages[s].recompute)
 			fprintf(f, "  stage %s recomputes: F keeps %" PRId64 " bytes, B rebuilds %" PRId64
 			           "\n", p->stages[s].name, p->stages[s].save_fb, p->stages[s].save_re);
-	for (int r = 0; r < p->world; r++) {
-		PlanMem m;
-		if (plan_mem_rank(p, r, &m)) {
-			fprintf(f, "  (out of memory computing the memory model)\n");
-			return;
+	PlanMem *mem = calloc((size_t)p->world, sizeof *mem);
+	for (int r = 0; mem && r < p->world; r++)
+		if (plan_mem_rank(p, r, &mem[r])) {
+			free(mem);
+			mem = NULL;
 		}
+	if (!mem) {
+		fprintf(f, "  (out of memory computing the memory model)\n");
+		return;
+	}
+	int stride = plan_pp_stride(p);
+	for (int r = 0; r < plan_mesh_world(p); r++) {
+		PlanMem m = mem[p->line ? r / stride % p->dims[DIM_PP] : r];
 		fprintf(f, "  rank %d: peak %s = %s + %s + %s + %s + %s", r, plan_mem_text(t[1], 32, m.peak),
 		        plan_mem_text(t[2], 32, m.params), plan_mem_text(t[3], 32, m.grads),
 		        plan_mem_text(t[4], 32, m.optim), plan_mem_text(t[5], 32, m.saved),
@@ -139,11 +147,13 @@ static void summary_memory(const Plan *p, FILE *f)
 			fprintf(f, " (%.1f %% of the device)", 100.0 * (double)m.peak / (double)p->mem_cap);
 		fputc('\n', f);
 	}
+	free(mem);
 }
 
 void pipecc_emit_summary(const Plan *p, FILE *f)
 {
 	int64_t count[OP_COUNT] = {0}, p2p_bytes = 0, ar_bytes = 0, tp_bytes = 0;
+	int64_t lines = plan_mesh_world(p) / p->world; // a line plan: each line's lists alike
 	for (int r = 0; r < p->world; r++)
 		for (int64_t i = 0; i < p->ranks[r].nops; i++) {
 			const PlanOp *o = &p->ranks[r].ops[i];
@@ -155,6 +165,11 @@ void pipecc_emit_summary(const Plan *p, FILE *f)
 			if (o->kind == OP_TPREDUCE)
 				tp_bytes += o->bytes;
 		}
+	for (int k = 0; k < OP_COUNT; k++)
+		count[k] *= lines;
+	p2p_bytes *= lines;
+	ar_bytes *= lines;
+	tp_bytes *= lines;
 	if (p->seq > 0)
 		fprintf(f, "pipeline %s: schedule %s, %d stages, %d microbatches of %dx%d tokens "
 		           "(vocabulary %d)\n", p->name, p->schedule, p->nstages, p->microbatches,
@@ -165,7 +180,7 @@ void pipecc_emit_summary(const Plan *p, FILE *f)
 	fprintf(f, "mesh");
 	for (int i = 0; i < DIM_COUNT; i++)
 		fprintf(f, " %s=%d", plan_dim_names[p->dim_order[i]], p->dims[p->dim_order[i]]);
-	fprintf(f, " (%d ranks)\n", p->world);
+	fprintf(f, " (%d ranks)\n", plan_mesh_world(p));
 	for (int q = 0; q < p->dims[DIM_PP]; q++) {
 		fprintf(f, "  pp %d:", q);
 		for (int s = 0; s < p->nstages; s++)
@@ -179,7 +194,7 @@ void pipecc_emit_summary(const Plan *p, FILE *f)
 		nlocal += p->stages[p->edges[e].src].pp == p->stages[p->edges[e].dst].pp;
 	}
 	fprintf(f, "edges: %d (%d skip, %d local hand-off)\n", p->nedges, nskip, nlocal);
-	fprintf(f, "ops: %" PRId64 " total;", plan_total_ops(p));
+	fprintf(f, "ops: %" PRId64 " total;", plan_total_ops(p) * lines);
 	for (int k = 0; k < OP_COUNT; k++)
 		if (count[k])
 			fprintf(f, " %s %" PRId64, plan_ops[k].name, count[k]);

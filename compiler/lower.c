@@ -479,40 +479,45 @@ static uint8_t peer_kind(const Lw *w, int q, int r)
 }
 
 /* Ranks, routes and peer tables, before any op: per pipeline line, per remote edge, a
- * forward route and its inverse.  Line l's routes are [2 * nremote * l, ...). */
+ * forward route and its inverse.  Line l's routes are [2 * nremote * l, ...).  A line
+ * plan gets the first line only: pp ranks, indexed by pipeline index (their coordinates
+ * and devices those of world ranks q * stride), and nothing sized by the world. */
 static void fill_ranks(Lw *w)
 {
 	const Program *pr = w->pr;
 	Plan *p = w->plan;
 	int world = p->world, pp = w->pp;
-	int nlines = world / pp;
+	int nlines = world / pp, nr = w->line ? pp : world;
 	w->remote_k = lw_calloc_int(w, (size_t)w->ne);
 	for (int e = 0; e < w->ne; e++)
 		w->remote_k[e] = w->self_send || p->stages[p->edges[e].src].pp != p->stages[p->edges[e].dst].pp
 		                     ? w->nremote++
 		                     : -1;
-	p->ranks = lw_calloc(w, (size_t)world, sizeof *p->ranks);
+	/* A line's rank at pipeline index q sits q strides after its rank at index 0 (in
+	 * p->ranks, q places on a line plan). */
+	int wstride = plan_pp_stride(p), stride = w->line ? 1 : wstride;
+	w->stride = stride;
+	p->ranks = lw_calloc(w, (size_t)nr, sizeof *p->ranks);
+	if (w->line) { // the plan is a line plan from here on (p->ranks has its size)
+		p->world = pp;
+		p->line = 1;
+		p->dev_per_node = pr->device_per_node > 0 ? pr->device_per_node : 1;
+	}
 	p->nroutes = 2 * w->nremote * (w->line ? 1 : nlines);
 	p->routes = lw_calloc(w, (size_t)p->nroutes + 1, sizeof *p->routes);
 	w->line0 = lw_calloc(w, (size_t)pp, sizeof *w->line0);
-	/* A line's rank at pipeline index q sits q strides after its rank at index 0. */
-	int stride = 1;
-	for (int i = DIM_COUNT - 1; i >= 0 && p->dim_order[i] != DIM_PP; i--)
-		stride *= p->dims[p->dim_order[i]];
-	w->stride = stride;
-	w->line_of = lw_calloc_int(w, (size_t)world);
-	for (int r = 0; r < world; r++) {
-		PlanRank *rk = &p->ranks[r];
-		plan_coords_of(p, r, rk->coord);
+	for (int i = 0; i < nr; i++) {
+		PlanRank *rk = &p->ranks[i];
+		int r = w->line ? i * wstride : i; // its world rank
+		plan_mesh_coords(p, r, rk->coord);
 		rk->device = pr->ndevices ? pr->devices[r]
 		                          : r % (pr->device_per_node > 0 ? pr->device_per_node : 1);
 	}
 	for (int q = 0; q < pp; q++)
 		w->line0[q] = &p->ranks[q * stride];
-	for (int r = 0, l = 0; r < world; r++) {
-		if (p->ranks[r].coord[DIM_PP] != 0 || (w->line && r != 0))
+	for (int r = 0, l = 0; r < nr; r++) { // on a line plan, only index 0 is at pipeline index 0
+		if (p->ranks[r].coord[DIM_PP] != 0)
 			continue;
-		w->line_of[r] = l;
 		for (int e = 0; e < w->ne; e++) {
 			if (w->remote_k[e] < 0)
 				continue;
@@ -534,18 +539,18 @@ static void fill_ranks(Lw *w)
 	 * carry their statement's place, in either direction. */
 	for (int i = 0; i < pr->nroutes; i++) {
 		const ProgRoute *st = &pr->routes[i];
-		int r0 = st->rank[0], base = r0 - p->ranks[r0].coord[DIM_PP] * stride;
+		int r0 = st->rank[0], c[DIM_COUNT];
 		if (st->edge < 0 || w->remote_k[st->edge] < 0)
 			continue;
-		int fi = 2 * w->nremote * w->line_of[base] + 2 * w->remote_k[st->edge] + st->dir;
+		plan_mesh_coords(p, r0, c); // on a line plan, line_ok kept stated routes on line 0
+		int l = plan_line_of_base(p, r0 - c[DIM_PP] * wstride);
+		int fi = 2 * w->nremote * l + 2 * w->remote_k[st->edge] + st->dir;
 		p->routes[fi].loc = (PlanLoc){st->loc.line, st->loc.col};
 	}
-	for (int r = 0; r < world; r++) {
+	for (int r = 0; r < nr; r++) {
 		PlanRank *rk = &p->ranks[r];
 		int q = rk->coord[DIM_PP], base = r - q * stride;
 		int n = 0;
-		if (w->line && base != 0) // a line plan keeps the first line's tables only
-			continue;
 		for (int e = 0; e < w->ne; e++)
 			n += (p->stages[p->edges[e].src].pp == q) + (p->stages[p->edges[e].dst].pp == q);
 		rk->peers = lw_calloc(w, (size_t)n + 1, sizeof *rk->peers);
@@ -595,7 +600,7 @@ static void reserve_ops(Lw *w)
 		need[q] = n;
 		total += n;
 	}
-	w->oom->ops = total * (p->world / w->pp); // every pipeline line runs the same lists
+	w->oom->ops = total * (plan_mesh_world(p) / w->pp); // every pipeline line runs the same lists
 	for (int q = 0; q < w->pp; q++) {
 		PlanRank *rk = w->line0[q];
 		rk->ops = lw_malloc(w, (size_t)(need[q] ? need[q] : 1) * sizeof *rk->ops);
@@ -625,7 +630,7 @@ static void copy_lines(Lw *w)
 	int64_t route_shift = 2 * (int64_t)w->nremote;
 	for (int r = 0; r < p->world; r++) {
 		PlanRank *rk = &p->ranks[r];
-		int q = rk->coord[DIM_PP], l = w->line_of[r - q * w->stride];
+		int q = rk->coord[DIM_PP], l = plan_line_of_base(p, r - q * w->stride);
 		const PlanRank *src = w->line0[q];
 		if (rk == src)
 			continue;
@@ -683,7 +688,6 @@ static void lw_free(Lw *w)
 	free(w->line0);
 	free(w->group);
 	free(w->remote_k);
-	free(w->line_of);
 	free(w->in_off);
 	free(w->out_off);
 	free(w->in_e);
@@ -780,8 +784,6 @@ Plan *lower_program(const Program *pr, const SchedCtx *sc, Diag *d, int allow_de
 		expand_tp(w);
 		if (!w->line)
 			copy_lines(w);
-		else if (plan_make_line(p, pr->device_per_node))
-			lw_oom(w, (size_t)w->pp * sizeof *p->ranks);
 	}
 	lw_free(w);
 	free(oom);

@@ -35,7 +35,6 @@ typedef struct {
 	int overlap;         // tune for the overlap model: move tensors as soon as produced
 	int self_send;       // same-rank edges go through the communicator, to self
 	int stride;          // world-rank distance between pipeline neighbours
-	int *line_of;        // world rank at pipeline index 0 -> its line number
 	int *in_off, *in_e;  // CSR of in-edges per stage
 	int *out_off, *out_e;
 	unsigned char *done; // per (stage, mb): PLAN_DEP_MB bits of the actions that ran

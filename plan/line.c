@@ -63,7 +63,7 @@ static int line_base(const Plan *p, int l)
 	return l / stride * stride * p->dims[DIM_PP] + l % stride;
 }
 
-static int line_of_base(const Plan *p, int b)
+int plan_line_of_base(const Plan *p, int b)
 {
 	int stride = plan_pp_stride(p);
 	return b / (stride * p->dims[DIM_PP]) * stride + b % stride;
@@ -117,7 +117,7 @@ static int expand_rank(const Plan *p, PlanRank *rk, int w, size_t *failed)
 	int stride = plan_pp_stride(p);
 	plan_mesh_coords(p, w, rk->coord);
 	int q = rk->coord[DIM_PP], base = w - q * stride;
-	int shift = line_of_base(p, base) * p->nroutes;
+	int shift = plan_line_of_base(p, base) * p->nroutes;
 	const PlanRank *src = &p->ranks[q];
 	rk->device = plan_line_device(p, w);
 	rk->peers = malloc((size_t)src->npeers * sizeof *rk->peers + 1);
@@ -150,7 +150,8 @@ Plan *plan_expand(const Plan *p, size_t *failed)
 
 PlanOp plan_rank_op(const Plan *p, int r, int64_t i)
 {
-	const PlanRank *rk = &p->ranks[r];
+	PlanRank tmp;
+	const PlanRank *rk = plan_rank(p, r, &tmp);
 	PlanOp o = rk->ops[i];
 	if (rk->borrowed) {
 		if (o.peer >= 0)
@@ -168,13 +169,42 @@ static void borrow_rank(const Plan *p, PlanRank *rk, const PlanRank *line0, int 
 	rk->device = plan_line_device(p, w);
 	rk->borrowed = 1;
 	rk->base = w - rk->coord[DIM_PP] * plan_pp_stride(p);
-	rk->route_shift = line_of_base(p, rk->base) * p->nroutes;
+	rk->route_shift = plan_line_of_base(p, rk->base) * p->nroutes;
 	rk->peers = line0->peers;
 	rk->npeers = line0->npeers;
 	rk->ops = line0->ops;
 	rk->nops = line0->nops;
 	rk->first_line = line0->first_line;
 	rk->line = line0->line;
+}
+
+/* A view holds line 0 at ranks[q] (world rank q * stride), then its own rank. */
+const PlanRank *plan_rank(const Plan *p, int r, PlanRank *tmp)
+{
+	if (!p->view)
+		return &p->ranks[r];
+	int stride = plan_pp_stride(p), pp = p->dims[DIM_PP];
+	if (r % stride == 0 && r / stride < pp)
+		return &p->ranks[r / stride];
+	if (r == p->view - 1)
+		return &p->ranks[pp];
+	if (!tmp)
+		return NULL;
+	*tmp = (PlanRank){0};
+	borrow_rank(p, tmp, &p->ranks[r / stride % pp], r);
+	return tmp;
+}
+
+/* Entry `slot` of e gets world rank w's own lists; its ops' text is line 0's in the file,
+ * so diagnostics point there. */
+static int own_rank(const Plan *p, Plan *e, int slot, int w, size_t *failed)
+{
+	if (expand_rank(p, &e->ranks[slot], w, failed))
+		return -1;
+	const PlanRank *src = &p->ranks[w / plan_pp_stride(p) % p->dims[DIM_PP]];
+	e->ranks[slot].first_line = src->first_line;
+	e->ranks[slot].line = src->line;
+	return 0;
 }
 
 Plan *plan_expand_for(const Plan *p, int only, size_t *failed)
@@ -187,16 +217,18 @@ Plan *plan_expand_for(const Plan *p, int only, size_t *failed)
 		plan_free(e);
 		return NULL;
 	}
-	int world = plan_mesh_world(p), stride = plan_pp_stride(p);
-	int nl = world / p->dims[DIM_PP];
+	int world = plan_mesh_world(p), stride = plan_pp_stride(p), pp = p->dims[DIM_PP];
+	int nl = only < 0 ? world / pp : 1; // a view keeps line 0's routes
+	int held = only < 0 ? world : pp + 1;
 	int n0 = p->nroutes;
 	e->routes = malloc((size_t)n0 * nl * sizeof *e->routes + 1);
-	e->ranks = calloc((size_t)world, sizeof *e->ranks);
+	e->ranks = calloc((size_t)held, sizeof *e->ranks);
 	if (!e->routes || !e->ranks) {
-		*failed = (size_t)world * sizeof *e->ranks;
+		*failed = (size_t)held * sizeof *e->ranks;
 		plan_free(e);
 		return NULL;
 	}
+	e->view = only < 0 ? 0 : 1 + only; // before world: plan_free counts entries by both
 	e->world = world;
 	for (int l = 0; l < nl; l++) {
 		int b = line_base(p, l);
@@ -213,69 +245,26 @@ Plan *plan_expand_for(const Plan *p, int only, size_t *failed)
 			e->routes[e->nroutes++] = rt;
 		}
 	}
-	for (int w = 0; w < world; w++) {
-		int q = w / stride % p->dims[DIM_PP], own = only < 0 || w == only || w == q * stride;
-		if (!own)
-			continue; // borrowed below, once line 0's ranks exist
-		if (expand_rank(p, &e->ranks[w], w, failed)) {
+	if (only >= 0) {
+		int rc = 0;
+		for (int q = 0; q < pp && rc == 0; q++)
+			rc = own_rank(p, e, q, q * stride, failed);
+		if (rc == 0 && plan_rank(e, only, NULL) == &e->ranks[pp])
+			rc = own_rank(p, e, pp, only, failed);
+		if (rc) {
 			plan_free(e);
 			return NULL;
 		}
-		/* Its ops' text is line 0's in the file: diagnostics point there. */
-		const PlanRank *src = &p->ranks[q];
-		e->ranks[w].first_line = src->first_line;
-		e->ranks[w].line = src->line;
+		*failed = 0;
+		return e;
 	}
-	for (int w = 0; only >= 0 && w < world; w++) {
-		int q = w / stride % p->dims[DIM_PP];
-		if (w != only && w != q * stride)
-			borrow_rank(p, &e->ranks[w], &e->ranks[q * stride], w);
-	}
+	for (int w = 0; w < world; w++)
+		if (own_rank(p, e, w, w, failed)) {
+			plan_free(e);
+			return NULL;
+		}
 	*failed = 0;
 	return e;
-}
-
-static int on_line0(const Plan *p, int w)
-{
-	int stride = plan_pp_stride(p);
-	return w % stride == 0 && w / stride < p->dims[DIM_PP];
-}
-
-int plan_make_line(Plan *p, int dev_per_node)
-{
-	int pp = p->dims[DIM_PP], stride = plan_pp_stride(p), world = p->world;
-	PlanRank *line = calloc((size_t)pp, sizeof *line);
-	if (!line)
-		return -1;
-	for (int q = 0; q < pp; q++) {
-		line[q] = p->ranks[q * stride];
-		memset(&p->ranks[q * stride], 0, sizeof *p->ranks);
-		PlanRank *rk = &line[q];
-		for (int i = 0; i < rk->npeers; i++)
-			rk->peers[i].peer_rank /= stride;
-		for (int64_t i = 0; i < rk->nops; i++)
-			if (rk->ops[i].peer >= 0)
-				rk->ops[i].peer /= stride;
-	}
-	for (int r = 0; r < world; r++) {
-		free(p->ranks[r].peers);
-		free(p->ranks[r].ops);
-	}
-	free(p->ranks);
-	p->ranks = line;
-	int n0 = 0; // line 0's routes come first
-	while (n0 < p->nroutes && on_line0(p, p->routes[n0].src_rank) &&
-	       on_line0(p, p->routes[n0].dst_rank))
-		n0++;
-	p->nroutes = n0;
-	for (int i = 0; i < p->nroutes; i++) {
-		p->routes[i].src_rank /= stride;
-		p->routes[i].dst_rank /= stride;
-	}
-	p->world = pp;
-	p->line = 1;
-	p->dev_per_node = dev_per_node > 0 ? dev_per_node : 1;
-	return 0;
 }
 
 int plan_line_uniform(const Plan *p)

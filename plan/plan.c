@@ -52,7 +52,8 @@ int plan_tie_peer(const Plan *p, int rank, int *stage)
 	if (!plan_tie_across(p, &e, &h) || rank < 0 || rank >= p->world)
 		return -1;
 	int c[DIM_COUNT];
-	memcpy(c, p->ranks[rank].coord, sizeof c);
+	PlanRank tmp;
+	memcpy(c, plan_rank(p, rank, &tmp)->coord, sizeof c);
 	int me = c[DIM_PP];
 	if (me != p->stages[e].pp && me != p->stages[h].pp)
 		return -1;
@@ -164,8 +165,9 @@ void plan_free(Plan *p)
 	free(p->stages);
 	free(p->edges);
 	free(p->routes);
-	if (p->ranks) {
-		for (int r = 0; r < p->world; r++) {
+	if (p->ranks) { // a view holds line 0 and its own rank (plan_expand_for)
+		int held = p->view ? p->dims[DIM_PP] + 1 : p->world;
+		for (int r = 0; r < held; r++) {
 			if (p->ranks[r].borrowed)
 				continue;
 			free(p->ranks[r].peers);

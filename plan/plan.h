@@ -163,6 +163,10 @@ typedef struct {
 	uint8_t dim_order[DIM_COUNT]; // dims outermost first, as written; ranks are row-major
 	int dims[DIM_COUNT];          // sizes indexed by PlanDim
 	int world;             // entries of ranks[]: the world, or one line's (line plans)
+	/* A one-rank view (plan_expand_for with a rank): ranks[] holds line 0's ranks by
+	 * pipeline index, then that rank, and routes[] line 0's routes only; every other
+	 * rank is derived when asked for (plan_rank).  1 + that rank; 0 in any other plan. */
+	int view;
 	int microbatches;
 	int rows, cols;        // one microbatch of input: rows x cols f32
 	int seq, vocab;        // token input: rows = sequences x seq tokens over vocab; else 0
@@ -280,15 +284,19 @@ int plan_line_device(const Plan *p, int w);
  * translated onto its own line.  NULL when out of memory (*failed: the bytes). */
 Plan *plan_expand(const Plan *p, size_t *failed);
 /* The same, but only line 0 and world rank `only` get lists of their own: every other
- * rank borrows line 0's (PlanRank.borrowed), so the work is one line's plus a rank table,
- * whatever dp and tp are.  What a process running one rank needs (piperun under MPI). */
+ * rank borrows line 0's (PlanRank.borrowed).  With only >= 0 the result is a one-rank
+ * view (Plan.view): nothing in it is sized by the world, so the work and memory are one
+ * line's whatever dp and tp are; what a process running one rank needs (piperun under
+ * MPI).  With only < 0 it is plan_expand (the threads launcher). */
 Plan *plan_expand_for(const Plan *p, int only, size_t *failed);
+/* World rank r of p: its entry, or in a one-rank view a rank derived into *tmp (NULL when
+ * tmp is NULL and r has no entry).  Read ranks through this wherever p may be a view. */
+const PlanRank *plan_rank(const Plan *p, int r, PlanRank *tmp);
 /* Op i of rank r as that rank runs it (a borrowed rank's numbers translated). */
 PlanOp plan_rank_op(const Plan *p, int r, int64_t i);
-/* Turns an expanded plan whose lines are translates of its first line (as the lowering
- * makes them, only the first line filled) into a line plan in place; the other ranks'
- * tables are freed.  -1 when out of memory (p unchanged). */
-int plan_make_line(Plan *p, int dev_per_node);
+/* The number of the pipeline line whose pipeline index 0 is world rank base (lines are
+ * numbered by increasing base; line l's routes follow the l * nroutes0 before it). */
+int plan_line_of_base(const Plan *p, int base);
 /* Whether every line's collectives take the time line 0's take (the tp groups sit in
  * one node or span nodes alike): then one line's run is every line's run (docs/pipesim.md,
  * "Line plans").  Work O(world / tp), no ops. */

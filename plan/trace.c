@@ -24,7 +24,9 @@ static void jtext(FILE *f, const char *s)
 
 static int64_t line_of(const Plan *p, int r, int64_t op)
 {
-	return p->ranks[r].first_line ? p->ranks[r].first_line + op : 0;
+	PlanRank tmp;
+	const PlanRank *rk = plan_rank(p, r, &tmp);
+	return rk->first_line ? rk->first_line + op : 0;
 }
 
 void plan_trace_begin(PlanTrace *t, FILE *f, const Plan *p, const char *other)
@@ -41,7 +43,8 @@ void plan_trace_begin(PlanTrace *t, FILE *f, const Plan *p, const char *other)
 
 void plan_trace_rank(PlanTrace *t, int r)
 {
-	const PlanRank *pr = &t->p->ranks[r];
+	PlanRank tmp;
+	const PlanRank *pr = plan_rank(t->p, r, &tmp);
 	fprintf(t->f, "%s{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": %d, \"args\": "
 	              "{\"name\": \"rank %d (pp=%d dp=%d tp=%d)\"}}",
 	        t->sep, r, plan_world_rank(t->p, r), pr->coord[DIM_PP], pr->coord[DIM_DP],
@@ -60,7 +63,8 @@ void plan_trace_rank(PlanTrace *t, int r)
 
 void plan_trace_compute(PlanTrace *t, int r, int64_t op, int64_t t0, int64_t t1, int step)
 {
-	const PlanOp *o = &t->p->ranks[r].ops[op];
+	PlanRank tmp;
+	const PlanOp *o = &plan_rank(t->p, r, &tmp)->ops[op];
 	char text[256];
 	plan_format_op(t->p, o, text, sizeof text);
 	fprintf(t->f, "%s{\"ph\": \"X\", \"pid\": %d, \"tid\": 0, \"name\": ", t->sep, r);
@@ -80,7 +84,8 @@ void plan_trace_compute(PlanTrace *t, int r, int64_t op, int64_t t0, int64_t t1,
 void plan_trace_group(PlanTrace *t, int r, int64_t op, int64_t op_end, int64_t t0, int64_t t1,
                       int step, int stuck)
 {
-	const PlanRank *pr = &t->p->ranks[r];
+	PlanRank tmp;
+	const PlanRank *pr = plan_rank(t->p, r, &tmp);
 	const PlanOp *o = &pr->ops[op];
 	int64_t n = op_end - op;
 	fprintf(t->f, "%s{\"ph\": \"X\", \"pid\": %d, \"tid\": 1, \"name\": \"%s%s%s", t->sep, r,

@@ -181,7 +181,7 @@ int64_t rt_world_local_ops(const RtWorld *w)
 {
 	int64_t n = 0;
 	for (int r = w->first_local; r < w->first_local + w->nlocal; r++)
-		n += w->plan->ranks[r].nops;
+		n += plan_rank(w->plan, r, NULL)->nops; // local ranks have entries
 	return n;
 }
 

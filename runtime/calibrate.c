@@ -38,7 +38,8 @@ int rt_calibrate_write(const Plan *p, const RtResult *res, FILE *f)
 		for (int r = 0; r < res->world; r++) {
 			for (int64_t i = 0; i < res->nev[r]; i++) {
 				const RtEvent *e = &res->ev[r][i];
-				const PlanOp *o = &p->ranks[r].ops[e->op];
+				PlanRank tmp;
+				const PlanOp *o = &plan_rank(p, r, &tmp)->ops[e->op];
 				OpKind k = plan_op_kind(o);
 				if (e->step < first || !plan_op_is_compute(k) || o->stage != s)
 					continue;

@@ -335,7 +335,8 @@ static int mismatch(RtRank *r, const MpOp *o)
 {
 	const Plan *p = r->w->plan;
 	int64_t op = o->hdr[HDR_OP];
-	const PlanRank *pr = &p->ranks[o->peer];
+	PlanRank tmp;
+	const PlanRank *pr = plan_rank(p, o->peer, &tmp);
 	char txt[256] = "?";
 	if (op >= 0 && op < pr->nops)
 		plan_format_op(p, &pr->ops[op], txt, sizeof txt);

@@ -286,7 +286,8 @@ static void max_into(RtTensor *acc, const RtTensor *x)
 
 static void describe(const RtWorld *w, int rank, int op, char *buf, size_t n)
 {
-	const PlanRank *pr = &w->plan->ranks[rank];
+	PlanRank tmp;
+	const PlanRank *pr = plan_rank(w->plan, rank, &tmp);
 	char txt[256];
 	plan_format_op(w->plan, &pr->ops[op], txt, sizeof txt);
 	if (pr->first_line)

@@ -84,8 +84,11 @@ int rt_cuda_shared_device(const Plan *p, const char *hosts, size_t stride, const
 		snprintf(why, n, "out of memory");
 		return -1;
 	}
-	for (int r = 0; r < p->world; r++)
-		s[r] = (Seat){hosts ? hosts + (size_t)r * stride : host, p->ranks[r].device, r};
+	for (int r = 0; r < p->world; r++) {
+		PlanRank tmp;
+		const char *h = hosts ? hosts + (size_t)r * stride : host;
+		s[r] = (Seat){h, plan_rank(p, r, &tmp)->device, r};
+	}
 	qsort(s, (size_t)p->world, sizeof *s, seat_cmp);
 	int rc = 0;
 	for (int k = 1; k < p->world && rc == 0; k++) {

@@ -74,7 +74,7 @@ static int pick_devices(RtWorld *w, CuWorld *cw)
 	if (ndev == 0)
 		return rt_world_unable(w, "no CUDA device on host %s: %s", host, why);
 	for (int i = 0; i < nlocal; i++) {
-		int d = rt_cuda_pick_device(p->ranks[first + i].device, local, ndev, why, sizeof why);
+		int d = rt_cuda_pick_device(plan_rank(p, first + i, NULL)->device, local, ndev, why, sizeof why);
 		if (d < 0)
 			return rt_world_unable(w, "rank %d on host %s: %s; a plan with %d ranks on one "
 			                          "machine needs %d GPUs (or run it under mpirun/srun "

@@ -93,7 +93,8 @@ static void print_text(const Plan *p, const RtWorld *w, const RtResult *res)
 	printf("busy %.2f %% (mean over ranks)\n", 100.0 * busy_of(res, -1));
 	printf("rank  pp  dp  tp   busy %%   compute us  peak_act_bytes  peak_total_bytes\n");
 	for (int r = 0; r < res->world; r++) {
-		const int *c = p->ranks[r].coord;
+		int c[DIM_COUNT];
+		plan_mesh_coords(p, r, c);
 		printf("%4d %3d %3d %3d %7.2f %12.3f  %14" PRId64 "  %16" PRId64 "\n", r, c[DIM_PP],
 		       c[DIM_DP], c[DIM_TP], 100.0 * busy_of(res, r), res->busy_ns[r] / 1e3 / res->steps,
 		       res->peak_act[r], res->mem_peak[4 * r]);

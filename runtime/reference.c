@@ -45,7 +45,8 @@ static void w_order(const Plan *p, int d, int *out)
 		int c[DIM_COUNT] = {0};
 		c[DIM_PP] = pp;
 		c[DIM_DP] = d;
-		const PlanRank *pr = &p->ranks[plan_rank_of(p, c)];
+		PlanRank tmp;
+		const PlanRank *pr = plan_rank(p, plan_rank_of(p, c), &tmp);
 		for (int64_t i = 0; i < pr->nops; i++) {
 			const PlanOp *o = &pr->ops[i];
 			if (!(plan_ops[plan_op_kind(o)].makes & PLAN_DEP_WGRAD))

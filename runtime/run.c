@@ -26,8 +26,10 @@ static int64_t rank_params(const RtWorld *w, int rank)
 {
 	const Plan *p = w->plan;
 	int64_t n = 0;
+	int c[DIM_COUNT];
+	plan_mesh_coords(p, rank, c);
 	for (int s = 0; s < p->nstages; s++)
-		if (p->stages[s].pp == p->ranks[rank].coord[DIM_PP])
+		if (p->stages[s].pp == c[DIM_PP])
 			n += w->model->st[s].nparams;
 	return n;
 }
@@ -83,7 +85,7 @@ static int alloc_ranks(RtWorld *w)
 		r->w = w;
 		r->rank = w->first_local + i;
 		r->local = i;
-		r->pr = &w->plan->ranks[r->rank];
+		r->pr = plan_rank(w->plan, r->rank, NULL); // a local rank has its entry
 		r->dev = w->dev;
 		r->model = w->model;
 		memcpy(r->coord, r->pr->coord, sizeof r->coord);
@@ -445,14 +447,16 @@ static int check(RtWorld *w, RtResult *res)
 		}
 		for (int r = 0; r < p->world; r++) {
 			const float *wr = (const float *)((char *)all + r * n);
+			int c[DIM_COUNT];
+			plan_mesh_coords(p, r, c);
 			int64_t off = 0;
 			for (int s = 0; s < p->nstages; s++) {
-				if (p->stages[s].pp != p->ranks[r].coord[DIM_PP])
+				if (p->stages[s].pp != c[DIM_PP])
 					continue;
 				int64_t k = w->model->st[s].nparams;
 				double a, b;
 				if (piece) // the slice of the whole reference this rank holds
-					rt_model_shard(w->model, s, p->ranks[r].coord[DIM_TP], ref[s], piece);
+					rt_model_shard(w->model, s, c[DIM_TP], ref[s], piece);
 				compare(wr + off, piece ? piece : ref[s], k, &a, &b);
 				res->weight_abs = fmax(res->weight_abs, a);
 				res->weight_rel = fmax(res->weight_rel, b);

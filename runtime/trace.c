@@ -13,7 +13,8 @@ int rt_trace_write(const Plan *p, const RtResult *res, FILE *f)
 	PlanTrace t;
 	plan_trace_begin(&t, f, p, other);
 	for (int r = 0; r < p->world && r < res->world; r++) {
-		const PlanRank *pr = &p->ranks[r];
+		PlanRank tmp;
+		const PlanRank *pr = plan_rank(p, r, &tmp);
 		plan_trace_rank(&t, r);
 		for (int64_t k = 0; k < res->nev[r]; k++) {
 			const RtEvent *e = &res->ev[r][k];

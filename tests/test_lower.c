@@ -268,6 +268,19 @@ static char *plan_text(Plan *p, size_t *n)
 	return a;
 }
 
+/* What pipecc --emit summary (kind 0) or torch-csv (1) writes for p. */
+static char *emit_text(const Plan *p, int kind, size_t *n)
+{
+	char *a = NULL;
+	FILE *f = open_memstream(&a, n);
+	if (kind == 0)
+		pipecc_emit_summary(p, f);
+	else
+		pipecc_emit_torch_csv(p, f, 1);
+	fclose(f);
+	return a;
+}
+
 static char *gpt_program(int tp, int l0, int l1, const char *schedule);
 
 /* src lowered as the world and as one line: the line expands to the world byte for
@@ -301,15 +314,28 @@ static void check_line(const char *src, const char *schedule, int line_want)
 	char *tb = plan_text(q, &nb);
 	assert_int_equal(nl, nb);
 	assert_memory_equal(tl, tb, nl);
+	/* the summary and the torch CSV read the line as they read the world */
+	for (int kind = 0; kind < 2; kind++) {
+		size_t na, nb2;
+		char *ea = emit_text(w, kind, &na), *eb = emit_text(l, kind, &nb2);
+		if (na != nb2 || memcmp(ea, eb, na))
+			fail_msg("--emit %s differs on the line:\n%s", kind ? "torch-csv" : "summary", src);
+		free(ea);
+		free(eb);
+	}
 	/* one process's view (plan_expand_for): every rank's ops, borrowed or its own, are
 	 * the world's as plan_rank_op gives them */
 	for (int only = 0; line_want && only < w->world; only += w->world / 3 + 1) {
 		Plan *y = plan_expand_for(l, only, &failed);
 		assert_non_null(y);
 		assert_int_equal(y->world, w->world);
-		assert_false(y->ranks[only].borrowed);
+		/* a view: line 0 and its own rank held, line 0's routes, nothing per world rank */
+		assert_int_equal(y->view, only + 1);
+		assert_int_equal(y->nroutes, l->nroutes);
+		assert_false(plan_rank(y, only, NULL)->borrowed);
 		for (int r = 0; r < w->world; r++) {
-			const PlanRank *a = &y->ranks[r], *b = &w->ranks[r];
+			PlanRank tmp;
+			const PlanRank *a = plan_rank(y, r, &tmp), *b = &w->ranks[r];
 			assert_memory_equal(a->coord, b->coord, sizeof a->coord);
 			assert_int_equal(a->device, b->device);
 			assert_int_equal(a->nops, b->nops);
