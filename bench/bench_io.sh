@@ -57,8 +57,8 @@ set -- $(best wc -l "$T/big.plan") || exit 1
 wc=$1
 row() { # NAME SECONDS RSS_KIB
 	awk -v n="$1" -v s="$2" -v kb="$3" -v ops="$ops" -v wc="$wc" 'BEGIN {
-		printf "  %-30s %7.3f s  %6.1f M ops/s  %5.1fx wc -l", n, s, s > 0 ? ops / s / 1e6 : 0,
-		       wc > 0 ? s / wc : 0
+		printf "  %-30s %7.3f s  %6.1f M ops/s  %5.1fx wc -l", n, s, (s > 0 ? ops / s / 1e6 : 0),
+		       (wc > 0 ? s / wc : 0)
 		if (kb > 0) printf "  peak RSS %6.1f MiB = %5.1f B/op", kb / 1024, kb * 1024 / ops
 		printf "\n" }'
 }
