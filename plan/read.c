@@ -12,10 +12,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define RD_BLOCK (1 << 20) // bytes read at a time
+
 typedef struct {
 	FILE *f;
-	char *buf;
-	size_t cap;
+	char *blk;     // the block read: lines [0, pos) are done, [pos, len) unread
+	size_t cap, len, pos;
+	int eof;
+	char *buf;     // the current line, in blk, its newline made a NUL
 	int64_t line;  // number of the line in buf
 	const char *s; // cursor into buf
 	PlanError *err;
@@ -26,6 +30,7 @@ typedef struct {
 	uint64_t want, h;
 	int version;
 	int world;        // the mesh's world: the range of rank numbers in the file
+	int stride;       // a line plan's rank numbers are multiples of it (plan_pp_stride)
 } Rd;
 
 static int fail(Rd *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -44,25 +49,63 @@ static int fail(Rd *r, const char *fmt, ...)
 	return -1;
 }
 
-/* Reads the next line; `what` names what was expected, for the truncation error. */
+/* Reads more of the file after the unread rest of the block, moved to its start, until
+ * a newline arrives or the file ends; the block doubles when a line outgrows it. */
+static int fill(Rd *r)
+{
+	size_t rest = r->len - r->pos;
+	if (rest)
+		memmove(r->blk, r->blk + r->pos, rest);
+	r->len = rest;
+	r->pos = 0;
+	while (!r->eof) {
+		if (r->len == r->cap) {
+			size_t c = r->cap ? r->cap * 2 : RD_BLOCK;
+			char *b = realloc(r->blk, c);
+			if (!b) {
+				char t[160];
+				return fail(r, "%s", plan_oom_text(t, sizeof t, r->ops, c));
+			}
+			r->blk = b;
+			r->cap = c;
+		}
+		size_t k = fread(r->blk + r->len, 1, r->cap - r->len, r->f);
+		if (k == 0) {
+			r->eof = 1;
+			break;
+		}
+		r->len += k;
+		if (memchr(r->blk + r->len - k, '\n', k))
+			break;
+	}
+	return 0;
+}
+
+/* Reads the next line; `what` names what was expected, for the truncation error.  The
+ * file is read in big blocks and the line is left in place, its newline made a NUL. */
 static int next_line(Rd *r, const char *what)
 {
-	ssize_t n = getline(&r->buf, &r->cap, r->f);
 	r->line++;
-	if (n < 0)
-		return fail(r, "unexpected end of file: expected %s", what);
-	if (r->check) {
-		uint64_t h = r->h;
-		for (ssize_t i = 0; i < n; i++)
-			h = (h ^ (unsigned char)r->buf[i]) * PLAN_FNV_PRIME;
-		r->h = h;
+	char *nl = r->pos < r->len ? memchr(r->blk + r->pos, '\n', r->len - r->pos) : NULL;
+	if (!nl) {
+		if (fill(r))
+			return -1;
+		nl = r->len ? memchr(r->blk, '\n', r->len) : NULL;
 	}
-	if (n == 0 || r->buf[n - 1] != '\n')
+	char *s = r->blk + r->pos;
+	size_t n = nl ? (size_t)(nl - s) + 1 : r->len - r->pos; // the newline included
+	if (n == 0)
+		return fail(r, "unexpected end of file: expected %s", what);
+	r->pos += n;
+	if (r->check)
+		r->h = plan_fnv1a(r->h, s, n);
+	if (s[n - 1] != '\n')
 		return fail(r, "line does not end with a newline (truncated file?)");
-	r->buf[n - 1] = 0;
-	if (strlen(r->buf) != (size_t)n - 1)
+	s[n - 1] = 0;
+	if (memchr(s, 0, n - 1))
 		return fail(r, "NUL byte in line");
-	r->s = r->buf;
+	r->buf = s;
+	r->s = s;
 	return 0;
 }
 
@@ -72,12 +115,23 @@ static void skip_sp(Rd *r)
 		r->s++;
 }
 
+/* How many leading bytes of s match the literal w: all of w's when s starts with it (the
+ * NUL ending a line never matches, so this stops there).  No strlen, no strncmp: these
+ * run on every field of every op line. */
+static inline size_t prefix(const char *s, const char *w)
+{
+	size_t n = 0;
+	while (w[n] && s[n] == w[n])
+		n++;
+	return n;
+}
+
 /* Matches a literal word followed by a space or the end of the line. */
 static int word(Rd *r, const char *w)
 {
 	skip_sp(r);
-	size_t n = strlen(w);
-	if (strncmp(r->s, w, n) != 0 || (r->s[n] != ' ' && r->s[n] != 0)) {
+	size_t n = prefix(r->s, w);
+	if (w[n] || (r->s[n] != ' ' && r->s[n] != 0)) {
 		char got[40];
 		size_t k = strcspn(r->s, " ");
 		snprintf(got, sizeof got, "%.*s", (int)(k < 32 ? k : 32), r->s);
@@ -91,8 +145,8 @@ static int word(Rd *r, const char *w)
 static int key(Rd *r, const char *k)
 {
 	skip_sp(r);
-	size_t n = strlen(k);
-	if (strncmp(r->s, k, n) != 0)
+	size_t n = prefix(r->s, k);
+	if (k[n])
 		return fail(r, "expected '%s'", k);
 	r->s += n;
 	return 0;
@@ -372,6 +426,7 @@ static int read_lines_at(Rd *r, Plan *p)
 	if (n != p->world / p->dims[DIM_PP])
 		return fail(r, "lines %d is not the world over pp (%d)", n, p->world / p->dims[DIM_PP]);
 	p->line = 1;
+	r->stride = plan_pp_stride(p);
 	return 0;
 }
 
@@ -385,7 +440,7 @@ static int line_ref(Rd *r, const Plan *p, int *v)
 {
 	if (!p->line || r->failed)
 		return r->failed ? -1 : 0;
-	int stride = plan_pp_stride(p);
+	int stride = r->stride;
 	if (*v % stride || *v / stride >= p->dims[DIM_PP])
 		return fail(r, "rank %d is not on the plan's pipeline line (dp=0 tp=0): a line plan "
 		               "names only those ranks", *v);
@@ -496,9 +551,9 @@ static int read_header(Rd *r, Plan *p)
 static int read_dir(Rd *r, uint8_t *dir, const char *after)
 {
 	skip_sp(r);
-	if (!strncmp(r->s, "act ", 4))
+	if (prefix(r->s, "act ") == 4)
 		*dir = DIR_ACT;
-	else if (!strncmp(r->s, "grad ", 5))
+	else if (prefix(r->s, "grad ") == 5)
 		*dir = DIR_GRAD;
 	else
 		return fail(r, "expected 'act' or 'grad'%s%s", after ? " after " : "", after ? after : "");
@@ -672,8 +727,9 @@ static int read_routes(Rd *r, Plan *p)
 static int op_kind(Rd *r)
 {
 	for (int k = 0; k < OP_COUNT; k++) {
-		size_t n = strlen(plan_ops[k].name);
-		if (!strncmp(r->s, plan_ops[k].name, n) && (r->s[n] == ' ' || r->s[n] == 0)) {
+		const char *name = plan_ops[k].name;
+		size_t n = prefix(r->s, name);
+		if (!name[n] && (r->s[n] == ' ' || r->s[n] == 0)) {
 			r->s += n;
 			return k;
 		}
@@ -839,8 +895,9 @@ static int read_ranks(Rd *r, Plan *p)
 		return -1;
 	if (strcmp(r->buf, "end") != 0)
 		return fail(r, "expected 'end' after the last rank's ops (op count too small?)");
-	int c = fgetc(r->f);
-	if (c != EOF) {
+	if (r->pos == r->len && fill(r))
+		return -1;
+	if (r->pos < r->len) {
 		r->line++;
 		return fail(r, "text after 'end'");
 	}
@@ -866,7 +923,7 @@ Plan *plan_read(FILE *f, const char *name, PlanError *err)
 	}
 	int bad = read_header(&r, p) || read_stages(&r, p) || read_edges(&r, p) ||
 	          read_routes(&r, p) || read_ranks(&r, p);
-	free(r.buf);
+	free(r.blk);
 	if (bad || r.failed) {
 		plan_free(p);
 		return NULL;

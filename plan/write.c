@@ -1,40 +1,41 @@
 /* The plan writer.  The text form is documented in docs/plan-format.md; the reader in
  * read.c accepts exactly what this writes, and write -> read -> write is byte-identical.
  * Op lines dominate large plans, so they are formatted by hand into a buffer rather
- * than through printf. */
+ * than through printf.  Into a regular file the text is formatted once (the header
+ * line, fixed in length, goes into its place last); into a pipe twice. */
 #include "plan.h"
 
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 typedef struct {
 	FILE *f;
 	char buf[1 << 20];
 	size_t n;
+	size_t hashed; // buf[0, hashed) is folded into h already
 	int err;
-	int hash_only; // the first pass: fold the text into h instead of writing it
+	int hashing;   // fold the text into h
+	int emit;      // write the text to f (not in the two-pass writer's first pass)
 	uint64_t h;    // FNV-1a of everything after the header line
 	int mul;       // rank numbers in memory times mul are world ranks (a line plan's stride)
 } Out;
 
 static void hash(Out *o, const char *s, size_t n)
 {
-	uint64_t h = o->h;
-	for (size_t i = 0; i < n; i++)
-		h = (h ^ (unsigned char)s[i]) * PLAN_FNV_PRIME;
-	o->h = h;
+	o->h = plan_fnv1a(o->h, s, n);
 }
 
 static void flush(Out *o)
 {
-	if (o->hash_only) {
-		hash(o, o->buf, o->n);
-		o->n = 0;
-		return;
-	}
-	if (o->n && fwrite(o->buf, 1, o->n, o->f) != o->n)
+	if (o->hashing)
+		hash(o, o->buf + o->hashed, o->n - o->hashed);
+	o->hashed = 0;
+	if (o->emit && o->n && fwrite(o->buf, 1, o->n, o->f) != o->n)
 		o->err = 1;
 	o->n = 0;
 }
@@ -45,9 +46,9 @@ static void put(Out *o, const char *s)
 	if (o->n + len > sizeof o->buf)
 		flush(o);
 	if (len > sizeof o->buf) {
-		if (o->hash_only)
+		if (o->hashing)
 			hash(o, s, len);
-		else if (fwrite(s, 1, len, o->f) != len)
+		if (o->emit && fwrite(s, 1, len, o->f) != len)
 			o->err = 1;
 		return;
 	}
@@ -199,6 +200,10 @@ static void put_op(Out *o, const PlanOp *op)
 		put_int(o, op->src_line);
 	}
 	PUT_LIT(o, "\n");
+	if (o->hashing) { // now, while the next op is formatted: the hash is one long chain
+		hash(o, o->buf + o->hashed, o->n - o->hashed);
+		o->hashed = o->n;
+	}
 }
 
 /* `layer KIND IN OUT`, then the keys that are set, in the key table's order: numbers
@@ -310,7 +315,30 @@ static void write_body(Out *o, const Plan *p)
 	flush(o);
 }
 
-/* Two passes over the text: the first only hashes it, so the header line can carry the
+/* A regular file not opened for appending can take the header after the body: the
+ * text is formatted once, hashed as it goes, and the fixed-length header line is
+ * written into its place at the end.  Sets *at to where the header goes. */
+static int seekable(FILE *f, off_t *at)
+{
+	int fd = fileno(f);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+		return 0;
+	int fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || (fl & O_APPEND) || fflush(f) != 0)
+		return 0;
+	*at = ftello(f);
+	return *at >= 0;
+}
+
+static int header(char *s, size_t n, const Plan *p, uint64_t h)
+{
+	return snprintf(s, n, "%s %d " PLAN_CHECKSUM "=%016" PRIx64 "\n", PLAN_FORMAT,
+	                p->line ? PLAN_VERSION : PLAN_VERSION_EXPANDED, h);
+}
+
+/* One pass into a regular file (the header written last, in its place); two passes
+ * otherwise, the first only hashing the text, so the header line can carry the
  * checksum of what follows while the plan still streams to a pipe. */
 int plan_write(const Plan *p, FILE *f)
 {
@@ -318,16 +346,31 @@ int plan_write(const Plan *p, FILE *f)
 	if (!o)
 		return -1;
 	o->f = f;
-	o->n = 0;
+	o->n = o->hashed = 0;
 	o->err = 0;
-	o->hash_only = 1;
 	o->h = PLAN_FNV_OFFSET;
 	o->mul = p->line ? plan_pp_stride(p) : 1;
-	write_body(o, p);
-	o->hash_only = 0;
-	putf(o, "%s %d " PLAN_CHECKSUM "=%016" PRIx64 "\n", PLAN_FORMAT,
-	     p->line ? PLAN_VERSION : PLAN_VERSION_EXPANDED, o->h);
-	write_body(o, p);
+	char head[128];
+	int hl = header(head, sizeof head, p, 0); // the same length whatever the hash
+	off_t at;
+	if (seekable(f, &at)) {
+		if (fwrite(head, 1, (size_t)hl, f) != (size_t)hl)
+			o->err = 1;
+		o->hashing = o->emit = 1;
+		write_body(o, p);
+		header(head, sizeof head, p, o->h);
+		if (fflush(f) != 0 || pwrite(fileno(f), head, (size_t)hl, at) != hl)
+			o->err = 1;
+	} else {
+		o->hashing = 1;
+		o->emit = 0;
+		write_body(o, p);
+		o->hashing = 0;
+		o->emit = 1;
+		header(head, sizeof head, p, o->h);
+		put(o, head);
+		write_body(o, p);
+	}
 	if (fflush(f) != 0)
 		o->err = 1;
 	int err = o->err;

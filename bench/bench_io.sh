@@ -1,0 +1,75 @@
+#!/bin/sh
+# Plan I/O end to end (issue 15): `pipecc -o PLAN` and `pipesim PLAN` on a generated
+# 1f1b program (default pp=128, m=16384: 12.5 M ops, a 500 MiB plan), as ops per second
+# and as a ratio to `wc -l PLAN`, the honest "how fast can this machine read this text"
+# in the same run.  Goals: both >= 20 M ops/s, pipesim within 3x of wc -l, <= 64 bytes
+# of peak RSS per op.  Then bench/io_bench.c times the reader and the writer alone.
+# Wall times are the best of REPS runs (the machine may be shared); RSS from /usr/bin/time.
+: "${BIN:=bin}"
+PP=${PP:-128}
+M=${M:-16384}
+REPS=${REPS:-3}
+B=build/rel
+PLAN_OBJ=$(ls plan/*.c | sed "s|^|$B/|; s|\.c\$|.o|")
+make -s $PLAN_OBJ "$BIN/pipecc" "$BIN/pipesim" || exit 1
+mkdir -p "$B/bench"
+${CC:-cc} -std=c11 -Wall -Wextra -Wpedantic -O2 -g -D_GNU_SOURCE -o "$B/bench/io_bench" \
+	bench/io_bench.c $PLAN_OBJ -lm || exit 1
+T=$(mktemp -d /tmp/io-bench.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+
+{
+	echo "pipeline big; mesh pp=$PP; microbatches $M; input 1x16;"
+	i=0
+	while [ $i -lt $((PP - 1)) ]; do echo "stage s$i { linear 16; }"; i=$((i + 1)); done
+	echo "stage s$i { linear 16; loss mse; }"
+	echo "schedule 1f1b; cost * f=1 b=1 w=1; link ideal;"
+} >"$T/big.pipe"
+
+# best CMD...: runs CMD REPS times (stdout discarded); prints "SECONDS RSS_KIB" of the
+# fastest run.
+best() {
+	bs=
+	for _ in $(seq "$REPS"); do
+		t0=$(date +%s.%N)
+		if [ -x /usr/bin/time ]; then
+			/usr/bin/time -f "%M" -o "$T/time" "$@" >/dev/null 2>"$T/err" ||
+				{ cat "$T/err" >&2; return 1; }
+		else
+			"$@" >/dev/null 2>"$T/err" || { cat "$T/err" >&2; return 1; }
+			echo 0 >"$T/time"
+		fi
+		t1=$(date +%s.%N)
+		s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
+		if [ -z "$bs" ] || awk -v s="$s" -v b="$bs" 'BEGIN { exit !(s < b) }'; then
+			bs=$s
+			kb=$(cat "$T/time")
+		fi
+	done
+	echo "$bs $kb"
+}
+
+"$BIN/pipecc" --stats "$T/big.pipe" -o "$T/big.plan" 2>"$T/stats" || { cat "$T/stats"; exit 1; }
+ops=$(awk '{ print $2 }' "$T/stats")
+bytes=$(wc -c <"$T/big.plan")
+echo "pp=$PP m=$M: $ops ops, plan $(awk -v b="$bytes" 'BEGIN { printf "%.1f MiB, %.1f bytes/op", b / 1048576, b / '"$ops"' }')"
+set -- $(best wc -l "$T/big.plan") || exit 1
+wc=$1
+row() { # NAME SECONDS RSS_KIB
+	awk -v n="$1" -v s="$2" -v kb="$3" -v ops="$ops" -v wc="$wc" 'BEGIN {
+		printf "  %-30s %7.3f s  %6.1f M ops/s  %5.1fx wc -l", n, s, (s > 0 ? ops / s / 1e6 : 0),
+		       (wc > 0 ? s / wc : 0)
+		if (kb > 0) printf "  peak RSS %6.1f MiB = %5.1f B/op", kb / 1024, kb * 1024 / ops
+		printf "\n" }'
+}
+row "wc -l PLAN" "$wc" 0
+set -- $(best "$BIN/pipecc" "$T/big.pipe" -o "$T/out.plan") || exit 1
+row "pipecc -o PLAN" "$1" "$2"
+cmp -s "$T/out.plan" "$T/big.plan" || { echo "bench_io: pipecc wrote a different plan" >&2; exit 1; }
+set -- $(best "$BIN/pipesim" -q --no-record "$T/big.plan") || exit 1
+row "pipesim -q --no-record PLAN" "$1" "$2"
+set -- $(best "$BIN/pipesim" -q "$T/big.plan") || exit 1
+row "pipesim -q PLAN" "$1" "$2"
+echo "the plan text alone (bench/io_bench.c, best of $REPS):"
+"$B/bench/io_bench" "$T/big.plan" "$T/out.plan" "$REPS" || exit 1
+cmp -s "$T/out.plan" "$T/big.plan" || { echo "bench_io: plan_write wrote a different plan" >&2; exit 1; }
