@@ -269,6 +269,24 @@ static char *plan_text(Plan *p, size_t *n)
 	return a;
 }
 
+/* Reads text back, verifies it and writes it again: the same bytes; the plan read. */
+static Plan *read_back(const char *text, size_t n)
+{
+	FILE *in = fmemopen((void *)text, n, "r");
+	PlanError err;
+	Plan *q = plan_read(in, "mem", &err);
+	fclose(in);
+	if (!q)
+		fail_msg("line %lld: %s", (long long)err.line, err.msg);
+	assert_int_equal(plan_verify(q, &err), 0);
+	size_t nb;
+	char *b = plan_text(q, &nb);
+	assert_int_equal(n, nb);
+	assert_memory_equal(text, b, n);
+	free(b);
+	return q;
+}
+
 /* What pipecc --emit summary (kind 0) or torch-csv (1) writes for p. */
 static char *emit_text(const Plan *p, int kind, size_t *n)
 {
@@ -357,21 +375,12 @@ static void check_line(const char *src, const char *schedule, int line_want)
 		fail_msg("line plan %d, wanted %d:\n%s", l->line, line_want, src);
 	if (line_want)
 		assert_int_equal(l->world, w->dims[DIM_PP]);
-	size_t failed, nw, nx, nl, nb;
+	size_t failed, nw, nx, nl;
 	Plan *x = line_want ? plan_expand(l, &failed) : NULL;
 	char *tw = plan_text(w, &nw), *tx = plan_text(x ? x : l, &nx), *tl = plan_text(l, &nl);
 	if (nw != nx || memcmp(tw, tx, nw))
 		fail_msg("the expanded line is not the world's plan:\n%s", src);
-	FILE *in = fmemopen(tl, nl, "r");
-	PlanError err;
-	Plan *q = plan_read(in, "mem", &err);
-	fclose(in);
-	if (!q)
-		fail_msg("line %lld: %s", (long long)err.line, err.msg);
-	assert_int_equal(plan_verify(q, &err), 0);
-	char *tb = plan_text(q, &nb);
-	assert_int_equal(nl, nb);
-	assert_memory_equal(tl, tb, nl);
+	Plan *q = read_back(tl, nl);
 	/* the summary and the torch CSV read the line as they read the world */
 	for (int kind = 0; kind < 2; kind++) {
 		size_t na, nb2;
@@ -410,7 +419,6 @@ static void check_line(const char *src, const char *schedule, int line_want)
 	free(tw);
 	free(tx);
 	free(tl);
-	free(tb);
 	plan_free(w);
 	plan_free(l);
 	plan_free(x);
@@ -797,21 +805,11 @@ static void lower__tp__params_divided(void **state)
 					assert_int_equal(p->ranks[r].ops[i].bytes,
 					                 p->stages[p->ranks[r].ops[i].stage].params * 4);
 		/* write -> read -> write is byte-identical with TPREDUCE and part= */
-		size_t na = 0, nb = 0;
+		size_t na = 0;
 		char *a = plan_text(p, &na);
-		FILE *in = fmemopen(a, na, "r");
-		PlanError err;
-		Plan *q = plan_read(in, "mem", &err);
-		fclose(in);
-		if (!q)
-			fail_msg("line %lld: %s", (long long)err.line, err.msg);
-		assert_int_equal(plan_verify(q, &err), 0);
-		char *b = plan_text(q, &nb);
-		assert_int_equal(na, nb);
-		assert_memory_equal(a, b, na);
+		Plan *q = read_back(a, na);
 		assert_int_equal(q->per_node, tp > 1 ? 8 : 0); // the node line comes with tp > 1
 		free(a);
-		free(b);
 		plan_free(q);
 		plan_free(p);
 	}
