@@ -449,7 +449,7 @@ int prog_recompute(const Program *p, int s)
 static void check_selective(Check *c)
 {
 	Program *p = c->p;
-	int any = 0;
+	int any = 0, attends = 0;
 	for (int s = 0; s < p->nstages; s++) {
 		const ProgStage *st = &p->stages[s];
 		if (st->recompute == PLAN_RECOMPUTE_SELECTIVE && !prog_stage_attends(st))
@@ -457,8 +457,9 @@ static void check_selective(Check *c)
 			           "stage '%s' has no attention layer: selective recomputation rebuilds "
 			           "attention's probabilities only", st->name);
 		any |= prog_recompute(p, s) == PLAN_RECOMPUTE_SELECTIVE;
+		attends |= prog_stage_attends(st);
 	}
-	if (p->recompute_all == PLAN_RECOMPUTE_SELECTIVE && !any && !c->d->nerrors)
+	if (p->recompute_all == PLAN_RECOMPUTE_SELECTIVE && !attends)
 		diag_error(c->d, p->recompute_all_loc,
 		           "no stage has an attention layer: selective recomputation rebuilds "
 		           "attention's probabilities only");

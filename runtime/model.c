@@ -376,9 +376,16 @@ const char *rt_device_check(const RtDevice *d, const Plan *p, char *err, size_t 
 {
 	for (int s = 0; s < p->nstages; s++) {
 		const PlanStage *st = &p->stages[s];
-		int first = 1;
+		int first = 1, attends = 0;
 		for (int e = 0; e < p->nedges; e++)
 			first &= p->edges[e].dst != s;
+		for (int l = 0; l < st->nlayers; l++)
+			attends |= st->layers[l].kind == LAYER_ATTN;
+		if (st->recompute == PLAN_RECOMPUTE_SELECTIVE && !attends) {
+			snprintf(err, n, "stage %s recomputes selectively but has no attention layer",
+			         st->name);
+			return err;
+		}
 		for (int l = 0; l < st->nlayers; l++) {
 			LayerKind k = st->layers[l].kind;
 			if (plan_layers[k].arg == LAYER_ARG_BODY)
