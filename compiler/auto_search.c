@@ -42,7 +42,7 @@ typedef struct {
 
 typedef struct {
 	int place;          // PlaceKind
-	int recompute;      // 1: every stage recomputes
+	int recompute;      // PlanRecompute of a `recompute *` tried on top, or 0: as given
 	int *stage_pp;
 	AutoModel md;
 	AutoScratch *sc;
@@ -55,18 +55,36 @@ typedef struct {
 	Arena *a;
 	Diag sink;
 	int64_t cap;
-	Setup setups[4];
+	Setup setups[6]; // placements (2 at most) x recomputation (3 at most)
 	int nsetups;
 	Cand *c;
 	int n, ncap;
 	long evals;
 } Search;
 
+/* The recomputation a setup runs, as --explain writes it. */
+static const char *recompute_name(int mode)
+{
+	return mode == PLAN_RECOMPUTE_FULL        ? "full"
+	       : mode == PLAN_RECOMPUTE_SELECTIVE ? "selective"
+	                                          : "as given";
+}
+
+/* Whether `recompute * selective` is worth a setup: some stage has attention, tp = 1. */
+static int selective_helps(const Program *pr)
+{
+	int any = 0;
+	for (int i = 0; i < pr->nstages; i++)
+		any |= prog_stage_attends(&pr->stages[i]);
+	return any && pr->dims[DIM_TP] == 1;
+}
+
 static Program *program_with(Search *s, int recompute)
 {
 	Program *q = arena_alloc(s->a, sizeof *q);
 	*q = *s->pr;
-	q->recompute_all = s->pr->recompute_all || recompute;
+	if (recompute)
+		q->recompute_all = (uint8_t)recompute;
 	return q;
 }
 
@@ -466,7 +484,7 @@ static void explain_row(FILE *f, const Search *s, const Cand *c)
 	const char *fits = c->state == 1 ? (c->fits ? "yes" : "no")
 	                   : x->makespan < 0 ? "-" : c->fast_fits ? "yes?" : "no";
 	fprintf(f, "  %-26s %-5s %6d %-9s %10s %10s %7s %10s %-4s", c->label, place_name(u->place),
-	        u->md.ns / u->md.pp, u->recompute || s->pr->recompute_all ? "all" : "as given",
+	        u->md.ns / u->md.pp, recompute_name(u->recompute ? u->recompute : s->pr->recompute_all),
 	        fast, step, bub, x->makespan >= 0 ? pk : "-", fits);
 	if (c->state == 1)
 		fprintf(f, " tune=%s", c->tune ? "overlap" : "strict");
@@ -528,7 +546,9 @@ static void make_setups(Search *s)
 		c.prog = &q;
 		if (place_stages(&c, &sched_auto))
 			continue;
-		for (int rc = 0; rc < (pr->recompute_all ? 1 : 2); rc++) {
+		for (int rc = 0; rc <= (pr->recompute_all ? 0 : PLAN_RECOMPUTE_SELECTIVE); rc++) {
+			if (rc == PLAN_RECOMPUTE_SELECTIVE && !selective_helps(pr))
+				continue;
 			Setup *u = &s->setups[s->nsetups];
 			*u = (Setup){.place = places[i], .recompute = rc, .stage_pp = stage_pp};
 			if (setup_model(s, u) == 0)
@@ -694,9 +714,10 @@ static void none_fits(Search *s, Diag *d)
 	const Cand *c = &s->c[b];
 	diag_error(d, at,
 	           "schedule auto: no candidate fits the device's %s: the smallest peak any of the %d "
-	           "candidates reached is %s (%s%s)",
+	           "candidates reached is %s (%s%s%s)",
 	           plan_mem_text(t[0], 32, s->cap), s->n, plan_mem_text(t[1], 32, c->peak), c->label,
-	           s->setups[c->setup].recompute || s->pr->recompute_all ? ", recompute *" : "");
+	           s->setups[c->setup].recompute ? ", recompute * " : "",
+	           s->setups[c->setup].recompute ? recompute_name(s->setups[c->setup].recompute) : "");
 	diag_note(d, at, "pipecc --explain lists every candidate with its peak");
 }
 
@@ -712,7 +733,8 @@ static void take_winner(Search *s, Cand *w, AutoChoice *out)
 	out->tune_overlap = w->tune;
 	pr->place = PLACE_LIST;
 	pr->place_list = u->stage_pp;
-	pr->recompute_all |= (uint8_t)u->recompute;
+	if (u->recompute)
+		pr->recompute_all = (uint8_t)u->recompute;
 }
 
 int auto_search(Program *pr, Arena *a, Diag *d, FILE *ex, AutoChoice *out)

@@ -393,18 +393,30 @@ static void check_cost(Check *c, AstStmt *s)
 	}
 }
 
-/* `recompute NAME;` or `recompute *;`: the stage (every stage) keeps only its input
- * from F and re-runs F at B (docs/semantics.md "Memory"). */
+/* `recompute NAME [MODE];` or `recompute * [MODE];`: the stage (every stage) recomputes,
+ * MODE `full` (the default: keeps only its input from F and re-runs F at B) or
+ * `selective` (drops its attention layers' probabilities and rebuilds them at B);
+ * docs/semantics.md "Memory".  A stage's own statement wins over `*`. */
 static void check_recompute(Check *c, AstStmt *s)
 {
 	Program *p = c->p;
+	uint8_t mode = PLAN_RECOMPUTE_FULL;
+	if (s->name2.s) {
+		if (strcmp(s->name2.s, "selective") == 0) {
+			mode = PLAN_RECOMPUTE_SELECTIVE;
+		} else if (strcmp(s->name2.s, "full") != 0) {
+			diag_error(c->d, s->name2.loc, "unknown recomputation '%s' (valid: full, selective)",
+			           s->name2.s);
+			return;
+		}
+	}
 	if (strcmp(s->name.s, "*") == 0) {
 		if (p->recompute_all) {
 			diag_error(c->d, s->name.loc, "duplicate 'recompute *' statement");
 			diag_note(c->d, p->recompute_all_loc, "first given here");
 			return;
 		}
-		p->recompute_all = 1;
+		p->recompute_all = mode;
 		p->recompute_all_loc = s->name.loc;
 		return;
 	}
@@ -417,8 +429,48 @@ static void check_recompute(Check *c, AstStmt *s)
 		return;
 	}
 	c->recompute_stmt[target] = s;
-	p->stages[target].recompute = 1;
+	p->stages[target].recompute = mode;
 	p->stages[target].recompute_loc = s->name.loc;
+}
+
+int prog_recompute(const Program *p, int s)
+{
+	const ProgStage *st = &p->stages[s];
+	if (st->recompute)
+		return st->recompute;
+	if (p->recompute_all == PLAN_RECOMPUTE_SELECTIVE && !prog_stage_attends(st))
+		return PLAN_RECOMPUTE_NONE;
+	return p->recompute_all;
+}
+
+/* Selective recomputation rebuilds attention's probabilities: a stage named for it must
+ * have attention, `recompute * selective` some stage, and tp must be 1 (a stage's parts
+ * would each need their own figures). */
+static void check_selective(Check *c)
+{
+	Program *p = c->p;
+	int any = 0, attends = 0;
+	for (int s = 0; s < p->nstages; s++) {
+		const ProgStage *st = &p->stages[s];
+		if (st->recompute == PLAN_RECOMPUTE_SELECTIVE && !prog_stage_attends(st))
+			diag_error(c->d, st->recompute_loc,
+			           "stage '%s' has no attention layer: selective recomputation rebuilds "
+			           "attention's probabilities only", st->name);
+		any |= prog_recompute(p, s) == PLAN_RECOMPUTE_SELECTIVE;
+		attends |= prog_stage_attends(st);
+	}
+	if (p->recompute_all == PLAN_RECOMPUTE_SELECTIVE && !attends)
+		diag_error(c->d, p->recompute_all_loc,
+		           "no stage has an attention layer: selective recomputation rebuilds "
+		           "attention's probabilities only");
+	if (any && p->dims[DIM_TP] > 1) {
+		Loc at = p->recompute_all_loc;
+		for (int s = 0; s < p->nstages; s++)
+			if (p->stages[s].recompute == PLAN_RECOMPUTE_SELECTIVE)
+				at = p->stages[s].recompute_loc;
+		diag_error(c->d, at, "selective recomputation at tp = %d is not supported: it needs "
+		           "tp = 1", p->dims[DIM_TP]);
+	}
 }
 
 static void check_link(Check *c, AstStmt *s)
@@ -835,6 +887,7 @@ static Program *check(Arena *a, Diag *d, const char *file, AstProgram *ast)
 	check_custom(&c);
 	fill_costs(&c);
 	check_tp(&c);
+	check_selective(&c);
 	return p;
 }
 

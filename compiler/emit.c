@@ -123,7 +123,11 @@ static void summary_memory(const Plan *p, FILE *f)
 		fprintf(f, ", device holds %s", plan_mem_text(t[0], 32, p->mem_cap));
 	fputc('\n', f);
 	for (int s = 0; s < p->nstages; s++)
-		if (p->stages[s].recompute)
+		if (p->stages[s].recompute == PLAN_RECOMPUTE_SELECTIVE)
+			fprintf(f, "  stage %s recomputes attention's probabilities: F keeps %" PRId64
+			           " bytes, B rebuilds %" PRId64 "\n", p->stages[s].name,
+			        p->stages[s].save_fb + p->stages[s].save_fw, p->stages[s].save_re);
+		else if (p->stages[s].recompute)
 			fprintf(f, "  stage %s recomputes: F keeps %" PRId64 " bytes, B rebuilds %" PRId64
 			           "\n", p->stages[s].name, p->stages[s].save_fb, p->stages[s].save_re);
 	PlanMem *mem = calloc((size_t)p->world, sizeof *mem);

@@ -36,7 +36,9 @@
  * so that pipesim shows the cycle (lower_stall.c). */
 #include "lower_int.h"
 #include "../plan/mem.h"
+#include "../plan/tfcount.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,12 +114,36 @@ static void recompute_stage(Plan *p, int s)
 {
 	PlanStage *st = &p->stages[s];
 	int64_t in = plan_stage_in_bytes(p, s);
-	st->recompute = 1;
+	st->recompute = PLAN_RECOMPUTE_FULL;
 	st->save_re = st->save_fb + st->save_fw - in;
 	st->save_bw += st->save_fw;
 	st->save_fb = in;
 	st->save_fw = 0;
 	st->cost[1] += st->cost[0];
+}
+
+/* Selective recomputation (docs/semantics.md "Memory"): F drops the stage's attention
+ * probabilities (save_re bytes, out of save_fw), B rebuilds them first (scale q k^T
+ * and the softmax, one of F's two S x S products per head: its share of the stage's F
+ * FLOPs adds that much of f to b) and frees them with what only it needs. */
+static void selective_stage(Plan *p, int s, const LayerShape *sh)
+{
+	PlanStage *st = &p->stages[s];
+	double fl = 0, core = 0;
+	int64_t probs = 0;
+	for (int l = 0; l < st->nlayers; l++) {
+		const PlanLayer *ly = &st->layers[l];
+		fl += plan_layer_figures_tp(ly, sh, 1).flops[0];
+		if (ly->kind != LAYER_ATTN)
+			continue;
+		TkAttn a = plan_layer_attn(ly, sh);
+		probs += tk_attn_p_elems(&a) * 4;
+		core += 2.0 * (double)(a.B * a.H * a.S * a.S) * (double)(a.d / a.H);
+	}
+	st->recompute = PLAN_RECOMPUTE_SELECTIVE;
+	st->save_re = probs;
+	st->save_fw -= probs;
+	st->cost[1] += fl > 0 ? llround((double)st->cost[0] * core / fl) : 0;
 }
 
 static void fill_stages(Lw *w)
@@ -160,8 +186,11 @@ static void fill_stages(Lw *w)
 			st->save_fw += lc.save_fw;
 			st->save_bw += lc.save_bw;
 		}
-		if (ps->recompute || pr->recompute_all)
+		int mode = prog_recompute(pr, s);
+		if (mode == PLAN_RECOMPUTE_FULL)
 			recompute_stage(p, s);
+		else if (mode == PLAN_RECOMPUTE_SELECTIVE)
+			selective_stage(p, s, &shape);
 	}
 }
 

@@ -118,7 +118,7 @@ static int check_memory(const Program *pr, const Plan *p, Diag *d)
 		          p->world * lines);
 	int all = 1;
 	for (int s = 0; s < p->nstages; s++)
-		all &= p->stages[s].recompute;
+		all &= p->stages[s].recompute == PLAN_RECOMPUTE_FULL;
 	if (!all && worst.saved > worst.peak - p->mem_cap) // recomputing could make it fit
 		diag_note(d, pr->mem_loc, "'recompute *;' keeps only each stage's input from F to B");
 	return -1;

@@ -36,9 +36,18 @@ typedef struct {
 	int64_t cost[3];       // F, B, W ns (filled for every stage after checking:
 	                       // stage cost, else `cost *`, else derived from FLOPs)
 	Loc cost_loc;
-	uint8_t recompute;     // `recompute NAME;` or `recompute *;` names it
+	uint8_t recompute;     // PlanRecompute of its own `recompute NAME [MODE];`, or 0
 	Loc recompute_loc;
 } ProgStage;
+
+/* Whether a stage holds an attention layer (what selective recomputation rebuilds). */
+static inline int prog_stage_attends(const ProgStage *st)
+{
+	for (int l = 0; l < st->nlayers; l++)
+		if (st->layers[l].kind == LAYER_ATTN)
+			return 1;
+	return 0;
+}
 
 typedef struct {
 	int src, dst;          // stage indices
@@ -87,7 +96,7 @@ typedef struct {
 	double peak_flops;             // device FLOP/s for costs derived from FLOPs
 	int64_t mem_cap;               // device bytes (`device` preset or memory=); 0: none
 	Loc mem_loc;                   // where the capacity is stated
-	uint8_t recompute_all;         // `recompute *;`
+	uint8_t recompute_all;         // PlanRecompute of `recompute * [MODE];`, or 0
 	Loc recompute_all_loc;
 
 	int nstages;
@@ -167,6 +176,9 @@ void front_route(Arena *a, Diag *d, Program *p, const struct AstStmt *s, int sa,
 /* Devices a node holds: `devices per_node=N`, or with a list the number of distinct
  * devices it names (compiler/check.c; the plan's `node per_node=`). */
 int prog_node_size(const Program *p);
+/* Stage s's recomputation (PlanRecompute): its own statement, else `recompute *`'s,
+ * which in selective mode passes over stages without attention. */
+int prog_recompute(const Program *p, int s);
 
 /* Parses and checks src; NULL after reporting errors to d. */
 Program *front_parse(Arena *a, Diag *d, const char *file, const char *src, size_t len);

@@ -11,7 +11,8 @@
  *   - Zero Bubble's greedy heuristic (auto_zb.c) with one stage per rank, at the cap
  *     and, where its order overshoots the memory model (it does not count tensors in
  *     flight), at budgets cut until it fits,
- * each with the program's recomputation and with `recompute *`.  The fast model
+ * each with the program's recomputation, `recompute *` and (attention, tp = 1)
+ * `recompute * selective`.  The fast model
  * (auto_eval.c) predicts every candidate's step and peak; the best that fit are then
  * confirmed for real: lowered (both communication tunings), verified, their memory
  * model checked against the cap, and run in pipesim's overlap model, which also proves

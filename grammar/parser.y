@@ -179,9 +179,19 @@ stmt
 		$$ = ast_stmt(ps, AST_RECOMPUTE, @1, ast_span(@1, @2));
 		$$->name = $2;
 	}
+	| RECOMPUTE IDENT IDENT ';'  {
+		$$ = ast_stmt(ps, AST_RECOMPUTE, @1, ast_span(@1, @3));
+		$$->name = $2;
+		$$->name2 = $3;
+	}
 	| RECOMPUTE '*' ';'  {
 		$$ = ast_stmt(ps, AST_RECOMPUTE, @1, ast_span(@1, @2));
 		$$->name = (AstName){"*", @2};
+	}
+	| RECOMPUTE '*' IDENT ';'  {
+		$$ = ast_stmt(ps, AST_RECOMPUTE, @1, ast_span(@1, @3));
+		$$->name = (AstName){"*", @2};
+		$$->name2 = $3;
 	}
 	| STAGE IDENT '{' layers '}'  {
 		$$ = ast_stmt(ps, AST_STAGE, @1, ast_span(@1, @2));

@@ -75,6 +75,13 @@ typedef struct {
 	double momentum; // OPTIM_MOMENTUM: the buffer's decay
 } PlanOptim;
 
+/* A stage's recomputation (PlanStage.recompute; the language's `recompute NAME [MODE];`). */
+typedef enum {
+	PLAN_RECOMPUTE_NONE,
+	PLAN_RECOMPUTE_FULL,      // F keeps the stage input, B re-runs F
+	PLAN_RECOMPUTE_SELECTIVE, // F drops attention's probabilities, B rebuilds them
+} PlanRecompute;
+
 typedef struct {
 	int line, col; // 1-based position in the .pipe source; 0 when unknown
 } PlanLoc;
@@ -91,9 +98,12 @@ typedef struct PlanStage {
 	 * F allocates save_fb + save_fw; B frees save_fb and allocates save_bw;
 	 * W frees save_fw + save_bw; BW frees save_fb + save_fw. */
 	int64_t save_fb, save_fw, save_bw;
-	/* Recomputation (docs/semantics.md "Memory"): F keeps only the stage input (save_fb),
-	 * B re-runs F first, holding save_re more bytes while it rebuilds what F dropped, and
-	 * keeps what W needs (save_bw); the B cost includes F's. */
+	/* Recomputation (docs/semantics.md "Memory"), PlanRecompute.  Full: F keeps only
+	 * the stage input (save_fb), B re-runs F first, holding save_re more bytes while it
+	 * rebuilds what F dropped, and keeps what W needs (save_bw); the B cost includes F's.
+	 * Selective: F drops its attention layers' softmax probabilities (save_re bytes, out
+	 * of save_fw), B rebuilds them first and frees them with its own; the B cost
+	 * includes the score products'. */
 	uint8_t recompute;
 	int64_t save_re;
 	PlanLoc loc;

@@ -572,14 +572,21 @@ static int read_node(Rd *r, Plan *p)
 	return eol(r);
 }
 
-/* Optional after save_bw: ` recompute save_re=N` (docs/plan-format.md). */
+/* Optional after save_bw: ` recompute [selective] save_re=N` (docs/plan-format.md). */
 static int read_recompute(Rd *r, PlanStage *st)
 {
 	skip_sp(r);
 	if (strncmp(r->s, "recompute ", 10))
 		return 0;
-	st->recompute = 1;
-	return word(r, "recompute") || kv64(r, "save_re=", &st->save_re, 0, INT64_MAX / 8);
+	st->recompute = PLAN_RECOMPUTE_FULL;
+	if (word(r, "recompute"))
+		return -1;
+	skip_sp(r);
+	if (!strncmp(r->s, "selective ", 10)) {
+		st->recompute = PLAN_RECOMPUTE_SELECTIVE;
+		r->s += 9;
+	}
+	return kv64(r, "save_re=", &st->save_re, 0, INT64_MAX / 8);
 }
 
 static int read_stages(Rd *r, Plan *p)

@@ -273,7 +273,8 @@ static void write_body(Out *o, const Plan *p)
 		     s, st->name, st->pp, st->in, st->out, st->cost[0], st->cost[1], st->cost[2],
 		     st->params, st->save_fb, st->save_fw, st->save_bw);
 		if (st->recompute)
-			putf(o, " recompute save_re=%" PRId64, st->save_re);
+			putf(o, " recompute%s save_re=%" PRId64,
+			     st->recompute == PLAN_RECOMPUTE_SELECTIVE ? " selective" : "", st->save_re);
 		putf(o, " layers=%d @%d:%d\n", st->nlayers, st->loc.line, st->loc.col);
 		for (int l = 0; l < st->nlayers; l++)
 			put_layer(o, &st->layers[l]);

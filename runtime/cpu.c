@@ -378,6 +378,16 @@ static int attn_fwd(RtRank *r, const RtLayerCall *c)
 	return RT_OK;
 }
 
+static int attn_rebuild(RtRank *r, const RtLayerCall *c)
+{
+	if (rt_layer_call_check(r, c))
+		return RT_EFAIL;
+	TkAttn a = plan_layer_attn(c->layer, &c->sh);
+	a.tp = tp_of(c);
+	tk_attn_probs(&a, SAVED(c, 0), SAVED(c, RT_ATTN_PROBS));
+	return RT_OK;
+}
+
 static int attn_bwd_in(RtRank *r, const RtLayerCall *c)
 {
 	if (rt_layer_call_check(r, c))
@@ -559,7 +569,7 @@ static const RtLayerKernels cpu_layers[LAYER_COUNT] = {
 	[LAYER_EMBED] = {embed_fwd, NULL, embed_bwd_w},
 	[LAYER_LAYERNORM] = {layernorm_fwd, layernorm_bwd_in, layernorm_bwd_w},
 	[LAYER_RMSNORM] = {rmsnorm_fwd, rmsnorm_bwd_in, rmsnorm_bwd_w},
-	[LAYER_ATTN] = {attn_fwd, attn_bwd_in, attn_bwd_w},
+	[LAYER_ATTN] = {attn_fwd, attn_bwd_in, attn_bwd_w, NULL, attn_rebuild},
 	[LAYER_MLP] = {mlp_fwd, mlp_bwd_in, mlp_bwd_w},
 	[LAYER_SWIGLU] = {swiglu_fwd, swiglu_bwd_in, swiglu_bwd_w},
 	[LAYER_HEAD] = {head_fwd, head_bwd_in, head_bwd_w},

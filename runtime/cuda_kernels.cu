@@ -494,10 +494,12 @@ static int call_uses(const RtLayerCall *c, int ph, Use *u)
 		if (ph == CU_W && c->grad)
 			u[n++] = Use{&c->grad[j], 1};
 	}
-	for (int j = 0; j < c->nsaved; j++)
-		u[n++] = Use{c->saved[j], ph == CU_F};
+	for (int j = 0; j < c->nsaved; j++) // NULL: dropped (selective recomputation)
+		if (c->saved[j])
+			u[n++] = Use{c->saved[j], ph == CU_F};
 	for (int j = 0; j < c->nheld; j++)
-		u[n++] = Use{c->held[j], ph == CU_B};
+		if (c->held[j])
+			u[n++] = Use{c->held[j], ph == CU_B};
 	return n;
 }
 

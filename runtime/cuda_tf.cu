@@ -588,6 +588,27 @@ static Opd qkv_head(const float *qkv, const AttnDims *m, int64_t j)
 	return Opd{qkv, m->N * m->nqkv, j * m->hd, m->nqkv, m->S * m->nqkv};
 }
 
+/* P = softmax(scale q k^T), causal, from qkv (F, and selective recomputation's rebuild). */
+static int attn_probs(RtRank *r, const AttnDims *m, const float *qkv, float *p)
+{
+	int64_t S = m->S, H = m->H;
+	for (int64_t h = 0; h < H; h++)
+		if (cu_gemm(r, 0, 1, S, S, m->hd, m->scale, qkv_head(qkv, m, h),
+		            qkv_head(qkv, m, H + h / m->grp), 0.0f, p + h * S * S, S, H * S * S, m->B))
+			return RT_EFAIL;
+	LAUNCH(r, k_softmax_causal, m->B * H * S, p, m->B * H * S, S);
+	return RT_OK;
+}
+
+static int attn_rebuild_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
+{
+	(void)s;
+	TkAttn a = plan_layer_attn(c->layer, &c->sh);
+	a.tp = tp_of(c);
+	AttnDims m = attn_dims(&a);
+	return attn_probs(r, &m, F32(c->saved[0]), F32(c->saved[RT_ATTN_PROBS]));
+}
+
 static int attn_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 {
 	(void)s;
@@ -603,11 +624,8 @@ static int attn_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 	if (a.rope)
 		LAUNCH(r, k_rope, m.N * (H + m.Hkv) * (m.hd / 2), qkv, m.N, S, H + m.Hkv, m.hd, m.nqkv,
 		       a.rope_theta, 0);
-	for (int64_t h = 0; h < H; h++) // P = scale q k^T
-		if (cu_gemm(r, 0, 1, S, S, m.hd, m.scale, qkv_head(qkv, &m, h),
-		            qkv_head(qkv, &m, H + h / m.grp), 0.0f, p + h * S * S, S, H * S * S, m.B))
-			return RT_EFAIL;
-	LAUNCH(r, k_softmax_causal, m.B * H * S, p, m.B * H * S, S);
+	if (attn_probs(r, &m, qkv, p))
+		return RT_EFAIL;
 	for (int64_t h = 0; h < H; h++) // att = P v
 		if (cu_gemm(r, 0, 0, S, m.hd, S, 1.0f, Opd{p, np, h * S * S, S, H * S * S},
 		            qkv_head(qkv, &m, H + m.Hkv + h / m.grp), 0.0f, att + h * m.hd, m.di,
@@ -834,6 +852,7 @@ CU_ROW_FN(rmsnorm_bwd_w, CU_W)
 CU_ROW_FN(attn_fwd, CU_F)
 CU_ROW_FN(attn_bwd_in, CU_B)
 CU_ROW_FN(attn_bwd_w, CU_W)
+CU_ROW_FN(attn_rebuild, CU_F)
 CU_ROW_FN(mlp_fwd, CU_F)
 CU_ROW_FN(mlp_bwd_in, CU_B)
 CU_ROW_FN(mlp_bwd_w, CU_W)
@@ -851,7 +870,7 @@ extern const CuLayerRow cu_tf_rows[] = {
 	{LAYER_EMBED, {embed_fwd, nullptr, embed_bwd_w}},
 	{LAYER_LAYERNORM, {layernorm_fwd, layernorm_bwd_in, layernorm_bwd_w}},
 	{LAYER_RMSNORM, {rmsnorm_fwd, rmsnorm_bwd_in, rmsnorm_bwd_w}},
-	{LAYER_ATTN, {attn_fwd, attn_bwd_in, attn_bwd_w}},
+	{LAYER_ATTN, {attn_fwd, attn_bwd_in, attn_bwd_w, nullptr, attn_rebuild}},
 	{LAYER_MLP, {mlp_fwd, mlp_bwd_in, mlp_bwd_w}},
 	{LAYER_SWIGLU, {swiglu_fwd, swiglu_bwd_in, swiglu_bwd_w}},
 	{LAYER_HEAD, {head_fwd, head_bwd_in, head_bwd_w}},

@@ -404,8 +404,11 @@ static int op_forward(RtRank *r, LStage *ls, int mb, int step)
 	RtTensor **saved = saved_of(r, ls, mb);
 	if (rt_stage_forward(r, ls->stage, mb, step, replica, &ls->b, x, saved, &y))
 		return RT_EFAIL;
-	if (r->w->plan->stages[ls->stage].recompute)
+	int mode = r->w->plan->stages[ls->stage].recompute;
+	if (mode == PLAN_RECOMPUTE_FULL)
 		rt_stage_drop(r, ls->stage, saved);
+	else if (mode == PLAN_RECOMPUTE_SELECTIVE)
+		rt_stage_drop_probs(r, ls->stage, saved);
 	return y ? scatter_edges(r, ls, mb, DIR_ACT, y) : RT_OK;
 }
 
@@ -413,8 +416,11 @@ static int op_backward(RtRank *r, LStage *ls, int mb, int step)
 {
 	const RtStageModel *sm = &r->model->st[ls->stage];
 	RtTensor **saved = saved_of(r, ls, mb);
-	if (r->w->plan->stages[ls->stage].recompute) {
-		if (rt_stage_recompute(r, ls->stage, mb, step, r->coord[DIM_DP], &ls->b, saved))
+	int mode = r->w->plan->stages[ls->stage].recompute;
+	if (mode) {
+		if (mode == PLAN_RECOMPUTE_FULL
+		        ? rt_stage_recompute(r, ls->stage, mb, step, r->coord[DIM_DP], &ls->b, saved)
+		        : rt_stage_rebuild_probs(r, ls->stage, &ls->b, saved))
 			return RT_EFAIL;
 		rt_mem_sample(r, atomic_load(&r->cur_op)); // F rebuilt, B not begun
 	}

@@ -371,14 +371,21 @@ RtModel *rt_model_new(const Plan *p, int tp, char *err, size_t errn)
 
 /* Every kernel the plan's layers need: fwd; bwd_in unless the layer is the first of a
  * stage without in-edges (nobody wants its input gradient); bwd_w for a kind with
- * parameters.  A missing one is a clear refusal, never a fallback to other math. */
+ * parameters; rebuild for attention in a stage with selective recomputation.  A missing one is a clear refusal, never a fallback to other math. */
 const char *rt_device_check(const RtDevice *d, const Plan *p, char *err, size_t n)
 {
 	for (int s = 0; s < p->nstages; s++) {
 		const PlanStage *st = &p->stages[s];
-		int first = 1;
+		int first = 1, attends = 0;
 		for (int e = 0; e < p->nedges; e++)
 			first &= p->edges[e].dst != s;
+		for (int l = 0; l < st->nlayers; l++)
+			attends |= st->layers[l].kind == LAYER_ATTN;
+		if (st->recompute == PLAN_RECOMPUTE_SELECTIVE && !attends) {
+			snprintf(err, n, "stage %s recomputes selectively but has no attention layer",
+			         st->name);
+			return err;
+		}
 		for (int l = 0; l < st->nlayers; l++) {
 			LayerKind k = st->layers[l].kind;
 			if (plan_layers[k].arg == LAYER_ARG_BODY)
@@ -386,10 +393,13 @@ const char *rt_device_check(const RtDevice *d, const Plan *p, char *err, size_t 
 			const RtLayerKernels *row = d->layers ? &d->layers[k] : NULL;
 			LayerShape sh = plan_shape(p);
 			LayerCost lc = plan_layer_figures(&st->layers[l], &sh);
+			int rebuild = st->recompute == PLAN_RECOMPUTE_SELECTIVE && k == LAYER_ATTN;
 			const char *what = !row || !row->fwd                ? "kernel"
 			                   : !row->bwd_in && !(first && !l) ? "input-gradient kernel"
 			                   : !row->bwd_w && lc.params       ? "weight-gradient kernel"
-			                                                    : NULL;
+			                   : rebuild && !row->rebuild
+			                       ? "rebuild kernel (selective recomputation)"
+			                       : NULL;
 			if (what) {
 				snprintf(err, n, "the %s device has no %s for layer kind %s (stage %s, "
 				                 "layer %d)", d->name, what, plan_layers[k].name, st->name, l);

@@ -227,7 +227,16 @@ typedef struct {
 	 * logit, 0 outside the slice), sum-reduces rows 1 and 2, and calls it with phase 2 (the
 	 * log-sum-exp into saved[0], the loss into loss[slot]).  NULL: no such split. */
 	RtLayerFn tp_fwd;
+	/* Selective recomputation (PlanRecompute): refills the saved tensors F dropped from
+	 * the ones it kept, the same math as fwd's.  Attention: saved[RT_ATTN_PROBS], the
+	 * softmax probabilities, from saved[0], the projected (and rotated) q, k, v.  NULL:
+	 * the kind cannot. */
+	RtLayerFn rebuild;
 } RtLayerKernels;
+
+/* Attention's saved tensors (runtime/shapes.c): qkv, then the probabilities, then the
+ * heads' output. */
+enum { RT_ATTN_PROBS = 1 };
 
 /* ------------------------------------------------------------------------------------
  * The optimizer.  A device computes each OptimKind through one entry of its `optim`

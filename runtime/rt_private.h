@@ -157,6 +157,12 @@ void rt_stage_walk_end(RtRank *r, RtWalk *wk, RtTensor **out);
 void rt_stage_drop(RtRank *r, int s, RtTensor **saved);
 int rt_stage_recompute(RtRank *r, int s, int mb, int step, int replica, RtStageBufs *b,
                        RtTensor **saved);
+/* Selective recomputation (PLAN_RECOMPUTE_SELECTIVE): after F, rt_stage_drop_probs
+ * frees the stage's attention probabilities; before B, rt_stage_rebuild_probs computes
+ * them again from the saved q, k (the device's rebuild kernel: the same math, so the
+ * same values), and B frees each once its layer's input gradient is done. */
+void rt_stage_drop_probs(RtRank *r, int s, RtTensor **saved);
+int rt_stage_rebuild_probs(RtRank *r, int s, RtStageBufs *b, RtTensor **saved);
 /* The synthetic input of a microbatch as a new tensor of class cls. */
 RtTensor *rt_stage_input(RtRank *r, int step, int replica, int mb, RtStageBufs *b, int cls);
 /* The optimizer step (optim.c): params from the gradient g (the dp average; the

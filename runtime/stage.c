@@ -344,6 +344,42 @@ int rt_stage_recompute(RtRank *r, int s, int mb, int step, int replica, RtStageB
 	return RT_OK;
 }
 
+/* The probabilities' slot of attention layer l of stage s, or NULL for another kind. */
+static RtTensor **probs_slot(RtRank *r, int s, int l, RtTensor **saved)
+{
+	if (r->w->plan->stages[s].layers[l].kind != LAYER_ATTN)
+		return NULL;
+	return saved + r->model->st[s].at[l].slot + 2 + RT_ATTN_PROBS;
+}
+
+void rt_stage_drop_probs(RtRank *r, int s, RtTensor **saved)
+{
+	for (int l = 0; l < r->w->plan->stages[s].nlayers; l++) {
+		RtTensor **t = probs_slot(r, s, l, saved);
+		if (t) {
+			rt_tensor_free(r, *t);
+			*t = NULL;
+		}
+	}
+}
+
+int rt_stage_rebuild_probs(RtRank *r, int s, RtStageBufs *b, RtTensor **saved)
+{
+	for (int l = 0; l < r->w->plan->stages[s].nlayers; l++) {
+		RtTensor **t = probs_slot(r, s, l, saved);
+		if (!t)
+			continue;
+		const RtShape *sh = &r->model->st[s].at[l].t.saved[RT_ATTN_PROBS];
+		if (!*t && !(*t = rt_tensor_new(r, sh->rows, sh->cols, RT_MEM_SAVED)))
+			return RT_EFAIL;
+		RtTensor pv[RT_LAYER_MAX_TENSORS], gv[RT_LAYER_MAX_TENSORS];
+		RtLayerCall c = layer_call(r, s, l, b, saved + r->model->st[s].at[l].slot, pv, gv);
+		if (r->dev->layers[LAYER_ATTN].rebuild(r, &c)) // rt_device_check: it has one
+			return RT_EFAIL;
+	}
+	return RT_OK;
+}
+
 /* B of layer l: dy (owned) -> *dx (NULL when not wanted).  A layer with parameters
  * keeps dy and its held tensors for W; one without frees what it kept. */
 static int layer_backward(RtRank *r, int s, int l, int mb, int step, int replica,
@@ -383,6 +419,14 @@ static int layer_backward(RtRank *r, int s, int l, int mb, int step, int replica
 			rc = r->dev->layers[ly->kind].bwd_in(r, &c);
 		rt_tensor_free(r, c.work);
 		rt_tensor_free(r, t);
+	}
+	/* Rebuilt for B alone: W does not read them (rt_stage_rebuild_probs). */
+	RtTensor **probs = p->stages[s].recompute == PLAN_RECOMPUTE_SELECTIVE
+	                       ? probs_slot(r, s, l, slot - at->slot)
+	                       : NULL;
+	if (probs && rc == RT_OK) {
+		rt_tensor_free(r, *probs);
+		*probs = NULL;
 	}
 	if (rc) {
 		rt_tensor_free(r, c.dx);

@@ -293,39 +293,55 @@ void tk_rope(const TkAttn *a, float *qkv, int inverse)
 		}
 }
 
+/* P of head h of sequence b: scale q k^T, causal softmax per row, zeros above. */
+static void probs_head(const TkAttn *a, const Share *sh, const float *qkv, int64_t b, int64_t h,
+                       float *pb)
+{
+	int64_t S = a->S, hd = sh->hd, nqkv = sh->nqkv;
+	const float *base = qkv + b * S * nqkv;
+	const float *q = base + h * hd, *k = base + (sh->H + h / (sh->H / sh->Hkv)) * hd;
+	float scale = (float)(1.0 / sqrt((double)hd));
+	gemm(0, 1, S, S, hd, scale, q, nqkv, k, nqkv, 0.0f, pb, S);
+	for (int64_t i = 0; i < S; i++) {
+		float *r = pb + i * S, mx = r[0];
+		for (int64_t j = 1; j <= i; j++)
+			mx = r[j] > mx ? r[j] : mx;
+		for (int64_t j = 0; j <= i; j++) // apart from the sum: vectorizes
+			r[j] = tk_exp(r[j] - mx);
+		double sum = 0;
+		for (int64_t j = 0; j <= i; j++)
+			sum += r[j];
+		float inv = (float)(1.0 / sum);
+		for (int64_t j = 0; j <= i; j++)
+			r[j] *= inv;
+		for (int64_t j = i + 1; j < S; j++)
+			r[j] = 0.0f;
+	}
+}
+
+void tk_attn_probs(const TkAttn *a, const float *qkv, float *p)
+{
+	Share sh = share(a);
+	for (int64_t b = 0; b < a->B; b++)
+		for (int64_t h = 0; h < sh.H; h++)
+			probs_head(a, &sh, qkv, b, h, p + (b * sh.H + h) * a->S * a->S);
+}
+
 void tk_attn_fwd(const TkAttn *a, const float *x, const float *wqkv, const float *bqkv,
                  const float *wo, const float *bo, float *qkv, float *p, float *att, float *y)
 {
 	Share sh = share(a);
 	int64_t B = a->B, S = a->S, d = a->d, H = sh.H, Hkv = sh.Hkv, hd = sh.hd, di = sh.di;
 	int64_t nqkv = sh.nqkv, N = B * S, grp = H / Hkv;
-	float scale = (float)(1.0 / sqrt((double)hd));
 	tk_linear_fwd(x, wqkv, bqkv, qkv, N, d, nqkv);
 	if (a->rope)
 		tk_rope(a, qkv, 0);
 	for (int64_t b = 0; b < B; b++) {
 		const float *base = qkv + b * S * nqkv;
 		for (int64_t h = 0; h < H; h++) {
-			int64_t g = h / grp;
-			const float *q = base + h * hd, *k = base + (H + g) * hd;
-			const float *v = base + (H + Hkv + g) * hd;
+			const float *v = base + (H + Hkv + h / grp) * hd;
 			float *pb = p + (b * H + h) * S * S;
-			gemm(0, 1, S, S, hd, scale, q, nqkv, k, nqkv, 0.0f, pb, S);
-			for (int64_t i = 0; i < S; i++) {
-				float *r = pb + i * S, mx = r[0];
-				for (int64_t j = 1; j <= i; j++)
-					mx = r[j] > mx ? r[j] : mx;
-				for (int64_t j = 0; j <= i; j++) // apart from the sum: vectorizes
-					r[j] = tk_exp(r[j] - mx);
-				double sum = 0;
-				for (int64_t j = 0; j <= i; j++)
-					sum += r[j];
-				float inv = (float)(1.0 / sum);
-				for (int64_t j = 0; j <= i; j++)
-					r[j] *= inv;
-				for (int64_t j = i + 1; j < S; j++)
-					r[j] = 0.0f;
-			}
+			probs_head(a, &sh, qkv, b, h, pb);
 			gemm(0, 0, S, hd, S, 1.0f, pb, S, v, nqkv, 0.0f, att + b * S * di + h * hd, di);
 		}
 	}

@@ -105,6 +105,8 @@ void tk_rmsnorm_bwd(const float *x, const float *g, const float *rstd, const flo
  * every count (parameters, FLOPs, memory) are in plan/tfcount.h. */
 void tk_attn_fwd(const TkAttn *a, const float *x, const float *wqkv, const float *bqkv,
                  const float *wo, const float *bo, float *qkv, float *p, float *att, float *y);
+/* p from qkv as _fwd computes it (selective recomputation rebuilds it with this). */
+void tk_attn_probs(const TkAttn *a, const float *qkv, float *p);
 void tk_attn_bwd_in(const TkAttn *a, const float *wqkv, const float *wo, const float *qkv,
                     const float *p, const float *dy, float *dqkv, float *dx, float *work);
 void tk_attn_bwd_w(const TkAttn *a, const float *x, const float *att, const float *dy,

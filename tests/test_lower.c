@@ -227,6 +227,59 @@ static void lower__recompute__figures_and_cost(void **state)
 	plan_free(p);
 }
 
+/* Selective: s0's attention (2 sequences of 16 tokens, 2 heads of 16) drops its 2 x 2 x
+ * 16 x 16 probabilities (4096 bytes) from what F keeps; B rebuilds them, gaining the
+ * score product's share of F's FLOPs: 2 x 2 x 2 x 16 x 16 x 16 = 32768 of 327680
+ * (the qkv projection 196608, the two S x S products 65536, the output 65536), a tenth
+ * of f.  `*` passes over s1 (no attention); a stage's own statement wins over `*`; the
+ * plan's text keeps the mode. */
+static void lower__selective__figures_and_cost(void **state)
+{
+	(void)state;
+	const char *head = "pipeline g; mesh pp=2; microbatches 4; input tokens 2x16 vocab=64;\n"
+	                   "stage s0 { embed 32; residual { layernorm; attention heads=2; } }\n"
+	                   "stage s1 { layernorm; head; loss xent; }\n"
+	                   "schedule 1f1b; cost * f=1000ns b=1000ns w=1000ns;\n";
+	char src[512];
+	snprintf(src, sizeof src, "%s", head);
+	Plan *none = compile_text(src, NULL, NULL, 0);
+	snprintf(src, sizeof src, "%srecompute * selective;\n", head);
+	Plan *p = compile_text(src, NULL, NULL, 0);
+	assert_non_null(none);
+	assert_non_null(p);
+	const PlanStage *a = &none->stages[0], *s0 = &p->stages[0], *s1 = &p->stages[1];
+	assert_int_equal(s0->recompute, PLAN_RECOMPUTE_SELECTIVE);
+	assert_int_equal(s0->save_re, 4096);
+	assert_int_equal(s0->save_fw, a->save_fw - 4096);
+	assert_int_equal(s0->save_fb, a->save_fb);
+	assert_int_equal(s0->save_bw, a->save_bw);
+	assert_int_equal(s0->cost[1], 1100);
+	assert_int_equal(s1->recompute, PLAN_RECOMPUTE_NONE);
+	assert_memory_equal(s1->cost, none->stages[1].cost, sizeof s1->cost);
+	char *text = NULL;
+	size_t n = 0;
+	FILE *f = open_memstream(&text, &n);
+	assert_int_equal(plan_write(p, f), 0);
+	fclose(f);
+	assert_non_null(strstr(text, " recompute selective save_re=4096 "));
+	FILE *in = fmemopen(text, n, "r");
+	PlanError err;
+	Plan *q = plan_read(in, "mem", &err);
+	fclose(in);
+	assert_non_null(q);
+	assert_int_equal(q->stages[0].recompute, PLAN_RECOMPUTE_SELECTIVE);
+	assert_int_equal(q->stages[0].save_re, 4096);
+	free(text);
+	plan_free(q);
+	plan_free(p);
+	snprintf(src, sizeof src, "%srecompute * selective;\nrecompute s0 full;\n", head);
+	p = compile_text(src, NULL, NULL, 0);
+	assert_non_null(p);
+	assert_int_equal(p->stages[0].recompute, PLAN_RECOMPUTE_FULL);
+	plan_free(p);
+	plan_free(none);
+}
+
 static void lower__plan__roundtrip_byte_identical(void **state)
 {
 	(void)state;
@@ -823,6 +876,7 @@ int main(void)
 		cmocka_unit_test(lower__dp_allreduce__after_last_backward),
 		cmocka_unit_test(lower__plan__roundtrip_byte_identical),
 		cmocka_unit_test(lower__recompute__figures_and_cost),
+		cmocka_unit_test(lower__selective__figures_and_cost),
 		cmocka_unit_test(plan__reader__rejects_truncated_and_garbled),
 		cmocka_unit_test(verify__broken_plans__named),
 		cmocka_unit_test(lower__self_send__one_group_and_verified),

@@ -115,4 +115,20 @@ t "a cap nothing fits" 1 "$BIN/pipecc" "$dir/n.pipe" -o "$dir/n.plan"
 has "located at the capacity" "$dir/err" "n.pipe:12:8: error: schedule auto: no candidate fits the device's 2 MB: the smallest peak any of the [0-9]* candidates reached is [0-9.]* MB"
 check "no plan written" "$([ ! -s "$dir/n.plan" ]; echo $?)" "a plan was written"
 
+# selective recomputation is a choice: gpt-tiny (1F1B peak 11.9 MB) under 11.5 MB fits
+# with selective (11.0 MB) and with full recomputation (4.7 MB); selective's B costs
+# less, so it wins; under 10 MB only full fits
+sed -e 's/^schedule .*/schedule auto;/' -e 's/^device h100;/device h100 memory=11.5MB;/' \
+	examples/gpt-tiny.pipe >"$dir/g.pipe"
+t "gpt-tiny under 11.5 MB" 0 "$BIN/pipecc" --explain "$dir/g.pipe" -o "$dir/g.plan"
+has "--explain weighs selective" "$dir/err" "^  [^ ]* *[a-z]* *[0-9]* selective "
+check "selective wins under 11.5 MB" "$([ "$(grep -c ' recompute selective ' "$dir/g.plan")" -eq 4 ]; echo $?)" \
+	"$(grep '^stage' "$dir/g.plan")"
+"$BIN/pipesim" --json "$dir/g.plan" >"$dir/g.json"
+has "it fits" "$dir/g.json" '"fits": true'
+sed 's/memory=11.5MB/memory=10MB/' "$dir/g.pipe" >"$dir/g10.pipe"
+t "gpt-tiny under 10 MB" 0 "$BIN/pipecc" "$dir/g10.pipe" -o "$dir/g10.plan"
+check "full recomputation under 10 MB" "$([ "$(grep -c ' recompute save_re=' "$dir/g10.plan")" -eq 4 ]; echo $?)" \
+	"$(grep '^stage' "$dir/g10.plan")"
+
 [ "$fails" -eq 0 ]

@@ -14,8 +14,8 @@
 #   - one GPU holds every stage: pp=1 plans of 4 stages (gpipe, interleaved,
 #     loopedbfs), every example with `mesh pp=1` and `placement [0, 0, ...]` that pipecc
 #     takes, and V schedules (zbv, dualpipev) with both stages on one rank (a linear
-#     V and examples/gpt-tiny.pipe merged into two stages), all --check'ed against the
-#     CPU reference, f32 and bf16;
+#     V and examples/gpt-tiny.pipe merged into two stages), gpt-tiny recomputing (full
+#     and selective), all --check'ed against the CPU reference, f32 and bf16;
 #   - with 2 or more GPUs: the examples at their own mesh when it fits (one process, a
 #     thread per GPU), under mpirun when there is one, and a deadlock ended by the
 #     watchdog with every rank's blocked op.
@@ -204,6 +204,20 @@ for s in zbv dualpipev; do
 		check "pipecc takes gpt-tiny as a V of 2 stages with $s" 1 "$dir/err"
 	fi
 done
+
+# Recomputation on one GPU: gpt-tiny as the V of 2 stages (zbv) above, every stage
+# full, then selective (attention's probabilities rebuilt by the device's rebuild
+# kernel before B, freed before W).
+if [ -f "$dir/gpt-v-zbv.pipe" ]; then
+	for mode in "" " selective"; do
+		printf 'recompute *%s;\n' "$mode" | cat "$dir/gpt-v-zbv.pipe" - >"$dir/re.pipe"
+		if "$BIN/pipecc" "$dir/re.pipe" -o "$dir/re.plan" 2>"$dir/err"; then
+			checked "one GPU, gpt-tiny V under zbv, recompute *$mode" "$dir/re.plan"
+		else
+			check "pipecc takes the gpt-tiny V with recompute *$mode" 1 "$dir/err"
+		fi
+	done
+fi
 
 # ---- several GPUs ----
 if [ "$ngpu" -ge 2 ] && [ "$dry" -eq 0 ]; then
