@@ -90,30 +90,39 @@ has "pipesim marks it" "$dir/out" "does not fit$"
 
 # ---- recomputation: bit-exact, measured == predicted, and fewer saved bytes ----
 
-ran=0
-for p in examples/mlp4.pipe examples/gpt-tiny.pipe examples/zbv.pipe examples/skips.pipe; do
+# recomputes SUFFIX STATEMENT FILE SCHEDULE...: FILE with STATEMENT appended, under each
+# schedule FILE itself compiles with, runs --check'ed with its memory measured ==
+# predicted, and saves activations against FILE without it: every rank holds no more,
+# and the ranks together less (a rank whose peak has every microbatch between B and W
+# holds what W needs either way).  Counts the runs in $ran.
+recomputes() {
+	sfx=$1 stmt=$2 p=$3
+	shift 3
 	b=$(basename "$p" .pipe)
-	printf 'recompute *;\n' | cat "$p" - >"$dir/$b-re.pipe"
-	for s in $schedules; do
+	printf '%s\n' "$stmt" | cat "$p" - >"$dir/$b-$sfx.pipe"
+	for s in "$@"; do
 		# auto may pick another order once recomputation changes the memory: not comparable
 		[ "$s" = auto ] && continue
 		"$BIN/pipecc" "$p" -s "$s" -o "$dir/$b-$s.plan" >/dev/null 2>&1 || continue
-		t "$b under $s with recompute compiles" 0 "$BIN/pipecc" "$dir/$b-re.pipe" -s "$s" \
-			-o "$dir/$b-$s-re.plan"
-		same "$b under $s with recompute" "$dir/$b-$s-re.plan" --check
-		has "--check $b under $s with recompute agrees" "$dir/run.json" '"check": {"ok": true'
+		t "$b under $s with $stmt compiles" 0 "$BIN/pipecc" "$dir/$b-$sfx.pipe" -s "$s" \
+			-o "$dir/$b-$s-$sfx.plan"
+		same "$b under $s with $stmt" "$dir/$b-$s-$sfx.plan" --check
+		has "--check $b under $s with $stmt agrees" "$dir/run.json" '"check": {"ok": true'
 		"$BIN/pipesim" --expand --json "$dir/$b-$s.plan" >"$dir/without.json"
 		with=$(figs "$dir/run.json" peak_act_bytes) without=$(figs "$dir/without.json" peak_activation_bytes)
-		# every rank holds no more, and the ranks together less (a rank whose peak has
-		# every microbatch between B and W holds what W needs either way)
 		less=$(echo "$with" "|" "$without" | awk '{n = (NF - 1) / 2; sw = 0; so = 0;
 			for (i = 1; i <= n; i++) { w = $i; o = $(i + n + 1); if (w > o) { print 1; exit }
 				sw += w; so += o }
 			print (sw < so) ? 0 : 1 }')
-		check "$b under $s: recompute saves activations" "$less" \
-			"measured with recompute $with, predicted without $without"
+		check "$b under $s: $stmt saves activations" "$less" \
+			"measured with it $with, predicted without $without"
 		ran=$((ran + 1))
 	done
+}
+
+ran=0
+for p in examples/mlp4.pipe examples/gpt-tiny.pipe examples/zbv.pipe examples/skips.pipe; do
+	recomputes re 'recompute *;' "$p" $schedules
 done
 check "the recompute loop ran" "$([ $ran -gt 8 ]; echo $?)" "only $ran runs"
 grep -q "^stage 0 .* recompute save_re=" "$dir/mlp4-1f1b-re.plan"
@@ -131,24 +140,7 @@ sed 's/attention heads=4 bias;/attention heads=4 kv_heads=2 rope;/' examples/gpt
 	>"$dir/gqa.pipe"
 ran=0
 for p in examples/gpt-tiny.pipe "$dir/gqa.pipe"; do
-	b=$(basename "$p" .pipe)
-	printf 'recompute * selective;\n' | cat "$p" - >"$dir/$b-sel.pipe"
-	for s in 1f1b zbh1 zbh2 gpipe; do
-		"$BIN/pipecc" "$p" -s "$s" -o "$dir/$b-$s.plan" >/dev/null 2>&1 || continue
-		t "$b under $s, selective, compiles" 0 "$BIN/pipecc" "$dir/$b-sel.pipe" -s "$s" \
-			-o "$dir/$b-$s-sel.plan"
-		same "$b under $s, selective" "$dir/$b-$s-sel.plan" --check
-		has "--check $b under $s, selective, agrees" "$dir/run.json" '"check": {"ok": true'
-		"$BIN/pipesim" --expand --json "$dir/$b-$s.plan" >"$dir/without.json"
-		with=$(figs "$dir/run.json" peak_act_bytes) without=$(figs "$dir/without.json" peak_activation_bytes)
-		less=$(echo "$with" "|" "$without" | awk '{n = (NF - 1) / 2; sw = 0; so = 0;
-			for (i = 1; i <= n; i++) { w = $i; o = $(i + n + 1); if (w > o) { print 1; exit }
-				sw += w; so += o }
-			print (sw < so) ? 0 : 1 }')
-		check "$b under $s: selective recomputation saves activations" "$less" \
-			"measured selective $with, predicted without $without"
-		ran=$((ran + 1))
-	done
+	recomputes sel 'recompute * selective;' "$p" 1f1b zbh1 zbh2 gpipe
 done
 check "the selective loop ran" "$([ $ran -ge 8 ]; echo $?)" "only $ran runs"
 # the plan records it; F's saved bytes lose exactly the probabilities (4 sequences x 4
