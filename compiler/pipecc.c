@@ -116,11 +116,18 @@ static int check_memory(const Program *pr, const Plan *p, Diag *d)
 	if (over * lines > 1)
 		diag_note(d, pr->mem_loc, "%d of the %d ranks do not fit", over * lines,
 		          p->world * lines);
-	int all = 1;
-	for (int s = 0; s < p->nstages; s++)
+	int all = 1, none = 1, attends = 0;
+	for (int s = 0; s < p->nstages; s++) {
 		all &= p->stages[s].recompute == PLAN_RECOMPUTE_FULL;
-	if (!all && worst.saved > worst.peak - p->mem_cap) // recomputing could make it fit
+		none &= p->stages[s].recompute == PLAN_RECOMPUTE_NONE;
+		attends |= prog_stage_attends(&pr->stages[s]);
+	}
+	if (!all && worst.saved > worst.peak - p->mem_cap) { // recomputing could make it fit
+		if (none && attends && p->dims[DIM_TP] == 1)
+			diag_note(d, pr->mem_loc, "'recompute * selective;' drops only attention's "
+			                          "probabilities, which B rebuilds at a fraction of F's cost");
 		diag_note(d, pr->mem_loc, "'recompute *;' keeps only each stage's input from F to B");
+	}
 	return -1;
 }
 
