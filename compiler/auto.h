@@ -103,13 +103,14 @@ int auto_improve(const AutoModel *md, AutoScratch *sc, SchedAct **acts, const in
 int auto_fit(const AutoModel *md, AutoScratch *sc, SchedAct **acts, const int *nacts,
              int64_t limit, int max_evals, AutoFig *fig);
 /* Simulated annealing over the order: random moves of an op on its rank (keeping each
- * stage's microbatch order per kind), scored by the makespan plus a penalty for every
- * byte over limit, worse moves taken with a probability that falls with the
- * temperature (three mean op costs down to none over max_evals evaluations), from a
- * fixed seed: the same order every run.  Leaves the best order seen (fitting first) in
- * acts and its evaluation in fig; returns the evaluations spent. */
+ * stage's microbatch order per kind), scored by the makespan plus a penalty of two mean
+ * op costs, and two more per forward's activations, for the bytes over limit; worse
+ * moves taken with a probability that falls with the temperature (heat mean op costs
+ * down to none over max_evals evaluations), from a fixed seed: the same order every
+ * run.  Leaves the best order seen (fitting first) in acts and its evaluation in fig;
+ * returns the evaluations spent. */
 int auto_anneal(const AutoModel *md, AutoScratch *sc, SchedAct **acts, const int *nacts,
-                int64_t limit, int max_evals, AutoFig *fig);
+                int64_t limit, double heat, int max_evals, AutoFig *fig);
 
 /* Zero Bubble's heuristic (auto_zb.c) on a chain of one stage per rank, each rank's saved
  * activations within maxmem[pipeline index].  Fills acts/nacts (3m per rank) with the

@@ -386,7 +386,7 @@ static unsigned next_rand(unsigned *s)
 }
 
 int auto_anneal(const AutoModel *md, AutoScratch *sc, SchedAct **acts, const int *nacts,
-                int64_t limit, int max_evals, AutoFig *fig)
+                int64_t limit, double heat, int max_evals, AutoFig *fig)
 {
 	int pp = md->pp, evals = 0;
 	double u = 0, unit = 0;
@@ -427,7 +427,7 @@ int auto_anneal(const AutoModel *md, AutoScratch *sc, SchedAct **acts, const int
 		evals++;
 		double x = anneal_score(md, sc, &f, limit, 2 * u, unit);
 		int ok = x >= 0 && overshoot(md, sc, limit) == 0;
-		double t = 3 * u * (1 - (double)evals / max_evals) + 1e-9;
+		double t = heat * u * (1 - (double)evals / max_evals) + 1e-9;
 		double r = (double)(next_rand(&seed) % 1000000u) / 1e6;
 		if (x >= 0 && (x <= cur || exp((cur - x) / t) > r)) {
 			cur = x;

@@ -18,7 +18,7 @@
 
 enum { AUTO_CONFIRM = 6, AUTO_TRIES = 24, AUTO_IMPROVE = 2, AUTO_REPAIR = 4,
        AUTO_CHAINS = 3, AUTO_ZB_FIT = 8, AUTO_ZB_MID = 6, AUTO_REFIT = 6, AUTO_FIX = 3,
-       AUTO_ZB_LADDER = 8, AUTO_OTHER = 6, AUTO_ANNEAL = 8000, AUTO_ANNEAL_OPS = 1000000 };
+       AUTO_ZB_LADDER = 8, AUTO_OTHER = 6, AUTO_ANNEAL = 12000, AUTO_ANNEAL_OPS = 2000000 };
 
 typedef struct {
 	char label[48];
@@ -41,6 +41,7 @@ typedef struct {
 	                    // cap, 2 at a lower budget (zb+fitN, zb+midN, zb-K)
 	int64_t *zmax, *zpeak; // per pipeline index: its budget and its own peak (arena)
 	int fixed;          // moved from another candidate's order (+fix: auto_fit, +anneal)
+	int dup;            // the heuristic's order at an earlier budget again: not confirmed
 } Cand;
 
 typedef struct {
@@ -300,6 +301,20 @@ static void add_list(Search *s, int k)
 					}
 }
 
+static int same_order(const Cand *a, const Cand *b, int pp)
+{
+	for (int p = 0; p < pp; p++) {
+		if (a->nacts[p] != b->nacts[p])
+			return 0;
+		for (int i = 0; i < a->nacts[p]; i++) {
+			const SchedAct *x = &a->acts[p][i], *y = &b->acts[p][i];
+			if (x->kind != y->kind || x->stage != y->stage || x->mb != y->mb)
+				return 0;
+		}
+	}
+	return 1;
+}
+
 /* Zero Bubble's heuristic (auto_zb.c) with each rank's saved activations within
  * maxmem[pipeline index]; returns the candidate's index, or -1 when the setup is not a
  * chain of one stage per rank. */
@@ -324,6 +339,10 @@ static int zb_cand(Search *s, int k, const int64_t *maxmem, const char *label)
 		c->note = "the heuristic finds no order here";
 	} else {
 		evaluate(s, c);
+		for (int j = 0; j < s->n - 1 && !c->dup; j++)
+			if (s->c[j].zb && s->c[j].setup == k && !s->c[j].dup && same_order(c, &s->c[j], md->pp))
+				c->dup = 1;
+		c->note = c->dup ? "the same order as an earlier budget's" : NULL;
 	}
 	return (int)(c - s->c);
 }
@@ -517,28 +536,37 @@ static void fix(Search *s)
 	free(ix);
 }
 
-/* Simulated annealing (auto_anneal) from the fastest order that fits in the fast model
- * (`+anneal`): greedy orders and their local improvement stop at the first order no
- * single move improves; the annealing also takes worse moves early on, so it leaves
- * such an optimum (worth most where memory is tight and the best orders are unlike any
- * generator's).  About AUTO_ANNEAL_OPS op visits (at most AUTO_ANNEAL evaluations), so
- * its time stays flat as orders grow. */
+/* Simulated annealing (auto_anneal, `+anneal`): greedy orders and their local
+ * improvement stop at the first order no single move improves; the annealing also
+ * takes worse moves, so it leaves such an optimum (worth most where memory is tight and
+ * the best orders are unlike any generator's).  Hot (three mean op costs) from the
+ * fastest order that fits in the fast model, to roam; cool (a tenth of one) from the
+ * fastest that overshoots the cap but whose saved activations fit, to settle it under
+ * the cap with little lost.  About AUTO_ANNEAL_OPS op visits each (at most AUTO_ANNEAL
+ * evaluations), so their time stays flat as orders grow. */
 static void anneal(Search *s)
 {
-	int *ix = ranking(s);
-	int i = s->n > 0 && s->c[ix[0]].fast.makespan >= 0 && s->c[ix[0]].fast_fits ? ix[0] : -1;
+	int *ix = ranking(s), from[2] = {-1, -1};
+	for (int k = 0; k < s->n; k++) {
+		const Cand *c = &s->c[ix[k]];
+		int over = !c->fast_fits;
+		if (c->fast.makespan >= 0 && from[over] < 0 && (!over || (s->cap && c->fast.low <= s->cap)))
+			from[over] = ix[k];
+	}
 	free(ix);
-	if (i < 0)
-		return;
-	int64_t ops;
-	Cand *d = &s->c[copy_cand(s, i, "+anneal", &ops)];
-	const Setup *u = &s->setups[d->setup];
-	d->fixed = 1;
-	int64_t budget = AUTO_ANNEAL_OPS / (ops + 1);
-	budget = budget < 300 ? 300 : budget > AUTO_ANNEAL ? AUTO_ANNEAL : budget;
-	s->evals += auto_anneal(&u->md, u->sc, d->acts, d->nacts, s->cap ? s->cap : INT64_MAX,
-	                        (int)budget, &d->fast);
-	evaluate(s, d);
+	for (int over = 0; over < 2; over++) {
+		if (from[over] < 0)
+			continue;
+		int64_t ops;
+		Cand *d = &s->c[copy_cand(s, from[over], "+anneal", &ops)];
+		const Setup *u = &s->setups[d->setup];
+		d->fixed = 1;
+		int64_t budget = AUTO_ANNEAL_OPS / (ops + 1);
+		budget = budget < 300 ? 300 : budget > AUTO_ANNEAL ? AUTO_ANNEAL : budget;
+		s->evals += auto_anneal(&u->md, u->sc, d->acts, d->nacts, s->cap ? s->cap : INT64_MAX,
+		                        over ? 0.1 : 3, (int)budget, &d->fast);
+		evaluate(s, d);
+	}
 }
 
 /* Compiles candidate c for real under one tuning: its plan, or NULL (c->note says why). */
@@ -822,20 +850,20 @@ int auto_search(Program *pr, Arena *a, Diag *d, FILE *ex, AutoChoice *out)
 	 * memory is the plan's under --tune=overlap; --tune=strict posts receives later
 	 * and may need less, so an order over the cap whose saved activations fit is
 	 * confirmed too when its fast step (a lower bound of pipesim's) beats the winner's
-	 * (AUTO_OTHER of pipecc's own orders). */
+	 * (every distinct heuristic order, AUTO_OTHER of pipecc's own). */
 	int *ix = ranking(&s), nconf = 0, win = -1;
 	for (int k = 0, tries = 0, other = 0; k < s.n; k++) {
 		Cand *c = &s.c[ix[k]];
 		int top = nconf < AUTO_CONFIRM && tries < AUTO_TRIES;
-		int mine = c->list || c->zb > 1 || c->fixed;
-		if (c->fast.makespan < 0 || (s.cap && c->fast.low > s.cap))
-			continue; // cannot run, or cannot fit under either tuning
+		int mine = c->list || c->zb > 1 || c->fixed, made = c->list || c->fixed;
+		if (c->fast.makespan < 0 || (s.cap && c->fast.low > s.cap) || c->dup)
+			continue; // cannot run, cannot fit under either tuning, or weighed already
 		if (c->fast_fits && mine && !top)
 			continue; // ranked: the next fitting ones are slower
 		if (!c->fast_fits && ((win >= 0 && c->fast.makespan >= s.c[win].step) ||
-		                      (mine && other >= AUTO_OTHER)))
+		                      (made && other >= AUTO_OTHER)))
 			continue;
-		other += !c->fast_fits && mine;
+		other += !c->fast_fits && made;
 		confirm(&s, c);
 		tries++;
 		if (c->state == 1 && c->fits) {
