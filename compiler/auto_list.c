@@ -284,6 +284,8 @@ int auto_improve(const AutoModel *md, AutoScratch *sc, SchedAct **acts, const in
 	return evals;
 }
 
+/* auto_fit's neighbourhood: the ops within FIT_WINDOW places of where an overshooting
+ * rank peaks, each moved up to FIT_REACH places up or down. */
 enum { FIT_WINDOW = 6, FIT_REACH = 6 };
 
 /* The ranks' summed overshoot of limit in the last evaluation. */
