@@ -12,9 +12,12 @@
  *                            Columns: the heuristic's own time, its order compiled by
  *                            pipecc (the faster tuning that fits) and run in pipesim's
  *                            overlap model, whether that fits the cap, pipecc auto's
- *                            plan in the same model.  The summary counts both
- *                            comparisons over the configurations where the heuristic's
- *                            order fits, and how many it does not fit. */
+ *                            plan in the same model, and where the order does not fit,
+ *                            auto's plan under the order's own peak (@zb-mem: equal
+ *                            real memory).  The summary counts both comparisons over
+ *                            all configurations and over those where the heuristic's
+ *                            order fits, the one at equal real memory over those where
+ *                            it does not, and how many it does not fit. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,7 +87,7 @@ static int64_t overlap_ms(const Plan *p)
 /* The fast model's facts of a lowered plan of a chain of one stage per rank (heap). */
 typedef struct {
 	AutoModel md;
-	int64_t (*cost)[3], (*save)[4], *stat;
+	int64_t (*cost)[3], (*save)[4], *stat, *outb, *inb;
 	AutoEdge *edges;
 	int *stage_pp, *ein, *eout, *ioff, *ooff;
 } Model;
@@ -95,6 +98,7 @@ static void model_from_plan(Model *x, const Plan *plan)
 	x->cost = calloc((size_t)ns, sizeof *x->cost);
 	x->save = calloc((size_t)ns, sizeof *x->save);
 	x->stat = calloc((size_t)p, sizeof *x->stat);
+	x->outb = calloc((size_t)ns, sizeof *x->outb), x->inb = calloc((size_t)ns, sizeof *x->inb);
 	x->edges = calloc((size_t)ns, sizeof *x->edges);
 	x->stage_pp = calloc((size_t)ns, sizeof(int)), x->ein = calloc((size_t)ns, sizeof(int));
 	x->eout = calloc((size_t)ns, sizeof(int)), x->ioff = calloc((size_t)ns + 1, sizeof(int));
@@ -105,10 +109,12 @@ static void model_from_plan(Model *x, const Plan *plan)
 		x->save[s][0] = st->save_fb, x->save[s][1] = st->save_fw, x->save[s][2] = st->save_bw;
 		x->save[s][3] = st->save_re;
 		x->stage_pp[s] = st->pp;
+		x->outb[s] = (int64_t)plan->rows * st->out * 4;
+		x->inb[s] = plan_stage_in_bytes(plan, s);
 	}
 	for (int e = 0; e < plan->nedges; e++) { // edge e runs from stage e to e + 1
 		x->edges[e] = (AutoEdge){plan->edges[e].src, plan->edges[e].dst,
-		                         plan_transfer_ns(plan, plan->edges[e].bytes)};
+		                         plan_transfer_ns(plan, plan->edges[e].bytes), 0};
 		x->ein[e] = x->eout[e] = e;
 	}
 	for (int s = 0; s <= ns; s++) {
@@ -118,12 +124,19 @@ static void model_from_plan(Model *x, const Plan *plan)
 	x->md = (AutoModel){.pp = p, .m = plan->microbatches, .ns = ns, .ne = plan->nedges,
 	                    .stage_pp = x->stage_pp, .cost = x->cost, .save = x->save,
 	                    .stat = x->stat, .edges = x->edges, .ein = x->ein, .ioff = x->ioff,
-	                    .eout = x->eout, .ooff = x->ooff};
+	                    .eout = x->eout, .ooff = x->ooff, .outb = x->outb, .inb = x->inb};
+	for (int r = 0; r < plan->world; r++) { // static bytes per pipeline index
+		PlanMem mm;
+		if (plan->ranks[r].coord[DIM_DP] == 0 && plan->ranks[r].coord[DIM_TP] == 0 &&
+		    plan_mem_rank(plan, r, &mm) == 0)
+			x->stat[plan->ranks[r].coord[DIM_PP]] = mm.params + mm.grads + mm.optim;
+	}
 }
 
 static void model_free(Model *x)
 {
 	free(x->cost), free(x->save), free(x->stat), free(x->edges), free(x->stage_pp);
+	free(x->outb), free(x->inb);
 	free(x->ein), free(x->eout), free(x->ioff), free(x->ooff);
 }
 
@@ -242,7 +255,8 @@ static void report(const char *what, const Tally *t)
 }
 
 /* ZB's order compiled by pipecc under both communication tunings (as auto weighs its
- * own): the faster one that fits the cap, else the faster one; its time and peak. */
+ * own): the faster one that fits the cap, else the faster one (ties: the smaller peak);
+ * its time and peak. */
 static void zb_compiled(const char *src, int64_t cap, FILE *sink, double *ms, int64_t *peak)
 {
 	int fits = 0;
@@ -256,7 +270,7 @@ static void zb_compiled(const char *src, int64_t cap, FILE *sink, double *ms, in
 		free(pk);
 		plan_free(zp);
 		int f = k >= 0 && k <= cap;
-		if (t > 0 && (*ms < 0 || f > fits || (f == fits && t < *ms))) {
+		if (t > 0 && (*ms < 0 || f > fits || (f == fits && (t < *ms || (t == *ms && k < *peak))))) {
 			*ms = t;
 			*peak = k;
 			fits = f;
@@ -264,8 +278,30 @@ static void zb_compiled(const char *src, int64_t cap, FILE *sink, double *ms, in
 	}
 }
 
-/* One (p, m, F:B:W, comm) setting at three caps; tallies both comparisons. */
-static void zb_row(int p, int m, const int fbw[3], int comm, FILE *sink, Tally tm[2], Tally ts[2])
+/* auto's plan under cap: its overlap-model time (-1: none fits) and its name. */
+static double auto_at(int p, int m, const int fbw[3], int comm, int64_t cap, FILE *sink,
+                      char *chose, size_t n, double *dt)
+{
+	char *s3 = program(p, m, fbw, comm, "auto", cap, NULL);
+	double t0 = now(), au = -1;
+	Plan *ap = compile(s3, sink);
+	*dt = now() - t0;
+	snprintf(chose, n, "none fits");
+	if (ap) {
+		au = (double)overlap_ms(ap) / 1000;
+		snprintf(chose, n, "%s", ap->schedule);
+	}
+	plan_free(ap);
+	free(s3);
+	return au;
+}
+
+/* One (p, m, F:B:W, comm) setting at three caps; tallies the comparisons: tm against
+ * the heuristic's own times, ts against its order in pipesim ([0] all, [1] where it fits
+ * pipecc's cap), te at equal real memory (where it does not fit: auto under the peak of
+ * the heuristic's compiled order). */
+static void zb_row(int p, int m, const int fbw[3], int comm, FILE *sink, Tally tm[2], Tally ts[2],
+                   Tally *te)
 {
 	char *src = program(p, m, fbw, comm, "1f1b", 0, NULL);
 	Plan *ref = compile(src, sink);
@@ -290,7 +326,7 @@ static void zb_row(int p, int m, const int fbw[3], int comm, FILE *sink, Tally t
 		for (int j = 0; j < p; j++)
 			maxmem[j] = units2 * act / 2;
 		AutoZbOut z = {0};
-		double zb = -1, zs = -1, au = -1;
+		double zb = -1, zs = -1, ae = -1, dt, dt2;
 		int64_t cap = peak1 + (units2 - 2 * p) * act / 2, zpeak = -1;
 		if (auto_zb_fill(&x.md, maxmem, acts, nacts, &z) == 0) {
 			zb = (double)z.makespan / 1000;
@@ -300,28 +336,26 @@ static void zb_row(int p, int m, const int fbw[3], int comm, FILE *sink, Tally t
 			free(s2);
 			free(body);
 		}
-		char *s3 = program(p, m, fbw, comm, "auto", cap, NULL);
-		double t0 = now();
-		Plan *ap = compile(s3, sink);
-		double dt = now() - t0;
-		char chose[64] = "none fits";
-		if (ap) {
-			au = (double)overlap_ms(ap) / 1000;
-			snprintf(chose, sizeof chose, "%s", ap->schedule);
-		}
-		plan_free(ap);
-		free(s3);
+		char chose[64], chose2[64] = "";
+		double au = auto_at(p, m, fbw, comm, cap, sink, chose, sizeof chose, &dt);
 		int zfits = zpeak >= 0 && zpeak <= cap;
-		char ratio[16];
+		if (zpeak > cap)
+			ae = auto_at(p, m, fbw, comm, zpeak, sink, chose2, sizeof chose2, &dt2);
+		char ratio[16], eq[16] = "-";
 		snprintf(ratio, sizeof ratio, "%d:%d:%d", fbw[0], fbw[1], fbw[2]);
-		printf("%3d %4d %-8s %4d %5.1fp %10.0f %10.0f %-3s %10.0f %8.2f%% %7.0f  %s\n", p,
-		       m, ratio, comm, h / 2.0, zb, zs, zpeak < 0 ? "-" : zfits ? "yes" : "no",
-		       au, zb > 0 && au > 0 ? 100 * (au - zb) / zb : 0, dt * 1e3, chose);
+		if (ae > 0)
+			snprintf(eq, sizeof eq, "%.0f", ae);
+		printf("%3d %4d %-8s %4d %5.1fp %10.0f %10.0f %-3s %10.0f %8.2f%% %9s %7.0f  %s%s%s\n",
+		       p, m, ratio, comm, h / 2.0, zb, zs, zpeak < 0 ? "-" : zfits ? "yes" : "no", au,
+		       zb > 0 && au > 0 ? 100 * (au - zb) / zb : 0, eq, dt * 1e3, chose,
+		       ae > 0 ? "; at its memory " : "", chose2);
 		tally(&tm[0], zb, au);
 		tally(&ts[0], zs, au);
 		if (zfits) {
 			tally(&tm[1], zb, au);
 			tally(&ts[1], zs, au);
+		} else if (zpeak > cap) {
+			tally(te, zs, ae);
 		}
 		fflush(stdout);
 	}
@@ -335,20 +369,22 @@ static int zb_table(int np, const int *ps)
 {
 	static const int ratios[4][3] = {{10, 10, 10}, {10, 11, 9}, {10, 12, 6}, {10, 8, 12}};
 	FILE *sink = fopen("/dev/null", "w");
-	Tally tm[2] = {{0}}, ts[2] = {{0}};
-	printf("  p    m F:B:W    comm   cap    zb(own) zb(pipesim) fits?   auto    auto-zb ms/search  auto chose\n");
+	Tally tm[2] = {{0}}, ts[2] = {{0}}, te = {0};
+	printf("  p    m F:B:W    comm   cap    zb(own) zb(pipesim) fits?   auto    auto-zb @zb-mem ms/search  auto chose\n");
 	for (int a = 0; a < np; a++) {
 		int p = ps[a];
 		for (int mm = 1; mm <= 4; mm *= 2) {
 			for (int r = 0; r < 4; r++)
 				for (int c = 0; c <= 2; c++)
-					zb_row(p, mm * p, ratios[r], c, sink, tm, ts);
+					zb_row(p, mm * p, ratios[r], c, sink, tm, ts, &te);
 		}
 	}
 	report("all: against the heuristic's own times", &tm[0]);
 	report("all: against its order compiled by pipecc, pipesim overlap", &ts[0]);
 	report("where ZB's order fits pipecc's cap: against its own times", &tm[1]);
 	report("where ZB's order fits pipecc's cap: against its order in pipesim", &ts[1]);
+	report("where it does not, at equal real memory (auto's cap: the peak of ZB's compiled "
+	       "order): against its order in pipesim", &te);
 	printf("%d configurations: the heuristic finds no order in %d; its order fits pipecc's memory"
 	       " model in %d, not in %d (pipecc counts the tensors in flight, the heuristic does"
 	       " not)\n", tm[0].n + tm[0].none, tm[0].none, tm[1].n, tm[0].n - tm[1].n);

@@ -3,7 +3,9 @@
 # model evaluations per second at pp=8, m=32 on one core) and how its plans compare
 # with Zero Bubble's automatic scheduler's heuristic (compiler/auto_zb.c) over
 # p in {4, 8, 16}, m in {p, 2p, 4p}, four F:B:W ratios, communication 0/10/20 % of F and
-# memory caps of p, 1.5p, 2p activations.  ZB_P="4 8" narrows the table.
+# memory caps of p, 1.5p, 2p activations, and where the heuristic's order does not fit
+# the cap, at equal real memory (auto under that order's own peak).  ZB_P="4 8" narrows
+# the table.
 # Built here, outside the Makefile, from the release objects.
 : "${BIN:=bin}"
 B=build/rel

@@ -1,9 +1,11 @@
 /* `schedule auto;`: the search for the fastest plan that fits the device's memory
  * (docs/schedules.md "auto").  Its files:
- *   auto_eval.c   the fast model: one candidate order's makespan and per-rank peak in
+ *   auto_eval.c   the fast model: one candidate order's makespan and per-rank peak
+ *                 (tensors in flight included, as plan/mem.c counts them) in about
  *                 O(ops), no plan built (what the search evaluates thousands of times);
  *   auto_list.c   pipecc's own list scheduler (F, B, W placed greedily under a memory
- *                 budget) and the local improvement of an order (adjacent swaps);
+ *                 budget) and the local searches over an order: adjacent swaps, moves
+ *                 that make an overshooting order fit, simulated annealing;
  *   auto_zb.c     Zero Bubble's greedy heuristic, reimplemented: one more generator
  *                 (and what bench/auto_bench.c compares auto with);
  *   auto_search.c the search (sched_auto.c the registry row): registry schedules x
@@ -27,6 +29,7 @@ enum { AUTO_F, AUTO_B, AUTO_W };
 typedef struct {
 	int src, dst;       // stages
 	int64_t ns;         // transfer time of one tensor (0: same rank, handed over)
+	int local;          // 1: both stages on one rank, handed over in memory (no SEND)
 } AutoEdge;
 
 /* What the fast model needs of a program with a placement and recompute choice. */
@@ -36,6 +39,8 @@ typedef struct {
 	int64_t (*cost)[3];       // per stage F, B, W ns (B includes F's when recomputing)
 	int64_t (*save)[4];       // per stage save_fb, save_fw, save_bw, save_re
 	int64_t *stat;            // per pipeline index: parameters, gradients, optimizer state
+	int64_t *outb, *inb;      // per stage: its output and its input tensor (bytes in flight;
+	                          // outb NULL: none counted)
 	AutoEdge *edges;
 	int *ein, *ioff;          // per stage its in-edges (CSR), and out-edges:
 	int *eout, *ooff;
@@ -45,7 +50,9 @@ typedef struct {
 	int64_t makespan;   // -1: the order cannot run (a rank waits on itself or a cycle)
 	int64_t finish_sum; // sum of ranks' finish times (tie-breaker for the improvement)
 	int64_t busy;       // compute ns over all ranks
-	int64_t peak;       // largest per-rank static + saved activations
+	int64_t peak;       // largest per-rank static + saved activations + tensors in flight
+	int64_t low;        // largest per-rank static + saved activations: a lower bound of
+	                    // the peak under either communication tuning
 	int peak_rank;
 } AutoFig;
 
@@ -56,9 +63,16 @@ AutoScratch *auto_scratch_new(const AutoModel *md);
 /* Runs the per-rank orders acts[p][0..nacts[p]) in the fast model: each op starts when
  * its rank is free and its inputs arrived (producer's end + the edge's transfer time);
  * communication overlaps compute, as in pipesim's overlap model with receives posted
- * early.  Memory: static + saved activations (plan/plan.h PlanStage rules). */
+ * early.  Memory: plan/mem.c's model of the plan the lowering would make of the order:
+ * static + saved activations (plan/plan.h PlanStage rules) + the tensors in flight,
+ * received when made (--tune=overlap's posting). */
 void auto_eval(const AutoModel *md, AutoScratch *sc, SchedAct *const *acts, const int *nacts,
                AutoFig *out);
+/* The last auto_eval's per-rank peaks (pipeline index; valid while sc lives and the
+ * order ran). */
+const int64_t *auto_eval_peaks(const AutoScratch *sc);
+/* ... and per rank the list position of the op at (or just before) which it peaks. */
+const int *auto_eval_peak_ops(const AutoScratch *sc);
 
 /* List-scheduler variants (auto_list.c). */
 typedef struct {
@@ -81,6 +95,22 @@ int auto_list_fill(const AutoModel *md, const AutoListOpt *o, SchedAct **acts, i
  * max_evals evaluations.  Returns the evaluations spent. */
 int auto_improve(const AutoModel *md, AutoScratch *sc, SchedAct **acts, const int *nacts,
                  int64_t limit, int max_evals, AutoFig *fig);
+/* Moves ops of an order that overshoots limit, a few places up or down their rank near
+ * where each overshooting rank peaks, while the ranks' summed overshoot falls (or
+ * stays and the makespan, then the summed finish times, fall): a fast order made to fit
+ * at the least cost in time.  fig holds the order's evaluation and gets the result's.
+ * Returns the evaluations spent; the order fits when fig->peak <= limit. */
+int auto_fit(const AutoModel *md, AutoScratch *sc, SchedAct **acts, const int *nacts,
+             int64_t limit, int max_evals, AutoFig *fig);
+/* Simulated annealing over the order: random moves of an op on its rank (keeping each
+ * stage's microbatch order per kind), scored by the makespan plus a penalty of two mean
+ * op costs, and two more per forward's activations, for the bytes over limit; worse
+ * moves taken with a probability that falls with the temperature (heat mean op costs
+ * down to none over max_evals evaluations), from a fixed seed: the same order every
+ * run.  Leaves the best order seen (fitting first) in acts and its evaluation in fig;
+ * returns the evaluations spent. */
+int auto_anneal(const AutoModel *md, AutoScratch *sc, SchedAct **acts, const int *nacts,
+                int64_t limit, double heat, int max_evals, AutoFig *fig);
 
 /* Zero Bubble's heuristic (auto_zb.c) on a chain of one stage per rank, each rank's saved
  * activations within maxmem[pipeline index].  Fills acts/nacts (3m per rank) with the

@@ -5,25 +5,44 @@
  * W(s, mb) its own B.  That is pipesim's overlap model when receives are posted early
  * enough to hide behind compute, which the real check (sched_auto.c) then confirms.
  * Ranks are swept in turn, each advancing as far as its next op's inputs allow; a sweep
- * in which no rank moves proves the order stuck.  Memory follows plan/plan.h's
- * PlanStage rules (F allocates save_fb + save_fw, B frees save_fb and allocates save_bw,
- * holding save_re more while it rebuilds a recomputed forward, W frees the rest) over
- * the static bytes; tensors in flight are left to the real memory model. */
+ * in which no rank moves proves the order stuck.
+ *
+ * Memory is plan/mem.c's model of the plan the lowering (--tune=overlap, lower.c) would
+ * make of the order, walked per rank in list order: the static bytes, the saved
+ * activations (plan/plan.h's PlanStage rules: F allocates save_fb + save_fw, B frees
+ * save_fb and allocates save_bw, holding save_re more while it rebuilds a recomputed
+ * forward, W frees the rest) and the tensors in flight.  The lowering moves a tensor as
+ * soon as it is made: the producer's SEND goes in the group at the producing op's end,
+ * the consumer's RECV in a group after the op the consumer runs at that time (before
+ * its next op when it waits).  So an output is held from its op through its SEND's group
+ * (a local hand-off: to its consumer), and a received tensor from its RECV's group to
+ * its consumer.  Three samples an op i, as plan/mem.c samples: 3i the group at the end
+ * of op i - 1 (its outputs still held, with what arrived while it ran), 3i + 1 the last
+ * group before op i (what arrived until then; a recomputing B's rebuilt forward), 3i + 2
+ * after op i.  Times are the model's, so a RECV may land a group off where the
+ * lowering's walk differs; the confirmation decides. */
 #include "auto.h"
 
 #include <stdlib.h>
 
 struct AutoScratch {
 	int64_t *t[3];   // end time of F, B, W per (stage * m + mb); -1: not yet
+	int *ix[2];      // list position of F, B (or BW) per (stage * m + mb)
 	int *pos;        // per rank: next op
+	int *off;        // per rank: its first entry in st (CSR, room for its 3m ops a stage)
+	int64_t *st, *en; // per rank, per list position: start and end time
+	int64_t *d;      // per sample position of one rank: change of the bytes in flight
 	int64_t *free_at, *cur, *peak;
+	int *peak_op;    // per rank: the op at (or just before) which its peak is reached
 };
 
 AutoScratch *auto_scratch_new(const AutoModel *md)
 {
 	size_t n = (size_t)md->ns * (size_t)md->m, pp = (size_t)md->pp;
-	AutoScratch *sc = malloc(sizeof *sc + 3 * n * sizeof(int64_t) + pp * sizeof(int) +
-	                         3 * pp * sizeof(int64_t));
+	size_t nst = 3 * n + 1;
+	size_t bytes = sizeof(AutoScratch) + (3 * n + 3 * pp + 2 * nst + 9 * n + 6) * sizeof(int64_t) +
+	               (2 * n + 3 * pp + 1) * sizeof(int);
+	AutoScratch *sc = malloc(bytes);
 	if (!sc)
 		return NULL;
 	int64_t *q = (int64_t *)(sc + 1);
@@ -32,7 +51,22 @@ AutoScratch *auto_scratch_new(const AutoModel *md)
 	sc->free_at = q;
 	sc->cur = q + pp;
 	sc->peak = q + 2 * pp;
-	sc->pos = (int *)(q + 3 * pp);
+	sc->st = q + 3 * pp;
+	sc->en = sc->st + nst;
+	sc->d = sc->en + nst;
+	int *iq = (int *)(sc->d + 9 * n + 6);
+	sc->ix[0] = iq;
+	sc->ix[1] = iq + n;
+	sc->pos = iq + 2 * n;
+	sc->peak_op = sc->pos + pp;
+	sc->off = sc->peak_op + pp;
+	sc->off[0] = 0;
+	for (int p = 0; p < md->pp; p++) {
+		size_t k = 0;
+		for (int s = 0; s < md->ns; s++)
+			k += md->stage_pp[s] == p ? 3 * (size_t)md->m : 0;
+		sc->off[p + 1] = sc->off[p] + (int)k;
+	}
 	return sc;
 }
 
@@ -69,41 +103,115 @@ static int64_t ready_at(const AutoModel *md, const AutoScratch *sc, const SchedA
 	return r;
 }
 
-/* Runs op a on rank p from time `at`: its end time, and the rank's memory. */
-static void run_op(const AutoModel *md, AutoScratch *sc, int p, const SchedAct *a, int64_t at)
+/* Runs op i of rank p from time `at`: its start and end time. */
+static void run_op(const AutoModel *md, AutoScratch *sc, int p, int i, const SchedAct *a,
+                   int64_t at)
 {
-	int s = a->stage, i = s * md->m + a->mb;
-	const int64_t *sv = md->save[s], *c = md->cost[s];
-	int64_t end;
-	switch (a->kind) {
-	case OP_F:
-		end = at + c[0];
-		sc->t[AUTO_F][i] = end;
-		sc->cur[p] += sv[0] + sv[1];
-		break;
-	case OP_B:
-		end = at + c[1];
-		sc->t[AUTO_B][i] = end;
-		if (sc->cur[p] + sv[3] > sc->peak[p])
-			sc->peak[p] = sc->cur[p] + sv[3];
-		sc->cur[p] += sv[2] - sv[0];
-		break;
-	case OP_W:
+	int x = a->stage * md->m + a->mb;
+	const int64_t *c = md->cost[a->stage];
+	int64_t end = at + c[0];
+	if (a->kind == OP_F) {
+		sc->t[AUTO_F][x] = end;
+		sc->ix[0][x] = i;
+	} else if (a->kind == OP_B || a->kind == OP_BW) {
+		end = at + c[1] + (a->kind == OP_BW ? c[2] : 0);
+		sc->t[AUTO_B][x] = end;
+		sc->ix[1][x] = i;
+		if (a->kind == OP_BW)
+			sc->t[AUTO_W][x] = end;
+	} else {
 		end = at + c[2];
-		sc->t[AUTO_W][i] = end;
-		sc->cur[p] -= sv[1] + sv[2];
-		break;
-	default: // OP_BW
-		end = at + c[1] + c[2];
-		sc->t[AUTO_B][i] = sc->t[AUTO_W][i] = end;
-		if (sc->cur[p] + sv[3] > sc->peak[p])
-			sc->peak[p] = sc->cur[p] + sv[3];
-		sc->cur[p] -= sv[0] + sv[1];
-		break;
+		sc->t[AUTO_W][x] = end;
+	}
+	if (i < sc->off[p + 1] - sc->off[p]) {
+		sc->st[sc->off[p] + i] = at;
+		sc->en[sc->off[p] + i] = end;
 	}
 	sc->free_at[p] = end;
-	if (sc->cur[p] > sc->peak[p])
-		sc->peak[p] = sc->cur[p];
+}
+
+/* The first of rank p's ops 0..hi whose start is at or after t (a tensor is mostly
+ * received an op or two before its consumer: searched backwards). */
+static int first_at(const AutoScratch *sc, int p, int hi, int64_t t)
+{
+	const int64_t *st = sc->st + sc->off[p];
+	while (hi > 0 && st[hi - 1] >= t)
+		hi--;
+	return hi;
+}
+
+static void hold(AutoScratch *sc, int from, int to, int64_t bytes)
+{
+	sc->d[from] += bytes;
+	sc->d[to + 1] -= bytes;
+}
+
+/* The tensors op i of rank p makes and takes, as spans of sample positions in d: its
+ * output from its own sample through its SEND's group (or to its local consumer), each
+ * input it receives from the RECV's group to op i. */
+static void spans(const AutoModel *md, AutoScratch *sc, int p, int i, const SchedAct *a)
+{
+	int s = a->stage, mb = a->mb, m = md->m, fwd = a->kind == OP_F;
+	const int *out = fwd ? md->eout : md->ein, *in = fwd ? md->ein : md->eout;
+	int olo = fwd ? md->ooff[s] : md->ioff[s], ohi = fwd ? md->ooff[s + 1] : md->ioff[s + 1];
+	int ilo = fwd ? md->ioff[s] : md->ooff[s], ihi = fwd ? md->ioff[s + 1] : md->ooff[s + 1];
+	int end = -1;
+	for (int k = olo; k < ohi; k++) {
+		const AutoEdge *e = &md->edges[out[k]];
+		int c = e->local ? 3 * sc->ix[!fwd][(fwd ? e->dst : e->src) * m + mb] + 1 : 3 * i + 3;
+		end = c > end ? c : end;
+	}
+	if (end >= 0)
+		hold(sc, 3 * i + 2, end, fwd ? md->outb[s] : md->inb[s]);
+	for (int k = ilo; k < ihi; k++) {
+		const AutoEdge *e = &md->edges[in[k]];
+		if (e->local)
+			continue;
+		int from = fwd ? e->src : e->dst;
+		int64_t made = sc->t[fwd ? AUTO_F : AUTO_B][from * m + mb];
+		int j = first_at(sc, p, i, made);
+		/* made while op j - 1 ran (or as it ended): received in the group of its end */
+		int during = j > 0 && made <= sc->en[sc->off[p] + j - 1];
+		hold(sc, during ? 3 * j : 3 * j + 1, 3 * i + 1, md->outb[e->src]);
+	}
+}
+
+/* Rank p's peak over its samples (after its order ran); *low gets it without the
+ * tensors in flight. */
+static int64_t rank_peak(const AutoModel *md, AutoScratch *sc, int p, SchedAct *const *acts,
+                         int n, int64_t *low)
+{
+	int64_t cur = md->stat[p], fly = 0, peak = cur, top = cur;
+	sc->peak_op[p] = 0;
+	int room = sc->off[p + 1] - sc->off[p], counted = md->outb && n <= room;
+	for (int k = 0; counted && k <= 3 * n + 2; k++)
+		sc->d[k] = 0;
+	for (int i = 0; counted && i < n; i++)
+		if (acts[p][i].kind != OP_W)
+			spans(md, sc, p, i, &acts[p][i]);
+	for (int i = 0; i < n; i++) {
+		const SchedAct *a = &acts[p][i];
+		const int64_t *sv = md->save[a->stage];
+		int64_t *d = sc->d + 3 * i;
+		fly += counted ? d[0] : 0;
+		int64_t was = peak;
+		peak = cur + fly > peak ? cur + fly : peak;
+		fly += counted ? d[1] : 0;
+		int64_t re = a->kind == OP_B || a->kind == OP_BW ? sv[3] : 0;
+		peak = cur + fly + re > peak ? cur + fly + re : peak;
+		top = cur + re > top ? cur + re : top;
+		cur += a->kind == OP_F ? sv[0] + sv[1]
+		       : a->kind == OP_B ? sv[2] - sv[0]
+		       : a->kind == OP_W ? -(sv[1] + sv[2])
+		                         : -(sv[0] + sv[1]);
+		fly += counted ? d[2] : 0;
+		peak = cur + fly > peak ? cur + fly : peak;
+		top = cur > top ? cur : top;
+		if (peak > was)
+			sc->peak_op[p] = i;
+	}
+	*low = top;
+	return peak;
 }
 
 void auto_eval(const AutoModel *md, AutoScratch *sc, SchedAct *const *acts, const int *nacts,
@@ -117,7 +225,6 @@ void auto_eval(const AutoModel *md, AutoScratch *sc, SchedAct *const *acts, cons
 	for (int p = 0; p < md->pp; p++) {
 		sc->pos[p] = 0;
 		sc->free_at[p] = 0;
-		sc->cur[p] = sc->peak[p] = md->stat[p];
 		left += nacts[p] > 0;
 	}
 	*out = (AutoFig){0};
@@ -131,7 +238,7 @@ void auto_eval(const AutoModel *md, AutoScratch *sc, SchedAct *const *acts, cons
 				int64_t r = ready_at(md, sc, &acts[p][i]);
 				if (r < 0)
 					break;
-				run_op(md, sc, p, &acts[p][i], r > sc->free_at[p] ? r : sc->free_at[p]);
+				run_op(md, sc, p, i, &acts[p][i], r > sc->free_at[p] ? r : sc->free_at[p]);
 			}
 			moved |= i > sc->pos[p];
 			sc->pos[p] = i;
@@ -148,6 +255,9 @@ void auto_eval(const AutoModel *md, AutoScratch *sc, SchedAct *const *acts, cons
 		if (f > out->makespan)
 			out->makespan = f;
 		out->finish_sum += f;
+		int64_t low;
+		sc->peak[p] = rank_peak(md, sc, p, acts, nacts[p], &low);
+		out->low = low > out->low ? low : out->low;
 		if (sc->peak[p] > out->peak) {
 			out->peak = sc->peak[p];
 			out->peak_rank = p;
@@ -155,4 +265,14 @@ void auto_eval(const AutoModel *md, AutoScratch *sc, SchedAct *const *acts, cons
 	}
 	for (int s = 0; s < md->ns; s++)
 		out->busy += md->m * (md->cost[s][0] + md->cost[s][1] + md->cost[s][2]);
+}
+
+const int64_t *auto_eval_peaks(const AutoScratch *sc)
+{
+	return sc->peak;
+}
+
+const int *auto_eval_peak_ops(const AutoScratch *sc)
+{
+	return sc->peak_op;
 }

@@ -15,11 +15,18 @@
  *
  * The improvement swaps neighbouring ops of one rank and keeps a swap when the fast
  * model's makespan falls (or stays and the ranks' summed finish times fall) and every
- * rank still fits; it stops at a pass without gain or when its evaluations run out. */
+ * rank still fits; it stops at a pass without gain or when its evaluations run out.
+ * The fit (auto_fit) moves ops of an order that overshoots a few places up or down
+ * their rank, near where an overshooting rank peaks, while the summed overshoot falls.
+ * The annealing (auto_anneal) moves any op anywhere on its rank, taking worse orders
+ * with a falling probability, from a fixed seed.  Every move keeps a stage's ops of one
+ * kind in microbatch order and an op after what it needs on its rank. */
 #include "auto.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct {
 	const AutoModel *md;
@@ -275,4 +282,173 @@ int auto_improve(const AutoModel *md, AutoScratch *sc, SchedAct **acts, const in
 		}
 	}
 	return evals;
+}
+
+/* auto_fit's neighbourhood: the ops within FIT_WINDOW places of where an overshooting
+ * rank peaks, each moved up to FIT_REACH places up or down. */
+enum { FIT_WINDOW = 6, FIT_REACH = 6 };
+
+/* The ranks' summed overshoot of limit in the last evaluation. */
+static int64_t overshoot(const AutoModel *md, const AutoScratch *sc, int64_t limit)
+{
+	const int64_t *pk = auto_eval_peaks(sc);
+	int64_t o = 0;
+	for (int p = 0; p < md->pp; p++)
+		o += pk[p] > limit ? pk[p] - limit : 0;
+	return o;
+}
+
+/* Moves v[i] to position k, the ops between shifting by one. */
+static void move_op(SchedAct *v, int i, int k)
+{
+	SchedAct a = v[i];
+	if (k > i)
+		memmove(v + i, v + i + 1, (size_t)(k - i) * sizeof *v);
+	else
+		memmove(v + k + 1, v + k, (size_t)(i - k) * sizeof *v);
+	v[k] = a;
+}
+
+/* Whether v[i] may pass every op between it and position k: none of them is of its
+ * stage and microbatch (dependent) or of its stage and kind (microbatch order). */
+static int may_move(const SchedAct *v, int i, int k)
+{
+	int lo = i < k ? i + 1 : k, hi = i < k ? k : i - 1;
+	for (int j = lo; j <= hi; j++)
+		if (v[j].stage == v[i].stage && (v[j].mb == v[i].mb || v[j].kind == v[i].kind))
+			return 0;
+	return 1;
+}
+
+int auto_fit(const AutoModel *md, AutoScratch *sc, SchedAct **acts, const int *nacts,
+             int64_t limit, int max_evals, AutoFig *fig)
+{
+	int evals = 1, pp = md->pp;
+	int64_t *peak = malloc((size_t)pp * sizeof *peak);
+	int *at = malloc((size_t)pp * sizeof *at);
+	if (!peak || !at) {
+		free(peak), free(at);
+		return 0;
+	}
+	auto_eval(md, sc, acts, nacts, fig);
+	int64_t over = overshoot(md, sc, limit);
+	memcpy(peak, auto_eval_peaks(sc), (size_t)pp * sizeof *peak);
+	memcpy(at, auto_eval_peak_ops(sc), (size_t)pp * sizeof *at);
+	int gained = fig->makespan >= 0;
+	while (over > 0 && gained && evals < max_evals) {
+		gained = 0;
+		for (int p = 0; p < pp && !gained; p++) {
+			if (peak[p] <= limit)
+				continue;
+			int lo = at[p] - FIT_WINDOW < 0 ? 0 : at[p] - FIT_WINDOW;
+			int hi = at[p] + FIT_WINDOW >= nacts[p] ? nacts[p] - 1 : at[p] + FIT_WINDOW;
+			for (int i = lo; i <= hi && !gained && evals < max_evals; i++)
+				for (int d = -FIT_REACH; d <= FIT_REACH && !gained && evals < max_evals; d++) {
+					int k = i + d;
+					if (d == 0 || k < 0 || k >= nacts[p] || !may_move(acts[p], i, k))
+						continue;
+					move_op(acts[p], i, k);
+					AutoFig f;
+					auto_eval(md, sc, acts, nacts, &f);
+					evals++;
+					int64_t o = f.makespan < 0 ? INT64_MAX : overshoot(md, sc, limit);
+					if (o < over || (o == over && better(&f, fig))) {
+						*fig = f;
+						over = o;
+						memcpy(peak, auto_eval_peaks(sc), (size_t)pp * sizeof *peak);
+						memcpy(at, auto_eval_peak_ops(sc), (size_t)pp * sizeof *at);
+						gained = 1;
+					} else {
+						move_op(acts[p], k, i);
+					}
+				}
+		}
+	}
+	free(peak), free(at);
+	return evals;
+}
+
+/* The annealing's score: the makespan, and an overshoot of limit costs pen plus pen
+ * per unit bytes over (so a fitting order always beats one that overshoots by as much
+ * as it gains); -1 when the order cannot run. */
+static double anneal_score(const AutoModel *md, const AutoScratch *sc, const AutoFig *f,
+                           int64_t limit, double pen, double unit)
+{
+	if (f->makespan < 0)
+		return -1;
+	int64_t o = overshoot(md, sc, limit);
+	return (double)f->makespan + (o > 0 ? pen + pen * (double)o / unit : 0);
+}
+
+/* Linear congruential steps (Numerical Recipes' constants): the same moves every run. */
+static unsigned next_rand(unsigned *s)
+{
+	*s = *s * 1664525u + 1013904223u;
+	return *s >> 8;
+}
+
+int auto_anneal(const AutoModel *md, AutoScratch *sc, SchedAct **acts, const int *nacts,
+                int64_t limit, double heat, int max_evals, AutoFig *fig)
+{
+	int pp = md->pp, evals = 0;
+	double u = 0, unit = 0;
+	for (int s = 0; s < md->ns; s++) {
+		u += (double)(md->cost[s][0] + md->cost[s][1] + md->cost[s][2]) / (3.0 * md->ns);
+		double a = (double)(md->save[s][0] + md->save[s][1]);
+		unit = a > 0 && (unit == 0 || a < unit) ? a : unit;
+	}
+	SchedAct **best = malloc((size_t)pp * sizeof *best);
+	for (int p = 0; best && p < pp; p++)
+		if (!(best[p] = malloc(((size_t)nacts[p] + 1) * sizeof **best))) {
+			while (p-- > 0)
+				free(best[p]);
+			free(best);
+			best = NULL;
+		}
+	if (!best || u <= 0)
+		return 0;
+	unit = unit > 0 ? unit : 1;
+	AutoFig f;
+	auto_eval(md, sc, acts, nacts, &f);
+	double cur = anneal_score(md, sc, &f, limit, 2 * u, unit), top = cur;
+	int fits = cur >= 0 && overshoot(md, sc, limit) == 0;
+	AutoFig keep = f;
+	for (int p = 0; p < pp; p++)
+		memcpy(best[p], acts[p], (size_t)nacts[p] * sizeof **best);
+	unsigned seed = 1;
+	for (int tries = 0; cur >= 0 && evals < max_evals && tries < 16 * max_evals; tries++) {
+		int p = (int)(next_rand(&seed) % (unsigned)pp);
+		if (nacts[p] < 2)
+			continue;
+		int i = (int)(next_rand(&seed) % (unsigned)nacts[p]);
+		int k = (int)(next_rand(&seed) % (unsigned)nacts[p]);
+		if (i == k || !may_move(acts[p], i, k))
+			continue;
+		move_op(acts[p], i, k);
+		auto_eval(md, sc, acts, nacts, &f);
+		evals++;
+		double x = anneal_score(md, sc, &f, limit, 2 * u, unit);
+		int ok = x >= 0 && overshoot(md, sc, limit) == 0;
+		double t = heat * u * (1 - (double)evals / max_evals) + 1e-9;
+		double r = (double)(next_rand(&seed) % 1000000u) / 1e6;
+		if (x >= 0 && (x <= cur || exp((cur - x) / t) > r)) {
+			cur = x;
+			if (ok > fits || (ok == fits && (x < top || (x == top && better(&f, &keep))))) {
+				top = x;
+				fits = ok;
+				keep = f;
+				for (int q = 0; q < pp; q++)
+					memcpy(best[q], acts[q], (size_t)nacts[q] * sizeof **best);
+			}
+		} else {
+			move_op(acts[p], k, i);
+		}
+	}
+	for (int p = 0; p < pp; p++) {
+		memcpy(acts[p], best[p], (size_t)nacts[p] * sizeof **best);
+		free(best[p]);
+	}
+	free(best);
+	auto_eval(md, sc, acts, nacts, fig);
+	return evals + 1;
 }

@@ -1,11 +1,11 @@
 /* The search behind `schedule auto;` (see sched_auto.c for what it weighs and why the
  * winner wins).  Candidates live in one heap array, in the order they were made:
  * setups (placement x recomputation) in turn, in each the registry rows in table order,
- * then the list scheduler's variants and the heuristic's order, then the improved
- * orders and the refitted ones.  The fast model ranks them; the confirmation (lowering,
- * verifier, memory model, pipesim's overlap model) decides.  The confirmation compiles
- * under a diagnostics sink: a candidate's failure is a fact about the candidate, not an
- * error of the program. */
+ * then the list scheduler's variants and the heuristic's orders, then the fixed, the
+ * improved and the annealed orders, and the ones cut after the real check.  The fast
+ * model ranks them; the confirmation (lowering, verifier, memory model, pipesim's
+ * overlap model) decides.  The confirmation compiles under a diagnostics sink: a
+ * candidate's failure is a fact about the candidate, not an error of the program. */
 #include "auto.h"
 
 #include <stdlib.h>
@@ -17,7 +17,8 @@
 #include "place.h"
 
 enum { AUTO_CONFIRM = 6, AUTO_TRIES = 24, AUTO_IMPROVE = 2, AUTO_REPAIR = 4,
-       AUTO_CHAINS = 3, AUTO_ZB_FIT = 6, AUTO_ZB_MID = 4 };
+       AUTO_CHAINS = 3, AUTO_ZB_FIT = 8, AUTO_ZB_MID = 6, AUTO_REFIT = 6, AUTO_FIX = 3,
+       AUTO_ZB_LADDER = 8, AUTO_OTHER = 6, AUTO_ANNEAL = 12000, AUTO_ANNEAL_OPS = 2000000 };
 
 typedef struct {
 	char label[48];
@@ -36,8 +37,11 @@ typedef struct {
 	int list;           // 1: made by the list scheduler with options lo (2: then improved)
 	AutoListOpt lo;
 	int repaired;       // a tighter budget has been tried for it
-	int zb;             // made by Zero Bubble's heuristic (auto_zb.c) within zmax
+	int zb;             // made by Zero Bubble's heuristic (auto_zb.c) within zmax: 1 at the
+	                    // cap, 2 at a lower budget (zb+fitN, zb+midN, zb-K)
 	int64_t *zmax, *zpeak; // per pipeline index: its budget and its own peak (arena)
+	int fixed;          // moved from another candidate's order (+fix: auto_fit, +anneal)
+	int dup;            // the heuristic's order at an earlier budget again: not confirmed
 } Cand;
 
 typedef struct {
@@ -137,6 +141,8 @@ static int setup_model(Search *s, Setup *u)
 	md->cost = arena_alloc(a, (size_t)md->ns * sizeof *md->cost);
 	md->save = arena_alloc(a, (size_t)md->ns * sizeof *md->save);
 	md->stat = arena_alloc(a, (size_t)md->pp * sizeof *md->stat);
+	md->outb = arena_alloc(a, (size_t)md->ns * sizeof *md->outb);
+	md->inb = arena_alloc(a, (size_t)md->ns * sizeof *md->inb);
 	md->edges = arena_alloc(a, (size_t)(md->ne + 1) * sizeof *md->edges);
 	md->ioff = arena_alloc(a, (size_t)(md->ns + 1) * sizeof(int));
 	md->ooff = arena_alloc(a, (size_t)(md->ns + 1) * sizeof(int));
@@ -147,7 +153,9 @@ static int setup_model(Search *s, Setup *u)
 		memcpy(md->cost[i], st->cost, sizeof md->cost[i]);
 		int64_t sv[4] = {st->save_fb, st->save_fw, st->save_bw, st->save_re};
 		memcpy(md->save[i], sv, sizeof sv);
-		int64_t t = plan_stage_in_bytes(p, i) + (int64_t)p->rows * st->out * 4;
+		md->inb[i] = plan_stage_in_bytes(p, i);
+		md->outb[i] = (int64_t)p->rows * st->out * 4;
+		int64_t t = md->inb[i] + md->outb[i];
 		if (t > u->tensor)
 			u->tensor = t;
 	}
@@ -155,7 +163,7 @@ static int setup_model(Search *s, Setup *u)
 		const PlanEdge *pe = &p->edges[e];
 		int same = u->stage_pp[pe->src] == u->stage_pp[pe->dst] &&
 		           q->same_rank == SAME_RANK_LOCAL;
-		md->edges[e] = (AutoEdge){pe->src, pe->dst, same ? 0 : plan_transfer_ns(p, pe->bytes)};
+		md->edges[e] = (AutoEdge){pe->src, pe->dst, same ? 0 : plan_transfer_ns(p, pe->bytes), same};
 	}
 	for (int i = 0, ki = 0, ko = 0; i < md->ns; i++) {
 		md->ioff[i] = ki, md->ooff[i] = ko;
@@ -244,7 +252,22 @@ static void add_registry(Search *s, int k)
 	}
 }
 
-/* One list-scheduler candidate; returns its index. */
+/* The fast model's per-rank overshoot of the cap of the order it evaluated last, added
+ * to base (NULL: none): the next budgets of an order that overshoots. */
+static int64_t *cut_by_overshoot(Search *s, int k, const int64_t *base)
+{
+	const AutoModel *md = &s->setups[k].md;
+	const int64_t *pk = auto_eval_peaks(s->setups[k].sc);
+	int64_t *x = arena_alloc(s->a, (size_t)md->pp * sizeof *x);
+	for (int q = 0; q < md->pp; q++)
+		x[q] = (base ? base[q] : 0) + (pk[q] > s->cap ? pk[q] - s->cap : 0);
+	return x;
+}
+
+/* One list-scheduler candidate; returns its index.  The fast model counts the tensors
+ * in flight: an order that overshoots the cap is made again, in place, with each
+ * overshooting rank's budget cut by its overshoot (`+fitN`), until it fits, up to
+ * AUTO_REFIT times, so every rank is packed up to the cap, not to a guess of it. */
 static int list_cand(Search *s, int k, const AutoListOpt *o, const char *label)
 {
 	const AutoModel *md = &s->setups[k].md;
@@ -259,11 +282,18 @@ static int list_cand(Search *s, int k, const AutoListOpt *o, const char *label)
 		if (!c->acts[p])
 			arena_oom(s->a, n * sizeof(SchedAct));
 	}
-	if (auto_list_fill(md, o, c->acts, c->nacts, NULL)) {
-		c->fast.makespan = -1;
-		c->note = "the list scheduler stalled in this budget";
-	} else {
+	for (int round = 0; round <= AUTO_REFIT; round++) {
+		if (auto_list_fill(md, &c->lo, c->acts, c->nacts, NULL)) {
+			c->fast.makespan = -1;
+			c->fast_fits = 0;
+			c->note = "the list scheduler stalled in this budget";
+			break;
+		}
 		evaluate(s, c);
+		if (c->fast_fits || c->fast.makespan < 0 || round == AUTO_REFIT)
+			break;
+		c->lo.extra = cut_by_overshoot(s, k, c->lo.extra);
+		snprintf(c->label, sizeof c->label, "%.40s+fit%d", label, round + 1);
 	}
 	return (int)(c - s->c);
 }
@@ -287,6 +317,20 @@ static void add_list(Search *s, int k)
 						         lazy ? "/lazy" : "", deep ? "/deep" : "", full ? "/full" : "");
 						list_cand(s, k, &o, label);
 					}
+}
+
+static int same_order(const Cand *a, const Cand *b, int pp)
+{
+	for (int p = 0; p < pp; p++) {
+		if (a->nacts[p] != b->nacts[p])
+			return 0;
+		for (int i = 0; i < a->nacts[p]; i++) {
+			const SchedAct *x = &a->acts[p][i], *y = &b->acts[p][i];
+			if (x->kind != y->kind || x->stage != y->stage || x->mb != y->mb)
+				return 0;
+		}
+	}
+	return 1;
 }
 
 /* Zero Bubble's heuristic (auto_zb.c) with each rank's saved activations within
@@ -313,18 +357,88 @@ static int zb_cand(Search *s, int k, const int64_t *maxmem, const char *label)
 		c->note = "the heuristic finds no order here";
 	} else {
 		evaluate(s, c);
+		for (int j = 0; j < s->n - 1 && !c->dup; j++)
+			if (s->c[j].zb && s->c[j].setup == k && !s->c[j].dup && same_order(c, &s->c[j], md->pp))
+				c->dup = 1;
+		c->note = c->dup ? "the same order as an earlier budget's" : NULL;
 	}
 	return (int)(c - s->c);
 }
 
-/* The heuristic at the cap: each rank's budget is the cap less its static bytes. */
+/* The heuristic at the cap: each rank's budget is the cap less its static bytes.  Its
+ * memory model counts saved activations only, the fast model also the tensors in
+ * flight: an order that overshoots the cap is made again with each overshooting rank's
+ * budget cut to the heuristic's own peak there less the overshoot (`zb+fitN`), until it
+ * fits, up to AUTO_ZB_FIT times; the cut may go deeper than needed (the tensors in
+ * flight change with the order), so the budgets between the last that overshot and the
+ * first that fits are then bisected (`zb+midN`), AUTO_ZB_MID times.  All in the fast
+ * model; the ranking's confirmation follows. */
 static void add_zb(Search *s, int k)
 {
 	const AutoModel *md = &s->setups[k].md;
-	int64_t *maxmem = arena_alloc(s->a, (size_t)md->pp * sizeof *maxmem);
-	for (int p = 0; p < md->pp; p++)
+	int pp = md->pp;
+	int64_t *maxmem = arena_alloc(s->a, (size_t)pp * sizeof *maxmem);
+	for (int p = 0; p < pp; p++)
 		maxmem[p] = s->cap ? s->cap - md->stat[p] : INT64_MAX / 4;
-	zb_cand(s, k, maxmem, "zb");
+	int i = zb_cand(s, k, maxmem, "zb"), fit = -1, over = -1;
+	for (int round = 0; s->cap && i >= 0 && round < AUTO_ZB_FIT; round++) {
+		const Cand *c = &s->c[i];
+		if (c->fast.makespan < 0)
+			break;
+		if (c->fast_fits) {
+			fit = i;
+			break;
+		}
+		over = i;
+		const int64_t *pk = auto_eval_peaks(s->setups[k].sc); // c's: the last evaluated
+		maxmem = arena_alloc(s->a, (size_t)pp * sizeof *maxmem);
+		for (int q = 0; q < pp; q++) {
+			int64_t x = pk[q] - s->cap, top = c->zpeak[q] < c->zmax[q] ? c->zpeak[q] : c->zmax[q];
+			maxmem[q] = x > 0 ? top - x : c->zmax[q];
+		}
+		char label[48];
+		snprintf(label, sizeof label, "zb+fit%d", round + 1);
+		i = zb_cand(s, k, maxmem, label);
+		s->c[i].zb = 2;
+	}
+	for (int round = 0; fit >= 0 && over >= 0 && round < AUTO_ZB_MID; round++) {
+		const int64_t *lo = s->c[fit].zmax, *hi = s->c[over].zmax;
+		int64_t gap = 0;
+		maxmem = arena_alloc(s->a, (size_t)pp * sizeof *maxmem);
+		for (int q = 0; q < pp; q++) {
+			maxmem[q] = lo[q] + (hi[q] - lo[q]) / 2;
+			gap = hi[q] - lo[q] > gap ? hi[q] - lo[q] : gap;
+		}
+		if (gap < 2)
+			break;
+		char label[48];
+		snprintf(label, sizeof label, "zb+mid%d", round + 1);
+		int j = zb_cand(s, k, maxmem, label);
+		s->c[j].zb = 2;
+		if (s->c[j].fast.makespan < 0)
+			break;
+		if (s->c[j].fast_fits)
+			fit = j;
+		else
+			over = j;
+	}
+	/* Every rank's budget lower by k forwards' activations (`zb-k`): the heuristic's
+	 * orders change at such steps, and the cut above may skip the fastest that fits. */
+	int64_t unit = INT64_MAX;
+	for (int st = 0; st < md->ns; st++)
+		if (md->save[st][0] + md->save[st][1] > 0 && md->save[st][0] + md->save[st][1] < unit)
+			unit = md->save[st][0] + md->save[st][1];
+	for (int step = 1; s->cap && i >= 0 && unit < INT64_MAX && step <= AUTO_ZB_LADDER; step++) {
+		maxmem = arena_alloc(s->a, (size_t)pp * sizeof *maxmem);
+		for (int q = 0; q < pp; q++)
+			maxmem[q] = s->cap - md->stat[q] - step * unit;
+		char label[48];
+		snprintf(label, sizeof label, "zb-%d", step);
+		int j = zb_cand(s, k, maxmem, label);
+		s->c[j].zb = 2;
+		if (s->c[j].fast.makespan < 0)
+			break;
+	}
 }
 
 /* The fast model's ranking: runnable first, then fitting, then step, then summed
@@ -360,31 +474,41 @@ static int *ranking(Search *s)
 }
 
 /* A copy of list candidate i improved by swaps (auto_improve); returns its index. */
-static int improve_one(Search *s, int i)
+/* A copy of candidate i's order as a new candidate named after it with suffix; returns
+ * the copy's index, and its ops in *ops. */
+static int copy_cand(Search *s, int i, const char *suffix, int64_t *ops)
 {
 	int setup = s->c[i].setup;
 	const AutoModel *md = &s->setups[setup].md;
 	char label[48];
-	snprintf(label, sizeof label, "%.40s+swaps", s->c[i].label);
+	snprintf(label, sizeof label, "%.*s%s", (int)(sizeof label - 1 - strlen(suffix)),
+	         s->c[i].label, suffix);
 	Cand *d = new_cand(s, setup, label), *c = &s->c[i]; // new_cand may move the array
-	int64_t ops = 0;
+	*ops = 0;
 	for (int p = 0; p < md->pp; p++) {
 		d->acts[p] = malloc(((size_t)c->nacts[p] + 1) * sizeof(SchedAct));
 		if (!d->acts[p])
 			arena_oom(s->a, (size_t)c->nacts[p] * sizeof(SchedAct));
 		memcpy(d->acts[p], c->acts[p], (size_t)c->nacts[p] * sizeof(SchedAct));
 		d->nacts[p] = c->nacts[p];
-		ops += c->nacts[p];
+		*ops += c->nacts[p];
 	}
 	d->fast = c->fast;
+	return (int)(d - s->c);
+}
+
+static int improve_one(Search *s, int i)
+{
+	int64_t ops;
+	Cand *d = &s->c[copy_cand(s, i, "+swaps", &ops)];
+	const Setup *u = &s->setups[d->setup];
 	d->list = 2;
-	d->lo = c->lo;
+	d->lo = s->c[i].lo;
 	int budget = (int)(3000000 / (ops + 1));
 	if (budget < 200)
 		budget = 200;
-	int64_t limit = s->cap ? s->cap - c->lo.reserve : INT64_MAX;
-	s->evals += auto_improve(md, s->setups[setup].sc, d->acts, d->nacts, limit, budget,
-	                         &d->fast);
+	int64_t limit = s->cap ? s->cap : INT64_MAX;
+	s->evals += auto_improve(&u->md, u->sc, d->acts, d->nacts, limit, budget, &d->fast);
 	d->fast_fits = 1;
 	return (int)(d - s->c);
 }
@@ -400,6 +524,67 @@ static void improve(Search *s)
 		done++;
 	}
 	free(ix);
+}
+
+/* The fastest orders that overshoot the cap (but could fit: their saved activations
+ * do) made to fit by moving ops near the overshooting ranks' peaks (auto_fit), then
+ * improved (`+fix`): what a budget cut would slow down everywhere, moves cost only where
+ * the memory is short. */
+static void fix(Search *s)
+{
+	int *ix = ranking(s), done = 0, n = s->n;
+	for (int k = 0; k < n && done < AUTO_FIX && s->cap; k++) {
+		const Cand *c = &s->c[ix[k]];
+		if (c->fast.makespan < 0 || c->fast_fits || c->fast.low > s->cap)
+			continue;
+		int64_t ops;
+		Cand *d = &s->c[copy_cand(s, ix[k], "+fix", &ops)];
+		const Setup *u = &s->setups[d->setup];
+		d->fixed = 1;
+		int budget = (int)(3000000 / (ops + 1));
+		budget = budget < 300 ? 300 : budget;
+		int spent = auto_fit(&u->md, u->sc, d->acts, d->nacts, s->cap, budget, &d->fast);
+		s->evals += spent;
+		if (d->fast.makespan >= 0 && d->fast.peak <= s->cap && spent < budget)
+			s->evals += auto_improve(&u->md, u->sc, d->acts, d->nacts, s->cap, budget - spent,
+			                         &d->fast);
+		evaluate(s, d);
+		done++;
+	}
+	free(ix);
+}
+
+/* Simulated annealing (auto_anneal, `+anneal`): greedy orders and their local
+ * improvement stop at the first order no single move improves; the annealing also
+ * takes worse moves, so it leaves such an optimum (worth most where memory is tight and
+ * the best orders are unlike any generator's).  Hot (three mean op costs) from the
+ * fastest order that fits in the fast model, to roam; cool (a tenth of one) from the
+ * fastest that overshoots the cap but whose saved activations fit, to settle it under
+ * the cap with little lost.  About AUTO_ANNEAL_OPS op visits each (at most AUTO_ANNEAL
+ * evaluations), so their time stays flat as orders grow. */
+static void anneal(Search *s)
+{
+	int *ix = ranking(s), from[2] = {-1, -1};
+	for (int k = 0; k < s->n; k++) {
+		const Cand *c = &s->c[ix[k]];
+		int over = !c->fast_fits;
+		if (c->fast.makespan >= 0 && from[over] < 0 && (!over || (s->cap && c->fast.low <= s->cap)))
+			from[over] = ix[k];
+	}
+	free(ix);
+	for (int over = 0; over < 2; over++) {
+		if (from[over] < 0)
+			continue;
+		int64_t ops;
+		Cand *d = &s->c[copy_cand(s, from[over], "+anneal", &ops)];
+		const Setup *u = &s->setups[d->setup];
+		d->fixed = 1;
+		int64_t budget = AUTO_ANNEAL_OPS / (ops + 1);
+		budget = budget < 300 ? 300 : budget > AUTO_ANNEAL ? AUTO_ANNEAL : budget;
+		s->evals += auto_anneal(&u->md, u->sc, d->acts, d->nacts, s->cap ? s->cap : INT64_MAX,
+		                        over ? 0.1 : 3, (int)budget, &d->fast);
+		evaluate(s, d);
+	}
 }
 
 /* Compiles candidate c for real under one tuning: its plan, or NULL (c->note says why). */
@@ -504,8 +689,8 @@ static void explain(FILE *f, const Search *s, const int *ix, int win, int nconf)
 	for (int k = 0; k < s->n; k++)
 		explain_row(f, s, &s->c[ix[k]]);
 	fprintf(f, "  (fast: the search's own model; step, bubble, peak and fits of confirmed rows "
-	           "are pipesim's overlap model and the memory model; 'yes?' is the fast model's "
-	           "guess, before the tensors in flight)\n");
+	           "are pipesim's overlap model and the memory model; other rows' peak and 'yes?' "
+	           "are the fast model's, tensors in flight as --tune=overlap places them)\n");
 	if (win < 0)
 		return;
 	const Cand *w = &s->c[win];
@@ -582,7 +767,7 @@ static void repair(Search *s, int *win)
 			}
 			o.extra = extra;
 			char label[48];
-			snprintf(label, sizeof label, "%.36s+fit%d", s->c[k].label, round + 1);
+			snprintf(label, sizeof label, "%.36s+cut%d", s->c[k].label, round + 1);
 			int i = list_cand(s, s->c[k].setup, &o, label);
 			if (!s->c[i].fast_fits)
 				break;
@@ -602,78 +787,6 @@ static void repair(Search *s, int *win)
 	}
 }
 
-/* Makes and confirms the heuristic's order within maxmem; returns its index (-1: no
- * order) and takes it as the winner when it fits and is faster. */
-static int zb_try(Search *s, int setup, const int64_t *maxmem, const char *label, int *win)
-{
-	int k = zb_cand(s, setup, maxmem, label);
-	Cand *c = &s->c[k];
-	if (c->fast.makespan < 0)
-		return -1;
-	confirm(s, c);
-	if (c->state == 1 && c->fits && (*win < 0 || c->step < s->c[*win].step))
-		*win = k;
-	return k;
-}
-
-static int zb_fits(const Search *s, int k)
-{
-	return k >= 0 && s->c[k].state == 1 && s->c[k].fits;
-}
-
-/* The heuristic counts saved activations only; pipecc's memory model also counts the
- * tensors in flight.  An order of it that overshoots the cap is made again with each
- * overshooting rank's budget cut to the heuristic's own peak there less the overshoot
- * (`zb+fitN`), until it fits, up to AUTO_ZB_FIT times, or until its orders are already
- * slower than the winner.  The cut may go deeper than needed (the tensors in flight
- * change with the order), so the budgets between the last that overshot and the first
- * that fits are then bisected (`zb+midN`), AUTO_ZB_MID times. */
-static void zb_fit(Search *s, int *win)
-{
-	int pp = s->pr->dims[DIM_PP];
-	for (int i = 0, n = s->n; i < n; i++) {
-		int k = i, fit = -1, over = -1;
-		for (int round = 0; s->c[i].zb && round < AUTO_ZB_FIT && k >= 0; round++) {
-			Cand *c = &s->c[k];
-			if (c->state == 0 && c->fast.makespan >= 0)
-				confirm(s, c);
-			if (zb_fits(s, k))
-				fit = k;
-			if (c->state != 1 || c->fits || (*win >= 0 && c->step >= s->c[*win].step))
-				break;
-			over = k;
-			int64_t *maxmem = arena_alloc(s->a, (size_t)pp * sizeof *maxmem);
-			for (int q = 0; q < pp; q++) {
-				int64_t x = c->peaks[world_rank_of_pp(s, q)] - s->cap;
-				int64_t top = c->zpeak[q] < c->zmax[q] ? c->zpeak[q] : c->zmax[q];
-				maxmem[q] = x > 0 ? top - x : c->zmax[q];
-			}
-			char label[48];
-			snprintf(label, sizeof label, "zb+fit%d", round + 1);
-			k = zb_try(s, c->setup, maxmem, label, win);
-		}
-		for (int round = 0; fit >= 0 && over >= 0 && round < AUTO_ZB_MID; round++) {
-			const int64_t *lo = s->c[fit].zmax, *hi = s->c[over].zmax;
-			int64_t *maxmem = arena_alloc(s->a, (size_t)pp * sizeof *maxmem), gap = 0;
-			for (int q = 0; q < pp; q++) {
-				maxmem[q] = lo[q] + (hi[q] - lo[q]) / 2;
-				gap = hi[q] - lo[q] > gap ? hi[q] - lo[q] : gap;
-			}
-			if (gap < 2)
-				break;
-			char label[48];
-			snprintf(label, sizeof label, "zb+mid%d", round + 1);
-			int j = zb_try(s, s->c[fit].setup, maxmem, label, win);
-			if (j < 0)
-				break;
-			if (zb_fits(s, j))
-				fit = j;
-			else
-				over = j;
-		}
-	}
-}
-
 static ssize_t sink_write(void *cookie, const char *buf, size_t n)
 {
 	(void)cookie, (void)buf;
@@ -681,7 +794,7 @@ static ssize_t sink_write(void *cookie, const char *buf, size_t n)
 }
 
 /* When nothing fits: the smallest real peak among the candidates with the smallest
- * fast peaks (the fast model leaves out the tensors in flight). */
+ * fast peaks (the fast model's are --tune=overlap's; strict may hold less). */
 static int smallest_peak(Search *s)
 {
 	int best = -1;
@@ -751,15 +864,28 @@ int auto_search(Program *pr, Arena *a, Diag *d, FILE *ex, AutoChoice *out)
 		add_list(&s, k);
 		add_zb(&s, k);
 	}
+	fix(&s);
 	improve(&s);
-	/* The best by the fast model, and every registry schedule that may fit: auto is
-	 * never slower than the best of those in pipesim. */
+	anneal(&s);
+	/* The best by the fast model, and every registry schedule and heuristic order that
+	 * may fit: auto is never slower than the best of those in pipesim.  The fast model's
+	 * memory is the plan's under --tune=overlap; --tune=strict posts receives later
+	 * and may need less, so an order over the cap whose saved activations fit is
+	 * confirmed too when its fast step (a lower bound of pipesim's) beats the winner's
+	 * (every distinct heuristic order, AUTO_OTHER of pipecc's own). */
 	int *ix = ranking(&s), nconf = 0, win = -1;
-	for (int k = 0, tries = 0; k < s.n; k++) {
+	for (int k = 0, tries = 0, other = 0; k < s.n; k++) {
 		Cand *c = &s.c[ix[k]];
 		int top = nconf < AUTO_CONFIRM && tries < AUTO_TRIES;
-		if (!c->fast_fits || (!top && c->list))
-			continue; // ranked: after the first that does not fit, none does
+		int mine = c->list || c->zb > 1 || c->fixed, made = c->list || c->fixed;
+		if (c->fast.makespan < 0 || (s.cap && c->fast.low > s.cap) || c->dup)
+			continue; // cannot run, cannot fit under either tuning, or weighed already
+		if (c->fast_fits && mine && !top)
+			continue; // ranked: the next fitting ones are slower
+		if (!c->fast_fits && ((win >= 0 && c->fast.makespan >= s.c[win].step) ||
+		                      (made && other >= AUTO_OTHER)))
+			continue;
+		other += !c->fast_fits && made;
 		confirm(&s, c);
 		tries++;
 		if (c->state == 1 && c->fits) {
@@ -770,7 +896,6 @@ int auto_search(Program *pr, Arena *a, Diag *d, FILE *ex, AutoChoice *out)
 		}
 	}
 	repair(&s, &win);
-	zb_fit(&s, &win);
 	int errors = 0;
 	if (win < 0) {
 		int before = d->nerrors;

@@ -7,13 +7,17 @@
  *     per rank are the program's stages per rank),
  *   - pipecc's own list scheduler (auto_list.c) under the per-rank memory budget, in
  *     variants (warm-up limit, when W's run, which forward first, room left for
- *     tensors in flight), followed by local improvement of the best of them,
+ *     tensors in flight), each made again with the overshooting ranks' budgets cut
+ *     until it fits, followed by local improvement of the best of them,
  *   - Zero Bubble's greedy heuristic (auto_zb.c) with one stage per rank, at the cap
  *     and, where its order overshoots the memory model (it does not count tensors in
- *     flight), at budgets cut until it fits,
+ *     flight), at budgets cut until it fits, and at a ladder of lower budgets,
+ *   - the fastest orders that overshoot, made to fit by moving ops, and simulated
+ *     annealing from the fastest that fits,
  * each with the program's recomputation, `recompute *` and (attention, tp = 1)
  * `recompute * selective`.  The fast model
- * (auto_eval.c) predicts every candidate's step and peak; the best that fit are then
+ * (auto_eval.c) predicts every candidate's step and peak (tensors in flight included,
+ * as the plan lowered with --tune=overlap holds them); the best that fit are then
  * confirmed for real: lowered (both communication tunings), verified, their memory
  * model checked against the cap, and run in pipesim's overlap model, which also proves
  * them deadlock-free.  The winner has the lowest confirmed step; ties go to the
