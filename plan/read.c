@@ -26,8 +26,10 @@ typedef struct {
 	int failed;
 	const char *name; // for messages
 	int64_t ops;      // ops the rank lines declared so far, for the out-of-memory text
-	int check;        // the header has a checksum: hash every later line into h
-	uint64_t want, h;
+	int check;        // the header has a checksum: hash every later byte into h
+	uint64_t want;    // the checksum the header states
+	PlanHash h;
+	size_t hashed;    // blk[0, hashed) is folded into h (when check), the rest is not
 	int version;
 	int world;        // the mesh's world: the range of rank numbers in the file
 	int stride;       // a line plan's rank numbers are multiples of it (plan_pp_stride)
@@ -49,6 +51,15 @@ static int fail(Rd *r, const char *fmt, ...)
 	return -1;
 }
 
+/* Folds blk[hashed, end) into the checksum: blocks are hashed as they arrive, while the
+ * text is in cache, in pieces as big as the reads. */
+static void hash_to(Rd *r, size_t end)
+{
+	if (r->check && end > r->hashed)
+		plan_hash_update(&r->h, r->blk + r->hashed, end - r->hashed);
+	r->hashed = end;
+}
+
 /* Reads more of the file after the unread rest of the block, moved to its start, until
  * a newline arrives or the file ends; the block doubles when a line outgrows it. */
 static int fill(Rd *r)
@@ -58,6 +69,7 @@ static int fill(Rd *r)
 		memmove(r->blk, r->blk + r->pos, rest);
 	r->len = rest;
 	r->pos = 0;
+	r->hashed = rest;
 	while (!r->eof) {
 		if (r->len == r->cap) {
 			size_t c = r->cap ? r->cap * 2 : RD_BLOCK;
@@ -75,6 +87,7 @@ static int fill(Rd *r)
 			break;
 		}
 		r->len += k;
+		hash_to(r, r->len);
 		if (memchr(r->blk + r->len - k, '\n', k))
 			break;
 	}
@@ -97,8 +110,6 @@ static int next_line(Rd *r, const char *what)
 	if (n == 0)
 		return fail(r, "unexpected end of file: expected %s", what);
 	r->pos += n;
-	if (r->check)
-		r->h = plan_fnv1a(r->h, s, n);
 	if (s[n - 1] != '\n')
 		return fail(r, "line does not end with a newline (truncated file?)");
 	s[n - 1] = 0;
@@ -373,7 +384,24 @@ static int read_layer_keys(Rd *r, PlanLayer *ly, int left)
 	return 0;
 }
 
-/* The first line: `pipecc-plan VERSION [fnv1a=HEX]`; sets up the checksum. */
+/* The checksum kind that starts `KIND=HEX`, its key and `=` skipped; -1 after an error. */
+static int read_sum_kind(Rd *r)
+{
+	for (int k = 0; k < PLAN_SUM_COUNT; k++) {
+		size_t n = prefix(r->s, plan_sums[k].name);
+		if (!plan_sums[k].name[n] && r->s[n] == '=') {
+			r->s += n + 1;
+			return k;
+		}
+	}
+	char kinds[96] = "";
+	for (int k = 0; k < PLAN_SUM_COUNT; k++)
+		snprintf(kinds + strlen(kinds), sizeof kinds - strlen(kinds), "%s'%s=HEX'",
+		         k ? (k + 1 < PLAN_SUM_COUNT ? ", " : " or ") : "", plan_sums[k].name);
+	return fail(r, "expected a checksum, %s, after the format version", kinds);
+}
+
+/* The first line: `pipecc-plan VERSION [KIND=HEX]`; sets up the checksum. */
 static int read_format(Rd *r)
 {
 	if (next_line(r, "'" PLAN_FORMAT " 1'"))
@@ -401,16 +429,18 @@ static int read_format(Rd *r)
 	if (v != PLAN_VERSION_PLAIN) {
 		skip_sp(r);
 		char *end;
-		if (strncmp(r->s, PLAN_CHECKSUM "=", strlen(PLAN_CHECKSUM) + 1) != 0)
-			return fail(r, "expected '" PLAN_CHECKSUM "=HEX' after the format version");
-		r->s += strlen(PLAN_CHECKSUM) + 1;
+		int kind = read_sum_kind(r);
+		if (kind < 0)
+			return -1;
 		errno = 0;
 		r->want = strtoull(r->s, &end, 16);
 		if (end - r->s != 16 || errno)
 			return fail(r, "the checksum must be 16 hex digits");
 		r->s = end;
 		r->check = 1;
-		r->h = PLAN_FNV_OFFSET;
+		plan_hash_init(&r->h, kind);
+		r->hashed = r->pos; // the text after this line, read so far
+		hash_to(r, r->len);
 	}
 	return eol(r);
 }
@@ -901,11 +931,13 @@ static int read_ranks(Rd *r, Plan *p)
 		r->line++;
 		return fail(r, "text after 'end'");
 	}
-	if (r->check && r->h != r->want) {
+	hash_to(r, r->len);
+	uint64_t h = r->check ? plan_hash_final(&r->h) : 0;
+	if (r->check && h != r->want) {
 		r->line = 1;
 		return fail(r, "checksum mismatch: the plan was changed after pipecc wrote it (the "
 		               "header says %016" PRIx64 ", the text hashes to %016" PRIx64 ")",
-		            r->want, r->h);
+		            r->want, h);
 	}
 	return 0;
 }

@@ -21,13 +21,13 @@ typedef struct {
 	int err;
 	int hashing;   // fold the text into h
 	int emit;      // write the text to f (not in the two-pass writer's first pass)
-	uint64_t h;    // FNV-1a of everything after the header line
+	PlanHash h;    // the checksum of everything after the header line
 	int mul;       // rank numbers in memory times mul are world ranks (a line plan's stride)
 } Out;
 
 static void hash(Out *o, const char *s, size_t n)
 {
-	o->h = plan_fnv1a(o->h, s, n);
+	plan_hash_update(&o->h, s, n);
 }
 
 static void flush(Out *o)
@@ -200,7 +200,7 @@ static void put_op(Out *o, const PlanOp *op)
 		put_int(o, op->src_line);
 	}
 	PUT_LIT(o, "\n");
-	if (o->hashing) { // now, while the next op is formatted: the hash is one long chain
+	if (o->hashing && o->n - o->hashed >= (1 << 14)) { // while the text is in cache
 		hash(o, o->buf + o->hashed, o->n - o->hashed);
 		o->hashed = o->n;
 	}
@@ -333,8 +333,8 @@ static int seekable(FILE *f, off_t *at)
 
 static int header(char *s, size_t n, const Plan *p, uint64_t h)
 {
-	return snprintf(s, n, "%s %d " PLAN_CHECKSUM "=%016" PRIx64 "\n", PLAN_FORMAT,
-	                p->line ? PLAN_VERSION : PLAN_VERSION_EXPANDED, h);
+	return snprintf(s, n, "%s %d %s=%016" PRIx64 "\n", PLAN_FORMAT,
+	                p->line ? PLAN_VERSION : PLAN_VERSION_EXPANDED, plan_sums[PLAN_SUM_WRITTEN].name, h);
 }
 
 /* One pass into a regular file (the header written last, in its place); two passes
@@ -348,7 +348,7 @@ int plan_write(const Plan *p, FILE *f)
 	o->f = f;
 	o->n = o->hashed = 0;
 	o->err = 0;
-	o->h = PLAN_FNV_OFFSET;
+	plan_hash_init(&o->h, PLAN_SUM_WRITTEN);
 	o->mul = p->line ? plan_pp_stride(p) : 1;
 	char head[128];
 	int hl = header(head, sizeof head, p, 0); // the same length whatever the hash
@@ -358,7 +358,7 @@ int plan_write(const Plan *p, FILE *f)
 			o->err = 1;
 		o->hashing = o->emit = 1;
 		write_body(o, p);
-		header(head, sizeof head, p, o->h);
+		header(head, sizeof head, p, plan_hash_final(&o->h));
 		if (fflush(f) != 0 || pwrite(fileno(f), head, (size_t)hl, at) != hl)
 			o->err = 1;
 	} else {
@@ -367,7 +367,7 @@ int plan_write(const Plan *p, FILE *f)
 		write_body(o, p);
 		o->hashing = 0;
 		o->emit = 1;
-		header(head, sizeof head, p, o->h);
+		header(head, sizeof head, p, plan_hash_final(&o->h));
 		put(o, head);
 		write_body(o, p);
 	}
