@@ -11,6 +11,7 @@
  * any change confined to one word (any single-byte change) changes the result. */
 #include "plan.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #define LANES_K1 0x9e3779b97f4a7c15ULL // odd: multiplying by it is a bijection
@@ -134,4 +135,18 @@ uint64_t plan_hash(int kind, const void *s, size_t n)
 	plan_hash_init(&h, kind);
 	plan_hash_update(&h, s, n);
 	return plan_hash_final(&h);
+}
+
+int plan_sum_key(const char *s, char *kinds, size_t n)
+{
+	for (int k = 0; k < PLAN_SUM_COUNT; k++) {
+		size_t len = strlen(plan_sums[k].name);
+		if (!strncmp(s, plan_sums[k].name, len) && s[len] == '=')
+			return k;
+	}
+	kinds[0] = 0;
+	for (int k = 0; k < PLAN_SUM_COUNT; k++)
+		snprintf(kinds + strlen(kinds), n - strlen(kinds), "%s'%s=HEX'",
+		         k ? (k + 1 < PLAN_SUM_COUNT ? ", " : " or ") : "", plan_sums[k].name);
+	return -1;
 }

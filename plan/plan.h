@@ -55,6 +55,8 @@ void plan_hash_init(PlanHash *h, int kind);
 void plan_hash_update(PlanHash *h, const void *s, size_t n);
 uint64_t plan_hash_final(const PlanHash *h); // the state is left as it was
 uint64_t plan_hash(int kind, const void *s, size_t n); // one piece, start to end
+/* The kind whose key and `=` start s, or -1 with the keys listed in kinds[0, n). */
+int plan_sum_key(const char *s, char *kinds, size_t n);
 
 /* Folds n bytes into the FNV-1a checksum h: one serial chain, about four cycles a byte
  * (which is why pipecc now writes lanes4); unrolled so the loads stay off the chain. */
