@@ -208,6 +208,84 @@ static void plan__reader__bad_checksum_header_located(void **state)
 	free(text);
 }
 
+/* text with its first line made `pipecc-plan 1` (unchecked, so edits read) and line k
+ * (0-based) replaced by op, each space of op doubled when wide: the reader's fast path
+ * takes single-spaced op lines only, so the wide form goes through the general parser. */
+static char *with_line(const char *text, int k, const char *op, int wide, size_t *n)
+{
+	size_t cap = strlen(text) + 2 * strlen(op) + 32, at = 0;
+	char *t = malloc(cap);
+	assert_non_null(t);
+	at += (size_t)sprintf(t, "pipecc-plan 1\n");
+	const char *s = strchr(text, '\n') + 1;
+	for (int line = 1; *s; line++) {
+		const char *e = strchr(s, '\n') + 1;
+		if (line == k) {
+			for (const char *c = op; *c; c++) {
+				t[at++] = *c;
+				if (*c == ' ' && wide)
+					t[at++] = ' ';
+			}
+			t[at++] = '\n';
+		} else {
+			memcpy(t + at, s, (size_t)(e - s));
+			at += (size_t)(e - s);
+		}
+		s = e;
+	}
+	*n = at;
+	return t;
+}
+
+/* The fast path (plan/read_op.c) and the general parser agree: every op line of a plan,
+ * changed at random, reads the same way single-spaced (fast path first) and with every
+ * space doubled (general parser only): both refuse it, or both read the same plan. */
+static void plan__reader__fast_path_agrees_with_parser(void **state)
+{
+	(void)state;
+	size_t n;
+	char *text = slurp(FNV_PLAN, &n);
+	srand(11);
+	int same = 0, refused = 0, line = 0;
+	for (const char *s = text; *s; s = strchr(s, '\n') + 1, line++) {
+		if (!strchr("FBWSR", *s) || !strncmp(s, "stage", 5) || !strncmp(s, "route", 5))
+			continue;
+		size_t len = (size_t)(strchr(s, '\n') - s);
+		for (int it = 0; it < 200; it++) {
+			char op[128];
+			snprintf(op, sizeof op, "%.*s", (int)len, s);
+			for (int k = 0; it && k < 1 + it % 2; k++)
+				op[rand() % (int)len] = "0123456789 -=x@:ABSEFRWactgd"[rand() % (it % 2 ? 10 : 28)];
+			size_t n1, n2;
+			char *t1 = with_line(text, line, op, 0, &n1), *t2 = with_line(text, line, op, 1, &n2);
+			PlanError e1, e2;
+			Plan *p1 = read_text(t1, n1, &e1), *p2 = read_text(t2, n2, &e2);
+			if (!p1 != !p2)
+				fail_msg("'%s' is %s single-spaced but %s wide", op, p1 ? "read" : "refused",
+				         p2 ? "read" : "refused");
+			if (p1) {
+				size_t w1, w2;
+				char *a = plan_text(p1, &w1), *b = plan_text(p2, &w2);
+				if (w1 != w2 || memcmp(a, b, w1))
+					fail_msg("'%s' reads differently through the fast path", op);
+				free(a);
+				free(b);
+				same++;
+			} else {
+				assert_int_equal(e1.line, line + 1);
+				refused++;
+			}
+			plan_free(p1);
+			plan_free(p2);
+			free(t1);
+			free(t2);
+		}
+	}
+	assert_true(same > 300);
+	assert_true(refused > 500);
+	free(text);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -216,6 +294,7 @@ int main(void)
 		cmocka_unit_test(plan__fnv1a_plan__reads_and_writes_lanes4),
 		cmocka_unit_test(plan__reader__changed_digits_refused),
 		cmocka_unit_test(plan__reader__bad_checksum_header_located),
+		cmocka_unit_test(plan__reader__fast_path_agrees_with_parser),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
