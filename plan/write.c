@@ -61,8 +61,9 @@ static const char digit_pairs[201] = "000102030405060708091011121314151617181920
                                      "50515253545556575859606162636465666768697071727374"
                                      "75767778798081828384858687888990919293949596979899";
 
-/* Appends v in decimal, two digits per division; the caller has ensured room (ops
- * reserve 256 bytes).  Op lines are most of a large plan, so this matters. */
+/* Appends v in decimal, two digits per division, straight into the buffer; the caller
+ * has ensured room (ops reserve 256 bytes).  Op lines are most of a large plan, and
+ * their numbers mostly have one to five digits, so this matters. */
 static void put_int(Out *o, int64_t v)
 {
 	char *d = o->buf + o->n;
@@ -77,25 +78,26 @@ static void put_int(Out *o, int64_t v)
 		}
 		return;
 	}
-	char tmp[24];
-	int i = sizeof tmp;
 	uint64_t u = v < 0 ? -(uint64_t)v : (uint64_t)v;
+	if (v < 0)
+		*d++ = '-';
+	int len = 1;
+	for (uint64_t t = u; t >= 10; t /= 10)
+		len++;
+	o->n += (size_t)len + (v < 0);
+	char *e = d + len;
 	while (u >= 100) {
 		unsigned k = (unsigned)(u % 100) * 2;
 		u /= 100;
-		tmp[--i] = digit_pairs[k + 1];
-		tmp[--i] = digit_pairs[k];
+		*--e = digit_pairs[k + 1];
+		*--e = digit_pairs[k];
 	}
 	if (u >= 10) {
-		tmp[--i] = digit_pairs[u * 2 + 1];
-		tmp[--i] = digit_pairs[u * 2];
+		*--e = digit_pairs[u * 2 + 1];
+		*--e = digit_pairs[u * 2];
 	} else {
-		tmp[--i] = (char)('0' + u);
+		*--e = (char)('0' + u);
 	}
-	if (v < 0)
-		tmp[--i] = '-';
-	memcpy(d, tmp + i, sizeof tmp - i);
-	o->n += sizeof tmp - i;
 }
 
 /* Appends a literal; sizeof - 1 is its length, known at compile time. */
@@ -116,10 +118,9 @@ static void put_op(Out *o, const PlanOp *op)
 {
 	if (o->n + 256 > sizeof o->buf)
 		flush(o);
-	const char *name = plan_ops[op->kind].name; // the reader made sure kind is valid
-	size_t len = strlen(name);
-	memcpy(o->buf + o->n, name, len);
-	o->n += len;
+	// the reader made sure kind is valid; a loop, not strlen and memcpy: names are short
+	for (const char *c = plan_ops[op->kind].name; *c; c++)
+		o->buf[o->n++] = *c;
 	switch (plan_op_kind(op)) {
 	case OP_COUNT:
 		break;
