@@ -849,6 +849,23 @@ static int read_op(Rd *r, Plan *p, PlanOp *o)
 	return 0;
 }
 
+/* A rank's op array grows as its lines arrive, doubling up to the count its rank line
+ * declared (a lying count cannot make us allocate much, and a true one is not
+ * overshot); not zeroed: nops says what is set. */
+static int grow_ops(Rd *r, PlanRank *rk, int64_t nops)
+{
+	int64_t c = rk->ops_cap ? rk->ops_cap * 2 : 1 << 16;
+	c = c < nops ? c : nops;
+	PlanOp *o = realloc(rk->ops, (size_t)(c ? c : 1) * sizeof *o);
+	if (!o) {
+		char t[160];
+		return fail(r, "%s", plan_oom_text(t, sizeof t, r->ops, (size_t)(c ? c : 1) * sizeof *o));
+	}
+	rk->ops = o;
+	rk->ops_cap = c;
+	return 0;
+}
+
 static int read_ranks(Rd *r, Plan *p)
 {
 	int n = p->line ? p->dims[DIM_PP] : p->world, stride = p->line ? plan_pp_stride(p) : 1;
@@ -908,21 +925,15 @@ static int read_ranks(Rd *r, Plan *p)
 				return fail(r, "expected 'local', 'remote' or 'self'");
 			pe->local = (uint8_t)k;
 		}
-		int64_t cap = nops < (1 << 16) ? nops : (1 << 16);
-		rk->ops = malloc((size_t)(cap ? cap : 1) * sizeof *rk->ops);
-		if (!rk->ops) {
-			char t[160];
-			return fail(r, "%s", plan_oom_text(t, sizeof t, r->ops, (size_t)(cap ? cap : 1) * sizeof *rk->ops));
-		}
-		rk->ops_cap = cap;
+		if (grow_ops(r, rk, nops))
+			return -1;
 		rk->first_line = r->line + 1;
 		for (int64_t j = 0; j < nops; j++) {
 			PlanOp o;
 			if (line_in(r, "an op line") ||
 			    (!plan_read_op_fast(r->buf, r->end, &lim, &o) && (no_nul(r) || read_op(r, p, &o))))
 				return -1;
-			if (rk->nops == rk->ops_cap &&
-			    grow(r, (void **)&rk->ops, &rk->ops_cap, rk->nops + 1, sizeof *rk->ops))
+			if (rk->nops == rk->ops_cap && grow_ops(r, rk, nops))
 				return -1;
 			rk->ops[rk->nops++] = o;
 		}
