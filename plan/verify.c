@@ -304,6 +304,14 @@ static int64_t find_pair_near(const Pair *pairs, int64_t lo, int64_t hi, int q, 
 	return last >= 0 && pairs[last].peer == q ? last : find_pair(pairs, lo, hi, q);
 }
 
+/* A pair's sends lie on another rank's list, a cache miss each: fetch four ahead. */
+static inline void fetch_ahead(const Plan *p, int a, const Pair *pa, const int64_t *sends,
+                               int64_t pos)
+{
+	if (pos + 4 < pa->n)
+		__builtin_prefetch(&p->ranks[a].ops[sends[pa->start + pos + 4]]);
+}
+
 static int check_matching(Vc *v)
 {
 	const Plan *p = v->p;
@@ -393,6 +401,7 @@ static int check_matching(Vc *v)
 			int64_t pos = pairs[k].used++;
 			int64_t si2 = sends[pairs[k].start + pos];
 			const PlanOp *s = &p->ranks[a].ops[si2];
+			fetch_ahead(p, a, &pairs[k], sends, pos);
 			const char *what = s->stage != o->stage ? "edges"
 			                   : s->mb != o->mb     ? "microbatches"
 			                   : s->dir != o->dir   ? "directions"
