@@ -26,27 +26,28 @@ trap 'rm -rf "$T"' EXIT
 	echo "schedule 1f1b; cost * f=1 b=1 w=1; link ideal;"
 } >"$T/big.pipe"
 
-# best CMD...: runs CMD REPS times (stdout discarded); prints "SECONDS RSS_KIB" of the
-# fastest run.
+# best CMD...: runs CMD REPS times (stdout discarded); prints "SECONDS RSS_KIB CPU" of the
+# fastest run (CPU: user + system seconds, which other load on the machine inflates less).
 best() {
 	bs=
 	for _ in $(seq "$REPS"); do
 		t0=$(date +%s.%N)
 		if [ -x /usr/bin/time ]; then
-			/usr/bin/time -f "%M" -o "$T/time" "$@" >/dev/null 2>"$T/err" ||
+			/usr/bin/time -f "%M %U %S" -o "$T/time" "$@" >/dev/null 2>"$T/err" ||
 				{ cat "$T/err" >&2; return 1; }
 		else
 			"$@" >/dev/null 2>"$T/err" || { cat "$T/err" >&2; return 1; }
-			echo 0 >"$T/time"
+			echo 0 0 0 >"$T/time"
 		fi
 		t1=$(date +%s.%N)
 		s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
 		if [ -z "$bs" ] || awk -v s="$s" -v b="$bs" 'BEGIN { exit !(s < b) }'; then
 			bs=$s
-			kb=$(cat "$T/time")
+			kb=$(awk '{ print $1 }' "$T/time")
+			cs=$(awk '{ printf "%.2f", $2 + $3 }' "$T/time")
 		fi
 	done
-	echo "$bs $kb"
+	echo "$bs $kb $cs"
 }
 
 "$BIN/pipecc" --stats "$T/big.pipe" -o "$T/big.plan" 2>"$T/stats" || { cat "$T/stats"; exit 1; }
@@ -55,21 +56,22 @@ bytes=$(wc -c <"$T/big.plan")
 echo "pp=$PP m=$M: $ops ops, plan $(awk -v b="$bytes" 'BEGIN { printf "%.1f MiB, %.1f bytes/op", b / 1048576, b / '"$ops"' }')"
 set -- $(best wc -l "$T/big.plan") || exit 1
 wc=$1
-row() { # NAME SECONDS RSS_KIB
-	awk -v n="$1" -v s="$2" -v kb="$3" -v ops="$ops" -v wc="$wc" 'BEGIN {
+row() { # NAME SECONDS RSS_KIB [CPU_SECONDS]
+	awk -v n="$1" -v s="$2" -v kb="$3" -v cs="${4:-0}" -v ops="$ops" -v wc="$wc" 'BEGIN {
 		printf "  %-30s %7.3f s  %6.1f M ops/s  %5.1fx wc -l", n, s, (s > 0 ? ops / s / 1e6 : 0),
 		       (wc > 0 ? s / wc : 0)
 		if (kb > 0) printf "  peak RSS %6.1f MiB = %5.1f B/op", kb / 1024, kb * 1024 / ops
+		if (cs > 0) printf "  cpu %6.2f s = %5.1f M ops/s", cs, ops / cs / 1e6
 		printf "\n" }'
 }
 row "wc -l PLAN" "$wc" 0
 set -- $(best "$BIN/pipecc" "$T/big.pipe" -o "$T/out.plan") || exit 1
-row "pipecc -o PLAN" "$1" "$2"
+row "pipecc -o PLAN" "$1" "$2" "$3"
 cmp -s "$T/out.plan" "$T/big.plan" || { echo "bench_io: pipecc wrote a different plan" >&2; exit 1; }
 set -- $(best "$BIN/pipesim" -q --no-record "$T/big.plan") || exit 1
-row "pipesim -q --no-record PLAN" "$1" "$2"
+row "pipesim -q --no-record PLAN" "$1" "$2" "$3"
 set -- $(best "$BIN/pipesim" -q "$T/big.plan") || exit 1
-row "pipesim -q PLAN" "$1" "$2"
+row "pipesim -q PLAN" "$1" "$2" "$3"
 echo "the plan text alone (bench/io_bench.c, best of $REPS):"
 "$B/bench/io_bench" "$T/big.plan" "$T/out.plan" "$REPS" || exit 1
 cmp -s "$T/out.plan" "$T/big.plan" || { echo "bench_io: plan_write wrote a different plan" >&2; exit 1; }

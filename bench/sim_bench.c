@@ -107,8 +107,8 @@ static Plan *build(int pp, int m)
 		st->in = st->out = 8;
 		st->nlayers = 2;
 		st->layers = calloc(2, sizeof *st->layers);
-		st->layers[0] = (PlanLayer){LAYER_LINEAR, 8, 8};
-		st->layers[1] = (PlanLayer){s == pp - 1 ? LAYER_MSE : LAYER_RELU, 8, 8};
+		st->layers[0] = (PlanLayer){.kind = LAYER_LINEAR, .in = 8, .out = 8};
+		st->layers[1] = (PlanLayer){.kind = s == pp - 1 ? LAYER_MSE : LAYER_RELU, .in = 8, .out = 8};
 		st->cost[0] = 1000;
 		st->cost[1] = 1000;
 		st->cost[2] = 1000;
@@ -121,8 +121,10 @@ static Plan *build(int pp, int m)
 	p->routes = calloc((size_t)(pp > 1 ? 2 * (pp - 1) : 1), sizeof *p->routes);
 	for (int e = 0; e < pp - 1; e++) {
 		p->edges[e] = (PlanEdge){.src = e, .dst = e + 1, .bytes = 128};
-		p->routes[2 * e] = (PlanRoute){e, DIR_ACT, e, e + 1, e, e + 1, -1};
-		p->routes[2 * e + 1] = (PlanRoute){e, DIR_GRAD, e + 1, e, e + 1, e, 2 * e};
+		p->routes[2 * e] = (PlanRoute){.edge = e, .dir = DIR_ACT, .src_rank = e, .dst_rank = e + 1,
+		                               .src_dev = e, .dst_dev = e + 1, .inverse_of = -1};
+		p->routes[2 * e + 1] = (PlanRoute){.edge = e, .dir = DIR_GRAD, .src_rank = e + 1, .dst_rank = e,
+		                                   .src_dev = e + 1, .dst_dev = e, .inverse_of = 2 * e};
 	}
 	p->ranks = calloc((size_t)pp, sizeof *p->ranks);
 	for (int s = 0; s < pp; s++) {

@@ -21,13 +21,45 @@
 #define PLAN_VERSION 3        // what the writer writes: one pipeline line (a line plan)
 #define PLAN_VERSION_EXPANDED 2 // every world rank listed; `pipecc --expand` writes it
 #define PLAN_VERSION_PLAIN 1  // still read: no checksum (hand-written test plans)
-#define PLAN_CHECKSUM "fnv1a" // 64-bit FNV-1a of every byte after the header line
 #define PLAN_FNV_OFFSET 0xcbf29ce484222325ULL
 #define PLAN_FNV_PRIME 0x100000001b3ULL
 
-/* Folds n bytes into the checksum h.  The hash is one serial chain (about four cycles a
- * byte), the floor of reading or writing a checksummed plan; unrolled so the loads and
- * the loop stay off that chain. */
+/* The header line's checksum kinds (plan/checksum.c, docs/plan-format.md "Checksum"):
+ * the key before `=HEX` names the kind. */
+typedef enum {
+	PLAN_SUM_LANES4, // four 64-bit multiply-rotate lanes over 8-byte words: pipecc writes it
+	PLAN_SUM_FNV1A,  // 64-bit FNV-1a of every byte: plans from before lanes4, still read
+	PLAN_SUM_COUNT
+} PlanSum;
+
+#define PLAN_SUM_WRITTEN PLAN_SUM_LANES4 // the kind plan_write puts in the header
+
+/* A checksum being computed over a stream fed in pieces of any size. */
+typedef struct {
+	int kind;              // PlanSum
+	uint64_t lane[4];      // the kind's state (FNV-1a uses lane[0])
+	uint64_t total;        // bytes fed so far
+	unsigned char tail[32]; // lanes4: the bytes of a stripe not yet complete
+	unsigned ntail;
+} PlanHash;
+
+typedef struct {
+	const char *name; // the header key, e.g. "lanes4" in `lanes4=HEX`
+	void (*init)(PlanHash *h);
+	void (*update)(PlanHash *h, const unsigned char *s, size_t n);
+	uint64_t (*final)(const PlanHash *h);
+} PlanSumKind;
+
+extern const PlanSumKind plan_sums[PLAN_SUM_COUNT];
+void plan_hash_init(PlanHash *h, int kind);
+void plan_hash_update(PlanHash *h, const void *s, size_t n);
+uint64_t plan_hash_final(const PlanHash *h); // the state is left as it was
+uint64_t plan_hash(int kind, const void *s, size_t n); // one piece, start to end
+/* The kind whose key and `=` start s, or -1 with the keys listed in kinds[0, n). */
+int plan_sum_key(const char *s, char *kinds, size_t n);
+
+/* Folds n bytes into the FNV-1a checksum h: one serial chain, about four cycles a byte
+ * (which is why pipecc now writes lanes4); unrolled so the loads stay off the chain. */
 static inline uint64_t plan_fnv1a(uint64_t h, const char *s, size_t n)
 {
 	const unsigned char *u = (const unsigned char *)s;

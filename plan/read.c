@@ -4,6 +4,7 @@
  * need the whole plan (placement, peers, matching, dependencies) are plan_verify()'s.
  * Arrays grow as lines arrive, so a lying count cannot make us allocate much. */
 #include "plan.h"
+#include "read_op.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -13,6 +14,7 @@
 #include <string.h>
 
 #define RD_BLOCK (1 << 20) // bytes read at a time
+#define RD_SLACK 8        // zero bytes after the text: read_op.c loads 8 bytes at a time
 
 typedef struct {
 	FILE *f;
@@ -20,14 +22,17 @@ typedef struct {
 	size_t cap, len, pos;
 	int eof;
 	char *buf;     // the current line, in blk, its newline made a NUL
+	char *end;     // that NUL
 	int64_t line;  // number of the line in buf
 	const char *s; // cursor into buf
 	PlanError *err;
 	int failed;
 	const char *name; // for messages
 	int64_t ops;      // ops the rank lines declared so far, for the out-of-memory text
-	int check;        // the header has a checksum: hash every later line into h
-	uint64_t want, h;
+	int check;        // the header has a checksum: hash every later byte into h
+	uint64_t want;    // the checksum the header states
+	PlanHash h;
+	size_t hashed;    // blk[0, hashed) is folded into h (when check), the rest is not
 	int version;
 	int world;        // the mesh's world: the range of rank numbers in the file
 	int stride;       // a line plan's rank numbers are multiples of it (plan_pp_stride)
@@ -49,6 +54,15 @@ static int fail(Rd *r, const char *fmt, ...)
 	return -1;
 }
 
+/* Folds blk[hashed, end) into the checksum: blocks are hashed as they arrive, while the
+ * text is in cache, in pieces as big as the reads. */
+static void hash_to(Rd *r, size_t end)
+{
+	if (r->check && end > r->hashed)
+		plan_hash_update(&r->h, r->blk + r->hashed, end - r->hashed);
+	r->hashed = end;
+}
+
 /* Reads more of the file after the unread rest of the block, moved to its start, until
  * a newline arrives or the file ends; the block doubles when a line outgrows it. */
 static int fill(Rd *r)
@@ -58,10 +72,11 @@ static int fill(Rd *r)
 		memmove(r->blk, r->blk + r->pos, rest);
 	r->len = rest;
 	r->pos = 0;
+	r->hashed = rest;
 	while (!r->eof) {
 		if (r->len == r->cap) {
 			size_t c = r->cap ? r->cap * 2 : RD_BLOCK;
-			char *b = realloc(r->blk, c);
+			char *b = realloc(r->blk, c + RD_SLACK);
 			if (!b) {
 				char t[160];
 				return fail(r, "%s", plan_oom_text(t, sizeof t, r->ops, c));
@@ -75,6 +90,8 @@ static int fill(Rd *r)
 			break;
 		}
 		r->len += k;
+		memset(r->blk + r->len, 0, RD_SLACK);
+		hash_to(r, r->len);
 		if (memchr(r->blk + r->len - k, '\n', k))
 			break;
 	}
@@ -82,8 +99,9 @@ static int fill(Rd *r)
 }
 
 /* Reads the next line; `what` names what was expected, for the truncation error.  The
- * file is read in big blocks and the line is left in place, its newline made a NUL. */
-static int next_line(Rd *r, const char *what)
+ * file is read in big blocks and the line is left in place, its newline made a NUL.
+ * A NUL inside the line is not looked for: see next_line. */
+static int line_in(Rd *r, const char *what)
 {
 	r->line++;
 	char *nl = r->pos < r->len ? memchr(r->blk + r->pos, '\n', r->len - r->pos) : NULL;
@@ -97,16 +115,27 @@ static int next_line(Rd *r, const char *what)
 	if (n == 0)
 		return fail(r, "unexpected end of file: expected %s", what);
 	r->pos += n;
-	if (r->check)
-		r->h = plan_fnv1a(r->h, s, n);
 	if (s[n - 1] != '\n')
 		return fail(r, "line does not end with a newline (truncated file?)");
 	s[n - 1] = 0;
-	if (memchr(s, 0, n - 1))
-		return fail(r, "NUL byte in line");
+	r->end = s + n - 1;
 	r->buf = s;
 	r->s = s;
 	return 0;
+}
+
+/* A NUL inside the line would end it early for the parsing below.  (read_op.c needs no
+ * such check: it takes a line only when it parsed it through to its end.) */
+static int no_nul(Rd *r)
+{
+	if (memchr(r->buf, 0, (size_t)(r->end - r->buf)))
+		return fail(r, "NUL byte in line");
+	return 0;
+}
+
+static int next_line(Rd *r, const char *what)
+{
+	return line_in(r, what) || no_nul(r);
 }
 
 static void skip_sp(Rd *r)
@@ -373,7 +402,7 @@ static int read_layer_keys(Rd *r, PlanLayer *ly, int left)
 	return 0;
 }
 
-/* The first line: `pipecc-plan VERSION [fnv1a=HEX]`; sets up the checksum. */
+/* The first line: `pipecc-plan VERSION [KIND=HEX]`; sets up the checksum. */
 static int read_format(Rd *r)
 {
 	if (next_line(r, "'" PLAN_FORMAT " 1'"))
@@ -401,16 +430,20 @@ static int read_format(Rd *r)
 	if (v != PLAN_VERSION_PLAIN) {
 		skip_sp(r);
 		char *end;
-		if (strncmp(r->s, PLAN_CHECKSUM "=", strlen(PLAN_CHECKSUM) + 1) != 0)
-			return fail(r, "expected '" PLAN_CHECKSUM "=HEX' after the format version");
-		r->s += strlen(PLAN_CHECKSUM) + 1;
+		char kinds[96];
+		int kind = plan_sum_key(r->s, kinds, sizeof kinds);
+		if (kind < 0)
+			return fail(r, "expected a checksum, %s, after the format version", kinds);
+		r->s += strlen(plan_sums[kind].name) + 1;
 		errno = 0;
 		r->want = strtoull(r->s, &end, 16);
 		if (end - r->s != 16 || errno)
 			return fail(r, "the checksum must be 16 hex digits");
 		r->s = end;
 		r->check = 1;
-		r->h = PLAN_FNV_OFFSET;
+		plan_hash_init(&r->h, kind);
+		r->hashed = r->pos; // the text after this line, read so far
+		hash_to(r, r->len);
 	}
 	return eol(r);
 }
@@ -823,9 +856,28 @@ static int read_op(Rd *r, Plan *p, PlanOp *o)
 	return 0;
 }
 
+/* A rank's op array grows as its lines arrive, doubling up to the count its rank line
+ * declared (a lying count cannot make us allocate much, and a true one is not
+ * overshot); not zeroed: nops says what is set. */
+static int grow_ops(Rd *r, PlanRank *rk, int64_t nops)
+{
+	int64_t c = rk->ops_cap ? rk->ops_cap * 2 : 1 << 16;
+	c = c < nops ? c : nops;
+	PlanOp *o = realloc(rk->ops, (size_t)(c ? c : 1) * sizeof *o);
+	if (!o) {
+		char t[160];
+		return fail(r, "%s", plan_oom_text(t, sizeof t, r->ops, (size_t)(c ? c : 1) * sizeof *o));
+	}
+	rk->ops = o;
+	rk->ops_cap = c;
+	return 0;
+}
+
 static int read_ranks(Rd *r, Plan *p)
 {
 	int n = p->line ? p->dims[DIM_PP] : p->world, stride = p->line ? plan_pp_stride(p) : 1;
+	PlanOpLimits lim = {p->nstages, p->nedges, p->nroutes, p->microbatches, r->world,
+	                     p->line ? stride : 0, p->dims[DIM_PP]};
 	p->ranks = calloc((size_t)n, sizeof *p->ranks);
 	if (!p->ranks)
 		return fail(r, "out of memory");
@@ -880,20 +932,15 @@ static int read_ranks(Rd *r, Plan *p)
 				return fail(r, "expected 'local', 'remote' or 'self'");
 			pe->local = (uint8_t)k;
 		}
-		int64_t cap = nops < (1 << 16) ? nops : (1 << 16);
-		rk->ops = malloc((size_t)(cap ? cap : 1) * sizeof *rk->ops);
-		if (!rk->ops) {
-			char t[160];
-			return fail(r, "%s", plan_oom_text(t, sizeof t, r->ops, (size_t)(cap ? cap : 1) * sizeof *rk->ops));
-		}
-		rk->ops_cap = cap;
+		if (grow_ops(r, rk, nops))
+			return -1;
 		rk->first_line = r->line + 1;
 		for (int64_t j = 0; j < nops; j++) {
 			PlanOp o;
-			if (next_line(r, "an op line") || read_op(r, p, &o))
+			if (line_in(r, "an op line") ||
+			    (!plan_read_op_fast(r->buf, r->end, &lim, &o) && (no_nul(r) || read_op(r, p, &o))))
 				return -1;
-			if (rk->nops == rk->ops_cap &&
-			    grow(r, (void **)&rk->ops, &rk->ops_cap, rk->nops + 1, sizeof *rk->ops))
+			if (rk->nops == rk->ops_cap && grow_ops(r, rk, nops))
 				return -1;
 			rk->ops[rk->nops++] = o;
 		}
@@ -908,11 +955,13 @@ static int read_ranks(Rd *r, Plan *p)
 		r->line++;
 		return fail(r, "text after 'end'");
 	}
-	if (r->check && r->h != r->want) {
+	hash_to(r, r->len);
+	uint64_t h = r->check ? plan_hash_final(&r->h) : 0;
+	if (r->check && h != r->want) {
 		r->line = 1;
 		return fail(r, "checksum mismatch: the plan was changed after pipecc wrote it (the "
 		               "header says %016" PRIx64 ", the text hashes to %016" PRIx64 ")",
-		            r->want, r->h);
+		            r->want, h);
 	}
 	return 0;
 }

@@ -20,6 +20,10 @@ typedef struct {
 	int *out_off, *out_edges; // CSR: edges leaving each stage
 	unsigned char *eself;     // per edge: sent to self (a route joins a rank to itself)
 	PlanParts *parts;         // per stage, when tp > 1 (else NULL)
+	/* Counted by check_groups, the first pass over every op, so that later passes over
+	 * ops of a kind the plan lacks (self sends, TIEREDUCE) can be skipped. */
+	int64_t nself;            // SEND and RECV ops whose peer is their own rank
+	int64_t ntie;             // TIEREDUCE ops
 } Vc;
 
 static int verr(Vc *v, int rank, int64_t op, const char *fmt, ...)
@@ -200,6 +204,8 @@ static int check_groups(Vc *v)
 				prev_comm = 0;
 				continue;
 			}
+			v->nself += (o->kind == OP_SEND || o->kind == OP_RECV) && o->peer == r;
+			v->ntie += o->kind == OP_TIEREDUCE;
 			if (prev_comm && o->group == last) {
 				const PlanOp *c = is_coll(o->kind) ? o : &rk->ops[i - 1];
 				if (is_coll(c->kind)) {
@@ -230,6 +236,8 @@ static int check_self(Vc *v)
 	const Plan *p = v->p;
 	int64_t *sends = NULL, cap = 0;
 	int rc = 0;
+	if (!v->nself) // nothing to pair
+		return 0;
 	for (int r = 0; r < p->world && !rc; r++) {
 		const PlanRank *rk = &p->ranks[r];
 		int64_t ns = 0, nr = 0;
@@ -294,6 +302,14 @@ static int64_t find_pair(const Pair *pairs, int64_t lo, int64_t hi, int q)
 static int64_t find_pair_near(const Pair *pairs, int64_t lo, int64_t hi, int q, int64_t last)
 {
 	return last >= 0 && pairs[last].peer == q ? last : find_pair(pairs, lo, hi, q);
+}
+
+/* A pair's sends lie on another rank's list, a cache miss each: fetch four ahead. */
+static inline void fetch_ahead(const Plan *p, int a, const Pair *pa, const int64_t *sends,
+                               int64_t pos)
+{
+	if (pos + 4 < pa->n)
+		__builtin_prefetch(&p->ranks[a].ops[sends[pa->start + pos + 4]]);
 }
 
 static int check_matching(Vc *v)
@@ -385,6 +401,7 @@ static int check_matching(Vc *v)
 			int64_t pos = pairs[k].used++;
 			int64_t si2 = sends[pairs[k].start + pos];
 			const PlanOp *s = &p->ranks[a].ops[si2];
+			fetch_ahead(p, a, &pairs[k], sends, pos);
 			const char *what = s->stage != o->stage ? "edges"
 			                   : s->mb != o->mb     ? "microbatches"
 			                   : s->dir != o->dir   ? "directions"
@@ -478,7 +495,7 @@ static int check_tie(Vc *v)
 				                   "another pipeline rank");
 		}
 	int64_t bytes = plan_tie_bytes(p);
-	for (int r = 0; r < p->world; r++) {
+	for (int r = 0; r < p->world && v->ntie; r++) { // no TIEREDUCE: no count to compare
 		const PlanRank *rk = &p->ranks[r];
 		int st, q = plan_tie_peer(p, r, &st);
 		int64_t n = 0;

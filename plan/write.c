@@ -21,13 +21,13 @@ typedef struct {
 	int err;
 	int hashing;   // fold the text into h
 	int emit;      // write the text to f (not in the two-pass writer's first pass)
-	uint64_t h;    // FNV-1a of everything after the header line
+	PlanHash h;    // the checksum of everything after the header line
 	int mul;       // rank numbers in memory times mul are world ranks (a line plan's stride)
 } Out;
 
 static void hash(Out *o, const char *s, size_t n)
 {
-	o->h = plan_fnv1a(o->h, s, n);
+	plan_hash_update(&o->h, s, n);
 }
 
 static void flush(Out *o)
@@ -61,8 +61,9 @@ static const char digit_pairs[201] = "000102030405060708091011121314151617181920
                                      "50515253545556575859606162636465666768697071727374"
                                      "75767778798081828384858687888990919293949596979899";
 
-/* Appends v in decimal, two digits per division; the caller has ensured room (ops
- * reserve 256 bytes).  Op lines are most of a large plan, so this matters. */
+/* Appends v in decimal, two digits per division, straight into the buffer; the caller
+ * has ensured room (ops reserve 256 bytes).  Op lines are most of a large plan, and
+ * their numbers mostly have one to five digits, so this matters. */
 static void put_int(Out *o, int64_t v)
 {
 	char *d = o->buf + o->n;
@@ -77,25 +78,26 @@ static void put_int(Out *o, int64_t v)
 		}
 		return;
 	}
-	char tmp[24];
-	int i = sizeof tmp;
 	uint64_t u = v < 0 ? -(uint64_t)v : (uint64_t)v;
+	if (v < 0)
+		*d++ = '-';
+	int len = 1;
+	for (uint64_t t = u; t >= 10; t /= 10)
+		len++;
+	o->n += (size_t)len + (v < 0);
+	char *e = d + len;
 	while (u >= 100) {
 		unsigned k = (unsigned)(u % 100) * 2;
 		u /= 100;
-		tmp[--i] = digit_pairs[k + 1];
-		tmp[--i] = digit_pairs[k];
+		*--e = digit_pairs[k + 1];
+		*--e = digit_pairs[k];
 	}
 	if (u >= 10) {
-		tmp[--i] = digit_pairs[u * 2 + 1];
-		tmp[--i] = digit_pairs[u * 2];
+		*--e = digit_pairs[u * 2 + 1];
+		*--e = digit_pairs[u * 2];
 	} else {
-		tmp[--i] = (char)('0' + u);
+		*--e = (char)('0' + u);
 	}
-	if (v < 0)
-		tmp[--i] = '-';
-	memcpy(d, tmp + i, sizeof tmp - i);
-	o->n += sizeof tmp - i;
 }
 
 /* Appends a literal; sizeof - 1 is its length, known at compile time. */
@@ -116,10 +118,9 @@ static void put_op(Out *o, const PlanOp *op)
 {
 	if (o->n + 256 > sizeof o->buf)
 		flush(o);
-	const char *name = plan_ops[op->kind].name; // the reader made sure kind is valid
-	size_t len = strlen(name);
-	memcpy(o->buf + o->n, name, len);
-	o->n += len;
+	// the reader made sure kind is valid; a loop, not strlen and memcpy: names are short
+	for (const char *c = plan_ops[op->kind].name; *c; c++)
+		o->buf[o->n++] = *c;
 	switch (plan_op_kind(op)) {
 	case OP_COUNT:
 		break;
@@ -200,7 +201,7 @@ static void put_op(Out *o, const PlanOp *op)
 		put_int(o, op->src_line);
 	}
 	PUT_LIT(o, "\n");
-	if (o->hashing) { // now, while the next op is formatted: the hash is one long chain
+	if (o->hashing && o->n - o->hashed >= (1 << 14)) { // while the text is in cache
 		hash(o, o->buf + o->hashed, o->n - o->hashed);
 		o->hashed = o->n;
 	}
@@ -334,8 +335,8 @@ static int seekable(FILE *f, off_t *at)
 
 static int header(char *s, size_t n, const Plan *p, uint64_t h)
 {
-	return snprintf(s, n, "%s %d " PLAN_CHECKSUM "=%016" PRIx64 "\n", PLAN_FORMAT,
-	                p->line ? PLAN_VERSION : PLAN_VERSION_EXPANDED, h);
+	return snprintf(s, n, "%s %d %s=%016" PRIx64 "\n", PLAN_FORMAT,
+	                p->line ? PLAN_VERSION : PLAN_VERSION_EXPANDED, plan_sums[PLAN_SUM_WRITTEN].name, h);
 }
 
 /* One pass into a regular file (the header written last, in its place); two passes
@@ -349,7 +350,7 @@ int plan_write(const Plan *p, FILE *f)
 	o->f = f;
 	o->n = o->hashed = 0;
 	o->err = 0;
-	o->h = PLAN_FNV_OFFSET;
+	plan_hash_init(&o->h, PLAN_SUM_WRITTEN);
 	o->mul = p->line ? plan_pp_stride(p) : 1;
 	char head[128];
 	int hl = header(head, sizeof head, p, 0); // the same length whatever the hash
@@ -359,7 +360,7 @@ int plan_write(const Plan *p, FILE *f)
 			o->err = 1;
 		o->hashing = o->emit = 1;
 		write_body(o, p);
-		header(head, sizeof head, p, o->h);
+		header(head, sizeof head, p, plan_hash_final(&o->h));
 		if (fflush(f) != 0 || pwrite(fileno(f), head, (size_t)hl, at) != hl)
 			o->err = 1;
 	} else {
@@ -368,7 +369,7 @@ int plan_write(const Plan *p, FILE *f)
 		write_body(o, p);
 		o->hashing = 0;
 		o->emit = 1;
-		header(head, sizeof head, p, o->h);
+		header(head, sizeof head, p, plan_hash_final(&o->h));
 		put(o, head);
 		write_body(o, p);
 	}

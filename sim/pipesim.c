@@ -54,7 +54,12 @@ int pipesim_drive(CliTool *t, PipesimArgs *a)
 	/* An output on standard output replaces the report. */
 	int report = !t->quiet && !((a->trace && cli_is_std(a->trace)) ||
 	                            (a->svg && cli_is_std(a->svg)));
-	SimOptions opt = {.model = (SimModel)a->model, .eager = a->eager, .record_ops = !a->no_record};
+	/* Per-op times (20 bytes an op) only when an output reads them: the report, JSON, the
+	 * grid, the pictures.  A quiet run that fails is simulated again with them, so its
+	 * failure report (the grid before a deadlock) is what it always was. */
+	int uses_times = report || a->json || a->grid || a->trace || a->svg;
+	SimOptions opt = {.model = (SimModel)a->model, .eager = a->eager,
+	                  .record_ops = !a->no_record && uses_times};
 
 	PlanError perr;
 	CliProgress *pr = cli_progress_start(t, "reading the plan");
@@ -92,6 +97,11 @@ int pipesim_drive(CliTool *t, PipesimArgs *a)
 	cli_progress_phase(pr, what);
 	SimResult res;
 	rc = sim_run(p, &opt, &res);
+	if (rc >= 0 && res.verdict != SIM_OK && !a->no_record && !opt.record_ops) {
+		sim_result_free(&res);
+		opt.record_ops = 1;
+		rc = sim_run(p, &opt, &res);
+	}
 	cli_progress_end(pr);
 	if (rc < 0) {
 		cli_error(t, "%s", res.message);

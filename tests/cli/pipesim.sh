@@ -108,6 +108,19 @@ deadlocks() {
 }
 check "pipesim deadlocks: blocked ops, the cycle, eager-only verdicts" deadlocks
 
+# A quiet run keeps no per-op times while it runs (nothing it prints reads them) and
+# simulates a failing plan again with them: its failure report, grid included, is the
+# one a run with the report prints.
+quiet_failures() {
+	for f in tests/plans/bad/head_to_head.plan tests/plans/bad/cycle3.plan \
+		tests/plans/bad/dp_order.plan tests/plans/bad/tp_order.plan; do
+		expect 1 "$SIM" "$f" && mv "$T/err" "$T/loud" && expect 1 "$SIM" -q "$f" &&
+			[ ! -s "$T/out" ] && has "$T/err" "last steps before the stall" &&
+			cmp "$T/loud" "$T/err" || return 1
+	done
+}
+check "pipesim -q: a failing plan's report is the full one" quiet_failures
+
 good() {
 	for f in tests/plans/good/*.plan; do
 		for m in strict overlap; do

@@ -274,7 +274,7 @@ EOF
 	"$BIN/pipecc" "$dir/dl.pipe" -o "$dir/dl-ok.plan"
 	# Move rank 1's RECV of microbatch 1 after its SEND of microbatch 0's gradient, and
 	# renumber rank 1's groups in list order; a hand edit, so format 1 (no checksum).
-	awk 'NR == 1 { sub(/^pipecc-plan [23] fnv1a=[0-9a-f]*$/, "pipecc-plan 1") }
+	awk 'NR == 1 { sub(/^pipecc-plan [23] [a-z0-9]*=[0-9a-f]*$/, "pipecc-plan 1") }
 	/^rank 1 /{ r1 = 1 }
 	r1 && /^RECV act e=0 m=1 /{ held = $0; next }
 	{ if (r1 && /^(SEND|RECV|ALLREDUCE) /) sub(/ g=[0-9]+/, " g=" g1++)

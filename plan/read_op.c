@@ -1,0 +1,147 @@
+/* The reader's fast path for the op lines that make up nearly all of a large plan:
+ * compute ops (`F 3 17 @9`) and p2p ops (`SEND act e=3 m=17 to=4 bytes=64 g=9 r=2 @9`)
+ * exactly as plan_write puts them.  It takes a line only when every field is there, in
+ * order and in range, and says nothing otherwise: the reader then parses that line
+ * again with its general code (read.c), which accepts the same lines and names what is
+ * wrong with any other.  So the fast path changes speed, never what is accepted or what
+ * an error says.  It relies on the block having RD_SLACK readable bytes after the text
+ * (read.c). */
+#include "read_op.h"
+
+#include <limits.h>
+#include <string.h>
+
+/* The literal w (a string constant of at most 8 bytes: the block's slack covers a
+ * compare that starts at the line's end) at *s: skipped, or 0 when the text differs.
+ * memcmp of a constant length compiles to a load and a compare or two. */
+#define lit(s, w) \
+	(sizeof(char[sizeof(w) <= 9 ? 1 : -1]) && memcmp(*(s), w, sizeof(w) - 1) == 0 \
+	     ? (*(s) += sizeof(w) - 1, 1)                                               \
+	     : 0)
+
+/* Decimal digits at *s into *v (at most 18: no overflow), within [0, hi].  Up to 7
+ * digits are read as one 8-byte word, branch-free (the reader's block has 8 bytes of
+ * slack after its text, so the load stays inside it): the first byte that is no digit
+ * ends the number, and the digits are summed pairwise by three multiplies. */
+static inline int digits(const char **s, int64_t hi, int64_t *v)
+{
+	const unsigned char *p = (const unsigned char *)*s;
+	uint64_t w;
+	memcpy(&w, p, 8);
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	const uint64_t hi4 = 0xf0f0f0f0f0f0f0f0ULL, zeros = 0x3030303030303030ULL;
+	/* A byte is a digit when it and it plus 6 both have high nibble 3; a carry out of a
+	 * non-digit only reaches later bytes, after the first non-digit. */
+	uint64_t bad = ((w & hi4) ^ zeros) | (((w + 0x0606060606060606ULL) & hi4) ^ zeros);
+	if (bad) {
+		int n = __builtin_ctzll(bad) / 8;
+		if (n == 0)
+			return 0;
+		uint64_t x = (w - zeros) << (64 - 8 * n); // n digits, leading zero bytes
+		x = (x * 10 + (x >> 8)) & 0x00ff00ff00ff00ffULL;
+		x = (x * 100 + (x >> 16)) & 0x0000ffff0000ffffULL;
+		x = (x * 10000 + (x >> 32)) & 0xffffffffULL;
+		if (x > (uint64_t)hi)
+			return 0;
+		*v = (int64_t)x;
+		*s += n;
+		return 1;
+	}
+#endif
+	uint64_t u = 0;
+	int n = 0;
+	while ((unsigned)(p[n] - '0') < 10 && n < 19)
+		u = u * 10 + (uint64_t)(p[n++] - '0');
+	if (n == 0 || n > 18 || u > (uint64_t)hi)
+		return 0;
+	*v = (int64_t)u;
+	*s += n;
+	return 1;
+}
+
+static inline int i32(const char **s, int64_t hi, int32_t *v)
+{
+	int64_t x;
+	if (!digits(s, hi, &x))
+		return 0;
+	*v = (int32_t)x;
+	return 1;
+}
+
+/* ` @LINE` or ` @LINE:COL`, or nothing, then the end of the line. */
+static inline int tail(const char *s, const char *end, PlanOp *o)
+{
+	int32_t col;
+	if (s == end)
+		return 1;
+	if (!lit(&s, " @") || !i32(&s, INT_MAX, &o->src_line))
+		return 0;
+	if (*s == ':' && (s++, !i32(&s, INT_MAX, &col)))
+		return 0;
+	return s == end;
+}
+
+/* A rank number of the file into the plan's: a line plan's are its line's, over stride. */
+static inline int rank_ref(const PlanOpLimits *l, int32_t *v)
+{
+	if (!l->stride)
+		return 1;
+	if (l->stride == 1) // no division: it is slow, and a pp-only mesh has stride 1
+		return *v < l->line_ranks;
+	if (*v % l->stride || *v / l->stride >= l->line_ranks)
+		return 0;
+	*v /= l->stride;
+	return 1;
+}
+
+static int compute(const char *s, const char *end, const PlanOpLimits *l, PlanOp *o)
+{
+	return lit(&s, " ") && i32(&s, l->stages - 1, &o->stage) && lit(&s, " ") &&
+	       i32(&s, l->mbs - 1, &o->mb) && tail(s, end, o);
+}
+
+static int p2p(const char *s, const char *end, const PlanOpLimits *l, PlanOp *o)
+{
+	int64_t bytes;
+	if (lit(&s, " act e="))
+		o->dir = DIR_ACT;
+	else if (lit(&s, " grad e="))
+		o->dir = DIR_GRAD;
+	else
+		return 0;
+	if (!i32(&s, l->edges - 1, &o->stage) || !lit(&s, " m=") || !i32(&s, l->mbs - 1, &o->mb))
+		return 0;
+	if (!(o->kind == OP_SEND ? lit(&s, " to=") : lit(&s, " from=")) ||
+	    !i32(&s, l->world - 1, &o->peer) || !rank_ref(l, &o->peer))
+		return 0;
+	if (!lit(&s, " bytes=") || !digits(&s, INT64_MAX / 8, &bytes) || !lit(&s, " g=") ||
+	    !i32(&s, INT_MAX, &o->group) || !lit(&s, " r=") || !i32(&s, l->routes - 1, &o->route))
+		return 0;
+	o->bytes = bytes;
+	return tail(s, end, o);
+}
+
+int plan_read_op_fast(const char *s, const char *end, const PlanOpLimits *l, PlanOp *o)
+{
+	*o = (PlanOp){.mb = -1, .peer = -1, .group = -1, .route = -1};
+	switch (s[0]) {
+	case 'F':
+	case 'W':
+		o->kind = s[0] == 'F' ? OP_F : OP_W;
+		return compute(s + 1, end, l, o);
+	case 'B':
+		if (s[1] == 'W') {
+			o->kind = OP_BW;
+			return compute(s + 2, end, l, o);
+		}
+		o->kind = OP_B;
+		return compute(s + 1, end, l, o);
+	case 'S':
+		o->kind = OP_SEND;
+		return s[1] == 'E' && s[2] == 'N' && s[3] == 'D' && p2p(s + 4, end, l, o);
+	case 'R':
+		o->kind = OP_RECV;
+		return s[1] == 'E' && s[2] == 'C' && s[3] == 'V' && p2p(s + 4, end, l, o);
+	}
+	return 0;
+}

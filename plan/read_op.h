@@ -1,0 +1,20 @@
+/* The plan reader's fast path for op lines (read_op.c); private to plan/. */
+#ifndef PLAN_READ_OP_H
+#define PLAN_READ_OP_H
+
+#include "plan.h"
+
+/* What an op line's numbers must lie in: the counts read so far. */
+typedef struct {
+	int stages, edges, routes, mbs;
+	int world;      // the mesh's world: rank numbers in the file are below it
+	int stride;     // a line plan's rank numbers are multiples of it; 0: not a line plan
+	int line_ranks; // a line plan: the ranks on its line (pp)
+} PlanOpLimits;
+
+/* Parses the op line s (NUL-terminated at end) into *o when it is a compute or p2p op
+ * exactly as plan_write puts it, every number in range: 1.  Otherwise 0, and *o is
+ * garbage: the caller parses the line with the general reader, which says why. */
+int plan_read_op_fast(const char *s, const char *end, const PlanOpLimits *l, PlanOp *o);
+
+#endif

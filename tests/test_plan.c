@@ -1,0 +1,300 @@
+/* Plan file checksum tests (plan/checksum.c, docs/plan-format.md "Checksum"): lanes4,
+ * which pipecc writes, gives one sum however the text is split and catches every
+ * single-byte change; plans written with the older FNV-1a sum still read, and write
+ * back as lanes4 plans with the same text after the header; every digit changed in a
+ * plan of either kind is refused with a located error. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "../plan/plan.h"
+
+#define FNV_PLAN "tests/plans/good/tiny-fnv1a.plan" // written by pipecc before lanes4
+
+static char *slurp(const char *path, size_t *n)
+{
+	FILE *f = fopen(path, "rb");
+	assert_non_null(f);
+	fseek(f, 0, SEEK_END);
+	long end = ftell(f);
+	assert_true(end > 0);
+	rewind(f);
+	char *b = malloc((size_t)end + 1);
+	assert_non_null(b);
+	assert_int_equal(fread(b, 1, (size_t)end, f), (size_t)end);
+	fclose(f);
+	b[end] = 0;
+	*n = (size_t)end;
+	return b;
+}
+
+static char *plan_text(const Plan *p, size_t *n)
+{
+	char *a = NULL;
+	FILE *f = open_memstream(&a, n);
+	assert_non_null(f);
+	int rc = plan_write(p, f);
+	fclose(f);
+	assert_int_equal(rc, 0);
+	char *text = a; // set by fclose
+	return text;
+}
+
+static Plan *read_text(const char *text, size_t n, PlanError *err)
+{
+	FILE *in = fmemopen((void *)text, n, "r");
+	assert_non_null(in);
+	Plan *p = plan_read(in, "mem", err);
+	fclose(in);
+	return p;
+}
+
+/* Pieces of 1 to 70 bytes give the one-piece sum, for every kind; FNV-1a is the plain
+ * byte-wise function.  The documented test vectors (docs/plan-format.md) hold. */
+static void checksum__any_split__same_sum(void **state)
+{
+	(void)state;
+	size_t n;
+	char *text = slurp(FNV_PLAN, &n);
+	for (int k = 0; k < PLAN_SUM_COUNT; k++) {
+		uint64_t whole = plan_hash(k, text, n);
+		for (size_t step = 1; step <= 70; step++) {
+			PlanHash h;
+			plan_hash_init(&h, k);
+			for (size_t i = 0; i < n; i += step)
+				plan_hash_update(&h, text + i, i + step <= n ? step : n - i);
+			assert_true(plan_hash_final(&h) == whole);
+		}
+	}
+	assert_true(plan_hash(PLAN_SUM_FNV1A, text, n) == plan_fnv1a(PLAN_FNV_OFFSET, text, n));
+	const char *fox = "The quick brown fox jumps over the lazy dog";
+	assert_true(plan_hash(PLAN_SUM_LANES4, "", 0) == 0x5e2d83b6c3f3989bULL);
+	assert_true(plan_hash(PLAN_SUM_LANES4, fox, strlen(fox)) == 0x85a69049acf294fcULL);
+	free(text);
+}
+
+/* Every byte of a plan changed to each of a few other values changes the lanes4 sum,
+ * and so does a byte dropped at the end (the length is in the sum). */
+static void checksum__lanes4__every_byte_change_caught(void **state)
+{
+	(void)state;
+	size_t n;
+	char *text = slurp(FNV_PLAN, &n);
+	uint64_t want = plan_hash(PLAN_SUM_LANES4, text, n);
+	int tried = 0;
+	for (size_t i = 0; i < n; i++) {
+		char was = text[i];
+		const unsigned char by[] = {1, 0x20, 0x80, 0xff};
+		for (size_t j = 0; j < sizeof by; j++) {
+			text[i] = (char)(was ^ by[j]);
+			assert_true(plan_hash(PLAN_SUM_LANES4, text, n) != want);
+			tried++;
+		}
+		text[i] = was;
+		assert_true(plan_hash(PLAN_SUM_LANES4, text, i) != want);
+	}
+	assert_true(tried > 4000);
+	free(text);
+}
+
+/* A plan pipecc wrote with the FNV-1a sum reads (checked) and writes back with lanes4:
+ * the header line differs, the text after it is the same bytes, and that reads too. */
+static void plan__fnv1a_plan__reads_and_writes_lanes4(void **state)
+{
+	(void)state;
+	size_t n, nb;
+	char *text = slurp(FNV_PLAN, &n);
+	assert_memory_equal(text, "pipecc-plan 3 fnv1a=", 20);
+	PlanError err;
+	Plan *p = read_text(text, n, &err);
+	if (!p)
+		fail_msg("line %lld: %s", (long long)err.line, err.msg);
+	assert_int_equal(plan_verify(p, &err), 0);
+	char *b = plan_text(p, &nb);
+	assert_memory_equal(b, "pipecc-plan 3 lanes4=", 21);
+	const char *body = strchr(text, '\n') + 1, *bbody = strchr(b, '\n') + 1;
+	size_t len = n - (size_t)(body - text);
+	assert_int_equal(nb - (size_t)(bbody - b), len);
+	assert_memory_equal(body, bbody, len);
+	char want[64];
+	snprintf(want, sizeof want, "pipecc-plan 3 lanes4=%016llx\n",
+	         (unsigned long long)plan_hash(PLAN_SUM_LANES4, bbody, len));
+	assert_memory_equal(b, want, strlen(want));
+	Plan *q = read_text(b, nb, &err);
+	if (!q)
+		fail_msg("line %lld: %s", (long long)err.line, err.msg);
+	plan_free(q);
+	plan_free(p);
+	free(b);
+	free(text);
+}
+
+/* Each digit after the header changed to another digit: the plan is refused with a
+ * located error, a checksum mismatch at line 1 whenever the text still parses. */
+static void refuse_digit_changes(char *text, size_t n)
+{
+	int refused = 0, mismatches = 0;
+	for (size_t i = (size_t)(strchr(text, '\n') - text); i < n; i++) {
+		if (text[i] < '0' || text[i] > '9')
+			continue;
+		char was = text[i];
+		text[i] = was == '9' ? '0' : (char)(was + 1);
+		PlanError err;
+		Plan *q = read_text(text, n, &err);
+		text[i] = was;
+		if (q)
+			fail_msg("a changed digit at byte %zu was accepted", i);
+		assert_true(err.line > 0);
+		refused++;
+		if (strstr(err.msg, "checksum mismatch")) {
+			assert_int_equal(err.line, 1);
+			mismatches++;
+		}
+	}
+	assert_true(refused > 100);
+	assert_true(mismatches > 50);
+}
+
+static void plan__reader__changed_digits_refused(void **state)
+{
+	(void)state;
+	size_t n, nb;
+	char *text = slurp(FNV_PLAN, &n);
+	PlanError err;
+	Plan *p = read_text(text, n, &err);
+	assert_non_null(p);
+	char *b = plan_text(p, &nb);
+	refuse_digit_changes(text, n);
+	refuse_digit_changes(b, nb);
+	plan_free(p);
+	free(b);
+	free(text);
+}
+
+/* The header names a known kind and 16 hex digits, or the reader says what it wants. */
+static void plan__reader__bad_checksum_header_located(void **state)
+{
+	(void)state;
+	size_t n;
+	char *text = slurp(FNV_PLAN, &n);
+	const char *heads[][2] = {
+		{"pipecc-plan 3 crc32=eaca0fd848f82cfe",
+		 "expected a checksum, 'lanes4=HEX' or 'fnv1a=HEX', after the format version"},
+		{"pipecc-plan 3 lanes4eaca0fd848f82cfe", "expected a checksum"},
+		{"pipecc-plan 3 lanes4=eaca0fd848f82cf ", "the checksum must be 16 hex digits"},
+		{"pipecc-plan 3 lanes4=eaca0fd848f82cfe", "checksum mismatch"},
+	};
+	for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++) {
+		char *body = strchr(text, '\n');
+		size_t hl = strlen(heads[i][0]), bl = n - (size_t)(body - text);
+		char *t = malloc(hl + bl);
+		assert_non_null(t);
+		memcpy(t, heads[i][0], hl);
+		memcpy(t + hl, body, bl);
+		PlanError err;
+		Plan *q = read_text(t, hl + bl, &err);
+		assert_null(q);
+		assert_int_equal(err.line, 1);
+		if (!strstr(err.msg, heads[i][1]))
+			fail_msg("'%s' lacks '%s'", err.msg, heads[i][1]);
+		free(t);
+	}
+	free(text);
+}
+
+/* text with its first line made `pipecc-plan 1` (unchecked, so edits read) and line k
+ * (0-based) replaced by op, each space of op doubled when wide: the reader's fast path
+ * takes single-spaced op lines only, so the wide form goes through the general parser. */
+static char *with_line(const char *text, int k, const char *op, int wide, size_t *n)
+{
+	size_t cap = strlen(text) + 2 * strlen(op) + 32, at = 0;
+	char *t = malloc(cap);
+	assert_non_null(t);
+	at += (size_t)sprintf(t, "pipecc-plan 1\n");
+	const char *s = strchr(text, '\n') + 1;
+	for (int line = 1; *s; line++) {
+		const char *e = strchr(s, '\n') + 1;
+		if (line == k) {
+			for (const char *c = op; *c; c++) {
+				t[at++] = *c;
+				if (*c == ' ' && wide)
+					t[at++] = ' ';
+			}
+			t[at++] = '\n';
+		} else {
+			memcpy(t + at, s, (size_t)(e - s));
+			at += (size_t)(e - s);
+		}
+		s = e;
+	}
+	*n = at;
+	return t;
+}
+
+/* The fast path (plan/read_op.c) and the general parser agree: every op line of a plan,
+ * changed at random, reads the same way single-spaced (fast path first) and with every
+ * space doubled (general parser only): both refuse it, or both read the same plan. */
+static void plan__reader__fast_path_agrees_with_parser(void **state)
+{
+	(void)state;
+	size_t n;
+	char *text = slurp(FNV_PLAN, &n);
+	srand(11);
+	int same = 0, refused = 0, line = 0;
+	for (const char *s = text; *s; s = strchr(s, '\n') + 1, line++) {
+		if (!strchr("FBWSR", *s) || !strncmp(s, "stage", 5) || !strncmp(s, "route", 5))
+			continue;
+		size_t len = (size_t)(strchr(s, '\n') - s);
+		for (int it = 0; it < 200; it++) {
+			char op[128];
+			snprintf(op, sizeof op, "%.*s", (int)len, s);
+			for (int k = 0; it && k < 1 + it % 2; k++)
+				op[rand() % (int)len] = "0123456789 -=x@:ABSEFRWactgd"[rand() % (it % 2 ? 10 : 28)];
+			size_t n1, n2;
+			char *t1 = with_line(text, line, op, 0, &n1), *t2 = with_line(text, line, op, 1, &n2);
+			PlanError e1, e2;
+			Plan *p1 = read_text(t1, n1, &e1), *p2 = read_text(t2, n2, &e2);
+			if (!p1 != !p2)
+				fail_msg("'%s' is %s single-spaced but %s wide", op, p1 ? "read" : "refused",
+				         p2 ? "read" : "refused");
+			if (p1) {
+				size_t w1, w2;
+				char *a = plan_text(p1, &w1), *b = plan_text(p2, &w2);
+				if (w1 != w2 || memcmp(a, b, w1))
+					fail_msg("'%s' reads differently through the fast path", op);
+				free(a);
+				free(b);
+				same++;
+			} else {
+				assert_int_equal(e1.line, line + 1);
+				refused++;
+			}
+			plan_free(p1);
+			plan_free(p2);
+			free(t1);
+			free(t2);
+		}
+	}
+	assert_true(same > 300);
+	assert_true(refused > 500);
+	free(text);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(checksum__any_split__same_sum),
+		cmocka_unit_test(checksum__lanes4__every_byte_change_caught),
+		cmocka_unit_test(plan__fnv1a_plan__reads_and_writes_lanes4),
+		cmocka_unit_test(plan__reader__changed_digits_refused),
+		cmocka_unit_test(plan__reader__bad_checksum_header_located),
+		cmocka_unit_test(plan__reader__fast_path_agrees_with_parser),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
