@@ -611,14 +611,9 @@ static int read_recompute(Rd *r, PlanStage *st)
 	skip_sp(r);
 	if (strncmp(r->s, "recompute ", 10))
 		return 0;
-	st->recompute = PLAN_RECOMPUTE_FULL;
-	if (word(r, "recompute"))
-		return -1;
-	skip_sp(r);
-	if (!strncmp(r->s, "selective ", 10)) {
-		st->recompute = PLAN_RECOMPUTE_SELECTIVE;
-		r->s += 9;
-	}
+	int sel = !strncmp(r->s + 9, " selective ", 11);
+	st->recompute = sel ? PLAN_RECOMPUTE_SELECTIVE : PLAN_RECOMPUTE_FULL;
+	r->s += sel ? 19 : 9; // at the space before save_re=
 	return kv64(r, "save_re=", &st->save_re, 0, INT64_MAX / 8);
 }
 
