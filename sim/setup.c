@@ -181,18 +181,18 @@ int sim_setup(S *s)
 		k->tp_op = -1;
 		int64_t n = p->ranks[r].nops;
 		if (s->opt.record_ops) {
-			SimOpTime *t = malloc((size_t)(n ? n : 1) * sizeof *t);
-			s->pred[r] = malloc((size_t)(n ? n : 1) * sizeof **s->pred);
+			/* Zeroed, not filled: calloc gets fresh pages untouched, so each page is
+			 * first touched (and zeroed by the kernel, staying in cache) when the run
+			 * writes it.  PRED_UNSET marks the ops never reached; sim_fill_unreached
+			 * gives them their -1 times after the run. */
+			SimOpTime *t = calloc((size_t)(n ? n : 1), sizeof *t);
+			s->pred[r] = calloc((size_t)(n ? n : 1), sizeof **s->pred);
 			res->ranks[r].times = t;
 			if (!t || !s->pred[r]) {
 				s->oom = s->failed = 1;
 				plan_oom_text(res->message, sizeof res->message, plan_total_ops(p),
 				              (size_t)(n ? n : 1) * (sizeof *t + sizeof **s->pred));
 				return -1;
-			}
-			for (int64_t i = 0; i < n; i++) {
-				t[i] = (SimOpTime){-1, -1};
-				s->pred[r][i] = -1;
 			}
 		}
 		if (s->opt.model == SIM_OVERLAP) {

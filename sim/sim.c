@@ -130,7 +130,7 @@ static int32_t pred_code(const S *s, int r, int64_t i, int64_t ref)
 
 int64_t sim_pred_ref(const S *s, int r, int64_t i)
 {
-	int32_t c = s->pred[r][i];
+	int32_t c = pred_flip(s->pred[r][i]);
 	if (c < 0)
 		return REF_NONE;
 	int64_t v = c & ((1 << PRED_BITS) - 1);
@@ -175,8 +175,7 @@ static void record(S *s, int r, int64_t i, int64_t start, int64_t end, int64_t p
 		s->last_end = end;
 		s->last_ref = REF(r, i);
 	}
-	if (pred != REF_KEEP)
-		s->pred[r][i] = pred_code(s, r, i, pred);
+	s->pred[r][i] = pred_flip(pred_code(s, r, i, pred)); // the first write: KEEP is none
 }
 
 static void set_end(S *s, int r, int64_t i, int64_t end, int64_t pred)
@@ -189,7 +188,7 @@ static void set_end(S *s, int r, int64_t i, int64_t end, int64_t pred)
 		s->last_ref = REF(r, i);
 	}
 	if (pred != REF_KEEP)
-		s->pred[r][i] = pred_code(s, r, i, pred);
+		s->pred[r][i] = pred_flip(pred_code(s, r, i, pred));
 }
 
 /* A parked rank resumes at ops[i]: fetch its next ops now.  With many ranks the
@@ -950,6 +949,8 @@ int sim_run(const Plan *p, const SimOptions *opt, SimResult *res)
 		sim_cleanup(&s);
 		return -1;
 	}
+	if (s.opt.record_ops)
+		sim_fill_unreached(&s);
 	sim_figures(&s);
 	if (!s.failed) {
 		int stuck = 0;

@@ -30,6 +30,14 @@ enum {
 #define REF_RANK(x) ((int)((x) >> 40))
 #define REF_OP(x) ((x) & (((int64_t)1 << 40) - 1))
 
+/* s->pred holds each op's pred_code (sim.c) stored with its top bit flipped, so that
+ * the zeroed arrays read PRED_UNSET (a code no op has) for the ops never recorded. */
+#define PRED_UNSET 0
+static inline int32_t pred_flip(int32_t c)
+{
+	return (int32_t)((uint32_t)c ^ 0x80000000u);
+}
+
 typedef struct {
 	int64_t post; // time the op was posted
 	int64_t op;   // its index on its rank
@@ -274,6 +282,7 @@ int sim_setup(S *s);                               // setup.c
 void sim_cleanup(S *s);                            // setup.c
 void sim_figures(S *s);                            // figures.c
 void sim_critical_path(S *s);                      // figures.c
+void sim_fill_unreached(S *s);                     // figures.c
 void sim_analyse_stall(S *s);                      // stall.c
 void sim_leftover_sends(S *s);                     // stall.c
 
