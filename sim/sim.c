@@ -778,9 +778,11 @@ static int group_ready(S *s, int r, int64_t i, int64_t *end, int64_t *t, int64_t
 {
 	const PlanRank *pr = &s->p->ranks[r];
 	Rk *k = &s->rk[r];
-	int64_t x = i, e = plan_group_end(pr, i);
-	for (; x < e; x++) {
-		const PlanOp *o = &pr->ops[x];
+	const PlanOp *ops = pr->ops;
+	int32_t g = ops[i].group; // op i is a comm op: the group is the run of its number
+	int64_t x = i;
+	for (; x < pr->nops && plan_op_is_comm(plan_op_kind(&ops[x])) && ops[x].group == g; x++) {
+		const PlanOp *o = &ops[x];
 		if (o->kind == OP_SEND) {
 			HEnt *e = hfind(&k->h, send_key(s, o));
 			if (!e)
