@@ -307,62 +307,20 @@ static void hconsume(Hash *h, HEnt *e)
 
 /* ---- channels ---- */
 
-static int chan_of(S *s, int r, int peer, int recv)
+/* sim_chan_of by the op's route: each route has one sender and one receiver, so the chan
+ * cached on its side is the one this rank found (and listed) before; checked against
+ * the chan's ends so that an unverified plan's odd routes only miss the cache. */
+static inline int chan_by_route(S *s, int r, const PlanOp *o, int recv)
 {
-	Rk *k = &s->rk[r];
-	int key = peer * 2 + recv;
-	for (int i = 0; i < k->nch; i++)
-		if (k->ch[i].key == key)
-			return k->ch[i].chan;
-	int src = recv ? peer : r, dst = recv ? r : peer;
-	uint64_t pk = ((uint64_t)src << 32 | (uint64_t)dst) + 1;
-	if ((int64_t)(s->nch + 1) * 2 > s->paircap) {
-		int64_t cap = s->paircap ? s->paircap * 2 : 64;
-		uint64_t *nk = calloc((size_t)cap, sizeof *nk);
-		int *nv = calloc((size_t)cap, sizeof *nv);
-		if (!nk || !nv) {
-			free(nk);
-			free(nv);
-			s->oom = s->failed = 1;
-			plan_oom_text(s->res->message, sizeof s->res->message, plan_total_ops(s->p), 0);
-			return -1;
-		}
-		for (int64_t j = 0; j < s->paircap; j++) {
-			if (!s->pairkey[j])
-				continue;
-			uint64_t i = hmix(s->pairkey[j]) & (uint64_t)(cap - 1);
-			while (nk[i])
-				i = (i + 1) & (uint64_t)(cap - 1);
-			nk[i] = s->pairkey[j];
-			nv[i] = s->pairval[j];
-		}
-		free(s->pairkey);
-		free(s->pairval);
-		s->pairkey = nk;
-		s->pairval = nv;
-		s->paircap = cap;
-	}
-	uint64_t i = hmix(pk) & (uint64_t)(s->paircap - 1);
-	while (s->pairkey[i] && s->pairkey[i] != pk)
-		i = (i + 1) & (uint64_t)(s->paircap - 1);
-	int c;
-	if (s->pairkey[i]) {
-		c = s->pairval[i];
-	} else {
-		int64_t cap = s->chcap;
-		if (sim_grow(s, (void **)&s->ch, &cap, s->nch + 1, sizeof *s->ch))
-			return -1;
-		s->chcap = (int)cap;
-		c = s->nch++;
-		s->ch[c] = (Chan){.src = src, .dst = dst};
-		s->pairkey[i] = pk;
-		s->pairval[i] = c;
-	}
-	int64_t cap = k->chcap;
-	if (sim_grow(s, (void **)&k->ch, &cap, k->nch + 1, sizeof *k->ch))
-		return -1;
-	k->chcap = (int)cap;
-	k->ch[k->nch++] = (ChanRef){key, c};
+	int rt = o->route;
+	if (rt < 0 || rt >= s->p->nroutes)
+		return sim_chan_of(s, r, o->peer, recv);
+	int c = s->routechan[rt * 2 + recv];
+	if (c >= 0 && s->ch[c].src == (recv ? o->peer : r) && s->ch[c].dst == (recv ? r : o->peer))
+		return c;
+	c = sim_chan_of(s, r, o->peer, recv);
+	if (c >= 0)
+		s->routechan[rt * 2 + recv] = c;
 	return c;
 }
 
@@ -448,7 +406,7 @@ static inline void complete_op(S *s, int r, int64_t i, int64_t end, int64_t pred
 static void post_p2p(S *s, int r, int64_t i, const PlanOp *o, int64_t t)
 {
 	int recv = o->kind == OP_RECV;
-	int c = chan_of(s, r, o->peer, recv);
+	int c = chan_by_route(s, r, o, recv);
 	if (c < 0)
 		return;
 	Chan *ch = &s->ch[c];
@@ -573,8 +531,10 @@ static void post_tpreduce(S *s, int r, int64_t i, const PlanOp *o, int64_t t)
 }
 
 /* Posts the group [i, end) at time t (end -1: find it).  take: the comm stream consumes
- * the tensors its sends transmit (overlap model).  Returns the end. */
-static int64_t post_group(S *s, int r, int64_t i, int64_t end, int64_t t, int take)
+ * the tensors its sends transmit (overlap model); only: when the group has one send, its
+ * tensor's entry (group_ready found it, and nothing has changed the hash since), else
+ * NULL.  Returns the end. */
+static int64_t post_group(S *s, int r, int64_t i, int64_t end, int64_t t, int take, HEnt *only)
 {
 	const PlanRank *pr = &s->p->ranks[r];
 	Rk *k = &s->rk[r];
@@ -598,7 +558,7 @@ static int64_t post_group(S *s, int r, int64_t i, int64_t end, int64_t t, int ta
 			continue;
 		}
 		if (take && o->kind == OP_SEND) {
-			HEnt *e = hfind(&k->h, send_key(s, o));
+			HEnt *e = only ? only : hfind(&k->h, send_key(s, o));
 			if (e)
 				hconsume(&k->h, e);
 		}
@@ -662,7 +622,7 @@ static void run_strict(S *s, int r)
 			i++;
 			continue;
 		}
-		int64_t end = post_group(s, r, i, -1, t, 0);
+		int64_t end = post_group(s, r, i, -1, t, 0, NULL);
 		if (s->failed)
 			return;
 		if (k->pending) {
@@ -773,20 +733,25 @@ static void run_compute(S *s, int r)
 
 /* Whether the data of the group starting at op i is ready (its sends' tensors produced,
  * its all-reduce's last weight gradient done); the group's end in *end, the ready time
- * in *t.  One pass: groups are short but this runs once per group. */
-static int group_ready(S *s, int r, int64_t i, int64_t *end, int64_t *t, int64_t *bind)
+ * in *t, the entry of its send in *only when it has one (else NULL).  One pass: groups
+ * are short but this runs once per group. */
+static int group_ready(S *s, int r, int64_t i, int64_t *end, int64_t *t, int64_t *bind,
+                       HEnt **only)
 {
 	const PlanRank *pr = &s->p->ranks[r];
 	Rk *k = &s->rk[r];
 	const PlanOp *ops = pr->ops;
 	int32_t g = ops[i].group; // op i is a comm op: the group is the run of its number
 	int64_t x = i;
+	int nsend = 0;
+	*only = NULL;
 	for (; x < pr->nops && plan_op_is_comm(plan_op_kind(&ops[x])) && ops[x].group == g; x++) {
 		const PlanOp *o = &ops[x];
 		if (o->kind == OP_SEND) {
 			HEnt *e = hfind(&k->h, send_key(s, o));
 			if (!e)
 				return 0;
+			*only = nsend++ ? NULL : e;
 			if (e->time > *t) {
 				*t = e->time;
 				*bind = e->who;
@@ -887,7 +852,8 @@ static void run_comm(S *s, int r)
 			continue;
 		}
 		int64_t end, t = k->t, bind = k->bind;
-		if (!group_ready(s, r, i, &end, &t, &bind)) {
+		HEnt *only;
+		if (!group_ready(s, r, i, &end, &t, &bind, &only)) {
 			k->pc = i;
 			k->state = AG_WAIT;
 			prefetch_ops(pr, i);
@@ -895,7 +861,7 @@ static void run_comm(S *s, int r)
 		}
 		int64_t saved = k->bind;
 		k->bind = bind;
-		post_group(s, r, i, end, t, 1);
+		post_group(s, r, i, end, t, 1, only);
 		k->bind = saved;
 		if (s->failed)
 			return;

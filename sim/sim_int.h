@@ -130,6 +130,7 @@ typedef struct {
 	uint64_t *pairkey;   // open addressing (src, dst) -> chan + 1
 	int *pairval;
 	int64_t paircap;
+	int *routechan;       // route * 2 + (1 receiving) -> chan its user found, or -1
 	Coll *coll;          // the dp groups, then the pairs of a table tied across ranks
 	int ncoll;
 	int *collof;         // rank -> its dp group
@@ -280,6 +281,7 @@ int64_t sim_pred_ref(const S *s, int r, int64_t i); // op i's critical-path pred
 void sim_mismatch(S *s, int ra, int64_t a, int rb, int64_t b, const char *why);
 int sim_setup(S *s);                               // setup.c
 void sim_cleanup(S *s);                            // setup.c
+int sim_chan_of(S *s, int r, int peer, int recv);  // setup.c: r's chan with peer
 void sim_figures(S *s);                            // figures.c
 void sim_critical_path(S *s);                      // figures.c
 void sim_fill_unreached(S *s);                     // figures.c
