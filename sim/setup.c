@@ -110,8 +110,6 @@ int sim_setup(S *s)
 	s->routechan = sim_xcalloc(s, 2 * (size_t)p->nroutes, sizeof *s->routechan);
 	if (s->failed)
 		return -1;
-	for (int64_t i = 0; i < 2 * (int64_t)p->nroutes; i++)
-		s->routechan[i] = -1;
 	for (int i = 0; i < p->nstages; i++) {
 		const PlanStage *ps = &p->stages[i];
 		StageInfo *st = &s->st[i];

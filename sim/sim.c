@@ -315,12 +315,12 @@ static inline int chan_by_route(S *s, int r, const PlanOp *o, int recv)
 	int rt = o->route;
 	if (rt < 0 || rt >= s->p->nroutes)
 		return sim_chan_of(s, r, o->peer, recv);
-	int c = s->routechan[rt * 2 + recv];
+	int c = s->routechan[rt * 2 + recv] - 1;
 	if (c >= 0 && s->ch[c].src == (recv ? o->peer : r) && s->ch[c].dst == (recv ? r : o->peer))
 		return c;
 	c = sim_chan_of(s, r, o->peer, recv);
 	if (c >= 0)
-		s->routechan[rt * 2 + recv] = c;
+		s->routechan[rt * 2 + recv] = c + 1;
 	return c;
 }
 

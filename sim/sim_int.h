@@ -130,7 +130,7 @@ typedef struct {
 	uint64_t *pairkey;   // open addressing (src, dst) -> chan + 1
 	int *pairval;
 	int64_t paircap;
-	int *routechan;       // route * 2 + (1 receiving) -> chan its user found, or -1
+	int *routechan;       // route * 2 + (1 receiving) -> chan its user found + 1, or 0
 	Coll *coll;          // the dp groups, then the pairs of a table tied across ranks
 	int ncoll;
 	int *collof;         // rank -> its dp group
