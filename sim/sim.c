@@ -308,19 +308,19 @@ static void hconsume(Hash *h, HEnt *e)
 /* ---- channels ---- */
 
 /* sim_chan_of by the op's route: each route has one sender and one receiver, so the chan
- * cached on its side is the one this rank found (and listed) before; checked against
- * the chan's ends so that an unverified plan's odd routes only miss the cache. */
+ * cached on its side is the one its rank found (and listed) before; the cache entry
+ * names that rank and peer, so an unverified plan's odd routes only miss it. */
 static inline int chan_by_route(S *s, int r, const PlanOp *o, int recv)
 {
 	int rt = o->route;
 	if (rt < 0 || rt >= s->p->nroutes)
 		return sim_chan_of(s, r, o->peer, recv);
-	int c = s->routechan[rt * 2 + recv] - 1;
-	if (c >= 0 && s->ch[c].src == (recv ? o->peer : r) && s->ch[c].dst == (recv ? r : o->peer))
-		return c;
-	c = sim_chan_of(s, r, o->peer, recv);
+	RouteChan *rc = &s->routechan[rt * 2 + recv];
+	if (rc->chan && rc->rank == r && rc->peer == o->peer)
+		return rc->chan - 1;
+	int c = sim_chan_of(s, r, o->peer, recv);
 	if (c >= 0)
-		s->routechan[rt * 2 + recv] = c + 1;
+		*rc = (RouteChan){r, o->peer, c + 1};
 	return c;
 }
 
@@ -530,10 +530,10 @@ static void post_tpreduce(S *s, int r, int64_t i, const PlanOp *o, int64_t t)
 	coll_arrive(s, c, r, i, o, t, 1);
 }
 
-/* Posts the group [i, end) at time t (end -1: find it).  take: the comm stream consumes
- * the tensors its sends transmit (overlap model); only: when the group has one send, its
- * tensor's entry (group_ready found it, and nothing has changed the hash since), else
- * NULL.  Returns the end. */
+/* Posts the group [i, end) at time t (end -1: find it).
+ * take: the comm stream consumes the tensors its sends transmit (overlap model); only:
+ * when the group has one send, its tensor's entry (group_ready found it, and nothing has
+ * changed the hash since), else NULL.  Returns the end. */
 static int64_t post_group(S *s, int r, int64_t i, int64_t end, int64_t t, int take, HEnt *only)
 {
 	const PlanRank *pr = &s->p->ranks[r];
@@ -542,9 +542,8 @@ static int64_t post_group(S *s, int r, int64_t i, int64_t end, int64_t t, int ta
 	k->pending = 0;
 	k->gmax = t;
 	k->gmax_who = REF_NONE;
-	if (end < 0) {
+	if (end < 0)
 		end = plan_group_end(pr, i);
-	}
 	k->gend = end;
 	for (int64_t x = i; x < end && !s->failed; x++) {
 		const PlanOp *o = &ops[x];
@@ -742,41 +741,39 @@ static int group_ready(S *s, int r, int64_t i, int64_t *end, int64_t *t, int64_t
 	Rk *k = &s->rk[r];
 	const PlanOp *ops = pr->ops;
 	int32_t g = ops[i].group; // op i is a comm op: the group is the run of its number
-	int64_t x = i;
+	int64_t x = i, n = pr->nops, tt = *t, bb = *bind; // locals: the outputs may alias
 	int nsend = 0;
-	*only = NULL;
-	for (; x < pr->nops && plan_op_is_comm(plan_op_kind(&ops[x])) && ops[x].group == g; x++) {
+	HEnt *one = NULL;
+	for (; x < n && plan_op_is_comm(plan_op_kind(&ops[x])) && ops[x].group == g; x++) {
 		const PlanOp *o = &ops[x];
+		HEnt *e = NULL;
 		if (o->kind == OP_SEND) {
-			HEnt *e = hfind(&k->h, send_key(s, o));
-			if (!e)
+			if (!(e = hfind(&k->h, send_key(s, o))))
 				return 0;
-			*only = nsend++ ? NULL : e;
-			if (e->time > *t) {
-				*t = e->time;
-				*bind = e->who;
-			}
+			one = nsend++ ? NULL : e;
 		} else if (o->kind == OP_TPREDUCE) {
-			HEnt *h = hfind(&k->h, tp_key(KEY_DATA, o->stage, o->dir, o->part, o->mb));
-			if (!h)
+			if (!(e = hfind(&k->h, tp_key(KEY_DATA, o->stage, o->dir, o->part, o->mb))))
 				return 0;
-			if (h->time > *t) {
-				*t = h->time;
-				*bind = h->who;
-			}
 		} else if (o->kind == OP_ALLREDUCE || o->kind == OP_TIEREDUCE) {
 			int ls = local_stage(s, r, o->stage);
 			if (ls < 0)
 				continue;
 			if (k->wdone[ls] < s->p->microbatches)
 				return 0;
-			if (k->wlast[ls] > *t) {
-				*t = k->wlast[ls];
-				*bind = k->wlast_who[ls];
+			if (k->wlast[ls] > tt) {
+				tt = k->wlast[ls];
+				bb = k->wlast_who[ls];
 			}
+		}
+		if (e && e->time > tt) {
+			tt = e->time;
+			bb = e->who;
 		}
 	}
 	*end = x;
+	*t = tt;
+	*bind = bb;
+	*only = one;
 	return 1;
 }
 
@@ -917,13 +914,13 @@ int sim_run(const Plan *p, const SimOptions *opt, SimResult *res)
 		sim_cleanup(&s);
 		return -1;
 	}
-	if (s.opt.record_ops)
+	int stuck = 0;
+	for (int r = 0; r < p->world && !stuck; r++)
+		stuck = s.rk[r].state != AG_DONE || (overlap && s.rk[r].cstate != AG_DONE);
+	if (s.opt.record_ops && (s.failed || stuck)) // a finished run recorded every op
 		sim_fill_unreached(&s);
 	sim_figures(&s);
 	if (!s.failed) {
-		int stuck = 0;
-		for (int r = 0; r < p->world && !stuck; r++)
-			stuck = s.rk[r].state != AG_DONE || (overlap && s.rk[r].cstate != AG_DONE);
 		if (stuck) {
 			res->verdict = SIM_DEADLOCK;
 			sim_analyse_stall(&s);

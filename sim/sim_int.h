@@ -52,6 +52,12 @@ typedef struct {
 	int64_t bytes, transfers;
 } Chan;
 
+/* A route's chan on one side, as the rank using it there found it (zeroed: none yet). */
+typedef struct {
+	int rank, peer;
+	int chan; // + 1: 0 none
+} RouteChan;
+
 typedef struct {
 	int key; // peer * 2 + (1 when this rank receives)
 	int chan;
@@ -130,7 +136,7 @@ typedef struct {
 	uint64_t *pairkey;   // open addressing (src, dst) -> chan + 1
 	int *pairval;
 	int64_t paircap;
-	int *routechan;       // route * 2 + (1 receiving) -> chan its user found + 1, or 0
+	RouteChan *routechan; // route * 2 + (1 receiving): the chan its rank found
 	Coll *coll;          // the dp groups, then the pairs of a table tied across ranks
 	int ncoll;
 	int *collof;         // rank -> its dp group
