@@ -128,16 +128,6 @@ static int32_t pred_code(const S *s, int r, int64_t i, int64_t ref)
 	return -1;
 }
 
-/* pred_code, with the common case (an op of the same rank, or none) inline. */
-static inline int32_t pred_fast(const S *s, int r, int64_t i, int64_t ref)
-{
-	if (ref < 0)
-		return -1;
-	if (REF_RANK(ref) == r && REF_OP(ref) < ((int64_t)1 << PRED_BITS) && r < (1 << PRED_BITS))
-		return (int32_t)REF_OP(ref);
-	return pred_code(s, r, i, ref);
-}
-
 int64_t sim_pred_ref(const S *s, int r, int64_t i)
 {
 	int32_t c = pred_flip(s->pred[r][i]);
@@ -185,7 +175,7 @@ static void record(S *s, int r, int64_t i, int64_t start, int64_t end, int64_t p
 		s->last_end = end;
 		s->last_ref = REF(r, i);
 	}
-	s->pred[r][i] = pred_flip(pred_fast(s, r, i, pred)); // the first write: KEEP is none
+	s->pred[r][i] = pred_flip(pred_code(s, r, i, pred)); // the first write: KEEP is none
 }
 
 static void set_end(S *s, int r, int64_t i, int64_t end, int64_t pred)
@@ -198,7 +188,7 @@ static void set_end(S *s, int r, int64_t i, int64_t end, int64_t pred)
 		s->last_ref = REF(r, i);
 	}
 	if (pred != REF_KEEP)
-		s->pred[r][i] = pred_flip(pred_fast(s, r, i, pred));
+		s->pred[r][i] = pred_flip(pred_code(s, r, i, pred));
 }
 
 /* A parked rank resumes at ops[i]: fetch its next ops now.  With many ranks the
