@@ -232,6 +232,17 @@ int plan_is_comm(int kind)
 	return kind >= 0 && kind < OP_COUNT && plan_op_is_comm((OpKind)kind);
 }
 
+int64_t plan_group_end(const PlanRank *r, int64_t i)
+{
+	const PlanOp *o = r->ops;
+	if (!plan_op_is_comm(plan_op_kind(&o[i])))
+		return i + 1;
+	int64_t j = i + 1;
+	while (j < r->nops && plan_op_is_comm(plan_op_kind(&o[j])) && o[j].group == o[i].group)
+		j++;
+	return j;
+}
+
 int plan_dim_members(const Plan *p, int rank, int dim, int *out)
 {
 	if (p->line && dim != DIM_PP) { // the other members run on other lines

@@ -303,19 +303,8 @@ int plan_is_comm(int kind);                          // plan_op_is_comm on a raw
  * the plan sends it to self (a route joins a rank to itself).  Remote edges always do. */
 int plan_edge_self(const Plan *p, int e);
 /* The end of what runs as one step from op i of rank r: past the comm group op i opens
- * (the consecutive comm ops with its group number), or i + 1 for any other op.  Inline:
- * the simulator calls it once per group it posts. */
-static inline int64_t plan_group_end(const PlanRank *r, int64_t i)
-{
-	const PlanOp *o = r->ops;
-	if (!plan_op_is_comm(plan_op_kind(&o[i])))
-		return i + 1;
-	int32_t g = o[i].group;
-	int64_t j = i + 1;
-	while (j < r->nops && plan_op_is_comm(plan_op_kind(&o[j])) && o[j].group == g)
-		j++;
-	return j;
-}
+ * (the consecutive comm ops with its group number), or i + 1 for any other op. */
+int64_t plan_group_end(const PlanRank *r, int64_t i);
 /* A head tied to an embedding in another stage of the same pipeline rank: *embed and
  * *head are the two stages (the head borrows the table, and its weight gradients add
  * into the embedding's stage's gradient), else -1 and -1 (no tied head, both in one
