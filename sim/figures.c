@@ -107,3 +107,18 @@ void sim_critical_path(S *s)
 	res->path = path;
 	res->npath = n;
 }
+
+/* The ops a run never reached (a deadlock's or mismatch's, or past a failure) kept the
+ * zeroes they were allocated with: give them start and end -1 and no predecessor. */
+void sim_fill_unreached(S *s)
+{
+	for (int r = 0; r < s->world; r++) {
+		int32_t *pred = s->pred[r];
+		SimOpTime *t = s->res->ranks[r].times;
+		for (int64_t i = 0, n = s->p->ranks[r].nops; i < n; i++)
+			if (pred[i] == PRED_UNSET) {
+				t[i] = (SimOpTime){-1, -1};
+				pred[i] = pred_flip(-1);
+			}
+	}
+}

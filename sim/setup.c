@@ -1,6 +1,7 @@
 /* Building the simulator's state from a plan, and freeing it: per-stage costs and
  * memory deltas (the op table's costs), the local stage numbering, per-rank streams and
- * hashes, the dp collectives.  Run once per simulation, so nothing here is hot. */
+ * hashes, the dp collectives, and the chans between ranks as the run first uses them.
+ * Run once per simulation (a chan once per rank and route), so nothing here is hot. */
 #include "sim_int.h"
 
 #include <stdio.h>
@@ -106,6 +107,7 @@ int sim_setup(S *s)
 	s->tieof = sim_xcalloc(s, (size_t)w, sizeof *s->tieof);
 	s->tp = p->dims[DIM_TP];
 	s->work = sim_xcalloc(s, (size_t)w * 2, sizeof *s->work);
+	s->routechan = sim_xcalloc(s, 2 * (size_t)p->nroutes, sizeof *s->routechan);
 	if (s->failed)
 		return -1;
 	for (int i = 0; i < p->nstages; i++) {
@@ -181,18 +183,18 @@ int sim_setup(S *s)
 		k->tp_op = -1;
 		int64_t n = p->ranks[r].nops;
 		if (s->opt.record_ops) {
-			SimOpTime *t = malloc((size_t)(n ? n : 1) * sizeof *t);
-			s->pred[r] = malloc((size_t)(n ? n : 1) * sizeof **s->pred);
+			/* Zeroed, not filled: calloc gets fresh pages untouched, so each page is
+			 * first touched (and zeroed by the kernel, staying in cache) when the run
+			 * writes it.  PRED_UNSET marks the ops never reached; sim_fill_unreached
+			 * gives them their -1 times after the run. */
+			SimOpTime *t = calloc((size_t)(n ? n : 1), sizeof *t);
+			s->pred[r] = calloc((size_t)(n ? n : 1), sizeof **s->pred);
 			res->ranks[r].times = t;
 			if (!t || !s->pred[r]) {
 				s->oom = s->failed = 1;
 				plan_oom_text(res->message, sizeof res->message, plan_total_ops(p),
 				              (size_t)(n ? n : 1) * (sizeof *t + sizeof **s->pred));
 				return -1;
-			}
-			for (int64_t i = 0; i < n; i++) {
-				t[i] = (SimOpTime){-1, -1};
-				s->pred[r][i] = -1;
 			}
 		}
 		if (s->opt.model == SIM_OVERLAP) {
@@ -240,6 +242,7 @@ void sim_cleanup(S *s)
 	free(s->ch);
 	free(s->pairkey);
 	free(s->pairval);
+	free(s->routechan);
 	for (int i = 0; i < s->ncoll; i++)
 		free(s->coll[i].members);
 	free(s->coll);
@@ -251,4 +254,66 @@ void sim_cleanup(S *s)
 		for (int r = 0; r < s->world; r++)
 			free(s->pred[r]);
 	free(s->pred);
+}
+
+/* The chan of rank r with peer (r receiving when recv), created on first use and added to
+ * r's list of chans (the order the stall analysis reads them in).  Called once per
+ * rank, route and side: sim.c caches what it returns by route. */
+int sim_chan_of(S *s, int r, int peer, int recv)
+{
+	Rk *k = &s->rk[r];
+	int key = peer * 2 + recv;
+	for (int i = 0; i < k->nch; i++)
+		if (k->ch[i].key == key)
+			return k->ch[i].chan;
+	int src = recv ? peer : r, dst = recv ? r : peer;
+	uint64_t pk = ((uint64_t)src << 32 | (uint64_t)dst) + 1;
+	if ((int64_t)(s->nch + 1) * 2 > s->paircap) {
+		int64_t cap = s->paircap ? s->paircap * 2 : 64;
+		uint64_t *nk = calloc((size_t)cap, sizeof *nk);
+		int *nv = calloc((size_t)cap, sizeof *nv);
+		if (!nk || !nv) {
+			free(nk);
+			free(nv);
+			s->oom = s->failed = 1;
+			plan_oom_text(s->res->message, sizeof s->res->message, plan_total_ops(s->p), 0);
+			return -1;
+		}
+		for (int64_t j = 0; j < s->paircap; j++) {
+			if (!s->pairkey[j])
+				continue;
+			uint64_t i = hmix(s->pairkey[j]) & (uint64_t)(cap - 1);
+			while (nk[i])
+				i = (i + 1) & (uint64_t)(cap - 1);
+			nk[i] = s->pairkey[j];
+			nv[i] = s->pairval[j];
+		}
+		free(s->pairkey);
+		free(s->pairval);
+		s->pairkey = nk;
+		s->pairval = nv;
+		s->paircap = cap;
+	}
+	uint64_t i = hmix(pk) & (uint64_t)(s->paircap - 1);
+	while (s->pairkey[i] && s->pairkey[i] != pk)
+		i = (i + 1) & (uint64_t)(s->paircap - 1);
+	int c;
+	if (s->pairkey[i]) {
+		c = s->pairval[i];
+	} else {
+		int64_t cap = s->chcap;
+		if (sim_grow(s, (void **)&s->ch, &cap, s->nch + 1, sizeof *s->ch))
+			return -1;
+		s->chcap = (int)cap;
+		c = s->nch++;
+		s->ch[c] = (Chan){.src = src, .dst = dst};
+		s->pairkey[i] = pk;
+		s->pairval[i] = c;
+	}
+	int64_t cap = k->chcap;
+	if (sim_grow(s, (void **)&k->ch, &cap, k->nch + 1, sizeof *k->ch))
+		return -1;
+	k->chcap = (int)cap;
+	k->ch[k->nch++] = (ChanRef){key, c};
+	return c;
 }

@@ -130,7 +130,7 @@ static int32_t pred_code(const S *s, int r, int64_t i, int64_t ref)
 
 int64_t sim_pred_ref(const S *s, int r, int64_t i)
 {
-	int32_t c = s->pred[r][i];
+	int32_t c = pred_flip(s->pred[r][i]);
 	if (c < 0)
 		return REF_NONE;
 	int64_t v = c & ((1 << PRED_BITS) - 1);
@@ -175,8 +175,7 @@ static void record(S *s, int r, int64_t i, int64_t start, int64_t end, int64_t p
 		s->last_end = end;
 		s->last_ref = REF(r, i);
 	}
-	if (pred != REF_KEEP)
-		s->pred[r][i] = pred_code(s, r, i, pred);
+	s->pred[r][i] = pred_flip(pred_code(s, r, i, pred)); // the first write: KEEP is none
 }
 
 static void set_end(S *s, int r, int64_t i, int64_t end, int64_t pred)
@@ -189,7 +188,7 @@ static void set_end(S *s, int r, int64_t i, int64_t end, int64_t pred)
 		s->last_ref = REF(r, i);
 	}
 	if (pred != REF_KEEP)
-		s->pred[r][i] = pred_code(s, r, i, pred);
+		s->pred[r][i] = pred_flip(pred_code(s, r, i, pred));
 }
 
 /* A parked rank resumes at ops[i]: fetch its next ops now.  With many ranks the
@@ -308,62 +307,20 @@ static void hconsume(Hash *h, HEnt *e)
 
 /* ---- channels ---- */
 
-static int chan_of(S *s, int r, int peer, int recv)
+/* sim_chan_of by the op's route: each route has one sender and one receiver, so the chan
+ * cached on its side is the one its rank found (and listed) before; the cache entry
+ * names that rank and peer, so an unverified plan's odd routes only miss it. */
+static inline int chan_by_route(S *s, int r, const PlanOp *o, int recv)
 {
-	Rk *k = &s->rk[r];
-	int key = peer * 2 + recv;
-	for (int i = 0; i < k->nch; i++)
-		if (k->ch[i].key == key)
-			return k->ch[i].chan;
-	int src = recv ? peer : r, dst = recv ? r : peer;
-	uint64_t pk = ((uint64_t)src << 32 | (uint64_t)dst) + 1;
-	if ((int64_t)(s->nch + 1) * 2 > s->paircap) {
-		int64_t cap = s->paircap ? s->paircap * 2 : 64;
-		uint64_t *nk = calloc((size_t)cap, sizeof *nk);
-		int *nv = calloc((size_t)cap, sizeof *nv);
-		if (!nk || !nv) {
-			free(nk);
-			free(nv);
-			s->oom = s->failed = 1;
-			plan_oom_text(s->res->message, sizeof s->res->message, plan_total_ops(s->p), 0);
-			return -1;
-		}
-		for (int64_t j = 0; j < s->paircap; j++) {
-			if (!s->pairkey[j])
-				continue;
-			uint64_t i = hmix(s->pairkey[j]) & (uint64_t)(cap - 1);
-			while (nk[i])
-				i = (i + 1) & (uint64_t)(cap - 1);
-			nk[i] = s->pairkey[j];
-			nv[i] = s->pairval[j];
-		}
-		free(s->pairkey);
-		free(s->pairval);
-		s->pairkey = nk;
-		s->pairval = nv;
-		s->paircap = cap;
-	}
-	uint64_t i = hmix(pk) & (uint64_t)(s->paircap - 1);
-	while (s->pairkey[i] && s->pairkey[i] != pk)
-		i = (i + 1) & (uint64_t)(s->paircap - 1);
-	int c;
-	if (s->pairkey[i]) {
-		c = s->pairval[i];
-	} else {
-		int64_t cap = s->chcap;
-		if (sim_grow(s, (void **)&s->ch, &cap, s->nch + 1, sizeof *s->ch))
-			return -1;
-		s->chcap = (int)cap;
-		c = s->nch++;
-		s->ch[c] = (Chan){.src = src, .dst = dst};
-		s->pairkey[i] = pk;
-		s->pairval[i] = c;
-	}
-	int64_t cap = k->chcap;
-	if (sim_grow(s, (void **)&k->ch, &cap, k->nch + 1, sizeof *k->ch))
-		return -1;
-	k->chcap = (int)cap;
-	k->ch[k->nch++] = (ChanRef){key, c};
+	int rt = o->route;
+	if (rt < 0 || rt >= s->p->nroutes)
+		return sim_chan_of(s, r, o->peer, recv);
+	RouteChan *rc = &s->routechan[rt * 2 + recv];
+	if (rc->chan && rc->rank == r && rc->peer == o->peer)
+		return rc->chan - 1;
+	int c = sim_chan_of(s, r, o->peer, recv);
+	if (c >= 0)
+		*rc = (RouteChan){r, o->peer, c + 1};
 	return c;
 }
 
@@ -449,7 +406,7 @@ static inline void complete_op(S *s, int r, int64_t i, int64_t end, int64_t pred
 static void post_p2p(S *s, int r, int64_t i, const PlanOp *o, int64_t t)
 {
 	int recv = o->kind == OP_RECV;
-	int c = chan_of(s, r, o->peer, recv);
+	int c = chan_by_route(s, r, o, recv);
 	if (c < 0)
 		return;
 	Chan *ch = &s->ch[c];
@@ -573,9 +530,11 @@ static void post_tpreduce(S *s, int r, int64_t i, const PlanOp *o, int64_t t)
 	coll_arrive(s, c, r, i, o, t, 1);
 }
 
-/* Posts the group [i, end) at time t (end -1: find it).  take: the comm stream consumes
- * the tensors its sends transmit (overlap model).  Returns the end. */
-static int64_t post_group(S *s, int r, int64_t i, int64_t end, int64_t t, int take)
+/* Posts the group [i, end) at time t (end -1: find it).
+ * take: the comm stream consumes the tensors its sends transmit (overlap model); only:
+ * when the group has one send, its tensor's entry (group_ready found it, and nothing has
+ * changed the hash since), else NULL.  Returns the end. */
+static int64_t post_group(S *s, int r, int64_t i, int64_t end, int64_t t, int take, HEnt *only)
 {
 	const PlanRank *pr = &s->p->ranks[r];
 	Rk *k = &s->rk[r];
@@ -583,9 +542,8 @@ static int64_t post_group(S *s, int r, int64_t i, int64_t end, int64_t t, int ta
 	k->pending = 0;
 	k->gmax = t;
 	k->gmax_who = REF_NONE;
-	if (end < 0) {
+	if (end < 0)
 		end = plan_group_end(pr, i);
-	}
 	k->gend = end;
 	for (int64_t x = i; x < end && !s->failed; x++) {
 		const PlanOp *o = &ops[x];
@@ -599,7 +557,7 @@ static int64_t post_group(S *s, int r, int64_t i, int64_t end, int64_t t, int ta
 			continue;
 		}
 		if (take && o->kind == OP_SEND) {
-			HEnt *e = hfind(&k->h, send_key(s, o));
+			HEnt *e = only ? only : hfind(&k->h, send_key(s, o));
 			if (e)
 				hconsume(&k->h, e);
 		}
@@ -663,7 +621,7 @@ static void run_strict(S *s, int r)
 			i++;
 			continue;
 		}
-		int64_t end = post_group(s, r, i, -1, t, 0);
+		int64_t end = post_group(s, r, i, -1, t, 0, NULL);
 		if (s->failed)
 			return;
 		if (k->pending) {
@@ -774,43 +732,48 @@ static void run_compute(S *s, int r)
 
 /* Whether the data of the group starting at op i is ready (its sends' tensors produced,
  * its all-reduce's last weight gradient done); the group's end in *end, the ready time
- * in *t.  One pass: groups are short but this runs once per group. */
-static int group_ready(S *s, int r, int64_t i, int64_t *end, int64_t *t, int64_t *bind)
+ * in *t, the entry of its send in *only when it has one (else NULL).  One pass: groups
+ * are short but this runs once per group. */
+static int group_ready(S *s, int r, int64_t i, int64_t *end, int64_t *t, int64_t *bind,
+                       HEnt **only)
 {
 	const PlanRank *pr = &s->p->ranks[r];
 	Rk *k = &s->rk[r];
-	int64_t x = i, e = plan_group_end(pr, i);
-	for (; x < e; x++) {
-		const PlanOp *o = &pr->ops[x];
+	const PlanOp *ops = pr->ops;
+	int32_t g = ops[i].group; // op i is a comm op: the group is the run of its number
+	int64_t x = i, n = pr->nops, tt = *t, bb = *bind; // locals: the outputs may alias
+	int nsend = 0;
+	HEnt *one = NULL;
+	for (; x < n && plan_op_is_comm(plan_op_kind(&ops[x])) && ops[x].group == g; x++) {
+		const PlanOp *o = &ops[x];
+		HEnt *e = NULL;
 		if (o->kind == OP_SEND) {
-			HEnt *e = hfind(&k->h, send_key(s, o));
-			if (!e)
+			if (!(e = hfind(&k->h, send_key(s, o))))
 				return 0;
-			if (e->time > *t) {
-				*t = e->time;
-				*bind = e->who;
-			}
+			one = nsend++ ? NULL : e;
 		} else if (o->kind == OP_TPREDUCE) {
-			HEnt *h = hfind(&k->h, tp_key(KEY_DATA, o->stage, o->dir, o->part, o->mb));
-			if (!h)
+			if (!(e = hfind(&k->h, tp_key(KEY_DATA, o->stage, o->dir, o->part, o->mb))))
 				return 0;
-			if (h->time > *t) {
-				*t = h->time;
-				*bind = h->who;
-			}
 		} else if (o->kind == OP_ALLREDUCE || o->kind == OP_TIEREDUCE) {
 			int ls = local_stage(s, r, o->stage);
 			if (ls < 0)
 				continue;
 			if (k->wdone[ls] < s->p->microbatches)
 				return 0;
-			if (k->wlast[ls] > *t) {
-				*t = k->wlast[ls];
-				*bind = k->wlast_who[ls];
+			if (k->wlast[ls] > tt) {
+				tt = k->wlast[ls];
+				bb = k->wlast_who[ls];
 			}
+		}
+		if (e && e->time > tt) {
+			tt = e->time;
+			bb = e->who;
 		}
 	}
 	*end = x;
+	*t = tt;
+	*bind = bb;
+	*only = one;
 	return 1;
 }
 
@@ -886,7 +849,8 @@ static void run_comm(S *s, int r)
 			continue;
 		}
 		int64_t end, t = k->t, bind = k->bind;
-		if (!group_ready(s, r, i, &end, &t, &bind)) {
+		HEnt *only;
+		if (!group_ready(s, r, i, &end, &t, &bind, &only)) {
 			k->pc = i;
 			k->state = AG_WAIT;
 			prefetch_ops(pr, i);
@@ -894,7 +858,7 @@ static void run_comm(S *s, int r)
 		}
 		int64_t saved = k->bind;
 		k->bind = bind;
-		post_group(s, r, i, end, t, 1);
+		post_group(s, r, i, end, t, 1, only);
 		k->bind = saved;
 		if (s->failed)
 			return;
@@ -950,11 +914,13 @@ int sim_run(const Plan *p, const SimOptions *opt, SimResult *res)
 		sim_cleanup(&s);
 		return -1;
 	}
+	int stuck = 0;
+	for (int r = 0; r < p->world && !stuck; r++)
+		stuck = s.rk[r].state != AG_DONE || (overlap && s.rk[r].cstate != AG_DONE);
+	if (s.opt.record_ops && (s.failed || stuck)) // a finished run recorded every op
+		sim_fill_unreached(&s);
 	sim_figures(&s);
 	if (!s.failed) {
-		int stuck = 0;
-		for (int r = 0; r < p->world && !stuck; r++)
-			stuck = s.rk[r].state != AG_DONE || (overlap && s.rk[r].cstate != AG_DONE);
 		if (stuck) {
 			res->verdict = SIM_DEADLOCK;
 			sim_analyse_stall(&s);

@@ -30,6 +30,14 @@ enum {
 #define REF_RANK(x) ((int)((x) >> 40))
 #define REF_OP(x) ((x) & (((int64_t)1 << 40) - 1))
 
+/* s->pred holds each op's pred_code (sim.c) stored with its top bit flipped, so that
+ * the zeroed arrays read PRED_UNSET (a code no op has) for the ops never recorded. */
+#define PRED_UNSET 0
+static inline int32_t pred_flip(int32_t c)
+{
+	return (int32_t)((uint32_t)c ^ 0x80000000u);
+}
+
 typedef struct {
 	int64_t post; // time the op was posted
 	int64_t op;   // its index on its rank
@@ -43,6 +51,12 @@ typedef struct {
 	QEnt *q;
 	int64_t bytes, transfers;
 } Chan;
+
+/* A route's chan on one side, as the rank using it there found it (zeroed: none yet). */
+typedef struct {
+	int rank, peer;
+	int chan; // + 1: 0 none
+} RouteChan;
 
 typedef struct {
 	int key; // peer * 2 + (1 when this rank receives)
@@ -122,6 +136,7 @@ typedef struct {
 	uint64_t *pairkey;   // open addressing (src, dst) -> chan + 1
 	int *pairval;
 	int64_t paircap;
+	RouteChan *routechan; // route * 2 + (1 receiving): the chan its rank found
 	Coll *coll;          // the dp groups, then the pairs of a table tied across ranks
 	int ncoll;
 	int *collof;         // rank -> its dp group
@@ -272,8 +287,10 @@ int64_t sim_pred_ref(const S *s, int r, int64_t i); // op i's critical-path pred
 void sim_mismatch(S *s, int ra, int64_t a, int rb, int64_t b, const char *why);
 int sim_setup(S *s);                               // setup.c
 void sim_cleanup(S *s);                            // setup.c
+int sim_chan_of(S *s, int r, int peer, int recv);  // setup.c: r's chan with peer
 void sim_figures(S *s);                            // figures.c
 void sim_critical_path(S *s);                      // figures.c
+void sim_fill_unreached(S *s);                     // figures.c
 void sim_analyse_stall(S *s);                      // stall.c
 void sim_leftover_sends(S *s);                     // stall.c
 
