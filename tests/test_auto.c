@@ -147,6 +147,16 @@ static void fm_free(Fm *f)
 	free(f->ooff);
 }
 
+/* The fast model's figures of plan pl's own order into *fig; its scratch (peaks), which
+ * the caller frees with free() and fm_free(f). */
+static AutoScratch *fast_run(const Plan *pl, Fm *f, AutoFig *fig)
+{
+	fm_from_plan(f, pl);
+	AutoScratch *sc = auto_scratch_new(&f->md);
+	auto_eval(&f->md, sc, f->acts, f->nacts, fig);
+	return sc;
+}
+
 static int64_t overlap_ms(const Plan *p)
 {
 	SimOptions so = {.model = SIM_OVERLAP};
@@ -171,10 +181,8 @@ static void auto__fast_model__matches_pipesim_on_registry_orders(void **state)
 					Plan *pl = compile(src);
 					assert_non_null(pl);
 					Fm f;
-					fm_from_plan(&f, pl);
-					AutoScratch *sc = auto_scratch_new(&f.md);
 					AutoFig fig;
-					auto_eval(&f.md, sc, f.acts, f.nacts, &fig);
+					AutoScratch *sc = fast_run(pl, &f, &fig);
 					int64_t sim = overlap_ms(pl);
 					if (li == 0 && fig.makespan != sim)
 						fail_msg("%s p=%d m=%d: fast %lld, pipesim %lld", scheds[k], p, m,
@@ -215,10 +223,8 @@ static void auto__fast_model__memory_matches_overlap_lowering(void **state)
 						Plan *pl = compile_tuned(src, 1);
 						assert_non_null(pl);
 						Fm f;
-						fm_from_plan(&f, pl);
-						AutoScratch *sc = auto_scratch_new(&f.md);
 						AutoFig fig;
-						auto_eval(&f.md, sc, f.acts, f.nacts, &fig);
+						AutoScratch *sc = fast_run(pl, &f, &fig);
 						const int64_t *pk = auto_eval_peaks(sc);
 						for (int r = 0; r < pl->world; r++, ranks++) {
 							PlanMem mm;
