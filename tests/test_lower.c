@@ -227,6 +227,33 @@ static void lower__recompute__figures_and_cost(void **state)
 	plan_free(p);
 }
 
+static char *plan_text(Plan *p, size_t *n)
+{
+	char *a = NULL;
+	FILE *f = open_memstream(&a, n);
+	assert_int_equal(plan_write(p, f), 0);
+	fclose(f);
+	return a;
+}
+
+/* Reads text back, verifies it and writes it again: the same bytes; the plan read. */
+static Plan *read_back(const char *text, size_t n)
+{
+	FILE *in = fmemopen((void *)text, n, "r");
+	PlanError err;
+	Plan *q = plan_read(in, "mem", &err);
+	fclose(in);
+	if (!q)
+		fail_msg("line %lld: %s", (long long)err.line, err.msg);
+	assert_int_equal(plan_verify(q, &err), 0);
+	size_t nb;
+	char *b = plan_text(q, &nb);
+	assert_int_equal(n, nb);
+	assert_memory_equal(text, b, n);
+	free(b);
+	return q;
+}
+
 /* Selective: s0's attention (2 sequences of 16 tokens, 2 heads of 16) drops its 2 x 2 x
  * 16 x 16 probabilities (4096 bytes) from what F keeps; B rebuilds them, gaining the
  * score product's share of F's FLOPs: 2 x 2 x 2 x 16 x 16 x 16 = 32768 of 327680
@@ -256,17 +283,10 @@ static void lower__selective__figures_and_cost(void **state)
 	assert_int_equal(s0->cost[1], 1100);
 	assert_int_equal(s1->recompute, PLAN_RECOMPUTE_NONE);
 	assert_memory_equal(s1->cost, none->stages[1].cost, sizeof s1->cost);
-	char *text = NULL;
 	size_t n = 0;
-	FILE *f = open_memstream(&text, &n);
-	assert_int_equal(plan_write(p, f), 0);
-	fclose(f);
+	char *text = plan_text(p, &n);
 	assert_non_null(strstr(text, " recompute selective save_re=4096 "));
-	FILE *in = fmemopen(text, n, "r");
-	PlanError err;
-	Plan *q = plan_read(in, "mem", &err);
-	fclose(in);
-	assert_non_null(q);
+	Plan *q = read_back(text, n);
 	assert_int_equal(q->stages[0].recompute, PLAN_RECOMPUTE_SELECTIVE);
 	assert_int_equal(q->stages[0].save_re, 4096);
 	free(text);
@@ -289,55 +309,12 @@ static void lower__plan__roundtrip_byte_identical(void **state)
 	for (int i = 0; i < 5; i++) {
 		Plan *p = compile_text(program(3, 3, 2, 5, extras[i]), NULL, NULL, 0);
 		assert_non_null(p);
-		char *a = NULL, *b = NULL;
-		size_t na = 0, nb = 0;
-		FILE *f = open_memstream(&a, &na);
-		assert_int_equal(plan_write(p, f), 0);
-		fclose(f);
-		FILE *in = fmemopen(a, na, "r");
-		PlanError err;
-		Plan *q = plan_read(in, "mem", &err);
-		fclose(in);
-		if (!q)
-			fail_msg("line %lld: %s", (long long)err.line, err.msg);
-		assert_int_equal(plan_verify(q, &err), 0);
-		f = open_memstream(&b, &nb);
-		assert_int_equal(plan_write(q, f), 0);
-		fclose(f);
-		assert_int_equal(na, nb);
-		assert_memory_equal(a, b, na);
+		size_t na = 0;
+		char *a = plan_text(p, &na);
+		plan_free(read_back(a, na));
 		free(a);
-		free(b);
 		plan_free(p);
-		plan_free(q);
 	}
-}
-
-static char *plan_text(Plan *p, size_t *n)
-{
-	char *a = NULL;
-	FILE *f = open_memstream(&a, n);
-	plan_write(p, f);
-	fclose(f);
-	return a;
-}
-
-/* Reads text back, verifies it and writes it again: the same bytes; the plan read. */
-static Plan *read_back(const char *text, size_t n)
-{
-	FILE *in = fmemopen((void *)text, n, "r");
-	PlanError err;
-	Plan *q = plan_read(in, "mem", &err);
-	fclose(in);
-	if (!q)
-		fail_msg("line %lld: %s", (long long)err.line, err.msg);
-	assert_int_equal(plan_verify(q, &err), 0);
-	size_t nb;
-	char *b = plan_text(q, &nb);
-	assert_int_equal(n, nb);
-	assert_memory_equal(text, b, n);
-	free(b);
-	return q;
 }
 
 /* What pipecc --emit summary (kind 0) or torch-csv (1) writes for p. */
