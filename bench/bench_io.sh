@@ -9,12 +9,8 @@
 PP=${PP:-128}
 M=${M:-16384}
 REPS=${REPS:-3}
-B=build/rel
-PLAN_OBJ=$(ls plan/*.c | sed "s|^|$B/|; s|\.c\$|.o|")
-make -s $PLAN_OBJ "$BIN/pipecc" "$BIN/pipesim" || exit 1
-mkdir -p "$B/bench"
-${CC:-cc} -std=c11 -Wall -Wextra -Wpedantic -O2 -g -D_GNU_SOURCE -o "$B/bench/io_bench" \
-	bench/io_bench.c $PLAN_OBJ -lm || exit 1
+. bench/lib.sh
+bench_build io_bench
 T=$(mktemp -d /tmp/io-bench.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 

@@ -16,12 +16,8 @@
 : "${BIN:=bin}"
 EXPAND_MAX=${EXPAND_MAX:-65536}
 MESHES=${MESHES:-"1x1 8x1 64x1 512x1 4096x1 1x8 8x8 64x8 512x8"}
-B=build/rel
-PLAN_OBJ=$(ls plan/*.c | sed "s|^|$B/|; s|\.c\$|.o|")
-make -s $PLAN_OBJ "$BIN/pipecc" "$BIN/pipesim" || exit 1
-mkdir -p "$B/bench"
-${CC:-cc} -std=c11 -Wall -Wextra -Wpedantic -O2 -g -D_GNU_SOURCE -o "$B/bench/load_bench" \
-	bench/load_bench.c $PLAN_OBJ -lm || exit 1
+. bench/lib.sh
+bench_build load_bench
 T=$(mktemp -d /tmp/lines-bench.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 

@@ -8,13 +8,8 @@
 # plans written to files and read, verified and simulated by $BIN/pipesim.
 # Built here, outside the Makefile, from the release objects.
 : "${BIN:=bin}"
-B=build/rel
-SIM_OBJ=$(ls sim/*.c | grep -v '_main\.c$' | sed "s|^|$B/|; s|\.c\$|.o|")
-PLAN_OBJ=$(ls plan/*.c | sed "s|^|$B/|; s|\.c\$|.o|")
-make -s $SIM_OBJ $PLAN_OBJ "$BIN/pipesim" || exit 1
-mkdir -p "$B/bench"
-${CC:-cc} -std=c11 -Wall -Wextra -Wpedantic -O2 -g -D_GNU_SOURCE -o "$B/bench/sim_bench" \
-	bench/sim_bench.c $SIM_OBJ $PLAN_OBJ -lm || exit 1
+. bench/lib.sh
+bench_build sim_bench sim
 PP=${PP:-16}
 SIZES=${SIZES:-"1000000 4000000 16000000"}
 T=$(mktemp -d /tmp/pipesim-bench.XXXXXX)

@@ -312,6 +312,62 @@ static inline void fetch_ahead(const Plan *p, int a, const Pair *pa, const int64
 		__builtin_prefetch(&p->ranks[a].ops[sends[pa->start + pos + 4]]);
 }
 
+/* check_matching's pass 3: the k-th RECV on b from a meets the k-th SEND on a to b
+ * (pairs from off[a], each pair's sends in list order), and no SEND is left over. */
+static int match_recvs(Vc *v, Pair *pairs, const int64_t *off, const int64_t *sends)
+{
+	const Plan *p = v->p;
+	int W = p->world;
+	for (int b = 0; b < W; b++) {
+		const PlanRank *rk = &p->ranks[b];
+		int last_a = -1;
+		int64_t last_k = -1;
+		for (int64_t i = 0; i < rk->nops; i++) {
+			const PlanOp *o = &rk->ops[i];
+			if (o->kind != OP_RECV)
+				continue;
+			int a = o->peer;
+			int64_t k = a == last_a ? last_k : find_pair(pairs, off[a], off[a + 1], b);
+			last_a = a;
+			last_k = k;
+			char x[300], y[300];
+			if (k < 0 || pairs[k].used == pairs[k].n) {
+				int64_t n = k < 0 ? 0 : pairs[k].n;
+				verr(v, b, i, "%s has no matching SEND: rank %d sends only %lld message%s to "
+				              "rank %d",
+				     opdesc(v, b, i, x, sizeof x), a, (long long)n, n == 1 ? "" : "s", b);
+				return -1;
+			}
+			int64_t pos = pairs[k].used++;
+			int64_t si2 = sends[pairs[k].start + pos];
+			const PlanOp *s = &p->ranks[a].ops[si2];
+			fetch_ahead(p, a, &pairs[k], sends, pos);
+			const char *what = s->stage != o->stage ? "edges"
+			                   : s->mb != o->mb     ? "microbatches"
+			                   : s->dir != o->dir   ? "directions"
+			                   : s->bytes != o->bytes ? "sizes"
+			                                          : NULL;
+			if (what) {
+				verr(v, b, i, "%s is matched (FIFO position %lld from rank %d to rank %d) "
+				              "with %s: the %s differ",
+				     opdesc(v, a, si2, x, sizeof x), (long long)pos, a, b,
+				     opdesc(v, b, i, y, sizeof y), what);
+				return -1;
+			}
+		}
+	}
+	for (int a = 0; a < W; a++)
+		for (int64_t k = off[a]; k < off[a + 1]; k++)
+			if (pairs[k].used < pairs[k].n) {
+				int64_t si2 = sends[pairs[k].start + pairs[k].used];
+				char x[300];
+				verr(v, a, si2, "%s has no matching RECV on rank %d",
+				     opdesc(v, a, si2, x, sizeof x), pairs[k].peer);
+				return -1;
+			}
+	return 0;
+}
+
 static int check_matching(Vc *v)
 {
 	const Plan *p = v->p;
@@ -377,55 +433,8 @@ static int check_matching(Vc *v)
 		}
 	}
 
-	/* Pass 3: the k-th RECV on b from a meets the k-th SEND on a to b. */
-	for (int b = 0; b < W; b++) {
-		const PlanRank *rk = &p->ranks[b];
-		int last_a = -1;
-		int64_t last_k = -1;
-		for (int64_t i = 0; i < rk->nops; i++) {
-			const PlanOp *o = &rk->ops[i];
-			if (o->kind != OP_RECV)
-				continue;
-			int a = o->peer;
-			int64_t k = a == last_a ? last_k : find_pair(pairs, off[a], off[a + 1], b);
-			last_a = a;
-			last_k = k;
-			char x[300], y[300];
-			if (k < 0 || pairs[k].used == pairs[k].n) {
-				int64_t n = k < 0 ? 0 : pairs[k].n;
-				verr(v, b, i, "%s has no matching SEND: rank %d sends only %lld message%s to "
-				              "rank %d",
-				     opdesc(v, b, i, x, sizeof x), a, (long long)n, n == 1 ? "" : "s", b);
-				goto out;
-			}
-			int64_t pos = pairs[k].used++;
-			int64_t si2 = sends[pairs[k].start + pos];
-			const PlanOp *s = &p->ranks[a].ops[si2];
-			fetch_ahead(p, a, &pairs[k], sends, pos);
-			const char *what = s->stage != o->stage ? "edges"
-			                   : s->mb != o->mb     ? "microbatches"
-			                   : s->dir != o->dir   ? "directions"
-			                   : s->bytes != o->bytes ? "sizes"
-			                                          : NULL;
-			if (what) {
-				verr(v, b, i, "%s is matched (FIFO position %lld from rank %d to rank %d) "
-				              "with %s: the %s differ",
-				     opdesc(v, a, si2, x, sizeof x), (long long)pos, a, b,
-				     opdesc(v, b, i, y, sizeof y), what);
-				goto out;
-			}
-		}
-	}
-	for (int a = 0; a < W; a++)
-		for (int64_t k = off[a]; k < off[a + 1]; k++)
-			if (pairs[k].used < pairs[k].n) {
-				int64_t si2 = sends[pairs[k].start + pairs[k].used];
-				char x[300];
-				verr(v, a, si2, "%s has no matching RECV on rank %d",
-				     opdesc(v, a, si2, x, sizeof x), pairs[k].peer);
-				goto out;
-			}
-
+	if (match_recvs(v, pairs, off, sends))
+		goto out;
 	rc = 0;
 out:
 	free(off);

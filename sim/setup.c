@@ -91,6 +91,50 @@ static int setup_local_edges(S *s, const unsigned char *self)
 	return 0;
 }
 
+/* The overlap model's stage edges through the communicator (remote, or sent to self):
+ * each stage's rin and rout, and at tp > 1 its local hand-offs. */
+static int setup_remote_edges(S *s)
+{
+	const Plan *p = s->p;
+	/* Edges sent to self are received like remote ones. */
+	unsigned char *self = sim_xcalloc(s, (size_t)p->nedges + 1, 1);
+	if (!self)
+		return -1;
+	for (int i = 0; i < p->nroutes; i++)
+		if (p->routes[i].src_rank == p->routes[i].dst_rank)
+			self[p->routes[i].edge] = 1;
+	for (int e = 0; e < p->nedges; e++) {
+		const PlanEdge *ed = &p->edges[e];
+		if (p->stages[ed->src].pp != p->stages[ed->dst].pp || self[e]) {
+			s->st[ed->src].nrout++;
+			s->st[ed->dst].nrin++;
+		}
+	}
+	for (int i = 0; i < p->nstages; i++) {
+		s->st[i].rin = sim_xcalloc(s, (size_t)s->st[i].nrin, sizeof(int));
+		s->st[i].rout = sim_xcalloc(s, (size_t)s->st[i].nrout, sizeof(int));
+		s->st[i].nrin = s->st[i].nrout = 0;
+	}
+	if (s->failed) {
+		free(self);
+		return -1;
+	}
+	for (int e = 0; e < p->nedges; e++) {
+		const PlanEdge *ed = &p->edges[e];
+		if (p->stages[ed->src].pp != p->stages[ed->dst].pp || self[e]) {
+			StageInfo *a = &s->st[ed->src], *b = &s->st[ed->dst];
+			a->rout[a->nrout++] = e;
+			b->rin[b->nrin++] = e;
+		}
+	}
+	if (s->tp > 1 && setup_local_edges(s, self)) {
+		free(self);
+		return -1;
+	}
+	free(self);
+	return 0;
+}
+
 int sim_setup(S *s)
 {
 	const Plan *p = s->p;
@@ -125,44 +169,8 @@ int sim_setup(S *s)
 			return -1;
 		}
 	}
-	if (s->opt.model == SIM_OVERLAP) {
-		/* Edges sent to self are received like remote ones. */
-		unsigned char *self = sim_xcalloc(s, (size_t)p->nedges + 1, 1);
-		if (!self)
-			return -1;
-		for (int i = 0; i < p->nroutes; i++)
-			if (p->routes[i].src_rank == p->routes[i].dst_rank)
-				self[p->routes[i].edge] = 1;
-		for (int e = 0; e < p->nedges; e++) {
-			const PlanEdge *ed = &p->edges[e];
-			if (p->stages[ed->src].pp != p->stages[ed->dst].pp || self[e]) {
-				s->st[ed->src].nrout++;
-				s->st[ed->dst].nrin++;
-			}
-		}
-		for (int i = 0; i < p->nstages; i++) {
-			s->st[i].rin = sim_xcalloc(s, (size_t)s->st[i].nrin, sizeof(int));
-			s->st[i].rout = sim_xcalloc(s, (size_t)s->st[i].nrout, sizeof(int));
-			s->st[i].nrin = s->st[i].nrout = 0;
-		}
-		if (s->failed) {
-			free(self);
-			return -1;
-		}
-		for (int e = 0; e < p->nedges; e++) {
-			const PlanEdge *ed = &p->edges[e];
-			if (p->stages[ed->src].pp != p->stages[ed->dst].pp || self[e]) {
-				StageInfo *a = &s->st[ed->src], *b = &s->st[ed->dst];
-				a->rout[a->nrout++] = e;
-				b->rin[b->nrin++] = e;
-			}
-		}
-		if (s->tp > 1 && setup_local_edges(s, self)) {
-			free(self);
-			return -1;
-		}
-		free(self);
-	}
+	if (s->opt.model == SIM_OVERLAP && setup_remote_edges(s))
+		return -1;
 	if (add_groups(s, DIM_DP, s->collof))
 		return -1;
 	int ndp = s->ncoll;
