@@ -264,6 +264,53 @@ static int dep_op(PlanVc *v, Deps *d, int64_t i)
 	           : 0;
 }
 
+/* The common case of dep_op, quicker, and changing nothing unless o passes: 1 when o
+ * passed (its effect applied), 0 when dep_op must judge it (which then finds what it
+ * would have found alone: nothing was changed). */
+
+/* Compute op o's data along its edges is there (edge_inputs finds nothing). */
+static inline int inputs_ok(const PlanVc *v, const Deps *d, const PlanOp *o)
+{
+	uint16_t needs = plan_ops[o->kind].needs;
+	int s = o->stage;
+	if (needs & PLAN_DEP_IN_ACT)
+		for (int j = v->in_off[s]; j < v->in_off[s + 1]; j++)
+			if (!(d->act[v->in_edges[j]][o->mb] & PLAN_DEP_ACT))
+				return 0;
+	if (needs & PLAN_DEP_OUT_GRAD)
+		for (int j = v->out_off[s]; j < v->out_off[s + 1]; j++)
+			if (!(d->grad[v->out_edges[j]][o->mb] & PLAN_DEP_GRAD))
+				return 0;
+	return 1;
+}
+
+static inline int dep_fast(const PlanVc *v, Deps *d, const PlanOp *o)
+{
+	if (o->kind == OP_SEND || o->kind == OP_RECV) { // p2p_rule, its form seen before
+		int send = o->kind == OP_SEND;
+		P2pSeen *seen = &d->seen[((size_t)o->stage * DIR_COUNT + o->dir) * 2 + send];
+		if (!seen->row || seen->peer != o->peer || seen->route != o->route ||
+		    seen->bytes != o->bytes)
+			return 0;
+		uint8_t bit = o->dir == DIR_ACT ? PLAN_DEP_ACT : PLAN_DEP_GRAD;
+		uint8_t *at = &seen->row[o->mb];
+		if (send)
+			return (*at & bit) != 0;
+		if (*at & bit)
+			return 0;
+		*at |= bit;
+		return 1;
+	}
+	/* F, B, W, BW of a stage in one part: the edges first (they change nothing), then
+	 * plan_dep_apply, which changes nothing when it refuses. */
+	int s = o->stage;
+	if (!plan_op_is_compute(plan_op_kind(o)) || v->parts || d->loc[s] < 0 ||
+	    !inputs_ok(v, d, o))
+		return 0;
+	return !plan_dep_apply(plan_op_kind(o), &d->st[(size_t)d->loc[s] * d->m + o->mb],
+	                       &d->sd[d->loc[s]], tied_of(d, s), d->m, d->dp);
+}
+
 /* After rank d->r's ops: every local stage ran all it must. */
 static int dep_complete(PlanVc *v, Deps *d)
 {
@@ -409,12 +456,9 @@ static int index_sends(const Plan *p, int a, int64_t *cnt, SendIndex *x)
 	return 0;
 }
 
-/* Receiver b's cursor on sender a, opened on first use; NULL when out of memory
- * (reported). */
-static Cursor *cursor_of(PlanVc *v, Walk *w, int a, int b)
+/* Opens receiver b's cursor on sender a; NULL when out of memory (reported). */
+static Cursor *cursor_open(PlanVc *v, Walk *w, int a, int b)
 {
-	if (w->slot[a] >= 0)
-		return &w->cur[w->slot[a]];
 	if (w->ncur == w->capcur) {
 		int cap = w->capcur ? 2 * w->capcur : 16;
 		Cursor *c = realloc(w->cur, (size_t)cap * sizeof *c);
@@ -444,8 +488,15 @@ static Cursor *cursor_of(PlanVc *v, Walk *w, int a, int b)
 	return c;
 }
 
+/* Receiver b's cursor on sender a, opened on first use; NULL when out of memory
+ * (reported). */
+static inline Cursor *cursor_of(PlanVc *v, Walk *w, int a, int b)
+{
+	return w->slot[a] >= 0 ? &w->cur[w->slot[a]] : cursor_open(v, w, a, b);
+}
+
 /* The op index of c's sender's next SEND to b (not yet met), or -1. */
-static int64_t next_send(const Plan *p, Cursor *c, int b)
+static inline int64_t next_send(const Plan *p, Cursor *c, int b)
 {
 	if (c->indexed)
 		return c->used < c->nat ? c->at[c->used] : -1;
@@ -460,9 +511,44 @@ static int64_t next_send(const Plan *p, Cursor *c, int b)
 	return -1;
 }
 
+/* The faults recv_meets finds: RECV i on rank b and j, its sender a's next SEND to b
+ * (-1: none), which is at FIFO position pos. */
+static void self_fault(PlanVc *v, int b, int64_t i, int64_t j)
+{
+	char x[300];
+	v->stop = PLAN_VC_SELF;
+	if (j < 0)
+		plan_vc_err(v, b, i, "%s: a receive from self without its SEND to self in the same "
+		            "group", plan_vc_opdesc(v, b, i, x, sizeof x));
+	else
+		plan_vc_err(v, b, j, "%s: a send to self must be in the group of its RECV from self "
+		            "(group %d), or it never completes", plan_vc_opdesc(v, b, j, x, sizeof x),
+		            v->p->ranks[b].ops[i].group);
+}
+
+static void match_fault(PlanVc *v, int b, int64_t i, int a, int64_t j, int64_t pos)
+{
+	const PlanOp *o = &v->p->ranks[b].ops[i], *s = &v->p->ranks[a].ops[j];
+	char x[300], y[300];
+	v->stop = PLAN_VC_MATCH;
+	if (j < 0) { // every SEND from a to b is met: pos of them
+		plan_vc_err(v, b, i, "%s has no matching SEND: rank %d sends only %lld message%s to "
+		            "rank %d", plan_vc_opdesc(v, b, i, x, sizeof x), a, (long long)pos,
+		            pos == 1 ? "" : "s", b);
+		return;
+	}
+	const char *what = s->stage != o->stage ? "edges"
+	                   : s->mb != o->mb     ? "microbatches"
+	                   : s->dir != o->dir   ? "directions"
+	                                        : "sizes";
+	plan_vc_err(v, b, i, "%s is matched (FIFO position %lld from rank %d to rank %d) with %s: "
+	            "the %s differ", plan_vc_opdesc(v, a, j, x, sizeof x), (long long)pos, a, b,
+	            plan_vc_opdesc(v, b, i, y, sizeof y), what);
+}
+
 /* RECV i on rank b against the next SEND to b of its sender a: the pairing of sends to
  * self (a = b) and the matching.  0, or -1 when out of memory (reported). */
-static int recv_meets(PlanVc *v, Walk *w, int b, int64_t i)
+static inline int recv_meets(PlanVc *v, Walk *w, int b, int64_t i)
 {
 	const Plan *p = v->p;
 	const PlanOp *o = &p->ranks[b].ops[i];
@@ -474,40 +560,19 @@ static int recv_meets(PlanVc *v, Walk *w, int b, int64_t i)
 		return -1;
 	int64_t j = next_send(p, c, b);
 	const PlanOp *s = j >= 0 ? &p->ranks[a].ops[j] : NULL;
-	char x[300], y[300];
 	if (a == b && (!s || s->group != o->group)) {
-		v->stop = PLAN_VC_SELF;
-		if (!s)
-			plan_vc_err(v, b, i, "%s: a receive from self without its SEND to self in the "
-			            "same group", plan_vc_opdesc(v, b, i, x, sizeof x));
-		else
-			plan_vc_err(v, b, j, "%s: a send to self must be in the group of its RECV from "
-			            "self (group %d), or it never completes",
-			            plan_vc_opdesc(v, b, j, x, sizeof x), o->group);
+		self_fault(v, b, i, j);
 		return 0;
 	}
-	c->used += s != NULL;
-	if (v->stop <= PLAN_VC_MATCH)
-		return 0;
 	if (!s) {
-		int64_t n = c->used; // every SEND from a to b is met
-		v->stop = PLAN_VC_MATCH;
-		plan_vc_err(v, b, i, "%s has no matching SEND: rank %d sends only %lld message%s to "
-		            "rank %d", plan_vc_opdesc(v, b, i, x, sizeof x), a, (long long)n,
-		            n == 1 ? "" : "s", b);
+		if (v->stop > PLAN_VC_MATCH)
+			match_fault(v, b, i, a, -1, c->used);
 		return 0;
 	}
-	const char *what = s->stage != o->stage ? "edges"
-	                   : s->mb != o->mb     ? "microbatches"
-	                   : s->dir != o->dir   ? "directions"
-	                   : s->bytes != o->bytes ? "sizes"
-	                                          : NULL;
-	if (what) {
-		v->stop = PLAN_VC_MATCH;
-		plan_vc_err(v, b, i, "%s is matched (FIFO position %lld from rank %d to rank %d) "
-		            "with %s: the %s differ", plan_vc_opdesc(v, a, j, x, sizeof x),
-		            (long long)(c->used - 1), a, b, plan_vc_opdesc(v, b, i, y, sizeof y), what);
-	}
+	if (v->stop > PLAN_VC_MATCH && (s->stage != o->stage || s->mb != o->mb ||
+	                                 s->dir != o->dir || s->bytes != o->bytes))
+		match_fault(v, b, i, a, j, c->used);
+	c->used++;
 	return 0;
 }
 
@@ -581,7 +646,7 @@ static int walk_rank(PlanVc *v, Walk *w, int r)
 {
 	const PlanRank *rk = &v->p->ranks[r];
 	const PlanOp *ops = rk->ops;
-	int64_t last = -1, nself = 0;
+	int64_t last = -1, nsend = 0, nself = 0;
 	int prev_comm = 0;
 	if (v->stop > PLAN_VC_DEPS) {
 		int rc = deps_begin(v, &w->d, r);
@@ -590,7 +655,8 @@ static int walk_rank(PlanVc *v, Walk *w, int r)
 		if (rc)
 			v->stop = PLAN_VC_DEPS;
 	}
-	for (int64_t i = 0; i < rk->nops && v->stop > PLAN_VC_GROUPS; i++) {
+	int stop = v->stop; // v->stop, kept here between the calls that may change it
+	for (int64_t i = 0, n = rk->nops; i < n; i++) {
 		const PlanOp *o = &ops[i];
 		int cls = w->cls[o->kind];
 		if (cls != CLS_OTHER) {
@@ -602,18 +668,22 @@ static int walk_rank(PlanVc *v, Walk *w, int r)
 			last = o->group;
 			prev_comm = 1;
 			if (o->kind == OP_SEND) {
-				w->nsend[r]++;
+				nsend++;
 				nself += o->peer == r;
-			} else if (o->kind == OP_RECV && recv_meets(v, w, r, i)) {
-				return -1;
+			} else if (o->kind == OP_RECV) {
+				if (recv_meets(v, w, r, i))
+					return -1;
+				stop = v->stop;
+			} else {
+				v->ntie += o->kind == OP_TIEREDUCE;
 			}
-			v->ntie += o->kind == OP_TIEREDUCE;
 		} else {
 			prev_comm = 0;
 		}
-		if (v->stop > PLAN_VC_DEPS && dep_op(v, &w->d, i))
-			v->stop = PLAN_VC_DEPS;
+		if (stop > PLAN_VC_DEPS && !dep_fast(v, &w->d, o) && dep_op(v, &w->d, i))
+			v->stop = stop = PLAN_VC_DEPS;
 	}
+	w->nsend[r] = nsend;
 	if (v->stop > PLAN_VC_SELF && self_leftover(v, w, r, nself))
 		return -1;
 	if (v->stop > PLAN_VC_DEPS && dep_complete(v, &w->d))
