@@ -264,10 +264,6 @@ static int dep_op(PlanVc *v, Deps *d, int64_t i)
 	           : 0;
 }
 
-/* The common case of dep_op, quicker, and changing nothing unless o passes: 1 when o
- * passed (its effect applied), 0 when dep_op must judge it (which then finds what it
- * would have found alone: nothing was changed). */
-
 /* Compute op o's data along its edges is there (edge_inputs finds nothing). */
 static inline int inputs_ok(const PlanVc *v, const Deps *d, const PlanOp *o)
 {
@@ -284,6 +280,9 @@ static inline int inputs_ok(const PlanVc *v, const Deps *d, const PlanOp *o)
 	return 1;
 }
 
+/* The common case of dep_op, quicker, and changing nothing unless o passes: 1 when o
+ * passed (its effect applied), 0 when dep_op must judge it (which then finds what it
+ * would have found alone: nothing was changed). */
 static inline int dep_fast(const PlanVc *v, Deps *d, const PlanOp *o)
 {
 	if (o->kind == OP_SEND || o->kind == OP_RECV) { // p2p_rule, its form seen before
@@ -304,8 +303,8 @@ static inline int dep_fast(const PlanVc *v, Deps *d, const PlanOp *o)
 	/* F, B, W, BW of a stage in one part: the edges first (they change nothing), then
 	 * plan_dep_apply, which changes nothing when it refuses. */
 	int s = o->stage;
-	if (!plan_op_is_compute(plan_op_kind(o)) || v->parts || d->loc[s] < 0 ||
-	    !inputs_ok(v, d, o))
+	if (o->kind >= OP_COUNT || !plan_op_is_compute(plan_op_kind(o)) || v->parts ||
+	    d->loc[s] < 0 || !inputs_ok(v, d, o))
 		return 0;
 	return !plan_dep_apply(plan_op_kind(o), &d->st[(size_t)d->loc[s] * d->m + o->mb],
 	                       &d->sd[d->loc[s]], tied_of(d, s), d->m, d->dp);
