@@ -83,23 +83,61 @@ void lw_pend_push(const Lw *w, Pending *q, Out o)
 	q->v[q->n++] = o;
 }
 
+/* The next op of pipeline index pp's list on the first line, for the caller to fill:
+ * in place, since reserve_ops sized the lists (a tied table's TIEREDUCE, which it does
+ * not count, may grow one).  Filling the slot field by field, rather than copying a
+ * PlanOp built elsewhere, keeps the walk's stores straight to the list. */
+static inline PlanOp *next_op(Lw *w, int pp)
+{
+	PlanRank *rk = w->line0[pp];
+	if (rk->nops < rk->ops_cap) {
+		__builtin_prefetch(rk->ops + rk->nops + 16, 1); // 128 ranks' lists: too many
+		return &rk->ops[rk->nops++];                   // streams for the hardware
+	}
+	PlanOp *o = plan_push_op(rk, (PlanOp){0});
+	if (!o)
+		lw_oom(w, (size_t)rk->ops_cap * sizeof *o * 3 / 2);
+	return o;
+}
+
+/* A SEND or RECV on pipeline index pp of tensor (edge, mb, dir) with pipeline index
+ * peer, in group g. */
+static inline void emit_p2p(Lw *w, int pp, int kind, const Out *t, int peer, int g)
+{
+	PlanOp *o = next_op(w, pp);
+	memset(o, 0, sizeof *o); // the padding too: the plan's bytes are all defined
+	o->kind = (uint8_t)kind;
+	o->dir = (uint8_t)t->dir;
+	o->stage = t->edge;
+	o->mb = t->mb;
+	o->peer = peer * w->stride;
+	o->group = g;
+	o->route = 2 * w->remote_k[t->edge] + t->dir;
+	o->src_line = t->line;
+	o->bytes = w->plan->edges[t->edge].bytes;
+}
+
 /* Appends an op to pipeline index pp's list on the first line.  For SEND/RECV, `peer`
  * is the peer's pipeline index; the world rank and route are filled here (the first
  * line's ranks are q * stride, its routes come first). */
-void lw_emit(Lw *w, int pp, PlanOp op)
+static inline void emit(Lw *w, int pp, PlanOp op)
 {
 	if (op.kind == OP_SEND || op.kind == OP_RECV) {
-		op.peer = (int)(w->line0[op.peer] - w->plan->ranks);
+		op.peer = op.peer * w->stride;
 		op.route = 2 * w->remote_k[op.stage] + op.dir;
 		op.bytes = w->plan->edges[op.stage].bytes;
 	} else if (op.kind == OP_ALLREDUCE) {
 		op.bytes = w->plan->stages[op.stage].params * 4;
 	} else if (op.kind == OP_TIEREDUCE) {
-		op.peer = (int)(w->line0[op.peer] - w->plan->ranks);
+		op.peer = op.peer * w->stride;
 		op.bytes = plan_tie_bytes(w->plan);
 	}
-	if (!plan_push_op(w->line0[pp], op))
-		lw_oom(w, (size_t)w->line0[pp]->ops_cap * sizeof op * 3 / 2);
+	*next_op(w, pp) = op;
+}
+
+void lw_emit(Lw *w, int pp, PlanOp op)
+{
+	emit(w, pp, op);
 }
 
 int *lw_calloc_int(const Lw *w, size_t n)
@@ -232,15 +270,38 @@ static void fill_edges(Lw *w)
 	free(fo);
 }
 
+/* Sets of pipeline indexes, a bit each: the walk visits only the ranks a phase
+ * concerns (those finishing, those with tensors to send, ...), in increasing order as a
+ * scan over every rank would, so a step costs what happens in it, not the rank count. */
+static inline void set_add(uint64_t *s, int i)
+{
+	s[i >> 6] |= (uint64_t)1 << (i & 63);
+}
+
+static inline void set_del(uint64_t *s, int i)
+{
+	s[i >> 6] &= ~((uint64_t)1 << (i & 63));
+}
+
+static inline int set_has(const uint64_t *s, int i)
+{
+	return (int)(s[i >> 6] >> (i & 63)) & 1;
+}
+
+/* The lowest member of word k of a set whose remaining members are x (x != 0). */
+static inline int set_first(int k, uint64_t x)
+{
+	return k * 64 + __builtin_ctzll(x);
+}
+
 /* When action a has its inputs (the op table's needs): local ones computed, remote
  * ones received and usable (their group complete); -1 while one is missing. */
 static int64_t inputs_at(const Lw *w, const SchedAct *a)
 {
-	int m = w->m;
 	const PlanEdge *E = w->plan->edges;
 	uint16_t needs = plan_ops[a->kind].needs;
 	int64_t at = 0;
-	if ((needs & PLAN_DEP_MB) & ~w->done[(size_t)a->stage * m + a->mb])
+	if ((needs & PLAN_DEP_MB) & ~*lw_done(w, a->stage, a->mb))
 		return -1;
 	for (int fwd = 1; fwd >= 0; fwd--) {
 		if (!(needs & (fwd ? PLAN_DEP_IN_ACT : PLAN_DEP_OUT_GRAD)))
@@ -249,12 +310,15 @@ static int64_t inputs_at(const Lw *w, const SchedAct *a)
 		int hi = fwd ? w->in_off[a->stage + 1] : w->out_off[a->stage + 1];
 		for (int j = lo; j < hi; j++) {
 			int e = fwd ? w->in_e[j] : w->out_e[j], o = fwd ? E[e].src : E[e].dst;
-			size_t t = ((size_t)e * m + a->mb) * 2 + !fwd;
-			if (w->remote_k[e] < 0 ? !(w->done[(size_t)o * m + a->mb] &
-			                           (fwd ? PLAN_DEP_ACT : PLAN_DEP_GRAD))
-			                       : !w->moved[t])
+			if (w->remote_k[e] < 0) {
+				if (!(*lw_done(w, o, a->mb) & (fwd ? PLAN_DEP_ACT : PLAN_DEP_GRAD)))
+					return -1;
+				continue;
+			}
+			size_t t = lw_tensor(w, e, a->mb, !fwd);
+			if (!w->moved[t])
 				return -1;
-			if (w->remote_k[e] >= 0 && w->gend[w->tgroup[t]] > at)
+			if (w->timed && w->gend[w->tgroup[t]] > at)
 				at = w->gend[w->tgroup[t]];
 		}
 	}
@@ -288,15 +352,18 @@ void lw_push_outputs(const Lw *w, int pp, const SchedAct *a, int line, Pending *
  * step after a stage's last weight gradient. */
 void lw_finish_compute(Lw *w, int pp, const SchedAct *a, int line)
 {
-	int m = w->m;
 	uint16_t makes = plan_ops[a->kind].makes;
-	w->done[(size_t)a->stage * m + a->mb] |= makes & PLAN_DEP_MB;
+	*lw_done(w, a->stage, a->mb) |= makes & PLAN_DEP_MB;
 	lw_push_outputs(w, pp, a, line, &w->pend[pp]);
+	if (w->pend[pp].n)
+		set_add(w->pendset, pp);
 	if ((makes & PLAN_DEP_WGRAD) && --w->left[a->stage] == 0)
 		w->reduce[w->nreduce[pp]++ + (size_t)pp * w->ns] = a->stage;
 	/* A tied head's weight gradient adds into its embedding's (plan_tie). */
 	if ((makes & PLAN_DEP_WGRAD) && a->stage == w->tie_head && --w->left[w->tie_embed] == 0)
 		w->reduce[w->nreduce[pp]++ + (size_t)pp * w->ns] = w->tie_embed;
+	if (w->nreduce[pp])
+		set_add(w->redset, pp);
 }
 
 
@@ -320,22 +387,29 @@ void lw_flush_reductions(Lw *w, int pp, int force, int finished)
 			continue;
 		}
 		if (s == w->tie_stage[pp])
-			lw_emit(w, pp, (PlanOp){.kind = OP_TIEREDUCE, .stage = s, .mb = -1,
+			emit(w, pp, (PlanOp){.kind = OP_TIEREDUCE, .stage = s, .mb = -1,
 			                     .peer = w->tie_peer[pp], .group = w->group[pp]++, .route = -1,
 			                     .src_line = line});
 		if (dp > 1)
-			lw_emit(w, pp, (PlanOp){.kind = OP_ALLREDUCE, .stage = s, .mb = -1, .peer = -1,
+			emit(w, pp, (PlanOp){.kind = OP_ALLREDUCE, .stage = s, .mb = -1, .peer = -1,
 			                     .group = w->group[pp]++, .route = -1, .src_line = line});
-		lw_emit(w, pp, (PlanOp){.kind = OP_OPTIM, .stage = s, .mb = -1, .peer = -1, .group = -1,
+		emit(w, pp, (PlanOp){.kind = OP_OPTIM, .stage = s, .mb = -1, .peer = -1, .group = -1,
 		                     .route = -1, .src_line = line});
 	}
 	w->nreduce[pp] = keep;
+	if (!keep)
+		set_del(w->redset, pp);
 }
 
 void lw_start_compute(Lw *w, int pp, const SchedAct *a, int line)
 {
-	lw_emit(w, pp, (PlanOp){.kind = a->kind, .stage = a->stage, .mb = a->mb, .peer = -1,
-	                     .group = -1, .route = -1, .src_line = line});
+	PlanOp *o = next_op(w, pp);
+	memset(o, 0, sizeof *o);
+	o->kind = (uint8_t)a->kind;
+	o->stage = a->stage;
+	o->mb = a->mb;
+	o->peer = o->group = o->route = -1;
+	o->src_line = line;
 }
 
 static int64_t act_cost(const Lw *w, const SchedAct *a)
@@ -366,25 +440,28 @@ const char *lw_act_name(const SchedAct *a, char *buf, size_t n)
  * receives is usable from then on.  A rank whose last op is a group that has not
  * started yet (its stream is busy) adds this step's transfers to that group instead of
  * queueing a new one behind it: they start no later, and run together.  Returns the
- * group number for rank r's ops of this step. */
+ * group number for rank r's ops of this step.  When transfers take no time (w->timed
+ * 0), every group completes the moment it starts, which is now: only the start of each
+ * rank's last group is kept. */
 static int clock_open(Lw *w, int r, int64_t now)
 {
 	const PlanRank *rk = w->line0[r];
 	const PlanOp *last = rk->nops ? &rk->ops[rk->nops - 1] : NULL;
 	int g = w->glast[r];
-	if (w->overlap && g >= 0 && w->gstart[r] >= now && last &&
+	if (w->overlap && g && w->gstart[r] >= now && last &&
 	    (last->kind == OP_SEND || last->kind == OP_RECV))
 		return last->group;
-	int64_t free = g >= 0 ? w->gend[g] : 0;
-	w->glast[r] = w->ngroups++;
-	w->gstart[r] = w->gend[w->glast[r]] = free > now ? free : now;
+	int64_t free = w->timed ? w->gend[g] : 0;
+	w->glast[r] = ++w->ngroups;
+	w->gstart[r] = free > now ? free : now;
+	if (w->timed)
+		w->gend[w->ngroups] = w->gstart[r];
 	return w->group[r]++;
 }
 
 static void clock_move(Lw *w, int q, int to, size_t t, int64_t bytes)
 {
-	int64_t x = w->overlap && w->plan->dims[DIM_TP] == 1 ? plan_transfer_ns(w->plan, bytes)
-	                                                     : 0; // <= INT64_MAX / 4
+	int64_t x = plan_transfer_ns(w->plan, bytes); // <= INT64_MAX / 4
 	int64_t s = w->gstart[q] > w->gstart[to] ? w->gstart[q] : w->gstart[to];
 	int64_t end = s > INT64_MAX / 2 ? s : s + x;
 	int gq = w->glast[q], gt = w->glast[to];
@@ -395,105 +472,169 @@ static void clock_move(Lw *w, int q, int to, size_t t, int64_t bytes)
 	w->tgroup[t] = gt;
 }
 
-/* The walk described at the top: time advances by the actions' costs; at each event
- * time, first every produced tensor whose consumer waits for it moves (both ranks being
- * between actions), then every idle rank whose next action has its inputs starts it. */
-static int place_comms(Lw *w, int allow_deadlock)
+/* The walk's own state: per pipeline index its next action (cur), whether it is busy
+ * and until when (end), and the sets the phases visit. */
+typedef struct {
+	int64_t now;
+	int64_t *cur, *end;
+	int64_t minend;      // the earliest end of a busy rank; INT64_MAX when none is
+	int nw;              // words of a rank set
+	uint64_t *busy;      // ranks computing
+	uint64_t *todo;      // ranks with actions left
+	int ntodo;
+	int *gphase;         // per rank: its group number this step, or -1
+	int *opened, nopened; // the ranks with a group this step
+} Walk;
+
+/* Every busy rank whose action ends by now finishes it, in rank order. */
+static void walk_finish(Lw *w, Walk *k)
 {
 	const SchedCtx *sc = w->sc;
-	int pp = w->pp;
-	int64_t *cur = lw_calloc(w, (size_t)pp, sizeof *cur);
-	int64_t *end = lw_calloc(w, (size_t)pp, sizeof *end); // when a busy rank's action ends
-	unsigned char *busy = lw_calloc(w, (size_t)pp, 1);
-	int *gphase = lw_calloc_int(w, (size_t)pp); // group number this phase, or -1
-	int rc = 0;
-	int64_t now = 0;
-	w->pend = lw_calloc(w, (size_t)pp, sizeof *w->pend);
-	for (;;) {
-		int active = 0, moved = 0;
-		for (int p = 0; p < pp; p++) {
-			if (busy[p] && end[p] <= now) {
-				const SchedAct *a = &sc->acts[p][cur[p]];
-				lw_finish_compute(w, p, a, lw_src_line_of(w, a));
-				cur[p]++;
-				busy[p] = 0;
-				moved = 1;
-			}
-			gphase[p] = -1;
-		}
-		/* Comm phase: every tensor whose producer and consumer are both between
-		 * actions moves now, oldest first. */
-		for (int q = 0; q < pp; q++) {
-			active |= cur[q] < sc->nacts[q];
-			Pending *pq = &w->pend[q];
-			if ((busy[q] && !w->overlap) || pq->n == 0)
+	for (int i = 0; i < k->nopened; i++)
+		k->gphase[k->opened[i]] = -1;
+	k->nopened = 0;
+	if (k->minend > k->now)
+		return;
+	int64_t minend = INT64_MAX;
+	for (int j = 0; j < k->nw; j++)
+		for (uint64_t x = k->busy[j]; x; x &= x - 1) {
+			int p = set_first(j, x);
+			if (k->end[p] > k->now) {
+				minend = k->end[p] < minend ? k->end[p] : minend;
 				continue;
-			int keep = 0;
+			}
+			const SchedAct *a = &sc->acts[p][k->cur[p]];
+			lw_finish_compute(w, p, a, lw_src_line_of(w, a));
+			if (++k->cur[p] == sc->nacts[p]) {
+				set_del(k->todo, p);
+				k->ntodo--;
+			}
+			set_del(k->busy, p);
+		}
+	k->minend = minend;
+}
+
+/* Rank r's group of this step (clock_open the first time). */
+static int walk_group(Lw *w, Walk *k, int r)
+{
+	if (k->gphase[r] < 0) {
+		k->gphase[r] = clock_open(w, r, k->now);
+		k->opened[k->nopened++] = r;
+	}
+	return k->gphase[r];
+}
+
+/* Comm phase: every tensor whose producer and consumer are both between actions
+ * moves now, oldest first (tuned for overlap: every tensor produced). */
+static void walk_comms(Lw *w, Walk *k)
+{
+	for (int j = 0; j < k->nw; j++)
+		for (uint64_t x = w->pendset[j] & (w->overlap ? ~(uint64_t)0 : ~k->busy[j]); x;
+		     x &= x - 1) {
+			int q = set_first(j, x), keep = 0;
+			Pending *pq = &w->pend[q];
 			for (int i = 0; i < pq->n; i++) {
 				Out o = pq->v[i];
-				if (busy[o.to] && !w->overlap) {
+				if (!w->overlap && set_has(k->busy, o.to)) {
 					pq->v[keep++] = o;
 					continue;
 				}
-				size_t t = ((size_t)o.edge * w->m + o.mb) * 2 + o.dir;
+				size_t t = lw_tensor(w, o.edge, o.mb, o.dir);
 				w->moved[t] = 1;
-				if (gphase[q] < 0)
-					gphase[q] = clock_open(w, q, now);
-				lw_emit(w, q, (PlanOp){.kind = OP_SEND, .dir = o.dir, .stage = o.edge, .mb = o.mb,
-				                    .peer = o.to, .group = gphase[q], .src_line = o.line});
-				if (gphase[o.to] < 0)
-					gphase[o.to] = clock_open(w, o.to, now);
-				lw_emit(w, o.to, (PlanOp){.kind = OP_RECV, .dir = o.dir, .stage = o.edge,
-				                       .mb = o.mb, .peer = q, .group = gphase[o.to],
-				                       .src_line = o.line});
-				clock_move(w, q, o.to, t, w->plan->edges[o.edge].bytes);
-				moved = 1;
+				emit_p2p(w, q, OP_SEND, &o, o.to, walk_group(w, k, q));
+				emit_p2p(w, o.to, OP_RECV, &o, q, walk_group(w, k, o.to));
+				if (w->timed)
+					clock_move(w, q, o.to, t, w->plan->edges[o.edge].bytes);
 			}
 			pq->n = keep;
+			if (!keep)
+				set_del(w->pendset, q);
 		}
-		for (int q = 0; q < pp; q++)
-			if (!busy[q])
-				lw_flush_reductions(w, q, !active, cur[q] >= sc->nacts[q]);
-		if (!active)
-			break;
-		/* Compute phase. */
-		for (int p = 0; p < pp; p++) {
-			if (busy[p] || cur[p] >= sc->nacts[p])
-				continue;
-			const SchedAct *a = &sc->acts[p][cur[p]];
+}
+
+/* Compute phase: every idle rank whose next action has its inputs starts it.  *next:
+ * the earliest time after now at which a waiting rank's inputs arrive. */
+static void walk_start(Lw *w, Walk *k, int64_t *next)
+{
+	const SchedCtx *sc = w->sc;
+	for (int j = 0; j < k->nw; j++)
+		for (uint64_t x = k->todo[j] & ~k->busy[j]; x; x &= x - 1) {
+			int p = set_first(j, x);
+			const SchedAct *a = &sc->acts[p][k->cur[p]];
+			if (k->cur[p] + 8 < sc->nacts[p]) // 128 ranks' lists are too many streams for the
+				__builtin_prefetch(a + 8);   // hardware to follow
 			int64_t at = inputs_at(w, a);
-			if (at < 0 || at > now)
+			if (at < 0 || at > k->now) {
+				if (at > k->now && at < *next)
+					*next = at;
 				continue;
+			}
 			lw_start_compute(w, p, a, lw_src_line_of(w, a));
-			busy[p] = 1;
-			end[p] = now + act_cost(w, a);
-			moved = 1;
+			set_add(k->busy, p);
+			k->end[p] = k->now + act_cost(w, a);
+			k->minend = k->end[p] < k->minend ? k->end[p] : k->minend;
 		}
-		if (moved)
+}
+
+/* The walk described at the top: time advances by the actions' costs; at each event
+ * time, first every produced tensor whose consumer waits for it moves (both ranks being
+ * between actions), then every idle rank whose next action has its inputs starts it.
+ * A step after which no action ends by now changes nothing more at this time (the
+ * tensors left wait for ranks still busy, the idle ranks for inputs still missing), so
+ * time advances at once: to the earliest end of a busy rank or arrival of an input. */
+static int place_comms(Lw *w, int allow_deadlock)
+{
+	const SchedCtx *sc = w->sc;
+	int pp = w->pp, rc = 0;
+	Walk k = {.minend = INT64_MAX, .nw = (pp + 63) / 64};
+	k.cur = lw_calloc(w, (size_t)pp, sizeof *k.cur);
+	k.end = lw_calloc(w, (size_t)pp, sizeof *k.end);
+	k.busy = lw_calloc(w, (size_t)k.nw, sizeof *k.busy);
+	k.todo = lw_calloc(w, (size_t)k.nw, sizeof *k.todo);
+	k.gphase = lw_calloc_int(w, (size_t)pp);
+	k.opened = lw_calloc_int(w, (size_t)pp);
+	w->pend = lw_calloc(w, (size_t)pp, sizeof *w->pend);
+	for (int p = 0; p < pp; p++) {
+		k.gphase[p] = -1;
+		if (sc->nacts[p]) {
+			set_add(k.todo, p);
+			k.ntodo++;
+		}
+	}
+	for (;;) {
+		walk_finish(w, &k);
+		walk_comms(w, &k);
+		for (int j = 0; j < k.nw; j++)
+			for (uint64_t x = w->redset[j] & ~k.busy[j]; x; x &= x - 1) {
+				int q = set_first(j, x);
+				lw_flush_reductions(w, q, !k.ntodo, k.cur[q] >= sc->nacts[q]);
+			}
+		if (!k.ntodo)
+			break;
+		int64_t next = INT64_MAX; // the next action's end, or a waiting input's arrival
+		walk_start(w, &k, &next);
+		if (k.minend <= k.now) // an action that takes no time ends now
 			continue;
-		int64_t next = -1; // the next action's end, or a waiting input's arrival
-		for (int p = 0; p < pp; p++) {
-			int64_t at = busy[p] ? end[p]
-			             : cur[p] < sc->nacts[p] ? inputs_at(w, &sc->acts[p][cur[p]]) : -1;
-			if (at > now && (next < 0 || at < next))
-				next = at;
-		}
-		if (next >= 0) {
-			now = next;
+		if (k.minend < next)
+			next = k.minend;
+		if (next < INT64_MAX) {
+			k.now = next;
 			continue;
 		}
 		if (!allow_deadlock) {
-			lw_report_stall(w, cur);
+			lw_report_stall(w, k.cur);
 			rc = -1;
 			break;
 		}
-		lw_rest_naively(w, cur);
+		lw_rest_naively(w, k.cur);
 		break;
 	}
-	free(cur);
-	free(end);
-	free(busy);
-	free(gphase);
+	free(k.cur);
+	free(k.end);
+	free(k.busy);
+	free(k.todo);
+	free(k.gphase);
+	free(k.opened);
 	for (int q = 0; q < pp; q++)
 		free(w->pend[q].v);
 	free(w->pend);
@@ -709,6 +850,8 @@ static void lw_free(Lw *w)
 	free(w->tgroup);
 	free(w->glast);
 	free(w->gstart);
+	free(w->pendset);
+	free(w->redset);
 	free(w->left);
 	free(w->reduce);
 	free(w->nreduce);
@@ -783,12 +926,15 @@ Plan *lower_program(const Program *pr, const SchedCtx *sc, Diag *d, int allow_de
 	w->group = lw_calloc_int(w, (size_t)w->pp);
 	w->done = lw_calloc(w, (size_t)w->ns * w->m + 1, 1);
 	w->moved = lw_calloc(w, (size_t)w->ne * w->m * 2 + 1, 1);
-	w->tgroup = lw_calloc_int(w, (size_t)w->ne * w->m * 2);
-	w->gend = lw_calloc(w, (size_t)w->ne * w->m * 4 + 1, sizeof *w->gend); // a group per p2p op at most
+	w->timed = w->overlap && p->dims[DIM_TP] == 1 && !p->link_ideal;
+	if (w->timed) {
+		w->tgroup = lw_calloc_int(w, (size_t)w->ne * w->m * 2);
+		w->gend = lw_calloc(w, (size_t)w->ne * w->m * 4 + 2, sizeof *w->gend); // a group per p2p op at most
+	}
 	w->glast = lw_calloc_int(w, (size_t)w->pp);
 	w->gstart = lw_calloc(w, (size_t)w->pp + 1, sizeof *w->gstart);
-	for (int q = 0; q < w->pp; q++)
-		w->glast[q] = -1;
+	w->pendset = lw_calloc(w, (size_t)w->pp / 64 + 1, sizeof *w->pendset);
+	w->redset = lw_calloc(w, (size_t)w->pp / 64 + 1, sizeof *w->redset);
 	w->left = lw_calloc_int(w, (size_t)w->ns);
 	w->reduce = lw_calloc_int(w, (size_t)w->ns * w->pp);
 	w->nreduce = lw_calloc_int(w, (size_t)w->pp);

@@ -32,20 +32,27 @@ typedef struct {
 	int *remote_k;       // edge -> index among edges sent (remote, or to self), or -1
 	int nremote;
 	struct Pending *pend; // per pipeline index: produced tensors not yet moved
+	uint64_t *pendset;   // pipeline indexes whose pend is not empty, a bit each
+	uint64_t *redset;    // pipeline indexes with reductions due (nreduce > 0)
 	int overlap;         // tune for the overlap model: move tensors as soon as produced
 	int self_send;       // same-rank edges go through the communicator, to self
 	int stride;          // world-rank distance between pipeline neighbours
 	int *in_off, *in_e;  // CSR of in-edges per stage
 	int *out_off, *out_e;
-	unsigned char *done; // per (stage, mb): PLAN_DEP_MB bits of the actions that ran
-	unsigned char *moved; // per (edge, mb, dir): 1 once the tensor has been transferred
-	/* The link clock (lower.c): groups numbered in walk order, when each completes,
-	 * which group received each tensor, and per pipeline index its last group and when
-	 * that group starts. */
-	int64_t *gend;       // per group: its completion
+	/* Per-microbatch state is indexed microbatch first (lw_done, lw_tensor): the ranks
+	 * of one step work on nearby microbatches, so what a step touches is close. */
+	unsigned char *done; // per (mb, stage): PLAN_DEP_MB bits of the actions that ran
+	unsigned char *moved; // per (mb, edge, dir): 1 once the tensor has been transferred
+	/* The link clock (lower.c): groups numbered from 1 in walk order, and per pipeline
+	 * index its last group (0: none) and when that group starts.  Only a timed clock
+	 * (tuned for overlap, tp 1, a link that takes time) keeps when each group completes
+	 * and which group received each tensor; otherwise every transfer takes no time and
+	 * a tensor is usable once moved. */
+	int timed;
+	int64_t *gend;       // timed: per group: its completion (gend[0] = 0)
 	int ngroups;
-	int *tgroup;         // per (edge, mb, dir): the group that received it
-	int *glast;          // per pipeline index: its last group, or -1
+	int *tgroup;         // timed: per (mb, edge, dir): the group that received it
+	int *glast;          // per pipeline index: its last group, or 0
 	int64_t *gstart;     // per pipeline index: when its last group starts
 	int *left;           // per stage: backward actions still to run
 	int tie_embed, tie_head; // plan_tie: a head tied to another stage's embedding
@@ -73,6 +80,18 @@ void *lw_malloc(const Lw *w, size_t bytes);
 void *lw_realloc(const Lw *w, void *old, size_t bytes);
 int *lw_calloc_int(const Lw *w, size_t n); // n + 1 zeroed ints
 void lw_pend_push(const Lw *w, Pending *q, Out o);
+
+/* Index of the tensor of (edge, mb, dir) in moved and tgroup, and back. */
+static inline size_t lw_tensor(const Lw *w, int e, int mb, int dir)
+{
+	return ((size_t)mb * (size_t)w->ne + (size_t)e) * 2 + (size_t)dir;
+}
+
+static inline unsigned char *lw_done(const Lw *w, int stage, int mb)
+{
+	return &w->done[(size_t)mb * (size_t)w->ns + (size_t)stage];
+}
+
 /* Appends an op to pipeline index pp's list on the first line (peer: a pipeline index). */
 void lw_emit(Lw *w, int pp, PlanOp op);
 /* The tensors action a on pipeline index pp makes for other ranks, onto q. */

@@ -20,8 +20,8 @@ int lw_check_local_order(Lw *w)
 	unsigned char *seen = lw_calloc(w, (size_t)w->ns * m + 1, 1);
 	int bad = 0;
 	for (int p = 0; p < w->pp && !bad; p++) {
-		memset(seen, 0, (size_t)w->ns * m);
-		for (int i = 0; i < sc->nacts[p] && !bad; i++) {
+		int i = 0;
+		for (; i < sc->nacts[p] && !bad; i++) {
 			const SchedAct *a = &sc->acts[p][i];
 			int fwd = a->kind == OP_F, need = -1; // the local stage whose action is missing
 			int lo = fwd ? w->in_off[a->stage] : w->out_off[a->stage];
@@ -58,6 +58,8 @@ int lw_check_local_order(Lw *w)
 			if (b->loc.line)
 				diag_note(w->diag, b->loc, "'%s' is here", bn);
 		}
+		while (i-- > 0) // clear what this rank set (clearing all would be O(pp * ns * m))
+			seen[(size_t)sc->acts[p][i].stage * m + sc->acts[p][i].mb] = 0;
 	}
 	free(seen);
 	return bad;
@@ -152,7 +154,7 @@ void lw_rest_naively(Lw *w, int64_t *cur)
 			if (out.v[i].to == p)
 				continue; // sent to self with its receive, below
 			Fifo *f = &fifo[pair[2 * out.v[i].edge + out.v[i].dir]];
-			int t = (out.v[i].edge * m + out.v[i].mb) * 2 + out.v[i].dir;
+			int t = (int)lw_tensor(w, out.v[i].edge, out.v[i].mb, out.v[i].dir);
 			if (f->n == f->cap) {
 				f->cap = f->cap ? 2 * f->cap : 16;
 				f->t = lw_realloc(w, f->t, (size_t)f->cap * sizeof *f->t);
@@ -194,15 +196,15 @@ void lw_rest_naively(Lw *w, int64_t *cur)
 			for (int j = lo; needs && j < hi; j++) {
 				int e = fwd ? w->in_e[j] : w->out_e[j];
 				int opp = stage_pp[fwd ? E[e].src : E[e].dst];
-				int t = (e * m + a->mb) * 2 + !fwd;
+				int t = (int)lw_tensor(w, e, a->mb, !fwd);
 				if (opp == p || w->moved[t])
 					continue;
 				/* `moved` here only tells that the RECV is placed. */
 				for (Fifo *f = &fifo[pair[2 * e + !fwd]]; f->taken <= pos[t]; f->taken++) {
 					int u = f->t[f->taken];
 					w->moved[u] = 1;
-					lw_emit(w, p, (PlanOp){.kind = OP_RECV, .dir = u % 2, .stage = u / 2 / m,
-					                    .mb = u / 2 % m, .peer = opp, .group = w->group[p]++,
+					lw_emit(w, p, (PlanOp){.kind = OP_RECV, .dir = u % 2, .stage = u / 2 % ne,
+					                    .mb = u / 2 / ne, .peer = opp, .group = w->group[p]++,
 					                    .src_line = line});
 				}
 			}
