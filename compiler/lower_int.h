@@ -39,6 +39,11 @@ typedef struct {
 	int stride;          // world-rank distance between pipeline neighbours
 	int *in_off, *in_e;  // CSR of in-edges per stage
 	int *out_off, *out_e;
+	struct Out *made;    // per stage: the tensors its F makes for other ranks (its remote
+	int *made_off;       // out-edges), then its backward's (remote in-edges): stage s's
+	                     // are made[made_off[2s] .. made_off[2s + 2]), mb and line 0
+	int64_t *acost;      // per (stage, op kind): what an action costs
+	int *stage_line;     // per stage: the .pipe line of its statement
 	/* Per-microbatch state is indexed microbatch first (lw_done, lw_tensor): the ranks
 	 * of one step work on nearby microbatches, so what a step touches is close. */
 	unsigned char *done; // per (mb, stage): PLAN_DEP_MB bits of the actions that ran
@@ -65,7 +70,7 @@ typedef struct {
 } Lw;
 
 /* Tensors a rank has produced for remote consumers and not yet sent, oldest first. */
-typedef struct {
+typedef struct Out {
 	int edge, mb, dir, to, line;
 } Out;
 
@@ -103,6 +108,9 @@ int lw_src_line_of(const Lw *w, const SchedAct *a);
 void lw_start_compute(Lw *w, int pp, const SchedAct *a, int line);
 void lw_finish_compute(Lw *w, int pp, const SchedAct *a, int line);
 void lw_flush_reductions(Lw *w, int pp, int force, int finished);
+
+/* lower_walk.c: the walk (place the communication); -1 after reporting a stall. */
+int lw_place_comms(Lw *w, int allow_deadlock);
 
 /* lower_stall.c */
 int lw_check_local_order(Lw *w);
