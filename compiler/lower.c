@@ -454,6 +454,7 @@ static void lw_free(Lw *w)
 	free(w->gstart);
 	free(w->pendset);
 	free(w->redset);
+	free(w->opc);
 	free(w->made);
 	free(w->made_off);
 	free(w->acost);

@@ -20,6 +20,11 @@ typedef struct {
 	int64_t ops;   // the plan size in ops, as far as known
 } LwOom;
 
+/* Where the walk appends to a rank's op list (lower_walk.c's next_op). */
+typedef struct {
+	PlanOp *ops, *at, *end; // the list, its next slot, its end
+} OpCursor;
+
 typedef struct {
 	LwOom *oom;
 	const Program *pr;
@@ -28,6 +33,7 @@ typedef struct {
 	Diag *diag;
 	int pp, m, ns, ne;
 	PlanRank **line0;    // per pipeline index: its rank on the first line, where ops go
+	OpCursor *opc;       // during the walk: per pipeline index, where its ops go
 	int *group;          // per pipeline index: next group number
 	int *remote_k;       // edge -> index among edges sent (remote, or to self), or -1
 	int nremote;

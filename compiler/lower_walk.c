@@ -13,18 +13,30 @@
 /* The next op of pipeline index pp's list on the first line, for the caller to fill:
  * in place, since reserve_ops sized the lists (a tied table's TIEREDUCE, which it does
  * not count, may grow one).  Filling the slot field by field, rather than copying a
- * PlanOp built elsewhere, keeps the walk's stores straight to the list. */
+ * PlanOp built elsewhere, keeps the walk's stores straight to the list.  The walk
+ * appends through w->opc, a cursor per rank side by side (PlanRank's own count, one
+ * cache line per rank, is set when the walk ends: sync_ops). */
 static inline PlanOp *next_op(Lw *w, int pp)
 {
-	PlanRank *rk = w->line0[pp];
-	if (rk->nops < rk->ops_cap) {
-		__builtin_prefetch(rk->ops + rk->nops + 16, 1); // 128 ranks' lists: too many
-		return &rk->ops[rk->nops++];                   // streams for the hardware
+	OpCursor *c = &w->opc[pp];
+	if (c->at < c->end) {
+		__builtin_prefetch(c->at + 16, 1); // 128 ranks' lists: too many streams for the
+		return c->at++;                    // hardware to follow
 	}
+	PlanRank *rk = w->line0[pp];
+	rk->nops = c->at - rk->ops;
 	PlanOp *o = plan_push_op(rk, (PlanOp){0});
 	if (!o)
 		lw_oom(w, (size_t)rk->ops_cap * sizeof *o * 3 / 2);
+	*c = (OpCursor){rk->ops, rk->ops + rk->nops, rk->ops + rk->ops_cap};
 	return o;
+}
+
+/* Each rank's op count from its cursor. */
+static void sync_ops(Lw *w)
+{
+	for (int q = 0; q < w->pp; q++)
+		w->line0[q]->nops = w->opc[q].at - w->opc[q].ops;
 }
 
 /* A SEND or RECV on pipeline index pp of tensor (edge, mb, dir) with pipeline index
@@ -263,12 +275,13 @@ const char *lw_act_name(const SchedAct *a, char *buf, size_t n)
  * rank's last group is kept. */
 static inline int clock_open(Lw *w, int r, int64_t now)
 {
-	const PlanRank *rk = w->line0[r];
-	const PlanOp *last = rk->nops ? &rk->ops[rk->nops - 1] : NULL;
 	int g = w->glast[r];
-	if (w->overlap && g && w->gstart[r] >= now && last &&
-	    (last->kind == OP_SEND || last->kind == OP_RECV))
-		return last->group;
+	if (w->overlap && g && w->gstart[r] >= now) { // tuned for overlap: only then is the
+		const OpCursor *c = &w->opc[r];         // last op read (it has left the cache)
+		const PlanOp *last = c->at > c->ops ? c->at - 1 : NULL;
+		if (last && (last->kind == OP_SEND || last->kind == OP_RECV))
+			return last->group;
+	}
 	int64_t free = w->timed ? w->gend[g] : 0;
 	w->glast[r] = ++w->ngroups;
 	w->gstart[r] = free > now ? free : now;
@@ -302,6 +315,8 @@ typedef struct {
 	int ntodo;
 	int *gphase;         // per rank: its group number this step, or -1
 	int *opened, nopened; // the ranks with a group this step
+	SchedAct *run;       // per busy rank: its action, and that action's line (read here,
+	int *run_line;       // where it stays in cache, rather than in the rank's long list)
 } Walk;
 
 /* Every busy rank whose action ends by now finishes it, in rank order. */
@@ -321,8 +336,7 @@ static void walk_finish(Lw *w, Walk *k)
 				minend = k->end[p] < minend ? k->end[p] : minend;
 				continue;
 			}
-			const SchedAct *a = &sc->acts[p][k->cur[p]];
-			finish_compute(w, p, a, src_line_of(w, a));
+			finish_compute(w, p, &k->run[p], k->run_line[p]);
 			if (++k->cur[p] == sc->nacts[p]) {
 				set_del(k->todo, p);
 				k->ntodo--;
@@ -387,7 +401,9 @@ static void walk_start(Lw *w, Walk *k, int64_t *next)
 					*next = at;
 				continue;
 			}
-			start_compute(w, p, a, src_line_of(w, a));
+			k->run[p] = *a;
+			k->run_line[p] = src_line_of(w, a);
+			start_compute(w, p, a, k->run_line[p]);
 			set_add(k->busy, p);
 			k->end[p] = k->now + act_cost(w, a);
 			k->minend = k->end[p] < k->minend ? k->end[p] : k->minend;
@@ -411,7 +427,14 @@ int lw_place_comms(Lw *w, int allow_deadlock)
 	k.todo = lw_calloc(w, (size_t)k.nw, sizeof *k.todo);
 	k.gphase = lw_calloc_int(w, (size_t)pp);
 	k.opened = lw_calloc_int(w, (size_t)pp);
+	k.run = lw_calloc(w, (size_t)pp, sizeof *k.run);
+	k.run_line = lw_calloc_int(w, (size_t)pp);
 	w->pend = lw_calloc(w, (size_t)pp, sizeof *w->pend);
+	w->opc = lw_calloc(w, (size_t)pp, sizeof *w->opc);
+	for (int q = 0; q < pp; q++) {
+		PlanRank *rk = w->line0[q];
+		w->opc[q] = (OpCursor){rk->ops, rk->ops + rk->nops, rk->ops + rk->ops_cap};
+	}
 	for (int p = 0; p < pp; p++) {
 		k.gphase[p] = -1;
 		if (sc->nacts[p]) {
@@ -447,12 +470,17 @@ int lw_place_comms(Lw *w, int allow_deadlock)
 		lw_rest_naively(w, k.cur);
 		break;
 	}
+	sync_ops(w);
+	free(w->opc);
+	w->opc = NULL;
 	free(k.cur);
 	free(k.end);
 	free(k.busy);
 	free(k.todo);
 	free(k.gphase);
 	free(k.opened);
+	free(k.run);
+	free(k.run_line);
 	for (int q = 0; q < pp; q++)
 		free(w->pend[q].v);
 	free(w->pend);
