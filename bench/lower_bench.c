@@ -37,9 +37,11 @@ static Cpu cpu(void)
 static void show(const char *what, Cpu c, int64_t ops)
 {
 	double s = c.user + c.sys;
-	printf("  %-26s %6.3f s cpu (user %6.3f, sys %6.3f)  %6.1f M ops/s, user alone %6.1f\n",
-	       what, s, c.user, c.sys, s > 0 ? (double)ops / s / 1e6 : 0,
-	       c.user > 0 ? (double)ops / c.user / 1e6 : 0);
+	printf("  %-26s %6.3f s cpu (user %6.3f, sys %6.3f)  %6.1f M ops/s", what, s, c.user,
+	       c.sys, s > 0 ? (double)ops / s / 1e6 : 0);
+	if (c.user > 0) // rusage counts in ticks: a short pass may show none
+		printf(", user alone %6.1f", (double)ops / c.user / 1e6);
+	printf("\n");
 }
 
 enum { T_SCHED, T_LOWER, T_VERIFY, T_WRITE, T_COUNT };
