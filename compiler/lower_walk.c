@@ -71,7 +71,18 @@ static inline void emit(Lw *w, int pp, PlanOp op)
 		op.peer = op.peer * w->stride;
 		op.bytes = plan_tie_bytes(w->plan);
 	}
-	*next_op(w, pp) = op;
+	PlanOp *o = next_op(w, pp);
+	memset(o, 0, sizeof *o); // field by field below: a copy of op may skip its padding
+	o->kind = op.kind;
+	o->dir = op.dir;
+	o->part = op.part;
+	o->stage = op.stage;
+	o->mb = op.mb;
+	o->peer = op.peer;
+	o->group = op.group;
+	o->route = op.route;
+	o->src_line = op.src_line;
+	o->bytes = op.bytes;
 }
 
 void lw_emit(Lw *w, int pp, PlanOp op)
