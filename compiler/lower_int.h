@@ -50,10 +50,11 @@ typedef struct {
 	                     // are made[made_off[2s] .. made_off[2s + 2]), mb and line 0
 	int64_t *acost;      // per (stage, op kind): what an action costs
 	int *stage_line;     // per stage: the .pipe line of its statement
-	/* Per-microbatch state is indexed microbatch first (lw_done, lw_tensor): the ranks
-	 * of one step work on nearby microbatches, so what a step touches is close. */
-	unsigned char *done; // per (mb, stage): PLAN_DEP_MB bits of the actions that ran
-	unsigned char *moved; // per (mb, edge, dir): 1 once the tensor has been transferred
+	/* Per-microbatch state is indexed stage (or edge) first (lw_done, lw_tensor): a
+	 * rank walks its stages' rows in microbatch order, one cache line serving many
+	 * steps. */
+	unsigned char *done; // per (stage, mb): PLAN_DEP_MB bits of the actions that ran
+	unsigned char *moved; // per (edge, mb, dir): 1 once the tensor has been transferred
 	/* The link clock (lower.c): groups numbered from 1 in walk order, and per pipeline
 	 * index its last group (0: none) and when that group starts.  Only a timed clock
 	 * (tuned for overlap, tp 1, a link that takes time) keeps when each group completes
@@ -62,7 +63,7 @@ typedef struct {
 	int timed;
 	int64_t *gend;       // timed: per group: its completion (gend[0] = 0)
 	int ngroups;
-	int *tgroup;         // timed: per (mb, edge, dir): the group that received it
+	int *tgroup;         // timed: per (edge, mb, dir): the group that received it
 	int *glast;          // per pipeline index: its last group, or 0
 	int64_t *gstart;     // per pipeline index: when its last group starts
 	int *left;           // per stage: backward actions still to run
@@ -95,12 +96,12 @@ void lw_pend_push(const Lw *w, Pending *q, Out o);
 /* Index of the tensor of (edge, mb, dir) in moved and tgroup, and back. */
 static inline size_t lw_tensor(const Lw *w, int e, int mb, int dir)
 {
-	return ((size_t)mb * (size_t)w->ne + (size_t)e) * 2 + (size_t)dir;
+	return ((size_t)e * (size_t)w->m + (size_t)mb) * 2 + (size_t)dir;
 }
 
 static inline unsigned char *lw_done(const Lw *w, int stage, int mb)
 {
-	return &w->done[(size_t)mb * (size_t)w->ns + (size_t)stage];
+	return &w->done[(size_t)stage * (size_t)w->m + (size_t)mb];
 }
 
 /* Appends an op to pipeline index pp's list on the first line (peer: a pipeline index). */

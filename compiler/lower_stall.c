@@ -217,8 +217,8 @@ void lw_rest_naively(Lw *w, int64_t *cur)
 				for (Fifo *f = &fifo[pair[2 * e + !fwd]]; f->taken <= pos[t]; f->taken++) {
 					int u = f->t[f->taken];
 					w->moved[u] = 1;
-					lw_emit(w, p, (PlanOp){.kind = OP_RECV, .dir = u % 2, .stage = u / 2 % ne,
-					                    .mb = u / 2 / ne, .peer = opp, .group = w->group[p]++,
+					lw_emit(w, p, (PlanOp){.kind = OP_RECV, .dir = u % 2, .stage = u / 2 / m,
+					                    .mb = u / 2 % m, .peer = opp, .group = w->group[p]++,
 					                    .src_line = line});
 				}
 			}
