@@ -20,8 +20,9 @@ static inline PlanOp *next_op(Lw *w, int pp)
 {
 	OpCursor *c = &w->opc[pp];
 	if (c->at < c->end) {
-		__builtin_prefetch(c->at + 16, 1); // 128 ranks' lists: too many streams for the
-		return c->at++;                    // hardware to follow
+		if (c->end - c->at > 16) // 128 ranks' lists: too many streams for the hardware
+			__builtin_prefetch(c->at + 16, 1); // to follow
+		return c->at++;
 	}
 	PlanRank *rk = w->line0[pp];
 	rk->nops = c->at - rk->ops;
