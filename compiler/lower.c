@@ -83,25 +83,6 @@ void lw_pend_push(const Lw *w, Pending *q, Out o)
 	q->v[q->n++] = o;
 }
 
-/* Appends an op to pipeline index pp's list on the first line.  For SEND/RECV, `peer`
- * is the peer's pipeline index; the world rank and route are filled here (the first
- * line's ranks are q * stride, its routes come first). */
-void lw_emit(Lw *w, int pp, PlanOp op)
-{
-	if (op.kind == OP_SEND || op.kind == OP_RECV) {
-		op.peer = (int)(w->line0[op.peer] - w->plan->ranks);
-		op.route = 2 * w->remote_k[op.stage] + op.dir;
-		op.bytes = w->plan->edges[op.stage].bytes;
-	} else if (op.kind == OP_ALLREDUCE) {
-		op.bytes = w->plan->stages[op.stage].params * 4;
-	} else if (op.kind == OP_TIEREDUCE) {
-		op.peer = (int)(w->line0[op.peer] - w->plan->ranks);
-		op.bytes = plan_tie_bytes(w->plan);
-	}
-	if (!plan_push_op(w->line0[pp], op))
-		lw_oom(w, (size_t)w->line0[pp]->ops_cap * sizeof op * 3 / 2);
-}
-
 int *lw_calloc_int(const Lw *w, size_t n)
 {
 	return lw_calloc(w, n + 1, sizeof(int));
@@ -232,275 +213,6 @@ static void fill_edges(Lw *w)
 	free(fo);
 }
 
-/* When action a has its inputs (the op table's needs): local ones computed, remote
- * ones received and usable (their group complete); -1 while one is missing. */
-static int64_t inputs_at(const Lw *w, const SchedAct *a)
-{
-	int m = w->m;
-	const PlanEdge *E = w->plan->edges;
-	uint16_t needs = plan_ops[a->kind].needs;
-	int64_t at = 0;
-	if ((needs & PLAN_DEP_MB) & ~w->done[(size_t)a->stage * m + a->mb])
-		return -1;
-	for (int fwd = 1; fwd >= 0; fwd--) {
-		if (!(needs & (fwd ? PLAN_DEP_IN_ACT : PLAN_DEP_OUT_GRAD)))
-			continue;
-		int lo = fwd ? w->in_off[a->stage] : w->out_off[a->stage];
-		int hi = fwd ? w->in_off[a->stage + 1] : w->out_off[a->stage + 1];
-		for (int j = lo; j < hi; j++) {
-			int e = fwd ? w->in_e[j] : w->out_e[j], o = fwd ? E[e].src : E[e].dst;
-			size_t t = ((size_t)e * m + a->mb) * 2 + !fwd;
-			if (w->remote_k[e] < 0 ? !(w->done[(size_t)o * m + a->mb] &
-			                           (fwd ? PLAN_DEP_ACT : PLAN_DEP_GRAD))
-			                       : !w->moved[t])
-				return -1;
-			if (w->remote_k[e] >= 0 && w->gend[w->tgroup[t]] > at)
-				at = w->gend[w->tgroup[t]];
-		}
-	}
-	return at;
-}
-
-/* The tensors action a on pipeline index pp produces for other ranks (the op table's
- * makes), onto q in the order they are sent: a forward's activations along its
- * out-edges, a backward's gradients along its in-edges. */
-void lw_push_outputs(const Lw *w, int pp, const SchedAct *a, int line, Pending *q)
-{
-	(void)pp;
-	const PlanEdge *E = w->plan->edges;
-	const int *stage_pp = w->sc->stage_pp;
-	uint16_t makes = plan_ops[a->kind].makes;
-	for (int j = w->out_off[a->stage]; (makes & PLAN_DEP_ACT) && j < w->out_off[a->stage + 1];
-	     j++) {
-		int e = w->out_e[j];
-		if (w->remote_k[e] >= 0)
-			lw_pend_push(w, q, (Out){e, a->mb, DIR_ACT, stage_pp[E[e].dst], line});
-	}
-	for (int j = w->in_off[a->stage]; (makes & PLAN_DEP_GRAD) && j < w->in_off[a->stage + 1];
-	     j++) {
-		int e = w->in_e[j];
-		if (w->remote_k[e] >= 0)
-			lw_pend_push(w, q, (Out){e, a->mb, DIR_GRAD, stage_pp[E[e].src], line});
-	}
-}
-
-/* What a finished compute action makes available, and the reduction and optimizer
- * step after a stage's last weight gradient. */
-void lw_finish_compute(Lw *w, int pp, const SchedAct *a, int line)
-{
-	int m = w->m;
-	uint16_t makes = plan_ops[a->kind].makes;
-	w->done[(size_t)a->stage * m + a->mb] |= makes & PLAN_DEP_MB;
-	lw_push_outputs(w, pp, a, line, &w->pend[pp]);
-	if ((makes & PLAN_DEP_WGRAD) && --w->left[a->stage] == 0)
-		w->reduce[w->nreduce[pp]++ + (size_t)pp * w->ns] = a->stage;
-	/* A tied head's weight gradient adds into its embedding's (plan_tie). */
-	if ((makes & PLAN_DEP_WGRAD) && a->stage == w->tie_head && --w->left[w->tie_embed] == 0)
-		w->reduce[w->nreduce[pp]++ + (size_t)pp * w->ns] = w->tie_embed;
-}
-
-
-/* The dp all-reduce and optimizer step of stages whose backward is done, once the
- * rank has sent what it still owed others (so the gradient a neighbour waits for does
- * not queue behind a reduction).  A stage holding a copy of a table tied across
- * pipeline ranks waits until its rank has `finished` every action (Megatron sums the
- * embedding group's gradients after the whole backward): its TIEREDUCE, a rendezvous
- * with the other copy's rank, then comes after every transfer either rank owes, and
- * before the stage's all-reduce and step. */
-void lw_flush_reductions(Lw *w, int pp, int force, int finished)
-{
-	if (!w->nreduce[pp] || (w->pend[pp].n && !force))
-		return;
-	int dp = w->plan->dims[DIM_DP], keep = 0;
-	for (int i = 0; i < w->nreduce[pp]; i++) {
-		int s = w->reduce[(size_t)pp * w->ns + i];
-		int line = w->pr->stages[s].loc.line;
-		if (s == w->tie_stage[pp] && !finished) {
-			w->reduce[(size_t)pp * w->ns + keep++] = s;
-			continue;
-		}
-		if (s == w->tie_stage[pp])
-			lw_emit(w, pp, (PlanOp){.kind = OP_TIEREDUCE, .stage = s, .mb = -1,
-			                     .peer = w->tie_peer[pp], .group = w->group[pp]++, .route = -1,
-			                     .src_line = line});
-		if (dp > 1)
-			lw_emit(w, pp, (PlanOp){.kind = OP_ALLREDUCE, .stage = s, .mb = -1, .peer = -1,
-			                     .group = w->group[pp]++, .route = -1, .src_line = line});
-		lw_emit(w, pp, (PlanOp){.kind = OP_OPTIM, .stage = s, .mb = -1, .peer = -1, .group = -1,
-		                     .route = -1, .src_line = line});
-	}
-	w->nreduce[pp] = keep;
-}
-
-void lw_start_compute(Lw *w, int pp, const SchedAct *a, int line)
-{
-	lw_emit(w, pp, (PlanOp){.kind = a->kind, .stage = a->stage, .mb = a->mb, .peer = -1,
-	                     .group = -1, .route = -1, .src_line = line});
-}
-
-static int64_t act_cost(const Lw *w, const SchedAct *a)
-{
-	return plan_op_cost(a->kind, w->plan->stages[a->stage].cost);
-}
-
-int lw_src_line_of(const Lw *w, const SchedAct *a)
-{
-	return a->loc.line ? a->loc.line : w->pr->stages[a->stage].loc.line;
-}
-
-/* "3F1", "0I2", "1B0": PyTorch's letters, from the op table. */
-const char *lw_act_name(const SchedAct *a, char *buf, size_t n)
-{
-	snprintf(buf, n, "%d%c%d", a->stage, plan_ops[a->kind].torch, a->mb);
-	return buf;
-}
-
-/* The link clock: the walk's view of the overlap model's comm streams
- * (docs/semantics.md "Timing"), so that a received tensor is usable when it would be,
- * not the moment it is sent.  A rank's group starts once its stream is free (its last
- * group complete); each transfer once both ends' groups have started, taking the link's
- * time (with --tune=overlap; none otherwise, where a transfer waits for both ranks to
- * be between actions anyway, nor with tp > 1, whose TPREDUCEs share the stream but are
- * placed only after the walk, expand_tp: a clock blind to them placed transfers worse);
- * a group completes with its last transfer, and what it
- * receives is usable from then on.  A rank whose last op is a group that has not
- * started yet (its stream is busy) adds this step's transfers to that group instead of
- * queueing a new one behind it: they start no later, and run together.  Returns the
- * group number for rank r's ops of this step. */
-static int clock_open(Lw *w, int r, int64_t now)
-{
-	const PlanRank *rk = w->line0[r];
-	const PlanOp *last = rk->nops ? &rk->ops[rk->nops - 1] : NULL;
-	int g = w->glast[r];
-	if (w->overlap && g >= 0 && w->gstart[r] >= now && last &&
-	    (last->kind == OP_SEND || last->kind == OP_RECV))
-		return last->group;
-	int64_t free = g >= 0 ? w->gend[g] : 0;
-	w->glast[r] = w->ngroups++;
-	w->gstart[r] = w->gend[w->glast[r]] = free > now ? free : now;
-	return w->group[r]++;
-}
-
-static void clock_move(Lw *w, int q, int to, size_t t, int64_t bytes)
-{
-	int64_t x = w->overlap && w->plan->dims[DIM_TP] == 1 ? plan_transfer_ns(w->plan, bytes)
-	                                                     : 0; // <= INT64_MAX / 4
-	int64_t s = w->gstart[q] > w->gstart[to] ? w->gstart[q] : w->gstart[to];
-	int64_t end = s > INT64_MAX / 2 ? s : s + x;
-	int gq = w->glast[q], gt = w->glast[to];
-	if (end > w->gend[gq])
-		w->gend[gq] = end;
-	if (end > w->gend[gt])
-		w->gend[gt] = end;
-	w->tgroup[t] = gt;
-}
-
-/* The walk described at the top: time advances by the actions' costs; at each event
- * time, first every produced tensor whose consumer waits for it moves (both ranks being
- * between actions), then every idle rank whose next action has its inputs starts it. */
-static int place_comms(Lw *w, int allow_deadlock)
-{
-	const SchedCtx *sc = w->sc;
-	int pp = w->pp;
-	int64_t *cur = lw_calloc(w, (size_t)pp, sizeof *cur);
-	int64_t *end = lw_calloc(w, (size_t)pp, sizeof *end); // when a busy rank's action ends
-	unsigned char *busy = lw_calloc(w, (size_t)pp, 1);
-	int *gphase = lw_calloc_int(w, (size_t)pp); // group number this phase, or -1
-	int rc = 0;
-	int64_t now = 0;
-	w->pend = lw_calloc(w, (size_t)pp, sizeof *w->pend);
-	for (;;) {
-		int active = 0, moved = 0;
-		for (int p = 0; p < pp; p++) {
-			if (busy[p] && end[p] <= now) {
-				const SchedAct *a = &sc->acts[p][cur[p]];
-				lw_finish_compute(w, p, a, lw_src_line_of(w, a));
-				cur[p]++;
-				busy[p] = 0;
-				moved = 1;
-			}
-			gphase[p] = -1;
-		}
-		/* Comm phase: every tensor whose producer and consumer are both between
-		 * actions moves now, oldest first. */
-		for (int q = 0; q < pp; q++) {
-			active |= cur[q] < sc->nacts[q];
-			Pending *pq = &w->pend[q];
-			if ((busy[q] && !w->overlap) || pq->n == 0)
-				continue;
-			int keep = 0;
-			for (int i = 0; i < pq->n; i++) {
-				Out o = pq->v[i];
-				if (busy[o.to] && !w->overlap) {
-					pq->v[keep++] = o;
-					continue;
-				}
-				size_t t = ((size_t)o.edge * w->m + o.mb) * 2 + o.dir;
-				w->moved[t] = 1;
-				if (gphase[q] < 0)
-					gphase[q] = clock_open(w, q, now);
-				lw_emit(w, q, (PlanOp){.kind = OP_SEND, .dir = o.dir, .stage = o.edge, .mb = o.mb,
-				                    .peer = o.to, .group = gphase[q], .src_line = o.line});
-				if (gphase[o.to] < 0)
-					gphase[o.to] = clock_open(w, o.to, now);
-				lw_emit(w, o.to, (PlanOp){.kind = OP_RECV, .dir = o.dir, .stage = o.edge,
-				                       .mb = o.mb, .peer = q, .group = gphase[o.to],
-				                       .src_line = o.line});
-				clock_move(w, q, o.to, t, w->plan->edges[o.edge].bytes);
-				moved = 1;
-			}
-			pq->n = keep;
-		}
-		for (int q = 0; q < pp; q++)
-			if (!busy[q])
-				lw_flush_reductions(w, q, !active, cur[q] >= sc->nacts[q]);
-		if (!active)
-			break;
-		/* Compute phase. */
-		for (int p = 0; p < pp; p++) {
-			if (busy[p] || cur[p] >= sc->nacts[p])
-				continue;
-			const SchedAct *a = &sc->acts[p][cur[p]];
-			int64_t at = inputs_at(w, a);
-			if (at < 0 || at > now)
-				continue;
-			lw_start_compute(w, p, a, lw_src_line_of(w, a));
-			busy[p] = 1;
-			end[p] = now + act_cost(w, a);
-			moved = 1;
-		}
-		if (moved)
-			continue;
-		int64_t next = -1; // the next action's end, or a waiting input's arrival
-		for (int p = 0; p < pp; p++) {
-			int64_t at = busy[p] ? end[p]
-			             : cur[p] < sc->nacts[p] ? inputs_at(w, &sc->acts[p][cur[p]]) : -1;
-			if (at > now && (next < 0 || at < next))
-				next = at;
-		}
-		if (next >= 0) {
-			now = next;
-			continue;
-		}
-		if (!allow_deadlock) {
-			lw_report_stall(w, cur);
-			rc = -1;
-			break;
-		}
-		lw_rest_naively(w, cur);
-		break;
-	}
-	free(cur);
-	free(end);
-	free(busy);
-	free(gphase);
-	for (int q = 0; q < pp; q++)
-		free(w->pend[q].v);
-	free(w->pend);
-	w->pend = NULL;
-	return rc;
-}
-
 /* The peer-table kind of an edge end on rank r whose other end is on rank q. */
 static uint8_t peer_kind(const Lw *w, int q, int r)
 {
@@ -600,6 +312,37 @@ static void fill_ranks(Lw *w)
 			}
 		}
 	}
+}
+
+/* What the walk reads per action, laid out for it: per stage the tensors its actions
+ * make for other ranks (push_outputs), what each kind of action costs, and its line. */
+static void fill_made(Lw *w)
+{
+	const Plan *p = w->plan;
+	const int *stage_pp = w->sc->stage_pp;
+	w->made = lw_calloc(w, (size_t)w->ne * 2 + 1, sizeof *w->made);
+	w->made_off = lw_calloc_int(w, 2 * (size_t)w->ns + 1);
+	w->acost = lw_calloc(w, (size_t)w->ns * OP_COUNT + 1, sizeof *w->acost);
+	w->stage_line = lw_calloc_int(w, (size_t)w->ns);
+	int n = 0;
+	for (int s = 0; s < w->ns; s++) {
+		w->made_off[2 * s] = n;
+		for (int j = w->out_off[s]; j < w->out_off[s + 1]; j++) {
+			int e = w->out_e[j];
+			if (w->remote_k[e] >= 0)
+				w->made[n++] = (Out){e, 0, DIR_ACT, stage_pp[p->edges[e].dst], 0};
+		}
+		w->made_off[2 * s + 1] = n;
+		for (int j = w->in_off[s]; j < w->in_off[s + 1]; j++) {
+			int e = w->in_e[j];
+			if (w->remote_k[e] >= 0)
+				w->made[n++] = (Out){e, 0, DIR_GRAD, stage_pp[p->edges[e].src], 0};
+		}
+		for (int k = 0; k < OP_COUNT; k++)
+			w->acost[(size_t)s * OP_COUNT + k] = plan_op_cost((OpKind)k, p->stages[s].cost);
+		w->stage_line[s] = w->pr->stages[s].loc.line;
+	}
+	w->made_off[2 * w->ns] = n;
 }
 
 /* Sizes the first line's op arrays exactly, so no array grows while lowering: each
@@ -709,6 +452,13 @@ static void lw_free(Lw *w)
 	free(w->tgroup);
 	free(w->glast);
 	free(w->gstart);
+	free(w->pendset);
+	free(w->redset);
+	free(w->opc);
+	free(w->made);
+	free(w->made_off);
+	free(w->acost);
+	free(w->stage_line);
 	free(w->left);
 	free(w->reduce);
 	free(w->nreduce);
@@ -779,16 +529,20 @@ Plan *lower_program(const Program *pr, const SchedCtx *sc, Diag *d, int allow_de
 	w->line = line && line_ok(pr, p);
 
 	fill_ranks(w);
+	fill_made(w);
 	reserve_ops(w);
 	w->group = lw_calloc_int(w, (size_t)w->pp);
 	w->done = lw_calloc(w, (size_t)w->ns * w->m + 1, 1);
 	w->moved = lw_calloc(w, (size_t)w->ne * w->m * 2 + 1, 1);
-	w->tgroup = lw_calloc_int(w, (size_t)w->ne * w->m * 2);
-	w->gend = lw_calloc(w, (size_t)w->ne * w->m * 4 + 1, sizeof *w->gend); // a group per p2p op at most
+	w->timed = w->overlap && p->dims[DIM_TP] == 1 && !p->link_ideal;
+	if (w->timed) {
+		w->tgroup = lw_calloc_int(w, (size_t)w->ne * w->m * 2);
+		w->gend = lw_calloc(w, (size_t)w->ne * w->m * 4 + 2, sizeof *w->gend); // a group per p2p op at most
+	}
 	w->glast = lw_calloc_int(w, (size_t)w->pp);
 	w->gstart = lw_calloc(w, (size_t)w->pp + 1, sizeof *w->gstart);
-	for (int q = 0; q < w->pp; q++)
-		w->glast[q] = -1;
+	w->pendset = lw_calloc(w, (size_t)w->pp / 64 + 1, sizeof *w->pendset);
+	w->redset = lw_calloc(w, (size_t)w->pp / 64 + 1, sizeof *w->redset);
 	w->left = lw_calloc_int(w, (size_t)w->ns);
 	w->reduce = lw_calloc_int(w, (size_t)w->ns * w->pp);
 	w->nreduce = lw_calloc_int(w, (size_t)w->pp);
@@ -806,7 +560,7 @@ Plan *lower_program(const Program *pr, const SchedCtx *sc, Diag *d, int allow_de
 		w->tie_stage[q] = mine;
 		w->tie_peer[q] = mine < 0 ? -1 : p->stages[mine == te ? th : te].pp;
 	}
-	int rc = lw_check_local_order(w) ? -1 : place_comms(w, allow_deadlock);
+	int rc = lw_check_local_order(w) ? -1 : lw_place_comms(w, allow_deadlock);
 	if (rc == 0 && sc->comms) // a CSV's own communication order
 		rc = lower_given(p, sc, w->stride, d);
 	if (rc == 0) {

@@ -20,6 +20,11 @@ typedef struct {
 	int64_t ops;   // the plan size in ops, as far as known
 } LwOom;
 
+/* Where the walk appends to a rank's op list (lower_walk.c's next_op). */
+typedef struct {
+	PlanOp *ops, *at, *end; // the list, its next slot, its end
+} OpCursor;
+
 typedef struct {
 	LwOom *oom;
 	const Program *pr;
@@ -28,24 +33,38 @@ typedef struct {
 	Diag *diag;
 	int pp, m, ns, ne;
 	PlanRank **line0;    // per pipeline index: its rank on the first line, where ops go
+	OpCursor *opc;       // during the walk: per pipeline index, where its ops go
 	int *group;          // per pipeline index: next group number
 	int *remote_k;       // edge -> index among edges sent (remote, or to self), or -1
 	int nremote;
 	struct Pending *pend; // per pipeline index: produced tensors not yet moved
+	uint64_t *pendset;   // pipeline indexes whose pend is not empty, a bit each
+	uint64_t *redset;    // pipeline indexes with reductions due (nreduce > 0)
 	int overlap;         // tune for the overlap model: move tensors as soon as produced
 	int self_send;       // same-rank edges go through the communicator, to self
 	int stride;          // world-rank distance between pipeline neighbours
 	int *in_off, *in_e;  // CSR of in-edges per stage
 	int *out_off, *out_e;
+	struct Out *made;    // per stage: the tensors its F makes for other ranks (its remote
+	int *made_off;       // out-edges), then its backward's (remote in-edges): stage s's
+	                     // are made[made_off[2s] .. made_off[2s + 2]), mb and line 0
+	int64_t *acost;      // per (stage, op kind): what an action costs
+	int *stage_line;     // per stage: the .pipe line of its statement
+	/* Per-microbatch state is indexed stage (or edge) first (lw_done, lw_tensor): a
+	 * rank walks its stages' rows in microbatch order, one cache line serving many
+	 * steps. */
 	unsigned char *done; // per (stage, mb): PLAN_DEP_MB bits of the actions that ran
 	unsigned char *moved; // per (edge, mb, dir): 1 once the tensor has been transferred
-	/* The link clock (lower.c): groups numbered in walk order, when each completes,
-	 * which group received each tensor, and per pipeline index its last group and when
-	 * that group starts. */
-	int64_t *gend;       // per group: its completion
+	/* The link clock (lower.c): groups numbered from 1 in walk order, and per pipeline
+	 * index its last group (0: none) and when that group starts.  Only a timed clock
+	 * (tuned for overlap, tp 1, a link that takes time) keeps when each group completes
+	 * and which group received each tensor; otherwise every transfer takes no time and
+	 * a tensor is usable once moved. */
+	int timed;
+	int64_t *gend;       // timed: per group: its completion (gend[0] = 0)
 	int ngroups;
-	int *tgroup;         // per (edge, mb, dir): the group that received it
-	int *glast;          // per pipeline index: its last group, or -1
+	int *tgroup;         // timed: per (edge, mb, dir): the group that received it
+	int *glast;          // per pipeline index: its last group, or 0
 	int64_t *gstart;     // per pipeline index: when its last group starts
 	int *left;           // per stage: backward actions still to run
 	int tie_embed, tie_head; // plan_tie: a head tied to another stage's embedding
@@ -58,7 +77,7 @@ typedef struct {
 } Lw;
 
 /* Tensors a rank has produced for remote consumers and not yet sent, oldest first. */
-typedef struct {
+typedef struct Out {
 	int edge, mb, dir, to, line;
 } Out;
 
@@ -73,6 +92,18 @@ void *lw_malloc(const Lw *w, size_t bytes);
 void *lw_realloc(const Lw *w, void *old, size_t bytes);
 int *lw_calloc_int(const Lw *w, size_t n); // n + 1 zeroed ints
 void lw_pend_push(const Lw *w, Pending *q, Out o);
+
+/* Index of the tensor of (edge, mb, dir) in moved and tgroup, and back. */
+static inline size_t lw_tensor(const Lw *w, int e, int mb, int dir)
+{
+	return ((size_t)e * (size_t)w->m + (size_t)mb) * 2 + (size_t)dir;
+}
+
+static inline unsigned char *lw_done(const Lw *w, int stage, int mb)
+{
+	return &w->done[(size_t)stage * (size_t)w->m + (size_t)mb];
+}
+
 /* Appends an op to pipeline index pp's list on the first line (peer: a pipeline index). */
 void lw_emit(Lw *w, int pp, PlanOp op);
 /* The tensors action a on pipeline index pp makes for other ranks, onto q. */
@@ -84,6 +115,9 @@ int lw_src_line_of(const Lw *w, const SchedAct *a);
 void lw_start_compute(Lw *w, int pp, const SchedAct *a, int line);
 void lw_finish_compute(Lw *w, int pp, const SchedAct *a, int line);
 void lw_flush_reductions(Lw *w, int pp, int force, int finished);
+
+/* lower_walk.c: the walk (place the communication); -1 after reporting a stall. */
+int lw_place_comms(Lw *w, int allow_deadlock);
 
 /* lower_stall.c */
 int lw_check_local_order(Lw *w);

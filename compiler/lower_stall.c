@@ -18,22 +18,35 @@ int lw_check_local_order(Lw *w)
 	const PlanEdge *E = w->plan->edges;
 	int m = w->m;
 	unsigned char *seen = lw_calloc(w, (size_t)w->ns * m + 1, 1);
+	/* Per stage, bit 0: an in-edge comes from a stage of its rank, bit 1: an out-edge
+	 * goes to one; a stage with neither has only its own W to check. */
+	unsigned char *local = lw_calloc(w, (size_t)w->ns + 1, 1);
+	for (int e = 0; e < w->ne; e++)
+		if (sc->stage_pp[E[e].src] == sc->stage_pp[E[e].dst]) {
+			local[E[e].dst] |= 1;
+			local[E[e].src] |= 2;
+		}
 	int bad = 0;
 	for (int p = 0; p < w->pp && !bad; p++) {
-		memset(seen, 0, (size_t)w->ns * m);
-		for (int i = 0; i < sc->nacts[p] && !bad; i++) {
+		int i = 0;
+		for (; i < sc->nacts[p] && !bad; i++) {
 			const SchedAct *a = &sc->acts[p][i];
+			unsigned char *sa = &seen[(size_t)a->stage * m + a->mb];
 			int fwd = a->kind == OP_F, need = -1; // the local stage whose action is missing
-			int lo = fwd ? w->in_off[a->stage] : w->out_off[a->stage];
-			int hi = fwd ? w->in_off[a->stage + 1] : w->out_off[a->stage + 1];
-			for (int j = lo; a->kind != OP_W && j < hi && need < 0; j++) {
-				int e = fwd ? w->in_e[j] : w->out_e[j], o = fwd ? E[e].src : E[e].dst;
-				if (sc->stage_pp[o] == p && !(seen[(size_t)o * m + a->mb] & (fwd ? PLAN_DEP_ACT : PLAN_DEP_GRAD)))
-					need = o;
+			if (a->kind == OP_W) {
+				if (!(*sa & PLAN_DEP_GRAD))
+					need = a->stage;
+			} else if (local[a->stage] & (fwd ? 1 : 2)) {
+				int lo = fwd ? w->in_off[a->stage] : w->out_off[a->stage];
+				int hi = fwd ? w->in_off[a->stage + 1] : w->out_off[a->stage + 1];
+				for (int j = lo; j < hi && need < 0; j++) {
+					int e = fwd ? w->in_e[j] : w->out_e[j], o = fwd ? E[e].src : E[e].dst;
+					if (sc->stage_pp[o] == p &&
+					    !(seen[(size_t)o * m + a->mb] & (fwd ? PLAN_DEP_ACT : PLAN_DEP_GRAD)))
+						need = o;
+				}
 			}
-			if (a->kind == OP_W && !(seen[(size_t)a->stage * m + a->mb] & PLAN_DEP_GRAD))
-				need = a->stage;
-			seen[(size_t)a->stage * m + a->mb] |= plan_ops[a->kind].makes & (PLAN_DEP_ACT | PLAN_DEP_GRAD);
+			*sa |= plan_ops[a->kind].makes & (PLAN_DEP_ACT | PLAN_DEP_GRAD);
 			if (need < 0)
 				continue;
 			const SchedAct *b = NULL; // the action it needs, later on this rank
@@ -58,8 +71,11 @@ int lw_check_local_order(Lw *w)
 			if (b->loc.line)
 				diag_note(w->diag, b->loc, "'%s' is here", bn);
 		}
+		while (i-- > 0) // clear what this rank set (clearing all would be O(pp * ns * m))
+			seen[(size_t)sc->acts[p][i].stage * m + sc->acts[p][i].mb] = 0;
 	}
 	free(seen);
+	free(local);
 	return bad;
 }
 
@@ -152,7 +168,7 @@ void lw_rest_naively(Lw *w, int64_t *cur)
 			if (out.v[i].to == p)
 				continue; // sent to self with its receive, below
 			Fifo *f = &fifo[pair[2 * out.v[i].edge + out.v[i].dir]];
-			int t = (out.v[i].edge * m + out.v[i].mb) * 2 + out.v[i].dir;
+			int t = (int)lw_tensor(w, out.v[i].edge, out.v[i].mb, out.v[i].dir);
 			if (f->n == f->cap) {
 				f->cap = f->cap ? 2 * f->cap : 16;
 				f->t = lw_realloc(w, f->t, (size_t)f->cap * sizeof *f->t);
@@ -194,7 +210,7 @@ void lw_rest_naively(Lw *w, int64_t *cur)
 			for (int j = lo; needs && j < hi; j++) {
 				int e = fwd ? w->in_e[j] : w->out_e[j];
 				int opp = stage_pp[fwd ? E[e].src : E[e].dst];
-				int t = (e * m + a->mb) * 2 + !fwd;
+				int t = (int)lw_tensor(w, e, a->mb, !fwd);
 				if (opp == p || w->moved[t])
 					continue;
 				/* `moved` here only tells that the RECV is placed. */

@@ -23,6 +23,8 @@ typedef struct {
 	int emit;      // write the text to f (not in the two-pass writer's first pass)
 	PlanHash h;    // the checksum of everything after the header line
 	int mul;       // rank numbers in memory times mul are world ranks (a line plan's stride)
+	char name[OP_COUNT][16]; // each op kind's name, copied whole by put_op
+	size_t name_len[OP_COUNT];
 } Out;
 
 static void hash(Out *o, const char *s, size_t n)
@@ -61,30 +63,53 @@ static const char digit_pairs[201] = "000102030405060708091011121314151617181920
                                      "50515253545556575859606162636465666768697071727374"
                                      "75767778798081828384858687888990919293949596979899";
 
-/* Appends v in decimal, two digits per division, straight into the buffer; the caller
- * has ensured room (ops reserve 256 bytes).  Op lines are most of a large plan, and
- * their numbers mostly have one to five digits, so this matters. */
-static void put_int(Out *o, int64_t v)
+/* Op lines are most of a large plan, so they are formatted through a local cursor d
+ * (stores through a char pointer into o->buf could alias o->n, which would then be
+ * reloaded after every byte) with one bounds check per line: put_op reserves 256
+ * bytes, more than any op line takes.  Numbers are written two digits at a time from
+ * digit_pairs, those below 10^8 (all an op line holds in practice) as at most two
+ * halves of four digits, with no division loop. */
+
+/* v < 10000, without leading zeros; returns the end. */
+__attribute__((always_inline)) static inline char *put_u4(char *d, uint32_t v)
 {
-	char *d = o->buf + o->n;
-	if (v >= 0 && v < 100) { // stage, microbatch and group numbers are mostly small
+	if (v < 100) {
 		if (v < 10) {
-			d[0] = (char)('0' + v);
-			o->n += 1;
-		} else {
-			d[0] = digit_pairs[2 * v];
-			d[1] = digit_pairs[2 * v + 1];
-			o->n += 2;
+			*d = (char)('0' + v);
+			return d + 1;
 		}
-		return;
+		memcpy(d, digit_pairs + 2 * v, 2);
+		return d + 2;
 	}
+	uint32_t hi = v / 100, lo = v - hi * 100;
+	if (hi < 10) {
+		*d++ = (char)('0' + hi);
+	} else {
+		memcpy(d, digit_pairs + 2 * hi, 2);
+		d += 2;
+	}
+	memcpy(d, digit_pairs + 2 * lo, 2);
+	return d + 2;
+}
+
+/* v < 10000 as exactly four digits. */
+__attribute__((always_inline)) static inline char *put_4(char *d, uint32_t v)
+{
+	uint32_t hi = v / 100, lo = v - hi * 100;
+	memcpy(d, digit_pairs + 2 * hi, 2);
+	memcpy(d + 2, digit_pairs + 2 * lo, 2);
+	return d + 4;
+}
+
+/* Any v: a sign, then the digits, two per division. */
+static char *put_wide(char *d, int64_t v)
+{
 	uint64_t u = v < 0 ? -(uint64_t)v : (uint64_t)v;
 	if (v < 0)
 		*d++ = '-';
 	int len = 1;
 	for (uint64_t t = u; t >= 10; t /= 10)
 		len++;
-	o->n += (size_t)len + (v < 0);
 	char *e = d + len;
 	while (u >= 100) {
 		unsigned k = (unsigned)(u % 100) * 2;
@@ -98,10 +123,22 @@ static void put_int(Out *o, int64_t v)
 	} else {
 		*--e = (char)('0' + u);
 	}
+	return d + len;
 }
 
-/* Appends a literal; sizeof - 1 is its length, known at compile time. */
-#define PUT_LIT(o, s) (memcpy((o)->buf + (o)->n, s, sizeof(s) - 1), (o)->n += sizeof(s) - 1)
+__attribute__((always_inline)) static inline char *put_num(char *d, int64_t v)
+{
+	if ((uint64_t)v < 10000)
+		return put_u4(d, (uint32_t)v);
+	if (v > 0 && v < 100000000) {
+		uint32_t hi = (uint32_t)v / 10000;
+		return put_4(put_u4(d, hi), (uint32_t)v - hi * 10000);
+	}
+	return put_wide(d, v);
+}
+
+/* Appends a literal at d; sizeof - 1 is its length, known at compile time. */
+#define LIT(d, s) (memcpy(d, s, sizeof(s) - 1), (d) += sizeof(s) - 1)
 
 static void putf(Out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void putf(Out *o, const char *fmt, ...)
@@ -114,93 +151,115 @@ static void putf(Out *o, const char *fmt, ...)
 	put(o, tmp);
 }
 
-static void put_op(Out *o, const PlanOp *op)
+/* The fields after a SEND's or RECV's name. */
+static inline char *put_p2p(char *d, const PlanOp *op, int mul)
 {
-	if (o->n + 256 > sizeof o->buf)
-		flush(o);
-	// the reader made sure kind is valid; a loop, not strlen and memcpy: names are short
-	for (const char *c = plan_ops[op->kind].name; *c; c++)
-		o->buf[o->n++] = *c;
+	if (op->dir == DIR_ACT)
+		LIT(d, " act e=");
+	else
+		LIT(d, " grad e=");
+	d = put_num(d, op->stage);
+	LIT(d, " m=");
+	d = put_num(d, op->mb);
+	if (op->kind == OP_SEND)
+		LIT(d, " to=");
+	else
+		LIT(d, " from=");
+	d = put_num(d, (int64_t)op->peer * mul);
+	LIT(d, " bytes=");
+	d = put_num(d, op->bytes);
+	LIT(d, " g=");
+	d = put_num(d, op->group);
+	LIT(d, " r=");
+	return put_num(d, op->route);
+}
+
+/* The fields after the other ops' names. */
+static char *put_other(char *d, const PlanOp *op, int mul)
+{
 	switch (plan_op_kind(op)) {
 	case OP_COUNT:
-		break;
 	case OP_F:
 	case OP_B:
 	case OP_W:
 	case OP_BW:
-		PUT_LIT(o, " ");
-		put_int(o, op->stage);
-		PUT_LIT(o, " ");
-		put_int(o, op->mb);
-		if (op->part) {
-			PUT_LIT(o, " part=");
-			put_int(o, op->part);
-		}
-		break;
 	case OP_SEND:
 	case OP_RECV:
-		if (op->dir == DIR_ACT)
-			PUT_LIT(o, " act e=");
-		else
-			PUT_LIT(o, " grad e=");
-		put_int(o, op->stage);
-		PUT_LIT(o, " m=");
-		put_int(o, op->mb);
-		if (op->kind == OP_SEND)
-			PUT_LIT(o, " to=");
-		else
-			PUT_LIT(o, " from=");
-		put_int(o, (int64_t)op->peer * o->mul);
-		PUT_LIT(o, " bytes=");
-		put_int(o, op->bytes);
-		PUT_LIT(o, " g=");
-		put_int(o, op->group);
-		PUT_LIT(o, " r=");
-		put_int(o, op->route);
 		break;
 	case OP_ALLREDUCE:
-		PUT_LIT(o, " s=");
-		put_int(o, op->stage);
-		PUT_LIT(o, " bytes=");
-		put_int(o, op->bytes);
-		PUT_LIT(o, " g=");
-		put_int(o, op->group);
+		LIT(d, " s=");
+		d = put_num(d, op->stage);
+		LIT(d, " bytes=");
+		d = put_num(d, op->bytes);
+		LIT(d, " g=");
+		d = put_num(d, op->group);
 		break;
 	case OP_OPTIM:
-		PUT_LIT(o, " s=");
-		put_int(o, op->stage);
+		LIT(d, " s=");
+		d = put_num(d, op->stage);
 		break;
 	case OP_TIEREDUCE:
-		PUT_LIT(o, " s=");
-		put_int(o, op->stage);
-		PUT_LIT(o, " with=");
-		put_int(o, (int64_t)op->peer * o->mul);
-		PUT_LIT(o, " bytes=");
-		put_int(o, op->bytes);
-		PUT_LIT(o, " g=");
-		put_int(o, op->group);
+		LIT(d, " s=");
+		d = put_num(d, op->stage);
+		LIT(d, " with=");
+		d = put_num(d, (int64_t)op->peer * mul);
+		LIT(d, " bytes=");
+		d = put_num(d, op->bytes);
+		LIT(d, " g=");
+		d = put_num(d, op->group);
 		break;
 	case OP_TPREDUCE:
 		if (op->dir == DIR_ACT)
-			PUT_LIT(o, " act s=");
+			LIT(d, " act s=");
 		else
-			PUT_LIT(o, " grad s=");
-		put_int(o, op->stage);
-		PUT_LIT(o, " m=");
-		put_int(o, op->mb);
-		PUT_LIT(o, " part=");
-		put_int(o, op->part);
-		PUT_LIT(o, " bytes=");
-		put_int(o, op->bytes);
-		PUT_LIT(o, " g=");
-		put_int(o, op->group);
+			LIT(d, " grad s=");
+		d = put_num(d, op->stage);
+		LIT(d, " m=");
+		d = put_num(d, op->mb);
+		LIT(d, " part=");
+		d = put_num(d, op->part);
+		LIT(d, " bytes=");
+		d = put_num(d, op->bytes);
+		LIT(d, " g=");
+		d = put_num(d, op->group);
 		break;
 	}
-	if (op->src_line > 0) {
-		PUT_LIT(o, " @");
-		put_int(o, op->src_line);
+	return d;
+}
+
+static void put_op(Out *o, const PlanOp *op)
+{
+	if (o->n + 256 > sizeof o->buf)
+		flush(o);
+	char *d = o->buf + o->n;
+	OpKind k = plan_op_kind(op);
+	if (k < OP_COUNT && o->name_len[k] < sizeof o->name[k]) { // the reader made sure
+		memcpy(d, o->name[k], sizeof o->name[k]);             // kind is valid
+		d += o->name_len[k];
+	} else {
+		for (const char *c = plan_ops[op->kind].name; *c; c++)
+			*d++ = *c;
 	}
-	PUT_LIT(o, "\n");
+	if (k == OP_SEND || k == OP_RECV) {
+		d = put_p2p(d, op, o->mul);
+	} else if (k < OP_COUNT && plan_op_is_compute(k)) {
+		*d++ = ' ';
+		d = put_num(d, op->stage);
+		*d++ = ' ';
+		d = put_num(d, op->mb);
+		if (op->part) {
+			LIT(d, " part=");
+			d = put_num(d, op->part);
+		}
+	} else {
+		d = put_other(d, op, o->mul);
+	}
+	if (op->src_line > 0) {
+		LIT(d, " @");
+		d = put_num(d, op->src_line);
+	}
+	*d++ = '\n';
+	o->n = (size_t)(d - o->buf);
 	if (o->hashing && o->n - o->hashed >= (1 << 14)) { // while the text is in cache
 		hash(o, o->buf + o->hashed, o->n - o->hashed);
 		o->hashed = o->n;
@@ -352,6 +411,11 @@ int plan_write(const Plan *p, FILE *f)
 	o->err = 0;
 	plan_hash_init(&o->h, PLAN_SUM_WRITTEN);
 	o->mul = p->line ? plan_pp_stride(p) : 1;
+	memset(o->name, 0, sizeof o->name);
+	for (int k = 0; k < OP_COUNT; k++) {
+		o->name_len[k] = strlen(plan_ops[k].name); // put_op spells one of 16 or more itself
+		memcpy(o->name[k], plan_ops[k].name, o->name_len[k] < 16 ? o->name_len[k] : 16);
+	}
 	char head[128];
 	int hl = header(head, sizeof head, p, 0); // the same length whatever the hash
 	off_t at;
