@@ -3,10 +3,12 @@
  * bad command line or an unwritable output costs no compilation; the pass pipeline is
  * pipecc_compile (pipecc.c) and the output goes through cli_out_open/cli_out_close, so
  * a failed write leaves nothing behind. */
+#include "../plan/binary.h"
 #include "pipecc.h"
 #include "schedule.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -45,7 +47,7 @@ static int write_output(CliTool *t, const PipeccArgs *a, const Plan *plan)
 	errno = 0;
 	int bad = 0;
 	if (a->emit == EMIT_PLAN)
-		bad = a->expand ? plan_write_expanded(plan, f) : plan_write(plan, f);
+		bad = plan_write_as(plan, f, a->plan_format, a->expand);
 	else if (a->emit == EMIT_TORCH_CSV)
 		bad = pipecc_emit_torch_csv(plan, f, a->comms);
 	else
@@ -53,10 +55,53 @@ static int write_output(CliTool *t, const PipeccArgs *a, const Plan *plan)
 	return cli_out_close(t, &out, bad);
 }
 
+/* The options --convert takes; the rest are about compiling a program. */
+static const char *const convert_opts[] = {"output", "plan-format", "expand", "stats",
+                                           "convert", "emit"};
+
+/* pipecc --convert PLAN: read (either form), verify, write in --plan-format. */
+static int convert(CliTool *t, PipeccArgs *a, const struct timespec *t0)
+{
+	for (int i = 0; t->opts[i].name; i++) {
+		size_t k = 0, n = sizeof convert_opts / sizeof *convert_opts;
+		while (k < n && strcmp(t->opts[i].name, convert_opts[k]))
+			k++;
+		if (t->given[i] && k == n)
+			return cli_usage_error(t, "--convert reads a plan: --%s is for compiling a program",
+			                       t->opts[i].name);
+	}
+	if (a->emit != EMIT_PLAN)
+		return cli_usage_error(t, "--convert writes a plan: it takes no --emit %s",
+		                       pipecc_emit_names[a->emit]);
+	if (cli_check_outputs(t))
+		return CLI_EXIT_FAIL;
+	PlanError e;
+	Plan *p = plan_read_file(t->in, &e);
+	if (!p || plan_verify(p, &e)) {
+		if (e.at_byte)
+			fprintf(stderr, "%s: byte %" PRId64 ": error: %s\n", t->in_name, e.line, e.msg);
+		else if (e.line > 0)
+			fprintf(stderr, "%s:%" PRId64 ": error: %s\n", t->in_name, e.line, e.msg);
+		else
+			fprintf(stderr, "%s: error: %s\n", t->in_name, e.msg);
+		plan_free(p);
+		return CLI_EXIT_FAIL;
+	}
+	int rc = write_output(t, a, p) ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+	if (a->stats)
+		print_stats(p, t0);
+	plan_free(p);
+	return rc;
+}
+
 int pipecc_drive(CliTool *t, PipeccArgs *a)
 {
 	struct timespec t0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
+	if (a->convert)
+		return convert(t, a, &t0);
+	if (cli_given(t, &a->plan_format) && a->emit != EMIT_PLAN)
+		return cli_usage_error(t, "--plan-format goes with --emit plan");
 	if (a->o.from_csv && a->o.schedule)
 		return cli_usage_error(t, "--from-torch-csv and --schedule both name the schedule");
 	if (a->comms && a->emit != EMIT_TORCH_CSV)

@@ -66,6 +66,8 @@ typedef struct {
 	int max_errors;   // --max-errors
 	int stats;        // --stats
 	int expand;       // --expand: write every world rank (format 2)
+	int plan_format;  // --plan-format: a PlanFormat (plan/binary.h)
+	int convert;      // --convert: the input is a plan to write again, not a program
 } PipeccArgs;
 
 /* The tool: checks option combinations, reads the source, compiles, writes the output

@@ -1,5 +1,6 @@
 /* pipecc: the command line.  The options are a table for the shared layer (plan/cli.h);
  * the work is pipecc_drive (compiler/driver.c).  Exit 0 ok, 1 input error, 2 usage. */
+#include "../plan/binary.h"
 #include "pipecc.h"
 #include "program.h"
 
@@ -43,6 +44,13 @@ int main(int argc, char **argv)
 		{"expand", 0, CLI_FLAG, &a.expand, NULL,
 		 "write every world rank's lists (plan format 2)\n"
 		 "instead of one pipeline line's (format 3)"},
+		{"plan-format", 0, CLI_ENUM, &a.plan_format, "FORMAT",
+		 "the plan's form: text (the reference) or binary\n"
+		 "(a few bytes an op; every tool reads both)", 1,
+		 .names = plan_format_names, .nnames = PLAN_FORMAT_COUNT},
+		{"convert", 0, CLI_FLAG, &a.convert, NULL,
+		 "the input is a plan (text or binary), not a program:\n"
+		 "verify it and write it again in --plan-format"},
 		{"stats", 0, CLI_FLAG, &a.stats, NULL,
 		 "print time, ops per second and peak memory to stderr"},
 		{"list-schedules", 0, CLI_LIST, NULL, NULL, "print the schedule names, one a line",
