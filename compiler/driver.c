@@ -55,28 +55,52 @@ static int write_output(CliTool *t, const PipeccArgs *a, const Plan *plan)
 	return cli_out_close(t, &out, bad);
 }
 
-/* The options --convert takes; the rest are about compiling a program. */
-static const char *const convert_opts[] = {"output", "plan-format", "expand", "stats",
-                                           "convert", "emit"};
+/* What pipecc takes with a plan as its input; the rest are about compiling a program. */
+static const char *const convert_opts[] = {"output", "plan-format", "expand", "stats", "emit"};
 
-/* pipecc --convert PLAN: read (either form), verify, write in --plan-format. */
-static int convert(CliTool *t, PipeccArgs *a, const struct timespec *t0)
+/* Whether the first n bytes of an input s are a plan's, text or binary. */
+static int starts_as_plan(const char *s, size_t n)
+{
+	static const char text[] = PLAN_FORMAT " ";
+	return (n > 0 && plan_is_binary_start((unsigned char)s[0])) ||
+	       (n >= sizeof text - 1 && !memcmp(s, text, sizeof text - 1));
+}
+
+/* Whether the file at path starts as a plan (standard input is looked at once read). */
+static int file_is_plan(const char *path)
+{
+	char b[16];
+	FILE *f = cli_is_std(path) ? NULL : fopen(path, "rb");
+	size_t n = f ? fread(b, 1, sizeof b, f) : 0;
+	if (f)
+		fclose(f);
+	return starts_as_plan(b, n);
+}
+
+/* A plan as the input (from its file, or src[0, len) when standard input was read):
+ * read in either form, verified, written in --plan-format. */
+static int convert(CliTool *t, PipeccArgs *a, const struct timespec *t0, char *src, size_t len)
 {
 	for (int i = 0; t->opts[i].name; i++) {
 		size_t k = 0, n = sizeof convert_opts / sizeof *convert_opts;
 		while (k < n && strcmp(t->opts[i].name, convert_opts[k]))
 			k++;
 		if (t->given[i] && k == n)
-			return cli_usage_error(t, "--convert reads a plan: --%s is for compiling a program",
+			return cli_usage_error(t, "the input is a plan: --%s is for compiling a program",
 			                       t->opts[i].name);
 	}
 	if (a->emit != EMIT_PLAN)
-		return cli_usage_error(t, "--convert writes a plan: it takes no --emit %s",
-		                       pipecc_emit_names[a->emit]);
+		return cli_usage_error(t, "the input is a plan: it is written again as a plan, not "
+		                          "--emit %s", pipecc_emit_names[a->emit]);
 	if (cli_check_outputs(t))
 		return CLI_EXIT_FAIL;
 	PlanError e;
-	Plan *p = plan_read_file(t->in, &e);
+	FILE *f = src ? fmemopen(src, len, "r") : NULL;
+	Plan *p = src ? (f ? plan_read(f, t->in_name, &e) : NULL) : plan_read_file(t->in, &e);
+	if (f)
+		fclose(f);
+	if (src && !f)
+		return cli_error(t, "out of memory");
 	if (!p || plan_verify(p, &e)) {
 		if (e.at_byte)
 			fprintf(stderr, "%s: byte %" PRId64 ": error: %s\n", t->in_name, e.line, e.msg);
@@ -98,8 +122,8 @@ int pipecc_drive(CliTool *t, PipeccArgs *a)
 {
 	struct timespec t0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	if (a->convert)
-		return convert(t, a, &t0);
+	if (file_is_plan(t->in))
+		return convert(t, a, &t0, NULL, 0);
 	if (cli_given(t, &a->plan_format) && a->emit != EMIT_PLAN)
 		return cli_usage_error(t, "--plan-format goes with --emit plan");
 	if (a->o.from_csv && a->o.schedule)
@@ -122,6 +146,11 @@ int pipecc_drive(CliTool *t, PipeccArgs *a)
 	char *src = pipecc_read_file(t->in, &len);
 	if (!src)
 		return cli_error(t, "cannot read %s: %s", t->in_name, plan_strerror(errno));
+	if (starts_as_plan(src, len)) {
+		int rc = convert(t, a, &t0, src, len);
+		free(src);
+		return rc;
+	}
 	CliProgress *pr = cli_progress_start(t, "compiling");
 	Diag d;
 	diag_init(&d, t->in_name, src, len, stderr);
