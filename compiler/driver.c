@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 
 const char *const pipecc_emit_names[EMIT_COUNT] = {"plan", "torch-csv", "summary"};
@@ -66,11 +67,14 @@ static int starts_as_plan(const char *s, size_t n)
 	       (n >= sizeof text - 1 && !memcmp(s, text, sizeof text - 1));
 }
 
-/* Whether the file at path starts as a plan (standard input is looked at once read). */
+/* Whether the regular file at path starts as a plan (anything else, a pipe say, is
+ * looked at once read: a peek would take its bytes). */
 static int file_is_plan(const char *path)
 {
 	char b[16];
-	FILE *f = cli_is_std(path) ? NULL : fopen(path, "rb");
+	struct stat st;
+	int reg = !cli_is_std(path) && stat(path, &st) == 0 && S_ISREG(st.st_mode);
+	FILE *f = reg ? fopen(path, "rb") : NULL;
 	size_t n = f ? fread(b, 1, sizeof b, f) : 0;
 	if (f)
 		fclose(f);

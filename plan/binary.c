@@ -157,11 +157,30 @@ static inline int64_t diff(int64_t a, int64_t b)
 	return (int64_t)((uint64_t)a - (uint64_t)b);
 }
 
-/* Codes op o against the prediction from c, and makes o the kind's previous op. */
-static void put_op(Bw *w, BinCtx *c, const PlanOp *o)
+/* Op o as the text form says it: the fields its kind does not have (which plan_write
+ * leaves out) at the empty op's values. */
+static PlanOp as_written(const PlanOp *o)
+{
+	unsigned u = plan_bin_uses[o->kind];
+	PlanOp c = *o;
+	c.mb = u & BF_MB ? c.mb : -1;
+	c.peer = u & BF_PEER ? c.peer : -1;
+	c.group = u & BF_GROUP ? c.group : -1;
+	c.route = u & BF_ROUTE ? c.route : -1;
+	c.bytes = u & BF_BYTES ? c.bytes : 0;
+	c.dir = u & BF_DIR ? c.dir : 0;
+	c.part = u & BF_PART ? c.part : 0;
+	c.src_line = c.src_line > 0 ? c.src_line : 0;
+	return c;
+}
+
+/* Codes op op against the prediction from c, and makes it the slot's previous op. */
+static void put_op(Bw *w, BinCtx *c, const PlanOp *op)
 {
 	if (w->n + BW_ROOM > BW_BUF)
 		bw_flush(w);
+	PlanOp canon = as_written(op);
+	const PlanOp *o = &canon;
 	OpKind k = plan_op_kind(o);
 	int same = (plan_bin_uses[k] & BF_GROUP) && o->group == c->group;
 	PlanOp pr = plan_bin_predict(c, k, o->dir, same);

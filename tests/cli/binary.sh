@@ -100,6 +100,14 @@ t "--expand --plan-format=binary of a line plan" 0 "$BIN/pipecc" --expand --plan
 t "... reads back as the expanded text" 0 "$BIN/pipecc" "$dir/w.bin" -o "$dir/w2.plan"
 cmp -s "$dir/w.plan" "$dir/w2.plan"
 check "... byte for byte" $? "differs"
+mkfifo "$dir/fifo"
+cat examples/tiny.pipe >"$dir/fifo" &
+t "a program from a named pipe compiles (looking for a plan takes no bytes of a pipe)" 0 \
+	timeout 60 "$BIN/pipecc" "$dir/fifo" -o "$dir/fifo.plan"
+wait
+cat "$dir/tiny.bin" >"$dir/fifo" &
+t "a binary plan from a named pipe converts" 0 timeout 60 "$BIN/pipecc" "$dir/fifo" -o "$dir/fifo2.plan"
+wait
 t "--help names the flag" 0 "$BIN/pipecc" --help
 has "... --plan-format" "$dir/out" "--plan-format FORMAT"
 
