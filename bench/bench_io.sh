@@ -79,8 +79,8 @@ set -- $(best "$BIN/pipesim" -q --no-record "$T/big.bin") || exit 1
 row "pipesim -q --no-record BINPLAN" "$1" "$2" "$3"
 set -- $(best "$BIN/pipesim" -q "$T/big.bin") || exit 1
 row "pipesim -q BINPLAN" "$1" "$2" "$3"
-set -- $(best "$BIN/pipecc" --convert "$T/big.bin" -o "$T/conv.plan") || exit 1
-row "pipecc --convert BIN -o PLAN" "$1" "$2" "$3"
+set -- $(best "$BIN/pipecc" "$T/big.bin" -o "$T/conv.plan") || exit 1
+row "pipecc BIN -o PLAN (to text)" "$1" "$2" "$3"
 cmp -s "$T/conv.plan" "$T/big.plan" || { echo "bench_io: binary -> text differs" >&2; exit 1; }
 rm -f "$T/conv.plan" "$T/out.bin"
 echo "the plan's reader and writers alone (bench/io_bench.c, best of $REPS):"
