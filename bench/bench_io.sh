@@ -3,7 +3,8 @@
 # 1f1b program (default pp=128, m=16384: 12.5 M ops, a 500 MiB plan), as ops per second
 # and as a ratio to `wc -l PLAN`, the honest "how fast can this machine read this text"
 # in the same run.  Goals: both >= 20 M ops/s, pipesim within 3x of wc -l, <= 64 bytes
-# of peak RSS per op.  Then bench/io_bench.c times the reader and the writer alone.
+# of peak RSS per op.  The same rows for the binary form (pipecc --plan-format=binary,
+# pipesim on its file).  Then bench/io_bench.c times the readers and the writers alone.
 # Wall times are the best of REPS runs (the machine may be shared); RSS from /usr/bin/time.
 : "${BIN:=bin}"
 PP=${PP:-128}
@@ -68,6 +69,21 @@ set -- $(best "$BIN/pipesim" -q --no-record "$T/big.plan") || exit 1
 row "pipesim -q --no-record PLAN" "$1" "$2" "$3"
 set -- $(best "$BIN/pipesim" -q "$T/big.plan") || exit 1
 row "pipesim -q PLAN" "$1" "$2" "$3"
-echo "the plan text alone (bench/io_bench.c, best of $REPS):"
+"$BIN/pipecc" --plan-format=binary "$T/big.pipe" -o "$T/big.bin" || exit 1
+bbytes=$(wc -c <"$T/big.bin")
+echo "binary form: plan $(awk -v b="$bbytes" 'BEGIN { printf "%.1f MiB, %.2f bytes/op", b / 1048576, b / '"$ops"' }')"
+set -- $(best "$BIN/pipecc" --plan-format=binary "$T/big.pipe" -o "$T/out.bin") || exit 1
+row "pipecc --plan-format=binary" "$1" "$2" "$3"
+cmp -s "$T/out.bin" "$T/big.bin" || { echo "bench_io: pipecc wrote a different binary plan" >&2; exit 1; }
+set -- $(best "$BIN/pipesim" -q --no-record "$T/big.bin") || exit 1
+row "pipesim -q --no-record BINPLAN" "$1" "$2" "$3"
+set -- $(best "$BIN/pipesim" -q "$T/big.bin") || exit 1
+row "pipesim -q BINPLAN" "$1" "$2" "$3"
+set -- $(best "$BIN/pipecc" "$T/big.bin" -o "$T/conv.plan") || exit 1
+row "pipecc BIN -o PLAN (to text)" "$1" "$2" "$3"
+cmp -s "$T/conv.plan" "$T/big.plan" || { echo "bench_io: binary -> text differs" >&2; exit 1; }
+rm -f "$T/conv.plan" "$T/out.bin"
+echo "the plan's reader and writers alone (bench/io_bench.c, best of $REPS):"
 "$B/bench/io_bench" "$T/big.plan" "$T/out.plan" "$REPS" || exit 1
 cmp -s "$T/out.plan" "$T/big.plan" || { echo "bench_io: plan_write wrote a different plan" >&2; exit 1; }
+cmp -s "$T/out.plan.bin" "$T/big.bin" || { echo "bench_io: plan_write_binary wrote a different plan" >&2; exit 1; }

@@ -3,13 +3,16 @@
  * bad command line or an unwritable output costs no compilation; the pass pipeline is
  * pipecc_compile (pipecc.c) and the output goes through cli_out_open/cli_out_close, so
  * a failed write leaves nothing behind. */
+#include "../plan/binary.h"
 #include "pipecc.h"
 #include "schedule.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 
 const char *const pipecc_emit_names[EMIT_COUNT] = {"plan", "torch-csv", "summary"};
@@ -45,7 +48,7 @@ static int write_output(CliTool *t, const PipeccArgs *a, const Plan *plan)
 	errno = 0;
 	int bad = 0;
 	if (a->emit == EMIT_PLAN)
-		bad = a->expand ? plan_write_expanded(plan, f) : plan_write(plan, f);
+		bad = plan_write_as(plan, f, a->plan_format, a->expand);
 	else if (a->emit == EMIT_TORCH_CSV)
 		bad = pipecc_emit_torch_csv(plan, f, a->comms);
 	else
@@ -53,10 +56,80 @@ static int write_output(CliTool *t, const PipeccArgs *a, const Plan *plan)
 	return cli_out_close(t, &out, bad);
 }
 
+/* What pipecc takes with a plan as its input; the rest are about compiling a program. */
+static const char *const convert_opts[] = {"output", "plan-format", "expand", "stats", "emit"};
+
+/* Whether the first n bytes of an input s are a plan's, text or binary. */
+static int starts_as_plan(const char *s, size_t n)
+{
+	static const char text[] = PLAN_FORMAT " ";
+	return (n > 0 && plan_is_binary_start((unsigned char)s[0])) ||
+	       (n >= sizeof text - 1 && !memcmp(s, text, sizeof text - 1));
+}
+
+/* Whether the regular file at path starts as a plan (anything else, a pipe say, is
+ * looked at once read: a peek would take its bytes). */
+static int file_is_plan(const char *path)
+{
+	char b[16];
+	struct stat st;
+	int reg = !cli_is_std(path) && stat(path, &st) == 0 && S_ISREG(st.st_mode);
+	FILE *f = reg ? fopen(path, "rb") : NULL;
+	size_t n = f ? fread(b, 1, sizeof b, f) : 0;
+	if (f)
+		fclose(f);
+	return starts_as_plan(b, n);
+}
+
+/* A plan as the input (from its file, or src[0, len) when standard input was read):
+ * read in either form, verified, written in --plan-format. */
+static int convert(CliTool *t, PipeccArgs *a, const struct timespec *t0, char *src, size_t len)
+{
+	for (int i = 0; t->opts[i].name; i++) {
+		size_t k = 0, n = sizeof convert_opts / sizeof *convert_opts;
+		while (k < n && strcmp(t->opts[i].name, convert_opts[k]))
+			k++;
+		if (t->given[i] && k == n)
+			return cli_usage_error(t, "the input is a plan: --%s is for compiling a program",
+			                       t->opts[i].name);
+	}
+	if (a->emit != EMIT_PLAN)
+		return cli_usage_error(t, "the input is a plan: it is written again as a plan, not "
+		                          "--emit %s", pipecc_emit_names[a->emit]);
+	if (cli_check_outputs(t))
+		return CLI_EXIT_FAIL;
+	PlanError e;
+	FILE *f = src ? fmemopen(src, len, "r") : NULL;
+	Plan *p = src ? (f ? plan_read(f, t->in_name, &e) : NULL) : plan_read_file(t->in, &e);
+	if (f)
+		fclose(f);
+	if (src && !f)
+		return cli_error(t, "out of memory");
+	if (!p || plan_verify(p, &e)) {
+		if (e.at_byte)
+			fprintf(stderr, "%s: byte %" PRId64 ": error: %s\n", t->in_name, e.line, e.msg);
+		else if (e.line > 0)
+			fprintf(stderr, "%s:%" PRId64 ": error: %s\n", t->in_name, e.line, e.msg);
+		else
+			fprintf(stderr, "%s: error: %s\n", t->in_name, e.msg);
+		plan_free(p);
+		return CLI_EXIT_FAIL;
+	}
+	int rc = write_output(t, a, p) ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+	if (a->stats)
+		print_stats(p, t0);
+	plan_free(p);
+	return rc;
+}
+
 int pipecc_drive(CliTool *t, PipeccArgs *a)
 {
 	struct timespec t0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
+	if (file_is_plan(t->in))
+		return convert(t, a, &t0, NULL, 0);
+	if (cli_given(t, &a->plan_format) && a->emit != EMIT_PLAN)
+		return cli_usage_error(t, "--plan-format goes with --emit plan");
 	if (a->o.from_csv && a->o.schedule)
 		return cli_usage_error(t, "--from-torch-csv and --schedule both name the schedule");
 	if (a->comms && a->emit != EMIT_TORCH_CSV)
@@ -77,6 +150,11 @@ int pipecc_drive(CliTool *t, PipeccArgs *a)
 	char *src = pipecc_read_file(t->in, &len);
 	if (!src)
 		return cli_error(t, "cannot read %s: %s", t->in_name, plan_strerror(errno));
+	if (starts_as_plan(src, len)) {
+		int rc = convert(t, a, &t0, src, len);
+		free(src);
+		return rc;
+	}
 	CliProgress *pr = cli_progress_start(t, "compiling");
 	Diag d;
 	diag_init(&d, t->in_name, src, len, stderr);

@@ -66,10 +66,13 @@ typedef struct {
 	int max_errors;   // --max-errors
 	int stats;        // --stats
 	int expand;       // --expand: write every world rank (format 2)
+	int plan_format;  // --plan-format: a PlanFormat (plan/binary.h)
 } PipeccArgs;
 
 /* The tool: checks option combinations, reads the source, compiles, writes the output
- * (checked before the work, written whole or not at all).  Returns the exit status. */
+ * (checked before the work, written whole or not at all).  An input that is a plan
+ * (text or binary, told by its first bytes) is verified and written again in
+ * --plan-format: the converter.  Returns the exit status. */
 int pipecc_drive(CliTool *t, PipeccArgs *a);
 /* The registries, one name a line, for scripts and tests that loop over them:
  * pipecc --list-schedules, pipecc --list-layers. */

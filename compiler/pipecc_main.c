@@ -1,12 +1,14 @@
 /* pipecc: the command line.  The options are a table for the shared layer (plan/cli.h);
  * the work is pipecc_drive (compiler/driver.c).  Exit 0 ok, 1 input error, 2 usage. */
+#include "../plan/binary.h"
 #include "pipecc.h"
 #include "program.h"
+
+static const char *const tunes[] = {"strict", "overlap"}; // --tune's models
 
 int main(int argc, char **argv)
 {
 	PipeccArgs a = {.out = "-", .emit = EMIT_PLAN, .dump = -1, .same_rank = -1, .max_errors = DIAG_MAX_ERRORS};
-	static const char *const tunes[] = {"strict", "overlap"};
 	CLI_TABLE_BEGIN
 	const CliOpt opts[] = {
 		{"output", 'o', CLI_OUT, &a.out, "PLAN", "where to write", 1},
@@ -43,6 +45,7 @@ int main(int argc, char **argv)
 		{"expand", 0, CLI_FLAG, &a.expand, NULL,
 		 "write every world rank's lists (plan format 2)\n"
 		 "instead of one pipeline line's (format 3)"},
+		{"plan-format", 0, CLI_ENUM, &a.plan_format, "FORMAT", "the plan's form: text (the reference) or binary", 1, .names = plan_format_names, .nnames = PLAN_FORMAT_COUNT},
 		{"stats", 0, CLI_FLAG, &a.stats, NULL,
 		 "print time, ops per second and peak memory to stderr"},
 		{"list-schedules", 0, CLI_LIST, NULL, NULL, "print the schedule names, one a line",
@@ -56,7 +59,7 @@ int main(int argc, char **argv)
 		.tool = "pipecc",
 		.input = "FILE",
 		.input_what = "input file",
-		.about = "Compiles a .pipe program (docs/language.md) into a plan (docs/plan-format.md).",
+		.about = "Compiles a .pipe program (docs/language.md) into a plan (docs/plan-format.md).\nGiven a plan (text or binary), verifies it and writes it again in --plan-format.",
 		.finding = "errors in the program",
 		.version_extra = "plan format " CLI_XSTR(PLAN_VERSION),
 		.opts = opts,

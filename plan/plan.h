@@ -260,6 +260,7 @@ typedef struct {
 	int64_t line;  // plan-file line, 0 if not applicable
 	int rank;      // -1 if not applicable
 	int64_t op;    // op index on rank, -1 if not applicable
+	uint8_t at_byte; // a binary plan's reader (plan/binary.h): line is the file's byte offset
 	char msg[512];
 } PlanError;
 
@@ -365,8 +366,10 @@ int plan_line_of_base(const Plan *p, int base);
  * one node or span nodes alike): then one line's run is every line's run (docs/pipesim.md,
  * "Line plans").  Work O(world / tp), no ops. */
 int plan_line_uniform(const Plan *p);
-/* Returns NULL and fills err on malformed, truncated or inconsistent input. */
+/* Returns NULL and fills err on malformed, truncated or inconsistent input.  Reads
+ * either form, the text or the binary (plan/binary.h), told apart by the first byte. */
 Plan *plan_read(FILE *f, const char *name, PlanError *err);
+Plan *plan_read_text(FILE *f, const char *name, PlanError *err); // the text form only
 Plan *plan_read_file(const char *path, PlanError *err);
 
 /* ---- tensor parallelism: a stage's parts (plan/tp.c, docs/semantics.md) ----

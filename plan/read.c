@@ -961,7 +961,7 @@ static int read_ranks(Rd *r, Plan *p)
 	return 0;
 }
 
-Plan *plan_read(FILE *f, const char *name, PlanError *err)
+Plan *plan_read_text(FILE *f, const char *name, PlanError *err)
 {
 	Rd r = {.f = f, .err = err, .name = name ? name : "<stdin>"};
 	memset(err, 0, sizeof *err);

@@ -175,7 +175,9 @@ static void plan_error(const CliTool *t, const Plan *p, const PlanError *e)
 	if (!line && p && e->rank >= 0 && e->rank < p->world && e->op >= 0 &&
 	    p->ranks[e->rank].first_line)
 		line = p->ranks[e->rank].first_line + e->op;
-	if (line)
+	if (e->at_byte) // a binary plan's reader: the byte offset
+		fprintf(stderr, "%s: byte %" PRId64 ": error: %s\n", t->in_name, line, e->msg);
+	else if (line)
 		fprintf(stderr, "%s:%" PRId64 ": error: %s\n", t->in_name, line, e->msg);
 	else
 		fprintf(stderr, "%s: error: %s\n", t->in_name, e->msg);

@@ -81,9 +81,9 @@ int sim_write_json(FILE *f, const Plan *p, const SimResult *res, const PlanError
 		      f);
 		jstr(f, verr ? verr->msg : "no result");
 		if (verr)
-			fprintf(f, ",\n  \"error_line\": %" PRId64 ",\n  \"error_rank\": %d,\n"
+			fprintf(f, ",\n  \"error_%s\": %" PRId64 ",\n  \"error_rank\": %d,\n"
 			           "  \"error_op\": %" PRId64,
-			        verr->line, verr->rank, verr->op);
+			        verr->at_byte ? "byte" : "line", verr->line, verr->rank, verr->op);
 		fputs("\n}\n", f);
 		return ferror(f) ? -1 : 0;
 	}

@@ -21,7 +21,9 @@ static int write_one(FILE *f, void *arg)
 
 static void print_plan_error(const char *file, const PlanError *e)
 {
-	if (e->line > 0)
+	if (e->at_byte) // a binary plan's reader: the byte offset
+		fprintf(stderr, "%s: byte %lld: error: %s\n", file, (long long)e->line, e->msg);
+	else if (e->line > 0)
 		fprintf(stderr, "%s:%lld: error: %s\n", file, (long long)e->line, e->msg);
 	else
 		fprintf(stderr, "%s: error: %s\n", file, e->msg);

@@ -2,7 +2,8 @@
 # Runs every libFuzzer target in FUZZBIN for SECONDS each, from seed corpora built out of
 # the project's own inputs: examples/*.pipe, tests/golden/*/*.pipe and the regression
 # seeds in tests/fuzz/seeds/ for fuzz_compile,
-# tests/plans/*/*.plan and the examples compiled by TOOLBIN/pipecc for the plan targets.
+# tests/plans/*/*.plan and the examples compiled by TOOLBIN/pipecc for the plan targets,
+# and those plans converted to the binary form for fuzz_binplan.
 # Prints executions and crashes per target; a crash keeps its input under
 # build/fuzz/crashes/ and fails the run.  Ends with "N passed, N failed".
 # Usage: sh tests/fuzz/run.sh FUZZBIN SECONDS TOOLBIN
@@ -14,13 +15,17 @@ trap 'rm -rf "$work"' EXIT
 crashes=build/fuzz/crashes
 mkdir -p "$crashes"
 
-mkdir -p "$work/pipe" "$work/plan"
+mkdir -p "$work/pipe" "$work/plan" "$work/binplan"
 cp examples/*.pipe "$work/pipe/"
 for f in tests/golden/*/*.pipe tests/fuzz/seeds/*.pipe; do [ -f "$f" ] && cp "$f" "$work/pipe/"; done
 for f in tests/plans/*/*.plan; do cp "$f" "$work/plan/$(basename "$(dirname "$f")")-$(basename "$f")"; done
 for f in examples/*.pipe; do
 	"$TOOLBIN/pipecc" "$f" -o "$work/plan/$(basename "$f" .pipe).plan" 2>/dev/null ||
 		rm -f "$work/plan/$(basename "$f" .pipe).plan"
+done
+for f in "$work"/plan/*.plan; do
+	"$TOOLBIN/pipecc" --plan-format=binary "$f" -o "$work/binplan/$(basename "$f" .plan).bin" \
+		2>/dev/null || rm -f "$work/binplan/$(basename "$f" .plan).bin"
 done
 
 pass=0
@@ -30,6 +35,7 @@ for f in "$FUZZBIN"/fuzz_*; do
 	name=$(basename "$f")
 	case $name in
 	fuzz_compile) seeds=$work/pipe; extra="-dict=tests/fuzz/pipe.dict" ;;
+	fuzz_binplan) seeds=$work/binplan; extra="" ;;
 	*) seeds=$work/plan; extra="" ;;
 	esac
 	mkdir -p "$work/corpus-$name"

@@ -1,0 +1,285 @@
+/* The binary plan form's writer and what its reader (binary_read.c) shares with it:
+ * the per-kind field table, the prediction each op is coded against, and the op check.
+ *
+ * The file is the plan's text with the op lines left out (every rank `ops=0`: plan_write
+ * itself writes it, and the text reader reads it back, so the header, stages, edges,
+ * routes and peers are exactly the text form's), then each rank's ops coded as a header
+ * byte and the fields that differ from a prediction, then a lanes4 checksum of it all.
+ * The prediction is the rank's previous op of the same kind with the next microbatch,
+ * and the next comm group (or the same, by a header bit): most ops of a large plan are
+ * one byte.  Every plan has exactly one coding (a field is present only when it differs,
+ * varints are minimal), so binary -> plan -> binary gives back the same bytes. */
+#include "binary_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+const char *const plan_format_names[PLAN_FORMAT_COUNT] = {"text", "binary"};
+
+/* Which fields each kind uses; the rest stay at the empty op's values. */
+const uint16_t plan_bin_uses[OP_COUNT] = {
+	[OP_F] = BF_STAGE | BF_MB | BF_LINE | BF_PART,
+	[OP_B] = BF_STAGE | BF_MB | BF_LINE | BF_PART,
+	[OP_W] = BF_STAGE | BF_MB | BF_LINE,
+	[OP_BW] = BF_STAGE | BF_MB | BF_LINE | BF_PART,
+	[OP_SEND] = BF_STAGE | BF_MB | BF_PEER | BF_GROUP | BF_ROUTE | BF_LINE | BF_BYTES | BF_DIR,
+	[OP_RECV] = BF_STAGE | BF_MB | BF_PEER | BF_GROUP | BF_ROUTE | BF_LINE | BF_BYTES | BF_DIR,
+	[OP_ALLREDUCE] = BF_STAGE | BF_GROUP | BF_LINE | BF_BYTES,
+	[OP_OPTIM] = BF_STAGE | BF_LINE,
+	[OP_TIEREDUCE] = BF_STAGE | BF_PEER | BF_GROUP | BF_LINE | BF_BYTES,
+	[OP_TPREDUCE] = BF_STAGE | BF_MB | BF_GROUP | BF_LINE | BF_BYTES | BF_DIR | BF_PART,
+};
+
+void plan_bin_ctx_init(BinCtx *c)
+{
+	for (int s = 0; s < BIN_SLOTS; s++)
+		c->prev[s] = (PlanOp){.kind = (uint8_t)(s % OP_COUNT), .dir = s >= OP_COUNT,
+		                      .mb = -1, .peer = -1, .group = -1, .route = -1};
+	for (int s = 0; s < BIN_SLOTS; s++)
+		c->mb[s] = -1;
+	c->group = -1;
+	c->seen = 0;
+}
+
+PlanOpLimits plan_op_limits(const Plan *p)
+{
+	return (PlanOpLimits){p->nstages, p->nedges, p->nroutes, p->microbatches, p->world, 0, 0};
+}
+
+/* v within [lo, hi], else -1 with the text reader's words for it. */
+static int range(int64_t v, int64_t lo, int64_t hi, const char *what, char *msg, size_t n)
+{
+	if (v >= lo && v <= hi)
+		return 0;
+	snprintf(msg, n, "%s %lld out of range [%lld, %lld]", what, (long long)v, (long long)lo,
+	         (long long)hi);
+	return -1;
+}
+
+int plan_op_check(const PlanOpLimits *l, int tp, const PlanOp *o, char *msg, size_t n)
+{
+	if (o->kind >= OP_COUNT) {
+		snprintf(msg, n, "unknown op kind %d", o->kind);
+		return -1;
+	}
+	OpKind k = plan_op_kind(o);
+	unsigned u = plan_bin_uses[k];
+	int p2p = k == OP_SEND || k == OP_RECV;
+	int peers = l->stride ? l->line_ranks : l->world;
+	if (range(o->stage, 0, (p2p ? l->edges : l->stages) - 1, p2p ? "e=" : "stage", msg, n) ||
+	    ((u & BF_MB) && range(o->mb, 0, l->mbs - 1, "microbatch", msg, n)) ||
+	    ((u & BF_PEER) && range(o->peer, 0, peers - 1, "rank", msg, n)) ||
+	    ((u & BF_GROUP) && range(o->group, 0, INT32_MAX, "g=", msg, n)) ||
+	    ((u & BF_ROUTE) && range(o->route, 0, l->routes - 1, "r=", msg, n)) ||
+	    ((u & BF_BYTES) && range(o->bytes, k == OP_TPREDUCE, INT64_MAX / 8, "bytes=", msg, n)) ||
+	    range(o->src_line, 0, INT32_MAX, "source line", msg, n) ||
+	    ((u & BF_DIR) && range(o->dir, 0, DIR_COUNT - 1, "direction", msg, n)))
+		return -1;
+	if (k == OP_TPREDUCE && tp == 1) {
+		snprintf(msg, n, "a TPREDUCE in a plan with tp=1 (it all-reduces over the tp group)");
+		return -1;
+	}
+	if (o->part && k != OP_TPREDUCE && tp == 1) {
+		snprintf(msg, n, "part= in a plan with tp=1 (stages have one part each way)");
+		return -1;
+	}
+	/* What the kind does not use is the empty op's: -1 for numbers, 0 for the rest. */
+	if ((!(u & BF_MB) && o->mb != -1) || (!(u & BF_PEER) && o->peer != -1) ||
+	    (!(u & BF_GROUP) && o->group != -1) || (!(u & BF_ROUTE) && o->route != -1) ||
+	    (!(u & BF_BYTES) && o->bytes) || (!(u & BF_DIR) && o->dir) ||
+	    (!(u & BF_PART) && o->part)) {
+		snprintf(msg, n, "a %s op with a field its kind does not have", plan_ops[k].name);
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- the writer ---- */
+
+typedef struct {
+	FILE *f;
+	unsigned char *buf;
+	size_t n;
+	PlanHash h;
+	int err;
+} Bw;
+
+#define BW_BUF (1 << 20)
+#define BW_ROOM 128 // an op's coding is at most 2 + 8 * 10 bytes
+
+static void bw_flush(Bw *w)
+{
+	plan_hash_update(&w->h, w->buf, w->n);
+	if (w->n && fwrite(w->buf, 1, w->n, w->f) != w->n)
+		w->err = 1;
+	w->n = 0;
+}
+
+static void bw_bytes(Bw *w, const void *s, size_t n)
+{
+	const unsigned char *u = s;
+	while (n) {
+		if (w->n == BW_BUF)
+			bw_flush(w);
+		size_t k = BW_BUF - w->n < n ? BW_BUF - w->n : n;
+		memcpy(w->buf + w->n, u, k);
+		w->n += k;
+		u += k;
+		n -= k;
+	}
+}
+
+static void bw_le(Bw *w, uint64_t v, int bytes)
+{
+	unsigned char b[8];
+	for (int i = 0; i < bytes; i++)
+		b[i] = (unsigned char)(v >> (8 * i));
+	bw_bytes(w, b, (size_t)bytes);
+}
+
+static inline unsigned char *put_varint(unsigned char *d, uint64_t v)
+{
+	while (v >= 0x80) {
+		*d++ = (unsigned char)(v | 0x80);
+		v >>= 7;
+	}
+	*d++ = (unsigned char)v;
+	return d;
+}
+
+static inline uint64_t zigzag(int64_t d)
+{
+	return ((uint64_t)d << 1) ^ (uint64_t)(d >> 63);
+}
+
+static inline int64_t diff(int64_t a, int64_t b)
+{
+	return (int64_t)((uint64_t)a - (uint64_t)b);
+}
+
+/* Op o as the text form says it: the fields its kind does not have (which plan_write
+ * leaves out) at the empty op's values. */
+static PlanOp as_written(const PlanOp *o)
+{
+	unsigned u = plan_bin_uses[o->kind];
+	PlanOp c = *o;
+	c.mb = u & BF_MB ? c.mb : -1;
+	c.peer = u & BF_PEER ? c.peer : -1;
+	c.group = u & BF_GROUP ? c.group : -1;
+	c.route = u & BF_ROUTE ? c.route : -1;
+	c.bytes = u & BF_BYTES ? c.bytes : 0;
+	c.dir = u & BF_DIR ? c.dir : 0;
+	c.part = u & BF_PART ? c.part : 0;
+	c.src_line = c.src_line > 0 ? c.src_line : 0;
+	return c;
+}
+
+/* Codes op op against the prediction from c, and makes it the slot's previous op. */
+static void put_op(Bw *w, BinCtx *c, const PlanOp *op)
+{
+	if (w->n + BW_ROOM > BW_BUF)
+		bw_flush(w);
+	PlanOp canon = as_written(op);
+	const PlanOp *o = &canon;
+	OpKind k = plan_op_kind(o);
+	int same = (plan_bin_uses[k] & BF_GROUP) && o->group == c->group;
+	PlanOp pr = plan_bin_predict(c, k, o->dir, same);
+	int64_t d[BIN_FIELDS] = {diff(o->stage, pr.stage), diff(o->mb, pr.mb), diff(o->peer, pr.peer),
+	                         diff(o->group, pr.group), diff(o->route, pr.route),
+	                         diff(o->src_line, pr.src_line), diff(o->bytes, pr.bytes), 0};
+	unsigned mask = 0;
+	for (int i = 0; i < BIN_FIELDS - 1; i++)
+		if (d[i])
+			mask |= 1u << i;
+	if (o->part != pr.part)
+		mask |= 1u << (BIN_FIELDS - 1);
+	unsigned char *p = w->buf + w->n;
+	*p++ = (unsigned char)(k | (same ? BIN_SAME_GROUP : 0) | (mask ? BIN_FIELDS_FOLLOW : 0) |
+	                       (o->dir ? BIN_GRAD : 0));
+	if (mask) {
+		*p++ = (unsigned char)mask;
+		for (int i = 0; i < BIN_FIELDS - 1; i++)
+			if (mask & (1u << i))
+				p = put_varint(p, zigzag(d[i]));
+		if (mask & (1u << (BIN_FIELDS - 1)))
+			p = put_varint(p, o->part);
+	}
+	w->n = (size_t)(p - w->buf);
+	plan_bin_commit(c, o);
+}
+
+/* The text part: p's text form with every op list left out. */
+char *plan_bin_text(const Plan *p, size_t *len)
+{
+	Plan c = *p;
+	c.ranks = malloc((size_t)(p->world ? p->world : 1) * sizeof *c.ranks);
+	if (!c.ranks)
+		return NULL;
+	for (int r = 0; r < p->world; r++) {
+		c.ranks[r] = p->ranks[r];
+		c.ranks[r].nops = 0;
+	}
+	char *buf = NULL;
+	FILE *f = open_memstream(&buf, len);
+	int bad = !f || plan_write(&c, f);
+	if (f && fclose(f))
+		bad = 1;
+	free(c.ranks);
+	if (bad) {
+		free(buf);
+		return NULL;
+	}
+	return buf;
+}
+
+int plan_write_binary(const Plan *p, FILE *f)
+{
+	if (p->view)
+		return -1; // a one-rank view is not a plan to write
+	size_t tlen;
+	char *text = plan_bin_text(p, &tlen);
+	Bw w = {.f = f, .buf = malloc(BW_BUF)};
+	if (!text || !w.buf) {
+		free(text);
+		free(w.buf);
+		return -1;
+	}
+	plan_hash_init(&w.h, PLAN_SUM_LANES4);
+	bw_bytes(&w, PLAN_BIN_MAGIC, PLAN_BIN_MAGIC_LEN);
+	bw_le(&w, PLAN_BIN_VERSION, 4);
+	bw_le(&w, tlen, 8);
+	bw_bytes(&w, text, tlen);
+	free(text);
+	for (int r = 0; r < p->world; r++) {
+		const PlanRank *rk = &p->ranks[r];
+		BinCtx c;
+		plan_bin_ctx_init(&c);
+		unsigned char v[10];
+		bw_bytes(&w, v, (size_t)(put_varint(v, (uint64_t)rk->nops) - v));
+		for (int64_t i = 0; i < rk->nops; i++)
+			put_op(&w, &c, &rk->ops[i]);
+	}
+	bw_flush(&w);
+	bw_le(&w, plan_hash_final(&w.h), 8);
+	if (w.n && fwrite(w.buf, 1, w.n, f) != w.n) // the checksum itself is not hashed
+		w.err = 1;
+	free(w.buf);
+	if (fflush(f) != 0)
+		w.err = 1;
+	return w.err ? -1 : 0;
+}
+
+int plan_write_as(const Plan *p, FILE *f, int fmt, int expand)
+{
+	if (fmt != PLAN_FORMAT_BINARY)
+		return expand ? plan_write_expanded(p, f) : plan_write(p, f);
+	if (!expand || !p->line)
+		return plan_write_binary(p, f);
+	size_t failed;
+	Plan *e = plan_expand(p, &failed);
+	if (!e)
+		return -1;
+	int rc = plan_write_binary(e, f);
+	plan_free(e);
+	return rc;
+}

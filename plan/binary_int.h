@@ -1,0 +1,78 @@
+/* What the binary plan's writer (binary.c) and reader (binary_read.c) share: the op
+ * coding's constants and the prediction an op is coded against.  Private to plan/. */
+#ifndef PLAN_BINARY_INT_H
+#define PLAN_BINARY_INT_H
+
+#include "binary.h"
+
+/* An op's header byte: its kind in the low 4 bits, then these; bit 7 is 0. */
+#define BIN_KIND_MASK 0x0f
+#define BIN_SAME_GROUP 0x10    // a comm op in the group of the rank's previous comm op
+#define BIN_FIELDS_FOLLOW 0x20 // a field mask byte and the fields it names follow
+#define BIN_GRAD 0x40          // SEND, RECV, TPREDUCE: direction grad (else act)
+#define BIN_HEAD_RESERVED 0x80
+#define BIN_FIELDS 8           // bits of the field mask, in the order the fields follow
+#define BIN_OP_MAX (2 + BIN_FIELDS * 10) // the longest coding of an op
+
+/* The fields a kind uses (plan_bin_uses); the first seven are the mask bits in
+ * BIN_FIELDS' order, the last mask bit is part; dir is in the header byte. */
+enum {
+	BF_STAGE = 1,  // stage, or edge for SEND/RECV
+	BF_MB = 2,     // microbatch
+	BF_PEER = 4,   // peer rank
+	BF_GROUP = 8,  // comm group
+	BF_ROUTE = 16, // route
+	BF_LINE = 32,  // .pipe source line (every kind)
+	BF_BYTES = 64, // bytes moved
+	BF_PART = 128, // a stage's part (mask bit 7)
+	BF_DIR = 256,  // direction (the header's BIN_GRAD)
+};
+extern const uint16_t plan_bin_uses[OP_COUNT];
+
+/* Per rank: the previous op of each slot (a kind and, for kinds with one, a direction:
+ * a SEND of activations is predicted from the last one, not from a gradient's) and the
+ * previous comm op's group. */
+#define BIN_SLOTS (2 * OP_COUNT)
+typedef struct {
+	PlanOp prev[BIN_SLOTS]; // but its mb and group: those are below
+	int32_t mb[BIN_SLOTS];  // the slot's previous microbatch (-1 before its first op)
+	int32_t group; // -1 before the rank's first comm op
+	unsigned seen; // bit s: prev[s] is an op of the rank (checked), not the empty op
+} BinCtx;
+
+static inline unsigned plan_bin_slot(unsigned kind, unsigned dir)
+{
+	return kind + (dir ? OP_COUNT : 0);
+}
+
+void plan_bin_ctx_init(BinCtx *c);
+
+/* The op of kind k and direction dir predicted next: the slot's previous op with the
+ * next microbatch, in the same comm group as the previous comm op (same) or the next
+ * one.  Group numbers wrap as 32-bit numbers, the writer's and the reader's alike. */
+static inline PlanOp plan_bin_predict(const BinCtx *c, OpKind k, unsigned dir, int same)
+{
+	unsigned s = plan_bin_slot(k, dir);
+	PlanOp p = c->prev[s];
+	p.mb = c->mb[s] + ((plan_bin_uses[k] & BF_MB) != 0); // below the microbatches: no overflow
+	p.group = -1;
+	if (plan_bin_uses[k] & BF_GROUP)
+		p.group = (int32_t)((uint32_t)c->group + (same ? 0u : 1u));
+	return p;
+}
+
+static inline void plan_bin_commit(BinCtx *c, const PlanOp *o)
+{
+	unsigned s = plan_bin_slot(o->kind, o->dir);
+	c->prev[s] = *o;
+	c->mb[s] = o->mb;
+	if (plan_bin_uses[o->kind] & BF_GROUP)
+		c->group = o->group;
+	c->seen |= 1u << s;
+}
+
+/* The text part of p's binary form: its text with every op list left out (malloc'd,
+ * *len bytes); NULL when out of memory. */
+char *plan_bin_text(const Plan *p, size_t *len);
+
+#endif

@@ -1,0 +1,452 @@
+/* The binary plan reader (docs/plan-format.md, "Binary form"), the inverse of
+ * plan_write_binary.  The text part goes through the text reader, so what it checks
+ * there is checked here; every op decoded passes plan_op_check, the text reader's
+ * ranges; the checksum at the end covers every byte before it.  Errors name the file's
+ * byte offset (PlanError.at_byte).  Counts are bounded by the bytes left in the file
+ * (or, from a pipe, arrays grow as data arrives), so a corrupted count cannot make us
+ * allocate much.  The file is read in blocks and hashed as they are used up. */
+#include "binary_int.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define BR_BLOCK (1 << 20)
+
+typedef struct {
+	FILE *f;
+	unsigned char *blk;
+	size_t len, pos, hashed; // blk[0, len) read; [0, pos) used; [0, hashed) hashed
+	int64_t base;            // file offset of blk[0]
+	int eof;
+	int64_t size;            // the file's size when it is a regular file, else -1
+	PlanHash h;
+	PlanError *err;
+	int failed;
+	const char *name;
+} Br;
+
+static int fail(Br *r, int64_t at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(Br *r, int64_t at, const char *fmt, ...)
+{
+	if (r->failed)
+		return -1;
+	r->failed = 1;
+	r->err->line = at;
+	r->err->at_byte = 1;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(r->err->msg, sizeof r->err->msg, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+static int64_t here(const Br *r)
+{
+	return r->base + (int64_t)r->pos;
+}
+
+/* Hashes what is used, keeps the rest and reads until need bytes are there or the file
+ * ends.  Returns whether they are. */
+static int more(Br *r, size_t need)
+{
+	plan_hash_update(&r->h, r->blk + r->hashed, r->pos - r->hashed);
+	size_t rest = r->len - r->pos;
+	memmove(r->blk, r->blk + r->pos, rest);
+	r->base += (int64_t)r->pos;
+	r->len = rest;
+	r->pos = r->hashed = 0;
+	while (r->len < need && !r->eof) {
+		size_t k = fread(r->blk + r->len, 1, BR_BLOCK - r->len, r->f);
+		if (k == 0)
+			r->eof = 1;
+		r->len += k;
+	}
+	return r->len >= need;
+}
+
+static int have(Br *r, size_t n)
+{
+	return r->len - r->pos >= n || more(r, n);
+}
+
+static uint64_t le(const unsigned char *u, int bytes)
+{
+	uint64_t v = 0;
+	for (int i = bytes - 1; i >= 0; i--)
+		v = v << 8 | u[i];
+	return v;
+}
+
+/* A minimal LEB128 varint from [*pp, e): 0, or -1 when the bytes end first, -2 when it
+ * is longer than it needs to be or does not fit 64 bits. */
+static inline int varint(const unsigned char **pp, const unsigned char *e, uint64_t *v)
+{
+	const unsigned char *p = *pp;
+	if (p < e && *p < 0x80) { // most are one byte
+		*v = *p;
+		*pp = p + 1;
+		return 0;
+	}
+	uint64_t x = 0;
+	for (int s = 0;; s += 7) {
+		if (p == e)
+			return -1;
+		unsigned b = *p++;
+		if (s == 63 && b > 1)
+			return -2;
+		x |= (uint64_t)(b & 0x7f) << s;
+		if (!(b & 0x80)) {
+			if (b == 0 && s)
+				return -2;
+			break;
+		}
+	}
+	*v = x;
+	*pp = p;
+	return 0;
+}
+
+static int varint_fail(Br *r, int64_t at, int rc, const char *what)
+{
+	if (rc == -1)
+		return fail(r, at, "the file ends inside %s (truncated file?)", what);
+	return fail(r, at, "bad number in %s: not a minimal varint of at most 64 bits", what);
+}
+
+/* The 20-byte head: magic, version, length of the text part. */
+static int read_head(Br *r, uint64_t *tlen)
+{
+	have(r, PLAN_BIN_HEAD);
+	for (int i = 0; i < PLAN_BIN_MAGIC_LEN; i++) {
+		if (i >= (int)r->len)
+			return fail(r, i, "the file ends inside the binary plan's magic (truncated file?)");
+		if (r->blk[i] != (unsigned char)PLAN_BIN_MAGIC[i])
+			return fail(r, i, "not a pipecc plan (a binary plan starts with the bytes 89 50 43 "
+			                  "50 0d 0a 1a 0a)");
+	}
+	if (r->len < PLAN_BIN_HEAD)
+		return fail(r, (int64_t)r->len, "the file ends inside the binary plan's header "
+		                                 "(truncated file?)");
+	uint64_t v = le(r->blk + 8, 4);
+	if (v != PLAN_BIN_VERSION)
+		return fail(r, 8, "binary plan format version %" PRIu64 " is not supported (this build "
+		                  "reads version %d)", v, PLAN_BIN_VERSION);
+	*tlen = le(r->blk + 12, 8);
+	uint64_t room = r->size >= 0 ? (uint64_t)r->size : (uint64_t)INT64_MAX;
+	if (*tlen == 0 || *tlen > room || room - *tlen < PLAN_BIN_HEAD + PLAN_BIN_TRAILER)
+		return fail(r, 12, "text part of %" PRIu64 " bytes does not fit the file", *tlen);
+	r->pos = PLAN_BIN_HEAD;
+	return 0;
+}
+
+/* The text part, copied out; its buffer grows as bytes arrive (a pipe's size is not
+ * known, and the length may lie). */
+static char *read_text(Br *r, uint64_t n)
+{
+	size_t cap = n < BR_BLOCK ? (size_t)n : BR_BLOCK, got = 0;
+	char *t = malloc(cap);
+	while (t && got < n) {
+		if (!have(r, 1)) {
+			fail(r, here(r), "the file ends inside the text part (truncated file?)");
+			break;
+		}
+		size_t k = r->len - r->pos < n - got ? r->len - r->pos : (size_t)(n - got);
+		if (got + k > cap) {
+			cap = cap * 2 < n ? cap * 2 : (size_t)n;
+			char *b = realloc(t, cap);
+			if (!b)
+				break;
+			t = b;
+		}
+		memcpy(t + got, r->blk + r->pos, k);
+		got += k;
+		r->pos += k;
+	}
+	if (!r->failed && (!t || got < n)) {
+		char m[160];
+		fail(r, here(r), "%s", plan_oom_text(m, sizeof m, 0, cap));
+	}
+	if (r->failed) {
+		free(t);
+		return NULL;
+	}
+	return t;
+}
+
+/* Byte offset in the file of line `line` (1-based) of the text part t. */
+static int64_t text_offset(const char *t, size_t n, int64_t line)
+{
+	size_t at = 0;
+	for (int64_t l = 1; l < line && at < n; l++) {
+		const char *nl = memchr(t + at, '\n', n - at);
+		at = nl ? (size_t)(nl - t) + 1 : n;
+	}
+	return PLAN_BIN_HEAD + (int64_t)at;
+}
+
+/* The plan without its ops, from the text part; it must be exactly what the writer
+ * puts there (plan_bin_text of the plan it reads as). */
+static Plan *read_skeleton(Br *r, uint64_t tlen)
+{
+	char *t = read_text(r, tlen);
+	if (!t)
+		return NULL;
+	static const char v3[] = PLAN_FORMAT " 3 ", v2[] = PLAN_FORMAT " 2 ";
+	if (tlen < sizeof v3 || (memcmp(t, v3, sizeof v3 - 1) && memcmp(t, v2, sizeof v2 - 1))) {
+		free(t);
+		fail(r, PLAN_BIN_HEAD, "the text part must start with '%s 3' or '%s 2'", PLAN_FORMAT,
+		     PLAN_FORMAT);
+		return NULL;
+	}
+	PlanError e;
+	FILE *f = fmemopen(t, (size_t)tlen, "r");
+	Plan *p = f ? plan_read_text(f, r->name, &e) : NULL;
+	if (f)
+		fclose(f);
+	if (!p) {
+		fail(r, text_offset(t, (size_t)tlen, e.line), "in the text part, line %" PRId64 ": %s",
+		     e.line, f ? e.msg : "out of memory");
+		free(t);
+		return NULL;
+	}
+	size_t n2;
+	char *t2 = plan_bin_text(p, &n2);
+	if (!t2 || n2 != tlen || memcmp(t, t2, n2)) {
+		size_t i = 0;
+		while (t2 && i < n2 && i < tlen && t[i] == t2[i])
+			i++;
+		fail(r, PLAN_BIN_HEAD + (int64_t)i, t2 ? "the text part is not the one pipecc writes "
+		                                         "for its plan (ops listed, or hand-edited)"
+		                                       : "out of memory");
+		plan_free(p);
+		p = NULL;
+	}
+	free(t);
+	free(t2);
+	return p;
+}
+
+/* One op at the cursor, coded against c's prediction; checked, then made the kind's
+ * previous op. */
+static int get_op(Br *r, BinCtx *c, const PlanOpLimits *l, int tp, PlanOp *o, int rank,
+                  int64_t i)
+{
+	if (r->len - r->pos < BIN_OP_MAX && !r->eof)
+		more(r, BIN_OP_MAX);
+	const unsigned char *p = r->blk + r->pos, *e = r->blk + r->len;
+	int64_t at = here(r);
+	if (p == e)
+		return fail(r, at, "the file ends inside rank %d's op %" PRId64 " (truncated file?)", rank,
+		            i);
+	unsigned h = *p++, k = h & BIN_KIND_MASK;
+	if (k >= OP_COUNT || (h & BIN_HEAD_RESERVED) ||
+	    ((h & BIN_SAME_GROUP) && !(plan_bin_uses[k] & BF_GROUP)) ||
+	    ((h & BIN_GRAD) && !(plan_bin_uses[k] & BF_DIR)))
+		return fail(r, at, "rank %d op %" PRId64 ": bad op header byte 0x%02x", rank, i, h);
+	unsigned dir = (h & BIN_GRAD) != 0;
+	*o = plan_bin_predict(c, (OpKind)k, dir, (h & BIN_SAME_GROUP) != 0);
+	int check = !(c->seen & (1u << plan_bin_slot(k, dir)));
+	if (!(h & BIN_FIELDS_FOLLOW)) {
+		/* The kind's previous op passed the check; only mb and group moved. */
+		if (((plan_bin_uses[k] & BF_MB) && o->mb >= l->mbs) ||
+		    ((plan_bin_uses[k] & BF_GROUP) && o->group < 0))
+			check = 1;
+	} else {
+		check = 1;
+		if (p == e)
+			return fail(r, at, "the file ends inside rank %d's op %" PRId64 " (truncated file?)",
+			            rank, i);
+		unsigned mask = *p++;
+		if (!mask)
+			return fail(r, at, "rank %d op %" PRId64 ": empty field mask", rank, i);
+		int64_t v[BIN_FIELDS - 1] = {o->stage, o->mb, o->peer, o->group, o->route, o->src_line,
+		                             o->bytes};
+		for (int f = 0; f < BIN_FIELDS; f++) {
+			if (!(mask & (1u << f)))
+				continue;
+			uint64_t x;
+			int rc = varint(&p, e, &x);
+			if (rc)
+				return varint_fail(r, at, rc, "an op");
+			if (f == BIN_FIELDS - 1) {
+				if (x > UINT16_MAX || x == o->part)
+					return fail(r, at, "rank %d op %" PRId64 ": bad part", rank, i);
+				o->part = (uint16_t)x;
+				continue;
+			}
+			int64_t d = (int64_t)((x >> 1) ^ -(x & 1)); // zigzag
+			if (!d)
+				return fail(r, at, "rank %d op %" PRId64 ": a field coded that is predicted",
+				            rank, i);
+			v[f] = (int64_t)((uint64_t)v[f] + (uint64_t)d);
+			if (f < BIN_FIELDS - 2 && (v[f] < INT32_MIN || v[f] > INT32_MAX))
+				return fail(r, at, "rank %d op %" PRId64 ": field %d out of range", rank, i, f);
+		}
+		o->stage = (int32_t)v[0];
+		o->mb = (int32_t)v[1];
+		o->peer = (int32_t)v[2];
+		o->group = (int32_t)v[3];
+		o->route = (int32_t)v[4];
+		o->src_line = (int32_t)v[5];
+		o->bytes = v[6];
+	}
+	char msg[256];
+	if (check && plan_op_check(l, tp, o, msg, sizeof msg))
+		return fail(r, at, "rank %d op %" PRId64 ": %s", rank, i, msg);
+	plan_bin_commit(c, o);
+	r->pos = (size_t)(p - r->blk);
+	return 0;
+}
+
+/* The ops that are their prediction, one header byte each (most of a large plan), while
+ * the block holds a whole op: only the microbatch and the group move, and they are
+ * checked here; anything else is left to get_op. */
+static void fast_ops(Br *r, BinCtx *c, const PlanOpLimits *l, PlanRank *rk)
+{
+	if (r->len - r->pos < BIN_OP_MAX && !r->eof)
+		more(r, BIN_OP_MAX);
+	const unsigned char *p = r->blk + r->pos;
+	const unsigned char *end = r->len >= BIN_OP_MAX ? r->blk + r->len - BIN_OP_MAX : r->blk;
+	PlanOp *out = rk->ops + rk->nops, *last = rk->ops + rk->ops_cap;
+	while (p < end && out < last) {
+		unsigned h = *p, k = h & BIN_KIND_MASK;
+		if ((h & (BIN_FIELDS_FOLLOW | BIN_HEAD_RESERVED)) || k >= OP_COUNT)
+			break;
+		unsigned uses = plan_bin_uses[k], slot = plan_bin_slot(k, h & BIN_GRAD);
+		if (!(c->seen & (1u << slot)) || ((h & BIN_SAME_GROUP) && !(uses & BF_GROUP)) ||
+		    ((h & BIN_GRAD) && !(uses & BF_DIR)))
+			break;
+		/* prev[slot] is not written here: a load of what was just stored in part stalls. */
+		int32_t mb = c->mb[slot] + ((uses & BF_MB) != 0), group = -1;
+		if (uses & BF_GROUP)
+			group = (int32_t)((uint32_t)c->group + !(h & BIN_SAME_GROUP));
+		if (mb >= l->mbs || ((uses & BF_GROUP) && group < 0))
+			break;
+		c->mb[slot] = mb;
+		if (uses & BF_GROUP)
+			c->group = group;
+		*out = c->prev[slot];
+		out->mb = mb;
+		out->group = group;
+		out++;
+		p++;
+	}
+	rk->nops = out - rk->ops;
+	r->pos = (size_t)(p - r->blk);
+}
+
+/* Rank rk's op count and ops. */
+static int read_rank_ops(Br *r, const Plan *p, int rank, const PlanOpLimits *l)
+{
+	PlanRank *rk = &p->ranks[rank];
+	have(r, 10);
+	const unsigned char *q = r->blk + r->pos;
+	int64_t at = here(r);
+	uint64_t n;
+	int rc = varint(&q, r->blk + r->len, &n);
+	if (rc)
+		return varint_fail(r, at, rc, "an op count");
+	r->pos = (size_t)(q - r->blk);
+	/* Each op takes a byte at least. */
+	uint64_t left = r->size >= 0 ? (uint64_t)(r->size - here(r)) : (uint64_t)INT64_MAX / 64;
+	if (n > left || n > (uint64_t)INT64_MAX / 64)
+		return fail(r, at, "rank %d: %" PRIu64 " ops do not fit the file", rank, n);
+	free(rk->ops);
+	rk->ops = NULL;
+	rk->nops = rk->ops_cap = 0;
+	int tp = p->dims[DIM_TP];
+	BinCtx c;
+	plan_bin_ctx_init(&c);
+	while (rk->nops < (int64_t)n) {
+		if (rk->nops == rk->ops_cap) {
+			/* Known size: the count, bounded above.  A pipe: doubling up to it. */
+			int64_t cap = r->size >= 0 ? (int64_t)n : rk->ops_cap ? rk->ops_cap * 2 : 1 << 16;
+			cap = cap < (int64_t)n ? cap : (int64_t)n;
+			PlanOp *o = realloc(rk->ops, (size_t)cap * sizeof *o);
+			if (!o) {
+				char m[160];
+				return fail(r, at, "%s", plan_oom_text(m, sizeof m, (int64_t)n,
+				                                       (size_t)cap * sizeof *o));
+			}
+			rk->ops = o;
+			rk->ops_cap = cap;
+		}
+		fast_ops(r, &c, l, rk);
+		if (rk->nops < rk->ops_cap) {
+			if (get_op(r, &c, l, tp, &rk->ops[rk->nops], rank, rk->nops))
+				return -1;
+			rk->nops++;
+		}
+	}
+	return 0;
+}
+
+/* The checksum after the last rank, then the end of the file. */
+static int read_trailer(Br *r)
+{
+	plan_hash_update(&r->h, r->blk + r->hashed, r->pos - r->hashed);
+	r->hashed = r->pos;
+	int64_t at = here(r);
+	if (!have(r, PLAN_BIN_TRAILER))
+		return fail(r, at, "the file ends inside the checksum (truncated file?)");
+	uint64_t want = le(r->blk + r->pos, 8), got = plan_hash_final(&r->h);
+	r->pos += PLAN_BIN_TRAILER;
+	r->hashed = r->pos;
+	if (want != got)
+		return fail(r, at, "checksum mismatch: the plan was changed after pipecc wrote it (the "
+		                   "file says %016" PRIx64 ", its bytes hash to %016" PRIx64 ")",
+		            want, got);
+	if (have(r, 1))
+		return fail(r, here(r), "data after the checksum");
+	return 0;
+}
+
+Plan *plan_read_binary(FILE *f, const char *name, PlanError *err)
+{
+	memset(err, 0, sizeof *err);
+	err->rank = -1;
+	err->op = -1;
+	Br r = {.f = f, .err = err, .name = name ? name : "<stdin>", .size = -1};
+	struct stat st;
+	int fd = fileno(f);
+	if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ftello(f) == 0)
+		r.size = st.st_size;
+	plan_hash_init(&r.h, PLAN_SUM_LANES4);
+	if (!(r.blk = malloc(BR_BLOCK))) {
+		plan_oom_text(err->msg, sizeof err->msg, 0, BR_BLOCK);
+		return NULL;
+	}
+	uint64_t tlen = 0;
+	Plan *p = NULL;
+	if (!read_head(&r, &tlen))
+		p = read_skeleton(&r, tlen);
+	if (p) {
+		PlanOpLimits l = plan_op_limits(p);
+		int bad = 0;
+		for (int i = 0; i < p->world && !bad; i++)
+			bad = read_rank_ops(&r, p, i, &l);
+		if (bad || read_trailer(&r)) {
+			plan_free(p);
+			p = NULL;
+		}
+	}
+	free(r.blk);
+	if (!p)
+		return NULL;
+	/* Its file has no lines: the verifier names ranks, ops and routes instead. */
+	p->routes_line = 0;
+	for (int i = 0; i < p->world; i++)
+		p->ranks[i].line = p->ranks[i].first_line = 0;
+	return p;
+}
+
+Plan *plan_read(FILE *f, const char *name, PlanError *err)
+{
+	int c = getc(f);
+	if (c != EOF && ungetc(c, f) == c && plan_is_binary_start(c))
+		return plan_read_binary(f, name, err);
+	return plan_read_text(f, name, err);
+}

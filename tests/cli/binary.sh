@@ -1,0 +1,114 @@
+#!/bin/sh
+# The binary plan form (docs/plan-format.md "Binary form"): pipecc --plan-format=binary
+# writes it, pipesim and piperun read it with no flag and say what they say on the
+# text; pipecc given a plan converts it, text -> binary -> text and binary -> text ->
+# binary byte for byte on every example (line and expanded) and test plan; a damaged
+# binary plan is refused at a byte, with exit 1; wrong combinations are usage errors.
+: "${BIN:=bin}"
+TOOL=binary
+. tests/lib/cli.sh
+
+# trip NAME TEXTPLAN: text -> binary -> text and binary -> text -> binary are identical.
+trip() {
+	name=$1 plan=$2
+	why=""
+	"$BIN/pipecc" "$plan" --plan-format=binary -o "$dir/t.bin" 2>"$dir/err" || why="to binary: $(cat "$dir/err")"
+	"$BIN/pipecc" "$dir/t.bin" -o "$dir/t.txt" 2>"$dir/err" || why="$why; to text: $(cat "$dir/err")"
+	"$BIN/pipecc" "$dir/t.txt" --plan-format binary -o "$dir/t2.bin" 2>"$dir/err" || why="$why; again: $(cat "$dir/err")"
+	cmp -s "$dir/t.bin" "$dir/t2.bin" || why="$why; binary -> text -> binary differs"
+	"$BIN/pipecc" "$plan" -o "$dir/canon.txt" 2>/dev/null # the text pipecc writes for it
+	cmp -s "$dir/t.txt" "$dir/canon.txt" || why="$why; text -> binary -> text differs"
+	[ "$(head -c 4 "$dir/t.bin" | od -An -tx1 | tr -d ' ')" = 89504350 ] || why="$why; no binary magic"
+	check "$name" "$([ -z "$why" ]; echo $?)" "$why"
+}
+
+for f in examples/*.pipe; do
+	b=$(basename "$f" .pipe)
+	"$BIN/pipecc" "$f" -o "$dir/$b.plan" 2>/dev/null || continue
+	trip "$b: round trips byte for byte" "$dir/$b.plan"
+	cmp -s "$dir/t.txt" "$dir/$b.plan"
+	check "$b: its text back is pipecc's" $? "differs"
+	"$BIN/pipecc" --expand "$f" -o "$dir/$b.x.plan" 2>/dev/null || continue
+	trip "$b --expand: round trips byte for byte" "$dir/$b.x.plan"
+	"$BIN/pipecc" --plan-format=binary "$f" -o "$dir/$b.bin"
+	cmp -s "$dir/$b.bin" "$dir/t.bin" || cmp -s "$dir/$b.bin" "$(
+		"$BIN/pipecc" "$dir/$b.plan" --plan-format=binary -o "$dir/c.bin"; echo "$dir/c.bin")"
+	check "$b: pipecc --plan-format=binary writes what converting its plan does" $? "differs"
+	# (ops are named by their line in a text plan, by their index in a binary one)
+	"$BIN/pipesim" "$dir/$b.plan" >"$dir/a" 2>&1
+	ra=$?
+	"$BIN/pipesim" "$dir/$b.bin" >"$dir/b" 2>&1
+	rb=$?
+	sed -i 's/ (line [0-9]*)//g; s/ (op [0-9]*)//g' "$dir/a" "$dir/b"
+	check "$b: pipesim reads the binary plan as the text" \
+		"$([ $ra = $rb ] && cmp -s "$dir/a" "$dir/b"; echo $?)" "exit $ra and $rb; $(diff "$dir/a" "$dir/b" | head -3)"
+done
+for f in tests/plans/good/*.plan; do
+	trip "$(basename "$f"): round trips byte for byte" "$f"
+done
+
+# Every tool reads it, with no flag, also from standard input.
+"$BIN/pipecc" --plan-format=binary examples/tiny.pipe -o "$dir/tiny.bin"
+t "pipesim reads a binary plan from standard input" 0 sh -c "\"$BIN/pipesim\" - <\"$dir/tiny.bin\""
+t "pipesim reads it from a pipe" 0 sh -c "cat \"$dir/tiny.bin\" | \"$BIN/pipesim\" -q -"
+t "piperun runs a binary plan" 0 "$BIN/piperun" "$dir/tiny.bin"
+t "pipecc - reads a pipe" 0 sh -c "cat \"$dir/tiny.bin\" | \"$BIN/pipecc\" - -o \"$dir/p.txt\""
+t "pipecc --plan-format=binary -o - writes standard output" 0 sh -c \
+	"\"$BIN/pipecc\" --plan-format=binary examples/tiny.pipe -o - >\"$dir/o.bin\""
+cmp -s "$dir/o.bin" "$dir/tiny.bin"
+check "standard output gets the same bytes" $? "differs"
+
+# Damage: a cut file, a changed byte, an unknown version, bytes appended.
+size=$(wc -c <"$dir/tiny.bin")
+head -c $((size - 3)) "$dir/tiny.bin" >"$dir/cut.bin"
+t "pipesim refuses a truncated binary plan" 1 "$BIN/pipesim" "$dir/cut.bin"
+has "... at the byte where it ends" "$dir/err" "^$dir/cut.bin: byte $((size - 8)): error: the file ends inside the checksum (truncated file?)$"
+cp "$dir/tiny.bin" "$dir/flip.bin"
+printf '\377' | dd of="$dir/flip.bin" bs=1 seek=$((size - 20)) conv=notrunc 2>/dev/null
+t "pipesim refuses a changed byte" 1 "$BIN/pipesim" "$dir/flip.bin"
+has "... at a byte of the file" "$dir/err" "^$dir/flip.bin: byte [0-9]*: error: "
+t "piperun refuses it too" 1 "$BIN/piperun" "$dir/flip.bin"
+has "... at a byte of the file" "$dir/err" "^$dir/flip.bin: byte [0-9]*: error: "
+t "pipecc refuses to convert it too" 1 "$BIN/pipecc" "$dir/flip.bin" -o "$dir/x.plan"
+has "... at a byte of the file" "$dir/err" "^$dir/flip.bin: byte [0-9]*: error: "
+cp "$dir/tiny.bin" "$dir/v2.bin"
+printf '\002' | dd of="$dir/v2.bin" bs=1 seek=8 conv=notrunc 2>/dev/null
+t "pipesim refuses an unknown version" 1 "$BIN/pipesim" "$dir/v2.bin"
+has "... naming it" "$dir/err" "^$dir/v2.bin: byte 8: error: binary plan format version 2 is not supported (this build reads version 1)$"
+t "pipesim --json reports the byte" 1 "$BIN/pipesim" --json "$dir/v2.bin"
+has "... as error_byte" "$dir/out" '"error_byte": 8,'
+{ cat "$dir/tiny.bin"; printf 'x'; } >"$dir/more.bin"
+t "pipesim refuses bytes after the checksum" 1 "$BIN/pipesim" "$dir/more.bin"
+has "... at the first of them" "$dir/err" "^$dir/more.bin: byte $size: error: data after the checksum$"
+printf '\211PNG\r\n\032\n' >"$dir/png.bin"
+t "pipesim refuses another binary file" 1 "$BIN/pipesim" "$dir/png.bin"
+has "... saying what a binary plan starts with" "$dir/err" "byte 2: error: not a pipecc plan"
+
+# The flags.
+t "--plan-format goes with --emit plan" 2 "$BIN/pipecc" --plan-format=binary --emit summary examples/tiny.pipe
+t "--plan-format takes text or binary" 2 "$BIN/pipecc" --plan-format=bin examples/tiny.pipe -o "$dir/x"
+t "a plan input takes no compiling option" 2 "$BIN/pipecc" --schedule gpipe "$dir/tiny.bin" -o "$dir/x"
+has "... naming it" "$dir/err" "pipecc: the input is a plan: --schedule is for compiling a program"
+t "a plan input is written only as a plan" 2 "$BIN/pipecc" --emit summary "$dir/tiny.bin"
+cat "$dir/tiny.bin" >"$dir/in.bin"
+t "... also from standard input" 2 sh -c "\"$BIN/pipecc\" --emit summary - <\"$dir/in.bin\""
+t "a text plan converts to the text pipecc writes" 0 "$BIN/pipecc" tests/plans/good/tiny-fnv1a.plan -o "$dir/f.plan"
+has "... with a lanes4 checksum" "$dir/f.plan" "^pipecc-plan [23] lanes4="
+t "--expand of a line plan writes the world" 0 "$BIN/pipecc" --expand "$dir/mlp4.plan" -o "$dir/w.plan"
+has "... as format 2" "$dir/w.plan" "^pipecc-plan 2 "
+t "--expand --plan-format=binary of a line plan" 0 "$BIN/pipecc" --expand --plan-format=binary "$dir/mlp4.plan" -o "$dir/w.bin"
+t "... reads back as the expanded text" 0 "$BIN/pipecc" "$dir/w.bin" -o "$dir/w2.plan"
+cmp -s "$dir/w.plan" "$dir/w2.plan"
+check "... byte for byte" $? "differs"
+mkfifo "$dir/fifo"
+cat examples/tiny.pipe >"$dir/fifo" &
+t "a program from a named pipe compiles (looking for a plan takes no bytes of a pipe)" 0 \
+	timeout 60 "$BIN/pipecc" "$dir/fifo" -o "$dir/fifo.plan"
+wait
+cat "$dir/tiny.bin" >"$dir/fifo" &
+t "a binary plan from a named pipe converts" 0 timeout 60 "$BIN/pipecc" "$dir/fifo" -o "$dir/fifo2.plan"
+wait
+t "--help names the flag" 0 "$BIN/pipecc" --help
+has "... --plan-format" "$dir/out" "--plan-format FORMAT"
+
+[ "$fails" -eq 0 ]

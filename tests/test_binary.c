@@ -1,0 +1,314 @@
+/* The binary plan form (plan/binary.c, docs/plan-format.md "Binary form"): every example
+ * compiled and every good test plan goes text -> binary -> text and binary -> text ->
+ * binary byte for byte; every truncation and every single-byte change of a small binary
+ * plan is refused with a byte-located error; an unknown version is refused; corrupted
+ * counts cannot make the reader allocate; the op check the binary reader applies
+ * accepts every op the text reader reads and refuses what it refuses. */
+#include <dirent.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "../compiler/pipecc.h"
+#include "../plan/binary.h"
+
+static char *to_mem(const Plan *p, int fmt, size_t *n)
+{
+	char *a = NULL;
+	FILE *f = open_memstream(&a, n);
+	assert_non_null(f);
+	int rc = plan_write_as(p, f, fmt, 0);
+	fclose(f);
+	assert_int_equal(rc, 0);
+	return a;
+}
+
+static Plan *from_mem(const char *s, size_t n, PlanError *err)
+{
+	FILE *in = fmemopen((void *)s, n, "r");
+	assert_non_null(in);
+	Plan *p = plan_read(in, "mem", err);
+	fclose(in);
+	return p;
+}
+
+static Plan *compile_example(const char *path)
+{
+	size_t len;
+	char *src = pipecc_read_file(path, &len);
+	assert_non_null(src);
+	char *msgs = NULL;
+	size_t mlen;
+	FILE *out = open_memstream(&msgs, &mlen);
+	Diag d;
+	diag_init(&d, path, src, len, out);
+	PipeccOptions o = {.line = 1};
+	Plan *p = pipecc_compile(path, src, len, &o, &d);
+	fclose(out);
+	if (!p)
+		fail_msg("%s does not compile: %s", path, msgs);
+	free(msgs);
+	free(src);
+	return p;
+}
+
+/* p's text T and binary B: B reads as T's plan (text(read(B)) == T) and T's plan
+ * writes as B (binary(read(T)) == B), and each form writes back as itself. */
+static void check_round_trip(const Plan *p, const char *what)
+{
+	size_t nt, nb, n2;
+	char *t = to_mem(p, PLAN_FORMAT_TEXT, &nt), *b = to_mem(p, PLAN_FORMAT_BINARY, &nb);
+	PlanError e;
+	Plan *fromb = from_mem(b, nb, &e);
+	if (!fromb)
+		fail_msg("%s: binary does not read: byte %lld: %s", what, (long long)e.line, e.msg);
+	assert_false(plan_verify(fromb, &e));
+	char *t2 = to_mem(fromb, PLAN_FORMAT_TEXT, &n2);
+	if (n2 != nt || memcmp(t, t2, nt))
+		fail_msg("%s: text -> binary -> text differs", what);
+	char *b2 = to_mem(fromb, PLAN_FORMAT_BINARY, &n2);
+	assert_true(n2 == nb && !memcmp(b, b2, nb));
+	Plan *fromt = from_mem(t, nt, &e);
+	assert_non_null(fromt);
+	char *b3 = to_mem(fromt, PLAN_FORMAT_BINARY, &n2);
+	if (n2 != nb || memcmp(b, b3, nb))
+		fail_msg("%s: binary -> text -> binary differs", what);
+	assert_true(nb < nt); // smaller than its text, or it has no reason to exist
+	plan_free(fromb);
+	plan_free(fromt);
+	free(t);
+	free(t2);
+	free(b);
+	free(b2);
+	free(b3);
+}
+
+/* Calls fn on every file in dir ending in ext; returns how many. */
+static int each_file(const char *dir, const char *ext, void (*fn)(const char *path))
+{
+	DIR *d = opendir(dir);
+	assert_non_null(d);
+	int n = 0;
+	for (struct dirent *de; (de = readdir(d));) {
+		size_t l = strlen(de->d_name), k = strlen(ext);
+		if (l <= k || strcmp(de->d_name + l - k, ext))
+			continue;
+		char path[1024];
+		snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+		fn(path);
+		n++;
+	}
+	closedir(d);
+	return n;
+}
+
+static void example_round_trip(const char *path)
+{
+	Plan *p = compile_example(path);
+	check_round_trip(p, path);
+	/* The expanded form (pipecc --expand) too. */
+	size_t failed;
+	Plan *e = p->line ? plan_expand(p, &failed) : NULL;
+	if (e) {
+		check_round_trip(e, path);
+		plan_free(e);
+	}
+	plan_free(p);
+}
+
+static void binary__examples__round_trip_byte_for_byte(void **state)
+{
+	(void)state;
+	assert_true(each_file("examples", ".pipe", example_round_trip) >= 10);
+}
+
+static void good_plan_round_trip(const char *path)
+{
+	PlanError e;
+	Plan *p = plan_read_file(path, &e);
+	if (!p)
+		fail_msg("%s:%lld: %s", path, (long long)e.line, e.msg);
+	check_round_trip(p, path);
+	plan_free(p);
+}
+
+static void binary__good_plans__round_trip_byte_for_byte(void **state)
+{
+	(void)state;
+	assert_true(each_file("tests/plans/good", ".plan", good_plan_round_trip) >= 5);
+}
+
+/* The small binary plan the damage tests cut and change. */
+static char *small_binary(size_t *n)
+{
+	Plan *p = compile_example("examples/tiny.pipe");
+	char *b = to_mem(p, PLAN_FORMAT_BINARY, n);
+	plan_free(p);
+	return b;
+}
+
+static void refused(const char *b, size_t n, const char *what, size_t i)
+{
+	PlanError e;
+	Plan *p = from_mem(b, n, &e);
+	if (p)
+		fail_msg("%s at byte %zu: read without an error", what, i);
+	if (!e.msg[0])
+		fail_msg("%s at byte %zu: an error without a message", what, i);
+	if ((unsigned char)b[0] == (unsigned char)PLAN_BIN_MAGIC[0] &&
+	    (!e.at_byte || e.line < 0 || e.line > (int64_t)n))
+		fail_msg("%s at byte %zu: error not at a byte of the file (%lld): %s", what, i,
+		         (long long)e.line, e.msg);
+}
+
+static void binary__every_truncation__refused_at_a_byte(void **state)
+{
+	(void)state;
+	size_t n;
+	char *b = small_binary(&n);
+	for (size_t len = 1; len < n; len++)
+		refused(b, len, "cut", len);
+	free(b);
+}
+
+static void binary__every_byte_change__refused_at_a_byte(void **state)
+{
+	(void)state;
+	size_t n;
+	char *b = small_binary(&n);
+	static const unsigned char flips[] = {1, 2, 4, 8, 16, 32, 64, 128, 0xff};
+	for (size_t i = 0; i < n; i++)
+		for (size_t f = 0; f < sizeof flips; f++) {
+			b[i] ^= (char)flips[f];
+			refused(b, n, "changed", i);
+			b[i] ^= (char)flips[f];
+		}
+	PlanError e;
+	Plan *p = from_mem(b, n, &e); // undamaged: still reads
+	assert_non_null(p);
+	plan_free(p);
+	free(b);
+}
+
+static void binary__unknown_version__refused_at_its_bytes(void **state)
+{
+	(void)state;
+	size_t n;
+	char *b = small_binary(&n);
+	b[8] = 2;
+	PlanError e;
+	assert_null(from_mem(b, n, &e));
+	assert_true(e.at_byte);
+	assert_int_equal(e.line, 8);
+	assert_string_equal(e.msg, "binary plan format version 2 is not supported (this build "
+	                           "reads version 1)");
+	/* Appended bytes are refused too, after the checksum. */
+	b[8] = 1;
+	char *c = malloc(n + 1);
+	memcpy(c, b, n);
+	c[n] = 0;
+	assert_null(from_mem(c, n + 1, &e));
+	assert_int_equal(e.line, (int64_t)n);
+	assert_string_equal(e.msg, "data after the checksum");
+	free(c);
+	free(b);
+}
+
+/* A rank's op count made huge: from a file it is bounded by the bytes left; from a
+ * stream (size unknown) the arrays grow only as ops arrive.  Either way an error, no
+ * big allocation (ASan in `make SAN=1 check` would report one over its limit). */
+static void binary__huge_count__refused_without_allocating(void **state)
+{
+	(void)state;
+	size_t n;
+	char *b = small_binary(&n);
+	uint64_t tlen = 0;
+	for (int i = 7; i >= 0; i--)
+		tlen = tlen << 8 | (unsigned char)b[12 + i];
+	size_t at = PLAN_BIN_HEAD + (size_t)tlen; // rank 0's op count, one byte in tiny
+	assert_true((unsigned char)b[at] < 0x80);
+	char *c = malloc(n + 8);
+	memcpy(c, b, at);
+	static const unsigned char huge[9] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x0f};
+	memcpy(c + at, huge, 9);
+	memcpy(c + at + 9, b + at + 1, n - at - 1);
+	PlanError e;
+	assert_null(from_mem(c, n + 8, &e));
+	assert_int_equal(e.line, (int64_t)at);
+	char path[] = "/tmp/test_binary.XXXXXX";
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	FILE *f = fdopen(fd, "w");
+	assert_int_equal(fwrite(c, 1, n + 8, f), n + 8);
+	fclose(f);
+	assert_null(plan_read_file(path, &e));
+	assert_int_equal(e.line, (int64_t)at);
+	assert_non_null(strstr(e.msg, "ops do not fit the file"));
+	remove(path);
+	free(c);
+	free(b);
+}
+
+static int64_t check_ops(const Plan *p)
+{
+	PlanOpLimits l = plan_op_limits(p);
+	char msg[256];
+	int64_t n = 0;
+	for (int r = 0; r < p->world; r++)
+		for (int64_t i = 0; i < p->ranks[r].nops; i++, n++)
+			if (plan_op_check(&l, p->dims[DIM_TP], &p->ranks[r].ops[i], msg, sizeof msg))
+				fail_msg("rank %d op %lld: %s", r, (long long)i, msg);
+	return n;
+}
+
+/* Every op the text reader reads passes plan_op_check; a field out of its kind's range
+ * or one the kind does not have fails it, in the text reader's words. */
+static void binary__op_check__agrees_with_text_reader(void **state)
+{
+	(void)state;
+	PlanError e;
+	Plan *p = plan_read_file("tests/plans/good/tp2.plan", &e);
+	assert_non_null(p);
+	assert_true(check_ops(p) > 0);
+	plan_free(p);
+	p = compile_example("examples/zbv-selfsend.pipe");
+	assert_true(check_ops(p) > 0);
+	PlanOpLimits l = plan_op_limits(p);
+	char msg[256];
+	PlanOp f = {.kind = OP_F, .stage = p->nstages, .mb = 0, .peer = -1, .group = -1,
+	            .route = -1};
+	assert_int_equal(plan_op_check(&l, 1, &f, msg, sizeof msg), -1);
+	char want[128];
+	snprintf(want, sizeof want, "stage %d out of range [0, %d]", p->nstages, p->nstages - 1);
+	assert_string_equal(msg, want);
+	f.stage = 0;
+	assert_int_equal(plan_op_check(&l, 1, &f, msg, sizeof msg), 0);
+	f.bytes = 8;
+	assert_int_equal(plan_op_check(&l, 1, &f, msg, sizeof msg), -1);
+	assert_string_equal(msg, "a F op with a field its kind does not have");
+	f.bytes = 0;
+	f.part = 1;
+	assert_int_equal(plan_op_check(&l, 1, &f, msg, sizeof msg), -1);
+	assert_string_equal(msg, "part= in a plan with tp=1 (stages have one part each way)");
+	plan_free(p);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(binary__examples__round_trip_byte_for_byte),
+		cmocka_unit_test(binary__good_plans__round_trip_byte_for_byte),
+		cmocka_unit_test(binary__every_truncation__refused_at_a_byte),
+		cmocka_unit_test(binary__every_byte_change__refused_at_a_byte),
+		cmocka_unit_test(binary__unknown_version__refused_at_its_bytes),
+		cmocka_unit_test(binary__huge_count__refused_without_allocating),
+		cmocka_unit_test(binary__op_check__agrees_with_text_reader),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
