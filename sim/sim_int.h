@@ -172,6 +172,8 @@ typedef struct {
 	int32_t **pred;      // per rank per op (record_ops): pred_code()
 	int64_t xfer_bytes, xfer_ns; // last transfer time computed
 	int *cls_pp, *cls_ring; // overlap: per class (sim_class) its pp index and ring there
+	int *send_cls;       // per edge e, 2 e + (dir != DIR_ACT): the class of the tensor its
+	                     // SENDs transmit (send_key's), -1 when its stage is out of range
 	HEnt ring_none;      // the free entry every ring starts with
 	/* record_ops: the op that ends last (the first in (rank, op) order among equals),
 	 * kept as ends are written (each op's end is written once) so that the critical
@@ -464,10 +466,8 @@ static inline void val_use(S *s, int r, HEnt *e)
  * key is a ring's (values.c), which is the same test ring_of makes. */
 static inline HEnt *send_data(S *s, int r, const PlanOp *o)
 {
-	const PlanEdge *e = &s->p->edges[o->stage];
-	int act = o->dir == DIR_ACT, st = act ? e->src : e->dst;
-	if (o->mb >= 0 && o->mb < s->p->microbatches && st >= 0 && st < s->p->nstages) {
-		int c = sim_class(s, KEY_DATA, act ? DIR_ACT : DIR_GRAD, st);
+	int c = s->send_cls[2 * o->stage + (o->dir != DIR_ACT)];
+	if (c >= 0 && o->mb >= 0 && o->mb < s->p->microbatches) {
 		Rk *k = &s->rk[r];
 		if (s->cls_pp[c] == k->pp)
 			return ring_get(&k->ring[s->cls_ring[c]], o->mb);

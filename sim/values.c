@@ -214,6 +214,7 @@ int sim_values_setup(S *s)
 	int big = p->nedges >= (1 << 29) || p->nstages >= (1 << 29);
 	s->cls_pp = sim_xcalloc(s, (size_t)ncls, sizeof *s->cls_pp);
 	s->cls_ring = sim_xcalloc(s, (size_t)ncls, sizeof *s->cls_ring);
+	s->send_cls = sim_xcalloc(s, 2 * (size_t)p->nedges, sizeof *s->send_cls);
 	int *nring = sim_xcalloc(s, (size_t)npp, sizeof *nring);
 	if (s->failed) {
 		free(nring);
@@ -235,6 +236,11 @@ int sim_values_setup(S *s)
 		s->cls_pp[c] = pp;
 		s->cls_ring[c] = nring[pp]++;
 	}
+	for (int e = 0; e < p->nedges; e++) // send_key's stage: the source's, or the destination's
+		for (int d = 0; d < DIR_COUNT; d++) {
+			int st = d == DIR_ACT ? p->edges[e].src : p->edges[e].dst;
+			s->send_cls[2 * e + d] = st >= 0 && st < p->nstages ? sim_class(s, KEY_DATA, d, st) : -1;
+		}
 	for (int r = 0; r < s->world && !s->failed; r++) {
 		Rk *k = &s->rk[r];
 		int pp = p->ranks[r].coord[DIM_PP];
@@ -262,4 +268,5 @@ void sim_values_free(S *s)
 	}
 	free(s->cls_pp);
 	free(s->cls_ring);
+	free(s->send_cls);
 }
