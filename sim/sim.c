@@ -12,9 +12,9 @@
  * their "waits for" edges are the wait-for graph in which we look for a cycle.
  *
  * Per op the work is O(1): a cursor step, a per-(sender, receiver) FIFO push or pop, a
- * counter for collectives.  The overlap model also keeps, per rank, a small hash of
- * values in flight between its streams (receives completed, data produced).  Times
- * saturate instead of overflowing, so any plan the reader accepts runs safely. */
+ * counter for collectives.  The overlap model (overlap.c) also keeps, per rank, the
+ * values in flight between its streams (values.c: receives completed, data produced).
+ * Times saturate instead of overflowing, so any plan the reader accepts runs safely. */
 #include "sim_int.h"
 
 #include <math.h>
@@ -373,8 +373,8 @@ static void post_tpreduce(S *s, int r, int64_t i, const PlanOp *o, int64_t t)
 
 /* Posts the group [i, end) at time t (end -1: find it).
  * take: the comm stream consumes the tensors its sends transmit (overlap model); only:
- * when the group has one send, its tensor's entry (group_ready found it, and nothing has
- * changed the hash since), else NULL.  Returns the end. */
+ * when the group has one send, its tensor's entry (group_ready found it, and no value
+ * has changed since), else NULL.  Returns the end. */
 int64_t sim_post_group(S *s, int r, int64_t i, int64_t end, int64_t t, int take, HEnt *only)
 {
 	const PlanRank *pr = &s->p->ranks[r];
