@@ -64,6 +64,67 @@ void sim_figures(S *s)
 	}
 }
 
+/* The critical path's predecessor of op i of rank r, in 32 bits (record_ops costs 24
+ * bytes per op, not 28): -1 none; else a 2-bit tag and 29 bits.  Tag 0: op v of the
+ * same rank; 1: op v of the op's p2p peer; 2: the matching all-reduce of dp member v
+ * (found again by counting when the path is walked, which is rare).  Refs that fit none
+ * of these (op indices of 2^29 and more) end the path there. */
+int32_t sim_pred_code(const S *s, int r, int64_t i, int64_t ref)
+{
+	if (ref < 0)
+		return -1;
+	int q = REF_RANK(ref);
+	int64_t v = REF_OP(ref);
+	const PlanOp *o = &s->p->ranks[r].ops[i];
+	if (v >= ((int64_t)1 << PRED_BITS) || q >= (1 << PRED_BITS))
+		return -1;
+	if (q == r)
+		return (int32_t)v;
+	if ((o->kind == OP_SEND || o->kind == OP_RECV || o->kind == OP_TIEREDUCE) && o->peer == q)
+		return (int32_t)((1 << PRED_BITS) | v);
+	if (o->kind == OP_ALLREDUCE)
+		return (int32_t)((2 << PRED_BITS) | q);
+	if (o->kind == OP_TPREDUCE)
+		return (int32_t)((3 << PRED_BITS) | q);
+	return -1;
+}
+
+int64_t sim_pred_ref(const S *s, int r, int64_t i)
+{
+	int32_t c = pred_flip(s->pred[r][i]);
+	if (c < 0)
+		return REF_NONE;
+	int64_t v = c & ((1 << PRED_BITS) - 1);
+	const PlanOp *o = &s->p->ranks[r].ops[i];
+	switch (c >> PRED_BITS) {
+	case 0:
+		return REF(r, v);
+	case 1:
+		return REF(o->peer, v);
+	case 2: { // the member's all-reduce with the same count as ours
+		int64_t k = 0;
+		for (int64_t j = 0; j < i; j++)
+			k += s->p->ranks[r].ops[j].kind == OP_ALLREDUCE;
+		const PlanRank *pm = &s->p->ranks[v];
+		for (int64_t j = 0; j < pm->nops; j++)
+			if (pm->ops[j].kind == OP_ALLREDUCE && k-- == 0)
+				return REF(v, j);
+		return REF_NONE;
+	}
+	case 3: { // the member's TPREDUCE of the same stage, microbatch, direction and part
+		const PlanRank *pm = &s->p->ranks[v];
+		for (int64_t j = 0; j < pm->nops; j++) {
+			const PlanOp *x = &pm->ops[j];
+			if (x->kind == OP_TPREDUCE && x->stage == o->stage && x->mb == o->mb &&
+			    x->dir == o->dir && x->part == o->part)
+				return REF(v, j);
+		}
+		return REF_NONE;
+	}
+	}
+	return REF_NONE;
+}
+
 /* Walks the binding predecessors back from the op that finished last. */
 void sim_critical_path(S *s)
 {

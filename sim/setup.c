@@ -169,7 +169,7 @@ int sim_setup(S *s)
 			return -1;
 		}
 	}
-	if (s->opt.model == SIM_OVERLAP && setup_remote_edges(s))
+	if (s->opt.model == SIM_OVERLAP && (setup_remote_edges(s) || sim_values_setup(s)))
 		return -1;
 	if (add_groups(s, DIM_DP, s->collof))
 		return -1;
@@ -197,7 +197,8 @@ int sim_setup(S *s)
 			 * gives them their -1 times after the run. */
 			SimOpTime *t = calloc((size_t)(n ? n : 1), sizeof *t);
 			s->pred[r] = calloc((size_t)(n ? n : 1), sizeof **s->pred);
-			res->ranks[r].times = t;
+			res->ranks[r].times = k->times = t;
+			k->pred = s->pred[r];
 			if (!t || !s->pred[r]) {
 				s->oom = s->failed = 1;
 				plan_oom_text(res->message, sizeof res->message, plan_total_ops(p),
@@ -226,17 +227,19 @@ void sim_cleanup(S *s)
 	if (s->rk) {
 		for (int r = 0; r < s->world; r++) {
 			free(s->rk[r].ch);
-			free(s->rk[r].h.e);
 			free(s->rk[r].wdone);
 			free(s->rk[r].wlast);
 			free(s->rk[r].wlast_who);
 		}
 	}
+	sim_values_free(s);
 	free(s->rk);
 	if (s->st) {
 		for (int i = 0; i < s->p->nstages; i++) {
 			free(s->st[i].rin);
 			free(s->st[i].rout);
+			free(s->st[i].rin_ring);
+			free(s->st[i].rout_ring);
 			plan_parts_free(&s->st[i].parts);
 			free(s->st[i].lsrc);
 			free(s->st[i].ldst);

@@ -12,9 +12,9 @@
  * their "waits for" edges are the wait-for graph in which we look for a cycle.
  *
  * Per op the work is O(1): a cursor step, a per-(sender, receiver) FIFO push or pop, a
- * counter for collectives.  The overlap model also keeps, per rank, a small hash of
- * values in flight between its streams (receives completed, data produced).  Times
- * saturate instead of overflowing, so any plan the reader accepts runs safely. */
+ * counter for collectives.  The overlap model (overlap.c) also keeps, per rank, the
+ * values in flight between its streams (values.c: receives completed, data produced).
+ * Times saturate instead of overflowing, so any plan the reader accepts runs safely. */
 #include "sim_int.h"
 
 #include <math.h>
@@ -102,209 +102,6 @@ int64_t sim_allreduce_ns(const Plan *p, int n, int64_t bytes)
 	return sat_add(lat, (int64_t)x);
 }
 
-/* The critical path's predecessor of op i of rank r, in 32 bits (record_ops costs 24
- * bytes per op, not 28): -1 none; else a 2-bit tag and 29 bits.  Tag 0: op v of the
- * same rank; 1: op v of the op's p2p peer; 2: the matching all-reduce of dp member v
- * (found again by counting when the path is walked, which is rare).  Refs that fit none
- * of these (op indices of 2^29 and more) end the path there. */
-#define PRED_BITS 29
-static int32_t pred_code(const S *s, int r, int64_t i, int64_t ref)
-{
-	if (ref < 0)
-		return -1;
-	int q = REF_RANK(ref);
-	int64_t v = REF_OP(ref);
-	const PlanOp *o = &s->p->ranks[r].ops[i];
-	if (v >= ((int64_t)1 << PRED_BITS) || q >= (1 << PRED_BITS))
-		return -1;
-	if (q == r)
-		return (int32_t)v;
-	if ((o->kind == OP_SEND || o->kind == OP_RECV || o->kind == OP_TIEREDUCE) && o->peer == q)
-		return (int32_t)((1 << PRED_BITS) | v);
-	if (o->kind == OP_ALLREDUCE)
-		return (int32_t)((2 << PRED_BITS) | q);
-	if (o->kind == OP_TPREDUCE)
-		return (int32_t)((3 << PRED_BITS) | q);
-	return -1;
-}
-
-int64_t sim_pred_ref(const S *s, int r, int64_t i)
-{
-	int32_t c = pred_flip(s->pred[r][i]);
-	if (c < 0)
-		return REF_NONE;
-	int64_t v = c & ((1 << PRED_BITS) - 1);
-	const PlanOp *o = &s->p->ranks[r].ops[i];
-	switch (c >> PRED_BITS) {
-	case 0:
-		return REF(r, v);
-	case 1:
-		return REF(o->peer, v);
-	case 2: { // the member's all-reduce with the same count as ours
-		int64_t k = 0;
-		for (int64_t j = 0; j < i; j++)
-			k += s->p->ranks[r].ops[j].kind == OP_ALLREDUCE;
-		const PlanRank *pm = &s->p->ranks[v];
-		for (int64_t j = 0; j < pm->nops; j++)
-			if (pm->ops[j].kind == OP_ALLREDUCE && k-- == 0)
-				return REF(v, j);
-		return REF_NONE;
-	}
-	case 3: { // the member's TPREDUCE of the same stage, microbatch, direction and part
-		const PlanRank *pm = &s->p->ranks[v];
-		for (int64_t j = 0; j < pm->nops; j++) {
-			const PlanOp *x = &pm->ops[j];
-			if (x->kind == OP_TPREDUCE && x->stage == o->stage && x->mb == o->mb &&
-			    x->dir == o->dir && x->part == o->part)
-				return REF(v, j);
-		}
-		return REF_NONE;
-	}
-	}
-	return REF_NONE;
-}
-
-static void record(S *s, int r, int64_t i, int64_t start, int64_t end, int64_t pred)
-{
-	if (!s->opt.record_ops)
-		return;
-	SimOpTime *t = &s->res->ranks[r].times[i];
-	t->start = start;
-	t->end = end;
-	if (end >= s->last_end && (end > s->last_end || REF(r, i) < s->last_ref)) {
-		s->last_end = end;
-		s->last_ref = REF(r, i);
-	}
-	s->pred[r][i] = pred_flip(pred_code(s, r, i, pred)); // the first write: KEEP is none
-}
-
-static void set_end(S *s, int r, int64_t i, int64_t end, int64_t pred)
-{
-	if (!s->opt.record_ops)
-		return;
-	s->res->ranks[r].times[i].end = end;
-	if (end >= s->last_end && (end > s->last_end || REF(r, i) < s->last_ref)) {
-		s->last_end = end;
-		s->last_ref = REF(r, i);
-	}
-	if (pred != REF_KEEP)
-		s->pred[r][i] = pred_flip(pred_code(s, r, i, pred));
-}
-
-/* A parked rank resumes at ops[i]: fetch its next ops now.  With many ranks the
- * hardware prefetcher cannot follow every rank's list, and a resumed rank would
- * otherwise start with a cache miss on every line of ops. */
-static inline void prefetch_ops(const PlanRank *pr, int64_t i)
-{
-	if (i + 6 < pr->nops) {
-		const char *a = (const char *)&pr->ops[i];
-		__builtin_prefetch(a);
-		__builtin_prefetch(a + 64);
-		__builtin_prefetch(a + 128);
-		__builtin_prefetch(a + 192);
-	}
-}
-
-static void push_agent(S *s, int r, int stream)
-{
-	Rk *k = &s->rk[r];
-	if (k->queued[stream])
-		return;
-	k->queued[stream] = 1;
-	s->work[s->nwork++] = r * 2 + stream;
-}
-
-/* ---- the per-rank hash (overlap model) ---- */
-
-static int hput(S *s, Hash *h, uint64_t key, int64_t time, int64_t who, int64_t refs)
-{
-	/* One probe run finds the key or the free slot it goes to (unless the table grows). */
-	if ((h->n + 1) * 2 <= h->cap) {
-		uint64_t mask = (uint64_t)(h->cap - 1);
-		uint64_t i = hmix(key) & mask;
-		while (h->e[i].key && h->e[i].key != key)
-			i = (i + 1) & mask;
-		HEnt *e = &h->e[i];
-		if (!e->key) {
-			*e = (HEnt){key, time, who, refs};
-			h->n++;
-			return 0;
-		}
-		e->refs = sat_add(e->refs, refs);
-		if (time > e->time) {
-			e->time = time;
-			e->who = who;
-		}
-		return 0;
-	}
-	HEnt *e = hfind(h, key);
-	if (e) {
-		e->refs = sat_add(e->refs, refs);
-		if (time > e->time) {
-			e->time = time;
-			e->who = who;
-		}
-		return 0;
-	}
-	if ((h->n + 1) * 2 > h->cap) {
-		int64_t cap = h->cap ? h->cap * 2 : 16;
-		HEnt *ne = calloc((size_t)cap, sizeof *ne);
-		if (!ne) {
-			s->oom = s->failed = 1;
-			plan_oom_text(s->res->message, sizeof s->res->message, plan_total_ops(s->p), 0);
-			return -1;
-		}
-		for (int64_t j = 0; j < h->cap; j++) {
-			if (!h->e[j].key)
-				continue;
-			uint64_t i = hmix(h->e[j].key) & (uint64_t)(cap - 1);
-			while (ne[i].key)
-				i = (i + 1) & (uint64_t)(cap - 1);
-			ne[i] = h->e[j];
-		}
-		free(h->e);
-		h->e = ne;
-		h->cap = cap;
-	}
-	uint64_t i = hmix(key) & (uint64_t)(h->cap - 1);
-	while (h->e[i].key)
-		i = (i + 1) & (uint64_t)(h->cap - 1);
-	h->e[i] = (HEnt){key, time, who, refs};
-	h->n++;
-	return 0;
-}
-
-/* Removes e, shifting back the entries of its probe run (no tombstones). */
-static void hdel(Hash *h, HEnt *e)
-{
-	uint64_t mask = (uint64_t)(h->cap - 1);
-	uint64_t i = (uint64_t)(e - h->e);
-	uint64_t j = i;
-	for (;;) {
-		h->e[i].key = 0;
-		for (;;) {
-			j = (j + 1) & mask;
-			if (!h->e[j].key) {
-				h->n--;
-				return;
-			}
-			uint64_t home = hmix(h->e[j].key) & mask;
-			// move e[j] to i unless its home lies cyclically in (i, j]
-			if (i <= j ? (i < home && home <= j) : (i < home || home <= j))
-				continue;
-			break;
-		}
-		h->e[i] = h->e[j];
-		i = j;
-	}
-}
-
-static void hconsume(Hash *h, HEnt *e)
-{
-	if (--e->refs <= 0)
-		hdel(h, e);
-}
-
 /* ---- channels ---- */
 
 /* sim_chan_of by the op's route: each route has one sender and one receiver, so the chan
@@ -324,7 +121,7 @@ static inline int chan_by_route(S *s, int r, const PlanOp *o, int recv)
 	return c;
 }
 
-static int chan_push(S *s, Chan *c, int side, int64_t post, int64_t op)
+static int chan_push(S *s, Chan *c, int side, int64_t post, int64_t op, const PlanOp *o)
 {
 	if (c->n == c->cap) {
 		int64_t cap = c->cap ? c->cap * 2 : 4;
@@ -342,7 +139,7 @@ static int chan_push(S *s, Chan *c, int side, int64_t post, int64_t op)
 		c->cap = cap;
 	}
 	c->side = (uint8_t)side;
-	c->q[(c->head + c->n) & (c->cap - 1)] = (QEnt){post, op};
+	c->q[(c->head + c->n) & (c->cap - 1)] = (QEnt){post, op, o};
 	c->n++;
 	return 0;
 }
@@ -403,15 +200,76 @@ static inline void complete_op(S *s, int r, int64_t i, int64_t end, int64_t pred
 		push_agent(s, r, 0);
 }
 
-static void post_p2p(S *s, int r, int64_t i, const PlanOp *o, int64_t t)
+/* The critical-path code of a p2p op whose predecessor is op v of its peer q (as
+ * sim_pred_code would give it: the peer's tag, or same-rank for a send to self). */
+static inline int32_t peer_code(const S *s, int r, int64_t i, int q, int64_t v)
+{
+	if (q != r && v < ((int64_t)1 << PRED_BITS) && q < (1 << PRED_BITS))
+		return (int32_t)((1 << PRED_BITS) | v);
+	return pred_of(s, r, i, REF(q, v));
+}
+
+/* The rendezvous of op i (o) of rank r, posted at t, with the partner's op e queued
+ * before it: both complete when the later of the two posts and the transfer allow, and
+ * the later post binds the other.  Op i's group is the one being posted, so its start
+ * and end are recorded at once.  complete_op's steps, in its order. */
+static inline void p2p_meet(S *s, int r, int64_t i, const PlanOp *o, int64_t t, Chan *ch,
+                            QEnt e)
+{
+	Rk *k = &s->rk[r];
+	int q = o->peer;
+	int64_t x = xfer(s, o->bytes);
+	ch->bytes = sat_add(ch->bytes, o->bytes);
+	ch->transfers++;
+	int64_t end = sat_add(max64(t, e.post), x);
+	if (s->opt.record_ops) {
+		k->times[i] = (SimOpTime){t, end};
+		note_end(s, r, i, end);
+		k->pred[i] = pred_flip(e.post > t ? peer_code(s, r, i, q, e.op) : pred_of(s, r, i, k->bind));
+		Rk *m = &s->rk[q];
+		m->times[e.op].end = end;
+		note_end(s, q, e.op, end);
+		if (t > e.post)
+			m->pred[e.op] = pred_flip(peer_code(s, q, e.op, r, i));
+	}
+	if (end > k->gmax || k->gmax_who == REF_NONE) {
+		k->gmax = max64(end, k->gmax);
+		k->gmax_who = REF(r, i);
+	}
+	Rk *m = &s->rk[q];
+	if (end > m->gmax || m->gmax_who == REF_NONE) {
+		m->gmax = max64(end, m->gmax);
+		m->gmax_who = REF(q, e.op);
+	}
+	if (--m->pending == 0 && m->state == AG_MATCH)
+		push_agent(s, q, 0);
+}
+
+/* Posts op i (o), a SEND or RECV of rank r's group being posted at t. */
+static inline void post_p2p(S *s, int r, int64_t i, const PlanOp *o, int64_t t)
 {
 	int recv = o->kind == OP_RECV;
 	int c = chan_by_route(s, r, o, recv);
-	if (c < 0)
-		return;
-	Chan *ch = &s->ch[c];
+	Chan *ch = c >= 0 ? &s->ch[c] : NULL;
 	int eager = s->opt.eager;
-	if (ch->n && ch->side != recv) {
+	if (ch && ch->n && ch->side != recv && !eager) {
+		QEnt e = chan_pop(ch);
+		const PlanOp *x = e.o;
+		if (x->bytes != o->bytes || x->stage != o->stage || x->mb != o->mb || x->dir != o->dir) {
+			if (recv)
+				check_pair(s, o->peer, e.op, r, i);
+			else
+				check_pair(s, r, i, o->peer, e.op);
+			record(s, r, i, t, -1, s->rk[r].bind);
+			return;
+		}
+		p2p_meet(s, r, i, o, t, ch, e);
+		return;
+	}
+	record(s, r, i, t, -1, s->rk[r].bind);
+	if (!ch)
+		return;
+	if (ch->n && ch->side != recv) { // eager
 		QEnt e = chan_pop(ch);
 		int sr = recv ? o->peer : r, rr = recv ? r : o->peer;
 		int64_t si = recv ? e.op : i, ri = recv ? i : e.op;
@@ -421,31 +279,14 @@ static void post_p2p(S *s, int r, int64_t i, const PlanOp *o, int64_t t)
 		int64_t x = xfer(s, o->bytes);
 		ch->bytes = sat_add(ch->bytes, o->bytes);
 		ch->transfers++;
-		int64_t sbind = REF_NONE, rbind = REF_NONE; // NONE: keep the group's binder
-		if (eager) {
-			int64_t arrive = sat_add(sp, x);
-			int64_t rend = max64(arrive, rp);
-			if (arrive > rp)
-				rbind = REF(sr, si);
-			if (!recv) // the send completes at once; its receive was waiting
-				complete_op(s, r, i, t, REF_KEEP, 0);
-			int64_t keep = REF_KEEP;
-			complete_op(s, rr, ri, rend, rbind == REF_NONE ? keep : rbind, !recv);
-			return;
-		}
-		int64_t start = max64(sp, rp);
-		int64_t end = sat_add(start, x);
-		if (rp > sp)
-			sbind = REF(rr, ri);
-		else if (sp > rp)
-			rbind = REF(sr, si);
-		int64_t skeep = REF_KEEP;
-		int64_t rkeep = REF_KEEP;
-		complete_op(s, sr, si, end, sbind == REF_NONE ? skeep : sbind, recv);
-		complete_op(s, rr, ri, end, rbind == REF_NONE ? rkeep : rbind, !recv);
+		int64_t arrive = sat_add(sp, x);
+		int64_t rend = max64(arrive, rp);
+		if (!recv) // the send completes at once; its receive was waiting
+			complete_op(s, r, i, t, REF_KEEP, 0);
+		complete_op(s, rr, ri, rend, arrive > rp ? REF(sr, si) : REF_KEEP, !recv);
 		return;
 	}
-	if (chan_push(s, ch, recv, t, i))
+	if (chan_push(s, ch, recv, t, i, o))
 		return;
 	if (!recv && eager)
 		complete_op(s, r, i, t, REF_KEEP, 0);
@@ -532,9 +373,9 @@ static void post_tpreduce(S *s, int r, int64_t i, const PlanOp *o, int64_t t)
 
 /* Posts the group [i, end) at time t (end -1: find it).
  * take: the comm stream consumes the tensors its sends transmit (overlap model); only:
- * when the group has one send, its tensor's entry (group_ready found it, and nothing has
- * changed the hash since), else NULL.  Returns the end. */
-static int64_t post_group(S *s, int r, int64_t i, int64_t end, int64_t t, int take, HEnt *only)
+ * when the group has one send, its tensor's entry (group_ready found it, and no value
+ * has changed since), else NULL.  Returns the end. */
+int64_t sim_post_group(S *s, int r, int64_t i, int64_t end, int64_t t, int take, HEnt *only)
 {
 	const PlanRank *pr = &s->p->ranks[r];
 	Rk *k = &s->rk[r];
@@ -542,59 +383,35 @@ static int64_t post_group(S *s, int r, int64_t i, int64_t end, int64_t t, int ta
 	k->pending = 0;
 	k->gmax = t;
 	k->gmax_who = REF_NONE;
-	if (end < 0)
-		end = plan_group_end(pr, i);
+	if (end < 0) // plan_group_end: op i is a comm op
+		for (end = i + 1; end < pr->nops && plan_op_is_comm(plan_op_kind(&ops[end])) &&
+		                  ops[end].group == ops[i].group;)
+			end++;
 	k->gend = end;
 	for (int64_t x = i; x < end && !s->failed; x++) {
 		const PlanOp *o = &ops[x];
-		record(s, r, x, t, -1, k->bind);
-		if (o->kind == OP_ALLREDUCE || o->kind == OP_TIEREDUCE) {
+		switch (plan_op_kind(o)) {
+		case OP_ALLREDUCE:
+		case OP_TIEREDUCE:
+			record(s, r, x, t, -1, k->bind);
 			post_allreduce(s, r, x, o, t);
-			continue;
-		}
-		if (o->kind == OP_TPREDUCE) {
+			break;
+		case OP_TPREDUCE:
+			record(s, r, x, t, -1, k->bind);
 			post_tpreduce(s, r, x, o, t);
-			continue;
-		}
-		if (take && o->kind == OP_SEND) {
-			HEnt *e = only ? only : hfind(&k->h, send_key(s, o));
-			if (e)
-				hconsume(&k->h, e);
-		}
-		post_p2p(s, r, x, o, t);
-	}
-	return end;
-}
-
-/* ---- compute ---- */
-
-/* Runs compute op i (o) of rank r from `start`; returns its end. */
-static inline int64_t do_compute(S *s, int r, int64_t i, const PlanOp *o, int64_t start,
-                                 int64_t pred)
-{
-	Rk *k = &s->rk[r];
-	int64_t end = start;
-	if (plan_op_is_compute(o->kind)) {
-		const StageInfo *st = &s->st[o->stage];
-		int64_t cost = s->tp > 1 ? plan_part_cost(&st->parts, o, s->p->stages[o->stage].cost)
-		                          : st->cost[o->kind];
-		end = sat_add(start, cost);
-		k->busy = sat_add(k->busy, cost);
-		k->mem = sat_add(k->mem, s->tp > 1 ? plan_part_mem(&st->parts, o) : st->dmem[o->kind]);
-		if (k->mem > k->peak_mem)
-			k->peak_mem = k->mem;
-		uint16_t makes = plan_ops[o->kind].makes; // a microbatch is live from F to its W
-		int last = s->tp == 1 || o->kind == OP_W || o->part + 1 >= st->parts.n[DIR_GRAD];
-		if (makes & PLAN_DEP_ACT) {
-			if (o->part == 0 && ++k->units > k->peak_units)
-				k->peak_units = k->units;
-		} else if ((makes & PLAN_DEP_WGRAD) && last) {
-			k->units--;
+			break;
+		case OP_SEND:
+			if (take) {
+				HEnt *e = only ? only : send_data(s, r, o);
+				if (e)
+					val_use(s, r, e);
+			}
+			/* fall through */
+		default:
+			post_p2p(s, r, x, o, t);
+			break;
 		}
 	}
-	k->done++;
-	if (s->opt.record_ops)
-		record(s, r, i, start, end, pred);
 	return end;
 }
 
@@ -621,7 +438,7 @@ static void run_strict(S *s, int r)
 			i++;
 			continue;
 		}
-		int64_t end = post_group(s, r, i, -1, t, 0, NULL);
+		int64_t end = sim_post_group(s, r, i, -1, t, 0, NULL);
 		if (s->failed)
 			return;
 		if (k->pending) {
@@ -639,240 +456,6 @@ static void run_strict(S *s, int r)
 	}
 	k->pc = n;
 	k->t = t;
-	k->state = AG_DONE;
-}
-
-/* ---- the overlap model ---- */
-
-
-static void run_compute(S *s, int r)
-{
-	const PlanRank *pr = &s->p->ranks[r];
-	Rk *k = &s->rk[r];
-	int64_t i = k->cpc, t = k->ct, n = pr->nops;
-	int progressed = 0;
-	k->cstate = AG_READY;
-	uint64_t keys[MAXKEYS];
-	while (i < n) {
-		const PlanOp *o = &pr->ops[i];
-		if (plan_op_is_comm(o->kind)) {
-			i++;
-			continue;
-		}
-		int nk = consumed_keys(s, o, keys, MAXKEYS);
-		int64_t start = t, bind = k->cbind;
-		int missing = 0;
-		HEnt *e = NULL;
-		for (int j = 0; j < nk; j++) {
-			e = hfind(&k->h, keys[j]);
-			if (!e) {
-				missing = 1;
-				break;
-			}
-			if (e->time > start) {
-				start = e->time;
-				bind = e->who;
-			}
-		}
-		if (missing) {
-			k->cstate = AG_WAIT;
-			prefetch_ops(pr, i);
-			break;
-		}
-		if (nk == 1) // the hash has not changed since the lookup
-			hconsume(&k->h, e);
-		else
-			for (int j = 0; j < nk; j++)
-				hconsume(&k->h, hfind(&k->h, keys[j]));
-		int64_t end = do_compute(s, r, i, o, start, bind);
-		t = end;
-		k->cbind = REF(r, i);
-		progressed = 1;
-		/* What it produces for the comm stream: with tp > 1 a part ending in a cut gives
-		 * its TPREDUCE's data, and only the last part (the TPREDUCE after it, if any,
-		 * in group_done) gives the stage's output. */
-		if (plan_op_is_compute(o->kind)) {
-			const StageInfo *st = &s->st[o->stage];
-			uint16_t makes = plan_ops[o->kind].makes;
-			int dir = o->kind == OP_F ? DIR_ACT : DIR_GRAD;
-			int parted = s->tp > 1 && o->kind != OP_W && o->part < st->parts.n[dir];
-			int red = parted && st->parts.part[dir][o->part].reduce;
-			int last = !parted || (o->part + 1 == st->parts.n[dir] && !red);
-			if (red && hput(s, &k->h, tp_key(KEY_DATA, o->stage, dir, o->part, o->mb), end,
-			                REF(r, i), 1))
-				return;
-			if (!last)
-				makes &= (uint8_t)~(PLAN_DEP_ACT | PLAN_DEP_GRAD);
-			if (parted && o->part + 1 != st->parts.n[dir])
-				makes &= (uint8_t)~PLAN_DEP_WGRAD;
-			if ((makes & PLAN_DEP_ACT) && st->nrout &&
-			    hput(s, &k->h, hkey(KEY_DATA, DIR_ACT, o->stage, o->mb), end, REF(r, i), st->nrout))
-				return;
-			if ((makes & PLAN_DEP_GRAD) && st->nrin &&
-			    hput(s, &k->h, hkey(KEY_DATA, DIR_GRAD, o->stage, o->mb), end, REF(r, i), st->nrin))
-				return;
-			int ls = local_stage(s, r, o->stage);
-			if ((makes & PLAN_DEP_WGRAD) && ls >= 0) {
-				k->wdone[ls]++;
-				if (end >= k->wlast[ls]) {
-					k->wlast[ls] = end;
-					k->wlast_who[ls] = REF(r, i);
-				}
-			}
-		}
-		i++;
-	}
-	k->cpc = i;
-	k->ct = t;
-	if (i == n)
-		k->cstate = AG_DONE;
-	if (progressed && k->state == AG_WAIT)
-		push_agent(s, r, 0);
-}
-
-/* Whether the data of the group starting at op i is ready (its sends' tensors produced,
- * its all-reduce's last weight gradient done); the group's end in *end, the ready time
- * in *t, the entry of its send in *only when it has one (else NULL).  One pass: groups
- * are short but this runs once per group. */
-static int group_ready(S *s, int r, int64_t i, int64_t *end, int64_t *t, int64_t *bind,
-                       HEnt **only)
-{
-	const PlanRank *pr = &s->p->ranks[r];
-	Rk *k = &s->rk[r];
-	const PlanOp *ops = pr->ops;
-	int32_t g = ops[i].group; // op i is a comm op: the group is the run of its number
-	int64_t x = i, n = pr->nops, tt = *t, bb = *bind; // locals: the outputs may alias
-	int nsend = 0;
-	HEnt *one = NULL;
-	for (; x < n && plan_op_is_comm(plan_op_kind(&ops[x])) && ops[x].group == g; x++) {
-		const PlanOp *o = &ops[x];
-		HEnt *e = NULL;
-		if (o->kind == OP_SEND) {
-			if (!(e = hfind(&k->h, send_key(s, o))))
-				return 0;
-			one = nsend++ ? NULL : e;
-		} else if (o->kind == OP_TPREDUCE) {
-			if (!(e = hfind(&k->h, tp_key(KEY_DATA, o->stage, o->dir, o->part, o->mb))))
-				return 0;
-		} else if (o->kind == OP_ALLREDUCE || o->kind == OP_TIEREDUCE) {
-			int ls = local_stage(s, r, o->stage);
-			if (ls < 0)
-				continue;
-			if (k->wdone[ls] < s->p->microbatches)
-				return 0;
-			if (k->wlast[ls] > tt) {
-				tt = k->wlast[ls];
-				bb = k->wlast_who[ls];
-			}
-		}
-		if (e && e->time > tt) {
-			tt = e->time;
-			bb = e->who;
-		}
-	}
-	*end = x;
-	*t = tt;
-	*bind = bb;
-	*only = one;
-	return 1;
-}
-
-/* A TPREDUCE of rank r completed at r's gmax: its result for the compute ops that wait
- * for it (the next part; after the last, the backward's first part and the first parts
- * of the local stages it hands its output to), and after the last part the stage's
- * output for its sends.  1 when something was published, -1 out of memory. */
-static int tp_done(S *s, int r, const PlanOp *o)
-{
-	Rk *k = &s->rk[r];
-	const StageInfo *st = &s->st[o->stage];
-	int last = o->part + 1 >= st->parts.n[o->dir & 1];
-	int64_t refs = !last ? 1 : o->dir == DIR_ACT ? 1 + st->nlout : st->nlin;
-	int64_t outs = !last ? 0 : o->dir == DIR_ACT ? st->nrout : st->nrin;
-	if (refs && hput(s, &k->h, tp_key(KEY_AR, o->stage, o->dir, o->part, o->mb), k->gmax,
-	                 k->gmax_who, refs))
-		return -1;
-	if (outs && hput(s, &k->h, hkey(KEY_DATA, o->dir, o->stage, o->mb), k->gmax, k->gmax_who,
-	                 outs))
-		return -1;
-	return refs > 0;
-}
-
-/* The comm stream's group [i, gend) completed at gmax: publish its receives. */
-static int group_done(S *s, int r, int64_t i)
-{
-	const PlanRank *pr = &s->p->ranks[r];
-	Rk *k = &s->rk[r];
-	int any = 0;
-	for (int64_t x = i; x < k->gend; x++) {
-		const PlanOp *o = &pr->ops[x];
-		uint64_t key;
-		if (o->kind == OP_RECV)
-			key = hkey(KEY_RECV, o->dir, o->stage, o->mb);
-		else if (o->kind == OP_ALLREDUCE || o->kind == OP_TIEREDUCE)
-			key = hkey(KEY_AR, o->kind == OP_TIEREDUCE, o->stage, 0);
-		else if (o->kind == OP_TPREDUCE) {
-			int rc = tp_done(s, r, o);
-			if (rc < 0)
-				return -1;
-			any |= rc;
-			continue;
-		} else
-			continue;
-		if (hput(s, &k->h, key, k->gmax, k->gmax_who, 1))
-			return -1;
-		any = 1;
-	}
-	k->done += k->gend - i;
-	k->t = k->gmax;
-	if (k->gmax_who != REF_NONE)
-		k->bind = k->gmax_who;
-	if (any && k->cstate == AG_WAIT)
-		push_agent(s, r, 1);
-	return 0;
-}
-
-static void run_comm(S *s, int r)
-{
-	const PlanRank *pr = &s->p->ranks[r];
-	Rk *k = &s->rk[r];
-	int64_t n = pr->nops;
-	if (k->state == AG_MATCH) {
-		if (group_done(s, r, k->pc))
-			return;
-		k->pc = k->gend;
-	}
-	k->state = AG_READY;
-	int64_t i = k->pc;
-	while (i < n) {
-		if (!plan_op_is_comm(pr->ops[i].kind)) {
-			i++;
-			continue;
-		}
-		int64_t end, t = k->t, bind = k->bind;
-		HEnt *only;
-		if (!group_ready(s, r, i, &end, &t, &bind, &only)) {
-			k->pc = i;
-			k->state = AG_WAIT;
-			prefetch_ops(pr, i);
-			return;
-		}
-		int64_t saved = k->bind;
-		k->bind = bind;
-		post_group(s, r, i, end, t, 1, only);
-		k->bind = saved;
-		if (s->failed)
-			return;
-		k->pc = i;
-		if (k->pending) {
-			k->state = AG_MATCH;
-			prefetch_ops(pr, k->gend);
-			return;
-		}
-		if (group_done(s, r, i))
-			return;
-		i = k->gend;
-	}
-	k->pc = n;
 	k->state = AG_DONE;
 }
 
@@ -906,9 +489,9 @@ int sim_run(const Plan *p, const SimOptions *opt, SimResult *res)
 		if (!overlap)
 			run_strict(&s, r);
 		else if (a & 1)
-			run_compute(&s, r);
+			sim_run_compute(&s, r);
 		else
-			run_comm(&s, r);
+			sim_run_comm(&s, r);
 	}
 	if (s.oom) {
 		sim_cleanup(&s);

@@ -30,17 +30,19 @@ enum {
 #define REF_RANK(x) ((int)((x) >> 40))
 #define REF_OP(x) ((x) & (((int64_t)1 << 40) - 1))
 
-/* s->pred holds each op's pred_code (sim.c) stored with its top bit flipped, so that
- * the zeroed arrays read PRED_UNSET (a code no op has) for the ops never recorded. */
+/* s->pred holds each op's sim_pred_code (figures.c) stored with its top bit flipped, so
+ * that the zeroed arrays read PRED_UNSET (a code no op has) for the ops never recorded. */
 #define PRED_UNSET 0
+#define PRED_BITS 29
 static inline int32_t pred_flip(int32_t c)
 {
 	return (int32_t)((uint32_t)c ^ 0x80000000u);
 }
 
 typedef struct {
-	int64_t post; // time the op was posted
-	int64_t op;   // its index on its rank
+	int64_t post;     // time the op was posted
+	int64_t op;       // its index on its rank
+	const PlanOp *o;  // the op itself (its partner checks that the two agree)
 } QEnt;
 
 /* One ordered pair (src -> dst).  Only one side can have unmatched ops at a time. */
@@ -75,6 +77,13 @@ typedef struct {
 	int64_t cap, n;
 } Hash;
 
+/* The values of one class (values.c) on one rank: e[mb & mask] holds microbatch mb's
+ * with key mb + 1, or is free (key 0).  e is S.ring_none (mask 0) until the first. */
+typedef struct {
+	HEnt *e;
+	int64_t mask;
+} Ring;
+
 typedef struct {
 	int n;
 	int world_n;        // members in the world: n, or the mesh dim's size in a line plan
@@ -107,7 +116,12 @@ typedef struct {
 	int64_t mem, peak_mem, units, peak_units, busy, done;
 	int nch, chcap;
 	ChanRef *ch;
-	Hash h;
+	SimOpTime *times;  // record_ops: its ops' times and critical-path predecessors
+	int32_t *pred;
+	Hash h;            // its values in flight (values.c): the rare keys
+	Ring *ring;        // ... and the common ones, by class (S.cls_ring)
+	int nring;
+	int pp;            // its pp index, -2 when out of range
 	int64_t *wdone;    // per local stage: W/BW done (overlap)
 	int64_t *wlast, *wlast_who;
 } Rk;
@@ -120,6 +134,14 @@ typedef struct {
 	PlanParts parts;   // tp > 1: the stage's parts, which F, B, BW ops name
 	int nlin, nlout;   // local (handed-over) in- and out-edges (overlap, tp > 1)
 	int *lsrc, *ldst;  // their stages at the other end
+	/* The overlap model's rings (values.c), valid on the ranks of the stage's pp index:
+	 * its pp (-1 out of range), its local index there, the rings of the receives of rin
+	 * (activations) and rout (gradients), and of its tensors by direction; fast: its
+	 * ops may take compute_fast (overlap.c). */
+	int pp, ls;
+	int *rin_ring, *rout_ring;
+	int data_ring[DIR_COUNT];
+	uint8_t fast;
 } StageInfo;
 
 typedef struct {
@@ -149,6 +171,10 @@ typedef struct {
 	int64_t nwork;
 	int32_t **pred;      // per rank per op (record_ops): pred_code()
 	int64_t xfer_bytes, xfer_ns; // last transfer time computed
+	int *cls_pp, *cls_ring; // overlap: per class (sim_class) its pp index and ring there
+	int *send_cls;       // per edge e, 2 e + (dir != DIR_ACT): the class of the tensor its
+	                     // SENDs transmit (send_key's), -1 when its stage is out of range
+	HEnt ring_none;      // the free entry every ring starts with
 	/* record_ops: the op that ends last (the first in (rank, op) order among equals),
 	 * kept as ends are written (each op's end is written once) so that the critical
 	 * path need not scan every op's time. */
@@ -186,18 +212,45 @@ static inline uint64_t hmix(uint64_t k)
 	return k ^ (k >> 29);
 }
 
-static inline HEnt *hfind(Hash *h, uint64_t key)
+/* The class of a receive (KEY_RECV: idx an edge) or a tensor (KEY_DATA: idx a stage). */
+static inline int sim_class(const S *s, int type, int dir, int idx)
 {
-	if (!h->cap)
-		return NULL;
-	for (uint64_t i = hmix(key) & (uint64_t)(h->cap - 1);; i = (i + 1) & (uint64_t)(h->cap - 1)) {
-		if (h->e[i].key == key)
-			return &h->e[i];
-		if (!h->e[i].key)
-			return NULL;
-	}
+	return (type == KEY_RECV ? 0 : 2 * s->p->nedges) + 2 * idx + dir;
 }
 
+static inline HEnt *ring_get(Ring *g, int32_t mb)
+{
+	HEnt *e = &g->e[mb & g->mask];
+	return e->key == (uint64_t)mb + 1 ? e : NULL;
+}
+
+int sim_ring_put_slow(S *s, Ring *g, int32_t mb, int64_t time, int64_t who, int64_t refs);
+
+/* Adds refs consumers to mb's value, ready at time (made by who) unless it was later. */
+static inline int ring_put(S *s, Ring *g, int32_t mb, int64_t time, int64_t who, int64_t refs)
+{
+	HEnt *e = &g->e[mb & g->mask];
+	if (e->key == (uint64_t)mb + 1) {
+		e->refs = sat_add(e->refs, refs);
+		if (time > e->time) {
+			e->time = time;
+			e->who = who;
+		}
+		return 0;
+	}
+	if (!e->key && g->e != &s->ring_none) {
+		*e = (HEnt){(uint64_t)mb + 1, time, who, refs};
+		return 0;
+	}
+	return sim_ring_put_slow(s, g, mb, time, who, refs);
+}
+
+/* One consumer took e (a ring's entry). */
+static inline void ring_use(HEnt *e)
+{
+	if (--e->refs <= 0)
+		e->key = 0;
+}
 
 static inline int local_stage(S *s, int r, int stage)
 {
@@ -283,7 +336,11 @@ static inline uint64_t send_key(S *s, const PlanOp *o)
 /* Shared by the parts (sim.c unless said otherwise). */
 void *sim_xcalloc(S *s, size_t n, size_t size);   // calloc, or s->oom and NULL
 int sim_grow(S *s, void **arr, int64_t *cap, int64_t need, size_t size);
-int64_t sim_pred_ref(const S *s, int r, int64_t i); // op i's critical-path predecessor
+int64_t sim_pred_ref(const S *s, int r, int64_t i); // figures.c: op i's critical-path pred
+int32_t sim_pred_code(const S *s, int r, int64_t i, int64_t ref); // figures.c: its code
+int64_t sim_post_group(S *s, int r, int64_t i, int64_t end, int64_t t, int take, HEnt *only);
+void sim_run_compute(S *s, int r);                  // overlap.c
+void sim_run_comm(S *s, int r);                     // overlap.c
 void sim_mismatch(S *s, int ra, int64_t a, int rb, int64_t b, const char *why);
 int sim_setup(S *s);                               // setup.c
 void sim_cleanup(S *s);                            // setup.c
@@ -292,6 +349,130 @@ void sim_figures(S *s);                            // figures.c
 void sim_critical_path(S *s);                      // figures.c
 void sim_fill_unreached(S *s);                     // figures.c
 void sim_analyse_stall(S *s);                      // stall.c
+/* values.c: the values in flight of rank r by key (overlap model) */
+HEnt *sim_val_find(S *s, int r, uint64_t key);      // NULL when absent
+int sim_val_put(S *s, int r, uint64_t key, int64_t time, int64_t who, int64_t refs);
+void sim_hash_use(Hash *h, HEnt *e);                // one consumer took e, h's entry
+int sim_values_setup(S *s);
+void sim_values_free(S *s);
 void sim_leftover_sends(S *s);                     // stall.c
+
+/* ---- inline helpers of the hot loops ---- */
+
+/* pred as op i of rank r's predecessor code: inline for the common one, an op of r. */
+static inline int32_t pred_of(const S *s, int r, int64_t i, int64_t pred)
+{
+	if (pred >= 0 && REF_RANK(pred) == r && REF_OP(pred) < ((int64_t)1 << PRED_BITS))
+		return (int32_t)REF_OP(pred);
+	return sim_pred_code(s, r, i, pred);
+}
+
+/* The op that ends last, the first in (rank, op) order among equals. */
+static inline void note_end(S *s, int r, int64_t i, int64_t end)
+{
+	if (end >= s->last_end && (end > s->last_end || REF(r, i) < s->last_ref)) {
+		s->last_end = end;
+		s->last_ref = REF(r, i);
+	}
+}
+
+/* record_ops: op i of rank r runs (or its group was posted) at start and ends at end
+ * (-1: not yet), after pred. */
+static inline void record(S *s, int r, int64_t i, int64_t start, int64_t end, int64_t pred)
+{
+	if (!s->opt.record_ops)
+		return;
+	Rk *k = &s->rk[r];
+	k->times[i] = (SimOpTime){start, end};
+	if (end >= 0) // -1 never ends last: last_end starts at -1 and last_ref below any op
+		note_end(s, r, i, end);
+	k->pred[i] = pred_flip(pred_of(s, r, i, pred)); // the first write: KEEP is none
+}
+
+static inline void set_end(S *s, int r, int64_t i, int64_t end, int64_t pred)
+{
+	if (!s->opt.record_ops)
+		return;
+	Rk *k = &s->rk[r];
+	k->times[i].end = end;
+	note_end(s, r, i, end);
+	if (pred != REF_KEEP)
+		k->pred[i] = pred_flip(pred_of(s, r, i, pred));
+}
+
+/* A parked rank resumes at ops[i]: fetch its next ops now.  With many ranks the
+ * hardware prefetcher cannot follow every rank's list, and a resumed rank would
+ * otherwise start with a cache miss on every line of ops. */
+static inline void prefetch_ops(const PlanRank *pr, int64_t i)
+{
+	if (i + 6 < pr->nops) {
+		const char *a = (const char *)&pr->ops[i];
+		__builtin_prefetch(a);
+		__builtin_prefetch(a + 64);
+		__builtin_prefetch(a + 128);
+		__builtin_prefetch(a + 192);
+	}
+}
+
+static inline void push_agent(S *s, int r, int stream)
+{
+	Rk *k = &s->rk[r];
+	if (k->queued[stream])
+		return;
+	k->queued[stream] = 1;
+	s->work[s->nwork++] = r * 2 + stream;
+}
+
+/* Runs compute op i (o) of rank r from `start`; returns its end. */
+static inline int64_t do_compute(S *s, int r, int64_t i, const PlanOp *o, int64_t start,
+                                 int64_t pred)
+{
+	Rk *k = &s->rk[r];
+	int64_t end = start;
+	if (plan_op_is_compute(o->kind)) {
+		const StageInfo *st = &s->st[o->stage];
+		int64_t cost = s->tp > 1 ? plan_part_cost(&st->parts, o, s->p->stages[o->stage].cost)
+		                          : st->cost[o->kind];
+		end = sat_add(start, cost);
+		k->busy = sat_add(k->busy, cost);
+		k->mem = sat_add(k->mem, s->tp > 1 ? plan_part_mem(&st->parts, o) : st->dmem[o->kind]);
+		if (k->mem > k->peak_mem)
+			k->peak_mem = k->mem;
+		uint16_t makes = plan_ops[o->kind].makes; // a microbatch is live from F to its W
+		int last = s->tp == 1 || o->kind == OP_W || o->part + 1 >= st->parts.n[DIR_GRAD];
+		if (makes & PLAN_DEP_ACT) {
+			if (o->part == 0 && ++k->units > k->peak_units)
+				k->peak_units = k->units;
+		} else if ((makes & PLAN_DEP_WGRAD) && last) {
+			k->units--;
+		}
+	}
+	k->done++;
+	record(s, r, i, start, end, pred);
+	return end;
+}
+
+/* One consumer took e, a value of rank r (a ring's entry or the hash's). */
+static inline void val_use(S *s, int r, HEnt *e)
+{
+	Hash *h = &s->rk[r].h;
+	if (h->cap && e >= h->e && e < h->e + h->cap)
+		sim_hash_use(h, e);
+	else
+		ring_use(e);
+}
+
+/* The tensor a SEND transmits (its KEY_DATA value on rank r), or NULL: by ring when the
+ * key is a ring's (values.c), which is the same test ring_of makes. */
+static inline HEnt *send_data(S *s, int r, const PlanOp *o)
+{
+	int c = s->send_cls[2 * o->stage + (o->dir != DIR_ACT)];
+	if (c >= 0 && o->mb >= 0 && o->mb < s->p->microbatches) {
+		Rk *k = &s->rk[r];
+		if (s->cls_pp[c] == k->pp)
+			return ring_get(&k->ring[s->cls_ring[c]], o->mb);
+	}
+	return sim_val_find(s, r, send_key(s, o));
+}
 
 #endif

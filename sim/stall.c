@@ -184,7 +184,7 @@ static int agent_edge(S *s, int a, int idx, SimWait *w, int *to)
 		uint64_t keys[MAXKEYS];
 		int nk = consumed_keys(s, o, keys, MAXKEYS);
 		for (int j = 0; j < nk; j++) {
-			if (hfind(&k->h, keys[j]))
+			if (sim_val_find(s, r, keys[j]))
 				continue;
 			if (e++ != idx)
 				continue;
@@ -207,11 +207,11 @@ static int agent_edge(S *s, int a, int idx, SimWait *w, int *to)
 			int64_t y;
 			if (o->kind == OP_SEND) {
 				wt.key = send_key(s, o);
-				if (hfind(&k->h, wt.key))
+				if (sim_val_find(s, r, wt.key))
 					continue;
 				y = find_op(p, r, k->cpc, 0, want_producer, &wt);
 			} else if (o->kind == OP_TPREDUCE) {
-				if (hfind(&k->h, tp_key(KEY_DATA, o->stage, o->dir, o->part, o->mb)))
+				if (sim_val_find(s, r, tp_key(KEY_DATA, o->stage, o->dir, o->part, o->mb)))
 					continue;
 				wt.op = o;
 				y = find_op(p, r, k->cpc, 0, want_tp_part, &wt);

@@ -1,0 +1,351 @@
+/* The overlap model (docs/semantics.md "Timing"): a rank is two agents of the run
+ * (sim.c), its compute stream and its comm stream.  The comm stream posts its groups in
+ * order, each once the previous one completed and the tensors its sends transmit are
+ * produced; the compute stream runs its ops in order, each once the receives it
+ * consumes completed.  What passes between the two is a value (values.c): the compute
+ * stream puts the tensors it produces and takes the receives, the comm stream puts the
+ * receives and takes the tensors, and whoever puts what the other waits for wakes it. */
+#include "sim_int.h"
+
+/* ---- the compute stream ---- */
+
+/* What compute op i (o) of rank r, ended at end, produces for the comm stream: with
+ * tp > 1 a part ending in a cut gives its TPREDUCE's data, and only the last part (the
+ * TPREDUCE after it, if any, in group_done) gives the stage's output.  -1 out of memory. */
+static int produce(S *s, int r, int64_t i, const PlanOp *o, int64_t end)
+{
+	Rk *k = &s->rk[r];
+	const StageInfo *st = &s->st[o->stage];
+	uint16_t makes = plan_ops[o->kind].makes;
+	int dir = o->kind == OP_F ? DIR_ACT : DIR_GRAD;
+	int parted = s->tp > 1 && o->kind != OP_W && o->part < st->parts.n[dir];
+	int red = parted && st->parts.part[dir][o->part].reduce;
+	int last = !parted || (o->part + 1 == st->parts.n[dir] && !red);
+	if (red && sim_val_put(s, r, tp_key(KEY_DATA, o->stage, dir, o->part, o->mb), end,
+	                       REF(r, i), 1))
+		return -1;
+	if (!last)
+		makes &= (uint8_t)~(PLAN_DEP_ACT | PLAN_DEP_GRAD);
+	if (parted && o->part + 1 != st->parts.n[dir])
+		makes &= (uint8_t)~PLAN_DEP_WGRAD;
+	if ((makes & PLAN_DEP_ACT) && st->nrout &&
+	    sim_val_put(s, r, hkey(KEY_DATA, DIR_ACT, o->stage, o->mb), end, REF(r, i), st->nrout))
+		return -1;
+	if ((makes & PLAN_DEP_GRAD) && st->nrin &&
+	    sim_val_put(s, r, hkey(KEY_DATA, DIR_GRAD, o->stage, o->mb), end, REF(r, i), st->nrin))
+		return -1;
+	int ls = local_stage(s, r, o->stage);
+	if ((makes & PLAN_DEP_WGRAD) && ls >= 0) {
+		k->wdone[ls]++;
+		if (end >= k->wlast[ls]) {
+			k->wlast[ls] = end;
+			k->wlast_who[ls] = REF(r, i);
+		}
+	}
+	return 0;
+}
+
+/* Op i (o) of the compute stream, any kind, its values found by key: runs it from *t
+ * when what it consumes is there.  1 ran, 0 waits, -1 out of memory. */
+static int compute_general(S *s, int r, int64_t i, const PlanOp *o, int64_t *t)
+{
+	Rk *k = &s->rk[r];
+	uint64_t keys[MAXKEYS];
+	int nk = consumed_keys(s, o, keys, MAXKEYS);
+	int64_t start = *t, bind = k->cbind;
+	HEnt *e = NULL;
+	for (int j = 0; j < nk; j++) {
+		if (!(e = sim_val_find(s, r, keys[j])))
+			return 0;
+		if (e->time > start) {
+			start = e->time;
+			bind = e->who;
+		}
+	}
+	if (nk == 1) // nothing has changed since the lookup
+		val_use(s, r, e);
+	else
+		for (int j = 0; j < nk; j++)
+			val_use(s, r, sim_val_find(s, r, keys[j]));
+	int64_t end = do_compute(s, r, i, o, start, bind);
+	*t = end;
+	k->cbind = REF(r, i);
+	if (plan_op_is_compute(o->kind) && produce(s, r, i, o, end))
+		return -1;
+	return 1;
+}
+
+/* The compute stream.  The common op (F, B, W or BW at tp = 1 of a stage on the rank's
+ * pp index whose ops may take this path, StageInfo.fast, with a microbatch in range)
+ * takes compute_general's steps here, its values found in their rings by class and the
+ * stream's figures kept in locals; anything else goes through compute_general. */
+void sim_run_compute(S *s, int r)
+{
+	const PlanRank *pr = &s->p->ranks[r];
+	const PlanOp *ops = pr->ops;
+	Rk *k = &s->rk[r];
+	Ring *ring = k->ring;
+	const StageInfo *sts = s->st;
+	const uint32_t m = s->p->microbatches > 0 ? (uint32_t)s->p->microbatches : 0;
+	const int pp = s->tp == 1 ? k->pp : -3; // -3: no stage's (tp > 1 takes no fast path)
+	const int rec = s->opt.record_ops;
+	int64_t i = k->cpc, n = pr->nops;
+	int64_t t = k->ct, bind = k->cbind, busy = k->busy, mem = k->mem, peak = k->peak_mem;
+	int64_t units = k->units, peak_units = k->peak_units, done = k->done;
+	int progressed = 0, rc = 1;
+	k->cstate = AG_READY;
+	for (; i < n; i++) {
+		const PlanOp *o = &ops[i];
+		OpKind kind = plan_op_kind(o);
+		if (plan_op_is_comm(kind))
+			continue;
+		const StageInfo *st = &sts[o->stage]; // read only for compute kinds
+		if (!plan_op_is_compute(kind) || st->pp != pp || !st->fast || (uint32_t)o->mb >= m) {
+			k->ct = t, k->cbind = bind, k->busy = busy, k->mem = mem, k->peak_mem = peak;
+			k->units = units, k->peak_units = peak_units, k->done = done;
+			rc = compute_general(s, r, i, o, &t);
+			bind = k->cbind, busy = k->busy, mem = k->mem, peak = k->peak_mem;
+			units = k->units, peak_units = k->peak_units, done = k->done;
+			if (rc <= 0)
+				break;
+			progressed = 1;
+			continue;
+		}
+		uint16_t needs = plan_ops[kind].needs, makes = plan_ops[kind].makes;
+		int32_t mb = o->mb;
+		int64_t start = t, by = bind;
+		/* What it consumes: consumed_keys' receives (no kind needs both lists). */
+		int nin = needs & PLAN_DEP_IN_ACT ? st->nrin : needs & PLAN_DEP_OUT_GRAD ? st->nrout : 0;
+		const int *in = needs & PLAN_DEP_IN_ACT ? st->rin_ring : st->rout_ring;
+		HEnt *e = NULL;
+		int j = 0;
+		for (; j < nin; j++) {
+			if (!(e = ring_get(&ring[in[j]], mb)))
+				break;
+			if (e->time > start) {
+				start = e->time;
+				by = e->who;
+			}
+		}
+		if (j < nin) {
+			rc = 0;
+			break;
+		}
+		if (nin == 1)
+			ring_use(e);
+		else
+			for (j = 0; j < nin; j++)
+				ring_use(ring_get(&ring[in[j]], mb));
+		/* do_compute at tp = 1 */
+		int64_t cost = st->cost[kind], end = sat_add(start, cost);
+		busy = sat_add(busy, cost);
+		mem = sat_add(mem, st->dmem[kind]);
+		if (mem > peak)
+			peak = mem;
+		if (makes & PLAN_DEP_ACT) {
+			if (o->part == 0 && ++units > peak_units)
+				peak_units = units;
+		} else if (makes & PLAN_DEP_WGRAD) {
+			units--;
+		}
+		done++;
+		if (rec)
+			record(s, r, i, start, end, by);
+		t = end;
+		bind = REF(r, i);
+		progressed = 1;
+		/* produce at tp = 1 */
+		if ((makes & PLAN_DEP_ACT) && st->nrout &&
+		    ring_put(s, &ring[st->data_ring[DIR_ACT]], mb, end, bind, st->nrout))
+			return;
+		if ((makes & PLAN_DEP_GRAD) && st->nrin &&
+		    ring_put(s, &ring[st->data_ring[DIR_GRAD]], mb, end, bind, st->nrin))
+			return;
+		if (makes & PLAN_DEP_WGRAD) {
+			int ls = st->ls;
+			k->wdone[ls]++;
+			if (end >= k->wlast[ls]) {
+				k->wlast[ls] = end;
+				k->wlast_who[ls] = bind;
+			}
+		}
+	}
+	if (rc < 0)
+		return;
+	k->ct = t, k->cbind = bind, k->busy = busy, k->mem = mem, k->peak_mem = peak;
+	k->units = units, k->peak_units = peak_units, k->done = done;
+	k->cpc = i;
+	if (i == n)
+		k->cstate = AG_DONE;
+	else if (!rc) {
+		k->cstate = AG_WAIT;
+		prefetch_ops(pr, i);
+	}
+	if (progressed && k->state == AG_WAIT)
+		push_agent(s, r, 0);
+}
+
+/* ---- the comm stream ---- */
+
+/* Whether the data of the group starting at op i is ready (its sends' tensors produced,
+ * its all-reduce's last weight gradient done); the group's end in *end, the ready time
+ * in *t, the entry of its send in *only when it has one (else NULL).  One pass: groups
+ * are short but this runs once per group. */
+static int group_ready(S *s, int r, int64_t i, int64_t *end, int64_t *t, int64_t *bind,
+                       HEnt **only)
+{
+	const PlanRank *pr = &s->p->ranks[r];
+	Rk *k = &s->rk[r];
+	const PlanOp *ops = pr->ops;
+	int32_t g = ops[i].group; // op i is a comm op: the group is the run of its number
+	int64_t x = i, n = pr->nops, tt = *t, bb = *bind; // locals: the outputs may alias
+	int nsend = 0;
+	HEnt *one = NULL;
+	for (; x < n && plan_op_is_comm(plan_op_kind(&ops[x])) && ops[x].group == g; x++) {
+		const PlanOp *o = &ops[x];
+		HEnt *e = NULL;
+		if (o->kind == OP_SEND) {
+			if (!(e = send_data(s, r, o)))
+				return 0;
+			one = nsend++ ? NULL : e;
+		} else if (o->kind == OP_TPREDUCE) {
+			if (!(e = sim_val_find(s, r, tp_key(KEY_DATA, o->stage, o->dir, o->part, o->mb))))
+				return 0;
+		} else if (o->kind == OP_ALLREDUCE || o->kind == OP_TIEREDUCE) {
+			int ls = local_stage(s, r, o->stage);
+			if (ls < 0)
+				continue;
+			if (k->wdone[ls] < s->p->microbatches)
+				return 0;
+			if (k->wlast[ls] > tt) {
+				tt = k->wlast[ls];
+				bb = k->wlast_who[ls];
+			}
+		}
+		if (e && e->time > tt) {
+			tt = e->time;
+			bb = e->who;
+		}
+	}
+	*end = x;
+	*t = tt;
+	*bind = bb;
+	*only = one;
+	return 1;
+}
+
+/* A TPREDUCE of rank r completed at r's gmax: its result for the compute ops that wait
+ * for it (the next part; after the last, the backward's first part and the first parts
+ * of the local stages it hands its output to), and after the last part the stage's
+ * output for its sends.  1 when something was published, -1 out of memory. */
+static int tp_done(S *s, int r, const PlanOp *o)
+{
+	Rk *k = &s->rk[r];
+	const StageInfo *st = &s->st[o->stage];
+	int last = o->part + 1 >= st->parts.n[o->dir & 1];
+	int64_t refs = !last ? 1 : o->dir == DIR_ACT ? 1 + st->nlout : st->nlin;
+	int64_t outs = !last ? 0 : o->dir == DIR_ACT ? st->nrout : st->nrin;
+	if (refs && sim_val_put(s, r, tp_key(KEY_AR, o->stage, o->dir, o->part, o->mb), k->gmax,
+	                 k->gmax_who, refs))
+		return -1;
+	if (outs && sim_val_put(s, r, hkey(KEY_DATA, o->dir, o->stage, o->mb), k->gmax, k->gmax_who,
+	                 outs))
+		return -1;
+	return refs > 0;
+}
+
+/* A completed receive's value (KEY_RECV), by ring when the key is a ring's (values.c). */
+static inline int put_recv(S *s, int r, const PlanOp *o, int64_t time, int64_t who)
+{
+	const Plan *p = s->p;
+	if (o->stage >= 0 && o->stage < p->nedges && o->mb >= 0 && o->mb < p->microbatches) {
+		int c = sim_class(s, KEY_RECV, o->dir & 1, o->stage);
+		Rk *k = &s->rk[r];
+		if (s->cls_pp[c] == k->pp)
+			return ring_put(s, &k->ring[s->cls_ring[c]], o->mb, time, who, 1);
+	}
+	return sim_val_put(s, r, hkey(KEY_RECV, o->dir, o->stage, o->mb), time, who, 1);
+}
+
+/* The comm stream's group [i, gend) completed at gmax: publish its receives. */
+static int group_done(S *s, int r, int64_t i)
+{
+	const PlanRank *pr = &s->p->ranks[r];
+	Rk *k = &s->rk[r];
+	int any = 0;
+	for (int64_t x = i; x < k->gend; x++) {
+		const PlanOp *o = &pr->ops[x];
+		uint64_t key;
+		if (o->kind == OP_RECV) {
+			if (put_recv(s, r, o, k->gmax, k->gmax_who))
+				return -1;
+			any = 1;
+			continue;
+		} else if (o->kind == OP_ALLREDUCE || o->kind == OP_TIEREDUCE)
+			key = hkey(KEY_AR, o->kind == OP_TIEREDUCE, o->stage, 0);
+		else if (o->kind == OP_TPREDUCE) {
+			int rc = tp_done(s, r, o);
+			if (rc < 0)
+				return -1;
+			any |= rc;
+			continue;
+		} else
+			continue;
+		if (sim_val_put(s, r, key, k->gmax, k->gmax_who, 1))
+			return -1;
+		any = 1;
+	}
+	k->done += k->gend - i;
+	k->t = k->gmax;
+	if (k->gmax_who != REF_NONE)
+		k->bind = k->gmax_who;
+	if (any && k->cstate == AG_WAIT)
+		push_agent(s, r, 1);
+	return 0;
+}
+
+void sim_run_comm(S *s, int r)
+{
+	const PlanRank *pr = &s->p->ranks[r];
+	Rk *k = &s->rk[r];
+	int64_t n = pr->nops;
+	if (k->state == AG_MATCH) {
+		if (group_done(s, r, k->pc))
+			return;
+		k->pc = k->gend;
+	}
+	k->state = AG_READY;
+	int64_t i = k->pc;
+	while (i < n) {
+		if (!plan_op_is_comm(pr->ops[i].kind)) {
+			i++;
+			continue;
+		}
+		int64_t end, t = k->t, bind = k->bind;
+		HEnt *only;
+		if (!group_ready(s, r, i, &end, &t, &bind, &only)) {
+			k->pc = i;
+			k->state = AG_WAIT;
+			prefetch_ops(pr, i);
+			return;
+		}
+		int64_t saved = k->bind;
+		k->bind = bind;
+		sim_post_group(s, r, i, end, t, 1, only);
+		k->bind = saved;
+		if (s->failed)
+			return;
+		k->pc = i;
+		if (k->pending) {
+			k->state = AG_MATCH;
+			prefetch_ops(pr, k->gend);
+			return;
+		}
+		if (group_done(s, r, i))
+			return;
+		i = k->gend;
+	}
+	k->pc = n;
+	k->state = AG_DONE;
+}
+
