@@ -5,7 +5,10 @@
 
 #include "plan.h"
 
-#define RD_BLOCK (1 << 20) // bytes read at a time
+/* Bytes read at a time: small enough that the checksum and the parse find the copy in
+ * L2 (measured on a 500 MiB plan: read() and the checksum took 0.13 s, 0.27 s with
+ * 1 MiB blocks). */
+#define RD_BLOCK (1 << 16)
 #define RD_SLACK 8        // zero bytes after the text: read_op.c loads 8 bytes at a time
 
 typedef struct {
