@@ -2,8 +2,12 @@
  * what the writer would produce (keywords, order, counts), numbers must be in range,
  * and anything else is an error naming the plan-file line.  Cross-references that
  * need the whole plan (placement, peers, matching, dependencies) are plan_verify()'s.
- * Arrays grow as lines arrive, so a lying count cannot make us allocate much. */
+ * Arrays grow as lines arrive, so a lying count cannot make us allocate much (a rank's
+ * ops are allocated at once when the rest of the file can hold them: read_in.c).  Runs
+ * of op lines go through read_op.c's fast path; it declines any line it does not take
+ * whole, and that line comes here. */
 #include "plan.h"
+#include "read_int.h"
 #include "read_op.h"
 
 #include <errno.h>
@@ -12,131 +16,6 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define RD_BLOCK (1 << 20) // bytes read at a time
-#define RD_SLACK 8        // zero bytes after the text: read_op.c loads 8 bytes at a time
-
-typedef struct {
-	FILE *f;
-	char *blk;     // the block read: lines [0, pos) are done, [pos, len) unread
-	size_t cap, len, pos;
-	int eof;
-	char *buf;     // the current line, in blk, its newline made a NUL
-	char *end;     // that NUL
-	int64_t line;  // number of the line in buf
-	const char *s; // cursor into buf
-	PlanError *err;
-	int failed;
-	const char *name; // for messages
-	int64_t ops;      // ops the rank lines declared so far, for the out-of-memory text
-	int check;        // the header has a checksum: hash every later byte into h
-	uint64_t want;    // the checksum the header states
-	PlanHash h;
-	size_t hashed;    // blk[0, hashed) is folded into h (when check), the rest is not
-	int version;
-	int world;        // the mesh's world: the range of rank numbers in the file
-	int stride;       // a line plan's rank numbers are multiples of it (plan_pp_stride)
-} Rd;
-
-static int fail(Rd *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(Rd *r, const char *fmt, ...)
-{
-	if (r->failed)
-		return -1;
-	r->failed = 1;
-	r->err->line = r->line;
-	r->err->rank = -1;
-	r->err->op = -1;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(r->err->msg, sizeof r->err->msg, fmt, ap);
-	va_end(ap);
-	return -1;
-}
-
-/* Folds blk[hashed, end) into the checksum: blocks are hashed as they arrive, while the
- * text is in cache, in pieces as big as the reads. */
-static void hash_to(Rd *r, size_t end)
-{
-	if (r->check && end > r->hashed)
-		plan_hash_update(&r->h, r->blk + r->hashed, end - r->hashed);
-	r->hashed = end;
-}
-
-/* Reads more of the file after the unread rest of the block, moved to its start, until
- * a newline arrives or the file ends; the block doubles when a line outgrows it. */
-static int fill(Rd *r)
-{
-	size_t rest = r->len - r->pos;
-	if (rest)
-		memmove(r->blk, r->blk + r->pos, rest);
-	r->len = rest;
-	r->pos = 0;
-	r->hashed = rest;
-	while (!r->eof) {
-		if (r->len == r->cap) {
-			size_t c = r->cap ? r->cap * 2 : RD_BLOCK;
-			char *b = realloc(r->blk, c + RD_SLACK);
-			if (!b) {
-				char t[160];
-				return fail(r, "%s", plan_oom_text(t, sizeof t, r->ops, c));
-			}
-			r->blk = b;
-			r->cap = c;
-		}
-		size_t k = fread(r->blk + r->len, 1, r->cap - r->len, r->f);
-		if (k == 0) {
-			r->eof = 1;
-			break;
-		}
-		r->len += k;
-		memset(r->blk + r->len, 0, RD_SLACK);
-		hash_to(r, r->len);
-		if (memchr(r->blk + r->len - k, '\n', k))
-			break;
-	}
-	return 0;
-}
-
-/* Reads the next line; `what` names what was expected, for the truncation error.  The
- * file is read in big blocks and the line is left in place, its newline made a NUL.
- * A NUL inside the line is not looked for: see next_line. */
-static int line_in(Rd *r, const char *what)
-{
-	r->line++;
-	char *nl = r->pos < r->len ? memchr(r->blk + r->pos, '\n', r->len - r->pos) : NULL;
-	if (!nl) {
-		if (fill(r))
-			return -1;
-		nl = r->len ? memchr(r->blk, '\n', r->len) : NULL;
-	}
-	char *s = r->blk + r->pos;
-	size_t n = nl ? (size_t)(nl - s) + 1 : r->len - r->pos; // the newline included
-	if (n == 0)
-		return fail(r, "unexpected end of file: expected %s", what);
-	r->pos += n;
-	if (s[n - 1] != '\n')
-		return fail(r, "line does not end with a newline (truncated file?)");
-	s[n - 1] = 0;
-	r->end = s + n - 1;
-	r->buf = s;
-	r->s = s;
-	return 0;
-}
-
-/* A NUL inside the line would end it early for the parsing below.  (read_op.c needs no
- * such check: it takes a line only when it parsed it through to its end.) */
-static int no_nul(Rd *r)
-{
-	if (memchr(r->buf, 0, (size_t)(r->end - r->buf)))
-		return fail(r, "NUL byte in line");
-	return 0;
-}
-
-static int next_line(Rd *r, const char *what)
-{
-	return line_in(r, what) || no_nul(r);
-}
 
 static void skip_sp(Rd *r)
 {
@@ -164,7 +43,7 @@ static int word(Rd *r, const char *w)
 		char got[40];
 		size_t k = strcspn(r->s, " ");
 		snprintf(got, sizeof got, "%.*s", (int)(k < 32 ? k : 32), r->s);
-		return fail(r, "expected '%s', found '%s'", w, got);
+		return rd_fail(r, "expected '%s', found '%s'", w, got);
 	}
 	r->s += n;
 	return 0;
@@ -176,7 +55,7 @@ static int key(Rd *r, const char *k)
 	skip_sp(r);
 	size_t n = prefix(r->s, k);
 	if (k[n])
-		return fail(r, "expected '%s'", k);
+		return rd_fail(r, "expected '%s'", k);
 	r->s += n;
 	return 0;
 }
@@ -193,18 +72,18 @@ static int num(Rd *r, int64_t *v, int64_t lo, int64_t hi, const char *what)
 		p++;
 	}
 	if (*p < '0' || *p > '9')
-		return fail(r, "expected a number for %s", what);
+		return rd_fail(r, "expected a number for %s", what);
 	uint64_t u = 0;
 	while (*p >= '0' && *p <= '9') {
 		if (u > (UINT64_MAX - 9) / 10 || u > (uint64_t)INT64_MAX)
-			return fail(r, "number too large for %s", what);
+			return rd_fail(r, "number too large for %s", what);
 		u = u * 10 + (uint64_t)(*p++ - '0');
 	}
 	if (u > (uint64_t)INT64_MAX)
-		return fail(r, "number too large for %s", what);
+		return rd_fail(r, "number too large for %s", what);
 	int64_t x = neg ? -(int64_t)u : (int64_t)u;
 	if (x < lo || x > hi)
-		return fail(r, "%s %lld out of range [%lld, %lld]", what, (long long)x, (long long)lo,
+		return rd_fail(r, "%s %lld out of range [%lld, %lld]", what, (long long)x, (long long)lo,
 		            (long long)hi);
 	*v = x;
 	r->s = p;
@@ -240,12 +119,12 @@ static char *token(Rd *r, const char *what)
 	skip_sp(r);
 	size_t n = strcspn(r->s, " ");
 	if (n == 0) {
-		fail(r, "expected %s", what);
+		rd_fail(r, "expected %s", what);
 		return NULL;
 	}
 	char *t = strndup(r->s, n);
 	if (!t) {
-		fail(r, "out of memory");
+		rd_fail(r, "out of memory");
 		return NULL;
 	}
 	r->s += n;
@@ -258,7 +137,7 @@ static int eol(Rd *r)
 		return -1;
 	skip_sp(r);
 	if (*r->s)
-		return fail(r, "unexpected text '%.32s' at end of line", r->s);
+		return rd_fail(r, "unexpected text '%.32s' at end of line", r->s);
 	return 0;
 }
 
@@ -289,7 +168,7 @@ static int grow(Rd *r, void **arr, int64_t *cap, int64_t need, size_t size)
 	void *p = realloc(*arr, (size_t)c * size);
 	if (!p) {
 		char t[160];
-		return fail(r, "%s", plan_oom_text(t, sizeof t, r->ops, (size_t)c * size));
+		return rd_fail(r, "%s", plan_oom_text(t, sizeof t, r->ops, (size_t)c * size));
 	}
 	memset((char *)p + (size_t)*cap * size, 0, (size_t)(c - *cap) * size);
 	*arr = p;
@@ -304,13 +183,13 @@ static int read_tokens(Rd *r, Plan *p)
 	if (inum(r, &b, 1, INT_MAX, "input sequences"))
 		return -1;
 	if (*r->s != 'x')
-		return fail(r, "expected 'x' between input sequences and length");
+		return rd_fail(r, "expected 'x' between input sequences and length");
 	r->s++;
 	if (inum(r, &s, 1, INT_MAX, "sequence length") ||
 	    kv(r, "vocab=", &p->vocab, 1, INT_MAX) || eol(r))
 		return -1;
 	if ((int64_t)b * s > INT_MAX)
-		return fail(r, "input has %lld tokens, more than %d", (long long)b * s, INT_MAX);
+		return rd_fail(r, "input has %lld tokens, more than %d", (long long)b * s, INT_MAX);
 	p->rows = b * s;
 	p->seq = s;
 	p->cols = 1;
@@ -326,7 +205,7 @@ static int real(Rd *r, const char *k, double *v, double lo, double hi)
 	char *end;
 	*v = strtod(r->s, &end);
 	if (end == r->s || errno || !(*v >= lo && *v <= hi))
-		return fail(r, "%s must be a number in [%g, %g]", k, lo, hi);
+		return rd_fail(r, "%s must be a number in [%g, %g]", k, lo, hi);
 	r->s = end;
 	return 0;
 }
@@ -343,7 +222,7 @@ static int read_optim(Rd *r, Plan *p)
 		if (strlen(plan_optim_names[k]) == n && !strncmp(r->s, plan_optim_names[k], n))
 			o->kind = (uint8_t)k;
 	if (o->kind == OPTIM_COUNT)
-		return fail(r, "unknown optimizer '%.*s'", (int)(n < 20 ? n : 20), r->s);
+		return rd_fail(r, "unknown optimizer '%.*s'", (int)(n < 20 ? n : 20), r->s);
 	r->s += n;
 	o->given = 1;
 	if (real(r, "lr=", &o->lr, 0, 1e6))
@@ -382,40 +261,40 @@ static int read_layer_keys(Rd *r, PlanLayer *ly, int left)
 			                                                 ly->heads))
 				return -1;
 			if (ly->in % ly->heads || ly->heads % ly->kv_heads)
-				return fail(r, "heads=%d kv_heads=%d do not divide the width %d and the heads",
+				return rd_fail(r, "heads=%d kv_heads=%d do not divide the width %d and the heads",
 				            ly->heads, ly->kv_heads, ly->in);
 		} else if (k != LAYER_KEY_COUNT && !plan_layer_keys[k].number &&
 		           ((li->keys & LAYER_FLAG(k)) || copy_ok(ly, k)) && r->s[n] != '=') {
 			ly->flags |= LAYER_FLAG(k);
 			r->s += n;
 		} else {
-			return fail(r, "unexpected '%.*s' on a %s layer", (int)(n < 20 ? n : 20), r->s,
+			return rd_fail(r, "unexpected '%.*s' on a %s layer", (int)(n < 20 ? n : 20), r->s,
 			            li->name);
 		}
 	}
 	if (li->arg == LAYER_ARG_HIDDEN && !ly->hidden)
-		return fail(r, "a %s layer needs hidden=N", li->name);
+		return rd_fail(r, "a %s layer needs hidden=N", li->name);
 	if (li->arg == LAYER_ARG_BODY && !ly->span)
-		return fail(r, "a %s layer needs span=N", li->name);
+		return rd_fail(r, "a %s layer needs span=N", li->name);
 	if ((li->keys & LAYER_FLAG(LAYER_KEY_HEADS)) && !ly->heads)
-		return fail(r, "a %s layer needs heads=N kv_heads=N", li->name);
+		return rd_fail(r, "a %s layer needs heads=N kv_heads=N", li->name);
 	return 0;
 }
 
 /* The first line: `pipecc-plan VERSION [KIND=HEX]`; sets up the checksum. */
 static int read_format(Rd *r)
 {
-	if (next_line(r, "'" PLAN_FORMAT " 1'"))
+	if (rd_next_line(r, "'" PLAN_FORMAT " 1'"))
 		return -1;
 	if (strncmp(r->buf, PLAN_FORMAT " ", strlen(PLAN_FORMAT) + 1) != 0) {
 		/* A .pipe source starts with a comment or its `pipeline NAME;` line. */
 		size_t len = strlen(r->name);
 		if (r->buf[0] == '#' || !strncmp(r->buf, "pipeline ", 9) ||
 		    (len > 5 && !strcmp(r->name + len - 5, ".pipe")))
-			return fail(r, "this is a pipecc source file, not a plan: compile it first with "
+			return rd_fail(r, "this is a pipecc source file, not a plan: compile it first with "
 			               "`pipecc %s -o PLAN`",
 			            strcmp(r->name, "<stdin>") ? r->name : "FILE");
-		return fail(r, "not a pipecc plan (first line must be '%s %d')", PLAN_FORMAT,
+		return rd_fail(r, "not a pipecc plan (first line must be '%s %d')", PLAN_FORMAT,
 		            PLAN_VERSION);
 	}
 	r->s += strlen(PLAN_FORMAT);
@@ -424,7 +303,7 @@ static int read_format(Rd *r)
 	if (inum(r, &v, 0, INT_MAX, "format version"))
 		return -1;
 	if (v != PLAN_VERSION && v != PLAN_VERSION_EXPANDED && v != PLAN_VERSION_PLAIN)
-		return fail(r, "plan format version %d is not supported (this build reads %d to %d)",
+		return rd_fail(r, "plan format version %d is not supported (this build reads %d to %d)",
 		            v, PLAN_VERSION_PLAIN, PLAN_VERSION);
 	r->version = v;
 	if (v != PLAN_VERSION_PLAIN) {
@@ -433,17 +312,17 @@ static int read_format(Rd *r)
 		char kinds[96];
 		int kind = plan_sum_key(r->s, kinds, sizeof kinds);
 		if (kind < 0)
-			return fail(r, "expected a checksum, %s, after the format version", kinds);
+			return rd_fail(r, "expected a checksum, %s, after the format version", kinds);
 		r->s += strlen(plan_sums[kind].name) + 1;
 		errno = 0;
 		r->want = strtoull(r->s, &end, 16);
 		if (end - r->s != 16 || errno)
-			return fail(r, "the checksum must be 16 hex digits");
+			return rd_fail(r, "the checksum must be 16 hex digits");
 		r->s = end;
 		r->check = 1;
 		plan_hash_init(&r->h, kind);
 		r->hashed = r->pos; // the text after this line, read so far
-		hash_to(r, r->len);
+		rd_hash_to(r, r->len);
 	}
 	return eol(r);
 }
@@ -457,7 +336,7 @@ static int read_lines_at(Rd *r, Plan *p)
 	    kv(r, "devices_per_node=", &p->dev_per_node, 1, INT_MAX) || eol(r))
 		return -1;
 	if (n != p->world / p->dims[DIM_PP])
-		return fail(r, "lines %d is not the world over pp (%d)", n, p->world / p->dims[DIM_PP]);
+		return rd_fail(r, "lines %d is not the world over pp (%d)", n, p->world / p->dims[DIM_PP]);
 	p->line = 1;
 	r->stride = plan_pp_stride(p);
 	return 0;
@@ -465,7 +344,7 @@ static int read_lines_at(Rd *r, Plan *p)
 
 static int read_lines(Rd *r, Plan *p)
 {
-	return next_line(r, "'lines N devices_per_node=D'") || read_lines_at(r, p);
+	return rd_next_line(r, "'lines N devices_per_node=D'") || read_lines_at(r, p);
 }
 
 /* A rank number of a line plan's file, a world rank on line 0, into its pipeline index. */
@@ -475,7 +354,7 @@ static int line_ref(Rd *r, const Plan *p, int *v)
 		return r->failed ? -1 : 0;
 	int stride = r->stride;
 	if (*v % stride || *v / stride >= p->dims[DIM_PP])
-		return fail(r, "rank %d is not on the plan's pipeline line (dp=0 tp=0): a line plan "
+		return rd_fail(r, "rank %d is not on the plan's pipeline line (dp=0 tp=0): a line plan "
 		               "names only those ranks", *v);
 	*v /= stride;
 	return 0;
@@ -485,19 +364,19 @@ static int read_header(Rd *r, Plan *p)
 {
 	if (read_format(r))
 		return -1;
-	if (next_line(r, "'pipeline NAME'") || word(r, "pipeline") || !(p->name = token(r, "a name")) ||
+	if (rd_next_line(r, "'pipeline NAME'") || word(r, "pipeline") || !(p->name = token(r, "a name")) ||
 	    eol(r))
 		return -1;
-	if (next_line(r, "'source PATH'") || word(r, "source"))
+	if (rd_next_line(r, "'source PATH'") || word(r, "source"))
 		return -1;
 	skip_sp(r);
 	if (!(p->source = strdup(r->s)))
-		return fail(r, "out of memory");
-	if (next_line(r, "'schedule NAME'") || word(r, "schedule") ||
+		return rd_fail(r, "out of memory");
+	if (rd_next_line(r, "'schedule NAME'") || word(r, "schedule") ||
 	    !(p->schedule = token(r, "a schedule name")) || eol(r))
 		return -1;
 
-	if (next_line(r, "'mesh ...'") || word(r, "mesh"))
+	if (rd_next_line(r, "'mesh ...'") || word(r, "mesh"))
 		return -1;
 	int seen = 0;
 	int64_t world = 1;
@@ -510,9 +389,9 @@ static int read_header(Rd *r, Plan *p)
 				break;
 		}
 		if (d == DIM_COUNT)
-			return fail(r, "expected a mesh dimension pp=, dp= or tp=");
+			return rd_fail(r, "expected a mesh dimension pp=, dp= or tp=");
 		if (seen & (1 << d))
-			return fail(r, "mesh dimension %s repeated", plan_dim_names[d]);
+			return rd_fail(r, "mesh dimension %s repeated", plan_dim_names[d]);
 		seen |= 1 << d;
 		r->s += strlen(plan_dim_names[d]) + 1;
 		if (inum(r, &p->dims[d], 1, 1 << 20, plan_dim_names[d]))
@@ -523,27 +402,27 @@ static int read_header(Rd *r, Plan *p)
 	if (eol(r))
 		return -1;
 	if (world > (1 << 20))
-		return fail(r, "mesh has %lld ranks, more than %d", (long long)world, 1 << 20);
-	if (next_line(r, "'world N'") || word(r, "world") ||
+		return rd_fail(r, "mesh has %lld ranks, more than %d", (long long)world, 1 << 20);
+	if (rd_next_line(r, "'world N'") || word(r, "world") ||
 	    inum(r, &p->world, 1, 1 << 20, "world") || eol(r))
 		return -1;
 	if (p->world != world)
-		return fail(r, "world %d is not the product of the mesh dims (%lld)", p->world,
+		return rd_fail(r, "world %d is not the product of the mesh dims (%lld)", p->world,
 		            (long long)world);
 	r->world = p->world;
 	/* Format 3 has the lines line; a hand-written (format 1) plan may. */
 	if (r->version == PLAN_VERSION && read_lines(r, p))
 		return -1;
-	if (next_line(r, r->version == PLAN_VERSION_PLAIN ? "'lines N' or 'microbatches N'"
+	if (rd_next_line(r, r->version == PLAN_VERSION_PLAIN ? "'lines N' or 'microbatches N'"
 	                                                  : "'microbatches N'"))
 		return -1;
 	if (r->version == PLAN_VERSION_PLAIN && !strncmp(r->buf, "lines ", 6) &&
-	    (read_lines_at(r, p) || next_line(r, "'microbatches N'")))
+	    (read_lines_at(r, p) || rd_next_line(r, "'microbatches N'")))
 		return -1;
 	if (word(r, "microbatches") ||
 	    inum(r, &p->microbatches, 1, INT_MAX, "microbatches") || eol(r))
 		return -1;
-	if (next_line(r, "'input RxC'") || word(r, "input"))
+	if (rd_next_line(r, "'input RxC'") || word(r, "input"))
 		return -1;
 	skip_sp(r);
 	if (!strncmp(r->s, "tokens ", 7)) {
@@ -554,13 +433,13 @@ static int read_header(Rd *r, Plan *p)
 		if (inum(r, &p->rows, 1, INT_MAX, "input rows"))
 			return -1;
 		if (*r->s != 'x')
-			return fail(r, "expected 'x' between input rows and columns");
+			return rd_fail(r, "expected 'x' between input rows and columns");
 		r->s++;
 		if (inum(r, &p->cols, 1, INT_MAX, "input columns") || eol(r))
 			return -1;
 	}
 
-	if (next_line(r, "'link ...'") || word(r, "link"))
+	if (rd_next_line(r, "'link ...'") || word(r, "link"))
 		return -1;
 	skip_sp(r);
 	if (!strcmp(r->s, "ideal")) {
@@ -574,7 +453,7 @@ static int read_header(Rd *r, Plan *p)
 	char *end;
 	p->bandwidth = strtod(r->s, &end);
 	if (end == r->s || errno || !(p->bandwidth > 0) || p->bandwidth > 1e18)
-		return fail(r, "bandwidth must be a positive number of bytes per second");
+		return rd_fail(r, "bandwidth must be a positive number of bytes per second");
 	r->s = end;
 	return eol(r);
 }
@@ -589,7 +468,7 @@ static int read_dir(Rd *r, uint8_t *dir, const char *after)
 	else if (prefix(r->s, "grad ") == 5)
 		*dir = DIR_GRAD;
 	else
-		return fail(r, "expected 'act' or 'grad'%s%s", after ? " after " : "", after ? after : "");
+		return rd_fail(r, "expected 'act' or 'grad'%s%s", after ? " after " : "", after ? after : "");
 	r->s += *dir == DIR_ACT ? 4 : 5;
 	return 0;
 }
@@ -620,15 +499,15 @@ static int read_recompute(Rd *r, PlanStage *st)
 static int read_stages(Rd *r, Plan *p)
 {
 	int n;
-	if (next_line(r, "'stages N'"))
+	if (rd_next_line(r, "'stages N'"))
 		return -1;
-	if (!strncmp(r->buf, "node ", 5) && (read_node(r, p) || next_line(r, "'stages N'")))
+	if (!strncmp(r->buf, "node ", 5) && (read_node(r, p) || rd_next_line(r, "'stages N'")))
 		return -1;
-	if (!strncmp(r->buf, "optimizer ", 10) && (read_optim(r, p) || next_line(r, "'stages N'")))
+	if (!strncmp(r->buf, "optimizer ", 10) && (read_optim(r, p) || rd_next_line(r, "'stages N'")))
 		return -1;
 	if (!strncmp(r->buf, "memory ", 7) &&
 	    (word(r, "memory") || kv64(r, "cap=", &p->mem_cap, 1, INT64_MAX / 4) || eol(r) ||
-	     next_line(r, "'stages N'")))
+	     rd_next_line(r, "'stages N'")))
 		return -1;
 	if (word(r, "stages") ||
 	    inum(r, &n, 1, 1 << 20, "stages") || eol(r))
@@ -640,11 +519,11 @@ static int read_stages(Rd *r, Plan *p)
 		p->nstages = s + 1; // only what exists, so plan_free stays safe
 		PlanStage *st = &p->stages[s];
 		int idx;
-		if (next_line(r, "a 'stage' line") || word(r, "stage") ||
+		if (rd_next_line(r, "a 'stage' line") || word(r, "stage") ||
 		    inum(r, &idx, 0, INT_MAX, "stage index"))
 			return -1;
 		if (idx != s)
-			return fail(r, "stage %d where stage %d was expected", idx, s);
+			return rd_fail(r, "stage %d where stage %d was expected", idx, s);
 		if (!(st->name = token(r, "a stage name")))
 			return -1;
 		if (kv(r, "pp=", &st->pp, 0, p->dims[DIM_PP] - 1) ||
@@ -663,13 +542,13 @@ static int read_stages(Rd *r, Plan *p)
 			if (grow(r, (void **)&st->layers, &lcap, l + 1, sizeof *st->layers))
 				return -1;
 			PlanLayer *ly = &st->layers[l];
-			if (next_line(r, "a 'layer' line") || word(r, "layer"))
+			if (rd_next_line(r, "a 'layer' line") || word(r, "layer"))
 				return -1;
 			skip_sp(r);
 			size_t n = strcspn(r->s, " \n");
 			LayerKind k = plan_layer_find(r->s, n);
 			if (k == LAYER_COUNT || r->s[n] != ' ')
-				return fail(r, "unknown layer kind '%.20s'", r->s);
+				return rd_fail(r, "unknown layer kind '%.20s'", r->s);
 			r->s += n;
 			ly->kind = k;
 			skip_sp(r);
@@ -686,7 +565,7 @@ static int read_stages(Rd *r, Plan *p)
 
 static int read_edges(Rd *r, Plan *p)
 {
-	if (next_line(r, "'edges N'") || word(r, "edges") ||
+	if (rd_next_line(r, "'edges N'") || word(r, "edges") ||
 	    inum(r, &p->nedges, 0, 1 << 22, "edges") || eol(r))
 		return -1;
 	int64_t cap = 0;
@@ -695,11 +574,11 @@ static int read_edges(Rd *r, Plan *p)
 			return -1;
 		PlanEdge *ed = &p->edges[e];
 		int idx;
-		if (next_line(r, "an 'edge' line") || word(r, "edge") ||
+		if (rd_next_line(r, "an 'edge' line") || word(r, "edge") ||
 		    (skip_sp(r), inum(r, &idx, 0, INT_MAX, "edge index")))
 			return -1;
 		if (idx != e)
-			return fail(r, "edge %d where edge %d was expected", idx, e);
+			return rd_fail(r, "edge %d where edge %d was expected", idx, e);
 		skip_sp(r);
 		if (inum(r, &ed->src, 0, p->nstages - 1, "edge source stage") || key(r, "->") ||
 		    inum(r, &ed->dst, 0, p->nstages - 1, "edge destination stage"))
@@ -710,21 +589,21 @@ static int read_edges(Rd *r, Plan *p)
 		else if (!strncmp(r->s, "skip ", 5))
 			ed->skip = 1;
 		else
-			return fail(r, "expected 'chain' or 'skip'");
+			return rd_fail(r, "expected 'chain' or 'skip'");
 		r->s += ed->skip ? 5 : 6;
 		if (kv64(r, "bytes=", &ed->bytes, 0, INT64_MAX / 8) || loc(r, &ed->loc) || eol(r))
 			return -1;
 		if (ed->src >= ed->dst)
-			return fail(r, "edge %d goes from stage %d back to stage %d", e, ed->src, ed->dst);
+			return rd_fail(r, "edge %d goes from stage %d back to stage %d", e, ed->src, ed->dst);
 		if (!ed->skip && ed->dst != ed->src + 1)
-			return fail(r, "chain edge %d must join consecutive stages", e);
+			return rd_fail(r, "chain edge %d must join consecutive stages", e);
 	}
 	return 0;
 }
 
 static int read_routes(Rd *r, Plan *p)
 {
-	if (next_line(r, "'routes N'") || word(r, "routes") ||
+	if (rd_next_line(r, "'routes N'") || word(r, "routes") ||
 	    inum(r, &p->nroutes, 0, INT_MAX, "routes") || eol(r))
 		return -1;
 	int64_t cap = 0;
@@ -734,11 +613,11 @@ static int read_routes(Rd *r, Plan *p)
 			return -1;
 		PlanRoute *rt = &p->routes[i];
 		int idx;
-		if (next_line(r, "a 'route' line") || word(r, "route") ||
+		if (rd_next_line(r, "a 'route' line") || word(r, "route") ||
 		    (skip_sp(r), inum(r, &idx, 0, INT_MAX, "route index")))
 			return -1;
 		if (idx != i)
-			return fail(r, "route %d where route %d was expected", idx, i);
+			return rd_fail(r, "route %d where route %d was expected", idx, i);
 		if (kv(r, "e=", &rt->edge, 0, p->nedges - 1))
 			return -1;
 		if (read_dir(r, &rt->dir, NULL))
@@ -777,7 +656,7 @@ static int read_op(Rd *r, Plan *p, PlanOp *o)
 	int k = op_kind(r);
 	if (k < 0) {
 		size_t n = strcspn(r->s, " ");
-		return fail(r, "unknown op '%.*s'", (int)(n < 32 ? n : 32), r->s);
+		return rd_fail(r, "unknown op '%.*s'", (int)(n < 32 ? n : 32), r->s);
 	}
 	*o = (PlanOp){.kind = (uint8_t)k, .mb = -1, .peer = -1, .group = -1, .route = -1};
 	int m = p->microbatches;
@@ -798,7 +677,7 @@ static int read_op(Rd *r, Plan *p, PlanOp *o)
 		if (k != OP_W && !strncmp(r->s, "part=", 5)) {
 			int part;
 			if (p->dims[DIM_TP] == 1)
-				return fail(r, "part= in a plan with tp=1 (stages have one part each way)");
+				return rd_fail(r, "part= in a plan with tp=1 (stages have one part each way)");
 			if (kv(r, "part=", &part, 1, UINT16_MAX))
 				return -1;
 			o->part = (uint16_t)part;
@@ -833,7 +712,7 @@ static int read_op(Rd *r, Plan *p, PlanOp *o)
 	case OP_TPREDUCE: {
 		int part;
 		if (p->dims[DIM_TP] == 1)
-			return fail(r, "a TPREDUCE in a plan with tp=1 (it all-reduces over the tp group)");
+			return rd_fail(r, "a TPREDUCE in a plan with tp=1 (it all-reduces over the tp group)");
 		if (read_dir(r, &o->dir, "TPREDUCE"))
 			return -1;
 		if (kv(r, "s=", &o->stage, 0, p->nstages - 1) || kv(r, "m=", &o->mb, 0, m - 1) ||
@@ -851,23 +730,6 @@ static int read_op(Rd *r, Plan *p, PlanOp *o)
 	return 0;
 }
 
-/* A rank's op array grows as its lines arrive, doubling up to the count its rank line
- * declared (a lying count cannot make us allocate much, and a true one is not
- * overshot); not zeroed: nops says what is set. */
-static int grow_ops(Rd *r, PlanRank *rk, int64_t nops)
-{
-	int64_t c = rk->ops_cap ? rk->ops_cap * 2 : 1 << 16;
-	c = c < nops ? c : nops;
-	PlanOp *o = realloc(rk->ops, (size_t)(c ? c : 1) * sizeof *o);
-	if (!o) {
-		char t[160];
-		return fail(r, "%s", plan_oom_text(t, sizeof t, r->ops, (size_t)(c ? c : 1) * sizeof *o));
-	}
-	rk->ops = o;
-	rk->ops_cap = c;
-	return 0;
-}
-
 static int read_ranks(Rd *r, Plan *p)
 {
 	int n = p->line ? p->dims[DIM_PP] : p->world, stride = p->line ? plan_pp_stride(p) : 1;
@@ -875,17 +737,17 @@ static int read_ranks(Rd *r, Plan *p)
 	                     p->line ? stride : 0, p->dims[DIM_PP]};
 	p->ranks = calloc((size_t)n, sizeof *p->ranks);
 	if (!p->ranks)
-		return fail(r, "out of memory");
+		return rd_fail(r, "out of memory");
 	p->world = n; // entries, so plan_free stays safe
 	for (int i = 0; i < n; i++) {
 		PlanRank *rk = &p->ranks[i];
 		int idx;
 		int64_t nops;
-		if (next_line(r, "a 'rank' line") || word(r, "rank") ||
+		if (rd_next_line(r, "a 'rank' line") || word(r, "rank") ||
 		    (skip_sp(r), inum(r, &idx, 0, INT_MAX, "rank")))
 			return -1;
 		if (idx != i * stride)
-			return fail(r, "rank %d where rank %d was expected", idx, i * stride);
+			return rd_fail(r, "rank %d where rank %d was expected", idx, i * stride);
 		rk->line = r->line;
 		if (kv(r, "pp=", &rk->coord[DIM_PP], 0, p->dims[DIM_PP] - 1) ||
 		    kv(r, "dp=", &rk->coord[DIM_DP], 0, p->dims[DIM_DP] - 1) ||
@@ -896,14 +758,14 @@ static int read_ranks(Rd *r, Plan *p)
 			return -1;
 		r->ops += nops;
 		if (plan_mesh_rank(p, rk->coord) != idx)
-			return fail(r, "rank %d has the coordinates of rank %d", idx,
+			return rd_fail(r, "rank %d has the coordinates of rank %d", idx,
 			            plan_mesh_rank(p, rk->coord));
 		int64_t pcap = 0;
 		for (int j = 0; j < rk->npeers; j++) {
 			if (grow(r, (void **)&rk->peers, &pcap, j + 1, sizeof *rk->peers))
 				return -1;
 			PlanPeer *pe = &rk->peers[j];
-			if (next_line(r, "a 'peer' line") || word(r, "peer") ||
+			if (rd_next_line(r, "a 'peer' line") || word(r, "peer") ||
 			    kv(r, "s=", &pe->stage, 0, p->nstages - 1))
 				return -1;
 			skip_sp(r);
@@ -912,7 +774,7 @@ static int read_ranks(Rd *r, Plan *p)
 			else if (!strncmp(r->s, "out ", 4))
 				pe->in = 0;
 			else
-				return fail(r, "expected 'in' or 'out'");
+				return rd_fail(r, "expected 'in' or 'out'");
 			r->s += pe->in ? 3 : 4;
 			if (kv(r, "e=", &pe->edge, 0, p->nedges - 1) ||
 			    kv(r, "s=", &pe->peer_stage, 0, p->nstages - 1) ||
@@ -924,37 +786,44 @@ static int read_ranks(Rd *r, Plan *p)
 			while (k < PEER_COUNT && strcmp(r->s, plan_peer_names[k]))
 				k++;
 			if (k == PEER_COUNT)
-				return fail(r, "expected 'local', 'remote' or 'self'");
+				return rd_fail(r, "expected 'local', 'remote' or 'self'");
 			pe->local = (uint8_t)k;
 		}
-		if (grow_ops(r, rk, nops))
+		if (rd_ops_alloc(r, rk, nops))
 			return -1;
 		rk->first_line = r->line + 1;
-		for (int64_t j = 0; j < nops; j++) {
+		while (rk->nops < nops) {
+			size_t used;
+			int64_t k = plan_read_ops_fast(r->blk + r->pos, r->blk + r->len, &lim,
+			                               rk->ops + rk->nops, rk->ops_cap - rk->nops, &used);
+			r->pos += used;
+			r->line += k;
+			if ((rk->nops += k) == nops)
+				break;
 			PlanOp o;
-			if (line_in(r, "an op line") ||
-			    (!plan_read_op_fast(r->buf, r->end, &lim, &o) && (no_nul(r) || read_op(r, p, &o))))
+			if (rd_line_in(r, "an op line") ||
+			    (!plan_read_op_fast(r->buf, r->end, &lim, &o) && (rd_no_nul(r) || read_op(r, p, &o))))
 				return -1;
-			if (rk->nops == rk->ops_cap && grow_ops(r, rk, nops))
+			if (rk->nops == rk->ops_cap && rd_grow_ops(r, rk, nops))
 				return -1;
 			rk->ops[rk->nops++] = o;
 		}
 	}
-	if (next_line(r, "'end'"))
+	if (rd_next_line(r, "'end'"))
 		return -1;
 	if (strcmp(r->buf, "end") != 0)
-		return fail(r, "expected 'end' after the last rank's ops (op count too small?)");
-	if (r->pos == r->len && fill(r))
+		return rd_fail(r, "expected 'end' after the last rank's ops (op count too small?)");
+	if (r->pos == r->len && rd_fill(r))
 		return -1;
 	if (r->pos < r->len) {
 		r->line++;
-		return fail(r, "text after 'end'");
+		return rd_fail(r, "text after 'end'");
 	}
-	hash_to(r, r->len);
+	rd_hash_to(r, r->len);
 	uint64_t h = r->check ? plan_hash_final(&r->h) : 0;
 	if (r->check && h != r->want) {
 		r->line = 1;
-		return fail(r, "checksum mismatch: the plan was changed after pipecc wrote it (the "
+		return rd_fail(r, "checksum mismatch: the plan was changed after pipecc wrote it (the "
 		               "header says %016" PRIx64 ", the text hashes to %016" PRIx64 ")",
 		            r->want, h);
 	}
@@ -963,10 +832,8 @@ static int read_ranks(Rd *r, Plan *p)
 
 Plan *plan_read_text(FILE *f, const char *name, PlanError *err)
 {
-	Rd r = {.f = f, .err = err, .name = name ? name : "<stdin>"};
-	memset(err, 0, sizeof *err);
-	err->rank = -1;
-	err->op = -1;
+	Rd r;
+	rd_init(&r, f, name, err);
 	Plan *p = plan_new();
 	if (!p) {
 		plan_oom_text(err->msg, sizeof err->msg, 0, sizeof *p);
@@ -979,22 +846,5 @@ Plan *plan_read_text(FILE *f, const char *name, PlanError *err)
 		plan_free(p);
 		return NULL;
 	}
-	return p;
-}
-
-Plan *plan_read_file(const char *path, PlanError *err)
-{
-	if (!strcmp(path, "-"))
-		return plan_read(stdin, "<stdin>", err);
-	FILE *f = fopen(path, "r");
-	if (!f) {
-		memset(err, 0, sizeof *err);
-		err->rank = -1;
-		err->op = -1;
-		snprintf(err->msg, sizeof err->msg, "cannot open: %s", plan_strerror(errno));
-		return NULL;
-	}
-	Plan *p = plan_read(f, path, err);
-	fclose(f);
 	return p;
 }

@@ -4,8 +4,10 @@
  * order and in range, and says nothing otherwise: the reader then parses that line
  * again with its general code (read.c), which accepts the same lines and names what is
  * wrong with any other.  So the fast path changes speed, never what is accepted or what
- * an error says.  It relies on the block having RD_SLACK readable bytes after the text
- * (read.c). */
+ * an error says.  Runs of lines are parsed where they lie in the reader's block, each
+ * walk ending at its line's newline, with no search for the newline first and no copy
+ * (plan_read_ops_fast).  It relies on the block having RD_SLACK zero bytes after the
+ * text (read_int.h): no literal or digit matches a zero, so a walk stops there. */
 #include "read_op.h"
 
 #include <limits.h>
@@ -68,17 +70,17 @@ static inline int i32(const char **s, int64_t hi, int32_t *v)
 	return 1;
 }
 
-/* ` @LINE` or ` @LINE:COL`, or nothing, then the end of the line. */
-static inline int tail(const char *s, const char *end, PlanOp *o)
+/* ` @LINE` or ` @LINE:COL`, or nothing: where the line must end, or NULL. */
+static inline const char *tail(const char *s, PlanOp *o)
 {
 	int32_t col;
-	if (s == end)
-		return 1;
-	if (!lit(&s, " @") || !i32(&s, INT_MAX, &o->src_line))
-		return 0;
+	if (!lit(&s, " @"))
+		return s;
+	if (!i32(&s, INT_MAX, &o->src_line))
+		return NULL;
 	if (*s == ':' && (s++, !i32(&s, INT_MAX, &col)))
-		return 0;
-	return s == end;
+		return NULL;
+	return s;
 }
 
 /* A rank number of the file into the plan's: a line plan's are its line's, over stride. */
@@ -94,13 +96,15 @@ static inline int rank_ref(const PlanOpLimits *l, int32_t *v)
 	return 1;
 }
 
-static int compute(const char *s, const char *end, const PlanOpLimits *l, PlanOp *o)
+static const char *compute(const char *s, const PlanOpLimits *l, PlanOp *o)
 {
-	return lit(&s, " ") && i32(&s, l->stages - 1, &o->stage) && lit(&s, " ") &&
-	       i32(&s, l->mbs - 1, &o->mb) && tail(s, end, o);
+	if (lit(&s, " ") && i32(&s, l->stages - 1, &o->stage) && lit(&s, " ") &&
+	    i32(&s, l->mbs - 1, &o->mb))
+		return tail(s, o);
+	return NULL;
 }
 
-static int p2p(const char *s, const char *end, const PlanOpLimits *l, PlanOp *o)
+static const char *p2p(const char *s, const PlanOpLimits *l, PlanOp *o)
 {
 	int64_t bytes;
 	if (lit(&s, " act e="))
@@ -108,40 +112,59 @@ static int p2p(const char *s, const char *end, const PlanOpLimits *l, PlanOp *o)
 	else if (lit(&s, " grad e="))
 		o->dir = DIR_GRAD;
 	else
-		return 0;
+		return NULL;
 	if (!i32(&s, l->edges - 1, &o->stage) || !lit(&s, " m=") || !i32(&s, l->mbs - 1, &o->mb))
-		return 0;
+		return NULL;
 	if (!(o->kind == OP_SEND ? lit(&s, " to=") : lit(&s, " from=")) ||
 	    !i32(&s, l->world - 1, &o->peer) || !rank_ref(l, &o->peer))
-		return 0;
+		return NULL;
 	if (!lit(&s, " bytes=") || !digits(&s, INT64_MAX / 8, &bytes) || !lit(&s, " g=") ||
 	    !i32(&s, INT_MAX, &o->group) || !lit(&s, " r=") || !i32(&s, l->routes - 1, &o->route))
-		return 0;
+		return NULL;
 	o->bytes = bytes;
-	return tail(s, end, o);
+	return tail(s, o);
 }
 
-int plan_read_op_fast(const char *s, const char *end, const PlanOpLimits *l, PlanOp *o)
+/* One op line at s into *o: where it ended (the line must end there), or NULL. */
+static inline const char *op_walk(const char *s, const PlanOpLimits *l, PlanOp *o)
 {
 	*o = (PlanOp){.mb = -1, .peer = -1, .group = -1, .route = -1};
 	switch (s[0]) {
 	case 'F':
 	case 'W':
 		o->kind = s[0] == 'F' ? OP_F : OP_W;
-		return compute(s + 1, end, l, o);
+		return compute(s + 1, l, o);
 	case 'B':
 		if (s[1] == 'W') {
 			o->kind = OP_BW;
-			return compute(s + 2, end, l, o);
+			return compute(s + 2, l, o);
 		}
 		o->kind = OP_B;
-		return compute(s + 1, end, l, o);
+		return compute(s + 1, l, o);
 	case 'S':
 		o->kind = OP_SEND;
-		return s[1] == 'E' && s[2] == 'N' && s[3] == 'D' && p2p(s + 4, end, l, o);
+		return s[1] == 'E' && s[2] == 'N' && s[3] == 'D' ? p2p(s + 4, l, o) : NULL;
 	case 'R':
 		o->kind = OP_RECV;
-		return s[1] == 'E' && s[2] == 'C' && s[3] == 'V' && p2p(s + 4, end, l, o);
+		return s[1] == 'E' && s[2] == 'C' && s[3] == 'V' ? p2p(s + 4, l, o) : NULL;
 	}
-	return 0;
+	return NULL;
+}
+
+int plan_read_op_fast(const char *s, const char *end, const PlanOpLimits *l, PlanOp *o)
+{
+	return op_walk(s, l, o) == end;
+}
+
+int64_t plan_read_ops_fast(const char *s, const char *end, const PlanOpLimits *l, PlanOp *ops,
+                           int64_t n, size_t *used)
+{
+	const char *s0 = s, *e;
+	int64_t j = 0;
+	while (j < n && (e = op_walk(s, l, &ops[j])) && *e == '\n' && e < end) {
+		s = e + 1;
+		j++;
+	}
+	*used = (size_t)(s - s0);
+	return j;
 }

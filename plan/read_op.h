@@ -17,4 +17,10 @@ typedef struct {
  * garbage: the caller parses the line with the general reader, which says why. */
 int plan_read_op_fast(const char *s, const char *end, const PlanOpLimits *l, PlanOp *o);
 
+/* Parses up to n op lines from s on into ops[], as plan_read_op_fast would, each ending
+ * (its newline) before end; stops at the first line it does not take.  Returns the lines
+ * parsed, *used the bytes they took.  A zero byte must follow end: it stops the walk. */
+int64_t plan_read_ops_fast(const char *s, const char *end, const PlanOpLimits *l, PlanOp *ops,
+                           int64_t n, size_t *used);
+
 #endif

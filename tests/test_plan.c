@@ -286,6 +286,72 @@ static void plan__reader__fast_path_agrees_with_parser(void **state)
 	free(text);
 }
 
+/* Reads the plan at path from the file (a regular file: its op arrays allocated at once,
+ * runs of op lines parsed in place in 64 KiB blocks) and from a stream of its text (no
+ * size known: the arrays grow): the same plan, or the same located error. */
+static Plan *read_both_ways(const char *path, PlanError *e1)
+{
+	size_t n;
+	char *text = slurp(path, &n);
+	PlanError e2;
+	Plan *p1 = plan_read_file(path, e1), *p2 = read_text(text, n, &e2);
+	assert_int_equal(!p1, !p2);
+	if (p1) {
+		size_t w1, w2;
+		char *a = plan_text(p1, &w1), *b = plan_text(p2, &w2);
+		assert_true(w1 == n && w2 == n && !memcmp(a, text, n) && !memcmp(b, text, n));
+		free(a);
+		free(b);
+	} else {
+		assert_int_equal(e1->line, e2.line);
+		assert_string_equal(e1->msg, e2.msg);
+	}
+	plan_free(p2);
+	free(text);
+	return p1;
+}
+
+/* A plan of 100k ops (3 MB, lines across every block boundary) reads back to its own
+ * text from a file and from a stream; with a rank's count raised past what the file
+ * holds, both refuse it at the same line with the same message. */
+static void plan__reader__big_plan_file_and_stream_agree(void **state)
+{
+	(void)state;
+	PlanError err;
+	Plan *p = plan_read_file(FNV_PLAN, &err);
+	assert_non_null(p);
+	PlanRank *rk = &p->ranks[0];
+	int64_t base = rk->nops;
+	assert_true(base > 0);
+	for (int64_t i = 0; rk->nops < 100000; i++)
+		assert_non_null(plan_push_op(rk, rk->ops[i % base]));
+	char path[] = "/tmp/pipecc-test-plan.XXXXXX";
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	FILE *f = fdopen(fd, "w");
+	assert_non_null(f);
+	assert_int_equal(plan_write(p, f), 0);
+	assert_int_equal(fclose(f), 0);
+	Plan *back = read_both_ways(path, &err);
+	assert_non_null(back);
+	assert_int_equal(back->ranks[0].nops, 100000);
+	plan_free(back);
+
+	size_t n;
+	char *text = slurp(path, &n);
+	char *at = strstr(text, " ops=100000\n");
+	assert_non_null(at);
+	f = fopen(path, "w");
+	assert_non_null(f);
+	fprintf(f, "%.*s ops=100000000%s", (int)(at - text), text, at + strlen(" ops=100000"));
+	assert_int_equal(fclose(f), 0);
+	assert_null(read_both_ways(path, &err));
+	assert_true(err.line > 100000);
+	remove(path);
+	free(text);
+	plan_free(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -295,6 +361,7 @@ int main(void)
 		cmocka_unit_test(plan__reader__changed_digits_refused),
 		cmocka_unit_test(plan__reader__bad_checksum_header_located),
 		cmocka_unit_test(plan__reader__fast_path_agrees_with_parser),
+		cmocka_unit_test(plan__reader__big_plan_file_and_stream_agree),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,196 @@
+/* The plan reader's input (read_int.h): the file comes in big blocks, each hashed into
+ * the header's checksum as it arrives, while it is in cache; lines are cut in place.
+ * Also the op arrays, which hold nearly all of a large plan's memory: sized once from
+ * the rank line's count when the rest of the file can hold that many op lines, and
+ * backed by huge pages where the system lends them: faulting 4 KiB pages in one at a
+ * time costs a third of reading a large plan (measured, docs/architecture.md). */
+#include "read_int.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
+
+#define RD_MIN_OP_LINE 6 // bytes of the shortest op line, `F 0 0` and its newline
+
+/* ftello and fstat: a regular file's size bounds how many op lines can follow. */
+void rd_init(Rd *r, FILE *f, const char *name, PlanError *err)
+{
+	*r = (Rd){.f = f, .err = err, .name = name ? name : "<stdin>", .left = -1};
+	memset(err, 0, sizeof *err);
+	err->rank = -1;
+	err->op = -1;
+	struct stat st;
+	off_t at = ftello(f);
+	if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) && at >= 0 && st.st_size >= at)
+		r->left = (int64_t)(st.st_size - at);
+}
+
+int rd_fail(Rd *r, const char *fmt, ...)
+{
+	if (r->failed)
+		return -1;
+	r->failed = 1;
+	r->err->line = r->line;
+	r->err->rank = -1;
+	r->err->op = -1;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(r->err->msg, sizeof r->err->msg, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+/* Folds blk[hashed, end) into the checksum: blocks are hashed as they arrive, while the
+ * text is in cache, in pieces as big as the reads. */
+void rd_hash_to(Rd *r, size_t end)
+{
+	if (r->check && end > r->hashed)
+		plan_hash_update(&r->h, r->blk + r->hashed, end - r->hashed);
+	r->hashed = end;
+}
+
+/* Reads more of the file after the unread rest of the block, moved to its start, until
+ * a newline arrives or the file ends; the block doubles when a line outgrows it. */
+int rd_fill(Rd *r)
+{
+	size_t rest = r->len - r->pos;
+	if (rest)
+		memmove(r->blk, r->blk + r->pos, rest);
+	r->len = rest;
+	r->pos = 0;
+	r->hashed = rest;
+	while (!r->eof) {
+		if (r->len == r->cap) {
+			size_t c = r->cap ? r->cap * 2 : RD_BLOCK;
+			char *b = realloc(r->blk, c + RD_SLACK);
+			if (!b) {
+				char t[160];
+				return rd_fail(r, "%s", plan_oom_text(t, sizeof t, r->ops, c));
+			}
+			r->blk = b;
+			r->cap = c;
+		}
+		size_t k = fread(r->blk + r->len, 1, r->cap - r->len, r->f);
+		if (k == 0) {
+			r->eof = 1;
+			break;
+		}
+		r->len += k;
+		if (r->left >= 0)
+			r->left = r->left > (int64_t)k ? r->left - (int64_t)k : 0;
+		memset(r->blk + r->len, 0, RD_SLACK);
+		rd_hash_to(r, r->len);
+		if (memchr(r->blk + r->len - k, '\n', k))
+			break;
+	}
+	return 0;
+}
+
+/* Reads the next line; `what` names what was expected, for the truncation error.  The
+ * file is read in big blocks and the line is left in place, its newline made a NUL.
+ * A NUL inside the line is not looked for: see next_line. */
+int rd_line_in(Rd *r, const char *what)
+{
+	r->line++;
+	char *nl = r->pos < r->len ? memchr(r->blk + r->pos, '\n', r->len - r->pos) : NULL;
+	if (!nl) {
+		if (rd_fill(r))
+			return -1;
+		nl = r->len ? memchr(r->blk, '\n', r->len) : NULL;
+	}
+	char *s = r->blk + r->pos;
+	size_t n = nl ? (size_t)(nl - s) + 1 : r->len - r->pos; // the newline included
+	if (n == 0)
+		return rd_fail(r, "unexpected end of file: expected %s", what);
+	r->pos += n;
+	if (s[n - 1] != '\n')
+		return rd_fail(r, "line does not end with a newline (truncated file?)");
+	s[n - 1] = 0;
+	r->end = s + n - 1;
+	r->buf = s;
+	r->s = s;
+	return 0;
+}
+
+/* A NUL inside the line would end it early for the parsing below.  (read_op.c needs no
+ * such check: it takes a line only when it parsed it through to its end.) */
+int rd_no_nul(Rd *r)
+{
+	if (memchr(r->buf, 0, (size_t)(r->end - r->buf)))
+		return rd_fail(r, "NUL byte in line");
+	return 0;
+}
+
+int rd_next_line(Rd *r, const char *what)
+{
+	return rd_line_in(r, what) || rd_no_nul(r);
+}
+
+/* A rank's op array grows as its lines arrive, doubling up to the count its rank line
+ * declared (a lying count cannot make us allocate much, and a true one is not
+ * overshot); not zeroed: nops says what is set. */
+int rd_grow_ops(Rd *r, PlanRank *rk, int64_t nops)
+{
+	int64_t c = rk->ops_cap ? rk->ops_cap * 2 : 1 << 16;
+	c = c < nops ? c : nops;
+	PlanOp *o = realloc(rk->ops, (size_t)(c ? c : 1) * sizeof *o);
+	if (!o) {
+		char t[160];
+		return rd_fail(r, "%s", plan_oom_text(t, sizeof t, r->ops, (size_t)(c ? c : 1) * sizeof *o));
+	}
+	rk->ops = o;
+	rk->ops_cap = c;
+	return 0;
+}
+
+/* Asks for huge pages on the 2 MiB-aligned part of [p, p + n): one fault per 2 MiB, not
+ * per 4 KiB, for arrays that are written through once. */
+static void huge_pages(void *p, size_t n)
+{
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+	const uintptr_t huge = (uintptr_t)1 << 21;
+	uintptr_t a = ((uintptr_t)p + huge - 1) & ~(huge - 1), e = ((uintptr_t)p + n) & ~(huge - 1);
+	if (e > a)
+		madvise((void *)a, e - a, MADV_HUGEPAGE); // advice: nothing to do when refused
+#else
+	(void)p, (void)n;
+#endif
+}
+
+int rd_ops_alloc(Rd *r, PlanRank *rk, int64_t nops)
+{
+	int64_t text = r->left < 0 ? -1 : r->left + (int64_t)(r->len - r->pos);
+	if (text < 0 || nops > text / RD_MIN_OP_LINE)
+		return rd_grow_ops(r, rk, nops);
+	size_t bytes = (size_t)(nops ? nops : 1) * sizeof *rk->ops;
+	if (!(rk->ops = malloc(bytes))) {
+		char t[160];
+		return rd_fail(r, "%s", plan_oom_text(t, sizeof t, r->ops, bytes));
+	}
+	rk->ops_cap = nops;
+	huge_pages(rk->ops, bytes);
+	return 0;
+}
+
+Plan *plan_read_file(const char *path, PlanError *err)
+{
+	if (!strcmp(path, "-"))
+		return plan_read(stdin, "<stdin>", err);
+	FILE *f = fopen(path, "r");
+	if (!f) {
+		memset(err, 0, sizeof *err);
+		err->rank = -1;
+		err->op = -1;
+		snprintf(err->msg, sizeof err->msg, "cannot open: %s", plan_strerror(errno));
+		return NULL;
+	}
+	Plan *p = plan_read(f, path, err);
+	fclose(f);
+	return p;
+}
