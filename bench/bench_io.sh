@@ -62,28 +62,30 @@ row() { # NAME SECONDS RSS_KIB [CPU_SECONDS]
 		printf "\n" }'
 }
 row "wc -l PLAN" "$wc" 0
-set -- $(best "$BIN/pipecc" "$T/big.pipe" -o "$T/out.plan") || exit 1
-row "pipecc -o PLAN" "$1" "$2" "$3"
-cmp -s "$T/out.plan" "$T/big.plan" || { echo "bench_io: pipecc wrote a different plan" >&2; exit 1; }
-set -- $(best "$BIN/pipesim" -q --no-record "$T/big.plan") || exit 1
-row "pipesim -q --no-record PLAN" "$1" "$2" "$3"
-set -- $(best "$BIN/pipesim" -q "$T/big.plan") || exit 1
-row "pipesim -q PLAN" "$1" "$2" "$3"
+timed() { # NAME CMD...: the best run of CMD as one row
+	name=$1
+	shift
+	set -- $(best "$@") || exit 1
+	row "$name" "$1" "$2" "$3"
+}
+same() { # GOT WANT WHAT
+	cmp -s "$1" "$2" || { echo "bench_io: $3" >&2; exit 1; }
+}
+timed "pipecc -o PLAN" "$BIN/pipecc" "$T/big.pipe" -o "$T/out.plan"
+same "$T/out.plan" "$T/big.plan" "pipecc wrote a different plan"
+timed "pipesim -q --no-record PLAN" "$BIN/pipesim" -q --no-record "$T/big.plan"
+timed "pipesim -q PLAN" "$BIN/pipesim" -q "$T/big.plan"
 "$BIN/pipecc" --plan-format=binary "$T/big.pipe" -o "$T/big.bin" || exit 1
 bbytes=$(wc -c <"$T/big.bin")
 echo "binary form: plan $(awk -v b="$bbytes" 'BEGIN { printf "%.1f MiB, %.2f bytes/op", b / 1048576, b / '"$ops"' }')"
-set -- $(best "$BIN/pipecc" --plan-format=binary "$T/big.pipe" -o "$T/out.bin") || exit 1
-row "pipecc --plan-format=binary" "$1" "$2" "$3"
-cmp -s "$T/out.bin" "$T/big.bin" || { echo "bench_io: pipecc wrote a different binary plan" >&2; exit 1; }
-set -- $(best "$BIN/pipesim" -q --no-record "$T/big.bin") || exit 1
-row "pipesim -q --no-record BINPLAN" "$1" "$2" "$3"
-set -- $(best "$BIN/pipesim" -q "$T/big.bin") || exit 1
-row "pipesim -q BINPLAN" "$1" "$2" "$3"
-set -- $(best "$BIN/pipecc" "$T/big.bin" -o "$T/conv.plan") || exit 1
-row "pipecc BIN -o PLAN (to text)" "$1" "$2" "$3"
-cmp -s "$T/conv.plan" "$T/big.plan" || { echo "bench_io: binary -> text differs" >&2; exit 1; }
+timed "pipecc --plan-format=binary" "$BIN/pipecc" --plan-format=binary "$T/big.pipe" -o "$T/out.bin"
+same "$T/out.bin" "$T/big.bin" "pipecc wrote a different binary plan"
+timed "pipesim -q --no-record BINPLAN" "$BIN/pipesim" -q --no-record "$T/big.bin"
+timed "pipesim -q BINPLAN" "$BIN/pipesim" -q "$T/big.bin"
+timed "pipecc BIN -o PLAN (to text)" "$BIN/pipecc" "$T/big.bin" -o "$T/conv.plan"
+same "$T/conv.plan" "$T/big.plan" "binary -> text differs"
 rm -f "$T/conv.plan" "$T/out.bin"
 echo "the plan's reader and writers alone (bench/io_bench.c, best of $REPS):"
 "$B/bench/io_bench" "$T/big.plan" "$T/out.plan" "$REPS" || exit 1
-cmp -s "$T/out.plan" "$T/big.plan" || { echo "bench_io: plan_write wrote a different plan" >&2; exit 1; }
-cmp -s "$T/out.plan.bin" "$T/big.bin" || { echo "bench_io: plan_write_binary wrote a different plan" >&2; exit 1; }
+same "$T/out.plan" "$T/big.plan" "plan_write wrote a different plan"
+same "$T/out.plan.bin" "$T/big.bin" "plan_write_binary wrote a different plan"
