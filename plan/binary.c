@@ -271,15 +271,6 @@ int plan_write_binary(const Plan *p, FILE *f)
 
 int plan_write_as(const Plan *p, FILE *f, int fmt, int expand)
 {
-	if (fmt != PLAN_FORMAT_BINARY)
-		return expand ? plan_write_expanded(p, f) : plan_write(p, f);
-	if (!expand || !p->line)
-		return plan_write_binary(p, f);
-	size_t failed;
-	Plan *e = plan_expand(p, &failed);
-	if (!e)
-		return -1;
-	int rc = plan_write_binary(e, f);
-	plan_free(e);
-	return rc;
+	PlanWriteFn *write = fmt == PLAN_FORMAT_BINARY ? plan_write_binary : plan_write;
+	return expand ? plan_write_expanded_with(p, f, write) : write(p, f);
 }

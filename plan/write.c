@@ -444,15 +444,20 @@ int plan_write(const Plan *p, FILE *f)
 	return err ? -1 : 0;
 }
 
-int plan_write_expanded(const Plan *p, FILE *f)
+int plan_write_expanded_with(const Plan *p, FILE *f, PlanWriteFn *write)
 {
 	if (!p->line)
-		return plan_write(p, f);
+		return write(p, f);
 	size_t failed;
 	Plan *e = plan_expand(p, &failed);
 	if (!e)
 		return -1;
-	int rc = plan_write(e, f);
+	int rc = write(e, f);
 	plan_free(e);
 	return rc;
+}
+
+int plan_write_expanded(const Plan *p, FILE *f)
+{
+	return plan_write_expanded_with(p, f, plan_write);
 }

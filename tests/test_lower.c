@@ -1,6 +1,6 @@
 /* Lowering and plan tests: invariants over many shapes, hand-offs, skip gradients,
- * dp reductions, the plan file round trip, the reader on broken files and the verifier
- * on broken plans. */
+ * dp reductions, the plan file round trip and the reader on broken files (the verifier
+ * on broken plans: test_verify.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,40 +14,7 @@
 
 #include "../compiler/pipecc.h"
 
-/* Compiles .pipe text; NULL on diagnostics (printed to errs when given). */
-static int want_line; // compile_text makes line plans (docs/plan-format.md "Lines")
-
-static Plan *compile_text(const char *src, const char *schedule, char *errs, size_t nerrs)
-{
-	char *buf = NULL;
-	size_t len = 0;
-	FILE *out = open_memstream(&buf, &len);
-	Diag d;
-	diag_init(&d, "test.pipe", src, strlen(src), out);
-	PipeccOptions o = {.schedule = schedule, .line = want_line};
-	Plan *p = pipecc_compile("test.pipe", src, strlen(src), &o, &d);
-	fclose(out);
-	if (errs)
-		snprintf(errs, nerrs, "%s", buf ? buf : "");
-	else if (!p && buf)
-		fprintf(stderr, "%s", buf);
-	free(buf);
-	return p;
-}
-
-/* A program with n stages of width 8, pp x dp, m microbatches and optional extras. */
-static char *program(int n, int pp, int dp, int m, const char *extra)
-{
-	static char buf[8192];
-	int k = snprintf(buf, sizeof buf,
-	                 "pipeline t;\nmesh pp=%d dp=%d;\nmicrobatches %d;\ninput 2x8;\n", pp, dp, m);
-	for (int s = 0; s < n; s++)
-		k += snprintf(buf + k, sizeof buf - k, "stage s%d { linear 8; %s}\n", s,
-		              s == n - 1 ? "loss mse; " : "relu; ");
-	snprintf(buf + k, sizeof buf - k, "schedule 1f1b;\ncost * f=1 b=1 w=1;\nlink ideal;\n%s\n",
-	         extra ? extra : "");
-	return buf;
-}
+#include "lower_lib.h"
 
 static int64_t count_ops(const Plan *p, int rank, int kind, int stage_or_edge)
 {
@@ -544,25 +511,6 @@ static void reader_rejects(int line)
 	free(text);
 }
 
-/* Reads text, applies edit(), verifies; returns the verifier's message. */
-static void expect_verify_error(Plan *p, const char *needle1, const char *needle2)
-{
-	PlanError err;
-	int rc = plan_verify(p, &err);
-	if (rc == 0)
-		fail_msg("verifier accepted a broken plan (wanted '%s')", needle1);
-	if (!strstr(err.msg, needle1) || (needle2 && !strstr(err.msg, needle2)))
-		fail_msg("message '%s' lacks '%s' / '%s'", err.msg, needle1, needle2 ? needle2 : "");
-}
-
-static int64_t find_op(const Plan *p, int r, int kind, int nth)
-{
-	for (int64_t i = 0; i < p->ranks[r].nops; i++)
-		if (p->ranks[r].ops[i].kind == kind && nth-- == 0)
-			return i;
-	return -1;
-}
-
 /* `peers self_send;`: same-rank edges become a SEND and a RECV to self in one group,
  * registered `self`; the plan verifies and reads back byte for byte, and the verifier
  * names a send to self without its receive and a `local` entry for an edge sent. */
@@ -636,229 +584,6 @@ static void lower__self_send__one_group_and_verified(void **state)
 		}
 	expect_verify_error(p, "should name stage", "(self)");
 	plan_free(p);
-}
-
-static void verify__broken_plans__named(void **state)
-{
-	(void)state;
-	const char *src = program(2, 2, 1, 3, "");
-	/* Two receives swapped: FIFO pairs the wrong microbatches, both ops named. */
-	Plan *p = compile_text(src, "gpipe", NULL, 0);
-	int64_t a = find_op(p, 1, OP_RECV, 0), b = find_op(p, 1, OP_RECV, 1);
-	int t = p->ranks[1].ops[a].mb;
-	p->ranks[1].ops[a].mb = p->ranks[1].ops[b].mb;
-	p->ranks[1].ops[b].mb = t;
-	expect_verify_error(p, "microbatches differ", "rank 0 op");
-	plan_free(p);
-	/* A receive of the wrong size. */
-	p = compile_text(src, "gpipe", NULL, 0);
-	p->ranks[1].ops[find_op(p, 1, OP_RECV, 0)].bytes += 4;
-	expect_verify_error(p, "sizes differ", "RECV act");
-	plan_free(p);
-	/* A missing send. */
-	p = compile_text(src, "gpipe", NULL, 0);
-	int64_t s = find_op(p, 0, OP_SEND, 2);
-	memmove(&p->ranks[0].ops[s], &p->ranks[0].ops[s + 1],
-	        (size_t)(p->ranks[0].nops - s - 1) * sizeof(PlanOp));
-	p->ranks[0].nops--;
-	expect_verify_error(p, "no matching SEND", "RECV");
-	plan_free(p);
-	/* Compute before its input: move rank 1's first F ahead of its receive. */
-	p = compile_text(src, "gpipe", NULL, 0);
-	int64_t f = find_op(p, 1, OP_F, 0), r = find_op(p, 1, OP_RECV, 0);
-	assert_true(r < f);
-	PlanOp tmp = p->ranks[1].ops[r];
-	p->ranks[1].ops[r] = p->ranks[1].ops[f];
-	p->ranks[1].ops[f] = tmp;
-	expect_verify_error(p, "runs before its input", "F 1 0");
-	plan_free(p);
-	/* A missing peer registration. */
-	p = compile_text(src, "gpipe", NULL, 0);
-	p->ranks[1].npeers = 0;
-	expect_verify_error(p, "no peer registered", NULL);
-	plan_free(p);
-	/* A backward route that is not the inverse. */
-	p = compile_text(src, "gpipe", NULL, 0);
-	p->routes[1].dst_dev += 1;
-	expect_verify_error(p, "route", NULL);
-	plan_free(p);
-	/* W before B. */
-	p = compile_text(program(2, 2, 1, 1, ""), "gpipe", NULL, 0);
-	int64_t bw = find_op(p, 0, OP_BW, 0);
-	p->ranks[0].ops[bw].kind = OP_W;
-	expect_verify_error(p, "W before its B", NULL);
-	plan_free(p);
-	/* A reduction before the last backward. */
-	p = compile_text(program(2, 2, 2, 2, ""), "gpipe", NULL, 0);
-	int64_t ar = find_op(p, 0, OP_ALLREDUCE, 0), lb = find_op(p, 0, OP_BW, 1);
-	PlanOp x = p->ranks[0].ops[ar];
-	memmove(&p->ranks[0].ops[lb + 1], &p->ranks[0].ops[lb], (size_t)(ar - lb) * sizeof x);
-	p->ranks[0].ops[lb] = x;
-	expect_verify_error(p, "reduction before", NULL);
-	plan_free(p);
-}
-
-/* ---- the matching's exact messages ---- */
-
-/* "rank R op I `TEXT`": how the verifier names op i of rank r of a plan not read from
- * a file (no line numbers). */
-static const char *op_named(const Plan *p, int r, int64_t i, char *buf, size_t n)
-{
-	char text[200];
-	plan_format_op(p, &p->ranks[r].ops[i], text, sizeof text);
-	snprintf(buf, n, "rank %d op %lld `%s`", r, (long long)i, text);
-	return buf;
-}
-
-/* p fails verification with exactly the message want, at op i of rank r. */
-static void expect_exact(const Plan *p, int r, int64_t i, const char *want)
-{
-	PlanError err;
-	assert_int_equal(plan_verify(p, &err), -1);
-	assert_string_equal(err.msg, want);
-	assert_int_equal(err.rank, r);
-	assert_int_equal(err.op, i);
-}
-
-/* Rank r's nth op of kind SEND or RECV whose peer is q; -1 when there is none. */
-static int64_t find_p2p(const Plan *p, int r, int kind, int q, int nth)
-{
-	for (int64_t i = 0; i < p->ranks[r].nops; i++) {
-		const PlanOp *o = &p->ranks[r].ops[i];
-		if (o->kind == kind && o->peer == q && nth-- == 0)
-			return i;
-	}
-	return -1;
-}
-
-static void drop_op(Plan *p, int r, int64_t i)
-{
-	PlanRank *rk = &p->ranks[r];
-	assert_true(i >= 0 && i < rk->nops);
-	memmove(&rk->ops[i], &rk->ops[i + 1], (size_t)(rk->nops - i - 1) * sizeof *rk->ops);
-	rk->nops--;
-}
-
-/* The microbatches of rank r's RECVs number j and k from q swapped: FIFO then pairs
- * the j-th with the wrong SEND. */
-static void swap_recv_mbs(Plan *p, int r, int q, int j, int k)
-{
-	PlanOp *a = &p->ranks[r].ops[find_p2p(p, r, OP_RECV, q, j)];
-	PlanOp *b = &p->ranks[r].ops[find_p2p(p, r, OP_RECV, q, k)];
-	assert_int_not_equal(a->mb, b->mb);
-	int t = a->mb;
-	a->mb = b->mb;
-	b->mb = t;
-}
-
-/* "rank A op J `SEND...` is matched (FIFO position K from rank A to rank B) with rank B
- * op I `RECV...`: the microbatches differ", for the k-th message from a to b. */
-static void expect_fifo_mismatch(const Plan *p, int a, int b, int k)
-{
-	int64_t j = find_p2p(p, a, OP_SEND, b, k), i = find_p2p(p, b, OP_RECV, a, k);
-	char x[300], y[300], want[700];
-	snprintf(want, sizeof want, "%s is matched (FIFO position %d from rank %d to rank %d) "
-	         "with %s: the microbatches differ", op_named(p, a, j, x, sizeof x), k, a, b,
-	         op_named(p, b, i, y, sizeof y));
-	expect_exact(p, b, i, want);
-}
-
-/* "rank B op I `RECV...` has no matching SEND: rank A sends only N message(s) to rank B"
- * for b's k-th RECV from a. */
-static void expect_no_send(const Plan *p, int a, int b, int k, const char *n)
-{
-	int64_t i = find_p2p(p, b, OP_RECV, a, k);
-	char x[300], want[700];
-	snprintf(want, sizeof want, "%s has no matching SEND: rank %d sends only %s to rank %d",
-	         op_named(p, b, i, x, sizeof x), a, n, b);
-	expect_exact(p, b, i, want);
-}
-
-/* "rank A op J `SEND...` has no matching RECV on rank B" for a's k-th SEND to b. */
-static void expect_no_recv(const Plan *p, int a, int b, int k)
-{
-	int64_t j = find_p2p(p, a, OP_SEND, b, k);
-	char x[300], want[700];
-	snprintf(want, sizeof want, "%s has no matching RECV on rank %d",
-	         op_named(p, a, j, x, sizeof x), b);
-	expect_exact(p, a, j, want);
-}
-
-/* Both pairs of two ranks broken (activations 0 -> 1, gradients 1 -> 0): the RECV
- * first in rank order is named, then, that one fixed, the other. */
-static void verify__fifo_mismatch__two_pairs_of_two_ranks(void **state)
-{
-	(void)state;
-	Plan *p = compile_text(program(2, 2, 1, 3, ""), "gpipe", NULL, 0);
-	assert_non_null(p);
-	swap_recv_mbs(p, 1, 0, 1, 2);
-	swap_recv_mbs(p, 0, 1, 0, 2);
-	expect_fifo_mismatch(p, 1, 0, 0);
-	swap_recv_mbs(p, 0, 1, 0, 2);
-	expect_fifo_mismatch(p, 0, 1, 1);
-	swap_recv_mbs(p, 1, 0, 1, 2);
-	PlanError err;
-	assert_int_equal(plan_verify(p, &err), 0);
-	plan_free(p);
-}
-
-/* A RECV whose SEND is gone, with the sender's count; a SEND whose RECV is gone (the
- * matching is reported before what the missing RECV does to the dependencies).  The
- * last message of a pair goes missing: a missing first one would shift the pairing. */
-static void verify__unmatched__recv_and_send_named(void **state)
-{
-	(void)state;
-	Plan *p = compile_text(program(2, 2, 1, 3, ""), "gpipe", NULL, 0);
-	assert_non_null(p);
-	drop_op(p, 0, find_p2p(p, 0, OP_SEND, 1, 2));
-	expect_no_send(p, 0, 1, 2, "2 messages");
-	drop_op(p, 0, find_p2p(p, 0, OP_SEND, 1, 1));
-	expect_no_send(p, 0, 1, 1, "1 message");
-	drop_op(p, 0, find_p2p(p, 0, OP_SEND, 1, 0));
-	expect_no_send(p, 0, 1, 0, "0 messages");
-	plan_free(p);
-	p = compile_text(program(2, 2, 1, 3, ""), "gpipe", NULL, 0);
-	drop_op(p, 1, find_p2p(p, 1, OP_RECV, 0, 2));
-	expect_no_recv(p, 0, 1, 2);
-	drop_op(p, 0, find_p2p(p, 0, OP_RECV, 1, 2));
-	expect_no_recv(p, 0, 1, 2); // rank 0's SEND left over is named before rank 1's
-	plan_free(p);
-}
-
-/* Rank 0 sends to seven ranks (skips from s0 to every later stage): its first receivers
- * scan its list, the later ones take its sends indexed by receiver; both meet the same
- * messages. */
-static void verify__many_peers__each_pair_matched(void **state)
-{
-	(void)state;
-	const char *src = program(8, 8, 1, 4,
-	                          "skip s0 -> s2; skip s0 -> s3; skip s0 -> s4; skip s0 -> s5; "
-	                          "skip s0 -> s6; skip s0 -> s7; skip s1 -> s7;");
-	const char *scheds[] = {"gpipe", "1f1b"};
-	for (int si = 0; si < 2; si++) {
-		Plan *p = compile_text(src, scheds[si], NULL, 0);
-		assert_non_null(p);
-		PlanError err;
-		assert_int_equal(plan_verify(p, &err), 0);
-		for (int q = 1; q < 8; q++) // a pair per receiver, 4 messages each
-			assert_true(find_p2p(p, 0, OP_SEND, q, 3) >= 0 && find_p2p(p, 0, OP_SEND, q, 4) < 0);
-		swap_recv_mbs(p, 7, 0, 1, 3);
-		expect_fifo_mismatch(p, 0, 7, 1);
-		swap_recv_mbs(p, 2, 0, 0, 2);
-		expect_fifo_mismatch(p, 0, 2, 0);
-		plan_free(p);
-
-		p = compile_text(src, scheds[si], NULL, 0);
-		drop_op(p, 0, find_p2p(p, 0, OP_SEND, 6, 3));
-		expect_no_send(p, 0, 6, 3, "3 messages");
-		plan_free(p);
-		p = compile_text(src, scheds[si], NULL, 0);
-		drop_op(p, 5, find_p2p(p, 5, OP_RECV, 0, 3));
-		expect_no_recv(p, 0, 5, 3);
-		drop_op(p, 3, find_p2p(p, 3, OP_RECV, 0, 3));
-		expect_no_recv(p, 0, 3, 3); // rank 0 sends to 3 before it sends to 5
-		plan_free(p);
-	}
 }
 
 static void lower__bad_placement__diagnosed(void **state)
@@ -1018,10 +743,6 @@ int main(void)
 		cmocka_unit_test(lower__recompute__figures_and_cost),
 		cmocka_unit_test(lower__selective__figures_and_cost),
 		cmocka_unit_test(plan__reader__rejects_truncated_and_garbled),
-		cmocka_unit_test(verify__broken_plans__named),
-		cmocka_unit_test(verify__fifo_mismatch__two_pairs_of_two_ranks),
-		cmocka_unit_test(verify__unmatched__recv_and_send_named),
-		cmocka_unit_test(verify__many_peers__each_pair_matched),
 		cmocka_unit_test(lower__self_send__one_group_and_verified),
 		cmocka_unit_test(lower__bad_placement__diagnosed),
 		cmocka_unit_test(emit__torch_csv__pytorch_names),

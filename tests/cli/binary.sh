@@ -30,6 +30,10 @@ for f in examples/*.pipe; do
 	check "$b: its text back is pipecc's" $? "differs"
 	"$BIN/pipecc" --expand "$f" -o "$dir/$b.x.plan" 2>/dev/null || continue
 	trip "$b --expand: round trips byte for byte" "$dir/$b.x.plan"
+	"$BIN/pipecc" --expand --plan-format=binary "$f" -o "$dir/$b.x.bin" &&
+		"$BIN/pipecc" "$dir/$b.x.bin" -o "$dir/$b.x.txt"
+	cmp -s "$dir/$b.x.txt" "$dir/$b.x.plan"
+	check "$b --expand --plan-format=binary: the expanded plan" $? "differs"
 	"$BIN/pipecc" --plan-format=binary "$f" -o "$dir/$b.bin"
 	cmp -s "$dir/$b.bin" "$dir/t.bin" || cmp -s "$dir/$b.bin" "$(
 		"$BIN/pipecc" "$dir/$b.plan" --plan-format=binary -o "$dir/c.bin"; echo "$dir/c.bin")"
