@@ -272,5 +272,5 @@ int plan_write_binary(const Plan *p, FILE *f)
 int plan_write_as(const Plan *p, FILE *f, int fmt, int expand)
 {
 	PlanWriteFn *write = fmt == PLAN_FORMAT_BINARY ? plan_write_binary : plan_write;
-	return expand ? plan_write_expanded_with(p, f, write) : write(p, f);
+	return expand ? plan_write_expanded(p, f, write) : write(p, f);
 }

@@ -330,11 +330,10 @@ int plan_format_op(const Plan *p, const PlanOp *o, char *buf, size_t n);
 /* A plan writer: plan_write (text) or plan_write_binary (plan/binary.h). */
 typedef int PlanWriteFn(const Plan *p, FILE *f);
 int plan_write(const Plan *p, FILE *f);
-/* Writes a line plan expanded (format 2, every world rank), as `pipecc --expand` does;
- * an expanded plan as plan_write.  -1 on a write error or out of memory. */
-int plan_write_expanded(const Plan *p, FILE *f);
-/* The same through another writer (plan_write_binary: an expanded binary plan). */
-int plan_write_expanded_with(const Plan *p, FILE *f, PlanWriteFn *write);
+/* Writes a line plan expanded (every world rank; text format 2), as `pipecc --expand`
+ * does, through write (plan_write, or plan_write_binary); an expanded plan as write does.
+ * -1 on a write error or out of memory. */
+int plan_write_expanded(const Plan *p, FILE *f, PlanWriteFn *write);
 
 /* ---- lines (plan/line.c, docs/plan-format.md "Lines") ----
  * World rank of the rank at coordinates c is row-major over the mesh dims in their

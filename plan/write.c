@@ -444,7 +444,7 @@ int plan_write(const Plan *p, FILE *f)
 	return err ? -1 : 0;
 }
 
-int plan_write_expanded_with(const Plan *p, FILE *f, PlanWriteFn *write)
+int plan_write_expanded(const Plan *p, FILE *f, PlanWriteFn *write)
 {
 	if (!p->line)
 		return write(p, f);
@@ -455,9 +455,4 @@ int plan_write_expanded_with(const Plan *p, FILE *f, PlanWriteFn *write)
 	int rc = write(e, f);
 	plan_free(e);
 	return rc;
-}
-
-int plan_write_expanded(const Plan *p, FILE *f)
-{
-	return plan_write_expanded_with(p, f, plan_write);
 }
