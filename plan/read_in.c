@@ -1,9 +1,7 @@
 /* The plan reader's input (read_int.h): the file comes in big blocks, each hashed into
  * the header's checksum as it arrives, while it is in cache; lines are cut in place.
  * Also the op arrays, which hold nearly all of a large plan's memory: sized once from
- * the rank line's count when the rest of the file can hold that many op lines, and
- * backed by huge pages where the system lends them: faulting 4 KiB pages in one at a
- * time costs a third of reading a large plan (measured, docs/architecture.md). */
+ * the rank line's count when the rest of the file can hold that many op lines. */
 #include "read_int.h"
 
 #include <errno.h>
@@ -12,9 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#ifdef __linux__
-#include <sys/mman.h>
-#endif
 
 #define RD_MIN_OP_LINE 6 // bytes of the shortest op line, `F 0 0` and its newline
 
@@ -149,20 +144,6 @@ int rd_grow_ops(Rd *r, PlanRank *rk, int64_t nops)
 	return 0;
 }
 
-/* Asks for huge pages on the 2 MiB-aligned part of [p, p + n): one fault per 2 MiB, not
- * per 4 KiB, for arrays that are written through once. */
-static void huge_pages(void *p, size_t n)
-{
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-	const uintptr_t huge = (uintptr_t)1 << 21;
-	uintptr_t a = ((uintptr_t)p + huge - 1) & ~(huge - 1), e = ((uintptr_t)p + n) & ~(huge - 1);
-	if (e > a)
-		madvise((void *)a, e - a, MADV_HUGEPAGE); // advice: nothing to do when refused
-#else
-	(void)p, (void)n;
-#endif
-}
-
 int rd_ops_alloc(Rd *r, PlanRank *rk, int64_t nops)
 {
 	int64_t text = r->left < 0 ? -1 : r->left + (int64_t)(r->len - r->pos);
@@ -174,7 +155,6 @@ int rd_ops_alloc(Rd *r, PlanRank *rk, int64_t nops)
 		return rd_fail(r, "%s", plan_oom_text(t, sizeof t, r->ops, bytes));
 	}
 	rk->ops_cap = nops;
-	huge_pages(rk->ops, bytes);
 	return 0;
 }
 
