@@ -26,6 +26,7 @@ typedef struct {
 	PlanError *err;
 	int failed;
 	const char *name;
+	unsigned keep; // PLAN_KEEP_*
 } Br;
 
 static int fail(Br *r, int64_t at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -315,7 +316,7 @@ static void fast_ops(Br *r, BinCtx *c, const PlanOpLimits *l, PlanRank *rk)
 	const unsigned char *p = r->blk + r->pos;
 	const unsigned char *end = r->len >= BIN_OP_MAX ? r->blk + r->len - BIN_OP_MAX : r->blk;
 	PlanOp *out = rk->ops + rk->nops, *last = rk->ops + rk->ops_cap;
-	int32_t *line = rk->lines + rk->nops;
+	int32_t *line = rk->lines ? rk->lines + rk->nops : NULL;
 	while (p < end && out < last) {
 		unsigned h = *p, k = h & BIN_KIND_MASK;
 		if ((h & (BIN_FIELDS_FOLLOW | BIN_HEAD_RESERVED)) || k >= OP_COUNT)
@@ -337,7 +338,8 @@ static void fast_ops(Br *r, BinCtx *c, const PlanOpLimits *l, PlanRank *rk)
 		out->mb = mb;
 		out->group = group;
 		out++;
-		*line++ = c->line[slot];
+		if (line)
+			*line++ = c->line[slot];
 		p++;
 	}
 	rk->nops = out - rk->ops;
@@ -372,7 +374,8 @@ static int read_rank_ops(Br *r, const Plan *p, int rank, const PlanOpLimits *l)
 		if (rk->nops == rk->ops_cap) {
 			/* Known size: the count, bounded above.  A pipe: doubling up to it. */
 			int64_t cap = r->size >= 0 ? (int64_t)n : rk->ops_cap ? rk->ops_cap * 2 : 1 << 16;
-			size_t failed = plan_reserve_ops(rk, cap < (int64_t)n ? cap : (int64_t)n, 1);
+			size_t failed = plan_reserve_ops(rk, cap < (int64_t)n ? cap : (int64_t)n,
+			                                 r->keep & PLAN_KEEP_LINES);
 			if (failed) {
 				char m[160];
 				return fail(r, at, "%s", plan_oom_text(m, sizeof m, (int64_t)n, failed));
@@ -380,8 +383,11 @@ static int read_rank_ops(Br *r, const Plan *p, int rank, const PlanOpLimits *l)
 		}
 		fast_ops(r, &c, l, rk);
 		if (rk->nops < rk->ops_cap) {
-			if (get_op(r, &c, l, tp, &rk->ops[rk->nops], &rk->lines[rk->nops], rank, rk->nops))
+			int32_t line = 0;
+			if (get_op(r, &c, l, tp, &rk->ops[rk->nops], &line, rank, rk->nops))
 				return -1;
+			if (rk->lines)
+				rk->lines[rk->nops] = line;
 			rk->nops++;
 		}
 	}
@@ -410,10 +416,15 @@ static int read_trailer(Br *r)
 
 Plan *plan_read_binary(FILE *f, const char *name, PlanError *err)
 {
+	return plan_read_binary_as(f, name, PLAN_KEEP_ALL, err);
+}
+
+Plan *plan_read_binary_as(FILE *f, const char *name, unsigned keep, PlanError *err)
+{
 	memset(err, 0, sizeof *err);
 	err->rank = -1;
 	err->op = -1;
-	Br r = {.f = f, .err = err, .name = name ? name : "<stdin>", .size = -1};
+	Br r = {.f = f, .err = err, .name = name ? name : "<stdin>", .size = -1, .keep = keep};
 	struct stat st;
 	int fd = fileno(f);
 	if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ftello(f) == 0)
@@ -449,8 +460,13 @@ Plan *plan_read_binary(FILE *f, const char *name, PlanError *err)
 
 Plan *plan_read(FILE *f, const char *name, PlanError *err)
 {
+	return plan_read_as(f, name, PLAN_KEEP_ALL, err);
+}
+
+Plan *plan_read_as(FILE *f, const char *name, unsigned keep, PlanError *err)
+{
 	int c = getc(f);
 	if (c != EOF && ungetc(c, f) == c && plan_is_binary_start(c))
-		return plan_read_binary(f, name, err);
-	return plan_read_text(f, name, err);
+		return plan_read_binary_as(f, name, keep, err);
+	return plan_read_text_as(f, name, keep, err);
 }

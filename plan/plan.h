@@ -389,6 +389,16 @@ int plan_line_uniform(const Plan *p);
 Plan *plan_read(FILE *f, const char *name, PlanError *err);
 Plan *plan_read_text(FILE *f, const char *name, PlanError *err); // the text form only
 Plan *plan_read_file(const char *path, PlanError *err);
+/* What the readers above keep beyond what running and simulating a plan need: a tool
+ * that never writes the plan (pipesim, piperun) reads with none, 4 bytes an op less.
+ * The file is checked alike either way. */
+enum {
+	PLAN_KEEP_LINES = 1, // each op's .pipe line (PlanRank.lines), which only writers put
+	PLAN_KEEP_ALL = PLAN_KEEP_LINES
+};
+Plan *plan_read_as(FILE *f, const char *name, unsigned keep, PlanError *err);
+Plan *plan_read_text_as(FILE *f, const char *name, unsigned keep, PlanError *err);
+Plan *plan_read_file_as(const char *path, unsigned keep, PlanError *err);
 
 /* ---- tensor parallelism: a stage's parts (plan/tp.c, docs/semantics.md) ----
  * With tp > 1 a stage's forward and backward are cut after every layer that ends in a tp

@@ -795,7 +795,7 @@ static int read_ranks(Rd *r, Plan *p)
 		while (rk->nops < nops) {
 			size_t used;
 			int64_t k = plan_read_ops_fast(r->blk + r->pos, r->blk + r->len, &lim,
-			                               rk->ops + rk->nops, rk->lines + rk->nops,
+			                               rk->ops + rk->nops, rk->lines ? rk->lines + rk->nops : NULL,
 			                               rk->ops_cap - rk->nops, &used);
 			r->pos += used;
 			r->line += k;
@@ -809,7 +809,8 @@ static int read_ranks(Rd *r, Plan *p)
 				return -1;
 			if (rk->nops == rk->ops_cap && rd_grow_ops(r, rk, nops))
 				return -1;
-			rk->lines[rk->nops] = line;
+			if (rk->lines)
+				rk->lines[rk->nops] = line;
 			rk->ops[rk->nops++] = o;
 		}
 	}
@@ -836,8 +837,14 @@ static int read_ranks(Rd *r, Plan *p)
 
 Plan *plan_read_text(FILE *f, const char *name, PlanError *err)
 {
+	return plan_read_text_as(f, name, PLAN_KEEP_ALL, err);
+}
+
+Plan *plan_read_text_as(FILE *f, const char *name, unsigned keep, PlanError *err)
+{
 	Rd r;
 	rd_init(&r, f, name, err);
+	r.keep = keep;
 	Plan *p = plan_new();
 	if (!p) {
 		plan_oom_text(err->msg, sizeof err->msg, 0, sizeof *p);

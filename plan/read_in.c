@@ -133,7 +133,7 @@ int rd_next_line(Rd *r, const char *what)
 int rd_grow_ops(Rd *r, PlanRank *rk, int64_t nops)
 {
 	int64_t c = rk->ops_cap ? rk->ops_cap * 2 : 1 << 16;
-	size_t failed = plan_reserve_ops(rk, c < nops ? c : nops, 1);
+	size_t failed = plan_reserve_ops(rk, c < nops ? c : nops, r->keep & PLAN_KEEP_LINES);
 	if (failed) {
 		char t[160];
 		return rd_fail(r, "%s", plan_oom_text(t, sizeof t, r->ops, failed));
@@ -146,7 +146,7 @@ int rd_ops_alloc(Rd *r, PlanRank *rk, int64_t nops)
 	int64_t text = r->left < 0 ? -1 : r->left + (int64_t)(r->len - r->pos);
 	if (text < 0 || nops > text / RD_MIN_OP_LINE)
 		return rd_grow_ops(r, rk, nops);
-	size_t failed = plan_reserve_ops(rk, nops, 1);
+	size_t failed = plan_reserve_ops(rk, nops, r->keep & PLAN_KEEP_LINES);
 	if (failed) {
 		char t[160];
 		return rd_fail(r, "%s", plan_oom_text(t, sizeof t, r->ops, failed));
@@ -156,8 +156,13 @@ int rd_ops_alloc(Rd *r, PlanRank *rk, int64_t nops)
 
 Plan *plan_read_file(const char *path, PlanError *err)
 {
+	return plan_read_file_as(path, PLAN_KEEP_ALL, err);
+}
+
+Plan *plan_read_file_as(const char *path, unsigned keep, PlanError *err)
+{
 	if (!strcmp(path, "-"))
-		return plan_read(stdin, "<stdin>", err);
+		return plan_read_as(stdin, "<stdin>", keep, err);
 	FILE *f = fopen(path, "r");
 	if (!f) {
 		memset(err, 0, sizeof *err);
@@ -166,7 +171,7 @@ Plan *plan_read_file(const char *path, PlanError *err)
 		snprintf(err->msg, sizeof err->msg, "cannot open: %s", plan_strerror(errno));
 		return NULL;
 	}
-	Plan *p = plan_read(f, path, err);
+	Plan *p = plan_read_as(f, path, keep, err);
 	fclose(f);
 	return p;
 }

@@ -164,7 +164,9 @@ int64_t plan_read_ops_fast(const char *s, const char *end, const PlanOpLimits *l
 {
 	const char *s0 = s, *e;
 	int64_t j = 0;
-	while (j < n && (e = op_walk(s, l, &ops[j], &lines[j])) && *e == '\n' && e < end) {
+	int32_t none;
+	while (j < n && (e = op_walk(s, l, &ops[j], lines ? &lines[j] : &none)) && *e == '\n' &&
+	       e < end) {
 		s = e + 1;
 		j++;
 	}

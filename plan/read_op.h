@@ -19,7 +19,8 @@ typedef struct {
 int plan_read_op_fast(const char *s, const char *end, const PlanOpLimits *l, PlanOp *o,
                       int32_t *line);
 
-/* Parses up to n op lines from s on into ops[] and lines[], as plan_read_op_fast would,
+/* Parses up to n op lines from s on into ops[] and lines[] (NULL: not kept), as
+ * plan_read_op_fast would,
  * each ending (its newline) before end; stops at the first line it does not take.
  * Returns the lines parsed, *used the bytes they took.  A zero byte must follow end: it
  * stops the walk. */
