@@ -211,6 +211,40 @@ static void put_op(Bw *w, BinCtx *c, const PlanOp *op, int32_t line)
 	plan_bin_commit(c, o, line);
 }
 
+/* Rank rk's ops.  Most ops of a large plan are their prediction, a header byte alone: such
+ * an op is found by comparing it whole with the prediction (PlanOp has no padding), which
+ * also tells that its unused fields are the empty op's, as the prediction's are; anything
+ * else takes put_op.  The slot's previous op is not stored: but for the microbatch and
+ * group, which BinCtx keeps apart, it is the prediction already. */
+static void put_rank_ops(Bw *w, const PlanRank *rk)
+{
+	BinCtx c;
+	plan_bin_ctx_init(&c);
+	for (int64_t i = 0; i < rk->nops; i++) {
+		const PlanOp *o = &rk->ops[i];
+		int32_t line = rk->lines && rk->lines[i] > 0 ? rk->lines[i] : 0;
+		unsigned k = o->kind, dir = o->dir;
+		unsigned uses = k < OP_COUNT ? plan_bin_uses[k] : 0;
+		if (k < OP_COUNT && dir <= ((uses & BF_DIR) != 0)) {
+			unsigned s = plan_bin_slot(k, dir);
+			int same = (uses & BF_GROUP) && o->group == c.group;
+			PlanOp pr = plan_bin_predict(&c, (OpKind)k, dir, same);
+			if (line == c.line[s] && !memcmp(o, &pr, sizeof pr)) {
+				if (w->n == BW_BUF)
+					bw_flush(w);
+				w->buf[w->n++] = (unsigned char)(k | (same ? BIN_SAME_GROUP : 0) |
+				                                 (dir ? BIN_GRAD : 0));
+				c.mb[s] = pr.mb;
+				if (uses & BF_GROUP)
+					c.group = pr.group;
+				c.seen |= 1u << s;
+				continue;
+			}
+		}
+		put_op(w, &c, o, line);
+	}
+}
+
 /* The text part: p's text form with every op list left out. */
 char *plan_bin_text(const Plan *p, size_t *len)
 {
@@ -255,12 +289,9 @@ int plan_write_binary(const Plan *p, FILE *f)
 	free(text);
 	for (int r = 0; r < p->world; r++) {
 		const PlanRank *rk = &p->ranks[r];
-		BinCtx c;
-		plan_bin_ctx_init(&c);
 		unsigned char v[10];
 		bw_bytes(&w, v, (size_t)(put_varint(v, (uint64_t)rk->nops) - v));
-		for (int64_t i = 0; i < rk->nops; i++)
-			put_op(&w, &c, &rk->ops[i], plan_op_line(rk, i));
+		put_rank_ops(&w, rk);
 	}
 	bw_flush(&w);
 	bw_le(&w, plan_hash_final(&w.h), 8);
