@@ -1,5 +1,5 @@
 /* Simulator benchmark: builds a 1F1B plan of about N ops in memory (exact-size op
- * arrays, so the plan costs its 40 bytes per op and no more), verifies it, simulates it
+ * arrays, so the plan costs its 32 bytes per op and no more), verifies it, simulates it
  * and prints one line of figures: seconds and ops per second for each phase, peak
  * resident memory and bytes per op.  One process per size, so peak RSS is that size's.
  * The simulation is timed in thread CPU time, best of three runs, so that other load on

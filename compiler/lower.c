@@ -376,6 +376,7 @@ static void reserve_ops(Lw *w)
 	for (int q = 0; q < w->pp; q++) {
 		PlanRank *rk = w->line0[q];
 		rk->ops = lw_malloc(w, (size_t)(need[q] ? need[q] : 1) * sizeof *rk->ops);
+		rk->lines = lw_malloc(w, (size_t)(need[q] ? need[q] : 1) * sizeof *rk->lines);
 		rk->ops_cap = need[q];
 	}
 	free(need);
@@ -410,6 +411,10 @@ static void copy_lines(Lw *w)
 		rk->ops = lw_malloc(w, (size_t)(src->nops ? src->nops : 1) * sizeof *rk->ops);
 		rk->ops_cap = rk->nops = src->nops;
 		memcpy(rk->ops, src->ops, (size_t)src->nops * sizeof *rk->ops);
+		if (src->lines) {
+			rk->lines = lw_malloc(w, (size_t)(src->nops ? src->nops : 1) * sizeof *rk->lines);
+			memcpy(rk->lines, src->lines, (size_t)src->nops * sizeof *rk->lines);
+		}
 		for (int64_t i = 0; i < rk->nops; i++) {
 			PlanOp *o = &rk->ops[i];
 			if (o->kind == OP_SEND || o->kind == OP_RECV) {

@@ -27,7 +27,8 @@ static int names(const SchedComm *k, const PlanOp *o)
 }
 
 /* One rank's list rewritten; returns -1 when a given cell names no op of the list. */
-static int reorder(PlanRank *rk, const SchedComm *given, int ngiven, PlanOp *out, int *tag)
+static int reorder(PlanRank *rk, const SchedComm *given, int ngiven, PlanOp *out,
+                   int32_t *lout, int *tag)
 {
 	int64_t n = rk->nops, k = 0;
 	PlanOp *ops = rk->ops;
@@ -55,6 +56,7 @@ static int reorder(PlanRank *rk, const SchedComm *given, int ngiven, PlanOp *out
 				prev_group = o.group;
 				o.group = g - 1;
 			}
+			lout[k] = plan_op_line(rk, i);
 			out[k++] = o;
 			prev_kept = 1;
 			prev_given = 0;
@@ -71,11 +73,13 @@ static int reorder(PlanRank *rk, const SchedComm *given, int ngiven, PlanOp *out
 							g++;
 						o.group = g - 1;
 					}
+					lout[k] = plan_op_line(rk, u);
 					out[k++] = o;
 					prev_given = 1;
 				}
 		prev_kept = prev_given = 0;
 		if (i < n) {
+			lout[k] = plan_op_line(rk, i);
 			out[k++] = ops[i];
 			ncomp++;
 		}
@@ -83,6 +87,8 @@ static int reorder(PlanRank *rk, const SchedComm *given, int ngiven, PlanOp *out
 	if (k != n)
 		return -1;
 	memcpy(rk->ops, out, (size_t)n * sizeof *out);
+	if (rk->lines)
+		memcpy(rk->lines, lout, (size_t)n * sizeof *lout);
 	return 0;
 }
 
@@ -92,16 +98,18 @@ int lower_given(Plan *p, const SchedCtx *sc, int stride, Diag *d)
 	for (int q = 0; q < sc->pp && rc == 0; q++) {
 		PlanRank *rk = &p->ranks[q * stride];
 		PlanOp *out = malloc((size_t)(rk->nops + 1) * sizeof *out);
+		int32_t *lout = malloc((size_t)(rk->nops + 1) * sizeof *lout);
 		int *tag = malloc((size_t)(rk->nops + 1) * sizeof *tag);
-		if (!out || !tag) {
+		if (!out || !lout || !tag) {
 			diag_error(d, sc->prog->sched_loc, "out of memory keeping the CSV's order");
 			rc = -1;
-		} else if (reorder(rk, sc->comms[q], sc->ncomms[q], out, tag)) {
+		} else if (reorder(rk, sc->comms[q], sc->ncomms[q], out, lout, tag)) {
 			diag_error(d, sc->prog->sched_loc, "the CSV's communication on rank %d does not "
 			           "match the transfers of the program", q);
 			rc = -1;
 		}
 		free(out);
+		free(lout);
 		free(tag);
 	}
 	return rc;

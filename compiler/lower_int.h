@@ -23,6 +23,7 @@ typedef struct {
 /* Where the walk appends to a rank's op list (lower_walk.c's next_op). */
 typedef struct {
 	PlanOp *ops, *at, *end; // the list, its next slot, its end
+	int32_t *lines;         // the list's source lines, indexed as ops
 } OpCursor;
 
 typedef struct {
@@ -105,7 +106,7 @@ static inline unsigned char *lw_done(const Lw *w, int stage, int mb)
 }
 
 /* Appends an op to pipeline index pp's list on the first line (peer: a pipeline index). */
-void lw_emit(Lw *w, int pp, PlanOp op);
+void lw_emit(Lw *w, int pp, PlanOp op, int line);
 /* The tensors action a on pipeline index pp makes for other ranks, onto q. */
 void lw_push_outputs(const Lw *w, int pp, const SchedAct *a, int line, Pending *q);
 const char *lw_act_name(const SchedAct *a, char *buf, size_t n); // "3F1"

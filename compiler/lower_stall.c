@@ -189,12 +189,10 @@ void lw_rest_naively(Lw *w, int64_t *cur)
 					Out o = pq->v[i];
 					int g = w->group[p]++;
 					lw_emit(w, p, (PlanOp){.kind = OP_SEND, .dir = o.dir, .stage = o.edge,
-					                    .mb = o.mb, .peer = o.to, .group = g,
-					                    .src_line = o.line});
+					                    .mb = o.mb, .peer = o.to, .group = g}, o.line);
 					if (o.to == p) // a send to self completes only with its receive
 						lw_emit(w, p, (PlanOp){.kind = OP_RECV, .dir = o.dir, .stage = o.edge,
-						                    .mb = o.mb, .peer = p, .group = g,
-						                    .src_line = o.line});
+						                    .mb = o.mb, .peer = p, .group = g}, o.line);
 				}
 				pq->n = 0;
 				lw_flush_reductions(w, p, 0, cur[p] >= sc->nacts[p]);
@@ -218,8 +216,8 @@ void lw_rest_naively(Lw *w, int64_t *cur)
 					int u = f->t[f->taken];
 					w->moved[u] = 1;
 					lw_emit(w, p, (PlanOp){.kind = OP_RECV, .dir = u % 2, .stage = u / 2 / m,
-					                    .mb = u / 2 % m, .peer = opp, .group = w->group[p]++,
-					                    .src_line = line});
+					                    .mb = u / 2 % m, .peer = opp, .group = w->group[p]++},
+					       line);
 				}
 			}
 			lw_start_compute(w, p, a, line);

@@ -16,20 +16,21 @@
  * PlanOp built elsewhere, keeps the walk's stores straight to the list.  The walk
  * appends through w->opc, a cursor per rank side by side (PlanRank's own count, one
  * cache line per rank, is set when the walk ends: sync_ops). */
-static inline PlanOp *next_op(Lw *w, int pp)
+static inline PlanOp *next_op(Lw *w, int pp, int line)
 {
 	OpCursor *c = &w->opc[pp];
 	if (c->at < c->end) {
 		if (c->end - c->at > 16) // 128 ranks' lists: too many streams for the hardware
 			__builtin_prefetch(c->at + 16, 1); // to follow
+		c->lines[c->at - c->ops] = line;
 		return c->at++;
 	}
 	PlanRank *rk = w->line0[pp];
 	rk->nops = c->at - rk->ops;
-	PlanOp *o = plan_push_op(rk, (PlanOp){0});
+	PlanOp *o = plan_push_op(rk, (PlanOp){0}, line);
 	if (!o)
-		lw_oom(w, (size_t)rk->ops_cap * sizeof *o * 3 / 2);
-	*c = (OpCursor){rk->ops, rk->ops + rk->nops, rk->ops + rk->ops_cap};
+		lw_oom(w, (size_t)rk->ops_cap * (sizeof *o + sizeof *rk->lines) * 3 / 2);
+	*c = (OpCursor){rk->ops, rk->ops + rk->nops, rk->ops + rk->ops_cap, rk->lines};
 	return o;
 }
 
@@ -44,7 +45,7 @@ static void sync_ops(Lw *w)
  * peer, in group g. */
 static inline void emit_p2p(Lw *w, int pp, int kind, const Out *t, int peer, int g)
 {
-	PlanOp *o = next_op(w, pp);
+	PlanOp *o = next_op(w, pp, t->line);
 	memset(o, 0, sizeof *o); // the padding too: the plan's bytes are all defined
 	o->kind = (uint8_t)kind;
 	o->dir = (uint8_t)t->dir;
@@ -53,14 +54,13 @@ static inline void emit_p2p(Lw *w, int pp, int kind, const Out *t, int peer, int
 	o->peer = peer * w->stride;
 	o->group = g;
 	o->route = 2 * w->remote_k[t->edge] + t->dir;
-	o->src_line = t->line;
 	o->bytes = w->plan->edges[t->edge].bytes;
 }
 
 /* Appends an op to pipeline index pp's list on the first line.  For SEND/RECV, `peer`
  * is the peer's pipeline index; the world rank and route are filled here (the first
  * line's ranks are q * stride, its routes come first). */
-static inline void emit(Lw *w, int pp, PlanOp op)
+static inline void emit(Lw *w, int pp, PlanOp op, int line)
 {
 	if (op.kind == OP_SEND || op.kind == OP_RECV) {
 		op.peer = op.peer * w->stride;
@@ -72,7 +72,7 @@ static inline void emit(Lw *w, int pp, PlanOp op)
 		op.peer = op.peer * w->stride;
 		op.bytes = plan_tie_bytes(w->plan);
 	}
-	PlanOp *o = next_op(w, pp);
+	PlanOp *o = next_op(w, pp, line);
 	memset(o, 0, sizeof *o); // field by field below: a copy of op may skip its padding
 	o->kind = op.kind;
 	o->dir = op.dir;
@@ -82,13 +82,12 @@ static inline void emit(Lw *w, int pp, PlanOp op)
 	o->peer = op.peer;
 	o->group = op.group;
 	o->route = op.route;
-	o->src_line = op.src_line;
 	o->bytes = op.bytes;
 }
 
-void lw_emit(Lw *w, int pp, PlanOp op)
+void lw_emit(Lw *w, int pp, PlanOp op, int line)
 {
-	emit(w, pp, op);
+	emit(w, pp, op, line);
 }
 
 /* Sets of pipeline indexes, a bit each: the walk visits only the ranks a phase
@@ -220,13 +219,13 @@ void lw_flush_reductions(Lw *w, int pp, int force, int finished)
 		}
 		if (s == w->tie_stage[pp])
 			emit(w, pp, (PlanOp){.kind = OP_TIEREDUCE, .stage = s, .mb = -1,
-			                     .peer = w->tie_peer[pp], .group = w->group[pp]++, .route = -1,
-			                     .src_line = line});
+			                     .peer = w->tie_peer[pp], .group = w->group[pp]++, .route = -1},
+			     line);
 		if (dp > 1)
 			emit(w, pp, (PlanOp){.kind = OP_ALLREDUCE, .stage = s, .mb = -1, .peer = -1,
-			                     .group = w->group[pp]++, .route = -1, .src_line = line});
+			                     .group = w->group[pp]++, .route = -1}, line);
 		emit(w, pp, (PlanOp){.kind = OP_OPTIM, .stage = s, .mb = -1, .peer = -1, .group = -1,
-		                     .route = -1, .src_line = line});
+		                     .route = -1}, line);
 	}
 	w->nreduce[pp] = keep;
 	if (!keep)
@@ -235,13 +234,12 @@ void lw_flush_reductions(Lw *w, int pp, int force, int finished)
 
 static inline void start_compute(Lw *w, int pp, const SchedAct *a, int line)
 {
-	PlanOp *o = next_op(w, pp);
+	PlanOp *o = next_op(w, pp, line);
 	memset(o, 0, sizeof *o);
 	o->kind = (uint8_t)a->kind;
 	o->stage = a->stage;
 	o->mb = a->mb;
 	o->peer = o->group = o->route = -1;
-	o->src_line = line;
 }
 
 void lw_start_compute(Lw *w, int pp, const SchedAct *a, int line)
@@ -445,7 +443,7 @@ int lw_place_comms(Lw *w, int allow_deadlock)
 	w->opc = lw_calloc(w, (size_t)pp, sizeof *w->opc);
 	for (int q = 0; q < pp; q++) {
 		PlanRank *rk = w->line0[q];
-		w->opc[q] = (OpCursor){rk->ops, rk->ops + rk->nops, rk->ops + rk->ops_cap};
+		w->opc[q] = (OpCursor){rk->ops, rk->ops + rk->nops, rk->ops + rk->ops_cap, rk->lines};
 	}
 	for (int p = 0; p < pp; p++) {
 		k.gphase[p] = -1;

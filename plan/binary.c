@@ -35,8 +35,10 @@ void plan_bin_ctx_init(BinCtx *c)
 	for (int s = 0; s < BIN_SLOTS; s++)
 		c->prev[s] = (PlanOp){.kind = (uint8_t)(s % OP_COUNT), .dir = s >= OP_COUNT,
 		                      .mb = -1, .peer = -1, .group = -1, .route = -1};
-	for (int s = 0; s < BIN_SLOTS; s++)
+	for (int s = 0; s < BIN_SLOTS; s++) {
 		c->mb[s] = -1;
+		c->line[s] = 0;
+	}
 	c->group = -1;
 	c->seen = 0;
 }
@@ -72,7 +74,6 @@ int plan_op_check(const PlanOpLimits *l, int tp, const PlanOp *o, char *msg, siz
 	    ((u & BF_GROUP) && range(o->group, 0, INT32_MAX, "g=", msg, n)) ||
 	    ((u & BF_ROUTE) && range(o->route, 0, l->routes - 1, "r=", msg, n)) ||
 	    ((u & BF_BYTES) && range(o->bytes, k == OP_TPREDUCE, INT64_MAX / 8, "bytes=", msg, n)) ||
-	    range(o->src_line, 0, INT32_MAX, "source line", msg, n) ||
 	    ((u & BF_DIR) && range(o->dir, 0, DIR_COUNT - 1, "direction", msg, n)))
 		return -1;
 	if (k == OP_TPREDUCE && tp == 1) {
@@ -170,12 +171,12 @@ static PlanOp as_written(const PlanOp *o)
 	c.bytes = u & BF_BYTES ? c.bytes : 0;
 	c.dir = u & BF_DIR ? c.dir : 0;
 	c.part = u & BF_PART ? c.part : 0;
-	c.src_line = c.src_line > 0 ? c.src_line : 0;
 	return c;
 }
 
-/* Codes op op against the prediction from c, and makes it the slot's previous op. */
-static void put_op(Bw *w, BinCtx *c, const PlanOp *op)
+/* Codes op op, from source line `line` (none when not positive, as in the text form),
+ * against the prediction from c, and makes it the slot's previous op. */
+static void put_op(Bw *w, BinCtx *c, const PlanOp *op, int32_t line)
 {
 	if (w->n + BW_ROOM > BW_BUF)
 		bw_flush(w);
@@ -184,9 +185,11 @@ static void put_op(Bw *w, BinCtx *c, const PlanOp *op)
 	OpKind k = plan_op_kind(o);
 	int same = (plan_bin_uses[k] & BF_GROUP) && o->group == c->group;
 	PlanOp pr = plan_bin_predict(c, k, o->dir, same);
+	line = line > 0 ? line : 0;
 	int64_t d[BIN_FIELDS] = {diff(o->stage, pr.stage), diff(o->mb, pr.mb), diff(o->peer, pr.peer),
 	                         diff(o->group, pr.group), diff(o->route, pr.route),
-	                         diff(o->src_line, pr.src_line), diff(o->bytes, pr.bytes), 0};
+	                         diff(line, c->line[plan_bin_slot(k, o->dir)]),
+	                         diff(o->bytes, pr.bytes), 0};
 	unsigned mask = 0;
 	for (int i = 0; i < BIN_FIELDS - 1; i++)
 		if (d[i])
@@ -205,7 +208,41 @@ static void put_op(Bw *w, BinCtx *c, const PlanOp *op)
 			p = put_varint(p, o->part);
 	}
 	w->n = (size_t)(p - w->buf);
-	plan_bin_commit(c, o);
+	plan_bin_commit(c, o, line);
+}
+
+/* Rank rk's ops.  Most ops of a large plan are their prediction, a header byte alone: such
+ * an op is found by comparing it whole with the prediction (PlanOp has no padding), which
+ * also tells that its unused fields are the empty op's, as the prediction's are; anything
+ * else takes put_op.  The slot's previous op is not stored: but for the microbatch and
+ * group, which BinCtx keeps apart, it is the prediction already. */
+static void put_rank_ops(Bw *w, const PlanRank *rk)
+{
+	BinCtx c;
+	plan_bin_ctx_init(&c);
+	for (int64_t i = 0; i < rk->nops; i++) {
+		const PlanOp *o = &rk->ops[i];
+		int32_t line = rk->lines && rk->lines[i] > 0 ? rk->lines[i] : 0;
+		unsigned k = o->kind, dir = o->dir;
+		unsigned uses = k < OP_COUNT ? plan_bin_uses[k] : 0;
+		if (k < OP_COUNT && dir <= ((uses & BF_DIR) != 0)) {
+			unsigned s = plan_bin_slot(k, dir);
+			int same = (uses & BF_GROUP) && o->group == c.group;
+			PlanOp pr = plan_bin_predict(&c, (OpKind)k, dir, same);
+			if (line == c.line[s] && !memcmp(o, &pr, sizeof pr)) {
+				if (w->n == BW_BUF)
+					bw_flush(w);
+				w->buf[w->n++] = (unsigned char)(k | (same ? BIN_SAME_GROUP : 0) |
+				                                 (dir ? BIN_GRAD : 0));
+				c.mb[s] = pr.mb;
+				if (uses & BF_GROUP)
+					c.group = pr.group;
+				c.seen |= 1u << s;
+				continue;
+			}
+		}
+		put_op(w, &c, o, line);
+	}
 }
 
 /* The text part: p's text form with every op list left out. */
@@ -252,12 +289,9 @@ int plan_write_binary(const Plan *p, FILE *f)
 	free(text);
 	for (int r = 0; r < p->world; r++) {
 		const PlanRank *rk = &p->ranks[r];
-		BinCtx c;
-		plan_bin_ctx_init(&c);
 		unsigned char v[10];
 		bw_bytes(&w, v, (size_t)(put_varint(v, (uint64_t)rk->nops) - v));
-		for (int64_t i = 0; i < rk->nops; i++)
-			put_op(&w, &c, &rk->ops[i]);
+		put_rank_ops(&w, rk);
 	}
 	bw_flush(&w);
 	bw_le(&w, plan_hash_final(&w.h), 8);

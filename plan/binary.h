@@ -37,6 +37,7 @@ int plan_write_as(const Plan *p, FILE *f, int fmt, int expand);
  * `line` is then the file's byte offset and `at_byte` is set) on malformed, truncated or
  * corrupted input. */
 Plan *plan_read_binary(FILE *f, const char *name, PlanError *err);
+Plan *plan_read_binary_as(FILE *f, const char *name, unsigned keep, PlanError *err); // PLAN_KEEP_*
 
 /* The ranges every op field must lie in, the text reader's (read.c, read_op.c) as one
  * function over the counts l and the tp size: in range for its kind, and the fields its

@@ -36,6 +36,7 @@ extern const uint16_t plan_bin_uses[OP_COUNT];
 typedef struct {
 	PlanOp prev[BIN_SLOTS]; // but its mb and group: those are below
 	int32_t mb[BIN_SLOTS];  // the slot's previous microbatch (-1 before its first op)
+	int32_t line[BIN_SLOTS]; // the slot's previous source line (0 before its first op)
 	int32_t group; // -1 before the rank's first comm op
 	unsigned seen; // bit s: prev[s] is an op of the rank (checked), not the empty op
 } BinCtx;
@@ -61,11 +62,13 @@ static inline PlanOp plan_bin_predict(const BinCtx *c, OpKind k, unsigned dir, i
 	return p;
 }
 
-static inline void plan_bin_commit(BinCtx *c, const PlanOp *o)
+/* Op o, from source line `line`, is the slot's previous op from now on. */
+static inline void plan_bin_commit(BinCtx *c, const PlanOp *o, int32_t line)
 {
 	unsigned s = plan_bin_slot(o->kind, o->dir);
 	c->prev[s] = *o;
 	c->mb[s] = o->mb;
+	c->line[s] = line;
 	if (plan_bin_uses[o->kind] & BF_GROUP)
 		c->group = o->group;
 	c->seen |= 1u << s;

@@ -26,6 +26,7 @@ typedef struct {
 	PlanError *err;
 	int failed;
 	const char *name;
+	unsigned keep; // PLAN_KEEP_*
 } Br;
 
 static int fail(Br *r, int64_t at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -231,8 +232,8 @@ static Plan *read_skeleton(Br *r, uint64_t tlen)
 
 /* One op at the cursor, coded against c's prediction; checked, then made the kind's
  * previous op. */
-static int get_op(Br *r, BinCtx *c, const PlanOpLimits *l, int tp, PlanOp *o, int rank,
-                  int64_t i)
+static int get_op(Br *r, BinCtx *c, const PlanOpLimits *l, int tp, PlanOp *o, int32_t *line,
+                  int rank, int64_t i)
 {
 	if (r->len - r->pos < BIN_OP_MAX && !r->eof)
 		more(r, BIN_OP_MAX);
@@ -248,6 +249,7 @@ static int get_op(Br *r, BinCtx *c, const PlanOpLimits *l, int tp, PlanOp *o, in
 		return fail(r, at, "rank %d op %" PRId64 ": bad op header byte 0x%02x", rank, i, h);
 	unsigned dir = (h & BIN_GRAD) != 0;
 	*o = plan_bin_predict(c, (OpKind)k, dir, (h & BIN_SAME_GROUP) != 0);
+	*line = c->line[plan_bin_slot(k, dir)];
 	int check = !(c->seen & (1u << plan_bin_slot(k, dir)));
 	if (!(h & BIN_FIELDS_FOLLOW)) {
 		/* The kind's previous op passed the check; only mb and group moved. */
@@ -262,7 +264,7 @@ static int get_op(Br *r, BinCtx *c, const PlanOpLimits *l, int tp, PlanOp *o, in
 		unsigned mask = *p++;
 		if (!mask)
 			return fail(r, at, "rank %d op %" PRId64 ": empty field mask", rank, i);
-		int64_t v[BIN_FIELDS - 1] = {o->stage, o->mb, o->peer, o->group, o->route, o->src_line,
+		int64_t v[BIN_FIELDS - 1] = {o->stage, o->mb, o->peer, o->group, o->route, *line,
 		                             o->bytes};
 		for (int f = 0; f < BIN_FIELDS; f++) {
 			if (!(mask & (1u << f)))
@@ -290,13 +292,16 @@ static int get_op(Br *r, BinCtx *c, const PlanOpLimits *l, int tp, PlanOp *o, in
 		o->peer = (int32_t)v[2];
 		o->group = (int32_t)v[3];
 		o->route = (int32_t)v[4];
-		o->src_line = (int32_t)v[5];
+		*line = (int32_t)v[5];
 		o->bytes = v[6];
 	}
 	char msg[256];
 	if (check && plan_op_check(l, tp, o, msg, sizeof msg))
 		return fail(r, at, "rank %d op %" PRId64 ": %s", rank, i, msg);
-	plan_bin_commit(c, o);
+	if (*line < 0) // only a coded field moves it
+		return fail(r, at, "rank %d op %" PRId64 ": source line %d out of range [0, %d]", rank,
+		            i, *line, INT32_MAX);
+	plan_bin_commit(c, o, *line);
 	r->pos = (size_t)(p - r->blk);
 	return 0;
 }
@@ -311,6 +316,7 @@ static void fast_ops(Br *r, BinCtx *c, const PlanOpLimits *l, PlanRank *rk)
 	const unsigned char *p = r->blk + r->pos;
 	const unsigned char *end = r->len >= BIN_OP_MAX ? r->blk + r->len - BIN_OP_MAX : r->blk;
 	PlanOp *out = rk->ops + rk->nops, *last = rk->ops + rk->ops_cap;
+	int32_t *line = rk->lines ? rk->lines + rk->nops : NULL;
 	while (p < end && out < last) {
 		unsigned h = *p, k = h & BIN_KIND_MASK;
 		if ((h & (BIN_FIELDS_FOLLOW | BIN_HEAD_RESERVED)) || k >= OP_COUNT)
@@ -332,6 +338,8 @@ static void fast_ops(Br *r, BinCtx *c, const PlanOpLimits *l, PlanRank *rk)
 		out->mb = mb;
 		out->group = group;
 		out++;
+		if (line)
+			*line++ = c->line[slot];
 		p++;
 	}
 	rk->nops = out - rk->ops;
@@ -355,7 +363,9 @@ static int read_rank_ops(Br *r, const Plan *p, int rank, const PlanOpLimits *l)
 	if (n > left || n > (uint64_t)INT64_MAX / 64)
 		return fail(r, at, "rank %d: %" PRIu64 " ops do not fit the file", rank, n);
 	free(rk->ops);
+	free(rk->lines);
 	rk->ops = NULL;
+	rk->lines = NULL;
 	rk->nops = rk->ops_cap = 0;
 	int tp = p->dims[DIM_TP];
 	BinCtx c;
@@ -364,20 +374,20 @@ static int read_rank_ops(Br *r, const Plan *p, int rank, const PlanOpLimits *l)
 		if (rk->nops == rk->ops_cap) {
 			/* Known size: the count, bounded above.  A pipe: doubling up to it. */
 			int64_t cap = r->size >= 0 ? (int64_t)n : rk->ops_cap ? rk->ops_cap * 2 : 1 << 16;
-			cap = cap < (int64_t)n ? cap : (int64_t)n;
-			PlanOp *o = realloc(rk->ops, (size_t)cap * sizeof *o);
-			if (!o) {
+			size_t failed = plan_reserve_ops(rk, cap < (int64_t)n ? cap : (int64_t)n,
+			                                 r->keep & PLAN_KEEP_LINES);
+			if (failed) {
 				char m[160];
-				return fail(r, at, "%s", plan_oom_text(m, sizeof m, (int64_t)n,
-				                                       (size_t)cap * sizeof *o));
+				return fail(r, at, "%s", plan_oom_text(m, sizeof m, (int64_t)n, failed));
 			}
-			rk->ops = o;
-			rk->ops_cap = cap;
 		}
 		fast_ops(r, &c, l, rk);
 		if (rk->nops < rk->ops_cap) {
-			if (get_op(r, &c, l, tp, &rk->ops[rk->nops], rank, rk->nops))
+			int32_t line = 0;
+			if (get_op(r, &c, l, tp, &rk->ops[rk->nops], &line, rank, rk->nops))
 				return -1;
+			if (rk->lines)
+				rk->lines[rk->nops] = line;
 			rk->nops++;
 		}
 	}
@@ -406,10 +416,15 @@ static int read_trailer(Br *r)
 
 Plan *plan_read_binary(FILE *f, const char *name, PlanError *err)
 {
+	return plan_read_binary_as(f, name, PLAN_KEEP_ALL, err);
+}
+
+Plan *plan_read_binary_as(FILE *f, const char *name, unsigned keep, PlanError *err)
+{
 	memset(err, 0, sizeof *err);
 	err->rank = -1;
 	err->op = -1;
-	Br r = {.f = f, .err = err, .name = name ? name : "<stdin>", .size = -1};
+	Br r = {.f = f, .err = err, .name = name ? name : "<stdin>", .size = -1, .keep = keep};
 	struct stat st;
 	int fd = fileno(f);
 	if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ftello(f) == 0)
@@ -445,8 +460,13 @@ Plan *plan_read_binary(FILE *f, const char *name, PlanError *err)
 
 Plan *plan_read(FILE *f, const char *name, PlanError *err)
 {
+	return plan_read_as(f, name, PLAN_KEEP_ALL, err);
+}
+
+Plan *plan_read_as(FILE *f, const char *name, unsigned keep, PlanError *err)
+{
 	int c = getc(f);
 	if (c != EOF && ungetc(c, f) == c && plan_is_binary_start(c))
-		return plan_read_binary(f, name, err);
-	return plan_read_text(f, name, err);
+		return plan_read_binary_as(f, name, keep, err);
+	return plan_read_text_as(f, name, keep, err);
 }

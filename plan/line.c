@@ -133,6 +133,13 @@ static int expand_rank(const Plan *p, PlanRank *rk, int w, size_t *failed)
 	}
 	rk->nops = rk->ops_cap = src->nops;
 	memcpy(rk->ops, src->ops, (size_t)src->nops * sizeof *rk->ops);
+	if (src->lines) {
+		if (!(rk->lines = malloc((size_t)src->nops * sizeof *rk->lines + 1))) {
+			*failed = (size_t)src->nops * sizeof *rk->lines;
+			return -1;
+		}
+		memcpy(rk->lines, src->lines, (size_t)src->nops * sizeof *rk->lines);
+	}
 	for (int64_t i = 0; i < rk->nops; i++) {
 		PlanOp *o = &rk->ops[i];
 		if (o->peer >= 0)
@@ -173,6 +180,7 @@ static void borrow_rank(const Plan *p, PlanRank *rk, const PlanRank *line0, int 
 	rk->peers = line0->peers;
 	rk->npeers = line0->npeers;
 	rk->ops = line0->ops;
+	rk->lines = line0->lines;
 	rk->nops = line0->nops;
 	rk->first_line = line0->first_line;
 	rk->line = line0->line;

@@ -172,23 +172,42 @@ void plan_free(Plan *p)
 				continue;
 			free(p->ranks[r].peers);
 			free(p->ranks[r].ops);
+			free(p->ranks[r].lines);
 		}
 	}
 	free(p->ranks);
 	free(p);
 }
 
-PlanOp *plan_push_op(PlanRank *r, PlanOp op)
+size_t plan_reserve_ops(PlanRank *r, int64_t cap, int lines)
 {
-	if (r->nops == r->ops_cap) {
-		int64_t cap = r->ops_cap ? r->ops_cap + r->ops_cap / 2 : 64;
-		PlanOp *ops = realloc(r->ops, (size_t)cap * sizeof *ops);
-		if (!ops)
-			return NULL;
-		r->ops = ops;
-		r->ops_cap = cap;
+	cap = cap > 0 ? cap : 1;
+	PlanOp *ops = realloc(r->ops, (size_t)cap * sizeof *ops);
+	if (!ops)
+		return (size_t)cap * sizeof *ops;
+	r->ops = ops;
+	if (lines || r->lines) {
+		int32_t *l = realloc(r->lines, (size_t)cap * sizeof *l);
+		if (!l)
+			return (size_t)cap * sizeof *l;
+		if (!r->lines) // the ops so far stem from no line
+			memset(l, 0, (size_t)r->nops * sizeof *l);
+		r->lines = l;
 	}
+	r->ops_cap = cap;
+	return 0;
+}
+
+PlanOp *plan_push_op(PlanRank *r, PlanOp op, int32_t line)
+{
+	int64_t cap = r->ops_cap;
+	if (r->nops == cap)
+		cap = cap ? cap + cap / 2 : 64;
+	if ((cap != r->ops_cap || (line && !r->lines)) && plan_reserve_ops(r, cap, line != 0))
+		return NULL;
 	r->ops[r->nops] = op;
+	if (r->lines)
+		r->lines[r->nops] = line;
 	return &r->ops[r->nops++];
 }
 

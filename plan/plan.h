@@ -177,10 +177,12 @@ typedef struct {
 	uint8_t local; // PeerKind: PEER_REMOTE, PEER_LOCAL (hand-off) or PEER_SELF
 } PlanPeer;
 
-/* 40 bytes.  Compute ops use stage (and part); SEND/RECV use edge (in `stage`), dir,
+/* 32 bytes, two to a cache line: every pass over a big plan is bound by reading these.
+ * Compute ops use stage (and part); SEND/RECV use edge (in `stage`), dir,
  * peer, bytes, group, route; ALLREDUCE uses stage, bytes, group; OPTIM uses stage;
  * TIEREDUCE uses stage, peer (the world rank holding the other copy), bytes, group;
- * TPREDUCE uses stage, mb, dir, part, bytes, group. */
+ * TPREDUCE uses stage, mb, dir, part, bytes, group.  The .pipe line an op stems from
+ * is not here but in its rank's lines[], which only the writers read. */
 typedef struct {
 	uint8_t kind;   // OpKind, read through plan_op_kind()
 	uint8_t dir;    // Dir, for SEND/RECV/TPREDUCE
@@ -191,7 +193,6 @@ typedef struct {
 	int32_t group;  // comm group number, unique per rank; consecutive ops with one number
 	                // form one group; -1 for compute and OPTIM
 	int32_t route;  // route index for SEND/RECV, -1 otherwise
-	int32_t src_line; // .pipe line the op stems from (0 unknown)
 	int64_t bytes;  // bytes moved (SEND/RECV/ALLREDUCE); 0 otherwise
 } PlanOp;
 
@@ -203,6 +204,9 @@ typedef struct {
 	int64_t nops;
 	PlanOp *ops;
 	int64_t ops_cap;
+	/* lines[i]: the .pipe line op i stems from (`@N`, 0 unknown); NULL: 0 for every op.
+	 * When set it holds ops_cap entries, and everything that moves ops moves these. */
+	int32_t *lines;
 	int64_t first_line;   // plan-file line of ops[0] when read from a file, else 0
 	int64_t line;         // plan-file line of its `rank` line (peers follow), else 0
 	/* plan_expand_for: peers and ops are those of line 0's rank at this pipeline index,
@@ -282,7 +286,18 @@ LayerShape plan_shape(const Plan *p);
  * says what the plan needed (plan_oom_text) and exits 1. */
 Plan *plan_new(void); // NULL when out of memory
 void plan_free(Plan *p);
-PlanOp *plan_push_op(PlanRank *r, PlanOp op); // appends, growing the array; NULL: out of memory
+/* Appends op, stemming from .pipe line `line` (0 unknown), growing the arrays; NULL: out
+ * of memory. */
+PlanOp *plan_push_op(PlanRank *r, PlanOp op, int32_t line);
+/* Resizes r's op arrays to cap entries (at least 1, and at least its nops), lines[] too
+ * when it is set or `lines` asks for it (the ops already there then stem from no line).
+ * 0, or the bytes of the allocation that failed (r unchanged but for what succeeded). */
+size_t plan_reserve_ops(PlanRank *r, int64_t cap, int lines);
+/* The .pipe line op i of r stems from (0 unknown). */
+static inline int32_t plan_op_line(const PlanRank *r, int64_t i)
+{
+	return r->lines ? r->lines[i] : 0;
+}
 /* "out of memory: the plan needs 12.5 M ops (about 610 MiB); allocating 512 MiB
  * failed" into buf: ops is the plan size in ops (0 when unknown), failed the bytes of
  * the allocation that failed.  Returns buf. */
@@ -374,6 +389,16 @@ int plan_line_uniform(const Plan *p);
 Plan *plan_read(FILE *f, const char *name, PlanError *err);
 Plan *plan_read_text(FILE *f, const char *name, PlanError *err); // the text form only
 Plan *plan_read_file(const char *path, PlanError *err);
+/* What the readers above keep beyond what running and simulating a plan need: a tool
+ * that never writes the plan (pipesim, piperun) reads with none, 4 bytes an op less.
+ * The file is checked alike either way. */
+enum {
+	PLAN_KEEP_LINES = 1, // each op's .pipe line (PlanRank.lines), which only writers put
+	PLAN_KEEP_ALL = PLAN_KEEP_LINES
+};
+Plan *plan_read_as(FILE *f, const char *name, unsigned keep, PlanError *err);
+Plan *plan_read_text_as(FILE *f, const char *name, unsigned keep, PlanError *err);
+Plan *plan_read_file_as(const char *path, unsigned keep, PlanError *err);
 
 /* ---- tensor parallelism: a stage's parts (plan/tp.c, docs/semantics.md) ----
  * With tp > 1 a stage's forward and backward are cut after every layer that ends in a tp

@@ -651,7 +651,7 @@ static int op_kind(Rd *r)
 	return -1;
 }
 
-static int read_op(Rd *r, Plan *p, PlanOp *o)
+static int read_op(Rd *r, Plan *p, PlanOp *o, int32_t *line)
 {
 	int k = op_kind(r);
 	if (k < 0) {
@@ -726,7 +726,7 @@ static int read_op(Rd *r, Plan *p, PlanOp *o)
 	PlanLoc l;
 	if (loc(r, &l) || eol(r))
 		return -1;
-	o->src_line = l.line;
+	*line = l.line;
 	return 0;
 }
 
@@ -795,17 +795,22 @@ static int read_ranks(Rd *r, Plan *p)
 		while (rk->nops < nops) {
 			size_t used;
 			int64_t k = plan_read_ops_fast(r->blk + r->pos, r->blk + r->len, &lim,
-			                               rk->ops + rk->nops, rk->ops_cap - rk->nops, &used);
+			                               rk->ops + rk->nops, rk->lines ? rk->lines + rk->nops : NULL,
+			                               rk->ops_cap - rk->nops, &used);
 			r->pos += used;
 			r->line += k;
 			if ((rk->nops += k) == nops)
 				break;
 			PlanOp o;
+			int32_t line;
 			if (rd_line_in(r, "an op line") ||
-			    (!plan_read_op_fast(r->buf, r->end, &lim, &o) && (rd_no_nul(r) || read_op(r, p, &o))))
+			    (!plan_read_op_fast(r->buf, r->end, &lim, &o, &line) &&
+			     (rd_no_nul(r) || read_op(r, p, &o, &line))))
 				return -1;
 			if (rk->nops == rk->ops_cap && rd_grow_ops(r, rk, nops))
 				return -1;
+			if (rk->lines)
+				rk->lines[rk->nops] = line;
 			rk->ops[rk->nops++] = o;
 		}
 	}
@@ -832,8 +837,14 @@ static int read_ranks(Rd *r, Plan *p)
 
 Plan *plan_read_text(FILE *f, const char *name, PlanError *err)
 {
+	return plan_read_text_as(f, name, PLAN_KEEP_ALL, err);
+}
+
+Plan *plan_read_text_as(FILE *f, const char *name, unsigned keep, PlanError *err)
+{
 	Rd r;
 	rd_init(&r, f, name, err);
+	r.keep = keep;
 	Plan *p = plan_new();
 	if (!p) {
 		plan_oom_text(err->msg, sizeof err->msg, 0, sizeof *p);

@@ -127,20 +127,17 @@ int rd_next_line(Rd *r, const char *what)
 	return rd_line_in(r, what) || rd_no_nul(r);
 }
 
-/* A rank's op array grows as its lines arrive, doubling up to the count its rank line
- * declared (a lying count cannot make us allocate much, and a true one is not
- * overshot); not zeroed: nops says what is set. */
+/* A rank's op arrays (ops and lines) grow as its lines arrive, doubling up to the count
+ * its rank line declared (a lying count cannot make us allocate much, and a true one is
+ * not overshot); not zeroed: nops says what is set. */
 int rd_grow_ops(Rd *r, PlanRank *rk, int64_t nops)
 {
 	int64_t c = rk->ops_cap ? rk->ops_cap * 2 : 1 << 16;
-	c = c < nops ? c : nops;
-	PlanOp *o = realloc(rk->ops, (size_t)(c ? c : 1) * sizeof *o);
-	if (!o) {
+	size_t failed = plan_reserve_ops(rk, c < nops ? c : nops, r->keep & PLAN_KEEP_LINES);
+	if (failed) {
 		char t[160];
-		return rd_fail(r, "%s", plan_oom_text(t, sizeof t, r->ops, (size_t)(c ? c : 1) * sizeof *o));
+		return rd_fail(r, "%s", plan_oom_text(t, sizeof t, r->ops, failed));
 	}
-	rk->ops = o;
-	rk->ops_cap = c;
 	return 0;
 }
 
@@ -149,19 +146,23 @@ int rd_ops_alloc(Rd *r, PlanRank *rk, int64_t nops)
 	int64_t text = r->left < 0 ? -1 : r->left + (int64_t)(r->len - r->pos);
 	if (text < 0 || nops > text / RD_MIN_OP_LINE)
 		return rd_grow_ops(r, rk, nops);
-	size_t bytes = (size_t)(nops ? nops : 1) * sizeof *rk->ops;
-	if (!(rk->ops = malloc(bytes))) {
+	size_t failed = plan_reserve_ops(rk, nops, r->keep & PLAN_KEEP_LINES);
+	if (failed) {
 		char t[160];
-		return rd_fail(r, "%s", plan_oom_text(t, sizeof t, r->ops, bytes));
+		return rd_fail(r, "%s", plan_oom_text(t, sizeof t, r->ops, failed));
 	}
-	rk->ops_cap = nops;
 	return 0;
 }
 
 Plan *plan_read_file(const char *path, PlanError *err)
 {
+	return plan_read_file_as(path, PLAN_KEEP_ALL, err);
+}
+
+Plan *plan_read_file_as(const char *path, unsigned keep, PlanError *err)
+{
 	if (!strcmp(path, "-"))
-		return plan_read(stdin, "<stdin>", err);
+		return plan_read_as(stdin, "<stdin>", keep, err);
 	FILE *f = fopen(path, "r");
 	if (!f) {
 		memset(err, 0, sizeof *err);
@@ -170,7 +171,7 @@ Plan *plan_read_file(const char *path, PlanError *err)
 		snprintf(err->msg, sizeof err->msg, "cannot open: %s", plan_strerror(errno));
 		return NULL;
 	}
-	Plan *p = plan_read(f, path, err);
+	Plan *p = plan_read_as(f, path, keep, err);
 	fclose(f);
 	return p;
 }

@@ -32,6 +32,7 @@ typedef struct {
 	int version;
 	int world;        // the mesh's world: the range of rank numbers in the file
 	int stride;       // a line plan's rank numbers are multiples of it (plan_pp_stride)
+	unsigned keep;    // PLAN_KEEP_*
 } Rd;
 
 /* Sets r's error (the first one only) at the current line; returns -1. */

@@ -70,13 +70,14 @@ static inline int i32(const char **s, int64_t hi, int32_t *v)
 	return 1;
 }
 
-/* ` @LINE` or ` @LINE:COL`, or nothing: where the line must end, or NULL. */
-static inline const char *tail(const char *s, PlanOp *o)
+/* ` @LINE` or ` @LINE:COL` (LINE into *line), or nothing: where the line must end, or
+ * NULL. */
+static inline const char *tail(const char *s, int32_t *line)
 {
 	int32_t col;
 	if (!lit(&s, " @"))
 		return s;
-	if (!i32(&s, INT_MAX, &o->src_line))
+	if (!i32(&s, INT_MAX, line))
 		return NULL;
 	if (*s == ':' && (s++, !i32(&s, INT_MAX, &col)))
 		return NULL;
@@ -96,15 +97,15 @@ static inline int rank_ref(const PlanOpLimits *l, int32_t *v)
 	return 1;
 }
 
-static const char *compute(const char *s, const PlanOpLimits *l, PlanOp *o)
+static const char *compute(const char *s, const PlanOpLimits *l, PlanOp *o, int32_t *line)
 {
 	if (lit(&s, " ") && i32(&s, l->stages - 1, &o->stage) && lit(&s, " ") &&
 	    i32(&s, l->mbs - 1, &o->mb))
-		return tail(s, o);
+		return tail(s, line);
 	return NULL;
 }
 
-static const char *p2p(const char *s, const PlanOpLimits *l, PlanOp *o)
+static const char *p2p(const char *s, const PlanOpLimits *l, PlanOp *o, int32_t *line)
 {
 	int64_t bytes;
 	if (lit(&s, " act e="))
@@ -122,46 +123,50 @@ static const char *p2p(const char *s, const PlanOpLimits *l, PlanOp *o)
 	    !i32(&s, INT_MAX, &o->group) || !lit(&s, " r=") || !i32(&s, l->routes - 1, &o->route))
 		return NULL;
 	o->bytes = bytes;
-	return tail(s, o);
+	return tail(s, line);
 }
 
-/* One op line at s into *o: where it ended (the line must end there), or NULL. */
-static inline const char *op_walk(const char *s, const PlanOpLimits *l, PlanOp *o)
+/* One op line at s into *o and *line: where it ended (the line must end there), or NULL. */
+static inline const char *op_walk(const char *s, const PlanOpLimits *l, PlanOp *o, int32_t *line)
 {
 	*o = (PlanOp){.mb = -1, .peer = -1, .group = -1, .route = -1};
+	*line = 0;
 	switch (s[0]) {
 	case 'F':
 	case 'W':
 		o->kind = s[0] == 'F' ? OP_F : OP_W;
-		return compute(s + 1, l, o);
+		return compute(s + 1, l, o, line);
 	case 'B':
 		if (s[1] == 'W') {
 			o->kind = OP_BW;
-			return compute(s + 2, l, o);
+			return compute(s + 2, l, o, line);
 		}
 		o->kind = OP_B;
-		return compute(s + 1, l, o);
+		return compute(s + 1, l, o, line);
 	case 'S':
 		o->kind = OP_SEND;
-		return s[1] == 'E' && s[2] == 'N' && s[3] == 'D' ? p2p(s + 4, l, o) : NULL;
+		return s[1] == 'E' && s[2] == 'N' && s[3] == 'D' ? p2p(s + 4, l, o, line) : NULL;
 	case 'R':
 		o->kind = OP_RECV;
-		return s[1] == 'E' && s[2] == 'C' && s[3] == 'V' ? p2p(s + 4, l, o) : NULL;
+		return s[1] == 'E' && s[2] == 'C' && s[3] == 'V' ? p2p(s + 4, l, o, line) : NULL;
 	}
 	return NULL;
 }
 
-int plan_read_op_fast(const char *s, const char *end, const PlanOpLimits *l, PlanOp *o)
+int plan_read_op_fast(const char *s, const char *end, const PlanOpLimits *l, PlanOp *o,
+                      int32_t *line)
 {
-	return op_walk(s, l, o) == end;
+	return op_walk(s, l, o, line) == end;
 }
 
 int64_t plan_read_ops_fast(const char *s, const char *end, const PlanOpLimits *l, PlanOp *ops,
-                           int64_t n, size_t *used)
+                           int32_t *lines, int64_t n, size_t *used)
 {
 	const char *s0 = s, *e;
 	int64_t j = 0;
-	while (j < n && (e = op_walk(s, l, &ops[j])) && *e == '\n' && e < end) {
+	int32_t none;
+	while (j < n && (e = op_walk(s, l, &ops[j], lines ? &lines[j] : &none)) && *e == '\n' &&
+	       e < end) {
 		s = e + 1;
 		j++;
 	}

@@ -205,10 +205,11 @@ int64_t plan_tp_allreduce_ns(const Plan *p, int rank, int64_t bytes)
 	return ring_ns(p, first, first + (tp - 1) * stride, tp, bytes);
 }
 
-/* Pushes o onto out; 0, or -1 with the bytes that failed in *failed. */
-static int push(PlanRank *out, PlanOp o, size_t *failed)
+/* Pushes o, from source line `line`, onto out; 0, or -1 with the bytes that failed in
+ * *failed. */
+static int push(PlanRank *out, PlanOp o, int32_t line, size_t *failed)
 {
-	if (plan_push_op(out, o))
+	if (plan_push_op(out, o, line))
 		return 0;
 	*failed = (size_t)(out->ops_cap ? out->ops_cap : 16) * sizeof o * 2;
 	return -1;
@@ -222,18 +223,19 @@ static int expand(const PlanParts *parts, PlanRank *rk, PlanRank *out, size_t *f
 	int g = -1, last = -1, prev_comm = 0;
 	for (int64_t i = 0; i < rk->nops; i++) {
 		PlanOp o = rk->ops[i];
+		int32_t line = plan_op_line(rk, i);
 		if (plan_op_is_comm(plan_op_kind(&o))) {
 			g += !prev_comm || o.group != last;
 			last = o.group;
 			o.group = g;
 			prev_comm = 1;
-			if (push(out, o, failed))
+			if (push(out, o, line, failed))
 				return -1;
 			continue;
 		}
 		prev_comm = 0;
 		if (!plan_op_is_compute(plan_op_kind(&o)) || o.kind == OP_W) {
-			if (push(out, o, failed))
+			if (push(out, o, line, failed))
 				return -1;
 			continue;
 		}
@@ -242,14 +244,14 @@ static int expand(const PlanParts *parts, PlanRank *rk, PlanRank *out, size_t *f
 		for (int k = 0; k < pp->n[dir]; k++) {
 			PlanOp c = o;
 			c.part = (uint16_t)k;
-			if (push(out, c, failed))
+			if (push(out, c, line, failed))
 				return -1;
 			if (!pp->part[dir][k].reduce)
 				continue;
 			PlanOp t = {.kind = OP_TPREDUCE, .dir = (uint8_t)dir, .part = (uint16_t)k,
 			            .stage = o.stage, .mb = o.mb, .peer = -1, .group = ++g, .route = -1,
-			            .src_line = o.src_line, .bytes = pp->part[dir][k].reduce};
-			if (push(out, t, failed))
+			            .bytes = pp->part[dir][k].reduce};
+			if (push(out, t, line, failed))
 				return -1;
 		}
 	}
@@ -270,9 +272,12 @@ int plan_tp_expand(const Plan *p, PlanRank *rk, size_t *failed)
 		rc = expand(parts, rk, &out, failed);
 	if (rc) {
 		free(out.ops);
+		free(out.lines);
 	} else {
 		free(rk->ops);
+		free(rk->lines);
 		rk->ops = out.ops;
+		rk->lines = out.lines;
 		rk->nops = out.nops;
 		rk->ops_cap = out.ops_cap;
 	}

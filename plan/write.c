@@ -227,7 +227,7 @@ static char *put_other(char *d, const PlanOp *op, int mul)
 	return d;
 }
 
-static void put_op(Out *o, const PlanOp *op)
+static void put_op(Out *o, const PlanOp *op, int32_t line)
 {
 	if (o->n + 256 > sizeof o->buf)
 		flush(o);
@@ -254,9 +254,9 @@ static void put_op(Out *o, const PlanOp *op)
 	} else {
 		d = put_other(d, op, o->mul);
 	}
-	if (op->src_line > 0) {
+	if (line > 0) {
 		LIT(d, " @");
-		d = put_num(d, op->src_line);
+		d = put_num(d, line);
 	}
 	*d++ = '\n';
 	o->n = (size_t)(d - o->buf);
@@ -370,7 +370,7 @@ static void write_body(Out *o, const Plan *p)
 			     pe->edge, pe->peer_stage, pe->peer_rank * o->mul, plan_peer_names[pe->local < PEER_COUNT ? pe->local : 0]);
 		}
 		for (int64_t i = 0; i < rk->nops; i++)
-			put_op(o, &rk->ops[i]);
+			put_op(o, &rk->ops[i], rk->lines ? rk->lines[i] : 0);
 	}
 	put(o, "end\n");
 	flush(o);

@@ -65,7 +65,7 @@ int pipesim_drive(CliTool *t, PipesimArgs *a)
 
 	PlanError perr;
 	CliProgress *pr = cli_progress_start(t, "reading the plan");
-	Plan *p = plan_read_file(t->in, &perr);
+	Plan *p = plan_read_file_as(t->in, 0, &perr); // writes no plan: no source lines
 	cli_progress_phase(pr, "verifying the plan");
 	if (!p || plan_verify(p, &perr)) {
 		cli_progress_end(pr);

@@ -3,7 +3,8 @@
  * binary byte for byte; every truncation and every single-byte change of a small binary
  * plan is refused with a byte-located error; an unknown version is refused; corrupted
  * counts cannot make the reader allocate; the op check the binary reader applies
- * accepts every op the text reader reads and refuses what it refuses. */
+ * accepts every op the text reader reads and refuses what it refuses; either form read
+ * keeping no source lines holds the same ops. */
 #include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -58,6 +59,28 @@ static Plan *compile_example(const char *path)
 	return p;
 }
 
+/* The form in s read keeping nothing (PLAN_KEEP_*, as pipesim and piperun read) holds
+ * full's ops exactly, and no source lines (that full, read keeping all, holds them the
+ * round trip shows: the text's `@N` come back). */
+static void check_keep_none(const char *s, size_t n, const Plan *full, const char *what)
+{
+	FILE *in = fmemopen((void *)s, n, "r");
+	assert_non_null(in);
+	PlanError e;
+	Plan *p = plan_read_as(in, "mem", 0, &e);
+	fclose(in);
+	if (!p)
+		fail_msg("%s: does not read keeping nothing: %s", what, e.msg);
+	assert_int_equal(p->world, full->world);
+	for (int r = 0; r < p->world; r++) {
+		const PlanRank *a = &p->ranks[r], *b = &full->ranks[r];
+		assert_null(a->lines);
+		assert_int_equal(a->nops, b->nops);
+		assert_true(!a->nops || !memcmp(a->ops, b->ops, (size_t)a->nops * sizeof *a->ops));
+	}
+	plan_free(p);
+}
+
 /* p's text T and binary B: B reads as T's plan (text(read(B)) == T) and T's plan
  * writes as B (binary(read(T)) == B), and each form writes back as itself. */
 static void check_round_trip(const Plan *p, const char *what)
@@ -76,6 +99,8 @@ static void check_round_trip(const Plan *p, const char *what)
 	assert_true(n2 == nb && !memcmp(b, b2, nb));
 	Plan *fromt = from_mem(t, nt, &e);
 	assert_non_null(fromt);
+	check_keep_none(t, nt, fromt, what);
+	check_keep_none(b, nb, fromb, what);
 	char *b3 = to_mem(fromt, PLAN_FORMAT_BINARY, &n2);
 	if (n2 != nb || memcmp(b, b3, nb))
 		fail_msg("%s: binary -> text -> binary differs", what);

@@ -773,7 +773,7 @@ static void ops__group_end__spans_one_group(void **state)
 	} ops[] = {{OP_F, -1}, {OP_SEND, 0}, {OP_RECV, 0}, {OP_SEND, 1}, {OP_B, -1}, {OP_ALLREDUCE, 2},
 	           {OP_OPTIM, -1}};
 	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
-		plan_push_op(&r, (PlanOp){.kind = (uint8_t)ops[i].k, .group = ops[i].group});
+		plan_push_op(&r, (PlanOp){.kind = (uint8_t)ops[i].k, .group = ops[i].group}, 0);
 	const int64_t want[] = {1, 3, 3, 4, 5, 6, 7};
 	for (int64_t i = 0; i < r.nops; i++)
 		assert_int_equal(plan_group_end(&r, i), want[i]);
