@@ -27,6 +27,7 @@ typedef struct {
 	int failed;
 	const char *name;
 	unsigned keep; // PLAN_KEEP_*
+	uint16_t head[256]; // head_table
 } Br;
 
 static int fail(Br *r, int64_t at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -306,6 +307,33 @@ static int get_op(Br *r, BinCtx *c, const PlanOpLimits *l, int tp, PlanOp *o, in
 	return 0;
 }
 
+/* What fast_ops needs of a header byte, looked up once per op (head_table): its slot,
+ * whether it is a predicted op at all (no fields follow, a kind, and the group and
+ * direction bits only where the kind has them), the microbatch step, the group step. */
+enum {
+	HEAD_SLOT = 31,  // the slot (BIN_SLOTS <= 32)
+	HEAD_MB = 32,    // the microbatch moves on by one
+	HEAD_GROUP = 64, // the kind has a group: the rank's comm group, or the next one
+	HEAD_NEXT = 128, // ... the next one
+	HEAD_OK = 256,   // fast_ops may take it (when its slot has been seen)
+};
+
+static void head_table(uint16_t t[256])
+{
+	_Static_assert(BIN_SLOTS <= HEAD_SLOT + 1, "a slot fits HEAD_SLOT");
+	for (unsigned h = 0; h < 256; h++) {
+		unsigned k = h & BIN_KIND_MASK, uses = k < OP_COUNT ? plan_bin_uses[k] : 0;
+		int ok = !(h & (BIN_FIELDS_FOLLOW | BIN_HEAD_RESERVED)) && k < OP_COUNT &&
+		         (!(h & BIN_SAME_GROUP) || (uses & BF_GROUP)) &&
+		         (!(h & BIN_GRAD) || (uses & BF_DIR));
+		t[h] = (uint16_t)(!ok ? 0
+		                      : plan_bin_slot(k, h & BIN_GRAD) | HEAD_OK |
+		                            ((uses & BF_MB) ? HEAD_MB : 0) |
+		                            ((uses & BF_GROUP) ? HEAD_GROUP : 0) |
+		                            (!(h & BIN_SAME_GROUP) ? HEAD_NEXT : 0));
+	}
+}
+
 /* The ops that are their prediction, one header byte each (most of a large plan), while
  * the block holds a whole op: only the microbatch and the group move, and they are
  * checked here; anything else is left to get_op. */
@@ -318,22 +346,20 @@ static void fast_ops(Br *r, BinCtx *c, const PlanOpLimits *l, PlanRank *rk)
 	PlanOp *out = rk->ops + rk->nops, *last = rk->ops + rk->ops_cap;
 	int32_t *line = rk->lines ? rk->lines + rk->nops : NULL;
 	while (p < end && out < last) {
-		unsigned h = *p, k = h & BIN_KIND_MASK;
-		if ((h & (BIN_FIELDS_FOLLOW | BIN_HEAD_RESERVED)) || k >= OP_COUNT)
-			break;
-		unsigned uses = plan_bin_uses[k], slot = plan_bin_slot(k, h & BIN_GRAD);
-		if (!(c->seen & (1u << slot)) || ((h & BIN_SAME_GROUP) && !(uses & BF_GROUP)) ||
-		    ((h & BIN_GRAD) && !(uses & BF_DIR)))
+		unsigned t = r->head[*p], slot = t & HEAD_SLOT;
+		if (!(t & HEAD_OK) || !(c->seen & (1u << slot)))
 			break;
 		/* prev[slot] is not written here: a load of what was just stored in part stalls. */
-		int32_t mb = c->mb[slot] + ((uses & BF_MB) != 0), group = -1;
-		if (uses & BF_GROUP)
-			group = (int32_t)((uint32_t)c->group + !(h & BIN_SAME_GROUP));
-		if (mb >= l->mbs || ((uses & BF_GROUP) && group < 0))
+		int32_t mb = c->mb[slot] + ((t & HEAD_MB) != 0), group = -1;
+		if (mb >= l->mbs)
 			break;
-		c->mb[slot] = mb;
-		if (uses & BF_GROUP)
+		if (t & HEAD_GROUP) {
+			group = (int32_t)((uint32_t)c->group + ((t & HEAD_NEXT) != 0));
+			if (group < 0)
+				break;
 			c->group = group;
+		}
+		c->mb[slot] = mb;
 		*out = c->prev[slot];
 		out->mb = mb;
 		out->group = group;
@@ -425,6 +451,7 @@ Plan *plan_read_binary_as(FILE *f, const char *name, unsigned keep, PlanError *e
 	err->rank = -1;
 	err->op = -1;
 	Br r = {.f = f, .err = err, .name = name ? name : "<stdin>", .size = -1, .keep = keep};
+	head_table(r.head);
 	struct stat st;
 	int fd = fileno(f);
 	if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ftello(f) == 0)
