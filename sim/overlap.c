@@ -45,14 +45,15 @@ static int produce(S *s, int r, int64_t i, const PlanOp *o, int64_t end)
 	return 0;
 }
 
-/* Op i (o) of the compute stream, any kind, its values found by key: runs it from *t
- * when what it consumes is there.  1 ran, 0 waits, -1 out of memory. */
-static int compute_general(S *s, int r, int64_t i, const PlanOp *o, int64_t *t)
+/* Op i (o) of the compute stream, any kind, its values found by key: runs it from the
+ * stream's time when what it consumes is there.  1 ran, 0 waits, -1 out of memory.  Not inlined: the
+ * rare path, kept out of sim_run_compute's registers. */
+__attribute__((noinline)) static int compute_general(S *s, int r, int64_t i, const PlanOp *o)
 {
 	Rk *k = &s->rk[r];
 	uint64_t keys[MAXKEYS];
 	int nk = consumed_keys(s, o, keys, MAXKEYS);
-	int64_t start = *t, bind = k->cbind;
+	int64_t start = k->ct, bind = k->cbind;
 	HEnt *e = NULL;
 	for (int j = 0; j < nk; j++) {
 		if (!(e = sim_val_find(s, r, keys[j])))
@@ -68,112 +69,109 @@ static int compute_general(S *s, int r, int64_t i, const PlanOp *o, int64_t *t)
 		for (int j = 0; j < nk; j++)
 			val_use(s, r, sim_val_find(s, r, keys[j]));
 	int64_t end = do_compute(s, r, i, o, start, bind);
-	*t = end;
+	k->ct = end;
 	k->cbind = REF(r, i);
 	if (plan_op_is_compute(o->kind) && produce(s, r, i, o, end))
 		return -1;
 	return 1;
 }
 
+/* The common compute op o (op i of rank r, st its stage's; see sim_run_compute):
+ * compute_general's steps with its values found in their rings by class.  1 ran,
+ * 0 waits, -1 out of memory. */
+static inline int compute_fast(S *s, int r, int64_t i, const PlanOp *o, const StageInfo *st)
+{
+	Rk *k = &s->rk[r];
+	Ring *ring = k->ring;
+	OpKind kind = plan_op_kind(o);
+	uint16_t needs = plan_ops[kind].needs, makes = plan_ops[kind].makes;
+	int32_t mb = o->mb;
+	int64_t start = k->ct, by = k->cbind;
+	/* What it consumes: consumed_keys' receives (no kind needs both lists). */
+	int nin = needs & PLAN_DEP_IN_ACT ? st->nrin : needs & PLAN_DEP_OUT_GRAD ? st->nrout : 0;
+	const int *in = needs & PLAN_DEP_IN_ACT ? st->rin_ring : st->rout_ring;
+	HEnt *e = NULL;
+	for (int j = 0; j < nin; j++) {
+		if (!(e = ring_get(&ring[in[j]], mb)))
+			return 0;
+		if (e->time > start) {
+			start = e->time;
+			by = e->who;
+		}
+	}
+	if (nin == 1)
+		ring_use(e);
+	else
+		for (int j = 0; j < nin; j++)
+			ring_use(ring_get(&ring[in[j]], mb));
+	/* do_compute at tp = 1 */
+	int64_t cost = st->cost[kind], end = sat_add(start, cost);
+	k->busy = sat_add(k->busy, cost);
+	int64_t mem = sat_add(k->mem, st->dmem[kind]);
+	k->mem = mem;
+	if (mem > k->peak_mem)
+		k->peak_mem = mem;
+	if (makes & PLAN_DEP_ACT) {
+		if (o->part == 0 && ++k->units > k->peak_units)
+			k->peak_units = k->units;
+	} else if (makes & PLAN_DEP_WGRAD) {
+		k->units--;
+	}
+	k->done++;
+	record(s, r, i, start, end, by);
+	k->ct = end;
+	k->cbind = REF(r, i);
+	/* produce at tp = 1 */
+	if ((makes & PLAN_DEP_ACT) && st->nrout &&
+	    ring_put(s, &ring[st->data_ring[DIR_ACT]], mb, end, REF(r, i), st->nrout))
+		return -1;
+	if ((makes & PLAN_DEP_GRAD) && st->nrin &&
+	    ring_put(s, &ring[st->data_ring[DIR_GRAD]], mb, end, REF(r, i), st->nrin))
+		return -1;
+	if (makes & PLAN_DEP_WGRAD) {
+		int ls = st->ls;
+		k->wdone[ls]++;
+		if (end >= k->wlast[ls]) {
+			k->wlast[ls] = end;
+			k->wlast_who[ls] = REF(r, i);
+		}
+	}
+	return 1;
+}
+
 /* The compute stream.  The common op (F, B, W or BW at tp = 1 of a stage on the rank's
  * pp index whose ops may take this path, StageInfo.fast, with a microbatch in range)
- * takes compute_general's steps here, its values found in their rings by class and the
- * stream's figures kept in locals; anything else goes through compute_general. */
+ * goes through compute_fast; anything else through compute_general.  A stream usually
+ * runs one op per call (it then waits for the next receive), so its time and figures
+ * stay in Rk rather than in locals loaded and stored around the loop. */
 void sim_run_compute(S *s, int r)
 {
 	const PlanRank *pr = &s->p->ranks[r];
 	const PlanOp *ops = pr->ops;
 	Rk *k = &s->rk[r];
-	Ring *ring = k->ring;
 	const StageInfo *sts = s->st;
 	const uint32_t m = s->p->microbatches > 0 ? (uint32_t)s->p->microbatches : 0;
 	const int pp = s->tp == 1 ? k->pp : -3; // -3: no stage's (tp > 1 takes no fast path)
-	const int rec = s->opt.record_ops;
+	const uint32_t comm = s->comm_kinds, fast = s->compute_kinds;
 	int64_t i = k->cpc, n = pr->nops;
-	int64_t t = k->ct, bind = k->cbind, busy = k->busy, mem = k->mem, peak = k->peak_mem;
-	int64_t units = k->units, peak_units = k->peak_units, done = k->done;
 	int progressed = 0, rc = 1;
 	k->cstate = AG_READY;
 	for (; i < n; i++) {
 		const PlanOp *o = &ops[i];
-		OpKind kind = plan_op_kind(o);
-		if (plan_op_is_comm(kind))
+		unsigned kind = o->kind;
+		if (comm >> kind & 1)
 			continue;
 		const StageInfo *st = &sts[o->stage]; // read only for compute kinds
-		if (!plan_op_is_compute(kind) || st->pp != pp || !st->fast || (uint32_t)o->mb >= m) {
-			k->ct = t, k->cbind = bind, k->busy = busy, k->mem = mem, k->peak_mem = peak;
-			k->units = units, k->peak_units = peak_units, k->done = done;
-			rc = compute_general(s, r, i, o, &t);
-			bind = k->cbind, busy = k->busy, mem = k->mem, peak = k->peak_mem;
-			units = k->units, peak_units = k->peak_units, done = k->done;
-			if (rc <= 0)
-				break;
-			progressed = 1;
-			continue;
-		}
-		uint16_t needs = plan_ops[kind].needs, makes = plan_ops[kind].makes;
-		int32_t mb = o->mb;
-		int64_t start = t, by = bind;
-		/* What it consumes: consumed_keys' receives (no kind needs both lists). */
-		int nin = needs & PLAN_DEP_IN_ACT ? st->nrin : needs & PLAN_DEP_OUT_GRAD ? st->nrout : 0;
-		const int *in = needs & PLAN_DEP_IN_ACT ? st->rin_ring : st->rout_ring;
-		HEnt *e = NULL;
-		int j = 0;
-		for (; j < nin; j++) {
-			if (!(e = ring_get(&ring[in[j]], mb)))
-				break;
-			if (e->time > start) {
-				start = e->time;
-				by = e->who;
-			}
-		}
-		if (j < nin) {
-			rc = 0;
-			break;
-		}
-		if (nin == 1)
-			ring_use(e);
+		if ((fast >> kind & 1) && st->fast_pp == pp && (uint32_t)o->mb < m)
+			rc = compute_fast(s, r, i, o, st);
 		else
-			for (j = 0; j < nin; j++)
-				ring_use(ring_get(&ring[in[j]], mb));
-		/* do_compute at tp = 1 */
-		int64_t cost = st->cost[kind], end = sat_add(start, cost);
-		busy = sat_add(busy, cost);
-		mem = sat_add(mem, st->dmem[kind]);
-		if (mem > peak)
-			peak = mem;
-		if (makes & PLAN_DEP_ACT) {
-			if (o->part == 0 && ++units > peak_units)
-				peak_units = units;
-		} else if (makes & PLAN_DEP_WGRAD) {
-			units--;
-		}
-		done++;
-		if (rec)
-			record(s, r, i, start, end, by);
-		t = end;
-		bind = REF(r, i);
+			rc = compute_general(s, r, i, o);
+		if (rc <= 0)
+			break;
 		progressed = 1;
-		/* produce at tp = 1 */
-		if ((makes & PLAN_DEP_ACT) && st->nrout &&
-		    ring_put(s, &ring[st->data_ring[DIR_ACT]], mb, end, bind, st->nrout))
-			return;
-		if ((makes & PLAN_DEP_GRAD) && st->nrin &&
-		    ring_put(s, &ring[st->data_ring[DIR_GRAD]], mb, end, bind, st->nrin))
-			return;
-		if (makes & PLAN_DEP_WGRAD) {
-			int ls = st->ls;
-			k->wdone[ls]++;
-			if (end >= k->wlast[ls]) {
-				k->wlast[ls] = end;
-				k->wlast_who[ls] = bind;
-			}
-		}
 	}
 	if (rc < 0)
 		return;
-	k->ct = t, k->cbind = bind, k->busy = busy, k->mem = mem, k->peak_mem = peak;
-	k->units = units, k->peak_units = peak_units, k->done = done;
 	k->cpc = i;
 	if (i == n)
 		k->cstate = AG_DONE;

@@ -142,6 +142,7 @@ typedef struct {
 	int *rin_ring, *rout_ring;
 	int data_ring[DIR_COUNT];
 	uint8_t fast;
+	int fast_pp;       // pp when fast, else -4 (no rank's): compute_fast's one test
 } StageInfo;
 
 typedef struct {
@@ -175,6 +176,8 @@ typedef struct {
 	int *send_cls;       // per edge e, 2 e + (dir != DIR_ACT): the class of the tensor its
 	                     // SENDs transmit (send_key's), -1 when its stage is out of range
 	HEnt ring_none;      // the free entry every ring starts with
+	uint32_t comm_kinds, compute_kinds; // bit k: plan_op_is_comm(k), plan_op_is_compute(k),
+	                     // so that the streams' loops test a kind without the table
 	/* record_ops: the op that ends last (the first in (rank, op) order among equals),
 	 * kept as ends are written (each op's end is written once) so that the critical
 	 * path need not scan every op's time. */
