@@ -199,7 +199,7 @@ static int group_ready(S *s, int r, int64_t i, int64_t *end, int64_t *t, int64_t
 	int64_t x = i, n = pr->nops, tt = *t, bb = *bind; // locals: the outputs may alias
 	int nsend = 0;
 	HEnt *one = NULL;
-	for (; x < n && plan_op_is_comm(plan_op_kind(&ops[x])) && ops[x].group == g; x++) {
+	for (; x < n && (s->comm_kinds >> ops[x].kind & 1) && ops[x].group == g; x++) {
 		const PlanOp *o = &ops[x];
 		HEnt *e = NULL;
 		if (o->kind == OP_SEND) {
@@ -314,8 +314,9 @@ void sim_run_comm(S *s, int r)
 	}
 	k->state = AG_READY;
 	int64_t i = k->pc;
+	const uint32_t comm = s->comm_kinds;
 	while (i < n) {
-		if (!plan_op_is_comm(pr->ops[i].kind)) {
+		if (!(comm >> pr->ops[i].kind & 1)) {
 			i++;
 			continue;
 		}

@@ -483,8 +483,8 @@ int sim_run(const Plan *p, const SimOptions *opt, SimResult *res)
 		push_agent(&s, r, 0);
 	}
 	while (s.nwork && !s.failed) {
-		int a = s.work[--s.nwork];
-		int r = a / 2;
+		unsigned a = (unsigned)s.work[--s.nwork];
+		int r = (int)(a >> 1);
 		s.rk[r].queued[a & 1] = 0;
 		if (!overlap)
 			run_strict(&s, r);
