@@ -5,7 +5,7 @@
  * consumes completed.  What passes between the two is a value (values.c): the compute
  * stream puts the tensors it produces and takes the receives, the comm stream puts the
  * receives and takes the tensors, and whoever puts what the other waits for wakes it. */
-#include "sim_int.h"
+#include "p2p.h"
 
 /* ---- the compute stream ---- */
 
@@ -187,17 +187,17 @@ void sim_run_compute(S *s, int r)
 
 /* Whether the data of the group starting at op i is ready (its sends' tensors produced,
  * its all-reduce's last weight gradient done); the group's end in *end, the ready time
- * in *t, the entry of its send in *only when it has one (else NULL).  One pass: groups
- * are short but this runs once per group. */
+ * in *t, the entry of its send in *only when it has one (else NULL), in *p2p whether it
+ * holds only SENDs and RECVs.  One pass: groups are short but this runs once per group. */
 static int group_ready(S *s, int r, int64_t i, int64_t *end, int64_t *t, int64_t *bind,
-                       HEnt **only)
+                       HEnt **only, int *p2p)
 {
 	const PlanRank *pr = &s->p->ranks[r];
 	Rk *k = &s->rk[r];
 	const PlanOp *ops = pr->ops;
 	int32_t g = ops[i].group; // op i is a comm op: the group is the run of its number
 	int64_t x = i, n = pr->nops, tt = *t, bb = *bind; // locals: the outputs may alias
-	int nsend = 0;
+	int nsend = 0, coll = 0;
 	HEnt *one = NULL;
 	for (; x < n && (s->comm_kinds >> ops[x].kind & 1) && ops[x].group == g; x++) {
 		const PlanOp *o = &ops[x];
@@ -207,9 +207,11 @@ static int group_ready(S *s, int r, int64_t i, int64_t *end, int64_t *t, int64_t
 				return 0;
 			one = nsend++ ? NULL : e;
 		} else if (o->kind == OP_TPREDUCE) {
+			coll = 1;
 			if (!(e = sim_val_find(s, r, tp_key(KEY_DATA, o->stage, o->dir, o->part, o->mb))))
 				return 0;
 		} else if (o->kind == OP_ALLREDUCE || o->kind == OP_TIEREDUCE) {
+			coll = 1;
 			int ls = local_stage(s, r, o->stage);
 			if (ls < 0)
 				continue;
@@ -229,7 +231,29 @@ static int group_ready(S *s, int r, int64_t i, int64_t *end, int64_t *t, int64_t
 	*t = tt;
 	*bind = bb;
 	*only = one;
+	*p2p = !coll;
 	return 1;
+}
+
+/* sim_post_group(s, r, i, end, t, 1, only) for a group of SENDs and RECVs alone, the
+ * common one, compiled here into the comm stream's loop. */
+static inline void post_p2p_group(S *s, int r, int64_t i, int64_t end, int64_t t, HEnt *only)
+{
+	const PlanOp *ops = s->p->ranks[r].ops;
+	Rk *k = &s->rk[r];
+	k->pending = 0;
+	k->gmax = t;
+	k->gmax_who = REF_NONE;
+	k->gend = end;
+	for (int64_t x = i; x < end && !s->failed; x++) {
+		const PlanOp *o = &ops[x];
+		if (o->kind == OP_SEND) {
+			HEnt *e = only ? only : send_data(s, r, o);
+			if (e)
+				val_use(s, r, e);
+		}
+		post_p2p(s, r, x, o, t);
+	}
 }
 
 /* A TPREDUCE of rank r completed at r's gmax: its result for the compute ops that wait
@@ -322,7 +346,8 @@ void sim_run_comm(S *s, int r)
 		}
 		int64_t end, t = k->t, bind = k->bind;
 		HEnt *only;
-		if (!group_ready(s, r, i, &end, &t, &bind, &only)) {
+		int p2p;
+		if (!group_ready(s, r, i, &end, &t, &bind, &only, &p2p)) {
 			k->pc = i;
 			k->state = AG_WAIT;
 			prefetch_ops(pr, i);
@@ -330,7 +355,10 @@ void sim_run_comm(S *s, int r)
 		}
 		int64_t saved = k->bind;
 		k->bind = bind;
-		sim_post_group(s, r, i, end, t, 1, only);
+		if (p2p)
+			post_p2p_group(s, r, i, end, t, only);
+		else
+			sim_post_group(s, r, i, end, t, 1, only);
 		k->bind = saved;
 		if (s->failed)
 			return;
