@@ -289,8 +289,9 @@ static inline int put_recv(S *s, int r, const PlanOp *o, int64_t time, int64_t w
 	return sim_val_put(s, r, hkey(KEY_RECV, o->dir, o->stage, o->mb), time, who, 1);
 }
 
-/* The comm stream's group [i, gend) completed at gmax: publish its receives. */
-static int group_done(S *s, int r, int64_t i)
+/* The comm stream's group [i, gend) completed at gmax: publish its receives.  Inlined
+ * in both of sim_run_comm's calls: it runs once per group. */
+__attribute__((always_inline)) static inline int group_done(S *s, int r, int64_t i)
 {
 	const PlanRank *pr = &s->p->ranks[r];
 	Rk *k = &s->rk[r];
