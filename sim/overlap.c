@@ -150,7 +150,7 @@ void sim_run_compute(S *s, int r)
 	const PlanOp *ops = pr->ops;
 	Rk *k = &s->rk[r];
 	const StageInfo *sts = s->st;
-	const uint32_t m = s->p->microbatches > 0 ? (uint32_t)s->p->microbatches : 0;
+	const uint32_t m = s->nmb;
 	const int pp = s->tp == 1 ? k->pp : -3; // -3: no stage's (tp > 1 takes no fast path)
 	const uint32_t comm = s->comm_kinds, fast = s->compute_kinds;
 	int64_t i = k->cpc, n = pr->nops;
@@ -280,7 +280,7 @@ static int tp_done(S *s, int r, const PlanOp *o)
 static inline int put_recv(S *s, int r, const PlanOp *o, int64_t time, int64_t who)
 {
 	const Plan *p = s->p;
-	if (o->stage >= 0 && o->stage < p->nedges && o->mb >= 0 && o->mb < p->microbatches) {
+	if ((uint32_t)o->stage < (uint32_t)p->nedges && (uint32_t)o->mb < s->nmb) {
 		int c = sim_class(s, KEY_RECV, o->dir & 1, o->stage);
 		Rk *k = &s->rk[r];
 		if (s->cls_pp[c] == k->pp)

@@ -150,6 +150,7 @@ int sim_setup(S *s)
 	s->tpof = sim_xcalloc(s, (size_t)w, sizeof *s->tpof);
 	s->tieof = sim_xcalloc(s, (size_t)w, sizeof *s->tieof);
 	s->tp = p->dims[DIM_TP];
+	s->nmb = p->microbatches > 0 ? (uint32_t)p->microbatches : 0;
 	s->work = sim_xcalloc(s, (size_t)w * 2, sizeof *s->work);
 	s->routechan = sim_xcalloc(s, 2 * (size_t)p->nroutes, sizeof *s->routechan);
 	if (s->failed)

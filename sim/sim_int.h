@@ -176,6 +176,8 @@ typedef struct {
 	int *send_cls;       // per edge e, 2 e + (dir != DIR_ACT): the class of the tensor its
 	                     // SENDs transmit (send_key's), -1 when its stage is out of range
 	HEnt ring_none;      // the free entry every ring starts with
+	uint32_t nmb;        // p->microbatches, 0 when not positive: (uint32_t)mb < nmb
+	                     // says whether a microbatch is in range
 	uint32_t comm_kinds, compute_kinds; // bit k: plan_op_is_comm(k), plan_op_is_compute(k),
 	                     // so that the streams' loops test a kind without the table
 	/* record_ops: the op that ends last (the first in (rank, op) order among equals),
@@ -362,10 +364,12 @@ void sim_leftover_sends(S *s);                     // stall.c
 
 /* ---- inline helpers of the hot loops ---- */
 
-/* pred as op i of rank r's predecessor code: inline for the common one, an op of r. */
+/* pred as op i of rank r's predecessor code: inline for the common one, an op of r
+ * below 1 << PRED_BITS (REF(r, 0) + that op: one unsigned compare; REF_NONE and
+ * REF_KEEP, negative, and other ranks' ops wrap or land above it). */
 static inline int32_t pred_of(const S *s, int r, int64_t i, int64_t pred)
 {
-	if (pred >= 0 && REF_RANK(pred) == r && REF_OP(pred) < ((int64_t)1 << PRED_BITS))
+	if ((uint64_t)pred - (uint64_t)REF(r, 0) < ((uint64_t)1 << PRED_BITS))
 		return (int32_t)REF_OP(pred);
 	return sim_pred_code(s, r, i, pred);
 }
@@ -470,7 +474,7 @@ static inline void val_use(S *s, int r, HEnt *e)
 static inline HEnt *send_data(S *s, int r, const PlanOp *o)
 {
 	int c = s->send_cls[2 * o->stage + (o->dir != DIR_ACT)];
-	if (c >= 0 && o->mb >= 0 && o->mb < s->p->microbatches) {
+	if (c >= 0 && (uint32_t)o->mb < s->nmb) {
 		Rk *k = &s->rk[r];
 		if (s->cls_pp[c] == k->pp)
 			return ring_get(&k->ring[s->cls_ring[c]], o->mb);
