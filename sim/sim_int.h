@@ -1,7 +1,8 @@
 /* The simulator's private header: the state every part of pipesim's engine shares.
- * sim.c is the core (posting, matching, the strict and overlap models), setup.c builds
- * and frees the state, figures.c computes the figures and the critical path after a
- * run, stall.c analyses a deadlock.  Small helpers the hot loops call live here as
+ * sim.c is the core (posting, matching, the strict model; p2p.h its point-to-point
+ * posting, shared with overlap.c, the overlap model), setup.c builds and frees the
+ * state, figures.c computes the figures and the critical path after a run, stall.c
+ * analyses a deadlock.  Small helpers the hot loops call live here as
  * static inline functions so that splitting the files costs nothing at run time.
  * Nothing outside sim/ includes this. */
 #ifndef SIM_INT_H
