@@ -144,7 +144,7 @@ static inline int compute_fast(S *s, int r, int64_t i, const PlanOp *o, const St
  * goes through compute_fast; anything else through compute_general.  A stream usually
  * runs one op per call (it then waits for the next receive), so its time and figures
  * stay in Rk rather than in locals loaded and stored around the loop. */
-void sim_run_compute(S *s, int r)
+static void sim_run_compute(S *s, int r)
 {
 	const PlanRank *pr = &s->p->ranks[r];
 	const PlanOp *ops = pr->ops;
@@ -327,7 +327,7 @@ __attribute__((always_inline)) static inline int group_done(S *s, int r, int64_t
 	return 0;
 }
 
-void sim_run_comm(S *s, int r)
+static void sim_run_comm(S *s, int r)
 {
 	const PlanRank *pr = &s->p->ranks[r];
 	Rk *k = &s->rk[r];
@@ -377,3 +377,18 @@ void sim_run_comm(S *s, int r)
 	k->state = AG_DONE;
 }
 
+
+/* The overlap model's run: each agent on the work list (sim.c's loop, which the
+ * strict model keeps) until none is left; here so that both streams compile into it. */
+void sim_run_overlap(S *s)
+{
+	while (s->nwork && !s->failed) {
+		unsigned a = (unsigned)s->work[--s->nwork];
+		int r = (int)(a >> 1);
+		s->rk[r].queued[a & 1] = 0;
+		if (a & 1)
+			sim_run_compute(s, r);
+		else
+			sim_run_comm(s, r);
+	}
+}

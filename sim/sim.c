@@ -292,16 +292,13 @@ int sim_run(const Plan *p, const SimOptions *opt, SimResult *res)
 			push_agent(&s, r, 1);
 		push_agent(&s, r, 0);
 	}
+	if (overlap)
+		sim_run_overlap(&s);
 	while (s.nwork && !s.failed) {
 		unsigned a = (unsigned)s.work[--s.nwork];
 		int r = (int)(a >> 1);
 		s.rk[r].queued[a & 1] = 0;
-		if (!overlap)
-			run_strict(&s, r);
-		else if (a & 1)
-			sim_run_compute(&s, r);
-		else
-			sim_run_comm(&s, r);
+		run_strict(&s, r);
 	}
 	if (s.oom) {
 		sim_cleanup(&s);

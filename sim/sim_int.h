@@ -345,8 +345,7 @@ int sim_grow(S *s, void **arr, int64_t *cap, int64_t need, size_t size);
 int64_t sim_pred_ref(const S *s, int r, int64_t i); // figures.c: op i's critical-path pred
 int32_t sim_pred_code(const S *s, int r, int64_t i, int64_t ref); // figures.c: its code
 int64_t sim_post_group(S *s, int r, int64_t i, int64_t end, int64_t t, int take, HEnt *only);
-void sim_run_compute(S *s, int r);                  // overlap.c
-void sim_run_comm(S *s, int r);                     // overlap.c
+void sim_run_overlap(S *s);                         // overlap.c: runs s->work's agents
 void sim_mismatch(S *s, int ra, int64_t a, int rb, int64_t b, const char *why);
 int sim_setup(S *s);                               // setup.c
 void sim_cleanup(S *s);                            // setup.c
