@@ -5,7 +5,7 @@
  * consumes completed.  What passes between the two is a value (values.c): the compute
  * stream puts the tensors it produces and takes the receives, the comm stream puts the
  * receives and takes the tensors, and whoever puts what the other waits for wakes it. */
-#include "sim_int.h"
+#include "p2p.h"
 
 /* ---- the compute stream ---- */
 
@@ -45,14 +45,15 @@ static int produce(S *s, int r, int64_t i, const PlanOp *o, int64_t end)
 	return 0;
 }
 
-/* Op i (o) of the compute stream, any kind, its values found by key: runs it from *t
- * when what it consumes is there.  1 ran, 0 waits, -1 out of memory. */
-static int compute_general(S *s, int r, int64_t i, const PlanOp *o, int64_t *t)
+/* Op i (o) of the compute stream, any kind, its values found by key: runs it from the
+ * stream's time when what it consumes is there.  1 ran, 0 waits, -1 out of memory.  Not inlined: the
+ * rare path, kept out of sim_run_compute's registers. */
+__attribute__((noinline)) static int compute_general(S *s, int r, int64_t i, const PlanOp *o)
 {
 	Rk *k = &s->rk[r];
 	uint64_t keys[MAXKEYS];
 	int nk = consumed_keys(s, o, keys, MAXKEYS);
-	int64_t start = *t, bind = k->cbind;
+	int64_t start = k->ct, bind = k->cbind;
 	HEnt *e = NULL;
 	for (int j = 0; j < nk; j++) {
 		if (!(e = sim_val_find(s, r, keys[j])))
@@ -68,112 +69,109 @@ static int compute_general(S *s, int r, int64_t i, const PlanOp *o, int64_t *t)
 		for (int j = 0; j < nk; j++)
 			val_use(s, r, sim_val_find(s, r, keys[j]));
 	int64_t end = do_compute(s, r, i, o, start, bind);
-	*t = end;
+	k->ct = end;
 	k->cbind = REF(r, i);
 	if (plan_op_is_compute(o->kind) && produce(s, r, i, o, end))
 		return -1;
 	return 1;
 }
 
+/* The common compute op o (op i of rank r, st its stage's; see sim_run_compute):
+ * compute_general's steps with its values found in their rings by class.  1 ran,
+ * 0 waits, -1 out of memory. */
+static inline int compute_fast(S *s, int r, int64_t i, const PlanOp *o, const StageInfo *st)
+{
+	Rk *k = &s->rk[r];
+	Ring *ring = k->ring;
+	OpKind kind = plan_op_kind(o);
+	uint16_t needs = plan_ops[kind].needs, makes = plan_ops[kind].makes;
+	int32_t mb = o->mb;
+	int64_t start = k->ct, by = k->cbind;
+	/* What it consumes: consumed_keys' receives (no kind needs both lists). */
+	int nin = needs & PLAN_DEP_IN_ACT ? st->nrin : needs & PLAN_DEP_OUT_GRAD ? st->nrout : 0;
+	const int *in = needs & PLAN_DEP_IN_ACT ? st->rin_ring : st->rout_ring;
+	HEnt *e = NULL;
+	for (int j = 0; j < nin; j++) {
+		if (!(e = ring_get(&ring[in[j]], mb)))
+			return 0;
+		if (e->time > start) {
+			start = e->time;
+			by = e->who;
+		}
+	}
+	if (nin == 1)
+		ring_use(e);
+	else
+		for (int j = 0; j < nin; j++)
+			ring_use(ring_get(&ring[in[j]], mb));
+	/* do_compute at tp = 1 */
+	int64_t cost = st->cost[kind], end = sat_add(start, cost);
+	k->busy = sat_add(k->busy, cost);
+	int64_t mem = sat_add(k->mem, st->dmem[kind]);
+	k->mem = mem;
+	if (mem > k->peak_mem)
+		k->peak_mem = mem;
+	if (makes & PLAN_DEP_ACT) {
+		if (o->part == 0 && ++k->units > k->peak_units)
+			k->peak_units = k->units;
+	} else if (makes & PLAN_DEP_WGRAD) {
+		k->units--;
+	}
+	k->done++;
+	record(s, r, i, start, end, by);
+	k->ct = end;
+	k->cbind = REF(r, i);
+	/* produce at tp = 1 */
+	if ((makes & PLAN_DEP_ACT) && st->nrout &&
+	    ring_put(s, &ring[st->data_ring[DIR_ACT]], mb, end, REF(r, i), st->nrout))
+		return -1;
+	if ((makes & PLAN_DEP_GRAD) && st->nrin &&
+	    ring_put(s, &ring[st->data_ring[DIR_GRAD]], mb, end, REF(r, i), st->nrin))
+		return -1;
+	if (makes & PLAN_DEP_WGRAD) {
+		int ls = st->ls;
+		k->wdone[ls]++;
+		if (end >= k->wlast[ls]) {
+			k->wlast[ls] = end;
+			k->wlast_who[ls] = REF(r, i);
+		}
+	}
+	return 1;
+}
+
 /* The compute stream.  The common op (F, B, W or BW at tp = 1 of a stage on the rank's
  * pp index whose ops may take this path, StageInfo.fast, with a microbatch in range)
- * takes compute_general's steps here, its values found in their rings by class and the
- * stream's figures kept in locals; anything else goes through compute_general. */
-void sim_run_compute(S *s, int r)
+ * goes through compute_fast; anything else through compute_general.  A stream usually
+ * runs one op per call (it then waits for the next receive), so its time and figures
+ * stay in Rk rather than in locals loaded and stored around the loop. */
+static void sim_run_compute(S *s, int r)
 {
 	const PlanRank *pr = &s->p->ranks[r];
 	const PlanOp *ops = pr->ops;
 	Rk *k = &s->rk[r];
-	Ring *ring = k->ring;
 	const StageInfo *sts = s->st;
-	const uint32_t m = s->p->microbatches > 0 ? (uint32_t)s->p->microbatches : 0;
+	const uint32_t m = s->nmb;
 	const int pp = s->tp == 1 ? k->pp : -3; // -3: no stage's (tp > 1 takes no fast path)
-	const int rec = s->opt.record_ops;
+	const uint32_t comm = s->comm_kinds, fast = s->compute_kinds;
 	int64_t i = k->cpc, n = pr->nops;
-	int64_t t = k->ct, bind = k->cbind, busy = k->busy, mem = k->mem, peak = k->peak_mem;
-	int64_t units = k->units, peak_units = k->peak_units, done = k->done;
 	int progressed = 0, rc = 1;
 	k->cstate = AG_READY;
 	for (; i < n; i++) {
 		const PlanOp *o = &ops[i];
-		OpKind kind = plan_op_kind(o);
-		if (plan_op_is_comm(kind))
+		unsigned kind = o->kind;
+		if (comm >> kind & 1)
 			continue;
 		const StageInfo *st = &sts[o->stage]; // read only for compute kinds
-		if (!plan_op_is_compute(kind) || st->pp != pp || !st->fast || (uint32_t)o->mb >= m) {
-			k->ct = t, k->cbind = bind, k->busy = busy, k->mem = mem, k->peak_mem = peak;
-			k->units = units, k->peak_units = peak_units, k->done = done;
-			rc = compute_general(s, r, i, o, &t);
-			bind = k->cbind, busy = k->busy, mem = k->mem, peak = k->peak_mem;
-			units = k->units, peak_units = k->peak_units, done = k->done;
-			if (rc <= 0)
-				break;
-			progressed = 1;
-			continue;
-		}
-		uint16_t needs = plan_ops[kind].needs, makes = plan_ops[kind].makes;
-		int32_t mb = o->mb;
-		int64_t start = t, by = bind;
-		/* What it consumes: consumed_keys' receives (no kind needs both lists). */
-		int nin = needs & PLAN_DEP_IN_ACT ? st->nrin : needs & PLAN_DEP_OUT_GRAD ? st->nrout : 0;
-		const int *in = needs & PLAN_DEP_IN_ACT ? st->rin_ring : st->rout_ring;
-		HEnt *e = NULL;
-		int j = 0;
-		for (; j < nin; j++) {
-			if (!(e = ring_get(&ring[in[j]], mb)))
-				break;
-			if (e->time > start) {
-				start = e->time;
-				by = e->who;
-			}
-		}
-		if (j < nin) {
-			rc = 0;
-			break;
-		}
-		if (nin == 1)
-			ring_use(e);
+		if ((fast >> kind & 1) && st->fast_pp == pp && (uint32_t)o->mb < m)
+			rc = compute_fast(s, r, i, o, st);
 		else
-			for (j = 0; j < nin; j++)
-				ring_use(ring_get(&ring[in[j]], mb));
-		/* do_compute at tp = 1 */
-		int64_t cost = st->cost[kind], end = sat_add(start, cost);
-		busy = sat_add(busy, cost);
-		mem = sat_add(mem, st->dmem[kind]);
-		if (mem > peak)
-			peak = mem;
-		if (makes & PLAN_DEP_ACT) {
-			if (o->part == 0 && ++units > peak_units)
-				peak_units = units;
-		} else if (makes & PLAN_DEP_WGRAD) {
-			units--;
-		}
-		done++;
-		if (rec)
-			record(s, r, i, start, end, by);
-		t = end;
-		bind = REF(r, i);
+			rc = compute_general(s, r, i, o);
+		if (rc <= 0)
+			break;
 		progressed = 1;
-		/* produce at tp = 1 */
-		if ((makes & PLAN_DEP_ACT) && st->nrout &&
-		    ring_put(s, &ring[st->data_ring[DIR_ACT]], mb, end, bind, st->nrout))
-			return;
-		if ((makes & PLAN_DEP_GRAD) && st->nrin &&
-		    ring_put(s, &ring[st->data_ring[DIR_GRAD]], mb, end, bind, st->nrin))
-			return;
-		if (makes & PLAN_DEP_WGRAD) {
-			int ls = st->ls;
-			k->wdone[ls]++;
-			if (end >= k->wlast[ls]) {
-				k->wlast[ls] = end;
-				k->wlast_who[ls] = bind;
-			}
-		}
 	}
 	if (rc < 0)
 		return;
-	k->ct = t, k->cbind = bind, k->busy = busy, k->mem = mem, k->peak_mem = peak;
-	k->units = units, k->peak_units = peak_units, k->done = done;
 	k->cpc = i;
 	if (i == n)
 		k->cstate = AG_DONE;
@@ -189,19 +187,19 @@ void sim_run_compute(S *s, int r)
 
 /* Whether the data of the group starting at op i is ready (its sends' tensors produced,
  * its all-reduce's last weight gradient done); the group's end in *end, the ready time
- * in *t, the entry of its send in *only when it has one (else NULL).  One pass: groups
- * are short but this runs once per group. */
+ * in *t, the entry of its send in *only when it has one (else NULL), in *p2p whether it
+ * holds only SENDs and RECVs.  One pass: groups are short but this runs once per group. */
 static int group_ready(S *s, int r, int64_t i, int64_t *end, int64_t *t, int64_t *bind,
-                       HEnt **only)
+                       HEnt **only, int *p2p)
 {
 	const PlanRank *pr = &s->p->ranks[r];
 	Rk *k = &s->rk[r];
 	const PlanOp *ops = pr->ops;
 	int32_t g = ops[i].group; // op i is a comm op: the group is the run of its number
 	int64_t x = i, n = pr->nops, tt = *t, bb = *bind; // locals: the outputs may alias
-	int nsend = 0;
+	int nsend = 0, coll = 0;
 	HEnt *one = NULL;
-	for (; x < n && plan_op_is_comm(plan_op_kind(&ops[x])) && ops[x].group == g; x++) {
+	for (; x < n && (s->comm_kinds >> ops[x].kind & 1) && ops[x].group == g; x++) {
 		const PlanOp *o = &ops[x];
 		HEnt *e = NULL;
 		if (o->kind == OP_SEND) {
@@ -209,9 +207,11 @@ static int group_ready(S *s, int r, int64_t i, int64_t *end, int64_t *t, int64_t
 				return 0;
 			one = nsend++ ? NULL : e;
 		} else if (o->kind == OP_TPREDUCE) {
+			coll = 1;
 			if (!(e = sim_val_find(s, r, tp_key(KEY_DATA, o->stage, o->dir, o->part, o->mb))))
 				return 0;
 		} else if (o->kind == OP_ALLREDUCE || o->kind == OP_TIEREDUCE) {
+			coll = 1;
 			int ls = local_stage(s, r, o->stage);
 			if (ls < 0)
 				continue;
@@ -231,7 +231,29 @@ static int group_ready(S *s, int r, int64_t i, int64_t *end, int64_t *t, int64_t
 	*t = tt;
 	*bind = bb;
 	*only = one;
+	*p2p = !coll;
 	return 1;
+}
+
+/* sim_post_group(s, r, i, end, t, 1, only) for a group of SENDs and RECVs alone, the
+ * common one, compiled here into the comm stream's loop. */
+static inline void post_p2p_group(S *s, int r, int64_t i, int64_t end, int64_t t, HEnt *only)
+{
+	const PlanOp *ops = s->p->ranks[r].ops;
+	Rk *k = &s->rk[r];
+	k->pending = 0;
+	k->gmax = t;
+	k->gmax_who = REF_NONE;
+	k->gend = end;
+	for (int64_t x = i; x < end && !s->failed; x++) {
+		const PlanOp *o = &ops[x];
+		if (o->kind == OP_SEND) {
+			HEnt *e = only ? only : send_data(s, r, o);
+			if (e)
+				val_use(s, r, e);
+		}
+		post_p2p(s, r, x, o, t);
+	}
 }
 
 /* A TPREDUCE of rank r completed at r's gmax: its result for the compute ops that wait
@@ -258,7 +280,7 @@ static int tp_done(S *s, int r, const PlanOp *o)
 static inline int put_recv(S *s, int r, const PlanOp *o, int64_t time, int64_t who)
 {
 	const Plan *p = s->p;
-	if (o->stage >= 0 && o->stage < p->nedges && o->mb >= 0 && o->mb < p->microbatches) {
+	if ((uint32_t)o->stage < (uint32_t)p->nedges && (uint32_t)o->mb < s->nmb) {
 		int c = sim_class(s, KEY_RECV, o->dir & 1, o->stage);
 		Rk *k = &s->rk[r];
 		if (s->cls_pp[c] == k->pp)
@@ -267,8 +289,9 @@ static inline int put_recv(S *s, int r, const PlanOp *o, int64_t time, int64_t w
 	return sim_val_put(s, r, hkey(KEY_RECV, o->dir, o->stage, o->mb), time, who, 1);
 }
 
-/* The comm stream's group [i, gend) completed at gmax: publish its receives. */
-static int group_done(S *s, int r, int64_t i)
+/* The comm stream's group [i, gend) completed at gmax: publish its receives.  Inlined
+ * in both of sim_run_comm's calls: it runs once per group. */
+__attribute__((always_inline)) static inline int group_done(S *s, int r, int64_t i)
 {
 	const PlanRank *pr = &s->p->ranks[r];
 	Rk *k = &s->rk[r];
@@ -304,7 +327,7 @@ static int group_done(S *s, int r, int64_t i)
 	return 0;
 }
 
-void sim_run_comm(S *s, int r)
+static void sim_run_comm(S *s, int r)
 {
 	const PlanRank *pr = &s->p->ranks[r];
 	Rk *k = &s->rk[r];
@@ -316,14 +339,16 @@ void sim_run_comm(S *s, int r)
 	}
 	k->state = AG_READY;
 	int64_t i = k->pc;
+	const uint32_t comm = s->comm_kinds;
 	while (i < n) {
-		if (!plan_op_is_comm(pr->ops[i].kind)) {
+		if (!(comm >> pr->ops[i].kind & 1)) {
 			i++;
 			continue;
 		}
 		int64_t end, t = k->t, bind = k->bind;
 		HEnt *only;
-		if (!group_ready(s, r, i, &end, &t, &bind, &only)) {
+		int p2p;
+		if (!group_ready(s, r, i, &end, &t, &bind, &only, &p2p)) {
 			k->pc = i;
 			k->state = AG_WAIT;
 			prefetch_ops(pr, i);
@@ -331,7 +356,10 @@ void sim_run_comm(S *s, int r)
 		}
 		int64_t saved = k->bind;
 		k->bind = bind;
-		sim_post_group(s, r, i, end, t, 1, only);
+		if (p2p)
+			post_p2p_group(s, r, i, end, t, only);
+		else
+			sim_post_group(s, r, i, end, t, 1, only);
 		k->bind = saved;
 		if (s->failed)
 			return;
@@ -349,3 +377,18 @@ void sim_run_comm(S *s, int r)
 	k->state = AG_DONE;
 }
 
+
+/* The overlap model's run: each agent on the work list (sim.c's loop, which the
+ * strict model keeps) until none is left; here so that both streams compile into it. */
+void sim_run_overlap(S *s)
+{
+	while (s->nwork && !s->failed) {
+		unsigned a = (unsigned)s->work[--s->nwork];
+		int r = (int)(a >> 1);
+		s->rk[r].queued[a & 1] = 0;
+		if (a & 1)
+			sim_run_compute(s, r);
+		else
+			sim_run_comm(s, r);
+	}
+}

@@ -150,6 +150,7 @@ int sim_setup(S *s)
 	s->tpof = sim_xcalloc(s, (size_t)w, sizeof *s->tpof);
 	s->tieof = sim_xcalloc(s, (size_t)w, sizeof *s->tieof);
 	s->tp = p->dims[DIM_TP];
+	s->nmb = p->microbatches > 0 ? (uint32_t)p->microbatches : 0;
 	s->work = sim_xcalloc(s, (size_t)w * 2, sizeof *s->work);
 	s->routechan = sim_xcalloc(s, 2 * (size_t)p->nroutes, sizeof *s->routechan);
 	if (s->failed)
@@ -191,11 +192,12 @@ int sim_setup(S *s)
 		k->tp_op = -1;
 		int64_t n = p->ranks[r].nops;
 		if (s->opt.record_ops) {
-			/* Zeroed, not filled: calloc gets fresh pages untouched, so each page is
-			 * first touched (and zeroed by the kernel, staying in cache) when the run
-			 * writes it.  PRED_UNSET marks the ops never reached; sim_fill_unreached
-			 * gives them their -1 times after the run. */
-			SimOpTime *t = calloc((size_t)(n ? n : 1), sizeof *t);
+			/* pred zeroed, not filled: calloc gets fresh pages untouched, so each page
+			 * is first touched (and zeroed by the kernel, staying in cache) when the
+			 * run writes it.  PRED_UNSET marks the ops never reached; sim_fill_unreached
+			 * gives them their -1 times after the run, so the times need no zeroing
+			 * (which calloc does by hand on memory malloc reuses). */
+			SimOpTime *t = malloc((size_t)(n ? n : 1) * sizeof *t);
 			s->pred[r] = calloc((size_t)(n ? n : 1), sizeof **s->pred);
 			res->ranks[r].times = k->times = t;
 			k->pred = s->pred[r];

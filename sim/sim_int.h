@@ -1,7 +1,8 @@
 /* The simulator's private header: the state every part of pipesim's engine shares.
- * sim.c is the core (posting, matching, the strict and overlap models), setup.c builds
- * and frees the state, figures.c computes the figures and the critical path after a
- * run, stall.c analyses a deadlock.  Small helpers the hot loops call live here as
+ * sim.c is the core (posting, matching, the strict model; p2p.h its point-to-point
+ * posting, shared with overlap.c, the overlap model), setup.c builds and frees the
+ * state, figures.c computes the figures and the critical path after a run, stall.c
+ * analyses a deadlock.  Small helpers the hot loops call live here as
  * static inline functions so that splitting the files costs nothing at run time.
  * Nothing outside sim/ includes this. */
 #ifndef SIM_INT_H
@@ -142,6 +143,7 @@ typedef struct {
 	int *rin_ring, *rout_ring;
 	int data_ring[DIR_COUNT];
 	uint8_t fast;
+	int fast_pp;       // pp when fast, else -4 (no rank's): compute_fast's one test
 } StageInfo;
 
 typedef struct {
@@ -175,6 +177,10 @@ typedef struct {
 	int *send_cls;       // per edge e, 2 e + (dir != DIR_ACT): the class of the tensor its
 	                     // SENDs transmit (send_key's), -1 when its stage is out of range
 	HEnt ring_none;      // the free entry every ring starts with
+	uint32_t nmb;        // p->microbatches, 0 when not positive: (uint32_t)mb < nmb
+	                     // says whether a microbatch is in range
+	uint32_t comm_kinds, compute_kinds; // bit k: plan_op_is_comm(k), plan_op_is_compute(k),
+	                     // so that the streams' loops test a kind without the table
 	/* record_ops: the op that ends last (the first in (rank, op) order among equals),
 	 * kept as ends are written (each op's end is written once) so that the critical
 	 * path need not scan every op's time. */
@@ -339,8 +345,7 @@ int sim_grow(S *s, void **arr, int64_t *cap, int64_t need, size_t size);
 int64_t sim_pred_ref(const S *s, int r, int64_t i); // figures.c: op i's critical-path pred
 int32_t sim_pred_code(const S *s, int r, int64_t i, int64_t ref); // figures.c: its code
 int64_t sim_post_group(S *s, int r, int64_t i, int64_t end, int64_t t, int take, HEnt *only);
-void sim_run_compute(S *s, int r);                  // overlap.c
-void sim_run_comm(S *s, int r);                     // overlap.c
+void sim_run_overlap(S *s);                         // overlap.c: runs s->work's agents
 void sim_mismatch(S *s, int ra, int64_t a, int rb, int64_t b, const char *why);
 int sim_setup(S *s);                               // setup.c
 void sim_cleanup(S *s);                            // setup.c
@@ -359,10 +364,12 @@ void sim_leftover_sends(S *s);                     // stall.c
 
 /* ---- inline helpers of the hot loops ---- */
 
-/* pred as op i of rank r's predecessor code: inline for the common one, an op of r. */
+/* pred as op i of rank r's predecessor code: inline for the common one, an op of r
+ * below 1 << PRED_BITS (REF(r, 0) + that op: one unsigned compare; REF_NONE and
+ * REF_KEEP, negative, and other ranks' ops wrap or land above it). */
 static inline int32_t pred_of(const S *s, int r, int64_t i, int64_t pred)
 {
-	if (pred >= 0 && REF_RANK(pred) == r && REF_OP(pred) < ((int64_t)1 << PRED_BITS))
+	if ((uint64_t)pred - (uint64_t)REF(r, 0) < ((uint64_t)1 << PRED_BITS))
 		return (int32_t)REF_OP(pred);
 	return sim_pred_code(s, r, i, pred);
 }
@@ -467,7 +474,7 @@ static inline void val_use(S *s, int r, HEnt *e)
 static inline HEnt *send_data(S *s, int r, const PlanOp *o)
 {
 	int c = s->send_cls[2 * o->stage + (o->dir != DIR_ACT)];
-	if (c >= 0 && o->mb >= 0 && o->mb < s->p->microbatches) {
+	if (c >= 0 && (uint32_t)o->mb < s->nmb) {
 		Rk *k = &s->rk[r];
 		if (s->cls_pp[c] == k->pp)
 			return ring_get(&k->ring[s->cls_ring[c]], o->mb);

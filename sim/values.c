@@ -190,6 +190,7 @@ static int stage_rings(S *s)
 		st->rout_ring = sim_xcalloc(s, (size_t)st->nrout, sizeof *st->rout_ring);
 		if (s->failed)
 			return -1;
+		st->fast_pp = -4;
 		if (st->pp < 0)
 			continue;
 		for (int j = 0; j < st->nrin; j++)
@@ -199,6 +200,7 @@ static int stage_rings(S *s)
 		for (int d = 0; d < DIR_COUNT; d++)
 			st->data_ring[d] = s->cls_ring[sim_class(s, KEY_DATA, d, i)];
 		st->fast = st->nrin <= MAXKEYS && st->nrout <= MAXKEYS; // consumed_keys' limit
+		st->fast_pp = st->fast ? st->pp : -4;
 	}
 	return 0;
 }
@@ -253,6 +255,11 @@ int sim_values_setup(S *s)
 			k->ring[j].e = &s->ring_none;
 	}
 	free(nring);
+	_Static_assert(OP_COUNT <= 32, "the kind masks hold a bit per kind");
+	for (int k = 0; k < OP_COUNT; k++) {
+		s->comm_kinds |= (uint32_t)plan_op_is_comm((OpKind)k) << k;
+		s->compute_kinds |= (uint32_t)plan_op_is_compute((OpKind)k) << k;
+	}
 	return s->failed ? -1 : stage_rings(s);
 }
 
