@@ -218,6 +218,7 @@ static void put_op(Bw *w, BinCtx *c, const PlanOp *op, int32_t line)
  * group, which BinCtx keeps apart, it is the prediction already. */
 static void put_rank_ops(Bw *w, const PlanRank *rk)
 {
+	_Static_assert(sizeof(PlanOp) == 4 + 5 * 4 + 8, "PlanOp has no padding to compare");
 	BinCtx c;
 	plan_bin_ctx_init(&c);
 	for (int64_t i = 0; i < rk->nops; i++) {
