@@ -6,6 +6,9 @@
 # of peak RSS per op.  The same rows for the binary form (pipecc --plan-format=binary,
 # pipesim on its file).  Then bench/io_bench.c times the readers and the writers alone.
 # Wall times are the best of REPS runs (the machine may be shared); RSS from /usr/bin/time.
+# With OLD set to a folder holding an older build's pipecc and pipesim, each tool row is
+# also run with those, the old and the new run alternating (on a shared machine the speed
+# drifts by more than most changes), and printed below it as "old build".
 : "${BIN:=bin}"
 PP=${PP:-128}
 M=${M:-16384}
@@ -62,11 +65,32 @@ row() { # NAME SECONDS RSS_KIB [CPU_SECONDS]
 		printf "\n" }'
 }
 row "wc -l PLAN" "$wc" 0
-timed() { # NAME CMD...: the best run of CMD as one row
+timed() { # NAME TOOL ARGS...: the best run as one row; with OLD, OLD's TOOL's too
 	name=$1
 	shift
-	set -- $(best "$@") || exit 1
-	row "$name" "$1" "$2" "$3"
+	if [ -z "${OLD:-}" ]; then
+		set -- $(best "$@") || exit 1
+		row "$name" "$1" "$2" "$3"
+		return
+	fi
+	tool=$1
+	shift
+	nb= ob=
+	for _ in $(seq "$REPS"); do # old first: the file left is the new tool's
+		r=$(REPS=1 && best "$OLD/${tool##*/}" "$@") || exit 1
+		ob=$(faster "$ob" "$r")
+		r=$(REPS=1 && best "$tool" "$@") || exit 1
+		nb=$(faster "$nb" "$r")
+	done
+	row "$name" $nb
+	row "  old build" $ob
+}
+faster() { # "S KB CPU" "S KB CPU": the one of fewer seconds (the first when empty)
+	if [ -z "$1" ] || awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " "); exit !(y[1] < x[1]) }'; then
+		echo "$2"
+	else
+		echo "$1"
+	fi
 }
 same() { # GOT WANT WHAT
 	cmp -s "$1" "$2" || { echo "bench_io: $3" >&2; exit 1; }
