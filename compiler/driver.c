@@ -57,7 +57,8 @@ static int write_output(CliTool *t, const PipeccArgs *a, const Plan *plan)
 }
 
 /* What pipecc takes with a plan as its input; the rest are about compiling a program. */
-static const char *const convert_opts[] = {"output", "plan-format", "expand", "stats", "emit"};
+static const char *const convert_opts[] = {"output", "plan-format", "expand", "stats", "emit",
+                                           "threads"};
 
 /* Whether the first n bytes of an input s are a plan's, text or binary. */
 static int starts_as_plan(const char *s, size_t n)

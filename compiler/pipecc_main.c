@@ -1,6 +1,7 @@
 /* pipecc: the command line.  The options are a table for the shared layer (plan/cli.h);
  * the work is pipecc_drive (compiler/driver.c).  Exit 0 ok, 1 input error, 2 usage. */
 #include "../plan/binary.h"
+#include "../plan/par.h"
 #include "pipecc.h"
 #include "program.h"
 
@@ -46,8 +47,8 @@ int main(int argc, char **argv)
 		 "write every world rank's lists (plan format 2)\n"
 		 "instead of one pipeline line's (format 3)"},
 		{"plan-format", 0, CLI_ENUM, &a.plan_format, "FORMAT", "the plan's form: text (the reference) or binary", 1, .names = plan_format_names, .nnames = PLAN_FORMAT_COUNT},
-		{"stats", 0, CLI_FLAG, &a.stats, NULL,
-		 "print time, ops per second and peak memory to stderr"},
+		{"stats", 0, CLI_FLAG, &a.stats, NULL, "print time, ops per second and peak memory to stderr"},
+		{"threads", 0, CLI_INT, &plan_threads, "N", "worker threads for verifying and writing the plan", 1, 1, PAR_MAX_THREADS},
 		{"list-schedules", 0, CLI_LIST, NULL, NULL, "print the schedule names, one a line",
 		 .list = pipecc_list_schedules},
 		{"list-layers", 0, CLI_LIST, NULL, NULL,

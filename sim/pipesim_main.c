@@ -2,6 +2,7 @@
  * it finishes (with timing and memory) or why it cannot (deadlock, mismatch).  The
  * options are a table for the shared layer (plan/cli.h); the work is pipesim_drive
  * (sim/pipesim.c); docs/pipesim.md documents options, output and exits. */
+#include "../plan/par.h"
 #include "pipesim.h"
 
 int main(int argc, char **argv)
@@ -27,6 +28,8 @@ int main(int argc, char **argv)
 		{"no-record", 'n', CLI_FLAG, &a.no_record, NULL,
 		 "keep no per-op times (20 bytes per op less): no\n"
 		 "critical path, grid or pictures"},
+		{"threads", 0, CLI_INT, &plan_threads, "N",
+		 "worker threads for reading and verifying the plan", 1, 1, PAR_MAX_THREADS},
 		{0},
 	};
 	CLI_TABLE_END

@@ -1,0 +1,32 @@
+/* Opt-in worker threads.  The tools run on one thread unless `--threads N` asks for
+ * more (pipecc, pipesim); then the passes over every rank that need nothing from the
+ * others' results (reading a binary plan, verifying, writing) hand ranks out to N
+ * workers.  Each such pass gives the same result as on one thread: a worker that meets
+ * anything but the common case (a fault, a refused line, out of memory) stops the
+ * pass, and the caller runs it again on one thread, which reports exactly what it
+ * always did (docs/architecture.md, "Threads"). */
+#ifndef PLAN_PAR_H
+#define PLAN_PAR_H
+
+#include <stdint.h>
+
+#define PAR_MAX_THREADS 256
+
+/* Workers the passes may use, 1 by default; the tools' `--threads` sets it. */
+extern int plan_threads;
+
+/* Item i of a pass, on worker w (0 .. workers - 1, one item at a time per worker);
+ * 0 to go on, anything else to stop the pass (no item is started after it). */
+typedef int (*ParFn)(void *arg, int64_t i, int w);
+
+/* The workers par_for would run n items on: min(plan_threads, n), at least 1. */
+int par_workers(int64_t n);
+
+/* Runs fn(arg, i, w) for every i in [0, n) on par_workers(n) workers, the calling
+ * thread being worker 0, items handed out in increasing order as workers free up.
+ * Returns 0 when every item returned 0, else the first nonzero value a worker returned
+ * (other workers finish the item they hold).  When a thread cannot be started, the
+ * workers that did start do the work. */
+int par_for(int64_t n, ParFn fn, void *arg);
+
+#endif
