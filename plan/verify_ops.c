@@ -18,8 +18,10 @@
  * Dependencies remember, per edge, direction and kind, the peer, route and size of the
  * last SEND or RECV found well formed: the next one like it needs only its data
  * checked. */
+#include "par.h"
 #include "verify.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -82,7 +84,8 @@ typedef struct {
 	int *nrecv;        // [world] receivers that opened a cursor on the rank so far
 	int64_t *nsend;    // [world] SENDs on the rank
 	int64_t *nmet;     // [world] ... of them met by a RECV
-	SendIndex *ix;     // [world]
+	SendIndex *ix;     // [world], shared by the workers of a threaded walk
+	pthread_mutex_t *ix_lock; // held while one is opened, in a threaded walk; else NULL
 	int64_t *cnt;      // [world] zero between uses (index_sends)
 	uint8_t cls[256];  // op kind -> CLS_*
 } Walk;
@@ -472,7 +475,12 @@ static Cursor *cursor_open(PlanVc *v, Walk *w, int a, int b)
 	*c = (Cursor){.from = a};
 	if (++w->nrecv[a] > DIRECT_RECEIVERS) {
 		SendIndex *x = &w->ix[a];
-		if (!x->built && index_sends(v->p, a, w->cnt, x)) {
+		if (w->ix_lock)
+			pthread_mutex_lock(w->ix_lock);
+		int bad = !x->built && index_sends(v->p, a, w->cnt, x);
+		if (w->ix_lock)
+			pthread_mutex_unlock(w->ix_lock);
+		if (bad) {
 			plan_vc_err(v, -1, -1, "out of memory");
 			return NULL;
 		}
@@ -695,7 +703,8 @@ static int walk_rank(PlanVc *v, Walk *w, int r)
 	return 0;
 }
 
-static void walk_free(Walk *w, int world)
+/* Frees w; `shared`: also the arrays a threaded walk's workers share (worker 0's). */
+static void walk_free(Walk *w, int world, int shared)
 {
 	Deps *d = &w->d;
 	free(d->loc);
@@ -707,50 +716,134 @@ static void walk_free(Walk *w, int world)
 	free(d->ps);
 	free(d->rcv);
 	free(d->sd);
+	free(w->cur);
+	free(w->slot);
+	free(w->nrecv);
+	free(w->nmet);
+	if (!shared)
+		return;
 	for (int a = 0; w->ix && a < world; a++) {
 		free(w->ix[a].to);
 		free(w->ix[a].off);
 		free(w->ix[a].at);
 	}
 	free(w->ix);
-	free(w->cur);
-	free(w->slot);
-	free(w->nrecv);
 	free(w->nsend);
-	free(w->nmet);
 	free(w->cnt);
 }
 
-int plan_vc_ops(PlanVc *v)
+/* Readies w for plan p; `share`: the arrays workers share are share's, not w's own.
+ * -1 when out of memory (w is then freed as far as it was made). */
+static int walk_init(Walk *w, const Plan *p, const Walk *share)
 {
-	const Plan *p = v->p;
 	int W = p->world;
 	size_t ne = (size_t)p->nedges + 1;
-	Walk w = {.d = {.m = p->microbatches, .dp = p->dims[DIM_DP]}};
-	Deps *d = &w.d;
+	*w = (Walk){.d = {.m = p->microbatches, .dp = p->dims[DIM_DP]}};
+	Deps *d = &w->d;
 	plan_tie(p, &d->embed, &d->head);
 	d->loc = malloc(((size_t)p->nstages + 1) * sizeof *d->loc);
 	d->eloc = malloc(ne * sizeof *d->eloc);
 	d->act = malloc(ne * sizeof *d->act);
 	d->grad = malloc(ne * sizeof *d->grad);
 	d->seen = malloc(ne * DIR_COUNT * 2 * sizeof *d->seen);
-	w.slot = malloc(((size_t)W + 1) * sizeof *w.slot);
-	w.nrecv = calloc((size_t)W + 1, sizeof *w.nrecv);
-	w.nsend = calloc((size_t)W + 1, sizeof *w.nsend);
-	w.nmet = calloc((size_t)W + 1, sizeof *w.nmet);
-	w.cnt = calloc((size_t)W + 1, sizeof *w.cnt);
-	w.ix = calloc((size_t)W + 1, sizeof *w.ix);
-	int rc = -1;
-	if (!d->loc || !d->eloc || !d->act || !d->grad || !d->seen || !w.slot || !w.nrecv ||
-	    !w.nsend || !w.nmet || !w.cnt || !w.ix) {
-		plan_vc_err(v, -1, -1, "out of memory");
-		goto out;
+	w->slot = malloc(((size_t)W + 1) * sizeof *w->slot);
+	w->nrecv = calloc((size_t)W + 1, sizeof *w->nrecv);
+	w->nmet = calloc((size_t)W + 1, sizeof *w->nmet);
+	if (share) {
+		w->nsend = share->nsend;
+		w->cnt = share->cnt;
+		w->ix = share->ix;
+	} else {
+		w->nsend = calloc((size_t)W + 1, sizeof *w->nsend);
+		w->cnt = calloc((size_t)W + 1, sizeof *w->cnt);
+		w->ix = calloc((size_t)W + 1, sizeof *w->ix);
+	}
+	if (!d->loc || !d->eloc || !d->act || !d->grad || !d->seen || !w->slot || !w->nrecv ||
+	    !w->nsend || !w->nmet || !w->cnt || !w->ix) {
+		walk_free(w, W, !share);
+		return -1;
 	}
 	for (int a = 0; a < W; a++)
-		w.slot[a] = -1;
+		w->slot[a] = -1;
 	for (int k = 0; k < OP_COUNT; k++)
-		w.cls[k] = !plan_op_is_comm((OpKind)k) ? CLS_OTHER : is_coll(k) ? CLS_COLL : CLS_P2P;
-	for (int r = 0; r < W && v->stop > PLAN_VC_GROUPS; r++)
+		w->cls[k] = !plan_op_is_comm((OpKind)k) ? CLS_OTHER : is_coll(k) ? CLS_COLL : CLS_P2P;
+	return 0;
+}
+
+/* ---- the walk on worker threads (par.h) ---- */
+
+/* A threaded walk: per worker a Walk and a copy of the verifier's state whose faults go
+ * to the worker's own PlanError, unreported. */
+typedef struct {
+	Walk *w;
+	PlanVc *vw;
+	PlanError *err;
+	int nw;
+	pthread_mutex_t ix_lock;
+} ParWalk;
+
+enum { PAR_FAULT = 1, PAR_OOM = 2 }; // why a worker stopped the pass
+
+static int par_rank(void *arg, int64_t r, int wk)
+{
+	ParWalk *pw = arg;
+	PlanVc *v = &pw->vw[wk];
+	if (walk_rank(v, &pw->w[wk], (int)r))
+		return PAR_OOM;
+	return v->stop < PLAN_VC_NONE ? PAR_FAULT : 0;
+}
+
+/* Every rank's walk on par_workers workers.  1 when every rank passed (nmet and nsend
+ * of *out hold the counts the leftover check needs, v->ntie the TIEREDUCEs); 0 when a
+ * worker found anything at all, or memory ran out: the caller then walks on one thread,
+ * which finds and reports exactly what it always did. */
+static int walk_threads(PlanVc *v, Walk *out)
+{
+	const Plan *p = v->p;
+	ParWalk pw = {.nw = par_workers(p->world)};
+	pw.w = calloc((size_t)pw.nw, sizeof *pw.w);
+	pw.vw = calloc((size_t)pw.nw, sizeof *pw.vw);
+	pw.err = calloc((size_t)pw.nw, sizeof *pw.err);
+	int made = 0, ok = 0;
+	if (!pw.w || !pw.vw || !pw.err || pthread_mutex_init(&pw.ix_lock, NULL))
+		goto out;
+	for (; made < pw.nw; made++) {
+		if (walk_init(&pw.w[made], p, made ? &pw.w[0] : NULL))
+			break;
+		pw.w[made].ix_lock = &pw.ix_lock;
+		pw.vw[made] = *v;
+		pw.vw[made].err = &pw.err[made];
+		pw.vw[made].ntie = 0;
+	}
+	if (made == pw.nw && !par_for(p->world, par_rank, &pw)) {
+		ok = 1;
+		for (int k = 0; k < pw.nw; k++) {
+			v->ntie += pw.vw[k].ntie;
+			for (int a = 0; a < p->world; a++)
+				out->nmet[a] += pw.w[k].nmet[a];
+		}
+		memcpy(out->nsend, pw.w[0].nsend, (size_t)p->world * sizeof *out->nsend);
+	}
+	pthread_mutex_destroy(&pw.ix_lock);
+out:
+	for (int k = made - 1; k >= 0; k--)
+		walk_free(&pw.w[k], p->world, k == 0);
+	free(pw.w);
+	free(pw.vw);
+	free(pw.err);
+	return ok;
+}
+
+int plan_vc_ops(PlanVc *v)
+{
+	const Plan *p = v->p;
+	int W = p->world;
+	Walk w;
+	if (walk_init(&w, p, NULL))
+		return plan_vc_err(v, -1, -1, "out of memory");
+	int rc = -1;
+	int walked = par_workers(W) > 1 && v->stop == PLAN_VC_NONE && walk_threads(v, &w);
+	for (int r = 0; !walked && r < W && v->stop > PLAN_VC_GROUPS; r++)
 		if (walk_rank(v, &w, r))
 			goto out;
 	for (int a = 0; a < W && v->stop > PLAN_VC_MATCH; a++)
@@ -758,6 +851,6 @@ int plan_vc_ops(PlanVc *v)
 			goto out;
 	rc = 0;
 out:
-	walk_free(&w, W);
+	walk_free(&w, W, 1);
 	return rc;
 }
