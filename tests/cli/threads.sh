@@ -7,7 +7,7 @@
 : "${BIN:=bin}"
 TOOL=threads
 . tests/lib/cli.sh
-STEP=${STEP:-9} # every STEP-th op line of a plan is damaged
+STEP=${STEP:-20} # every STEP-th op line of a plan is damaged
 
 # same NAME ARGS...: pipesim ARGS with 1 and with 3 threads say the same; the status of
 # the 1-thread run left in $same_rc.
