@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "../compiler/pipecc.h"
+#include "../plan/par.h"
 
 #include "lower_lib.h"
 
@@ -238,6 +239,64 @@ static void verify__many_peers__each_pair_matched(void **state)
 	}
 }
 
+/* par_for: every item once, on a worker in range, whatever the thread count. */
+typedef struct {
+	int *seen;
+	int workers;
+	int bad_worker;
+} ParCount;
+
+static int count_item(void *arg, int64_t i, int w)
+{
+	ParCount *c = arg;
+	__atomic_fetch_add(&c->seen[i], 1, __ATOMIC_RELAXED);
+	if (w < 0 || w >= c->workers)
+		__atomic_store_n(&c->bad_worker, 1, __ATOMIC_RELAXED);
+	return 0;
+}
+
+static int stop_at_5(void *arg, int64_t i, int w)
+{
+	(void)arg, (void)w;
+	return i == 5 ? 7 : 0;
+}
+
+static void par__every_item_once__and_a_stop_is_returned(void **state)
+{
+	(void)state;
+	const int threads[] = {1, 2, 3, 8};
+	const int64_t sizes[] = {0, 1, 2, 7, 1000};
+	for (size_t t = 0; t < sizeof threads / sizeof *threads; t++) {
+		plan_threads = threads[t];
+		for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+			int64_t n = sizes[k];
+			ParCount c = {calloc((size_t)n + 1, sizeof(int)), par_workers(n), 0};
+			assert_int_equal(c.workers, n < 1 ? 1 : n < threads[t] ? n : threads[t]);
+			assert_int_equal(par_for(n, count_item, &c), 0);
+			for (int64_t i = 0; i < n; i++)
+				assert_int_equal(c.seen[i], 1);
+			assert_int_equal(c.bad_worker, 0);
+			free(c.seen);
+		}
+		assert_int_equal(par_for(100, stop_at_5, NULL), 7);
+	}
+	plan_threads = 1;
+}
+
+static int threads_3(void **state)
+{
+	(void)state;
+	plan_threads = 3;
+	return 0;
+}
+
+static int threads_1(void **state)
+{
+	(void)state;
+	plan_threads = 1;
+	return 0;
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -245,6 +304,10 @@ int main(void)
 		cmocka_unit_test(verify__fifo_mismatch__two_pairs_of_two_ranks),
 		cmocka_unit_test(verify__unmatched__recv_and_send_named),
 		cmocka_unit_test(verify__many_peers__each_pair_matched),
+		cmocka_unit_test(par__every_item_once__and_a_stop_is_returned),
 	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	/* Then the same with the verifier's walk on 3 workers (--threads 3): the same
+	 * faults, named the same. */
+	return cmocka_run_group_tests(tests, NULL, NULL) |
+	       cmocka_run_group_tests_name("verify, 3 threads", tests, threads_3, threads_1);
 }
