@@ -8,11 +8,14 @@
 # Wall times are the best of REPS runs (the machine may be shared); RSS from /usr/bin/time.
 # With OLD set to a folder holding an older build's pipecc and pipesim, each tool row is
 # also run with those, the old and the new run alternating (on a shared machine the speed
-# drifts by more than most changes), and printed below it as "old build".
+# drifts by more than most changes), and printed below it as "old build".  With THREADS
+# above 1 (default 2), each tool row is followed by the same run with --threads THREADS
+# (plan/par.h): on more cores than this 2-core machine's, try THREADS=8.
 : "${BIN:=bin}"
 PP=${PP:-128}
 M=${M:-16384}
 REPS=${REPS:-3}
+THREADS=${THREADS:-2} # the tool rows again with --threads THREADS (1: not)
 . bench/lib.sh
 bench_build io_bench
 T=$(mktemp -d /tmp/io-bench.XXXXXX)
@@ -95,17 +98,26 @@ faster() { # "S KB CPU" "S KB CPU": the one of fewer seconds (the first when emp
 same() { # GOT WANT WHAT
 	cmp -s "$1" "$2" || { echo "bench_io: $3" >&2; exit 1; }
 }
-timed "pipecc -o PLAN" "$BIN/pipecc" "$T/big.pipe" -o "$T/out.plan"
+# both NAME TOOL ARGS...: timed, then (THREADS > 1) the same with --threads THREADS
+both() {
+	timed "$@" || exit 1
+	[ "$THREADS" -gt 1 ] || return 0
+	name=$1 tool=$2
+	shift 2
+	set -- $(best "$tool" --threads "$THREADS" "$@") || exit 1
+	row "  with --threads $THREADS" "$1" "$2" "$3"
+}
+both "pipecc -o PLAN" "$BIN/pipecc" "$T/big.pipe" -o "$T/out.plan"
 same "$T/out.plan" "$T/big.plan" "pipecc wrote a different plan"
-timed "pipesim -q --no-record PLAN" "$BIN/pipesim" -q --no-record "$T/big.plan"
-timed "pipesim -q PLAN" "$BIN/pipesim" -q "$T/big.plan"
+both "pipesim -q --no-record PLAN" "$BIN/pipesim" -q --no-record "$T/big.plan"
+both "pipesim -q PLAN" "$BIN/pipesim" -q "$T/big.plan"
 "$BIN/pipecc" --plan-format=binary "$T/big.pipe" -o "$T/big.bin" || exit 1
 bbytes=$(wc -c <"$T/big.bin")
 echo "binary form: plan $(awk -v b="$bbytes" 'BEGIN { printf "%.1f MiB, %.2f bytes/op", b / 1048576, b / '"$ops"' }')"
-timed "pipecc --plan-format=binary" "$BIN/pipecc" --plan-format=binary "$T/big.pipe" -o "$T/out.bin"
+both "pipecc --plan-format=binary" "$BIN/pipecc" --plan-format=binary "$T/big.pipe" -o "$T/out.bin"
 same "$T/out.bin" "$T/big.bin" "pipecc wrote a different binary plan"
-timed "pipesim -q --no-record BINPLAN" "$BIN/pipesim" -q --no-record "$T/big.bin"
-timed "pipesim -q BINPLAN" "$BIN/pipesim" -q "$T/big.bin"
+both "pipesim -q --no-record BINPLAN" "$BIN/pipesim" -q --no-record "$T/big.bin"
+both "pipesim -q BINPLAN" "$BIN/pipesim" -q "$T/big.bin"
 timed "pipecc BIN -o PLAN (to text)" "$BIN/pipecc" "$T/big.bin" -o "$T/conv.plan"
 same "$T/conv.plan" "$T/big.plan" "binary -> text differs"
 rm -f "$T/conv.plan" "$T/out.bin"
