@@ -36,6 +36,7 @@
  * so that pipesim shows the cycle (lower_stall.c). */
 #include "lower_int.h"
 #include "../plan/mem.h"
+#include "../plan/par.h"
 #include "../plan/tfcount.h"
 
 #include <math.h>
@@ -379,6 +380,19 @@ static void reserve_ops(Lw *w)
 		rk->lines = lw_malloc(w, (size_t)(need[q] ? need[q] : 1) * sizeof *rk->lines);
 		rk->ops_cap = need[q];
 	}
+	if (plan_threads > 1) { // a task pages the lists in ahead of the walk (par.h)
+		void **arr = lw_calloc(w, 2 * (size_t)w->pp, sizeof *arr);
+		size_t *bytes = lw_calloc(w, 2 * (size_t)w->pp, sizeof *bytes);
+		for (int q = 0; q < w->pp; q++) {
+			arr[2 * q] = w->line0[q]->ops;
+			arr[2 * q + 1] = w->line0[q]->lines;
+			bytes[2 * q] = (size_t)need[q] * sizeof(PlanOp);
+			bytes[2 * q + 1] = (size_t)need[q] * sizeof(int32_t);
+		}
+		w->prefault = par_prefault(arr, bytes, 2 * w->pp);
+		free(arr);
+		free(bytes);
+	}
 	free(need);
 	free(remote_in);
 	free(remote_out);
@@ -448,6 +462,7 @@ static int line_ok(const Program *pr, const Plan *p)
 
 static void lw_free(Lw *w)
 {
+	par_join(w->prefault); // out of memory in the walk: it may still run
 	for (int q = 0; w->pend && q < w->pp; q++)
 		free(w->pend[q].v);
 	free(w->pend);
@@ -566,6 +581,8 @@ Plan *lower_program(const Program *pr, const SchedCtx *sc, Diag *d, int allow_de
 		w->tie_peer[q] = mine < 0 ? -1 : p->stages[mine == te ? th : te].pp;
 	}
 	int rc = lw_check_local_order(w) ? -1 : lw_place_comms(w, allow_deadlock);
+	par_join(w->prefault); // before any list may move
+	w->prefault = NULL;
 	if (rc == 0 && sc->comms) // a CSV's own communication order
 		rc = lower_given(p, sc, w->stride, d);
 	if (rc == 0) {

@@ -35,6 +35,7 @@ typedef struct {
 	int pp, m, ns, ne;
 	PlanRank **line0;    // per pipeline index: its rank on the first line, where ops go
 	OpCursor *opc;       // during the walk: per pipeline index, where its ops go
+	struct ParTask *prefault; // with --threads: pages the op lists in ahead of the walk
 	int *group;          // per pipeline index: next group number
 	int *remote_k;       // edge -> index among edges sent (remote, or to self), or -1
 	int nremote;

@@ -3,6 +3,9 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 int plan_threads = 1;
 
@@ -65,4 +68,101 @@ int par_for(int64_t n, ParFn fn, void *arg)
 	for (int k = 0; k < started; k++)
 		pthread_join(th[k], NULL);
 	return atomic_load(&ps.stop);
+}
+
+struct ParTask {
+	pthread_t th;
+	void (*fn)(void *);
+	void *arg;
+};
+
+static void *task_main(void *a)
+{
+	ParTask *t = a;
+	t->fn(t->arg);
+	return NULL;
+}
+
+ParTask *par_spawn(void (*fn)(void *arg), void *arg)
+{
+	if (plan_threads < 2)
+		return NULL;
+	ParTask *t = malloc(sizeof *t);
+	if (!t)
+		return NULL;
+	*t = (ParTask){.fn = fn, .arg = arg};
+	if (pthread_create(&t->th, NULL, task_main, t)) {
+		free(t);
+		return NULL;
+	}
+	return t;
+}
+
+void par_join(ParTask *t)
+{
+	if (!t)
+		return;
+	pthread_join(t->th, NULL);
+	free(t);
+}
+
+/* par_prefault's work: the arrays' page-aligned insides, PREFAULT_SLICE bytes of each
+ * in turn, so that the front of paged-in memory moves along every array as the writer
+ * does. */
+#define PREFAULT_SLICE ((uintptr_t)256 << 10)
+
+typedef struct {
+	int n;
+	uintptr_t *lo, *hi; // [n]: each array's first and past-last whole page
+} Prefault;
+
+static void prefault_run(void *a)
+{
+	Prefault *pf = a;
+#ifdef MADV_POPULATE_WRITE
+	for (uintptr_t off = 0, more = 1; more; off += PREFAULT_SLICE) {
+		more = 0;
+		for (int i = 0; i < pf->n; i++) {
+			uintptr_t s = pf->lo[i] + off, e = s + PREFAULT_SLICE;
+			if (s >= pf->hi[i])
+				continue;
+			more = 1;
+			if (madvise((void *)s, (e < pf->hi[i] ? e : pf->hi[i]) - s, MADV_POPULATE_WRITE))
+				goto out; // the kernel cannot (EINVAL before Linux 5.14): leave it to faults
+		}
+	}
+out:
+#endif
+	free(pf->lo);
+	free(pf);
+}
+
+ParTask *par_prefault(void *const *arr, const size_t *bytes, int n)
+{
+#ifdef MADV_POPULATE_WRITE
+	long page = sysconf(_SC_PAGESIZE);
+	Prefault *pf = plan_threads > 1 && page > 0 ? malloc(sizeof *pf) : NULL;
+	uintptr_t *lh = pf ? malloc(2 * ((size_t)n + 1) * sizeof *lh) : NULL;
+	if (!lh) {
+		free(pf);
+		return NULL;
+	}
+	*pf = (Prefault){n, lh, lh + n};
+	for (int i = 0; i < n; i++) {
+		uintptr_t p = (uintptr_t)arr[i], m = (uintptr_t)page - 1;
+		pf->lo[i] = (p + m) & ~m;
+		pf->hi[i] = (p + bytes[i]) & ~m;
+		if (pf->hi[i] < pf->lo[i])
+			pf->hi[i] = pf->lo[i];
+	}
+	ParTask *t = par_spawn(prefault_run, pf);
+	if (!t) {
+		free(lh);
+		free(pf);
+	}
+	return t;
+#else
+	(void)arr, (void)bytes, (void)n;
+	return NULL;
+#endif
 }

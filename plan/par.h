@@ -1,13 +1,14 @@
 /* Opt-in worker threads.  The tools run on one thread unless `--threads N` asks for
  * more (pipecc, pipesim); then the passes over every rank that need nothing from the
  * others' results (reading a binary plan, verifying, writing) hand ranks out to N
- * workers.  Each such pass gives the same result as on one thread: a worker that meets
+ * workers, and a task pages in the lowering's op lists ahead of it (par_prefault).  Each such pass gives the same result as on one thread: a worker that meets
  * anything but the common case (a fault, a refused line, out of memory) stops the
  * pass, and the caller runs it again on one thread, which reports exactly what it
  * always did (docs/architecture.md, "Threads"). */
 #ifndef PLAN_PAR_H
 #define PLAN_PAR_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define PAR_MAX_THREADS 256
@@ -28,5 +29,21 @@ int par_workers(int64_t n);
  * (other workers finish the item they hold).  When a thread cannot be started, the
  * workers that did start do the work. */
 int par_for(int64_t n, ParFn fn, void *arg);
+
+/* A task on a thread of its own, beside the caller. */
+typedef struct ParTask ParTask;
+
+/* Starts fn(arg) on a thread of its own when plan_threads > 1; NULL when it does not
+ * (one thread asked for, or none could start): fn is then not run at all. */
+ParTask *par_spawn(void (*fn)(void *arg), void *arg);
+/* Waits for t's fn to return and frees t; NULL: nothing to wait for. */
+void par_join(ParTask *t);
+
+/* Arrays about to be written once from start to end, side by side (a lowering's op
+ * lists): a task pages them in ahead of the writer, a slice of every array at a time,
+ * without changing a byte (the kernel's MADV_POPULATE_WRITE), so that on more than one
+ * thread the writer meets no page faults.  Join it before any array is freed or moved.
+ * NULL (nothing started) with plan_threads == 1 or where the kernel cannot. */
+ParTask *par_prefault(void *const *arr, const size_t *bytes, int n);
 
 #endif

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -283,6 +284,38 @@ static void par__every_item_once__and_a_stop_is_returned(void **state)
 	plan_threads = 1;
 }
 
+/* par_prefault pages arrays in beside a writer and changes no byte of them. */
+static void par__prefault__changes_nothing(void **state)
+{
+	(void)state;
+	enum { N = 5, BYTES = 3 << 20 };
+	void *arr[N];
+	size_t bytes[N];
+	for (int i = 0; i < N; i++) {
+		arr[i] = malloc(BYTES + i * 4099);
+		assert_non_null(arr[i]);
+		bytes[i] = BYTES + i * 4099;
+		memset(arr[i], 0x5a + i, bytes[i] / 2); // written before, the rest during
+	}
+	plan_threads = 2;
+	ParTask *t = par_prefault(arr, bytes, N);
+#ifdef MADV_POPULATE_WRITE
+	assert_non_null(t); // started (it stops at once where the kernel cannot)
+#endif
+	for (int i = 0; i < N; i++)
+		memset((char *)arr[i] + bytes[i] / 2, 0xa5 - i, bytes[i] - bytes[i] / 2);
+	par_join(t);
+	for (int i = 0; i < N; i++) {
+		const unsigned char *c = arr[i];
+		for (size_t k = 0; k < bytes[i]; k++)
+			if (c[k] != (k < bytes[i] / 2 ? 0x5a + i : 0xa5 - i))
+				fail_msg("array %d byte %zu changed", i, k);
+		free(arr[i]);
+	}
+	plan_threads = 1;
+	assert_null(par_prefault(arr, bytes, 0)); // one thread: no task
+}
+
 static int threads_3(void **state)
 {
 	(void)state;
@@ -305,6 +338,7 @@ int main(void)
 		cmocka_unit_test(verify__unmatched__recv_and_send_named),
 		cmocka_unit_test(verify__many_peers__each_pair_matched),
 		cmocka_unit_test(par__every_item_once__and_a_stop_is_returned),
+		cmocka_unit_test(par__prefault__changes_nothing),
 	};
 	/* Then the same with the verifier's walk on 3 workers (--threads 3): the same
 	 * faults, named the same. */

@@ -3,7 +3,8 @@
 # gives.  Every example's plan, and many damaged copies of it (two op lines swapped, a
 # microbatch, peer, group or edge changed: faults of every check the verifier makes),
 # through pipesim with 1 and with 3 threads: the same output, errors and exit status,
-# text and JSON.  pipecc given a plan verifies and writes it the same way too.
+# text and JSON.  pipecc compiles every example to the same bytes on 1, 2 and 3
+# threads, and given a plan verifies and writes it the same way too.
 : "${BIN:=bin}"
 TOOL=threads
 . tests/lib/cli.sh
@@ -39,6 +40,13 @@ faults=0 cases=0
 for f in examples/*.pipe; do
 	b=$(basename "$f" .pipe)
 	"$BIN/pipecc" "$f" -o "$dir/$b.plan" 2>/dev/null || continue
+	"$BIN/pipecc" --threads 3 "$f" -o "$dir/$b.3" 2>/dev/null
+	cmp -s "$dir/$b.plan" "$dir/$b.3"
+	check "$b: pipecc --threads 3 compiles the same plan" $? "differs"
+	"$BIN/pipecc" --expand --plan-format=binary "$f" -o "$dir/$b.xb" 2>/dev/null
+	"$BIN/pipecc" --threads 2 --expand --plan-format=binary "$f" -o "$dir/$b.xb2" 2>/dev/null
+	cmp -s "$dir/$b.xb" "$dir/$b.xb2"
+	check "$b: pipecc --threads 2 --expand --plan-format=binary, the same" $? "differs"
 	same "$b: the plan" "$dir/$b.plan"
 	same "$b: the plan, json" --json "$dir/$b.plan"
 	"$BIN/pipecc" --threads 3 "$dir/$b.plan" -o "$dir/$b.again" 2>/dev/null
