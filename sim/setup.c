@@ -3,6 +3,7 @@
  * hashes, the dp collectives, and the chans between ranks as the run first uses them.
  * Run once per simulation (a chan once per rank and route), so nothing here is hot. */
 #include "sim_int.h"
+#include "../plan/par.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,6 +136,25 @@ static int setup_remote_edges(S *s)
 	return 0;
 }
 
+/* With --threads, a task pages the per-op times in beside the run, which writes them in
+ * time order across the ranks (par_prefault). */
+static void prefault_times(S *s)
+{
+	void **arr = calloc(2 * (size_t)s->world + 1, sizeof *arr);
+	size_t *bytes = calloc(2 * (size_t)s->world + 1, sizeof *bytes);
+	for (int r = 0; arr && bytes && r < s->world; r++) {
+		size_t n = (size_t)s->p->ranks[r].nops;
+		arr[2 * r] = s->rk[r].times;
+		arr[2 * r + 1] = s->pred[r];
+		bytes[2 * r] = n * sizeof *s->rk[r].times;
+		bytes[2 * r + 1] = n * sizeof **s->pred;
+	}
+	if (arr && bytes)
+		s->prefault = par_prefault(arr, bytes, 2 * s->world);
+	free(arr);
+	free(bytes);
+}
+
 int sim_setup(S *s)
 {
 	const Plan *p = s->p;
@@ -218,6 +238,8 @@ int sim_setup(S *s)
 				return -1;
 		}
 	}
+	if (s->opt.record_ops && plan_threads > 1)
+		prefault_times(s);
 	s->xfer_bytes = -1;
 	s->last_end = -1;
 	s->last_ref = REF_NONE;
@@ -226,6 +248,8 @@ int sim_setup(S *s)
 
 void sim_cleanup(S *s)
 {
+	par_join(s->prefault);
+	s->prefault = NULL;
 	if (s->rk) {
 		for (int r = 0; r < s->world; r++) {
 			free(s->rk[r].ch);

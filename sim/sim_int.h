@@ -149,6 +149,7 @@ typedef struct {
 typedef struct {
 	const Plan *p;
 	SimOptions opt;
+	struct ParTask *prefault; // with --threads: pages the per-op times in (plan/par.h)
 	SimResult *res;
 	int world;
 	Rk *rk;
