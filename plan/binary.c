@@ -11,6 +11,9 @@
  * varints are minimal), so binary -> plan -> binary gives back the same bytes. */
 #include "binary_int.h"
 
+#include "par.h"
+#include "par_out.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -216,7 +219,7 @@ static void put_op(Bw *w, BinCtx *c, const PlanOp *op, int32_t line)
  * also tells that its unused fields are the empty op's, as the prediction's are; anything
  * else takes put_op.  The slot's previous op is not stored: but for the microbatch and
  * group, which BinCtx keeps apart, it is the prediction already. */
-static void put_rank_ops(Bw *w, const PlanRank *rk)
+__attribute__((always_inline)) static inline void put_rank_ops(Bw *w, const PlanRank *rk)
 {
 	_Static_assert(sizeof(PlanOp) == 4 + 5 * 4 + 8, "PlanOp has no padding to compare");
 	BinCtx c;
@@ -244,6 +247,74 @@ static void put_rank_ops(Bw *w, const PlanRank *rk)
 		}
 		put_op(w, &c, o, line);
 	}
+}
+
+/* ---- the ranks on worker threads (plan_threads > 1) ---- */
+
+/* A piece is whole ranks, this many ops or more (one rank may be more); about a byte an
+ * op in a large plan.  A worker holds BIN_BATCH pieces at a time, the writer two batches. */
+#define BIN_PIECE_OPS (1 << 16)
+#define BIN_BATCH 4
+
+typedef struct {
+	const Plan *p;
+	Bw *w;        // the caller's
+	Bw *wk;       // one per worker: its bytes go to the piece's memory
+	PlanPos *cut; // the pieces
+} BinPar;
+
+/* Each rank's count and ops, from rank a up to b. */
+static void put_ranks(Bw *w, const Plan *p, int a, int b)
+{
+	for (int r = a; r < b; r++) {
+		const PlanRank *rk = &p->ranks[r];
+		unsigned char v[10];
+		bw_bytes(w, v, (size_t)(put_varint(v, (uint64_t)rk->nops) - v));
+		put_rank_ops(w, rk);
+	}
+}
+
+static int bin_piece(void *arg, int64_t i, int wi, FILE *mem)
+{
+	BinPar *bp = arg;
+	Bw *w = &bp->wk[wi];
+	w->f = mem;
+	w->n = 0;
+	w->err = 0;
+	put_ranks(w, bp->p, bp->cut[i].rank, bp->cut[i + 1].rank);
+	bw_flush(w); // hashed too, uselessly: the caller hashes it in its place
+	return w->err;
+}
+
+static void bin_emit(void *arg, int64_t i, const char *s, size_t n)
+{
+	BinPar *bp = arg;
+	if (s)
+		bw_bytes(bp->w, s, n);
+	else
+		put_ranks(bp->w, bp->p, bp->cut[i].rank, bp->cut[i + 1].rank);
+}
+
+/* Every rank's ops, coded by the workers and written in order by the calling thread;
+ * 0 when that cannot start (out of memory, or too few ops to share). */
+static int put_ranks_par(Bw *w, const Plan *p)
+{
+	int64_t n, ops = plan_total_ops(p) / (plan_threads * 8);
+	BinPar bp = {.p = p, .w = w};
+	bp.cut = par_cut(p, ops < 1 ? 1 : ops > BIN_PIECE_OPS ? BIN_PIECE_OPS : ops, 0, &n);
+	int nw = bp.cut ? par_workers(n) : 1;
+	int ok = nw > 1 && (bp.wk = calloc((size_t)nw, sizeof *bp.wk)) != NULL;
+	for (int k = 0; ok && k < nw; k++) {
+		plan_hash_init(&bp.wk[k].h, PLAN_SUM_LANES4);
+		ok &= (bp.wk[k].buf = malloc(BW_BUF)) != NULL;
+	}
+	if (ok)
+		par_ordered(n, BIN_BATCH, bin_piece, bin_emit, &bp);
+	for (int k = 0; bp.wk && k < nw; k++)
+		free(bp.wk[k].buf);
+	free(bp.wk);
+	free(bp.cut);
+	return ok;
 }
 
 /* The text part: p's text form with every op list left out. */
@@ -288,12 +359,13 @@ int plan_write_binary(const Plan *p, FILE *f)
 	bw_le(&w, tlen, 8);
 	bw_bytes(&w, text, tlen);
 	free(text);
-	for (int r = 0; r < p->world; r++) {
-		const PlanRank *rk = &p->ranks[r];
-		unsigned char v[10];
-		bw_bytes(&w, v, (size_t)(put_varint(v, (uint64_t)rk->nops) - v));
-		put_rank_ops(&w, rk);
-	}
+	if (plan_threads < 2 || !put_ranks_par(&w, p))
+		for (int r = 0; r < p->world; r++) {
+			const PlanRank *rk = &p->ranks[r];
+			unsigned char v[10];
+			bw_bytes(&w, v, (size_t)(put_varint(v, (uint64_t)rk->nops) - v));
+			put_rank_ops(&w, rk);
+		}
 	bw_flush(&w);
 	bw_le(&w, plan_hash_final(&w.h), 8);
 	if (w.n && fwrite(w.buf, 1, w.n, f) != w.n) // the checksum itself is not hashed
