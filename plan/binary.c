@@ -299,7 +299,9 @@ static void bin_emit(void *arg, int64_t i, const char *s, size_t n)
  * 0 when that cannot start (out of memory, or too few ops to share). */
 static int put_ranks_par(Bw *w, const Plan *p)
 {
-	int64_t n, ops = plan_total_ops(p) / (plan_threads * 8);
+	int64_t n, total = plan_total_ops(p), ops = total / (plan_threads * 8);
+	if (!total)
+		return 0;
 	BinPar bp = {.p = p, .w = w};
 	bp.cut = par_cut(p, ops < 1 ? 1 : ops > BIN_PIECE_OPS ? BIN_PIECE_OPS : ops, 0, &n);
 	int nw = bp.cut ? par_workers(n) : 1;

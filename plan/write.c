@@ -371,7 +371,9 @@ static void text_emit(void *arg, int64_t i, const char *s, size_t n)
  * thread; 0 when that cannot start (out of memory, or too few ops to share). */
 static int put_ranks_par(Out *o, const Plan *p)
 {
-	int64_t n, ops = plan_total_ops(p) / (plan_threads * 8);
+	int64_t n, total = plan_total_ops(p), ops = total / (plan_threads * 8);
+	if (!total)
+		return 0; // the binary form's text part: a few lines a rank
 	TextPar tp = {.p = p, .o = o};
 	tp.cut = par_cut(p, ops < 1 ? 1 : ops > WRITE_PIECE_OPS ? WRITE_PIECE_OPS : ops, 1, &n);
 	int nw = tp.cut ? par_workers(n) : 1;
