@@ -361,6 +361,8 @@ int plan_write_binary(const Plan *p, FILE *f)
 	bw_le(&w, tlen, 8);
 	bw_bytes(&w, text, tlen);
 	free(text);
+	/* One thread: put_ranks' loop, written out here with put_rank_ops inlined (calling
+	 * put_ranks instead took 88 M instructions, not 76 M, for pp=128 m=1024's 0.8 M ops). */
 	if (plan_threads < 2 || !put_ranks_par(&w, p))
 		for (int r = 0; r < p->world; r++) {
 			const PlanRank *rk = &p->ranks[r];
