@@ -259,9 +259,14 @@ __attribute__((always_inline)) static inline void put_rank_ops(Bw *w, const Plan
 typedef struct {
 	const Plan *p;
 	Bw *w;        // the caller's
-	Bw *wk;       // one per worker: its bytes go to the piece's memory
 	PlanPos *cut; // the pieces
 } BinPar;
+
+/* A piece's slot: its Bw, then the Bw's buffer. */
+typedef struct {
+	Bw w;
+	unsigned char buf[BW_BUF];
+} BinSlot;
 
 /* Each rank's count and ops, from rank a up to b. */
 static void put_ranks(Bw *w, const Plan *p, int a, int b)
@@ -274,25 +279,29 @@ static void put_ranks(Bw *w, const Plan *p, int a, int b)
 	}
 }
 
-static int bin_piece(void *arg, int64_t i, int wi, FILE *mem)
+/* Piece i into the slot's buffer, to spill when full (hashed there too, uselessly: the
+ * caller hashes every byte in its place). */
+static int bin_piece(void *arg, int64_t i, int wi, void *slot, FILE *spill)
 {
+	(void)wi;
 	BinPar *bp = arg;
-	Bw *w = &bp->wk[wi];
-	w->f = mem;
-	w->n = 0;
-	w->err = 0;
-	put_ranks(w, bp->p, bp->cut[i].rank, bp->cut[i + 1].rank);
-	bw_flush(w); // hashed too, uselessly: the caller hashes it in its place
-	return w->err;
+	BinSlot *s = slot;
+	s->w = (Bw){.f = spill, .buf = s->buf};
+	plan_hash_init(&s->w.h, PLAN_SUM_LANES4);
+	put_ranks(&s->w, bp->p, bp->cut[i].rank, bp->cut[i + 1].rank);
+	return s->w.err;
 }
 
-static void bin_emit(void *arg, int64_t i, const char *s, size_t n)
+static void bin_emit(void *arg, int64_t i, void *slot, const char *spill, size_t n)
 {
 	BinPar *bp = arg;
-	if (s)
-		bw_bytes(bp->w, s, n);
-	else
+	const BinSlot *s = slot;
+	if (!s) {
 		put_ranks(bp->w, bp->p, bp->cut[i].rank, bp->cut[i + 1].rank);
+		return;
+	}
+	bw_bytes(bp->w, spill, n);
+	bw_bytes(bp->w, s->buf, s->w.n);
 }
 
 /* Every rank's ops, coded by the workers and written in order by the calling thread;
@@ -304,19 +313,13 @@ static int put_ranks_par(Bw *w, const Plan *p)
 		return 0;
 	BinPar bp = {.p = p, .w = w};
 	bp.cut = par_cut(p, ops < 1 ? 1 : ops > BIN_PIECE_OPS ? BIN_PIECE_OPS : ops, 0, &n);
-	int nw = bp.cut ? par_workers(n) : 1;
-	int ok = nw > 1 && (bp.wk = calloc((size_t)nw, sizeof *bp.wk)) != NULL;
-	for (int k = 0; ok && k < nw; k++) {
-		plan_hash_init(&bp.wk[k].h, PLAN_SUM_LANES4);
-		ok &= (bp.wk[k].buf = malloc(BW_BUF)) != NULL;
+	if (!bp.cut || par_workers(n) < 2) {
+		free(bp.cut);
+		return 0;
 	}
-	if (ok)
-		par_ordered(n, BIN_BATCH, bin_piece, bin_emit, &bp);
-	for (int k = 0; bp.wk && k < nw; k++)
-		free(bp.wk[k].buf);
-	free(bp.wk);
+	par_ordered(n, BIN_BATCH, sizeof(BinSlot), bin_piece, bin_emit, &bp);
 	free(bp.cut);
-	return ok;
+	return 1;
 }
 
 /* The text part: p's text form with every op list left out. */

@@ -1,8 +1,10 @@
 /* Ordered output from worker threads (par_out.h).  Pieces are formatted a batch at a
- * time by par_for, each into its own memory stream; the batch before is written out
- * meanwhile by worker 0, which is the calling thread, before it takes its first piece
- * (or after the pass, when the other workers took them all).  Only the calling thread
- * writes, so a write error leaves its errno where the caller reads it, as on one thread. */
+ * time by par_for, each into a slot of its own (the writer's buffer, and a memory stream
+ * for what overflows it); the batch before is written out meanwhile by worker 0, which
+ * is the calling thread, before it takes its first piece (or after the pass, when the
+ * other workers took them all).  Only the calling thread writes, so a write error leaves
+ * its errno where the caller reads it, as on one thread.  Slots keep their memory from
+ * batch to batch: after the first two batches a piece allocates nothing. */
 #include "par_out.h"
 
 #include "par.h"
@@ -58,9 +60,10 @@ PlanPos *par_cut(const Plan *p, int64_t ops, int split, int64_t *n)
 }
 
 typedef struct {
-	char *s;   // the piece's bytes, s[0, n); the buffer is kept for the slot's next piece
+	void *mem; // the writer's buffer, kept for the slot's next piece
+	char *s;   // what the piece spilled, s[0, n); its memory kept too
 	size_t n, cap;
-	int ok;    // s holds the piece
+	int ok;    // mem and s hold the piece
 	FILE *f;   // writes to s, unbuffered (the writers buffer), opened once per slot
 } Piece;
 
@@ -68,6 +71,7 @@ typedef struct {
 	ParPieceFn piece;
 	ParEmitFn emit;
 	void *arg;
+	size_t slot_size;
 	Piece *slot[2];    // two batches' pieces: the one being formatted, the one before
 	int64_t first[2];  // each batch's first piece
 	int64_t count[2];
@@ -75,7 +79,7 @@ typedef struct {
 	int pending;       // the other one is still to write
 } Ordered;
 
-static ssize_t piece_write(void *cookie, const char *s, size_t n)
+static ssize_t spill_write(void *cookie, const char *s, size_t n)
 {
 	Piece *pc = cookie;
 	if (n > pc->cap - pc->n) {
@@ -101,7 +105,7 @@ static void drain(Ordered *o)
 	int b = !o->cur;
 	for (int64_t k = 0; k < o->count[b]; k++) {
 		Piece *pc = &o->slot[b][k];
-		o->emit(o->arg, o->first[b] + k, pc->ok ? pc->s : NULL, pc->n);
+		o->emit(o->arg, o->first[b] + k, pc->ok ? pc->mem : NULL, pc->s, pc->n);
 		pc->n = 0;
 		pc->ok = 0;
 	}
@@ -114,12 +118,14 @@ static int run_piece(void *arg, int64_t k, int w)
 	if (w == 0)
 		drain(o);
 	Piece *pc = &o->slot[o->cur][k];
+	if (!pc->mem && !(pc->mem = malloc(o->slot_size)))
+		return 1; // out of memory: this piece and those not started go to emit
 	if (!pc->f) {
-		pc->f = fopencookie(pc, "w", (cookie_io_functions_t){.write = piece_write});
+		pc->f = fopencookie(pc, "w", (cookie_io_functions_t){.write = spill_write});
 		if (!pc->f || setvbuf(pc->f, NULL, _IONBF, 0))
-			return 1; // out of memory: this piece and those not started go to emit
+			return 1;
 	}
-	int bad = o->piece(o->arg, o->first[o->cur] + k, w, pc->f);
+	int bad = o->piece(o->arg, o->first[o->cur] + k, w, pc->mem, pc->f);
 	bad |= fflush(pc->f) != 0 || ferror(pc->f);
 	clearerr(pc->f);
 	pc->ok = !bad;
@@ -132,19 +138,21 @@ static void free_slots(Piece *s, int64_t n)
 		if (s[k].f)
 			fclose(s[k].f);
 		free(s[k].s);
+		free(s[k].mem);
 	}
 	free(s);
 }
 
-void par_ordered(int64_t n, int batch, ParPieceFn piece, ParEmitFn emit, void *arg)
+void par_ordered(int64_t n, int batch, size_t slot_size, ParPieceFn piece, ParEmitFn emit,
+                 void *arg)
 {
 	int64_t size = (int64_t)par_workers(n) * batch;
-	Ordered o = {.piece = piece, .emit = emit, .arg = arg};
+	Ordered o = {.piece = piece, .emit = emit, .arg = arg, .slot_size = slot_size};
 	o.slot[0] = calloc((size_t)size, sizeof(Piece));
 	o.slot[1] = calloc((size_t)size, sizeof(Piece));
 	if (!o.slot[0] || !o.slot[1]) { // out of memory: the calling thread does it all
 		for (int64_t i = 0; i < n; i++)
-			emit(arg, i, NULL, 0);
+			emit(arg, i, NULL, NULL, 0);
 		n = 0;
 	}
 	for (int64_t at = 0; at < n; at += size) {

@@ -21,17 +21,21 @@ typedef struct {
  * starts, *n pieces, cut[*n] = {world, 0} closing the last; NULL when out of memory. */
 PlanPos *par_cut(const Plan *p, int64_t ops, int split, int64_t *n);
 
-/* Formats piece i on worker w into mem; 0 when it did. */
-typedef int (*ParPieceFn)(void *arg, int64_t i, int w, FILE *mem);
+/* Formats piece i on worker w into slot, the writer's own output buffer (uninitialized
+ * the first time, else as the slot's last piece left it), and what does not fit in it
+ * into spill; 0 when it did. */
+typedef int (*ParPieceFn)(void *arg, int64_t i, int w, void *slot, FILE *spill);
 
-/* Writes piece i on the calling thread: its n bytes s, or, when s is NULL (its worker
- * could not format it), formats it there itself. */
-typedef void (*ParEmitFn)(void *arg, int64_t i, const char *s, size_t n);
+/* Writes piece i on the calling thread: the n bytes spilled, then what slot holds; or,
+ * when slot is NULL (its worker could not format it), formats it there itself. */
+typedef void (*ParEmitFn)(void *arg, int64_t i, void *slot, const char *spill, size_t n);
 
-/* Pieces [0, n) on par_workers(n) workers, `batch` pieces a worker at a time: emit sees
- * every piece once, in increasing order, on the calling thread, which writes one batch
- * while the workers format the next (so two batches are held at most).  Out of memory
- * anywhere, the pieces concerned go to emit as NULL. */
-void par_ordered(int64_t n, int batch, ParPieceFn piece, ParEmitFn emit, void *arg);
+/* Pieces [0, n) on par_workers(n) workers, `batch` pieces a worker at a time, each in a
+ * slot of slot_size bytes: emit sees every piece once, in increasing order, on the
+ * calling thread, which writes one batch while the workers format the next (so two
+ * batches of slots are held).  Out of memory anywhere, the pieces concerned go to emit
+ * as NULL. */
+void par_ordered(int64_t n, int batch, size_t slot_size, ParPieceFn piece, ParEmitFn emit,
+                 void *arg);
 
 #endif

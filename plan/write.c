@@ -315,15 +315,15 @@ static void put_rank_head(Out *o, const Plan *p, int r)
 
 /* ---- the ranks on worker threads (plan_threads > 1) ---- */
 
-/* A piece takes at most this many ops' lines: about 700 KB of text; a worker holds
- * WRITE_BATCH pieces at a time, and the writer two batches. */
+/* A piece takes at most this many ops' lines: about 700 KB of text, which fits its
+ * slot's Out (more spills to memory); a worker holds WRITE_BATCH pieces at a time, and
+ * the writer two batches. */
 #define WRITE_PIECE_OPS (1 << 14)
 #define WRITE_BATCH 4
 
 typedef struct {
 	const Plan *p;
 	Out *o;       // the caller's
-	Out *wk;      // one per worker: its lines go to the piece's memory
 	PlanPos *cut; // the pieces
 } TextPar;
 
@@ -340,31 +340,46 @@ static void put_ranks(Out *o, const Plan *p, PlanPos a, PlanPos b)
 	}
 }
 
-static int text_piece(void *arg, int64_t i, int w, FILE *mem)
+/* Piece i into the slot's Out, which writes the text only (no hash), to spill when full. */
+static int text_piece(void *arg, int64_t i, int w, void *slot, FILE *spill)
 {
+	(void)w;
 	TextPar *tp = arg;
-	Out *o = &tp->wk[w];
-	o->f = mem;
+	Out *o = slot;
+	o->f = spill;
 	o->n = o->hashed = 0;
 	o->err = 0;
+	o->hashing = 0;
+	o->emit = 1;
+	o->mul = tp->o->mul;
+	memcpy(o->name, tp->o->name, sizeof o->name);
+	memcpy(o->name_len, tp->o->name_len, sizeof o->name_len);
 	put_ranks(o, tp->p, tp->cut[i], tp->cut[i + 1]);
-	flush(o);
 	return o->err;
 }
 
-static void text_emit(void *arg, int64_t i, const char *s, size_t n)
+/* s[0, n) after what o holds, hashed and written as flush would. */
+static void put_block(Out *o, const char *s, size_t n)
 {
-	TextPar *tp = arg;
-	Out *o = tp->o;
-	if (!s) {
-		put_ranks(o, tp->p, tp->cut[i], tp->cut[i + 1]);
+	if (!n)
 		return;
-	}
-	flush(o); // what came before, then the piece as it is
+	flush(o);
 	if (o->hashing)
 		hash(o, s, n);
-	if (o->emit && n && fwrite(s, 1, n, o->f) != n)
+	if (o->emit && fwrite(s, 1, n, o->f) != n)
 		o->err = 1;
+}
+
+static void text_emit(void *arg, int64_t i, void *slot, const char *spill, size_t n)
+{
+	TextPar *tp = arg;
+	if (!slot) {
+		put_ranks(tp->o, tp->p, tp->cut[i], tp->cut[i + 1]);
+		return;
+	}
+	const Out *w = slot;
+	put_block(tp->o, spill, n);
+	put_block(tp->o, w->buf, w->n);
 }
 
 /* Every rank's lines, formatted by the workers and written in order by the calling
@@ -376,21 +391,11 @@ static int put_ranks_par(Out *o, const Plan *p)
 		return 0; // the binary form's text part: a few lines a rank
 	TextPar tp = {.p = p, .o = o};
 	tp.cut = par_cut(p, ops < 1 ? 1 : ops > WRITE_PIECE_OPS ? WRITE_PIECE_OPS : ops, 1, &n);
-	int nw = tp.cut ? par_workers(n) : 1;
-	tp.wk = nw > 1 ? malloc((size_t)nw * sizeof *tp.wk) : NULL;
-	if (!tp.wk) {
+	if (!tp.cut || par_workers(n) < 2) {
 		free(tp.cut);
 		return 0;
 	}
-	for (int w = 0; w < nw; w++) {
-		memcpy(tp.wk[w].name, o->name, sizeof o->name);
-		memcpy(tp.wk[w].name_len, o->name_len, sizeof o->name_len);
-		tp.wk[w].mul = o->mul;
-		tp.wk[w].hashing = 0;
-		tp.wk[w].emit = 1;
-	}
-	par_ordered(n, WRITE_BATCH, text_piece, text_emit, &tp);
-	free(tp.wk);
+	par_ordered(n, WRITE_BATCH, sizeof(Out), text_piece, text_emit, &tp);
 	free(tp.cut);
 	return 1;
 }

@@ -201,26 +201,32 @@ typedef struct {
 	int64_t nulls;  // pieces emit got as NULL
 } Order;
 
-static int order_piece(void *arg, int64_t i, int w, FILE *mem)
+/* Piece i is "piece I\n": odd pieces spill their first word, even ones hold it all in
+ * their slot (a char[32]). */
+static int order_piece(void *arg, int64_t i, int w, void *slot, FILE *spill)
 {
 	Order *o = arg;
 	(void)w;
-	fprintf(mem, "piece %lld\n", (long long)i);
+	if (i % 2)
+		fputs("piece", spill);
+	snprintf(slot, 32, "%s %lld\n", i % 2 ? "" : "piece", (long long)i);
 	return i == o->fail;
 }
 
-static void order_emit(void *arg, int64_t i, const char *s, size_t n)
+static void order_emit(void *arg, int64_t i, void *slot, const char *spill, size_t n)
 {
 	Order *o = arg;
 	assert_true(pthread_equal(pthread_self(), o->caller));
 	assert_int_equal(i, o->next++);
-	if (!s) {
+	if (!slot) {
 		o->nulls++;
 		return;
 	}
-	char want[64];
-	int k = snprintf(want, sizeof want, "piece %lld\n", (long long)i);
-	assert_true(n == (size_t)k && !memcmp(s, want, n));
+	char want[64], got[64];
+	snprintf(want, sizeof want, "piece %lld\n", (long long)i);
+	assert_true(n < 32);
+	snprintf(got, sizeof got, "%.*s%s", (int)n, spill ? spill : "", (const char *)slot);
+	assert_string_equal(got, want);
 }
 
 static void write_par__ordered__every_piece_in_order_on_the_caller(void **state)
@@ -229,7 +235,7 @@ static void write_par__ordered__every_piece_in_order_on_the_caller(void **state)
 	for (int64_t fail = -1; fail < 40; fail += 7) {
 		Order o = {.caller = pthread_self(), .fail = fail};
 		plan_threads = 3;
-		par_ordered(100, 2, order_piece, order_emit, &o);
+		par_ordered(100, 2, 32, order_piece, order_emit, &o);
 		plan_threads = 1;
 		assert_int_equal(o.next, 100);
 		if (fail < 0)
