@@ -5,6 +5,9 @@
  * line, fixed in length, goes into its place last); into a pipe twice. */
 #include "plan.h"
 
+#include "par.h"
+#include "par_out.h"
+
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -295,6 +298,108 @@ static void put_optim(Out *o, const PlanOptim *op)
 	put(o, "\n");
 }
 
+/* Rank r's own lines: `rank`, then its peers. */
+static void put_rank_head(Out *o, const Plan *p, int r)
+{
+	const PlanRank *rk = &p->ranks[r];
+	putf(o, "rank %d pp=%d dp=%d tp=%d device=%d peers=%d ops=%" PRId64 "\n", r * o->mul,
+	     rk->coord[DIM_PP], rk->coord[DIM_DP], rk->coord[DIM_TP], rk->device, rk->npeers,
+	     rk->nops);
+	for (int i = 0; i < rk->npeers; i++) {
+		const PlanPeer *pe = &rk->peers[i];
+		putf(o, "peer s=%d %s e=%d s=%d rank=%d %s\n", pe->stage, pe->in ? "in" : "out",
+		     pe->edge, pe->peer_stage, pe->peer_rank * o->mul,
+		     plan_peer_names[pe->local < PEER_COUNT ? pe->local : 0]);
+	}
+}
+
+/* ---- the ranks on worker threads (plan_threads > 1) ---- */
+
+/* A piece takes at most this many ops' lines: about 700 KB of text, which fits its
+ * slot's Out (more spills to memory); a worker holds WRITE_BATCH pieces at a time, and
+ * the writer two batches. */
+#define WRITE_PIECE_OPS (1 << 14)
+#define WRITE_BATCH 4
+
+typedef struct {
+	const Plan *p;
+	Out *o;       // the caller's
+	PlanPos *cut; // the pieces
+} TextPar;
+
+/* The lines of the ranks from position a up to b. */
+static void put_ranks(Out *o, const Plan *p, PlanPos a, PlanPos b)
+{
+	for (int r = a.rank; r < b.rank || (r == b.rank && b.op > 0); r++) {
+		const PlanRank *rk = &p->ranks[r];
+		int64_t i = r == a.rank ? a.op : 0, end = r == b.rank ? b.op : rk->nops;
+		if (i == 0)
+			put_rank_head(o, p, r);
+		for (; i < end; i++)
+			put_op(o, &rk->ops[i], rk->lines ? rk->lines[i] : 0);
+	}
+}
+
+/* Piece i into the slot's Out, which writes the text only (no hash), to spill when full. */
+static int text_piece(void *arg, int64_t i, int w, void *slot, FILE *spill)
+{
+	(void)w;
+	TextPar *tp = arg;
+	Out *o = slot;
+	o->f = spill;
+	o->n = o->hashed = 0;
+	o->err = 0;
+	o->hashing = 0;
+	o->emit = 1;
+	o->mul = tp->o->mul;
+	memcpy(o->name, tp->o->name, sizeof o->name);
+	memcpy(o->name_len, tp->o->name_len, sizeof o->name_len);
+	put_ranks(o, tp->p, tp->cut[i], tp->cut[i + 1]);
+	return o->err;
+}
+
+/* s[0, n) after what o holds, hashed and written as flush would. */
+static void put_block(Out *o, const char *s, size_t n)
+{
+	if (!n)
+		return;
+	flush(o);
+	if (o->hashing)
+		hash(o, s, n);
+	if (o->emit && fwrite(s, 1, n, o->f) != n)
+		o->err = 1;
+}
+
+static void text_emit(void *arg, int64_t i, void *slot, const char *spill, size_t n)
+{
+	TextPar *tp = arg;
+	if (!slot) {
+		put_ranks(tp->o, tp->p, tp->cut[i], tp->cut[i + 1]);
+		return;
+	}
+	const Out *w = slot;
+	put_block(tp->o, spill, n);
+	put_block(tp->o, w->buf, w->n);
+}
+
+/* Every rank's lines, formatted by the workers and written in order by the calling
+ * thread; 0 when that cannot start (out of memory, or too few ops to share). */
+static int put_ranks_par(Out *o, const Plan *p)
+{
+	int64_t n, total = plan_total_ops(p), ops = total / (plan_threads * 8);
+	if (!total)
+		return 0; // the binary form's text part: a few lines a rank
+	TextPar tp = {.p = p, .o = o};
+	tp.cut = par_cut(p, ops < 1 ? 1 : ops > WRITE_PIECE_OPS ? WRITE_PIECE_OPS : ops, 1, &n);
+	if (!tp.cut || par_workers(n) < 2) {
+		free(tp.cut);
+		return 0;
+	}
+	par_ordered(n, WRITE_BATCH, sizeof(Out), text_piece, text_emit, &tp);
+	free(tp.cut);
+	return 1;
+}
+
 static void write_body(Out *o, const Plan *p)
 {
 	putf(o, "pipeline %s\n", p->name);
@@ -359,19 +464,8 @@ static void write_body(Out *o, const Plan *p)
 		put(o, "\n");
 	}
 
-	for (int r = 0; r < p->world; r++) {
-		const PlanRank *rk = &p->ranks[r];
-		putf(o, "rank %d pp=%d dp=%d tp=%d device=%d peers=%d ops=%" PRId64 "\n", r * o->mul,
-		     rk->coord[DIM_PP], rk->coord[DIM_DP], rk->coord[DIM_TP], rk->device, rk->npeers,
-		     rk->nops);
-		for (int i = 0; i < rk->npeers; i++) {
-			const PlanPeer *pe = &rk->peers[i];
-			putf(o, "peer s=%d %s e=%d s=%d rank=%d %s\n", pe->stage, pe->in ? "in" : "out",
-			     pe->edge, pe->peer_stage, pe->peer_rank * o->mul, plan_peer_names[pe->local < PEER_COUNT ? pe->local : 0]);
-		}
-		for (int64_t i = 0; i < rk->nops; i++)
-			put_op(o, &rk->ops[i], rk->lines ? rk->lines[i] : 0);
-	}
+	if (plan_threads < 2 || !put_ranks_par(o, p))
+		put_ranks(o, p, (PlanPos){0, 0}, (PlanPos){p->world, 0});
 	put(o, "end\n");
 	flush(o);
 }

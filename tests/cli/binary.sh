@@ -3,7 +3,8 @@
 # writes it, pipesim and piperun read it with no flag and say what they say on the
 # text; pipecc given a plan converts it, text -> binary -> text and binary -> text ->
 # binary byte for byte on every example (line and expanded) and test plan; a damaged
-# binary plan is refused at a byte, with exit 1; wrong combinations are usage errors.
+# binary plan is refused at a byte, with exit 1; wrong combinations are usage errors;
+# --threads N writes the bytes one thread does.
 : "${BIN:=bin}"
 TOOL=binary
 . tests/lib/cli.sh
@@ -112,6 +113,30 @@ wait
 cat "$dir/tiny.bin" >"$dir/fifo" &
 t "a binary plan from a named pipe converts" 0 timeout 60 "$BIN/pipecc" "$dir/fifo" -o "$dir/fifo2.plan"
 wait
+# --threads N: the writers format ranks on N workers; the bytes are one thread's, in
+# either form, into a file or a pipe, and a failed write says what it says on one.
+for b in tiny interleaved llama2-7b-tp zbv-selfsend; do
+	for fmt in text binary; do
+		why=""
+		"$BIN/pipecc" --plan-format=$fmt "examples/$b.pipe" -o "$dir/one" || why="1 thread failed"
+		"$BIN/pipecc" --threads 3 --plan-format=$fmt "examples/$b.pipe" -o "$dir/three" || why="$why; 3 threads failed"
+		cmp -s "$dir/one" "$dir/three" || why="$why; the file differs"
+		"$BIN/pipecc" --threads 3 --plan-format=$fmt "examples/$b.pipe" -o - | cmp -s - "$dir/one" || why="$why; standard output differs"
+		"$BIN/pipecc" --threads 2 --expand --plan-format=$fmt "examples/$b.pipe" -o "$dir/three" &&
+			"$BIN/pipecc" --expand --plan-format=$fmt "examples/$b.pipe" -o "$dir/one" &&
+			cmp -s "$dir/one" "$dir/three" || why="$why; --expand differs"
+		check "--threads 3 --plan-format=$fmt $b: one thread's bytes" "$([ -z "$why" ]; echo $?)" "$why"
+	done
+done
+for fmt in text binary; do
+	"$BIN/pipecc" --plan-format=$fmt examples/llama2-7b-tp.pipe -o /dev/full 2>"$dir/err1"
+	rc1=$?
+	"$BIN/pipecc" --threads 3 --plan-format=$fmt examples/llama2-7b-tp.pipe -o /dev/full 2>"$dir/err3"
+	rc3=$?
+	[ "$rc1" -eq 1 ] && [ "$rc3" -eq 1 ] && cmp -s "$dir/err1" "$dir/err3" && grep -q "No space left" "$dir/err3"
+	check "--threads 3 --plan-format=$fmt to /dev/full: one thread's error" $? "exit $rc1 and $rc3: $(cat "$dir/err3")"
+done
+
 t "--help names the flag" 0 "$BIN/pipecc" --help
 has "... --plan-format" "$dir/out" "--plan-format FORMAT"
 

@@ -1,0 +1,41 @@
+/* Ordered output from worker threads (par.h): a writer cuts its plan into pieces, the
+ * workers format pieces into memory, and the calling thread writes them out in order,
+ * so the bytes, their checksum and any write error are exactly the one-thread writer's
+ * (docs/architecture.md, "Threads"). */
+#ifndef PLAN_PAR_OUT_H
+#define PLAN_PAR_OUT_H
+
+#include "plan.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+/* Where a piece starts: op `op` of rank `rank` (op 0: the rank's own lines too). */
+typedef struct {
+	int32_t rank;
+	int64_t op;
+} PlanPos;
+
+/* Cuts p's ranks into pieces of about `ops` ops each (a rank's own lines count one and
+ * one per peer), inside a rank when `split`, else only between ranks.  Returns the
+ * starts, *n pieces, cut[*n] = {world, 0} closing the last; NULL when out of memory. */
+PlanPos *par_cut(const Plan *p, int64_t ops, int split, int64_t *n);
+
+/* Formats piece i on worker w into slot, the writer's own output buffer (uninitialized
+ * the first time, else as the slot's last piece left it), and what does not fit in it
+ * into spill; 0 when it did. */
+typedef int (*ParPieceFn)(void *arg, int64_t i, int w, void *slot, FILE *spill);
+
+/* Writes piece i on the calling thread: the n bytes spilled, then what slot holds; or,
+ * when slot is NULL (its worker could not format it), formats it there itself. */
+typedef void (*ParEmitFn)(void *arg, int64_t i, void *slot, const char *spill, size_t n);
+
+/* Pieces [0, n) on par_workers(n) workers, `batch` pieces a worker at a time, each in a
+ * slot of slot_size bytes: emit sees every piece once, in increasing order, on the
+ * calling thread, which writes one batch while the workers format the next (so two
+ * batches of slots are held).  Out of memory anywhere, the pieces concerned go to emit
+ * as NULL. */
+void par_ordered(int64_t n, int batch, size_t slot_size, ParPieceFn piece, ParEmitFn emit,
+                 void *arg);
+
+#endif
