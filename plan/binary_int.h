@@ -74,6 +74,11 @@ static inline void plan_bin_commit(BinCtx *c, const PlanOp *o, int32_t line)
 	c->seen |= 1u << s;
 }
 
+/* How many times a read on worker threads (plan_threads > 1) failed and the file was
+ * read again on one thread: for the tests, which check that good plans need no second
+ * read and that damaged ones are reported by the one-thread reader. */
+extern int64_t plan_bin_par_retries;
+
 /* The text part of p's binary form: its text with every op list left out (malloc'd,
  * *len bytes); NULL when out of memory. */
 char *plan_bin_text(const Plan *p, size_t *len);
