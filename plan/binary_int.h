@@ -74,10 +74,12 @@ static inline void plan_bin_commit(BinCtx *c, const PlanOp *o, int32_t line)
 	c->seen |= 1u << s;
 }
 
-/* How many times a read on worker threads (plan_threads > 1) failed and the file was
- * read again on one thread: for the tests, which check that good plans need no second
- * read and that damaged ones are reported by the one-thread reader. */
-extern int64_t plan_bin_par_retries;
+/* The binary plan in f (its first byte not yet read) with its ranks' ops decoded on
+ * plan_threads workers, what plan_read_binary_as tries first when plan_threads > 1:
+ * 1 with *out, 0 when f is not a regular file read from its start (nothing was read),
+ * -1 when the attempt failed, reporting nothing (the caller then reads f again from
+ * its start on one thread).  binary_read.c; public for the tests. */
+int plan_bin_read_par(FILE *f, const char *name, unsigned keep, Plan **out);
 
 /* The text part of p's binary form: its text with every op list left out (malloc'd,
  * *len bytes); NULL when out of memory. */

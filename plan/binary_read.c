@@ -17,8 +17,6 @@
 
 #define BR_BLOCK (1 << 20)
 
-int64_t plan_bin_par_retries;
-
 typedef struct {
 	FILE *f;
 	unsigned char *blk;
@@ -482,7 +480,9 @@ static int br_open(Br *r, FILE *f, const char *name, unsigned keep, PlanError *e
  * The attempt reports no error: on anything at all (a bad coding, a value out of
  * range, a truncation, a checksum mismatch, out of memory) it is thrown away and the
  * sequential reader runs from the file's start, so an error is reported exactly as
- * with one thread (byte offsets and messages alike). */
+ * with one thread (byte offsets and messages alike): threads cannot change what a bad
+ * file gets, only how fast a good one is read, into the same Plan (exact-size arrays
+ * included, since a known size sizes them by their count either way). */
 typedef struct {
 	int64_t n;         // the rank's ops
 	size_t start, end; // its ops' bytes in the op section, after its count
@@ -583,9 +583,17 @@ static int par_ops(Br *r, Plan *p)
 	return rc ? -1 : 0;
 }
 
-/* The plan read with its ops decoded on the workers: 1 with *out, 0 when f is not a
- * regular file read from its start (nothing was read), -1 when the attempt failed. */
-static int read_par(FILE *f, const char *name, unsigned keep, Plan **out)
+/* What either way of reading does last. */
+static Plan *read_done(Plan *p)
+{
+	/* Its file has no lines: the verifier names ranks, ops and routes instead. */
+	p->routes_line = 0;
+	for (int i = 0; i < p->world; i++)
+		p->ranks[i].line = p->ranks[i].first_line = 0;
+	return p;
+}
+
+int plan_bin_read_par(FILE *f, const char *name, unsigned keep, Plan **out)
 {
 	PlanError e;
 	Br r;
@@ -602,18 +610,8 @@ static int read_par(FILE *f, const char *name, unsigned keep, Plan **out)
 		p = NULL;
 	}
 	free(r.blk);
-	*out = p;
+	*out = p ? read_done(p) : NULL;
 	return p ? 1 : -1;
-}
-
-/* What either way of reading does last. */
-static Plan *read_done(Plan *p)
-{
-	/* Its file has no lines: the verifier names ranks, ops and routes instead. */
-	p->routes_line = 0;
-	for (int i = 0; i < p->world; i++)
-		p->ranks[i].line = p->ranks[i].first_line = 0;
-	return p;
 }
 
 Plan *plan_read_binary(FILE *f, const char *name, PlanError *err)
@@ -625,12 +623,13 @@ Plan *plan_read_binary_as(FILE *f, const char *name, unsigned keep, PlanError *e
 {
 	Plan *p = NULL;
 	if (plan_threads > 1) {
-		int rc = read_par(f, name, keep, &p);
+		int rc = plan_bin_read_par(f, name, keep, &p);
 		if (rc > 0)
-			return read_done(p);
-		plan_bin_par_retries += rc < 0;
+			return p;
 		if (rc < 0 && fseeko(f, 0, SEEK_SET)) { // a regular file: it cannot fail
 			memset(err, 0, sizeof *err);
+			err->rank = -1;
+			err->op = -1;
 			snprintf(err->msg, sizeof err->msg, "cannot go back to the start of the file: %s",
 			         strerror(errno));
 			return NULL;
