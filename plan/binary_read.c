@@ -6,7 +6,9 @@
  * (or, from a pipe, arrays grow as data arrives), so a corrupted count cannot make us
  * allocate much.  The file is read in blocks and hashed as they are used up. */
 #include "binary_int.h"
+#include "par.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -372,22 +374,11 @@ static void fast_ops(Br *r, BinCtx *c, const PlanOpLimits *l, PlanRank *rk)
 	r->pos = (size_t)(p - r->blk);
 }
 
-/* Rank rk's op count and ops. */
-static int read_rank_ops(Br *r, const Plan *p, int rank, const PlanOpLimits *l)
+/* Rank rk's n ops from the cursor (at: where its count starts, for an out-of-memory
+ * error). */
+static int read_ops(Br *r, const Plan *p, int rank, const PlanOpLimits *l, uint64_t n, int64_t at)
 {
 	PlanRank *rk = &p->ranks[rank];
-	have(r, 10);
-	const unsigned char *q = r->blk + r->pos;
-	int64_t at = here(r);
-	uint64_t n;
-	int rc = varint(&q, r->blk + r->len, &n);
-	if (rc)
-		return varint_fail(r, at, rc, "an op count");
-	r->pos = (size_t)(q - r->blk);
-	/* Each op takes a byte at least. */
-	uint64_t left = r->size >= 0 ? (uint64_t)(r->size - here(r)) : (uint64_t)INT64_MAX / 64;
-	if (n > left || n > (uint64_t)INT64_MAX / 64)
-		return fail(r, at, "rank %d: %" PRIu64 " ops do not fit the file", rank, n);
 	free(rk->ops);
 	free(rk->lines);
 	rk->ops = NULL;
@@ -420,6 +411,24 @@ static int read_rank_ops(Br *r, const Plan *p, int rank, const PlanOpLimits *l)
 	return 0;
 }
 
+/* Rank rk's op count and ops. */
+static int read_rank_ops(Br *r, const Plan *p, int rank, const PlanOpLimits *l)
+{
+	have(r, 10);
+	const unsigned char *q = r->blk + r->pos;
+	int64_t at = here(r);
+	uint64_t n;
+	int rc = varint(&q, r->blk + r->len, &n);
+	if (rc)
+		return varint_fail(r, at, rc, "an op count");
+	r->pos = (size_t)(q - r->blk);
+	/* Each op takes a byte at least. */
+	uint64_t left = r->size >= 0 ? (uint64_t)(r->size - here(r)) : (uint64_t)INT64_MAX / 64;
+	if (n > left || n > (uint64_t)INT64_MAX / 64)
+		return fail(r, at, "rank %d: %" PRIu64 " ops do not fit the file", rank, n);
+	return read_ops(r, p, rank, l, n, at);
+}
+
 /* The checksum after the last rank, then the end of the file. */
 static int read_trailer(Br *r)
 {
@@ -440,6 +449,171 @@ static int read_trailer(Br *r)
 	return 0;
 }
 
+/* Opens r over f for a read from the file's start: the size when f is a regular file at
+ * its start, the head table, the checksum, the block.  -1 when out of memory (err says
+ * so). */
+static int br_open(Br *r, FILE *f, const char *name, unsigned keep, PlanError *err)
+{
+	memset(err, 0, sizeof *err);
+	err->rank = -1;
+	err->op = -1;
+	*r = (Br){.f = f, .err = err, .name = name ? name : "<stdin>", .size = -1, .keep = keep};
+	head_table(r->head);
+	struct stat st;
+	int fd = fileno(f);
+	if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ftello(f) == 0)
+		r->size = st.st_size;
+	plan_hash_init(&r->h, PLAN_SUM_LANES4);
+	if (!(r->blk = malloc(BR_BLOCK))) {
+		plan_oom_text(err->msg, sizeof err->msg, 0, BR_BLOCK);
+		return -1;
+	}
+	return 0;
+}
+
+/* The ops on worker threads (plan_threads > 1, a file of known size).  The op section
+ * is read whole; a sequential pass finds where each rank's ops start by skipping them
+ * (an op is its header byte, then when fields follow a mask byte and a varint per bit
+ * set: no value is decoded); then par_for decodes rank after rank, each on its own
+ * copy of the cursor over the shared bytes, with the functions the sequential reader
+ * uses (read_ops: fast_ops, get_op, plan_op_check), while item 0 checks the checksum.
+ * The attempt reports no error: on anything at all (a bad coding, a value out of
+ * range, a truncation, a checksum mismatch, out of memory) it is thrown away and the
+ * sequential reader runs from the file's start, so an error is reported exactly as
+ * with one thread (byte offsets and messages alike): threads cannot change what a bad
+ * file gets, only how fast a good one is read, into the same Plan (exact-size arrays
+ * included, since a known size sizes them by their count either way). */
+typedef struct {
+	int64_t n;         // the rank's ops
+	size_t start, end; // its ops' bytes in the op section, after its count
+} RankSpan;
+
+typedef struct {
+	const Br *r; // the cursor every rank starts from a copy of
+	const Plan *p;
+	const PlanOpLimits *l;
+	const RankSpan *span;
+	PlanHash h; // up to the op section
+	uint64_t want; // the checksum the file says
+} ParRead;
+
+/* The end of n ops from s[at] (the section's len bytes), or 0 when they do not fit. */
+static size_t skip_ops(const unsigned char *s, size_t len, size_t at, uint64_t n)
+{
+	if (n > len - at)
+		return 0; // a byte an op at least
+	for (; n; n--) {
+		if (at == len)
+			return 0;
+		unsigned h = s[at++];
+		if (!(h & BIN_FIELDS_FOLLOW))
+			continue;
+		if (at == len)
+			return 0;
+		for (unsigned mask = s[at++]; mask; mask &= mask - 1) { // a varint per bit
+			while (at < len && (s[at] & 0x80))
+				at++;
+			if (at++ == len)
+				return 0;
+		}
+	}
+	return at;
+}
+
+static int par_item(void *arg, int64_t i, int w)
+{
+	(void)w;
+	const ParRead *pr = arg;
+	if (i == 0) {
+		PlanHash h = pr->h;
+		plan_hash_update(&h, pr->r->blk, pr->r->len - PLAN_BIN_TRAILER);
+		return plan_hash_final(&h) != pr->want;
+	}
+	int rank = (int)(i - 1);
+	const RankSpan *s = &pr->span[rank];
+	Br r = *pr->r;
+	PlanError e;
+	r.err = &e;
+	r.pos = s->start;
+	return read_ops(&r, pr->p, rank, pr->l, (uint64_t)s->n, r.base + (int64_t)s->start) ||
+	       r.pos != s->end;
+}
+
+/* r at the op section of p, a file of r->size bytes: reads it whole and decodes it
+ * on the workers.  0, or -1 on anything (nothing reported). */
+static int par_ops(Br *r, Plan *p)
+{
+	int64_t at0 = here(r);
+	size_t len = (size_t)(r->size - at0), got = r->len - r->pos;
+	unsigned char *sec = malloc(len);
+	RankSpan *span = malloc((size_t)p->world * sizeof *span);
+	if (!sec || !span || got > len) {
+		free(sec);
+		free(span);
+		return -1;
+	}
+	memcpy(sec, r->blk + r->pos, got);
+	int whole = fread(sec + got, 1, len - got, r->f) == len - got && getc(r->f) == EOF;
+	plan_hash_update(&r->h, r->blk + r->hashed, r->pos - r->hashed);
+	ParRead pr = {.r = r, .p = p, .span = span, .h = r->h};
+	if (whole) // else the file changed size since fstat
+		pr.want = le(sec + len - PLAN_BIN_TRAILER, 8);
+	size_t at = 0;
+	int k = 0;
+	for (; k < p->world && whole; k++) {
+		const unsigned char *q = sec + at;
+		uint64_t n;
+		if (varint(&q, sec + len, &n) || n > (uint64_t)INT64_MAX / 64)
+			break;
+		span[k] = (RankSpan){(int64_t)n, (size_t)(q - sec), 0};
+		span[k].end = at = skip_ops(sec, len, span[k].start, n);
+		if (!at)
+			break;
+	}
+	free(r->blk); // the section is the block from now on, the whole file's rest
+	r->blk = sec;
+	r->len = len;
+	r->pos = r->hashed = 0;
+	r->base = at0;
+	r->eof = 1;
+	PlanOpLimits l = plan_op_limits(p);
+	pr.l = &l;
+	int rc = k < p->world || at != len - PLAN_BIN_TRAILER || par_for(p->world + 1, par_item, &pr);
+	free(span);
+	return rc ? -1 : 0;
+}
+
+/* What either way of reading does last. */
+static Plan *read_done(Plan *p)
+{
+	/* Its file has no lines: the verifier names ranks, ops and routes instead. */
+	p->routes_line = 0;
+	for (int i = 0; i < p->world; i++)
+		p->ranks[i].line = p->ranks[i].first_line = 0;
+	return p;
+}
+
+int plan_bin_read_par(FILE *f, const char *name, unsigned keep, Plan **out)
+{
+	PlanError e;
+	Br r;
+	if (br_open(&r, f, name, keep, &e) || r.size < 0) {
+		free(r.blk);
+		return 0;
+	}
+	uint64_t tlen = 0;
+	Plan *p = NULL;
+	if (!read_head(&r, &tlen))
+		p = read_skeleton(&r, tlen);
+	if (p && par_ops(&r, p)) {
+		plan_free(p);
+		p = NULL;
+	}
+	free(r.blk);
+	*out = p ? read_done(p) : NULL;
+	return p ? 1 : -1;
+}
+
 Plan *plan_read_binary(FILE *f, const char *name, PlanError *err)
 {
 	return plan_read_binary_as(f, name, PLAN_KEEP_ALL, err);
@@ -447,22 +621,24 @@ Plan *plan_read_binary(FILE *f, const char *name, PlanError *err)
 
 Plan *plan_read_binary_as(FILE *f, const char *name, unsigned keep, PlanError *err)
 {
-	memset(err, 0, sizeof *err);
-	err->rank = -1;
-	err->op = -1;
-	Br r = {.f = f, .err = err, .name = name ? name : "<stdin>", .size = -1, .keep = keep};
-	head_table(r.head);
-	struct stat st;
-	int fd = fileno(f);
-	if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ftello(f) == 0)
-		r.size = st.st_size;
-	plan_hash_init(&r.h, PLAN_SUM_LANES4);
-	if (!(r.blk = malloc(BR_BLOCK))) {
-		plan_oom_text(err->msg, sizeof err->msg, 0, BR_BLOCK);
-		return NULL;
-	}
-	uint64_t tlen = 0;
 	Plan *p = NULL;
+	if (plan_threads > 1) {
+		int rc = plan_bin_read_par(f, name, keep, &p);
+		if (rc > 0)
+			return p;
+		if (rc < 0 && fseeko(f, 0, SEEK_SET)) { // a regular file: it cannot fail
+			memset(err, 0, sizeof *err);
+			err->rank = -1;
+			err->op = -1;
+			snprintf(err->msg, sizeof err->msg, "cannot go back to the start of the file: %s",
+			         strerror(errno));
+			return NULL;
+		}
+	}
+	Br r;
+	if (br_open(&r, f, name, keep, err))
+		return NULL;
+	uint64_t tlen = 0;
 	if (!read_head(&r, &tlen))
 		p = read_skeleton(&r, tlen);
 	if (p) {
@@ -476,13 +652,7 @@ Plan *plan_read_binary_as(FILE *f, const char *name, unsigned keep, PlanError *e
 		}
 	}
 	free(r.blk);
-	if (!p)
-		return NULL;
-	/* Its file has no lines: the verifier names ranks, ops and routes instead. */
-	p->routes_line = 0;
-	for (int i = 0; i < p->world; i++)
-		p->ranks[i].line = p->ranks[i].first_line = 0;
-	return p;
+	return p ? read_done(p) : NULL;
 }
 
 Plan *plan_read(FILE *f, const char *name, PlanError *err)

@@ -89,6 +89,42 @@ printf '\211PNG\r\n\032\n' >"$dir/png.bin"
 t "pipesim refuses another binary file" 1 "$BIN/pipesim" "$dir/png.bin"
 has "... saying what a binary plan starts with" "$dir/err" "byte 2: error: not a pipecc plan"
 
+# --threads 3 decodes the ranks on three workers: pipesim says the same on good plans
+# and on damaged ones (a damaged one is read again on one thread, which says what it
+# always said), from a file or from a pipe (which it reads on one thread).
+same_threads() { # NAME EXIT FILE: pipesim FILE exits EXIT, and says the same with --threads 3
+	"$BIN/pipesim" "$3" >"$dir/s1" 2>&1
+	r1=$?
+	"$BIN/pipesim" --threads 3 "$3" >"$dir/s3" 2>&1
+	r3=$?
+	check "$1" "$([ $r1 = "$2" ] && [ $r3 = "$2" ] && cmp -s "$dir/s1" "$dir/s3"; echo $?)" \
+		"exit $r1 and $r3; $(diff "$dir/s1" "$dir/s3" | head -3)"
+}
+for f in "$dir"/*.x.bin; do
+	same_threads "pipesim --threads 3 $(basename "$f"): the same output" 0 "$f"
+done
+same_threads "... on a truncated plan" 1 "$dir/cut.bin"
+same_threads "... on a changed byte" 1 "$dir/flip.bin"
+same_threads "... on bytes after the checksum" 1 "$dir/more.bin"
+size=$(wc -c <"$dir/mlp4.x.bin")
+for at in 40 $((size / 3)) $((size / 2)) $((size - 40)) $((size - 12)) $((size - 3)); do
+	cp "$dir/mlp4.x.bin" "$dir/d.bin"
+	printf '\040' | dd of="$dir/d.bin" bs=1 seek="$at" conv=notrunc 2>/dev/null
+	same_threads "... on byte $at changed" 1 "$dir/d.bin"
+	head -c "$at" "$dir/mlp4.x.bin" >"$dir/d.bin"
+	same_threads "... on the plan cut at byte $at" 1 "$dir/d.bin"
+done
+"$BIN/pipesim" - <"$dir/flip.bin" >"$dir/s1" 2>&1
+"$BIN/pipesim" --threads 3 - <"$dir/flip.bin" >"$dir/s3" 2>&1
+cmp -s "$dir/s1" "$dir/s3"
+check "... on standard input" $? "$(diff "$dir/s1" "$dir/s3" | head -3)"
+for f in mlp4.x.bin flip.bin; do
+	cat "$dir/$f" | "$BIN/pipesim" - >"$dir/s1" 2>&1
+	cat "$dir/$f" | "$BIN/pipesim" --threads 3 - >"$dir/s3" 2>&1
+	cmp -s "$dir/s1" "$dir/s3"
+	check "... on $f from a pipe" $? "$(diff "$dir/s1" "$dir/s3" | head -3)"
+done
+
 # The flags.
 t "--plan-format goes with --emit plan" 2 "$BIN/pipecc" --plan-format=binary --emit summary examples/tiny.pipe
 t "--plan-format takes text or binary" 2 "$BIN/pipecc" --plan-format=bin examples/tiny.pipe -o "$dir/x"
