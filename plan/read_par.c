@@ -87,6 +87,8 @@ static size_t skip_lines(const char *s, size_t n, int64_t *need)
 	return i;
 }
 
+/* A failure here ends the attempt (its message is never shown: the file is then read
+ * again on one thread, which says what is wrong). */
 int rd_par_skip(Rd *r, int rank, int64_t nops)
 {
 	RdSpan *sp = &r->par->span[rank];
