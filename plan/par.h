@@ -1,7 +1,8 @@
 /* Opt-in worker threads.  The tools run on one thread unless `--threads N` asks for
  * more (pipecc, pipesim); then the passes over every rank that need nothing from the
- * others' results (reading a binary plan, verifying, writing) hand ranks out to N
- * workers, and a task pages in the lowering's op lists ahead of it (par_prefault).  Each such pass gives the same result as on one thread: a worker that meets
+ * others' results (reading a plan, text or binary; verifying; writing, par_out.h) hand
+ * ranks out to N workers, and a task pages the lowering's op lists and the simulator's
+ * per-op times in ahead of their writer (par_prefault).  Each such pass gives the same result as on one thread: a worker that meets
  * anything but the common case (a fault, a refused line, out of memory) stops the
  * pass, and the caller runs it again on one thread, which reports exactly what it
  * always did (docs/architecture.md, "Threads"). */

@@ -5,7 +5,8 @@
  * Arrays grow as lines arrive, so a lying count cannot make us allocate much (a rank's
  * ops are allocated at once when the rest of the file can hold them: read_in.c).  Runs
  * of op lines go through read_op.c's fast path; it declines any line it does not take
- * whole, and that line comes here. */
+ * whole, and that line comes here.  With `--threads N` the op lines of a regular file
+ * are parsed on workers instead (read_par.c, plan_read_text_as). */
 #include "plan.h"
 #include "read_int.h"
 #include "read_op.h"
@@ -651,7 +652,7 @@ static int op_kind(Rd *r)
 	return -1;
 }
 
-static int read_op(Rd *r, Plan *p, PlanOp *o, int32_t *line)
+int rd_read_op(Rd *r, const Plan *p, PlanOp *o, int32_t *line)
 {
 	int k = op_kind(r);
 	if (k < 0) {
@@ -739,6 +740,11 @@ static int read_ranks(Rd *r, Plan *p)
 	if (!p->ranks)
 		return rd_fail(r, "out of memory");
 	p->world = n; // entries, so plan_free stays safe
+	if (r->par) {
+		r->par->lim = lim;
+		if (rd_par_ranks(r, n))
+			return -1;
+	}
 	for (int i = 0; i < n; i++) {
 		PlanRank *rk = &p->ranks[i];
 		int idx;
@@ -789,6 +795,12 @@ static int read_ranks(Rd *r, Plan *p)
 				return rd_fail(r, "expected 'local', 'remote' or 'self'");
 			pe->local = (uint8_t)k;
 		}
+		if (r->par) { // read_par.c parses them once the whole file has read
+			rk->first_line = r->line + 1;
+			if (rd_par_skip(r, i, nops))
+				return -1;
+			continue;
+		}
 		if (rd_ops_alloc(r, rk, nops))
 			return -1;
 		rk->first_line = r->line + 1;
@@ -805,7 +817,7 @@ static int read_ranks(Rd *r, Plan *p)
 			int32_t line;
 			if (rd_line_in(r, "an op line") ||
 			    (!plan_read_op_fast(r->buf, r->end, &lim, &o, &line) &&
-			     (rd_no_nul(r) || read_op(r, p, &o, &line))))
+			     (rd_no_nul(r) || rd_read_op(r, p, &o, &line))))
 				return -1;
 			if (rk->nops == rk->ops_cap && rd_grow_ops(r, rk, nops))
 				return -1;
@@ -840,11 +852,13 @@ Plan *plan_read_text(FILE *f, const char *name, PlanError *err)
 	return plan_read_text_as(f, name, PLAN_KEEP_ALL, err);
 }
 
-Plan *plan_read_text_as(FILE *f, const char *name, unsigned keep, PlanError *err)
+/* The text plan in f; with par, its op lines are left to read_par.c's workers. */
+Plan *rd_read_text(FILE *f, const char *name, unsigned keep, RdPar *par, PlanError *err)
 {
 	Rd r;
 	rd_init(&r, f, name, err);
 	r.keep = keep;
+	r.par = par;
 	Plan *p = plan_new();
 	if (!p) {
 		plan_oom_text(err->msg, sizeof err->msg, 0, sizeof *p);
@@ -853,9 +867,36 @@ Plan *plan_read_text_as(FILE *f, const char *name, unsigned keep, PlanError *err
 	int bad = read_header(&r, p) || read_stages(&r, p) || read_edges(&r, p) ||
 	          read_routes(&r, p) || read_ranks(&r, p);
 	free(r.blk);
+	if (!bad && !r.failed && par && rd_par_ops(&r, p))
+		bad = 1;
 	if (bad || r.failed) {
 		plan_free(p);
 		return NULL;
 	}
 	return p;
+}
+
+/* With --threads N (plan_threads > 1) and a regular file, the op lines are parsed on
+ * worker threads (read_par.c).  That attempt only ever succeeds with the plan the reader
+ * below would make; any trouble in it at all (an error anywhere in the file, a line the
+ * workers refuse, out of memory, a short read) throws it away, and the file is read
+ * again from its start on this thread, which reports exactly what it always did.  So a
+ * bad plan reads twice, and threads change speed, never a plan or a message. */
+Plan *plan_read_text_as(FILE *f, const char *name, unsigned keep, PlanError *err)
+{
+	RdPar par;
+	off_t at;
+	if (plan_threads > 1 && (at = ftello(f)) >= 0 && !rd_par_init(&par, f)) {
+		Plan *p = rd_read_text(f, name, keep, &par, err);
+		rd_par_free(&par);
+		if (p)
+			return p;
+		if (fseeko(f, at, SEEK_SET)) {
+			*err = (PlanError){.rank = -1, .op = -1};
+			snprintf(err->msg, sizeof err->msg, "cannot read the plan again: %s",
+			         plan_strerror(errno));
+			return NULL;
+		}
+	}
+	return rd_read_text(f, name, keep, NULL, err);
 }

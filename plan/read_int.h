@@ -1,9 +1,12 @@
-/* The plan reader's private header: its state, shared by the grammar (read.c) and the
- * input layer under it (read_in.c: blocks, lines, the checksum, the op arrays). */
+/* The plan reader's private header: its state, shared by the grammar (read.c), the
+ * input layer under it (read_in.c: blocks, lines, the checksum, the op arrays) and the
+ * op lines' parse on worker threads (read_par.c). */
 #ifndef PLAN_READ_INT_H
 #define PLAN_READ_INT_H
 
+#include "par.h"
 #include "plan.h"
+#include "read_op.h"
 
 /* Bytes read at a time: small enough that the checksum and the parse find the copy in
  * L2 (measured on a 500 MiB plan: read() and the checksum took 0.13 s, 0.27 s with
@@ -33,6 +36,7 @@ typedef struct {
 	int world;        // the mesh's world: the range of rank numbers in the file
 	int stride;       // a line plan's rank numbers are multiples of it (plan_pp_stride)
 	unsigned keep;    // PLAN_KEEP_*
+	struct RdPar *par; // NULL: the op lines are parsed here, else skipped for read_par.c
 } Rd;
 
 /* Sets r's error (the first one only) at the current line; returns -1. */
@@ -49,5 +53,36 @@ int rd_next_line(Rd *r, const char *what);
  * lines, else grown as they arrive (a lying count cannot make us allocate much). */
 int rd_ops_alloc(Rd *r, PlanRank *rk, int64_t nops);
 int rd_grow_ops(Rd *r, PlanRank *rk, int64_t nops);
+
+/* ---- the op lines on worker threads (read_par.c, `--threads N`) ----
+ * The reader runs as always but skips each rank's op lines (counting newlines), noting
+ * where they lie; once the whole file has read and checked, workers read those spans
+ * again (pread) and parse them into each rank's array.  Only for a regular file. */
+typedef struct {
+	int64_t off, bytes; // the rank's op lines in the file
+	int64_t nops;
+} RdSpan;
+
+typedef struct RdPar {
+	int fd;
+	int64_t size;       // the file's size: r->left counts down to it
+	RdSpan *span;       // one per rank
+	PlanOpLimits lim;
+	char *buf[PAR_MAX_THREADS]; // each worker's block
+	size_t cap[PAR_MAX_THREADS];
+} RdPar;
+
+/* Sets up par for reading f: 0, or -1 when f is no regular file (read it as always). */
+int rd_par_init(RdPar *par, FILE *f);
+void rd_par_free(RdPar *par);
+int rd_par_ranks(Rd *r, int n);               // room for n ranks' spans
+int rd_par_skip(Rd *r, int rank, int64_t nops); // skips (and notes) a rank's op lines
+/* Parses every rank's op lines on workers: 0, or -1 at the first trouble of any kind
+ * (then the caller reads the file again from its start, on one thread). */
+int rd_par_ops(const Rd *r, Plan *p);
+/* The text reader (read.c): with par, the attempt with workers (NULL at any trouble). */
+Plan *rd_read_text(FILE *f, const char *name, unsigned keep, RdPar *par, PlanError *err);
+/* read.c's general op-line parser, for the line in r->buf (which read_par.c sets). */
+int rd_read_op(Rd *r, const Plan *p, PlanOp *o, int32_t *line);
 
 #endif

@@ -193,4 +193,35 @@ unit_costs() {
 }
 check "pipesim unit-cost makespan 3(m+p-1) for gpipe and 1f1b" unit_costs
 
+# --threads 3 parses a regular file's op lines on workers (plan/read_par.c): every plan,
+# good or refused, prints what one thread prints and exits alike; so do a compiled plan
+# (with its checksum, and plain: format 1), the same with an op line far into it broken
+# (a located error from the one-thread reader the workers fall back to), and a pipe.
+same_threads() { # FILE: the run with --threads 3 is the run without
+	"$SIM" "$1" >"$T/o1" 2>"$T/e1"
+	r1=$?
+	"$SIM" --threads 3 "$1" >"$T/o3" 2>"$T/e3"
+	r3=$?
+	[ "$r1" = "$r3" ] && cmp -s "$T/o1" "$T/o3" && cmp -s "$T/e1" "$T/e3" ||
+		{ echo "$1: --threads 3 differs (exit $r1, $r3)"; diff "$T/e1" "$T/e3" | head; return 1; }
+}
+threads() {
+	"$CC_" examples/interleaved.pipe -o "$T/il.plan" || return 1
+	sed '1s/.*/pipecc-plan 1/' "$T/il.plan" >"$T/il1.plan"
+	n=$(grep -n '^SEND' "$T/il1.plan" | tail -1 | cut -d: -f1)
+	sed "${n}s/ g=/ g=x/" "$T/il1.plan" >"$T/ilbad.plan"
+	sed "${n}s/ g=/ g=x/" "$T/il.plan" >"$T/ilsum.plan"
+	for f in tests/plans/*/*.plan examples/tiny.pipe "$T/il.plan" "$T/il1.plan" "$T/ilbad.plan" \
+		"$T/ilsum.plan"; do
+		same_threads "$f" || return 1
+	done
+	expect 1 "$SIM" --threads 3 "$T/ilbad.plan" &&
+		has "$T/err" "$T/ilbad.plan:$n: error: expected a number for g=" &&
+		expect 1 "$SIM" --threads 3 "$T/ilsum.plan" && has "$T/err" "$T/ilsum.plan:$n: error: " &&
+		expect 0 "$SIM" --threads 3 "$T/il.plan" && mv "$T/out" "$T/o1" &&
+		expect 0 "$SIM" --threads 3 - <"$T/il.plan" && cmp "$T/o1" "$T/out" &&
+		cat "$T/il.plan" | "$SIM" --threads 3 - >"$T/out" && cmp "$T/o1" "$T/out"
+}
+check "pipesim --threads 3: the same output and errors as one thread" threads
+
 [ "$failures" -eq 0 ]

@@ -1,0 +1,196 @@
+/* The text reader's op lines on worker threads (`--threads N`, read_int.h): the reader
+ * reads and checks the file as always (header, peers, `end`, the checksum) but skips
+ * each rank's op lines, only counting their newlines and noting the bytes they span;
+ * then par_for hands the ranks to workers, each of which reads its rank's span again
+ * with pread, in a block of its own, and parses it as read.c does: runs of lines through
+ * read_op.c's fast path where they lie, any line it declines through read.c's general
+ * parser, into an array sized once from the rank's `ops=N`.  The ranks' op arrays, most
+ * of a big plan's memory, are thus allocated and first touched on several threads too.
+ * A worker stops at anything but success (a refused line, a span that does not hold
+ * exactly its lines, a short read, out of memory): read.c then throws the attempt away
+ * and reads the file again on one thread, which reports what it always did. */
+#include "read_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int rd_par_init(RdPar *par, FILE *f)
+{
+	struct stat st;
+	int fd = fileno(f);
+	if (fd < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode))
+		return -1;
+	*par = (RdPar){.fd = fd, .size = (int64_t)st.st_size};
+	return 0;
+}
+
+void rd_par_free(RdPar *par)
+{
+	free(par->span);
+	for (int w = 0; w < PAR_MAX_THREADS; w++)
+		free(par->buf[w]);
+}
+
+int rd_par_ranks(Rd *r, int n)
+{
+	r->par->span = calloc((size_t)n, sizeof *r->par->span);
+	return r->par->span ? 0 : rd_fail(r, "out of memory");
+}
+
+/* The file offset of the unread rest of r's block: r->left counts the bytes not read. */
+static int64_t offset(const Rd *r)
+{
+	return r->par->size - r->left - (int64_t)(r->len - r->pos);
+}
+
+/* Newlines in s[0, n), n a multiple of 16 up to 255 * 16: sixteen bytes a step, each
+ * lane counting its byte's newlines in a byte (it cannot wrap in 255 steps). */
+typedef unsigned char V16 __attribute__((vector_size(16)));
+
+static unsigned newlines(const char *s, size_t n)
+{
+	V16 acc = {0}, nl;
+	memset(&nl, '\n', sizeof nl);
+	for (size_t i = 0; i < n; i += 16) {
+		V16 v;
+		memcpy(&v, s + i, 16);
+		acc -= (V16)(v == nl); // a match is all ones: minus -1
+	}
+	unsigned c = 0;
+	for (int k = 0; k < 16; k++)
+		c += acc[k];
+	return c;
+}
+
+/* The bytes of s[0, n) up to and including its *need-th newline (*need becomes 0), or
+ * all n when it holds fewer (*need less by those it holds): wc -l's speed, as the
+ * whole chunks are only counted. */
+static size_t skip_lines(const char *s, size_t n, int64_t *need)
+{
+	const size_t chunk = 255 * 16;
+	size_t i = 0;
+	for (; n - i >= chunk; i += chunk) {
+		unsigned c = newlines(s + i, chunk);
+		if ((int64_t)c >= *need)
+			break;
+		*need -= c;
+	}
+	while (*need) {
+		const char *nl = memchr(s + i, '\n', n - i);
+		if (!nl)
+			return n;
+		i = (size_t)(nl - s) + 1;
+		--*need;
+	}
+	return i;
+}
+
+/* A failure here ends the attempt (its message is never shown: the file is then read
+ * again on one thread, which says what is wrong). */
+int rd_par_skip(Rd *r, int rank, int64_t nops)
+{
+	RdSpan *sp = &r->par->span[rank];
+	sp->off = offset(r);
+	sp->nops = nops;
+	int64_t need = nops;
+	while (need) {
+		if (r->pos == r->len && (rd_fill(r) || r->pos == r->len))
+			return rd_fail(r, "unexpected end of file in rank %d's op lines", rank);
+		r->pos += skip_lines(r->blk + r->pos, r->len - r->pos, &need);
+	}
+	sp->bytes = offset(r) - sp->off;
+	r->line += nops;
+	return 0;
+}
+
+typedef struct {
+	const Rd *r; // the reader that skipped the lines: its limits, for the general parser
+	Plan *p;
+	RdPar *par;
+} Pass;
+
+/* Reads on from the span into worker w's block after its unread rest b[pos, len), which
+ * moves to the block's start; the block doubles when a line fills it.  -1: nothing left
+ * to read, a short read or out of memory. */
+static int refill(RdPar *par, int w, size_t *pos, size_t *len, int64_t *off, int64_t *left)
+{
+	size_t rest = *len - *pos;
+	char *b = par->buf[w];
+	if (rest == par->cap[w] || !b) {
+		size_t c = par->cap[w] ? par->cap[w] * 2 : RD_BLOCK;
+		if (!(b = realloc(b, c + RD_SLACK)))
+			return -1;
+		par->buf[w] = b;
+		par->cap[w] = c;
+	}
+	memmove(b, b + *pos, rest);
+	size_t want = par->cap[w] - rest;
+	if (want > (uint64_t)*left)
+		want = (size_t)*left;
+	if (!want || pread(par->fd, b + rest, want, (off_t)*off) != (ssize_t)want)
+		return -1;
+	*off += (int64_t)want;
+	*left -= (int64_t)want;
+	*pos = 0;
+	*len = rest + want;
+	memset(b + *len, 0, RD_SLACK); // the fast path's loads past the text, and its stop
+	return 0;
+}
+
+/* Rank i's op lines, on worker w; the loop is read.c's read_ranks over this block. */
+static int rank_ops(void *arg, int64_t i, int w)
+{
+	Pass *ps = arg;
+	RdPar *par = ps->par;
+	PlanRank *rk = &ps->p->ranks[i];
+	const RdSpan *sp = &par->span[i];
+	if (plan_reserve_ops(rk, sp->nops, ps->r->keep & PLAN_KEEP_LINES))
+		return 1;
+	int64_t off = sp->off, left = sp->bytes;
+	size_t pos = 0, len = 0;
+	while (rk->nops < sp->nops) {
+		char *b = par->buf[w];
+		if (pos < len) {
+			size_t used;
+			rk->nops += plan_read_ops_fast(b + pos, b + len, &par->lim, rk->ops + rk->nops,
+			                               rk->lines ? rk->lines + rk->nops : NULL,
+			                               sp->nops - rk->nops, &used);
+			pos += used;
+			if (rk->nops == sp->nops)
+				break;
+		}
+		char *nl = pos < len ? memchr(b + pos, '\n', len - pos) : NULL;
+		if (!nl) { // the line goes on past the block
+			if (refill(par, w, &pos, &len, &off, &left))
+				return 1;
+			continue;
+		}
+		*nl = 0;
+		PlanError e;
+		Rd lr = *ps->r; // the line, for the general parser, with an error of its own
+		lr.err = &e;
+		lr.failed = 0;
+		lr.buf = b + pos;
+		lr.s = lr.buf;
+		lr.end = nl;
+		lr.line = rk->first_line + rk->nops;
+		PlanOp o;
+		int32_t line;
+		if (!plan_read_op_fast(lr.buf, lr.end, &par->lim, &o, &line) &&
+		    (rd_no_nul(&lr) || rd_read_op(&lr, ps->p, &o, &line)))
+			return 1;
+		if (rk->lines)
+			rk->lines[rk->nops] = line;
+		rk->ops[rk->nops++] = o;
+		pos = (size_t)(nl - b) + 1;
+	}
+	return pos == len && left == 0 ? 0 : 1; // the span held exactly its lines
+}
+
+int rd_par_ops(const Rd *r, Plan *p)
+{
+	Pass ps = {r, p, r->par};
+	return par_for(p->world, rank_ops, &ps) ? -1 : 0;
+}
