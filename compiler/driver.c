@@ -4,6 +4,7 @@
  * pipecc_compile (pipecc.c) and the output goes through cli_out_open/cli_out_close, so
  * a failed write leaves nothing behind. */
 #include "../plan/binary.h"
+#include "../plan/par.h"
 #include "pipecc.h"
 #include "schedule.h"
 
@@ -127,6 +128,7 @@ int pipecc_drive(CliTool *t, PipeccArgs *a)
 {
 	struct timespec t0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
+	par_threads_auto();
 	if (file_is_plan(t->in))
 		return convert(t, a, &t0, NULL, 0);
 	if (cli_given(t, &a->plan_format) && a->emit != EMIT_PLAN)

@@ -48,7 +48,7 @@ int main(int argc, char **argv)
 		 "instead of one pipeline line's (format 3)"},
 		{"plan-format", 0, CLI_ENUM, &a.plan_format, "FORMAT", "the plan's form: text (the reference) or binary", 1, .names = plan_format_names, .nnames = PLAN_FORMAT_COUNT},
 		{"stats", 0, CLI_FLAG, &a.stats, NULL, "print time, ops per second and peak memory to stderr"},
-		{"threads", 0, CLI_INT, &plan_threads, "N", "worker threads for verifying and writing the plan", 1, 1, PAR_MAX_THREADS},
+		{"threads", 0, CLI_INT, &plan_threads, "N", "worker threads for verifying and writing the plan\n(0: one per CPU)", 1, 0, PAR_MAX_THREADS},
 		{"list-schedules", 0, CLI_LIST, NULL, NULL, "print the schedule names, one a line",
 		 .list = pipecc_list_schedules},
 		{"list-layers", 0, CLI_LIST, NULL, NULL,

@@ -44,6 +44,14 @@ static void *thread_main(void *a)
 	return NULL;
 }
 
+void par_threads_auto(void)
+{
+	if (plan_threads != 0)
+		return;
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	plan_threads = n < 1 ? 1 : n > PAR_MAX_THREADS ? PAR_MAX_THREADS : (int)n;
+}
+
 int par_workers(int64_t n)
 {
 	int t = plan_threads < 1 ? 1 : plan_threads > PAR_MAX_THREADS ? PAR_MAX_THREADS : plan_threads;

@@ -17,6 +17,10 @@
 /* Workers the passes may use, 1 by default; the tools' `--threads` sets it. */
 extern int plan_threads;
 
+/* `--threads 0`: plan_threads becomes the count of online CPUs (at most
+ * PAR_MAX_THREADS); any other value stays.  The tools call it before any work. */
+void par_threads_auto(void);
+
 /* Item i of a pass, on worker w (0 .. workers - 1, one item at a time per worker);
  * 0 to go on, anything else to stop the pass (no item is started after it). */
 typedef int (*ParFn)(void *arg, int64_t i, int w);

@@ -3,6 +3,7 @@
  * bad --svg path costs no simulation; the report goes to standard output unless an
  * output file took it ('-'), and every file is written whole or not at all through
  * cli_write.  docs/pipesim.md documents the options, output and exits. */
+#include "../plan/par.h"
 #include "pipesim.h"
 
 #include <string.h>
@@ -53,6 +54,7 @@ int pipesim_drive(CliTool *t, PipesimArgs *a)
 	int rc = check_combinations(t, a);
 	if (rc || (rc = cli_check_outputs(t)))
 		return rc;
+	par_threads_auto();
 	/* An output on standard output replaces the report. */
 	int report = !t->quiet && !((a->trace && cli_is_std(a->trace)) ||
 	                            (a->svg && cli_is_std(a->svg)));

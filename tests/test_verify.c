@@ -316,6 +316,20 @@ static void par__prefault__changes_nothing(void **state)
 	assert_null(par_prefault(arr, bytes, 0)); // one thread: no task
 }
 
+/* --threads 0: one worker per online CPU, within bounds; any other count stays. */
+static void par__threads_0__one_per_cpu(void **state)
+{
+	(void)state;
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	plan_threads = 0;
+	par_threads_auto();
+	assert_int_equal(plan_threads, cpus < 1 ? 1 : cpus > PAR_MAX_THREADS ? PAR_MAX_THREADS : cpus);
+	plan_threads = 5;
+	par_threads_auto();
+	assert_int_equal(plan_threads, 5);
+	plan_threads = 1;
+}
+
 static int threads_3(void **state)
 {
 	(void)state;
@@ -339,6 +353,7 @@ int main(void)
 		cmocka_unit_test(verify__many_peers__each_pair_matched),
 		cmocka_unit_test(par__every_item_once__and_a_stop_is_returned),
 		cmocka_unit_test(par__prefault__changes_nothing),
+		cmocka_unit_test(par__threads_0__one_per_cpu),
 	};
 	/* Then the same with the verifier's walk on 3 workers (--threads 3): the same
 	 * faults, named the same. */
