@@ -4,7 +4,7 @@
 # microbatch, peer, group or edge changed: faults of every check the verifier makes),
 # through pipesim with 1 and with 3 threads: the same output, errors and exit status,
 # text and JSON.  pipecc compiles every example to the same bytes on 1, 2 and 3
-# threads, and given a plan verifies and writes it the same way too.
+# threads and on one per CPU (--threads 0), and given a plan verifies and writes it the same way too.
 : "${BIN:=bin}"
 TOOL=threads
 . tests/lib/cli.sh
@@ -43,12 +43,18 @@ for f in examples/*.pipe; do
 	"$BIN/pipecc" --threads 3 "$f" -o "$dir/$b.3" 2>/dev/null
 	cmp -s "$dir/$b.plan" "$dir/$b.3"
 	check "$b: pipecc --threads 3 compiles the same plan" $? "differs"
+	"$BIN/pipecc" --threads 0 "$f" -o "$dir/$b.0" 2>/dev/null
+	cmp -s "$dir/$b.plan" "$dir/$b.0"
+	check "$b: pipecc --threads 0 (one per CPU) compiles the same plan" $? "differs"
 	"$BIN/pipecc" --expand --plan-format=binary "$f" -o "$dir/$b.xb" 2>/dev/null
 	"$BIN/pipecc" --threads 2 --expand --plan-format=binary "$f" -o "$dir/$b.xb2" 2>/dev/null
 	cmp -s "$dir/$b.xb" "$dir/$b.xb2"
 	check "$b: pipecc --threads 2 --expand --plan-format=binary, the same" $? "differs"
 	same "$b: the plan" "$dir/$b.plan"
 	same "$b: the plan, json" --json "$dir/$b.plan"
+	"$BIN/pipesim" --threads 0 "$dir/$b.plan" >"$dir/zero" 2>&1
+	"$BIN/pipesim" "$dir/$b.plan" 2>&1 | cmp -s - "$dir/zero"
+	check "$b: pipesim --threads 0 says the same" $? "differs"
 	"$BIN/pipecc" --threads 3 "$dir/$b.plan" -o "$dir/$b.again" 2>/dev/null
 	cmp -s "$dir/$b.plan" "$dir/$b.again"
 	check "$b: pipecc --threads 3 writes the plan it reads" $? "differs"
