@@ -308,18 +308,9 @@ static void bin_emit(void *arg, int64_t i, void *slot, const char *spill, size_t
  * 0 when that cannot start (out of memory, or too few ops to share). */
 static int put_ranks_par(Bw *w, const Plan *p)
 {
-	int64_t n, total = plan_total_ops(p), ops = total / (plan_threads * 8);
-	if (!total)
-		return 0;
 	BinPar bp = {.p = p, .w = w};
-	bp.cut = par_cut(p, ops < 1 ? 1 : ops > BIN_PIECE_OPS ? BIN_PIECE_OPS : ops, 0, &n);
-	if (!bp.cut || par_workers(n) < 2) {
-		free(bp.cut);
-		return 0;
-	}
-	par_ordered(n, BIN_BATCH, sizeof(BinSlot), bin_piece, bin_emit, &bp);
-	free(bp.cut);
-	return 1;
+	return par_write(p, BIN_PIECE_OPS, 0, &bp.cut, BIN_BATCH, sizeof(BinSlot), bin_piece,
+	                 bin_emit, &bp);
 }
 
 /* The text part: p's text form with every op list left out. */

@@ -13,6 +13,22 @@
 #include <string.h>
 #include <sys/types.h>
 
+/* cut[(*k)++] = at, with room kept for the closing entry; NULL (cut freed) when out of
+ * memory. */
+static PlanPos *cut_add(PlanPos *cut, int64_t *k, int64_t *cap, PlanPos at)
+{
+	if (*k + 2 > *cap) {
+		PlanPos *c = realloc(cut, (size_t)(*cap *= 2) * sizeof *cut);
+		if (!c) {
+			free(cut);
+			return NULL;
+		}
+		cut = c;
+	}
+	cut[(*k)++] = at;
+	return cut;
+}
+
 PlanPos *par_cut(const Plan *p, int64_t ops, int split, int64_t *n)
 {
 	int64_t cap = 16, k = 0, acc = 0;
@@ -28,30 +44,16 @@ PlanPos *par_cut(const Plan *p, int64_t ops, int split, int64_t *n)
 			int64_t take = ops - acc > 1 ? ops - acc : 1;
 			if (!split || rk->nops - i <= take)
 				break;
-			if (k + 2 > cap) {
-				PlanPos *c = realloc(cut, (size_t)(cap *= 2) * sizeof *cut);
-				if (!c) {
-					free(cut);
-					return NULL;
-				}
-				cut = c;
-			}
+			if (!(cut = cut_add(cut, &k, &cap, (PlanPos){r, i + take})))
+				return NULL;
 			i += take; // the rest of the rank overfills this piece: a new one from here
-			cut[k++] = (PlanPos){r, i};
 			acc = 0;
 		}
 		acc += rk->nops - i;
 		if (acc < ops || r + 1 == p->world)
 			continue;
-		if (k + 2 > cap) {
-			PlanPos *c = realloc(cut, (size_t)(cap *= 2) * sizeof *cut);
-			if (!c) {
-				free(cut);
-				return NULL;
-			}
-			cut = c;
-		}
-		cut[k++] = (PlanPos){r + 1, 0};
+		if (!(cut = cut_add(cut, &k, &cap, (PlanPos){r + 1, 0})))
+			return NULL;
 		acc = 0;
 	}
 	cut[k] = (PlanPos){p->world, 0};
@@ -166,4 +168,22 @@ void par_ordered(int64_t n, int batch, size_t slot_size, ParPieceFn piece, ParEm
 	drain(&o);
 	free_slots(o.slot[0], size);
 	free_slots(o.slot[1], size);
+}
+
+int par_write(const Plan *p, int64_t max_ops, int split, PlanPos **cut, int batch,
+              size_t slot_size, ParPieceFn piece, ParEmitFn emit, void *arg)
+{
+	int64_t n, total = plan_total_ops(p), ops = total / (plan_threads * 8);
+	if (!total)
+		return 0; // the binary form's text part, say: a few lines a rank
+	*cut = par_cut(p, ops < 1 ? 1 : ops > max_ops ? max_ops : ops, split, &n);
+	if (!*cut || par_workers(n) < 2) {
+		free(*cut);
+		*cut = NULL;
+		return 0;
+	}
+	par_ordered(n, batch, slot_size, piece, emit, arg);
+	free(*cut);
+	*cut = NULL;
+	return 1;
 }

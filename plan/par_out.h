@@ -38,4 +38,12 @@ typedef void (*ParEmitFn)(void *arg, int64_t i, void *slot, const char *spill, s
 void par_ordered(int64_t n, int batch, size_t slot_size, ParPieceFn piece, ParEmitFn emit,
                  void *arg);
 
+/* A writer's pass over p on worker threads: p cut into pieces of at most max_ops ops
+ * (fewer in a small plan, so that every worker gets several; inside a rank when
+ * `split`), *cut set to the starts while par_ordered runs the pieces (the callbacks read
+ * it through arg), then freed and cleared.  1 when the pass ran; 0 when it did not start
+ * (no ops, too few pieces to share, out of memory): the writer then writes on its own. */
+int par_write(const Plan *p, int64_t max_ops, int split, PlanPos **cut, int batch,
+              size_t slot_size, ParPieceFn piece, ParEmitFn emit, void *arg);
+
 #endif

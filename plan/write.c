@@ -386,18 +386,9 @@ static void text_emit(void *arg, int64_t i, void *slot, const char *spill, size_
  * thread; 0 when that cannot start (out of memory, or too few ops to share). */
 static int put_ranks_par(Out *o, const Plan *p)
 {
-	int64_t n, total = plan_total_ops(p), ops = total / (plan_threads * 8);
-	if (!total)
-		return 0; // the binary form's text part: a few lines a rank
 	TextPar tp = {.p = p, .o = o};
-	tp.cut = par_cut(p, ops < 1 ? 1 : ops > WRITE_PIECE_OPS ? WRITE_PIECE_OPS : ops, 1, &n);
-	if (!tp.cut || par_workers(n) < 2) {
-		free(tp.cut);
-		return 0;
-	}
-	par_ordered(n, WRITE_BATCH, sizeof(Out), text_piece, text_emit, &tp);
-	free(tp.cut);
-	return 1;
+	return par_write(p, WRITE_PIECE_OPS, 1, &tp.cut, WRITE_BATCH, sizeof(Out), text_piece,
+	                 text_emit, &tp);
 }
 
 static void write_body(Out *o, const Plan *p)

@@ -5,7 +5,6 @@
  * counts cannot make the reader allocate; the op check the binary reader applies
  * accepts every op the text reader reads and refuses what it refuses; either form read
  * keeping no source lines holds the same ops. */
-#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +17,7 @@
 
 #include "../compiler/pipecc.h"
 #include "../plan/binary.h"
+#include "plan_lib.h"
 
 static char *to_mem(const Plan *p, int fmt, size_t *n)
 {
@@ -36,26 +36,6 @@ static Plan *from_mem(const char *s, size_t n, PlanError *err)
 	assert_non_null(in);
 	Plan *p = plan_read(in, "mem", err);
 	fclose(in);
-	return p;
-}
-
-static Plan *compile_example(const char *path)
-{
-	size_t len;
-	char *src = pipecc_read_file(path, &len);
-	assert_non_null(src);
-	char *msgs = NULL;
-	size_t mlen;
-	FILE *out = open_memstream(&msgs, &mlen);
-	Diag d;
-	diag_init(&d, path, src, len, out);
-	PipeccOptions o = {.line = 1};
-	Plan *p = pipecc_compile(path, src, len, &o, &d);
-	fclose(out);
-	if (!p)
-		fail_msg("%s does not compile: %s", path, msgs);
-	free(msgs);
-	free(src);
 	return p;
 }
 
@@ -112,25 +92,6 @@ static void check_round_trip(const Plan *p, const char *what)
 	free(b);
 	free(b2);
 	free(b3);
-}
-
-/* Calls fn on every file in dir ending in ext; returns how many. */
-static int each_file(const char *dir, const char *ext, void (*fn)(const char *path))
-{
-	DIR *d = opendir(dir);
-	assert_non_null(d);
-	int n = 0;
-	for (struct dirent *de; (de = readdir(d));) {
-		size_t l = strlen(de->d_name), k = strlen(ext);
-		if (l <= k || strcmp(de->d_name + l - k, ext))
-			continue;
-		char path[1024];
-		snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-		fn(path);
-		n++;
-	}
-	closedir(d);
-	return n;
 }
 
 static void example_round_trip(const char *path)
@@ -197,8 +158,7 @@ static void binary__every_truncation__refused_at_a_byte(void **state)
 	(void)state;
 	size_t n;
 	char *b = small_binary(&n);
-	for (size_t len = 1; len < n; len++)
-		refused(b, len, "cut", len);
+	each_cut(b, n, refused);
 	free(b);
 }
 
@@ -207,13 +167,7 @@ static void binary__every_byte_change__refused_at_a_byte(void **state)
 	(void)state;
 	size_t n;
 	char *b = small_binary(&n);
-	static const unsigned char flips[] = {1, 2, 4, 8, 16, 32, 64, 128, 0xff};
-	for (size_t i = 0; i < n; i++)
-		for (size_t f = 0; f < sizeof flips; f++) {
-			b[i] ^= (char)flips[f];
-			refused(b, n, "changed", i);
-			b[i] ^= (char)flips[f];
-		}
+	each_flip(b, n, refused);
 	PlanError e;
 	Plan *p = from_mem(b, n, &e); // undamaged: still reads
 	assert_non_null(p);

@@ -5,7 +5,6 @@
  * every truncation and every single-byte change of a small binary plan, and a byte
  * appended, make the attempt give up and give on 3 threads exactly the error they give
  * on one. */
-#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +18,7 @@
 #include "../compiler/pipecc.h"
 #include "../plan/binary_int.h"
 #include "../plan/par.h"
+#include "plan_lib.h"
 
 #define THREADS 3
 
@@ -63,26 +63,6 @@ static int attempt(const char *b, size_t n, unsigned keep, Plan **p)
 	plan_threads = 1;
 	fclose(f);
 	return rc;
-}
-
-static Plan *compile_example(const char *path)
-{
-	size_t len;
-	char *src = pipecc_read_file(path, &len);
-	assert_non_null(src);
-	char *msgs = NULL;
-	size_t mlen;
-	FILE *out = open_memstream(&msgs, &mlen);
-	Diag d;
-	diag_init(&d, path, src, len, out);
-	PipeccOptions o = {.line = 1};
-	Plan *p = pipecc_compile(path, src, len, &o, &d);
-	fclose(out);
-	if (!p)
-		fail_msg("%s does not compile: %s", path, msgs);
-	free(msgs);
-	free(src);
-	return p;
 }
 
 static void same_plan(const Plan *a, const Plan *b, const char *what)
@@ -138,24 +118,6 @@ static int64_t same_on_threads(const Plan *p, const char *what)
 	return ops;
 }
 
-/* Calls fn on every file in dir ending in ext; returns the ops it read. */
-static int64_t each_file(const char *dir, const char *ext, int64_t (*fn)(const char *path))
-{
-	DIR *d = opendir(dir);
-	assert_non_null(d);
-	int64_t ops = 0;
-	for (struct dirent *de; (de = readdir(d));) {
-		size_t l = strlen(de->d_name), k = strlen(ext);
-		if (l <= k || strcmp(de->d_name + l - k, ext))
-			continue;
-		char path[1024];
-		snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-		ops += fn(path);
-	}
-	closedir(d);
-	return ops;
-}
-
 static int64_t example_on_threads(const char *path)
 {
 	Plan *p = compile_example(path);
@@ -170,10 +132,20 @@ static int64_t example_on_threads(const char *path)
 	return ops;
 }
 
+/* each_file's callbacks: the ops each file read, summed in ops_read. */
+static int64_t ops_read;
+
+static void example_counted(const char *path)
+{
+	ops_read += example_on_threads(path);
+}
+
 static void binary_par__examples__same_plan_as_one_thread(void **state)
 {
 	(void)state;
-	assert_true(each_file("examples", ".pipe", example_on_threads) > 1000);
+	ops_read = 0;
+	each_file("examples", ".pipe", example_counted);
+	assert_true(ops_read > 1000);
 }
 
 static int64_t good_plan_on_threads(const char *path)
@@ -187,10 +159,17 @@ static int64_t good_plan_on_threads(const char *path)
 	return ops;
 }
 
+static void good_counted(const char *path)
+{
+	ops_read += good_plan_on_threads(path);
+}
+
 static void binary_par__good_plans__same_plan_as_one_thread(void **state)
 {
 	(void)state;
-	assert_true(each_file("tests/plans/good", ".plan", good_plan_on_threads) > 100);
+	ops_read = 0;
+	each_file("tests/plans/good", ".plan", good_counted);
+	assert_true(ops_read > 100);
 }
 
 /* b[0, n), damaged: refused on THREADS threads with the one-thread reader's error. */
@@ -222,8 +201,7 @@ static void binary_par__every_truncation__same_error(void **state)
 	(void)state;
 	size_t n;
 	char *b = small_binary(&n);
-	for (size_t len = 1; len < n; len++)
-		same_error(b, len, "cut", len);
+	each_cut(b, n, same_error);
 	free(b);
 }
 
@@ -232,13 +210,7 @@ static void binary_par__every_byte_change__same_error(void **state)
 	(void)state;
 	size_t n;
 	char *b = small_binary(&n);
-	static const unsigned char flips[] = {1, 2, 4, 8, 16, 32, 64, 128, 0xff};
-	for (size_t i = 0; i < n; i++)
-		for (size_t f = 0; f < sizeof flips; f++) {
-			b[i] ^= (char)flips[f];
-			same_error(b, n, "changed", i);
-			b[i] ^= (char)flips[f];
-		}
+	each_flip(b, n, same_error);
 	char *more = malloc(n + 1);
 	assert_non_null(more);
 	memcpy(more, b, n);

@@ -4,7 +4,6 @@
  * by field, or the same located error, byte for byte; and the good ones do take the
  * parallel path (the attempt alone succeeds), so the comparison is not of the one-thread
  * reader with itself. */
-#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +18,7 @@
 #include "../compiler/pipecc.h"
 #include "../plan/par.h"
 #include "../plan/read_int.h"
+#include "plan_lib.h"
 
 static char tmp_path[64];
 
@@ -28,17 +28,6 @@ static void put_file(const char *text, size_t n)
 	assert_non_null(f);
 	assert_int_equal(fwrite(text, 1, n, f), n);
 	assert_int_equal(fclose(f), 0);
-}
-
-static char *text_of(const Plan *p, size_t *n)
-{
-	char *a = NULL;
-	FILE *f = open_memstream(&a, n);
-	assert_non_null(f);
-	int rc = plan_write(p, f);
-	fclose(f);
-	assert_int_equal(rc, 0);
-	return a;
 }
 
 /* a and b are the same plan: the same text, and every field the text does not show
@@ -131,24 +120,6 @@ static void compare(const char *path)
 	compare_keep(path, PLAN_KEEP_ALL);
 }
 
-static int each_file(const char *dir, const char *ext, void (*fn)(const char *path))
-{
-	DIR *d = opendir(dir);
-	assert_non_null(d);
-	int n = 0;
-	for (struct dirent *de; (de = readdir(d));) {
-		size_t l = strlen(de->d_name), k = strlen(ext);
-		if (l <= k || strcmp(de->d_name + l - k, ext))
-			continue;
-		char path[1024];
-		snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-		fn(path);
-		n++;
-	}
-	closedir(d);
-	return n;
-}
-
 static void read__plans_corpus__same_plan_or_error(void **state)
 {
 	(void)state;
@@ -160,26 +131,6 @@ static void read__plans_corpus__same_plan_or_error(void **state)
 	assert_true(n >= 30);
 	assert_true(nread >= 2 * 20);
 	assert_true(nrefused >= 2 * 10);
-}
-
-static Plan *compile_example(const char *path)
-{
-	size_t len;
-	char *src = pipecc_read_file(path, &len);
-	assert_non_null(src);
-	char *msgs = NULL;
-	size_t mlen;
-	FILE *out = open_memstream(&msgs, &mlen);
-	Diag d;
-	diag_init(&d, path, src, len, out);
-	PipeccOptions o = {.line = 1};
-	Plan *p = pipecc_compile(path, src, len, &o, &d);
-	fclose(out);
-	if (!p)
-		fail_msg("%s does not compile: %s", path, msgs);
-	free(msgs);
-	free(src);
-	return p;
 }
 
 /* text with line `at` (0-based) changed by `how`: deleted, doubled, cut in its middle

@@ -7,7 +7,6 @@
  * when asked; par_ordered hands every piece to emit once, in order, on the calling
  * thread, a piece its worker could not format as NULL.  A write error is reported as on
  * one thread. */
-#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -24,22 +23,7 @@
 #include "../plan/binary.h"
 #include "../plan/par.h"
 #include "../plan/par_out.h"
-
-static Plan *compile_src(const char *path, const char *src, size_t len)
-{
-	char *msgs = NULL;
-	size_t mlen;
-	FILE *out = open_memstream(&msgs, &mlen);
-	Diag d;
-	diag_init(&d, path, src, len, out);
-	PipeccOptions o = {.line = 1};
-	Plan *p = pipecc_compile(path, src, len, &o, &d);
-	fclose(out);
-	if (!p)
-		fail_msg("%s does not compile: %s", path, msgs);
-	free(msgs);
-	return p;
-}
+#include "plan_lib.h"
 
 /* p in form fmt written with `threads` workers: into a memory stream when !file, else
  * into a temporary file read back. */
@@ -111,25 +95,6 @@ static void good_plan_same(const char *path)
 		fail_msg("%s:%lld: %s", path, (long long)e.line, e.msg);
 	check_same(p, path);
 	plan_free(p);
-}
-
-/* Calls fn on every file in dir ending in ext; returns how many. */
-static int each_file(const char *dir, const char *ext, void (*fn)(const char *path))
-{
-	DIR *d = opendir(dir);
-	assert_non_null(d);
-	int n = 0;
-	for (struct dirent *de; (de = readdir(d));) {
-		size_t l = strlen(de->d_name), k = strlen(ext);
-		if (l <= k || strcmp(de->d_name + l - k, ext))
-			continue;
-		char path[1024];
-		snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-		fn(path);
-		n++;
-	}
-	closedir(d);
-	return n;
 }
 
 static void write_par__examples__same_bytes_as_one_thread(void **state)
