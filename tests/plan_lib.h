@@ -1,6 +1,6 @@
-/* What the plan I/O tests share (test_binary.c, test_binary_par.c, test_read.c,
- * test_write_par.c): compiling a program in memory into a line plan, the files of a
- * folder, a plan's text.  Included once per test program, after cmocka.h and
+/* What the plan I/O tests share (test_binary.c, test_binary_par.c, test_plan.c,
+ * test_read.c, test_write_par.c): compiling a program in memory into a line plan, the files of a
+ * folder, a plan's text, a plan file that must read, damaged bytes.  Included once per test program, after cmocka.h and
  * compiler/pipecc.h. */
 #ifndef TESTS_PLAN_LIB_H
 #define TESTS_PLAN_LIB_H
@@ -89,6 +89,27 @@ static __attribute__((unused, noinline)) char *text_of(const Plan *p, size_t *n)
 	fclose(f);
 	assert_int_equal(rc, 0);
 	return a;
+}
+
+/* Whether a and b write the same text. */
+static inline int same_text(const Plan *a, const Plan *b)
+{
+	size_t na, nb;
+	char *ta = text_of(a, &na), *tb = text_of(b, &nb);
+	int same = na == nb && !memcmp(ta, tb, na);
+	free(ta);
+	free(tb);
+	return same;
+}
+
+/* The plan in the file at path, which must read. */
+static inline Plan *read_good(const char *path)
+{
+	PlanError e;
+	Plan *p = plan_read_file(path, &e);
+	if (!p)
+		fail_msg("%s:%lld: %s", path, (long long)e.line, e.msg);
+	return p;
 }
 
 #endif

@@ -116,10 +116,7 @@ static void binary__examples__round_trip_byte_for_byte(void **state)
 
 static void good_plan_round_trip(const char *path)
 {
-	PlanError e;
-	Plan *p = plan_read_file(path, &e);
-	if (!p)
-		fail_msg("%s:%lld: %s", path, (long long)e.line, e.msg);
+	Plan *p = read_good(path);
 	check_round_trip(p, path);
 	plan_free(p);
 }

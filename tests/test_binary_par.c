@@ -150,10 +150,7 @@ static void binary_par__examples__same_plan_as_one_thread(void **state)
 
 static int64_t good_plan_on_threads(const char *path)
 {
-	PlanError e;
-	Plan *p = plan_read_file(path, &e);
-	if (!p)
-		fail_msg("%s:%lld: %s", path, (long long)e.line, e.msg);
+	Plan *p = read_good(path);
 	int64_t ops = same_on_threads(p, path);
 	plan_free(p);
 	return ops;

@@ -13,7 +13,9 @@
 
 #include <cmocka.h>
 
+#include "../compiler/pipecc.h"
 #include "../plan/plan.h"
+#include "plan_lib.h"
 
 #define FNV_PLAN "tests/plans/good/tiny-fnv1a.plan" // written by pipecc before lanes4
 
@@ -32,18 +34,6 @@ static char *slurp(const char *path, size_t *n)
 	b[end] = 0;
 	*n = (size_t)end;
 	return b;
-}
-
-static char *plan_text(const Plan *p, size_t *n)
-{
-	char *a = NULL;
-	FILE *f = open_memstream(&a, n);
-	assert_non_null(f);
-	int rc = plan_write(p, f);
-	fclose(f);
-	assert_int_equal(rc, 0);
-	char *text = a; // set by fclose
-	return text;
 }
 
 static Plan *read_text(const char *text, size_t n, PlanError *err)
@@ -116,7 +106,7 @@ static void plan__fnv1a_plan__reads_and_writes_lanes4(void **state)
 	if (!p)
 		fail_msg("line %lld: %s", (long long)err.line, err.msg);
 	assert_int_equal(plan_verify(p, &err), 0);
-	char *b = plan_text(p, &nb);
+	char *b = text_of(p, &nb);
 	assert_memory_equal(b, "pipecc-plan 3 lanes4=", 21);
 	const char *body = strchr(text, '\n') + 1, *bbody = strchr(b, '\n') + 1;
 	size_t len = n - (size_t)(body - text);
@@ -169,7 +159,7 @@ static void plan__reader__changed_digits_refused(void **state)
 	PlanError err;
 	Plan *p = read_text(text, n, &err);
 	assert_non_null(p);
-	char *b = plan_text(p, &nb);
+	char *b = text_of(p, &nb);
 	refuse_digit_changes(text, n);
 	refuse_digit_changes(b, nb);
 	plan_free(p);
@@ -264,12 +254,8 @@ static void plan__reader__fast_path_agrees_with_parser(void **state)
 				fail_msg("'%s' is %s single-spaced but %s wide", op, p1 ? "read" : "refused",
 				         p2 ? "read" : "refused");
 			if (p1) {
-				size_t w1, w2;
-				char *a = plan_text(p1, &w1), *b = plan_text(p2, &w2);
-				if (w1 != w2 || memcmp(a, b, w1))
+				if (!same_text(p1, p2))
 					fail_msg("'%s' reads differently through the fast path", op);
-				free(a);
-				free(b);
 				same++;
 			} else {
 				assert_int_equal(e1.line, line + 1);
@@ -298,7 +284,7 @@ static Plan *read_both_ways(const char *path, PlanError *e1)
 	assert_int_equal(!p1, !p2);
 	if (p1) {
 		size_t w1, w2;
-		char *a = plan_text(p1, &w1), *b = plan_text(p2, &w2);
+		char *a = text_of(p1, &w1), *b = text_of(p2, &w2);
 		assert_true(w1 == n && w2 == n && !memcmp(a, text, n) && !memcmp(b, text, n));
 		free(a);
 		free(b);

@@ -34,12 +34,8 @@ static void put_file(const char *text, size_t n)
  * (file lines, array sizes, the source lines kept or not) equal. */
 static void same_plan(const Plan *a, const Plan *b, const char *what)
 {
-	size_t na, nb;
-	char *ta = text_of(a, &na), *tb = text_of(b, &nb);
-	if (na != nb || memcmp(ta, tb, na))
+	if (!same_text(a, b))
 		fail_msg("%s: the plans read with 1 and 3 threads write differently", what);
-	free(ta);
-	free(tb);
 	assert_int_equal(a->world, b->world);
 	assert_int_equal(a->routes_line, b->routes_line);
 	for (int r = 0; r < a->world; r++) {

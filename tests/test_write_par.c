@@ -89,10 +89,7 @@ static void example_same(const char *path)
 
 static void good_plan_same(const char *path)
 {
-	PlanError e;
-	Plan *p = plan_read_file(path, &e);
-	if (!p)
-		fail_msg("%s:%lld: %s", path, (long long)e.line, e.msg);
+	Plan *p = read_good(path);
 	check_same(p, path);
 	plan_free(p);
 }
