@@ -25,13 +25,16 @@ static int64_t out_bytes(const Plan *p, int s)
 	return (int64_t)p->rows * p->stages[s].out * 4;
 }
 
-/* Walk state: refs[(stage * m + mb) * 2 + dir] consumers still to take a tensor;
- * per stage its in- and out-edges (CSR: ein[ioff[s] .. ioff[s + 1]]), and per edge
- * whether this rank hands it over locally (the peer table says `local`). */
+/* Walk state: refs[(local[stage] * m + mb) * 2 + dir] consumers still to take a
+ * tensor made on this rank, by one of its stages (local[s] >= 0: s is placed on the
+ * rank's pp index; a verified plan makes and sends tensors of those alone), so that
+ * the table is the rank's size, not the plan's; per stage its in- and out-edges (CSR:
+ * ein[ioff[s] .. ioff[s + 1]]), and per edge whether this rank hands it over locally
+ * (the peer table says `local`). */
 typedef struct {
 	const Plan *p;
 	const PlanRank *rk;
-	int *refs;
+	int *refs, *local;
 	int *ioff, *ooff, *ein, *eout;
 	uint8_t *handoff;
 	PlanParts *parts; // per stage, with tp > 1 (plan_stage_parts); else NULL
@@ -58,7 +61,9 @@ static void sample(Walk *w, int64_t op, int64_t extra_saved)
 static void take(Walk *w, int s, int mb, int dir)
 {
 	const Plan *p = w->p;
-	int *n = &w->refs[((int64_t)s * p->microbatches + mb) * 2 + dir];
+	if (w->local[s] < 0)
+		return;
+	int *n = &w->refs[((int64_t)w->local[s] * p->microbatches + mb) * 2 + dir];
 	if (*n > 0 && --*n == 0)
 		w->comm -= dir == DIR_ACT ? out_bytes(p, s) : plan_stage_in_bytes(p, s);
 }
@@ -66,9 +71,9 @@ static void take(Walk *w, int s, int mb, int dir)
 static void make(Walk *w, int s, int mb, int dir, int consumers)
 {
 	const Plan *p = w->p;
-	if (consumers <= 0)
+	if (consumers <= 0 || w->local[s] < 0)
 		return;
-	w->refs[((int64_t)s * p->microbatches + mb) * 2 + dir] = consumers;
+	w->refs[((int64_t)w->local[s] * p->microbatches + mb) * 2 + dir] = consumers;
 	w->comm += dir == DIR_ACT ? out_bytes(p, s) : plan_stage_in_bytes(p, s);
 }
 
@@ -146,20 +151,24 @@ int plan_mem_rank(const Plan *p, int r, PlanMem *m)
 	const PlanRank *rk = &p->ranks[r];
 	int pp = rk->coord[DIM_PP];
 	int state = plan_optim_state_bytes(p->optim.kind);
+	size_t ns = (size_t)p->nstages, ne = (size_t)p->nedges, nloc = 0;
 	for (int s = 0; s < p->nstages; s++)
 		if (p->stages[s].pp == pp) {
 			m->params += p->stages[s].params * 4;
 			m->grads += p->stages[s].params * 4;
 			m->optim += p->stages[s].params * state;
+			nloc++;
 		}
 	Walk w = {.p = p, .rk = rk, .m = m, .stat = m->params + m->grads + m->optim};
-	size_t ns = (size_t)p->nstages, ne = (size_t)p->nedges;
-	size_t nrefs = ns * (size_t)p->microbatches * 2;
-	int *buf = calloc(nrefs + 2 * (ns + 1) + 2 * ne + ne / sizeof(int) + 1, sizeof(int));
+	size_t nrefs = nloc * (size_t)p->microbatches * 2;
+	int *buf = calloc(nrefs + ns + 2 * (ns + 1) + 2 * ne + ne / sizeof(int) + 1, sizeof(int));
 	if (!buf)
 		return -1;
 	w.refs = buf;
-	w.ioff = buf + nrefs;
+	w.local = buf + nrefs;
+	for (int s = 0, k = 0; s < p->nstages; s++)
+		w.local[s] = p->stages[s].pp == pp ? k++ : -1;
+	w.ioff = w.local + ns;
 	w.ooff = w.ioff + ns + 1;
 	w.ein = w.ooff + ns + 1;
 	w.eout = w.ein + ne;
