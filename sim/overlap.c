@@ -382,7 +382,7 @@ static void sim_run_comm(S *s, int r)
  * strict model keeps) until none is left; here so that both streams compile into it. */
 void sim_run_overlap(S *s)
 {
-	while (s->nwork && !s->failed) {
+	while (s->nwork && !s->failed && !sim_stopped(s)) {
 		unsigned a = (unsigned)s->work[--s->nwork];
 		int r = (int)(a >> 1);
 		s->rk[r].queued[a & 1] = 0;

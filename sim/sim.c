@@ -294,13 +294,15 @@ int sim_run(const Plan *p, const SimOptions *opt, SimResult *res)
 	}
 	if (overlap)
 		sim_run_overlap(&s);
-	while (s.nwork && !s.failed) {
+	while (s.nwork && !s.failed && !sim_stopped(&s)) {
 		unsigned a = (unsigned)s.work[--s.nwork];
 		int r = (int)(a >> 1);
 		s.rk[r].queued[a & 1] = 0;
 		run_strict(&s, r);
 	}
-	if (s.oom) {
+	if (s.oom || sim_stopped(&s)) {
+		if (!s.oom)
+			snprintf(res->message, sizeof res->message, "stopped");
 		sim_cleanup(&s);
 		return -1;
 	}

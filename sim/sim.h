@@ -48,6 +48,10 @@ typedef struct {
 	SimModel model;
 	int eager;      // 1: sends complete when posted (buffered), as with --eager
 	int record_ops; // 1: fill SimRankResult.times and the critical path (20 B per op)
+	/* Not NULL: another thread may set *stop to end the run early; sim_run then
+	 * returns -1 with "stopped" in res->message (pipesim drops a run beside the
+	 * verifier when the plan does not verify). */
+	const int *stop;
 } SimOptions;
 
 /* Times of one op.  Compute ops: when they ran.  Comm ops: start is when their group

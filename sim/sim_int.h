@@ -192,6 +192,12 @@ typedef struct {
 
 #define MAXKEYS 64 // most keys one compute op consumes
 
+/* Another thread asked the run to end (SimOptions.stop). */
+static inline int sim_stopped(const S *s)
+{
+	return s->opt.stop && __atomic_load_n(s->opt.stop, __ATOMIC_RELAXED);
+}
+
 static inline int64_t sat_add(int64_t a, int64_t b)
 {
 	int64_t r;

@@ -457,6 +457,33 @@ static void sim__good_plans__run_in_both_models(void **state)
 	}
 }
 
+/* SimOptions.stop: set, the run ends early with "stopped" (and its result still frees);
+ * given but clear, the run is the one without it. */
+static void sim__stop_flag__set_stops_clear_changes_nothing(void **state)
+{
+	(void)state;
+	Plan *p = read_plan("tests/plans/good/dp2x2.plan");
+	for (int model = 0; model < SIM_MODEL_COUNT; model++) {
+		SimResult plain, clear, stopped;
+		int stop = 0;
+		SimOptions o = {.model = model, .record_ops = 1};
+		assert_int_equal(sim_run(p, &o, &plain), 0);
+		o.stop = &stop;
+		assert_int_equal(sim_run(p, &o, &clear), 0);
+		assert_int_equal(clear.makespan, plain.makespan);
+		assert_int_equal(clear.ops_done, plan_total_ops(p));
+		assert_int_equal(clear.npath, plain.npath);
+		stop = 1;
+		assert_int_equal(sim_run(p, &o, &stopped), -1);
+		assert_string_equal(stopped.message, "stopped");
+		assert_true(stopped.ops_done < plan_total_ops(p));
+		sim_result_free(&plain);
+		sim_result_free(&clear);
+		sim_result_free(&stopped);
+	}
+	plan_free(p);
+}
+
 /* ---- reports ---- */
 
 static char *capture(int which, const Plan *p, const SimResult *res)
@@ -1167,6 +1194,7 @@ int main(void)
 	    cmocka_unit_test(sim__tp_plans__collectives_and_cycles),
 	    cmocka_unit_test(sim__unverified_mismatch__run_names_both_ops),
 	    cmocka_unit_test(sim__good_plans__run_in_both_models),
+	    cmocka_unit_test(sim__stop_flag__set_stops_clear_changes_nothing),
 	    cmocka_unit_test(sim__reports__json_trace_svg_grid),
 	    cmocka_unit_test(sim__svg_comm_dominated__every_box_labelled),
 	    cmocka_unit_test(sim__svg_stall_at_zero__axis_0_to_1_us),

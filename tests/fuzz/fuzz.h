@@ -60,6 +60,18 @@ static inline void fuzz_check_round_trip(const Plan *p)
 	free(b);
 }
 
+/* Every model, rendezvous and eager, on any plan: no crash (the sanitizers watch). */
+static inline void fuzz_run_sim(const Plan *p)
+{
+	for (int model = 0; model < SIM_MODEL_COUNT; model++)
+		for (int eager = 0; eager <= 1; eager++) {
+			SimOptions o = {.model = (SimModel)model, .eager = eager, .record_ops = 1};
+			SimResult r;
+			sim_run(p, &o, &r);
+			sim_result_free(&r);
+		}
+}
+
 /* Every model, rendezvous and eager: a verified plan never gets a run-time mismatch, and
  * every deadlock comes with a wait-for cycle.  Returns the strict rendezvous verdict. */
 static inline SimVerdict fuzz_check_sim(const Plan *p)
