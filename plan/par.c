@@ -52,9 +52,17 @@ void par_threads_auto(void)
 	plan_threads = n < 1 ? 1 : n > PAR_MAX_THREADS ? PAR_MAX_THREADS : (int)n;
 }
 
+static int held; // threads busy with tasks of their own (par_hold)
+
+void par_hold(int n)
+{
+	held += n;
+}
+
 int par_workers(int64_t n)
 {
-	int t = plan_threads < 1 ? 1 : plan_threads > PAR_MAX_THREADS ? PAR_MAX_THREADS : plan_threads;
+	int t = plan_threads - held;
+	t = t < 1 ? 1 : t > PAR_MAX_THREADS ? PAR_MAX_THREADS : t;
 	return n < t ? (n < 1 ? 1 : (int)n) : t;
 }
 

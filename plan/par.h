@@ -25,8 +25,11 @@ void par_threads_auto(void);
  * 0 to go on, anything else to stop the pass (no item is started after it). */
 typedef int (*ParFn)(void *arg, int64_t i, int w);
 
-/* The workers par_for would run n items on: min(plan_threads, n), at least 1. */
+/* The workers par_for would run n items on: min(plan_threads - held, n), at least 1,
+ * where held is what par_hold added: n threads busy with a task of their own (pipesim's
+ * simulation beside the verifier) until par_hold(-n).  The calling thread only. */
 int par_workers(int64_t n);
+void par_hold(int n);
 
 /* Runs fn(arg, i, w) for every i in [0, n) on par_workers(n) workers, the calling
  * thread being worker 0, items handed out in increasing order as workers free up.

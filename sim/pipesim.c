@@ -49,6 +49,59 @@ static int check_combinations(CliTool *t, const PipesimArgs *a)
 	return 0;
 }
 
+/* With --threads, the run beside the verifier: both only read the plan, so the
+ * simulation starts on a thread of its own as the verification does, and its result is
+ * taken when the plan verifies, dropped (the run stopped) when it does not.  sim_run is
+ * safe on any plan the reader accepts (tests/fuzz/fuzz_sim.c runs it on refused ones).
+ * The result is the one run alone gives; a run out of memory beside the verifier is run
+ * again alone, as one thread would (docs/architecture.md, "Threads"). */
+typedef struct {
+	const Plan *p;
+	SimOptions opt;
+	SimResult res;
+	int rc, stop;
+	ParTask *task;
+} Ahead;
+
+static void ahead_run(void *arg)
+{
+	Ahead *h = arg;
+	h->rc = sim_run(h->p, &h->opt, &h->res);
+}
+
+static void ahead_start(Ahead *h, const Plan *p, const SimOptions *opt)
+{
+	*h = (Ahead){.p = p, .opt = *opt};
+	h->opt.stop = &h->stop;
+	h->task = par_spawn(ahead_run, h);
+}
+
+static void ahead_drop(Ahead *h)
+{
+	if (!h->task)
+		return;
+	__atomic_store_n(&h->stop, 1, __ATOMIC_RELAXED);
+	par_join(h->task);
+	h->task = NULL;
+	sim_result_free(&h->res);
+}
+
+/* The plan verified: the run's result in *res and sim_run's return, or the run alone's
+ * when none ran beside or it ran out of memory. */
+static int ahead_take(Ahead *h, const Plan *p, const SimOptions *opt, SimResult *res)
+{
+	if (h->task) {
+		par_join(h->task);
+		h->task = NULL;
+		if (h->rc >= 0) {
+			*res = h->res;
+			return h->rc;
+		}
+		sim_result_free(&h->res);
+	}
+	return sim_run(p, opt, res);
+}
+
 int pipesim_drive(CliTool *t, PipesimArgs *a)
 {
 	int rc = check_combinations(t, a);
@@ -68,8 +121,17 @@ int pipesim_drive(CliTool *t, PipesimArgs *a)
 	PlanError perr;
 	CliProgress *pr = cli_progress_start(t, "reading the plan");
 	Plan *p = plan_read_file_as(t->in, 0, &perr); // writes no plan: no source lines
+	/* A line plan simulated whole (below) is expanded first: it does not run beside. */
+	int expand = p && p->line && (a->expand || !plan_line_uniform(p));
+	Ahead ahead = {0};
+	if (p && !expand && plan_threads > 1)
+		ahead_start(&ahead, p, &opt);
 	cli_progress_phase(pr, "verifying the plan");
-	if (!p || plan_verify(p, &perr)) {
+	par_hold(ahead.task != NULL); // the verifier's walk leaves the run its thread
+	int bad = !p || plan_verify(p, &perr);
+	par_hold(-(ahead.task != NULL));
+	if (bad) {
+		ahead_drop(&ahead);
 		cli_progress_end(pr);
 		print_plan_error(t->in_name, &perr);
 		if (a->json)
@@ -80,7 +142,7 @@ int pipesim_drive(CliTool *t, PipesimArgs *a)
 	}
 	/* One line stands for all when every line's collectives take its times
 	 * (docs/pipesim.md "Line plans"); otherwise, or when asked, the world runs. */
-	if (p->line && (a->expand || !plan_line_uniform(p))) {
+	if (expand) {
 		if (!a->expand && !t->quiet)
 			fprintf(stderr, "pipesim: note: the tp groups of some lines span nodes and others' "
 			                "do not: simulating every world rank\n");
@@ -100,7 +162,7 @@ int pipesim_drive(CliTool *t, PipesimArgs *a)
 	snprintf(what, sizeof what, "simulating %lld ops", (long long)plan_total_ops(p));
 	cli_progress_phase(pr, what);
 	SimResult res;
-	rc = sim_run(p, &opt, &res);
+	rc = ahead_take(&ahead, p, &opt, &res);
 	if (rc >= 0 && res.verdict != SIM_OK && !a->no_record && !opt.record_ops) {
 		sim_result_free(&res);
 		opt.record_ops = 1;

@@ -29,7 +29,7 @@ int main(int argc, char **argv)
 		 "keep no per-op times (20 bytes per op less): no\n"
 		 "critical path, grid or pictures"},
 		{"threads", 0, CLI_INT, &plan_threads, "N",
-		 "worker threads for reading and verifying the plan\n(0: one per CPU)", 1, 0, PAR_MAX_THREADS},
+		 "worker threads for reading and verifying the plan,\nthe simulation beside (0: one per CPU)", 1, 0, PAR_MAX_THREADS},
 		{0},
 	};
 	CLI_TABLE_END

@@ -3,8 +3,11 @@
 # gives.  Every example's plan, and many damaged copies of it (two op lines swapped, a
 # microbatch, peer, group or edge changed: faults of every check the verifier makes),
 # through pipesim with 1 and with 3 threads: the same output, errors and exit status,
-# text and JSON.  pipecc compiles every example to the same bytes on 1, 2 and 3
-# threads and on one per CPU (--threads 0), and given a plan verifies and writes it the same way too.
+# text and JSON.  The same for the test corpus (tests/plans: good plans, deadlocks,
+# mismatches, malformed files) in both models and quiet, where with threads the
+# simulation runs beside the verifier and is kept, or dropped when the plan does not
+# verify.  pipecc compiles every example to the same bytes on 1, 2 and 3 threads and on
+# one per CPU (--threads 0), and given a plan verifies and writes it the same way too.
 : "${BIN:=bin}"
 TOOL=threads
 . tests/lib/cli.sh
@@ -79,6 +82,13 @@ for f in examples/*.pipe; do
 	cases=$((cases + n))
 	check "$b: $n damaged plans, the same with 3 threads" "$bad" "$bad differ: $(head -3 "$dir/why" 2>/dev/null)"
 done
+for f in tests/plans/*/*.plan; do
+	b=$(basename "$(dirname "$f")")/$(basename "$f" .plan)
+	same "$b" "$f"
+	same "$b, json, overlap model" --json --model overlap "$f"
+	same "$b, quiet" -q "$f"
+done
+
 # The damage must reach the verifier's checks, or the comparison shows little.
 check "damaged plans refused: $faults of $cases" "$([ "$faults" -gt $((cases / 3)) ]; echo $?)" \
 	"too few faults"
