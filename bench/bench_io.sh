@@ -5,11 +5,14 @@
 # in the same run.  Goals: both >= 20 M ops/s, pipesim within 3x of wc -l, <= 64 bytes
 # of peak RSS per op.  The same rows for the binary form (pipecc --plan-format=binary,
 # pipesim on its file).  Then bench/io_bench.c times the readers and the writers alone.
-# Wall times are the best of REPS runs (the machine may be shared); RSS from /usr/bin/time.
-# With OLD set to a folder holding an older build's pipecc and pipesim, each tool row is
-# also run with those, the old and the new run alternating (on a shared machine the speed
-# drifts by more than most changes), and printed below it as "old build".  With THREADS
-# above 1 (default 2), each tool row is followed by the same run with --threads THREADS
+# pipesim's rows: -q --no-record (verdict only), -q (the same: a quiet run keeps no
+# times), and the default run, whose report needs the per-op times (20 bytes an op) and
+# the memory model's pass over every rank.  Wall times are the best of REPS runs (the
+# machine may be shared); RSS from /usr/bin/time.  With OLD set to a folder holding an
+# older build's pipecc and pipesim, each tool row is also run with those, the old and
+# the new run alternating (on a shared machine the speed drifts by more than most
+# changes), and printed below it as "old build".  With THREADS above 1 (default 2), each
+# tool row is followed by the same run with --threads THREADS
 # (plan/par.h): on more cores than this 2-core machine's, try THREADS=8.
 : "${BIN:=bin}"
 PP=${PP:-128}
@@ -111,6 +114,7 @@ both "pipecc -o PLAN" "$BIN/pipecc" "$T/big.pipe" -o "$T/out.plan"
 same "$T/out.plan" "$T/big.plan" "pipecc wrote a different plan"
 both "pipesim -q --no-record PLAN" "$BIN/pipesim" -q --no-record "$T/big.plan"
 both "pipesim -q PLAN" "$BIN/pipesim" -q "$T/big.plan"
+both "pipesim PLAN (the report)" "$BIN/pipesim" "$T/big.plan"
 "$BIN/pipecc" --plan-format=binary "$T/big.pipe" -o "$T/big.bin" || exit 1
 bbytes=$(wc -c <"$T/big.bin")
 echo "binary form: plan $(awk -v b="$bbytes" 'BEGIN { printf "%.1f MiB, %.2f bytes/op", b / 1048576, b / '"$ops"' }')"
@@ -118,6 +122,7 @@ both "pipecc --plan-format=binary" "$BIN/pipecc" --plan-format=binary "$T/big.pi
 same "$T/out.bin" "$T/big.bin" "pipecc wrote a different binary plan"
 both "pipesim -q --no-record BINPLAN" "$BIN/pipesim" -q --no-record "$T/big.bin"
 both "pipesim -q BINPLAN" "$BIN/pipesim" -q "$T/big.bin"
+both "pipesim BINPLAN (the report)" "$BIN/pipesim" "$T/big.bin"
 timed "pipecc BIN -o PLAN (to text)" "$BIN/pipecc" "$T/big.bin" -o "$T/conv.plan"
 same "$T/conv.plan" "$T/big.plan" "binary -> text differs"
 rm -f "$T/conv.plan" "$T/out.bin"

@@ -12,6 +12,7 @@
  * once its forward is rebuilt (st->save_re more saved bytes) - the points where
  * piperun samples its allocations.  Convention: bytes, int64_t. */
 #include "mem.h"
+#include "par.h"
 
 #include <stdlib.h>
 
@@ -203,12 +204,17 @@ int plan_mem_rank(const Plan *p, int r, PlanMem *m)
 		if (p->stages[s].pp == pp)
 			rc = plan_stage_parts(p, s, &w.parts[s]);
 	m->peak = w.stat;
-	for (int64_t i = 0; i < rk->nops && !rc;) {
-		int64_t j = plan_group_end(rk, i);
-		if (plan_is_comm(rk->ops[i].kind))
-			group(&w, i, j);
-		else
-			compute(&w, &rk->ops[i], i);
+	const PlanOp *ops = rk->ops;
+	for (int64_t i = 0, n = rk->nops; i < n && !rc;) { // plan_group_end, inline
+		if (!plan_op_is_comm(plan_op_kind(&ops[i]))) {
+			compute(&w, &ops[i], i);
+			i++;
+			continue;
+		}
+		int64_t j = i + 1;
+		while (j < n && plan_op_is_comm(plan_op_kind(&ops[j])) && ops[j].group == ops[i].group)
+			j++;
+		group(&w, i, j);
 		i = j;
 	}
 	for (size_t s = 0; w.parts && s < ns; s++)
@@ -218,17 +224,38 @@ int plan_mem_rank(const Plan *p, int r, PlanMem *m)
 	return rc;
 }
 
+typedef struct {
+	const Plan *p;
+	PlanMem *m;
+} Ranks;
+
+static int rank_item(void *arg, int64_t r, int w)
+{
+	(void)w;
+	Ranks *a = arg;
+	return plan_mem_rank(a->p, (int)r, &a->m[r]);
+}
+
+int plan_mem_ranks(const Plan *p, PlanMem *m)
+{
+	Ranks a = {p, m};
+	return par_for(p->world, rank_item, &a) ? -1 : 0;
+}
+
 int64_t plan_mem_peaks(const Plan *p, int64_t *peak)
 {
+	PlanMem *m = malloc(((size_t)p->world + 1) * sizeof *m);
 	int64_t max = 0;
-	for (int r = 0; r < p->world; r++) {
-		PlanMem m;
-		if (plan_mem_rank(p, r, &m))
-			return -1;
-		peak[r] = m.peak;
-		if (m.peak > max)
-			max = m.peak;
+	if (!m || plan_mem_ranks(p, m)) {
+		free(m);
+		return -1;
 	}
+	for (int r = 0; r < p->world; r++) {
+		peak[r] = m[r].peak;
+		if (m[r].peak > max)
+			max = m[r].peak;
+	}
+	free(m);
 	return max;
 }
 

@@ -6,6 +6,7 @@
 #include "../plan/mem.h"
 
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void jstr(FILE *f, const char *s)
@@ -99,6 +100,11 @@ int sim_write_json(FILE *f, const Plan *p, const SimResult *res, const PlanError
 	           ",\n  \"busy\": %.6f,\n  \"compute\": ",
 	        res->bubble, res->ops, res->ops_done, sim_busy(res, -1));
 	jus(f, res->busy);
+	PlanMem *mem = malloc(((size_t)res->world + 1) * sizeof *mem);
+	if (!mem || res->world != p->world || plan_mem_ranks(p, mem)) {
+		free(mem);
+		return -1;
+	}
 	fputs(",\n  \"ranks\": [", f);
 	for (int r = 0; r < res->world; r++) {
 		const SimRankResult *rr = &res->ranks[r];
@@ -112,9 +118,7 @@ int sim_write_json(FILE *f, const Plan *p, const SimResult *res, const PlanError
 		fprintf(f, ", \"ops_done\": %" PRId64 ", \"peak_activation_bytes\": %" PRId64
 		           ", \"peak_activation_units\": %" PRId64,
 		        rr->ops_done, rr->peak_act_bytes, rr->peak_act_units);
-		PlanMem m;
-		if (plan_mem_rank(p, r, &m))
-			return -1;
+		const PlanMem m = mem[r];
 		fprintf(f, ", \"peak_total_bytes\": %" PRId64 ", \"param_bytes\": %" PRId64
 		           ", \"grad_bytes\": %" PRId64 ", \"optim_state_bytes\": %" PRId64
 		           ", \"saved_bytes_at_peak\": %" PRId64 ", \"inflight_bytes_at_peak\": %" PRId64
@@ -123,6 +127,7 @@ int sim_write_json(FILE *f, const Plan *p, const SimResult *res, const PlanError
 		        m.peak, m.params, m.grads, m.optim, m.saved, m.comm, m.peak_op, m.peak_comm,
 		        !p->mem_cap || m.peak <= p->mem_cap ? "true" : "false");
 	}
+	free(mem);
 	fputs("\n  ],\n  \"links\": [", f);
 	for (int i = 0; i < res->nlinks; i++)
 		fprintf(f, "%s\n    {\"src\": %d, \"dst\": %d, \"bytes\": %" PRId64

@@ -60,16 +60,20 @@ int sim_report_memory(FILE *f, const Plan *p)
 	        p->mem_cap ? plan_mem_text(cap, sizeof cap, p->mem_cap) : "");
 	fprintf(f, " rank           peak         params          grads          optim          saved"
 	           "      in flight   at op\n");
+	PlanMem *mem = malloc(((size_t)p->world + 1) * sizeof *mem);
+	if (!mem || plan_mem_ranks(p, mem)) {
+		free(mem);
+		return -1;
+	}
 	for (int r = 0; r < p->world; r++) {
-		PlanMem m;
-		if (plan_mem_rank(p, r, &m))
-			return -1;
+		const PlanMem m = mem[r];
 		fprintf(f, "%5d %14" PRId64 " %14" PRId64 " %14" PRId64 " %14" PRId64 " %14" PRId64
 		           " %14" PRId64 " %7" PRId64 "%s\n",
 		        plan_world_rank(p, r), m.peak, m.params, m.grads, m.optim, m.saved, m.comm,
 		        m.peak_op,
 		        p->mem_cap && m.peak > p->mem_cap ? "  does not fit" : "");
 	}
+	free(mem);
 	return 0;
 }
 

@@ -1,5 +1,6 @@
 /* The verifier on plans broken by hand: each fault named with the op, and the FIFO
- * matching's exact messages (one walk per rank, plan/verify_ops.c). */
+ * matching's exact messages (one walk per rank, plan/verify_ops.c).  Then the thread
+ * layer (plan/par.h) and the passes on it that are not the readers' or writers'. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,9 +14,11 @@
 #include <cmocka.h>
 
 #include "../compiler/pipecc.h"
+#include "../plan/mem.h"
 #include "../plan/par.h"
 
 #include "lower_lib.h"
+#include "plan_lib.h"
 
 static void verify__broken_plans__named(void **state)
 {
@@ -284,6 +287,52 @@ static void par__every_item_once__and_a_stop_is_returned(void **state)
 	plan_threads = 1;
 }
 
+/* par_hold: threads busy elsewhere are not handed items; at least one worker stays. */
+static void par__hold__fewer_workers_at_least_one(void **state)
+{
+	(void)state;
+	plan_threads = 4;
+	assert_int_equal(par_workers(100), 4);
+	par_hold(1);
+	assert_int_equal(par_workers(100), 3);
+	assert_int_equal(par_workers(2), 2);
+	par_hold(5);
+	assert_int_equal(par_workers(100), 1);
+	par_hold(-6);
+	assert_int_equal(par_workers(100), 4);
+	plan_threads = 1;
+}
+
+/* plan_mem_ranks, on 1 and 3 threads, gives every rank what plan_mem_rank gives it. */
+static void mem_ranks_same(const char *path)
+{
+	Plan *p = compile_example(path);
+	PlanMem *want = calloc((size_t)p->world, sizeof *want);
+	PlanMem *got = calloc((size_t)p->world, sizeof *got);
+	for (int r = 0; r < p->world; r++)
+		assert_int_equal(plan_mem_rank(p, r, &want[r]), 0);
+	const int threads[] = {1, 3};
+	for (int t = 0; t < 2; t++) {
+		plan_threads = threads[t];
+		memset(got, 0xff, (size_t)p->world * sizeof *got);
+		assert_int_equal(plan_mem_ranks(p, got), 0);
+		for (int r = 0; r < p->world; r++) {
+			assert_true(want[r].peak > 0);
+			assert_memory_equal(&got[r], &want[r], sizeof *got);
+		}
+	}
+	plan_threads = 1;
+	free(want);
+	free(got);
+	plan_free(p);
+}
+
+static void mem__ranks_on_threads__each_rank_as_alone(void **state)
+{
+	(void)state;
+	assert_true(each_file("examples", ".pipe", mem_ranks_same) >= 10);
+}
+
 /* par_prefault pages arrays in beside a writer and changes no byte of them. */
 static void par__prefault__changes_nothing(void **state)
 {
@@ -353,6 +402,8 @@ int main(void)
 		cmocka_unit_test(verify__many_peers__each_pair_matched),
 		cmocka_unit_test(par__every_item_once__and_a_stop_is_returned),
 		cmocka_unit_test(par__prefault__changes_nothing),
+		cmocka_unit_test(par__hold__fewer_workers_at_least_one),
+		cmocka_unit_test(mem__ranks_on_threads__each_rank_as_alone),
 		cmocka_unit_test(par__threads_0__one_per_cpu),
 	};
 	/* Then the same with the verifier's walk on 3 workers (--threads 3): the same
