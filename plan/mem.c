@@ -35,52 +35,57 @@ static int64_t out_bytes(const Plan *p, int s)
 typedef struct {
 	const Plan *p;
 	const PlanRank *rk;
+	int m;              // p->microbatches
 	int *refs, *local;
 	int *ioff, *ooff, *ein, *eout;
 	uint8_t *handoff;
+	int64_t *bytes;     // per stage: [2 s + dir] its output (ACT) and input (GRAD) bytes
+	int64_t *dmem;      // per local stage: [local * OP_COUNT + kind] plan_op_mem
 	PlanParts *parts; // per stage, with tp > 1 (plan_stage_parts); else NULL
 	int64_t saved, comm, stat;
-	PlanMem *m;
+	PlanMem *m_out;
 } Walk;
 
-static void sample(Walk *w, int64_t op, int64_t extra_saved)
+/* The walk's steps below run once or more per op: inlined into the one loop. */
+#define STEP __attribute__((always_inline)) static inline
+
+STEP void sample(Walk *w, int64_t op, int64_t extra_saved)
 {
+	PlanMem *m = w->m_out;
 	int64_t total = w->stat + w->saved + extra_saved + w->comm;
-	if (w->saved + extra_saved > w->m->peak_saved)
-		w->m->peak_saved = w->saved + extra_saved;
-	if (w->comm > w->m->peak_comm)
-		w->m->peak_comm = w->comm;
-	if (total > w->m->peak) {
-		w->m->peak = total;
-		w->m->peak_op = op;
-		w->m->saved = w->saved + extra_saved;
-		w->m->comm = w->comm;
+	if (w->saved + extra_saved > m->peak_saved)
+		m->peak_saved = w->saved + extra_saved;
+	if (w->comm > m->peak_comm)
+		m->peak_comm = w->comm;
+	if (total > m->peak) {
+		m->peak = total;
+		m->peak_op = op;
+		m->saved = w->saved + extra_saved;
+		m->comm = w->comm;
 	}
 }
 
 /* One consumer took the tensor (s, mb, dir), made on this rank; the last frees it. */
-static void take(Walk *w, int s, int mb, int dir)
+STEP void take(Walk *w, int s, int mb, int dir)
 {
-	const Plan *p = w->p;
 	if (w->local[s] < 0)
 		return;
-	int *n = &w->refs[((int64_t)w->local[s] * p->microbatches + mb) * 2 + dir];
+	int *n = &w->refs[((int64_t)w->local[s] * w->m + mb) * 2 + dir];
 	if (*n > 0 && --*n == 0)
-		w->comm -= dir == DIR_ACT ? out_bytes(p, s) : plan_stage_in_bytes(p, s);
+		w->comm -= w->bytes[2 * s + dir];
 }
 
-static void make(Walk *w, int s, int mb, int dir, int consumers)
+STEP void make(Walk *w, int s, int mb, int dir, int consumers)
 {
-	const Plan *p = w->p;
 	if (consumers <= 0 || w->local[s] < 0)
 		return;
-	w->refs[((int64_t)w->local[s] * p->microbatches + mb) * 2 + dir] = consumers;
-	w->comm += dir == DIR_ACT ? out_bytes(p, s) : plan_stage_in_bytes(p, s);
+	w->refs[((int64_t)w->local[s] * w->m + mb) * 2 + dir] = consumers;
+	w->comm += w->bytes[2 * s + dir];
 }
 
 /* F (dir ACT) takes what arrived on s's in-edges, B (GRAD) what arrived on its
  * out-edges: a local hand-off is the peer stage's tensor, anything else a receive. */
-static void gather(Walk *w, int s, int mb, int dir)
+STEP void gather(Walk *w, int s, int mb, int dir)
 {
 	const Plan *p = w->p;
 	const int *off = dir == DIR_ACT ? w->ioff : w->ooff;
@@ -90,18 +95,18 @@ static void gather(Walk *w, int s, int mb, int dir)
 		if (w->handoff[es[k]])
 			take(w, dir == DIR_ACT ? ed->src : ed->dst, mb, dir);
 		else
-			w->comm -= out_bytes(p, ed->src);
+			w->comm -= w->bytes[2 * ed->src + DIR_ACT];
 	}
 }
 
-static void compute(Walk *w, const PlanOp *o, int64_t i)
+STEP void compute(Walk *w, const PlanOp *o, int64_t i)
 {
 	const Plan *p = w->p;
 	OpKind k = plan_op_kind(o);
 	if (o->stage < 0 || o->stage >= p->nstages)
 		return;
 	const PlanStage *st = &p->stages[o->stage];
-	int per_mb = o->mb >= 0 && o->mb < p->microbatches;
+	int per_mb = o->mb >= 0 && o->mb < w->m;
 	/* With tp > 1 a direction's first part takes the incoming tensors, its last makes
 	 * the outgoing one, and each part keeps its own layers' saved bytes. */
 	const PlanParts *pp = w->parts ? &w->parts[o->stage] : NULL;
@@ -120,12 +125,13 @@ static void compute(Walk *w, const PlanOp *o, int64_t i)
 		if (last)
 			make(w, o->stage, o->mb, DIR_GRAD, w->ioff[o->stage + 1] - w->ioff[o->stage]);
 	}
-	w->saved += pp ? plan_part_mem(pp, o) : plan_op_mem(k, st);
+	int ls = w->local[o->stage];
+	w->saved += pp ? plan_part_mem(pp, o) : ls >= 0 ? w->dmem[ls * OP_COUNT + k] : plan_op_mem(k, st);
 	sample(w, i, 0);
 }
 
 /* A comm group [i, j): receives hold their buffers while the sends' are still alive. */
-static void group(Walk *w, int64_t i, int64_t j)
+STEP void group(Walk *w, int64_t i, int64_t j)
 {
 	const Plan *p = w->p;
 	const PlanOp *ops = w->rk->ops;
@@ -136,7 +142,7 @@ static void group(Walk *w, int64_t i, int64_t j)
 	for (int64_t k = i; k < j; k++) {
 		const PlanOp *o = &ops[k];
 		if (o->kind != OP_SEND || o->stage < 0 || o->stage >= p->nedges || o->mb < 0 ||
-		    o->mb >= p->microbatches)
+		    o->mb >= w->m)
 			continue;
 		const PlanEdge *ed = &p->edges[o->stage];
 		if (o->dir == DIR_ACT)
@@ -160,15 +166,27 @@ int plan_mem_rank(const Plan *p, int r, PlanMem *m)
 			m->optim += p->stages[s].params * state;
 			nloc++;
 		}
-	Walk w = {.p = p, .rk = rk, .m = m, .stat = m->params + m->grads + m->optim};
+	Walk w = {.p = p, .rk = rk, .m = p->microbatches, .m_out = m,
+	          .stat = m->params + m->grads + m->optim};
 	size_t nrefs = nloc * (size_t)p->microbatches * 2;
 	int *buf = calloc(nrefs + ns + 2 * (ns + 1) + 2 * ne + ne / sizeof(int) + 1, sizeof(int));
-	if (!buf)
+	int64_t *b64 = malloc((2 * ns + nloc * OP_COUNT + 1) * sizeof *b64);
+	if (!buf || !b64) {
+		free(buf);
+		free(b64);
 		return -1;
+	}
 	w.refs = buf;
 	w.local = buf + nrefs;
-	for (int s = 0, k = 0; s < p->nstages; s++)
+	w.bytes = b64;
+	w.dmem = b64 + 2 * ns;
+	for (int s = 0, k = 0; s < p->nstages; s++) {
 		w.local[s] = p->stages[s].pp == pp ? k++ : -1;
+		w.bytes[2 * s + DIR_ACT] = out_bytes(p, s);
+		w.bytes[2 * s + DIR_GRAD] = plan_stage_in_bytes(p, s);
+		for (int kind = 0; w.local[s] >= 0 && kind < OP_COUNT; kind++)
+			w.dmem[w.local[s] * OP_COUNT + kind] = plan_op_mem((OpKind)kind, &p->stages[s]);
+	}
 	w.ioff = w.local + ns;
 	w.ooff = w.ioff + ns + 1;
 	w.ein = w.ooff + ns + 1;
@@ -221,6 +239,7 @@ int plan_mem_rank(const Plan *p, int r, PlanMem *m)
 		plan_parts_free(&w.parts[s]);
 	free(w.parts);
 	free(buf);
+	free(b64);
 	return rc;
 }
 
