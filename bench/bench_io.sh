@@ -12,7 +12,7 @@
 # older build's pipecc and pipesim, each tool row is also run with those, the old and
 # the new run alternating (on a shared machine the speed drifts by more than most
 # changes), and printed below it as "old build".  With THREADS above 1 (default 2), each
-# tool row is followed by the same run with --threads THREADS
+# tool row is followed by the same run with --threads THREADS (with OLD, old and new)
 # (plan/par.h): on more cores than this 2-core machine's, try THREADS=8.
 : "${BIN:=bin}"
 PP=${PP:-128}
@@ -107,8 +107,7 @@ both() {
 	[ "$THREADS" -gt 1 ] || return 0
 	name=$1 tool=$2
 	shift 2
-	set -- $(best "$tool" --threads "$THREADS" "$@") || exit 1
-	row "  with --threads $THREADS" "$1" "$2" "$3"
+	timed "  with --threads $THREADS" "$tool" --threads "$THREADS" "$@"
 }
 both "pipecc -o PLAN" "$BIN/pipecc" "$T/big.pipe" -o "$T/out.plan"
 same "$T/out.plan" "$T/big.plan" "pipecc wrote a different plan"
