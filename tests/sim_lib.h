@@ -1,9 +1,11 @@
 /* What the simulator tests share (test_sim.c, test_sim_ref.c): a program compiled in
- * memory, the program of a chain of stages, a plan file that must read, a failure
- * report's text, fixed-seed random numbers.  Included once per test program, after
- * cmocka.h, compiler/pipecc.h and sim/sim.h. */
+ * memory, the program of a chain of stages, a failure report's text, fixed-seed random
+ * numbers; and plan_lib.h's helpers (read_good: a plan file that must read).  Included
+ * once per test program, after cmocka.h, compiler/pipecc.h and sim/sim.h. */
 #ifndef TESTS_SIM_LIB_H
 #define TESTS_SIM_LIB_H
+
+#include "plan_lib.h" // read_good: a plan file that must read
 
 static inline Plan *compile_text(const char *src, const char *schedule)
 {
@@ -32,15 +34,6 @@ static inline char *program(int pp, int dp, int m, const char *sched, const char
 		              s == pp - 1 ? "loss mse; " : "relu; ");
 	snprintf(buf + k, sizeof buf - k, "schedule %s;\ncost * %s;\nlink %s;\n", sched, cost, link);
 	return buf;
-}
-
-static inline Plan *read_plan(const char *path)
-{
-	PlanError e;
-	Plan *p = plan_read_file(path, &e);
-	if (!p)
-		fail_msg("%s:%lld: %s", path, (long long)e.line, e.msg);
-	return p;
 }
 
 /* Runs and returns the failure report text (malloc'd). */

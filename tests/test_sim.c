@@ -190,7 +190,7 @@ static void sim__bad_corpus__verifier_names_both_ops(void **state)
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		char path[256];
 		snprintf(path, sizeof path, "tests/plans/bad/%s.plan", cases[i].file);
-		Plan *p = read_plan(path);
+		Plan *p = read_good(path);
 		PlanError e;
 		if (plan_verify(p, &e) == 0)
 			fail_msg("%s: verifier found nothing", path);
@@ -233,7 +233,7 @@ static void sim__bad_corpus__deadlocks_with_cycle(void **state)
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		char path[256];
 		snprintf(path, sizeof path, "tests/plans/bad/%s.plan", cases[i].file);
-		Plan *p = read_plan(path);
+		Plan *p = read_good(path);
 		PlanError e;
 		if (plan_verify(p, &e))
 			fail_msg("%s: %s", path, e.msg);
@@ -275,7 +275,7 @@ static void sim__bad_corpus__deadlocks_with_cycle(void **state)
 static void sim__tp_plans__collectives_and_cycles(void **state)
 {
 	(void)state;
-	Plan *p = read_plan("tests/plans/good/tp2.plan");
+	Plan *p = read_good("tests/plans/good/tp2.plan");
 	PlanError e;
 	if (plan_verify(p, &e))
 		fail_msg("tp2: %s", e.msg);
@@ -319,7 +319,7 @@ static void sim__tp_plans__collectives_and_cycles(void **state)
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		char path[256];
 		snprintf(path, sizeof path, "tests/plans/bad/%s.plan", cases[i].file);
-		p = read_plan(path);
+		p = read_good(path);
 		if (plan_verify(p, &e))
 			fail_msg("%s: %s", path, e.msg);
 		for (int run = 0; run < 4; run++) {
@@ -347,7 +347,7 @@ static void sim__tp_plans__collectives_and_cycles(void **state)
 static void sim__unverified_mismatch__run_names_both_ops(void **state)
 {
 	(void)state;
-	Plan *p = read_plan("tests/plans/bad/crossed_fifo.plan");
+	Plan *p = read_good("tests/plans/bad/crossed_fifo.plan");
 	SimResult res;
 	SimOptions o = {.model = SIM_STRICT};
 	assert_int_equal(sim_run(p, &o, &res), 1);
@@ -364,7 +364,7 @@ static void sim__unverified_mismatch__run_names_both_ops(void **state)
 	sim_result_free(&res);
 	plan_free(p);
 
-	p = read_plan("tests/plans/bad/wrong_size.plan");
+	p = read_good("tests/plans/bad/wrong_size.plan");
 	assert_int_equal(sim_run(p, &o, &res), 1);
 	assert_int_equal(res.verdict, SIM_MISMATCH);
 	assert_contains(res.message, "bytes differ");
@@ -372,7 +372,7 @@ static void sim__unverified_mismatch__run_names_both_ops(void **state)
 	plan_free(p);
 
 	/* A send nobody receives: a deadlock-free stall under eager, caught at the end. */
-	p = read_plan("tests/plans/bad/missing_recv.plan");
+	p = read_good("tests/plans/bad/missing_recv.plan");
 	o.eager = 1;
 	int rc = sim_run(p, &o, &res);
 	assert_int_equal(rc, 1);
@@ -386,7 +386,7 @@ static void sim__good_plans__run_in_both_models(void **state)
 	const char *files[] = {"tests/plans/good/tiny2.plan", "tests/plans/good/skip3.plan",
 	                       "tests/plans/good/dp2x2.plan"};
 	for (size_t i = 0; i < 3; i++) {
-		Plan *p = read_plan(files[i]);
+		Plan *p = read_good(files[i]);
 		PlanError e;
 		assert_int_equal(plan_verify(p, &e), 0);
 		for (int model = 0; model < SIM_MODEL_COUNT; model++)
@@ -407,7 +407,7 @@ static void sim__good_plans__run_in_both_models(void **state)
 static void sim__stop_flag__set_stops_clear_changes_nothing(void **state)
 {
 	(void)state;
-	Plan *p = read_plan("tests/plans/good/dp2x2.plan");
+	Plan *p = read_good("tests/plans/good/dp2x2.plan");
 	for (int model = 0; model < SIM_MODEL_COUNT; model++) {
 		SimResult plain, clear, stopped;
 		int stop = 0;
@@ -467,7 +467,7 @@ static char *capture(int which, const Plan *p, const SimResult *res)
 static void mem__tiny_plan__peak_and_parts_by_hand(void **state)
 {
 	(void)state;
-	Plan *p = read_plan("tests/plans/good/tiny2.plan");
+	Plan *p = read_good("tests/plans/good/tiny2.plan");
 	PlanMem m;
 	assert_int_equal(plan_mem_rank(p, 0, &m), 0);
 	assert_int_equal(m.params, 288);
@@ -506,7 +506,7 @@ static void mem__tiny_plan__peak_and_parts_by_hand(void **state)
 static void sim__reports__json_trace_svg_grid(void **state)
 {
 	(void)state;
-	Plan *p = read_plan("tests/plans/good/tiny2.plan");
+	Plan *p = read_good("tests/plans/good/tiny2.plan");
 	SimResult res;
 	SimOptions o = {.model = SIM_STRICT, .record_ops = 1};
 	assert_int_equal(sim_run(p, &o, &res), 0);
@@ -546,7 +546,7 @@ static void sim__reports__json_trace_svg_grid(void **state)
 	sim_result_free(&res);
 
 	/* A deadlock in JSON: the cycle with both ends of each edge. */
-	Plan *q = read_plan("tests/plans/bad/head_to_head.plan");
+	Plan *q = read_good("tests/plans/bad/head_to_head.plan");
 	assert_int_equal(sim_run(q, &o, &res), 1);
 	j = capture(0, q, &res);
 	assert_contains(j, "\"ok\": false");
@@ -791,7 +791,7 @@ static void sim__svg_comm_dominated__every_box_labelled(void **state)
 static void sim__svg_stall_at_zero__axis_0_to_1_us(void **state)
 {
 	(void)state;
-	Plan *p = read_plan("tests/plans/bad/stall_at_zero.plan");
+	Plan *p = read_good("tests/plans/bad/stall_at_zero.plan");
 	SimResult res;
 	SimOptions o = {.model = SIM_STRICT, .record_ops = 1};
 	assert_int_equal(sim_run(p, &o, &res), 1);

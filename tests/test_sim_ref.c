@@ -29,141 +29,179 @@ typedef struct {
 	int64_t finish[64];
 } Ref;
 
-static void reference(const Plan *p, int eager, Ref *out)
+/* The reference's state: per rank its next op (pc), time, posted group [pc, gend) when
+ * ingroup, and per op when it was posted, when it ended (-1: not yet) and its index k
+ * among the rank's ops of its kind and peer (FIFO pairing by counting). */
+typedef struct {
+	const Plan *p;
+	int w, eager;
+	int64_t *pc, *t, *gend;
+	int *ingroup;
+	int64_t **post, **end, **k;
+} RefRun;
+
+static void ref_init(RefRun *x, const Plan *p, int eager)
 {
 	int w = p->world;
 	assert_true(w <= 64);
-	int64_t *pc = calloc(w, sizeof *pc), *t = calloc(w, sizeof *t), *gend = calloc(w, sizeof *gend);
-	int *ingroup = calloc(w, sizeof *ingroup);
-	int64_t **post = calloc(w, sizeof *post), **end = calloc(w, sizeof *end), **k = calloc(w, sizeof *k);
+	*x = (RefRun){.p = p, .w = w, .eager = eager};
+	x->pc = calloc(w, sizeof *x->pc);
+	x->t = calloc(w, sizeof *x->t);
+	x->gend = calloc(w, sizeof *x->gend);
+	x->ingroup = calloc(w, sizeof *x->ingroup);
+	x->post = calloc(w, sizeof *x->post);
+	x->end = calloc(w, sizeof *x->end);
+	x->k = calloc(w, sizeof *x->k);
 	for (int r = 0; r < w; r++) {
 		int64_t n = p->ranks[r].nops;
-		post[r] = malloc((n + 1) * sizeof **post);
-		end[r] = malloc((n + 1) * sizeof **end);
-		k[r] = malloc((n + 1) * sizeof **k);
+		x->post[r] = malloc((n + 1) * sizeof **x->post);
+		x->end[r] = malloc((n + 1) * sizeof **x->end);
+		x->k[r] = malloc((n + 1) * sizeof **x->k);
 		int64_t cnt[2 * 64 + 1] = {0}; // sends per peer, receives per peer, all-reduces
 		for (int64_t i = 0; i < n; i++) {
 			const PlanOp *o = &p->ranks[r].ops[i];
-			post[r][i] = end[r][i] = -1;
+			x->post[r][i] = x->end[r][i] = -1;
 			if (o->kind == OP_SEND)
-				k[r][i] = cnt[o->peer]++;
+				x->k[r][i] = cnt[o->peer]++;
 			else if (o->kind == OP_RECV)
-				k[r][i] = cnt[64 + o->peer]++;
+				x->k[r][i] = cnt[64 + o->peer]++;
 			else if (o->kind == OP_ALLREDUCE)
-				k[r][i] = cnt[128]++;
+				x->k[r][i] = cnt[128]++;
 		}
 	}
+}
+
+/* Rank r: completes its posted group once every op of it ended, runs its compute ops,
+ * posts its next group.  1 when anything changed. */
+static int ref_advance(RefRun *x, int r)
+{
+	const Plan *p = x->p;
+	const PlanRank *pr = &p->ranks[r];
+	int changed = 0;
+	if (x->ingroup[r]) {
+		int64_t mx = x->t[r];
+		for (int64_t i = x->pc[r]; i < x->gend[r]; i++) {
+			if (x->end[r][i] < 0)
+				return 0;
+			if (x->end[r][i] > mx)
+				mx = x->end[r][i];
+		}
+		x->t[r] = mx;
+		x->pc[r] = x->gend[r];
+		x->ingroup[r] = 0;
+		changed = 1;
+	}
+	while (x->pc[r] < pr->nops && !plan_is_comm(pr->ops[x->pc[r]].kind)) {
+		const PlanOp *o = &pr->ops[x->pc[r]];
+		const PlanStage *st = &p->stages[o->stage];
+		int64_t c = o->kind == OP_F ? st->cost[0] : o->kind == OP_B ? st->cost[1]
+		            : o->kind == OP_W ? st->cost[2] : o->kind == OP_BW ? st->cost[1] + st->cost[2] : 0;
+		x->t[r] += c;
+		x->pc[r]++;
+		changed = 1;
+	}
+	if (x->pc[r] < pr->nops) {
+		int64_t j = x->pc[r];
+		while (j < pr->nops && plan_is_comm(pr->ops[j].kind) && pr->ops[j].group == pr->ops[x->pc[r]].group)
+			x->post[r][j++] = x->t[r];
+		x->gend[r] = j;
+		x->ingroup[r] = 1;
+		changed = 1;
+	}
+	return changed;
+}
+
+/* SEND i of rank a, posted: ends at once when eager; meets the RECV of the same count
+ * on its peer once that is posted.  1 when anything changed. */
+static int ref_send(RefRun *x, int a, int64_t i)
+{
+	const Plan *p = x->p;
+	const PlanOp *o = &p->ranks[a].ops[i];
+	int changed = 0;
+	if (x->eager && x->end[a][i] < 0) {
+		x->end[a][i] = x->post[a][i];
+		changed = 1;
+	}
+	int b = o->peer;
+	for (int64_t j = 0; j < p->ranks[b].nops; j++) {
+		const PlanOp *q = &p->ranks[b].ops[j];
+		if (q->kind != OP_RECV || q->peer != a || x->k[b][j] != x->k[a][i])
+			continue;
+		if (x->post[b][j] < 0 || x->end[b][j] >= 0)
+			break;
+		int64_t tr = plan_transfer_ns(p, o->bytes);
+		int64_t ps = x->post[a][i], rp = x->post[b][j];
+		if (x->eager)
+			x->end[b][j] = ps + tr > rp ? ps + tr : rp;
+		else
+			x->end[a][i] = x->end[b][j] = (ps > rp ? ps : rp) + tr;
+		return 1;
+	}
+	return changed;
+}
+
+/* ALLREDUCE i of rank a, posted: once every dp member posted its one of the same count,
+ * all end after the last post and the ring time.  1 when they did. */
+static int ref_allreduce(RefRun *x, int a, int64_t i)
+{
+	const Plan *p = x->p;
+	int mem[64];
+	int n = plan_dim_members(p, a, DIM_DP, mem);
+	int64_t mx = 0, idx[64];
+	for (int m = 0; m < n; m++) {
+		idx[m] = -1;
+		for (int64_t j = 0; j < p->ranks[mem[m]].nops; j++)
+			if (p->ranks[mem[m]].ops[j].kind == OP_ALLREDUCE && x->k[mem[m]][j] == x->k[a][i])
+				idx[m] = j;
+		if (idx[m] < 0 || x->post[mem[m]][idx[m]] < 0)
+			return 0;
+		if (x->post[mem[m]][idx[m]] > mx)
+			mx = x->post[mem[m]][idx[m]];
+	}
+	for (int m = 0; m < n; m++)
+		x->end[mem[m]][idx[m]] = mx + sim_allreduce_ns(p, n, p->ranks[a].ops[i].bytes);
+	return 1;
+}
+
+static void reference(const Plan *p, int eager, Ref *out)
+{
+	RefRun x;
+	ref_init(&x, p, eager);
 	for (int changed = 1; changed;) {
 		changed = 0;
-		for (int r = 0; r < w; r++) {
-			const PlanRank *pr = &p->ranks[r];
-			if (ingroup[r]) {
-				int64_t mx = t[r];
-				int all = 1;
-				for (int64_t i = pc[r]; i < gend[r]; i++) {
-					if (end[r][i] < 0)
-						all = 0;
-					else if (end[r][i] > mx)
-						mx = end[r][i];
-				}
-				if (!all)
-					continue;
-				t[r] = mx;
-				pc[r] = gend[r];
-				ingroup[r] = 0;
-				changed = 1;
-			}
-			while (pc[r] < pr->nops && !plan_is_comm(pr->ops[pc[r]].kind)) {
-				const PlanOp *o = &pr->ops[pc[r]];
-				const PlanStage *st = &p->stages[o->stage];
-				int64_t c = o->kind == OP_F ? st->cost[0] : o->kind == OP_B ? st->cost[1]
-				            : o->kind == OP_W ? st->cost[2] : o->kind == OP_BW ? st->cost[1] + st->cost[2] : 0;
-				t[r] += c;
-				pc[r]++;
-				changed = 1;
-			}
-			if (pc[r] < pr->nops) {
-				int64_t j = pc[r];
-				while (j < pr->nops && plan_is_comm(pr->ops[j].kind) && pr->ops[j].group == pr->ops[pc[r]].group)
-					post[r][j++] = t[r];
-				gend[r] = j;
-				ingroup[r] = 1;
-				changed = 1;
-			}
-		}
+		for (int r = 0; r < x.w; r++)
+			changed |= ref_advance(&x, r);
 		/* Pair what is posted. */
-		for (int a = 0; a < w; a++) {
-			const PlanRank *pa = &p->ranks[a];
-			for (int64_t i = 0; i < pa->nops; i++) {
-				const PlanOp *o = &pa->ops[i];
-				if (post[a][i] < 0 || (end[a][i] >= 0 && o->kind != OP_SEND))
+		for (int a = 0; a < x.w; a++)
+			for (int64_t i = 0; i < p->ranks[a].nops; i++) {
+				int kind = p->ranks[a].ops[i].kind;
+				if (x.post[a][i] < 0 || (x.end[a][i] >= 0 && kind != OP_SEND))
 					continue;
-				if (o->kind == OP_SEND) {
-					if (eager && end[a][i] < 0) {
-						end[a][i] = post[a][i];
-						changed = 1;
-					}
-					int b = o->peer;
-					for (int64_t j = 0; j < p->ranks[b].nops; j++) {
-						const PlanOp *q = &p->ranks[b].ops[j];
-						if (q->kind != OP_RECV || q->peer != a || k[b][j] != k[a][i])
-							continue;
-						if (post[b][j] < 0 || end[b][j] >= 0)
-							break;
-						int64_t x = plan_transfer_ns(p, o->bytes);
-						int64_t ps = post[a][i], rp = post[b][j];
-						if (eager) {
-							end[b][j] = ps + x > rp ? ps + x : rp;
-						} else {
-							end[a][i] = end[b][j] = (ps > rp ? ps : rp) + x;
-						}
-						changed = 1;
-						break;
-					}
-				} else if (o->kind == OP_ALLREDUCE) {
-					int mem[64];
-					int n = plan_dim_members(p, a, DIM_DP, mem);
-					int64_t mx = 0;
-					int64_t idx[64];
-					int all = 1;
-					for (int m = 0; m < n && all; m++) {
-						idx[m] = -1;
-						for (int64_t j = 0; j < p->ranks[mem[m]].nops; j++)
-							if (p->ranks[mem[m]].ops[j].kind == OP_ALLREDUCE && k[mem[m]][j] == k[a][i])
-								idx[m] = j;
-						if (idx[m] < 0 || post[mem[m]][idx[m]] < 0)
-							all = 0;
-						else if (post[mem[m]][idx[m]] > mx)
-							mx = post[mem[m]][idx[m]];
-					}
-					if (!all)
-						continue;
-					for (int m = 0; m < n; m++)
-						end[mem[m]][idx[m]] = mx + sim_allreduce_ns(p, n, o->bytes);
-					changed = 1;
-				}
+				if (kind == OP_SEND)
+					changed |= ref_send(&x, a, i);
+				else if (kind == OP_ALLREDUCE)
+					changed |= ref_allreduce(&x, a, i);
 			}
-		}
 	}
 	out->makespan = 0;
 	out->deadlock = 0;
-	for (int r = 0; r < w; r++) {
-		if (pc[r] < p->ranks[r].nops)
+	for (int r = 0; r < x.w; r++) {
+		if (x.pc[r] < p->ranks[r].nops)
 			out->deadlock = 1;
-		out->finish[r] = t[r];
-		if (t[r] > out->makespan)
-			out->makespan = t[r];
-		free(post[r]);
-		free(end[r]);
-		free(k[r]);
+		out->finish[r] = x.t[r];
+		if (x.t[r] > out->makespan)
+			out->makespan = x.t[r];
+		free(x.post[r]);
+		free(x.end[r]);
+		free(x.k[r]);
 	}
-	free(pc);
-	free(t);
-	free(gend);
-	free(ingroup);
-	free(post);
-	free(end);
-	free(k);
+	free(x.pc);
+	free(x.t);
+	free(x.gend);
+	free(x.ingroup);
+	free(x.post);
+	free(x.end);
+	free(x.k);
 }
 
 /* Random local edits of compiled plans (swap neighbouring ops, merge or split groups),
