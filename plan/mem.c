@@ -261,14 +261,22 @@ int plan_mem_ranks(const Plan *p, PlanMem *m)
 	return par_for(p->world, rank_item, &a) ? -1 : 0;
 }
 
-int64_t plan_mem_peaks(const Plan *p, int64_t *peak)
+PlanMem *plan_mem_all(const Plan *p)
 {
 	PlanMem *m = malloc(((size_t)p->world + 1) * sizeof *m);
-	int64_t max = 0;
-	if (!m || plan_mem_ranks(p, m)) {
+	if (m && plan_mem_ranks(p, m)) {
 		free(m);
-		return -1;
+		return NULL;
 	}
+	return m;
+}
+
+int64_t plan_mem_peaks(const Plan *p, int64_t *peak)
+{
+	PlanMem *m = plan_mem_all(p);
+	int64_t max = 0;
+	if (!m)
+		return -1;
 	for (int r = 0; r < p->world; r++) {
 		peak[r] = m[r].peak;
 		if (m[r].peak > max)

@@ -28,6 +28,9 @@ int plan_mem_rank(const Plan *p, int r, PlanMem *m);
 /* plan_mem_rank of every rank into m[world], the ranks on par_for's workers with
  * `--threads` (plan/par.h): the same figures.  0, or -1 when out of memory. */
 int plan_mem_ranks(const Plan *p, PlanMem *m);
+/* plan_mem_ranks into a new array of world entries (the caller frees it), or NULL when
+ * out of memory. */
+PlanMem *plan_mem_all(const Plan *p);
 /* The peak total of every rank into peak[world] and the largest of them; -1 when out
  * of memory. */
 int64_t plan_mem_peaks(const Plan *p, int64_t *peak);

@@ -42,7 +42,9 @@ void sim_figures(S *s)
 	int nl = 0;
 	for (int i = 0; i < s->nch; i++)
 		nl += s->ch[i].transfers > 0;
-	res->links = calloc((size_t)(nl ? nl : 1), sizeof *res->links);
+	/* Out of memory for these tables fails the run (sim_xcalloc): a report without its
+	 * links would look like a plan without transfers. */
+	res->links = sim_xcalloc(s, (size_t)nl, sizeof *res->links);
 	if (res->links) {
 		for (int i = 0; i < s->nch; i++)
 			if (s->ch[i].transfers > 0)
@@ -52,8 +54,8 @@ void sim_figures(S *s)
 	}
 	/* dp groups first in coll, then the tp groups (their own list) */
 	int ndp = s->ncoll - s->ntpcoll;
-	res->collectives = calloc((size_t)(ndp ? ndp : 1), sizeof *res->collectives);
-	res->tp = calloc((size_t)(s->ntpcoll ? s->ntpcoll : 1), sizeof *res->tp);
+	res->collectives = sim_xcalloc(s, (size_t)ndp, sizeof *res->collectives);
+	res->tp = sim_xcalloc(s, (size_t)s->ntpcoll, sizeof *res->tp);
 	for (int i = 0; i < s->ncoll; i++) {
 		const Coll *c = &s->coll[i];
 		SimCollective x = {plan_world_rank(s->p, c->members[0]), c->world_n, c->total, c->count};

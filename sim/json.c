@@ -73,7 +73,7 @@ static void header(FILE *f, const Plan *p, const char *file)
 }
 
 int sim_write_json(FILE *f, const Plan *p, const SimResult *res, const PlanError *verr,
-                   const char *file)
+                   const char *file, const PlanMem *mem)
 {
 	header(f, p, file);
 	if (verr || !res) {
@@ -100,11 +100,11 @@ int sim_write_json(FILE *f, const Plan *p, const SimResult *res, const PlanError
 	           ",\n  \"busy\": %.6f,\n  \"compute\": ",
 	        res->bubble, res->ops, res->ops_done, sim_busy(res, -1));
 	jus(f, res->busy);
-	PlanMem *mem = malloc(((size_t)res->world + 1) * sizeof *mem);
-	if (!mem || res->world != p->world || plan_mem_ranks(p, mem)) {
-		free(mem);
+	if (res->world != p->world)
 		return -1;
-	}
+	PlanMem *own = mem ? NULL : plan_mem_all(p);
+	if (!mem && !(mem = own))
+		return -1;
 	fputs(",\n  \"ranks\": [", f);
 	for (int r = 0; r < res->world; r++) {
 		const SimRankResult *rr = &res->ranks[r];
@@ -127,7 +127,7 @@ int sim_write_json(FILE *f, const Plan *p, const SimResult *res, const PlanError
 		        m.peak, m.params, m.grads, m.optim, m.saved, m.comm, m.peak_op, m.peak_comm,
 		        !p->mem_cap || m.peak <= p->mem_cap ? "true" : "false");
 	}
-	free(mem);
+	free(own);
 	fputs("\n  ],\n  \"links\": [", f);
 	for (int i = 0; i < res->nlinks; i++)
 		fprintf(f, "%s\n    {\"src\": %d, \"dst\": %d, \"bytes\": %" PRId64

@@ -6,6 +6,7 @@
 #include "../plan/par.h"
 #include "pipesim.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -102,6 +103,35 @@ static int ahead_take(Ahead *h, const Plan *p, const SimOptions *opt, SimResult 
 	return sim_run(p, opt, res);
 }
 
+/* The plan verified and the run goes on beside: the memory model's figures for the
+ * report or JSON are computed meanwhile, on the workers the run leaves (the verifier's
+ * walk was all the calling thread had to do).  NULL when nothing reads them, or out of
+ * memory: the report then computes them itself, and says so when it cannot. */
+static PlanMem *mem_beside(const Ahead *h, const Plan *p, int wanted)
+{
+	if (!h->task || !wanted)
+		return NULL;
+	par_hold(1);
+	PlanMem *mem = plan_mem_all(p);
+	par_hold(-1);
+	return mem;
+}
+
+/* The failure report on stderr, then JSON, or the report and the grid, on stdout.  0,
+ * or -1 when one failed (out of memory, unless writing failed), after which nothing
+ * more is printed: what failed would fail there too. */
+static int print_reports(const CliTool *t, const PipesimArgs *a, const Plan *p,
+                         const SimResult *res, const PlanMem *mem, int report)
+{
+	if (res->verdict != SIM_OK && sim_report_failure(stderr, p, res, t->in_name))
+		return -1;
+	if (a->json)
+		return sim_write_json(stdout, p, res, NULL, t->in_name, mem);
+	if (report && res->verdict == SIM_OK && sim_report_summary(stdout, p, res, mem))
+		return -1;
+	return report && a->grid ? sim_report_grid(stdout, p, res, a->width) : 0;
+}
+
 int pipesim_drive(CliTool *t, PipesimArgs *a)
 {
 	int rc = check_combinations(t, a);
@@ -135,7 +165,7 @@ int pipesim_drive(CliTool *t, PipesimArgs *a)
 		cli_progress_end(pr);
 		print_plan_error(t->in_name, &perr);
 		if (a->json)
-			sim_write_json(stdout, p, NULL, &perr, t->in_name);
+			sim_write_json(stdout, p, NULL, &perr, t->in_name, NULL);
 		if (p)
 			plan_free(p);
 		return CLI_EXIT_FAIL;
@@ -161,6 +191,7 @@ int pipesim_drive(CliTool *t, PipesimArgs *a)
 	char what[64];
 	snprintf(what, sizeof what, "simulating %lld ops", (long long)plan_total_ops(p));
 	cli_progress_phase(pr, what);
+	PlanMem *mem = mem_beside(&ahead, p, report || a->json);
 	SimResult res;
 	rc = ahead_take(&ahead, p, &opt, &res);
 	if (rc >= 0 && res.verdict != SIM_OK && !a->no_record && !opt.record_ops) {
@@ -172,29 +203,27 @@ int pipesim_drive(CliTool *t, PipesimArgs *a)
 	if (rc < 0) {
 		cli_error(t, "%s", res.message);
 		sim_result_free(&res);
+		free(mem);
 		plan_free(p);
 		return CLI_EXIT_FAIL;
 	}
 	int status = res.verdict == SIM_OK ? CLI_EXIT_OK : CLI_EXIT_FAIL;
-	if (res.verdict != SIM_OK)
-		sim_report_failure(stderr, p, &res, t->in_name);
-	if (a->json) {
-		sim_write_json(stdout, p, &res, NULL, t->in_name);
-	} else if (report) {
-		if (res.verdict == SIM_OK)
-			sim_report_summary(stdout, p, &res);
-		if (a->grid)
-			sim_report_grid(stdout, p, &res, a->width);
-	}
-	if (cli_stdout_close(t))
+	int out = print_reports(t, a, p, &res, mem, report);
+	if (cli_stdout_close(t)) {
 		status = CLI_EXIT_FAIL;
+	} else if (out) { // the report stops where it ran out: say so, and fail
+		status = cli_error(t, "%s", plan_oom_text((char[160]){0}, 160, plan_total_ops(p), 0));
+	}
 	pr = cli_progress_start(t, "writing");
+	if (out) // no picture either: what failed would fail there too
+		a->trace = a->svg = NULL;
 	Writer trace = {p, &res, sim_write_trace}, svg = {p, &res, sim_write_svg};
 	if (a->trace && cli_write(t, a->trace, write_one, &trace))
 		status = CLI_EXIT_FAIL;
 	if (a->svg && cli_write(t, a->svg, write_one, &svg))
 		status = CLI_EXIT_FAIL;
 	cli_progress_end(pr);
+	free(mem);
 	sim_result_free(&res);
 	plan_free(p);
 	return status;

@@ -52,19 +52,17 @@ double sim_busy(const SimResult *res, int r)
 
 /* The memory model per rank (docs/semantics.md "Memory"): the peak, its parts at that
  * moment, and the device's capacity when the plan states one. */
-int sim_report_memory(FILE *f, const Plan *p)
+int sim_report_memory(FILE *f, const Plan *p, const PlanMem *mem)
 {
+	PlanMem *own = mem ? NULL : plan_mem_all(p);
+	if (!mem && !(mem = own))
+		return -1;
 	char cap[32];
 	fprintf(f, "\nmemory (bytes; peak = params + grads + optim + saved + in flight)%s%s\n",
 	        p->mem_cap ? ", device holds " : "",
 	        p->mem_cap ? plan_mem_text(cap, sizeof cap, p->mem_cap) : "");
 	fprintf(f, " rank           peak         params          grads          optim          saved"
 	           "      in flight   at op\n");
-	PlanMem *mem = malloc(((size_t)p->world + 1) * sizeof *mem);
-	if (!mem || plan_mem_ranks(p, mem)) {
-		free(mem);
-		return -1;
-	}
 	for (int r = 0; r < p->world; r++) {
 		const PlanMem m = mem[r];
 		fprintf(f, "%5d %14" PRId64 " %14" PRId64 " %14" PRId64 " %14" PRId64 " %14" PRId64
@@ -73,11 +71,11 @@ int sim_report_memory(FILE *f, const Plan *p)
 		        m.peak_op,
 		        p->mem_cap && m.peak > p->mem_cap ? "  does not fit" : "");
 	}
-	free(mem);
+	free(own);
 	return 0;
 }
 
-int sim_report_summary(FILE *f, const Plan *p, const SimResult *res)
+int sim_report_summary(FILE *f, const Plan *p, const SimResult *res, const PlanMem *mem)
 {
 	fprintf(f, "%s: %s schedule, mesh pp=%d dp=%d tp=%d, %d microbatches, %s model, %s sends\n",
 	        p->name ? p->name : "plan", p->schedule ? p->schedule : "?", p->dims[DIM_PP],
@@ -114,7 +112,7 @@ int sim_report_summary(FILE *f, const Plan *p, const SimResult *res)
 		        100.0 * sim_busy(res, r), busy, idle, rr->peak_act_bytes, rr->peak_act_units,
 		        model);
 	}
-	if (sim_report_memory(f, p))
+	if (sim_report_memory(f, p, mem))
 		return -1;
 	if (res->nlinks) {
 		fprintf(f, "\nlinks (p2p)\n");
@@ -325,6 +323,7 @@ int sim_report_grid(FILE *f, const Plan *p, const SimResult *res, int max_cols)
 
 int sim_report_failure(FILE *f, const Plan *p, const SimResult *res, const char *file)
 {
+	int oom = 0; // the grid's rows would lack what they say of each rank
 	char a[400], b[400], c[400];
 	if (!file)
 		file = "plan";
@@ -376,6 +375,7 @@ int sim_report_failure(FILE *f, const Plan *p, const SimResult *res, const char 
 		if (ncols < 1)
 			ncols = 1;
 		char **suffix = calloc((size_t)p->world, sizeof *suffix);
+		oom = !suffix;
 		if (suffix) {
 			for (int i = 0; i < res->nstuck; i++) {
 				int r = res->stuck[i].rank;
@@ -386,10 +386,15 @@ int sim_report_failure(FILE *f, const Plan *p, const SimResult *res, const char 
 				suffix[r] = malloc(300);
 				if (suffix[r])
 					snprintf(suffix[r], 300, " stuck at %s", text);
+				oom |= !suffix[r];
 			}
-			for (int r = 0; r < p->world; r++)
-				if (!suffix[r] && (suffix[r] = malloc(16)))
+			for (int r = 0; r < p->world; r++) {
+				if (suffix[r])
+					continue;
+				if ((suffix[r] = malloc(16)))
 					snprintf(suffix[r], 16, " done");
+				oom |= !suffix[r];
+			}
 		}
 		fprintf(f, "last steps before the stall (1 column = ");
 		put_us(f, q);
@@ -404,5 +409,5 @@ int sim_report_failure(FILE *f, const Plan *p, const SimResult *res, const char 
 				free(suffix[r]);
 		free(suffix);
 	}
-	return ferror(f) ? -1 : 0;
+	return oom || ferror(f) ? -1 : 0;
 }

@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "../plan/mem.h"
 #include "../plan/plan.h"
 
 #define SIM_VERSION "1.0"
@@ -170,22 +171,27 @@ int64_t sim_op_line(const Plan *p, int rank, int64_t op);
  * (docs/pipesim.md "Summary").  The mean is 1 - bubble. */
 double sim_busy(const SimResult *res, int r);
 
-/* Reports.  Each returns 0, or -1 when writing failed.
+/* Reports.  Each returns 0, or -1 when writing failed or memory ran out for what it
+ * would print (it then stops or leaves that out: the caller must not pass it off as
+ * whole; the writers below likewise).
  * sim_report_summary: makespan, per-rank busy/idle/memory, bubble, links, critical path.
  * sim_report_failure: the verdict with every op named by `file:line` and text, the
  *   wait-for cycle and (when ops were recorded) a grid of the last steps before it.
  * sim_report_grid: ranks as rows, time as columns, F/B/W and microbatch in each cell;
- *   max_cols bounds the width (columns are scaled to fit). */
-int sim_report_summary(FILE *f, const Plan *p, const SimResult *res);
+ *   max_cols bounds the width (columns are scaled to fit).
+ * mem, where a report takes it: the memory model's figures of every rank
+ * (plan_mem_all) when the caller has them already, or NULL to have them computed. */
+int sim_report_summary(FILE *f, const Plan *p, const SimResult *res, const PlanMem *mem);
 /* sim_report_memory: per rank the memory model's peak and its parts (plan/mem.h). */
-int sim_report_memory(FILE *f, const Plan *p);
+int sim_report_memory(FILE *f, const Plan *p, const PlanMem *mem);
 int sim_report_failure(FILE *f, const Plan *p, const SimResult *res, const char *file);
 int sim_report_grid(FILE *f, const Plan *p, const SimResult *res, int max_cols);
 
 /* One JSON object (docs/pipesim.md).  verr, when not NULL, is a plan_verify() or
- * plan_read() failure reported instead of a run (res may then be NULL). */
+ * plan_read() failure reported instead of a run (res may then be NULL); mem as for the
+ * reports above. */
 int sim_write_json(FILE *f, const Plan *p, const SimResult *res, const PlanError *verr,
-                   const char *file);
+                   const char *file, const PlanMem *mem);
 /* Chrome trace / Perfetto JSON: a process per rank, compute and comm threads.  Needs
  * record_ops. */
 int sim_write_trace(FILE *f, const Plan *p, const SimResult *res);

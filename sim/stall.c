@@ -364,17 +364,18 @@ void sim_analyse_stall(S *s)
 	int from = seen[a] - 1;
 	res->ncycle = steps - from;
 	res->cycle = calloc((size_t)res->ncycle, sizeof *res->cycle);
-	if (!res->cycle) {
-		s->oom = 1;
+	if (!res->cycle)
 		res->ncycle = 0;
-	} else {
-		for (int j = 0; j < res->ncycle; j++) {
-			res->cycle[j] = walk[from + j];
-			res->cycle[j].behind = walk[from + (j + 1) % res->ncycle].from;
-		}
+	for (int j = 0; j < res->ncycle; j++) {
+		res->cycle[j] = walk[from + j];
+		res->cycle[j].behind = walk[from + (j + 1) % res->ncycle].from;
 	}
 	free(seen);
 	free(walk);
+	if (!res->cycle) { // the run fails as out of memory (sim_run), not as this deadlock
+		s->oom = 1;
+		return;
+	}
 	int stuck_ranks = 0;
 	for (int r = 0; r < s->world; r++)
 		stuck_ranks += s->rk[r].state != AG_DONE || (overlap && s->rk[r].cstate != AG_DONE);

@@ -17,6 +17,7 @@
  * the plan and the recorded times only, so the output is deterministic. */
 #include "sim.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -83,6 +84,7 @@ typedef struct {
 	uint8_t *gap;   // [n-1] 1: interval k is a compressed stretch without compute
 	double width;   // x[n-1]
 	double sx;      // px per ns of the linear map (used when n == 0)
+	int oom;        // an allocation failed: the picture would not be the one asked for
 } Warp;
 
 static double warp_x(const Warp *w, int64_t t)
@@ -222,8 +224,10 @@ static int warp_build(Warp *w, const Plan *p, const SimResult *res, int64_t span
 		return 0;
 	}
 	int64_t *t = malloc((size_t)cap * sizeof *t);
-	if (!t)
+	if (!t) {
+		w->oom = 1;
 		return 0;
+	}
 	int64_t n = 0;
 	t[n++] = 0;
 	t[n++] = span;
@@ -246,7 +250,8 @@ static int warp_build(Warp *w, const Plan *p, const SimResult *res, int64_t span
 	double *need = calloc((size_t)m, sizeof *need);
 	w->x = malloc((size_t)m * sizeof *w->x);
 	w->gap = calloc((size_t)m, 1);
-	if (!need || !w->x || !w->gap || m < 2)
+	int oom = !need || !w->x || !w->gap;
+	if (oom || m < 2)
 		goto linear;
 	double sum_need = warp_need(w, p, res, span, min_box, need);
 	/* Room: the axis grows up to PLOT_W_MAX; beyond that boxes get less than min_box. */
@@ -292,6 +297,7 @@ linear:
 	memset(w, 0, sizeof *w);
 	w->sx = (double)PLOT_W / (double)span;
 	w->width = PLOT_W;
+	w->oom = oom;
 	return 0;
 }
 
@@ -312,7 +318,8 @@ static int cmp_send(const void *a, const void *b)
 
 /* An arrow per completed p2p transfer, from the sender's row where the data leaves to
  * the receiver's row where it lands.  Sends pair with receives FIFO per ordered pair of
- * ranks (docs/semantics.md), so the k-th RECV on d from s is the k-th SEND on s to d. */
+ * ranks (docs/semantics.md), so the k-th RECV on d from s is the k-th SEND on s to d.
+ * Returns the arrows drawn, or -1 when out of memory. */
 static int64_t draw_transfers(FILE *f, const Plan *p, const SimResult *res, const Warp *w,
                               int left)
 {
@@ -320,8 +327,10 @@ static int64_t draw_transfers(FILE *f, const Plan *p, const SimResult *res, cons
 	SendRef **sends = calloc((size_t)world, sizeof *sends);
 	int64_t *nsends = calloc((size_t)world, sizeof *nsends);
 	int64_t *seen = calloc((size_t)world, sizeof *seen), drawn = 0;
-	if (!sends || !nsends || !seen)
+	if (!sends || !nsends || !seen) {
+		drawn = -1;
 		goto out;
+	}
 	for (int s = 0; s < world; s++) {
 		const PlanRank *pr = &p->ranks[s];
 		int64_t n = 0;
@@ -330,8 +339,10 @@ static int64_t draw_transfers(FILE *f, const Plan *p, const SimResult *res, cons
 		if (!n)
 			continue;
 		sends[s] = malloc((size_t)n * sizeof *sends[s]);
-		if (!sends[s])
+		if (!sends[s]) {
+			drawn = -1;
 			goto out;
+		}
 		for (int64_t i = 0; i < pr->nops; i++)
 			if (pr->ops[i].kind == OP_SEND)
 				sends[s][nsends[s]++] = (SendRef){pr->ops[i].peer, i};
@@ -608,8 +619,10 @@ static void pic_ops(Pic *c)
 			i++;
 		}
 	}
-	if (c->detail && draw_transfers(f, p, c->res, &c->wp, c->left))
-		c->shown[MARK_XFER] = 1;
+	int64_t arrows = c->detail ? draw_transfers(f, p, c->res, &c->wp, c->left) : 0;
+	if (arrows < 0)
+		c->wp.oom = 1;
+	c->shown[MARK_XFER] = arrows > 0;
 }
 
 /* The stall and where each rank is stuck. */
@@ -756,7 +769,10 @@ int sim_write_svg(FILE *f, const Plan *p, const SimResult *res)
 	if (res->verdict != SIM_OK)
 		pic_stall(&c);
 	pic_legend(&c, pic_axis(&c));
+	int oom = c.wp.oom;
 	warp_free(&c.wp);
 	fputs("</svg>\n", f);
-	return ferror(f) ? -1 : 0;
+	if (oom) // a picture without what it could not draw is not written (cli_write)
+		errno = ENOMEM;
+	return oom || ferror(f) ? -1 : 0;
 }

@@ -439,7 +439,7 @@ static char *capture(int which, const Plan *p, const SimResult *res)
 	int rc = 0;
 	switch (which) {
 	case 0:
-		rc = sim_write_json(f, p, res, NULL, "x.plan");
+		rc = sim_write_json(f, p, res, NULL, "x.plan", NULL);
 		break;
 	case 1:
 		rc = sim_write_trace(f, p, res);
@@ -448,7 +448,7 @@ static char *capture(int which, const Plan *p, const SimResult *res)
 		rc = sim_write_svg(f, p, res);
 		break;
 	case 3:
-		rc = sim_report_summary(f, p, res);
+		rc = sim_report_summary(f, p, res, NULL);
 		break;
 	case 4:
 		rc = sim_report_grid(f, p, res, 60);
@@ -614,10 +614,10 @@ static int try_text(const char *buf, size_t len, int *read_ok, int *verified)
 		size_t n2 = 0;
 		FILE *g = open_memstream(&buf2, &n2);
 		if (res.verdict == SIM_OK)
-			sim_report_summary(g, p, &res);
+			sim_report_summary(g, p, &res, NULL);
 		else
 			sim_report_failure(g, p, &res, "fuzz");
-		sim_write_json(g, p, &res, NULL, "fuzz");
+		sim_write_json(g, p, &res, NULL, "fuzz", NULL);
 		fclose(g);
 		free(buf2);
 		sim_result_free(&res);

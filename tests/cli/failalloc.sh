@@ -4,7 +4,10 @@
 # PIPECC_FAIL_ALLOC=N, or every allocation from the N-th on with N+.  For each case
 # below, N runs from 1 until a run sees no failure injected (the case's allocation
 # count); every run with a failure must exit 1 with "out of memory" on stderr, or
-# exit 0 having got by without, and must leave no output file behind when it fails:
+# get by without: then its exit status, standard output, standard error (but for
+# failalloc's line) and output file are those of the run without a failure, byte for
+# byte (no report cut short, no picture with less in it, where memory ran out); and it
+# must leave no output file behind when it fails:
 # never a crash, an abort or a sanitizer report (under SAN=1 that includes leaks in the
 # N mode: the out-of-memory paths free what they hold; the N+ mode skips the leak
 # check, and the custom schedule runs in the N mode only, to keep the test short).
@@ -19,6 +22,10 @@ FA=$BUILD/failalloc
 sweep() {
 	name=$1 output=$2 mode=$3
 	shift 3
+	[ "$output" = - ] || rm -f "$output"
+	"$@" >"$dir/ref.out" 2>"$dir/ref.err"
+	ref_rc=$?
+	[ "$output" = - ] || cp "$output" "$dir/ref.file" 2>/dev/null
 	n=1 injected=0 oom=0 bad=""
 	while [ "$n" -lt 5000 ]; do
 		[ "$output" = - ] || rm -f "$output"
@@ -28,16 +35,21 @@ sweep() {
 		injected=$((injected + 1))
 		if [ "$rc" -eq 1 ] && grep -q 'out of memory' "$dir/err"; then
 			oom=$((oom + 1))
-		elif [ "$rc" -ne 0 ]; then
+		elif [ "$rc" -ne "$ref_rc" ]; then
 			bad="$bad $n$mode:exit$rc"
+		elif ! cmp -s "$dir/out" "$dir/ref.out" ||
+			! grep -v '^failalloc: ' "$dir/err" | cmp -s - "$dir/ref.err" ||
+			{ [ "$output" != - ] && ! cmp -s "$output" "$dir/ref.file"; }; then
+			bad="$bad $n$mode:exit$rc-with-other-output"
 		fi
-		if [ "$rc" -ne 0 ] && [ "$output" != - ] && [ -e "$output" ]; then
+		if [ "$rc" -ne "$ref_rc" ] && [ "$output" != - ] && [ -e "$output" ]; then
 			bad="$bad $n$mode:left-$(basename "$output")"
 		fi
 		n=$((n + 1))
 	done
-	# the run without a failure must succeed; a sweep that injected nothing tested nothing
-	[ "$rc" -eq 0 ] || bad="$bad $n$mode:clean-run-exit$rc"
+	# the last run, without a failure, must be the first; a sweep that injected nothing
+	# tested nothing
+	[ "$rc" -eq "$ref_rc" ] || bad="$bad $n$mode:clean-run-exit$rc"
 	[ "$injected" -gt 10 ] || bad="$bad only-$injected-injected"
 	check "$name ($((n - 1)) allocations, $oom out of memory)" "$([ -z "$bad" ]; echo $?)" \
 		"${bad# }"
@@ -53,5 +65,16 @@ for mode in "" +; do
 	sweep "pipesim fail allocation N$mode" "$dir/s.svg" "$mode" \
 		"$FA/pipesim" "$dir/demo.plan" -m overlap -g --svg "$dir/s.svg"
 done
+unset ASAN_OPTIONS
+# The other outputs, in the N mode: JSON; the report with the run and the memory model
+# beside the verifier (--threads: which allocation is the N-th varies from run to run,
+# what every run must do does not); a deadlock's report (exit 1 when all goes well) and
+# its picture; the trace.
+sweep "pipesim --json fail allocation N" - "" "$FA/pipesim" "$dir/demo.plan" --json
+sweep "pipesim --threads 2 fail allocation N" - "" "$FA/pipesim" "$dir/demo.plan" --threads 2
+sweep "pipesim deadlock fail allocation N" "$dir/d.svg" "" \
+	"$FA/pipesim" tests/plans/bad/head_to_head.plan --svg "$dir/d.svg"
+sweep "pipesim --trace fail allocation N" "$dir/t.json" "" \
+	"$FA/pipesim" "$dir/demo.plan" -m overlap --trace "$dir/t.json"
 
 exit $((fails > 0))
