@@ -44,7 +44,18 @@ typedef struct {
 	AutoEdge *edges;
 	int *ein, *ioff;          // per stage its in-edges (CSR), and out-edges:
 	int *eout, *ooff;
+	int *oom;                 // set to 1 (when not NULL) by a function below whose
+	                          // allocation failed (auto_oom)
 } AutoModel;
+
+/* An allocation failed in one of the functions below: whatever that function returns
+ * (no order, no improvement) is then no fact about the order, and the caller must fail
+ * as out of memory (auto_search does) rather than go on without it. */
+static inline void auto_oom(const AutoModel *md)
+{
+	if (md->oom)
+		*md->oom = 1;
+}
 
 typedef struct {
 	int64_t makespan;   // -1: the order cannot run (a rank waits on itself or a cycle)

@@ -43,8 +43,10 @@ AutoScratch *auto_scratch_new(const AutoModel *md)
 	size_t bytes = sizeof(AutoScratch) + (3 * n + 3 * pp + 2 * nst + 9 * n + 6) * sizeof(int64_t) +
 	               (2 * n + 3 * pp + 1) * sizeof(int);
 	AutoScratch *sc = malloc(bytes);
-	if (!sc)
+	if (!sc) {
+		auto_oom(md);
 		return NULL;
+	}
 	int64_t *q = (int64_t *)(sc + 1);
 	for (int k = 0; k < 3; k++, q += n)
 		sc->t[k] = q;

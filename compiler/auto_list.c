@@ -203,6 +203,7 @@ int auto_list_fill(const AutoModel *md, const AutoListOpt *o, SchedAct **acts, i
 	for (int k = 0; k < ni; k++)
 		rc |= !ia[k];
 	if (rc || !t64) {
+		auto_oom(md);
 		rc = -1;
 		goto out;
 	}
@@ -327,6 +328,7 @@ int auto_fit(const AutoModel *md, AutoScratch *sc, SchedAct **acts, const int *n
 	int64_t *peak = malloc((size_t)pp * sizeof *peak);
 	int *at = malloc((size_t)pp * sizeof *at);
 	if (!peak || !at) {
+		auto_oom(md);
 		free(peak), free(at);
 		return 0;
 	}
@@ -397,6 +399,8 @@ int auto_anneal(const AutoModel *md, AutoScratch *sc, SchedAct **acts, const int
 		double a = (double)(md->save[s][0] + md->save[s][1]);
 		unit = a > 0 && (unit == 0 || a < unit) ? a : unit;
 	}
+	if (u <= 0)
+		return 0;
 	SchedAct **best = malloc((size_t)pp * sizeof *best);
 	for (int p = 0; best && p < pp; p++)
 		if (!(best[p] = malloc(((size_t)nacts[p] + 1) * sizeof **best))) {
@@ -405,8 +409,10 @@ int auto_anneal(const AutoModel *md, AutoScratch *sc, SchedAct **acts, const int
 			free(best);
 			best = NULL;
 		}
-	if (!best || u <= 0)
+	if (!best) {
+		auto_oom(md);
 		return 0;
+	}
 	unit = unit > 0 ? unit : 1;
 	AutoFig f;
 	auto_eval(md, sc, acts, nacts, &f);

@@ -5,7 +5,10 @@
  * improved and the annealed orders, and the ones cut after the real check.  The fast
  * model ranks them; the confirmation (lowering, verifier, memory model, pipesim's
  * overlap model) decides.  The confirmation compiles under a diagnostics sink: a
- * candidate's failure is a fact about the candidate, not an error of the program. */
+ * candidate's failure is a fact about the candidate, not an error of the program.
+ * Running out of memory is neither: it ends the search (need_memory), which frees what
+ * it holds (search_free) and reports it as every pass does (arena_oom), rather than
+ * pick another winner than the one it would have picked. */
 #include "auto.h"
 
 #include <stdlib.h>
@@ -64,7 +67,19 @@ typedef struct {
 	Cand *c;
 	int n, ncap;
 	long evals;
+	int oom;            // a helper's allocation failed (AutoModel.oom)
+	int *ix;            // the last ranking (heap)
+	Plan *plan;         // the plan being confirmed (heap), or NULL
+	FILE *null;         // the sink's stream
 } Search;
+
+/* Out of memory in a helper (s->oom) or in a lowering (the sink's noom): the search
+ * ends as out of memory.  Called where the caller holds no heap memory of its own. */
+static void need_memory(Search *s)
+{
+	if (s->oom || s->sink.noom)
+		arena_oom(s->a, 0);
+}
 
 /* The recomputation a setup runs, as --explain writes it. */
 static const char *recompute_name(int mode)
@@ -132,12 +147,13 @@ static int setup_model(Search *s, Setup *u)
 	topo_fill(&c);
 	Plan *p = lower_program(q, &c, &s->sink, 0, 0, 1);
 	sched_free(&c);
+	need_memory(s);
 	if (!p)
 		return -1;
 	AutoModel *md = &u->md;
 	Arena *a = s->a;
 	*md = (AutoModel){.pp = c.pp, .m = c.m, .ns = p->nstages, .ne = p->nedges,
-	                  .stage_pp = u->stage_pp};
+	                  .stage_pp = u->stage_pp, .oom = &s->oom};
 	md->cost = arena_alloc(a, (size_t)md->ns * sizeof *md->cost);
 	md->save = arena_alloc(a, (size_t)md->ns * sizeof *md->save);
 	md->stat = arena_alloc(a, (size_t)md->pp * sizeof *md->stat);
@@ -184,8 +200,11 @@ static int setup_model(Search *s, Setup *u)
 		md->stat[i] = mm.params + mm.grads + mm.optim;
 	}
 	plan_free(p);
-	u->sc = rc ? NULL : auto_scratch_new(md);
-	return u->sc ? 0 : -1;
+	s->oom |= rc; // plan_mem_rank fails for want of memory alone
+	need_memory(s);
+	u->sc = auto_scratch_new(md);
+	need_memory(s);
+	return 0;
 }
 
 static int world_rank_of_pp(const Search *s, int q)
@@ -283,7 +302,9 @@ static int list_cand(Search *s, int k, const AutoListOpt *o, const char *label)
 			arena_oom(s->a, n * sizeof(SchedAct));
 	}
 	for (int round = 0; round <= AUTO_REFIT; round++) {
-		if (auto_list_fill(md, &c->lo, c->acts, c->nacts, NULL)) {
+		int stalled = auto_list_fill(md, &c->lo, c->acts, c->nacts, NULL);
+		need_memory(s);
+		if (stalled) {
 			c->fast.makespan = -1;
 			c->fast_fits = 0;
 			c->note = "the list scheduler stalled in this budget";
@@ -352,7 +373,9 @@ static int zb_cand(Search *s, int k, const int64_t *maxmem, const char *label)
 			arena_oom(s->a, (size_t)md->m * 3 * sizeof(SchedAct));
 	}
 	AutoZbOut o = {.peak = c->zpeak};
-	if (auto_zb_fill(md, maxmem, c->acts, c->nacts, &o)) {
+	int none = auto_zb_fill(md, maxmem, c->acts, c->nacts, &o);
+	need_memory(s);
+	if (none) {
 		c->fast.makespan = -1;
 		c->note = "the heuristic finds no order here";
 	} else {
@@ -457,9 +480,11 @@ static int before(const Cand *a, int ia, const Cand *b, int ib)
 	return ia < ib;
 }
 
+/* The candidates' indexes, best first, into s->ix (the last ranking's, freed). */
 static int *ranking(Search *s)
 {
-	int *ix = malloc((size_t)(s->n ? s->n : 1) * sizeof *ix);
+	free(s->ix);
+	int *ix = s->ix = malloc((size_t)(s->n ? s->n : 1) * sizeof *ix);
 	if (!ix)
 		arena_oom(s->a, (size_t)s->n * sizeof *ix);
 	for (int i = 0; i < s->n; i++) { // insertion: a few hundred candidates at most
@@ -523,7 +548,6 @@ static void improve(Search *s)
 		improve_one(s, ix[k]);
 		done++;
 	}
-	free(ix);
 }
 
 /* The fastest orders that overshoot the cap (but could fit: their saved activations
@@ -544,6 +568,7 @@ static void fix(Search *s)
 		int budget = (int)(3000000 / (ops + 1));
 		budget = budget < 300 ? 300 : budget;
 		int spent = auto_fit(&u->md, u->sc, d->acts, d->nacts, s->cap, budget, &d->fast);
+		need_memory(s);
 		s->evals += spent;
 		if (d->fast.makespan >= 0 && d->fast.peak <= s->cap && spent < budget)
 			s->evals += auto_improve(&u->md, u->sc, d->acts, d->nacts, s->cap, budget - spent,
@@ -551,7 +576,6 @@ static void fix(Search *s)
 		evaluate(s, d);
 		done++;
 	}
-	free(ix);
 }
 
 /* Simulated annealing (auto_anneal, `+anneal`): greedy orders and their local
@@ -571,7 +595,6 @@ static void anneal(Search *s)
 		if (c->fast.makespan >= 0 && from[over] < 0 && (!over || (s->cap && c->fast.low <= s->cap)))
 			from[over] = ix[k];
 	}
-	free(ix);
 	for (int over = 0; over < 2; over++) {
 		if (from[over] < 0)
 			continue;
@@ -583,6 +606,7 @@ static void anneal(Search *s)
 		budget = budget < 300 ? 300 : budget > AUTO_ANNEAL ? AUTO_ANNEAL : budget;
 		s->evals += auto_anneal(&u->md, u->sc, d->acts, d->nacts, s->cap ? s->cap : INT64_MAX,
 		                        over ? 0.1 : 3, (int)budget, &d->fast);
+		need_memory(s);
 		evaluate(s, d);
 	}
 }
@@ -599,6 +623,7 @@ static Plan *compile_cand(Search *s, Cand *c, int tune)
 		ctx.nacts[p] = c->nacts[p];
 	}
 	Plan *p = lower_program(q, &ctx, &s->sink, 0, tune, 1);
+	need_memory(s);
 	if (!p) {
 		c->note = "the lowering rejects the order";
 		return NULL;
@@ -607,6 +632,8 @@ static Plan *compile_cand(Search *s, Cand *c, int tune)
 	if (plan_verify(p, &err)) {
 		c->note = "the plan fails verification";
 		plan_free(p);
+		s->oom |= plan_error_is_oom(&err);
+		need_memory(s);
 		return NULL;
 	}
 	p->mem_cap = s->cap;
@@ -617,7 +644,7 @@ static void confirm(Search *s, Cand *c)
 {
 	c->state = -1;
 	for (int tune = 0; tune < 2; tune++) {
-		Plan *p = compile_cand(s, c, tune);
+		Plan *p = s->plan = compile_cand(s, c, tune); // freed by search_free on the way out
 		if (!p)
 			return;
 		int64_t *peaks = arena_alloc(s->a, (size_t)p->world * sizeof *peaks);
@@ -625,6 +652,11 @@ static void confirm(Search *s, Cand *c)
 		SimOptions so = {.model = SIM_OVERLAP};
 		SimResult r;
 		int rc = peak < 0 ? -1 : sim_run(p, &so, &r);
+		if (rc < 0) { // plan_mem_peaks and sim_run fail for want of memory alone
+			if (peak >= 0)
+				sim_result_free(&r);
+			arena_oom(s->a, 0);
+		}
 		int fits = !s->cap || peak <= s->cap; // a tuning that fits beats a faster one
 		if (peak >= 0) {
 			if (rc == 0 && (c->state < 1 || fits > c->fits ||
@@ -643,8 +675,7 @@ static void confirm(Search *s, Cand *c)
 			sim_result_free(&r);
 		}
 		plan_free(p);
-		if (peak < 0)
-			arena_oom(s->a, 0);
+		s->plan = NULL;
 	}
 }
 
@@ -850,75 +881,104 @@ static void take_winner(Search *s, Cand *w, AutoChoice *out)
 		pr->recompute_all = (uint8_t)u->recompute;
 }
 
-int auto_search(Program *pr, Arena *a, Diag *d, FILE *ex, AutoChoice *out)
+/* Frees what the search holds, on its way out or out of memory. */
+static void search_free(Search *s)
 {
-	Search s = {.pr = pr, .a = a, .cap = pr->mem_cap};
-	FILE *null = fopencookie(NULL, "w", (cookie_io_functions_t){.write = sink_write});
-	if (!null)
-		arena_oom(a, sizeof(FILE));
-	diag_init(&s.sink, d->file, d->src, d->srclen, null);
-	s.sink.max_errors = 1;
-	make_setups(&s);
-	for (int k = 0; k < s.nsetups; k++) {
-		add_registry(&s, k);
-		add_list(&s, k);
-		add_zb(&s, k);
+	free(s->ix);
+	for (int i = 0; i < s->n; i++) {
+		for (int p = 0; s->c[i].acts && p < s->pr->dims[DIM_PP]; p++)
+			free(s->c[i].acts[p]);
+		free(s->c[i].acts);
+		free(s->c[i].nacts);
 	}
-	fix(&s);
-	improve(&s);
-	anneal(&s);
+	free(s->c);
+	for (int k = 0; k < s->nsetups; k++)
+		free(s->setups[k].sc);
+	plan_free(s->plan);
+	if (s->null)
+		fclose(s->null);
+	free(s);
+}
+
+/* The search proper (auto_search). */
+static int search_run(Search *s, Diag *d, FILE *ex, AutoChoice *out)
+{
+	s->null = fopencookie(NULL, "w", (cookie_io_functions_t){.write = sink_write});
+	if (!s->null)
+		arena_oom(s->a, sizeof(FILE));
+	diag_init(&s->sink, d->file, d->src, d->srclen, s->null);
+	s->sink.max_errors = 1;
+	make_setups(s);
+	for (int k = 0; k < s->nsetups; k++) {
+		add_registry(s, k);
+		add_list(s, k);
+		add_zb(s, k);
+	}
+	fix(s);
+	improve(s);
+	anneal(s);
 	/* The best by the fast model, and every registry schedule and heuristic order that
 	 * may fit: auto is never slower than the best of those in pipesim.  The fast model's
 	 * memory is the plan's under --tune=overlap; --tune=strict posts receives later
 	 * and may need less, so an order over the cap whose saved activations fit is
 	 * confirmed too when its fast step (a lower bound of pipesim's) beats the winner's
 	 * (every distinct heuristic order, AUTO_OTHER of pipecc's own). */
-	int *ix = ranking(&s), nconf = 0, win = -1;
-	for (int k = 0, tries = 0, other = 0; k < s.n; k++) {
-		Cand *c = &s.c[ix[k]];
+	int *ix = ranking(s), nconf = 0, win = -1;
+	for (int k = 0, tries = 0, other = 0; k < s->n; k++) {
+		Cand *c = &s->c[ix[k]];
 		int top = nconf < AUTO_CONFIRM && tries < AUTO_TRIES;
 		int mine = c->list || c->zb > 1 || c->fixed, made = c->list || c->fixed;
-		if (c->fast.makespan < 0 || (s.cap && c->fast.low > s.cap) || c->dup)
+		if (c->fast.makespan < 0 || (s->cap && c->fast.low > s->cap) || c->dup)
 			continue; // cannot run, cannot fit under either tuning, or weighed already
 		if (c->fast_fits && mine && !top)
 			continue; // ranked: the next fitting ones are slower
-		if (!c->fast_fits && ((win >= 0 && c->fast.makespan >= s.c[win].step) ||
+		if (!c->fast_fits && ((win >= 0 && c->fast.makespan >= s->c[win].step) ||
 		                      (made && other >= AUTO_OTHER)))
 			continue;
 		other += !c->fast_fits && made;
-		confirm(&s, c);
+		confirm(s, c);
 		tries++;
 		if (c->state == 1 && c->fits) {
 			nconf++;
-			if (win < 0 || c->step < s.c[win].step ||
-			    (c->step == s.c[win].step && before(c, ix[k], &s.c[win], win)))
+			if (win < 0 || c->step < s->c[win].step ||
+			    (c->step == s->c[win].step && before(c, ix[k], &s->c[win], win)))
 				win = ix[k];
 		}
 	}
-	repair(&s, &win);
+	repair(s, &win);
 	int errors = 0;
 	if (win < 0) {
 		int before = d->nerrors;
-		none_fits(&s, d);
+		none_fits(s, d);
 		errors = d->nerrors - before;
 	}
 	if (ex) {
-		free(ix);
-		ix = ranking(&s);
-		explain(ex, &s, ix, win, nconf);
+		ix = ranking(s);
+		explain(ex, s, ix, win, nconf);
 	}
 	if (win >= 0)
-		take_winner(&s, &s.c[win], out);
-	free(ix);
-	for (int i = 0; i < s.n; i++) {
-		for (int p = 0; s.c[i].acts && p < pr->dims[DIM_PP]; p++)
-			free(s.c[i].acts[p]);
-		free(s.c[i].acts);
-		free(s.c[i].nacts);
+		take_winner(s, &s->c[win], out);
+	return errors;
+}
+
+int auto_search(Program *pr, Arena *a, Diag *d, FILE *ex, AutoChoice *out)
+{
+	Search *s = calloc(1, sizeof *s);
+	if (!s)
+		arena_oom(a, sizeof *s);
+	*s = (Search){.pr = pr, .a = a, .cap = pr->mem_cap};
+	/* Out of memory anywhere in the search comes here first: what it holds is freed,
+	 * then the arena's owner reports it.  (s and outer do not change after setjmp.) */
+	jmp_buf jb, *outer = a->oom;
+	if (setjmp(jb)) {
+		size_t failed = a->failed;
+		a->oom = outer;
+		search_free(s);
+		arena_oom(a, failed);
 	}
-	free(s.c);
-	for (int k = 0; k < s.nsetups; k++)
-		free(s.setups[k].sc);
-	fclose(null);
+	a->oom = &jb;
+	int errors = search_run(s, d, ex, out);
+	a->oom = outer;
+	search_free(s);
 	return errors;
 }

@@ -277,7 +277,11 @@ int auto_zb_fill(const AutoModel *md, const int64_t *maxmem, SchedAct **acts, in
 	int64_t *lv = calloc(7 * n + 3 * n * (size_t)(m > 0 ? m : 1), sizeof *lv);
 	SchedAct **tmp = calloc(n, sizeof *tmp);
 	int *tn = calloc(n, sizeof *tn);
-	if (!iv || !lv || !tmp || !tn || m < 1)
+	if (!iv || !lv || !tmp || !tn) {
+		auto_oom(md);
+		goto out;
+	}
+	if (m < 1)
 		goto out;
 	z.st = iv, z.f = iv + n, z.b = iv + 2 * n, z.w = iv + 3 * n;
 	z.fwd = lv, z.bwd = lv + n, z.e = lv + 2 * n, z.mem = lv + 3 * n, z.bub = lv + 4 * n;
@@ -285,8 +289,10 @@ int auto_zb_fill(const AutoModel *md, const int64_t *maxmem, SchedAct **acts, in
 	if (chain(&z))
 		goto out;
 	for (size_t q = 0; q < n; q++)
-		if (!(tmp[q] = malloc((size_t)3 * (size_t)m * sizeof **tmp)))
+		if (!(tmp[q] = malloc((size_t)3 * (size_t)m * sizeof **tmp))) {
+			auto_oom(md);
 			goto out;
+		}
 	z.acts = tmp, z.nacts = tn;
 	for (int a = 1; a >= 0; a--)
 		for (int pr = 1; pr >= 0; pr--)

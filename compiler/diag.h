@@ -31,6 +31,8 @@ typedef struct {
 	int max_errors;    // 0 means DIAG_MAX_ERRORS
 	int nwarnings;
 	int ncmdline_errors; // of nerrors, those located on the command line
+	int noom;          // of nerrors, out of memory (a pass that failed for want of
+	                   // memory, not for anything in the program: lower_program)
 	const char *cmdline; // the options standing in for the file's statements, as text
 } Diag;
 

@@ -53,7 +53,7 @@ static int write_output(CliTool *t, const PipeccArgs *a, const Plan *plan)
 	else if (a->emit == EMIT_TORCH_CSV)
 		bad = pipecc_emit_torch_csv(plan, f, a->comms);
 	else
-		pipecc_emit_summary(plan, f);
+		bad = pipecc_emit_summary(plan, f);
 	return cli_out_close(t, &out, bad);
 }
 

@@ -5,6 +5,7 @@
 #include "pipecc.h"
 #include "../plan/mem.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
 
@@ -115,7 +116,7 @@ static void summary_stages(const Plan *p, FILE *f)
 
 /* Per world rank: the memory model's peak (plan/mem.h) and its parts, against the device.
  * On a line plan every line's rank at pipeline index q has line rank q's figures. */
-static void summary_memory(const Plan *p, FILE *f)
+static int summary_memory(const Plan *p, FILE *f)
 {
 	char t[8][32];
 	fprintf(f, "memory per rank (peak = params + grads + optimizer + saved + in flight)");
@@ -136,9 +137,9 @@ static void summary_memory(const Plan *p, FILE *f)
 			free(mem);
 			mem = NULL;
 		}
-	if (!mem) {
-		fprintf(f, "  (out of memory computing the memory model)\n");
-		return;
+	if (!mem) { // the summary is not written without it (write_output)
+		errno = ENOMEM;
+		return -1;
 	}
 	int stride = plan_pp_stride(p);
 	for (int r = 0; r < plan_mesh_world(p); r++) {
@@ -152,9 +153,10 @@ static void summary_memory(const Plan *p, FILE *f)
 		fputc('\n', f);
 	}
 	free(mem);
+	return 0;
 }
 
-void pipecc_emit_summary(const Plan *p, FILE *f)
+int pipecc_emit_summary(const Plan *p, FILE *f)
 {
 	int64_t count[OP_COUNT] = {0}, p2p_bytes = 0, ar_bytes = 0, tp_bytes = 0;
 	int64_t lines = plan_mesh_world(p) / p->world; // a line plan: each line's lists alike
@@ -208,5 +210,5 @@ void pipecc_emit_summary(const Plan *p, FILE *f)
 		fprintf(f, ", %" PRId64 " tp all-reduce", tp_bytes);
 	fputc('\n', f);
 	summary_stages(p, f);
-	summary_memory(p, f);
+	return summary_memory(p, f) || ferror(f) ? -1 : 0;
 }

@@ -506,6 +506,7 @@ Plan *lower_program(const Program *pr, const SchedCtx *sc, Diag *d, int allow_de
 		char t[160];
 		fprintf(d->out, "pipecc: %s\n", plan_oom_text(t, sizeof t, 0, sizeof *w));
 		d->nerrors++;
+		d->noom++;
 		free(oom);
 		free(w);
 		plan_free(p);
@@ -520,6 +521,7 @@ Plan *lower_program(const Program *pr, const SchedCtx *sc, Diag *d, int allow_de
 		char t[160];
 		fprintf(d->out, "pipecc: %s\n", plan_oom_text(t, sizeof t, oom->ops, oom->failed));
 		d->nerrors++;
+		d->noom++;
 		lw_free(w);
 		plan_free(p);
 		free(oom);

@@ -43,8 +43,10 @@ Plan *pipecc_compile(const char *file, const char *src, size_t len, const Pipecc
 /* PyTorch's schedule CSV: a row per pipeline rank (of the first pipeline line).  With
  * comms, also SEND_F/RECV_F/SEND_B/RECV_B cells. */
 int pipecc_emit_torch_csv(const Plan *p, FILE *f, int comms);
-/* Human summary: ranks, stages per rank, ops per kind, bytes moved. */
-void pipecc_emit_summary(const Plan *p, FILE *f);
+/* Human summary: ranks, stages per rank, ops per kind, bytes moved, memory per rank.
+ * 0, or -1 when writing failed or memory ran out for the memory model (errno ENOMEM:
+ * the summary is then not whole). */
+int pipecc_emit_summary(const Plan *p, FILE *f);
 
 /* --emit: what pipecc writes. */
 typedef enum {

@@ -133,6 +133,11 @@ char *plan_oom_text(char *buf, size_t n, int64_t ops, size_t failed)
 	return buf;
 }
 
+int plan_error_is_oom(const PlanError *e)
+{
+	return !strncmp(e->msg, "out of memory", 13);
+}
+
 const char *plan_strerror(int e)
 {
 	return e == ENOMEM ? "out of memory" : strerror(e);

@@ -302,6 +302,10 @@ static inline int32_t plan_op_line(const PlanRank *r, int64_t i)
  * failed" into buf: ops is the plan size in ops (0 when unknown), failed the bytes of
  * the allocation that failed.  Returns buf. */
 char *plan_oom_text(char *buf, size_t n, int64_t ops, size_t failed);
+/* Whether e is the reader's or the verifier's "out of memory" (plan_oom_text's words)
+ * rather than anything the plan says: a caller that weighs plans must not take it as a
+ * fact about the plan. */
+int plan_error_is_oom(const PlanError *e);
 /* strerror(e), except that ENOMEM reads "out of memory", as plan_oom_text does: every
  * report of running out of memory says it the same way. */
 const char *plan_strerror(int e);

@@ -289,11 +289,9 @@ static char *emit_text(const Plan *p, int kind, size_t *n)
 {
 	char *a = NULL;
 	FILE *f = open_memstream(&a, n);
-	if (kind == 0)
-		pipecc_emit_summary(p, f);
-	else
-		pipecc_emit_torch_csv(p, f, 1);
+	int rc = kind == 0 ? pipecc_emit_summary(p, f) : pipecc_emit_torch_csv(p, f, 1);
 	fclose(f);
+	assert_int_equal(rc, 0);
 	return a;
 }
 

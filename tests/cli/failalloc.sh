@@ -16,9 +16,13 @@ TOOL=failalloc
 . tests/lib/cli.sh
 FA=$BUILD/failalloc
 "$BIN/pipecc" examples/demo.pipe -o "$dir/demo.plan" || fails=$((fails + 1))
+"$BIN/pipecc" examples/demo.pipe --plan-format=binary -o "$dir/demo.bin" || fails=$((fails + 1))
+sed 's/^schedule [a-z0-9]*;/schedule auto;/; s/^microbatches 4;/microbatches 2;/' \
+	examples/tiny.pipe >"$dir/auto.pipe"
 
 # sweep NAME OUTPUT MODE TOOL ARGS...: the loop above; MODE is "" or "+"; OUTPUT is
-# the file the run writes ("-" for none), removed before each run.
+# the file the run writes ("-" for none), removed before each run.  With STEP=K set,
+# every K-th allocation only (a run with thousands of them).
 sweep() {
 	name=$1 output=$2 mode=$3
 	shift 3
@@ -27,7 +31,7 @@ sweep() {
 	ref_rc=$?
 	[ "$output" = - ] || cp "$output" "$dir/ref.file" 2>/dev/null
 	n=1 injected=0 oom=0 bad=""
-	while [ "$n" -lt 5000 ]; do
+	while [ "$n" -lt 100000 ]; do
 		[ "$output" = - ] || rm -f "$output"
 		PIPECC_FAIL_ALLOC=$n$mode "$@" >"$dir/out" 2>"$dir/err"
 		rc=$?
@@ -45,13 +49,14 @@ sweep() {
 		if [ "$rc" -ne "$ref_rc" ] && [ "$output" != - ] && [ -e "$output" ]; then
 			bad="$bad $n$mode:left-$(basename "$output")"
 		fi
-		n=$((n + 1))
+		n=$((n + ${STEP:-1}))
 	done
 	# the last run, without a failure, must be the first; a sweep that injected nothing
 	# tested nothing
 	[ "$rc" -eq "$ref_rc" ] || bad="$bad $n$mode:clean-run-exit$rc"
 	[ "$injected" -gt 10 ] || bad="$bad only-$injected-injected"
-	check "$name ($((n - 1)) allocations, $oom out of memory)" "$([ -z "$bad" ]; echo $?)" \
+	check "$name ($((n - ${STEP:-1})) allocations or more, $oom out of memory)" \
+		"$([ -z "$bad" ]; echo $?)" \
 		"${bad# }"
 	[ -z "$bad" ] || sed 's/^/  | /' "$dir/err" | head -5
 }
@@ -66,10 +71,24 @@ for mode in "" +; do
 		"$FA/pipesim" "$dir/demo.plan" -m overlap -g --svg "$dir/s.svg"
 done
 unset ASAN_OPTIONS
-# The other outputs, in the N mode: JSON; the report with the run and the memory model
-# beside the verifier (--threads: which allocation is the N-th varies from run to run,
-# what every run must do does not); a deadlock's report (exit 1 when all goes well) and
-# its picture; the trace.
+# The other outputs, in the N mode: pipecc's binary plan, its summary (with the memory
+# model), `schedule auto` (a search that simulates its candidates: thousands of
+# allocations even for tiny.pipe, so every 7th; a candidate dropped for want of memory
+# would make another plan the winner), its --threads
+# (which allocation is the N-th varies from run to run, what every run must do does
+# not); pipesim on a binary plan, JSON, the report with the run and the memory model
+# beside the verifier, a deadlock's report (exit 1 when all goes well) and its picture,
+# the trace.
+sweep "pipecc --plan-format=binary fail allocation N" "$dir/a.bin" "" \
+	"$FA/pipecc" examples/demo.pipe --plan-format=binary -o "$dir/a.bin"
+sweep "pipecc -e summary fail allocation N" - "" "$FA/pipecc" examples/demo.pipe -e summary
+STEP=7
+sweep "pipecc schedule auto fail allocation N" "$dir/auto.plan" "" \
+	"$FA/pipecc" "$dir/auto.pipe" -o "$dir/auto.plan"
+unset STEP
+sweep "pipecc --threads 2 fail allocation N" "$dir/t.plan" "" \
+	"$FA/pipecc" examples/demo.pipe --threads 2 -o "$dir/t.plan"
+sweep "pipesim binary plan fail allocation N" - "" "$FA/pipesim" "$dir/demo.bin"
 sweep "pipesim --json fail allocation N" - "" "$FA/pipesim" "$dir/demo.plan" --json
 sweep "pipesim --threads 2 fail allocation N" - "" "$FA/pipesim" "$dir/demo.plan" --threads 2
 sweep "pipesim deadlock fail allocation N" "$dir/d.svg" "" \
