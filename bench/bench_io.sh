@@ -4,7 +4,9 @@
 # and as a ratio to `wc -l PLAN`, the honest "how fast can this machine read this text"
 # in the same run.  Goals: both >= 20 M ops/s, pipesim within 3x of wc -l, <= 64 bytes
 # of peak RSS per op.  The same rows for the binary form (pipecc --plan-format=binary,
-# pipesim on its file).  Then bench/io_bench.c times the readers and the writers alone.
+# pipesim on its file).  Then bench/io_bench.c times the readers and the writers alone,
+# and the machine's floor for any tool holding the plan as 32-byte PlanOps: the kernel's
+# time to fault that many fresh pages in (a ceiling in M ops/s no such tool passes).
 # pipesim's rows: -q --no-record (verdict only), -q (the same: a quiet run keeps no
 # times), and the default run, whose report needs the per-op times (20 bytes an op) and
 # the memory model's pass over every rank.  Wall times are the best of REPS runs (the
