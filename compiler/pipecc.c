@@ -6,6 +6,7 @@
  * own (lower.c). */
 #include "pipecc.h"
 
+#include <errno.h>
 #include <setjmp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -224,13 +225,20 @@ static void run_passes(Compile *k, const char *file, const char *src, size_t len
 	}
 	plan->mem_cap = pr->mem_cap;
 	if (o->dump == PASS_LOWER) {
-		plan_write(plan, dout);
+		errno = 0;
+		if (plan_write(plan, dout)) { // out of memory, or the stream failed
+			fprintf(d->out, "pipecc: cannot write the lowered plan: %s\n",
+			        errno ? plan_strerror(errno) : "write error");
+			d->nerrors++;
+		}
 		plan_free(plan);
 		k->plan = NULL;
 		return;
 	}
 	PlanError err;
 	if (!o->allow_deadlock && plan_verify(plan, &err)) {
+		if (plan_error_is_oom(&err)) // not the plan's fault: report it as such
+			arena_oom(arena, 0);
 		/* The lowering must only produce valid plans: this is a compiler bug. */
 		fprintf(d->out, "%s: internal error: lowered plan fails verification: %s\n", file,
 		        err.msg);

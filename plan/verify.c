@@ -310,7 +310,11 @@ int plan_verify(const Plan *p, PlanError *err)
 			v.eself[p->routes[i].edge] = 1;
 	if (p->dims[DIM_TP] > 1) {
 		v.parts = calloc((size_t)p->nstages, sizeof *v.parts);
-		for (int s = 0; v.parts && s < p->nstages; s++)
+		if (!v.parts) {
+			rc = plan_vc_err(&v, -1, -1, "out of memory");
+			goto out;
+		}
+		for (int s = 0; s < p->nstages; s++)
 			if (plan_stage_parts(p, s, &v.parts[s])) {
 				for (int t = 0; t < s; t++)
 					plan_parts_free(&v.parts[t]);

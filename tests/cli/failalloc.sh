@@ -17,6 +17,7 @@ TOOL=failalloc
 FA=$BUILD/failalloc
 "$BIN/pipecc" examples/demo.pipe -o "$dir/demo.plan" || fails=$((fails + 1))
 "$BIN/pipecc" examples/demo.pipe --plan-format=binary -o "$dir/demo.bin" || fails=$((fails + 1))
+"$BIN/pipecc" examples/gpt-tp.pipe -o "$dir/tp.plan" || fails=$((fails + 1))
 sed 's/^schedule [a-z0-9]*;/schedule auto;/; s/^microbatches 4;/microbatches 2;/' \
 	examples/tiny.pipe >"$dir/auto.pipe"
 
@@ -72,7 +73,8 @@ for mode in "" +; do
 done
 unset ASAN_OPTIONS
 # The other outputs, in the N mode: pipecc's binary plan, its summary (with the memory
-# model), `schedule auto` (a search that simulates its candidates: thousands of
+# model), --dump lower, a transformer program on pp x dp x tp = 2 x 2 x 2 (gpt-tp.pipe:
+# tp parts in the lowering, the verifier and pipesim's overlap model), `schedule auto` (a search that simulates its candidates: thousands of
 # allocations even for tiny.pipe, so every 7th; a candidate dropped for want of memory
 # would make another plan the winner), its --threads
 # (which allocation is the N-th varies from run to run, what every run must do does
@@ -82,6 +84,10 @@ unset ASAN_OPTIONS
 sweep "pipecc --plan-format=binary fail allocation N" "$dir/a.bin" "" \
 	"$FA/pipecc" examples/demo.pipe --plan-format=binary -o "$dir/a.bin"
 sweep "pipecc -e summary fail allocation N" - "" "$FA/pipecc" examples/demo.pipe -e summary
+sweep "pipecc --dump lower fail allocation N" - "" "$FA/pipecc" examples/demo.pipe --dump lower
+sweep "pipecc gpt-tp fail allocation N" "$dir/t2.plan" "" \
+	"$FA/pipecc" examples/gpt-tp.pipe -o "$dir/t2.plan"
+sweep "pipesim gpt-tp overlap fail allocation N" - "" "$FA/pipesim" "$dir/tp.plan" -m overlap -g
 STEP=7
 sweep "pipecc schedule auto fail allocation N" "$dir/auto.plan" "" \
 	"$FA/pipecc" "$dir/auto.pipe" -o "$dir/auto.plan"
