@@ -4,39 +4,20 @@
 #ifndef TESTS_LOWER_LIB_H
 #define TESTS_LOWER_LIB_H
 
+#include "plan_lib.h" // compile_pipe, program_text
+
 /* Compiles .pipe text; NULL on diagnostics (printed to errs when given). */
 static int want_line; // compile_text makes line plans (docs/plan-format.md "Lines")
 
 static inline Plan *compile_text(const char *src, const char *schedule, char *errs, size_t nerrs)
 {
-	char *buf = NULL;
-	size_t len = 0;
-	FILE *out = open_memstream(&buf, &len);
-	Diag d;
-	diag_init(&d, "test.pipe", src, strlen(src), out);
-	PipeccOptions o = {.schedule = schedule, .line = want_line};
-	Plan *p = pipecc_compile("test.pipe", src, strlen(src), &o, &d);
-	fclose(out);
-	if (errs)
-		snprintf(errs, nerrs, "%s", buf ? buf : "");
-	else if (!p && buf)
-		fprintf(stderr, "%s", buf);
-	free(buf);
-	return p;
+	return compile_pipe(src, (PipeccOptions){.schedule = schedule, .line = want_line}, errs, nerrs);
 }
 
 /* A program with n stages of width 8, pp x dp, m microbatches and optional extras. */
 static inline char *program(int n, int pp, int dp, int m, const char *extra)
 {
-	static char buf[8192];
-	int k = snprintf(buf, sizeof buf,
-	                 "pipeline t;\nmesh pp=%d dp=%d;\nmicrobatches %d;\ninput 2x8;\n", pp, dp, m);
-	for (int s = 0; s < n; s++)
-		k += snprintf(buf + k, sizeof buf - k, "stage s%d { linear 8; %s}\n", s,
-		              s == n - 1 ? "loss mse; " : "relu; ");
-	snprintf(buf + k, sizeof buf - k, "schedule 1f1b;\ncost * f=1 b=1 w=1;\nlink ideal;\n%s\n",
-	         extra ? extra : "");
-	return buf;
+	return program_text(n, pp, dp, m, "1f1b", "f=1 b=1 w=1", "ideal", extra ? extra : "");
 }
 
 /* p fails verification with a message holding needle1 (and needle2 when given). */

@@ -1,11 +1,51 @@
 /* What the plan I/O tests share (test_binary.c, test_binary_par.c, test_plan.c,
- * test_read.c, test_write_par.c): compiling a program in memory into a line plan, the files of a
- * folder, a plan's text, a plan file that must read, damaged bytes.  Included once per test program, after cmocka.h and
- * compiler/pipecc.h. */
+ * test_read.c, test_write_par.c), and through lower_lib.h and sim_lib.h the compiler's
+ * and the simulator's: compiling a program in memory, the text of a chain of stages,
+ * the files of a folder, a plan's text, a plan file that must read, damaged bytes.
+ * Included once per test program, after cmocka.h and compiler/pipecc.h. */
 #ifndef TESTS_PLAN_LIB_H
 #define TESTS_PLAN_LIB_H
 
 #include <dirent.h>
+
+/* .pipe text src compiled in memory with options o (the schedule or microbatches it
+ * overrides, a line plan); NULL on diagnostics, which go to errs when given, else to
+ * stderr.  lower_lib.h's, sim_lib.h's and test_runtime.c's compile_text. */
+static inline Plan *compile_pipe(const char *src, PipeccOptions o, char *errs, size_t nerrs)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *out = open_memstream(&buf, &len);
+	Diag d;
+	diag_init(&d, "test.pipe", src, strlen(src), out);
+	Plan *p = pipecc_compile("test.pipe", src, strlen(src), &o, &d);
+	fclose(out);
+	if (errs)
+		snprintf(errs, nerrs, "%s", buf ? buf : "");
+	else if (!p && buf)
+		fprintf(stderr, "%s", buf);
+	free(buf);
+	return p;
+}
+
+/* The text of a chain of n stages of width 8 (linear and relu; the last, linear and
+ * loss mse) on pp x dp, m microbatches, with the schedule, costs and link given, then
+ * extra on a line of its own when not NULL.  A static buffer: one program at a time. */
+static inline char *program_text(int n, int pp, int dp, int m, const char *sched,
+                                 const char *cost, const char *link, const char *extra)
+{
+	static char buf[8192];
+	int k = snprintf(buf, sizeof buf,
+	                 "pipeline t;\nmesh pp=%d dp=%d;\nmicrobatches %d;\ninput 2x8;\n", pp, dp, m);
+	for (int s = 0; s < n; s++)
+		k += snprintf(buf + k, sizeof buf - k, "stage s%d { linear 8; %s}\n", s,
+		              s == n - 1 ? "loss mse; " : "relu; ");
+	k += snprintf(buf + k, sizeof buf - k, "schedule %s;\ncost * %s;\nlink %s;\n", sched, cost,
+	              link);
+	if (extra)
+		snprintf(buf + k, sizeof buf - k, "%s\n", extra);
+	return buf;
+}
 
 /* .pipe text src (named path in messages) compiled into a line plan; a failed test
  * when it does not compile. */

@@ -5,35 +5,17 @@
 #ifndef TESTS_SIM_LIB_H
 #define TESTS_SIM_LIB_H
 
-#include "plan_lib.h" // read_good: a plan file that must read
+#include "plan_lib.h" // read_good, compile_pipe, program_text
 
 static inline Plan *compile_text(const char *src, const char *schedule)
 {
-	char *buf = NULL;
-	size_t len = 0;
-	FILE *out = open_memstream(&buf, &len);
-	Diag d;
-	diag_init(&d, "test.pipe", src, strlen(src), out);
-	PipeccOptions o = {.schedule = schedule};
-	Plan *p = pipecc_compile("test.pipe", src, strlen(src), &o, &d);
-	fclose(out);
-	if (!p && buf)
-		fprintf(stderr, "%s", buf);
-	free(buf);
-	return p;
+	return compile_pipe(src, (PipeccOptions){.schedule = schedule}, NULL, 0);
 }
 
-/* n stages on pp ranks (one each), dp replicas, m microbatches; costs and link given. */
+/* pp stages on pp ranks (one each), dp replicas, m microbatches; costs and link given. */
 static inline char *program(int pp, int dp, int m, const char *sched, const char *cost, const char *link)
 {
-	static char buf[8192];
-	int k = snprintf(buf, sizeof buf,
-	                 "pipeline t;\nmesh pp=%d dp=%d;\nmicrobatches %d;\ninput 2x8;\n", pp, dp, m);
-	for (int s = 0; s < pp; s++)
-		k += snprintf(buf + k, sizeof buf - k, "stage s%d { linear 8; %s}\n", s,
-		              s == pp - 1 ? "loss mse; " : "relu; ");
-	snprintf(buf + k, sizeof buf - k, "schedule %s;\ncost * %s;\nlink %s;\n", sched, cost, link);
-	return buf;
+	return program_text(pp, pp, dp, m, sched, cost, link, NULL);
 }
 
 /* Runs and returns the failure report text (malloc'd). */

@@ -23,21 +23,13 @@
 #include "../compiler/schedule.h"
 #include "../runtime/rt_private.h"
 #include "../sim/sim.h"
+#include "plan_lib.h" // compile_pipe
 
 /* ---- helpers ---- */
 
 static Plan *compile_text(const char *src, const char *schedule, int mb)
 {
-	char *buf = NULL;
-	size_t len = 0;
-	FILE *out = open_memstream(&buf, &len);
-	Diag d;
-	diag_init(&d, "test.pipe", src, strlen(src), out);
-	PipeccOptions o = {.schedule = schedule, .microbatches = mb};
-	Plan *p = pipecc_compile("test.pipe", src, strlen(src), &o, &d);
-	fclose(out);
-	free(buf);
-	return p;
+	return compile_pipe(src, (PipeccOptions){.schedule = schedule, .microbatches = mb}, NULL, 0);
 }
 
 static const char tiny_src[] = "pipeline tiny;\nmesh pp=2;\nmicrobatches 2;\ninput 4x8;\n"
