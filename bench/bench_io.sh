@@ -8,7 +8,7 @@
 # and the machine's floor for any tool holding the plan as 32-byte PlanOps: the kernel's
 # time to fault that many fresh pages in (a ceiling in M ops/s no such tool passes).
 # pipesim's rows: -q --no-record (verdict only), -q (the same: a quiet run keeps no
-# times), and the default run, whose report needs the per-op times (20 bytes an op) and
+# times), and the default run, whose report needs the per-op times (16 bytes an op) and
 # the memory model's pass over every rank.  Wall times are the best of REPS runs (the
 # machine may be shared); RSS from /usr/bin/time.  With OLD set to a folder holding an
 # older build's pipecc and pipesim, each tool row is also run with those, the old and

@@ -93,7 +93,7 @@ int32_t sim_pred_code(const S *s, int r, int64_t i, int64_t ref)
 
 int64_t sim_pred_ref(const S *s, int r, int64_t i)
 {
-	int32_t c = pred_flip(s->pred[r][i]);
+	int32_t c = pred_flip(rec_pred(&s->rk[r].rec[i]));
 	if (c < 0)
 		return REF_NONE;
 	int64_t v = c & ((1 << PRED_BITS) - 1);
@@ -138,7 +138,7 @@ void sim_critical_path(S *s)
 	for (int64_t x = best; x != REF_NONE && guard-- > 0;) {
 		int r = REF_RANK(x);
 		int64_t i = REF_OP(x);
-		const SimOpTime *t = &res->ranks[r].times[i];
+		SimOpTime t = sim_op_time(res, r, i);
 		const PlanOp *o = &s->p->ranks[r].ops[i];
 		int64_t c = !plan_op_is_compute(o->kind) ? 0
 		            : s->tp > 1 ? plan_part_cost(&s->st[o->stage].parts, o, s->p->stages[o->stage].cost)
@@ -146,14 +146,14 @@ void sim_critical_path(S *s)
 		if (n && path[n - 1].rank == r) {
 			SimPathStep *st = &path[n - 1];
 			st->first_op = i;
-			st->start = t->start;
+			st->start = t.start;
 			st->compute = sat_add(st->compute, c);
 		} else {
 			if (sim_grow(s, (void **)&path, &cap, n + 1, sizeof *path)) {
 				free(path);
 				return;
 			}
-			path[n++] = (SimPathStep){r, i, i, t->start, t->end, c};
+			path[n++] = (SimPathStep){r, i, i, t.start, t.end, c};
 		}
 		x = sim_pred_ref(s, r, i);
 	}
@@ -176,12 +176,62 @@ void sim_critical_path(S *s)
 void sim_fill_unreached(S *s)
 {
 	for (int r = 0; r < s->world; r++) {
-		int32_t *pred = s->pred[r];
-		SimOpTime *t = s->res->ranks[r].times;
+		SimOpRec *x = s->rk[r].rec;
 		for (int64_t i = 0, n = s->p->ranks[r].nops; i < n; i++)
-			if (pred[i] == PRED_UNSET) {
-				t[i] = (SimOpTime){-1, -1};
-				pred[i] = pred_flip(-1);
+			if (rec_pred(&x[i]) == PRED_UNSET) {
+				x[i] = (SimOpRec){0, 0}; // times -1
+				rec_set_pred(&x[i], -1);
 			}
 	}
+}
+
+static int wide_order(const void *a, const void *b)
+{
+	const WideEnt *x = a, *y = b;
+	if (x->w.rank != y->w.rank)
+		return x->w.rank < y->w.rank ? -1 : 1;
+	if (x->w.op != y->w.op)
+		return x->w.op < y->w.op ? -1 : 1;
+	if (x->w.field != y->w.field)
+		return x->w.field < y->w.field ? -1 : 1;
+	return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* The times set as SIM_T48_WIDE into the result, the last set of each kept (an op's end
+ * may be set again): sorted for sim_wide_time.  -1 out of memory. */
+int sim_wide_finish(S *s)
+{
+	if (!s->nwide)
+		return 0;
+	qsort(s->wide, (size_t)s->nwide, sizeof *s->wide, wide_order);
+	SimWide *w = sim_xcalloc(s, (size_t)s->nwide, sizeof *w);
+	if (!w)
+		return -1;
+	int64_t n = 0;
+	for (int64_t i = 0; i < s->nwide; i++) {
+		const SimWide *x = &s->wide[i].w;
+		if (n && w[n - 1].rank == x->rank && w[n - 1].op == x->op && w[n - 1].field == x->field)
+			n--;
+		w[n++] = *x;
+	}
+	s->res->wide = w;
+	s->res->nwide = n;
+	return 0;
+}
+
+int64_t sim_wide_time(const SimResult *res, int r, int64_t i, int field)
+{
+	int64_t lo = 0, hi = res->nwide;
+	while (lo < hi) {
+		int64_t mid = lo + (hi - lo) / 2;
+		const SimWide *x = &res->wide[mid];
+		if (x->rank < r || (x->rank == r && (x->op < i || (x->op == i && x->field < field))))
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo < res->nwide && res->wide[lo].rank == r && res->wide[lo].op == i &&
+	    res->wide[lo].field == field)
+		return res->wide[lo].value;
+	return -1; // not set as wide: no run records one so
 }

@@ -128,14 +128,14 @@ static inline void p2p_meet(S *s, int r, int64_t i, const PlanOp *o, int64_t t, 
 	ch->transfers++;
 	int64_t end = sat_add(max64(t, e.post), x);
 	if (s->opt.record_ops) {
-		k->times[i] = (SimOpTime){t, end};
-		note_end(s, r, i, end);
-		k->pred[i] = pred_flip(e.post > t ? peer_code(s, r, i, q, e.op) : pred_of(s, r, i, k->bind));
-		Rk *m = &s->rk[q];
-		m->times[e.op].end = end;
-		note_end(s, q, e.op, end);
+		record_code(s, r, i, t, end,
+		            e.post > t ? peer_code(s, r, i, q, e.op) : pred_of(s, r, i, k->bind));
+		SimOpRec *x = &s->rk[q].rec[e.op];
 		if (t > e.post)
-			m->pred[e.op] = pred_flip(peer_code(s, q, e.op, r, i));
+			rec_set_end_pred(x, t48(s, q, e.op, 1, end), peer_code(s, q, e.op, r, i));
+		else
+			rec_set_end(x, t48(s, q, e.op, 1, end));
+		note_end(s, q, e.op, end);
 	}
 	if (end > k->gmax || k->gmax_who == REF_NONE) {
 		k->gmax = max64(end, k->gmax);

@@ -141,7 +141,7 @@ int pipesim_drive(CliTool *t, PipesimArgs *a)
 	/* An output on standard output replaces the report. */
 	int report = !t->quiet && !((a->trace && cli_is_std(a->trace)) ||
 	                            (a->svg && cli_is_std(a->svg)));
-	/* Per-op times (20 bytes an op) only when an output reads them: the report, JSON, the
+	/* Per-op times (16 bytes an op) only when an output reads them: the report, JSON, the
 	 * grid, the pictures.  A quiet run that fails is simulated again with them, so its
 	 * failure report (the grid before a deadlock) is what it always was. */
 	int uses_times = report || a->json || a->grid || a->trace || a->svg;

@@ -26,7 +26,7 @@ int main(int argc, char **argv)
 		 "simulate every world rank, not one pipeline line\n"
 		 "(cross-checks a line plan's verdict, docs/pipesim.md)"},
 		{"no-record", 'n', CLI_FLAG, &a.no_record, NULL,
-		 "keep no per-op times (20 bytes per op less): no\n"
+		 "keep no per-op times (16 bytes per op less): no\n"
 		 "critical path, grid or pictures"},
 		{"threads", 0, CLI_INT, &plan_threads, "N",
 		 "worker threads for reading and verifying the plan,\nthe simulation beside (0: one per CPU)", 1, 0, PAR_MAX_THREADS},

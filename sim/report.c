@@ -221,24 +221,25 @@ static char op_letter(const PlanOp *o)
 }
 
 /* A compute op the grid can show: it ran and took time. */
-static int shown_op(const PlanOp *o, const SimOpTime *t)
+static int shown_op(const PlanOp *o, SimOpTime t)
 {
-	return !plan_is_comm(o->kind) && t->end >= 0 && t->start >= 0 && t->end > t->start;
+	return !plan_is_comm(o->kind) && t.end >= 0 && t.start >= 0 && t.end > t.start;
 }
 
 /* One cell [a, b) of a rank's row.  Every shown op belongs to the cell holding its
  * midpoint: *n counts those and *first is the first of them; with none, *first is the
  * op running at the cell's middle (a long op's continuation), or -1.  *i and *j walk
  * the rank's ops and only move forward (compute ops run one after another). */
-static void grid_cell(const PlanRank *pr, const SimOpTime *t, int64_t a, int64_t b, int64_t *i,
-                      int64_t *j, int64_t *n, int64_t *first)
+static void grid_cell(const SimResult *res, int r, const PlanRank *pr, int64_t a, int64_t b,
+                      int64_t *i, int64_t *j, int64_t *n, int64_t *first)
 {
 	*n = 0;
 	*first = -1;
 	for (; *i < pr->nops; ++*i) {
-		if (!shown_op(&pr->ops[*i], &t[*i]))
+		SimOpTime t = sim_op_time(res, r, *i);
+		if (!shown_op(&pr->ops[*i], t))
 			continue;
-		int64_t mid = t[*i].start + (t[*i].end - t[*i].start) / 2;
+		int64_t mid = t.start + (t.end - t.start) / 2;
 		if (mid >= b)
 			break;
 		if (mid >= a && !(*n)++)
@@ -247,9 +248,10 @@ static void grid_cell(const PlanRank *pr, const SimOpTime *t, int64_t a, int64_t
 	if (*n)
 		return;
 	int64_t m = a + (b - a) / 2;
-	while (*j < pr->nops && (!shown_op(&pr->ops[*j], &t[*j]) || t[*j].end <= m))
+	while (*j < pr->nops && (!shown_op(&pr->ops[*j], sim_op_time(res, r, *j)) ||
+	                         sim_op_time(res, r, *j).end <= m))
 		++*j;
-	if (*j < pr->nops && t[*j].start <= m)
+	if (*j < pr->nops && sim_op_time(res, r, *j).start <= m)
 		*first = *j;
 }
 
@@ -264,8 +266,7 @@ static int64_t grid_rows(FILE *f, const Plan *p, const SimResult *res, int64_t t
 	for (int r = 0; r < p->world; r++) {
 		int64_t i = 0, j = 0, n, first;
 		for (int c = 0; c < ncols; c++) {
-			grid_cell(&p->ranks[r], res->ranks[r].times, t0 + c * q, t0 + (c + 1) * q, &i, &j,
-			          &n, &first);
+			grid_cell(res, r, &p->ranks[r], t0 + c * q, t0 + (c + 1) * q, &i, &j, &n, &first);
 			if (n > most)
 				most = n;
 		}
@@ -276,11 +277,10 @@ static int64_t grid_rows(FILE *f, const Plan *p, const SimResult *res, int64_t t
 	int rw = digits(p->world > 0 ? plan_world_rank(p, p->world - 1) : 0);
 	for (int r = 0; r < p->world; r++) {
 		const PlanRank *pr = &p->ranks[r];
-		const SimOpTime *t = res->ranks[r].times;
 		fprintf(f, "rank %*d |", rw, plan_world_rank(p, r));
 		int64_t i = 0, j = 0, n, first;
 		for (int c = 0; c < ncols; c++) {
-			grid_cell(pr, t, t0 + c * q, t0 + (c + 1) * q, &i, &j, &n, &first);
+			grid_cell(res, r, pr, t0 + c * q, t0 + (c + 1) * q, &i, &j, &n, &first);
 			fputc(' ', f);
 			if (n > 1) {
 				fprintf(f, "+%-*" PRId64, w - 1, n);
@@ -301,7 +301,7 @@ static int64_t grid_rows(FILE *f, const Plan *p, const SimResult *res, int64_t t
 
 int sim_report_grid(FILE *f, const Plan *p, const SimResult *res, int max_cols)
 {
-	if (!res->ranks || !res->ranks[0].times) {
+	if (!res->ranks || !res->ranks[0].recs) {
 		fprintf(f, "(no grid: op times were not recorded)\n");
 		return ferror(f) ? -1 : 0;
 	}
@@ -365,7 +365,7 @@ int sim_report_failure(FILE *f, const Plan *p, const SimResult *res, const char 
 				fprintf(f, "  %s waits for %s which waits behind %s\n", a, b, c);
 		}
 	}
-	if (res->ranks && res->ranks[0].times) {
+	if (res->ranks && res->ranks[0].recs) {
 		enum { COLS = 16 };
 		int64_t q = quantum(p, res->stall_time, COLS);
 		int64_t t0 = res->stall_time - COLS * q;

@@ -140,19 +140,25 @@ static int setup_remote_edges(S *s)
  * time order across the ranks (par_prefault). */
 static void prefault_times(S *s)
 {
-	void **arr = calloc(2 * (size_t)s->world + 1, sizeof *arr);
-	size_t *bytes = calloc(2 * (size_t)s->world + 1, sizeof *bytes);
+	void **arr = calloc((size_t)s->world + 1, sizeof *arr);
+	size_t *bytes = calloc((size_t)s->world + 1, sizeof *bytes);
 	for (int r = 0; arr && bytes && r < s->world; r++) {
-		size_t n = (size_t)s->p->ranks[r].nops;
-		arr[2 * r] = s->rk[r].times;
-		arr[2 * r + 1] = s->pred[r];
-		bytes[2 * r] = n * sizeof *s->rk[r].times;
-		bytes[2 * r + 1] = n * sizeof **s->pred;
+		arr[r] = s->rk[r].rec;
+		bytes[r] = (size_t)s->p->ranks[r].nops * sizeof *s->rk[r].rec;
 	}
 	if (arr && bytes)
-		s->prefault = par_prefault(arr, bytes, 2 * s->world);
+		s->prefault = par_prefault(arr, bytes, s->world);
 	free(arr);
 	free(bytes);
+}
+
+uint64_t sim_wide_put(S *s, int r, int64_t i, int field, int64_t t)
+{
+	if (sim_grow(s, (void **)&s->wide, &s->widecap, s->nwide + 1, sizeof *s->wide))
+		return 0; // the run ends out of memory: no time is read
+	s->wide[s->nwide] = (WideEnt){{r, field, i, t}, s->nwide};
+	s->nwide++;
+	return SIM_T48_WIDE;
 }
 
 int sim_setup(S *s)
@@ -200,11 +206,6 @@ int sim_setup(S *s)
 	s->ntpcoll = s->ncoll - ndp;
 	if (add_tie_pairs(s))
 		return -1;
-	if (s->opt.record_ops) {
-		s->pred = sim_xcalloc(s, (size_t)w, sizeof *s->pred);
-		if (!s->pred)
-			return -1;
-	}
 	for (int r = 0; r < w; r++) {
 		Rk *k = &s->rk[r];
 		k->bind = k->cbind = REF_NONE;
@@ -212,19 +213,16 @@ int sim_setup(S *s)
 		k->tp_op = -1;
 		int64_t n = p->ranks[r].nops;
 		if (s->opt.record_ops) {
-			/* pred zeroed, not filled: calloc gets fresh pages untouched, so each page
-			 * is first touched (and zeroed by the kernel, staying in cache) when the
-			 * run writes it.  PRED_UNSET marks the ops never reached; sim_fill_unreached
-			 * gives them their -1 times after the run, so the times need no zeroing
-			 * (which calloc does by hand on memory malloc reuses). */
-			SimOpTime *t = malloc((size_t)(n ? n : 1) * sizeof *t);
-			s->pred[r] = calloc((size_t)(n ? n : 1), sizeof **s->pred);
-			res->ranks[r].times = k->times = t;
-			k->pred = s->pred[r];
-			if (!t || !s->pred[r]) {
+			/* Zeroed, not filled: calloc gets fresh pages untouched, so each page is
+			 * first touched (and zeroed by the kernel, staying in cache) when the run
+			 * writes it.  A zero pred is PRED_UNSET, the ops never reached, which
+			 * sim_fill_unreached gives their -1 times after the run. */
+			SimOpRec *x = calloc((size_t)(n ? n : 1), sizeof *x);
+			res->ranks[r].recs = k->rec = x;
+			if (!x) {
 				s->oom = s->failed = 1;
 				plan_oom_text(res->message, sizeof res->message, plan_total_ops(p),
-				              (size_t)(n ? n : 1) * (sizeof *t + sizeof **s->pred));
+				              (size_t)(n ? n : 1) * sizeof *x);
 				return -1;
 			}
 		}
@@ -287,10 +285,7 @@ void sim_cleanup(S *s)
 	free(s->tpof);
 	free(s->tieof);
 	free(s->work);
-	if (s->pred)
-		for (int r = 0; r < s->world; r++)
-			free(s->pred[r]);
-	free(s->pred);
+	free(s->wide);
 }
 
 /* The chan of rank r with peer (r receiving when recv), created on first use and added to

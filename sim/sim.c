@@ -311,6 +311,8 @@ int sim_run(const Plan *p, const SimOptions *opt, SimResult *res)
 		stuck = s.rk[r].state != AG_DONE || (overlap && s.rk[r].cstate != AG_DONE);
 	if (s.opt.record_ops && (s.failed || stuck)) // a finished run recorded every op
 		sim_fill_unreached(&s);
+	if (s.opt.record_ops)
+		sim_wide_finish(&s); // out of memory: s.oom, below
 	sim_figures(&s);
 	if (!s.failed) {
 		if (stuck) {
@@ -338,8 +340,9 @@ void sim_result_free(SimResult *res)
 		return;
 	if (res->ranks)
 		for (int r = 0; r < res->world; r++)
-			free(res->ranks[r].times);
+			free(res->ranks[r].recs);
 	free(res->ranks);
+	free(res->wide);
 	free(res->links);
 	free(res->collectives);
 	free(res->tp);

@@ -48,7 +48,7 @@ typedef enum {
 typedef struct {
 	SimModel model;
 	int eager;      // 1: sends complete when posted (buffered), as with --eager
-	int record_ops; // 1: fill SimRankResult.times and the critical path (20 B per op)
+	int record_ops; // 1: fill SimRankResult.recs and the critical path (16 B per op)
 	/* Not NULL: another thread may set *stop to end the run early; sim_run then
 	 * returns -1 with "stopped" in res->message (pipesim drops a run beside the
 	 * verifier when the plan does not verify). */
@@ -63,6 +63,27 @@ typedef struct {
 	int64_t start, end;
 } SimOpTime;
 
+/* How a run with record_ops keeps an op's times: 16 bytes an op, one array a rank,
+ * read through sim_op_time.  Each time t is held as the 48-bit number t + 1 (so -1 is
+ * 0, the zeroed array's value), below SIM_T48_WIDE; a time too large for that (78 hours
+ * of simulated time and more, the saturated INT64_MAX) is SIM_T48_WIDE there and its
+ * value is in the result's wide table.  lo: start's number, then the low 16 bits of
+ * end's; hi: end's high 32 bits, then the run's own critical-path code. */
+typedef struct {
+	uint64_t lo, hi;
+} SimOpRec;
+
+#define SIM_T48_WIDE 0xffffffffffffull
+#define SIM_T48_MASK 0xffffffffffffull
+
+/* A time too large for 48 bits: op `op` of rank `rank`, its start (field 0) or end (1). */
+typedef struct {
+	int rank;
+	int field;
+	int64_t op;
+	int64_t value;
+} SimWide;
+
 typedef struct {
 	int64_t busy;           // ns of compute (sum of costs of the compute ops it ran);
 	                        // the reports print it as compute and sim_busy's fraction
@@ -71,7 +92,8 @@ typedef struct {
 	int64_t ops_done;       // ops completed (nops when it finished)
 	int64_t peak_act_bytes; // peak activation memory, docs/semantics.md "Memory"
 	int64_t peak_act_units; // peak number of live (stage, microbatch) activations
-	SimOpTime *times;       // nops entries when SimOptions.record_ops, else NULL
+	SimOpRec *recs;         // nops entries when SimOptions.record_ops, else NULL:
+	                        // read through sim_op_time
 } SimRankResult;
 
 /* Bytes moved from src to dst over p2p (one entry per ordered pair that talked). */
@@ -123,6 +145,8 @@ typedef struct {
 	int64_t busy;           // sum of ranks' busy
 	double bubble;          // 1 - busy / (world * makespan); 0 when makespan is 0
 	SimRankResult *ranks;   // world entries
+	int64_t nwide;          // record_ops: the times SimOpRec cannot hold, sorted by
+	SimWide *wide;          // (rank, op, field)
 
 	int nlinks;
 	SimLink *links;         // sorted by (src, dst)
@@ -152,6 +176,22 @@ typedef struct {
  * always initialised and must be released with sim_result_free(). */
 int sim_run(const Plan *p, const SimOptions *opt, SimResult *res);
 void sim_result_free(SimResult *res);
+
+/* A time of op i of rank r held as SIM_T48_WIDE (sim.c). */
+int64_t sim_wide_time(const SimResult *res, int r, int64_t i, int field);
+
+static inline int64_t sim_t48(const SimResult *res, int r, int64_t i, int field, uint64_t v)
+{
+	return v < SIM_T48_WIDE ? (int64_t)v - 1 : sim_wide_time(res, r, i, field);
+}
+
+/* The times of op i of rank r of a run with record_ops. */
+static inline SimOpTime sim_op_time(const SimResult *res, int r, int64_t i)
+{
+	const SimOpRec *x = &res->ranks[r].recs[i];
+	return (SimOpTime){sim_t48(res, r, i, 0, x->lo & SIM_T48_MASK),
+	                   sim_t48(res, r, i, 1, x->lo >> 48 | (x->hi & 0xffffffffu) << 16)};
+}
 
 extern const char *const sim_model_names[SIM_MODEL_COUNT];
 extern const char *const sim_verdict_names[SIM_VERDICT_COUNT];

@@ -31,14 +31,22 @@ enum {
 #define REF_RANK(x) ((int)((x) >> 40))
 #define REF_OP(x) ((x) & (((int64_t)1 << 40) - 1))
 
-/* s->pred holds each op's sim_pred_code (figures.c) stored with its top bit flipped, so
- * that the zeroed arrays read PRED_UNSET (a code no op has) for the ops never recorded. */
+/* An op's record (SimOpRec) holds its sim_pred_code (figures.c) with the top bit
+ * flipped, so that the zeroed arrays read PRED_UNSET (a code no op has) for the ops
+ * never recorded. */
 #define PRED_UNSET 0
 #define PRED_BITS 29
 static inline int32_t pred_flip(int32_t c)
 {
 	return (int32_t)((uint32_t)c ^ 0x80000000u);
 }
+
+/* A time SimOpRec cannot hold (sim_wide_put), and when it was set: the run sorts them
+ * into SimResult.wide, the last set of each op's field kept. */
+typedef struct {
+	SimWide w;
+	int64_t seq;
+} WideEnt;
 
 typedef struct {
 	int64_t post;     // time the op was posted
@@ -117,8 +125,7 @@ typedef struct {
 	int64_t mem, peak_mem, units, peak_units, busy, done;
 	int nch, chcap;
 	ChanRef *ch;
-	SimOpTime *times;  // record_ops: its ops' times and critical-path predecessors
-	int32_t *pred;
+	SimOpRec *rec;     // record_ops: its ops' times and critical-path predecessors
 	Hash h;            // its values in flight (values.c): the rare keys
 	Ring *ring;        // ... and the common ones, by class (S.cls_ring)
 	int nring;
@@ -172,7 +179,8 @@ typedef struct {
 	int tie_e, tie_h;    // plan_tie_across's stages, or -1
 	int *work;           // agent ids: rank * 2 + stream (0 rank/comm, 1 compute)
 	int64_t nwork;
-	int32_t **pred;      // per rank per op (record_ops): pred_code()
+	WideEnt *wide;       // record_ops: times SimOpRec cannot hold, in the order set
+	int64_t nwide, widecap;
 	int64_t xfer_bytes, xfer_ns; // last transfer time computed
 	int *cls_pp, *cls_ring; // overlap: per class (sim_class) its pp index and ring there
 	int *send_cls;       // per edge e, 2 e + (dir != DIR_ACT): the class of the tensor its
@@ -360,6 +368,7 @@ int sim_chan_of(S *s, int r, int peer, int recv);  // setup.c: r's chan with pee
 void sim_figures(S *s);                            // figures.c
 void sim_critical_path(S *s);                      // figures.c
 void sim_fill_unreached(S *s);                     // figures.c
+int sim_wide_finish(S *s);                         // figures.c: SimResult.wide
 void sim_analyse_stall(S *s);                      // stall.c
 /* values.c: the values in flight of rank r by key (overlap model) */
 HEnt *sim_val_find(S *s, int r, uint64_t key);      // NULL when absent
@@ -392,26 +401,68 @@ static inline void note_end(S *s, int r, int64_t i, int64_t end)
 
 /* record_ops: op i of rank r runs (or its group was posted) at start and ends at end
  * (-1: not yet), after pred. */
-static inline void record(S *s, int r, int64_t i, int64_t start, int64_t end, int64_t pred)
+/* Time t (>= -1) of op i of rank r as SimOpRec holds it: t + 1 in 48 bits, or
+ * SIM_T48_WIDE with t kept in s->wide (setup.c). */
+uint64_t sim_wide_put(S *s, int r, int64_t i, int field, int64_t t);
+static inline uint64_t t48(S *s, int r, int64_t i, int field, int64_t t)
 {
-	if (!s->opt.record_ops)
-		return;
-	Rk *k = &s->rk[r];
-	k->times[i] = (SimOpTime){start, end};
+	uint64_t v = (uint64_t)t + 1;
+	return v < SIM_T48_WIDE ? v : sim_wide_put(s, r, i, field, t);
+}
+
+static inline void rec_set_end(SimOpRec *x, uint64_t e)
+{
+	x->lo = (x->lo & SIM_T48_MASK) | e << 48;
+	x->hi = (x->hi & ~(uint64_t)0xffffffffu) | e >> 16;
+}
+
+/* Its end (as t48 gives it) and its critical-path code at once. */
+static inline void rec_set_end_pred(SimOpRec *x, uint64_t e, int32_t code)
+{
+	x->lo = (x->lo & SIM_T48_MASK) | e << 48;
+	x->hi = e >> 16 | (uint64_t)(uint32_t)pred_flip(code) << 32;
+}
+
+static inline int32_t rec_pred(const SimOpRec *x)
+{
+	return (int32_t)(uint32_t)(x->hi >> 32);
+}
+
+static inline void rec_set_pred(SimOpRec *x, int32_t code)
+{
+	x->hi = (x->hi & 0xffffffffu) | (uint64_t)(uint32_t)pred_flip(code) << 32;
+}
+
+/* record_ops: op i of rank r runs (or its group was posted) at start and ends at end
+ * (-1: not yet), after pred (its critical-path code: pred_of). */
+static inline void record_code(S *s, int r, int64_t i, int64_t start, int64_t end, int32_t pred)
+{
+	uint64_t a = (uint64_t)start + 1, b = (uint64_t)end + 1;
+	if ((a | b) >= SIM_T48_WIDE) { // rare: one may not fit
+		a = t48(s, r, i, 0, start);
+		b = t48(s, r, i, 1, end);
+	}
+	s->rk[r].rec[i] = (SimOpRec){a | b << 48, b >> 16 | (uint64_t)(uint32_t)pred_flip(pred) << 32};
 	if (end >= 0) // -1 never ends last: last_end starts at -1 and last_ref below any op
 		note_end(s, r, i, end);
-	k->pred[i] = pred_flip(pred_of(s, r, i, pred)); // the first write: KEEP is none
+}
+
+static inline void record(S *s, int r, int64_t i, int64_t start, int64_t end, int64_t pred)
+{
+	if (s->opt.record_ops) // the first write: KEEP is none
+		record_code(s, r, i, start, end, pred_of(s, r, i, pred));
 }
 
 static inline void set_end(S *s, int r, int64_t i, int64_t end, int64_t pred)
 {
 	if (!s->opt.record_ops)
 		return;
-	Rk *k = &s->rk[r];
-	k->times[i].end = end;
-	note_end(s, r, i, end);
+	SimOpRec *x = &s->rk[r].rec[i];
 	if (pred != REF_KEEP)
-		k->pred[i] = pred_flip(pred_of(s, r, i, pred));
+		rec_set_end_pred(x, t48(s, r, i, 1, end), pred_of(s, r, i, pred));
+	else
+		rec_set_end(x, t48(s, r, i, 1, end));
+	note_end(s, r, i, end);
 }
 
 /* A parked rank resumes at ops[i]: fetch its next ops now.  With many ranks the

@@ -160,9 +160,9 @@ static void warp_free(Warp *w)
 /* Whether op i of rank r is a compute op drawn as a box inside [0, span]. */
 static int drawn(const Plan *p, const SimResult *res, int r, int64_t i, int64_t span)
 {
-	const SimOpTime *ti = &res->ranks[r].times[i];
-	return !plan_is_comm(p->ranks[r].ops[i].kind) && ti->end > ti->start && ti->start >= 0 &&
-	       ti->end <= span;
+	SimOpTime ti = sim_op_time(res, r, i);
+	return !plan_is_comm(p->ranks[r].ops[i].kind) && ti.end > ti.start && ti.start >= 0 &&
+	       ti.end <= span;
 }
 
 /* need[k]: the share of min_box the widest-needing op covering interval k of the map
@@ -172,13 +172,12 @@ static double warp_need(const Warp *w, const Plan *p, const SimResult *res, int6
 {
 	double sum = 0;
 	for (int r = 0; r < p->world; r++) {
-		const SimOpTime *ti = res->ranks[r].times;
 		for (int64_t i = 0; i < p->ranks[r].nops; i++) {
 			if (!drawn(p, res, r, i, span))
 				continue;
-			double len = (double)(ti[i].end - ti[i].start);
-			for (int64_t k = find_t(w, ti[i].start); k + 1 < w->n && w->t[k] < ti[i].end;
-			     k++) {
+			SimOpTime ti = sim_op_time(res, r, i);
+			double len = (double)(ti.end - ti.start);
+			for (int64_t k = find_t(w, ti.start); k + 1 < w->n && w->t[k] < ti.end; k++) {
 				double v = min_box * (double)(w->t[k + 1] - w->t[k]) / len;
 				if (v > need[k])
 					need[k] = v;
@@ -204,13 +203,13 @@ static int warp_build(Warp *w, const Plan *p, const SimResult *res, int64_t span
 	/* The linear map that gives the shortest op min_box, when it is not too wide. */
 	int64_t cap = 2, shortest = 0;
 	for (int r = 0; r < p->world; r++) {
-		const SimOpTime *ti = res->ranks[r].times;
 		for (int64_t i = 0; i < p->ranks[r].nops; i++) {
 			if (!drawn(p, res, r, i, span))
 				continue;
+			SimOpTime ti = sim_op_time(res, r, i);
 			cap += 2;
-			if (!shortest || ti[i].end - ti[i].start < shortest)
-				shortest = ti[i].end - ti[i].start;
+			if (!shortest || ti.end - ti.start < shortest)
+				shortest = ti.end - ti.start;
 		}
 	}
 	if (!shortest)
@@ -232,12 +231,12 @@ static int warp_build(Warp *w, const Plan *p, const SimResult *res, int64_t span
 	t[n++] = 0;
 	t[n++] = span;
 	for (int r = 0; r < p->world; r++) {
-		const SimOpTime *ti = res->ranks[r].times;
 		for (int64_t i = 0; i < p->ranks[r].nops; i++) {
 			if (!drawn(p, res, r, i, span))
 				continue;
-			t[n++] = ti[i].start;
-			t[n++] = ti[i].end;
+			SimOpTime ti = sim_op_time(res, r, i);
+			t[n++] = ti.start;
+			t[n++] = ti.end;
 		}
 	}
 	qsort(t, (size_t)n, sizeof *t, cmp_i64);
@@ -350,7 +349,6 @@ static int64_t draw_transfers(FILE *f, const Plan *p, const SimResult *res, cons
 	}
 	for (int d = 0; d < world; d++) {
 		const PlanRank *pr = &p->ranks[d];
-		const SimOpTime *td = res->ranks[d].times;
 		for (int64_t i = 0; i < pr->nops; i++) {
 			const PlanOp *o = &pr->ops[i];
 			if (o->kind != OP_RECV || o->peer < 0 || o->peer >= world || o->peer == d)
@@ -366,16 +364,16 @@ static int64_t draw_transfers(FILE *f, const Plan *p, const SimResult *res, cons
 				else
 					hi = mid;
 			}
-			if (lo + k >= nsends[s] || sends[s][lo + k].dst != d || td[i].end < 0)
+			SimOpTime td = sim_op_time(res, d, i);
+			if (lo + k >= nsends[s] || sends[s][lo + k].dst != d || td.end < 0)
 				continue;
-			int64_t so = sends[s][lo + k].op;
-			const SimOpTime *ts = &res->ranks[s].times[so];
-			if (ts->start < 0)
+			SimOpTime ts = sim_op_time(res, s, sends[s][lo + k].op);
+			if (ts.start < 0)
 				continue;
-			int64_t t0 = td[i].end - plan_transfer_ns(p, o->bytes);
-			if (t0 < ts->start)
-				t0 = ts->start;
-			double x0 = left + warp_x(w, t0), x1 = left + warp_x(w, td[i].end);
+			int64_t t0 = td.end - plan_transfer_ns(p, o->bytes);
+			if (t0 < ts.start)
+				t0 = ts.start;
+			double x0 = left + warp_x(w, t0), x1 = left + warp_x(w, td.end);
 			int ys = TOP + s * ROW, yd = TOP + d * ROW;
 			double y0 = d > s ? ys + BOX + 4 : ys, y1 = d > s ? yd : yd + BOX + 4;
 			fprintf(f, "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" "
@@ -547,21 +545,22 @@ static void pic_group(Pic *c, int r, int64_t i, int64_t j)
 	FILE *f = c->f;
 	const Plan *p = c->p;
 	const PlanRank *pr = &p->ranks[r];
-	const SimOpTime *t = c->res->ranks[r].times;
 	int y = TOP + r * ROW;
 	int64_t end = -1;
 	int stuck = 0;
 	for (int64_t k = i; k < j; k++) {
-		if (t[k].end < 0)
+		int64_t e = sim_op_time(c->res, r, k).end;
+		if (e < 0)
 			stuck = 1;
-		else if (t[k].end > end)
-			end = t[k].end;
+		else if (e > end)
+			end = e;
 	}
-	if (t[i].start < 0)
+	int64_t start = sim_op_time(c->res, r, i).start;
+	if (start < 0)
 		return;
 	if (stuck)
 		end = c->span;
-	double x0 = c->left + warp_x(&c->wp, t[i].start), x1 = c->left + warp_x(&c->wp, end);
+	double x0 = c->left + warp_x(&c->wp, start), x1 = c->left + warp_x(&c->wp, end);
 	if (x1 - x0 >= 0.5 || stuck) {
 		fprintf(f, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"3\" fill=\"%s\"/>\n", x0,
 		        y + BOX + 1, x1 - x0 > 1 ? x1 - x0 : 1, stuck ? "#cc0000" : "#bbbbbb");
@@ -574,8 +573,8 @@ static void pic_group(Pic *c, int r, int64_t i, int64_t j)
 		            : o->kind == OP_TIEREDUCE ? sim_allreduce_ns(p, 2, o->bytes)
 		            : o->kind == OP_TPREDUCE  ? plan_tp_allreduce_ns(p, (int)(pr - p->ranks), o->bytes)
 		                                      : plan_transfer_ns(p, o->bytes);
-		int64_t a = t[k].end - d < t[i].start ? t[i].start : t[k].end - d;
-		double xa = c->left + warp_x(&c->wp, a), xb = c->left + warp_x(&c->wp, t[k].end);
+		int64_t e = sim_op_time(c->res, r, k).end, a = e - d < start ? start : e - d;
+		double xa = c->left + warp_x(&c->wp, a), xb = c->left + warp_x(&c->wp, e);
 		if (xb - xa >= 0.5) {
 			fprintf(f, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"3\" "
 			           "fill=\"#555555\"/>\n",
@@ -592,7 +591,6 @@ static void pic_ops(Pic *c)
 	const Plan *p = c->p;
 	for (int r = 0; r < p->world; r++) {
 		const PlanRank *pr = &p->ranks[r];
-		const SimOpTime *t = c->res->ranks[r].times;
 		int y = TOP + r * ROW;
 		for (int64_t i = 0; i < pr->nops;) {
 			const PlanOp *o = &pr->ops[i];
@@ -602,9 +600,10 @@ static void pic_ops(Pic *c)
 				i = j;
 				continue;
 			}
-			if (t[i].end >= 0 && t[i].end > t[i].start) {
-				double x0 = c->left + warp_x(&c->wp, t[i].start);
-				double x1 = c->left + warp_x(&c->wp, t[i].end);
+			SimOpTime t = sim_op_time(c->res, r, i);
+			if (t.end >= 0 && t.end > t.start) {
+				double x0 = c->left + warp_x(&c->wp, t.start);
+				double x1 = c->left + warp_x(&c->wp, t.end);
 				fprintf(f, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\" "
 				           "stroke=\"white\" stroke-width=\"%s\"/>\n",
 				        x0, y, x1 - x0, BOX, fill[o->kind] ? fill[o->kind] : "#999",
@@ -755,7 +754,7 @@ static void pic_legend(Pic *c, int ay)
 
 int sim_write_svg(FILE *f, const Plan *p, const SimResult *res)
 {
-	if (!res->ranks || !res->ranks[0].times) {
+	if (!res->ranks || !res->ranks[0].recs) {
 		fprintf(stderr, "pipesim: no op times recorded: cannot draw\n");
 		return -1;
 	}

@@ -8,7 +8,7 @@
 
 int sim_write_trace(FILE *f, const Plan *p, const SimResult *res)
 {
-	if (!res->ranks || !res->ranks[0].times) {
+	if (!res->ranks || !res->ranks[0].recs) {
 		fprintf(stderr, "pipesim: no op times recorded: cannot write a trace\n");
 		return -1;
 	}
@@ -20,26 +20,28 @@ int sim_write_trace(FILE *f, const Plan *p, const SimResult *res)
 	plan_trace_begin(&t, f, p, other);
 	for (int r = 0; r < p->world; r++) {
 		const PlanRank *pr = &p->ranks[r];
-		const SimOpTime *tm = res->ranks[r].times;
 		plan_trace_rank(&t, r);
 		for (int64_t i = 0; i < pr->nops;) {
 			const PlanOp *o = &pr->ops[i];
 			if (!plan_is_comm(o->kind)) {
-				if (tm[i].end >= 0)
-					plan_trace_compute(&t, r, i, tm[i].start, tm[i].end, -1);
+				SimOpTime tm = sim_op_time(res, r, i);
+				if (tm.end >= 0)
+					plan_trace_compute(&t, r, i, tm.start, tm.end, -1);
 				i++;
 				continue;
 			}
 			int64_t j = plan_group_end(pr, i), end = -1;
 			int stuck = 0;
 			for (int64_t k = i; k < j; k++) {
-				if (tm[k].end < 0)
+				int64_t e = sim_op_time(res, r, k).end;
+				if (e < 0)
 					stuck = 1;
-				else if (tm[k].end > end)
-					end = tm[k].end;
+				else if (e > end)
+					end = e;
 			}
-			if (tm[i].start >= 0)
-				plan_trace_group(&t, r, i, j, tm[i].start, stuck ? stop : end, -1, stuck);
+			int64_t start = sim_op_time(res, r, i).start;
+			if (start >= 0)
+				plan_trace_group(&t, r, i, j, start, stuck ? stop : end, -1, stuck);
 			i = j;
 		}
 	}

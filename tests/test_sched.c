@@ -163,7 +163,7 @@ static Measure measure(const Plan *p, int model, int eager)
 			ms.peak = (int)r.ranks[q].peak_act_units;
 		for (int64_t i = 0; i < p->ranks[q].nops; i++)
 			if (p->ranks[q].ops[i].kind <= OP_BW) {
-				int64_t span = r.ranks[q].finish - r.ranks[q].times[i].start;
+				int64_t span = r.ranks[q].finish - sim_op_time(&r, q, i).start;
 				if (span > ms.span)
 					ms.span = span;
 				break;

@@ -98,6 +98,41 @@ static void sim__dp_replicas__same_makespan_and_allreduce_counted(void **state)
 
 /* ---- timing ---- */
 
+/* Times past 48 bits (78 hours) are kept whole, in the result's wide table: gpipe on
+ * pp=2 with 1000 s forwards, rank 0's forwards back to back, F k over [k C, (k + 1) C],
+ * in both models, the last ones ending past 2^48 ns. */
+static void sim__times_past_48_bits__kept_exact(void **state)
+{
+	(void)state;
+	const int64_t c = 1000000000000; // 1000 s in ns
+	Plan *p = compile_text(program(2, 1, 300, "gpipe", "f=1000000000 b=1 w=1", "ideal"), NULL);
+	assert_non_null(p);
+	for (int model = 0; model < SIM_MODEL_COUNT; model++) {
+		SimResult res;
+		SimOptions o = {.model = model, .record_ops = 1};
+		assert_int_equal(sim_run(p, &o, &res), 0);
+		assert_true(res.nwide > 0);
+		int64_t k = 0;
+		for (int64_t i = 0; i < p->ranks[0].nops; i++) {
+			if (p->ranks[0].ops[i].kind != OP_F)
+				continue;
+			SimOpTime t = sim_op_time(&res, 0, i);
+			assert_int_equal(t.start, k * c);
+			assert_int_equal(t.end, (k + 1) * c);
+			k++;
+		}
+		assert_int_equal(k, 300);
+		assert_true(300 * c > ((int64_t)1 << 48));
+		for (int r = 0; r < p->world; r++)
+			for (int64_t i = 0; i < p->ranks[r].nops; i++) {
+				SimOpTime t = sim_op_time(&res, r, i);
+				assert_true(t.start >= 0 && t.end >= t.start && t.end <= res.makespan);
+			}
+		sim_result_free(&res);
+	}
+	plan_free(p);
+}
+
 static void sim__link_costs__transfer_and_allreduce_times(void **state)
 {
 	(void)state;
@@ -115,13 +150,13 @@ static void sim__link_costs__transfer_and_allreduce_times(void **state)
 	/* Every op has a time, ends after it starts, and compute ops take their cost. */
 	for (int r = 0; r < p->world; r++) {
 		for (int64_t i = 0; i < p->ranks[r].nops; i++) {
-			const SimOpTime *t = &res.ranks[r].times[i];
-			assert_true(t->start >= 0 && t->end >= t->start);
+			SimOpTime t = sim_op_time(&res, r, i);
+			assert_true(t.start >= 0 && t.end >= t.start);
 			const PlanOp *op = &p->ranks[r].ops[i];
 			if (op->kind == OP_F)
-				assert_int_equal(t->end - t->start, 1000);
+				assert_int_equal(t.end - t.start, 1000);
 			if (op->kind == OP_BW)
-				assert_int_equal(t->end - t->start, 5000);
+				assert_int_equal(t.end - t.start, 5000);
 		}
 	}
 	/* The critical path covers the makespan without gaps or overlaps. */
@@ -752,7 +787,7 @@ static int64_t timed_ops(const Plan *p, const SimResult *res, int rank)
 			continue;
 		for (int64_t i = 0; i < p->ranks[r].nops; i++)
 			n += !plan_is_comm(p->ranks[r].ops[i].kind) &&
-			     res->ranks[r].times[i].end > res->ranks[r].times[i].start;
+			     sim_op_time(res, r, i).end > sim_op_time(res, r, i).start;
 	}
 	return n;
 }
@@ -866,6 +901,7 @@ int main(void)
 	    cmocka_unit_test(mem__tiny_plan__peak_and_parts_by_hand),
 	    cmocka_unit_test(sim__dp_replicas__same_makespan_and_allreduce_counted),
 	    cmocka_unit_test(sim__link_costs__transfer_and_allreduce_times),
+	    cmocka_unit_test(sim__times_past_48_bits__kept_exact),
 	    cmocka_unit_test(sim__overlap_model__hides_transfers_strict_does_not),
 	    cmocka_unit_test(sim__bad_corpus__verifier_names_both_ops),
 	    cmocka_unit_test(sim__bad_corpus__deadlocks_with_cycle),
