@@ -139,13 +139,14 @@ int sim_report_summary(FILE *f, const Plan *p, const SimResult *res, const PlanM
 			        res->tp[i].count);
 	}
 	if (res->npath) {
-		int64_t comp = 0;
+		int64_t comp = 0; // saturating, as the run's times are
 		for (int64_t i = 0; i < res->npath; i++)
-			comp += res->path[i].compute;
+			if (__builtin_add_overflow(comp, res->path[i].compute, &comp))
+				comp = INT64_MAX;
 		fprintf(f, "\ncritical path: %" PRId64 " stretches, ", res->npath);
 		put_us(f, comp);
 		fprintf(f, " us of compute, ");
-		put_us(f, res->makespan - comp);
+		put_us(f, res->makespan > comp ? res->makespan - comp : 0);
 		fprintf(f, " us of communication and waiting\n");
 		int64_t shown = res->npath <= 12 ? res->npath : 10;
 		for (int64_t i = 0; i < shown; i++) {
@@ -192,6 +193,12 @@ static int digits(int64_t v)
 
 /* The column width in ns: the gcd of every cost and transfer time when that keeps the
  * grid within max_cols, else the window split evenly. */
+/* a / b rounded up, for a >= 0 and b > 0, without overflow near INT64_MAX. */
+static int64_t ceil_div(int64_t a, int64_t b)
+{
+	return a / b + (a % b != 0);
+}
+
 static int64_t quantum(const Plan *p, int64_t window, int max_cols)
 {
 	int64_t g = 0;
@@ -207,7 +214,7 @@ static int64_t quantum(const Plan *p, int64_t window, int max_cols)
 	if (max_cols < 1)
 		max_cols = 1;
 	if (window / g > max_cols) {
-		int64_t q = (window + max_cols - 1) / max_cols;
+		int64_t q = ceil_div(window, max_cols);
 		g = q > g ? q : g;
 	}
 	return g;
@@ -255,6 +262,15 @@ static void grid_cell(const SimResult *res, int r, const PlanRank *pr, int64_t a
 		*first = *j;
 }
 
+/* Where column c of a grid from t0 begins: t0 + c q, saturating (a run's times do). */
+static int64_t col_at(int64_t t0, int c, int64_t q)
+{
+	int64_t x;
+	if (__builtin_mul_overflow((int64_t)c, q, &x) || __builtin_add_overflow(t0, x, &x))
+		return INT64_MAX;
+	return x;
+}
+
 /* Rows of cells for [t0, t0 + ncols * q): a cell names its op (letter and microbatch),
  * or `+N` when N ops end up in it, so no op is lost when a column is longer than the
  * ops; '.' is a cell in which the rank does not compute.  Returns the most ops any
@@ -266,7 +282,8 @@ static int64_t grid_rows(FILE *f, const Plan *p, const SimResult *res, int64_t t
 	for (int r = 0; r < p->world; r++) {
 		int64_t i = 0, j = 0, n, first;
 		for (int c = 0; c < ncols; c++) {
-			grid_cell(res, r, &p->ranks[r], t0 + c * q, t0 + (c + 1) * q, &i, &j, &n, &first);
+			grid_cell(res, r, &p->ranks[r], col_at(t0, c, q), col_at(t0, c + 1, q), &i, &j, &n,
+			          &first);
 			if (n > most)
 				most = n;
 		}
@@ -280,7 +297,7 @@ static int64_t grid_rows(FILE *f, const Plan *p, const SimResult *res, int64_t t
 		fprintf(f, "rank %*d |", rw, plan_world_rank(p, r));
 		int64_t i = 0, j = 0, n, first;
 		for (int c = 0; c < ncols; c++) {
-			grid_cell(res, r, pr, t0 + c * q, t0 + (c + 1) * q, &i, &j, &n, &first);
+			grid_cell(res, r, pr, col_at(t0, c, q), col_at(t0, c + 1, q), &i, &j, &n, &first);
 			fputc(' ', f);
 			if (n > 1) {
 				fprintf(f, "+%-*" PRId64, w - 1, n);
@@ -307,7 +324,7 @@ int sim_report_grid(FILE *f, const Plan *p, const SimResult *res, int max_cols)
 	}
 	int64_t end = res->verdict == SIM_OK ? res->makespan : res->stall_time;
 	int64_t q = quantum(p, end, max_cols);
-	int ncols = (int)((end + q - 1) / q);
+	int ncols = (int)ceil_div(end, q);
 	if (ncols < 1)
 		ncols = 1;
 	fprintf(f, "grid: 1 column = ");
@@ -371,7 +388,7 @@ int sim_report_failure(FILE *f, const Plan *p, const SimResult *res, const char 
 		int64_t t0 = res->stall_time - COLS * q;
 		if (t0 < 0)
 			t0 = 0;
-		int ncols = (int)((res->stall_time - t0 + q - 1) / q);
+		int ncols = (int)ceil_div(res->stall_time - t0, q);
 		if (ncols < 1)
 			ncols = 1;
 		char **suffix = calloc((size_t)p->world, sizeof *suffix);

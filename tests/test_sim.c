@@ -133,6 +133,43 @@ static void sim__times_past_48_bits__kept_exact(void **state)
 	plan_free(p);
 }
 
+/* Costs so large that the run's times saturate at INT64_MAX: the report's critical
+ * path sums them saturating too, and the grid's columns end at INT64_MAX (both wrapped,
+ * UB: negative compute and waiting, a grid of one column). */
+static void sim__saturated_times__report_sums_saturate(void **state)
+{
+	(void)state;
+	Plan *p = compile_text(program(2, 1, 8, "1f1b", "f=1 b=1 w=1", "ideal"), NULL);
+	assert_non_null(p);
+	for (int st = 0; st < p->nstages; st++)
+		for (int k = 0; k < 3; k++)
+			p->stages[st].cost[k] = INT64_MAX / 4;
+	SimResult res;
+	SimOptions o = {.model = SIM_STRICT, .record_ops = 1};
+	assert_int_equal(sim_run(p, &o, &res), 0);
+	assert_int_equal(res.makespan, INT64_MAX);
+	assert_true(res.npath > 1);
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	assert_int_equal(sim_report_summary(f, p, &res, NULL), 0);
+	fclose(f);
+	const char *cp = strstr(buf, "critical path:");
+	assert_non_null(cp);
+	assert_non_null(strstr(cp, "9223372036854775.807 us of compute, 0.000 us of communication"));
+	free(buf);
+	/* The grid's columns up to INT64_MAX, one per cost (the costs' gcd) and a last short
+	 * one: INT64_MAX = 4 (INT64_MAX / 4) + 3. */
+	f = open_memstream(&buf, &len);
+	assert_int_equal(sim_report_grid(f, p, &res, 60), 0);
+	fclose(f);
+	assert_non_null(strstr(buf, "us, 5 columns;"));
+	assert_null(strstr(buf, "-"));
+	free(buf);
+	sim_result_free(&res);
+	plan_free(p);
+}
+
 static void sim__link_costs__transfer_and_allreduce_times(void **state)
 {
 	(void)state;
@@ -902,6 +939,7 @@ int main(void)
 	    cmocka_unit_test(sim__dp_replicas__same_makespan_and_allreduce_counted),
 	    cmocka_unit_test(sim__link_costs__transfer_and_allreduce_times),
 	    cmocka_unit_test(sim__times_past_48_bits__kept_exact),
+	    cmocka_unit_test(sim__saturated_times__report_sums_saturate),
 	    cmocka_unit_test(sim__overlap_model__hides_transfers_strict_does_not),
 	    cmocka_unit_test(sim__bad_corpus__verifier_names_both_ops),
 	    cmocka_unit_test(sim__bad_corpus__deadlocks_with_cycle),
