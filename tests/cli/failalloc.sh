@@ -20,6 +20,10 @@ FA=$BUILD/failalloc
 "$BIN/pipecc" examples/gpt-tp.pipe -o "$dir/tp.plan" || fails=$((fails + 1))
 sed 's/^schedule [a-z0-9]*;/schedule auto;/; s/^microbatches 4;/microbatches 2;/' \
 	examples/tiny.pipe >"$dir/auto.pipe"
+# 1000 s ops, 150 microbatches: times past 2^48 ns, kept in the per-op times' wide table
+sed 's/^cost .*/cost * f=1000000000 b=1000000000 w=1000000000;/; s/^microbatches 4;/microbatches 150;/' \
+	examples/tiny.pipe >"$dir/wide.pipe"
+"$BIN/pipecc" "$dir/wide.pipe" -o "$dir/wide.plan" || fails=$((fails + 1))
 
 # sweep NAME OUTPUT MODE TOOL ARGS...: the loop above; MODE is "" or "+"; OUTPUT is
 # the file the run writes ("-" for none), removed before each run.  With STEP=K set,
@@ -80,7 +84,7 @@ unset ASAN_OPTIONS
 # (which allocation is the N-th varies from run to run, what every run must do does
 # not); pipesim on a binary plan, JSON, the report with the run and the memory model
 # beside the verifier, a deadlock's report (exit 1 when all goes well) and its picture,
-# the trace.
+# the trace, and one of times past 48 bits (sim_wide_put's table).
 sweep "pipecc --plan-format=binary fail allocation N" "$dir/a.bin" "" \
 	"$FA/pipecc" examples/demo.pipe --plan-format=binary -o "$dir/a.bin"
 sweep "pipecc -e summary fail allocation N" - "" "$FA/pipecc" examples/demo.pipe -e summary
@@ -101,5 +105,7 @@ sweep "pipesim deadlock fail allocation N" "$dir/d.svg" "" \
 	"$FA/pipesim" tests/plans/bad/head_to_head.plan --svg "$dir/d.svg"
 sweep "pipesim --trace fail allocation N" "$dir/t.json" "" \
 	"$FA/pipesim" "$dir/demo.plan" -m overlap --trace "$dir/t.json"
+sweep "pipesim times past 48 bits fail allocation N" "$dir/w.json" "" \
+	"$FA/pipesim" "$dir/wide.plan" -m overlap --trace "$dir/w.json"
 
 exit $((fails > 0))
