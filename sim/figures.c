@@ -66,8 +66,8 @@ void sim_figures(S *s)
 	}
 }
 
-/* The critical path's predecessor of op i of rank r, in 32 bits (record_ops costs 24
- * bytes per op, not 28): -1 none; else a 2-bit tag and 29 bits.  Tag 0: op v of the
+/* The critical path's predecessor of op i of rank r, in 32 bits (the upper half of the
+ * op's 16-byte SimOpRec, beside its two 48-bit times): -1 none; else a 2-bit tag and 29 bits.  Tag 0: op v of the
  * same rank; 1: op v of the op's p2p peer; 2: the matching all-reduce of dp member v
  * (found again by counting when the path is walked, which is rare).  Refs that fit none
  * of these (op indices of 2^29 and more) end the path there. */
