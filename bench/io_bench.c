@@ -5,7 +5,9 @@
  * seconds and M ops/s of each; the best of REPS runs, since the machine may be shared.
  * Then the machine's floor for any tool that holds the plan as PlanOps (32 bytes an op):
  * the kernel's cost of handing out that many fresh pages (touched once each), and of
- * writing them once they are in, as a ceiling in M ops/s that no such tool passes. */
+ * writing them once they are in, as a ceiling in M ops/s that no such tool passes; and
+ * the same for a block of them offered for huge pages, as the tools hold their ops
+ * (plan_block_new). */
 #include "../plan/binary.h"
 
 #include <stdlib.h>
@@ -27,15 +29,18 @@ static void show(const char *what, double s, int64_t ops)
 
 /* CPU seconds (user and system) to fault in n fresh bytes, a byte a page, and then to
  * write all of them (*fill); the best of reps.  Mapped here, not malloc'd: the heap
- * would hand back the plan's freed pages, already in. */
-static double fresh_pages(size_t n, int reps, double *fill)
+ * would hand back the plan's freed pages, already in.  huge: in a block as the tools
+ * get one (plan_block_new, offered for huge pages; this many bytes malloc maps fresh). */
+static double fresh_pages(size_t n, int reps, double *fill, int huge)
 {
 	double best = 1e30;
 	*fill = 1e30;
 	for (int i = 0; i < reps; i++) {
 		double t = cpu();
-		char *b = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		if (b == MAP_FAILED) {
+		void *raw = NULL;
+		char *b = huge ? plan_block_new(n, 0, &raw)
+		               : mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (b == MAP_FAILED || !b) {
 			fprintf(stderr, "io_bench: out of memory for %zu bytes\n", n);
 			exit(1);
 		}
@@ -45,7 +50,10 @@ static double fresh_pages(size_t n, int reps, double *fill)
 		memset(b, 2, n);
 		__asm__ volatile("" : : "r"(b) : "memory"); // the stores count: nothing elides them
 		double v = cpu();
-		munmap(b, n);
+		if (huge)
+			free(raw);
+		else
+			munmap(b, n);
 		best = u - t < best ? u - t : best;
 		*fill = v - u < *fill ? v - u : *fill;
 	}
@@ -113,10 +121,13 @@ int main(int argc, char **argv)
 	show("plan_write_binary, file", wb, ops);
 	show("plan_read, binary (no verify)", rb, ops);
 	plan_free(p);
-	double fill, fault = fresh_pages((size_t)ops * sizeof(PlanOp), reps, &fill);
+	double fill, fault = fresh_pages((size_t)ops * sizeof(PlanOp), reps, &fill, 0);
 	printf("the machine's floor for %.0f MiB of PlanOps (32 bytes an op):\n",
 	       (double)ops * sizeof(PlanOp) / 1048576);
 	show("fault the pages in", fault, ops);
+	show("then write them whole", fill, ops);
+	fault = fresh_pages((size_t)ops * sizeof(PlanOp), reps, &fill, 1);
+	show("... in huge pages (a block)", fault, ops);
 	show("then write them whole", fill, ops);
 	return 0;
 }

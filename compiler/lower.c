@@ -374,12 +374,9 @@ static void reserve_ops(Lw *w)
 		total += n;
 	}
 	w->oom->ops = total * (plan_mesh_world(p) / w->pp); // every pipeline line runs the same lists
-	for (int q = 0; q < w->pp; q++) {
-		PlanRank *rk = w->line0[q];
-		rk->ops = lw_malloc(w, (size_t)(need[q] ? need[q] : 1) * sizeof *rk->ops);
-		rk->lines = lw_malloc(w, (size_t)(need[q] ? need[q] : 1) * sizeof *rk->lines);
-		rk->ops_cap = need[q];
-	}
+	size_t failed = plan_block_ops(w->plan, w->line0, need, w->pp, 1); // huge pages (plan.h)
+	if (failed)
+		lw_oom(w, failed);
 	if (plan_threads > 1) { // a task pages the lists in ahead of the walk (par.h)
 		void **arr = lw_calloc(w, 2 * (size_t)w->pp, sizeof *arr);
 		size_t *bytes = lw_calloc(w, 2 * (size_t)w->pp, sizeof *bytes);
@@ -415,6 +412,24 @@ static void copy_lines(Lw *w)
 {
 	Plan *p = w->plan;
 	int64_t route_shift = 2 * (int64_t)w->nremote;
+	if (p->world == w->pp)
+		return; // one line
+	/* Their arrays in one block, sized by line 0's counts. */
+	int64_t *n = lw_calloc(w, (size_t)p->world, sizeof *n + sizeof(PlanRank *));
+	PlanRank **rks = (PlanRank **)(n + p->world);
+	int nr = 0, lines = 0;
+	for (int r = 0; r < p->world; r++) {
+		const PlanRank *src = w->line0[p->ranks[r].coord[DIM_PP]];
+		if (&p->ranks[r] != src) {
+			rks[nr] = &p->ranks[r];
+			n[nr++] = src->nops;
+			lines |= src->lines != NULL;
+		}
+	}
+	size_t failed = plan_block_ops(p, rks, n, nr, lines);
+	free(n);
+	if (failed)
+		lw_oom(w, failed);
 	for (int r = 0; r < p->world; r++) {
 		PlanRank *rk = &p->ranks[r];
 		int q = rk->coord[DIM_PP], l = plan_line_of_base(p, r - q * w->stride);
@@ -422,13 +437,12 @@ static void copy_lines(Lw *w)
 		if (rk == src)
 			continue;
 		int base = (int)(rk - p->ranks) - (int)(src - p->ranks); // line 0 starts at rank 0
-		rk->ops = lw_malloc(w, (size_t)(src->nops ? src->nops : 1) * sizeof *rk->ops);
-		rk->ops_cap = rk->nops = src->nops;
+		rk->nops = src->nops;
 		memcpy(rk->ops, src->ops, (size_t)src->nops * sizeof *rk->ops);
-		if (src->lines) {
-			rk->lines = lw_malloc(w, (size_t)(src->nops ? src->nops : 1) * sizeof *rk->lines);
+		if (src->lines)
 			memcpy(rk->lines, src->lines, (size_t)src->nops * sizeof *rk->lines);
-		}
+		else
+			rk->lines = NULL;
 		for (int64_t i = 0; i < rk->nops; i++) {
 			PlanOp *o = &rk->ops[i];
 			if (o->kind == OP_SEND || o->kind == OP_RECV) {

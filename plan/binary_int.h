@@ -74,11 +74,11 @@ static inline void plan_bin_commit(BinCtx *c, const PlanOp *o, int32_t line)
 	c->seen |= 1u << s;
 }
 
-/* The binary plan in f (its first byte not yet read) with its ranks' ops decoded on
- * plan_threads workers, what plan_read_binary_as tries first when plan_threads > 1:
- * 1 with *out, 0 when f is not a regular file read from its start (nothing was read),
- * -1 when the attempt failed, reporting nothing (the caller then reads f again from
- * its start on one thread).  binary_read.c; public for the tests. */
+/* The binary plan in f (its first byte not yet read) read whole, its ranks' ops in one
+ * block, decoded on plan_threads workers (one: in turn): what plan_read_binary_as
+ * tries first.  1 with *out, 0 when f is not a regular file read from its start
+ * (nothing was read), -1 when the attempt failed, reporting nothing (the caller then
+ * reads f again from its start as a stream).  binary_read.c; public for the tests. */
 int plan_bin_read_par(FILE *f, const char *name, unsigned keep, Plan **out);
 
 /* The text part of p's binary form: its text with every op list left out (malloc'd,

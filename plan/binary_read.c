@@ -379,11 +379,10 @@ static void fast_ops(Br *r, BinCtx *c, const PlanOpLimits *l, PlanRank *rk)
 static int read_ops(Br *r, const Plan *p, int rank, const PlanOpLimits *l, uint64_t n, int64_t at)
 {
 	PlanRank *rk = &p->ranks[rank];
-	free(rk->ops);
-	free(rk->lines);
-	rk->ops = NULL;
-	rk->lines = NULL;
-	rk->nops = rk->ops_cap = 0;
+	if (rk->inblock && rk->ops_cap == (int64_t)n) // par_ops gave it its arrays
+		rk->nops = 0;
+	else
+		plan_rank_drop_ops(rk);
 	int tp = p->dims[DIM_TP];
 	BinCtx c;
 	plan_bin_ctx_init(&c);
@@ -471,18 +470,20 @@ static int br_open(Br *r, FILE *f, const char *name, unsigned keep, PlanError *e
 	return 0;
 }
 
-/* The ops on worker threads (plan_threads > 1, a file of known size).  The op section
- * is read whole; a sequential pass finds where each rank's ops start by skipping them
+/* The ops of a file of known size, read whole (on worker threads when plan_threads > 1,
+ * else in turn).  A sequential pass finds where each rank's ops start by skipping them
  * (an op is its header byte, then when fields follow a mask byte and a varint per bit
- * set: no value is decoded); then par_for decodes rank after rank, each on its own
- * copy of the cursor over the shared bytes, with the functions the sequential reader
- * uses (read_ops: fast_ops, get_op, plan_op_check), while item 0 checks the checksum.
- * The attempt reports no error: on anything at all (a bad coding, a value out of
- * range, a truncation, a checksum mismatch, out of memory) it is thrown away and the
- * sequential reader runs from the file's start, so an error is reported exactly as
- * with one thread (byte offsets and messages alike): threads cannot change what a bad
- * file gets, only how fast a good one is read, into the same Plan (exact-size arrays
- * included, since a known size sizes them by their count either way). */
+ * set: no value is decoded), which gives every rank's count first: all the arrays are
+ * then one block (plan_block_ops: huge pages, a few faults where millions of 4 KiB
+ * ones cost a third of the run).  par_for decodes rank after rank, each on its own copy
+ * of the cursor over the shared bytes, with the functions the streaming reader uses
+ * (read_ops: fast_ops, get_op, plan_op_check), while item 0 checks the checksum.  The
+ * attempt reports no error: on anything at all (a bad coding, a value out of range, a
+ * truncation, a checksum mismatch, out of memory) it is thrown away and the streaming
+ * reader runs from the file's start, so an error is reported exactly as from a pipe
+ * (byte offsets and messages alike): neither threads nor the block can change what a
+ * bad file gets, only how fast a good one is read, into the same Plan (the same
+ * exact-size arrays, since a known size sizes them by their count either way). */
 typedef struct {
 	int64_t n;         // the rank's ops
 	size_t start, end; // its ops' bytes in the op section, after its count
@@ -539,8 +540,20 @@ static int par_item(void *arg, int64_t i, int w)
 	       r.pos != s->end;
 }
 
-/* r at the op section of p, a file of r->size bytes: reads it whole and decodes it
- * on the workers.  0, or -1 on anything (nothing reported). */
+/* Every rank's arrays, sized by its count, in one block of p's (plan_block_ops). */
+static int block_ops(const Br *r, Plan *p, const RankSpan *span)
+{
+	int64_t *n = malloc((size_t)p->world * sizeof *n + 1);
+	for (int i = 0; n && i < p->world; i++)
+		n[i] = span[i].n;
+	int rc = !n || plan_block_ops(p, NULL, n, p->world, (r->keep & PLAN_KEEP_LINES) != 0);
+	free(n);
+	return rc;
+}
+
+/* r at the op section of p, a file of r->size bytes: reads it whole, sizes every rank's
+ * arrays in one block and decodes them on the workers (one: in turn).  0, or -1 on
+ * anything (nothing reported). */
 static int par_ops(Br *r, Plan *p)
 {
 	int64_t at0 = here(r);
@@ -578,7 +591,8 @@ static int par_ops(Br *r, Plan *p)
 	r->eof = 1;
 	PlanOpLimits l = plan_op_limits(p);
 	pr.l = &l;
-	int rc = k < p->world || at != len - PLAN_BIN_TRAILER || par_for(p->world + 1, par_item, &pr);
+	int rc = k < p->world || at != len - PLAN_BIN_TRAILER || block_ops(r, p, span) ||
+	         par_for(p->world + 1, par_item, &pr);
 	free(span);
 	return rc ? -1 : 0;
 }
@@ -622,18 +636,16 @@ Plan *plan_read_binary(FILE *f, const char *name, PlanError *err)
 Plan *plan_read_binary_as(FILE *f, const char *name, unsigned keep, PlanError *err)
 {
 	Plan *p = NULL;
-	if (plan_threads > 1) {
-		int rc = plan_bin_read_par(f, name, keep, &p);
-		if (rc > 0)
-			return p;
-		if (rc < 0 && fseeko(f, 0, SEEK_SET)) { // a regular file: it cannot fail
-			memset(err, 0, sizeof *err);
-			err->rank = -1;
-			err->op = -1;
-			snprintf(err->msg, sizeof err->msg, "cannot go back to the start of the file: %s",
-			         strerror(errno));
-			return NULL;
-		}
+	int rc = plan_bin_read_par(f, name, keep, &p); // a regular file, read whole
+	if (rc > 0)
+		return p;
+	if (rc < 0 && fseeko(f, 0, SEEK_SET)) { // a regular file: it cannot fail
+		memset(err, 0, sizeof *err);
+		err->rank = -1;
+		err->op = -1;
+		snprintf(err->msg, sizeof err->msg, "cannot go back to the start of the file: %s",
+		         strerror(errno));
+		return NULL;
 	}
 	Br r;
 	if (br_open(&r, f, name, keep, err))

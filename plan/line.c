@@ -89,6 +89,8 @@ static int copy_shared(Plan *e, const Plan *p)
 	e->edges = NULL;
 	e->routes = NULL;
 	e->ranks = NULL;
+	e->blocks = NULL; // p's own
+	e->nblocks = 0;
 	e->nstages = e->nedges = e->nroutes = 0;
 	e->world = 1;
 	e->line = 0;

@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 const char *const plan_dim_names[DIM_COUNT] = {"pp", "dp", "tp"};
 const char *const plan_dir_names[DIR_COUNT] = {"act", "grad"};
@@ -176,17 +177,116 @@ void plan_free(Plan *p)
 			if (p->ranks[r].borrowed)
 				continue;
 			free(p->ranks[r].peers);
-			free(p->ranks[r].ops);
-			free(p->ranks[r].lines);
+			plan_rank_drop_ops(&p->ranks[r]);
 		}
 	}
 	free(p->ranks);
+	for (int b = 0; b < p->nblocks; b++)
+		free(p->blocks[b]);
+	free(p->blocks);
 	free(p);
+}
+
+void plan_rank_drop_ops(PlanRank *r)
+{
+	if (!r->inblock && !r->borrowed) {
+		free(r->ops);
+		free(r->lines);
+	}
+	r->ops = NULL;
+	r->lines = NULL;
+	r->nops = r->ops_cap = 0;
+	r->inblock = 0;
+}
+
+#define HUGE_ALIGN ((uintptr_t)2 << 20)
+
+/* One allocation HUGE_ALIGN bytes longer than asked, the block starting at its first
+ * 2 MiB boundary; only the block's own bytes are hinted, so no huge page reaches past
+ * it (its last part short of 2 MiB stays in small pages) and none holds a neighbour's
+ * memory or bytes nobody uses. */
+void *plan_block_new(size_t bytes, int zero, void **raw)
+{
+	if (bytes < PLAN_HUGE_MIN) {
+		*raw = zero ? calloc(bytes ? bytes : 1, 1) : malloc(bytes ? bytes : 1);
+		return *raw;
+	}
+	if (bytes > SIZE_MAX - HUGE_ALIGN) {
+		*raw = NULL;
+		return NULL;
+	}
+	*raw = zero ? calloc(bytes + HUGE_ALIGN, 1) : malloc(bytes + HUGE_ALIGN);
+	if (!*raw)
+		return NULL;
+	char *a = (char *)(((uintptr_t)*raw + HUGE_ALIGN - 1) & ~(HUGE_ALIGN - 1));
+#ifdef MADV_HUGEPAGE
+	(void)madvise(a, bytes, MADV_HUGEPAGE); // EINVAL without THP: only a hint
+#endif
+	return a;
+}
+
+size_t plan_block_ops(Plan *p, PlanRank *const *rk, const int64_t *n, int count, int lines)
+{
+	size_t total = 0, per = sizeof(PlanOp) + (lines ? sizeof(int32_t) : 0);
+	for (int i = 0; i < count; i++) {
+		if ((size_t)n[i] > SIZE_MAX / per - total)
+			return SIZE_MAX; // no machine has it
+		total += (size_t)n[i];
+	}
+	void **bl = realloc(p->blocks, ((size_t)p->nblocks + 1) * sizeof *bl), *raw;
+	if (!bl)
+		return ((size_t)p->nblocks + 1) * sizeof *bl;
+	p->blocks = bl;
+	char *a = plan_block_new(total * per, 0, &raw);
+	if (!a)
+		return total * per + HUGE_ALIGN;
+	p->blocks[p->nblocks++] = raw;
+	/* Every rank's ops first, then every rank's lines: each op on its 32-byte slot. */
+	PlanOp *ops = (PlanOp *)a;
+	int32_t *ln = (int32_t *)(ops + total);
+	for (int i = 0; i < count; i++) {
+		PlanRank *r = rk ? rk[i] : &p->ranks[i];
+		plan_rank_drop_ops(r);
+		r->ops = ops;
+		r->lines = lines ? ln : NULL;
+		r->ops_cap = n[i];
+		r->inblock = 1;
+		ops += n[i];
+		ln += n[i];
+	}
+	return 0;
+}
+
+/* plan_reserve_ops on a rank whose arrays are in a block: both copied into arrays of
+ * its own, or nothing changed. */
+static size_t move_out(PlanRank *r, int64_t cap, int lines)
+{
+	PlanOp *ops = malloc((size_t)cap * sizeof *ops);
+	int32_t *l = lines || r->lines ? malloc((size_t)cap * sizeof *l) : NULL;
+	if (!ops || (!l && (lines || r->lines))) {
+		free(ops);
+		free(l);
+		return (size_t)cap * (ops ? sizeof *l : sizeof *ops);
+	}
+	memcpy(ops, r->ops, (size_t)r->nops * sizeof *ops);
+	if (l && r->lines)
+		memcpy(l, r->lines, (size_t)r->nops * sizeof *l);
+	else if (l) // the ops so far stem from no line
+		memset(l, 0, (size_t)r->nops * sizeof *l);
+	r->ops = ops;
+	r->lines = l;
+	r->ops_cap = cap;
+	r->inblock = 0;
+	return 0;
 }
 
 size_t plan_reserve_ops(PlanRank *r, int64_t cap, int lines)
 {
 	cap = cap > 0 ? cap : 1;
+	if (r->inblock && cap <= r->ops_cap && (!lines || r->lines))
+		return 0; // a block's arrays do not shrink
+	if (r->inblock)
+		return move_out(r, cap > r->nops ? cap : r->nops, lines);
 	PlanOp *ops = realloc(r->ops, (size_t)cap * sizeof *ops);
 	if (!ops)
 		return (size_t)cap * sizeof *ops;

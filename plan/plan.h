@@ -213,6 +213,9 @@ typedef struct {
 	 * shared, not owned; rank numbers in them are line 0's plus base, route numbers plus
 	 * route_shift (plan_rank_op gives them so). */
 	uint8_t borrowed;
+	/* ops and lines live in one of the plan's blocks (plan_block_ops), not allocations
+	 * of their own: freed with the plan, copied out when they grow. */
+	uint8_t inblock;
 	int base, route_shift;
 } PlanRank;
 
@@ -257,6 +260,8 @@ typedef struct {
 	PlanRoute *routes;
 	int64_t routes_line;   // plan-file line of routes[0] when read from a file, else 0
 	PlanRank *ranks;       // world entries
+	void **blocks;         // what plan_block_ops allocated, freed with the plan
+	int nblocks;
 } Plan;
 
 /* Error reports: the reader and verifier fill one of these instead of printing. */
@@ -293,6 +298,24 @@ PlanOp *plan_push_op(PlanRank *r, PlanOp op, int32_t line);
  * when it is set or `lines` asks for it (the ops already there then stem from no line).
  * 0, or the bytes of the allocation that failed (r unchanged but for what succeeded). */
 size_t plan_reserve_ops(PlanRank *r, int64_t cap, int lines);
+/* Gives the count ranks rk[i] of p (rk NULL: ranks[0 .. count)) arrays for n[i] ops
+ * each, and lines[] too when `lines` asks, all in one block of p's (plan_block_new):
+ * ops they held are dropped, ops_cap = n[i], nops = 0, inblock set.  For writers that
+ * know every count first (the readers of a whole file, the lowering): a block of
+ * millions of ops is paged in 2 MiB at a time.  plan_reserve_ops within ops_cap leaves
+ * such arrays be; past it, it copies them out.  0, or the bytes of the allocation that
+ * failed (nothing changed). */
+size_t plan_block_ops(Plan *p, PlanRank *const *rk, const int64_t *n, int count, int lines);
+/* r's ops and lines freed (unless they are in a block or borrowed): r holds none. */
+void plan_rank_drop_ops(PlanRank *r);
+/* A block for many arrays of per-op data, written soon after (zeroed when `zero`): at
+ * least PLAN_HUGE_MIN bytes of it start on a 2 MiB boundary and are offered to the
+ * kernel for transparent huge pages (madvise MADV_HUGEPAGE), one page fault per 2 MiB
+ * instead of per 4 KiB: the kernel's share of a tool holding millions of ops, most of
+ * its time in faults, drops to almost nothing.  A hint: a kernel without transparent
+ * huge pages ignores it.  *raw: what to free() (NULL when out of memory). */
+void *plan_block_new(size_t bytes, int zero, void **raw);
+#define PLAN_HUGE_MIN ((size_t)2 << 20)
 /* The .pipe line op i of r stems from (0 unknown). */
 static inline int32_t plan_op_line(const PlanRank *r, int64_t i)
 {

@@ -192,5 +192,11 @@ static int rank_ops(void *arg, int64_t i, int w)
 int rd_par_ops(const Rd *r, Plan *p)
 {
 	Pass ps = {r, p, r->par};
-	return par_for(p->world, rank_ops, &ps) ? -1 : 0;
+	/* Every count is known: all the arrays in one block (huge pages, plan_block_ops). */
+	int64_t *n = malloc((size_t)p->world * sizeof *n + 1);
+	for (int i = 0; n && i < p->world; i++)
+		n[i] = r->par->span[i].nops;
+	int rc = !n || plan_block_ops(p, NULL, n, p->world, (r->keep & PLAN_KEEP_LINES) != 0);
+	free(n);
+	return rc || par_for(p->world, rank_ops, &ps) ? -1 : 0;
 }

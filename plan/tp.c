@@ -274,8 +274,7 @@ int plan_tp_expand(const Plan *p, PlanRank *rk, size_t *failed)
 		free(out.ops);
 		free(out.lines);
 	} else {
-		free(rk->ops);
-		free(rk->lines);
+		plan_rank_drop_ops(rk);
 		rk->ops = out.ops;
 		rk->lines = out.lines;
 		rk->nops = out.nops;

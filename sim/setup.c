@@ -152,6 +152,28 @@ static void prefault_times(S *s)
 	free(bytes);
 }
 
+/* Every rank's per-op records, one zeroed block (huge pages: plan_block_new): calloc
+ * gets fresh pages untouched, so each page is first touched (and zeroed by the kernel,
+ * staying in cache) when the run writes it.  A zero pred is PRED_UNSET, the ops never
+ * reached, which sim_fill_unreached gives their -1 times after the run. */
+static int alloc_recs(S *s)
+{
+	const Plan *p = s->p;
+	SimResult *res = s->res;
+	int64_t total = plan_total_ops(p);
+	SimOpRec *x = plan_block_new((size_t)total * sizeof *x, 1, &res->recblock);
+	if (!x) {
+		s->oom = s->failed = 1;
+		plan_oom_text(res->message, sizeof res->message, total, (size_t)total * sizeof *x);
+		return -1;
+	}
+	for (int r = 0; r < p->world; r++) {
+		res->ranks[r].recs = s->rk[r].rec = x;
+		x += p->ranks[r].nops;
+	}
+	return 0;
+}
+
 uint64_t sim_wide_put(S *s, int r, int64_t i, int field, int64_t t)
 {
 	if (sim_grow(s, (void **)&s->wide, &s->widecap, s->nwide + 1, sizeof *s->wide))
@@ -206,26 +228,13 @@ int sim_setup(S *s)
 	s->ntpcoll = s->ncoll - ndp;
 	if (add_tie_pairs(s))
 		return -1;
+	if (s->opt.record_ops && alloc_recs(s))
+		return -1;
 	for (int r = 0; r < w; r++) {
 		Rk *k = &s->rk[r];
 		k->bind = k->cbind = REF_NONE;
 		k->ar_op = -1;
 		k->tp_op = -1;
-		int64_t n = p->ranks[r].nops;
-		if (s->opt.record_ops) {
-			/* Zeroed, not filled: calloc gets fresh pages untouched, so each page is
-			 * first touched (and zeroed by the kernel, staying in cache) when the run
-			 * writes it.  A zero pred is PRED_UNSET, the ops never reached, which
-			 * sim_fill_unreached gives their -1 times after the run. */
-			SimOpRec *x = calloc((size_t)(n ? n : 1), sizeof *x);
-			res->ranks[r].recs = k->rec = x;
-			if (!x) {
-				s->oom = s->failed = 1;
-				plan_oom_text(res->message, sizeof res->message, plan_total_ops(p),
-				              (size_t)(n ? n : 1) * sizeof *x);
-				return -1;
-			}
-		}
 		if (s->opt.model == SIM_OVERLAP) {
 			int pp = p->ranks[r].coord[DIM_PP];
 			int nl = pp >= 0 && pp < p->dims[DIM_PP] ? s->nlocal[pp] : 0;

@@ -338,9 +338,7 @@ void sim_result_free(SimResult *res)
 {
 	if (!res)
 		return;
-	if (res->ranks)
-		for (int r = 0; r < res->world; r++)
-			free(res->ranks[r].recs);
+	free(res->recblock);
 	free(res->ranks);
 	free(res->wide);
 	free(res->links);

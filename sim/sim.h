@@ -145,6 +145,7 @@ typedef struct {
 	int64_t busy;           // sum of ranks' busy
 	double bubble;          // 1 - busy / (world * makespan); 0 when makespan is 0
 	SimRankResult *ranks;   // world entries
+	void *recblock;         // record_ops: every rank's recs, one block (plan_block_new)
 	int64_t nwide;          // record_ops: the times SimOpRec cannot hold, sorted by
 	SimWide *wide;          // (rank, op, field)
 

@@ -1,7 +1,8 @@
-/* The binary reader on worker threads (plan/binary_read.c, plan_threads > 1): every
- * example (line and expanded) and every good test plan, in the binary form in a regular
- * file, reads on 3 threads into the same Plan as on one (ops, lines, counts, exact-size
- * arrays, the text it writes), keeping lines or not, the attempt on threads taking it;
+/* The binary reader of a whole file (plan/binary_read.c, on worker threads when
+ * plan_threads > 1): every example (line and expanded) and every good test plan, in
+ * the binary form in a regular file, reads on 3 threads into the same Plan as on one
+ * (ops, lines, counts, exact-size arrays, the text it writes), and as the streaming
+ * reader reads it from memory, keeping lines or not, the attempt on threads taking it;
  * every truncation and every single-byte change of a small binary plan, and a byte
  * appended, make the attempt give up and give on 3 threads exactly the error they give
  * on one. */
@@ -65,12 +66,13 @@ static int attempt(const char *b, size_t n, unsigned keep, Plan **p)
 	return rc;
 }
 
-static void same_plan(const Plan *a, const Plan *b, const char *what)
+/* a and b hold the same ops and lines (caps: in arrays of the same size too). */
+static void same_plan(const Plan *a, const Plan *b, const char *what, int caps)
 {
 	assert_int_equal(a->world, b->world);
 	for (int r = 0; r < a->world; r++) {
 		const PlanRank *x = &a->ranks[r], *y = &b->ranks[r];
-		if (x->nops != y->nops || x->ops_cap != y->ops_cap || !x->lines != !y->lines)
+		if (x->nops != y->nops || (caps && x->ops_cap != y->ops_cap) || !x->lines != !y->lines)
 			fail_msg("%s rank %d: %lld ops (room %lld) and %lld (room %lld)", what, r,
 			         (long long)x->nops, (long long)x->ops_cap, (long long)y->nops,
 			         (long long)y->ops_cap);
@@ -90,8 +92,18 @@ static void same_plan(const Plan *a, const Plan *b, const char *what)
 	free(tb);
 }
 
+/* b[0, n) read as a stream (the streaming reader: from memory, no size known). */
+static Plan *read_stream(const char *b, size_t n, unsigned keep, PlanError *err)
+{
+	FILE *f = fmemopen((void *)b, n, "r");
+	assert_non_null(f);
+	Plan *p = plan_read_binary_as(f, "mem", keep, err);
+	fclose(f);
+	return p;
+}
+
 /* p's binary form read on one thread and on THREADS (the attempt on threads taking
- * it): the same plan. */
+ * it): the same plan, and the streaming reader's (whose arrays grow as ops come). */
 static int64_t same_on_threads(const Plan *p, const char *what)
 {
 	size_t n;
@@ -104,11 +116,15 @@ static int64_t same_on_threads(const Plan *p, const char *what)
 			fail_msg("%s: does not read: byte %lld: %s", what, (long long)e1.line, e1.msg);
 		if (attempt(b, n, keep, &many) != 1)
 			fail_msg("%s: refused on %d threads", what, THREADS);
-		same_plan(one, many, what);
+		same_plan(one, many, what, 1);
 		plan_free(many);
 		many = read_on(THREADS, b, n, keep, &e3);
 		assert_non_null(many);
-		same_plan(one, many, what);
+		same_plan(one, many, what, 1);
+		plan_free(many);
+		many = read_stream(b, n, keep, &e3);
+		assert_non_null(many);
+		same_plan(one, many, what, 0);
 		for (int r = 0; r < one->world; r++)
 			ops += one->ranks[r].nops;
 		plan_free(one);

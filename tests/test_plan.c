@@ -297,6 +297,77 @@ static Plan *read_both_ways(const char *path, PlanError *e1)
 	return p1;
 }
 
+/* plan_block_ops: three ranks' arrays in one block, its start on a 2 MiB boundary (it
+ * is past PLAN_HUGE_MIN), ops then lines; pushes within a rank's count write in place;
+ * one more copies the rank out with every op and line kept; plan_free frees the block
+ * once (the sanitizer build catches a double free or a leak). */
+static void plan__block__ranks_share_one_aligned_block(void **state)
+{
+	(void)state;
+	Plan *p = plan_new();
+	assert_non_null(p);
+	p->world = 3;
+	p->ranks = calloc(3, sizeof *p->ranks);
+	assert_non_null(p->ranks);
+	const int64_t n[3] = {70000, 0, 30000};
+	assert_true((size_t)(n[0] + n[2]) * sizeof(PlanOp) >= PLAN_HUGE_MIN);
+	assert_int_equal(plan_block_ops(p, NULL, n, 3, 1), 0);
+	assert_int_equal(p->nblocks, 1);
+	PlanRank *r0 = &p->ranks[0];
+	PlanOp *block = r0->ops;
+	assert_int_equal((uintptr_t)block % ((uintptr_t)2 << 20), 0);
+	assert_ptr_equal(p->ranks[2].ops, block + n[0]);
+	assert_ptr_equal(r0->lines, (int32_t *)(block + n[0] + n[2]));
+	assert_ptr_equal(p->ranks[2].lines, r0->lines + n[0]);
+	for (int r = 0; r < 3; r++) {
+		assert_true(p->ranks[r].inblock);
+		assert_int_equal(p->ranks[r].ops_cap, n[r]);
+		assert_int_equal(p->ranks[r].nops, 0);
+	}
+	for (int64_t i = 0; i < n[0]; i++)
+		assert_non_null(plan_push_op(r0, (PlanOp){.kind = OP_F, .mb = (int32_t)i}, (int32_t)i + 1));
+	assert_ptr_equal(r0->ops, block);
+	assert_true(r0->inblock);
+	assert_int_equal(plan_reserve_ops(r0, n[0] / 2, 1), 0); // a block's arrays stay
+	assert_ptr_equal(r0->ops, block);
+	assert_non_null(plan_push_op(r0, (PlanOp){.kind = OP_B, .mb = 7}, 9));
+	assert_false(r0->inblock);
+	assert_true(r0->ops != block);
+	assert_true(r0->ops_cap > n[0]);
+	for (int64_t i = 0; i < n[0]; i++) {
+		assert_int_equal(r0->ops[i].mb, i);
+		assert_int_equal(r0->lines[i], i + 1);
+	}
+	assert_int_equal(r0->ops[n[0]].kind, OP_B);
+	assert_int_equal(r0->lines[n[0]], 9);
+	/* the other ranks' arrays are where they were */
+	assert_ptr_equal(p->ranks[2].ops, block + n[0]);
+	plan_free(p);
+}
+
+/* plan_block_new: past PLAN_HUGE_MIN the block starts on a 2 MiB boundary within the
+ * first 2 MiB of what is freed, and `zero` zeroes it; below, it is the allocation. */
+static void plan__block_new__aligned_and_zeroed(void **state)
+{
+	(void)state;
+	void *raw;
+	size_t big = PLAN_HUGE_MIN + 12345;
+	unsigned char *a = plan_block_new(big, 1, &raw);
+	assert_non_null(a);
+	assert_int_equal((uintptr_t)a % ((uintptr_t)2 << 20), 0);
+	assert_true(a >= (unsigned char *)raw && a - (unsigned char *)raw < (2 << 20));
+	for (size_t i = 0; i < big; i += 4093)
+		assert_int_equal(a[i], 0);
+	assert_int_equal(a[big - 1], 0);
+	memset(a, 0xab, big); // all of it is ours (the sanitizer build checks)
+	free(raw);
+	unsigned char *s = plan_block_new(100, 1, &raw);
+	assert_ptr_equal(s, raw);
+	for (int i = 0; i < 100; i++)
+		assert_int_equal(s[i], 0);
+	free(raw);
+}
+
 /* A plan of 100k ops (3 MB, lines across every block boundary) reads back to its own
  * text from a file and from a stream; with a rank's count raised past what the file
  * holds, both refuse it at the same line with the same message. */
@@ -348,6 +419,8 @@ int main(void)
 		cmocka_unit_test(plan__reader__bad_checksum_header_located),
 		cmocka_unit_test(plan__reader__fast_path_agrees_with_parser),
 		cmocka_unit_test(plan__reader__big_plan_file_and_stream_agree),
+		cmocka_unit_test(plan__block__ranks_share_one_aligned_block),
+		cmocka_unit_test(plan__block_new__aligned_and_zeroed),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
