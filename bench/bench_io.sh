@@ -15,7 +15,8 @@
 # the new run alternating (on a shared machine the speed drifts by more than most
 # changes), and printed below it as "old build".  With THREADS above 1 (default 2), each
 # tool row is followed by the same run with --threads THREADS (with OLD, old and new)
-# (plan/par.h): on more cores than this 2-core machine's, try THREADS=8.
+# (plan/par.h): on more cores than this 2-core machine's, try THREADS=8.  Exported,
+# PIPECC_HUGE_PAGES=1 reaches every tool run (old builds before 2026-12-02 ignore it).
 : "${BIN:=bin}"
 PP=${PP:-128}
 M=${M:-16384}
@@ -61,6 +62,7 @@ best() {
 "$BIN/pipecc" --stats "$T/big.pipe" -o "$T/big.plan" 2>"$T/stats" || { cat "$T/stats"; exit 1; }
 ops=$(awk '{ print $2 }' "$T/stats")
 bytes=$(wc -c <"$T/big.plan")
+echo "PIPECC_HUGE_PAGES=${PIPECC_HUGE_PAGES:-unset} (1: the op lists offered for huge pages, man pipesim)"
 echo "pp=$PP m=$M: $ops ops, plan $(awk -v b="$bytes" 'BEGIN { printf "%.1f MiB, %.1f bytes/op", b / 1048576, b / '"$ops"' }')"
 set -- $(best wc -l "$T/big.plan") || exit 1
 wc=$1

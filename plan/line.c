@@ -91,6 +91,7 @@ static int copy_shared(Plan *e, const Plan *p)
 	e->ranks = NULL;
 	e->blocks = NULL; // p's own
 	e->nblocks = 0;
+	e->take_at = e->take_end = NULL;
 	e->nstages = e->nedges = e->nroutes = 0;
 	e->world = 1;
 	e->line = 0;

@@ -220,7 +220,9 @@ void *plan_block_new(size_t bytes, int zero, void **raw)
 		return NULL;
 	char *a = (char *)(((uintptr_t)*raw + HUGE_ALIGN - 1) & ~(HUGE_ALIGN - 1));
 #ifdef MADV_HUGEPAGE
-	(void)madvise(a, bytes, MADV_HUGEPAGE); // EINVAL without THP: only a hint
+	const char *e = getenv("PIPECC_HUGE_PAGES");
+	if (e && !strcmp(e, "1"))
+		(void)madvise(a, bytes, MADV_HUGEPAGE); // EINVAL without THP: only a hint
 #endif
 	return a;
 }
@@ -254,6 +256,34 @@ size_t plan_block_ops(Plan *p, PlanRank *const *rk, const int64_t *n, int count,
 		ops += n[i];
 		ln += n[i];
 	}
+	return 0;
+}
+
+size_t plan_block_take(Plan *p, PlanRank *r, int64_t n, int lines)
+{
+	size_t per = sizeof(PlanOp) + (lines ? sizeof(int32_t) : 0);
+	if (n <= 0 || (size_t)n > (SIZE_MAX - HUGE_ALIGN) / 2 / per || (size_t)n * per < PLAN_TAKE_MIN)
+		return plan_reserve_ops(r, n, lines);
+	size_t need = ((size_t)n * per + 63) & ~(size_t)63; // the next rank's ops on a cache line
+	if (!p->take_at || (size_t)(p->take_end - p->take_at) < need) {
+		size_t bytes = need > PLAN_TAKE_BLOCK ? need : PLAN_TAKE_BLOCK;
+		void **bl = realloc(p->blocks, ((size_t)p->nblocks + 1) * sizeof *bl), *raw;
+		if (!bl)
+			return ((size_t)p->nblocks + 1) * sizeof *bl;
+		p->blocks = bl;
+		char *a = plan_block_new(bytes, 0, &raw);
+		if (!a)
+			return bytes + HUGE_ALIGN;
+		p->blocks[p->nblocks++] = raw;
+		p->take_at = a;
+		p->take_end = a + bytes;
+	}
+	plan_rank_drop_ops(r);
+	r->ops = (PlanOp *)p->take_at;
+	r->lines = lines ? (int32_t *)(r->ops + n) : NULL;
+	r->ops_cap = n;
+	r->inblock = 1;
+	p->take_at += need;
 	return 0;
 }
 

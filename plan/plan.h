@@ -260,8 +260,9 @@ typedef struct {
 	PlanRoute *routes;
 	int64_t routes_line;   // plan-file line of routes[0] when read from a file, else 0
 	PlanRank *ranks;       // world entries
-	void **blocks;         // what plan_block_ops allocated, freed with the plan
-	int nblocks;
+	void **blocks;         // what plan_block_ops and plan_block_take allocated, freed
+	int nblocks;           // with the plan
+	char *take_at, *take_end; // the free rest of the block plan_block_take carves
 } Plan;
 
 /* Error reports: the reader and verifier fill one of these instead of printing. */
@@ -306,14 +307,26 @@ size_t plan_reserve_ops(PlanRank *r, int64_t cap, int lines);
  * such arrays be; past it, it copies them out.  0, or the bytes of the allocation that
  * failed (nothing changed). */
 size_t plan_block_ops(Plan *p, PlanRank *const *rk, const int64_t *n, int count, int lines);
+/* plan_block_ops for a writer that learns the counts rank by rank (the text reader):
+ * r (holding no ops) gets arrays for n ops, and lines when `lines` asks, carved from a
+ * block of p's of PLAN_TAKE_BLOCK bytes or more, a new one when the last is full;
+ * arrays under PLAN_TAKE_MIN bytes are r's own (plan_reserve_ops).  A block's unused
+ * end costs address space, not memory: the kernel gives pages only as they are
+ * touched.  0, or the bytes of the allocation that failed (r unchanged). */
+size_t plan_block_take(Plan *p, PlanRank *r, int64_t n, int lines);
+#define PLAN_TAKE_MIN ((size_t)256 << 10)
+#define PLAN_TAKE_BLOCK ((size_t)64 << 20)
 /* r's ops and lines freed (unless they are in a block or borrowed): r holds none. */
 void plan_rank_drop_ops(PlanRank *r);
 /* A block for many arrays of per-op data, written soon after (zeroed when `zero`): at
- * least PLAN_HUGE_MIN bytes of it start on a 2 MiB boundary and are offered to the
- * kernel for transparent huge pages (madvise MADV_HUGEPAGE), one page fault per 2 MiB
- * instead of per 4 KiB: the kernel's share of a tool holding millions of ops, most of
- * its time in faults, drops to almost nothing.  A hint: a kernel without transparent
- * huge pages ignores it.  *raw: what to free() (NULL when out of memory). */
+ * least PLAN_HUGE_MIN bytes of it start on a 2 MiB boundary, so that a kernel giving
+ * transparent huge pages can back it with them whole, one page fault per 2 MiB instead
+ * of per 4 KiB (the kernel's share of a tool holding millions of ops, most of its time
+ * in faults).  With PIPECC_HUGE_PAGES=1 in the environment the block is also offered
+ * for them (madvise MADV_HUGEPAGE), which a kernel in its default `madvise` mode needs;
+ * not by default, since on a VM whose host backs long-free memory lazily a huge page's
+ * first use costs more than small pages' (docs/pipesim.md, "Speed and memory").  *raw:
+ * what to free() (NULL when out of memory). */
 void *plan_block_new(size_t bytes, int zero, void **raw);
 #define PLAN_HUGE_MIN ((size_t)2 << 20)
 /* The .pipe line op i of r stems from (0 unknown). */

@@ -801,7 +801,7 @@ static int read_ranks(Rd *r, Plan *p)
 				return -1;
 			continue;
 		}
-		if (rd_ops_alloc(r, rk, nops))
+		if (rd_ops_alloc(r, p, rk, nops))
 			return -1;
 		rk->first_line = r->line + 1;
 		while (rk->nops < nops) {

@@ -51,7 +51,7 @@ int rd_no_nul(Rd *r);
 int rd_next_line(Rd *r, const char *what);
 /* Room for a rank's nops ops: all at once when the rest of the file can hold that many
  * lines, else grown as they arrive (a lying count cannot make us allocate much). */
-int rd_ops_alloc(Rd *r, PlanRank *rk, int64_t nops);
+int rd_ops_alloc(Rd *r, Plan *p, PlanRank *rk, int64_t nops);
 int rd_grow_ops(Rd *r, PlanRank *rk, int64_t nops);
 
 /* ---- the op lines on worker threads (read_par.c, `--threads N`) ----

@@ -368,6 +368,98 @@ static void plan__block_new__aligned_and_zeroed(void **state)
 	free(raw);
 }
 
+/* plan_block_take: ranks whose arrays pass PLAN_TAKE_MIN are carved one after the other
+ * from one block (each rank's ops on a cache line, its lines after them), a small one
+ * gets arrays of its own, one that does not fit the block's rest starts another; the
+ * arrays hold what is written into them and plan_free frees each block once. */
+static void plan__block_take__carves_ranks_in_turn(void **state)
+{
+	(void)state;
+	Plan *p = plan_new();
+	assert_non_null(p);
+	p->world = 4;
+	p->ranks = calloc(4, sizeof *p->ranks);
+	assert_non_null(p->ranks);
+	int64_t n = (int64_t)(PLAN_TAKE_MIN / sizeof(PlanOp)) + 3; // past the minimum
+	assert_int_equal(plan_block_take(p, &p->ranks[0], n, 1), 0);
+	assert_int_equal(plan_block_take(p, &p->ranks[1], n, 0), 0);
+	assert_int_equal(plan_block_take(p, &p->ranks[2], 100, 1), 0);
+	assert_int_equal(p->nblocks, 1);
+	PlanRank *a = &p->ranks[0], *b = &p->ranks[1], *s = &p->ranks[2];
+	assert_true(a->inblock && b->inblock && !s->inblock);
+	assert_int_equal((uintptr_t)a->ops % ((uintptr_t)2 << 20), 0);
+	assert_ptr_equal(a->lines, (int32_t *)(a->ops + n));
+	size_t used = ((size_t)n * (sizeof(PlanOp) + sizeof(int32_t)) + 63) & ~(size_t)63;
+	assert_ptr_equal((char *)b->ops, (char *)a->ops + used);
+	assert_null(b->lines);
+	assert_int_equal(a->ops_cap, n);
+	assert_int_equal(s->ops_cap, 100);
+	/* more than the block has left: a block of its own */
+	int64_t big = (int64_t)(PLAN_TAKE_BLOCK / sizeof(PlanOp));
+	assert_int_equal(plan_block_take(p, &p->ranks[3], big, 0), 0);
+	assert_int_equal(p->nblocks, 2);
+	for (int64_t i = 0; i < n; i++) {
+		a->ops[a->nops] = (PlanOp){.kind = OP_F, .mb = (int32_t)i};
+		a->lines[a->nops++] = (int32_t)i;
+		b->ops[b->nops++] = (PlanOp){.kind = OP_B, .mb = (int32_t)(n - i)};
+	}
+	p->ranks[3].ops[big - 1] = (PlanOp){.kind = OP_W, .mb = 5};
+	for (int64_t i = 0; i < n; i++) {
+		assert_int_equal(a->ops[i].mb, i);
+		assert_int_equal(a->lines[i], i);
+		assert_int_equal(b->ops[i].mb, n - i);
+	}
+	assert_int_equal(p->ranks[3].ops[big - 1].mb, 5);
+	plan_free(p);
+}
+
+/* Whether the mapping holding a is marked for huge pages (VmFlags "hg" in
+ * /proc/self/smaps); -1 when that cannot be told. */
+static int huge_flag(const void *a)
+{
+	FILE *f = fopen("/proc/self/smaps", "r");
+	if (!f)
+		return -1;
+	char line[512];
+	int in = 0, flag = -1;
+	while (flag < 0 && fgets(line, sizeof line, f)) {
+		unsigned long lo, hi;
+		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) // a mapping's first line
+			in = (uintptr_t)a >= lo && (uintptr_t)a < hi;
+		else if (in && !strncmp(line, "VmFlags:", 8))
+			flag = strstr(line, " hg") != NULL;
+	}
+	fclose(f);
+	return flag;
+}
+
+/* A big block is offered for huge pages with PIPECC_HUGE_PAGES=1, all of it, and not
+ * without (where the kernel has transparent huge pages at all).  (A block malloc serves
+ * from the heap leaves its hint on that memory when freed; these are mappings of their
+ * own.) */
+static void plan__block_new__huge_hint_only_when_asked(void **state)
+{
+	(void)state;
+	FILE *thp = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+	if (!thp)
+		skip(); // no transparent huge pages: madvise refuses the hint
+	fclose(thp);
+	void *raw;
+	size_t n = (size_t)64 << 20; // past malloc's largest mmap threshold: a fresh mapping
+	unsetenv("PIPECC_HUGE_PAGES");
+	char *a = plan_block_new(n, 1, &raw);
+	assert_non_null(a);
+	assert_int_equal(huge_flag(a), 0);
+	free(raw);
+	assert_int_equal(setenv("PIPECC_HUGE_PAGES", "1", 1), 0);
+	a = plan_block_new(n, 1, &raw);
+	unsetenv("PIPECC_HUGE_PAGES");
+	assert_non_null(a);
+	assert_int_equal(huge_flag(a), 1);
+	assert_int_equal(huge_flag(a + n - 1), 1);
+	free(raw);
+}
+
 /* A plan of 100k ops (3 MB, lines across every block boundary) reads back to its own
  * text from a file and from a stream; with a rank's count raised past what the file
  * holds, both refuse it at the same line with the same message. */
@@ -421,6 +513,8 @@ int main(void)
 		cmocka_unit_test(plan__reader__big_plan_file_and_stream_agree),
 		cmocka_unit_test(plan__block__ranks_share_one_aligned_block),
 		cmocka_unit_test(plan__block_new__aligned_and_zeroed),
+		cmocka_unit_test(plan__block_take__carves_ranks_in_turn),
+		cmocka_unit_test(plan__block_new__huge_hint_only_when_asked),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
