@@ -24,6 +24,17 @@ sed 's/^schedule [a-z0-9]*;/schedule auto;/; s/^microbatches 4;/microbatches 2;/
 sed 's/^cost .*/cost * f=1000000000 b=1000000000 w=1000000000;/; s/^microbatches 4;/microbatches 150;/' \
 	examples/tiny.pipe >"$dir/wide.pipe"
 "$BIN/pipecc" "$dir/wide.pipe" -o "$dir/wide.plan" || fails=$((fails + 1))
+# Ranks of 32,000 ops (1 MB, past PLAN_TAKE_MIN): their arrays come in blocks (the
+# lowering's, copy_lines', the text reader's carved ones, the binary reader's whole one,
+# pipesim's per-op times past PLAN_HUGE_MIN; plan/plan.h); out of memory in any of them
+# fails the run or, for the binary reader's, falls back to reading a stream.
+{
+	echo "pipeline fbig; mesh pp=2 dp=2; microbatches 8000; input 1x16;"
+	echo "stage a { linear 16; } stage b { linear 16; loss mse; } schedule 1f1b;"
+} >"$dir/fbig.pipe"
+"$BIN/pipecc" "$dir/fbig.pipe" -o "$dir/fbig.plan" || fails=$((fails + 1))
+"$BIN/pipecc" --expand --plan-format=binary "$dir/fbig.pipe" -o "$dir/fbig.bin" ||
+	fails=$((fails + 1))
 
 # sweep NAME OUTPUT MODE TOOL ARGS...: the loop above; MODE is "" or "+"; OUTPUT is
 # the file the run writes ("-" for none), removed before each run.  With STEP=K set,
@@ -107,5 +118,9 @@ sweep "pipesim --trace fail allocation N" "$dir/t.json" "" \
 	"$FA/pipesim" "$dir/demo.plan" -m overlap --trace "$dir/t.json"
 sweep "pipesim times past 48 bits fail allocation N" "$dir/w.json" "" \
 	"$FA/pipesim" "$dir/wide.plan" -m overlap --trace "$dir/w.json"
+sweep "pipecc --expand, ranks in blocks, fail allocation N" "$dir/fb.bin" "" \
+	"$FA/pipecc" --expand --plan-format=binary "$dir/fbig.pipe" -o "$dir/fb.bin"
+sweep "pipesim, ranks in blocks, fail allocation N" - "" "$FA/pipesim" "$dir/fbig.plan"
+sweep "pipesim binary, ranks in one block, fail allocation N" - "" "$FA/pipesim" "$dir/fbig.bin"
 
 exit $((fails > 0))
