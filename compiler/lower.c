@@ -374,7 +374,7 @@ static void reserve_ops(Lw *w)
 		total += n;
 	}
 	w->oom->ops = total * (plan_mesh_world(p) / w->pp); // every pipeline line runs the same lists
-	size_t failed = plan_block_ops(w->plan, w->line0, need, w->pp, 1); // huge pages (plan.h)
+	size_t failed = plan_block_ops(w->plan, w->line0, need, w->pp, 1); // one block (plan.h)
 	if (failed)
 		lw_oom(w, failed);
 	if (plan_threads > 1) { // a task pages the lists in ahead of the walk (par.h)

@@ -474,9 +474,9 @@ static int br_open(Br *r, FILE *f, const char *name, unsigned keep, PlanError *e
  * else in turn).  A sequential pass finds where each rank's ops start by skipping them
  * (an op is its header byte, then when fields follow a mask byte and a varint per bit
  * set: no value is decoded), which gives every rank's count first: all the arrays are
- * then one block (plan_block_ops: huge pages, a few faults where millions of 4 KiB
- * ones cost a third of the run).  par_for decodes rank after rank, each on its own copy
- * of the cursor over the shared bytes, with the functions the streaming reader uses
+ * then one block (plan_block_ops, which huge pages can back whole: plan.h).  par_for
+ * decodes rank after rank, each on its own copy of the cursor over the shared bytes,
+ * with the functions the streaming reader uses
  * (read_ops: fast_ops, get_op, plan_op_check), while item 0 checks the checksum.  The
  * attempt reports no error: on anything at all (a bad coding, a value out of range, a
  * truncation, a checksum mismatch, out of memory) it is thrown away and the streaming

@@ -146,7 +146,7 @@ int rd_ops_alloc(Rd *r, Plan *p, PlanRank *rk, int64_t nops)
 	int64_t text = r->left < 0 ? -1 : r->left + (int64_t)(r->len - r->pos);
 	if (text < 0 || nops > text / RD_MIN_OP_LINE)
 		return rd_grow_ops(r, rk, nops);
-	/* The count fits the text left: arrays of that size, in a block (huge pages). */
+	/* The count fits the text left: arrays of that size, carved from a block (plan_block_take). */
 	size_t failed = plan_block_take(p, rk, nops, (r->keep & PLAN_KEEP_LINES) != 0);
 	if (failed) {
 		char t[160];

@@ -192,7 +192,7 @@ static int rank_ops(void *arg, int64_t i, int w)
 int rd_par_ops(const Rd *r, Plan *p)
 {
 	Pass ps = {r, p, r->par};
-	/* Every count is known: all the arrays in one block (huge pages, plan_block_ops). */
+	/* Every count is known: all the arrays in one block (plan_block_ops). */
 	int64_t *n = malloc((size_t)p->world * sizeof *n + 1);
 	for (int i = 0; n && i < p->world; i++)
 		n[i] = r->par->span[i].nops;

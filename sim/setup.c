@@ -152,7 +152,7 @@ static void prefault_times(S *s)
 	free(bytes);
 }
 
-/* Every rank's per-op records, one zeroed block (huge pages: plan_block_new): calloc
+/* Every rank's per-op records, one zeroed block (plan_block_new): calloc
  * gets fresh pages untouched, so each page is first touched (and zeroed by the kernel,
  * staying in cache) when the run writes it.  A zero pred is PRED_UNSET, the ops never
  * reached, which sim_fill_unreached gives their -1 times after the run. */

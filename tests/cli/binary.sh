@@ -174,8 +174,8 @@ for fmt in text binary; do
 done
 
 # A plan past 2 MiB of ops (pp=4 x dp=2, 4,000 microbatches: 160,016 ops): the lowering
-# and the readers of a whole file put every rank's arrays in one block (huge pages,
-# plan_block_ops), the streaming reader (a pipe) and a rank that grows do not.  All of
+# and the readers of a whole file put every rank's arrays in one block
+# (plan_block_ops), the streaming reader (a pipe) and a rank that grows do not.  All of
 # them make the same plan: the text round trips, pipesim says the same on the text, on
 # the binary from a file and from a pipe, with one thread and with three.
 {
