@@ -14,6 +14,7 @@
 #include "par.h"
 #include "par_out.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -215,38 +216,52 @@ static void put_op(Bw *w, BinCtx *c, const PlanOp *op, int32_t line)
 }
 
 /* Rank rk's ops.  Most ops of a large plan are their prediction, a header byte alone: such
- * an op is found by comparing it whole with the prediction (PlanOp has no padding), which
- * also tells that its unused fields are the empty op's, as the prediction's are; anything
- * else takes put_op.  The slot's previous op is not stored: but for the microbatch and
- * group, which BinCtx keeps apart, it is the prediction already. */
+ * an op is found by comparing it field by field with the slot's previous op, but for the
+ * microbatch and group, which BinCtx keeps apart and which are compared with the
+ * predicted ones (plan_bin_predict, written out: no copy of the op); the comparison also
+ * tells that its unused fields are the empty op's, as the previous op's are.  Anything
+ * else takes put_op.  (kind, dir, part and stage are one 8-byte word of PlanOp.) */
 __attribute__((always_inline)) static inline void put_rank_ops(Bw *w, const PlanRank *rk)
 {
-	_Static_assert(sizeof(PlanOp) == 4 + 5 * 4 + 8, "PlanOp has no padding to compare");
+	_Static_assert(offsetof(PlanOp, stage) == 4 && sizeof(PlanOp) == 32, "PlanOp's first word");
 	BinCtx c;
 	plan_bin_ctx_init(&c);
-	for (int64_t i = 0; i < rk->nops; i++) {
-		const PlanOp *o = &rk->ops[i];
-		int32_t line = rk->lines && rk->lines[i] > 0 ? rk->lines[i] : 0;
+	const PlanOp *ops = rk->ops; // rk's fields, and w's below, kept here: a byte stored may
+	const int32_t *lines = rk->lines; // be any of them to the compiler
+	unsigned char *out = w->buf + w->n, *end = w->buf + BW_BUF;
+	for (int64_t i = 0, n = rk->nops; i < n; i++) {
+		const PlanOp *o = &ops[i];
+		int32_t line = lines && lines[i] > 0 ? lines[i] : 0;
 		unsigned k = o->kind, dir = o->dir;
 		unsigned uses = k < OP_COUNT ? plan_bin_uses[k] : 0;
 		if (k < OP_COUNT && dir <= ((uses & BF_DIR) != 0)) {
 			unsigned s = plan_bin_slot(k, dir);
+			const PlanOp *pv = &c.prev[s];
 			int same = (uses & BF_GROUP) && o->group == c.group;
-			PlanOp pr = plan_bin_predict(&c, (OpKind)k, dir, same);
-			if (line == c.line[s] && !memcmp(o, &pr, sizeof pr)) {
-				if (w->n == BW_BUF)
+			uint32_t mb = (uint32_t)c.mb[s] + ((uses & BF_MB) != 0);
+			uint32_t g = uses & BF_GROUP ? (uint32_t)c.group + (same ? 0u : 1u) : UINT32_MAX;
+			uint64_t a, b;
+			memcpy(&a, o, 8);
+			memcpy(&b, pv, 8);
+			if (a == b && line == c.line[s] && (uint32_t)o->mb == mb &&
+			    (uint32_t)o->group == g && o->peer == pv->peer && o->route == pv->route &&
+			    o->bytes == pv->bytes) {
+				if (out == end) {
+					w->n = BW_BUF;
 					bw_flush(w);
-				w->buf[w->n++] = (unsigned char)(k | (same ? BIN_SAME_GROUP : 0) |
-				                                 (dir ? BIN_GRAD : 0));
-				c.mb[s] = pr.mb;
-				if (uses & BF_GROUP)
-					c.group = pr.group;
-				c.seen |= 1u << s;
+					out = w->buf;
+				}
+				*out++ = (unsigned char)(k | (same ? BIN_SAME_GROUP : 0) | (dir ? BIN_GRAD : 0));
+				c.mb[s] = (int32_t)mb;
+				c.group = uses & BF_GROUP ? (int32_t)g : c.group;
 				continue;
 			}
 		}
+		w->n = (size_t)(out - w->buf);
 		put_op(w, &c, o, line);
+		out = w->buf + w->n;
 	}
+	w->n = (size_t)(out - w->buf);
 }
 
 /* ---- the ranks on worker threads (plan_threads > 1) ---- */
