@@ -335,8 +335,10 @@ static void put_ranks(Out *o, const Plan *p, PlanPos a, PlanPos b)
 		int64_t i = r == a.rank ? a.op : 0, end = r == b.rank ? b.op : rk->nops;
 		if (i == 0)
 			put_rank_head(o, p, r);
-		for (; i < end; i++)
+		for (; i < end; i++) {
+			plan_prefetch_ops(rk->ops, i, end);
 			put_op(o, &rk->ops[i], rk->lines ? rk->lines[i] : 0);
+		}
 	}
 }
 
