@@ -224,7 +224,7 @@ int plan_mem_rank(const Plan *p, int r, PlanMem *m)
 	m->peak = w.stat;
 	const PlanOp *ops = rk->ops;
 	for (int64_t i = 0, n = rk->nops; i < n && !rc;) { // plan_group_end, inline
-		plan_prefetch_ops(ops, i, n);
+		plan_prefetch(ops, i, n);
 		if (!plan_op_is_comm(plan_op_kind(&ops[i]))) {
 			compute(&w, &ops[i], i);
 			i++;

@@ -354,19 +354,19 @@ static inline OpKind plan_op_kind(const PlanOp *o)
 {
 	return (OpKind)o->kind;
 }
-/* A pass reading op list ops[0, n) at op i fetches the op PLAN_AHEAD further on (16
- * cache lines).  The hardware prefetcher of the machines measured follows few streams
- * and follows them late: walks that take a plan's hundreds of ranks in turn (the
- * simulator, the verifier's scans of senders' lists) waited on every line of ops without
- * it, and even one rank's list at a time waited on a third of its lines (docs/pipesim.md,
- * "Speed and memory"). */
+/* A pass reading array a[0, n) at element i fetches element i + PLAN_AHEAD now (for
+ * ops, 16 cache lines on).  The hardware prefetcher of the machines measured follows
+ * few streams and follows them late: walks that take a plan's hundreds of ranks in turn
+ * (the simulator, the verifier's scans of senders' lists, the lowering) waited on every
+ * line of ops without it, and even one rank's list at a time waited on a third of its
+ * lines (docs/pipesim.md, "Speed and memory").  A macro: GCC 12 dropped the calls of
+ * the same as a static inline function, which it took for one without effects. */
 #define PLAN_AHEAD 32
-__attribute__((always_inline)) static inline void plan_prefetch_ops(const PlanOp *ops, int64_t i,
-                                                               int64_t n)
-{
-	if (i + PLAN_AHEAD < n)
-		__builtin_prefetch(&ops[i + PLAN_AHEAD]);
-}
+#define plan_prefetch(a, i, n)                             \
+	do {                                                   \
+		if ((i) + PLAN_AHEAD < (n))                        \
+			__builtin_prefetch(&(a)[(i) + PLAN_AHEAD]); \
+	} while (0)
 int plan_is_comm(int kind);                          // plan_op_is_comm on a raw kind
 /* Whether edge e travels through the communicator when both its stages share a rank:
  * the plan sends it to self (a route joins a rank to itself).  Remote edges always do. */

@@ -510,7 +510,7 @@ static inline int64_t next_send(const Plan *p, Cursor *c, int b)
 	const PlanRank *ra = &p->ranks[c->from];
 	const PlanOp *ops = ra->ops;
 	for (int64_t i = c->pos, n = ra->nops; i < n; i++) {
-		plan_prefetch_ops(ops, i, n); // the sender's list: a stream beside the rank's own
+		plan_prefetch(ops, i, n); // the sender's list: a stream beside the rank's own
 		if (ops[i].kind == OP_SEND && ops[i].peer == b) {
 			c->pos = i + 1;
 			return i;
@@ -667,7 +667,7 @@ static int walk_rank(PlanVc *v, Walk *w, int r)
 	int stop = v->stop; // v->stop, kept here between the calls that may change it
 	for (int64_t i = 0, n = rk->nops; i < n; i++) {
 		const PlanOp *o = &ops[i];
-		plan_prefetch_ops(ops, i, n);
+		plan_prefetch(ops, i, n);
 		int cls = w->cls[o->kind];
 		if (cls != CLS_OTHER) {
 			int same = prev_comm && o->group == last;

@@ -158,7 +158,7 @@ static void sim_run_compute(S *s, int r)
 	k->cstate = AG_READY;
 	for (; i < n; i++) {
 		const PlanOp *o = &ops[i];
-		plan_prefetch_ops(ops, i, n);
+		plan_prefetch(ops, i, n);
 		unsigned kind = o->kind;
 		if (comm >> kind & 1)
 			continue;
@@ -342,7 +342,7 @@ static void sim_run_comm(S *s, int r)
 	int64_t i = k->pc;
 	const uint32_t comm = s->comm_kinds;
 	while (i < n) {
-		plan_prefetch_ops(pr->ops, i, n);
+		plan_prefetch(pr->ops, i, n);
 		if (!(comm >> pr->ops[i].kind & 1)) {
 			i++;
 			continue;

@@ -242,7 +242,7 @@ static void run_strict(S *s, int r)
 	const PlanOp *ops = pr->ops;
 	while (i < n) {
 		const PlanOp *o = &ops[i];
-		plan_prefetch_ops(ops, i, n);
+		plan_prefetch(ops, i, n);
 		if (!plan_op_is_comm(o->kind)) {
 			t = do_compute(s, r, i, o, t, k->bind);
 			k->bind = REF(r, i);
