@@ -97,15 +97,26 @@ static inline int rank_ref(const PlanOpLimits *l, int32_t *v)
 	return 1;
 }
 
-static const char *compute(const char *s, const PlanOpLimits *l, PlanOp *o, int32_t *line)
+/* Where the numbers that change from one op of a shape to the next lie in its line: the
+ * microbatch's digits [m, m_end), and a p2p op's group's [g, g_end) (g NULL for compute). */
+typedef struct {
+	const char *m, *m_end, *g, *g_end;
+} Spans;
+
+static const char *compute(const char *s, const PlanOpLimits *l, PlanOp *o, int32_t *line,
+                           Spans *sp)
 {
-	if (lit(&s, " ") && i32(&s, l->stages - 1, &o->stage) && lit(&s, " ") &&
-	    i32(&s, l->mbs - 1, &o->mb))
-		return tail(s, line);
-	return NULL;
+	if (!lit(&s, " ") || !i32(&s, l->stages - 1, &o->stage) || !lit(&s, " "))
+		return NULL;
+	sp->m = s;
+	if (!i32(&s, l->mbs - 1, &o->mb))
+		return NULL;
+	sp->m_end = s;
+	sp->g = NULL;
+	return tail(s, line);
 }
 
-static const char *p2p(const char *s, const PlanOpLimits *l, PlanOp *o, int32_t *line)
+static const char *p2p(const char *s, const PlanOpLimits *l, PlanOp *o, int32_t *line, Spans *sp)
 {
 	int64_t bytes;
 	if (lit(&s, " act e="))
@@ -114,20 +125,30 @@ static const char *p2p(const char *s, const PlanOpLimits *l, PlanOp *o, int32_t 
 		o->dir = DIR_GRAD;
 	else
 		return NULL;
-	if (!i32(&s, l->edges - 1, &o->stage) || !lit(&s, " m=") || !i32(&s, l->mbs - 1, &o->mb))
+	if (!i32(&s, l->edges - 1, &o->stage) || !lit(&s, " m="))
 		return NULL;
+	sp->m = s;
+	if (!i32(&s, l->mbs - 1, &o->mb))
+		return NULL;
+	sp->m_end = s;
 	if (!(o->kind == OP_SEND ? lit(&s, " to=") : lit(&s, " from=")) ||
 	    !i32(&s, l->world - 1, &o->peer) || !rank_ref(l, &o->peer))
 		return NULL;
-	if (!lit(&s, " bytes=") || !digits(&s, INT64_MAX / 8, &bytes) || !lit(&s, " g=") ||
-	    !i32(&s, INT_MAX, &o->group) || !lit(&s, " r=") || !i32(&s, l->routes - 1, &o->route))
+	if (!lit(&s, " bytes=") || !digits(&s, INT64_MAX / 8, &bytes) || !lit(&s, " g="))
+		return NULL;
+	sp->g = s;
+	if (!i32(&s, INT_MAX, &o->group))
+		return NULL;
+	sp->g_end = s;
+	if (!lit(&s, " r=") || !i32(&s, l->routes - 1, &o->route))
 		return NULL;
 	o->bytes = bytes;
 	return tail(s, line);
 }
 
 /* One op line at s into *o and *line: where it ended (the line must end there), or NULL. */
-static inline const char *op_walk(const char *s, const PlanOpLimits *l, PlanOp *o, int32_t *line)
+static inline const char *op_walk(const char *s, const PlanOpLimits *l, PlanOp *o, int32_t *line,
+                                  Spans *sp)
 {
 	*o = (PlanOp){.mb = -1, .peer = -1, .group = -1, .route = -1};
 	*line = 0;
@@ -135,20 +156,20 @@ static inline const char *op_walk(const char *s, const PlanOpLimits *l, PlanOp *
 	case 'F':
 	case 'W':
 		o->kind = s[0] == 'F' ? OP_F : OP_W;
-		return compute(s + 1, l, o, line);
+		return compute(s + 1, l, o, line, sp);
 	case 'B':
 		if (s[1] == 'W') {
 			o->kind = OP_BW;
-			return compute(s + 2, l, o, line);
+			return compute(s + 2, l, o, line, sp);
 		}
 		o->kind = OP_B;
-		return compute(s + 1, l, o, line);
+		return compute(s + 1, l, o, line, sp);
 	case 'S':
 		o->kind = OP_SEND;
-		return s[1] == 'E' && s[2] == 'N' && s[3] == 'D' ? p2p(s + 4, l, o, line) : NULL;
+		return s[1] == 'E' && s[2] == 'N' && s[3] == 'D' ? p2p(s + 4, l, o, line, sp) : NULL;
 	case 'R':
 		o->kind = OP_RECV;
-		return s[1] == 'E' && s[2] == 'C' && s[3] == 'V' ? p2p(s + 4, l, o, line) : NULL;
+		return s[1] == 'E' && s[2] == 'C' && s[3] == 'V' ? p2p(s + 4, l, o, line, sp) : NULL;
 	}
 	return NULL;
 }
@@ -156,19 +177,121 @@ static inline const char *op_walk(const char *s, const PlanOpLimits *l, PlanOp *
 int plan_read_op_fast(const char *s, const char *end, const PlanOpLimits *l, PlanOp *o,
                       int32_t *line)
 {
-	return op_walk(s, l, o, line) == end;
+	Spans sp;
+	return op_walk(s, l, o, line, &sp) == end;
+}
+
+/* ---- lines like the last of their shape ----
+ * Most op lines of a rank differ from the previous line of the same shape (kind and, for
+ * p2p, direction) in their microbatch and group only: `SEND act e=3 m=17 to=4 bytes=64
+ * g=9 r=2 @9`, then `... m=18 ... g=11 ...`.  Such a line is taken by comparing its text
+ * around those two numbers with the last line of its shape that op_walk parsed (the
+ * shape's template) and parsing only the two: the same bytes give the same fields, so it
+ * is the op op_walk would give.  Anything else, op_walk, whose line becomes the shape's
+ * template.  The templates lie in the block and last one call. */
+typedef struct {
+	const char *a;       // the template line: its text before the microbatch, na bytes
+	const char *b, *c;   // between microbatch and group (p2p), after the last of them up
+	uint32_t na, nb, nc; // to its newline (inclusive), nb and nc bytes
+	int p2p;
+	PlanOp op;
+	int32_t line;
+} Shape;
+
+enum { SHAPES = 8 };
+
+/* The shape an op line at s would have (its kind's letters, the direction's first
+ * letter); SHAPES when none has a template slot. */
+static inline unsigned shape_of(const char *s)
+{
+	switch (s[0]) {
+	case 'F':
+		return 0;
+	case 'W':
+		return 1;
+	case 'B':
+		return s[1] == 'W' ? 3 : 2;
+	case 'S':
+		return s[5] == 'g' ? 5 : 4;
+	case 'R':
+		return s[5] == 'g' ? 7 : 6;
+	}
+	return SHAPES;
+}
+
+/* Whether x[0, n) equals y[0, n); both may be read up to 7 bytes further (the block's
+ * slack, or the text after a template line). */
+static inline int same(const char *x, const char *y, uint32_t n)
+{
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	uint64_t u, v, d = 0;
+	uint32_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		memcpy(&u, x + i, 8);
+		memcpy(&v, y + i, 8);
+		d |= u ^ v;
+	}
+	if (i < n) {
+		memcpy(&u, x + i, 8);
+		memcpy(&v, y + i, 8);
+		d |= (u ^ v) << (8 * (8 - (n - i))); // the low n - i bytes are the ones compared
+	}
+	return d == 0;
+#else
+	return memcmp(x, y, n) == 0;
+#endif
+}
+
+/* The line at s by its shape's template t: past its newline, or NULL. */
+static inline const char *by_shape(const Shape *t, const char *s, const char *end,
+                                   const PlanOpLimits *l, PlanOp *o, int32_t *line)
+{
+	if (!t->a || t->na > (size_t)(end - s) || !same(s, t->a, t->na))
+		return NULL;
+	int32_t mb, g = -1;
+	s += t->na;
+	if (!i32(&s, l->mbs - 1, &mb))
+		return NULL;
+	if (t->p2p) {
+		if (t->nb > (size_t)(end - s) || !same(s, t->b, t->nb))
+			return NULL;
+		s += t->nb;
+		if (!i32(&s, INT_MAX, &g))
+			return NULL;
+	}
+	if (t->nc > (size_t)(end - s) || !same(s, t->c, t->nc))
+		return NULL;
+	*o = t->op;
+	o->mb = mb;
+	o->group = t->p2p ? g : o->group;
+	*line = t->line;
+	return s + t->nc;
 }
 
 int64_t plan_read_ops_fast(const char *s, const char *end, const PlanOpLimits *l, PlanOp *ops,
                            int32_t *lines, int64_t n, size_t *used)
 {
+	Shape sh[SHAPES + 1] = {{0}};
 	const char *s0 = s, *e;
 	int64_t j = 0;
 	int32_t none;
-	while (j < n && (e = op_walk(s, l, &ops[j], lines ? &lines[j] : &none)) && *e == '\n' &&
-	       e < end) {
+	for (; j < n; j++) {
+		unsigned k = shape_of(s);
+		int32_t *ln = lines ? &lines[j] : &none;
+		if ((e = by_shape(&sh[k], s, end, l, &ops[j], ln))) {
+			s = e;
+			continue;
+		}
+		Spans sp;
+		if (!(e = op_walk(s, l, &ops[j], ln, &sp)) || *e != '\n' || e >= end)
+			break;
+		if (k < SHAPES) {
+			const char *last = sp.g ? sp.g_end : sp.m_end;
+			sh[k] = (Shape){s, sp.m_end, last, (uint32_t)(sp.m - s),
+			                sp.g ? (uint32_t)(sp.g - sp.m_end) : 0, (uint32_t)(e + 1 - last),
+			                sp.g != NULL, ops[j], *ln};
+		}
 		s = e + 1;
-		j++;
 	}
 	*used = (size_t)(s - s0);
 	return j;

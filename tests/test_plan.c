@@ -227,21 +227,24 @@ static char *with_line(const char *text, int k, const char *op, int wide, size_t
 	return t;
 }
 
-/* The fast path (plan/read_op.c) and the general parser agree: every op line of a plan,
- * changed at random, reads the same way single-spaced (fast path first) and with every
- * space doubled (general parser only): both refuse it, or both read the same plan. */
-static void plan__reader__fast_path_agrees_with_parser(void **state)
+/* The fast path (plan/read_op.c) and the general parser agree: op lines of the plan at
+ * path (every `every`-th), changed at random `iters` times each, read the same way
+ * single-spaced (fast path first) and with every space doubled (general parser only):
+ * both refuse it, or both read the same plan.  Returns how many read and how many were
+ * refused in *same and *refused. */
+static void fast_path_agrees(const char *path, int every, int iters, int *same, int *refused)
 {
-	(void)state;
 	size_t n;
-	char *text = slurp(FNV_PLAN, &n);
+	char *text = slurp(path, &n);
 	srand(11);
-	int same = 0, refused = 0, line = 0;
+	*same = *refused = 0;
+	int line = 0;
 	for (const char *s = text; *s; s = strchr(s, '\n') + 1, line++) {
-		if (!strchr("FBWSR", *s) || !strncmp(s, "stage", 5) || !strncmp(s, "route", 5))
+		if (!strchr("FBWSR", *s) || !strncmp(s, "stage", 5) || !strncmp(s, "route", 5) ||
+		    line % every)
 			continue;
 		size_t len = (size_t)(strchr(s, '\n') - s);
-		for (int it = 0; it < 200; it++) {
+		for (int it = 0; it < iters; it++) {
 			char op[128];
 			snprintf(op, sizeof op, "%.*s", (int)len, s);
 			for (int k = 0; it && k < 1 + it % 2; k++)
@@ -251,15 +254,15 @@ static void plan__reader__fast_path_agrees_with_parser(void **state)
 			PlanError e1, e2;
 			Plan *p1 = read_text(t1, n1, &e1), *p2 = read_text(t2, n2, &e2);
 			if (!p1 != !p2)
-				fail_msg("'%s' is %s single-spaced but %s wide", op, p1 ? "read" : "refused",
-				         p2 ? "read" : "refused");
+				fail_msg("%s: '%s' is %s single-spaced but %s wide", path, op,
+				         p1 ? "read" : "refused", p2 ? "read" : "refused");
 			if (p1) {
 				if (!same_text(p1, p2))
-					fail_msg("'%s' reads differently through the fast path", op);
-				same++;
+					fail_msg("%s: '%s' reads differently through the fast path", path, op);
+				(*same)++;
 			} else {
 				assert_int_equal(e1.line, line + 1);
-				refused++;
+				(*refused)++;
 			}
 			plan_free(p1);
 			plan_free(p2);
@@ -267,9 +270,29 @@ static void plan__reader__fast_path_agrees_with_parser(void **state)
 			free(t2);
 		}
 	}
+	free(text);
+}
+
+static void plan__reader__fast_path_agrees_with_parser(void **state)
+{
+	(void)state;
+	int same, refused;
+	fast_path_agrees(FNV_PLAN, 1, 200, &same, &refused);
 	assert_true(same > 300);
 	assert_true(refused > 500);
-	free(text);
+}
+
+/* The same on a plan whose ranks run many ops of each shape (12 microbatches, a skip:
+ * numbers gain digits from one line to the next, edges alternate), where most op lines
+ * are read against the last line of their shape (read_op.c's templates): a line changed
+ * inside the text it shares with that one, or in its microbatch or group. */
+static void plan__reader__fast_path_by_shape_agrees_with_parser(void **state)
+{
+	(void)state;
+	int same, refused;
+	fast_path_agrees("tests/plans/good/skip12.plan", 3, 40, &same, &refused);
+	assert_true(same > 200);
+	assert_true(refused > 2000);
 }
 
 /* Reads the plan at path from the file (a regular file: its op arrays allocated at once,
@@ -510,6 +533,7 @@ int main(void)
 		cmocka_unit_test(plan__reader__changed_digits_refused),
 		cmocka_unit_test(plan__reader__bad_checksum_header_located),
 		cmocka_unit_test(plan__reader__fast_path_agrees_with_parser),
+		cmocka_unit_test(plan__reader__fast_path_by_shape_agrees_with_parser),
 		cmocka_unit_test(plan__reader__big_plan_file_and_stream_agree),
 		cmocka_unit_test(plan__block__ranks_share_one_aligned_block),
 		cmocka_unit_test(plan__block_new__aligned_and_zeroed),
