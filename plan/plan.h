@@ -356,11 +356,12 @@ static inline OpKind plan_op_kind(const PlanOp *o)
 }
 /* A pass reading array a[0, n) at element i fetches element i + PLAN_AHEAD now (for
  * ops, 16 cache lines on).  The hardware prefetcher of the machines measured follows
- * few streams and follows them late: walks that take a plan's hundreds of ranks in turn
- * (the simulator, the verifier's scans of senders' lists, the lowering) waited on every
- * line of ops without it, and even one rank's list at a time waited on a third of its
- * lines (docs/pipesim.md, "Speed and memory").  A macro: GCC 12 dropped the calls of
- * the same as a static inline function, which it took for one without effects. */
+ * few streams and follows them late: without it perf put 46 % of the simulator's group
+ * posting and 44 % of the verifier's walk (which scans senders' lists beside the rank's
+ * own) on one load of an op each, and even the memory model, which walks one rank's
+ * list at a time, a third (docs/pipesim.md, "Speed and memory").  A macro: GCC 12
+ * dropped the calls of the same as a static inline function, which it took for one
+ * without effects. */
 #define PLAN_AHEAD 32
 #define plan_prefetch(a, i, n)                             \
 	do {                                                   \
