@@ -7,8 +7,15 @@
  * the kernel's cost of handing out that many fresh pages (touched once each), and of
  * writing them once they are in, as a ceiling in M ops/s that no such tool passes; and
  * the same for a block of them offered for huge pages, as the tools hold their ops
- * with PIPECC_HUGE_PAGES=1 (plan_block_new). */
+ * with PIPECC_HUGE_PAGES=1 (plan_block_new).  Last, the passes pipesim runs on the plan
+ * once it is read, each alone on one thread, in memory: the verifier, the strict
+ * simulation without and with the per-op times, the memory model.  The simulation has
+ * no worker threads, so with the times (the report's) it bounds pipesim's run on any
+ * number of cores from below.  With IO_WC set to `wc -l`'s seconds on the plan's text,
+ * every figure is also printed as a ratio to it. */
 #include "../plan/binary.h"
+#include "../plan/mem.h"
+#include "../sim/sim.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -22,9 +29,14 @@ static double cpu(void)
 	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+static double wc_s; // IO_WC: wc -l's seconds on the plan's text; 0: not given
+
 static void show(const char *what, double s, int64_t ops)
 {
-	printf("  %-28s %7.3f s cpu  %6.1f M ops/s\n", what, s, s > 0 ? (double)ops / s / 1e6 : 0);
+	printf("  %-28s %7.3f s cpu  %6.1f M ops/s", what, s, s > 0 ? (double)ops / s / 1e6 : 0);
+	if (wc_s > 0)
+		printf("  %5.1fx wc -l", s / wc_s);
+	printf("\n");
 }
 
 /* CPU seconds (user and system) to fault in n fresh bytes, a byte a page, and then to
@@ -60,6 +72,51 @@ static double fresh_pages(size_t n, int reps, double *fill, int huge)
 	return best;
 }
 
+/* CPU seconds of one pass over p; the best of reps.  which: 0 plan_verify, 1 sim_run
+ * (strict), 2 the same keeping the per-op times, 3 plan_mem_all. */
+static double pass(const Plan *p, int which, int reps)
+{
+	double best = 1e30;
+	for (int i = 0; i < reps; i++) {
+		PlanError err;
+		SimResult res;
+		SimOptions opt = {.model = SIM_STRICT, .record_ops = which == 2};
+		PlanMem *mem = NULL;
+		int rc = 0;
+		double t = cpu();
+		if (which == 0)
+			rc = plan_verify(p, &err);
+		else if (which == 3)
+			rc = (mem = plan_mem_all(p)) ? 0 : -1;
+		else
+			rc = sim_run(p, &opt, &res);
+		t = cpu() - t;
+		if (which == 1 || which == 2) {
+			rc = rc || res.verdict != SIM_OK;
+			sim_result_free(&res);
+		}
+		free(mem);
+		if (rc) {
+			fprintf(stderr, "io_bench: pass %d failed on the plan\n", which);
+			exit(1);
+		}
+		best = t < best ? t : best;
+	}
+	return best;
+}
+
+static void passes(const Plan *p, int reps)
+{
+	static const char *const name[] = {"plan_verify", "sim_run, strict",
+	                                   "  keeping per-op times", "plan_mem_all"};
+	int64_t ops = plan_total_ops(p);
+	double t[4];
+	printf("pipesim's passes alone, in memory, one thread (best of %d):\n", reps);
+	for (int i = 0; i < 4; i++)
+		show(name[i], t[i] = pass(p, i, reps), ops);
+	show("verify + times + memory", t[0] + t[2] + t[3], ops); // the report's passes
+}
+
 static double write_to(const Plan *p, const char *path, int fmt)
 {
 	FILE *f = fopen(path, "w");
@@ -82,6 +139,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	int reps = argc == 4 ? atoi(argv[3]) : 3;
+	wc_s = getenv("IO_WC") ? atof(getenv("IO_WC")) : 0;
 	double rd = 1e30, wf = 1e30, wp = 1e30, rb = 1e30, wb = 1e30;
 	char bin[4096];
 	snprintf(bin, sizeof bin, "%s.bin", argv[2]);
@@ -120,6 +178,7 @@ int main(int argc, char **argv)
 	show("plan_write, pipe (2 passes)", wp, ops);
 	show("plan_write_binary, file", wb, ops);
 	show("plan_read, binary (no verify)", rb, ops);
+	passes(p, reps);
 	plan_free(p);
 	double fill, fault = fresh_pages((size_t)ops * sizeof(PlanOp), reps, &fill, 0);
 	printf("the machine's floor for %.0f MiB of PlanOps (32 bytes an op):\n",
