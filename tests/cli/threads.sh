@@ -6,8 +6,10 @@
 # text and JSON.  The same for the test corpus (tests/plans: good plans, deadlocks,
 # mismatches, malformed files) in both models and quiet, where with threads the
 # simulation runs beside the verifier and is kept, or dropped when the plan does not
-# verify.  pipecc compiles every example to the same bytes on 1, 2 and 3 threads and on
-# one per CPU (--threads 0), and given a plan verifies and writes it the same way too.
+# verify (with 3 threads a task pages the run's per-op times in beside it, with 2 none
+# does: SimOptions.beside).  pipecc compiles every example to the same bytes on 1, 2
+# and 3 threads and on one per CPU (--threads 0), and given a plan verifies and writes
+# it the same way too.
 : "${BIN:=bin}"
 TOOL=threads
 . tests/lib/cli.sh
@@ -58,6 +60,8 @@ for f in examples/*.pipe; do
 	"$BIN/pipesim" --threads 0 "$dir/$b.plan" >"$dir/zero" 2>&1
 	"$BIN/pipesim" "$dir/$b.plan" 2>&1 | cmp -s - "$dir/zero"
 	check "$b: pipesim --threads 0 says the same" $? "differs"
+	"$BIN/pipesim" --threads 2 "$dir/$b.plan" 2>&1 | cmp -s - "$dir/zero"
+	check "$b: pipesim --threads 2 (no task pages the times in) says the same" $? "differs"
 	"$BIN/pipecc" --threads 3 "$dir/$b.plan" -o "$dir/$b.again" 2>/dev/null
 	cmp -s "$dir/$b.plan" "$dir/$b.again"
 	check "$b: pipecc --threads 3 writes the plan it reads" $? "differs"
