@@ -66,6 +66,13 @@ best() {
 ops=$(awk '{ print $2 }' "$T/stats")
 bytes=$(wc -c <"$T/big.plan")
 echo "PIPECC_HUGE_PAGES=${PIPECC_HUGE_PAGES:-unset} (1: the op lists offered for huge pages, man pipesim)"
+# What decides the huge pages' worth here (docs/pipesim.md, "What bounds the last goal"):
+# the kernel's THP mode, and whether it reports free memory to a hypervisor, which
+# then backs a huge page again on its first write.
+thp=$(sed 's/.*\[\(.*\)\].*/\1/' /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null)
+rep=$(cat /sys/module/page_reporting/parameters/page_reporting_order 2>/dev/null)
+balloon=$(grep -qs 0x0005 /sys/bus/virtio/devices/*/device && echo found || echo none)
+echo "THP ${thp:-unknown}; page_reporting_order ${rep:-none}; virtio balloon $balloon"
 echo "pp=$PP m=$M: $ops ops, plan $(awk -v b="$bytes" 'BEGIN { printf "%.1f MiB, %.1f bytes/op", b / 1048576, b / '"$ops"' }')"
 set -- $(best wc -l "$T/big.plan") || exit 1
 wc=$1
