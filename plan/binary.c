@@ -218,7 +218,8 @@ static void put_op(Bw *w, BinCtx *c, const PlanOp *op, int32_t line)
 /* Rank rk's ops.  Most ops of a large plan are their prediction, a header byte alone: such
  * an op is found by comparing it field by field with the slot's previous op, but for the
  * microbatch and group, which BinCtx keeps apart and which are compared with the
- * predicted ones (plan_bin_predict, written out: no copy of the op); the comparison also
+ * predicted ones (plan_bin_next_mb and _next_group, as plan_bin_predict takes them: no
+ * copy of the op); the comparison also
  * tells that its unused fields are the empty op's, as the previous op's are.  Anything
  * else takes put_op.  (kind, dir, part and stage are one 8-byte word of PlanOp.) */
 __attribute__((always_inline)) static inline void put_rank_ops(Bw *w, const PlanRank *rk)
@@ -239,22 +240,20 @@ __attribute__((always_inline)) static inline void put_rank_ops(Bw *w, const Plan
 			unsigned s = plan_bin_slot(k, dir);
 			const PlanOp *pv = &c.prev[s];
 			int same = (uses & BF_GROUP) && o->group == c.group;
-			uint32_t mb = (uint32_t)c.mb[s] + ((uses & BF_MB) != 0);
-			uint32_t g = uses & BF_GROUP ? (uint32_t)c.group + (same ? 0u : 1u) : UINT32_MAX;
+			int32_t mb = plan_bin_next_mb(&c, k, s), g = plan_bin_next_group(&c, k, same);
 			uint64_t a, b;
 			memcpy(&a, o, 8);
 			memcpy(&b, pv, 8);
-			if (a == b && line == c.line[s] && (uint32_t)o->mb == mb &&
-			    (uint32_t)o->group == g && o->peer == pv->peer && o->route == pv->route &&
-			    o->bytes == pv->bytes) {
+			if (a == b && line == c.line[s] && o->mb == mb && o->group == g &&
+			    o->peer == pv->peer && o->route == pv->route && o->bytes == pv->bytes) {
 				if (out == end) {
 					w->n = BW_BUF;
 					bw_flush(w);
 					out = w->buf;
 				}
 				*out++ = (unsigned char)(k | (same ? BIN_SAME_GROUP : 0) | (dir ? BIN_GRAD : 0));
-				c.mb[s] = (int32_t)mb;
-				c.group = uses & BF_GROUP ? (int32_t)g : c.group;
+				c.mb[s] = mb;
+				c.group = uses & BF_GROUP ? g : c.group;
 				continue;
 			}
 		}

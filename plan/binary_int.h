@@ -48,17 +48,28 @@ static inline unsigned plan_bin_slot(unsigned kind, unsigned dir)
 
 void plan_bin_ctx_init(BinCtx *c);
 
+/* The microbatch and group predicted next for an op of kind k in slot s: the slot's
+ * next microbatch, and the previous comm op's group (same) or the next one (-1 for a
+ * kind without a group).  Group numbers wrap as 32-bit numbers, the writer's and the
+ * reader's alike. */
+static inline int32_t plan_bin_next_mb(const BinCtx *c, unsigned k, unsigned s)
+{
+	return c->mb[s] + ((plan_bin_uses[k] & BF_MB) != 0); // below the microbatches: no overflow
+}
+
+static inline int32_t plan_bin_next_group(const BinCtx *c, unsigned k, int same)
+{
+	return plan_bin_uses[k] & BF_GROUP ? (int32_t)((uint32_t)c->group + (same ? 0u : 1u)) : -1;
+}
+
 /* The op of kind k and direction dir predicted next: the slot's previous op with the
- * next microbatch, in the same comm group as the previous comm op (same) or the next
- * one.  Group numbers wrap as 32-bit numbers, the writer's and the reader's alike. */
+ * predicted microbatch and group. */
 static inline PlanOp plan_bin_predict(const BinCtx *c, OpKind k, unsigned dir, int same)
 {
 	unsigned s = plan_bin_slot(k, dir);
 	PlanOp p = c->prev[s];
-	p.mb = c->mb[s] + ((plan_bin_uses[k] & BF_MB) != 0); // below the microbatches: no overflow
-	p.group = -1;
-	if (plan_bin_uses[k] & BF_GROUP)
-		p.group = (int32_t)((uint32_t)c->group + (same ? 0u : 1u));
+	p.mb = plan_bin_next_mb(c, k, s);
+	p.group = plan_bin_next_group(c, k, same);
 	return p;
 }
 
