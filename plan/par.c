@@ -92,10 +92,13 @@ struct ParTask {
 	void *arg;
 };
 
+static atomic_int tasks; // par_spawn's tasks whose fn has not returned
+
 static void *task_main(void *a)
 {
 	ParTask *t = a;
 	t->fn(t->arg);
+	atomic_fetch_sub(&tasks, 1);
 	return NULL;
 }
 
@@ -107,7 +110,9 @@ ParTask *par_spawn(void (*fn)(void *arg), void *arg)
 	if (!t)
 		return NULL;
 	*t = (ParTask){.fn = fn, .arg = arg};
+	atomic_fetch_add(&tasks, 1);
 	if (pthread_create(&t->th, NULL, task_main, t)) {
+		atomic_fetch_sub(&tasks, 1);
 		free(t);
 		return NULL;
 	}
@@ -157,7 +162,11 @@ ParTask *par_prefault(void *const *arr, const size_t *bytes, int n)
 {
 #ifdef MADV_POPULATE_WRITE
 	long page = sysconf(_SC_PAGESIZE);
-	Prefault *pf = plan_threads > 1 && page > 0 ? malloc(sizeof *pf) : NULL;
+	/* The caller's thread and every running task hold a thread each: a task of its own
+	 * only with one left over (pipesim's simulation beside the verifier, which takes the
+	 * other threads, gets none on two). */
+	int spare = plan_threads > 1 + atomic_load(&tasks);
+	Prefault *pf = spare && page > 0 ? malloc(sizeof *pf) : NULL;
 	uintptr_t *lh = pf ? malloc(2 * ((size_t)n + 1) * sizeof *lh) : NULL;
 	if (!lh) {
 		free(pf);

@@ -51,7 +51,9 @@ void par_join(ParTask *t);
  * lists): a task pages them in ahead of the writer, a slice of every array at a time,
  * without changing a byte (the kernel's MADV_POPULATE_WRITE), so that on more than one
  * thread the writer meets no page faults.  Join it before any array is freed or moved.
- * NULL (nothing started) with plan_threads == 1 or where the kernel cannot. */
+ * The task takes a thread of its own, so it starts only where one is left over:
+ * plan_threads above 1 (the caller's) plus the par_spawn tasks still running.  NULL
+ * (nothing started) when none is, or where the kernel cannot. */
 ParTask *par_prefault(void *const *arr, const size_t *bytes, int n);
 
 #endif

@@ -74,7 +74,6 @@ static void ahead_start(Ahead *h, const Plan *p, const SimOptions *opt)
 {
 	*h = (Ahead){.p = p, .opt = *opt};
 	h->opt.stop = &h->stop;
-	h->opt.beside = 1;
 	h->task = par_spawn(ahead_run, h);
 }
 

@@ -136,9 +136,8 @@ static int setup_remote_edges(S *s)
 	return 0;
 }
 
-/* With --threads (and a thread to spare: SimOptions.beside), a task pages the per-op
- * times in beside the run, which writes them in time order across the ranks
- * (par_prefault). */
+/* With a thread to spare (par_prefault), a task pages the per-op times in beside the
+ * run, which writes them in time order across the ranks. */
 static void prefault_times(S *s)
 {
 	void **arr = calloc((size_t)s->world + 1, sizeof *arr);
@@ -246,7 +245,7 @@ int sim_setup(S *s)
 				return -1;
 		}
 	}
-	if (s->opt.record_ops && plan_threads > 1 + (s->opt.beside != 0))
+	if (s->opt.record_ops && plan_threads > 1)
 		prefault_times(s);
 	s->xfer_bytes = -1;
 	s->last_end = -1;

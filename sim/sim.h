@@ -53,12 +53,6 @@ typedef struct {
 	 * returns -1 with "stopped" in res->message (pipesim drops a run beside the
 	 * verifier when the plan does not verify). */
 	const int *stop;
-	/* 1: the run shares the worker threads with the caller's own work (pipesim runs it
-	 * beside the verifier, whose walk takes the other threads): the per-op times are
-	 * then paged in ahead of the run (plan/par.h, par_prefault) only when a thread is
-	 * left over, with --threads 3 or more.  On two cores such a task took the run's
-	 * core more than it saved it (docs/pipesim.md, "Speed and memory"). */
-	int beside;
 } SimOptions;
 
 /* Times of one op.  Compute ops: when they ran.  Comm ops: start is when their group

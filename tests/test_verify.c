@@ -365,6 +365,42 @@ static void par__prefault__changes_nothing(void **state)
 	assert_null(par_prefault(arr, bytes, 0)); // one thread: no task
 }
 
+/* par_prefault called from a par_spawn task (as pipesim's simulation beside the
+ * verifier calls it): a task of its own only with a thread left over, the caller's and
+ * the running task's being two of plan_threads. */
+typedef struct {
+	int started;
+} Inside;
+
+static void prefault_inside(void *arg)
+{
+	enum { BYTES = 1 << 20 };
+	void *arr[1] = {malloc(BYTES)};
+	size_t bytes[1] = {BYTES};
+	ParTask *t = arr[0] ? par_prefault(arr, bytes, 1) : NULL;
+	((Inside *)arg)->started = t != NULL;
+	par_join(t);
+	free(arr[0]);
+}
+
+static void par__prefault__only_with_a_thread_to_spare(void **state)
+{
+	(void)state;
+	for (int threads = 2; threads <= 3; threads++) {
+		plan_threads = threads;
+		Inside in = {-1};
+		ParTask *t = par_spawn(prefault_inside, &in);
+		assert_non_null(t);
+		par_join(t);
+#ifdef MADV_POPULATE_WRITE
+		assert_int_equal(in.started, threads > 2);
+#else
+		assert_int_equal(in.started, 0);
+#endif
+	}
+	plan_threads = 1;
+}
+
 /* --threads 0: one worker per online CPU, within bounds; any other count stays. */
 static void par__threads_0__one_per_cpu(void **state)
 {
@@ -402,6 +438,7 @@ int main(void)
 		cmocka_unit_test(verify__many_peers__each_pair_matched),
 		cmocka_unit_test(par__every_item_once__and_a_stop_is_returned),
 		cmocka_unit_test(par__prefault__changes_nothing),
+		cmocka_unit_test(par__prefault__only_with_a_thread_to_spare),
 		cmocka_unit_test(par__hold__fewer_workers_at_least_one),
 		cmocka_unit_test(mem__ranks_on_threads__each_rank_as_alone),
 		cmocka_unit_test(par__threads_0__one_per_cpu),
