@@ -414,7 +414,7 @@ static void write_body(Out *o, const Plan *p)
 		put(o, "link ideal\n");
 	else
 		putf(o, "link latency_ns=%" PRId64 " bandwidth=%.17g\n", p->latency_ns, p->bandwidth);
-	if (p->dims[DIM_TP] > 1)
+	if (p->dims[DIM_TP] > 1 && p->node_bandwidth > 0) // a read plan may have none: no node
 		putf(o, "node per_node=%d latency_ns=%" PRId64 " bandwidth=%.17g\n", p->per_node,
 		     p->node_latency_ns, p->node_bandwidth);
 	if (p->optim.given)

@@ -125,6 +125,40 @@ static void plan__fnv1a_plan__reads_and_writes_lanes4(void **state)
 	free(text);
 }
 
+/* A tp > 1 plan without its `node` line reads (no tp group is then inside a node,
+ * docs/plan-format.md) and writes back without one, text that reads again to the same
+ * text: the writer once put `node per_node=0 ... bandwidth=0` there, which the reader
+ * refuses (found by fuzz_plan). */
+static void plan__tp_plan_without_node_line__writes_back_readable(void **state)
+{
+	(void)state;
+	size_t n, nb, nc;
+	char *text = slurp("tests/plans/good/tp2.plan", &n);
+	char *node = strstr(text, "\nnode ");
+	assert_non_null(node);
+	const char *eol = strchr(node + 1, '\n');
+	memmove(node, eol, strlen(eol) + 1);
+	n = strlen(text);
+	PlanError err;
+	Plan *p = read_text(text, n, &err);
+	if (!p)
+		fail_msg("line %lld: %s", (long long)err.line, err.msg);
+	assert_int_equal(plan_verify(p, &err), 0);
+	char *b = text_of(p, &nb);
+	assert_null(strstr(b, "\nnode "));
+	Plan *q = read_text(b, nb, &err);
+	if (!q)
+		fail_msg("written back, line %lld: %s", (long long)err.line, err.msg);
+	char *c = text_of(q, &nc);
+	assert_int_equal(nb, nc);
+	assert_memory_equal(b, c, nb);
+	plan_free(q);
+	plan_free(p);
+	free(c);
+	free(b);
+	free(text);
+}
+
 /* Each digit after the header changed to another digit: the plan is refused with a
  * located error, a checksum mismatch at line 1 whenever the text still parses. */
 static void refuse_digit_changes(char *text, size_t n)
@@ -530,6 +564,7 @@ int main(void)
 		cmocka_unit_test(checksum__any_split__same_sum),
 		cmocka_unit_test(checksum__lanes4__every_byte_change_caught),
 		cmocka_unit_test(plan__fnv1a_plan__reads_and_writes_lanes4),
+		cmocka_unit_test(plan__tp_plan_without_node_line__writes_back_readable),
 		cmocka_unit_test(plan__reader__changed_digits_refused),
 		cmocka_unit_test(plan__reader__bad_checksum_header_located),
 		cmocka_unit_test(plan__reader__fast_path_agrees_with_parser),

@@ -2,7 +2,8 @@
 # Runs every libFuzzer target in FUZZBIN for SECONDS each, from seed corpora built out of
 # the project's own inputs: examples/*.pipe, tests/golden/*/*.pipe and the regression
 # seeds in tests/fuzz/seeds/ for fuzz_compile,
-# tests/plans/*/*.plan and the examples compiled by TOOLBIN/pipecc for the plan targets,
+# tests/plans/*/*.plan, the regression seeds tests/fuzz/seeds/*.plan and the examples
+# compiled by TOOLBIN/pipecc for the plan targets,
 # and those plans converted to the binary form for fuzz_binplan.
 # Prints executions and crashes per target; a crash keeps its input under
 # build/fuzz/crashes/ and fails the run.  Ends with "N passed, N failed".
@@ -19,6 +20,7 @@ mkdir -p "$work/pipe" "$work/plan" "$work/binplan"
 cp examples/*.pipe "$work/pipe/"
 for f in tests/golden/*/*.pipe tests/fuzz/seeds/*.pipe; do [ -f "$f" ] && cp "$f" "$work/pipe/"; done
 for f in tests/plans/*/*.plan; do cp "$f" "$work/plan/$(basename "$(dirname "$f")")-$(basename "$f")"; done
+for f in tests/fuzz/seeds/*.plan; do [ -f "$f" ] && cp "$f" "$work/plan/seed-$(basename "$f")"; done
 for f in examples/*.pipe; do
 	"$TOOLBIN/pipecc" "$f" -o "$work/plan/$(basename "$f" .pipe).plan" 2>/dev/null ||
 		rm -f "$work/plan/$(basename "$f" .pipe).plan"
