@@ -45,6 +45,19 @@ static Plan *read_text(const char *text, size_t n, PlanError *err)
 	return p;
 }
 
+/* Text that must read and verify (read_good, plan_lib.h, reads a file): the plan, or
+ * the test fails with the located error. */
+static Plan *read_good_text(const char *text, size_t n)
+{
+	PlanError err;
+	Plan *p = read_text(text, n, &err);
+	if (!p)
+		fail_msg("line %lld: %s", (long long)err.line, err.msg);
+	if (plan_verify(p, &err))
+		fail_msg("does not verify: line %lld: %s", (long long)err.line, err.msg);
+	return p;
+}
+
 /* Pieces of 1 to 70 bytes give the one-piece sum, for every kind; FNV-1a is the plain
  * byte-wise function.  The documented test vectors (docs/plan-format.md) hold. */
 static void checksum__any_split__same_sum(void **state)
@@ -101,11 +114,7 @@ static void plan__fnv1a_plan__reads_and_writes_lanes4(void **state)
 	size_t n, nb;
 	char *text = slurp(FNV_PLAN, &n);
 	assert_memory_equal(text, "pipecc-plan 3 fnv1a=", 20);
-	PlanError err;
-	Plan *p = read_text(text, n, &err);
-	if (!p)
-		fail_msg("line %lld: %s", (long long)err.line, err.msg);
-	assert_int_equal(plan_verify(p, &err), 0);
+	Plan *p = read_good_text(text, n);
 	char *b = text_of(p, &nb);
 	assert_memory_equal(b, "pipecc-plan 3 lanes4=", 21);
 	const char *body = strchr(text, '\n') + 1, *bbody = strchr(b, '\n') + 1;
@@ -116,10 +125,7 @@ static void plan__fnv1a_plan__reads_and_writes_lanes4(void **state)
 	snprintf(want, sizeof want, "pipecc-plan 3 lanes4=%016llx\n",
 	         (unsigned long long)plan_hash(PLAN_SUM_LANES4, bbody, len));
 	assert_memory_equal(b, want, strlen(want));
-	Plan *q = read_text(b, nb, &err);
-	if (!q)
-		fail_msg("line %lld: %s", (long long)err.line, err.msg);
-	plan_free(q);
+	plan_free(read_good_text(b, nb));
 	plan_free(p);
 	free(b);
 	free(text);
@@ -138,17 +144,10 @@ static void plan__tp_plan_without_node_line__writes_back_readable(void **state)
 	assert_non_null(node);
 	const char *eol = strchr(node + 1, '\n');
 	memmove(node, eol, strlen(eol) + 1);
-	n = strlen(text);
-	PlanError err;
-	Plan *p = read_text(text, n, &err);
-	if (!p)
-		fail_msg("line %lld: %s", (long long)err.line, err.msg);
-	assert_int_equal(plan_verify(p, &err), 0);
+	Plan *p = read_good_text(text, strlen(text));
 	char *b = text_of(p, &nb);
 	assert_null(strstr(b, "\nnode "));
-	Plan *q = read_text(b, nb, &err);
-	if (!q)
-		fail_msg("written back, line %lld: %s", (long long)err.line, err.msg);
+	Plan *q = read_good_text(b, nb);
 	char *c = text_of(q, &nc);
 	assert_int_equal(nb, nc);
 	assert_memory_equal(b, c, nb);
