@@ -90,7 +90,18 @@ struct ParTask {
 	pthread_t th;
 	void (*fn)(void *);
 	void *arg;
+	atomic_int *stop;   // set by par_join, for an fn that can stop early; or NULL
+	void (*done)(void *arg); // par_join's last step (frees arg), fn run or not; or NULL
+	int deferred;       // no thread of its own: par_help runs it, or par_join drops it
+	int state;          // deferred: TASK_WAITING, TASK_RUNNING or TASK_DONE, under lock
+	ParTask *next;      // deferred and waiting: the list par_help takes from
 };
+
+enum { TASK_WAITING, TASK_RUNNING, TASK_DONE };
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t done_cond = PTHREAD_COND_INITIALIZER;
+static ParTask *waiting; // deferred tasks no thread has taken yet
 
 static atomic_int tasks; // par_spawn's tasks whose fn has not returned
 
@@ -102,14 +113,15 @@ static void *task_main(void *a)
 	return NULL;
 }
 
-ParTask *par_spawn(void (*fn)(void *arg), void *arg)
+static ParTask *spawn(void (*fn)(void *arg), void *arg, atomic_int *stop,
+                      void (*done)(void *arg))
 {
 	if (plan_threads < 2)
 		return NULL;
 	ParTask *t = malloc(sizeof *t);
 	if (!t)
 		return NULL;
-	*t = (ParTask){.fn = fn, .arg = arg};
+	*t = (ParTask){.fn = fn, .arg = arg, .stop = stop, .done = done};
 	atomic_fetch_add(&tasks, 1);
 	if (pthread_create(&t->th, NULL, task_main, t)) {
 		atomic_fetch_sub(&tasks, 1);
@@ -119,12 +131,73 @@ ParTask *par_spawn(void (*fn)(void *arg), void *arg)
 	return t;
 }
 
+ParTask *par_spawn(void (*fn)(void *arg), void *arg)
+{
+	return spawn(fn, arg, NULL, NULL);
+}
+
 void par_join(ParTask *t)
 {
 	if (!t)
 		return;
-	pthread_join(t->th, NULL);
+	if (t->stop)
+		atomic_store(t->stop, 1);
+	if (!t->deferred) {
+		pthread_join(t->th, NULL);
+	} else {
+		pthread_mutex_lock(&lock);
+		if (t->state == TASK_WAITING) { // never taken: unlink it, fn is not run
+			ParTask **l = &waiting;
+			while (*l != t)
+				l = &(*l)->next;
+			*l = t->next;
+			t->state = TASK_DONE;
+		}
+		while (t->state != TASK_DONE)
+			pthread_cond_wait(&done_cond, &lock);
+		pthread_mutex_unlock(&lock);
+	}
+	if (t->done)
+		t->done(t->arg);
 	free(t);
+}
+
+void par_help(void)
+{
+	for (;;) {
+		pthread_mutex_lock(&lock);
+		ParTask *t = waiting;
+		if (t) {
+			waiting = t->next;
+			t->state = TASK_RUNNING;
+		}
+		pthread_mutex_unlock(&lock);
+		if (!t)
+			return;
+		t->fn(t->arg);
+		pthread_mutex_lock(&lock);
+		t->state = TASK_DONE;
+		pthread_cond_broadcast(&done_cond);
+		pthread_mutex_unlock(&lock);
+	}
+}
+
+#ifdef MADV_POPULATE_WRITE
+/* fn(arg) kept for par_help: a task that takes no thread of its own, dropped by
+ * par_join when no thread has taken it. */
+static ParTask *defer(void (*fn)(void *arg), void *arg, atomic_int *stop,
+                      void (*done)(void *arg))
+{
+	ParTask *t = malloc(sizeof *t);
+	if (!t)
+		return NULL;
+	*t = (ParTask){.fn = fn, .arg = arg, .stop = stop, .done = done, .deferred = 1,
+	               .state = TASK_WAITING};
+	pthread_mutex_lock(&lock);
+	t->next = waiting;
+	waiting = t;
+	pthread_mutex_unlock(&lock);
+	return t;
 }
 
 /* par_prefault's work: the arrays' page-aligned insides, PREFAULT_SLICE bytes of each
@@ -135,44 +208,45 @@ void par_join(ParTask *t)
 typedef struct {
 	int n;
 	uintptr_t *lo, *hi; // [n]: each array's first and past-last whole page
+	atomic_int stop;    // the writer is done (par_join): the rest is not worth paging in
 } Prefault;
+
+static void prefault_free(void *a)
+{
+	Prefault *pf = a;
+	free(pf->lo);
+	free(pf);
+}
 
 static void prefault_run(void *a)
 {
 	Prefault *pf = a;
-#ifdef MADV_POPULATE_WRITE
 	for (uintptr_t off = 0, more = 1; more; off += PREFAULT_SLICE) {
 		more = 0;
+		if (atomic_load_explicit(&pf->stop, memory_order_relaxed))
+			break;
 		for (int i = 0; i < pf->n; i++) {
 			uintptr_t s = pf->lo[i] + off, e = s + PREFAULT_SLICE;
 			if (s >= pf->hi[i])
 				continue;
 			more = 1;
 			if (madvise((void *)s, (e < pf->hi[i] ? e : pf->hi[i]) - s, MADV_POPULATE_WRITE))
-				goto out; // the kernel cannot (EINVAL before Linux 5.14): leave it to faults
+				return; // the kernel cannot (EINVAL before Linux 5.14): leave it to faults
 		}
 	}
-out:
-#endif
-	free(pf->lo);
-	free(pf);
 }
 
 ParTask *par_prefault(void *const *arr, const size_t *bytes, int n)
 {
-#ifdef MADV_POPULATE_WRITE
 	long page = sysconf(_SC_PAGESIZE);
-	/* The caller's thread and every running task hold a thread each: a task of its own
-	 * only with one left over (pipesim's simulation beside the verifier, which takes the
-	 * other threads, gets none on two). */
-	int spare = plan_threads > 1 + atomic_load(&tasks);
-	Prefault *pf = spare && page > 0 ? malloc(sizeof *pf) : NULL;
+	Prefault *pf = plan_threads > 1 && page > 0 ? malloc(sizeof *pf) : NULL;
 	uintptr_t *lh = pf ? malloc(2 * ((size_t)n + 1) * sizeof *lh) : NULL;
 	if (!lh) {
 		free(pf);
 		return NULL;
 	}
-	*pf = (Prefault){n, lh, lh + n};
+	*pf = (Prefault){.n = n, .lo = lh, .hi = lh + n};
+	atomic_init(&pf->stop, 0);
 	for (int i = 0; i < n; i++) {
 		uintptr_t p = (uintptr_t)arr[i], m = (uintptr_t)page - 1;
 		pf->lo[i] = (p + m) & ~m;
@@ -180,14 +254,20 @@ ParTask *par_prefault(void *const *arr, const size_t *bytes, int n)
 		if (pf->hi[i] < pf->lo[i])
 			pf->hi[i] = pf->lo[i];
 	}
-	ParTask *t = par_spawn(prefault_run, pf);
-	if (!t) {
-		free(lh);
-		free(pf);
-	}
+	/* The caller's thread and every running task hold a thread each: a task of its own
+	 * only with one left over; else the work waits for a thread done with its own
+	 * (par_help: pipesim's verifier, beside the simulation that writes the arrays). */
+	ParTask *t = plan_threads > 1 + atomic_load(&tasks)
+	                     ? spawn(prefault_run, pf, &pf->stop, prefault_free)
+	                     : defer(prefault_run, pf, &pf->stop, prefault_free);
+	if (!t)
+		prefault_free(pf);
 	return t;
+}
 #else
+ParTask *par_prefault(void *const *arr, const size_t *bytes, int n)
+{
 	(void)arr, (void)bytes, (void)n;
 	return NULL;
-#endif
 }
+#endif

@@ -2,10 +2,10 @@
  * more (pipecc, pipesim); then the passes over every rank that need nothing from the
  * others' results (reading a plan, text or binary; verifying; writing, par_out.h) hand
  * ranks out to N workers, and a task pages the lowering's op lists and the simulator's
- * per-op times in ahead of their writer (par_prefault).  Each such pass gives the same result as on one thread: a worker that meets
- * anything but the common case (a fault, a refused line, out of memory) stops the
- * pass, and the caller runs it again on one thread, which reports exactly what it
- * always did (docs/architecture.md, "Threads"). */
+ * per-op times in ahead of their writer (par_prefault).  Each such pass gives the same
+ * result as on one thread: a worker that meets anything but the common case (a fault,
+ * a refused line, out of memory) stops the pass, and the caller runs it again on one
+ * thread, which reports exactly what it always did (docs/architecture.md, "Threads"). */
 #ifndef PLAN_PAR_H
 #define PLAN_PAR_H
 
@@ -44,16 +44,21 @@ typedef struct ParTask ParTask;
 /* Starts fn(arg) on a thread of its own when plan_threads > 1; NULL when it does not
  * (one thread asked for, or none could start): fn is then not run at all. */
 ParTask *par_spawn(void (*fn)(void *arg), void *arg);
-/* Waits for t's fn to return and frees t; NULL: nothing to wait for. */
+/* Waits for t's fn to return and frees t; NULL: nothing to wait for.  A par_prefault
+ * task is asked to stop first (its writer is done), and one no thread took is dropped. */
 void par_join(ParTask *t);
+/* Runs, on the calling thread, the par_prefault work left for a thread done with its
+ * own (where none was left over for a task); returns when none is waiting. */
+void par_help(void);
 
 /* Arrays about to be written once from start to end, side by side (a lowering's op
  * lists): a task pages them in ahead of the writer, a slice of every array at a time,
  * without changing a byte (the kernel's MADV_POPULATE_WRITE), so that on more than one
  * thread the writer meets no page faults.  Join it before any array is freed or moved.
- * The task takes a thread of its own, so it starts only where one is left over:
- * plan_threads above 1 (the caller's) plus the par_spawn tasks still running.  NULL
- * (nothing started) when none is, or where the kernel cannot. */
+ * The task takes a thread of its own where one is left over: plan_threads above 1 (the
+ * caller's) plus the par_spawn tasks still running; else it waits for par_help, and is
+ * dropped at par_join if no thread helped by then.  NULL (nothing to do) on one thread,
+ * or where the kernel cannot. */
 ParTask *par_prefault(void *const *arr, const size_t *bytes, int n);
 
 #endif

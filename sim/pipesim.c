@@ -191,6 +191,10 @@ int pipesim_drive(CliTool *t, PipesimArgs *a)
 	char what[64];
 	snprintf(what, sizeof what, "simulating %lld ops", (long long)plan_total_ops(p));
 	cli_progress_phase(pr, what);
+	/* The verifier's thread is free: it first pages in the per-op times the run will
+	 * write (par_prefault, which the run left for a thread done with its own work). */
+	if (ahead.task)
+		par_help();
 	PlanMem *mem = mem_beside(&ahead, p, report || a->json);
 	SimResult res;
 	rc = ahead_take(&ahead, p, &opt, &res);

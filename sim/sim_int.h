@@ -443,6 +443,10 @@ static inline void record_code(S *s, int r, int64_t i, int64_t start, int64_t en
 		b = t48(s, r, i, 1, end);
 	}
 	s->rk[r].rec[i] = (SimOpRec){a | b << 48, b >> 16 | (uint64_t)(uint32_t)pred_flip(pred) << 32};
+	/* Where another thread paged the records in (par_prefault), they are not in this
+	 * core's cache: fetch them ahead, as the kernel's zeroing of a page faulted here
+	 * would have (a prefetch of a page not yet there does nothing). */
+	__builtin_prefetch((const void *)((uintptr_t)&s->rk[r].rec[i] + 16 * sizeof(SimOpRec)), 1);
 	if (end >= 0) // -1 never ends last: last_end starts at -1 and last_ref below any op
 		note_end(s, r, i, end);
 }

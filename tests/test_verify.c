@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -367,37 +368,74 @@ static void par__prefault__changes_nothing(void **state)
 
 /* par_prefault called from a par_spawn task (as pipesim's simulation beside the
  * verifier calls it): a task of its own only with a thread left over, the caller's and
- * the running task's being two of plan_threads. */
+ * the running task's being two of plan_threads; else the work waits for par_help, and
+ * par_join drops it when no thread helped.  Seen from outside: whether the pages of a
+ * fresh mapping that nothing writes become resident (mincore). */
+enum { INSIDE_PAGES = 64 };
+
 typedef struct {
-	int started;
+	int help;                // 1: the caller par_helps between ready and helped
+	int started, resident;   // par_prefault returned a task; pages resident at par_join
+	int ready, helped;       // the handshake, __atomic
 } Inside;
+
+static int resident_pages(void *a, size_t bytes)
+{
+	unsigned char v[INSIDE_PAGES];
+	if (mincore(a, bytes, v))
+		return -1;
+	int n = 0;
+	for (size_t i = 0; i < bytes / (size_t)sysconf(_SC_PAGESIZE); i++)
+		n += v[i] & 1;
+	return n;
+}
 
 static void prefault_inside(void *arg)
 {
-	enum { BYTES = 1 << 20 };
-	void *arr[1] = {malloc(BYTES)};
-	size_t bytes[1] = {BYTES};
-	ParTask *t = arr[0] ? par_prefault(arr, bytes, 1) : NULL;
-	((Inside *)arg)->started = t != NULL;
+	Inside *in = arg;
+	size_t bytes = INSIDE_PAGES * (size_t)sysconf(_SC_PAGESIZE);
+	void *a = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (a == MAP_FAILED)
+		return;
+	void *arr[1] = {a};
+	size_t sz[1] = {bytes};
+	ParTask *t = par_prefault(arr, sz, 1);
+	in->started = t != NULL;
+	__atomic_store_n(&in->ready, 1, __ATOMIC_RELEASE);
+	while (in->help && !__atomic_load_n(&in->helped, __ATOMIC_ACQUIRE))
+		sched_yield();
+	if (plan_threads > 2) // a thread of its own pages them in, in its own time
+		for (int k = 0; k < 100000 && resident_pages(a, bytes) < INSIDE_PAGES; k++)
+			usleep(100);
+	in->resident = resident_pages(a, bytes);
 	par_join(t);
-	free(arr[0]);
+	munmap(a, bytes);
 }
 
 static void par__prefault__only_with_a_thread_to_spare(void **state)
 {
 	(void)state;
-	for (int threads = 2; threads <= 3; threads++) {
-		plan_threads = threads;
-		Inside in = {-1};
-		ParTask *t = par_spawn(prefault_inside, &in);
-		assert_non_null(t);
-		par_join(t);
+	for (int threads = 2; threads <= 3; threads++)
+		for (int help = 0; help <= 1; help++) {
+			plan_threads = threads;
+			Inside in = {.help = help, .started = -1, .resident = -1};
+			ParTask *t = par_spawn(prefault_inside, &in);
+			assert_non_null(t);
+			while (!__atomic_load_n(&in.ready, __ATOMIC_ACQUIRE))
+				sched_yield();
+			if (help)
+				par_help();
+			__atomic_store_n(&in.helped, 1, __ATOMIC_RELEASE);
+			par_join(t);
+			par_help(); // nothing is left waiting: par_join dropped what no one took
 #ifdef MADV_POPULATE_WRITE
-		assert_int_equal(in.started, threads > 2);
+			assert_int_equal(in.started, 1);
+			/* Deferred and not helped: never run, nothing touched the pages. */
+			assert_int_equal(in.resident, threads == 2 && !help ? 0 : INSIDE_PAGES);
 #else
-		assert_int_equal(in.started, 0);
+			assert_int_equal(in.started, 0);
 #endif
-	}
+		}
 	plan_threads = 1;
 }
 
