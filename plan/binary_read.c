@@ -362,6 +362,7 @@ static void fast_ops(Br *r, BinCtx *c, const PlanOpLimits *l, PlanRank *rk)
 			c->group = group;
 		}
 		c->mb[slot] = mb;
+		plan_populate(out, last);
 		*out = c->prev[slot];
 		out->mb = mb;
 		out->group = group;

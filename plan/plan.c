@@ -227,6 +227,21 @@ void *plan_block_new(size_t bytes, int zero, void **raw)
 	return a;
 }
 
+void plan_populate_step(uintptr_t step, uintptr_t end)
+{
+#ifdef MADV_POPULATE_WRITE
+	static int refused; // the kernel cannot (before Linux 5.14): faults do it
+	uintptr_t e = step + PLAN_POPULATE_STEP;
+	if (e > end)
+		e = end & ~(uintptr_t)4095; // a last page in part: left to its fault
+	if (step < e && !__atomic_load_n(&refused, __ATOMIC_RELAXED) &&
+	    madvise((void *)step, e - step, MADV_POPULATE_WRITE))
+		__atomic_store_n(&refused, 1, __ATOMIC_RELAXED);
+#else
+	(void)step, (void)end;
+#endif
+}
+
 size_t plan_block_ops(Plan *p, PlanRank *const *rk, const int64_t *n, int count, int lines)
 {
 	size_t total = 0, per = sizeof(PlanOp) + (lines ? sizeof(int32_t) : 0);

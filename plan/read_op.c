@@ -278,6 +278,7 @@ int64_t plan_read_ops_fast(const char *s, const char *end, const PlanOpLimits *l
 	for (; j < n; j++) {
 		unsigned k = shape_of(s);
 		int32_t *ln = lines ? &lines[j] : &none;
+		plan_populate(&ops[j], &ops[n]);
 		if ((e = by_shape(&sh[k], s, end, l, &ops[j], ln))) {
 			s = e;
 			continue;

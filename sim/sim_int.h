@@ -442,6 +442,7 @@ static inline void record_code(S *s, int r, int64_t i, int64_t start, int64_t en
 		a = t48(s, r, i, 0, start);
 		b = t48(s, r, i, 1, end);
 	}
+	plan_populate(&s->rk[r].rec[i], &s->rk[r].rec[s->p->ranks[r].nops]);
 	s->rk[r].rec[i] = (SimOpRec){a | b << 48, b >> 16 | (uint64_t)(uint32_t)pred_flip(pred) << 32};
 	/* Where another thread paged the records in (par_prefault), they are not in this
 	 * core's cache: fetch them ahead, as the kernel's zeroing of a page faulted here

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include <cmocka.h>
 
@@ -424,6 +425,57 @@ static void plan__block_new__aligned_and_zeroed(void **state)
 	free(raw);
 }
 
+/* plan_populate: an element reaching into a new PLAN_POPULATE_STEP pages that step in
+ * (up to the array's end, whole pages only), one that does not pages nothing, and no
+ * byte changes.  Seen through mincore on a fresh mapping nobody writes. */
+static int resident(const unsigned char *a, uintptr_t page)
+{
+	unsigned char v;
+	assert_int_equal(mincore((void *)(a + page * 4096), 4096, &v), 0);
+	return v & 1;
+}
+
+static void plan__populate__pages_in_the_step_an_element_enters(void **state)
+{
+	(void)state;
+	enum { STEPS = 4 };
+	const uintptr_t step = PLAN_POPULATE_STEP, per = step / 4096;
+	size_t len = (STEPS + 1) * step;
+	unsigned char *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	assert_true(m != MAP_FAILED);
+	unsigned char *base = (unsigned char *)(((uintptr_t)m + step - 1) & ~(step - 1));
+	memset(base, 0x5a, 100); // page 0: written before
+	typedef struct {
+		char b[24]; // no power of two: elements straddle the boundaries
+	} El;
+	El *arr = (El *)(base + 8);
+	const unsigned char *end = base + 2 * step + 5000; // in page 2 * per + 1
+	size_t n = (size_t)(end - (unsigned char *)arr) / sizeof(El);
+	for (size_t i = 0; i + 1 < (step - 8) / sizeof(El); i++) // all within step 0
+		plan_populate(&arr[i], end);
+	for (uintptr_t pg = 1; pg < STEPS * per; pg++)
+		assert_int_equal(resident(base, pg), 0);
+#ifdef MADV_POPULATE_WRITE
+	if (madvise(base + step - 4096, 4096, MADV_POPULATE_WRITE)) { // kernel before 5.14
+		munmap(m, len);
+		skip();
+	}
+	for (size_t i = 0; i < n; i++)
+		plan_populate(&arr[i], end);
+	assert_int_equal(resident(base, 0), 1);
+	for (uintptr_t pg = 1; pg < per - 1; pg++) // step 0: never entered, only written
+		assert_int_equal(resident(base, pg), 0);
+	for (uintptr_t pg = per; pg < 2 * per + 1; pg++) // steps 1 and 2 to end's page
+		assert_int_equal(resident(base, pg), 1);
+	for (uintptr_t pg = 2 * per + 1; pg < STEPS * per; pg++) // end's page and past
+		assert_int_equal(resident(base, pg), 0);
+#endif
+	for (size_t i = 0; i < STEPS * step; i++)
+		if (base[i] != (i < 100 ? 0x5a : 0))
+			fail_msg("byte %zu changed", i);
+	munmap(m, len);
+}
+
 /* plan_block_take: ranks whose arrays pass PLAN_TAKE_MIN are carved one after the other
  * from one block (each rank's ops on a cache line, its lines after them), a small one
  * gets arrays of its own, one that does not fit the block's rest starts another; the
@@ -573,6 +625,7 @@ int main(void)
 		cmocka_unit_test(plan__block_new__aligned_and_zeroed),
 		cmocka_unit_test(plan__block_take__carves_ranks_in_turn),
 		cmocka_unit_test(plan__block_new__huge_hint_only_when_asked),
+		cmocka_unit_test(plan__populate__pages_in_the_step_an_element_enters),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
