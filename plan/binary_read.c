@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -380,8 +381,8 @@ static void fast_ops(Br *r, BinCtx *c, const PlanOpLimits *l, PlanRank *rk)
 static int read_ops(Br *r, const Plan *p, int rank, const PlanOpLimits *l, uint64_t n, int64_t at)
 {
 	PlanRank *rk = &p->ranks[rank];
-	if (rk->inblock && rk->ops_cap == (int64_t)n) // par_ops gave it its arrays
-		rk->nops = 0;
+	if (rk->ops && !rk->nops && rk->ops_cap == (int64_t)n) // par_ops gave it its arrays
+		;
 	else
 		plan_rank_drop_ops(rk);
 	int tp = p->dims[DIM_TP];
@@ -472,31 +473,34 @@ static int br_open(Br *r, FILE *f, const char *name, unsigned keep, PlanError *e
 }
 
 /* The ops of a file of known size, read whole (on worker threads when plan_threads > 1,
- * else in turn).  A sequential pass finds where each rank's ops start by skipping them
- * (an op is its header byte, then when fields follow a mask byte and a varint per bit
- * set: no value is decoded), which gives every rank's count first: all the arrays are
- * then one block (plan_block_ops, which huge pages can back whole: plan.h).  par_for
- * decodes rank after rank, each on its own copy of the cursor over the shared bytes,
- * with the functions the streaming reader uses
- * (read_ops: fast_ops, get_op, plan_op_check), while item 0 checks the checksum.  The
- * attempt reports no error: on anything at all (a bad coding, a value out of range, a
- * truncation, a checksum mismatch, out of memory) it is thrown away and the streaming
- * reader runs from the file's start, so an error is reported exactly as from a pipe
- * (byte offsets and messages alike): neither threads nor the block can change what a
- * bad file gets, only how fast a good one is read, into the same Plan (the same
- * exact-size arrays, since a known size sizes them by their count either way). */
+ * else in turn).  Item 0 of a par_for finds where each rank's ops start by skipping
+ * them (an op is its header byte, then when fields follow a mask byte and a varint per
+ * bit set: no value is decoded), which gives each rank's count before its ops: it
+ * carves the rank's arrays from blocks of p's (plan_block_take, which huge pages can
+ * back whole: plan.h) and publishes the rank.  Item 1 checks the checksum beside it.
+ * Items 2 .. world + 1 decode rank after rank, each as soon as item 0 published it (so
+ * the decoding starts while the skipping goes on), on its own copy of the cursor over
+ * the shared bytes, with the functions the streaming reader uses (read_ops: fast_ops,
+ * get_op, plan_op_check).  The attempt reports no error: on anything at all (a bad
+ * coding, a value out of range, a truncation, a checksum mismatch, out of memory) it is
+ * thrown away and the streaming reader runs from the file's start, so an error is
+ * reported exactly as from a pipe (byte offsets and messages alike): neither threads
+ * nor the blocks can change what a bad file gets, only how fast a good one is read,
+ * into the same Plan (the same exact-size arrays, since a known size sizes them by
+ * their count either way). */
 typedef struct {
 	int64_t n;         // the rank's ops
 	size_t start, end; // its ops' bytes in the op section, after its count
 } RankSpan;
 
 typedef struct {
-	const Br *r; // the cursor every rank starts from a copy of
-	const Plan *p;
+	const Br *r; // the cursor every rank starts from a copy of, over the op section
+	Plan *p;
 	const PlanOpLimits *l;
-	const RankSpan *span;
+	RankSpan *span;
 	PlanHash h; // up to the op section
 	uint64_t want; // the checksum the file says
+	int ready;  // ranks item 0 has published (__atomic), or -1 once it failed
 } ParRead;
 
 /* The end of n ops from s[at] (the section's len bytes), or 0 when they do not fit. */
@@ -522,16 +526,50 @@ static size_t skip_ops(const unsigned char *s, size_t len, size_t at, uint64_t n
 	return at;
 }
 
+/* Item 0: every rank's count, span and arrays, published rank by rank; then that the
+ * ranks end where the trailer starts.  Nonzero (and ready -1) on anything. */
+static int find_ranks(ParRead *pr)
+{
+	const unsigned char *sec = pr->r->blk;
+	size_t len = pr->r->len, at = 0;
+	int lines = (pr->r->keep & PLAN_KEEP_LINES) != 0;
+	for (int k = 0; k < pr->p->world; k++) {
+		const unsigned char *q = sec + at;
+		uint64_t n;
+		if (varint(&q, sec + len, &n) || n > (uint64_t)INT64_MAX / 64)
+			break;
+		RankSpan *s = &pr->span[k];
+		*s = (RankSpan){(int64_t)n, (size_t)(q - sec), 0};
+		s->end = at = skip_ops(sec, len, s->start, n);
+		PlanRank *rk = &pr->p->ranks[k];
+		plan_rank_drop_ops(rk); // whatever the skeleton gave it: it gets its own
+		if (!at || plan_block_take(pr->p, rk, s->n, lines))
+			break;
+		__atomic_store_n(&pr->ready, k + 1, __ATOMIC_RELEASE);
+	}
+	if (__atomic_load_n(&pr->ready, __ATOMIC_RELAXED) == pr->p->world &&
+	    at == len - PLAN_BIN_TRAILER)
+		return 0;
+	__atomic_store_n(&pr->ready, -1, __ATOMIC_RELEASE);
+	return 1;
+}
+
 static int par_item(void *arg, int64_t i, int w)
 {
 	(void)w;
-	const ParRead *pr = arg;
-	if (i == 0) {
+	ParRead *pr = arg;
+	if (i == 0)
+		return find_ranks(pr);
+	if (i == 1) {
 		PlanHash h = pr->h;
 		plan_hash_update(&h, pr->r->blk, pr->r->len - PLAN_BIN_TRAILER);
 		return plan_hash_final(&h) != pr->want;
 	}
-	int rank = (int)(i - 1);
+	int rank = (int)(i - 2), ready;
+	while ((ready = __atomic_load_n(&pr->ready, __ATOMIC_ACQUIRE)) >= 0 && ready <= rank)
+		sched_yield(); // item 0 runs on another worker (one worker takes items in turn)
+	if (ready < 0)
+		return 1;
 	const RankSpan *s = &pr->span[rank];
 	Br r = *pr->r;
 	PlanError e;
@@ -541,27 +579,15 @@ static int par_item(void *arg, int64_t i, int w)
 	       r.pos != s->end;
 }
 
-/* Every rank's arrays, sized by its count, in one block of p's (plan_block_ops). */
-static int block_ops(const Br *r, Plan *p, const RankSpan *span)
-{
-	int64_t *n = malloc((size_t)p->world * sizeof *n + 1);
-	for (int i = 0; n && i < p->world; i++)
-		n[i] = span[i].n;
-	int rc = !n || plan_block_ops(p, NULL, n, p->world, (r->keep & PLAN_KEEP_LINES) != 0);
-	free(n);
-	return rc;
-}
-
-/* r at the op section of p, a file of r->size bytes: reads it whole, sizes every rank's
- * arrays in one block and decodes them on the workers (one: in turn).  0, or -1 on
- * anything (nothing reported). */
+/* r at the op section of p, a file of r->size bytes: reads it whole and decodes it
+ * (above).  0, or -1 on anything (nothing reported). */
 static int par_ops(Br *r, Plan *p)
 {
 	int64_t at0 = here(r);
 	size_t len = (size_t)(r->size - at0), got = r->len - r->pos;
 	unsigned char *sec = malloc(len);
-	RankSpan *span = malloc((size_t)p->world * sizeof *span);
-	if (!sec || !span || got > len) {
+	RankSpan *span = malloc((size_t)p->world * sizeof *span + 1);
+	if (!sec || !span || got > len || len < PLAN_BIN_TRAILER) {
 		free(sec);
 		free(span);
 		return -1;
@@ -570,20 +596,6 @@ static int par_ops(Br *r, Plan *p)
 	int whole = fread(sec + got, 1, len - got, r->f) == len - got && getc(r->f) == EOF;
 	plan_hash_update(&r->h, r->blk + r->hashed, r->pos - r->hashed);
 	ParRead pr = {.r = r, .p = p, .span = span, .h = r->h};
-	if (whole) // else the file changed size since fstat
-		pr.want = le(sec + len - PLAN_BIN_TRAILER, 8);
-	size_t at = 0;
-	int k = 0;
-	for (; k < p->world && whole; k++) {
-		const unsigned char *q = sec + at;
-		uint64_t n;
-		if (varint(&q, sec + len, &n) || n > (uint64_t)INT64_MAX / 64)
-			break;
-		span[k] = (RankSpan){(int64_t)n, (size_t)(q - sec), 0};
-		span[k].end = at = skip_ops(sec, len, span[k].start, n);
-		if (!at)
-			break;
-	}
 	free(r->blk); // the section is the block from now on, the whole file's rest
 	r->blk = sec;
 	r->len = len;
@@ -592,8 +604,11 @@ static int par_ops(Br *r, Plan *p)
 	r->eof = 1;
 	PlanOpLimits l = plan_op_limits(p);
 	pr.l = &l;
-	int rc = k < p->world || at != len - PLAN_BIN_TRAILER || block_ops(r, p, span) ||
-	         par_for(p->world + 1, par_item, &pr);
+	int rc = !whole; // else the file changed size since fstat
+	if (!rc) {
+		pr.want = le(sec + len - PLAN_BIN_TRAILER, 8);
+		rc = par_for((int64_t)p->world + 2, par_item, &pr);
+	}
 	free(span);
 	return rc ? -1 : 0;
 }
