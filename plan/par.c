@@ -1,6 +1,7 @@
 /* Worker threads for the per-rank passes (par.h): one shared counter hands out items. */
 #include "par.h"
 
+#include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -84,6 +85,54 @@ int par_for(int64_t n, ParFn fn, void *arg)
 	for (int k = 0; k < started; k++)
 		pthread_join(th[k], NULL);
 	return atomic_load(&ps.stop);
+}
+
+/* par_free's slices: PAR_FREE_SLICE bytes of a block each, page-aligned within it. */
+#define PAR_FREE_SLICE ((size_t)16 << 20)
+
+typedef struct {
+	char *const *lo; // [n]: each block's first whole page
+	const size_t *len;
+	const int64_t *first; // [n + 1]: each block's first slice
+	int n;
+} Slices;
+
+static int give_back(void *arg, int64_t i, int w)
+{
+	(void)w;
+	const Slices *s = arg;
+	int b = 0;
+	while (s->first[b + 1] <= i)
+		b++;
+	size_t off = (size_t)(i - s->first[b]) * PAR_FREE_SLICE;
+	size_t len = s->len[b] - off < PAR_FREE_SLICE ? s->len[b] - off : PAR_FREE_SLICE;
+	(void)madvise(s->lo[b] + off, len, MADV_DONTNEED); // a failure leaves it to free()
+	return 0;
+}
+
+void par_free(void *const *raw, int n)
+{
+	enum { MAX = 64 };
+	char *lo[MAX];
+	size_t len[MAX];
+	int64_t first[MAX + 1] = {0};
+	long page = sysconf(_SC_PAGESIZE);
+	int k = 0;
+	for (int i = 0; i < n && k < MAX && plan_threads > 1 && page > 0; i++) { // the rest: free()
+		size_t u = raw[i] ? malloc_usable_size(raw[i]) : 0;
+		uintptr_t a = ((uintptr_t)raw[i] + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
+		uintptr_t e = ((uintptr_t)raw[i] + u) & ~((uintptr_t)page - 1);
+		if (u < PAR_FREE_SLICE || e <= a)
+			continue; // small: free() alone
+		lo[k] = (char *)a;
+		len[k] = e - a;
+		first[k + 1] = first[k] + (int64_t)((len[k] + PAR_FREE_SLICE - 1) / PAR_FREE_SLICE);
+		k++;
+	}
+	if (k && first[k] > 1)
+		par_for(first[k], give_back, &(Slices){lo, len, first, k});
+	for (int i = 0; i < n; i++)
+		free(raw[i]);
 }
 
 struct ParTask {

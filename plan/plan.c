@@ -2,6 +2,7 @@
  * the same way (transfer time, communicator members, op text).  Keeping them here is
  * what makes the compiler, the simulator and the runtime agree. */
 #include "plan.h"
+#include "par.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -181,8 +182,7 @@ void plan_free(Plan *p)
 		}
 	}
 	free(p->ranks);
-	for (int b = 0; b < p->nblocks; b++)
-		free(p->blocks[b]);
+	par_free(p->blocks, p->nblocks);
 	free(p->blocks);
 	free(p);
 }

@@ -15,6 +15,7 @@
  * counter for collectives.  The overlap model (overlap.c) also keeps, per rank, the
  * values in flight between its streams (values.c: receives completed, data produced).
  * Times saturate instead of overflowing, so any plan the reader accepts runs safely. */
+#include "../plan/par.h"
 #include "p2p.h"
 
 #include <math.h>
@@ -339,7 +340,7 @@ void sim_result_free(SimResult *res)
 {
 	if (!res)
 		return;
-	free(res->recblock);
+	par_free(&res->recblock, 1);
 	free(res->ranks);
 	free(res->wide);
 	free(res->links);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <malloc.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -439,6 +440,40 @@ static void par__prefault__only_with_a_thread_to_spare(void **state)
 	plan_threads = 1;
 }
 
+/* par_free frees every block (the sanitizer build checks: no leak, no bad free),
+ * NULL ones skipped, on one thread or on two (pages handed back in slices first), and
+ * touches no byte outside them: small allocations made around them keep theirs. */
+static void par__free__blocks_freed_and_nothing_else_touched(void **state)
+{
+	(void)state;
+	enum { N = 4, SMALL = 5000 };
+	const size_t sizes[N] = {(size_t)40 << 20, 0, ((size_t)17 << 20) + 5, 100};
+	mallopt(M_MMAP_THRESHOLD, 64 << 20); // on the heap, side by side with the small ones
+	for (int threads = 1; threads <= 2; threads++) {
+		plan_threads = threads;
+		unsigned char *before = malloc(SMALL), *after;
+		void *raw[N];
+		for (int i = 0; i < N; i++) {
+			raw[i] = sizes[i] ? malloc(sizes[i]) : NULL;
+			assert_true(!sizes[i] || raw[i]);
+			if (raw[i])
+				memset(raw[i], 0x77, sizes[i]);
+		}
+		after = malloc(SMALL);
+		assert_non_null(before);
+		assert_non_null(after);
+		memset(before, 0x5a, SMALL);
+		memset(after, 0xa5, SMALL);
+		par_free(raw, N);
+		for (int k = 0; k < SMALL; k++)
+			if (before[k] != 0x5a || after[k] != 0xa5)
+				fail_msg("byte %d of a neighbour changed (%d threads)", k, threads);
+		free(before);
+		free(after);
+	}
+	plan_threads = 1;
+}
+
 /* --threads 0: one worker per online CPU, within bounds; any other count stays. */
 static void par__threads_0__one_per_cpu(void **state)
 {
@@ -477,6 +512,7 @@ int main(void)
 		cmocka_unit_test(par__every_item_once__and_a_stop_is_returned),
 		cmocka_unit_test(par__prefault__changes_nothing),
 		cmocka_unit_test(par__prefault__only_with_a_thread_to_spare),
+		cmocka_unit_test(par__free__blocks_freed_and_nothing_else_touched),
 		cmocka_unit_test(par__hold__fewer_workers_at_least_one),
 		cmocka_unit_test(mem__ranks_on_threads__each_rank_as_alone),
 		cmocka_unit_test(par__threads_0__one_per_cpu),
