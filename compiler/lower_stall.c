@@ -1,5 +1,5 @@
 /* Orders that cannot run as given: an action that needs a later action of its own rank
- * (rejected before the walk), the report of a walk that stalls, and the naive lowering
+ * (looked for when the walk stalls, or before it with --allow-deadlock), the report of a walk that stalls, and the naive lowering
  * of what is left after a stall (--allow-deadlock), so that pipesim can show the cycle.
  * The walk itself is lower.c. */
 #include "lower_int.h"
@@ -10,8 +10,8 @@
 
 /* An action whose input comes from an action later on its own rank can never run,
  * whatever the other ranks do, and no plan can hold it (the verifier wants a rank's
- * inputs before their use): say so, with both actions, before the walk.  Returns the
- * number of errors (0 or 1). */
+ * inputs before their use): say so, with both actions.  Returns the number of errors
+ * (0 or 1). */
 int lw_check_local_order(Lw *w)
 {
 	const SchedCtx *sc = w->sc;

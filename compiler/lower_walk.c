@@ -473,7 +473,8 @@ int lw_place_comms(Lw *w, int allow_deadlock)
 			continue;
 		}
 		if (!allow_deadlock) {
-			lw_report_stall(w, k.cur);
+			if (!lw_check_local_order(w)) // else it said why
+				lw_report_stall(w, k.cur);
 			rc = -1;
 			break;
 		}
