@@ -381,9 +381,7 @@ static void fast_ops(Br *r, BinCtx *c, const PlanOpLimits *l, PlanRank *rk)
 static int read_ops(Br *r, const Plan *p, int rank, const PlanOpLimits *l, uint64_t n, int64_t at)
 {
 	PlanRank *rk = &p->ranks[rank];
-	if (rk->ops && !rk->nops && rk->ops_cap == (int64_t)n) // par_ops gave it its arrays
-		;
-	else
+	if (!(rk->ops && !rk->nops && rk->ops_cap == (int64_t)n)) // else find_ranks gave them
 		plan_rank_drop_ops(rk);
 	int tp = p->dims[DIM_TP];
 	BinCtx c;
@@ -542,7 +540,7 @@ static int find_ranks(ParRead *pr)
 		*s = (RankSpan){(int64_t)n, (size_t)(q - sec), 0};
 		s->end = at = skip_ops(sec, len, s->start, n);
 		PlanRank *rk = &pr->p->ranks[k];
-		plan_rank_drop_ops(rk); // whatever the skeleton gave it: it gets its own
+		plan_rank_drop_ops(rk); // the text part's reader gave it empty arrays: none wanted
 		if (!at || plan_block_take(pr->p, rk, s->n, lines))
 			break;
 		__atomic_store_n(&pr->ready, k + 1, __ATOMIC_RELEASE);
