@@ -11,8 +11,9 @@
 # worker threads, bounds the report from below on any number of cores); io_bench's
 # figures also as ratios to `wc -l`.
 # pipesim's rows: -q --no-record (verdict only), -q (the same: a quiet run keeps no
-# times), and the default run, whose report needs the per-op times (16 bytes an op) and
-# the memory model's pass over every rank.  Wall times are the best of REPS runs (the
+# times), and the default run, whose report needs the critical path (4 bytes an op while
+# the simulation runs, SIM_RECORD_PATH; 16 before 2026-12-02) and the memory model's
+# pass over every rank.  Wall times are the best of REPS runs (the
 # machine may be shared); RSS from /usr/bin/time.  With OLD set to a folder holding an
 # older build's pipecc and pipesim, each tool row is also run with those, the old and
 # the new run alternating (on a shared machine the speed drifts by more than most

@@ -93,7 +93,7 @@ int32_t sim_pred_code(const S *s, int r, int64_t i, int64_t ref)
 
 int64_t sim_pred_ref(const S *s, int r, int64_t i)
 {
-	int32_t c = pred_flip(rec_pred(&s->rk[r].rec[i]));
+	int32_t c = pred_flip(op_code(s, r, i));
 	if (c < 0)
 		return REF_NONE;
 	int64_t v = c & ((1 << PRED_BITS) - 1);
@@ -127,9 +127,32 @@ int64_t sim_pred_ref(const S *s, int r, int64_t i)
 	return REF_NONE;
 }
 
+/* SIM_RECORD_PATH: the times of the first SIM_PATH_TIMED stretches of path[n] from the
+ * windows (the last op's end is s->last_end), the rest -1; s->path_missing when one is
+ * not in a window. */
+static void path_times(S *s, SimPathStep *path, int64_t n)
+{
+	for (int64_t k = 0; k < n; k++) {
+		SimPathStep *st = &path[k];
+		st->start = st->end = -1;
+		if (k >= SIM_PATH_TIMED)
+			continue;
+		Rk *rk = &s->rk[st->rank];
+		SimOpTime *a = path_slot(s, rk, st->first_op), *b = path_slot(s, rk, st->last_op);
+		int last = REF(st->rank, st->last_op) == s->last_ref;
+		if (!a || (!b && !last)) {
+			s->path_missing = 1;
+			return;
+		}
+		st->start = a->start;
+		st->end = last ? s->last_end : b->end;
+	}
+}
+
 /* Walks the binding predecessors back from the op that finished last. */
 void sim_critical_path(S *s)
 {
+	int path_only = s->opt.record_ops == SIM_RECORD_PATH;
 	SimResult *res = s->res;
 	int64_t best = s->last_end > -1 ? s->last_ref : REF_NONE;
 	int64_t cap = 0, n = 0;
@@ -138,7 +161,7 @@ void sim_critical_path(S *s)
 	for (int64_t x = best; x != REF_NONE && guard-- > 0;) {
 		int r = REF_RANK(x);
 		int64_t i = REF_OP(x);
-		SimOpTime t = sim_op_time(res, r, i);
+		SimOpTime t = path_only ? (SimOpTime){-1, -1} : sim_op_time(res, r, i);
 		const PlanOp *o = &s->p->ranks[r].ops[i];
 		int64_t c = !plan_op_is_compute(o->kind) ? 0
 		            : s->tp > 1 ? plan_part_cost(&s->st[o->stage].parts, o, s->p->stages[o->stage].cost)
@@ -162,9 +185,11 @@ void sim_critical_path(S *s)
 		path[a] = path[b];
 		path[b] = tmp;
 	}
+	if (path_only)
+		path_times(s, path, n);
 	/* A stretch entered through a comm op began when the previous one handed over,
 	 * not when the op was posted. */
-	for (int64_t i = 1; i < n; i++)
+	for (int64_t i = 1; i < (path_only && n > SIM_PATH_TIMED ? SIM_PATH_TIMED : n); i++)
 		if (path[i].start < path[i - 1].end)
 			path[i].start = path[i - 1].end;
 	res->path = path;

@@ -130,12 +130,7 @@ static inline void p2p_meet(S *s, int r, int64_t i, const PlanOp *o, int64_t t, 
 	if (s->opt.record_ops) {
 		record_code(s, r, i, t, end,
 		            e.post > t ? peer_code(s, r, i, q, e.op) : pred_of(s, r, i, k->bind));
-		SimOpRec *x = &s->rk[q].rec[e.op];
-		if (t > e.post)
-			rec_set_end_pred(x, t48(s, q, e.op, 1, end), peer_code(s, q, e.op, r, i));
-		else
-			rec_set_end(x, t48(s, q, e.op, 1, end));
-		note_end(s, q, e.op, end);
+		end_code(s, q, e.op, end, t > e.post, t > e.post ? peer_code(s, q, e.op, r, i) : 0);
 	}
 	if (end > k->gmax || k->gmax_who == REF_NONE) {
 		k->gmax = max64(end, k->gmax);

@@ -141,12 +141,17 @@ int pipesim_drive(CliTool *t, PipesimArgs *a)
 	/* An output on standard output replaces the report. */
 	int report = !t->quiet && !((a->trace && cli_is_std(a->trace)) ||
 	                            (a->svg && cli_is_std(a->svg)));
-	/* Per-op times (16 bytes an op) only when an output reads them: the report, JSON, the
-	 * grid, the pictures.  A quiet run that fails is simulated again with them, so its
-	 * failure report (the grid before a deadlock) is what it always was. */
-	int uses_times = report || a->json || a->grid || a->trace || a->svg;
+	/* Every op's times (16 bytes an op) only when an output reads them: JSON, the grid,
+	 * the pictures; the report's summary reads the critical path's alone (4 bytes an op,
+	 * SIM_RECORD_PATH).  A run that fails without every op's times is simulated again
+	 * with them, so its failure report (the grid before a deadlock) is what it always
+	 * was. */
+	int uses_times = a->json || a->grid || a->trace || a->svg;
 	SimOptions opt = {.model = (SimModel)a->model, .eager = a->eager,
-	                  .record_ops = !a->no_record && uses_times};
+	                  .record_ops = a->no_record ? SIM_RECORD_NONE
+	                                : uses_times ? SIM_RECORD_ALL
+	                                : report     ? SIM_RECORD_PATH
+	                                             : SIM_RECORD_NONE};
 
 	PlanError perr;
 	CliProgress *pr = cli_progress_start(t, "reading the plan");
@@ -198,9 +203,9 @@ int pipesim_drive(CliTool *t, PipesimArgs *a)
 	PlanMem *mem = mem_beside(&ahead, p, report || a->json);
 	SimResult res;
 	rc = ahead_take(&ahead, p, &opt, &res);
-	if (rc >= 0 && res.verdict != SIM_OK && !a->no_record && !opt.record_ops) {
+	if (rc >= 0 && res.verdict != SIM_OK && !a->no_record && opt.record_ops != SIM_RECORD_ALL) {
 		sim_result_free(&res);
-		opt.record_ops = 1;
+		opt.record_ops = SIM_RECORD_ALL;
 		rc = sim_run(p, &opt, &res);
 	}
 	cli_progress_end(pr);

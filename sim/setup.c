@@ -142,9 +142,10 @@ static void prefault_times(S *s)
 {
 	void **arr = calloc((size_t)s->world + 1, sizeof *arr);
 	size_t *bytes = calloc((size_t)s->world + 1, sizeof *bytes);
+	int path = s->opt.record_ops == SIM_RECORD_PATH;
 	for (int r = 0; arr && bytes && r < s->world; r++) {
-		arr[r] = s->rk[r].rec;
-		bytes[r] = (size_t)s->p->ranks[r].nops * sizeof *s->rk[r].rec;
+		arr[r] = path ? (void *)s->rk[r].code : (void *)s->rk[r].rec;
+		bytes[r] = (size_t)s->p->ranks[r].nops * (path ? sizeof(int32_t) : sizeof(SimOpRec));
 	}
 	if (arr && bytes)
 		s->prefault = par_prefault(arr, bytes, s->world);
@@ -170,6 +171,35 @@ static int alloc_recs(S *s)
 	for (int r = 0; r < p->world; r++) {
 		res->ranks[r].recs = s->rk[r].rec = x;
 		x += p->ranks[r].nops;
+	}
+	return 0;
+}
+
+/* SIM_RECORD_PATH: every rank's codes, one zeroed block as alloc_recs's (PRED_UNSET for
+ * the ops never reached), and its window's times: the ops of its list's first and last
+ * s->win (all of a list of 2 win ops or fewer). */
+static int alloc_codes(S *s)
+{
+	const Plan *p = s->p;
+	int64_t total = plan_total_ops(p), nwin = 0;
+	s->win = s->opt.path_window > 0 ? s->opt.path_window : SIM_PATH_WINDOW;
+	for (int r = 0; r < p->world; r++)
+		nwin += p->ranks[r].nops < 2 * s->win ? p->ranks[r].nops : 2 * s->win;
+	int32_t *c = plan_block_new((size_t)total * sizeof *c, 1, &s->codeblock);
+	SimOpTime *w = c ? malloc(((size_t)nwin + 1) * sizeof *w) : NULL;
+	if (!w) {
+		s->oom = s->failed = 1;
+		plan_oom_text(s->res->message, sizeof s->res->message, total, 0);
+		return -1;
+	}
+	s->winblock = w;
+	for (int r = 0; r < p->world; r++) {
+		int64_t n = p->ranks[r].nops;
+		s->rk[r].code = c;
+		s->rk[r].win = w;
+		s->rk[r].tail = n - s->win > s->win ? n - s->win : s->win;
+		c += n;
+		w += n < 2 * s->win ? n : 2 * s->win;
 	}
 	return 0;
 }
@@ -228,7 +258,8 @@ int sim_setup(S *s)
 	s->ntpcoll = s->ncoll - ndp;
 	if (add_tie_pairs(s))
 		return -1;
-	if (s->opt.record_ops && alloc_recs(s))
+	if (s->opt.record_ops == SIM_RECORD_PATH ? alloc_codes(s)
+	                                          : s->opt.record_ops && alloc_recs(s))
 		return -1;
 	for (int r = 0; r < w; r++) {
 		Rk *k = &s->rk[r];
@@ -295,6 +326,8 @@ void sim_cleanup(S *s)
 	free(s->tieof);
 	free(s->work);
 	free(s->wide);
+	par_free(&s->codeblock, 1);
+	free(s->winblock);
 }
 
 /* The chan of rank r with peer (r receiving when recv), created on first use and added to

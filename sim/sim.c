@@ -311,9 +311,10 @@ int sim_run(const Plan *p, const SimOptions *opt, SimResult *res)
 	int stuck = 0;
 	for (int r = 0; r < p->world && !stuck; r++)
 		stuck = s.rk[r].state != AG_DONE || (overlap && s.rk[r].cstate != AG_DONE);
-	if (s.opt.record_ops && (s.failed || stuck)) // a finished run recorded every op
+	int all = s.opt.record_ops == SIM_RECORD_ALL;
+	if (all && (s.failed || stuck)) // a finished run recorded every op
 		sim_fill_unreached(&s);
-	if (s.opt.record_ops)
+	if (all)
 		sim_wide_finish(&s); // out of memory: s.oom, below
 	sim_figures(&s);
 	if (!s.failed) {
@@ -324,7 +325,7 @@ int sim_run(const Plan *p, const SimOptions *opt, SimResult *res)
 			sim_leftover_sends(&s);
 		}
 	}
-	if (s.opt.record_ops && !s.oom)
+	if (s.opt.record_ops && !s.oom && (all || res->verdict == SIM_OK))
 		sim_critical_path(&s);
 	int oom = s.oom;
 	sim_cleanup(&s);
@@ -332,6 +333,12 @@ int sim_run(const Plan *p, const SimOptions *opt, SimResult *res)
 		if (!res->message[0])
 			plan_oom_text(res->message, sizeof res->message, plan_total_ops(p), 0);
 		return -1;
+	}
+	if (s.path_missing) { // SIM_RECORD_PATH: the path's times are not all in the windows
+		SimOptions o = s.opt;
+		o.record_ops = SIM_RECORD_ALL;
+		sim_result_free(res);
+		return sim_run(p, &o, res);
 	}
 	return res->verdict == SIM_OK ? 0 : 1;
 }

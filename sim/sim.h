@@ -45,10 +45,30 @@ typedef enum {
 	SIM_STREAM_COUNT
 } SimStream;
 
+/* What a run keeps of its ops (SimOptions.record_ops). */
+enum {
+	SIM_RECORD_NONE, // the figures alone
+	SIM_RECORD_ALL,  // every op's times (SimRankResult.recs, 16 B an op) and the whole
+	                 // critical path
+	SIM_RECORD_PATH, // the critical path alone, for the report's summary: 4 B an op while
+	                 // the run lasts (each op's predecessor); the path's first
+	                 // SIM_PATH_TIMED stretches carry their times, the rest -1 (below)
+};
+
+/* SIM_RECORD_PATH: the stretches whose times the path keeps (the summary prints at most
+ * so many), and the ops at each end of a rank's list whose times the run keeps
+ * (SimOptions.path_window 0) to give them.  A path whose timed stretches begin or end
+ * elsewhere is found by running the plan again with SIM_RECORD_ALL (the result then
+ * holds every op's times too). */
+#define SIM_PATH_TIMED 12
+#define SIM_PATH_WINDOW 256
+
 typedef struct {
 	SimModel model;
-	int eager;      // 1: sends complete when posted (buffered), as with --eager
-	int record_ops; // 1: fill SimRankResult.recs and the critical path (16 B per op)
+	int eager;       // 1: sends complete when posted (buffered), as with --eager
+	int record_ops;  // SIM_RECORD_*; 1 is SIM_RECORD_ALL
+	int path_window; // SIM_RECORD_PATH: the window's ops at each end, 0 for
+	                 // SIM_PATH_WINDOW (tests make it small to take the second run)
 	/* Not NULL: another thread may set *stop to end the run early; sim_run then
 	 * returns -1 with "stopped" in res->message (pipesim drops a run beside the
 	 * verifier when the plan does not verify). */
@@ -92,7 +112,7 @@ typedef struct {
 	int64_t ops_done;       // ops completed (nops when it finished)
 	int64_t peak_act_bytes; // peak activation memory, docs/semantics.md "Memory"
 	int64_t peak_act_units; // peak number of live (stage, microbatch) activations
-	SimOpRec *recs;         // nops entries when SimOptions.record_ops, else NULL:
+	SimOpRec *recs;         // nops entries with SIM_RECORD_ALL, else NULL:
 	                        // read through sim_op_time
 } SimRankResult;
 
@@ -156,7 +176,9 @@ typedef struct {
 	int ntp;                // tp all-reduce traffic, one entry per tp group (tp > 1)
 	SimCollective *tp;
 
-	int64_t npath;          // critical path, first stretch first (record_ops only)
+	int64_t npath;          // critical path, first stretch first (record_ops ALL or
+	                        // PATH; PATH: stretches from the SIM_PATH_TIMED-th on have
+	                        // start and end -1, and a run that did not finish has none)
 	SimPathStep *path;
 
 	/* SIM_DEADLOCK: every blocked stream (strict: one per stuck rank) and its op, and

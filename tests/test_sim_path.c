@@ -1,0 +1,195 @@
+/* The report's critical path kept in 4 bytes an op (SIM_RECORD_PATH) against every op's
+ * times (SIM_RECORD_ALL): on the examples, the good plans and every schedule on a few
+ * shapes, in both models, rendezvous and eager, with the default window and with
+ * windows of 1 and 3 ops (which send most runs through the second run with every op's
+ * times), the verdict, the figures, each stretch and the summary's text are the same.
+ * Paths are relative to the repository root, where make runs us. */
+#include <dirent.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "../compiler/pipecc.h"
+#include "../sim/sim.h"
+
+#include "sim_lib.h"
+
+static int64_t again, kept; // PATH runs that took the second run, and that did not
+
+static char *summary(const Plan *p, const SimResult *res)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	assert_int_equal(sim_report_summary(f, p, res, NULL), 0);
+	fclose(f);
+	return buf;
+}
+
+/* PATH's run of p with window w (0: the default) is ALL's (all) in everything the
+ * summary reads; returns 1 when it took the second run. */
+static int same_as_all(const Plan *p, const SimOptions *o, int rc, const SimResult *all,
+                       int w, const char *what)
+{
+	SimOptions q = *o;
+	q.record_ops = SIM_RECORD_PATH;
+	q.path_window = w;
+	SimResult path;
+	if (sim_run(p, &q, &path) != rc)
+		fail_msg("%s window %d: run returned another value", what, w);
+	assert_int_equal(path.verdict, all->verdict);
+	assert_int_equal(path.makespan, all->makespan);
+	assert_int_equal(path.ops_done, all->ops_done);
+	int second = path.world > 0 && path.ranks[0].recs != NULL;
+	if (all->verdict != SIM_OK) {
+		assert_false(second); // a run that fails is not run again, and keeps no path
+		assert_int_equal(path.npath, 0);
+		sim_result_free(&path);
+		return 0;
+	}
+	if (path.npath != all->npath)
+		fail_msg("%s window %d: %lld stretches, want %lld", what, w, (long long)path.npath,
+		         (long long)all->npath);
+	for (int64_t k = 0; k < path.npath; k++) {
+		const SimPathStep *a = &all->path[k], *b = &path.path[k];
+		int timed = second || k < SIM_PATH_TIMED;
+		if (a->rank != b->rank || a->first_op != b->first_op || a->last_op != b->last_op ||
+		    a->compute != b->compute || b->start != (timed ? a->start : -1) ||
+		    b->end != (timed ? a->end : -1))
+			fail_msg("%s window %d: stretch %lld differs: rank %d ops %lld..%lld %lld..%lld ns"
+			         ", want rank %d ops %lld..%lld %lld..%lld", what, w, (long long)k, b->rank,
+			         (long long)b->first_op, (long long)b->last_op, (long long)b->start,
+			         (long long)b->end, a->rank, (long long)a->first_op, (long long)a->last_op,
+			         (long long)a->start, (long long)a->end);
+	}
+	char *x = summary(p, all), *y = summary(p, &path);
+	if (strcmp(x, y))
+		fail_msg("%s window %d: the summary differs:\n%s\nwant:\n%s", what, w, y, x);
+	free(x);
+	free(y);
+	sim_result_free(&path);
+	return second;
+}
+
+/* Every model and sending mode, every window; returns the runs with the default window
+ * that took the second run. */
+static int check_plan(const Plan *p, const char *what)
+{
+	int second_default = 0;
+	for (int model = 0; model < SIM_MODEL_COUNT; model++)
+		for (int eager = 0; eager < 2; eager++) {
+			SimOptions o = {.model = model, .eager = eager, .record_ops = SIM_RECORD_ALL};
+			SimResult all;
+			int rc = sim_run(p, &o, &all);
+			assert_true(rc >= 0);
+			const int windows[] = {0, 1, 3};
+			for (int w = 0; w < 3; w++) {
+				int second = same_as_all(p, &o, rc, &all, windows[w], what);
+				if (all.verdict == SIM_OK)
+					second ? again++ : kept++;
+				second_default += second && windows[w] == 0;
+			}
+			sim_result_free(&all);
+		}
+	return second_default;
+}
+
+static void example(const char *path)
+{
+	Plan *p = compile_example(path);
+	check_plan(p, path);
+	plan_free(p);
+}
+
+static void good_plan(const char *path)
+{
+	Plan *p = read_good(path);
+	check_plan(p, path);
+	plan_free(p);
+}
+
+static void path__examples_and_plans__same_as_every_op_recorded(void **state)
+{
+	(void)state;
+	again = kept = 0;
+	assert_true(each_file("examples", ".pipe", example) > 5);
+	assert_true(each_file("tests/plans/good", ".plan", good_plan) > 2);
+	/* Deadlocks: the same verdict, no path. */
+	Plan *p = read_good("tests/plans/bad/head_to_head.plan");
+	check_plan(p, "head_to_head.plan");
+	plan_free(p);
+	p = read_good("tests/plans/bad/cycle3.plan");
+	check_plan(p, "cycle3.plan");
+	plan_free(p);
+	/* Both ways were taken: the windows alone, and the second run. */
+	assert_true(kept > 0);
+	assert_true(again > 0);
+}
+
+/* Every schedule on pp = 2..4 with two stages a rank where it needs them, 2 pp to 4 pp
+ * microbatches (multiples of pp, as interleaved and dualpipev need), free and costly links, dp 1
+ * and 2. */
+static void path__schedules__same_as_every_op_recorded(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *name;
+		int per_rank;
+	} sched[] = {{"gpipe", 1}, {"1f1b", 1},        {"zbh1", 1},      {"zbh2", 1},
+	             {"interleaved", 2}, {"loopedbfs", 2}, {"zbv", 2}, {"dualpipev", 2}};
+	const char *links[] = {"ideal", "latency=5us bandwidth=1GB/s"};
+	again = kept = 0;
+	for (size_t s = 0; s < sizeof sched / sizeof *sched; s++)
+		for (int pp = 2; pp <= 4; pp++)
+			for (int m = 2 * pp; m <= 4 * pp; m += pp)
+				for (int l = 0; l < 2; l++)
+					for (int dp = 1; dp <= 2; dp++) {
+						char what[128];
+						snprintf(what, sizeof what, "%s pp=%d dp=%d m=%d link %d", sched[s].name,
+						         pp, dp, m, l);
+						Plan *p = compile_text(program_text(sched[s].per_rank * pp, pp, dp, m,
+						                                    sched[s].name, "f=3 b=5 w=2",
+						                                    links[l], NULL),
+						                       NULL);
+						if (!p)
+							fail_msg("%s does not compile", what);
+						check_plan(p, what);
+						plan_free(p);
+					}
+	assert_true(kept > 0);
+	assert_true(again > 0);
+}
+
+/* Long plans (pp 4, 600 microbatches: 2400 ops and more a rank, past two default
+ * windows) need no second run: their paths' first stretches are at the start of the
+ * lists and their last at the ends, where zbh1's W ops follow the last sends. */
+static void path__long_plans__windows_suffice(void **state)
+{
+	(void)state;
+	const char *scheds[] = {"1f1b", "zbh1"};
+	for (int i = 0; i < 2; i++) {
+		Plan *p = compile_text(program(4, 1, 600, scheds[i], "f=3 b=5 w=2",
+		                               "latency=5us bandwidth=1GB/s"),
+		                       NULL);
+		assert_non_null(p);
+		assert_true(p->ranks[0].nops > 4 * SIM_PATH_WINDOW);
+		assert_int_equal(check_plan(p, scheds[i]), 0);
+		plan_free(p);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(path__examples_and_plans__same_as_every_op_recorded),
+	    cmocka_unit_test(path__schedules__same_as_every_op_recorded),
+	    cmocka_unit_test(path__long_plans__windows_suffice),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
