@@ -512,6 +512,29 @@ FILE *cli_out_open(const CliTool *t, CliOut *o, const char *path)
 	return o->f;
 }
 
+/* The finished file at tmp takes path's place.  Where path exists, the two names are
+ * exchanged (renameat2 RENAME_EXCHANGE, atomic as a rename) and the old file, now at
+ * tmp, is removed: a rename over an existing file makes ext4 (auto_da_alloc) start
+ * writing the new file's delayed blocks out inside the rename, 0.22-0.28 s for a 501
+ * MiB plan on this project's VM, against nothing for the exchange and 0.09 s to remove
+ * the old file.  Neither syncs the file (a plan's checksum catches one a crash cut
+ * short).  Where path does not exist, or the file system cannot exchange, a rename.
+ * 0, or -1 with errno. */
+static int replace_file(const CliTool *t, const char *tmp, const char *path)
+{
+#ifdef RENAME_EXCHANGE
+	if (renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_EXCHANGE) == 0) {
+		if (unlink(tmp) != 0) // written all the same: say what is left behind
+			cli_error(t, "note: cannot remove %s, the file %s replaced: %s", tmp,
+			          out_name(path), plan_strerror(errno));
+		return 0;
+	}
+#else
+	(void)t;
+#endif
+	return rename(tmp, path);
+}
+
 int cli_out_close(const CliTool *t, CliOut *o, int failed)
 {
 	int err = failed ? errno : 0;
@@ -525,7 +548,7 @@ int cli_out_close(const CliTool *t, CliOut *o, int failed)
 		bad = 1;
 		err = errno;
 	}
-	if (!bad && o->tmp && rename(o->tmp, o->path) != 0) {
+	if (!bad && o->tmp && replace_file(t, o->tmp, o->path) != 0) {
 		bad = 1;
 		err = errno;
 	}

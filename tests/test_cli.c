@@ -205,6 +205,72 @@ static void cli__write__whole_or_not_at_all(void **state)
 	rmdir(dir);
 }
 
+static void read_line(const char *path, char *buf, int n)
+{
+	FILE *f = fopen(path, "r");
+	assert_non_null(f);
+	assert_non_null(fgets(buf, n, f));
+	fclose(f);
+}
+
+static void write_text(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+/* Over an existing file (which an exchange of the two names and a removal replace, or a
+ * rename): the name holds the new file and another hard link the old one, a symlink is
+ * replaced and not followed, and nothing else is left in the folder. */
+static void cli__write__replaces_existing_files(void **state)
+{
+	(void)state;
+	char dir[] = "/tmp/test_cli.XXXXXX";
+	assert_non_null(mkdtemp(dir));
+	char path[256], keep[256], target[256], sym[256], buf[64], cmd[512];
+	snprintf(path, sizeof path, "%s/out", dir);
+	snprintf(keep, sizeof keep, "%s/keep", dir);
+	snprintf(target, sizeof target, "%s/target", dir);
+	snprintf(sym, sizeof sym, "%s/sym", dir);
+	Vals v = {0};
+	CliOpt opts[16];
+	CliTool t = tool_of(&v, opts);
+	write_text(path, "old\n");
+	assert_int_equal(link(path, keep), 0);
+	assert_int_equal(cli_write(&t, path, write_hello, NULL), 0);
+	read_line(path, buf, sizeof buf);
+	assert_string_equal(buf, "hello\n");
+	read_line(keep, buf, sizeof buf);
+	assert_string_equal(buf, "old\n");
+	struct stat a, b;
+	assert_int_equal(stat(path, &a), 0);
+	assert_int_equal(stat(keep, &b), 0);
+	assert_int_equal((int)b.st_nlink, 1); // the old file's name out is gone
+	assert_true(a.st_ino != b.st_ino);
+	snprintf(cmd, sizeof cmd, "test \"$(ls '%s' | tr '\\n' ' ')\" = 'keep out '", dir);
+	assert_int_equal(system(cmd), 0);
+
+	write_text(target, "target\n");
+	assert_int_equal(symlink("target", sym), 0);
+	assert_int_equal(cli_write(&t, sym, write_hello, NULL), 0);
+	assert_int_equal(lstat(sym, &a), 0);
+	assert_true(S_ISREG(a.st_mode));
+	read_line(sym, buf, sizeof buf);
+	assert_string_equal(buf, "hello\n");
+	read_line(target, buf, sizeof buf);
+	assert_string_equal(buf, "target\n");
+	snprintf(cmd, sizeof cmd, "test $(ls '%s' | wc -l) -eq 4", dir);
+	assert_int_equal(system(cmd), 0);
+
+	remove(path);
+	remove(keep);
+	remove(target);
+	remove(sym);
+	rmdir(dir);
+}
+
 static void cli__progress__off_when_quiet_or_not_a_terminal(void **state)
 {
 	(void)state;
@@ -242,6 +308,7 @@ int main(void)
 		cmocka_unit_test(cli__help__defaults_from_destinations_and_exit_statuses),
 		cmocka_unit_test(cli__outputs__checked_before_work),
 		cmocka_unit_test(cli__write__whole_or_not_at_all),
+		cmocka_unit_test(cli__write__replaces_existing_files),
 		cmocka_unit_test(cli__progress__off_when_quiet_or_not_a_terminal),
 		cmocka_unit_test(cli__version__from_one_place),
 	};
