@@ -19,21 +19,12 @@
 #include "../sim/sim.h"
 
 #include "sim_lib.h"
+#include "sim_path_same.h"
 
 static int64_t again, kept; // PATH runs that took the second run, and that did not
 
-static char *summary(const Plan *p, const SimResult *res)
-{
-	char *buf = NULL;
-	size_t len = 0;
-	FILE *f = open_memstream(&buf, &len);
-	assert_int_equal(sim_report_summary(f, p, res, NULL), 0);
-	fclose(f);
-	return buf;
-}
-
 /* PATH's run of p with window w (0: the default) is ALL's (all) in everything the
- * summary reads; returns 1 when it took the second run. */
+ * summary reads (sim_path_differs); returns 1 when it took the second run. */
 static int same_as_all(const Plan *p, const SimOptions *o, int rc, const SimResult *all,
                        int w, const char *what)
 {
@@ -43,36 +34,10 @@ static int same_as_all(const Plan *p, const SimOptions *o, int rc, const SimResu
 	SimResult path;
 	if (sim_run(p, &q, &path) != rc)
 		fail_msg("%s window %d: run returned another value", what, w);
-	assert_int_equal(path.verdict, all->verdict);
-	assert_int_equal(path.makespan, all->makespan);
-	assert_int_equal(path.ops_done, all->ops_done);
+	char why[8192];
+	if (sim_path_differs(p, all, &path, why, sizeof why))
+		fail_msg("%s window %d: %s", what, w, why);
 	int second = path.world > 0 && path.ranks[0].recs != NULL;
-	if (all->verdict != SIM_OK) {
-		assert_false(second); // a run that fails is not run again, and keeps no path
-		assert_int_equal(path.npath, 0);
-		sim_result_free(&path);
-		return 0;
-	}
-	if (path.npath != all->npath)
-		fail_msg("%s window %d: %lld stretches, want %lld", what, w, (long long)path.npath,
-		         (long long)all->npath);
-	for (int64_t k = 0; k < path.npath; k++) {
-		const SimPathStep *a = &all->path[k], *b = &path.path[k];
-		int timed = second || k < SIM_PATH_TIMED;
-		if (a->rank != b->rank || a->first_op != b->first_op || a->last_op != b->last_op ||
-		    a->compute != b->compute || b->start != (timed ? a->start : -1) ||
-		    b->end != (timed ? a->end : -1))
-			fail_msg("%s window %d: stretch %lld differs: rank %d ops %lld..%lld %lld..%lld ns"
-			         ", want rank %d ops %lld..%lld %lld..%lld", what, w, (long long)k, b->rank,
-			         (long long)b->first_op, (long long)b->last_op, (long long)b->start,
-			         (long long)b->end, a->rank, (long long)a->first_op, (long long)a->last_op,
-			         (long long)a->start, (long long)a->end);
-	}
-	char *x = summary(p, all), *y = summary(p, &path);
-	if (strcmp(x, y))
-		fail_msg("%s window %d: the summary differs:\n%s\nwant:\n%s", what, w, y, x);
-	free(x);
-	free(y);
 	sim_result_free(&path);
 	return second;
 }

@@ -10,6 +10,7 @@
 
 #include "../../plan/plan.h"
 #include "../../sim/sim.h"
+#include "../sim_path_same.h"
 
 /* An invariant the project promises; a failure aborts so libFuzzer saves the input. */
 #define fuzz_assert(cond, ...)                                                          \
@@ -60,14 +61,38 @@ static inline void fuzz_check_round_trip(const Plan *p)
 	free(b);
 }
 
+/* Runs p with every op's times into *all (returns sim_run's value), then keeping the
+ * critical path alone, with the default window and with a window of one op (which
+ * sends most runs through the second run): the same value, and the same verdict,
+ * figures, stretches and summary (tests/sim_path_same.h), on any plan. */
+static inline int fuzz_run_both(const Plan *p, int model, int eager, SimResult *all)
+{
+	SimOptions o = {.model = (SimModel)model, .eager = eager, .record_ops = SIM_RECORD_ALL};
+	int rc = sim_run(p, &o, all);
+	for (int w = 0; w <= 1; w++) {
+		SimOptions q = o;
+		q.record_ops = SIM_RECORD_PATH;
+		q.path_window = w;
+		SimResult path;
+		int rc2 = sim_run(p, &q, &path);
+		fuzz_assert(rc2 == rc, "sim_run returned %d keeping the path, %d keeping every op's "
+		            "times (model %d, eager %d, window %d)", rc2, rc, model, eager, w);
+		static char why[8192];
+		const char *d = rc < 0 ? NULL : sim_path_differs(p, all, &path, why, sizeof why);
+		fuzz_assert(!d, "keeping the path (model %d, eager %d, window %d): %s", model, eager,
+		            w, d);
+		sim_result_free(&path);
+	}
+	return rc;
+}
+
 /* Every model, rendezvous and eager, on any plan: no crash (the sanitizers watch). */
 static inline void fuzz_run_sim(const Plan *p)
 {
 	for (int model = 0; model < SIM_MODEL_COUNT; model++)
 		for (int eager = 0; eager <= 1; eager++) {
-			SimOptions o = {.model = (SimModel)model, .eager = eager, .record_ops = 1};
 			SimResult r;
-			sim_run(p, &o, &r);
+			fuzz_run_both(p, model, eager, &r);
 			sim_result_free(&r);
 		}
 }
@@ -79,9 +104,8 @@ static inline SimVerdict fuzz_check_sim(const Plan *p)
 	SimVerdict strict = SIM_OK;
 	for (int model = 0; model < SIM_MODEL_COUNT; model++)
 		for (int eager = 0; eager <= 1; eager++) {
-			SimOptions o = {.model = (SimModel)model, .eager = eager, .record_ops = 1};
 			SimResult r;
-			int rc = sim_run(p, &o, &r);
+			int rc = fuzz_run_both(p, model, eager, &r);
 			if (rc >= 0) {
 				fuzz_assert(r.verdict != SIM_MISMATCH,
 				            "verified plan, run-time mismatch (model %d, eager %d): %s",

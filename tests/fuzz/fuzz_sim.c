@@ -1,7 +1,9 @@
-/* libFuzzer target: reader + verifier + simulator in every model.  A plan the verifier
- * accepts never meets a run-time mismatch, and every deadlock has a wait-for cycle.  A
- * plan it refuses is simulated too (sim.h: sim_run is safe on any plan the reader
- * accepts; pipesim --threads runs it beside the verifier), and must not crash. */
+/* libFuzzer target: reader + verifier + simulator in every model, keeping every op's
+ * times and keeping the critical path alone, which must agree (tests/sim_path_same.h).
+ * A plan the verifier accepts never meets a run-time mismatch, and every deadlock has a
+ * wait-for cycle.  A plan it refuses is simulated too (sim.h: sim_run is safe on any
+ * plan the reader accepts; pipesim --threads runs it beside the verifier), and must not
+ * crash. */
 #include "fuzz.h"
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t len)
