@@ -649,7 +649,7 @@ static void confirm(Search *s, Cand *c)
 			return;
 		int64_t *peaks = arena_alloc(s->a, (size_t)p->world * sizeof *peaks);
 		int64_t peak = plan_mem_peaks(p, peaks);
-		SimOptions so = {.model = SIM_OVERLAP};
+		SimOptions so = {.model = SIM_OVERLAP, .verified = 1}; // compile_cand verified it
 		SimResult r;
 		int rc = peak < 0 ? -1 : sim_run(p, &so, &r);
 		if (rc < 0) { // plan_mem_peaks and sim_run fail for want of memory alone

@@ -165,6 +165,7 @@ int pipesim_drive(CliTool *t, PipesimArgs *a)
 	par_hold(ahead.task != NULL); // the verifier's walk leaves the run its thread
 	int bad = !p || plan_verify(p, &perr);
 	par_hold(-(ahead.task != NULL));
+	opt.verified = !bad; // a run after this one skips what the verifier proved
 	if (bad) {
 		ahead_drop(&ahead);
 		cli_progress_end(pr);

@@ -69,6 +69,8 @@ typedef struct {
 	int record_ops;  // SIM_RECORD_*; 1 is SIM_RECORD_ALL
 	int path_window; // SIM_RECORD_PATH: the window's ops at each end, 0 for
 	                 // SIM_PATH_WINDOW (tests make it small to take the second run)
+	int verified;    // p passed plan_verify, which proved what the run then skips: that
+	                 // the k-th SEND and RECV of a pair move the same tensor (p2p.h)
 	/* Not NULL: another thread may set *stop to end the run early; sim_run then
 	 * returns -1 with "stopped" in res->message (pipesim drops a run beside the
 	 * verifier when the plan does not verify). */
