@@ -27,6 +27,12 @@ static inline char *sim_path_summary(const Plan *p, const SimResult *res)
 	return buf;
 }
 
+/* Whether a SIM_RECORD_PATH run took the second run: its ranks hold every op's times. */
+static inline int sim_path_second(const SimResult *path)
+{
+	return path->world > 0 && path->ranks[0].recs != NULL;
+}
+
 /* NULL when path (SIM_RECORD_PATH) is all (SIM_RECORD_ALL) in its verdict, figures,
  * stretches and summary text, else what differs, written into why.  A run that failed
  * keeps no path and was not run again; one that took the second run (its ranks hold
@@ -41,7 +47,7 @@ static inline const char *sim_path_differs(const Plan *p, const SimResult *all,
 		         (int)all->verdict, (long long)all->makespan, (long long)all->ops_done);
 		return why;
 	}
-	int second = path->world > 0 && path->ranks[0].recs != NULL;
+	int second = sim_path_second(path);
 	if (all->verdict != SIM_OK) {
 		if (second || path->npath) {
 			snprintf(why, n, "a run that failed was run again or kept a path");

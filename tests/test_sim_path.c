@@ -37,7 +37,7 @@ static int same_as_all(const Plan *p, const SimOptions *o, int rc, const SimResu
 	char why[8192];
 	if (sim_path_differs(p, all, &path, why, sizeof why))
 		fail_msg("%s window %d: %s", what, w, why);
-	int second = path.world > 0 && path.ranks[0].recs != NULL;
+	int second = sim_path_second(&path);
 	sim_result_free(&path);
 	return second;
 }
