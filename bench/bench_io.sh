@@ -20,7 +20,8 @@
 # changes), and printed below it as "old build".  With THREADS above 1 (default 2), each
 # tool row is followed by the same run with --threads THREADS (with OLD, old and new)
 # (plan/par.h): on more cores than this 2-core machine's, try THREADS=8.  Exported,
-# PIPECC_HUGE_PAGES=1 reaches every tool run (old builds before 2026-12-02 ignore it).
+# PIPECC_HUGE_PAGES=1 or 0 reaches every tool run (old builds before 2026-12-02 ignore
+# it; before 2026-12-03 they take 0, and unset, as no huge pages).
 : "${BIN:=bin}"
 PP=${PP:-128}
 M=${M:-16384}
@@ -66,14 +67,12 @@ best() {
 "$BIN/pipecc" --stats "$T/big.pipe" -o "$T/big.plan" 2>"$T/stats" || { cat "$T/stats"; exit 1; }
 ops=$(awk '{ print $2 }' "$T/stats")
 bytes=$(wc -c <"$T/big.plan")
-echo "PIPECC_HUGE_PAGES=${PIPECC_HUGE_PAGES:-unset} (1: the op lists offered for huge pages, man pipesim)"
-# What decides the huge pages' worth here (docs/pipesim.md, "What bounds the last goal"):
-# the kernel's THP mode, and whether it reports free memory to a hypervisor, which
-# then backs a huge page again on its first write.
-thp=$(sed 's/.*\[\(.*\)\].*/\1/' /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null)
-rep=$(cat /sys/module/page_reporting/parameters/page_reporting_order 2>/dev/null)
-balloon=$(grep -qs 0x0005 /sys/bus/virtio/devices/*/device && echo found || echo none)
-echo "THP ${thp:-unknown}; page_reporting_order ${rep:-none}; virtio balloon $balloon"
+echo "PIPECC_HUGE_PAGES=${PIPECC_HUGE_PAGES:-unset} (1: the op lists offered for huge pages, 0: not, unset: as the machine says; man pipesim)"
+# What decides the huge pages' worth here (plan/thp.c; docs/pipesim.md, "Huge pages,
+# decided by the machine"): the largest page THP gives a region that asks, and whether a
+# balloon reports free memory to a hypervisor, which then backs a huge page as big as
+# its blocks again on its first write.
+echo "huge pages: $("$B/bench/io_bench" --thp)"
 echo "pp=$PP m=$M: $ops ops, plan $(awk -v b="$bytes" 'BEGIN { printf "%.1f MiB, %.1f bytes/op", b / 1048576, b / '"$ops"' }')"
 set -- $(best wc -l "$T/big.plan") || exit 1
 wc=$1

@@ -12,7 +12,8 @@
  * simulation without and with the per-op times, the memory model.  The simulation has
  * no worker threads, so with the times (the report's) it bounds pipesim's run on any
  * number of cores from below.  With IO_WC set to `wc -l`'s seconds on the plan's text,
- * every figure is also printed as a ratio to it. */
+ * every figure is also printed as a ratio to it.  `io_bench --thp` prints what decides
+ * whether the tools offer their blocks for huge pages on this machine (plan/thp.c). */
 #include "../plan/binary.h"
 #include "../plan/mem.h"
 #include "../sim/sim.h"
@@ -141,8 +142,15 @@ static double write_to(const Plan *p, const char *path, int fmt)
 
 int main(int argc, char **argv)
 {
+	if (argc == 2 && !strcmp(argv[1], "--thp")) { // what the tools decide here, and why
+		PlanThp t = plan_thp_read("/sys");
+		char why[200];
+		plan_thp_describe(&t, why, sizeof why);
+		printf("%s; the tools: %s\n", why, plan_huge_pages() ? "offered" : "not offered");
+		return 0;
+	}
 	if (argc != 3 && argc != 4) {
-		fprintf(stderr, "usage: io_bench PLAN OUT [REPS]\n");
+		fprintf(stderr, "usage: io_bench PLAN OUT [REPS] | io_bench --thp\n");
 		return 2;
 	}
 	int reps = argc == 4 ? atoi(argv[3]) : 3;

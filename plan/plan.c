@@ -220,8 +220,7 @@ void *plan_block_new(size_t bytes, int zero, void **raw)
 		return NULL;
 	char *a = (char *)(((uintptr_t)*raw + HUGE_ALIGN - 1) & ~(HUGE_ALIGN - 1));
 #ifdef MADV_HUGEPAGE
-	const char *e = getenv("PIPECC_HUGE_PAGES");
-	if (e && !strcmp(e, "1"))
+	if (plan_huge_pages())
 		(void)madvise(a, bytes, MADV_HUGEPAGE); // EINVAL without THP: only a hint
 #endif
 	return a;

@@ -322,13 +322,27 @@ void plan_rank_drop_ops(PlanRank *r);
  * least PLAN_HUGE_MIN bytes of it start on a 2 MiB boundary, so that a kernel giving
  * transparent huge pages can back it with them whole, one page fault per 2 MiB instead
  * of per 4 KiB (the kernel's share of a tool holding millions of ops, most of its time
- * in faults).  With PIPECC_HUGE_PAGES=1 in the environment the block is also offered
- * for them (madvise MADV_HUGEPAGE), which a kernel in its default `madvise` mode needs;
- * not by default, since on a VM whose host backs long-free memory lazily a huge page's
- * first use costs more than small pages' (docs/pipesim.md, "Speed and memory").  *raw:
- * what to free() (NULL when out of memory). */
+ * in faults).  The block is also offered for them (madvise MADV_HUGEPAGE, which a kernel
+ * in its default `madvise` mode needs) when plan_huge_pages() says so.  *raw: what to
+ * free() (NULL when out of memory). */
 void *plan_block_new(size_t bytes, int zero, void **raw);
 #define PLAN_HUGE_MIN ((size_t)2 << 20)
+/* What the machine gives a region offered for huge pages (plan/thp.c), from sysfs under
+ * a root (the machine's: "/sys"). */
+typedef struct {
+	int64_t largest;  // bytes of the largest page THP gives such a region; 0: none
+	int64_t reported; // bytes of the free blocks a balloon reports to the host; 0: none
+	int offer;        // worth offering: largest > 0 and reported == 0
+} PlanThp;
+PlanThp plan_thp_read(const char *sys);
+/* Whether plan_block_new offers its blocks: PIPECC_HUGE_PAGES=1 yes, =0 no; unset (or
+ * anything else) plan_thp_read("/sys").offer, read once.  On a VM whose host backs the
+ * memory its balloon reported free again at its first use, huge pages (2 MiB or 64 KiB
+ * alike) cost more than small pages (docs/pipesim.md, "Huge pages, decided by the
+ * machine"). */
+int plan_huge_pages(void);
+/* One line saying what plan_thp_read found and why that decides. */
+void plan_thp_describe(const PlanThp *t, char *buf, size_t n);
 /* A thread filling fresh memory front to back (a reader's op lists, the simulator's
  * per-op times) calls plan_populate(p, end) before it writes each element *p of an
  * array ending at end: where *p reaches into a new PLAN_POPULATE_STEP of the address

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -541,31 +542,122 @@ static int huge_flag(const void *a)
 	return flag;
 }
 
-/* A big block is offered for huge pages with PIPECC_HUGE_PAGES=1, all of it, and not
- * without (where the kernel has transparent huge pages at all).  (A block malloc serves
- * from the heap leaves its hint on that memory when freed; these are mappings of their
- * own.) */
-static void plan__block_new__huge_hint_only_when_asked(void **state)
+/* A big block is offered for huge pages with PIPECC_HUGE_PAGES=1, all of it, not with
+ * PIPECC_HUGE_PAGES=0, and without either as this machine's sysfs decides (where the
+ * kernel has transparent huge pages at all).  (A block malloc serves from the heap
+ * leaves its hint on that memory when freed; these are mappings of their own.) */
+static void plan__block_new__huge_hint_as_asked_or_as_the_machine_says(void **state)
 {
 	(void)state;
 	FILE *thp = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
 	if (!thp)
 		skip(); // no transparent huge pages: madvise refuses the hint
 	fclose(thp);
-	void *raw;
-	size_t n = (size_t)64 << 20; // past malloc's largest mmap threshold: a fresh mapping
+	static const char *const env[] = {"0", "1", NULL};
+	for (int i = 0; i < 3; i++) {
+		if (env[i])
+			assert_int_equal(setenv("PIPECC_HUGE_PAGES", env[i], 1), 0);
+		else
+			unsetenv("PIPECC_HUGE_PAGES");
+		int want = env[i] ? env[i][0] == '1' : plan_thp_read("/sys").offer;
+		assert_int_equal(plan_huge_pages(), want);
+		void *raw;
+		size_t n = (size_t)64 << 20; // past malloc's largest mmap threshold: a fresh mapping
+		char *a = plan_block_new(n, 1, &raw);
+		assert_non_null(a);
+		assert_int_equal(huge_flag(a), want);
+		assert_int_equal(huge_flag(a + n - 1), want);
+		free(raw);
+	}
 	unsetenv("PIPECC_HUGE_PAGES");
-	char *a = plan_block_new(n, 1, &raw);
-	assert_non_null(a);
-	assert_int_equal(huge_flag(a), 0);
-	free(raw);
-	assert_int_equal(setenv("PIPECC_HUGE_PAGES", "1", 1), 0);
-	a = plan_block_new(n, 1, &raw);
-	unsetenv("PIPECC_HUGE_PAGES");
-	assert_non_null(a);
-	assert_int_equal(huge_flag(a), 1);
-	assert_int_equal(huge_flag(a + n - 1), 1);
-	free(raw);
+}
+
+/* A fake sysfs tree under a temporary folder: put(t, rel, text) writes one file. */
+typedef struct {
+	char root[64];
+} FakeSys;
+
+static void put(FakeSys *t, const char *rel, const char *text)
+{
+	char path[512], cmd[600];
+	snprintf(path, sizeof path, "%s/%s", t->root, rel);
+	snprintf(cmd, sizeof cmd, "mkdir -p \"$(dirname '%s')\"", path);
+	assert_int_equal(system(cmd), 0);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fprintf(f, "%s\n", text);
+	assert_int_equal(fclose(f), 0);
+}
+
+#define THP "kernel/mm/transparent_hugepage/"
+#define BALLOON "bus/virtio/devices/virtio0/"
+#define REPORTING "0110010100000000000000000000000010000000" // bit 5: free page reporting
+
+/* plan_thp_read on trees shaped like the kernels we know: the largest page a region
+ * asking for huge pages gets, the free blocks a balloon reports to its host, and the
+ * answer: offer them only where the kernel gives such pages and nothing reports free
+ * memory (a virtio balloon that negotiated reporting, or Hyper-V's balloon). */
+static void plan__thp_read__offers_only_where_nothing_reports_free_memory(void **state)
+{
+	(void)state;
+	const int64_t k = 1024, page = sysconf(_SC_PAGESIZE);
+	static const char *const mode[] = {"always [madvise] never", "[always] madvise never",
+	                                   "always madvise [never]"};
+	for (int top = 0; top < 3; top++)
+		for (int balloon = 0; balloon < 4; balloon++) { // none, reporting, not, Hyper-V
+			FakeSys t;
+			strcpy(t.root, "/tmp/pipecc-thp.XXXXXX");
+			assert_non_null(mkdtemp(t.root));
+			put(&t, THP "enabled", mode[top]);
+			put(&t, THP "hpage_pmd_size", "2097152");
+			put(&t, "module/page_reporting/parameters/page_reporting_order", "9");
+			put(&t, "bus/virtio/devices/virtio1/device", "0x0002");
+			put(&t, "bus/virtio/devices/virtio1/features", "1111111");
+			if (balloon == 1 || balloon == 2) {
+				put(&t, BALLOON "device", "0x0005");
+				put(&t, BALLOON "features", balloon == 1 ? REPORTING : "0110000");
+			}
+			if (balloon == 3)
+				put(&t, "bus/vmbus/drivers/hv_balloon/uevent", "");
+			int reports = balloon == 1 || balloon == 3, gives = top < 2;
+			/* Before Linux 6.8: no page sizes of their own, the PMD size. */
+			PlanThp r = plan_thp_read(t.root);
+			assert_int_equal(r.largest, gives ? 2048 * k : 0);
+			assert_int_equal(r.reported, reports ? page << 9 : 0);
+			assert_int_equal(r.offer, gives && !reports);
+			/* 6.8 and later: 2 MiB inheriting, 64 KiB and 16 KiB set apart. */
+			put(&t, THP "hugepages-2048kB/enabled", "always [inherit] madvise never");
+			put(&t, THP "hugepages-64kB/enabled", "always inherit [madvise] never");
+			put(&t, THP "hugepages-16kB/enabled", "always inherit madvise [never]");
+			r = plan_thp_read(t.root);
+			assert_int_equal(r.largest, gives ? 2048 * k : 64 * k); // the largest is tried first
+			assert_int_equal(r.offer, !reports);
+			put(&t, THP "hugepages-64kB/enabled", "always inherit madvise [never]");
+			r = plan_thp_read(t.root);
+			assert_int_equal(r.largest, gives ? 2048 * k : 0);
+			assert_int_equal(r.offer, gives && !reports);
+			put(&t, THP "hugepages-2048kB/enabled", "always inherit madvise [never]");
+			put(&t, THP "hugepages-64kB/enabled", "always [inherit] madvise never");
+			put(&t, "module/page_reporting/parameters/page_reporting_order", "4");
+			r = plan_thp_read(t.root);
+			assert_int_equal(r.largest, gives ? 64 * k : 0);
+			assert_int_equal(r.reported, reports ? page << 4 : 0);
+			assert_int_equal(r.offer, gives && !reports);
+			char buf[160], cmd[120];
+			plan_thp_describe(&r, buf, sizeof buf);
+			assert_string_equal(buf, !gives ? "no: the kernel gives no huge pages to regions "
+			                                  "that ask"
+			                         : !reports ? "yes: 64 KiB pages, and nothing reports "
+			                                      "free memory to a host"
+			                                    : "no: 64 KiB pages, but free blocks of 64 "
+			                                      "KiB are reported to the host");
+			snprintf(cmd, sizeof cmd, "rm -rf '%s'", t.root);
+			assert_int_equal(system(cmd), 0);
+		}
+	/* No THP at all (no such folder): nothing to offer. */
+	PlanThp r = plan_thp_read("/nonexistent-sys");
+	assert_int_equal(r.largest, 0);
+	assert_int_equal(r.offer, 0);
 }
 
 /* A plan of 100k ops (3 MB, lines across every block boundary) reads back to its own
@@ -624,7 +716,8 @@ int main(void)
 		cmocka_unit_test(plan__block__ranks_share_one_aligned_block),
 		cmocka_unit_test(plan__block_new__aligned_and_zeroed),
 		cmocka_unit_test(plan__block_take__carves_ranks_in_turn),
-		cmocka_unit_test(plan__block_new__huge_hint_only_when_asked),
+		cmocka_unit_test(plan__block_new__huge_hint_as_asked_or_as_the_machine_says),
+		cmocka_unit_test(plan__thp_read__offers_only_where_nothing_reports_free_memory),
 		cmocka_unit_test(plan__populate__pages_in_the_step_an_element_enters),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
