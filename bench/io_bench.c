@@ -13,9 +13,11 @@
  * no worker threads, so with the times (the report's) it bounds pipesim's run on any
  * number of cores from below.  With IO_WC set to `wc -l`'s seconds on the plan's text,
  * every figure is also printed as a ratio to it.  `io_bench --thp` prints what decides
- * whether the tools offer their blocks for huge pages on this machine (plan/thp.c). */
+ * whether the tools offer their blocks for huge pages on this machine (plan/thp.c), and
+ * how big the plan writers' writes are (plan_write_piece). */
 #include "../plan/binary.h"
 #include "../plan/mem.h"
+#include "../plan/par_out.h"
 #include "../sim/sim.h"
 
 #include <stdlib.h>
@@ -146,7 +148,9 @@ int main(int argc, char **argv)
 		PlanThp t = plan_thp_read("/sys");
 		char why[200];
 		plan_thp_describe(&t, why, sizeof why);
-		printf("%s; the tools: %s\n", why, plan_huge_pages() ? "offered" : "not offered");
+		printf("%s; the tools: %s; plan writes of %s\n", why,
+		       plan_huge_pages() ? "offered" : "not offered",
+		       plan_write_piece() == PLAN_WRITE_PIECE ? "32 KiB" : "any size");
 		return 0;
 	}
 	if (argc != 3 && argc != 4) {

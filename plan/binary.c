@@ -115,7 +115,7 @@ typedef struct {
 static void bw_flush(Bw *w)
 {
 	plan_hash_update(&w->h, w->buf, w->n);
-	if (w->n && fwrite(w->buf, 1, w->n, w->f) != w->n)
+	if (w->n && plan_fwrite(w->buf, w->n, w->f))
 		w->err = 1;
 	w->n = 0;
 }

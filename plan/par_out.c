@@ -9,6 +9,7 @@
 
 #include "par.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
@@ -186,4 +187,21 @@ int par_write(const Plan *p, int64_t max_ops, int split, PlanPos **cut, int batc
 	free(*cut);
 	*cut = NULL;
 	return 1;
+}
+
+size_t plan_write_piece(void)
+{
+	return plan_thp_machine()->reported ? PLAN_WRITE_PIECE : SIZE_MAX;
+}
+
+int plan_fwrite(const void *s, size_t n, FILE *f)
+{
+	const char *c = s;
+	size_t piece = plan_write_piece();
+	for (size_t at = 0, k; at < n; at += k) {
+		k = n - at < piece ? n - at : piece;
+		if (fwrite(c + at, 1, k, f) != k)
+			return -1;
+	}
+	return 0;
 }

@@ -46,4 +46,18 @@ void par_ordered(int64_t n, int batch, size_t slot_size, ParPieceFn piece, ParEm
 int par_write(const Plan *p, int64_t max_ops, int split, PlanPos **cut, int batch,
               size_t slot_size, ParPieceFn piece, ParEmitFn emit, void *arg);
 
+/* fwrite(s, 1, n, f) in pieces of at most plan_write_piece() bytes: 0, or -1 when one
+ * fell short.  Every writer of a plan's bulk writes through it. */
+int plan_fwrite(const void *s, size_t n, FILE *f);
+/* PLAN_WRITE_PIECE where a balloon reports free memory to the host
+ * (plan_thp_machine()->reported), else no limit.  A write() of a megabyte makes the page
+ * cache hold it in large folios (ext4 since Linux 6.16), which come from memory such a
+ * balloon reported free, and a host that took that memory back must back it again as
+ * the copy first touches it; folios of 32 KiB or less come from memory still backed.
+ * On the 2-core VM we measure on, 501 MiB after 3 s idle took 0.43-1.51 s of system
+ * time in 1 MiB writes and 0.20-0.34 s in 32 KiB ones (64 KiB ones 0.19-0.53 s); back
+ * to back 0.19 s either way (docs/pipesim.md, "Writes in pieces"). */
+size_t plan_write_piece(void);
+#define PLAN_WRITE_PIECE ((size_t)32 << 10)
+
 #endif

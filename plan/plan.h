@@ -335,8 +335,10 @@ typedef struct {
 	int offer;        // worth offering: largest > 0 and reported == 0
 } PlanThp;
 PlanThp plan_thp_read(const char *sys);
+/* plan_thp_read("/sys"), read once per process. */
+const PlanThp *plan_thp_machine(void);
 /* Whether plan_block_new offers its blocks: PIPECC_HUGE_PAGES=1 yes, =0 no; unset (or
- * anything else) plan_thp_read("/sys").offer, read once.  On a VM whose host backs the
+ * anything else) plan_thp_machine()->offer.  On a VM whose host backs the
  * memory its balloon reported free again at its first use, huge pages (2 MiB or 64 KiB
  * alike) cost more than small pages (docs/pipesim.md, "Huge pages, decided by the
  * machine"). */

@@ -8,10 +8,12 @@
  * KiB pages (their first runs), against 0.22-0.23 s in small pages (docs/pipesim.md,
  * "Huge pages, decided by the machine").  So the blocks are offered when the kernel
  * gives huge pages to regions that ask for them and nothing reports free memory to a
- * host.  PIPECC_HUGE_PAGES=1 or 0 overrides the answer. */
+ * host.  PIPECC_HUGE_PAGES=1 or 0 overrides the answer.  The same fact sizes the plan
+ * writers' write() calls (plan_write_piece, par_out.h). */
 #include "plan.h"
 
 #include <dirent.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,19 +148,27 @@ PlanThp plan_thp_read(const char *sys)
 	return t;
 }
 
+/* Not a state of the program's: a fact of the machine, read once. */
+static PlanThp machine;
+static pthread_once_t machine_once = PTHREAD_ONCE_INIT;
+
+static void read_machine(void)
+{
+	machine = plan_thp_read("/sys");
+}
+
+const PlanThp *plan_thp_machine(void)
+{
+	pthread_once(&machine_once, read_machine);
+	return &machine;
+}
+
 int plan_huge_pages(void)
 {
 	const char *e = getenv("PIPECC_HUGE_PAGES");
 	if (e && (!strcmp(e, "0") || !strcmp(e, "1")))
 		return e[0] == '1';
-	/* Not a state of the program's: a fact of the machine, read once. */
-	static int known = -1;
-	int k = __atomic_load_n(&known, __ATOMIC_RELAXED);
-	if (k < 0) {
-		k = plan_thp_read("/sys").offer;
-		__atomic_store_n(&known, k, __ATOMIC_RELAXED);
-	}
-	return k;
+	return plan_thp_machine()->offer;
 }
 
 void plan_thp_describe(const PlanThp *t, char *buf, size_t n)

@@ -40,7 +40,7 @@ static void flush(Out *o)
 	if (o->hashing)
 		hash(o, o->buf + o->hashed, o->n - o->hashed);
 	o->hashed = 0;
-	if (o->emit && o->n && fwrite(o->buf, 1, o->n, o->f) != o->n)
+	if (o->emit && o->n && plan_fwrite(o->buf, o->n, o->f))
 		o->err = 1;
 	o->n = 0;
 }
@@ -53,7 +53,7 @@ static void put(Out *o, const char *s)
 	if (len > sizeof o->buf) {
 		if (o->hashing)
 			hash(o, s, len);
-		if (o->emit && fwrite(s, 1, len, o->f) != len)
+		if (o->emit && plan_fwrite(s, len, o->f))
 			o->err = 1;
 		return;
 	}
@@ -368,7 +368,7 @@ static void put_block(Out *o, const char *s, size_t n)
 	flush(o);
 	if (o->hashing)
 		hash(o, s, n);
-	if (o->emit && fwrite(s, 1, n, o->f) != n)
+	if (o->emit && plan_fwrite(s, n, o->f))
 		o->err = 1;
 }
 

@@ -16,6 +16,8 @@
 #include <cmocka.h>
 
 #include "../compiler/pipecc.h"
+#include "../plan/binary.h"
+#include "../plan/par_out.h"
 #include "../plan/plan.h"
 #include "plan_lib.h"
 
@@ -660,6 +662,104 @@ static void plan__thp_read__offers_only_where_nothing_reports_free_memory(void *
 	assert_int_equal(r.offer, 0);
 }
 
+/* An unbuffered stream that keeps what it is given and the largest single write, and
+ * takes at most `room` bytes in all (then falls short, as a full disk would). */
+typedef struct {
+	char *buf;
+	size_t n, cap, largest, room;
+} Sink;
+
+static ssize_t sink_write(void *cookie, const char *s, size_t n)
+{
+	Sink *k = cookie;
+	if (n > k->largest)
+		k->largest = n;
+	if (k->n + n > k->room)
+		n = k->room - k->n;
+	if (k->n + n > k->cap) {
+		k->cap = (k->n + n) * 2;
+		k->buf = realloc(k->buf, k->cap);
+		assert_non_null(k->buf);
+	}
+	memcpy(k->buf + k->n, s, n);
+	k->n += n;
+	return n ? (ssize_t)n : -1;
+}
+
+static FILE *sink_open(Sink *k, size_t room)
+{
+	*k = (Sink){.room = room};
+	FILE *f = fopencookie(k, "w", (cookie_io_functions_t){.write = sink_write});
+	assert_non_null(f);
+	assert_int_equal(setvbuf(f, NULL, _IONBF, 0), 0); // each fwrite reaches the sink whole
+	return f;
+}
+
+/* The plan writers hand the stream pieces of at most plan_write_piece() bytes (32 KiB
+ * where a balloon reports free memory to the host, as on the VMs we test on): the
+ * text of a 3 MB plan, and its binary form, byte for byte what a file gets; a stream
+ * that fills up is an error. */
+static void plan__writers__write_in_pieces_where_the_machine_needs_it(void **state)
+{
+	(void)state;
+	size_t piece = plan_write_piece();
+	assert_int_equal(piece, plan_thp_machine()->reported ? PLAN_WRITE_PIECE : SIZE_MAX);
+	PlanError err;
+	Plan *p = plan_read_file(FNV_PLAN, &err);
+	assert_non_null(p);
+	char *big = malloc(3 << 20);
+	assert_non_null(big);
+	for (size_t i = 0; i < 3u << 20; i++)
+		big[i] = (char)(i * 2654435761u >> 13);
+	Sink k;
+	FILE *f = sink_open(&k, SIZE_MAX);
+	assert_int_equal(plan_fwrite(big, 3 << 20, f), 0);
+	assert_int_equal(fclose(f), 0);
+	assert_int_equal(k.n, 3 << 20);
+	assert_memory_equal(k.buf, big, k.n);
+	assert_true(k.largest <= piece);
+	if (piece == PLAN_WRITE_PIECE)
+		assert_int_equal(k.largest, PLAN_WRITE_PIECE);
+	free(k.buf);
+	f = sink_open(&k, (1 << 20) + 5);
+	assert_int_equal(plan_fwrite(big, 3 << 20, f), -1);
+	fclose(f);
+	free(k.buf);
+	free(big);
+	/* The writers: a plan of 100k ops (about 3 MB of text). */
+	PlanRank *rk = &p->ranks[0];
+	int64_t n0 = rk->nops;
+	while (rk->nops < 100000)
+		plan_push_op(rk, rk->ops[rk->nops % n0], 0);
+	for (int bin = 0; bin < 2; bin++) {
+		char path[] = "/tmp/pipecc-pieces.XXXXXX";
+		int fd = mkstemp(path);
+		assert_true(fd >= 0);
+		FILE *file = fdopen(fd, "w+");
+		assert_non_null(file);
+		f = sink_open(&k, SIZE_MAX);
+		assert_int_equal(bin ? plan_write_binary(p, f) : plan_write(p, f), 0);
+		assert_int_equal(fflush(f), 0);
+		assert_int_equal(bin ? plan_write_binary(p, file) : plan_write(p, file), 0);
+		assert_int_equal(fflush(file), 0);
+		size_t fn = (size_t)ftello(file);
+		assert_true(fn > (bin ? 100000u : 2000000u));
+		assert_true(k.largest <= piece);
+		assert_int_equal(k.n, fn);
+		char *back = malloc(fn);
+		assert_non_null(back);
+		rewind(file);
+		assert_int_equal(fread(back, 1, fn, file), fn);
+		assert_memory_equal(back, k.buf, fn);
+		free(back);
+		fclose(file);
+		fclose(f);
+		free(k.buf);
+		remove(path);
+	}
+	plan_free(p);
+}
+
 /* A plan of 100k ops (3 MB, lines across every block boundary) reads back to its own
  * text from a file and from a stream; with a rank's count raised past what the file
  * holds, both refuse it at the same line with the same message. */
@@ -719,6 +819,7 @@ int main(void)
 		cmocka_unit_test(plan__block_new__huge_hint_as_asked_or_as_the_machine_says),
 		cmocka_unit_test(plan__thp_read__offers_only_where_nothing_reports_free_memory),
 		cmocka_unit_test(plan__populate__pages_in_the_step_an_element_enters),
+		cmocka_unit_test(plan__writers__write_in_pieces_where_the_machine_needs_it),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
