@@ -10,6 +10,7 @@
  * fclose) is reported with the file's name and the system's reason.  The progress line
  * is drawn by its own thread, so the libraries doing the work need no hooks. */
 #include "cli.h"
+#include "par_out.h"
 #include "plan.h"
 
 #include <errno.h>
@@ -502,6 +503,14 @@ FILE *cli_out_open(const CliTool *t, CliOut *o, const char *path)
 			errno = ENOMEM;
 		}
 	}
+	/* A buffer of one write piece: every write() a whole piece where the file starts one
+	 * (plan_fwrite hands over a piece at a time, or more), so that each is one page-cache
+	 * folio of its size (par_out.h, plan_write_piece).  Without it, the default. */
+	if (o->f && (o->buf = malloc(PLAN_WRITE_PIECE)) &&
+	    setvbuf(o->f, o->buf, _IOFBF, PLAN_WRITE_PIECE)) {
+		free(o->buf);
+		o->buf = NULL;
+	}
 	if (!o->f) {
 		cli_error(t, "cannot write %s: %s", path, plan_strerror(errno));
 		if (o->tmp)
@@ -561,6 +570,7 @@ int cli_out_close(const CliTool *t, CliOut *o, int failed)
 	if (o->tmp)
 		tmp_unregister(o->tmp);
 	free(o->tmp);
+	free(o->buf);
 	*o = (CliOut){0};
 	return bad ? CLI_EXIT_FAIL : 0;
 }

@@ -109,6 +109,7 @@ typedef struct {
 	const char *path;
 	FILE *f;
 	char *tmp; // the temporary file, NULL when written in place
+	char *buf; // the stream's buffer, PLAN_WRITE_PIECE bytes; NULL for standard output
 } CliOut;
 /* Returns the stream to write, or NULL after a message naming the file. */
 FILE *cli_out_open(const CliTool *t, CliOut *o, const char *path);

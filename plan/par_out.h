@@ -47,7 +47,9 @@ int par_write(const Plan *p, int64_t max_ops, int split, PlanPos **cut, int batc
               size_t slot_size, ParPieceFn piece, ParEmitFn emit, void *arg);
 
 /* fwrite(s, 1, n, f) in pieces of at most plan_write_piece() bytes: 0, or -1 when one
- * fell short.  Every writer of a plan's bulk writes through it. */
+ * fell short.  Every writer of a plan's bulk writes through it.  The tools' output
+ * files have a stream buffer of PLAN_WRITE_PIECE bytes (cli_out_open), so that each
+ * piece reaches the file as one aligned write(). */
 int plan_fwrite(const void *s, size_t n, FILE *f);
 /* PLAN_WRITE_PIECE where a balloon reports free memory to the host
  * (plan_thp_machine()->reported), else no limit.  A write() of a megabyte makes the page

@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "../plan/cli.h"
+#include "../plan/par_out.h"
 
 typedef struct {
 	int n, flag, kind;
@@ -205,6 +206,42 @@ static void cli__write__whole_or_not_at_all(void **state)
 	rmdir(dir);
 }
 
+/* A writer that hands over 40000 bytes and then looks at what reached the file: one
+ * whole PLAN_WRITE_PIECE (the stream's buffer is a piece, so writes are whole pieces
+ * where the file starts one; the default buffer would have passed 36864 bytes). */
+static int write_in_pieces(FILE *f, void *arg)
+{
+	static char text[40000];
+	memset(text, 'x', sizeof text);
+	if (fwrite(text, 1, sizeof text, f) != sizeof text)
+		return -1;
+	struct stat st;
+	if (fstat(fileno(f), &st))
+		return -1;
+	*(off_t *)arg = st.st_size;
+	return 0;
+}
+
+static void cli__write__whole_pieces_reach_the_file(void **state)
+{
+	(void)state;
+	char dir[] = "/tmp/test_cli.XXXXXX";
+	assert_non_null(mkdtemp(dir));
+	char path[256];
+	snprintf(path, sizeof path, "%s/out", dir);
+	Vals v = {0};
+	CliOpt opts[16];
+	CliTool t = tool_of(&v, opts);
+	off_t seen = -1;
+	assert_int_equal(cli_write(&t, path, write_in_pieces, &seen), 0);
+	assert_int_equal(seen, PLAN_WRITE_PIECE);
+	struct stat st;
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(st.st_size, 40000);
+	remove(path);
+	rmdir(dir);
+}
+
 static void read_line(const char *path, char *buf, int n)
 {
 	FILE *f = fopen(path, "r");
@@ -309,6 +346,7 @@ int main(void)
 		cmocka_unit_test(cli__outputs__checked_before_work),
 		cmocka_unit_test(cli__write__whole_or_not_at_all),
 		cmocka_unit_test(cli__write__replaces_existing_files),
+		cmocka_unit_test(cli__write__whole_pieces_reach_the_file),
 		cmocka_unit_test(cli__progress__off_when_quiet_or_not_a_terminal),
 		cmocka_unit_test(cli__version__from_one_place),
 	};
