@@ -4,7 +4,8 @@
  * is the calling thread, before it takes its first piece (or after the pass, when the
  * other workers took them all).  Only the calling thread writes, so a write error leaves
  * its errno where the caller reads it, as on one thread.  Slots keep their memory from
- * batch to batch: after the first two batches a piece allocates nothing. */
+ * batch to batch: after the first two batches a piece allocates nothing.  At the end,
+ * plan_fwrite: the writers' bytes to the stream, in pieces where the machine needs them. */
 #include "par_out.h"
 
 #include "par.h"

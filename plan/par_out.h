@@ -1,7 +1,8 @@
 /* Ordered output from worker threads (par.h): a writer cuts its plan into pieces, the
  * workers format pieces into memory, and the calling thread writes them out in order,
  * so the bytes, their checksum and any write error are exactly the one-thread writer's
- * (docs/architecture.md, "Threads"). */
+ * (docs/architecture.md, "Threads").  Also the one way every plan writer, on any number
+ * of threads, hands its bytes to the stream (plan_fwrite). */
 #ifndef PLAN_PAR_OUT_H
 #define PLAN_PAR_OUT_H
 
@@ -58,7 +59,7 @@ int plan_fwrite(const void *s, size_t n, FILE *f);
  * the copy first touches it; folios of 32 KiB or less come from memory still backed.
  * On the 2-core VM we measure on, 501 MiB after 3 s idle took 0.43-1.51 s of system
  * time in 1 MiB writes and 0.20-0.34 s in 32 KiB ones (64 KiB ones 0.19-0.53 s); back
- * to back 0.19 s either way (docs/pipesim.md, "Writes in pieces"). */
+ * to back 0.18-0.20 s either way (docs/pipesim.md, "Writes in pieces"). */
 size_t plan_write_piece(void);
 #define PLAN_WRITE_PIECE ((size_t)32 << 10)
 
