@@ -200,7 +200,7 @@ static void stage_build(Stage *s, const Shape *p, RtRank *r)
 			tensor(r, &lr->skip, N, d, RT_INIT_ZERO);
 			continue;
 		}
-		rt_layer_shapes[ly->kind](ly, &s->sh, &lr->t);
+		rt_layer_shapes[ly->kind](ly, &s->sh, 1, &lr->t); // the whole layer: tp = 1
 		lr->param = calloc((size_t)lr->t.nparams, sizeof *lr->param);
 		lr->grad = calloc((size_t)lr->t.nparams, sizeof *lr->grad);
 		if (!lr->param || !lr->grad)
