@@ -5,7 +5,7 @@
 # in the same run.  Goals: both >= 20 M ops/s, pipesim within 3x of wc -l, <= 64 bytes
 # of peak RSS per op.  The same rows for the binary form (pipecc --plan-format=binary,
 # pipesim on its file).  Then bench/io_bench.c times the readers and the writers alone,
-# and the machine's floor for any tool holding the plan as 32-byte PlanOps: the kernel's
+# and the machine's floor for any tool holding the plan as 24-byte PlanOps: the kernel's
 # time to fault that many fresh pages in (a ceiling in M ops/s no such tool passes),
 # and pipesim's passes alone in memory on one thread (the simulation, which has no
 # worker threads, bounds the report from below on any number of cores); io_bench's

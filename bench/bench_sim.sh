@@ -1,7 +1,7 @@
 #!/bin/sh
 # Simulator speed and memory.  Goals (issue "pipesim"): at least 20 M simulated ops per
 # second on one core for plans of ten million ops and more, time linear in ops, peak RSS
-# at most 64 bytes per op including the 32-byte in-memory op.
+# at most 64 bytes per op including the 24-byte in-memory op.
 #
 # bench/sim_bench.c builds a 1F1B plan in memory (no file parsing), verifies it and runs
 # sim_run; one process per size so peak RSS is that size's.  Then end to end: the same

@@ -3,7 +3,7 @@
  * place last) and to /dev/null (not seekable: two passes, as into a pipe); then the
  * binary form's: plan_write_binary to OUT.bin and plan_read of that.  Prints CPU
  * seconds and M ops/s of each; the best of REPS runs, since the machine may be shared.
- * Then the machine's floor for any tool that holds the plan as PlanOps (32 bytes an op):
+ * Then the machine's floor for any tool that holds the plan as PlanOps (24 bytes an op):
  * the kernel's cost of handing out that many fresh pages (touched once each), and of
  * writing them once they are in, as a ceiling in M ops/s that no such tool passes; and
  * the same for a block of them offered for huge pages, as the tools hold their ops
@@ -200,8 +200,8 @@ int main(int argc, char **argv)
 	passes(p, reps);
 	plan_free(p);
 	double fill, fault = fresh_pages((size_t)ops * sizeof(PlanOp), reps, &fill, 0);
-	printf("the machine's floor for %.0f MiB of PlanOps (32 bytes an op):\n",
-	       (double)ops * sizeof(PlanOp) / 1048576);
+	printf("the machine's floor for %.0f MiB of PlanOps (%zu bytes an op):\n",
+	       (double)ops * sizeof(PlanOp) / 1048576, sizeof(PlanOp));
 	show("fault the pages in", fault, ops);
 	show("then write them whole", fill, ops);
 	setenv("PIPECC_HUGE_PAGES", "1", 1); // the hint, as the tools take it when asked

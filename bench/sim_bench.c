@@ -1,5 +1,5 @@
 /* Simulator benchmark: builds a 1F1B plan of about N ops in memory (exact-size op
- * arrays, so the plan costs its 32 bytes per op and no more), verifies it, simulates it
+ * arrays, so the plan costs its 24 bytes per op and no more), verifies it, simulates it
  * and prints one line of figures: seconds and ops per second for each phase, peak
  * resident memory and bytes per op.  One process per size, so peak RSS is that size's.
  * The simulation is timed in thread CPU time, best of three runs, so that other load on
@@ -145,13 +145,13 @@ static Plan *build(int pp, int m)
 		int warm = pp - 1 - s < m ? pp - 1 - s : m;
 		int f = 0, b = 0;
 		PlanOp ra = {.kind = OP_RECV, .dir = DIR_ACT, .stage = s - 1, .peer = s - 1,
-		             .route = 2 * (s - 1), .bytes = 128};
+		             .route = 2 * (s - 1)}; // 128 bytes: the edge's
 		PlanOp sa = {.kind = OP_SEND, .dir = DIR_ACT, .stage = s, .peer = s + 1,
-		             .route = 2 * s, .bytes = 128};
+		             .route = 2 * s}; // 128 bytes: the edge's
 		PlanOp rg = {.kind = OP_RECV, .dir = DIR_GRAD, .stage = s, .peer = s + 1,
-		             .route = 2 * s + 1, .bytes = 128};
+		             .route = 2 * s + 1}; // 128 bytes: the edge's
 		PlanOp sg = {.kind = OP_SEND, .dir = DIR_GRAD, .stage = s - 1, .peer = s - 1,
-		             .route = 2 * (s - 1) + 1, .bytes = 128};
+		             .route = 2 * (s - 1) + 1}; // 128 bytes: the edge's
 		while (f < warm)
 			fwd(&e, s, pp, f++, &ra, &sa);
 		while (f < m) {

@@ -165,11 +165,11 @@ int pipecc_emit_summary(const Plan *p, FILE *f)
 			const PlanOp *o = &p->ranks[r].ops[i];
 			count[o->kind]++;
 			if (o->kind == OP_SEND)
-				p2p_bytes += o->bytes;
+				p2p_bytes += plan_op_bytes(p, o);
 			if (o->kind == OP_ALLREDUCE || o->kind == OP_TIEREDUCE)
-				ar_bytes += o->bytes;
+				ar_bytes += plan_op_bytes(p, o);
 			if (o->kind == OP_TPREDUCE)
-				tp_bytes += o->bytes;
+				tp_bytes += plan_op_bytes(p, o);
 		}
 	for (int k = 0; k < OP_COUNT; k++)
 		count[k] *= lines;

@@ -607,6 +607,8 @@ Plan *lower_program(const Program *pr, const SchedCtx *sc, Diag *d, int allow_de
 		rc = lower_given(p, sc, w->stride, d);
 	if (rc == 0) {
 		expand_tp(w);
+		if (plan_sizes_canon(p)) // before the other lines copy line 0's
+			lw_oom(w, (size_t)p->nsizes * 12);
 		if (!w->line)
 			copy_lines(w);
 	}

@@ -54,7 +54,6 @@ static inline void emit_p2p(Lw *w, int pp, int kind, const Out *t, int peer, int
 	o->peer = peer * w->stride;
 	o->group = g;
 	o->route = 2 * w->remote_k[t->edge] + t->dir;
-	o->bytes = w->plan->edges[t->edge].bytes;
 }
 
 /* Appends an op to pipeline index pp's list on the first line.  For SEND/RECV, `peer`
@@ -65,12 +64,13 @@ static inline void emit(Lw *w, int pp, PlanOp op, int line)
 	if (op.kind == OP_SEND || op.kind == OP_RECV) {
 		op.peer = op.peer * w->stride;
 		op.route = 2 * w->remote_k[op.stage] + op.dir;
-		op.bytes = w->plan->edges[op.stage].bytes;
-	} else if (op.kind == OP_ALLREDUCE) {
-		op.bytes = w->plan->stages[op.stage].params * 4;
-	} else if (op.kind == OP_TIEREDUCE) {
-		op.peer = op.peer * w->stride;
-		op.bytes = plan_tie_bytes(w->plan);
+	} else if (op.kind == OP_ALLREDUCE || op.kind == OP_TIEREDUCE) {
+		if (op.kind == OP_TIEREDUCE)
+			op.peer = op.peer * w->stride;
+		int64_t bytes = op.kind == OP_ALLREDUCE ? w->plan->stages[op.stage].params * 4
+		                                        : plan_tie_bytes(w->plan);
+		if (plan_op_set_bytes(w->plan, &op, bytes))
+			lw_oom(w, sizeof(int64_t));
 	}
 	PlanOp *o = next_op(w, pp, line);
 	memset(o, 0, sizeof *o); // field by field below: a copy of op may skip its padding
@@ -82,7 +82,6 @@ static inline void emit(Lw *w, int pp, PlanOp op, int line)
 	o->peer = op.peer;
 	o->group = op.group;
 	o->route = op.route;
-	o->bytes = op.bytes;
 }
 
 void lw_emit(Lw *w, int pp, PlanOp op, int line)

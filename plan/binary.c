@@ -42,6 +42,7 @@ void plan_bin_ctx_init(BinCtx *c)
 	for (int s = 0; s < BIN_SLOTS; s++) {
 		c->mb[s] = -1;
 		c->line[s] = 0;
+		c->bytes[s] = 0;
 	}
 	c->group = -1;
 	c->seen = 0;
@@ -49,7 +50,8 @@ void plan_bin_ctx_init(BinCtx *c)
 
 PlanOpLimits plan_op_limits(const Plan *p)
 {
-	return (PlanOpLimits){p->nstages, p->nedges, p->nroutes, p->microbatches, p->world, 0, 0};
+	return (PlanOpLimits){p->nstages, p->nedges, p->nroutes, p->microbatches, p->world, 0, 0,
+	                      p->edges};
 }
 
 /* v within [lo, hi], else -1 with the text reader's words for it. */
@@ -62,7 +64,8 @@ static int range(int64_t v, int64_t lo, int64_t hi, const char *what, char *msg,
 	return -1;
 }
 
-int plan_op_check(const PlanOpLimits *l, int tp, const PlanOp *o, char *msg, size_t n)
+int plan_op_check(const PlanOpLimits *l, int tp, const PlanOp *o, int64_t bytes, char *msg,
+                  size_t n)
 {
 	if (o->kind >= OP_COUNT) {
 		snprintf(msg, n, "unknown op kind %d", o->kind);
@@ -77,9 +80,14 @@ int plan_op_check(const PlanOpLimits *l, int tp, const PlanOp *o, char *msg, siz
 	    ((u & BF_PEER) && range(o->peer, 0, peers - 1, "rank", msg, n)) ||
 	    ((u & BF_GROUP) && range(o->group, 0, INT32_MAX, "g=", msg, n)) ||
 	    ((u & BF_ROUTE) && range(o->route, 0, l->routes - 1, "r=", msg, n)) ||
-	    ((u & BF_BYTES) && range(o->bytes, k == OP_TPREDUCE, INT64_MAX / 8, "bytes=", msg, n)) ||
+	    ((u & BF_BYTES) && range(bytes, k == OP_TPREDUCE, INT64_MAX / 8, "bytes=", msg, n)) ||
 	    ((u & BF_DIR) && range(o->dir, 0, DIR_COUNT - 1, "direction", msg, n)))
 		return -1;
+	if (p2p && bytes != l->edge[o->stage].bytes) {
+		snprintf(msg, n, "bytes=%lld, but edge %d carries %lld bytes", (long long)bytes,
+		         o->stage, (long long)l->edge[o->stage].bytes);
+		return -1;
+	}
 	if (k == OP_TPREDUCE && tp == 1) {
 		snprintf(msg, n, "a TPREDUCE in a plan with tp=1 (it all-reduces over the tp group)");
 		return -1;
@@ -91,7 +99,7 @@ int plan_op_check(const PlanOpLimits *l, int tp, const PlanOp *o, char *msg, siz
 	/* What the kind does not use is the empty op's: -1 for numbers, 0 for the rest. */
 	if ((!(u & BF_MB) && o->mb != -1) || (!(u & BF_PEER) && o->peer != -1) ||
 	    (!(u & BF_GROUP) && o->group != -1) || (!(u & BF_ROUTE) && o->route != -1) ||
-	    (!(u & BF_BYTES) && o->bytes) || (!(u & BF_DIR) && o->dir) ||
+	    (!(u & BF_BYTES) && bytes) || (!(u & BF_DIR) && o->dir) ||
 	    (!(u & BF_PART) && o->part)) {
 		snprintf(msg, n, "a %s op with a field its kind does not have", plan_ops[k].name);
 		return -1;
@@ -107,6 +115,7 @@ typedef struct {
 	size_t n;
 	PlanHash h;
 	int err;
+	const Plan *p; // the plan written: the sizes its ops imply
 } Bw;
 
 #define BW_BUF (1 << 20)
@@ -172,7 +181,6 @@ static PlanOp as_written(const PlanOp *o)
 	c.peer = u & BF_PEER ? c.peer : -1;
 	c.group = u & BF_GROUP ? c.group : -1;
 	c.route = u & BF_ROUTE ? c.route : -1;
-	c.bytes = u & BF_BYTES ? c.bytes : 0;
 	c.dir = u & BF_DIR ? c.dir : 0;
 	c.part = u & BF_PART ? c.part : 0;
 	return c;
@@ -185,15 +193,17 @@ static void put_op(Bw *w, BinCtx *c, const PlanOp *op, int32_t line)
 	if (w->n + BW_ROOM > BW_BUF)
 		bw_flush(w);
 	PlanOp canon = as_written(op);
-	const PlanOp *o = &canon;
+	PlanOp *o = &canon;
 	OpKind k = plan_op_kind(o);
-	int same = (plan_bin_uses[k] & BF_GROUP) && o->group == c->group;
-	PlanOp pr = plan_bin_predict(c, k, o->dir, same);
+	unsigned uses = plan_bin_uses[k], s = plan_bin_slot(k, o->dir);
+	int64_t bytes = uses & BF_BYTES ? plan_op_bytes(w->p, op) : 0;
+	int same = (uses & BF_GROUP) && o->group == c->group;
+	PlanOp q = plan_bin_predict(c, k, o->dir, same);
+	PlanOp pr = as_written(&q); // a sized kind's route, its size's name, is not written
 	line = line > 0 ? line : 0;
 	int64_t d[BIN_FIELDS] = {diff(o->stage, pr.stage), diff(o->mb, pr.mb), diff(o->peer, pr.peer),
 	                         diff(o->group, pr.group), diff(o->route, pr.route),
-	                         diff(line, c->line[plan_bin_slot(k, o->dir)]),
-	                         diff(o->bytes, pr.bytes), 0};
+	                         diff(line, c->line[s]), diff(bytes, c->bytes[s]), 0};
 	unsigned mask = 0;
 	for (int i = 0; i < BIN_FIELDS - 1; i++)
 		if (d[i])
@@ -212,7 +222,9 @@ static void put_op(Bw *w, BinCtx *c, const PlanOp *op, int32_t line)
 			p = put_varint(p, o->part);
 	}
 	w->n = (size_t)(p - w->buf);
-	plan_bin_commit(c, o, line);
+	if (plan_op_sized(k))
+		o->route = op->route; // so that the next op of its size is predicted whole
+	plan_bin_commit(c, o, line, bytes);
 }
 
 /* Rank rk's ops.  Most ops of a large plan are their prediction, a header byte alone: such
@@ -224,7 +236,7 @@ static void put_op(Bw *w, BinCtx *c, const PlanOp *op, int32_t line)
  * else takes put_op.  (kind, dir, part and stage are one 8-byte word of PlanOp.) */
 __attribute__((always_inline)) static inline void put_rank_ops(Bw *w, const PlanRank *rk)
 {
-	_Static_assert(offsetof(PlanOp, stage) == 4 && sizeof(PlanOp) == 32, "PlanOp's first word");
+	_Static_assert(offsetof(PlanOp, stage) == 4 && sizeof(PlanOp) == 24, "PlanOp's first word");
 	BinCtx c;
 	plan_bin_ctx_init(&c);
 	const PlanOp *ops = rk->ops; // rk's fields, and w's below, kept here: a byte stored may
@@ -245,7 +257,7 @@ __attribute__((always_inline)) static inline void put_rank_ops(Bw *w, const Plan
 			memcpy(&a, o, 8);
 			memcpy(&b, pv, 8);
 			if (a == b && line == c.line[s] && o->mb == mb && o->group == g &&
-			    o->peer == pv->peer && o->route == pv->route && o->bytes == pv->bytes) {
+			    o->peer == pv->peer && o->route == pv->route) { // so bytes= too
 				if (out == end) {
 					w->n = BW_BUF;
 					bw_flush(w);
@@ -301,7 +313,7 @@ static int bin_piece(void *arg, int64_t i, int wi, void *slot, FILE *spill)
 	(void)wi;
 	BinPar *bp = arg;
 	BinSlot *s = slot;
-	s->w = (Bw){.f = spill, .buf = s->buf};
+	s->w = (Bw){.f = spill, .buf = s->buf, .p = bp->p};
 	plan_hash_init(&s->w.h, PLAN_SUM_LANES4);
 	put_ranks(&s->w, bp->p, bp->cut[i].rank, bp->cut[i + 1].rank);
 	return s->w.err;
@@ -358,7 +370,7 @@ int plan_write_binary(const Plan *p, FILE *f)
 		return -1; // a one-rank view is not a plan to write
 	size_t tlen;
 	char *text = plan_bin_text(p, &tlen);
-	Bw w = {.f = f, .buf = malloc(BW_BUF)};
+	Bw w = {.f = f, .buf = malloc(BW_BUF), .p = p};
 	if (!text || !w.buf) {
 		free(text);
 		free(w.buf);

@@ -40,9 +40,12 @@ Plan *plan_read_binary(FILE *f, const char *name, PlanError *err);
 Plan *plan_read_binary_as(FILE *f, const char *name, unsigned keep, PlanError *err); // PLAN_KEEP_*
 
 /* The ranges every op field must lie in, the text reader's (read.c, read_op.c) as one
- * function over the counts l and the tp size: in range for its kind, and the fields its
- * kind does not use at their empty values.  0, or -1 with why in msg. */
-int plan_op_check(const PlanOpLimits *l, int tp, const PlanOp *o, char *msg, size_t n);
+ * function over the counts l and the tp size: op o as written, moving `bytes` (its route
+ * -1 unless it is a SEND or RECV), in range for its kind, a SEND's or RECV's bytes its
+ * edge's, and the fields its kind does not use at their empty values.  0, or -1 with
+ * why in msg. */
+int plan_op_check(const PlanOpLimits *l, int tp, const PlanOp *o, int64_t bytes, char *msg,
+                  size_t n);
 /* The limits of plan p's ops as they are in memory (a line plan's rank numbers are
  * pipeline indices). */
 PlanOpLimits plan_op_limits(const Plan *p);

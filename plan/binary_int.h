@@ -37,6 +37,8 @@ typedef struct {
 	PlanOp prev[BIN_SLOTS]; // but its mb and group: those are below
 	int32_t mb[BIN_SLOTS];  // the slot's previous microbatch (-1 before its first op)
 	int32_t line[BIN_SLOTS]; // the slot's previous source line (0 before its first op)
+	int64_t bytes[BIN_SLOTS]; // the slot's previous bytes= (0 before its first op), which
+	                          // in memory its op's edge or route implies (plan_op_bytes)
 	int32_t group; // -1 before the rank's first comm op
 	unsigned seen; // bit s: prev[s] is an op of the rank (checked), not the empty op
 } BinCtx;
@@ -73,13 +75,15 @@ static inline PlanOp plan_bin_predict(const BinCtx *c, OpKind k, unsigned dir, i
 	return p;
 }
 
-/* Op o, from source line `line`, is the slot's previous op from now on. */
-static inline void plan_bin_commit(BinCtx *c, const PlanOp *o, int32_t line)
+/* Op o, from source line `line`, moving `bytes`, is the slot's previous op from now on
+ * (o as it is in memory: a sized kind's route names its size). */
+static inline void plan_bin_commit(BinCtx *c, const PlanOp *o, int32_t line, int64_t bytes)
 {
 	unsigned s = plan_bin_slot(o->kind, o->dir);
 	c->prev[s] = *o;
 	c->mb[s] = o->mb;
 	c->line[s] = line;
+	c->bytes[s] = bytes;
 	if (plan_bin_uses[o->kind] & BF_GROUP)
 		c->group = o->group;
 	c->seen |= 1u << s;

@@ -236,8 +236,8 @@ static Plan *read_skeleton(Br *r, uint64_t tlen)
 
 /* One op at the cursor, coded against c's prediction; checked, then made the kind's
  * previous op. */
-static int get_op(Br *r, BinCtx *c, const PlanOpLimits *l, int tp, PlanOp *o, int32_t *line,
-                  int rank, int64_t i)
+static int get_op(Br *r, Plan *pl, BinCtx *c, const PlanOpLimits *l, PlanOp *o,
+                  int32_t *line, int rank, int64_t i)
 {
 	if (r->len - r->pos < BIN_OP_MAX && !r->eof)
 		more(r, BIN_OP_MAX);
@@ -251,10 +251,13 @@ static int get_op(Br *r, BinCtx *c, const PlanOpLimits *l, int tp, PlanOp *o, in
 	    ((h & BIN_SAME_GROUP) && !(plan_bin_uses[k] & BF_GROUP)) ||
 	    ((h & BIN_GRAD) && !(plan_bin_uses[k] & BF_DIR)))
 		return fail(r, at, "rank %d op %" PRId64 ": bad op header byte 0x%02x", rank, i, h);
-	unsigned dir = (h & BIN_GRAD) != 0;
+	unsigned dir = (h & BIN_GRAD) != 0, slot = plan_bin_slot(k, dir);
 	*o = plan_bin_predict(c, (OpKind)k, dir, (h & BIN_SAME_GROUP) != 0);
-	*line = c->line[plan_bin_slot(k, dir)];
-	int check = !(c->seen & (1u << plan_bin_slot(k, dir)));
+	if (!(plan_bin_uses[k] & BF_ROUTE))
+		o->route = -1; // as written: a sized kind's size is `bytes`, named again below
+	*line = c->line[slot];
+	int64_t bytes = c->bytes[slot];
+	int check = !(c->seen & (1u << slot));
 	if (!(h & BIN_FIELDS_FOLLOW)) {
 		/* The kind's previous op passed the check; only mb and group moved. */
 		if (((plan_bin_uses[k] & BF_MB) && o->mb >= l->mbs) ||
@@ -269,7 +272,7 @@ static int get_op(Br *r, BinCtx *c, const PlanOpLimits *l, int tp, PlanOp *o, in
 		if (!mask)
 			return fail(r, at, "rank %d op %" PRId64 ": empty field mask", rank, i);
 		int64_t v[BIN_FIELDS - 1] = {o->stage, o->mb, o->peer, o->group, o->route, *line,
-		                             o->bytes};
+		                             bytes};
 		for (int f = 0; f < BIN_FIELDS; f++) {
 			if (!(mask & (1u << f)))
 				continue;
@@ -297,15 +300,17 @@ static int get_op(Br *r, BinCtx *c, const PlanOpLimits *l, int tp, PlanOp *o, in
 		o->group = (int32_t)v[3];
 		o->route = (int32_t)v[4];
 		*line = (int32_t)v[5];
-		o->bytes = v[6];
+		bytes = v[6];
 	}
 	char msg[256];
-	if (check && plan_op_check(l, tp, o, msg, sizeof msg))
+	if (check && plan_op_check(l, pl->dims[DIM_TP], o, bytes, msg, sizeof msg))
 		return fail(r, at, "rank %d op %" PRId64 ": %s", rank, i, msg);
+	if (plan_op_sized(k) && plan_op_set_bytes(pl, o, bytes))
+		return fail(r, at, "out of memory");
 	if (*line < 0) // only a coded field moves it
 		return fail(r, at, "rank %d op %" PRId64 ": source line %d out of range [0, %d]", rank,
 		            i, *line, INT32_MAX);
-	plan_bin_commit(c, o, *line);
+	plan_bin_commit(c, o, *line, bytes);
 	r->pos = (size_t)(p - r->blk);
 	return 0;
 }
@@ -378,12 +383,11 @@ static void fast_ops(Br *r, BinCtx *c, const PlanOpLimits *l, PlanRank *rk)
 
 /* Rank rk's n ops from the cursor (at: where its count starts, for an out-of-memory
  * error). */
-static int read_ops(Br *r, const Plan *p, int rank, const PlanOpLimits *l, uint64_t n, int64_t at)
+static int read_ops(Br *r, Plan *p, int rank, const PlanOpLimits *l, uint64_t n, int64_t at)
 {
 	PlanRank *rk = &p->ranks[rank];
 	if (!(rk->ops && !rk->nops && rk->ops_cap == (int64_t)n)) // else find_ranks gave them
 		plan_rank_drop_ops(rk);
-	int tp = p->dims[DIM_TP];
 	BinCtx c;
 	plan_bin_ctx_init(&c);
 	while (rk->nops < (int64_t)n) {
@@ -400,7 +404,7 @@ static int read_ops(Br *r, const Plan *p, int rank, const PlanOpLimits *l, uint6
 		fast_ops(r, &c, l, rk);
 		if (rk->nops < rk->ops_cap) {
 			int32_t line = 0;
-			if (get_op(r, &c, l, tp, &rk->ops[rk->nops], &line, rank, rk->nops))
+			if (get_op(r, p, &c, l, &rk->ops[rk->nops], &line, rank, rk->nops))
 				return -1;
 			if (rk->lines)
 				rk->lines[rk->nops] = line;
@@ -411,7 +415,7 @@ static int read_ops(Br *r, const Plan *p, int rank, const PlanOpLimits *l, uint6
 }
 
 /* Rank rk's op count and ops. */
-static int read_rank_ops(Br *r, const Plan *p, int rank, const PlanOpLimits *l)
+static int read_rank_ops(Br *r, Plan *p, int rank, const PlanOpLimits *l)
 {
 	have(r, 10);
 	const unsigned char *q = r->blk + r->pos;
@@ -612,8 +616,14 @@ static int par_ops(Br *r, Plan *p)
 }
 
 /* What either way of reading does last. */
-static Plan *read_done(Plan *p)
+static Plan *read_done(Plan *p, PlanError *err)
 {
+	if (plan_sizes_canon(p)) {
+		*err = (PlanError){.rank = -1, .op = -1};
+		plan_oom_text(err->msg, sizeof err->msg, 0, (size_t)p->nsizes * 12);
+		plan_free(p);
+		return NULL;
+	}
 	/* Its file has no lines: the verifier names ranks, ops and routes instead. */
 	p->routes_line = 0;
 	for (int i = 0; i < p->world; i++)
@@ -638,8 +648,8 @@ int plan_bin_read_par(FILE *f, const char *name, unsigned keep, Plan **out)
 		p = NULL;
 	}
 	free(r.blk);
-	*out = p ? read_done(p) : NULL;
-	return p ? 1 : -1;
+	*out = p ? read_done(p, &e) : NULL;
+	return *out ? 1 : -1;
 }
 
 Plan *plan_read_binary(FILE *f, const char *name, PlanError *err)
@@ -678,7 +688,7 @@ Plan *plan_read_binary_as(FILE *f, const char *name, unsigned keep, PlanError *e
 		}
 	}
 	free(r.blk);
-	return p ? read_done(p) : NULL;
+	return p ? read_done(p, err) : NULL;
 }
 
 Plan *plan_read(FILE *f, const char *name, PlanError *err)

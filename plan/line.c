@@ -88,6 +88,8 @@ static int copy_shared(Plan *e, const Plan *p)
 	e->stages = NULL;
 	e->edges = NULL;
 	e->routes = NULL;
+	e->sizes = NULL;
+	e->size_slot = NULL;
 	e->ranks = NULL;
 	e->blocks = NULL; // p's own
 	e->nblocks = 0;
@@ -111,7 +113,7 @@ static int copy_shared(Plan *e, const Plan *p)
 		return -1;
 	memcpy(e->edges, p->edges, (size_t)p->nedges * sizeof *e->edges);
 	e->nedges = p->nedges;
-	return 0;
+	return plan_copy_sizes(e, p);
 }
 
 /* Rank w of the world: line 0's lists at w's pipeline index, shifted onto w's line. */

@@ -136,8 +136,8 @@ STEP void group(Walk *w, int64_t i, int64_t j)
 	const Plan *p = w->p;
 	const PlanOp *ops = w->rk->ops;
 	for (int64_t k = i; k < j; k++)
-		if (ops[k].kind == OP_RECV)
-			w->comm += ops[k].bytes;
+		if (ops[k].kind == OP_RECV && ops[k].stage >= 0 && ops[k].stage < p->nedges)
+			w->comm += p->edges[ops[k].stage].bytes;
 	sample(w, i, 0);
 	for (int64_t k = i; k < j; k++) {
 		const PlanOp *o = &ops[k];

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -172,6 +173,8 @@ void plan_free(Plan *p)
 	free(p->stages);
 	free(p->edges);
 	free(p->routes);
+	free(p->sizes);
+	free(p->size_slot);
 	if (p->ranks) { // a view holds line 0 and its own rank (plan_expand_for)
 		int held = p->view ? p->dims[DIM_PP] + 1 : p->world;
 		for (int r = 0; r < held; r++) {
@@ -257,7 +260,7 @@ size_t plan_block_ops(Plan *p, PlanRank *const *rk, const int64_t *n, int count,
 	if (!a)
 		return total * per + HUGE_ALIGN;
 	p->blocks[p->nblocks++] = raw;
-	/* Every rank's ops first, then every rank's lines: each op on its 32-byte slot. */
+	/* Every rank's ops first, then every rank's lines. */
 	PlanOp *ops = (PlanOp *)a;
 	int32_t *ln = (int32_t *)(ops + total);
 	for (int i = 0; i < count; i++) {
@@ -428,10 +431,13 @@ int plan_dim_members(const Plan *p, int rank, int dim, int *out)
 
 int plan_format_op(const Plan *p, const PlanOp *o, char *buf, size_t n)
 {
-	(void)p;
 	if (o->kind >= OP_COUNT)
 		return snprintf(buf, n, "?");
 	const char *k = plan_ops[o->kind].name;
+	int p2p = o->kind == OP_SEND || o->kind == OP_RECV;
+	int64_t bytes = (p2p ? o->stage >= 0 && o->stage < p->nedges : -2 - o->route < p->nsizes)
+	                    ? plan_op_bytes(p, o)
+	                    : -1; // an op the reader would not take: say it, do not look
 	switch (plan_op_kind(o)) {
 	case OP_COUNT:
 		break;
@@ -446,19 +452,159 @@ int plan_format_op(const Plan *p, const PlanOp *o, char *buf, size_t n)
 	case OP_RECV:
 		return snprintf(buf, n, "%s %s e=%d m=%d %s=%d bytes=%" PRId64 " g=%d r=%d", k,
 		                plan_dir_names[o->dir & 1], o->stage, o->mb,
-		                o->kind == OP_SEND ? "to" : "from", o->peer, o->bytes, o->group,
+		                o->kind == OP_SEND ? "to" : "from", o->peer, bytes, o->group,
 		                o->route);
 	case OP_ALLREDUCE:
-		return snprintf(buf, n, "%s s=%d bytes=%" PRId64 " g=%d", k, o->stage, o->bytes,
+		return snprintf(buf, n, "%s s=%d bytes=%" PRId64 " g=%d", k, o->stage, bytes,
 		                o->group);
 	case OP_OPTIM:
 		return snprintf(buf, n, "%s s=%d", k, o->stage);
 	case OP_TIEREDUCE:
 		return snprintf(buf, n, "%s s=%d with=%d bytes=%" PRId64 " g=%d", k, o->stage,
-		                o->peer, o->bytes, o->group);
+		                o->peer, bytes, o->group);
 	case OP_TPREDUCE:
 		return snprintf(buf, n, "%s %s s=%d m=%d part=%d bytes=%" PRId64 " g=%d", k,
-		                plan_dir_names[o->dir & 1], o->stage, o->mb, o->part, o->bytes, o->group);
+		                plan_dir_names[o->dir & 1], o->stage, o->mb, o->part, bytes, o->group);
 	}
 	return snprintf(buf, n, "?");
+}
+
+/* ---- the sizes of the sized kinds (plan_op_set_bytes) ---- */
+
+static pthread_mutex_t size_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static uint32_t size_hash(int64_t b, int32_t mask)
+{
+	uint64_t h = (uint64_t)b * 0x9e3779b97f4a7c15u;
+	return (uint32_t)(h >> 32) & (uint32_t)mask;
+}
+
+/* Index of bytes in p->sizes, added when new; -1 out of memory.  Caller holds size_lock. */
+static int32_t size_index(Plan *p, int64_t bytes)
+{
+	int32_t mask = 2 * p->sizes_cap - 1;
+	for (uint32_t h = p->sizes_cap ? size_hash(bytes, mask) : 0; p->sizes_cap;
+	     h = (h + 1) & (uint32_t)mask) {
+		int32_t s = p->size_slot[h];
+		if (!s)
+			break;
+		if (p->sizes[s - 1] == bytes)
+			return s - 1;
+	}
+	if (p->nsizes == p->sizes_cap) {
+		if (p->sizes_cap >= INT32_MAX / 4)
+			return -1;
+		int32_t cap = p->sizes_cap ? 2 * p->sizes_cap : 8;
+		int64_t *v = realloc(p->sizes, (size_t)cap * sizeof *v);
+		if (v)
+			p->sizes = v;
+		int32_t *slot = calloc(2 * (size_t)cap, sizeof *slot);
+		if (!v || !slot) {
+			free(slot);
+			return -1;
+		}
+		free(p->size_slot);
+		p->size_slot = slot;
+		p->sizes_cap = cap;
+		mask = 2 * cap - 1;
+		for (int32_t i = 0; i < p->nsizes; i++) {
+			uint32_t h = size_hash(p->sizes[i], mask);
+			while (slot[h])
+				h = (h + 1) & (uint32_t)mask;
+			slot[h] = i + 1;
+		}
+	}
+	uint32_t h = size_hash(bytes, mask);
+	while (p->size_slot[h])
+		h = (h + 1) & (uint32_t)mask;
+	p->sizes[p->nsizes] = bytes;
+	p->size_slot[h] = ++p->nsizes;
+	return p->nsizes - 1;
+}
+
+int plan_op_set_bytes(Plan *p, PlanOp *o, int64_t bytes)
+{
+	if (o->kind == OP_SEND || o->kind == OP_RECV)
+		return bytes != p->edges[o->stage].bytes;
+	if (!plan_op_sized(o->kind))
+		return bytes != 0;
+	pthread_mutex_lock(&size_lock);
+	int32_t i = size_index(p, bytes);
+	pthread_mutex_unlock(&size_lock);
+	if (i < 0)
+		return -1;
+	o->route = -2 - i;
+	return 0;
+}
+
+int plan_copy_sizes(Plan *e, const Plan *p)
+{
+	e->sizes = NULL;
+	e->size_slot = NULL;
+	e->nsizes = e->sizes_cap = 0;
+	if (!p->sizes_cap)
+		return 0;
+	e->sizes = malloc((size_t)p->sizes_cap * sizeof *e->sizes);
+	e->size_slot = malloc(2 * (size_t)p->sizes_cap * sizeof *e->size_slot);
+	if (!e->sizes || !e->size_slot) {
+		free(e->sizes);
+		free(e->size_slot);
+		e->sizes = NULL;
+		e->size_slot = NULL;
+		return -1;
+	}
+	memcpy(e->sizes, p->sizes, (size_t)p->nsizes * sizeof *e->sizes);
+	memcpy(e->size_slot, p->size_slot, 2 * (size_t)p->sizes_cap * sizeof *e->size_slot);
+	e->nsizes = p->nsizes;
+	e->sizes_cap = p->sizes_cap;
+	return 0;
+}
+
+static int by_value(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return (x > y) - (x < y);
+}
+
+int plan_sizes_canon(Plan *p)
+{
+	int32_t n = p->nsizes, i = 1;
+	while (i < n && p->sizes[i - 1] < p->sizes[i])
+		i++;
+	if (i >= n)
+		return 0;
+	int64_t *v = malloc((size_t)n * 2 * sizeof *v); // pairs: value, old index
+	int32_t *to = malloc((size_t)n * sizeof *to);
+	if (!v || !to) {
+		free(v);
+		free(to);
+		return -1;
+	}
+	for (i = 0; i < n; i++) {
+		v[2 * i] = p->sizes[i];
+		v[2 * i + 1] = i;
+	}
+	qsort(v, (size_t)n, 2 * sizeof *v, by_value); // values are unique
+	for (i = 0; i < n; i++) {
+		to[v[2 * i + 1]] = i;
+		p->sizes[i] = v[2 * i];
+	}
+	int32_t mask = 2 * p->sizes_cap - 1;
+	memset(p->size_slot, 0, 2 * (size_t)p->sizes_cap * sizeof *p->size_slot);
+	for (i = 0; i < n; i++) {
+		uint32_t h = size_hash(p->sizes[i], mask);
+		while (p->size_slot[h])
+			h = (h + 1) & (uint32_t)mask;
+		p->size_slot[h] = i + 1;
+	}
+	int held = !p->ranks ? 0 : p->view ? p->dims[DIM_PP] + 1 : p->world;
+	for (int r = 0; r < held; r++) {
+		PlanRank *rk = &p->ranks[r];
+		for (int64_t k = 0; !rk->borrowed && k < rk->nops; k++)
+			if (rk->ops[k].route < -1)
+				rk->ops[k].route = -2 - to[-2 - rk->ops[k].route];
+	}
+	free(v);
+	free(to);
+	return 0;
 }

@@ -177,12 +177,16 @@ typedef struct {
 	uint8_t local; // PeerKind: PEER_REMOTE, PEER_LOCAL (hand-off) or PEER_SELF
 } PlanPeer;
 
-/* 32 bytes, two to a cache line: every pass over a big plan is bound by reading these.
- * Compute ops use stage (and part); SEND/RECV use edge (in `stage`), dir,
- * peer, bytes, group, route; ALLREDUCE uses stage, bytes, group; OPTIM uses stage;
- * TIEREDUCE uses stage, peer (the world rank holding the other copy), bytes, group;
- * TPREDUCE uses stage, mb, dir, part, bytes, group.  The .pipe line an op stems from
- * is not here but in its rank's lines[], which only the writers read. */
+/* 24 bytes: every pass over a big plan is bound by reading these, and a plan holds
+ * them all, so what an op's kind and the plan's tables imply is not stored.
+ * Compute ops use stage (and part); SEND/RECV use edge (in `stage`), dir, peer, group,
+ * route; ALLREDUCE uses stage, group; OPTIM uses stage; TIEREDUCE uses stage, peer (the
+ * world rank holding the other copy), group; TPREDUCE uses stage, mb, dir, part, group.
+ * The bytes an op moves are plan_op_bytes: a SEND/RECV's are its edge's tensor; an
+ * ALLREDUCE's, TIEREDUCE's or TPREDUCE's are one of the plan's sizes[], which `route`
+ * names (-2 - index: a route index is never negative, so what shifts routes by
+ * `route >= 0` leaves sizes alone).  The .pipe line an op stems from is not here but in
+ * its rank's lines[], which only the writers read. */
 typedef struct {
 	uint8_t kind;   // OpKind, read through plan_op_kind()
 	uint8_t dir;    // Dir, for SEND/RECV/TPREDUCE
@@ -192,8 +196,8 @@ typedef struct {
 	int32_t peer;   // peer world rank for SEND/RECV/TIEREDUCE, -1 otherwise
 	int32_t group;  // comm group number, unique per rank; consecutive ops with one number
 	                // form one group; -1 for compute and OPTIM
-	int32_t route;  // route index for SEND/RECV, -1 otherwise
-	int64_t bytes;  // bytes moved (SEND/RECV/ALLREDUCE); 0 otherwise
+	int32_t route;  // SEND/RECV: route index; ALLREDUCE, TIEREDUCE, TPREDUCE: -2 - the
+	                // index of its size in the plan's sizes[]; -1 otherwise
 } PlanOp;
 
 typedef struct {
@@ -259,6 +263,11 @@ typedef struct {
 	int nroutes;
 	PlanRoute *routes;
 	int64_t routes_line;   // plan-file line of routes[0] when read from a file, else 0
+	/* The sizes the ALLREDUCE, TIEREDUCE and TPREDUCE ops move, each once (plan_size_code
+	 * adds them; an op's route names one), and a hash of them: slots hold index + 1. */
+	int64_t *sizes;
+	int32_t nsizes, sizes_cap;
+	int32_t *size_slot;    // 2 * sizes_cap entries, 0 empty
 	PlanRank *ranks;       // world entries
 	void **blocks;         // what plan_block_ops and plan_block_take allocated, freed
 	int nblocks;           // with the plan
@@ -389,6 +398,31 @@ static inline OpKind plan_op_kind(const PlanOp *o)
 {
 	return (OpKind)o->kind;
 }
+/* The kinds whose size is one of the plan's sizes[] (PlanOp.route names it). */
+static inline int plan_op_sized(int kind)
+{
+	return kind == OP_ALLREDUCE || kind == OP_TIEREDUCE || kind == OP_TPREDUCE;
+}
+/* The bytes op o of plan p moves: a SEND's or RECV's edge's tensor, a sized kind's
+ * entry of sizes[], 0 for the rest. */
+static inline int64_t plan_op_bytes(const Plan *p, const PlanOp *o)
+{
+	if (o->kind == OP_SEND || o->kind == OP_RECV)
+		return p->edges[o->stage].bytes;
+	return o->route < -1 ? p->sizes[-2 - o->route] : 0;
+}
+/* Gives op o (its kind and, for SEND/RECV, its edge in range) the size `bytes`: a sized
+ * kind's is added to p's sizes (once; safe from several threads at once) and named by
+ * o->route; a SEND's or RECV's must be its edge's and any other kind's 0, as o then
+ * implies.  0; 1 when bytes differs from what o implies; -1 out of memory. */
+int plan_op_set_bytes(Plan *p, PlanOp *o, int64_t bytes);
+/* Numbers p's sizes in increasing order, renaming them in its ops (a pass over them
+ * only when they were met in another order), so that a plan is the same in memory
+ * however it was made: by threads reading ranks in any order, or by the lowering.  The
+ * readers and the lowering call it last.  0, or -1 out of memory (p unchanged). */
+int plan_sizes_canon(Plan *p);
+/* p's sizes into e, which has none: 0, or -1 out of memory (e's then still none). */
+int plan_copy_sizes(Plan *e, const Plan *p);
 /* A pass reading array a[0, n) at element i fetches element i + PLAN_AHEAD now (for
  * ops, 16 cache lines on).  The hardware prefetcher of the machines measured follows
  * few streams and follows them late: without it perf put 46 % of the simulator's group
@@ -512,7 +546,7 @@ typedef struct {
 /* Rank rk's list with every F, B and BW cut into its parts, each followed by its
  * TPREDUCE when it has one (the lowering's last step at tp > 1); -1 when out of memory,
  * with the bytes that failed in *failed (rk unchanged). */
-int plan_tp_expand(const Plan *p, PlanRank *rk, size_t *failed);
+int plan_tp_expand(Plan *p, PlanRank *rk, size_t *failed);
 /* Fills *pp for stage s of p (tp = p->dims[DIM_TP]); -1 when out of memory. */
 int plan_stage_parts(const Plan *p, int s, PlanParts *pp);
 void plan_parts_free(PlanParts *pp);

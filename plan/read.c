@@ -652,9 +652,10 @@ static int op_kind(Rd *r)
 	return -1;
 }
 
-int rd_read_op(Rd *r, const Plan *p, PlanOp *o, int32_t *line)
+int rd_read_op(Rd *r, Plan *p, PlanOp *o, int32_t *line)
 {
 	int k = op_kind(r);
+	int64_t bytes = 0;
 	if (k < 0) {
 		size_t n = strcspn(r->s, " ");
 		return rd_fail(r, "unknown op '%.*s'", (int)(n < 32 ? n : 32), r->s);
@@ -691,13 +692,13 @@ int rd_read_op(Rd *r, const Plan *p, PlanOp *o, int32_t *line)
 		if (kv(r, "e=", &o->stage, 0, p->nedges - 1) || kv(r, "m=", &o->mb, 0, m - 1) ||
 		    kv(r, k == OP_SEND ? "to=" : "from=", &o->peer, 0, r->world - 1) ||
 		    line_ref(r, p, &o->peer) ||
-		    kv64(r, "bytes=", &o->bytes, 0, INT64_MAX / 8) ||
+		    kv64(r, "bytes=", &bytes, 0, INT64_MAX / 8) ||
 		    kv(r, "g=", &o->group, 0, INT_MAX) || kv(r, "r=", &o->route, 0, p->nroutes - 1))
 			return -1;
 		break;
 	case OP_ALLREDUCE:
 		if (kv(r, "s=", &o->stage, 0, p->nstages - 1) ||
-		    kv64(r, "bytes=", &o->bytes, 0, INT64_MAX / 8) || kv(r, "g=", &o->group, 0, INT_MAX))
+		    kv64(r, "bytes=", &bytes, 0, INT64_MAX / 8) || kv(r, "g=", &o->group, 0, INT_MAX))
 			return -1;
 		break;
 	case OP_OPTIM:
@@ -707,7 +708,7 @@ int rd_read_op(Rd *r, const Plan *p, PlanOp *o, int32_t *line)
 	case OP_TIEREDUCE:
 		if (kv(r, "s=", &o->stage, 0, p->nstages - 1) ||
 		    kv(r, "with=", &o->peer, 0, r->world - 1) || line_ref(r, p, &o->peer) ||
-		    kv64(r, "bytes=", &o->bytes, 0, INT64_MAX / 8) || kv(r, "g=", &o->group, 0, INT_MAX))
+		    kv64(r, "bytes=", &bytes, 0, INT64_MAX / 8) || kv(r, "g=", &o->group, 0, INT_MAX))
 			return -1;
 		break;
 	case OP_TPREDUCE: {
@@ -718,7 +719,7 @@ int rd_read_op(Rd *r, const Plan *p, PlanOp *o, int32_t *line)
 			return -1;
 		if (kv(r, "s=", &o->stage, 0, p->nstages - 1) || kv(r, "m=", &o->mb, 0, m - 1) ||
 		    kv(r, "part=", &part, 0, UINT16_MAX) ||
-		    kv64(r, "bytes=", &o->bytes, 1, INT64_MAX / 8) || kv(r, "g=", &o->group, 0, INT_MAX))
+		    kv64(r, "bytes=", &bytes, 1, INT64_MAX / 8) || kv(r, "g=", &o->group, 0, INT_MAX))
 			return -1;
 		o->part = (uint16_t)part;
 		break;
@@ -728,14 +729,18 @@ int rd_read_op(Rd *r, const Plan *p, PlanOp *o, int32_t *line)
 	if (loc(r, &l) || eol(r))
 		return -1;
 	*line = l.line;
-	return 0;
+	int rc = plan_op_set_bytes(p, o, bytes);
+	if (rc > 0) // a SEND's or RECV's: the edge's tensor
+		return rd_fail(r, "bytes=%" PRId64 ", but edge %d carries %" PRId64 " bytes", bytes,
+		               o->stage, p->edges[o->stage].bytes);
+	return rc < 0 ? rd_fail(r, "out of memory") : 0;
 }
 
 static int read_ranks(Rd *r, Plan *p)
 {
 	int n = p->line ? p->dims[DIM_PP] : p->world, stride = p->line ? plan_pp_stride(p) : 1;
 	PlanOpLimits lim = {p->nstages, p->nedges, p->nroutes, p->microbatches, r->world,
-	                     p->line ? stride : 0, p->dims[DIM_PP]};
+	                     p->line ? stride : 0, p->dims[DIM_PP], p->edges};
 	p->ranks = calloc((size_t)n, sizeof *p->ranks);
 	if (!p->ranks)
 		return rd_fail(r, "out of memory");
@@ -869,6 +874,10 @@ Plan *rd_read_text(FILE *f, const char *name, unsigned keep, RdPar *par, PlanErr
 	free(r.blk);
 	if (!bad && !r.failed && par && rd_par_ops(&r, p))
 		bad = 1;
+	if (!bad && !r.failed && plan_sizes_canon(p)) {
+		plan_oom_text(err->msg, sizeof err->msg, 0, (size_t)p->nsizes * 12);
+		bad = 1;
+	}
 	if (bad || r.failed) {
 		plan_free(p);
 		return NULL;

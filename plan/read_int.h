@@ -83,6 +83,6 @@ int rd_par_ops(const Rd *r, Plan *p);
 /* The text reader (read.c): with par, the attempt with workers (NULL at any trouble). */
 Plan *rd_read_text(FILE *f, const char *name, unsigned keep, RdPar *par, PlanError *err);
 /* read.c's general op-line parser, for the line in r->buf (which read_par.c sets). */
-int rd_read_op(Rd *r, const Plan *p, PlanOp *o, int32_t *line);
+int rd_read_op(Rd *r, Plan *p, PlanOp *o, int32_t *line);
 
 #endif

@@ -140,9 +140,9 @@ static const char *p2p(const char *s, const PlanOpLimits *l, PlanOp *o, int32_t 
 	if (!i32(&s, INT_MAX, &o->group))
 		return NULL;
 	sp->g_end = s;
-	if (!lit(&s, " r=") || !i32(&s, l->routes - 1, &o->route))
+	if (!lit(&s, " r=") || !i32(&s, l->routes - 1, &o->route) ||
+	    bytes != l->edge[o->stage].bytes) // the general parser says what is wrong
 		return NULL;
-	o->bytes = bytes;
 	return tail(s, line);
 }
 

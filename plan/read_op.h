@@ -10,6 +10,7 @@ typedef struct {
 	int world;      // the mesh's world: rank numbers in the file are below it
 	int stride;     // a line plan's rank numbers are multiples of it; 0: not a line plan
 	int line_ranks; // a line plan: the ranks on its line (pp)
+	const PlanEdge *edge; // the edges read: a SEND's or RECV's bytes= must be its edge's
 } PlanOpLimits;
 
 /* Parses the op line s (NUL-terminated at end) into *o and its source line (`@N`, 0

@@ -218,9 +218,12 @@ static int push(PlanRank *out, PlanOp o, int32_t line, size_t *failed)
 /* One rank's list: each F, B and BW as its parts in order, each followed by its TPREDUCE
  * when it has one; group numbers renumbered so that each TPREDUCE is a group of its own
  * and numbers still increase.  W is never split. */
-static int expand(const PlanParts *parts, PlanRank *rk, PlanRank *out, size_t *failed)
+static int expand(Plan *p, const PlanParts *parts, PlanRank *rk, PlanRank *out,
+                  size_t *failed)
 {
 	int g = -1, last = -1, prev_comm = 0;
+	int64_t known = -1; // the last size given a code, and that code
+	int32_t code = -1;
 	for (int64_t i = 0; i < rk->nops; i++) {
 		PlanOp o = rk->ops[i];
 		int32_t line = plan_op_line(rk, i);
@@ -249,8 +252,15 @@ static int expand(const PlanParts *parts, PlanRank *rk, PlanRank *out, size_t *f
 			if (!pp->part[dir][k].reduce)
 				continue;
 			PlanOp t = {.kind = OP_TPREDUCE, .dir = (uint8_t)dir, .part = (uint16_t)k,
-			            .stage = o.stage, .mb = o.mb, .peer = -1, .group = ++g, .route = -1,
-			            .bytes = pp->part[dir][k].reduce};
+			            .stage = o.stage, .mb = o.mb, .peer = -1, .group = ++g, .route = code};
+			if (pp->part[dir][k].reduce != known) {
+				if (plan_op_set_bytes(p, &t, pp->part[dir][k].reduce)) {
+					*failed = sizeof(int64_t) * 2;
+					return -1;
+				}
+				known = pp->part[dir][k].reduce;
+				code = t.route;
+			}
 			if (push(out, t, line, failed))
 				return -1;
 		}
@@ -258,7 +268,7 @@ static int expand(const PlanParts *parts, PlanRank *rk, PlanRank *out, size_t *f
 	return 0;
 }
 
-int plan_tp_expand(const Plan *p, PlanRank *rk, size_t *failed)
+int plan_tp_expand(Plan *p, PlanRank *rk, size_t *failed)
 {
 	PlanParts *parts = calloc((size_t)p->nstages + 1, sizeof *parts);
 	PlanRank out = {0};
@@ -269,7 +279,7 @@ int plan_tp_expand(const Plan *p, PlanRank *rk, size_t *failed)
 		if ((rc = plan_stage_parts(p, s, &parts[s])))
 			*failed = (size_t)p->stages[s].nlayers * sizeof(PlanPart) * 2;
 	if (!rc)
-		rc = expand(parts, rk, &out, failed);
+		rc = expand(p, parts, rk, &out, failed);
 	if (rc) {
 		free(out.ops);
 		free(out.lines);

@@ -199,7 +199,7 @@ static int check_collectives(PlanVc *v)
 				            "has no matching ALLREDUCE",
 				            plan_vc_opdesc(v, lr, li, x, sizeof x), lr == r ? r0 : r);
 			}
-			if (rk->ops[i].stage != k0->ops[j].stage || rk->ops[i].bytes != k0->ops[j].bytes)
+			if (rk->ops[i].stage != k0->ops[j].stage || rk->ops[i].route != k0->ops[j].route)
 				return plan_vc_err(v, r, i, "%s meets %s in the dp group: stages or sizes differ",
 				            plan_vc_opdesc(v, r, i, x, sizeof x), plan_vc_opdesc(v, r0, j, y, sizeof y));
 		}
@@ -245,7 +245,7 @@ static int check_tie(PlanVc *v)
 				return plan_vc_err(v, r, i, "%s: the tied table's copies are stage %d here and on "
 				            "rank %d (want s=%d with=%d)", plan_vc_opdesc(v, r, i, x, sizeof x), st, q,
 				            st, q);
-			if (o->bytes != bytes)
+			if (plan_op_bytes(p, o) != bytes)
 				return plan_vc_err(v, r, i, "%s: the tied table's gradient is %lld bytes",
 				            plan_vc_opdesc(v, r, i, x, sizeof x), (long long)bytes);
 		}

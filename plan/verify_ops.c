@@ -7,15 +7,16 @@
  * from self, in the same group (a rank waits for a group before it posts the next, and
  * a send completes only once its receive is posted, so a send to self whose receive is
  * in another group never completes).  Matching: the k-th RECV on rank b from rank a
- * meets the k-th SEND on a to b (FIFO per ordered pair) with the same edge,
- * microbatch, direction and size, and no SEND is left over.  Dependencies:
+ * meets the k-th SEND on a to b (FIFO per ordered pair) with the same edge (so the same
+ * size: a SEND's or RECV's is its edge's), microbatch and direction, and no SEND is left
+ * over.  Dependencies:
  * plan_dep_apply's rules, the parts of tp > 1 stages, and the data along edges.
  *
  * Matching keeps no index of all sends: while rank b's list is walked, a cursor per
  * sender a scans a's list for its next SEND to b, so each list is read once more per
  * rank it sends to.  A rank with more than DIRECT_RECEIVERS receivers would make that
  * quadratic; from the next receiver on, its sends are indexed by receiver, once.
- * Dependencies remember, per edge, direction and kind, the peer, route and size of the
+ * Dependencies remember, per edge, direction and kind, the peer and route of the
  * last SEND or RECV found well formed: the next one like it needs only its data
  * checked. */
 #include "par.h"
@@ -32,7 +33,6 @@
  * and the row its data is checked in. */
 typedef struct {
 	int32_t peer, route;
-	int64_t bytes;
 	uint8_t *row; // [mb]: the producing local stage's bits (SEND) or the edge's
 	              // received bits (RECV); NULL: none seen yet
 } P2pSeen;
@@ -134,7 +134,8 @@ static const char *edge_inputs(const PlanVc *v, const Deps *d, const PlanOp *o, 
 	return NULL;
 }
 
-/* A SEND's or RECV's form: its ends, peer, size and route; NULL when right. */
+/* A SEND's or RECV's form: its ends, peer and route; NULL when right.  (Its size is its
+ * edge's: the readers refuse any other.) */
 static const char *p2p_form(const PlanVc *v, const Deps *d, const PlanOp *o)
 {
 	const Plan *p = v->p;
@@ -152,28 +153,25 @@ static const char *p2p_form(const PlanVc *v, const Deps *d, const PlanOp *o)
 		return "the peer is not the rank holding the other end of the edge";
 	if (o->peer == r && !v->eself[s])
 		return "a transfer to the same rank, on an edge its peer tables hand over locally";
-	if (o->bytes != ed->bytes)
-		return "its size differs from the edge's tensor";
 	if (rt->edge != s || rt->dir != o->dir || rt->src_rank != rsrc || rt->dst_rank != rdst)
 		return "its route does not match the edge, direction and ranks";
 	return NULL;
 }
 
 /* A SEND or RECV: its form (p2p_form, unless the last one of its edge, direction and
- * kind had the same peer, route and size), a SEND's data produced, a RECV's data not
+ * kind had the same peer and route), a SEND's data produced, a RECV's data not
  * received twice. */
 static const char *p2p_rule(const PlanVc *v, Deps *d, const PlanOp *o)
 {
 	int send = o->kind == OP_SEND;
 	P2pSeen *seen = &d->seen[((size_t)o->stage * DIR_COUNT + o->dir) * 2 + send];
-	if (!seen->row || seen->peer != o->peer || seen->route != o->route ||
-	    seen->bytes != o->bytes) {
+	if (!seen->row || seen->peer != o->peer || seen->route != o->route) {
 		const char *bad = p2p_form(v, d, o);
 		if (bad)
 			return bad;
 		const PlanEdge *ed = &v->p->edges[o->stage];
 		int mine = send == (o->dir == DIR_ACT) ? ed->src : ed->dst;
-		*seen = (P2pSeen){o->peer, o->route, o->bytes,
+		*seen = (P2pSeen){o->peer, o->route,
 		                  send ? &d->st[(size_t)d->loc[mine] * d->m]
 		                       : &d->rcv[(size_t)d->eloc[o->stage] * d->m]};
 	}
@@ -198,7 +196,7 @@ static const char *part_rule(const PlanVc *v, Deps *d, const PlanOp *o, char *x,
 	int dir = o->kind == OP_TPREDUCE ? o->dir : o->kind == OP_F ? DIR_ACT : DIR_GRAD;
 	int first = o->kind != OP_TPREDUCE && ps->step[dir] == 0;
 	if (o->kind == OP_TPREDUCE && o->part < pp->n[dir] &&
-	    o->bytes != pp->part[dir][o->part].reduce && pp->part[dir][o->part].reduce) {
+	    plan_op_bytes(v->p, o) != pp->part[dir][o->part].reduce && pp->part[dir][o->part].reduce) {
 		snprintf(x, n, "its size differs from the part's all-reduce (%lld bytes)",
 		         (long long)pp->part[dir][o->part].reduce);
 		return x;
@@ -257,7 +255,8 @@ static int dep_op(PlanVc *v, Deps *d, int64_t i)
 	case OP_TIEREDUCE:
 		if (d->loc[s] < 0)
 			bad = "the stage is not on this rank";
-		else if (o->kind == OP_ALLREDUCE && d->dp > 1 && o->bytes != p->stages[s].params * 4)
+		else if (o->kind == OP_ALLREDUCE && d->dp > 1 &&
+		         plan_op_bytes(p, o) != p->stages[s].params * 4)
 			bad = "its size differs from the stage's gradients";
 		else
 			bad = plan_dep_apply(plan_op_kind(o), NULL, &d->sd[d->loc[s]], NULL, d->m, d->dp);
@@ -291,8 +290,7 @@ static inline int dep_fast(const PlanVc *v, Deps *d, const PlanOp *o)
 	if (o->kind == OP_SEND || o->kind == OP_RECV) { // p2p_rule, its form seen before
 		int send = o->kind == OP_SEND;
 		P2pSeen *seen = &d->seen[((size_t)o->stage * DIR_COUNT + o->dir) * 2 + send];
-		if (!seen->row || seen->peer != o->peer || seen->route != o->route ||
-		    seen->bytes != o->bytes)
+		if (!seen->row || seen->peer != o->peer || seen->route != o->route)
 			return 0;
 		uint8_t bit = o->dir == DIR_ACT ? PLAN_DEP_ACT : PLAN_DEP_GRAD;
 		uint8_t *at = &seen->row[o->mb];
@@ -546,10 +544,9 @@ static void match_fault(PlanVc *v, int b, int64_t i, int a, int64_t j, int64_t p
 		            pos == 1 ? "" : "s", b);
 		return;
 	}
-	const char *what = s->stage != o->stage ? "edges"
+	const char *what = s->stage != o->stage ? "edges" // one edge: one size
 	                   : s->mb != o->mb     ? "microbatches"
-	                   : s->dir != o->dir   ? "directions"
-	                                        : "sizes";
+	                                        : "directions";
 	plan_vc_err(v, b, i, "%s is matched (FIFO position %lld from rank %d to rank %d) with %s: "
 	            "the %s differ", plan_vc_opdesc(v, a, j, x, sizeof x), (long long)pos, a, b,
 	            plan_vc_opdesc(v, b, i, y, sizeof y), what);
@@ -579,7 +576,7 @@ static inline int recv_meets(PlanVc *v, Walk *w, int b, int64_t i)
 		return 0;
 	}
 	if (v->stop > PLAN_VC_MATCH && (s->stage != o->stage || s->mb != o->mb ||
-	                                 s->dir != o->dir || s->bytes != o->bytes))
+	                                 s->dir != o->dir))
 		match_fault(v, b, i, a, j, c->used);
 	c->used++;
 	return 0;

@@ -26,6 +26,7 @@ typedef struct {
 	int emit;      // write the text to f (not in the two-pass writer's first pass)
 	PlanHash h;    // the checksum of everything after the header line
 	int mul;       // rank numbers in memory times mul are world ranks (a line plan's stride)
+	const Plan *p; // the plan written: the sizes its ops imply (plan_op_bytes)
 	char name[OP_COUNT][16]; // each op kind's name, copied whole by put_op
 	size_t name_len[OP_COUNT];
 } Out;
@@ -155,7 +156,7 @@ static void putf(Out *o, const char *fmt, ...)
 }
 
 /* The fields after a SEND's or RECV's name. */
-static inline char *put_p2p(char *d, const PlanOp *op, int mul)
+static inline char *put_p2p(char *d, const Plan *p, const PlanOp *op, int mul)
 {
 	if (op->dir == DIR_ACT)
 		LIT(d, " act e=");
@@ -170,7 +171,7 @@ static inline char *put_p2p(char *d, const PlanOp *op, int mul)
 		LIT(d, " from=");
 	d = put_num(d, (int64_t)op->peer * mul);
 	LIT(d, " bytes=");
-	d = put_num(d, op->bytes);
+	d = put_num(d, p->edges[op->stage].bytes);
 	LIT(d, " g=");
 	d = put_num(d, op->group);
 	LIT(d, " r=");
@@ -178,7 +179,7 @@ static inline char *put_p2p(char *d, const PlanOp *op, int mul)
 }
 
 /* The fields after the other ops' names. */
-static char *put_other(char *d, const PlanOp *op, int mul)
+static char *put_other(char *d, const Plan *p, const PlanOp *op, int mul)
 {
 	switch (plan_op_kind(op)) {
 	case OP_COUNT:
@@ -193,7 +194,7 @@ static char *put_other(char *d, const PlanOp *op, int mul)
 		LIT(d, " s=");
 		d = put_num(d, op->stage);
 		LIT(d, " bytes=");
-		d = put_num(d, op->bytes);
+		d = put_num(d, plan_op_bytes(p, op));
 		LIT(d, " g=");
 		d = put_num(d, op->group);
 		break;
@@ -207,7 +208,7 @@ static char *put_other(char *d, const PlanOp *op, int mul)
 		LIT(d, " with=");
 		d = put_num(d, (int64_t)op->peer * mul);
 		LIT(d, " bytes=");
-		d = put_num(d, op->bytes);
+		d = put_num(d, plan_op_bytes(p, op));
 		LIT(d, " g=");
 		d = put_num(d, op->group);
 		break;
@@ -222,7 +223,7 @@ static char *put_other(char *d, const PlanOp *op, int mul)
 		LIT(d, " part=");
 		d = put_num(d, op->part);
 		LIT(d, " bytes=");
-		d = put_num(d, op->bytes);
+		d = put_num(d, plan_op_bytes(p, op));
 		LIT(d, " g=");
 		d = put_num(d, op->group);
 		break;
@@ -244,7 +245,7 @@ static void put_op(Out *o, const PlanOp *op, int32_t line)
 			*d++ = *c;
 	}
 	if (k == OP_SEND || k == OP_RECV) {
-		d = put_p2p(d, op, o->mul);
+		d = put_p2p(d, o->p, op, o->mul);
 	} else if (k < OP_COUNT && plan_op_is_compute(k)) {
 		*d++ = ' ';
 		d = put_num(d, op->stage);
@@ -255,7 +256,7 @@ static void put_op(Out *o, const PlanOp *op, int32_t line)
 			d = put_num(d, op->part);
 		}
 	} else {
-		d = put_other(d, op, o->mul);
+		d = put_other(d, o->p, op, o->mul);
 	}
 	if (line > 0) {
 		LIT(d, " @");
@@ -354,6 +355,7 @@ static int text_piece(void *arg, int64_t i, int w, void *slot, FILE *spill)
 	o->hashing = 0;
 	o->emit = 1;
 	o->mul = tp->o->mul;
+	o->p = tp->o->p;
 	memcpy(o->name, tp->o->name, sizeof o->name);
 	memcpy(o->name_len, tp->o->name_len, sizeof o->name_len);
 	put_ranks(o, tp->p, tp->cut[i], tp->cut[i + 1]);
@@ -498,6 +500,7 @@ int plan_write(const Plan *p, FILE *f)
 	o->err = 0;
 	plan_hash_init(&o->h, PLAN_SUM_WRITTEN);
 	o->mul = p->line ? plan_pp_stride(p) : 1;
+	o->p = p;
 	memset(o->name, 0, sizeof o->name);
 	for (int k = 0; k < OP_COUNT; k++) {
 		o->name_len[k] = strlen(plan_ops[k].name); // put_op spells one of 16 or more itself

@@ -515,14 +515,15 @@ static int op_tpreduce(RtRank *r, const PlanOp *o, int64_t i)
 	int dir = o->dir & 1;
 	if (p->dims[DIM_TP] < 2)
 		return rt_error(r, "a TPREDUCE in a plan without tensor parallelism (tp=1)");
-	if (o->part < ls->parts.n[dir] && o->bytes != ls->parts.part[dir][o->part].reduce)
+	int64_t bytes = plan_op_bytes(p, o);
+	if (o->part < ls->parts.n[dir] && bytes != ls->parts.part[dir][o->part].reduce)
 		return rt_error(r, "TPREDUCE of stage %s part %d moves bytes=%lld, but the part's "
 		                   "all-reduce is %lld bytes", p->stages[o->stage].name, o->part,
-		                (long long)o->bytes, (long long)ls->parts.part[dir][o->part].reduce);
+		                (long long)bytes, (long long)ls->parts.part[dir][o->part].reduce);
 	OpKind done;
 	if (dep_rule_as(r, ls, o, &done))
 		return RT_EFAIL;
-	RtMsg msg = {.edge = o->stage, .mb = o->mb, .dir = dir, .op = (int32_t)i, .bytes = o->bytes};
+	RtMsg msg = {.edge = o->stage, .mb = o->mb, .dir = dir, .op = (int32_t)i, .bytes = bytes};
 	if (rt_stage_tp_reduce(r, o->stage, o->mb, &ls->b, &ls->walk[o->mb * DIR_COUNT + dir],
 	                       saved_of(r, ls, o->mb), dir, &msg))
 		return RT_EFAIL;
@@ -535,17 +536,18 @@ static int post_op(RtRank *r, const PlanOp *o, int64_t i)
 {
 	const Plan *p = r->w->plan;
 	const RtComm *comm = r->w->comm;
+	int64_t bytes = plan_op_bytes(p, o);
 	RtMsg msg = {.edge = o->stage, .mb = o->mb, .dir = o->dir, .op = (int32_t)i,
-	             .bytes = o->bytes};
+	             .bytes = bytes};
 	if (o->kind == OP_ALLREDUCE) {
 		LStage *ls = local_stage(r, o->stage, "ALLREDUCE of");
 		if (!ls)
 			return RT_EFAIL;
 		int64_t want = r->model->st[o->stage].nparams * 4;
-		if (o->bytes != want)
+		if (bytes != want)
 			return rt_error(r, "ALLREDUCE of stage %s moves bytes=%lld, but its gradients are "
 			                   "%lld bytes",
-			                p->stages[o->stage].name, (long long)o->bytes, (long long)want);
+			                p->stages[o->stage].name, (long long)bytes, (long long)want);
 		if (dep_rule(r, ls, o))
 			return RT_EFAIL;
 		msg.mb = -1;
@@ -560,10 +562,10 @@ static int post_op(RtRank *r, const PlanOp *o, int64_t i)
 			return rt_error(r, "TIEREDUCE of stage %s with rank %d: the stage holds no copy "
 			                   "of a tied table shared with that rank",
 			                p->stages[o->stage].name, o->peer);
-		if (o->bytes != ls->tie.bytes)
+		if (bytes != ls->tie.bytes)
 			return rt_error(r, "TIEREDUCE of stage %s moves bytes=%lld, but the tied table's "
 			                   "gradient is %lld bytes",
-			                p->stages[o->stage].name, (long long)o->bytes, (long long)ls->tie.bytes);
+			                p->stages[o->stage].name, (long long)bytes, (long long)ls->tie.bytes);
 		if (dep_rule(r, ls, o))
 			return RT_EFAIL;
 		msg.mb = -1;
@@ -583,11 +585,8 @@ static int post_op(RtRank *r, const PlanOp *o, int64_t i)
 	int self = o->peer == r->rank;
 	if (check_peer(r, s, e, !at_src, self ? PEER_SELF : PEER_REMOTE, o->peer))
 		return RT_EFAIL;
-	int64_t width = p->stages[ed->src].out;
-	if (o->bytes != (int64_t)p->rows * width * 4)
-		return rt_error(r, "bytes=%lld, but edge %d carries %d x %lld f32 = %lld bytes",
-		                (long long)o->bytes, e, p->rows, (long long)width,
-		                (long long)p->rows * width * 4);
+	int64_t width = p->stages[ed->src].out; // bytes, the edge's, are rows x width f32: the
+	                                        // model checked it at open
 	RtTensor **sl = self && !send ? self_slot_at(r, e, o->mb, dir) : slot_at(r, e, o->mb, dir);
 	if (send) {
 		if (!*sl)

@@ -85,9 +85,7 @@ static inline int check_pair(S *s, int ra, int64_t a, int rb, int64_t b)
 {
 	const PlanOp *x = &s->p->ranks[ra].ops[a], *y = &s->p->ranks[rb].ops[b];
 	const char *why = NULL;
-	if (x->bytes != y->bytes)
-		why = "bytes differ between a send and the receive it pairs with";
-	else if (x->stage != y->stage || x->mb != y->mb || x->dir != y->dir)
+	if (x->stage != y->stage || x->mb != y->mb || x->dir != y->dir)
 		why = "FIFO order pairs a send with a receive of another edge, microbatch or direction";
 	if (!why)
 		return 0;
@@ -126,8 +124,9 @@ static inline void p2p_meet(S *s, int r, int64_t i, const PlanOp *o, int64_t t, 
 {
 	Rk *k = &s->rk[r];
 	int q = o->peer;
-	int64_t x = xfer(s, o->bytes);
-	ch->bytes = sat_add(ch->bytes, o->bytes);
+	int64_t b = s->p->edges[o->stage].bytes;
+	int64_t x = xfer(s, b);
+	ch->bytes = sat_add(ch->bytes, b);
 	ch->transfers++;
 	int64_t end = sat_add(max64(t, e.post), x);
 	if (s->opt.record_ops) {
@@ -158,7 +157,7 @@ static inline void post_p2p(S *s, int r, int64_t i, const PlanOp *o, int64_t t)
 	if (ch && ch->n && ch->side != recv && !eager) {
 		QEnt e = chan_pop(ch);
 		const PlanOp *x = e.o;
-		if (!s->opt.verified && (x->bytes != o->bytes || x->stage != o->stage ||
+		if (!s->opt.verified && (x->stage != o->stage ||
 		                         x->mb != o->mb || x->dir != o->dir)) {
 			if (recv)
 				check_pair(s, o->peer, e.op, r, i);
@@ -180,8 +179,9 @@ static inline void post_p2p(S *s, int r, int64_t i, const PlanOp *o, int64_t t)
 		int64_t sp = recv ? e.post : t, rp = recv ? t : e.post;
 		if (!s->opt.verified && check_pair(s, sr, si, rr, ri))
 			return;
-		int64_t x = xfer(s, o->bytes);
-		ch->bytes = sat_add(ch->bytes, o->bytes);
+		int64_t b = s->p->edges[o->stage].bytes;
+		int64_t x = xfer(s, b);
+		ch->bytes = sat_add(ch->bytes, b);
 		ch->transfers++;
 		int64_t arrive = sat_add(sp, x);
 		int64_t rend = max64(arrive, rp);

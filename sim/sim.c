@@ -114,7 +114,7 @@ static void coll_arrive(S *s, Coll *c, int r, int64_t i, const PlanOp *o, int64_
 		*c = (Coll){.n = c->n, .world_n = c->world_n, .members = c->members, .count = c->count,
 		            .total = c->total,
 		            .stage = o->stage, .mb = o->mb, .part = o->part, .dir = o->dir,
-		            .bytes = o->bytes, .maxpost = t, .last_who = REF(r, i), .first_rank = r,
+		            .bytes = plan_op_bytes(s->p, o), .maxpost = t, .last_who = REF(r, i), .first_rank = r,
 		            .first_op = i};
 	} else if (t >= c->maxpost) {
 		c->maxpost = t;
@@ -149,7 +149,7 @@ static void post_allreduce(S *s, int r, int64_t i, const PlanOp *o, int64_t t)
 		return;
 	}
 	Coll *c = &s->coll[tie ? s->tieof[r] : s->collof[r]];
-	if (c->arrived && ((o->stage != c->stage && !tie) || o->bytes != c->bytes)) {
+	if (c->arrived && ((o->stage != c->stage && !tie) || plan_op_bytes(s->p, o) != c->bytes)) {
 		sim_mismatch(s, c->first_rank, c->first_op, r, i,
 		             tie ? "the two copies of a tied table are reduced with different sizes"
 		             : o->stage != c->stage
@@ -174,7 +174,7 @@ static void post_tpreduce(S *s, int r, int64_t i, const PlanOp *o, int64_t t)
 	if (c->arrived &&
 	    (o->stage != c->stage || o->mb != c->mb || o->dir != c->dir || o->part != c->part))
 		return; // never completes: a deadlock
-	if (c->arrived && o->bytes != c->bytes) {
+	if (c->arrived && plan_op_bytes(s->p, o) != c->bytes) {
 		sim_mismatch(s, c->first_rank, c->first_op, r, i,
 		             "members of a tp group all-reduce different sizes");
 		return;

@@ -370,7 +370,7 @@ static int64_t draw_transfers(FILE *f, const Plan *p, const SimResult *res, cons
 			SimOpTime ts = sim_op_time(res, s, sends[s][lo + k].op);
 			if (ts.start < 0)
 				continue;
-			int64_t t0 = td.end - plan_transfer_ns(p, o->bytes);
+			int64_t t0 = td.end - plan_transfer_ns(p, plan_op_bytes(p, o));
 			if (t0 < ts.start)
 				t0 = ts.start;
 			double x0 = left + warp_x(w, t0), x1 = left + warp_x(w, td.end);
@@ -569,10 +569,10 @@ static void pic_group(Pic *c, int r, int64_t i, int64_t j)
 	/* the part of each op spent moving data, darker */
 	for (int64_t k = i; k < j && !stuck; k++) {
 		const PlanOp *o = &pr->ops[k];
-		int64_t d = o->kind == OP_ALLREDUCE    ? sim_allreduce_ns(p, p->dims[DIM_DP], o->bytes)
-		            : o->kind == OP_TIEREDUCE ? sim_allreduce_ns(p, 2, o->bytes)
-		            : o->kind == OP_TPREDUCE  ? plan_tp_allreduce_ns(p, (int)(pr - p->ranks), o->bytes)
-		                                      : plan_transfer_ns(p, o->bytes);
+		int64_t d = o->kind == OP_ALLREDUCE    ? sim_allreduce_ns(p, p->dims[DIM_DP], plan_op_bytes(p, o))
+		            : o->kind == OP_TIEREDUCE ? sim_allreduce_ns(p, 2, plan_op_bytes(p, o))
+		            : o->kind == OP_TPREDUCE  ? plan_tp_allreduce_ns(p, (int)(pr - p->ranks), plan_op_bytes(p, o))
+		                                      : plan_transfer_ns(p, plan_op_bytes(p, o));
 		int64_t e = sim_op_time(c->res, r, k).end, a = e - d < start ? start : e - d;
 		double xa = c->left + warp_x(&c->wp, a), xb = c->left + warp_x(&c->wp, e);
 		if (xb - xa >= 0.5) {

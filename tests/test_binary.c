@@ -238,8 +238,14 @@ static int64_t check_ops(const Plan *p)
 	int64_t n = 0;
 	for (int r = 0; r < p->world; r++)
 		for (int64_t i = 0; i < p->ranks[r].nops; i++, n++)
-			if (plan_op_check(&l, p->dims[DIM_TP], &p->ranks[r].ops[i], msg, sizeof msg))
+		{
+			PlanOp o = p->ranks[r].ops[i]; // as written: a sized kind's route names its size
+			if (plan_op_sized(o.kind))
+				o.route = -1;
+			if (plan_op_check(&l, p->dims[DIM_TP], &o, plan_op_bytes(p, &p->ranks[r].ops[i]),
+			                  msg, sizeof msg))
 				fail_msg("rank %d op %lld: %s", r, (long long)i, msg);
+		}
 	return n;
 }
 
@@ -259,19 +265,25 @@ static void binary__op_check__agrees_with_text_reader(void **state)
 	char msg[256];
 	PlanOp f = {.kind = OP_F, .stage = p->nstages, .mb = 0, .peer = -1, .group = -1,
 	            .route = -1};
-	assert_int_equal(plan_op_check(&l, 1, &f, msg, sizeof msg), -1);
+	assert_int_equal(plan_op_check(&l, 1, &f, 0, msg, sizeof msg), -1);
 	char want[128];
 	snprintf(want, sizeof want, "stage %d out of range [0, %d]", p->nstages, p->nstages - 1);
 	assert_string_equal(msg, want);
 	f.stage = 0;
-	assert_int_equal(plan_op_check(&l, 1, &f, msg, sizeof msg), 0);
-	f.bytes = 8;
-	assert_int_equal(plan_op_check(&l, 1, &f, msg, sizeof msg), -1);
+	assert_int_equal(plan_op_check(&l, 1, &f, 0, msg, sizeof msg), 0);
+	assert_int_equal(plan_op_check(&l, 1, &f, 8, msg, sizeof msg), -1);
 	assert_string_equal(msg, "a F op with a field its kind does not have");
-	f.bytes = 0;
 	f.part = 1;
-	assert_int_equal(plan_op_check(&l, 1, &f, msg, sizeof msg), -1);
+	assert_int_equal(plan_op_check(&l, 1, &f, 0, msg, sizeof msg), -1);
 	assert_string_equal(msg, "part= in a plan with tp=1 (stages have one part each way)");
+	/* a SEND or RECV moves its edge's tensor, nothing else */
+	PlanOp s = {.kind = OP_SEND, .stage = 0, .mb = 0, .peer = 0, .group = 0, .route = 0};
+	int64_t eb = p->edges[0].bytes;
+	assert_int_equal(plan_op_check(&l, 1, &s, eb, msg, sizeof msg), 0);
+	assert_int_equal(plan_op_check(&l, 1, &s, eb + 4, msg, sizeof msg), -1);
+	snprintf(want, sizeof want, "bytes=%lld, but edge 0 carries %lld bytes", (long long)eb + 4,
+	         (long long)eb);
+	assert_string_equal(msg, want);
 	plan_free(p);
 }
 

@@ -3,6 +3,7 @@
  * single-byte change; plans written with the older FNV-1a sum still read, and write
  * back as lanes4 plans with the same text after the header; every digit changed in a
  * plan of either kind is refused with a located error. */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -801,6 +802,95 @@ static void plan__reader__big_plan_file_and_stream_agree(void **state)
 	plan_free(p);
 }
 
+/* ---- the sizes of the sized kinds ---- */
+
+typedef struct {
+	Plan *p;
+	int t;
+} SizeArg;
+
+static void *add_sizes(void *arg)
+{
+	SizeArg *a = arg;
+	for (int i = 0; i < 1000; i++) {
+		PlanOp o = {.kind = OP_TPREDUCE, .route = -1};
+		int64_t b = 1000 + (i * 7 + a->t * 131) % 1000;
+		if (plan_op_set_bytes(a->p, &o, b) || plan_op_bytes(a->p, &o) != b)
+			return a;
+	}
+	return NULL;
+}
+
+/* An ALLREDUCE's, TIEREDUCE's or TPREDUCE's size is one of the plan's sizes[], each
+ * distinct size once, whatever threads add them; a SEND's or RECV's is its edge's and
+ * any other kind's 0; plan_sizes_canon numbers the sizes in increasing order, every op
+ * still moving what it did. */
+static void plan__sizes__each_once_in_increasing_order(void **state)
+{
+	(void)state;
+	Plan *p = plan_new();
+	assert_non_null(p);
+	p->nedges = 2;
+	p->edges = calloc(2, sizeof *p->edges);
+	p->ranks = calloc(1, sizeof *p->ranks);
+	assert_true(p->edges && p->ranks);
+	p->edges[0].bytes = 64;
+	p->edges[1].bytes = 96;
+	const int64_t want[] = {300, 100, 300, 7, 100, 0};
+	PlanRank *rk = &p->ranks[0];
+	for (int i = 0; i < 6; i++) {
+		PlanOp o = {.kind = i % 2 ? OP_ALLREDUCE : OP_TIEREDUCE, .mb = -1, .peer = -1,
+		            .group = i, .route = -1};
+		assert_int_equal(plan_op_set_bytes(p, &o, want[i]), 0);
+		assert_true(o.route <= -2);
+		assert_non_null(plan_push_op(rk, o, 0));
+	}
+	assert_int_equal(p->nsizes, 4);
+	assert_int_equal(rk->ops[0].route, rk->ops[2].route);
+	assert_int_equal(rk->ops[1].route, rk->ops[4].route);
+	assert_int_not_equal(rk->ops[0].route, rk->ops[1].route);
+	for (int i = 0; i < 6; i++)
+		assert_int_equal(plan_op_bytes(p, &rk->ops[i]), want[i]);
+	PlanOp s = {.kind = OP_RECV, .stage = 1, .route = 3};
+	assert_int_equal(plan_op_set_bytes(p, &s, 96), 0);
+	assert_int_equal(plan_op_set_bytes(p, &s, 64), 1);
+	assert_int_equal(s.route, 3);
+	assert_int_equal(plan_op_bytes(p, &s), 96);
+	PlanOp f = {.kind = OP_OPTIM, .route = -1};
+	assert_int_equal(plan_op_set_bytes(p, &f, 0), 0);
+	assert_int_equal(plan_op_set_bytes(p, &f, 5), 1);
+	assert_int_equal(plan_op_bytes(p, &f), 0);
+	assert_int_equal(p->nsizes, 4); // none of those added one
+	assert_int_equal(plan_sizes_canon(p), 0);
+	const int64_t sorted[] = {0, 7, 100, 300};
+	assert_memory_equal(p->sizes, sorted, sizeof sorted);
+	for (int i = 0; i < 6; i++)
+		assert_int_equal(plan_op_bytes(p, &rk->ops[i]), want[i]);
+	PlanOp again = {.kind = OP_TPREDUCE, .route = -1};
+	assert_int_equal(plan_op_set_bytes(p, &again, 300), 0);
+	assert_int_equal(again.route, rk->ops[0].route);
+	assert_int_equal(again.route, -2 - 3);
+	/* four threads adding the same 1000 sizes, each in its own order */
+	pthread_t th[4];
+	SizeArg a[4];
+	for (int t = 0; t < 4; t++) {
+		a[t] = (SizeArg){p, t};
+		assert_int_equal(pthread_create(&th[t], NULL, add_sizes, &a[t]), 0);
+	}
+	for (int t = 0; t < 4; t++) {
+		void *bad;
+		pthread_join(th[t], &bad);
+		assert_null(bad);
+	}
+	assert_int_equal(p->nsizes, 4 + 1000);
+	assert_int_equal(plan_sizes_canon(p), 0);
+	for (int i = 1; i < p->nsizes; i++)
+		assert_true(p->sizes[i - 1] < p->sizes[i]);
+	for (int i = 0; i < 6; i++)
+		assert_int_equal(plan_op_bytes(p, &rk->ops[i]), want[i]);
+	plan_free(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -811,6 +901,7 @@ int main(void)
 		cmocka_unit_test(plan__reader__changed_digits_refused),
 		cmocka_unit_test(plan__reader__bad_checksum_header_located),
 		cmocka_unit_test(plan__reader__fast_path_agrees_with_parser),
+		cmocka_unit_test(plan__sizes__each_once_in_increasing_order),
 		cmocka_unit_test(plan__reader__fast_path_by_shape_agrees_with_parser),
 		cmocka_unit_test(plan__reader__big_plan_file_and_stream_agree),
 		cmocka_unit_test(plan__block__ranks_share_one_aligned_block),

@@ -822,24 +822,6 @@ static void runtime__missing_peer__is_an_error(void **state)
 	plan_free(p);
 }
 
-static void runtime__wrong_bytes__is_an_error(void **state)
-{
-	(void)state;
-	Plan *p = compile_text(tiny_src, NULL, 0);
-	assert_non_null(p);
-	for (int r = 0; r < 2; r++)
-		for (int64_t i = 0; i < p->ranks[r].nops; i++)
-			if (p->ranks[r].ops[i].kind == OP_SEND || p->ranks[r].ops[i].kind == OP_RECV)
-				p->ranks[r].ops[i].bytes = 64;
-	RtOptions o = options(1, 0);
-	RtResult res;
-	char *rep;
-	assert_int_equal(run_plan(p, &o, &res, &rep), RT_EFAIL);
-	assert_non_null(strstr(rep, "bytes=64, but edge 0 carries 4 x 8 f32 = 128 bytes"));
-	free(rep);
-	plan_free(p);
-}
-
 static void runtime__fifo_mismatch__names_both_ops(void **state)
 {
 	(void)state;
@@ -936,7 +918,6 @@ int main(void)
 		cmocka_unit_test(runtime__device_without_row__refused_at_open),
 		cmocka_unit_test(runtime__deadlock__watchdog_names_blocked_sends),
 		cmocka_unit_test(runtime__missing_peer__is_an_error),
-		cmocka_unit_test(runtime__wrong_bytes__is_an_error),
 		cmocka_unit_test(runtime__fifo_mismatch__names_both_ops),
 		cmocka_unit_test(runtime__bad_model__rejected_at_open),
 		cmocka_unit_test(runtime__trace_and_calibrate__cover_every_compute_op),

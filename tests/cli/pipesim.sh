@@ -68,7 +68,9 @@ malformed() {
 		grep -qE "^$f:[0-9]+: error: " "$T/err" || { echo "unlocated: $(cat "$T/err")"; return 1; }
 	done
 	expect 1 "$SIM" --json tests/plans/malformed/truncated.plan && has "$T/out" '"ok": false' &&
-		json_ok "$T/out"
+		json_ok "$T/out" &&
+		expect 1 "$SIM" tests/plans/malformed/wrong_size.plan &&
+		has "$T/err" "tests/plans/malformed/wrong_size.plan:35: error: bytes=64, but edge 0 carries 128 bytes"
 }
 check "pipesim malformed plans: located error, exit 1" malformed
 
@@ -76,14 +78,13 @@ verify_errors() {
 	expect 1 "$SIM" tests/plans/bad/crossed_fifo.plan &&
 		has "$T/err" "tests/plans/bad/crossed_fifo.plan:35: error: rank 0 op 1 (line 25) \`SEND act e=0 m=0" &&
 		has "$T/err" "\`RECV act e=0 m=1 from=0 bytes=128 g=0 r=0\`: the microbatches differ" &&
-		expect 1 "$SIM" tests/plans/bad/wrong_size.plan && has "$T/err" "the sizes differ" &&
 		expect 1 "$SIM" tests/plans/bad/missing_send.plan && has "$T/err" ":38: error: rank 1 op 4 (line 38) \`RECV act e=0 m=1" &&
 		has "$T/err" "has no matching SEND" &&
 		expect 1 "$SIM" tests/plans/bad/missing_recv.plan && has "$T/err" "has no matching RECV on rank 1" &&
 		expect 1 "$SIM" tests/plans/bad/compute_before_input.plan && has "$T/err" "\`F 1 0\`: runs before its input" &&
 		expect 1 "$SIM" tests/plans/bad/w_before_b.plan && has "$T/err" "\`W 1 0\`: W before its B" &&
 		expect 1 "$SIM" tests/plans/bad/allreduce_subset.plan && has "$T/err" "only part of its dp group" &&
-		expect 1 "$SIM" --json tests/plans/bad/wrong_size.plan && has "$T/out" '"verdict": "invalid"' &&
+		expect 1 "$SIM" --json tests/plans/bad/crossed_fifo.plan && has "$T/out" '"verdict": "invalid"' &&
 		has "$T/out" '"error_line": 35' && json_ok "$T/out"
 }
 check "pipesim mismatches and dependency errors name both ops" verify_errors
