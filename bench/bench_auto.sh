@@ -15,5 +15,6 @@ mkdir -p "$B/bench"
 ${CC:-cc} -std=c11 -Wall -Wextra -Wpedantic -O2 -g -D_GNU_SOURCE -o "$B/bench/auto_bench" \
 	bench/auto_bench.c $OBJ "$B/grammar/parser.o" "$B/grammar/lexer.o" \
 	-lm || exit 1
+[ -z "${BENCH_BUILD_ONLY:-}" ] || exit 0 # tests/cli/benches.sh: built, nothing run
 "$B/bench/auto_bench" speed 8 32 || exit 1
 "$B/bench/auto_bench" zb ${ZB_P:-4 8 16}

@@ -29,6 +29,7 @@ REPS=${REPS:-3}
 THREADS=${THREADS:-2} # the tool rows again with --threads THREADS (1: not)
 . bench/lib.sh
 bench_build io_bench sim
+[ -z "${BENCH_BUILD_ONLY:-}" ] || exit 0 # tests/cli/benches.sh: built, nothing run
 T=$(mktemp -d /tmp/io-bench.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 

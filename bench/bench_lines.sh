@@ -18,6 +18,7 @@ EXPAND_MAX=${EXPAND_MAX:-65536}
 MESHES=${MESHES:-"1x1 8x1 64x1 512x1 4096x1 1x8 8x8 64x8 512x8"}
 . bench/lib.sh
 bench_build load_bench
+[ -z "${BENCH_BUILD_ONLY:-}" ] || exit 0 # tests/cli/benches.sh: built, nothing run
 T=$(mktemp -d /tmp/lines-bench.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 

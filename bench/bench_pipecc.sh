@@ -18,6 +18,7 @@ mkdir -p "$B/bench"
 # shellcheck disable=SC2086
 ${CC:-cc} -std=c11 -Wall -Wextra -Wpedantic -O2 -g -D_GNU_SOURCE -o "$B/bench/lower_bench" \
 	bench/lower_bench.c $OBJ "$B/grammar/parser.o" "$B/grammar/lexer.o" -lm
+[ -z "${BENCH_BUILD_ONLY:-}" ] || exit 0 # tests/cli/benches.sh: built, nothing run
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 gen() { # pp m

@@ -10,6 +10,7 @@
 : "${BIN:=bin}"
 . bench/lib.sh
 bench_build sim_bench sim
+[ -z "${BENCH_BUILD_ONLY:-}" ] || exit 0 # tests/cli/benches.sh: built, nothing run
 PP=${PP:-16}
 SIZES=${SIZES:-"1000000 4000000 16000000"}
 T=$(mktemp -d /tmp/pipesim-bench.XXXXXX)

@@ -18,6 +18,7 @@
 : "${REPS:=10}"
 : "${THREADS:=1 2}"
 make -s "$BUILD/bench/tf_bench" || exit 1
+[ -z "${BENCH_BUILD_ONLY:-}" ] || exit 0 # tests/cli/benches.sh: built, nothing run
 for t in $THREADS; do
 	"$BUILD/bench/tf_bench" --threads "$t" --reps "$REPS" || exit 1
 done
