@@ -222,8 +222,6 @@ static int expand(Plan *p, const PlanParts *parts, PlanRank *rk, PlanRank *out,
                   size_t *failed)
 {
 	int g = -1, last = -1, prev_comm = 0;
-	int64_t known = -1; // the last size given a code, and that code
-	int32_t code = -1;
 	for (int64_t i = 0; i < rk->nops; i++) {
 		PlanOp o = rk->ops[i];
 		int32_t line = plan_op_line(rk, i);
@@ -252,14 +250,10 @@ static int expand(Plan *p, const PlanParts *parts, PlanRank *rk, PlanRank *out,
 			if (!pp->part[dir][k].reduce)
 				continue;
 			PlanOp t = {.kind = OP_TPREDUCE, .dir = (uint8_t)dir, .part = (uint16_t)k,
-			            .stage = o.stage, .mb = o.mb, .peer = -1, .group = ++g, .route = code};
-			if (pp->part[dir][k].reduce != known) {
-				if (plan_op_set_bytes(p, &t, pp->part[dir][k].reduce)) {
-					*failed = sizeof(int64_t) * 2;
-					return -1;
-				}
-				known = pp->part[dir][k].reduce;
-				code = t.route;
+			            .stage = o.stage, .mb = o.mb, .peer = -1, .group = ++g};
+			if (plan_op_set_bytes(p, &t, pp->part[dir][k].reduce)) {
+				*failed = sizeof(int64_t) * 2;
+				return -1;
 			}
 			if (push(out, t, line, failed))
 				return -1;
