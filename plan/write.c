@@ -1,7 +1,8 @@
 /* The plan writer.  The text form is documented in docs/plan-format.md; the reader in
  * read.c accepts exactly what this writes, and write -> read -> write is byte-identical.
  * Op lines dominate large plans, so they are formatted by hand into a buffer rather
- * than through printf.  Into a regular file the text is formatted once (the header
+ * than through printf, and a line like the last of its shape is copied from that one's
+ * text (LineTpl).  Into a regular file the text is formatted once (the header
  * line, fixed in length, goes into its place last); into a pipe twice. */
 #include "plan.h"
 
@@ -16,6 +17,22 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* Most op lines differ from the last line of their shape (a compute kind; SEND or RECV
+ * and a direction) in the microbatch and, for SEND and RECV, the group alone: `SEND act
+ * e=3 m=17 to=4 bytes=64 g=9 r=2 @9`, then `... m=18 ... g=11 ...`.  put_op keeps each
+ * shape's last line as its text around those numbers, the template: a line whose other
+ * fields are the template's is the template's text with the two numbers put in, which
+ * are the bytes the fields would give (the reader takes lines back the same way,
+ * read_op.c).  key: the op the template was made from (its mb and group are not
+ * compared); ok 0: none yet. */
+enum { TPL_SHAPES = 8, TPL_A = 32, TPL_B = 48, TPL_C = 32 };
+typedef struct {
+	PlanOp key;
+	int32_t line;
+	uint8_t ok, na, nb, nc; // the text before the microbatch, between it and the group
+	char a[TPL_A], b[TPL_B], c[TPL_C]; // (p2p), and after the last number to the newline
+} LineTpl;
+
 typedef struct {
 	FILE *f;
 	char buf[1 << 20];
@@ -29,6 +46,7 @@ typedef struct {
 	const Plan *p; // the plan written: the sizes its ops imply (plan_op_bytes)
 	char name[OP_COUNT][16]; // each op kind's name, copied whole by put_op
 	size_t name_len[OP_COUNT];
+	LineTpl tpl[TPL_SHAPES]; // the last op line of each shape, as put_op copies it
 } Out;
 
 static void hash(Out *o, const char *s, size_t n)
@@ -155,8 +173,9 @@ static void putf(Out *o, const char *fmt, ...)
 	put(o, tmp);
 }
 
-/* The fields after a SEND's or RECV's name. */
-static inline char *put_p2p(char *d, const Plan *p, const PlanOp *op, int mul)
+/* The fields after a SEND's or RECV's name; m[0, 4) set to where the microbatch's
+ * digits begin and end, and the group's. */
+static inline char *put_p2p(char *d, const Plan *p, const PlanOp *op, int mul, char **m)
 {
 	if (op->dir == DIR_ACT)
 		LIT(d, " act e=");
@@ -164,7 +183,8 @@ static inline char *put_p2p(char *d, const Plan *p, const PlanOp *op, int mul)
 		LIT(d, " grad e=");
 	d = put_num(d, op->stage);
 	LIT(d, " m=");
-	d = put_num(d, op->mb);
+	m[0] = d;
+	d = m[1] = put_num(d, op->mb);
 	if (op->kind == OP_SEND)
 		LIT(d, " to=");
 	else
@@ -173,7 +193,8 @@ static inline char *put_p2p(char *d, const Plan *p, const PlanOp *op, int mul)
 	LIT(d, " bytes=");
 	d = put_num(d, p->edges[op->stage].bytes);
 	LIT(d, " g=");
-	d = put_num(d, op->group);
+	m[2] = d;
+	d = m[3] = put_num(d, op->group);
 	LIT(d, " r=");
 	return put_num(d, op->route);
 }
@@ -231,11 +252,58 @@ static char *put_other(char *d, const Plan *p, const PlanOp *op, int mul)
 	return d;
 }
 
-static void put_op(Out *o, const PlanOp *op, int32_t line)
+/* The template slot of an op's shape (LineTpl), TPL_SHAPES for kinds without one. */
+static inline unsigned tpl_shape(OpKind k, int dir)
 {
-	if (o->n + 256 > sizeof o->buf)
-		flush(o);
-	char *d = o->buf + o->n;
+	if (k == OP_SEND || k == OP_RECV)
+		return 4 + 2 * (k == OP_RECV) + (dir != DIR_ACT);
+	return k <= OP_BW ? (unsigned)k : TPL_SHAPES; // OP_F, OP_B, OP_W, OP_BW: 0 to 3
+}
+
+/* The line of op by t, its shape's template, when its fields other than the microbatch
+ * and the group are the template's; else NULL.  put_op's reserve covers the whole
+ * arrays copied (their fixed size makes each copy a few wide moves). */
+static inline char *by_tpl(const LineTpl *t, char *d, const PlanOp *op, int32_t line, int p2p)
+{
+	const PlanOp *k = &t->key;
+	if (!t->ok || t->line != line || op->part != k->part || op->stage != k->stage ||
+	    op->peer != k->peer || op->route != k->route) // kind and dir: the shape's
+		return NULL;
+	memcpy(d, t->a, TPL_A);
+	d = put_num(d + t->na, op->mb);
+	if (p2p) {
+		memcpy(d, t->b, TPL_B);
+		d = put_num(d + t->nb, op->group);
+	}
+	memcpy(d, t->c, TPL_C);
+	return d + t->nc;
+}
+
+/* The line at s, which put_fields just put there (ending at e), becomes the template
+ * of its shape: m[0, 2) the microbatch's digits, m[2, 4) the group's (p2p). */
+static void tpl_keep(LineTpl *t, const char *s, const char *e, const PlanOp *op, int32_t line,
+                     char *const *m, int p2p)
+{
+	const char *last = p2p ? m[3] : m[1];
+	size_t na = (size_t)(m[0] - s), nb = p2p ? (size_t)(m[2] - m[1]) : 0,
+	       nc = (size_t)(e - last);
+	t->ok = na <= TPL_A && nb <= TPL_B && nc <= TPL_C; // else the op's fields are huge
+	if (!t->ok)
+		return;
+	t->key = *op;
+	t->line = line;
+	t->na = (uint8_t)na;
+	t->nb = (uint8_t)nb;
+	t->nc = (uint8_t)nc;
+	memcpy(t->a, s, na);
+	memcpy(t->b, m[1], nb);
+	memcpy(t->c, last, nc);
+}
+
+/* Op line of op at d, field by field; m[0, 4) as put_p2p sets it (compute ops: the
+ * microbatch's in m[0, 2)).  Returns the end, past the newline. */
+static char *put_fields(const Out *o, char *d, const PlanOp *op, int32_t line, char **m)
+{
 	OpKind k = plan_op_kind(op);
 	if (k < OP_COUNT && o->name_len[k] < sizeof o->name[k]) { // the reader made sure
 		memcpy(d, o->name[k], sizeof o->name[k]);             // kind is valid
@@ -245,12 +313,13 @@ static void put_op(Out *o, const PlanOp *op, int32_t line)
 			*d++ = *c;
 	}
 	if (k == OP_SEND || k == OP_RECV) {
-		d = put_p2p(d, o->p, op, o->mul);
+		d = put_p2p(d, o->p, op, o->mul, m);
 	} else if (k < OP_COUNT && plan_op_is_compute(k)) {
 		*d++ = ' ';
 		d = put_num(d, op->stage);
 		*d++ = ' ';
-		d = put_num(d, op->mb);
+		m[0] = d;
+		d = m[1] = put_num(d, op->mb);
 		if (op->part) {
 			LIT(d, " part=");
 			d = put_num(d, op->part);
@@ -263,7 +332,24 @@ static void put_op(Out *o, const PlanOp *op, int32_t line)
 		d = put_num(d, line);
 	}
 	*d++ = '\n';
-	o->n = (size_t)(d - o->buf);
+	return d;
+}
+
+static void put_op(Out *o, const PlanOp *op, int32_t line)
+{
+	if (o->n + 256 > sizeof o->buf)
+		flush(o);
+	char *d = o->buf + o->n, *e, *m[4];
+	OpKind k = plan_op_kind(op);
+	int p2p = k == OP_SEND || k == OP_RECV;
+	unsigned sh = tpl_shape(k, op->dir);
+	if (sh >= TPL_SHAPES) {
+		e = put_fields(o, d, op, line, m);
+	} else if (!(e = by_tpl(&o->tpl[sh], d, op, line, p2p))) {
+		e = put_fields(o, d, op, line, m);
+		tpl_keep(&o->tpl[sh], d, e, op, line, m, p2p);
+	}
+	o->n = (size_t)(e - o->buf);
 	if (o->hashing && o->n - o->hashed >= (1 << 14)) { // while the text is in cache
 		hash(o, o->buf + o->hashed, o->n - o->hashed);
 		o->hashed = o->n;
@@ -331,6 +417,8 @@ typedef struct {
 /* The lines of the ranks from position a up to b. */
 static void put_ranks(Out *o, const Plan *p, PlanPos a, PlanPos b)
 {
+	for (int i = 0; i < TPL_SHAPES; i++)
+		o->tpl[i].ok = 0;
 	for (int r = a.rank; r < b.rank || (r == b.rank && b.op > 0); r++) {
 		const PlanRank *rk = &p->ranks[r];
 		int64_t i = r == a.rank ? a.op : 0, end = r == b.rank ? b.op : rk->nops;
