@@ -244,7 +244,7 @@ __attribute__((always_inline)) static inline void put_rank_ops(Bw *w, const Plan
 	unsigned char *out = w->buf + w->n, *end = w->buf + BW_BUF;
 	for (int64_t i = 0, n = rk->nops; i < n; i++) {
 		const PlanOp *o = &ops[i];
-		plan_prefetch(ops, i, n);
+		plan_prefetch_one(ops, i, n);
 		int32_t line = lines && lines[i] > 0 ? lines[i] : 0;
 		unsigned k = o->kind, dir = o->dir;
 		unsigned uses = k < OP_COUNT ? plan_bin_uses[k] : 0;

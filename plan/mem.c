@@ -40,10 +40,14 @@ typedef struct {
 	int *ioff, *ooff, *ein, *eout;
 	uint8_t *handoff;
 	int64_t *bytes;     // per stage: [2 s + dir] its output (ACT) and input (GRAD) bytes
+	int64_t *remote;    // per stage: [2 s + dir] what gather frees of its received inputs
+	int *cons;          // ... the consumers of what it makes in dir (make's)
+	uint8_t *hands;     // ... 1: gather also takes a tensor handed over on the rank
 	int64_t *dmem;      // per local stage: [local * OP_COUNT + kind] plan_op_mem
 	PlanParts *parts; // per stage, with tp > 1 (plan_stage_parts); else NULL
+	uint32_t comm_kinds; // bit k: plan_op_is_comm(k)
 	int64_t saved, comm, stat;
-	PlanMem *m_out;
+	PlanMem fig;        // the figures so far (copied out at the end)
 } Walk;
 
 /* The walk's steps below run once or more per op: inlined into the one loop. */
@@ -51,7 +55,7 @@ typedef struct {
 
 STEP void sample(Walk *w, int64_t op, int64_t extra_saved)
 {
-	PlanMem *m = w->m_out;
+	PlanMem *m = &w->fig;
 	int64_t total = w->stat + w->saved + extra_saved + w->comm;
 	if (w->saved + extra_saved > m->peak_saved)
 		m->peak_saved = w->saved + extra_saved;
@@ -84,9 +88,13 @@ STEP void make(Walk *w, int s, int mb, int dir, int consumers)
 }
 
 /* F (dir ACT) takes what arrived on s's in-edges, B (GRAD) what arrived on its
- * out-edges: a local hand-off is the peer stage's tensor, anything else a receive. */
+ * out-edges: a local hand-off is the peer stage's tensor, anything else a receive (the
+ * receives' bytes summed per stage and direction beforehand, remote_sums). */
 STEP void gather(Walk *w, int s, int mb, int dir)
 {
+	w->comm -= w->remote[2 * s + dir];
+	if (!w->hands[2 * s + dir])
+		return;
 	const Plan *p = w->p;
 	const int *off = dir == DIR_ACT ? w->ioff : w->ooff;
 	const int *es = dir == DIR_ACT ? w->ein : w->eout;
@@ -94,9 +102,32 @@ STEP void gather(Walk *w, int s, int mb, int dir)
 		const PlanEdge *ed = &p->edges[es[k]];
 		if (w->handoff[es[k]])
 			take(w, dir == DIR_ACT ? ed->src : ed->dst, mb, dir);
-		else
-			w->comm -= w->bytes[2 * ed->src + DIR_ACT];
 	}
+}
+
+/* gather's tables: per stage and direction the bytes of the edges received, whether
+ * any is handed over, and make's consumer count. */
+static void remote_sums(Walk *w)
+{
+	const Plan *p = w->p;
+	for (int s = 0; s < p->nstages; s++)
+		for (int dir = 0; dir < DIR_COUNT; dir++) {
+			const int *off = dir == DIR_ACT ? w->ioff : w->ooff;
+			const int *es = dir == DIR_ACT ? w->ein : w->eout;
+			int64_t sum = 0;
+			uint8_t hands = 0;
+			for (int k = off[s]; k < off[s + 1]; k++) {
+				if (w->handoff[es[k]])
+					hands = 1;
+				else
+					sum += w->bytes[2 * p->edges[es[k]].src + DIR_ACT];
+			}
+			w->remote[2 * s + dir] = sum;
+			w->hands[2 * s + dir] = hands;
+			/* F's output goes to every out-edge, B's input gradient to every in-edge. */
+			off = dir == DIR_ACT ? w->ooff : w->ioff;
+			w->cons[2 * s + dir] = off[s + 1] - off[s];
+		}
 }
 
 STEP void compute(Walk *w, const PlanOp *o, int64_t i)
@@ -114,30 +145,30 @@ STEP void compute(Walk *w, const PlanOp *o, int64_t i)
 	int first = !pp || o->part == 0, last = !pp || o->part + 1 >= n;
 	if ((k == OP_B || k == OP_BW) && st->recompute && first)
 		sample(w, i, st->save_re); // B first rebuilds what F dropped
-	if (per_mb && k == OP_F) {
+	if (per_mb && (k == OP_F || k == OP_B || k == OP_BW)) {
+		int dir = k == OP_F ? DIR_ACT : DIR_GRAD;
 		if (first)
-			gather(w, o->stage, o->mb, DIR_ACT);
+			gather(w, o->stage, o->mb, dir);
 		if (last)
-			make(w, o->stage, o->mb, DIR_ACT, w->ooff[o->stage + 1] - w->ooff[o->stage]);
-	} else if (per_mb && (k == OP_B || k == OP_BW)) {
-		if (first)
-			gather(w, o->stage, o->mb, DIR_GRAD);
-		if (last)
-			make(w, o->stage, o->mb, DIR_GRAD, w->ioff[o->stage + 1] - w->ioff[o->stage]);
+			make(w, o->stage, o->mb, dir, w->cons[2 * o->stage + dir]);
 	}
 	int ls = w->local[o->stage];
 	w->saved += pp ? plan_part_mem(pp, o) : ls >= 0 ? w->dmem[ls * OP_COUNT + k] : plan_op_mem(k, st);
 	sample(w, i, 0);
 }
 
-/* A comm group [i, j): receives hold their buffers while the sends' are still alive. */
-STEP void group(Walk *w, int64_t i, int64_t j)
+/* The comm group at op i (plan_group_end, inline): receives hold their buffers while
+ * the sends' are still alive.  Returns its end. */
+STEP int64_t group(Walk *w, int64_t i, int64_t n)
 {
 	const Plan *p = w->p;
 	const PlanOp *ops = w->rk->ops;
-	for (int64_t k = i; k < j; k++)
-		if (ops[k].kind == OP_RECV && ops[k].stage >= 0 && ops[k].stage < p->nedges)
-			w->comm += p->edges[ops[k].stage].bytes;
+	int64_t j = i;
+	do {
+		if (ops[j].kind == OP_RECV && ops[j].stage >= 0 && ops[j].stage < p->nedges)
+			w->comm += p->edges[ops[j].stage].bytes;
+		j++;
+	} while (j < n && (w->comm_kinds >> ops[j].kind & 1) && ops[j].group == ops[i].group);
 	sample(w, i, 0);
 	for (int64_t k = i; k < j; k++) {
 		const PlanOp *o = &ops[k];
@@ -150,12 +181,14 @@ STEP void group(Walk *w, int64_t i, int64_t j)
 		else
 			take(w, ed->dst, o->mb, DIR_GRAD);
 	}
+	return j;
 }
 
-int plan_mem_rank(const Plan *p, int r, PlanMem *m)
+int plan_mem_rank(const Plan *p, int r, PlanMem *out)
 {
-	*m = (PlanMem){.peak_op = -1};
 	const PlanRank *rk = &p->ranks[r];
+	Walk w = {.p = p, .rk = rk, .m = p->microbatches, .fig = {.peak_op = -1}};
+	PlanMem *m = &w.fig;
 	int pp = rk->coord[DIM_PP];
 	int state = plan_optim_state_bytes(p->optim.kind);
 	size_t ns = (size_t)p->nstages, ne = (size_t)p->nedges, nloc = 0;
@@ -166,20 +199,24 @@ int plan_mem_rank(const Plan *p, int r, PlanMem *m)
 			m->optim += p->stages[s].params * state;
 			nloc++;
 		}
-	Walk w = {.p = p, .rk = rk, .m = p->microbatches, .m_out = m,
-	          .stat = m->params + m->grads + m->optim};
+	w.stat = m->params + m->grads + m->optim;
+	for (int k = 0; k < OP_COUNT; k++)
+		w.comm_kinds |= (uint32_t)plan_op_is_comm((OpKind)k) << k;
 	size_t nrefs = nloc * (size_t)p->microbatches * 2;
-	int *buf = calloc(nrefs + ns + 2 * (ns + 1) + 2 * ne + ne / sizeof(int) + 1, sizeof(int));
-	int64_t *b64 = malloc((2 * ns + nloc * OP_COUNT + 1) * sizeof *b64);
+	int *buf = calloc(nrefs + 3 * ns + 2 * (ns + 1) + 2 * ne + (ne + 2 * ns) / sizeof(int) + 1,
+	                  sizeof(int));
+	int64_t *b64 = malloc((4 * ns + nloc * OP_COUNT + 1) * sizeof *b64);
 	if (!buf || !b64) {
 		free(buf);
 		free(b64);
+		*out = w.fig;
 		return -1;
 	}
 	w.refs = buf;
 	w.local = buf + nrefs;
 	w.bytes = b64;
-	w.dmem = b64 + 2 * ns;
+	w.remote = b64 + 2 * ns;
+	w.dmem = b64 + 4 * ns;
 	for (int s = 0, k = 0; s < p->nstages; s++) {
 		w.local[s] = p->stages[s].pp == pp ? k++ : -1;
 		w.bytes[2 * s + DIR_ACT] = out_bytes(p, s);
@@ -191,7 +228,9 @@ int plan_mem_rank(const Plan *p, int r, PlanMem *m)
 	w.ooff = w.ioff + ns + 1;
 	w.ein = w.ooff + ns + 1;
 	w.eout = w.ein + ne;
-	w.handoff = (uint8_t *)(w.eout + ne);
+	w.cons = w.eout + ne;
+	w.handoff = (uint8_t *)(w.cons + 2 * ns);
+	w.hands = w.handoff + ne;
 	for (size_t e = 0; e < ne; e++) {
 		w.ioff[p->edges[e].dst + 1]++;
 		w.ooff[p->edges[e].src + 1]++;
@@ -215,6 +254,7 @@ int plan_mem_rank(const Plan *p, int r, PlanMem *m)
 		if (rk->peers[j].local == PEER_LOCAL && rk->peers[j].edge >= 0 &&
 		    (size_t)rk->peers[j].edge < ne)
 			w.handoff[rk->peers[j].edge] = 1;
+	remote_sums(&w);
 	int rc = 0;
 	if (p->dims[DIM_TP] > 1 && !(w.parts = calloc(ns, sizeof *w.parts)))
 		rc = -1;
@@ -223,24 +263,21 @@ int plan_mem_rank(const Plan *p, int r, PlanMem *m)
 			rc = plan_stage_parts(p, s, &w.parts[s]);
 	m->peak = w.stat;
 	const PlanOp *ops = rk->ops;
-	for (int64_t i = 0, n = rk->nops; i < n && !rc;) { // plan_group_end, inline
-		plan_prefetch(ops, i, n);
-		if (!plan_op_is_comm(plan_op_kind(&ops[i]))) {
+	for (int64_t i = 0, n = rk->nops; i < n && !rc;) {
+		plan_prefetch_one(ops, i, n);
+		if (w.comm_kinds >> ops[i].kind & 1) {
+			i = group(&w, i, n);
+		} else {
 			compute(&w, &ops[i], i);
 			i++;
-			continue;
 		}
-		int64_t j = i + 1;
-		while (j < n && plan_op_is_comm(plan_op_kind(&ops[j])) && ops[j].group == ops[i].group)
-			j++;
-		group(&w, i, j);
-		i = j;
 	}
 	for (size_t s = 0; w.parts && s < ns; s++)
 		plan_parts_free(&w.parts[s]);
 	free(w.parts);
 	free(buf);
 	free(b64);
+	*out = w.fig;
 	return rc;
 }
 

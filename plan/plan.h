@@ -424,18 +424,25 @@ int plan_sizes_canon(Plan *p);
 /* p's sizes into e, which has none: 0, or -1 out of memory (e's then still none). */
 int plan_copy_sizes(Plan *e, const Plan *p);
 /* A pass reading array a[0, n) at element i fetches element i + PLAN_AHEAD now (for
- * ops, 16 cache lines on).  The hardware prefetcher of the machines measured follows
+ * ops, 12 cache lines on).  The hardware prefetcher of the machines measured follows
  * few streams and follows them late: without it perf put 46 % of the simulator's group
  * posting and 44 % of the verifier's walk (which scans senders' lists beside the rank's
  * own) on one load of an op each, and even the memory model, which walks one rank's
- * list at a time, a third (docs/pipesim.md, "Speed and memory").  A macro: GCC 12
- * dropped the calls of the same as a static inline function, which it took for one
- * without effects. */
+ * list at a time, a third (docs/pipesim.md, "Speed and memory").  A pass that reads one
+ * list at a time (the memory model, the writers) fetches twice as far ahead,
+ * plan_prefetch_one: with 24-byte ops, 32 ahead left the memory model waiting on a
+ * third of its loads still (0.059 s against 0.051 s on bench_io's plan), while the
+ * simulator, which reads 128 ranks' lists side by side, lost 2-4 % with 64.  Macros:
+ * GCC 12 dropped the calls of the same as a static inline function, which it took for
+ * one without effects. */
 #define PLAN_AHEAD 32
-#define plan_prefetch(a, i, n)                             \
-	do {                                                   \
-		if ((i) + PLAN_AHEAD < (n))                        \
-			__builtin_prefetch(&(a)[(i) + PLAN_AHEAD]); \
+#define PLAN_AHEAD_ONE 64
+#define plan_prefetch(a, i, n) plan_prefetch_at(a, i, n, PLAN_AHEAD)
+#define plan_prefetch_one(a, i, n) plan_prefetch_at(a, i, n, PLAN_AHEAD_ONE)
+#define plan_prefetch_at(a, i, n, ahead)                \
+	do {                                                \
+		if ((i) + (ahead) < (n))                        \
+			__builtin_prefetch(&(a)[(i) + (ahead)]); \
 	} while (0)
 int plan_is_comm(int kind);                          // plan_op_is_comm on a raw kind
 /* Whether edge e travels through the communicator when both its stages share a rank:
