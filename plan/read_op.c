@@ -189,6 +189,14 @@ int plan_read_op_fast(const char *s, const char *end, const PlanOpLimits *l, Pla
  * shape's template) and parsing only the two: the same bytes give the same fields, so it
  * is the op op_walk would give.  Anything else, op_walk, whose line becomes the shape's
  * template.  The templates lie in the block and last one call. */
+/* The last number a shape's lines had in one place (microbatch or group), for the next:
+ * the 8 bytes from its first digit, its value, its digit count (1 to 7; 0: none). */
+typedef struct {
+	uint64_t w;
+	int64_t v;
+	uint32_t n;
+} Last;
+
 typedef struct {
 	const char *a;       // the template line: its text before the microbatch, na bytes
 	const char *b, *c;   // between microbatch and group (p2p), after the last of them up
@@ -196,6 +204,7 @@ typedef struct {
 	int p2p;
 	PlanOp op;
 	int32_t line;
+	Last m, g;           // the microbatch and group of the shape's last line (by_shape)
 } Shape;
 
 enum { SHAPES = 8 };
@@ -242,21 +251,55 @@ static inline int same(const char *x, const char *y, uint32_t n)
 #endif
 }
 
+/* i32 for a number in the place x was last: one with x's digits but for its last one,
+ * the common case (the next microbatch; a group a few on), is x's value changed by that
+ * digit, without digits' multiplies; the same value digits gives, since the digits
+ * before it are x's.  Either way x becomes this number. */
+static inline int i32_after(const char **s, int64_t hi, int32_t *v, Last *x)
+{
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	if (x->n) {
+		uint64_t w, keep = ((uint64_t)1 << (8 * (x->n - 1))) - 1; // the digits before the last
+		memcpy(&w, *s, 8); // the block's slack covers it, as digits' load
+		unsigned d = (unsigned)(w >> (8 * (x->n - 1)) & 0xff) - '0',
+		         after = (unsigned)(w >> (8 * x->n) & 0xff) - '0',
+		         was = (unsigned)(x->w >> (8 * (x->n - 1)) & 0xff) - '0';
+		if (!((w ^ x->w) & keep) && d < 10 && after >= 10) {
+			int64_t y = x->v - was + d;
+			if (y > hi)
+				return 0;
+			*v = (int32_t)y;
+			x->w = w;
+			x->v = y;
+			*s += x->n;
+			return 1;
+		}
+	}
+#endif
+	const char *b = *s;
+	if (!i32(s, hi, v))
+		return 0;
+	x->n = *s - b <= 7 ? (uint32_t)(*s - b) : 0;
+	memcpy(&x->w, b, 8);
+	x->v = *v;
+	return 1;
+}
+
 /* The line at s by its shape's template t: past its newline, or NULL. */
-static inline const char *by_shape(const Shape *t, const char *s, const char *end,
+static inline const char *by_shape(Shape *t, const char *s, const char *end,
                                    const PlanOpLimits *l, PlanOp *o, int32_t *line)
 {
 	if (!t->a || t->na > (size_t)(end - s) || !same(s, t->a, t->na))
 		return NULL;
 	int32_t mb, g = -1;
 	s += t->na;
-	if (!i32(&s, l->mbs - 1, &mb))
+	if (!i32_after(&s, l->mbs - 1, &mb, &t->m))
 		return NULL;
 	if (t->p2p) {
 		if (t->nb > (size_t)(end - s) || !same(s, t->b, t->nb))
 			return NULL;
 		s += t->nb;
-		if (!i32(&s, INT_MAX, &g))
+		if (!i32_after(&s, INT_MAX, &g, &t->g))
 			return NULL;
 	}
 	if (t->nc > (size_t)(end - s) || !same(s, t->c, t->nc))
@@ -290,7 +333,7 @@ int64_t plan_read_ops_fast(const char *s, const char *end, const PlanOpLimits *l
 			const char *last = sp.g ? sp.g_end : sp.m_end;
 			sh[k] = (Shape){s, sp.m_end, last, (uint32_t)(sp.m - s),
 			                sp.g ? (uint32_t)(sp.g - sp.m_end) : 0, (uint32_t)(e + 1 - last),
-			                sp.g != NULL, ops[j], *ln};
+			                sp.g != NULL, ops[j], *ln, sh[k].m, sh[k].g};
 		}
 		s = e + 1;
 	}
