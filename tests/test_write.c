@@ -52,6 +52,7 @@ static const PlanOp ops[] = {
 	SEND(DIR_ACT, 1, 6, 2, 6, 1),         SEND(DIR_GRAD, 1, 7, 2, 7, 1), // no line, dir
 	SEND(DIR_ACT, 1, 123456789, 2, 2000000000, 1),                       // long numbers
 	SEND(DIR_ACT, 1, 8, 2, 9, 1),                                        // short again
+	SEND(DIR_ACT, 1, -3, 2, -4, 1),       SEND(DIR_ACT, 1, -2, 2, -3, 1), // negative
 	RECV(DIR_ACT, 1, 8, 2, 10, 1),        RECV(DIR_ACT, 2, 9, 2, 11, 1), // kind, edge
 	RECV(DIR_GRAD, 2, 9, 2, 12, 1),       RECV(DIR_GRAD, 2, 10, 1, 13, 1), // dir, peer
 	COMPUTE(OP_F, 0, 0, 0),               COMPUTE(OP_F, 0, 1, 0),        // template
@@ -59,10 +60,11 @@ static const PlanOp ops[] = {
 	COMPUTE(OP_F, 1, 3, 1),               COMPUTE(OP_F, 1, 4, 1),        // stage, line
 	COMPUTE(OP_B, 1, 4, 1),               COMPUTE(OP_W, 1, 4, 1),        // kinds
 	COMPUTE(OP_BW, 1, 5, 0),              COMPUTE(OP_F, 1, 2000000000, 0), // long mb
-	COMPUTE(OP_F, 2, 6, 0),
+	COMPUTE(OP_F, 2, 6, 0),               COMPUTE(OP_F, 2, -1, 0),       // negative
+	COMPUTE(OP_F, 2, -2, 0),
 };
-static const int32_t lines[] = {5, 5, 5, 5, 5, 6, 0, 0, 0, 0, 6, 6, 6, 6, 5, 5, 5,
-                                5, 5, 7, 7, 7, 7, 7, 7};
+static const int32_t lines[] = {5, 5, 5, 5, 5, 6, 0, 0, 0, 0, 0, 0, 6, 6, 6, 6, 5,
+                                5, 5, 5, 5, 7, 7, 7, 7, 7, 7, 7, 7};
 
 /* The text of p written with `threads` workers, rank 0's op lines (`copies` times ops[])
  * checked one by one. */
