@@ -479,6 +479,20 @@ static uint32_t size_hash(int64_t b, int32_t mask)
 	return (uint32_t)(h >> 32) & (uint32_t)mask;
 }
 
+/* p->size_slot (2 sizes_cap entries) rebuilt from p->sizes: slot h holds index + 1 of
+ * the size that hashed there or probed on to it, 0 when free. */
+static void size_slots_fill(Plan *p)
+{
+	int32_t mask = 2 * p->sizes_cap - 1;
+	memset(p->size_slot, 0, 2 * (size_t)p->sizes_cap * sizeof *p->size_slot);
+	for (int32_t i = 0; i < p->nsizes; i++) {
+		uint32_t h = size_hash(p->sizes[i], mask);
+		while (p->size_slot[h])
+			h = (h + 1) & (uint32_t)mask;
+		p->size_slot[h] = i + 1;
+	}
+}
+
 /* Index of bytes in p->sizes, added when new; -1 out of memory.  Caller holds size_lock. */
 static int32_t size_index(Plan *p, int64_t bytes)
 {
@@ -507,12 +521,7 @@ static int32_t size_index(Plan *p, int64_t bytes)
 		p->size_slot = slot;
 		p->sizes_cap = cap;
 		mask = 2 * cap - 1;
-		for (int32_t i = 0; i < p->nsizes; i++) {
-			uint32_t h = size_hash(p->sizes[i], mask);
-			while (slot[h])
-				h = (h + 1) & (uint32_t)mask;
-			slot[h] = i + 1;
-		}
+		size_slots_fill(p);
 	}
 	uint32_t h = size_hash(bytes, mask);
 	while (p->size_slot[h])
@@ -589,14 +598,7 @@ int plan_sizes_canon(Plan *p)
 		to[v[2 * i + 1]] = i;
 		p->sizes[i] = v[2 * i];
 	}
-	int32_t mask = 2 * p->sizes_cap - 1;
-	memset(p->size_slot, 0, 2 * (size_t)p->sizes_cap * sizeof *p->size_slot);
-	for (i = 0; i < n; i++) {
-		uint32_t h = size_hash(p->sizes[i], mask);
-		while (p->size_slot[h])
-			h = (h + 1) & (uint32_t)mask;
-		p->size_slot[h] = i + 1;
-	}
+	size_slots_fill(p);
 	int held = !p->ranks ? 0 : p->view ? p->dims[DIM_PP] + 1 : p->world;
 	for (int r = 0; r < held; r++) {
 		PlanRank *rk = &p->ranks[r];

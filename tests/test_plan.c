@@ -358,6 +358,18 @@ static Plan *read_both_ways(const char *path, PlanError *e1)
 	return p1;
 }
 
+/* A plan with nothing but `world` empty ranks (and no edges), for the tests of its
+ * arrays and tables; the test fails when out of memory. */
+static Plan *bare_plan(int world)
+{
+	Plan *p = plan_new();
+	assert_non_null(p);
+	p->world = world;
+	p->ranks = calloc((size_t)world, sizeof *p->ranks);
+	assert_non_null(p->ranks);
+	return p;
+}
+
 /* plan_block_ops: three ranks' arrays in one block, its start on a 2 MiB boundary (it
  * is past PLAN_HUGE_MIN), ops then lines; pushes within a rank's count write in place;
  * one more copies the rank out with every op and line kept; plan_free frees the block
@@ -365,11 +377,7 @@ static Plan *read_both_ways(const char *path, PlanError *e1)
 static void plan__block__ranks_share_one_aligned_block(void **state)
 {
 	(void)state;
-	Plan *p = plan_new();
-	assert_non_null(p);
-	p->world = 3;
-	p->ranks = calloc(3, sizeof *p->ranks);
-	assert_non_null(p->ranks);
+	Plan *p = bare_plan(3);
 	const int64_t n[3] = {70000, 0, 30000};
 	assert_true((size_t)(n[0] + n[2]) * sizeof(PlanOp) >= PLAN_HUGE_MIN);
 	assert_int_equal(plan_block_ops(p, NULL, n, 3, 1), 0);
@@ -487,11 +495,7 @@ static void plan__populate__pages_in_the_step_an_element_enters(void **state)
 static void plan__block_take__carves_ranks_in_turn(void **state)
 {
 	(void)state;
-	Plan *p = plan_new();
-	assert_non_null(p);
-	p->world = 4;
-	p->ranks = calloc(4, sizeof *p->ranks);
-	assert_non_null(p->ranks);
+	Plan *p = bare_plan(4);
 	int64_t n = (int64_t)(PLAN_TAKE_MIN / sizeof(PlanOp)) + 3; // past the minimum
 	assert_int_equal(plan_block_take(p, &p->ranks[0], n, 1), 0);
 	assert_int_equal(plan_block_take(p, &p->ranks[1], n, 0), 0);
@@ -828,12 +832,10 @@ static void *add_sizes(void *arg)
 static void plan__sizes__each_once_in_increasing_order(void **state)
 {
 	(void)state;
-	Plan *p = plan_new();
-	assert_non_null(p);
+	Plan *p = bare_plan(1);
 	p->nedges = 2;
 	p->edges = calloc(2, sizeof *p->edges);
-	p->ranks = calloc(1, sizeof *p->ranks);
-	assert_true(p->edges && p->ranks);
+	assert_non_null(p->edges);
 	p->edges[0].bytes = 64;
 	p->edges[1].bytes = 96;
 	const int64_t want[] = {300, 100, 300, 7, 100, 0};
