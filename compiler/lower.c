@@ -347,11 +347,16 @@ static void fill_made(Lw *w)
 }
 
 /* Sizes the first line's op arrays exactly, so no array grows while lowering: each
- * action brings itself and one op per remote edge it receives or sends on. */
-static void reserve_ops(Lw *w)
+ * action brings itself and one op per remote edge it receives or sends on.  And decides
+ * where the ops' source lines go: a schedule pipecc generated puts every op at its
+ * stage's line, or its tensor's maker's (plan_stage_line), which the plan then says
+ * once (lines_by_stage) instead of 4 bytes an op; actions a custom schedule wrote keep
+ * their own lines, and so does an order rested naively under --allow-deadlock (its
+ * RECVs take the line of the action that waits for them). */
+static void reserve_ops(Lw *w, int allow_deadlock)
 {
 	const SchedCtx *sc = w->sc;
-	const Plan *p = w->plan;
+	Plan *p = w->plan;
 	int dp = p->dims[DIM_DP];
 	int *remote_in = lw_calloc_int(w, (size_t)w->ns), *remote_out = lw_calloc_int(w, (size_t)w->ns);
 	for (int e = 0; e < w->ne; e++)
@@ -360,11 +365,13 @@ static void reserve_ops(Lw *w)
 			remote_out[p->edges[e].src]++;
 		}
 	int64_t *need = lw_calloc(w, (size_t)w->pp, sizeof *need), total = 0;
+	int written = 0; // actions with a line of their own
 	for (int q = 0; q < w->pp; q++) {
 		int64_t n = 0;
 		for (int i = 0; i < sc->nacts[q]; i++) {
 			const SchedAct *a = &sc->acts[q][i];
 			n++;
+			written |= a->loc.line;
 			if (plan_ops[a->kind].needs & (PLAN_DEP_IN_ACT | PLAN_DEP_OUT_GRAD))
 				n += remote_in[a->stage] + remote_out[a->stage];
 		}
@@ -374,7 +381,8 @@ static void reserve_ops(Lw *w)
 		total += n;
 	}
 	w->oom->ops = total * (plan_mesh_world(p) / w->pp); // every pipeline line runs the same lists
-	size_t failed = plan_block_ops(w->plan, w->line0, need, w->pp, 1); // one block (plan.h)
+	p->lines_by_stage = !written && !allow_deadlock;
+	size_t failed = plan_block_ops(p, w->line0, need, w->pp, !p->lines_by_stage); // one block
 	if (failed)
 		lw_oom(w, failed);
 	if (plan_threads > 1) { // a task pages the lists in ahead of the walk (par.h)
@@ -384,7 +392,7 @@ static void reserve_ops(Lw *w)
 			arr[2 * q] = w->line0[q]->ops;
 			arr[2 * q + 1] = w->line0[q]->lines;
 			bytes[2 * q] = (size_t)need[q] * sizeof(PlanOp);
-			bytes[2 * q + 1] = (size_t)need[q] * sizeof(int32_t);
+			bytes[2 * q + 1] = w->line0[q]->lines ? (size_t)need[q] * sizeof(int32_t) : 0;
 		}
 		w->prefault = par_prefault(arr, bytes, 2 * w->pp);
 		free(arr);
@@ -566,7 +574,7 @@ Plan *lower_program(const Program *pr, const SchedCtx *sc, Diag *d, int allow_de
 
 	fill_ranks(w);
 	fill_made(w);
-	reserve_ops(w);
+	reserve_ops(w, allow_deadlock);
 	w->group = lw_calloc_int(w, (size_t)w->pp);
 	w->done = lw_calloc(w, (size_t)w->ns * w->m + 1, 1);
 	w->moved = lw_calloc(w, (size_t)w->ne * w->m * 2 + 1, 1);

@@ -56,7 +56,7 @@ static int reorder(PlanRank *rk, const SchedComm *given, int ngiven, PlanOp *out
 				prev_group = o.group;
 				o.group = g - 1;
 			}
-			lout[k] = plan_op_line(rk, i);
+			lout[k] = plan_op_kept_line(rk, i);
 			out[k++] = o;
 			prev_kept = 1;
 			prev_given = 0;
@@ -73,13 +73,13 @@ static int reorder(PlanRank *rk, const SchedComm *given, int ngiven, PlanOp *out
 							g++;
 						o.group = g - 1;
 					}
-					lout[k] = plan_op_line(rk, u);
+					lout[k] = plan_op_kept_line(rk, u);
 					out[k++] = o;
 					prev_given = 1;
 				}
 		prev_kept = prev_given = 0;
 		if (i < n) {
-			lout[k] = plan_op_line(rk, i);
+			lout[k] = plan_op_kept_line(rk, i);
 			out[k++] = ops[i];
 			ncomp++;
 		}

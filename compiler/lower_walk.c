@@ -10,7 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The next op of pipeline index pp's list on the first line, for the caller to fill:
+/* The next op of pipeline index pp's list on the first line, for the caller to fill, and
+ * its source line where the list keeps lines:
  * in place, since reserve_ops sized the lists (a tied table's TIEREDUCE, which it does
  * not count, may grow one).  Filling the slot field by field, rather than copying a
  * PlanOp built elsewhere, keeps the walk's stores straight to the list.  The walk
@@ -22,12 +23,13 @@ static inline PlanOp *next_op(Lw *w, int pp, int line)
 	if (c->at < c->end) {
 		if (c->end - c->at > 16) // 128 ranks' lists: too many streams for the hardware
 			__builtin_prefetch(c->at + 16, 1); // to follow
-		c->lines[c->at - c->ops] = line;
+		if (c->lines) // else the plan's lines are its stages' (reserve_ops)
+			c->lines[c->at - c->ops] = line;
 		return c->at++;
 	}
 	PlanRank *rk = w->line0[pp];
 	rk->nops = c->at - rk->ops;
-	PlanOp *o = plan_push_op(rk, (PlanOp){0}, line);
+	PlanOp *o = plan_push_op(rk, (PlanOp){0}, c->lines ? line : 0);
 	if (!o)
 		lw_oom(w, (size_t)rk->ops_cap * (sizeof *o + sizeof *rk->lines) * 3 / 2);
 	*c = (OpCursor){rk->ops, rk->ops + rk->nops, rk->ops + rk->ops_cap, rk->lines};

@@ -241,11 +241,14 @@ __attribute__((always_inline)) static inline void put_rank_ops(Bw *w, const Plan
 	plan_bin_ctx_init(&c);
 	const PlanOp *ops = rk->ops; // rk's fields, and w's below, kept here: a byte stored may
 	const int32_t *lines = rk->lines; // be any of them to the compiler
+	const Plan *p = w->p;
+	int by_stage = !lines && p->lines_by_stage; // plan_op_line, the test hoisted
 	unsigned char *out = w->buf + w->n, *end = w->buf + BW_BUF;
 	for (int64_t i = 0, n = rk->nops; i < n; i++) {
 		const PlanOp *o = &ops[i];
 		plan_prefetch_one(ops, i, n);
-		int32_t line = lines && lines[i] > 0 ? lines[i] : 0;
+		int32_t line = lines ? (lines[i] > 0 ? lines[i] : 0)
+		                     : by_stage ? plan_stage_line(p, o) : 0;
 		unsigned k = o->kind, dir = o->dir;
 		unsigned uses = k < OP_COUNT ? plan_bin_uses[k] : 0;
 		if (k < OP_COUNT && dir <= ((uses & BF_DIR) != 0)) {

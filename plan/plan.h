@@ -185,8 +185,8 @@ typedef struct {
  * The bytes an op moves are plan_op_bytes: a SEND/RECV's are its edge's tensor; an
  * ALLREDUCE's, TIEREDUCE's or TPREDUCE's are one of the plan's sizes[], which `route`
  * names (-2 - index: a route index is never negative, so what shifts routes by
- * `route >= 0` leaves sizes alone).  The .pipe line an op stems from is not here but in
- * its rank's lines[], which only the writers read. */
+ * `route >= 0` leaves sizes alone).  The .pipe line an op stems from is not here:
+ * plan_op_line gives it, and only the writers read it. */
 typedef struct {
 	uint8_t kind;   // OpKind, read through plan_op_kind()
 	uint8_t dir;    // Dir, for SEND/RECV/TPREDUCE
@@ -209,7 +209,9 @@ typedef struct {
 	PlanOp *ops;
 	int64_t ops_cap;
 	/* lines[i]: the .pipe line op i stems from (`@N`, 0 unknown); NULL: 0 for every op.
-	 * When set it holds ops_cap entries, and everything that moves ops moves these. */
+	 * When set it holds ops_cap entries, and everything that moves ops moves these.
+	 * Read them through plan_op_line: a compiled plan's are mostly its stages' lines,
+	 * kept nowhere (Plan.lines_by_stage). */
 	int32_t *lines;
 	int64_t first_line;   // plan-file line of ops[0] when read from a file, else 0
 	int64_t line;         // plan-file line of its `rank` line (peers follow), else 0
@@ -269,6 +271,11 @@ typedef struct {
 	int32_t nsizes, sizes_cap;
 	int32_t *size_slot;    // 2 * sizes_cap entries, 0 empty
 	PlanRank *ranks;       // world entries
+	/* 1: a rank without lines[] takes each op's .pipe line from the stage tables
+	 * (plan_stage_line), as pipecc's lowering of a schedule it generated puts them; 0:
+	 * such a rank's ops stem from no line.  Only the lowering sets it (readers keep
+	 * lines[] as the file gives them), and a copy of the plan keeps it. */
+	uint8_t lines_by_stage;
 	void **blocks;         // what plan_block_ops and plan_block_take allocated, freed
 	int nblocks;           // with the plan
 	char *take_at, *take_end; // the free rest of the block plan_block_take carves
@@ -373,10 +380,28 @@ static inline void plan_populate_at(uintptr_t a, size_t size, uintptr_t end)
 	if (((a - 1) ^ (a + size - 1)) >= PLAN_POPULATE_STEP)
 		plan_populate_step((a + size - 1) & ~(PLAN_POPULATE_STEP - 1), end);
 }
-/* The .pipe line op i of r stems from (0 unknown). */
-static inline int32_t plan_op_line(const PlanRank *r, int64_t i)
+/* The .pipe line of the statement an op of p stems from, as the lowering of a generated
+ * schedule puts it: a SEND's or RECV's is the stage that made its tensor (an
+ * activation's source, a gradient's destination); any other op's, its stage's. */
+static inline int32_t plan_stage_line(const Plan *p, const PlanOp *o)
+{
+	int s = o->stage;
+	if (o->kind == OP_SEND || o->kind == OP_RECV)
+		s = o->dir == DIR_ACT ? p->edges[s].src : p->edges[s].dst;
+	return p->stages[s].loc.line;
+}
+/* What r's lines[] keeps for op i (0 without one): for code that moves ops within a
+ * rank, or splits them, where lines by stage follow the ops anyway. */
+static inline int32_t plan_op_kept_line(const PlanRank *r, int64_t i)
 {
 	return r->lines ? r->lines[i] : 0;
+}
+/* The .pipe line op i of r (a rank of p) stems from (0 unknown). */
+static inline int32_t plan_op_line(const Plan *p, const PlanRank *r, int64_t i)
+{
+	if (r->lines || !p->lines_by_stage)
+		return plan_op_kept_line(r, i);
+	return plan_stage_line(p, &r->ops[i]);
 }
 /* "out of memory: the plan needs 12.5 M ops (about 610 MiB); allocating 512 MiB
  * failed" into buf: ops is the plan size in ops (0 when unknown), failed the bytes of

@@ -224,7 +224,7 @@ static int expand(Plan *p, const PlanParts *parts, PlanRank *rk, PlanRank *out,
 	int g = -1, last = -1, prev_comm = 0;
 	for (int64_t i = 0; i < rk->nops; i++) {
 		PlanOp o = rk->ops[i];
-		int32_t line = plan_op_line(rk, i);
+		int32_t line = plan_op_kept_line(rk, i);
 		if (plan_op_is_comm(plan_op_kind(&o))) {
 			g += !prev_comm || o.group != last;
 			last = o.group;

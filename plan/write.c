@@ -426,7 +426,7 @@ static void put_ranks(Out *o, const Plan *p, PlanPos a, PlanPos b)
 			put_rank_head(o, p, r);
 		for (; i < end; i++) {
 			plan_prefetch_one(rk->ops, i, end);
-			put_op(o, &rk->ops[i], rk->lines ? rk->lines[i] : 0);
+			put_op(o, &rk->ops[i], plan_op_line(p, rk, i));
 		}
 	}
 }

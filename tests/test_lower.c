@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "../compiler/pipecc.h"
+#include "../plan/binary.h"
 
 #include "lower_lib.h"
 
@@ -85,6 +86,88 @@ static void lower__matrix__verifies(void **state)
 					}
 				}
 	assert_true(checked == 2 * 8 * 3 * 3 * 4);
+}
+
+/* A plan's bytes as a writer puts them (a malloc'd string of *n bytes). */
+static char *plan_bytes(const Plan *p, size_t *n, int (*put)(const Plan *, FILE *))
+{
+	char *a = NULL;
+	FILE *f = open_memstream(&a, n);
+	assert_non_null(f);
+	assert_int_equal(put(p, f), 0);
+	fclose(f);
+	return a;
+}
+
+static char *plan_text(const Plan *p, size_t *n)
+{
+	return plan_bytes(p, n, plan_write);
+}
+
+/* A schedule pipecc generates keeps no lines[]: every op's line is its stage's, or its
+ * tensor's maker's (plan_stage_line).  --allow-deadlock lowers with lines kept, by the
+ * same walk when the order runs: both plans must have the same ops, every op the same
+ * line, and write the same text and binary form.  A custom order keeps its own lines. */
+static void lower__stage_lines__as_the_walk_keeps_them(void **state)
+{
+	(void)state;
+	const char *scheds[] = {"gpipe", "1f1b", "zbh1", "zbh2", // one stage per rank
+	                        "interleaved", "loopedbfs", "zbv", "dualpipev"}; // two
+	const char *extras[2][3] = {{"", "skip s0 -> s2; skip s1 -> s3;", "peers self_send;"},
+	                            {"", "skip s0 -> s5; skip s2 -> s7;", "peers self_send;"}};
+	int compared = 0;
+	for (int si = 0; si < 8; si++)
+		for (int xi = 0; xi < 3; xi++)
+			for (int dp = 1; dp <= 2; dp++)
+				for (int tune = 0; tune < 2; tune++) {
+					int two = si >= 4;
+					char *src = program_text(two ? 8 : 4, 4, dp, 8, scheds[si], "f=1 b=2 w=1",
+					                         "latency=1us bandwidth=10GB/s", extras[two][xi]);
+					PipeccOptions o = {.line = 1, .tune_overlap = tune};
+					char errs[2048];
+					Plan *p = compile_pipe(src, o, errs, sizeof errs);
+					if (!p)
+						fail_msg("%s: %s", scheds[si], errs);
+					o.allow_deadlock = 1;
+					Plan *k = compile_pipe(src, o, NULL, 0);
+					assert_non_null(k);
+					assert_int_equal(p->lines_by_stage, 1);
+					assert_int_equal(k->lines_by_stage, 0);
+					assert_int_equal(p->world, k->world);
+					for (int r = 0; r < p->world; r++) {
+						const PlanRank *a = &p->ranks[r], *b = &k->ranks[r];
+						assert_null(a->lines);
+						assert_non_null(b->lines);
+						assert_int_equal(a->nops, b->nops);
+						assert_memory_equal(a->ops, b->ops, (size_t)a->nops * sizeof *a->ops);
+						for (int64_t i = 0; i < a->nops; i++) {
+							assert_true(b->lines[i] > 0);
+							assert_int_equal(plan_op_line(p, a, i), b->lines[i]);
+						}
+					}
+					for (int bin = 0; bin < 2; bin++) {
+						int (*put)(const Plan *, FILE *) = bin ? plan_write_binary : plan_write;
+						size_t na, nb;
+						char *ta = plan_bytes(p, &na, put), *tb = plan_bytes(k, &nb, put);
+						assert_int_equal(na, nb);
+						assert_memory_equal(ta, tb, na);
+						free(ta);
+						free(tb);
+					}
+					plan_free(p);
+					plan_free(k);
+					compared++;
+				}
+	assert_int_equal(compared, 8 * 3 * 2 * 2);
+	const char *custom = "pipeline c; mesh pp=2; microbatches 2; input 2x8;\n"
+	                     "stage a { linear 8; }\nstage b { linear 8; loss mse; }\n"
+	                     "schedule custom {\n rank 0: 0F0 0F1 0B0 0B1;\n"
+	                     " rank 1: 1F0 1B0 1F1 1B1;\n}\ncost * f=1 b=1 w=1; link ideal;\n";
+	Plan *c = compile_src("custom.pipe", custom, strlen(custom));
+	assert_int_equal(c->lines_by_stage, 0);
+	assert_non_null(c->ranks[0].lines);
+	assert_int_equal(c->ranks[0].lines[0], 5); // 0F0, on the schedule's line
+	plan_free(c);
 }
 
 static void lower__same_rank_handoff__no_comm(void **state)
@@ -192,15 +275,6 @@ static void lower__recompute__figures_and_cost(void **state)
 	for (int s = 0; s < 3; s++)
 		assert_int_equal(p->stages[s].recompute, 1);
 	plan_free(p);
-}
-
-static char *plan_text(Plan *p, size_t *n)
-{
-	char *a = NULL;
-	FILE *f = open_memstream(&a, n);
-	assert_int_equal(plan_write(p, f), 0);
-	fclose(f);
-	return a;
 }
 
 /* Reads text back, verifies it and writes it again: the same bytes; the plan read. */
@@ -736,6 +810,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(lower__matrix__verifies),
+		cmocka_unit_test(lower__stage_lines__as_the_walk_keeps_them),
 		cmocka_unit_test(lower__same_rank_handoff__no_comm),
 		cmocka_unit_test(lower__skip_gradient__routes_back),
 		cmocka_unit_test(lower__dp_allreduce__after_last_backward),

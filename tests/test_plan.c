@@ -778,7 +778,7 @@ static void plan__reader__big_plan_file_and_stream_agree(void **state)
 	int64_t base = rk->nops;
 	assert_true(base > 0);
 	for (int64_t i = 0; rk->nops < 100000; i++)
-		assert_non_null(plan_push_op(rk, rk->ops[i % base], plan_op_line(rk, i % base)));
+		assert_non_null(plan_push_op(rk, rk->ops[i % base], plan_op_kept_line(rk, i % base)));
 	char path[] = "/tmp/pipecc-test-plan.XXXXXX";
 	int fd = mkstemp(path);
 	assert_true(fd >= 0);
