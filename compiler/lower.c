@@ -371,7 +371,7 @@ static void reserve_ops(Lw *w, int allow_deadlock)
 		for (int i = 0; i < sc->nacts[q]; i++) {
 			const SchedAct *a = &sc->acts[q][i];
 			n++;
-			written |= a->loc.line;
+			written |= sc->locs && sched_loc(sc, q, a).line;
 			if (plan_ops[a->kind].needs & (PLAN_DEP_IN_ACT | PLAN_DEP_OUT_GRAD))
 				n += remote_in[a->stage] + remote_out[a->stage];
 		}

@@ -111,7 +111,7 @@ void lw_emit(Lw *w, int pp, PlanOp op, int line);
 /* The tensors action a on pipeline index pp makes for other ranks, onto q. */
 void lw_push_outputs(const Lw *w, int pp, const SchedAct *a, int line, Pending *q);
 const char *lw_act_name(const SchedAct *a, char *buf, size_t n); // "3F1"
-int lw_src_line_of(const Lw *w, const SchedAct *a);
+int lw_src_line_of(const Lw *w, int pp, const SchedAct *a);
 /* A compute action: its op, then what it makes available once done; the reductions and
  * optimizer steps due on pp (force: even with sends pending). */
 void lw_start_compute(Lw *w, int pp, const SchedAct *a, int line);

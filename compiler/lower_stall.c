@@ -57,7 +57,7 @@ int lw_check_local_order(Lw *w)
 					b = c;
 			}
 			char an[32], bn[32];
-			Loc at = a->loc.line ? a->loc : w->pr->sched_loc;
+			Loc at = sched_loc(sc, p, a).line ? sched_loc(sc, p, a) : w->pr->sched_loc;
 			bad = 1;
 			if (!b) { // the schedule's own checks make sure it is there
 				diag_error(w->diag, at, "'%s' on rank %d needs an action of stage %d that the "
@@ -68,8 +68,8 @@ int lw_check_local_order(Lw *w)
 			           "'%s' needs '%s', which comes later on rank %d: the rank can never "
 			           "run it (no plan can hold this order, not even with --allow-deadlock)",
 			           lw_act_name(a, an, sizeof an), lw_act_name(b, bn, sizeof bn), p);
-			if (b->loc.line)
-				diag_note(w->diag, b->loc, "'%s' is here", bn);
+			if (sched_loc(sc, p, b).line)
+				diag_note(w->diag, sched_loc(sc, p, b), "'%s' is here", bn);
 		}
 		while (i-- > 0) // clear what this rank set (clearing all would be O(pp * ns * m))
 			seen[(size_t)sc->acts[p][i].stage * m + sc->acts[p][i].mb] = 0;
@@ -85,8 +85,8 @@ void lw_report_stall(Lw *w, const int64_t *cur)
 	const SchedCtx *sc = w->sc;
 	Loc at = w->pr->sched_loc;
 	for (int p = 0; p < w->pp; p++)
-		if (cur[p] < sc->nacts[p] && sc->acts[p][cur[p]].loc.line) {
-			at = sc->acts[p][cur[p]].loc;
+		if (cur[p] < sc->nacts[p] && sched_loc(sc, p, &sc->acts[p][cur[p]]).line) {
+			at = sched_loc(sc, p, &sc->acts[p][cur[p]]);
 			break;
 		}
 	diag_error(w->diag, at,
@@ -200,7 +200,7 @@ void lw_rest_naively(Lw *w, int64_t *cur)
 			if (cur[p] >= sc->nacts[p])
 				break;
 			const SchedAct *a = &sc->acts[p][cur[p]];
-			int line = lw_src_line_of(w, a);
+			int line = lw_src_line_of(w, p, a);
 			uint16_t needs = plan_ops[a->kind].needs & (PLAN_DEP_IN_ACT | PLAN_DEP_OUT_GRAD);
 			int fwd = !!(needs & PLAN_DEP_IN_ACT);
 			int lo = fwd ? w->in_off[a->stage] : w->out_off[a->stage];

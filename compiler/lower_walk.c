@@ -253,14 +253,17 @@ static inline int64_t act_cost(const Lw *w, const SchedAct *a)
 	return w->acost[(size_t)a->stage * OP_COUNT + a->kind];
 }
 
-static inline int src_line_of(const Lw *w, const SchedAct *a)
+/* Action a of pipeline index pp: the line a custom schedule wrote it on, else its
+ * stage's. */
+static inline int src_line_of(const Lw *w, int pp, const SchedAct *a)
 {
-	return a->loc.line ? a->loc.line : w->stage_line[a->stage];
+	int line = w->sc->locs ? sched_loc(w->sc, pp, a).line : 0;
+	return line ? line : w->stage_line[a->stage];
 }
 
-int lw_src_line_of(const Lw *w, const SchedAct *a)
+int lw_src_line_of(const Lw *w, int pp, const SchedAct *a)
 {
-	return src_line_of(w, a);
+	return src_line_of(w, pp, a);
 }
 
 /* "3F1", "0I2", "1B0": PyTorch's letters, from the op table. */
@@ -413,7 +416,7 @@ static void walk_start(Lw *w, Walk *k, int64_t *next)
 				continue;
 			}
 			k->run[p] = *a;
-			k->run_line[p] = src_line_of(w, a);
+			k->run_line[p] = src_line_of(w, p, a);
 			start_compute(w, p, a, k->run_line[p]);
 			set_add(k->busy, p);
 			k->end[p] = k->now + act_cost(w, a);

@@ -57,14 +57,9 @@ static void note_context(Load *L, int p, int i)
 	}
 	if (hi < c->nacts[p] && k < sizeof buf - 8)
 		snprintf(buf + k, sizeof buf - k, " ...");
-	diag_note(L->d, (Loc){c->acts[p][i].loc.line, 0, 0}, "rank %d runs%s", p, buf);
+	diag_note(L->d, (Loc){sched_loc(c, p, &c->acts[p][i]).line, 0, 0}, "rank %d runs%s", p, buf);
 }
 
-static void push(SchedCtx *c, int p, int kind, int stage, int mb, Loc loc)
-{
-	sched_push(c, p, kind, stage, mb);
-	c->acts[p][c->nacts[p] - 1].loc = loc;
-}
 
 /* ---- the sources --------------------------------------------------------------- */
 
@@ -91,7 +86,7 @@ static int load_custom(Load *L)
 		L->row[cr->rank] = cr->loc;
 		for (int j = 0; j < cr->nacts; j++) {
 			const ProgAction *a = &cr->acts[j];
-			push(c, cr->rank, a->kind, a->stage, a->mb, a->loc);
+			sched_push_at(c, cr->rank, a->kind, a->stage, a->mb, a->loc);
 		}
 	}
 	return errs;
@@ -247,7 +242,7 @@ static int csv_take(Load *L, int row, const char *a, const char *b, Loc at, int 
 			return 1;
 		}
 		if (k == CELL_ACT) {
-			push(c, row, cl.kind, cl.stage, cl.mb, at);
+			sched_push_at(c, row, cl.kind, cl.stage, cl.mb, at);
 			continue;
 		}
 		L->sendrecv |= cl.kind != SCHED_COMM_REDUCE;
@@ -333,11 +328,11 @@ static int infer(Load *L)
 				first_i[s] = i;
 			} else if (c->stage_pp[s] != p && !told[s]) {
 				told[s] = 1;
-				diag_error(L->d, a->loc,
+				diag_error(L->d, sched_loc(c, p, a),
 				           "stage %d (%s) appears on rank %d and on rank %d: a stage runs on "
 				           "one pipeline rank",
 				           s, pr->stages[s].name, c->stage_pp[s], p);
-				diag_note(L->d, c->acts[first_p[s]][first_i[s]].loc, "first on rank %d here",
+				diag_note(L->d, sched_loc(c, first_p[s], &c->acts[first_p[s]][first_i[s]]), "first on rank %d here",
 				          first_p[s]);
 				errs++;
 			}
@@ -371,7 +366,7 @@ static int check_placed(Load *L)
 			told[a->stage] = 1;
 			char t[40];
 			act_text(a, t, sizeof t);
-			diag_error(L->d, a->loc,
+			diag_error(L->d, sched_loc(c, p, a),
 			           "'%s' is on rank %d, but the placement puts stage %d (%s) on pp index %d",
 			           t, p, a->stage, c->prog->stages[a->stage].name, c->stage_pp[a->stage]);
 			errs++;
@@ -404,7 +399,7 @@ static int validate(Load *L)
 			act_text(a, t, sizeof t);
 			count[a->stage]++;
 			if (a->mb < 0 || a->mb >= m) {
-				diag_error(L->d, a->loc,
+				diag_error(L->d, sched_loc(c, p, a),
 				           "microbatch %d in '%s' is out of range: the program has %d "
 				           "microbatch%s (0 to %d)",
 				           a->mb, t, m, m == 1 ? "" : "es", m - 1);
@@ -414,8 +409,8 @@ static int validate(Load *L)
 			}
 			int *at = &sn.at[a->kind][(size_t)a->stage * m + a->mb];
 			if (*at) {
-				diag_error(L->d, a->loc, "'%s' appears twice on rank %d", t, p);
-				diag_note(L->d, c->acts[p][*at - 1].loc, "first here");
+				diag_error(L->d, sched_loc(c, p, a), "'%s' appears twice on rank %d", t, p);
+				diag_note(L->d, sched_loc(c, p, &c->acts[p][*at - 1]), "first here");
 				errs++;
 				continue;
 			}
@@ -437,11 +432,11 @@ static int validate(Load *L)
 			if ((a->kind == OP_B || a->kind == OP_BW) && in && bw && i + 1 == (in > bw ? in : bw)) {
 				u_act.kind = a->kind == OP_B ? OP_BW : OP_B;
 				act_text(&u_act, u, sizeof u);
-				diag_error(L->d, a->loc,
+				diag_error(L->d, sched_loc(c, p, a),
 				           "'%s' and '%s' both appear: a microbatch's backward is either B, "
 				           "or I and W",
 				           u, t);
-				diag_note(L->d, c->acts[p][(in < bw ? in : bw) - 1].loc, "'%s' is here", u);
+				diag_note(L->d, sched_loc(c, p, &c->acts[p][(in < bw ? in : bw) - 1]), "'%s' is here", u);
 				errs++;
 				continue;
 			}
@@ -464,7 +459,7 @@ static int validate(Load *L)
 			}
 			if (msg) {
 				act_text(&u_act, u, sizeof u);
-				diag_error(L->d, a->loc, msg, t, u);
+				diag_error(L->d, sched_loc(c, p, a), msg, t, u);
 				note_context(L, p, i);
 				errs++;
 			}
@@ -733,9 +728,7 @@ static void fill(SchedCtx *c)
 /* CSV orders point into the CSV file; downstream locations are the program's. */
 static void fill_csv(SchedCtx *c)
 {
-	for (int p = 0; p < c->pp; p++)
-		for (int i = 0; i < c->nacts[p]; i++)
-			c->acts[p][i].loc = (Loc){0};
+	sched_drop_locs(c);
 }
 
 #define PLACEMENTS "any placement: each stage where its actions are, or as 'placement' says"

@@ -31,23 +31,55 @@ const Schedule *sched_find(const char *name)
 	return NULL;
 }
 
+/* realloc, or out of memory for the user to hear about (pipecc_compile reports it). */
+static void *grow(SchedCtx *c, void *old, size_t bytes)
+{
+	void *a = realloc(old, bytes);
+	if (!a)
+		arena_oom(c->arena, bytes);
+	return a;
+}
+
 void sched_push(SchedCtx *c, int pp, int kind, int stage, int mb)
 {
 	/* Heap, not the arena: orders are the biggest thing the compiler holds besides the
 	 * plan, and sched_free() returns them before the plan is verified and written. */
 	if (c->nacts[pp] == c->cap[pp]) {
 		int cap = c->cap[pp] ? 2 * c->cap[pp] : 64;
-		SchedAct *a = realloc(c->acts[pp], (size_t)cap * sizeof *a);
-		if (!a) // out of memory is the user's to hear about: pipecc_compile reports it
-			arena_oom(c->arena, (size_t)cap * sizeof *a);
-		c->acts[pp] = a;
+		c->acts[pp] = grow(c, c->acts[pp], (size_t)cap * sizeof **c->acts);
+		if (c->locs)
+			c->locs[pp] = grow(c, c->locs[pp], (size_t)cap * sizeof **c->locs);
 		c->cap[pp] = cap;
 	}
-	c->acts[pp][c->nacts[pp]++] = (SchedAct){.kind = kind, .stage = stage, .mb = mb};
+	c->acts[pp][c->nacts[pp]++] = (SchedAct){.kind = (uint8_t)kind, .stage = stage, .mb = mb};
+}
+
+void sched_push_at(SchedCtx *c, int pp, int kind, int stage, int mb, Loc loc)
+{
+	if (!c->locs) { // the first: every order so far gets room for its locations
+		if (!(c->locs = calloc((size_t)c->pp, sizeof *c->locs)))
+			arena_oom(c->arena, (size_t)c->pp * sizeof *c->locs);
+		for (int p = 0; p < c->pp; p++)
+			if (c->cap[p]) {
+				c->locs[p] = grow(c, NULL, (size_t)c->cap[p] * sizeof **c->locs);
+				memset(c->locs[p], 0, (size_t)c->nacts[p] * sizeof **c->locs);
+			}
+	}
+	sched_push(c, pp, kind, stage, mb);
+	c->locs[pp][c->nacts[pp] - 1] = loc;
+}
+
+void sched_drop_locs(SchedCtx *c)
+{
+	for (int p = 0; c->locs && p < c->pp; p++)
+		free(c->locs[p]);
+	free(c->locs);
+	c->locs = NULL;
 }
 
 void sched_free(SchedCtx *c)
 {
+	sched_drop_locs(c);
 	for (int p = 0; c->acts && p < c->pp; p++) {
 		free(c->acts[p]);
 		c->acts[p] = NULL;

@@ -7,11 +7,12 @@
 
 #include "program.h"
 
+/* 12 bytes: a long order is millions of these (bench_io's, 4 M), written once and read
+ * once by the lowering.  Where a custom schedule wrote one is beside it: sched_loc. */
 typedef struct {
-	OpKind kind;  // OP_F, OP_B, OP_W or OP_BW
 	int stage;
 	int mb;
-	Loc loc;      // where a custom schedule wrote it; zero otherwise
+	uint8_t kind; // OP_F, OP_B, OP_W or OP_BW
 } SchedAct;
 
 /* A communication action a CSV order names (PyTorch's compute_comms format): the plan
@@ -43,6 +44,8 @@ typedef struct {
 	int *stage_pp;       // placement: stage -> pipeline index (filled before fill())
 	int *nacts, *cap;    // per pipeline index
 	SchedAct **acts;     // heap, grown by sched_push (out of memory: arena_oom)
+	Loc **locs;          // NULL, or per pipeline index where a custom schedule wrote each
+	                     // action, indexed as acts (heap, grown with them): sched_loc
 	SchedComm **comms;   // per pipeline index: the given communication order, or NULL
 	int *ncomms;         // (a CSV order with SEND/RECV cells fills them; arena memory)
 } SchedCtx;
@@ -66,7 +69,16 @@ extern const int sched_count;
 
 const Schedule *sched_find(const char *name);
 void sched_push(SchedCtx *c, int pp, int kind, int stage, int mb);
-/* Frees the compute orders (c->acts). */
+/* The same, written at loc by a custom schedule (c->locs, allocated at the first). */
+void sched_push_at(SchedCtx *c, int pp, int kind, int stage, int mb, Loc loc);
+/* Where action a (of pipeline index pp's order) was written; zero for a generated one. */
+static inline Loc sched_loc(const SchedCtx *c, int pp, const SchedAct *a)
+{
+	return c->locs ? c->locs[pp][a - c->acts[pp]] : (Loc){0};
+}
+/* Forgets where the actions were written (c->locs): they are all generated ones now. */
+void sched_drop_locs(SchedCtx *c);
+/* Frees the compute orders (c->acts, c->locs). */
 void sched_free(SchedCtx *c);
 /* Number of stages placed on pipeline index p. */
 int sched_stages_on(const SchedCtx *c, int p);
