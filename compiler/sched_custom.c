@@ -57,9 +57,9 @@ static void note_context(Load *L, int p, int i)
 	}
 	if (hi < c->nacts[p] && k < sizeof buf - 8)
 		snprintf(buf + k, sizeof buf - k, " ...");
-	diag_note(L->d, (Loc){sched_loc(c, p, &c->acts[p][i]).line, 0, 0}, "rank %d runs%s", p, buf);
+	diag_note(L->d, (Loc){sched_loc(c, p, &c->acts[p][i]).line, 0, 0}, "rank %d runs%s", p,
+	          buf);
 }
-
 
 /* ---- the sources --------------------------------------------------------------- */
 
@@ -332,8 +332,9 @@ static int infer(Load *L)
 				           "stage %d (%s) appears on rank %d and on rank %d: a stage runs on "
 				           "one pipeline rank",
 				           s, pr->stages[s].name, c->stage_pp[s], p);
-				diag_note(L->d, sched_loc(c, first_p[s], &c->acts[first_p[s]][first_i[s]]), "first on rank %d here",
-				          first_p[s]);
+				int q = first_p[s];
+				diag_note(L->d, sched_loc(c, q, &c->acts[q][first_i[s]]),
+				          "first on rank %d here", q);
 				errs++;
 			}
 		}
@@ -436,7 +437,8 @@ static int validate(Load *L)
 				           "'%s' and '%s' both appear: a microbatch's backward is either B, "
 				           "or I and W",
 				           u, t);
-				diag_note(L->d, sched_loc(c, p, &c->acts[p][(in < bw ? in : bw) - 1]), "'%s' is here", u);
+				diag_note(L->d, sched_loc(c, p, &c->acts[p][(in < bw ? in : bw) - 1]),
+				          "'%s' is here", u);
 				errs++;
 				continue;
 			}
