@@ -208,10 +208,10 @@ typedef struct {
 	int64_t nops;
 	PlanOp *ops;
 	int64_t ops_cap;
-	/* lines[i]: the .pipe line op i stems from (`@N`, 0 unknown); NULL: 0 for every op.
-	 * When set it holds ops_cap entries, and everything that moves ops moves these.
-	 * Read them through plan_op_line: a compiled plan's are mostly its stages' lines,
-	 * kept nowhere (Plan.lines_by_stage). */
+	/* lines[i]: the .pipe line op i stems from (`@N`, 0 unknown); NULL: none kept, and
+	 * every op's is 0, or its stage's where the plan says so (Plan.lines_by_stage, a
+	 * compiled plan's).  When set it holds ops_cap entries, and everything that moves
+	 * ops moves these.  Read them through plan_op_line. */
 	int32_t *lines;
 	int64_t first_line;   // plan-file line of ops[0] when read from a file, else 0
 	int64_t line;         // plan-file line of its `rank` line (peers follow), else 0
