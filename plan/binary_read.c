@@ -505,12 +505,28 @@ typedef struct {
 	int ready;  // ranks item 0 has published (__atomic), or -1 once it failed
 } ParRead;
 
-/* The end of n ops from s[at] (the section's len bytes), or 0 when they do not fit. */
+/* Whether the 8 bytes at b are 8 ops that are their predictions: header bytes, none
+ * with BIN_FIELDS_FOLLOW (b is at an op's start). */
+static inline int eight_plain(const unsigned char *b)
+{
+	uint64_t w;
+	memcpy(&w, b, 8);
+	return !(w & 0x0101010101010101u * BIN_FIELDS_FOLLOW);
+}
+
+/* The end of n ops from s[at] (the section's len bytes), or 0 when they do not fit.
+ * Eight plain ops are stepped over at once: a byte at a time, the skip took 8 ms of
+ * bench_io's 12.5 M ops, which the decoding of every rank waits behind. */
 static size_t skip_ops(const unsigned char *s, size_t len, size_t at, uint64_t n)
 {
 	if (n > len - at)
 		return 0; // a byte an op at least
 	for (; n; n--) {
+		if (n >= 8 && len - at >= 8 && eight_plain(s + at)) {
+			at += 8;
+			n -= 7; // and the loop's 1
+			continue;
+		}
 		if (at == len)
 			return 0;
 		unsigned h = s[at++];

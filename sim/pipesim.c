@@ -74,6 +74,11 @@ static void ahead_start(Ahead *h, const Plan *p, const SimOptions *opt)
 {
 	*h = (Ahead){.p = p, .opt = *opt};
 	h->opt.stop = &h->stop;
+	/* Its result is taken only once plan_verify accepted the plan, which proves what
+	 * `verified` skips (the pairs' identities, p2p.h): told so at once, the run reads
+	 * no queued op back (about 8 ms of 160 on bench_io's plan).  On a plan refused it
+	 * is as safe as any run (tests/fuzz/fuzz.h) and its result is dropped. */
+	h->opt.verified = 1;
 	h->task = par_spawn(ahead_run, h);
 }
 

@@ -70,7 +70,9 @@ typedef struct {
 	int path_window; // SIM_RECORD_PATH: the window's ops at each end, 0 for
 	                 // SIM_PATH_WINDOW (tests make it small to take the second run)
 	int verified;    // p passed plan_verify, which proved what the run then skips: that
-	                 // the k-th SEND and RECV of a pair move the same tensor (p2p.h)
+	                 // the k-th SEND and RECV of a pair move the same tensor (p2p.h); or
+	                 // the result is used only if it passes (pipesim's run beside the
+	                 // verifier): on any other plan the run is safe, its result moot
 	/* Not NULL: another thread may set *stop to end the run early; sim_run then
 	 * returns -1 with "stopped" in res->message (pipesim drops a run beside the
 	 * verifier when the plan does not verify). */
