@@ -65,6 +65,8 @@ static int more(Br *r, size_t need)
 	r->pos = r->hashed = 0;
 	while (r->len < need && !r->eof) {
 		size_t k = fread(r->blk + r->len, 1, BR_BLOCK - r->len, r->f);
+		if (k == 0 && ferror(r->f)) // a failed read is not the end of the file
+			fail(r, r->base + (int64_t)r->len, "cannot read: %s", plan_strerror(errno));
 		if (k == 0)
 			r->eof = 1;
 		r->len += k;
@@ -687,6 +689,7 @@ Plan *plan_read_binary_as(FILE *f, const char *name, unsigned keep, PlanError *e
 		         strerror(errno));
 		return NULL;
 	}
+	clearerr(f); // a failed read of the attempt is found again, or was passing
 	Br r;
 	if (br_open(&r, f, name, keep, err))
 		return NULL;
@@ -715,6 +718,11 @@ Plan *plan_read(FILE *f, const char *name, PlanError *err)
 Plan *plan_read_as(FILE *f, const char *name, unsigned keep, PlanError *err)
 {
 	int c = getc(f);
+	if (c == EOF && ferror(f)) { // a directory, or the device failed: not an empty file
+		*err = (PlanError){.rank = -1, .op = -1};
+		snprintf(err->msg, sizeof err->msg, "cannot read: %s", plan_strerror(errno));
+		return NULL;
+	}
 	if (c != EOF && ungetc(c, f) == c && plan_is_binary_start(c))
 		return plan_read_binary_as(f, name, keep, err);
 	return plan_read_text_as(f, name, keep, err);

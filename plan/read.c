@@ -285,7 +285,9 @@ static int read_layer_keys(Rd *r, PlanLayer *ly, int left)
 /* The first line: `pipecc-plan VERSION [KIND=HEX]`; sets up the checksum. */
 static int read_format(Rd *r)
 {
-	if (rd_next_line(r, "'" PLAN_FORMAT " 1'"))
+	char first[32];
+	snprintf(first, sizeof first, "'%s %d'", PLAN_FORMAT, PLAN_VERSION);
+	if (rd_next_line(r, first))
 		return -1;
 	if (strncmp(r->buf, PLAN_FORMAT " ", strlen(PLAN_FORMAT) + 1) != 0) {
 		/* A .pipe source starts with a comment or its `pipeline NAME;` line. */
@@ -906,6 +908,7 @@ Plan *plan_read_text_as(FILE *f, const char *name, unsigned keep, PlanError *err
 			         plan_strerror(errno));
 			return NULL;
 		}
+		clearerr(f); // a failed read of the attempt is found again, or was passing
 	}
 	return rd_read_text(f, name, keep, NULL, err);
 }

@@ -72,6 +72,8 @@ int rd_fill(Rd *r)
 			r->cap = c;
 		}
 		size_t k = fread(r->blk + r->len, 1, r->cap - r->len, r->f);
+		if (k == 0 && ferror(r->f)) // a failed read is not the end of the file
+			return rd_fail(r, "cannot read: %s", plan_strerror(errno));
 		if (k == 0) {
 			r->eof = 1;
 			break;

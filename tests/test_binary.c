@@ -5,6 +5,7 @@
  * counts cannot make the reader allocate; the op check the binary reader applies
  * accepts every op the text reader reads and refuses what it refuses; either form read
  * keeping no source lines holds the same ops. */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -172,6 +173,76 @@ static void binary__every_byte_change__refused_at_a_byte(void **state)
 	free(b);
 }
 
+/* A stream that serves the first cut bytes of buf[n], then fails with EIO (or ends,
+ * when cut is n): a disk error, or a file that cannot be read at all. */
+typedef struct {
+	const char *buf;
+	size_t n, cut, at;
+} Failing;
+
+static ssize_t failing_read(void *cookie, char *to, size_t want)
+{
+	Failing *k = cookie;
+	if (k->at == k->cut) {
+		if (k->cut == k->n)
+			return 0;
+		errno = EIO;
+		return -1;
+	}
+	size_t g = k->cut - k->at < want ? k->cut - k->at : want;
+	memcpy(to, k->buf + k->at, g);
+	k->at += g;
+	return (ssize_t)g;
+}
+
+/* Plan in buf[n] read from a stream failing at cut: refused as a read error, at the
+ * byte (binary) or line (text) the read failed in, never as a truncated file. */
+static void refused_as_read_error(const char *buf, size_t n, size_t cut, int binary)
+{
+	Failing k = {buf, n, cut, 0};
+	FILE *f = fopencookie(&k, "r", (cookie_io_functions_t){.read = failing_read});
+	assert_non_null(f);
+	PlanError e;
+	Plan *p = plan_read_as(f, "mem", 0, &e);
+	fclose(f);
+	char want[96];
+	snprintf(want, sizeof want, "cannot read: %s", strerror(EIO));
+	if (p || strcmp(e.msg, want))
+		fail_msg("%s plan, read failing at byte %zu of %zu: %s", binary ? "binary" : "text",
+		         cut, n, p ? "read" : e.msg);
+	int64_t line = 1; // the text's: the line the failed read was to complete
+	for (size_t i = 0; i < cut; i++)
+		line += buf[i] == '\n';
+	assert_int_equal(e.at_byte, binary && cut > 0);
+	assert_int_equal(e.line, cut == 0 ? 0 : binary ? (int64_t)cut : line);
+}
+
+/* A read that fails is said to, in either form and wherever it fails: a plan on a disk
+ * that fails is not reported as truncated.  (A directory named as the plan fails its
+ * first read: tests/cli/reliability.sh.) */
+static void binary__read_error__said_as_such_in_either_form(void **state)
+{
+	(void)state;
+	Plan *p = compile_example("examples/tiny.pipe");
+	for (int binary = 0; binary < 2; binary++) {
+		size_t n;
+		char *b = to_mem(p, binary ? PLAN_FORMAT_BINARY : PLAN_FORMAT_TEXT, &n);
+		size_t cuts[] = {0, 1, 7, 19, 20, n / 3, n / 2, n - 9, n - 1};
+		for (size_t i = 0; i < sizeof cuts / sizeof *cuts; i++)
+			refused_as_read_error(b, n, cuts[i], binary);
+		Failing k = {b, n, n, 0}; // no failure: the plan reads
+		FILE *f = fopencookie(&k, "r", (cookie_io_functions_t){.read = failing_read});
+		PlanError e;
+		Plan *q = plan_read_as(f, "mem", 0, &e);
+		fclose(f);
+		if (!q)
+			fail_msg("%s plan: %s", binary ? "binary" : "text", e.msg);
+		plan_free(q);
+		free(b);
+	}
+	plan_free(p);
+}
+
 static void binary__unknown_version__refused_at_its_bytes(void **state)
 {
 	(void)state;
@@ -295,6 +366,7 @@ int main(void)
 		cmocka_unit_test(binary__every_truncation__refused_at_a_byte),
 		cmocka_unit_test(binary__every_byte_change__refused_at_a_byte),
 		cmocka_unit_test(binary__unknown_version__refused_at_its_bytes),
+		cmocka_unit_test(binary__read_error__said_as_such_in_either_form),
 		cmocka_unit_test(binary__huge_count__refused_without_allocating),
 		cmocka_unit_test(binary__op_check__agrees_with_text_reader),
 	};

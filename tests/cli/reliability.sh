@@ -138,6 +138,23 @@ t "an edited fnv1a plan is refused" 1 "$BIN/pipesim" "$dir/edited-fnv.plan"
 has "the fnv1a mismatch is named at line 1" "$dir/err" "edited-fnv.plan:1: error: checksum mismatch"
 
 
+# A plan that cannot be read is said to be so, not reported as an empty or truncated one
+# (a read error mid-file: tests/test_binary.c); an empty file names the first line wanted.
+mkdir "$dir/adir"
+for tool in pipesim piperun; do
+	t "$tool on a directory exits 1" 1 "$BIN/$tool" "$dir/adir"
+	has "$tool on a directory says it cannot read it" "$dir/err" \
+		"adir: error: cannot read: Is a directory$"
+	t "$tool on a directory as standard input exits 1" 1 sh -c "exec \"\$0\" - <\"\$1\"" \
+		"$BIN/$tool" "$dir/adir"
+	has "$tool on a directory as standard input says so" "$dir/err" \
+		"^<stdin>: error: cannot read: Is a directory$"
+done
+: >"$dir/empty.plan"
+t "pipesim on an empty file exits 1" 1 "$BIN/pipesim" "$dir/empty.plan"
+has "the empty file's error names the first line of this format" "$dir/err" \
+	"empty.plan:1: error: unexpected end of file: expected 'pipecc-plan 3'$"
+
 # A rank thread stuck in a kernel (PIPERUN_FAULT, runtime/fault.c: rank 1 sleeps for
 # good in its first forward op and ignores aborts): the watchdog fires after --timeout,
 # the threads launcher leaves the stuck thread behind after its grace, and piperun
