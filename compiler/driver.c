@@ -98,8 +98,9 @@ static int convert(CliTool *t, PipeccArgs *a, const struct timespec *t0, char *s
 	if (a->emit != EMIT_PLAN)
 		return cli_usage_error(t, "the input is a plan: it is written again as a plan, not "
 		                          "--emit %s", pipecc_emit_names[a->emit]);
-	if (cli_check_outputs(t))
-		return CLI_EXIT_FAIL;
+	int rc = cli_check_outputs(t);
+	if (rc)
+		return rc;
 	PlanError e;
 	FILE *f = src ? fmemopen(src, len, "r") : NULL;
 	Plan *p = src ? (f ? plan_read(f, t->in_name, &e) : NULL) : plan_read_file(t->in, &e);
@@ -117,7 +118,7 @@ static int convert(CliTool *t, PipeccArgs *a, const struct timespec *t0, char *s
 		plan_free(p);
 		return CLI_EXIT_FAIL;
 	}
-	int rc = write_output(t, a, p) ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+	rc = write_output(t, a, p) ? CLI_EXIT_FAIL : CLI_EXIT_OK;
 	if (a->stats)
 		print_stats(p, t0);
 	plan_free(p);
@@ -140,8 +141,9 @@ int pipecc_drive(CliTool *t, PipeccArgs *a)
 	if (a->o.from_csv && cli_is_std(a->o.from_csv) && cli_is_std(t->in))
 		return cli_usage_error(t, "the source and --from-torch-csv cannot both be standard "
 		                          "input");
-	if (a->dump < 0 && cli_check_outputs(t))
-		return CLI_EXIT_FAIL;
+	int rc = a->dump < 0 ? cli_check_outputs(t) : 0;
+	if (rc)
+		return rc;
 	if (a->expand && a->emit != EMIT_PLAN)
 		return cli_usage_error(t, "--expand goes with --emit plan");
 	a->o.same_rank = a->same_rank + 1;
@@ -154,7 +156,7 @@ int pipecc_drive(CliTool *t, PipeccArgs *a)
 	if (!src)
 		return cli_error(t, "cannot read %s: %s", t->in_name, plan_strerror(errno));
 	if (starts_as_plan(src, len)) {
-		int rc = convert(t, a, &t0, src, len);
+		rc = convert(t, a, &t0, src, len);
 		free(src);
 		return rc;
 	}
@@ -163,7 +165,7 @@ int pipecc_drive(CliTool *t, PipeccArgs *a)
 	diag_init(&d, t->in_name, src, len, stderr);
 	d.max_errors = a->max_errors;
 	Plan *plan = pipecc_compile(t->in, src, len, &a->o, &d);
-	int rc = d.nerrors ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+	rc = d.nerrors ? CLI_EXIT_FAIL : CLI_EXIT_OK;
 	if (plan) {
 		cli_progress_phase(pr, a->emit == EMIT_PLAN ? "writing the plan" : "writing");
 		if (write_output(t, a, plan))

@@ -412,6 +412,64 @@ static int check_output(const CliTool *t, const char *path)
 	return rc;
 }
 
+/* Whether paths a and b (neither standard input or output) name one file: the same
+ * inode where both exist, else the same name in the same folder however spelled
+ * (`x.svg` and `./x.svg`); one that exists and one that does not are two. */
+static int same_file(const char *a, const char *b)
+{
+	struct stat sa, sb;
+	int ea = stat(a, &sa) == 0, eb = stat(b, &sb) == 0;
+	if (ea || eb)
+		return ea && eb && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+	const char *na = strrchr(a, '/'), *nb = strrchr(b, '/');
+	if (strcmp(na ? na + 1 : a, nb ? nb + 1 : b))
+		return 0;
+	char *da = na ? strndup(a, na == a ? 1 : (size_t)(na - a)) : NULL;
+	char *db = nb ? strndup(b, nb == b ? 1 : (size_t)(nb - b)) : NULL;
+	int same = (na && !da) || (nb && !db) // out of memory: by their spelling
+	               ? !strcmp(a, b)
+	               : stat(da ? da : ".", &sa) == 0 && stat(db ? db : ".", &sb) == 0 &&
+	                     sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+	free(da);
+	free(db);
+	return same;
+}
+
+/* The input path of option row i (the tool's one input when i is -1), or NULL when it
+ * is standard input or was not given. */
+static const char *input_of(const CliTool *t, int i)
+{
+	const char *p = NULL;
+	if (i < 0)
+		p = t->in;
+	else if (t->opts[i].kind == CLI_IN && t->given[i])
+		p = *(const char *const *)t->opts[i].dest;
+	return p && !cli_is_std(p) ? p : NULL;
+}
+
+/* Output p of option row i against the outputs before it and every input: 0, or the
+ * usage error naming the two.  A device or pipe may be named twice (/dev/null). */
+static int check_distinct(const CliTool *t, int i, const char *p)
+{
+	const CliOpt *o = &t->opts[i];
+	struct stat st;
+	int std = cli_is_std(p), dev = !std && stat(p, &st) == 0 && !S_ISREG(st.st_mode);
+	for (int k = 0; k < i && !dev; k++) {
+		const CliOpt *q = &t->opts[k];
+		const char *pk = q->kind == CLI_OUT && t->given[k] ? *(const char *const *)q->dest : NULL;
+		if (pk && (std ? cli_is_std(pk) : !cli_is_std(pk) && same_file(p, pk)))
+			return cli_usage_error(t, "--%s and --%s both write %s", q->name, o->name,
+			                       out_name(p));
+	}
+	for (int k = -1; !std && !dev && (k < 0 || t->opts[k].name); k++) {
+		const char *in = input_of(t, k);
+		if (in && same_file(p, in))
+			return cli_usage_error(t, "--%s would write over the input %s%s%s", o->name, in,
+			                       k < 0 ? "" : " of --", k < 0 ? "" : t->opts[k].name);
+	}
+	return 0;
+}
+
 int cli_check_outputs(const CliTool *t)
 {
 	for (int i = 0; t->opts[i].name; i++) {
@@ -419,14 +477,9 @@ int cli_check_outputs(const CliTool *t)
 		const char *p = o->kind == CLI_OUT ? *(const char *const *)o->dest : NULL;
 		if (!p || !t->given[i])
 			continue;
-		for (int k = 0; k < i; k++) {
-			const CliOpt *q = &t->opts[k];
-			const char *pk = q->kind == CLI_OUT ? *(const char *const *)q->dest : NULL;
-			if (pk && t->given[k] && !strcmp(p, pk))
-				return cli_usage_error(t, "--%s and --%s both write %s", q->name, o->name,
-				                       out_name(p));
-		}
-		int rc = check_output(t, p);
+		int rc = check_distinct(t, i, p);
+		if (!rc)
+			rc = check_output(t, p);
 		if (rc)
 			return rc;
 	}

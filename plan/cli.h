@@ -93,8 +93,10 @@ void cli_help(const CliTool *t, FILE *f);
 int cli_given(const CliTool *t, const void *dest);
 
 /* Checks every CLI_OUT option that was given, before the work: its folder exists and
- * can be written, it is not a folder, no two name the same file.  Returns 0, or
- * CLI_EXIT_FAIL after a message naming the file (CLI_EXIT_USAGE for two the same). */
+ * can be written, it is not a folder, no two name the same file and none names an
+ * input (the tool's or a CLI_IN option's; the same inode, or the same name in the same
+ * folder however spelled; devices and pipes aside).  Returns 0, or CLI_EXIT_FAIL after
+ * a message naming the file (CLI_EXIT_USAGE for two the same). */
 int cli_check_outputs(const CliTool *t);
 /* Whether path means standard output or input. */
 int cli_is_std(const char *path);

@@ -155,6 +155,47 @@ t "pipesim on an empty file exits 1" 1 "$BIN/pipesim" "$dir/empty.plan"
 has "the empty file's error names the first line of this format" "$dir/err" \
 	"empty.plan:1: error: unexpected end of file: expected 'pipecc-plan 3'$"
 
+# An output that names an input (however it is spelled, or through a link) or another
+# output is a usage error before any work, and the files are left as they were.
+cp examples/tiny.pipe "$dir/src.pipe"
+cp "$dir/src.pipe" "$dir/src.orig"
+ln -s src.pipe "$dir/link.pipe"
+t "pipecc -o its own source exits 2" 2 "$BIN/pipecc" "$dir/src.pipe" -o "$dir/src.pipe"
+has "pipecc -o its own source says so" "$dir/err" \
+	"^pipecc: --output would write over the input .*/src.pipe$"
+t "pipecc -o its source spelled another way exits 2" 2 "$BIN/pipecc" "$dir/src.pipe" \
+	-o "$dir/./src.pipe"
+t "pipecc -o the file its input links to exits 2" 2 "$BIN/pipecc" "$dir/link.pipe" \
+	-o "$dir/src.pipe"
+cmp -s "$dir/src.pipe" "$dir/src.orig"
+check "the source is left as it was" $? "src.pipe changed"
+"$BIN/pipecc" "$dir/src.pipe" --emit torch-csv -o "$dir/order.csv" || fails=$((fails + 1))
+t "pipecc -o its --from-torch-csv file exits 2" 2 "$BIN/pipecc" "$dir/src.pipe" \
+	--from-torch-csv "$dir/order.csv" -o "$dir/order.csv"
+has "pipecc -o its --from-torch-csv file names the option" "$dir/err" \
+	"would write over the input .*/order.csv of --from-torch-csv$"
+"$BIN/pipecc" "$dir/src.pipe" -o "$dir/src.plan" || fails=$((fails + 1))
+cp "$dir/src.plan" "$dir/src.plan.orig"
+t "pipecc PLAN -o the same PLAN exits 2" 2 "$BIN/pipecc" "$dir/src.plan" -o "$dir/src.plan"
+for o in --trace --svg; do
+	t "pipesim $o over its plan exits 2" 2 "$BIN/pipesim" "$dir/src.plan" "$o" "$dir/src.plan"
+	has "pipesim $o over its plan says so" "$dir/err" \
+		"^pipesim: $o would write over the input .*/src.plan$"
+done
+t "piperun --trace over its plan exits 2" 2 "$BIN/piperun" "$dir/src.plan" --trace "$dir/src.plan"
+cmp -s "$dir/src.plan" "$dir/src.plan.orig"
+check "the plan is left as it was" $? "src.plan changed"
+t "pipesim --trace and --svg naming one new file two ways exit 2" 2 "$BIN/pipesim" \
+	"$dir/src.plan" --trace "$dir/pic" --svg "$dir/./pic"
+has "pipesim's two outputs naming one file are named" "$dir/err" \
+	"^pipesim: --trace and --svg both write .*/pic$"
+[ ! -e "$dir/pic" ]
+check "nothing was written for them" $? "$dir/pic exists"
+t "pipesim --trace and --svg both to /dev/null still run" 0 "$BIN/pipesim" "$dir/src.plan" \
+	--trace /dev/null --svg /dev/null
+t "pipecc over the plan it wrote before still compiles" 0 "$BIN/pipecc" "$dir/src.pipe" \
+	-o "$dir/src.plan"
+
 # A rank thread stuck in a kernel (PIPERUN_FAULT, runtime/fault.c: rank 1 sleeps for
 # good in its first forward op and ignores aborts): the watchdog fires after --timeout,
 # the threads launcher leaves the stuck thread behind after its grace, and piperun
