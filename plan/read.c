@@ -137,6 +137,9 @@ static int eol(Rd *r)
 	if (r->failed)
 		return -1;
 	skip_sp(r);
+	if (r->s[0] == '\r' && !r->s[1])
+		return rd_fail(r, "the line ends with a carriage return: plans have Unix line "
+		               "endings (was the file converted, e.g. by a Windows editor?)");
 	if (*r->s)
 		return rd_fail(r, "unexpected text '%.32s' at end of line", r->s);
 	return 0;

@@ -18,6 +18,31 @@ same() {
 	fi
 }
 
+# ---- files from other editors ----------------------------------------------------
+# A UTF-8 byte-order mark first and Windows line endings compile as the plain file does
+# (the plans compared from inside two folders: a plan names its source path); a mark
+# elsewhere is a stray byte; a plan with Windows line endings is refused, saying why.
+mkdir "$dir/plain" "$dir/bom" "$dir/crlf"
+cp examples/tiny.pipe "$dir/plain/x.pipe"
+printf '\357\273\277' | cat - examples/tiny.pipe >"$dir/bom/x.pipe"
+sed 's/$/\r/' examples/tiny.pipe >"$dir/crlf/x.pipe"
+case $BIN in /*) pc=$BIN/pipecc ;; *) pc=$PWD/$BIN/pipecc ;; esac
+for k in plain bom crlf; do
+	(cd "$dir/$k" && "$pc" x.pipe -o x.plan) 2>"$dir/err-$k"
+	check "a $k .pipe compiles" $? "$(head -1 "$dir/err-$k")"
+done
+cmp -s "$dir/plain/x.plan" "$dir/bom/x.plan"
+check "a byte-order mark first changes nothing" $? "the plans differ"
+cmp -s "$dir/plain/x.plan" "$dir/crlf/x.plan"
+check "Windows line endings change nothing" $? "the plans differ"
+printf 'pipeline a;\357\273\277\n' >"$dir/late.pipe"
+t "a byte-order mark later is refused" 1 "$BIN/pipecc" "$dir/late.pipe"
+has "a byte-order mark later is a stray byte" "$dir/err" "late.pipe:1:12: error: stray byte 0xef$"
+sed 's/$/\r/' "$dir/plain/x.plan" >"$dir/crlf.plan"
+t "a plan with Windows line endings is refused" 1 "$BIN/pipesim" "$dir/crlf.plan"
+has "the plan's carriage return is named" "$dir/err" \
+	"crlf.plan:1: error: the line ends with a carriage return: plans have Unix line endings"
+
 # ---- command-line overrides ------------------------------------------------------
 ex=examples/interleaved.pipe
 t "-s with an unserved stage count" 1 "$BIN/pipecc" $ex -s 1f1b -o "$dir/x.plan"
