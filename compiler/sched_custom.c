@@ -270,6 +270,8 @@ static int load_csv_text(Load *L, const char *src, size_t len)
 			if (!ce)
 				ce = e;
 			const char *a = cell, *b = ce;
+			if (a == src && b - a >= 3 && !memcmp(a, "\xef\xbb\xbf", 3))
+				a += 3; // the byte-order mark a spreadsheet puts first in a UTF-8 file
 			while (a < b && (*a == ' ' || *a == '\t'))
 				a++;
 			while (b > a && (b[-1] == ' ' || b[-1] == '\t' || b[-1] == '\r'))

@@ -177,6 +177,14 @@ done
 # dump (Interleaved1F1B, p = 2, m = 2) with one thing broken at a time.
 program 2 4 2 gpipe >"$dir/g.pipe"
 gzip -dc tests/torch/Interleaved1F1B-p2-m2.comms.csv.gz >"$dir/k.csv"
+# As a spreadsheet saves it (a UTF-8 byte-order mark first, CRLF line ends), the same
+# CSV compiles to the same plan.
+"$BIN/pipecc" "$dir/g.pipe" --from-torch-csv "$dir/k.csv" -o "$dir/k.plan" || fails=$((fails + 1))
+printf '\357\273\277' | cat - "$dir/k.csv" | sed 's/$/\r/' >"$dir/xl.csv"
+t "a spreadsheet's CSV compiles" 0 "$BIN/pipecc" "$dir/g.pipe" --from-torch-csv "$dir/xl.csv" \
+	-o "$dir/xl.plan"
+cmp -s "$dir/k.plan" "$dir/xl.plan"
+check "a spreadsheet's CSV gives the same plan" $? "the plans differ"
 bad() { # NAME SED-SCRIPT MESSAGE
 	sed "$2" "$dir/k.csv" >"$dir/e.csv"
 	t "$1 is an error" 1 "$BIN/pipecc" "$dir/g.pipe" --from-torch-csv "$dir/e.csv" -o "$dir/e.plan"
