@@ -382,6 +382,14 @@ static int probe_temporary(const CliTool *t, const char *path)
 	return rc;
 }
 
+/* The folder holding path ("." for a bare name) in a new string, or NULL when out of
+ * memory. */
+static char *folder_of(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	return slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+}
+
 static int check_output(const CliTool *t, const char *path)
 {
 	if (cli_is_std(path))
@@ -396,19 +404,17 @@ static int check_output(const CliTool *t, const char *path)
 			                          : 0;
 	}
 	/* A regular or new file: its folder must take the temporary file. */
-	const char *slash = strrchr(path, '/');
-	char *folder = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : NULL;
-	const char *d = folder ? folder : ".";
+	char *d = folder_of(path);
 	int rc = 0;
-	if (stat(d, &st) != 0)
-		rc = cli_error(t, "cannot write %s: %s", path, plan_strerror(errno));
+	if (!d || stat(d, &st) != 0)
+		rc = cli_error(t, "cannot write %s: %s", path, plan_strerror(d ? errno : ENOMEM));
 	else if (!S_ISDIR(st.st_mode))
 		rc = cli_error(t, "cannot write %s: %s", path, plan_strerror(ENOTDIR));
 	else if (access(d, W_OK | X_OK) != 0)
 		rc = cli_error(t, "cannot write %s: %s", path, plan_strerror(errno));
 	else
 		rc = probe_temporary(t, path);
-	free(folder);
+	free(d);
 	return rc;
 }
 
@@ -424,12 +430,10 @@ static int same_file(const char *a, const char *b)
 	const char *na = strrchr(a, '/'), *nb = strrchr(b, '/');
 	if (strcmp(na ? na + 1 : a, nb ? nb + 1 : b))
 		return 0;
-	char *da = na ? strndup(a, na == a ? 1 : (size_t)(na - a)) : NULL;
-	char *db = nb ? strndup(b, nb == b ? 1 : (size_t)(nb - b)) : NULL;
-	int same = (na && !da) || (nb && !db) // out of memory: by their spelling
-	               ? !strcmp(a, b)
-	               : stat(da ? da : ".", &sa) == 0 && stat(db ? db : ".", &sb) == 0 &&
-	                     sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+	char *da = folder_of(a), *db = folder_of(b);
+	int same = !da || !db ? !strcmp(a, b) // out of memory: by their spelling
+	                      : stat(da, &sa) == 0 && stat(db, &sb) == 0 &&
+	                            sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 	free(da);
 	free(db);
 	return same;

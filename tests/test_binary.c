@@ -4,7 +4,8 @@
  * plan is refused with a byte-located error; an unknown version is refused; corrupted
  * counts cannot make the reader allocate; the op check the binary reader applies
  * accepts every op the text reader reads and refuses what it refuses; either form read
- * keeping no source lines holds the same ops. */
+ * keeping no source lines holds the same ops; a read that fails, in either form, is
+ * refused as one at its line or byte, not as a truncation. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
