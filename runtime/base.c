@@ -8,6 +8,8 @@
 #include "rt_private.h"
 
 #include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -119,6 +121,27 @@ int rt_world_gather(RtWorld *w, const void *mine, int64_t n, void *all)
 int rt_world_bcast(RtWorld *w, void *buf, int64_t n)
 {
 	return w->launcher->bcast(w, buf, n);
+}
+
+int rt_world_hosts(RtWorld *w, char **hosts)
+{
+	*hosts = NULL;
+	if (w->nlocal == w->plan->world)
+		return RT_OK;
+	char *all = calloc((size_t)w->plan->world, RT_HOST_BYTES);
+	if (!all)
+		return rt_world_error(w, "out of memory");
+	char me[RT_HOST_BYTES] = {0};
+	snprintf(me, sizeof me, "%s", w->host);
+	int rc = rt_world_gather(w, me, RT_HOST_BYTES, w->root ? all : NULL);
+	if (rc == RT_OK)
+		rc = rt_world_bcast(w, all, (int64_t)w->plan->world * RT_HOST_BYTES);
+	if (rc) {
+		free(all);
+		return rc;
+	}
+	*hosts = all;
+	return RT_OK;
 }
 
 RtWorld *rt_rank_world(const RtRank *r)

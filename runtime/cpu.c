@@ -633,10 +633,12 @@ static const RtOptimFn cpu_optim[OPTIM_COUNT] = {
 };
 
 /* OpenBLAS threads are process-wide: --blas-threads per rank means per process. */
+/* Also opened for --check's reference under another device: then the ranks are not
+ * in this host's memory. */
 static int cpu_open(RtWorld *w)
 {
 	openblas_set_num_threads(w->opt.blas_threads > 0 ? w->opt.blas_threads : 1);
-	return RT_OK;
+	return rt_host_mem_check(w, w->dev == &rt_device_cpu);
 }
 
 static int cpu_sync(RtRank *r)

@@ -26,32 +26,6 @@ typedef struct {
 	int *dev; // [nlocal] device of each local rank
 } CuWorld;
 
-enum { HOST_BYTES = 64 };
-
-/* Every process's host name, in world order (collective under a multi-process
- * launcher); NULL with *hosts untouched in one process. */
-static int gather_hosts(RtWorld *w, char **hosts)
-{
-	const Plan *p = rt_world_plan(w);
-	*hosts = NULL;
-	if (rt_world_nlocal(w) == p->world)
-		return RT_OK;
-	char *all = (char *)calloc((size_t)p->world, HOST_BYTES);
-	if (!all)
-		return rt_world_error(w, "out of memory");
-	char me[HOST_BYTES] = {0};
-	snprintf(me, sizeof me, "%s", rt_world_host(w));
-	int rc = rt_world_gather(w, me, HOST_BYTES, rt_world_root(w) ? all : NULL);
-	if (rc == RT_OK)
-		rc = rt_world_bcast(w, all, (int64_t)p->world * HOST_BYTES);
-	if (rc) {
-		free(all);
-		return rc;
-	}
-	*hosts = all;
-	return RT_OK;
-}
-
 /* Picks each local rank's GPU; what stops this process is noted, not failed. */
 static int pick_devices(RtWorld *w, CuWorld *cw)
 {
@@ -59,14 +33,14 @@ static int pick_devices(RtWorld *w, CuWorld *cw)
 	const char *host = rt_world_host(w);
 	int first = rt_world_first_local(w), nlocal = rt_world_nlocal(w);
 	char why[512], *hosts;
-	if (gather_hosts(w, &hosts))
+	if (rt_world_hosts(w, &hosts))
 		return RT_EFAIL;
 	/* Before any NCCL call: NCCL itself would fail obscurely, or hang. */
-	int shared = rt_cuda_shared_device(p, hosts, HOST_BYTES, host, NCCL_VERSION_CODE, why,
+	int shared = rt_cuda_shared_device(p, hosts, RT_HOST_BYTES, host, NCCL_VERSION_CODE, why,
 	                                   sizeof why);
 	int local = rt_launch_env_local_rank(rt_real_getenv);
 	if (local < 0 && hosts)
-		local = rt_launch_hosts_local_rank(hosts, HOST_BYTES, p->world, first);
+		local = rt_launch_hosts_local_rank(hosts, RT_HOST_BYTES, p->world, first);
 	free(hosts);
 	if (shared)
 		return rt_world_unable(w, "%s", why);

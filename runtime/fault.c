@@ -9,6 +9,10 @@
  * thread behind (launch_threads.c) or the job is aborted (MPI).  Unset, it costs one
  * comparison per group.
  *
+ * PIPERUN_FAULT=hold:rank=R:op=N[:step=S] stops rank R there only until the world is
+ * aborted, then lets it go on: an op that returns late (an allocator that retries until
+ * memory frees up), which moves the rank past what it was blocked in.
+ *
  * PIPERUN_FAULT=stall-open:rank=R stops the process of launcher rank R (the only one,
  * rank 0, without a launcher) for good before it opens the world: the others block in
  * the collective opening until their start guard ends them (watchdog.c). */
@@ -39,9 +43,9 @@ int rt_fault_parse(RtWorld *w, const char *spec)
 	char buf[128], *save = NULL;
 	snprintf(buf, sizeof buf, "%s", spec);
 	char *tok = strtok_r(buf, ":", &save);
-	if (!tok || (strcmp(tok, "stall") != 0 && strcmp(tok, "stall-open") != 0))
+	if (!tok || (strcmp(tok, "stall") && strcmp(tok, "hold") && strcmp(tok, "stall-open")))
 		goto bad;
-	int open = !strcmp(tok, "stall-open");
+	int open = !strcmp(tok, "stall-open"), hold = !strcmp(tok, "hold");
 	while ((tok = strtok_r(NULL, ":", &save))) {
 		long long v, *to = NULL;
 		if ((v = field(tok, "rank")) != -1)
@@ -58,13 +62,15 @@ int rt_fault_parse(RtWorld *w, const char *spec)
 	    rank >= w->plan->world)
 		goto bad;
 	w->fault_open = open;
+	w->fault_hold = hold;
 	w->fault_rank = (int)rank;
 	w->fault_op = op;
 	w->fault_step = (int)(step - 1);
 	return RT_OK;
 bad:
-	return rt_world_error(w, "PIPERUN_FAULT='%s': expected stall:rank=R:op=N[:step=S] or "
-	                      "stall-open:rank=R, R a rank of the plan (0 to %d)", spec,
+	return rt_world_error(w, "PIPERUN_FAULT='%s': expected stall:rank=R:op=N[:step=S], "
+	                      "hold:rank=R:op=N[:step=S] or stall-open:rank=R, R a rank of the "
+	                      "plan (0 to %d)", spec,
 	                      w->plan->world - 1);
 }
 
@@ -83,6 +89,6 @@ void rt_fault_at(RtRank *r, int step, int64_t op, int64_t end)
 	if (w->fault_open || r->rank != w->fault_rank || step != w->fault_step || w->fault_op < op ||
 	    w->fault_op >= end)
 		return;
-	for (;;)
-		sleep(3600);
+	while (!w->fault_hold || !rt_aborted(w))
+		usleep(10000);
 }

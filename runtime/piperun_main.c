@@ -35,6 +35,7 @@ int main(int argc, char **argv)
 		{"check", 'c', CLI_FLAG, &a.o.check, NULL,
 		 "also run the model sequentially and compare every\n"
 		 "step's loss and the final weights (exit 1 beyond\n" CLI_XSTR(RT_CHECK_TOL) " relative)"},
+		{"no-memory-check", 0, CLI_FLAG, &a.o.no_mem_check, NULL, "run even if it cannot fit in memory"},
 		{"json", 'j', CLI_FLAG, &a.json, NULL, "print the figures as one JSON object"},
 		{"trace", 't', CLI_OUT, &a.trace, "FILE",
 		 "write the measured timeline (Chrome trace, as pipesim's)"},
@@ -53,9 +54,7 @@ int main(int argc, char **argv)
 	};
 	CLI_TABLE_END
 	CliTool t = {
-		.tool = "piperun",
-		.input = "PLAN",
-		.input_what = "plan file",
+		.tool = "piperun", .input = "PLAN", .input_what = "plan file",
 		.about = "Runs a pipecc plan: every rank executes its op list, a thread per rank (threads)\n"
 		         "or a process per rank (mpi, under mpirun or srun).",
 		.finding = "a runtime failure (deadlock, mismatch, backend error) or a --check difference",

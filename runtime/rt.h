@@ -52,6 +52,7 @@ typedef struct {
 	PlanOptim optim;
 	unsigned optim_set;   // RT_OPTIM_SET(RT_HYPER_*) and RT_OPTIM_SET_KIND bits
 	int check;            // run the sequential reference (on the cpu device) and compare
+	int no_mem_check;     // skip the check that the run fits in the host's memory
 	double timeout_s;     // watchdog: no progress for this long ends the run
 	int trace;            // record per-op timestamps (for --trace and --calibrate)
 	int blas_threads;     // BLAS threads per rank (cpu device); 0: 1

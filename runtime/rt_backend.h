@@ -455,6 +455,7 @@ char *rt_real_getenv(const char *name);
  * them too. */
 
 #define RT_REF_RANK (-1)
+#define RT_HOST_BYTES 64 // a host name's bytes, NUL included (RtWorld.host)
 
 /* Errors: the first message wins. */
 int rt_error(RtRank *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -480,6 +481,10 @@ RtRank *rt_world_rank(RtWorld *w, int local);
 /* The launcher's collectives, for devices and communicators. */
 int rt_world_gather(RtWorld *w, const void *mine, int64_t n, void *all);
 int rt_world_bcast(RtWorld *w, void *buf, int64_t n);
+/* Every rank's host name (rt_world_host), RT_HOST_BYTES apart, in world order, into a
+ * new array (the caller frees it); collective under a multi-process launcher.  NULL
+ * when one process holds every rank. */
+int rt_world_hosts(RtWorld *w, char **hosts);
 
 /* The rank, for parts. */
 RtWorld *rt_rank_world(const RtRank *r);
@@ -525,11 +530,12 @@ struct RtWorld {
 	atomic_llong progress; // ops completed by the local ranks, for the watchdog
 	char unable[1024];     // why this process cannot run (rt_world_unable)
 	char err[1024];        // process-level error
-	char host[64];
+	char host[RT_HOST_BYTES];
 	/* Test-only fault (PIPERUN_FAULT, fault.c): world rank fault_rank stalls at op
-	 * fault_op of its list in step fault_step (0-based), or (fault_open) the process
-	 * of launcher rank fault_rank while opening; fault_rank -1: none. */
-	int fault_rank, fault_step, fault_open;
+	 * fault_op of its list in step fault_step (0-based), for good or (fault_hold)
+	 * until the world is aborted, or (fault_open) the process of launcher rank
+	 * fault_rank while opening; fault_rank -1: none. */
+	int fault_rank, fault_step, fault_open, fault_hold;
 	int64_t fault_op;
 	int nstuck;            // rank threads still in an op when the launcher gave up
 };
@@ -549,6 +555,10 @@ struct RtRank {
 	atomic_llong cur_end;
 	atomic_int cur_step;
 	atomic_int done;
+	/* The same when the watchdog fired, for the report: a rank whose op returns after
+	 * the abort (a late allocation, a slow kernel) moves on from what it was blocked in. */
+	int64_t wd_op, wd_end;
+	int wd_step, wd_done;
 	/* Memory accounting (bytes held per RtMemClass) and the saved-activation peak
 	 * sampled after each op. */
 	int64_t mem[RT_MEM_COUNT];

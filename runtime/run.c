@@ -539,9 +539,9 @@ static void report_to(RtWorld *w, FILE *f)
 		        w->opt.timeout_s);
 		for (int i = 0; i < w->nlocal; i++) {
 			RtRank *r = &w->ranks[i];
-			int64_t op = atomic_load(&r->cur_op), end = atomic_load(&r->cur_end);
-			int step = atomic_load(&r->cur_step);
-			if (atomic_load(&r->done) && r->status == RT_OK) {
+			int64_t op = r->wd_op, end = r->wd_end;
+			int step = r->wd_step;
+			if (r->wd_done && r->status == RT_OK) {
 				fprintf(f, "piperun: note: rank %d finished its list\n", r->rank);
 				continue;
 			}

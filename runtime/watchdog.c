@@ -69,6 +69,13 @@ static void *watch(void *arg)
 			continue;
 		}
 		if (t - since >= limit && !all_done(w)) {
+			for (int i = 0; i < w->nlocal; i++) {
+				RtRank *r = &w->ranks[i];
+				r->wd_op = atomic_load(&r->cur_op);
+				r->wd_end = atomic_load(&r->cur_end);
+				r->wd_step = atomic_load(&r->cur_step);
+				r->wd_done = atomic_load(&r->done);
+			}
 			atomic_store(&w->timed_out, 1);
 			rt_abort(w);
 			break;

@@ -57,6 +57,18 @@ t "--check gpt-tp pp=2 dp=2 tp=2 (np 8)" 0 timeout 300 $MPIRUN -np 8 "$BIN/piper
 	"$dir/gpt-tp.plan" --check --steps 2
 has "--check gpt-tp on mpi agrees" "$dir/out" "^check: .*: ok"
 has "gpt-tp ran 2 x 2 x 2 on mpi" "$dir/out" "pp=2 dp=2 tp=2, 8 ranks.* on mpi, "
+# A run bigger than the host (72 PB: 65536 microbatches of a 1.1 TB output): the two
+# processes on this host add up their ranks' peaks and refuse before allocating; the
+# first says why, once.
+printf 'pipeline vast;\nmesh pp=2;\nmicrobatches 65536;\ninput 4194304x4;\n%s\n%s\n%s\n' \
+	'stage s0 { linear 65536; }' 'stage s1 { linear 4; loss mse; }' 'schedule gpipe;' \
+	>"$dir/vast.pipe"
+"$BIN/pipecc" "$dir/vast.pipe" -o "$dir/vast.plan" || fails=$((fails + 1))
+t "a run bigger than the host is refused (np 2)" nonzero timeout 120 $MPIRUN -np 2 \
+	"$BIN/piperun" "$dir/vast.plan"
+n=$(grep -c "^piperun: error: the run needs at least 72.1 PB on host .* (its 2 ranks' peaks together" "$dir/err")
+check "the refusal counts both processes' ranks, said once" "$([ "$n" = 1 ]; echo $?)" \
+	"$n such lines"
 "$BIN/pipecc" examples/gpt-tp.pipe -s zbh1 -o "$dir/gpt-tp-zbh1.plan"
 t "--check gpt-tp zbh1 (np 8)" 0 timeout 300 $MPIRUN -np 8 "$BIN/piperun" \
 	"$dir/gpt-tp-zbh1.plan" --check --steps 2

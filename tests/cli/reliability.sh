@@ -196,6 +196,40 @@ t "pipesim --trace and --svg both to /dev/null still run" 0 "$BIN/pipesim" "$dir
 t "pipecc over the plan it wrote before still compiles" 0 "$BIN/pipecc" "$dir/src.pipe" \
 	-o "$dir/src.plan"
 
+# A run that cannot fit in memory is refused before any rank allocates, with what it
+# needs and what the host has (runtime/hostmem.c): 65536 microbatches of a 1.1 TB
+# output, 72 PB.  --no-memory-check runs it anyway, into a failed allocation.
+printf 'pipeline vast;\nmesh pp=2;\nmicrobatches 65536;\ninput 4194304x4;\n%s\n%s\n%s\n' \
+	'stage s0 { linear 65536; }' 'stage s1 { linear 4; loss mse; }' 'schedule gpipe;' \
+	>"$dir/vast.pipe"
+"$BIN/pipecc" "$dir/vast.pipe" -o "$dir/vast.plan" || fails=$((fails + 1))
+t "piperun refuses a run bigger than the host" 1 "$BIN/piperun" "$dir/vast.plan"
+has "the refusal says what the run needs and what the host has" "$dir/err" \
+	"^piperun: error: the run needs at least 72.1 PB on host .* (its 2 ranks' peaks together, as pipesim's memory table gives them), more than the [0-9.]* [kMGT]*B "
+has "the refusal names the way past it" "$dir/err" "or give --no-memory-check to try anyway$"
+t "--no-memory-check runs it into a failed allocation" 1 \
+	env ASAN_OPTIONS=allocator_may_return_null=1 "$BIN/piperun" "$dir/vast.plan" --no-memory-check
+has "--no-memory-check skips the check" "$dir/err" "^piperun: error: rank [01]: out of memory$"
+if ! ldd "$BIN/piperun" 2>/dev/null | grep -q asan; then
+	# The process's own limit: ulimit -d below the 4 ranks' 684 MB, above what piperun
+	# needs to start; and one above the ranks' but below --check's reference (1.01 GB).
+	printf 'pipeline mid;\nmesh pp=4;\nmicrobatches 16;\ninput 512x2048;\n%s\n%s\n%s\n%s\n%s\n' \
+		'stage s0 { linear 2048; relu; }' 'stage s1 { linear 2048; gelu; }' \
+		'stage s2 { linear 2048; relu; }' 'stage s3 { linear 2048; loss mse; }' \
+		'schedule gpipe;' >"$dir/mid4.pipe"
+	"$BIN/pipecc" "$dir/mid4.pipe" -o "$dir/mid4.plan" || fails=$((fails + 1))
+	t "ulimit -d below the ranks' peaks is refused" 1 sh -c \
+		'ulimit -d 500000 && OPENBLAS_NUM_THREADS=1 exec "$0" "$1" --steps 1' "$BIN/piperun" "$dir/mid4.plan"
+	has "the refusal names the data limit" "$dir/err" \
+		"^piperun: error: the run needs at least 684 MB in this process (its ranks' peaks), more than the 512 MB that the data limit (ulimit -d) allows"
+	t "ulimit -d below --check's reference is refused" 1 sh -c \
+		'ulimit -d 900000 && OPENBLAS_NUM_THREADS=1 exec "$0" "$1" --steps 1 --check' "$BIN/piperun" "$dir/mid4.plan"
+	has "the refusal names the reference" "$dir/err" \
+		"^piperun: error: the run needs at least 1.01 GB in this process (the --check reference), more than the 922 MB that the data limit"
+else
+	echo "testing $TOOL ulimit -d below a run's need ... skipped (ASan and ulimit do not mix)"
+fi
+
 # A rank thread stuck in a kernel (PIPERUN_FAULT, runtime/fault.c: rank 1 sleeps for
 # good in its first forward op and ignores aborts): the watchdog fires after --timeout,
 # the threads launcher leaves the stuck thread behind after its grace, and piperun
@@ -211,9 +245,19 @@ has "threads: the stuck rank's forward op is named" "$dir/err" \
 	"tiny.plan:[0-9]*: note: rank 1 blocked in step 1 at 'F 1 0'"
 has "threads: the stuck thread is left behind" "$dir/err" \
 	"^piperun: note: 1 rank thread did not return within 2 s of the abort (stuck in an op)"
+# A rank whose op returns only after the abort (hold: it waits in its forward op until
+# the watchdog aborts the world, then goes on, as an allocation that succeeds once the
+# other ranks freed their memory) is reported in the op it waited in, not the next one.
+t "threads: a rank held in its compute op ends by the watchdog" 1 \
+	env PIPERUN_FAULT="hold:rank=1:op=$op" timeout 60 "$BIN/piperun" "$dir/tiny.plan" \
+	--backend threads --timeout 2
+has "threads: the held rank is reported in the op it waited in" "$dir/err" \
+	"tiny.plan:[0-9]*: note: rank 1 blocked in step 1 at 'F 1 0'"
+! grep -q "did not return" "$dir/err"
+check "threads: the held rank's thread returned" $? "$(grep "did not return" "$dir/err")"
 t "a bad PIPERUN_FAULT is an error" 1 env PIPERUN_FAULT=stall:rank=7:op=1 \
 	"$BIN/piperun" "$dir/tiny.plan" --backend threads
 has "a bad PIPERUN_FAULT is named" "$dir/err" \
-	"PIPERUN_FAULT='stall:rank=7:op=1': expected stall:rank=R:op=N\[:step=S\] or stall-open:rank=R, R a rank of the plan (0 to 1)"
+	"PIPERUN_FAULT='stall:rank=7:op=1': expected stall:rank=R:op=N\[:step=S\], hold:rank=R:op=N\[:step=S\] or stall-open:rank=R, R a rank of the plan (0 to 1)"
 
 [ "$fails" -eq 0 ]
