@@ -5,6 +5,7 @@
  * a failed write leaves nothing behind. */
 #include "../plan/binary.h"
 #include "../plan/par.h"
+#include "../plan/sysmem.h"
 #include "pipecc.h"
 #include "schedule.h"
 
@@ -42,6 +43,14 @@ static void print_stats(const Plan *plan, const struct timespec *t0)
 
 static int write_output(CliTool *t, const PipeccArgs *a, const Plan *plan)
 {
+	/* --expand copies the lists for every line: more than the machine has is said
+	 * before the output is opened (plan_expand would refuse it then, less clearly). */
+	int64_t lines = plan->line ? plan_mesh_world(plan) / plan->dims[DIM_PP] : 1;
+	int64_t ops = plan_total_ops(plan) * lines;
+	if (a->emit == EMIT_PLAN && a->expand && !plan_sysmem_fits((double)ops * sizeof(PlanOp))) {
+		char m[512];
+		return cli_error(t, "%s", plan_oom_text(m, sizeof m, ops, 0));
+	}
 	CliOut out;
 	FILE *f = cli_out_open(t, &out, a->out);
 	if (!f)

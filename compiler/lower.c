@@ -525,7 +525,7 @@ Plan *lower_program(const Program *pr, const SchedCtx *sc, Diag *d, int allow_de
 	Lw *w = calloc(1, sizeof *w);
 	Plan *p = plan_new();
 	if (!oom || !w || !p) {
-		char t[160];
+		char t[512];
 		fprintf(d->out, "pipecc: %s\n", plan_oom_text(t, sizeof t, 0, sizeof *w));
 		d->nerrors++;
 		d->noom++;
@@ -540,7 +540,7 @@ Plan *lower_program(const Program *pr, const SchedCtx *sc, Diag *d, int allow_de
 	for (int q = 0; q < sc->pp; q++) // compute actions: a first estimate of the plan size
 		oom->ops += (int64_t)sc->nacts[q] * (pr->dims[DIM_DP] * pr->dims[DIM_TP]);
 	if (setjmp(oom->jb)) {
-		char t[160];
+		char t[512];
 		fprintf(d->out, "pipecc: %s\n", plan_oom_text(t, sizeof t, oom->ops, oom->failed));
 		d->nerrors++;
 		d->noom++;

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "../plan/mem.h"
+#include "../plan/sysmem.h"
 #include "auto.h"
 #include "lower.h"
 #include "place.h"
@@ -141,9 +142,34 @@ static int64_t estimated_ops(const Compile *k)
 	return (int64_t)pr->microbatches * pr->nstages * 3 * pr->dims[DIM_DP] * pr->dims[DIM_TP];
 }
 
+/* 1 (with the message) when the plan's ops alone would be more than the machine has:
+ * the schedule's and the lowering's lists would grow, overcommit granting them, until
+ * the OOM killer ended pipecc a minute later.  At least every stage's F and B (or BW)
+ * per microbatch, and on every edge between two ranks a SEND and a RECV each way; one
+ * pipeline line's for a line plan, else the world's. */
+static int too_big(const Program *pr, const SchedCtx *c, int line, Diag *d)
+{
+	int64_t n = 2 * (int64_t)pr->nstages * c->m, cross = 0;
+	for (int s = 0; s + 1 < pr->nstages; s++)
+		cross += c->stage_pp[s] != c->stage_pp[s + 1];
+	for (int k = 0; k < pr->nskips; k++)
+		cross += c->stage_pp[pr->skips[k].src] != c->stage_pp[pr->skips[k].dst];
+	n += 4 * cross * c->m;
+	if (!line)
+		n *= (int64_t)pr->dims[DIM_DP] * pr->dims[DIM_TP];
+	int64_t limit = plan_sysmem_limit(NULL, 0);
+	if (limit < 0 || n <= limit / (int64_t)sizeof(PlanOp))
+		return 0;
+	char t[512];
+	fprintf(d->out, "pipecc: %s\n", plan_oom_text(t, sizeof t, n, 0));
+	d->nerrors++;
+	d->noom++;
+	return 1;
+}
+
 static void report_oom(Diag *d, int64_t ops, size_t failed)
 {
-	char t[160];
+	char t[512];
 	fprintf(d->out, "pipecc: %s\n", plan_oom_text(t, sizeof t, ops, failed));
 	d->nerrors++;
 }
@@ -196,7 +222,8 @@ static void run_passes(Compile *k, const char *file, const char *src, size_t len
 			fprintf(dout, "stage %d %s -> pp %d\n", i, pr->stages[i].name, c->stage_pp[i]);
 		return;
 	}
-	if (s->check(c))
+	int line = o->line && o->dump == PASS_NONE;
+	if (s->check(c) || (o->dump != PASS_SCHEDULE && too_big(pr, c, line, d)))
 		return;
 	s->fill(c);
 	for (int p = 0; is_auto && p < c->pp; p++)
@@ -211,8 +238,7 @@ static void run_passes(Compile *k, const char *file, const char *src, size_t len
 		return;
 	}
 
-	Plan *plan = k->plan = lower_program(pr, c, d, o->allow_deadlock, tune,
-	                                         o->line && o->dump == PASS_NONE);
+	Plan *plan = k->plan = lower_program(pr, c, d, o->allow_deadlock, tune, line);
 	sched_free(c);
 	if (!plan)
 		return;

@@ -173,7 +173,7 @@ static char *read_text(Br *r, uint64_t n)
 		r->pos += k;
 	}
 	if (!r->failed && (!t || got < n)) {
-		char m[160];
+		char m[512];
 		fail(r, here(r), "%s", plan_oom_text(m, sizeof m, 0, cap));
 	}
 	if (r->failed) {
@@ -399,7 +399,7 @@ static int read_ops(Br *r, Plan *p, int rank, const PlanOpLimits *l, uint64_t n,
 			size_t failed = plan_reserve_ops(rk, cap < (int64_t)n ? cap : (int64_t)n,
 			                                 r->keep & PLAN_KEEP_LINES);
 			if (failed) {
-				char m[160];
+				char m[512];
 				return fail(r, at, "%s", plan_oom_text(m, sizeof m, (int64_t)n, failed));
 			}
 		}

@@ -10,7 +10,9 @@
  * functions are the only place that knows this; the lowering, the reader, the writer,
  * pipesim --expand and piperun all go through them. */
 #include "plan.h"
+#include "sysmem.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -232,6 +234,15 @@ Plan *plan_expand_for(const Plan *p, int only, size_t *failed)
 	}
 	int world = plan_mesh_world(p), stride = plan_pp_stride(p), pp = p->dims[DIM_PP];
 	int nl = only < 0 ? world / pp : 1; // a view keeps line 0's routes
+	/* Every line's copy of the lists: refused when more than the machine has, which
+	 * overcommit would grant until the OOM killer ended the tool (plan/sysmem.h). */
+	double bytes = only < 0 ? (double)plan_total_ops(p) * nl * sizeof(PlanOp) : 0;
+	if (!plan_sysmem_fits(bytes)) {
+		*failed = bytes < (double)SIZE_MAX ? (size_t)bytes : SIZE_MAX;
+		plan_free(e);
+		errno = ENOMEM;
+		return NULL;
+	}
 	int held = only < 0 ? world : pp + 1;
 	int n0 = p->nroutes;
 	e->routes = malloc((size_t)n0 * nl * sizeof *e->routes + 1);

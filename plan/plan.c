@@ -3,6 +3,7 @@
  * what makes the compiler, the simulator and the runtime agree. */
 #include "plan.h"
 #include "par.h"
+#include "sysmem.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -124,15 +125,26 @@ static void human_bytes(char *buf, size_t n, double b)
 
 char *plan_oom_text(char *buf, size_t n, int64_t ops, size_t failed)
 {
-	char need[32], got[32];
-	human_bytes(need, sizeof need, (double)ops * (double)sizeof(PlanOp));
+	char need[32], got[32], what[2400];
+	double bytes = (double)ops * (double)sizeof(PlanOp);
+	human_bytes(need, sizeof need, bytes);
 	human_bytes(got, sizeof got, (double)failed);
 	int k = snprintf(buf, n, "out of memory");
 	if (ops > 0 && k < (int)n)
 		k += snprintf(buf + k, n - (size_t)k, ": the plan needs %.1f M ops (about %s)",
 		              (double)ops / 1e6, need);
 	if (failed && k < (int)n)
-		snprintf(buf + k, n - (size_t)k, "%sallocating %s failed", ops > 0 ? "; " : ": ", got);
+		k += snprintf(buf + k, n - (size_t)k, "%sallocating %s failed", ops > 0 ? "; " : ": ",
+		              got);
+	/* Say so where the machine has less than that (plan_block_new refuses such a block,
+	 * pipecc such a plan): no retry can help. */
+	if ((double)failed > bytes)
+		bytes = (double)failed;
+	int64_t limit = bytes > 0 ? plan_sysmem_limit(what, sizeof what) : -1;
+	if (limit >= 0 && bytes > (double)limit && k < (int)n) {
+		human_bytes(got, sizeof got, (double)limit);
+		snprintf(buf + k, n - (size_t)k, ": more than the %s %s", got, what);
+	}
 	return buf;
 }
 
@@ -214,8 +226,11 @@ void *plan_block_new(size_t bytes, int zero, void **raw)
 		*raw = zero ? calloc(bytes ? bytes : 1, 1) : malloc(bytes ? bytes : 1);
 		return *raw;
 	}
-	if (bytes > SIZE_MAX - HUGE_ALIGN) {
+	/* Overcommit would grant a block the machine cannot hold, and the OOM killer end
+	 * the tool as its ops are written: refuse it (plan_oom_text then says so). */
+	if (bytes > SIZE_MAX - HUGE_ALIGN || (bytes >= PLAN_FIT_MIN && !plan_sysmem_fits((double)bytes))) {
 		*raw = NULL;
+		errno = ENOMEM;
 		return NULL;
 	}
 	*raw = zero ? calloc(bytes + HUGE_ALIGN, 1) : malloc(bytes + HUGE_ALIGN);

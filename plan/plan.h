@@ -340,9 +340,13 @@ void plan_rank_drop_ops(PlanRank *r);
  * of per 4 KiB (the kernel's share of a tool holding millions of ops, most of its time
  * in faults).  The block is also offered for them (madvise MADV_HUGEPAGE, which a kernel
  * in its default `madvise` mode needs) when plan_huge_pages() says so.  *raw: what to
- * free() (NULL when out of memory). */
+ * free() (NULL when out of memory, or when a block of PLAN_FIT_MIN bytes or more is
+ * more than the machine has, plan_sysmem_limit: overcommit would grant it, and the OOM
+ * killer end the tool as it is written). */
 void *plan_block_new(size_t bytes, int zero, void **raw);
 #define PLAN_HUGE_MIN ((size_t)2 << 20)
+/* From this size on plan_block_new reads the machine's limit for a block. */
+#define PLAN_FIT_MIN ((size_t)64 << 20)
 /* What the machine gives a region offered for huge pages (plan/thp.c), from sysfs under
  * a root (the machine's: "/sys"). */
 typedef struct {
@@ -405,7 +409,9 @@ static inline int32_t plan_op_line(const Plan *p, const PlanRank *r, int64_t i)
 }
 /* "out of memory: the plan needs 12.5 M ops (about 610 MiB); allocating 512 MiB
  * failed" into buf: ops is the plan size in ops (0 when unknown), failed the bytes of
- * the allocation that failed.  Returns buf. */
+ * the allocation that failed; where either is more than the machine has
+ * (plan_sysmem_limit), ": more than the 22.9 GiB available (MemAvailable,
+ * /proc/meminfo)" follows.  Returns buf. */
 char *plan_oom_text(char *buf, size_t n, int64_t ops, size_t failed);
 /* Whether e is the reader's or the verifier's "out of memory" (plan_oom_text's words)
  * rather than anything the plan says: a caller that weighs plans must not take it as a

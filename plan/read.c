@@ -171,7 +171,7 @@ static int grow(Rd *r, void **arr, int64_t *cap, int64_t need, size_t size)
 		c *= 2;
 	void *p = realloc(*arr, (size_t)c * size);
 	if (!p) {
-		char t[160];
+		char t[512];
 		return rd_fail(r, "%s", plan_oom_text(t, sizeof t, r->ops, (size_t)c * size));
 	}
 	memset((char *)p + (size_t)*cap * size, 0, (size_t)(c - *cap) * size);

@@ -65,7 +65,7 @@ int rd_fill(Rd *r)
 			size_t c = r->cap ? r->cap * 2 : RD_BLOCK;
 			char *b = realloc(r->blk, c + RD_SLACK);
 			if (!b) {
-				char t[160];
+				char t[512];
 				return rd_fail(r, "%s", plan_oom_text(t, sizeof t, r->ops, c));
 			}
 			r->blk = b;
@@ -137,7 +137,7 @@ int rd_grow_ops(Rd *r, PlanRank *rk, int64_t nops)
 	int64_t c = rk->ops_cap ? rk->ops_cap * 2 : 1 << 16;
 	size_t failed = plan_reserve_ops(rk, c < nops ? c : nops, r->keep & PLAN_KEEP_LINES);
 	if (failed) {
-		char t[160];
+		char t[512];
 		return rd_fail(r, "%s", plan_oom_text(t, sizeof t, r->ops, failed));
 	}
 	return 0;
@@ -151,7 +151,7 @@ int rd_ops_alloc(Rd *r, Plan *p, PlanRank *rk, int64_t nops)
 	/* The count fits the text left: arrays of that size, carved from a block (plan_block_take). */
 	size_t failed = plan_block_take(p, rk, nops, (r->keep & PLAN_KEEP_LINES) != 0);
 	if (failed) {
-		char t[160];
+		char t[512];
 		return rd_fail(r, "%s", plan_oom_text(t, sizeof t, r->ops, failed));
 	}
 	return 0;

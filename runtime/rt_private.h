@@ -211,26 +211,9 @@ double rt_start_limit_s(const RtOptions *o);
 #define RT_START_FACTOR 5.0
 #define RT_START_MIN_S 10.0
 
-/* Host memory (hostmem.c): whether a run fits before it allocates.  The smallest limit
- * known, in bytes (-1: none), and what sets it, for the message:
- * host: MemAvailable (+ SwapFree) of ROOT/proc/meminfo, or the memory limit of the
- * process's cgroup or one above it (ROOT/proc/self/cgroup, ROOT/sys/fs/cgroup), plus
- * SwapFree; proc: the process's own RLIMIT_AS and RLIMIT_DATA. */
-typedef struct {
-	int64_t host, proc;
-	char host_what[2400], proc_what[64];
-} RtHostMem;
-void rt_host_mem(const char *root, RtHostMem *m);
-/* MemAvailable + SwapFree of /proc/meminfo's text in bytes (SwapFree alone, 0 when
- * missing, into *swap); -1 without MemAvailable. */
-int64_t rt_meminfo_available(const char *text, int64_t *swap);
-/* The memory controller's cgroup path in /proc/self/cgroup's text into path: returns
- * 1 for a v1 hierarchy with the memory controller, else 2 for the v2 entry "0::PATH",
- * 0 when neither is there (or the path is longer than n - 1). */
-int rt_cgroup_path(const char *text, char *path, size_t n);
 /* Called by the cpu device's open: notes (rt_world_unable) a run whose memory cannot
  * fit: the memory model's peaks of the ranks on this host (ranks_here: the device
- * holds them) and the --check reference, against rt_host_mem.  Skipped with
+ * holds them) and the --check reference, against plan_sysmem.  Skipped with
  * RtOptions.no_mem_check.  RT_EFAIL only when out of memory or a collective failed. */
 int rt_host_mem_check(RtWorld *w, int ranks_here);
 

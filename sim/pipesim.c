@@ -190,7 +190,7 @@ int pipesim_drive(CliTool *t, PipesimArgs *a)
 		size_t failed;
 		Plan *e = plan_expand(p, &failed);
 		if (!e) {
-			char m[160];
+			char m[512];
 			cli_progress_end(pr);
 			cli_error(t, "%s", plan_oom_text(m, sizeof m, 0, failed));
 			plan_free(p);
@@ -227,7 +227,7 @@ int pipesim_drive(CliTool *t, PipesimArgs *a)
 	if (cli_stdout_close(t)) {
 		status = CLI_EXIT_FAIL;
 	} else if (out) { // the report stops where it ran out: say so, and fail
-		status = cli_error(t, "%s", plan_oom_text((char[160]){0}, 160, plan_total_ops(p), 0));
+		status = cli_error(t, "%s", plan_oom_text((char[512]){0}, 512, plan_total_ops(p), 0));
 	}
 	pr = cli_progress_start(t, "writing");
 	if (out) // no picture either: what failed would fail there too

@@ -1,7 +1,8 @@
-/* Host memory (runtime/hostmem.c): the limits a run is held to, read from a made-up
- * /proc and /sys (meminfo, the process's cgroup of either version and the cgroups above
- * it), and the world refusing a plan that cannot fit before any rank allocates, with
- * the need and the limit in its message, while a plan that fits runs. */
+/* Host memory (plan/sysmem.c, runtime/hostmem.c): the limits a tool is held to, read
+ * from a made-up /proc and /sys (meminfo, the process's cgroup of either version and
+ * the cgroups above it); a block of ops beyond them refused at once; and the world
+ * refusing a plan that cannot fit before any rank allocates, with the need and the
+ * limit in its message, while a plan that fits runs. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,10 +12,12 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <errno.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "../compiler/pipecc.h"
+#include "../plan/sysmem.h"
 #include "../runtime/rt_private.h"
 #include "plan_lib.h" // compile_pipe
 
@@ -24,15 +27,15 @@ static void hostmem__meminfo__available_plus_swap(void **state)
 	int64_t swap = -5;
 	const char *both = "MemTotal:       32000000 kB\nMemFree:  100 kB\nMemAvailable:    1000 kB\n"
 	                   "SwapTotal: 50 kB\nSwapFree:         24 kB\n";
-	assert_int_equal(rt_meminfo_available(both, &swap), 1024 * 1024);
+	assert_int_equal(plan_meminfo_available(both, &swap), 1024 * 1024);
 	assert_int_equal(swap, 24 * 1024);
-	assert_int_equal(rt_meminfo_available("MemAvailable: 2048 kB\n", &swap), 2048 * 1024);
+	assert_int_equal(plan_meminfo_available("MemAvailable: 2048 kB\n", &swap), 2048 * 1024);
 	assert_int_equal(swap, 0);
 	/* A kernel before 3.14 has no MemAvailable: nothing is known. */
-	assert_int_equal(rt_meminfo_available("MemTotal: 1 kB\nMemFree: 1 kB\n", &swap), -1);
-	assert_int_equal(rt_meminfo_available("MemAvailable: lots\n", &swap), -1);
+	assert_int_equal(plan_meminfo_available("MemTotal: 1 kB\nMemFree: 1 kB\n", &swap), -1);
+	assert_int_equal(plan_meminfo_available("MemAvailable: lots\n", &swap), -1);
 	/* A longer name that starts with the key is another field. */
-	assert_int_equal(rt_meminfo_available("MemAvailableX: 1 kB\nMemAvailable: 3 kB\n", &swap),
+	assert_int_equal(plan_meminfo_available("MemAvailableX: 1 kB\nMemAvailable: 3 kB\n", &swap),
 	                 3 * 1024);
 }
 
@@ -41,17 +44,17 @@ static void hostmem__cgroup_path__v1_memory_first_else_v2(void **state)
 	(void)state;
 	char path[64];
 	/* A hybrid system: the v1 memory controller holds the limits. */
-	assert_int_equal(rt_cgroup_path("9:name=systemd:/\n4:memory:/jobs/7\n0::/\n", path,
+	assert_int_equal(plan_cgroup_path("9:name=systemd:/\n4:memory:/jobs/7\n0::/\n", path,
 	                                sizeof path), 1);
 	assert_string_equal(path, "/jobs/7");
-	assert_int_equal(rt_cgroup_path("0::/\n3:cpu,memory,pids:/a/b\n", path, sizeof path), 1);
+	assert_int_equal(plan_cgroup_path("0::/\n3:cpu,memory,pids:/a/b\n", path, sizeof path), 1);
 	assert_string_equal(path, "/a/b");
-	assert_int_equal(rt_cgroup_path("0::/user.slice/run-1.scope\n", path, sizeof path), 2);
+	assert_int_equal(plan_cgroup_path("0::/user.slice/run-1.scope\n", path, sizeof path), 2);
 	assert_string_equal(path, "/user.slice/run-1.scope");
 	/* memoryx is not memory; no entry at all is none. */
-	assert_int_equal(rt_cgroup_path("4:memoryx:/a\n", path, sizeof path), 0);
-	assert_int_equal(rt_cgroup_path("", path, sizeof path), 0);
-	assert_int_equal(rt_cgroup_path("0::/a-path-longer-than-the-buffer-we-give-it\n", path, 8), 0);
+	assert_int_equal(plan_cgroup_path("4:memoryx:/a\n", path, sizeof path), 0);
+	assert_int_equal(plan_cgroup_path("", path, sizeof path), 0);
+	assert_int_equal(plan_cgroup_path("0::/a-path-longer-than-the-buffer-we-give-it\n", path, 8), 0);
 }
 
 /* Writes text into root/rel, making the folders on the way. */
@@ -75,13 +78,13 @@ static void hostmem__limits__smallest_known_and_what_sets_it(void **state)
 	(void)state;
 	char root[] = "/tmp/pipecc-hostmem-XXXXXX";
 	assert_non_null(mkdtemp(root));
-	RtHostMem m;
+	PlanSysMem m;
 	/* Nothing readable: no limit known. */
-	rt_host_mem(root, &m);
+	plan_sysmem(root, &m);
 	assert_int_equal(m.host, -1);
 
 	put(root, "proc/meminfo", "MemAvailable: 8388608 kB\nSwapFree: 0 kB\n");
-	rt_host_mem(root, &m);
+	plan_sysmem(root, &m);
 	assert_int_equal(m.host, INT64_C(8) << 30);
 	assert_non_null(strstr(m.host_what, "MemAvailable"));
 
@@ -89,12 +92,12 @@ static void hostmem__limits__smallest_known_and_what_sets_it(void **state)
 	put(root, "proc/self/cgroup", "0::/a/b\n");
 	put(root, "sys/fs/cgroup/a/b/memory.max", "max\n");
 	put(root, "sys/fs/cgroup/a/memory.max", "2147483648\n");
-	rt_host_mem(root, &m);
+	plan_sysmem(root, &m);
 	assert_int_equal(m.host, INT64_C(2) << 30);
 	assert_non_null(strstr(m.host_what, "/sys/fs/cgroup/a/memory.max"));
 	/* A limit above what the host has left does not count. */
 	put(root, "sys/fs/cgroup/a/memory.max", "17179869184\n");
-	rt_host_mem(root, &m);
+	plan_sysmem(root, &m);
 	assert_int_equal(m.host, INT64_C(8) << 30);
 
 	/* v1 wins where its memory controller is mounted; its "no limit" is no limit; the
@@ -102,15 +105,40 @@ static void hostmem__limits__smallest_known_and_what_sets_it(void **state)
 	put(root, "proc/self/cgroup", "0::/a/b\n5:memory:/job\n");
 	put(root, "proc/meminfo", "MemAvailable: 8388608 kB\nSwapFree: 1024 kB\n");
 	put(root, "sys/fs/cgroup/memory/job/memory.limit_in_bytes", "9223372036854771712\n");
-	rt_host_mem(root, &m);
+	plan_sysmem(root, &m);
 	assert_int_equal(m.host, (INT64_C(8) << 30) + (1 << 20));
 	put(root, "sys/fs/cgroup/memory/memory.limit_in_bytes", "1073741824\n");
-	rt_host_mem(root, &m);
+	plan_sysmem(root, &m);
 	assert_int_equal(m.host, (INT64_C(1) << 30) + (1 << 20));
 	assert_non_null(strstr(m.host_what, "/sys/fs/cgroup/memory/memory.limit_in_bytes"));
 	char cmd[1100];
 	snprintf(cmd, sizeof cmd, "rm -r '%s'", root);
 	assert_int_equal(system(cmd), 0);
+}
+
+/* A block of per-op data more than the machine has is refused at once (overcommit
+ * would grant it), and the out-of-memory text says so; a small one is not read for. */
+static void hostmem__block__refused_beyond_the_limit(void **state)
+{
+	(void)state;
+	char what[2400], t[512];
+	int64_t limit = plan_sysmem_limit(what, sizeof what);
+	if (limit < 0) {
+		print_message("no memory limit known here: nothing to refuse\n");
+		return;
+	}
+	size_t big = (size_t)limit + PLAN_FIT_MIN;
+	void *raw = (void *)1;
+	errno = 0;
+	assert_null(plan_block_new(big, 0, &raw));
+	assert_null(raw);
+	assert_int_equal(errno, ENOMEM);
+	assert_non_null(strstr(plan_oom_text(t, sizeof t, 0, big), ": more than the "));
+	assert_non_null(strstr(t, what));
+	assert_null(strstr(plan_oom_text(t, sizeof t, 1000, 4096), "more than"));
+	void *ok = plan_block_new((size_t)1 << 20, 1, &raw);
+	assert_non_null(ok);
+	free(raw);
 }
 
 /* Runs p on the threads backend; returns rt_world_run's code and the report. */
@@ -165,6 +193,7 @@ int main(void)
 	    cmocka_unit_test(hostmem__meminfo__available_plus_swap),
 	    cmocka_unit_test(hostmem__cgroup_path__v1_memory_first_else_v2),
 	    cmocka_unit_test(hostmem__limits__smallest_known_and_what_sets_it),
+	    cmocka_unit_test(hostmem__block__refused_beyond_the_limit),
 	    cmocka_unit_test(hostmem__world__refuses_what_cannot_fit_runs_what_fits),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -221,11 +221,38 @@ if ! ldd "$BIN/piperun" 2>/dev/null | grep -q asan; then
 	t "ulimit -d below the ranks' peaks is refused" 1 sh -c \
 		'ulimit -d 500000 && OPENBLAS_NUM_THREADS=1 exec "$0" "$1" --steps 1' "$BIN/piperun" "$dir/mid4.plan"
 	has "the refusal names the data limit" "$dir/err" \
-		"^piperun: error: the run needs at least 684 MB in this process (its ranks' peaks), more than the 512 MB that the data limit (ulimit -d) allows"
+		"^piperun: error: the run needs at least 684 MB in this process (its ranks' peaks), more than the 512 MB allowed by the data limit (ulimit -d)"
 	t "ulimit -d below --check's reference is refused" 1 sh -c \
 		'ulimit -d 900000 && OPENBLAS_NUM_THREADS=1 exec "$0" "$1" --steps 1 --check' "$BIN/piperun" "$dir/mid4.plan"
 	has "the refusal names the reference" "$dir/err" \
-		"^piperun: error: the run needs at least 1.01 GB in this process (the --check reference), more than the 922 MB that the data limit"
+		"^piperun: error: the run needs at least 1.01 GB in this process (the --check reference), more than the 922 MB allowed by the data limit"
+
+	# The plan tools under a data limit: pipecc refuses a program whose ops alone are
+	# more before it schedules (64 stages x 2^20 microbatches, at least 398 M ops),
+	# and --expand, pipesim --expand and piperun (which expand a line plan to every
+	# rank) refuse an expansion beyond it (1024 lines of 82 K ops) at once.
+	program 64 1048576 >"$dir/long.pipe"
+	t "pipecc refuses a plan beyond ulimit -d" 1 sh -c \
+		'ulimit -d 300000 && exec "$0" "$1" -o "$2"' "$BIN/pipecc" "$dir/long.pipe" "$dir/long.plan"
+	has "pipecc names the plan's ops and the limit" "$dir/err" \
+		"^pipecc: out of memory: the plan needs 398.5 M ops (about 8.9 GiB): more than the 293 MiB allowed by the data limit (ulimit -d)$"
+	[ ! -e "$dir/long.plan" ]
+	check "pipecc writes nothing then" $? "long.plan exists"
+	program 4 4096 | sed 's/^mesh pp=4;/mesh pp=4 dp=1024;/' >"$dir/lines.pipe"
+	"$BIN/pipecc" "$dir/lines.pipe" -o "$dir/lines.plan" || fails=$((fails + 1))
+	t "pipecc --expand refuses an expansion beyond ulimit -d" 1 sh -c \
+		'ulimit -d 300000 && exec "$0" "$1" --expand -o "$2"' "$BIN/pipecc" "$dir/lines.pipe" "$dir/x.plan"
+	has "pipecc --expand names the expanded ops and the limit" "$dir/err" \
+		"^pipecc: out of memory: the plan needs 83.9 M ops (about 1.9 GiB): more than the 293 MiB allowed by the data limit (ulimit -d)$"
+	for tool in pipesim piperun; do
+		extra=--expand
+		[ "$tool" = piperun ] && extra=--steps=1
+		t "$tool $extra refuses an expansion beyond ulimit -d" 1 sh -c \
+			'ulimit -d 600000 && OPENBLAS_NUM_THREADS=1 exec "$0" "$1" "$2"' "$BIN/$tool" \
+			"$dir/lines.plan" $extra
+		has "$tool names the expansion and the limit" "$dir/err" \
+			"out of memory: allocating 1.9 GiB failed: more than the 586 MiB allowed by the data limit (ulimit -d)$"
+	done
 else
 	echo "testing $TOOL ulimit -d below a run's need ... skipped (ASan and ulimit do not mix)"
 fi
