@@ -143,18 +143,21 @@ static int64_t estimated_ops(const Compile *k)
 }
 
 /* 1 (with the message) when the plan's ops alone would be more than the machine has:
- * the schedule's and the lowering's lists would grow, overcommit granting them, until
- * the OOM killer ended pipecc a minute later.  At least every stage's F and B (or BW)
- * per microbatch, and on every edge between two ranks a SEND and a RECV each way; one
- * pipeline line's for a line plan, else the world's. */
-static int too_big(const Program *pr, const SchedCtx *c, int line, Diag *d)
+ * the schedule's and the lowering's lists (or schedule auto's candidates') would grow,
+ * overcommit granting them, until the OOM killer ended pipecc a minute later.  At least
+ * every stage's F and B (or BW) per microbatch, and on every edge between two ranks a
+ * SEND and a RECV each way (stage_pp NULL, a placement yet to be chosen: the stages'
+ * chain crosses from rank to rank pp - 1 times at least); one pipeline line's for a
+ * line plan, else the world's. */
+static int too_big(const Program *pr, const int *stage_pp, int line, Diag *d)
 {
-	int64_t n = 2 * (int64_t)pr->nstages * c->m, cross = 0;
-	for (int s = 0; s + 1 < pr->nstages; s++)
-		cross += c->stage_pp[s] != c->stage_pp[s + 1];
-	for (int k = 0; k < pr->nskips; k++)
-		cross += c->stage_pp[pr->skips[k].src] != c->stage_pp[pr->skips[k].dst];
-	n += 4 * cross * c->m;
+	int64_t m = pr->microbatches, n = 2 * (int64_t)pr->nstages * m;
+	int64_t cross = stage_pp ? 0 : pr->dims[DIM_PP] - 1;
+	for (int s = 0; stage_pp && s + 1 < pr->nstages; s++)
+		cross += stage_pp[s] != stage_pp[s + 1];
+	for (int k = 0; stage_pp && k < pr->nskips; k++)
+		cross += stage_pp[pr->skips[k].src] != stage_pp[pr->skips[k].dst];
+	n += 4 * cross * m;
 	if (!line)
 		n *= (int64_t)pr->dims[DIM_DP] * pr->dims[DIM_TP];
 	int64_t limit = plan_sysmem_limit(NULL, 0);
@@ -198,8 +201,9 @@ static void run_passes(Compile *k, const char *file, const char *src, size_t len
 		return;
 	}
 	int tune = o->tune_overlap, is_auto = s == &sched_auto;
+	int line = o->line && o->dump == PASS_NONE;
 	if (is_auto) { // rewrites the placement and recomputation to the winner's
-		if (auto_search(pr, arena, d, o->explain ? stderr : NULL, &k->auto_choice))
+		if (too_big(pr, NULL, line, d) || auto_search(pr, arena, d, o->explain ? stderr : NULL, &k->auto_choice))
 			return;
 		tune = k->auto_choice.tune_overlap;
 	} else if (o->explain) {
@@ -222,8 +226,7 @@ static void run_passes(Compile *k, const char *file, const char *src, size_t len
 			fprintf(dout, "stage %d %s -> pp %d\n", i, pr->stages[i].name, c->stage_pp[i]);
 		return;
 	}
-	int line = o->line && o->dump == PASS_NONE;
-	if (s->check(c) || (o->dump != PASS_SCHEDULE && too_big(pr, c, line, d)))
+	if (s->check(c) || (o->dump != PASS_SCHEDULE && too_big(pr, c->stage_pp, line, d)))
 		return;
 	s->fill(c);
 	for (int p = 0; is_auto && p < c->pp; p++)

@@ -238,6 +238,11 @@ if ! ldd "$BIN/piperun" 2>/dev/null | grep -q asan; then
 		"^pipecc: out of memory: the plan needs 398.5 M ops (about 8.9 GiB): more than the 293 MiB allowed by the data limit (ulimit -d)$"
 	[ ! -e "$dir/long.plan" ]
 	check "pipecc writes nothing then" $? "long.plan exists"
+	sed 's/^schedule 1f1b;/schedule auto;/' "$dir/long.pipe" >"$dir/long-auto.pipe"
+	t "schedule auto refuses it before weighing candidates" 1 sh -c \
+		'ulimit -d 300000 && exec "$0" "$1" -o "$2"' "$BIN/pipecc" "$dir/long-auto.pipe" "$dir/long.plan"
+	has "schedule auto names the plan's ops and the limit" "$dir/err" \
+		"^pipecc: out of memory: the plan needs 398.5 M ops (about 8.9 GiB): more than the 293 MiB allowed by the data limit (ulimit -d)$"
 	program 4 4096 | sed 's/^mesh pp=4;/mesh pp=4 dp=1024;/' >"$dir/lines.pipe"
 	"$BIN/pipecc" "$dir/lines.pipe" -o "$dir/lines.plan" || fails=$((fails + 1))
 	t "pipecc --expand refuses an expansion beyond ulimit -d" 1 sh -c \
