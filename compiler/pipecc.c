@@ -203,7 +203,8 @@ static void run_passes(Compile *k, const char *file, const char *src, size_t len
 	int tune = o->tune_overlap, is_auto = s == &sched_auto;
 	int line = o->line && o->dump == PASS_NONE;
 	if (is_auto) { // rewrites the placement and recomputation to the winner's
-		if (too_big(pr, NULL, line, d) || auto_search(pr, arena, d, o->explain ? stderr : NULL, &k->auto_choice))
+		if (too_big(pr, NULL, line, d) ||
+		    auto_search(pr, arena, d, o->explain ? stderr : NULL, &k->auto_choice))
 			return;
 		tune = k->auto_choice.tune_overlap;
 	} else if (o->explain) {

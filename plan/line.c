@@ -236,8 +236,8 @@ Plan *plan_expand_for(const Plan *p, int only, size_t *failed)
 	int nl = only < 0 ? world / pp : 1; // a view keeps line 0's routes
 	/* Every line's copy of the lists: refused when more than the machine has, which
 	 * overcommit would grant until the OOM killer ended the tool (plan/sysmem.h). */
-	double bytes = only < 0 ? (double)plan_total_ops(p) * nl * sizeof(PlanOp) : 0;
-	if (!plan_sysmem_fits(bytes)) {
+	double bytes = (double)plan_total_ops(p) * nl * sizeof(PlanOp);
+	if (only < 0 && !plan_sysmem_fits(bytes)) {
 		*failed = bytes < (double)SIZE_MAX ? (size_t)bytes : SIZE_MAX;
 		plan_free(e);
 		errno = ENOMEM;

@@ -228,7 +228,8 @@ void *plan_block_new(size_t bytes, int zero, void **raw)
 	}
 	/* Overcommit would grant a block the machine cannot hold, and the OOM killer end
 	 * the tool as its ops are written: refuse it (plan_oom_text then says so). */
-	if (bytes > SIZE_MAX - HUGE_ALIGN || (bytes >= PLAN_FIT_MIN && !plan_sysmem_fits((double)bytes))) {
+	if (bytes > SIZE_MAX - HUGE_ALIGN ||
+	    (bytes >= PLAN_FIT_MIN && !plan_sysmem_fits((double)bytes))) {
 		*raw = NULL;
 		errno = ENOMEM;
 		return NULL;

@@ -4,9 +4,11 @@
  * Linux grants allocations it cannot back (overcommit): a plan too big for the machine
  * does not fail its malloc but fills the memory until the kernel's OOM killer ends the
  * process, or another one, a minute later.  So pipecc compares the ops a plan will
- * hold at least with this limit before it lowers (compiler/lower.c), plan_block_new
- * refuses a block above it (the readers' and the simulator's per-op arrays), and
- * piperun compares its ranks' memory peaks with it (runtime/hostmem.c).  The limits:
+ * hold at least with this limit before it schedules (compiler/pipecc.c) and before
+ * --expand copies every line (compiler/driver.c), plan_block_new refuses a block above
+ * it (the readers', the lowering's and the simulator's per-op arrays), plan_expand an
+ * expansion above it, and piperun compares its ranks' memory peaks with it
+ * (runtime/hostmem.c).  The limits:
  *  - the host: MemAvailable + SwapFree (/proc/meminfo);
  *  - the memory limit of the process's cgroup or any cgroup above it (v2 memory.max,
  *    v1 memory.limit_in_bytes), plus SwapFree;

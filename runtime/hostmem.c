@@ -53,17 +53,15 @@ static int rank_peak(const Plan *p, int r, int64_t *peak)
 	return 0;
 }
 
-/* What the ranks on this host hold at least: the sum of their peaks into need[0],
- * their count into count[0]; the same of this process's ranks into need[1], count[1];
- * *later: a process before this one runs on the host.  -1 when out of memory. */
-static int ranks_need(RtWorld *w, int64_t need[2], int count[2], int *later)
+/* What the ranks on this host hold at least: the sum of their peaks into need[0] and
+ * their count into *count, the sum of this process's ranks' into need[1]; *later: a
+ * process before this one runs on the host.  -1 when out of memory. */
+static int ranks_need(RtWorld *w, int64_t need[2], int *count, int *later)
 {
 	const Plan *p = w->plan;
 	char *hosts = NULL;
 	if (rt_world_hosts(w, &hosts))
 		return -1;
-	need[0] = need[1] = 0;
-	count[0] = count[1] = 0;
 	int rc = 0;
 	for (int r = 0; r < p->world && !rc; r++) {
 		int mine = r >= w->first_local && r < w->first_local + w->nlocal;
@@ -74,9 +72,8 @@ static int ranks_need(RtWorld *w, int64_t need[2], int count[2], int *later)
 		if ((rc = rank_peak(p, r, &peak)))
 			break;
 		need[0] += peak;
-		count[0]++;
+		++*count;
 		need[1] += mine ? peak : 0;
-		count[1] += mine;
 	}
 	free(hosts);
 	return rc;
@@ -86,10 +83,10 @@ int rt_host_mem_check(RtWorld *w, int ranks_here)
 {
 	const Plan *p = w->plan;
 	int64_t need[2] = {0, 0};
-	int count[2] = {0, 0}, later = 0;
+	int count = 0, later = 0;
 	if (w->opt.no_mem_check)
 		return RT_OK;
-	if (ranks_here && ranks_need(w, need, count, &later))
+	if (ranks_here && ranks_need(w, need, &count, &later))
 		return rt_world_error(w, "out of memory");
 	int64_t ref = w->opt.check && w->root ? reference_bytes(w) : 0;
 	PlanSysMem have;
@@ -101,11 +98,11 @@ int rt_host_mem_check(RtWorld *w, int ranks_here)
 	int64_t host = by_ref ? ref : need[0], proc = need[1] > ref ? need[1] : ref;
 	if (by_ref)
 		snprintf(who, sizeof who, "the --check reference: the whole model");
-	else if (count[0] == 1)
+	else if (count == 1)
 		snprintf(who, sizeof who, "its rank's peak, as pipesim's memory table gives it");
 	else
 		snprintf(who, sizeof who, "%s %d ranks' peaks together, as pipesim's memory table "
-		         "gives them", count[0] == p->world ? "its" : "the host's", count[0]);
+		         "gives them", count == p->world ? "its" : "the host's", count);
 	/* A host's processes fail alike: its first one says why. */
 	w->quiet |= later && ((have.host >= 0 && host > have.host) ||
 	                      (have.proc >= 0 && proc > have.proc));
