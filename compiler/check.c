@@ -634,42 +634,6 @@ static void check_required(Check *c)
 			diag_error(c->d, (Loc){0}, "%s", req[i].msg);
 }
 
-/* Each stage's F, B, W: its own cost line, else `cost *`, else from its FLOPs (the
- * layer table's, at PROG_DEFAULT_FLOPS). */
-static void fill_costs(Check *c)
-{
-	Program *p = c->p;
-	LayerShape shape = {p->rows, p->seq ? p->rows / p->seq : p->rows, p->seq ? p->seq : 1,
-	                    p->vocab};
-	if (!c->widths_ok || !c->input_ok)
-		return;
-	for (int i = 0; i < p->nstages; i++) {
-		ProgStage *st = &p->stages[i];
-		double flops[3] = {0, 0, 0}, worst = 0;
-		for (int j = 0; j < st->nlayers; j++) {
-			PlanLayer pl = prog_plan_layer(&st->layers[j]);
-			LayerCost lc = plan_layer_figures_tp(&pl, &shape, p->dims[DIM_TP]);
-			for (int k = 0; k < 3; k++)
-				flops[k] += lc.flops[k];
-		}
-		for (int k = 0; k < 3; k++) {
-			double ns = flops[k] * 1e9 / p->peak_flops;
-			if (c->cost_has[i][k]) {
-				st->cost[k] = c->cost[i][k];
-			} else if (c->all_has[k]) {
-				st->cost[k] = c->all_cost[k];
-			} else {
-				worst = ns > worst ? ns : worst;
-				st->cost[k] = ns < 1 ? 1 : ns > MAX_TIME_NS ? 0 : llround(ns);
-			}
-		}
-		if (worst > MAX_TIME_NS)
-			diag_error(c->d, st->loc,
-				"stage '%s' would take %.0f s per microbatch at %g TFLOP/s; "
-				"give its cost", st->name, worst / 1e9, p->peak_flops / 1e12);
-	}
-}
-
 /* Two ranks of one node on one GPU run on CPU backends only.  A devices list does not
  * say which ranks share a node; it is read as nodes of consecutive ranks, one rank per
  * device the list names: [0, 1, 0, 1] is two nodes of two GPUs, [0, 0, 1] puts ranks 0
@@ -885,7 +849,7 @@ static Program *check(Arena *a, Diag *d, const char *file, AstProgram *ast)
 	check_layers(&c);
 	check_lists(&c);
 	check_custom(&c);
-	fill_costs(&c);
+	check_costs(&c);
 	check_tp(&c);
 	check_selective(&c);
 	return p;

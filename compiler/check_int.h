@@ -19,7 +19,6 @@ enum {
 #define MIN_BANDWIDTH 1e6       // 1 MB/s
 #define MAX_BANDWIDTH 1e15      // 1 PB/s
 #define MAX_FILE (1u << 30)
-#define MAX_LAYER_BYTES 1152921504606846976.0 // 2^60: the layer table's figures stay in int64
 
 typedef struct {
 	Arena *a;
@@ -76,6 +75,10 @@ void check_block(Check *c, AstStmt *s);
 void check_optimizer(Check *c, AstStmt *s);
 void check_device(Check *c, AstStmt *s);
 void check_layers(Check *c);
+/* Every layer's, stage's and the program's figures within what the tools count
+ * (plan/layer.h, plan/mem.h), then each stage's F, B, W: its own cost line, else
+ * `cost *`, else from its FLOPs. */
+void check_costs(Check *c);
 void check_mesh(Check *c, AstStmt *s); // check_mesh.c
 void check_tp(Check *c);
 

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../plan/mem.h"
+#include "../plan/tfcount.h"
 #include "check_int.h"
 
 /* `input tokens BxS vocab=V;`: B sequences of S tokens; rows are the B*S tokens. */
@@ -555,19 +557,6 @@ static int check_layer_widths(Check *c, const ProgStage *st, int j, int first,
 		           l->heads, l->in / l->heads);
 		return 0;
 	}
-	/* Keep every figure of the layer table far from int64: the largest term of any kind is
-	 * rows x a width (x 16 elements) or attention's B x H x S x S probabilities. */
-	double wide = l->in > l->out ? l->in : l->out, big = MAX_LAYER_BYTES;
-	if (l->hidden > wide)
-		wide = l->hidden;
-	if (p->vocab > wide)
-		wide = p->vocab;
-	if ((double)p->rows * wide * 16 > big || (double)l->in * l->out > big ||
-	    (double)p->rows * l->heads * (p->seq > 0 ? p->seq : 1) * 4 > big) {
-		diag_error(c->d, l->loc, "this layer is too large: its figures per microbatch pass "
-		           "2^60 bytes");
-		return 0;
-	}
 	if (l->kind == LAYER_XENT && l->in != p->vocab) {
 		diag_error(c->d, l->loc, "'loss xent' takes logits over the vocabulary (%d wide), got "
 		           "width %d; put 'head' before it", p->vocab, l->in);
@@ -644,5 +633,96 @@ void check_layers(Check *c)
 			diag_error(c->d, k->loc,
 				"skip width mismatch: '%s' outputs %d features, '%s' takes %d",
 				a->name, a->out, b->name, b->in);
+	}
+}
+
+/* Stage i's bound of plan_mem_stage_share and plan_mem_edge_share of its out-edges, from
+ * its layers' whole figures `sum`: a recomputing stage keeps at most twice its saved
+ * bytes (save_re beside them), every out-edge carries its output. */
+static int64_t mem_share(const Program *p, int i, const LayerCost *sum)
+{
+	int64_t saved = tk_add(tk_add(sum->save_fb, sum->save_fw), sum->save_bw);
+	int64_t share = tk_add(tk_mul(sum->params, 16), tk_mul(tk_mul(saved, 2), p->microbatches));
+	int edges = i + 1 < p->nstages;
+	for (int k = 0; k < p->nskips; k++)
+		edges += p->skips[k].src == i;
+	int64_t out = tk_mul(tk_mul(p->rows, p->stages[i].out), 4);
+	return tk_add(share, tk_mul(plan_mem_edge_share(out, p->microbatches), edges));
+}
+
+/* Stage i's layers: every figure, their sums and the program's memory so far (*mem)
+ * within what the tools count (plan/layer.h, plan/mem.h); their FLOPs per rank into
+ * flops[3].  0, or -1 after an error. */
+static int count_stage(Check *c, int i, const LayerShape *sh, double *flops, int64_t *mem)
+{
+	Program *p = c->p;
+	ProgStage *st = &p->stages[i];
+	LayerCost sum = {0};
+	const char *what;
+	double v, most;
+	char msg[160];
+	int bad = 0;
+	for (int j = 0; j < st->nlayers; j++) {
+		PlanLayer pl = prog_plan_layer(&st->layers[j]);
+		if (pl.kind == LAYER_HEAD && (pl.flags & LAYER_FLAG(LAYER_KEY_TIED)))
+			pl.flags |= LAYER_FLAG(LAYER_KEY_COPY); // the lowering may give it a copy
+		if ((what = plan_layer_uncountable(&pl, sh, p->dims[DIM_TP], &v, &most))) {
+			diag_error(c->d, st->layers[j].loc, "this layer is too large to count: its %s",
+			           plan_uncountable_text(msg, sizeof msg, what, v, most));
+			bad = 1;
+			continue;
+		}
+		LayerCost whole = plan_layer_figures(&pl, sh);
+		plan_cost_add(&sum, &whole);
+		LayerCost lc = plan_layer_figures_tp(&pl, sh, p->dims[DIM_TP]);
+		for (int k = 0; k < 3; k++)
+			flops[k] += lc.flops[k];
+	}
+	if (bad)
+		return -1;
+	if ((what = plan_cost_uncountable(&sum, &v, &most))) {
+		diag_error(c->d, st->loc, "stage '%s' is too large to count: its layers' %s", st->name,
+		           plan_uncountable_text(msg, sizeof msg, what, v, most));
+		return -1;
+	}
+	if (*mem < PLAN_MEM_MAX && (*mem = tk_add(*mem, mem_share(p, i, &sum))) >= PLAN_MEM_MAX) {
+		diag_error(c->d, st->loc, "the program's memory is too large to count: by stage '%s', "
+		           "16 bytes a parameter and %d microbatches' saved bytes and tensors in "
+		           "flight add up past 2^62 bytes (4.6 EB)", st->name, p->microbatches);
+		return -1;
+	}
+	return 0;
+}
+
+/* Each stage's F, B, W: its own cost line, else `cost *`, else from its FLOPs (the
+ * layer table's, at PROG_DEFAULT_FLOPS). */
+void check_costs(Check *c)
+{
+	Program *p = c->p;
+	LayerShape shape = {p->rows, p->seq ? p->rows / p->seq : p->rows, p->seq ? p->seq : 1,
+	                    p->vocab};
+	if (!c->widths_ok || !c->input_ok)
+		return;
+	int64_t mem = 0;
+	for (int i = 0; i < p->nstages; i++) {
+		ProgStage *st = &p->stages[i];
+		double flops[3] = {0, 0, 0}, worst = 0;
+		if (count_stage(c, i, &shape, flops, &mem))
+			continue;
+		for (int k = 0; k < 3; k++) {
+			double ns = flops[k] * 1e9 / p->peak_flops;
+			if (c->cost_has[i][k]) {
+				st->cost[k] = c->cost[i][k];
+			} else if (c->all_has[k]) {
+				st->cost[k] = c->all_cost[k];
+			} else {
+				worst = ns > worst ? ns : worst;
+				st->cost[k] = ns < 1 ? 1 : ns > MAX_TIME_NS ? 0 : llround(ns);
+			}
+		}
+		if (worst > MAX_TIME_NS)
+			diag_error(c->d, st->loc,
+				"stage '%s' would take %.0f s per microbatch at %g TFLOP/s; "
+				"give its cost", st->name, worst / 1e9, p->peak_flops / 1e12);
 	}
 }

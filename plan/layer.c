@@ -35,8 +35,8 @@ static void linear_cost(const PlanLayer *l, const LayerShape *sh, int tp, LayerC
 {
 	(void)tp; // replicated on a tp group
 	c->params = tk_params_linear(l->in, l->out, 1);
-	c->save_fw = sh->rows * l->in * 4;
-	c->save_bw = sh->rows * l->out * 4;
+	c->save_fw = tk_mul(tk_mul(sh->rows, l->in), 4);
+	c->save_bw = tk_mul(tk_mul(sh->rows, l->out), 4);
 	TkFlops f = tk_flops_linear(sh->rows, l->in, l->out);
 	c->flops[0] = (double)f.f;
 	c->flops[1] = (double)f.b;
@@ -47,7 +47,7 @@ static void linear_cost(const PlanLayer *l, const LayerShape *sh, int tp, LayerC
 static void elementwise_cost(const PlanLayer *l, const LayerShape *sh, int tp, LayerCost *c)
 {
 	(void)tp;
-	c->save_fb = sh->rows * l->in * 4;
+	c->save_fb = tk_mul(tk_mul(sh->rows, l->in), 4);
 }
 
 /* A layer with weights: its input (in_w wide on this rank) and what F saves until W, its
@@ -56,8 +56,8 @@ static void weighted(const LayerShape *sh, int64_t in_w, int64_t out_w, int64_t 
                      TkMem m, TkFlops f, LayerCost *c)
 {
 	c->params = params;
-	c->save_fw = (sh->rows * in_w + m.saved) * 4;
-	c->save_bw = (sh->rows * out_w + m.held) * 4;
+	c->save_fw = tk_mul(tk_add(tk_mul(sh->rows, in_w), m.saved), 4);
+	c->save_bw = tk_mul(tk_add(tk_mul(sh->rows, out_w), m.held), 4);
 	c->flops[0] = (double)f.f;
 	c->flops[1] = (double)f.b;
 	c->flops[2] = (double)f.w;
@@ -69,8 +69,8 @@ static void tp_reduce(const LayerShape *sh, int tp, int64_t fwd, int64_t bwd, La
 {
 	if (tp <= 1)
 		return;
-	c->tp_bytes[0] = sh->rows * fwd * 4;
-	c->tp_bytes[1] = sh->rows * bwd * 4;
+	c->tp_bytes[0] = tk_mul(tk_mul(sh->rows, fwd), 4);
+	c->tp_bytes[1] = tk_mul(tk_mul(sh->rows, bwd), 4);
 }
 
 TkAttn plan_layer_attn(const PlanLayer *l, const LayerShape *sh)
@@ -151,7 +151,7 @@ static void head_cost(const PlanLayer *l, const LayerShape *sh, int tp, LayerCos
  * maximum logit, the sum of exponentials and the target's logit (one op in the plan). */
 static void xent_cost(const PlanLayer *l, const LayerShape *sh, int tp, LayerCost *c)
 {
-	c->save_fb = (sh->rows * (l->in / tp) + tk_mem_xent(sh->rows).saved) * 4;
+	c->save_fb = tk_mul(tk_add(tk_mul(sh->rows, l->in / tp), tk_mem_xent(sh->rows).saved), 4);
 	tp_reduce(sh, tp, 3, 0, c);
 }
 
@@ -255,6 +255,67 @@ LayerCost plan_layer_figures_tp(const PlanLayer *l, const LayerShape *sh, int tp
 	LayerCost c = {0};
 	plan_layers[l->kind].cost(l, sh, tp > 1 ? tp : 1, &c);
 	return c;
+}
+
+const char *plan_cost_uncountable(const LayerCost *c, double *value, double *limit)
+{
+	const struct {
+		const char *what;
+		int64_t v;
+	} f[] = {{"parameters", c->params},
+	         {"saved bytes per microbatch", c->save_fb},
+	         {"saved bytes per microbatch", c->save_fw},
+	         {"saved bytes per microbatch", c->save_bw},
+	         {"tp all-reduce bytes per microbatch", c->tp_bytes[0]},
+	         {"tp all-reduce bytes per microbatch", c->tp_bytes[1]}};
+	for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+		if (f[i].v >= PLAN_COUNT_MAX) {
+			*value = (double)f[i].v;
+			*limit = (double)PLAN_COUNT_MAX;
+			return f[i].what;
+		}
+	for (int k = 0; k < 3; k++)
+		if (!(c->flops[k] < (double)TK_MANY)) { // (double)TK_MANY is 2^63
+			*value = c->flops[k];
+			*limit = (double)TK_MANY;
+			return "FLOPs per microbatch";
+		}
+	return NULL;
+}
+
+char *plan_uncountable_text(char *buf, size_t n, const char *what, double v, double most)
+{
+	const char *more = v >= (double)TK_MANY ? "more than " : "";
+	if (v > most)
+		snprintf(buf, n, "%s are %s%.3g, past %.3g, the most the tools count", what, more, v,
+		         most);
+	else
+		snprintf(buf, n, "%s are %s%.3g, the most the tools count", what, more, v);
+	return buf;
+}
+
+const char *plan_layer_uncountable(const PlanLayer *l, const LayerShape *sh, int tp,
+                                   double *value, double *limit)
+{
+	for (int t = 1; t <= tp; t = t == tp ? tp + 1 : tp) { // whole, then one rank's share
+		LayerCost c = plan_layer_figures_tp(l, sh, t);
+		const char *what = plan_cost_uncountable(&c, value, limit);
+		if (what)
+			return what;
+	}
+	return NULL;
+}
+
+void plan_cost_add(LayerCost *sum, const LayerCost *c)
+{
+	sum->params = tk_add(sum->params, c->params);
+	sum->save_fb = tk_add(sum->save_fb, c->save_fb);
+	sum->save_fw = tk_add(sum->save_fw, c->save_fw);
+	sum->save_bw = tk_add(sum->save_bw, c->save_bw);
+	for (int k = 0; k < 3; k++)
+		sum->flops[k] += c->flops[k];
+	for (int d = 0; d < 2; d++)
+		sum->tp_bytes[d] = tk_add(sum->tp_bytes[d], c->tp_bytes[d]);
 }
 
 const char *plan_layer_tp_check(const PlanLayer *l, const LayerShape *sh, int tp, char *buf,

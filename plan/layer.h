@@ -140,6 +140,25 @@ LayerCost plan_layer_figures_tp(const PlanLayer *l, const LayerShape *sh, int tp
  * of heads (12)"), for the message "tp=5 does not divide ...". */
 const char *plan_layer_tp_check(const PlanLayer *l, const LayerShape *sh, int tp, char *buf,
                                 size_t n);
+/* The largest figure of a layer or stage the tools count: parameters and bytes per
+ * microbatch below 2^60 (about 1.15e18), FLOPs per microbatch below 2^63 (9.2e18; no op
+ * that long fits the 1000 s an op may take on any device).  Figures past it saturate
+ * (plan/tfcount.h), and bytes past 2^60 could not be summed over a rank's stages and a
+ * step's microbatches in 64 bits: the checker refuses such a layer or stage at its
+ * line, the plan reader at its `layer` line. */
+#define PLAN_COUNT_MAX ((int64_t)1 << 60)
+/* NULL when every figure of c is below its limit, else the first that is not
+ * ("parameters", "saved bytes per microbatch", "FLOPs per microbatch", ...), its value
+ * (at least that: a saturated figure is INT64_MAX) in *value and the limit in *limit. */
+const char *plan_cost_uncountable(const LayerCost *c, double *value, double *limit);
+/* "parameters are 4.61e+18, past 1.15e+18, the most the tools count" into buf, for
+ * what plan_cost_uncountable gave (a saturated value is "more than" it). */
+char *plan_uncountable_text(char *buf, size_t n, const char *what, double v, double most);
+/* The same for layer l on shape sh, whole and on one rank of a tp group of size tp. */
+const char *plan_layer_uncountable(const PlanLayer *l, const LayerShape *sh, int tp,
+                                   double *value, double *limit);
+/* sum += c, figure by figure, saturating (a stage's figures are its layers' sums). */
+void plan_cost_add(LayerCost *sum, const LayerCost *c);
 /* Figures of a layer without keys (linear, relu, gelu, mse) for rows rows. */
 LayerCost plan_layer_cost(LayerKind k, int64_t rows, int in, int out);
 /* The kind spelled word (and, for LAYER_ARG_NAME rows, name), or LAYER_COUNT; with name

@@ -13,12 +13,24 @@
  * piperun samples its allocations.  Convention: bytes, int64_t. */
 #include "mem.h"
 #include "par.h"
+#include "tfcount.h"
 
 #include <stdlib.h>
 
 int64_t plan_stage_in_bytes(const Plan *p, int s)
 {
 	return (int64_t)p->rows * p->stages[s].in * 4;
+}
+
+int64_t plan_mem_stage_share(const PlanStage *st, int m)
+{
+	int64_t saved = tk_add(tk_add(st->save_fb, st->save_fw), tk_add(st->save_bw, st->save_re));
+	return tk_add(tk_mul(st->params, 16), tk_mul(saved, m));
+}
+
+int64_t plan_mem_edge_share(int64_t bytes, int m)
+{
+	return tk_mul(tk_mul(bytes, 4), m);
 }
 
 static int64_t out_bytes(const Plan *p, int s)
@@ -326,10 +338,10 @@ int64_t plan_mem_peaks(const Plan *p, int64_t *peak)
 
 char *plan_mem_text(char *buf, size_t n, int64_t b)
 {
-	static const char *const unit[] = {"B", "kB", "MB", "GB", "TB", "PB"};
+	static const char *const unit[] = {"B", "kB", "MB", "GB", "TB", "PB", "EB"};
 	double v = (double)b;
 	int k = 0;
-	while (v >= 1000 && k < 5)
+	while (v >= 1000 && k < 6)
 		v /= 1000, k++;
 	if (k == 0)
 		snprintf(buf, n, "%lld B", (long long)b);

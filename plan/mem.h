@@ -34,9 +34,19 @@ PlanMem *plan_mem_all(const Plan *p);
 /* The peak total of every rank into peak[world] and the largest of them; -1 when out
  * of memory. */
 int64_t plan_mem_peaks(const Plan *p, int64_t *peak);
+/* The memory model's sums fit in 64 bits: a plan whose stages' and edges' shares
+ * below add up to less than PLAN_MEM_MAX (2^62 bytes, 4.6 EB) keeps every rank's and the
+ * step's figures below it (a verified plan makes, saves and receives each tensor once a
+ * microbatch).  The plan reader refuses the stage or edge past it, pipecc the stage.
+ * A stage's share: 16 bytes a parameter (weights, gradients, the largest optimizer
+ * state) and its saved bytes for each of m microbatches; an edge's: four copies of its
+ * tensor a microbatch (made and received, forward and backward).  Saturating. */
+#define PLAN_MEM_MAX ((int64_t)1 << 62)
+int64_t plan_mem_stage_share(const PlanStage *st, int m);
+int64_t plan_mem_edge_share(int64_t bytes, int m);
 /* The bytes of stage s's input, what a recomputing stage keeps from F to B. */
 int64_t plan_stage_in_bytes(const Plan *p, int s);
-/* "80 GB", "1.5 MiB"-style: bytes b in decimal units (B, kB, MB, GB, TB), 3
+/* "80 GB", "1.5 MiB"-style: bytes b in decimal units (B, kB, MB, GB, TB, PB, EB), 3
  * significant digits, into buf.  Returns buf. */
 char *plan_mem_text(char *buf, size_t n, int64_t b);
 

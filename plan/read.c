@@ -7,9 +7,11 @@
  * of op lines go through read_op.c's fast path; it declines any line it does not take
  * whole, and that line comes here.  With `--threads N` the op lines of a regular file
  * are parsed on workers instead (read_par.c, plan_read_text_as). */
+#include "mem.h"
 #include "plan.h"
 #include "read_int.h"
 #include "read_op.h"
+#include "tfcount.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -502,6 +504,33 @@ static int read_recompute(Rd *r, PlanStage *st)
 	return kv64(r, "save_re=", &st->save_re, 0, INT64_MAX / 8);
 }
 
+/* The plan's memory passes PLAN_MEM_MAX at `what` (plan_mem_stage_share). */
+static int too_much(Rd *r, const char *what, int m)
+{
+	return rd_fail(r, "the plan's memory is too large to count: by %s, 16 bytes a parameter "
+	               "and %d microbatches' saved bytes and tensors in flight add up past 2^62 "
+	               "bytes (4.6 EB)", what, m);
+}
+
+/* Layer ly of a stage whose layers so far add up to *sum: its figures and the sums stay
+ * within what every tool counts (plan_layer_uncountable). */
+static int countable(Rd *r, const Plan *p, const PlanLayer *ly, LayerCost *sum)
+{
+	LayerShape sh = plan_shape(p);
+	double v, most;
+	char msg[160];
+	const char *what = plan_layer_uncountable(ly, &sh, p->dims[DIM_TP], &v, &most);
+	if (what)
+		return rd_fail(r, "layer too large to count: its %s",
+		               plan_uncountable_text(msg, sizeof msg, what, v, most));
+	LayerCost c = plan_layer_figures(ly, &sh);
+	plan_cost_add(sum, &c);
+	if ((what = plan_cost_uncountable(sum, &v, &most)))
+		return rd_fail(r, "stage too large to count by this layer: its layers' %s",
+		               plan_uncountable_text(msg, sizeof msg, what, v, most));
+	return 0;
+}
+
 static int read_stages(Rd *r, Plan *p)
 {
 	int n;
@@ -543,7 +572,10 @@ static int read_stages(Rd *r, Plan *p)
 		    kv64(r, "save_bw=", &st->save_bw, 0, INT64_MAX / 8) || read_recompute(r, st) ||
 		    kv(r, "layers=", &st->nlayers, 1, 1 << 20) || loc(r, &st->loc) || eol(r))
 			return -1;
+		if ((r->mem = tk_add(r->mem, plan_mem_stage_share(st, p->microbatches))) >= PLAN_MEM_MAX)
+			return too_much(r, "this stage", p->microbatches);
 		int64_t lcap = 0;
+		LayerCost sum = {0};
 		for (int l = 0; l < st->nlayers; l++) {
 			if (grow(r, (void **)&st->layers, &lcap, l + 1, sizeof *st->layers))
 				return -1;
@@ -562,7 +594,7 @@ static int read_stages(Rd *r, Plan *p)
 				return -1;
 			skip_sp(r);
 			if (inum(r, &ly->out, 1, INT_MAX, "layer output width") ||
-			    read_layer_keys(r, ly, st->nlayers - l - 1))
+			    read_layer_keys(r, ly, st->nlayers - l - 1) || countable(r, p, ly, &sum))
 				return -1;
 		}
 	}
@@ -599,6 +631,9 @@ static int read_edges(Rd *r, Plan *p)
 		r->s += ed->skip ? 5 : 6;
 		if (kv64(r, "bytes=", &ed->bytes, 0, INT64_MAX / 8) || loc(r, &ed->loc) || eol(r))
 			return -1;
+		if ((r->mem = tk_add(r->mem, plan_mem_edge_share(ed->bytes, p->microbatches))) >=
+		    PLAN_MEM_MAX)
+			return too_much(r, "this edge", p->microbatches);
 		if (ed->src >= ed->dst)
 			return rd_fail(r, "edge %d goes from stage %d back to stage %d", e, ed->src, ed->dst);
 		if (!ed->skip && ed->dst != ed->src + 1)

@@ -37,6 +37,7 @@ typedef struct {
 	int stride;       // a line plan's rank numbers are multiples of it (plan_pp_stride)
 	unsigned keep;    // PLAN_KEEP_*
 	struct RdPar *par; // NULL: the op lines are parsed here, else skipped for read_par.c
+	int64_t mem;      // the stages' and edges' shares so far (plan_mem_stage_share)
 } Rd;
 
 /* Sets r's error (the first one only) at the current line; returns -1. */

@@ -336,6 +336,66 @@ static void layers__transformer_rows__match_tfcount(void **state)
  * parameters / T with the rest whole, and it names the all-reduces Megatron places
  * (forward after a row-parallel output, backward after a column-parallel input); a whole
  * row is unchanged.  Loops over the table: every split kind must be met. */
+/* Counts saturate rather than wrap (tfcount.h), and the limits of plan/layer.h name the
+ * first figure past them: exact below, TK_MANY and refused above. */
+static void layers__counts__saturate_and_are_refused(void **state)
+{
+	(void)state;
+	const int64_t big = (int64_t)1 << 24, lim = PLAN_COUNT_MAX;
+	assert_int_equal(tk_mul(3, 7), 21);
+	assert_int_equal(tk_mul((int64_t)1 << 31, (int64_t)1 << 31), (int64_t)1 << 62);
+	assert_int_equal(tk_mul((int64_t)1 << 32, (int64_t)1 << 31), TK_MANY);
+	assert_int_equal(tk_mul(TK_MANY, 0), 0);
+	assert_int_equal(tk_add(TK_MANY, 1), TK_MANY);
+	assert_int_equal(tk_add(TK_MANY - 1, 1), TK_MANY);
+	assert_int_equal(tk_div(TK_MANY, 8), TK_MANY);
+	assert_int_equal(tk_div(64, 8), 8);
+	/* 2 x 2^24 x 2^24 x 2^24 FLOPs: 2^73, which wrapped to 0 before. */
+	assert_int_equal(tk_flops_linear(big, big, big).f, TK_MANY);
+	assert_int_equal(tk_flops_linear(3, 5, 7).f, 210);
+	TkAttn a = {16, 1 << 20, 1 << 16, 1 << 16, 1 << 16, 0, 10000.0, 1}; // B H S S = 2^60
+	assert_int_equal(tk_attn_p_elems(&a), (int64_t)1 << 60);
+	/* A rank's share at tp 4: N nqkv / 4 + B H S S / 4 + N d / 4, exact. */
+	assert_int_equal(tk_mem_attn_tp(&a, 4).saved,
+	                 (big * 3 * (1 << 16) + ((int64_t)1 << 60) + big * (1 << 16)) / 4);
+	a.H = a.Hkv = (int64_t)1 << 30; // B H S S = 2^74
+	assert_int_equal(tk_attn_p_elems(&a), TK_MANY);
+	assert_int_equal(tk_mem_attn_tp(&a, 8).saved, TK_MANY); // stays saturated / tp
+
+	LayerCost c = {.params = lim - 1, .save_fw = lim - 1, .flops = {1e18, 9e18, 0}};
+	double v, most;
+	assert_null(plan_cost_uncountable(&c, &v, &most));
+	c.save_bw = lim;
+	assert_string_equal(plan_cost_uncountable(&c, &v, &most), "saved bytes per microbatch");
+	assert_true(v == (double)lim && most == (double)lim);
+	c.save_bw = 0;
+	c.flops[2] = (double)TK_MANY;
+	assert_string_equal(plan_cost_uncountable(&c, &v, &most), "FLOPs per microbatch");
+	char msg[160];
+	assert_string_equal(plan_uncountable_text(msg, sizeof msg, "FLOPs per microbatch", v, most),
+	                    "FLOPs per microbatch are more than 9.22e+18, the most the tools count");
+	c.params = TK_MANY;
+	const char *what = plan_cost_uncountable(&c, &v, &most);
+	assert_string_equal(plan_uncountable_text(msg, sizeof msg, what, v, most),
+	                    "parameters are more than 9.22e+18, past 1.15e+18, the most the tools "
+	                    "count");
+
+	/* A layer: whole and at tp; a linear of 2^30 x 2^30 has 2^60 parameters. */
+	LayerShape sh = {4, 4, 1, 0};
+	PlanLayer wide = {LAYER_LINEAR, 1 << 30, 1 << 30, 0, 0, 0, 0, 0};
+	assert_string_equal(plan_layer_uncountable(&wide, &sh, 1, &v, &most), "parameters");
+	wide.in = (1 << 30) - 2; // (2^30 - 2) 2^30 + 2^30 bias: just below
+	assert_null(plan_layer_uncountable(&wide, &sh, 2, &v, &most));
+	LayerCost sum = {0}, one = plan_layer_figures(&wide, &sh);
+	plan_cost_add(&sum, &one);
+	plan_cost_add(&sum, &one);
+	assert_int_equal(sum.params, 2 * one.params);
+	assert_string_equal(plan_cost_uncountable(&sum, &v, &most), "parameters");
+	sum.params = TK_MANY - 1;
+	plan_cost_add(&sum, &one);
+	assert_int_equal(sum.params, TK_MANY);
+}
+
 static void layers__tp_figures__divide_as_split(void **state)
 {
 	(void)state;
@@ -796,6 +856,7 @@ int main(void)
 		cmocka_unit_test(plan__tie_across_ranks__read_and_verified),
 		cmocka_unit_test(ops__group_end__spans_one_group),
 		cmocka_unit_test(layers__tp_figures__divide_as_split),
+		cmocka_unit_test(layers__counts__saturate_and_are_refused),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

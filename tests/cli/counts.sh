@@ -1,0 +1,98 @@
+#!/bin/sh
+# Figures too large to count (plan/layer.h PLAN_COUNT_MAX, plan/mem.h PLAN_MEM_MAX):
+# a layer, a stage or a whole plan whose parameters, bytes or FLOPs would pass what 64
+# bits hold is refused at its line by pipecc and by the plan reader (pipesim, piperun),
+# where the figures once wrapped around silently (a 2^73-FLOP layer compiled to a 1 ns
+# forward) or overflowed the memory model.  The largest programs below the limits still
+# compile.
+: "${BIN:=bin}"
+TOOL=counts
+. tests/lib/cli.sh
+
+# A two-stage program: input SHAPE, stage a's and stage b's layers, microbatches M,
+# then any more statements.
+two() {
+	printf 'pipeline big; mesh pp=2; microbatches %s; input %s;\n' "$4" "$1"
+	printf 'stage a { %s }\nstage b { %s }\nschedule 1f1b;\n%s\n' "$2" "$3" "$5"
+}
+
+# A layer of 2 x 2^24 x 2^24 x 2^24 = 2^73 FLOPs: compiled to f=1 (1 ns) before.
+two 16777216x16777216 'linear 16777216;' 'linear 16777216; loss mse;' 4 >"$dir/flops.pipe"
+t "a layer of 2^73 FLOPs is refused" 1 "$BIN/pipecc" "$dir/flops.pipe" -o "$dir/flops.plan"
+has "... at the layer, saying why" "$dir/err" \
+	"flops.pipe:2:11: error: this layer is too large to count: its FLOPs per microbatch are more than 9.22e+18, the most the tools count"
+check "... and writes no plan" "$([ ! -e "$dir/flops.plan" ]; echo $?)" "a plan was written"
+
+# An attention of 16 sequences of 2^20 tokens with 2^16 heads: its probabilities alone
+# (B x H x S x S) are 2^60 floats.
+two 'tokens 16x1048576 vocab=64' 'embed 65536; attention heads=65536;' \
+	'layernorm; head; loss xent;' 1 'cost * f=1 b=1 w=1;' >"$dir/attn.pipe"
+t "an attention of 2^62 saved bytes is refused" 1 "$BIN/pipecc" "$dir/attn.pipe" -o "$dir/attn.plan"
+has "... at the attention" "$dir/err" \
+	"attn.pipe:2:24: error: this layer is too large to count: its saved bytes per microbatch are 4.61e+18, past 1.15e+18"
+
+# Three attentions of 2^59 saved bytes each (16 sequences of 2^20 tokens, 8192 heads):
+# each counts, their stage's sum does not.
+two 'tokens 16x1048576 vocab=64' 'embed 8192; attention heads=8192; attention heads=8192;
+	attention heads=8192;' 'layernorm; head; loss xent;' 1 'cost * f=1 b=1 w=1;' >"$dir/sum.pipe"
+t "a stage whose layers' bytes add up past 2^60 is refused" 1 "$BIN/pipecc" "$dir/sum.pipe" \
+	-o "$dir/sum.plan"
+has "... at the stage" "$dir/err" \
+	"sum.pipe:2:7: error: stage 'a' is too large to count: its layers' saved bytes per microbatch are 1.73e+18, past 1.15e+18, the most the tools count"
+
+# 2^20 microbatches of 2^42 bytes saved by each stage: the step's memory passes 2^62.
+two 1048576x1048576 'linear 1048576;' 'linear 1048576; loss mse;' 1048576 \
+	'cost * f=1 b=1 w=1;' >"$dir/mem.pipe"
+t "a program whose memory adds up past 2^62 bytes is refused" 1 "$BIN/pipecc" \
+	"$dir/mem.pipe" -o "$dir/mem.plan"
+has "... at the stage that passes it" "$dir/err" \
+	"mem.pipe:2:7: error: the program's memory is too large to count: by stage 'a', 16 bytes a parameter and 1048576 microbatches' saved bytes and tensors in flight add up past 2^62 bytes (4.6 EB)"
+check "... once" "$(grep -c 'too large to count' "$dir/err" | grep -qx 1; echo $?)" \
+	"$(grep -c 'too large' "$dir/err") errors"
+
+# Below the limits, huge figures are counted exactly: 2^15 microbatches of 2^42 bytes
+# saved by each layer under gpipe (every forward before any backward), 2^58 bytes saved
+# on rank 1 at its peak (its linear's input and its loss's, 2^43 a microbatch).
+two 1048576x1048576 'linear 1048576;' 'linear 1048576; loss mse;' 32768 \
+	'cost * f=1 b=1 w=1; link ideal;' | sed 's/1f1b/gpipe/' >"$dir/big.pipe"
+t "a program of 2^58 saved bytes compiles" 0 "$BIN/pipecc" "$dir/big.pipe" -o "$dir/big.plan"
+t "... and pipesim counts its memory" 0 "$BIN/pipesim" "$dir/big.plan"
+has "... exactly" "$dir/out" \
+	"^    1 288239172253122560  4398050705408  4398050705408              0 288230376151711744              0 "
+
+# The plan reader: a version-1 plan (no checksum) from tests/plans with one figure
+# raised.  Stage 0's parameters at 2^60 - 1 (the field's range): 16 bytes each pass 2^62.
+g=tests/plans/good/tiny2.plan
+sed 's/^\(stage 0 .*\) params=72 /\1 params=1152921504606846975 /' "$g" >"$dir/params.plan"
+for tool in pipesim piperun; do
+	t "$tool refuses a plan whose memory passes 2^62 bytes" 1 "$BIN/$tool" "$dir/params.plan"
+	has "... at the stage's line" "$dir/err" \
+		"params.plan:11: error: the plan's memory is too large to count: by this stage, 16 bytes a parameter and 2 microbatches' saved bytes and tensors in flight add up past 2^62 bytes (4.6 EB)"
+done
+t "pipecc refuses it as input" 1 "$BIN/pipecc" "$dir/params.plan" -o "$dir/again.plan"
+has "... at the same line" "$dir/err" "params.plan:11: error: the plan's memory is too large"
+
+# An edge of 2^60 - 1 bytes (its SENDs and RECVs too), 4 copies of it a microbatch: at
+# the edge's line.
+sed 's/ bytes=128 / bytes=1152921504606846975 /' "$g" >"$dir/edge.plan"
+t "a plan whose edge passes 2^62 bytes is refused" 1 "$BIN/pipesim" "$dir/edge.plan"
+has "... at the edge's line" "$dir/err" "edge.plan:18: error: the plan's memory is too large to count: by this edge"
+
+# A layer 2^31 - 1 wide both ways: 2^62 parameters, more than its stage may count.
+w=2147483647
+sed -e "s/^layer linear 8 8\$/layer linear $w $w/" "$g" >"$dir/wide.plan"
+t "a plan with a layer of 2^62 parameters is refused" 1 "$BIN/pipesim" "$dir/wide.plan"
+has "... at the layer's line" "$dir/err" \
+	"wide.plan:12: error: layer too large to count: its parameters are 4.61e+18, past 1.15e+18, the most the tools count"
+
+# A stage of ten layers of 2^57 saved bytes (2^24 rows, 2^31 - 1 wide): each counts, the
+# sum passes 2^60 at the ninth.
+relus=$(printf 'layer relu 2147483647 2147483647\\n%.0s' 1 2 3 4 5 6 7 8 9 10)
+sed -e 's/^input 4x8$/input 16777216x8/' -e "s/^layer relu 8 8\$/${relus%??}/" \
+	-e 's/^\(stage 0 .*\) layers=2 /\1 layers=11 /' "$g" >"$dir/relus.plan"
+t "a plan with a stage whose layers add up past 2^60 bytes is refused" 1 "$BIN/pipesim" \
+	"$dir/relus.plan"
+has "... at the layer that passes it" "$dir/err" \
+	"relus.plan:21: error: stage too large to count by this layer: its layers' saved bytes per microbatch are 1.3e+18, past 1.15e+18"
+
+[ "$fails" -eq 0 ]
