@@ -137,6 +137,19 @@ static int print_reports(const CliTool *t, const PipesimArgs *a, const Plan *p,
 	return report && a->grid ? sim_report_grid(stdout, p, res, a->width) : 0;
 }
 
+/* The run's clock saturated (sim.c): said as a finding about the plan, and nothing else
+ * printed, since no figure of the run is true. */
+static int too_long(const CliTool *t, Plan *p, SimResult *res, PlanMem *mem)
+{
+	fprintf(stderr, "%s: error: the simulated step takes more than 2^62 ns (146 years), "
+	                "more than its times can be counted in: shorten the stages' costs or the "
+	                "link's latency, or raise its bandwidth\n", t->in_name);
+	sim_result_free(res);
+	free(mem);
+	plan_free(p);
+	return CLI_EXIT_FAIL;
+}
+
 int pipesim_drive(CliTool *t, PipesimArgs *a)
 {
 	int rc = check_combinations(t, a);
@@ -215,6 +228,8 @@ int pipesim_drive(CliTool *t, PipesimArgs *a)
 		rc = sim_run(p, &opt, &res);
 	}
 	cli_progress_end(pr);
+	if (rc >= 0 && res.makespan >= SIM_TIME_MAX) // saturated: no figure is true
+		return too_long(t, p, &res, mem);
 	if (rc < 0) {
 		cli_error(t, "%s", res.message);
 		sim_result_free(&res);

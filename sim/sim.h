@@ -158,6 +158,10 @@ typedef struct {
 	int64_t compute;        // ns of compute inside the stretch
 } SimPathStep;
 
+/* Times saturate (sim.c); a run whose makespan reaches SIM_TIME_MAX ns (2^62, 146
+ * years) has times past what 64 bits count, and pipesim refuses to report them. */
+#define SIM_TIME_MAX (INT64_MAX / 2)
+
 typedef struct {
 	SimVerdict verdict;
 	SimModel model;

@@ -95,4 +95,15 @@ t "a plan with a stage whose layers add up past 2^60 bytes is refused" 1 "$BIN/p
 has "... at the layer that passes it" "$dir/err" \
 	"relus.plan:21: error: stage too large to count by this layer: its layers' saved bytes per microbatch are 1.3e+18, past 1.15e+18"
 
+# Times: the simulator saturates its clock rather than wrap; a step of 2^62 ns or more
+# (forwards of 2^61 ns, the most a plan's cost may say) is refused rather than reported
+# with saturated figures (makespan 6917529027641087.853 us and a bubble from it before).
+sed 's/ f=1000 / f=2305843009213693951 /' "$g" >"$dir/long.plan"
+t "pipesim refuses a step its clock cannot count" 1 "$BIN/pipesim" "$dir/long.plan"
+has "... saying so about the plan" "$dir/err" \
+	"long.plan: error: the simulated step takes more than 2^62 ns (146 years), more than its times can be counted in"
+check "... and reports nothing" "$([ ! -s "$dir/out" ]; echo $?)" "it printed a report"
+t "... also as JSON" 1 "$BIN/pipesim" --json --model overlap "$dir/long.plan"
+check "... printing none" "$([ ! -s "$dir/out" ]; echo $?)" "it printed JSON"
+
 [ "$fails" -eq 0 ]
