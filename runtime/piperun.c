@@ -7,6 +7,7 @@
 #include "piperun.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -120,6 +121,15 @@ static void jstr(const char *s)
 	putchar('"');
 }
 
+/* A JSON number, or null where JSON has none (a diverged run's inf and nan). */
+static void jnum(const char *fmt, double v)
+{
+	if (isfinite(v))
+		printf(fmt, v);
+	else
+		printf("null");
+}
+
 static void print_json(const Plan *p, const RtWorld *w, const RtResult *res)
 {
 	printf("{\"pipeline\": ");
@@ -130,9 +140,11 @@ static void print_json(const Plan *p, const RtWorld *w, const RtResult *res)
 	       "\"microbatches\": %d,\n \"steps\": [",
 	       rt_world_backend(w), p->world, p->dims[DIM_PP], p->dims[DIM_DP], p->dims[DIM_TP],
 	       p->microbatches);
-	for (int s = 0; s < res->steps; s++)
-		printf("%s{\"step\": %d, \"loss\": %.9g, \"time_us\": %.3f}", s ? ", " : "", s + 1,
-		       res->loss[s], res->step_ns[s] / 1e3);
+	for (int s = 0; s < res->steps; s++) {
+		printf("%s{\"step\": %d, \"loss\": ", s ? ", " : "", s + 1);
+		jnum("%.9g", res->loss[s]);
+		printf(", \"time_us\": %.3f}", res->step_ns[s] / 1e3);
+	}
 	double mean = res->step_ns[0];
 	if (res->steps > 1) {
 		mean = 0;
@@ -158,12 +170,17 @@ static void print_json(const Plan *p, const RtWorld *w, const RtResult *res)
 		       res->model_bytes[3 * r + 1], res->model_bytes[3 * r + 2], res->mem_peak[4 * r],
 		       res->mem_peak[4 * r + 1], res->mem_peak[4 * r + 2], res->mem_peak[4 * r + 3]);
 	printf("]");
-	if (res->checked)
-		printf(",\n \"check\": {\"ok\": %s, \"loss_abs\": %.6g, \"loss_rel\": %.6g, "
-		       "\"weight_abs\": %.6g, \"weight_rel\": %.6g, \"weights\": %" PRId64
-		       ", \"tolerance\": %g}",
-		       res->check_ok ? "true" : "false", res->loss_abs, res->loss_rel, res->weight_abs,
-		       res->weight_rel, res->nweights, rt_check_tol(rt_world_options(w)->dtype));
+	if (res->checked) {
+		double v[] = {res->loss_abs, res->loss_rel, res->weight_abs, res->weight_rel};
+		const char *k[] = {"loss_abs", "loss_rel", "weight_abs", "weight_rel"};
+		printf(",\n \"check\": {\"ok\": %s", res->check_ok ? "true" : "false");
+		for (int i = 0; i < 4; i++) {
+			printf(", \"%s\": ", k[i]);
+			jnum("%.6g", v[i]);
+		}
+		printf(", \"weights\": %" PRId64 ", \"tolerance\": %g}", res->nweights,
+		       rt_check_tol(rt_world_options(w)->dtype));
+	}
 	printf("}\n");
 }
 
@@ -246,6 +263,14 @@ static int report(CliTool *t, PiperunArgs *a, const Plan *p, RtWorld *w, RtResul
 	TraceArg ta = {p, res};
 	if (a->trace && cli_write(t, a->trace, write_trace, &ta))
 		status = CLI_EXIT_FAIL;
+	for (int s = 0; s < res->steps; s++)
+		if (!isfinite(res->loss[s])) { // Megatron stops on a nan loss or gradient norm too
+			fprintf(stderr, "piperun: error: step %d: the loss is %s: the training diverged "
+			                "(lower the learning rate, --lr; this run's: %g)\n",
+			        s + 1, isnan(res->loss[s]) ? "nan" : "inf", res->optim.lr);
+			status = CLI_EXIT_FAIL;
+			break;
+		}
 	if (res->checked && !res->check_ok) {
 		fprintf(stderr, "piperun: error: --check: the pipelined run differs from the "
 		                "sequential one beyond %g relative\n",

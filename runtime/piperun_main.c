@@ -57,7 +57,7 @@ int main(int argc, char **argv)
 		.tool = "piperun", .input = "PLAN", .input_what = "plan file",
 		.about = "Runs a pipecc plan: every rank executes its op list, a thread per rank (threads)\n"
 		         "or a process per rank (mpi, under mpirun or srun).",
-		.finding = "a runtime failure (deadlock, mismatch, backend error) or a --check difference",
+		.finding = "a runtime failure (deadlock, mismatch, backend error, a diverged loss)\n     or a --check difference",
 		.version_extra = piperun_version_extra(),
 		.opts = opts,
 		.silent = !piperun_first_process(),

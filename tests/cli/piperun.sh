@@ -273,6 +273,24 @@ has "--calibrate prints cost lines" "$dir/cost.txt" "^cost s0 f=[0-9]*ns b=[0-9]
 { cat examples/tiny.pipe; grep '^cost' "$dir/cost.txt"; } >"$dir/cal.pipe"
 t "pipecc takes the calibrated costs" 0 "$BIN/pipecc" "$dir/cal.pipe" -o "$dir/cal.plan"
 
+# A diverged run (lr 1e6 on tiny: the loss is inf at step 3, nan after) fails, says where
+# and why; its JSON stays JSON (null for inf and nan); with --check, both runs diverging
+# alike is not a difference.  Before 2026-12-03 it exited 0 printing `loss -nan`.
+t "a diverged run fails" 1 "$BIN/piperun" "$dir/tiny.plan" --lr 1e6 --steps 5
+has "... naming the step and the cause" "$dir/err" \
+	"piperun: error: step 3: the loss is inf: the training diverged (lower the learning rate, --lr; this run's: 1e+06)"
+t "... also with --check and --json" 1 "$BIN/piperun" "$dir/tiny.plan" --lr 1e6 --steps 5 \
+	--check --json
+has "... whose losses are null past it" "$dir/out" '{"step": 4, "loss": null,'
+check "... and no nan or inf in the JSON" "$(grep -qiw 'nan\|inf' "$dir/out"; [ $? -ne 0 ]; echo $?)" \
+	"$(grep -oiw 'nan\|inf' "$dir/out" | head -1)"
+has "... and the check finds no difference" "$dir/out" '"check": {"ok": true'
+check "... nor says one" "$(grep -q 'differs' "$dir/err"; [ $? -ne 0 ]; echo $?)" "$(cat "$dir/err")"
+if command -v python3 >/dev/null 2>&1; then
+	cp "$dir/out" "$dir/nan.json"
+	t "... valid JSON" 0 python3 -m json.tool "$dir/nan.json"
+fi
+
 # Training fits the fixed data set: the loss falls at every step on every example
 # piperun has kernels for (not yet the token models: tests/cli/transformer.sh).
 for f in examples/*.pipe; do
