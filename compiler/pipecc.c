@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../plan/binary.h"
 #include "../plan/mem.h"
 #include "../plan/sysmem.h"
 #include "auto.h"
@@ -311,36 +312,78 @@ Plan *pipecc_compile(const char *file, const char *src, size_t len, const Pipecc
 	return plan;
 }
 
-/* The whole file ("-": standard input), malloc'd; NULL with errno set on failure. */
+/* What pipecc_read_file reads, told by its first bytes: a binary plan, read whole; a text
+ * plan, which no NUL byte may be in; a program or CSV order, whose comments may hold any
+ * byte. */
+enum { READ_UNKNOWN, READ_BINARY, READ_PLAN, READ_SOURCE };
+
+/* Where in the n bytes at s the input stops being worth reading: past its first NUL byte
+ * (outside a comment in a source: *comment, inside one so far), which the parser
+ * reports there; n when there is none. */
+static size_t text_end(int kind, const char *s, size_t n, int *comment)
+{
+	if (kind == READ_BINARY)
+		return n;
+	if (kind == READ_PLAN) {
+		const char *z = memchr(s, 0, n);
+		return z ? (size_t)(z - s) + 1 : n;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] == '#')
+			*comment = 1;
+		else if (s[i] == '\n')
+			*comment = 0;
+		else if (!s[i] && !*comment)
+			return i + 1;
+	}
+	return n;
+}
+
+/* The whole file ("-": standard input), malloc'd; NULL with errno set on failure.  A
+ * text is read up to its first NUL byte (text_end), so that a device like /dev/zero
+ * ends; a buffer of PLAN_FIT_MIN or more that would pass the machine's memory
+ * (plan_sysmem_fits) is refused (ENOMEM) rather than filled until the kernel ends the
+ * process. */
 char *pipecc_read_file(const char *path, size_t *len)
 {
 	FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
 	if (!f)
 		return NULL;
 	size_t cap = 1 << 16, n = 0;
+	int comment = 0, kind = READ_UNKNOWN, nul = 0;
 	char *buf = malloc(cap);
-	for (;;) {
-		if (!buf)
-			break;
+	while (buf && !nul) {
 		if (n == cap) {
-			char *nb = realloc(buf, cap *= 2);
+			char *nb = cap * 2 >= PLAN_FIT_MIN && !plan_sysmem_fits((double)cap * 2)
+			               ? NULL
+			               : realloc(buf, cap * 2);
 			if (!nb) {
 				free(buf);
 				buf = NULL;
 				break;
 			}
 			buf = nb;
+			cap *= 2;
 		}
 		size_t k = fread(buf + n, 1, cap - n, f);
-		n += k;
+		if (k && kind == READ_UNKNOWN)
+			kind = plan_is_binary_start((unsigned char)buf[0])   ? READ_BINARY
+			       : n + k >= sizeof PLAN_FORMAT &&
+			               !memcmp(buf, PLAN_FORMAT " ", sizeof PLAN_FORMAT)
+			           ? READ_PLAN
+			           : READ_SOURCE;
+		size_t end = text_end(kind, buf + n, k, &comment);
+		nul = end < k;
+		n += end;
 		if (k == 0)
 			break;
 	}
-	int bad = ferror(f);
+	int e = !buf ? ENOMEM : ferror(f) ? (errno ? errno : EIO) : 0;
 	if (f != stdin)
 		fclose(f);
-	if (bad) {
+	if (e) {
 		free(buf);
+		errno = e;
 		return NULL;
 	}
 	*len = n;

@@ -7,6 +7,7 @@
  * allocate much.  The file is read in blocks and hashed as they are used up. */
 #include "binary_int.h"
 #include "par.h"
+#include "sysmem.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -161,12 +162,20 @@ static char *read_text(Br *r, uint64_t n)
 			break;
 		}
 		size_t k = r->len - r->pos < n - got ? r->len - r->pos : (size_t)(n - got);
+		const unsigned char *nul = memchr(r->blk + r->pos, 0, k);
+		if (nul) { // not text: a length that lies, over bytes that may never end
+			fail(r, here(r) + (nul - (r->blk + r->pos)), "NUL byte in the text part");
+			break;
+		}
 		if (got + k > cap) {
-			cap = cap * 2 < n ? cap * 2 : (size_t)n;
-			char *b = realloc(t, cap);
-			if (!b)
+			size_t c = cap * 2 < n ? cap * 2 : (size_t)n;
+			char *b = c >= PLAN_FIT_MIN && !plan_sysmem_fits((double)c) ? NULL : realloc(t, c);
+			if (!b) {
+				cap = c; // for the message
 				break;
+			}
 			t = b;
+			cap = c;
 		}
 		memcpy(t + got, r->blk + r->pos, k);
 		got += k;

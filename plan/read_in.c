@@ -62,6 +62,10 @@ int rd_fill(Rd *r)
 	r->hashed = rest;
 	while (!r->eof) {
 		if (r->len == r->cap) {
+			if (r->len >= RD_LINE_MAX) { // the whole block is one line, and it goes on
+				return rd_fail(r, "line longer than %d bytes without a newline: not a plan",
+				               RD_LINE_MAX);
+			}
 			size_t c = r->cap ? r->cap * 2 : RD_BLOCK;
 			char *b = realloc(r->blk, c + RD_SLACK);
 			if (!b) {

@@ -12,6 +12,8 @@
  * L2 (measured on a 500 MiB plan: read() and the checksum took 0.13 s, 0.27 s with
  * 1 MiB blocks). */
 #define RD_BLOCK (1 << 16)
+#define RD_LINE_MAX (1 << 20) // a longer line is not a plan's (the longest, `source PATH`,
+                               // is a path); so a device like /dev/zero ends
 #define RD_SLACK 8        // zero bytes after the text: read_op.c loads 8 bytes at a time
 
 typedef struct {

@@ -269,7 +269,7 @@ fi
 op=$(awk '/^rank 1 /{on=1; i=-1; next} /^rank /{on=0} on && /^peer/{next}
 	on {i++; if ($1 == "F") {print i; exit}}' "$dir/tiny.plan")
 t "threads: a rank stuck in its compute op ends by the watchdog" 1 \
-	env PIPERUN_FAULT="stall:rank=1:op=$op" timeout 60 "$BIN/piperun" "$dir/tiny.plan" \
+	env PIPERUN_FAULT="stall:rank=1:op=$op" timeout 30 "$BIN/piperun" "$dir/tiny.plan" \
 	--backend threads --timeout 2
 has "threads: the watchdog names the stall" "$dir/err" \
 	"^piperun: error: no rank made progress for 2 s (deadlock?); blocked ops:"
@@ -281,7 +281,7 @@ has "threads: the stuck thread is left behind" "$dir/err" \
 # the watchdog aborts the world, then goes on, as an allocation that succeeds once the
 # other ranks freed their memory) is reported in the op it waited in, not the next one.
 t "threads: a rank held in its compute op ends by the watchdog" 1 \
-	env PIPERUN_FAULT="hold:rank=1:op=$op" timeout 60 "$BIN/piperun" "$dir/tiny.plan" \
+	env PIPERUN_FAULT="hold:rank=1:op=$op" timeout 30 "$BIN/piperun" "$dir/tiny.plan" \
 	--backend threads --timeout 2
 has "threads: the held rank is reported in the op it waited in" "$dir/err" \
 	"tiny.plan:[0-9]*: note: rank 1 blocked in step 1 at 'F 1 0'"
@@ -291,5 +291,30 @@ t "a bad PIPERUN_FAULT is an error" 1 env PIPERUN_FAULT=stall:rank=7:op=1 \
 	"$BIN/piperun" "$dir/tiny.plan" --backend threads
 has "a bad PIPERUN_FAULT is named" "$dir/err" \
 	"PIPERUN_FAULT='stall:rank=7:op=1': expected stall:rank=R:op=N\[:step=S\], hold:rank=R:op=N\[:step=S\] or stall-open:rank=R, R a rank of the plan (0 to 1)"
+
+# Inputs that never end: /dev/zero as a plan, a program or a CSV order, and a binary
+# plan whose text part claims a terabyte over endless zeros.  Each tool read on, filling
+# the machine's memory until the kernel ended it (exit 137 after 22-55 s); now each stops
+# at what cannot be valid (a plan line of 1 MiB without a newline, a NUL byte outside a
+# comment, a NUL in the text part) with a located error.
+for tool in pipesim piperun; do
+	t "$tool /dev/zero ends" 1 timeout 30 "$BIN/$tool" /dev/zero
+	has "... at line 1, saying why" "$dir/err" \
+		"/dev/zero:1: error: line longer than 1048576 bytes without a newline: not a plan"
+done
+t "pipecc /dev/zero ends" 1 timeout 30 "$BIN/pipecc" /dev/zero -o "$dir/zero.plan"
+has "... at its first byte" "$dir/err" "/dev/zero:1:1: error: stray byte 0x00"
+printf 'pipeline z; mesh pp=2; microbatches 2; input 2x4;\nstage a { linear 4; }\nstage b { linear 4; loss mse; }\nschedule csv "/dev/zero";\n' >"$dir/zero.pipe"
+t "a CSV order from /dev/zero ends" 1 timeout 30 "$BIN/pipecc" "$dir/zero.pipe" -o "$dir/zero.plan"
+has "... at its first cell" "$dir/err" "/dev/zero:1:1: error: cannot read cell"
+{ printf 'pipecc-plan 1\npipeline '; head -c 2000000 /dev/zero | tr '\0' a; echo; } >"$dir/long.plan"
+t "a plan line of 2 MB is refused" 1 "$BIN/pipesim" "$dir/long.plan"
+has "... at its line" "$dir/err" "long.plan:2: error: line longer than 1048576 bytes"
+"$BIN/pipecc" examples/tiny.pipe --plan-format=binary -o "$dir/tiny.bplan"
+head -c 12 "$dir/tiny.bplan" >"$dir/head.bin"
+printf '\000\000\000\000\000\001\000\000' >>"$dir/head.bin" # a text part of 2^40 bytes
+t "a binary plan whose text part never ends is refused" 1 sh -c \
+	"cat '$dir/head.bin' /dev/zero | timeout 30 '$BIN/pipesim' -"
+has "... at the first NUL" "$dir/err" "<stdin>: byte 20: error: NUL byte in the text part"
 
 [ "$fails" -eq 0 ]
