@@ -84,6 +84,10 @@ t "--backend mpi" 0 timeout 120 $MPIRUN -np 2 "$BIN/piperun" "$dir/tiny.plan" --
 has "--backend mpi reports mpi" "$dir/out" '"backend": "mpi"'
 t "wrong process count" nonzero timeout 120 $MPIRUN -np 3 "$BIN/piperun" "$dir/tiny.plan"
 has "wrong process count is explained" "$dir/err" "the plan has world 2 but 3 MPI processes"
+"$BIN/pipecc" examples/tiny.pipe -o "$dir/tiny.plan"
+t "a diverged run under mpirun fails" nonzero timeout 120 $MPIRUN -np 2 "$BIN/piperun" \
+	"$dir/tiny.plan" --lr 1e6 -q
+has "... its root naming the step" "$dir/err" "piperun: error: step 3: the loss is inf: the training diverged"
 t "--backend threads under mpirun is refused" 1 timeout 120 $MPIRUN -np 2 "$BIN/piperun" \
 	"$dir/tiny.plan" --backend threads
 has "the refusal says to use --backend mpi" "$dir/err" \
