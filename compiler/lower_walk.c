@@ -419,7 +419,9 @@ static void walk_start(Lw *w, Walk *k, int64_t *next)
 			k->run_line[p] = src_line_of(w, p, a);
 			start_compute(w, p, a, k->run_line[p]);
 			set_add(k->busy, p);
-			k->end[p] = k->now + act_cost(w, a);
+			k->end[p] = plan_time_add(k->now, act_cost(w, a));
+			if (k->end[p] > PLAN_TIME_MAX) // still an event: the walk stops there
+				k->end[p] = PLAN_TIME_MAX;
 			k->minend = k->end[p] < k->minend ? k->end[p] : k->minend;
 		}
 }
@@ -472,9 +474,13 @@ int lw_place_comms(Lw *w, int allow_deadlock)
 			continue;
 		if (k.minend < next)
 			next = k.minend;
-		if (next < INT64_MAX) {
+		if (next < PLAN_TIME_MAX) {
 			k.now = next;
 			continue;
+		}
+		if (next < INT64_MAX) { // the clock reached what it counts: refused below
+			k.now = next;
+			break;
 		}
 		if (!allow_deadlock) {
 			if (!lw_check_local_order(w)) // else it said why
@@ -484,6 +490,12 @@ int lw_place_comms(Lw *w, int allow_deadlock)
 		}
 		lw_rest_naively(w, k.cur);
 		break;
+	}
+	if (!rc && k.now >= PLAN_TIME_MAX) { // the clock saturated: pipesim would refuse it
+		diag_error(w->diag, w->pr->sched_loc,
+		           "the schedule's step takes more than 2^62 ns (146 years) at the stages' "
+		           "costs, more than its times can be counted in: shorten the costs");
+		rc = -1;
 	}
 	sync_ops(w);
 	free(w->opc);

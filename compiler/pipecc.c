@@ -171,6 +171,31 @@ static int too_big(const Program *pr, const int *stage_pp, int line, Diag *d)
 	return 1;
 }
 
+/* 1 (with the message) when schedule auto's clocks could pass what they count: its
+ * models add a few times at once, each at most the step's work one op after another
+ * (every F, B and W of every microbatch, a forward rebuilt by recomputation, each edge's
+ * transfer both ways), so the search runs only while that is below PLAN_TIME_MAX / 2. */
+static int too_long(const Program *pr, Diag *d)
+{
+	double work = 0, m = pr->microbatches;
+	for (int s = 0; s < pr->nstages; s++) {
+		const int64_t *c = pr->stages[s].cost;
+		work += m * (2.0 * (double)c[0] + (double)c[1] + (double)c[2]);
+		int out = s + 1 < pr->nstages;
+		for (int k = 0; k < pr->nskips; k++)
+			out += pr->skips[k].src == s;
+		double bytes = (double)pr->rows * pr->stages[s].out * 4;
+		if (!pr->link_ideal)
+			work += 2 * m * out * ((double)pr->latency_ns + bytes * 1e9 / pr->bandwidth);
+	}
+	if (work < (double)(PLAN_TIME_MAX / 2))
+		return 0;
+	diag_error(d, pr->sched_loc, "schedule auto: the step's work adds up to %.3g ns one op "
+	           "after another, past 2^61 ns (73 years), more than the search's times can be "
+	           "counted in: shorten the costs", work);
+	return 1;
+}
+
 static void report_oom(Diag *d, int64_t ops, size_t failed)
 {
 	char t[512];
@@ -204,7 +229,7 @@ static void run_passes(Compile *k, const char *file, const char *src, size_t len
 	int tune = o->tune_overlap, is_auto = s == &sched_auto;
 	int line = o->line && o->dump == PASS_NONE;
 	if (is_auto) { // rewrites the placement and recomputation to the winner's
-		if (too_big(pr, NULL, line, d) ||
+		if (too_big(pr, NULL, line, d) || too_long(pr, d) ||
 		    auto_search(pr, arena, d, o->explain ? stderr : NULL, &k->auto_choice))
 			return;
 		tune = k->auto_choice.tune_overlap;

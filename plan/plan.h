@@ -424,6 +424,16 @@ int plan_rank_of(const Plan *p, const int coord[DIM_COUNT]);
 void plan_coords_of(const Plan *p, int rank, int coord[DIM_COUNT]);
 int64_t plan_total_ops(const Plan *p);
 int64_t plan_transfer_ns(const Plan *p, int64_t bytes); // latency + bytes / bandwidth
+
+/* Times are int64 nanoseconds.  A step of PLAN_TIME_MAX (2^62 ns, 146 years) or more
+ * cannot be counted: the clocks (the lowering's walk, schedule auto's model, the
+ * simulator) saturate instead of wrapping, and pipecc and pipesim refuse such a step. */
+#define PLAN_TIME_MAX (INT64_MAX / 2)
+/* t + d for times t, d >= 0, INT64_MAX when that overflows. */
+static inline int64_t plan_time_add(int64_t t, int64_t d)
+{
+	return t > INT64_MAX - d ? INT64_MAX : t + d;
+}
 /* The kind of op o, typed so that a switch over it is checked (-Wswitch). */
 static inline OpKind plan_op_kind(const PlanOp *o)
 {

@@ -160,7 +160,7 @@ typedef struct {
 
 /* Times saturate (sim.c); a run whose makespan reaches SIM_TIME_MAX ns (2^62, 146
  * years) has times past what 64 bits count, and pipesim refuses to report them. */
-#define SIM_TIME_MAX (INT64_MAX / 2)
+#define SIM_TIME_MAX PLAN_TIME_MAX
 
 typedef struct {
 	SimVerdict verdict;

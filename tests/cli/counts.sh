@@ -106,4 +106,17 @@ check "... and reports nothing" "$([ ! -s "$dir/out" ]; echo $?)" "it printed a 
 t "... also as JSON" 1 "$BIN/pipesim" --json --model overlap "$dir/long.plan"
 check "... printing none" "$([ ! -s "$dir/out" ]; echo $?)" "it printed JSON"
 
+# The same for pipecc: 2^20 microbatches of 3000 s on one rank is 6.3e18 ns.  The
+# lowering's walk wrapped around there (undefined behaviour; the plan came out and
+# pipesim refused it); now the walk's clock stops at 2^62 ns and pipecc says so.
+printf 'pipeline l; mesh pp=1; microbatches 1048576; input 2x4;\nstage a { linear 4; }\nstage b { linear 4; loss mse; }\nschedule gpipe; cost * f=1000s b=1000s w=1000s; link ideal;\n' >"$dir/long.pipe"
+t "pipecc refuses a step its clock cannot count" 1 "$BIN/pipecc" "$dir/long.pipe" -o "$dir/long2.plan"
+has "... at the schedule" "$dir/err" \
+	"long.pipe:4:10: error: the schedule's step takes more than 2^62 ns (146 years) at the stages' costs"
+check "... and writes no plan" "$([ ! -e "$dir/long2.plan" ]; echo $?)" "a plan was written"
+sed 's/schedule gpipe/schedule auto/' "$dir/long.pipe" >"$dir/auto.pipe"
+t "schedule auto refuses to weigh it" 1 "$BIN/pipecc" "$dir/auto.pipe" -o "$dir/long2.plan"
+has "... before searching" "$dir/err" \
+	"auto.pipe:4:10: error: schedule auto: the step's work adds up to 8.39e+18 ns one op after another, past 2^61 ns (73 years)"
+
 [ "$fails" -eq 0 ]
