@@ -16,6 +16,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 const char *const pipecc_emit_names[EMIT_COUNT] = {"plan", "torch-csv", "summary"};
 
@@ -134,11 +135,24 @@ static int convert(CliTool *t, PipeccArgs *a, const struct timespec *t0, char *s
 	return rc;
 }
 
+/* A binary plan on standard output would garble a terminal (gzip refuses so too). */
+static int binary_to_terminal(CliTool *t, const PipeccArgs *a)
+{
+	if (a->plan_format != PLAN_FORMAT_BINARY || a->emit != EMIT_PLAN || a->dump >= 0 ||
+	    !cli_is_std(a->out) || !isatty(STDOUT_FILENO))
+		return 0;
+	return cli_usage_error(t, "the binary plan would go to a terminal: give -o FILE, or "
+	                          "redirect standard output");
+}
+
 int pipecc_drive(CliTool *t, PipeccArgs *a)
 {
 	struct timespec t0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	par_threads_auto();
+	int rc = binary_to_terminal(t, a);
+	if (rc)
+		return rc;
 	if (file_is_plan(t->in))
 		return convert(t, a, &t0, NULL, 0);
 	if (cli_given(t, &a->plan_format) && a->emit != EMIT_PLAN)
@@ -150,7 +164,7 @@ int pipecc_drive(CliTool *t, PipeccArgs *a)
 	if (a->o.from_csv && cli_is_std(a->o.from_csv) && cli_is_std(t->in))
 		return cli_usage_error(t, "the source and --from-torch-csv cannot both be standard "
 		                          "input");
-	int rc = a->dump < 0 ? cli_check_outputs(t) : 0;
+	rc = a->dump < 0 ? cli_check_outputs(t) : 0;
 	if (rc)
 		return rc;
 	if (a->expand && a->emit != EMIT_PLAN)

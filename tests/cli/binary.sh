@@ -205,6 +205,23 @@ done
 cmp -s "$dir/a" "$dir/b"
 check "... pipesim --threads 3 on the text says the same" $? "$(diff "$dir/a" "$dir/b" | head -3)"
 
+# A binary plan is not written to a terminal (as gzip refuses): a usage error before
+# any work, for a program and for a plan converted; redirected or -o FILE, it is written.
+if command -v script >/dev/null 2>&1 && script -qec true /dev/null >/dev/null 2>&1; then
+	"$BIN/pipecc" examples/tiny.pipe -o "$dir/tty.plan"
+	"$BIN/pipecc" examples/tiny.pipe --plan-format=binary -o "$dir/tty.bplan"
+	for in in examples/tiny.pipe "$dir/tty.plan"; do
+		t "binary to a terminal is refused ($in)" 0 script -qec \
+			"'$BIN/pipecc' '$in' --plan-format=binary; echo rc=\$?" /dev/null
+		has "... exit 2, saying why" "$dir/out" "^rc=2"
+		has "... and what to do" "$dir/out" \
+			"pipecc: the binary plan would go to a terminal: give -o FILE, or redirect standard output"
+	done
+	t "binary through a pipe from a terminal is written" 0 script -qec \
+		"'$BIN/pipecc' examples/tiny.pipe --plan-format=binary | cmp - '$dir/tty.bplan' && echo same" /dev/null
+	has "... the same bytes" "$dir/out" "^same"
+fi
+
 t "--help names the flag" 0 "$BIN/pipecc" --help
 has "... --plan-format" "$dir/out" "--plan-format FORMAT"
 
