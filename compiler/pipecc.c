@@ -161,8 +161,7 @@ static int too_big(const Program *pr, const int *stage_pp, int line, Diag *d)
 	n += 4 * cross * m;
 	if (!line)
 		n *= (int64_t)pr->dims[DIM_DP] * pr->dims[DIM_TP];
-	int64_t limit = plan_sysmem_limit(NULL, 0);
-	if (limit < 0 || n <= limit / (int64_t)sizeof(PlanOp))
+	if (plan_sysmem_fits((double)n * sizeof(PlanOp)))
 		return 0;
 	char t[512];
 	fprintf(d->out, "pipecc: %s\n", plan_oom_text(t, sizeof t, n, 0));

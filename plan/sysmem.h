@@ -20,7 +20,8 @@ void plan_sysmem(const char *root, PlanSysMem *m);
  * in "more than the 22.9 GiB available (MemAvailable, /proc/meminfo)" or "... allowed
  * by the data limit (ulimit -d)". */
 int64_t plan_sysmem_limit(char *what, size_t n);
-/* 0 when bytes are more than plan_sysmem_limit (no limit known: 1). */
+/* 0 when bytes are more than plan_sysmem_limit (no limit known, or fewer than
+ * PLAN_FIT_MIN bytes: 1, so that a moment of memory pressure refuses no small work). */
 int plan_sysmem_fits(double bytes);
 /* MemAvailable + SwapFree of /proc/meminfo's text in bytes (SwapFree alone, 0 when
  * missing, into *swap); -1 without MemAvailable. */

@@ -106,6 +106,8 @@ int rt_host_mem_check(RtWorld *w, int ranks_here)
 		snprintf(who, sizeof who, "%s %d ranks' peaks together, as pipesim's memory table "
 		         "gives them", count == p->world ? "its" : "the host's", count);
 	/* A host's processes fail alike: its first one says why. */
+	if (host < (int64_t)PLAN_FIT_MIN) // small runs never wait on a moment's pressure
+		host = proc = 0;
 	w->quiet |= later && ((have.host >= 0 && host > have.host) ||
 	                      (have.proc >= 0 && proc > have.proc));
 	if (have.host >= 0 && host > have.host)
