@@ -83,8 +83,8 @@ static int64_t ready_at(const AutoModel *md, const AutoScratch *sc, const SchedA
 			int64_t t = sc->t[AUTO_F][e->src * m + mb];
 			if (t < 0)
 				return -1;
-			if (plan_time_add(t, e->ns) > r)
-				r = plan_time_add(t, e->ns);
+			if (sat_add(t, e->ns) > r)
+				r = sat_add(t, e->ns);
 		}
 		return r;
 	}
@@ -99,8 +99,8 @@ static int64_t ready_at(const AutoModel *md, const AutoScratch *sc, const SchedA
 		int64_t t = sc->t[AUTO_B][e->dst * m + mb];
 		if (t < 0)
 			return -1;
-		if (plan_time_add(t, e->ns) > r)
-			r = plan_time_add(t, e->ns);
+		if (sat_add(t, e->ns) > r)
+			r = sat_add(t, e->ns);
 	}
 	return r;
 }
@@ -111,18 +111,18 @@ static void run_op(const AutoModel *md, AutoScratch *sc, int p, int i, const Sch
 {
 	int x = a->stage * md->m + a->mb;
 	const int64_t *c = md->cost[a->stage];
-	int64_t end = plan_time_add(at, c[0]); // times saturate (plan.h)
+	int64_t end = sat_add(at, c[0]); // times saturate (plan.h)
 	if (a->kind == OP_F) {
 		sc->t[AUTO_F][x] = end;
 		sc->ix[0][x] = i;
 	} else if (a->kind == OP_B || a->kind == OP_BW) {
-		end = plan_time_add(plan_time_add(at, c[1]), a->kind == OP_BW ? c[2] : 0);
+		end = sat_add(sat_add(at, c[1]), a->kind == OP_BW ? c[2] : 0);
 		sc->t[AUTO_B][x] = end;
 		sc->ix[1][x] = i;
 		if (a->kind == OP_BW)
 			sc->t[AUTO_W][x] = end;
 	} else {
-		end = plan_time_add(at, c[2]);
+		end = sat_add(at, c[2]);
 		sc->t[AUTO_W][x] = end;
 	}
 	if (i < sc->off[p + 1] - sc->off[p]) {
@@ -256,7 +256,7 @@ void auto_eval(const AutoModel *md, AutoScratch *sc, SchedAct *const *acts, cons
 		int64_t f = sc->free_at[p];
 		if (f > out->makespan)
 			out->makespan = f;
-		out->finish_sum = plan_time_add(out->finish_sum, f);
+		out->finish_sum = sat_add(out->finish_sum, f);
 		int64_t low;
 		sc->peak[p] = rank_peak(md, sc, p, acts, nacts[p], &low);
 		out->low = low > out->low ? low : out->low;

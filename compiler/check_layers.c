@@ -641,13 +641,13 @@ void check_layers(Check *c)
  * bytes (save_re beside them), every out-edge carries its output. */
 static int64_t mem_share(const Program *p, int i, const LayerCost *sum)
 {
-	int64_t saved = tk_add(tk_add(sum->save_fb, sum->save_fw), sum->save_bw);
-	int64_t share = tk_add(tk_mul(sum->params, 16), tk_mul(tk_mul(saved, 2), p->microbatches));
+	int64_t saved = sat_add(sat_add(sum->save_fb, sum->save_fw), sum->save_bw);
+	int64_t share = sat_add(sat_mul(sum->params, 16), sat_mul(sat_mul(saved, 2), p->microbatches));
 	int edges = i + 1 < p->nstages;
 	for (int k = 0; k < p->nskips; k++)
 		edges += p->skips[k].src == i;
-	int64_t out = tk_mul(tk_mul(p->rows, p->stages[i].out), 4);
-	return tk_add(share, tk_mul(plan_mem_edge_share(out, p->microbatches), edges));
+	int64_t out = sat_mul(sat_mul(p->rows, p->stages[i].out), 4);
+	return sat_add(share, sat_mul(plan_mem_edge_share(out, p->microbatches), edges));
 }
 
 /* Stage i's layers: every figure, their sums and the program's memory so far (*mem)
@@ -685,7 +685,7 @@ static int count_stage(Check *c, int i, const LayerShape *sh, double *flops, int
 		           plan_uncountable_text(msg, sizeof msg, what, v, most));
 		return -1;
 	}
-	if (*mem < PLAN_MEM_MAX && (*mem = tk_add(*mem, mem_share(p, i, &sum))) >= PLAN_MEM_MAX) {
+	if (*mem < PLAN_MEM_MAX && (*mem = sat_add(*mem, mem_share(p, i, &sum))) >= PLAN_MEM_MAX) {
 		diag_error(c->d, st->loc, "the program's memory is too large to count: by stage '%s', "
 		           "16 bytes a parameter and %d microbatches' saved bytes and tensors in "
 		           "flight add up past 2^62 bytes (4.6 EB)", st->name, p->microbatches);

@@ -119,7 +119,7 @@ static void selective_stage(Plan *p, int s, const LayerShape *sh)
 		if (ly->kind != LAYER_ATTN)
 			continue;
 		TkAttn a = plan_layer_attn(ly, sh);
-		probs = tk_add(probs, tk_mul(tk_attn_p_elems(&a), 4));
+		probs = sat_add(probs, sat_mul(tk_attn_p_elems(&a), 4));
 		core += 2.0 * (double)tk_attn_p_elems(&a) * (double)(a.d / a.H);
 	}
 	st->recompute = PLAN_RECOMPUTE_SELECTIVE;
@@ -163,10 +163,10 @@ static void fill_stages(Lw *w)
 			    w->sc->stage_pp[es] != st->pp)
 				st->layers[l].flags |= LAYER_FLAG(LAYER_KEY_COPY);
 			LayerCost lc = plan_layer_figures_tp(&st->layers[l], &shape, p->dims[DIM_TP]);
-			st->params = tk_add(st->params, lc.params); // the checker bounds the sums
-			st->save_fb = tk_add(st->save_fb, lc.save_fb);
-			st->save_fw = tk_add(st->save_fw, lc.save_fw);
-			st->save_bw = tk_add(st->save_bw, lc.save_bw);
+			st->params = sat_add(st->params, lc.params); // the checker bounds the sums
+			st->save_fb = sat_add(st->save_fb, lc.save_fb);
+			st->save_fw = sat_add(st->save_fw, lc.save_fw);
+			st->save_bw = sat_add(st->save_bw, lc.save_bw);
 		}
 		int mode = prog_recompute(pr, s);
 		if (mode == PLAN_RECOMPUTE_FULL)

@@ -419,7 +419,7 @@ static void walk_start(Lw *w, Walk *k, int64_t *next)
 			k->run_line[p] = src_line_of(w, p, a);
 			start_compute(w, p, a, k->run_line[p]);
 			set_add(k->busy, p);
-			k->end[p] = plan_time_add(k->now, act_cost(w, a));
+			k->end[p] = sat_add(k->now, act_cost(w, a));
 			if (k->end[p] > PLAN_TIME_MAX) // still an event: the walk stops there
 				k->end[p] = PLAN_TIME_MAX;
 			k->minend = k->end[p] < k->minend ? k->end[p] : k->minend;

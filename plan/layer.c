@@ -35,8 +35,8 @@ static void linear_cost(const PlanLayer *l, const LayerShape *sh, int tp, LayerC
 {
 	(void)tp; // replicated on a tp group
 	c->params = tk_params_linear(l->in, l->out, 1);
-	c->save_fw = tk_mul(tk_mul(sh->rows, l->in), 4);
-	c->save_bw = tk_mul(tk_mul(sh->rows, l->out), 4);
+	c->save_fw = sat_mul(sat_mul(sh->rows, l->in), 4);
+	c->save_bw = sat_mul(sat_mul(sh->rows, l->out), 4);
 	TkFlops f = tk_flops_linear(sh->rows, l->in, l->out);
 	c->flops[0] = (double)f.f;
 	c->flops[1] = (double)f.b;
@@ -47,7 +47,7 @@ static void linear_cost(const PlanLayer *l, const LayerShape *sh, int tp, LayerC
 static void elementwise_cost(const PlanLayer *l, const LayerShape *sh, int tp, LayerCost *c)
 {
 	(void)tp;
-	c->save_fb = tk_mul(tk_mul(sh->rows, l->in), 4);
+	c->save_fb = sat_mul(sat_mul(sh->rows, l->in), 4);
 }
 
 /* A layer with weights: its input (in_w wide on this rank) and what F saves until W, its
@@ -56,8 +56,8 @@ static void weighted(const LayerShape *sh, int64_t in_w, int64_t out_w, int64_t 
                      TkMem m, TkFlops f, LayerCost *c)
 {
 	c->params = params;
-	c->save_fw = tk_mul(tk_add(tk_mul(sh->rows, in_w), m.saved), 4);
-	c->save_bw = tk_mul(tk_add(tk_mul(sh->rows, out_w), m.held), 4);
+	c->save_fw = sat_mul(sat_add(sat_mul(sh->rows, in_w), m.saved), 4);
+	c->save_bw = sat_mul(sat_add(sat_mul(sh->rows, out_w), m.held), 4);
 	c->flops[0] = (double)f.f;
 	c->flops[1] = (double)f.b;
 	c->flops[2] = (double)f.w;
@@ -69,8 +69,8 @@ static void tp_reduce(const LayerShape *sh, int tp, int64_t fwd, int64_t bwd, La
 {
 	if (tp <= 1)
 		return;
-	c->tp_bytes[0] = tk_mul(tk_mul(sh->rows, fwd), 4);
-	c->tp_bytes[1] = tk_mul(tk_mul(sh->rows, bwd), 4);
+	c->tp_bytes[0] = sat_mul(sat_mul(sh->rows, fwd), 4);
+	c->tp_bytes[1] = sat_mul(sat_mul(sh->rows, bwd), 4);
 }
 
 TkAttn plan_layer_attn(const PlanLayer *l, const LayerShape *sh)
@@ -151,7 +151,7 @@ static void head_cost(const PlanLayer *l, const LayerShape *sh, int tp, LayerCos
  * maximum logit, the sum of exponentials and the target's logit (one op in the plan). */
 static void xent_cost(const PlanLayer *l, const LayerShape *sh, int tp, LayerCost *c)
 {
-	c->save_fb = tk_mul(tk_add(tk_mul(sh->rows, l->in / tp), tk_mem_xent(sh->rows).saved), 4);
+	c->save_fb = sat_mul(sat_add(sat_mul(sh->rows, l->in / tp), tk_mem_xent(sh->rows).saved), 4);
 	tp_reduce(sh, tp, 3, 0, c);
 }
 
@@ -308,14 +308,14 @@ const char *plan_layer_uncountable(const PlanLayer *l, const LayerShape *sh, int
 
 void plan_cost_add(LayerCost *sum, const LayerCost *c)
 {
-	sum->params = tk_add(sum->params, c->params);
-	sum->save_fb = tk_add(sum->save_fb, c->save_fb);
-	sum->save_fw = tk_add(sum->save_fw, c->save_fw);
-	sum->save_bw = tk_add(sum->save_bw, c->save_bw);
+	sum->params = sat_add(sum->params, c->params);
+	sum->save_fb = sat_add(sum->save_fb, c->save_fb);
+	sum->save_fw = sat_add(sum->save_fw, c->save_fw);
+	sum->save_bw = sat_add(sum->save_bw, c->save_bw);
 	for (int k = 0; k < 3; k++)
 		sum->flops[k] += c->flops[k];
 	for (int d = 0; d < 2; d++)
-		sum->tp_bytes[d] = tk_add(sum->tp_bytes[d], c->tp_bytes[d]);
+		sum->tp_bytes[d] = sat_add(sum->tp_bytes[d], c->tp_bytes[d]);
 }
 
 const char *plan_layer_tp_check(const PlanLayer *l, const LayerShape *sh, int tp, char *buf,

@@ -24,13 +24,13 @@ int64_t plan_stage_in_bytes(const Plan *p, int s)
 
 int64_t plan_mem_stage_share(const PlanStage *st, int m)
 {
-	int64_t saved = tk_add(tk_add(st->save_fb, st->save_fw), tk_add(st->save_bw, st->save_re));
-	return tk_add(tk_mul(st->params, 16), tk_mul(saved, m));
+	int64_t saved = sat_add(sat_add(st->save_fb, st->save_fw), sat_add(st->save_bw, st->save_re));
+	return sat_add(sat_mul(st->params, 16), sat_mul(saved, m));
 }
 
 int64_t plan_mem_edge_share(int64_t bytes, int m)
 {
-	return tk_mul(tk_mul(bytes, 4), m);
+	return sat_mul(sat_mul(bytes, 4), m);
 }
 
 static int64_t out_bytes(const Plan *p, int s)

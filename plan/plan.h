@@ -16,6 +16,7 @@
 
 #include "layer.h"
 #include "op.h"
+#include "sat.h"
 
 #define PLAN_FORMAT "pipecc-plan"
 #define PLAN_VERSION 3        // what the writer writes: one pipeline line (a line plan)
@@ -429,11 +430,6 @@ int64_t plan_transfer_ns(const Plan *p, int64_t bytes); // latency + bytes / ban
  * cannot be counted: the clocks (the lowering's walk, schedule auto's model, the
  * simulator) saturate instead of wrapping, and pipecc and pipesim refuse such a step. */
 #define PLAN_TIME_MAX (INT64_MAX / 2)
-/* t + d for times t, d >= 0, INT64_MAX when that overflows. */
-static inline int64_t plan_time_add(int64_t t, int64_t d)
-{
-	return t > INT64_MAX - d ? INT64_MAX : t + d;
-}
 /* The kind of op o, typed so that a switch over it is checked (-Wswitch). */
 static inline OpKind plan_op_kind(const PlanOp *o)
 {

@@ -572,7 +572,7 @@ static int read_stages(Rd *r, Plan *p)
 		    kv64(r, "save_bw=", &st->save_bw, 0, INT64_MAX / 8) || read_recompute(r, st) ||
 		    kv(r, "layers=", &st->nlayers, 1, 1 << 20) || loc(r, &st->loc) || eol(r))
 			return -1;
-		if ((r->mem = tk_add(r->mem, plan_mem_stage_share(st, p->microbatches))) >= PLAN_MEM_MAX)
+		if ((r->mem = sat_add(r->mem, plan_mem_stage_share(st, p->microbatches))) >= PLAN_MEM_MAX)
 			return too_much(r, "this stage", p->microbatches);
 		int64_t lcap = 0;
 		LayerCost sum = {0};
@@ -631,7 +631,7 @@ static int read_edges(Rd *r, Plan *p)
 		r->s += ed->skip ? 5 : 6;
 		if (kv64(r, "bytes=", &ed->bytes, 0, INT64_MAX / 8) || loc(r, &ed->loc) || eol(r))
 			return -1;
-		if ((r->mem = tk_add(r->mem, plan_mem_edge_share(ed->bytes, p->microbatches))) >=
+		if ((r->mem = sat_add(r->mem, plan_mem_edge_share(ed->bytes, p->microbatches))) >=
 		    PLAN_MEM_MAX)
 			return too_much(r, "this edge", p->microbatches);
 		if (ed->src >= ed->dst)

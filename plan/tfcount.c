@@ -21,24 +21,24 @@ const char *tk_attn_check(const TkAttn *a)
 
 int64_t tk_attn_nqkv(const TkAttn *a)
 {
-	return tk_mul(tk_add(a->H, tk_mul(2, a->Hkv)), a->d / a->H);
+	return sat_mul(sat_add(a->H, sat_mul(2, a->Hkv)), a->d / a->H);
 }
 
 int64_t tk_attn_p_elems(const TkAttn *a)
 {
-	return tk_mul(tk_mul(tk_mul(a->B, a->H), a->S), a->S);
+	return sat_mul(sat_mul(sat_mul(a->B, a->H), a->S), a->S);
 }
 
 int64_t tk_attn_workspace(const TkAttn *a)
 {
-	return tk_add(tk_mul(tk_mul(a->B, a->S), a->d), tk_mul(a->S, a->S));
+	return sat_add(sat_mul(sat_mul(a->B, a->S), a->d), sat_mul(a->S, a->S));
 }
 
 /* ---- parameter counts ---- */
 
 int64_t tk_params_linear(int64_t k, int64_t n, int bias)
 {
-	return tk_add(tk_mul(k, n), bias ? n : 0);
+	return sat_add(sat_mul(k, n), bias ? n : 0);
 }
 
 int64_t tk_params_embed(int64_t V, int64_t d, int64_t S, int learned_pos)
@@ -48,12 +48,12 @@ int64_t tk_params_embed(int64_t V, int64_t d, int64_t S, int learned_pos)
 
 int64_t tk_params_embed_tp(int64_t V, int64_t d, int64_t S, int learned_pos, int64_t tp)
 {
-	return tk_add(tk_mul(V / tp, d), learned_pos ? tk_mul(S, d) : 0);
+	return sat_add(sat_mul(V / tp, d), learned_pos ? sat_mul(S, d) : 0);
 }
 
 int64_t tk_params_layernorm(int64_t d)
 {
-	return tk_mul(2, d);
+	return sat_mul(2, d);
 }
 
 int64_t tk_params_rmsnorm(int64_t d)
@@ -69,8 +69,8 @@ int64_t tk_params_attn(const TkAttn *a, int bias)
 /* wqkv and bqkv by heads, wo by its input rows; bo whole. */
 int64_t tk_params_attn_tp(const TkAttn *a, int bias, int64_t tp)
 {
-	int64_t nq = tk_div(tk_attn_nqkv(a), tp);
-	return tk_add(tk_add(tk_params_linear(a->d, nq, bias), tk_mul(a->d / tp, a->d)),
+	int64_t nq = sat_div(tk_attn_nqkv(a), tp);
+	return sat_add(sat_add(tk_params_linear(a->d, nq, bias), sat_mul(a->d / tp, a->d)),
 	              bias ? a->d : 0);
 }
 
@@ -81,7 +81,7 @@ int64_t tk_params_mlp(int64_t d, int64_t f, int bias)
 
 int64_t tk_params_mlp_tp(int64_t d, int64_t f, int bias, int64_t tp)
 {
-	return tk_add(tk_add(tk_params_linear(d, f / tp, bias), tk_mul(f / tp, d)), bias ? d : 0);
+	return sat_add(sat_add(tk_params_linear(d, f / tp, bias), sat_mul(f / tp, d)), bias ? d : 0);
 }
 
 int64_t tk_params_swiglu(int64_t d, int64_t f)
@@ -91,7 +91,7 @@ int64_t tk_params_swiglu(int64_t d, int64_t f)
 
 int64_t tk_params_swiglu_tp(int64_t d, int64_t f, int64_t tp)
 {
-	return tk_mul(tk_mul(3, d), f / tp);
+	return sat_mul(sat_mul(3, d), f / tp);
 }
 
 int64_t tk_params_head(int64_t V, int64_t d, int tied)
@@ -101,7 +101,7 @@ int64_t tk_params_head(int64_t V, int64_t d, int tied)
 
 int64_t tk_params_head_tp(int64_t V, int64_t d, int tied, int64_t tp)
 {
-	return tied ? 0 : tk_mul(V / tp, d);
+	return tied ? 0 : sat_mul(V / tp, d);
 }
 
 /* ---- memory ---- */
@@ -114,7 +114,7 @@ TkMem tk_mem_embed(int64_t N)
 
 TkMem tk_mem_layernorm(int64_t N)
 {
-	return (TkMem){tk_mul(2, N), 0, 0};
+	return (TkMem){sat_mul(2, N), 0, 0};
 }
 
 TkMem tk_mem_rmsnorm(int64_t N)
@@ -130,10 +130,10 @@ TkMem tk_mem_attn(const TkAttn *a)
 /* Each rank keeps its heads' qkv, probabilities and outputs. */
 TkMem tk_mem_attn_tp(const TkAttn *a, int64_t tp)
 {
-	int64_t N = tk_mul(a->B, a->S), nq = tk_div(tk_attn_nqkv(a), tp);
-	return (TkMem){tk_add(tk_add(tk_mul(N, nq), tk_div(tk_attn_p_elems(a), tp)),
-	                      tk_mul(N, a->d / tp)),
-	               tk_mul(N, nq), tk_attn_workspace(a)};
+	int64_t N = sat_mul(a->B, a->S), nq = sat_div(tk_attn_nqkv(a), tp);
+	return (TkMem){sat_add(sat_add(sat_mul(N, nq), sat_div(tk_attn_p_elems(a), tp)),
+	                      sat_mul(N, a->d / tp)),
+	               sat_mul(N, nq), tk_attn_workspace(a)};
 }
 
 TkMem tk_mem_mlp(int64_t N, int64_t f)
@@ -143,7 +143,7 @@ TkMem tk_mem_mlp(int64_t N, int64_t f)
 
 TkMem tk_mem_mlp_tp(int64_t N, int64_t f, int64_t tp)
 {
-	return (TkMem){tk_mul(tk_mul(2, N), f / tp), tk_mul(N, f / tp), 0};
+	return (TkMem){sat_mul(sat_mul(2, N), f / tp), sat_mul(N, f / tp), 0};
 }
 
 TkMem tk_mem_swiglu(int64_t N, int64_t f)
@@ -153,7 +153,7 @@ TkMem tk_mem_swiglu(int64_t N, int64_t f)
 
 TkMem tk_mem_swiglu_tp(int64_t N, int64_t f, int64_t tp)
 {
-	return (TkMem){tk_mul(tk_mul(3, N), f / tp), tk_mul(tk_mul(2, N), f / tp), 0};
+	return (TkMem){sat_mul(sat_mul(3, N), f / tp), sat_mul(sat_mul(2, N), f / tp), 0};
 }
 
 TkMem tk_mem_head(int64_t N, int64_t V)
@@ -169,14 +169,14 @@ TkMem tk_mem_head_tp(int64_t N, int64_t V, int64_t tp)
 
 TkMem tk_mem_xent(int64_t N)
 {
-	return (TkMem){tk_mul(2, N), 0, 0}; // lse and the targets; the logits are the input
+	return (TkMem){sat_mul(2, N), 0, 0}; // lse and the targets; the logits are the input
 }
 
 /* ---- FLOPs ---- */
 
 TkFlops tk_flops_linear(int64_t N, int64_t k, int64_t n)
 {
-	int64_t g = tk_mul(tk_mul(tk_mul(2, N), k), n);
+	int64_t g = sat_mul(sat_mul(sat_mul(2, N), k), n);
 	return (TkFlops){g, g, g};
 }
 
@@ -188,13 +188,13 @@ TkFlops tk_flops_attn(const TkAttn *a)
 /* tp divides H, so every term divides exactly. */
 TkFlops tk_flops_attn_tp(const TkAttn *a, int64_t tp)
 {
-	int64_t N = tk_mul(a->B, a->S), d = a->d, nqkv = tk_attn_nqkv(a);
-	int64_t proj_in = tk_mul(tk_mul(tk_mul(2, N), d), tk_div(nqkv, tp));
-	int64_t proj_out = tk_mul(tk_mul(tk_mul(2, N), d / tp), d);
-	int64_t sq = tk_mul(tk_mul(tk_mul(tk_mul(tk_mul(2, a->B), a->H / tp), a->S), a->S),
+	int64_t N = sat_mul(a->B, a->S), d = a->d, nqkv = tk_attn_nqkv(a);
+	int64_t proj_in = sat_mul(sat_mul(sat_mul(2, N), d), sat_div(nqkv, tp));
+	int64_t proj_out = sat_mul(sat_mul(sat_mul(2, N), d / tp), d);
+	int64_t sq = sat_mul(sat_mul(sat_mul(sat_mul(sat_mul(2, a->B), a->H / tp), a->S), a->S),
 	                    d / a->H); // one S x S x hd GEMM per head
-	return (TkFlops){tk_add(tk_add(proj_in, tk_mul(2, sq)), proj_out),
-	                 tk_add(tk_add(proj_out, tk_mul(4, sq)), proj_in), tk_add(proj_in, proj_out)};
+	return (TkFlops){sat_add(sat_add(proj_in, sat_mul(2, sq)), proj_out),
+	                 sat_add(sat_add(proj_out, sat_mul(4, sq)), proj_in), sat_add(proj_in, proj_out)};
 }
 
 TkFlops tk_flops_mlp(int64_t N, int64_t d, int64_t f)
@@ -204,7 +204,7 @@ TkFlops tk_flops_mlp(int64_t N, int64_t d, int64_t f)
 
 TkFlops tk_flops_mlp_tp(int64_t N, int64_t d, int64_t f, int64_t tp)
 {
-	int64_t g = tk_mul(tk_mul(tk_mul(4, N), d), f / tp);
+	int64_t g = sat_mul(sat_mul(sat_mul(4, N), d), f / tp);
 	return (TkFlops){g, g, g};
 }
 
@@ -215,7 +215,7 @@ TkFlops tk_flops_swiglu(int64_t N, int64_t d, int64_t f)
 
 TkFlops tk_flops_swiglu_tp(int64_t N, int64_t d, int64_t f, int64_t tp)
 {
-	int64_t g = tk_mul(tk_mul(tk_mul(6, N), d), f / tp);
+	int64_t g = sat_mul(sat_mul(sat_mul(6, N), d), f / tp);
 	return (TkFlops){g, g, g};
 }
 

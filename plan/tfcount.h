@@ -8,29 +8,13 @@
 
 #include <stdint.h>
 
-/* Every count saturates: one past INT64_MAX is TK_MANY, never a wrapped number, so that
+#include "sat.h"
+
+/* Every count saturates (sat.h): one past INT64_MAX is TK_MANY, never a wrapped number, so that
  * a shape too large to count is seen as such (plan_layer_countable refuses a layer
  * whose figures reach PLAN_COUNT_MAX) rather than read as a small one.  The sizes given
  * are never negative. */
 #define TK_MANY INT64_MAX
-
-static inline int64_t tk_mul(int64_t a, int64_t b)
-{
-	int64_t r;
-	return __builtin_mul_overflow(a, b, &r) ? TK_MANY : r;
-}
-
-static inline int64_t tk_add(int64_t a, int64_t b)
-{
-	int64_t r;
-	return __builtin_add_overflow(a, b, &r) ? TK_MANY : r;
-}
-
-/* a / b, TK_MANY staying TK_MANY (b >= 1). */
-static inline int64_t tk_div(int64_t a, int64_t b)
-{
-	return a == TK_MANY ? TK_MANY : a / b;
-}
 
 /* ---- causal multi-head self-attention with grouped-query attention ----
  * hd = d/H; nqkv = (H + 2*Hkv)*hd.  A qkv row is [q heads | k heads | v heads]; query head

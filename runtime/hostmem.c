@@ -32,8 +32,8 @@ static int64_t reference_bytes(const RtWorld *w)
 	int state = plan_optim_state_bytes(w->optim.kind);
 	for (int s = 0; s < p->nstages; s++) {
 		const RtStageModel *st = &w->whole->st[s];
-		n = tk_add(n, tk_mul(st->nparams, 12 + state));
-		n = tk_add(n, tk_mul(tk_add(tk_add(st->save[0], st->save[1]), st->save[2]),
+		n = sat_add(n, sat_mul(st->nparams, 12 + state));
+		n = sat_add(n, sat_mul(sat_add(sat_add(st->save[0], st->save[1]), st->save[2]),
 		                     p->microbatches));
 	}
 	return n;
@@ -73,9 +73,9 @@ static int ranks_need(RtWorld *w, int64_t need[2], int *count, int *later)
 		*later |= r < w->first_local;
 		if ((rc = rank_peak(p, r, &peak)))
 			break;
-		need[0] = tk_add(need[0], peak); // each below PLAN_MEM_MAX, not their sum
+		need[0] = sat_add(need[0], peak); // each below PLAN_MEM_MAX, not their sum
 		++*count;
-		need[1] = tk_add(need[1], mine ? peak : 0);
+		need[1] = sat_add(need[1], mine ? peak : 0);
 	}
 	free(hosts);
 	return rc;

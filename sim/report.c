@@ -141,8 +141,7 @@ int sim_report_summary(FILE *f, const Plan *p, const SimResult *res, const PlanM
 	if (res->npath) {
 		int64_t comp = 0; // saturating, as the run's times are
 		for (int64_t i = 0; i < res->npath; i++)
-			if (__builtin_add_overflow(comp, res->path[i].compute, &comp))
-				comp = INT64_MAX;
+			comp = sat_add(comp, res->path[i].compute);
 		fprintf(f, "\ncritical path: %" PRId64 " stretches, ", res->npath);
 		put_us(f, comp);
 		fprintf(f, " us of compute, ");
@@ -265,10 +264,7 @@ static void grid_cell(const SimResult *res, int r, const PlanRank *pr, int64_t a
 /* Where column c of a grid from t0 begins: t0 + c q, saturating (a run's times do). */
 static int64_t col_at(int64_t t0, int c, int64_t q)
 {
-	int64_t x;
-	if (__builtin_mul_overflow((int64_t)c, q, &x) || __builtin_add_overflow(t0, x, &x))
-		return INT64_MAX;
-	return x;
+	return sat_add(t0, sat_mul(c, q));
 }
 
 /* Rows of cells for [t0, t0 + ncols * q): a cell names its op (letter and microbatch),

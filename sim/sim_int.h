@@ -213,14 +213,6 @@ static inline int sim_stopped(const S *s)
 	return s->opt.stop && __atomic_load_n(s->opt.stop, __ATOMIC_RELAXED);
 }
 
-static inline int64_t sat_add(int64_t a, int64_t b)
-{
-	int64_t r;
-	if (__builtin_add_overflow(a, b, &r))
-		return b > 0 ? INT64_MAX : INT64_MIN;
-	return r;
-}
-
 static inline int64_t max64(int64_t a, int64_t b)
 {
 	return a > b ? a : b;

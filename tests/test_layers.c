@@ -342,14 +342,19 @@ static void layers__counts__saturate_and_are_refused(void **state)
 {
 	(void)state;
 	const int64_t big = (int64_t)1 << 24, lim = PLAN_COUNT_MAX;
-	assert_int_equal(tk_mul(3, 7), 21);
-	assert_int_equal(tk_mul((int64_t)1 << 31, (int64_t)1 << 31), (int64_t)1 << 62);
-	assert_int_equal(tk_mul((int64_t)1 << 32, (int64_t)1 << 31), TK_MANY);
-	assert_int_equal(tk_mul(TK_MANY, 0), 0);
-	assert_int_equal(tk_add(TK_MANY, 1), TK_MANY);
-	assert_int_equal(tk_add(TK_MANY - 1, 1), TK_MANY);
-	assert_int_equal(tk_div(TK_MANY, 8), TK_MANY);
-	assert_int_equal(tk_div(64, 8), 8);
+	assert_int_equal(sat_mul(3, 7), 21);
+	assert_int_equal(sat_mul((int64_t)1 << 31, (int64_t)1 << 31), (int64_t)1 << 62);
+	assert_int_equal(sat_mul((int64_t)1 << 32, (int64_t)1 << 31), TK_MANY);
+	assert_int_equal(sat_mul(TK_MANY, 0), 0);
+	assert_int_equal(sat_add(TK_MANY, 1), TK_MANY);
+	assert_int_equal(sat_add(TK_MANY - 1, 1), TK_MANY);
+	assert_int_equal(sat_div(TK_MANY, 8), TK_MANY);
+	assert_int_equal(sat_add(INT64_MIN + 1, -2), INT64_MIN); // the simulator's memory falls
+	assert_int_equal(sat_add(5, -7), -2);
+	assert_int_equal(sat_mul(-((int64_t)1 << 32), (int64_t)1 << 31), INT64_MIN);
+	assert_int_equal(sat_mul(-((int64_t)1 << 32), -((int64_t)1 << 31)), INT64_MAX);
+	assert_int_equal(sat_div(-64, 8), -8);
+	assert_int_equal(sat_div(64, 8), 8);
 	/* 2 x 2^24 x 2^24 x 2^24 FLOPs: 2^73, which wrapped to 0 before. */
 	assert_int_equal(tk_flops_linear(big, big, big).f, TK_MANY);
 	assert_int_equal(tk_flops_linear(3, 5, 7).f, 210);
