@@ -137,13 +137,18 @@ static int print_reports(const CliTool *t, const PipesimArgs *a, const Plan *p,
 	return report && a->grid ? sim_report_grid(stdout, p, res, a->width) : 0;
 }
 
-/* The run's clock saturated (sim.c): said as a finding about the plan, and nothing else
- * printed, since no figure of the run is true. */
+/* The run's clock saturated (sim.c): said as a finding about the plan, after the run's
+ * own finding if it failed (a deadlock's cycle does not depend on the times, and its
+ * report draws no picture of saturated ones), and nothing else printed, since no
+ * figure of the run is true. */
 static int too_long(const CliTool *t, Plan *p, SimResult *res, PlanMem *mem)
 {
-	fprintf(stderr, "%s: error: the simulated step takes more than 2^62 ns (146 years), "
-	                "more than its times can be counted in: shorten the stages' costs or the "
-	                "link's latency, or raise its bandwidth\n", t->in_name);
+	if (res->verdict != SIM_OK)
+		sim_report_failure(stderr, p, res, t->in_name);
+	fprintf(stderr, "%s: error: the simulated %s more than 2^62 ns (146 years), "
+	                "more than the run's times can be counted in: shorten the stages' costs or the "
+	                "link's latency, or raise its bandwidth\n", t->in_name,
+	        res->verdict == SIM_OK ? "step takes" : "steps before the failure take");
 	sim_result_free(res);
 	free(mem);
 	plan_free(p);

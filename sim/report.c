@@ -378,7 +378,9 @@ int sim_report_failure(FILE *f, const Plan *p, const SimResult *res, const char 
 				fprintf(f, "  %s waits for %s which waits behind %s\n", a, b, c);
 		}
 	}
-	if (res->ranks && res->ranks[0].recs) {
+	if (res->stall_time >= SIM_TIME_MAX) { // saturated: no column would be true
+		fprintf(f, "(no picture of the last steps: their times pass 2^62 ns)\n");
+	} else if (res->ranks && res->ranks[0].recs) {
 		enum { COLS = 16 };
 		int64_t q = quantum(p, res->stall_time, COLS);
 		int64_t t0 = res->stall_time - COLS * q;

@@ -101,10 +101,23 @@ has "... at the layer that passes it" "$dir/err" \
 sed 's/ f=1000 / f=2305843009213693951 /' "$g" >"$dir/long.plan"
 t "pipesim refuses a step its clock cannot count" 1 "$BIN/pipesim" "$dir/long.plan"
 has "... saying so about the plan" "$dir/err" \
-	"long.plan: error: the simulated step takes more than 2^62 ns (146 years), more than its times can be counted in"
+	"long.plan: error: the simulated step takes more than 2^62 ns (146 years), more than the run's times can be counted in"
 check "... and reports nothing" "$([ ! -s "$dir/out" ]; echo $?)" "it printed a report"
 t "... also as JSON" 1 "$BIN/pipesim" --json --model overlap "$dir/long.plan"
 check "... printing none" "$([ ! -s "$dir/out" ]; echo $?)" "it printed JSON"
+# A deadlock whose steps before the stall saturate the clock: the deadlock is the
+# finding (it was hidden behind the time error before), its report draws no picture
+# of saturated times (the grid's header said 2305843009213693.951 us).
+sed 's/ f=1000 b=1000 / f=2305843009213693951 b=2305843009213693951 /' \
+	tests/plans/bad/head_to_head.plan >"$dir/hh.plan"
+t "a deadlock past the clock's range is still reported as a deadlock" 1 "$BIN/pipesim" "$dir/hh.plan"
+has "... with its cycle" "$dir/err" "hh.plan: error: deadlock: 2 of 2 ranks can never finish"
+has "... and no picture of saturated times" "$dir/err" \
+	"(no picture of the last steps: their times pass 2^62 ns)"
+has "... then the time error" "$dir/err" \
+	"hh.plan: error: the simulated steps before the failure take more than 2^62 ns"
+check "... with no number of the saturated clock" \
+	"$(grep -c '2305843009213693\|9223372036854775' "$dir/err")" "a saturated time was printed"
 
 # The same for pipecc: 2^20 microbatches of 3000 s on one rank is 6.3e18 ns.  The
 # lowering's walk wrapped around there (undefined behaviour; the plan came out and
