@@ -797,9 +797,14 @@ static Program *check(Arena *a, Diag *d, const char *file, AstProgram *ast)
 		nblock_stmts += s->kind == AST_BLOCK;
 	c.block_stmt = arena_alloc(a, (size_t)nblock_stmts * sizeof *c.block_stmt);
 	c.block_ok = arena_alloc(a, (size_t)nblock_stmts + 1);
+	map_init(a, &c.blocks, nblock_stmts);
 	for (AstStmt *s = ast->head; s; s = s->next)
-		if (s->kind == AST_BLOCK && s->name.s)
+		if (s->kind == AST_BLOCK && s->name.s) {
+			Slot *slot = map_slot(&c.blocks, s->name.s, 0);
+			if (!slot->used)
+				map_set(slot, s->name.s, 0, c.nblock_names);
 			c.block_stmt[c.nblock_names++] = s;
+		}
 	map_init(a, &c.stages, nstage_stmts);
 	map_init(a, &c.skips, nskip_stmts);
 	c.stage_stmt = arena_alloc(a, (size_t)nstage_stmts * sizeof *c.stage_stmt);

@@ -40,8 +40,10 @@ typedef struct {
 
 	int nblock_names;           // every block statement with a name, in order
 	AstStmt **block_stmt;
+	Map blocks;                 // name -> index in block_stmt of its first statement
 	uint8_t *block_ok;          // its statement is sound (its layers are checked on use)
 	int nblocks;                // blocks declared so far
+	int in_blocks, in_bodies;   // the layer expansion's depth: block uses, bodies open
 
 	AstStmt *cost_all;          // `cost *`
 	AstStmt **recompute_stmt;   // per stage: its `recompute NAME` statement

@@ -237,14 +237,10 @@ static int block_use(Check *c, const AstLayer *al, int within, int *times)
 {
 	if (!al->name.s)
 		return -1;
-	int b = -1;
-	for (int i = 0; i < c->nblock_names; i++)
-		if (!strcmp(c->block_stmt[i]->name.s, al->name.s)) {
-			b = i;
-			break;
-		}
-	if (b < 0)
+	const Slot *slot = map_slot(&c->blocks, al->name.s, 0);
+	if (!slot->used)
 		return -1;
+	int b = slot->val;
 	*times = 0;
 	if (b >= within) {
 		if (b < c->nblocks && b == within)
@@ -269,6 +265,9 @@ static int block_use(Check *c, const AstLayer *al, int within, int *times)
 	return -2;
 }
 
+/* Block uses inside block uses, at most: the expansion recurses once per level. */
+enum { MAX_BLOCK_NEST = 64 };
+
 /* The layers als[0..n) into ls, blocks repeated and residual bodies flattened after
  * their residual (its span).  `within`: the blocks visible (declared above). */
 static int expand(Check *c, const AstLayer *als, int n, int within, LayerList *ls)
@@ -281,14 +280,27 @@ static int expand(Check *c, const AstLayer *als, int n, int within, LayerList *l
 			ok = 0;
 			continue;
 		}
+		if (b >= 0 && c->in_blocks == MAX_BLOCK_NEST) {
+			diag_error(c->d, al->name.loc, "blocks nest more than %d deep here: '%s' is "
+			           "used inside %d other blocks' uses", MAX_BLOCK_NEST, al->name.s,
+			           MAX_BLOCK_NEST);
+			return 0;
+		}
 		if (b >= 0) {
 			const AstStmt *bs = c->block_stmt[b];
 			int bok = c->block_ok[b];
+			c->in_blocks++;
 			for (int t = 0; t < times && bok; t++)
 				bok = expand(c, bs->layers, bs->nlayers, b, ls);
+			c->in_blocks--;
 			c->block_ok[b] = (uint8_t)bok; // its errors are reported once
 			ok &= bok;
 			continue;
+		}
+		if (al->has_body && c->in_bodies == PLAN_NEST_MAX) {
+			diag_error(c->d, al->loc, "'%s' bodies nest more than %d deep here, the most "
+			           "the tools run", al->name.s, PLAN_NEST_MAX);
+			return 0;
 		}
 		ProgLayer l;
 		int lok = check_layer(c, al, &l);
@@ -302,8 +314,11 @@ static int expand(Check *c, const AstLayer *als, int n, int within, LayerList *l
 		*slot = l;
 		if (!al->has_body)
 			continue;
-		ok &= expand(c, al->layers, al->nlayers, within, ls);
-		if (ls->n == at + 1 && lok) {
+		c->in_bodies++;
+		int body_ok = expand(c, al->layers, al->nlayers, within, ls);
+		c->in_bodies--;
+		ok &= body_ok;
+		if (ls->n == at + 1 && lok && body_ok) { // else its error said why
 			diag_error(c->d, al->loc, "'%s' needs at least one layer in its body",
 			           al->name.s);
 			ok = 0;
@@ -355,14 +370,14 @@ void check_block(Check *c, AstStmt *s)
 		return; // lost to a syntax error: not among the names collected
 	c->nblocks++;
 	c->block_ok[b] = !s->bad;
-	for (int i = 0; i < b; i++)
-		if (!strcmp(c->block_stmt[i]->name.s, s->name.s)) {
-			diag_error(c->d, s->name.loc, "duplicate block '%s'", s->name.s);
-			diag_note(c->d, c->block_stmt[i]->name.loc, "'%s' is first defined here",
-			          s->name.s);
-			c->block_ok[b] = 0;
-			return;
-		}
+	int first = map_slot(&c->blocks, s->name.s, 0)->val;
+	if (first != b) {
+		diag_error(c->d, s->name.loc, "duplicate block '%s'", s->name.s);
+		diag_note(c->d, c->block_stmt[first]->name.loc, "'%s' is first defined here",
+		          s->name.s);
+		c->block_ok[b] = 0;
+		return;
+	}
 	if (plan_layer_parse(s->name.s, NULL) != LAYER_COUNT) {
 		diag_error(c->d, s->name.loc, "block '%s' has the name of a layer kind", s->name.s);
 		c->block_ok[b] = 0;

@@ -9,6 +9,7 @@
  * at the end of a line is reported where it is missing, after the line's last token,
  * as gcc does: "expected ';' before 'stage'". */
 #include "ast.h"
+#include "../plan/layer.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -129,8 +130,12 @@ void ast_syntax_error(AstParse *ps, Loc loc, const char *msg)
 	const char *text = ps->src + ps->tok_off;
 	int tlen = ps->tok_loc.len > 40 ? 40 : ps->tok_loc.len;
 
-	if (strncmp(msg, unexpected, sizeof unexpected - 1) != 0) {
-		/* "memory exhausted" or a bare "syntax error" */
+	if (!strcmp(msg, "memory exhausted")) { // bison's stack: YYMAXDEPTH entries
+		diag_error(ps->diag, loc, "nested too deeply for the parser (bodies nest at most %d "
+		           "deep)", PLAN_NEST_MAX);
+		return;
+	}
+	if (strncmp(msg, unexpected, sizeof unexpected - 1) != 0) { // a bare "syntax error"
 		diag_error(ps->diag, loc, "%s", msg);
 		return;
 	}

@@ -75,6 +75,11 @@ typedef struct {
 	uint32_t flags;          // LAYER_FLAG(LAYER_KEY_*) of the flag keys given
 } PlanLayer;
 
+/* Bodies (residual) open at once in a stage, at most: a body's span ends inside the
+ * span of each body it is in, and no layer is inside more than PLAN_NEST_MAX of them
+ * (piperun's walk holds that many open; the checker and the plan reader refuse more). */
+#define PLAN_NEST_MAX 16
+
 /* The microbatch a layer works on: rows = batch * seq rows (tokens) of features;
  * a matrix input is batch = rows, seq = 1, vocab = 0. */
 typedef struct {

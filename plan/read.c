@@ -287,6 +287,26 @@ static int read_layer_keys(Rd *r, PlanLayer *ly, int left)
 	return 0;
 }
 
+/* Layer l's place among the bodies open before it (open[0..*nopen), the last layer of
+ * each, outermost first): a body it opens ends inside each of theirs, PLAN_NEST_MAX
+ * deep at most. */
+static int read_nest(Rd *r, const PlanLayer *ly, int l, int *open, int *nopen)
+{
+	while (*nopen && open[*nopen - 1] < l)
+		--*nopen;
+	if (plan_layer(ly->kind)->arg != LAYER_ARG_BODY)
+		return 0;
+	int end = l + ly->span;
+	if (*nopen && end > open[*nopen - 1])
+		return rd_fail(r, "span=%d ends past the body this layer is in (layer %d ends it)",
+		               ly->span, open[*nopen - 1]);
+	if (*nopen == PLAN_NEST_MAX)
+		return rd_fail(r, "%s bodies nest more than %d deep here, the most the tools run",
+		               plan_layer(ly->kind)->name, PLAN_NEST_MAX);
+	open[(*nopen)++] = end;
+	return 0;
+}
+
 /* The first line: `pipecc-plan VERSION [KIND=HEX]`; sets up the checksum. */
 static int read_format(Rd *r)
 {
@@ -576,6 +596,7 @@ static int read_stages(Rd *r, Plan *p)
 			return too_much(r, "this stage", p->microbatches);
 		int64_t lcap = 0;
 		LayerCost sum = {0};
+		int open[PLAN_NEST_MAX], nopen = 0;
 		for (int l = 0; l < st->nlayers; l++) {
 			if (grow(r, (void **)&st->layers, &lcap, l + 1, sizeof *st->layers))
 				return -1;
@@ -594,7 +615,8 @@ static int read_stages(Rd *r, Plan *p)
 				return -1;
 			skip_sp(r);
 			if (inum(r, &ly->out, 1, INT_MAX, "layer output width") ||
-			    read_layer_keys(r, ly, st->nlayers - l - 1) || countable(r, p, ly, &sum))
+			    read_layer_keys(r, ly, st->nlayers - l - 1) || countable(r, p, ly, &sum) ||
+			    read_nest(r, ly, l, open, &nopen))
 				return -1;
 		}
 	}

@@ -54,8 +54,8 @@ typedef struct RtModel {
 
 /* Token ids travel in f32 (rt_backend.h), exact up to 2^24. */
 #define RT_MAX_VOCAB (1 << 24)
-/* Residual blocks nested inside one another in a stage, at most. */
-#define RT_MAX_NEST 16
+/* Residual blocks nested inside one another in a stage, at most (plan/layer.h). */
+#define RT_MAX_NEST PLAN_NEST_MAX
 
 /* Builds and checks the model: layer widths chain, stage and edge widths agree,
  * params and bytes match the layer table, one loss at the very end.  NULL with a
