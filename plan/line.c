@@ -113,7 +113,8 @@ static int copy_shared(Plan *e, const Plan *p)
 	}
 	if (!(e->edges = malloc((size_t)p->nedges * sizeof *e->edges + 1)))
 		return -1;
-	memcpy(e->edges, p->edges, (size_t)p->nedges * sizeof *e->edges);
+	if (p->nedges) // a one-stage plan has none (edges NULL)
+		memcpy(e->edges, p->edges, (size_t)p->nedges * sizeof *e->edges);
 	e->nedges = p->nedges;
 	return plan_copy_sizes(e, p);
 }
