@@ -454,6 +454,8 @@ int plan_format_op(const Plan *p, const PlanOp *o, char *buf, size_t n)
 	int64_t bytes = (p2p ? o->stage >= 0 && o->stage < p->nedges : -2 - o->route < p->nsizes)
 	                    ? plan_op_bytes(p, o)
 	                    : -1; // an op the reader would not take: say it, do not look
+	/* A line plan's peers are pipeline indices in memory; the file names world ranks. */
+	int64_t peer = p->line && o->peer >= 0 ? (int64_t)o->peer * plan_pp_stride(p) : o->peer;
 	switch (plan_op_kind(o)) {
 	case OP_COUNT:
 		break;
@@ -466,9 +468,9 @@ int plan_format_op(const Plan *p, const PlanOp *o, char *buf, size_t n)
 		return snprintf(buf, n, "%s %d %d", k, o->stage, o->mb);
 	case OP_SEND:
 	case OP_RECV:
-		return snprintf(buf, n, "%s %s e=%d m=%d %s=%d bytes=%" PRId64 " g=%d r=%d", k,
+		return snprintf(buf, n, "%s %s e=%d m=%d %s=%" PRId64 " bytes=%" PRId64 " g=%d r=%d", k,
 		                plan_dir_names[o->dir & 1], o->stage, o->mb,
-		                o->kind == OP_SEND ? "to" : "from", o->peer, bytes, o->group,
+		                o->kind == OP_SEND ? "to" : "from", peer, bytes, o->group,
 		                o->route);
 	case OP_ALLREDUCE:
 		return snprintf(buf, n, "%s s=%d bytes=%" PRId64 " g=%d", k, o->stage, bytes,
@@ -476,8 +478,8 @@ int plan_format_op(const Plan *p, const PlanOp *o, char *buf, size_t n)
 	case OP_OPTIM:
 		return snprintf(buf, n, "%s s=%d", k, o->stage);
 	case OP_TIEREDUCE:
-		return snprintf(buf, n, "%s s=%d with=%d bytes=%" PRId64 " g=%d", k, o->stage,
-		                o->peer, bytes, o->group);
+		return snprintf(buf, n, "%s s=%d with=%" PRId64 " bytes=%" PRId64 " g=%d", k, o->stage,
+		                peer, bytes, o->group);
 	case OP_TPREDUCE:
 		return snprintf(buf, n, "%s %s s=%d m=%d part=%d bytes=%" PRId64 " g=%d", k,
 		                plan_dir_names[o->dir & 1], o->stage, o->mb, o->part, bytes, o->group);

@@ -506,7 +506,8 @@ int plan_tie_peer(const Plan *p, int rank, int *stage);
 int64_t plan_tie_bytes(const Plan *p);
 /* Ranks of rank r's communicator along dim (r included), in coordinate order. */
 int plan_dim_members(const Plan *p, int rank, int dim, int *out);
-/* Formats op o of rank r as the text the plan file carries (no location). */
+/* Formats op o as the text the plan file carries (no location): peers as world ranks, also
+ * those of a line plan, whose ops hold pipeline indices. */
 int plan_format_op(const Plan *p, const PlanOp *o, char *buf, size_t n);
 
 /* A plan writer: plan_write (text) or plan_write_binary (plan/binary.h). */

@@ -45,20 +45,20 @@ void plan_trace_rank(PlanTrace *t, int r)
 {
 	PlanRank tmp;
 	const PlanRank *pr = plan_rank(t->p, r, &tmp);
+	int w = plan_world_rank(t->p, r); // a line plan's ranks[] index is not the rank
 	fprintf(t->f, "%s{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": %d, \"args\": "
 	              "{\"name\": \"rank %d (pp=%d dp=%d tp=%d)\"}}",
-	        t->sep, r, plan_world_rank(t->p, r), pr->coord[DIM_PP], pr->coord[DIM_DP],
-	        pr->coord[DIM_TP]);
+	        t->sep, w, w, pr->coord[DIM_PP], pr->coord[DIM_DP], pr->coord[DIM_TP]);
 	t->sep = ",\n";
 	fprintf(t->f, ",\n{\"ph\": \"M\", \"name\": \"process_sort_index\", \"pid\": %d, "
 	              "\"args\": {\"sort_index\": %d}}",
-	        r, r);
+	        w, w);
 	fprintf(t->f, ",\n{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": %d, \"tid\": 0, "
 	              "\"args\": {\"name\": \"compute\"}}",
-	        r);
+	        w);
 	fprintf(t->f, ",\n{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": %d, \"tid\": 1, "
 	              "\"args\": {\"name\": \"comm\"}}",
-	        r);
+	        w);
 }
 
 void plan_trace_compute(PlanTrace *t, int r, int64_t op, int64_t t0, int64_t t1, int step)
@@ -67,7 +67,8 @@ void plan_trace_compute(PlanTrace *t, int r, int64_t op, int64_t t0, int64_t t1,
 	const PlanOp *o = &plan_rank(t->p, r, &tmp)->ops[op];
 	char text[256];
 	plan_format_op(t->p, o, text, sizeof text);
-	fprintf(t->f, "%s{\"ph\": \"X\", \"pid\": %d, \"tid\": 0, \"name\": ", t->sep, r);
+	fprintf(t->f, "%s{\"ph\": \"X\", \"pid\": %d, \"tid\": 0, \"name\": ", t->sep,
+	        plan_world_rank(t->p, r));
 	t->sep = ",\n";
 	jtext(t->f, text);
 	fprintf(t->f, ", \"cat\": \"%s\", \"ts\": ", plan_ops[o->kind].name);
@@ -88,7 +89,8 @@ void plan_trace_group(PlanTrace *t, int r, int64_t op, int64_t op_end, int64_t t
 	const PlanRank *pr = plan_rank(t->p, r, &tmp);
 	const PlanOp *o = &pr->ops[op];
 	int64_t n = op_end - op;
-	fprintf(t->f, "%s{\"ph\": \"X\", \"pid\": %d, \"tid\": 1, \"name\": \"%s%s%s", t->sep, r,
+	fprintf(t->f, "%s{\"ph\": \"X\", \"pid\": %d, \"tid\": 1, \"name\": \"%s%s%s", t->sep,
+	        plan_world_rank(t->p, r),
 	        stuck ? "STUCK " : "", plan_ops[o->kind].name, n > 1 ? " +" : "");
 	t->sep = ",\n";
 	if (n > 1)

@@ -66,10 +66,10 @@ const char *plan_vc_opdesc(const PlanVc *v, int rank, int64_t i, char *buf, size
 	char text[200];
 	plan_format_op(v->p, &rk->ops[i], text, sizeof text);
 	if (rk->first_line > 0)
-		snprintf(buf, n, "rank %d op %lld (line %lld) `%s`", rank, (long long)i,
+		snprintf(buf, n, "rank %d op %lld (line %lld) `%s`", plan_vc_rank(v, rank), (long long)i,
 		         (long long)(rk->first_line + i), text);
 	else
-		snprintf(buf, n, "rank %d op %lld `%s`", rank, (long long)i, text);
+		snprintf(buf, n, "rank %d op %lld `%s`", plan_vc_rank(v, rank), (long long)i, text);
 	return buf;
 }
 
@@ -121,24 +121,25 @@ static int check_peers(PlanVc *v, unsigned char *seen)
 				return verr_line(v, r, at,
 				                 "rank %d: peer entry %d says edge %d %s stage %d, but it %s "
 				                 "stage %d",
-				                 r, i, pe->edge, pe->in ? "enters" : "leaves", pe->stage,
+				                 plan_vc_rank(v, r), i, pe->edge, pe->in ? "enters" : "leaves", pe->stage,
 				                 pe->in ? "enters" : "leaves", me);
 			if (p->stages[me].pp != rk->coord[DIM_PP])
 				return verr_line(v, r, at,
 				                 "rank %d: peer entry %d registers stage %d, which is not "
 				                 "placed on this rank",
-				                 r, i, me);
+				                 plan_vc_rank(v, r), i, me);
 			int q = plan_vc_on_line(v, r, p->stages[other].pp);
 			int want = q != r ? PEER_REMOTE : v->eself[pe->edge] ? PEER_SELF : PEER_LOCAL;
 			if (pe->peer_stage != other || pe->peer_rank != q || pe->local != want)
 				return verr_line(v, r, at,
 				                 "rank %d: peer entry %d for edge %d should name stage %d on "
 				                 "rank %d (%s)",
-				                 r, i, pe->edge, other, q, plan_peer_names[want]);
+				                 plan_vc_rank(v, r), i, pe->edge, other, plan_vc_rank(v, q),
+				                 plan_peer_names[want]);
 			unsigned char bit = pe->in ? 1 : 2;
 			if (seen[pe->edge] & bit)
 				return verr_line(v, r, at, "rank %d: edge %d registered twice for stage %d",
-				                 r, pe->edge, me);
+				                 plan_vc_rank(v, r), pe->edge, me);
 			seen[pe->edge] |= bit;
 			have++;
 		}
@@ -149,20 +150,21 @@ static int check_peers(PlanVc *v, unsigned char *seen)
 				if (!(seen[e] & 2))
 					return plan_vc_err(v, r, -1, "rank %d: no peer registered for edge %d leaving "
 					                      "stage %d",
-					            r, e, ed->src);
+					            plan_vc_rank(v, r), e, ed->src);
 			}
 			if (p->stages[ed->dst].pp == rk->coord[DIM_PP]) {
 				want++;
 				if (!(seen[e] & 1))
 					return plan_vc_err(v, r, -1, "rank %d: no peer registered for edge %d entering "
 					                      "stage %d",
-					            r, e, ed->dst);
+					            plan_vc_rank(v, r), e, ed->dst);
 			}
 		}
 		for (int i = 0; i < rk->npeers; i++)
 			seen[rk->peers[i].edge] = 0;
 		if (have != want)
-			return plan_vc_err(v, r, -1, "rank %d: %d peer entries, expected %d", r, have, want);
+			return plan_vc_err(v, r, -1, "rank %d: %d peer entries, expected %d",
+			                   plan_vc_rank(v, r), have, want);
 	}
 	return 0;
 }
@@ -197,7 +199,7 @@ static int check_collectives(PlanVc *v)
 				int64_t li = i == rk->nops ? j : i;
 				return plan_vc_err(v, lr, li, "%s is reached by only part of its dp group: rank %d "
 				            "has no matching ALLREDUCE",
-				            plan_vc_opdesc(v, lr, li, x, sizeof x), lr == r ? r0 : r);
+				            plan_vc_opdesc(v, lr, li, x, sizeof x), plan_vc_rank(v, lr == r ? r0 : r));
 			}
 			if (rk->ops[i].stage != k0->ops[j].stage || rk->ops[i].route != k0->ops[j].route)
 				return plan_vc_err(v, r, i, "%s meets %s in the dp group: stages or sizes differ",
@@ -240,11 +242,11 @@ static int check_tie(PlanVc *v)
 			n++;
 			if (q < 0)
 				return plan_vc_err(v, r, i, "%s: rank %d holds no table tied across pipeline ranks",
-				            plan_vc_opdesc(v, r, i, x, sizeof x), r);
+				            plan_vc_opdesc(v, r, i, x, sizeof x), plan_vc_rank(v, r));
 			if (o->peer != q || o->stage != st)
 				return plan_vc_err(v, r, i, "%s: the tied table's copies are stage %d here and on "
-				            "rank %d (want s=%d with=%d)", plan_vc_opdesc(v, r, i, x, sizeof x), st, q,
-				            st, q);
+				            "rank %d (want s=%d with=%d)", plan_vc_opdesc(v, r, i, x, sizeof x), st,
+				            plan_vc_rank(v, q), st, plan_vc_rank(v, q));
 			if (plan_op_bytes(p, o) != bytes)
 				return plan_vc_err(v, r, i, "%s: the tied table's gradient is %lld bytes",
 				            plan_vc_opdesc(v, r, i, x, sizeof x), (long long)bytes);
@@ -254,7 +256,8 @@ static int check_tie(PlanVc *v)
 			nq += p->ranks[q].ops[i].kind == OP_TIEREDUCE;
 		if (q >= 0 && n != nq)
 			return plan_vc_err(v, r, -1, "rank %d has %lld TIEREDUCE ops but rank %d, which holds the "
-			            "other copy of the tied table, has %lld", r, (long long)n, q,
+			            "other copy of the tied table, has %lld", plan_vc_rank(v, r), (long long)n,
+			            plan_vc_rank(v, q),
 			            (long long)nq);
 	}
 	return 0;

@@ -39,6 +39,12 @@ int plan_vc_err(PlanVc *v, int rank, int64_t op, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 /* "rank 3 op 17 (line 240) `SEND act ...`" into buf. */
 const char *plan_vc_opdesc(const PlanVc *v, int rank, int64_t i, char *buf, size_t n);
+/* Rank r as the plan file and every message name it: its world rank (a line plan
+ * holds pipeline indices in memory, plan_world_rank); -1 stays -1. */
+static inline int plan_vc_rank(const PlanVc *v, int r)
+{
+	return r >= 0 ? plan_world_rank(v->p, r) : r;
+}
 /* The world rank on rank r's pipeline line at pipeline index pp. */
 static inline int plan_vc_on_line(const PlanVc *v, int r, int pp)
 {

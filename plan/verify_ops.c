@@ -228,7 +228,8 @@ static int dep_op(PlanVc *v, Deps *d, int64_t i)
 	case OP_BW:
 		if (d->loc[s] < 0)
 			return plan_vc_err(v, d->r, i, "%s: stage %d is not placed on rank %d (pp index %d)",
-			                   plan_vc_opdesc(v, d->r, i, x, sizeof x), s, d->r, d->pp);
+			                   plan_vc_opdesc(v, d->r, i, x, sizeof x), s, plan_vc_rank(v, d->r),
+			                   d->pp);
 		if (v->parts && o->kind != OP_W) {
 			bad = part_rule(v, d, o, x, sizeof x);
 			break;
@@ -322,16 +323,17 @@ static int dep_complete(PlanVc *v, Deps *d)
 			uint8_t f = mb_state(d, s, mb);
 			if ((f & PLAN_DEP_MB) != PLAN_DEP_MB)
 				return plan_vc_err(v, r, -1, "rank %d never runs %s of stage %d microbatch %d",
-				                   r, !(f & PLAN_DEP_ACT)    ? "F"
+				                   plan_vc_rank(v, r), !(f & PLAN_DEP_ACT)    ? "F"
 				                      : (f & PLAN_DEP_GRAD) ? "W"
 				                                            : "the backward",
 				                   s, mb);
 		}
 		if (d->dp > 1 && !d->sd[d->loc[s]].reduced)
 			return plan_vc_err(v, r, -1, "rank %d never all-reduces the gradients of stage %d",
-			                   r, s);
+			                   plan_vc_rank(v, r), s);
 		if (!d->sd[d->loc[s]].stepped)
-			return plan_vc_err(v, r, -1, "rank %d never runs OPTIM for stage %d", r, s);
+			return plan_vc_err(v, r, -1, "rank %d never runs OPTIM for stage %d",
+			                   plan_vc_rank(v, r), s);
 	}
 	return 0;
 }
@@ -540,15 +542,16 @@ static void match_fault(PlanVc *v, int b, int64_t i, int a, int64_t j, int64_t p
 	v->stop = PLAN_VC_MATCH;
 	if (j < 0) { // every SEND from a to b is met: pos of them
 		plan_vc_err(v, b, i, "%s has no matching SEND: rank %d sends only %lld message%s to "
-		            "rank %d", plan_vc_opdesc(v, b, i, x, sizeof x), a, (long long)pos,
-		            pos == 1 ? "" : "s", b);
+		            "rank %d", plan_vc_opdesc(v, b, i, x, sizeof x), plan_vc_rank(v, a),
+		            (long long)pos, pos == 1 ? "" : "s", plan_vc_rank(v, b));
 		return;
 	}
 	const char *what = s->stage != o->stage ? "edges" // one edge: one size
 	                   : s->mb != o->mb     ? "microbatches"
 	                                        : "directions";
 	plan_vc_err(v, b, i, "%s is matched (FIFO position %lld from rank %d to rank %d) with %s: "
-	            "the %s differ", plan_vc_opdesc(v, a, j, x, sizeof x), (long long)pos, a, b,
+	            "the %s differ", plan_vc_opdesc(v, a, j, x, sizeof x), (long long)pos,
+	            plan_vc_rank(v, a), plan_vc_rank(v, b),
 	            plan_vc_opdesc(v, b, i, y, sizeof y), what);
 }
 
@@ -638,7 +641,7 @@ static int match_leftover(PlanVc *v, int a)
 	char x[300];
 	v->stop = PLAN_VC_MATCH;
 	plan_vc_err(v, a, unmet[at], "%s has no matching RECV on rank %d",
-	            plan_vc_opdesc(v, a, unmet[at], x, sizeof x), at);
+	            plan_vc_opdesc(v, a, unmet[at], x, sizeof x), plan_vc_rank(v, at));
 	free(left);
 	free(first);
 	free(unmet);

@@ -84,7 +84,8 @@ int sim_write_json(FILE *f, const Plan *p, const SimResult *res, const PlanError
 		if (verr)
 			fprintf(f, ",\n  \"error_%s\": %" PRId64 ",\n  \"error_rank\": %d,\n"
 			           "  \"error_op\": %" PRId64,
-			        verr->at_byte ? "byte" : "line", verr->line, verr->rank, verr->op);
+			        verr->at_byte ? "byte" : "line", verr->line,
+			        p && verr->rank >= 0 ? plan_world_rank(p, verr->rank) : verr->rank, verr->op);
 		fputs("\n}\n", f);
 		return ferror(f) ? -1 : 0;
 	}

@@ -210,6 +210,35 @@ static void verify__unmatched__recv_and_send_named(void **state)
 	plan_free(p);
 }
 
+/* A line plan (pp=2 dp=2: its ranks[] are line 0, world ranks 0 and 2) holds pipeline
+ * indices in memory; the verifier names ranks and peers as the file writes them, world
+ * ranks, so a message's text matches the line it points at. */
+static void verify__line_plan__world_ranks_named(void **state)
+{
+	(void)state;
+	want_line = 1;
+	Plan *p = compile_text(program(2, 2, 2, 3, ""), "gpipe", NULL, 0);
+	want_line = 0;
+	assert_non_null(p);
+	assert_true(p->line);
+	assert_int_equal(plan_world_rank(p, 1), 2);
+	swap_recv_mbs(p, 1, 0, 1, 2);
+	PlanError err;
+	assert_int_equal(plan_verify(p, &err), -1);
+	if (!strstr(err.msg, "rank 2 op") || !strstr(err.msg, "from=0") ||
+	    !strstr(err.msg, "rank 0 op") || !strstr(err.msg, "to=2") || strstr(err.msg, "rank 1") ||
+	    strstr(err.msg, "to=1"))
+		fail_msg("not the file's ranks: %s", err.msg);
+	swap_recv_mbs(p, 1, 0, 1, 2);
+	assert_int_equal(plan_verify(p, &err), 0);
+	drop_op(p, 0, find_p2p(p, 0, OP_SEND, 1, 2));
+	assert_int_equal(plan_verify(p, &err), -1);
+	if (!strstr(err.msg, "no matching SEND: rank 0 sends only 2 messages to rank 2") ||
+	    !strstr(err.msg, "rank 2 op"))
+		fail_msg("not the file's ranks: %s", err.msg);
+	plan_free(p);
+}
+
 /* Rank 0 sends to seven ranks (skips from s0 to every later stage): its first receivers
  * scan its list, the later ones take its sends indexed by receiver; both meet the same
  * messages. */
@@ -507,6 +536,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(verify__broken_plans__named),
+		cmocka_unit_test(verify__line_plan__world_ranks_named),
 		cmocka_unit_test(verify__fifo_mismatch__two_pairs_of_two_ranks),
 		cmocka_unit_test(verify__unmatched__recv_and_send_named),
 		cmocka_unit_test(verify__many_peers__each_pair_matched),

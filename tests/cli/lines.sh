@@ -34,12 +34,35 @@ same() {
 	check "$name" "$([ -z "$why" ]; echo $?)" "$why"
 }
 
+# texts NAME PLAN [PIPESIM OPTIONS]: every op pipesim names "TEXT (line N)" on stdout and
+# stderr is the text of line N of PLAN (its `@` location aside), and the rank named
+# before it is the rank whose list holds line N: a line plan holds pipeline indices in
+# memory, the file and every message world ranks.
+texts() {
+	name=$1 plan=$2
+	shift 2
+	"$BIN/pipesim" "$@" "$plan" >"$dir/t" 2>&1
+	grep -o 'rank [0-9]* [A-Z][A-Z]* [^()]* (line [0-9]*)\|\.\. [A-Z][A-Z]* [^()]* (line [0-9]*)' \
+		"$dir/t" >"$dir/named"
+	why=$(awk -v plan="$plan" '
+		BEGIN { while ((getline l < plan) > 0) { n++; if (l ~ /^rank /) { split(l, w, " "); r = w[2] } text[n] = l; owner[n] = r } }
+		{ ln = $NF; sub(/\)$/, "", ln); t = $0; sub(/ \(line [0-9]*\)$/, "", t)
+		  if ($1 == "rank") { want = owner[ln]; if ($2 != want) { print "rank " $2 " names line " ln " of rank " want; exit }
+		                      sub(/^rank [0-9]* /, "", t) } else sub(/^\.\. /, "", t)
+		  f = text[ln]; sub(/ @[0-9:]*$/, "", f)
+		  if (t != f) { print "\"" t "\" is not line " ln ": \"" f "\""; exit }
+		  seen++ }
+		END { if (!seen && why == "") print "no op named" }' "$dir/named")
+	check "$name" "$([ -z "$why" ]; echo $?)" "$why"
+}
+
 for f in examples/*.pipe; do
 	b=$(basename "$f" .pipe)
 	case $b in custom | fromcsv) continue ;; esac # they name a CSV relative to examples/
 	"$BIN/pipecc" "$f" -o "$dir/$b.plan" 2>/dev/null || continue
 	same "$b: line and --expand agree" "$dir/$b.plan"
 	same "$b: overlap model agrees" "$dir/$b.plan" --model overlap
+	texts "$b: the ops pipesim names are the file's lines" "$dir/$b.plan"
 done
 
 # pipecc --expand writes the world that pipesim --expand simulates
