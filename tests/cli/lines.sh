@@ -130,6 +130,7 @@ t "a deadlocking order compiles with --allow-deadlock" 0 "$BIN/pipecc" --allow-d
 t "pipesim finds the deadlock on the line" 1 "$BIN/pipesim" "$dir/dl.plan"
 has "it counts every line's ranks" "$dir/err" "error: deadlock: 6 of 6 ranks can never finish"
 same "deadlock: line and --expand agree" "$dir/dl.plan"
+texts "deadlock: the blocked ops and the cycle are the file's lines" "$dir/dl.plan"
 same "deadlock, overlap model: line and --expand agree" "$dir/dl.plan" --model overlap
 
 # tp groups that sit in one node on some lines and span nodes on others: pipesim says so
