@@ -59,6 +59,10 @@ static int range(int64_t v, int64_t lo, int64_t hi, const char *what, char *msg,
 {
 	if (v >= lo && v <= hi)
 		return 0;
+	if (hi < lo) { // as the text reader says it
+		snprintf(msg, n, "%s %lld, but the plan declares none of these", what, (long long)v);
+		return -1;
+	}
 	snprintf(msg, n, "%s %lld out of range [%lld, %lld]", what, (long long)v, (long long)lo,
 	         (long long)hi);
 	return -1;

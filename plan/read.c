@@ -85,6 +85,8 @@ static int num(Rd *r, int64_t *v, int64_t lo, int64_t hi, const char *what)
 	if (u > (uint64_t)INT64_MAX)
 		return rd_fail(r, "number too large for %s", what);
 	int64_t x = neg ? -(int64_t)u : (int64_t)u;
+	if (hi < lo) // a count of none (0 routes, say): no number is in range
+		return rd_fail(r, "%s %lld, but the plan declares none of these", what, (long long)x);
 	if (x < lo || x > hi)
 		return rd_fail(r, "%s %lld out of range [%lld, %lld]", what, (long long)x, (long long)lo,
 		            (long long)hi);

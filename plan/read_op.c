@@ -21,7 +21,10 @@
 	     ? (*(s) += sizeof(w) - 1, 1)                                               \
 	     : 0)
 
-/* Decimal digits at *s into *v (at most 18: no overflow), within [0, hi].  Up to 7
+/* Decimal digits at *s into *v (at most 18: no overflow), within [0, hi]; none when hi
+ * is negative (a count of 0 routes or edges gives hi -1, so the compares are signed: as
+ * unsigned, -1 let every number through, and `r=0` in a plan of no routes reached the
+ * verifier, which read routes[0] of none, found by fuzz_plan 2026-12-04).  Up to 7
  * digits are read as one 8-byte word, branch-free (the reader's block has 8 bytes of
  * slack after its text, so the load stays inside it): the first byte that is no digit
  * ends the number, and the digits are summed pairwise by three multiplies. */
@@ -43,7 +46,7 @@ static inline int digits(const char **s, int64_t hi, int64_t *v)
 		x = (x * 10 + (x >> 8)) & 0x00ff00ff00ff00ffULL;
 		x = (x * 100 + (x >> 16)) & 0x0000ffff0000ffffULL;
 		x = (x * 10000 + (x >> 32)) & 0xffffffffULL;
-		if (x > (uint64_t)hi)
+		if ((int64_t)x > hi) // x < 10^7
 			return 0;
 		*v = (int64_t)x;
 		*s += n;
@@ -54,7 +57,7 @@ static inline int digits(const char **s, int64_t hi, int64_t *v)
 	int n = 0;
 	while ((unsigned)(p[n] - '0') < 10 && n < 19)
 		u = u * 10 + (uint64_t)(p[n++] - '0');
-	if (n == 0 || n > 18 || u > (uint64_t)hi)
+	if (n == 0 || n > 18 || (int64_t)u > hi) // u < 10^18
 		return 0;
 	*v = (int64_t)u;
 	*s += n;

@@ -70,7 +70,11 @@ malformed() {
 	expect 1 "$SIM" --json tests/plans/malformed/truncated.plan && has "$T/out" '"ok": false' &&
 		json_ok "$T/out" &&
 		expect 1 "$SIM" tests/plans/malformed/wrong_size.plan &&
-		has "$T/err" "tests/plans/malformed/wrong_size.plan:35: error: bytes=64, but edge 0 carries 128 bytes"
+		has "$T/err" "tests/plans/malformed/wrong_size.plan:35: error: bytes=64, but edge 0 carries 128 bytes" &&
+		expect 1 "$SIM" tests/plans/malformed/no_routes.plan &&
+		has "$T/err" "tests/plans/malformed/no_routes.plan:23: error: r= 0, but the plan declares none of these" &&
+		expect 1 "$SIM" tests/plans/malformed/no_edges.plan &&
+		has "$T/err" "tests/plans/malformed/no_edges.plan:20: error: e= 0, but the plan declares none of these"
 }
 check "pipesim malformed plans: located error, exit 1" malformed
 
