@@ -455,7 +455,7 @@ int plan_format_op(const Plan *p, const PlanOp *o, char *buf, size_t n)
 	                    ? plan_op_bytes(p, o)
 	                    : -1; // an op the reader would not take: say it, do not look
 	/* A line plan's peers are pipeline indices in memory; the file names world ranks. */
-	int64_t peer = p->line && o->peer >= 0 ? (int64_t)o->peer * plan_pp_stride(p) : o->peer;
+	int peer = o->peer >= 0 ? plan_world_rank(p, o->peer) : o->peer;
 	switch (plan_op_kind(o)) {
 	case OP_COUNT:
 		break;
@@ -468,7 +468,7 @@ int plan_format_op(const Plan *p, const PlanOp *o, char *buf, size_t n)
 		return snprintf(buf, n, "%s %d %d", k, o->stage, o->mb);
 	case OP_SEND:
 	case OP_RECV:
-		return snprintf(buf, n, "%s %s e=%d m=%d %s=%" PRId64 " bytes=%" PRId64 " g=%d r=%d", k,
+		return snprintf(buf, n, "%s %s e=%d m=%d %s=%d bytes=%" PRId64 " g=%d r=%d", k,
 		                plan_dir_names[o->dir & 1], o->stage, o->mb,
 		                o->kind == OP_SEND ? "to" : "from", peer, bytes, o->group,
 		                o->route);
@@ -478,7 +478,7 @@ int plan_format_op(const Plan *p, const PlanOp *o, char *buf, size_t n)
 	case OP_OPTIM:
 		return snprintf(buf, n, "%s s=%d", k, o->stage);
 	case OP_TIEREDUCE:
-		return snprintf(buf, n, "%s s=%d with=%" PRId64 " bytes=%" PRId64 " g=%d", k, o->stage,
+		return snprintf(buf, n, "%s s=%d with=%d bytes=%" PRId64 " g=%d", k, o->stage,
 		                peer, bytes, o->group);
 	case OP_TPREDUCE:
 		return snprintf(buf, n, "%s %s s=%d m=%d part=%d bytes=%" PRId64 " g=%d", k,

@@ -66,8 +66,8 @@ const char *plan_vc_opdesc(const PlanVc *v, int rank, int64_t i, char *buf, size
 	char text[200];
 	plan_format_op(v->p, &rk->ops[i], text, sizeof text);
 	if (rk->first_line > 0)
-		snprintf(buf, n, "rank %d op %lld (line %lld) `%s`", plan_vc_rank(v, rank), (long long)i,
-		         (long long)(rk->first_line + i), text);
+		snprintf(buf, n, "rank %d op %lld (line %lld) `%s`", plan_vc_rank(v, rank),
+		         (long long)i, (long long)(rk->first_line + i), text);
 	else
 		snprintf(buf, n, "rank %d op %lld `%s`", plan_vc_rank(v, rank), (long long)i, text);
 	return buf;
@@ -121,8 +121,8 @@ static int check_peers(PlanVc *v, unsigned char *seen)
 				return verr_line(v, r, at,
 				                 "rank %d: peer entry %d says edge %d %s stage %d, but it %s "
 				                 "stage %d",
-				                 plan_vc_rank(v, r), i, pe->edge, pe->in ? "enters" : "leaves", pe->stage,
-				                 pe->in ? "enters" : "leaves", me);
+				                 plan_vc_rank(v, r), i, pe->edge, pe->in ? "enters" : "leaves",
+				                 pe->stage, pe->in ? "enters" : "leaves", me);
 			if (p->stages[me].pp != rk->coord[DIM_PP])
 				return verr_line(v, r, at,
 				                 "rank %d: peer entry %d registers stage %d, which is not "
@@ -199,7 +199,8 @@ static int check_collectives(PlanVc *v)
 				int64_t li = i == rk->nops ? j : i;
 				return plan_vc_err(v, lr, li, "%s is reached by only part of its dp group: rank %d "
 				            "has no matching ALLREDUCE",
-				            plan_vc_opdesc(v, lr, li, x, sizeof x), plan_vc_rank(v, lr == r ? r0 : r));
+				            plan_vc_opdesc(v, lr, li, x, sizeof x),
+				            plan_vc_rank(v, lr == r ? r0 : r));
 			}
 			if (rk->ops[i].stage != k0->ops[j].stage || rk->ops[i].route != k0->ops[j].route)
 				return plan_vc_err(v, r, i, "%s meets %s in the dp group: stages or sizes differ",
