@@ -9,15 +9,20 @@
 #   make install    the 3 tools into $(DESTDIR)$(PREFIX)/bin and their 5 man pages into
 #                   $(DESTDIR)$(PREFIX)/share/man/man1 and man5 (PREFIX=/usr/local)
 #   make uninstall  remove exactly what install installs (same PREFIX and DESTDIR)
-# MPI and CUDA parts are built when found (mpicc; nvcc and nccl.h under CUDA_HOME)
-# and left out with a notice when not.
+# MPI and CUDA parts are built when found (mpicc; nvcc under CUDA_HOME, and nccl.h under
+# CUDA_HOME, NCCL_HOME or /usr as libnccl-dev installs it) and left out with a notice
+# when not.
 
 CC ?= cc
 PREFIX ?= /usr/local
 DESTDIR ?=
 VERSION := $(shell cat VERSION)
 CUDA_HOME ?= /usr/local/cuda
+comma := ,
 NVCC ?= $(CUDA_HOME)/bin/nvcc
+# NCCL beside the toolkit, else the system's (Debian/Ubuntu libnccl-dev), else set
+# NCCL_HOME to a tree with include/nccl.h and lib/libnccl.so.
+NCCL_HOME ?= $(firstword $(foreach d,$(CUDA_HOME) /usr,$(if $(wildcard $(d)/include/nccl.h),$(d))))
 MPICC ?= mpicc
 
 ifeq ($(FUZZ),1)
@@ -57,15 +62,20 @@ BLAS_LIBS := $(or $(shell pkg-config --libs openblas 2>/dev/null),-lopenblas)
 
 # Optional parts.
 HAVE_MPI := $(if $(PIPECC_NO_MPI),,$(shell command -v $(MPICC) >/dev/null 2>&1 && echo 1))
-HAVE_CUDA := $(if $(PIPECC_NO_CUDA),,$(shell test -x $(NVCC) && test -f $(CUDA_HOME)/include/nccl.h && echo 1))
+HAVE_CUDA := $(if $(PIPECC_NO_CUDA),,$(shell test -x $(NVCC) && test -f "$(NCCL_HOME)/include/nccl.h" && echo 1))
 ifeq ($(HAVE_MPI),1)
 MPI_CFLAGS := $(shell $(MPICC) --showme:compile)
 MPI_LIBS := $(shell $(MPICC) --showme:link)
 CFLAGS += -DHAVE_MPI
 endif
 ifeq ($(HAVE_CUDA),1)
-CFLAGS += -DHAVE_CUDA -I$(CUDA_HOME)/include
-CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lnccl -lstdc++
+# A NCCL of its own tree needs its paths; the toolkit's and the system's need none.
+NCCL_OWN := $(filter-out $(CUDA_HOME) /usr,$(NCCL_HOME))
+NCCL_FLAGS := $(if $(NCCL_OWN),-I$(NCCL_OWN)/include)
+NCCL_LIBS := $(if $(NCCL_OWN),-L$(NCCL_OWN)/lib -Wl$(comma)-rpath$(comma)$(NCCL_OWN)/lib)
+CFLAGS += -DHAVE_CUDA -I$(CUDA_HOME)/include $(NCCL_FLAGS)
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 $(NCCL_LIBS) -lcudart -lcublas \
+	-lnccl -lstdc++
 endif
 
 # Sources: every .c of a module folder is part of its library, except the tool mains
@@ -109,7 +119,7 @@ ifneq ($(HAVE_MPI),1)
 	@echo "notice: mpicc not found: the MPI backend is left out"
 endif
 ifneq ($(HAVE_CUDA),1)
-	@echo "notice: nvcc or nccl.h not found under CUDA_HOME=$(CUDA_HOME): the CUDA backend is left out"
+	@echo "notice: the CUDA backend is left out: it needs $(NVCC) and nccl.h under CUDA_HOME=$(CUDA_HOME), NCCL_HOME or /usr/include"
 endif
 
 $(BIN)/pipecc: $(BUILD)/compiler/pipecc_main.o $(COMP_OBJ) $(SIM_OBJ) $(PLAN_OBJ)
@@ -178,7 +188,7 @@ $(BUILD)/%.o: %.c
 
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(@D)
-	$(NVCC) -O2 -std=c++17 -DHAVE_CUDA -MMD -MP -Xcompiler -Wall -c -o $@ $<
+	$(NVCC) -O2 -std=c++17 -DHAVE_CUDA $(NCCL_FLAGS) -MMD -MP -Xcompiler -Wall -c -o $@ $<
 
 demo: all
 	sh scripts/demo.sh $(BIN)

@@ -2,7 +2,8 @@
 # scripts/deps.sh: --list names every package with its state, and every -l library on
 # the build's link lines (tools and tests, MPI and CUDA parts included) comes from a
 # package it lists or from one of their dependencies, asked of dpkg, never guessed from
-# a header.  Libraries under CUDA_HOME come from the CUDA toolkit, not Debian.
+# a header.  Libraries under CUDA_HOME come from the CUDA toolkit, and NCCL from it or
+# from NVIDIA's packages, not from Debian.
 TOOL=deps
 . tests/lib/cli.sh
 : "${CUDA_HOME:=/usr/local/cuda}"
@@ -56,6 +57,8 @@ for l in $libs; do
 	"") check "lib$l is found" 1 "the linker's search path has no lib$l.so or lib$l.a"; continue ;;
 	"$CUDA_HOME"/* | "$(realpath "$CUDA_HOME")"/*) continue ;;
 	esac
+	# NCCL is CUDA's side too, wherever the Makefile found it (NCCL_HOME, libnccl-dev).
+	[ "$l" = nccl ] && continue
 	owners=$( (dpkg -S "$path"; dpkg -S "$(realpath "$path")"; dpkg -S "$(realpath "$path" | sed 's|^/usr||')") 2>/dev/null |
 		sed 's/:.*//; s/, /\n/g' | sort -u)
 	ok=1
