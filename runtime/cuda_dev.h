@@ -134,6 +134,7 @@ int cu_tokens_report(RtRank *r);
 /* ---- cuda_kernels.cu and cuda_tf.cu: the device's tensor and layer calls ---- */
 int cu_upload(RtRank *r, RtTensor *t, const float *host);
 int cu_download(RtRank *r, const RtTensor *t, float *host);
+int cu_gen(RtRank *r, RtTensor *t, uint64_t key);
 int cu_zero(RtRank *r, RtTensor *t);
 int cu_copy(RtRank *r, RtTensor *dst, const RtTensor *src);
 int cu_add(RtRank *r, RtTensor *dst, const RtTensor *src);

@@ -108,38 +108,126 @@ static __global__ void k_mse_bwd(const float *y, const float *t, float k, float 
 	dy[i] = __fmul_rn(k, __fsub_rn(y[i], t[i]));
 }
 
-/* db[j] += sum over rows of dy[i][j], rows in order: the CPU's order exactly. */
-static __global__ void k_colsum(const float *dy, float *db, int64_t m, int64_t n)
+/* db[j] += sum over rows of dy[i][j], rows in order: the CPU's order exactly.  The
+ * adds of a column are one chain, so a block takes COLSUM_COLS columns and walks them a
+ * tile of COLSUM_ROWS rows at a time: while one warp adds a tile's rows in order (out of
+ * shared memory), every thread already has its COLSUM_PER loads of the next tile in
+ * flight, which it then stores into the other half of the double buffer. */
+enum {
+	COLSUM_COLS = 32,
+	COLSUM_ROWS = 128,
+	COLSUM_THREADS = 256,
+	COLSUM_STRIDE = COLSUM_THREADS / COLSUM_COLS,         // rows between a thread's loads
+	COLSUM_PER = COLSUM_ROWS * COLSUM_COLS / COLSUM_THREADS, // loads per thread and tile
+};
+typedef float ColsumTile[COLSUM_ROWS][COLSUM_COLS];
+
+static __device__ void colsum_load(float *v, const float *dy, int64_t i0, int64_t m, int64_t n,
+                                   int64_t j, int first)
 {
-	FOR_EACH(j, n)
-	{
-		float s = db[j];
-		for (int64_t i = 0; i < m; i++)
-			s = __fadd_rn(s, dy[i * n + j]);
-		db[j] = s;
+#pragma unroll
+	for (int k = 0; k < COLSUM_PER; k++) {
+		int64_t i = i0 + first + k * COLSUM_STRIDE;
+		v[k] = i < m && j < n ? dy[i * n + j] : 0.0f;
 	}
 }
 
-/* loss[0] = mean of (y - t)^2, summed in double by one block in a fixed order, so the
- * result never depends on scheduling. */
-enum { MSE_THREADS = 1024 };
-static __global__ void k_mse_fwd(const float *y, const float *t, float *loss, int64_t n)
+static __device__ void colsum_store(const float *v, ColsumTile t, int first, int lane)
 {
-	__shared__ double part[MSE_THREADS];
-	double s = 0;
-	for (int64_t i = threadIdx.x; i < n; i += MSE_THREADS) {
-		double d = (double)y[i] - (double)t[i];
-		s += d * d;
+#pragma unroll
+	for (int k = 0; k < COLSUM_PER; k++)
+		t[first + k * COLSUM_STRIDE][lane] = v[k];
+}
+
+static __global__ void k_colsum(const float *dy, float *db, int64_t m, int64_t n)
+{
+	__shared__ ColsumTile tile[2];
+	const int lane = threadIdx.x % COLSUM_COLS, first = threadIdx.x / COLSUM_COLS;
+	const int adder = threadIdx.x < COLSUM_COLS;
+	float v[COLSUM_PER];
+	for (int64_t j0 = (int64_t)blockIdx.x * COLSUM_COLS; j0 < n;
+	     j0 += (int64_t)gridDim.x * COLSUM_COLS) {
+		int64_t j = j0 + lane;
+		float s = adder && j < n ? db[j] : 0.0f;
+		colsum_load(v, dy, 0, m, n, j, first);
+		colsum_store(v, tile[0], first, lane);
+		__syncthreads();
+		int b = 0;
+		for (int64_t i0 = 0; i0 < m; i0 += COLSUM_ROWS, b ^= 1) {
+			int64_t next = i0 + COLSUM_ROWS; // the same in every thread: the syncs match
+			if (next < m)
+				colsum_load(v, dy, next, m, n, j, first);
+			if (adder) {
+				const ColsumTile &t = tile[b];
+				if (m - i0 >= COLSUM_ROWS) {
+#pragma unroll 16
+					for (int k = 0; k < COLSUM_ROWS; k++)
+						s = __fadd_rn(s, t[k][lane]);
+				} else {
+					for (int k = 0; k < (int)(m - i0); k++)
+						s = __fadd_rn(s, t[k][lane]);
+				}
+			}
+			if (next < m)
+				colsum_store(v, tile[b ^ 1], first, lane);
+			__syncthreads();
+		}
+		if (adder && j < n)
+			db[j] = s;
 	}
-	part[threadIdx.x] = s;
+}
+
+/* y[i] = u(splitmix64(key ^ i)): model.c's rt_gen_values, bit for bit (integer
+ * arithmetic, then a 24-bit integer scaled by a power of two, exact in double). */
+static __global__ void k_gen(float *y, uint64_t key, int64_t n)
+{
+	FOR_EACH(i, n)
+	{
+		uint64_t z = (key ^ (uint64_t)i) + 0x9e3779b97f4a7c15ull;
+		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+		z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+		z ^= z >> 31;
+		y[i] = (float)((double)(z >> 40) / 8388608.0 - 1.0);
+	}
+}
+
+/* loss[0] = mean of (y - t)^2 in double, in an order fixed whatever the scheduling:
+ * MSE_BLOCKS blocks each sum a fixed share (grid thread g takes elements g, g + G, ...
+ * for G = MSE_BLOCKS * MSE_THREADS, then a tree in the block) into part[block], and one
+ * block adds the parts by the same tree. */
+enum { MSE_BLOCKS = 256, MSE_THREADS = 256 };
+static __device__ double block_tree(double s, double *sh)
+{
+	sh[threadIdx.x] = s;
 	__syncthreads();
 	for (int w = MSE_THREADS / 2; w > 0; w /= 2) {
 		if ((int)threadIdx.x < w)
-			part[threadIdx.x] += part[threadIdx.x + w];
+			sh[threadIdx.x] += sh[threadIdx.x + w];
 		__syncthreads();
 	}
+	return sh[0];
+}
+
+static __global__ void k_mse_part(const float *y, const float *t, double *part, int64_t n)
+{
+	__shared__ double sh[MSE_THREADS];
+	double s = 0;
+	for (int64_t i = (int64_t)blockIdx.x * MSE_THREADS + threadIdx.x; i < n;
+	     i += (int64_t)MSE_BLOCKS * MSE_THREADS) {
+		double d = (double)y[i] - (double)t[i];
+		s += d * d;
+	}
+	s = block_tree(s, sh);
 	if (threadIdx.x == 0)
-		*loss = (float)(part[0] / (double)n);
+		part[blockIdx.x] = s;
+}
+
+static __global__ void k_mse_sum(const double *part, float *loss, int64_t n)
+{
+	__shared__ double sh[MSE_THREADS];
+	double s = block_tree(part[threadIdx.x], sh); // MSE_BLOCKS == MSE_THREADS
+	if (threadIdx.x == 0)
+		*loss = (float)(s / (double)n);
 }
 
 static __global__ void k_to_bf16(const float *x, __nv_bfloat16 *y, int64_t n)
@@ -177,6 +265,16 @@ int cu_upload(RtRank *r, RtTensor *t, const float *host)
 	h->cs_last = cur(r)->cs_pos;
 	cu_release(r, &cur(r)->free_host, h);
 	return rc;
+}
+
+int cu_gen(RtRank *r, RtTensor *t, uint64_t key)
+{
+	Use u[] = {{t, 1}};
+	if (cu_cs_begin(r, u, 1))
+		return RT_EFAIL;
+	cu_cs_end(r, u, 1);
+	LAUNCH(r, k_gen, numel(t), F32(t), key, numel(t));
+	return RT_OK;
 }
 
 int cu_download(RtRank *r, const RtTensor *t, float *host)
@@ -441,9 +539,16 @@ static int mse_fwd(RtRank *r, const RtLayerCall *c)
 	Use u[] = {{c->x, 0}, {c->target, 0}, {c->loss, 1}};
 	if (cu_cs_begin(r, u, 3))
 		return RT_EFAIL;
+	Block *part = cu_get_block(r, MSE_BLOCKS * (int64_t)sizeof(double), 0);
+	if (!part)
+		return RT_EFAIL;
 	cu_cs_end(r, u, 3);
-	k_mse_fwd<<<1, MSE_THREADS, 0, cur(r)->cs>>>(F32(c->x), F32(c->target),
-	                                             F32(c->loss) + c->slot, numel(c->x));
+	double *pp = (double *)part->ptr;
+	k_mse_part<<<MSE_BLOCKS, MSE_THREADS, 0, cur(r)->cs>>>(F32(c->x), F32(c->target), pp,
+	                                                      numel(c->x));
+	k_mse_sum<<<1, MSE_THREADS, 0, cur(r)->cs>>>(pp, F32(c->loss) + c->slot, numel(c->x));
+	part->cs_last = cur(r)->cs_pos; // the kernels just issued use it: free it past them
+	cu_release(r, &cur(r)->free_dev, part);
 	CUDACHECK(r, cudaGetLastError());
 	return RT_OK;
 }
@@ -545,8 +650,12 @@ int cu_proj_bwd_w(RtRank *r, const float *x, const float *dy, RtTensor *dw, RtTe
 	int64_t k = dw->rows, n = dw->cols;
 	if (cu_gemm(r, 1, 0, k, n, m, 1.0f, cu_mat(x, m, k), cu_mat(dy, m, n), 1.0f, F32(dw), n, 0, 1))
 		return RT_EFAIL;
-	if (db)
-		LAUNCH(r, k_colsum, n, dy, F32(db), m, n);
+	if (db) {
+		int64_t blocks = (n + COLSUM_COLS - 1) / COLSUM_COLS;
+		k_colsum<<<(int)(blocks < 65536 ? blocks : 65536), COLSUM_THREADS, 0, cur(r)->cs>>>(
+			dy, F32(db), m, n);
+		CUDACHECK(r, cudaGetLastError());
+	}
 	return RT_OK;
 }
 

@@ -214,5 +214,6 @@ extern "C" const RtDevice rt_device_cuda = {
 	.layers = cu_layers.k,
 	.optim = cu_optim.f,
 	.sync = cu_sync,
+	.gen = cu_gen,
 	.tp_split = 1, // cuda_tf.cu's rows compute tp shards
 };

@@ -41,25 +41,27 @@ static float unit(uint64_t x)
 
 /* The data set is fixed: step does not enter the key, so every step trains on the same
  * dp x m microbatches (an epoch each) and the loss can fall. */
-static void gen(uint64_t seed, uint64_t what, int step, int replica, int mb, float *out,
-                int64_t n)
+uint64_t rt_gen_key(uint64_t seed, int what, int replica, int mb)
 {
-	(void)step;
-	uint64_t k = mix(seed, what);
-	k = mix(k, (uint64_t)replica);
-	k = mix(k, (uint64_t)mb);
+	return mix(mix(mix(seed, (uint64_t)what), (uint64_t)replica), (uint64_t)mb);
+}
+
+void rt_gen_values(uint64_t key, float *out, int64_t n)
+{
 	for (int64_t i = 0; i < n; i++)
-		out[i] = unit(mix(k, (uint64_t)i));
+		out[i] = unit(mix(key, (uint64_t)i));
 }
 
 void rt_gen_input(uint64_t seed, int step, int replica, int mb, float *out, int64_t n)
 {
-	gen(seed, 1, step, replica, mb, out, n);
+	(void)step;
+	rt_gen_values(rt_gen_key(seed, RT_GEN_INPUT, replica, mb), out, n);
 }
 
 void rt_gen_target(uint64_t seed, int step, int replica, int mb, float *out, int64_t n)
 {
-	gen(seed, 2, step, replica, mb, out, n);
+	(void)step;
+	rt_gen_values(rt_gen_key(seed, RT_GEN_TARGET, replica, mb), out, n);
 }
 
 /* Every sequence walks a fixed random successor table, succ(t) = u(seed, t) mod V, from

@@ -338,6 +338,9 @@ typedef struct {
 	const RtOptimFn *optim;
 	/* Waits for everything the rank has issued (communication included). */
 	int (*sync)(RtRank *r);
+	/* Optional: t's elements set to the synthetic values of key on the device, bit for
+	 * bit rt_gen_values(key) (rt_private.h).  NULL: the host makes them and uploads. */
+	int (*gen)(RtRank *r, RtTensor *t, uint64_t key);
 	/* 1: its layer rows compute one rank's shard of a tp group (RtLayerCall.tp and
 	 * tp_rank, the split tensors of rt_layer_tensors); 0: plans with tp > 1 are refused
 	 * when the world opens. */

@@ -79,22 +79,46 @@ void rt_stage_bufs_close(RtRank *r, RtStageBufs *b)
 	memset(b, 0, sizeof *b);
 }
 
+/* t set to a microbatch's synthetic values (RT_GEN_INPUT or RT_GEN_TARGET): on the
+ * device when it can make them, else made in b->host and uploaded.  Frees t on failure. */
+static RtTensor *synth(RtRank *r, RtTensor *t, int what, int replica, int mb, RtStageBufs *b)
+{
+	uint64_t key = rt_gen_key(r->w->opt.seed, what, replica, mb);
+	int rc;
+	if (r->dev->gen) {
+		rc = r->dev->gen(r, t, key);
+	} else {
+		rt_gen_values(key, b->host, t->rows * t->cols);
+		rc = r->dev->upload(r, t, b->host);
+	}
+	if (rc) {
+		rt_tensor_free(r, t);
+		return NULL;
+	}
+	return t;
+}
+
+/* Tokens, a sequential walk per sequence and few, are always made on the host. */
+static RtTensor *tokens(RtRank *r, RtTensor *t, int shift, int replica, int mb, RtStageBufs *b)
+{
+	LayerShape sh = plan_shape(r->w->plan);
+	rt_gen_tokens(r->w->opt.seed, replica, mb, &sh, shift, b->host);
+	if (r->dev->upload(r, t, b->host)) {
+		rt_tensor_free(r, t);
+		return NULL;
+	}
+	return t;
+}
+
 RtTensor *rt_stage_input(RtRank *r, int step, int replica, int mb, RtStageBufs *b, int cls)
 {
+	(void)step; // the data set is fixed (model.c)
 	const Plan *p = r->w->plan;
 	RtTensor *x = rt_tensor_new(r, p->rows, p->cols, cls);
 	if (!x)
 		return NULL;
-	LayerShape sh = plan_shape(p);
-	if (sh.vocab)
-		rt_gen_tokens(r->w->opt.seed, replica, mb, &sh, 0, b->host);
-	else
-		rt_gen_input(r->w->opt.seed, step, replica, mb, b->host, (int64_t)p->rows * p->cols);
-	if (r->dev->upload(r, x, b->host)) {
-		rt_tensor_free(r, x);
-		return NULL;
-	}
-	return x;
+	return plan_shape(p).vocab ? tokens(r, x, 0, replica, mb, b)
+	                           : synth(r, x, RT_GEN_INPUT, replica, mb, b);
 }
 
 /* The loss's target: next tokens for a loss on tokens, else rows x width values. */
@@ -102,21 +126,13 @@ static RtTensor *target(RtRank *r, int s, int step, int replica, int mb, RtStage
 {
 	const Plan *p = r->w->plan;
 	const PlanStage *st = &p->stages[s];
-	int tokens = plan_layers[st->layers[st->nlayers - 1].kind].tokens;
-	int width = tokens ? 1 : st->out;
+	int is_tokens = plan_layers[st->layers[st->nlayers - 1].kind].tokens;
+	int width = is_tokens ? 1 : st->out;
 	RtTensor *t = rt_tensor_new(r, p->rows, width, RT_MEM_TEMP);
 	if (!t)
 		return NULL;
-	LayerShape sh = plan_shape(p);
-	if (tokens)
-		rt_gen_tokens(r->w->opt.seed, replica, mb, &sh, 1, b->host);
-	else
-		rt_gen_target(r->w->opt.seed, step, replica, mb, b->host, (int64_t)p->rows * width);
-	if (r->dev->upload(r, t, b->host)) {
-		rt_tensor_free(r, t);
-		return NULL;
-	}
-	return t;
+	(void)step;
+	return is_tokens ? tokens(r, t, 1, replica, mb, b) : synth(r, t, RT_GEN_TARGET, replica, mb, b);
 }
 
 /* A layer's call and its parameter views (pv, gv: RT_LAYER_MAX_TENSORS each); slot is

@@ -938,6 +938,40 @@ static void cuda__kernels__match_cpu(void **state)
 	}
 }
 
+/* More rows than one tile of the bias gradient's column walk (2 full tiles of 128 and
+ * a part) and a column count no block divides: linear's bias gradient is still the
+ * cpu's bit for bit; and the mse loss summed over many blocks matches the cpu's. */
+static void cuda__many_rows__bias_grad_and_loss(void **state)
+{
+	(void)state;
+	static const PlanLayer lin = {.kind = LAYER_LINEAR, .in = 70, .out = 45};
+	static const PlanLayer mse = {.kind = LAYER_MSE, .in = 70, .out = 70};
+	static const LayerShape sh = {300, 3, 100, 37};
+	Gpu g;
+	if (!gpu_open(&g, RT_DTYPE_F32))
+		skip();
+	const RtLayerKernels *dk = &g.dev->layers[LAYER_LINEAR], *hk = &rt_device_cpu.layers[LAYER_LINEAR];
+	Twin t;
+	twin_open(&g, &t, &lin, &sh);
+	assert_int_equal(dk->fwd(g.r, &t.dc), RT_OK);
+	assert_int_equal(hk->fwd(g.r, &t.hc), RT_OK);
+	t.dc.y = t.hc.y = NULL;
+	t.dc.dy = t.d[T_DY], t.hc.dy = &t.h[T_DY];
+	assert_int_equal(dk->bwd_w(g.r, &t.dc), RT_OK);
+	assert_int_equal(hk->bwd_w(g.r, &t.hc), RT_OK);
+	RtTensor db = t.dg[1], *dbp = &db;
+	twin_compare(&g, &dbp, &t.hg[1], 1, 0, "linear", "bias gradient, 300 rows");
+	twin_close(&g, &t);
+
+	twin_open(&g, &t, &mse, &sh);
+	assert_int_equal(g.dev->layers[LAYER_MSE].fwd(g.r, &t.dc), RT_OK);
+	assert_int_equal(rt_device_cpu.layers[LAYER_MSE].fwd(g.r, &t.hc), RT_OK);
+	twin_compare(&g, &t.d[T_LOSS], &t.h[T_LOSS], 1, 1e-5, "mse", "loss, 300 rows");
+	assert_int_equal(g.dev->sync(g.r), RT_OK);
+	twin_close(&g, &t);
+	gpu_close(&g);
+}
+
 /* A bad token id (not a whole number, or out of the vocabulary) is found on the GPU:
  * the call itself returns at once, and the rank's next sync fails with the cpu
  * device's message naming the row and the value.  Both kinds on tokens: the
@@ -972,6 +1006,34 @@ static void cuda__tokens__bad_id_fails_at_sync(void **state)
 		twin_close(&g, &t);
 		gpu_close(&g);
 	}
+}
+
+/* Synthetic inputs and targets are made on the GPU (the device's gen), bit for bit
+ * the host's rt_gen_values, for a size no block or grid divides. */
+static void cuda__gen__matches_host_bit_for_bit(void **state)
+{
+	(void)state;
+	Gpu g;
+	if (!gpu_open(&g, RT_DTYPE_F32))
+		skip();
+	assert_non_null(g.dev->gen);
+	int64_t rows = 1001, cols = 1037;
+	uint64_t key = rt_gen_key(42, RT_GEN_TARGET, 1, 3);
+	RtTensor *t = rt_tensor_new(g.r, rows, cols, RT_MEM_TEMP);
+	assert_non_null(t);
+	float *want = malloc((size_t)(rows * cols) * 4), *got = malloc((size_t)(rows * cols) * 4);
+	assert_true(want && got);
+	rt_gen_values(key, want, rows * cols);
+	assert_int_equal(g.dev->gen(g.r, t, key), RT_OK);
+	assert_int_equal(g.dev->download(g.r, t, got), RT_OK);
+	for (int64_t i = 0; i < rows * cols; i++)
+		if (memcmp(&got[i], &want[i], 4))
+			fail_msg("element %lld: %.9g on the GPU, %.9g on the host", (long long)i,
+			         (double)got[i], (double)want[i]);
+	free(want);
+	free(got);
+	rt_tensor_free(g.r, t);
+	gpu_close(&g);
 }
 
 static void cuda__nccl_self__grouped_sendrecv_and_allreduce(void **state)
@@ -1145,7 +1207,7 @@ static const char tp_src[] =
 	"  residual { rmsnorm; swiglu 40; } rmsnorm; head; loss xent; }\n"
 	"schedule gpipe;\ncost * f=1 b=1 w=1;\nlink ideal;\n";
 
-static void cuda__plan_tp2__check_f32(void **state)
+static void cuda__plan_tp2_two_gpus__check_f32(void **state)
 {
 	(void)state;
 	run_checked(tp_src, RT_DTYPE_F32, 2, 0.05);
@@ -1174,13 +1236,15 @@ int main(void)
 		cmocka_unit_test(cuda__check_macros__name_call_host_rank_and_line),
 		cmocka_unit_test(cuda__kernels__match_cpu),
 		cmocka_unit_test(cuda__tokens__bad_id_fails_at_sync),
+		cmocka_unit_test(cuda__gen__matches_host_bit_for_bit),
+		cmocka_unit_test(cuda__many_rows__bias_grad_and_loss),
 		cmocka_unit_test(cuda__nccl_self__grouped_sendrecv_and_allreduce),
 		cmocka_unit_test(cuda__plan_one_gpu__check_f32),
 		cmocka_unit_test(cuda__plan_one_gpu__check_bf16),
 		cmocka_unit_test(cuda__plan_one_gpu__check_adamw),
 		cmocka_unit_test(cuda__plan_transformer__check_f32),
 		cmocka_unit_test(cuda__plan_two_gpus__check_f32),
-		cmocka_unit_test(cuda__plan_tp2__check_f32),
+		cmocka_unit_test(cuda__plan_tp2_two_gpus__check_f32),
 		cmocka_unit_test(cuda__hang__abort_ends_the_wait), // last: it aborts NCCL
 #endif
 	};
