@@ -8,6 +8,32 @@ TOOL=deps
 . tests/lib/cli.sh
 : "${CUDA_HOME:=/usr/local/cuda}"
 
+# Where the Makefile finds CUDA and NCCL (make -n: nothing is built, nvcc never runs), on
+# a stand-in toolkit: nccl.h beside it needs no flags of NCCL's own; NCCL_HOME's tree
+# adds its -I, -L and rpath; without nccl.h anywhere a notice says what is missing.
+fake=$dir/cuda nccl=$dir/nccl
+mkdir -p "$fake/bin" "$fake/include" "$fake/lib64" "$nccl/include" "$nccl/lib"
+printf '#!/bin/sh\nexit 1\n' >"$fake/bin/nvcc"
+chmod +x "$fake/bin/nvcc"
+: >"$nccl/include/nccl.h"
+cuda_make() { make -s -n -B all CUDA_HOME="$fake" NVCC="$fake/bin/nvcc" "$@" >"$dir/make" 2>&1; }
+cuda_make NCCL_HOME="$nccl"
+grep "^$fake/bin/nvcc .*comm_nccl" "$dir/make" | grep -q -- "-I$nccl/include"
+check "NCCL_HOME's headers reach nvcc" $? "no nvcc line with -I$nccl/include"
+grep -- "-o bin/piperun " "$dir/make" | grep -q -- "-L$nccl/lib -Wl,-rpath,$nccl/lib"
+check "NCCL_HOME's library is linked with its rpath" $? "piperun's link line lacks -L/rpath $nccl/lib"
+cp "$nccl/include/nccl.h" "$fake/include/"
+cuda_make
+grep -q "^$fake/bin/nvcc .*comm_nccl" "$dir/make" && ! grep -q -- "-I$nccl\|-L$nccl" "$dir/make"
+check "nccl.h beside CUDA builds the backend without NCCL paths" $? "no nvcc line, or NCCL paths"
+rm "$fake/include/nccl.h"
+if [ ! -f /usr/include/nccl.h ]; then
+	cuda_make
+	grep -q 'the CUDA backend is left out: it needs .*nccl.h' "$dir/make" &&
+		! grep -q "^$fake/bin/nvcc" "$dir/make"
+	check "no nccl.h anywhere: a notice, no CUDA part" $? "no notice, or $(grep -c "^$fake/bin/nvcc" "$dir/make") nvcc commands"
+fi
+
 if ! command -v dpkg-query >/dev/null 2>&1; then
 	echo "testing deps skipped: not a Debian system"
 	exit 0
