@@ -52,18 +52,6 @@ void rt_gen_values(uint64_t key, float *out, int64_t n)
 		out[i] = unit(mix(key, (uint64_t)i));
 }
 
-void rt_gen_input(uint64_t seed, int step, int replica, int mb, float *out, int64_t n)
-{
-	(void)step;
-	rt_gen_values(rt_gen_key(seed, RT_GEN_INPUT, replica, mb), out, n);
-}
-
-void rt_gen_target(uint64_t seed, int step, int replica, int mb, float *out, int64_t n)
-{
-	(void)step;
-	rt_gen_values(rt_gen_key(seed, RT_GEN_TARGET, replica, mb), out, n);
-}
-
 /* Every sequence walks a fixed random successor table, succ(t) = u(seed, t) mod V, from
  * a random first token, except that one position in 8 (by the key) is a fresh random
  * token.  Tokens are sequence b's positions shift .. shift + S - 1 of S + 1. */

@@ -72,10 +72,8 @@ void rt_model_free(RtModel *m);
 
 /* Deterministic data (docs/semantics.md "Model"). */
 uint64_t rt_splitmix64(uint64_t x);
-void rt_gen_input(uint64_t seed, int step, int replica, int mb, float *out, int64_t n);
-void rt_gen_target(uint64_t seed, int step, int replica, int mb, float *out, int64_t n);
-/* The two underneath: a microbatch's key for its input or its target, and the values
- * of a key, out[i] = u(mix(key, i)), which a device's `gen` makes on the device. */
+/* A microbatch's key for its input or its target (the same every step), and the
+ * values of a key, out[i] = u(mix(key, i)), which a device's `gen` makes on the device. */
 enum { RT_GEN_INPUT = 1, RT_GEN_TARGET = 2 };
 uint64_t rt_gen_key(uint64_t seed, int what, int replica, int mb);
 void rt_gen_values(uint64_t key, float *out, int64_t n);
