@@ -20,7 +20,7 @@ cuda_make() { make -s -n -B all CUDA_HOME="$fake" NVCC="$fake/bin/nvcc" "$@" >"$
 cuda_make NCCL_HOME="$nccl"
 grep "^$fake/bin/nvcc .*comm_nccl" "$dir/make" | grep -q -- "-I$nccl/include"
 check "NCCL_HOME's headers reach nvcc" $? "no nvcc line with -I$nccl/include"
-grep -- "-o bin/piperun " "$dir/make" | grep -q -- "-L$nccl/lib -Wl,-rpath,$nccl/lib"
+grep -- "-o [^ ]*/piperun " "$dir/make" | grep -q -- "-L$nccl/lib -Wl,-rpath,$nccl/lib"
 check "NCCL_HOME's library is linked with its rpath" $? "piperun's link line lacks -L/rpath $nccl/lib"
 cp "$nccl/include/nccl.h" "$fake/include/"
 cuda_make
