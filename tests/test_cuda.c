@@ -807,13 +807,72 @@ static const PlanLayer gpu_layers[] = {
 #undef FLAG
 static const LayerShape gpu_shape = {33, 3, 11, 37};
 
+/* The tensor operations and every optimizer (two steps each, its state carried over)
+ * on the device against the cpu's, bit for bit, on an m x n tensor. */
+static void ops_match_cpu(Gpu *g, int64_t m, int64_t n)
+{
+	RtRank *r = g->r;
+	const RtDevice *be = g->dev, *cpu = &rt_device_cpu;
+	RtTensor hy, hdy;
+	RtTensor *y = both(g, m, n, &hy, 4), *dy = both(g, m, n, &hdy, 5);
+	assert_int_equal(be->add(r, y, dy), RT_OK);
+	cpu->add(r, &hy, &hdy);
+	assert_true(rel_err(g, y, &hy) == 0);
+	assert_int_equal(be->scale(r, y, 0.37f), RT_OK);
+	cpu->scale(r, &hy, 0.37f);
+	assert_true(rel_err(g, y, &hy) == 0);
+	for (int k = 0; k < OPTIM_COUNT; k++) {
+		PlanOptim po = plan_optim_default(k);
+		po.lr = 0.05;
+		RtTensor hm, hv;
+		RtTensor *dm = both(g, m, n, &hm, 6), *dv = both(g, m, n, &hv, 7);
+		assert_int_equal(be->zero(r, dm), RT_OK);
+		assert_int_equal(be->zero(r, dv), RT_OK);
+		memset(hm.data, 0, (size_t)hm.bytes);
+		memset(hv.data, 0, (size_t)hv.bytes);
+		int nbuf = plan_optim_state_bytes(k) / 4; // momentum: m; adamw: m and v
+		for (int t = 1; t <= 2; t++) {
+			RtOptStep ds = {.w = y, .g = dy, .m = nbuf >= 1 ? dm : NULL,
+			                .v = nbuf >= 2 ? dv : NULL};
+			RtOptStep hs = {.w = &hy, .g = &hdy, .m = nbuf >= 1 ? &hm : NULL,
+			                .v = nbuf >= 2 ? &hv : NULL};
+			rt_optim_step_init(&po, t, &ds);
+			rt_optim_step_init(&po, t, &hs);
+			assert_non_null(be->optim[k]);
+			assert_int_equal(be->optim[k](r, &ds), RT_OK);
+			assert_int_equal(cpu->optim[k](r, &hs), RT_OK);
+			if (rel_err(g, y, &hy) != 0)
+				fail_msg("%s step %d: the %s device's weights differ from the cpu's",
+				         plan_optim_names[k], t, be->name);
+			if ((nbuf >= 1 && rel_err(g, dm, &hm) != 0) ||
+			    (nbuf >= 2 && rel_err(g, dv, &hv) != 0))
+				fail_msg("%s step %d: the %s device's state differs from the cpu's",
+				         plan_optim_names[k], t, be->name);
+		}
+		rt_tensor_free(r, dm);
+		rt_tensor_free(r, dv);
+		free(hm.data);
+		free(hv.data);
+	}
+	assert_int_equal(be->copy(r, y, dy), RT_OK);
+	assert_true(rel_err(g, y, &hdy) == 0);
+	assert_int_equal(be->zero(r, y), RT_OK);
+	memset(hy.data, 0, (size_t)hy.bytes);
+	assert_true(rel_err(g, y, &hy) == 0);
+	assert_int_equal(be->sync(r), RT_OK);
+	rt_tensor_free(r, y);
+	rt_tensor_free(r, dy);
+	free(hy.data);
+	free(hdy.data);
+}
+
 /* Every layer of gpu_layers on the cuda row against the cpu row: F (output and saved
  * tensors), B (input gradient and held tensors) and W (parameter gradients, which
  * accumulate into random contents), for f32 and bf16 GEMMs.  A kind with GEMMs (FLOPs
  * in the layer table) is held to the GEMM bound (looser for the kinds that chain
  * several: attention, mlp, swiglu), other math to 1e-5; the embedding (gather and the
  * in-order scatter) and linear's bias gradient (column sums in the CPU's order) bit for
- * bit.  Every kind with a cpu row must have been run. */
+ * bit.  Every kind with a cpu row must have been run.  Then ops_match_cpu. */
 static void cuda__kernels__match_cpu(void **state)
 {
 	(void)state;
@@ -880,60 +939,7 @@ static void cuda__kernels__match_cpu(void **state)
 				fail_msg("layer kind %s has a cpu row but no check against the cuda row",
 				         plan_layers[k].name);
 
-		/* The tensor operations. */
-		RtTensor hy, hdy;
-		RtTensor *y = both(&g, m, n, &hy, 4), *dy = both(&g, m, n, &hdy, 5);
-		assert_int_equal(be->add(r, y, dy), RT_OK);
-		cpu->add(r, &hy, &hdy);
-		assert_true(rel_err(&g, y, &hy) == 0);
-		assert_int_equal(be->scale(r, y, 0.37f), RT_OK);
-		cpu->scale(r, &hy, 0.37f);
-		assert_true(rel_err(&g, y, &hy) == 0);
-		/* The optimizer: every kind, two steps (its state carries over), bit for bit as
-		 * the cpu's. */
-		for (int k = 0; k < OPTIM_COUNT; k++) {
-			PlanOptim po = plan_optim_default(k);
-			po.lr = 0.05;
-			RtTensor hm, hv;
-			RtTensor *dm = both(&g, m, n, &hm, 6), *dv = both(&g, m, n, &hv, 7);
-			assert_int_equal(be->zero(r, dm), RT_OK);
-			assert_int_equal(be->zero(r, dv), RT_OK);
-			memset(hm.data, 0, (size_t)hm.bytes);
-			memset(hv.data, 0, (size_t)hv.bytes);
-			int nbuf = plan_optim_state_bytes(k) / 4; // momentum: m; adamw: m and v
-			for (int t = 1; t <= 2; t++) {
-				RtOptStep ds = {.w = y, .g = dy, .m = nbuf >= 1 ? dm : NULL,
-				                .v = nbuf >= 2 ? dv : NULL};
-				RtOptStep hs = {.w = &hy, .g = &hdy, .m = nbuf >= 1 ? &hm : NULL,
-				                .v = nbuf >= 2 ? &hv : NULL};
-				rt_optim_step_init(&po, t, &ds);
-				rt_optim_step_init(&po, t, &hs);
-				assert_non_null(be->optim[k]);
-				assert_int_equal(be->optim[k](r, &ds), RT_OK);
-				assert_int_equal(cpu->optim[k](r, &hs), RT_OK);
-				if (rel_err(&g, y, &hy) != 0)
-					fail_msg("%s step %d: the %s device's weights differ from the cpu's",
-					         plan_optim_names[k], t, be->name);
-				if ((nbuf >= 1 && rel_err(&g, dm, &hm) != 0) ||
-				    (nbuf >= 2 && rel_err(&g, dv, &hv) != 0))
-					fail_msg("%s step %d: the %s device's state differs from the cpu's",
-					         plan_optim_names[k], t, be->name);
-			}
-			rt_tensor_free(r, dm);
-			rt_tensor_free(r, dv);
-			free(hm.data);
-			free(hv.data);
-		}
-		assert_int_equal(be->copy(r, y, dy), RT_OK);
-		assert_true(rel_err(&g, y, &hdy) == 0);
-		assert_int_equal(be->zero(r, y), RT_OK);
-		memset(hy.data, 0, (size_t)hy.bytes);
-		assert_true(rel_err(&g, y, &hy) == 0);
-		assert_int_equal(be->sync(r), RT_OK);
-		rt_tensor_free(r, y);
-		rt_tensor_free(r, dy);
-		free(hy.data);
-		free(hdy.data);
+		ops_match_cpu(&g, m, n);
 		gpu_close(&g);
 	}
 }
