@@ -16,7 +16,7 @@ mkdir -p "$fake/bin" "$fake/include" "$fake/lib64" "$nccl/include" "$nccl/lib"
 printf '#!/bin/sh\nexit 1\n' >"$fake/bin/nvcc"
 chmod +x "$fake/bin/nvcc"
 : >"$nccl/include/nccl.h"
-cuda_make() { make -s -n -B all CUDA_HOME="$fake" NVCC="$fake/bin/nvcc" "$@" >"$dir/make" 2>&1; }
+cuda_make() { env -u NCCL_HOME make -s -n -B all CUDA_HOME="$fake" NVCC="$fake/bin/nvcc" "$@" >"$dir/make" 2>&1; }
 cuda_make NCCL_HOME="$nccl"
 grep "^$fake/bin/nvcc .*comm_nccl" "$dir/make" | grep -q -- "-I$nccl/include"
 check "NCCL_HOME's headers reach nvcc" $? "no nvcc line with -I$nccl/include"
