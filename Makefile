@@ -148,6 +148,9 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(ALL_LIBS_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ -lcmocka $(RT_LIBS) $(BLAS_LIBS) $(LDLIBS)
 
+# test_cuda's tests that need a GPU, in a file of their own (tests/cuda_test.h).
+$(BUILD)/tests/test_cuda: $(if $(HAVE_CUDA),$(BUILD)/tests/cuda_gpu.o)
+
 $(BUILD)/grammar/parser.c: grammar/parser.y
 	@mkdir -p $(@D)
 	bison -Wall -Werror --defines=$(BUILD)/grammar/parser.h -o $@ $<
