@@ -5,7 +5,7 @@
  * free blocks to its host, huge pages come from memory so given back, which the host
  * must back again at its first write.  On the 2-core VM we measure on, pipesim's report
  * on two threads after 3 s idle took 0.63-0.74 s in 2 MiB pages and 0.34-0.54 s in 64
- * KiB pages (their first runs), against 0.22-0.24 s in small pages (docs/pipesim.md,
+ * KiB pages (their first runs), against 0.22-0.24 s in small pages (docs/performance.md,
  * "Huge pages, decided by the machine").  So the blocks are offered when the kernel
  * gives huge pages to regions that ask for them and nothing reports free memory to a
  * host.  PIPECC_HUGE_PAGES=1 or 0 overrides the answer.  The same fact sizes the plan
