@@ -167,13 +167,14 @@ for s in zbv dualpipev; do
 		echo "note: pipecc does not take the V variant with $s: $(head -n 1 "$dir/err")"
 	fi
 done
-# The examples squeezed onto one rank (a CSV schedule is read beside its .pipe).
+# The examples squeezed onto one rank (a CSV schedule is read beside its .pipe; stated
+# routes name the example's own ranks and devices, so they go).
 cp examples/*.csv "$dir/" 2>/dev/null
 for p in examples/*.pipe; do
 	b=$(basename "$p" .pipe)
 	n=$(grep -c '^stage ' "$p")
 	place=$(awk -v n="$n" 'BEGIN { s = "["; for (i = 0; i < n; i++) s = s (i ? ", " : "") "0"; print s "]" }')
-	sed -e 's/^mesh .*/mesh pp=1;/' -e '/^placement/d' "$p" >"$dir/$b-1.pipe"
+	sed -e 's/^mesh .*/mesh pp=1;/' -e '/^placement/d' -e '/^route /d' "$p" >"$dir/$b-1.pipe"
 	echo "placement $place;" >>"$dir/$b-1.pipe"
 	if "$BIN/pipecc" "$dir/$b-1.pipe" -o "$dir/$b-1.plan" 2>"$dir/err"; then
 		checked "one GPU, example $b on one rank" "$dir/$b-1.plan"
