@@ -7,9 +7,10 @@
 # pipesim on its file).  Then bench/io_bench.c times the readers and the writers alone,
 # and the machine's floor for any tool holding the plan as 24-byte PlanOps: the kernel's
 # time to fault that many fresh pages in (a ceiling in M ops/s no such tool passes),
-# and pipesim's passes alone in memory on one thread (the simulation, which has no
-# worker threads, bounds the report from below on any number of cores); io_bench's
-# figures also as ratios to `wc -l`.
+# and pipesim's passes alone in memory on one thread, then the strict simulation on
+# THREADS threads (sim/psim.c; pipesim gives it half of --threads, so on two threads
+# the one-thread run bounds the report from below); io_bench's figures also as ratios
+# to `wc -l`.
 # pipesim's rows: -q --no-record (verdict only), -q (the same: a quiet run keeps no
 # times), and the default run, whose report needs the critical path (4 bytes an op while
 # the simulation runs, SIM_RECORD_PATH; 16 before 2026-12-02) and the memory model's
@@ -141,6 +142,6 @@ timed "pipecc BIN -o PLAN (to text)" "$BIN/pipecc" "$T/big.bin" -o "$T/conv.plan
 same "$T/conv.plan" "$T/big.plan" "binary -> text differs"
 rm -f "$T/conv.plan" "$T/out.bin"
 echo "the plan's reader and writers alone (bench/io_bench.c, best of $REPS):"
-IO_WC=$wc "$B/bench/io_bench" "$T/big.plan" "$T/out.plan" "$REPS" || exit 1
+IO_WC=$wc IO_SIM_THREADS=$THREADS "$B/bench/io_bench" "$T/big.plan" "$T/out.plan" "$REPS" || exit 1
 same "$T/out.plan" "$T/big.plan" "plan_write wrote a different plan"
 same "$T/out.plan.bin" "$T/big.bin" "plan_write_binary wrote a different plan"

@@ -9,12 +9,13 @@
  * the same for a block of them offered for huge pages, as the tools hold their ops
  * with PIPECC_HUGE_PAGES=1 (plan_block_new).  Last, the passes pipesim runs on the plan
  * once it is read, each alone on one thread, in memory: the verifier, the strict
- * simulation without and with the per-op times, the memory model.  The simulation has
- * no worker threads, so with the times (the report's) it bounds pipesim's run on any
- * number of cores from below.  With IO_WC set to `wc -l`'s seconds on the plan's text,
- * every figure is also printed as a ratio to it.  `io_bench --thp` prints what decides
- * whether the tools offer their blocks for huge pages on this machine (plan/thp.c), and
- * how big the plan writers' writes are (plan_write_piece). */
+ * simulation without and with the per-op times, the memory model; with IO_SIM_THREADS
+ * above 1, the strict simulation again on that many threads (sim/psim.c), in wall
+ * seconds (pipesim's report runs it on half of --threads).  With IO_WC set to
+ * `wc -l`'s seconds on the plan's text, every figure is also printed as a ratio to it.
+ * `io_bench --thp` prints what decides whether the tools offer their blocks for huge
+ * pages on this machine (plan/thp.c), and how big the plan writers' writes are
+ * (plan_write_piece). */
 #include "../plan/binary.h"
 #include "../plan/mem.h"
 #include "../plan/par_out.h"
@@ -32,11 +33,21 @@ static double cpu(void)
 	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+static double wall(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
 static double wc_s; // IO_WC: wc -l's seconds on the plan's text; 0: not given
+static int sim_threads; // IO_SIM_THREADS: the strict run's passes again on these threads
+
+static const char *unit = "cpu"; // what show's seconds are
 
 static void show(const char *what, double s, int64_t ops)
 {
-	printf("  %-28s %7.3f s cpu  %6.1f M ops/s", what, s, s > 0 ? (double)ops / s / 1e6 : 0);
+	printf("  %-28s %7.3f s %-4s %6.1f M ops/s", what, s, unit, s > 0 ? (double)ops / s / 1e6 : 0);
 	if (wc_s > 0)
 		printf("  %5.1fx wc -l", s / wc_s);
 	printf("\n");
@@ -78,8 +89,9 @@ static double fresh_pages(size_t n, int reps, double *fill, int huge)
 /* CPU seconds of one pass over p; the best of reps.  which: 0 plan_verify, 1 sim_run
  * (strict), 2 the same keeping the per-op times, 3 plan_mem_all, 4 sim_run keeping the
  * critical path alone (the report's).  The runs are told the plan verified, as
- * pipesim's run after the verifier is (on one thread). */
-static double pass(const Plan *p, int which, int reps)
+ * pipesim's run after the verifier is (on one thread).  With threads above 1, the run on
+ * that many (sim/psim.c), and wall seconds. */
+static double pass(const Plan *p, int which, int reps, int threads)
 {
 	double best = 1e30;
 	for (int i = 0; i < reps; i++) {
@@ -89,19 +101,21 @@ static double pass(const Plan *p, int which, int reps)
 		                  .verified = 1,
 		                  .record_ops = which == 2   ? SIM_RECORD_ALL
 		                                : which == 4 ? SIM_RECORD_PATH
-		                                             : SIM_RECORD_NONE};
+		                                             : SIM_RECORD_NONE,
+		                  .threads = threads};
 		PlanMem *mem = NULL;
 		int rc = 0;
-		double t = cpu();
+		double (*clock)(void) = threads > 1 ? wall : cpu;
+		double t = clock();
 		if (which == 0)
 			rc = plan_verify(p, &err);
 		else if (which == 3)
 			rc = (mem = plan_mem_all(p)) ? 0 : -1;
 		else
 			rc = sim_run(p, &opt, &res);
-		t = cpu() - t;
+		t = clock() - t;
 		if (which == 1 || which == 2 || which == 4) {
-			rc = rc || res.verdict != SIM_OK;
+			rc = rc || res.verdict != SIM_OK || (threads > 1 && res.threads < 2);
 			sim_result_free(&res);
 		}
 		free(mem);
@@ -123,8 +137,16 @@ static void passes(const Plan *p, int reps)
 	double t[5];
 	printf("pipesim's passes alone, in memory, one thread (best of %d):\n", reps);
 	for (int i = 0; i < 5; i++)
-		show(name[i], t[i] = pass(p, i, reps), ops);
+		show(name[i], t[i] = pass(p, i, reps, 1), ops);
 	show("verify + path + memory", t[0] + t[4] + t[3], ops); // the report's passes
+	if (sim_threads < 2)
+		return;
+	printf("the strict run on %d threads (sim/psim.c), wall seconds (best of %d):\n",
+	       sim_threads, reps);
+	unit = "wall";
+	show("sim_run, strict", pass(p, 1, reps, sim_threads), ops);
+	show("  keeping the critical path", pass(p, 4, reps, sim_threads), ops);
+	unit = "cpu";
 }
 
 static double write_to(const Plan *p, const char *path, int fmt)
@@ -159,6 +181,7 @@ int main(int argc, char **argv)
 	}
 	int reps = argc == 4 ? atoi(argv[3]) : 3;
 	wc_s = getenv("IO_WC") ? atof(getenv("IO_WC")) : 0;
+	sim_threads = getenv("IO_SIM_THREADS") ? atoi(getenv("IO_SIM_THREADS")) : 0;
 	double rd = 1e30, wf = 1e30, wp = 1e30, rb = 1e30, wb = 1e30;
 	char bin[4096];
 	snprintf(bin, sizeof bin, "%s.bin", argv[2]);

@@ -98,10 +98,7 @@ static inline void complete_op(S *s, int r, int64_t i, int64_t end, int64_t pred
 {
 	Rk *k = &s->rk[r];
 	set_end(s, r, i, end, pred);
-	if (end > k->gmax || k->gmax_who == REF_NONE) {
-		k->gmax = max64(end, k->gmax);
-		k->gmax_who = REF(r, i);
-	}
+	group_end(k, end, REF(r, i));
 	if (counted && --k->pending == 0 && k->state == AG_MATCH)
 		push_agent(s, r, 0);
 }
@@ -134,15 +131,9 @@ static inline void p2p_meet(S *s, int r, int64_t i, const PlanOp *o, int64_t t, 
 		            e.post > t ? peer_code(s, r, i, q, e.op) : pred_of(s, r, i, k->bind));
 		end_code(s, q, e.op, end, t > e.post, t > e.post ? peer_code(s, q, e.op, r, i) : 0);
 	}
-	if (end > k->gmax || k->gmax_who == REF_NONE) {
-		k->gmax = max64(end, k->gmax);
-		k->gmax_who = REF(r, i);
-	}
+	group_end(k, end, REF(r, i));
 	Rk *m = &s->rk[q];
-	if (end > m->gmax || m->gmax_who == REF_NONE) {
-		m->gmax = max64(end, m->gmax);
-		m->gmax_who = REF(q, e.op);
-	}
+	group_end(m, end, REF(q, e.op));
 	if (--m->pending == 0 && m->state == AG_MATCH)
 		push_agent(s, q, 0);
 }

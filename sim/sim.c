@@ -284,12 +284,21 @@ int sim_run(const Plan *p, const SimOptions *opt, SimResult *res)
 	res->model = s.opt.model;
 	res->eager = s.opt.eager;
 	res->world = p->world;
+	res->threads = 1;
 	if (sim_setup(&s)) {
 		sim_cleanup(&s);
 		return -1;
 	}
 	int overlap = s.opt.model == SIM_OVERLAP;
-	for (int r = p->world - 1; r >= 0; r--) {
+	int threads = overlap ? 0 : sim_run_threads(&s);
+	if (threads == -1) { // one thread decides, from the start
+		sim_cleanup(&s);
+		sim_result_free(res);
+		SimOptions o = s.opt;
+		o.threads = 0;
+		return sim_run(p, &o, res);
+	}
+	for (int r = p->world - 1; r >= 0 && threads != 1; r--) {
 		if (overlap)
 			push_agent(&s, r, 1);
 		push_agent(&s, r, 0);

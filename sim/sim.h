@@ -77,6 +77,11 @@ typedef struct {
 	 * returns -1 with "stopped" in res->message (pipesim drops a run beside the
 	 * verifier when the plan does not verify). */
 	const int *stop;
+	/* Above 1: the strict model runs on up to this many threads (psim.c), with the
+	 * result of one thread to the bit, on a plan that is verified, has no collectives
+	 * (dp = tp = 1, no table tied across ranks) and is not eager, and without
+	 * SIM_RECORD_ALL; any other run, and one the threads find stuck, runs on one. */
+	int threads;
 } SimOptions;
 
 /* Times of one op.  Compute ops: when they ran.  Comm ops: start is when their group
@@ -167,6 +172,7 @@ typedef struct {
 	SimModel model;
 	int eager;
 	int world;
+	int threads;            // the threads the run took: 1, or SimOptions.threads' (psim.c)
 	int64_t makespan;       // ns the last rank finished (or the last progress at a stall)
 	int64_t ops;            // ops in the plan
 	int64_t ops_done;       // ops completed

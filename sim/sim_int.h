@@ -360,6 +360,10 @@ int64_t sim_pred_ref(const S *s, int r, int64_t i); // figures.c: op i's critica
 int32_t sim_pred_code(const S *s, int r, int64_t i, int64_t ref); // figures.c: its code
 int64_t sim_post_group(S *s, int r, int64_t i, int64_t end, int64_t t, int take, HEnt *only);
 void sim_run_overlap(S *s);                         // overlap.c: runs s->work's agents
+/* psim.c: the strict model on s->opt.threads threads, from a fresh setup.  1: ran to
+ * the end (every rank done); 0: not for this run (nothing changed); -1: stuck, or met
+ * what it does not run (run it again on one thread, from a fresh setup); -2: stopped. */
+int sim_run_threads(S *s);
 void sim_mismatch(S *s, int ra, int64_t a, int rb, int64_t b, const char *why);
 int sim_setup(S *s);                               // setup.c
 void sim_cleanup(S *s);                            // setup.c
@@ -395,6 +399,17 @@ static inline void note_end(S *s, int r, int64_t i, int64_t end)
 	if (end >= s->last_end && (end > s->last_end || REF(r, i) < s->last_ref)) {
 		s->last_end = end;
 		s->last_ref = REF(r, i);
+	}
+}
+
+/* Op `ref` of k's posted group ends at `end`: the group ends when its last op does, and
+ * binds to the first of its ops (in program order) that ends then, whatever order the
+ * ends are met in (psim.c's threads meet them in another order than one thread). */
+static inline void group_end(Rk *k, int64_t end, int64_t ref)
+{
+	if (end > k->gmax || k->gmax_who == REF_NONE || (end == k->gmax && ref < k->gmax_who)) {
+		k->gmax = max64(end, k->gmax);
+		k->gmax_who = ref;
 	}
 }
 

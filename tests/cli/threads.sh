@@ -7,7 +7,9 @@
 # mismatches, malformed files) in both models and quiet, where with threads the
 # simulation runs beside the verifier and is kept, or dropped when the plan does not
 # verify (with 3 threads a task pages the run's per-op times in beside it, with 2 none
-# does: par_prefault).  pipecc compiles every example to the same bytes on 1, 2
+# does: par_prefault; with 3 the strict model of a plan without collectives runs on 2
+# threads, sim/psim.c, and a damaged plan's run there is dropped or, stuck, run again on
+# one).  pipecc compiles every example to the same bytes on 1, 2
 # and 3 threads and on one per CPU (--threads 0), and given a plan verifies and writes
 # it the same way too.
 : "${BIN:=bin}"

@@ -86,6 +86,17 @@ static inline int fuzz_run_both(const Plan *p, int model, int eager, int verifie
 		            w, d);
 		sim_result_free(&path);
 	}
+	if (model == SIM_STRICT && !eager && verified) { // the same on threads (sim/psim.c)
+		SimOptions q = {.model = SIM_STRICT, .record_ops = SIM_RECORD_PATH, .verified = 1,
+		                .threads = 2};
+		SimResult path;
+		int rc2 = sim_run(p, &q, &path);
+		fuzz_assert(rc2 == rc, "sim_run returned %d on two threads, %d on one", rc2, rc);
+		static char why[8192];
+		const char *d = rc < 0 ? NULL : sim_path_differs(p, all, &path, why, sizeof why);
+		fuzz_assert(!d, "on two threads: %s", d);
+		sim_result_free(&path);
+	}
 	return rc;
 }
 
@@ -101,6 +112,9 @@ static inline void fuzz_run_sim(const Plan *p)
 			sim_result_free(&r);
 			SimOptions o = {.model = (SimModel)model, .eager = eager,
 			                .record_ops = SIM_RECORD_PATH, .verified = 1};
+			sim_run(p, &o, &r);
+			sim_result_free(&r);
+			o.threads = 2; // sim/psim.c, as pipesim's run beside the verifier on 3 or more
 			sim_run(p, &o, &r);
 			sim_result_free(&r);
 		}
