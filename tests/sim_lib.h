@@ -44,4 +44,31 @@ static inline uint64_t rng(uint64_t *s)
 	return z ^ (z >> 31);
 }
 
+/* check(p, what) on every example, compiled, and on every good test plan, read (paths
+ * relative to the repository root, where make runs the tests): the plans the simulator
+ * tests take first.  each_file's walkers take a path alone, so the check waits here. */
+typedef int (*PlanCheck)(const Plan *p, const char *what);
+static PlanCheck each_plan_check;
+
+static inline void each_plan_example(const char *path)
+{
+	Plan *p = compile_example(path);
+	each_plan_check(p, path);
+	plan_free(p);
+}
+
+static inline void each_plan_good(const char *path)
+{
+	Plan *p = read_good(path);
+	each_plan_check(p, path);
+	plan_free(p);
+}
+
+static inline void each_plan(PlanCheck check)
+{
+	each_plan_check = check;
+	assert_true(each_file("examples", ".pipe", each_plan_example) > 5);
+	assert_true(each_file("tests/plans/good", ".plan", each_plan_good) > 2);
+}
+
 #endif

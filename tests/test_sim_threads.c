@@ -83,26 +83,11 @@ static int check_plan(const Plan *p, const char *what)
 	return took;
 }
 
-static void example(const char *path)
-{
-	Plan *p = compile_example(path);
-	check_plan(p, path);
-	plan_free(p);
-}
-
-static void good_plan(const char *path)
-{
-	Plan *p = read_good(path);
-	check_plan(p, path);
-	plan_free(p);
-}
-
 static void threads__examples_and_plans__same_as_one(void **state)
 {
 	(void)state;
 	threaded = alone = 0;
-	assert_true(each_file("examples", ".pipe", example) > 5);
-	assert_true(each_file("tests/plans/good", ".plan", good_plan) > 2);
+	each_plan(check_plan);
 	assert_true(threaded > 0);
 	assert_true(alone > 0); // dp or tp above 1
 }
