@@ -71,4 +71,34 @@ static inline void each_plan(PlanCheck check)
 	assert_true(each_file("tests/plans/good", ".plan", each_plan_good) > 2);
 }
 
+/* check(p, what) on every schedule (two stages a rank where it needs them) on pp from
+ * pp0 to pp1 by step ranks, m from 2 pp to mmax pp microbatches by pp (multiples of pp,
+ * as interleaved and dualpipev need), free and costly links, dp 1 and 2. */
+static inline void each_schedule(int pp0, int pp1, int step, int mmax, PlanCheck check)
+{
+	static const struct {
+		const char *name;
+		int per_rank;
+	} sched[] = {{"gpipe", 1}, {"1f1b", 1},        {"zbh1", 1},      {"zbh2", 1},
+	             {"interleaved", 2}, {"loopedbfs", 2}, {"zbv", 2}, {"dualpipev", 2}};
+	const char *links[] = {"ideal", "latency=5us bandwidth=1GB/s"};
+	for (size_t s = 0; s < sizeof sched / sizeof *sched; s++)
+		for (int pp = pp0; pp <= pp1; pp += step)
+			for (int m = 2 * pp; m <= mmax * pp; m += pp)
+				for (int l = 0; l < 2; l++)
+					for (int dp = 1; dp <= 2; dp++) {
+						char what[128];
+						snprintf(what, sizeof what, "%s pp=%d dp=%d m=%d link %d", sched[s].name,
+						         pp, dp, m, l);
+						Plan *p = compile_text(program_text(sched[s].per_rank * pp, pp, dp, m,
+						                                    sched[s].name, "f=3 b=5 w=2",
+						                                    links[l], NULL),
+						                       NULL);
+						if (!p)
+							fail_msg("%s does not compile", what);
+						check(p, what);
+						plan_free(p);
+					}
+}
+
 #endif

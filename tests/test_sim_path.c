@@ -92,30 +92,8 @@ static void path__examples_and_plans__same_as_every_op_recorded(void **state)
 static void path__schedules__same_as_every_op_recorded(void **state)
 {
 	(void)state;
-	static const struct {
-		const char *name;
-		int per_rank;
-	} sched[] = {{"gpipe", 1}, {"1f1b", 1},        {"zbh1", 1},      {"zbh2", 1},
-	             {"interleaved", 2}, {"loopedbfs", 2}, {"zbv", 2}, {"dualpipev", 2}};
-	const char *links[] = {"ideal", "latency=5us bandwidth=1GB/s"};
 	again = kept = 0;
-	for (size_t s = 0; s < sizeof sched / sizeof *sched; s++)
-		for (int pp = 2; pp <= 4; pp++)
-			for (int m = 2 * pp; m <= 4 * pp; m += pp)
-				for (int l = 0; l < 2; l++)
-					for (int dp = 1; dp <= 2; dp++) {
-						char what[128];
-						snprintf(what, sizeof what, "%s pp=%d dp=%d m=%d link %d", sched[s].name,
-						         pp, dp, m, l);
-						Plan *p = compile_text(program_text(sched[s].per_rank * pp, pp, dp, m,
-						                                    sched[s].name, "f=3 b=5 w=2",
-						                                    links[l], NULL),
-						                       NULL);
-						if (!p)
-							fail_msg("%s does not compile", what);
-						check_plan(p, what);
-						plan_free(p);
-					}
+	each_schedule(2, 4, 1, 4, check_plan);
 	assert_true(kept > 0);
 	assert_true(again > 0);
 }

@@ -119,37 +119,22 @@ static void threads__deadlocks__found_and_told_by_one(void **state)
 	}
 }
 
+/* check_plan, and at dp 1 every run took the threads. */
+static int check_schedule(const Plan *p, const char *what)
+{
+	int took = check_plan(p, what);
+	if (p->dims[DIM_DP] == 1 && took != 3)
+		fail_msg("%s: %d of 3 runs took the threads", what, took);
+	return took;
+}
+
 /* Every schedule on pp = 4, 8 and 12 ranks (two stages a rank where it needs them), 2
  * and 3 pp microbatches, free and costly links, dp 1 (the threads) and 2 (one thread). */
 static void threads__schedules__same_as_one(void **state)
 {
 	(void)state;
-	static const struct {
-		const char *name;
-		int per_rank;
-	} sched[] = {{"gpipe", 1}, {"1f1b", 1},        {"zbh1", 1},      {"zbh2", 1},
-	             {"interleaved", 2}, {"loopedbfs", 2}, {"zbv", 2}, {"dualpipev", 2}};
-	const char *links[] = {"ideal", "latency=5us bandwidth=1GB/s"};
 	threaded = alone = 0;
-	for (size_t s = 0; s < sizeof sched / sizeof *sched; s++)
-		for (int pp = 4; pp <= 12; pp += 4)
-			for (int m = 2 * pp; m <= 3 * pp; m += pp)
-				for (int l = 0; l < 2; l++)
-					for (int dp = 1; dp <= 2; dp++) {
-						char what[128];
-						snprintf(what, sizeof what, "%s pp=%d dp=%d m=%d link %d", sched[s].name,
-						         pp, dp, m, l);
-						Plan *p = compile_text(program_text(sched[s].per_rank * pp, pp, dp, m,
-						                                    sched[s].name, "f=3 b=5 w=2",
-						                                    links[l], NULL),
-						                       NULL);
-						if (!p)
-							fail_msg("%s does not compile", what);
-						int took = check_plan(p, what);
-						if (dp == 1 && took != 3)
-							fail_msg("%s: %d of 3 runs took the threads", what, took);
-						plan_free(p);
-					}
+	each_schedule(4, 12, 4, 3, check_schedule);
 	assert_true(threaded > 0);
 	assert_true(alone > 0);
 }
