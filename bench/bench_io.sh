@@ -18,7 +18,9 @@
 # machine may be shared); RSS from /usr/bin/time.  With OLD set to a folder holding an
 # older build's pipecc and pipesim, each tool row is also run with those, the old and
 # the new run alternating (on a shared machine the speed drifts by more than most
-# changes), and printed below it as "old build".  With THREADS above 1 (default 2), each
+# changes), and printed below it as "old build" (the old pipesim reads the text plan the
+# old pipecc wrote: builds before 2026-12-04 do not read the blocks checksum).  With
+# THREADS above 1 (default 2), each
 # tool row is followed by the same run with --threads THREADS (with OLD, old and new)
 # (plan/par.h): on more cores than this 2-core machine's, try THREADS=8.  Exported,
 # PIPECC_HUGE_PAGES=1 or 0 reaches every tool run (old builds before 2026-12-02 ignore
@@ -67,6 +69,7 @@ best() {
 }
 
 "$BIN/pipecc" --stats "$T/big.pipe" -o "$T/big.plan" 2>"$T/stats" || { cat "$T/stats"; exit 1; }
+[ -z "${OLD:-}" ] || "$OLD/pipecc" "$T/big.pipe" -o "$T/old.plan" || exit 1
 ops=$(awk '{ print $2 }' "$T/stats")
 bytes=$(wc -c <"$T/big.plan")
 echo "PIPECC_HUGE_PAGES=${PIPECC_HUGE_PAGES:-unset} (1: the op lists offered for huge pages, 0: not, unset: as the machine says; man pipesim)"
@@ -99,13 +102,20 @@ timed() { # NAME TOOL ARGS...: the best run as one row; with OLD, OLD's TOOL's t
 	shift
 	nb= ob=
 	for _ in $(seq "$REPS"); do # old first: the file left is the new tool's
-		r=$(REPS=1 && best "$OLD/${tool##*/}" "$@") || exit 1
+		r=$(REPS=1 && best "$OLD/${tool##*/}" $(old_args "$@")) || exit 1
 		ob=$(faster "$ob" "$r")
 		r=$(REPS=1 && best "$tool" "$@") || exit 1
 		nb=$(faster "$nb" "$r")
 	done
 	row "$name" $nb
 	row "  old build" $ob
+}
+# old_args ARGS...: one per line, the text plan swapped for the one OLD's pipecc wrote
+# (text plans carry the blocks checksum since 2026-12-04, which older builds do not read).
+old_args() {
+	for a; do
+		if [ "$a" = "$T/big.plan" ]; then echo "$T/old.plan"; else echo "$a"; fi
+	done
 }
 faster() { # "S KB CPU" "S KB CPU": the one of fewer seconds (the first when empty)
 	if [ -z "$1" ] || awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " "); exit !(y[1] < x[1]) }'; then

@@ -360,7 +360,7 @@ char *plan_bin_text(const Plan *p, size_t *len)
 	}
 	char *buf = NULL;
 	FILE *f = open_memstream(&buf, len);
-	int bad = !f || plan_write(&c, f);
+	int bad = !f || plan_write_summed(&c, f, PLAN_BIN_TEXT_SUM);
 	if (f && fclose(f))
 		bad = 1;
 	free(c.ranks);

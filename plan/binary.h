@@ -14,6 +14,7 @@
 #define PLAN_BIN_VERSION 1  // what plan_write_binary writes and plan_read_binary reads
 #define PLAN_BIN_HEAD 20    // magic, u32 version, u64 length of the text part
 #define PLAN_BIN_TRAILER 8  // the u64 lanes4 checksum of every byte before it
+#define PLAN_BIN_TEXT_SUM PLAN_SUM_LANES4 // the text part's header kind in version 1
 
 /* The plan formats a tool can write (pipecc --plan-format). */
 typedef enum {

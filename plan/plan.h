@@ -28,12 +28,14 @@
 /* The header line's checksum kinds (plan/checksum.c, docs/plan-format.md "Checksum"):
  * the key before `=HEX` names the kind. */
 typedef enum {
-	PLAN_SUM_LANES4, // four 64-bit multiply-rotate lanes over 8-byte words: pipecc writes it
+	PLAN_SUM_BLOCKS, // lanes4 of each 1 MiB block, chained: pipecc writes it; threads check it
+	PLAN_SUM_LANES4, // four 64-bit multiply-rotate lanes over 8-byte words: plans of 2026-12-01..04
 	PLAN_SUM_FNV1A,  // 64-bit FNV-1a of every byte: plans from before lanes4, still read
 	PLAN_SUM_COUNT
 } PlanSum;
 
-#define PLAN_SUM_WRITTEN PLAN_SUM_LANES4 // the kind plan_write puts in the header
+#define PLAN_SUM_WRITTEN PLAN_SUM_BLOCKS // the kind plan_write puts in the header
+#define PLAN_SUM_BLOCK (1 << 20)         // the blocks kind's block: bytes each lanes4 covers
 
 /* A checksum being computed over a stream fed in pieces of any size. */
 typedef struct {
@@ -42,6 +44,8 @@ typedef struct {
 	uint64_t total;        // bytes fed so far
 	unsigned char tail[32]; // lanes4: the bytes of a stripe not yet complete
 	unsigned ntail;
+	uint64_t chain;        // blocks: the chain over the blocks done
+	uint64_t inblock;      // blocks: bytes of the current block fed (lanes4's own total)
 } PlanHash;
 
 typedef struct {
@@ -56,11 +60,14 @@ void plan_hash_init(PlanHash *h, int kind);
 void plan_hash_update(PlanHash *h, const void *s, size_t n);
 uint64_t plan_hash_final(const PlanHash *h); // the state is left as it was
 uint64_t plan_hash(int kind, const void *s, size_t n); // one piece, start to end
+/* The blocks kind from its parts, for a reader that hashes the blocks apart (on threads):
+ * sums[j] = plan_hash(PLAN_SUM_LANES4, block j) for the n blocks of a text of total bytes. */
+uint64_t plan_hash_blocks(const uint64_t *sums, size_t n, uint64_t total);
 /* The kind whose key and `=` start s, or -1 with the keys listed in kinds[0, n). */
 int plan_sum_key(const char *s, char *kinds, size_t n);
 
 /* Folds n bytes into the FNV-1a checksum h: one serial chain, about four cycles a byte
- * (which is why pipecc now writes lanes4); unrolled so the loads stay off the chain. */
+ * (which is why pipecc moved to lanes4, then to blocks); unrolled so the loads stay off the chain. */
 static inline uint64_t plan_fnv1a(uint64_t h, const char *s, size_t n)
 {
 	const unsigned char *u = (const unsigned char *)s;
@@ -512,7 +519,10 @@ int plan_format_op(const Plan *p, const PlanOp *o, char *buf, size_t n);
 
 /* A plan writer: plan_write (text) or plan_write_binary (plan/binary.h). */
 typedef int PlanWriteFn(const Plan *p, FILE *f);
-int plan_write(const Plan *p, FILE *f);
+int plan_write(const Plan *p, FILE *f); // its header's checksum is PLAN_SUM_WRITTEN
+/* The same with the header's checksum of kind sum (PlanSum): the binary form's text part
+ * keeps the kind its version was defined with (plan/binary.h). */
+int plan_write_summed(const Plan *p, FILE *f, int sum);
 /* Writes a line plan expanded (every world rank; text format 2), as `pipecc --expand`
  * does, through write (plan_write, or plan_write_binary); an expanded plan as write does.
  * -1 on a write error or out of memory. */

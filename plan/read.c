@@ -349,10 +349,12 @@ static int read_format(Rd *r)
 		if (end - r->s != 16 || errno)
 			return rd_fail(r, "the checksum must be 16 hex digits");
 		r->s = end;
-		r->check = 1;
+		r->check = RD_CHECK_STREAM;
 		plan_hash_init(&r->h, kind);
 		r->hashed = r->pos; // the text after this line, read so far
 		rd_hash_to(r, r->len);
+		if (kind == PLAN_SUM_BLOCKS && r->par && rd_par_scan(r))
+			return -1;
 	}
 	return eol(r);
 }
@@ -906,7 +908,9 @@ static int read_ranks(Rd *r, Plan *p)
 		return rd_fail(r, "text after 'end'");
 	}
 	rd_hash_to(r, r->len);
-	uint64_t h = r->check ? plan_hash_final(&r->h) : 0;
+	uint64_t h = r->check == RD_CHECK_APART ? rd_par_sum(r)
+	             : r->check                 ? plan_hash_final(&r->h)
+	                                        : 0;
 	if (r->check && h != r->want) {
 		r->line = 1;
 		return rd_fail(r, "checksum mismatch: the plan was changed after pipecc wrote it (the "

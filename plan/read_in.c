@@ -45,7 +45,7 @@ int rd_fail(Rd *r, const char *fmt, ...)
  * text is in cache, in pieces as big as the reads. */
 void rd_hash_to(Rd *r, size_t end)
 {
-	if (r->check && end > r->hashed)
+	if (r->check == RD_CHECK_STREAM && end > r->hashed)
 		plan_hash_update(&r->h, r->blk + r->hashed, end - r->hashed);
 	r->hashed = end;
 }

@@ -30,7 +30,7 @@ typedef struct {
 	int failed;
 	const char *name; // for messages
 	int64_t ops;      // ops the rank lines declared so far, for the out-of-memory text
-	int check;        // the header has a checksum: hash every later byte into h
+	int check;        // the header has a checksum: RD_CHECK_STREAM or RD_CHECK_APART
 	uint64_t want;    // the checksum the header states
 	PlanHash h;
 	size_t hashed;    // blk[0, hashed) is folded into h (when check), the rest is not
@@ -41,6 +41,11 @@ typedef struct {
 	struct RdPar *par; // NULL: the op lines are parsed here, else skipped for read_par.c
 	int64_t mem;      // the stages' and edges' shares so far (plan_mem_stage_share)
 } Rd;
+
+enum {
+	RD_CHECK_STREAM = 1, // every byte after the header is folded into h as it is read
+	RD_CHECK_APART,      // read_par.c hashed the blocks on threads (rd_par_scan)
+};
 
 /* Sets r's error (the first one only) at the current line; returns -1. */
 int rd_fail(Rd *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -70,6 +75,13 @@ typedef struct RdPar {
 	int fd;
 	int64_t size;       // the file's size: r->left counts down to it
 	RdSpan *span;       // one per rank
+	/* rd_par_scan's table of the text after the header (file offset start, total bytes):
+	 * the newlines before each RD_BLOCK of it (nl[k], k = 0 .. nsub), and the blocks
+	 * kind's sum of each PLAN_SUM_BLOCK of it. */
+	int64_t start, total, nsub;
+	int64_t *nl;
+	uint64_t *sums;
+	int jumps;          // ranks whose op lines the reader jumped over (tests/test_read.c)
 	PlanOpLimits lim;
 	char *buf[PAR_MAX_THREADS]; // each worker's block
 	size_t cap[PAR_MAX_THREADS];
@@ -78,6 +90,12 @@ typedef struct RdPar {
 /* Sets up par for reading f: 0, or -1 when f is no regular file (read it as always). */
 int rd_par_init(RdPar *par, FILE *f);
 void rd_par_free(RdPar *par);
+/* After the header line of a plan whose checksum is the blocks kind: hashes the blocks
+ * and counts their newlines on the workers (r->check becomes RD_CHECK_APART), so that
+ * rd_par_skip jumps over a rank's op lines instead of reading them.  -1: failed (the
+ * attempt ends; the file is read again on one thread). */
+int rd_par_scan(Rd *r);
+uint64_t rd_par_sum(const Rd *r); // the checksum of the blocks rd_par_scan hashed
 int rd_par_ranks(Rd *r, int n);               // room for n ranks' spans
 int rd_par_skip(Rd *r, int rank, int64_t nops); // skips (and notes) a rank's op lines
 /* Parses every rank's op lines on workers: 0, or -1 at the first trouble of any kind

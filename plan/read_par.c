@@ -29,6 +29,8 @@ int rd_par_init(RdPar *par, FILE *f)
 void rd_par_free(RdPar *par)
 {
 	free(par->span);
+	free(par->nl);
+	free(par->sums);
 	for (int w = 0; w < PAR_MAX_THREADS; w++)
 		free(par->buf[w]);
 }
@@ -64,6 +66,21 @@ static unsigned newlines(const char *s, size_t n)
 	return c;
 }
 
+/* Newlines in s[0, n), any n. */
+static int64_t count_lines(const char *s, size_t n)
+{
+	const size_t chunk = 255 * 16;
+	int64_t c = 0;
+	size_t i = 0;
+	for (; n - i >= chunk; i += chunk)
+		c += newlines(s + i, chunk);
+	size_t whole = (n - i) & ~(size_t)15;
+	c += newlines(s + i, whole);
+	for (i += whole; i < n; i++)
+		c += s[i] == '\n';
+	return c;
+}
+
 /* The bytes of s[0, n) up to and including its *need-th newline (*need becomes 0), or
  * all n when it holds fewer (*need less by those it holds): wc -l's speed, as the
  * whole chunks are only counted. */
@@ -87,6 +104,98 @@ static size_t skip_lines(const char *s, size_t n, int64_t *need)
 	return i;
 }
 
+/* Worker w's block, at least c bytes (and the slack after them); -1: out of memory. */
+static int room(RdPar *par, int w, size_t c)
+{
+	if (par->cap[w] >= c)
+		return 0;
+	char *b = realloc(par->buf[w], c + RD_SLACK);
+	if (!b)
+		return -1;
+	par->buf[w] = b;
+	par->cap[w] = c;
+	return 0;
+}
+
+/* Block j of the text after the header, on worker w: its sum, and the newlines of each
+ * of its RD_BLOCKs into nl[1 + the RD_BLOCK's index] (rd_par_scan sums them up).  Read
+ * an RD_BLOCK at a time, hashed and counted while it is in L1/L2. */
+static int scan_block(void *arg, int64_t j, int w)
+{
+	RdPar *par = arg;
+	int64_t at = j * PLAN_SUM_BLOCK, end = par->total - at;
+	if (end > PLAN_SUM_BLOCK)
+		end = PLAN_SUM_BLOCK;
+	if (room(par, w, RD_BLOCK))
+		return 1;
+	char *b = par->buf[w];
+	PlanHash h;
+	plan_hash_init(&h, PLAN_SUM_LANES4);
+	for (int64_t k = 0; k < end; k += RD_BLOCK) {
+		size_t n = (size_t)(end - k < RD_BLOCK ? end - k : RD_BLOCK);
+		if (pread(par->fd, b, n, (off_t)(par->start + at + k)) != (ssize_t)n)
+			return 1;
+		plan_hash_update(&h, b, n);
+		par->nl[1 + (at + k) / RD_BLOCK] = count_lines(b, n);
+	}
+	par->sums[j] = plan_hash_final(&h);
+	return 0;
+}
+
+int rd_par_scan(Rd *r)
+{
+	RdPar *par = r->par;
+	par->start = offset(r);
+	par->total = par->size - par->start;
+	int64_t nb = (par->total + PLAN_SUM_BLOCK - 1) / PLAN_SUM_BLOCK;
+	par->nsub = (par->total + RD_BLOCK - 1) / RD_BLOCK;
+	par->nl = calloc((size_t)par->nsub + 1, sizeof *par->nl);
+	par->sums = malloc((size_t)nb * sizeof *par->sums + 1);
+	if (!par->nl || !par->sums || par_for(nb, scan_block, par))
+		return rd_fail(r, "the blocks could not be read");
+	for (int64_t k = 0; k < par->nsub; k++)
+		par->nl[k + 1] += par->nl[k];
+	r->check = RD_CHECK_APART;
+	return 0;
+}
+
+uint64_t rd_par_sum(const Rd *r)
+{
+	const RdPar *par = r->par;
+	return plan_hash_blocks(par->sums, (size_t)((par->total + PLAN_SUM_BLOCK - 1) / PLAN_SUM_BLOCK),
+	                        (uint64_t)par->total);
+}
+
+/* Where rd_par_scan counted the lines: the reader moves on to the RD_BLOCK of the text
+ * after the header that holds its want-th newline (the last op line's of a rank), unless
+ * that lies in what it reads next anyway, and *need becomes the newlines to skip from
+ * there. */
+static int jump(Rd *r, int64_t want, int64_t *need)
+{
+	RdPar *par = r->par;
+	if (want > par->nl[par->nsub])
+		return rd_fail(r, "fewer op lines than the rank declares");
+	int64_t lo = 0, hi = par->nsub - 1; // the last RD_BLOCK k with nl[k] < want
+	while (lo < hi) {
+		int64_t mid = (lo + hi + 1) / 2;
+		if (par->nl[mid] < want)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	int64_t to = par->start + lo * RD_BLOCK;
+	if (to <= offset(r))
+		return 0;
+	if (fseeko(r->f, (off_t)to, SEEK_SET))
+		return rd_fail(r, "cannot seek");
+	r->pos = r->len = r->hashed = 0;
+	r->eof = 0;
+	r->left = par->size - to;
+	*need = want - par->nl[lo];
+	par->jumps++;
+	return 0;
+}
+
 /* A failure here ends the attempt (its message is never shown: the file is then read
  * again on one thread, which says what is wrong). */
 int rd_par_skip(Rd *r, int rank, int64_t nops)
@@ -95,6 +204,12 @@ int rd_par_skip(Rd *r, int rank, int64_t nops)
 	sp->off = offset(r);
 	sp->nops = nops;
 	int64_t need = nops;
+	if (need && r->pos < r->len)
+		r->pos += skip_lines(r->blk + r->pos, r->len - r->pos, &need);
+	/* The header's newline is not the text's: the rank's last op line ends the text's
+	 * (r->line - 1 + nops)-th. */
+	if (need && r->par->nl && jump(r, r->line - 1 + nops, &need))
+		return -1;
 	while (need) {
 		if (r->pos == r->len && (rd_fill(r) || r->pos == r->len))
 			return rd_fail(r, "unexpected end of file in rank %d's op lines", rank);

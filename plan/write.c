@@ -569,10 +569,10 @@ static int seekable(FILE *f, off_t *at)
 	return *at >= 0;
 }
 
-static int header(char *s, size_t n, const Plan *p, uint64_t h)
+static int header(char *s, size_t n, const Plan *p, int sum, uint64_t h)
 {
 	return snprintf(s, n, "%s %d %s=%016" PRIx64 "\n", PLAN_FORMAT,
-	                p->line ? PLAN_VERSION : PLAN_VERSION_EXPANDED, plan_sums[PLAN_SUM_WRITTEN].name, h);
+	                p->line ? PLAN_VERSION : PLAN_VERSION_EXPANDED, plan_sums[sum].name, h);
 }
 
 /* One pass into a regular file (the header written last, in its place); two passes
@@ -580,13 +580,18 @@ static int header(char *s, size_t n, const Plan *p, uint64_t h)
  * checksum of what follows while the plan still streams to a pipe. */
 int plan_write(const Plan *p, FILE *f)
 {
+	return plan_write_summed(p, f, PLAN_SUM_WRITTEN);
+}
+
+int plan_write_summed(const Plan *p, FILE *f, int sum)
+{
 	Out *o = malloc(sizeof *o); // a 1 MiB buffer: big writes, and too big for a stack
 	if (!o)
 		return -1;
 	o->f = f;
 	o->n = o->hashed = 0;
 	o->err = 0;
-	plan_hash_init(&o->h, PLAN_SUM_WRITTEN);
+	plan_hash_init(&o->h, sum);
 	o->mul = p->line ? plan_pp_stride(p) : 1;
 	o->p = p;
 	memset(o->name, 0, sizeof o->name);
@@ -595,14 +600,14 @@ int plan_write(const Plan *p, FILE *f)
 		memcpy(o->name[k], plan_ops[k].name, o->name_len[k] < 16 ? o->name_len[k] : 16);
 	}
 	char head[128];
-	int hl = header(head, sizeof head, p, 0); // the same length whatever the hash
+	int hl = header(head, sizeof head, p, sum, 0); // the same length whatever the hash
 	off_t at;
 	if (seekable(f, &at)) {
 		if (fwrite(head, 1, (size_t)hl, f) != (size_t)hl)
 			o->err = 1;
 		o->hashing = o->emit = 1;
 		write_body(o, p);
-		header(head, sizeof head, p, plan_hash_final(&o->h));
+		header(head, sizeof head, p, sum, plan_hash_final(&o->h));
 		if (fflush(f) != 0 || pwrite(fileno(f), head, (size_t)hl, at) != hl)
 			o->err = 1;
 	} else {
@@ -611,7 +616,7 @@ int plan_write(const Plan *p, FILE *f)
 		write_body(o, p);
 		o->hashing = 0;
 		o->emit = 1;
-		header(head, sizeof head, p, plan_hash_final(&o->h));
+		header(head, sizeof head, p, sum, plan_hash_final(&o->h));
 		put(o, head);
 		write_body(o, p);
 	}

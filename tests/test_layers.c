@@ -579,7 +579,7 @@ static void layers__plan_reader__located_errors(void **state)
 	f = open_memstream(&plan, &len);
 	assert_int_equal(plan_write(p, f), 0);
 	fclose(f);
-	assert_memory_equal(plan, "pipecc-plan 2 lanes4=", 21);
+	assert_memory_equal(plan, "pipecc-plan 2 blocks=", 21);
 	full = plan;
 	plan = as_plain(full);
 	free(full);

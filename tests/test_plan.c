@@ -1,8 +1,10 @@
-/* Plan file checksum tests (plan/checksum.c, docs/plan-format.md "Checksum"): lanes4,
- * which pipecc writes, gives one sum however the text is split and catches every
- * single-byte change; plans written with the older FNV-1a sum still read, and write
- * back as lanes4 plans with the same text after the header; every digit changed in a
- * plan of either kind is refused with a located error. */
+/* Plan file checksum tests (plan/checksum.c, docs/plan-format.md "Checksum"): every
+ * kind gives one sum however the text is split; lanes4 catches every single-byte change,
+ * and blocks, which pipecc writes (lanes4 of each 1 MiB block, chained), is its blocks'
+ * sums put together, whatever the pieces, and catches changes at and across the blocks'
+ * edges; plans written with the older sums (FNV-1a, lanes4) still read, and write back
+ * as blocks plans with the same text after the header; every digit changed in a plan of
+ * any kind is refused with a located error. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -84,7 +86,48 @@ static void checksum__any_split__same_sum(void **state)
 	const char *fox = "The quick brown fox jumps over the lazy dog";
 	assert_true(plan_hash(PLAN_SUM_LANES4, "", 0) == 0x5e2d83b6c3f3989bULL);
 	assert_true(plan_hash(PLAN_SUM_LANES4, fox, strlen(fox)) == 0x85a69049acf294fcULL);
+	assert_true(plan_hash(PLAN_SUM_BLOCKS, "", 0) == 0xb30fd255da56d465ULL);
+	assert_true(plan_hash(PLAN_SUM_BLOCKS, fox, strlen(fox)) == 0x564dcc89f05d93cfULL);
 	free(text);
+}
+
+/* A text of 3 blocks and a bit: fed in pieces of sizes that cut the blocks anywhere (a
+ * byte before, at and after each edge), the blocks sum is the blocks' lanes4 sums put
+ * together (what a reader on threads computes); a byte changed on either side of each
+ * edge, two blocks swapped, and the text cut at an edge each change it. */
+static void checksum__blocks__blocks_apart_and_edges(void **state)
+{
+	(void)state;
+	const size_t B = PLAN_SUM_BLOCK, n = 3 * B + 100;
+	unsigned char *t = malloc(n);
+	assert_non_null(t);
+	for (size_t i = 0; i < n; i++)
+		t[i] = (unsigned char)(i * 7 + i / 253);
+	uint64_t whole = plan_hash(PLAN_SUM_BLOCKS, t, n), sums[4];
+	for (size_t j = 0; j < 4; j++)
+		sums[j] = plan_hash(PLAN_SUM_LANES4, t + j * B, j < 3 ? B : 100);
+	assert_true(plan_hash_blocks(sums, 4, n) == whole);
+	assert_true(plan_hash(PLAN_SUM_BLOCKS, t, 2 * B + 1000) == 0x57967027885f174aULL);
+	const size_t steps[] = {1, 31, 4096, B - 1, B, B + 1, 777777, n};
+	for (size_t k = 0; k < sizeof steps / sizeof steps[0]; k++) {
+		PlanHash h;
+		plan_hash_init(&h, PLAN_SUM_BLOCKS);
+		for (size_t i = 0; i < n; i += steps[k])
+			plan_hash_update(&h, t + i, i + steps[k] <= n ? steps[k] : n - i);
+		assert_true(plan_hash_final(&h) == whole);
+	}
+	const size_t at[] = {0, B - 1, B, B + 1, 2 * B - 8, 2 * B, 3 * B - 1, 3 * B, n - 1};
+	for (size_t k = 0; k < sizeof at / sizeof at[0]; k++) {
+		t[at[k]] ^= 0x20;
+		assert_true(plan_hash(PLAN_SUM_BLOCKS, t, n) != whole);
+		t[at[k]] ^= 0x20;
+	}
+	uint64_t swapped[4] = {sums[1], sums[0], sums[2], sums[3]};
+	assert_true(plan_hash_blocks(swapped, 4, n) != whole);
+	assert_true(plan_hash(PLAN_SUM_BLOCKS, t, 3 * B) != plan_hash_blocks(sums, 3, 3 * B + 1));
+	assert_true(plan_hash(PLAN_SUM_BLOCKS, t, 3 * B) == plan_hash_blocks(sums, 3, 3 * B));
+	assert_true(plan_hash(PLAN_SUM_BLOCKS, t, 3 * B) != plan_hash(PLAN_SUM_BLOCKS, t, 3 * B + 1));
+	free(t);
 }
 
 /* Every byte of a plan changed to each of a few other values changes the lanes4 sum,
@@ -111,28 +154,47 @@ static void checksum__lanes4__every_byte_change_caught(void **state)
 	free(text);
 }
 
-/* A plan pipecc wrote with the FNV-1a sum reads (checked) and writes back with lanes4:
- * the header line differs, the text after it is the same bytes, and that reads too. */
-static void plan__fnv1a_plan__reads_and_writes_lanes4(void **state)
+/* Plans pipecc wrote with the older sums (FNV-1a: the file; lanes4: its text under a
+ * lanes4 header) read, checked, and write back with the blocks sum: the header line
+ * differs, the text after it is the same bytes, and that reads too. */
+static void plan__older_sums__read_and_write_blocks(void **state)
 {
 	(void)state;
 	size_t n, nb;
 	char *text = slurp(FNV_PLAN, &n);
 	assert_memory_equal(text, "pipecc-plan 3 fnv1a=", 20);
-	Plan *p = read_good_text(text, n);
-	char *b = text_of(p, &nb);
-	assert_memory_equal(b, "pipecc-plan 3 lanes4=", 21);
-	const char *body = strchr(text, '\n') + 1, *bbody = strchr(b, '\n') + 1;
+	const char *body = strchr(text, '\n') + 1;
 	size_t len = n - (size_t)(body - text);
-	assert_int_equal(nb - (size_t)(bbody - b), len);
-	assert_memory_equal(body, bbody, len);
-	char want[64];
-	snprintf(want, sizeof want, "pipecc-plan 3 lanes4=%016llx\n",
-	         (unsigned long long)plan_hash(PLAN_SUM_LANES4, bbody, len));
-	assert_memory_equal(b, want, strlen(want));
-	plan_free(read_good_text(b, nb));
-	plan_free(p);
-	free(b);
+	for (int kind = 0; kind < 2; kind++) {
+		char *t = text;
+		size_t tn = n;
+		if (kind) { // the same text under a lanes4 header
+			t = malloc(len + 64);
+			assert_non_null(t);
+			int hl = sprintf(t, "pipecc-plan 3 lanes4=%016llx\n",
+			                 (unsigned long long)plan_hash(PLAN_SUM_LANES4, body, len));
+			memcpy(t + hl, body, len);
+			tn = (size_t)hl + len;
+		}
+		Plan *p = read_good_text(t, tn);
+		char *b = text_of(p, &nb);
+		const char *bbody = strchr(b, '\n') + 1;
+		assert_int_equal(nb - (size_t)(bbody - b), len);
+		assert_memory_equal(body, bbody, len);
+		char want[64];
+		snprintf(want, sizeof want, "pipecc-plan 3 blocks=%016llx\n",
+		         (unsigned long long)plan_hash(PLAN_SUM_BLOCKS, bbody, len));
+		assert_memory_equal(b, want, strlen(want));
+		plan_free(read_good_text(b, nb));
+		if (kind) { // and a lanes4 plan changed is refused too
+			t[tn - 10] ^= 1;
+			PlanError err;
+			assert_null(read_text(t, tn, &err));
+			free(t);
+		}
+		plan_free(p);
+		free(b);
+	}
 	free(text);
 }
 
@@ -213,10 +275,12 @@ static void plan__reader__bad_checksum_header_located(void **state)
 	char *text = slurp(FNV_PLAN, &n);
 	const char *heads[][2] = {
 		{"pipecc-plan 3 crc32=eaca0fd848f82cfe",
-		 "expected a checksum, 'lanes4=HEX' or 'fnv1a=HEX', after the format version"},
+		 "expected a checksum, 'blocks=HEX', 'lanes4=HEX' or 'fnv1a=HEX', after the format "
+		 "version"},
 		{"pipecc-plan 3 lanes4eaca0fd848f82cfe", "expected a checksum"},
 		{"pipecc-plan 3 lanes4=eaca0fd848f82cf ", "the checksum must be 16 hex digits"},
 		{"pipecc-plan 3 lanes4=eaca0fd848f82cfe", "checksum mismatch"},
+		{"pipecc-plan 3 blocks=eaca0fd848f82cfe", "checksum mismatch"},
 	};
 	for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++) {
 		char *body = strchr(text, '\n');
@@ -898,7 +962,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(checksum__any_split__same_sum),
 		cmocka_unit_test(checksum__lanes4__every_byte_change_caught),
-		cmocka_unit_test(plan__fnv1a_plan__reads_and_writes_lanes4),
+		cmocka_unit_test(checksum__blocks__blocks_apart_and_edges),
+		cmocka_unit_test(plan__older_sums__read_and_write_blocks),
 		cmocka_unit_test(plan__tp_plan_without_node_line__writes_back_readable),
 		cmocka_unit_test(plan__reader__changed_digits_refused),
 		cmocka_unit_test(plan__reader__bad_checksum_header_located),

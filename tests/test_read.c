@@ -3,7 +3,8 @@
  * damaged copies of them read with plan_threads = 1 and = 3 give the same Plan, field
  * by field, or the same located error, byte for byte; and the good ones do take the
  * parallel path (the attempt alone succeeds), so the comparison is not of the one-thread
- * reader with itself. */
+ * reader with itself.  A big plan checks the blocks checksum's path: hashed on the
+ * workers while the reader jumps over the op lines. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -62,6 +63,8 @@ static Plan *read_with(int threads, const char *path, unsigned keep, PlanError *
 	return p;
 }
 
+static int jumps; // ranks the last parallel attempt jumped over (read_par.c)
+
 /* The parallel attempt alone, with no fallback: does it read the file at path? */
 static int parallel_reads(const char *path, unsigned keep)
 {
@@ -73,6 +76,7 @@ static int parallel_reads(const char *path, unsigned keep)
 	plan_threads = 3;
 	Plan *p = rd_read_text(f, path, keep, &par, &e);
 	plan_threads = 1;
+	jumps = par.jumps;
 	rd_par_free(&par);
 	fclose(f);
 	plan_free(p);
@@ -243,7 +247,11 @@ static void read__examples_damaged__same_plan_or_error(void **state)
 }
 
 /* One plan big enough for every worker to read its ranks' ops in several blocks, with
- * an op line far into it refused: the same error either way. */
+ * an op line far into it refused: the same error either way.  Its checksum is the blocks
+ * kind, which the workers hash apart while the reader jumps over the op lines: bytes
+ * changed on either side of a block's edge, the text cut at an edge, and a wrong sum in
+ * the header give the one-thread error; under a lanes4 header (hashed as read, nothing
+ * jumped) the text reads as the same plan. */
 static void read__big_plan__blocks_and_late_error(void **state)
 {
 	(void)state;
@@ -261,10 +269,13 @@ static void read__big_plan__blocks_and_late_error(void **state)
 	unlink(path);
 	size_t n;
 	char *t = text_of(p, &n);
-	assert_true(n > 4 * RD_BLOCK * 6);
+	assert_true(n > 2 * PLAN_SUM_BLOCK + RD_BLOCK);
+	assert_memory_equal(t, "pipecc-plan 3 blocks=", 21);
 	put_file(t, n);
 	compare(tmp_path);
 	assert_int_equal(nparallel, 2);
+	assert_true(parallel_reads(tmp_path, 0));
+	assert_true(jumps >= 4); // the ranks after the first, whose ops span many RD_BLOCKs
 	char *out = malloc(2 * n + 64);
 	assert_non_null(out);
 	const char *s = t + n * 3 / 5;
@@ -274,6 +285,29 @@ static void read__big_plan__blocks_and_late_error(void **state)
 		compare(tmp_path);
 	}
 	assert_int_equal(nrefused, 2 * DAMAGE_COUNT);
+	size_t head = (size_t)((const char *)memchr(t, '\n', n) + 1 - t);
+	const size_t at[] = {head + PLAN_SUM_BLOCK - 1, head + PLAN_SUM_BLOCK, head + 2 * PLAN_SUM_BLOCK};
+	for (size_t k = 0; k < sizeof at / sizeof at[0]; k++) {
+		memcpy(out, t, n);
+		out[at[k]] ^= 1; // a digit stays one: the sum alone finds it
+		put_file(out, n);
+		compare(tmp_path);
+		put_file(t, at[k]); // cut there
+		compare(tmp_path);
+	}
+	memcpy(out, t, n);
+	out[21] = out[21] == 'f' ? 'e' : 'f'; // the header's sum
+	put_file(out, n);
+	compare(tmp_path);
+	assert_int_equal(nrefused, 2 * DAMAGE_COUNT + 2 * 7);
+	int hl = sprintf(out, "pipecc-plan 3 lanes4=%016llx\n",
+	                 (unsigned long long)plan_hash(PLAN_SUM_LANES4, t + head, n - head));
+	memcpy(out + hl, t + head, n - head);
+	put_file(out, (size_t)hl + n - head);
+	compare(tmp_path);
+	assert_int_equal(nparallel, 4);
+	assert_true(parallel_reads(tmp_path, 0));
+	assert_int_equal(jumps, 0);
 	free(out);
 	free(t);
 	plan_free(p);

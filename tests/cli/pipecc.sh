@@ -20,7 +20,7 @@ has "missing file is named" "$dir/err" "nonexistent.pipe"
 
 for f in examples/*.pipe; do
 	t "compiles $f" 0 "$BIN/pipecc" "$f" -o "$dir/x.plan"
-	has "$f plan has a header" "$dir/x.plan" "^pipecc-plan [23] lanes4=[0-9a-f]\{16\}$"
+	has "$f plan has a header" "$dir/x.plan" "^pipecc-plan [23] blocks=[0-9a-f]\{16\}$"
 done
 
 t "stdin to stdout" 0 sh -c "'$BIN/pipecc' - <examples/tiny.pipe"

@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h> // memfd_create (the build defines _GNU_SOURCE)
+#include <unistd.h>
 
 #include "../../plan/plan.h"
 #include "../../sim/sim.h"
@@ -32,6 +34,19 @@ static inline char *fuzz_write_plan(const Plan *p, size_t *len)
 	fuzz_assert(plan_write(p, f) == 0, "plan_write failed");
 	fuzz_assert(fclose(f) == 0, "fclose failed");
 	return buf;
+}
+
+/* data[0..len) as a regular file in memory (a memfd), open for reading at its start:
+ * the readers' paths for a file whose size is known. */
+static inline FILE *fuzz_memfd(const void *data, size_t len)
+{
+	int fd = memfd_create("fuzz", 0);
+	fuzz_assert(fd >= 0, "memfd_create failed");
+	fuzz_assert(write(fd, data, len) == (ssize_t)len, "write to the memfd failed");
+	fuzz_assert(lseek(fd, 0, SEEK_SET) == 0, "lseek failed");
+	FILE *f = fdopen(fd, "r");
+	fuzz_assert(f, "fdopen failed");
+	return f;
 }
 
 /* The plan in data[0..len); NULL with err filled when it does not read (len > 0). */

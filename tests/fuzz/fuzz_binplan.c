@@ -4,9 +4,6 @@
  * the same binary; the verifier does not crash on it.  The same bytes in a regular file
  * (a memfd), which the reader reads whole into one block of op arrays, read into the
  * same plan as from memory, which it reads as a stream, or both get an error at a byte. */
-#include <sys/mman.h> // memfd_create (the build defines _GNU_SOURCE)
-#include <unistd.h>
-
 #include "../../plan/binary.h"
 #include "fuzz.h"
 
@@ -23,12 +20,7 @@ static char *to_mem(const Plan *p, int fmt, size_t *len)
 /* The plan in data[0..len) read from a regular file in memory. */
 static Plan *from_file(const unsigned char *data, size_t len, PlanError *err)
 {
-	int fd = memfd_create("fuzz", 0);
-	fuzz_assert(fd >= 0, "memfd_create failed");
-	fuzz_assert(write(fd, data, len) == (ssize_t)len, "write to the memfd failed");
-	fuzz_assert(lseek(fd, 0, SEEK_SET) == 0, "lseek failed");
-	FILE *f = fdopen(fd, "r");
-	fuzz_assert(f, "fdopen failed");
+	FILE *f = fuzz_memfd(data, len);
 	Plan *p = plan_read_binary(f, "fuzz", err);
 	fclose(f);
 	return p;
