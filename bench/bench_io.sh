@@ -7,9 +7,11 @@
 # pipesim on its file).  Then bench/io_bench.c times the readers and the writers alone,
 # and the machine's floor for any tool holding the plan as 24-byte PlanOps: the kernel's
 # time to fault that many fresh pages in (a ceiling in M ops/s no such tool passes),
-# and pipesim's passes alone in memory on one thread, then the strict simulation on
-# THREADS threads (sim/psim.c; pipesim gives it half of --threads, so on two threads
-# the one-thread run bounds the report from below); io_bench's figures also as ratios
+# and pipesim's passes alone in memory on one thread, then on THREADS threads, in wall
+# seconds, the two readers (plan/read_par.c: the text's blocks hashed and counted, then
+# its ranks parsed, on the workers) and the strict simulation (sim/psim.c; pipesim gives
+# it half of --threads, so on two threads the one-thread run bounds the report from
+# below); io_bench's figures also as ratios
 # to `wc -l`.
 # pipesim's rows: -q --no-record (verdict only), -q (the same: a quiet run keeps no
 # times), and the default run, whose report needs the critical path (4 bytes an op while

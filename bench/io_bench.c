@@ -10,14 +10,16 @@
  * with PIPECC_HUGE_PAGES=1 (plan_block_new).  Last, the passes pipesim runs on the plan
  * once it is read, each alone on one thread, in memory: the verifier, the strict
  * simulation without and with the per-op times, the memory model; with IO_SIM_THREADS
- * above 1, the strict simulation again on that many threads (sim/psim.c), in wall
- * seconds (pipesim's report runs it on half of --threads).  With IO_WC set to
+ * above 1, the readers (text and binary) with plan_threads at that many, and the strict
+ * simulation on that many threads (sim/psim.c), in wall seconds (pipesim's report runs
+ * it on half of --threads).  With IO_WC set to
  * `wc -l`'s seconds on the plan's text, every figure is also printed as a ratio to it.
  * `io_bench --thp` prints what decides whether the tools offer their blocks for huge
  * pages on this machine (plan/thp.c), and how big the plan writers' writes are
  * (plan_write_piece). */
 #include "../plan/binary.h"
 #include "../plan/mem.h"
+#include "../plan/par.h"
 #include "../plan/par_out.h"
 #include "../sim/sim.h"
 
@@ -128,7 +130,28 @@ static double pass(const Plan *p, int which, int reps, int threads)
 	return best;
 }
 
-static void passes(const Plan *p, int reps)
+/* Wall seconds of plan_read of path with plan_threads = threads, the best of reps. */
+static double read_wall(const char *path, int threads, int reps)
+{
+	double best = 1e30;
+	for (int i = 0; i < reps; i++) {
+		PlanError err;
+		plan_threads = threads;
+		double t = wall();
+		Plan *p = plan_read_file(path, &err);
+		t = wall() - t;
+		plan_threads = 1;
+		if (!p) {
+			fprintf(stderr, "%s:%lld: error: %s\n", path, (long long)err.line, err.msg);
+			exit(1);
+		}
+		plan_free(p);
+		best = t < best ? t : best;
+	}
+	return best;
+}
+
+static void passes(const Plan *p, const char *text, const char *bin, int reps)
 {
 	static const char *const name[] = {"plan_verify", "sim_run, strict",
 	                                   "  keeping per-op times", "plan_mem_all",
@@ -141,9 +164,11 @@ static void passes(const Plan *p, int reps)
 	show("verify + path + memory", t[0] + t[4] + t[3], ops); // the report's passes
 	if (sim_threads < 2)
 		return;
-	printf("the strict run on %d threads (sim/psim.c), wall seconds (best of %d):\n",
+	printf("on %d threads (plan/read_par.c, sim/psim.c), wall seconds (best of %d):\n",
 	       sim_threads, reps);
 	unit = "wall";
+	show("plan_read (no verify)", read_wall(text, sim_threads, reps), ops);
+	show("plan_read, binary (no verify)", read_wall(bin, sim_threads, reps), ops);
 	show("sim_run, strict", pass(p, 1, reps, sim_threads), ops);
 	show("  keeping the critical path", pass(p, 4, reps, sim_threads), ops);
 	unit = "cpu";
@@ -220,7 +245,7 @@ int main(int argc, char **argv)
 	show("plan_write, pipe (2 passes)", wp, ops);
 	show("plan_write_binary, file", wb, ops);
 	show("plan_read, binary (no verify)", rb, ops);
-	passes(p, reps);
+	passes(p, argv[1], bin, reps);
 	plan_free(p);
 	double fill, fault = fresh_pages((size_t)ops * sizeof(PlanOp), reps, &fill, 0);
 	printf("the machine's floor for %.0f MiB of PlanOps (%zu bytes an op):\n",
