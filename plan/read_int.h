@@ -77,8 +77,8 @@ typedef struct RdPar {
 	RdSpan *span;       // one per rank
 	/* rd_par_scan's table of the text after the header (file offset start, total bytes):
 	 * the newlines before each RD_BLOCK of it (nl[k], k = 0 .. nsub), and the blocks
-	 * kind's sum of each PLAN_SUM_BLOCK of it. */
-	int64_t start, total, nsub;
+	 * kind's sum of each PLAN_SUM_BLOCK of it (sums[0 .. nsums)). */
+	int64_t start, total, nsub, nsums;
 	int64_t *nl;
 	uint64_t *sums;
 	int jumps;          // ranks whose op lines the reader jumped over (tests/test_read.c)

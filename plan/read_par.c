@@ -147,11 +147,11 @@ int rd_par_scan(Rd *r)
 	RdPar *par = r->par;
 	par->start = offset(r);
 	par->total = par->size - par->start;
-	int64_t nb = (par->total + PLAN_SUM_BLOCK - 1) / PLAN_SUM_BLOCK;
+	par->nsums = (par->total + PLAN_SUM_BLOCK - 1) / PLAN_SUM_BLOCK;
 	par->nsub = (par->total + RD_BLOCK - 1) / RD_BLOCK;
 	par->nl = calloc((size_t)par->nsub + 1, sizeof *par->nl);
-	par->sums = malloc((size_t)nb * sizeof *par->sums + 1);
-	if (!par->nl || !par->sums || par_for(nb, scan_block, par))
+	par->sums = malloc((size_t)par->nsums * sizeof *par->sums + 1);
+	if (!par->nl || !par->sums || par_for(par->nsums, scan_block, par))
 		return rd_fail(r, "the blocks could not be read");
 	for (int64_t k = 0; k < par->nsub; k++)
 		par->nl[k + 1] += par->nl[k];
@@ -162,8 +162,7 @@ int rd_par_scan(Rd *r)
 uint64_t rd_par_sum(const Rd *r)
 {
 	const RdPar *par = r->par;
-	return plan_hash_blocks(par->sums, (size_t)((par->total + PLAN_SUM_BLOCK - 1) / PLAN_SUM_BLOCK),
-	                        (uint64_t)par->total);
+	return plan_hash_blocks(par->sums, (size_t)par->nsums, (uint64_t)par->total);
 }
 
 /* Where rd_par_scan counted the lines: the reader moves on to the RD_BLOCK of the text
@@ -232,14 +231,10 @@ typedef struct {
 static int refill(RdPar *par, int w, size_t *pos, size_t *len, int64_t *off, int64_t *left)
 {
 	size_t rest = *len - *pos;
+	if ((rest == par->cap[w] || !par->buf[w]) &&
+	    room(par, w, par->cap[w] ? par->cap[w] * 2 : RD_BLOCK))
+		return -1;
 	char *b = par->buf[w];
-	if (rest == par->cap[w] || !b) {
-		size_t c = par->cap[w] ? par->cap[w] * 2 : RD_BLOCK;
-		if (!(b = realloc(b, c + RD_SLACK)))
-			return -1;
-		par->buf[w] = b;
-		par->cap[w] = c;
-	}
 	memmove(b, b + *pos, rest);
 	size_t want = par->cap[w] - rest;
 	if (want > (uint64_t)*left)
