@@ -55,10 +55,19 @@ typedef enum {
 	OP_ROLE_COUNT
 } OpRole;
 
+/* The communicator a collective runs over. */
+enum {
+	OP_OVER_NONE, // not a collective
+	OP_OVER_DP,   // the rank's dp group
+	OP_OVER_TP,   // the rank's tp group
+	OP_OVER_TIE,  // the pair holding a tied table's two copies
+};
+
 typedef struct {
 	const char *name;  // the plan file's word
 	char torch;        // PyTorch's action letter; 0: not a PyTorch action
 	OpRole role;
+	uint8_t over;      // OP_OVER_*: a collective's communicator
 	uint16_t needs;    // PLAN_DEP_* it waits for
 	uint16_t makes;    // PLAN_DEP_* it produces
 	uint8_t costs;     // bit k: it costs the stage's cost[k] (0 F, 1 B, 2 W)

@@ -295,6 +295,7 @@ typedef struct {
 	int rank;      // -1 if not applicable
 	int64_t op;    // op index on rank, -1 if not applicable
 	uint8_t at_byte; // a binary plan's reader (plan/binary.h): line is the file's byte offset
+	int rule;      // plan_verify's: the rule broken (PlanRule, plan/rules.h), -1 if none
 	char msg[512];
 } PlanError;
 

@@ -4,6 +4,7 @@
 #define PLAN_VERIFY_H
 
 #include "plan.h"
+#include "rules.h"
 
 #include <stddef.h>
 
@@ -33,10 +34,12 @@ typedef struct {
 	int64_t ntie;             // TIEREDUCE ops, counted by the walk
 } PlanVc;
 
-/* Fills v->err: the fault at op `op` of rank `rank` (-1: none; the line is then the
- * rank's `rank` line).  Returns -1. */
-int plan_vc_err(PlanVc *v, int rank, int64_t op, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
+/* Fills v->err: a fault against rule (a PlanRule, rules.h; -1 for none, as running out
+ * of memory) at op `op` of rank `rank` (-1: none; the line is then the rank's `rank`
+ * line).  The message must carry the rule's phrase (a broken invariant otherwise).
+ * Returns -1. */
+int plan_vc_err(PlanVc *v, int rule, int rank, int64_t op, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
 /* "rank 3 op 17 (line 240) `SEND act ...`" into buf. */
 const char *plan_vc_opdesc(const PlanVc *v, int rank, int64_t i, char *buf, size_t n);
 /* Rank r as the plan file and every message name it: its world rank (a line plan
