@@ -4,6 +4,7 @@
 #   make check      build and run every test
 #   make check-torch  optional: PyTorch loads the CSVs pipecc writes (PYTHON=...)
 #   make bench      benchmarks (print figures)
+#   make mutate     mutation testing: bench/mutations.txt, each alone (bench/mutate.sh)
 #   make SAN=1 ...  the same with ASan + UBSan, in build/san and bin/san
 #   make fuzz       libFuzzer targets (clang) in bin/fuzz, each run FUZZ_SECONDS
 #   make install    the 3 tools into $(DESTDIR)$(PREFIX)/bin and their 5 man pages into
@@ -110,7 +111,7 @@ FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZERS := $(patsubst tests/fuzz/%.c,$(BIN)/%,$(FUZZ_SRC))
 FUZZ_SECONDS ?= 60
 
-.PHONY: all demo check check-torch test bench clean help notices fuzz fuzzers install uninstall
+.PHONY: all demo check check-torch test bench mutate clean help notices fuzz fuzzers install uninstall
 .SECONDARY: # keep the objects of test binaries (they are intermediate files)
 all: notices $(TOOLS)
 
@@ -224,6 +225,10 @@ $(BIN)/fuzz_%: $(BUILD)/tests/fuzz/fuzz_%.o $(COMP_OBJ) $(SIM_OBJ) $(PLAN_OBJ)
 
 bench: all
 	BIN=$(BIN) sh bench/run.sh
+
+# Mutation testing: bench/mutations.txt, each alone in a copy of the tree (slow).
+mutate:
+	sh bench/mutate.sh
 
 # The transformer-stage bench (bench/bench_tf.sh): the runtime and plan objects, with
 # cblas_sgemm wrapped so that it can time and replay the kernels' own GEMMs.
