@@ -584,6 +584,45 @@ static void reader_rejects(int line)
 	free(text);
 }
 
+/* An order that cannot run, lowered naively (--allow-deadlock): each send to self still
+ * shares its group with its receive (in a group of its own the receive would never be
+ * posted while the send waits), so the plan verifies and pipesim sees the cross-rank
+ * cycle, not a send to self that never completes. */
+static void lower__allow_deadlock__self_send_keeps_its_receive(void **state)
+{
+	(void)state;
+	const char *src = "pipeline t; mesh pp=2; microbatches 2; input 2x8;\n"
+	                  "stage s0 { linear 8; relu; }\nstage s1 { linear 8; relu; }\n"
+	                  "stage s2 { linear 8; relu; }\nstage s3 { linear 8; loss mse; }\n"
+	                  "skip s0 -> s3; placement v; peers self_send;\n"
+	                  "schedule custom {\n rank 0: 0F0 3F0 0F1 3F1 3B0 3B1 0B0 0B1;\n"
+	                  " rank 1: 1F1 1F0 2F0 2F1 2B0 2B1 1B0 1B1;\n}\n";
+	char errs[2048];
+	assert_null(compile_pipe(src, (PipeccOptions){0}, errs, sizeof errs));
+	assert_non_null(strstr(errs, "cannot run"));
+	Plan *p = compile_pipe(src, (PipeccOptions){.allow_deadlock = 1}, errs, sizeof errs);
+	if (!p)
+		fail_msg("%s", errs);
+	int selfs = 0;
+	for (int r = 0; r < p->world; r++) {
+		const PlanRank *rk = &p->ranks[r];
+		for (int64_t i = 0; i < rk->nops; i++) {
+			const PlanOp *o = &rk->ops[i];
+			if (o->kind != OP_SEND || o->peer != r)
+				continue;
+			selfs++;
+			assert_true(i + 1 < rk->nops);
+			assert_int_equal(rk->ops[i + 1].kind, OP_RECV);
+			assert_int_equal(rk->ops[i + 1].peer, r);
+			assert_int_equal(rk->ops[i + 1].group, o->group);
+		}
+	}
+	assert_true(selfs > 0);
+	PlanError err;
+	assert_int_equal(plan_verify(p, &err), 0);
+	plan_free(p);
+}
+
 /* `peers self_send;`: same-rank edges become a SEND and a RECV to self in one group,
  * registered `self`; the plan verifies and reads back byte for byte, and the verifier
  * names a send to self without its receive and a `local` entry for an edge sent. */
@@ -819,6 +858,7 @@ int main(void)
 		cmocka_unit_test(lower__selective__figures_and_cost),
 		cmocka_unit_test(plan__reader__rejects_truncated_and_garbled),
 		cmocka_unit_test(lower__self_send__one_group_and_verified),
+		cmocka_unit_test(lower__allow_deadlock__self_send_keeps_its_receive),
 		cmocka_unit_test(lower__bad_placement__diagnosed),
 		cmocka_unit_test(emit__torch_csv__pytorch_names),
 		cmocka_unit_test(lower__tp__reduce_counts_from_formula),
