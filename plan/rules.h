@@ -22,7 +22,6 @@
 	X(PEER_NAMES, "should name stage") \
 	X(PEER_TWICE, "registered twice for stage") \
 	X(PEER_MISSING, "no peer registered for edge") \
-	X(PEER_COUNT, "peer entries, expected") \
 	/* comm groups, sends to self, matching */ \
 	X(GROUP_ALONE, "must be alone in its group") \
 	X(GROUP_ORDER, "group numbers must increase along a rank's list") \
@@ -41,7 +40,6 @@
 	X(TIE_PEER, "the tied table's copies are stage") \
 	X(TIE_BYTES, "the tied table's gradient is") \
 	X(TIE_COUNT, "which holds the other copy of the tied table") \
-	X(TIE_PLACED, "which is on another rank") \
 	/* completeness */ \
 	X(OP_PLACED, "is not placed on rank") \
 	X(NEVER_RUNS, "never runs") \
@@ -59,13 +57,8 @@
 	X(DEP_TIE_EARLY, "a tied table's reduction before the stage's last W") \
 	X(DEP_SECOND_TP, "a second tp all-reduce of this part") \
 	X(DEP_TP_ORDER, "a tp all-reduce out of order in its stage's parts") \
-	X(DEP_W_AFTER_REDUCE, "a weight gradient after the stage's all-reduce") \
-	X(DEP_W_AFTER_TIE, "a weight gradient after the stage's TIEREDUCE") \
-	X(DEP_HEAD_W_LATE, "a tied head's weight gradient after its embedding's all-reduce or step") \
 	X(DEP_BEFORE_HEAD_W, "before the last weight gradient of the head tied to its embedding") \
 	X(DEP_BEFORE_TIE, "before the stage's TIEREDUCE") \
-	X(DEP_TIE_NO_TABLE, "a TIEREDUCE on a stage that holds no table") \
-	X(DEP_TIE_LATE, "a TIEREDUCE after the stage's all-reduce or step") \
 	X(DEP_REDUCE_DP1, "an all-reduce with dp = 1") \
 	X(DEP_OPTIM_UNREDUCED, "an optimizer step before the stage's all-reduce") \
 	X(DEP_PART_NO_REDUCE, "no tp all-reduce follows this part") \

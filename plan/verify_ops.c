@@ -227,7 +227,8 @@ static int dep_op(PlanVc *v, Deps *d, int64_t i)
 	case OP_W:
 	case OP_BW:
 		if (d->loc[s] < 0)
-			return plan_vc_err(v, PLAN_RULE_OP_PLACED, d->r, i, "%s: stage %d is not placed on rank %d (pp index %d)",
+			return plan_vc_err(v, PLAN_RULE_OP_PLACED, d->r, i,
+					"%s: stage %d is not placed on rank %d (pp index %d)",
 			                   plan_vc_opdesc(v, d->r, i, x, sizeof x), s, plan_vc_rank(v, d->r),
 			                   d->pp);
 		if (v->parts && o->kind != OP_W) {
@@ -263,7 +264,8 @@ static int dep_op(PlanVc *v, Deps *d, int64_t i)
 			bad = plan_dep_apply(plan_op_kind(o), NULL, &d->sd[d->loc[s]], NULL, d->m, d->dp);
 		break;
 	}
-	return bad ? plan_vc_err(v, plan_rule_of(bad), d->r, i, "%s: %s", plan_vc_opdesc(v, d->r, i, y, sizeof y), bad)
+	return bad ? plan_vc_err(v, plan_rule_of(bad), d->r, i,
+			"%s: %s", plan_vc_opdesc(v, d->r, i, y, sizeof y), bad)
 	           : 0;
 }
 
@@ -322,17 +324,20 @@ static int dep_complete(PlanVc *v, Deps *d)
 		for (int mb = 0; mb < d->m; mb++) {
 			uint8_t f = mb_state(d, s, mb);
 			if ((f & PLAN_DEP_MB) != PLAN_DEP_MB)
-				return plan_vc_err(v, PLAN_RULE_NEVER_RUNS, r, -1, "rank %d never runs %s of stage %d microbatch %d",
+				return plan_vc_err(v, PLAN_RULE_NEVER_RUNS, r, -1,
+						"rank %d never runs %s of stage %d microbatch %d",
 				                   plan_vc_rank(v, r), !(f & PLAN_DEP_ACT)    ? "F"
 				                      : (f & PLAN_DEP_GRAD) ? "W"
 				                                            : "the backward",
 				                   s, mb);
 		}
 		if (d->dp > 1 && !d->sd[d->loc[s]].reduced)
-			return plan_vc_err(v, PLAN_RULE_NEVER_REDUCED, r, -1, "rank %d never all-reduces the gradients of stage %d",
+			return plan_vc_err(v, PLAN_RULE_NEVER_REDUCED, r, -1,
+					"rank %d never all-reduces the gradients of stage %d",
 			                   plan_vc_rank(v, r), s);
 		if (!d->sd[d->loc[s]].stepped)
-			return plan_vc_err(v, PLAN_RULE_NEVER_OPTIM, r, -1, "rank %d never runs OPTIM for stage %d",
+			return plan_vc_err(v, PLAN_RULE_NEVER_OPTIM, r, -1,
+					"rank %d never runs OPTIM for stage %d",
 			                   plan_vc_rank(v, r), s);
 	}
 	return 0;
@@ -371,12 +376,7 @@ static int deps_begin(PlanVc *v, Deps *d, int r)
 		d->grad[e] = here && d->loc[ed->dst] >= 0 ? &d->st[(size_t)d->loc[ed->dst] * d->m] : rcv;
 	}
 	memset(d->seen, 0, (size_t)p->nedges * DIR_COUNT * 2 * sizeof *d->seen);
-	if (d->head >= 0 && (d->loc[d->head] >= 0) != (d->loc[d->embed] >= 0)) {
-		plan_vc_err(v, PLAN_RULE_TIE_PLACED, r, -1, "stage %d's head is tied to the embedding of stage %d, which is "
-		            "on another rank", d->head, d->embed);
-		return 1;
-	}
-	if (d->head >= 0 && d->loc[d->head] >= 0)
+	if (d->head >= 0 && d->loc[d->head] >= 0) // plan_tie: the embedding's rank too
 		d->sd[d->loc[d->embed]].tied = 1;
 	int ts;
 	if (plan_tie_peer(p, r, &ts) >= 0)
@@ -406,7 +406,8 @@ static void group_fault(PlanVc *v, int r, int64_t i, int same, int64_t last)
 		            plan_vc_opdesc(v, r, i, a, sizeof a), c->kind == OP_ALLREDUCE ? "n" : "",
 		            plan_ops[c->kind].name);
 	else
-		plan_vc_err(v, PLAN_RULE_GROUP_ORDER, r, i, "%s: group numbers must increase along a rank's list (group %d "
+		plan_vc_err(v, PLAN_RULE_GROUP_ORDER, r, i,
+				"%s: group numbers must increase along a rank's list (group %d "
 		            "follows group %lld)", plan_vc_opdesc(v, r, i, a, sizeof a), o->group,
 		            (long long)last);
 }
@@ -527,10 +528,12 @@ static void self_fault(PlanVc *v, int b, int64_t i, int64_t j)
 	char x[300];
 	v->stop = PLAN_VC_SELF;
 	if (j < 0)
-		plan_vc_err(v, PLAN_RULE_SELF_RECV, b, i, "%s: a receive from self without its SEND to self in the same "
+		plan_vc_err(v, PLAN_RULE_SELF_RECV, b, i,
+				"%s: a receive from self without its SEND to self in the same "
 		            "group", plan_vc_opdesc(v, b, i, x, sizeof x));
 	else
-		plan_vc_err(v, PLAN_RULE_SELF_SEND_GROUP, b, j, "%s: a send to self must be in the group of its RECV from self "
+		plan_vc_err(v, PLAN_RULE_SELF_SEND_GROUP, b, j,
+				"%s: a send to self must be in the group of its RECV from self "
 		            "(group %d), or it never completes", plan_vc_opdesc(v, b, j, x, sizeof x),
 		            v->p->ranks[b].ops[i].group);
 }
@@ -541,7 +544,8 @@ static void match_fault(PlanVc *v, int b, int64_t i, int a, int64_t j, int64_t p
 	char x[300], y[300];
 	v->stop = PLAN_VC_MATCH;
 	if (j < 0) { // every SEND from a to b is met: pos of them
-		plan_vc_err(v, PLAN_RULE_NO_SEND, b, i, "%s has no matching SEND: rank %d sends only %lld message%s to "
+		plan_vc_err(v, PLAN_RULE_NO_SEND, b, i,
+				"%s has no matching SEND: rank %d sends only %lld message%s to "
 		            "rank %d", plan_vc_opdesc(v, b, i, x, sizeof x), plan_vc_rank(v, a),
 		            (long long)pos, pos == 1 ? "" : "s", plan_vc_rank(v, b));
 		return;
@@ -549,7 +553,8 @@ static void match_fault(PlanVc *v, int b, int64_t i, int a, int64_t j, int64_t p
 	const char *what = s->stage != o->stage ? "edges" // one edge: one size
 	                   : s->mb != o->mb     ? "microbatches"
 	                                        : "directions";
-	plan_vc_err(v, PLAN_RULE_FIFO, b, i, "%s is matched (FIFO position %lld from rank %d to rank %d) with %s: "
+	plan_vc_err(v, PLAN_RULE_FIFO, b, i,
+			"%s is matched (FIFO position %lld from rank %d to rank %d) with %s: "
 	            "the %s differ", plan_vc_opdesc(v, a, j, x, sizeof x), (long long)pos,
 	            plan_vc_rank(v, a), plan_vc_rank(v, b),
 	            plan_vc_opdesc(v, b, i, y, sizeof y), what);
@@ -597,7 +602,8 @@ static int self_leftover(PlanVc *v, Walk *w, int r, int64_t nself)
 	int64_t j = next_send(v->p, c, r);
 	char x[300];
 	v->stop = PLAN_VC_SELF;
-	plan_vc_err(v, PLAN_RULE_SELF_SEND_ALONE, r, j, "%s: a send to self without its RECV from self in the same group, "
+	plan_vc_err(v, PLAN_RULE_SELF_SEND_ALONE, r, j,
+			"%s: a send to self without its RECV from self in the same group, "
 	            "so it never completes", plan_vc_opdesc(v, r, j, x, sizeof x));
 	return 0;
 }

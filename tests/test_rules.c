@@ -1,0 +1,907 @@
+/* The verifier's rule table (plan/rules.h), row by row: for each row a good plan, compiled
+ * here and verified, then broken by the smallest edit that breaks that rule and no rule
+ * reported before it (plan/verify.h: tables, groups, sends to self, matching,
+ * collectives and the tied table, dependencies), and plan_verify must then name exactly
+ * that row, its phrase in the message.  The cases are a table indexed by row, so a row
+ * added to rules.h without its bad plan fails rules__every_row__has_a_case, and a
+ * phrase added to the op table without its row fails the op table's test. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "../compiler/pipecc.h"
+#include "../plan/par.h"
+#include "../plan/rules.h"
+
+#include "lower_lib.h"
+#include "plan_lib.h"
+
+/* ---- the good plans ---- */
+
+/* A tp=2 transformer: stage 0's forward is two parts (after the embedding and the
+ * attention), its backward two (only the first ends in a TPREDUCE); stage 1's backward
+ * three. */
+static const char tp_src[] =
+	"pipeline t;\nmesh pp=2 tp=2;\nmicrobatches 2;\ninput tokens 1x4 vocab=8;\n"
+	"stage s0 { embed 4; residual { layernorm; attention heads=2; } }\n"
+	"stage s1 { residual { layernorm; mlp 8; } layernorm; head; loss xent; }\n"
+	"schedule gpipe;\ncost * f=1 b=1 w=1;\nlink ideal;\n";
+
+/* A head tied to the embedding on the other pipeline rank (HEAD: "head tied") or not
+ * ("head"): the head keeps a copy, and each rank sums the table's gradient with the
+ * other's by a TIEREDUCE. */
+#define TIED_SRC(HEAD)                                                                     \
+	"pipeline t;\nmesh pp=2;\nmicrobatches 2;\ninput tokens 1x4 vocab=8;\n"                \
+	"stage s0 { embed 4; }\nstage s1 { layernorm; " HEAD "; loss xent; }\n"                \
+	"schedule gpipe;\ncost * f=1 b=1 w=1;\nlink ideal;\n"
+
+/* The same tie on one pipeline rank (placement v puts s0 and s3 on rank 0): the head
+ * computes with the embedding's table, and its weight gradients add into stage 0's. */
+static const char tied_v_src[] =
+	"pipeline t;\nmesh pp=2;\nmicrobatches 2;\ninput tokens 1x4 vocab=8;\n"
+	"stage s0 { embed 4; }\nstage s1 { layernorm; }\nstage s2 { layernorm; }\n"
+	"stage s3 { layernorm; head tied; loss xent; }\n"
+	"schedule zbv;\nplacement v;\ncost * f=1 b=1 w=1;\nlink ideal;\n";
+
+/* src compiled with schedule sched (NULL: the program's), which must compile and verify. */
+static Plan *good(const char *src, const char *sched)
+{
+	char errs[4096];
+	Plan *p = compile_text(src, sched, errs, sizeof errs);
+	if (!p)
+		fail_msg("the good plan does not compile: %s", errs);
+	PlanError e;
+	if (plan_verify(p, &e))
+		fail_msg("the good plan breaks %s: %s", e.rule >= 0 ? plan_rules[e.rule].name : "-",
+		         e.msg);
+	return p;
+}
+
+/* Two stages on pp=2, 2 microbatches, gpipe: rank 0 `F F SEND.. RECV BW RECV BW OPTIM`,
+ * rank 1 the mirror. */
+static Plan *chain(void)
+{
+	return good(program(2, 2, 1, 2, NULL), "gpipe");
+}
+
+/* The same on pp=2 dp=2: ranks 0, 1 hold stage 0 (dp 0, 1), ranks 2, 3 stage 1; each
+ * ends with ALLREDUCE and OPTIM. */
+static Plan *chain_dp(void)
+{
+	return good(program(2, 2, 2, 2, NULL), "gpipe");
+}
+
+/* Four stages on pp=2 in a V: rank 1 holds s1 and s2, joined by edge 1, handed over
+ * locally or (self) sent to self, each SEND to self and its RECV in one group. */
+static Plan *vee(int self)
+{
+	return good(program(4, 2, 1, 2, self ? "placement v;\npeers self_send;" : "placement v;"),
+	            "zbv");
+}
+
+/* ---- edits ---- */
+
+/* Rank r's nth op of kind k (0 first). */
+static int64_t nth_op(const Plan *p, int r, int k, int nth)
+{
+	const PlanRank *rk = &p->ranks[r];
+	for (int64_t i = 0; i < rk->nops; i++)
+		if (rk->ops[i].kind == k && nth-- == 0)
+			return i;
+	fail_msg("rank %d has no such %s", r, plan_ops[k].name);
+	return -1;
+}
+
+static PlanOp *op_of(Plan *p, int r, int k, int nth)
+{
+	return &p->ranks[r].ops[nth_op(p, r, k, nth)];
+}
+
+/* Rank r's last SEND to or RECV from q (kind k). */
+static int64_t last_p2p(const Plan *p, int r, int k, int q)
+{
+	for (int64_t i = p->ranks[r].nops - 1; i >= 0; i--)
+		if (p->ranks[r].ops[i].kind == k && p->ranks[r].ops[i].peer == q)
+			return i;
+	fail_msg("rank %d has no %s with peer %d", r, plan_ops[k].name, q);
+	return -1;
+}
+
+/* Rank r's nth TPREDUCE in direction dir. */
+static PlanOp *tpreduce(Plan *p, int r, int dir, int nth)
+{
+	for (int64_t i = 0; i < p->ranks[r].nops; i++) {
+		PlanOp *o = &p->ranks[r].ops[i];
+		if (o->kind == OP_TPREDUCE && o->dir == dir && nth-- == 0)
+			return o;
+	}
+	fail_msg("rank %d has no such TPREDUCE", r);
+	return NULL;
+}
+
+static void drop_op(Plan *p, int r, int64_t i)
+{
+	PlanRank *rk = &p->ranks[r];
+	assert_true(i >= 0 && i < rk->nops);
+	memmove(&rk->ops[i], &rk->ops[i + 1], (size_t)(rk->nops - i - 1) * sizeof *rk->ops);
+	if (rk->lines)
+		memmove(&rk->lines[i], &rk->lines[i + 1], (size_t)(rk->nops - i - 1) * sizeof *rk->lines);
+	rk->nops--;
+}
+
+/* The comm ops of rank r from op i on move one group on. */
+static void shift_groups(Plan *p, int r, int64_t i)
+{
+	for (; i < p->ranks[r].nops; i++)
+		if (plan_is_comm(p->ranks[r].ops[i].kind))
+			p->ranks[r].ops[i].group++;
+}
+
+/* o put before op i of rank r.  A comm op gets a group: `join`, that of the comm op just
+ * before it; else a new one after it, the groups after moving one on (so they still
+ * increase). */
+static void insert_op(Plan *p, int r, int64_t i, PlanOp o, int join)
+{
+	PlanRank *rk = &p->ranks[r];
+	assert_true(i >= 0 && i <= rk->nops);
+	if (plan_is_comm(o.kind)) {
+		int32_t last = -1;
+		for (int64_t j = 0; j < i; j++)
+			if (plan_is_comm(rk->ops[j].kind))
+				last = rk->ops[j].group;
+		if (join)
+			assert_true(i > 0 && plan_is_comm(rk->ops[i - 1].kind));
+		else
+			shift_groups(p, r, i);
+		o.group = join ? last : last + 1;
+	}
+	assert_non_null(plan_push_op(rk, o, 0));
+	memmove(&rk->ops[i + 1], &rk->ops[i], (size_t)(rk->nops - 1 - i) * sizeof *rk->ops);
+	rk->ops[i] = o;
+	if (rk->lines) {
+		memmove(&rk->lines[i + 1], &rk->lines[i], (size_t)(rk->nops - 1 - i) * sizeof *rk->lines);
+		rk->lines[i] = 0;
+	}
+}
+
+static void swap_ops(Plan *p, int r, int64_t i, int64_t j)
+{
+	PlanOp t = p->ranks[r].ops[i];
+	p->ranks[r].ops[i] = p->ranks[r].ops[j];
+	p->ranks[r].ops[j] = t;
+}
+
+/* Op i of rank r, not a comm op, moved to the end of its list. */
+static void move_to_end(Plan *p, int r, int64_t i)
+{
+	PlanOp o = p->ranks[r].ops[i];
+	assert_false(plan_is_comm(o.kind));
+	drop_op(p, r, i);
+	insert_op(p, r, p->ranks[r].nops, o, 0);
+}
+
+/* The `route` of a sized op of kind k moving bytes (one of the plan's sizes[]). */
+static int32_t size_route(Plan *p, int k, int64_t bytes)
+{
+	PlanOp t = {.kind = (uint8_t)k, .mb = -1, .peer = -1, .route = -1};
+	assert_int_equal(plan_op_set_bytes(p, &t, bytes), 0);
+	return t.route;
+}
+
+/* The layer of kind `kind` of stage s. */
+static PlanLayer *layer_of(Plan *p, int s, LayerKind kind)
+{
+	for (int l = 0; l < p->stages[s].nlayers; l++)
+		if (p->stages[s].layers[l].kind == kind)
+			return &p->stages[s].layers[l];
+	fail_msg("stage %d has no %s layer", s, plan_layers[kind].name);
+	return NULL;
+}
+
+/* ---- the cases: one bad plan per row ---- */
+
+/* the plan's tables */
+
+static Plan *bad_STAGE_PP(void)
+{
+	Plan *p = chain();
+	p->stages[1].pp = 2; // pp=2: indices 0 and 1
+	return p;
+}
+
+static Plan *bad_ROUTE_LINE(void)
+{
+	Plan *p = chain();
+	p->routes[0].dst_rank = p->routes[0].src_rank; // edge 0's act route, rank 0 to itself
+	return p;
+}
+
+static Plan *bad_ROUTE_DEVICES(void)
+{
+	Plan *p = chain();
+	p->routes[0].dst_dev++;
+	return p;
+}
+
+static Plan *bad_ROUTE_INVERSE(void)
+{
+	Plan *p = chain();
+	assert_int_equal(p->routes[1].dir, DIR_GRAD);
+	p->routes[1].inverse_of = 1; // itself, a grad route
+	return p;
+}
+
+static Plan *bad_PEER_STAGE(void)
+{
+	Plan *p = chain();
+	p->ranks[0].peers[0].stage = 1; // edge 0 leaves stage 0
+	return p;
+}
+
+static Plan *bad_PEER_PLACED(void)
+{
+	Plan *p = chain();
+	p->ranks[0].peers[0].in = 1; // edge 0 as it enters stage 1, on rank 1
+	p->ranks[0].peers[0].stage = 1;
+	return p;
+}
+
+static Plan *bad_PEER_NAMES(void)
+{
+	Plan *p = chain();
+	p->ranks[1].peers[0].local = PEER_SELF; // stage 0 is on rank 0: remote
+	return p;
+}
+
+static Plan *bad_PEER_TWICE(void)
+{
+	Plan *p = chain();
+	PlanRank *rk = &p->ranks[0];
+	PlanPeer *pe = realloc(rk->peers, 2 * sizeof *pe);
+	assert_non_null(pe);
+	pe[1] = pe[0];
+	rk->peers = pe;
+	rk->npeers = 2;
+	return p;
+}
+
+static Plan *bad_PEER_MISSING(void)
+{
+	Plan *p = chain();
+	p->ranks[1].npeers = 0;
+	return p;
+}
+
+/* comm groups, sends to self, matching */
+
+static Plan *bad_GROUP_ALONE(void)
+{
+	Plan *p = chain_dp();
+	int r = 2; // stage 1, dp 0: `... BW SEND ALLREDUCE OPTIM`
+	int64_t i = nth_op(p, r, OP_ALLREDUCE, 0);
+	PlanOp *o = p->ranks[r].ops;
+	assert_true(i > 0 && o[i - 1].kind == OP_SEND);
+	o[i].group = o[i - 1].group;
+	return p;
+}
+
+static Plan *bad_GROUP_ORDER(void)
+{
+	Plan *p = chain();
+	op_of(p, 0, OP_SEND, 1)->group = op_of(p, 0, OP_SEND, 0)->group;
+	return p;
+}
+
+static Plan *bad_SELF_RECV(void)
+{
+	Plan *p = vee(1);
+	drop_op(p, 1, last_p2p(p, 1, OP_SEND, 1));
+	return p;
+}
+
+static Plan *bad_SELF_SEND_GROUP(void)
+{
+	Plan *p = vee(1);
+	int64_t i = last_p2p(p, 1, OP_RECV, 1);
+	assert_int_equal(p->ranks[1].ops[i - 1].peer, 1); // its SEND to self, in its group
+	shift_groups(p, 1, i);
+	return p;
+}
+
+static Plan *bad_SELF_SEND_ALONE(void)
+{
+	Plan *p = vee(1);
+	drop_op(p, 1, last_p2p(p, 1, OP_RECV, 1));
+	return p;
+}
+
+static Plan *bad_NO_SEND(void)
+{
+	Plan *p = chain();
+	drop_op(p, 0, nth_op(p, 0, OP_SEND, 1));
+	return p;
+}
+
+static Plan *bad_FIFO(void)
+{
+	Plan *p = chain();
+	PlanOp *a = op_of(p, 1, OP_RECV, 0), *b = op_of(p, 1, OP_RECV, 1);
+	int32_t mb = a->mb;
+	a->mb = b->mb;
+	b->mb = mb;
+	return p;
+}
+
+static Plan *bad_NO_RECV(void)
+{
+	Plan *p = chain();
+	drop_op(p, 1, nth_op(p, 1, OP_RECV, 1));
+	return p;
+}
+
+/* collectives and the tied table */
+
+static Plan *bad_COLL_PART(void)
+{
+	Plan *p = chain_dp();
+	drop_op(p, 1, nth_op(p, 1, OP_ALLREDUCE, 0));
+	return p;
+}
+
+static Plan *bad_COLL_ORDER(void)
+{
+	Plan *p = good(tp_src, NULL);
+	tpreduce(p, 1, DIR_ACT, 0)->mb = 1; // rank 1 (tp 1) against rank 0: m=1 where m=0
+	return p;
+}
+
+static Plan *bad_TIE_COPY(void)
+{
+	Plan *p = good(TIED_SRC("head tied"), NULL);
+	layer_of(p, 1, LAYER_HEAD)->flags &= ~LAYER_FLAG(LAYER_KEY_COPY);
+	return p;
+}
+
+static Plan *bad_TIE_NOCOPY(void)
+{
+	Plan *p = good(TIED_SRC("head"), NULL);
+	layer_of(p, 1, LAYER_HEAD)->flags |= LAYER_FLAG(LAYER_KEY_COPY);
+	return p;
+}
+
+static Plan *bad_TIE_NONE(void)
+{
+	Plan *p = chain();
+	PlanOp t = {.kind = OP_TIEREDUCE, .stage = 0, .mb = -1, .peer = 1, .route = -1};
+	insert_op(p, 0, p->ranks[0].nops, t, 0);
+	return p;
+}
+
+static Plan *bad_TIE_PEER(void)
+{
+	Plan *p = good(TIED_SRC("head tied"), NULL);
+	op_of(p, 0, OP_TIEREDUCE, 0)->peer = 0; // the other copy is on rank 1
+	return p;
+}
+
+static Plan *bad_TIE_BYTES(void)
+{
+	Plan *p = good(TIED_SRC("head tied"), NULL);
+	op_of(p, 0, OP_TIEREDUCE, 0)->route = size_route(p, OP_TIEREDUCE, plan_tie_bytes(p) + 4);
+	return p;
+}
+
+static Plan *bad_TIE_COUNT(void)
+{
+	Plan *p = good(TIED_SRC("head tied"), NULL);
+	drop_op(p, 1, nth_op(p, 1, OP_TIEREDUCE, 0));
+	return p;
+}
+
+/* completeness */
+
+static Plan *bad_OP_PLACED(void)
+{
+	Plan *p = chain();
+	op_of(p, 0, OP_F, 0)->stage = 1;
+	return p;
+}
+
+/* The list cut before its last BW: also its OPTIM goes, which would otherwise come
+ * before the stage's last W (DEP_OPTIM_EARLY). */
+static Plan *bad_NEVER_RUNS(void)
+{
+	Plan *p = chain();
+	PlanRank *rk = &p->ranks[0];
+	assert_int_equal(rk->ops[rk->nops - 2].kind, OP_BW);
+	rk->nops -= 2;
+	return p;
+}
+
+/* Both members of stage 0's dp group cut before their ALLREDUCE (one alone would be
+ * COLL_PART; an OPTIM left would come before the all-reduce). */
+static Plan *bad_NEVER_REDUCED(void)
+{
+	Plan *p = chain_dp();
+	for (int r = 0; r < 2; r++) {
+		PlanRank *rk = &p->ranks[r];
+		assert_int_equal(rk->ops[rk->nops - 2].kind, OP_ALLREDUCE);
+		rk->nops -= 2;
+	}
+	return p;
+}
+
+static Plan *bad_NEVER_OPTIM(void)
+{
+	Plan *p = chain();
+	drop_op(p, 0, nth_op(p, 0, OP_OPTIM, 0));
+	return p;
+}
+
+/* dependencies */
+
+static Plan *bad_DEP_SECOND_F(void)
+{
+	Plan *p = chain();
+	op_of(p, 0, OP_F, 1)->mb = 0;
+	return p;
+}
+
+static Plan *bad_DEP_SECOND_BACKWARD(void)
+{
+	Plan *p = chain();
+	op_of(p, 0, OP_BW, 1)->mb = 0;
+	return p;
+}
+
+static Plan *bad_DEP_BACKWARD_EARLY(void)
+{
+	Plan *p = chain();
+	op_of(p, 0, OP_F, 0)->kind = OP_BW;
+	return p;
+}
+
+static Plan *bad_DEP_SECOND_W(void)
+{
+	Plan *p = chain();
+	PlanOp *o = op_of(p, 0, OP_BW, 1);
+	o->kind = OP_W; // of microbatch 0, whose BW made its weight gradient
+	o->mb = 0;
+	return p;
+}
+
+static Plan *bad_DEP_W_EARLY(void)
+{
+	Plan *p = chain();
+	op_of(p, 0, OP_BW, 0)->kind = OP_W;
+	return p;
+}
+
+static Plan *bad_DEP_SECOND_ONE(void)
+{
+	Plan *p = chain();
+	insert_op(p, 0, p->ranks[0].nops, *op_of(p, 0, OP_OPTIM, 0), 0);
+	return p;
+}
+
+static Plan *bad_DEP_REDUCE_EARLY(void)
+{
+	Plan *p = chain_dp();
+	int64_t i = nth_op(p, 0, OP_ALLREDUCE, 0);
+	assert_int_equal(p->ranks[0].ops[i - 1].kind, OP_BW);
+	swap_ops(p, 0, i - 1, i);
+	return p;
+}
+
+static Plan *bad_DEP_OPTIM_EARLY(void)
+{
+	Plan *p = chain();
+	int64_t i = nth_op(p, 0, OP_OPTIM, 0);
+	assert_int_equal(p->ranks[0].ops[i - 1].kind, OP_BW);
+	swap_ops(p, 0, i - 1, i);
+	return p;
+}
+
+static Plan *bad_DEP_TIE_EARLY(void)
+{
+	Plan *p = good(TIED_SRC("head tied"), NULL);
+	int64_t i = nth_op(p, 0, OP_TIEREDUCE, 0);
+	assert_int_equal(p->ranks[0].ops[i - 1].kind, OP_BW);
+	swap_ops(p, 0, i - 1, i);
+	return p;
+}
+
+/* On both members of the tp group (one alone: COLL_ORDER): mb 1's first TPREDUCE made
+ * a second copy of mb 0's last. */
+static Plan *bad_DEP_SECOND_TP(void)
+{
+	Plan *p = good(tp_src, NULL);
+	for (int r = 0; r < 2; r++) {
+		PlanOp *o = tpreduce(p, r, DIR_ACT, 2), was = *o;
+		*o = *tpreduce(p, r, DIR_ACT, 1);
+		assert_true(was.mb == 1 && o->mb == 0 && o->part == 1);
+		o->group = was.group;
+	}
+	return p;
+}
+
+/* On both members of the tp group: the first TPREDUCE of mb 0's forward says part 1 (and
+ * moves part 1's bytes), right after part 0. */
+static Plan *bad_DEP_TP_ORDER(void)
+{
+	Plan *p = good(tp_src, NULL);
+	for (int r = 0; r < 2; r++) {
+		PlanOp *o = tpreduce(p, r, DIR_ACT, 0), *next = tpreduce(p, r, DIR_ACT, 1);
+		assert_int_equal(next->part, 1);
+		o->part = next->part;
+		o->route = next->route;
+	}
+	return p;
+}
+
+static Plan *bad_DEP_BEFORE_HEAD_W(void)
+{
+	Plan *p = good(tied_v_src, NULL);
+	/* Rank 0 holds s0 (embed) and s3 (head): the head's last W and its OPTIM moved
+	 * after OPTIM s=0, which then steps the table before the head added to it. */
+	int64_t w = -1;
+	for (int64_t i = 0; i < p->ranks[0].nops; i++)
+		if (p->ranks[0].ops[i].kind == OP_W && p->ranks[0].ops[i].stage == 3)
+			w = i;
+	assert_true(w >= 0);
+	move_to_end(p, 0, w);
+	int64_t o = nth_op(p, 0, OP_OPTIM, 0);
+	assert_int_equal(p->ranks[0].ops[o].stage, 3);
+	move_to_end(p, 0, o);
+	return p;
+}
+
+static Plan *bad_DEP_BEFORE_TIE(void)
+{
+	Plan *p = good(TIED_SRC("head tied"), NULL);
+	int64_t i = nth_op(p, 0, OP_TIEREDUCE, 0);
+	assert_int_equal(p->ranks[0].ops[i + 1].kind, OP_OPTIM);
+	swap_ops(p, 0, i, i + 1);
+	return p;
+}
+
+static Plan *bad_DEP_REDUCE_DP1(void)
+{
+	Plan *p = chain();
+	PlanOp t = {.kind = OP_ALLREDUCE, .stage = 0, .mb = -1, .peer = -1,
+	            .route = size_route(p, OP_ALLREDUCE, p->stages[0].params * 4)};
+	insert_op(p, 0, nth_op(p, 0, OP_OPTIM, 0), t, 0);
+	return p;
+}
+
+static Plan *bad_DEP_OPTIM_UNREDUCED(void)
+{
+	Plan *p = chain_dp();
+	int64_t i = nth_op(p, 0, OP_ALLREDUCE, 0);
+	assert_int_equal(p->ranks[0].ops[i + 1].kind, OP_OPTIM);
+	swap_ops(p, 0, i, i + 1);
+	return p;
+}
+
+/* On both members of the tp group: stage 0's backward TPREDUCE says part 1, the last
+ * part, which ends in none. */
+static Plan *bad_DEP_PART_NO_REDUCE(void)
+{
+	Plan *p = good(tp_src, NULL);
+	PlanParts pp;
+	assert_int_equal(plan_stage_parts(p, 0, &pp), 0);
+	int n = pp.n[DIR_GRAD];
+	int64_t reduce = pp.part[DIR_GRAD][1].reduce;
+	plan_parts_free(&pp);
+	assert_true(n == 2 && reduce == 0);
+	for (int r = 0; r < 2; r++) {
+		PlanOp *o = tpreduce(p, r, DIR_GRAD, 0);
+		assert_int_equal(o->stage, 0);
+		o->part = 1;
+	}
+	return p;
+}
+
+static Plan *bad_DEP_NO_PART(void)
+{
+	Plan *p = good(tp_src, NULL);
+	PlanOp *o = op_of(p, 0, OP_F, 1);
+	assert_int_equal(o->part, 1);
+	o->part = 2; // the forward has parts 0 and 1
+	return p;
+}
+
+static Plan *bad_DEP_PART_ORDER(void)
+{
+	Plan *p = good(tp_src, NULL);
+	PlanOp *o = op_of(p, 0, OP_F, 0);
+	assert_int_equal(o->part, 0);
+	o->part = 1;
+	return p;
+}
+
+static Plan *bad_DEP_PARTS_MIXED(void)
+{
+	Plan *p = good(tp_src, NULL);
+	PlanOp *o = op_of(p, 0, OP_BW, 1);
+	assert_true(o->mb == 0 && o->part == 1);
+	o->kind = OP_B;
+	return p;
+}
+
+static Plan *bad_DEP_NO_INPUT(void)
+{
+	Plan *p = chain();
+	swap_ops(p, 1, nth_op(p, 1, OP_RECV, 0), nth_op(p, 1, OP_F, 0));
+	return p;
+}
+
+static Plan *bad_DEP_NO_OUT_GRAD(void)
+{
+	Plan *p = chain();
+	swap_ops(p, 0, nth_op(p, 0, OP_RECV, 0), nth_op(p, 0, OP_BW, 0));
+	return p;
+}
+
+static Plan *bad_DEP_SENT_EARLY(void)
+{
+	Plan *p = chain();
+	swap_ops(p, 0, nth_op(p, 0, OP_F, 0), nth_op(p, 0, OP_SEND, 0));
+	return p;
+}
+
+/* The second activation sent and received as mb 0's again (both ends, so they match). */
+static Plan *bad_DEP_RECEIVED_TWICE(void)
+{
+	Plan *p = chain();
+	op_of(p, 0, OP_SEND, 1)->mb = 0;
+	op_of(p, 1, OP_RECV, 1)->mb = 0;
+	return p;
+}
+
+static Plan *bad_DEP_TP_SIZE(void)
+{
+	Plan *p = good(tp_src, NULL);
+	PlanOp *o = tpreduce(p, 0, DIR_ACT, 0);
+	o->route = size_route(p, OP_TPREDUCE, plan_op_bytes(p, o) + 4);
+	return p;
+}
+
+static Plan *bad_DEP_STAGE_AWAY(void)
+{
+	Plan *p = chain();
+	op_of(p, 0, OP_OPTIM, 0)->stage = 1;
+	return p;
+}
+
+static Plan *bad_DEP_TP_AT_TP1(void)
+{
+	Plan *p = chain();
+	PlanOp t = {.kind = OP_TPREDUCE, .dir = DIR_ACT, .stage = 0, .mb = 0, .peer = -1,
+	            .route = size_route(p, OP_TPREDUCE, 64)};
+	insert_op(p, 0, nth_op(p, 0, OP_F, 0) + 1, t, 0);
+	return p;
+}
+
+static Plan *bad_DEP_REDUCE_SIZE(void)
+{
+	Plan *p = chain_dp();
+	PlanOp *o = op_of(p, 0, OP_ALLREDUCE, 0);
+	o->route = size_route(p, OP_ALLREDUCE, plan_op_bytes(p, o) + 4);
+	return p;
+}
+
+/* Both ends turned into a gradient's, so they still match: on rank 0 the edge's end for
+ * a gradient sent is stage 1's. */
+static Plan *bad_P2P_NOT_HERE(void)
+{
+	Plan *p = chain();
+	op_of(p, 0, OP_SEND, 0)->dir = DIR_GRAD;
+	op_of(p, 1, OP_RECV, 0)->dir = DIR_GRAD;
+	return p;
+}
+
+/* The two pipeline lines' first activations crossed: rank 0 (line 0) sends to line 1's
+ * stage 1 rank and rank 1 (line 1) to line 0's, each received there in order. */
+static Plan *bad_P2P_PEER(void)
+{
+	Plan *p = chain_dp();
+	PlanOp *s0 = op_of(p, 0, OP_SEND, 0), *s1 = op_of(p, 1, OP_SEND, 0);
+	int b0 = s0->peer, b1 = s1->peer;
+	assert_int_not_equal(b0, b1);
+	op_of(p, b0, OP_RECV, 0)->peer = 1;
+	op_of(p, b1, OP_RECV, 0)->peer = 0;
+	s0->peer = b1;
+	s1->peer = b0;
+	return p;
+}
+
+/* Rank 1 hands edge 1 (s1 -> s2) over locally; a SEND to self and its RECV, in one
+ * group, added for microbatch 0's activation. */
+static Plan *bad_P2P_SAME_RANK(void)
+{
+	Plan *p = vee(0);
+	assert_true(p->edges[1].src == 1 && p->edges[1].dst == 2);
+	PlanOp s = {.kind = OP_SEND, .dir = DIR_ACT, .stage = 1, .mb = 0, .peer = 1, .route = 0};
+	int64_t i = nth_op(p, 1, OP_F, 0) + 1;
+	assert_int_equal(p->ranks[1].ops[i - 1].stage, 1);
+	insert_op(p, 1, i, s, 0);
+	s.kind = OP_RECV;
+	insert_op(p, 1, i + 1, s, 1);
+	return p;
+}
+
+static Plan *bad_P2P_ROUTE(void)
+{
+	Plan *p = chain();
+	PlanOp *o = op_of(p, 0, OP_SEND, 0);
+	assert_int_equal(p->routes[o->route].inverse_of, -1);
+	o->route = 1; // the grad route that inverts it
+	assert_int_equal(p->routes[1].inverse_of, 0);
+	return p;
+}
+
+/* One per row of plan/rules.h (rules__every_row__has_a_case fails on a row left out). */
+#define CASE(name) [PLAN_RULE_##name] = bad_##name
+static Plan *(*const cases[PLAN_RULE_COUNT])(void) = {
+	CASE(STAGE_PP),
+	CASE(ROUTE_LINE),
+	CASE(ROUTE_DEVICES),
+	CASE(ROUTE_INVERSE),
+	CASE(PEER_STAGE),
+	CASE(PEER_PLACED),
+	CASE(PEER_NAMES),
+	CASE(PEER_TWICE),
+	CASE(PEER_MISSING),
+	CASE(GROUP_ALONE),
+	CASE(GROUP_ORDER),
+	CASE(SELF_RECV),
+	CASE(SELF_SEND_GROUP),
+	CASE(SELF_SEND_ALONE),
+	CASE(NO_SEND),
+	CASE(FIFO),
+	CASE(NO_RECV),
+	CASE(COLL_PART),
+	CASE(COLL_ORDER),
+	CASE(TIE_COPY),
+	CASE(TIE_NOCOPY),
+	CASE(TIE_NONE),
+	CASE(TIE_PEER),
+	CASE(TIE_BYTES),
+	CASE(TIE_COUNT),
+	CASE(OP_PLACED),
+	CASE(NEVER_RUNS),
+	CASE(NEVER_REDUCED),
+	CASE(NEVER_OPTIM),
+	CASE(DEP_SECOND_F),
+	CASE(DEP_SECOND_BACKWARD),
+	CASE(DEP_BACKWARD_EARLY),
+	CASE(DEP_SECOND_W),
+	CASE(DEP_W_EARLY),
+	CASE(DEP_SECOND_ONE),
+	CASE(DEP_REDUCE_EARLY),
+	CASE(DEP_OPTIM_EARLY),
+	CASE(DEP_TIE_EARLY),
+	CASE(DEP_SECOND_TP),
+	CASE(DEP_TP_ORDER),
+	CASE(DEP_BEFORE_HEAD_W),
+	CASE(DEP_BEFORE_TIE),
+	CASE(DEP_REDUCE_DP1),
+	CASE(DEP_OPTIM_UNREDUCED),
+	CASE(DEP_PART_NO_REDUCE),
+	CASE(DEP_NO_PART),
+	CASE(DEP_PART_ORDER),
+	CASE(DEP_PARTS_MIXED),
+	CASE(DEP_NO_INPUT),
+	CASE(DEP_NO_OUT_GRAD),
+	CASE(DEP_SENT_EARLY),
+	CASE(DEP_RECEIVED_TWICE),
+	CASE(DEP_TP_SIZE),
+	CASE(DEP_STAGE_AWAY),
+	CASE(DEP_TP_AT_TP1),
+	CASE(DEP_REDUCE_SIZE),
+	CASE(P2P_NOT_HERE),
+	CASE(P2P_PEER),
+	CASE(P2P_SAME_RANK),
+	CASE(P2P_ROUTE),
+};
+#undef CASE
+
+/* ---- the tests ---- */
+
+/* Row *state's bad plan fails verification with that row, its phrase in the message.
+ * Run once per row, as rules__ROW__bad_plan_breaks_it. */
+static void rules__row__bad_plan_breaks_it(void **state)
+{
+	int row = *(const int *)*state;
+	if (!cases[row])
+		skip(); // rules__every_row__has_a_case fails for it
+	Plan *p = cases[row]();
+	PlanError e;
+	int rc = plan_verify(p, &e);
+	plan_free(p);
+	if (rc != -1)
+		fail_msg("%s: the bad plan verifies", plan_rules[row].name);
+	if (e.rule != row)
+		fail_msg("%s: the bad plan breaks %s instead: %s", plan_rules[row].name,
+		         e.rule >= 0 && e.rule < PLAN_RULE_COUNT ? plan_rules[e.rule].name : "no row",
+		         e.msg);
+	if (!strstr(e.msg, plan_rules[row].phrase))
+		fail_msg("%s: the message lacks \"%s\": %s", plan_rules[row].name,
+		         plan_rules[row].phrase, e.msg);
+}
+
+static void rules__every_row__has_a_case(void **state)
+{
+	(void)state;
+	char missing[2048] = "";
+	int n = 0;
+	for (int row = 0; row < PLAN_RULE_COUNT; row++)
+		if (!cases[row]) {
+			size_t k = strlen(missing);
+			snprintf(missing + k, sizeof missing - k, " %s", plan_rules[row].name);
+			n++;
+		}
+	if (n)
+		fail_msg("%d of %d rows have no bad plan:%s", n, PLAN_RULE_COUNT, missing);
+}
+
+/* Every phrase of the op table is a dependency row's (plan_rule_of finds it): a phrase
+ * added to a kind's row needs its row in rules.h. */
+static void rules__op_table_phrases__each_a_row(void **state)
+{
+	(void)state;
+	int n = 0;
+	for (int k = 0; k < OP_COUNT; k++) {
+		const char *why[] = {plan_ops[k].again, plan_ops[k].early};
+		for (int j = 0; j < 2; j++) {
+			if (!why[j])
+				continue;
+			int row = plan_rule_of(why[j]);
+			if (row < PLAN_RULE_FIRST_DEP)
+				fail_msg("%s's \"%s\" has no row in plan/rules.h", plan_ops[k].name, why[j]);
+			n++;
+		}
+	}
+	assert_true(n > 0); // the loop saw the table's phrases
+}
+
+static int threads_3(void **state)
+{
+	(void)state;
+	plan_threads = 3;
+	return 0;
+}
+
+static int threads_1(void **state)
+{
+	(void)state;
+	plan_threads = 1;
+	return 0;
+}
+
+int main(void)
+{
+	static int rows[PLAN_RULE_COUNT];
+	static char names[PLAN_RULE_COUNT][80];
+	static struct CMUnitTest tests[PLAN_RULE_COUNT + 2] = {
+		cmocka_unit_test(rules__every_row__has_a_case),
+		cmocka_unit_test(rules__op_table_phrases__each_a_row),
+	};
+	for (int row = 0; row < PLAN_RULE_COUNT; row++) {
+		rows[row] = row;
+		snprintf(names[row], sizeof names[row], "rules__%s__bad_plan_breaks_it",
+		         plan_rules[row].name);
+		tests[2 + row] = (struct CMUnitTest){names[row], rules__row__bad_plan_breaks_it,
+		                                     NULL, NULL, &rows[row]};
+	}
+	/* Then the bad plans again with the verifier's walk on 3 workers: the same rows. */
+	return cmocka_run_group_tests_name("rules", tests, NULL, NULL) |
+	       cmocka_run_group_tests_name("rules, 3 threads", tests, threads_3, threads_1);
+}
