@@ -39,6 +39,11 @@ if ! build; then
 	tail -20 build.log
 	exit 2
 fi
+if by=$(suite); then :; else
+	echo "mutate: the unmutated tree fails $by:"
+	tail -20 test.log
+	exit 2
+fi
 tab=$(printf '\t')
 n=0 killed=0 survived=0 bad=0 must=0
 while IFS="$tab" read -r area file from to; do

@@ -53,11 +53,14 @@ const char *plan_dep_apply(OpKind k, uint8_t *mb, PlanStageDeps *st, PlanStageDe
 	if (o->makes & PLAN_DEP_MB) {
 		if ((o->needs & PLAN_DEP_MB) & ~*mb)
 			return o->early;
-		/* No weight gradient can come after the stage's ALLREDUCE or TIEREDUCE, or a
-		 * tied head's after its embedding's ALLREDUCE or OPTIM: those need all m of
-		 * them (nw, nw_tied), and a microbatch makes one (again). */
 		if (*mb & o->makes)
 			return o->again;
+		if (wgrad && st->reduced)
+			return "a weight gradient after the stage's all-reduce";
+		if (wgrad && st->tie_done)
+			return "a weight gradient after the stage's TIEREDUCE";
+		if (wgrad && embed && (embed->reduced || embed->stepped))
+			return "a tied head's weight gradient after its embedding's all-reduce or step";
 		*mb |= o->makes;
 		st->nw += wgrad;
 		if (embed)
@@ -70,11 +73,13 @@ const char *plan_dep_apply(OpKind k, uint8_t *mb, PlanStageDeps *st, PlanStageDe
 		return "before the last weight gradient of the head tied to its embedding";
 	if ((o->needs & PLAN_DEP_TIED) && st->tie && !st->tie_done)
 		return "before the stage's TIEREDUCE (its tied table's copies are not summed yet)";
-	if (o->makes & PLAN_DEP_TIED) { // only on a stage holding a copy (the verifier's
-		                              // check_tie), before its ALLREDUCE and OPTIM (they
-		                              // need PLAN_DEP_TIED): once, then
+	if (o->makes & PLAN_DEP_TIED) {
+		if (!st->tie)
+			return "a TIEREDUCE on a stage that holds no table tied across pipeline ranks";
 		if (st->tie_done)
 			return o->again;
+		if (st->reduced || st->stepped)
+			return "a TIEREDUCE after the stage's all-reduce or step";
 		st->tie_done = 1;
 	}
 	if (o->makes & PLAN_DEP_REDUCED) {

@@ -7,6 +7,11 @@
  * (verify.c, verify_ops.c); the dependency rows (DEP_ and P2P_ onwards) are the phrases
  * the dependency rules return (plan_dep_apply, the op table's again and early,
  * plan_part_apply, the walk's own), and plan_rule_of finds a fault's row by its phrase.
+ * plan_dep_apply has five phrases more that no verified walk reaches, since an earlier
+ * rule always fires first (a weight gradient after the all-reduce or TIEREDUCE: those
+ * need all m, and a microbatch's second is `a second`; a TIEREDUCE on a stage without a
+ * copy, or after its all-reduce or step: check_tie and DEP_BEFORE_TIE come first); they
+ * guard its other callers and tests/test_layers.c holds them, and they have no row.
  * Adding a rule: its row here, its check, its bad plan in tests/test_rules.c. */
 #ifndef PLAN_RULES_H
 #define PLAN_RULES_H
