@@ -498,10 +498,10 @@ static int *ranking(Search *s)
 	return ix;
 }
 
-/* A copy of list candidate i improved by swaps (auto_improve); returns its index. */
 /* A copy of candidate i's order as a new candidate named after it with suffix; returns
- * the copy's index, and its ops in *ops. */
-static int copy_cand(Search *s, int i, const char *suffix, int64_t *ops)
+ * the copy (new_cand may move s->c: a pointer into it read before the call is stale),
+ * and its ops in *ops. */
+static Cand *copy_cand(Search *s, int i, const char *suffix, int64_t *ops)
 {
 	int setup = s->c[i].setup;
 	const AutoModel *md = &s->setups[setup].md;
@@ -519,13 +519,14 @@ static int copy_cand(Search *s, int i, const char *suffix, int64_t *ops)
 		*ops += c->nacts[p];
 	}
 	d->fast = c->fast;
-	return (int)(d - s->c);
+	return d;
 }
 
+/* A copy of list candidate i improved by swaps (auto_improve); returns its index. */
 static int improve_one(Search *s, int i)
 {
 	int64_t ops;
-	Cand *d = &s->c[copy_cand(s, i, "+swaps", &ops)];
+	Cand *d = copy_cand(s, i, "+swaps", &ops);
 	const Setup *u = &s->setups[d->setup];
 	d->list = 2;
 	d->lo = s->c[i].lo;
@@ -562,7 +563,7 @@ static void fix(Search *s)
 		if (c->fast.makespan < 0 || c->fast_fits || c->fast.low > s->cap)
 			continue;
 		int64_t ops;
-		Cand *d = &s->c[copy_cand(s, ix[k], "+fix", &ops)];
+		Cand *d = copy_cand(s, ix[k], "+fix", &ops);
 		const Setup *u = &s->setups[d->setup];
 		d->fixed = 1;
 		int budget = (int)(3000000 / (ops + 1));
@@ -599,7 +600,7 @@ static void anneal(Search *s)
 		if (from[over] < 0)
 			continue;
 		int64_t ops;
-		Cand *d = &s->c[copy_cand(s, from[over], "+anneal", &ops)];
+		Cand *d = copy_cand(s, from[over], "+anneal", &ops);
 		const Setup *u = &s->setups[d->setup];
 		d->fixed = 1;
 		int64_t budget = AUTO_ANNEAL_OPS / (ops + 1);
