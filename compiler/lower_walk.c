@@ -283,18 +283,22 @@ const char *lw_act_name(const SchedAct *a, char *buf, size_t n)
  * a group completes with its last transfer, and what it
  * receives is usable from then on.  A rank whose last op is a group that has not
  * started yet (its stream is busy) adds this step's transfers to that group instead of
- * queueing a new one behind it: they start no later, and run together.  Returns the
- * group number for rank r's ops of this step.  When transfers take no time (w->timed
- * 0), every group completes the moment it starts, which is now: only the start of each
- * rank's last group is kept. */
-static inline int clock_open(Lw *w, int r, int64_t now)
+ * queueing a new one behind it: they start no later, and run together.  So they do with
+ * a group still running where join says so (joins(), below; 2: r sends, so the group
+ * starts now).  Returns the group number for rank r's ops of this step.  When
+ * transfers take no time (w->timed 0), every group completes the moment it starts,
+ * which is now: only the start of each rank's last group is kept. */
+static inline int clock_open(Lw *w, int r, int64_t now, int join)
 {
 	int g = w->glast[r];
-	if (w->overlap && g && w->gstart[r] >= now) { // tuned for overlap: only then is the
-		const OpCursor *c = &w->opc[r];         // last op read (it has left the cache)
+	if (w->overlap && g && (w->gstart[r] >= now || join)) { // tuned for overlap: only then
+		const OpCursor *c = &w->opc[r];      // is the last op read (it has left the cache)
 		const PlanOp *last = c->at > c->ops ? c->at - 1 : NULL;
-		if (last && (last->kind == OP_SEND || last->kind == OP_RECV))
+		if (last && (last->kind == OP_SEND || last->kind == OP_RECV)) {
+			if (join > 1)
+				w->gstart[r] = now;
 			return last->group;
+		}
 	}
 	int64_t free = w->timed ? w->gend[g] : 0;
 	w->glast[r] = ++w->ngroups;
@@ -360,11 +364,57 @@ static void walk_finish(Lw *w, Walk *k)
 	k->minend = minend;
 }
 
+/* Whether rank r's last group holds a receive that r's next
+ * action (the one after its running action, if busy) consumes. */
+static int holds_next(const Lw *w, const Walk *k, int r)
+{
+	int i = (int)k->cur[r] + set_has(k->busy, r);
+	if (i >= w->sc->nacts[r])
+		return 0;
+	const SchedAct *a = &w->sc->acts[r][i];
+	uint16_t needs = plan_ops[a->kind].needs;
+	const OpCursor *c = &w->opc[r];
+	int g = c->at[-1].group;
+	for (const PlanOp *o = c->at - 1; o >= c->ops && o->group == g; o--) {
+		if (o->kind != OP_RECV || o->mb != a->mb)
+			continue;
+		const PlanEdge *e = &w->plan->edges[o->stage];
+		if (o->dir == DIR_ACT ? e->dst == a->stage && (needs & PLAN_DEP_IN_ACT)
+		                      : e->src == a->stage && (needs & PLAN_DEP_OUT_GRAD))
+			return 1;
+	}
+	return 0;
+}
+
+/* Whether rank r's transfers of this step join its last group, which is still running
+ * (timed: it completes after now): transfers that overlap in time run together only in
+ * one group, a rank's stream taking its groups one after the other, and a group's ops
+ * lie together in the list, after r's running action.  A group of their own would
+ * start when that one completes, gend - now later.  Joined, the group starts at now if
+ * r sends now (its sends' data is made now), delaying the transfers it holds by up to
+ * now - their start, and it completes with the last of them, later than it would have:
+ * so they join when that delay is the smaller, and the group holds no receive that r's
+ * next action waits for.  2: they join and r sends (the group then starts now). */
+static int joins(const Lw *w, const Walk *k, int r)
+{
+	int g = w->glast[r];
+	if (!w->timed || !g || w->gstart[r] >= k->now || w->gend[g] <= k->now)
+		return 0;
+	const OpCursor *c = &w->opc[r];
+	if (c->at == c->ops || (c->at[-1].kind != OP_SEND && c->at[-1].kind != OP_RECV))
+		return 0;
+	int sends = set_has(w->pendset, r);
+	int64_t delay = sends ? k->now - w->gstart[r] : 0;
+	if (delay >= w->gend[g] - k->now || holds_next(w, k, r))
+		return 0;
+	return 1 + sends;
+}
+
 /* Rank r's group of this step (clock_open the first time). */
 static int walk_group(Lw *w, Walk *k, int r)
 {
 	if (k->gphase[r] < 0) {
-		k->gphase[r] = clock_open(w, r, k->now);
+		k->gphase[r] = clock_open(w, r, k->now, joins(w, k, r));
 		k->opened[k->nopened++] = r;
 	}
 	return k->gphase[r];
