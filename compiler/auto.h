@@ -2,7 +2,8 @@
  * (docs/schedules.md "auto").  Its files:
  *   auto_eval.c   the fast model: one candidate order's makespan and per-rank peak
  *                 (tensors in flight included, as plan/mem.c counts them) in about
- *                 O(ops), no plan built (what the search evaluates thousands of times);
+ *                 O(ops), no plan built (what the search evaluates thousands of times),
+ *                 and the model's facts read from a plan;
  *   auto_list.c   pipecc's own list scheduler (F, B, W placed greedily under a memory
  *                 budget) and the local searches over an order: adjacent swaps, moves
  *                 that make an overshooting order fit, simulated annealing;
@@ -66,6 +67,16 @@ typedef struct {
 	                    // the peak under either communication tuning
 	int peak_rank;
 } AutoFig;
+
+/* The fast model's facts of plan p, lowered from any order of a program whose placement
+ * is stage_pp (auto_search.c lowers a topological one), its arrays from arena a: each
+ * stage's costs, saved bytes and tensors, each edge's transfer time (plan_transfer_ns;
+ * none across an edge within a rank when local) and each pipeline index's static bytes,
+ * world rank on the first line into wr[pipeline index].  md->oom is kept, and set when
+ * the memory model fails for want of memory.  Returns the largest stage input + output
+ * bytes. */
+int64_t auto_model_of_plan(AutoModel *md, const Plan *p, const int *stage_pp, int local,
+                           Arena *a, int *wr);
 
 /* Scratch for auto_eval, sized for one model (auto_scratch_new; free with free()). */
 typedef struct AutoScratch AutoScratch;

@@ -20,10 +20,17 @@
  * of op i - 1 (its outputs still held, with what arrived while it ran), 3i + 1 the last
  * group before op i (what arrived until then; a recomputing B's rebuilt forward), 3i + 2
  * after op i.  Times are the model's, so a RECV may land a group off where the
- * lowering's walk differs; the confirmation decides. */
+ * lowering's walk differs; the confirmation decides.
+ *
+ * The model's facts (AutoModel) are read from a plan once (auto_model_of_plan): the
+ * search lowers a topological order of each setup and reads its stage, edge and rank
+ * tables. */
 #include "auto.h"
 
 #include <stdlib.h>
+#include <string.h>
+
+#include "../plan/mem.h"
 
 struct AutoScratch {
 	int64_t *t[3];   // end time of F, B, W per (stage * m + mb); -1: not yet
@@ -35,6 +42,68 @@ struct AutoScratch {
 	int64_t *free_at, *cur, *peak;
 	int *peak_op;    // per rank: the op at (or just before) which its peak is reached
 };
+
+static int world_rank_of(const Plan *p, int q)
+{
+	for (int r = 0; r < p->world; r++)
+		if (p->ranks[r].coord[DIM_PP] == q && p->ranks[r].coord[DIM_DP] == 0 &&
+		    p->ranks[r].coord[DIM_TP] == 0)
+			return r;
+	return 0;
+}
+
+int64_t auto_model_of_plan(AutoModel *md, const Plan *p, const int *stage_pp, int local,
+                           Arena *a, int *wr)
+{
+	*md = (AutoModel){.pp = p->dims[DIM_PP], .m = p->microbatches, .ns = p->nstages,
+	                  .ne = p->nedges, .stage_pp = stage_pp, .oom = md->oom};
+	md->cost = arena_alloc(a, (size_t)md->ns * sizeof *md->cost);
+	md->save = arena_alloc(a, (size_t)md->ns * sizeof *md->save);
+	md->stat = arena_alloc(a, (size_t)md->pp * sizeof *md->stat);
+	md->outb = arena_alloc(a, (size_t)md->ns * sizeof *md->outb);
+	md->inb = arena_alloc(a, (size_t)md->ns * sizeof *md->inb);
+	md->edges = arena_alloc(a, (size_t)(md->ne + 1) * sizeof *md->edges);
+	md->ioff = arena_alloc(a, (size_t)(md->ns + 1) * sizeof(int));
+	md->ooff = arena_alloc(a, (size_t)(md->ns + 1) * sizeof(int));
+	md->ein = arena_alloc(a, (size_t)(md->ne + 1) * sizeof(int));
+	md->eout = arena_alloc(a, (size_t)(md->ne + 1) * sizeof(int));
+	int64_t tensor = 0;
+	for (int i = 0; i < md->ns; i++) {
+		const PlanStage *st = &p->stages[i];
+		memcpy(md->cost[i], st->cost, sizeof md->cost[i]);
+		int64_t sv[4] = {st->save_fb, st->save_fw, st->save_bw, st->save_re};
+		memcpy(md->save[i], sv, sizeof sv);
+		md->inb[i] = plan_stage_in_bytes(p, i);
+		md->outb[i] = (int64_t)p->rows * st->out * 4;
+		if (md->inb[i] + md->outb[i] > tensor)
+			tensor = md->inb[i] + md->outb[i];
+	}
+	for (int e = 0; e < md->ne; e++) {
+		const PlanEdge *pe = &p->edges[e];
+		int same = stage_pp[pe->src] == stage_pp[pe->dst] && local;
+		md->edges[e] = (AutoEdge){pe->src, pe->dst, same ? 0 : plan_transfer_ns(p, pe->bytes), same};
+	}
+	for (int i = 0, ki = 0, ko = 0; i < md->ns; i++) {
+		md->ioff[i] = ki, md->ooff[i] = ko;
+		for (int e = 0; e < md->ne; e++) {
+			if (md->edges[e].dst == i)
+				md->ein[ki++] = e;
+			if (md->edges[e].src == i)
+				md->eout[ko++] = e;
+		}
+		md->ioff[i + 1] = ki, md->ooff[i + 1] = ko;
+	}
+	for (int i = 0; i < md->pp; i++) {
+		PlanMem mm;
+		wr[i] = world_rank_of(p, i);
+		if (plan_mem_rank(p, wr[i], &mm)) { // it fails for want of memory alone
+			auto_oom(md);
+			break;
+		}
+		md->stat[i] = mm.params + mm.grads + mm.optim;
+	}
+	return tensor;
+}
 
 AutoScratch *auto_scratch_new(const AutoModel *md)
 {

@@ -129,16 +129,8 @@ static void topo_fill(SchedCtx *c)
 			sched_push(c, c->stage_pp[s], OP_BW, s, mb);
 }
 
-static int world_rank_of(const Plan *p, int q)
-{
-	for (int r = 0; r < p->world; r++)
-		if (p->ranks[r].coord[DIM_PP] == q && p->ranks[r].coord[DIM_DP] == 0 &&
-		    p->ranks[r].coord[DIM_TP] == 0)
-			return r;
-	return 0;
-}
-
-/* The fast model's facts for one placement and recomputation choice. */
+/* The fast model's facts for one placement and recomputation choice: those of the plan
+ * of a topological order (auto_model_of_plan). */
 static int setup_model(Search *s, Setup *u)
 {
 	const Program *q = program_with(s, u->recompute);
@@ -150,59 +142,13 @@ static int setup_model(Search *s, Setup *u)
 	need_memory(s);
 	if (!p)
 		return -1;
-	AutoModel *md = &u->md;
-	Arena *a = s->a;
-	*md = (AutoModel){.pp = c.pp, .m = c.m, .ns = p->nstages, .ne = p->nedges,
-	                  .stage_pp = u->stage_pp, .oom = &s->oom};
-	md->cost = arena_alloc(a, (size_t)md->ns * sizeof *md->cost);
-	md->save = arena_alloc(a, (size_t)md->ns * sizeof *md->save);
-	md->stat = arena_alloc(a, (size_t)md->pp * sizeof *md->stat);
-	md->outb = arena_alloc(a, (size_t)md->ns * sizeof *md->outb);
-	md->inb = arena_alloc(a, (size_t)md->ns * sizeof *md->inb);
-	md->edges = arena_alloc(a, (size_t)(md->ne + 1) * sizeof *md->edges);
-	md->ioff = arena_alloc(a, (size_t)(md->ns + 1) * sizeof(int));
-	md->ooff = arena_alloc(a, (size_t)(md->ns + 1) * sizeof(int));
-	md->ein = arena_alloc(a, (size_t)(md->ne + 1) * sizeof(int));
-	md->eout = arena_alloc(a, (size_t)(md->ne + 1) * sizeof(int));
-	for (int i = 0; i < md->ns; i++) {
-		const PlanStage *st = &p->stages[i];
-		memcpy(md->cost[i], st->cost, sizeof md->cost[i]);
-		int64_t sv[4] = {st->save_fb, st->save_fw, st->save_bw, st->save_re};
-		memcpy(md->save[i], sv, sizeof sv);
-		md->inb[i] = plan_stage_in_bytes(p, i);
-		md->outb[i] = (int64_t)p->rows * st->out * 4;
-		int64_t t = md->inb[i] + md->outb[i];
-		if (t > u->tensor)
-			u->tensor = t;
-	}
-	for (int e = 0; e < md->ne; e++) {
-		const PlanEdge *pe = &p->edges[e];
-		int same = u->stage_pp[pe->src] == u->stage_pp[pe->dst] &&
-		           q->same_rank == SAME_RANK_LOCAL;
-		md->edges[e] = (AutoEdge){pe->src, pe->dst, same ? 0 : plan_transfer_ns(p, pe->bytes), same};
-	}
-	for (int i = 0, ki = 0, ko = 0; i < md->ns; i++) {
-		md->ioff[i] = ki, md->ooff[i] = ko;
-		for (int e = 0; e < md->ne; e++) {
-			if (md->edges[e].dst == i)
-				md->ein[ki++] = e;
-			if (md->edges[e].src == i)
-				md->eout[ko++] = e;
-		}
-		md->ioff[i + 1] = ki, md->ooff[i + 1] = ko;
-	}
-	int rc = 0;
-	u->wr = arena_alloc(a, (size_t)md->pp * sizeof *u->wr);
-	for (int i = 0; i < md->pp && !rc; i++) {
-		PlanMem mm;
-		u->wr[i] = world_rank_of(p, i);
-		rc = plan_mem_rank(p, u->wr[i], &mm);
-		md->stat[i] = mm.params + mm.grads + mm.optim;
-	}
+	u->md.oom = &s->oom;
+	u->wr = arena_alloc(s->a, (size_t)c.pp * sizeof *u->wr);
+	u->tensor = auto_model_of_plan(&u->md, p, u->stage_pp, q->same_rank == SAME_RANK_LOCAL,
+	                               s->a, u->wr);
 	plan_free(p);
-	s->oom |= rc; // plan_mem_rank fails for want of memory alone
 	need_memory(s);
-	u->sc = auto_scratch_new(md);
+	u->sc = auto_scratch_new(&u->md);
 	need_memory(s);
 	return 0;
 }
