@@ -72,11 +72,14 @@ typedef struct {
  * is stage_pp (auto_search.c lowers a topological one), its arrays from arena a: each
  * stage's costs, saved bytes and tensors, each edge's transfer time (plan_transfer_ns;
  * none across an edge within a rank when local) and each pipeline index's static bytes,
- * world rank on the first line into wr[pipeline index].  md->oom is kept, and set when
- * the memory model fails for want of memory.  Returns the largest stage input + output
- * bytes. */
+ * world rank on the first line into wr[pipeline index].  *down gets the edges again with
+ * each transfer's bandwidth term rounded down (plan_transfer_ns_floor), what a model in
+ * real numbers is given for a link whose term is no whole number of ns (Zero Bubble's
+ * heuristic: auto_search.c runs it on both), or NULL where that changes none.  md->oom
+ * is kept, and set when the memory model fails for want of memory.  Returns the largest
+ * stage input + output bytes. */
 int64_t auto_model_of_plan(AutoModel *md, const Plan *p, const int *stage_pp, int local,
-                           Arena *a, int *wr);
+                           Arena *a, int *wr, AutoEdge **down);
 
 /* Scratch for auto_eval, sized for one model (auto_scratch_new; free with free()). */
 typedef struct AutoScratch AutoScratch;

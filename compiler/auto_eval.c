@@ -53,7 +53,7 @@ static int world_rank_of(const Plan *p, int q)
 }
 
 int64_t auto_model_of_plan(AutoModel *md, const Plan *p, const int *stage_pp, int local,
-                           Arena *a, int *wr)
+                           Arena *a, int *wr, AutoEdge **down)
 {
 	*md = (AutoModel){.pp = p->dims[DIM_PP], .m = p->microbatches, .ns = p->nstages,
 	                  .ne = p->nedges, .stage_pp = stage_pp, .oom = md->oom};
@@ -78,11 +78,16 @@ int64_t auto_model_of_plan(AutoModel *md, const Plan *p, const int *stage_pp, in
 		if (md->inb[i] + md->outb[i] > tensor)
 			tensor = md->inb[i] + md->outb[i];
 	}
+	AutoEdge *dn = arena_alloc(a, (size_t)(md->ne + 1) * sizeof *dn);
+	int rounds = 0;
 	for (int e = 0; e < md->ne; e++) {
 		const PlanEdge *pe = &p->edges[e];
 		int same = stage_pp[pe->src] == stage_pp[pe->dst] && local;
 		md->edges[e] = (AutoEdge){pe->src, pe->dst, same ? 0 : plan_transfer_ns(p, pe->bytes), same};
+		dn[e] = (AutoEdge){pe->src, pe->dst, same ? 0 : plan_transfer_ns_floor(p, pe->bytes), same};
+		rounds |= dn[e].ns != md->edges[e].ns;
 	}
+	*down = rounds ? dn : NULL;
 	for (int i = 0, ki = 0, ko = 0; i < md->ns; i++) {
 		md->ioff[i] = ki, md->ooff[i] = ko;
 		for (int e = 0; e < md->ne; e++) {

@@ -55,6 +55,7 @@ typedef struct {
 	AutoScratch *sc;
 	int64_t tensor;     // largest stage input + output bytes (room for tensors in flight)
 	int *wr;            // pipeline index -> world rank on the first line
+	AutoEdge *down;     // the edges rounded down (auto_model_of_plan), or NULL: add_zb
 } Setup;
 
 typedef struct {
@@ -145,7 +146,7 @@ static int setup_model(Search *s, Setup *u)
 	u->md.oom = &s->oom;
 	u->wr = arena_alloc(s->a, (size_t)c.pp * sizeof *u->wr);
 	u->tensor = auto_model_of_plan(&u->md, p, u->stage_pp, q->same_rank == SAME_RANK_LOCAL,
-	                               s->a, u->wr);
+	                               s->a, u->wr, &u->down);
 	plan_free(p);
 	need_memory(s);
 	u->sc = auto_scratch_new(&u->md);
@@ -300,14 +301,17 @@ static int same_order(const Cand *a, const Cand *b, int pp)
 	return 1;
 }
 
-/* Zero Bubble's heuristic (auto_zb.c) with each rank's saved activations within
- * maxmem[pipeline index]; returns the candidate's index, or -1 when the setup is not a
- * chain of one stage per rank. */
-static int zb_cand(Search *s, int k, const int64_t *maxmem, const char *label)
+/* Zero Bubble's heuristic (auto_zb.c) on model zm (setup k's, or its edges rounded
+ * down) with each rank's saved activations within maxmem[pipeline index]; returns the
+ * candidate's index, or -1 when the setup is not a chain of one stage per rank. */
+static int zb_cand(Search *s, int k, const AutoModel *zm, const int64_t *maxmem,
+                   const char *name, const char *suffix)
 {
 	const AutoModel *md = &s->setups[k].md;
 	if (md->ns != md->pp)
 		return -1;
+	char label[48];
+	snprintf(label, sizeof label, "%s%s", name, suffix);
 	Cand *c = new_cand(s, k, label);
 	c->zb = 1;
 	c->zmax = arena_alloc(s->a, (size_t)md->pp * sizeof *c->zmax);
@@ -319,7 +323,7 @@ static int zb_cand(Search *s, int k, const int64_t *maxmem, const char *label)
 			arena_oom(s->a, (size_t)md->m * 3 * sizeof(SchedAct));
 	}
 	AutoZbOut o = {.peak = c->zpeak};
-	int none = auto_zb_fill(md, maxmem, c->acts, c->nacts, &o);
+	int none = auto_zb_fill(zm, maxmem, c->acts, c->nacts, &o);
 	need_memory(s);
 	if (none) {
 		c->fast.makespan = -1;
@@ -341,15 +345,16 @@ static int zb_cand(Search *s, int k, const int64_t *maxmem, const char *label)
  * fits, up to AUTO_ZB_FIT times; the cut may go deeper than needed (the tensors in
  * flight change with the order), so the budgets between the last that overshot and the
  * first that fits are then bisected (`zb+midN`), AUTO_ZB_MID times.  All in the fast
- * model; the ranking's confirmation follows. */
-static void add_zb(Search *s, int k)
+ * model; the ranking's confirmation follows.  zm: the model the heuristic is given
+ * (setup k's, or with the edges rounded down: add_zb), name its candidates' label. */
+static void zb_ladder(Search *s, int k, const AutoModel *zm, const char *name)
 {
 	const AutoModel *md = &s->setups[k].md;
 	int pp = md->pp;
 	int64_t *maxmem = arena_alloc(s->a, (size_t)pp * sizeof *maxmem);
 	for (int p = 0; p < pp; p++)
 		maxmem[p] = s->cap ? s->cap - md->stat[p] : INT64_MAX / 4;
-	int i = zb_cand(s, k, maxmem, "zb"), fit = -1, over = -1;
+	int i = zb_cand(s, k, zm, maxmem, name, ""), fit = -1, over = -1;
 	for (int round = 0; s->cap && i >= 0 && round < AUTO_ZB_FIT; round++) {
 		const Cand *c = &s->c[i];
 		if (c->fast.makespan < 0)
@@ -365,9 +370,9 @@ static void add_zb(Search *s, int k)
 			int64_t x = pk[q] - s->cap, top = c->zpeak[q] < c->zmax[q] ? c->zpeak[q] : c->zmax[q];
 			maxmem[q] = x > 0 ? top - x : c->zmax[q];
 		}
-		char label[48];
-		snprintf(label, sizeof label, "zb+fit%d", round + 1);
-		i = zb_cand(s, k, maxmem, label);
+		char suffix[16];
+		snprintf(suffix, sizeof suffix, "+fit%d", round + 1);
+		i = zb_cand(s, k, zm, maxmem, name, suffix);
 		s->c[i].zb = 2;
 	}
 	for (int round = 0; fit >= 0 && over >= 0 && round < AUTO_ZB_MID; round++) {
@@ -380,9 +385,9 @@ static void add_zb(Search *s, int k)
 		}
 		if (gap < 2)
 			break;
-		char label[48];
-		snprintf(label, sizeof label, "zb+mid%d", round + 1);
-		int j = zb_cand(s, k, maxmem, label);
+		char suffix[16];
+		snprintf(suffix, sizeof suffix, "+mid%d", round + 1);
+		int j = zb_cand(s, k, zm, maxmem, name, suffix);
 		s->c[j].zb = 2;
 		if (s->c[j].fast.makespan < 0)
 			break;
@@ -401,12 +406,29 @@ static void add_zb(Search *s, int k)
 		maxmem = arena_alloc(s->a, (size_t)pp * sizeof *maxmem);
 		for (int q = 0; q < pp; q++)
 			maxmem[q] = s->cap - md->stat[q] - step * unit;
-		char label[48];
-		snprintf(label, sizeof label, "zb-%d", step);
-		int j = zb_cand(s, k, maxmem, label);
+		char suffix[16];
+		snprintf(suffix, sizeof suffix, "-%d", step);
+		int j = zb_cand(s, k, zm, maxmem, name, suffix);
 		s->c[j].zb = 2;
 		if (s->c[j].fast.makespan < 0)
 			break;
+	}
+}
+
+/* The heuristic's ladder (zb_ladder) on the setup's transfer times, and where a link's
+ * bandwidth term is no whole number of ns, again with it rounded down (`zb/floor`):
+ * pipecc counts latency + the term rounded up, which the heuristic, published in real
+ * numbers, is not given for such a link (latency=2us bandwidth=1000TB/s is 2 us to it,
+ * 2.001 to pipecc), and its choices change at such a step (issue 51: p=8, m=16,
+ * 10:11:9, 2 us, 12 activations: 571.011 us on the rounded-up time, 567.010 on 2 us). */
+static void add_zb(Search *s, int k)
+{
+	const Setup *u = &s->setups[k];
+	zb_ladder(s, k, &u->md, "zb");
+	if (u->down) {
+		AutoModel zm = u->md;
+		zm.edges = u->down;
+		zb_ladder(s, k, &zm, "zb/floor");
 	}
 }
 

@@ -433,6 +433,10 @@ int plan_rank_of(const Plan *p, const int coord[DIM_COUNT]);
 void plan_coords_of(const Plan *p, int rank, int coord[DIM_COUNT]);
 int64_t plan_total_ops(const Plan *p);
 int64_t plan_transfer_ns(const Plan *p, int64_t bytes); // latency + bytes / bandwidth
+/* The same with the bandwidth term rounded down: the transfer time a model in real
+ * numbers is given for a link whose term is no whole number of ns (schedule auto runs
+ * Zero Bubble's heuristic on both). */
+int64_t plan_transfer_ns_floor(const Plan *p, int64_t bytes);
 
 /* Times are int64 nanoseconds.  A step of PLAN_TIME_MAX (2^62 ns, 146 years) or more
  * cannot be counted: the clocks (the lowering's walk, schedule auto's model, the
