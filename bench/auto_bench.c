@@ -1,4 +1,4 @@
-/* `schedule auto` figures (bench/bench_auto.sh runs it).
+/* `schedule auto` figures (bench/bench_auto.sh and bench/bench_zbgrid.sh run it).
  *
  *   auto_bench speed [P M]   fast-model evaluations per second (goal: 10,000 at pp=8,
  *                            m=32 on one core), list-scheduler runs per second, and the
@@ -17,7 +17,18 @@
  *                            real memory).  The summary counts both comparisons over
  *                            all configurations and over those where the heuristic's
  *                            order fits, the one at equal real memory over those where
- *                            it does not, and how many it does not fit. */
+ *                            it does not, and how many it does not fit.
+ *   auto_bench grid REFS [P...]  issue 51's grid, the same 324 configurations on a
+ *                            program whose tensors in flight are small beside an
+ *                            activation (grid_program), caps of p, 1.5p, 2p activations
+ *                            and half one more: the heuristic (compiler/auto_zb.c)
+ *                            given the transfer as Zero Bubble's published heuristic is
+ *                            (comm us; pipecc's link takes 1 ns more), its makespan
+ *                            against the published one's (REFS: bench/zb_grid.txt), its
+ *                            order's ASAP time in pipecc's link times (the fast model)
+ *                            against that order compiled by pipecc and run in pipesim's
+ *                            overlap model, and auto's plan against both the ASAP time
+ *                            and the heuristic's own. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -247,6 +258,13 @@ static void tally(Tally *t, double zb, double au)
 		t->slower++;
 }
 
+/* The same against a time zb that pipecc's links may lengthen by up to tol (1 ns a
+ * transfer): auto within [zb, zb + tol] counts as equal. */
+static void tally_within(Tally *t, double zb, double au, double tol)
+{
+	tally(t, zb, au >= zb && au <= zb + tol ? zb : au);
+}
+
 static void report(const char *what, const Tally *t)
 {
 	printf("%s: %d configs: auto equal %d, faster %d, slower %d; geometric mean auto/zb %.4f"
@@ -278,13 +296,11 @@ static void zb_compiled(const char *src, int64_t cap, FILE *sink, double *ms, in
 	}
 }
 
-/* auto's plan under cap: its overlap-model time (-1: none fits) and its name. */
-static double auto_at(int p, int m, const int fbw[3], int comm, int64_t cap, FILE *sink,
-                      char *chose, size_t n, double *dt)
+/* auto's plan of program text src (freed here): its overlap-model time (-1: none fits). */
+static double auto_at_src(char *src, FILE *sink, char *chose, size_t n, double *dt)
 {
-	char *s3 = program(p, m, fbw, comm, "auto", cap, NULL);
 	double t0 = now(), au = -1;
-	Plan *ap = compile(s3, sink);
+	Plan *ap = compile(src, sink);
 	*dt = now() - t0;
 	snprintf(chose, n, "none fits");
 	if (ap) {
@@ -292,8 +308,15 @@ static double auto_at(int p, int m, const int fbw[3], int comm, int64_t cap, FIL
 		snprintf(chose, n, "%s", ap->schedule);
 	}
 	plan_free(ap);
-	free(s3);
+	free(src);
 	return au;
+}
+
+/* auto's plan under cap: its overlap-model time (-1: none fits) and its name. */
+static double auto_at(int p, int m, const int fbw[3], int comm, int64_t cap, FILE *sink,
+                      char *chose, size_t n, double *dt)
+{
+	return auto_at_src(program(p, m, fbw, comm, "auto", cap, NULL), sink, chose, n, dt);
 }
 
 /* One (p, m, F:B:W, comm) setting at three caps; tallies the comparisons: tm against
@@ -392,6 +415,211 @@ static int zb_table(int np, const int *ps)
 	return 0;
 }
 
+/* ---- the grid of issue 51: auto against Zero Bubble's heuristic as published ---- */
+
+/* The grid's program: p stages of `linear 1024; relu; linear 1` on p ranks, an input of
+ * 1024 x 1, so that the tensors sent are 4 KB and an activation 8 MB: the tensors in
+ * flight fit in the half activation the cap leaves over p, 1.5p or 2p activations.  A
+ * transfer of comm us is `latency=comm us bandwidth=1000TB/s` (pipecc's transfer time:
+ * comm us + 1 ns, the bandwidth term rounded up), or an ideal link. */
+static char *grid_program(int p, int m, const int fbw[3], int comm, int64_t cap, const char *body)
+{
+	size_t n = 4096 + (size_t)p * 64 + (body ? strlen(body) : 0);
+	char *s = malloc(n);
+	int k = snprintf(s, n, "pipeline zbgrid;\nmesh pp=%d;\nmicrobatches %d;\ninput 1024x1;\n",
+	                 p, m);
+	for (int i = 0; i < p; i++)
+		k += snprintf(s + k, n - (size_t)k, "stage s%d { linear 1024; relu; linear 1;%s }\n", i,
+		              i == p - 1 ? " loss mse;" : "");
+	k += snprintf(s + k, n - (size_t)k, "cost * f=%dus b=%dus w=%dus;\n", fbw[0], fbw[1], fbw[2]);
+	if (comm)
+		k += snprintf(s + k, n - (size_t)k, "link latency=%dus bandwidth=1000TB/s;\n", comm);
+	else
+		k += snprintf(s + k, n - (size_t)k, "link ideal;\n");
+	if (cap)
+		k += snprintf(s + k, n - (size_t)k, "device memory=%lldB;\n", (long long)cap);
+	snprintf(s + k, n - (size_t)k, "%s", body ? body : "schedule auto;\n");
+	return s;
+}
+
+/* Zero Bubble's published makespans of the grid (bench/zb_grid.txt, ns), one line per
+ * configuration `p m f b w comm cap2 makespan span`; NULL when the file is not there. */
+typedef struct {
+	int key[7];
+	double makespan;
+} ZbRef;
+
+static ZbRef *read_refs(const char *path, int *n)
+{
+	FILE *f = fopen(path, "r");
+	*n = 0;
+	if (!f)
+		return NULL;
+	ZbRef *r = NULL;
+	int cap = 0;
+	char line[256];
+	while (fgets(line, sizeof line, f)) {
+		ZbRef x;
+		double span;
+		if (line[0] == '#' ||
+		    sscanf(line, "%d %d %d %d %d %d %d %lf %lf", &x.key[0], &x.key[1], &x.key[2],
+		           &x.key[3], &x.key[4], &x.key[5], &x.key[6], &x.makespan, &span) != 9)
+			continue;
+		if (*n == cap) {
+			cap = cap ? 2 * cap : 512;
+			r = realloc(r, (size_t)cap * sizeof *r);
+		}
+		r[(*n)++] = x;
+	}
+	fclose(f);
+	return r;
+}
+
+static const ZbRef *find_ref(const ZbRef *r, int n, const int key[7])
+{
+	for (int i = 0; i < n; i++)
+		if (!memcmp(r[i].key, key, sizeof r[i].key))
+			return &r[i];
+	return NULL;
+}
+
+typedef struct {
+	int rows, ref_rows, ref_match; // our heuristic's makespan is the published one's
+	int fits, exact, lowered_over; // its order fits the cap; then compiles to its ASAP
+	int64_t worst_lowered;         // time, or not (ns over it at most)
+	Tally asap, own;               // where it fits: auto against that ASAP time and
+	double worst_asap, worst_own;  // against the heuristic's own; worst auto/zb
+	char worst_asap_at[96], worst_own_at[96];
+	int nofit_auto;                // where it does not fit: auto found a plan
+} Grid;
+
+static void worst(double *w, char *at, size_t n, double r, const char *what)
+{
+	if (r > *w) {
+		*w = r;
+		snprintf(at, n, "%s", what);
+	}
+}
+
+/* One configuration: cap2 is twice the cap in activations. */
+static void grid_row(int p, int m, const int fbw[3], int comm, int cap2, const ZbRef *refs,
+                     int nrefs, FILE *sink, Grid *g)
+{
+	char *src = grid_program(p, m, fbw, comm, 0, "schedule 1f1b;\n");
+	Plan *ref = compile(src, sink);
+	free(src);
+	if (!ref) {
+		printf("p=%d m=%d: 1f1b does not compile\n", p, m);
+		return;
+	}
+	Model x;
+	model_from_plan(&x, ref);
+	int64_t act = ref->stages[0].save_fb + ref->stages[0].save_fw, stat = 0;
+	plan_free(ref);
+	for (int j = 0; j < p; j++)
+		stat = x.stat[j] > stat ? x.stat[j] : stat;
+	int64_t cap = stat + (int64_t)(cap2 + 1) * act / 2; // the cap and half an activation
+	/* The heuristic as published is given the transfer, comm us: the link's latency. */
+	AutoEdge *exact = calloc((size_t)p, sizeof *exact);
+	memcpy(exact, x.edges, (size_t)(p - 1) * sizeof *exact);
+	for (int e = 0; e < p - 1; e++)
+		exact[e].ns = (int64_t)comm * 1000;
+	AutoModel zm = x.md;
+	zm.edges = exact;
+	int64_t *maxmem = calloc((size_t)p, sizeof *maxmem);
+	SchedAct **acts = calloc((size_t)p, sizeof *acts);
+	int *nacts = calloc((size_t)p, sizeof *nacts);
+	for (int j = 0; j < p; j++) {
+		acts[j] = calloc((size_t)3 * m, sizeof **acts);
+		maxmem[j] = cap - x.stat[j];
+	}
+	AutoZbOut z = {0};
+	double own = -1, asap = -1, low = -1;
+	int64_t zpeak = -1;
+	int key[7] = {p, m, fbw[0], fbw[1], fbw[2], comm, cap2};
+	const ZbRef *r = find_ref(refs, nrefs, key);
+	char what[96];
+	snprintf(what, sizeof what, "p=%d m=%d %d:%d:%d comm %d cap %gp", p, m, fbw[0], fbw[1],
+	         fbw[2], comm, cap2 / 2.0 / p);
+	g->rows++;
+	if (auto_zb_fill(&zm, maxmem, acts, nacts, &z) == 0) {
+		own = (double)z.makespan / 1000;
+		AutoScratch *sc = auto_scratch_new(&x.md); // pipecc's link times
+		AutoFig f;
+		auto_eval(&x.md, sc, acts, nacts, &f);
+		free(sc);
+		asap = (double)f.makespan / 1000;
+		char *body = zb_custom(acts, nacts, p);
+		char *s2 = grid_program(p, m, fbw, comm, 0, body);
+		zb_compiled(s2, cap, sink, &low, &zpeak);
+		free(s2);
+		free(body);
+	}
+	if (r) {
+		g->ref_rows++;
+		g->ref_match += r->makespan / 1000 == own;
+	}
+	char chose[64];
+	double dt, au = auto_at_src(grid_program(p, m, fbw, comm, cap, NULL), sink, chose,
+	                            sizeof chose, &dt);
+	int fits = zpeak >= 0 && zpeak <= cap;
+	printf("%3d %4d %2d:%2d:%2d %4d %4.1fp %10.3f %9s %10.3f %10.3f %-3s %10.3f %7.0f  %s\n", p,
+	       m, fbw[0], fbw[1], fbw[2], comm, cap2 / 2.0 / p, own,
+	       r ? (r->makespan / 1000 == own ? "same" : "DIFFERS") : "-", asap, low,
+	       zpeak < 0 ? "-" : fits ? "yes" : "no", au, dt * 1e3, chose);
+	if (fits) {
+		g->fits++;
+		int64_t over = (int64_t)((low - asap) * 1000 + 0.5);
+		g->exact += over == 0;
+		g->lowered_over += over != 0;
+		g->worst_lowered = over > g->worst_lowered ? over : g->worst_lowered;
+		tally(&g->asap, asap, au);
+		worst(&g->worst_asap, g->worst_asap_at, sizeof g->worst_asap_at, au / asap, what);
+		/* Against its own time: pipecc's links take 1 ns more a transfer, so a time
+		 * within 1 ns per transfer of the step (2(p-1)m) counts as the same. */
+		tally_within(&g->own, own, au, 2.0 * (p - 1) * m / 1000);
+		worst(&g->worst_own, g->worst_own_at, sizeof g->worst_own_at, au / own, what);
+	} else if (au > 0) {
+		g->nofit_auto++;
+	}
+	fflush(stdout);
+	for (int j = 0; j < p; j++)
+		free(acts[j]);
+	free(acts), free(nacts), free(maxmem), free(exact);
+	model_free(&x);
+}
+
+static int grid_table(int np, const int *ps, const char *refpath)
+{
+	static const int ratios[4][3] = {{10, 10, 10}, {10, 11, 9}, {10, 12, 6}, {10, 8, 12}};
+	FILE *sink = fopen("/dev/null", "w");
+	int nrefs;
+	ZbRef *refs = read_refs(refpath, &nrefs);
+	Grid g = {.worst_asap = 0, .worst_own = 0};
+	printf("  p    m F:B:W    comm  cap   zb(own)  published   zb(ASAP) zb(pipesim) fits?    auto ms/search  auto chose\n");
+	for (int a = 0; a < np; a++)
+		for (int mm = 1; mm <= 4; mm *= 2)
+			for (int r = 0; r < 4; r++)
+				for (int c = 0; c <= 2; c++)
+					for (int h = 2; h <= 4; h++)
+						grid_row(ps[a], mm * ps[a], ratios[r], c, h * ps[a], refs, nrefs,
+						         sink, &g);
+	printf("%d configurations; our heuristic (compiler/auto_zb.c) gives the makespan of Zero "
+	       "Bubble's published one (%s) in %d of %d\n", g.rows, refpath, g.ref_match, g.ref_rows);
+	printf("its order fits the cap in %d; there it compiles to its ASAP time (the fast model, "
+	       "pipecc's link times) in %d, slower in %d (by %lld ns at most)\n", g.fits, g.exact,
+	       g.lowered_over, (long long)g.worst_lowered);
+	report("where it fits: auto against that order's ASAP time", &g.asap);
+	printf("  worst auto/zb %.4f (%s)\n", g.worst_asap, g.worst_asap_at);
+	report("where it fits: auto against the heuristic's own time (equal: within 1 ns a transfer)",
+	       &g.own);
+	printf("  worst auto/zb %.4f (%s)\n", g.worst_own, g.worst_own_at);
+	printf("where it does not fit (%d): auto finds a plan in %d\n", g.rows - g.fits, g.nofit_auto);
+	free(refs);
+	fclose(sink);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc >= 2 && !strcmp(argv[1], "speed"))
@@ -405,6 +633,15 @@ int main(int argc, char **argv)
 		}
 		return zb_table(np, ps);
 	}
-	fprintf(stderr, "usage: auto_bench speed [P M] | zb [P...]\n");
+	if (argc >= 3 && !strcmp(argv[1], "grid")) {
+		int ps[8] = {4, 8, 16}, np = 3;
+		if (argc > 3) {
+			np = 0;
+			for (int i = 3; i < argc && np < 8; i++)
+				ps[np++] = atoi(argv[i]);
+		}
+		return grid_table(np, ps, argv[2]);
+	}
+	fprintf(stderr, "usage: auto_bench speed [P M] | zb [P...] | grid REFS [P...]\n");
 	return 2;
 }
