@@ -18,7 +18,7 @@ git ls-files -co --exclude-standard | while read -r f; do [ -e "$f" ] && echo "$
 cd "$work" || exit 2
 tests=$(ls tests/test_*.c | sed 's|^tests/\(.*\)\.c$|build/rel/tests/\1|')
 build() {
-	make -s -j2 all $tests >build.log 2>&1
+	make -s -j2 all $tests build/rel/failalloc/pipecc build/rel/failalloc/pipesim >build.log 2>&1
 }
 # The suite, cheapest first, until a test fails; 0 when all pass.
 suite() {
