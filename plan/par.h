@@ -41,8 +41,8 @@ int par_for(int64_t n, ParFn fn, void *arg);
 /* free()s the n malloc'd blocks raw[i] (NULL: none): with plan_threads > 1 their pages
  * are first handed back to the kernel on the workers, 16 MiB slices side by side
  * (madvise MADV_DONTNEED), which leaves free() little to do.  The kernel's unmapping of
- * a tool's millions of ops took 15-25 ms on one thread (docs/performance.md, "Faults,
- * frees and the read's serial part"). */
+ * a tool's millions of ops took 15-25 ms on one thread (docs/performance.md, "How
+ * the tools are fast"). */
 void par_free(void *const *raw, int n);
 
 /* A task on a thread of its own, beside the caller. */

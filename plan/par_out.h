@@ -59,7 +59,7 @@ int plan_fwrite(const void *s, size_t n, FILE *f);
  * the copy first touches it; folios of 32 KiB or less come from memory still backed.
  * On the 2-core VM we measure on, 501 MiB after 3 s idle took 0.43-1.51 s of system
  * time in 1 MiB writes and 0.20-0.34 s in 32 KiB ones (64 KiB ones 0.19-0.53 s); back
- * to back 0.18-0.20 s either way (docs/performance.md, "Writes in pieces"). */
+ * to back 0.18-0.20 s either way (docs/performance.md, "pipecc"). */
 size_t plan_write_piece(void);
 #define PLAN_WRITE_PIECE ((size_t)32 << 10)
 

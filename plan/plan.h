@@ -477,7 +477,7 @@ int plan_copy_sizes(Plan *e, const Plan *p);
  * few streams and follows them late: without it perf put 46 % of the simulator's group
  * posting and 44 % of the verifier's walk (which scans senders' lists beside the rank's
  * own) on one load of an op each, and even the memory model, which walks one rank's
- * list at a time, a third (docs/performance.md, "End to end, where it stands").  A pass that reads one
+ * list at a time, a third (docs/performance.md, "How the tools are fast").  A pass that reads one
  * list at a time (the memory model, the writers) fetches twice as far ahead,
  * plan_prefetch_one: with 24-byte ops, 32 ahead left the memory model waiting on a
  * third of its loads still (0.059 s against 0.051 s on bench_io's plan), while the
