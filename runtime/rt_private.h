@@ -6,7 +6,7 @@
  *  - the world (run.c): picks the backend's parts, opens them, builds the model from
  *    the plan, runs every rank this process owns under a watchdog, gathers the
  *    figures, and for --check replays the model sequentially on the cpu device
- *    (reference.c) and compares;
+ *    (reference.c) and compares (check.c);
  *  - the op interpreter (interp.c): one per rank, written once.  It walks the rank's
  *    op list in order, keeps the saved activations, hand-offs and in-flight tensors of
  *    its stages, accounts activation memory per op, and calls the rank's device for
@@ -185,6 +185,12 @@ void rt_rank_free(RtRank *r);
 
 /* Per-rank figures of the sequential reference (on the cpu device). */
 int rt_reference(RtWorld *w, double *loss, float **weights);
+
+/* --check (check.c): rank r keeps its stages' final weights on the host, after its last
+ * step; then every process takes part in gathering them, and the root runs the
+ * reference and fills res's check figures. */
+int rt_check_keep(RtRank *r);
+int rt_check(RtWorld *w, RtResult *res);
 
 /* Test-only faults (fault.c): PIPERUN_FAULT=stall:rank=R:op=N[:step=S] makes world
  * rank R's thread stop forever, ignoring aborts, when it reaches op N of its list in
