@@ -3,8 +3,11 @@
  * Every rank keeps its stages' final weights on the host (rt_check_keep, after its last
  * step); the root gathers them, runs the sequential reference (reference.c) and compares
  * every step's loss and every rank's weights with the reference's (a tp rank's with its
- * slice of the whole model's), as docs/runtime.md "--check and its tolerance" defines
- * the errors. */
+ * slice of the whole model's), as docs/runtime.md "--check and its bound" defines the
+ * errors.  Each error is held to a bound: one given (--tolerance, or bf16's), or derived
+ * from the run itself, RT_CHECK_NOISE_FACTOR times the distance of the shadow reference
+ * (every weight moved one ulp before each step) from the reference, plus RT_CHECK_FLOOR.
+ * The shadow runs only when an error exceeds the floor. */
 #include "rt_private.h"
 
 #include <math.h>
@@ -58,19 +61,127 @@ static int same_nonfinite(double a, double b)
 	return (isnan(a) && isnan(b)) || (isinf(a) && a == b);
 }
 
-/* Max |a - b| and that over max |b| (the normwise relative error, docs/runtime.md). */
+/* Max |a - b|, and ||a - b|| / ||b|| in the 2-norm: the normwise relative error
+ * (docs/runtime.md), in which weights near zero do not inflate it, and a few weights
+ * that differ count little beside many. */
 static void compare(const float *a, const float *b, int64_t n, double *abs_err, double *rel_err)
 {
-	double d = 0, m = 0;
+	double d = 0, dd = 0, bb = 0;
 	for (int64_t i = 0; i < n; i++) {
 		double x = same_nonfinite(a[i], b[i]) ? 0 : fabs((double)a[i] - (double)b[i]);
-		if (x > d || isnan(x))
-			d = isnan(x) ? INFINITY : x;
-		if (fabs((double)b[i]) > m)
-			m = fabs((double)b[i]);
+		if (isnan(x))
+			x = INFINITY;
+		d = fmax(d, x);
+		dd += x * x;
+		if (isfinite(b[i]))
+			bb += (double)b[i] * (double)b[i];
 	}
 	*abs_err = d;
-	*rel_err = d == 0 ? 0 : d / (m > 1e-30 ? m : 1e-30);
+	*rel_err = dd == 0 ? 0 : sqrt(dd) / fmax(sqrt(bb), 1e-30);
+}
+
+const char *const rt_bound_names[RT_BOUND_COUNT] = {"noise", "tolerance", "bf16"};
+
+/* The largest errors of the step losses against want's, into *abs_err and *rel_err. */
+static void loss_errors(const double *loss, const double *want, int steps, double *abs_err,
+                        double *rel_err)
+{
+	*abs_err = *rel_err = 0;
+	for (int s = 0; s < steps; s++) {
+		double d = same_nonfinite(loss[s], want[s]) ? 0 : fabs(loss[s] - want[s]);
+		double rel = d == 0 ? 0 : d / fmax(fabs(want[s]), 1e-30);
+		if (isnan(d))
+			d = rel = INFINITY;
+		*abs_err = fmax(*abs_err, d);
+		*rel_err = fmax(*rel_err, rel);
+	}
+}
+
+/* One sequential run (reference.c): its step losses and the whole model's final
+ * weights, per stage. */
+typedef struct {
+	double *loss;
+	float **w;
+} Seq;
+
+static void seq_free(const Plan *p, Seq *q)
+{
+	for (int s = 0; q->w && s < p->nstages; s++)
+		free(q->w[s]);
+	free(q->w);
+	free(q->loss);
+	memset(q, 0, sizeof *q);
+}
+
+static int seq_run(RtWorld *w, int shadow, Seq *q)
+{
+	q->loss = calloc((size_t)w->opt.steps, sizeof *q->loss);
+	q->w = calloc((size_t)w->plan->nstages, sizeof *q->w);
+	if (!q->loss || !q->w)
+		return rt_world_error(w, "out of memory");
+	return rt_reference(w, shadow, q->loss, q->w);
+}
+
+/* The shadow's distance from the reference, in the errors' measures: the largest step
+ * loss error, and the largest normwise weight error over the slices the ranks hold (each
+ * stage's tp pieces; every dp replica holds the same ones).  pa, pb: room for a piece. */
+static int shadow_noise(RtWorld *w, const Seq *ref, RtResult *res, float *pa, float *pb)
+{
+	const Plan *p = w->plan;
+	Seq sh = {0};
+	int rc = seq_run(w, 1, &sh);
+	if (rc == RT_OK) {
+		double a;
+		loss_errors(sh.loss, ref->loss, w->opt.steps, &a, &res->loss_noise);
+		res->weight_noise = 0;
+		for (int s = 0; s < p->nstages; s++)
+			for (int t = 0; t < p->dims[DIM_TP]; t++) {
+				double b;
+				const float *x = sh.w[s], *y = ref->w[s];
+				if (w->model != w->whole) {
+					rt_model_shard(w->model, s, t, sh.w[s], pa);
+					rt_model_shard(w->model, s, t, ref->w[s], pb);
+					x = pa;
+					y = pb;
+				}
+				compare(x, y, w->model->st[s].nparams, &a, &b);
+				res->weight_noise = fmax(res->weight_noise, b);
+			}
+		res->shadow = 1;
+	}
+	seq_free(p, &sh);
+	return rc;
+}
+
+int rt_check_bound(const RtOptions *o)
+{
+	return o->tolerance > 0              ? RT_BOUND_GIVEN
+	       : o->dtype == RT_DTYPE_BF16 ? RT_BOUND_BF16
+	                                     : RT_BOUND_NOISE;
+}
+
+/* The bounds the errors are held to (docs/runtime.md "--check and its bound"), then the
+ * verdict.  A derived bound needs the shadow only when an error exceeds the floor, since
+ * the bound is never below it.  A shadow that is not finite (the training diverged at
+ * the rounding level) bounds nothing: the floor stays. */
+static int judge(RtWorld *w, const Seq *ref, RtResult *res, float *pa, float *pb)
+{
+	const RtOptions *o = &w->opt;
+	res->bound = rt_check_bound(o);
+	double b = res->bound == RT_BOUND_GIVEN   ? o->tolerance
+	           : res->bound == RT_BOUND_BF16 ? RT_CHECK_TOL_BF16
+	                                         : RT_CHECK_FLOOR;
+	res->loss_bound = res->weight_bound = b;
+	if (res->bound == RT_BOUND_NOISE && (res->loss_rel > b || res->weight_rel > b)) {
+		if (shadow_noise(w, ref, res, pa, pb))
+			return RT_EFAIL;
+		if (isfinite(res->loss_noise))
+			res->loss_bound = RT_CHECK_NOISE_FACTOR * res->loss_noise + RT_CHECK_FLOOR;
+		if (isfinite(res->weight_noise))
+			res->weight_bound = RT_CHECK_NOISE_FACTOR * res->weight_noise + RT_CHECK_FLOOR;
+	}
+	res->check_ok = res->loss_rel <= res->loss_bound && res->weight_rel <= res->weight_bound;
+	return RT_OK;
 }
 
 int rt_check(RtWorld *w, RtResult *res)
@@ -92,28 +203,17 @@ int rt_check(RtWorld *w, RtResult *res)
 	free(mine);
 	if (rc || !w->root)
 		return rc;
-	double *loss = calloc((size_t)w->opt.steps, sizeof *loss);
-	float **ref = calloc((size_t)p->nstages, sizeof *ref);
-	if (!loss || !ref) {
-		free(loss);
-		free(ref);
-		free(all);
-		return rt_world_error(w, "out of memory");
-	}
-	rc = rt_reference(w, loss, ref);
-	float *piece = NULL;
-	if (rc == RT_OK && w->model != w->whole && !(piece = malloc((size_t)maxp * sizeof(float))))
+	Seq ref = {0};
+	rc = seq_run(w, 0, &ref);
+	/* Room for a rank's slice of the whole model, and one more for the shadow's. */
+	float *piece = NULL, *piece2 = NULL;
+	if (rc == RT_OK && w->model != w->whole &&
+	    (!(piece = malloc((size_t)maxp * sizeof(float))) ||
+	     !(piece2 = malloc((size_t)maxp * sizeof(float)))))
 		rc = rt_world_error(w, "out of memory");
 	if (rc == RT_OK) {
 		res->checked = 1;
-		for (int s = 0; s < w->opt.steps; s++) {
-			double d = same_nonfinite(res->loss[s], loss[s]) ? 0 : fabs(res->loss[s] - loss[s]);
-			double rel = d == 0 ? 0 : d / fmax(fabs(loss[s]), 1e-30);
-			if (isnan(d))
-				d = rel = INFINITY;
-			res->loss_abs = fmax(res->loss_abs, d);
-			res->loss_rel = fmax(res->loss_rel, rel);
-		}
+		loss_errors(res->loss, ref.loss, w->opt.steps, &res->loss_abs, &res->loss_rel);
 		for (int r = 0; r < p->world; r++) {
 			const float *wr = (const float *)((char *)all + r * n);
 			int c[DIM_COUNT];
@@ -125,22 +225,19 @@ int rt_check(RtWorld *w, RtResult *res)
 				int64_t k = w->model->st[s].nparams;
 				double a, b;
 				if (piece) // the slice of the whole reference this rank holds
-					rt_model_shard(w->model, s, c[DIM_TP], ref[s], piece);
-				compare(wr + off, piece ? piece : ref[s], k, &a, &b);
+					rt_model_shard(w->model, s, c[DIM_TP], ref.w[s], piece);
+				compare(wr + off, piece ? piece : ref.w[s], k, &a, &b);
 				res->weight_abs = fmax(res->weight_abs, a);
 				res->weight_rel = fmax(res->weight_rel, b);
 				res->nweights += k;
 				off += k;
 			}
 		}
-		double tol = rt_check_tol(w->opt.dtype);
-		res->check_ok = res->loss_rel <= tol && res->weight_rel <= tol;
+		rc = judge(w, &ref, res, piece, piece2);
 	}
-	for (int s = 0; s < p->nstages; s++)
-		free(ref[s]);
+	seq_free(p, &ref);
 	free(piece);
-	free(ref);
-	free(loss);
+	free(piece2);
 	free(all);
 	return rc;
 }

@@ -35,6 +35,18 @@ const char *piperun_backend_help(void)
 	return buf;
 }
 
+const char *piperun_check_help(void)
+{
+	static char buf[256];
+	snprintf(buf, sizeof buf,
+	         "also run the model sequentially and compare every\n"
+	         "step's loss and the final weights; exit 1 beyond the\n"
+	         "bound: %g x the distance a shadow reference's\n"
+	         "rounding makes, + %.2g (docs/runtime.md)",
+	         RT_CHECK_NOISE_FACTOR, RT_CHECK_FLOOR);
+	return buf;
+}
+
 const char *piperun_version_extra(void)
 {
 	static char buf[256], names[128];
@@ -76,6 +88,23 @@ static void print_optim(const RtResult *res)
 	printf(", state %" PRId64 " bytes\n", state);
 }
 
+/* The check's bounds and what set them (docs/runtime.md "--check and its bound"). */
+static const char *bound_text(const RtResult *res, char *buf, size_t n)
+{
+	if (res->bound == RT_BOUND_GIVEN)
+		snprintf(buf, n, "bound %.3g, --tolerance", res->weight_bound);
+	else if (res->bound == RT_BOUND_BF16)
+		snprintf(buf, n, "bound %.3g, --dtype bf16's", res->weight_bound);
+	else if (!res->shadow)
+		snprintf(buf, n, "bound %.3g, the floor: no error above it, no shadow run", RT_CHECK_FLOOR);
+	else
+		snprintf(buf, n, "bounds: loss %.3g, weights %.3g = %g x the shadow reference's "
+		         "distance (%.3g, %.3g) + %.3g",
+		         res->loss_bound, res->weight_bound, RT_CHECK_NOISE_FACTOR, res->loss_noise,
+		         res->weight_noise, RT_CHECK_FLOOR);
+	return buf;
+}
+
 static void print_text(const Plan *p, const RtWorld *w, const RtResult *res)
 {
 	printf("piperun: %s (%s, pp=%d dp=%d tp=%d, %d ranks, %d microbatches of %dx%d) on %s, "
@@ -100,11 +129,13 @@ static void print_text(const Plan *p, const RtWorld *w, const RtResult *res)
 		       c[DIM_DP], c[DIM_TP], 100.0 * busy_of(res, r), res->busy_ns[r] / 1e3 / res->steps,
 		       res->peak_act[r], res->mem_peak[4 * r]);
 	}
-	if (res->checked)
+	if (res->checked) {
+		char bound[256];
 		printf("check: loss max abs err %.3g rel %.3g; weights max abs err %.3g rel %.3g "
-		       "(%" PRId64 " weights): %s (tolerance %g relative)\n",
+		       "(%" PRId64 " weights): %s (%s)\n",
 		       res->loss_abs, res->loss_rel, res->weight_abs, res->weight_rel, res->nweights,
-		       res->check_ok ? "ok" : "FAILED", rt_check_tol(rt_world_options(w)->dtype));
+		       res->check_ok ? "ok" : "FAILED", bound_text(res, bound, sizeof bound));
+	}
 }
 
 static void jstr(const char *s)
@@ -171,15 +202,22 @@ static void print_json(const Plan *p, const RtWorld *w, const RtResult *res)
 		       res->mem_peak[4 * r + 1], res->mem_peak[4 * r + 2], res->mem_peak[4 * r + 3]);
 	printf("]");
 	if (res->checked) {
-		double v[] = {res->loss_abs, res->loss_rel, res->weight_abs, res->weight_rel};
-		const char *k[] = {"loss_abs", "loss_rel", "weight_abs", "weight_rel"};
+		/* The bound's figures: null where they do not apply (the noise without a shadow
+		 * run, the factor and floor of a bound set otherwise). */
+		int noise = res->bound == RT_BOUND_NOISE;
+		double v[] = {res->loss_abs, res->loss_rel, res->weight_abs, res->weight_rel,
+		              res->loss_bound, res->weight_bound,
+		              noise ? RT_CHECK_NOISE_FACTOR : NAN, noise ? RT_CHECK_FLOOR : NAN,
+		              res->shadow ? res->loss_noise : NAN, res->shadow ? res->weight_noise : NAN};
+		const char *k[] = {"loss_abs", "loss_rel", "weight_abs", "weight_rel", "loss_bound",
+		                   "weight_bound", "noise_factor", "floor", "loss_noise", "weight_noise"};
 		printf(",\n \"check\": {\"ok\": %s", res->check_ok ? "true" : "false");
-		for (int i = 0; i < 4; i++) {
+		for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
 			printf(", \"%s\": ", k[i]);
 			jnum("%.6g", v[i]);
 		}
-		printf(", \"weights\": %" PRId64 ", \"tolerance\": %g}", res->nweights,
-		       rt_check_tol(rt_world_options(w)->dtype));
+		printf(", \"weights\": %" PRId64 ", \"bound\": \"%s\", \"shadow\": %s}", res->nweights,
+		       rt_bound_names[res->bound], res->shadow ? "true" : "false");
 	}
 	printf("}\n");
 }
@@ -272,9 +310,11 @@ static int report(CliTool *t, PiperunArgs *a, const Plan *p, RtWorld *w, RtResul
 			break;
 		}
 	if (res->checked && !res->check_ok) {
+		int loss = res->loss_rel > res->loss_bound;
 		fprintf(stderr, "piperun: error: --check: the pipelined run differs from the "
-		                "sequential one beyond %g relative\n",
-		        rt_check_tol(rt_world_options(w)->dtype));
+		                "sequential one beyond the bound (%s: %.3g relative, bound %.3g)\n",
+		        loss ? "loss" : "weights", loss ? res->loss_rel : res->weight_rel,
+		        loss ? res->loss_bound : res->weight_bound);
 		status = CLI_EXIT_FAIL;
 	}
 	return status;

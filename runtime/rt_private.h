@@ -183,14 +183,18 @@ int rt_rank_main(RtRank *r);
 int rt_rank_weights(RtRank *r, int stage, float *out);
 void rt_rank_free(RtRank *r);
 
-/* Per-rank figures of the sequential reference (on the cpu device). */
-int rt_reference(RtWorld *w, double *loss, float **weights);
+/* The sequential reference (on the cpu device): every step's loss into loss[steps] and
+ * each stage's final weights (the whole model's, malloc'd) into weights[stage].  With
+ * shadow, the shadow instead: every weight moved one ulp before each step (check.c). */
+int rt_reference(RtWorld *w, int shadow, double *loss, float **weights);
 
 /* --check (check.c): rank r keeps its stages' final weights on the host, after its last
  * step; then every process takes part in gathering them, and the root runs the
  * reference and fills res's check figures. */
 int rt_check_keep(RtRank *r);
 int rt_check(RtWorld *w, RtResult *res);
+/* The RtBound o's run is held to: a tolerance given, else bf16's, else the derived one. */
+int rt_check_bound(const RtOptions *o);
 
 /* Test-only faults (fault.c): PIPERUN_FAULT=stall:rank=R:op=N[:step=S] makes world
  * rank R's thread stop forever, ignoring aborts, when it reaches op N of its list in
