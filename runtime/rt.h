@@ -42,6 +42,25 @@ typedef enum {
 	RT_DTYPE_COUNT
 } RtDtype;
 
+/* A deliberately wrong run, for the tests of --check only: tests/test_check.c sets
+ * RtOptions.wrong (piperun has no option for it, and a zero RtWrong is a correct run).
+ * World rank `rank` computes in step `step` (0-based) what a broken plan or runtime
+ * would; --check must fail it.  runtime/fault.c. */
+typedef enum {
+	RT_WRONG_NONE,      // a correct run
+	RT_WRONG_DROP_GRAD, // the rank's gradients are dropped (zeroed) before its optimizer
+	                    // step: at tp > 1, one shard's share of the update is lost
+	RT_WRONG_SKIP_MB,   // microbatch `mb`'s weight gradient is left out of the rank's sum
+	RT_WRONG_STALE,     // the rank computes step `step` (>= 1) with the weights from before
+	                    // the previous step's update (which it still applies)
+	RT_WRONG_COUNT
+} RtWrongKind;
+
+typedef struct {
+	int kind; // RtWrongKind
+	int rank, step, mb;
+} RtWrong;
+
 typedef struct {
 	const char *backend;  // NULL: rt_backend_default()
 	int steps;
@@ -59,6 +78,7 @@ typedef struct {
 	int blas_threads;     // BLAS threads per rank (cpu device); 0: 1
 	const char *plan_path; // for messages: "file:line" of blocked ops
 	int dtype;            // RtDtype of the GEMM operands (bf16: cuda device only)
+	RtWrong wrong;        // test-only: a deliberately wrong run (above); zero: none
 } RtOptions;
 
 #define RT_DEFAULT_STEPS 5

@@ -106,6 +106,8 @@ typedef struct RtStageBufs {
 	                           // borrows its table), set by whoever opens the stages
 	int share_tie;             // the reference: a head's copy of the table (`copy`)
 	                           // computes with the embedding's, gradients its own
+	RtTensor *stale;           // a stale-weights wrong run (fault.c): the updated weights
+	                           // while params holds the previous ones; else NULL
 } RtStageBufs;
 
 /* F: x (owned, consumed) -> *y (NULL for the loss stage).  target_key: step, replica. */
@@ -208,6 +210,15 @@ int rt_fault_parse(RtWorld *w, const char *spec);
 void rt_fault_open(const RtWorld *w);
 /* Called by the interpreter before the group [op, end) of a step. */
 void rt_fault_at(RtRank *r, int step, int64_t op, int64_t end);
+/* Test-only wrong runs (RtOptions.wrong, fault.c).  rt_wrong_check: 0 when o->wrong is
+ * none or names a rank, step and microbatch of p's run, else -1 and why in err.  The
+ * interpreter calls rt_wrong_optim before (after = 0) and after (after = 1) a stage's
+ * optimizer step, and brackets a W with rt_wrong_w_begin, which may copy the gradients
+ * into *keep, and rt_wrong_w_end, which then puts them back (the W's gradient is lost). */
+int rt_wrong_check(const Plan *p, const RtOptions *o, char *err, size_t n);
+int rt_wrong_optim(RtRank *r, RtStageBufs *b, int step, int after);
+int rt_wrong_w_begin(RtRank *r, RtStageBufs *b, int step, int mb, RtTensor **keep);
+int rt_wrong_w_end(RtRank *r, RtStageBufs *b, RtTensor *keep);
 /* How long a launcher waits after an abort for its rank threads to return before it
  * leaves the stuck ones behind (their rank's op never returns: w->nstuck). */
 #define RT_STUCK_GRACE_S 2

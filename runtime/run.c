@@ -124,7 +124,7 @@ RtWorld *rt_world_open(const Plan *p, const RtOptions *o, char *err, size_t errn
 	w->dev = be->device;
 	w->comm = be->comm;
 	gethostname(w->host, sizeof w->host - 1);
-	if (rt_device_check(w->dev, p, err, errn) ||
+	if (rt_wrong_check(p, o, err, errn) || rt_device_check(w->dev, p, err, errn) ||
 	    (o->check && rt_device_check(&rt_device_cpu, p, err, errn)) ||
 	    rt_optim_resolve(p, o, &w->optim, err, errn)) {
 		free(w);

@@ -1,11 +1,20 @@
 /* --check (runtime/check.c, docs/runtime.md "--check and its bound"): correct runs pass
- * it.  Every example piperun can run on CPU threads in seconds, at its own mesh and
+ * it and deliberately wrong ones fail it.
+ *
+ * Correct: every example piperun can run on CPU threads in seconds, at its own mesh and
  * schedule, and a small GPT under every registered schedule at tp = 1, 2 and 4, each
  * with every optimizer kind.  Among them are runs whose error is many times the floor
  * (tp splits sums, AdamW amplifies their last bits), which pass by the shadow
  * reference's noise; the test fails if none reaches 16 times the floor.  The derived
  * bound is the factor times the shadow's distance plus the floor, and a run within the
- * floor needs no shadow; a tolerance given replaces it. */
+ * floor needs no shadow; a tolerance given replaces it.
+ *
+ * Wrong (RtOptions.wrong, runtime/fault.c): the GPT on two pipeline ranks, dp = 2 and
+ * tp = 2, run wrong in each way RtOptions.wrong offers, under every optimizer: one
+ * rank's gradients dropped before its last optimizer step, one microbatch's weight
+ * gradient lost in the last step, the last step computed with the weights from before
+ * the previous update.  The right run passes; every wrong one fails, and a kind of
+ * wrong run no test makes fails the test. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -260,6 +269,77 @@ static void check__tolerance__replaces_the_bound(void **state)
 	plan_free(p);
 }
 
+/* ---- wrong runs ---- */
+
+static const char *const wrong_names[RT_WRONG_COUNT] = {
+	[RT_WRONG_DROP_GRAD] = "gradients dropped",
+	[RT_WRONG_SKIP_MB] = "a microbatch's weight gradient lost",
+	[RT_WRONG_STALE] = "stale weights",
+};
+
+/* Each kind of wrong run, in the last step, on rank 1 (pipeline rank 0, tp rank 1: the
+ * embedding's and the second layer's shards), fails --check under every optimizer, with
+ * fused weight gradients (BW, gpipe) and apart (W, zbv); the same run done right passes. */
+static void check__wrong_runs__fail(void **state)
+{
+	(void)state;
+	for (int i = 0; i < 2 * OPTIM_COUNT; i++) {
+		int k = i % OPTIM_COUNT;
+		Plan *p = gpt(2, 2, i < OPTIM_COUNT ? "gpipe" : "zbv");
+		int c[DIM_COUNT];
+		plan_mesh_coords(p, 1, c);
+		assert_true(c[DIM_PP] == 0 && c[DIM_DP] == 0 && c[DIM_TP] == 1);
+		RtOptions o = options(k);
+		RtResult res;
+		run(p, &o, &res);
+		if (!res.check_ok)
+			fail_msg("%s: the right run fails (loss rel %g, weights rel %g)",
+			         plan_optim_names[k], res.loss_rel, res.weight_rel);
+		rt_result_free(&res);
+		for (int kind = RT_WRONG_NONE + 1; kind < RT_WRONG_COUNT; kind++) {
+			if (!wrong_names[kind])
+				fail_msg("wrong run kind %d has no test", kind);
+			o.wrong = (RtWrong){.kind = kind, .rank = 1, .step = STEPS - 1, .mb = 1};
+			run(p, &o, &res);
+			print_message("%-5s %-8s %-36s loss %.3g x its bound, weights %.3g x\n",
+			              p->schedule, plan_optim_names[k], wrong_names[kind],
+			              res.loss_rel / res.loss_bound, res.weight_rel / res.weight_bound);
+			if (res.check_ok)
+				fail_msg("%s, %s: --check passes a wrong run (loss rel %g, weights rel %g)",
+				         plan_optim_names[k], wrong_names[kind], res.loss_rel, res.weight_rel);
+			rt_result_free(&res);
+		}
+		plan_free(p);
+	}
+}
+
+/* A wrong run that names a rank, step or microbatch the run does not have is refused
+ * when the world opens, with the reason. */
+static void check__wrong_run_outside_the_plan__refused_at_open(void **state)
+{
+	(void)state;
+	Plan *p = gpt(1, 2, "gpipe");
+	const RtWrong bad[] = {
+		{.kind = RT_WRONG_COUNT},
+		{.kind = RT_WRONG_DROP_GRAD, .rank = 4},
+		{.kind = RT_WRONG_DROP_GRAD, .step = STEPS},
+		{.kind = RT_WRONG_STALE, .step = 0},
+		{.kind = RT_WRONG_SKIP_MB, .mb = 4},
+	};
+	const char *const why[] = {"an unknown kind", "a rank outside the plan", "a step outside",
+	                           "a step outside", "a microbatch outside"};
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		RtOptions o = options(OPTIM_SGD);
+		o.wrong = bad[i];
+		char err[1024];
+		RtWorld *w = rt_world_open(p, &o, err, sizeof err);
+		assert_null(w);
+		if (!strstr(err, why[i]))
+			fail_msg("wrong run %zu: '%s' does not say '%s'", i, err, why[i]);
+	}
+	plan_free(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -267,6 +347,8 @@ int main(void)
 		cmocka_unit_test(check__every_example__passes),
 		cmocka_unit_test(check__derived_bound__noise_times_factor_plus_floor),
 		cmocka_unit_test(check__tolerance__replaces_the_bound),
+		cmocka_unit_test(check__wrong_runs__fail),
+		cmocka_unit_test(check__wrong_run_outside_the_plan__refused_at_open),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
