@@ -243,6 +243,8 @@ static int check_combinations(CliTool *t, PiperunArgs *a)
 	if (a->calibrate && (a->o.check || a->json || a->trace))
 		return cli_usage_error(t, "--calibrate prints cost lines; it takes no --check, --json "
 		                          "or --trace");
+	if (cli_given(t, &a->o.tolerance) && !a->o.check)
+		return cli_usage_error(t, "--tolerance sets --check's bound; give --check too");
 	if (a->trace && cli_is_std(a->trace) && a->json)
 		return cli_usage_error(t, "--json and --trace - both write to standard output");
 	char msg[512];
@@ -309,8 +311,8 @@ static int report(CliTool *t, PiperunArgs *a, const Plan *p, RtWorld *w, RtResul
 			status = CLI_EXIT_FAIL;
 			break;
 		}
-	if (res->checked && !res->check_ok) {
-		int loss = res->loss_rel > res->loss_bound;
+	if (res->checked && !res->check_ok) { // name the measure farther beyond its bound
+		int loss = res->loss_rel / res->loss_bound > res->weight_rel / res->weight_bound;
 		fprintf(stderr, "piperun: error: --check: the pipelined run differs from the "
 		                "sequential one beyond the bound (%s: %.3g relative, bound %.3g)\n",
 		        loss ? "loss" : "weights", loss ? res->loss_rel : res->weight_rel,

@@ -95,6 +95,7 @@ typedef struct {
 #define RT_CHECK_NOISE_FACTOR 8.0
 #define RT_CHECK_FLOOR 0x1p-20   // 9.5e-7: 16 roundings of f32 (2^-24 each)
 #define RT_CHECK_TOL_BF16 3e-2   // --dtype bf16's (docs/gpu.md)
+#define RT_CHECK_TOL_MAX 1.0     // --tolerance, at most
 
 typedef enum {
 	RT_BOUND_NOISE, // RT_CHECK_NOISE_FACTOR x the shadow's distance + RT_CHECK_FLOOR
