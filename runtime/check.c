@@ -122,21 +122,19 @@ static int seq_run(RtWorld *w, int shadow, Seq *q)
 	return rt_reference(w, shadow, q->loss, q->w);
 }
 
-/* The shadow's distance from the reference, in the errors' measures: the largest step
- * loss error, and the largest normwise weight error over the slices the ranks hold (each
- * stage's tp pieces; every dp replica holds the same ones).  pa, pb: room for a piece. */
+/* The shadow's distance from the reference: the larger of its two errors, measured as
+ * the run's are (the step losses; the weights over the slices the ranks hold, each
+ * stage's tp pieces, which every dp replica holds alike).  pa, pb: room for a piece. */
 static int shadow_noise(RtWorld *w, const Seq *ref, RtResult *res, float *pa, float *pb)
 {
 	const Plan *p = w->plan;
 	Seq sh = {0};
 	int rc = seq_run(w, 1, &sh);
 	if (rc == RT_OK) {
-		double a;
-		loss_errors(sh.loss, ref->loss, w->opt.steps, &a, &res->loss_noise);
-		res->weight_noise = 0;
+		double a, b;
+		loss_errors(sh.loss, ref->loss, w->opt.steps, &a, &res->noise);
 		for (int s = 0; s < p->nstages; s++)
 			for (int t = 0; t < p->dims[DIM_TP]; t++) {
-				double b;
 				const float *x = sh.w[s], *y = ref->w[s];
 				if (w->model != w->whole) {
 					rt_model_shard(w->model, s, t, sh.w[s], pa);
@@ -145,7 +143,7 @@ static int shadow_noise(RtWorld *w, const Seq *ref, RtResult *res, float *pa, fl
 					y = pb;
 				}
 				compare(x, y, w->model->st[s].nparams, &a, &b);
-				res->weight_noise = fmax(res->weight_noise, b);
+				res->noise = fmax(res->noise, b);
 			}
 		res->shadow = 1;
 	}
@@ -160,27 +158,27 @@ int rt_check_bound(const RtOptions *o)
 	                                     : RT_BOUND_NOISE;
 }
 
-/* The bounds the errors are held to (docs/runtime.md "--check and its bound"), then the
+/* The bound both errors are held to (docs/runtime.md "--check and its bound"), then the
  * verdict.  A derived bound needs the shadow only when an error exceeds the floor, since
- * the bound is never below it.  A shadow that is not finite (the training diverged at
- * the rounding level) bounds nothing: the floor stays. */
+ * the bound is never below it.  One noise serves both errors: a step's loss is computed
+ * from the weights, and the shadow's loss error alone is one draw, too variable to bound
+ * it.  A shadow whose distance is not finite (the training diverged at the rounding
+ * level) bounds nothing: the floor stays. */
 static int judge(RtWorld *w, const Seq *ref, RtResult *res, float *pa, float *pb)
 {
 	const RtOptions *o = &w->opt;
 	res->bound = rt_check_bound(o);
-	double b = res->bound == RT_BOUND_GIVEN   ? o->tolerance
-	           : res->bound == RT_BOUND_BF16 ? RT_CHECK_TOL_BF16
-	                                         : RT_CHECK_FLOOR;
-	res->loss_bound = res->weight_bound = b;
-	if (res->bound == RT_BOUND_NOISE && (res->loss_rel > b || res->weight_rel > b)) {
+	res->tolerance = res->bound == RT_BOUND_GIVEN  ? o->tolerance
+	                 : res->bound == RT_BOUND_BF16 ? RT_CHECK_TOL_BF16
+	                                               : RT_CHECK_FLOOR;
+	if (res->bound == RT_BOUND_NOISE &&
+	    (res->loss_rel > res->tolerance || res->weight_rel > res->tolerance)) {
 		if (shadow_noise(w, ref, res, pa, pb))
 			return RT_EFAIL;
-		if (isfinite(res->loss_noise))
-			res->loss_bound = RT_CHECK_NOISE_FACTOR * res->loss_noise + RT_CHECK_FLOOR;
-		if (isfinite(res->weight_noise))
-			res->weight_bound = RT_CHECK_NOISE_FACTOR * res->weight_noise + RT_CHECK_FLOOR;
+		if (isfinite(res->noise))
+			res->tolerance = RT_CHECK_NOISE_FACTOR * res->noise + RT_CHECK_FLOOR;
 	}
-	res->check_ok = res->loss_rel <= res->loss_bound && res->weight_rel <= res->weight_bound;
+	res->check_ok = res->loss_rel <= res->tolerance && res->weight_rel <= res->tolerance;
 	return RT_OK;
 }
 

@@ -90,8 +90,9 @@ typedef struct {
  * correct run whose sums are ordered otherwise than the reference's (tp, MPI, a GPU)
  * differs from it by rounding, carried through the training.  The shadow reference
  * (reference.c: every weight moved one ulp before each step) differs from the reference
- * by rounding alone, carried alike, so its distance measures what rounding does to this
- * run; the run may be RT_CHECK_NOISE_FACTOR times as far, plus RT_CHECK_FLOOR. */
+ * by rounding alone, carried alike, so its distance (the larger of its loss and weight
+ * errors) measures what rounding does to this run; the run may be RT_CHECK_NOISE_FACTOR
+ * times as far, plus RT_CHECK_FLOOR. */
 #define RT_CHECK_NOISE_FACTOR 8.0
 #define RT_CHECK_FLOOR 0x1p-20   // 9.5e-7: 16 roundings of f32 (2^-24 each)
 #define RT_CHECK_TOL_BF16 3e-2   // --dtype bf16's (docs/gpu.md)
@@ -172,11 +173,11 @@ typedef struct {
 	int checked;
 	double loss_abs, loss_rel;     // largest step-loss errors
 	double weight_abs, weight_rel; // largest final-weight errors (rel: see docs)
-	int bound;                     // RtBound: what set the two bounds below
-	double loss_bound, weight_bound; // the relative errors' bounds
+	int bound;                     // RtBound: what set the tolerance
+	double tolerance;              // both relative errors' bound
 	int shadow;                    // the shadow ran (RT_BOUND_NOISE and an error above
 	                               // RT_CHECK_FLOOR); then its distance from the
-	double loss_noise, weight_noise; // reference, in each error's measure
+	double noise;                  // reference: the larger of its two errors
 	int check_ok;
 	int64_t nweights;
 } RtResult;

@@ -6,8 +6,8 @@
  * with every optimizer kind.  Among them are runs whose error is many times the floor
  * (tp splits sums, AdamW amplifies their last bits), which pass by the shadow
  * reference's noise; the test fails if none reaches 16 times the floor.  The derived
- * bound is the factor times the shadow's distance plus the floor, and a run within the
- * floor needs no shadow; a tolerance given replaces it.
+ * bound is the factor times the shadow's distance plus the floor, for both errors, and a
+ * run within the floor needs no shadow; a tolerance given replaces it.
  *
  * Wrong (RtOptions.wrong, runtime/fault.c): the GPT on two pipeline ranks, dp = 2 and
  * tp = 2, run wrong in each way RtOptions.wrong offers, under every optimizer: one
@@ -86,11 +86,11 @@ static void run(const Plan *p, const RtOptions *o, RtResult *res)
 
 /* ---- correct runs ---- */
 
-/* What the correct runs showed: how many ran, how many needed the shadow, and the
- * largest error over the floor (the weights' or the loss's). */
+/* What the correct runs showed: how many ran, how many needed the shadow, the largest
+ * error over the floor and over the shadow's distance (the weights' or the loss's). */
 typedef struct {
 	int runs, shadows;
-	double over_floor;
+	double over_floor, over_noise;
 } Seen;
 
 /* p under every optimizer kind passes --check; what it showed goes into seen.  Returns
@@ -113,12 +113,13 @@ static int passes(const Plan *p, const char *what, Seen *seen)
 		RtResult res;
 		run(p, &o, &res);
 		if (!res.check_ok)
-			fail_msg("%s under %s fails --check: loss rel %g (bound %g), weights rel %g "
-			         "(bound %g)", what, plan_optim_names[k], res.loss_rel, res.loss_bound,
-			         res.weight_rel, res.weight_bound);
+			fail_msg("%s under %s fails --check: loss rel %g, weights rel %g, bound %g", what,
+			         plan_optim_names[k], res.loss_rel, res.weight_rel, res.tolerance);
 		assert_int_equal(res.bound, RT_BOUND_NOISE);
 		seen->runs++;
 		seen->shadows += res.shadow;
+		if (res.shadow)
+			seen->over_noise = fmax(seen->over_noise, fmax(res.loss_rel, res.weight_rel) / res.noise);
 		seen->over_floor = fmax(seen->over_floor, fmax(res.loss_rel, res.weight_rel) / RT_CHECK_FLOOR);
 		rt_result_free(&res);
 	}
@@ -166,8 +167,9 @@ static void check__every_schedule_tp_and_optimizer__passes(void **state)
 			fail_msg("schedule %s ran the GPT at none of tp = 1, 2, 4", name);
 	}
 	unlink(csv);
-	print_message("%d runs, %d needed the shadow, the largest error %.3g x the floor\n",
-	              seen.runs, seen.shadows, seen.over_floor);
+	print_message("%d runs, %d needed the shadow; the largest error %.3g x the floor, %.3g x "
+	              "the shadow's distance\n", seen.runs, seen.shadows, seen.over_floor,
+	              seen.over_noise);
 	if (seen.over_floor < 16)
 		fail_msg("no run's error reached 16 x the floor: the shadow's bound went untested");
 }
@@ -221,7 +223,7 @@ static void check__every_example__passes(void **state)
 
 /* The derived bound: a run within the floor (tp = 1: bit for bit) runs no shadow and is
  * held to the floor; a run beyond it (tp = 2 under AdamW) is held to the factor times
- * the shadow's distance plus the floor, measure by measure. */
+ * the shadow's distance plus the floor. */
 static void check__derived_bound__noise_times_factor_plus_floor(void **state)
 {
 	(void)state;
@@ -232,21 +234,20 @@ static void check__derived_bound__noise_times_factor_plus_floor(void **state)
 	assert_true(res.check_ok && res.loss_rel == 0 && res.weight_rel == 0);
 	assert_int_equal(res.bound, RT_BOUND_NOISE);
 	assert_false(res.shadow);
-	assert_true(res.loss_bound == RT_CHECK_FLOOR && res.weight_bound == RT_CHECK_FLOOR);
+	assert_true(res.tolerance == RT_CHECK_FLOOR);
 	rt_result_free(&res);
 	plan_free(p);
 	p = gpt(1, 2, "gpipe");
 	run(p, &o, &res);
 	assert_true(res.shadow && res.check_ok);
-	assert_true(res.weight_rel > 16 * RT_CHECK_FLOOR && res.weight_noise > 0);
-	assert_true(res.loss_bound == RT_CHECK_NOISE_FACTOR * res.loss_noise + RT_CHECK_FLOOR);
-	assert_true(res.weight_bound == RT_CHECK_NOISE_FACTOR * res.weight_noise + RT_CHECK_FLOOR);
+	assert_true(res.weight_rel > 16 * RT_CHECK_FLOOR && res.noise > 0);
+	assert_true(res.tolerance == RT_CHECK_NOISE_FACTOR * res.noise + RT_CHECK_FLOOR);
 	rt_result_free(&res);
 	plan_free(p);
 }
 
-/* A tolerance given replaces the derived bound, both measures alike, and runs no
- * shadow: below the run's error it fails the run, above it passes it. */
+/* A tolerance given replaces the derived bound and runs no shadow: below the run's error
+ * it fails the run, above it passes it. */
 static void check__tolerance__replaces_the_bound(void **state)
 {
 	(void)state;
@@ -262,7 +263,7 @@ static void check__tolerance__replaces_the_bound(void **state)
 		run(p, &o, &res);
 		assert_int_equal(res.bound, RT_BOUND_GIVEN);
 		assert_false(res.shadow);
-		assert_true(res.loss_bound == o.tolerance && res.weight_bound == o.tolerance);
+		assert_true(res.tolerance == o.tolerance);
 		assert_int_equal(res.check_ok, i);
 		rt_result_free(&res);
 	}
@@ -303,7 +304,7 @@ static void check__wrong_runs__fail(void **state)
 			run(p, &o, &res);
 			print_message("%-5s %-8s %-36s loss %.3g x its bound, weights %.3g x\n",
 			              p->schedule, plan_optim_names[k], wrong_names[kind],
-			              res.loss_rel / res.loss_bound, res.weight_rel / res.weight_bound);
+			              res.loss_rel / res.tolerance, res.weight_rel / res.tolerance);
 			if (res.check_ok)
 				fail_msg("%s, %s: --check passes a wrong run (loss rel %g, weights rel %g)",
 				         plan_optim_names[k], wrong_names[kind], res.loss_rel, res.weight_rel);
