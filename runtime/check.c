@@ -80,8 +80,6 @@ static void compare(const float *a, const float *b, int64_t n, double *abs_err, 
 	*rel_err = dd == 0 ? 0 : sqrt(dd) / fmax(sqrt(bb), 1e-30);
 }
 
-const char *const rt_bound_names[RT_BOUND_COUNT] = {"noise", "tolerance", "bf16"};
-
 /* The largest errors of the step losses against want's, into *abs_err and *rel_err. */
 static void loss_errors(const double *loss, const double *want, int steps, double *abs_err,
                         double *rel_err)
@@ -150,6 +148,8 @@ static int shadow_noise(RtWorld *w, const Seq *ref, RtResult *res, float *pa, fl
 	seq_free(p, &sh);
 	return rc;
 }
+
+const char *const rt_bound_names[RT_BOUND_COUNT] = {"noise", "tolerance", "bf16"};
 
 int rt_check_bound(const RtOptions *o)
 {
