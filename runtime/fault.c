@@ -1,5 +1,6 @@
 /* Test-only fault injection: what a real fault does to a rank, on demand, so the
- * chaos tests (tests/cli/reliability.sh) can show that the run still ends.
+ * chaos tests (tests/cli/reliability.sh) can show that the run still ends, and the
+ * tests of --check (tests/test_check.c) that a wrong run fails it.
  *
  * PIPERUN_FAULT=stall:rank=R:op=N[:step=S] stops world rank R for good when it reaches
  * op N of its plan list (0-based: the op on the rank's first op line + N) in step S
@@ -15,7 +16,11 @@
  *
  * PIPERUN_FAULT=stall-open:rank=R stops the process of launcher rank R (the only one,
  * rank 0, without a launcher) for good before it opens the world: the others block in
- * the collective opening until their start guard ends them (watchdog.c). */
+ * the collective opening until their start guard ends them (watchdog.c).
+ *
+ * RtOptions.wrong, set by a C test, makes one rank compute something wrong (rt.h,
+ * RtWrongKind): its gradients dropped before an optimizer step, one microbatch's weight
+ * gradient lost, or a step computed with the weights from before the previous update. */
 #include "rt_private.h"
 
 #include <stdlib.h>
@@ -91,4 +96,78 @@ void rt_fault_at(RtRank *r, int step, int64_t op, int64_t end)
 		return;
 	while (!w->fault_hold || !rt_aborted(w))
 		usleep(10000);
+}
+
+/* ---- wrong runs (RtOptions.wrong) ---- */
+
+int rt_wrong_check(const Plan *p, const RtOptions *o, char *err, size_t n)
+{
+	const RtWrong *x = &o->wrong;
+	if (x->kind == RT_WRONG_NONE)
+		return 0;
+	const char *why = x->kind < 0 || x->kind >= RT_WRONG_COUNT ? "an unknown kind"
+	                  : x->rank < 0 || x->rank >= p->world     ? "a rank outside the plan"
+	                  : x->step < (x->kind == RT_WRONG_STALE) || x->step >= o->steps
+	                      ? "a step outside the run (a stale step follows another)"
+	                  : x->kind == RT_WRONG_SKIP_MB && (x->mb < 0 || x->mb >= p->microbatches)
+	                      ? "a microbatch outside the plan"
+	                      : NULL;
+	if (!why)
+		return 0;
+	snprintf(err, n, "the wrong run (kind %d, rank %d, step %d, microbatch %d) names %s",
+	         x->kind, x->rank, x->step, x->mb, why);
+	return -1;
+}
+
+/* Whether the wrong run is of this kind on this rank. */
+static int wrong_here(const RtRank *r, int kind)
+{
+	const RtWrong *x = &r->w->opt.wrong;
+	return x->kind == kind && x->rank == r->rank;
+}
+
+int rt_wrong_optim(RtRank *r, RtStageBufs *b, int step, int after)
+{
+	const RtWrong *x = &r->w->opt.wrong;
+	if (wrong_here(r, RT_WRONG_DROP_GRAD) && step == x->step && !after)
+		return r->dev->zero(r, b->grads);
+	if (!wrong_here(r, RT_WRONG_STALE))
+		return RT_OK;
+	/* Before the previous step's update: keep the weights it replaces.  After it: swap
+	 * them in, so this step computes with them.  Before this step's update: swap back,
+	 * and update the updated weights. */
+	if (step == x->step - 1 && !after) {
+		b->stale = rt_tensor_new(r, b->params->rows, b->params->cols, RT_MEM_TEMP);
+		return b->stale ? r->dev->copy(r, b->stale, b->params) : RT_EFAIL;
+	}
+	if (b->stale && ((step == x->step - 1 && after) || (step == x->step && !after))) {
+		RtTensor *t = b->params;
+		b->params = b->stale;
+		b->stale = t;
+		if (!after) {
+			rt_tensor_free(r, b->stale);
+			b->stale = NULL;
+		}
+	}
+	return RT_OK;
+}
+
+int rt_wrong_w_begin(RtRank *r, RtStageBufs *b, int step, int mb, RtTensor **keep)
+{
+	const RtWrong *x = &r->w->opt.wrong;
+	*keep = NULL;
+	if (!wrong_here(r, RT_WRONG_SKIP_MB) || step != x->step || mb != x->mb)
+		return RT_OK;
+	if (!(*keep = rt_tensor_new(r, b->grads->rows, b->grads->cols, RT_MEM_TEMP)))
+		return RT_EFAIL;
+	return r->dev->copy(r, *keep, b->grads);
+}
+
+int rt_wrong_w_end(RtRank *r, RtStageBufs *b, RtTensor *keep)
+{
+	if (!keep)
+		return RT_OK;
+	int rc = r->dev->copy(r, b->grads, keep);
+	rt_tensor_free(r, keep);
+	return rc;
 }

@@ -433,16 +433,23 @@ static int op_backward(RtRank *r, LStage *ls, int mb, int step)
 	return dx ? scatter_edges(r, ls, mb, DIR_GRAD, dx) : RT_OK;
 }
 
-static int op_weights(RtRank *r, LStage *ls, int mb)
+/* W of layers [lo, hi) of microbatch mb (a whole W: all the stage's layers); a test's
+ * wrong run may lose its gradient (fault.c). */
+static int op_weights(RtRank *r, LStage *ls, int mb, int step, int lo, int hi)
 {
-	return rt_stage_weights(r, ls->stage, &ls->b, saved_of(r, ls, mb));
+	RtTensor *keep;
+	if (rt_wrong_w_begin(r, &ls->b, step, mb, &keep))
+		return RT_EFAIL;
+	int rc = rt_stage_weights_of(r, ls->stage, &ls->b, saved_of(r, ls, mb), lo, hi);
+	return rt_wrong_w_end(r, &ls->b, keep) ? RT_EFAIL : rc;
 }
 
-static int op_optim(RtRank *r, LStage *ls)
+static int op_optim(RtRank *r, LStage *ls, int step)
 {
 	const Plan *p = r->w->plan;
 	const RtDevice *dev = r->dev;
-	if (rt_stage_optim(r, &ls->b, ls->b.grads) || dev->zero(r, ls->b.grads))
+	if (rt_wrong_optim(r, &ls->b, step, 0) || rt_stage_optim(r, &ls->b, ls->b.grads) ||
+	    rt_wrong_optim(r, &ls->b, step, 1) || dev->zero(r, ls->b.grads))
 		return RT_EFAIL;
 	memset(ls->state, 0, (size_t)p->microbatches); // the next step starts afresh
 	if (ls->ps)
@@ -494,7 +501,7 @@ static int op_part(RtRank *r, LStage *ls, const PlanOp *o, int step, int64_t *sp
 		if (r->dev->async && r->w->opt.trace && r->dev->sync(r))
 			return RT_EFAIL;
 		*split = rt_now_ns() - t0;
-		rc = rt_stage_weights_of(r, ls->stage, &ls->b, saved, pt->first, pt->first + pt->n);
+		rc = op_weights(r, ls, mb, step, pt->first, pt->first + pt->n);
 	}
 	if (rc)
 		return rc;
@@ -653,6 +660,7 @@ static int run_compute(RtRank *r, const PlanOp *o, int step, int64_t *split)
 		return op_part(r, ls, o, step, split);
 	if (!ls || dep_rule(r, ls, o))
 		return RT_EFAIL;
+	int nlayers = r->w->plan->stages[ls->stage].nlayers;
 	switch (plan_op_kind(o)) {
 	case OP_SEND:
 	case OP_RECV:
@@ -666,7 +674,7 @@ static int run_compute(RtRank *r, const PlanOp *o, int step, int64_t *split)
 	case OP_B:
 		return op_backward(r, ls, o->mb, step);
 	case OP_W:
-		return op_weights(r, ls, o->mb);
+		return op_weights(r, ls, o->mb, step, 0, nlayers);
 	case OP_BW: {
 		int64_t t0 = rt_now_ns();
 		if (op_backward(r, ls, o->mb, step))
@@ -674,10 +682,10 @@ static int run_compute(RtRank *r, const PlanOp *o, int step, int64_t *split)
 		if (r->dev->async && r->w->opt.trace && r->dev->sync(r))
 			return RT_EFAIL;
 		*split = rt_now_ns() - t0;
-		return op_weights(r, ls, o->mb);
+		return op_weights(r, ls, o->mb, step, 0, nlayers);
 	}
 	case OP_OPTIM:
-		return op_optim(r, ls);
+		return op_optim(r, ls, step);
 	}
 	return rt_error(r, "unknown op kind %d", o->kind);
 }

@@ -35,6 +35,18 @@ const char *piperun_backend_help(void)
 	return buf;
 }
 
+const char *piperun_check_help(void)
+{
+	static char buf[256];
+	snprintf(buf, sizeof buf,
+	         "also run the model sequentially and compare every\n"
+	         "step's loss and the final weights; exit 1 beyond the\n"
+	         "bound: %g x the distance a shadow reference's\n"
+	         "rounding makes, + %.2g (docs/runtime.md)",
+	         RT_CHECK_NOISE_FACTOR, RT_CHECK_FLOOR);
+	return buf;
+}
+
 const char *piperun_version_extra(void)
 {
 	static char buf[256], names[128];
@@ -76,6 +88,22 @@ static void print_optim(const RtResult *res)
 	printf(", state %" PRId64 " bytes\n", state);
 }
 
+/* The check's bound and what set it (docs/runtime.md "--check and its bound"). */
+static const char *bound_text(const RtResult *res, char *buf, size_t n)
+{
+	if (res->bound == RT_BOUND_GIVEN)
+		snprintf(buf, n, "bound %.3g, --tolerance", res->tolerance);
+	else if (res->bound == RT_BOUND_BF16)
+		snprintf(buf, n, "bound %.3g, --dtype bf16's", res->tolerance);
+	else if (!res->shadow)
+		snprintf(buf, n, "bound %.3g, the floor: no error above it, no shadow run",
+		         res->tolerance);
+	else
+		snprintf(buf, n, "bound %.3g = %g x the shadow reference's distance %.3g + %.3g",
+		         res->tolerance, RT_CHECK_NOISE_FACTOR, res->noise, RT_CHECK_FLOOR);
+	return buf;
+}
+
 static void print_text(const Plan *p, const RtWorld *w, const RtResult *res)
 {
 	printf("piperun: %s (%s, pp=%d dp=%d tp=%d, %d ranks, %d microbatches of %dx%d) on %s, "
@@ -100,11 +128,13 @@ static void print_text(const Plan *p, const RtWorld *w, const RtResult *res)
 		       c[DIM_DP], c[DIM_TP], 100.0 * busy_of(res, r), res->busy_ns[r] / 1e3 / res->steps,
 		       res->peak_act[r], res->mem_peak[4 * r]);
 	}
-	if (res->checked)
+	if (res->checked) {
+		char bound[256];
 		printf("check: loss max abs err %.3g rel %.3g; weights max abs err %.3g rel %.3g "
-		       "(%" PRId64 " weights): %s (tolerance %g relative)\n",
+		       "(%" PRId64 " weights): %s (%s)\n",
 		       res->loss_abs, res->loss_rel, res->weight_abs, res->weight_rel, res->nweights,
-		       res->check_ok ? "ok" : "FAILED", rt_check_tol(rt_world_options(w)->dtype));
+		       res->check_ok ? "ok" : "FAILED", bound_text(res, bound, sizeof bound));
+	}
 }
 
 static void jstr(const char *s)
@@ -171,15 +201,25 @@ static void print_json(const Plan *p, const RtWorld *w, const RtResult *res)
 		       res->mem_peak[4 * r + 1], res->mem_peak[4 * r + 2], res->mem_peak[4 * r + 3]);
 	printf("]");
 	if (res->checked) {
+		/* The bound's figures: null where they do not apply (the factor and the floor of
+		 * a bound set otherwise, the noise without a shadow run). */
+		int derived = res->bound == RT_BOUND_NOISE;
 		double v[] = {res->loss_abs, res->loss_rel, res->weight_abs, res->weight_rel};
 		const char *k[] = {"loss_abs", "loss_rel", "weight_abs", "weight_rel"};
 		printf(",\n \"check\": {\"ok\": %s", res->check_ok ? "true" : "false");
-		for (int i = 0; i < 4; i++) {
+		for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
 			printf(", \"%s\": ", k[i]);
 			jnum("%.6g", v[i]);
 		}
-		printf(", \"weights\": %" PRId64 ", \"tolerance\": %g}", res->nweights,
-		       rt_check_tol(rt_world_options(w)->dtype));
+		printf(", \"weights\": %" PRId64 ", \"tolerance\": ", res->nweights);
+		jnum("%.6g", res->tolerance);
+		printf(", \"bound\": \"%s\", \"noise_factor\": ", rt_bound_names[res->bound]);
+		jnum("%g", derived ? RT_CHECK_NOISE_FACTOR : NAN);
+		printf(", \"floor\": ");
+		jnum("%.6g", derived ? RT_CHECK_FLOOR : NAN);
+		printf(", \"shadow\": %s, \"noise\": ", res->shadow ? "true" : "false");
+		jnum("%.6g", res->shadow ? res->noise : NAN);
+		printf("}");
 	}
 	printf("}\n");
 }
@@ -205,6 +245,8 @@ static int check_combinations(CliTool *t, PiperunArgs *a)
 	if (a->calibrate && (a->o.check || a->json || a->trace))
 		return cli_usage_error(t, "--calibrate prints cost lines; it takes no --check, --json "
 		                          "or --trace");
+	if (cli_given(t, &a->o.tolerance) && !a->o.check)
+		return cli_usage_error(t, "--tolerance sets --check's bound; give --check too");
 	if (a->trace && cli_is_std(a->trace) && a->json)
 		return cli_usage_error(t, "--json and --trace - both write to standard output");
 	char msg[512];
@@ -271,10 +313,12 @@ static int report(CliTool *t, PiperunArgs *a, const Plan *p, RtWorld *w, RtResul
 			status = CLI_EXIT_FAIL;
 			break;
 		}
-	if (res->checked && !res->check_ok) {
+	if (res->checked && !res->check_ok) { // name the larger error
+		int loss = res->loss_rel > res->weight_rel;
 		fprintf(stderr, "piperun: error: --check: the pipelined run differs from the "
-		                "sequential one beyond %g relative\n",
-		        rt_check_tol(rt_world_options(w)->dtype));
+		                "sequential one beyond the bound (%s: %.3g relative, bound %.3g)\n",
+		        loss ? "loss" : "weights", loss ? res->loss_rel : res->weight_rel,
+		        res->tolerance);
 		status = CLI_EXIT_FAIL;
 	}
 	return status;

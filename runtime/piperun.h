@@ -23,6 +23,8 @@ extern const char *const piperun_dtype_names[RT_DTYPE_COUNT];
 int piperun_first_process(void);
 /* The --backend help line: the backends built in, and the default. */
 const char *piperun_backend_help(void);
+/* The --check help lines: the bound's factor and floor. */
+const char *piperun_check_help(void);
 /* The second --version line: plan format and backends. */
 const char *piperun_version_extra(void);
 /* Checks option combinations and the trace path, reads and verifies the plan, runs it,

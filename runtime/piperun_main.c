@@ -32,9 +32,9 @@ int main(int argc, char **argv)
 		 .rlo = -INFINITY, .rhi = INFINITY},
 		{"momentum", 0, CLI_REAL, &a.o.optim.momentum, "X", "momentum: its buffer's decay, in [0, 1)\n"
 		 "(default: the plan's, else 0.9)", 0, .rlo = -INFINITY, .rhi = INFINITY},
-		{"check", 'c', CLI_FLAG, &a.o.check, NULL,
-		 "also run the model sequentially and compare every\n"
-		 "step's loss and the final weights (exit 1 beyond\n" CLI_XSTR(RT_CHECK_TOL) " relative)"},
+		{"check", 'c', CLI_FLAG, &a.o.check, NULL, piperun_check_help()},
+		{"tolerance", 0, CLI_REAL, &a.o.tolerance, "X", "with --check: the bound by hand, the largest\n"
+		 "relative error that passes, in (0, 1] (no shadow)", 0, .rlo = 0, .rhi = RT_CHECK_TOL_MAX},
 		{"no-memory-check", 0, CLI_FLAG, &a.o.no_mem_check, NULL, "run even if it cannot fit in memory"},
 		{"json", 'j', CLI_FLAG, &a.json, NULL, "print the figures as one JSON object"},
 		{"trace", 't', CLI_OUT, &a.trace, "FILE",

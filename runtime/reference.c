@@ -18,10 +18,17 @@
  *    replica's W ops, as the plan's TIEREDUCE sums the two copies (embedding's first);
  *    the head's copy is reported as the table, so --check proves the copies stay equal.
  * Only the MPI communicator's all-reduce (MPI's own order) leaves rounding differences,
- * which the tolerance of docs/runtime.md covers, as do the tp all-reduces of a tp > 1
- * plan: the reference runs the whole model (tp = 1), whose sums the tp groups split. */
+ * as do the tp all-reduces of a tp > 1 plan (the reference runs the whole model, tp = 1,
+ * whose sums the tp groups split), the cuda device's GEMMs and its math library.
+ *
+ * The shadow (rt_reference's `shadow`) is the same run with every weight moved one ulp,
+ * up or down at random, before each step: it differs from the reference by rounding
+ * alone, carried through the training as far as the training carries it, which is how
+ * far a run that differs by rounding may be (check.c, docs/runtime.md "--check and its
+ * bound"). */
 #include "rt_private.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,6 +39,7 @@ typedef struct {
 	RtTensor ***saved; // [stage][mb * nslots]
 	RtTensor **y, **dx;
 	int **order;       // [d][2 k]: stage and microbatch of replica d's k-th W
+	int shadow;        // move every weight one ulp before each step (nudge)
 } Ref;
 
 /* Stage and microbatch of every weight gradient of replica d (stages x microbatches
@@ -147,6 +155,31 @@ static int tie_sum(Ref *f)
 	return r->dev->add(r, &e, &h);
 }
 
+/* The shadow's rounding before step `step`: every nonzero finite weight one ulp up or
+ * down, as a bit of a fixed stream keyed by seed, step, stage and index says. */
+static int nudge(Ref *f, int step)
+{
+	RtRank *r = &f->r;
+	const Plan *p = r->w->plan;
+	uint64_t key = rt_splitmix64(rt_splitmix64(r->w->opt.seed) ^ (uint64_t)step);
+	for (int s = 0; s < p->nstages; s++) {
+		int64_t n = r->model->st[s].nparams;
+		float *h = f->b[s].host; // room for the stage's parameters (rt_stage_bufs_open)
+		uint64_t ks = rt_splitmix64(key ^ (uint64_t)s);
+		if (!n)
+			continue;
+		if (r->dev->download(r, f->b[s].params, h))
+			return RT_EFAIL;
+		for (int64_t i = 0; i < n; i++)
+			if (h[i] != 0 && isfinite(h[i]))
+				h[i] = nextafterf(h[i], rt_splitmix64(ks ^ (uint64_t)i) >> 63 ? INFINITY
+				                                                              : -INFINITY);
+		if (r->dev->upload(r, f->b[s].params, h))
+			return RT_EFAIL;
+	}
+	return RT_OK;
+}
+
 static int run(Ref *f, double *loss)
 {
 	RtRank *r = &f->r;
@@ -160,6 +193,8 @@ static int run(Ref *f, double *loss)
 	int rc = RT_OK;
 	for (int step = 0; step < w->opt.steps && rc == RT_OK; step++) {
 		double total = 0;
+		if (f->shadow)
+			rc = nudge(f, step);
 		for (int d = 0; d < D && rc == RT_OK; d++) {
 			for (int m = 0; m < M && rc == RT_OK; m++)
 				rc = microbatch(f, step, d, m);
@@ -195,7 +230,7 @@ static int run(Ref *f, double *loss)
 	return rc;
 }
 
-int rt_reference(RtWorld *w, double *loss, float **weights)
+int rt_reference(RtWorld *w, int shadow, double *loss, float **weights)
 {
 	const Plan *p = w->plan;
 	int S = p->nstages, D = p->dims[DIM_DP];
@@ -205,6 +240,7 @@ int rt_reference(RtWorld *w, double *loss, float **weights)
 	f.r.local = -1;
 	f.r.dev = &rt_device_cpu; // the reference always computes on the host
 	f.r.model = w->whole;     // and the whole model, whatever the plan's tp
+	f.shadow = shadow;
 	f.b = calloc((size_t)S, sizeof *f.b);
 	f.gacc = calloc((size_t)S, sizeof *f.gacc);
 	f.saved = calloc((size_t)S, sizeof *f.saved);

@@ -34,13 +34,32 @@ enum {
 };
 
 /* --dtype: what GEMM operands are.  Storage, accumulation and everything else stay f32;
- * bf16 rounds both GEMM operands to bf16 (cuda device, docs/gpu.md), which needs the
- * looser --check bound RT_CHECK_TOL_BF16. */
+ * bf16 rounds both GEMM operands to bf16 (cuda device, docs/gpu.md), which has a --check
+ * bound of its own, RT_CHECK_TOL_BF16. */
 typedef enum {
 	RT_DTYPE_F32,  // f32 operands (no TF32)
 	RT_DTYPE_BF16, // bf16 operands, f32 accumulation
 	RT_DTYPE_COUNT
 } RtDtype;
+
+/* A deliberately wrong run, for the tests of --check only: tests/test_check.c sets
+ * RtOptions.wrong (piperun has no option for it, and a zero RtWrong is a correct run).
+ * World rank `rank` computes in step `step` (0-based) what a broken plan or runtime
+ * would; --check must fail it.  runtime/fault.c. */
+typedef enum {
+	RT_WRONG_NONE,      // a correct run
+	RT_WRONG_DROP_GRAD, // the rank's gradients are dropped (zeroed) before its optimizer
+	                    // step: at tp > 1, one shard's share of the update is lost
+	RT_WRONG_SKIP_MB,   // microbatch `mb`'s weight gradient is left out of the rank's sum
+	RT_WRONG_STALE,     // the rank computes step `step` (>= 1) with the weights from before
+	                    // the previous step's update (which it still applies)
+	RT_WRONG_COUNT
+} RtWrongKind;
+
+typedef struct {
+	int kind; // RtWrongKind
+	int rank, step, mb;
+} RtWrong;
 
 typedef struct {
 	const char *backend;  // NULL: rt_backend_default()
@@ -52,24 +71,41 @@ typedef struct {
 	PlanOptim optim;
 	unsigned optim_set;   // RT_OPTIM_SET(RT_HYPER_*) and RT_OPTIM_SET_KIND bits
 	int check;            // run the sequential reference (on the cpu device) and compare
+	double tolerance;     // --check's bound by hand (--tolerance); 0: RtBound's own
 	int no_mem_check;     // skip the check that the run fits in the host's memory
 	double timeout_s;     // watchdog: no progress for this long ends the run
 	int trace;            // record per-op timestamps (for --trace and --calibrate)
 	int blas_threads;     // BLAS threads per rank (cpu device); 0: 1
 	const char *plan_path; // for messages: "file:line" of blocked ops
 	int dtype;            // RtDtype of the GEMM operands (bf16: cuda device only)
+	RtWrong wrong;        // test-only: a deliberately wrong run (above); zero: none
 } RtOptions;
 
 #define RT_DEFAULT_STEPS 5
 #define RT_DEFAULT_SEED 1
 #define RT_DEFAULT_LR 0.5
 #define RT_DEFAULT_TIMEOUT 60.0
-#define RT_CHECK_TOL 1e-5      // --check: relative error bound (docs/runtime.md)
-#define RT_CHECK_TOL_BF16 3e-2 // --check bound with --dtype bf16 (docs/gpu.md)
-static inline double rt_check_tol(int dtype)
-{
-	return dtype == RT_DTYPE_BF16 ? RT_CHECK_TOL_BF16 : RT_CHECK_TOL;
-}
+
+/* --check's bound on the relative errors (docs/runtime.md "--check and its bound").  A
+ * correct run whose sums are ordered otherwise than the reference's (tp, MPI, a GPU)
+ * differs from it by rounding, carried through the training.  The shadow reference
+ * (reference.c: every weight moved one ulp before each step) differs from the reference
+ * by rounding alone, carried alike, so its distance (the larger of its loss and weight
+ * errors) measures what rounding does to this run; the run may be RT_CHECK_NOISE_FACTOR
+ * times as far, plus RT_CHECK_FLOOR. */
+#define RT_CHECK_NOISE_FACTOR 8.0
+#define RT_CHECK_FLOOR 0x1p-20   // 9.5e-7: 16 roundings of f32 (2^-24 each)
+#define RT_CHECK_TOL_BF16 3e-2   // --dtype bf16's (docs/gpu.md)
+#define RT_CHECK_TOL_MAX 1.0     // --tolerance, at most
+
+typedef enum {
+	RT_BOUND_NOISE, // RT_CHECK_NOISE_FACTOR x the shadow's distance + RT_CHECK_FLOOR
+	RT_BOUND_GIVEN, // RtOptions.tolerance (--tolerance)
+	RT_BOUND_BF16,  // RT_CHECK_TOL_BF16 (--dtype bf16)
+	RT_BOUND_COUNT
+} RtBound;
+
+extern const char *const rt_bound_names[RT_BOUND_COUNT]; // "noise", "tolerance", "bf16"
 
 /* The optimizer's hyper-parameters (runtime/optim.c): one row each, walked by loops
  * (piperun's checks, the resolution below, the tests). */
@@ -137,6 +173,11 @@ typedef struct {
 	int checked;
 	double loss_abs, loss_rel;     // largest step-loss errors
 	double weight_abs, weight_rel; // largest final-weight errors (rel: see docs)
+	int bound;                     // RtBound: what set the tolerance
+	double tolerance;              // both relative errors' bound
+	int shadow;                    // the shadow ran (RT_BOUND_NOISE and an error above
+	                               // RT_CHECK_FLOOR); then its distance from the
+	double noise;                  // reference: the larger of its two errors
 	int check_ok;
 	int64_t nweights;
 } RtResult;

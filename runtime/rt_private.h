@@ -6,7 +6,7 @@
  *  - the world (run.c): picks the backend's parts, opens them, builds the model from
  *    the plan, runs every rank this process owns under a watchdog, gathers the
  *    figures, and for --check replays the model sequentially on the cpu device
- *    (reference.c) and compares;
+ *    (reference.c) and compares (check.c);
  *  - the op interpreter (interp.c): one per rank, written once.  It walks the rank's
  *    op list in order, keeps the saved activations, hand-offs and in-flight tensors of
  *    its stages, accounts activation memory per op, and calls the rank's device for
@@ -106,6 +106,8 @@ typedef struct RtStageBufs {
 	                           // borrows its table), set by whoever opens the stages
 	int share_tie;             // the reference: a head's copy of the table (`copy`)
 	                           // computes with the embedding's, gradients its own
+	RtTensor *stale;           // a stale-weights wrong run (fault.c): the updated weights
+	                           // while params holds the previous ones; else NULL
 } RtStageBufs;
 
 /* F: x (owned, consumed) -> *y (NULL for the loss stage).  target_key: step, replica. */
@@ -183,8 +185,18 @@ int rt_rank_main(RtRank *r);
 int rt_rank_weights(RtRank *r, int stage, float *out);
 void rt_rank_free(RtRank *r);
 
-/* Per-rank figures of the sequential reference (on the cpu device). */
-int rt_reference(RtWorld *w, double *loss, float **weights);
+/* The sequential reference (on the cpu device): every step's loss into loss[steps] and
+ * each stage's final weights (the whole model's, malloc'd) into weights[stage].  With
+ * shadow, the shadow instead: every weight moved one ulp before each step (check.c). */
+int rt_reference(RtWorld *w, int shadow, double *loss, float **weights);
+
+/* --check (check.c): rank r keeps its stages' final weights on the host, after its last
+ * step; then every process takes part in gathering them, and the root runs the
+ * reference and fills res's check figures. */
+int rt_check_keep(RtRank *r);
+int rt_check(RtWorld *w, RtResult *res);
+/* The RtBound o's run is held to: a tolerance given, else bf16's, else the derived one. */
+int rt_check_bound(const RtOptions *o);
 
 /* Test-only faults (fault.c): PIPERUN_FAULT=stall:rank=R:op=N[:step=S] makes world
  * rank R's thread stop forever, ignoring aborts, when it reaches op N of its list in
@@ -198,6 +210,15 @@ int rt_fault_parse(RtWorld *w, const char *spec);
 void rt_fault_open(const RtWorld *w);
 /* Called by the interpreter before the group [op, end) of a step. */
 void rt_fault_at(RtRank *r, int step, int64_t op, int64_t end);
+/* Test-only wrong runs (RtOptions.wrong, fault.c).  rt_wrong_check: 0 when o->wrong is
+ * none or names a rank, step and microbatch of p's run, else -1 and why in err.  The
+ * interpreter calls rt_wrong_optim before (after = 0) and after (after = 1) a stage's
+ * optimizer step, and brackets a W with rt_wrong_w_begin, which may copy the gradients
+ * into *keep, and rt_wrong_w_end, which then puts them back (the W's gradient is lost). */
+int rt_wrong_check(const Plan *p, const RtOptions *o, char *err, size_t n);
+int rt_wrong_optim(RtRank *r, RtStageBufs *b, int step, int after);
+int rt_wrong_w_begin(RtRank *r, RtStageBufs *b, int step, int mb, RtTensor **keep);
+int rt_wrong_w_end(RtRank *r, RtStageBufs *b, RtTensor *keep);
 /* How long a launcher waits after an abort for its rank threads to return before it
  * leaves the stuck ones behind (their rank's op never returns: w->nstuck). */
 #define RT_STUCK_GRACE_S 2

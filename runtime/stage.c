@@ -75,6 +75,7 @@ void rt_stage_bufs_close(RtRank *r, RtStageBufs *b)
 	rt_tensor_free(r, b->m);
 	rt_tensor_free(r, b->v);
 	rt_tensor_free(r, b->loss);
+	rt_tensor_free(r, b->stale);
 	free(b->host);
 	memset(b, 0, sizeof *b);
 }

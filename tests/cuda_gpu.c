@@ -563,8 +563,8 @@ static void run_checked(const char *src, int dtype, int ngpu, double lr)
 		fail_msg("cuda run failed: %s", report);
 	free(report);
 	assert_true(res.checked);
-	print_message("dtype %d: loss rel err %.3g, weight rel err %.3g (bound %g)\n", dtype,
-	              res.loss_rel, res.weight_rel, rt_check_tol(dtype));
+	print_message("dtype %d: loss rel err %.3g, weight rel err %.3g (bound %.3g, %s)\n", dtype,
+	              res.loss_rel, res.weight_rel, res.tolerance, rt_bound_names[res.bound]);
 	assert_true(res.check_ok);
 	/* Memory is the interpreter's accounting: the same on every backend. */
 	RtOptions t = options("threads", 3, 0, RT_DTYPE_F32);

@@ -1,7 +1,9 @@
 /* What the plan I/O tests share (test_binary.c, test_binary_par.c, test_plan.c,
  * test_read.c, test_write_par.c), and through lower_lib.h and sim_lib.h the compiler's
  * and the simulator's: compiling a program in memory, the text of a chain of stages,
- * the files of a folder, a plan's text, a plan file that must read, damaged bytes.
+ * a program's order written out for the schedules that read one (test_runtime.c,
+ * test_check.c), the files of a folder, a plan's text, a plan file that must read,
+ * damaged bytes.
  * Included once per test program, after cmocka.h and compiler/pipecc.h. */
 #ifndef TESTS_PLAN_LIB_H
 #define TESTS_PLAN_LIB_H
@@ -45,6 +47,63 @@ static inline char *program_text(int n, int pp, int dp, int m, const char *sched
 	if (extra)
 		snprintf(buf + k, sizeof buf - k, "%s\n", extra);
 	return buf;
+}
+
+/* The program src with its `schedule ...;` statement replaced by `with`; malloc'd, or
+ * NULL when src has none. */
+static inline char *with_schedule(const char *src, const char *with)
+{
+	const char *a = strstr(src, "\nschedule ");
+	const char *b = a ? strchr(a + 1, ';') : NULL;
+	if (!b)
+		return NULL;
+	size_t head = (size_t)(a + 1 - src), n = head + strlen(with) + strlen(b + 1) + 1;
+	char *out = malloc(n);
+	snprintf(out, n, "%.*s%s%s", (int)head, src, with, b + 1);
+	return out;
+}
+
+/* A schedule that takes a written order (custom, csv) rejects every program as it is
+ * written.  These are the same programs with an order written out: the compute order
+ * the schedule `first` makes (a test passes the registry's first), as PyTorch's
+ * schedule CSV (in the file csv, read by `schedule csv`) and as a `schedule custom {
+ * rank N: ...; }` body.  Both are compiled with the schedule under test overriding the
+ * statement, so a schedule only runs a written order when it is the one that reads it. */
+static inline int written_orders(const char *src, const char *first, const char *csv,
+                                 char *out[2])
+{
+	out[0] = out[1] = NULL;
+	Plan *base = compile_pipe(src, (PipeccOptions){.schedule = first}, NULL, 0);
+	if (!base)
+		return 0;
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+	assert_int_equal(pipecc_emit_torch_csv(base, f, 0), 0);
+	fclose(f);
+	plan_free(base);
+	f = fopen(csv, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+	char stmt[512];
+	snprintf(stmt, sizeof stmt, "schedule csv \"%s\";", csv);
+	out[0] = with_schedule(src, stmt);
+	/* custom: one `rank N:` line per CSV row, cells separated by spaces. */
+	char *body = malloc(strlen(text) * 2 + 64), *o = body;
+	o += sprintf(o, "schedule custom {\n");
+	int row = 0;
+	for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+		o += sprintf(o, "rank %d:", row++);
+		for (char *c = line; *c; c++)
+			*o++ = *c == ',' ? ' ' : *c;
+		o += sprintf(o, ";\n");
+	}
+	sprintf(o, "}");
+	out[1] = with_schedule(src, body);
+	free(body);
+	free(text);
+	return 2;
 }
 
 /* .pipe text src (named path in messages) compiled into a line plan; a failed test

@@ -121,12 +121,18 @@ static void cuda__registry__parts_present_iff_built(void **state)
 #endif
 }
 
-static void cuda__check_tol__depends_on_dtype(void **state)
+/* f32 runs get the derived bound, bf16 runs their own fixed one, and a tolerance given
+ * replaces either. */
+static void cuda__check_bound__depends_on_dtype(void **state)
 {
 	(void)state;
-	assert_true(rt_check_tol(RT_DTYPE_F32) == RT_CHECK_TOL);
-	assert_true(rt_check_tol(RT_DTYPE_BF16) == RT_CHECK_TOL_BF16);
-	assert_true(RT_CHECK_TOL_BF16 > RT_CHECK_TOL);
+	RtOptions o = {.dtype = RT_DTYPE_F32};
+	assert_int_equal(rt_check_bound(&o), RT_BOUND_NOISE);
+	o.dtype = RT_DTYPE_BF16;
+	assert_int_equal(rt_check_bound(&o), RT_BOUND_BF16);
+	o.tolerance = 1e-3;
+	assert_int_equal(rt_check_bound(&o), RT_BOUND_GIVEN);
+	assert_true(RT_CHECK_TOL_BF16 > RT_CHECK_FLOOR);
 	/* bf16 keeps 8 significant bits: a bound below 2^-8 could not hold. */
 	assert_true(RT_CHECK_TOL_BF16 >= 1.0 / 256);
 }
@@ -599,7 +605,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(cuda__registry__parts_present_iff_built),
-		cmocka_unit_test(cuda__check_tol__depends_on_dtype),
+		cmocka_unit_test(cuda__check_bound__depends_on_dtype),
 		cmocka_unit_test(cuda__cli_dtype__validated),
 		cmocka_unit_test(cuda__env__reads_launchers),
 		cmocka_unit_test(cuda__hosts__local_rank_counts_earlier_same_host),

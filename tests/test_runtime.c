@@ -219,62 +219,6 @@ static const char *const programs[] = {
 	"schedule gpipe;\ncost * f=1 b=1 w=1;\nlink ideal;\n",
 };
 
-/* The program src with its `schedule ...;` statement replaced by `with`; malloc'd, or
- * NULL when src has none. */
-static char *with_schedule(const char *src, const char *with)
-{
-	const char *a = strstr(src, "\nschedule ");
-	const char *b = a ? strchr(a + 1, ';') : NULL;
-	if (!b)
-		return NULL;
-	size_t head = (size_t)(a + 1 - src), n = head + strlen(with) + strlen(b + 1) + 1;
-	char *out = malloc(n);
-	snprintf(out, n, "%.*s%s%s", (int)head, src, with, b + 1);
-	return out;
-}
-
-/* A schedule that takes a written order (custom, csv) rejects every program as it is
- * written.  These are the same programs with an order written out: the compute order
- * the first registered schedule makes, as PyTorch's schedule CSV (in the file csv,
- * read by `schedule csv`) and as a `schedule custom { rank N: ...; }` body.  Both are
- * compiled with the schedule under test overriding the statement, so a schedule only
- * runs a written order when it is the one that reads it. */
-static int written_orders(const char *src, const char *csv, char *out[2])
-{
-	out[0] = out[1] = NULL;
-	Plan *base = compile_text(src, sched_registry[0]->name, 0);
-	if (!base)
-		return 0;
-	char *text = NULL;
-	size_t len = 0;
-	FILE *f = open_memstream(&text, &len);
-	assert_int_equal(pipecc_emit_torch_csv(base, f, 0), 0);
-	fclose(f);
-	plan_free(base);
-	f = fopen(csv, "w");
-	assert_non_null(f);
-	fputs(text, f);
-	fclose(f);
-	char stmt[512];
-	snprintf(stmt, sizeof stmt, "schedule csv \"%s\";", csv);
-	out[0] = with_schedule(src, stmt);
-	/* custom: one `rank N:` line per CSV row, cells separated by spaces. */
-	char *body = malloc(strlen(text) * 2 + 64), *o = body;
-	o += sprintf(o, "schedule custom {\n");
-	int row = 0;
-	for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
-		o += sprintf(o, "rank %d:", row++);
-		for (char *c = line; *c; c++)
-			*o++ = *c == ',' ? ' ' : *c;
-		o += sprintf(o, ";\n");
-	}
-	sprintf(o, "}");
-	out[1] = with_schedule(src, body);
-	free(body);
-	free(text);
-	return 2;
-}
-
 /* Runs p (threads, --check) and compares with the reference and the simulator; 0 when
  * pipesim finds p deadlocks under the strict model (nothing to compare), else 1. */
 static int run_and_compare(Plan *p, const char *name, int prog)
@@ -329,7 +273,7 @@ static void runtime__every_schedule__matches_reference_and_sim(void **state)
 		for (int i = 0; i < nprog; i++) {
 			Plan *p = compile_text(programs[i], name, 0);
 			char *alt[2] = {NULL, NULL};
-			int nalt = p ? 0 : written_orders(programs[i], csv, alt);
+			int nalt = p ? 0 : written_orders(programs[i], sched_registry[0]->name, csv, alt);
 			for (int a = 0; !p && a < nalt; a++)
 				p = alt[a] ? compile_text(alt[a], name, 0) : NULL;
 			free(alt[0]);

@@ -73,7 +73,7 @@ check "the refusal counts both processes' ranks, said once" "$([ "$n" = 1 ]; ech
 t "--check gpt-tp zbh1 (np 8)" 0 timeout 300 $MPIRUN -np 8 "$BIN/piperun" \
 	"$dir/gpt-tp-zbh1.plan" --check --steps 2
 has "--check gpt-tp zbh1 on mpi agrees" "$dir/out" "^check: .*: ok"
-# AdamW with dp=2 (its state per process; the all-reduce is MPI's, within tolerance).
+# AdamW with dp=2 (its state per process; the all-reduce is MPI's, within the bound).
 "$BIN/pipecc" examples/mlp4.pipe -o "$dir/mlp4-adamw.plan"
 t "--check adamw on mlp4 (np 8)" 0 timeout 300 $MPIRUN -np 8 "$BIN/piperun" \
 	"$dir/mlp4-adamw.plan" --optimizer adamw --check --steps 2
