@@ -194,7 +194,7 @@ static void add_registry(Search *s, int k)
 	const Program *q = program_with(s, u->recompute);
 	for (int i = 0; i < sched_count; i++) {
 		const Schedule *sch = sched_registry[i];
-		if (sch == &sched_auto || sch->infer_place || !strcmp(sch->name, "csv"))
+		if (sch == &sched_auto || sch->given)
 			continue; // the given orders (custom, csv) are not ours to pick
 		if (s->pr->place == PLACE_DEFAULT && sch->default_place != u->place)
 			continue;

@@ -53,6 +53,8 @@ typedef struct {
 typedef struct {
 	const char *name;
 	uint8_t default_place;  // PlaceKind used when the program writes none
+	uint8_t given;          // 1: the order is the program's own (custom, csv): no
+	                        // search picks this row, there is nothing to make
 	const char *placements; // words for errors: which placements work
 	/* Optional: fills c->stage_pp when the program writes no placement (custom
 	 * schedules infer it from where each stage appears); returns error count. */
