@@ -14,7 +14,6 @@
 #include "../plan/binary.h"
 #include "../plan/mem.h"
 #include "../plan/sysmem.h"
-#include "auto.h"
 #include "lower.h"
 #include "place.h"
 #include "program.h"
@@ -81,7 +80,7 @@ typedef struct {
 	SchedCtx c;
 	Program *pr;
 	Plan *plan;  // once lowered, until it is returned
-	AutoChoice auto_choice; // schedule auto: the search's winner
+	SchedChoice choice; // a row that searches: what it chose
 	int errors;  // errors located in the file, once the command line has its say; or -1
 } Compile;
 
@@ -170,31 +169,6 @@ static int too_big(const Program *pr, const int *stage_pp, int line, Diag *d)
 	return 1;
 }
 
-/* 1 (with the message) when schedule auto's clocks could pass what they count: its
- * models add a few times at once, each at most the step's work one op after another
- * (every F, B and W of every microbatch, a forward rebuilt by recomputation, each edge's
- * transfer both ways), so the search runs only while that is below PLAN_TIME_MAX / 2. */
-static int too_long(const Program *pr, Diag *d)
-{
-	double work = 0, m = pr->microbatches;
-	for (int s = 0; s < pr->nstages; s++) {
-		const int64_t *c = pr->stages[s].cost;
-		work += m * (2.0 * (double)c[0] + (double)c[1] + (double)c[2]);
-		int out = s + 1 < pr->nstages;
-		for (int k = 0; k < pr->nskips; k++)
-			out += pr->skips[k].src == s;
-		double bytes = (double)pr->rows * pr->stages[s].out * 4;
-		if (!pr->link_ideal)
-			work += 2 * m * out * ((double)pr->latency_ns + bytes * 1e9 / pr->bandwidth);
-	}
-	if (work < (double)(PLAN_TIME_MAX / 2))
-		return 0;
-	diag_error(d, pr->sched_loc, "schedule auto: the step's work adds up to %.3g ns one op "
-	           "after another, past 2^61 ns (73 years), more than the search's times can be "
-	           "counted in: shorten the costs", work);
-	return 1;
-}
-
 static void report_oom(Diag *d, int64_t ops, size_t failed)
 {
 	char t[512];
@@ -225,13 +199,19 @@ static void run_passes(Compile *k, const char *file, const char *src, size_t len
 		dump_program(pr, dout);
 		return;
 	}
-	int tune = o->tune_overlap, is_auto = s == &sched_auto;
+	int tune = o->tune_overlap;
 	int line = o->line && o->dump == PASS_NONE;
-	if (is_auto) { // rewrites the placement and recomputation to the winner's
-		if (too_big(pr, NULL, line, d) || too_long(pr, d) ||
-		    auto_search(pr, arena, d, o->explain ? stderr : NULL, &k->auto_choice))
+	if (s->search) { // the program takes the placement, recomputation and name chosen
+		SchedChoice *ch = &k->choice;
+		if (too_big(pr, NULL, line, d) ||
+		    s->search(pr, arena, d, o->explain ? stderr : NULL, ch))
 			return;
-		tune = k->auto_choice.tune_overlap;
+		pr->place = PLACE_LIST;
+		pr->place_list = ch->stage_pp;
+		if (ch->recompute)
+			pr->recompute_all = ch->recompute;
+		pr->schedule = arena_strdup(arena, ch->label);
+		tune = ch->tune_overlap;
 	} else if (o->explain) {
 		fprintf(stderr, "schedule %s is given: nothing to weigh ('schedule auto;' searches)\n",
 		        pr->schedule);
@@ -252,14 +232,13 @@ static void run_passes(Compile *k, const char *file, const char *src, size_t len
 			fprintf(dout, "stage %d %s -> pp %d\n", i, pr->stages[i].name, c->stage_pp[i]);
 		return;
 	}
-	if (s->check(c) || (o->dump != PASS_SCHEDULE && too_big(pr, c->stage_pp, line, d)))
+	if ((s->check && s->check(c)) ||
+	    (o->dump != PASS_SCHEDULE && too_big(pr, c->stage_pp, line, d)))
 		return;
-	s->fill(c);
-	for (int p = 0; is_auto && p < c->pp; p++)
-		for (int i = 0; i < k->auto_choice.nacts[p]; i++) {
-			const SchedAct *a = &k->auto_choice.acts[p][i];
-			sched_push(c, p, a->kind, a->stage, a->mb);
-		}
+	if (s->search)
+		sched_take(c, &k->choice);
+	else
+		s->fill(c);
 	if (d->nerrors)
 		return;
 	if (o->dump == PASS_SCHEDULE) {
@@ -271,13 +250,6 @@ static void run_passes(Compile *k, const char *file, const char *src, size_t len
 	sched_free(c);
 	if (!plan)
 		return;
-	if (is_auto) { // the plan names what the search chose (docs/plan-format.md)
-		char *name = strdup(k->auto_choice.label);
-		if (!name)
-			arena_oom(arena, sizeof k->auto_choice.label);
-		free(plan->schedule);
-		plan->schedule = name;
-	}
 	plan->mem_cap = pr->mem_cap;
 	if (o->dump == PASS_LOWER) {
 		errno = 0;
@@ -328,7 +300,7 @@ Plan *pipecc_compile(const char *file, const char *src, size_t len, const Pipecc
 		note_overrides(d, k->pr);
 	sched_free(&k->c);
 	if (k->pr)
-		auto_choice_free(&k->auto_choice, k->pr->dims[DIM_PP]);
+		sched_choice_free(&k->choice, k->pr->dims[DIM_PP]);
 	d->cmdline = NULL; // its text lives in the arena
 	arena_free(&k->arena);
 	Plan *plan = k->plan;
