@@ -184,29 +184,47 @@ static void report_oom(Diag *d, int64_t ops, size_t failed)
 	d->nerrors++;
 }
 
+static void dump_placement(const Program *pr, const SchedCtx *c, FILE *f)
+{
+	for (int i = 0; i < c->nstages; i++)
+		fprintf(f, "stage %d %s -> pp %d\n", i, pr->stages[i].name, c->stage_pp[i]);
+}
+
+/* The lowered plan, unverified, which is then dropped. */
+static void dump_plan(Compile *k, FILE *f)
+{
+	errno = 0;
+	if (plan_write(k->plan, f)) { // out of memory, or the stream failed
+		fprintf(k->d->out, "pipecc: cannot write the lowered plan: %s\n",
+		        errno ? plan_strerror(errno) : "write error");
+		k->d->nerrors++;
+	}
+	plan_free(k->plan);
+	k->plan = NULL;
+}
+
 /* --dump: after pass, when it is the one asked for, prints the state and says 1 (the
- * pipeline stops there); a lowered plan is written and dropped. */
+ * pipeline stops there). */
 static int dumped(Compile *k, PipeccPass pass)
 {
-	const PipeccOptions *o = k->o;
-	FILE *f = o->dump_out ? o->dump_out : stdout;
-	if (o->dump != pass)
+	FILE *f = k->o->dump_out ? k->o->dump_out : stdout;
+	if (k->o->dump != pass)
 		return 0;
-	if (pass == PASS_PARSE)
+	switch (pass) {
+	case PASS_PARSE:
 		dump_program(k->pr, f);
-	for (int i = 0; pass == PASS_PLACE && i < k->c.nstages; i++)
-		fprintf(f, "stage %d %s -> pp %d\n", i, k->pr->stages[i].name, k->c.stage_pp[i]);
-	if (pass == PASS_SCHEDULE)
+		break;
+	case PASS_PLACE:
+		dump_placement(k->pr, &k->c, f);
+		break;
+	case PASS_SCHEDULE:
 		dump_schedule(&k->c, f);
-	if (pass == PASS_LOWER) {
-		errno = 0;
-		if (plan_write(k->plan, f)) { // out of memory, or the stream failed
-			fprintf(k->d->out, "pipecc: cannot write the lowered plan: %s\n",
-			        errno ? plan_strerror(errno) : "write error");
-			k->d->nerrors++;
-		}
-		plan_free(k->plan);
-		k->plan = NULL;
+		break;
+	case PASS_LOWER:
+		dump_plan(k, f);
+		break;
+	default:
+		unreachable();
 	}
 	return 1;
 }
@@ -314,6 +332,7 @@ static int verify(Compile *k)
 	return 1;
 }
 
+/* Each pass returns nonzero where the pipeline stops: errors, or the dump asked for. */
 static void run_passes(Compile *k, const char *src, size_t len)
 {
 	if (parse(k, src, len) || dumped(k, PASS_PARSE))
