@@ -21,7 +21,7 @@
 
 #include "schedule.h"
 
-/* The registry row (sched_auto.c): the pass pipeline runs auto_search for it. */
+/* The registry row (sched_auto.c): its search hook runs auto_search. */
 extern const Schedule sched_auto;
 
 /* One (stage, mb) op kind index: AUTO_F, AUTO_B, AUTO_W; BW is B then W at once. */
@@ -151,20 +151,12 @@ typedef struct {
 int auto_zb_fill(const AutoModel *md, const int64_t *maxmem, SchedAct **acts, int *nacts,
                  AutoZbOut *out);
 
-/* The search (sched_auto.c), run by the pass pipeline before placement when the
- * program says `schedule auto;`.  On success it rewrites pr: placement (a list), the
- * stages' recompute flags (recompute_all), and out receives the winner's compute order
+/* The search (sched_auto.c's hook), run by the pass pipeline before placement when the
+ * program says `schedule auto;`.  On success out receives the winner: its placement,
+ * recomputation (a `recompute *` on top of the program's, or none), compute order
  * (heap, per pipeline index), its name for the plan's schedule line and the lowering's
  * communication tuning that won (both are tried).  explain, when not NULL, gets the
  * table of candidates (pipecc --explain).  Returns the number of errors reported to d. */
-typedef struct {
-	SchedAct **acts;
-	int *nacts;
-	char label[96];
-	int tune_overlap;
-} AutoChoice;
-
-int auto_search(Program *pr, Arena *a, Diag *d, FILE *explain, AutoChoice *out);
-void auto_choice_free(AutoChoice *ch, int pp);
+int auto_search(const Program *pr, Arena *a, Diag *d, FILE *explain, SchedChoice *out);
 
 #endif

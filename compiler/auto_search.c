@@ -59,7 +59,7 @@ typedef struct {
 } Setup;
 
 typedef struct {
-	Program *pr;
+	const Program *pr;
 	Arena *a;
 	Diag sink;
 	int64_t cap;
@@ -194,8 +194,8 @@ static void add_registry(Search *s, int k)
 	const Program *q = program_with(s, u->recompute);
 	for (int i = 0; i < sched_count; i++) {
 		const Schedule *sch = sched_registry[i];
-		if (sch == &sched_auto || sch->infer_place || !strcmp(sch->name, "csv"))
-			continue; // the given orders (custom, csv) are not ours to pick
+		if (sch->search || sch->given)
+			continue; // a search and the given orders (custom, csv) are not ours to pick
 		if (s->pr->place == PLACE_DEFAULT && sch->default_place != u->place)
 			continue;
 		SchedCtx c;
@@ -713,7 +713,7 @@ static void explain(FILE *f, const Search *s, const int *ix, int win, int nconf)
  * one, else loop and (two stages a rank) v; the program's recomputation and all. */
 static void make_setups(Search *s)
 {
-	Program *pr = s->pr;
+	const Program *pr = s->pr;
 	int pp = pr->dims[DIM_PP], places[2], np = 0;
 	if (pr->place != PLACE_DEFAULT)
 		places[np++] = pr->place;
@@ -834,20 +834,17 @@ static void none_fits(Search *s, Diag *d)
 	diag_note(d, at, "pipecc --explain lists every candidate with its peak");
 }
 
-static void take_winner(Search *s, Cand *w, AutoChoice *out)
+static void take_winner(Search *s, Cand *w, SchedChoice *out)
 {
 	Setup *u = &s->setups[w->setup];
-	Program *pr = s->pr;
 	out->acts = w->acts;
 	out->nacts = w->nacts;
 	w->acts = NULL;
 	w->nacts = NULL;
 	snprintf(out->label, sizeof out->label, "auto/%s", w->label);
 	out->tune_overlap = w->tune;
-	pr->place = PLACE_LIST;
-	pr->place_list = u->stage_pp;
-	if (u->recompute)
-		pr->recompute_all = (uint8_t)u->recompute;
+	out->stage_pp = u->stage_pp;
+	out->recompute = (uint8_t)u->recompute;
 }
 
 /* Frees what the search holds, on its way out or out of memory. */
@@ -870,7 +867,7 @@ static void search_free(Search *s)
 }
 
 /* The search proper (auto_search). */
-static int search_run(Search *s, Diag *d, FILE *ex, AutoChoice *out)
+static int search_run(Search *s, Diag *d, FILE *ex, SchedChoice *out)
 {
 	s->null = fopencookie(NULL, "w", (cookie_io_functions_t){.write = sink_write});
 	if (!s->null)
@@ -930,7 +927,7 @@ static int search_run(Search *s, Diag *d, FILE *ex, AutoChoice *out)
 	return errors;
 }
 
-int auto_search(Program *pr, Arena *a, Diag *d, FILE *ex, AutoChoice *out)
+int auto_search(const Program *pr, Arena *a, Diag *d, FILE *ex, SchedChoice *out)
 {
 	Search *s = calloc(1, sizeof *s);
 	if (!s)

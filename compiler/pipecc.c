@@ -1,9 +1,11 @@
-/* The pass pipeline, in one readable function (run_passes): parse and check, place,
- * schedule, lower, verify.  Each pass either succeeds or leaves diagnostics and stops
- * the pipeline; `--dump=PASS` prints the state after a pass.  Writing is the caller's.
- * Out of memory anywhere in the arena's passes jumps back to pipecc_compile (arena_oom),
- * which reports it as a diagnostic and frees the compilation; the lowering catches its
- * own (lower.c). */
+/* The pass pipeline, in one readable function (run_passes): parse and check, search
+ * (a registry row that searches, schedule auto, chooses what the passes after it take
+ * as given), place, schedule, lower, verify, and the memory check.  Each pass returns
+ * nonzero when it leaves diagnostics (or met an internal error), which stops the
+ * pipeline; `--dump=PASS` prints the state after a pass (dumped).  Writing is the
+ * caller's.  Out of memory anywhere in the arena's passes jumps back to pipecc_compile
+ * (arena_oom), which reports it as a diagnostic and frees the compilation; the lowering
+ * catches its own (lower.c). */
 #include "pipecc.h"
 
 #include <errno.h>
@@ -14,7 +16,6 @@
 #include "../plan/binary.h"
 #include "../plan/mem.h"
 #include "../plan/sysmem.h"
-#include "auto.h"
 #include "lower.h"
 #include "place.h"
 #include "program.h"
@@ -78,10 +79,16 @@ static void note_overrides(Diag *d, const Program *pr)
 typedef struct {
 	Arena arena;
 	jmp_buf oom;
-	SchedCtx c;
+	const char *file;
+	const PipeccOptions *o;
+	Diag *d;
 	Program *pr;
+	const Schedule *sched; // the program's registry row
+	SchedChoice choice;    // a row that searches: what it chose
+	SchedCtx c;
+	int line;    // lowering one pipeline line (not for a dump)
+	int tune;    // the lowering's communication tuning: the option's, or the search's
 	Plan *plan;  // once lowered, until it is returned
-	AutoChoice auto_choice; // schedule auto: the search's winner
 	int errors;  // errors located in the file, once the command line has its say; or -1
 } Compile;
 
@@ -170,31 +177,6 @@ static int too_big(const Program *pr, const int *stage_pp, int line, Diag *d)
 	return 1;
 }
 
-/* 1 (with the message) when schedule auto's clocks could pass what they count: its
- * models add a few times at once, each at most the step's work one op after another
- * (every F, B and W of every microbatch, a forward rebuilt by recomputation, each edge's
- * transfer both ways), so the search runs only while that is below PLAN_TIME_MAX / 2. */
-static int too_long(const Program *pr, Diag *d)
-{
-	double work = 0, m = pr->microbatches;
-	for (int s = 0; s < pr->nstages; s++) {
-		const int64_t *c = pr->stages[s].cost;
-		work += m * (2.0 * (double)c[0] + (double)c[1] + (double)c[2]);
-		int out = s + 1 < pr->nstages;
-		for (int k = 0; k < pr->nskips; k++)
-			out += pr->skips[k].src == s;
-		double bytes = (double)pr->rows * pr->stages[s].out * 4;
-		if (!pr->link_ideal)
-			work += 2 * m * out * ((double)pr->latency_ns + bytes * 1e9 / pr->bandwidth);
-	}
-	if (work < (double)(PLAN_TIME_MAX / 2))
-		return 0;
-	diag_error(d, pr->sched_loc, "schedule auto: the step's work adds up to %.3g ns one op "
-	           "after another, past 2^61 ns (73 years), more than the search's times can be "
-	           "counted in: shorten the costs", work);
-	return 1;
-}
-
 static void report_oom(Diag *d, int64_t ops, size_t failed)
 {
 	char t[512];
@@ -202,106 +184,166 @@ static void report_oom(Diag *d, int64_t ops, size_t failed)
 	d->nerrors++;
 }
 
-static void run_passes(Compile *k, const char *file, const char *src, size_t len,
-                       const PipeccOptions *o, Diag *d)
+static void dump_placement(const Program *pr, const SchedCtx *c, FILE *f)
 {
-	Arena *arena = &k->arena;
-	SchedCtx *c = &k->c;
-	FILE *dout = o->dump_out ? o->dump_out : stdout;
+	for (int i = 0; i < c->nstages; i++)
+		fprintf(f, "stage %d %s -> pp %d\n", i, pr->stages[i].name, c->stage_pp[i]);
+}
 
-	Program *pr = k->pr = front_parse(arena, d, file, src, len);
+/* The lowered plan, unverified, which is then dropped. */
+static void dump_plan(Compile *k, FILE *f)
+{
+	errno = 0;
+	if (plan_write(k->plan, f)) { // out of memory, or the stream failed
+		fprintf(k->d->out, "pipecc: cannot write the lowered plan: %s\n",
+		        errno ? plan_strerror(errno) : "write error");
+		k->d->nerrors++;
+	}
+	plan_free(k->plan);
+	k->plan = NULL;
+}
+
+/* --dump: after pass, when it is the one asked for, prints the state and says 1 (the
+ * pipeline stops there). */
+static int dumped(Compile *k, PipeccPass pass)
+{
+	FILE *f = k->o->dump_out ? k->o->dump_out : stdout;
+	if (k->o->dump != pass)
+		return 0;
+	switch (pass) {
+	case PASS_PARSE:
+		dump_program(k->pr, f);
+		break;
+	case PASS_PLACE:
+		dump_placement(k->pr, &k->c, f);
+		break;
+	case PASS_SCHEDULE:
+		dump_schedule(&k->c, f);
+		break;
+	case PASS_LOWER:
+		dump_plan(k, f);
+		break;
+	default:
+		unreachable();
+	}
+	return 1;
+}
+
+/* Parse and check, with the command line's overrides; finds the schedule's row. */
+static int parse(Compile *k, const char *src, size_t len)
+{
+	const PipeccOptions *o = k->o;
+	Diag *d = k->d;
+	Program *pr = k->pr = front_parse(&k->arena, d, k->file, src, len);
 	if (!pr)
-		return;
+		return 1;
 	ProgOverrides ov = {o->schedule, o->microbatches, o->from_csv};
-	if (front_override(arena, d, pr, &ov))
-		return;
+	if (front_override(&k->arena, d, pr, &ov))
+		return 1;
 	if (o->same_rank > 0)
 		pr->same_rank = o->same_rank - 1;
 	k->errors = d->nerrors - d->ncmdline_errors;
-	const Schedule *s = sched_find(pr->schedule);
-	if (!s)
+	if (!(k->sched = sched_find(pr->schedule)))
 		unreachable(); // the checker knows the registry
-	if (o->dump == PASS_PARSE) {
-		dump_program(pr, dout);
-		return;
-	}
-	int tune = o->tune_overlap, is_auto = s == &sched_auto;
-	int line = o->line && o->dump == PASS_NONE;
-	if (is_auto) { // rewrites the placement and recomputation to the winner's
-		if (too_big(pr, NULL, line, d) || too_long(pr, d) ||
-		    auto_search(pr, arena, d, o->explain ? stderr : NULL, &k->auto_choice))
-			return;
-		tune = k->auto_choice.tune_overlap;
-	} else if (o->explain) {
-		fprintf(stderr, "schedule %s is given: nothing to weigh ('schedule auto;' searches)\n",
-		        pr->schedule);
-	}
+	k->line = o->line && o->dump == PASS_NONE;
+	k->tune = o->tune_overlap;
+	return 0;
+}
 
-	*c = (SchedCtx){.prog = pr, .arena = arena, .diag = d, .pp = pr->dims[DIM_PP],
+/* A row that searches chooses the placement, recomputation, tuning and order, which
+ * the program then states as if it had written them (its schedule line too, for the
+ * plan: the search's name for its winner); any other row has nothing to weigh.  A
+ * search makes many orders: a plan whose ops alone could not fit is refused first. */
+static int search(Compile *k)
+{
+	Program *pr = k->pr;
+	SchedChoice *ch = &k->choice;
+	if (!k->sched->search) {
+		if (k->o->explain)
+			fprintf(stderr, "schedule %s is given: nothing to weigh ('schedule auto;' "
+			                "searches)\n", pr->schedule);
+		return 0;
+	}
+	if (too_big(pr, NULL, k->line, k->d) ||
+	    k->sched->search(pr, &k->arena, k->d, k->o->explain ? stderr : NULL, ch))
+		return 1;
+	pr->place = PLACE_LIST;
+	pr->place_list = ch->stage_pp;
+	if (ch->recompute)
+		pr->recompute_all = ch->recompute;
+	pr->schedule = arena_strdup(&k->arena, ch->label);
+	k->tune = ch->tune_overlap;
+	return 0;
+}
+
+/* Stage -> pipeline index, and the routes checked against it. */
+static int place(Compile *k)
+{
+	Arena *a = &k->arena;
+	Program *pr = k->pr;
+	SchedCtx *c = &k->c;
+	*c = (SchedCtx){.prog = pr, .arena = a, .diag = k->d, .pp = pr->dims[DIM_PP],
 	                .m = pr->microbatches, .nstages = pr->nstages};
-	c->stage_pp = arena_alloc(arena, (size_t)c->nstages * sizeof *c->stage_pp);
-	c->nacts = arena_alloc(arena, (size_t)c->pp * sizeof *c->nacts);
-	c->cap = arena_alloc(arena, (size_t)c->pp * sizeof *c->cap);
-	c->acts = arena_alloc(arena, (size_t)c->pp * sizeof *c->acts);
-	if (place_stages(c, s))
-		return;
-	if (route_check(arena, pr, c->stage_pp, d))
-		return;
-	if (o->dump == PASS_PLACE) {
-		for (int i = 0; i < c->nstages; i++)
-			fprintf(dout, "stage %d %s -> pp %d\n", i, pr->stages[i].name, c->stage_pp[i]);
-		return;
-	}
-	if (s->check(c) || (o->dump != PASS_SCHEDULE && too_big(pr, c->stage_pp, line, d)))
-		return;
-	s->fill(c);
-	for (int p = 0; is_auto && p < c->pp; p++)
-		for (int i = 0; i < k->auto_choice.nacts[p]; i++) {
-			const SchedAct *a = &k->auto_choice.acts[p][i];
-			sched_push(c, p, a->kind, a->stage, a->mb);
-		}
-	if (d->nerrors)
-		return;
-	if (o->dump == PASS_SCHEDULE) {
-		dump_schedule(c, dout);
-		return;
-	}
+	c->stage_pp = arena_alloc(a, (size_t)c->nstages * sizeof *c->stage_pp);
+	c->nacts = arena_alloc(a, (size_t)c->pp * sizeof *c->nacts);
+	c->cap = arena_alloc(a, (size_t)c->pp * sizeof *c->cap);
+	c->acts = arena_alloc(a, (size_t)c->pp * sizeof *c->acts);
+	return place_stages(c, k->sched) || route_check(a, pr, c->stage_pp, k->d);
+}
 
-	Plan *plan = k->plan = lower_program(pr, c, d, o->allow_deadlock, tune, line);
-	sched_free(c);
-	if (!plan)
-		return;
-	if (is_auto) { // the plan names what the search chose (docs/plan-format.md)
-		char *name = strdup(k->auto_choice.label);
-		if (!name)
-			arena_oom(arena, sizeof k->auto_choice.label);
-		free(plan->schedule);
-		plan->schedule = name;
-	}
-	plan->mem_cap = pr->mem_cap;
-	if (o->dump == PASS_LOWER) {
-		errno = 0;
-		if (plan_write(plan, dout)) { // out of memory, or the stream failed
-			fprintf(d->out, "pipecc: cannot write the lowered plan: %s\n",
-			        errno ? plan_strerror(errno) : "write error");
-			d->nerrors++;
-		}
-		plan_free(plan);
-		k->plan = NULL;
-		return;
-	}
+/* The compute order per pipeline index: the row's own, or the one its search chose.
+ * A plan whose ops alone could not fit is refused before the order grows. */
+static int schedule(Compile *k)
+{
+	const Schedule *s = k->sched;
+	SchedCtx *c = &k->c;
+	if ((s->check && s->check(c)) ||
+	    (k->o->dump != PASS_SCHEDULE && too_big(k->pr, c->stage_pp, k->line, k->d)))
+		return 1;
+	if (s->search)
+		sched_take(c, &k->choice);
+	else
+		s->fill(c);
+	return k->d->nerrors != 0;
+}
+
+/* The plan; the orders are dropped once it is made. */
+static int lower(Compile *k)
+{
+	k->plan = lower_program(k->pr, &k->c, k->d, k->o->allow_deadlock, k->tune, k->line);
+	sched_free(&k->c);
+	if (!k->plan)
+		return 1;
+	k->plan->mem_cap = k->pr->mem_cap;
+	return 0;
+}
+
+/* The lowering must only produce valid plans: a plan that fails is a compiler bug. */
+static int verify(Compile *k)
+{
 	PlanError err;
-	if (!o->allow_deadlock && plan_verify(plan, &err)) {
-		if (plan_error_is_oom(&err)) // not the plan's fault: report it as such
-			arena_oom(arena, 0);
-		/* The lowering must only produce valid plans: this is a compiler bug. */
-		fprintf(d->out, "%s: internal error: lowered plan fails verification: %s\n", file,
-		        err.msg);
-		d->nerrors++;
-		plan_free(plan);
-		k->plan = NULL;
-	}
-	if (k->plan && check_memory(pr, k->plan, d)) {
+	if (k->o->allow_deadlock || !plan_verify(k->plan, &err))
+		return 0;
+	if (plan_error_is_oom(&err)) // not the plan's fault: report it as such
+		arena_oom(&k->arena, 0);
+	fprintf(k->d->out, "%s: internal error: lowered plan fails verification: %s\n", k->file,
+	        err.msg);
+	k->d->nerrors++;
+	return 1;
+}
+
+/* Each pass returns nonzero where the pipeline stops: errors, or the dump asked for. */
+static void run_passes(Compile *k, const char *src, size_t len)
+{
+	if (parse(k, src, len) || dumped(k, PASS_PARSE))
+		return;
+	if (search(k) || place(k) || dumped(k, PASS_PLACE))
+		return;
+	if (schedule(k) || dumped(k, PASS_SCHEDULE))
+		return;
+	if (lower(k) || dumped(k, PASS_LOWER))
+		return;
+	if (verify(k) || check_memory(k->pr, k->plan, k->d)) {
 		plan_free(k->plan);
 		k->plan = NULL;
 	}
@@ -316,19 +358,20 @@ Plan *pipecc_compile(const char *file, const char *src, size_t len, const Pipecc
 		return NULL;
 	}
 	k->errors = -1;
+	k->file = file, k->o = o, k->d = d;
 	k->arena.oom = &k->oom;
 	if (setjmp(k->oom)) {
 		report_oom(d, estimated_ops(k), k->arena.failed);
 		plan_free(k->plan);
 		k->plan = NULL;
 	} else {
-		run_passes(k, file, src, len, o, d);
+		run_passes(k, src, len);
 	}
 	if (k->errors >= 0 && d->nerrors - d->ncmdline_errors > k->errors)
 		note_overrides(d, k->pr);
 	sched_free(&k->c);
 	if (k->pr)
-		auto_choice_free(&k->auto_choice, k->pr->dims[DIM_PP]);
+		sched_choice_free(&k->choice, k->pr->dims[DIM_PP]);
 	d->cmdline = NULL; // its text lives in the arena
 	arena_free(&k->arena);
 	Plan *plan = k->plan;

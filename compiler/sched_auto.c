@@ -1,6 +1,7 @@
 /* `schedule auto;`: the fastest plan pipecc can prove that fits the device.
  *
- * This file is the registry row; the search is auto_search.c.  The search (run by the pass pipeline before placement) weighs
+ * This file is the registry row, whose search hook guards and runs auto_search.c.  The
+ * search (run by the pass pipeline before placement) weighs
  *   - every registry schedule (the ones that build an order by themselves) whose check
  *     accepts the program's stages, microbatches and a placement it can serve (the
  *     program's placement when it writes one, else each schedule's default; the chunks
@@ -30,33 +31,39 @@
  * recomputation choice: the lowering stays the one place that knows them. */
 #include "auto.h"
 
-#include <stdlib.h>
-
-static int check(SchedCtx *c)
+/* 1 (with the message) when the search's clocks could pass what they count: its
+ * models add a few times at once, each at most the step's work one op after another
+ * (every F, B and W of every microbatch, a forward rebuilt by recomputation, each edge's
+ * transfer both ways), so the search runs only while that is below PLAN_TIME_MAX / 2. */
+static int too_long(const Program *pr, Diag *d)
 {
-	(void)c;
-	return 0;
+	double work = 0, m = pr->microbatches;
+	for (int s = 0; s < pr->nstages; s++) {
+		const int64_t *c = pr->stages[s].cost;
+		work += m * (2.0 * (double)c[0] + (double)c[1] + (double)c[2]);
+		int out = s + 1 < pr->nstages;
+		for (int k = 0; k < pr->nskips; k++)
+			out += pr->skips[k].src == s;
+		double bytes = (double)pr->rows * pr->stages[s].out * 4;
+		if (!pr->link_ideal)
+			work += 2 * m * out * ((double)pr->latency_ns + bytes * 1e9 / pr->bandwidth);
+	}
+	if (work < (double)(PLAN_TIME_MAX / 2))
+		return 0;
+	diag_error(d, pr->sched_loc, "schedule auto: the step's work adds up to %.3g ns one op "
+	           "after another, past 2^61 ns (73 years), more than the search's times can be "
+	           "counted in: shorten the costs", work);
+	return 1;
 }
 
-static void fill(SchedCtx *c)
+static int search(const Program *pr, Arena *a, Diag *d, FILE *explain, SchedChoice *out)
 {
-	(void)c; // the pass pipeline copies the search's order (auto_search)
+	return too_long(pr, d) ? 1 : auto_search(pr, a, d, explain, out);
 }
 
 const Schedule sched_auto = {
 	.name = "auto",
 	.default_place = PLACE_LOOP,
 	.placements = "any: the search tries each schedule's own",
-	.check = check,
-	.fill = fill,
+	.search = search,
 };
-
-void auto_choice_free(AutoChoice *ch, int pp)
-{
-	for (int p = 0; ch->acts && p < pp; p++)
-		free(ch->acts[p]);
-	free(ch->acts);
-	free(ch->nacts);
-	ch->acts = NULL;
-	ch->nacts = NULL;
-}

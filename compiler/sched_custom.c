@@ -740,6 +740,7 @@ static void fill_csv(SchedCtx *c)
 const Schedule sched_custom = {
 	.name = "custom",
 	.default_place = PLACE_LOOP,
+	.given = 1,
 	.placements = PLACEMENTS,
 	.infer_place = infer_place,
 	.check = check,
@@ -749,6 +750,7 @@ const Schedule sched_custom = {
 const Schedule sched_csv = {
 	.name = "csv",
 	.default_place = PLACE_LOOP,
+	.given = 1,
 	.placements = PLACEMENTS,
 	.infer_place = infer_place,
 	.check = check,

@@ -87,6 +87,25 @@ void sched_free(SchedCtx *c)
 	}
 }
 
+void sched_take(SchedCtx *c, const SchedChoice *ch)
+{
+	for (int p = 0; p < c->pp; p++)
+		for (int i = 0; i < ch->nacts[p]; i++) {
+			const SchedAct *a = &ch->acts[p][i];
+			sched_push(c, p, a->kind, a->stage, a->mb);
+		}
+}
+
+void sched_choice_free(SchedChoice *ch, int pp)
+{
+	for (int p = 0; ch->acts && p < pp; p++)
+		free(ch->acts[p]);
+	free(ch->acts);
+	free(ch->nacts);
+	ch->acts = NULL;
+	ch->nacts = NULL;
+}
+
 int sched_stages_on(const SchedCtx *c, int p)
 {
 	int n = 0;

@@ -1,9 +1,12 @@
 /* Schedules: each fills, per pipeline index, the order of compute actions (F, B, W,
  * BW) of the stages placed there.  Communication is not a schedule's business: the
  * lowering pass inserts it.  Adding a schedule is one file sched_NAME.c defining a
- * Schedule, plus one line in the table of schedule.c. */
+ * Schedule, plus one line in the table of schedule.c.  A row that searches (auto)
+ * chooses the placement, recomputation and tuning too. */
 #ifndef SCHEDULE_H
 #define SCHEDULE_H
+
+#include <stdio.h>
 
 #include "program.h"
 
@@ -50,9 +53,22 @@ typedef struct {
 	int *ncomms;         // (a CSV order with SEND/RECV cells fills them; arena memory)
 } SchedCtx;
 
+/* What a search chooses (Schedule.search): what the passes after it then take as
+ * given, as if the program had written it. */
+typedef struct {
+	int *stage_pp;       // placement: stage -> pipeline index (arena)
+	uint8_t recompute;   // PlanRecompute of a `recompute *` on top of the program's, or 0
+	int tune_overlap;    // the lowering's communication tuning (--tune=overlap)
+	SchedAct **acts;     // the compute order per pipeline index (heap: sched_choice_free)
+	int *nacts;
+	char label[96];      // the plan's schedule line: what was chosen
+} SchedChoice;
+
 typedef struct {
 	const char *name;
 	uint8_t default_place;  // PlaceKind used when the program writes none
+	uint8_t given;          // 1: the order is the program's own (custom, csv): no
+	                        // search picks this row, there is nothing to make
 	const char *placements; // words for errors: which placements work
 	/* Optional: fills c->stage_pp when the program writes no placement (custom
 	 * schedules infer it from where each stage appears); returns error count. */
@@ -62,6 +78,10 @@ typedef struct {
 	int (*check)(SchedCtx *c);
 	/* Fills c->acts; only called after check() found no error. */
 	void (*fill)(SchedCtx *c);
+	/* Instead of check and fill, a row may search (schedule auto): before placement it
+	 * chooses the placement, recomputation, tuning and order into *out, explain (when
+	 * not NULL) getting what it weighed, and returns the errors it reported to d. */
+	int (*search)(const Program *pr, Arena *a, Diag *d, FILE *explain, SchedChoice *out);
 } Schedule;
 
 extern const Schedule *const sched_registry[];
@@ -80,6 +100,10 @@ static inline Loc sched_loc(const SchedCtx *c, int pp, const SchedAct *a)
 void sched_drop_locs(SchedCtx *c);
 /* Frees the compute orders (c->acts, c->locs). */
 void sched_free(SchedCtx *c);
+/* Pushes a search's order (ch->acts) onto c's. */
+void sched_take(SchedCtx *c, const SchedChoice *ch);
+/* Frees a search's order (ch->acts) of pp pipeline indices. */
+void sched_choice_free(SchedChoice *ch, int pp);
 /* Number of stages placed on pipeline index p. */
 int sched_stages_on(const SchedCtx *c, int p);
 

@@ -578,8 +578,7 @@ static void auto__lowering__given_orders_compile_to_their_asap_time(void **state
 				for (int m = p; m <= 4 * p; m *= 2)
 					for (int lat = 1; lat <= 2; lat++) {
 						const Schedule *sch = k < sched_count ? sched_registry[k] : NULL;
-						if (sch ? sch == &sched_auto || sch->infer_place ||
-						          !strcmp(sch->name, "csv") || lat > 1 || p > 4
+						if (sch ? sch->search || sch->given || lat > 1 || p > 4
 						        : p < 4 || m > 2 * p)
 							continue;
 						char body[64], *order = NULL;

@@ -240,6 +240,29 @@ static void sched__every_schedule__each_action_once_in_order(void **state)
 	assert_true(checked > 300);
 }
 
+/* A row makes its order (check and fill) or searches for one, never both; a row that
+ * takes a given order infers its placement from it and is no search.  Each kind has a
+ * row, so the loop ran on something. */
+static void sched__registry__rows_make_or_search(void **state)
+{
+	(void)state;
+	int given = 0, search = 0, make = 0;
+	for (int k = 0; k < sched_count; k++) {
+		const Schedule *s = sched_registry[k];
+		if (s->search) {
+			assert_true(!s->check && !s->fill && !s->given);
+			search++;
+		} else {
+			assert_true(s->check && s->fill);
+			make++;
+		}
+		if (s->given)
+			assert_non_null(s->infer_place);
+		given += s->given;
+	}
+	assert_true(given > 0 && search > 0 && make > given);
+}
+
 static void sched__gpipe_and_loopedbfs__forwards_first(void **state)
 {
 	(void)state;
@@ -1280,6 +1303,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(sched__every_schedule__each_action_once_in_order),
+		cmocka_unit_test(sched__registry__rows_make_or_search),
 		cmocka_unit_test(sched__gpipe_and_loopedbfs__forwards_first),
 		cmocka_unit_test(sched__1f1b_zbh1_zbh2__warmup_and_split),
 		cmocka_unit_test(sched__interleaved__megatron_order),
