@@ -8,6 +8,7 @@
 #include "binary_int.h"
 #include "par.h"
 #include "sysmem.h"
+#include "checksum.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -22,6 +22,7 @@
 #include "../plan/binary.h"
 #include "../plan/par_out.h"
 #include "../plan/plan.h"
+#include "../plan/checksum.h"
 #include "plan_lib.h"
 
 #define FNV_PLAN "tests/plans/good/tiny-fnv1a.plan" // written by pipecc before lanes4

@@ -20,6 +20,7 @@
 #include "../plan/par.h"
 #include "../plan/read_int.h"
 #include "plan_lib.h"
+#include "../plan/checksum.h"
 
 static char tmp_path[64];
 
