@@ -22,6 +22,7 @@
 #include "../plan/par.h"
 #include "../plan/par_out.h"
 #include "../sim/sim.h"
+#include "../plan/block.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -38,6 +38,7 @@
 #include "../plan/mem.h"
 #include "../plan/par.h"
 #include "../plan/tfcount.h"
+#include "../plan/block.h"
 
 #include <math.h>
 #include <stdio.h>

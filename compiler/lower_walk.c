@@ -5,6 +5,7 @@
  * A step costs what happens in it: rank sets name the ranks each phase concerns, and ops
  * are written straight into the lists reserve_ops sized. */
 #include "lower_int.h"
+#include "../plan/block.h"
 
 #include <stdio.h>
 #include <stdlib.h>

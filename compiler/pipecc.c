@@ -5,6 +5,7 @@
  * which reports it as a diagnostic and frees the compilation; the lowering catches its
  * own (lower.c). */
 #include "pipecc.h"
+#include "../plan/block.h"
 
 #include <errno.h>
 #include <setjmp.h>

@@ -9,6 +9,7 @@
 #include "par.h"
 #include "sysmem.h"
 #include "checksum.h"
+#include "block.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -4,6 +4,7 @@
  * the rank line's count when the rest of the file can hold that many op lines. */
 #include "read_int.h"
 #include "checksum.h"
+#include "block.h"
 
 #include <errno.h>
 #include <stdarg.h>

@@ -11,6 +11,7 @@
  * and reads the file again on one thread, which reports what it always did. */
 #include "read_int.h"
 #include "checksum.h"
+#include "block.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -6,6 +6,7 @@
  * (evenly when the stage has none of a kind), cumulatively rounded, so the parts of a
  * stage sum to its costs exactly.  Saved bytes are the parts' own layers'. */
 #include "plan.h"
+#include "block.h"
 
 #include <math.h>
 #include <stdlib.h>

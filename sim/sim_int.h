@@ -9,6 +9,7 @@
 #define SIM_INT_H
 
 #include "sim.h"
+#include "../plan/block.h"
 
 enum {
 	AG_READY,   // runnable or running

@@ -20,6 +20,7 @@
 #include "../plan/sysmem.h"
 #include "../runtime/rt_private.h"
 #include "plan_lib.h" // compile_pipe
+#include "../plan/block.h"
 
 static void hostmem__meminfo__available_plus_swap(void **state)
 {

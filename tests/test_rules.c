@@ -18,6 +18,7 @@
 #include "../compiler/pipecc.h"
 #include "../plan/par.h"
 #include "../plan/rules.h"
+#include "../plan/block.h"
 
 #include "lower_lib.h"
 #include "plan_lib.h"
