@@ -23,6 +23,7 @@
 #include "../plan/par_out.h"
 #include "../sim/sim.h"
 #include "../plan/block.h"
+#include "../plan/thp.h"
 
 #include <stdlib.h>
 #include <string.h>

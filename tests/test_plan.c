@@ -24,6 +24,7 @@
 #include "../plan/plan.h"
 #include "../plan/checksum.h"
 #include "../plan/block.h"
+#include "../plan/thp.h"
 #include "plan_lib.h"
 
 #define FNV_PLAN "tests/plans/good/tiny-fnv1a.plan" // written by pipecc before lanes4
