@@ -11,6 +11,7 @@
  * varints are minimal), so binary -> plan -> binary gives back the same bytes. */
 #include "binary_int.h"
 #include "checksum.h"
+#include "prefetch.h"
 
 #include "par.h"
 #include "par_out.h"

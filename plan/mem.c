@@ -14,6 +14,7 @@
 #include "mem.h"
 #include "par.h"
 #include "tfcount.h"
+#include "prefetch.h"
 
 #include <stdlib.h>
 

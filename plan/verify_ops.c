@@ -21,6 +21,7 @@
  * checked. */
 #include "par.h"
 #include "verify.h"
+#include "prefetch.h"
 
 #include <pthread.h>
 #include <stdlib.h>

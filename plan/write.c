@@ -6,6 +6,7 @@
  * line, fixed in length, goes into its place last); into a pipe twice. */
 #include "plan.h"
 #include "checksum.h"
+#include "prefetch.h"
 
 #include "par.h"
 #include "par_out.h"

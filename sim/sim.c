@@ -17,6 +17,7 @@
  * Times saturate instead of overflowing, so any plan the reader accepts runs safely. */
 #include "../plan/par.h"
 #include "p2p.h"
+#include "../plan/prefetch.h"
 
 #include <math.h>
 #include <stdlib.h>
