@@ -8,6 +8,7 @@
 #include "../plan/sysmem.h"
 #include "pipecc.h"
 #include "schedule.h"
+#include "../plan/oom.h"
 
 #include <errno.h>
 #include <inttypes.h>

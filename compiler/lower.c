@@ -39,6 +39,7 @@
 #include "../plan/par.h"
 #include "../plan/tfcount.h"
 #include "../plan/block.h"
+#include "../plan/oom.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -6,6 +6,7 @@
  * own (lower.c). */
 #include "pipecc.h"
 #include "../plan/block.h"
+#include "../plan/oom.h"
 
 #include <errno.h>
 #include <setjmp.h>

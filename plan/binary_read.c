@@ -10,6 +10,7 @@
 #include "sysmem.h"
 #include "checksum.h"
 #include "block.h"
+#include "oom.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -10,6 +10,7 @@
 #include "mem.h"
 #include "plan.h"
 #include "checksum.h"
+#include "oom.h"
 #include "read_int.h"
 #include "read_op.h"
 #include "tfcount.h"

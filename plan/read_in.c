@@ -5,6 +5,7 @@
 #include "read_int.h"
 #include "checksum.h"
 #include "block.h"
+#include "oom.h"
 
 #include <errno.h>
 #include <stdarg.h>

@@ -5,6 +5,7 @@
 #include "sim_int.h"
 #include "../plan/par.h"
 #include "../plan/block.h"
+#include "../plan/oom.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -18,6 +18,7 @@
 #include "../plan/par.h"
 #include "p2p.h"
 #include "../plan/prefetch.h"
+#include "../plan/oom.h"
 
 #include <math.h>
 #include <stdlib.h>
