@@ -40,6 +40,7 @@
 #include "../plan/tfcount.h"
 #include "../plan/block.h"
 #include "../plan/oom.h"
+#include "../plan/tie.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -6,6 +6,7 @@
  * are written straight into the lists reserve_ops sized. */
 #include "lower_int.h"
 #include "../plan/block.h"
+#include "../plan/tie.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -22,6 +22,7 @@
 #include "par.h"
 #include "verify.h"
 #include "prefetch.h"
+#include "tie.h"
 
 #include <pthread.h>
 #include <stdlib.h>

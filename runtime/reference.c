@@ -27,6 +27,7 @@
  * far a run that differs by rounding may be (check.c, docs/runtime.md "--check and its
  * bound"). */
 #include "rt_private.h"
+#include "../plan/tie.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -6,6 +6,7 @@
 #include "../plan/par.h"
 #include "../plan/block.h"
 #include "../plan/oom.h"
+#include "../plan/tie.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -19,6 +19,7 @@
 #include "../plan/par.h"
 #include "../plan/rules.h"
 #include "../plan/block.h"
+#include "../plan/tie.h"
 
 #include "lower_lib.h"
 #include "plan_lib.h"
