@@ -9,6 +9,7 @@
 #include "pipecc.h"
 #include "schedule.h"
 #include "../plan/oom.h"
+#include "../plan/line.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -41,6 +41,7 @@
 #include "../plan/block.h"
 #include "../plan/oom.h"
 #include "../plan/tie.h"
+#include "../plan/line.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -7,6 +7,7 @@
 #include "pipecc.h"
 #include "../plan/block.h"
 #include "../plan/oom.h"
+#include "../plan/line.h"
 
 #include <errno.h>
 #include <setjmp.h>

@@ -10,6 +10,7 @@
  * functions are the only place that knows this; the lowering, the reader, the writer,
  * pipesim --expand and piperun all go through them. */
 #include "plan.h"
+#include "line.h"
 #include "sysmem.h"
 
 #include <errno.h>

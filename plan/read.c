@@ -11,6 +11,7 @@
 #include "plan.h"
 #include "checksum.h"
 #include "oom.h"
+#include "line.h"
 #include "read_int.h"
 #include "read_op.h"
 #include "tfcount.h"

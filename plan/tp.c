@@ -7,6 +7,7 @@
  * stage sum to its costs exactly.  Saved bytes are the parts' own layers'. */
 #include "plan.h"
 #include "block.h"
+#include "line.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -11,6 +11,7 @@
  * `rank R op I (line L) \`TEXT\``. */
 #include "verify.h"
 #include "tie.h"
+#include "line.h"
 
 #include <stdarg.h>
 #include <stdio.h>

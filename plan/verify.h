@@ -4,6 +4,7 @@
 #define PLAN_VERIFY_H
 
 #include "plan.h"
+#include "line.h"
 #include "rules.h"
 
 #include <stddef.h>

@@ -7,6 +7,7 @@
 #include "plan.h"
 #include "checksum.h"
 #include "prefetch.h"
+#include "line.h"
 
 #include "par.h"
 #include "par_out.h"

@@ -27,6 +27,7 @@
  * wake), and the launcher then ends the whole job. */
 #include "rt_private.h"
 #include "../plan/tie.h"
+#include "../plan/line.h"
 
 #include <mpi.h>
 #include <sched.h>

@@ -27,6 +27,7 @@
 
 #include "cuda_dev.h"
 extern "C" {
+#include "../plan/line.h"
 #include "../plan/tie.h"
 }
 

@@ -13,6 +13,7 @@
  * bound refuses no run that fits; --no-memory-check skips the check. */
 #include "rt_private.h"
 #include "../plan/block.h"
+#include "../plan/line.h"
 
 #include "../plan/mem.h"
 #include "../plan/sysmem.h"

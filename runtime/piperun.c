@@ -6,6 +6,7 @@
  * process prints what every process would. */
 #include "piperun.h"
 #include "../plan/oom.h"
+#include "../plan/line.h"
 
 #include <inttypes.h>
 #include <math.h>

@@ -28,6 +28,7 @@
  * bound"). */
 #include "rt_private.h"
 #include "../plan/tie.h"
+#include "../plan/line.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -6,6 +6,7 @@
 #include "../plan/par.h"
 #include "pipesim.h"
 #include "../plan/oom.h"
+#include "../plan/line.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -14,6 +14,7 @@
 
 #include "../compiler/pipecc.h"
 #include "../plan/binary.h"
+#include "../plan/line.h"
 
 #include "lower_lib.h"
 
