@@ -42,6 +42,7 @@
 #include "../plan/oom.h"
 #include "../plan/tie.h"
 #include "../plan/line.h"
+#include "../plan/tp.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -15,6 +15,7 @@
 #include "par.h"
 #include "tfcount.h"
 #include "prefetch.h"
+#include "tp.h"
 
 #include <stdlib.h>
 

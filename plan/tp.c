@@ -8,6 +8,7 @@
 #include "plan.h"
 #include "block.h"
 #include "line.h"
+#include "tp.h"
 
 #include <math.h>
 #include <stdlib.h>

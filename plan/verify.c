@@ -12,6 +12,7 @@
 #include "verify.h"
 #include "tie.h"
 #include "line.h"
+#include "tp.h"
 
 #include <stdarg.h>
 #include <stdio.h>

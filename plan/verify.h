@@ -5,6 +5,7 @@
 
 #include "plan.h"
 #include "line.h"
+#include "tp.h"
 #include "rules.h"
 
 #include <stddef.h>

@@ -23,6 +23,7 @@
 #include "verify.h"
 #include "prefetch.h"
 #include "tie.h"
+#include "tp.h"
 
 #include <pthread.h>
 #include <stdlib.h>

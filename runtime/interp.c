@@ -20,6 +20,7 @@
  * whole F or B when its last part or TPREDUCE completes. */
 #include "rt_private.h"
 #include "../plan/tie.h"
+#include "../plan/tp.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -3,6 +3,7 @@
  * predecessor from the op that finished last. */
 #include "sim_int.h"
 #include "../plan/line.h"
+#include "../plan/tp.h"
 
 #include <stdlib.h>
 

@@ -7,6 +7,7 @@
 #include "../plan/block.h"
 #include "../plan/oom.h"
 #include "../plan/tie.h"
+#include "../plan/tp.h"
 #include "../plan/line.h"
 
 #include <stdio.h>

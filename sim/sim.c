@@ -19,6 +19,7 @@
 #include "p2p.h"
 #include "../plan/prefetch.h"
 #include "../plan/oom.h"
+#include "../plan/tp.h"
 
 #include <math.h>
 #include <stdlib.h>

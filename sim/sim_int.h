@@ -10,6 +10,7 @@
 
 #include "sim.h"
 #include "../plan/block.h"
+#include "../plan/tp.h"
 
 enum {
 	AG_READY,   // runnable or running

@@ -17,6 +17,7 @@
  * the plan and the recorded times only, so the output is deterministic. */
 #include "sim.h"
 #include "../plan/line.h"
+#include "../plan/tp.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -20,6 +20,7 @@
 #include "../plan/rules.h"
 #include "../plan/block.h"
 #include "../plan/tie.h"
+#include "../plan/tp.h"
 
 #include "lower_lib.h"
 #include "plan_lib.h"
