@@ -43,6 +43,7 @@
 #include "../plan/tie.h"
 #include "../plan/line.h"
 #include "../plan/tp.h"
+#include "../plan/sizes.h"
 
 #include <math.h>
 #include <stdio.h>

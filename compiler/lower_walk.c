@@ -7,6 +7,7 @@
 #include "lower_int.h"
 #include "../plan/block.h"
 #include "../plan/tie.h"
+#include "../plan/sizes.h"
 
 #include <stdio.h>
 #include <stdlib.h>

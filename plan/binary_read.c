@@ -11,6 +11,7 @@
 #include "checksum.h"
 #include "block.h"
 #include "oom.h"
+#include "sizes.h"
 
 #include <errno.h>
 #include <inttypes.h>

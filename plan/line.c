@@ -11,6 +11,7 @@
  * pipesim --expand and piperun all go through them. */
 #include "plan.h"
 #include "line.h"
+#include "sizes.h"
 #include "sysmem.h"
 
 #include <errno.h>

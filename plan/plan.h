@@ -302,7 +302,6 @@ Plan *plan_read_file_as(const char *path, unsigned keep, PlanError *err);
 int plan_verify(const Plan *p, PlanError *err);
 
 /* Until each file includes the headers it uses: */
-#include "sizes.h"
 #include "op_line.h"
 
 #endif

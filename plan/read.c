@@ -12,6 +12,7 @@
 #include "checksum.h"
 #include "oom.h"
 #include "line.h"
+#include "sizes.h"
 #include "read_int.h"
 #include "read_op.h"
 #include "tfcount.h"

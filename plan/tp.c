@@ -9,6 +9,7 @@
 #include "block.h"
 #include "line.h"
 #include "tp.h"
+#include "sizes.h"
 
 #include <math.h>
 #include <stdlib.h>

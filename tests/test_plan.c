@@ -25,6 +25,7 @@
 #include "../plan/checksum.h"
 #include "../plan/block.h"
 #include "../plan/thp.h"
+#include "../plan/sizes.h"
 #include "plan_lib.h"
 
 #define FNV_PLAN "tests/plans/good/tiny-fnv1a.plan" // written by pipecc before lanes4

@@ -21,6 +21,7 @@
 #include "../plan/block.h"
 #include "../plan/tie.h"
 #include "../plan/tp.h"
+#include "../plan/sizes.h"
 
 #include "lower_lib.h"
 #include "plan_lib.h"
