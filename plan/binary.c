@@ -12,6 +12,7 @@
 #include "binary_int.h"
 #include "checksum.h"
 #include "prefetch.h"
+#include "op_line.h"
 
 #include "par.h"
 #include "par_out.h"

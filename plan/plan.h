@@ -301,7 +301,4 @@ Plan *plan_read_file_as(const char *path, unsigned keep, PlanError *err);
  * "Invariants").  Returns 0 when they hold, else -1 with the first violation in err. */
 int plan_verify(const Plan *p, PlanError *err);
 
-/* Until each file includes the headers it uses: */
-#include "op_line.h"
-
 #endif

@@ -10,6 +10,7 @@
 #include "line.h"
 #include "tp.h"
 #include "sizes.h"
+#include "op_line.h"
 
 #include <math.h>
 #include <stdlib.h>

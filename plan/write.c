@@ -8,6 +8,7 @@
 #include "checksum.h"
 #include "prefetch.h"
 #include "line.h"
+#include "op_line.h"
 
 #include "par.h"
 #include "par_out.h"
