@@ -22,6 +22,8 @@
 #include "../plan/par.h"
 #include "../plan/par_out.h"
 #include "../sim/sim.h"
+#include "../plan/block.h"
+#include "../plan/thp.h"
 
 #include <stdlib.h>
 #include <string.h>

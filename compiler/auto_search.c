@@ -10,6 +10,7 @@
  * it holds (search_free) and reports it as every pass does (arena_oom), rather than
  * pick another winner than the one it would have picked. */
 #include "auto.h"
+#include "../plan/oom.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -8,6 +8,8 @@
 #include "../plan/sysmem.h"
 #include "pipecc.h"
 #include "schedule.h"
+#include "../plan/oom.h"
+#include "../plan/line.h"
 
 #include <errno.h>
 #include <inttypes.h>

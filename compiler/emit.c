@@ -4,6 +4,7 @@
  * the sender stage for SEND, the receiver stage for RECV. */
 #include "pipecc.h"
 #include "../plan/mem.h"
+#include "../plan/line.h"
 
 #include <errno.h>
 #include <inttypes.h>

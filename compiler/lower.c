@@ -38,6 +38,12 @@
 #include "../plan/mem.h"
 #include "../plan/par.h"
 #include "../plan/tfcount.h"
+#include "../plan/block.h"
+#include "../plan/oom.h"
+#include "../plan/tie.h"
+#include "../plan/line.h"
+#include "../plan/tp.h"
+#include "../plan/sizes.h"
 
 #include <math.h>
 #include <stdio.h>

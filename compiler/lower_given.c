@@ -13,6 +13,7 @@
  * sends to self, a stage without REDUCE_GRAD) keeps the walk's place relative to the
  * compute ops, with its group. */
 #include "lower.h"
+#include "../plan/op_line.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -5,6 +5,9 @@
  * A step costs what happens in it: rank sets name the ranks each phase concerns, and ops
  * are written straight into the lists reserve_ops sized. */
 #include "lower_int.h"
+#include "../plan/block.h"
+#include "../plan/tie.h"
+#include "../plan/sizes.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -22,6 +22,7 @@
 
 #include "pipecc.h"
 #include "sched_common.h"
+#include "../plan/oom.h"
 
 enum { CONTEXT = 3 }; // actions shown on each side in a note
 

@@ -7,6 +7,7 @@
 #define PLAN_BINARY_H
 
 #include "plan.h"
+#include "checksum.h"
 #include "read_op.h"
 
 #define PLAN_BIN_MAGIC "\x89PCP\r\n\x1a\n" // 8 bytes; the first is never a text plan's

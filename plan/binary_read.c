@@ -8,6 +8,10 @@
 #include "binary_int.h"
 #include "par.h"
 #include "sysmem.h"
+#include "checksum.h"
+#include "block.h"
+#include "oom.h"
+#include "sizes.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -16,6 +16,7 @@
  * are, which lanes4's four chains through the whole text cannot (a reader with threads
  * hashes a 500 MiB plan in a few ms instead of 40). */
 #include "plan.h"
+#include "checksum.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "par_out.h"
 #include "plan.h"
+#include "oom.h"
 
 #include <errno.h>
 #include <getopt.h>

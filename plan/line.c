@@ -10,6 +10,8 @@
  * functions are the only place that knows this; the lowering, the reader, the writer,
  * pipesim --expand and piperun all go through them. */
 #include "plan.h"
+#include "line.h"
+#include "sizes.h"
 #include "sysmem.h"
 
 #include <errno.h>
@@ -312,4 +314,38 @@ int plan_line_uniform(const Plan *p)
 			return 0;
 	}
 	return 1;
+}
+
+/* In a line plan ranks are pipeline indices of line 0 (dp = tp = 0): other
+ * coordinates name no rank of the plan (-1). */
+int plan_rank_of(const Plan *p, const int coord[DIM_COUNT])
+{
+	if (p->line)
+		return coord[DIM_DP] || coord[DIM_TP] ? -1 : coord[DIM_PP];
+	return plan_mesh_rank(p, coord);
+}
+
+void plan_coords_of(const Plan *p, int rank, int coord[DIM_COUNT])
+{
+	if (p->line) {
+		coord[DIM_PP] = rank;
+		coord[DIM_DP] = coord[DIM_TP] = 0;
+		return;
+	}
+	plan_mesh_coords(p, rank, coord);
+}
+
+int plan_dim_members(const Plan *p, int rank, int dim, int *out)
+{
+	if (p->line && dim != DIM_PP) { // the other members run on other lines
+		out[0] = rank;
+		return 1;
+	}
+	int c[DIM_COUNT];
+	plan_coords_of(p, rank, c);
+	for (int i = 0; i < p->dims[dim]; i++) {
+		c[dim] = i;
+		out[i] = plan_rank_of(p, c);
+	}
+	return p->dims[dim];
 }

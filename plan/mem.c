@@ -14,6 +14,8 @@
 #include "mem.h"
 #include "par.h"
 #include "tfcount.h"
+#include "prefetch.h"
+#include "tp.h"
 
 #include <stdlib.h>
 

@@ -9,6 +9,10 @@
  * are parsed on workers instead (read_par.c, plan_read_text_as). */
 #include "mem.h"
 #include "plan.h"
+#include "checksum.h"
+#include "oom.h"
+#include "line.h"
+#include "sizes.h"
 #include "read_int.h"
 #include "read_op.h"
 #include "tfcount.h"

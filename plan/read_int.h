@@ -6,6 +6,7 @@
 
 #include "par.h"
 #include "plan.h"
+#include "checksum.h"
 #include "read_op.h"
 
 /* Bytes read at a time: small enough that the checksum and the parse find the copy in

@@ -17,6 +17,7 @@
  * The files are read under a root folder (the real one is ""), so tests give a made-up
  * /proc and /sys. */
 #include "plan.h"
+#include "block.h"
 #include "sysmem.h"
 
 #include <stdio.h>

@@ -11,6 +11,7 @@
  * host.  PIPECC_HUGE_PAGES=1 or 0 overrides the answer.  The same fact sizes the plan
  * writers' write() calls (plan_write_piece, par_out.h). */
 #include "plan.h"
+#include "thp.h"
 
 #include <dirent.h>
 #include <pthread.h>

@@ -6,6 +6,11 @@
  * (evenly when the stage has none of a kind), cumulatively rounded, so the parts of a
  * stage sum to its costs exactly.  Saved bytes are the parts' own layers'. */
 #include "plan.h"
+#include "block.h"
+#include "line.h"
+#include "tp.h"
+#include "sizes.h"
+#include "op_line.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,6 +1,7 @@
 /* The shared Chrome trace writer (see trace.h).  Events are written as they come; the
  * format allows any order, and both tools give them per rank in op order. */
 #include "trace.h"
+#include "line.h"
 
 #include <inttypes.h>
 

@@ -10,6 +10,9 @@
  * how it keeps this order).  The first violation is reported; messages name ops as
  * `rank R op I (line L) \`TEXT\``. */
 #include "verify.h"
+#include "tie.h"
+#include "line.h"
+#include "tp.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -4,6 +4,8 @@
 #define PLAN_VERIFY_H
 
 #include "plan.h"
+#include "line.h"
+#include "tp.h"
 #include "rules.h"
 
 #include <stddef.h>

@@ -21,6 +21,9 @@
  * checked. */
 #include "par.h"
 #include "verify.h"
+#include "prefetch.h"
+#include "tie.h"
+#include "tp.h"
 
 #include <pthread.h>
 #include <stdlib.h>

@@ -6,6 +6,7 @@
  * The accessors exist for the CUDA parts, which are C++ and see RtWorld and RtRank as
  * incomplete types (their atomics are C11's); C parts may use the fields directly. */
 #include "rt_private.h"
+#include "../plan/line.h"
 
 #include <stdarg.h>
 #include <stdio.h>

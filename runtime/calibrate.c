@@ -13,6 +13,7 @@
  * same steps, so a prediction from these costs can be compared with the very run
  * that measured them (bench/bench_runtime.sh). */
 #include "rt_private.h"
+#include "../plan/line.h"
 
 #include <inttypes.h>
 #include <stdlib.h>

@@ -9,6 +9,7 @@
  * (every weight moved one ulp before each step) from the reference, plus RT_CHECK_FLOOR.
  * The shadow runs only when an error exceeds the floor. */
 #include "rt_private.h"
+#include "../plan/line.h"
 
 #include <math.h>
 #include <stdlib.h>

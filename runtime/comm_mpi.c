@@ -26,6 +26,8 @@
  * rt_aborted() between polls: the watchdog can end a deadlock (abort has nothing to
  * wake), and the launcher then ends the whole job. */
 #include "rt_private.h"
+#include "../plan/tie.h"
+#include "../plan/line.h"
 
 #include <mpi.h>
 #include <sched.h>

@@ -26,6 +26,10 @@
 #include <string.h>
 
 #include "cuda_dev.h"
+extern "C" {
+#include "../plan/line.h"
+#include "../plan/tie.h"
+}
 
 enum { NCOMM = 2 + DIM_COUNT }; // [0] the world, [1 + d] mesh dimension d, then the tie
 enum { CI_TIE = 1 + DIM_COUNT }; // the embedding group (plan_tie_peer)

@@ -21,6 +21,7 @@
  * end every wait.  A mismatched pair (different edge, microbatch, direction or size)
  * fails the whole world with a message naming both ops. */
 #include "rt_private.h"
+#include "../plan/line.h"
 
 #include <pthread.h>
 #include <sched.h>

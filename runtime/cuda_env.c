@@ -2,6 +2,7 @@
  * ranks of one host share a GPU, the text of a failed library call.  Plain C with no
  * CUDA headers, built and tested everywhere; device_cuda.cu and comm_nccl.cu call it. */
 #include "cuda_env.h"
+#include "../plan/line.h"
 
 #include <stdio.h>
 #include <stdlib.h>

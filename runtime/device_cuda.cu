@@ -19,6 +19,9 @@
 #include <time.h>
 
 #include "cuda_dev.h"
+extern "C" {
+#include "../plan/line.h"
+}
 
 /* ---- the process ---- */
 

@@ -12,6 +12,8 @@
  * saved activations), which runs after the ranks have ended.  A need that is only a
  * bound refuses no run that fits; --no-memory-check skips the check. */
 #include "rt_private.h"
+#include "../plan/block.h"
+#include "../plan/line.h"
 
 #include "../plan/mem.h"
 #include "../plan/sysmem.h"

@@ -19,6 +19,8 @@
  * (plan_part_apply) orders them as the verifier does, and the dependency rules see a
  * whole F or B when its last part or TPREDUCE completes. */
 #include "rt_private.h"
+#include "../plan/tie.h"
+#include "../plan/tp.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -14,6 +14,7 @@
  * (plan_layer_figures_tp): what a rank keeps is what the simulator predicts.  One
  * stage's compute over the model is stage.c's. */
 #include "rt_private.h"
+#include "../plan/tie.h"
 
 #include <math.h>
 #include <stdarg.h>

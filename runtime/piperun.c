@@ -5,6 +5,8 @@
  * the trace through cli_write (whole or not at all).  Under a launcher only the first
  * process prints what every process would. */
 #include "piperun.h"
+#include "../plan/oom.h"
+#include "../plan/line.h"
 
 #include <inttypes.h>
 #include <math.h>

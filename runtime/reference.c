@@ -27,6 +27,8 @@
  * far a run that differs by rounding may be (check.c, docs/runtime.md "--check and its
  * bound"). */
 #include "rt_private.h"
+#include "../plan/tie.h"
+#include "../plan/line.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -14,6 +14,7 @@
  * others, and rt_world_report() tells the story: errors as `plan:line: error: ...`
  * naming the op, a watchdog timeout as every rank's blocked ops. */
 #include "rt_private.h"
+#include "../plan/line.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -3,6 +3,7 @@
  * pipesim's single step, every step run is there, one after the other; args carry the
  * step.  Times are microseconds since the world started (on the root's clock). */
 #include "rt_private.h"
+#include "../plan/line.h"
 
 #include "../plan/trace.h"
 

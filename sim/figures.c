@@ -2,6 +2,8 @@
  * collectives) and the critical path, walked back through each op's binding
  * predecessor from the op that finished last. */
 #include "sim_int.h"
+#include "../plan/line.h"
+#include "../plan/tp.h"
 
 #include <stdlib.h>
 

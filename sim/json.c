@@ -4,6 +4,7 @@
  * it is small and its key order is part of the documented output. */
 #include "sim.h"
 #include "../plan/mem.h"
+#include "../plan/line.h"
 
 #include <inttypes.h>
 #include <stdlib.h>

@@ -6,6 +6,7 @@
  * stream puts the tensors it produces and takes the receives, the comm stream puts the
  * receives and takes the tensors, and whoever puts what the other waits for wakes it. */
 #include "p2p.h"
+#include "../plan/prefetch.h"
 
 /* ---- the compute stream ---- */
 

@@ -6,6 +6,7 @@
 #define SIM_P2P_H
 
 #include "sim_int.h"
+#include "../plan/oom.h"
 
 #include <stdlib.h>
 

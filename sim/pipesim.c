@@ -5,6 +5,8 @@
  * cli_write.  docs/pipesim.md documents the options, output and exits. */
 #include "../plan/par.h"
 #include "pipesim.h"
+#include "../plan/oom.h"
+#include "../plan/line.h"
 
 #include <stdlib.h>
 #include <string.h>

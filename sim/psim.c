@@ -22,6 +22,7 @@
  * collective after all, sim_run runs the plan again on one thread, whose result and
  * stall analysis are the report's. */
 #include "p2p.h"
+#include "../plan/prefetch.h"
 
 #include <pthread.h>
 #include <sched.h>

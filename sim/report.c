@@ -5,6 +5,7 @@
  * can be pasted into an editor's "go to line". */
 #include "sim.h"
 #include "../plan/mem.h"
+#include "../plan/line.h"
 
 #include <inttypes.h>
 #include <stdlib.h>

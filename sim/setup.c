@@ -4,6 +4,11 @@
  * Run once per simulation (a chan once per rank and route), so nothing here is hot. */
 #include "sim_int.h"
 #include "../plan/par.h"
+#include "../plan/block.h"
+#include "../plan/oom.h"
+#include "../plan/tie.h"
+#include "../plan/tp.h"
+#include "../plan/line.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -17,6 +17,9 @@
  * Times saturate instead of overflowing, so any plan the reader accepts runs safely. */
 #include "../plan/par.h"
 #include "p2p.h"
+#include "../plan/prefetch.h"
+#include "../plan/oom.h"
+#include "../plan/tp.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -9,6 +9,8 @@
 #define SIM_INT_H
 
 #include "sim.h"
+#include "../plan/block.h"
+#include "../plan/tp.h"
 
 enum {
 	AG_READY,   // runnable or running

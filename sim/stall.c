@@ -4,6 +4,7 @@
  * error the verifier missed, reported as a mismatch.  Also the eager model's leftover
  * sends.  Runs once, after the run, so it may scan op lists. */
 #include "sim_int.h"
+#include "../plan/line.h"
 
 #include <stdio.h>
 #include <stdlib.h>

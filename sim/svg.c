@@ -16,6 +16,8 @@
  * the axis; the subtitle says the axis is not to scale.  Everything is computed from
  * the plan and the recorded times only, so the output is deterministic. */
 #include "sim.h"
+#include "../plan/line.h"
+#include "../plan/tp.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -13,6 +13,7 @@
  * with an odd microbatch) goes to a small per-rank hash.  Which of the two holds a key
  * depends on the key alone, so the two behave as one map. */
 #include "sim_int.h"
+#include "../plan/oom.h"
 
 #include <stdlib.h>
 

@@ -20,6 +20,7 @@
 #include "../compiler/pipecc.h"
 #include "../plan/binary.h"
 #include "plan_lib.h"
+#include "../plan/line.h"
 
 static char *to_mem(const Plan *p, int fmt, size_t *n)
 {

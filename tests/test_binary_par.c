@@ -20,6 +20,7 @@
 #include "../plan/binary_int.h"
 #include "../plan/par.h"
 #include "plan_lib.h"
+#include "../plan/line.h"
 
 #define THREADS 3
 

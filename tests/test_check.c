@@ -31,6 +31,7 @@
 #include "../compiler/schedule.h"
 #include "../runtime/rt_private.h"
 #include "plan_lib.h" // compile_pipe, compile_example, written_orders
+#include "../plan/line.h"
 
 #define STEPS 2
 

@@ -20,6 +20,8 @@
 #include "../plan/sysmem.h"
 #include "../runtime/rt_private.h"
 #include "plan_lib.h" // compile_pipe
+#include "../plan/block.h"
+#include "../plan/oom.h"
 
 static void hostmem__meminfo__available_plus_swap(void **state)
 {

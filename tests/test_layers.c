@@ -24,6 +24,8 @@
 #include "../compiler/program.h"
 #include "../plan/tfcount.h"
 #include "../runtime/rt_private.h"
+#include "../plan/block.h"
+#include "../plan/tie.h"
 
 /* How a stage writes kind k: "linear 8", "relu", "loss mse", "attention heads=2
  * kv_heads=1 bias rope", "residual { rmsnorm; }": its argument and every key it takes. */

@@ -14,6 +14,8 @@
 
 #include "../compiler/pipecc.h"
 #include "../plan/binary.h"
+#include "../plan/line.h"
+#include "../plan/op_line.h"
 
 #include "lower_lib.h"
 

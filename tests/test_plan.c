@@ -22,6 +22,11 @@
 #include "../plan/binary.h"
 #include "../plan/par_out.h"
 #include "../plan/plan.h"
+#include "../plan/checksum.h"
+#include "../plan/block.h"
+#include "../plan/thp.h"
+#include "../plan/sizes.h"
+#include "../plan/op_line.h"
 #include "plan_lib.h"
 
 #define FNV_PLAN "tests/plans/good/tiny-fnv1a.plan" // written by pipecc before lanes4

@@ -20,6 +20,8 @@
 #include "../plan/par.h"
 #include "../plan/read_int.h"
 #include "plan_lib.h"
+#include "../plan/checksum.h"
+#include "../plan/line.h"
 
 static char tmp_path[64];
 

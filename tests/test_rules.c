@@ -18,6 +18,10 @@
 #include "../compiler/pipecc.h"
 #include "../plan/par.h"
 #include "../plan/rules.h"
+#include "../plan/block.h"
+#include "../plan/tie.h"
+#include "../plan/tp.h"
+#include "../plan/sizes.h"
 
 #include "lower_lib.h"
 #include "plan_lib.h"

@@ -19,6 +19,7 @@
 #include "../compiler/pipecc.h"
 #include "../compiler/schedule.h"
 #include "../sim/sim.h"
+#include "../plan/line.h"
 
 /* ---- helpers ------------------------------------------------------------------- */
 

@@ -14,6 +14,7 @@
 
 #include "../compiler/pipecc.h"
 #include "../sim/sim.h"
+#include "../plan/line.h"
 
 #include "sim_lib.h"
 

@@ -18,6 +18,7 @@
 #include "../compiler/pipecc.h"
 #include "../plan/mem.h"
 #include "../plan/par.h"
+#include "../plan/line.h"
 
 #include "lower_lib.h"
 #include "plan_lib.h"

@@ -17,6 +17,7 @@
 #include "../compiler/pipecc.h"
 #include "../plan/par.h"
 #include "plan_lib.h"
+#include "../plan/block.h"
 
 /* Op o (from .pipe line `line`) as the format spells it, with its newline. */
 static void spell(const Plan *p, const PlanOp *o, int32_t line, char *buf, size_t n)

@@ -24,6 +24,7 @@
 #include "../plan/par.h"
 #include "../plan/par_out.h"
 #include "plan_lib.h"
+#include "../plan/line.h"
 
 /* p in form fmt written with `threads` workers: into a memory stream when !file, else
  * into a temporary file read back. */
