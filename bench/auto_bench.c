@@ -491,7 +491,24 @@ typedef struct {
 	double worst_asap, worst_own;  // against the heuristic's own; worst auto/zb
 	char worst_asap_at[96], worst_own_at[96];
 	int nofit_auto;                // where it does not fit: auto found a plan
+	int at_bound, by_cap[3][2];    // auto's time is the lower bound (grid_bound); per cap
+	                               // (p, 1.5p, 2p): at it, rows
+	double worst_bound;            // the largest auto/bound
+	char worst_bound_at[96];
 } Grid;
+
+/* A lower bound on any order's step on the grid's pipeline, in ns, whatever the cap: the
+ * last rank starts its first F only after p - 1 forwards and transfers and then has
+ * m (F + B + W) to do; the first rank starts its first backward only after the first
+ * microbatch went through every stage's F and back through p - 1 stages' B, and then has
+ * m (B + W) to do.  xfer: a transfer's time (pipecc's link). */
+static int64_t grid_bound(int p, int m, const int fbw[3], int64_t xfer)
+{
+	int64_t f = fbw[0] * 1000LL, b = fbw[1] * 1000LL, w = fbw[2] * 1000LL;
+	int64_t last = (p - 1) * (f + xfer) + m * (f + b + w);
+	int64_t first = p * f + (p - 1) * b + 2 * (p - 1) * xfer + m * (b + w);
+	return last > first ? last : first;
+}
 
 static void worst(double *w, char *at, size_t n, double r, const char *what)
 {
@@ -563,6 +580,15 @@ static void grid_row(int p, int m, const int fbw[3], int comm, int cap2, const Z
 	double dt, au = auto_at_src(grid_program(p, m, fbw, comm, cap, NULL), sink, chose,
 	                            sizeof chose, &dt);
 	int fits = zpeak >= 0 && zpeak <= cap;
+	double bound = (double)grid_bound(p, m, fbw, x.edges[0].ns) / 1000;
+	if (au > 0) {
+		/* pipecc's links, as auto's times: the same within 1 ns a transfer of the step */
+		int at = au - bound <= 2.0 * (p - 1) * m / 1000 + 1e-9;
+		g->at_bound += at;
+		g->by_cap[cap2 / p - 2][0] += at;
+		g->by_cap[cap2 / p - 2][1]++;
+		worst(&g->worst_bound, g->worst_bound_at, sizeof g->worst_bound_at, au / bound, what);
+	}
 	printf("%3d %4d %2d:%2d:%2d %4d %4.1fp %10.3f %9s %10.3f %10.3f %-3s %10.3f %7.0f  %s\n", p,
 	       m, fbw[0], fbw[1], fbw[2], comm, cap2 / 2.0 / p, own,
 	       r ? (r->makespan / 1000 == own ? "same" : "DIFFERS") : "-", asap, low,
@@ -615,6 +641,10 @@ static int grid_table(int np, const int *ps, const char *refpath)
 	       &g.own);
 	printf("  worst auto/zb %.4f (%s)\n", g.worst_own, g.worst_own_at);
 	printf("where it does not fit (%d): auto finds a plan in %d\n", g.rows - g.fits, g.nofit_auto);
+	printf("auto at the lower bound (no order can be faster, grid_bound): %d of %d; largest "
+	       "auto/bound %.4f (%s); at a cap of p %d of %d, 1.5p %d of %d, 2p %d of %d\n",
+	       g.at_bound, g.rows, g.worst_bound, g.worst_bound_at, g.by_cap[0][0], g.by_cap[0][1],
+	       g.by_cap[1][0], g.by_cap[1][1], g.by_cap[2][0], g.by_cap[2][1]);
 	free(refs);
 	fclose(sink);
 	return 0;
