@@ -1,6 +1,6 @@
 /* The cpu device: tensor storage in host memory and the layers' math, for the threads
  * and mpi backends and for every --check reference.  The layers are one row of kernels
- * per layer kind (cpu_layers), computing into the tensors shapes.c defines for the kind;
+ * per layer kind (cpu_layers), computing into the tensors the layer table states for the kind;
  * the transformer kinds call tkernels.c, the math every other device agrees with.  GEMMs
  * go through OpenBLAS's cblas_sgemm; everything else is a plain loop.  Every kernel is
  * deterministic for given shapes, which is what lets --check compare a pipelined run
@@ -384,7 +384,7 @@ static int attn_rebuild(RtRank *r, const RtLayerCall *c)
 		return RT_EFAIL;
 	TkAttn a = plan_layer_attn(c->layer, &c->sh);
 	a.tp = tp_of(c);
-	tk_attn_probs(&a, SAVED(c, 0), SAVED(c, RT_ATTN_PROBS));
+	tk_attn_probs(&a, SAVED(c, 0), SAVED(c, ATTN_PROBS));
 	return RT_OK;
 }
 

@@ -1,6 +1,6 @@
 /* The cuda device's rows of the transformer kinds (embed, layernorm, rmsnorm,
  * attention, mlp, swiglu, head, xent): tkernels.c's math (docs/layers.md) on the GPU,
- * into the tensors shapes.c gives each kind, run through cu_layer_run (cuda_kernels.cu)
+ * into the tensors the layer table gives each kind, run through cu_layer_run (cuda_kernels.cu)
  * on the rank's compute stream.  docs/gpu.md describes the choices.
  *
  * Kernels are grid-stride loops: a thread per element; per row where a row is reduced
@@ -15,7 +15,7 @@
  *
  * At tp > 1 the rows compute one rank's shard (RtLayerCall.tp, tp_rank; docs/runtime.md
  * "Tensor parallelism"): attention over its heads, the MLPs over their hidden slice
- * (both from the shapes of shapes.c's tensors), the embedding and head over their rows
+ * (both from the shapes of the layer table's tensors), the embedding and head over their rows
  * of the vocabulary, the cross-entropy split as the cpu's (tp_fwd between the model's
  * all-reduces); a whole bias after a row-parallel output is added by tp rank 0 only.
  *
@@ -606,7 +606,7 @@ static int attn_rebuild_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 	TkAttn a = plan_layer_attn(c->layer, &c->sh);
 	a.tp = tp_of(c);
 	AttnDims m = attn_dims(&a);
-	return attn_probs(r, &m, F32(c->saved[0]), F32(c->saved[RT_ATTN_PROBS]));
+	return attn_probs(r, &m, F32(c->saved[0]), F32(c->saved[ATTN_PROBS]));
 }
 
 static int attn_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)

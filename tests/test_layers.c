@@ -236,7 +236,6 @@ static void layers__table__rows_complete_and_found(void **state)
 		assert_non_null(l->name);
 		assert_non_null(l->word);
 		assert_non_null(l->example);
-		assert_non_null(l->cost);
 		assert_true(l->arg < LAYER_ARG_COUNT);
 		assert_int_equal(strncmp(l->example, l->word, strlen(l->word)), 0);
 		assert_int_equal(plan_layer_find(l->name, strlen(l->name)), k);
