@@ -1,14 +1,16 @@
-/* The layer table: one row per LayerKind, with the functions that give each kind's
- * figures.  Every figure is per microbatch (LayerShape) and in f32 (4 bytes).
+/* The layer table: one row per LayerKind, each with the function that states the kind's
+ * tensors by name (its slots in layer.h), and the figures derived from them.  Every
+ * figure is per microbatch (LayerShape) and in f32 (4 bytes).
  *
  * Memory convention (docs/semantics.md "Memory"): every layer keeps its input for the
  * backward pass, a layer with weights until W (save_fw), one without until B (save_fb);
- * a layer with weights also keeps its output gradient from B to W (save_bw).  The
- * transformer kinds add what their kernels save in F (tk_mem_*'s saved, to save_fw, or to
- * save_fb without weights) and hold from B to W (held, to save_bw).  FLOPs count a
- * multiply-add as two; elementwise layers count as free, as they always have for the
- * derived costs.  Parameter, FLOP and memory formulas of the transformer kinds are
- * tfcount.c's, so the table and the kernels cannot disagree. */
+ * a layer with weights also keeps its output gradient from B to W (save_bw).  A kind
+ * adds what its kernels save in F (its saved tensors, to save_fw, or to save_fb without
+ * weights) and hold from B to W (its held tensors, to save_bw).  FLOPs count a
+ * multiply-add as two: 2 per row and GEMM weight element in each pass, plus what a row
+ * states besides (attention's scores); elementwise work counts as free.  The runtime
+ * lays out the same tensors on every device, so the table and the kernels cannot
+ * disagree. */
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
