@@ -160,8 +160,9 @@ static void mlp_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, Layer
 	t->tp_floats[1] = ly->in;
 }
 
-/* swiglu: wg, wu d x f, wd f x d; saves g, u, silu(g) u; B holds dg and du.  At tp > 1
- * a rank holds f / tp columns of wg and wu, the matching rows of wd. */
+/* swiglu, geglu: wg, wu d x f, wd f x d; saves g, u, act(g) u (act silu or gelu); B
+ * holds dg and du.  At tp > 1 a rank holds f / tp columns of wg and wu, the matching
+ * rows of wd. */
 static void swiglu_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, LayerTensors *t)
 {
 	int64_t d = ly->in, whole = ly->hidden, f = whole / tp;
@@ -239,6 +240,8 @@ const LayerInfo plan_layers[LAYER_COUNT] = {
 	                LAYER_TP_VOCAB, head_tensors},
 	[LAYER_XENT] = {"xent", "loss", LAYER_ARG_NAME, "loss xent", 1, 0, 1, LAYER_OUT_SAME,
 	                LAYER_TP_VOCAB, xent_tensors},
+	[LAYER_GEGLU] = {"geglu", "geglu", LAYER_ARG_HIDDEN, "geglu 2048", 0, 0, 0, LAYER_OUT_SAME,
+	                 LAYER_TP_HIDDEN, swiglu_tensors},
 };
 
 #undef K

@@ -29,6 +29,7 @@ typedef enum {
 	LAYER_RESIDUAL,  // x + f(x), f the next `span` layers
 	LAYER_HEAD,      // vocabulary head, width -> vocab, no bias (tied or not)
 	LAYER_XENT,      // cross-entropy on next-token targets
+	LAYER_GEGLU,     // gated GeGLU MLP, hidden width, no biases (swiglu's tensors)
 	LAYER_COUNT
 } LayerKind;
 
@@ -168,8 +169,8 @@ enum { ATTN_DQKV };                          // held
 enum { MLP_W1, MLP_B1, MLP_W2, MLP_B2 };     // params, the biases with `bias`
 enum { MLP_H, MLP_A };                       // saved: pre-activation, gelu(h)
 enum { MLP_DH };                             // held
-enum { SWIGLU_WG, SWIGLU_WU, SWIGLU_WD };    // params: gate, up, down
-enum { SWIGLU_G, SWIGLU_U, SWIGLU_A };       // saved: x wg, x wu, silu(g) u
+enum { SWIGLU_WG, SWIGLU_WU, SWIGLU_WD };    // params: gate, up, down (geglu too)
+enum { SWIGLU_G, SWIGLU_U, SWIGLU_A };       // saved: x wg, x wu, silu(g) u (gelu)
 enum { SWIGLU_DG, SWIGLU_DU };               // held
 enum { HEAD_WV };                            // params (the embedding's when tied)
 enum { XENT_LSE, XENT_TARGETS };             // saved

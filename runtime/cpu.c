@@ -486,6 +486,28 @@ static int swiglu_bwd_w(RtRank *r, const RtLayerCall *c)
 	return RT_OK;
 }
 
+/* geglu: gelu(x wg) * (x wu), then wd; swiglu's tensors, and its W. */
+static int geglu_fwd(RtRank *r, const RtLayerCall *c)
+{
+	if (rt_layer_call_check(r, c))
+		return RT_EFAIL;
+	tk_geglu_fwd(F32(c->x), PARAM(c, SWIGLU_WG), PARAM(c, SWIGLU_WU), PARAM(c, SWIGLU_WD),
+	             SAVED(c, SWIGLU_G), SAVED(c, SWIGLU_U), SAVED(c, SWIGLU_A), F32(c->y), c->rows,
+	             c->layer->in, c->layer->hidden / tp_of(c));
+	return RT_OK;
+}
+
+static int geglu_bwd_in(RtRank *r, const RtLayerCall *c)
+{
+	if (rt_layer_call_check(r, c))
+		return RT_EFAIL;
+	tk_geglu_bwd_in(PARAM(c, SWIGLU_WG), PARAM(c, SWIGLU_WU), PARAM(c, SWIGLU_WD),
+	                SAVED(c, SWIGLU_G), SAVED(c, SWIGLU_U), F32(c->dy), HELD(c, SWIGLU_DG),
+	                HELD(c, SWIGLU_DU), F32(c->dx), c->rows, c->layer->in,
+	                c->layer->hidden / tp_of(c));
+	return RT_OK;
+}
+
 /* head: logits = x wv^T (wv the embedding's table when tied). */
 static int head_fwd(RtRank *r, const RtLayerCall *c)
 {
@@ -584,6 +606,7 @@ static const RtLayerKernels cpu_layers[LAYER_COUNT] = {
 	[LAYER_SWIGLU] = {swiglu_fwd, swiglu_bwd_in, swiglu_bwd_w},
 	[LAYER_HEAD] = {head_fwd, head_bwd_in, head_bwd_w},
 	[LAYER_XENT] = {xent_fwd, xent_bwd_in, NULL, xent_tp_fwd},
+	[LAYER_GEGLU] = {geglu_fwd, geglu_bwd_in, swiglu_bwd_w},
 };
 
 /* ---- the optimizer: one entry per OptimKind (rt_backend.h, "The optimizer") ---- */

@@ -386,6 +386,25 @@ static __global__ void k_swiglu_act_bwd(const float *g, const float *u, float *d
 	}
 }
 
+/* a = gelu(g) u */
+static __global__ void k_geglu_act(const float *g, const float *u, float *a, int64_t n)
+{
+	FOR_EACH(i, n)
+	a[i] = fmul_rn(tk_gelu(g[i]), u[i]);
+}
+
+/* du holds da on entry; dg = da u gelu'(g), du = da gelu(g) */
+static __global__ void k_geglu_act_bwd(const float *g, const float *u, float *dg, float *du,
+                                       int64_t n)
+{
+	FOR_EACH(i, n)
+	{
+		float da = du[i];
+		dg[i] = fmul_rn(fmul_rn(da, u[i]), tk_gelu_grad(g[i]));
+		du[i] = fmul_rn(da, tk_gelu(g[i]));
+	}
+}
+
 /* Each row's log-sum-exp (saved) and its loss term (double, into rl); a thread per row. */
 static __global__ void k_xent_rows(const float *x, const float *tgt, float *lse, double *rl,
                                    int64_t N, int64_t V)
@@ -730,32 +749,64 @@ static int mlp_bwd_w_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 	                     (RtTensor *)g[MLP_B2], c->rows);
 }
 
-/* swiglu: silu(x wg) * (x wu), then wd; saved g, u, a; held dg, du. */
-static int swiglu_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
+/* swiglu, geglu: act(x wg) * (x wu), then wd (act silu, or gelu for geglu); saved g, u,
+ * a; held dg, du. */
+static int glu_fwd(RtRank *r, const RtLayerCall *c, int gelu)
 {
-	(void)s;
 	if (cu_proj_fwd(r, c->x, &c->param[SWIGLU_WG], NULL, c->saved[SWIGLU_G]) ||
 	    cu_proj_fwd(r, c->x, &c->param[SWIGLU_WU], NULL, c->saved[SWIGLU_U]))
 		return RT_EFAIL;
 	int64_t n = numel(c->saved[SWIGLU_G]);
-	LAUNCH(r, k_swiglu_act, n, F32(c->saved[SWIGLU_G]), F32(c->saved[SWIGLU_U]),
-	       F32(c->saved[SWIGLU_A]), n);
+	if (gelu)
+		LAUNCH(r, k_geglu_act, n, F32(c->saved[SWIGLU_G]), F32(c->saved[SWIGLU_U]),
+		       F32(c->saved[SWIGLU_A]), n);
+	else
+		LAUNCH(r, k_swiglu_act, n, F32(c->saved[SWIGLU_G]), F32(c->saved[SWIGLU_U]),
+		       F32(c->saved[SWIGLU_A]), n);
 	return cu_proj_fwd(r, c->saved[SWIGLU_A], &c->param[SWIGLU_WD], NULL, c->y);
 }
 
-static int swiglu_bwd_in_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
+static int swiglu_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 {
 	(void)s;
+	return glu_fwd(r, c, 0);
+}
+
+static int geglu_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
+{
+	(void)s;
+	return glu_fwd(r, c, 1);
+}
+
+static int glu_bwd_in(RtRank *r, const RtLayerCall *c, int gelu)
+{
 	float *dg = F32(c->held[SWIGLU_DG]), *du = F32(c->held[SWIGLU_DU]);
 	int64_t n = numel(c->held[SWIGLU_DG]);
 	if (cu_proj_bwd_in(r, F32(c->dy), &c->param[SWIGLU_WD], du, c->rows, 0.0f)) // da, into du
 		return RT_EFAIL;
-	LAUNCH(r, k_swiglu_act_bwd, n, F32(c->saved[SWIGLU_G]), F32(c->saved[SWIGLU_U]), dg, du, n);
+	if (gelu)
+		LAUNCH(r, k_geglu_act_bwd, n, F32(c->saved[SWIGLU_G]), F32(c->saved[SWIGLU_U]), dg,
+		       du, n);
+	else
+		LAUNCH(r, k_swiglu_act_bwd, n, F32(c->saved[SWIGLU_G]), F32(c->saved[SWIGLU_U]), dg,
+		       du, n);
 	if (!c->dx)
 		return RT_OK;
 	if (cu_proj_bwd_in(r, dg, &c->param[SWIGLU_WG], F32(c->dx), c->rows, 0.0f))
 		return RT_EFAIL;
 	return cu_proj_bwd_in(r, du, &c->param[SWIGLU_WU], F32(c->dx), c->rows, 1.0f);
+}
+
+static int swiglu_bwd_in_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
+{
+	(void)s;
+	return glu_bwd_in(r, c, 0);
+}
+
+static int geglu_bwd_in_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
+{
+	(void)s;
+	return glu_bwd_in(r, c, 1);
 }
 
 static int swiglu_bwd_w_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
@@ -873,6 +924,8 @@ CU_ROW_FN(mlp_bwd_w, CU_W)
 CU_ROW_FN(swiglu_fwd, CU_F)
 CU_ROW_FN(swiglu_bwd_in, CU_B)
 CU_ROW_FN(swiglu_bwd_w, CU_W)
+CU_ROW_FN(geglu_fwd, CU_F)
+CU_ROW_FN(geglu_bwd_in, CU_B)
 CU_ROW_FN(head_fwd, CU_F)
 CU_ROW_FN(head_bwd_in, CU_B)
 CU_ROW_FN(head_bwd_w, CU_W)
@@ -889,5 +942,6 @@ extern const CuLayerRow cu_tf_rows[] = {
 	{LAYER_SWIGLU, {swiglu_fwd, swiglu_bwd_in, swiglu_bwd_w}},
 	{LAYER_HEAD, {head_fwd, head_bwd_in, head_bwd_w}},
 	{LAYER_XENT, {xent_fwd, xent_bwd_in, nullptr, xent_tp_fwd}},
+	{LAYER_GEGLU, {geglu_fwd, geglu_bwd_in, swiglu_bwd_w}},
 };
 extern const int cu_tf_nrows = sizeof cu_tf_rows / sizeof *cu_tf_rows;

@@ -145,6 +145,13 @@ void tk_swiglu_bwd_in(const float *wg, const float *wu, const float *wd, const f
 void tk_swiglu_bwd_w(const float *x, const float *a, const float *dy, const float *dg,
                      const float *du, float *dwg, float *dwu, float *dwd, int64_t N, int64_t d,
                      int64_t f);
+/* ---- GeGLU MLP: y = (gelu(x Wg) * (x Wu)) Wd, no biases ----
+ * SwiGLU's tensors with GELU (tanh form, as the MLP's) for SiLU; W is tk_swiglu_bwd_w. */
+void tk_geglu_fwd(const float *x, const float *wg, const float *wu, const float *wd, float *g,
+                  float *u, float *a, float *y, int64_t N, int64_t d, int64_t f);
+void tk_geglu_bwd_in(const float *wg, const float *wu, const float *wd, const float *g,
+                     const float *u, const float *dy, float *dg, float *du, float *dx,
+                     int64_t N, int64_t d, int64_t f);
 void tk_swiglu_bwd(const float *x, const float *wg, const float *wu, const float *wd,
                    const float *g, const float *u, const float *a, const float *dy, float *dg,
                    float *du, float *dx, float *dwg, float *dwu, float *dwd, int64_t N,

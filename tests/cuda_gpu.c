@@ -222,6 +222,7 @@ static const PlanLayer gpu_layers[] = {
 	{.kind = LAYER_MLP, .in = 24, .out = 24, .hidden = 40, .flags = FLAG(BIAS)},
 	{.kind = LAYER_MLP, .in = 24, .out = 24, .hidden = 40},
 	{.kind = LAYER_SWIGLU, .in = 24, .out = 24, .hidden = 40},
+	{.kind = LAYER_GEGLU, .in = 24, .out = 24, .hidden = 40},
 	{.kind = LAYER_HEAD, .in = 24, .out = 37},
 	{.kind = LAYER_XENT, .in = 37, .out = 37},
 };
@@ -313,7 +314,8 @@ void cuda__kernels__match_cpu(void **state)
 			const char *name = plan_layers[kind].name;
 			if (!dk->fwd || !hk->fwd || !dk->bwd_in != !hk->bwd_in || !dk->bwd_w != !hk->bwd_w)
 				fail_msg("layer kind %s: the cuda and cpu rows differ or are empty", name);
-			int chained = kind == LAYER_ATTN || kind == LAYER_MLP || kind == LAYER_SWIGLU;
+			int chained = kind == LAYER_ATTN || kind == LAYER_MLP || kind == LAYER_SWIGLU ||
+			              kind == LAYER_GEGLU;
 			double gemm_tol = bf16 ? (chained ? 5e-2 : 2e-2) : (chained ? 1e-4 : 1e-5);
 			double tol = plan_layer_figures(ly, &gpu_shape).flops[0] > 0 ? gemm_tol : 1e-5;
 			double exact = kind == LAYER_EMBED ? 0 : tol;

@@ -426,6 +426,7 @@ static void layers__tp_figures__divide_as_split(void **state)
 	    [LAYER_RESIDUAL] = {LAYER_RESIDUAL, D, D, 0, 0, 0, 2, 0},
 	    [LAYER_HEAD] = {LAYER_HEAD, D, V, 0, 0, 0, 0, 0},
 	    [LAYER_XENT] = {LAYER_XENT, V, V, 0, 0, 0, 0, 0},
+	    [LAYER_GEGLU] = {LAYER_GEGLU, D, D, 0, 0, F, 0, 0},
 	};
 	/* parameters that stay whole on every rank */
 	const int64_t whole[LAYER_COUNT] = {[LAYER_EMBED] = S * D, [LAYER_ATTN] = D,
@@ -451,7 +452,8 @@ static void layers__tp_figures__divide_as_split(void **state)
 		int64_t ts = t.save_fb + t.save_fw + t.save_bw, os = one.save_fb + one.save_fw + one.save_bw;
 		assert_true(k == LAYER_EMBED ? ts == os : ts < os); // an embedding keeps only the tokens
 		int fwd = k != LAYER_HEAD, bwd = k == LAYER_ATTN || k == LAYER_MLP ||
-		                                 k == LAYER_SWIGLU || k == LAYER_HEAD;
+		                                 k == LAYER_SWIGLU || k == LAYER_GEGLU ||
+		                                 k == LAYER_HEAD;
 		assert_int_equal(t.tp_bytes[0], !fwd ? 0 : k == LAYER_XENT ? N * 3 * 4 : N * D * 4);
 		assert_int_equal(t.tp_bytes[1], bwd ? N * D * 4 : 0);
 	}

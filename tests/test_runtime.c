@@ -549,6 +549,7 @@ static const PlanLayer fd_layers[] = {
 	{.kind = LAYER_MLP, .in = 6, .out = 6, .hidden = 8, .flags = FLAG(BIAS)},
 	{.kind = LAYER_MLP, .in = 6, .out = 6, .hidden = 8},
 	{.kind = LAYER_SWIGLU, .in = 6, .out = 6, .hidden = 8},
+	{.kind = LAYER_GEGLU, .in = 6, .out = 6, .hidden = 8},
 	{.kind = LAYER_HEAD, .in = 6, .out = 7},
 	{.kind = LAYER_XENT, .in = 7, .out = 7},
 };

@@ -208,10 +208,12 @@ static void tp__mlp_and_swiglu__shards_sum_to_whole(void **state)
 	PlanLayer mlp = {.kind = LAYER_MLP, .in = 16, .out = 16, .hidden = 40,
 	                 .flags = LAYER_FLAG(LAYER_KEY_BIAS)};
 	PlanLayer swi = {.kind = LAYER_SWIGLU, .in = 16, .out = 16, .hidden = 40};
+	PlanLayer geg = {.kind = LAYER_GEGLU, .in = 16, .out = 16, .hidden = 40};
 	shards_match(&mlp, &shape, 2, 1, 1);
 	shards_match(&mlp, &shape, 4, 1, 1);
 	shards_match(&swi, &shape, 2, 1, 1);
-	covered[LAYER_MLP] = covered[LAYER_SWIGLU] = 1;
+	shards_match(&geg, &shape, 2, 1, 1);
+	covered[LAYER_MLP] = covered[LAYER_SWIGLU] = covered[LAYER_GEGLU] = 1;
 }
 
 static void tp__embed_and_head__vocabulary_slices(void **state)
