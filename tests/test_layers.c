@@ -335,6 +335,49 @@ static void layers__transformer_rows__match_documented_formulas(void **state)
  * parameters / T with the rest whole, and it names the all-reduces Megatron places
  * (forward after a row-parallel output, backward after a column-parallel input); a whole
  * row is unchanged.  Loops over the table: every split kind must be met. */
+/* The slot names index the tensors each row states: the kernels read them by name. */
+static void layers__slots__name_the_stated_tensors(void **state)
+{
+	(void)state;
+	enum { B = 2, S = 4, D = 8, H = 2, F = 12, V = 10 };
+	LayerShape sh = {B * S, B, S, V};
+	LayerTensors t;
+	PlanLayer lin = {LAYER_LINEAR, D, 5, 0, 0, 0, 0, 0};
+	plan_layer_tensors(&lin, &sh, 1, &t);
+	assert_true(t.param[LINEAR_W].rows == D && t.param[LINEAR_W].cols == 5);
+	assert_true(t.param[LINEAR_B].rows == 1 && t.param[LINEAR_B].cols == 5);
+	PlanLayer ln = {LAYER_LAYERNORM, D, D, 0, 0, 0, 0, 0};
+	plan_layer_tensors(&ln, &sh, 1, &t);
+	assert_true(t.param[LAYERNORM_GAIN].init == LAYER_INIT_ONE);
+	assert_true(t.param[LAYERNORM_BIAS].init == LAYER_INIT_ZERO);
+	assert_true(t.nsaved == 2 && t.saved[LAYERNORM_RSTD].rows == B * S);
+	PlanLayer at = {LAYER_ATTN, D, D, H, H, 0, 0, LAYER_FLAG(LAYER_KEY_BIAS)};
+	plan_layer_tensors(&at, &sh, 1, &t);
+	assert_true(t.param[ATTN_WQKV].cols == 3 * D && t.param[ATTN_BQKV].cols == 3 * D);
+	assert_true(t.param[ATTN_WO].rows == D && t.param[ATTN_BO].rows == 1);
+	assert_true(t.saved[ATTN_PROBS].rows == B * H * S && t.saved[ATTN_PROBS].cols == S);
+	assert_true(t.saved[ATTN_ATT].cols == D && t.held[ATTN_DQKV].cols == 3 * D);
+	PlanLayer mlp = {LAYER_MLP, D, D, 0, 0, F, 0, LAYER_FLAG(LAYER_KEY_BIAS)};
+	plan_layer_tensors(&mlp, &sh, 1, &t);
+	assert_true(t.param[MLP_W1].cols == F && t.param[MLP_B1].cols == F);
+	assert_true(t.param[MLP_W2].rows == F && t.param[MLP_B2].cols == D);
+	const LayerKind glu[] = {LAYER_SWIGLU, LAYER_GEGLU}; // the gated MLPs share their slots
+	for (size_t i = 0; i < sizeof glu / sizeof glu[0]; i++) {
+		PlanLayer gl = {glu[i], D, D, 0, 0, F, 0, 0};
+		plan_layer_tensors(&gl, &sh, 1, &t);
+		assert_true(t.nparams == 3 && t.param[SWIGLU_WD].rows == F &&
+		            t.param[SWIGLU_WU].cols == F);
+		assert_true(t.nsaved == 3 && t.nheld == 2 && t.held[SWIGLU_DU].cols == F);
+	}
+	PlanLayer hd = {LAYER_HEAD, D, V, 0, 0, 0, 0, 0};
+	plan_layer_tensors(&hd, &sh, 1, &t);
+	assert_true(t.param[HEAD_WV].rows == V && t.param[HEAD_WV].cols == D);
+	PlanLayer xe = {LAYER_XENT, V, V, 0, 0, 0, 0, 0};
+	plan_layer_tensors(&xe, &sh, 1, &t);
+	assert_true(t.nsaved == 2 && t.saved[XENT_TARGETS].rows == B * S &&
+	            t.saved[XENT_LSE].cols == 1);
+}
+
 /* Counts saturate rather than wrap (tfcount.h), and the limits of plan/layer.h name the
  * first figure past them: exact below, TK_MANY and refused above. */
 static void layers__counts__saturate_and_are_refused(void **state)
@@ -858,6 +901,7 @@ int main(void)
 		cmocka_unit_test(layers__derived_cost__table_flops),
 		cmocka_unit_test(layers__table__rows_complete_and_found),
 		cmocka_unit_test(layers__transformer_rows__match_documented_formulas),
+		cmocka_unit_test(layers__slots__name_the_stated_tensors),
 		cmocka_unit_test(layers__examples__published_parameter_counts),
 		cmocka_unit_test(layers__plan_reader__located_errors),
 		cmocka_unit_test(ops__table__rows_complete),
