@@ -5,7 +5,7 @@
  * For each shape it builds one transformer layer as a stage's layer list (GPT-2:
  * residual { layernorm; attention bias; } residual { layernorm; mlp 4d bias; }, or
  * Llama: rmsnorm, rotary grouped-query attention, swiglu), lays out every tensor the
- * layer rows need from rt_layer_shapes (the model's table), and runs F, B and W through
+ * layer rows need from plan_layer_tensors (the layer table), and runs F, B and W through
  * rt_device_cpu.layers, the rows piperun calls, walking residuals as runtime/model.c
  * does (F adds the body's input with the device's add; B copies the output gradient at
  * the body's end and adds it at the residual).  Tensors are laid out once, so
@@ -109,9 +109,9 @@ typedef struct {
 } Shape;
 
 typedef struct {
-	RtLayerTensors t;
+	LayerTensors t;
 	RtTensor *param, *grad;         // [t.nparams]
-	RtTensor *saved[RT_LAYER_MAX_TENSORS], *held[RT_LAYER_MAX_TENSORS];
+	RtTensor *saved[LAYER_MAX_TENSORS], *held[LAYER_MAX_TENSORS];
 	RtTensor work, y, dx, skip;     // skip: a residual's copy of the output gradient
 	const RtTensor *x, *dy;         // what F read, what B read (W reads both again)
 } LayerRun;
@@ -142,7 +142,7 @@ static float urand(void)
 
 /* Lays out t (rows x cols) on the cpu device, filled as the model initializes `init`
  * (uniform: u[-1, 1) / sqrt(rows)). */
-static void tensor(RtRank *r, RtTensor *t, int64_t rows, int64_t cols, RtInit init)
+static void tensor(RtRank *r, RtTensor *t, int64_t rows, int64_t cols, LayerInit init)
 {
 	memset(t, 0, sizeof *t);
 	t->rows = rows;
@@ -151,14 +151,14 @@ static void tensor(RtRank *r, RtTensor *t, int64_t rows, int64_t cols, RtInit in
 	if (rt_device_cpu.alloc(r, t))
 		die(r->err);
 	float *v = t->data;
-	float s = init == RT_INIT_UNIFORM ? 1.0f / sqrtf((float)rows) : 0.0f;
+	float s = init == LAYER_INIT_UNIFORM ? 1.0f / sqrtf((float)rows) : 0.0f;
 	for (int64_t i = 0; i < rows * cols; i++)
-		v[i] = init == RT_INIT_ONE ? 1.0f : init == RT_INIT_UNIFORM ? urand() * s : 0.0f;
+		v[i] = init == LAYER_INIT_ONE ? 1.0f : init == LAYER_INIT_UNIFORM ? urand() * s : 0.0f;
 }
 
 static void random_tensor(RtRank *r, RtTensor *t, int64_t rows, int64_t cols)
 {
-	tensor(r, t, rows, cols, RT_INIT_ZERO);
+	tensor(r, t, rows, cols, LAYER_INIT_ZERO);
 	for (int64_t i = 0; i < rows * cols; i++)
 		((float *)t->data)[i] = urand();
 }
@@ -197,31 +197,31 @@ static void stage_build(Stage *s, const Shape *p, RtRank *r)
 		const PlanLayer *ly = &s->ly[l];
 		LayerRun *lr = &s->run[l];
 		if (ly->kind == LAYER_RESIDUAL) {
-			tensor(r, &lr->skip, N, d, RT_INIT_ZERO);
+			tensor(r, &lr->skip, N, d, LAYER_INIT_ZERO);
 			continue;
 		}
-		rt_layer_shapes[ly->kind](ly, &s->sh, 1, &lr->t); // the whole layer: tp = 1
+		plan_layer_tensors(ly, &s->sh, 1, &lr->t); // the whole layer: tp = 1
 		lr->param = calloc((size_t)lr->t.nparams, sizeof *lr->param);
 		lr->grad = calloc((size_t)lr->t.nparams, sizeof *lr->grad);
 		if (!lr->param || !lr->grad)
 			die("out of memory");
 		for (int j = 0; j < lr->t.nparams; j++) {
-			const RtShape *q = &lr->t.param[j];
+			const LayerTensor *q = &lr->t.param[j];
 			tensor(r, &lr->param[j], q->rows, q->cols, q->init);
-			tensor(r, &lr->grad[j], q->rows, q->cols, RT_INIT_ZERO);
+			tensor(r, &lr->grad[j], q->rows, q->cols, LAYER_INIT_ZERO);
 		}
 		for (int j = 0; j < lr->t.nsaved; j++) {
 			lr->saved[j] = malloc(sizeof(RtTensor));
-			tensor(r, lr->saved[j], lr->t.saved[j].rows, lr->t.saved[j].cols, RT_INIT_ZERO);
+			tensor(r, lr->saved[j], lr->t.saved[j].rows, lr->t.saved[j].cols, LAYER_INIT_ZERO);
 		}
 		for (int j = 0; j < lr->t.nheld; j++) {
 			lr->held[j] = malloc(sizeof(RtTensor));
-			tensor(r, lr->held[j], lr->t.held[j].rows, lr->t.held[j].cols, RT_INIT_ZERO);
+			tensor(r, lr->held[j], lr->t.held[j].rows, lr->t.held[j].cols, LAYER_INIT_ZERO);
 		}
 		if (lr->t.work.rows)
-			tensor(r, &lr->work, lr->t.work.rows, lr->t.work.cols, RT_INIT_ZERO);
-		tensor(r, &lr->y, N, ly->out, RT_INIT_ZERO);
-		tensor(r, &lr->dx, N, ly->in, RT_INIT_ZERO);
+			tensor(r, &lr->work, lr->t.work.rows, lr->t.work.cols, LAYER_INIT_ZERO);
+		tensor(r, &lr->y, N, ly->out, LAYER_INIT_ZERO);
+		tensor(r, &lr->dx, N, ly->in, LAYER_INIT_ZERO);
 	}
 }
 

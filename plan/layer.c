@@ -1,14 +1,16 @@
-/* The layer table: one row per LayerKind, with the functions that give each kind's
- * figures.  Every figure is per microbatch (LayerShape) and in f32 (4 bytes).
+/* The layer table: one row per LayerKind, each with the function that states the kind's
+ * tensors by name (its slots in layer.h), and the figures derived from them.  Every
+ * figure is per microbatch (LayerShape) and in f32 (4 bytes).
  *
  * Memory convention (docs/semantics.md "Memory"): every layer keeps its input for the
  * backward pass, a layer with weights until W (save_fw), one without until B (save_fb);
- * a layer with weights also keeps its output gradient from B to W (save_bw).  The
- * transformer kinds add what their kernels save in F (tk_mem_*'s saved, to save_fw, or to
- * save_fb without weights) and hold from B to W (held, to save_bw).  FLOPs count a
- * multiply-add as two; elementwise layers count as free, as they always have for the
- * derived costs.  Parameter, FLOP and memory formulas of the transformer kinds are
- * tfcount.c's, so the table and the kernels cannot disagree. */
+ * a layer with weights also keeps its output gradient from B to W (save_bw).  A kind
+ * adds what its kernels save in F (its saved tensors, to save_fw, or to save_fb without
+ * weights) and hold from B to W (its held tensors, to save_bw).  FLOPs count a
+ * multiply-add as two: 2 per row and GEMM weight element in each pass, plus what a row
+ * states besides (attention's scores); elementwise work counts as free.  The runtime
+ * lays out the same tensors on every device, so the table and the kernels cannot
+ * disagree. */
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -31,46 +33,67 @@ static int has(const PlanLayer *l, LayerKey k)
 	return (l->flags & LAYER_FLAG(k)) != 0;
 }
 
-static void linear_cost(const PlanLayer *l, const LayerShape *sh, int tp, LayerCost *c)
+/* The last tensor added to list (n of them), rows x cols (each saturating). */
+static LayerTensor *add(LayerTensor *list, int *n, int64_t rows, int64_t cols, LayerInit init)
 {
-	(void)tp; // replicated on a tp group
-	c->params = tk_params_linear(l->in, l->out, 1);
-	c->save_fw = sat_mul(sat_mul(sh->rows, l->in), 4);
-	c->save_bw = sat_mul(sat_mul(sh->rows, l->out), 4);
-	TkFlops f = tk_flops_linear(sh->rows, l->in, l->out);
-	c->flops[0] = (double)f.f;
-	c->flops[1] = (double)f.b;
-	c->flops[2] = (double)f.w;
+	list[*n] = (LayerTensor){rows, cols, init, 0};
+	return &list[(*n)++];
 }
 
-/* Elementwise, no weights: keeps its input from F to B. */
-static void elementwise_cost(const PlanLayer *l, const LayerShape *sh, int tp, LayerCost *c)
+/* A parameter: a GEMM weight (gemm 1) or a bias, gain or table (gemm 0). */
+static void param(LayerTensors *t, int64_t rows, int64_t cols, LayerInit init, int gemm)
 {
-	(void)tp;
-	c->save_fb = sat_mul(sat_mul(sh->rows, l->in), 4);
+	add(t->param, &t->nparams, rows, cols, init)->gemm = gemm;
 }
 
-/* A layer with weights: its input (in_w wide on this rank) and what F saves until W, its
- * output gradient (out_w wide) and what B holds from B to W. */
-static void weighted(const LayerShape *sh, int64_t in_w, int64_t out_w, int64_t params,
-                     TkMem m, TkFlops f, LayerCost *c)
-{
-	c->params = params;
-	c->save_fw = sat_mul(sat_add(sat_mul(sh->rows, in_w), m.saved), 4);
-	c->save_bw = sat_mul(sat_add(sat_mul(sh->rows, out_w), m.held), 4);
-	c->flops[0] = (double)f.f;
-	c->flops[1] = (double)f.b;
-	c->flops[2] = (double)f.w;
-}
-
-/* The tp all-reduces around a split layer (Megatron's g after a row-parallel output,
- * f before a column-parallel input): fwd and bwd floats per row, none at tp = 1. */
-static void tp_reduce(const LayerShape *sh, int tp, int64_t fwd, int64_t bwd, LayerCost *c)
+/* The last parameter added is cut along axis into segments seg[0..nseg) (whole lengths). */
+static void split(LayerTensors *t, int tp, LayerSplitAxis axis, int nseg, const int64_t *seg)
 {
 	if (tp <= 1)
 		return;
-	c->tp_bytes[0] = sat_mul(sat_mul(sh->rows, fwd), 4);
-	c->tp_bytes[1] = sat_mul(sat_mul(sh->rows, bwd), 4);
+	LayerSplit *s = &t->split[t->nparams - 1];
+	s->axis = (uint8_t)axis;
+	s->nseg = (uint8_t)nseg;
+	for (int i = 0; i < nseg; i++)
+		s->seg[i] = seg[i];
+}
+
+/* linear: w in x out (row-major), b 1 x out; replicated on a tp group. */
+static void linear_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, LayerTensors *t)
+{
+	(void)sh, (void)tp;
+	param(t, ly->in, ly->out, LAYER_INIT_UNIFORM, 1); // LINEAR_W
+	param(t, 1, ly->out, LAYER_INIT_ZERO, 0);         // LINEAR_B
+}
+
+/* embed: wte V x d (+ wpe S x d).  Only ever the first layer: no input gradient.  At
+ * tp > 1 a rank holds V / tp rows of wte (each rank looks up the tokens of its slice,
+ * zeros elsewhere, and the forward all-reduce sums the slices), the positions whole. */
+static void embed_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, LayerTensors *t)
+{
+	param(t, sh->vocab / tp, ly->out, LAYER_INIT_UNIFORM, 0); // EMBED_WTE
+	split(t, tp, LAYER_SPLIT_ROWS, 1, &sh->vocab);
+	if (has(ly, LAYER_KEY_POSITIONS))
+		param(t, sh->seq, ly->out, LAYER_INIT_UNIFORM, 0); // EMBED_WPE
+	t->tp_floats[0] = ly->out;
+}
+
+/* layernorm: gain and bias 1 x d; saves mean and rstd per row. */
+static void layernorm_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, LayerTensors *t)
+{
+	(void)tp; // replicated
+	param(t, 1, ly->in, LAYER_INIT_ONE, 0);  // LAYERNORM_GAIN
+	param(t, 1, ly->in, LAYER_INIT_ZERO, 0); // LAYERNORM_BIAS
+	add(t->saved, &t->nsaved, sh->rows, 1, LAYER_INIT_ZERO); // LAYERNORM_MEAN
+	add(t->saved, &t->nsaved, sh->rows, 1, LAYER_INIT_ZERO); // LAYERNORM_RSTD
+}
+
+/* rmsnorm: gain 1 x d; saves rstd per row. */
+static void rmsnorm_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, LayerTensors *t)
+{
+	(void)tp; // replicated
+	param(t, 1, ly->in, LAYER_INIT_ONE, 0);                  // RMSNORM_GAIN
+	add(t->saved, &t->nsaved, sh->rows, 1, LAYER_INIT_ZERO); // RMSNORM_RSTD
 }
 
 TkAttn plan_layer_attn(const PlanLayer *l, const LayerShape *sh)
@@ -79,112 +102,146 @@ TkAttn plan_layer_attn(const PlanLayer *l, const LayerShape *sh)
 	                has(l, LAYER_KEY_ROPE), 10000.0, 1};
 }
 
-/* Vocabulary-parallel: each rank looks up the tokens of its slice, zeros elsewhere; the
- * forward all-reduce sums the slices. */
-static void embed_cost(const PlanLayer *l, const LayerShape *sh, int tp, LayerCost *c)
+/* attention: wqkv d x nqkv (+ bqkv), wo d x d (+ bo); saves qkv, P and the heads'
+ * output; B holds dqkv and needs a workspace.  At tp > 1 a rank has H / tp query and
+ * Hkv / tp key/value heads: the columns of its heads in each of q, k and v of wqkv and
+ * bqkv, the matching rows of wo; bo whole.  Besides the projections, F computes the
+ * S x S scores and P·V per sequence and head (2 GEMMs of 2·S·S·hd FLOPs), B twice
+ * that. */
+static void attn_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, LayerTensors *t)
 {
-	weighted(sh, l->in, l->out,
-	         tk_params_embed_tp(sh->vocab, l->out, sh->seq, has(l, LAYER_KEY_POSITIONS), tp),
-	         tk_mem_embed(sh->rows), (TkFlops){0, 0, 0}, c);
-	tp_reduce(sh, tp, l->out, 0, c);
+	TkAttn a = plan_layer_attn(ly, sh);
+	int64_t d = ly->in, nqkv = sat_div(tk_attn_nqkv(&a), tp), hd = d / a.H;
+	int64_t seg[3] = {sat_mul(a.H, hd), sat_mul(a.Hkv, hd), sat_mul(a.Hkv, hd)};
+	int bias = has(ly, LAYER_KEY_BIAS);
+	param(t, d, nqkv, LAYER_INIT_UNIFORM, 1); // ATTN_WQKV
+	split(t, tp, LAYER_SPLIT_COLS, 3, seg);
+	if (bias) {
+		param(t, 1, nqkv, LAYER_INIT_ZERO, 0); // ATTN_BQKV
+		split(t, tp, LAYER_SPLIT_COLS, 3, seg);
+	}
+	param(t, d / tp, d, LAYER_INIT_UNIFORM, 1); // ATTN_WO
+	split(t, tp, LAYER_SPLIT_ROWS, 1, &d);
+	if (bias)
+		param(t, 1, d, LAYER_INIT_ZERO, 0); // ATTN_BO
+	int64_t heads = sat_mul(sat_mul(a.B, a.H / tp), a.S);
+	add(t->saved, &t->nsaved, sh->rows, nqkv, LAYER_INIT_ZERO);  // ATTN_QKV
+	add(t->saved, &t->nsaved, heads, a.S, LAYER_INIT_ZERO);      // ATTN_PROBS
+	add(t->saved, &t->nsaved, sh->rows, d / tp, LAYER_INIT_ZERO); // ATTN_ATT
+	add(t->held, &t->nheld, sh->rows, nqkv, LAYER_INIT_ZERO);    // ATTN_DQKV
+	t->work = (LayerTensor){1, tk_attn_workspace(&a), LAYER_INIT_ZERO, 0};
+	int64_t sq = sat_mul(sat_mul(sat_mul(heads, a.S), hd), 2); // one S x S x hd GEMM a head
+	t->flops[0] = sat_mul(2, sq);
+	t->flops[1] = sat_mul(4, sq);
+	t->tp_floats[0] = ly->out;
+	t->tp_floats[1] = ly->in;
 }
 
-static void layernorm_cost(const PlanLayer *l, const LayerShape *sh, int tp, LayerCost *c)
+/* mlp: w1 d x f (+ b1), w2 f x d (+ b2); saves h and gelu(h); B holds dh.  At tp > 1
+ * a rank holds f / tp columns of w1 and b1, the matching rows of w2; b2 whole. */
+static void mlp_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, LayerTensors *t)
 {
-	(void)tp;
-	weighted(sh, l->in, l->out, tk_params_layernorm(l->in), tk_mem_layernorm(sh->rows),
-	         (TkFlops){0, 0, 0}, c);
+	int64_t d = ly->in, whole = ly->hidden, f = whole / tp;
+	int bias = has(ly, LAYER_KEY_BIAS);
+	param(t, d, f, LAYER_INIT_UNIFORM, 1); // MLP_W1
+	split(t, tp, LAYER_SPLIT_COLS, 1, &whole);
+	if (bias) {
+		param(t, 1, f, LAYER_INIT_ZERO, 0); // MLP_B1
+		split(t, tp, LAYER_SPLIT_COLS, 1, &whole);
+	}
+	param(t, f, d, LAYER_INIT_UNIFORM, 1); // MLP_W2
+	split(t, tp, LAYER_SPLIT_ROWS, 1, &whole);
+	if (bias)
+		param(t, 1, d, LAYER_INIT_ZERO, 0); // MLP_B2
+	add(t->saved, &t->nsaved, sh->rows, f, LAYER_INIT_ZERO); // MLP_H
+	add(t->saved, &t->nsaved, sh->rows, f, LAYER_INIT_ZERO); // MLP_A
+	add(t->held, &t->nheld, sh->rows, f, LAYER_INIT_ZERO);   // MLP_DH
+	t->tp_floats[0] = ly->out;
+	t->tp_floats[1] = ly->in;
 }
 
-static void rmsnorm_cost(const PlanLayer *l, const LayerShape *sh, int tp, LayerCost *c)
+/* swiglu, geglu: wg, wu d x f, wd f x d; saves g, u, act(g) u (act silu or gelu); B
+ * holds dg and du.  At tp > 1 a rank holds f / tp columns of wg and wu, the matching
+ * rows of wd. */
+static void swiglu_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, LayerTensors *t)
 {
-	(void)tp;
-	weighted(sh, l->in, l->out, tk_params_rmsnorm(l->in), tk_mem_rmsnorm(sh->rows),
-	         (TkFlops){0, 0, 0}, c);
+	int64_t d = ly->in, whole = ly->hidden, f = whole / tp;
+	param(t, d, f, LAYER_INIT_UNIFORM, 1); // SWIGLU_WG
+	split(t, tp, LAYER_SPLIT_COLS, 1, &whole);
+	param(t, d, f, LAYER_INIT_UNIFORM, 1); // SWIGLU_WU
+	split(t, tp, LAYER_SPLIT_COLS, 1, &whole);
+	param(t, f, d, LAYER_INIT_UNIFORM, 1); // SWIGLU_WD
+	split(t, tp, LAYER_SPLIT_ROWS, 1, &whole);
+	add(t->saved, &t->nsaved, sh->rows, f, LAYER_INIT_ZERO); // SWIGLU_G
+	add(t->saved, &t->nsaved, sh->rows, f, LAYER_INIT_ZERO); // SWIGLU_U
+	add(t->saved, &t->nsaved, sh->rows, f, LAYER_INIT_ZERO); // SWIGLU_A
+	add(t->held, &t->nheld, sh->rows, f, LAYER_INIT_ZERO);   // SWIGLU_DG
+	add(t->held, &t->nheld, sh->rows, f, LAYER_INIT_ZERO);   // SWIGLU_DU
+	t->tp_floats[0] = ly->out;
+	t->tp_floats[1] = ly->in;
 }
 
-static void attn_cost(const PlanLayer *l, const LayerShape *sh, int tp, LayerCost *c)
+/* head: wv V x d, logits = x wv^T.  Tied, wv is the embedding's (borrowed): the layer
+ * lays out and counts nothing of its own, unless it is on another pipeline rank
+ * (`copy`): then wv is its own copy of the table, which its stage holds, steps and
+ * stores.  Column-parallel over the vocabulary at tp > 1: a rank holds V / tp rows of
+ * wv and gives their logits; the backward all-reduce sums the input gradients. */
+static void head_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, LayerTensors *t)
 {
-	TkAttn a = plan_layer_attn(l, sh);
-	weighted(sh, l->in, l->out, tk_params_attn_tp(&a, has(l, LAYER_KEY_BIAS), tp),
-	         tk_mem_attn_tp(&a, tp), tk_flops_attn_tp(&a, tp), c);
-	tp_reduce(sh, tp, l->out, l->in, c);
+	(void)sh;
+	int64_t whole = ly->out;
+	param(t, whole / tp, ly->in, LAYER_INIT_UNIFORM, 1); // HEAD_WV
+	split(t, tp, LAYER_SPLIT_ROWS, 1, &whole);
+	t->out = whole / tp; // its slice of the logits
+	t->copy = has(ly, LAYER_KEY_TIED) && has(ly, LAYER_KEY_COPY);
+	t->borrowed = has(ly, LAYER_KEY_TIED) && !t->copy;
+	t->tp_floats[1] = ly->in;
 }
 
-static void mlp_cost(const PlanLayer *l, const LayerShape *sh, int tp, LayerCost *c)
+/* xent: saves each row's log-sum-exp and its target.  At tp > 1 its input is the head's
+ * slice of the logits (vocabulary-parallel), and it all-reduces three floats per row in
+ * the forward: the maximum logit, the sum of exponentials and the target's logit (one
+ * op in the plan). */
+static void xent_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, LayerTensors *t)
 {
-	weighted(sh, l->in, l->out, tk_params_mlp_tp(l->in, l->hidden, has(l, LAYER_KEY_BIAS), tp),
-	         tk_mem_mlp_tp(sh->rows, l->hidden, tp),
-	         tk_flops_mlp_tp(sh->rows, l->in, l->hidden, tp), c);
-	tp_reduce(sh, tp, l->out, l->in, c);
-}
-
-static void swiglu_cost(const PlanLayer *l, const LayerShape *sh, int tp, LayerCost *c)
-{
-	weighted(sh, l->in, l->out, tk_params_swiglu_tp(l->in, l->hidden, tp),
-	         tk_mem_swiglu_tp(sh->rows, l->hidden, tp),
-	         tk_flops_swiglu_tp(sh->rows, l->in, l->hidden, tp), c);
-	tp_reduce(sh, tp, l->out, l->in, c);
-}
-
-/* y = x + f(x): saves nothing, costs nothing; f's layers count for themselves. */
-static void residual_cost(const PlanLayer *l, const LayerShape *sh, int tp, LayerCost *c)
-{
-	(void)l, (void)sh, (void)tp, (void)c;
-}
-
-/* Column-parallel over the vocabulary: each rank's logits are its slice; the backward
- * all-reduce sums the input gradients of the slices.  A tied head counts no parameters
- * of its own, unless it keeps a copy of the table on another pipeline rank (`copy`):
- * then its stage holds, steps and stores the copy. */
-static void head_cost(const PlanLayer *l, const LayerShape *sh, int tp, LayerCost *c)
-{
-	int tied = has(l, LAYER_KEY_TIED) && !has(l, LAYER_KEY_COPY);
-	weighted(sh, l->in, l->out / tp, tk_params_head_tp(l->out, l->in, tied, tp),
-	         tk_mem_head_tp(sh->rows, l->out, tp), tk_flops_head_tp(sh->rows, l->in, l->out, tp),
-	         c);
-	tp_reduce(sh, tp, 0, l->in, c);
-}
-
-/* No weights: keeps its input (the logits, its slice of them) and what F saves from F to
- * B.  Vocabulary-parallel, it all-reduces three floats per row in the forward: the
- * maximum logit, the sum of exponentials and the target's logit (one op in the plan). */
-static void xent_cost(const PlanLayer *l, const LayerShape *sh, int tp, LayerCost *c)
-{
-	c->save_fb = sat_mul(sat_add(sat_mul(sh->rows, l->in / tp), tk_mem_xent(sh->rows).saved), 4);
-	tp_reduce(sh, tp, 3, 0, c);
+	t->in = ly->in / tp;
+	add(t->saved, &t->nsaved, sh->rows, 1, LAYER_INIT_ZERO); // XENT_LSE
+	add(t->saved, &t->nsaved, sh->rows, 1, LAYER_INIT_ZERO); // XENT_TARGETS
+	t->tp_floats[0] = 3;
 }
 
 #define K(k) LAYER_FLAG(LAYER_KEY_##k)
 
 const LayerInfo plan_layers[LAYER_COUNT] = {
 	[LAYER_LINEAR] = {"linear", "linear", LAYER_ARG_WIDTH, "linear 512", 0, 0, 0, LAYER_OUT_ARG,
-	                  LAYER_TP_WHOLE, linear_cost},
+	                  LAYER_TP_WHOLE, linear_tensors},
 	[LAYER_RELU] = {"relu", "relu", LAYER_ARG_NONE, "relu", 0, 0, 0, LAYER_OUT_SAME,
-	                LAYER_TP_WHOLE, elementwise_cost},
+	                LAYER_TP_WHOLE, NULL},
 	[LAYER_GELU] = {"gelu", "gelu", LAYER_ARG_NONE, "gelu", 0, 0, 0, LAYER_OUT_SAME,
-	                LAYER_TP_WHOLE, elementwise_cost},
+	                LAYER_TP_WHOLE, NULL},
 	[LAYER_MSE] = {"mse", "loss", LAYER_ARG_NAME, "loss mse", 1, 0, 0, LAYER_OUT_SAME,
-	               LAYER_TP_WHOLE, elementwise_cost},
+	               LAYER_TP_WHOLE, NULL},
 	[LAYER_EMBED] = {"embed", "embed", LAYER_ARG_WIDTH, "embed 768 positions", 0, K(POSITIONS),
-	                 1, LAYER_OUT_ARG, LAYER_TP_VOCAB, embed_cost},
+	                 1, LAYER_OUT_ARG, LAYER_TP_VOCAB, embed_tensors},
 	[LAYER_LAYERNORM] = {"layernorm", "layernorm", LAYER_ARG_NONE, "layernorm", 0, 0, 0,
-	                     LAYER_OUT_SAME, LAYER_TP_WHOLE, layernorm_cost},
+	                     LAYER_OUT_SAME, LAYER_TP_WHOLE, layernorm_tensors},
 	[LAYER_RMSNORM] = {"rmsnorm", "rmsnorm", LAYER_ARG_NONE, "rmsnorm", 0, 0, 0, LAYER_OUT_SAME,
-	                   LAYER_TP_WHOLE, rmsnorm_cost},
+	                   LAYER_TP_WHOLE, rmsnorm_tensors},
 	[LAYER_ATTN] = {"attention", "attention", LAYER_ARG_NONE, "attention heads=12", 0,
 	                K(HEADS) | K(KV_HEADS) | K(BIAS) | K(ROPE), 0, LAYER_OUT_SAME,
-	                LAYER_TP_HEADS, attn_cost},
+	                LAYER_TP_HEADS, attn_tensors},
 	[LAYER_MLP] = {"mlp", "mlp", LAYER_ARG_HIDDEN, "mlp 3072 bias", 0, K(BIAS), 0,
-	               LAYER_OUT_SAME, LAYER_TP_HIDDEN, mlp_cost},
+	               LAYER_OUT_SAME, LAYER_TP_HIDDEN, mlp_tensors},
 	[LAYER_SWIGLU] = {"swiglu", "swiglu", LAYER_ARG_HIDDEN, "swiglu 11008", 0, 0, 0,
-	                  LAYER_OUT_SAME, LAYER_TP_HIDDEN, swiglu_cost},
+	                  LAYER_OUT_SAME, LAYER_TP_HIDDEN, swiglu_tensors},
 	[LAYER_RESIDUAL] = {"residual", "residual", LAYER_ARG_BODY, "residual { rmsnorm; ... }", 0,
-	                    0, 0, LAYER_OUT_SAME, LAYER_TP_WHOLE, residual_cost},
+	                    0, 0, LAYER_OUT_SAME, LAYER_TP_WHOLE, NULL},
 	[LAYER_HEAD] = {"head", "head", LAYER_ARG_NONE, "head tied", 0, K(TIED), 1, LAYER_OUT_VOCAB,
-	                LAYER_TP_VOCAB, head_cost},
+	                LAYER_TP_VOCAB, head_tensors},
 	[LAYER_XENT] = {"xent", "loss", LAYER_ARG_NAME, "loss xent", 1, 0, 1, LAYER_OUT_SAME,
-	                LAYER_TP_VOCAB, xent_cost},
+	                LAYER_TP_VOCAB, xent_tensors},
+	[LAYER_GEGLU] = {"geglu", "geglu", LAYER_ARG_HIDDEN, "geglu 2048", 0, 0, 0, LAYER_OUT_SAME,
+	                 LAYER_TP_HIDDEN, swiglu_tensors},
 };
 
 #undef K
@@ -250,10 +307,52 @@ int plan_layer_words(const char *word, const char **out)
 	return n;
 }
 
+void plan_layer_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, LayerTensors *t)
+{
+	memset(t, 0, sizeof *t);
+	if (plan_layers[ly->kind].tensors)
+		plan_layers[ly->kind].tensors(ly, sh, tp > 1 ? tp : 1, t);
+	if (!t->in)
+		t->in = ly->in;
+	if (!t->out)
+		t->out = ly->out;
+}
+
+static int64_t elems(const LayerTensor *list, int n)
+{
+	int64_t e = 0;
+	for (int i = 0; i < n; i++)
+		e = sat_add(e, sat_mul(list[i].rows, list[i].cols));
+	return e;
+}
+
+/* Everything follows from the row's tensors: the memory convention of the file's head
+ * (a body kind keeps nothing: its input is its body's first layer's), the GEMM weights'
+ * FLOPs (a tied head's borrowed table computes too) and the all-reduces at tp > 1. */
 LayerCost plan_layer_figures_tp(const PlanLayer *l, const LayerShape *sh, int tp)
 {
 	LayerCost c = {0};
-	plan_layers[l->kind].cost(l, sh, tp > 1 ? tp : 1, &c);
+	LayerTensors t;
+	tp = tp > 1 ? tp : 1;
+	plan_layer_tensors(l, sh, tp, &t);
+	c.params = elems(t.param + t.borrowed, t.nparams - t.borrowed);
+	int64_t keep = sat_add(sat_mul(sh->rows, t.in), elems(t.saved, t.nsaved));
+	int64_t held = sat_add(sat_mul(sh->rows, t.out), elems(t.held, t.nheld));
+	if (plan_layers[l->kind].arg == LAYER_ARG_BODY)
+		keep = 0;
+	if (t.nparams) {
+		c.save_fw = sat_mul(keep, 4);
+		c.save_bw = sat_mul(held, 4);
+	} else
+		c.save_fb = sat_mul(keep, 4);
+	int64_t gemm = 0;
+	for (int i = 0; i < t.nparams; i++)
+		if (t.param[i].gemm)
+			gemm = sat_add(gemm, sat_mul(t.param[i].rows, t.param[i].cols));
+	for (int k = 0; k < 3; k++)
+		c.flops[k] = (double)sat_add(sat_mul(sat_mul(2, sh->rows), gemm), t.flops[k]);
+	for (int d = 0; d < 2 && tp > 1; d++)
+		c.tp_bytes[d] = sat_mul(sat_mul(sh->rows, t.tp_floats[d]), 4);
 	return c;
 }
 

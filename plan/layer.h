@@ -1,12 +1,12 @@
 /* The layer kinds: one row per kind, read by every tool.
  *
- * A row says how the language spells the layer, what it takes, and what it costs: its
- * output width, parameter count, saved bytes per microbatch and FLOPs of F, B and W.
+ * A row says how the language spells the layer, what it takes, and its tensors (their
+ * shapes by name), from which its parameter count, saved bytes per microbatch and FLOPs
+ * of F, B and W follow.
  * The checker (words, arguments, widths, FLOPs), the lowering (parameters, saved bytes)
  * and the runtime's model (the cross-check of the plan) read these rows and restate
  * nothing.  Adding a kind: its enum member here, its row in layer.c, its kernels in the
- * runtime, its test (docs/architecture.md, "Adding a layer kind").  The transformer
- * kinds take their figures from plan/tfcount.h, the kernels' own counts. */
+ * runtime, its test (docs/architecture.md, "Adding a layer kind"). */
 #ifndef PLAN_LAYER_H
 #define PLAN_LAYER_H
 
@@ -29,6 +29,7 @@ typedef enum {
 	LAYER_RESIDUAL,  // x + f(x), f the next `span` layers
 	LAYER_HEAD,      // vocabulary head, width -> vocab, no bias (tied or not)
 	LAYER_XENT,      // cross-entropy on next-token targets
+	LAYER_GEGLU,     // gated GeGLU MLP, hidden width, no biases (swiglu's tensors)
 	LAYER_COUNT
 } LayerKind;
 
@@ -86,6 +87,99 @@ typedef struct {
 	int64_t rows, batch, seq, vocab;
 } LayerShape;
 
+/* ---- a layer's tensors: the one statement of its shapes ----
+ * Each row's `tensors` function states the tensors of one layer on one rank of a tp
+ * group, by name (the slot enums below): its parameters (with their initial values and
+ * how tp cuts them), what F saves for B and W, what B holds for W, B's scratch, and the
+ * all-reduces and non-weight GEMMs around it.  Its parameter count, saved and held
+ * bytes and FLOPs (plan_layer_figures) and the runtime's buffers on every device
+ * (runtime/) all read it: llm.c's fill_in_parameter_sizes. */
+
+enum { LAYER_MAX_TENSORS = 8 }; // per list: parameters, saved, held
+
+typedef enum {
+	LAYER_INIT_ZERO,    // 0 (biases)
+	LAYER_INIT_ONE,     // 1 (norm gains)
+	LAYER_INIT_UNIFORM, // u[-1, 1) / sqrt(rows): a weight matrix of `rows` inputs
+	LAYER_INIT_COUNT
+} LayerInit;
+
+typedef struct {
+	int64_t rows, cols;
+	LayerInit init; // parameters: their initial values (docs/semantics.md "Model")
+	int gemm;       // parameters: a GEMM weight, 2 FLOPs per row and element in each of
+	                // F, B and W (docs/layers.md)
+} LayerTensor;
+
+/* How a parameter of a layer split over a tp group (docs/semantics.md "Tensor
+ * parallelism") is cut: along its rows or columns, which are nseg segments of the whole
+ * tensor laid end to end (a fused qkv: q, k and v), each cut in tp equal pieces; rank t
+ * of the group holds piece t of every segment, in segment order. */
+typedef enum {
+	LAYER_SPLIT_NONE, // whole on every rank
+	LAYER_SPLIT_ROWS, // rows cut (a row-parallel weight, a vocabulary table)
+	LAYER_SPLIT_COLS, // columns cut (a column-parallel weight and its bias)
+	LAYER_SPLIT_COUNT
+} LayerSplitAxis;
+
+enum { LAYER_SPLIT_MAX_SEGS = 3 };
+
+typedef struct {
+	uint8_t axis;                      // LayerSplitAxis
+	uint8_t nseg;
+	int64_t seg[LAYER_SPLIT_MAX_SEGS]; // whole length of each segment along the axis
+} LayerSplit;
+
+/* The tensors of one layer for a microbatch, besides its input x (kept from F to B, or
+ * to W for a kind with parameters) and, for a kind with parameters, its output gradient
+ * dy (kept from B to W). */
+typedef struct {
+	int nparams;                          // parameters, laid out in this order in
+	LayerTensor param[LAYER_MAX_TENSORS]; // the stage's flat buffer
+	int borrowed;                         // the first `borrowed` of them are another
+	                                      // layer's (a tied head's table): not laid
+	                                      // out here, nor counted as the layer's
+	int copy;                             // 1: param[0] is a tied head's own copy of
+	                                      // the embedding's table on another rank
+	int nsaved;                           // written by F, read by B and W; kept as
+	LayerTensor saved[LAYER_MAX_TENSORS]; // long as x
+	int nheld;                            // written by B, read by W
+	LayerTensor held[LAYER_MAX_TENSORS];
+	LayerTensor work;                     // B's scratch (rows 0: none)
+	LayerSplit split[LAYER_MAX_TENSORS];  // with tp > 1: how each parameter is cut
+	int64_t in, out;                      // the rank's x and y widths: the layer's, but a
+	                                      // vocabulary slice (head out, xent in) at tp > 1
+	int64_t flops[3];                     // F, B, W FLOPs besides the GEMM weights'
+	                                      // (attention's scores and P·V)
+	int64_t tp_floats[2];                 // with tp > 1: floats per row all-reduced after
+	                                      // the layer in F and after its B (0: none)
+} LayerTensors;
+
+/* Named slots: param[], saved[] and held[] indices of each kind with tensors. */
+enum { LINEAR_W, LINEAR_B };                 // params
+enum { EMBED_WTE, EMBED_WPE };               // params (wpe with `positions`)
+enum { LAYERNORM_GAIN, LAYERNORM_BIAS };     // params
+enum { LAYERNORM_MEAN, LAYERNORM_RSTD };     // saved
+enum { RMSNORM_GAIN };                       // params
+enum { RMSNORM_RSTD };                       // saved
+enum { ATTN_WQKV, ATTN_BQKV, ATTN_WO, ATTN_BO }; // params, the biases with `bias`
+                                             // (absent, the others move up)
+enum { ATTN_QKV, ATTN_PROBS, ATTN_ATT };     // saved: projections, softmax, heads' output
+enum { ATTN_DQKV };                          // held
+enum { MLP_W1, MLP_B1, MLP_W2, MLP_B2 };     // params, the biases with `bias`
+enum { MLP_H, MLP_A };                       // saved: pre-activation, gelu(h)
+enum { MLP_DH };                             // held
+enum { SWIGLU_WG, SWIGLU_WU, SWIGLU_WD };    // params: gate, up, down (geglu too)
+enum { SWIGLU_G, SWIGLU_U, SWIGLU_A };       // saved: x wg, x wu, silu(g) u (gelu)
+enum { SWIGLU_DG, SWIGLU_DU };               // held
+enum { HEAD_WV };                            // params (the embedding's when tied)
+enum { XENT_LSE, XENT_TARGETS };             // saved
+
+/* Fills t (zeroed by the caller) for layer ly on a microbatch of shape sh, on one rank of
+ * a tp group of size tp (1: the whole layer): the rank's shard of every split tensor. */
+typedef void (*LayerTensorsFn)(const PlanLayer *ly, const LayerShape *sh, int tp,
+                               LayerTensors *t);
+
 /* A layer's figures for one microbatch. */
 typedef struct {
 	int64_t params;                     // f32 parameters (weights and biases)
@@ -122,8 +216,9 @@ typedef struct {
 	int tokens;          // 1: needs a token input (`input tokens BxS vocab=V;`)
 	LayerOut outw;       // its output width
 	LayerTp tp;          // what a tp group splits
-	/* Its figures on one rank of a tp group of size tp (1: the whole layer). */
-	void (*cost)(const PlanLayer *l, const LayerShape *sh, int tp, LayerCost *c);
+	/* Its tensors on one rank of a tp group of size tp; NULL: none but its input (an
+	 * elementwise kind keeps x from F to B; a body kind keeps nothing). */
+	LayerTensorsFn tensors;
 } LayerInfo;
 
 extern const LayerInfo plan_layers[LAYER_COUNT];
@@ -135,6 +230,9 @@ LayerKind plan_layer_find(const char *s, size_t n);
 /* Output width of a kind given its input width and its width argument (the vocabulary
  * for LAYER_OUT_VOCAB rows). */
 int plan_layer_out(LayerKind k, int in, int width_arg);
+/* Layer ly's tensors on one rank of a tp group of size tp: its row's, with in and out
+ * filled (the layer's widths when the row leaves them 0). */
+void plan_layer_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, LayerTensors *t);
 /* Figures of one layer on a microbatch of shape sh. */
 LayerCost plan_layer_figures(const PlanLayer *l, const LayerShape *sh);
 /* The attention shape (plan/tfcount.h) of an attention layer on microbatch sh. */

@@ -219,7 +219,7 @@ static int wrong_shape(RtRank *r, const RtLayerCall *c, const RtTensor *t, int64
 
 /* Tensors of one list (parameters, saved, held) against the kind's row. */
 static int check_list(RtRank *r, const RtLayerCall *c, const RtTensor *t, RtTensor *const *tp,
-                      int n, const RtShape *sh, int want)
+                      int n, const LayerTensor *sh, int want)
 {
 	if (n != want)
 		return rt_error(r, "internal: %s layer given %d tensors where it keeps %d",
@@ -235,8 +235,8 @@ static int check_list(RtRank *r, const RtLayerCall *c, const RtTensor *t, RtTens
 int rt_layer_call_check(RtRank *r, const RtLayerCall *c)
 {
 	const PlanLayer *ly = c->layer;
-	RtLayerTensors k;
-	rt_layer_tensors(ly, &c->sh, c->tp, &k);
+	LayerTensors k;
+	plan_layer_tensors(ly, &c->sh, c->tp, &k);
 	int64_t tcols = plan_layers[ly->kind].tokens ? 1 : k.in;
 	/* A loss split over the vocabulary writes its 3 x rows statistics into y. */
 	int stats = c->tp > 1 && plan_layers[ly->kind].loss && c->y;

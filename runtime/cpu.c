@@ -1,6 +1,6 @@
 /* The cpu device: tensor storage in host memory and the layers' math, for the threads
  * and mpi backends and for every --check reference.  The layers are one row of kernels
- * per layer kind (cpu_layers), computing into the tensors shapes.c defines for the kind;
+ * per layer kind (cpu_layers), computing into the tensors the layer table states for the kind;
  * the transformer kinds call tkernels.c, the math every other device agrees with.  GEMMs
  * go through OpenBLAS's cblas_sgemm; everything else is a plain loop.  Every kernel is
  * deterministic for given shapes, which is what lets --check compare a pipelined run
@@ -104,11 +104,11 @@ static int linear_fwd(RtRank *r, const RtLayerCall *c)
 		return RT_EFAIL;
 	int64_t m = c->rows, k = c->layer->in, n = c->layer->out;
 	float *yd = F32(c->y);
-	const float *bd = F32(&c->param[1]);
+	const float *bd = F32(&c->param[LINEAR_B]);
 	for (int64_t i = 0; i < m; i++)
 		memcpy(yd + i * n, bd, (size_t)n * sizeof(float));
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)k, 1.0f,
-	            F32(c->x), (int)k, F32(&c->param[0]), (int)n, 1.0f, yd, (int)n);
+	            F32(c->x), (int)k, F32(&c->param[LINEAR_W]), (int)n, 1.0f, yd, (int)n);
 	return RT_OK;
 }
 
@@ -119,7 +119,7 @@ static int linear_bwd_in(RtRank *r, const RtLayerCall *c)
 		return RT_EFAIL;
 	int64_t m = c->rows, k = c->layer->in, n = c->layer->out;
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)k, (int)n, 1.0f,
-	            F32(c->dy), (int)n, F32(&c->param[0]), (int)n, 0.0f, F32(c->dx), (int)k);
+	            F32(c->dy), (int)n, F32(&c->param[LINEAR_W]), (int)n, 0.0f, F32(c->dx), (int)k);
 	return RT_OK;
 }
 
@@ -130,8 +130,8 @@ static int linear_bwd_w(RtRank *r, const RtLayerCall *c)
 		return RT_EFAIL;
 	int64_t m = c->rows, k = c->layer->in, n = c->layer->out;
 	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)n, (int)m, 1.0f,
-	            F32(c->x), (int)k, F32(c->dy), (int)n, 1.0f, F32(&c->grad[0]), (int)n);
-	float *bd = F32(&c->grad[1]);
+	            F32(c->x), (int)k, F32(c->dy), (int)n, 1.0f, F32(&c->grad[LINEAR_W]), (int)n);
+	float *bd = F32(&c->grad[LINEAR_B]);
 	const float *g = F32(c->dy);
 	for (int64_t i = 0; i < m; i++)
 		for (int64_t j = 0; j < n; j++)
@@ -279,7 +279,8 @@ static int embed_fwd(RtRank *r, const RtLayerCall *c)
 	if (!ids)
 		return RT_EFAIL;
 	int64_t n = c->sh.vocab / tp_of(c);
-	tk_embed_fwd_tp(ids, PARAM(c, 0), c->nparams > 1 ? once(c, PARAM(c, 1)) : NULL, F32(c->y),
+	tk_embed_fwd_tp(ids, PARAM(c, EMBED_WTE),
+	                c->nparams > 1 ? once(c, PARAM(c, EMBED_WPE)) : NULL, F32(c->y),
 	                c->sh.batch, c->sh.seq, c->layer->out, c->sh.vocab, c->tp_rank * n, n);
 	free(ids);
 	return RT_OK;
@@ -293,8 +294,9 @@ static int embed_bwd_w(RtRank *r, const RtLayerCall *c)
 	if (!ids)
 		return RT_EFAIL;
 	int64_t n = c->sh.vocab / tp_of(c);
-	tk_embed_bwd_w_tp(ids, F32(c->dy), GRAD(c, 0), c->nparams > 1 ? GRAD(c, 1) : NULL,
-	                  c->sh.batch, c->sh.seq, c->layer->out, c->sh.vocab, c->tp_rank * n, n);
+	tk_embed_bwd_w_tp(ids, F32(c->dy), GRAD(c, EMBED_WTE),
+	                  c->nparams > 1 ? GRAD(c, EMBED_WPE) : NULL, c->sh.batch, c->sh.seq,
+	                  c->layer->out, c->sh.vocab, c->tp_rank * n, n);
 	free(ids);
 	return RT_OK;
 }
@@ -304,8 +306,9 @@ static int layernorm_fwd(RtRank *r, const RtLayerCall *c)
 {
 	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
-	tk_layernorm_fwd(F32(c->x), PARAM(c, 0), PARAM(c, 1), TK_NORM_EPS, F32(c->y), SAVED(c, 0),
-	                 SAVED(c, 1), c->rows, c->layer->in);
+	tk_layernorm_fwd(F32(c->x), PARAM(c, LAYERNORM_GAIN), PARAM(c, LAYERNORM_BIAS), TK_NORM_EPS,
+	                 F32(c->y), SAVED(c, LAYERNORM_MEAN), SAVED(c, LAYERNORM_RSTD), c->rows,
+	                 c->layer->in);
 	return RT_OK;
 }
 
@@ -313,8 +316,9 @@ static int layernorm_bwd_in(RtRank *r, const RtLayerCall *c)
 {
 	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
-	tk_layernorm_bwd_in(F32(c->x), PARAM(c, 0), SAVED(c, 0), SAVED(c, 1), F32(c->dy),
-	                    F32(c->dx), c->rows, c->layer->in);
+	tk_layernorm_bwd_in(F32(c->x), PARAM(c, LAYERNORM_GAIN), SAVED(c, LAYERNORM_MEAN),
+	                    SAVED(c, LAYERNORM_RSTD), F32(c->dy), F32(c->dx), c->rows,
+	                    c->layer->in);
 	return RT_OK;
 }
 
@@ -322,8 +326,9 @@ static int layernorm_bwd_w(RtRank *r, const RtLayerCall *c)
 {
 	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
-	tk_layernorm_bwd_w(F32(c->x), SAVED(c, 0), SAVED(c, 1), F32(c->dy), GRAD(c, 0), GRAD(c, 1),
-	                   c->rows, c->layer->in);
+	tk_layernorm_bwd_w(F32(c->x), SAVED(c, LAYERNORM_MEAN), SAVED(c, LAYERNORM_RSTD),
+	                   F32(c->dy), GRAD(c, LAYERNORM_GAIN), GRAD(c, LAYERNORM_BIAS), c->rows,
+	                   c->layer->in);
 	return RT_OK;
 }
 
@@ -331,8 +336,8 @@ static int rmsnorm_fwd(RtRank *r, const RtLayerCall *c)
 {
 	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
-	tk_rmsnorm_fwd(F32(c->x), PARAM(c, 0), TK_NORM_EPS, F32(c->y), SAVED(c, 0), c->rows,
-	               c->layer->in);
+	tk_rmsnorm_fwd(F32(c->x), PARAM(c, RMSNORM_GAIN), TK_NORM_EPS, F32(c->y),
+	               SAVED(c, RMSNORM_RSTD), c->rows, c->layer->in);
 	return RT_OK;
 }
 
@@ -340,8 +345,8 @@ static int rmsnorm_bwd_in(RtRank *r, const RtLayerCall *c)
 {
 	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
-	tk_rmsnorm_bwd_in(F32(c->x), PARAM(c, 0), SAVED(c, 0), F32(c->dy), F32(c->dx), c->rows,
-	                  c->layer->in);
+	tk_rmsnorm_bwd_in(F32(c->x), PARAM(c, RMSNORM_GAIN), SAVED(c, RMSNORM_RSTD), F32(c->dy),
+	                  F32(c->dx), c->rows, c->layer->in);
 	return RT_OK;
 }
 
@@ -349,12 +354,13 @@ static int rmsnorm_bwd_w(RtRank *r, const RtLayerCall *c)
 {
 	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
-	tk_rmsnorm_bwd_w(F32(c->x), SAVED(c, 0), F32(c->dy), GRAD(c, 0), c->rows, c->layer->in);
+	tk_rmsnorm_bwd_w(F32(c->x), SAVED(c, RMSNORM_RSTD), F32(c->dy), GRAD(c, RMSNORM_GAIN),
+	                 c->rows, c->layer->in);
 	return RT_OK;
 }
 
-/* Parameters laid out weight, bias, weight, bias (attention: wqkv, bqkv, wo, bo; mlp: w1,
- * b1, w2, b2), the biases NULL when absent. */
+/* The parameters by slot (ATTN_WQKV .. ATTN_BO, MLP_W1 .. MLP_B2): the layer table lays
+ * them out weight, bias, weight, bias, without the biases when absent (NULL here). */
 static void wb_params(const RtLayerCall *c, const RtTensor *pt, float *w[4])
 {
 	int b = HAS(c->layer, BIAS);
@@ -373,8 +379,8 @@ static int attn_fwd(RtRank *r, const RtLayerCall *c)
 	a.tp = tp_of(c);
 	float *w[4];
 	wb_params(c, c->param, w);
-	tk_attn_fwd(&a, F32(c->x), w[0], w[1], w[2], once(c, w[3]), SAVED(c, 0), SAVED(c, 1),
-	            SAVED(c, 2), F32(c->y));
+	tk_attn_fwd(&a, F32(c->x), w[ATTN_WQKV], w[ATTN_BQKV], w[ATTN_WO], once(c, w[ATTN_BO]),
+	            SAVED(c, ATTN_QKV), SAVED(c, ATTN_PROBS), SAVED(c, ATTN_ATT), F32(c->y));
 	return RT_OK;
 }
 
@@ -384,7 +390,7 @@ static int attn_rebuild(RtRank *r, const RtLayerCall *c)
 		return RT_EFAIL;
 	TkAttn a = plan_layer_attn(c->layer, &c->sh);
 	a.tp = tp_of(c);
-	tk_attn_probs(&a, SAVED(c, 0), SAVED(c, RT_ATTN_PROBS));
+	tk_attn_probs(&a, SAVED(c, ATTN_QKV), SAVED(c, ATTN_PROBS));
 	return RT_OK;
 }
 
@@ -396,8 +402,8 @@ static int attn_bwd_in(RtRank *r, const RtLayerCall *c)
 	a.tp = tp_of(c);
 	float *w[4];
 	wb_params(c, c->param, w);
-	tk_attn_bwd_in(&a, w[0], w[2], SAVED(c, 0), SAVED(c, 1), F32(c->dy), HELD(c, 0), F32(c->dx),
-	               F32(c->work));
+	tk_attn_bwd_in(&a, w[ATTN_WQKV], w[ATTN_WO], SAVED(c, ATTN_QKV), SAVED(c, ATTN_PROBS),
+	               F32(c->dy), HELD(c, ATTN_DQKV), F32(c->dx), F32(c->work));
 	return RT_OK;
 }
 
@@ -409,7 +415,8 @@ static int attn_bwd_w(RtRank *r, const RtLayerCall *c)
 	a.tp = tp_of(c);
 	float *g[4];
 	wb_params(c, c->grad, g);
-	tk_attn_bwd_w(&a, F32(c->x), SAVED(c, 2), F32(c->dy), HELD(c, 0), g[0], g[1], g[2], g[3]);
+	tk_attn_bwd_w(&a, F32(c->x), SAVED(c, ATTN_ATT), F32(c->dy), HELD(c, ATTN_DQKV),
+	              g[ATTN_WQKV], g[ATTN_BQKV], g[ATTN_WO], g[ATTN_BO]);
 	return RT_OK;
 }
 
@@ -420,8 +427,8 @@ static int mlp_fwd(RtRank *r, const RtLayerCall *c)
 		return RT_EFAIL;
 	float *w[4];
 	wb_params(c, c->param, w);
-	tk_mlp_fwd(F32(c->x), w[0], w[1], w[2], once(c, w[3]), SAVED(c, 0), SAVED(c, 1), F32(c->y),
-	           c->rows, c->layer->in, c->layer->hidden / tp_of(c));
+	tk_mlp_fwd(F32(c->x), w[MLP_W1], w[MLP_B1], w[MLP_W2], once(c, w[MLP_B2]), SAVED(c, MLP_H),
+	           SAVED(c, MLP_A), F32(c->y), c->rows, c->layer->in, c->layer->hidden / tp_of(c));
 	return RT_OK;
 }
 
@@ -431,8 +438,8 @@ static int mlp_bwd_in(RtRank *r, const RtLayerCall *c)
 		return RT_EFAIL;
 	float *w[4];
 	wb_params(c, c->param, w);
-	tk_mlp_bwd_in(w[0], w[2], SAVED(c, 0), F32(c->dy), HELD(c, 0), F32(c->dx), c->rows,
-	              c->layer->in, c->layer->hidden / tp_of(c));
+	tk_mlp_bwd_in(w[MLP_W1], w[MLP_W2], SAVED(c, MLP_H), F32(c->dy), HELD(c, MLP_DH),
+	              F32(c->dx), c->rows, c->layer->in, c->layer->hidden / tp_of(c));
 	return RT_OK;
 }
 
@@ -442,8 +449,8 @@ static int mlp_bwd_w(RtRank *r, const RtLayerCall *c)
 		return RT_EFAIL;
 	float *g[4];
 	wb_params(c, c->grad, g);
-	tk_mlp_bwd_w(F32(c->x), SAVED(c, 1), F32(c->dy), HELD(c, 0), g[0], g[1], g[2], g[3], c->rows,
-	             c->layer->in, c->layer->hidden / tp_of(c));
+	tk_mlp_bwd_w(F32(c->x), SAVED(c, MLP_A), F32(c->dy), HELD(c, MLP_DH), g[MLP_W1], g[MLP_B1],
+	             g[MLP_W2], g[MLP_B2], c->rows, c->layer->in, c->layer->hidden / tp_of(c));
 	return RT_OK;
 }
 
@@ -452,8 +459,9 @@ static int swiglu_fwd(RtRank *r, const RtLayerCall *c)
 {
 	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
-	tk_swiglu_fwd(F32(c->x), PARAM(c, 0), PARAM(c, 1), PARAM(c, 2), SAVED(c, 0), SAVED(c, 1),
-	              SAVED(c, 2), F32(c->y), c->rows, c->layer->in, c->layer->hidden / tp_of(c));
+	tk_swiglu_fwd(F32(c->x), PARAM(c, SWIGLU_WG), PARAM(c, SWIGLU_WU), PARAM(c, SWIGLU_WD),
+	              SAVED(c, SWIGLU_G), SAVED(c, SWIGLU_U), SAVED(c, SWIGLU_A), F32(c->y),
+	              c->rows, c->layer->in, c->layer->hidden / tp_of(c));
 	return RT_OK;
 }
 
@@ -461,8 +469,9 @@ static int swiglu_bwd_in(RtRank *r, const RtLayerCall *c)
 {
 	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
-	tk_swiglu_bwd_in(PARAM(c, 0), PARAM(c, 1), PARAM(c, 2), SAVED(c, 0), SAVED(c, 1),
-	                 F32(c->dy), HELD(c, 0), HELD(c, 1), F32(c->dx), c->rows, c->layer->in,
+	tk_swiglu_bwd_in(PARAM(c, SWIGLU_WG), PARAM(c, SWIGLU_WU), PARAM(c, SWIGLU_WD),
+	                 SAVED(c, SWIGLU_G), SAVED(c, SWIGLU_U), F32(c->dy), HELD(c, SWIGLU_DG),
+	                 HELD(c, SWIGLU_DU), F32(c->dx), c->rows, c->layer->in,
 	                 c->layer->hidden / tp_of(c));
 	return RT_OK;
 }
@@ -471,8 +480,31 @@ static int swiglu_bwd_w(RtRank *r, const RtLayerCall *c)
 {
 	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
-	tk_swiglu_bwd_w(F32(c->x), SAVED(c, 2), F32(c->dy), HELD(c, 0), HELD(c, 1), GRAD(c, 0),
-	                GRAD(c, 1), GRAD(c, 2), c->rows, c->layer->in, c->layer->hidden / tp_of(c));
+	tk_swiglu_bwd_w(F32(c->x), SAVED(c, SWIGLU_A), F32(c->dy), HELD(c, SWIGLU_DG),
+	                HELD(c, SWIGLU_DU), GRAD(c, SWIGLU_WG), GRAD(c, SWIGLU_WU),
+	                GRAD(c, SWIGLU_WD), c->rows, c->layer->in, c->layer->hidden / tp_of(c));
+	return RT_OK;
+}
+
+/* geglu: gelu(x wg) * (x wu), then wd; swiglu's tensors, and its W. */
+static int geglu_fwd(RtRank *r, const RtLayerCall *c)
+{
+	if (rt_layer_call_check(r, c))
+		return RT_EFAIL;
+	tk_geglu_fwd(F32(c->x), PARAM(c, SWIGLU_WG), PARAM(c, SWIGLU_WU), PARAM(c, SWIGLU_WD),
+	             SAVED(c, SWIGLU_G), SAVED(c, SWIGLU_U), SAVED(c, SWIGLU_A), F32(c->y), c->rows,
+	             c->layer->in, c->layer->hidden / tp_of(c));
+	return RT_OK;
+}
+
+static int geglu_bwd_in(RtRank *r, const RtLayerCall *c)
+{
+	if (rt_layer_call_check(r, c))
+		return RT_EFAIL;
+	tk_geglu_bwd_in(PARAM(c, SWIGLU_WG), PARAM(c, SWIGLU_WU), PARAM(c, SWIGLU_WD),
+	                SAVED(c, SWIGLU_G), SAVED(c, SWIGLU_U), F32(c->dy), HELD(c, SWIGLU_DG),
+	                HELD(c, SWIGLU_DU), F32(c->dx), c->rows, c->layer->in,
+	                c->layer->hidden / tp_of(c));
 	return RT_OK;
 }
 
@@ -481,7 +513,7 @@ static int head_fwd(RtRank *r, const RtLayerCall *c)
 {
 	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
-	tk_head_fwd(F32(c->x), PARAM(c, 0), F32(c->y), c->rows, c->layer->in,
+	tk_head_fwd(F32(c->x), PARAM(c, HEAD_WV), F32(c->y), c->rows, c->layer->in,
 	            c->layer->out / tp_of(c));
 	return RT_OK;
 }
@@ -490,7 +522,7 @@ static int head_bwd_in(RtRank *r, const RtLayerCall *c)
 {
 	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
-	tk_head_bwd_in(PARAM(c, 0), F32(c->dy), F32(c->dx), c->rows, c->layer->in,
+	tk_head_bwd_in(PARAM(c, HEAD_WV), F32(c->dy), F32(c->dx), c->rows, c->layer->in,
 	               c->layer->out / tp_of(c));
 	return RT_OK;
 }
@@ -499,7 +531,7 @@ static int head_bwd_w(RtRank *r, const RtLayerCall *c)
 {
 	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
-	tk_head_bwd_w(F32(c->x), F32(c->dy), GRAD(c, 0), c->rows, c->layer->in,
+	tk_head_bwd_w(F32(c->x), F32(c->dy), GRAD(c, HEAD_WV), c->rows, c->layer->in,
 	              c->layer->out / tp_of(c));
 	return RT_OK;
 }
@@ -516,14 +548,14 @@ static int xent_fwd(RtRank *r, const RtLayerCall *c)
 	int32_t *ids = token_ids(r, c->target, c->layer->in, "target token");
 	if (!ids)
 		return RT_EFAIL;
-	memcpy(SAVED(c, 1), F32(c->target), (size_t)c->target->bytes);
+	memcpy(SAVED(c, XENT_TARGETS), F32(c->target), (size_t)c->target->bytes);
 	if (tp_of(c) > 1) {
 		tk_xent_tp_max(F32(c->x), F32(c->y), c->rows, c->layer->in / tp_of(c));
 		free(ids);
 		return RT_OK;
 	}
 	double loss = 0;
-	tk_xent_fwd(F32(c->x), ids, SAVED(c, 0), &loss, c->rows, c->layer->in);
+	tk_xent_fwd(F32(c->x), ids, SAVED(c, XENT_LSE), &loss, c->rows, c->layer->in);
 	free(ids);
 	F32(c->loss)[c->slot] = (float)loss;
 	return RT_OK;
@@ -535,11 +567,11 @@ static int xent_tp_fwd(RtRank *r, const RtLayerCall *c)
 	float *y = F32(c->y);
 	if (c->phase == 2) {
 		double loss = 0;
-		tk_xent_tp_end(y, y + N, y + 2 * N, SAVED(c, 0), &loss, N);
+		tk_xent_tp_end(y, y + N, y + 2 * N, SAVED(c, XENT_LSE), &loss, N);
 		F32(c->loss)[c->slot] = (float)loss;
 		return RT_OK;
 	}
-	int32_t *ids = token_ids(r, c->saved[1], c->layer->in, "target token");
+	int32_t *ids = token_ids(r, c->saved[XENT_TARGETS], c->layer->in, "target token");
 	if (!ids)
 		return RT_EFAIL;
 	tk_xent_tp_sums(F32(c->x), ids, y, y + N, y + 2 * N, N, c->layer->in, c->tp_rank * n, n);
@@ -551,12 +583,12 @@ static int xent_bwd_in(RtRank *r, const RtLayerCall *c)
 {
 	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
-	int32_t *ids = token_ids(r, c->saved[1], c->layer->in, "target token");
+	int32_t *ids = token_ids(r, c->saved[XENT_TARGETS], c->layer->in, "target token");
 	if (!ids)
 		return RT_EFAIL;
 	int64_t n = c->layer->in / tp_of(c);
-	tk_xent_tp_bwd(F32(c->x), ids, SAVED(c, 0), c->scale, F32(c->dx), c->rows, c->layer->in,
-	               c->tp_rank * n, n);
+	tk_xent_tp_bwd(F32(c->x), ids, SAVED(c, XENT_LSE), c->scale, F32(c->dx), c->rows,
+	               c->layer->in, c->tp_rank * n, n);
 	free(ids);
 	return RT_OK;
 }
@@ -574,6 +606,7 @@ static const RtLayerKernels cpu_layers[LAYER_COUNT] = {
 	[LAYER_SWIGLU] = {swiglu_fwd, swiglu_bwd_in, swiglu_bwd_w},
 	[LAYER_HEAD] = {head_fwd, head_bwd_in, head_bwd_w},
 	[LAYER_XENT] = {xent_fwd, xent_bwd_in, NULL, xent_tp_fwd},
+	[LAYER_GEGLU] = {geglu_fwd, geglu_bwd_in, swiglu_bwd_w},
 };
 
 /* ---- the optimizer: one entry per OptimKind (rt_backend.h, "The optimizer") ---- */

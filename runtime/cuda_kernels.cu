@@ -481,7 +481,7 @@ int cu_gemm(RtRank *r, int ta, int tb, int64_t M, int64_t N, int64_t K, float al
 }
 
 /* ---- layers: one row of kernels per layer kind (rt_backend.h, "Layers"); the
- * tensors are the cpu device's (rt_layer_shapes) ---- */
+ * tensors are the cpu device's (plan_layer_tensors) ---- */
 
 /* An elementwise layer's F: y = f(x). */
 static int ew_fwd(RtRank *r, const RtLayerCall *c, void (*kernel)(const float *, float *, int64_t))
@@ -612,7 +612,7 @@ int cu_layer_run(RtRank *r, const RtLayerCall *c, int ph, CuBody body)
 {
 	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
-	Use u[7 + 4 * RT_LAYER_MAX_TENSORS];
+	Use u[7 + 4 * LAYER_MAX_TENSORS];
 	int n = call_uses(c, ph, u);
 	if (cu_cs_begin(r, u, n))
 		return RT_EFAIL;

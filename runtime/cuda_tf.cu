@@ -1,6 +1,6 @@
 /* The cuda device's rows of the transformer kinds (embed, layernorm, rmsnorm,
  * attention, mlp, swiglu, head, xent): tkernels.c's math (docs/layers.md) on the GPU,
- * into the tensors shapes.c gives each kind, run through cu_layer_run (cuda_kernels.cu)
+ * into the tensors the layer table gives each kind, run through cu_layer_run (cuda_kernels.cu)
  * on the rank's compute stream.  docs/gpu.md describes the choices.
  *
  * Kernels are grid-stride loops: a thread per element; per row where a row is reduced
@@ -15,7 +15,7 @@
  *
  * At tp > 1 the rows compute one rank's shard (RtLayerCall.tp, tp_rank; docs/runtime.md
  * "Tensor parallelism"): attention over its heads, the MLPs over their hidden slice
- * (both from the shapes of shapes.c's tensors), the embedding and head over their rows
+ * (both from the shapes of the layer table's tensors), the embedding and head over their rows
  * of the vocabulary, the cross-entropy split as the cpu's (tp_fwd between the model's
  * all-reduces); a whole bias after a row-parallel output is added by tp rank 0 only.
  *
@@ -386,6 +386,25 @@ static __global__ void k_swiglu_act_bwd(const float *g, const float *u, float *d
 	}
 }
 
+/* a = gelu(g) u */
+static __global__ void k_geglu_act(const float *g, const float *u, float *a, int64_t n)
+{
+	FOR_EACH(i, n)
+	a[i] = fmul_rn(tk_gelu(g[i]), u[i]);
+}
+
+/* du holds da on entry; dg = da u gelu'(g), du = da gelu(g) */
+static __global__ void k_geglu_act_bwd(const float *g, const float *u, float *dg, float *du,
+                                       int64_t n)
+{
+	FOR_EACH(i, n)
+	{
+		float da = du[i];
+		dg[i] = fmul_rn(fmul_rn(da, u[i]), tk_gelu_grad(g[i]));
+		du[i] = fmul_rn(da, tk_gelu(g[i]));
+	}
+}
+
 /* Each row's log-sum-exp (saved) and its loss term (double, into rl); a thread per row. */
 static __global__ void k_xent_rows(const float *x, const float *tgt, float *lse, double *rl,
                                    int64_t N, int64_t V)
@@ -480,9 +499,9 @@ static int embed_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 	int64_t N = c->rows, d = c->layer->out, V = c->sh.vocab, n = V / tp_of(c);
 	if (check_tokens(r, c->x, V, 0))
 		return RT_EFAIL;
-	const RtTensor *wpe = c->nparams > 1 ? once(c, &c->param[1]) : NULL;
-	LAUNCH(r, k_embed_fwd, N * d, F32(c->x), F32(&c->param[0]), wpe ? F32(wpe) : (float *)NULL,
-	       F32(c->y), N, c->sh.seq, d, V, c->tp_rank * n, n);
+	const RtTensor *wpe = c->nparams > 1 ? once(c, &c->param[EMBED_WPE]) : NULL;
+	LAUNCH(r, k_embed_fwd, N * d, F32(c->x), F32(&c->param[EMBED_WTE]),
+	       wpe ? F32(wpe) : (float *)NULL, F32(c->y), N, c->sh.seq, d, V, c->tp_rank * n, n);
 	return RT_OK;
 }
 
@@ -492,8 +511,8 @@ static int embed_bwd_w_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 	int64_t N = c->rows, d = c->layer->out, V = c->sh.vocab, n = V / tp_of(c);
 	if (check_tokens(r, c->x, V, 0))
 		return RT_EFAIL;
-	LAUNCH(r, k_embed_bwd_w, d, F32(c->x), F32(c->dy), F32(&c->grad[0]),
-	       c->nparams > 1 ? F32(&c->grad[1]) : (float *)NULL, N, c->sh.seq, d, V,
+	LAUNCH(r, k_embed_bwd_w, d, F32(c->x), F32(c->dy), F32(&c->grad[EMBED_WTE]),
+	       c->nparams > 1 ? F32(&c->grad[EMBED_WPE]) : (float *)NULL, N, c->sh.seq, d, V,
 	       c->tp_rank * n, n);
 	return RT_OK;
 }
@@ -502,53 +521,56 @@ static int embed_bwd_w_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 static int layernorm_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 {
 	(void)s;
-	LAUNCH(r, k_layernorm_fwd, c->rows, F32(c->x), F32(&c->param[0]), F32(&c->param[1]),
-	       TK_NORM_EPS, F32(c->y), F32(c->saved[0]), F32(c->saved[1]), c->rows, c->layer->in);
+	LAUNCH(r, k_layernorm_fwd, c->rows, F32(c->x), F32(&c->param[LAYERNORM_GAIN]),
+	       F32(&c->param[LAYERNORM_BIAS]), TK_NORM_EPS, F32(c->y),
+	       F32(c->saved[LAYERNORM_MEAN]), F32(c->saved[LAYERNORM_RSTD]), c->rows, c->layer->in);
 	return RT_OK;
 }
 
 static int layernorm_bwd_in_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 {
 	(void)s;
-	LAUNCH(r, k_layernorm_bwd_in, c->rows, F32(c->x), F32(&c->param[0]), F32(c->saved[0]),
-	       F32(c->saved[1]), F32(c->dy), F32(c->dx), c->rows, c->layer->in);
+	LAUNCH(r, k_layernorm_bwd_in, c->rows, F32(c->x), F32(&c->param[LAYERNORM_GAIN]),
+	       F32(c->saved[LAYERNORM_MEAN]), F32(c->saved[LAYERNORM_RSTD]), F32(c->dy), F32(c->dx),
+	       c->rows, c->layer->in);
 	return RT_OK;
 }
 
 static int layernorm_bwd_w_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 {
 	(void)s;
-	LAUNCH(r, k_layernorm_bwd_w, c->layer->in, F32(c->x), F32(c->saved[0]), F32(c->saved[1]),
-	       F32(c->dy), F32(&c->grad[0]), F32(&c->grad[1]), c->rows, c->layer->in);
+	LAUNCH(r, k_layernorm_bwd_w, c->layer->in, F32(c->x), F32(c->saved[LAYERNORM_MEAN]),
+	       F32(c->saved[LAYERNORM_RSTD]), F32(c->dy), F32(&c->grad[LAYERNORM_GAIN]),
+	       F32(&c->grad[LAYERNORM_BIAS]), c->rows, c->layer->in);
 	return RT_OK;
 }
 
 static int rmsnorm_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 {
 	(void)s;
-	LAUNCH(r, k_rmsnorm_fwd, c->rows, F32(c->x), F32(&c->param[0]), TK_NORM_EPS, F32(c->y),
-	       F32(c->saved[0]), c->rows, c->layer->in);
+	LAUNCH(r, k_rmsnorm_fwd, c->rows, F32(c->x), F32(&c->param[RMSNORM_GAIN]), TK_NORM_EPS,
+	       F32(c->y), F32(c->saved[RMSNORM_RSTD]), c->rows, c->layer->in);
 	return RT_OK;
 }
 
 static int rmsnorm_bwd_in_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 {
 	(void)s;
-	LAUNCH(r, k_rmsnorm_bwd_in, c->rows, F32(c->x), F32(&c->param[0]), F32(c->saved[0]),
-	       F32(c->dy), F32(c->dx), c->rows, c->layer->in);
+	LAUNCH(r, k_rmsnorm_bwd_in, c->rows, F32(c->x), F32(&c->param[RMSNORM_GAIN]),
+	       F32(c->saved[RMSNORM_RSTD]), F32(c->dy), F32(c->dx), c->rows, c->layer->in);
 	return RT_OK;
 }
 
 static int rmsnorm_bwd_w_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 {
 	(void)s;
-	LAUNCH(r, k_rmsnorm_bwd_w, c->layer->in, F32(c->x), F32(c->saved[0]), F32(c->dy),
-	       F32(&c->grad[0]), c->rows, c->layer->in);
+	LAUNCH(r, k_rmsnorm_bwd_w, c->layer->in, F32(c->x), F32(c->saved[RMSNORM_RSTD]), F32(c->dy),
+	       F32(&c->grad[RMSNORM_GAIN]), c->rows, c->layer->in);
 	return RT_OK;
 }
 
-/* Parameters laid out weight, bias, weight, bias (attention: wqkv, bqkv, wo, bo; mlp: w1,
- * b1, w2, b2), the biases NULL when absent. */
+/* The parameters by slot (ATTN_WQKV .. ATTN_BO, MLP_W1 .. MLP_B2): the layer table lays
+ * them out weight, bias, weight, bias, without the biases when absent (NULL here). */
 static void wb_params(const RtLayerCall *c, const RtTensor *pt, const RtTensor *w[4])
 {
 	int b = HAS(c->layer, BIAS);
@@ -606,7 +628,7 @@ static int attn_rebuild_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 	TkAttn a = plan_layer_attn(c->layer, &c->sh);
 	a.tp = tp_of(c);
 	AttnDims m = attn_dims(&a);
-	return attn_probs(r, &m, F32(c->saved[0]), F32(c->saved[RT_ATTN_PROBS]));
+	return attn_probs(r, &m, F32(c->saved[ATTN_QKV]), F32(c->saved[ATTN_PROBS]));
 }
 
 static int attn_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
@@ -617,9 +639,10 @@ static int attn_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 	AttnDims m = attn_dims(&a);
 	const RtTensor *w[4];
 	wb_params(c, c->param, w);
-	float *qkv = F32(c->saved[0]), *p = F32(c->saved[1]), *att = F32(c->saved[2]);
+	float *qkv = F32(c->saved[ATTN_QKV]), *p = F32(c->saved[ATTN_PROBS]),
+	      *att = F32(c->saved[ATTN_ATT]);
 	int64_t S = m.S, H = m.H, np = m.B * H * S * S;
-	if (cu_proj_fwd(r, c->x, w[0], w[1], c->saved[0]))
+	if (cu_proj_fwd(r, c->x, w[ATTN_WQKV], w[ATTN_BQKV], c->saved[ATTN_QKV]))
 		return RT_EFAIL;
 	if (a.rope)
 		LAUNCH(r, k_rope, m.N * (H + m.Hkv) * (m.hd / 2), qkv, m.N, S, H + m.Hkv, m.hd, m.nqkv,
@@ -631,7 +654,8 @@ static int attn_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 		            qkv_head(qkv, &m, H + m.Hkv + h / m.grp), 0.0f, att + h * m.hd, m.di,
 		            S * m.di, m.B))
 			return RT_EFAIL;
-	return cu_proj_fwd(r, c->saved[2], w[2], w[3] ? once(c, w[3]) : NULL, c->y);
+	return cu_proj_fwd(r, c->saved[ATTN_ATT], w[ATTN_WO],
+	                   w[ATTN_BO] ? once(c, w[ATTN_BO]) : NULL, c->y);
 }
 
 /* B: datt (the workspace's first N*d floats) = dy wo^T, then per head dP, dV, dS, dQ,
@@ -644,11 +668,11 @@ static int attn_bwd_in_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 	AttnDims m = attn_dims(&a);
 	const RtTensor *w[4];
 	wb_params(c, c->param, w);
-	const float *qkv = F32(c->saved[0]), *p = F32(c->saved[1]);
-	float *dqkv = F32(c->held[0]), *datt = F32(c->work);
+	const float *qkv = F32(c->saved[ATTN_QKV]), *p = F32(c->saved[ATTN_PROBS]);
+	float *dqkv = F32(c->held[ATTN_DQKV]), *datt = F32(c->work);
 	int64_t S = m.S, H = m.H, np = m.B * H * S * S, nds = m.B * S * S;
 	float *ds = (float *)cu_scratch(r, s, nds * (int64_t)sizeof(float));
-	if (!ds || cu_proj_bwd_in(r, F32(c->dy), w[2], datt, m.N, 0.0f))
+	if (!ds || cu_proj_bwd_in(r, F32(c->dy), w[ATTN_WO], datt, m.N, 0.0f))
 		return RT_EFAIL;
 	CUDACHECK(r, cudaMemsetAsync(dqkv, 0, (size_t)(m.N * m.nqkv) * sizeof(float), cur(r)->cs));
 	Opd dO0 = {datt, m.N * m.di, 0, m.di, S * m.di}, dS = {ds, nds, 0, S, S * S};
@@ -671,7 +695,7 @@ static int attn_bwd_in_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 	if (a.rope)
 		LAUNCH(r, k_rope, m.N * (H + m.Hkv) * (m.hd / 2), dqkv, m.N, S, H + m.Hkv, m.hd, m.nqkv,
 		       a.rope_theta, 1);
-	return c->dx ? cu_proj_bwd_in(r, dqkv, w[0], F32(c->dx), m.N, 0.0f) : RT_OK;
+	return c->dx ? cu_proj_bwd_in(r, dqkv, w[ATTN_WQKV], F32(c->dx), m.N, 0.0f) : RT_OK;
 }
 
 static int attn_bwd_w_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
@@ -679,10 +703,11 @@ static int attn_bwd_w_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 	(void)s;
 	const RtTensor *g[4];
 	wb_params(c, c->grad, g);
-	if (cu_proj_bwd_w(r, F32(c->x), F32(c->held[0]), (RtTensor *)g[0], (RtTensor *)g[1], c->rows))
+	if (cu_proj_bwd_w(r, F32(c->x), F32(c->held[ATTN_DQKV]), (RtTensor *)g[ATTN_WQKV],
+	                  (RtTensor *)g[ATTN_BQKV], c->rows))
 		return RT_EFAIL;
-	return cu_proj_bwd_w(r, F32(c->saved[2]), F32(c->dy), (RtTensor *)g[2], (RtTensor *)g[3],
-	                     c->rows);
+	return cu_proj_bwd_w(r, F32(c->saved[ATTN_ATT]), F32(c->dy), (RtTensor *)g[ATTN_WO],
+	                     (RtTensor *)g[ATTN_BO], c->rows);
 }
 
 /* mlp: gelu between two projections; saved h and gelu(h), held dh. */
@@ -691,11 +716,12 @@ static int mlp_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 	(void)s;
 	const RtTensor *w[4];
 	wb_params(c, c->param, w);
-	if (cu_proj_fwd(r, c->x, w[0], w[1], c->saved[0]))
+	if (cu_proj_fwd(r, c->x, w[MLP_W1], w[MLP_B1], c->saved[MLP_H]))
 		return RT_EFAIL;
-	LAUNCH(r, k_mlp_act, numel(c->saved[0]), F32(c->saved[0]), F32(c->saved[1]),
-	       numel(c->saved[0]));
-	return cu_proj_fwd(r, c->saved[1], w[2], w[3] ? once(c, w[3]) : NULL, c->y);
+	LAUNCH(r, k_mlp_act, numel(c->saved[MLP_H]), F32(c->saved[MLP_H]), F32(c->saved[MLP_A]),
+	       numel(c->saved[MLP_H]));
+	return cu_proj_fwd(r, c->saved[MLP_A], w[MLP_W2], w[MLP_B2] ? once(c, w[MLP_B2]) : NULL,
+	                   c->y);
 }
 
 static int mlp_bwd_in_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
@@ -703,11 +729,12 @@ static int mlp_bwd_in_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 	(void)s;
 	const RtTensor *w[4];
 	wb_params(c, c->param, w);
-	float *dh = F32(c->held[0]);
-	if (cu_proj_bwd_in(r, F32(c->dy), w[2], dh, c->rows, 0.0f))
+	float *dh = F32(c->held[MLP_DH]);
+	if (cu_proj_bwd_in(r, F32(c->dy), w[MLP_W2], dh, c->rows, 0.0f))
 		return RT_EFAIL;
-	LAUNCH(r, k_mlp_act_bwd, numel(c->held[0]), F32(c->saved[0]), dh, numel(c->held[0]));
-	return c->dx ? cu_proj_bwd_in(r, dh, w[0], F32(c->dx), c->rows, 0.0f) : RT_OK;
+	LAUNCH(r, k_mlp_act_bwd, numel(c->held[MLP_DH]), F32(c->saved[MLP_H]), dh,
+	       numel(c->held[MLP_DH]));
+	return c->dx ? cu_proj_bwd_in(r, dh, w[MLP_W1], F32(c->dx), c->rows, 0.0f) : RT_OK;
 }
 
 static int mlp_bwd_w_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
@@ -715,46 +742,83 @@ static int mlp_bwd_w_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 	(void)s;
 	const RtTensor *g[4];
 	wb_params(c, c->grad, g);
-	if (cu_proj_bwd_w(r, F32(c->x), F32(c->held[0]), (RtTensor *)g[0], (RtTensor *)g[1], c->rows))
+	if (cu_proj_bwd_w(r, F32(c->x), F32(c->held[MLP_DH]), (RtTensor *)g[MLP_W1],
+	                  (RtTensor *)g[MLP_B1], c->rows))
 		return RT_EFAIL;
-	return cu_proj_bwd_w(r, F32(c->saved[1]), F32(c->dy), (RtTensor *)g[2], (RtTensor *)g[3],
-	                     c->rows);
+	return cu_proj_bwd_w(r, F32(c->saved[MLP_A]), F32(c->dy), (RtTensor *)g[MLP_W2],
+	                     (RtTensor *)g[MLP_B2], c->rows);
 }
 
-/* swiglu: silu(x wg) * (x wu), then wd; saved g, u, a; held dg, du. */
+/* swiglu, geglu: act(x wg) * (x wu), then wd (act silu, or gelu for geglu); saved g, u,
+ * a; held dg, du. */
+static int glu_fwd(RtRank *r, const RtLayerCall *c, int gelu)
+{
+	if (cu_proj_fwd(r, c->x, &c->param[SWIGLU_WG], NULL, c->saved[SWIGLU_G]) ||
+	    cu_proj_fwd(r, c->x, &c->param[SWIGLU_WU], NULL, c->saved[SWIGLU_U]))
+		return RT_EFAIL;
+	int64_t n = numel(c->saved[SWIGLU_G]);
+	if (gelu)
+		LAUNCH(r, k_geglu_act, n, F32(c->saved[SWIGLU_G]), F32(c->saved[SWIGLU_U]),
+		       F32(c->saved[SWIGLU_A]), n);
+	else
+		LAUNCH(r, k_swiglu_act, n, F32(c->saved[SWIGLU_G]), F32(c->saved[SWIGLU_U]),
+		       F32(c->saved[SWIGLU_A]), n);
+	return cu_proj_fwd(r, c->saved[SWIGLU_A], &c->param[SWIGLU_WD], NULL, c->y);
+}
+
 static int swiglu_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 {
 	(void)s;
-	if (cu_proj_fwd(r, c->x, &c->param[0], NULL, c->saved[0]) ||
-	    cu_proj_fwd(r, c->x, &c->param[1], NULL, c->saved[1]))
+	return glu_fwd(r, c, 0);
+}
+
+static int geglu_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
+{
+	(void)s;
+	return glu_fwd(r, c, 1);
+}
+
+static int glu_bwd_in(RtRank *r, const RtLayerCall *c, int gelu)
+{
+	float *dg = F32(c->held[SWIGLU_DG]), *du = F32(c->held[SWIGLU_DU]);
+	int64_t n = numel(c->held[SWIGLU_DG]);
+	if (cu_proj_bwd_in(r, F32(c->dy), &c->param[SWIGLU_WD], du, c->rows, 0.0f)) // da, into du
 		return RT_EFAIL;
-	int64_t n = numel(c->saved[0]);
-	LAUNCH(r, k_swiglu_act, n, F32(c->saved[0]), F32(c->saved[1]), F32(c->saved[2]), n);
-	return cu_proj_fwd(r, c->saved[2], &c->param[2], NULL, c->y);
+	if (gelu)
+		LAUNCH(r, k_geglu_act_bwd, n, F32(c->saved[SWIGLU_G]), F32(c->saved[SWIGLU_U]), dg,
+		       du, n);
+	else
+		LAUNCH(r, k_swiglu_act_bwd, n, F32(c->saved[SWIGLU_G]), F32(c->saved[SWIGLU_U]), dg,
+		       du, n);
+	if (!c->dx)
+		return RT_OK;
+	if (cu_proj_bwd_in(r, dg, &c->param[SWIGLU_WG], F32(c->dx), c->rows, 0.0f))
+		return RT_EFAIL;
+	return cu_proj_bwd_in(r, du, &c->param[SWIGLU_WU], F32(c->dx), c->rows, 1.0f);
 }
 
 static int swiglu_bwd_in_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 {
 	(void)s;
-	float *dg = F32(c->held[0]), *du = F32(c->held[1]);
-	int64_t n = numel(c->held[0]);
-	if (cu_proj_bwd_in(r, F32(c->dy), &c->param[2], du, c->rows, 0.0f)) // da, into du
-		return RT_EFAIL;
-	LAUNCH(r, k_swiglu_act_bwd, n, F32(c->saved[0]), F32(c->saved[1]), dg, du, n);
-	if (!c->dx)
-		return RT_OK;
-	if (cu_proj_bwd_in(r, dg, &c->param[0], F32(c->dx), c->rows, 0.0f))
-		return RT_EFAIL;
-	return cu_proj_bwd_in(r, du, &c->param[1], F32(c->dx), c->rows, 1.0f);
+	return glu_bwd_in(r, c, 0);
+}
+
+static int geglu_bwd_in_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
+{
+	(void)s;
+	return glu_bwd_in(r, c, 1);
 }
 
 static int swiglu_bwd_w_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 {
 	(void)s;
-	if (cu_proj_bwd_w(r, F32(c->x), F32(c->held[0]), &c->grad[0], NULL, c->rows) ||
-	    cu_proj_bwd_w(r, F32(c->x), F32(c->held[1]), &c->grad[1], NULL, c->rows))
+	if (cu_proj_bwd_w(r, F32(c->x), F32(c->held[SWIGLU_DG]), &c->grad[SWIGLU_WG], NULL,
+	                  c->rows) ||
+	    cu_proj_bwd_w(r, F32(c->x), F32(c->held[SWIGLU_DU]), &c->grad[SWIGLU_WU], NULL,
+	                  c->rows))
 		return RT_EFAIL;
-	return cu_proj_bwd_w(r, F32(c->saved[2]), F32(c->dy), &c->grad[2], NULL, c->rows);
+	return cu_proj_bwd_w(r, F32(c->saved[SWIGLU_A]), F32(c->dy), &c->grad[SWIGLU_WD], NULL,
+	                     c->rows);
 }
 
 /* head: logits = x wv^T, wv V x d (the embedding's table when tied). */
@@ -762,24 +826,24 @@ static int head_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 {
 	(void)s;
 	int64_t N = c->rows, d = c->layer->in, V = c->layer->out / tp_of(c);
-	return cu_gemm(r, 0, 1, N, V, d, 1.0f, cu_mat(c->x), cu_mat(&c->param[0]), 0.0f, F32(c->y), V,
-	               0, 1);
+	return cu_gemm(r, 0, 1, N, V, d, 1.0f, cu_mat(c->x), cu_mat(&c->param[HEAD_WV]), 0.0f,
+	               F32(c->y), V, 0, 1);
 }
 
 static int head_bwd_in_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 {
 	(void)s;
 	int64_t N = c->rows, d = c->layer->in, V = c->layer->out / tp_of(c);
-	return cu_gemm(r, 0, 0, N, d, V, 1.0f, cu_mat(c->dy), cu_mat(&c->param[0]), 0.0f, F32(c->dx), d, 0,
-	               1);
+	return cu_gemm(r, 0, 0, N, d, V, 1.0f, cu_mat(c->dy), cu_mat(&c->param[HEAD_WV]), 0.0f,
+	               F32(c->dx), d, 0, 1);
 }
 
 static int head_bwd_w_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 {
 	(void)s;
 	int64_t N = c->rows, d = c->layer->in, V = c->layer->out / tp_of(c);
-	return cu_gemm(r, 1, 0, V, d, N, 1.0f, cu_mat(c->dy), cu_mat(c->x), 1.0f, F32(&c->grad[0]), d,
-	               0, 1);
+	return cu_gemm(r, 1, 0, V, d, N, 1.0f, cu_mat(c->dy), cu_mat(c->x), 1.0f,
+	               F32(&c->grad[HEAD_WV]), d, 0, 1);
 }
 
 /* xent: mean cross-entropy of the rows against their next tokens, into loss[slot];
@@ -791,8 +855,9 @@ static int xent_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 		return rt_error(r, "internal: loss slot %d of %lld", c->slot, (long long)c->loss->cols);
 	if (check_tokens(r, c->target, V, 1))
 		return RT_EFAIL;
-	CUDACHECK(r, cudaMemcpyAsync(c->saved[1]->data, c->target->data, (size_t)c->target->bytes,
-	                             cudaMemcpyDeviceToDevice, cur(r)->cs));
+	CUDACHECK(r,
+	          cudaMemcpyAsync(c->saved[XENT_TARGETS]->data, c->target->data,
+	                          (size_t)c->target->bytes, cudaMemcpyDeviceToDevice, cur(r)->cs));
 	if (tp_of(c) > 1) { // the local maxima into y's row 0; tp_fwd does the rest
 		LAUNCH(r, k_xent_tp_max, N, F32(c->x), F32(c->y), N, V / tp_of(c));
 		return RT_OK;
@@ -800,7 +865,7 @@ static int xent_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 	double *rl = (double *)cu_scratch(r, s, N * (int64_t)sizeof(double));
 	if (!rl)
 		return RT_EFAIL;
-	LAUNCH(r, k_xent_rows, N, F32(c->x), F32(c->target), F32(c->saved[0]), rl, N, V);
+	LAUNCH(r, k_xent_rows, N, F32(c->x), F32(c->target), F32(c->saved[XENT_LSE]), rl, N, V);
 	k_xent_sum<<<1, 1, 0, cur(r)->cs>>>(rl, N, F32(c->loss) + c->slot);
 	CUDACHECK(r, cudaGetLastError());
 	return RT_OK;
@@ -813,16 +878,16 @@ static int xent_tp_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 	int64_t N = c->rows, V = c->layer->in, n = V / tp_of(c);
 	float *y = F32(c->y);
 	if (c->phase == 1) {
-		if (check_tokens(r, c->saved[1], V, 1))
+		if (check_tokens(r, c->saved[XENT_TARGETS], V, 1))
 			return RT_EFAIL;
-		LAUNCH(r, k_xent_tp_sums, N, F32(c->x), F32(c->saved[1]), y, y + N, y + 2 * N, N, V,
-		       c->tp_rank * n, n);
+		LAUNCH(r, k_xent_tp_sums, N, F32(c->x), F32(c->saved[XENT_TARGETS]), y, y + N,
+		       y + 2 * N, N, V, c->tp_rank * n, n);
 		return RT_OK;
 	}
 	double *rl = (double *)cu_scratch(r, s, N * (int64_t)sizeof(double));
 	if (!rl)
 		return RT_EFAIL;
-	LAUNCH(r, k_xent_tp_end, N, y, y + N, y + 2 * N, F32(c->saved[0]), rl, N);
+	LAUNCH(r, k_xent_tp_end, N, y, y + N, y + 2 * N, F32(c->saved[XENT_LSE]), rl, N);
 	k_xent_sum<<<1, 1, 0, cur(r)->cs>>>(rl, N, F32(c->loss) + c->slot);
 	CUDACHECK(r, cudaGetLastError());
 	return RT_OK;
@@ -832,11 +897,11 @@ static int xent_bwd_in_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 {
 	(void)s;
 	int64_t N = c->rows, V = c->layer->in, n = V / tp_of(c);
-	if (check_tokens(r, c->saved[1], V, 1))
+	if (check_tokens(r, c->saved[XENT_TARGETS], V, 1))
 		return RT_EFAIL;
 	float k = (float)((double)c->scale / (double)N); // as tk_xent_bwd
-	LAUNCH(r, k_xent_bwd, N * n, F32(c->x), F32(c->saved[1]), F32(c->saved[0]), k, F32(c->dx),
-	       N, V, c->tp_rank * n, n);
+	LAUNCH(r, k_xent_bwd, N * n, F32(c->x), F32(c->saved[XENT_TARGETS]),
+	       F32(c->saved[XENT_LSE]), k, F32(c->dx), N, V, c->tp_rank * n, n);
 	return RT_OK;
 }
 
@@ -859,6 +924,8 @@ CU_ROW_FN(mlp_bwd_w, CU_W)
 CU_ROW_FN(swiglu_fwd, CU_F)
 CU_ROW_FN(swiglu_bwd_in, CU_B)
 CU_ROW_FN(swiglu_bwd_w, CU_W)
+CU_ROW_FN(geglu_fwd, CU_F)
+CU_ROW_FN(geglu_bwd_in, CU_B)
 CU_ROW_FN(head_fwd, CU_F)
 CU_ROW_FN(head_bwd_in, CU_B)
 CU_ROW_FN(head_bwd_w, CU_W)
@@ -875,5 +942,6 @@ extern const CuLayerRow cu_tf_rows[] = {
 	{LAYER_SWIGLU, {swiglu_fwd, swiglu_bwd_in, swiglu_bwd_w}},
 	{LAYER_HEAD, {head_fwd, head_bwd_in, head_bwd_w}},
 	{LAYER_XENT, {xent_fwd, xent_bwd_in, nullptr, xent_tp_fwd}},
+	{LAYER_GEGLU, {geglu_fwd, geglu_bwd_in, swiglu_bwd_w}},
 };
 extern const int cu_tf_nrows = sizeof cu_tf_rows / sizeof *cu_tf_rows;

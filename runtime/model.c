@@ -4,15 +4,15 @@
  * The plan carries everything: per stage its layers, per edge its width.
  * rt_model_new() checks that the shapes chain and lays out each stage's parameters as
  * one flat buffer (layer by layer, each layer's parameter tensors in the order of its
- * rt_layer_shapes row), so a stage's weights and gradients are single tensors that one
- * all-reduce moves.  A model is one rank's share of a tp group of a given size: at
- * tp > 1 every split layer has its shard's tensors (shapes.c), and the weights of tp
+ * layer table row's `tensors`), so a stage's weights and gradients are single tensors
+ * that one all-reduce moves.  A model is one rank's share of a tp group of a given
+ * size: at tp > 1 every split layer has its shard's tensors, and the weights of tp
  * rank t are piece t of the whole model's (rt_model_shard), so a tp run and the whole
  * reference start from the same numbers.
  *
- * Each layer's tensors are checked against the layer table's figures at the model's tp
- * (plan_layer_figures_tp): what a rank keeps is what the simulator predicts.  One
- * stage's compute over the model is stage.c's. */
+ * The layer table derives its figures (plan_layer_figures_tp) from the same tensors,
+ * so what a rank keeps is what the simulator predicts by construction.  One stage's
+ * compute over the model is stage.c's. */
 #include "rt_private.h"
 #include "../plan/tie.h"
 
@@ -74,10 +74,10 @@ void rt_gen_tokens(uint64_t seed, int replica, int mb, const LayerShape *sh, int
 }
 
 /* The tensors a layer keeps on one rank of a tp group of size tp. */
-static RtLayerTensors layer_tensors(const PlanLayer *ly, const LayerShape *sh, int tp)
+static LayerTensors layer_tensors(const PlanLayer *ly, const LayerShape *sh, int tp)
 {
-	RtLayerTensors t;
-	rt_layer_tensors(ly, sh, tp, &t);
+	LayerTensors t;
+	plan_layer_tensors(ly, sh, tp, &t);
 	return t;
 }
 
@@ -93,7 +93,7 @@ static int embed_layer(const Plan *p, int *stage)
 	return -1;
 }
 
-/* Each parameter from its RtInit; a layer's first one keyed by (stage, layer), the
+/* Each parameter from its LayerInit; a layer's first one keyed by (stage, layer), the
  * others by their index too.  A tied head's copy of the table is keyed as the
  * embedding's table, so the two copies start equal. */
 void rt_gen_weights(uint64_t seed, const Plan *p, int stage, float *out)
@@ -102,19 +102,19 @@ void rt_gen_weights(uint64_t seed, const Plan *p, int stage, float *out)
 	LayerShape shape = plan_shape(p);
 	int64_t off = 0;
 	for (int l = 0; l < st->nlayers; l++) {
-		RtLayerTensors t = layer_tensors(&st->layers[l], &shape, 1);
+		LayerTensors t = layer_tensors(&st->layers[l], &shape, 1);
 		int ks = stage, kl = l;
 		if (t.copy && (kl = embed_layer(p, &ks)) < 0)
 			kl = l, ks = stage; // the model refuses a copy without an embedding
 		uint64_t k = mix(mix(mix(seed, 3), (uint64_t)ks), (uint64_t)kl);
 		for (int j = t.borrowed; j < t.nparams; j++) {
-			const RtShape *sh = &t.param[j];
+			const LayerTensor *sh = &t.param[j];
 			int64_t n = sh->rows * sh->cols;
 			uint64_t kj = j == 0 ? k : mix(k, (uint64_t)j);
 			float sc = (float)(1.0 / sqrt((double)sh->rows));
 			for (int64_t i = 0; i < n; i++)
-				out[off + i] = sh->init == RT_INIT_UNIFORM ? unit(mix(kj, (uint64_t)i)) * sc
-				               : sh->init == RT_INIT_ONE   ? 1.0f
+				out[off + i] = sh->init == LAYER_INIT_UNIFORM ? unit(mix(kj, (uint64_t)i)) * sc
+				               : sh->init == LAYER_INIT_ONE   ? 1.0f
 				                                           : 0.0f;
 			off += n;
 		}
@@ -128,10 +128,10 @@ void rt_model_shard(const RtModel *m, int s, int t, const float *whole, float *o
 	int64_t from = 0;
 	for (int l = 0; l < st->nlayers; l++) {
 		const RtLayerAt *at = &m->st[s].at[l];
-		RtLayerTensors w = layer_tensors(&st->layers[l], &shape, 1);
+		LayerTensors w = layer_tensors(&st->layers[l], &shape, 1);
 		int64_t to = at->off;
 		for (int j = at->t.borrowed; j < at->t.nparams; j++) {
-			const RtShape *sh = &at->t.param[j];
+			const LayerTensor *sh = &at->t.param[j];
 			rt_split_copy(sh, &at->t.split[j], m->tp, t, whole + from, out + to);
 			from += w.param[j].rows * w.param[j].cols;
 			to += sh->rows * sh->cols;
@@ -166,23 +166,12 @@ void rt_model_free(RtModel *m)
 	free(m);
 }
 
-static int64_t bytes_of(const RtShape *sh, int n)
+/* Lays out layer l's tensors (its row's statement, from which the layer table's
+ * figures follow) at *off. */
+static void lay_out(RtStageModel *sm, int l, const PlanLayer *ly, const LayerShape *sh, int tp,
+                    int64_t *off)
 {
-	int64_t b = 0;
-	for (int i = 0; i < n; i++)
-		b += sh[i].rows * sh[i].cols * 4;
-	return b;
-}
-
-/* Lays out layer l's tensors at *off and checks them against the layer table: its
- * parameters, and what it keeps (x and the saved tensors until B, or until W for a
- * kind with parameters, which also keeps dy and the held tensors from B to W). */
-static int lay_out(RtStageModel *sm, const char *stage, int l, const PlanLayer *ly,
-                   const LayerShape *sh, int tp, int64_t *off, char *err, size_t errn)
-{
-	const char *name = plan_layers[ly->kind].name;
 	RtLayerAt *at = &sm->at[l];
-	int64_t rows = sh->rows;
 	at->t = layer_tensors(ly, sh, tp);
 	at->off = *off;
 	at->slot = sm->nslots;
@@ -190,29 +179,10 @@ static int lay_out(RtStageModel *sm, const char *stage, int l, const PlanLayer *
 	LayerCost lc = plan_layer_figures_tp(ly, sh, tp);
 	at->cut[DIR_ACT] = lc.tp_bytes[DIR_ACT];
 	at->cut[DIR_GRAD] = lc.tp_bytes[DIR_GRAD];
-	int64_t np = bytes_of(at->t.param + at->t.borrowed, at->t.nparams - at->t.borrowed) / 4;
-	if (np != lc.params)
-		return merr(err, errn, "stage %s: layer %d (%s): the runtime lays out %lld parameters, "
-		                       "the layer table says %lld", stage, l, name, (long long)np, (long long)lc.params);
-	/* A body kind (residual) keeps nothing: its input is its body's first layer's. */
-	int body = plan_layers[ly->kind].arg == LAYER_ARG_BODY;
-	int has_w = at->t.nparams > 0;
-	int64_t keep = body ? 0 : rows * at->t.in * 4 + bytes_of(at->t.saved, at->t.nsaved);
-	int64_t held = has_w ? rows * at->t.out * 4 + bytes_of(at->t.held, at->t.nheld) : 0;
-	int64_t want[3] = {has_w ? 0 : keep, has_w ? keep : 0, held};
-	int64_t table[3] = {lc.save_fb, lc.save_fw, lc.save_bw};
-	for (int i = 0; i < 3; i++)
-		if (want[i] != table[i] || (!has_w && at->t.nheld))
-			return merr(err, errn, "stage %s: layer %d (%s): the runtime keeps %lld, %lld and "
-			                       "%lld bytes (F to B, F to W, B to W), the layer table says "
-			                       "%lld, %lld and %lld", stage, l, name, (long long)want[0], (long long)want[1],
-			            (long long)want[2], (long long)table[0], (long long)table[1],
-			            (long long)table[2]);
-	*off += np;
+	*off += lc.params;
 	sm->save[0] += lc.save_fb;
 	sm->save[1] += lc.save_fw;
 	sm->save[2] += lc.save_bw;
-	return 0;
 }
 
 /* A body kind's span: its layers follow it inside the stage, inside any enclosing body,
@@ -274,9 +244,9 @@ static int build(RtModel *m, const Plan *p, char *err, size_t errn)
 				sm->loss = 1;
 				m->loss_stage = s;
 			}
-			if (check_body(st, l, err, errn) ||
-			    lay_out(sm, st->name, l, ly, &shape, m->tp, &off, err, errn))
+			if (check_body(st, l, err, errn))
 				return -1;
+			lay_out(sm, l, ly, &shape, m->tp, &off);
 			if (l == st->nlayers - 1 && !sm->loss && sm->at[l].t.out != ly->out)
 				return merr(err, errn, "stage %s ends in a %s layer split over the tp group; "
 				            "piperun sends whole tensors between stages",

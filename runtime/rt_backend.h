@@ -103,10 +103,9 @@ typedef struct {
  *
  * Between F and W the model keeps x and the saved tensors, between B and W dy and the
  * held tensors, unchanged; nothing else carries over.  Which tensors a kind has (its
- * parameters, saved, held and scratch tensors, with their shapes) is its RtLayerShapeFn
- * row, one for every device (rt_layer_shapes, next to the reference kernels in cpu.c);
- * its figures (parameters, saved bytes) must add up to the layer table's
- * (plan/layer.c), which the model checks.
+ * parameters, saved, held and scratch tensors, with their shapes and named slots) is
+ * its layer table row's `tensors` (plan_layer_tensors, plan/layer.h), one for every
+ * device; the table's parameter, byte and FLOP figures are derived from the same row.
  *
  * Token data travels as f32 tensors of whole numbers (a token id per row, exact below
  * 2^24; the compiler bounds the vocabulary): an embedding's x is rows x 1, and a loss
@@ -124,67 +123,7 @@ typedef struct {
  * keeps its own copy of the table, initialised as the embedding's, which the plan's
  * TIEREDUCE keeps equal (the communicator's allreduce_sum). */
 
-enum { RT_LAYER_MAX_TENSORS = 8 }; // per list: parameters, saved, held
-
-typedef enum {
-	RT_INIT_ZERO,    // 0 (biases)
-	RT_INIT_ONE,     // 1 (norm gains)
-	RT_INIT_UNIFORM, // u[-1, 1) / sqrt(rows): a weight matrix of `rows` inputs
-	RT_INIT_COUNT
-} RtInit;
-
-typedef struct {
-	int64_t rows, cols;
-	RtInit init; // parameters: their initial values (docs/semantics.md "Model")
-} RtShape;
-
-/* How a parameter of a layer split over a tp group (docs/semantics.md "Tensor
- * parallelism") is cut: along its rows or columns, which are nseg segments of the whole
- * tensor laid end to end (a fused qkv: q, k and v), each cut in tp equal pieces; rank t
- * of the group holds piece t of every segment, in segment order.  RT_SPLIT_NONE: every
- * rank holds all of it. */
-typedef enum {
-	RT_SPLIT_NONE, // whole on every rank
-	RT_SPLIT_ROWS, // rows cut (a row-parallel weight, a vocabulary table)
-	RT_SPLIT_COLS, // columns cut (a column-parallel weight and its bias)
-	RT_SPLIT_COUNT
-} RtSplitAxis;
-
-enum { RT_SPLIT_MAX_SEGS = 3 };
-
-typedef struct {
-	uint8_t axis;                   // RtSplitAxis
-	uint8_t nseg;
-	int64_t seg[RT_SPLIT_MAX_SEGS]; // whole length of each segment along the axis
-} RtSplit;
-
-/* The tensors of one layer for a microbatch of `rows` rows, besides its input x (kept
- * from F to B, or to W for a kind with parameters) and, for a kind with parameters,
- * its output gradient dy (kept from B to W). */
-typedef struct {
-	int nparams;                          // parameters, laid out in this order in
-	RtShape param[RT_LAYER_MAX_TENSORS];  // the stage's flat buffer
-	int borrowed;                         // the first `borrowed` of them are another
-	                                      // layer's (a tied head's table): not laid
-	                                      // out here, nor counted as the layer's
-	int copy;                             // 1: param[0] is a tied head's own copy of
-	                                      // the embedding's table on another rank
-	int nsaved;                           // written by F, read by B and W; kept as
-	RtShape saved[RT_LAYER_MAX_TENSORS];  // long as x
-	int nheld;                            // written by B, read by W
-	RtShape held[RT_LAYER_MAX_TENSORS];
-	RtShape work;                         // B's scratch (rows 0: none)
-	RtSplit split[RT_LAYER_MAX_TENSORS];  // with tp > 1: how each parameter is cut
-	int64_t in, out;                      // the rank's x and y widths: the layer's, but a
-	                                      // vocabulary slice (head out, xent in) at tp > 1
-} RtLayerTensors;
-
-/* Fills t (zeroed by the caller) for layer ly on a microbatch of shape sh, on one rank of
- * a tp group of size tp (1: the whole layer): the rank's shard of every split tensor. */
-typedef void (*RtLayerShapeFn)(const PlanLayer *ly, const LayerShape *sh, int tp,
-                               RtLayerTensors *t);
-
-/* One kernel call.  Arrays are in RtLayerTensors' order; unused members are NULL/0. */
+/* One kernel call.  Arrays are in LayerTensors' order; unused members are NULL/0. */
 typedef struct {
 	const PlanLayer *layer;  // kind and widths (in, out)
 	int64_t rows;            // rows of the microbatch (sh.rows)
@@ -212,7 +151,7 @@ typedef struct {
 
 /* The shapes every device's kernels rely on: x is rows x in, y and dy rows x out, dx
  * rows x in, a loss's target rows x in (rows x 1 on tokens), and the tensors of its
- * RtLayerTensors row.  RT_OK, or RT_EFAIL with an internal error. */
+ * LayerTensors row.  RT_OK, or RT_EFAIL with an internal error. */
 int rt_layer_call_check(RtRank *r, const RtLayerCall *c);
 
 typedef int (*RtLayerFn)(RtRank *r, const RtLayerCall *c);
@@ -228,15 +167,11 @@ typedef struct {
 	 * log-sum-exp into saved[0], the loss into loss[slot]).  NULL: no such split. */
 	RtLayerFn tp_fwd;
 	/* Selective recomputation (PlanRecompute): refills the saved tensors F dropped from
-	 * the ones it kept, the same math as fwd's.  Attention: saved[RT_ATTN_PROBS], the
+	 * the ones it kept, the same math as fwd's.  Attention: saved[ATTN_PROBS], the
 	 * softmax probabilities, from saved[0], the projected (and rotated) q, k, v.  NULL:
 	 * the kind cannot. */
 	RtLayerFn rebuild;
 } RtLayerKernels;
-
-/* Attention's saved tensors (runtime/shapes.c): qkv, then the probabilities, then the
- * heads' output. */
-enum { RT_ATTN_PROBS = 1 };
 
 /* ------------------------------------------------------------------------------------
  * The optimizer.  A device computes each OptimKind through one entry of its `optim`
@@ -342,7 +277,7 @@ typedef struct {
 	 * bit rt_gen_values(key) (rt_private.h).  NULL: the host makes them and uploads. */
 	int (*gen)(RtRank *r, RtTensor *t, uint64_t key);
 	/* 1: its layer rows compute one rank's shard of a tp group (RtLayerCall.tp and
-	 * tp_rank, the split tensors of rt_layer_tensors); 0: plans with tp > 1 are refused
+	 * tp_rank, the split tensors of plan_layer_tensors); 0: plans with tp > 1 are refused
 	 * when the world opens. */
 	int tp_split;
 } RtDevice;
@@ -409,16 +344,9 @@ extern const int rt_nbackends;
 /* The cpu device (cpu.c), which every --check reference runs on.  The other parts are
  * reached through the registries only (their declarations are registry.c's). */
 extern const RtDevice rt_device_cpu;
-/* The tensors of each layer kind (cpu.c, next to the reference kernels that define
- * them; every device computes into the same ones).  NULL: no parameters, nothing kept
- * beyond the input. */
-extern const RtLayerShapeFn rt_layer_shapes[LAYER_COUNT];
-/* Layer ly's tensors on one rank of a tp group of size tp (shapes.c): its row, with in
- * and out filled (the layer's widths when the row leaves them 0). */
-void rt_layer_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, RtLayerTensors *t);
 /* Piece t (of a tp group) of a whole parameter, cut as sp says, into out (piece's shape);
  * a whole copy when sp says none. */
-void rt_split_copy(const RtShape *piece, const RtSplit *sp, int tp, int t, const float *whole,
+void rt_split_copy(const LayerTensor *piece, const LayerSplit *sp, int tp, int t, const float *whole,
                    float *out);
 
 /* A backend by name, built or not; NULL when unknown. */

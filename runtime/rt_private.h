@@ -21,7 +21,7 @@ typedef struct RtInterp RtInterp;
 
 /* The model the plan describes, read-only, shared by every rank. */
 typedef struct {
-	RtLayerTensors t; // the kind's tensors (rt_layer_shapes)
+	LayerTensors t; // the kind's tensors (plan_layer_tensors)
 	int64_t off;      // element offset of its first parameter in the stage's buffer
 	int slot;         // its first slot in a microbatch's saved slots: x, dy, saved...,
 	                  // held...
@@ -62,7 +62,7 @@ typedef struct RtModel {
  * message on error. */
 RtModel *rt_model_new(const Plan *p, int tp, char *err, size_t errn);
 /* Stage s's parameters on tp rank t of model m (out: m's layout) from the whole model's
- * (whole: the tp = 1 layout), each parameter cut as its RtSplit says. */
+ * (whole: the tp = 1 layout), each parameter cut as its LayerSplit says. */
 void rt_model_shard(const RtModel *m, int s, int t, const float *whole, float *out);
 /* NULL when device d has every kernel plan p's layers need, else why not ("the cuda
  * device has no kernel for layer kind gelu"), written into err.  rt_world_open()

@@ -136,7 +136,7 @@ static RtTensor *target(RtRank *r, int s, int step, int replica, int mb, RtStage
 	return is_tokens ? tokens(r, t, 1, replica, mb, b) : synth(r, t, RT_GEN_TARGET, replica, mb, b);
 }
 
-/* A layer's call and its parameter views (pv, gv: RT_LAYER_MAX_TENSORS each); slot is
+/* A layer's call and its parameter views (pv, gv: LAYER_MAX_TENSORS each); slot is
  * the layer's first saved slot of the microbatch. */
 static RtLayerCall layer_call(RtRank *r, int s, int l, RtStageBufs *b, RtTensor **slot,
                               RtTensor *pv, RtTensor *gv)
@@ -148,7 +148,7 @@ static RtLayerCall layer_call(RtRank *r, int s, int l, RtStageBufs *b, RtTensor 
 	                 .x = slot[0]};
 	int64_t off = at->off;
 	for (int j = 0; j < at->t.nparams; j++) {
-		const RtShape *sh = &at->t.param[j];
+		const LayerTensor *sh = &at->t.param[j];
 		/* A borrowed table is the embedding's first parameter (rt_backend.h); the
 		 * reference computes a head's copy with the embedding's table too. */
 		const RtStageBufs *from = j < at->t.borrowed ? b->embed : b;
@@ -173,7 +173,7 @@ static RtLayerCall layer_call(RtRank *r, int s, int l, RtStageBufs *b, RtTensor 
 }
 
 /* New tensors of class cls into out[0..n). */
-static int new_tensors(RtRank *r, const RtShape *sh, int n, int cls, RtTensor **out)
+static int new_tensors(RtRank *r, const LayerTensor *sh, int n, int cls, RtTensor **out)
 {
 	for (int i = 0; i < n; i++)
 		if (!(out[i] = rt_tensor_new(r, sh[i].rows, sh[i].cols, cls)))
@@ -265,7 +265,7 @@ int rt_stage_fwd_run(RtRank *r, int s, int mb, int step, int replica, RtStageBuf
 	const Plan *p = r->w->plan;
 	const PlanStage *st = &p->stages[s];
 	const RtStageModel *sm = &r->model->st[s];
-	RtTensor pv[RT_LAYER_MAX_TENSORS], gv[RT_LAYER_MAX_TENSORS];
+	RtTensor pv[LAYER_MAX_TENSORS], gv[LAYER_MAX_TENSORS];
 	if (stage_ready(r, s, b))
 		return RT_EFAIL;
 	while (wk->l < end && wk->cur) {
@@ -366,7 +366,7 @@ static RtTensor **probs_slot(RtRank *r, int s, int l, RtTensor **saved)
 {
 	if (r->w->plan->stages[s].layers[l].kind != LAYER_ATTN)
 		return NULL;
-	return saved + r->model->st[s].at[l].slot + 2 + RT_ATTN_PROBS;
+	return saved + r->model->st[s].at[l].slot + 2 + ATTN_PROBS;
 }
 
 void rt_stage_drop_probs(RtRank *r, int s, RtTensor **saved)
@@ -386,10 +386,10 @@ int rt_stage_rebuild_probs(RtRank *r, int s, RtStageBufs *b, RtTensor **saved)
 		RtTensor **t = probs_slot(r, s, l, saved);
 		if (!t)
 			continue;
-		const RtShape *sh = &r->model->st[s].at[l].t.saved[RT_ATTN_PROBS];
+		const LayerTensor *sh = &r->model->st[s].at[l].t.saved[ATTN_PROBS];
 		if (!*t && !(*t = rt_tensor_new(r, sh->rows, sh->cols, RT_MEM_SAVED)))
 			return RT_EFAIL;
-		RtTensor pv[RT_LAYER_MAX_TENSORS], gv[RT_LAYER_MAX_TENSORS];
+		RtTensor pv[LAYER_MAX_TENSORS], gv[LAYER_MAX_TENSORS];
 		RtLayerCall c = layer_call(r, s, l, b, saved + r->model->st[s].at[l].slot, pv, gv);
 		if (r->dev->layers[LAYER_ATTN].rebuild(r, &c)) // rt_device_check: it has one
 			return RT_EFAIL;
@@ -406,7 +406,7 @@ static int layer_backward(RtRank *r, int s, int l, int mb, int step, int replica
 	const Plan *p = r->w->plan;
 	const PlanLayer *ly = &p->stages[s].layers[l];
 	const RtLayerAt *at = &r->model->st[s].at[l];
-	RtTensor pv[RT_LAYER_MAX_TENSORS], gv[RT_LAYER_MAX_TENSORS];
+	RtTensor pv[LAYER_MAX_TENSORS], gv[LAYER_MAX_TENSORS];
 	int has_w = at->t.nparams > 0;
 	*dx = NULL;
 	/* A kind that holds tensors for W computes them with its input gradient. */
@@ -574,7 +574,7 @@ static int reduce_rows(RtRank *r, RtTensor *t, int64_t row, int64_t n, int max, 
 static int loss_reduce(RtRank *r, int s, int l, int mb, RtStageBufs *b, RtTensor *t,
                        RtTensor **saved, const RtMsg *m)
 {
-	RtTensor pv[RT_LAYER_MAX_TENSORS], gv[RT_LAYER_MAX_TENSORS];
+	RtTensor pv[LAYER_MAX_TENSORS], gv[LAYER_MAX_TENSORS];
 	RtLayerCall c = layer_call(r, s, l, b, saved + r->model->st[s].at[l].slot, pv, gv);
 	RtLayerFn fn = r->dev->layers[c.layer->kind].tp_fwd;
 	c.y = t;
@@ -614,7 +614,7 @@ int rt_stage_weights_of(RtRank *r, int s, RtStageBufs *b, RtTensor **saved, int 
 {
 	const PlanStage *st = &r->w->plan->stages[s];
 	const RtStageModel *sm = &r->model->st[s];
-	RtTensor pv[RT_LAYER_MAX_TENSORS], gv[RT_LAYER_MAX_TENSORS];
+	RtTensor pv[LAYER_MAX_TENSORS], gv[LAYER_MAX_TENSORS];
 	if (stage_ready(r, s, b))
 		return RT_EFAIL;
 	for (int l = lo; l < hi; l++) {

@@ -511,6 +511,30 @@ void tk_swiglu_bwd(const float *x, const float *wg, const float *wu, const float
 	tk_swiglu_bwd_w(x, a, dy, dg, du, dwg, dwu, dwd, N, d, f);
 }
 
+void tk_geglu_fwd(const float *x, const float *wg, const float *wu, const float *wd, float *g,
+                  float *u, float *a, float *y, int64_t N, int64_t d, int64_t f)
+{
+	tk_linear_fwd(x, wg, NULL, g, N, d, f);
+	tk_linear_fwd(x, wu, NULL, u, N, d, f);
+	for (int64_t i = 0; i < N * f; i++)
+		a[i] = gelu(g[i]) * u[i];
+	tk_linear_fwd(a, wd, NULL, y, N, f, d);
+}
+
+void tk_geglu_bwd_in(const float *wg, const float *wu, const float *wd, const float *g,
+                     const float *u, const float *dy, float *dg, float *du, float *dx,
+                     int64_t N, int64_t d, int64_t f)
+{
+	tk_linear_bwd_in(dy, wd, du, N, f, d, 0); // da, turned into du below in place
+	for (int64_t i = 0; i < N * f; i++) {
+		float da = du[i];
+		dg[i] = da * u[i] * gelu_grad(g[i]);
+		du[i] = da * gelu(g[i]);
+	}
+	tk_linear_bwd_in(dg, wg, dx, N, d, f, 0);
+	tk_linear_bwd_in(du, wu, dx, N, d, f, 1);
+}
+
 /* ---- residual ---- */
 
 void tk_residual_fwd(const float *x, const float *s, float *y, int64_t n)

@@ -17,7 +17,7 @@
  * - Every GEMM dimension (N, d, f, V, S, nqkv) must fit in an int (OpenBLAS's API).
  * - Kernels never allocate.  Only attention's `_bwd_in` needs scratch
  *   (`tk_attn_workspace` floats).  Element counts below are floats unless marked;
- *   `tk_mem_*` returns them per kind for the memory model.
+ *   the layer table (plan/layer.c) states them per kind, by named slot.
  * - Optional parameters (biases, learned positions) are NULL when absent; so are their
  *   gradients.
  * - Same inputs, same bits: fixed loop orders, scalar reductions (row statistics, the
@@ -101,8 +101,8 @@ void tk_rmsnorm_bwd(const float *x, const float *g, const float *rstd, const flo
  *   att  N*d      attention output before wo (heads side by side)
  * Held for W (filled by _bwd_in): dqkv N*nqkv (gradient at the qkv projection's output,
  *   before rotary), plus dy (N*d).
- * Workspace of _bwd_in: tk_attn_workspace() floats (N*d + S*S).  The shape (TkAttn) and
- * every count (parameters, FLOPs, memory) are in plan/tfcount.h. */
+ * Workspace of _bwd_in: tk_attn_workspace() floats (N*d + S*S).  The shape (TkAttn) is
+ * plan/tfcount.h's; the tensors and every count are the layer table's (plan/layer.c). */
 void tk_attn_fwd(const TkAttn *a, const float *x, const float *wqkv, const float *bqkv,
                  const float *wo, const float *bo, float *qkv, float *p, float *att, float *y);
 /* p from qkv as _fwd computes it (selective recomputation rebuilds it with this). */
@@ -145,6 +145,13 @@ void tk_swiglu_bwd_in(const float *wg, const float *wu, const float *wd, const f
 void tk_swiglu_bwd_w(const float *x, const float *a, const float *dy, const float *dg,
                      const float *du, float *dwg, float *dwu, float *dwd, int64_t N, int64_t d,
                      int64_t f);
+/* ---- GeGLU MLP: y = (gelu(x Wg) * (x Wu)) Wd, no biases ----
+ * SwiGLU's tensors with GELU (tanh form, as the MLP's) for SiLU; W is tk_swiglu_bwd_w. */
+void tk_geglu_fwd(const float *x, const float *wg, const float *wu, const float *wd, float *g,
+                  float *u, float *a, float *y, int64_t N, int64_t d, int64_t f);
+void tk_geglu_bwd_in(const float *wg, const float *wu, const float *wd, const float *g,
+                     const float *u, const float *dy, float *dg, float *du, float *dx,
+                     int64_t N, int64_t d, int64_t f);
 void tk_swiglu_bwd(const float *x, const float *wg, const float *wu, const float *wd,
                    const float *g, const float *u, const float *a, const float *dy, float *dg,
                    float *du, float *dx, float *dwg, float *dwu, float *dwd, int64_t N,

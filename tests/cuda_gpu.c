@@ -105,13 +105,13 @@ static double rel_err(Gpu *g, const RtTensor *t, const RtTensor *host)
  * [4] target, [5] loss, then parameters, gradients, saved, held, work. */
 enum { T_X, T_Y, T_DY, T_DX, T_TARGET, T_LOSS, T_FIXED };
 typedef struct {
-	RtTensor *d[T_FIXED + 5 * RT_LAYER_MAX_TENSORS];
-	RtTensor h[T_FIXED + 5 * RT_LAYER_MAX_TENSORS];
+	RtTensor *d[T_FIXED + 5 * LAYER_MAX_TENSORS];
+	RtTensor h[T_FIXED + 5 * LAYER_MAX_TENSORS];
 	int n;
 	RtLayerCall dc, hc; // the device's call and the cpu's
-	RtTensor dp[RT_LAYER_MAX_TENSORS], dg[RT_LAYER_MAX_TENSORS]; // parameter structs
-	RtTensor hp[RT_LAYER_MAX_TENSORS], hg[RT_LAYER_MAX_TENSORS];
-	RtTensor *ds[2 * RT_LAYER_MAX_TENSORS], *hs[2 * RT_LAYER_MAX_TENSORS]; // saved, held
+	RtTensor dp[LAYER_MAX_TENSORS], dg[LAYER_MAX_TENSORS]; // parameter structs
+	RtTensor hp[LAYER_MAX_TENSORS], hg[LAYER_MAX_TENSORS];
+	RtTensor *ds[2 * LAYER_MAX_TENSORS], *hs[2 * LAYER_MAX_TENSORS]; // saved, held
 } Twin;
 
 static int twin_add(Gpu *g, Twin *t, int64_t rows, int64_t cols)
@@ -137,10 +137,10 @@ static void twin_tokens(Gpu *g, Twin *t, int i, int64_t vocab)
 static void twin_open(Gpu *g, Twin *t, const PlanLayer *ly, const LayerShape *sh)
 {
 	memset(t, 0, sizeof *t);
-	RtLayerTensors lt = {0};
+	LayerTensors lt = {0};
 	int64_t m = sh->rows;
 	int tokens = plan_layers[ly->kind].tokens;
-	rt_layer_tensors(ly, sh, 1, &lt);
+	plan_layer_tensors(ly, sh, 1, &lt);
 	twin_add(g, t, m, ly->in);
 	twin_add(g, t, m, ly->out);
 	twin_add(g, t, m, ly->out);
@@ -160,7 +160,7 @@ static void twin_open(Gpu *g, Twin *t, const PlanLayer *ly, const LayerShape *sh
 		t->dp[j] = *t->d[p], t->dg[j] = *t->d[q], t->hp[j] = t->h[p], t->hg[j] = t->h[q];
 	}
 	for (int j = 0; j < lt.nsaved + lt.nheld; j++) {
-		const RtShape *ts = j < lt.nsaved ? &lt.saved[j] : &lt.held[j - lt.nsaved];
+		const LayerTensor *ts = j < lt.nsaved ? &lt.saved[j] : &lt.held[j - lt.nsaved];
 		int p = twin_add(g, t, ts->rows, ts->cols);
 		t->ds[j] = t->d[p], t->hs[j] = &t->h[p];
 	}
@@ -222,6 +222,7 @@ static const PlanLayer gpu_layers[] = {
 	{.kind = LAYER_MLP, .in = 24, .out = 24, .hidden = 40, .flags = FLAG(BIAS)},
 	{.kind = LAYER_MLP, .in = 24, .out = 24, .hidden = 40},
 	{.kind = LAYER_SWIGLU, .in = 24, .out = 24, .hidden = 40},
+	{.kind = LAYER_GEGLU, .in = 24, .out = 24, .hidden = 40},
 	{.kind = LAYER_HEAD, .in = 24, .out = 37},
 	{.kind = LAYER_XENT, .in = 37, .out = 37},
 };
@@ -313,7 +314,8 @@ void cuda__kernels__match_cpu(void **state)
 			const char *name = plan_layers[kind].name;
 			if (!dk->fwd || !hk->fwd || !dk->bwd_in != !hk->bwd_in || !dk->bwd_w != !hk->bwd_w)
 				fail_msg("layer kind %s: the cuda and cpu rows differ or are empty", name);
-			int chained = kind == LAYER_ATTN || kind == LAYER_MLP || kind == LAYER_SWIGLU;
+			int chained = kind == LAYER_ATTN || kind == LAYER_MLP || kind == LAYER_SWIGLU ||
+			              kind == LAYER_GEGLU;
 			double gemm_tol = bf16 ? (chained ? 5e-2 : 2e-2) : (chained ? 1e-4 : 1e-5);
 			double tol = plan_layer_figures(ly, &gpu_shape).flops[0] > 0 ? gemm_tol : 1e-5;
 			double exact = kind == LAYER_EMBED ? 0 : tol;

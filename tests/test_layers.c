@@ -6,8 +6,8 @@
  * saved bytes per stage), the plan file must keep byte for byte, and the runtime's model
  * must either accept with the same figures or refuse by saying it has no kernel for the
  * kind (never for linear, relu, gelu and mse); a kind no program used fails.  The
- * transformer rows must give tfcount.c's figures, and the examples' parameter counts are
- * the published ones.
+ * transformer rows must give docs/layers.md's formulas, and the examples' parameter
+ * counts are the published ones.
  * Ops: each row is complete and consistent, and the dependency rules (plan_dep_apply)
  * accept the textbook order and refuse each step taken too early or twice. */
 #include <setjmp.h>
@@ -238,7 +238,6 @@ static void layers__table__rows_complete_and_found(void **state)
 		assert_non_null(l->name);
 		assert_non_null(l->word);
 		assert_non_null(l->example);
-		assert_non_null(l->cost);
 		assert_true(l->arg < LAYER_ARG_COUNT);
 		assert_int_equal(strncmp(l->example, l->word, strlen(l->word)), 0);
 		assert_int_equal(plan_layer_find(l->name, strlen(l->name)), k);
@@ -266,66 +265,66 @@ static void layers__table__rows_complete_and_found(void **state)
 		                                     strlen(plan_layer_keys[k].name)), k);
 }
 
-/* The transformer rows give the kernels' counts (tfcount.c) for a GQA attention with
+/* The transformer rows give docs/layers.md's closed formulas for a GQA attention with
  * rotary and biases, a GELU MLP, a SwiGLU MLP, norms, an embedding and a head. */
-static void layers__transformer_rows__match_tfcount(void **state)
+static void layers__transformer_rows__match_documented_formulas(void **state)
 {
 	(void)state;
 	enum { B = 2, S = 8, D = 16, H = 4, HKV = 2, F = 40, V = 23 };
 	int64_t N = B * S;
 	LayerShape sh = {N, B, S, V};
-	TkAttn a = {B, S, D, H, HKV, 1, 10000.0, 1};
+	int64_t nq = (H + 2 * HKV) * (D / H), sq = 2 * B * H * S * S * (D / H);
 	uint32_t bias = LAYER_FLAG(LAYER_KEY_BIAS), rope = LAYER_FLAG(LAYER_KEY_ROPE);
 
 	PlanLayer at = {LAYER_ATTN, D, D, H, HKV, 0, 0, bias | rope};
 	LayerCost c = plan_layer_figures(&at, &sh);
-	TkFlops f = tk_flops_attn(&a);
-	TkMem m = tk_mem_attn(&a);
-	assert_int_equal(c.params, tk_params_attn(&a, 1));
-	assert_true(c.flops[0] == (double)f.f && c.flops[1] == (double)f.b &&
-	            c.flops[2] == (double)f.w);
-	assert_int_equal(c.save_fw, (N * D + m.saved) * 4);
-	assert_int_equal(c.save_bw, (N * D + m.held) * 4);
+	int64_t proj = 2 * N * D * nq + 2 * N * D * D;
+	assert_int_equal(c.params, D * nq + nq + D * D + D);
+	assert_true(c.flops[0] == (double)(proj + 2 * sq) && c.flops[1] == (double)(proj + 4 * sq) &&
+	            c.flops[2] == (double)proj);
+	assert_int_equal(c.save_fw, (N * D + N * nq + B * H * S * S + N * D) * 4); // x qkv p att
+	assert_int_equal(c.save_bw, (N * D + N * nq) * 4);                          // dy dqkv
 	assert_int_equal(c.save_fb, 0);
 
 	PlanLayer mlp = {LAYER_MLP, D, D, 0, 0, F, 0, bias};
 	c = plan_layer_figures(&mlp, &sh);
-	assert_int_equal(c.params, tk_params_mlp(D, F, 1));
-	assert_true(c.flops[0] == (double)tk_flops_mlp(N, D, F).f);
-	assert_int_equal(c.save_fw, (N * D + tk_mem_mlp(N, F).saved) * 4);
-	assert_int_equal(c.save_bw, (N * D + tk_mem_mlp(N, F).held) * 4);
+	assert_int_equal(c.params, 2 * D * F + F + D);
+	assert_true(c.flops[0] == (double)(4 * N * D * F));
+	assert_int_equal(c.save_fw, (N * D + 2 * N * F) * 4); // x, h, a
+	assert_int_equal(c.save_bw, (N * D + N * F) * 4);     // dy, dh
 
 	PlanLayer sw = {LAYER_SWIGLU, D, D, 0, 0, F, 0, 0};
 	c = plan_layer_figures(&sw, &sh);
-	assert_int_equal(c.params, tk_params_swiglu(D, F));
-	assert_true(c.flops[2] == (double)tk_flops_swiglu(N, D, F).w);
-	assert_int_equal(c.save_fw, (N * D + tk_mem_swiglu(N, F).saved) * 4);
+	assert_int_equal(c.params, 3 * D * F);
+	assert_true(c.flops[2] == (double)(6 * N * D * F));
+	assert_int_equal(c.save_fw, (N * D + 3 * N * F) * 4); // x, g, u, a
+	assert_int_equal(c.save_bw, (N * D + 2 * N * F) * 4); // dy, dg, du
 
 	PlanLayer ln = {LAYER_LAYERNORM, D, D, 0, 0, 0, 0, 0};
 	c = plan_layer_figures(&ln, &sh);
-	assert_int_equal(c.params, tk_params_layernorm(D));
-	assert_int_equal(c.save_fw, (N * D + tk_mem_layernorm(N).saved) * 4);
+	assert_int_equal(c.params, 2 * D);
+	assert_int_equal(c.save_fw, (N * D + 2 * N) * 4); // x, mean, rstd
 	PlanLayer rn = {LAYER_RMSNORM, D, D, 0, 0, 0, 0, 0};
-	assert_int_equal(plan_layer_figures(&rn, &sh).params, tk_params_rmsnorm(D));
+	assert_int_equal(plan_layer_figures(&rn, &sh).params, D);
 
 	PlanLayer em = {LAYER_EMBED, 1, D, 0, 0, 0, 0, LAYER_FLAG(LAYER_KEY_POSITIONS)};
 	c = plan_layer_figures(&em, &sh);
-	assert_int_equal(c.params, tk_params_embed(V, D, S, 1));
+	assert_int_equal(c.params, V * D + S * D);
 	assert_int_equal(c.save_fw, N * 4); // the token ids
 	em.flags = 0;
-	assert_int_equal(plan_layer_figures(&em, &sh).params, tk_params_embed(V, D, S, 0));
+	assert_int_equal(plan_layer_figures(&em, &sh).params, V * D);
 
 	PlanLayer hd = {LAYER_HEAD, D, V, 0, 0, 0, 0, 0};
 	c = plan_layer_figures(&hd, &sh);
-	assert_int_equal(c.params, tk_params_head(V, D, 0));
-	assert_true(c.flops[0] == (double)tk_flops_head(N, D, V).f);
+	assert_int_equal(c.params, V * D);
+	assert_true(c.flops[0] == (double)(2 * N * D * V));
 	hd.flags = LAYER_FLAG(LAYER_KEY_TIED);
 	assert_int_equal(plan_layer_figures(&hd, &sh).params, 0);
 
 	PlanLayer xe = {LAYER_XENT, V, V, 0, 0, 0, 0, 0};
 	c = plan_layer_figures(&xe, &sh);
 	assert_int_equal(c.params, 0);
-	assert_int_equal(c.save_fb, (N * V + tk_mem_xent(N).saved) * 4);
+	assert_int_equal(c.save_fb, (N * V + 2 * N) * 4); // logits, lse, targets
 
 	PlanLayer rs = {LAYER_RESIDUAL, D, D, 0, 0, 0, 2, 0};
 	c = plan_layer_figures(&rs, &sh);
@@ -338,6 +337,49 @@ static void layers__transformer_rows__match_tfcount(void **state)
  * parameters / T with the rest whole, and it names the all-reduces Megatron places
  * (forward after a row-parallel output, backward after a column-parallel input); a whole
  * row is unchanged.  Loops over the table: every split kind must be met. */
+/* The slot names index the tensors each row states: the kernels read them by name. */
+static void layers__slots__name_the_stated_tensors(void **state)
+{
+	(void)state;
+	enum { B = 2, S = 4, D = 8, H = 2, F = 12, V = 10 };
+	LayerShape sh = {B * S, B, S, V};
+	LayerTensors t;
+	PlanLayer lin = {LAYER_LINEAR, D, 5, 0, 0, 0, 0, 0};
+	plan_layer_tensors(&lin, &sh, 1, &t);
+	assert_true(t.param[LINEAR_W].rows == D && t.param[LINEAR_W].cols == 5);
+	assert_true(t.param[LINEAR_B].rows == 1 && t.param[LINEAR_B].cols == 5);
+	PlanLayer ln = {LAYER_LAYERNORM, D, D, 0, 0, 0, 0, 0};
+	plan_layer_tensors(&ln, &sh, 1, &t);
+	assert_true(t.param[LAYERNORM_GAIN].init == LAYER_INIT_ONE);
+	assert_true(t.param[LAYERNORM_BIAS].init == LAYER_INIT_ZERO);
+	assert_true(t.nsaved == 2 && t.saved[LAYERNORM_RSTD].rows == B * S);
+	PlanLayer at = {LAYER_ATTN, D, D, H, H, 0, 0, LAYER_FLAG(LAYER_KEY_BIAS)};
+	plan_layer_tensors(&at, &sh, 1, &t);
+	assert_true(t.param[ATTN_WQKV].cols == 3 * D && t.param[ATTN_BQKV].cols == 3 * D);
+	assert_true(t.param[ATTN_WO].rows == D && t.param[ATTN_BO].rows == 1);
+	assert_true(t.saved[ATTN_PROBS].rows == B * H * S && t.saved[ATTN_PROBS].cols == S);
+	assert_true(t.saved[ATTN_ATT].cols == D && t.held[ATTN_DQKV].cols == 3 * D);
+	PlanLayer mlp = {LAYER_MLP, D, D, 0, 0, F, 0, LAYER_FLAG(LAYER_KEY_BIAS)};
+	plan_layer_tensors(&mlp, &sh, 1, &t);
+	assert_true(t.param[MLP_W1].cols == F && t.param[MLP_B1].cols == F);
+	assert_true(t.param[MLP_W2].rows == F && t.param[MLP_B2].cols == D);
+	const LayerKind glu[] = {LAYER_SWIGLU, LAYER_GEGLU}; // the gated MLPs share their slots
+	for (size_t i = 0; i < sizeof glu / sizeof glu[0]; i++) {
+		PlanLayer gl = {glu[i], D, D, 0, 0, F, 0, 0};
+		plan_layer_tensors(&gl, &sh, 1, &t);
+		assert_true(t.nparams == 3 && t.param[SWIGLU_WD].rows == F &&
+		            t.param[SWIGLU_WU].cols == F);
+		assert_true(t.nsaved == 3 && t.nheld == 2 && t.held[SWIGLU_DU].cols == F);
+	}
+	PlanLayer hd = {LAYER_HEAD, D, V, 0, 0, 0, 0, 0};
+	plan_layer_tensors(&hd, &sh, 1, &t);
+	assert_true(t.param[HEAD_WV].rows == V && t.param[HEAD_WV].cols == D);
+	PlanLayer xe = {LAYER_XENT, V, V, 0, 0, 0, 0, 0};
+	plan_layer_tensors(&xe, &sh, 1, &t);
+	assert_true(t.nsaved == 2 && t.saved[XENT_TARGETS].rows == B * S &&
+	            t.saved[XENT_LSE].cols == 1);
+}
+
 /* Counts saturate rather than wrap (tfcount.h), and the limits of plan/layer.h name the
  * first figure past them: exact below, TK_MANY and refused above. */
 static void layers__counts__saturate_and_are_refused(void **state)
@@ -358,16 +400,21 @@ static void layers__counts__saturate_and_are_refused(void **state)
 	assert_int_equal(sat_div(-64, 8), -8);
 	assert_int_equal(sat_div(64, 8), 8);
 	/* 2 x 2^24 x 2^24 x 2^24 FLOPs: 2^73, which wrapped to 0 before. */
-	assert_int_equal(tk_flops_linear(big, big, big).f, TK_MANY);
-	assert_int_equal(tk_flops_linear(3, 5, 7).f, 210);
+	PlanLayer lin = {LAYER_LINEAR, 1 << 24, 1 << 24, 0, 0, 0, 0, 0};
+	LayerShape rows = {big, big, 1, 0};
+	assert_true(plan_layer_figures(&lin, &rows).flops[0] == (double)TK_MANY);
+	assert_true(plan_layer_cost(LAYER_LINEAR, 3, 5, 7).flops[0] == 210.0);
 	TkAttn a = {16, 1 << 20, 1 << 16, 1 << 16, 1 << 16, 0, 10000.0, 1}; // B H S S = 2^60
 	assert_int_equal(tk_attn_p_elems(&a), (int64_t)1 << 60);
-	/* A rank's share at tp 4: N nqkv / 4 + B H S S / 4 + N d / 4, exact. */
-	assert_int_equal(tk_mem_attn_tp(&a, 4).saved,
-	                 (big * 3 * (1 << 16) + ((int64_t)1 << 60) + big * (1 << 16)) / 4);
+	/* A rank's share at tp 4: N d + N nqkv / 4 + B H S S / 4 + N d / 4 floats, exact. */
+	PlanLayer at = {LAYER_ATTN, 1 << 16, 1 << 16, 1 << 16, 1 << 16, 0, 0, 0};
+	LayerShape ash = {big, 16, 1 << 20, 0};
+	assert_int_equal(plan_layer_figures_tp(&at, &ash, 4).save_fw,
+	                 (big * (1 << 16) + (big * 3 * (1 << 16) + ((int64_t)1 << 60) + big * (1 << 16)) / 4) * 4);
 	a.H = a.Hkv = (int64_t)1 << 30; // B H S S = 2^74
 	assert_int_equal(tk_attn_p_elems(&a), TK_MANY);
-	assert_int_equal(tk_mem_attn_tp(&a, 8).saved, TK_MANY); // stays saturated / tp
+	at.heads = at.kv_heads = 1 << 30;
+	assert_int_equal(plan_layer_figures_tp(&at, &ash, 8).save_fw, TK_MANY); // saturated
 
 	LayerCost c = {.params = lim - 1, .save_fw = lim - 1, .flops = {1e18, 9e18, 0}};
 	double v, most;
@@ -424,6 +471,7 @@ static void layers__tp_figures__divide_as_split(void **state)
 	    [LAYER_RESIDUAL] = {LAYER_RESIDUAL, D, D, 0, 0, 0, 2, 0},
 	    [LAYER_HEAD] = {LAYER_HEAD, D, V, 0, 0, 0, 0, 0},
 	    [LAYER_XENT] = {LAYER_XENT, V, V, 0, 0, 0, 0, 0},
+	    [LAYER_GEGLU] = {LAYER_GEGLU, D, D, 0, 0, F, 0, 0},
 	};
 	/* parameters that stay whole on every rank */
 	const int64_t whole[LAYER_COUNT] = {[LAYER_EMBED] = S * D, [LAYER_ATTN] = D,
@@ -449,7 +497,8 @@ static void layers__tp_figures__divide_as_split(void **state)
 		int64_t ts = t.save_fb + t.save_fw + t.save_bw, os = one.save_fb + one.save_fw + one.save_bw;
 		assert_true(k == LAYER_EMBED ? ts == os : ts < os); // an embedding keeps only the tokens
 		int fwd = k != LAYER_HEAD, bwd = k == LAYER_ATTN || k == LAYER_MLP ||
-		                                 k == LAYER_SWIGLU || k == LAYER_HEAD;
+		                                 k == LAYER_SWIGLU || k == LAYER_GEGLU ||
+		                                 k == LAYER_HEAD;
 		assert_int_equal(t.tp_bytes[0], !fwd ? 0 : k == LAYER_XENT ? N * 3 * 4 : N * D * 4);
 		assert_int_equal(t.tp_bytes[1], bwd ? N * D * 4 : 0);
 	}
@@ -853,7 +902,8 @@ int main(void)
 		cmocka_unit_test(layers__every_kind__check_lower_and_runtime_agree),
 		cmocka_unit_test(layers__derived_cost__table_flops),
 		cmocka_unit_test(layers__table__rows_complete_and_found),
-		cmocka_unit_test(layers__transformer_rows__match_tfcount),
+		cmocka_unit_test(layers__transformer_rows__match_documented_formulas),
+		cmocka_unit_test(layers__slots__name_the_stated_tensors),
 		cmocka_unit_test(layers__examples__published_parameter_counts),
 		cmocka_unit_test(layers__plan_reader__located_errors),
 		cmocka_unit_test(ops__table__rows_complete),

@@ -405,13 +405,13 @@ static void runtime__layer_kernels__every_kind_has_a_cpu_row_or_is_refused(void 
 	assert_true(rows >= 4);
 }
 
-/* One layer on the cpu device: its tensors (rt_layer_shapes) and a call over them. */
+/* One layer on the cpu device: its tensors (plan_layer_tensors) and a call over them. */
 typedef struct {
 	RtTensor *x, *y, *dy, *dx, *target, *loss, *work;
-	RtTensor *param[RT_LAYER_MAX_TENSORS], *grad[RT_LAYER_MAX_TENSORS];
-	RtTensor pv[RT_LAYER_MAX_TENSORS], gv[RT_LAYER_MAX_TENSORS];
-	RtTensor *keep[2 * RT_LAYER_MAX_TENSORS]; // saved, then held
-	RtLayerTensors t;
+	RtTensor *param[LAYER_MAX_TENSORS], *grad[LAYER_MAX_TENSORS];
+	RtTensor pv[LAYER_MAX_TENSORS], gv[LAYER_MAX_TENSORS];
+	RtTensor *keep[2 * LAYER_MAX_TENSORS]; // saved, then held
+	LayerTensors t;
 	RtLayerCall c;
 } OneLayer;
 
@@ -441,7 +441,7 @@ static void one_layer_open(RtRank *r, OneLayer *o, const PlanLayer *ly, const La
 {
 	int64_t rows = sh->rows;
 	memset(o, 0, sizeof *o);
-	rt_layer_tensors(ly, sh, 1, &o->t);
+	plan_layer_tensors(ly, sh, 1, &o->t);
 	RtTensor **mine[] = {&o->x, &o->y, &o->dy, &o->dx, &o->target};
 	int tokens = plan_layers[ly->kind].tokens;
 	int64_t cols[] = {ly->in, ly->out, ly->out, ly->in, tokens ? 1 : ly->in};
@@ -465,7 +465,7 @@ static void one_layer_open(RtRank *r, OneLayer *o, const PlanLayer *ly, const La
 		o->gv[j] = *o->grad[j];
 	}
 	for (int j = 0; j < o->t.nsaved + o->t.nheld; j++) {
-		const RtShape *sh = j < o->t.nsaved ? &o->t.saved[j] : &o->t.held[j - o->t.nsaved];
+		const LayerTensor *sh = j < o->t.nsaved ? &o->t.saved[j] : &o->t.held[j - o->t.nsaved];
 		o->keep[j] = rt_tensor_new(r, sh->rows, sh->cols, RT_MEM_SAVED);
 	}
 	if (o->t.work.rows)
@@ -549,6 +549,7 @@ static const PlanLayer fd_layers[] = {
 	{.kind = LAYER_MLP, .in = 6, .out = 6, .hidden = 8, .flags = FLAG(BIAS)},
 	{.kind = LAYER_MLP, .in = 6, .out = 6, .hidden = 8},
 	{.kind = LAYER_SWIGLU, .in = 6, .out = 6, .hidden = 8},
+	{.kind = LAYER_GEGLU, .in = 6, .out = 6, .hidden = 8},
 	{.kind = LAYER_HEAD, .in = 6, .out = 7},
 	{.kind = LAYER_XENT, .in = 7, .out = 7},
 };

@@ -17,7 +17,26 @@
 #include <cmocka.h>
 #include <math.h>
 
+#include "../plan/layer.h"
 #include "../runtime/tkernels.h"
+
+#define FLAG(k) LAYER_FLAG(LAYER_KEY_##k)
+
+/* The layer table's statement of one layer's tensors (whole: tp 1). */
+static LayerTensors tensors_of(PlanLayer l, LayerShape sh)
+{
+	LayerTensors t;
+	plan_layer_tensors(&l, &sh, 1, &t);
+	return t;
+}
+
+static int64_t elems(const LayerTensor *t, int n)
+{
+	int64_t e = 0;
+	for (int i = 0; i < n; i++)
+		e += t[i].rows * t[i].cols;
+	return e;
+}
 
 enum { B_ = 2, S_ = 5, D_ = 8, V_ = 11, F_ = 12, N_ = B_ * S_ };
 
@@ -1103,10 +1122,11 @@ static void tk__saved_buffers__match_documented_sizes(void **state)
 		assert_int_equal(nq, (a.H + 2 * a.Hkv) * (d / a.H));
 		assert_int_equal(tk_attn_p_elems(&a), a.B * a.H * a.S * a.S);
 		assert_int_equal(tk_attn_workspace(&a), N * d + a.S * a.S);
-		TkMem m = tk_mem_attn(&a);
-		assert_int_equal(m.saved, N * nq + a.B * a.H * a.S * a.S + N * d);
-		assert_int_equal(m.held, N * nq);
-		assert_int_equal(m.work, N * d + a.S * a.S);
+		PlanLayer at = {LAYER_ATTN, (int)d, (int)d, (int)a.H, (int)a.Hkv, 0, 0, a.rope ? FLAG(ROPE) : 0};
+		LayerTensors t = tensors_of(at, (LayerShape){N, a.B, a.S, 0});
+		assert_int_equal(elems(t.saved, t.nsaved), N * nq + a.B * a.H * a.S * a.S + N * d);
+		assert_int_equal(elems(t.held, t.nheld), N * nq);
+		assert_int_equal(elems(&t.work, 1), N * d + a.S * a.S);
 		AttnCtx c = attn_setup(&A, a, v);
 		float *dqkv = buf(&A, N * nq), *dx = buf(&A, N * d), *work = buf(&A, N * d + a.S * a.S);
 		float *dwqkv = zeros(&A, d * nq), *dwo = zeros(&A, d * d);
@@ -1124,15 +1144,23 @@ static void tk__saved_buffers__match_documented_sizes(void **state)
 	}
 	Arena A = {.rng = 181};
 	/* the buffers below, kind by kind */
-	assert_int_equal(tk_mem_mlp(N_, F_).saved, 2 * N_ * F_);       // h, a
-	assert_int_equal(tk_mem_mlp(N_, F_).held, N_ * F_);            // dh
-	assert_int_equal(tk_mem_swiglu(N_, F_).saved, 3 * N_ * F_);    // g, u, a
-	assert_int_equal(tk_mem_swiglu(N_, F_).held, 2 * N_ * F_);     // dg, du
-	assert_int_equal(tk_mem_layernorm(N_).saved, 2 * N_);          // mean, rstd
-	assert_int_equal(tk_mem_rmsnorm(N_).saved, N_);                // rstd
-	assert_int_equal(tk_mem_xent(N_).saved, 2 * N_);               // lse, targets
-	assert_int_equal(tk_mem_head(N_, V_).saved + tk_mem_head(N_, V_).held, 0); // dy is dlogits
-	assert_int_equal(tk_mem_embed(N_).saved + tk_mem_embed(N_).held, 0);
+	LayerShape sh = {N_, 1, N_, V_};
+	LayerTensors t = tensors_of((PlanLayer){LAYER_MLP, D_, D_, 0, 0, F_, 0, 0}, sh);
+	assert_int_equal(elems(t.saved, t.nsaved), 2 * N_ * F_); // h, a
+	assert_int_equal(elems(t.held, t.nheld), N_ * F_);       // dh
+	t = tensors_of((PlanLayer){LAYER_SWIGLU, D_, D_, 0, 0, F_, 0, 0}, sh);
+	assert_int_equal(elems(t.saved, t.nsaved), 3 * N_ * F_); // g, u, a
+	assert_int_equal(elems(t.held, t.nheld), 2 * N_ * F_);   // dg, du
+	t = tensors_of((PlanLayer){LAYER_LAYERNORM, D_, D_, 0, 0, 0, 0, 0}, sh);
+	assert_int_equal(elems(t.saved, t.nsaved), 2 * N_); // mean, rstd
+	t = tensors_of((PlanLayer){LAYER_RMSNORM, D_, D_, 0, 0, 0, 0, 0}, sh);
+	assert_int_equal(elems(t.saved, t.nsaved), N_); // rstd
+	t = tensors_of((PlanLayer){LAYER_XENT, V_, V_, 0, 0, 0, 0, 0}, sh);
+	assert_int_equal(elems(t.saved, t.nsaved), 2 * N_); // lse, targets
+	t = tensors_of((PlanLayer){LAYER_HEAD, D_, V_, 0, 0, 0, 0, 0}, sh);
+	assert_int_equal(t.nsaved + t.nheld, 0); // dy is dlogits
+	t = tensors_of((PlanLayer){LAYER_EMBED, 1, D_, 0, 0, 0, 0, 0}, sh);
+	assert_int_equal(t.nsaved + t.nheld, 0);
 	MlpCtx g = mlp_setup(&A, 0, 1), s = mlp_setup(&A, 1, 0);
 	mlp_loss(&g);
 	mlp_loss(&s);
@@ -1165,15 +1193,36 @@ static void tk__saved_buffers__match_documented_sizes(void **state)
 	arena_free(&A);
 }
 
-/* ---- parameter and FLOP counts ---- */
+/* ---- parameter and FLOP counts: the layer table's, derived from its tensors ---- */
+
+/* One layer's figures on one sequence of S tokens (sequences Bm) with vocabulary V. */
+static LayerCost fig(PlanLayer l, int64_t Bm, int64_t S, int64_t V)
+{
+	LayerShape sh = {Bm * S, Bm, S, V};
+	return plan_layer_figures(&l, &sh);
+}
+
+static int64_t params(PlanLayer l, int64_t S, int64_t V)
+{
+	return fig(l, 1, S, V).params;
+}
+
+/* F + B + W FLOPs of one layer. */
+static int64_t fbw(LayerCost c)
+{
+	return (int64_t)c.flops[0] + (int64_t)c.flops[1] + (int64_t)c.flops[2];
+}
 
 static int64_t gpt2_params(int tied)
 {
-	int64_t d = 768, S = 1024, V = 50257, L = 12;
-	TkAttn a = {.B = 1, .S = S, .d = d, .H = 12, .Hkv = 12};
-	int64_t layer = 2 * tk_params_layernorm(d) + tk_params_attn(&a, 1) + tk_params_mlp(d, 4 * d, 1);
-	return tk_params_embed(V, d, S, 1) + L * layer + tk_params_layernorm(d) +
-	       tk_params_head(V, d, tied);
+	int d = 768, S = 1024, V = 50257, L = 12;
+	PlanLayer ln = {LAYER_LAYERNORM, d, d, 0, 0, 0, 0, 0};
+	PlanLayer at = {LAYER_ATTN, d, d, 12, 12, 0, 0, FLAG(BIAS)};
+	PlanLayer mlp = {LAYER_MLP, d, d, 0, 0, 4 * d, 0, FLAG(BIAS)};
+	PlanLayer em = {LAYER_EMBED, 1, d, 0, 0, 0, 0, FLAG(POSITIONS)};
+	PlanLayer hd = {LAYER_HEAD, d, V, 0, 0, 0, 0, tied ? FLAG(TIED) : 0};
+	int64_t layer = 2 * params(ln, S, V) + params(at, S, V) + params(mlp, S, V);
+	return params(em, S, V) + L * layer + params(ln, S, V) + params(hd, S, V);
 }
 
 static void tk__params__match_published_gpt2_and_llama2(void **state)
@@ -1181,17 +1230,19 @@ static void tk__params__match_published_gpt2_and_llama2(void **state)
 	(void)state;
 	assert_int_equal(gpt2_params(1), 124439808);
 	assert_int_equal(gpt2_params(0), 163037184);
-	int64_t d = 4096, V = 32000, L = 32;
-	TkAttn a = {.B = 1, .S = 4096, .d = d, .H = 32, .Hkv = 32, .rope = 1,
-	            .rope_theta = TK_ROPE_THETA};
-	int64_t layer = 2 * tk_params_rmsnorm(d) + tk_params_attn(&a, 0) + tk_params_swiglu(d, 11008);
-	int64_t llama = tk_params_embed(V, d, 4096, 0) + L * layer + tk_params_rmsnorm(d) +
-	                tk_params_head(V, d, 0);
+	int d = 4096, S = 4096, V = 32000, L = 32;
+	PlanLayer rn = {LAYER_RMSNORM, d, d, 0, 0, 0, 0, 0};
+	PlanLayer at = {LAYER_ATTN, d, d, 32, 32, 0, 0, FLAG(ROPE)};
+	PlanLayer sw = {LAYER_SWIGLU, d, d, 0, 0, 11008, 0, 0};
+	PlanLayer em = {LAYER_EMBED, 1, d, 0, 0, 0, 0, 0};
+	PlanLayer hd = {LAYER_HEAD, d, V, 0, 0, 0, 0, 0};
+	int64_t layer = 2 * params(rn, S, V) + params(at, S, V) + params(sw, S, V);
+	int64_t llama = params(em, S, V) + L * layer + params(rn, S, V) + params(hd, S, V);
 	assert_int_equal(llama, 6738415616LL);
 	/* grouped-query attention shrinks only the k and v projections */
-	a.Hkv = 8;
-	assert_int_equal(tk_params_attn(&a, 0), d * d + 2 * d * (d / 4) + d * d);
-	assert_int_equal(tk_params_linear(3, 4, 1), 16);
+	at.kv_heads = 8;
+	assert_int_equal(params(at, S, V), (int64_t)d * d + 2 * (int64_t)d * (d / 4) + (int64_t)d * d);
+	assert_int_equal(plan_layer_cost(LAYER_LINEAR, 1, 3, 4).params, 16);
 }
 
 /* docs/layers.md's worked example: one GPT-2 small layer at B = 1, S = 1024 keeps its
@@ -1199,12 +1250,13 @@ static void tk__params__match_published_gpt2_and_llama2(void **state)
 static void tk__mem__gpt2_layer_matches_worked_example(void **state)
 {
 	(void)state;
-	int64_t N = 1024, d = 768;
-	TkAttn a = {.B = 1, .S = 1024, .d = d, .H = 12, .Hkv = 12};
-	int64_t saved = 4 * N * d + 2 * tk_mem_layernorm(N).saved + tk_mem_attn(&a).saved +
-	                tk_mem_mlp(N, 4 * d).saved;
-	assert_int_equal(saved, 25169920);
-	assert_int_equal(tk_mem_attn(&a).saved, 16515072 - N * d);
+	int d = 768, S = 1024;
+	PlanLayer ln = {LAYER_LAYERNORM, d, d, 0, 0, 0, 0, 0};
+	PlanLayer at = {LAYER_ATTN, d, d, 12, 12, 0, 0, 0};
+	PlanLayer mlp = {LAYER_MLP, d, d, 0, 0, 4 * d, 0, 0};
+	int64_t fw = 2 * fig(ln, 1, S, 0).save_fw + fig(at, 1, S, 0).save_fw + fig(mlp, 1, S, 0).save_fw;
+	assert_int_equal(fw / 4, 25169920);
+	assert_int_equal(fig(at, 1, S, 0).save_fw / 4, 16515072);
 }
 
 /* Megatron-LM's count for GPT (Narayanan et al. 2021): forward + backward of L layers and
@@ -1213,24 +1265,28 @@ static void tk__flops__match_megatron_formula(void **state)
 {
 	(void)state;
 	int64_t Bm = 8, S = 1024, h = 768, L = 12, V = 50257, N = Bm * S;
-	TkAttn a = {.B = Bm, .S = S, .d = h, .H = 12, .Hkv = 12};
-	TkFlops at = tk_flops_attn(&a), ml = tk_flops_mlp(N, h, 4 * h), hd = tk_flops_head(N, h, V);
-	int64_t total = L * (at.f + at.b + at.w + ml.f + ml.b + ml.w) + hd.f + hd.b + hd.w;
+	PlanLayer atl = {LAYER_ATTN, (int)h, (int)h, 12, 12, 0, 0, 0};
+	PlanLayer mlpl = {LAYER_MLP, (int)h, (int)h, 0, 0, 4 * (int)h, 0, 0};
+	PlanLayer hdl = {LAYER_HEAD, (int)h, (int)V, 0, 0, 0, 0, 0};
+	LayerCost at = fig(atl, Bm, S, V), ml = fig(mlpl, Bm, S, V), hd = fig(hdl, Bm, S, V);
+	int64_t total = L * (fbw(at) + fbw(ml)) + fbw(hd);
 	assert_int_equal(total, 72 * Bm * S * L * h * h + 12 * Bm * S * S * L * h + 6 * Bm * S * h * V);
 	/* backward (B + W) is twice the forward, layer by layer */
-	assert_int_equal(at.b + at.w, 2 * at.f);
-	assert_int_equal(ml.b + ml.w, 2 * ml.f);
+	assert_true(at.flops[1] + at.flops[2] == 2 * at.flops[0]);
+	assert_true(ml.flops[1] + ml.flops[2] == 2 * ml.flops[0]);
 	/* forward attention: 2 N d (3d) + 2 N d^2 + 4 B S^2 d */
-	assert_int_equal(at.f, 8 * N * h * h + 4 * Bm * S * S * h);
+	assert_true(at.flops[0] == (double)(8 * N * h * h + 4 * Bm * S * S * h));
 	/* Llama-2-7B, one sequence of 4096: the forward is 2 FLOPs per token per GEMM weight
 	 * (all parameters but the embedding and the norms) plus attention's 4 S^2 d per layer */
 	int64_t ld = 4096, lS = 4096, lN = lS, lL = 32;
-	TkAttn la = {.B = 1, .S = lS, .d = ld, .H = 32, .Hkv = 32, .rope = 1, .rope_theta = 1e4};
-	int64_t fwd = lL * (tk_flops_attn(&la).f + tk_flops_swiglu(lN, ld, 11008).f) +
-	              tk_flops_head(lN, ld, 32000).f;
+	PlanLayer la = {LAYER_ATTN, (int)ld, (int)ld, 32, 32, 0, 0, FLAG(ROPE)};
+	PlanLayer ls = {LAYER_SWIGLU, (int)ld, (int)ld, 0, 0, 11008, 0, 0};
+	PlanLayer lh = {LAYER_HEAD, (int)ld, 32000, 0, 0, 0, 0, 0};
+	int64_t fwd = lL * ((int64_t)fig(la, 1, lS, 32000).flops[0] + (int64_t)fig(ls, 1, lS, 32000).flops[0]) +
+	              (int64_t)fig(lh, 1, lS, 32000).flops[0];
 	int64_t gemm_weights = 6738415616LL - 32000 * ld - (2 * lL + 1) * ld;
 	assert_int_equal(fwd, 2 * lN * gemm_weights + lL * 4 * lS * lS * ld);
-	assert_int_equal(tk_flops_linear(2, 3, 5).w, 60);
+	assert_true(plan_layer_cost(LAYER_LINEAR, 2, 3, 5).flops[2] == 60.0);
 }
 
 int main(void)

@@ -1,6 +1,6 @@
 /* Tensor-parallel shards against the whole layer, on the cpu device's kernel rows: for
  * every kind the layer table splits, tp ranks holding the pieces of the whole layer's
- * parameters (shapes.c's RtSplit, cut by rt_split_copy) compute, summed over the group
+ * parameters (the layer table's LayerSplit, cut by rt_split_copy) compute, summed over the group
  * where the plan all-reduces (forward outputs of row-parallel kinds, input gradients of
  * column-parallel ones), the whole layer's outputs and input gradients, and each rank's
  * weight gradients are the pieces of the whole layer's.  The vocabulary-parallel
@@ -47,18 +47,18 @@ static RtTensor *tensor(int64_t rows, int64_t cols)
 
 /* One layer on one rank of a tp group: its tensors and a call over them. */
 typedef struct {
-	RtLayerTensors t;
+	LayerTensors t;
 	RtTensor *x, *y, *dy, *dx, *target, *loss, *work;
-	RtTensor *param[RT_LAYER_MAX_TENSORS], *grad[RT_LAYER_MAX_TENSORS];
-	RtTensor pv[RT_LAYER_MAX_TENSORS], gv[RT_LAYER_MAX_TENSORS];
-	RtTensor *saved[RT_LAYER_MAX_TENSORS], *held[RT_LAYER_MAX_TENSORS];
+	RtTensor *param[LAYER_MAX_TENSORS], *grad[LAYER_MAX_TENSORS];
+	RtTensor pv[LAYER_MAX_TENSORS], gv[LAYER_MAX_TENSORS];
+	RtTensor *saved[LAYER_MAX_TENSORS], *held[LAYER_MAX_TENSORS];
 	RtLayerCall c;
 } One;
 
 static void one_open(One *o, const PlanLayer *ly, const LayerShape *sh, int tp, int t)
 {
 	memset(o, 0, sizeof *o);
-	rt_layer_tensors(ly, sh, tp, &o->t);
+	plan_layer_tensors(ly, sh, tp, &o->t);
 	int tokens_in = ly->kind == LAYER_EMBED, loss = plan_layers[ly->kind].loss;
 	o->x = tensor(sh->rows, tokens_in ? 1 : o->t.in);
 	o->y = tensor(loss && tp > 1 ? 3 : sh->rows, loss && tp > 1 ? sh->rows : o->t.out);
@@ -208,10 +208,12 @@ static void tp__mlp_and_swiglu__shards_sum_to_whole(void **state)
 	PlanLayer mlp = {.kind = LAYER_MLP, .in = 16, .out = 16, .hidden = 40,
 	                 .flags = LAYER_FLAG(LAYER_KEY_BIAS)};
 	PlanLayer swi = {.kind = LAYER_SWIGLU, .in = 16, .out = 16, .hidden = 40};
+	PlanLayer geg = {.kind = LAYER_GEGLU, .in = 16, .out = 16, .hidden = 40};
 	shards_match(&mlp, &shape, 2, 1, 1);
 	shards_match(&mlp, &shape, 4, 1, 1);
 	shards_match(&swi, &shape, 2, 1, 1);
-	covered[LAYER_MLP] = covered[LAYER_SWIGLU] = 1;
+	shards_match(&geg, &shape, 2, 1, 1);
+	covered[LAYER_MLP] = covered[LAYER_SWIGLU] = covered[LAYER_GEGLU] = 1;
 }
 
 static void tp__embed_and_head__vocabulary_slices(void **state)
