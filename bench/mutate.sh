@@ -12,6 +12,7 @@
 list=$(cd "$(dirname "$MUTATIONS")" && pwd)/$(basename "$MUTATIONS")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+trap 'exit 2' INT TERM HUP
 # The working tree as it is: tracked and untracked files that git does not ignore.
 git ls-files -co --exclude-standard | while read -r f; do [ -e "$f" ] && echo "$f"; done |
 	tar -cf - -T - | tar -xf - -C "$work"
