@@ -586,6 +586,27 @@ static void reader_rejects(int line)
 	free(text);
 }
 
+/* Every SEND to self of p is followed by its RECV from self in the same group; returns
+ * how many there are. */
+static int self_sends_paired(const Plan *p)
+{
+	int selfs = 0;
+	for (int r = 0; r < p->world; r++) {
+		const PlanRank *rk = &p->ranks[r];
+		for (int64_t i = 0; i < rk->nops; i++) {
+			const PlanOp *o = &rk->ops[i];
+			if (o->kind != OP_SEND || o->peer != r)
+				continue;
+			selfs++;
+			assert_true(i + 1 < rk->nops);
+			assert_int_equal(rk->ops[i + 1].kind, OP_RECV);
+			assert_int_equal(rk->ops[i + 1].peer, r);
+			assert_int_equal(rk->ops[i + 1].group, o->group);
+		}
+	}
+	return selfs;
+}
+
 /* An order that cannot run, lowered naively (--allow-deadlock): each send to self still
  * shares its group with its receive (in a group of its own the receive would never be
  * posted while the send waits), so the plan verifies and pipesim sees the cross-rank
@@ -605,21 +626,7 @@ static void lower__allow_deadlock__self_send_keeps_its_receive(void **state)
 	Plan *p = compile_pipe(src, (PipeccOptions){.allow_deadlock = 1}, errs, sizeof errs);
 	if (!p)
 		fail_msg("%s", errs);
-	int selfs = 0;
-	for (int r = 0; r < p->world; r++) {
-		const PlanRank *rk = &p->ranks[r];
-		for (int64_t i = 0; i < rk->nops; i++) {
-			const PlanOp *o = &rk->ops[i];
-			if (o->kind != OP_SEND || o->peer != r)
-				continue;
-			selfs++;
-			assert_true(i + 1 < rk->nops);
-			assert_int_equal(rk->ops[i + 1].kind, OP_RECV);
-			assert_int_equal(rk->ops[i + 1].peer, r);
-			assert_int_equal(rk->ops[i + 1].group, o->group);
-		}
-	}
-	assert_true(selfs > 0);
+	assert_true(self_sends_paired(p) > 0);
 	PlanError err;
 	assert_int_equal(plan_verify(p, &err), 0);
 	plan_free(p);
@@ -633,23 +640,11 @@ static void lower__self_send__one_group_and_verified(void **state)
 	(void)state;
 	Plan *p = compile_text(program(4, 2, 1, 4, "peers self_send;"), "zbv", NULL, 0);
 	assert_non_null(p);
-	int selfs = 0, peers = 0;
-	for (int r = 0; r < p->world; r++) {
-		const PlanRank *rk = &p->ranks[r];
-		for (int i = 0; i < rk->npeers; i++)
-			peers += rk->peers[i].local == PEER_SELF;
-		for (int64_t i = 0; i < rk->nops; i++) {
-			const PlanOp *o = &rk->ops[i];
-			if (o->kind != OP_SEND || o->peer != r)
-				continue;
-			selfs++;
-			assert_true(i + 1 < rk->nops);
-			assert_int_equal(rk->ops[i + 1].kind, OP_RECV);
-			assert_int_equal(rk->ops[i + 1].peer, r);
-			assert_int_equal(rk->ops[i + 1].group, o->group);
-		}
-	}
-	assert_true(selfs > 0);
+	int peers = 0;
+	for (int r = 0; r < p->world; r++)
+		for (int i = 0; i < p->ranks[r].npeers; i++)
+			peers += p->ranks[r].peers[i].local == PEER_SELF;
+	assert_true(self_sends_paired(p) > 0);
 	assert_true(peers > 0);
 	PlanError err;
 	assert_int_equal(plan_verify(p, &err), 0);
