@@ -1,10 +1,12 @@
-/* What test_lower.c and test_verify.c share: compiling .pipe text in memory, a small
- * program of linear stages, and the verifier's verdict on a plan edited by hand.
+/* What test_lower.c, test_verify.c and test_rules.c share: compiling .pipe text in
+ * memory, a small program of linear stages, the verifier's verdict on a plan edited by
+ * hand, and group setups that run a group's tests again on 3 threads.
  * Included once per test program, after cmocka.h and compiler/pipecc.h. */
 #ifndef TESTS_LOWER_LIB_H
 #define TESTS_LOWER_LIB_H
 
-#include "plan_lib.h" // compile_pipe, program_text
+#include "../plan/par.h" // plan_threads
+#include "plan_lib.h"     // compile_pipe, program_text
 
 /* Compiles .pipe text; NULL on diagnostics (printed to errs when given). */
 static int want_line; // compile_text makes line plans (docs/plan-format.md "Lines")
@@ -37,6 +39,21 @@ static inline int64_t find_op(const Plan *p, int r, int kind, int nth)
 		if (p->ranks[r].ops[i].kind == kind && nth-- == 0)
 			return i;
 	return -1;
+}
+
+/* cmocka group setup and teardown: the group's tests on 3 threads, then back to 1. */
+static inline int threads_3(void **state)
+{
+	(void)state;
+	plan_threads = 3;
+	return 0;
+}
+
+static inline int threads_1(void **state)
+{
+	(void)state;
+	plan_threads = 1;
+	return 0;
 }
 
 #endif

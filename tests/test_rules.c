@@ -876,20 +876,6 @@ static void rules__op_table_phrases__each_a_row(void **state)
 	assert_true(n > 0); // the loop saw the table's phrases
 }
 
-static int threads_3(void **state)
-{
-	(void)state;
-	plan_threads = 3;
-	return 0;
-}
-
-static int threads_1(void **state)
-{
-	(void)state;
-	plan_threads = 1;
-	return 0;
-}
-
 int main(void)
 {
 	static int rows[PLAN_RULE_COUNT];

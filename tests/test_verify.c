@@ -519,20 +519,6 @@ static void par__threads_0__one_per_cpu(void **state)
 	plan_threads = 1;
 }
 
-static int threads_3(void **state)
-{
-	(void)state;
-	plan_threads = 3;
-	return 0;
-}
-
-static int threads_1(void **state)
-{
-	(void)state;
-	plan_threads = 1;
-	return 0;
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
