@@ -42,7 +42,8 @@
 	X(TIE_COPY, "must keep its own copy of the table") \
 	X(TIE_NOCOPY, "`copy` on a head that is not tied") \
 	X(TIE_NONE, "holds no table tied across pipeline ranks") \
-	X(TIE_PEER, "the tied table's copies are stage") \
+	X(TIE_STAGE, "the tied table's copy on this rank is stage") \
+	X(TIE_PEER, "the tied table's other copy is on rank") \
 	X(TIE_BYTES, "the tied table's gradient is") \
 	X(TIE_COUNT, "which holds the other copy of the tied table") \
 	/* completeness */ \

@@ -300,11 +300,17 @@ static int check_tie(PlanVc *v)
 				return plan_vc_err(v, PLAN_RULE_TIE_NONE, r, i,
 						"%s: rank %d holds no table tied across pipeline ranks",
 				            plan_vc_opdesc(v, r, i, x, sizeof x), plan_vc_rank(v, r));
-			if (o->peer != q || o->stage != st)
+			if (o->stage != st)
+				return plan_vc_err(v, PLAN_RULE_TIE_STAGE, r, i,
+				                   "%s: the tied table's copy on this rank is stage %d "
+				                   "(want s=%d)",
+				                   plan_vc_opdesc(v, r, i, x, sizeof x), st, st);
+			if (o->peer != q)
 				return plan_vc_err(v, PLAN_RULE_TIE_PEER, r, i,
-						"%s: the tied table's copies are stage %d here and on "
-				            "rank %d (want s=%d with=%d)", plan_vc_opdesc(v, r, i, x, sizeof x), st,
-				            plan_vc_rank(v, q), st, plan_vc_rank(v, q));
+				                   "%s: the tied table's other copy is on rank %d "
+				                   "(want with=%d)",
+				                   plan_vc_opdesc(v, r, i, x, sizeof x), plan_vc_rank(v, q),
+				                   plan_vc_rank(v, q));
 			if (plan_op_bytes(p, o) != bytes)
 				return plan_vc_err(v, PLAN_RULE_TIE_BYTES, r, i,
 						"%s: the tied table's gradient is %lld bytes",

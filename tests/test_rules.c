@@ -394,6 +394,13 @@ static Plan *bad_TIE_PEER(void)
 	return p;
 }
 
+static Plan *bad_TIE_STAGE(void)
+{
+	Plan *p = good(TIED_SRC("head tied"), NULL);
+	op_of(p, 0, OP_TIEREDUCE, 0)->stage = 1; // rank 0's copy is stage 0's, the embedding
+	return p;
+}
+
 static Plan *bad_TIE_BYTES(void)
 {
 	Plan *p = good(TIED_SRC("head tied"), NULL);
@@ -776,6 +783,7 @@ static Plan *(*const cases[PLAN_RULE_COUNT])(void) = {
 	CASE(TIE_COPY),
 	CASE(TIE_NOCOPY),
 	CASE(TIE_NONE),
+	CASE(TIE_STAGE),
 	CASE(TIE_PEER),
 	CASE(TIE_BYTES),
 	CASE(TIE_COUNT),
