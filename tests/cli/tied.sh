@@ -119,7 +119,7 @@ t "piperun refuses it too" 1 "$BIN/piperun" "$dir/bad.plan" --steps 1
 has "piperun names the line" "$dir/err" "bad.plan:$n: error: expected 'with='"
 sed '1s/.*/pipecc-plan 1/; s/^TIEREDUCE s=0 with=3/TIEREDUCE s=0 with=1/' "$dir/t-1f1b.plan" >"$dir/bad2.plan"
 t "pipesim refuses a TIEREDUCE with the wrong rank" 1 "$BIN/pipesim" "$dir/bad2.plan"
-has "the verifier says which rank" "$dir/err" "bad2.plan:$n: error: .*(want s=0 with=3)"
+has "the verifier says which rank" "$dir/err" "bad2.plan:$n: error: .*the tied table.s other copy is on rank 3 (want with=3)"
 
 # the language keeps `copy` to the compiler
 sed 's/head;/head tied copy;/' examples/gpt-tiny.pipe >"$dir/c.pipe"
