@@ -129,11 +129,12 @@ static int check_routes(PlanVc *v)
 			return verr_line(v, PLAN_RULE_ROUTE_DEVICES, -1, at,
 			                 "route %d names devices d%d->d%d but the ranks use d%d->d%d", i,
 			                 rt->src_dev, rt->dst_dev, a->device, b->device);
+		/* The inverse leaves the rank its forward route enters, on the same edge; its other
+		 * end and both devices follow, as every route (the forward one too, in this
+		 * loop) joins its edge's stages on one pipeline line on its ranks' devices. */
 		if (rt->dir == DIR_GRAD) {
 			const PlanRoute *f = &p->routes[rt->inverse_of];
-			if (f->dir != DIR_ACT || f->edge != rt->edge || f->src_rank != rt->dst_rank ||
-			    f->dst_rank != rt->src_rank || f->src_dev != rt->dst_dev ||
-			    f->dst_dev != rt->src_dev)
+			if (f->dir != DIR_ACT || f->edge != rt->edge || f->dst_rank != rt->src_rank)
 				return verr_line(v, PLAN_RULE_ROUTE_INVERSE, -1, at,
 				                 "backward route %d is not the inverse of forward route %d",
 				                 i, rt->inverse_of);

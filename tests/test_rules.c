@@ -241,6 +241,30 @@ static Plan *bad_ROUTE_INVERSE(void)
 	return p;
 }
 
+/* ROUTE_INVERSE's other half: a grad route naming as its inverse the act route of its
+ * edge on the other dp line (the right kind and edge, the wrong ranks). */
+static void rules__ROUTE_INVERSE__other_lines_route_refused(void **state)
+{
+	(void)state;
+	Plan *p = chain_dp();
+	int g = -1, f = -1;
+	for (int i = 0; i < p->nroutes && g < 0; i++)
+		if (p->routes[i].dir == DIR_GRAD)
+			g = i;
+	assert_true(g >= 0);
+	const PlanRoute *own = &p->routes[p->routes[g].inverse_of];
+	for (int i = 0; i < p->nroutes && f < 0; i++)
+		if (p->routes[i].dir == DIR_ACT && p->routes[i].edge == own->edge &&
+		    p->routes[i].dst_rank != own->dst_rank)
+			f = i;
+	assert_true(f >= 0);
+	p->routes[g].inverse_of = f;
+	PlanError e;
+	assert_int_equal(plan_verify(p, &e), -1);
+	assert_int_equal(e.rule, PLAN_RULE_ROUTE_INVERSE);
+	plan_free(p);
+}
+
 static Plan *bad_PEER_STAGE(void)
 {
 	Plan *p = chain();
@@ -888,15 +912,16 @@ int main(void)
 {
 	static int rows[PLAN_RULE_COUNT];
 	static char names[PLAN_RULE_COUNT][80];
-	static struct CMUnitTest tests[PLAN_RULE_COUNT + 2] = {
+	static struct CMUnitTest tests[PLAN_RULE_COUNT + 3] = {
 		cmocka_unit_test(rules__every_row__has_a_case),
 		cmocka_unit_test(rules__op_table_phrases__each_a_row),
+		cmocka_unit_test(rules__ROUTE_INVERSE__other_lines_route_refused),
 	};
 	for (int row = 0; row < PLAN_RULE_COUNT; row++) {
 		rows[row] = row;
 		snprintf(names[row], sizeof names[row], "rules__%s__bad_plan_breaks_it",
 		         plan_rules[row].name);
-		tests[2 + row] = (struct CMUnitTest){names[row], rules__row__bad_plan_breaks_it,
+		tests[3 + row] = (struct CMUnitTest){names[row], rules__row__bad_plan_breaks_it,
 		                                     NULL, NULL, &rows[row]};
 	}
 	/* Then the bad plans again with the verifier's walk on 3 workers: the same rows. */
