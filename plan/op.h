@@ -115,6 +115,12 @@ static inline int plan_op_is_comm(OpKind k)
 	return plan_ops[k].role == OP_ROLE_COMM;
 }
 
+/* ALLREDUCE, TIEREDUCE, TPREDUCE: collectives, each over its communicator (over). */
+static inline int plan_op_is_coll(OpKind k)
+{
+	return plan_ops[k].over != OP_OVER_NONE;
+}
+
 /* What an op of kind k costs on a stage whose F, B, W cost cost[0..2] (0 for ops that
  * do not compute).  Stage costs are below INT64_MAX / 4, so the sum cannot overflow. */
 int64_t plan_op_cost(OpKind k, const int64_t cost[3]);

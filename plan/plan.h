@@ -246,10 +246,11 @@ static inline OpKind plan_op_kind(const PlanOp *o)
 {
 	return (OpKind)o->kind;
 }
-/* The kinds whose size is one of the plan's sizes[] (PlanOp.route names it). */
+/* The kinds whose size is one of the plan's sizes[] (PlanOp.route names it): the
+ * collectives. */
 static inline int plan_op_sized(int kind)
 {
-	return kind == OP_ALLREDUCE || kind == OP_TIEREDUCE || kind == OP_TPREDUCE;
+	return kind >= 0 && kind < OP_COUNT && plan_op_is_coll((OpKind)kind);
 }
 /* The bytes op o of plan p moves: a SEND's or RECV's edge's tensor, a sized kind's
  * entry of sizes[], 0 for the rest. */

@@ -389,11 +389,6 @@ static int deps_begin(PlanVc *v, Deps *d, int r)
 
 /* ---- groups, sends to self, matching ---- */
 
-/* ALLREDUCE, TIEREDUCE and TPREDUCE: collectives, each alone in its group. */
-static int is_coll(int kind)
-{
-	return kind == OP_ALLREDUCE || kind == OP_TIEREDUCE || kind == OP_TPREDUCE;
-}
 
 /* Op i of rank r breaks the group rules: `same`: it shares the group of the comm op
  * before it, and one of the two is a collective; else its group number does not
@@ -401,7 +396,7 @@ static int is_coll(int kind)
 static void group_fault(PlanVc *v, int r, int64_t i, int same, int64_t last)
 {
 	const PlanOp *o = &v->p->ranks[r].ops[i];
-	const PlanOp *c = is_coll(o->kind) ? o : &o[-1]; // the collective, when same
+	const PlanOp *c = plan_op_is_coll(plan_op_kind(o)) ? o : &o[-1]; // the collective
 	char a[300];
 	v->stop = PLAN_VC_GROUPS;
 	if (same)
@@ -778,7 +773,9 @@ static int walk_init(Walk *w, const Plan *p, const Walk *share)
 	for (int a = 0; a < W; a++)
 		w->slot[a] = -1;
 	for (int k = 0; k < OP_COUNT; k++)
-		w->cls[k] = !plan_op_is_comm((OpKind)k) ? CLS_OTHER : is_coll(k) ? CLS_COLL : CLS_P2P;
+		w->cls[k] = !plan_op_is_comm((OpKind)k)  ? CLS_OTHER
+		            : plan_op_is_coll((OpKind)k) ? CLS_COLL
+		                                         : CLS_P2P;
 	return 0;
 }
 
