@@ -256,25 +256,6 @@ static void refuse_digit_changes(char *text, size_t n)
 	assert_true(mismatches > 50);
 }
 
-/* A plan whose last line lacks its newline (a file cut at its very end) is refused at
- * that line, not read as whole; with the newline back it reads. */
-static void plan__reader__last_line_without_newline_refused(void **state)
-{
-	(void)state;
-	size_t n;
-	char *text = slurp("tests/plans/good/tiny2.plan", &n);
-	assert_true(n > 1 && text[n - 1] == '\n');
-	int64_t lines = 0;
-	for (size_t i = 0; i < n; i++)
-		lines += text[i] == '\n';
-	PlanError err;
-	assert_null(read_text(text, n - 1, &err));
-	assert_int_equal(err.line, lines);
-	assert_non_null(strstr(err.msg, "does not end with a newline"));
-	plan_free(read_good_text(text, n));
-	free(text);
-}
-
 static void plan__reader__changed_digits_refused(void **state)
 {
 	(void)state;
@@ -990,7 +971,6 @@ int main(void)
 		cmocka_unit_test(plan__older_sums__read_and_write_blocks),
 		cmocka_unit_test(plan__tp_plan_without_node_line__writes_back_readable),
 		cmocka_unit_test(plan__reader__changed_digits_refused),
-		cmocka_unit_test(plan__reader__last_line_without_newline_refused),
 		cmocka_unit_test(plan__reader__bad_checksum_header_located),
 		cmocka_unit_test(plan__reader__fast_path_agrees_with_parser),
 		cmocka_unit_test(plan__sizes__each_once_in_increasing_order),

@@ -122,6 +122,31 @@ static void compare(const char *path)
 	compare_keep(path, PLAN_KEEP_ALL);
 }
 
+/* A plan whose last line lacks its newline (a file cut at its very end) is refused at
+ * that line by both readers; with the newline back it reads. */
+static void read__last_line_without_newline__refused(void **state)
+{
+	(void)state;
+	FILE *f = fopen("tests/plans/good/tiny2.plan", "rb");
+	assert_non_null(f);
+	char text[1 << 16];
+	size_t n = fread(text, 1, sizeof text, f);
+	fclose(f);
+	assert_true(n > 1 && n < sizeof text && text[n - 1] == '\n');
+	int64_t lines = 0;
+	for (size_t i = 0; i < n; i++)
+		lines += text[i] == '\n';
+	put_file(text, n - 1);
+	for (int threads = 1; threads <= 3; threads += 2) {
+		PlanError e;
+		assert_null(read_with(threads, tmp_path, 0, &e));
+		assert_int_equal(e.line, lines);
+		assert_non_null(strstr(e.msg, "does not end with a newline"));
+	}
+	put_file(text, n);
+	compare(tmp_path);
+}
+
 static void read__plans_corpus__same_plan_or_error(void **state)
 {
 	(void)state;
@@ -336,6 +361,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(read__plans_corpus__same_plan_or_error),
+		cmocka_unit_test(read__last_line_without_newline__refused),
 		cmocka_unit_test(read__examples_damaged__same_plan_or_error),
 		cmocka_unit_test(read__big_plan__blocks_and_late_error),
 	};
