@@ -4,8 +4,10 @@
  * threads launch that a launcher started several times, and to map ranks to GPUs. */
 #include "rt_backend.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* A whole number >= lo, or -1. */
 static int env_int(RtGetenv get, const char *name, int lo)
@@ -73,4 +75,14 @@ int rt_launch_one_rank(int world)
 {
 	int n = rt_launch_env_nprocs(rt_real_getenv), me = rt_launch_env_rank(rt_real_getenv);
 	return n > 1 && n == world && me >= 0 && me < world ? me : -1;
+}
+
+void rt_launch_linger(void)
+{
+	if (rt_launch_env_nprocs(rt_real_getenv) <= 1)
+		return;
+	fflush(stdout);
+	fflush(stderr);
+	struct timespec ts = {1, 0};
+	nanosleep(&ts, NULL);
 }

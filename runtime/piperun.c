@@ -340,13 +340,10 @@ int piperun_drive(CliTool *t, PiperunArgs *a)
 	cli_progress_phase(pr, "verifying the plan");
 	int bad = p && plan_verify(p, &err);
 	cli_progress_end(pr);
-	if (!p) {
-		plan_error(t, NULL, &err);
-		return CLI_EXIT_FAIL;
-	}
-	if (bad) {
+	if (!p || bad) {
 		plan_error(t, p, &err);
 		plan_free(p);
+		rt_launch_linger();
 		return CLI_EXIT_FAIL;
 	}
 	char msg[1024];
@@ -361,6 +358,7 @@ int piperun_drive(CliTool *t, PiperunArgs *a)
 			if (!t->silent)
 				fprintf(stderr, "%s: error: %s\n", t->in_name,
 				        plan_oom_text(msg, sizeof msg, 0, failed));
+			rt_launch_linger();
 			return CLI_EXIT_FAIL;
 		}
 	}
@@ -369,6 +367,7 @@ int piperun_drive(CliTool *t, PiperunArgs *a)
 		if (!t->silent)
 			fprintf(stderr, "%s: error: %s\n", t->in_name, msg);
 		plan_free(p);
+		rt_launch_linger();
 		return CLI_EXIT_FAIL;
 	}
 	int64_t total = rt_world_local_ops(w);

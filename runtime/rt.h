@@ -199,12 +199,18 @@ int rt_backend_check(const char *name, char *msg, size_t n);
 
 /* ---- running ---- */
 
-/* Opens a world for plan p with backend o->backend.  Returns NULL with a message in
- * err on failure. */
 /* The world rank this process alone runs when a launcher (mpirun, srun) started one
  * process per rank of a world of `world` ranks; -1 otherwise (one process runs them all,
  * or it is not known).  piperun gives only that rank lists of its own (plan_expand_for). */
 int rt_launch_one_rank(int world);
+/* Before a process that a launcher started among others exits non-zero outside a run
+ * (a refused plan, a world that would not open): flushes stdout and stderr and waits a
+ * second.  The launcher ends the job at the first such exit, and without the wait it
+ * can drop what the processes printed (measured: Open MPI 4.1 lost every process's
+ * message in one run of six).  Does nothing without a launcher. */
+void rt_launch_linger(void);
+/* Opens a world for plan p with backend o->backend.  Returns NULL with a message in
+ * err on failure. */
 RtWorld *rt_world_open(const Plan *p, const RtOptions *o, char *err, size_t errn);
 /* Runs the plan o->steps times on every local rank, then gathers the figures into res
  * (on the root; other processes get only their own ranks') and, with --check,
