@@ -657,7 +657,7 @@ void check_layers(Check *c)
 static int64_t mem_share(const Program *p, int i, const LayerCost *sum)
 {
 	int64_t saved = sat_add(sat_add(sum->save_fb, sum->save_fw), sum->save_bw);
-	int64_t share = sat_add(sat_mul(sum->params, 16), sat_mul(sat_mul(saved, 2), p->microbatches));
+	int64_t share = sat_add(sat_mul(sum->params, PLAN_MEM_PARAM_BYTES), sat_mul(sat_mul(saved, 2), p->microbatches));
 	int edges = i + 1 < p->nstages;
 	for (int k = 0; k < p->nskips; k++)
 		edges += p->skips[k].src == i;

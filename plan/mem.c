@@ -27,7 +27,7 @@ int64_t plan_stage_in_bytes(const Plan *p, int s)
 int64_t plan_mem_stage_share(const PlanStage *st, int m)
 {
 	int64_t saved = sat_add(sat_add(st->save_fb, st->save_fw), sat_add(st->save_bw, st->save_re));
-	return sat_add(sat_mul(st->params, 16), sat_mul(saved, m));
+	return sat_add(sat_mul(st->params, PLAN_MEM_PARAM_BYTES), sat_mul(saved, m));
 }
 
 int64_t plan_mem_edge_share(int64_t bytes, int m)

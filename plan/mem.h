@@ -42,6 +42,7 @@ int64_t plan_mem_peaks(const Plan *p, int64_t *peak);
  * state) and its saved bytes for each of m microbatches; an edge's: four copies of its
  * tensor a microbatch (made and received, forward and backward).  Saturating. */
 #define PLAN_MEM_MAX ((int64_t)1 << 62)
+#define PLAN_MEM_PARAM_BYTES 16
 int64_t plan_mem_stage_share(const PlanStage *st, int m);
 int64_t plan_mem_edge_share(int64_t bytes, int m);
 /* The bytes of stage s's input, what a recomputing stage keeps from F to B. */

@@ -7,6 +7,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -439,6 +440,15 @@ static void sim__unverified_mismatch__run_names_both_ops(void **state)
 	o.verified = 0;
 	plan_free(p);
 
+	/* A tp group posting its TPREDUCEs in two orders (the verifier's COLL_ORDER refuses
+	 * it): run anyway, members match collectives by identity, so it is a deadlock, not
+	 * m=0 reduced with m=1. */
+	p = read_good("tests/plans/bad/tp_order.plan");
+	assert_int_equal(sim_run(p, &o, &res), 1);
+	assert_int_equal(res.verdict, SIM_DEADLOCK);
+	sim_result_free(&res);
+	plan_free(p);
+
 	/* A send nobody receives: a deadlock-free stall under eager, caught at the end. */
 	p = read_good("tests/plans/bad/missing_recv.plan");
 	o.eager = 1;
@@ -464,6 +474,16 @@ static void sim__good_plans__run_in_both_models(void **state)
 				assert_int_equal(sim_run(p, &o, &res), 0);
 				assert_int_equal(res.ops_done, plan_total_ops(p));
 				assert_true(res.makespan > 0);
+				/* No op ends before it was posted: an eager receive posted after its
+				 * data arrived ends when posted, not at the arrival. */
+				for (int r = 0; r < p->world; r++)
+					for (int64_t j = 0; j < p->ranks[r].nops; j++) {
+						SimOpTime t = sim_op_time(&res, r, j);
+						if (t.end < t.start)
+							fail_msg("%s model %d eager %d: rank %d op %" PRId64
+							         " ends at %" PRId64 " before its start %" PRId64,
+							         files[i], model, eager, r, j, t.end, t.start);
+					}
 				sim_result_free(&res);
 			}
 		plan_free(p);

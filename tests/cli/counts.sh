@@ -61,9 +61,14 @@ has "... exactly" "$dir/out" \
 	"^    1 288239172253122560  4398050705408  4398050705408              0 288230376151711744              0 "
 
 # The plan reader: a version-1 plan (no checksum) from tests/plans with one figure
-# raised.  Stage 0's parameters at 2^60 - 1 (the field's range): 16 bytes each pass 2^62.
+# raised.  Stage 0's parameters at 2^58, the fewest whose 16 bytes each reach 2^62;
+# 2^58 - 2^20 is read, its memory counted.
 g=tests/plans/good/tiny2.plan
-sed 's/^\(stage 0 .*\) params=72 /\1 params=1152921504606846975 /' "$g" >"$dir/params.plan"
+sed 's/^\(stage 0 .*\) params=72 /\1 params=288230376150663168 /' "$g" >"$dir/params.plan"
+t "a plan of 2^58 - 2^20 parameters is counted" 0 "$BIN/pipesim" "$dir/params.plan"
+! grep -q "memory is too large" "$dir/err"
+check "... by its memory" $? "$(head -1 "$dir/err")"
+sed 's/^\(stage 0 .*\) params=72 /\1 params=288230376151711744 /' "$g" >"$dir/params.plan"
 for tool in pipesim piperun; do
 	t "$tool refuses a plan whose memory passes 2^62 bytes" 1 "$BIN/$tool" "$dir/params.plan"
 	has "... at the stage's line" "$dir/err" \
