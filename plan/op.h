@@ -41,6 +41,12 @@ enum {
 };
 #define PLAN_DEP_MB (PLAN_DEP_ACT | PLAN_DEP_GRAD | PLAN_DEP_WGRAD)
 
+typedef enum {
+	DIR_ACT,  // forward activation, along the edge
+	DIR_GRAD, // backward gradient, against the edge
+	DIR_COUNT
+} Dir;
+
 /* The saved-activation classes of a stage (PlanStage's save_fb, save_fw, save_bw). */
 enum {
 	PLAN_SAVE_FB = 1, // kept from F to B
@@ -55,19 +61,35 @@ typedef enum {
 	OP_ROLE_COUNT
 } OpRole;
 
-/* The communicator a collective runs over. */
+/* What an op communicates over: nothing, one peer (SEND, RECV), or a collective's
+ * communicator (the values after OP_OVER_PEER). */
 enum {
-	OP_OVER_NONE, // not a collective
+	OP_OVER_NONE, // computes or steps
+	OP_OVER_PEER, // point to point, with the op's peer over the edge in its stage field
 	OP_OVER_DP,   // the rank's dp group
 	OP_OVER_TP,   // the rank's tp group
 	OP_OVER_TIE,  // the pair holding a tied table's two copies
+};
+
+/* What an op's stage field names, and where its byte count comes from. */
+enum {
+	OP_AT_STAGE, // a stage; sized by nothing (compute, OPTIM) or the plan's sizes table
+	OP_AT_EDGE,  // an edge (SEND, RECV): its bytes are the edge's
 };
 
 typedef struct {
 	const char *name;  // the plan file's word
 	char torch;        // PyTorch's action letter; 0: not a PyTorch action
 	OpRole role;
-	uint8_t over;      // OP_OVER_*: a collective's communicator
+	uint8_t over;      // OP_OVER_*: a p2p op's or a collective's communicator
+	uint8_t at;        // OP_AT_*: what the stage field names
+	uint8_t sends;     // the sending side of a p2p pair (SEND); RECV receives
+	uint8_t sized;     // its bytes are in the plan's sizes table (the collectives)
+	uint8_t alone;     // alone in its comm group (the collectives)
+	uint8_t dir;       // Dir of the data it makes or moves (compute: F forward, the rest
+	                   // backward; a p2p op's and a TPREDUCE's own dir field rules)
+	uint8_t parted;    // with tp > 1, runs as the stage's parts of dir, each ended by a
+	                   // TPREDUCE (F, B, BW; W is not parted)
 	uint16_t needs;    // PLAN_DEP_* it waits for
 	uint16_t makes;    // PLAN_DEP_* it produces
 	uint8_t costs;     // bit k: it costs the stage's cost[k] (0 F, 1 B, 2 W)
@@ -118,7 +140,13 @@ static inline int plan_op_is_comm(OpKind k)
 /* ALLREDUCE, TIEREDUCE, TPREDUCE: collectives, each over its communicator (over). */
 static inline int plan_op_is_coll(OpKind k)
 {
-	return plan_ops[k].over != OP_OVER_NONE;
+	return plan_ops[k].over > OP_OVER_PEER;
+}
+
+/* SEND, RECV: one side of a point-to-point transfer over an edge. */
+static inline int plan_op_is_p2p(OpKind k)
+{
+	return plan_ops[k].over == OP_OVER_PEER;
 }
 
 /* What an op of kind k costs on a stage whose F, B, W cost cost[0..2] (0 for ops that

@@ -34,12 +34,6 @@ typedef enum {
 	DIM_COUNT
 } PlanDim;
 
-typedef enum {
-	DIR_ACT,  // forward activation, along the edge
-	DIR_GRAD, // backward gradient, against the edge
-	DIR_COUNT
-} Dir;
-
 /* A stage's recomputation (PlanStage.recompute; the language's `recompute NAME [MODE];`). */
 typedef enum {
 	PLAN_RECOMPUTE_NONE,

@@ -908,11 +908,31 @@ static void rules__op_table_phrases__each_a_row(void **state)
 	assert_true(n > 0); // the loop saw the table's phrases
 }
 
+/* The op table's columns agree with each other: a p2p op names an edge and is sized by
+ * it, a collective is sized by the sizes table and alone in its group, only a compute
+ * op runs in tp parts, only a p2p op sends. */
+static void rules__op_table_columns__agree(void **state)
+{
+	(void)state;
+	for (int k = 0; k < OP_COUNT; k++) {
+		const OpInfo *o = &plan_ops[k];
+		int p2p = plan_op_is_p2p((OpKind)k), coll = plan_op_is_coll((OpKind)k);
+		if (p2p != (o->at == OP_AT_EDGE) || coll != o->sized || coll != o->alone ||
+		    (o->parted && !plan_op_is_compute((OpKind)k)) || (o->sends && !p2p) ||
+		    plan_op_is_comm((OpKind)k) != (p2p || coll))
+			fail_msg("%s: its columns disagree", o->name);
+	}
+	assert_true(plan_op_is_p2p(OP_SEND) && plan_ops[OP_SEND].sends && !plan_ops[OP_RECV].sends);
+	assert_int_equal(plan_ops[OP_F].dir, DIR_ACT);
+	assert_int_equal(plan_ops[OP_B].dir, DIR_GRAD);
+}
+
 int main(void)
 {
 	static int rows[PLAN_RULE_COUNT];
 	static char names[PLAN_RULE_COUNT][80];
-	static struct CMUnitTest tests[PLAN_RULE_COUNT + 3] = {
+	static struct CMUnitTest tests[PLAN_RULE_COUNT + 4] = {
+		cmocka_unit_test(rules__op_table_columns__agree),
 		cmocka_unit_test(rules__every_row__has_a_case),
 		cmocka_unit_test(rules__op_table_phrases__each_a_row),
 		cmocka_unit_test(rules__ROUTE_INVERSE__other_lines_route_refused),
@@ -921,7 +941,7 @@ int main(void)
 		rows[row] = row;
 		snprintf(names[row], sizeof names[row], "rules__%s__bad_plan_breaks_it",
 		         plan_rules[row].name);
-		tests[3 + row] = (struct CMUnitTest){names[row], rules__row__bad_plan_breaks_it,
+		tests[4 + row] = (struct CMUnitTest){names[row], rules__row__bad_plan_breaks_it,
 		                                     NULL, NULL, &rows[row]};
 	}
 	/* Then the bad plans again with the verifier's walk on 3 workers: the same rows. */
