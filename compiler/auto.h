@@ -81,7 +81,8 @@ typedef struct {
 int64_t auto_model_of_plan(AutoModel *md, const Plan *p, const int *stage_pp, int local,
                            Arena *a, int *wr, AutoEdge **down);
 
-/* Scratch for auto_eval, sized for one model (auto_scratch_new; free with free()). */
+/* Scratch for auto_eval, sized for one model, whose costs and saved bytes it reads
+ * once (auto_scratch_new, after the model is filled; free with free()). */
 typedef struct AutoScratch AutoScratch;
 AutoScratch *auto_scratch_new(const AutoModel *md);
 

@@ -9,18 +9,19 @@
  *
  * Memory is plan/mem.c's model of the plan the lowering (--tune=overlap, lower.c) would
  * make of the order, walked per rank in list order: the static bytes, the saved
- * activations (plan/plan.h's PlanStage rules: F allocates save_fb + save_fw, B frees
- * save_fb and allocates save_bw, holding save_re more while it rebuilds a recomputed
- * forward, W frees the rest) and the tensors in flight.  The lowering moves a tensor as
- * soon as it is made: the producer's SEND goes in the group at the producing op's end,
- * the consumer's RECV in a group after the op the consumer runs at that time (before
- * its next op when it waits).  So an output is held from its op through its SEND's group
- * (a local hand-off: to its consumer), and a received tensor from its RECV's group to
- * its consumer.  Three samples an op i, as plan/mem.c samples: 3i the group at the end
- * of op i - 1 (its outputs still held, with what arrived while it ran), 3i + 1 the last
- * group before op i (what arrived until then; a recomputing B's rebuilt forward), 3i + 2
- * after op i.  Times are the model's, so a RECV may land a group off where the
- * lowering's walk differs; the confirmation decides.
+ * activations (plan/plan.h's PlanStage rules, the op table's saves and frees: F
+ * allocates save_fb + save_fw, B frees save_fb and allocates save_bw, holding save_re
+ * more while it rebuilds a recomputed forward, W frees the rest) and the tensors in
+ * flight.  The lowering moves a tensor as soon as it is made: the producer's SEND goes
+ * in the group at the producing op's end, the consumer's RECV in a group after the op
+ * the consumer runs at that time (before its next op when it waits).  So an output is
+ * held from its op through its SEND's group (a local hand-off: to its consumer), and a
+ * received tensor from its RECV's group to its consumer.  Three samples an op i, as
+ * plan/mem.c samples: 3i the group at the end of op i - 1 (its outputs still held, with
+ * what arrived while it ran), 3i + 1 the last group before op i (what arrived until
+ * then; a recomputing B's rebuilt forward), 3i + 2 after op i.  Times are the model's,
+ * so a RECV may land a group off where the lowering's walk differs; the confirmation
+ * decides.
  *
  * The model's facts (AutoModel) are read from a plan once (auto_model_of_plan): the
  * search lowers a topological order of each setup and reads its stage, edge and rank
@@ -40,6 +41,9 @@ struct AutoScratch {
 	int64_t *st, *en; // per rank, per list position: start and end time
 	int64_t *d;      // per sample position of one rank: change of the bytes in flight
 	int64_t *free_at, *cur, *peak;
+	int64_t *cost;   // per (stage * OP_COUNT + kind): what the op takes (plan_op_cost)
+	int64_t *mem;    // ... and its change of the saved bytes (plan_op_mem), both read
+	                 // from the model once here rather than per op of every evaluation
 	int *peak_op;    // per rank: the op at (or just before) which its peak is reached
 };
 
@@ -113,8 +117,9 @@ int64_t auto_model_of_plan(AutoModel *md, const Plan *p, const int *stage_pp, in
 AutoScratch *auto_scratch_new(const AutoModel *md)
 {
 	size_t n = (size_t)md->ns * (size_t)md->m, pp = (size_t)md->pp;
-	size_t nst = 3 * n + 1;
-	size_t bytes = sizeof(AutoScratch) + (3 * n + 3 * pp + 2 * nst + 9 * n + 6) * sizeof(int64_t) +
+	size_t nst = 3 * n + 1, nk = (size_t)md->ns * OP_COUNT;
+	size_t bytes = sizeof(AutoScratch) +
+	               (3 * n + 3 * pp + 2 * nst + 9 * n + 6 + 2 * nk) * sizeof(int64_t) +
 	               (2 * n + 3 * pp + 1) * sizeof(int);
 	AutoScratch *sc = malloc(bytes);
 	if (!sc) {
@@ -130,7 +135,17 @@ AutoScratch *auto_scratch_new(const AutoModel *md)
 	sc->st = q + 3 * pp;
 	sc->en = sc->st + nst;
 	sc->d = sc->en + nst;
-	int *iq = (int *)(sc->d + 9 * n + 6);
+	sc->cost = sc->d + 9 * n + 6;
+	sc->mem = sc->cost + nk;
+	for (int s = 0; s < md->ns; s++) {
+		const int64_t *sv = md->save[s];
+		PlanStage st = {.save_fb = sv[0], .save_fw = sv[1], .save_bw = sv[2]};
+		for (int k = 0; k < OP_COUNT; k++) {
+			sc->cost[s * OP_COUNT + k] = plan_op_cost((OpKind)k, md->cost[s]);
+			sc->mem[s * OP_COUNT + k] = plan_op_mem((OpKind)k, &st);
+		}
+	}
+	int *iq = (int *)(sc->mem + nk);
 	sc->ix[0] = iq;
 	sc->ix[1] = iq + n;
 	sc->pos = iq + 2 * n;
@@ -146,12 +161,15 @@ AutoScratch *auto_scratch_new(const AutoModel *md)
 	return sc;
 }
 
-/* When op a's inputs are all there: its ready time, or -1 when one is missing. */
+/* When op a's inputs are all there: its ready time, or -1 when one is missing.  What it
+ * needs is the op table's: F the activations of its in-edges' sources, W its own input
+ * gradient, B and BW their own forward and the gradients of their out-edges' ends. */
 static int64_t ready_at(const AutoModel *md, const AutoScratch *sc, const SchedAct *a)
 {
 	int m = md->m, s = a->stage, mb = a->mb;
+	unsigned needs = plan_ops[a->kind].needs;
 	int64_t r = 0;
-	if (a->kind == OP_F) {
+	if (needs & PLAN_DEP_IN_ACT) {
 		for (int k = md->ioff[s]; k < md->ioff[s + 1]; k++) {
 			const AutoEdge *e = &md->edges[md->ein[k]];
 			int64_t t = sc->t[AUTO_F][e->src * m + mb];
@@ -162,10 +180,9 @@ static int64_t ready_at(const AutoModel *md, const AutoScratch *sc, const SchedA
 		}
 		return r;
 	}
-	if (a->kind == OP_W) {
+	if (needs & PLAN_DEP_GRAD)
 		return sc->t[AUTO_B][s * m + mb];
-	}
-	r = sc->t[AUTO_F][s * m + mb]; // B or BW: its own forward first
+	r = sc->t[AUTO_F][s * m + mb]; // needs PLAN_DEP_ACT and PLAN_DEP_OUT_GRAD
 	if (r < 0)
 		return -1;
 	for (int k = md->ooff[s]; k < md->ooff[s + 1]; k++) {
@@ -179,26 +196,24 @@ static int64_t ready_at(const AutoModel *md, const AutoScratch *sc, const SchedA
 	return r;
 }
 
-/* Runs op i of rank p from time `at`: its start and end time. */
+/* Runs op i of rank p from time `at`: its start and end time, the end of what it makes
+ * (BW: B and W at once). */
 static void run_op(const AutoModel *md, AutoScratch *sc, int p, int i, const SchedAct *a,
                    int64_t at)
 {
 	int x = a->stage * md->m + a->mb;
-	const int64_t *c = md->cost[a->stage];
-	int64_t end = sat_add(at, c[0]); // times saturate (plan.h)
-	if (a->kind == OP_F) {
+	unsigned makes = plan_ops[a->kind].makes;
+	int64_t end = sat_add(at, sc->cost[a->stage * OP_COUNT + a->kind]); // saturates (plan.h)
+	if (makes & PLAN_DEP_ACT) {
 		sc->t[AUTO_F][x] = end;
 		sc->ix[0][x] = i;
-	} else if (a->kind == OP_B || a->kind == OP_BW) {
-		end = sat_add(sat_add(at, c[1]), a->kind == OP_BW ? c[2] : 0);
+	}
+	if (makes & PLAN_DEP_GRAD) {
 		sc->t[AUTO_B][x] = end;
 		sc->ix[1][x] = i;
-		if (a->kind == OP_BW)
-			sc->t[AUTO_W][x] = end;
-	} else {
-		end = sat_add(at, c[2]);
-		sc->t[AUTO_W][x] = end;
 	}
+	if (makes & PLAN_DEP_WGRAD)
+		sc->t[AUTO_W][x] = end;
 	if (i < sc->off[p + 1] - sc->off[p]) {
 		sc->st[sc->off[p] + i] = at;
 		sc->en[sc->off[p] + i] = end;
@@ -227,7 +242,7 @@ static void hold(AutoScratch *sc, int from, int to, int64_t bytes)
  * input it receives from the RECV's group to op i. */
 static void spans(const AutoModel *md, AutoScratch *sc, int p, int i, const SchedAct *a)
 {
-	int s = a->stage, mb = a->mb, m = md->m, fwd = a->kind == OP_F;
+	int s = a->stage, mb = a->mb, m = md->m, fwd = plan_ops[a->kind].dir == DIR_ACT;
 	const int *out = fwd ? md->eout : md->ein, *in = fwd ? md->ein : md->eout;
 	int olo = fwd ? md->ooff[s] : md->ioff[s], ohi = fwd ? md->ooff[s + 1] : md->ioff[s + 1];
 	int ilo = fwd ? md->ioff[s] : md->ooff[s], ihi = fwd ? md->ioff[s + 1] : md->ooff[s + 1];
@@ -263,7 +278,7 @@ static int64_t rank_peak(const AutoModel *md, AutoScratch *sc, int p, SchedAct *
 	for (int k = 0; counted && k <= 3 * n + 2; k++)
 		sc->d[k] = 0;
 	for (int i = 0; counted && i < n; i++)
-		if (acts[p][i].kind != OP_W)
+		if (plan_ops[acts[p][i].kind].makes & (PLAN_DEP_ACT | PLAN_DEP_GRAD)) // not W
 			spans(md, sc, p, i, &acts[p][i]);
 	for (int i = 0; i < n; i++) {
 		const SchedAct *a = &acts[p][i];
@@ -273,13 +288,10 @@ static int64_t rank_peak(const AutoModel *md, AutoScratch *sc, int p, SchedAct *
 		int64_t was = peak;
 		peak = cur + fly > peak ? cur + fly : peak;
 		fly += counted ? d[1] : 0;
-		int64_t re = a->kind == OP_B || a->kind == OP_BW ? sv[3] : 0;
+		int64_t re = plan_ops[a->kind].needs & PLAN_DEP_ACT ? sv[3] : 0; // rebuilds F's
 		peak = cur + fly + re > peak ? cur + fly + re : peak;
 		top = cur + re > top ? cur + re : top;
-		cur += a->kind == OP_F ? sv[0] + sv[1]
-		       : a->kind == OP_B ? sv[2] - sv[0]
-		       : a->kind == OP_W ? -(sv[1] + sv[2])
-		                         : -(sv[0] + sv[1]);
+		cur += sc->mem[a->stage * OP_COUNT + a->kind];
 		fly += counted ? d[2] : 0;
 		peak = cur + fly > peak ? cur + fly : peak;
 		top = cur > top ? cur : top;

@@ -20,14 +20,14 @@ static void cell(FILE *f, int *first, const char *fmt, int stage, const char *wo
 
 static int in_group(const PlanOp *o, int group)
 {
-	return (o->kind == OP_SEND || o->kind == OP_RECV) && o->group == group;
+	return plan_op_is_p2p(o->kind) && o->group == group;
 }
 
 /* The SEND/RECV cell of op o: the stage at this rank's end, as PyTorch names it. */
 static int comm_stage(const Plan *p, const PlanOp *o)
 {
 	const PlanEdge *e = &p->edges[o->stage];
-	return (o->dir == DIR_ACT) == (o->kind == OP_SEND) ? e->src : e->dst;
+	return (o->dir == DIR_ACT) == plan_ops[o->kind].sends ? e->src : e->dst;
 }
 
 /* With comms, the form torch's _PipelineScheduleRuntime._load_csv(..., "compute_comms")
@@ -50,13 +50,13 @@ int pipecc_emit_torch_csv(const Plan *p, FILE *f, int comms)
 				continue; // a tp part: PyTorch's action is the whole op, at its first part
 			if (plan_op_is_compute(o->kind))
 				cell(f, &first, "%d%s%d", o->stage, kind, o->mb);
-			else if (comms && o->kind == OP_OPTIM) {
+			else if (comms && plan_ops[o->kind].role == OP_ROLE_STEP) {
 				cell(f, &first, "%d%s", o->stage, "REDUCE_GRAD", 0);
 				cell(f, &first, "%d%s", o->stage, "WAIT_REDUCE_GRAD", 0);
 			}
-			if (!comms || (o->kind != OP_SEND && o->kind != OP_RECV))
+			if (!comms || !plan_op_is_p2p(o->kind))
 				continue;
-			int send = o->kind == OP_SEND;
+			int send = plan_ops[o->kind].sends;
 			cell(f, &first, "%d%s%d", comm_stage(p, o), word[send][o->dir], o->mb);
 			if (i + 1 < rk->nops && in_group(&rk->ops[i + 1], o->group))
 				continue; // not the group's last op yet
@@ -64,7 +64,7 @@ int pipecc_emit_torch_csv(const Plan *p, FILE *f, int comms)
 			while (j > 0 && in_group(&rk->ops[j - 1], o->group))
 				j--;
 			for (; j <= i; j++)
-				if (rk->ops[j].kind == OP_SEND)
+				if (plan_ops[rk->ops[j].kind].sends)
 					cell(f, &first, "%dWAIT_%s%d", comm_stage(p, &rk->ops[j]),
 					     word[1][rk->ops[j].dir], rk->ops[j].mb);
 		}
@@ -164,13 +164,14 @@ int pipecc_emit_summary(const Plan *p, FILE *f)
 	for (int r = 0; r < p->world; r++)
 		for (int64_t i = 0; i < p->ranks[r].nops; i++) {
 			const PlanOp *o = &p->ranks[r].ops[i];
+			const OpInfo *info = &plan_ops[o->kind];
 			count[o->kind]++;
-			if (o->kind == OP_SEND)
+			if (info->sends) // a transfer counts once, at its sending side
 				p2p_bytes += plan_op_bytes(p, o);
-			if (o->kind == OP_ALLREDUCE || o->kind == OP_TIEREDUCE)
-				ar_bytes += plan_op_bytes(p, o);
-			if (o->kind == OP_TPREDUCE)
+			else if (info->over == OP_OVER_TP)
 				tp_bytes += plan_op_bytes(p, o);
+			else if (plan_op_is_coll(o->kind)) // the gradients' reductions: dp, tied table
+				ar_bytes += plan_op_bytes(p, o);
 		}
 	for (int k = 0; k < OP_COUNT; k++)
 		count[k] *= lines;

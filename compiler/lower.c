@@ -459,12 +459,10 @@ static void copy_lines(Lw *w)
 			rk->lines = NULL;
 		for (int64_t i = 0; i < rk->nops; i++) {
 			PlanOp *o = &rk->ops[i];
-			if (o->kind == OP_SEND || o->kind == OP_RECV) {
+			if (plan_op_has_peer(o->kind))
 				o->peer += base;
+			if (plan_op_is_p2p(o->kind))
 				o->route += (int)(route_shift * l);
-			}
-			if (o->kind == OP_TIEREDUCE)
-				o->peer += base;
 		}
 	}
 }

@@ -18,13 +18,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Whether op o is what given cell k names. */
+/* Whether op o is what given cell k names: REDUCE_GRAD the stage's dp all-reduce and
+ * step (not a tied table's sum, which the CSV does not name), SEND and RECV a transfer's
+ * side. */
 static int names(const SchedComm *k, const PlanOp *o)
 {
+	const OpInfo *info = &plan_ops[o->kind];
 	if (k->kind == SCHED_COMM_REDUCE)
-		return (o->kind == OP_ALLREDUCE || o->kind == OP_OPTIM) && o->stage == k->edge;
-	return o->kind == (k->kind == SCHED_COMM_SEND ? OP_SEND : OP_RECV) && o->stage == k->edge &&
-	       o->mb == k->mb && o->dir == k->dir;
+		return (info->over == OP_OVER_DP || info->role == OP_ROLE_STEP) && o->stage == k->edge;
+	return plan_op_is_p2p(o->kind) && info->sends == (k->kind == SCHED_COMM_SEND) &&
+	       o->stage == k->edge && o->mb == k->mb && o->dir == k->dir;
 }
 
 /* One rank's list rewritten; returns -1 when a given cell names no op of the list. */

@@ -32,11 +32,12 @@ int lw_check_local_order(Lw *w)
 		for (; i < sc->nacts[p] && !bad; i++) {
 			const SchedAct *a = &sc->acts[p][i];
 			unsigned char *sa = &seen[(size_t)a->stage * m + a->mb];
-			int fwd = a->kind == OP_F, need = -1; // the local stage whose action is missing
-			if (a->kind == OP_W) {
+			const OpInfo *info = &plan_ops[a->kind];
+			int fwd = info->dir == DIR_ACT, need = -1; // the local stage whose action is missing
+			if (info->needs & PLAN_DEP_GRAD) { // W: its own B
 				if (!(*sa & PLAN_DEP_GRAD))
 					need = a->stage;
-			} else if (local[a->stage] & (fwd ? 1 : 2)) {
+			} else if (local[a->stage] & (fwd ? 1 : 2)) { // F, B, BW: along local edges
 				int lo = fwd ? w->in_off[a->stage] : w->out_off[a->stage];
 				int hi = fwd ? w->in_off[a->stage + 1] : w->out_off[a->stage + 1];
 				for (int j = lo; j < hi && need < 0; j++) {
@@ -46,14 +47,14 @@ int lw_check_local_order(Lw *w)
 						need = o;
 				}
 			}
-			*sa |= plan_ops[a->kind].makes & (PLAN_DEP_ACT | PLAN_DEP_GRAD);
+			*sa |= info->makes & (PLAN_DEP_ACT | PLAN_DEP_GRAD);
 			if (need < 0)
 				continue;
 			const SchedAct *b = NULL; // the action it needs, later on this rank
 			for (int k = i + 1; k < sc->nacts[p] && !b; k++) {
 				const SchedAct *c = &sc->acts[p][k];
 				if (c->stage == need && c->mb == a->mb &&
-				    (fwd ? c->kind == OP_F : c->kind == OP_B || c->kind == OP_BW))
+				    (plan_ops[c->kind].makes & (fwd ? PLAN_DEP_ACT : PLAN_DEP_GRAD)))
 					b = c;
 			}
 			char an[32], bn[32];

@@ -61,22 +61,15 @@ static inline void emit_p2p(Lw *w, int pp, int kind, const Out *t, int peer, int
 	o->route = 2 * w->remote_k[t->edge] + t->dir;
 }
 
-/* Appends an op to pipeline index pp's list on the first line.  For SEND/RECV, `peer`
- * is the peer's pipeline index; the world rank and route are filled here (the first
- * line's ranks are q * stride, its routes come first). */
+/* Appends an op to pipeline index pp's list on the first line.  For SEND, RECV and
+ * TIEREDUCE, `peer` is the peer's pipeline index; the world rank and a p2p op's route
+ * are filled here (the first line's ranks are q * stride, its routes come first). */
 static inline void emit(Lw *w, int pp, PlanOp op, int line)
 {
-	if (op.kind == OP_SEND || op.kind == OP_RECV) {
+	if (plan_op_has_peer(op.kind))
 		op.peer = op.peer * w->stride;
+	if (plan_op_is_p2p(op.kind))
 		op.route = 2 * w->remote_k[op.stage] + op.dir;
-	} else if (op.kind == OP_ALLREDUCE || op.kind == OP_TIEREDUCE) {
-		if (op.kind == OP_TIEREDUCE)
-			op.peer = op.peer * w->stride;
-		int64_t bytes = op.kind == OP_ALLREDUCE ? w->plan->stages[op.stage].params * 4
-		                                        : plan_tie_bytes(w->plan);
-		if (plan_op_set_bytes(w->plan, &op, bytes))
-			lw_oom(w, sizeof(int64_t));
-	}
 	PlanOp *o = next_op(w, pp, line);
 	memset(o, 0, sizeof *o); // field by field below: a copy of op may skip its padding
 	o->kind = op.kind;
@@ -91,6 +84,14 @@ static inline void emit(Lw *w, int pp, PlanOp op, int line)
 
 void lw_emit(Lw *w, int pp, PlanOp op, int line)
 {
+	emit(w, pp, op, line);
+}
+
+/* A collective of `bytes` (the plan's sizes table holds them; the op, their index). */
+static void emit_sized(Lw *w, int pp, PlanOp op, int64_t bytes, int line)
+{
+	if (plan_op_set_bytes(w->plan, &op, bytes))
+		lw_oom(w, sizeof(int64_t));
 	emit(w, pp, op, line);
 }
 
@@ -222,12 +223,13 @@ void lw_flush_reductions(Lw *w, int pp, int force, int finished)
 			continue;
 		}
 		if (s == w->tie_stage[pp])
-			emit(w, pp, (PlanOp){.kind = OP_TIEREDUCE, .stage = s, .mb = -1,
-			                     .peer = w->tie_peer[pp], .group = w->group[pp]++, .route = -1},
-			     line);
+			emit_sized(w, pp, (PlanOp){.kind = OP_TIEREDUCE, .stage = s, .mb = -1,
+			                           .peer = w->tie_peer[pp], .group = w->group[pp]++},
+			           plan_tie_bytes(w->plan), line);
 		if (dp > 1)
-			emit(w, pp, (PlanOp){.kind = OP_ALLREDUCE, .stage = s, .mb = -1, .peer = -1,
-			                     .group = w->group[pp]++, .route = -1}, line);
+			emit_sized(w, pp, (PlanOp){.kind = OP_ALLREDUCE, .stage = s, .mb = -1, .peer = -1,
+			                           .group = w->group[pp]++},
+			           w->plan->stages[s].params * 4, line);
 		emit(w, pp, (PlanOp){.kind = OP_OPTIM, .stage = s, .mb = -1, .peer = -1, .group = -1,
 		                     .route = -1}, line);
 	}
@@ -297,7 +299,7 @@ static inline int clock_open(Lw *w, int r, int64_t now, int join)
 	if (w->overlap && g && (w->gstart[r] >= now || join)) { // tuned for overlap: only then
 		const OpCursor *c = &w->opc[r];      // is the last op read (it has left the cache)
 		const PlanOp *last = c->at > c->ops ? c->at - 1 : NULL;
-		if (last && (last->kind == OP_SEND || last->kind == OP_RECV)) {
+		if (last && plan_op_is_p2p(last->kind)) {
 			if (join > 1)
 				w->gstart[r] = now;
 			return last->group;
@@ -379,7 +381,7 @@ static int holds_next(const Lw *w, const Walk *k, int r)
 	const OpCursor *c = &w->opc[r];
 	int g = c->at[-1].group;
 	for (const PlanOp *o = c->at - 1; o >= c->ops && o->group == g; o--) {
-		if (o->kind != OP_RECV || o->mb != a->mb)
+		if (!plan_op_is_p2p(o->kind) || plan_ops[o->kind].sends || o->mb != a->mb)
 			continue;
 		const PlanEdge *e = &w->plan->edges[o->stage];
 		if (o->dir == DIR_ACT ? e->dst == a->stage && (needs & PLAN_DEP_IN_ACT)
@@ -404,7 +406,7 @@ static int joins(const Lw *w, const Walk *k, int r)
 	if (!w->timed || !g || w->gstart[r] >= k->now || w->gend[g] <= k->now)
 		return 0;
 	const OpCursor *c = &w->opc[r];
-	if (c->at == c->ops || (c->at[-1].kind != OP_SEND && c->at[-1].kind != OP_RECV))
+	if (c->at == c->ops || !plan_op_is_p2p(c->at[-1].kind))
 		return 0;
 	int sends = set_has(w->pendset, r);
 	int64_t delay = sends ? k->now - w->gstart[r] : 0;

@@ -433,32 +433,34 @@ static int validate(Load *L)
 			SchedAct u_act = *a;
 			act_text(a, t, sizeof t);
 			const char *msg = NULL;
-			if ((a->kind == OP_B || a->kind == OP_BW) && in && bw && i + 1 == (in > bw ? in : bw)) {
-				u_act.kind = a->kind == OP_B ? OP_BW : OP_B;
-				act_text(&u_act, u, sizeof u);
+			/* B and BW make the input gradient and need their forward, BW and W make the
+			 * weight gradient, W needs the input gradient (the op table's makes, needs) */
+			unsigned makes = plan_ops[a->kind].makes, needs = plan_ops[a->kind].needs;
+			if ((makes & PLAN_DEP_GRAD) && in && bw && i + 1 == (in > bw ? in : bw)) {
+				const SchedAct *other = &c->acts[p][(in < bw ? in : bw) - 1]; // on this rank
+				act_text(other, u, sizeof u);
 				diag_error(L->d, sched_loc(c, p, a),
 				           "'%s' and '%s' both appear: a microbatch's backward is either B, "
 				           "or I and W",
 				           u, t);
-				diag_note(L->d, sched_loc(c, p, &c->acts[p][(in < bw ? in : bw) - 1]),
-				          "'%s' is here", u);
+				diag_note(L->d, sched_loc(c, p, other), "'%s' is here", u);
 				errs++;
 				continue;
 			}
-			if ((a->kind == OP_B || a->kind == OP_BW) && f > i + 1) {
+			if ((needs & PLAN_DEP_ACT) && f > i + 1) {
 				msg = "'%s' comes before its forward '%s'";
 				u_act.kind = OP_F;
-			} else if (a->kind == OP_B && !w && !bw) {
+			} else if ((makes & PLAN_DEP_GRAD) && !(makes & PLAN_DEP_WGRAD) && !w && !bw) {
 				msg = "'%s' has no weight gradient '%s' after it";
 				u_act.kind = OP_W;
-			} else if (a->kind == OP_W && bw && !in) {
+			} else if ((needs & PLAN_DEP_GRAD) && bw && !in) {
 				msg = "'%s' goes with an input gradient, but the microbatch has a fused "
 				      "backward '%s'";
 				u_act.kind = OP_BW;
-			} else if (a->kind == OP_W && !in) {
+			} else if ((needs & PLAN_DEP_GRAD) && !in) {
 				msg = "'%s' has no input gradient '%s' before it";
 				u_act.kind = OP_B;
-			} else if (a->kind == OP_W && in > i + 1) {
+			} else if ((needs & PLAN_DEP_GRAD) && in > i + 1) {
 				msg = "'%s' comes before its input gradient '%s'";
 				u_act.kind = OP_B;
 			}
@@ -553,8 +555,8 @@ static int comms_in_order(Load *L)
 	for (int p = 0; p < pp; p++)
 		for (int i = 0; i < c->nacts[p]; i++) {
 			const SchedAct *a = &c->acts[p][i];
-			if (a->kind != OP_W)
-				made[((size_t)a->stage * m + a->mb) * 2 + (a->kind != OP_F)] = i;
+			if (plan_ops[a->kind].makes & (PLAN_DEP_ACT | PLAN_DEP_GRAD)) // F, B, BW
+				made[((size_t)a->stage * m + a->mb) * 2 + plan_ops[a->kind].dir] = i;
 		}
 	for (int p = 0; p < pp; p++)
 		for (int i = 0; i < L->crow[p].n; i++) {

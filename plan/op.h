@@ -149,6 +149,13 @@ static inline int plan_op_is_p2p(OpKind k)
 	return plan_ops[k].over == OP_OVER_PEER;
 }
 
+/* SEND, RECV, TIEREDUCE: its peer field names one other rank (a p2p op's other side,
+ * the tied table's other copy); the other ops' is -1. */
+static inline int plan_op_has_peer(OpKind k)
+{
+	return plan_ops[k].over == OP_OVER_PEER || plan_ops[k].over == OP_OVER_TIE;
+}
+
 /* What an op of kind k costs on a stage whose F, B, W cost cost[0..2] (0 for ops that
  * do not compute).  Stage costs are below INT64_MAX / 4, so the sum cannot overflow. */
 int64_t plan_op_cost(OpKind k, const int64_t cost[3]);

@@ -910,7 +910,8 @@ static void rules__op_table_phrases__each_a_row(void **state)
 
 /* The op table's columns agree with each other: a p2p op names an edge and is sized by
  * it, a collective is sized by the sizes table and alone in its group, only a compute
- * op runs in tp parts, only a p2p op sends. */
+ * op runs in tp parts, only a p2p op sends, a p2p op has a peer, and only a comm op
+ * does (of the collectives, TIEREDUCE: its pair's other rank). */
 static void rules__op_table_columns__agree(void **state)
 {
 	(void)state;
@@ -919,9 +920,13 @@ static void rules__op_table_columns__agree(void **state)
 		int p2p = plan_op_is_p2p((OpKind)k), coll = plan_op_is_coll((OpKind)k);
 		if (p2p != (o->at == OP_AT_EDGE) || coll != o->sized || coll != o->alone ||
 		    (o->parted && !plan_op_is_compute((OpKind)k)) || (o->sends && !p2p) ||
-		    plan_op_is_comm((OpKind)k) != (p2p || coll))
+		    plan_op_is_comm((OpKind)k) != (p2p || coll) ||
+		    plan_op_has_peer((OpKind)k) > plan_op_is_comm((OpKind)k) ||
+		    p2p > plan_op_has_peer((OpKind)k))
 			fail_msg("%s: its columns disagree", o->name);
 	}
+	assert_true(plan_op_has_peer(OP_TIEREDUCE) && !plan_op_has_peer(OP_ALLREDUCE) &&
+	            !plan_op_has_peer(OP_TPREDUCE) && !plan_op_has_peer(OP_OPTIM));
 	assert_true(plan_op_is_p2p(OP_SEND) && plan_ops[OP_SEND].sends && !plan_ops[OP_RECV].sends);
 	assert_int_equal(plan_ops[OP_F].dir, DIR_ACT);
 	assert_int_equal(plan_ops[OP_B].dir, DIR_GRAD);
