@@ -1,5 +1,6 @@
 /* The binary plan form's writer and what its reader (binary_read.c) shares with it:
- * the per-kind field table, the prediction each op is coded against, and the op check.
+ * the prediction each op is coded against and the op check (which fields each kind uses
+ * is the op table's, OpInfo.fields).
  *
  * The file is the plan's text with the op lines left out (every rank `ops=0`: plan_write
  * itself writes it, and the text reader reads it back, so the header, stages, edges,
@@ -22,20 +23,6 @@
 #include <string.h>
 
 const char *const plan_format_names[PLAN_FORMAT_COUNT] = {"text", "binary"};
-
-/* Which fields each kind uses; the rest stay at the empty op's values. */
-const uint16_t plan_bin_uses[OP_COUNT] = {
-	[OP_F] = BF_STAGE | BF_MB | BF_LINE | BF_PART,
-	[OP_B] = BF_STAGE | BF_MB | BF_LINE | BF_PART,
-	[OP_W] = BF_STAGE | BF_MB | BF_LINE,
-	[OP_BW] = BF_STAGE | BF_MB | BF_LINE | BF_PART,
-	[OP_SEND] = BF_STAGE | BF_MB | BF_PEER | BF_GROUP | BF_ROUTE | BF_LINE | BF_BYTES | BF_DIR,
-	[OP_RECV] = BF_STAGE | BF_MB | BF_PEER | BF_GROUP | BF_ROUTE | BF_LINE | BF_BYTES | BF_DIR,
-	[OP_ALLREDUCE] = BF_STAGE | BF_GROUP | BF_LINE | BF_BYTES,
-	[OP_OPTIM] = BF_STAGE | BF_LINE,
-	[OP_TIEREDUCE] = BF_STAGE | BF_PEER | BF_GROUP | BF_LINE | BF_BYTES,
-	[OP_TPREDUCE] = BF_STAGE | BF_MB | BF_GROUP | BF_LINE | BF_BYTES | BF_DIR | BF_PART,
-};
 
 void plan_bin_ctx_init(BinCtx *c)
 {
@@ -79,27 +66,28 @@ int plan_op_check(const PlanOpLimits *l, int tp, const PlanOp *o, int64_t bytes,
 		return -1;
 	}
 	OpKind k = plan_op_kind(o);
-	unsigned u = plan_bin_uses[k];
-	int p2p = k == OP_SEND || k == OP_RECV;
+	const OpInfo *in = &plan_ops[k];
+	unsigned u = plan_bin_uses(k);
+	int edge = in->at == OP_AT_EDGE, tp_over = in->over == OP_OVER_TP;
 	int peers = l->stride ? l->line_ranks : l->world;
-	if (range(o->stage, 0, (p2p ? l->edges : l->stages) - 1, p2p ? "e=" : "stage", msg, n) ||
+	if (range(o->stage, 0, (edge ? l->edges : l->stages) - 1, edge ? "e=" : "stage", msg, n) ||
 	    ((u & BF_MB) && range(o->mb, 0, l->mbs - 1, "microbatch", msg, n)) ||
 	    ((u & BF_PEER) && range(o->peer, 0, peers - 1, "rank", msg, n)) ||
 	    ((u & BF_GROUP) && range(o->group, 0, INT32_MAX, "g=", msg, n)) ||
 	    ((u & BF_ROUTE) && range(o->route, 0, l->routes - 1, "r=", msg, n)) ||
-	    ((u & BF_BYTES) && range(bytes, k == OP_TPREDUCE, INT64_MAX / 8, "bytes=", msg, n)) ||
+	    ((u & BF_BYTES) && range(bytes, plan_op_bytes_min(k), INT64_MAX / 8, "bytes=", msg, n)) ||
 	    ((u & BF_DIR) && range(o->dir, 0, DIR_COUNT - 1, "direction", msg, n)))
 		return -1;
-	if (p2p && bytes != l->edge[o->stage].bytes) {
+	if (edge && bytes != l->edge[o->stage].bytes) {
 		snprintf(msg, n, "bytes=%lld, but edge %d carries %lld bytes", (long long)bytes,
 		         o->stage, (long long)l->edge[o->stage].bytes);
 		return -1;
 	}
-	if (k == OP_TPREDUCE && tp == 1) {
-		snprintf(msg, n, "a TPREDUCE in a plan with tp=1 (it all-reduces over the tp group)");
+	if (tp_over && tp == 1) {
+		snprintf(msg, n, "a %s in a plan with tp=1 (it all-reduces over the tp group)", in->name);
 		return -1;
 	}
-	if (o->part && k != OP_TPREDUCE && tp == 1) {
+	if (o->part && !tp_over && tp == 1) {
 		snprintf(msg, n, "part= in a plan with tp=1 (stages have one part each way)");
 		return -1;
 	}
@@ -182,7 +170,7 @@ static inline int64_t diff(int64_t a, int64_t b)
  * leaves out) at the empty op's values. */
 static PlanOp as_written(const PlanOp *o)
 {
-	unsigned u = plan_bin_uses[o->kind];
+	unsigned u = plan_bin_uses(o->kind);
 	PlanOp c = *o;
 	c.mb = u & BF_MB ? c.mb : -1;
 	c.peer = u & BF_PEER ? c.peer : -1;
@@ -202,7 +190,7 @@ static void put_op(Bw *w, BinCtx *c, const PlanOp *op, int32_t line)
 	PlanOp canon = as_written(op);
 	PlanOp *o = &canon;
 	OpKind k = plan_op_kind(o);
-	unsigned uses = plan_bin_uses[k], s = plan_bin_slot(k, o->dir);
+	unsigned uses = plan_bin_uses(k), s = plan_bin_slot(k, o->dir);
 	int64_t bytes = uses & BF_BYTES ? plan_op_bytes(w->p, op) : 0;
 	int same = (uses & BF_GROUP) && o->group == c->group;
 	PlanOp q = plan_bin_predict(c, k, o->dir, same);
@@ -257,7 +245,7 @@ __attribute__((always_inline)) static inline void put_rank_ops(Bw *w, const Plan
 		int32_t line = lines ? (lines[i] > 0 ? lines[i] : 0)
 		                     : by_stage ? plan_stage_line(p, o) : 0;
 		unsigned k = o->kind, dir = o->dir;
-		unsigned uses = k < OP_COUNT ? plan_bin_uses[k] : 0;
+		unsigned uses = k < OP_COUNT ? plan_bin_uses(k) : 0;
 		if (k < OP_COUNT && dir <= ((uses & BF_DIR) != 0)) {
 			unsigned s = plan_bin_slot(k, dir);
 			const PlanOp *pv = &c.prev[s];

@@ -15,19 +15,28 @@
 #define BIN_OP_MAX (2 + BIN_FIELDS * 10) // the longest coding of an op
 
 /* The fields a kind uses (plan_bin_uses); the first seven are the mask bits in
- * BIN_FIELDS' order, the last mask bit is part; dir is in the header byte. */
+ * BIN_FIELDS' order, the last mask bit is part; dir is in the header byte.  All but
+ * stage and line are the op table's OP_FIELD_* bits (OpInfo.fields), as they are. */
 enum {
-	BF_STAGE = 1,  // stage, or edge for SEND/RECV
-	BF_MB = 2,     // microbatch
-	BF_PEER = 4,   // peer rank
-	BF_GROUP = 8,  // comm group
-	BF_ROUTE = 16, // route
-	BF_LINE = 32,  // .pipe source line (every kind)
-	BF_BYTES = 64, // bytes moved
-	BF_PART = 128, // a stage's part (mask bit 7)
-	BF_DIR = 256,  // direction (the header's BIN_GRAD)
+	BF_STAGE = 1,               // stage, or edge for SEND/RECV (every kind)
+	BF_MB = OP_FIELD_MB,        // microbatch
+	BF_PEER = OP_FIELD_PEER,    // peer rank
+	BF_GROUP = OP_FIELD_GROUP,  // comm group
+	BF_ROUTE = OP_FIELD_ROUTE,  // route
+	BF_LINE = 32,               // .pipe source line (every kind)
+	BF_BYTES = OP_FIELD_BYTES,  // bytes moved
+	BF_PART = OP_FIELD_PART,    // a stage's part (mask bit 7)
+	BF_DIR = OP_FIELD_DIR,      // direction (the header's BIN_GRAD)
 };
-extern const uint16_t plan_bin_uses[OP_COUNT];
+_Static_assert(BF_MB == 2 && BF_PEER == 4 && BF_GROUP == 8 && BF_ROUTE == 16 && BF_BYTES == 64 &&
+                       BF_PART == 128 && BF_DIR == 256,
+               "the binary form's field mask bits moved");
+
+/* The fields kind k (below OP_COUNT) uses. */
+static inline unsigned plan_bin_uses(unsigned k)
+{
+	return plan_ops[k].fields | BF_STAGE | BF_LINE;
+}
 
 /* Per rank: the previous op of each slot (a kind and, for kinds with one, a direction:
  * a SEND of activations is predicted from the last one, not from a gradient's) and the
@@ -56,12 +65,12 @@ void plan_bin_ctx_init(BinCtx *c);
  * reader's alike. */
 static inline int32_t plan_bin_next_mb(const BinCtx *c, unsigned k, unsigned s)
 {
-	return c->mb[s] + ((plan_bin_uses[k] & BF_MB) != 0); // below the microbatches: no overflow
+	return c->mb[s] + ((plan_bin_uses(k) & BF_MB) != 0); // below the microbatches: no overflow
 }
 
 static inline int32_t plan_bin_next_group(const BinCtx *c, unsigned k, int same)
 {
-	return plan_bin_uses[k] & BF_GROUP ? (int32_t)((uint32_t)c->group + (same ? 0u : 1u)) : -1;
+	return plan_bin_uses(k) & BF_GROUP ? (int32_t)((uint32_t)c->group + (same ? 0u : 1u)) : -1;
 }
 
 /* The op of kind k and direction dir predicted next: the slot's previous op with the
@@ -84,7 +93,7 @@ static inline void plan_bin_commit(BinCtx *c, const PlanOp *o, int32_t line, int
 	c->mb[s] = o->mb;
 	c->line[s] = line;
 	c->bytes[s] = bytes;
-	if (plan_bin_uses[o->kind] & BF_GROUP)
+	if (plan_bin_uses(o->kind) & BF_GROUP)
 		c->group = o->group;
 	c->seen |= 1u << s;
 }

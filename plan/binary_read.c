@@ -263,20 +263,20 @@ static int get_op(Br *r, Plan *pl, BinCtx *c, const PlanOpLimits *l, PlanOp *o,
 		            i);
 	unsigned h = *p++, k = h & BIN_KIND_MASK;
 	if (k >= OP_COUNT || (h & BIN_HEAD_RESERVED) ||
-	    ((h & BIN_SAME_GROUP) && !(plan_bin_uses[k] & BF_GROUP)) ||
-	    ((h & BIN_GRAD) && !(plan_bin_uses[k] & BF_DIR)))
+	    ((h & BIN_SAME_GROUP) && !(plan_bin_uses(k) & BF_GROUP)) ||
+	    ((h & BIN_GRAD) && !(plan_bin_uses(k) & BF_DIR)))
 		return fail(r, at, "rank %d op %" PRId64 ": bad op header byte 0x%02x", rank, i, h);
 	unsigned dir = (h & BIN_GRAD) != 0, slot = plan_bin_slot(k, dir);
 	*o = plan_bin_predict(c, (OpKind)k, dir, (h & BIN_SAME_GROUP) != 0);
-	if (!(plan_bin_uses[k] & BF_ROUTE))
+	if (!(plan_bin_uses(k) & BF_ROUTE))
 		o->route = -1; // as written: a sized kind's size is `bytes`, named again below
 	*line = c->line[slot];
 	int64_t bytes = c->bytes[slot];
 	int check = !(c->seen & (1u << slot));
 	if (!(h & BIN_FIELDS_FOLLOW)) {
 		/* The kind's previous op passed the check; only mb and group moved. */
-		if (((plan_bin_uses[k] & BF_MB) && o->mb >= l->mbs) ||
-		    ((plan_bin_uses[k] & BF_GROUP) && o->group < 0))
+		if (((plan_bin_uses(k) & BF_MB) && o->mb >= l->mbs) ||
+		    ((plan_bin_uses(k) & BF_GROUP) && o->group < 0))
 			check = 1;
 	} else {
 		check = 1;
@@ -345,7 +345,7 @@ static void head_table(uint16_t t[256])
 {
 	_Static_assert(BIN_SLOTS <= HEAD_SLOT + 1, "a slot fits HEAD_SLOT");
 	for (unsigned h = 0; h < 256; h++) {
-		unsigned k = h & BIN_KIND_MASK, uses = k < OP_COUNT ? plan_bin_uses[k] : 0;
+		unsigned k = h & BIN_KIND_MASK, uses = k < OP_COUNT ? plan_bin_uses(k) : 0;
 		int ok = !(h & (BIN_FIELDS_FOLLOW | BIN_HEAD_RESERVED)) && k < OP_COUNT &&
 		         (!(h & BIN_SAME_GROUP) || (uses & BF_GROUP)) &&
 		         (!(h & BIN_GRAD) || (uses & BF_DIR));

@@ -60,6 +60,8 @@ typedef struct {
 	int64_t *dmem;      // per local stage: [local * OP_COUNT + kind] plan_op_mem
 	PlanParts *parts; // per stage, with tp > 1 (plan_stage_parts); else NULL
 	uint32_t comm_kinds; // bit k: plan_op_is_comm(k)
+	uint32_t send_kinds; // bit k: a p2p op that sends (SEND)
+	uint32_t recv_kinds; // bit k: a p2p op that receives (RECV)
 	int64_t saved, comm, stat;
 	PlanMem fig;        // the figures so far (copied out at the end)
 } Walk;
@@ -155,12 +157,13 @@ STEP void compute(Walk *w, const PlanOp *o, int64_t i)
 	/* With tp > 1 a direction's first part takes the incoming tensors, its last makes
 	 * the outgoing one, and each part keeps its own layers' saved bytes. */
 	const PlanParts *pp = w->parts ? &w->parts[o->stage] : NULL;
-	int n = pp ? pp->n[k == OP_F ? DIR_ACT : DIR_GRAD] : 1;
+	const OpInfo *in = &plan_ops[k];
+	int dir = in->dir;
+	int n = pp ? pp->n[dir] : 1;
 	int first = !pp || o->part == 0, last = !pp || o->part + 1 >= n;
-	if ((k == OP_B || k == OP_BW) && st->recompute && first)
-		sample(w, i, st->save_re); // B first rebuilds what F dropped
-	if (per_mb && (k == OP_F || k == OP_B || k == OP_BW)) {
-		int dir = k == OP_F ? DIR_ACT : DIR_GRAD;
+	if ((in->frees & PLAN_SAVE_FB) && st->recompute && first)
+		sample(w, i, st->save_re); // B or BW first rebuilds what F dropped
+	if (per_mb && (in->needs & (PLAN_DEP_IN_ACT | PLAN_DEP_OUT_GRAD))) { // F, B, BW
 		if (first)
 			gather(w, o->stage, o->mb, dir);
 		if (last)
@@ -179,14 +182,14 @@ STEP int64_t group(Walk *w, int64_t i, int64_t n)
 	const PlanOp *ops = w->rk->ops;
 	int64_t j = i;
 	do {
-		if (ops[j].kind == OP_RECV && ops[j].stage >= 0 && ops[j].stage < p->nedges)
+		if ((w->recv_kinds >> ops[j].kind & 1) && ops[j].stage >= 0 && ops[j].stage < p->nedges)
 			w->comm += p->edges[ops[j].stage].bytes;
 		j++;
 	} while (j < n && (w->comm_kinds >> ops[j].kind & 1) && ops[j].group == ops[i].group);
 	sample(w, i, 0);
 	for (int64_t k = i; k < j; k++) {
 		const PlanOp *o = &ops[k];
-		if (o->kind != OP_SEND || o->stage < 0 || o->stage >= p->nedges || o->mb < 0 ||
+		if (!(w->send_kinds >> o->kind & 1) || o->stage < 0 || o->stage >= p->nedges || o->mb < 0 ||
 		    o->mb >= w->m)
 			continue;
 		const PlanEdge *ed = &p->edges[o->stage];
@@ -214,8 +217,12 @@ int plan_mem_rank(const Plan *p, int r, PlanMem *out)
 			nloc++;
 		}
 	w.stat = m->params + m->grads + m->optim;
-	for (int k = 0; k < OP_COUNT; k++)
+	for (int k = 0; k < OP_COUNT; k++) {
+		int p2p = plan_op_is_p2p((OpKind)k), sends = plan_ops[k].sends;
 		w.comm_kinds |= (uint32_t)plan_op_is_comm((OpKind)k) << k;
+		w.send_kinds |= (uint32_t)(p2p && sends) << k;
+		w.recv_kinds |= (uint32_t)(p2p && !sends) << k;
+	}
 	size_t nrefs = nloc * (size_t)p->microbatches * 2;
 	int *buf = calloc(nrefs + 3 * ns + 2 * (ns + 1) + 2 * ne + (ne + 2 * ns) / sizeof(int) + 1,
 	                  sizeof(int));

@@ -8,28 +8,37 @@
 
 const OpInfo plan_ops[OP_COUNT] = {
 	[OP_F] = {.name = "F", .torch = 'F', .role = OP_ROLE_COMPUTE, .dir = DIR_ACT, .parted = 1,
+	          .fields = OP_FIELD_MB | OP_FIELD_PART,
 	          .needs = PLAN_DEP_IN_ACT, .makes = PLAN_DEP_ACT, .costs = 1,
 	          .saves = PLAN_SAVE_FB | PLAN_SAVE_FW,
 	          .again = "a second F of this stage and microbatch"},
 	[OP_B] = {.name = "B", .torch = 'I', .role = OP_ROLE_COMPUTE, .dir = DIR_GRAD, .parted = 1,
+	          .fields = OP_FIELD_MB | OP_FIELD_PART,
 	          .needs = PLAN_DEP_ACT | PLAN_DEP_OUT_GRAD, .makes = PLAN_DEP_GRAD, .costs = 2,
 	          .saves = PLAN_SAVE_BW, .frees = PLAN_SAVE_FB,
 	          .again = "a second backward of this stage and microbatch",
 	          .early = "backward before its F"},
 	[OP_W] = {.name = "W", .torch = 'W', .role = OP_ROLE_COMPUTE, .dir = DIR_GRAD,
+	          .fields = OP_FIELD_MB,
 	          .needs = PLAN_DEP_GRAD, .makes = PLAN_DEP_WGRAD, .costs = 4,
 	          .frees = PLAN_SAVE_FW | PLAN_SAVE_BW,
 	          .again = "a second W", .early = "W before its B"},
 	[OP_BW] = {.name = "BW", .torch = 'B', .role = OP_ROLE_COMPUTE, .dir = DIR_GRAD, .parted = 1,
+	           .fields = OP_FIELD_MB | OP_FIELD_PART,
 	           .needs = PLAN_DEP_ACT | PLAN_DEP_OUT_GRAD,
 	           .makes = PLAN_DEP_GRAD | PLAN_DEP_WGRAD, .costs = 2 | 4,
 	           .frees = PLAN_SAVE_FB | PLAN_SAVE_FW,
 	           .again = "a second backward of this stage and microbatch",
 	           .early = "backward before its F"},
 	[OP_SEND] = {.name = "SEND", .role = OP_ROLE_COMM, .over = OP_OVER_PEER, .at = OP_AT_EDGE,
+	             .fields = OP_FIELD_MB | OP_FIELD_PEER | OP_FIELD_GROUP | OP_FIELD_ROUTE |
+	                       OP_FIELD_BYTES | OP_FIELD_DIR,
 	             .sends = 1},
-	[OP_RECV] = {.name = "RECV", .role = OP_ROLE_COMM, .over = OP_OVER_PEER, .at = OP_AT_EDGE},
+	[OP_RECV] = {.name = "RECV", .role = OP_ROLE_COMM, .over = OP_OVER_PEER, .at = OP_AT_EDGE,
+	             .fields = OP_FIELD_MB | OP_FIELD_PEER | OP_FIELD_GROUP | OP_FIELD_ROUTE |
+	                       OP_FIELD_BYTES | OP_FIELD_DIR},
 	[OP_ALLREDUCE] = {.name = "ALLREDUCE", .role = OP_ROLE_COMM, .over = OP_OVER_DP,
+	                  .fields = OP_FIELD_GROUP | OP_FIELD_BYTES,
 	                  .sized = 1, .alone = 1, .dir = DIR_GRAD,
 	                  .needs = PLAN_DEP_ALL_W | PLAN_DEP_TIED, .makes = PLAN_DEP_REDUCED,
 	                  .again = "a second one for this stage",
@@ -39,11 +48,14 @@ const OpInfo plan_ops[OP_COUNT] = {
 	              .makes = PLAN_DEP_STEP, .again = "a second one for this stage",
 	              .early = "an optimizer step before the stage's last W"},
 	[OP_TIEREDUCE] = {.name = "TIEREDUCE", .role = OP_ROLE_COMM, .over = OP_OVER_TIE,
+	                  .fields = OP_FIELD_PEER | OP_FIELD_GROUP | OP_FIELD_BYTES,
 	                  .sized = 1, .alone = 1, .dir = DIR_GRAD,
 	                  .needs = PLAN_DEP_ALL_W, .makes = PLAN_DEP_TIED,
 	                  .again = "a second one for this stage",
 	                  .early = "a tied table's reduction before the stage's last W"},
 	[OP_TPREDUCE] = {.name = "TPREDUCE", .role = OP_ROLE_COMM, .over = OP_OVER_TP,
+	                 .fields = OP_FIELD_MB | OP_FIELD_GROUP | OP_FIELD_BYTES | OP_FIELD_DIR |
+	                           OP_FIELD_PART,
 	                 .sized = 1, .alone = 1,
 	                 .again = "a second tp all-reduce of this part",
 	                 .early = "a tp all-reduce out of order in its stage's parts"},
@@ -107,6 +119,14 @@ OpKind plan_op_of_torch(char c)
 {
 	for (int k = 0; c && k < OP_COUNT; k++)
 		if (plan_ops[k].torch == c)
+			return (OpKind)k;
+	return OP_COUNT;
+}
+
+OpKind plan_op_of_over(int over)
+{
+	for (int k = 0; over != OP_OVER_NONE && k < OP_COUNT; k++)
+		if (plan_ops[k].over == over)
 			return (OpKind)k;
 	return OP_COUNT;
 }

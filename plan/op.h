@@ -71,6 +71,23 @@ enum {
 	OP_OVER_TIE,  // the pair holding a tied table's two copies
 };
 
+/* The PlanOp fields an op of a kind uses beside its stage (OpInfo.fields); the others
+ * hold the empty op's values (-1; dir and part 0).  In the plan file, a compute op's
+ * line is "F stage mb [part=]"; any other's is its name, its direction where it has
+ * one, then s= (e= for OP_AT_EDGE), m=, the peer, part=, bytes=, g=, r= where it has
+ * them (plan/read.c, plan/write.c, plan_format_op).  The binary form's field mask codes
+ * the bits as they are (plan/binary_int.h): keep their values. */
+enum {
+	OP_FIELD_MB = 2,     // microbatch
+	OP_FIELD_PEER = 4,   // peer rank: to= (a sending p2p op), from= (a receiving one),
+	                     // with= (the rest)
+	OP_FIELD_GROUP = 8,  // comm group
+	OP_FIELD_ROUTE = 16, // route
+	OP_FIELD_BYTES = 64, // bytes moved
+	OP_FIELD_PART = 128, // a stage's part (a compute op's only when not 0)
+	OP_FIELD_DIR = 256,  // direction (else the kind's, OpInfo.dir)
+};
+
 /* What an op's stage field names, and where its byte count comes from. */
 enum {
 	OP_AT_STAGE, // a stage; sized by nothing (compute, OPTIM) or the plan's sizes table
@@ -90,6 +107,7 @@ typedef struct {
 	                   // backward; a p2p op's and a TPREDUCE's own dir field rules)
 	uint8_t parted;    // with tp > 1, runs as the stage's parts of dir, each ended by a
 	                   // TPREDUCE (F, B, BW; W is not parted)
+	uint16_t fields;   // OP_FIELD_*: the PlanOp fields it uses
 	uint16_t needs;    // PLAN_DEP_* it waits for
 	uint16_t makes;    // PLAN_DEP_* it produces
 	uint8_t costs;     // bit k: it costs the stage's cost[k] (0 F, 1 B, 2 W)
@@ -164,5 +182,8 @@ struct PlanStage;
 int64_t plan_op_mem(OpKind k, const struct PlanStage *st);
 /* The kind PyTorch writes as letter c ('F', 'I', 'W', 'B'), or OP_COUNT. */
 OpKind plan_op_of_torch(char c);
+/* The first kind that communicates over `over` (OP_OVER_*: the collective over a
+ * communicator, SEND over a peer), or OP_COUNT. */
+OpKind plan_op_of_over(int over);
 
 #endif

@@ -10,12 +10,12 @@
 #include <stdint.h>
 
 /* The .pipe line of the statement an op of p stems from, as the lowering of a generated
- * schedule puts it: a SEND's or RECV's is the stage that made its tensor (an
- * activation's source, a gradient's destination); any other op's, its stage's. */
+ * schedule puts it: an op at an edge's (SEND, RECV) is the stage that made its tensor
+ * (an activation's source, a gradient's destination); any other op's, its stage's. */
 static inline int32_t plan_stage_line(const Plan *p, const PlanOp *o)
 {
 	int s = o->stage;
-	if (o->kind == OP_SEND || o->kind == OP_RECV)
+	if (plan_ops[o->kind].at == OP_AT_EDGE)
 		s = o->dir == DIR_ACT ? p->edges[s].src : p->edges[s].dst;
 	return p->stages[s].loc.line;
 }

@@ -8,6 +8,8 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 const char *const plan_dim_names[DIM_COUNT] = {"pp", "dp", "tp"};
@@ -116,44 +118,52 @@ int64_t plan_group_end(const PlanRank *r, int64_t i)
 	return j;
 }
 
+/* Appends to the text in t (*m bytes of n long) as snprintf does. */
+__attribute__((format(printf, 4, 5))) static void put(char *t, int *m, size_t n,
+                                                      const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	*m += vsnprintf(t + *m, (size_t)*m < n ? n - (size_t)*m : 0, fmt, ap);
+	va_end(ap);
+}
+
 int plan_format_op(const Plan *p, const PlanOp *o, char *buf, size_t n)
 {
 	if (o->kind >= OP_COUNT)
 		return snprintf(buf, n, "?");
-	const char *k = plan_ops[o->kind].name;
-	int p2p = o->kind == OP_SEND || o->kind == OP_RECV;
-	int64_t bytes = (p2p ? o->stage >= 0 && o->stage < p->nedges : -2 - o->route < p->nsizes)
+	OpKind k = plan_op_kind(o);
+	const OpInfo *in = &plan_ops[k];
+	int edge = in->at == OP_AT_EDGE;
+	int64_t bytes = (edge ? o->stage >= 0 && o->stage < p->nedges : -2 - o->route < p->nsizes)
 	                    ? plan_op_bytes(p, o)
 	                    : -1; // an op the reader would not take: say it, do not look
 	/* A line plan's peers are pipeline indices in memory; the file names world ranks. */
 	int peer = o->peer >= 0 ? plan_world_rank(p, o->peer) : o->peer;
-	switch (plan_op_kind(o)) {
-	case OP_COUNT:
-		break;
-	case OP_F:
-	case OP_B:
-	case OP_W:
-	case OP_BW:
+	char t[256]; // the longest line: a name, a direction and 8 numbers
+	int m = 0;
+	unsigned u = in->fields;
+	if (plan_op_is_compute(k)) {
+		put(t, &m, sizeof t, "%s %d %d", in->name, o->stage, o->mb);
 		if (o->part)
-			return snprintf(buf, n, "%s %d %d part=%d", k, o->stage, o->mb, o->part);
-		return snprintf(buf, n, "%s %d %d", k, o->stage, o->mb);
-	case OP_SEND:
-	case OP_RECV:
-		return snprintf(buf, n, "%s %s e=%d m=%d %s=%d bytes=%" PRId64 " g=%d r=%d", k,
-		                plan_dir_names[o->dir & 1], o->stage, o->mb,
-		                o->kind == OP_SEND ? "to" : "from", peer, bytes, o->group,
-		                o->route);
-	case OP_ALLREDUCE:
-		return snprintf(buf, n, "%s s=%d bytes=%" PRId64 " g=%d", k, o->stage, bytes,
-		                o->group);
-	case OP_OPTIM:
-		return snprintf(buf, n, "%s s=%d", k, o->stage);
-	case OP_TIEREDUCE:
-		return snprintf(buf, n, "%s s=%d with=%d bytes=%" PRId64 " g=%d", k, o->stage,
-		                peer, bytes, o->group);
-	case OP_TPREDUCE:
-		return snprintf(buf, n, "%s %s s=%d m=%d part=%d bytes=%" PRId64 " g=%d", k,
-		                plan_dir_names[o->dir & 1], o->stage, o->mb, o->part, bytes, o->group);
+			put(t, &m, sizeof t, " part=%d", o->part);
+		return snprintf(buf, n, "%s", t);
 	}
-	return snprintf(buf, n, "?");
+	put(t, &m, sizeof t, "%s", in->name);
+	if (u & OP_FIELD_DIR)
+		put(t, &m, sizeof t, " %s", plan_dir_names[o->dir & 1]);
+	put(t, &m, sizeof t, " %s=%d", edge ? "e" : "s", o->stage);
+	if (u & OP_FIELD_MB)
+		put(t, &m, sizeof t, " m=%d", o->mb);
+	if (u & OP_FIELD_PEER)
+		put(t, &m, sizeof t, " %s%d", plan_op_peer_key(k), peer);
+	if (u & OP_FIELD_PART)
+		put(t, &m, sizeof t, " part=%d", o->part);
+	if (u & OP_FIELD_BYTES)
+		put(t, &m, sizeof t, " bytes=%" PRId64, bytes);
+	if (u & OP_FIELD_GROUP)
+		put(t, &m, sizeof t, " g=%d", o->group);
+	if (u & OP_FIELD_ROUTE)
+		put(t, &m, sizeof t, " r=%d", o->route);
+	return snprintf(buf, n, "%s", t);
 }

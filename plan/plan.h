@@ -244,15 +244,33 @@ static inline OpKind plan_op_kind(const PlanOp *o)
  * collectives. */
 static inline int plan_op_sized(int kind)
 {
-	return kind >= 0 && kind < OP_COUNT && plan_op_is_coll((OpKind)kind);
+	return kind >= 0 && kind < OP_COUNT && plan_ops[kind].sized;
 }
-/* The bytes op o of plan p moves: a SEND's or RECV's edge's tensor, a sized kind's
- * entry of sizes[], 0 for the rest. */
+/* The bytes op o of plan p moves: an op at an edge (SEND, RECV) its edge's tensor, a
+ * sized kind's entry of sizes[], 0 for the rest. */
 static inline int64_t plan_op_bytes(const Plan *p, const PlanOp *o)
 {
-	if (o->kind == OP_SEND || o->kind == OP_RECV)
+	if (plan_ops[o->kind].at == OP_AT_EDGE)
 		return p->edges[o->stage].bytes;
 	return o->route < -1 ? p->sizes[-2 - o->route] : 0;
+}
+/* The fewest bytes an op of kind k may move: a tp all-reduce (TPREDUCE) follows only a
+ * part whose output is a partial sum, so it moves something; the rest may move 0. */
+static inline int64_t plan_op_bytes_min(OpKind k)
+{
+	return plan_ops[k].over == OP_OVER_TP;
+}
+/* The direction of op o: its own dir field where its kind has one (OP_FIELD_DIR: SEND,
+ * RECV, TPREDUCE), else its kind's (a compute op's: F forward, the rest backward). */
+static inline int plan_op_dir(const PlanOp *o)
+{
+	return plan_ops[o->kind].fields & OP_FIELD_DIR ? o->dir : plan_ops[o->kind].dir;
+}
+/* The plan file's key of the peer of an op of kind k (OP_FIELD_PEER): a sending p2p
+ * op's to=, a receiving one's from=, the others' with= (TIEREDUCE). */
+static inline const char *plan_op_peer_key(OpKind k)
+{
+	return plan_ops[k].sends ? "to=" : plan_op_is_p2p(k) ? "from=" : "with=";
 }
 int plan_is_comm(int kind);                          // plan_op_is_comm on a raw kind
 /* Whether edge e travels through the communicator when both its stages share a rank:

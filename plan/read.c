@@ -722,6 +722,54 @@ static int op_kind(Rd *r)
 	return -1;
 }
 
+/* A compute op's fields: "stage mb [part=P]" (part= where its kind has one). */
+static int read_compute(Rd *r, Plan *p, PlanOp *o)
+{
+	skip_sp(r);
+	if (inum(r, &o->stage, 0, p->nstages - 1, "stage"))
+		return -1;
+	skip_sp(r);
+	if (inum(r, &o->mb, 0, p->microbatches - 1, "microbatch"))
+		return -1;
+	skip_sp(r);
+	if ((plan_ops[o->kind].fields & OP_FIELD_PART) && !strncmp(r->s, "part=", 5)) {
+		int part;
+		if (p->dims[DIM_TP] == 1)
+			return rd_fail(r, "part= in a plan with tp=1 (stages have one part each way)");
+		if (kv(r, "part=", &part, 1, UINT16_MAX))
+			return -1;
+		o->part = (uint16_t)part;
+	}
+	return 0;
+}
+
+/* Any other op's fields: its direction, then key=value for those its kind has
+ * (OpInfo.fields), in the order op.h gives; *bytes set to bytes=. */
+static int read_fields(Rd *r, Plan *p, PlanOp *o, int64_t *bytes)
+{
+	OpKind k = plan_op_kind(o);
+	const OpInfo *in = &plan_ops[k];
+	unsigned u = in->fields;
+	int edge = in->at == OP_AT_EDGE, part = 0;
+	if (in->over == OP_OVER_TP && p->dims[DIM_TP] == 1)
+		return rd_fail(r, "a %s in a plan with tp=1 (it all-reduces over the tp group)",
+		               in->name);
+	if ((u & OP_FIELD_DIR) && read_dir(r, &o->dir, in->name))
+		return -1;
+	if (kv(r, edge ? "e=" : "s=", &o->stage, 0, (edge ? p->nedges : p->nstages) - 1) ||
+	    ((u & OP_FIELD_MB) && kv(r, "m=", &o->mb, 0, p->microbatches - 1)) ||
+	    ((u & OP_FIELD_PEER) &&
+	     (kv(r, plan_op_peer_key(k), &o->peer, 0, r->world - 1) || line_ref(r, p, &o->peer))) ||
+	    ((u & OP_FIELD_PART) && kv(r, "part=", &part, 0, UINT16_MAX)) ||
+	    ((u & OP_FIELD_BYTES) &&
+	     kv64(r, "bytes=", bytes, plan_op_bytes_min(k), INT64_MAX / 8)) ||
+	    ((u & OP_FIELD_GROUP) && kv(r, "g=", &o->group, 0, INT_MAX)) ||
+	    ((u & OP_FIELD_ROUTE) && kv(r, "r=", &o->route, 0, p->nroutes - 1)))
+		return -1;
+	o->part = (uint16_t)part;
+	return 0;
+}
+
 int rd_read_op(Rd *r, Plan *p, PlanOp *o, int32_t *line)
 {
 	int k = op_kind(r);
@@ -731,70 +779,8 @@ int rd_read_op(Rd *r, Plan *p, PlanOp *o, int32_t *line)
 		return rd_fail(r, "unknown op '%.*s'", (int)(n < 32 ? n : 32), r->s);
 	}
 	*o = (PlanOp){.kind = (uint8_t)k, .mb = -1, .peer = -1, .group = -1, .route = -1};
-	int m = p->microbatches;
-	switch (plan_op_kind(o)) {
-	case OP_COUNT: // op_kind() returns known kinds only
-		break;
-	case OP_F:
-	case OP_B:
-	case OP_W:
-	case OP_BW:
-		skip_sp(r);
-		if (inum(r, &o->stage, 0, p->nstages - 1, "stage"))
-			return -1;
-		skip_sp(r);
-		if (inum(r, &o->mb, 0, m - 1, "microbatch"))
-			return -1;
-		skip_sp(r);
-		if (k != OP_W && !strncmp(r->s, "part=", 5)) {
-			int part;
-			if (p->dims[DIM_TP] == 1)
-				return rd_fail(r, "part= in a plan with tp=1 (stages have one part each way)");
-			if (kv(r, "part=", &part, 1, UINT16_MAX))
-				return -1;
-			o->part = (uint16_t)part;
-		}
-		break;
-	case OP_SEND:
-	case OP_RECV:
-		if (read_dir(r, &o->dir, plan_ops[k].name))
-			return -1;
-		if (kv(r, "e=", &o->stage, 0, p->nedges - 1) || kv(r, "m=", &o->mb, 0, m - 1) ||
-		    kv(r, k == OP_SEND ? "to=" : "from=", &o->peer, 0, r->world - 1) ||
-		    line_ref(r, p, &o->peer) ||
-		    kv64(r, "bytes=", &bytes, 0, INT64_MAX / 8) ||
-		    kv(r, "g=", &o->group, 0, INT_MAX) || kv(r, "r=", &o->route, 0, p->nroutes - 1))
-			return -1;
-		break;
-	case OP_ALLREDUCE:
-		if (kv(r, "s=", &o->stage, 0, p->nstages - 1) ||
-		    kv64(r, "bytes=", &bytes, 0, INT64_MAX / 8) || kv(r, "g=", &o->group, 0, INT_MAX))
-			return -1;
-		break;
-	case OP_OPTIM:
-		if (kv(r, "s=", &o->stage, 0, p->nstages - 1))
-			return -1;
-		break;
-	case OP_TIEREDUCE:
-		if (kv(r, "s=", &o->stage, 0, p->nstages - 1) ||
-		    kv(r, "with=", &o->peer, 0, r->world - 1) || line_ref(r, p, &o->peer) ||
-		    kv64(r, "bytes=", &bytes, 0, INT64_MAX / 8) || kv(r, "g=", &o->group, 0, INT_MAX))
-			return -1;
-		break;
-	case OP_TPREDUCE: {
-		int part;
-		if (p->dims[DIM_TP] == 1)
-			return rd_fail(r, "a TPREDUCE in a plan with tp=1 (it all-reduces over the tp group)");
-		if (read_dir(r, &o->dir, "TPREDUCE"))
-			return -1;
-		if (kv(r, "s=", &o->stage, 0, p->nstages - 1) || kv(r, "m=", &o->mb, 0, m - 1) ||
-		    kv(r, "part=", &part, 0, UINT16_MAX) ||
-		    kv64(r, "bytes=", &bytes, 1, INT64_MAX / 8) || kv(r, "g=", &o->group, 0, INT_MAX))
-			return -1;
-		o->part = (uint16_t)part;
-		break;
-	}
-	}
+	if (plan_op_is_compute((OpKind)k) ? read_compute(r, p, o) : read_fields(r, p, o, &bytes))
+		return -1;
 	PlanLoc l;
 	if (loc(r, &l) || eol(r))
 		return -1;

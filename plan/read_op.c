@@ -135,7 +135,7 @@ static const char *p2p(const char *s, const PlanOpLimits *l, PlanOp *o, int32_t 
 	if (!i32(&s, l->mbs - 1, &o->mb))
 		return NULL;
 	sp->m_end = s;
-	if (!(o->kind == OP_SEND ? lit(&s, " to=") : lit(&s, " from=")) ||
+	if (!(plan_ops[o->kind].sends ? lit(&s, " to=") : lit(&s, " from=")) ||
 	    !i32(&s, l->world - 1, &o->peer) || !rank_ref(l, &o->peer))
 		return NULL;
 	if (!lit(&s, " bytes=") || !digits(&s, INT64_MAX / 8, &bytes) || !lit(&s, " g="))

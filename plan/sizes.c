@@ -69,7 +69,7 @@ static int32_t size_index(Plan *p, int64_t bytes)
 
 int plan_op_set_bytes(Plan *p, PlanOp *o, int64_t bytes)
 {
-	if (o->kind == OP_SEND || o->kind == OP_RECV)
+	if (plan_ops[o->kind].at == OP_AT_EDGE)
 		return bytes != p->edges[o->stage].bytes;
 	if (!plan_op_sized(o->kind))
 		return bytes != 0;

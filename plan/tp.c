@@ -118,9 +118,10 @@ const char *plan_part_apply(const PlanParts *pp, const PlanOp *o, uint8_t mb,
                             PlanPartState *ps, OpKind *done)
 {
 	OpKind k = plan_op_kind(o);
-	int red = k == OP_TPREDUCE;
-	int dir = red ? (o->dir & 1) : k == OP_F ? DIR_ACT : DIR_GRAD;
 	const OpInfo *in = &plan_ops[k];
+	int red = in->over == OP_OVER_TP; // the TPREDUCE after a part, else a part
+	int dir = plan_op_dir(o) & 1;
+	int fused = (in->makes & PLAN_DEP_GRAD) && (in->makes & PLAN_DEP_WGRAD); // a BW part
 	uint16_t *st = &ps->step[dir];
 	int n = plan_part_steps(pp, dir);
 	*done = OP_COUNT;
@@ -130,7 +131,7 @@ const char *plan_part_apply(const PlanParts *pp, const PlanOp *o, uint8_t mb,
 		if ((in->needs & PLAN_DEP_MB) & ~mb)
 			return in->early;
 		if (dir == DIR_GRAD)
-			ps->fused = k == OP_BW;
+			ps->fused = (uint8_t)fused;
 	}
 	if (*st >= n)
 		return in->again;
@@ -141,7 +142,7 @@ const char *plan_part_apply(const PlanParts *pp, const PlanOp *o, uint8_t mb,
 		return red ? "a tp all-reduce out of order in its stage's parts"
 		           : "a part out of order: the stage's parts run in order, each after the "
 		             "tp all-reduce before it";
-	if (!red && dir == DIR_GRAD && (k == OP_BW) != ps->fused)
+	if (!red && dir == DIR_GRAD && fused != ps->fused)
 		return "B and BW parts mixed in one backward";
 	if (++*st == n)
 		*done = dir == DIR_ACT ? OP_F : ps->fused ? OP_BW : OP_B;
@@ -150,8 +151,9 @@ const char *plan_part_apply(const PlanParts *pp, const PlanOp *o, uint8_t mb,
 
 int64_t plan_part_cost(const PlanParts *pp, const PlanOp *o, const int64_t stage_cost[3])
 {
-	int dir = o->kind == OP_F ? DIR_ACT : DIR_GRAD;
-	if (o->kind == OP_W || !plan_op_is_compute(plan_op_kind(o)) || o->part >= pp->n[dir])
+	const OpInfo *in = &plan_ops[o->kind];
+	int dir = in->dir;
+	if (!in->parted || o->part >= pp->n[dir])
 		return plan_op_cost(plan_op_kind(o), stage_cost);
 	const PlanPart *pt = &pp->part[dir][o->part];
 	return plan_op_cost(plan_op_kind(o), pt->cost);
@@ -159,11 +161,12 @@ int64_t plan_part_cost(const PlanParts *pp, const PlanOp *o, const int64_t stage
 
 int64_t plan_part_mem(const PlanParts *pp, const PlanOp *o)
 {
-	int dir = o->kind == OP_F ? DIR_ACT : DIR_GRAD;
+	const OpInfo *in = &plan_ops[o->kind];
+	int dir = in->dir;
 	if (!plan_op_is_compute(plan_op_kind(o)))
 		return 0;
 	PlanStage st = {0};
-	if (o->kind == OP_W) { // frees what every backward part's layers kept for it
+	if (!in->parted) { // W frees what every backward part's layers kept for it
 		for (int i = 0; i < pp->n[DIR_GRAD]; i++) {
 			st.save_fw += pp->part[DIR_GRAD][i].save[1];
 			st.save_bw += pp->part[DIR_GRAD][i].save[2];
@@ -227,6 +230,7 @@ static int expand(Plan *p, const PlanParts *parts, PlanRank *rk, PlanRank *out,
                   size_t *failed)
 {
 	int g = -1, last = -1, prev_comm = 0;
+	OpKind tpreduce = plan_op_of_over(OP_OVER_TP); // the all-reduce after a part
 	for (int64_t i = 0; i < rk->nops; i++) {
 		PlanOp o = rk->ops[i];
 		int32_t line = plan_op_kept_line(rk, i);
@@ -240,12 +244,12 @@ static int expand(Plan *p, const PlanParts *parts, PlanRank *rk, PlanRank *out,
 			continue;
 		}
 		prev_comm = 0;
-		if (!plan_op_is_compute(plan_op_kind(&o)) || o.kind == OP_W) {
+		if (!plan_ops[o.kind].parted) { // OPTIM, W
 			if (push(out, o, line, failed))
 				return -1;
 			continue;
 		}
-		int dir = o.kind == OP_F ? DIR_ACT : DIR_GRAD;
+		int dir = plan_ops[o.kind].dir;
 		const PlanParts *pp = &parts[o.stage];
 		for (int k = 0; k < pp->n[dir]; k++) {
 			PlanOp c = o;
@@ -254,7 +258,7 @@ static int expand(Plan *p, const PlanParts *parts, PlanRank *rk, PlanRank *out,
 				return -1;
 			if (!pp->part[dir][k].reduce)
 				continue;
-			PlanOp t = {.kind = OP_TPREDUCE, .dir = (uint8_t)dir, .part = (uint16_t)k,
+			PlanOp t = {.kind = (uint8_t)tpreduce, .dir = (uint8_t)dir, .part = (uint16_t)k,
 			            .stage = o.stage, .mb = o.mb, .peer = -1, .group = ++g};
 			if (plan_op_set_bytes(p, &t, pp->part[dir][k].reduce)) {
 				*failed = sizeof(int64_t) * 2;

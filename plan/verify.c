@@ -293,7 +293,7 @@ static int check_tie(PlanVc *v)
 		int64_t n = 0;
 		for (int64_t i = 0; i < rk->nops; i++) {
 			const PlanOp *o = &rk->ops[i];
-			if (o->kind != OP_TIEREDUCE)
+			if (plan_ops[o->kind].over != OP_OVER_TIE)
 				continue;
 			char x[300];
 			n++;
@@ -319,7 +319,7 @@ static int check_tie(PlanVc *v)
 		}
 		int64_t nq = 0;
 		for (int64_t i = 0; q >= 0 && i < p->ranks[q].nops; i++)
-			nq += p->ranks[q].ops[i].kind == OP_TIEREDUCE;
+			nq += plan_ops[p->ranks[q].ops[i].kind].over == OP_OVER_TIE;
 		if (q >= 0 && n != nq)
 			return plan_vc_err(v, PLAN_RULE_TIE_COUNT, r, -1,
 					"rank %d has %lld TIEREDUCE ops but rank %d, which holds the "

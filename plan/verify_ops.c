@@ -77,7 +77,9 @@ typedef struct {
 	int64_t *at;
 } SendIndex;
 
-enum { CLS_OTHER, CLS_P2P, CLS_COLL }; // an op kind's role in comm groups
+/* An op kind's role in the walk: in no comm group, one side of a p2p pair, or a
+ * collective, alone in its group (CLS_TIE: a TIEREDUCE, which the walk counts). */
+enum { CLS_OTHER, CLS_SEND, CLS_RECV, CLS_COLL, CLS_TIE };
 
 typedef struct {
 	Deps d;
@@ -146,7 +148,7 @@ static const char *p2p_form(const PlanVc *v, const Deps *d, const PlanOp *o)
 	const PlanEdge *ed = &p->edges[s];
 	int from = o->dir == DIR_ACT ? ed->src : ed->dst;
 	int to = o->dir == DIR_ACT ? ed->dst : ed->src;
-	int send = o->kind == OP_SEND;
+	int send = plan_ops[o->kind].sends;
 	int mine = send ? from : to, theirs = send ? to : from;
 	const PlanRoute *rt = &p->routes[o->route];
 	int rsrc = send ? r : o->peer, rdst = send ? o->peer : r;
@@ -166,7 +168,7 @@ static const char *p2p_form(const PlanVc *v, const Deps *d, const PlanOp *o)
  * received twice. */
 static const char *p2p_rule(const PlanVc *v, Deps *d, const PlanOp *o)
 {
-	int send = o->kind == OP_SEND;
+	int send = plan_ops[o->kind].sends;
 	P2pSeen *seen = &d->seen[((size_t)o->stage * DIR_COUNT + o->dir) * 2 + send];
 	if (!seen->row || seen->peer != o->peer || seen->route != o->route) {
 		const char *bad = p2p_form(v, d, o);
@@ -196,9 +198,10 @@ static const char *part_rule(const PlanVc *v, Deps *d, const PlanOp *o, char *x,
 	const PlanParts *pp = &v->parts[o->stage];
 	size_t at = (size_t)d->loc[o->stage] * d->m + o->mb;
 	PlanPartState *ps = &d->ps[at];
-	int dir = o->kind == OP_TPREDUCE ? o->dir : o->kind == OP_F ? DIR_ACT : DIR_GRAD;
-	int first = o->kind != OP_TPREDUCE && ps->step[dir] == 0;
-	if (o->kind == OP_TPREDUCE && o->part < pp->n[dir] &&
+	int red = plan_ops[o->kind].over == OP_OVER_TP; // a TPREDUCE, else a part
+	int dir = plan_op_dir(o);
+	int first = !red && ps->step[dir] == 0;
+	if (red && o->part < pp->n[dir] &&
 	    plan_op_bytes(v->p, o) != pp->part[dir][o->part].reduce && pp->part[dir][o->part].reduce) {
 		snprintf(x, n, "its size differs from the part's all-reduce (%lld bytes)",
 		         (long long)pp->part[dir][o->part].reduce);
@@ -219,54 +222,35 @@ static int dep_op(PlanVc *v, Deps *d, int64_t i)
 {
 	const Plan *p = v->p;
 	const PlanOp *o = &p->ranks[d->r].ops[i];
+	if (o->kind >= OP_COUNT) // the reader takes known kinds only
+		return 0;
+	OpKind k = plan_op_kind(o);
+	const OpInfo *in = &plan_ops[k];
 	int s = o->stage;
 	char x[300], y[300];
 	const char *bad = NULL;
-	switch (plan_op_kind(o)) {
-	case OP_COUNT: // the reader takes known kinds only
-		break;
-	case OP_F:
-	case OP_B:
-	case OP_W:
-	case OP_BW:
-		if (d->loc[s] < 0)
-			return plan_vc_err(v, PLAN_RULE_OP_PLACED, d->r, i,
-					"%s: stage %d is not placed on rank %d (pp index %d)",
-			                   plan_vc_opdesc(v, d->r, i, x, sizeof x), s, plan_vc_rank(v, d->r),
-			                   d->pp);
-		if (v->parts && o->kind != OP_W) {
-			bad = part_rule(v, d, o, x, sizeof x);
-			break;
-		}
-		bad = plan_dep_apply(plan_op_kind(o), &d->st[(size_t)d->loc[s] * d->m + o->mb],
-		                     &d->sd[d->loc[s]], tied_of(d, s), d->m, d->dp);
+	if (plan_op_is_p2p(k))
+		bad = p2p_rule(v, d, o);
+	else if (d->loc[s] < 0 && plan_op_is_compute(k))
+		return plan_vc_err(v, PLAN_RULE_OP_PLACED, d->r, i,
+				"%s: stage %d is not placed on rank %d (pp index %d)",
+		                   plan_vc_opdesc(v, d->r, i, x, sizeof x), s, plan_vc_rank(v, d->r),
+		                   d->pp);
+	else if (d->loc[s] < 0)
+		bad = "the stage is not on this rank";
+	else if (in->over == OP_OVER_TP && !v->parts)
+		bad = "a TPREDUCE in a plan with tp=1";
+	else if (v->parts && (in->parted || in->over == OP_OVER_TP)) // a part or its end
+		bad = part_rule(v, d, o, x, sizeof x);
+	else if (plan_op_is_compute(k)) {
+		bad = plan_dep_apply(k, &d->st[(size_t)d->loc[s] * d->m + o->mb], &d->sd[d->loc[s]],
+		                     tied_of(d, s), d->m, d->dp);
 		if (!bad)
 			bad = edge_inputs(v, d, o, x, sizeof x);
-		break;
-	case OP_TPREDUCE:
-		if (d->loc[s] < 0)
-			bad = "the stage is not on this rank";
-		else if (!v->parts)
-			bad = "a TPREDUCE in a plan with tp=1";
-		else
-			bad = part_rule(v, d, o, x, sizeof x);
-		break;
-	case OP_SEND:
-	case OP_RECV:
-		bad = p2p_rule(v, d, o);
-		break;
-	case OP_ALLREDUCE:
-	case OP_OPTIM:
-	case OP_TIEREDUCE:
-		if (d->loc[s] < 0)
-			bad = "the stage is not on this rank";
-		else if (o->kind == OP_ALLREDUCE && d->dp > 1 &&
-		         plan_op_bytes(p, o) != p->stages[s].params * 4)
-			bad = "its size differs from the stage's gradients";
-		else
-			bad = plan_dep_apply(plan_op_kind(o), NULL, &d->sd[d->loc[s]], NULL, d->m, d->dp);
-		break;
-	}
+	} else if (in->over == OP_OVER_DP && d->dp > 1 && plan_op_bytes(p, o) != p->stages[s].params * 4)
+		bad = "its size differs from the stage's gradients";
+	else
+		bad = plan_dep_apply(k, NULL, &d->sd[d->loc[s]], NULL, d->m, d->dp);
 	return bad ? plan_vc_err(v, plan_rule_of(bad), d->r, i,
 			"%s: %s", plan_vc_opdesc(v, d->r, i, y, sizeof y), bad)
 	           : 0;
@@ -290,11 +274,11 @@ static inline int inputs_ok(const PlanVc *v, const Deps *d, const PlanOp *o)
 
 /* The common case of dep_op, quicker, and changing nothing unless o passes: 1 when o
  * passed (its effect applied), 0 when dep_op must judge it (which then finds what it
- * would have found alone: nothing was changed). */
-static inline int dep_fast(const PlanVc *v, Deps *d, const PlanOp *o)
+ * would have found alone: nothing was changed).  cls: its kind's CLS_*. */
+static inline int dep_fast(const PlanVc *v, Deps *d, const PlanOp *o, int cls)
 {
-	if (o->kind == OP_SEND || o->kind == OP_RECV) { // p2p_rule, its form seen before
-		int send = o->kind == OP_SEND;
+	if (cls == CLS_SEND || cls == CLS_RECV) { // p2p_rule, its form seen before
+		int send = cls == CLS_SEND;
 		P2pSeen *seen = &d->seen[((size_t)o->stage * DIR_COUNT + o->dir) * 2 + send];
 		if (!seen->row || seen->peer != o->peer || seen->route != o->route)
 			return 0;
@@ -401,8 +385,8 @@ static void group_fault(PlanVc *v, int r, int64_t i, int same, int64_t last)
 	v->stop = PLAN_VC_GROUPS;
 	if (same)
 		plan_vc_err(v, PLAN_RULE_GROUP_ALONE, r, i, "%s: a%s %s must be alone in its group",
-		            plan_vc_opdesc(v, r, i, a, sizeof a), c->kind == OP_ALLREDUCE ? "n" : "",
-		            plan_ops[c->kind].name);
+		            plan_vc_opdesc(v, r, i, a, sizeof a),
+		            strchr("AEIOU", plan_ops[c->kind].name[0]) ? "n" : "", plan_ops[c->kind].name);
 	else
 		plan_vc_err(v, PLAN_RULE_GROUP_ORDER, r, i,
 				"%s: group numbers must increase along a rank's list (group %d "
@@ -425,7 +409,7 @@ static int index_sends(const Plan *p, int a, int64_t *cnt, SendIndex *x)
 	int cap = 0;
 	for (int64_t i = 0; i < ra->nops; i++) {
 		const PlanOp *o = &ra->ops[i];
-		if (o->kind != OP_SEND)
+		if (!plan_ops[o->kind].sends)
 			continue;
 		n++;
 		if (cnt[o->peer]++)
@@ -449,7 +433,7 @@ static int index_sends(const Plan *p, int a, int64_t *cnt, SendIndex *x)
 		cnt[x->to[j]] = x->off[j]; // now where its next send goes
 	}
 	for (int64_t i = 0; i < ra->nops; i++)
-		if (ra->ops[i].kind == OP_SEND)
+		if (plan_ops[ra->ops[i].kind].sends)
 			x->at[cnt[ra->ops[i].peer]++] = i;
 	for (int j = 0; j < x->nto; j++)
 		cnt[x->to[j]] = 0;
@@ -502,7 +486,7 @@ static inline Cursor *cursor_of(PlanVc *v, Walk *w, int a, int b)
 }
 
 /* The op index of c's sender's next SEND to b (not yet met), or -1. */
-static inline int64_t next_send(const Plan *p, Cursor *c, int b)
+static inline int64_t next_send(const Walk *w, const Plan *p, Cursor *c, int b)
 {
 	if (c->indexed)
 		return c->used < c->nat ? c->at[c->used] : -1;
@@ -510,7 +494,7 @@ static inline int64_t next_send(const Plan *p, Cursor *c, int b)
 	const PlanOp *ops = ra->ops;
 	for (int64_t i = c->pos, n = ra->nops; i < n; i++) {
 		plan_prefetch(ops, i, n); // the sender's list: a stream beside the rank's own
-		if (ops[i].kind == OP_SEND && ops[i].peer == b) {
+		if (w->cls[ops[i].kind] == CLS_SEND && ops[i].peer == b) {
 			c->pos = i + 1;
 			return i;
 		}
@@ -570,7 +554,7 @@ static inline int recv_meets(PlanVc *v, Walk *w, int b, int64_t i)
 	Cursor *c = cursor_of(v, w, a, b);
 	if (!c)
 		return -1;
-	int64_t j = next_send(p, c, b);
+	int64_t j = next_send(w, p, c, b);
 	const PlanOp *s = j >= 0 ? &p->ranks[a].ops[j] : NULL;
 	if (a == b && (!s || s->group != o->group)) {
 		self_fault(v, b, i, j);
@@ -597,7 +581,7 @@ static int self_leftover(PlanVc *v, Walk *w, int r, int64_t nself)
 	Cursor *c = cursor_of(v, w, r, r);
 	if (!c)
 		return -1;
-	int64_t j = next_send(v->p, c, r);
+	int64_t j = next_send(w, v->p, c, r);
 	char x[300];
 	v->stop = PLAN_VC_SELF;
 	plan_vc_err(v, PLAN_RULE_SELF_SEND_ALONE, r, j,
@@ -623,13 +607,15 @@ static int match_leftover(PlanVc *v, int a)
 	}
 	for (int q = 0; q < W; q++) {
 		first[q] = unmet[q] = -1;
-		for (int64_t i = 0; i < p->ranks[q].nops; i++)
-			left[q] += p->ranks[q].ops[i].kind == OP_RECV && p->ranks[q].ops[i].peer == a;
+		for (int64_t i = 0; i < p->ranks[q].nops; i++) {
+			const PlanOp *o = &p->ranks[q].ops[i];
+			left[q] += plan_op_is_p2p(plan_op_kind(o)) && !plan_ops[o->kind].sends && o->peer == a;
+		}
 	}
 	const PlanRank *ra = &p->ranks[a];
 	for (int64_t i = 0; i < ra->nops; i++) {
 		int q = ra->ops[i].peer;
-		if (ra->ops[i].kind != OP_SEND)
+		if (!plan_ops[ra->ops[i].kind].sends)
 			continue;
 		if (first[q] < 0)
 			first[q] = i;
@@ -675,26 +661,26 @@ static int walk_rank(PlanVc *v, Walk *w, int r)
 		int cls = w->cls[o->kind];
 		if (cls != CLS_OTHER) {
 			int same = prev_comm && o->group == last;
-			if (same ? cls == CLS_COLL || w->cls[o[-1].kind] == CLS_COLL : o->group <= last) {
+			if (same ? cls >= CLS_COLL || w->cls[o[-1].kind] >= CLS_COLL : o->group <= last) {
 				group_fault(v, r, i, same, last);
 				return 0;
 			}
 			last = o->group;
 			prev_comm = 1;
-			if (o->kind == OP_SEND) {
+			if (cls == CLS_SEND) {
 				nsend++;
 				nself += o->peer == r;
-			} else if (o->kind == OP_RECV) {
+			} else if (cls == CLS_RECV) {
 				if (recv_meets(v, w, r, i))
 					return -1;
 				stop = v->stop;
 			} else {
-				v->ntie += o->kind == OP_TIEREDUCE;
+				v->ntie += cls == CLS_TIE;
 			}
 		} else {
 			prev_comm = 0;
 		}
-		if (stop > PLAN_VC_DEPS && !dep_fast(v, &w->d, o) && dep_op(v, &w->d, i))
+		if (stop > PLAN_VC_DEPS && !dep_fast(v, &w->d, o, cls) && dep_op(v, &w->d, i))
 			v->stop = stop = PLAN_VC_DEPS;
 	}
 	w->nsend[r] = nsend;
@@ -773,9 +759,10 @@ static int walk_init(Walk *w, const Plan *p, const Walk *share)
 	for (int a = 0; a < W; a++)
 		w->slot[a] = -1;
 	for (int k = 0; k < OP_COUNT; k++)
-		w->cls[k] = !plan_op_is_comm((OpKind)k)  ? CLS_OTHER
-		            : plan_op_is_coll((OpKind)k) ? CLS_COLL
-		                                         : CLS_P2P;
+		w->cls[k] = !plan_op_is_comm((OpKind)k)          ? CLS_OTHER
+		            : plan_op_is_p2p((OpKind)k)          ? (plan_ops[k].sends ? CLS_SEND : CLS_RECV)
+		            : plan_ops[k].over == OP_OVER_TIE ? CLS_TIE
+		                                                 : CLS_COLL;
 	return 0;
 }
 

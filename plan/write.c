@@ -29,7 +29,7 @@
  * are the bytes the fields would give (the reader takes lines back the same way,
  * read_op.c).  key: the op the template was made from (its mb and group are not
  * compared); ok 0: none yet. */
-enum { TPL_SHAPES = 8, TPL_A = 32, TPL_B = 48, TPL_C = 32 };
+enum { TPL_P2P = 4, TPL_SHAPES = 8, TPL_A = 32, TPL_B = 48, TPL_C = 32 };
 typedef struct {
 	PlanOp key;
 	int32_t line;
@@ -50,6 +50,7 @@ typedef struct {
 	const Plan *p; // the plan written: the sizes its ops imply (plan_op_bytes)
 	char name[OP_COUNT][16]; // each op kind's name, copied whole by put_op
 	size_t name_len[OP_COUNT];
+	uint8_t shape[OP_COUNT]; // each kind's template slot (tpl_shape)
 	LineTpl tpl[TPL_SHAPES]; // the last op line of each shape, as put_op copies it
 } Out;
 
@@ -189,7 +190,7 @@ static inline char *put_p2p(char *d, const Plan *p, const PlanOp *op, int mul, c
 	LIT(d, " m=");
 	m[0] = d;
 	d = m[1] = put_num(d, op->mb);
-	if (op->kind == OP_SEND)
+	if (plan_ops[op->kind].sends)
 		LIT(d, " to=");
 	else
 		LIT(d, " from=");
@@ -203,65 +204,48 @@ static inline char *put_p2p(char *d, const Plan *p, const PlanOp *op, int mul, c
 	return put_num(d, op->route);
 }
 
-/* The fields after the other ops' names. */
+/* The fields after the name of an op that neither computes nor is p2p: those its kind
+ * has (OpInfo.fields), in the order op.h gives. */
 static char *put_other(char *d, const Plan *p, const PlanOp *op, int mul)
 {
-	switch (plan_op_kind(op)) {
-	case OP_COUNT:
-	case OP_F:
-	case OP_B:
-	case OP_W:
-	case OP_BW:
-	case OP_SEND:
-	case OP_RECV:
-		break;
-	case OP_ALLREDUCE:
-		LIT(d, " s=");
-		d = put_num(d, op->stage);
-		LIT(d, " bytes=");
-		d = put_num(d, plan_op_bytes(p, op));
-		LIT(d, " g=");
-		d = put_num(d, op->group);
-		break;
-	case OP_OPTIM:
-		LIT(d, " s=");
-		d = put_num(d, op->stage);
-		break;
-	case OP_TIEREDUCE:
-		LIT(d, " s=");
-		d = put_num(d, op->stage);
-		LIT(d, " with=");
-		d = put_num(d, (int64_t)op->peer * mul);
-		LIT(d, " bytes=");
-		d = put_num(d, plan_op_bytes(p, op));
-		LIT(d, " g=");
-		d = put_num(d, op->group);
-		break;
-	case OP_TPREDUCE:
-		if (op->dir == DIR_ACT)
-			LIT(d, " act s=");
-		else
-			LIT(d, " grad s=");
-		d = put_num(d, op->stage);
+	unsigned u = plan_ops[op->kind].fields;
+	if ((u & OP_FIELD_DIR) && op->dir == DIR_ACT)
+		LIT(d, " act");
+	else if (u & OP_FIELD_DIR)
+		LIT(d, " grad");
+	LIT(d, " s=");
+	d = put_num(d, op->stage);
+	if (u & OP_FIELD_MB) {
 		LIT(d, " m=");
 		d = put_num(d, op->mb);
+	}
+	if (u & OP_FIELD_PEER) { // not p2p: with=
+		LIT(d, " with=");
+		d = put_num(d, (int64_t)op->peer * mul);
+	}
+	if (u & OP_FIELD_PART) {
 		LIT(d, " part=");
 		d = put_num(d, op->part);
+	}
+	if (u & OP_FIELD_BYTES) {
 		LIT(d, " bytes=");
 		d = put_num(d, plan_op_bytes(p, op));
+	}
+	if (u & OP_FIELD_GROUP) {
 		LIT(d, " g=");
 		d = put_num(d, op->group);
-		break;
 	}
 	return d;
 }
 
-/* The template slot of an op's shape (LineTpl), TPL_SHAPES for kinds without one. */
-static inline unsigned tpl_shape(OpKind k, int dir)
+/* The template slot of kind k's shape (LineTpl), TPL_SHAPES for kinds without one: a
+ * compute kind's is the kind (F, B, W, BW: 0 to 3); a p2p kind's is TPL_P2P and on, two
+ * each, the second for the gradient. */
+static unsigned tpl_shape(OpKind k)
 {
-	if (k == OP_SEND || k == OP_RECV)
-		return 4 + 2 * (k == OP_RECV) + (dir != DIR_ACT);
-	return k <= OP_BW ? (unsigned)k : TPL_SHAPES; // OP_F, OP_B, OP_W, OP_BW: 0 to 3
+	if (plan_op_is_p2p(k))
+		return TPL_P2P + 2 * !plan_ops[k].sends;
+	return plan_op_is_compute(k) ? (unsigned)k : TPL_SHAPES;
 }
 
 /* The line of op by t, its shape's template, when its fields other than the microbatch
@@ -306,7 +290,8 @@ static void tpl_keep(LineTpl *t, const char *s, const char *e, const PlanOp *op,
 
 /* Op line of op at d, field by field; m[0, 4) as put_p2p sets it (compute ops: the
  * microbatch's in m[0, 2)).  Returns the end, past the newline. */
-static char *put_fields(const Out *o, char *d, const PlanOp *op, int32_t line, char **m)
+static char *put_fields(const Out *o, char *d, const PlanOp *op, int32_t line, char **m,
+                        int p2p)
 {
 	OpKind k = plan_op_kind(op);
 	if (k < OP_COUNT && o->name_len[k] < sizeof o->name[k]) { // the reader made sure
@@ -316,7 +301,7 @@ static char *put_fields(const Out *o, char *d, const PlanOp *op, int32_t line, c
 		for (const char *c = plan_ops[op->kind].name; *c; c++)
 			*d++ = *c;
 	}
-	if (k == OP_SEND || k == OP_RECV) {
+	if (p2p) {
 		d = put_p2p(d, o->p, op, o->mul, m);
 	} else if (k < OP_COUNT && plan_op_is_compute(k)) {
 		*d++ = ' ';
@@ -345,12 +330,13 @@ static void put_op(Out *o, const PlanOp *op, int32_t line)
 		flush(o);
 	char *d = o->buf + o->n, *e, *m[4];
 	OpKind k = plan_op_kind(op);
-	int p2p = k == OP_SEND || k == OP_RECV;
-	unsigned sh = tpl_shape(k, op->dir);
+	unsigned sh = k < OP_COUNT ? o->shape[k] : TPL_SHAPES;
+	int p2p = sh >= TPL_P2P && sh < TPL_SHAPES;
+	sh += p2p && op->dir != DIR_ACT;
 	if (sh >= TPL_SHAPES) {
-		e = put_fields(o, d, op, line, m);
+		e = put_fields(o, d, op, line, m, p2p);
 	} else if (!(e = by_tpl(&o->tpl[sh], d, op, line, p2p))) {
-		e = put_fields(o, d, op, line, m);
+		e = put_fields(o, d, op, line, m, p2p);
 		tpl_keep(&o->tpl[sh], d, e, op, line, m, p2p);
 	}
 	o->n = (size_t)(e - o->buf);
@@ -450,6 +436,7 @@ static int text_piece(void *arg, int64_t i, int w, void *slot, FILE *spill)
 	o->p = tp->o->p;
 	memcpy(o->name, tp->o->name, sizeof o->name);
 	memcpy(o->name_len, tp->o->name_len, sizeof o->name_len);
+	memcpy(o->shape, tp->o->shape, sizeof o->shape);
 	put_ranks(o, tp->p, tp->cut[i], tp->cut[i + 1]);
 	return o->err;
 }
@@ -602,6 +589,7 @@ int plan_write_summed(const Plan *p, FILE *f, int sum)
 	for (int k = 0; k < OP_COUNT; k++) {
 		o->name_len[k] = strlen(plan_ops[k].name); // put_op spells one of 16 or more itself
 		memcpy(o->name[k], plan_ops[k].name, o->name_len[k] < 16 ? o->name_len[k] : 16);
+		o->shape[k] = (uint8_t)tpl_shape((OpKind)k);
 	}
 	char head[128];
 	int hl = header(head, sizeof head, p, sum, 0); // the same length whatever the hash

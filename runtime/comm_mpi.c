@@ -48,7 +48,8 @@ typedef struct {
 	int64_t hdr[HDR_N]; // sent, or received
 	RtMsg want;         // recv: what the op expects
 	int peer;
-	int kind;           // OP_SEND, OP_RECV, OP_ALLREDUCE, OP_TIEREDUCE, OP_TPREDUCE
+	uint8_t recv;       // a receive: its header is checked once it arrived
+	uint8_t avg;        // an all-reduce over dp: scaled by 1/dp once complete
 	RtTensor *t;
 } MpOp;
 
@@ -230,7 +231,6 @@ static int mc_send(RtRank *r, const RtTensor *t, int peer, const RtMsg *msg)
 	int count = 0;
 	if (!o || count_of(r, t, &count))
 		return RT_EFAIL;
-	o->kind = OP_SEND;
 	o->peer = peer;
 	o->hdr[HDR_EDGE] = msg->edge;
 	o->hdr[HDR_MB] = msg->mb;
@@ -252,7 +252,7 @@ static int mc_recv(RtRank *r, RtTensor *t, int peer, const RtMsg *msg)
 	int count = 0;
 	if (!o || count_of(r, t, &count))
 		return RT_EFAIL;
-	o->kind = OP_RECV;
+	o->recv = 1;
 	o->peer = peer;
 	o->want = *msg;
 	o->t = t;
@@ -264,52 +264,26 @@ static int mc_recv(RtRank *r, RtTensor *t, int peer, const RtMsg *msg)
 	return RT_OK;
 }
 
-static int mc_allreduce(RtRank *r, RtTensor *t, const RtMsg *msg)
+static int mc_allreduce(RtRank *r, RtTensor *t, int over, int max, const RtMsg *msg)
 {
 	MpRank *mr = mr_of(r);
+	MPI_Comm comm = over == OP_OVER_DP    ? mr->dim[DIM_DP]
+	                : over == OP_OVER_TP  ? mr->dim[DIM_TP]
+	                : over == OP_OVER_TIE ? mr->tie
+	                                      : MPI_COMM_NULL;
+	if (comm == MPI_COMM_NULL)
+		return rt_error(r, "internal: the mpi communicator has no group for an all-reduce "
+		                   "over %d on rank %d (a tied table's pair is made when the rank opens)",
+		                over, r->rank);
 	MpOp *o = new_op(r, 1);
 	int count = 0;
 	if (!o || count_of(r, t, &count))
 		return RT_EFAIL;
-	o->kind = OP_ALLREDUCE;
-	o->want = *msg;
-	o->t = t;
-	MPICHECK(r, MPI_Iallreduce(MPI_IN_PLACE, t->data, count, MPI_FLOAT, MPI_SUM,
-	                           mr->dim[DIM_DP], &mr->reqs[mr->nreq++]));
-	return RT_OK;
-}
-
-static int mc_allreduce_sum(RtRank *r, RtTensor *t, const int *ranks, int n,
-                            const RtMsg *msg)
-{
-	MpRank *mr = mr_of(r);
-	if (mr->tie == MPI_COMM_NULL || n != 2 || ranks[0] != mr->tie_first)
-		return rt_error(r, "internal: the mpi communicator sums only over the embedding "
-		                   "group it made when the rank opened");
-	MpOp *o = new_op(r, 1);
-	int count = 0;
-	if (!o || count_of(r, t, &count))
-		return RT_EFAIL;
-	o->kind = OP_TIEREDUCE;
-	o->want = *msg;
-	o->t = t;
-	MPICHECK(r, MPI_Iallreduce(MPI_IN_PLACE, t->data, count, MPI_FLOAT, MPI_SUM, mr->tie,
-	                           &mr->reqs[mr->nreq++]));
-	return RT_OK;
-}
-
-static int mc_tp_allreduce(RtRank *r, RtTensor *t, int max, const RtMsg *msg)
-{
-	MpRank *mr = mr_of(r);
-	MpOp *o = new_op(r, 1);
-	int count = 0;
-	if (!o || count_of(r, t, &count))
-		return RT_EFAIL;
-	o->kind = OP_TPREDUCE;
+	o->avg = over == OP_OVER_DP;
 	o->want = *msg;
 	o->t = t;
 	MPICHECK(r, MPI_Iallreduce(MPI_IN_PLACE, t->data, count, MPI_FLOAT, max ? MPI_MAX : MPI_SUM,
-	                           mr->dim[DIM_TP], &mr->reqs[mr->nreq++]));
+	                           comm, &mr->reqs[mr->nreq++]));
 	return RT_OK;
 }
 
@@ -355,9 +329,9 @@ static int mc_group_end(RtRank *r)
 		return rc;
 	for (int i = 0; i < mr->nops; i++) {
 		MpOp *o = mr->ops[i];
-		if (o->kind == OP_ALLREDUCE && (rc = r->dev->scale(r, o->t, 1.0f / (float)mr->ndp)))
+		if (o->avg && (rc = r->dev->scale(r, o->t, 1.0f / (float)mr->ndp)))
 			return rc;
-		if (o->kind == OP_RECV &&
+		if (o->recv &&
 		    (o->hdr[HDR_EDGE] != o->want.edge || o->hdr[HDR_MB] != o->want.mb ||
 		     o->hdr[HDR_DIR] != o->want.dir || o->hdr[HDR_BYTES] != o->want.bytes))
 			return mismatch(r, o);
@@ -384,9 +358,7 @@ const RtComm rt_comm_mpi = {
 	.group_start = mc_group_start,
 	.send = mc_send,
 	.recv = mc_recv,
-	.allreduce_avg = mc_allreduce,
-	.allreduce_sum = mc_allreduce_sum,
-	.tp_allreduce = mc_tp_allreduce,
+	.allreduce = mc_allreduce,
 	.group_end = mc_group_end,
 	.barrier = mc_barrier,
 };

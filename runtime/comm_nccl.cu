@@ -212,22 +212,17 @@ static int nc_recv(RtRank *r, RtTensor *t, int peer, const RtMsg *m)
 	return add_post(r, POST_RECV, t, peer, m->op);
 }
 
-static int nc_allreduce(RtRank *r, RtTensor *t, const RtMsg *m)
+static int nc_allreduce(RtRank *r, RtTensor *t, int over, int max, const RtMsg *m)
 {
-	return add_post(r, POST_ALLREDUCE, t, -1, m->op);
-}
-
-static int nc_allreduce_sum(RtRank *r, RtTensor *t, const int *ranks, int n, const RtMsg *m)
-{
-	if (n != 2 || ranks[0] != ncr(r)->tie_first)
-		return rt_error(r, "internal: the nccl communicator sums only over the embedding "
-		                   "group it made when the rank opened");
+	if (over == OP_OVER_DP)
+		return add_post(r, POST_ALLREDUCE, t, -1, m->op);
+	if (over == OP_OVER_TP)
+		return add_post(r, max ? POST_TP_MAX : POST_TP_SUM, t, -1, m->op);
+	if (over != OP_OVER_TIE || ncr(r)->tie_first < 0)
+		return rt_error(r, "internal: the nccl communicator has no group for an all-reduce "
+		                   "over %d on rank %d (a tied table's pair is made when the rank opens)",
+		                over, rt_rank_id(r));
 	return add_post(r, POST_TIE, t, -1, m->op);
-}
-
-static int nc_tp_allreduce(RtRank *r, RtTensor *t, int max, const RtMsg *m)
-{
-	return add_post(r, max ? POST_TP_MAX : POST_TP_SUM, t, -1, m->op);
 }
 
 /* Issues the posted ops as one NCCL group on ms, after the compute they depend on. */
@@ -576,9 +571,7 @@ extern "C" const RtComm rt_comm_nccl = {
 	.group_start = nc_group_start,
 	.send = nc_send,
 	.recv = nc_recv,
-	.allreduce_avg = nc_allreduce,
-	.allreduce_sum = nc_allreduce_sum,
-	.tp_allreduce = nc_tp_allreduce,
+	.allreduce = nc_allreduce,
 	.group_end = nc_group_end,
 	.barrier = nc_barrier,
 };

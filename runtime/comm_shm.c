@@ -9,12 +9,12 @@
  * until all of them completed.  A send completes only when a receive has matched it
  * and the data is copied (rendezvous, as NCCL), whatever the size.  A send to self (a plan
  * lowered with --same-rank=self-send) is the pair (a, a): its receive, posted in the same
- * group, meets it there and the data is copied like any other.  An all-reduce
- * completes when every member of the dp group has posted it; the last member to post
- * sums the members' tensors in dp order and scales by 1/dp, so the result is the same
- * whichever thread arrives last (and equals the sequential reference's).  A sum over a
- * list of ranks (a tied table's pair) works alike, in list order, without the scale, and
- * so does a TPREDUCE over the tp group, in tp order (a sum, or an elementwise maximum).
+ * group, meets it there and the data is copied like any other.  An all-reduce over the
+ * dp group completes when every member has posted it; the last member to post sums the
+ * members' tensors in dp order and scales by 1/dp, so the result is the same whichever
+ * thread arrives last (and equals the sequential reference's).  One over a tied table's
+ * pair works alike, the embedding's rank first, without the scale, and so does one over
+ * the tp group, in tp order (a sum, or an elementwise maximum).
  *
  * Waiting spins briefly (when there are cores to spare) and then sleeps on the rank's
  * condition variable; abort() broadcasts them all so the watchdog or a failing rank can
@@ -22,6 +22,7 @@
  * fails the whole world with a message naming both ops. */
 #include "rt_private.h"
 #include "../plan/line.h"
+#include "../plan/tie.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -35,10 +36,10 @@ typedef struct Req {
 	int rank, peer;
 	uint8_t send;
 	uint8_t done;
-	uint8_t max;         // a tp collective: the elementwise maximum instead of the sum
-	int ckey, cidx, cn;  // a collective (peer -2: dp average, -3: sum over a list, -4:
-	                     // over the tp group): its first member, this rank's index, the
-	                     // member count
+	uint8_t over;        // OP_OVER_PEER, or a collective's group (OP_OVER_DP, _TP, _TIE)
+	uint8_t max;         // over the tp group: the elementwise maximum instead of the sum
+	int ckey, cidx, cn;  // a collective: its first member, this rank's index, the member
+	                     // count
 	atomic_int *pending; // owner's count of incomplete ops
 	struct Req *next;
 } Req;
@@ -50,8 +51,16 @@ typedef struct {
 
 typedef struct {
 	int n, posted;
-	Req **reqs;        // by dp index
+	Req **reqs;        // by index in the group
 } Coll;
+
+/* A rank's group for a collective: its first member, the rank's index, the size (0: the
+ * rank is in none). */
+typedef struct {
+	int first, index, n;
+} Group;
+
+enum { NCOLL = OP_OVER_TIE - OP_OVER_DP + 1 }; // the collectives' groups: dp, tp, tie
 
 typedef struct {
 	pthread_mutex_t mu;
@@ -60,8 +69,7 @@ typedef struct {
 	int bar_count, bar_gen;
 	int world;
 	Chan **chan;         // [src * world + dst], made on first use
-	Coll **coll;         // [kind * world + first member], made on first use (kind 0: dp
-	                     // average, 1: sum over a list, 2: tp group)
+	Coll **coll;         // [(over - OP_OVER_DP) * world + first member], made on first use
 	int64_t spin;        // ns to spin before sleeping
 } ThWorld;
 
@@ -69,10 +77,7 @@ typedef struct {
 	Req *reqs;
 	int nreq, cap;
 	atomic_int pending;
-	int dp_index;
-	int *dp_members;
-	int ndp;
-	int tp_first, tp_index, ntp; // the tp group: its first member, this rank's place, size
+	Group group[NCOLL]; // [over - OP_OVER_DP]
 } ThRank;
 
 static inline void cpu_relax(void)
@@ -102,7 +107,7 @@ static int th_open(RtWorld *w)
 	w->state[RT_PART_COMM] = t;
 	t->cv = calloc((size_t)n, sizeof *t->cv);
 	t->chan = calloc((size_t)n * (size_t)n, sizeof *t->chan);
-	t->coll = calloc(3 * (size_t)n, sizeof *t->coll);
+	t->coll = calloc(NCOLL * (size_t)n, sizeof *t->coll);
 	if (!t->cv || !t->chan || !t->coll)
 		return rt_world_error(w, "out of memory for %d ranks", n);
 	pthread_cond_init(&t->bar_cv, NULL);
@@ -124,7 +129,7 @@ static void th_close(RtWorld *w)
 		for (int64_t i = 0; i < (int64_t)t->world * t->world; i++)
 			free(t->chan[i]);
 	if (t->coll)
-		for (int i = 0; i < 3 * t->world; i++) {
+		for (int i = 0; i < NCOLL * t->world; i++) {
 			if (t->coll[i])
 				free(t->coll[i]->reqs);
 			free(t->coll[i]);
@@ -164,18 +169,20 @@ static int th_rank_open(RtRank *r)
 		return rt_error(r, "out of memory");
 	r->state[RT_PART_COMM] = t;
 	const Plan *p = r->w->plan;
-	t->dp_members = malloc((size_t)p->dims[DIM_DP] * sizeof(int));
-	if (!t->dp_members)
+	int *mem = malloc((size_t)p->world * sizeof(int));
+	if (!mem)
 		return rt_error(r, "out of memory");
-	t->ndp = plan_dim_members(p, r->rank, DIM_DP, t->dp_members);
-	t->dp_index = r->coord[DIM_DP];
-	int *tp = malloc((size_t)p->dims[DIM_TP] * sizeof(int));
-	if (!tp)
-		return rt_error(r, "out of memory");
-	t->ntp = plan_dim_members(p, r->rank, DIM_TP, tp);
-	t->tp_first = tp[0];
-	t->tp_index = r->coord[DIM_TP];
-	free(tp);
+	int n = plan_dim_members(p, r->rank, DIM_DP, mem);
+	t->group[OP_OVER_DP - OP_OVER_DP] = (Group){mem[0], r->coord[DIM_DP], n};
+	n = plan_dim_members(p, r->rank, DIM_TP, mem);
+	t->group[OP_OVER_TP - OP_OVER_DP] = (Group){mem[0], r->coord[DIM_TP], n};
+	free(mem);
+	/* A tied table's pair (as the other communicators split it): the embedding's rank,
+	 * then the head's. */
+	int e, h, st;
+	int q = plan_tie_across(p, &e, &h) ? plan_tie_peer(p, r->rank, &st) : -1;
+	if (q >= 0)
+		t->group[OP_OVER_TIE - OP_OVER_DP] = (Group){st == h ? q : r->rank, st == h, 2};
 	return RT_OK;
 }
 
@@ -185,7 +192,6 @@ static void th_rank_close(RtRank *r)
 	if (!t)
 		return;
 	free(t->reqs);
-	free(t->dp_members);
 	free(t);
 	r->state[RT_PART_COMM] = NULL;
 }
@@ -212,7 +218,7 @@ static Req *add_req(RtRank *r, RtTensor *tensor, int peer, const RtMsg *m, int s
 	}
 	Req *q = &t->reqs[t->nreq++];
 	*q = (Req){.t = tensor, .msg = *m, .rank = r->rank, .peer = peer, .send = (uint8_t)send,
-	           .pending = &t->pending};
+	           .over = OP_OVER_PEER, .pending = &t->pending};
 	return q;
 }
 
@@ -226,54 +232,28 @@ static int th_recv(RtRank *r, RtTensor *t, int peer, const RtMsg *m)
 	return add_req(r, t, peer, m, 0) ? RT_OK : RT_EFAIL;
 }
 
-static int th_allreduce(RtRank *r, RtTensor *t, const RtMsg *m)
+static int th_allreduce(RtRank *r, RtTensor *t, int over, int max, const RtMsg *m)
 {
 	ThRank *tr = r->state[RT_PART_COMM];
+	const Group *g = over >= OP_OVER_DP && over <= OP_OVER_TIE ? &tr->group[over - OP_OVER_DP]
+	                                                           : NULL;
+	if (!g || g->n == 0)
+		return rt_error(r, "internal: the shm communicator has no group for an all-reduce "
+		                   "over %d on rank %d", over, r->rank);
 	Req *q = add_req(r, t, -1, m, 0);
 	if (!q)
 		return RT_EFAIL;
-	q->peer = -2; // marks a collective
-	q->ckey = tr->dp_members[0];
-	q->cidx = tr->dp_index;
-	q->cn = tr->ndp;
-	return RT_OK;
-}
-
-static int th_allreduce_sum(RtRank *r, RtTensor *t, const int *ranks, int n, const RtMsg *m)
-{
-	int idx = -1;
-	for (int i = 0; i < n; i++)
-		if (ranks[i] == r->rank)
-			idx = i;
-	if (idx < 0 || ranks[0] < 0 || ranks[0] >= r->w->plan->world)
-		return rt_error(r, "internal: a sum over ranks that leave out rank %d", r->rank);
-	Req *q = add_req(r, t, -1, m, 0);
-	if (!q)
-		return RT_EFAIL;
-	q->peer = -3;
-	q->ckey = ranks[0];
-	q->cidx = idx;
-	q->cn = n;
-	return RT_OK;
-}
-
-static int th_tp_allreduce(RtRank *r, RtTensor *t, int max, const RtMsg *m)
-{
-	ThRank *tr = r->state[RT_PART_COMM];
-	Req *q = add_req(r, t, -1, m, 0);
-	if (!q)
-		return RT_EFAIL;
-	q->peer = -4;
+	q->over = (uint8_t)over;
 	q->max = (uint8_t)max;
-	q->ckey = tr->tp_first;
-	q->cidx = tr->tp_index;
-	q->cn = tr->ntp;
+	q->ckey = g->first;
+	q->cidx = g->index;
+	q->cn = g->n;
 	return RT_OK;
 }
 
 static Coll **coll_slot(ThWorld *t, const Req *q)
 {
-	return &t->coll[(q->peer == -3 ? t->world : q->peer == -4 ? 2 * t->world : 0) + q->ckey];
+	return &t->coll[(q->over - OP_OVER_DP) * t->world + q->ckey];
 }
 
 /* acc = max(acc, x) elementwise (host memory: the shm communicator runs on the cpu). */
@@ -343,7 +323,7 @@ static int post_locked(RtRank *r, Req *q)
 {
 	RtWorld *w = r->w;
 	ThWorld *t = tw(w);
-	if (q->peer <= -2) {
+	if (q->over != OP_OVER_PEER) {
 		Coll **cp = coll_slot(t, q);
 		if (!*cp) {
 			*cp = calloc(1, sizeof **cp);
@@ -363,12 +343,14 @@ static int post_locked(RtRank *r, Req *q)
 		c->reqs[q->cidx] = q;
 		if (++c->posted < c->n)
 			return RT_OK;
+		/* The members agree on the stage (but a tied pair: two stages), a TPREDUCE's on
+		 * the microbatch, direction and reduction, all on the size. */
 		Req *a = c->reqs[0];
 		for (int i = 1; i < c->n; i++)
-			if ((q->peer != -3 && c->reqs[i]->msg.edge != a->msg.edge) || // a sum's stages differ
-			    (q->peer == -4 && (c->reqs[i]->msg.mb != a->msg.mb ||
-			                       c->reqs[i]->msg.dir != a->msg.dir ||
-			                       c->reqs[i]->max != a->max)) ||
+			if ((q->over != OP_OVER_TIE && c->reqs[i]->msg.edge != a->msg.edge) ||
+			    (q->over == OP_OVER_TP && (c->reqs[i]->msg.mb != a->msg.mb ||
+			                               c->reqs[i]->msg.dir != a->msg.dir ||
+			                               c->reqs[i]->max != a->max)) ||
 			    c->reqs[i]->msg.bytes != a->msg.bytes) {
 				fail_locked(w, "all-reduce members disagree", a, c->reqs[i]);
 				return RT_EABORT;
@@ -380,7 +362,7 @@ static int post_locked(RtRank *r, Req *q)
 				max_into(acc, c->reqs[i]->t);
 			else
 				r->dev->add(r, acc, c->reqs[i]->t);
-		if (q->peer == -2)
+		if (q->over == OP_OVER_DP)
 			r->dev->scale(r, acc, 1.0f / (float)c->n);
 		for (int i = 1; i < c->n; i++)
 			memcpy(c->reqs[i]->t->data, acc->data, (size_t)acc->bytes);
@@ -454,7 +436,7 @@ static void withdraw_locked(RtRank *r)
 		Req *q = &tr->reqs[i];
 		if (q->done)
 			continue;
-		if (q->peer <= -2) {
+		if (q->over != OP_OVER_PEER) {
 			Coll *c = *coll_slot(t, q);
 			if (c && c->reqs[q->cidx] == q) {
 				c->reqs[q->cidx] = NULL;
@@ -540,9 +522,7 @@ const RtComm rt_comm_shm = {
 	.group_start = th_group_start,
 	.send = th_send,
 	.recv = th_recv,
-	.allreduce_avg = th_allreduce,
-	.allreduce_sum = th_allreduce_sum,
-	.tp_allreduce = th_tp_allreduce,
+	.allreduce = th_allreduce,
 	.group_end = th_group_end,
 	.barrier = th_barrier,
 };

@@ -34,7 +34,7 @@ typedef struct {
 	int *peer_out;     // per out-edge position
 	PlanStageDeps deps; // this step's W count, ALLREDUCE and OPTIM (plan_dep_apply)
 	RtTensor tie;       // a table tied across ranks: the gradient of this stage's copy
-	int tie_ranks[2];   // ... and the pair that sums it, the embedding's rank first
+	int tie_peer;       // ... and the rank holding the other copy
 	PlanParts parts;    // tp > 1: the stage's parts
 	PlanPartState *ps;  // [microbatches]: how far its parts ran
 	RtWalk *walk;       // [microbatches][DIR_COUNT]: the walks between parts
@@ -48,6 +48,7 @@ struct RtInterp {
 	                   // from self got, while plane 0 still holds what its SEND sends
 	RtTensor ***sent;  // slots of the current group's sends, released after it
 	int64_t nsent;
+	int open;          // the current ops opened a comm group (group_open)
 };
 
 static RtTensor **slot_at(RtRank *r, int e, int mb, int dir)
@@ -164,8 +165,7 @@ static int setup(RtRank *r)
 		int64_t rows = p->vocab / m->tp, d = plan_tie_bytes(p) / 4 / rows; // the rank's rows
 		ls->deps.tie = 1;
 		ls->tie = rt_tensor_view(ls->b.grads, head ? m->copy_off : m->embed_off, rows, d);
-		ls->tie_ranks[0] = head ? q : r->rank;
-		ls->tie_ranks[1] = head ? r->rank : q;
+		ls->tie_peer = q;
 	}
 	return RT_OK;
 }
@@ -346,13 +346,13 @@ static int scatter_edges(RtRank *r, LStage *ls, int mb, int dir, RtTensor *t)
 /* ---- compute ops ---- */
 
 /* The dependency rules (plan_dep_apply) for op o on local stage ls, as an op of kind k
- * (o's, or the whole F or B that o's part completes). */
+ * (o's, or the whole F or B that o's part or TPREDUCE completes: then a compute op's
+ * rules, per microbatch). */
 static const char *dep_why(RtRank *r, LStage *ls, const PlanOp *o, OpKind k)
 {
 	const Plan *p = r->w->plan;
 	const RtModel *m = r->model;
-	int per_mb = o->mb >= 0 && o->mb < p->microbatches &&
-	             (plan_op_is_compute(plan_op_kind(o)) || o->kind == OP_TPREDUCE);
+	int per_mb = o->mb >= 0 && o->mb < p->microbatches && plan_op_is_compute(k);
 	int e = ls->stage == m->tied_head ? r->in->local_of[m->embed_stage] : -1;
 	return plan_dep_apply(k, per_mb ? &ls->state[o->mb] : NULL, &ls->deps,
 	                      e >= 0 && per_mb ? &r->in->ls[e].deps : NULL, p->microbatches,
@@ -370,12 +370,10 @@ static const char *part_why(RtRank *r, LStage *ls, const PlanOp *o, OpKind *done
 	return why || *done == OP_COUNT ? why : dep_why(r, ls, o, *done);
 }
 
-static int dep_rule_as(RtRank *r, LStage *ls, const PlanOp *o, OpKind *done)
+/* Op o on stage ls refused by a rule, for reason why: the error; RT_OK when why is NULL. */
+static int refused(RtRank *r, LStage *ls, const PlanOp *o, const char *why)
 {
 	const Plan *p = r->w->plan;
-	int parts = p->dims[DIM_TP] > 1 && o->kind != OP_W &&
-	            (plan_op_is_compute(plan_op_kind(o)) || o->kind == OP_TPREDUCE);
-	const char *why = parts ? part_why(r, ls, o, done) : dep_why(r, ls, o, plan_op_kind(o));
 	if (!why)
 		return RT_OK;
 	char text[200];
@@ -383,10 +381,10 @@ static int dep_rule_as(RtRank *r, LStage *ls, const PlanOp *o, OpKind *done)
 	return rt_error(r, "%s (stage %s): %s", text, p->stages[ls->stage].name, why);
 }
 
+/* The dependency rules for op o, which is not a part (nor a part's TPREDUCE). */
 static int dep_rule(RtRank *r, LStage *ls, const PlanOp *o)
 {
-	OpKind done;
-	return dep_rule_as(r, ls, o, &done);
+	return refused(r, ls, o, dep_why(r, ls, o, plan_op_kind(o)));
 }
 
 static RtTensor **saved_of(RtRank *r, LStage *ls, int mb)
@@ -471,14 +469,14 @@ static int seq_done(RtRank *r, LStage *ls, int mb, int dir)
 }
 
 /* Part o->part of an F, B or BW: the first takes the stage's input (or output gradient).
- * *split: a BW part's B time, as run_compute times a whole BW. */
+ * *split: a BW part's B time, as op_fused times a whole BW. */
 static int op_part(RtRank *r, LStage *ls, const PlanOp *o, int step, int64_t *split)
 {
 	const RtStageModel *sm = &r->model->st[ls->stage];
 	OpKind done;
-	if (dep_rule_as(r, ls, o, &done))
+	if (refused(r, ls, o, part_why(r, ls, o, &done)))
 		return RT_EFAIL;
-	int mb = o->mb, dir = o->kind == OP_F ? DIR_ACT : DIR_GRAD, replica = r->coord[DIM_DP];
+	int mb = o->mb, dir = plan_ops[o->kind].dir, replica = r->coord[DIM_DP];
 	RtWalk *wk = &ls->walk[mb * DIR_COUNT + dir];
 	const PlanPart *pt = &ls->parts.part[dir][o->part];
 	RtTensor **saved = saved_of(r, ls, mb);
@@ -497,9 +495,10 @@ static int op_part(RtRank *r, LStage *ls, const PlanOp *o, int step, int64_t *sp
 	int rc = dir == DIR_ACT
 	             ? rt_stage_fwd_run(r, ls->stage, mb, step, replica, &ls->b, wk, pt->first + pt->n, saved)
 	             : rt_stage_bwd_run(r, ls->stage, mb, step, replica, &ls->b, wk, pt->first, saved);
-	/* A BW part is B then W of its own layers, so it frees what they kept, as the
-	 * memory model's BW part does (plan_part_mem). */
-	if (rc == RT_OK && o->kind == OP_BW) {
+	/* A BW part (a part that makes the weight gradient too) is B then W of its own
+	 * layers, so it frees what they kept, as the memory model's BW part does
+	 * (plan_part_mem). */
+	if (rc == RT_OK && (plan_ops[o->kind].makes & PLAN_DEP_WGRAD)) {
 		if (r->dev->async && r->w->opt.trace && r->dev->sync(r))
 			return RT_EFAIL;
 		*split = rt_now_ns() - t0;
@@ -530,7 +529,7 @@ static int op_tpreduce(RtRank *r, const PlanOp *o, int64_t i)
 		                   "all-reduce is %lld bytes", p->stages[o->stage].name, o->part,
 		                (long long)bytes, (long long)ls->parts.part[dir][o->part].reduce);
 	OpKind done;
-	if (dep_rule_as(r, ls, o, &done))
+	if (refused(r, ls, o, part_why(r, ls, o, &done)))
 		return RT_EFAIL;
 	RtMsg msg = {.edge = o->stage, .mb = o->mb, .dir = dir, .op = (int32_t)i, .bytes = bytes};
 	if (rt_stage_tp_reduce(r, o->stage, o->mb, &ls->b, &ls->walk[o->mb * DIR_COUNT + dir],
@@ -539,53 +538,81 @@ static int op_tpreduce(RtRank *r, const PlanOp *o, int64_t i)
 	return done != OP_COUNT ? seq_done(r, ls, o->mb, dir) : RT_OK;
 }
 
-/* ---- comm groups ---- */
+/* ---- comm ops ---- */
 
-static int post_op(RtRank *r, const PlanOp *o, int64_t i)
+/* Opens the comm group the rank's current ops post into, before its first post. */
+static int group_open(RtRank *r)
+{
+	if (r->in->open)
+		return RT_OK;
+	r->in->open = 1;
+	return r->w->comm->group_start(r);
+}
+
+/* What comm op i (o) carries, for the communicator's checks; a collective's (mb and dir
+ * -1) when `coll`. */
+static RtMsg msg_of(const Plan *p, const PlanOp *o, int64_t i, int coll)
+{
+	return (RtMsg){.edge = o->stage, .mb = coll ? -1 : o->mb, .dir = coll ? -1 : o->dir,
+	               .op = (int32_t)i, .bytes = plan_op_bytes(p, o)};
+}
+
+/* An ALLREDUCE: the stage's gradients, averaged over the dp group. */
+static int post_allreduce(RtRank *r, const PlanOp *o, int64_t i)
+{
+	const Plan *p = r->w->plan;
+	if (group_open(r))
+		return RT_EFAIL;
+	RtMsg msg = msg_of(p, o, i, 1);
+	LStage *ls = local_stage(r, o->stage, "ALLREDUCE of");
+	if (!ls)
+		return RT_EFAIL;
+	int64_t want = r->model->st[o->stage].nparams * 4;
+	if (msg.bytes != want)
+		return rt_error(r, "ALLREDUCE of stage %s moves bytes=%lld, but its gradients are "
+		                   "%lld bytes",
+		                p->stages[o->stage].name, (long long)msg.bytes, (long long)want);
+	if (dep_rule(r, ls, o))
+		return RT_EFAIL;
+	return r->w->comm->allreduce(r, ls->b.grads, plan_ops[o->kind].over, 0, &msg);
+}
+
+/* A TIEREDUCE: the tied table's gradient, summed with its other copy's. */
+static int post_tiereduce(RtRank *r, const PlanOp *o, int64_t i)
+{
+	const Plan *p = r->w->plan;
+	if (group_open(r))
+		return RT_EFAIL;
+	RtMsg msg = msg_of(p, o, i, 1);
+	LStage *ls = local_stage(r, o->stage, "TIEREDUCE of");
+	if (!ls)
+		return RT_EFAIL;
+	if (!ls->deps.tie || o->peer != ls->tie_peer)
+		return rt_error(r, "TIEREDUCE of stage %s with rank %d: the stage holds no copy "
+		                   "of a tied table shared with that rank",
+		                p->stages[o->stage].name, o->peer);
+	if (msg.bytes != ls->tie.bytes)
+		return rt_error(r, "TIEREDUCE of stage %s moves bytes=%lld, but the tied table's "
+		                   "gradient is %lld bytes",
+		                p->stages[o->stage].name, (long long)msg.bytes, (long long)ls->tie.bytes);
+	if (dep_rule(r, ls, o))
+		return RT_EFAIL;
+	return r->w->comm->allreduce(r, &ls->tie, plan_ops[o->kind].over, 0, &msg);
+}
+
+/* A SEND or RECV of an edge's tensor. */
+static int post_p2p(RtRank *r, const PlanOp *o, int64_t i)
 {
 	const Plan *p = r->w->plan;
 	const RtComm *comm = r->w->comm;
-	int64_t bytes = plan_op_bytes(p, o);
-	RtMsg msg = {.edge = o->stage, .mb = o->mb, .dir = o->dir, .op = (int32_t)i,
-	             .bytes = bytes};
-	if (o->kind == OP_ALLREDUCE) {
-		LStage *ls = local_stage(r, o->stage, "ALLREDUCE of");
-		if (!ls)
-			return RT_EFAIL;
-		int64_t want = r->model->st[o->stage].nparams * 4;
-		if (bytes != want)
-			return rt_error(r, "ALLREDUCE of stage %s moves bytes=%lld, but its gradients are "
-			                   "%lld bytes",
-			                p->stages[o->stage].name, (long long)bytes, (long long)want);
-		if (dep_rule(r, ls, o))
-			return RT_EFAIL;
-		msg.mb = -1;
-		msg.dir = -1;
-		return comm->allreduce_avg(r, ls->b.grads, &msg);
-	}
-	if (o->kind == OP_TIEREDUCE) {
-		LStage *ls = local_stage(r, o->stage, "TIEREDUCE of");
-		if (!ls)
-			return RT_EFAIL;
-		if (!ls->deps.tie || o->peer != ls->tie_ranks[ls->tie_ranks[0] == r->rank])
-			return rt_error(r, "TIEREDUCE of stage %s with rank %d: the stage holds no copy "
-			                   "of a tied table shared with that rank",
-			                p->stages[o->stage].name, o->peer);
-		if (bytes != ls->tie.bytes)
-			return rt_error(r, "TIEREDUCE of stage %s moves bytes=%lld, but the tied table's "
-			                   "gradient is %lld bytes",
-			                p->stages[o->stage].name, (long long)bytes, (long long)ls->tie.bytes);
-		if (dep_rule(r, ls, o))
-			return RT_EFAIL;
-		msg.mb = -1;
-		msg.dir = -1;
-		return comm->allreduce_sum(r, &ls->tie, ls->tie_ranks, 2, &msg);
-	}
+	if (group_open(r))
+		return RT_EFAIL;
+	RtMsg msg = msg_of(p, o, i, 0);
 	int e = o->stage, dir = o->dir;
 	const PlanEdge *ed = &p->edges[e];
 	/* The local end: for act, a SEND leaves the edge's source and a RECV enters its
 	 * destination; grad goes the other way. */
-	int send = o->kind == OP_SEND;
+	int send = plan_ops[o->kind].sends;
 	int at_src = send == (dir == DIR_ACT);
 	int s = at_src ? ed->src : ed->dst;
 	if (!local_stage(r, s, send ? "SEND from" : "RECV for"))
@@ -617,27 +644,6 @@ static int post_op(RtRank *r, const PlanOp *o, int64_t i)
 	return comm->recv(r, t, o->peer, &msg);
 }
 
-/* Runs ops [i, j) as one group; the sends' slots are released once it completed. */
-static int run_group(RtRank *r, int64_t i, int64_t j)
-{
-	const RtComm *comm = r->w->comm;
-	RtInterp *in = r->in;
-	in->nsent = 0;
-	int rc = comm->group_start(r);
-	for (int64_t k = i; k < j && rc == RT_OK; k++) {
-		rc = post_op(r, &r->pr->ops[k], k);
-		if (rc == RT_EFAIL && !r->w->abort)
-			atomic_store(&r->cur_op, k); // name the op that failed
-	}
-	if (rc == RT_OK)
-		rc = comm->group_end(r);
-	rt_mem_sample(r, i); // the receives are in, the sends not yet released
-	for (int64_t k = 0; k < in->nsent; k++)
-		slot_release(r, in->sent[k]);
-	in->nsent = 0;
-	return rc;
-}
-
 static void record(RtRank *r, int64_t t0, int64_t t1, int64_t op, int64_t end, int step,
                    int64_t split)
 {
@@ -653,43 +659,85 @@ static void record(RtRank *r, int64_t t0, int64_t t1, int64_t op, int64_t end, i
 	                            .op_end = end, .step = step, .split = (int32_t)split};
 }
 
-static int run_compute(RtRank *r, const PlanOp *o, int step, int64_t *split)
+/* A BW: B, then W of all the stage's layers; *split: its B time. */
+static int op_fused(RtRank *r, LStage *ls, int mb, int step, int64_t *split)
 {
-	const char *what = o->kind == OP_OPTIM ? "OPTIM of" : "compute on";
-	LStage *ls = local_stage(r, o->stage, what);
-	if (ls && r->w->plan->dims[DIM_TP] > 1 &&
-	    (o->kind == OP_F || o->kind == OP_B || o->kind == OP_BW))
-		return op_part(r, ls, o, step, split);
-	if (!ls || dep_rule(r, ls, o))
+	int64_t t0 = rt_now_ns();
+	if (op_backward(r, ls, mb, step))
 		return RT_EFAIL;
-	int nlayers = r->w->plan->stages[ls->stage].nlayers;
-	switch (plan_op_kind(o)) {
-	case OP_SEND:
-	case OP_RECV:
-	case OP_ALLREDUCE:
-	case OP_TIEREDUCE:
-	case OP_TPREDUCE: // run_step's: op_tpreduce
-	case OP_COUNT:
-		break;
+	if (r->dev->async && r->w->opt.trace && r->dev->sync(r))
+		return RT_EFAIL;
+	*split = rt_now_ns() - t0;
+	return op_weights(r, ls, mb, step, 0, r->w->plan->stages[ls->stage].nlayers);
+}
+
+/* Runs op i of the rank's list in step `step`, the one place that tells the kinds
+ * apart: a compute op or OPTIM on its stage (at tp > 1 a parted kind's part), a comm op
+ * posted into the group its first post opens, or a TPREDUCE, which runs its own groups
+ * inside its stage's walk.  *split: a BW's B time. */
+static int run_op(RtRank *r, int64_t i, int step, int64_t *split)
+{
+	const PlanOp *o = &r->pr->ops[i];
+	OpKind k = plan_op_kind(o);
+	LStage *ls = NULL;
+	if (k < OP_COUNT && !plan_op_is_comm(k)) {
+		ls = local_stage(r, o->stage, plan_ops[k].role == OP_ROLE_STEP ? "OPTIM of" : "compute on");
+		if (!ls)
+			return RT_EFAIL;
+		if (r->w->plan->dims[DIM_TP] > 1 && plan_ops[k].parted)
+			return op_part(r, ls, o, step, split);
+		if (dep_rule(r, ls, o))
+			return RT_EFAIL;
+	}
+	switch (k) {
 	case OP_F:
 		return op_forward(r, ls, o->mb, step);
 	case OP_B:
 		return op_backward(r, ls, o->mb, step);
 	case OP_W:
-		return op_weights(r, ls, o->mb, step, 0, nlayers);
-	case OP_BW: {
-		int64_t t0 = rt_now_ns();
-		if (op_backward(r, ls, o->mb, step))
-			return RT_EFAIL;
-		if (r->dev->async && r->w->opt.trace && r->dev->sync(r))
-			return RT_EFAIL;
-		*split = rt_now_ns() - t0;
-		return op_weights(r, ls, o->mb, step, 0, nlayers);
-	}
+		return op_weights(r, ls, o->mb, step, 0, r->w->plan->stages[ls->stage].nlayers);
+	case OP_BW:
+		return op_fused(r, ls, o->mb, step, split);
 	case OP_OPTIM:
 		return op_optim(r, ls, step);
+	case OP_SEND:
+	case OP_RECV:
+		return post_p2p(r, o, i);
+	case OP_ALLREDUCE:
+		return post_allreduce(r, o, i);
+	case OP_TIEREDUCE:
+		return post_tiereduce(r, o, i);
+	case OP_TPREDUCE:
+		return op_tpreduce(r, o, i);
+	case OP_COUNT:
+		break;
 	}
 	return rt_error(r, "unknown op kind %d", o->kind);
+}
+
+/* Runs ops [i, j): one op, or one comm group (plan_group_end), whose group the comm
+ * ops' first post opened; the sends' slots are released once it completed. */
+static int run_ops(RtRank *r, int64_t i, int64_t j, int step, int64_t *split)
+{
+	RtInterp *in = r->in;
+	in->nsent = 0;
+	in->open = 0;
+	int rc = RT_OK;
+	for (int64_t k = i; k < j && rc == RT_OK; k++) {
+		rc = run_op(r, k, step, split);
+		if (rc == RT_EFAIL && !r->w->abort)
+			atomic_store(&r->cur_op, k); // name the op that failed
+	}
+	if (!in->open)
+		return rc;
+	in->open = 0;
+	if (rc == RT_OK)
+		rc = r->w->comm->group_end(r);
+	rt_mem_sample(r, i); // the receives are in, the sends not yet released
+	for (int64_t k = 0; k < in->nsent; k++)
+		slot_release(r, in->sent[k]);
+	in->nsent = 0;
+	return rc;
 }
 
 static int run_step(RtRank *r, int step)
@@ -706,9 +754,7 @@ static int run_step(RtRank *r, int step)
 		if (r->w->fault_rank == r->rank) // test-only (PIPERUN_FAULT): fault.c
 			rt_fault_at(r, step, i, j);
 		int64_t t0 = rt_now_ns(), split = 0;
-		int rc = o->kind == OP_TPREDUCE  ? op_tpreduce(r, o, i)
-		         : plan_is_comm(o->kind) ? run_group(r, i, j)
-		                                 : run_compute(r, o, step, &split);
+		int rc = run_ops(r, i, j, step, &split);
 		if (rc)
 			return rc;
 		if (timed && dev->async && dev->sync(r))

@@ -7,8 +7,8 @@
  *                 (threads: launch_threads.c, mpi: launch_mpi.c)
  *   device        computes: tensor storage, the layer kernels, the optimizer step and
  *                 waiting for issued work (cpu: cpu.c, cuda: device_cuda.cu)
- *   communicator  moves tensors: grouped send/recv, the dp all-reduce, the tied
- *                 table's sum over its pair of ranks, one communicator per mesh
+ *   communicator  moves tensors: grouped send/recv, the all-reduce over the dp or tp
+ *                 group or a tied table's pair of ranks, one communicator per mesh
  *                 dimension, the step barrier, abort
  *                 (shm: comm_shm.c, mpi: comm_mpi.c, nccl: comm_nccl.cu)
  *
@@ -26,7 +26,7 @@
  * sync() really wait.  Host pointers passed to upload() may be reused at once.
  *
  * Communication follows NCCL's group model: group_start(), then any number of send(),
- * recv() and allreduce_avg() posts, then group_end().  On a synchronous communicator
+ * recv() and allreduce() posts, then group_end().  On a synchronous communicator
  * group_end() returns when every op of the group has completed; an asynchronous one
  * enqueues the group and orders later work after it.  Sends are rendezvous; matching
  * is FIFO per ordered pair of ranks.  While waiting, a part polls rt_aborted() (or is
@@ -79,9 +79,9 @@ typedef struct {
 /* What a point-to-point message or collective carries, for matching checks: the
  * k-th send from a to b must name what the k-th receive on b from a names. */
 typedef struct {
-	int32_t edge;   // edge for SEND/RECV, stage for ALLREDUCE
-	int32_t mb;     // microbatch, -1 for ALLREDUCE
-	int32_t dir;    // Dir, or -1 for ALLREDUCE
+	int32_t edge;   // edge for SEND/RECV, stage for the collectives
+	int32_t mb;     // microbatch, -1 for ALLREDUCE and TIEREDUCE
+	int32_t dir;    // Dir, or -1 for ALLREDUCE and TIEREDUCE
 	int32_t op;     // index of the op in the rank's list (for messages)
 	int64_t bytes;
 } RtMsg;
@@ -121,7 +121,7 @@ typedef struct {
  * views of the embedding's (the layer has no parameters of its own), so its kernels are
  * the untied head's.  On another pipeline rank than the embedding (`copy`), the head
  * keeps its own copy of the table, initialised as the embedding's, which the plan's
- * TIEREDUCE keeps equal (the communicator's allreduce_sum). */
+ * TIEREDUCE keeps equal (the communicator's allreduce over OP_OVER_TIE). */
 
 /* One kernel call.  Arrays are in LayerTensors' order; unused members are NULL/0. */
 typedef struct {
@@ -296,23 +296,21 @@ typedef struct {
 	 * per mesh dimension (split from the world's, collective over the world). */
 	int (*rank_open)(RtRank *r);
 	void (*rank_close)(RtRank *r);
-	/* Groups as NCCL's.  peer: world rank.  allreduce_avg sums t over the rank's dp
-	 * group (plan_dim_members(DIM_DP)), in dp order where the part can choose, then
-	 * multiplies by 1/dp. */
+	/* Groups as NCCL's.  peer: world rank. */
 	int (*group_start)(RtRank *r);
 	int (*send)(RtRank *r, const RtTensor *t, int peer, const RtMsg *m);
 	int (*recv)(RtRank *r, RtTensor *t, int peer, const RtMsg *m);
-	int (*allreduce_avg)(RtRank *r, RtTensor *t, const RtMsg *m);
-	/* Sums t over the world ranks ranks[0..n) (r among them; every member passes the
-	 * same list), in list order where the part can choose: a TIEREDUCE, over the pair
-	 * holding a tied table's copies (plan_tie_peer), the embedding's rank first.  Alone
-	 * in its group.  The part may prepare the group when the rank opens. */
-	int (*allreduce_sum)(RtRank *r, RtTensor *t, const int *ranks, int n, const RtMsg *m);
-	/* A TPREDUCE: sums (max 0) or takes the elementwise maximum (max 1) of t over the
-	 * rank's tp group (plan_dim_members(DIM_TP)), on the tp communicator, in tp order
-	 * where the part can choose.  Alone in its group.  NULL: the part cannot, and plans
-	 * with tp > 1 are refused when the world opens. */
-	int (*tp_allreduce)(RtRank *r, RtTensor *t, int max, const RtMsg *m);
+	/* An all-reduce of t in place, alone in its group, over the group `over` names (the
+	 * op table's OP_OVER_*, an op kind's OpInfo.over), in member order where the part can
+	 * choose:
+	 *   OP_OVER_DP   the rank's dp group (plan_dim_members(DIM_DP)): the sum times 1/dp
+	 *                (ALLREDUCE: the gradients' average)
+	 *   OP_OVER_TP   the rank's tp group (plan_dim_members(DIM_TP)): the sum, or with
+	 *                max 1 the elementwise maximum (TPREDUCE)
+	 *   OP_OVER_TIE  the pair holding a table tied across pipeline ranks (plan_tie_peer),
+	 *                the embedding's rank first: the sum (TIEREDUCE)
+	 * (max is 0 over the others).  The part makes its groups when the rank opens. */
+	int (*allreduce)(RtRank *r, RtTensor *t, int over, int max, const RtMsg *m);
 	int (*group_end)(RtRank *r);
 	/* All ranks of the world (between steps, so steps are timed alike). */
 	int (*barrier)(RtRank *r);

@@ -89,9 +89,7 @@ static int alloc_ranks(RtWorld *w)
 static int tp_refuse(const RtWorld *w, char *err, size_t errn)
 {
 	const Plan *p = w->plan;
-	const char *why = !w->comm->tp_allreduce ? "the communicator has no tp all-reduce"
-	                  : !w->dev->tp_split    ? "its device does not compute tp shards yet"
-	                                         : NULL;
+	const char *why = !w->dev->tp_split ? "its device does not compute tp shards yet" : NULL;
 	for (int s = 0; s < p->nstages && !why; s++)
 		if (p->stages[s].recompute)
 			why = "recomputation (its forward would need the tp all-reduces again)";

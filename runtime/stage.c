@@ -550,7 +550,7 @@ static int tp_reduce(RtRank *r, RtTensor *t, int max, const RtMsg *m)
 	msg.bytes = t->bytes;
 	int rc = comm->group_start(r);
 	if (rc == RT_OK)
-		rc = comm->tp_allreduce(r, t, max, &msg);
+		rc = comm->allreduce(r, t, OP_OVER_TP, max, &msg);
 	if (rc == RT_OK)
 		rc = comm->group_end(r);
 	return rc;

@@ -491,7 +491,7 @@ void cuda__nccl_self__grouped_sendrecv_and_allreduce(void **state)
 	cpu->add(r, &ha, &hb);
 	m.mb = m.dir = -1;
 	assert_int_equal(comm->group_start(r), RT_OK);
-	assert_int_equal(comm->allreduce_avg(r, c, &m), RT_OK);
+	assert_int_equal(comm->allreduce(r, c, OP_OVER_DP, 0, &m), RT_OK);
 	assert_int_equal(comm->group_end(r), RT_OK);
 	assert_int_equal(be->scale(r, c, 2.0f), RT_OK);
 	cpu->scale(r, &ha, 2.0f);

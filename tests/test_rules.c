@@ -910,24 +910,38 @@ static void rules__op_table_phrases__each_a_row(void **state)
 
 /* The op table's columns agree with each other: a p2p op names an edge and is sized by
  * it, a collective is sized by the sizes table and alone in its group, only a compute
- * op runs in tp parts, only a p2p op sends, a p2p op has a peer, and only a comm op
- * does (of the collectives, TIEREDUCE: its pair's other rank). */
+ * op runs in tp parts, only a p2p op sends, a p2p op has a peer and so does TIEREDUCE
+ * (its pair's other rank), no other op.  The fields: a comm op has a group and
+ * bytes, a p2p op a route, a peer and a direction; a TPREDUCE (over tp) ends a part,
+ * so it has a microbatch, a part and a direction, a TIEREDUCE a peer; a compute op has
+ * a microbatch, and a part where it is parted.  plan_op_of_over finds each collective. */
 static void rules__op_table_columns__agree(void **state)
 {
 	(void)state;
 	for (int k = 0; k < OP_COUNT; k++) {
 		const OpInfo *o = &plan_ops[k];
 		int p2p = plan_op_is_p2p((OpKind)k), coll = plan_op_is_coll((OpKind)k);
+		int comm = plan_op_is_comm((OpKind)k), tp = o->over == OP_OVER_TP;
+		int compute = plan_op_is_compute((OpKind)k);
+		unsigned f = o->fields;
 		if (p2p != (o->at == OP_AT_EDGE) || coll != o->sized || coll != o->alone ||
-		    (o->parted && !plan_op_is_compute((OpKind)k)) || (o->sends && !p2p) ||
-		    plan_op_is_comm((OpKind)k) != (p2p || coll) ||
-		    plan_op_has_peer((OpKind)k) > plan_op_is_comm((OpKind)k) ||
-		    p2p > plan_op_has_peer((OpKind)k))
+		    (o->parted && !compute) || (o->sends && !p2p) || comm != (p2p || coll) ||
+		    plan_op_has_peer((OpKind)k) > comm || p2p > plan_op_has_peer((OpKind)k))
 			fail_msg("%s: its columns disagree", o->name);
+		if (comm != !!(f & OP_FIELD_GROUP) || comm != !!(f & OP_FIELD_BYTES) ||
+		    p2p != !!(f & OP_FIELD_ROUTE) ||
+		    (p2p || o->over == OP_OVER_TIE) != !!(f & OP_FIELD_PEER) ||
+		    (p2p || tp) != !!(f & OP_FIELD_DIR) || (o->parted || tp) != !!(f & OP_FIELD_PART) ||
+		    (compute || p2p || tp) != !!(f & OP_FIELD_MB))
+			fail_msg("%s: its fields disagree with its other columns", o->name);
+		if (coll && plan_op_of_over(o->over) != (OpKind)k)
+			fail_msg("%s: plan_op_of_over does not find it", o->name);
 	}
 	assert_true(plan_op_has_peer(OP_TIEREDUCE) && !plan_op_has_peer(OP_ALLREDUCE) &&
 	            !plan_op_has_peer(OP_TPREDUCE) && !plan_op_has_peer(OP_OPTIM));
 	assert_true(plan_op_is_p2p(OP_SEND) && plan_ops[OP_SEND].sends && !plan_ops[OP_RECV].sends);
+	assert_int_equal(plan_op_of_over(OP_OVER_PEER), OP_SEND);
+	assert_int_equal(plan_op_of_over(OP_OVER_NONE), OP_COUNT);
 	assert_int_equal(plan_ops[OP_F].dir, DIR_ACT);
 	assert_int_equal(plan_ops[OP_B].dir, DIR_GRAD);
 }

@@ -3,7 +3,8 @@
  * op below differs from the one before it of its shape in one field, and each line must
  * still spell its own fields, as an independent snprintf of the format says
  * (docs/plan-format.md).  Written on one thread and in pieces on three workers (each
- * piece starts without templates). */
+ * piece starts without templates).  And plan_format_op (diagnostics) spells every kind's
+ * line as the writer does. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -120,10 +121,54 @@ static void write__op_lines__each_spells_its_own_fields(void **state)
 	plan_free(p);
 }
 
+/* Every kind's op line as plan_format_op spells it is the line the writer wrote, but
+ * its " @line": both spell the fields the op table gives the kind (OpInfo.fields).  A
+ * tied head across pipeline ranks at dp = tp = 2, with B and W (zbh1) and with BW
+ * (1f1b), has every kind. */
+static void write__format_op__spells_every_kind_as_written(void **state)
+{
+	(void)state;
+	static const char src[] = "pipeline all_kinds;\nmesh pp=2 dp=2 tp=2;\nmicrobatches 4;\n"
+	                          "input tokens 2x16 vocab=64;\n"
+	                          "stage s0 { embed 32 positions; attention heads=2 bias; }\n"
+	                          "stage s1 { mlp 64 bias; layernorm; head tied; loss xent; }\n"
+	                          "schedule 1f1b;\n";
+	static const char *const sched[] = {"schedule zbh1;", "schedule 1f1b;"};
+	int64_t seen[OP_COUNT] = {0};
+	for (int s = 0; s < 2; s++) {
+		char *with = with_schedule(src, sched[s]);
+		Plan *p = compile_pipe(with, (PipeccOptions){0}, NULL, 0); // every world rank
+		assert_non_null(p);
+		size_t n;
+		char *text = text_of(p, &n);
+		const char *at = text;
+		for (int r = 0; r < p->world; r++) {
+			const PlanRank *rk = &p->ranks[r];
+			for (int64_t i = 0; i < rk->nops; i++) {
+				char want[256];
+				int k = plan_format_op(p, &rk->ops[i], want, sizeof want);
+				at = strstr(at, want); // the op lines are in list order
+				if (!at || (at[k] != ' ' && at[k] != '\n'))
+					fail_msg("rank %d op %lld: '%s' is not a line of the written plan", r,
+					         (long long)i, want);
+				at += k;
+				seen[rk->ops[i].kind]++;
+			}
+		}
+		free(text);
+		plan_free(p);
+		free(with);
+	}
+	for (int k = 0; k < OP_COUNT; k++)
+		if (!seen[k])
+			fail_msg("no %s in the plans", plan_ops[k].name);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(write__op_lines__each_spells_its_own_fields),
+		cmocka_unit_test(write__format_op__spells_every_kind_as_written),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
