@@ -18,6 +18,7 @@
  * pages on this machine (plan/thp.c), and how big the plan writers' writes are
  * (plan_write_piece). */
 #include "../plan/binary.h"
+#include "../plan/io.h"
 #include "../plan/mem.h"
 #include "../plan/par.h"
 #include "../plan/par_out.h"

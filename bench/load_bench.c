@@ -5,6 +5,7 @@
  * phases' seconds to stderr. */
 #include <stdlib.h>
 #include "../plan/plan.h"
+#include "../plan/io.h"
 #include "../plan/line.h"
 
 #include <stdio.h>

@@ -11,6 +11,7 @@
 #include <sys/time.h>
 
 #include "../compiler/auto.h"
+#include "../plan/io.h"
 #include "../compiler/lower.h"
 #include "../compiler/pipecc.h"
 #include "../compiler/place.h"

@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "../sim/sim.h"
+#include "../plan/io.h"
 
 static double now(void)
 {

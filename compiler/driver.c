@@ -4,6 +4,7 @@
  * pipecc_compile (pipecc.c) and the output goes through cli_out_open/cli_out_close, so
  * a failed write leaves nothing behind. */
 #include "../plan/binary.h"
+#include "../plan/io.h"
 #include "../plan/par.h"
 #include "../plan/sysmem.h"
 #include "pipecc.h"

@@ -7,6 +7,7 @@
  * (arena_oom), which reports it as a diagnostic and frees the compilation; the lowering
  * catches its own (lower.c). */
 #include "pipecc.h"
+#include "../plan/io.h"
 #include "../plan/block.h"
 #include "../plan/oom.h"
 #include "../plan/line.h"

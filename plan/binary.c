@@ -11,6 +11,7 @@
  * one byte.  Every plan has exactly one coding (a field is present only when it differs,
  * varints are minimal), so binary -> plan -> binary gives back the same bytes. */
 #include "binary_int.h"
+#include "io.h"
 #include "checksum.h"
 #include "prefetch.h"
 #include "op_line.h"

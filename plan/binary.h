@@ -7,6 +7,7 @@
 #define PLAN_BINARY_H
 
 #include "plan.h"
+#include "io.h"
 #include "checksum.h"
 #include "read_op.h"
 

@@ -6,6 +6,7 @@
  * (or, from a pipe, arrays grow as data arrives), so a corrupted count cannot make us
  * allocate much.  The file is read in blocks and hashed as they are used up. */
 #include "binary_int.h"
+#include "io.h"
 #include "par.h"
 #include "sysmem.h"
 #include "checksum.h"

@@ -1,4 +1,5 @@
-/* The op kinds: one row per kind, and the rules every tool applies to them.
+/* The op record (PlanOp) and the op kinds: one row per kind, and the rules every tool
+ * applies to them.
  *
  * A row says how the plan file and PyTorch spell the op, whether it computes or
  * communicates, and what it needs and makes in terms of the dependency rules.  The
@@ -185,5 +186,55 @@ OpKind plan_op_of_torch(char c);
 /* The first kind that communicates over `over` (OP_OVER_*: the collective over a
  * communicator, SEND over a peer), or OP_COUNT. */
 OpKind plan_op_of_over(int over);
+
+/* One op of a rank's list.  24 bytes: every pass over a big plan is bound by reading
+ * these, and a plan holds them all, so what an op's kind and the plan's tables imply is
+ * not stored: the bytes it moves (plan_op_bytes, plan.h: its edge's, or the
+ * plan/sizes.h entry its route names, as -2 - index so that what shifts routes by
+ * `route >= 0` leaves it alone) and the .pipe line it stems from (plan/op_line.h).
+ * TIEREDUCE's peer holds the table's other copy. */
+typedef struct {
+	uint8_t kind;   // OpKind, read through plan_op_kind()
+	uint8_t dir;    // Dir, for SEND/RECV/TPREDUCE
+	uint16_t part;  // F, B, BW, TPREDUCE: the stage's part (plan_stage_parts); 0 otherwise
+	int32_t stage;  // stage, or edge for SEND/RECV
+	int32_t mb;     // microbatch, -1 for ALLREDUCE/TIEREDUCE/OPTIM
+	int32_t peer;   // peer world rank for SEND/RECV/TIEREDUCE, -1 otherwise
+	int32_t group;  // comm group number, unique per rank; consecutive ops with one number
+	                // form one group; -1 for compute and OPTIM
+	int32_t route;  // SEND/RECV: route index; ALLREDUCE, TIEREDUCE, TPREDUCE: -2 - the
+	                // index of its size in the plan's sizes[]; -1 otherwise
+} PlanOp;
+
+/* The kind of op o, typed so that a switch over it is checked (-Wswitch). */
+static inline OpKind plan_op_kind(const PlanOp *o)
+{
+	return (OpKind)o->kind;
+}
+/* The kinds whose size is one of the plan's sizes[] (PlanOp.route names it): the
+ * collectives. */
+static inline int plan_op_sized(int kind)
+{
+	return kind >= 0 && kind < OP_COUNT && plan_ops[kind].sized;
+}
+/* The fewest bytes an op of kind k may move: a tp all-reduce (TPREDUCE) follows only a
+ * part whose output is a partial sum, so it moves something; the rest may move 0. */
+static inline int64_t plan_op_bytes_min(OpKind k)
+{
+	return plan_ops[k].over == OP_OVER_TP;
+}
+/* The direction of op o: its own dir field where its kind has one (OP_FIELD_DIR: SEND,
+ * RECV, TPREDUCE), else its kind's (a compute op's: F forward, the rest backward). */
+static inline int plan_op_dir(const PlanOp *o)
+{
+	return plan_ops[o->kind].fields & OP_FIELD_DIR ? o->dir : plan_ops[o->kind].dir;
+}
+/* The plan file's key of the peer of an op of kind k (OP_FIELD_PEER): a sending p2p
+ * op's to=, a receiving one's from=, the others' with= (TIEREDUCE). */
+static inline const char *plan_op_peer_key(OpKind k)
+{
+	return plan_ops[k].sends ? "to=" : plan_op_is_p2p(k) ? "from=" : "with=";
+}
+int plan_is_comm(int kind);                          // plan_op_is_comm on a raw kind
 
 #endif

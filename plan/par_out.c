@@ -7,6 +7,7 @@
  * batch to batch: after the first two batches a piece allocates nothing.  At the end,
  * plan_fwrite: the writers' bytes to the stream, in pieces where the machine needs them. */
 #include "par_out.h"
+#include "io.h"
 #include "thp.h"
 
 #include "par.h"

@@ -7,6 +7,7 @@
 #define PLAN_PAR_OUT_H
 
 #include "plan.h"
+#include "io.h"
 
 #include <stdint.h>
 #include <stdio.h>

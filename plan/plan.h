@@ -7,7 +7,8 @@
  *
  * Convention: times are integer nanoseconds, sizes integer bytes.  Stage, edge and route
  * numbers are dense indices into their arrays.  Nothing here knows about the compiler.
- * What is built on the format has its own header: op arrays and blocks (block.h),
+ * What is built on the format has its own header: the op record and the op table
+ * (op.h), reading and writing (io.h), op arrays and blocks (block.h),
  * lines and views (line.h), tp parts (tp.h), sizes (sizes.h), op lines (op_line.h),
  * tied tables (tie.h), checksums (checksum.h), out of memory (oom.h). */
 #ifndef PLAN_H
@@ -103,24 +104,6 @@ typedef struct {
 	int peer_rank;
 	uint8_t local; // PeerKind: PEER_REMOTE, PEER_LOCAL (hand-off) or PEER_SELF
 } PlanPeer;
-
-/* 24 bytes: every pass over a big plan is bound by reading these, and a plan holds
- * them all, so what an op's kind and the plan's tables imply is not stored: the bytes
- * it moves (plan_op_bytes: its edge's, or the plan/sizes.h entry its route names, as
- * -2 - index so that what shifts routes by `route >= 0` leaves it alone) and the .pipe
- * line it stems from (plan/op_line.h).  TIEREDUCE's peer holds the table's other copy. */
-typedef struct {
-	uint8_t kind;   // OpKind, read through plan_op_kind()
-	uint8_t dir;    // Dir, for SEND/RECV/TPREDUCE
-	uint16_t part;  // F, B, BW, TPREDUCE: the stage's part (plan_stage_parts); 0 otherwise
-	int32_t stage;  // stage, or edge for SEND/RECV
-	int32_t mb;     // microbatch, -1 for ALLREDUCE/TIEREDUCE/OPTIM
-	int32_t peer;   // peer world rank for SEND/RECV/TIEREDUCE, -1 otherwise
-	int32_t group;  // comm group number, unique per rank; consecutive ops with one number
-	                // form one group; -1 for compute and OPTIM
-	int32_t route;  // SEND/RECV: route index; ALLREDUCE, TIEREDUCE, TPREDUCE: -2 - the
-	                // index of its size in the plan's sizes[]; -1 otherwise
-} PlanOp;
 
 typedef struct {
 	int coord[DIM_COUNT]; // pp, dp, tp coordinates
@@ -235,17 +218,6 @@ int64_t plan_transfer_ns_floor(const Plan *p, int64_t bytes);
  * cannot be counted: the clocks (the lowering's walk, schedule auto's model, the
  * simulator) saturate instead of wrapping, and pipecc and pipesim refuse such a step. */
 #define PLAN_TIME_MAX (INT64_MAX / 2)
-/* The kind of op o, typed so that a switch over it is checked (-Wswitch). */
-static inline OpKind plan_op_kind(const PlanOp *o)
-{
-	return (OpKind)o->kind;
-}
-/* The kinds whose size is one of the plan's sizes[] (PlanOp.route names it): the
- * collectives. */
-static inline int plan_op_sized(int kind)
-{
-	return kind >= 0 && kind < OP_COUNT && plan_ops[kind].sized;
-}
 /* The bytes op o of plan p moves: an op at an edge (SEND, RECV) its edge's tensor, a
  * sized kind's entry of sizes[], 0 for the rest. */
 static inline int64_t plan_op_bytes(const Plan *p, const PlanOp *o)
@@ -254,25 +226,6 @@ static inline int64_t plan_op_bytes(const Plan *p, const PlanOp *o)
 		return p->edges[o->stage].bytes;
 	return o->route < -1 ? p->sizes[-2 - o->route] : 0;
 }
-/* The fewest bytes an op of kind k may move: a tp all-reduce (TPREDUCE) follows only a
- * part whose output is a partial sum, so it moves something; the rest may move 0. */
-static inline int64_t plan_op_bytes_min(OpKind k)
-{
-	return plan_ops[k].over == OP_OVER_TP;
-}
-/* The direction of op o: its own dir field where its kind has one (OP_FIELD_DIR: SEND,
- * RECV, TPREDUCE), else its kind's (a compute op's: F forward, the rest backward). */
-static inline int plan_op_dir(const PlanOp *o)
-{
-	return plan_ops[o->kind].fields & OP_FIELD_DIR ? o->dir : plan_ops[o->kind].dir;
-}
-/* The plan file's key of the peer of an op of kind k (OP_FIELD_PEER): a sending p2p
- * op's to=, a receiving one's from=, the others' with= (TIEREDUCE). */
-static inline const char *plan_op_peer_key(OpKind k)
-{
-	return plan_ops[k].sends ? "to=" : plan_op_is_p2p(k) ? "from=" : "with=";
-}
-int plan_is_comm(int kind);                          // plan_op_is_comm on a raw kind
 /* Whether edge e travels through the communicator when both its stages share a rank:
  * the plan sends it to self (a route joins a rank to itself).  Remote edges always do. */
 int plan_edge_self(const Plan *p, int e);
@@ -282,33 +235,6 @@ int64_t plan_group_end(const PlanRank *r, int64_t i);
 /* Formats op o as the text the plan file carries (no location): peers as world ranks, also
  * those of a line plan, whose ops hold pipeline indices. */
 int plan_format_op(const Plan *p, const PlanOp *o, char *buf, size_t n);
-
-/* A plan writer: plan_write (text) or plan_write_binary (plan/binary.h). */
-typedef int PlanWriteFn(const Plan *p, FILE *f);
-int plan_write(const Plan *p, FILE *f); // its header's checksum is PLAN_SUM_WRITTEN
-/* The same with the header's checksum of kind sum (PlanSum): the binary form's text part
- * keeps the kind its version was defined with (plan/binary.h). */
-int plan_write_summed(const Plan *p, FILE *f, int sum);
-/* Writes a line plan expanded (every world rank; text format 2), as `pipecc --expand`
- * does, through write (plan_write, or plan_write_binary); an expanded plan as write does.
- * -1 on a write error or out of memory. */
-int plan_write_expanded(const Plan *p, FILE *f, PlanWriteFn *write);
-
-/* Returns NULL and fills err on malformed, truncated or inconsistent input.  Reads
- * either form, the text or the binary (plan/binary.h), told apart by the first byte. */
-Plan *plan_read(FILE *f, const char *name, PlanError *err);
-Plan *plan_read_text(FILE *f, const char *name, PlanError *err); // the text form only
-Plan *plan_read_file(const char *path, PlanError *err);
-/* What the readers above keep beyond what running and simulating a plan need: a tool
- * that never writes the plan (pipesim, piperun) reads with none, 4 bytes an op less.
- * The file is checked alike either way. */
-enum {
-	PLAN_KEEP_LINES = 1, // each op's .pipe line (PlanRank.lines), which only writers put
-	PLAN_KEEP_ALL = PLAN_KEEP_LINES
-};
-Plan *plan_read_as(FILE *f, const char *name, unsigned keep, PlanError *err);
-Plan *plan_read_text_as(FILE *f, const char *name, unsigned keep, PlanError *err);
-Plan *plan_read_file_as(const char *path, unsigned keep, PlanError *err);
 
 /* The verifier: structural invariants every plan must meet (see docs/plan-format.md,
  * "Invariants").  Returns 0 when they hold, else -1 with the first violation in err. */

@@ -9,6 +9,7 @@
  * are parsed on workers instead (read_par.c, plan_read_text_as). */
 #include "mem.h"
 #include "plan.h"
+#include "io.h"
 #include "checksum.h"
 #include "oom.h"
 #include "line.h"

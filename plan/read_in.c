@@ -3,6 +3,7 @@
  * Also the op arrays, which hold nearly all of a large plan's memory: sized once from
  * the rank line's count when the rest of the file can hold that many op lines. */
 #include "read_int.h"
+#include "io.h"
 #include "checksum.h"
 #include "block.h"
 #include "oom.h"

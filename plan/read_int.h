@@ -6,6 +6,7 @@
 
 #include "par.h"
 #include "plan.h"
+#include "io.h"
 #include "checksum.h"
 #include "read_op.h"
 

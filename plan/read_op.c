@@ -9,6 +9,7 @@
  * (plan_read_ops_fast).  It relies on the block having RD_SLACK zero bytes after the
  * text (read_int.h): no literal or digit matches a zero, so a walk stops there. */
 #include "read_op.h"
+#include "io.h"
 #include "block.h"
 
 #include <limits.h>

@@ -3,6 +3,7 @@
 #define PLAN_READ_OP_H
 
 #include "plan.h"
+#include "io.h"
 
 /* What an op line's numbers must lie in: the counts read so far. */
 typedef struct {

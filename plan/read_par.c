@@ -10,6 +10,7 @@
  * exactly its lines, a short read, out of memory): read.c then throws the attempt away
  * and reads the file again on one thread, which reports what it always did. */
 #include "read_int.h"
+#include "io.h"
 #include "checksum.h"
 #include "block.h"
 

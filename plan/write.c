@@ -5,6 +5,7 @@
  * text (LineTpl).  Into a regular file the text is formatted once (the header
  * line, fixed in length, goes into its place last); into a pipe twice. */
 #include "plan.h"
+#include "io.h"
 #include "checksum.h"
 #include "prefetch.h"
 #include "line.h"

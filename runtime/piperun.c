@@ -5,6 +5,7 @@
  * the trace through cli_write (whole or not at all).  Under a launcher only the first
  * process prints what every process would. */
 #include "piperun.h"
+#include "../plan/io.h"
 #include "../plan/oom.h"
 #include "../plan/line.h"
 

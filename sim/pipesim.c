@@ -4,6 +4,7 @@
  * output file took it ('-'), and every file is written whole or not at all through
  * cli_write.  docs/pipesim.md documents the options, output and exits. */
 #include "../plan/par.h"
+#include "../plan/io.h"
 #include "pipesim.h"
 #include "../plan/oom.h"
 #include "../plan/line.h"

@@ -22,6 +22,7 @@
 
 #include "../plan/mem.h"
 #include "../plan/plan.h"
+#include "../plan/io.h"
 
 #define SIM_VERSION "1.0"
 

@@ -10,6 +10,8 @@
 
 #include <dirent.h>
 
+#include "../plan/io.h"
+
 /* .pipe text src compiled in memory with options o (the schedule or microbatches it
  * overrides, a line plan); NULL on diagnostics, which go to errs when given, else to
  * stderr.  lower_lib.h's, sim_lib.h's and test_runtime.c's compile_text. */

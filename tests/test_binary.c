@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "../compiler/pipecc.h"
+#include "../plan/io.h"
 #include "../plan/binary.h"
 #include "plan_lib.h"
 #include "../plan/line.h"

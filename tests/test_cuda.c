@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "../compiler/pipecc.h"
+#include "../plan/io.h"
 #include "../runtime/cuda_env.h"
 #include "../runtime/rt_private.h"
 #include "cuda_test.h"

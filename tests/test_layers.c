@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "../compiler/pipecc.h"
+#include "../plan/io.h"
 #include "../compiler/program.h"
 #include "../plan/tfcount.h"
 #include "../runtime/rt_private.h"

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "../compiler/pipecc.h"
+#include "../plan/io.h"
 #include "../plan/binary.h"
 #include "../plan/line.h"
 #include "../plan/op_line.h"

@@ -22,6 +22,7 @@
 #include "../plan/binary.h"
 #include "../plan/par_out.h"
 #include "../plan/plan.h"
+#include "../plan/io.h"
 #include "../plan/checksum.h"
 #include "../plan/block.h"
 #include "../plan/thp.h"

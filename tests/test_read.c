@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "../compiler/pipecc.h"
+#include "../plan/io.h"
 #include "../plan/par.h"
 #include "../plan/read_int.h"
 #include "plan_lib.h"

@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "../compiler/pipecc.h"
+#include "../plan/io.h"
 #include "../plan/mem.h"
 #include "../sim/sim.h"
 

@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "../compiler/pipecc.h"
+#include "../plan/io.h"
 #include "../plan/binary.h"
 #include "../plan/par.h"
 #include "../plan/par_out.h"

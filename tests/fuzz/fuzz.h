@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "../../plan/plan.h"
+#include "../../plan/io.h"
 #include "../../sim/sim.h"
 #include "../sim_path_same.h"
 

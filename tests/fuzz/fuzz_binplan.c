@@ -5,6 +5,7 @@
  * (a memfd), which the reader reads whole into one block of op arrays, read into the
  * same plan as from memory, which it reads as a stream, or both get an error at a byte. */
 #include "../../plan/binary.h"
+#include "../../plan/io.h"
 #include "fuzz.h"
 
 static char *to_mem(const Plan *p, int fmt, size_t *len)

@@ -7,6 +7,7 @@
  * make coverage vary from run to run, which slows libFuzzer's bookkeeping threefold, so
  * fuzz_plan keeps to one thread.) */
 #include "../../plan/binary.h"
+#include "../../plan/io.h"
 #include "../../plan/par.h"
 #include "fuzz.h"
 
