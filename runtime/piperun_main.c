@@ -16,7 +16,7 @@ int main(int argc, char **argv)
 		{"steps", 'n', CLI_INT, &a.o.steps, "N", "training steps to run", 1, 1, 1000000},
 		{"seed", 's', CLI_U64, &a.o.seed, "S", "seed of weights, inputs and targets", 1},
 		{"optimizer", 0, CLI_ENUM, &a.optim, "NAME",
-		 "sgd, adamw or momentum (default: the plan's optimizer\nline, else sgd)", 0,
+		 "the optimizer (default: the plan's optimizer line,\nelse sgd)", 0,
 		 .names = plan_optim_names, .nnames = OPTIM_COUNT},
 		{"lr", 0, CLI_REAL, &a.o.optim.lr, "X",
 		 "learning rate over the plan's; sgd's", 1, .rlo = 0, .rhi = 1e6},
