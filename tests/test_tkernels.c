@@ -1122,7 +1122,7 @@ static void tk__saved_buffers__match_documented_sizes(void **state)
 		assert_int_equal(nq, (a.H + 2 * a.Hkv) * (d / a.H));
 		assert_int_equal(tk_attn_p_elems(&a), a.B * a.H * a.S * a.S);
 		assert_int_equal(tk_attn_workspace(&a), N * d + a.S * a.S);
-		PlanLayer at = {LAYER_ATTN, (int)d, (int)d, (int)a.H, (int)a.Hkv, 0, 0, a.rope ? FLAG(ROPE) : 0};
+		PlanLayer at = {LAYER_ATTN, (int)d, (int)d, (int)a.H, (int)a.Hkv, 0, 0, a.rope ? FLAG(ROPE) : 0, 0};
 		LayerTensors t = tensors_of(at, (LayerShape){N, a.B, a.S, 0});
 		assert_int_equal(elems(t.saved, t.nsaved), N * nq + a.B * a.H * a.S * a.S + N * d);
 		assert_int_equal(elems(t.held, t.nheld), N * nq);
@@ -1145,21 +1145,21 @@ static void tk__saved_buffers__match_documented_sizes(void **state)
 	Arena A = {.rng = 181};
 	/* the buffers below, kind by kind */
 	LayerShape sh = {N_, 1, N_, V_};
-	LayerTensors t = tensors_of((PlanLayer){LAYER_MLP, D_, D_, 0, 0, F_, 0, 0}, sh);
+	LayerTensors t = tensors_of((PlanLayer){LAYER_MLP, D_, D_, 0, 0, F_, 0, 0, 0}, sh);
 	assert_int_equal(elems(t.saved, t.nsaved), 2 * N_ * F_); // h, a
 	assert_int_equal(elems(t.held, t.nheld), N_ * F_);       // dh
-	t = tensors_of((PlanLayer){LAYER_SWIGLU, D_, D_, 0, 0, F_, 0, 0}, sh);
+	t = tensors_of((PlanLayer){LAYER_SWIGLU, D_, D_, 0, 0, F_, 0, 0, 0}, sh);
 	assert_int_equal(elems(t.saved, t.nsaved), 3 * N_ * F_); // g, u, a
 	assert_int_equal(elems(t.held, t.nheld), 2 * N_ * F_);   // dg, du
-	t = tensors_of((PlanLayer){LAYER_LAYERNORM, D_, D_, 0, 0, 0, 0, 0}, sh);
+	t = tensors_of((PlanLayer){LAYER_LAYERNORM, D_, D_, 0, 0, 0, 0, 0, 0}, sh);
 	assert_int_equal(elems(t.saved, t.nsaved), 2 * N_); // mean, rstd
-	t = tensors_of((PlanLayer){LAYER_RMSNORM, D_, D_, 0, 0, 0, 0, 0}, sh);
+	t = tensors_of((PlanLayer){LAYER_RMSNORM, D_, D_, 0, 0, 0, 0, 0, 0}, sh);
 	assert_int_equal(elems(t.saved, t.nsaved), N_); // rstd
-	t = tensors_of((PlanLayer){LAYER_XENT, V_, V_, 0, 0, 0, 0, 0}, sh);
+	t = tensors_of((PlanLayer){LAYER_XENT, V_, V_, 0, 0, 0, 0, 0, 0}, sh);
 	assert_int_equal(elems(t.saved, t.nsaved), 2 * N_); // lse, targets
-	t = tensors_of((PlanLayer){LAYER_HEAD, D_, V_, 0, 0, 0, 0, 0}, sh);
+	t = tensors_of((PlanLayer){LAYER_HEAD, D_, V_, 0, 0, 0, 0, 0, 0}, sh);
 	assert_int_equal(t.nsaved + t.nheld, 0); // dy is dlogits
-	t = tensors_of((PlanLayer){LAYER_EMBED, 1, D_, 0, 0, 0, 0, 0}, sh);
+	t = tensors_of((PlanLayer){LAYER_EMBED, 1, D_, 0, 0, 0, 0, 0, 0}, sh);
 	assert_int_equal(t.nsaved + t.nheld, 0);
 	MlpCtx g = mlp_setup(&A, 0, 1), s = mlp_setup(&A, 1, 0);
 	mlp_loss(&g);
@@ -1216,11 +1216,11 @@ static int64_t fbw(LayerCost c)
 static int64_t gpt2_params(int tied)
 {
 	int d = 768, S = 1024, V = 50257, L = 12;
-	PlanLayer ln = {LAYER_LAYERNORM, d, d, 0, 0, 0, 0, 0};
-	PlanLayer at = {LAYER_ATTN, d, d, 12, 12, 0, 0, FLAG(BIAS)};
-	PlanLayer mlp = {LAYER_MLP, d, d, 0, 0, 4 * d, 0, FLAG(BIAS)};
-	PlanLayer em = {LAYER_EMBED, 1, d, 0, 0, 0, 0, FLAG(POSITIONS)};
-	PlanLayer hd = {LAYER_HEAD, d, V, 0, 0, 0, 0, tied ? FLAG(TIED) : 0};
+	PlanLayer ln = {LAYER_LAYERNORM, d, d, 0, 0, 0, 0, 0, 0};
+	PlanLayer at = {LAYER_ATTN, d, d, 12, 12, 0, 0, FLAG(BIAS), 0};
+	PlanLayer mlp = {LAYER_MLP, d, d, 0, 0, 4 * d, 0, FLAG(BIAS), 0};
+	PlanLayer em = {LAYER_EMBED, 1, d, 0, 0, 0, 0, FLAG(POSITIONS), 0};
+	PlanLayer hd = {LAYER_HEAD, d, V, 0, 0, 0, 0, tied ? FLAG(TIED) : 0, 0};
 	int64_t layer = 2 * params(ln, S, V) + params(at, S, V) + params(mlp, S, V);
 	return params(em, S, V) + L * layer + params(ln, S, V) + params(hd, S, V);
 }
@@ -1231,11 +1231,11 @@ static void tk__params__match_published_gpt2_and_llama2(void **state)
 	assert_int_equal(gpt2_params(1), 124439808);
 	assert_int_equal(gpt2_params(0), 163037184);
 	int d = 4096, S = 4096, V = 32000, L = 32;
-	PlanLayer rn = {LAYER_RMSNORM, d, d, 0, 0, 0, 0, 0};
-	PlanLayer at = {LAYER_ATTN, d, d, 32, 32, 0, 0, FLAG(ROPE)};
-	PlanLayer sw = {LAYER_SWIGLU, d, d, 0, 0, 11008, 0, 0};
-	PlanLayer em = {LAYER_EMBED, 1, d, 0, 0, 0, 0, 0};
-	PlanLayer hd = {LAYER_HEAD, d, V, 0, 0, 0, 0, 0};
+	PlanLayer rn = {LAYER_RMSNORM, d, d, 0, 0, 0, 0, 0, 0};
+	PlanLayer at = {LAYER_ATTN, d, d, 32, 32, 0, 0, FLAG(ROPE), 0};
+	PlanLayer sw = {LAYER_SWIGLU, d, d, 0, 0, 11008, 0, 0, 0};
+	PlanLayer em = {LAYER_EMBED, 1, d, 0, 0, 0, 0, 0, 0};
+	PlanLayer hd = {LAYER_HEAD, d, V, 0, 0, 0, 0, 0, 0};
 	int64_t layer = 2 * params(rn, S, V) + params(at, S, V) + params(sw, S, V);
 	int64_t llama = params(em, S, V) + L * layer + params(rn, S, V) + params(hd, S, V);
 	assert_int_equal(llama, 6738415616LL);
@@ -1251,9 +1251,9 @@ static void tk__mem__gpt2_layer_matches_worked_example(void **state)
 {
 	(void)state;
 	int d = 768, S = 1024;
-	PlanLayer ln = {LAYER_LAYERNORM, d, d, 0, 0, 0, 0, 0};
-	PlanLayer at = {LAYER_ATTN, d, d, 12, 12, 0, 0, 0};
-	PlanLayer mlp = {LAYER_MLP, d, d, 0, 0, 4 * d, 0, 0};
+	PlanLayer ln = {LAYER_LAYERNORM, d, d, 0, 0, 0, 0, 0, 0};
+	PlanLayer at = {LAYER_ATTN, d, d, 12, 12, 0, 0, 0, 0};
+	PlanLayer mlp = {LAYER_MLP, d, d, 0, 0, 4 * d, 0, 0, 0};
 	int64_t fw = 2 * fig(ln, 1, S, 0).save_fw + fig(at, 1, S, 0).save_fw + fig(mlp, 1, S, 0).save_fw;
 	assert_int_equal(fw / 4, 25169920);
 	assert_int_equal(fig(at, 1, S, 0).save_fw / 4, 16515072);
@@ -1265,9 +1265,9 @@ static void tk__flops__match_megatron_formula(void **state)
 {
 	(void)state;
 	int64_t Bm = 8, S = 1024, h = 768, L = 12, V = 50257, N = Bm * S;
-	PlanLayer atl = {LAYER_ATTN, (int)h, (int)h, 12, 12, 0, 0, 0};
-	PlanLayer mlpl = {LAYER_MLP, (int)h, (int)h, 0, 0, 4 * (int)h, 0, 0};
-	PlanLayer hdl = {LAYER_HEAD, (int)h, (int)V, 0, 0, 0, 0, 0};
+	PlanLayer atl = {LAYER_ATTN, (int)h, (int)h, 12, 12, 0, 0, 0, 0};
+	PlanLayer mlpl = {LAYER_MLP, (int)h, (int)h, 0, 0, 4 * (int)h, 0, 0, 0};
+	PlanLayer hdl = {LAYER_HEAD, (int)h, (int)V, 0, 0, 0, 0, 0, 0};
 	LayerCost at = fig(atl, Bm, S, V), ml = fig(mlpl, Bm, S, V), hd = fig(hdl, Bm, S, V);
 	int64_t total = L * (fbw(at) + fbw(ml)) + fbw(hd);
 	assert_int_equal(total, 72 * Bm * S * L * h * h + 12 * Bm * S * S * L * h + 6 * Bm * S * h * V);
@@ -1279,9 +1279,9 @@ static void tk__flops__match_megatron_formula(void **state)
 	/* Llama-2-7B, one sequence of 4096: the forward is 2 FLOPs per token per GEMM weight
 	 * (all parameters but the embedding and the norms) plus attention's 4 S^2 d per layer */
 	int64_t ld = 4096, lS = 4096, lN = lS, lL = 32;
-	PlanLayer la = {LAYER_ATTN, (int)ld, (int)ld, 32, 32, 0, 0, FLAG(ROPE)};
-	PlanLayer ls = {LAYER_SWIGLU, (int)ld, (int)ld, 0, 0, 11008, 0, 0};
-	PlanLayer lh = {LAYER_HEAD, (int)ld, 32000, 0, 0, 0, 0, 0};
+	PlanLayer la = {LAYER_ATTN, (int)ld, (int)ld, 32, 32, 0, 0, FLAG(ROPE), 0};
+	PlanLayer ls = {LAYER_SWIGLU, (int)ld, (int)ld, 0, 0, 11008, 0, 0, 0};
+	PlanLayer lh = {LAYER_HEAD, (int)ld, 32000, 0, 0, 0, 0, 0, 0};
 	int64_t fwd = lL * ((int64_t)fig(la, 1, lS, 32000).flops[0] + (int64_t)fig(ls, 1, lS, 32000).flops[0]) +
 	              (int64_t)fig(lh, 1, lS, 32000).flops[0];
 	int64_t gemm_weights = 6738415616LL - 32000 * ld - (2 * lL + 1) * ld;
