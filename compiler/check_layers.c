@@ -97,7 +97,31 @@ static void unknown_layer(Check *c, const AstName *w, const char *word)
 			w->s, word ? word : "layer", word ? " kinds" : "s", list);
 }
 
-/* The keys of one layer (`heads=12`, `bias`) into l; 0 after reporting. */
+/* A probability without unit in [0, 1) into *out (a dropout's P; -0 is 0). */
+static int prob(Check *c, const AstNum *n, const char *what, double *out)
+{
+	double v;
+	if (n->bad)
+		return 0;
+	if (n->unit[0]) {
+		diag_error(c->d, n->loc, "%s takes no unit, got '%s'", what, n->unit);
+		return 0;
+	}
+	if (!real(c, n, &v))
+		return 0;
+	if (n->neg && v != 0) {
+		diag_error(c->d, n->loc, "%s must be in [0, 1), got -%s", what, n->digits);
+		return 0;
+	}
+	if (!(v < 1)) {
+		diag_error(c->d, n->loc, "%s must be in [0, 1), got %s", what, n->digits);
+		return 0;
+	}
+	*out = v;
+	return 1;
+}
+
+/* The keys of one layer (`heads=12`, `bias`, `dropout=0.1`) into l; 0 after reporting. */
 static int layer_keys(Check *c, const AstLayer *al, const LayerInfo *li, ProgLayer *l)
 {
 	int ok = 1;
@@ -124,17 +148,20 @@ static int layer_keys(Check *c, const AstLayer *al, const LayerInfo *li, ProgLay
 				diag_error(c->d, a->name.loc, "'%s' is given twice", a->name.s);
 				ok = 0;
 			}
+		char what[64];
+		snprintf(what, sizeof what, "'%s'", ki->name);
 		if (ki->number && !a->has_val) {
-			diag_error(c->d, a->loc, "'%s' needs a value, e.g. %s=4", ki->name, ki->name);
+			diag_error(c->d, a->loc, "'%s' needs a value, e.g. %s=%s", ki->name, ki->name,
+			           ki->number == LAYER_VAL_PROB ? "0.1" : "4");
 			ok = 0;
 		} else if (!ki->number && a->has_val) {
 			diag_error(c->d, a->num.loc, "'%s' takes no value", ki->name);
 			ok = 0;
 		} else if (!ki->number) {
 			l->flags |= LAYER_FLAG(k);
+		} else if (ki->number == LAYER_VAL_PROB) {
+			ok &= prob(c, &a->num, what, &l->drop);
 		} else {
-			char what[64];
-			snprintf(what, sizeof what, "'%s'", ki->name);
 			ok &= whole(c, &a->num, what, 1, MAX_SIZE,
 			            k == LAYER_KEY_HEADS ? &l->heads : &l->kv_heads);
 		}
@@ -177,7 +204,10 @@ static int check_layer(Check *c, const AstLayer *al, ProgLayer *l)
 	}
 	int named = li->arg == LAYER_ARG_NAME;
 	int number = li->arg == LAYER_ARG_WIDTH || li->arg == LAYER_ARG_HIDDEN;
-	const char *what = named ? "kind" : li->arg == LAYER_ARG_HIDDEN ? "hidden width" : "width";
+	const char *what = named                          ? "kind"
+	                   : li->arg == LAYER_ARG_HIDDEN ? "hidden width"
+	                   : li->arg == LAYER_ARG_PROB   ? "probability"
+	                                                 : "width";
 	if (al->has_body != (li->arg == LAYER_ARG_BODY)) {
 		diag_error(c->d, al->loc, al->has_body ? "'%s' takes no body { ... }" :
 		           "'%s' needs a body, e.g. %s", w, li->example);
@@ -197,11 +227,12 @@ static int check_layer(Check *c, const AstLayer *al, ProgLayer *l)
 		if (k != LAYER_COUNT)
 			return l->kind = k, 1;
 		unknown_layer(c, &pos[0]->name, w);
-	} else if (number) {
+	} else {
 		char msg[64];
 		snprintf(msg, sizeof msg, "'%s' %s", w, what);
-		if (whole(c, &pos[0]->num, msg, 1, MAX_SIZE,
-		          li->arg == LAYER_ARG_HIDDEN ? &l->hidden : &l->out))
+		if (number ? whole(c, &pos[0]->num, msg, 1, MAX_SIZE,
+		                   li->arg == LAYER_ARG_HIDDEN ? &l->hidden : &l->out)
+		           : prob(c, &pos[0]->num, msg, &l->drop))
 			return l->kind = k, 1;
 	}
 	return 0;
@@ -557,6 +588,12 @@ static int check_layer_widths(Check *c, const ProgStage *st, int j, int first,
 	}
 	if (l->kind == LAYER_EMBED && !first) {
 		diag_error(c->d, l->loc, "'embed' must be the first layer of the first stage");
+		return 0;
+	}
+	if (li->drops_x && (j == 0 || plan_layers[st->layers[j - 1].kind].arg == LAYER_ARG_BODY)) {
+		diag_error(c->d, l->loc, "'%s' keeps only its mask, not its input, so it cannot "
+		           "begin a %s, whose first layer keeps that input; put it after another "
+		           "layer", li->word, j == 0 ? "stage" : "residual body");
 		return 0;
 	}
 	if (l->heads && l->in % l->heads) {

@@ -111,9 +111,11 @@ static void recompute_stage(Plan *p, int s)
 }
 
 /* Selective recomputation (docs/semantics.md "Memory"): F drops the stage's attention
- * probabilities (save_re bytes, out of save_fw), B rebuilds them first (scale q k^T
- * and the softmax, one of F's two S x S products per head: its share of the stage's F
- * FLOPs adds that much of f to b) and frees them with what only it needs. */
+ * probabilities (save_re bytes, out of save_fw; with dropout=P their mask and dropped
+ * copy too: the layer table's rebuilt tensors), B rebuilds them first (scale q k^T and
+ * the softmax, one of F's two S x S products per head: its share of the stage's F
+ * FLOPs adds that much of f to b; the dropout is elementwise) and frees them with what
+ * only it needs. */
 static void selective_stage(Plan *p, int s, const LayerShape *sh)
 {
 	PlanStage *st = &p->stages[s];
@@ -122,10 +124,10 @@ static void selective_stage(Plan *p, int s, const LayerShape *sh)
 	for (int l = 0; l < st->nlayers; l++) {
 		const PlanLayer *ly = &st->layers[l];
 		fl += plan_layer_figures_tp(ly, sh, 1).flops[0];
+		probs = sat_add(probs, plan_layer_rebuilt_bytes(ly, sh));
 		if (ly->kind != LAYER_ATTN)
 			continue;
 		TkAttn a = plan_layer_attn(ly, sh);
-		probs = sat_add(probs, sat_mul(tk_attn_p_elems(&a), 4));
 		core += 2.0 * (double)tk_attn_p_elems(&a) * (double)(a.d / a.H);
 	}
 	st->recompute = PLAN_RECOMPUTE_SELECTIVE;

@@ -16,6 +16,7 @@ typedef struct {
 	int in, out;  // widths (in inferred; relu/gelu/mse keep the width)
 	int heads, kv_heads, hidden, span; // as PlanLayer's fields of those names
 	uint32_t flags;
+	double drop;  // as PlanLayer's: a dropout's probability, an attention's dropout=
 	Loc loc;
 } ProgLayer;
 
@@ -23,7 +24,7 @@ typedef struct {
 static inline PlanLayer prog_plan_layer(const ProgLayer *l)
 {
 	return (PlanLayer){l->kind, l->in, l->out, l->heads, l->kv_heads, l->hidden, l->span,
-	                   l->flags};
+	                   l->flags, l->drop};
 }
 
 typedef struct {

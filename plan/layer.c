@@ -3,14 +3,15 @@
  * figure is per microbatch (LayerShape) and in f32 (4 bytes).
  *
  * Memory convention (docs/semantics.md "Memory"): every layer keeps its input for the
- * backward pass, a layer with weights until W (save_fw), one without until B (save_fb);
- * a layer with weights also keeps its output gradient from B to W (save_bw).  A kind
- * adds what its kernels save in F (its saved tensors, to save_fw, or to save_fb without
- * weights) and hold from B to W (its held tensors, to save_bw).  FLOPs count a
- * multiply-add as two: 2 per row and GEMM weight element in each pass, plus what a row
- * states besides (attention's scores); elementwise work counts as free.  The runtime
- * lays out the same tensors on every device, so the table and the kernels cannot
- * disagree. */
+ * backward pass, a layer with weights until W (save_fw), one without until B (save_fb),
+ * except a kind whose row says `drops_x` (dropout keeps only its mask); a layer with
+ * weights also keeps its output gradient from B to W (save_bw).  A kind adds what its
+ * kernels save in F (its saved tensors, to save_fw, or to save_fb without weights) and
+ * hold from B to W (its held tensors, to save_bw); a tensor is f32, or one byte an
+ * element when it is a mask.  FLOPs count a multiply-add as two: 2 per row and GEMM
+ * weight element in each pass, plus what a row states besides (attention's scores);
+ * elementwise work (dropout included) counts as free.  The runtime lays out the same
+ * tensors on every device, so the table and the kernels cannot disagree. */
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -19,13 +20,14 @@
 #include "tfcount.h"
 
 const LayerKeyInfo plan_layer_keys[LAYER_KEY_COUNT] = {
-	[LAYER_KEY_HEADS] = {"heads", 1},
-	[LAYER_KEY_KV_HEADS] = {"kv_heads", 1},
-	[LAYER_KEY_BIAS] = {"bias", 0},
-	[LAYER_KEY_ROPE] = {"rope", 0},
-	[LAYER_KEY_TIED] = {"tied", 0},
-	[LAYER_KEY_POSITIONS] = {"positions", 0},
-	[LAYER_KEY_COPY] = {"copy", 0},
+	[LAYER_KEY_HEADS] = {"heads", LAYER_VAL_WHOLE},
+	[LAYER_KEY_KV_HEADS] = {"kv_heads", LAYER_VAL_WHOLE},
+	[LAYER_KEY_BIAS] = {"bias", LAYER_VAL_NONE},
+	[LAYER_KEY_ROPE] = {"rope", LAYER_VAL_NONE},
+	[LAYER_KEY_TIED] = {"tied", LAYER_VAL_NONE},
+	[LAYER_KEY_POSITIONS] = {"positions", LAYER_VAL_NONE},
+	[LAYER_KEY_COPY] = {"copy", LAYER_VAL_NONE},
+	[LAYER_KEY_DROPOUT] = {"dropout", LAYER_VAL_PROB},
 };
 
 static int has(const PlanLayer *l, LayerKey k)
@@ -36,8 +38,16 @@ static int has(const PlanLayer *l, LayerKey k)
 /* The last tensor added to list (n of them), rows x cols (each saturating). */
 static LayerTensor *add(LayerTensor *list, int *n, int64_t rows, int64_t cols, LayerInit init)
 {
-	list[*n] = (LayerTensor){rows, cols, init, 0};
+	list[*n] = (LayerTensor){rows, cols, init, 0, 0, 0};
 	return &list[(*n)++];
+}
+
+/* A saved dropout mask of rows x cols, one byte an element. */
+static LayerTensor *mask(LayerTensors *t, int64_t rows, int64_t cols)
+{
+	LayerTensor *m = add(t->saved, &t->nsaved, rows, cols, LAYER_INIT_ZERO);
+	m->mask = 1;
+	return m;
 }
 
 /* A parameter: a GEMM weight (gemm 1) or a bias, gain or table (gemm 0). */
@@ -103,7 +113,9 @@ TkAttn plan_layer_attn(const PlanLayer *l, const LayerShape *sh)
 }
 
 /* attention: wqkv d x nqkv (+ bqkv), wo d x d (+ bo); saves qkv, P and the heads'
- * output; B holds dqkv and needs a workspace.  At tp > 1 a rank has H / tp query and
+ * output, and with dropout=P also P's mask and the dropped P that multiplies v (as
+ * Korthikanti et al. 2022 count attention's 5as^2b: softmax, mask, dropout output);
+ * B holds dqkv and needs a workspace.  At tp > 1 a rank has H / tp query and
  * Hkv / tp key/value heads: the columns of its heads in each of q, k and v of wqkv and
  * bqkv, the matching rows of wo; bo whole.  Besides the projections, F computes the
  * S x S scores and P·V per sequence and head (2 GEMMs of 2·S·S·hd FLOPs), B twice
@@ -125,11 +137,15 @@ static void attn_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, Laye
 	if (bias)
 		param(t, 1, d, LAYER_INIT_ZERO, 0); // ATTN_BO
 	int64_t heads = sat_mul(sat_mul(a.B, a.H / tp), a.S);
-	add(t->saved, &t->nsaved, sh->rows, nqkv, LAYER_INIT_ZERO);  // ATTN_QKV
-	add(t->saved, &t->nsaved, heads, a.S, LAYER_INIT_ZERO);      // ATTN_PROBS
-	add(t->saved, &t->nsaved, sh->rows, d / tp, LAYER_INIT_ZERO); // ATTN_ATT
+	add(t->saved, &t->nsaved, sh->rows, nqkv, LAYER_INIT_ZERO);            // ATTN_QKV
+	add(t->saved, &t->nsaved, heads, a.S, LAYER_INIT_ZERO)->rebuilt = 1;   // ATTN_PROBS
+	add(t->saved, &t->nsaved, sh->rows, d / tp, LAYER_INIT_ZERO);           // ATTN_ATT
+	if (ly->drop > 0) {
+		mask(t, heads, a.S)->rebuilt = 1;                                 // ATTN_MASK
+		add(t->saved, &t->nsaved, heads, a.S, LAYER_INIT_ZERO)->rebuilt = 1; // ATTN_DROP
+	}
 	add(t->held, &t->nheld, sh->rows, nqkv, LAYER_INIT_ZERO);    // ATTN_DQKV
-	t->work = (LayerTensor){1, tk_attn_workspace(&a), LAYER_INIT_ZERO, 0};
+	t->work = (LayerTensor){.rows = 1, .cols = tk_attn_workspace(&a), .init = LAYER_INIT_ZERO};
 	int64_t sq = sat_mul(sat_mul(sat_mul(heads, a.S), hd), 2); // one S x S x hd GEMM a head
 	t->flops[0] = sat_mul(2, sq);
 	t->flops[1] = sat_mul(4, sq);
@@ -210,6 +226,16 @@ static void xent_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, Laye
 	t->tp_floats[0] = 3;
 }
 
+/* dropout: keeps its mask, one byte an element (its input it drops: drops_x), from F to
+ * B; at P = 0 it is the identity and keeps nothing.  Replicated at tp > 1, as the other
+ * elementwise kinds: every rank of the group draws the same mask. */
+static void dropout_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, LayerTensors *t)
+{
+	(void)tp;
+	if (ly->drop > 0)
+		mask(t, sh->rows, ly->in); // DROPOUT_MASK
+}
+
 #define K(k) LAYER_FLAG(LAYER_KEY_##k)
 
 const LayerInfo plan_layers[LAYER_COUNT] = {
@@ -228,7 +254,7 @@ const LayerInfo plan_layers[LAYER_COUNT] = {
 	[LAYER_RMSNORM] = {"rmsnorm", "rmsnorm", LAYER_ARG_NONE, "rmsnorm", 0, 0, 0, LAYER_OUT_SAME,
 	                   LAYER_TP_WHOLE, rmsnorm_tensors},
 	[LAYER_ATTN] = {"attention", "attention", LAYER_ARG_NONE, "attention heads=12", 0,
-	                K(HEADS) | K(KV_HEADS) | K(BIAS) | K(ROPE), 0, LAYER_OUT_SAME,
+	                K(HEADS) | K(KV_HEADS) | K(BIAS) | K(ROPE) | K(DROPOUT), 0, LAYER_OUT_SAME,
 	                LAYER_TP_HEADS, attn_tensors},
 	[LAYER_MLP] = {"mlp", "mlp", LAYER_ARG_HIDDEN, "mlp 3072 bias", 0, K(BIAS), 0,
 	               LAYER_OUT_SAME, LAYER_TP_HIDDEN, mlp_tensors},
@@ -242,6 +268,8 @@ const LayerInfo plan_layers[LAYER_COUNT] = {
 	                LAYER_TP_VOCAB, xent_tensors},
 	[LAYER_GEGLU] = {"geglu", "geglu", LAYER_ARG_HIDDEN, "geglu 2048", 0, 0, 0, LAYER_OUT_SAME,
 	                 LAYER_TP_HIDDEN, swiglu_tensors},
+	[LAYER_DROPOUT] = {"dropout", "dropout", LAYER_ARG_PROB, "dropout 0.1", 0, 0, 0,
+	                   LAYER_OUT_SAME, LAYER_TP_WHOLE, dropout_tensors, 1},
 };
 
 #undef K
@@ -326,6 +354,28 @@ static int64_t elems(const LayerTensor *list, int n)
 	return e;
 }
 
+int64_t plan_tensor_bytes(const LayerTensor *t)
+{
+	return sat_mul(sat_mul(t->rows, t->cols), t->mask ? 1 : 4);
+}
+
+/* Bytes of list[0..n) (those marked rebuilt only, with `rebuilt`). */
+static int64_t bytes(const LayerTensor *list, int n, int rebuilt)
+{
+	int64_t b = 0;
+	for (int i = 0; i < n; i++)
+		if (!rebuilt || list[i].rebuilt)
+			b = sat_add(b, plan_tensor_bytes(&list[i]));
+	return b;
+}
+
+int64_t plan_layer_rebuilt_bytes(const PlanLayer *l, const LayerShape *sh)
+{
+	LayerTensors t;
+	plan_layer_tensors(l, sh, 1, &t);
+	return bytes(t.saved, t.nsaved, 1);
+}
+
 /* Everything follows from the row's tensors: the memory convention of the file's head
  * (a body kind keeps nothing: its input is its body's first layer's), the GEMM weights'
  * FLOPs (a tied head's borrowed table computes too) and the all-reduces at tp > 1. */
@@ -336,15 +386,16 @@ LayerCost plan_layer_figures_tp(const PlanLayer *l, const LayerShape *sh, int tp
 	tp = tp > 1 ? tp : 1;
 	plan_layer_tensors(l, sh, tp, &t);
 	c.params = elems(t.param + t.borrowed, t.nparams - t.borrowed);
-	int64_t keep = sat_add(sat_mul(sh->rows, t.in), elems(t.saved, t.nsaved));
-	int64_t held = sat_add(sat_mul(sh->rows, t.out), elems(t.held, t.nheld));
+	int64_t x = plan_layers[l->kind].drops_x ? 0 : sat_mul(sat_mul(sh->rows, t.in), 4);
+	int64_t keep = sat_add(x, bytes(t.saved, t.nsaved, 0));
+	int64_t held = sat_add(sat_mul(sat_mul(sh->rows, t.out), 4), bytes(t.held, t.nheld, 0));
 	if (plan_layers[l->kind].arg == LAYER_ARG_BODY)
 		keep = 0;
 	if (t.nparams) {
-		c.save_fw = sat_mul(keep, 4);
-		c.save_bw = sat_mul(held, 4);
+		c.save_fw = keep;
+		c.save_bw = held;
 	} else
-		c.save_fb = sat_mul(keep, 4);
+		c.save_fb = keep;
 	int64_t gemm = 0;
 	for (int i = 0; i < t.nparams; i++)
 		if (t.param[i].gemm)

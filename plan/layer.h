@@ -30,6 +30,7 @@ typedef enum {
 	LAYER_HEAD,      // vocabulary head, width -> vocab, no bias (tied or not)
 	LAYER_XENT,      // cross-entropy on next-token targets
 	LAYER_GEGLU,     // gated GeGLU MLP, hidden width, no biases (swiglu's tensors)
+	LAYER_DROPOUT,   // zeroes each element with probability P, scales the rest by 1/(1-P)
 	LAYER_COUNT
 } LayerKind;
 
@@ -40,10 +41,12 @@ typedef enum {
 	LAYER_ARG_NAME,   // one name, the row's name: `loss mse;`
 	LAYER_ARG_HIDDEN, // one whole number, the hidden width; output = input: `mlp 3072;`
 	LAYER_ARG_BODY,   // a sub-block in braces: `residual { ... }`
+	LAYER_ARG_PROB,   // one real in [0, 1), the probability PlanLayer.drop: `dropout 0.1;`
 	LAYER_ARG_COUNT
 } LayerArg;
 
-/* Keys a layer may take after its argument: numbers (`heads=12`) or flags (`bias`). */
+/* Keys a layer may take after its argument: numbers (`heads=12`), probabilities
+ * (`dropout=0.1`) or flags (`bias`). */
 typedef enum {
 	LAYER_KEY_HEADS,     // attention: query heads (divides the width)
 	LAYER_KEY_KV_HEADS,  // attention: key/value heads (divides heads); default heads
@@ -53,12 +56,21 @@ typedef enum {
 	LAYER_KEY_POSITIONS, // flag: the embedding adds learned positions
 	LAYER_KEY_COPY,      // flag, plan only: a tied head on another pipeline rank than its
 	                     // embedding keeps (and counts) its own copy of the table
+	LAYER_KEY_DROPOUT,   // attention: the probability it drops each attention probability
+	                     // (Megatron's attention dropout), PlanLayer.drop; default 0
 	LAYER_KEY_COUNT
 } LayerKey;
 
+/* What follows a key's `=`. */
+enum {
+	LAYER_VAL_NONE,  // a flag: nothing
+	LAYER_VAL_WHOLE, // a whole number: heads=12
+	LAYER_VAL_PROB,  // a probability, a real in [0, 1): dropout=0.1
+};
+
 typedef struct {
 	const char *name; // as written and in the plan file
-	int number;       // 1: takes =N; 0: a flag
+	int number;       // LAYER_VAL_*: 0 for a flag
 } LayerKeyInfo;
 
 extern const LayerKeyInfo plan_layer_keys[LAYER_KEY_COUNT];
@@ -74,6 +86,9 @@ typedef struct {
 	int32_t hidden;          // mlp, swiglu: the hidden width; 0 otherwise
 	int32_t span;            // residual: the next span layers are its sub-block
 	uint32_t flags;          // LAYER_FLAG(LAYER_KEY_*) of the flag keys given
+	double drop;             // dropout: the probability P in [0, 1) that an element is
+	                         // dropped (the rest scaled by 1/(1-P)): of a dropout layer's
+	                         // input, of an attention's probabilities (`dropout=P`); 0: none
 } PlanLayer;
 
 /* Bodies (residual) open at once in a stage, at most: a body's span ends inside the
@@ -106,9 +121,13 @@ typedef enum {
 
 typedef struct {
 	int64_t rows, cols;
-	LayerInit init; // parameters: their initial values (docs/semantics.md "Model")
-	int gemm;       // parameters: a GEMM weight, 2 FLOPs per row and element in each of
-	                // F, B and W (docs/layers.md)
+	LayerInit init;  // parameters: their initial values (docs/semantics.md "Model")
+	int gemm;        // parameters: a GEMM weight, 2 FLOPs per row and element in each of
+	                 // F, B and W (docs/layers.md)
+	uint8_t mask;    // saved: one byte an element (a dropout mask of 0s and 1s, as PyTorch
+	                 // keeps a bool mask); else f32, four
+	uint8_t rebuilt; // saved: what selective recomputation drops after F and rebuilds
+	                 // before B (attention's S x S tensors)
 } LayerTensor;
 
 /* How a parameter of a layer split over a tp group (docs/semantics.md "Tensor
@@ -164,7 +183,8 @@ enum { RMSNORM_GAIN };                       // params
 enum { RMSNORM_RSTD };                       // saved
 enum { ATTN_WQKV, ATTN_BQKV, ATTN_WO, ATTN_BO }; // params, the biases with `bias`
                                              // (absent, the others move up)
-enum { ATTN_QKV, ATTN_PROBS, ATTN_ATT };     // saved: projections, softmax, heads' output
+enum { ATTN_QKV, ATTN_PROBS, ATTN_ATT,       // saved: projections, softmax, heads' output,
+       ATTN_MASK, ATTN_DROP };               // with dropout=P: P's mask, P dropped (times v)
 enum { ATTN_DQKV };                          // held
 enum { MLP_W1, MLP_B1, MLP_W2, MLP_B2 };     // params, the biases with `bias`
 enum { MLP_H, MLP_A };                       // saved: pre-activation, gelu(h)
@@ -174,6 +194,7 @@ enum { SWIGLU_G, SWIGLU_U, SWIGLU_A };       // saved: x wg, x wu, silu(g) u (ge
 enum { SWIGLU_DG, SWIGLU_DU };               // held
 enum { HEAD_WV };                            // params (the embedding's when tied)
 enum { XENT_LSE, XENT_TARGETS };             // saved
+enum { DROPOUT_MASK };                       // saved (P > 0): 1 keeps, 0 drops
 
 /* Fills t (zeroed by the caller) for layer ly on a microbatch of shape sh, on one rank of
  * a tp group of size tp (1: the whole layer): the rank's shard of every split tensor. */
@@ -219,6 +240,10 @@ typedef struct {
 	/* Its tensors on one rank of a tp group of size tp; NULL: none but its input (an
 	 * elementwise kind keeps x from F to B; a body kind keeps nothing). */
 	LayerTensorsFn tensors;
+	/* 1: F frees its input: B needs only the saved tensors (dropout: its mask), so x is
+	 * neither kept nor counted.  Such a layer cannot begin a stage or a body, whose
+	 * input that first layer keeps (the checker and the runtime's model refuse it). */
+	int drops_x;
 } LayerInfo;
 
 extern const LayerInfo plan_layers[LAYER_COUNT];
@@ -237,6 +262,12 @@ void plan_layer_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, Layer
 LayerCost plan_layer_figures(const PlanLayer *l, const LayerShape *sh);
 /* The attention shape (plan/tfcount.h) of an attention layer on microbatch sh. */
 struct TkAttn plan_layer_attn(const PlanLayer *l, const LayerShape *sh);
+/* Bytes of layer l's saved tensors that selective recomputation drops after F and
+ * rebuilds before B (LayerTensor.rebuilt: attention's probabilities, and with dropout=P
+ * their mask and dropped copy), for the whole layer; 0 for a kind without. */
+int64_t plan_layer_rebuilt_bytes(const PlanLayer *l, const LayerShape *sh);
+/* Bytes of tensor t (f32, or one byte an element for a mask), saturating. */
+int64_t plan_tensor_bytes(const LayerTensor *t);
 /* Figures of one layer on one rank of a tp group of size tp (the whole layer at tp 1). */
 LayerCost plan_layer_figures_tp(const PlanLayer *l, const LayerShape *sh, int tp);
 /* NULL when tp splits layer l on shape sh evenly; else what tp must divide ("the number

@@ -249,6 +249,12 @@ static int read_optim(Rd *r, Plan *p)
 	return eol(r);
 }
 
+/* `k` and a probability in [0, 1), a dropout's P (-0 read as 0). */
+static int prob(Rd *r, const char *k, double *v)
+{
+	return real(r, k, v, 0, 1) ? -1 : (*v += 0.0) < 1 ? 0 : rd_fail(r, "%s must be below 1", k);
+}
+
 /* `copy`, which only the compiler writes: on a tied head, after `tied`. */
 static int copy_ok(const PlanLayer *ly, LayerKey k)
 {
@@ -260,11 +266,17 @@ static int copy_ok(const PlanLayer *ly, LayerKey k)
 static int read_layer_keys(Rd *r, PlanLayer *ly, int left)
 {
 	const LayerInfo *li = plan_layer(ly->kind);
+	int has_p = 0;
 	for (skip_sp(r); *r->s; skip_sp(r)) {
 		size_t n = strcspn(r->s, " =");
 		LayerKey k = plan_layer_key_find(r->s, n);
 		if (!strncmp(r->s, "hidden=", 7) && li->arg == LAYER_ARG_HIDDEN) {
 			if (kv(r, "hidden=", &ly->hidden, 1, INT_MAX))
+				return -1;
+		} else if ((!strncmp(r->s, "p=", 2) && li->arg == LAYER_ARG_PROB) ||
+		           (k == LAYER_KEY_DROPOUT && (li->keys & LAYER_FLAG(k)))) {
+			has_p = li->arg == LAYER_ARG_PROB; // a dropout layer's p=, an attention's dropout=
+			if (prob(r, has_p ? "p=" : "dropout=", &ly->drop))
 				return -1;
 		} else if (!strncmp(r->s, "span=", 5) && li->arg == LAYER_ARG_BODY) {
 			if (kv(r, "span=", &ly->span, 1, left))
@@ -287,6 +299,8 @@ static int read_layer_keys(Rd *r, PlanLayer *ly, int left)
 	}
 	if (li->arg == LAYER_ARG_HIDDEN && !ly->hidden)
 		return rd_fail(r, "a %s layer needs hidden=N", li->name);
+	if (li->arg == LAYER_ARG_PROB && !has_p)
+		return rd_fail(r, "a %s layer needs p=P", li->name);
 	if (li->arg == LAYER_ARG_BODY && !ly->span)
 		return rd_fail(r, "a %s layer needs span=N", li->name);
 	if ((li->keys & LAYER_FLAG(LAYER_KEY_HEADS)) && !ly->heads)

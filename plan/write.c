@@ -347,21 +347,43 @@ static void put_op(Out *o, const PlanOp *op, int32_t line)
 	}
 }
 
+/* v in the fewest significant digits that read back as v: 0.1, not 0.10000000000000001. */
+static void put_real(Out *o, double v)
+{
+	char b[32];
+	for (int prec = 1; prec <= 17; prec++) {
+		snprintf(b, sizeof b, "%.*g", prec, v);
+		if (strtod(b, NULL) == v)
+			break;
+	}
+	put(o, b);
+}
+
 /* `layer KIND IN OUT`, then the keys that are set, in the key table's order: numbers
- * as key=N (heads, kv_heads), flags as their names; hidden= and span= last.  A layer
- * without keys (every pre-transformer kind) is the three words it always was. */
+ * as key=N (heads, kv_heads), flags as their names, an attention's dropout=P when P is
+ * not 0; hidden=, span= and a dropout layer's p=P last.  A layer without keys (every
+ * pre-transformer kind) is the three words it always was. */
 static void put_layer(Out *o, const PlanLayer *l)
 {
-	putf(o, "layer %s %d %d", plan_layers[l->kind].name, l->in, l->out);
+	const LayerInfo *li = &plan_layers[l->kind];
+	putf(o, "layer %s %d %d", li->name, l->in, l->out);
 	if (l->heads)
 		putf(o, " heads=%d kv_heads=%d", l->heads, l->kv_heads);
 	for (int k = 0; k < LAYER_KEY_COUNT; k++)
 		if (!plan_layer_keys[k].number && (l->flags & LAYER_FLAG(k)))
 			putf(o, " %s", plan_layer_keys[k].name);
+	if (l->drop && (li->keys & LAYER_FLAG(LAYER_KEY_DROPOUT))) {
+		putf(o, " %s=", plan_layer_keys[LAYER_KEY_DROPOUT].name);
+		put_real(o, l->drop);
+	}
 	if (l->hidden)
 		putf(o, " hidden=%d", l->hidden);
 	if (l->span)
 		putf(o, " span=%d", l->span);
+	if (li->arg == LAYER_ARG_PROB) {
+		put(o, " p=");
+		put_real(o, l->drop);
+	}
 	put(o, "\n");
 }
 

@@ -18,7 +18,7 @@
 
 static int cpu_alloc(RtRank *r, RtTensor *t)
 {
-	size_t n = (size_t)t->rows * (size_t)t->cols * sizeof(float);
+	size_t n = (size_t)t->bytes; // f32, or a mask's bytes
 	/* 64-byte alignment keeps GEMM kernels on their fast paths and identical between
 	 * runs (alignment can change OpenBLAS's choice of kernel). */
 	size_t sz = (n + 63) & ~(size_t)63;
@@ -230,6 +230,7 @@ static int mse_bwd_in(RtRank *r, const RtLayerCall *c)
 #define PARAM(c, i) F32(&(c)->param[i])
 #define GRAD(c, i) F32(&(c)->grad[i])
 #define SAVED(c, i) F32((c)->saved[i])
+#define MASK(c, i) ((uint8_t *)(c)->saved[i]->data)
 #define HELD(c, i) F32((c)->held[i])
 #define HAS(ly, key) (((ly)->flags & LAYER_FLAG(LAYER_KEY_##key)) != 0)
 
@@ -370,17 +371,35 @@ static void wb_params(const RtLayerCall *c, const RtTensor *pt, float *w[4])
 	w[3] = b ? F32(&pt[3]) : NULL;
 }
 
-/* attention: causal softmax per sequence and head (tk_attn_*). */
+/* The dropout of an attention layer with dropout=P on the call's heads (NULL when P
+ * is 0), and its mask and dropped probabilities. */
+static const TkDrop *attn_drop(const RtLayerCall *c, const TkAttn *a, TkDrop *dr,
+                               uint8_t **mask, float **pd)
+{
+	*mask = NULL, *pd = NULL;
+	if (!(c->layer->drop > 0))
+		return NULL;
+	*dr = tk_drop(c->layer->drop, c->key);
+	dr->head0 = c->tp_rank * (a->H / tp_of(c));
+	*mask = MASK(c, ATTN_MASK), *pd = SAVED(c, ATTN_DROP);
+	return dr;
+}
+
+/* attention: causal softmax per sequence and head (tk_attn_*), its dropout=P after. */
 static int attn_fwd(RtRank *r, const RtLayerCall *c)
 {
 	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
 	TkAttn a = plan_layer_attn(c->layer, &c->sh);
 	a.tp = tp_of(c);
-	float *w[4];
+	float *w[4], *pd;
+	uint8_t *mask;
+	TkDrop dr;
 	wb_params(c, c->param, w);
-	tk_attn_fwd(&a, F32(c->x), w[ATTN_WQKV], w[ATTN_BQKV], w[ATTN_WO], once(c, w[ATTN_BO]),
-	            SAVED(c, ATTN_QKV), SAVED(c, ATTN_PROBS), SAVED(c, ATTN_ATT), F32(c->y));
+	const TkDrop *drop = attn_drop(c, &a, &dr, &mask, &pd);
+	tk_attn_fwd_drop(&a, drop, F32(c->x), w[ATTN_WQKV],
+	                 w[ATTN_BQKV], w[ATTN_WO], once(c, w[ATTN_BO]), SAVED(c, ATTN_QKV),
+	                 SAVED(c, ATTN_PROBS), mask, pd, SAVED(c, ATTN_ATT), F32(c->y));
 	return RT_OK;
 }
 
@@ -390,7 +409,11 @@ static int attn_rebuild(RtRank *r, const RtLayerCall *c)
 		return RT_EFAIL;
 	TkAttn a = plan_layer_attn(c->layer, &c->sh);
 	a.tp = tp_of(c);
-	tk_attn_probs(&a, SAVED(c, ATTN_QKV), SAVED(c, ATTN_PROBS));
+	float *pd;
+	uint8_t *mask;
+	TkDrop dr;
+	const TkDrop *drop = attn_drop(c, &a, &dr, &mask, &pd);
+	tk_attn_probs_drop(&a, drop, SAVED(c, ATTN_QKV), SAVED(c, ATTN_PROBS), mask, pd);
 	return RT_OK;
 }
 
@@ -400,10 +423,14 @@ static int attn_bwd_in(RtRank *r, const RtLayerCall *c)
 		return RT_EFAIL;
 	TkAttn a = plan_layer_attn(c->layer, &c->sh);
 	a.tp = tp_of(c);
-	float *w[4];
+	float *w[4], *pd;
+	uint8_t *mask;
+	TkDrop dr;
 	wb_params(c, c->param, w);
-	tk_attn_bwd_in(&a, w[ATTN_WQKV], w[ATTN_WO], SAVED(c, ATTN_QKV), SAVED(c, ATTN_PROBS),
-	               F32(c->dy), HELD(c, ATTN_DQKV), F32(c->dx), F32(c->work));
+	const TkDrop *drop = attn_drop(c, &a, &dr, &mask, &pd);
+	tk_attn_bwd_in_drop(&a, drop, w[ATTN_WQKV], w[ATTN_WO],
+	                    SAVED(c, ATTN_QKV), SAVED(c, ATTN_PROBS), mask, pd, F32(c->dy),
+	                    HELD(c, ATTN_DQKV), F32(c->dx), F32(c->work));
 	return RT_OK;
 }
 
@@ -593,6 +620,28 @@ static int xent_bwd_in(RtRank *r, const RtLayerCall *c)
 	return RT_OK;
 }
 
+/* dropout: y = x * mask / (1 - P) with the mask drawn from the call's key (tk_drop),
+ * kept for B (none at P = 0: the identity). */
+static int dropout_fwd(RtRank *r, const RtLayerCall *c)
+{
+	if (rt_layer_call_check(r, c))
+		return RT_EFAIL;
+	TkDrop dr = tk_drop(c->layer->drop, c->key);
+	tk_dropout_fwd(&dr, F32(c->x), c->nsaved ? MASK(c, DROPOUT_MASK) : NULL, F32(c->y),
+	               c->rows * c->layer->in);
+	return RT_OK;
+}
+
+static int dropout_bwd_in(RtRank *r, const RtLayerCall *c)
+{
+	if (rt_layer_call_check(r, c))
+		return RT_EFAIL;
+	TkDrop dr = tk_drop(c->layer->drop, c->key);
+	tk_dropout_bwd(&dr, c->nsaved ? MASK(c, DROPOUT_MASK) : NULL, F32(c->dy), F32(c->dx),
+	               c->rows * c->layer->in);
+	return RT_OK;
+}
+
 static const RtLayerKernels cpu_layers[LAYER_COUNT] = {
 	[LAYER_LINEAR] = {linear_fwd, linear_bwd_in, linear_bwd_w},
 	[LAYER_RELU] = {relu_fwd, relu_bwd_in, NULL},
@@ -607,6 +656,7 @@ static const RtLayerKernels cpu_layers[LAYER_COUNT] = {
 	[LAYER_HEAD] = {head_fwd, head_bwd_in, head_bwd_w},
 	[LAYER_XENT] = {xent_fwd, xent_bwd_in, NULL, xent_tp_fwd},
 	[LAYER_GEGLU] = {geglu_fwd, geglu_bwd_in, swiglu_bwd_w},
+	[LAYER_DROPOUT] = {dropout_fwd, dropout_bwd_in, NULL},
 };
 
 /* ---- the optimizer: one entry per OptimKind (rt_backend.h, "The optimizer") ---- */

@@ -156,6 +156,22 @@ static inline int cu_grid(int64_t n)
 	return (int)(b < 1 ? 1 : b > 8192 ? 8192 : b);
 }
 
+/* splitmix64's finalizer (model.c's rt_splitmix64): the synthetic data's and the
+ * dropout masks' bits, as the host draws them. */
+static __device__ inline uint64_t cu_splitmix64(uint64_t x)
+{
+	uint64_t z = x + 0x9e3779b97f4a7c15ull;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* tkernels.c's tk_drop_keep: element i of the mask keyed key, threshold thr (TkDrop). */
+static __device__ inline int cu_drop_keep(uint64_t key, uint64_t i, uint64_t thr)
+{
+	return thr == 0 || (cu_splitmix64(key ^ i) >> 32) >= thr;
+}
+
 #define FOR_EACH(i, n)                                                                       \
 	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);              \
 	     i += (int64_t)gridDim.x * blockDim.x)

@@ -1,5 +1,5 @@
-/* The cuda device's tensor operations, GEMMs and the layer rows of the matrix kinds
- * (linear, relu, gelu, mse), on the rank's compute stream, ordered by
+/* The cuda device's tensor operations, GEMMs and the layer rows of the matrix and
+ * elementwise kinds (linear, relu, gelu, mse, dropout), on the rank's compute stream, ordered by
  * cu_cs_begin()/cu_cs_end() (cuda_stream.cu); the transformer kinds' rows are
  * cuda_tf.cu's, and device_cuda.cu puts both lists of rows in the table by kind.
  *
@@ -15,6 +15,10 @@
 #include <string.h>
 
 #include "cuda_dev.h"
+
+extern "C" {
+#include "tkernels.h" // tk_drop: a dropout's threshold and scale, as the cpu's
+}
 
 static __global__ void k_bias_rows(float *y, const float *b, int64_t m, int64_t n)
 {
@@ -183,12 +187,30 @@ static __global__ void k_gen(float *y, uint64_t key, int64_t n)
 {
 	FOR_EACH(i, n)
 	{
-		uint64_t z = (key ^ (uint64_t)i) + 0x9e3779b97f4a7c15ull;
-		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-		z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-		z ^= z >> 31;
+		uint64_t z = cu_splitmix64(key ^ (uint64_t)i);
 		y[i] = (float)((double)(z >> 40) / 8388608.0 - 1.0);
 	}
+}
+
+/* dropout (tkernels.c's tk_dropout_fwd and _bwd): the same mask bits from the same key;
+ * mask NULL at P = 0. */
+static __global__ void k_dropout_fwd(const float *x, uint8_t *mask, float *y, uint64_t key,
+                                     uint64_t thr, float scale, int64_t n)
+{
+	FOR_EACH(i, n)
+	{
+		int keep = cu_drop_keep(key, (uint64_t)i, thr);
+		if (mask)
+			mask[i] = (uint8_t)keep;
+		y[i] = keep ? __fmul_rn(x[i], scale) : 0.0f;
+	}
+}
+
+static __global__ void k_dropout_bwd(const uint8_t *mask, const float *dy, float *dx, float scale,
+                                     int64_t n)
+{
+	FOR_EACH(i, n)
+	dx[i] = !mask || mask[i] ? __fmul_rn(dy[i], scale) : 0.0f;
 }
 
 /* loss[0] = mean of (y - t)^2 in double, in an order fixed whatever the scheduling:
@@ -678,15 +700,44 @@ static int linear_bwd_w_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 	return cu_proj_bwd_w(r, F32(c->x), F32(c->dy), &c->grad[0], &c->grad[1], c->rows);
 }
 
+/* dropout: its mask (none at P = 0) from the call's key; B reads only the mask (its x
+ * is gone: the row's drops_x). */
+static uint8_t *drop_mask(const RtLayerCall *c)
+{
+	return c->nsaved ? (uint8_t *)c->saved[DROPOUT_MASK]->data : NULL;
+}
+
+static int dropout_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
+{
+	(void)s;
+	TkDrop dr = tk_drop(c->layer->drop, c->key);
+	LAUNCH(r, k_dropout_fwd, numel(c->y), F32(c->x), drop_mask(c), F32(c->y), dr.key, dr.thr,
+	       dr.scale, numel(c->y));
+	return RT_OK;
+}
+
+static int dropout_bwd_in_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
+{
+	(void)s;
+	TkDrop dr = tk_drop(c->layer->drop, c->key);
+	LAUNCH(r, k_dropout_bwd, numel(c->dy), drop_mask(c), F32(c->dy), F32(c->dx), dr.scale,
+	       numel(c->dy));
+	return RT_OK;
+}
+
 CU_ROW_FN(linear_fwd, CU_F)
 CU_ROW_FN(linear_bwd_in, CU_B)
 CU_ROW_FN(linear_bwd_w, CU_W)
+CU_ROW_FN(dropout_fwd, CU_F)
+CU_ROW_FN(dropout_bwd_in, CU_B)
 
-/* This file's rows (the matrix kinds), merged into the device's table (device_cuda.cu). */
+/* This file's rows (the matrix and elementwise kinds), merged into the device's table
+ * (device_cuda.cu). */
 extern const CuLayerRow cu_mat_rows[] = {
 	{LAYER_LINEAR, {linear_fwd, linear_bwd_in, linear_bwd_w}},
 	{LAYER_RELU, {relu_fwd, relu_bwd_in, nullptr}},
 	{LAYER_GELU, {gelu_fwd, gelu_bwd_in, nullptr}},
 	{LAYER_MSE, {mse_fwd, mse_bwd_in, nullptr}},
+	{LAYER_DROPOUT, {dropout_fwd, dropout_bwd_in, nullptr}},
 };
 extern const int cu_mat_nrows = sizeof cu_mat_rows / sizeof *cu_mat_rows;

@@ -1,7 +1,8 @@
 /* The cuda device's rows of the transformer kinds (embed, layernorm, rmsnorm,
- * attention, mlp, swiglu, head, xent): tkernels.c's math (docs/layers.md) on the GPU,
- * into the tensors the layer table gives each kind, run through cu_layer_run (cuda_kernels.cu)
- * on the rank's compute stream.  docs/gpu.md describes the choices.
+ * attention with its dropout=P, mlp, swiglu, head, xent): tkernels.c's math
+ * (docs/layers.md) on the GPU, into the tensors the layer table gives each kind, run
+ * through cu_layer_run (cuda_kernels.cu) on the rank's compute stream.  docs/gpu.md
+ * describes the choices.
  *
  * Kernels are grid-stride loops: a thread per element; per row where a row is reduced
  * (norms, softmax rows, the loss: in the CPU's order, in double where the CPU sums in
@@ -317,15 +318,18 @@ static __global__ void k_softmax_causal(float *p, int64_t rows, int64_t S)
 }
 
 /* The softmax's gradient for head h: ds (B matrices S x S, dP in, dS out) from the
- * probabilities p (B*H matrices S x S, matrix b*H + h); a thread per (b, row). */
+ * probabilities p (B*H matrices S x S, matrix b*H + h); a thread per (b, row).  With a
+ * dropout mask (p's layout), dP is first taken through it (times scale). */
 static __global__ void k_softmax_bwd(const float *p, float *ds, int64_t B, int64_t H, int64_t h,
-                                     int64_t S)
+                                     int64_t S, const uint8_t *mask, float scale)
 {
 	FOR_EACH(R, B * S)
 	{
 		int64_t b = R / S, i = R % S;
 		const float *pr = p + ((b * H + h) * S + i) * S;
 		float *r = ds + R * S;
+		for (int64_t j = 0; mask && j <= i; j++)
+			r[j] = mask[((b * H + h) * S + i) * S + j] ? fmul_rn(r[j], scale) : 0.0f;
 		double dot = 0;
 		for (int64_t j = 0; j <= i; j++)
 			dot = dadd_rn(dot, dmul_rn((double)pr[j], (double)r[j]));
@@ -334,6 +338,22 @@ static __global__ void k_softmax_bwd(const float *p, float *ds, int64_t B, int64
 			r[j] = fmul_rn(pr[j], fsub_rn(r[j], fd));
 		for (int64_t j = i + 1; j < S; j++)
 			r[j] = 0.0f;
+	}
+}
+
+/* Attention's dropout over the call's probabilities p (n = B x Hl x S x S, Hl heads
+ * from head0 of the layer's H): its mask and pd = p * mask * scale, each element drawn
+ * at its index over every head (tkernels.c's drop_head). */
+static __global__ void k_attn_drop(const float *p, uint8_t *mask, float *pd, int64_t n, int64_t Hl,
+                                   int64_t H, int64_t head0, int64_t SS, uint64_t key,
+                                   uint64_t thr, float scale)
+{
+	FOR_EACH(e, n)
+	{
+		int64_t b = e / (Hl * SS), rest = e % (Hl * SS);
+		int keep = cu_drop_keep(key, (uint64_t)((b * H + head0) * SS + rest), thr);
+		mask[e] = (uint8_t)keep;
+		pd[e] = keep ? fmul_rn(p[e], scale) : 0.0f;
 	}
 }
 
@@ -622,13 +642,33 @@ static int attn_probs(RtRank *r, const AttnDims *m, const float *qkv, float *p)
 	return RT_OK;
 }
 
+/* With dropout=P: its mask and the dropped P from P (k_attn_drop).  *pv: what
+ * multiplies v, P or P dropped. */
+static int attn_drop(RtRank *r, const RtLayerCall *c, const TkAttn *a, const AttnDims *m,
+                     const float **pv)
+{
+	*pv = F32(c->saved[ATTN_PROBS]);
+	if (!(c->layer->drop > 0))
+		return RT_OK;
+	TkDrop dr = tk_drop(c->layer->drop, c->key);
+	int64_t SS = m->S * m->S, n = m->B * m->H * SS;
+	LAUNCH(r, k_attn_drop, n, F32(c->saved[ATTN_PROBS]), (uint8_t *)c->saved[ATTN_MASK]->data,
+	       F32(c->saved[ATTN_DROP]), n, m->H, a->H, c->tp_rank * m->H, SS, dr.key, dr.thr,
+	       dr.scale);
+	*pv = F32(c->saved[ATTN_DROP]);
+	return RT_OK;
+}
+
 static int attn_rebuild_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 {
 	(void)s;
 	TkAttn a = plan_layer_attn(c->layer, &c->sh);
 	a.tp = tp_of(c);
 	AttnDims m = attn_dims(&a);
-	return attn_probs(r, &m, F32(c->saved[ATTN_QKV]), F32(c->saved[ATTN_PROBS]));
+	const float *pv;
+	if (attn_probs(r, &m, F32(c->saved[ATTN_QKV]), F32(c->saved[ATTN_PROBS])))
+		return RT_EFAIL;
+	return attn_drop(r, c, &a, &m, &pv);
 }
 
 static int attn_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
@@ -649,8 +689,11 @@ static int attn_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 		       a.rope_theta, 0);
 	if (attn_probs(r, &m, qkv, p))
 		return RT_EFAIL;
+	const float *pv; // P, or P dropped
+	if (attn_drop(r, c, &a, &m, &pv))
+		return RT_EFAIL;
 	for (int64_t h = 0; h < H; h++) // att = P v
-		if (cu_gemm(r, 0, 0, S, m.hd, S, 1.0f, Opd{p, np, h * S * S, S, H * S * S},
+		if (cu_gemm(r, 0, 0, S, m.hd, S, 1.0f, Opd{pv, np, h * S * S, S, H * S * S},
 		            qkv_head(qkv, &m, H + m.Hkv + h / m.grp), 0.0f, att + h * m.hd, m.di,
 		            S * m.di, m.B))
 			return RT_EFAIL;
@@ -669,6 +712,10 @@ static int attn_bwd_in_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 	const RtTensor *w[4];
 	wb_params(c, c->param, w);
 	const float *qkv = F32(c->saved[ATTN_QKV]), *p = F32(c->saved[ATTN_PROBS]);
+	int drop = c->layer->drop > 0; // dropout=P: P dropped multiplied v
+	const float *pv = drop ? F32(c->saved[ATTN_DROP]) : p;
+	const uint8_t *mask = drop ? (const uint8_t *)c->saved[ATTN_MASK]->data : NULL;
+	float scale = drop ? tk_drop(c->layer->drop, 0).scale : 1.0f;
 	float *dqkv = F32(c->held[ATTN_DQKV]), *datt = F32(c->work);
 	int64_t S = m.S, H = m.H, np = m.B * H * S * S, nds = m.B * S * S;
 	float *ds = (float *)cu_scratch(r, s, nds * (int64_t)sizeof(float));
@@ -678,14 +725,14 @@ static int attn_bwd_in_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 	Opd dO0 = {datt, m.N * m.di, 0, m.di, S * m.di}, dS = {ds, nds, 0, S, S * S};
 	for (int64_t h = 0; h < H; h++) {
 		int64_t g = h / m.grp, jk = H + g, jv = H + m.Hkv + g;
-		Opd dO = dO0, P = {p, np, h * S * S, S, H * S * S};
+		Opd dO = dO0, P = {pv, np, h * S * S, S, H * S * S};
 		dO.off = h * m.hd;
 		if (cu_gemm(r, 0, 1, S, S, m.hd, 1.0f, dO, qkv_head(qkv, &m, jv), 0.0f, ds, S, S * S,
 		            m.B) || // dP = dO v^T
 		    cu_gemm(r, 1, 0, S, m.hd, S, 1.0f, P, dO, 1.0f, dqkv + jv * m.hd, m.nqkv, S * m.nqkv,
 		            m.B)) // dv += P^T dO
 			return RT_EFAIL;
-		LAUNCH(r, k_softmax_bwd, m.B * S, p, ds, m.B, H, h, S);
+		LAUNCH(r, k_softmax_bwd, m.B * S, p, ds, m.B, H, h, S, mask, scale);
 		if (cu_gemm(r, 0, 0, S, m.hd, S, m.scale, dS, qkv_head(qkv, &m, jk), 1.0f, dqkv + h * m.hd,
 		            m.nqkv, S * m.nqkv, m.B) || // dq += c dS k
 		    cu_gemm(r, 1, 0, S, m.hd, S, m.scale, dS, qkv_head(qkv, &m, h), 1.0f, dqkv + jk * m.hd,

@@ -47,6 +47,12 @@ uint64_t rt_gen_key(uint64_t seed, int what, int replica, int mb)
 	return mix(mix(mix(seed, (uint64_t)what), (uint64_t)replica), (uint64_t)mb);
 }
 
+uint64_t rt_drop_key(uint64_t seed, int step, int replica, int mb, int s, int l)
+{
+	uint64_t k = mix(mix(mix(seed, 6), (uint64_t)step), (uint64_t)replica);
+	return mix(mix(mix(k, (uint64_t)mb), (uint64_t)s), (uint64_t)l);
+}
+
 void rt_gen_values(uint64_t key, float *out, int64_t n)
 {
 	for (int64_t i = 0; i < n; i++)
@@ -246,6 +252,11 @@ static int build(RtModel *m, const Plan *p, char *err, size_t errn)
 			}
 			if (check_body(st, l, err, errn))
 				return -1;
+			if (plan_layers[ly->kind].drops_x &&
+			    (l == 0 || plan_layers[st->layers[l - 1].kind].arg == LAYER_ARG_BODY))
+				return merr(err, errn, "stage %s: layer %d (%s) keeps only its mask, so it "
+				            "cannot begin a stage or a body, whose input that layer keeps",
+				            st->name, l, plan_layers[ly->kind].name);
 			lay_out(sm, l, ly, &shape, m->tp, &off);
 			if (l == st->nlayers - 1 && !sm->loss && sm->at[l].t.out != ly->out)
 				return merr(err, errn, "stage %s ends in a %s layer split over the tp group; "
@@ -373,7 +384,8 @@ const char *rt_device_check(const RtDevice *d, const Plan *p, char *err, size_t 
 
 /* ---- tensors, accounted ---- */
 
-RtTensor *rt_tensor_new(RtRank *r, int64_t rows, int64_t cols, int cls)
+/* A tensor of rows x cols elements of `elem` bytes. */
+static RtTensor *tensor_new(RtRank *r, int64_t rows, int64_t cols, int64_t elem, int cls)
 {
 	RtTensor *t = calloc(1, sizeof *t);
 	if (!t) {
@@ -382,7 +394,7 @@ RtTensor *rt_tensor_new(RtRank *r, int64_t rows, int64_t cols, int cls)
 	}
 	t->rows = rows;
 	t->cols = cols;
-	t->bytes = rows * cols * (int64_t)sizeof(float);
+	t->bytes = rows * cols * elem;
 	t->cls = (uint8_t)cls;
 	if (r->dev->alloc(r, t)) {
 		free(t);
@@ -390,6 +402,16 @@ RtTensor *rt_tensor_new(RtRank *r, int64_t rows, int64_t cols, int cls)
 	}
 	r->mem[cls] += t->bytes;
 	return t;
+}
+
+RtTensor *rt_tensor_new(RtRank *r, int64_t rows, int64_t cols, int cls)
+{
+	return tensor_new(r, rows, cols, (int64_t)sizeof(float), cls);
+}
+
+RtTensor *rt_tensor_new_of(RtRank *r, const LayerTensor *sh, int cls)
+{
+	return tensor_new(r, sh->rows, sh->cols, sh->mask ? 1 : (int64_t)sizeof(float), cls);
 }
 
 void rt_tensor_free(RtRank *r, RtTensor *t)

@@ -14,7 +14,7 @@ int main(int argc, char **argv)
 	const CliOpt opts[] = {
 		{"backend", 'b', CLI_STR, &a.o.backend, "NAME", piperun_backend_help()},
 		{"steps", 'n', CLI_INT, &a.o.steps, "N", "training steps to run", 1, 1, 1000000},
-		{"seed", 's', CLI_U64, &a.o.seed, "S", "seed of weights, inputs and targets", 1},
+		{"seed", 's', CLI_U64, &a.o.seed, "S", "seed of weights, inputs, targets and dropout masks", 1},
 		{"optimizer", 0, CLI_ENUM, &a.optim, "NAME",
 		 "the optimizer (default: the plan's optimizer line,\nelse sgd)", 0,
 		 .names = plan_optim_names, .nnames = OPTIM_COUNT},

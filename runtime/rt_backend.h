@@ -67,7 +67,8 @@ typedef enum {
 } RtMemClass;
 
 typedef struct {
-	void *data;   // device storage (host or device), f32, row-major rows x cols
+	void *data;   // device storage (host or device), f32, row-major rows x cols (a
+	              // dropout mask: one byte an element, LayerTensor.mask)
 	void *aux;    // device's per-tensor extra (say, a CUDA block); NULL if unused
 	int64_t rows, cols;
 	int64_t bytes;
@@ -147,6 +148,8 @@ typedef struct {
 	float scale;             // B of a loss: factor of the gradient (1/microbatches)
 	int tp, tp_rank;         // the layer's tp group size (1: whole) and the rank's place
 	int phase;               // tp_fwd of a vocabulary-parallel loss: 1 or 2 (below)
+	uint64_t key;            // a layer with dropout (PlanLayer.drop), F and rebuild: the
+	                         // key its masks are drawn from (rt_drop_key; tk_drop)
 } RtLayerCall;
 
 /* The shapes every device's kernels rely on: x is rows x in, y and dy rows x out, dx
@@ -168,8 +171,9 @@ typedef struct {
 	RtLayerFn tp_fwd;
 	/* Selective recomputation (PlanRecompute): refills the saved tensors F dropped from
 	 * the ones it kept, the same math as fwd's.  Attention: saved[ATTN_PROBS], the
-	 * softmax probabilities, from saved[0], the projected (and rotated) q, k, v.  NULL:
-	 * the kind cannot. */
+	 * softmax probabilities, from saved[0], the projected (and rotated) q, k, v, and
+	 * with dropout=P their mask and dropped copy (ATTN_MASK, ATTN_DROP) drawn again from
+	 * the call's key.  NULL: the kind cannot. */
 	RtLayerFn rebuild;
 } RtLayerKernels;
 
@@ -253,7 +257,8 @@ typedef struct {
 	int (*rank_open)(RtRank *r);
 	void (*rank_close)(RtRank *r);
 
-	/* Tensors: alloc fills t->data for t->rows x t->cols f32 (contents undefined). */
+	/* Tensors: alloc fills t->data for t->bytes (rows x cols f32, or bytes of a mask;
+	 * contents undefined). */
 	int (*alloc)(RtRank *r, RtTensor *t);
 	void (*free)(RtRank *r, RtTensor *t);
 	int (*upload)(RtRank *r, RtTensor *t, const float *host);

@@ -83,8 +83,15 @@ void rt_gen_tokens(uint64_t seed, int replica, int mb, const LayerShape *sh, int
                    float *out);
 void rt_gen_weights(uint64_t seed, const Plan *p, int stage, float *out); // whole stage
 
-/* Tensors through the rank's device, accounted per class. */
+/* The key of the dropout masks of layer l of stage s on microbatch mb of a replica in
+ * a step: a fresh draw each step, and the same key in the pipelined run, under full or
+ * selective recomputation and in the --check reference, which name the same ones. */
+uint64_t rt_drop_key(uint64_t seed, int step, int replica, int mb, int s, int l);
+
+/* Tensors through the rank's device, accounted per class: f32, or (rt_tensor_new_of)
+ * a layer's tensor as the layer table states it, f32 or a mask. */
 RtTensor *rt_tensor_new(RtRank *r, int64_t rows, int64_t cols, int cls);
+RtTensor *rt_tensor_new_of(RtRank *r, const LayerTensor *sh, int cls);
 void rt_tensor_free(RtRank *r, RtTensor *t);
 void rt_tensor_reclass(RtRank *r, RtTensor *t, int cls);
 /* Samples the memory model's total (every class but scratch) into r->peak_total at
@@ -163,9 +170,11 @@ void rt_stage_drop(RtRank *r, int s, RtTensor **saved);
 int rt_stage_recompute(RtRank *r, int s, int mb, int step, int replica, RtStageBufs *b,
                        RtTensor **saved);
 /* Selective recomputation (PLAN_RECOMPUTE_SELECTIVE): after F, rt_stage_drop_probs
- * frees the stage's attention probabilities; before B, rt_stage_rebuild_probs computes
- * them again from the saved q, k (the device's rebuild kernel: the same math, so the
- * same values), and B frees each once its layer's input gradient is done. */
+ * frees the stage's attention probabilities (the layer table's `rebuilt` tensors, with
+ * dropout=P their mask and dropped copy too); before B, rt_stage_rebuild_probs holds
+ * them again and computes them from the saved q, k (the device's rebuild kernel: the
+ * same math, so the same values; a layer with dropout=P at its B, where its masks' key
+ * is known), and B frees each once its layer's input gradient is done. */
 void rt_stage_drop_probs(RtRank *r, int s, RtTensor **saved);
 int rt_stage_rebuild_probs(RtRank *r, int s, RtStageBufs *b, RtTensor **saved);
 /* The synthetic input of a microbatch as a new tensor of class cls. */

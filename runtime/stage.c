@@ -12,7 +12,10 @@
  * else until B: save_fb), and a kind with parameters keeps its output gradient and its
  * held tensors from B to W (save_bw).  A layer's output is the next layer's saved
  * input, so F holds exactly save_fb + save_fw, B frees save_fb and holds save_bw, and W
- * frees the rest. */
+ * frees the rest.  A kind whose row says drops_x (dropout) frees its input after its F:
+ * its mask is all its B needs.  Dropout masks are drawn from rt_drop_key of the stage,
+ * layer, microbatch, replica and step, so every run of a layer's F (recomputation, the
+ * reference) draws the same ones. */
 #include "rt_private.h"
 
 #include <stdlib.h>
@@ -176,9 +179,15 @@ static RtLayerCall layer_call(RtRank *r, int s, int l, RtStageBufs *b, RtTensor 
 static int new_tensors(RtRank *r, const LayerTensor *sh, int n, int cls, RtTensor **out)
 {
 	for (int i = 0; i < n; i++)
-		if (!(out[i] = rt_tensor_new(r, sh[i].rows, sh[i].cols, cls)))
+		if (!(out[i] = rt_tensor_new_of(r, &sh[i], cls)))
 			return RT_EFAIL;
 	return RT_OK;
+}
+
+/* The key of layer l's dropout masks (rt_drop_key) on microbatch mb. */
+static uint64_t drop_key(const RtRank *r, int s, int l, int mb, int step, int replica)
+{
+	return rt_drop_key(r->w->opt.seed, step, replica, mb, s, l);
 }
 
 static void free_slots(RtRank *r, RtTensor **slot, int n)
@@ -285,6 +294,7 @@ int rt_stage_fwd_run(RtRank *r, int s, int mb, int step, int replica, RtStageBuf
 		if (new_tensors(r, at->t.saved, at->t.nsaved, RT_MEM_SAVED, slot + 2))
 			return RT_EFAIL;
 		RtLayerCall c = layer_call(r, s, l, b, slot, pv, gv);
+		c.key = drop_key(r, s, l, mb, step, replica);
 		if (plan_layers[ly->kind].loss)
 			return loss_forward(r, s, l, mb, step, replica, b, wk, &c);
 		if (!(c.y = rt_tensor_new(r, p->rows, at->t.out, RT_MEM_TEMP)))
@@ -292,6 +302,10 @@ int rt_stage_fwd_run(RtRank *r, int s, int mb, int step, int replica, RtStageBuf
 		if (r->dev->layers[ly->kind].fwd(r, &c)) {
 			rt_tensor_free(r, c.y);
 			return RT_EFAIL;
+		}
+		if (plan_layers[ly->kind].drops_x) { // neither a stage's nor a body's input (model.c)
+			rt_tensor_free(r, slot[0]);
+			slot[0] = NULL;
 		}
 		wk->cur = c.y;
 		if (at->cut[DIR_ACT]) { // the bodies it closes wait for the all-reduce
@@ -361,37 +375,56 @@ int rt_stage_recompute(RtRank *r, int s, int mb, int step, int replica, RtStageB
 	return RT_OK;
 }
 
-/* The probabilities' slot of attention layer l of stage s, or NULL for another kind. */
-static RtTensor **probs_slot(RtRank *r, int s, int l, RtTensor **saved)
+/* Whether layer at has tensors selective recomputation rebuilds (LayerTensor.rebuilt:
+ * attention's S x S ones). */
+static int rebuilds(const RtLayerAt *at)
 {
-	if (r->w->plan->stages[s].layers[l].kind != LAYER_ATTN)
-		return NULL;
-	return saved + r->model->st[s].at[l].slot + 2 + ATTN_PROBS;
+	for (int j = 0; j < at->t.nsaved; j++)
+		if (at->t.saved[j].rebuilt)
+			return 1;
+	return 0;
+}
+
+/* Frees those tensors of layer at (its slots from slot). */
+static void free_rebuilt(RtRank *r, const RtLayerAt *at, RtTensor **slot)
+{
+	for (int j = 0; j < at->t.nsaved; j++)
+		if (at->t.saved[j].rebuilt) {
+			rt_tensor_free(r, slot[2 + j]);
+			slot[2 + j] = NULL;
+		}
 }
 
 void rt_stage_drop_probs(RtRank *r, int s, RtTensor **saved)
 {
-	for (int l = 0; l < r->w->plan->stages[s].nlayers; l++) {
-		RtTensor **t = probs_slot(r, s, l, saved);
-		if (t) {
-			rt_tensor_free(r, *t);
-			*t = NULL;
-		}
-	}
+	for (int l = 0; l < r->w->plan->stages[s].nlayers; l++)
+		free_rebuilt(r, &r->model->st[s].at[l], saved + r->model->st[s].at[l].slot);
+}
+
+/* Layer l's rebuild kernel on the tensors rt_stage_rebuild_probs holds again. */
+static int rebuild(RtRank *r, int s, int l, RtStageBufs *b, RtTensor **slot, uint64_t key)
+{
+	RtTensor pv[LAYER_MAX_TENSORS], gv[LAYER_MAX_TENSORS];
+	RtLayerCall c = layer_call(r, s, l, b, slot, pv, gv);
+	c.key = key;
+	return r->dev->layers[c.layer->kind].rebuild(r, &c); // rt_device_check: it has one
 }
 
 int rt_stage_rebuild_probs(RtRank *r, int s, RtStageBufs *b, RtTensor **saved)
 {
 	for (int l = 0; l < r->w->plan->stages[s].nlayers; l++) {
-		RtTensor **t = probs_slot(r, s, l, saved);
-		if (!t)
+		const RtLayerAt *at = &r->model->st[s].at[l];
+		RtTensor **slot = saved + at->slot;
+		if (!rebuilds(at))
 			continue;
-		const LayerTensor *sh = &r->model->st[s].at[l].t.saved[ATTN_PROBS];
-		if (!*t && !(*t = rt_tensor_new(r, sh->rows, sh->cols, RT_MEM_SAVED)))
-			return RT_EFAIL;
-		RtTensor pv[LAYER_MAX_TENSORS], gv[LAYER_MAX_TENSORS];
-		RtLayerCall c = layer_call(r, s, l, b, saved + r->model->st[s].at[l].slot, pv, gv);
-		if (r->dev->layers[LAYER_ATTN].rebuild(r, &c)) // rt_device_check: it has one
+		for (int j = 0; j < at->t.nsaved; j++) {
+			RtTensor **t = &slot[2 + j];
+			if (at->t.saved[j].rebuilt && !*t &&
+			    !(*t = rt_tensor_new_of(r, &at->t.saved[j], RT_MEM_SAVED)))
+				return RT_EFAIL;
+		}
+		/* Dropout's masks need their key, which B knows (layer_backward). */
+		if (!(r->w->plan->stages[s].layers[l].drop > 0) && rebuild(r, s, l, b, slot, 0))
 			return RT_EFAIL;
 	}
 	return RT_OK;
@@ -419,7 +452,12 @@ static int layer_backward(RtRank *r, int s, int l, int mb, int step, int replica
 	}
 	RtLayerCall c = layer_call(r, s, l, b, slot, pv, gv);
 	c.dy = dy;
+	c.key = drop_key(r, s, l, mb, step, replica);
 	int rc = RT_OK;
+	/* Selective recomputation: a layer with dropout rebuilds here (rt_stage_rebuild_probs). */
+	int selective = p->stages[s].recompute == PLAN_RECOMPUTE_SELECTIVE;
+	if (selective && ly->drop > 0 && rebuilds(at) && rebuild(r, s, l, b, slot, c.key))
+		return RT_EFAIL;
 	if (need_dx && !(c.dx = rt_tensor_new(r, p->rows, at->t.in, RT_MEM_TEMP)))
 		return RT_EFAIL;
 	if (c.dx) {
@@ -438,13 +476,8 @@ static int layer_backward(RtRank *r, int s, int l, int mb, int step, int replica
 		rt_tensor_free(r, t);
 	}
 	/* Rebuilt for B alone: W does not read them (rt_stage_rebuild_probs). */
-	RtTensor **probs = p->stages[s].recompute == PLAN_RECOMPUTE_SELECTIVE
-	                       ? probs_slot(r, s, l, slot - at->slot)
-	                       : NULL;
-	if (probs && rc == RT_OK) {
-		rt_tensor_free(r, *probs);
-		*probs = NULL;
-	}
+	if (selective && rc == RT_OK)
+		free_rebuilt(r, at, slot);
 	if (rc) {
 		rt_tensor_free(r, c.dx);
 		return rc;
@@ -513,7 +546,7 @@ int rt_stage_bwd_run(RtRank *r, int s, int mb, int step, int replica, RtStageBuf
 			continue;
 		}
 		RtTensor **slot = saved + sm->at[l].slot;
-		if (!slot[0])
+		if (!slot[0] && !plan_layers[st->layers[l].kind].drops_x)
 			return rt_error(r, "internal: layer %d of stage %d lost its saved input", l, s);
 		RtTensor *dy = wk->cur;
 		wk->cur = NULL;

@@ -252,6 +252,43 @@ void tk_rmsnorm_bwd(const float *x, const float *g, const float *rstd, const flo
 	tk_rmsnorm_bwd_w(x, rstd, dy, dg, N, d);
 }
 
+/* ---- dropout ---- */
+
+TkDrop tk_drop(double p, uint64_t key)
+{
+	TkDrop dr = {key, (uint64_t)llround(p * 4294967296.0), (float)(1.0 / (1.0 - p)), 0};
+	return dr;
+}
+
+/* splitmix64's finalizer of key ^ i (the runtime's rt_splitmix64, and the CUDA
+ * kernels' cu_splitmix64, bit for bit). */
+int tk_drop_keep(const TkDrop *dr, uint64_t i)
+{
+	if (dr->thr == 0)
+		return 1;
+	uint64_t z = (dr->key ^ i) + 0x9e3779b97f4a7c15ull;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	z ^= z >> 31;
+	return (z >> 32) >= dr->thr;
+}
+
+void tk_dropout_fwd(const TkDrop *dr, const float *x, uint8_t *mask, float *y, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++) {
+		int keep = tk_drop_keep(dr, (uint64_t)i);
+		if (mask)
+			mask[i] = (uint8_t)keep;
+		y[i] = keep ? x[i] * dr->scale : 0.0f;
+	}
+}
+
+void tk_dropout_bwd(const TkDrop *dr, const uint8_t *mask, const float *dy, float *dx, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++)
+		dx[i] = !mask || mask[i] ? dy[i] * dr->scale : 0.0f;
+}
+
 /* ---- attention ---- */
 
 /* Llama's convention: within a head, element i pairs with i + hd/2 and turns by angle
@@ -319,16 +356,42 @@ static void probs_head(const TkAttn *a, const Share *sh, const float *qkv, int64
 	}
 }
 
-void tk_attn_probs(const TkAttn *a, const float *qkv, float *p)
+/* Head h of sequence b of dr's mask over its probabilities pb: mb, and pdb = pb * mask
+ * * scale.  Its elements are numbered over every head of the layer (TkDrop.head0). */
+static void drop_head(const TkAttn *a, const TkDrop *dr, int64_t b, int64_t h, const float *pb,
+                      uint8_t *mb, float *pdb)
 {
-	Share sh = share(a);
-	for (int64_t b = 0; b < a->B; b++)
-		for (int64_t h = 0; h < sh.H; h++)
-			probs_head(a, &sh, qkv, b, h, p + (b * sh.H + h) * a->S * a->S);
+	int64_t SS = a->S * a->S;
+	uint64_t base = (uint64_t)((b * a->H + dr->head0 + h) * SS);
+	for (int64_t k = 0; k < SS; k++) {
+		int keep = tk_drop_keep(dr, base + (uint64_t)k);
+		mb[k] = (uint8_t)keep;
+		pdb[k] = keep ? pb[k] * dr->scale : 0.0f;
+	}
 }
 
-void tk_attn_fwd(const TkAttn *a, const float *x, const float *wqkv, const float *bqkv,
-                 const float *wo, const float *bo, float *qkv, float *p, float *att, float *y)
+void tk_attn_probs_drop(const TkAttn *a, const TkDrop *dr, const float *qkv, float *p,
+                        uint8_t *mask, float *pd)
+{
+	Share sh = share(a);
+	int64_t SS = a->S * a->S;
+	for (int64_t b = 0; b < a->B; b++)
+		for (int64_t h = 0; h < sh.H; h++) {
+			int64_t off = (b * sh.H + h) * SS;
+			probs_head(a, &sh, qkv, b, h, p + off);
+			if (dr)
+				drop_head(a, dr, b, h, p + off, mask + off, pd + off);
+		}
+}
+
+void tk_attn_probs(const TkAttn *a, const float *qkv, float *p)
+{
+	tk_attn_probs_drop(a, NULL, qkv, p, NULL, NULL);
+}
+
+void tk_attn_fwd_drop(const TkAttn *a, const TkDrop *dr, const float *x, const float *wqkv,
+                      const float *bqkv, const float *wo, const float *bo, float *qkv,
+                      float *p, uint8_t *mask, float *pd, float *att, float *y)
 {
 	Share sh = share(a);
 	int64_t B = a->B, S = a->S, d = a->d, H = sh.H, Hkv = sh.Hkv, hd = sh.hd, di = sh.di;
@@ -340,16 +403,28 @@ void tk_attn_fwd(const TkAttn *a, const float *x, const float *wqkv, const float
 		const float *base = qkv + b * S * nqkv;
 		for (int64_t h = 0; h < H; h++) {
 			const float *v = base + (H + Hkv + h / grp) * hd;
-			float *pb = p + (b * H + h) * S * S;
-			probs_head(a, &sh, qkv, b, h, pb);
-			gemm(0, 0, S, hd, S, 1.0f, pb, S, v, nqkv, 0.0f, att + b * S * di + h * hd, di);
+			int64_t off = (b * H + h) * S * S;
+			const float *pv = p + off; // what multiplies v: P, or P dropped
+			probs_head(a, &sh, qkv, b, h, p + off);
+			if (dr) {
+				drop_head(a, dr, b, h, p + off, mask + off, pd + off);
+				pv = pd + off;
+			}
+			gemm(0, 0, S, hd, S, 1.0f, pv, S, v, nqkv, 0.0f, att + b * S * di + h * hd, di);
 		}
 	}
 	tk_linear_fwd(att, wo, bo, y, N, di, d);
 }
 
-void tk_attn_bwd_in(const TkAttn *a, const float *wqkv, const float *wo, const float *qkv,
-                    const float *p, const float *dy, float *dqkv, float *dx, float *work)
+void tk_attn_fwd(const TkAttn *a, const float *x, const float *wqkv, const float *bqkv,
+                 const float *wo, const float *bo, float *qkv, float *p, float *att, float *y)
+{
+	tk_attn_fwd_drop(a, NULL, x, wqkv, bqkv, wo, bo, qkv, p, NULL, NULL, att, y);
+}
+
+void tk_attn_bwd_in_drop(const TkAttn *a, const TkDrop *dr, const float *wqkv, const float *wo,
+                         const float *qkv, const float *p, const uint8_t *mask, const float *pd,
+                         const float *dy, float *dqkv, float *dx, float *work)
 {
 	Share sh = share(a);
 	int64_t B = a->B, S = a->S, d = a->d, H = sh.H, Hkv = sh.Hkv, hd = sh.hd, di = sh.di;
@@ -362,14 +437,17 @@ void tk_attn_bwd_in(const TkAttn *a, const float *wqkv, const float *wo, const f
 		const float *base = qkv + b * S * nqkv;
 		float *dbase = dqkv + b * S * nqkv;
 		for (int64_t h = 0; h < H; h++) {
-			int64_t g = h / grp;
+			int64_t g = h / grp, off = (b * H + h) * S * S;
 			const float *q = base + h * hd, *k = base + (H + g) * hd;
 			const float *v = base + (H + Hkv + g) * hd;
 			float *dq = dbase + h * hd, *dk = dbase + (H + g) * hd;
 			float *dv = dbase + (H + Hkv + g) * hd;
-			const float *pb = p + (b * H + h) * S * S, *da = datt + b * S * di + h * hd;
+			const float *pb = p + off, *da = datt + b * S * di + h * hd;
+			const float *pv = dr ? pd + off : pb; // what multiplied v in F
 			gemm(0, 1, S, S, hd, 1.0f, da, di, v, nqkv, 0.0f, ds, S);    // dP = dO V^T
-			gemm(1, 0, S, hd, S, 1.0f, pb, S, da, di, 1.0f, dv, nqkv);   // dV += P^T dO
+			gemm(1, 0, S, hd, S, 1.0f, pv, S, da, di, 1.0f, dv, nqkv);   // dV += P^T dO
+			for (int64_t i = 0; dr && i < S * S; i++)                   // through the mask
+				ds[i] = mask[off + i] ? ds[i] * dr->scale : 0.0f;
 			for (int64_t i = 0; i < S; i++) {                           // softmax'
 				const float *pr = pb + i * S;
 				float *r = ds + i * S;
@@ -389,6 +467,12 @@ void tk_attn_bwd_in(const TkAttn *a, const float *wqkv, const float *wo, const f
 	if (a->rope)
 		tk_rope(a, dqkv, 1);
 	tk_linear_bwd_in(dqkv, wqkv, dx, N, d, nqkv, 0);
+}
+
+void tk_attn_bwd_in(const TkAttn *a, const float *wqkv, const float *wo, const float *qkv,
+                    const float *p, const float *dy, float *dqkv, float *dx, float *work)
+{
+	tk_attn_bwd_in_drop(a, NULL, wqkv, wo, qkv, p, NULL, NULL, dy, dqkv, dx, work);
 }
 
 void tk_attn_bwd_w(const TkAttn *a, const float *x, const float *att, const float *dy,

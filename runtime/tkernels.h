@@ -119,6 +119,41 @@ void tk_attn_bwd(const TkAttn *a, const float *x, const float *wqkv, const float
  * transpose (the gradient). */
 void tk_rope(const TkAttn *a, float *qkv, int inverse);
 
+/* ---- dropout: y = x * mask / (1 - P), mask[i] = 1 with probability 1 - P ----
+ * The masks are drawn, not stored: element i of a mask keyed k is kept when the top 32
+ * bits of splitmix64(k ^ i) are at least thr = round(P 2^32), so any device, any run and
+ * the --check reference draw the same bits from the same key (the runtime keys each
+ * layer, microbatch and step: rt_drop_key).  Masks are one byte an element (uint8 0 or
+ * 1).  P = 0 keeps everything (thr 0, scale 1) and needs no mask: y = x bit for bit. */
+typedef struct {
+	uint64_t key;  // the masks' key
+	uint64_t thr;  // keep element i when splitmix64(key ^ i) >> 32 >= thr
+	float scale;   // 1 / (1 - P), each kept element's factor
+	int64_t head0; // attention: the first of the call's heads among the layer's (tp rank t
+	               // holds heads t H/tp ..): a probability's index counts every head of
+	               // every sequence, [b][h][i][j], so a tp group draws the whole layer's
+} TkDrop;
+TkDrop tk_drop(double p, uint64_t key);
+/* 1 when element i of dr's mask is kept. */
+int tk_drop_keep(const TkDrop *dr, uint64_t i);
+/* y and mask (NULL at P = 0) from x, n elements. */
+void tk_dropout_fwd(const TkDrop *dr, const float *x, uint8_t *mask, float *y, int64_t n);
+/* dx = dy * mask * scale (dy at P = 0, mask NULL). */
+void tk_dropout_bwd(const TkDrop *dr, const uint8_t *mask, const float *dy, float *dx, int64_t n);
+/* Attention with dropout on its probabilities (Megatron's attention dropout): F draws
+ * the mask of p (B*H*S*S bytes) and pd = p * mask * scale (B*H*S*S floats), and att =
+ * pd v; B takes dP = (dO v^T) * mask * scale into the softmax' and dv += pd^T dO.  Saved
+ * besides _fwd's: mask and pd.  The _drop forms with dr NULL are the plain ones. */
+void tk_attn_fwd_drop(const TkAttn *a, const TkDrop *dr, const float *x, const float *wqkv,
+                      const float *bqkv, const float *wo, const float *bo, float *qkv,
+                      float *p, uint8_t *mask, float *pd, float *att, float *y);
+/* p, its mask and pd from qkv as _fwd_drop computes them (selective recomputation). */
+void tk_attn_probs_drop(const TkAttn *a, const TkDrop *dr, const float *qkv, float *p,
+                        uint8_t *mask, float *pd);
+void tk_attn_bwd_in_drop(const TkAttn *a, const TkDrop *dr, const float *wqkv, const float *wo,
+                         const float *qkv, const float *p, const uint8_t *mask, const float *pd,
+                         const float *dy, float *dqkv, float *dx, float *work);
+
 /* ---- MLP with GELU (tanh approximation, as GPT-2 and runtime/cpu.c) ----
  * h = x W1 + b1 (N x f), a = gelu(h), y = a W2 + b2.  W1 d x f, W2 f x d, b1/b2 or NULL.
  * Saved: h (N*f), a (N*f), plus the input x (N*d).

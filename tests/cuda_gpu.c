@@ -121,6 +121,27 @@ static int twin_add(Gpu *g, Twin *t, int64_t rows, int64_t cols)
 	return i;
 }
 
+/* A dropout mask (one byte an element) and its host twin, for F to fill. */
+static int twin_mask(Gpu *g, Twin *t, const LayerTensor *ts)
+{
+	int i = t->n++;
+	t->d[i] = rt_tensor_new_of(g->r, ts, RT_MEM_TEMP);
+	assert_non_null(t->d[i]);
+	t->h[i] = (RtTensor){.rows = ts->rows, .cols = ts->cols, .bytes = ts->rows * ts->cols};
+	t->h[i].data = calloc(1, (size_t)t->h[i].bytes);
+	return i;
+}
+
+/* Device tensor d holds the bytes of its host twin h (a mask: the same bits drawn). */
+static void same_bytes(Gpu *g, const RtTensor *d, const RtTensor *h, const char *kind)
+{
+	char *b = malloc((size_t)h->bytes);
+	assert_int_equal(g->dev->download(g->r, d, (float *)b), RT_OK);
+	if (memcmp(b, h->data, (size_t)h->bytes))
+		fail_msg("layer kind %s: the cuda device's dropout mask differs from the cpu's", kind);
+	free(b);
+}
+
 /* Token ids (whole numbers below min(vocab, 13), so ids repeat) into tensor i of both
  * twins. */
 static void twin_tokens(Gpu *g, Twin *t, int i, int64_t vocab)
@@ -152,7 +173,7 @@ static void twin_open(Gpu *g, Twin *t, const PlanLayer *ly, const LayerShape *sh
 	if (tokens)
 		twin_tokens(g, t, T_TARGET, ly->in);
 	RtLayerCall c = {.layer = ly, .rows = m, .sh = *sh, .nparams = lt.nparams,
-	                 .nsaved = lt.nsaved, .nheld = lt.nheld};
+	                 .nsaved = lt.nsaved, .nheld = lt.nheld, .key = 0x5eed};
 	t->dc = t->hc = c;
 	for (int j = 0; j < lt.nparams; j++) {
 		int p = twin_add(g, t, lt.param[j].rows, lt.param[j].cols);
@@ -161,7 +182,7 @@ static void twin_open(Gpu *g, Twin *t, const PlanLayer *ly, const LayerShape *sh
 	}
 	for (int j = 0; j < lt.nsaved + lt.nheld; j++) {
 		const LayerTensor *ts = j < lt.nsaved ? &lt.saved[j] : &lt.held[j - lt.nsaved];
-		int p = twin_add(g, t, ts->rows, ts->cols);
+		int p = ts->mask ? twin_mask(g, t, ts) : twin_add(g, t, ts->rows, ts->cols);
 		t->ds[j] = t->d[p], t->hs[j] = &t->h[p];
 	}
 	t->dc.param = t->dp, t->dc.grad = t->dg, t->hc.param = t->hp, t->hc.grad = t->hg;
@@ -225,6 +246,10 @@ static const PlanLayer gpu_layers[] = {
 	{.kind = LAYER_GEGLU, .in = 24, .out = 24, .hidden = 40},
 	{.kind = LAYER_HEAD, .in = 24, .out = 37},
 	{.kind = LAYER_XENT, .in = 37, .out = 37},
+	{.kind = LAYER_DROPOUT, .in = 70, .out = 70, .drop = 0.3},
+	{.kind = LAYER_DROPOUT, .in = 70, .out = 70}, // P = 0: the identity
+	{.kind = LAYER_ATTN, .in = 24, .out = 24, .heads = 4, .kv_heads = 2, .flags = FLAG(ROPE),
+	 .drop = 0.2},
 };
 #undef FLAG
 static const LayerShape gpu_shape = {33, 3, 11, 37};
@@ -293,7 +318,8 @@ static void ops_match_cpu(Gpu *g, int64_t m, int64_t n)
  * accumulate into random contents), for f32 and bf16 GEMMs.  A kind with GEMMs (FLOPs
  * in the layer table) is held to the GEMM bound (looser for the kinds that chain
  * several: attention, mlp, swiglu), other math to 1e-5; the embedding (gather and the
- * in-order scatter) and linear's bias gradient (column sums in the CPU's order) bit for
+ * in-order scatter), linear's bias gradient (column sums in the CPU's order), dropout
+ * and every dropout mask (attention's too: the same bits from the same key) bit for
  * bit.  Every kind with a cpu row must have been run.  Then ops_match_cpu. */
 void cuda__kernels__match_cpu(void **state)
 {
@@ -317,8 +343,12 @@ void cuda__kernels__match_cpu(void **state)
 			int chained = kind == LAYER_ATTN || kind == LAYER_MLP || kind == LAYER_SWIGLU ||
 			              kind == LAYER_GEGLU;
 			double gemm_tol = bf16 ? (chained ? 5e-2 : 2e-2) : (chained ? 1e-4 : 1e-5);
-			double tol = plan_layer_figures(ly, &gpu_shape).flops[0] > 0 ? gemm_tol : 1e-5;
+			double tol = kind == LAYER_DROPOUT                             ? 0
+			             : plan_layer_figures(ly, &gpu_shape).flops[0] > 0 ? gemm_tol
+			                                                               : 1e-5;
 			double exact = kind == LAYER_EMBED ? 0 : tol;
+			LayerTensors lt;
+			plan_layer_tensors(ly, &gpu_shape, 1, &lt);
 			Twin t;
 			twin_open(&g, &t, ly, &gpu_shape);
 			RtLayerCall *dc = &t.dc, *hc = &t.hc;
@@ -328,7 +358,10 @@ void cuda__kernels__match_cpu(void **state)
 			twin_compare(&g, &t.d[loss ? T_LOSS : T_Y], &t.h[loss ? T_LOSS : T_Y], 1, exact,
 			             name, "F output");
 			for (int j = 0; j < hc->nsaved; j++)
-				twin_compare(&g, &t.ds[j], t.hs[j], 1, tol, name, "saved tensor");
+				if (lt.saved[j].mask) // drawn from the key alone: the same bits
+					same_bytes(&g, t.ds[j], t.hs[j], name);
+				else
+					twin_compare(&g, &t.ds[j], t.hs[j], 1, tol, name, "saved tensor");
 			dc->y = NULL, hc->y = NULL;
 			if (loss)
 				dc->scale = hc->scale = 0.25f;
@@ -594,12 +627,14 @@ void cuda__plan_one_gpu__check_bf16(void **state)
 }
 
 /* A small transformer with every kind on one GPU: learned positions, attention with
- * biases and grouped-query heads, then rotary with GQA, both MLPs, both norms, a head
- * tied to the embedding, cross-entropy on next tokens. */
+ * biases, grouped-query heads and dropout on its probabilities, then rotary with GQA,
+ * both MLPs, both norms, hidden dropouts, a head tied to the embedding, cross-entropy
+ * on next tokens. */
 static const char tf_src[] =
 	"pipeline tf;\nmesh pp=1;\nmicrobatches 4;\ninput tokens 3x12 vocab=37;\n"
-	"stage s0 { embed 24 positions; residual { layernorm; attention heads=4 kv_heads=2 bias; }\n"
-	"  residual { layernorm; mlp 40 bias; } }\n"
+	"stage s0 { embed 24 positions; dropout 0.1; residual { layernorm;\n"
+	"  attention heads=4 kv_heads=2 bias dropout=0.1; dropout 0.1; }\n"
+	"  residual { layernorm; mlp 40 bias; dropout 0.1; } }\n"
 	"stage s1 { residual { rmsnorm; attention heads=6 kv_heads=3 rope; }\n"
 	"  residual { rmsnorm; swiglu 40; } rmsnorm; head tied; loss xent; }\n"
 	"schedule gpipe;\ncost * f=1 b=1 w=1;\nlink ideal;\n";
@@ -626,11 +661,13 @@ void cuda__plan_two_gpus__check_f32(void **state)
 	run_checked(two_gpu_src, RT_DTYPE_F32, 2, 0.5);
 }
 
-/* Tensor parallelism on two GPUs (tp=2): every split kind's shard on cuda_tf.cu's rows,
- * TPREDUCE on the tp ncclCommSplit communicator, the loss's max then sum. */
+/* Tensor parallelism on two GPUs (tp=2): every split kind's shard on cuda_tf.cu's rows
+ * (attention's dropout masks drawn for the rank's heads), TPREDUCE on the tp
+ * ncclCommSplit communicator, the loss's max then sum. */
 static const char tp_src[] =
 	"pipeline tp;\nmesh pp=1 tp=2;\nmicrobatches 4;\ninput tokens 3x12 vocab=38;\n"
-	"stage s0 { embed 24 positions; residual { layernorm; attention heads=4 kv_heads=2 bias; }\n"
+	"stage s0 { embed 24 positions; residual { layernorm;\n"
+	"  attention heads=4 kv_heads=2 bias dropout=0.1; dropout 0.1; }\n"
 	"  residual { layernorm; mlp 40 bias; } }\n"
 	"stage s1 { residual { rmsnorm; attention heads=6 kv_heads=2 rope; }\n"
 	"  residual { rmsnorm; swiglu 40; } rmsnorm; head; loss xent; }\n"

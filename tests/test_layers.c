@@ -46,6 +46,9 @@ static void spell(LayerKind k, char *buf, size_t n)
 	case LAYER_ARG_HIDDEN:
 		len = snprintf(buf, n, "%s 6", l->word);
 		break;
+	case LAYER_ARG_PROB:
+		len = snprintf(buf, n, "%s 0.25", l->word);
+		break;
 	case LAYER_ARG_NAME:
 		len = snprintf(buf, n, "%s %s", l->word, l->name);
 		break;
@@ -53,8 +56,10 @@ static void spell(LayerKind k, char *buf, size_t n)
 	for (int key = 0; key < LAYER_KEY_COUNT; key++)
 		if (l->keys & LAYER_FLAG(key))
 			len += snprintf(buf + len, n - (size_t)len, " %s%s", plan_layer_keys[key].name,
-			                !plan_layer_keys[key].number ? "" :
-			                key == LAYER_KEY_HEADS ? "=2" : "=1");
+			                !plan_layer_keys[key].number                      ? ""
+			                : plan_layer_keys[key].number == LAYER_VAL_PROB ? "=0.25"
+			                : key == LAYER_KEY_HEADS                         ? "=2"
+			                                                                 : "=1");
 	if (l->arg == LAYER_ARG_BODY)
 		snprintf(buf + len, n - (size_t)len, " { rmsnorm; }");
 }
@@ -248,7 +253,7 @@ static void layers__table__rows_complete_and_found(void **state)
 			assert_string_not_equal(plan_layers[j].name, l->name);
 		losses += l->loss;
 		/* A layer's figures grow with the rows it holds, never shrink below zero. */
-		PlanLayer ly = {(LayerKind)k, 4, 4, 2, 1, 6, 1, 0};
+		PlanLayer ly = {(LayerKind)k, 4, 4, 2, 1, 6, 1, 0, 0};
 		LayerShape one = {1, 1, 1, 4}, two = {2, 2, 1, 4};
 		LayerCost a = plan_layer_figures(&ly, &one), b = plan_layer_figures(&ly, &two);
 		assert_true(a.params >= 0 && a.params == b.params);
@@ -277,7 +282,7 @@ static void layers__transformer_rows__match_documented_formulas(void **state)
 	int64_t nq = (H + 2 * HKV) * (D / H), sq = 2 * B * H * S * S * (D / H);
 	uint32_t bias = LAYER_FLAG(LAYER_KEY_BIAS), rope = LAYER_FLAG(LAYER_KEY_ROPE);
 
-	PlanLayer at = {LAYER_ATTN, D, D, H, HKV, 0, 0, bias | rope};
+	PlanLayer at = {LAYER_ATTN, D, D, H, HKV, 0, 0, bias | rope, 0};
 	LayerCost c = plan_layer_figures(&at, &sh);
 	int64_t proj = 2 * N * D * nq + 2 * N * D * D;
 	assert_int_equal(c.params, D * nq + nq + D * D + D);
@@ -287,49 +292,63 @@ static void layers__transformer_rows__match_documented_formulas(void **state)
 	assert_int_equal(c.save_bw, (N * D + N * nq) * 4);                          // dy dqkv
 	assert_int_equal(c.save_fb, 0);
 
-	PlanLayer mlp = {LAYER_MLP, D, D, 0, 0, F, 0, bias};
+	PlanLayer mlp = {LAYER_MLP, D, D, 0, 0, F, 0, bias, 0};
 	c = plan_layer_figures(&mlp, &sh);
 	assert_int_equal(c.params, 2 * D * F + F + D);
 	assert_true(c.flops[0] == (double)(4 * N * D * F));
 	assert_int_equal(c.save_fw, (N * D + 2 * N * F) * 4); // x, h, a
 	assert_int_equal(c.save_bw, (N * D + N * F) * 4);     // dy, dh
 
-	PlanLayer sw = {LAYER_SWIGLU, D, D, 0, 0, F, 0, 0};
+	PlanLayer sw = {LAYER_SWIGLU, D, D, 0, 0, F, 0, 0, 0};
 	c = plan_layer_figures(&sw, &sh);
 	assert_int_equal(c.params, 3 * D * F);
 	assert_true(c.flops[2] == (double)(6 * N * D * F));
 	assert_int_equal(c.save_fw, (N * D + 3 * N * F) * 4); // x, g, u, a
 	assert_int_equal(c.save_bw, (N * D + 2 * N * F) * 4); // dy, dg, du
 
-	PlanLayer ln = {LAYER_LAYERNORM, D, D, 0, 0, 0, 0, 0};
+	PlanLayer ln = {LAYER_LAYERNORM, D, D, 0, 0, 0, 0, 0, 0};
 	c = plan_layer_figures(&ln, &sh);
 	assert_int_equal(c.params, 2 * D);
 	assert_int_equal(c.save_fw, (N * D + 2 * N) * 4); // x, mean, rstd
-	PlanLayer rn = {LAYER_RMSNORM, D, D, 0, 0, 0, 0, 0};
+	PlanLayer rn = {LAYER_RMSNORM, D, D, 0, 0, 0, 0, 0, 0};
 	assert_int_equal(plan_layer_figures(&rn, &sh).params, D);
 
-	PlanLayer em = {LAYER_EMBED, 1, D, 0, 0, 0, 0, LAYER_FLAG(LAYER_KEY_POSITIONS)};
+	PlanLayer em = {LAYER_EMBED, 1, D, 0, 0, 0, 0, LAYER_FLAG(LAYER_KEY_POSITIONS), 0};
 	c = plan_layer_figures(&em, &sh);
 	assert_int_equal(c.params, V * D + S * D);
 	assert_int_equal(c.save_fw, N * 4); // the token ids
 	em.flags = 0;
 	assert_int_equal(plan_layer_figures(&em, &sh).params, V * D);
 
-	PlanLayer hd = {LAYER_HEAD, D, V, 0, 0, 0, 0, 0};
+	PlanLayer hd = {LAYER_HEAD, D, V, 0, 0, 0, 0, 0, 0};
 	c = plan_layer_figures(&hd, &sh);
 	assert_int_equal(c.params, V * D);
 	assert_true(c.flops[0] == (double)(2 * N * D * V));
 	hd.flags = LAYER_FLAG(LAYER_KEY_TIED);
 	assert_int_equal(plan_layer_figures(&hd, &sh).params, 0);
 
-	PlanLayer xe = {LAYER_XENT, V, V, 0, 0, 0, 0, 0};
+	PlanLayer xe = {LAYER_XENT, V, V, 0, 0, 0, 0, 0, 0};
 	c = plan_layer_figures(&xe, &sh);
 	assert_int_equal(c.params, 0);
 	assert_int_equal(c.save_fb, (N * V + 2 * N) * 4); // logits, lse, targets
 
-	PlanLayer rs = {LAYER_RESIDUAL, D, D, 0, 0, 0, 2, 0};
+	PlanLayer rs = {LAYER_RESIDUAL, D, D, 0, 0, 0, 2, 0, 0};
 	c = plan_layer_figures(&rs, &sh);
 	assert_true(c.params == 0 && c.save_fb == 0 && c.save_fw == 0 && c.flops[0] == 0);
+
+	/* dropout: its one-byte mask, not its input; nothing at P = 0; elementwise: 0 FLOPs.
+	 * Attention's dropout=P adds its probabilities' mask and dropped copy (5 B H S^2). */
+	PlanLayer dr = {LAYER_DROPOUT, D, D, 0, 0, 0, 0, 0, 0.1};
+	c = plan_layer_figures(&dr, &sh);
+	assert_true(c.params == 0 && c.save_fb == N * D && c.save_fw == 0 && c.save_bw == 0);
+	assert_true(c.flops[0] == 0 && c.flops[1] == 0 && c.flops[2] == 0);
+	dr.drop = 0;
+	assert_int_equal(plan_layer_figures(&dr, &sh).save_fb, 0);
+	at.drop = 0.1;
+	c = plan_layer_figures(&at, &sh);
+	assert_int_equal(c.save_fw, (N * D + N * nq + B * H * S * S + N * D) * 4 + 5 * B * H * S * S);
+	assert_int_equal(plan_layer_rebuilt_bytes(&at, &sh), 9 * B * H * S * S);
+	assert_true(c.flops[0] == (double)(proj + 2 * sq) && c.flops[1] == (double)(proj + 4 * sq));
 }
 
 
@@ -345,40 +364,50 @@ static void layers__slots__name_the_stated_tensors(void **state)
 	enum { B = 2, S = 4, D = 8, H = 2, F = 12, V = 10 };
 	LayerShape sh = {B * S, B, S, V};
 	LayerTensors t;
-	PlanLayer lin = {LAYER_LINEAR, D, 5, 0, 0, 0, 0, 0};
+	PlanLayer lin = {LAYER_LINEAR, D, 5, 0, 0, 0, 0, 0, 0};
 	plan_layer_tensors(&lin, &sh, 1, &t);
 	assert_true(t.param[LINEAR_W].rows == D && t.param[LINEAR_W].cols == 5);
 	assert_true(t.param[LINEAR_B].rows == 1 && t.param[LINEAR_B].cols == 5);
-	PlanLayer ln = {LAYER_LAYERNORM, D, D, 0, 0, 0, 0, 0};
+	PlanLayer ln = {LAYER_LAYERNORM, D, D, 0, 0, 0, 0, 0, 0};
 	plan_layer_tensors(&ln, &sh, 1, &t);
 	assert_true(t.param[LAYERNORM_GAIN].init == LAYER_INIT_ONE);
 	assert_true(t.param[LAYERNORM_BIAS].init == LAYER_INIT_ZERO);
 	assert_true(t.nsaved == 2 && t.saved[LAYERNORM_RSTD].rows == B * S);
-	PlanLayer at = {LAYER_ATTN, D, D, H, H, 0, 0, LAYER_FLAG(LAYER_KEY_BIAS)};
+	PlanLayer at = {LAYER_ATTN, D, D, H, H, 0, 0, LAYER_FLAG(LAYER_KEY_BIAS), 0};
 	plan_layer_tensors(&at, &sh, 1, &t);
 	assert_true(t.param[ATTN_WQKV].cols == 3 * D && t.param[ATTN_BQKV].cols == 3 * D);
 	assert_true(t.param[ATTN_WO].rows == D && t.param[ATTN_BO].rows == 1);
 	assert_true(t.saved[ATTN_PROBS].rows == B * H * S && t.saved[ATTN_PROBS].cols == S);
 	assert_true(t.saved[ATTN_ATT].cols == D && t.held[ATTN_DQKV].cols == 3 * D);
-	PlanLayer mlp = {LAYER_MLP, D, D, 0, 0, F, 0, LAYER_FLAG(LAYER_KEY_BIAS)};
+	PlanLayer mlp = {LAYER_MLP, D, D, 0, 0, F, 0, LAYER_FLAG(LAYER_KEY_BIAS), 0};
 	plan_layer_tensors(&mlp, &sh, 1, &t);
 	assert_true(t.param[MLP_W1].cols == F && t.param[MLP_B1].cols == F);
 	assert_true(t.param[MLP_W2].rows == F && t.param[MLP_B2].cols == D);
 	const LayerKind glu[] = {LAYER_SWIGLU, LAYER_GEGLU}; // the gated MLPs share their slots
 	for (size_t i = 0; i < sizeof glu / sizeof glu[0]; i++) {
-		PlanLayer gl = {glu[i], D, D, 0, 0, F, 0, 0};
+		PlanLayer gl = {glu[i], D, D, 0, 0, F, 0, 0, 0};
 		plan_layer_tensors(&gl, &sh, 1, &t);
 		assert_true(t.nparams == 3 && t.param[SWIGLU_WD].rows == F &&
 		            t.param[SWIGLU_WU].cols == F);
 		assert_true(t.nsaved == 3 && t.nheld == 2 && t.held[SWIGLU_DU].cols == F);
 	}
-	PlanLayer hd = {LAYER_HEAD, D, V, 0, 0, 0, 0, 0};
+	PlanLayer hd = {LAYER_HEAD, D, V, 0, 0, 0, 0, 0, 0};
 	plan_layer_tensors(&hd, &sh, 1, &t);
 	assert_true(t.param[HEAD_WV].rows == V && t.param[HEAD_WV].cols == D);
-	PlanLayer xe = {LAYER_XENT, V, V, 0, 0, 0, 0, 0};
+	PlanLayer xe = {LAYER_XENT, V, V, 0, 0, 0, 0, 0, 0};
 	plan_layer_tensors(&xe, &sh, 1, &t);
 	assert_true(t.nsaved == 2 && t.saved[XENT_TARGETS].rows == B * S &&
 	            t.saved[XENT_LSE].cols == 1);
+	PlanLayer dr = {LAYER_DROPOUT, D, D, 0, 0, 0, 0, 0, 0.5};
+	plan_layer_tensors(&dr, &sh, 1, &t);
+	assert_true(t.nsaved == 1 && t.saved[DROPOUT_MASK].mask && t.saved[DROPOUT_MASK].cols == D);
+	assert_true(plan_layers[LAYER_DROPOUT].drops_x && !t.saved[DROPOUT_MASK].rebuilt);
+	at.drop = 0.5; // the S x S tensors, and only they, are rebuilt by selective recomputation
+	plan_layer_tensors(&at, &sh, 1, &t);
+	assert_true(t.nsaved == 5 && t.saved[ATTN_MASK].mask && !t.saved[ATTN_DROP].mask);
+	assert_true(t.saved[ATTN_DROP].rows == B * H * S && t.saved[ATTN_MASK].cols == S);
+	for (int j = 0; j < t.nsaved; j++)
+		assert_int_equal(t.saved[j].rebuilt, j == ATTN_PROBS || j >= ATTN_MASK);
 }
 
 /* Counts saturate rather than wrap (tfcount.h), and the limits of plan/layer.h name the
@@ -401,14 +430,14 @@ static void layers__counts__saturate_and_are_refused(void **state)
 	assert_int_equal(sat_div(-64, 8), -8);
 	assert_int_equal(sat_div(64, 8), 8);
 	/* 2 x 2^24 x 2^24 x 2^24 FLOPs: 2^73, which wrapped to 0 before. */
-	PlanLayer lin = {LAYER_LINEAR, 1 << 24, 1 << 24, 0, 0, 0, 0, 0};
+	PlanLayer lin = {LAYER_LINEAR, 1 << 24, 1 << 24, 0, 0, 0, 0, 0, 0};
 	LayerShape rows = {big, big, 1, 0};
 	assert_true(plan_layer_figures(&lin, &rows).flops[0] == (double)TK_MANY);
 	assert_true(plan_layer_cost(LAYER_LINEAR, 3, 5, 7).flops[0] == 210.0);
 	TkAttn a = {16, 1 << 20, 1 << 16, 1 << 16, 1 << 16, 0, 10000.0, 1}; // B H S S = 2^60
 	assert_int_equal(tk_attn_p_elems(&a), (int64_t)1 << 60);
 	/* A rank's share at tp 4: N d + N nqkv / 4 + B H S S / 4 + N d / 4 floats, exact. */
-	PlanLayer at = {LAYER_ATTN, 1 << 16, 1 << 16, 1 << 16, 1 << 16, 0, 0, 0};
+	PlanLayer at = {LAYER_ATTN, 1 << 16, 1 << 16, 1 << 16, 1 << 16, 0, 0, 0, 0};
 	LayerShape ash = {big, 16, 1 << 20, 0};
 	assert_int_equal(plan_layer_figures_tp(&at, &ash, 4).save_fw,
 	                 (big * (1 << 16) + (big * 3 * (1 << 16) + ((int64_t)1 << 60) + big * (1 << 16)) / 4) * 4);
@@ -437,7 +466,7 @@ static void layers__counts__saturate_and_are_refused(void **state)
 
 	/* A layer: whole and at tp; a linear of 2^30 x 2^30 has 2^60 parameters. */
 	LayerShape sh = {4, 4, 1, 0};
-	PlanLayer wide = {LAYER_LINEAR, 1 << 30, 1 << 30, 0, 0, 0, 0, 0};
+	PlanLayer wide = {LAYER_LINEAR, 1 << 30, 1 << 30, 0, 0, 0, 0, 0, 0};
 	assert_string_equal(plan_layer_uncountable(&wide, &sh, 1, &v, &most), "parameters");
 	wide.in = (1 << 30) - 2; // (2^30 - 2) 2^30 + 2^30 bias: just below
 	assert_null(plan_layer_uncountable(&wide, &sh, 2, &v, &most));
@@ -466,13 +495,14 @@ static void layers__tp_figures__divide_as_split(void **state)
 	    [LAYER_EMBED] = {LAYER_EMBED, 1, D, 0, 0, 0, 0, LAYER_FLAG(LAYER_KEY_POSITIONS)},
 	    [LAYER_LAYERNORM] = {LAYER_LAYERNORM, D, D, 0, 0, 0, 0, 0},
 	    [LAYER_RMSNORM] = {LAYER_RMSNORM, D, D, 0, 0, 0, 0, 0},
-	    [LAYER_ATTN] = {LAYER_ATTN, D, D, H, HKV, 0, 0, bias | LAYER_FLAG(LAYER_KEY_ROPE)},
+	    [LAYER_ATTN] = {LAYER_ATTN, D, D, H, HKV, 0, 0, bias | LAYER_FLAG(LAYER_KEY_ROPE), 0.1},
 	    [LAYER_MLP] = {LAYER_MLP, D, D, 0, 0, F, 0, bias},
 	    [LAYER_SWIGLU] = {LAYER_SWIGLU, D, D, 0, 0, F, 0, 0},
 	    [LAYER_RESIDUAL] = {LAYER_RESIDUAL, D, D, 0, 0, 0, 2, 0},
 	    [LAYER_HEAD] = {LAYER_HEAD, D, V, 0, 0, 0, 0, 0},
 	    [LAYER_XENT] = {LAYER_XENT, V, V, 0, 0, 0, 0, 0},
 	    [LAYER_GEGLU] = {LAYER_GEGLU, D, D, 0, 0, F, 0, 0},
+	    [LAYER_DROPOUT] = {LAYER_DROPOUT, D, D, 0, 0, 0, 0, 0, 0.1},
 	};
 	/* parameters that stay whole on every rank */
 	const int64_t whole[LAYER_COUNT] = {[LAYER_EMBED] = S * D, [LAYER_ATTN] = D,

@@ -466,14 +466,14 @@ static void one_layer_open(RtRank *r, OneLayer *o, const PlanLayer *ly, const La
 	}
 	for (int j = 0; j < o->t.nsaved + o->t.nheld; j++) {
 		const LayerTensor *sh = j < o->t.nsaved ? &o->t.saved[j] : &o->t.held[j - o->t.nsaved];
-		o->keep[j] = rt_tensor_new(r, sh->rows, sh->cols, RT_MEM_SAVED);
+		o->keep[j] = rt_tensor_new_of(r, sh, RT_MEM_SAVED);
 	}
 	if (o->t.work.rows)
 		o->work = rt_tensor_new(r, o->t.work.rows, o->t.work.cols, RT_MEM_TEMP);
 	o->c = (RtLayerCall){.layer = ly, .rows = rows, .sh = *sh, .x = o->x, .nparams = o->t.nparams,
 	                     .param = o->pv, .grad = o->gv, .nsaved = o->t.nsaved,
 	                     .saved = o->keep, .nheld = o->t.nheld, .held = o->keep + o->t.nsaved,
-	                     .work = o->work};
+	                     .work = o->work, .key = 0x5eed};
 	if (plan_layers[ly->kind].loss)
 		o->c.target = o->target, o->c.loss = o->loss, o->c.slot = 1, o->c.scale = 1;
 	else
@@ -546,12 +546,15 @@ static const PlanLayer fd_layers[] = {
 	{.kind = LAYER_RMSNORM, .in = 6, .out = 6},
 	{.kind = LAYER_ATTN, .in = 8, .out = 8, .heads = 2, .kv_heads = 2, .flags = FLAG(BIAS)},
 	{.kind = LAYER_ATTN, .in = 8, .out = 8, .heads = 4, .kv_heads = 2, .flags = FLAG(ROPE)},
+	{.kind = LAYER_ATTN, .in = 8, .out = 8, .heads = 2, .kv_heads = 1, .drop = 0.3},
 	{.kind = LAYER_MLP, .in = 6, .out = 6, .hidden = 8, .flags = FLAG(BIAS)},
 	{.kind = LAYER_MLP, .in = 6, .out = 6, .hidden = 8},
 	{.kind = LAYER_SWIGLU, .in = 6, .out = 6, .hidden = 8},
 	{.kind = LAYER_GEGLU, .in = 6, .out = 6, .hidden = 8},
 	{.kind = LAYER_HEAD, .in = 6, .out = 7},
 	{.kind = LAYER_XENT, .in = 7, .out = 7},
+	{.kind = LAYER_DROPOUT, .in = 5, .out = 5, .drop = 0.5},
+	{.kind = LAYER_DROPOUT, .in = 5, .out = 5}, // P = 0: the identity
 };
 #undef FLAG
 

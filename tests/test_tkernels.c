@@ -384,12 +384,16 @@ static void tk__rmsnorm__matches_reference_and_finite_differences(void **state)
 typedef struct AttnCtx {
 	TkAttn a;
 	float *x, *wqkv, *bqkv, *wo, *bo, *qkv, *p, *att, *y, *r;
+	const TkDrop *dr; // with dropout on the probabilities: its mask and dropped p
+	uint8_t *mask;
+	float *pd;
 } AttnCtx;
 
 static double attn_loss(void *ctx)
 {
 	AttnCtx *c = ctx;
-	tk_attn_fwd(&c->a, c->x, c->wqkv, c->bqkv, c->wo, c->bo, c->qkv, c->p, c->att, c->y);
+	tk_attn_fwd_drop(&c->a, c->dr, c->x, c->wqkv, c->bqkv, c->wo, c->bo, c->qkv, c->p,
+	                 c->mask, c->pd, c->att, c->y);
 	return dot(c->y, c->r, c->a.B * c->a.S * c->a.d);
 }
 
@@ -435,6 +439,37 @@ static void attn_fd(TkAttn a, int bias, uint64_t seed)
 		check_grad("attention dbqkv", attn_loss, &c, c.bqkv, dbqkv, nq);
 		check_grad("attention dbo", attn_loss, &c, c.bo, dbo, d);
 	}
+	arena_free(&A);
+}
+
+/* Attention with dropout=0.3 on its probabilities: the same mask every F (one key), so
+ * L is a smooth function of x and the weights, and B's gradients through the mask and
+ * its scale match its finite differences. */
+static void tk__attention_dropout__matches_finite_differences(void **state)
+{
+	(void)state;
+	Arena A = {.rng = 47};
+	TkAttn a = shape(2, 1, 1);
+	TkDrop dr = tk_drop(0.3, 0xd0);
+	AttnCtx c = attn_setup(&A, a, 1);
+	int64_t N = a.B * a.S, d = a.d, nq = tk_attn_nqkv(&a), np = tk_attn_p_elems(&a);
+	uint8_t *mask = malloc((size_t)np);
+	assert_non_null(mask);
+	c.dr = &dr, c.mask = mask, c.pd = buf(&A, np);
+	float *dqkv = buf(&A, N * nq), *dx = buf(&A, N * d), *work = buf(&A, tk_attn_workspace(&a));
+	float *dwqkv = zeros(&A, d * nq), *dwo = zeros(&A, d * d), *dbqkv = zeros(&A, nq);
+	float *dbo = zeros(&A, d);
+	attn_loss(&c);
+	int dropped = 0;
+	for (int64_t i = 0; i < np; i++)
+		dropped += !mask[i];
+	assert_true(dropped > 0 && dropped < np); // a mask that does something
+	tk_attn_bwd_in_drop(&c.a, &dr, c.wqkv, c.wo, c.qkv, c.p, mask, c.pd, c.r, dqkv, dx, work);
+	tk_attn_bwd_w(&c.a, c.x, c.att, c.r, dqkv, dwqkv, dbqkv, dwo, dbo);
+	check_grad("dropped attention dx", attn_loss, &c, c.x, dx, N * d);
+	check_grad("dropped attention dwqkv", attn_loss, &c, c.wqkv, dwqkv, d * nq);
+	check_grad("dropped attention dbqkv", attn_loss, &c, c.bqkv, dbqkv, nq);
+	free(mask);
 	arena_free(&A);
 }
 
@@ -1110,6 +1145,120 @@ static void tk__gpt_block__is_deterministic(void **state)
 	free(r2);
 }
 
+/* ---- dropout ---- */
+
+/* splitmix64's output function as published (Vigna's splitmix64.c): the first output
+ * from state 0 is 0xe220a8397b1dcdaf. */
+static uint64_t splitmix(uint64_t x)
+{
+	uint64_t z = x + 0x9e3779b97f4a7c15ull;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* Masks by hand: element i under key k is kept when splitmix64(k ^ i) >> 32 is at least
+ * round(P 2^32).  Key 0, element 0 hashes to 0xe220a8397b1dcdaf, top word 3793791033:
+ * kept at P = 0.88 (threshold round(3779571220.48) = 3779571220), dropped at P = 0.89
+ * (round(3822520893.44) = 3822520893).  F keeps x * 1/(1-P) or 0 as the mask says, B
+ * gives dy * mask * 1/(1-P), bit for bit; P = 0 is the identity without a mask; the same
+ * key draws the same mask, another key another. */
+static void tk__dropout__masks_scale_and_backward_by_hand(void **state)
+{
+	(void)state;
+	assert_true(splitmix(0) == 0xe220a8397b1dcdafull);
+	TkDrop lo = tk_drop(0.88, 0), hi = tk_drop(0.89, 0);
+	assert_true(lo.thr == 3779571220u && hi.thr == 3822520893u);
+	assert_true(tk_drop_keep(&lo, 0) && !tk_drop_keep(&hi, 0));
+	enum { n = 4096 };
+	Arena A = {.rng = 191};
+	float *x = rnd(&A, n, 2), *y = buf(&A, n), *dy = rnd(&A, n, 2), *dx = buf(&A, n);
+	float *y2 = buf(&A, n);
+	static uint8_t mask[n], mask2[n];
+	TkDrop dr = tk_drop(0.25, 0xfeed);
+	assert_true(dr.thr == 1073741824u && dr.scale == 4.0f / 3.0f);
+	tk_dropout_fwd(&dr, x, mask, y, n);
+	tk_dropout_bwd(&dr, mask, dy, dx, n);
+	for (int i = 0; i < n; i++) {
+		int keep = (splitmix(0xfeedull ^ (uint64_t)i) >> 32) >= 1073741824u;
+		float want = keep ? x[i] * (4.0f / 3.0f) : 0.0f, dwant = keep ? dy[i] * (4.0f / 3.0f) : 0.0f;
+		if (mask[i] != keep || memcmp(&y[i], &want, 4) || memcmp(&dx[i], &dwant, 4))
+			fail_msg("dropout element %d: mask %d (want %d), y %g (%g), dx %g (%g)", i,
+			         mask[i], keep, (double)y[i], (double)want, (double)dx[i], (double)dwant);
+	}
+	tk_dropout_fwd(&dr, x, mask2, y2, n); // the same key: the same mask
+	assert_memory_equal(mask, mask2, n);
+	TkDrop other = tk_drop(0.25, 0xfeee);
+	tk_dropout_fwd(&other, x, mask2, y2, n);
+	int differ = 0;
+	for (int i = 0; i < n; i++)
+		differ += mask[i] != mask2[i];
+	assert_true(differ > n / 8); // independent masks differ in 2 P (1 - P) = 3/8 of them
+	TkDrop none = tk_drop(0, 0xfeed);
+	assert_true(none.thr == 0 && none.scale == 1.0f);
+	x[0] = -0.0f;
+	tk_dropout_fwd(&none, x, NULL, y, n);
+	tk_dropout_bwd(&none, NULL, dy, dx, n);
+	same_bits(y, x, n, "dropout at P = 0: y");
+	same_bits(dx, dy, n, "dropout at P = 0: dx");
+	arena_free(&A);
+}
+
+/* The kept fraction of a 2^22-element mask, for P = 0.1, 0.5, 0.9, is within t of 1 - P'
+ * (P' = thr / 2^32, P to 2^-33): by Hoeffding, a fair draw of n independent elements
+ * leaves it by t or more with probability at most 2 exp(-2 n t^2), so with t =
+ * sqrt(ln(6e9) / (2n)) (6,871 elements of 4,194,304) the three cases together fail by
+ * chance less than once in 1e9 runs; a wrong threshold or scale of P by 1% fails. */
+static void tk__dropout__kept_fraction_within_binomial_bound(void **state)
+{
+	(void)state;
+	enum { n = 1 << 22 };
+	const double ps[] = {0.1, 0.5, 0.9}, t = sqrt(log(6e9) / (2.0 * n));
+	for (int k = 0; k < 3; k++) {
+		TkDrop dr = tk_drop(ps[k], 0x1234 + (uint64_t)k);
+		int64_t kept = 0;
+		for (int64_t i = 0; i < n; i++)
+			kept += tk_drop_keep(&dr, (uint64_t)i);
+		double q = 1.0 - (double)dr.thr / 4294967296.0, f = (double)kept / n;
+		if (!(fabs(f - q) < t))
+			fail_msg("P = %g: kept %.6f of %d elements, expected %.6f +- %.6f", ps[k], f, n, q, t);
+		assert_true(fabs(q - (1.0 - ps[k])) < 1e-9);
+	}
+}
+
+/* Attention's dropout: pd is p * mask * 1/(1-P) and p itself is the plain softmax; a
+ * mask element's index counts every head of the layer ([b][h][i][j]), so tp rank 1 of 2
+ * (head0 = 1) draws for its one head what the whole layer draws for head 1. */
+static void tk__attention_dropout__masks_count_over_every_head(void **state)
+{
+	(void)state;
+	Arena A = {.rng = 53};
+	TkAttn a = shape(2, 2, 0), half = a;
+	half.tp = 2;
+	int64_t np = tk_attn_p_elems(&a), SS = a.S * a.S, nq = tk_attn_nqkv(&a);
+	TkDrop dr = tk_drop(0.4, 77), shard = dr;
+	shard.head0 = 1;
+	float *qkv = rnd(&A, a.B * a.S * nq, 1), *p = buf(&A, np), *pd = buf(&A, np);
+	float *p0 = buf(&A, np), *qh = rnd(&A, a.B * a.S * nq / 2, 1), *ph = buf(&A, np / 2);
+	float *pdh = buf(&A, np / 2);
+	uint8_t *mask = malloc((size_t)np), *mh = malloc((size_t)np / 2);
+	assert_true(mask && mh);
+	tk_attn_probs_drop(&a, &dr, qkv, p, mask, pd);
+	tk_attn_probs(&a, qkv, p0);
+	same_bits(p, p0, np, "p with and without dropout");
+	for (int64_t e = 0; e < np; e++) {
+		float want = mask[e] ? p[e] * dr.scale : 0.0f;
+		assert_int_equal(mask[e], tk_drop_keep(&dr, (uint64_t)e));
+		assert_memory_equal(&pd[e], &want, sizeof want);
+	}
+	tk_attn_probs_drop(&half, &shard, qh, ph, mh, pdh);
+	for (int64_t b = 0; b < a.B; b++)
+		assert_memory_equal(mh + b * SS, mask + (b * 2 + 1) * SS, (size_t)SS);
+	free(mask);
+	free(mh);
+	arena_free(&A);
+}
+
 /* Buffers of exactly the documented sizes: forward and backward write every element
  * of each saved, held and workspace buffer and nothing past it (guards). */
 static void tk__saved_buffers__match_documented_sizes(void **state)
@@ -1122,7 +1271,7 @@ static void tk__saved_buffers__match_documented_sizes(void **state)
 		assert_int_equal(nq, (a.H + 2 * a.Hkv) * (d / a.H));
 		assert_int_equal(tk_attn_p_elems(&a), a.B * a.H * a.S * a.S);
 		assert_int_equal(tk_attn_workspace(&a), N * d + a.S * a.S);
-		PlanLayer at = {LAYER_ATTN, (int)d, (int)d, (int)a.H, (int)a.Hkv, 0, 0, a.rope ? FLAG(ROPE) : 0};
+		PlanLayer at = {LAYER_ATTN, (int)d, (int)d, (int)a.H, (int)a.Hkv, 0, 0, a.rope ? FLAG(ROPE) : 0, 0};
 		LayerTensors t = tensors_of(at, (LayerShape){N, a.B, a.S, 0});
 		assert_int_equal(elems(t.saved, t.nsaved), N * nq + a.B * a.H * a.S * a.S + N * d);
 		assert_int_equal(elems(t.held, t.nheld), N * nq);
@@ -1145,21 +1294,21 @@ static void tk__saved_buffers__match_documented_sizes(void **state)
 	Arena A = {.rng = 181};
 	/* the buffers below, kind by kind */
 	LayerShape sh = {N_, 1, N_, V_};
-	LayerTensors t = tensors_of((PlanLayer){LAYER_MLP, D_, D_, 0, 0, F_, 0, 0}, sh);
+	LayerTensors t = tensors_of((PlanLayer){LAYER_MLP, D_, D_, 0, 0, F_, 0, 0, 0}, sh);
 	assert_int_equal(elems(t.saved, t.nsaved), 2 * N_ * F_); // h, a
 	assert_int_equal(elems(t.held, t.nheld), N_ * F_);       // dh
-	t = tensors_of((PlanLayer){LAYER_SWIGLU, D_, D_, 0, 0, F_, 0, 0}, sh);
+	t = tensors_of((PlanLayer){LAYER_SWIGLU, D_, D_, 0, 0, F_, 0, 0, 0}, sh);
 	assert_int_equal(elems(t.saved, t.nsaved), 3 * N_ * F_); // g, u, a
 	assert_int_equal(elems(t.held, t.nheld), 2 * N_ * F_);   // dg, du
-	t = tensors_of((PlanLayer){LAYER_LAYERNORM, D_, D_, 0, 0, 0, 0, 0}, sh);
+	t = tensors_of((PlanLayer){LAYER_LAYERNORM, D_, D_, 0, 0, 0, 0, 0, 0}, sh);
 	assert_int_equal(elems(t.saved, t.nsaved), 2 * N_); // mean, rstd
-	t = tensors_of((PlanLayer){LAYER_RMSNORM, D_, D_, 0, 0, 0, 0, 0}, sh);
+	t = tensors_of((PlanLayer){LAYER_RMSNORM, D_, D_, 0, 0, 0, 0, 0, 0}, sh);
 	assert_int_equal(elems(t.saved, t.nsaved), N_); // rstd
-	t = tensors_of((PlanLayer){LAYER_XENT, V_, V_, 0, 0, 0, 0, 0}, sh);
+	t = tensors_of((PlanLayer){LAYER_XENT, V_, V_, 0, 0, 0, 0, 0, 0}, sh);
 	assert_int_equal(elems(t.saved, t.nsaved), 2 * N_); // lse, targets
-	t = tensors_of((PlanLayer){LAYER_HEAD, D_, V_, 0, 0, 0, 0, 0}, sh);
+	t = tensors_of((PlanLayer){LAYER_HEAD, D_, V_, 0, 0, 0, 0, 0, 0}, sh);
 	assert_int_equal(t.nsaved + t.nheld, 0); // dy is dlogits
-	t = tensors_of((PlanLayer){LAYER_EMBED, 1, D_, 0, 0, 0, 0, 0}, sh);
+	t = tensors_of((PlanLayer){LAYER_EMBED, 1, D_, 0, 0, 0, 0, 0, 0}, sh);
 	assert_int_equal(t.nsaved + t.nheld, 0);
 	MlpCtx g = mlp_setup(&A, 0, 1), s = mlp_setup(&A, 1, 0);
 	mlp_loss(&g);
@@ -1216,11 +1365,11 @@ static int64_t fbw(LayerCost c)
 static int64_t gpt2_params(int tied)
 {
 	int d = 768, S = 1024, V = 50257, L = 12;
-	PlanLayer ln = {LAYER_LAYERNORM, d, d, 0, 0, 0, 0, 0};
-	PlanLayer at = {LAYER_ATTN, d, d, 12, 12, 0, 0, FLAG(BIAS)};
-	PlanLayer mlp = {LAYER_MLP, d, d, 0, 0, 4 * d, 0, FLAG(BIAS)};
-	PlanLayer em = {LAYER_EMBED, 1, d, 0, 0, 0, 0, FLAG(POSITIONS)};
-	PlanLayer hd = {LAYER_HEAD, d, V, 0, 0, 0, 0, tied ? FLAG(TIED) : 0};
+	PlanLayer ln = {LAYER_LAYERNORM, d, d, 0, 0, 0, 0, 0, 0};
+	PlanLayer at = {LAYER_ATTN, d, d, 12, 12, 0, 0, FLAG(BIAS), 0};
+	PlanLayer mlp = {LAYER_MLP, d, d, 0, 0, 4 * d, 0, FLAG(BIAS), 0};
+	PlanLayer em = {LAYER_EMBED, 1, d, 0, 0, 0, 0, FLAG(POSITIONS), 0};
+	PlanLayer hd = {LAYER_HEAD, d, V, 0, 0, 0, 0, tied ? FLAG(TIED) : 0, 0};
 	int64_t layer = 2 * params(ln, S, V) + params(at, S, V) + params(mlp, S, V);
 	return params(em, S, V) + L * layer + params(ln, S, V) + params(hd, S, V);
 }
@@ -1231,11 +1380,11 @@ static void tk__params__match_published_gpt2_and_llama2(void **state)
 	assert_int_equal(gpt2_params(1), 124439808);
 	assert_int_equal(gpt2_params(0), 163037184);
 	int d = 4096, S = 4096, V = 32000, L = 32;
-	PlanLayer rn = {LAYER_RMSNORM, d, d, 0, 0, 0, 0, 0};
-	PlanLayer at = {LAYER_ATTN, d, d, 32, 32, 0, 0, FLAG(ROPE)};
-	PlanLayer sw = {LAYER_SWIGLU, d, d, 0, 0, 11008, 0, 0};
-	PlanLayer em = {LAYER_EMBED, 1, d, 0, 0, 0, 0, 0};
-	PlanLayer hd = {LAYER_HEAD, d, V, 0, 0, 0, 0, 0};
+	PlanLayer rn = {LAYER_RMSNORM, d, d, 0, 0, 0, 0, 0, 0};
+	PlanLayer at = {LAYER_ATTN, d, d, 32, 32, 0, 0, FLAG(ROPE), 0};
+	PlanLayer sw = {LAYER_SWIGLU, d, d, 0, 0, 11008, 0, 0, 0};
+	PlanLayer em = {LAYER_EMBED, 1, d, 0, 0, 0, 0, 0, 0};
+	PlanLayer hd = {LAYER_HEAD, d, V, 0, 0, 0, 0, 0, 0};
 	int64_t layer = 2 * params(rn, S, V) + params(at, S, V) + params(sw, S, V);
 	int64_t llama = params(em, S, V) + L * layer + params(rn, S, V) + params(hd, S, V);
 	assert_int_equal(llama, 6738415616LL);
@@ -1251,9 +1400,9 @@ static void tk__mem__gpt2_layer_matches_worked_example(void **state)
 {
 	(void)state;
 	int d = 768, S = 1024;
-	PlanLayer ln = {LAYER_LAYERNORM, d, d, 0, 0, 0, 0, 0};
-	PlanLayer at = {LAYER_ATTN, d, d, 12, 12, 0, 0, 0};
-	PlanLayer mlp = {LAYER_MLP, d, d, 0, 0, 4 * d, 0, 0};
+	PlanLayer ln = {LAYER_LAYERNORM, d, d, 0, 0, 0, 0, 0, 0};
+	PlanLayer at = {LAYER_ATTN, d, d, 12, 12, 0, 0, 0, 0};
+	PlanLayer mlp = {LAYER_MLP, d, d, 0, 0, 4 * d, 0, 0, 0};
 	int64_t fw = 2 * fig(ln, 1, S, 0).save_fw + fig(at, 1, S, 0).save_fw + fig(mlp, 1, S, 0).save_fw;
 	assert_int_equal(fw / 4, 25169920);
 	assert_int_equal(fig(at, 1, S, 0).save_fw / 4, 16515072);
@@ -1265,9 +1414,9 @@ static void tk__flops__match_megatron_formula(void **state)
 {
 	(void)state;
 	int64_t Bm = 8, S = 1024, h = 768, L = 12, V = 50257, N = Bm * S;
-	PlanLayer atl = {LAYER_ATTN, (int)h, (int)h, 12, 12, 0, 0, 0};
-	PlanLayer mlpl = {LAYER_MLP, (int)h, (int)h, 0, 0, 4 * (int)h, 0, 0};
-	PlanLayer hdl = {LAYER_HEAD, (int)h, (int)V, 0, 0, 0, 0, 0};
+	PlanLayer atl = {LAYER_ATTN, (int)h, (int)h, 12, 12, 0, 0, 0, 0};
+	PlanLayer mlpl = {LAYER_MLP, (int)h, (int)h, 0, 0, 4 * (int)h, 0, 0, 0};
+	PlanLayer hdl = {LAYER_HEAD, (int)h, (int)V, 0, 0, 0, 0, 0, 0};
 	LayerCost at = fig(atl, Bm, S, V), ml = fig(mlpl, Bm, S, V), hd = fig(hdl, Bm, S, V);
 	int64_t total = L * (fbw(at) + fbw(ml)) + fbw(hd);
 	assert_int_equal(total, 72 * Bm * S * L * h * h + 12 * Bm * S * S * L * h + 6 * Bm * S * h * V);
@@ -1279,9 +1428,9 @@ static void tk__flops__match_megatron_formula(void **state)
 	/* Llama-2-7B, one sequence of 4096: the forward is 2 FLOPs per token per GEMM weight
 	 * (all parameters but the embedding and the norms) plus attention's 4 S^2 d per layer */
 	int64_t ld = 4096, lS = 4096, lN = lS, lL = 32;
-	PlanLayer la = {LAYER_ATTN, (int)ld, (int)ld, 32, 32, 0, 0, FLAG(ROPE)};
-	PlanLayer ls = {LAYER_SWIGLU, (int)ld, (int)ld, 0, 0, 11008, 0, 0};
-	PlanLayer lh = {LAYER_HEAD, (int)ld, 32000, 0, 0, 0, 0, 0};
+	PlanLayer la = {LAYER_ATTN, (int)ld, (int)ld, 32, 32, 0, 0, FLAG(ROPE), 0};
+	PlanLayer ls = {LAYER_SWIGLU, (int)ld, (int)ld, 0, 0, 11008, 0, 0, 0};
+	PlanLayer lh = {LAYER_HEAD, (int)ld, 32000, 0, 0, 0, 0, 0, 0};
 	int64_t fwd = lL * ((int64_t)fig(la, 1, lS, 32000).flops[0] + (int64_t)fig(ls, 1, lS, 32000).flops[0]) +
 	              (int64_t)fig(lh, 1, lS, 32000).flops[0];
 	int64_t gemm_weights = 6738415616LL - 32000 * ld - (2 * lL + 1) * ld;
@@ -1315,6 +1464,10 @@ int main(void)
 		cmocka_unit_test(tk__split_backward__equals_fused_bit_for_bit),
 		cmocka_unit_test(tk__gpt_block__is_deterministic),
 		cmocka_unit_test(tk__saved_buffers__match_documented_sizes),
+		cmocka_unit_test(tk__dropout__masks_scale_and_backward_by_hand),
+		cmocka_unit_test(tk__dropout__kept_fraction_within_binomial_bound),
+		cmocka_unit_test(tk__attention_dropout__masks_count_over_every_head),
+		cmocka_unit_test(tk__attention_dropout__matches_finite_differences),
 		cmocka_unit_test(tk__params__match_published_gpt2_and_llama2),
 		cmocka_unit_test(tk__mem__gpt2_layer_matches_worked_example),
 		cmocka_unit_test(tk__flops__match_megatron_formula),

@@ -1,7 +1,9 @@
 #!/bin/sh
 # The memory model (docs/semantics.md "Memory"): piperun's measured peak total and its
 # parts equal pipesim's prediction, rank by rank, over programs with skips, hand-offs,
-# sends to self, dp, transformers, tp (gpt-tp), AdamW and every schedule on mlp4.
+# sends to self, dp, transformers, tp (gpt-tp), dropout (masks of one byte an element,
+# attention's dropped probabilities, selective recomputation of both), AdamW and every
+# schedule on mlp4.
 TOOL=memory
 . tests/lib/cli.sh
 
@@ -31,9 +33,16 @@ same() {
 
 sed 's/^schedule .*/optimizer adamw;\n&/' examples/mlp4.pipe >"$dir/mlp4-adamw.pipe"
 sed 's/^schedule .*/optimizer momentum momentum=0.8;\n&/' examples/mlp4.pipe >"$dir/mlp4-momentum.pipe"
+drop='s/embed 128 positions;/& dropout 0.1;/; s/mlp 512 bias;/& dropout 0.1;/
+      s/attention heads=4 bias;/attention heads=4 bias dropout=0.1; dropout 0.1;/'
+sed "$drop" examples/gpt-tiny.pipe >"$dir/gpt-dropout.pipe"
+sed "$drop
+     s/^schedule .*/recompute * selective;\n&/" examples/gpt-tiny.pipe >"$dir/gpt-dropout-sel.pipe"
+sed "$drop" examples/gpt-tp.pipe >"$dir/gpt-tp-dropout.pipe"
 for p in examples/tiny.pipe examples/mlp4.pipe examples/skips.pipe examples/gpt-tiny.pipe \
 	examples/zbv.pipe examples/zbv-selfsend.pipe examples/interleaved.pipe examples/gpt-tp.pipe \
-	"$dir/mlp4-momentum.pipe" "$dir/mlp4-adamw.pipe"; do
+	"$dir/gpt-dropout.pipe" "$dir/gpt-dropout-sel.pipe" "$dir/gpt-tp-dropout.pipe" \
+	"$dir/mlp4-momentum.pipe" "$dir/mlp4-adamw.pipe"; do # AdamW last: its figures below
 	b=$(basename "$p" .pipe)
 	t "compiles $b" 0 "$BIN/pipecc" "$p" -o "$dir/$b.plan"
 	same "$b" "$dir/$b.plan"

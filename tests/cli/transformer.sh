@@ -1,10 +1,10 @@
 #!/bin/sh
 # Transformer programs end to end: the GPT-2, Llama-2-7B and gpt-tiny examples compile,
-# pass pipesim and report the published parameter counts in --emit summary; every
-# schedule compiles gpt-tiny; a device preset scales the derived costs; a tied head on
-# another rank than its embedding keeps a copy of the table, counted on its stage and
-# once in the model (tests/cli/tied.sh tests the rest); piperun refuses what it cannot
-# run with exit 1.
+# pass pipesim and report the published parameter counts in --emit summary (and a GPT-2
+# layer's activation bytes with its dropouts); every schedule compiles gpt-tiny; a
+# device preset scales the derived costs; a tied head on another rank than its
+# embedding keeps a copy of the table, counted on its stage and once in the model
+# (tests/cli/tied.sh tests the rest); piperun refuses what it cannot run with exit 1.
 : "${BIN:=bin}"
 TOOL=transformer
 . tests/lib/cli.sh
@@ -20,6 +20,13 @@ has "GPT-2 small has 124,439,808 parameters" "$dir/out" "^parameters 124439808;"
 has "GPT-2 summary names AdamW" "$dir/out" "optimizer adamw (8 bytes of state"
 has "GPT-2 stage line: params + grads + AdamW = 16 bytes a parameter" "$dir/out" \
 	"^s1 .* 7087872 .* 113405952$"
+# a layer's activation bytes a microbatch (8 x 1024 tokens, d 768, 12 heads):
+# 1,082,261,504 without dropout (docs/layers.md's 100,679,680 bytes from F to B a
+# sequence, x 8, + 276,824,064 held from B to W), + attention's mask 8 x 12 x 1024^2 =
+# 100,663,296 bytes and its dropped probabilities, 4 x that, + two hidden masks of
+# 8192 x 768 bytes: 1,598,160,896
+has "GPT-2 layer with its dropouts keeps 1,598,160,896 bytes" "$dir/out" \
+	"^s1 .* $((1082261504 + 5 * 100663296 + 2 * 8192 * 768)) *113405952$"
 sed 's/head tied;/head;/' examples/gpt2.pipe >"$dir/untied.pipe"
 t "untied gpt2 summary" 0 "$BIN/pipecc" "$dir/untied.pipe" --emit summary
 has "GPT-2 small untied has 163,037,184 parameters" "$dir/out" "^parameters 163037184;"
