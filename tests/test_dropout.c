@@ -5,7 +5,7 @@
  * the reader refuses bad ones at their line; the runtime's model refuses a dropout
  * that begins a stage; a run's masks follow the seed (the --check reference draws the
  * same ones, bit for bit).  The table loops of test_layers.c, the kernels' tests
- * (test_tkernels.c, test_runtime.c) and tests/cli/dropout.sh (schedules, recomputation,
+ * (test_tkernels_attn.c, test_runtime.c) and tests/cli/dropout.sh (schedules, recomputation,
  * tp, mpirun, memory) do the rest. */
 #include <setjmp.h>
 #include <stdarg.h>
