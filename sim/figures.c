@@ -15,13 +15,13 @@ static int cmp_link(const void *a, const void *b)
 	return (x->dst > y->dst) - (x->dst < y->dst);
 }
 
-void sim_figures(S *s)
+void sim_figures(Sim *s)
 {
 	const Plan *p = s->p;
 	SimResult *res = s->res;
 	int64_t mk = 0;
 	for (int r = 0; r < s->world; r++) {
-		Rk *k = &s->rk[r];
+		SimRank *k = &s->rk[r];
 		int64_t fin = s->opt.model == SIM_OVERLAP ? max64(k->t, k->ct) : k->t;
 		if (k->state == AG_MATCH)
 			fin = max64(fin, k->gmax);
@@ -73,7 +73,7 @@ void sim_figures(S *s)
  * same rank; 1: op v of the op's p2p peer; 2: the matching all-reduce of dp member v
  * (found again by counting when the path is walked, which is rare).  Refs that fit none
  * of these (op indices of 2^29 and more) end the path there. */
-int32_t sim_pred_code(const S *s, int r, int64_t i, int64_t ref)
+int32_t sim_pred_code(const Sim *s, int r, int64_t i, int64_t ref)
 {
 	if (ref < 0)
 		return -1;
@@ -93,7 +93,7 @@ int32_t sim_pred_code(const S *s, int r, int64_t i, int64_t ref)
 	return -1;
 }
 
-int64_t sim_pred_ref(const S *s, int r, int64_t i)
+int64_t sim_pred_ref(const Sim *s, int r, int64_t i)
 {
 	int32_t c = pred_flip(op_code(s, r, i));
 	if (c < 0)
@@ -132,14 +132,14 @@ int64_t sim_pred_ref(const S *s, int r, int64_t i)
 /* SIM_RECORD_PATH: the times of the first SIM_PATH_TIMED stretches of path[n] from the
  * windows (the last op's end is s->last_end), the rest -1; s->path_missing when one is
  * not in a window. */
-static void path_times(S *s, SimPathStep *path, int64_t n)
+static void path_times(Sim *s, SimPathStep *path, int64_t n)
 {
 	for (int64_t k = 0; k < n; k++) {
 		SimPathStep *st = &path[k];
 		st->start = st->end = -1;
 		if (k >= SIM_PATH_TIMED)
 			continue;
-		Rk *rk = &s->rk[st->rank];
+		SimRank *rk = &s->rk[st->rank];
 		SimOpTime *a = path_slot(s, rk, st->first_op), *b = path_slot(s, rk, st->last_op);
 		int last = REF(st->rank, st->last_op) == s->last_ref;
 		if (!a || (!b && !last)) {
@@ -152,7 +152,7 @@ static void path_times(S *s, SimPathStep *path, int64_t n)
 }
 
 /* Walks the binding predecessors back from the op that finished last. */
-void sim_critical_path(S *s)
+void sim_critical_path(Sim *s)
 {
 	int path_only = s->opt.record_ops == SIM_RECORD_PATH;
 	SimResult *res = s->res;
@@ -200,7 +200,7 @@ void sim_critical_path(S *s)
 
 /* The ops a run never reached (a deadlock's or mismatch's, or past a failure) kept the
  * zeroes they were allocated with: give them start and end -1 and no predecessor. */
-void sim_fill_unreached(S *s)
+void sim_fill_unreached(Sim *s)
 {
 	for (int r = 0; r < s->world; r++) {
 		SimOpRec *x = s->rk[r].rec;
@@ -214,7 +214,7 @@ void sim_fill_unreached(S *s)
 
 static int wide_order(const void *a, const void *b)
 {
-	const WideEnt *x = a, *y = b;
+	const WideTime *x = a, *y = b;
 	if (x->w.rank != y->w.rank)
 		return x->w.rank < y->w.rank ? -1 : 1;
 	if (x->w.op != y->w.op)
@@ -226,7 +226,7 @@ static int wide_order(const void *a, const void *b)
 
 /* The times set as SIM_T48_WIDE into the result, the last set of each kept (an op's end
  * may be set again): sorted for sim_wide_time.  -1 out of memory. */
-int sim_wide_finish(S *s)
+int sim_wide_finish(Sim *s)
 {
 	if (!s->nwide)
 		return 0;

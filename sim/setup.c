@@ -16,7 +16,7 @@
 
 /* The collective groups along dim, one per rank whose coordinate there is 0, appended
  * to s->coll; of[r] is rank r's group.  The dp groups come first, then the tp groups. */
-static int add_groups(S *s, int dim, int *of)
+static int add_groups(Sim *s, int dim, int *of)
 {
 	const Plan *p = s->p;
 	for (int r = 0; r < p->world; r++) {
@@ -37,7 +37,7 @@ static int add_groups(S *s, int dim, int *of)
 
 /* The pairs holding the two copies of a table tied across pipeline ranks, one per rank
  * on the embedding's side, the embedding's rank first; appended after the tp groups. */
-static int add_tie_pairs(S *s)
+static int add_tie_pairs(Sim *s)
 {
 	const Plan *p = s->p;
 	plan_tie_across(p, &s->tie_e, &s->tie_h);
@@ -60,7 +60,7 @@ static int add_tie_pairs(S *s)
 
 /* The overlap model at tp > 1: each stage's local (handed-over) edges, whose source's
  * last TPREDUCE its first part waits for, and the part limit of the tp keys. */
-static int setup_local_edges(S *s, const unsigned char *self)
+static int setup_local_edges(Sim *s, const unsigned char *self)
 {
 	const Plan *p = s->p;
 	for (int i = 0; i < p->nstages; i++)
@@ -99,7 +99,7 @@ static int setup_local_edges(S *s, const unsigned char *self)
 
 /* The overlap model's stage edges through the communicator (remote, or sent to self):
  * each stage's rin and rout, and at tp > 1 its local hand-offs. */
-static int setup_remote_edges(S *s)
+static int setup_remote_edges(Sim *s)
 {
 	const Plan *p = s->p;
 	/* Edges sent to self are received like remote ones. */
@@ -143,7 +143,7 @@ static int setup_remote_edges(S *s)
 
 /* With a thread to spare (par_prefault), a task pages the per-op times in beside the
  * run, which writes them in time order across the ranks. */
-static void prefault_times(S *s)
+static void prefault_times(Sim *s)
 {
 	void **arr = calloc((size_t)s->world + 1, sizeof *arr);
 	size_t *bytes = calloc((size_t)s->world + 1, sizeof *bytes);
@@ -162,7 +162,7 @@ static void prefault_times(S *s)
  * gets fresh pages untouched, so each page is first touched (and zeroed by the kernel,
  * staying in cache) when the run writes it.  A zero pred is PRED_UNSET, the ops never
  * reached, which sim_fill_unreached gives their -1 times after the run. */
-static int alloc_recs(S *s)
+static int alloc_recs(Sim *s)
 {
 	const Plan *p = s->p;
 	SimResult *res = s->res;
@@ -183,7 +183,7 @@ static int alloc_recs(S *s)
 /* SIM_RECORD_PATH: every rank's codes, one zeroed block as alloc_recs's (PRED_UNSET for
  * the ops never reached), and its window's times: the ops of its list's first and last
  * s->win (all of a list of 2 win ops or fewer). */
-static int alloc_codes(S *s)
+static int alloc_codes(Sim *s)
 {
 	const Plan *p = s->p;
 	int64_t total = plan_total_ops(p), nwin = 0;
@@ -209,16 +209,16 @@ static int alloc_codes(S *s)
 	return 0;
 }
 
-uint64_t sim_wide_put(S *s, int r, int64_t i, int field, int64_t t)
+uint64_t sim_wide_put(Sim *s, int r, int64_t i, int field, int64_t t)
 {
 	if (sim_grow(s, (void **)&s->wide, &s->widecap, s->nwide + 1, sizeof *s->wide))
 		return 0; // the run ends out of memory: no time is read
-	s->wide[s->nwide] = (WideEnt){{r, field, i, t}, s->nwide};
+	s->wide[s->nwide] = (WideTime){{r, field, i, t}, s->nwide};
 	s->nwide++;
 	return SIM_T48_WIDE;
 }
 
-int sim_setup(S *s)
+int sim_setup(Sim *s)
 {
 	const Plan *p = s->p;
 	SimResult *res = s->res;
@@ -267,7 +267,7 @@ int sim_setup(S *s)
 	                                          : s->opt.record_ops && alloc_recs(s))
 		return -1;
 	for (int r = 0; r < w; r++) {
-		Rk *k = &s->rk[r];
+		SimRank *k = &s->rk[r];
 		k->bind = k->cbind = REF_NONE;
 		k->ar_op = -1;
 		k->tp_op = -1;
@@ -289,7 +289,7 @@ int sim_setup(S *s)
 	return 0;
 }
 
-void sim_cleanup(S *s)
+void sim_cleanup(Sim *s)
 {
 	par_join(s->prefault);
 	s->prefault = NULL;
@@ -338,9 +338,9 @@ void sim_cleanup(S *s)
 /* The chan of rank r with peer (r receiving when recv), created on first use and added to
  * r's list of chans (the order the stall analysis reads them in).  Called once per
  * rank, route and side: sim.c caches what it returns by route. */
-int sim_chan_of(S *s, int r, int peer, int recv)
+int sim_chan_of(Sim *s, int r, int peer, int recv)
 {
-	Rk *k = &s->rk[r];
+	SimRank *k = &s->rk[r];
 	int key = peer * 2 + recv;
 	for (int i = 0; i < k->nch; i++)
 		if (k->ch[i].key == key)

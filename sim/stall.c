@@ -93,7 +93,7 @@ static int want_wgrad(const PlanOp *o, const void *arg)
 }
 
 /* Whether op i of rank r (in its posted group) is still unmatched. */
-static int unmatched(S *s, int r, int64_t i)
+static int unmatched(Sim *s, int r, int64_t i)
 {
 	const PlanOp *o = &s->p->ranks[r].ops[i];
 	if (o->kind == OP_ALLREDUCE || o->kind == OP_TIEREDUCE)
@@ -104,7 +104,7 @@ static int unmatched(S *s, int r, int64_t i)
 		return 0;
 	int recv = o->kind == OP_RECV;
 	int src = recv ? o->peer : r, dst = recv ? r : o->peer;
-	const Rk *k = &s->rk[r];
+	const SimRank *k = &s->rk[r];
 	for (int j = 0; j < k->nch; j++) {
 		const Chan *c = &s->ch[k->ch[j].chan];
 		if (c->src != src || c->dst != dst)
@@ -117,17 +117,17 @@ static int unmatched(S *s, int r, int64_t i)
 }
 
 /* Agents: rank * 2 + 0 (strict rank or comm stream), rank * 2 + 1 (compute stream). */
-static int agent_blocked(S *s, int a)
+static int agent_blocked(Sim *s, int a)
 {
-	const Rk *k = &s->rk[a / 2];
+	const SimRank *k = &s->rk[a / 2];
 	return (a & 1 ? k->cstate : k->state) != AG_DONE;
 }
 
 /* The op agent a is blocked at (the first unmatched op of a posted group). */
-static int64_t agent_op(S *s, int a)
+static int64_t agent_op(Sim *s, int a)
 {
 	int r = a / 2;
-	Rk *k = &s->rk[r];
+	SimRank *k = &s->rk[r];
 	if (a & 1)
 		return k->cpc;
 	if (k->state == AG_MATCH) {
@@ -139,15 +139,15 @@ static int64_t agent_op(S *s, int a)
 }
 
 /* Where agent a will post next: past its posted group. */
-static int64_t agent_next_post(S *s, int a)
+static int64_t agent_next_post(Sim *s, int a)
 {
-	Rk *k = &s->rk[a / 2];
+	SimRank *k = &s->rk[a / 2];
 	return k->state == AG_MATCH ? k->gend : k->pc;
 }
 
 /* Rank r's TPREDUCE x waits for the members that have not posted the same one (edge
  * number *e onwards); 1 with w and to filled when the idx-th edge is among them. */
-static int tp_edge(S *s, int r, int64_t x, int *e, int idx, SimWait *w, int *to, uint8_t stream)
+static int tp_edge(Sim *s, int r, int64_t x, int *e, int idx, SimWait *w, int *to, uint8_t stream)
 {
 	const Plan *p = s->p;
 	const Coll *c = &s->coll[s->tpof[r]];
@@ -169,10 +169,10 @@ static int tp_edge(S *s, int r, int64_t x, int *e, int idx, SimWait *w, int *to,
 }
 
 /* The edges of agent a, in order; fills w for the idx-th.  0 when none left. */
-static int agent_edge(S *s, int a, int idx, SimWait *w, int *to)
+static int agent_edge(Sim *s, int a, int idx, SimWait *w, int *to)
 {
 	int r = a / 2;
-	Rk *k = &s->rk[r];
+	SimRank *k = &s->rk[r];
 	const Plan *p = s->p;
 	const PlanRank *pr = &p->ranks[r];
 	uint8_t stream = s->opt.model == SIM_STRICT ? SIM_STREAM_RANK
@@ -285,7 +285,7 @@ static int agent_edge(S *s, int a, int idx, SimWait *w, int *to)
 	return 0;
 }
 
-void sim_analyse_stall(S *s)
+void sim_analyse_stall(Sim *s)
 {
 	SimResult *res = s->res;
 	const Plan *p = s->p;
@@ -387,13 +387,13 @@ void sim_analyse_stall(S *s)
 }
 
 /* After every rank finished: eager sends nobody received are still queued. */
-void sim_leftover_sends(S *s)
+void sim_leftover_sends(Sim *s)
 {
 	for (int i = 0; i < s->nch; i++) {
 		Chan *c = &s->ch[i];
 		if (!c->n)
 			continue;
-		QEnt e = c->q[c->head];
+		ChanEntry e = c->q[c->head];
 		if (c->side == 0)
 			sim_mismatch(s, c->src, e.op, c->dst, -1,
 			         "a send has no matching receive (it completed only because sends are eager)");
