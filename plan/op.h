@@ -69,6 +69,7 @@ enum {
 	OP_OVER_DP,   // the rank's dp group
 	OP_OVER_TP,   // the rank's tp group
 	OP_OVER_TIE,  // the pair holding a tied table's two copies
+	OP_OVER_COUNT
 };
 
 /* What an op's stage field names, and where its byte count comes from. */

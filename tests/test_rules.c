@@ -917,9 +917,9 @@ static void rules__op_table_columns__agree(void **state)
 	for (int k = 0; k < OP_COUNT; k++) {
 		const OpInfo *o = &plan_ops[k];
 		int p2p = plan_op_is_p2p((OpKind)k), coll = plan_op_is_coll((OpKind)k);
-		if (p2p != (o->at == OP_AT_EDGE) || coll != o->sized || coll != o->alone ||
-		    (o->parted && !plan_op_is_compute((OpKind)k)) || (o->sends && !p2p) ||
-		    plan_op_is_comm((OpKind)k) != (p2p || coll))
+		if (o->over >= OP_OVER_COUNT || p2p != (o->at == OP_AT_EDGE) || coll != o->sized ||
+		    coll != o->alone || (o->parted && !plan_op_is_compute((OpKind)k)) ||
+		    (o->sends && !p2p) || plan_op_is_comm((OpKind)k) != (p2p || coll))
 			fail_msg("%s: its columns disagree", o->name);
 	}
 	assert_true(plan_op_is_p2p(OP_SEND) && plan_ops[OP_SEND].sends && !plan_ops[OP_RECV].sends);
