@@ -69,10 +69,12 @@ void sim_figures(Sim *s)
 }
 
 /* The critical path's predecessor of op i of rank r, in 32 bits (the upper half of the
- * op's 16-byte SimOpRec, beside its two 48-bit times): -1 none; else a 2-bit tag and 29 bits.  Tag 0: op v of the
- * same rank; 1: op v of the op's p2p peer; 2: the matching all-reduce of dp member v
- * (found again by counting when the path is walked, which is rare).  Refs that fit none
- * of these (op indices of 2^29 and more) end the path there. */
+ * op's 16-byte SimOpRec, beside its two 48-bit times): -1 none; else a 2-bit tag and 29
+ * bits.  Tag 0: op v of the same rank; 1: op v of the op's peer (p2p, or the other copy
+ * of a tied table); 2: the matching all-reduce of dp member v (found again by counting
+ * when the path is walked, which is rare); 3: the matching TPREDUCE of tp member v
+ * (found again by identity).  Refs that fit none of these (op indices of 2^29 and more)
+ * end the path there. */
 int32_t sim_pred_code(const Sim *s, int r, int64_t i, int64_t ref)
 {
 	if (ref < 0)
@@ -84,12 +86,15 @@ int32_t sim_pred_code(const Sim *s, int r, int64_t i, int64_t ref)
 		return -1;
 	if (q == r)
 		return (int32_t)v;
-	if ((o->kind == OP_SEND || o->kind == OP_RECV || o->kind == OP_TIEREDUCE) && o->peer == q)
-		return (int32_t)((1 << PRED_BITS) | v);
-	if (o->kind == OP_ALLREDUCE)
+	switch (plan_ops[o->kind].over) {
+	case OP_OVER_PEER:
+	case OP_OVER_TIE:
+		return o->peer == q ? (int32_t)((1 << PRED_BITS) | v) : -1;
+	case OP_OVER_DP:
 		return (int32_t)((2 << PRED_BITS) | q);
-	if (o->kind == OP_TPREDUCE)
+	case OP_OVER_TP:
 		return (int32_t)((3 << PRED_BITS) | q);
+	}
 	return -1;
 }
 
@@ -108,21 +113,18 @@ int64_t sim_pred_ref(const Sim *s, int r, int64_t i)
 	case 2: { // the member's all-reduce with the same count as ours
 		int64_t k = 0;
 		for (int64_t j = 0; j < i; j++)
-			k += s->p->ranks[r].ops[j].kind == OP_ALLREDUCE;
+			k += plan_ops[s->p->ranks[r].ops[j].kind].over == OP_OVER_DP;
 		const PlanRank *pm = &s->p->ranks[v];
 		for (int64_t j = 0; j < pm->nops; j++)
-			if (pm->ops[j].kind == OP_ALLREDUCE && k-- == 0)
+			if (plan_ops[pm->ops[j].kind].over == OP_OVER_DP && k-- == 0)
 				return REF(v, j);
 		return REF_NONE;
 	}
 	case 3: { // the member's TPREDUCE of the same stage, microbatch, direction and part
 		const PlanRank *pm = &s->p->ranks[v];
-		for (int64_t j = 0; j < pm->nops; j++) {
-			const PlanOp *x = &pm->ops[j];
-			if (x->kind == OP_TPREDUCE && x->stage == o->stage && x->mb == o->mb &&
-			    x->dir == o->dir && x->part == o->part)
+		for (int64_t j = 0; j < pm->nops; j++)
+			if (tp_same(&pm->ops[j], o))
 				return REF(v, j);
-		}
 		return REF_NONE;
 	}
 	}

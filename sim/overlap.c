@@ -18,8 +18,8 @@ static int produce(Sim *s, int r, int64_t i, const PlanOp *o, int64_t end)
 	SimRank *k = &s->rk[r];
 	const StageInfo *st = &s->st[o->stage];
 	uint16_t makes = plan_ops[o->kind].makes;
-	int dir = o->kind == OP_F ? DIR_ACT : DIR_GRAD;
-	int parted = s->tp > 1 && o->kind != OP_W && o->part < st->parts.n[dir];
+	int dir = plan_ops[o->kind].dir;
+	int parted = s->tp > 1 && plan_ops[o->kind].parted && o->part < st->parts.n[dir];
 	int red = parted && st->parts.part[dir][o->part].reduce;
 	int last = !parted || (o->part + 1 == st->parts.n[dir] && !red);
 	if (red && sim_val_put(s, r, tp_key(KEY_DATA, o->stage, dir, o->part, o->mb), end,
@@ -204,15 +204,17 @@ static int group_ready(Sim *s, int r, int64_t i, int64_t *end, int64_t *t, int64
 	for (; x < n && (s->comm_kinds >> ops[x].kind & 1) && ops[x].group == g; x++) {
 		const PlanOp *o = &ops[x];
 		Value *e = NULL;
-		if (o->kind == OP_SEND) {
+		if (s->send_kinds >> o->kind & 1) {
 			if (!(e = send_data(s, r, o)))
 				return 0;
 			one = nsend++ ? NULL : e;
-		} else if (o->kind == OP_TPREDUCE) {
+		} else if (!(s->coll_kinds >> o->kind & 1)) {
+			continue; // a RECV: its data comes from its peer
+		} else if (plan_ops[o->kind].over == OP_OVER_TP) { // a part's output
 			coll = 1;
 			if (!(e = sim_val_find(s, r, tp_key(KEY_DATA, o->stage, o->dir, o->part, o->mb))))
 				return 0;
-		} else if (o->kind == OP_ALLREDUCE || o->kind == OP_TIEREDUCE) {
+		} else { // a reduction of weight gradients (reduces_wgrad): every W of its stage
 			coll = 1;
 			int ls = local_stage(s, r, o->stage);
 			if (ls < 0)
@@ -249,12 +251,13 @@ static inline void post_p2p_group(Sim *s, int r, int64_t i, int64_t end, int64_t
 	k->gend = end;
 	for (int64_t x = i; x < end && !s->failed; x++) {
 		const PlanOp *o = &ops[x];
-		if (o->kind == OP_SEND) {
+		int send = s->send_kinds >> o->kind & 1;
+		if (send) {
 			Value *e = only ? only : send_data(s, r, o);
 			if (e)
 				val_use(s, r, e);
 		}
-		post_p2p(s, r, x, o, t);
+		post_p2p(s, r, x, o, t, !send);
 	}
 }
 
@@ -300,25 +303,22 @@ __attribute__((always_inline)) static inline int group_done(Sim *s, int r, int64
 	int any = 0;
 	for (int64_t x = i; x < k->gend; x++) {
 		const PlanOp *o = &pr->ops[x];
-		uint64_t key;
-		if (o->kind == OP_RECV) {
+		int over, rc;
+		if (!(s->coll_kinds >> o->kind & 1)) { // a RECV publishes its data, a SEND nothing
+			if (s->send_kinds >> o->kind & 1)
+				continue;
 			if (put_recv(s, r, o, k->gmax, k->gmax_who))
 				return -1;
 			any = 1;
-			continue;
-		} else if (o->kind == OP_ALLREDUCE || o->kind == OP_TIEREDUCE)
-			key = hkey(KEY_AR, o->kind == OP_TIEREDUCE, o->stage, 0);
-		else if (o->kind == OP_TPREDUCE) {
-			int rc = tp_done(s, r, o);
-			if (rc < 0)
+		} else if ((over = plan_ops[o->kind].over) == OP_OVER_TP) {
+			if ((rc = tp_done(s, r, o)) < 0)
 				return -1;
 			any |= rc;
-			continue;
-		} else
-			continue;
-		if (sim_val_put(s, r, key, k->gmax, k->gmax_who, 1))
-			return -1;
-		any = 1;
+		} else { // the stage's reduced weight gradients
+			if (sim_val_put(s, r, reduced_key(over, o->stage), k->gmax, k->gmax_who, 1))
+				return -1;
+			any = 1;
+		}
 	}
 	k->done += k->gend - i;
 	k->t = k->gmax;

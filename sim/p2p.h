@@ -139,10 +139,9 @@ static inline void p2p_meet(Sim *s, int r, int64_t i, const PlanOp *o, int64_t t
 		push_agent(s, q, 0);
 }
 
-/* Posts op i (o), a SEND or RECV of rank r's group being posted at t. */
-static inline void post_p2p(Sim *s, int r, int64_t i, const PlanOp *o, int64_t t)
+/* Posts op i (o), a SEND or (recv) a RECV of rank r's group being posted at t. */
+static inline void post_p2p(Sim *s, int r, int64_t i, const PlanOp *o, int64_t t, int recv)
 {
-	int recv = o->kind == OP_RECV;
 	int c = chan_by_route(s, r, o, recv);
 	Chan *ch = c >= 0 ? &s->ch[c] : NULL;
 	int eager = s->opt.eager;

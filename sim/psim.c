@@ -130,7 +130,7 @@ static Port *port_make(PsimThread *t, int r, int peer, int recv);
 static inline Port *port_of(PsimThread *t, int r, const PlanOp *o)
 {
 	PsimRank *g = &t->ps->rk[r];
-	int recv = o->kind == OP_RECV, peer = o->peer;
+	int recv = !(t->s.send_kinds >> o->kind & 1), peer = o->peer;
 	for (int i = 0; i < g->nport; i++)
 		if (g->port[i].peer == peer && g->port[i].recv == recv)
 			return &g->port[i];

@@ -40,9 +40,10 @@ static int add_groups(Sim *s, int dim, int *of)
 static int add_tie_pairs(Sim *s)
 {
 	const Plan *p = s->p;
+	int *of = s->collof[OP_OVER_TIE];
 	plan_tie_across(p, &s->tie_e, &s->tie_h);
 	for (int r = 0; r < p->world; r++)
-		s->tieof[r] = -1;
+		of[r] = -1;
 	for (int r = 0; r < p->world; r++) {
 		int st, q = plan_tie_peer(p, r, &st);
 		if (q < 0 || st != s->tie_e)
@@ -53,7 +54,7 @@ static int add_tie_pairs(Sim *s)
 		c->n = c->world_n = 2;
 		c->members[0] = r;
 		c->members[1] = q;
-		s->tieof[r] = s->tieof[q] = s->ncoll++;
+		of[r] = of[q] = s->ncoll++;
 	}
 	return 0;
 }
@@ -228,10 +229,10 @@ int sim_setup(Sim *s)
 	s->st = sim_xcalloc(s, (size_t)p->nstages, sizeof *s->st);
 	s->local_idx = sim_xcalloc(s, (size_t)p->nstages, sizeof *s->local_idx);
 	s->nlocal = sim_xcalloc(s, (size_t)p->dims[DIM_PP], sizeof *s->nlocal);
-	s->collof = sim_xcalloc(s, (size_t)w, sizeof *s->collof);
+	s->collof[OP_OVER_DP] = sim_xcalloc(s, (size_t)w, sizeof *s->collof[0]);
 	s->coll = sim_xcalloc(s, 3 * (size_t)w, sizeof *s->coll);
-	s->tpof = sim_xcalloc(s, (size_t)w, sizeof *s->tpof);
-	s->tieof = sim_xcalloc(s, (size_t)w, sizeof *s->tieof);
+	s->collof[OP_OVER_TP] = sim_xcalloc(s, (size_t)w, sizeof *s->collof[0]);
+	s->collof[OP_OVER_TIE] = sim_xcalloc(s, (size_t)w, sizeof *s->collof[0]);
 	s->tp = p->dims[DIM_TP];
 	s->nmb = p->microbatches > 0 ? (uint32_t)p->microbatches : 0;
 	s->work = sim_xcalloc(s, (size_t)w * 2, sizeof *s->work);
@@ -255,10 +256,10 @@ int sim_setup(Sim *s)
 	}
 	if (s->opt.model == SIM_OVERLAP && (setup_remote_edges(s) || sim_values_setup(s)))
 		return -1;
-	if (add_groups(s, DIM_DP, s->collof))
+	if (add_groups(s, DIM_DP, s->collof[OP_OVER_DP]))
 		return -1;
 	int ndp = s->ncoll;
-	if (s->tp > 1 && add_groups(s, DIM_TP, s->tpof))
+	if (s->tp > 1 && add_groups(s, DIM_TP, s->collof[OP_OVER_TP]))
 		return -1;
 	s->ntpcoll = s->ncoll - ndp;
 	if (add_tie_pairs(s))
@@ -283,6 +284,13 @@ int sim_setup(Sim *s)
 	}
 	if (s->opt.record_ops && plan_threads > 1)
 		prefault_times(s);
+	_Static_assert(OP_COUNT <= 32, "the kind masks hold a bit per kind");
+	for (int k = 0; k < OP_COUNT; k++) {
+		s->comm_kinds |= (uint32_t)plan_op_is_comm((OpKind)k) << k;
+		s->compute_kinds |= (uint32_t)plan_op_is_compute((OpKind)k) << k;
+		s->coll_kinds |= (uint32_t)plan_op_is_coll((OpKind)k) << k;
+		s->send_kinds |= (uint32_t)plan_ops[k].sends << k;
+	}
 	s->xfer_bytes = -1;
 	s->last_end = -1;
 	s->last_ref = REF_NONE;
@@ -326,9 +334,8 @@ void sim_cleanup(Sim *s)
 	for (int i = 0; i < s->ncoll; i++)
 		free(s->coll[i].members);
 	free(s->coll);
-	free(s->collof);
-	free(s->tpof);
-	free(s->tieof);
+	for (int v = 0; v < OP_OVER_COUNT; v++)
+		free(s->collof[v]);
 	free(s->work);
 	free(s->wide);
 	par_free(&s->codeblock, 1);

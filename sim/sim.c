@@ -143,15 +143,17 @@ static void coll_arrive(Sim *s, Coll *c, int r, int64_t i, const PlanOp *o, int6
 
 /* A collective: an ALLREDUCE over the rank's dp group, or a TIEREDUCE over the pair
  * holding the two copies of a tied table (their stages differ: the embedding's and the
- * head's).  It completes when every member has posted, after the link model's time. */
-static void post_allreduce(Sim *s, int r, int64_t i, const PlanOp *o, int64_t t)
+ * head's).  It completes when every member has posted, after the link model's time.
+ * Not inlined, as post_tpreduce: rare, kept out of sim_post_group's loop over p2p ops. */
+__attribute__((noinline)) static void post_allreduce(Sim *s, int r, int64_t i, const PlanOp *o,
+                                                     int64_t t)
 {
-	int tie = o->kind == OP_TIEREDUCE;
-	if (tie && s->tieof[r] < 0) { // the verifier refuses this; stay safe on any plan
+	int over = plan_ops[o->kind].over, tie = over == OP_OVER_TIE, g = s->collof[over][r];
+	if (tie && g < 0) { // the verifier refuses this; stay safe on any plan
 		sim_mismatch(s, r, i, o->peer, -1, "a TIEREDUCE on a rank that holds no tied table");
 		return;
 	}
-	Coll *c = &s->coll[tie ? s->tieof[r] : s->collof[r]];
+	Coll *c = &s->coll[g];
 	if (c->arrived && ((o->stage != c->stage && !tie) || plan_op_bytes(s->p, o) != c->bytes)) {
 		sim_mismatch(s, c->first_rank, c->first_op, r, i,
 		             tie ? "the two copies of a tied table are reduced with different sizes"
@@ -169,9 +171,10 @@ static void post_allreduce(Sim *s, int r, int64_t i, const PlanOp *o, int64_t t)
  * the same stage, microbatch, direction and part (its identity, not its count: members
  * that post different ones wait for each other forever, which the stall analysis shows
  * as a cycle).  A member whose posted one differs from the group's stays parked. */
-static void post_tpreduce(Sim *s, int r, int64_t i, const PlanOp *o, int64_t t)
+__attribute__((noinline)) static void post_tpreduce(Sim *s, int r, int64_t i, const PlanOp *o,
+                                                    int64_t t)
 {
-	Coll *c = &s->coll[s->tpof[r]];
+	Coll *c = &s->coll[s->collof[OP_OVER_TP][r]];
 	s->rk[r].tp_op = i;
 	s->rk[r].pending++;
 	if (c->arrived &&
@@ -204,27 +207,21 @@ int64_t sim_post_group(Sim *s, int r, int64_t i, int64_t end, int64_t t, int tak
 	k->gend = end;
 	for (int64_t x = i; x < end && !s->failed; x++) {
 		const PlanOp *o = &ops[x];
-		switch (plan_op_kind(o)) {
-		case OP_ALLREDUCE:
-		case OP_TIEREDUCE:
+		if (s->coll_kinds >> o->kind & 1) {
 			record(s, r, x, t, -1, k->bind);
-			post_allreduce(s, r, x, o, t);
-			break;
-		case OP_TPREDUCE:
-			record(s, r, x, t, -1, k->bind);
-			post_tpreduce(s, r, x, o, t);
-			break;
-		case OP_SEND:
-			if (take) {
-				Value *e = only ? only : send_data(s, r, o);
-				if (e)
-					val_use(s, r, e);
-			}
-			/* fall through */
-		default:
-			post_p2p(s, r, x, o, t);
-			break;
+			if (plan_ops[o->kind].over == OP_OVER_TP)
+				post_tpreduce(s, r, x, o, t);
+			else
+				post_allreduce(s, r, x, o, t);
+			continue;
 		}
+		int send = s->send_kinds >> o->kind & 1;
+		if (take && send) {
+			Value *e = only ? only : send_data(s, r, o);
+			if (e)
+				val_use(s, r, e);
+		}
+		post_p2p(s, r, x, o, t, !send);
 	}
 	return end;
 }

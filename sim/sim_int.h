@@ -23,8 +23,8 @@ enum {
 enum {
 	KEY_RECV = 1, // a completed RECV (dir, edge, mb): what a compute op consumes
 	KEY_DATA = 2, // a produced tensor (dir, stage, mb): what a SEND transmits
-	KEY_AR = 3,   // a completed ALLREDUCE (dir 0) or TIEREDUCE (dir 1) of a stage: what
-	              // OPTIM consumes
+	KEY_AR = 3,   // a stage's reduced weight gradients (reduced_key): what OPTIM consumes;
+	              // with tp > 1 also a TPREDUCE's result (tp_key)
 };
 
 #define REF_NONE (-1)
@@ -121,8 +121,8 @@ typedef struct {
 	int64_t gend;      // one past the posted group
 	int pending;       // unmatched ops of the posted group
 	int64_t gmax, gmax_who;
-	int64_t ar_op;     // its posted ALLREDUCE or TIEREDUCE, or -1
-	int64_t tp_op;     // its posted TPREDUCE, or -1
+	int64_t ar_op;     // its posted reduction of weight gradients (reduces_wgrad), or -1
+	int64_t tp_op;     // its posted collective over tp, or -1
 	uint8_t state;
 	/* The overlap model's compute stream. */
 	uint8_t cstate;
@@ -184,13 +184,13 @@ typedef struct {
 	int *pairval;
 	int64_t paircap;
 	RouteChan *routechan; // route * 2 + (1 receiving): the chan its rank found
-	Coll *coll;          // the dp groups, then the pairs of a table tied across ranks
+	Coll *coll;          // the dp groups, the tp groups, the pairs of a table tied across ranks
 	int ncoll;
-	int *collof;         // rank -> its dp group
 	int ntpcoll;         // the tp groups follow the dp groups in coll
-	int *tpof;           // rank -> its tp group in coll
+	/* By what a collective communicates over (its kind's OpInfo.over: dp, tp, tie):
+	 * rank -> its group in coll (a tied pair's: -1 when it holds no tied table). */
+	int *collof[OP_OVER_COUNT];
 	int tp;              // p->dims[DIM_TP]
-	int *tieof;          // rank -> its tied-table pair, or -1 (after the tp groups)
 	int tie_e, tie_h;    // plan_tie_across's stages, or -1
 	int *work;           // agent ids: rank * 2 + stream (0 rank/comm, 1 compute)
 	int64_t nwork;
@@ -203,8 +203,10 @@ typedef struct {
 	Value ring_none;     // the free entry every ring starts with
 	uint32_t nmb;        // p->microbatches, 0 when not positive: (uint32_t)mb < nmb
 	                     // says whether a microbatch is in range
-	uint32_t comm_kinds, compute_kinds; // bit k: plan_op_is_comm(k), plan_op_is_compute(k),
-	                     // so that the streams' loops test a kind without the table
+	/* Bit k: plan_op_is_comm(k), plan_op_is_compute(k), plan_op_is_coll(k) and
+	 * plan_ops[k].sends, so that the hot loops ask the op table a kind's question
+	 * without a load from it (a register holds the mask). */
+	uint32_t comm_kinds, compute_kinds, coll_kinds, send_kinds;
 	/* record_ops: the op that ends last (the first in (rank, op) order among equals),
 	 * kept as ends are written (each op's end is written once) so that the critical
 	 * path need not scan every op's time. */
@@ -231,6 +233,29 @@ static inline uint64_t hkey(int type, int dir, int idx, int mb)
 {
 	return ((uint64_t)type << 62) | ((uint64_t)(dir & 1) << 61) |
 	       ((uint64_t)(uint32_t)idx << 31) | (uint64_t)(uint32_t)mb;
+}
+
+/* The key of a stage's reduced weight gradients by what the reduction communicated
+ * over: its ALLREDUCE's over dp (dir 0), its TIEREDUCE's over a tied pair (dir 1). */
+static inline uint64_t reduced_key(int over, int stage)
+{
+	return hkey(KEY_AR, over == OP_OVER_TIE, stage, 0);
+}
+
+/* Whether kind k reduces a stage's weight gradients across ranks (ALLREDUCE, TIEREDUCE):
+ * a collective that waits for every W of its stage.  Its result is reduced_key's, a
+ * rank's posted one SimRank.ar_op.  The other collective, over tp, reduces a part. */
+static inline int reduces_wgrad(OpKind k)
+{
+	return plan_op_is_coll(k) && (plan_ops[k].needs & PLAN_DEP_ALL_W);
+}
+
+/* Whether op o is a collective over tp with x's identity (stage, microbatch, direction,
+ * part): the members of a tp group meet by identity, not by count (sim.c). */
+static inline int tp_same(const PlanOp *o, const PlanOp *x)
+{
+	return plan_ops[o->kind].over == OP_OVER_TP && o->stage == x->stage && o->mb == x->mb &&
+	       o->dir == x->dir && o->part == x->part;
 }
 
 /* Fibonacci hashing: keys differ mostly in their low bits (the microbatch). */
@@ -311,7 +336,7 @@ static inline int tp_last_reduce(const StageInfo *st, int dir)
 static inline int tp_consumed(Sim *s, const PlanOp *o, uint64_t *keys, int c, int n)
 {
 	const StageInfo *st = &s->st[o->stage];
-	int dir = o->kind == OP_F ? DIR_ACT : DIR_GRAD, last;
+	int dir = plan_ops[o->kind].dir, last;
 	if (o->part > 0 && c < n)
 		return keys[c] = tp_key(KEY_AR, o->stage, dir, o->part - 1, o->mb), c + 1;
 	if (dir == DIR_GRAD && (last = tp_last_reduce(st, DIR_ACT)) >= 0 && c < n)
@@ -330,7 +355,7 @@ static inline int consumed_keys(Sim *s, const PlanOp *o, uint64_t *keys, int n)
 {
 	int c = 0;
 	uint16_t needs = plan_ops[o->kind].needs;
-	if (s->tp > 1 && plan_op_is_compute(plan_op_kind(o)) && o->kind != OP_W) {
+	if (s->tp > 1 && plan_ops[o->kind].parted) {
 		c = tp_consumed(s, o, keys, c, n);
 		if (o->part > 0)
 			return c; // its receives are the first part's
@@ -346,9 +371,9 @@ static inline int consumed_keys(Sim *s, const PlanOp *o, uint64_t *keys, int n)
 			keys[c++] = hkey(KEY_RECV, DIR_GRAD, st->rout[j], o->mb);
 	}
 	if ((needs & PLAN_DEP_REDUCED) && s->p->dims[DIM_DP] > 1)
-		keys[c++] = hkey(KEY_AR, 0, o->stage, 0);
+		keys[c++] = reduced_key(OP_OVER_DP, o->stage);
 	if ((needs & PLAN_DEP_TIED) && c < n && (o->stage == s->tie_e || o->stage == s->tie_h))
-		keys[c++] = hkey(KEY_AR, 1, o->stage, 0);
+		keys[c++] = reduced_key(OP_OVER_TIE, o->stage);
 	return c;
 }
 
@@ -599,7 +624,8 @@ static inline int64_t do_compute(Sim *s, int r, int64_t i, const PlanOp *o, int6
 		if (k->mem > k->peak_mem)
 			k->peak_mem = k->mem;
 		uint16_t makes = plan_ops[o->kind].makes; // a microbatch is live from F to its W
-		int last = s->tp == 1 || o->kind == OP_W || o->part + 1 >= st->parts.n[DIR_GRAD];
+		int last = s->tp == 1 || !plan_ops[o->kind].parted ||
+		           o->part + 1 >= st->parts.n[DIR_GRAD];
 		if (makes & PLAN_DEP_ACT) {
 			if (o->part == 0 && ++k->units > k->peak_units)
 				k->peak_units = k->units;

@@ -256,11 +256,6 @@ int sim_values_setup(Sim *s)
 			k->ring[j].e = &s->ring_none;
 	}
 	free(nring);
-	_Static_assert(OP_COUNT <= 32, "the kind masks hold a bit per kind");
-	for (int k = 0; k < OP_COUNT; k++) {
-		s->comm_kinds |= (uint32_t)plan_op_is_comm((OpKind)k) << k;
-		s->compute_kinds |= (uint32_t)plan_op_is_compute((OpKind)k) << k;
-	}
 	return s->failed ? -1 : stage_rings(s);
 }
 
