@@ -70,6 +70,7 @@ enum {
 	OP_OVER_DP,   // the rank's dp group
 	OP_OVER_TP,   // the rank's tp group
 	OP_OVER_TIE,  // the pair holding a tied table's two copies
+	OP_OVER_COUNT
 };
 
 /* The PlanOp fields an op of a kind uses beside its stage (OpInfo.fields); the others

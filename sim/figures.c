@@ -15,13 +15,13 @@ static int cmp_link(const void *a, const void *b)
 	return (x->dst > y->dst) - (x->dst < y->dst);
 }
 
-void sim_figures(S *s)
+void sim_figures(Sim *s)
 {
 	const Plan *p = s->p;
 	SimResult *res = s->res;
 	int64_t mk = 0;
 	for (int r = 0; r < s->world; r++) {
-		Rk *k = &s->rk[r];
+		SimRank *k = &s->rk[r];
 		int64_t fin = s->opt.model == SIM_OVERLAP ? max64(k->t, k->ct) : k->t;
 		if (k->state == AG_MATCH)
 			fin = max64(fin, k->gmax);
@@ -69,11 +69,13 @@ void sim_figures(S *s)
 }
 
 /* The critical path's predecessor of op i of rank r, in 32 bits (the upper half of the
- * op's 16-byte SimOpRec, beside its two 48-bit times): -1 none; else a 2-bit tag and 29 bits.  Tag 0: op v of the
- * same rank; 1: op v of the op's p2p peer; 2: the matching all-reduce of dp member v
- * (found again by counting when the path is walked, which is rare).  Refs that fit none
- * of these (op indices of 2^29 and more) end the path there. */
-int32_t sim_pred_code(const S *s, int r, int64_t i, int64_t ref)
+ * op's 16-byte SimOpRec, beside its two 48-bit times): -1 none; else a 2-bit tag and 29
+ * bits.  Tag 0: op v of the same rank; 1: op v of the op's peer (p2p, or the other copy
+ * of a tied table); 2: the matching all-reduce of dp member v (found again by counting
+ * when the path is walked, which is rare); 3: the matching TPREDUCE of tp member v
+ * (found again by identity).  Refs that fit none of these (op indices of 2^29 and more)
+ * end the path there. */
+int32_t sim_pred_code(const Sim *s, int r, int64_t i, int64_t ref)
 {
 	if (ref < 0)
 		return -1;
@@ -84,16 +86,19 @@ int32_t sim_pred_code(const S *s, int r, int64_t i, int64_t ref)
 		return -1;
 	if (q == r)
 		return (int32_t)v;
-	if ((o->kind == OP_SEND || o->kind == OP_RECV || o->kind == OP_TIEREDUCE) && o->peer == q)
-		return (int32_t)((1 << PRED_BITS) | v);
-	if (o->kind == OP_ALLREDUCE)
+	switch (plan_ops[o->kind].over) {
+	case OP_OVER_PEER:
+	case OP_OVER_TIE:
+		return o->peer == q ? (int32_t)((1 << PRED_BITS) | v) : -1;
+	case OP_OVER_DP:
 		return (int32_t)((2 << PRED_BITS) | q);
-	if (o->kind == OP_TPREDUCE)
+	case OP_OVER_TP:
 		return (int32_t)((3 << PRED_BITS) | q);
+	}
 	return -1;
 }
 
-int64_t sim_pred_ref(const S *s, int r, int64_t i)
+int64_t sim_pred_ref(const Sim *s, int r, int64_t i)
 {
 	int32_t c = pred_flip(op_code(s, r, i));
 	if (c < 0)
@@ -108,21 +113,18 @@ int64_t sim_pred_ref(const S *s, int r, int64_t i)
 	case 2: { // the member's all-reduce with the same count as ours
 		int64_t k = 0;
 		for (int64_t j = 0; j < i; j++)
-			k += s->p->ranks[r].ops[j].kind == OP_ALLREDUCE;
+			k += plan_ops[s->p->ranks[r].ops[j].kind].over == OP_OVER_DP;
 		const PlanRank *pm = &s->p->ranks[v];
 		for (int64_t j = 0; j < pm->nops; j++)
-			if (pm->ops[j].kind == OP_ALLREDUCE && k-- == 0)
+			if (plan_ops[pm->ops[j].kind].over == OP_OVER_DP && k-- == 0)
 				return REF(v, j);
 		return REF_NONE;
 	}
 	case 3: { // the member's TPREDUCE of the same stage, microbatch, direction and part
 		const PlanRank *pm = &s->p->ranks[v];
-		for (int64_t j = 0; j < pm->nops; j++) {
-			const PlanOp *x = &pm->ops[j];
-			if (x->kind == OP_TPREDUCE && x->stage == o->stage && x->mb == o->mb &&
-			    x->dir == o->dir && x->part == o->part)
+		for (int64_t j = 0; j < pm->nops; j++)
+			if (tp_same(&pm->ops[j], o))
 				return REF(v, j);
-		}
 		return REF_NONE;
 	}
 	}
@@ -132,14 +134,14 @@ int64_t sim_pred_ref(const S *s, int r, int64_t i)
 /* SIM_RECORD_PATH: the times of the first SIM_PATH_TIMED stretches of path[n] from the
  * windows (the last op's end is s->last_end), the rest -1; s->path_missing when one is
  * not in a window. */
-static void path_times(S *s, SimPathStep *path, int64_t n)
+static void path_times(Sim *s, SimPathStep *path, int64_t n)
 {
 	for (int64_t k = 0; k < n; k++) {
 		SimPathStep *st = &path[k];
 		st->start = st->end = -1;
 		if (k >= SIM_PATH_TIMED)
 			continue;
-		Rk *rk = &s->rk[st->rank];
+		SimRank *rk = &s->rk[st->rank];
 		SimOpTime *a = path_slot(s, rk, st->first_op), *b = path_slot(s, rk, st->last_op);
 		int last = REF(st->rank, st->last_op) == s->last_ref;
 		if (!a || (!b && !last)) {
@@ -152,7 +154,7 @@ static void path_times(S *s, SimPathStep *path, int64_t n)
 }
 
 /* Walks the binding predecessors back from the op that finished last. */
-void sim_critical_path(S *s)
+void sim_critical_path(Sim *s)
 {
 	int path_only = s->opt.record_ops == SIM_RECORD_PATH;
 	SimResult *res = s->res;
@@ -200,7 +202,7 @@ void sim_critical_path(S *s)
 
 /* The ops a run never reached (a deadlock's or mismatch's, or past a failure) kept the
  * zeroes they were allocated with: give them start and end -1 and no predecessor. */
-void sim_fill_unreached(S *s)
+void sim_fill_unreached(Sim *s)
 {
 	for (int r = 0; r < s->world; r++) {
 		SimOpRec *x = s->rk[r].rec;
@@ -214,7 +216,7 @@ void sim_fill_unreached(S *s)
 
 static int wide_order(const void *a, const void *b)
 {
-	const WideEnt *x = a, *y = b;
+	const WideTime *x = a, *y = b;
 	if (x->w.rank != y->w.rank)
 		return x->w.rank < y->w.rank ? -1 : 1;
 	if (x->w.op != y->w.op)
@@ -226,7 +228,7 @@ static int wide_order(const void *a, const void *b)
 
 /* The times set as SIM_T48_WIDE into the result, the last set of each kept (an op's end
  * may be set again): sorted for sim_wide_time.  -1 out of memory. */
-int sim_wide_finish(S *s)
+int sim_wide_finish(Sim *s)
 {
 	if (!s->nwide)
 		return 0;

@@ -13,13 +13,13 @@
 /* What compute op i (o) of rank r, ended at end, produces for the comm stream: with
  * tp > 1 a part ending in a cut gives its TPREDUCE's data, and only the last part (the
  * TPREDUCE after it, if any, in group_done) gives the stage's output.  -1 out of memory. */
-static int produce(S *s, int r, int64_t i, const PlanOp *o, int64_t end)
+static int produce(Sim *s, int r, int64_t i, const PlanOp *o, int64_t end)
 {
-	Rk *k = &s->rk[r];
+	SimRank *k = &s->rk[r];
 	const StageInfo *st = &s->st[o->stage];
 	uint16_t makes = plan_ops[o->kind].makes;
-	int dir = o->kind == OP_F ? DIR_ACT : DIR_GRAD;
-	int parted = s->tp > 1 && o->kind != OP_W && o->part < st->parts.n[dir];
+	int dir = plan_ops[o->kind].dir;
+	int parted = s->tp > 1 && plan_ops[o->kind].parted && o->part < st->parts.n[dir];
 	int red = parted && st->parts.part[dir][o->part].reduce;
 	int last = !parted || (o->part + 1 == st->parts.n[dir] && !red);
 	if (red && sim_val_put(s, r, tp_key(KEY_DATA, o->stage, dir, o->part, o->mb), end,
@@ -49,13 +49,13 @@ static int produce(S *s, int r, int64_t i, const PlanOp *o, int64_t end)
 /* Op i (o) of the compute stream, any kind, its values found by key: runs it from the
  * stream's time when what it consumes is there.  1 ran, 0 waits, -1 out of memory.  Not inlined: the
  * rare path, kept out of sim_run_compute's registers. */
-__attribute__((noinline)) static int compute_general(S *s, int r, int64_t i, const PlanOp *o)
+__attribute__((noinline)) static int compute_general(Sim *s, int r, int64_t i, const PlanOp *o)
 {
-	Rk *k = &s->rk[r];
+	SimRank *k = &s->rk[r];
 	uint64_t keys[MAXKEYS];
 	int nk = consumed_keys(s, o, keys, MAXKEYS);
 	int64_t start = k->ct, bind = k->cbind;
-	HEnt *e = NULL;
+	Value *e = NULL;
 	for (int j = 0; j < nk; j++) {
 		if (!(e = sim_val_find(s, r, keys[j])))
 			return 0;
@@ -80,9 +80,9 @@ __attribute__((noinline)) static int compute_general(S *s, int r, int64_t i, con
 /* The common compute op o (op i of rank r, st its stage's; see sim_run_compute):
  * compute_general's steps with its values found in their rings by class.  1 ran,
  * 0 waits, -1 out of memory. */
-static inline int compute_fast(S *s, int r, int64_t i, const PlanOp *o, const StageInfo *st)
+static inline int compute_fast(Sim *s, int r, int64_t i, const PlanOp *o, const StageInfo *st)
 {
-	Rk *k = &s->rk[r];
+	SimRank *k = &s->rk[r];
 	Ring *ring = k->ring;
 	OpKind kind = plan_op_kind(o);
 	uint16_t needs = plan_ops[kind].needs, makes = plan_ops[kind].makes;
@@ -91,7 +91,7 @@ static inline int compute_fast(S *s, int r, int64_t i, const PlanOp *o, const St
 	/* What it consumes: consumed_keys' receives (no kind needs both lists). */
 	int nin = needs & PLAN_DEP_IN_ACT ? st->nrin : needs & PLAN_DEP_OUT_GRAD ? st->nrout : 0;
 	const int *in = needs & PLAN_DEP_IN_ACT ? st->rin_ring : st->rout_ring;
-	HEnt *e = NULL;
+	Value *e = NULL;
 	for (int j = 0; j < nin; j++) {
 		if (!(e = ring_get(&ring[in[j]], mb)))
 			return 0;
@@ -144,12 +144,12 @@ static inline int compute_fast(S *s, int r, int64_t i, const PlanOp *o, const St
  * pp index whose ops may take this path, StageInfo.fast, with a microbatch in range)
  * goes through compute_fast; anything else through compute_general.  A stream usually
  * runs one op per call (it then waits for the next receive), so its time and figures
- * stay in Rk rather than in locals loaded and stored around the loop. */
-static void sim_run_compute(S *s, int r)
+ * stay in SimRank rather than in locals loaded and stored around the loop. */
+static void sim_run_compute(Sim *s, int r)
 {
 	const PlanRank *pr = &s->p->ranks[r];
 	const PlanOp *ops = pr->ops;
-	Rk *k = &s->rk[r];
+	SimRank *k = &s->rk[r];
 	const StageInfo *sts = s->st;
 	const uint32_t m = s->nmb;
 	const int pp = s->tp == 1 ? k->pp : -3; // -3: no stage's (tp > 1 takes no fast path)
@@ -191,28 +191,30 @@ static void sim_run_compute(S *s, int r)
  * its all-reduce's last weight gradient done); the group's end in *end, the ready time
  * in *t, the entry of its send in *only when it has one (else NULL), in *p2p whether it
  * holds only SENDs and RECVs.  One pass: groups are short but this runs once per group. */
-static int group_ready(S *s, int r, int64_t i, int64_t *end, int64_t *t, int64_t *bind,
-                       HEnt **only, int *p2p)
+static int group_ready(Sim *s, int r, int64_t i, int64_t *end, int64_t *t, int64_t *bind,
+                       Value **only, int *p2p)
 {
 	const PlanRank *pr = &s->p->ranks[r];
-	Rk *k = &s->rk[r];
+	SimRank *k = &s->rk[r];
 	const PlanOp *ops = pr->ops;
 	int32_t g = ops[i].group; // op i is a comm op: the group is the run of its number
 	int64_t x = i, n = pr->nops, tt = *t, bb = *bind; // locals: the outputs may alias
 	int nsend = 0, coll = 0;
-	HEnt *one = NULL;
+	Value *one = NULL;
 	for (; x < n && (s->comm_kinds >> ops[x].kind & 1) && ops[x].group == g; x++) {
 		const PlanOp *o = &ops[x];
-		HEnt *e = NULL;
-		if (o->kind == OP_SEND) {
+		Value *e = NULL;
+		if (s->send_kinds >> o->kind & 1) {
 			if (!(e = send_data(s, r, o)))
 				return 0;
 			one = nsend++ ? NULL : e;
-		} else if (o->kind == OP_TPREDUCE) {
+		} else if (!(s->coll_kinds >> o->kind & 1)) {
+			continue; // a RECV: its data comes from its peer
+		} else if (plan_ops[o->kind].over == OP_OVER_TP) { // a part's output
 			coll = 1;
 			if (!(e = sim_val_find(s, r, tp_key(KEY_DATA, o->stage, o->dir, o->part, o->mb))))
 				return 0;
-		} else if (o->kind == OP_ALLREDUCE || o->kind == OP_TIEREDUCE) {
+		} else { // a reduction of weight gradients (reduces_wgrad): every W of its stage
 			coll = 1;
 			int ls = local_stage(s, r, o->stage);
 			if (ls < 0)
@@ -239,22 +241,23 @@ static int group_ready(S *s, int r, int64_t i, int64_t *end, int64_t *t, int64_t
 
 /* sim_post_group(s, r, i, end, t, 1, only) for a group of SENDs and RECVs alone, the
  * common one, compiled here into the comm stream's loop. */
-static inline void post_p2p_group(S *s, int r, int64_t i, int64_t end, int64_t t, HEnt *only)
+static inline void post_p2p_group(Sim *s, int r, int64_t i, int64_t end, int64_t t, Value *only)
 {
 	const PlanOp *ops = s->p->ranks[r].ops;
-	Rk *k = &s->rk[r];
+	SimRank *k = &s->rk[r];
 	k->pending = 0;
 	k->gmax = t;
 	k->gmax_who = REF_NONE;
 	k->gend = end;
 	for (int64_t x = i; x < end && !s->failed; x++) {
 		const PlanOp *o = &ops[x];
-		if (o->kind == OP_SEND) {
-			HEnt *e = only ? only : send_data(s, r, o);
+		int send = s->send_kinds >> o->kind & 1;
+		if (send) {
+			Value *e = only ? only : send_data(s, r, o);
 			if (e)
 				val_use(s, r, e);
 		}
-		post_p2p(s, r, x, o, t);
+		post_p2p(s, r, x, o, t, !send);
 	}
 }
 
@@ -262,9 +265,9 @@ static inline void post_p2p_group(S *s, int r, int64_t i, int64_t end, int64_t t
  * for it (the next part; after the last, the backward's first part and the first parts
  * of the local stages it hands its output to), and after the last part the stage's
  * output for its sends.  1 when something was published, -1 out of memory. */
-static int tp_done(S *s, int r, const PlanOp *o)
+static int tp_done(Sim *s, int r, const PlanOp *o)
 {
-	Rk *k = &s->rk[r];
+	SimRank *k = &s->rk[r];
 	const StageInfo *st = &s->st[o->stage];
 	int last = o->part + 1 >= st->parts.n[o->dir & 1];
 	int64_t refs = !last ? 1 : o->dir == DIR_ACT ? 1 + st->nlout : st->nlin;
@@ -279,12 +282,12 @@ static int tp_done(S *s, int r, const PlanOp *o)
 }
 
 /* A completed receive's value (KEY_RECV), by ring when the key is a ring's (values.c). */
-static inline int put_recv(S *s, int r, const PlanOp *o, int64_t time, int64_t who)
+static inline int put_recv(Sim *s, int r, const PlanOp *o, int64_t time, int64_t who)
 {
 	const Plan *p = s->p;
 	if ((uint32_t)o->stage < (uint32_t)p->nedges && (uint32_t)o->mb < s->nmb) {
 		int c = sim_class(s, KEY_RECV, o->dir & 1, o->stage);
-		Rk *k = &s->rk[r];
+		SimRank *k = &s->rk[r];
 		if (s->cls_pp[c] == k->pp)
 			return ring_put(s, &k->ring[s->cls_ring[c]], o->mb, time, who, 1);
 	}
@@ -293,32 +296,29 @@ static inline int put_recv(S *s, int r, const PlanOp *o, int64_t time, int64_t w
 
 /* The comm stream's group [i, gend) completed at gmax: publish its receives.  Inlined
  * in both of sim_run_comm's calls: it runs once per group. */
-__attribute__((always_inline)) static inline int group_done(S *s, int r, int64_t i)
+__attribute__((always_inline)) static inline int group_done(Sim *s, int r, int64_t i)
 {
 	const PlanRank *pr = &s->p->ranks[r];
-	Rk *k = &s->rk[r];
+	SimRank *k = &s->rk[r];
 	int any = 0;
 	for (int64_t x = i; x < k->gend; x++) {
 		const PlanOp *o = &pr->ops[x];
-		uint64_t key;
-		if (o->kind == OP_RECV) {
+		int over, rc;
+		if (!(s->coll_kinds >> o->kind & 1)) { // a RECV publishes its data, a SEND nothing
+			if (s->send_kinds >> o->kind & 1)
+				continue;
 			if (put_recv(s, r, o, k->gmax, k->gmax_who))
 				return -1;
 			any = 1;
-			continue;
-		} else if (o->kind == OP_ALLREDUCE || o->kind == OP_TIEREDUCE)
-			key = hkey(KEY_AR, o->kind == OP_TIEREDUCE, o->stage, 0);
-		else if (o->kind == OP_TPREDUCE) {
-			int rc = tp_done(s, r, o);
-			if (rc < 0)
+		} else if ((over = plan_ops[o->kind].over) == OP_OVER_TP) {
+			if ((rc = tp_done(s, r, o)) < 0)
 				return -1;
 			any |= rc;
-			continue;
-		} else
-			continue;
-		if (sim_val_put(s, r, key, k->gmax, k->gmax_who, 1))
-			return -1;
-		any = 1;
+		} else { // the stage's reduced weight gradients
+			if (sim_val_put(s, r, reduced_key(over, o->stage), k->gmax, k->gmax_who, 1))
+				return -1;
+			any = 1;
+		}
 	}
 	k->done += k->gend - i;
 	k->t = k->gmax;
@@ -329,10 +329,10 @@ __attribute__((always_inline)) static inline int group_done(S *s, int r, int64_t
 	return 0;
 }
 
-static void sim_run_comm(S *s, int r)
+static void sim_run_comm(Sim *s, int r)
 {
 	const PlanRank *pr = &s->p->ranks[r];
-	Rk *k = &s->rk[r];
+	SimRank *k = &s->rk[r];
 	int64_t n = pr->nops;
 	if (k->state == AG_MATCH) {
 		if (group_done(s, r, k->pc))
@@ -349,7 +349,7 @@ static void sim_run_comm(S *s, int r)
 			continue;
 		}
 		int64_t end, t = k->t, bind = k->bind;
-		HEnt *only;
+		Value *only;
 		int p2p;
 		if (!group_ready(s, r, i, &end, &t, &bind, &only, &p2p)) {
 			k->pc = i;
@@ -383,7 +383,7 @@ static void sim_run_comm(S *s, int r)
 
 /* The overlap model's run: each agent on the work list (sim.c's loop, which the
  * strict model keeps) until none is left; here so that both streams compile into it. */
-void sim_run_overlap(S *s)
+void sim_run_overlap(Sim *s)
 {
 	while (s->nwork && !s->failed && !sim_stopped(s)) {
 		unsigned a = (unsigned)s->work[--s->nwork];

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 
 /* plan_transfer_ns, saturated for absurd sizes, cached for the common repeated size. */
-static inline int64_t xfer(S *s, int64_t bytes)
+static inline int64_t xfer(Sim *s, int64_t bytes)
 {
 	if (bytes == s->xfer_bytes)
 		return s->xfer_ns;
@@ -33,7 +33,7 @@ static inline int64_t xfer(S *s, int64_t bytes)
 /* sim_chan_of by the op's route: each route has one sender and one receiver, so the chan
  * cached on its side is the one its rank found (and listed) before; the cache entry
  * names that rank and peer, so an unverified plan's odd routes only miss it. */
-static inline int chan_by_route(S *s, int r, const PlanOp *o, int recv)
+static inline int chan_by_route(Sim *s, int r, const PlanOp *o, int recv)
 {
 	int rt = o->route;
 	if (rt < 0 || rt >= s->p->nroutes)
@@ -47,11 +47,11 @@ static inline int chan_by_route(S *s, int r, const PlanOp *o, int recv)
 	return c;
 }
 
-static inline int chan_push(S *s, Chan *c, int side, int64_t post, int64_t op, const PlanOp *o)
+static inline int chan_push(Sim *s, Chan *c, int side, int64_t post, int64_t op, const PlanOp *o)
 {
 	if (c->n == c->cap) {
 		int64_t cap = c->cap ? c->cap * 2 : 4;
-		QEnt *q = malloc((size_t)cap * sizeof *q);
+		ChanEntry *q = malloc((size_t)cap * sizeof *q);
 		if (!q) {
 			s->oom = s->failed = 1;
 			plan_oom_text(s->res->message, sizeof s->res->message, plan_total_ops(s->p), 0);
@@ -65,14 +65,14 @@ static inline int chan_push(S *s, Chan *c, int side, int64_t post, int64_t op, c
 		c->cap = cap;
 	}
 	c->side = (uint8_t)side;
-	c->q[(c->head + c->n) & (c->cap - 1)] = (QEnt){post, op, o};
+	c->q[(c->head + c->n) & (c->cap - 1)] = (ChanEntry){post, op, o};
 	c->n++;
 	return 0;
 }
 
-static inline QEnt chan_pop(Chan *c)
+static inline ChanEntry chan_pop(Chan *c)
 {
-	QEnt e = c->q[c->head];
+	ChanEntry e = c->q[c->head];
 	c->head = (c->head + 1) & (c->cap - 1);
 	c->n--;
 	return e;
@@ -82,7 +82,7 @@ static inline QEnt chan_pop(Chan *c)
  * plan's do (the verifier pairs them the same way: a verified plan never meets a
  * mismatch, which the fuzzers check), so with SimOptions.verified the run reads no
  * queued op back to compare, a load that mostly misses the cache. */
-static inline int check_pair(S *s, int ra, int64_t a, int rb, int64_t b)
+static inline int check_pair(Sim *s, int ra, int64_t a, int rb, int64_t b)
 {
 	const PlanOp *x = &s->p->ranks[ra].ops[a], *y = &s->p->ranks[rb].ops[b];
 	const char *why = NULL;
@@ -95,9 +95,9 @@ static inline int check_pair(S *s, int ra, int64_t a, int rb, int64_t b)
 }
 
 /* Credits op i of rank r (in r's posted group) with completion at `end`. */
-static inline void complete_op(S *s, int r, int64_t i, int64_t end, int64_t pred, int counted)
+static inline void complete_op(Sim *s, int r, int64_t i, int64_t end, int64_t pred, int counted)
 {
-	Rk *k = &s->rk[r];
+	SimRank *k = &s->rk[r];
 	set_end(s, r, i, end, pred);
 	group_end(k, end, REF(r, i));
 	if (counted && --k->pending == 0 && k->state == AG_MATCH)
@@ -106,7 +106,7 @@ static inline void complete_op(S *s, int r, int64_t i, int64_t end, int64_t pred
 
 /* The critical-path code of a p2p op whose predecessor is op v of its peer q (as
  * sim_pred_code would give it: the peer's tag, or same-rank for a send to self). */
-static inline int32_t peer_code(const S *s, int r, int64_t i, int q, int64_t v)
+static inline int32_t peer_code(const Sim *s, int r, int64_t i, int q, int64_t v)
 {
 	if (q != r && v < ((int64_t)1 << PRED_BITS) && q < (1 << PRED_BITS))
 		return (int32_t)((1 << PRED_BITS) | v);
@@ -117,10 +117,10 @@ static inline int32_t peer_code(const S *s, int r, int64_t i, int q, int64_t v)
  * before it: both complete when the later of the two posts and the transfer allow, and
  * the later post binds the other.  Op i's group is the one being posted, so its start
  * and end are recorded at once.  complete_op's steps, in its order. */
-static inline void p2p_meet(S *s, int r, int64_t i, const PlanOp *o, int64_t t, Chan *ch,
-                            QEnt e)
+static inline void p2p_meet(Sim *s, int r, int64_t i, const PlanOp *o, int64_t t, Chan *ch,
+                            ChanEntry e)
 {
-	Rk *k = &s->rk[r];
+	SimRank *k = &s->rk[r];
 	int q = o->peer;
 	int64_t b = s->p->edges[o->stage].bytes;
 	int64_t x = xfer(s, b);
@@ -133,21 +133,20 @@ static inline void p2p_meet(S *s, int r, int64_t i, const PlanOp *o, int64_t t, 
 		end_code(s, q, e.op, end, t > e.post, t > e.post ? peer_code(s, q, e.op, r, i) : 0);
 	}
 	group_end(k, end, REF(r, i));
-	Rk *m = &s->rk[q];
+	SimRank *m = &s->rk[q];
 	group_end(m, end, REF(q, e.op));
 	if (--m->pending == 0 && m->state == AG_MATCH)
 		push_agent(s, q, 0);
 }
 
-/* Posts op i (o), a SEND or RECV of rank r's group being posted at t. */
-static inline void post_p2p(S *s, int r, int64_t i, const PlanOp *o, int64_t t)
+/* Posts op i (o), a SEND or (recv) a RECV of rank r's group being posted at t. */
+static inline void post_p2p(Sim *s, int r, int64_t i, const PlanOp *o, int64_t t, int recv)
 {
-	int recv = o->kind == OP_RECV;
 	int c = chan_by_route(s, r, o, recv);
 	Chan *ch = c >= 0 ? &s->ch[c] : NULL;
 	int eager = s->opt.eager;
 	if (ch && ch->n && ch->side != recv && !eager) {
-		QEnt e = chan_pop(ch);
+		ChanEntry e = chan_pop(ch);
 		const PlanOp *x = e.o;
 		if (!s->opt.verified && (x->stage != o->stage ||
 		                         x->mb != o->mb || x->dir != o->dir)) {
@@ -165,7 +164,7 @@ static inline void post_p2p(S *s, int r, int64_t i, const PlanOp *o, int64_t t)
 	if (!ch)
 		return;
 	if (ch->n && ch->side != recv) { // eager
-		QEnt e = chan_pop(ch);
+		ChanEntry e = chan_pop(ch);
 		int sr = recv ? o->peer : r, rr = recv ? r : o->peer;
 		int64_t si = recv ? e.op : i, ri = recv ? i : e.op;
 		int64_t sp = recv ? e.post : t, rp = recv ? t : e.post;

@@ -64,6 +64,7 @@ typedef struct {
 	int64_t npub, ndone; // its ops posted, and completed, on this chan
 } Port;
 
+/* A rank's state in the threaded run: its ports and where it is in its posted group. */
 typedef struct {
 	Port *port;
 	int nport, cap;
@@ -71,13 +72,14 @@ typedef struct {
 	int64_t gend;     // the posted group's end
 	int64_t px, cx;   // its next op to publish, and to complete
 	uint8_t grouped;  // in a group
-} PRk;
+} PsimRank;
 
-typedef struct Ps Ps;
+typedef struct Psim Psim;
 
+/* A thread of the run and the block of ranks [lo, hi) it runs. */
 typedef struct {
-	S s; // a copy: its own transfer cache and last end, the rest shared
-	Ps *ps;
+	Sim s; // a copy: its own transfer cache and last end, the rest shared
+	Psim *ps;
 	int lo, hi;
 	pthread_t th;
 	int started;
@@ -85,12 +87,13 @@ typedef struct {
 	_Alignas(64) int64_t moves; // ... made visible (the owner's, release)
 	_Alignas(64) int64_t seen;  // parked, having looked after `moves` summed to this
 	int done;
-} Th;
+} PsimThread;
 
-struct Ps {
-	S *s;
-	PRk *rk;
-	Th *th;
+/* The threaded run: what its threads share. */
+struct Psim {
+	Sim *s;
+	PsimRank *rk;
+	PsimThread *th;
 	int nth;
 	int state; // PS_*, atomic
 	pthread_mutex_t mu; // making chans (sim_chan_of, pairs)
@@ -108,35 +111,35 @@ static void store(int64_t *x, int64_t v)
 	__atomic_store_n(x, v, __ATOMIC_RELEASE);
 }
 
-static void fail(Ps *ps, int why)
+static void fail(Psim *ps, int why)
 {
 	int go = PS_GO;
 	__atomic_compare_exchange_n(&ps->state, &go, why, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 }
 
 /* Its moves so far made visible (before it parks or looks for a deadlock). */
-static void publish_moves(Th *t)
+static void publish_moves(PsimThread *t)
 {
 	if (t->mine != t->moves)
 		store(&t->moves, t->mine);
 }
 
 /* Rank r's port for o (a SEND or RECV), made on first use: NULL out of memory. */
-static Port *port_make(Th *t, int r, int peer, int recv);
+static Port *port_make(PsimThread *t, int r, int peer, int recv);
 
-static inline Port *port_of(Th *t, int r, const PlanOp *o)
+static inline Port *port_of(PsimThread *t, int r, const PlanOp *o)
 {
-	PRk *g = &t->ps->rk[r];
-	int recv = o->kind == OP_RECV, peer = o->peer;
+	PsimRank *g = &t->ps->rk[r];
+	int recv = !(t->s.send_kinds >> o->kind & 1), peer = o->peer;
 	for (int i = 0; i < g->nport; i++)
 		if (g->port[i].peer == peer && g->port[i].recv == recv)
 			return &g->port[i];
 	return port_make(t, r, peer, recv);
 }
 
-static Port *port_make(Th *t, int r, int peer, int recv)
+static Port *port_make(PsimThread *t, int r, int peer, int recv)
 {
-	PRk *g = &t->ps->rk[r];
+	PsimRank *g = &t->ps->rk[r];
 	if (g->nport == g->cap) {
 		int cap = g->cap ? 2 * g->cap : 4;
 		Port *np = realloc(g->port, (size_t)cap * sizeof *np);
@@ -145,7 +148,7 @@ static Port *port_make(Th *t, int r, int peer, int recv)
 		g->port = np;
 		g->cap = cap;
 	}
-	Ps *ps = t->ps;
+	Psim *ps = t->ps;
 	pthread_mutex_lock(&ps->mu);
 	int c = sim_chan_of(ps->s, r, peer, recv);
 	Pair *pr = NULL;
@@ -173,10 +176,10 @@ static Port *port_make(Th *t, int r, int peer, int recv)
 }
 
 /* Op x of rank r (o) meets its partner's, posted at pt and being op pop of the peer. */
-static void meet(Th *t, int r, int64_t x, const PlanOp *o, Port *pt, int64_t ppost, int64_t pop)
+static void meet(PsimThread *t, int r, int64_t x, const PlanOp *o, Port *pt, int64_t ppost, int64_t pop)
 {
-	S *s = &t->s;
-	Rk *k = &s->rk[r];
+	Sim *s = &t->s;
+	SimRank *k = &s->rk[r];
 	int64_t b = s->p->edges[o->stage].bytes;
 	int64_t end = sat_add(max64(k->t, ppost), xfer(s, b));
 	if (s->opt.record_ops)
@@ -190,7 +193,7 @@ static void meet(Th *t, int r, int64_t x, const PlanOp *o, Port *pt, int64_t ppo
 }
 
 /* Publishes op px of rank r's posted group: 0 when its feed is full. */
-static int publish(Th *t, int r, const PlanOp *o, PRk *g, const Rk *k)
+static int publish(PsimThread *t, int r, const PlanOp *o, PsimRank *g, const SimRank *k)
 {
 	Port *pt = port_of(t, r, o);
 	if (!pt)
@@ -211,7 +214,7 @@ static int publish(Th *t, int r, const PlanOp *o, PRk *g, const Rk *k)
 
 /* Completes op cx of rank r's posted group (published): 0 when the partner's post has
  * not arrived. */
-static int complete(Th *t, int r, const PlanOp *o, PRk *g, const Rk *k)
+static int complete(PsimThread *t, int r, const PlanOp *o, PsimRank *g, const SimRank *k)
 {
 	Port *pt = g->cx - k->pc < PSIM_GROUP ? g->gport[g->cx - k->pc] : port_of(t, r, o);
 	Feed *f = pt->in;
@@ -230,10 +233,10 @@ static int complete(Th *t, int r, const PlanOp *o, PRk *g, const Rk *k)
  * posts have arrived, in program order each, until all are done (1) or neither can go
  * on (0: parked).  Completing while publishing is stalled on a full feed lets a group of
  * more ops to one peer than a feed holds meet its partner's, which frees the feed. */
-static int run_group(Th *t, int r, const PlanOp *ops)
+static int run_group(PsimThread *t, int r, const PlanOp *ops)
 {
-	PRk *g = &t->ps->rk[r];
-	Rk *k = &t->s.rk[r];
+	PsimRank *g = &t->ps->rk[r];
+	SimRank *k = &t->s.rk[r];
 	for (;;) {
 		int64_t px = g->px, cx = g->cx;
 		while (g->px < g->gend) {
@@ -260,11 +263,11 @@ static int run_group(Th *t, int r, const PlanOp *ops)
 }
 
 /* Runs rank r as far as it goes: 1 when it moved (ran an op, published or completed). */
-static int run_rank(Th *t, int r)
+static int run_rank(PsimThread *t, int r)
 {
-	S *s = &t->s;
-	PRk *g = &t->ps->rk[r];
-	Rk *k = &s->rk[r];
+	Sim *s = &t->s;
+	PsimRank *g = &t->ps->rk[r];
+	SimRank *k = &s->rk[r];
 	const PlanRank *pr = &s->p->ranks[r];
 	const PlanOp *ops = pr->ops;
 	int64_t n = pr->nops, m0 = t->mine, pc0 = k->pc;
@@ -293,7 +296,7 @@ static int run_rank(Th *t, int r)
 	}
 }
 
-static int64_t moves_now(Ps *ps)
+static int64_t moves_now(Psim *ps)
 {
 	int64_t m = 0;
 	for (int j = 0; j < ps->nth; j++)
@@ -304,7 +307,7 @@ static int64_t moves_now(Ps *ps)
 /* Every thread done or parked having looked after the last move: nothing can move.
  * The moves are summed before and after the threads' marks are read; equal sums mean no
  * move happened while they were read. */
-static int all_parked(Ps *ps)
+static int all_parked(Psim *ps)
 {
 	int64_t m = moves_now(ps);
 	for (int j = 0; j < ps->nth; j++)
@@ -327,8 +330,8 @@ static void relax(int *spins)
 
 static void *thread_main(void *arg)
 {
-	Th *t = arg;
-	Ps *ps = t->ps;
+	PsimThread *t = arg;
+	Psim *ps = t->ps;
 	int *live = malloc((size_t)(t->hi - t->lo + 1) * sizeof *live);
 	int nlive = 0, spins = 0, parked = 0;
 	if (!live) {
@@ -370,11 +373,11 @@ static void *thread_main(void *arg)
 }
 
 /* The threads' last ends into s (note_end's order), and the chans' figures. */
-static void gather(Ps *ps)
+static void gather(Psim *ps)
 {
-	S *s = ps->s;
+	Sim *s = ps->s;
 	for (int j = 0; j < ps->nth; j++) {
-		S *x = &ps->th[j].s;
+		Sim *x = &ps->th[j].s;
 		if (x->last_end >= s->last_end &&
 		    (x->last_end > s->last_end || x->last_ref < s->last_ref)) {
 			s->last_end = x->last_end;
@@ -388,7 +391,7 @@ static void gather(Ps *ps)
 		}
 }
 
-int sim_run_threads(S *s)
+int sim_run_threads(Sim *s)
 {
 	const Plan *p = s->p;
 	int nth = s->opt.threads < p->world / 2 ? s->opt.threads : p->world / 2;
@@ -396,7 +399,7 @@ int sim_run_threads(S *s)
 	    s->opt.record_ops == SIM_RECORD_ALL || p->dims[DIM_DP] != 1 ||
 	    p->dims[DIM_TP] != 1 || s->tie_e >= 0)
 		return 0;
-	Ps ps = {.s = s, .nth = nth, .state = PS_GO};
+	Psim ps = {.s = s, .nth = nth, .state = PS_GO};
 	ps.rk = calloc((size_t)p->world, sizeof *ps.rk);
 	ps.th = aligned_alloc(64, ((size_t)nth * sizeof *ps.th + 63) / 64 * 64);
 	if (!ps.rk || !ps.th) {
@@ -406,7 +409,7 @@ int sim_run_threads(S *s)
 	}
 	pthread_mutex_init(&ps.mu, NULL);
 	for (int j = 0; j < nth; j++) {
-		Th *t = &ps.th[j];
+		PsimThread *t = &ps.th[j];
 		memset(t, 0, sizeof *t);
 		t->s = *s;
 		t->ps = &ps;

@@ -302,7 +302,7 @@ static int64_t grid_rows(FILE *f, const Plan *p, const SimResult *res, int64_t t
 				fprintf(f, "%-*s", w, ".");
 			} else {
 				const PlanOp *o = &pr->ops[first];
-				if (o->kind == OP_OPTIM)
+				if (plan_ops[o->kind].role == OP_ROLE_STEP) // no microbatch
 					fprintf(f, "%-*s", w, "O");
 				else
 					fprintf(f, "%c%-*d", op_letter(o), w - 1, (int)o->mb);

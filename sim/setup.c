@@ -16,7 +16,7 @@
 
 /* The collective groups along dim, one per rank whose coordinate there is 0, appended
  * to s->coll; of[r] is rank r's group.  The dp groups come first, then the tp groups. */
-static int add_groups(S *s, int dim, int *of)
+static int add_groups(Sim *s, int dim, int *of)
 {
 	const Plan *p = s->p;
 	for (int r = 0; r < p->world; r++) {
@@ -37,12 +37,13 @@ static int add_groups(S *s, int dim, int *of)
 
 /* The pairs holding the two copies of a table tied across pipeline ranks, one per rank
  * on the embedding's side, the embedding's rank first; appended after the tp groups. */
-static int add_tie_pairs(S *s)
+static int add_tie_pairs(Sim *s)
 {
 	const Plan *p = s->p;
+	int *of = s->collof[OP_OVER_TIE];
 	plan_tie_across(p, &s->tie_e, &s->tie_h);
 	for (int r = 0; r < p->world; r++)
-		s->tieof[r] = -1;
+		of[r] = -1;
 	for (int r = 0; r < p->world; r++) {
 		int st, q = plan_tie_peer(p, r, &st);
 		if (q < 0 || st != s->tie_e)
@@ -53,14 +54,14 @@ static int add_tie_pairs(S *s)
 		c->n = c->world_n = 2;
 		c->members[0] = r;
 		c->members[1] = q;
-		s->tieof[r] = s->tieof[q] = s->ncoll++;
+		of[r] = of[q] = s->ncoll++;
 	}
 	return 0;
 }
 
 /* The overlap model at tp > 1: each stage's local (handed-over) edges, whose source's
  * last TPREDUCE its first part waits for, and the part limit of the tp keys. */
-static int setup_local_edges(S *s, const unsigned char *self)
+static int setup_local_edges(Sim *s, const unsigned char *self)
 {
 	const Plan *p = s->p;
 	for (int i = 0; i < p->nstages; i++)
@@ -99,7 +100,7 @@ static int setup_local_edges(S *s, const unsigned char *self)
 
 /* The overlap model's stage edges through the communicator (remote, or sent to self):
  * each stage's rin and rout, and at tp > 1 its local hand-offs. */
-static int setup_remote_edges(S *s)
+static int setup_remote_edges(Sim *s)
 {
 	const Plan *p = s->p;
 	/* Edges sent to self are received like remote ones. */
@@ -143,7 +144,7 @@ static int setup_remote_edges(S *s)
 
 /* With a thread to spare (par_prefault), a task pages the per-op times in beside the
  * run, which writes them in time order across the ranks. */
-static void prefault_times(S *s)
+static void prefault_times(Sim *s)
 {
 	void **arr = calloc((size_t)s->world + 1, sizeof *arr);
 	size_t *bytes = calloc((size_t)s->world + 1, sizeof *bytes);
@@ -162,7 +163,7 @@ static void prefault_times(S *s)
  * gets fresh pages untouched, so each page is first touched (and zeroed by the kernel,
  * staying in cache) when the run writes it.  A zero pred is PRED_UNSET, the ops never
  * reached, which sim_fill_unreached gives their -1 times after the run. */
-static int alloc_recs(S *s)
+static int alloc_recs(Sim *s)
 {
 	const Plan *p = s->p;
 	SimResult *res = s->res;
@@ -183,7 +184,7 @@ static int alloc_recs(S *s)
 /* SIM_RECORD_PATH: every rank's codes, one zeroed block as alloc_recs's (PRED_UNSET for
  * the ops never reached), and its window's times: the ops of its list's first and last
  * s->win (all of a list of 2 win ops or fewer). */
-static int alloc_codes(S *s)
+static int alloc_codes(Sim *s)
 {
 	const Plan *p = s->p;
 	int64_t total = plan_total_ops(p), nwin = 0;
@@ -209,16 +210,16 @@ static int alloc_codes(S *s)
 	return 0;
 }
 
-uint64_t sim_wide_put(S *s, int r, int64_t i, int field, int64_t t)
+uint64_t sim_wide_put(Sim *s, int r, int64_t i, int field, int64_t t)
 {
 	if (sim_grow(s, (void **)&s->wide, &s->widecap, s->nwide + 1, sizeof *s->wide))
 		return 0; // the run ends out of memory: no time is read
-	s->wide[s->nwide] = (WideEnt){{r, field, i, t}, s->nwide};
+	s->wide[s->nwide] = (WideTime){{r, field, i, t}, s->nwide};
 	s->nwide++;
 	return SIM_T48_WIDE;
 }
 
-int sim_setup(S *s)
+int sim_setup(Sim *s)
 {
 	const Plan *p = s->p;
 	SimResult *res = s->res;
@@ -228,10 +229,10 @@ int sim_setup(S *s)
 	s->st = sim_xcalloc(s, (size_t)p->nstages, sizeof *s->st);
 	s->local_idx = sim_xcalloc(s, (size_t)p->nstages, sizeof *s->local_idx);
 	s->nlocal = sim_xcalloc(s, (size_t)p->dims[DIM_PP], sizeof *s->nlocal);
-	s->collof = sim_xcalloc(s, (size_t)w, sizeof *s->collof);
+	s->collof[OP_OVER_DP] = sim_xcalloc(s, (size_t)w, sizeof *s->collof[0]);
 	s->coll = sim_xcalloc(s, 3 * (size_t)w, sizeof *s->coll);
-	s->tpof = sim_xcalloc(s, (size_t)w, sizeof *s->tpof);
-	s->tieof = sim_xcalloc(s, (size_t)w, sizeof *s->tieof);
+	s->collof[OP_OVER_TP] = sim_xcalloc(s, (size_t)w, sizeof *s->collof[0]);
+	s->collof[OP_OVER_TIE] = sim_xcalloc(s, (size_t)w, sizeof *s->collof[0]);
 	s->tp = p->dims[DIM_TP];
 	s->nmb = p->microbatches > 0 ? (uint32_t)p->microbatches : 0;
 	s->work = sim_xcalloc(s, (size_t)w * 2, sizeof *s->work);
@@ -255,10 +256,10 @@ int sim_setup(S *s)
 	}
 	if (s->opt.model == SIM_OVERLAP && (setup_remote_edges(s) || sim_values_setup(s)))
 		return -1;
-	if (add_groups(s, DIM_DP, s->collof))
+	if (add_groups(s, DIM_DP, s->collof[OP_OVER_DP]))
 		return -1;
 	int ndp = s->ncoll;
-	if (s->tp > 1 && add_groups(s, DIM_TP, s->tpof))
+	if (s->tp > 1 && add_groups(s, DIM_TP, s->collof[OP_OVER_TP]))
 		return -1;
 	s->ntpcoll = s->ncoll - ndp;
 	if (add_tie_pairs(s))
@@ -267,7 +268,7 @@ int sim_setup(S *s)
 	                                          : s->opt.record_ops && alloc_recs(s))
 		return -1;
 	for (int r = 0; r < w; r++) {
-		Rk *k = &s->rk[r];
+		SimRank *k = &s->rk[r];
 		k->bind = k->cbind = REF_NONE;
 		k->ar_op = -1;
 		k->tp_op = -1;
@@ -283,13 +284,20 @@ int sim_setup(S *s)
 	}
 	if (s->opt.record_ops && plan_threads > 1)
 		prefault_times(s);
+	_Static_assert(OP_COUNT <= 32, "the kind masks hold a bit per kind");
+	for (int k = 0; k < OP_COUNT; k++) {
+		s->comm_kinds |= (uint32_t)plan_op_is_comm((OpKind)k) << k;
+		s->compute_kinds |= (uint32_t)plan_op_is_compute((OpKind)k) << k;
+		s->coll_kinds |= (uint32_t)plan_op_is_coll((OpKind)k) << k;
+		s->send_kinds |= (uint32_t)plan_ops[k].sends << k;
+	}
 	s->xfer_bytes = -1;
 	s->last_end = -1;
 	s->last_ref = REF_NONE;
 	return 0;
 }
 
-void sim_cleanup(S *s)
+void sim_cleanup(Sim *s)
 {
 	par_join(s->prefault);
 	s->prefault = NULL;
@@ -326,9 +334,8 @@ void sim_cleanup(S *s)
 	for (int i = 0; i < s->ncoll; i++)
 		free(s->coll[i].members);
 	free(s->coll);
-	free(s->collof);
-	free(s->tpof);
-	free(s->tieof);
+	for (int v = 0; v < OP_OVER_COUNT; v++)
+		free(s->collof[v]);
 	free(s->work);
 	free(s->wide);
 	par_free(&s->codeblock, 1);
@@ -338,9 +345,9 @@ void sim_cleanup(S *s)
 /* The chan of rank r with peer (r receiving when recv), created on first use and added to
  * r's list of chans (the order the stall analysis reads them in).  Called once per
  * rank, route and side: sim.c caches what it returns by route. */
-int sim_chan_of(S *s, int r, int peer, int recv)
+int sim_chan_of(Sim *s, int r, int peer, int recv)
 {
-	Rk *k = &s->rk[r];
+	SimRank *k = &s->rk[r];
 	int key = peer * 2 + recv;
 	for (int i = 0; i < k->nch; i++)
 		if (k->ch[i].key == key)

@@ -30,7 +30,7 @@ const char *const sim_verdict_names[SIM_VERDICT_COUNT] = {"ok", "deadlock", "mis
 
 /* ---- small helpers ---- */
 
-void *sim_xcalloc(S *s, size_t n, size_t size)
+void *sim_xcalloc(Sim *s, size_t n, size_t size)
 {
 	void *p = calloc(n ? n : 1, size);
 	if (!p && !s->oom) {
@@ -40,7 +40,7 @@ void *sim_xcalloc(S *s, size_t n, size_t size)
 	return p;
 }
 
-int sim_grow(S *s, void **arr, int64_t *cap, int64_t need, size_t size)
+int sim_grow(Sim *s, void **arr, int64_t *cap, int64_t need, size_t size)
 {
 	if (need <= *cap)
 		return 0;
@@ -90,7 +90,7 @@ int64_t sim_allreduce_ns(const Plan *p, int n, int64_t bytes)
 
 /* ---- verdicts found on the way ---- */
 
-void sim_mismatch(S *s, int ra, int64_t a, int rb, int64_t b, const char *why)
+void sim_mismatch(Sim *s, int ra, int64_t a, int rb, int64_t b, const char *why)
 {
 	if (s->failed)
 		return;
@@ -111,7 +111,7 @@ void sim_mismatch(S *s, int ra, int64_t a, int rb, int64_t b, const char *why)
 /* Member r's op i (o) arrives at collective c at time t; the first sets what the others
  * must match.  Once all have, every member's posted op (ar_op, or tp_op for a tp group)
  * completes when the last arrival and the ring time allow. */
-static void coll_arrive(S *s, Coll *c, int r, int64_t i, const PlanOp *o, int64_t t, int tp)
+static void coll_arrive(Sim *s, Coll *c, int r, int64_t i, const PlanOp *o, int64_t t, int tp)
 {
 	if (c->arrived == 0) {
 		*c = (Coll){.n = c->n, .world_n = c->world_n, .members = c->members, .count = c->count,
@@ -143,15 +143,17 @@ static void coll_arrive(S *s, Coll *c, int r, int64_t i, const PlanOp *o, int64_
 
 /* A collective: an ALLREDUCE over the rank's dp group, or a TIEREDUCE over the pair
  * holding the two copies of a tied table (their stages differ: the embedding's and the
- * head's).  It completes when every member has posted, after the link model's time. */
-static void post_allreduce(S *s, int r, int64_t i, const PlanOp *o, int64_t t)
+ * head's).  It completes when every member has posted, after the link model's time.
+ * Not inlined, as post_tpreduce: rare, kept out of sim_post_group's loop over p2p ops. */
+__attribute__((noinline)) static void post_allreduce(Sim *s, int r, int64_t i, const PlanOp *o,
+                                                     int64_t t)
 {
-	int tie = o->kind == OP_TIEREDUCE;
-	if (tie && s->tieof[r] < 0) { // the verifier refuses this; stay safe on any plan
+	int over = plan_ops[o->kind].over, tie = over == OP_OVER_TIE, g = s->collof[over][r];
+	if (tie && g < 0) { // the verifier refuses this; stay safe on any plan
 		sim_mismatch(s, r, i, o->peer, -1, "a TIEREDUCE on a rank that holds no tied table");
 		return;
 	}
-	Coll *c = &s->coll[tie ? s->tieof[r] : s->collof[r]];
+	Coll *c = &s->coll[g];
 	if (c->arrived && ((o->stage != c->stage && !tie) || plan_op_bytes(s->p, o) != c->bytes)) {
 		sim_mismatch(s, c->first_rank, c->first_op, r, i,
 		             tie ? "the two copies of a tied table are reduced with different sizes"
@@ -169,9 +171,10 @@ static void post_allreduce(S *s, int r, int64_t i, const PlanOp *o, int64_t t)
  * the same stage, microbatch, direction and part (its identity, not its count: members
  * that post different ones wait for each other forever, which the stall analysis shows
  * as a cycle).  A member whose posted one differs from the group's stays parked. */
-static void post_tpreduce(S *s, int r, int64_t i, const PlanOp *o, int64_t t)
+__attribute__((noinline)) static void post_tpreduce(Sim *s, int r, int64_t i, const PlanOp *o,
+                                                    int64_t t)
 {
-	Coll *c = &s->coll[s->tpof[r]];
+	Coll *c = &s->coll[s->collof[OP_OVER_TP][r]];
 	s->rk[r].tp_op = i;
 	s->rk[r].pending++;
 	if (c->arrived &&
@@ -189,10 +192,10 @@ static void post_tpreduce(S *s, int r, int64_t i, const PlanOp *o, int64_t t)
  * take: the comm stream consumes the tensors its sends transmit (overlap model); only:
  * when the group has one send, its tensor's entry (group_ready found it, and no value
  * has changed since), else NULL.  Returns the end. */
-int64_t sim_post_group(S *s, int r, int64_t i, int64_t end, int64_t t, int take, HEnt *only)
+int64_t sim_post_group(Sim *s, int r, int64_t i, int64_t end, int64_t t, int take, Value *only)
 {
 	const PlanRank *pr = &s->p->ranks[r];
-	Rk *k = &s->rk[r];
+	SimRank *k = &s->rk[r];
 	const PlanOp *ops = pr->ops;
 	k->pending = 0;
 	k->gmax = t;
@@ -204,37 +207,31 @@ int64_t sim_post_group(S *s, int r, int64_t i, int64_t end, int64_t t, int take,
 	k->gend = end;
 	for (int64_t x = i; x < end && !s->failed; x++) {
 		const PlanOp *o = &ops[x];
-		switch (plan_op_kind(o)) {
-		case OP_ALLREDUCE:
-		case OP_TIEREDUCE:
+		if (s->coll_kinds >> o->kind & 1) {
 			record(s, r, x, t, -1, k->bind);
-			post_allreduce(s, r, x, o, t);
-			break;
-		case OP_TPREDUCE:
-			record(s, r, x, t, -1, k->bind);
-			post_tpreduce(s, r, x, o, t);
-			break;
-		case OP_SEND:
-			if (take) {
-				HEnt *e = only ? only : send_data(s, r, o);
-				if (e)
-					val_use(s, r, e);
-			}
-			/* fall through */
-		default:
-			post_p2p(s, r, x, o, t);
-			break;
+			if (plan_ops[o->kind].over == OP_OVER_TP)
+				post_tpreduce(s, r, x, o, t);
+			else
+				post_allreduce(s, r, x, o, t);
+			continue;
 		}
+		int send = s->send_kinds >> o->kind & 1;
+		if (take && send) {
+			Value *e = only ? only : send_data(s, r, o);
+			if (e)
+				val_use(s, r, e);
+		}
+		post_p2p(s, r, x, o, t, !send);
 	}
 	return end;
 }
 
 /* ---- the strict model ---- */
 
-static void run_strict(S *s, int r)
+static void run_strict(Sim *s, int r)
 {
 	const PlanRank *pr = &s->p->ranks[r];
-	Rk *k = &s->rk[r];
+	SimRank *k = &s->rk[r];
 	int64_t i = k->pc, t = k->t, n = pr->nops;
 	if (k->state == AG_MATCH) { // woken: the group completed
 		k->done += k->gend - i;
@@ -279,7 +276,7 @@ static void run_strict(S *s, int r)
 int sim_run(const Plan *p, const SimOptions *opt, SimResult *res)
 {
 	memset(res, 0, sizeof *res);
-	S s = {.p = p, .res = res, .world = p->world};
+	Sim s = {.p = p, .res = res, .world = p->world};
 	if (opt)
 		s.opt = *opt;
 	if (s.opt.model < 0 || s.opt.model >= SIM_MODEL_COUNT)

@@ -23,8 +23,8 @@ enum {
 enum {
 	KEY_RECV = 1, // a completed RECV (dir, edge, mb): what a compute op consumes
 	KEY_DATA = 2, // a produced tensor (dir, stage, mb): what a SEND transmits
-	KEY_AR = 3,   // a completed ALLREDUCE (dir 0) or TIEREDUCE (dir 1) of a stage: what
-	              // OPTIM consumes
+	KEY_AR = 3,   // a stage's reduced weight gradients (reduced_key): what OPTIM consumes;
+	              // with tp > 1 also a TPREDUCE's result (tp_key)
 };
 
 #define REF_NONE (-1)
@@ -48,20 +48,21 @@ static inline int32_t pred_flip(int32_t c)
 typedef struct {
 	SimWide w;
 	int64_t seq;
-} WideEnt;
+} WideTime;
 
+/* An op queued on a chan, waiting for its partner. */
 typedef struct {
 	int64_t post;     // time the op was posted
 	int64_t op;       // its index on its rank
 	const PlanOp *o;  // the op itself (its partner checks that the two agree)
-} QEnt;
+} ChanEntry;
 
 /* One ordered pair (src -> dst).  Only one side can have unmatched ops at a time. */
 typedef struct {
 	int src, dst;
 	uint8_t side;       // what q holds: 0 sends of src, 1 receives of dst
 	int64_t head, n, cap; // cap: 0 or a power of two (the ring is indexed by masking)
-	QEnt *q;
+	ChanEntry *q;
 	int64_t bytes, transfers;
 } Chan;
 
@@ -76,22 +77,24 @@ typedef struct {
 	int chan;
 } ChanRef;
 
+/* A value in flight between a rank's two streams (values.c): a completed receive, a
+ * produced tensor or a reduction's result, under its key (hkey); key 0: a free slot. */
 typedef struct {
 	uint64_t key;
 	int64_t time;
 	int64_t who;  // op whose end is `time`
 	int64_t refs; // consumers still to come
-} HEnt;
+} Value;
 
 typedef struct {
-	HEnt *e;
+	Value *e;
 	int64_t cap, n;
 } Hash;
 
 /* The values of one class (values.c) on one rank: e[mb & mask] holds microbatch mb's
- * with key mb + 1, or is free (key 0).  e is S.ring_none (mask 0) until the first. */
+ * with key mb + 1, or is free (key 0).  e is Sim.ring_none (mask 0) until the first. */
 typedef struct {
-	HEnt *e;
+	Value *e;
 	int64_t mask;
 } Ring;
 
@@ -109,6 +112,7 @@ typedef struct {
 	int64_t count, total;
 } Coll;
 
+/* A rank's state in the run: its agents' cursors and times, its figures, its records. */
 typedef struct {
 	/* The strict model's rank, or the overlap model's comm stream. */
 	int64_t pc;        // next op; while parked in a group, its first op
@@ -117,8 +121,8 @@ typedef struct {
 	int64_t gend;      // one past the posted group
 	int pending;       // unmatched ops of the posted group
 	int64_t gmax, gmax_who;
-	int64_t ar_op;     // its posted ALLREDUCE or TIEREDUCE, or -1
-	int64_t tp_op;     // its posted TPREDUCE, or -1
+	int64_t ar_op;     // its posted reduction of weight gradients (reduces_wgrad), or -1
+	int64_t tp_op;     // its posted collective over tp, or -1
 	uint8_t state;
 	/* The overlap model's compute stream. */
 	uint8_t cstate;
@@ -132,12 +136,12 @@ typedef struct {
 	SimOpTime *win;    // ... and the times of the ops in its window (path_slot)
 	int64_t tail;      // the window's second part starts at this op
 	Hash h;            // its values in flight (values.c): the rare keys
-	Ring *ring;        // ... and the common ones, by class (S.cls_ring)
+	Ring *ring;        // ... and the common ones, by class (Sim.cls_ring)
 	int nring;
 	int pp;            // its pp index, -2 when out of range
 	int64_t *wdone;    // per local stage: W/BW done (overlap)
 	int64_t *wlast, *wlast_who;
-} Rk;
+} SimRank;
 
 typedef struct {
 	int64_t cost[OP_COUNT]; // per op kind (plan_op_cost): 0 for ops that do not compute
@@ -158,6 +162,8 @@ typedef struct {
 	int fast_pp;       // pp when fast, else -4 (no rank's): compute_fast's one test
 } StageInfo;
 
+/* One simulation: the plan, the options, every rank's and stage's state, the chans and
+ * the collective groups.  sim_run's, passed to every part. */
 typedef struct {
 	const Plan *p;
 	SimOptions opt;
@@ -168,7 +174,7 @@ typedef struct {
 	int path_missing;    // ... a timed stretch begins or ends outside the windows
 	SimResult *res;
 	int world;
-	Rk *rk;
+	SimRank *rk;
 	StageInfo *st;
 	int *local_idx;      // stage -> index among the stages of its pp
 	int *nlocal;         // pp -> stages placed there
@@ -178,39 +184,41 @@ typedef struct {
 	int *pairval;
 	int64_t paircap;
 	RouteChan *routechan; // route * 2 + (1 receiving): the chan its rank found
-	Coll *coll;          // the dp groups, then the pairs of a table tied across ranks
+	Coll *coll;          // the dp groups, the tp groups, the pairs of a table tied across ranks
 	int ncoll;
-	int *collof;         // rank -> its dp group
 	int ntpcoll;         // the tp groups follow the dp groups in coll
-	int *tpof;           // rank -> its tp group in coll
+	/* By what a collective communicates over (its kind's OpInfo.over: dp, tp, tie):
+	 * rank -> its group in coll (a tied pair's: -1 when it holds no tied table). */
+	int *collof[OP_OVER_COUNT];
 	int tp;              // p->dims[DIM_TP]
-	int *tieof;          // rank -> its tied-table pair, or -1 (after the tp groups)
 	int tie_e, tie_h;    // plan_tie_across's stages, or -1
 	int *work;           // agent ids: rank * 2 + stream (0 rank/comm, 1 compute)
 	int64_t nwork;
-	WideEnt *wide;       // record_ops: times SimOpRec cannot hold, in the order set
+	WideTime *wide;      // record_ops: times SimOpRec cannot hold, in the order set
 	int64_t nwide, widecap;
 	int64_t xfer_bytes, xfer_ns; // last transfer time computed
 	int *cls_pp, *cls_ring; // overlap: per class (sim_class) its pp index and ring there
 	int *send_cls;       // per edge e, 2 e + (dir != DIR_ACT): the class of the tensor its
 	                     // SENDs transmit (send_key's), -1 when its stage is out of range
-	HEnt ring_none;      // the free entry every ring starts with
+	Value ring_none;     // the free entry every ring starts with
 	uint32_t nmb;        // p->microbatches, 0 when not positive: (uint32_t)mb < nmb
 	                     // says whether a microbatch is in range
-	uint32_t comm_kinds, compute_kinds; // bit k: plan_op_is_comm(k), plan_op_is_compute(k),
-	                     // so that the streams' loops test a kind without the table
+	/* Bit k: plan_op_is_comm(k), plan_op_is_compute(k), plan_op_is_coll(k) and
+	 * plan_ops[k].sends, so that the hot loops ask the op table a kind's question
+	 * without a load from it (a register holds the mask). */
+	uint32_t comm_kinds, compute_kinds, coll_kinds, send_kinds;
 	/* record_ops: the op that ends last (the first in (rank, op) order among equals),
 	 * kept as ends are written (each op's end is written once) so that the critical
 	 * path need not scan every op's time. */
 	int64_t last_end, last_ref;
 	int failed;          // a mismatch or out of memory stopped the run
 	int oom;
-} S;
+} Sim;
 
 #define MAXKEYS 64 // most keys one compute op consumes
 
 /* Another thread asked the run to end (SimOptions.stop). */
-static inline int sim_stopped(const S *s)
+static inline int sim_stopped(const Sim *s)
 {
 	return s->opt.stop && __atomic_load_n(s->opt.stop, __ATOMIC_RELAXED);
 }
@@ -227,6 +235,29 @@ static inline uint64_t hkey(int type, int dir, int idx, int mb)
 	       ((uint64_t)(uint32_t)idx << 31) | (uint64_t)(uint32_t)mb;
 }
 
+/* The key of a stage's reduced weight gradients by what the reduction communicated
+ * over: its ALLREDUCE's over dp (dir 0), its TIEREDUCE's over a tied pair (dir 1). */
+static inline uint64_t reduced_key(int over, int stage)
+{
+	return hkey(KEY_AR, over == OP_OVER_TIE, stage, 0);
+}
+
+/* Whether kind k reduces a stage's weight gradients across ranks (ALLREDUCE, TIEREDUCE):
+ * a collective that waits for every W of its stage.  Its result is reduced_key's, a
+ * rank's posted one SimRank.ar_op.  The other collective, over tp, reduces a part. */
+static inline int reduces_wgrad(OpKind k)
+{
+	return plan_op_is_coll(k) && (plan_ops[k].needs & PLAN_DEP_ALL_W);
+}
+
+/* Whether op o is a collective over tp with x's identity (stage, microbatch, direction,
+ * part): the members of a tp group meet by identity, not by count (sim.c). */
+static inline int tp_same(const PlanOp *o, const PlanOp *x)
+{
+	return plan_ops[o->kind].over == OP_OVER_TP && o->stage == x->stage && o->mb == x->mb &&
+	       o->dir == x->dir && o->part == x->part;
+}
+
 /* Fibonacci hashing: keys differ mostly in their low bits (the microbatch). */
 static inline uint64_t hmix(uint64_t k)
 {
@@ -235,23 +266,23 @@ static inline uint64_t hmix(uint64_t k)
 }
 
 /* The class of a receive (KEY_RECV: idx an edge) or a tensor (KEY_DATA: idx a stage). */
-static inline int sim_class(const S *s, int type, int dir, int idx)
+static inline int sim_class(const Sim *s, int type, int dir, int idx)
 {
 	return (type == KEY_RECV ? 0 : 2 * s->p->nedges) + 2 * idx + dir;
 }
 
-static inline HEnt *ring_get(Ring *g, int32_t mb)
+static inline Value *ring_get(Ring *g, int32_t mb)
 {
-	HEnt *e = &g->e[mb & g->mask];
+	Value *e = &g->e[mb & g->mask];
 	return e->key == (uint64_t)mb + 1 ? e : NULL;
 }
 
-int sim_ring_put_slow(S *s, Ring *g, int32_t mb, int64_t time, int64_t who, int64_t refs);
+int sim_ring_put_slow(Sim *s, Ring *g, int32_t mb, int64_t time, int64_t who, int64_t refs);
 
 /* Adds refs consumers to mb's value, ready at time (made by who) unless it was later. */
-static inline int ring_put(S *s, Ring *g, int32_t mb, int64_t time, int64_t who, int64_t refs)
+static inline int ring_put(Sim *s, Ring *g, int32_t mb, int64_t time, int64_t who, int64_t refs)
 {
-	HEnt *e = &g->e[mb & g->mask];
+	Value *e = &g->e[mb & g->mask];
 	if (e->key == (uint64_t)mb + 1) {
 		e->refs = sat_add(e->refs, refs);
 		if (time > e->time) {
@@ -261,20 +292,20 @@ static inline int ring_put(S *s, Ring *g, int32_t mb, int64_t time, int64_t who,
 		return 0;
 	}
 	if (!e->key && g->e != &s->ring_none) {
-		*e = (HEnt){(uint64_t)mb + 1, time, who, refs};
+		*e = (Value){(uint64_t)mb + 1, time, who, refs};
 		return 0;
 	}
 	return sim_ring_put_slow(s, g, mb, time, who, refs);
 }
 
 /* One consumer took e (a ring's entry). */
-static inline void ring_use(HEnt *e)
+static inline void ring_use(Value *e)
 {
 	if (--e->refs <= 0)
 		e->key = 0;
 }
 
-static inline int local_stage(S *s, int r, int stage)
+static inline int local_stage(Sim *s, int r, int stage)
 {
 	if (stage < 0 || stage >= s->p->nstages)
 		return -1;
@@ -302,10 +333,10 @@ static inline int tp_last_reduce(const StageInfo *st, int dir)
 /* What a part of a tp > 1 stage consumes besides its receives: the TPREDUCE before it
  * in its sequence; a backward's first part, its forward's last TPREDUCE; a first part,
  * the last TPREDUCE of the local stages that hand it its input. */
-static inline int tp_consumed(S *s, const PlanOp *o, uint64_t *keys, int c, int n)
+static inline int tp_consumed(Sim *s, const PlanOp *o, uint64_t *keys, int c, int n)
 {
 	const StageInfo *st = &s->st[o->stage];
-	int dir = o->kind == OP_F ? DIR_ACT : DIR_GRAD, last;
+	int dir = plan_ops[o->kind].dir, last;
 	if (o->part > 0 && c < n)
 		return keys[c] = tp_key(KEY_AR, o->stage, dir, o->part - 1, o->mb), c + 1;
 	if (dir == DIR_GRAD && (last = tp_last_reduce(st, DIR_ACT)) >= 0 && c < n)
@@ -320,11 +351,11 @@ static inline int tp_consumed(S *s, const PlanOp *o, uint64_t *keys, int c, int 
 }
 
 /* What compute op o consumes: up to n keys into keys[]; returns the count. */
-static inline int consumed_keys(S *s, const PlanOp *o, uint64_t *keys, int n)
+static inline int consumed_keys(Sim *s, const PlanOp *o, uint64_t *keys, int n)
 {
 	int c = 0;
 	uint16_t needs = plan_ops[o->kind].needs;
-	if (s->tp > 1 && plan_op_is_compute(plan_op_kind(o)) && o->kind != OP_W) {
+	if (s->tp > 1 && plan_ops[o->kind].parted) {
 		c = tp_consumed(s, o, keys, c, n);
 		if (o->part > 0)
 			return c; // its receives are the first part's
@@ -340,14 +371,14 @@ static inline int consumed_keys(S *s, const PlanOp *o, uint64_t *keys, int n)
 			keys[c++] = hkey(KEY_RECV, DIR_GRAD, st->rout[j], o->mb);
 	}
 	if ((needs & PLAN_DEP_REDUCED) && s->p->dims[DIM_DP] > 1)
-		keys[c++] = hkey(KEY_AR, 0, o->stage, 0);
+		keys[c++] = reduced_key(OP_OVER_DP, o->stage);
 	if ((needs & PLAN_DEP_TIED) && c < n && (o->stage == s->tie_e || o->stage == s->tie_h))
-		keys[c++] = hkey(KEY_AR, 1, o->stage, 0);
+		keys[c++] = reduced_key(OP_OVER_TIE, o->stage);
 	return c;
 }
 
 /* The key a SEND's data is produced under. */
-static inline uint64_t send_key(S *s, const PlanOp *o)
+static inline uint64_t send_key(Sim *s, const PlanOp *o)
 {
 	const PlanEdge *e = &s->p->edges[o->stage];
 	return o->dir == DIR_ACT ? hkey(KEY_DATA, DIR_ACT, e->src, o->mb)
@@ -356,39 +387,39 @@ static inline uint64_t send_key(S *s, const PlanOp *o)
 
 
 /* Shared by the parts (sim.c unless said otherwise). */
-void *sim_xcalloc(S *s, size_t n, size_t size);   // calloc, or s->oom and NULL
-int sim_grow(S *s, void **arr, int64_t *cap, int64_t need, size_t size);
-int64_t sim_pred_ref(const S *s, int r, int64_t i); // figures.c: op i's critical-path pred
-int32_t sim_pred_code(const S *s, int r, int64_t i, int64_t ref); // figures.c: its code
-int64_t sim_post_group(S *s, int r, int64_t i, int64_t end, int64_t t, int take, HEnt *only);
-void sim_run_overlap(S *s);                         // overlap.c: runs s->work's agents
+void *sim_xcalloc(Sim *s, size_t n, size_t size);    // calloc, or s->oom and NULL
+int sim_grow(Sim *s, void **arr, int64_t *cap, int64_t need, size_t size);
+int64_t sim_pred_ref(const Sim *s, int r, int64_t i); // figures.c: op i's critical-path pred
+int32_t sim_pred_code(const Sim *s, int r, int64_t i, int64_t ref); // figures.c: its code
+int64_t sim_post_group(Sim *s, int r, int64_t i, int64_t end, int64_t t, int take, Value *only);
+void sim_run_overlap(Sim *s);                        // overlap.c: runs s->work's agents
 /* psim.c: the strict model on s->opt.threads threads, from a fresh setup.  1: ran to
  * the end (every rank done); 0: not for this run (nothing changed); -1: stuck, or met
  * what it does not run (run it again on one thread, from a fresh setup); -2: stopped. */
-int sim_run_threads(S *s);
-void sim_mismatch(S *s, int ra, int64_t a, int rb, int64_t b, const char *why);
-int sim_setup(S *s);                               // setup.c
-void sim_cleanup(S *s);                            // setup.c
-int sim_chan_of(S *s, int r, int peer, int recv);  // setup.c: r's chan with peer
-void sim_figures(S *s);                            // figures.c
-void sim_critical_path(S *s);                      // figures.c
-void sim_fill_unreached(S *s);                     // figures.c
-int sim_wide_finish(S *s);                         // figures.c: SimResult.wide
-void sim_analyse_stall(S *s);                      // stall.c
+int sim_run_threads(Sim *s);
+void sim_mismatch(Sim *s, int ra, int64_t a, int rb, int64_t b, const char *why);
+int sim_setup(Sim *s);                               // setup.c
+void sim_cleanup(Sim *s);                            // setup.c
+int sim_chan_of(Sim *s, int r, int peer, int recv);  // setup.c: r's chan with peer
+void sim_figures(Sim *s);                            // figures.c
+void sim_critical_path(Sim *s);                      // figures.c
+void sim_fill_unreached(Sim *s);                     // figures.c
+int sim_wide_finish(Sim *s);                         // figures.c: SimResult.wide
+void sim_analyse_stall(Sim *s);                      // stall.c
 /* values.c: the values in flight of rank r by key (overlap model) */
-HEnt *sim_val_find(S *s, int r, uint64_t key);      // NULL when absent
-int sim_val_put(S *s, int r, uint64_t key, int64_t time, int64_t who, int64_t refs);
-void sim_hash_use(Hash *h, HEnt *e);                // one consumer took e, h's entry
-int sim_values_setup(S *s);
-void sim_values_free(S *s);
-void sim_leftover_sends(S *s);                     // stall.c
+Value *sim_val_find(Sim *s, int r, uint64_t key);    // NULL when absent
+int sim_val_put(Sim *s, int r, uint64_t key, int64_t time, int64_t who, int64_t refs);
+void sim_hash_use(Hash *h, Value *e);                // one consumer took e, h's entry
+int sim_values_setup(Sim *s);
+void sim_values_free(Sim *s);
+void sim_leftover_sends(Sim *s);                     // stall.c
 
 /* ---- inline helpers of the hot loops ---- */
 
 /* pred as op i of rank r's predecessor code: inline for the common one, an op of r
  * below 1 << PRED_BITS (REF(r, 0) + that op: one unsigned compare; REF_NONE and
  * REF_KEEP, negative, and other ranks' ops wrap or land above it). */
-static inline int32_t pred_of(const S *s, int r, int64_t i, int64_t pred)
+static inline int32_t pred_of(const Sim *s, int r, int64_t i, int64_t pred)
 {
 	if ((uint64_t)pred - (uint64_t)REF(r, 0) < ((uint64_t)1 << PRED_BITS))
 		return (int32_t)REF_OP(pred);
@@ -396,7 +427,7 @@ static inline int32_t pred_of(const S *s, int r, int64_t i, int64_t pred)
 }
 
 /* The op that ends last, the first in (rank, op) order among equals. */
-static inline void note_end(S *s, int r, int64_t i, int64_t end)
+static inline void note_end(Sim *s, int r, int64_t i, int64_t end)
 {
 	if (end >= s->last_end && (end > s->last_end || REF(r, i) < s->last_ref)) {
 		s->last_end = end;
@@ -407,7 +438,7 @@ static inline void note_end(S *s, int r, int64_t i, int64_t end)
 /* Op `ref` of k's posted group ends at `end`: the group ends when its last op does, and
  * binds to the first of its ops (in program order) that ends then, whatever order the
  * ends are met in (psim.c's threads meet them in another order than one thread). */
-static inline void group_end(Rk *k, int64_t end, int64_t ref)
+static inline void group_end(SimRank *k, int64_t end, int64_t ref)
 {
 	if (end > k->gmax || k->gmax_who == REF_NONE || (end == k->gmax && ref < k->gmax_who)) {
 		k->gmax = max64(end, k->gmax);
@@ -419,8 +450,8 @@ static inline void group_end(Rk *k, int64_t end, int64_t ref)
  * (-1: not yet), after pred. */
 /* Time t (>= -1) of op i of rank r as SimOpRec holds it: t + 1 in 48 bits, or
  * SIM_T48_WIDE with t kept in s->wide (setup.c). */
-uint64_t sim_wide_put(S *s, int r, int64_t i, int field, int64_t t);
-static inline uint64_t t48(S *s, int r, int64_t i, int field, int64_t t)
+uint64_t sim_wide_put(Sim *s, int r, int64_t i, int field, int64_t t);
+static inline uint64_t t48(Sim *s, int r, int64_t i, int field, int64_t t)
 {
 	uint64_t v = (uint64_t)t + 1;
 	return v < SIM_T48_WIDE ? v : sim_wide_put(s, r, i, field, t);
@@ -451,7 +482,7 @@ static inline void rec_set_pred(SimOpRec *x, int32_t code)
 
 /* SIM_RECORD_PATH: where op i of rank k keeps its times, or NULL outside its window:
  * its list's first s->win ops and its last (from k->tail on), win[0, 2 s->win). */
-static inline SimOpTime *path_slot(const S *s, Rk *k, int64_t i)
+static inline SimOpTime *path_slot(const Sim *s, SimRank *k, int64_t i)
 {
 	if (i < s->win)
 		return &k->win[i];
@@ -459,11 +490,11 @@ static inline SimOpTime *path_slot(const S *s, Rk *k, int64_t i)
 }
 
 /* SIM_RECORD_PATH's record_code: the code of every op, the times of the window's. */
-__attribute__((always_inline)) static inline void record_path(S *s, int r, int64_t i,
+__attribute__((always_inline)) static inline void record_path(Sim *s, int r, int64_t i,
                                                              int64_t start, int64_t end,
                                                              int32_t pred)
 {
-	Rk *k = &s->rk[r];
+	SimRank *k = &s->rk[r];
 	plan_populate(&k->code[i], &k->code[s->p->ranks[r].nops]);
 	k->code[i] = pred_flip(pred);
 	__builtin_prefetch(&k->code[i] + 16, 1); // as record_all's, 16 codes (64 bytes) ahead
@@ -475,7 +506,7 @@ __attribute__((always_inline)) static inline void record_path(S *s, int r, int64
 }
 
 /* SIM_RECORD_ALL's record_code: the op's times and code in its SimOpRec. */
-static inline void record_all(S *s, int r, int64_t i, int64_t start, int64_t end, int32_t pred)
+static inline void record_all(Sim *s, int r, int64_t i, int64_t start, int64_t end, int32_t pred)
 {
 	uint64_t a = (uint64_t)start + 1, b = (uint64_t)end + 1;
 	if ((a | b) >= SIM_T48_WIDE) { // rare: one may not fit
@@ -498,7 +529,7 @@ static inline void record_all(S *s, int r, int64_t i, int64_t start, int64_t end
  * (-1: not yet), after pred (its critical-path code: pred_of).  always_inline, as
  * record and end_code: GCC made calls of them once they chose between two ways, and
  * the report on bench_io's plan took 0.235 s against 0.228 s on two threads. */
-__attribute__((always_inline)) static inline void record_code(S *s, int r, int64_t i,
+__attribute__((always_inline)) static inline void record_code(Sim *s, int r, int64_t i,
                                                              int64_t start, int64_t end,
                                                              int32_t pred)
 {
@@ -508,7 +539,7 @@ __attribute__((always_inline)) static inline void record_code(S *s, int r, int64
 		record_all(s, r, i, start, end, pred);
 }
 
-__attribute__((always_inline)) static inline void record(S *s, int r, int64_t i,
+__attribute__((always_inline)) static inline void record(Sim *s, int r, int64_t i,
                                                         int64_t start, int64_t end,
                                                         int64_t pred)
 {
@@ -518,12 +549,12 @@ __attribute__((always_inline)) static inline void record(S *s, int r, int64_t i,
 
 /* record_ops: op i of rank r, recorded before, ends at end; `set`: after the op whose
  * critical-path code is code (else its predecessor stays). */
-__attribute__((always_inline)) static inline void end_code(S *s, int r, int64_t i,
+__attribute__((always_inline)) static inline void end_code(Sim *s, int r, int64_t i,
                                                           int64_t end, int set,
                                                           int32_t code)
 {
 	if (s->opt.record_ops == SIM_RECORD_PATH) {
-		Rk *k = &s->rk[r];
+		SimRank *k = &s->rk[r];
 		if (set)
 			k->code[i] = pred_flip(code);
 		SimOpTime *w = path_slot(s, k, i);
@@ -540,14 +571,14 @@ __attribute__((always_inline)) static inline void end_code(S *s, int r, int64_t 
 }
 
 /* The same after pred (REF_KEEP: its predecessor stays). */
-static inline void set_end(S *s, int r, int64_t i, int64_t end, int64_t pred)
+static inline void set_end(Sim *s, int r, int64_t i, int64_t end, int64_t pred)
 {
 	if (s->opt.record_ops)
 		end_code(s, r, i, end, pred != REF_KEEP, pred != REF_KEEP ? pred_of(s, r, i, pred) : 0);
 }
 
 /* The critical-path code op i of rank r keeps, pred_flip'ed (PRED_UNSET: none yet). */
-static inline int32_t op_code(const S *s, int r, int64_t i)
+static inline int32_t op_code(const Sim *s, int r, int64_t i)
 {
 	return s->opt.record_ops == SIM_RECORD_PATH ? s->rk[r].code[i] : rec_pred(&s->rk[r].rec[i]);
 }
@@ -568,9 +599,9 @@ __attribute__((always_inline)) static inline void prefetch_ops(const PlanRank *p
 	}
 }
 
-static inline void push_agent(S *s, int r, int stream)
+static inline void push_agent(Sim *s, int r, int stream)
 {
-	Rk *k = &s->rk[r];
+	SimRank *k = &s->rk[r];
 	if (k->queued[stream])
 		return;
 	k->queued[stream] = 1;
@@ -578,10 +609,10 @@ static inline void push_agent(S *s, int r, int stream)
 }
 
 /* Runs compute op i (o) of rank r from `start`; returns its end. */
-static inline int64_t do_compute(S *s, int r, int64_t i, const PlanOp *o, int64_t start,
+static inline int64_t do_compute(Sim *s, int r, int64_t i, const PlanOp *o, int64_t start,
                                  int64_t pred)
 {
-	Rk *k = &s->rk[r];
+	SimRank *k = &s->rk[r];
 	int64_t end = start;
 	if (plan_op_is_compute(o->kind)) {
 		const StageInfo *st = &s->st[o->stage];
@@ -593,7 +624,8 @@ static inline int64_t do_compute(S *s, int r, int64_t i, const PlanOp *o, int64_
 		if (k->mem > k->peak_mem)
 			k->peak_mem = k->mem;
 		uint16_t makes = plan_ops[o->kind].makes; // a microbatch is live from F to its W
-		int last = s->tp == 1 || o->kind == OP_W || o->part + 1 >= st->parts.n[DIR_GRAD];
+		int last = s->tp == 1 || !plan_ops[o->kind].parted ||
+		           o->part + 1 >= st->parts.n[DIR_GRAD];
 		if (makes & PLAN_DEP_ACT) {
 			if (o->part == 0 && ++k->units > k->peak_units)
 				k->peak_units = k->units;
@@ -607,7 +639,7 @@ static inline int64_t do_compute(S *s, int r, int64_t i, const PlanOp *o, int64_
 }
 
 /* One consumer took e, a value of rank r (a ring's entry or the hash's). */
-static inline void val_use(S *s, int r, HEnt *e)
+static inline void val_use(Sim *s, int r, Value *e)
 {
 	Hash *h = &s->rk[r].h;
 	if (h->cap && e >= h->e && e < h->e + h->cap)
@@ -618,11 +650,11 @@ static inline void val_use(S *s, int r, HEnt *e)
 
 /* The tensor a SEND transmits (its KEY_DATA value on rank r), or NULL: by ring when the
  * key is a ring's (values.c), which is the same test ring_of makes. */
-static inline HEnt *send_data(S *s, int r, const PlanOp *o)
+static inline Value *send_data(Sim *s, int r, const PlanOp *o)
 {
 	int c = s->send_cls[2 * o->stage + (o->dir != DIR_ACT)];
 	if (c >= 0 && (uint32_t)o->mb < s->nmb) {
-		Rk *k = &s->rk[r];
+		SimRank *k = &s->rk[r];
 		if (s->cls_pp[c] == k->pp)
 			return ring_get(&k->ring[s->cls_ring[c]], o->mb);
 	}

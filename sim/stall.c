@@ -24,6 +24,7 @@ static int64_t find_op(const Plan *p, int r, int64_t from, int64_t skip, OpPred 
 
 typedef struct {
 	int kind, peer;
+	int sends; // want_p2p: the sending side, or the receiving
 	uint64_t key;
 	const PlanOp *op;
 } Want;
@@ -31,7 +32,8 @@ typedef struct {
 static int want_p2p(const PlanOp *o, const void *arg)
 {
 	const Want *w = arg;
-	return o->kind == w->kind && o->peer == w->peer;
+	return plan_op_is_p2p(plan_op_kind(o)) && plan_ops[o->kind].sends == w->sends &&
+	       o->peer == w->peer;
 }
 
 static int want_kind(const PlanOp *o, const void *arg)
@@ -39,24 +41,23 @@ static int want_kind(const PlanOp *o, const void *arg)
 	return o->kind == ((const Want *)arg)->kind;
 }
 
+/* The reduction of weight gradients whose result is key (reduced_key). */
 static int want_ar(const PlanOp *o, const void *arg)
 {
-	return (o->kind == OP_ALLREDUCE || o->kind == OP_TIEREDUCE) &&
-	       hkey(KEY_AR, o->kind == OP_TIEREDUCE, o->stage, 0) == ((const Want *)arg)->key;
+	return reduces_wgrad(plan_op_kind(o)) &&
+	       reduced_key(plan_ops[o->kind].over, o->stage) == ((const Want *)arg)->key;
 }
 
 /* The TPREDUCE with the identity of the op in arg (stage, microbatch, direction, part). */
 static int want_tp(const PlanOp *o, const void *arg)
 {
-	const PlanOp *x = ((const Want *)arg)->op;
-	return o->kind == OP_TPREDUCE && o->stage == x->stage && o->mb == x->mb &&
-	       o->dir == x->dir && o->part == x->part;
+	return tp_same(o, ((const Want *)arg)->op);
 }
 
 /* The TPREDUCE whose result is key (tp_key KEY_AR). */
 static int want_tp_done(const PlanOp *o, const void *arg)
 {
-	return o->kind == OP_TPREDUCE &&
+	return plan_ops[o->kind].over == OP_OVER_TP &&
 	       tp_key(KEY_AR, o->stage, o->dir, o->part, o->mb) == ((const Want *)arg)->key;
 }
 
@@ -64,15 +65,16 @@ static int want_tp_done(const PlanOp *o, const void *arg)
 static int want_tp_part(const PlanOp *o, const void *arg)
 {
 	const PlanOp *x = ((const Want *)arg)->op;
-	int dir = o->kind == OP_F ? DIR_ACT : DIR_GRAD;
-	return (o->kind == OP_F || o->kind == OP_B || o->kind == OP_BW) && o->stage == x->stage &&
-	       o->mb == x->mb && dir == x->dir && o->part == x->part;
+	const OpInfo *in = &plan_ops[o->kind];
+	return in->parted && o->stage == x->stage && o->mb == x->mb && in->dir == x->dir &&
+	       o->part == x->part;
 }
 
 static int want_recv_key(const PlanOp *o, const void *arg)
 {
 	const Want *w = arg;
-	return o->kind == OP_RECV && hkey(KEY_RECV, o->dir, o->stage, o->mb) == w->key;
+	return plan_op_is_p2p(plan_op_kind(o)) && !plan_ops[o->kind].sends &&
+	       hkey(KEY_RECV, o->dir, o->stage, o->mb) == w->key;
 }
 
 static int want_producer(const PlanOp *o, const void *arg)
@@ -93,18 +95,18 @@ static int want_wgrad(const PlanOp *o, const void *arg)
 }
 
 /* Whether op i of rank r (in its posted group) is still unmatched. */
-static int unmatched(S *s, int r, int64_t i)
+static int unmatched(Sim *s, int r, int64_t i)
 {
 	const PlanOp *o = &s->p->ranks[r].ops[i];
-	if (o->kind == OP_ALLREDUCE || o->kind == OP_TIEREDUCE)
-		return s->rk[r].ar_op == i;
-	if (o->kind == OP_TPREDUCE)
+	if (plan_ops[o->kind].over == OP_OVER_TP)
 		return s->rk[r].tp_op == i;
-	if (o->kind == OP_SEND && s->opt.eager)
+	if (reduces_wgrad(plan_op_kind(o)))
+		return s->rk[r].ar_op == i;
+	if (plan_ops[o->kind].sends && s->opt.eager)
 		return 0;
-	int recv = o->kind == OP_RECV;
+	int recv = !plan_ops[o->kind].sends; // o is a SEND or a RECV
 	int src = recv ? o->peer : r, dst = recv ? r : o->peer;
-	const Rk *k = &s->rk[r];
+	const SimRank *k = &s->rk[r];
 	for (int j = 0; j < k->nch; j++) {
 		const Chan *c = &s->ch[k->ch[j].chan];
 		if (c->src != src || c->dst != dst)
@@ -117,17 +119,17 @@ static int unmatched(S *s, int r, int64_t i)
 }
 
 /* Agents: rank * 2 + 0 (strict rank or comm stream), rank * 2 + 1 (compute stream). */
-static int agent_blocked(S *s, int a)
+static int agent_blocked(Sim *s, int a)
 {
-	const Rk *k = &s->rk[a / 2];
+	const SimRank *k = &s->rk[a / 2];
 	return (a & 1 ? k->cstate : k->state) != AG_DONE;
 }
 
 /* The op agent a is blocked at (the first unmatched op of a posted group). */
-static int64_t agent_op(S *s, int a)
+static int64_t agent_op(Sim *s, int a)
 {
 	int r = a / 2;
-	Rk *k = &s->rk[r];
+	SimRank *k = &s->rk[r];
 	if (a & 1)
 		return k->cpc;
 	if (k->state == AG_MATCH) {
@@ -139,18 +141,18 @@ static int64_t agent_op(S *s, int a)
 }
 
 /* Where agent a will post next: past its posted group. */
-static int64_t agent_next_post(S *s, int a)
+static int64_t agent_next_post(Sim *s, int a)
 {
-	Rk *k = &s->rk[a / 2];
+	SimRank *k = &s->rk[a / 2];
 	return k->state == AG_MATCH ? k->gend : k->pc;
 }
 
 /* Rank r's TPREDUCE x waits for the members that have not posted the same one (edge
  * number *e onwards); 1 with w and to filled when the idx-th edge is among them. */
-static int tp_edge(S *s, int r, int64_t x, int *e, int idx, SimWait *w, int *to, uint8_t stream)
+static int tp_edge(Sim *s, int r, int64_t x, int *e, int idx, SimWait *w, int *to, uint8_t stream)
 {
 	const Plan *p = s->p;
-	const Coll *c = &s->coll[s->tpof[r]];
+	const Coll *c = &s->coll[s->collof[OP_OVER_TP][r]];
 	uint8_t cstream = s->opt.model == SIM_STRICT ? SIM_STREAM_RANK : SIM_STREAM_COMM;
 	Want wt = {.op = &p->ranks[r].ops[x]};
 	for (int j = 0; j < c->n; j++) {
@@ -169,10 +171,10 @@ static int tp_edge(S *s, int r, int64_t x, int *e, int idx, SimWait *w, int *to,
 }
 
 /* The edges of agent a, in order; fills w for the idx-th.  0 when none left. */
-static int agent_edge(S *s, int a, int idx, SimWait *w, int *to)
+static int agent_edge(Sim *s, int a, int idx, SimWait *w, int *to)
 {
 	int r = a / 2;
-	Rk *k = &s->rk[r];
+	SimRank *k = &s->rk[r];
 	const Plan *p = s->p;
 	const PlanRank *pr = &p->ranks[r];
 	uint8_t stream = s->opt.model == SIM_STRICT ? SIM_STREAM_RANK
@@ -204,19 +206,20 @@ static int agent_edge(S *s, int a, int idx, SimWait *w, int *to)
 		int64_t end = plan_group_end(pr, k->pc);
 		for (int64_t x = k->pc; x < end; x++) {
 			const PlanOp *o = &pr->ops[x];
+			const OpInfo *in = &plan_ops[o->kind];
 			Want wt = {0};
 			int64_t y;
-			if (o->kind == OP_SEND) {
+			if (in->sends) {
 				wt.key = send_key(s, o);
 				if (sim_val_find(s, r, wt.key))
 					continue;
 				y = find_op(p, r, k->cpc, 0, want_producer, &wt);
-			} else if (o->kind == OP_TPREDUCE) {
+			} else if (in->over == OP_OVER_TP) {
 				if (sim_val_find(s, r, tp_key(KEY_DATA, o->stage, o->dir, o->part, o->mb)))
 					continue;
 				wt.op = o;
 				y = find_op(p, r, k->cpc, 0, want_tp_part, &wt);
-			} else if (o->kind == OP_ALLREDUCE || o->kind == OP_TIEREDUCE) {
+			} else if (reduces_wgrad(o->kind)) {
 				int ls = local_stage(s, r, o->stage);
 				if (ls < 0 || k->wdone[ls] >= p->microbatches)
 					continue;
@@ -238,16 +241,17 @@ static int agent_edge(S *s, int a, int idx, SimWait *w, int *to)
 		if (!unmatched(s, r, x))
 			continue;
 		const PlanOp *o = &pr->ops[x];
-		if (o->kind == OP_TPREDUCE) {
+		int over = plan_ops[o->kind].over;
+		if (over == OP_OVER_TP) {
 			if (tp_edge(s, r, x, &e, idx, w, to, stream))
 				return 1;
 			continue;
 		}
-		if (o->kind == OP_ALLREDUCE || o->kind == OP_TIEREDUCE) {
-			int tie = o->kind == OP_TIEREDUCE;
-			if (tie && s->tieof[r] < 0)
+		if (reduces_wgrad(o->kind)) {
+			int g = s->collof[over][r];
+			if (g < 0) // a TIEREDUCE on a rank without a tied table
 				continue;
-			const Coll *c = &s->coll[tie ? s->tieof[r] : s->collof[r]];
+			const Coll *c = &s->coll[g];
 			for (int j = 0; j < c->n; j++) {
 				int m = c->members[j];
 				int64_t at = s->rk[m].ar_op;
@@ -265,7 +269,7 @@ static int agent_edge(S *s, int a, int idx, SimWait *w, int *to)
 		}
 		if (e++ != idx)
 			continue;
-		int recv = o->kind == OP_RECV;
+		int recv = !plan_ops[o->kind].sends; // o is a SEND or a RECV
 		int q = o->peer;
 		/* Which unposted partner op: skip as many as are queued ahead of x. */
 		int64_t ahead = 0;
@@ -276,7 +280,7 @@ static int agent_edge(S *s, int a, int idx, SimWait *w, int *to)
 			for (int64_t z = 0; z < c->n && c->q[(c->head + z) % c->cap].op != x; z++)
 				ahead++;
 		}
-		Want wt = {.kind = recv ? OP_SEND : OP_RECV, .peer = r};
+		Want wt = {.sends = recv, .peer = r}; // its partner: a SEND for a RECV, and back
 		int64_t y = find_op(p, q, agent_next_post(s, q * 2), ahead, want_p2p, &wt);
 		*w = (SimWait){{r, x, stream}, {q, y, cstream}, {q, -1, cstream}};
 		*to = q * 2;
@@ -285,7 +289,7 @@ static int agent_edge(S *s, int a, int idx, SimWait *w, int *to)
 	return 0;
 }
 
-void sim_analyse_stall(S *s)
+void sim_analyse_stall(Sim *s)
 {
 	SimResult *res = s->res;
 	const Plan *p = s->p;
@@ -387,13 +391,13 @@ void sim_analyse_stall(S *s)
 }
 
 /* After every rank finished: eager sends nobody received are still queued. */
-void sim_leftover_sends(S *s)
+void sim_leftover_sends(Sim *s)
 {
 	for (int i = 0; i < s->nch; i++) {
 		Chan *c = &s->ch[i];
 		if (!c->n)
 			continue;
-		QEnt e = c->q[c->head];
+		ChanEntry e = c->q[c->head];
 		if (c->side == 0)
 			sim_mismatch(s, c->src, e.op, c->dst, -1,
 			         "a send has no matching receive (it completed only because sends are eager)");

@@ -317,6 +317,12 @@ static int cmp_send(const void *a, const void *b)
 	return (x->op > y->op) - (x->op < y->op);
 }
 
+/* Whether o is the receiving side of a p2p pair (a RECV). */
+static int is_recv(const PlanOp *o)
+{
+	return plan_op_is_p2p(plan_op_kind(o)) && !plan_ops[o->kind].sends;
+}
+
 /* An arrow per completed p2p transfer, from the sender's row where the data leaves to
  * the receiver's row where it lands.  Sends pair with receives FIFO per ordered pair of
  * ranks (docs/semantics.md), so the k-th RECV on d from s is the k-th SEND on s to d.
@@ -336,7 +342,7 @@ static int64_t draw_transfers(FILE *f, const Plan *p, const SimResult *res, cons
 		const PlanRank *pr = &p->ranks[s];
 		int64_t n = 0;
 		for (int64_t i = 0; i < pr->nops; i++)
-			n += pr->ops[i].kind == OP_SEND;
+			n += plan_ops[pr->ops[i].kind].sends;
 		if (!n)
 			continue;
 		sends[s] = malloc((size_t)n * sizeof *sends[s]);
@@ -345,7 +351,7 @@ static int64_t draw_transfers(FILE *f, const Plan *p, const SimResult *res, cons
 			goto out;
 		}
 		for (int64_t i = 0; i < pr->nops; i++)
-			if (pr->ops[i].kind == OP_SEND)
+			if (plan_ops[pr->ops[i].kind].sends)
 				sends[s][nsends[s]++] = (SendRef){pr->ops[i].peer, i};
 		qsort(sends[s], (size_t)n, sizeof *sends[s], cmp_send);
 	}
@@ -353,7 +359,7 @@ static int64_t draw_transfers(FILE *f, const Plan *p, const SimResult *res, cons
 		const PlanRank *pr = &p->ranks[d];
 		for (int64_t i = 0; i < pr->nops; i++) {
 			const PlanOp *o = &pr->ops[i];
-			if (o->kind != OP_RECV || o->peer < 0 || o->peer >= world || o->peer == d)
+			if (!is_recv(o) || o->peer < 0 || o->peer >= world || o->peer == d)
 				continue;
 			int s = o->peer;
 			int64_t k = seen[s]++;
@@ -384,7 +390,7 @@ static int64_t draw_transfers(FILE *f, const Plan *p, const SimResult *res, cons
 			drawn++;
 		}
 		for (int64_t i = 0; i < pr->nops; i++)
-			if (pr->ops[i].kind == OP_RECV && pr->ops[i].peer >= 0 && pr->ops[i].peer < world)
+			if (is_recv(&pr->ops[i]) && pr->ops[i].peer >= 0 && pr->ops[i].peer < world)
 				seen[pr->ops[i].peer] = 0;
 	}
 out:
@@ -411,7 +417,7 @@ static void rank_label(const Plan *p, int r, char *buf, size_t n)
 /* "3F0": stage, kind, microbatch; "3O" for a stage's optimizer step. */
 static void box_label(const PlanOp *o, char *buf, size_t n)
 {
-	if (o->kind == OP_OPTIM)
+	if (plan_ops[o->kind].role == OP_ROLE_STEP) // no microbatch
 		snprintf(buf, n, "%dO", (int)o->stage);
 	else
 		snprintf(buf, n, "%d%s%d", (int)o->stage, plan_ops[plan_op_kind(o)].name, (int)o->mb);
@@ -540,6 +546,22 @@ static void pic_rows(Pic *c)
 	}
 }
 
+/* How long comm op o of rank r spends moving data: its communicator's time in the link
+ * model (a collective's ring, a p2p op's transfer). */
+static int64_t move_ns(const Plan *p, int r, const PlanOp *o)
+{
+	int64_t b = plan_op_bytes(p, o);
+	switch (plan_ops[o->kind].over) {
+	case OP_OVER_DP:
+		return sim_allreduce_ns(p, p->dims[DIM_DP], b);
+	case OP_OVER_TIE:
+		return sim_allreduce_ns(p, 2, b);
+	case OP_OVER_TP:
+		return plan_tp_allreduce_ns(p, r, b);
+	}
+	return plan_transfer_ns(p, b);
+}
+
 /* Rank r's comm group [i, j): a bar under the row, pale while it waits, red when it
  * never completes, and darker where each op moves data. */
 static void pic_group(Pic *c, int r, int64_t i, int64_t j)
@@ -570,11 +592,7 @@ static void pic_group(Pic *c, int r, int64_t i, int64_t j)
 	}
 	/* the part of each op spent moving data, darker */
 	for (int64_t k = i; k < j && !stuck; k++) {
-		const PlanOp *o = &pr->ops[k];
-		int64_t d = o->kind == OP_ALLREDUCE    ? sim_allreduce_ns(p, p->dims[DIM_DP], plan_op_bytes(p, o))
-		            : o->kind == OP_TIEREDUCE ? sim_allreduce_ns(p, 2, plan_op_bytes(p, o))
-		            : o->kind == OP_TPREDUCE  ? plan_tp_allreduce_ns(p, (int)(pr - p->ranks), plan_op_bytes(p, o))
-		                                      : plan_transfer_ns(p, plan_op_bytes(p, o));
+		int64_t d = move_ns(p, r, &pr->ops[k]);
 		int64_t e = sim_op_time(c->res, r, k).end, a = e - d < start ? start : e - d;
 		double xa = c->left + warp_x(&c->wp, a), xb = c->left + warp_x(&c->wp, e);
 		if (xb - xa >= 0.5) {

@@ -19,7 +19,7 @@
 
 /* ---- the hash ---- */
 
-static HEnt *hfind(Hash *h, uint64_t key)
+static Value *hfind(Hash *h, uint64_t key)
 {
 	if (!h->cap)
 		return NULL;
@@ -31,14 +31,14 @@ static HEnt *hfind(Hash *h, uint64_t key)
 	}
 }
 
-static void oom(S *s)
+static void oom(Sim *s)
 {
 	if (!s->oom)
 		plan_oom_text(s->res->message, sizeof s->res->message, plan_total_ops(s->p), 0);
 	s->oom = s->failed = 1;
 }
 
-static void merge(HEnt *e, int64_t time, int64_t who, int64_t refs)
+static void merge(Value *e, int64_t time, int64_t who, int64_t refs)
 {
 	e->refs = sat_add(e->refs, refs);
 	if (time > e->time) {
@@ -47,16 +47,16 @@ static void merge(HEnt *e, int64_t time, int64_t who, int64_t refs)
 	}
 }
 
-static int hput(S *s, Hash *h, uint64_t key, int64_t time, int64_t who, int64_t refs)
+static int hput(Sim *s, Hash *h, uint64_t key, int64_t time, int64_t who, int64_t refs)
 {
-	HEnt *e = hfind(h, key);
+	Value *e = hfind(h, key);
 	if (e) {
 		merge(e, time, who, refs);
 		return 0;
 	}
 	if ((h->n + 1) * 2 > h->cap) {
 		int64_t cap = h->cap ? h->cap * 2 : 16;
-		HEnt *ne = calloc((size_t)cap, sizeof *ne);
+		Value *ne = calloc((size_t)cap, sizeof *ne);
 		if (!ne) {
 			oom(s);
 			return -1;
@@ -76,13 +76,13 @@ static int hput(S *s, Hash *h, uint64_t key, int64_t time, int64_t who, int64_t 
 	uint64_t i = hmix(key) & (uint64_t)(h->cap - 1);
 	while (h->e[i].key)
 		i = (i + 1) & (uint64_t)(h->cap - 1);
-	h->e[i] = (HEnt){key, time, who, refs};
+	h->e[i] = (Value){key, time, who, refs};
 	h->n++;
 	return 0;
 }
 
 /* Removes e, shifting back the entries of its probe run (no tombstones). */
-static void hdel(Hash *h, HEnt *e)
+static void hdel(Hash *h, Value *e)
 {
 	uint64_t mask = (uint64_t)(h->cap - 1);
 	uint64_t i = (uint64_t)(e - h->e);
@@ -108,12 +108,12 @@ static void hdel(Hash *h, HEnt *e)
 
 /* ---- the rings ---- */
 
-int sim_ring_put_slow(S *s, Ring *g, int32_t mb, int64_t time, int64_t who, int64_t refs)
+int sim_ring_put_slow(Sim *s, Ring *g, int32_t mb, int64_t time, int64_t who, int64_t refs)
 {
 	int64_t cap = g->e == &s->ring_none ? 0 : g->mask + 1, nc = cap ? cap : 8;
-	HEnt *e = &g->e[mb & g->mask];
+	Value *e = &g->e[mb & g->mask];
 	if (cap && !e->key) {
-		*e = (HEnt){(uint64_t)mb + 1, time, who, refs};
+		*e = (Value){(uint64_t)mb + 1, time, who, refs};
 		return 0;
 	}
 	/* Double until mb leaves its occupant's slot.  No other entry can meet it there:
@@ -121,7 +121,7 @@ int sim_ring_put_slow(S *s, Ring *g, int32_t mb, int64_t time, int64_t who, int6
 	if (cap)
 		while (((uint64_t)mb & (uint64_t)(nc - 1)) == ((e->key - 1) & (uint64_t)(nc - 1)))
 			nc *= 2;
-	HEnt *ne = calloc((size_t)nc, sizeof *ne);
+	Value *ne = calloc((size_t)nc, sizeof *ne);
 	if (!ne) {
 		oom(s);
 		return -1;
@@ -133,12 +133,12 @@ int sim_ring_put_slow(S *s, Ring *g, int32_t mb, int64_t time, int64_t who, int6
 		free(g->e);
 	g->e = ne;
 	g->mask = nc - 1;
-	ne[mb & (nc - 1)] = (HEnt){(uint64_t)mb + 1, time, who, refs};
+	ne[mb & (nc - 1)] = (Value){(uint64_t)mb + 1, time, who, refs};
 	return 0;
 }
 
 /* The ring holding key on rank r, with the key's microbatch in *mb; NULL: the hash. */
-static Ring *ring_of(S *s, int r, uint64_t key, int32_t *mb)
+static Ring *ring_of(Sim *s, int r, uint64_t key, int32_t *mb)
 {
 	int type = (int)(key >> 62);
 	uint64_t idx = (key >> 31) & 0x3FFFFFFF, m = key & 0x7FFFFFFF;
@@ -156,21 +156,21 @@ static Ring *ring_of(S *s, int r, uint64_t key, int32_t *mb)
 
 /* ---- by key ---- */
 
-HEnt *sim_val_find(S *s, int r, uint64_t key)
+Value *sim_val_find(Sim *s, int r, uint64_t key)
 {
 	int32_t mb;
 	Ring *g = ring_of(s, r, key, &mb);
 	return g ? ring_get(g, mb) : hfind(&s->rk[r].h, key);
 }
 
-int sim_val_put(S *s, int r, uint64_t key, int64_t time, int64_t who, int64_t refs)
+int sim_val_put(Sim *s, int r, uint64_t key, int64_t time, int64_t who, int64_t refs)
 {
 	int32_t mb;
 	Ring *g = ring_of(s, r, key, &mb);
 	return g ? ring_put(s, g, mb, time, who, refs) : hput(s, &s->rk[r].h, key, time, who, refs);
 }
 
-void sim_hash_use(Hash *h, HEnt *e)
+void sim_hash_use(Hash *h, Value *e)
 {
 	if (--e->refs <= 0)
 		hdel(h, e);
@@ -179,7 +179,7 @@ void sim_hash_use(Hash *h, HEnt *e)
 /* ---- setup ---- */
 
 /* Each stage's rings (StageInfo): its classes are all owned by its pp index. */
-static int stage_rings(S *s)
+static int stage_rings(Sim *s)
 {
 	const Plan *p = s->p;
 	for (int i = 0; i < p->nstages; i++) {
@@ -210,7 +210,7 @@ static int stage_rings(S *s)
  * the stage consuming it (the edge's destination for activations, its source for
  * gradients); a tensor's, its stage's.  Keys hold 29 bits of stage or edge (bit 29
  * marks the tp keys): a plan with more has no rings. */
-int sim_values_setup(S *s)
+int sim_values_setup(Sim *s)
 {
 	const Plan *p = s->p;
 	int npp = p->dims[DIM_PP], ncls = 2 * (p->nedges + p->nstages);
@@ -245,7 +245,7 @@ int sim_values_setup(S *s)
 			s->send_cls[2 * e + d] = st >= 0 && st < p->nstages ? sim_class(s, KEY_DATA, d, st) : -1;
 		}
 	for (int r = 0; r < s->world && !s->failed; r++) {
-		Rk *k = &s->rk[r];
+		SimRank *k = &s->rk[r];
 		int pp = p->ranks[r].coord[DIM_PP];
 		k->pp = pp >= 0 && pp < npp ? pp : -2;
 		int n = k->pp >= 0 ? nring[pp] : 0;
@@ -256,18 +256,13 @@ int sim_values_setup(S *s)
 			k->ring[j].e = &s->ring_none;
 	}
 	free(nring);
-	_Static_assert(OP_COUNT <= 32, "the kind masks hold a bit per kind");
-	for (int k = 0; k < OP_COUNT; k++) {
-		s->comm_kinds |= (uint32_t)plan_op_is_comm((OpKind)k) << k;
-		s->compute_kinds |= (uint32_t)plan_op_is_compute((OpKind)k) << k;
-	}
 	return s->failed ? -1 : stage_rings(s);
 }
 
-void sim_values_free(S *s)
+void sim_values_free(Sim *s)
 {
 	for (int r = 0; s->rk && r < s->world; r++) {
-		Rk *k = &s->rk[r];
+		SimRank *k = &s->rk[r];
 		free(k->h.e);
 		for (int j = 0; j < k->nring; j++)
 			if (k->ring[j].e != &s->ring_none)

@@ -924,7 +924,7 @@ static void rules__op_table_columns__agree(void **state)
 		int comm = plan_op_is_comm((OpKind)k), tp = o->over == OP_OVER_TP;
 		int compute = plan_op_is_compute((OpKind)k);
 		unsigned f = o->fields;
-		if (p2p != (o->at == OP_AT_EDGE) || coll != o->sized || coll != o->alone ||
+		if (o->over >= OP_OVER_COUNT || p2p != (o->at == OP_AT_EDGE) || coll != o->sized || coll != o->alone ||
 		    (o->parted && !compute) || (o->sends && !p2p) || comm != (p2p || coll) ||
 		    plan_op_has_peer((OpKind)k) > comm || p2p > plan_op_has_peer((OpKind)k))
 			fail_msg("%s: its columns disagree", o->name);
