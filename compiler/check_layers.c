@@ -97,27 +97,35 @@ static void unknown_layer(Check *c, const AstName *w, const char *word)
 			w->s, word ? word : "layer", word ? " kinds" : "s", list);
 }
 
-/* A probability without unit in [0, 1) into *out (a dropout's P; -0 is 0). */
-static int prob(Check *c, const AstNum *n, const char *what, double *out)
+/* A real without unit into *v, its sign applied; 0 after reporting (or when the number
+ * was reported bad already). */
+static int unitless(Check *c, const AstNum *n, const char *what, double *v)
 {
-	double v;
 	if (n->bad)
 		return 0;
 	if (n->unit[0]) {
 		diag_error(c->d, n->loc, "%s takes no unit, got '%s'", what, n->unit);
 		return 0;
 	}
-	if (!real(c, n, &v))
+	if (!real(c, n, v))
 		return 0;
-	if (n->neg && v != 0) {
-		diag_error(c->d, n->loc, "%s must be in [0, 1), got -%s", what, n->digits);
+	if (n->neg)
+		*v = -*v;
+	return 1;
+}
+
+/* A probability without unit in [0, 1) into *out (a dropout's P; -0 is 0). */
+static int prob(Check *c, const AstNum *n, const char *what, double *out)
+{
+	double v;
+	if (!unitless(c, n, what, &v))
+		return 0;
+	if (!(v >= 0 && v < 1)) {
+		diag_error(c->d, n->loc, "%s must be in [0, 1), got %s%s", what, n->neg ? "-" : "",
+		           n->digits);
 		return 0;
 	}
-	if (!(v < 1)) {
-		diag_error(c->d, n->loc, "%s must be in [0, 1), got %s", what, n->digits);
-		return 0;
-	}
-	*out = v;
+	*out = v + 0.0; // -0 is 0
 	return 1;
 }
 
@@ -424,16 +432,8 @@ static int real_in(Check *c, const AstNum *n, const char *what, double lo, doubl
                    double *out)
 {
 	double v;
-	if (n->bad)
+	if (!unitless(c, n, what, &v))
 		return 0;
-	if (n->unit[0]) {
-		diag_error(c->d, n->loc, "%s takes no unit, got '%s'", what, n->unit);
-		return 0;
-	}
-	if (!real(c, n, &v))
-		return 0;
-	if (n->neg)
-		v = -v;
 	if (!(v >= lo && v <= hi)) {
 		diag_error(c->d, n->loc, "%s must be in [%g, %g]", what, lo, hi);
 		return 0;

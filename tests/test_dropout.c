@@ -138,31 +138,6 @@ static void dropout__zero_and_digits__plan_text(void **state)
 	}
 }
 
-/* plan with its first `from` replaced by `to`, read back: the error's line and text. */
-static void read_broken(const char *plan, const char *from, const char *to, const char *want)
-{
-	const char *at = strstr(plan, from);
-	if (!at)
-		fail_msg("'%s' is not in the plan", from);
-	size_t n = strlen(plan) + strlen(to) + 1;
-	char *text = malloc(n);
-	assert_non_null(text);
-	snprintf(text, n, "%.*s%s%s", (int)(at - plan), plan, to, at + strlen(from));
-	int64_t line = 1;
-	for (const char *s = plan; s < at; s++)
-		line += *s == '\n';
-	FILE *f = fmemopen(text, strlen(text), "r");
-	PlanError e;
-	Plan *q = plan_read(f, "mem", &e);
-	fclose(f);
-	if (q)
-		fail_msg("reads with '%s' in place of '%s'", to, from);
-	if (e.line != line || !strstr(e.msg, want))
-		fail_msg("'%s': line %lld: %s; want line %lld: %s", to, (long long)e.line, e.msg,
-		         (long long)line, want);
-	free(text);
-}
-
 /* The reader's located errors on the dropout lines of a version 1 (unchecked) plan. */
 static void dropout__plan_reader__located_errors(void **state)
 {

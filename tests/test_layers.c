@@ -27,6 +27,7 @@
 #include "../runtime/rt_private.h"
 #include "../plan/block.h"
 #include "../plan/tie.h"
+#include "plan_lib.h"
 
 /* How a stage writes kind k: "linear 8", "relu", "loss mse", "attention heads=2
  * kv_heads=1 bias rope", "residual { rmsnorm; }": its argument and every key it takes. */
@@ -584,31 +585,6 @@ static void layers__examples__published_parameter_counts(void **state)
 	assert_int_equal(params_of(slurp("examples/llama2-7b.pipe")), 6738415616);
 }
 
-
-/* plan with its first `from` replaced by `to`, read back: the error's line and text. */
-static void read_broken(const char *plan, const char *from, const char *to, const char *want)
-{
-	const char *at = strstr(plan, from);
-	if (!at)
-		fail_msg("'%s' is not in the plan", from);
-	size_t n = strlen(plan) + strlen(to) + 1;
-	char *text = malloc(n);
-	assert_non_null(text);
-	snprintf(text, n, "%.*s%s%s", (int)(at - plan), plan, to, at + strlen(from));
-	int64_t line = 1;
-	for (const char *s = plan; s < at; s++)
-		line += *s == '\n';
-	FILE *f = fmemopen(text, strlen(text), "r");
-	PlanError e;
-	Plan *q = plan_read(f, "mem", &e);
-	fclose(f);
-	if (q)
-		fail_msg("reads with '%s' in place of '%s'", to, from);
-	if (e.line != line || !strstr(e.msg, want))
-		fail_msg("'%s': line %lld: %s; want line %lld: %s", to, (long long)e.line, e.msg,
-		         (long long)line, want);
-	free(text);
-}
 
 /* The plan text with its header made version 1 (no checksum), as hand edits must be. */
 static char *as_plain(const char *plan)
