@@ -91,12 +91,13 @@ static const char *recompute_name(int mode)
 	                                          : "as given";
 }
 
-/* Whether `recompute * selective` is worth a setup: some stage has attention, tp = 1. */
+/* Whether `recompute * selective` is worth a setup: some stage has attention that is not
+ * flash (flash keeps no probabilities to drop), tp = 1. */
 static int selective_helps(const Program *pr)
 {
 	int any = 0;
 	for (int i = 0; i < pr->nstages; i++)
-		any |= prog_stage_attends(&pr->stages[i]);
+		any |= prog_stage_attends(&pr->stages[i]) && !prog_stage_all_flash(&pr->stages[i]);
 	return any && pr->dims[DIM_TP] == 1;
 }
 

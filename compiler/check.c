@@ -445,11 +445,13 @@ int prog_recompute(const Program *p, int s)
 
 /* Selective recomputation rebuilds attention's probabilities: a stage named for it must
  * have attention, `recompute * selective` some stage, and tp must be 1 (a stage's parts
- * would each need their own figures). */
+ * would each need their own figures).  Flash attention keeps no probabilities: selective
+ * where all attention is flash is allowed (the plan says so, and nothing is dropped) but
+ * warned about, as Megatron calls it unnecessary. */
 static void check_selective(Check *c)
 {
 	Program *p = c->p;
-	int any = 0, attends = 0;
+	int any = 0, attends = 0, flash_only = 1;
 	for (int s = 0; s < p->nstages; s++) {
 		const ProgStage *st = &p->stages[s];
 		if (st->recompute == PLAN_RECOMPUTE_SELECTIVE && !prog_stage_attends(st))
@@ -458,7 +460,16 @@ static void check_selective(Check *c)
 			           "attention's probabilities only", st->name);
 		any |= prog_recompute(p, s) == PLAN_RECOMPUTE_SELECTIVE;
 		attends |= prog_stage_attends(st);
+		flash_only &= !prog_stage_attends(st) || prog_stage_all_flash(st);
+		if (st->recompute == PLAN_RECOMPUTE_SELECTIVE && prog_stage_all_flash(st))
+			diag_warning(c->d, st->recompute_loc,
+			             "stage '%s''s attention is flash: it keeps no probabilities, so "
+			             "selective recomputation rebuilds nothing", st->name);
 	}
+	if (p->recompute_all == PLAN_RECOMPUTE_SELECTIVE && attends && flash_only)
+		diag_warning(c->d, p->recompute_all_loc,
+		             "every attention layer is flash: it keeps no probabilities, so "
+		             "selective recomputation rebuilds nothing");
 	if (p->recompute_all == PLAN_RECOMPUTE_SELECTIVE && !attends)
 		diag_error(c->d, p->recompute_all_loc,
 		           "no stage has an attention layer: selective recomputation rebuilds "

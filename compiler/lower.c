@@ -115,7 +115,7 @@ static void recompute_stage(Plan *p, int s)
  * copy too: the layer table's rebuilt tensors), B rebuilds them first (scale q k^T and
  * the softmax, one of F's two S x S products per head: its share of the stage's F
  * FLOPs adds that much of f to b; the dropout is elementwise) and frees them with what
- * only it needs. */
+ * only it needs.  A flash attention layer keeps no probabilities: it adds nothing. */
 static void selective_stage(Plan *p, int s, const LayerShape *sh)
 {
 	PlanStage *st = &p->stages[s];
@@ -124,8 +124,9 @@ static void selective_stage(Plan *p, int s, const LayerShape *sh)
 	for (int l = 0; l < st->nlayers; l++) {
 		const PlanLayer *ly = &st->layers[l];
 		fl += plan_layer_figures_tp(ly, sh, 1).flops[0];
-		probs = sat_add(probs, plan_layer_rebuilt_bytes(ly, sh));
-		if (ly->kind != LAYER_ATTN)
+		int64_t re = plan_layer_rebuilt_bytes(ly, sh);
+		probs = sat_add(probs, re);
+		if (ly->kind != LAYER_ATTN || !re) // flash: nothing to rebuild, B pays it already
 			continue;
 		TkAttn a = plan_layer_attn(ly, sh);
 		core += 2.0 * (double)tk_attn_p_elems(&a) * (double)(a.d / a.H);

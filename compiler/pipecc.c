@@ -134,7 +134,7 @@ static int check_memory(const Program *pr, const Plan *p, Diag *d)
 	for (int s = 0; s < p->nstages; s++) {
 		all &= p->stages[s].recompute == PLAN_RECOMPUTE_FULL;
 		none &= p->stages[s].recompute == PLAN_RECOMPUTE_NONE;
-		attends |= prog_stage_attends(&pr->stages[s]);
+		attends |= prog_stage_attends(&pr->stages[s]) && !prog_stage_all_flash(&pr->stages[s]);
 	}
 	if (!all && worst.saved > worst.peak - p->mem_cap) { // recomputing could make it fit
 		if (none && attends && p->dims[DIM_TP] == 1)

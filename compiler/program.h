@@ -50,6 +50,20 @@ static inline int prog_stage_attends(const ProgStage *st)
 	return 0;
 }
 
+/* Whether a stage's attention layers are all flash (they keep no probabilities, so
+ * selective recomputation rebuilds nothing there); 0 without attention. */
+static inline int prog_stage_all_flash(const ProgStage *st)
+{
+	int flash = 0;
+	for (int l = 0; l < st->nlayers; l++)
+		if (st->layers[l].kind == LAYER_ATTN) {
+			if (!(st->layers[l].flags & LAYER_FLAG(LAYER_KEY_FLASH)))
+				return 0;
+			flash = 1;
+		}
+	return flash;
+}
+
 typedef struct {
 	int src, dst;          // stage indices
 	Loc loc;

@@ -28,6 +28,7 @@ const LayerKeyInfo plan_layer_keys[LAYER_KEY_COUNT] = {
 	[LAYER_KEY_POSITIONS] = {"positions", LAYER_VAL_NONE},
 	[LAYER_KEY_COPY] = {"copy", LAYER_VAL_NONE},
 	[LAYER_KEY_DROPOUT] = {"dropout", LAYER_VAL_PROB},
+	[LAYER_KEY_FLASH] = {"flash", LAYER_VAL_NONE},
 };
 
 static int has(const PlanLayer *l, LayerKey k)
@@ -38,7 +39,7 @@ static int has(const PlanLayer *l, LayerKey k)
 /* The last tensor added to list (n of them), rows x cols (each saturating). */
 static LayerTensor *add(LayerTensor *list, int *n, int64_t rows, int64_t cols, LayerInit init)
 {
-	list[*n] = (LayerTensor){rows, cols, init, 0, 0, 0};
+	list[*n] = (LayerTensor){rows, cols, init, 0, 0, 0, 0};
 	return &list[(*n)++];
 }
 
@@ -119,13 +120,15 @@ TkAttn plan_layer_attn(const PlanLayer *l, const LayerShape *sh)
  * Hkv / tp key/value heads: the columns of its heads in each of q, k and v of wqkv and
  * bqkv, the matching rows of wo; bo whole.  Besides the projections, F computes the
  * S x S scores and P·V per sequence and head (2 GEMMs of 2·S·S·hd FLOPs), B twice
- * that. */
+ * that.  With `flash` the S x S tensors are scratch (LayerTensor.scratch) and F saves
+ * each row's log-sum-exp instead (B*H*S floats), from which B rebuilds P: one more
+ * q k^T, so B counts 5 of those GEMMs (FlashAttention-2's backward). */
 static void attn_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, LayerTensors *t)
 {
 	TkAttn a = plan_layer_attn(ly, sh);
 	int64_t d = ly->in, nqkv = sat_div(tk_attn_nqkv(&a), tp), hd = d / a.H;
 	int64_t seg[3] = {sat_mul(a.H, hd), sat_mul(a.Hkv, hd), sat_mul(a.Hkv, hd)};
-	int bias = has(ly, LAYER_KEY_BIAS);
+	int bias = has(ly, LAYER_KEY_BIAS), flash = has(ly, LAYER_KEY_FLASH);
 	param(t, d, nqkv, LAYER_INIT_UNIFORM, 1); // ATTN_WQKV
 	split(t, tp, LAYER_SPLIT_COLS, 3, seg);
 	if (bias) {
@@ -137,20 +140,33 @@ static void attn_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, Laye
 	if (bias)
 		param(t, 1, d, LAYER_INIT_ZERO, 0); // ATTN_BO
 	int64_t heads = sat_mul(sat_mul(a.B, a.H / tp), a.S);
-	add(t->saved, &t->nsaved, sh->rows, nqkv, LAYER_INIT_ZERO);            // ATTN_QKV
-	add(t->saved, &t->nsaved, heads, a.S, LAYER_INIT_ZERO)->rebuilt = 1;   // ATTN_PROBS
-	add(t->saved, &t->nsaved, sh->rows, d / tp, LAYER_INIT_ZERO);           // ATTN_ATT
+	LayerTensor *ss[3];
+	add(t->saved, &t->nsaved, sh->rows, nqkv, LAYER_INIT_ZERO);   // ATTN_QKV
+	ss[0] = add(t->saved, &t->nsaved, heads, a.S, LAYER_INIT_ZERO); // ATTN_PROBS
+	add(t->saved, &t->nsaved, sh->rows, d / tp, LAYER_INIT_ZERO);  // ATTN_ATT
+	int nss = 1;
 	if (ly->drop > 0) {
-		mask(t, heads, a.S)->rebuilt = 1;                                 // ATTN_MASK
-		add(t->saved, &t->nsaved, heads, a.S, LAYER_INIT_ZERO)->rebuilt = 1; // ATTN_DROP
+		ss[nss++] = mask(t, heads, a.S);                                // ATTN_MASK
+		ss[nss++] = add(t->saved, &t->nsaved, heads, a.S, LAYER_INIT_ZERO); // ATTN_DROP
 	}
+	for (int i = 0; i < nss; i++)
+		*(flash ? &ss[i]->scratch : &ss[i]->rebuilt) = 1;
+	if (flash)
+		add(t->saved, &t->nsaved, heads, 1, LAYER_INIT_ZERO); // plan_attn_lse_slot
 	add(t->held, &t->nheld, sh->rows, nqkv, LAYER_INIT_ZERO);    // ATTN_DQKV
 	t->work = (LayerTensor){.rows = 1, .cols = tk_attn_workspace(&a), .init = LAYER_INIT_ZERO};
 	int64_t sq = sat_mul(sat_mul(sat_mul(heads, a.S), hd), 2); // one S x S x hd GEMM a head
 	t->flops[0] = sat_mul(2, sq);
-	t->flops[1] = sat_mul(4, sq);
+	t->flops[1] = sat_mul(flash ? 5 : 4, sq);
 	t->tp_floats[0] = ly->out;
 	t->tp_floats[1] = ly->in;
+}
+
+int plan_attn_lse_slot(const PlanLayer *l)
+{
+	if (l->kind != LAYER_ATTN || !has(l, LAYER_KEY_FLASH))
+		return -1;
+	return l->drop > 0 ? ATTN_DROP + 1 : ATTN_ATT + 1;
 }
 
 /* mlp: w1 d x f (+ b1), w2 f x d (+ b2); saves h and gelu(h); B holds dh.  At tp > 1
@@ -254,7 +270,8 @@ const LayerInfo plan_layers[LAYER_COUNT] = {
 	[LAYER_RMSNORM] = {"rmsnorm", "rmsnorm", LAYER_ARG_NONE, "rmsnorm", 0, 0, 0, LAYER_OUT_SAME,
 	                   LAYER_TP_WHOLE, rmsnorm_tensors},
 	[LAYER_ATTN] = {"attention", "attention", LAYER_ARG_NONE, "attention heads=12", 0,
-	                K(HEADS) | K(KV_HEADS) | K(BIAS) | K(ROPE) | K(DROPOUT), 0, LAYER_OUT_SAME,
+	                K(HEADS) | K(KV_HEADS) | K(BIAS) | K(ROPE) | K(DROPOUT) | K(FLASH), 0,
+	                LAYER_OUT_SAME,
 	                LAYER_TP_HEADS, attn_tensors},
 	[LAYER_MLP] = {"mlp", "mlp", LAYER_ARG_HIDDEN, "mlp 3072 bias", 0, K(BIAS), 0,
 	               LAYER_OUT_SAME, LAYER_TP_HIDDEN, mlp_tensors},
@@ -359,12 +376,13 @@ int64_t plan_tensor_bytes(const LayerTensor *t)
 	return sat_mul(sat_mul(t->rows, t->cols), t->mask ? 1 : 4);
 }
 
-/* Bytes of list[0..n) (those marked rebuilt only, with `rebuilt`). */
+/* Bytes of list[0..n) that are kept (not scratch; those marked rebuilt only, with
+ * `rebuilt`). */
 static int64_t bytes(const LayerTensor *list, int n, int rebuilt)
 {
 	int64_t b = 0;
 	for (int i = 0; i < n; i++)
-		if (!rebuilt || list[i].rebuilt)
+		if (!list[i].scratch && (!rebuilt || list[i].rebuilt))
 			b = sat_add(b, plan_tensor_bytes(&list[i]));
 	return b;
 }

@@ -58,6 +58,8 @@ typedef enum {
 	                     // embedding keeps (and counts) its own copy of the table
 	LAYER_KEY_DROPOUT,   // attention: the probability it drops each attention probability
 	                     // (Megatron's attention dropout), PlanLayer.drop; default 0
+	LAYER_KEY_FLASH,     // flag: flash attention, F keeps the rows' log-sum-exp instead of
+	                     // the S x S probabilities, which B rebuilds (one more q k^T)
 	LAYER_KEY_COUNT
 } LayerKey;
 
@@ -128,6 +130,9 @@ typedef struct {
 	                 // keeps a bool mask); else f32, four
 	uint8_t rebuilt; // saved: what selective recomputation drops after F and rebuilds
 	                 // before B (attention's S x S tensors)
+	uint8_t scratch; // saved slot, never kept: F computes it into scratch and frees it,
+	                 // B rebuilds it into scratch for its input gradient and frees it
+	                 // (flash attention's S x S tensors); counted in no saved bytes
 } LayerTensor;
 
 /* How a parameter of a layer split over a tp group (docs/semantics.md "Tensor
@@ -184,7 +189,10 @@ enum { RMSNORM_RSTD };                       // saved
 enum { ATTN_WQKV, ATTN_BQKV, ATTN_WO, ATTN_BO }; // params, the biases with `bias`
                                              // (absent, the others move up)
 enum { ATTN_QKV, ATTN_PROBS, ATTN_ATT,       // saved: projections, softmax, heads' output,
-       ATTN_MASK, ATTN_DROP };               // with dropout=P: P's mask, P dropped (times v)
+       ATTN_MASK, ATTN_DROP };               // with dropout=P: P's mask, P dropped (times v);
+                                             // with flash P, mask and P dropped are scratch
+                                             // and the rows' log-sum-exp is the last saved
+                                             // (nsaved - 1: plan_attn_lse_slot)
 enum { ATTN_DQKV };                          // held
 enum { MLP_W1, MLP_B1, MLP_W2, MLP_B2 };     // params, the biases with `bias`
 enum { MLP_H, MLP_A };                       // saved: pre-activation, gelu(h)
@@ -266,6 +274,9 @@ struct TkAttn plan_layer_attn(const PlanLayer *l, const LayerShape *sh);
  * rebuilds before B (LayerTensor.rebuilt: attention's probabilities, and with dropout=P
  * their mask and dropped copy), for the whole layer; 0 for a kind without. */
 int64_t plan_layer_rebuilt_bytes(const PlanLayer *l, const LayerShape *sh);
+/* With flash, attention's saved slot of the rows' log-sum-exp (B*H*S floats, per tp rank
+ * its heads'): after its S x S tensors; -1 without flash. */
+int plan_attn_lse_slot(const PlanLayer *l);
 /* Bytes of tensor t (f32, or one byte an element for a mask), saturating. */
 int64_t plan_tensor_bytes(const LayerTensor *t);
 /* Figures of one layer on one rank of a tp group of size tp (the whole layer at tp 1). */

@@ -397,11 +397,16 @@ static int attn_fwd(RtRank *r, const RtLayerCall *c)
 	TkDrop dr;
 	wb_params(c, c->param, w);
 	const TkDrop *drop = attn_drop(c, &a, &dr, &mask, &pd);
-	tk_attn_fwd_drop(&a, drop, F32(c->x), w[ATTN_WQKV],
-	                 w[ATTN_BQKV], w[ATTN_WO], once(c, w[ATTN_BO]), SAVED(c, ATTN_QKV),
-	                 SAVED(c, ATTN_PROBS), mask, pd, SAVED(c, ATTN_ATT), F32(c->y));
+	int lse = plan_attn_lse_slot(c->layer); // flash: P, mask and pd are scratch here
+	tk_attn_fwd_flash(&a, drop, F32(c->x), w[ATTN_WQKV],
+	                  w[ATTN_BQKV], w[ATTN_WO], once(c, w[ATTN_BO]), SAVED(c, ATTN_QKV),
+	                  SAVED(c, ATTN_PROBS), mask, pd, lse < 0 ? NULL : SAVED(c, lse),
+	                  SAVED(c, ATTN_ATT), F32(c->y));
 	return RT_OK;
 }
+
+/* Selective recomputation's rebuild, and flash attention's before every B: P from the
+ * saved q, k (and with flash the rows' log-sum-exp), its mask and pd from the key. */
 
 static int attn_rebuild(RtRank *r, const RtLayerCall *c)
 {
@@ -413,7 +418,12 @@ static int attn_rebuild(RtRank *r, const RtLayerCall *c)
 	uint8_t *mask;
 	TkDrop dr;
 	const TkDrop *drop = attn_drop(c, &a, &dr, &mask, &pd);
-	tk_attn_probs_drop(&a, drop, SAVED(c, ATTN_QKV), SAVED(c, ATTN_PROBS), mask, pd);
+	int lse = plan_attn_lse_slot(c->layer);
+	if (lse >= 0)
+		tk_attn_probs_lse(&a, drop, SAVED(c, ATTN_QKV), SAVED(c, lse), SAVED(c, ATTN_PROBS),
+		                  mask, pd);
+	else
+		tk_attn_probs_drop(&a, drop, SAVED(c, ATTN_QKV), SAVED(c, ATTN_PROBS), mask, pd);
 	return RT_OK;
 }
 

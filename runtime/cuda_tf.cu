@@ -1,5 +1,5 @@
 /* The cuda device's rows of the transformer kinds (embed, layernorm, rmsnorm,
- * attention with its dropout=P, mlp, swiglu, head, xent): tkernels.c's math
+ * attention with its dropout=P and flash, mlp, swiglu, head, xent): tkernels.c's math
  * (docs/layers.md) on the GPU, into the tensors the layer table gives each kind, run
  * through cu_layer_run (cuda_kernels.cu) on the rank's compute stream.  docs/gpu.md
  * describes the choices.
@@ -44,31 +44,14 @@ static const RtTensor *once(const RtLayerCall *c, const RtTensor *t)
 	return c->tp_rank == 0 ? t : NULL;
 }
 
-/* f32 and f64 arithmetic without fused multiply-adds, as the CPU computes. */
-static __device__ float fadd_rn(float a, float b)
-{
-	return __fadd_rn(a, b);
-}
-static __device__ float fsub_rn(float a, float b)
-{
-	return __fsub_rn(a, b);
-}
-static __device__ float fmul_rn(float a, float b)
-{
-	return __fmul_rn(a, b);
-}
-static __device__ double dadd_rn(double a, double b)
-{
-	return __dadd_rn(a, b);
-}
-static __device__ double dsub_rn(double a, double b)
-{
-	return __dsub_rn(a, b);
-}
-static __device__ double dmul_rn(double a, double b)
-{
-	return __dmul_rn(a, b);
-}
+/* f32 and f64 arithmetic without fused multiply-adds, as the CPU computes: the
+ * rounded intrinsics, which nvcc never contracts. */
+#define fadd_rn __fadd_rn
+#define fsub_rn __fsub_rn
+#define fmul_rn __fmul_rn
+#define dadd_rn __dadd_rn
+#define dsub_rn __dsub_rn
+#define dmul_rn __dmul_rn
 
 /* ---- token ids: f32 whole numbers in [0, V) ---- */
 
@@ -295,13 +278,19 @@ static __global__ void k_rope(float *qkv, int64_t N, int64_t S, int64_t nh, int6
 }
 
 /* Causal softmax of every S-long row of p in place (row R is query R mod S), zeros
- * above the diagonal; a thread per row. */
-static __global__ void k_softmax_causal(float *p, int64_t rows, int64_t S)
+ * above the diagonal; a thread per row.  Flash attention: with lo, each row's
+ * log-sum-exp into lo[R] (F); with li, P = exp(p - li[R]) from a kept one (B). */
+static __global__ void k_softmax_causal(float *p, int64_t rows, int64_t S, float *lo,
+                                        const float *li)
 {
 	FOR_EACH(R, rows)
 	{
 		int64_t i = R % S;
 		float *r = p + R * S, mx = r[0];
+		for (int64_t j = 0; li && j < S; j++) // flash B: from the kept log-sum-exp
+			r[j] = j <= i ? expf(fsub_rn(r[j], li[R])) : 0.0f;
+		if (li)
+			continue;
 		for (int64_t j = 1; j <= i; j++)
 			mx = r[j] > mx ? r[j] : mx;
 		double sum = 0;
@@ -309,6 +298,8 @@ static __global__ void k_softmax_causal(float *p, int64_t rows, int64_t S)
 			r[j] = expf(fsub_rn(r[j], mx));
 			sum = dadd_rn(sum, (double)r[j]);
 		}
+		if (lo) // flash F: the row's log-sum-exp
+			lo[R] = (float)dadd_rn((double)mx, log(sum));
 		float inv = (float)(1.0 / sum);
 		for (int64_t j = 0; j <= i; j++)
 			r[j] = fmul_rn(r[j], inv);
@@ -630,15 +621,17 @@ static Opd qkv_head(const float *qkv, const AttnDims *m, int64_t j)
 	return Opd{qkv, m->N * m->nqkv, j * m->hd, m->nqkv, m->S * m->nqkv};
 }
 
-/* P = softmax(scale q k^T), causal, from qkv (F, and selective recomputation's rebuild). */
-static int attn_probs(RtRank *r, const AttnDims *m, const float *qkv, float *p)
+/* P = softmax(scale q k^T), causal, from qkv (F, and selective recomputation's rebuild);
+ * flash attention's F also writes the rows' log-sum-exp lo, its B rebuilds P from li. */
+static int attn_probs(RtRank *r, const AttnDims *m, const float *qkv, float *p, float *lo,
+                      const float *li)
 {
 	int64_t S = m->S, H = m->H;
 	for (int64_t h = 0; h < H; h++)
 		if (cu_gemm(r, 0, 1, S, S, m->hd, m->scale, qkv_head(qkv, m, h),
 		            qkv_head(qkv, m, H + h / m->grp), 0.0f, p + h * S * S, S, H * S * S, m->B))
 			return RT_EFAIL;
-	LAUNCH(r, k_softmax_causal, m->B * H * S, p, m->B * H * S, S);
+	LAUNCH(r, k_softmax_causal, m->B * H * S, p, m->B * H * S, S, lo, li);
 	return RT_OK;
 }
 
@@ -666,7 +659,9 @@ static int attn_rebuild_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 	a.tp = tp_of(c);
 	AttnDims m = attn_dims(&a);
 	const float *pv;
-	if (attn_probs(r, &m, F32(c->saved[ATTN_QKV]), F32(c->saved[ATTN_PROBS])))
+	int l = plan_attn_lse_slot(c->layer); // flash: P, mask and pd are scratch
+	if (attn_probs(r, &m, F32(c->saved[ATTN_QKV]), F32(c->saved[ATTN_PROBS]), nullptr,
+	               l < 0 ? nullptr : F32(c->saved[l])))
 		return RT_EFAIL;
 	return attn_drop(r, c, &a, &m, &pv);
 }
@@ -687,7 +682,8 @@ static int attn_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 	if (a.rope)
 		LAUNCH(r, k_rope, m.N * (H + m.Hkv) * (m.hd / 2), qkv, m.N, S, H + m.Hkv, m.hd, m.nqkv,
 		       a.rope_theta, 0);
-	if (attn_probs(r, &m, qkv, p))
+	int l = plan_attn_lse_slot(c->layer);
+	if (attn_probs(r, &m, qkv, p, l < 0 ? nullptr : F32(c->saved[l]), nullptr))
 		return RT_EFAIL;
 	const float *pv; // P, or P dropped
 	if (attn_drop(r, c, &a, &m, &pv))

@@ -343,7 +343,9 @@ RtModel *rt_model_new(const Plan *p, int tp, char *err, size_t errn)
 
 /* Every kernel the plan's layers need: fwd; bwd_in unless the layer is the first of a
  * stage without in-edges (nobody wants its input gradient); bwd_w for a kind with
- * parameters; rebuild for attention in a stage with selective recomputation.  A missing one is a clear refusal, never a fallback to other math. */
+ * parameters; rebuild for attention in a stage with selective recomputation, and for
+ * flash attention anywhere.  A missing one is a clear refusal, never a fallback to other
+ * math. */
 const char *rt_device_check(const RtDevice *d, const Plan *p, char *err, size_t n)
 {
 	for (int s = 0; s < p->nstages; s++) {
@@ -365,12 +367,14 @@ const char *rt_device_check(const RtDevice *d, const Plan *p, char *err, size_t 
 			const RtLayerKernels *row = d->layers ? &d->layers[k] : NULL;
 			LayerShape sh = plan_shape(p);
 			LayerCost lc = plan_layer_figures(&st->layers[l], &sh);
-			int rebuild = st->recompute == PLAN_RECOMPUTE_SELECTIVE && k == LAYER_ATTN;
+			int flash = plan_attn_lse_slot(&st->layers[l]) >= 0;
+			int rebuild = (st->recompute == PLAN_RECOMPUTE_SELECTIVE || flash) && k == LAYER_ATTN;
 			const char *what = !row || !row->fwd                ? "kernel"
 			                   : !row->bwd_in && !(first && !l) ? "input-gradient kernel"
 			                   : !row->bwd_w && lc.params       ? "weight-gradient kernel"
 			                   : rebuild && !row->rebuild
-			                       ? "rebuild kernel (selective recomputation)"
+			                       ? flash ? "rebuild kernel (flash attention)"
+			                               : "rebuild kernel (selective recomputation)"
 			                       : NULL;
 			if (what) {
 				snprintf(err, n, "the %s device has no %s for layer kind %s (stage %s, "

@@ -175,13 +175,34 @@ static RtLayerCall layer_call(RtRank *r, int s, int l, RtStageBufs *b, RtTensor 
 	return c;
 }
 
-/* New tensors of class cls into out[0..n). */
+/* New tensors of class cls into out[0..n); scratch ones (LayerTensor.scratch: flash
+ * attention's S x S tensors) are temporaries, never counted as saved. */
 static int new_tensors(RtRank *r, const LayerTensor *sh, int n, int cls, RtTensor **out)
 {
 	for (int i = 0; i < n; i++)
-		if (!(out[i] = rt_tensor_new_of(r, &sh[i], cls)))
+		if (!(out[i] = rt_tensor_new_of(r, &sh[i], sh[i].scratch ? RT_MEM_TEMP : cls)))
 			return RT_EFAIL;
 	return RT_OK;
+}
+
+/* Whether layer at has scratch saved slots (flash attention). */
+static int has_scratch(const RtLayerAt *at)
+{
+	for (int j = 0; j < at->t.nsaved; j++)
+		if (at->t.saved[j].scratch)
+			return 1;
+	return 0;
+}
+
+/* Frees layer at's scratch saved slots (from slot): F after computing with them, B
+ * after its input gradient. */
+static void free_scratch(RtRank *r, const RtLayerAt *at, RtTensor **slot)
+{
+	for (int j = 0; j < at->t.nsaved; j++)
+		if (at->t.saved[j].scratch) {
+			rt_tensor_free(r, slot[2 + j]);
+			slot[2 + j] = NULL;
+		}
 }
 
 /* The key of layer l's dropout masks (rt_drop_key) on microbatch mb. */
@@ -303,6 +324,7 @@ int rt_stage_fwd_run(RtRank *r, int s, int mb, int step, int replica, RtStageBuf
 			rt_tensor_free(r, c.y);
 			return RT_EFAIL;
 		}
+		free_scratch(r, at, slot); // flash attention keeps its log-sum-exp instead
 		if (plan_layers[ly->kind].drops_x) { // neither a stage's nor a body's input (model.c)
 			rt_tensor_free(r, slot[0]);
 			slot[0] = NULL;
@@ -460,6 +482,14 @@ static int layer_backward(RtRank *r, int s, int l, int mb, int step, int replica
 		return RT_EFAIL;
 	if (need_dx && !(c.dx = rt_tensor_new(r, p->rows, at->t.in, RT_MEM_TEMP)))
 		return RT_EFAIL;
+	/* Flash attention rebuilds its probabilities into scratch for its input gradient. */
+	int scratch = c.dx && has_scratch(at);
+	for (int j = 0; scratch && j < at->t.nsaved; j++)
+		if (at->t.saved[j].scratch &&
+		    !(slot[2 + j] = rt_tensor_new_of(r, &at->t.saved[j], RT_MEM_TEMP)))
+			return RT_EFAIL;
+	if (scratch && rebuild(r, s, l, b, slot, c.key))
+		return RT_EFAIL;
 	if (c.dx) {
 		RtTensor *t = NULL;
 		if (plan_layers[ly->kind].loss) {
@@ -472,6 +502,8 @@ static int layer_backward(RtRank *r, int s, int l, int mb, int step, int replica
 			rc = RT_EFAIL;
 		if (rc == RT_OK)
 			rc = r->dev->layers[ly->kind].bwd_in(r, &c);
+		if (scratch)
+			free_scratch(r, at, slot);
 		rt_tensor_free(r, c.work);
 		rt_tensor_free(r, t);
 	}

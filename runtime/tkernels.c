@@ -330,9 +330,10 @@ void tk_rope(const TkAttn *a, float *qkv, int inverse)
 		}
 }
 
-/* P of head h of sequence b: scale q k^T, causal softmax per row, zeros above. */
+/* P of head h of sequence b: scale q k^T, causal softmax per row, zeros above; with lb,
+ * each row's log-sum-exp of its scaled scores into lb[i] (flash attention keeps it). */
 static void probs_head(const TkAttn *a, const Share *sh, const float *qkv, int64_t b, int64_t h,
-                       float *pb)
+                       float *pb, float *lb)
 {
 	int64_t S = a->S, hd = sh->hd, nqkv = sh->nqkv;
 	const float *base = qkv + b * S * nqkv;
@@ -348,6 +349,8 @@ static void probs_head(const TkAttn *a, const Share *sh, const float *qkv, int64
 		double sum = 0;
 		for (int64_t j = 0; j <= i; j++)
 			sum += r[j];
+		if (lb)
+			lb[i] = (float)((double)mx + log(sum));
 		float inv = (float)(1.0 / sum);
 		for (int64_t j = 0; j <= i; j++)
 			r[j] *= inv;
@@ -378,9 +381,34 @@ void tk_attn_probs_drop(const TkAttn *a, const TkDrop *dr, const float *qkv, flo
 	for (int64_t b = 0; b < a->B; b++)
 		for (int64_t h = 0; h < sh.H; h++) {
 			int64_t off = (b * sh.H + h) * SS;
-			probs_head(a, &sh, qkv, b, h, p + off);
+			probs_head(a, &sh, qkv, b, h, p + off, NULL);
 			if (dr)
 				drop_head(a, dr, b, h, p + off, mask + off, pd + off);
+		}
+}
+
+void tk_attn_probs_lse(const TkAttn *a, const TkDrop *dr, const float *qkv, const float *lse,
+                       float *p, uint8_t *mask, float *pd)
+{
+	Share sh = share(a);
+	int64_t S = a->S, hd = sh.hd, nqkv = sh.nqkv, SS = S * S;
+	float scale = (float)(1.0 / sqrt((double)hd));
+	for (int64_t b = 0; b < a->B; b++)
+		for (int64_t h = 0; h < sh.H; h++) {
+			int64_t off = (b * sh.H + h) * SS;
+			const float *base = qkv + b * S * nqkv, *lb = lse + (b * sh.H + h) * S;
+			const float *q = base + h * hd, *k = base + (sh.H + h / (sh.H / sh.Hkv)) * hd;
+			float *pb = p + off;
+			gemm(0, 1, S, S, hd, scale, q, nqkv, k, nqkv, 0.0f, pb, S);
+			for (int64_t i = 0; i < S; i++) {
+				float *r = pb + i * S;
+				for (int64_t j = 0; j <= i; j++)
+					r[j] = tk_exp(r[j] - lb[i]);
+				for (int64_t j = i + 1; j < S; j++)
+					r[j] = 0.0f;
+			}
+			if (dr)
+				drop_head(a, dr, b, h, pb, mask + off, pd + off);
 		}
 }
 
@@ -392,6 +420,13 @@ void tk_attn_probs(const TkAttn *a, const float *qkv, float *p)
 void tk_attn_fwd_drop(const TkAttn *a, const TkDrop *dr, const float *x, const float *wqkv,
                       const float *bqkv, const float *wo, const float *bo, float *qkv,
                       float *p, uint8_t *mask, float *pd, float *att, float *y)
+{
+	tk_attn_fwd_flash(a, dr, x, wqkv, bqkv, wo, bo, qkv, p, mask, pd, NULL, att, y);
+}
+
+void tk_attn_fwd_flash(const TkAttn *a, const TkDrop *dr, const float *x, const float *wqkv,
+                       const float *bqkv, const float *wo, const float *bo, float *qkv,
+                       float *p, uint8_t *mask, float *pd, float *lse, float *att, float *y)
 {
 	Share sh = share(a);
 	int64_t B = a->B, S = a->S, d = a->d, H = sh.H, Hkv = sh.Hkv, hd = sh.hd, di = sh.di;
@@ -405,7 +440,7 @@ void tk_attn_fwd_drop(const TkAttn *a, const TkDrop *dr, const float *x, const f
 			const float *v = base + (H + Hkv + h / grp) * hd;
 			int64_t off = (b * H + h) * S * S;
 			const float *pv = p + off; // what multiplies v: P, or P dropped
-			probs_head(a, &sh, qkv, b, h, p + off);
+			probs_head(a, &sh, qkv, b, h, p + off, lse ? lse + (b * H + h) * S : NULL);
 			if (dr) {
 				drop_head(a, dr, b, h, p + off, mask + off, pd + off);
 				pv = pd + off;

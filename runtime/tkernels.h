@@ -150,6 +150,16 @@ void tk_attn_fwd_drop(const TkAttn *a, const TkDrop *dr, const float *x, const f
 /* p, its mask and pd from qkv as _fwd_drop computes them (selective recomputation). */
 void tk_attn_probs_drop(const TkAttn *a, const TkDrop *dr, const float *qkv, float *p,
                         uint8_t *mask, float *pd);
+/* Flash attention (the layer's `flash`): the S x S tensors are the caller's scratch, not
+ * kept; F also writes each row's log-sum-exp of its scaled causal scores, lse (B*H*S
+ * floats, [b][h][i]; lse NULL: _fwd_drop), and B rebuilds P = exp(c q k^T - lse) below
+ * the diagonal (one more q k^T), its mask and pd from dr as F drew them, before
+ * _bwd_in_drop.  Equal to the materialised P up to float rounding. */
+void tk_attn_fwd_flash(const TkAttn *a, const TkDrop *dr, const float *x, const float *wqkv,
+                       const float *bqkv, const float *wo, const float *bo, float *qkv,
+                       float *p, uint8_t *mask, float *pd, float *lse, float *att, float *y);
+void tk_attn_probs_lse(const TkAttn *a, const TkDrop *dr, const float *qkv, const float *lse,
+                       float *p, uint8_t *mask, float *pd);
 void tk_attn_bwd_in_drop(const TkAttn *a, const TkDrop *dr, const float *wqkv, const float *wo,
                          const float *qkv, const float *p, const uint8_t *mask, const float *pd,
                          const float *dy, float *dqkv, float *dx, float *work);

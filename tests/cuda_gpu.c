@@ -250,6 +250,8 @@ static const PlanLayer gpu_layers[] = {
 	{.kind = LAYER_DROPOUT, .in = 70, .out = 70}, // P = 0: the identity
 	{.kind = LAYER_ATTN, .in = 24, .out = 24, .heads = 4, .kv_heads = 2, .flags = FLAG(ROPE),
 	 .drop = 0.2},
+	{.kind = LAYER_ATTN, .in = 24, .out = 24, .heads = 4, .kv_heads = 2,
+	 .flags = FLAG(ROPE) | FLAG(FLASH), .drop = 0.2},
 };
 #undef FLAG
 static const LayerShape gpu_shape = {33, 3, 11, 37};
@@ -368,6 +370,10 @@ void cuda__kernels__match_cpu(void **state)
 			else
 				dc->dy = t.d[T_DY], hc->dy = &t.h[T_DY];
 			dc->dx = t.d[T_DX], hc->dx = &t.h[T_DX];
+			if (plan_attn_lse_slot(ly) >= 0) { // flash: B rebuilds P from the log-sum-exp
+				assert_int_equal(dk->rebuild(r, dc), RT_OK);
+				assert_int_equal(hk->rebuild(r, hc), RT_OK);
+			}
 			if (dk->bwd_in) {
 				assert_int_equal(dk->bwd_in(r, dc), RT_OK);
 				assert_int_equal(hk->bwd_in(r, hc), RT_OK);
@@ -643,6 +649,23 @@ void cuda__plan_transformer__check_f32(void **state)
 {
 	(void)state;
 	run_checked(tf_src, RT_DTYPE_F32, 1, 0.05);
+}
+
+/* The same transformer with flash attention (both layers, one with dropout=0.1): the
+ * log-sum-exp kept, P rebuilt in B, under --check. */
+static const char tf_flash_src[] =
+	"pipeline tf;\nmesh pp=1;\nmicrobatches 4;\ninput tokens 3x12 vocab=37;\n"
+	"stage s0 { embed 24 positions; dropout 0.1; residual { layernorm;\n"
+	"  attention heads=4 kv_heads=2 bias dropout=0.1 flash; dropout 0.1; }\n"
+	"  residual { layernorm; mlp 40 bias; dropout 0.1; } }\n"
+	"stage s1 { residual { rmsnorm; attention heads=6 kv_heads=3 rope flash; }\n"
+	"  residual { rmsnorm; swiglu 40; } rmsnorm; head tied; loss xent; }\n"
+	"schedule gpipe;\ncost * f=1 b=1 w=1;\nlink ideal;\n";
+
+void cuda__plan_transformer_flash__check_f32(void **state)
+{
+	(void)state;
+	run_checked(tf_flash_src, RT_DTYPE_F32, 1, 0.05);
 }
 
 /* The same plan with the AdamW optimizer: its state on the GPU, --check against the

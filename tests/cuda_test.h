@@ -40,6 +40,7 @@ void cuda__hang__abort_ends_the_wait(void **state);
 void cuda__plan_one_gpu__check_f32(void **state);
 void cuda__plan_one_gpu__check_bf16(void **state);
 void cuda__plan_transformer__check_f32(void **state);
+void cuda__plan_transformer_flash__check_f32(void **state);
 void cuda__plan_one_gpu__check_adamw(void **state);
 void cuda__plan_two_gpus__check_f32(void **state);
 void cuda__plan_tp2_two_gpus__check_f32(void **state);

@@ -630,6 +630,7 @@ int main(void)
 		cmocka_unit_test(cuda__plan_one_gpu__check_bf16),
 		cmocka_unit_test(cuda__plan_one_gpu__check_adamw),
 		cmocka_unit_test(cuda__plan_transformer__check_f32),
+		cmocka_unit_test(cuda__plan_transformer_flash__check_f32),
 		cmocka_unit_test(cuda__plan_two_gpus__check_f32),
 		cmocka_unit_test(cuda__plan_tp2_two_gpus__check_f32),
 		cmocka_unit_test(cuda__hang__abort_ends_the_wait), // last: it aborts NCCL

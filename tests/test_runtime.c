@@ -547,6 +547,9 @@ static const PlanLayer fd_layers[] = {
 	{.kind = LAYER_ATTN, .in = 8, .out = 8, .heads = 2, .kv_heads = 2, .flags = FLAG(BIAS)},
 	{.kind = LAYER_ATTN, .in = 8, .out = 8, .heads = 4, .kv_heads = 2, .flags = FLAG(ROPE)},
 	{.kind = LAYER_ATTN, .in = 8, .out = 8, .heads = 2, .kv_heads = 1, .drop = 0.3},
+	{.kind = LAYER_ATTN, .in = 8, .out = 8, .heads = 2, .kv_heads = 2, .flags = FLAG(FLASH)},
+	{.kind = LAYER_ATTN, .in = 8, .out = 8, .heads = 4, .kv_heads = 2, .drop = 0.3,
+	 .flags = FLAG(FLASH) | FLAG(ROPE)},
 	{.kind = LAYER_MLP, .in = 6, .out = 6, .hidden = 8, .flags = FLAG(BIAS)},
 	{.kind = LAYER_MLP, .in = 6, .out = 6, .hidden = 8},
 	{.kind = LAYER_SWIGLU, .in = 6, .out = 6, .hidden = 8},
@@ -572,6 +575,11 @@ static int fd_layer(RtRank *r, const PlanLayer *ly, const LayerShape *sh)
 	int checked = 0;
 	for (int j = 0; j < o.t.nparams; j++)
 		memset(o.grad[j]->data, 0, (size_t)o.grad[j]->bytes);
+	for (int j = 0; j < o.t.nsaved; j++) // flash: B rebuilds F's scratch (NaN till then)
+		if (o.t.saved[j].scratch)
+			memset(o.keep[j]->data, 0xff, (size_t)o.keep[j]->bytes);
+	if (row->bwd_in && plan_attn_lse_slot(ly) >= 0)
+		assert_int_equal(row->rebuild(r, &c), RT_OK);
 	if (row->bwd_in) {
 		assert_int_equal(row->bwd_in(r, &c), RT_OK);
 		for (int j = 0; j < o.t.nparams; j++)

@@ -73,6 +73,62 @@ static void tk__attention_dropout__matches_finite_differences(void **state)
 	arena_free(&A);
 }
 
+/* |got - want| <= tol (1 + |want|) element by element. */
+static void near(const float *got, const float *want, int64_t n, double tol, const char *what)
+{
+	for (int64_t i = 0; i < n; i++)
+		if (!(fabs((double)got[i] - want[i]) <= tol * (1 + fabs((double)want[i]))))
+			fail_msg("%s element %lld: %.9g, materialised %.9g", what, (long long)i,
+			         (double)got[i], (double)want[i]);
+}
+
+/* Flash attention against the materialised form (GQA, rotary, dropout=0.3, and at
+ * tp = 2 a rank's heads): F gives the same output with only the rows' log-sum-exp kept
+ * (P, mask and pd are scratch, poisoned after F); B rebuilds P from q, k and the
+ * log-sum-exp, draws the same mask bit for bit, and gives the same input gradient and
+ * dqkv, all within 1e-5 (float rounding: exp(s - lse) against exp(s - max) / sum). */
+static void tk__attention_flash__equals_materialised(void **state)
+{
+	(void)state;
+	for (int tp = 1; tp <= 2; tp++) {
+		Arena A = {.rng = 53};
+		TkAttn a = shape(4, 2, 1);
+		TkDrop dr = tk_drop(0.3, 0xf1a5);
+		AttnCtx c = attn_setup(&A, a, 1);
+		c.a.tp = tp;
+		dr.head0 = tp > 1 ? a.H / tp : 0; // rank 1 of 2
+		int64_t N = a.B * a.S, d = a.d, di = d / tp, nq = tk_attn_nqkv(&a) / tp;
+		int64_t np = tk_attn_p_elems(&a) / tp, nl = a.B * (a.H / tp) * a.S;
+		uint8_t *mask = malloc((size_t)np), *mask2 = malloc((size_t)np);
+		assert_true(mask && mask2);
+		float *pd = buf(&A, np), *att = buf(&A, N * di), *y = buf(&A, N * d);
+		float *qkv2 = buf(&A, N * nq), *p2 = buf(&A, np), *pd2 = buf(&A, np);
+		float *att2 = buf(&A, N * di), *y2 = buf(&A, N * d), *lse = buf(&A, nl);
+		tk_attn_fwd_drop(&c.a, &dr, c.x, c.wqkv, c.bqkv, c.wo, c.bo, c.qkv, c.p, mask, pd, att,
+		                 y);
+		tk_attn_fwd_flash(&c.a, &dr, c.x, c.wqkv, c.bqkv, c.wo, c.bo, qkv2, p2, mask2, pd2, lse,
+		                  att2, y2);
+		same_bits(qkv2, c.qkv, N * nq, "flash qkv");
+		near(y2, y, N * d, 1e-5, "flash y");
+		fully_written(lse, nl, "flash lse");
+		memset(p2, 0xff, (size_t)np * sizeof *p2); // scratch: gone after F
+		memset(pd2, 0xff, (size_t)np * sizeof *pd2);
+		memset(mask2, 7, (size_t)np);
+		tk_attn_probs_lse(&c.a, &dr, qkv2, lse, p2, mask2, pd2);
+		assert_memory_equal(mask2, mask, (size_t)np);
+		near(p2, c.p, np, 1e-6, "flash P rebuilt");
+		float *dq = buf(&A, N * nq), *dx = buf(&A, N * d), *w = buf(&A, tk_attn_workspace(&a));
+		float *dq2 = buf(&A, N * nq), *dx2 = buf(&A, N * d);
+		tk_attn_bwd_in_drop(&c.a, &dr, c.wqkv, c.wo, c.qkv, c.p, mask, pd, c.r, dq, dx, w);
+		tk_attn_bwd_in_drop(&c.a, &dr, c.wqkv, c.wo, qkv2, p2, mask2, pd2, c.r, dq2, dx2, w);
+		near(dq2, dq, N * nq, 1e-5, "flash dqkv");
+		near(dx2, dx, N * d, 1e-5, "flash dx");
+		free(mask);
+		free(mask2);
+		arena_free(&A);
+	}
+}
+
 static void tk__attention_mha_bias__matches_finite_differences(void **state)
 {
 	(void)state;
@@ -362,6 +418,7 @@ int main(void)
 		cmocka_unit_test(tk__dropout__kept_fraction_within_binomial_bound),
 		cmocka_unit_test(tk__attention_dropout__masks_count_over_every_head),
 		cmocka_unit_test(tk__attention_dropout__matches_finite_differences),
+		cmocka_unit_test(tk__attention_flash__equals_materialised),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

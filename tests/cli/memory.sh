@@ -2,8 +2,9 @@
 # The memory model (docs/semantics.md "Memory"): piperun's measured peak total and its
 # parts equal pipesim's prediction, rank by rank, over programs with skips, hand-offs,
 # sends to self, dp, transformers, tp (gpt-tp), dropout (masks of one byte an element,
-# attention's dropped probabilities, selective recomputation of both), AdamW and every
-# schedule on mlp4.
+# attention's dropped probabilities, selective recomputation of both), flash attention
+# (the rows' log-sum-exp kept, its S x S tensors scratch; with dropout and selective
+# recomputation), AdamW and every schedule on mlp4.
 TOOL=memory
 . tests/lib/cli.sh
 
@@ -39,9 +40,18 @@ sed "$drop" examples/gpt-tiny.pipe >"$dir/gpt-dropout.pipe"
 sed "$drop
      s/^schedule .*/recompute * selective;\n&/" examples/gpt-tiny.pipe >"$dir/gpt-dropout-sel.pipe"
 sed "$drop" examples/gpt-tp.pipe >"$dir/gpt-tp-dropout.pipe"
+flash='s/attention heads=4 bias/& flash/'
+sed "$drop
+     $flash" examples/gpt-tiny.pipe >"$dir/gpt-flash.pipe"
+sed "$drop
+     $flash
+     s/^schedule .*/recompute * selective;\n&/" examples/gpt-tiny.pipe >"$dir/gpt-flash-sel.pipe"
+sed "$drop
+     $flash" examples/gpt-tp.pipe >"$dir/gpt-tp-flash.pipe"
 for p in examples/tiny.pipe examples/mlp4.pipe examples/skips.pipe examples/gpt-tiny.pipe \
 	examples/zbv.pipe examples/zbv-selfsend.pipe examples/interleaved.pipe examples/gpt-tp.pipe \
 	"$dir/gpt-dropout.pipe" "$dir/gpt-dropout-sel.pipe" "$dir/gpt-tp-dropout.pipe" \
+	"$dir/gpt-flash.pipe" "$dir/gpt-flash-sel.pipe" "$dir/gpt-tp-flash.pipe" \
 	"$dir/mlp4-momentum.pipe" "$dir/mlp4-adamw.pipe"; do # AdamW last: its figures below
 	b=$(basename "$p" .pipe)
 	t "compiles $b" 0 "$BIN/pipecc" "$p" -o "$dir/$b.plan"
