@@ -1,7 +1,8 @@
 #!/bin/sh
 # Vocabulary padding (`input tokens BxS vocab=V pad=M;`, docs/language.md): vocab=257
 # pad=8 at tp=2, which tp does not divide, pads to 272 (the least multiple of 8 x 2 at
-# least 257); the plan records both (`vocab=257 padded=272`) and reads back; the summary
+# least 257); the plan records both (`vocab=257 padded=272`) and reads back (text and
+# binary); the summary
 # counts the padded tables (its figures derived below); pipesim proves the plan; piperun
 # --check passes on threads and under mpirun; the loss equals the unpadded model's (tp=1,
 # vocab=257) at every step with the same seed, tied head or not, since the real rows
@@ -36,6 +37,10 @@ has "the summary names both" "$dir/sum" "tokens (vocabulary 257, padded to 272)"
 has "s0 counts its half of the padded table" "$dir/sum" "^s0  *0  *2848 "
 has "s1 counts its half of the padded head" "$dir/sum" "^s1  *1  *2208 "
 t "pipesim proves the padded plan" 0 "$BIN/pipesim" -q "$dir/pad.plan"
+"$BIN/pipecc" "$dir/pad.pipe" --plan-format binary -q -o "$dir/pad.bin"
+"$BIN/pipecc" "$dir/pad.bin" -q -o "$dir/back.plan"
+cmp -s "$dir/pad.plan" "$dir/back.plan"
+check "the binary form keeps padded=" $? "text -> binary -> text differs"
 t "piperun --check on threads" 0 "$BIN/piperun" "$dir/pad.plan" --check --steps 3 -q
 has "piperun --check agrees" "$dir/out" "^check: .*: ok"
 
