@@ -2,9 +2,8 @@
 # Vocabulary padding (`input tokens BxS vocab=V pad=M;`, docs/language.md): vocab=257
 # pad=8 at tp=2, which tp does not divide, pads to 272 (the least multiple of 8 x 2 at
 # least 257); the plan records both (`vocab=257 padded=272`) and reads back (text and
-# binary); the summary
-# counts the padded tables (its figures derived below); pipesim proves the plan; piperun
-# --check passes on threads and under mpirun; the loss equals the unpadded model's (tp=1,
+# binary); the summary counts the padded tables (its figures derived below); pipesim
+# proves the plan; piperun --check passes on threads and under mpirun; the loss equals the unpadded model's (tp=1,
 # vocab=257) at every step with the same seed, tied head or not, since the real rows
 # start equal and the padded logits are left out of the loss; at tp=1 without pad= the
 # plan is the unpadded one; pad=M where M x tp already divides V pads nothing.
@@ -36,7 +35,10 @@ has "the summary names both" "$dir/sum" "tokens (vocabulary 257, padded to 272)"
 # tables would be 257/2 rows: not whole.
 has "s0 counts its half of the padded table" "$dir/sum" "^s0  *0  *2848 "
 has "s1 counts its half of the padded head" "$dir/sum" "^s1  *1  *2208 "
-t "pipesim proves the padded plan" 0 "$BIN/pipesim" -q "$dir/pad.plan"
+t "pipesim proves the padded plan" 0 "$BIN/pipesim" "$dir/pad.plan"
+# pipesim's memory table: params bytes 4 x 2848 on rank 0, 4 x 2208 on rank 2.
+has "pipesim holds rank 0's padded table" "$dir/out" "^ *0  *[0-9]*  *11392  *11392 "
+has "pipesim holds rank 2's padded head" "$dir/out" "^ *2  *[0-9]*  *8832  *8832 "
 "$BIN/pipecc" "$dir/pad.pipe" --plan-format binary -q -o "$dir/pad.bin"
 "$BIN/pipecc" "$dir/pad.bin" -q -o "$dir/back.plan"
 cmp -s "$dir/pad.plan" "$dir/back.plan"
