@@ -30,8 +30,10 @@ static void check_tokens(Check *c, AstStmt *s)
 	ok &= whole(c, &s->shape.cols, "sequence length", 1, MAX_SIZE, &p->seq);
 	for (int i = 0; i < s->nkvs; i++) {
 		AstKv *kv = &s->kvs[i];
-		int k = strcmp(kv->key.s, "vocab") == 0 ? 0 : strcmp(kv->key.s, "pad") == 0 ? 1 : -1;
-		if (k < 0) {
+		int k = 0;
+		while (k < 2 && strcmp(kv->key.s, keys[k]) != 0)
+			k++;
+		if (k == 2) {
 			unknown_word(c, &kv->key, "input setting", keys, 2);
 			ok = 0;
 		} else if (repeated_key(c, s->kvs, i, "input setting")) {
