@@ -862,6 +862,7 @@ static Program *check(Arena *a, Diag *d, const char *file, AstProgram *ast)
 		return p;
 	if (!ast->lost)
 		check_required(&c);
+	check_vocab_pad(&c);
 	check_layers(&c);
 	check_lists(&c);
 	check_custom(&c);

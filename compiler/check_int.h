@@ -83,5 +83,6 @@ void check_layers(Check *c);
 void check_costs(Check *c);
 void check_mesh(Check *c, AstStmt *s); // check_mesh.c
 void check_tp(Check *c);
+void check_vocab_pad(Check *c); // check_mesh.c: pad= once tp is known
 
 #endif

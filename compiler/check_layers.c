@@ -12,11 +12,14 @@
 #include "../plan/tfcount.h"
 #include "check_int.h"
 
-/* `input tokens BxS vocab=V;`: B sequences of S tokens; rows are the B*S tokens. */
+/* `input tokens BxS vocab=V [pad=M];`: B sequences of S tokens; rows are the B*S tokens.
+ * pad=M pads the vocabulary to a multiple of M x tp once tp is known (check_vocab_pad). */
 static void check_tokens(Check *c, AstStmt *s)
 {
+	static const char *const keys[] = {"vocab", "pad"};
+	static const char *const eg[] = {"vocab=50257", "pad=128"};
 	Program *p = c->p;
-	int b = 0, ok = 1, vocab = -1;
+	int b = 0, ok = 1, val[2] = {-1, 0};
 	p->input_loc = s->span;
 	if (strcmp(s->name3.s, "tokens") != 0) {
 		diag_error(c->d, s->name3.loc, "unknown input kind '%s'; the input is 'ROWSxCOLS' or "
@@ -27,20 +30,24 @@ static void check_tokens(Check *c, AstStmt *s)
 	ok &= whole(c, &s->shape.cols, "sequence length", 1, MAX_SIZE, &p->seq);
 	for (int i = 0; i < s->nkvs; i++) {
 		AstKv *kv = &s->kvs[i];
-		if (strcmp(kv->key.s, "vocab") != 0) {
-			static const char *const keys[] = {"vocab"};
-			unknown_word(c, &kv->key, "input setting", keys, 1);
+		int k = 0;
+		while (k < 2 && strcmp(kv->key.s, keys[k]) != 0)
+			k++;
+		if (k == 2) {
+			unknown_word(c, &kv->key, "input setting", keys, 2);
 			ok = 0;
 		} else if (repeated_key(c, s->kvs, i, "input setting")) {
 			ok = 0;
 		} else if (!kv->has_val) {
-			diag_error(c->d, kv->loc, "'vocab' needs a value, e.g. vocab=50257");
+			diag_error(c->d, kv->loc, "'%s' needs a value, e.g. %s", keys[k], eg[k]);
 			ok = 0;
 		} else {
-			ok &= whole(c, &kv->val, "vocab", 1, MAX_SIZE, &vocab);
+			ok &= whole(c, &kv->val, keys[k], 1, MAX_SIZE, &val[k]);
+			if (k == 1)
+				p->pad_loc = kv->loc;
 		}
 	}
-	if (ok && vocab < 0) {
+	if (ok && val[0] < 0) {
 		diag_error(c->d, s->span, "a token input needs its vocabulary: vocab=V");
 		ok = 0;
 	}
@@ -52,7 +59,8 @@ static void check_tokens(Check *c, AstStmt *s)
 	if (ok) {
 		p->rows = b * p->seq;
 		p->cols = 1;
-		p->vocab = vocab;
+		p->vocab = val[0];
+		p->vocab_pad = val[1];
 	} else {
 		p->seq = 0;
 	}
@@ -66,7 +74,11 @@ void check_input(Check *c, AstStmt *s)
 		check_tokens(c, s);
 		return;
 	}
-	int ok = whole(c, &s->shape.rows, "input rows", 1, MAX_SIZE, &p->rows);
+	for (int i = 0; i < s->nkvs; i++)
+		diag_error(c->d, s->kvs[i].loc, "a matrix input takes no settings ('%s'); vocab= and "
+		           "pad= belong to 'input tokens BxS vocab=V'", s->kvs[i].key.s);
+	int ok = !s->nkvs;
+	ok &= whole(c, &s->shape.rows, "input rows", 1, MAX_SIZE, &p->rows);
 	ok &= whole(c, &s->shape.cols, "input columns", 1, MAX_SIZE, &p->cols);
 	p->input_loc = ast_span(s->shape.rows.loc, s->shape.cols.loc);
 	c->input_ok = ok;
@@ -752,7 +764,7 @@ void check_costs(Check *c)
 {
 	Program *p = c->p;
 	LayerShape shape = {p->rows, p->seq ? p->rows / p->seq : p->rows, p->seq ? p->seq : 1,
-	                    p->vocab};
+	                    p->vocab, p->vocab_real};
 	if (!c->widths_ok || !c->input_ok)
 		return;
 	int64_t mem = 0;

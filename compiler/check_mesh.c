@@ -83,6 +83,28 @@ int prog_node_size(const Program *p)
 	return n > 0 ? n : 1;
 }
 
+/* pad=M on the token input: the vocabulary the tables, the head and the loss span is the
+ * least multiple of M x tp at least V (Megatron's _vocab_size_with_padding, whose M is
+ * make-vocab-size-divisible-by, 128 by default): GPT-2's 50257 is 50304 at tp=1, 50432
+ * at tp=2 and 51200 at tp=8.  The padded rows are parameters like any other; token ids
+ * stay below V and the loss leaves the padded logits out. */
+void check_vocab_pad(Check *c)
+{
+	Program *p = c->p;
+	int tp = p->dims[DIM_TP] > 0 ? p->dims[DIM_TP] : 1;
+	if (!c->input_ok || !p->seq || !p->vocab_pad)
+		return;
+	int64_t m = (int64_t)p->vocab_pad * tp, v = (p->vocab + m - 1) / m * m;
+	if (v > MAX_SIZE) {
+		diag_error(c->d, p->pad_loc, "pad=%d at tp=%d pads the vocabulary (%d) to %lld, more "
+		           "than %d", p->vocab_pad, tp, p->vocab, (long long)v, MAX_SIZE);
+		c->input_ok = 0;
+		return;
+	}
+	p->vocab_real = v != p->vocab ? p->vocab : 0;
+	p->vocab = (int)v;
+}
+
 /* Tensor parallelism: every split layer divides evenly (heads, key/value heads, hidden
  * width, vocabulary), and the tp groups fit a node unless the mesh opts out with
  * `tp_spans_nodes` (a group that spans nodes anyway, by the mesh order, is a warning). */
@@ -93,8 +115,8 @@ void check_tp(Check *c)
 	if (tp <= 1 || !c->mesh_ok || !c->widths_ok || !c->input_ok)
 		return;
 	LayerShape shape = {p->rows, p->seq ? p->rows / p->seq : p->rows, p->seq ? p->seq : 1,
-	                    p->vocab};
-	int bad = 0;
+	                    p->vocab, p->vocab_real};
+	int bad = 0, vocab = 0;
 	for (int i = 0; i < p->nstages; i++)
 		for (int j = 0; j < p->stages[i].nlayers; j++) {
 			const ProgLayer *ly = &p->stages[i].layers[j];
@@ -106,6 +128,9 @@ void check_tp(Check *c)
 				plan_layers[ly->kind].name);
 			if (!bad++)
 				diag_note(c->d, p->tp_loc, "tp is set here");
+			if (plan_layers[ly->kind].tp == LAYER_TP_VOCAB && !vocab++)
+				diag_note(c->d, p->input_loc, "pad=M on the token input pads the vocabulary "
+				          "to a multiple of M x tp, as Megatron does (e.g. pad=128)");
 		}
 	int node = prog_node_size(p);
 	if (tp > node && !p->tp_spans_nodes) {

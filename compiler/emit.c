@@ -178,7 +178,11 @@ int pipecc_emit_summary(const Plan *p, FILE *f)
 	p2p_bytes *= lines;
 	ar_bytes *= lines;
 	tp_bytes *= lines;
-	if (p->seq > 0)
+	if (p->seq > 0 && p->vocab_real)
+		fprintf(f, "pipeline %s: schedule %s, %d stages, %d microbatches of %dx%d tokens "
+		           "(vocabulary %d, padded to %d)\n", p->name, p->schedule, p->nstages,
+		        p->microbatches, p->rows / p->seq, p->seq, p->vocab_real, p->vocab);
+	else if (p->seq > 0)
 		fprintf(f, "pipeline %s: schedule %s, %d stages, %d microbatches of %dx%d tokens "
 		           "(vocabulary %d)\n", p->name, p->schedule, p->nstages, p->microbatches,
 		        p->rows / p->seq, p->seq, p->vocab);

@@ -145,6 +145,7 @@ static void fill_stages(Lw *w)
 	p->nstages = pr->nstages; // after the array, so plan_free can follow an early stop
 	p->seq = pr->seq;
 	p->vocab = pr->vocab;
+	p->vocab_real = pr->vocab_real;
 	p->optim = pr->optim;
 	LayerShape shape = plan_shape(p);
 	int es = -1; // the embedding's stage: a head tied to it on another rank keeps a copy

@@ -104,7 +104,12 @@ typedef struct {
 	int microbatches;
 	Loc mb_loc;
 	int rows, cols;                // a token input: rows = sequences x seq, cols = 1
-	int seq, vocab;                // a token input's sequence length and vocabulary; else 0
+	int seq, vocab;                // a token input's sequence length and vocabulary (padded
+	                               // when pad= is given: what tables and logits span); else 0
+	int vocab_real;                // the vocabulary as written when padding changed it
+	                               // (token ids < vocab_real); else 0
+	int vocab_pad;                 // pad=M: vocab is the least multiple of M x tp >= vocab_real
+	Loc pad_loc;
 	Loc input_loc;
 
 	PlanOptim optim;               // optimizer NAME ...; (given 0 without one: SGD)

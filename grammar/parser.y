@@ -144,9 +144,10 @@ stmt
 		$$ = ast_stmt(ps, AST_MICROBATCHES, @1, ast_span(@1, @2));
 		$$->num = $2;
 	}
-	| INPUT SHAPE ';'  {
+	| INPUT SHAPE kvs ';'  {
 		$$ = ast_stmt(ps, AST_INPUT, @1, ast_span(@1, @2));
 		$$->shape = $2;
+		$$->kvs = ast_vec_take(ps, $3, &$$->nkvs);
 	}
 	| INPUT IDENT SHAPE kvs ';'  {
 		$$ = ast_stmt(ps, AST_INPUT, @1, ast_span(@1, @4));

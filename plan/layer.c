@@ -83,6 +83,7 @@ static void linear_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, La
 static void embed_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, LayerTensors *t)
 {
 	param(t, sh->vocab / tp, ly->out, LAYER_INIT_UNIFORM, 0); // EMBED_WTE
+	t->param[EMBED_WTE].fan = sh->real;
 	split(t, tp, LAYER_SPLIT_ROWS, 1, &sh->vocab);
 	if (has(ly, LAYER_KEY_POSITIONS))
 		param(t, sh->seq, ly->out, LAYER_INIT_UNIFORM, 0); // EMBED_WPE
@@ -220,9 +221,9 @@ static void swiglu_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, La
  * wv and gives their logits; the backward all-reduce sums the input gradients. */
 static void head_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, LayerTensors *t)
 {
-	(void)sh;
 	int64_t whole = ly->out;
 	param(t, whole / tp, ly->in, LAYER_INIT_UNIFORM, 1); // HEAD_WV
+	t->param[0].fan = sh->real; // HEAD_WV (a tied head's borrowed or copied table too)
 	split(t, tp, LAYER_SPLIT_ROWS, 1, &whole);
 	t->out = whole / tp; // its slice of the logits
 	t->copy = has(ly, LAYER_KEY_TIED) && has(ly, LAYER_KEY_COPY);
@@ -325,7 +326,7 @@ LayerCost plan_layer_figures(const PlanLayer *l, const LayerShape *sh)
 LayerCost plan_layer_cost(LayerKind k, int64_t rows, int in, int out)
 {
 	PlanLayer l = {.kind = k, .in = in, .out = out};
-	LayerShape sh = {rows, rows, 1, 0};
+	LayerShape sh = {rows, rows, 1, 0, 0};
 	return plan_layer_figures(&l, &sh);
 }
 LayerKind plan_layer_parse(const char *word, const char *name)

@@ -99,10 +99,18 @@ typedef struct {
 #define PLAN_NEST_MAX 16
 
 /* The microbatch a layer works on: rows = batch * seq rows (tokens) of features;
- * a matrix input is batch = rows, seq = 1, vocab = 0. */
+ * a matrix input is batch = rows, seq = 1, vocab = 0.  vocab is what tables and logits
+ * span, padded or not; real, when not 0, the vocabulary before padding (token ids and
+ * the loss's columns are below it; plan_vocab_real). */
 typedef struct {
-	int64_t rows, batch, seq, vocab;
+	int64_t rows, batch, seq, vocab, real;
 } LayerShape;
+
+/* The vocabulary token ids are below and the loss spans: sh->vocab less any padding. */
+static inline int64_t plan_vocab_real(const LayerShape *sh)
+{
+	return sh->real ? sh->real : sh->vocab;
+}
 
 /* ---- a layer's tensors: the one statement of its shapes ----
  * Each row's `tensors` function states the tensors of one layer on one rank of a tp
@@ -124,6 +132,9 @@ typedef enum {
 typedef struct {
 	int64_t rows, cols;
 	LayerInit init;  // parameters: their initial values (docs/semantics.md "Model")
+	int64_t fan;     // LAYER_INIT_UNIFORM: the whole tensor's rows its scale counts when
+	                 // not all of them (a padded vocabulary table: the real vocabulary, so
+	                 // the real rows start as they would unpadded); 0: rows
 	int gemm;        // parameters: a GEMM weight, 2 FLOPs per row and element in each of
 	                 // F, B and W (docs/layers.md)
 	uint8_t mask;    // saved: one byte an element (a dropout mask of 0s and 1s, as PyTorch

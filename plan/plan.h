@@ -152,6 +152,8 @@ typedef struct {
 	int microbatches;
 	int rows, cols;        // one microbatch of input: rows x cols f32
 	int seq, vocab;        // token input: rows = sequences x seq tokens over vocab; else 0
+	int vocab_real;        // padded vocabulary (`padded=`): token ids < vocab_real, the
+	                       // loss leaves logits vocab_real.. out; 0: vocab, no padding
 	PlanOptim optim;
 	int64_t mem_cap;       // bytes each device holds (`device memory=`); 0: not stated
 	int link_ideal;        // 1: transfers are free

@@ -189,7 +189,7 @@ static int grow(Rd *r, void **arr, int64_t *cap, int64_t need, size_t size)
 	return 0;
 }
 
-/* `input tokens BxS vocab=V`: rows are the B*S tokens, one int32 id each. */
+/* `input tokens BxS vocab=V [padded=P]`: rows are the B*S tokens, one int32 id each. */
 static int read_tokens(Rd *r, Plan *p)
 {
 	int b, s;
@@ -198,8 +198,10 @@ static int read_tokens(Rd *r, Plan *p)
 	if (*r->s != 'x')
 		return rd_fail(r, "expected 'x' between input sequences and length");
 	r->s++;
-	if (inum(r, &s, 1, INT_MAX, "sequence length") ||
-	    kv(r, "vocab=", &p->vocab, 1, INT_MAX) || eol(r))
+	if (inum(r, &s, 1, INT_MAX, "sequence length") || kv(r, "vocab=", &p->vocab, 1, INT_MAX))
+		return -1;
+	p->vocab_real = strstr(r->s, "padded=") ? p->vocab : 0; // then vocab is the padded one
+	if ((p->vocab_real && kv(r, "padded=", &p->vocab, p->vocab + 1, INT_MAX)) || eol(r))
 		return -1;
 	if ((int64_t)b * s > INT_MAX)
 		return rd_fail(r, "input has %lld tokens, more than %d", (long long)b * s, INT_MAX);

@@ -510,7 +510,10 @@ static void write_body(Out *o, const Plan *p)
 		putf(o, "lines %d devices_per_node=%d\n", plan_mesh_world(p) / p->dims[DIM_PP],
 		     p->dev_per_node);
 	putf(o, "microbatches %d\n", p->microbatches);
-	if (p->seq > 0)
+	if (p->seq > 0 && p->vocab_real)
+		putf(o, "input tokens %dx%d vocab=%d padded=%d\n", p->rows / p->seq, p->seq,
+		     p->vocab_real, p->vocab);
+	else if (p->seq > 0)
 		putf(o, "input tokens %dx%d vocab=%d\n", p->rows / p->seq, p->seq, p->vocab);
 	else
 		putf(o, "input %dx%d\n", p->rows, p->cols);

@@ -276,13 +276,13 @@ static int embed_fwd(RtRank *r, const RtLayerCall *c)
 {
 	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
-	int32_t *ids = token_ids(r, c->x, c->sh.vocab, "input token");
+	int64_t V = plan_vocab_real(&c->sh), n = c->sh.vocab / tp_of(c);
+	int32_t *ids = token_ids(r, c->x, V, "input token");
 	if (!ids)
 		return RT_EFAIL;
-	int64_t n = c->sh.vocab / tp_of(c);
 	tk_embed_fwd_tp(ids, PARAM(c, EMBED_WTE),
 	                c->nparams > 1 ? once(c, PARAM(c, EMBED_WPE)) : NULL, F32(c->y),
-	                c->sh.batch, c->sh.seq, c->layer->out, c->sh.vocab, c->tp_rank * n, n);
+	                c->sh.batch, c->sh.seq, c->layer->out, V, c->tp_rank * n, n);
 	free(ids);
 	return RT_OK;
 }
@@ -291,13 +291,13 @@ static int embed_bwd_w(RtRank *r, const RtLayerCall *c)
 {
 	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
-	int32_t *ids = token_ids(r, c->x, c->sh.vocab, "input token");
+	int64_t V = plan_vocab_real(&c->sh), n = c->sh.vocab / tp_of(c);
+	int32_t *ids = token_ids(r, c->x, V, "input token");
 	if (!ids)
 		return RT_EFAIL;
-	int64_t n = c->sh.vocab / tp_of(c);
 	tk_embed_bwd_w_tp(ids, F32(c->dy), GRAD(c, EMBED_WTE),
 	                  c->nparams > 1 ? GRAD(c, EMBED_WPE) : NULL, c->sh.batch, c->sh.seq,
-	                  c->layer->out, c->sh.vocab, c->tp_rank * n, n);
+	                  c->layer->out, V, c->tp_rank * n, n);
 	free(ids);
 	return RT_OK;
 }
@@ -575,24 +575,26 @@ static int head_bwd_w(RtRank *r, const RtLayerCall *c)
 
 /* xent: mean cross-entropy of the rows against their next tokens, into loss[slot].  At
  * tp > 1 (vocabulary-parallel) F writes the local row maxima into y's row 0 and keeps
- * the targets; tp_fwd finishes after the model's all-reduces (rt_backend.h). */
+ * the targets; tp_fwd finishes after the model's all-reduces (rt_backend.h).  A padded
+ * vocabulary's columns (from plan_vocab_real on) are left out of the softmax. */
 static int xent_fwd(RtRank *r, const RtLayerCall *c)
 {
 	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
 	if (c->slot < 0 || c->slot >= c->loss->cols)
 		return rt_error(r, "internal: loss slot %d of %lld", c->slot, (long long)c->loss->cols);
-	int32_t *ids = token_ids(r, c->target, c->layer->in, "target token");
+	int64_t V = plan_vocab_real(&c->sh), n = c->layer->in / tp_of(c);
+	int32_t *ids = token_ids(r, c->target, V, "target token");
 	if (!ids)
 		return RT_EFAIL;
 	memcpy(SAVED(c, XENT_TARGETS), F32(c->target), (size_t)c->target->bytes);
 	if (tp_of(c) > 1) {
-		tk_xent_tp_max(F32(c->x), F32(c->y), c->rows, c->layer->in / tp_of(c));
+		tk_xent_tp_max(F32(c->x), F32(c->y), c->rows, V, c->tp_rank * n, n);
 		free(ids);
 		return RT_OK;
 	}
 	double loss = 0;
-	tk_xent_fwd(F32(c->x), ids, SAVED(c, XENT_LSE), &loss, c->rows, c->layer->in);
+	tk_xent_fwd(F32(c->x), ids, SAVED(c, XENT_LSE), &loss, c->rows, V, c->layer->in);
 	free(ids);
 	F32(c->loss)[c->slot] = (float)loss;
 	return RT_OK;
@@ -608,10 +610,11 @@ static int xent_tp_fwd(RtRank *r, const RtLayerCall *c)
 		F32(c->loss)[c->slot] = (float)loss;
 		return RT_OK;
 	}
-	int32_t *ids = token_ids(r, c->saved[XENT_TARGETS], c->layer->in, "target token");
+	int64_t V = plan_vocab_real(&c->sh);
+	int32_t *ids = token_ids(r, c->saved[XENT_TARGETS], V, "target token");
 	if (!ids)
 		return RT_EFAIL;
-	tk_xent_tp_sums(F32(c->x), ids, y, y + N, y + 2 * N, N, c->layer->in, c->tp_rank * n, n);
+	tk_xent_tp_sums(F32(c->x), ids, y, y + N, y + 2 * N, N, V, c->tp_rank * n, n);
 	free(ids);
 	return RT_OK;
 }
@@ -620,12 +623,12 @@ static int xent_bwd_in(RtRank *r, const RtLayerCall *c)
 {
 	if (rt_layer_call_check(r, c))
 		return RT_EFAIL;
-	int32_t *ids = token_ids(r, c->saved[XENT_TARGETS], c->layer->in, "target token");
+	int64_t V = plan_vocab_real(&c->sh), n = c->layer->in / tp_of(c);
+	int32_t *ids = token_ids(r, c->saved[XENT_TARGETS], V, "target token");
 	if (!ids)
 		return RT_EFAIL;
-	int64_t n = c->layer->in / tp_of(c);
-	tk_xent_tp_bwd(F32(c->x), ids, SAVED(c, XENT_LSE), c->scale, F32(c->dx), c->rows,
-	               c->layer->in, c->tp_rank * n, n);
+	tk_xent_tp_bwd(F32(c->x), ids, SAVED(c, XENT_LSE), c->scale, F32(c->dx), c->rows, V,
+	               c->tp_rank * n, n);
 	free(ids);
 	return RT_OK;
 }

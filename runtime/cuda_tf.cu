@@ -416,13 +416,13 @@ static __global__ void k_geglu_act_bwd(const float *g, const float *u, float *dg
 	}
 }
 
-/* Each row's log-sum-exp (saved) and its loss term (double, into rl); a thread per row. */
+/* A thread per row: its lse (saved), its loss term (double, into rl); columns V.. padding. */
 static __global__ void k_xent_rows(const float *x, const float *tgt, float *lse, double *rl,
-                                   int64_t N, int64_t V)
+                                   int64_t N, int64_t V, int64_t Vp)
 {
 	FOR_EACH(i, N)
 	{
-		const float *r = x + i * V;
+		const float *r = x + i * Vp;
 		float mx = r[0];
 		for (int64_t j = 1; j < V; j++)
 			mx = r[j] > mx ? r[j] : mx;
@@ -455,20 +455,22 @@ static __global__ void k_xent_bwd(const float *x, const float *tgt, const float 
 		float o = fmul_rn(k, expf(fsub_rn(x[e], lse[i])));
 		if (lo + j == tok_id(tgt[i], V))
 			o = fsub_rn(o, k);
-		dx[e] = o;
+		dx[e] = lo + j < V ? o : 0.0f; // a padded column: no gradient
 	}
 }
 
 /* The vocabulary-parallel loss (tkernels.h tk_xent_tp_*): each row's local maximum;
  * after its max all-reduce, the sum of exp(x - max) and the target's logit (0 outside
  * the rank's columns); after their sum all-reduce, lse and the row's loss term. */
-static __global__ void k_xent_tp_max(const float *x, float *mx, int64_t N, int64_t n)
+static __global__ void k_xent_tp_max(const float *x, float *mx, int64_t N, int64_t V,
+                                     int64_t lo, int64_t n)
 {
+	int64_t m_ = max((int64_t)0, min(n, V - lo)); // real columns: V.. is padding
 	FOR_EACH(i, N)
 	{
 		const float *r = x + i * n;
-		float m = r[0];
-		for (int64_t j = 1; j < n; j++)
+		float m = m_ ? r[0] : -INFINITY;
+		for (int64_t j = 1; j < m_; j++)
 			m = r[j] > m ? r[j] : m;
 		mx[i] = m;
 	}
@@ -478,11 +480,12 @@ static __global__ void k_xent_tp_sums(const float *x, const float *tgt, const fl
                                       float *sum, float *zt, int64_t N, int64_t V, int64_t lo,
                                       int64_t n)
 {
+	int64_t m = max((int64_t)0, min(n, V - lo));
 	FOR_EACH(i, N)
 	{
 		const float *r = x + i * n;
 		double s = 0;
-		for (int64_t j = 0; j < n; j++)
+		for (int64_t j = 0; j < m; j++)
 			s = dadd_rn(s, exp(dsub_rn((double)r[j], (double)mx[i])));
 		sum[i] = (float)s;
 		int64_t id = tok_id(tgt[i], V);
@@ -507,7 +510,8 @@ static __global__ void k_xent_tp_end(const float *mx, const float *sum, const fl
 static int embed_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 {
 	(void)s;
-	int64_t N = c->rows, d = c->layer->out, V = c->sh.vocab, n = V / tp_of(c);
+	int64_t N = c->rows, d = c->layer->out, V = plan_vocab_real(&c->sh);
+	int64_t n = c->sh.vocab / tp_of(c);
 	if (check_tokens(r, c->x, V, 0))
 		return RT_EFAIL;
 	const RtTensor *wpe = c->nparams > 1 ? once(c, &c->param[EMBED_WPE]) : NULL;
@@ -519,7 +523,8 @@ static int embed_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 static int embed_bwd_w_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 {
 	(void)s;
-	int64_t N = c->rows, d = c->layer->out, V = c->sh.vocab, n = V / tp_of(c);
+	int64_t N = c->rows, d = c->layer->out, V = plan_vocab_real(&c->sh);
+	int64_t n = c->sh.vocab / tp_of(c);
 	if (check_tokens(r, c->x, V, 0))
 		return RT_EFAIL;
 	LAUNCH(r, k_embed_bwd_w, d, F32(c->x), F32(c->dy), F32(&c->grad[EMBED_WTE]),
@@ -893,7 +898,7 @@ static int head_bwd_w_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
  * saves each row's log-sum-exp and the targets. */
 static int xent_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 {
-	int64_t N = c->rows, V = c->layer->in;
+	int64_t N = c->rows, V = plan_vocab_real(&c->sh), n = c->layer->in / tp_of(c);
 	if (c->slot < 0 || c->slot >= c->loss->cols)
 		return rt_error(r, "internal: loss slot %d of %lld", c->slot, (long long)c->loss->cols);
 	if (check_tokens(r, c->target, V, 1))
@@ -902,13 +907,14 @@ static int xent_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 	          cudaMemcpyAsync(c->saved[XENT_TARGETS]->data, c->target->data,
 	                          (size_t)c->target->bytes, cudaMemcpyDeviceToDevice, cur(r)->cs));
 	if (tp_of(c) > 1) { // the local maxima into y's row 0; tp_fwd does the rest
-		LAUNCH(r, k_xent_tp_max, N, F32(c->x), F32(c->y), N, V / tp_of(c));
+		LAUNCH(r, k_xent_tp_max, N, F32(c->x), F32(c->y), N, V, c->tp_rank * n, n);
 		return RT_OK;
 	}
 	double *rl = (double *)cu_scratch(r, s, N * (int64_t)sizeof(double));
 	if (!rl)
 		return RT_EFAIL;
-	LAUNCH(r, k_xent_rows, N, F32(c->x), F32(c->target), F32(c->saved[XENT_LSE]), rl, N, V);
+	LAUNCH(r, k_xent_rows, N, F32(c->x), F32(c->target), F32(c->saved[XENT_LSE]), rl, N, V,
+	       c->layer->in);
 	k_xent_sum<<<1, 1, 0, cur(r)->cs>>>(rl, N, F32(c->loss) + c->slot);
 	CUDACHECK(r, cudaGetLastError());
 	return RT_OK;
@@ -918,7 +924,7 @@ static int xent_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
  * group's maxima, phase 2 lse and the loss. */
 static int xent_tp_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 {
-	int64_t N = c->rows, V = c->layer->in, n = V / tp_of(c);
+	int64_t N = c->rows, V = plan_vocab_real(&c->sh), n = c->layer->in / tp_of(c);
 	float *y = F32(c->y);
 	if (c->phase == 1) {
 		if (check_tokens(r, c->saved[XENT_TARGETS], V, 1))
@@ -939,7 +945,7 @@ static int xent_tp_fwd_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 static int xent_bwd_in_body(RtRank *r, const RtLayerCall *c, CuScratch *s)
 {
 	(void)s;
-	int64_t N = c->rows, V = c->layer->in, n = V / tp_of(c);
+	int64_t N = c->rows, V = plan_vocab_real(&c->sh), n = c->layer->in / tp_of(c);
 	if (check_tokens(r, c->saved[XENT_TARGETS], V, 1))
 		return RT_EFAIL;
 	float k = (float)((double)c->scale / (double)N); // as tk_xent_bwd

@@ -66,7 +66,7 @@ void rt_gen_tokens(uint64_t seed, int replica, int mb, const LayerShape *sh, int
                    float *out)
 {
 	uint64_t ks = mix(seed, 4), k = mix(mix(mix(seed, 5), (uint64_t)replica), (uint64_t)mb);
-	uint64_t V = (uint64_t)sh->vocab;
+	uint64_t V = (uint64_t)plan_vocab_real(sh); // never a padded row
 	for (int64_t b = 0; b < sh->batch; b++) {
 		uint64_t kb = mix(k, (uint64_t)b);
 		uint64_t t = mix(kb, 0) % V;
@@ -117,7 +117,7 @@ void rt_gen_weights(uint64_t seed, const Plan *p, int stage, float *out)
 			const LayerTensor *sh = &t.param[j];
 			int64_t n = sh->rows * sh->cols;
 			uint64_t kj = j == 0 ? k : mix(k, (uint64_t)j);
-			float sc = (float)(1.0 / sqrt((double)sh->rows));
+			float sc = (float)(1.0 / sqrt((double)(sh->fan ? sh->fan : sh->rows)));
 			for (int64_t i = 0; i < n; i++)
 				out[off + i] = sh->init == LAYER_INIT_UNIFORM ? unit(mix(kj, (uint64_t)i)) * sc
 				               : sh->init == LAYER_INIT_ONE   ? 1.0f

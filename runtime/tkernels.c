@@ -689,13 +689,13 @@ void tk_head_bwd_w(const float *x, const float *dlogits, float *dwv, int64_t N, 
 }
 
 int tk_xent_fwd(const float *logits, const int32_t *tgt, float *lse, double *loss, int64_t N,
-                int64_t V)
+                int64_t V, int64_t Vp)
 {
 	if (!tokens_ok(tgt, N, V))
 		return TK_EINVAL;
 	double total = 0;
 	for (int64_t i = 0; i < N; i++) {
-		const float *r = logits + i * V;
+		const float *r = logits + i * Vp; // columns V.. are padding, left out
 		float mx = r[0];
 		for (int64_t j = 1; j < V; j++)
 			mx = r[j] > mx ? r[j] : mx;
@@ -711,9 +711,16 @@ int tk_xent_fwd(const float *logits, const int32_t *tgt, float *lse, double *los
 }
 
 int tk_xent_bwd(const float *logits, const int32_t *tgt, const float *lse, float scale,
-                float *dlogits, int64_t N, int64_t V)
+                float *dlogits, int64_t N, int64_t V, int64_t Vp)
 {
-	return tk_xent_tp_bwd(logits, tgt, lse, scale, dlogits, N, V, 0, V); // all columns
+	return tk_xent_tp_bwd(logits, tgt, lse, scale, dlogits, N, V, 0, Vp); // all columns
+}
+
+/* How many of a rank's columns [lo, lo + n) are real words of a vocabulary of V, the
+ * rest being padding (tkernels.h): 0 to n. */
+static int64_t real_cols(int64_t V, int64_t lo, int64_t n)
+{
+	return V - lo < 0 ? 0 : V - lo < n ? V - lo : n;
 }
 
 
@@ -722,12 +729,14 @@ int tk_xent_bwd(const float *logits, const int32_t *tgt, const float *lse, float
  * first (a max all-reduce of tk_xent_tp_max's), so every exponential is taken against
  * the same M on every rank, as the whole kernel takes it: the sum of the ranks' sums is
  * then the whole sum (up to f32 rounding of the partial sums), without rescaling. */
-void tk_xent_tp_max(const float *logits, float *mx, int64_t N, int64_t n)
+void tk_xent_tp_max(const float *logits, float *mx, int64_t N, int64_t V, int64_t lo,
+                    int64_t n)
 {
+	int64_t m_ = real_cols(V, lo, n);
 	for (int64_t i = 0; i < N; i++) {
 		const float *r = logits + i * n;
-		float m = r[0];
-		for (int64_t j = 1; j < n; j++)
+		float m = m_ ? r[0] : -INFINITY; // all padding: no say in the group's maximum
+		for (int64_t j = 1; j < m_; j++)
 			m = r[j] > m ? r[j] : m;
 		mx[i] = m;
 	}
@@ -738,10 +747,11 @@ int tk_xent_tp_sums(const float *logits, const int32_t *tgt, const float *mx, fl
 {
 	if (!tokens_ok(tgt, N, V))
 		return TK_EINVAL;
+	int64_t m = real_cols(V, lo, n);
 	for (int64_t i = 0; i < N; i++) {
 		const float *r = logits + i * n;
 		double s = 0;
-		for (int64_t j = 0; j < n; j++)
+		for (int64_t j = 0; j < m; j++)
 			s += exp((double)r[j] - (double)mx[i]);
 		sum[i] = (float)s;
 		zt[i] = tgt[i] >= lo && tgt[i] < lo + n ? r[tgt[i] - lo] : 0.0f;
@@ -767,11 +777,14 @@ int tk_xent_tp_bwd(const float *logits, const int32_t *tgt, const float *lse, fl
 	if (!tokens_ok(tgt, N, V))
 		return TK_EINVAL;
 	float k = (float)((double)scale / (double)N);
+	int64_t m = real_cols(V, lo, n);
 	for (int64_t i = 0; i < N; i++) {
 		const float *r = logits + i * n;
 		float *o = dlogits + i * n;
-		for (int64_t j = 0; j < n; j++)
+		for (int64_t j = 0; j < m; j++)
 			o[j] = k * expf(r[j] - lse[i]);
+		for (int64_t j = m; j < n; j++)
+			o[j] = 0; // padding: never in the softmax, so no gradient
 		if (tgt[i] >= lo && tgt[i] < lo + n)
 			o[tgt[i] - lo] -= k;
 	}

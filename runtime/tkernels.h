@@ -219,21 +219,26 @@ void tk_head_bwd_w(const float *x, const float *dlogits, float *dwv, int64_t N, 
                    int64_t V);
 
 /* ---- cross-entropy on next-token targets: loss = mean_t -log softmax(logits[t])[tgt[t]] ----
- * logits N x V; tgt N int32 in [0, V).  Saved: lse (N, each row's log-sum-exp) and the
+ * logits N x Vp; tgt N int32 in [0, V).  A padded vocabulary (`pad=`, Vp > V): the
+ * columns V..Vp-1 are left out of the softmax, as if their logits were -inf, and get a
+ * zero gradient; Vp == V pads nothing.  Saved: lse (N, each row's log-sum-exp) and the
  * targets (N int32), plus the input logits (N*V).  Backward writes
  * dlogits = scale * (softmax(logits) - onehot(tgt)) / N, and may run in place
  * (dlogits == logits), so a microbatch needs one N x V buffer.  No parameters.
  * Return TK_EINVAL, writing nothing, if a target is out of range. */
 int tk_xent_fwd(const float *logits, const int32_t *tgt, float *lse, double *loss, int64_t N,
-                int64_t V);
+                int64_t V, int64_t Vp);
 int tk_xent_bwd(const float *logits, const int32_t *tgt, const float *lse, float scale,
-                float *dlogits, int64_t N, int64_t V);
+                float *dlogits, int64_t N, int64_t V, int64_t Vp);
 /* Vocabulary-parallel (tp): a rank's logits are columns [lo, lo + n) of V (N x n).
  * tk_xent_tp_max: each row's local maximum; after its max all-reduce over the group (M),
  * tk_xent_tp_sums: sum of exp(logit - M) and the target's logit (0 when outside the
  * slice); after their sum all-reduce, tk_xent_tp_end: lse = M + log(sum) and the mean
- * loss.  tk_xent_tp_bwd: the rank's columns of tk_xent_bwd's dlogits. */
-void tk_xent_tp_max(const float *logits, float *mx, int64_t N, int64_t n);
+ * loss.  tk_xent_tp_bwd: the rank's columns of tk_xent_bwd's dlogits.  V is the real
+ * vocabulary: the columns lo + j >= V are padding (the maximum of a slice of padding
+ * only is -inf). */
+void tk_xent_tp_max(const float *logits, float *mx, int64_t N, int64_t V, int64_t lo,
+                    int64_t n);
 int tk_xent_tp_sums(const float *logits, const int32_t *tgt, const float *mx, float *sum,
                     float *zt, int64_t N, int64_t V, int64_t lo, int64_t n);
 void tk_xent_tp_end(const float *mx, const float *sum, const float *zt, float *lse,

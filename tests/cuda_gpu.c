@@ -254,7 +254,7 @@ static const PlanLayer gpu_layers[] = {
 	 .flags = FLAG(ROPE) | FLAG(FLASH), .drop = 0.2},
 };
 #undef FLAG
-static const LayerShape gpu_shape = {33, 3, 11, 37};
+static const LayerShape gpu_shape = {33, 3, 11, 37, 0};
 
 /* The tensor operations and every optimizer (two steps each, its state carried over)
  * on the device against the cpu's, bit for bit, on an m x n tensor. */
@@ -414,7 +414,7 @@ void cuda__many_rows__bias_grad_and_loss(void **state)
 	(void)state;
 	static const PlanLayer lin = {.kind = LAYER_LINEAR, .in = 70, .out = 45};
 	static const PlanLayer mse = {.kind = LAYER_MSE, .in = 70, .out = 70};
-	static const LayerShape sh = {300, 3, 100, 37};
+	static const LayerShape sh = {300, 3, 100, 37, 0};
 	Gpu g;
 	if (!gpu_open(&g, RT_DTYPE_F32))
 		skip();

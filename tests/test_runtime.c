@@ -622,7 +622,7 @@ static void runtime__layer_kernels__gradients_match_finite_differences(void **st
 	RtRank r = {.w = &w, .rank = RT_REF_RANK, .dev = &rt_device_cpu, .model = w.model};
 	int seen[LAYER_COUNT] = {0};
 	/* Two sequences of 3 tokens over a vocabulary of 7. */
-	LayerShape sh = {6, 2, 3, 7};
+	LayerShape sh = {6, 2, 3, 7, 0};
 	for (size_t i = 0; i < sizeof fd_layers / sizeof *fd_layers; i++) {
 		assert_non_null(rt_device_cpu.layers[fd_layers[i].kind].fwd);
 		assert_true(fd_layer(&r, &fd_layers[i], &sh) > 0);

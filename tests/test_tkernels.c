@@ -429,7 +429,7 @@ static double head_loss(void *p)
 	double loss;
 	assert_int_equal(tk_embed_fwd(c->tok, c->wte, NULL, c->x, B_, S_, D_, V_), TK_OK);
 	tk_head_fwd(c->x, c->wte, c->logits, N_, D_, V_);
-	assert_int_equal(tk_xent_fwd(c->logits, c->tgt, c->lse, &loss, N_, V_), TK_OK);
+	assert_int_equal(tk_xent_fwd(c->logits, c->tgt, c->lse, &loss, N_, V_, V_), TK_OK);
 	return loss;
 }
 
@@ -475,7 +475,7 @@ static void tk__head_tied_with_xent__matches_finite_differences(void **state)
 	c.lse = buf(&A, N_);
 	head_loss(&c);
 	float *dx = buf(&A, N_ * D_), *dwte = zeros(&A, V_ * D_);
-	assert_int_equal(tk_xent_bwd(c.logits, c.tgt, c.lse, 1.0f, c.logits, N_, V_), TK_OK);
+	assert_int_equal(tk_xent_bwd(c.logits, c.tgt, c.lse, 1.0f, c.logits, N_, V_, V_), TK_OK);
 	tk_head_bwd_in(c.wte, c.logits, dx, N_, D_, V_);
 	tk_head_bwd_w(c.x, c.logits, dwte, N_, D_, V_);
 	assert_int_equal(tk_embed_bwd_w(c.tok, dx, dwte, NULL, B_, S_, D_, V_), TK_OK);
@@ -493,7 +493,7 @@ static double xent_loss(void *p)
 {
 	XentCtx *c = p;
 	double loss;
-	assert_int_equal(tk_xent_fwd(c->logits, c->tgt, c->lse, &loss, N_, V_), TK_OK);
+	assert_int_equal(tk_xent_fwd(c->logits, c->tgt, c->lse, &loss, N_, V_, V_), TK_OK);
 	return c->scale * loss;
 }
 
@@ -516,12 +516,12 @@ static void tk__xent__matches_reference_and_finite_differences(void **state)
 	}
 	assert_float_equal(loss, want, 1e-6);
 	float *dl = buf(&A, N_ * V_);
-	assert_int_equal(tk_xent_bwd(c.logits, c.tgt, c.lse, c.scale, dl, N_, V_), TK_OK);
+	assert_int_equal(tk_xent_bwd(c.logits, c.tgt, c.lse, c.scale, dl, N_, V_, V_), TK_OK);
 	check_grad("xent dlogits", xent_loss, &c, c.logits, dl, N_ * V_);
 	/* in place gives the same bits */
 	xent_loss(&c); // check_grad left perturbed statistics behind
 	float *inplace = copy_of(&A, c.logits, N_ * V_);
-	assert_int_equal(tk_xent_bwd(inplace, c.tgt, c.lse, c.scale, inplace, N_, V_), TK_OK);
+	assert_int_equal(tk_xent_bwd(inplace, c.tgt, c.lse, c.scale, inplace, N_, V_, V_), TK_OK);
 	same_bits(inplace, dl, N_ * V_, "xent in place");
 	arena_free(&A);
 }
@@ -536,15 +536,15 @@ static void tk__xent_uniform_logits__loss_is_log_v(void **state)
 		tgt[t] = t % V_;
 	for (int k = 0; k < 2; k++) {
 		double loss = -1;
-		assert_int_equal(tk_xent_fwd(logits, tgt, lse, &loss, N_, V_), TK_OK);
+		assert_int_equal(tk_xent_fwd(logits, tgt, lse, &loss, N_, V_, V_), TK_OK);
 		assert_float_equal(loss, log((double)V_), 1e-6);
 		for (int i = 0; i < N_ * V_; i++)
 			logits[i] = 4.25f; // any constant is uniform too
 	}
 	tgt[3] = V_;
 	double loss = -1;
-	assert_int_equal(tk_xent_fwd(logits, tgt, lse, &loss, N_, V_), TK_EINVAL);
-	assert_int_equal(tk_xent_bwd(logits, tgt, lse, 1.0f, logits, N_, V_), TK_EINVAL);
+	assert_int_equal(tk_xent_fwd(logits, tgt, lse, &loss, N_, V_, V_), TK_EINVAL);
+	assert_int_equal(tk_xent_bwd(logits, tgt, lse, 1.0f, logits, N_, V_, V_), TK_EINVAL);
 	assert_true(loss == -1 && logits[0] == 4.25f);
 	arena_free(&A);
 }
@@ -678,7 +678,7 @@ static void run_block(double *loss, float *out)
 	tk_swiglu_fwd(n2, wg, wu, wd, gg, uu, aa, x2, N, d, F_);
 	tk_residual_fwd(x1, x2, x2, N * d);
 	tk_head_fwd(x2, wte, logits, N, d, V_);
-	assert_int_equal(tk_xent_fwd(logits, tgt, lse, loss, N, V_), TK_OK);
+	assert_int_equal(tk_xent_fwd(logits, tgt, lse, loss, N, V_, V_), TK_OK);
 
 	float *dwte = zeros(&A, V_ * d), *dwpe = zeros(&A, S_ * d), *dg1 = zeros(&A, d);
 	float *db1 = zeros(&A, d), *dg2 = zeros(&A, d), *dwqkv = zeros(&A, d * nq);
@@ -687,7 +687,7 @@ static void run_block(double *loss, float *out)
 	float *dn = buf(&A, N * d), *dgg = buf(&A, N * F_), *duu = buf(&A, N * F_);
 	float *dqkv = buf(&A, N * nq), *work = buf(&A, tk_attn_workspace(&a));
 	float *dres = buf(&A, N * d);
-	assert_int_equal(tk_xent_bwd(logits, tgt, lse, 1.0f, logits, N, V_), TK_OK);
+	assert_int_equal(tk_xent_bwd(logits, tgt, lse, 1.0f, logits, N, V_, V_), TK_OK);
 	tk_head_bwd_in(wte, logits, dx, N, d, V_);
 	tk_head_bwd_w(x2, logits, dwte, N, d, V_);
 	tk_swiglu_bwd(n2, wg, wu, wd, gg, uu, aa, dx, dgg, duu, dn, dwg, dwu, dwd, N, d, F_);
@@ -743,7 +743,7 @@ static void tk__saved_buffers__match_documented_sizes(void **state)
 		assert_int_equal(tk_attn_p_elems(&a), a.B * a.H * a.S * a.S);
 		assert_int_equal(tk_attn_workspace(&a), N * d + a.S * a.S);
 		PlanLayer at = {LAYER_ATTN, (int)d, (int)d, (int)a.H, (int)a.Hkv, 0, 0, a.rope ? FLAG(ROPE) : 0, 0};
-		LayerTensors t = tensors_of(at, (LayerShape){N, a.B, a.S, 0});
+		LayerTensors t = tensors_of(at, (LayerShape){N, a.B, a.S, 0, 0});
 		assert_int_equal(elems(t.saved, t.nsaved), N * nq + a.B * a.H * a.S * a.S + N * d);
 		assert_int_equal(elems(t.held, t.nheld), N * nq);
 		assert_int_equal(elems(&t.work, 1), N * d + a.S * a.S);
@@ -764,7 +764,7 @@ static void tk__saved_buffers__match_documented_sizes(void **state)
 	}
 	Arena A = {.rng = 181};
 	/* the buffers below, kind by kind */
-	LayerShape sh = {N_, 1, N_, V_};
+	LayerShape sh = {N_, 1, N_, V_, 0};
 	LayerTensors t = tensors_of((PlanLayer){LAYER_MLP, D_, D_, 0, 0, F_, 0, 0, 0}, sh);
 	assert_int_equal(elems(t.saved, t.nsaved), 2 * N_ * F_); // h, a
 	assert_int_equal(elems(t.held, t.nheld), N_ * F_);       // dh
@@ -808,7 +808,7 @@ static void tk__saved_buffers__match_documented_sizes(void **state)
 	float *logits = rnd(&A, N_ * V_, 1), *lse = buf(&A, N_);
 	int32_t tgt[N_] = {0};
 	double loss;
-	assert_int_equal(tk_xent_fwd(logits, tgt, lse, &loss, N_, V_), TK_OK);
+	assert_int_equal(tk_xent_fwd(logits, tgt, lse, &loss, N_, V_, V_), TK_OK);
 	fully_written(lse, N_, "xent lse");
 	arena_free(&A);
 }
@@ -818,7 +818,7 @@ static void tk__saved_buffers__match_documented_sizes(void **state)
 /* One layer's figures on one sequence of S tokens (sequences Bm) with vocabulary V. */
 static LayerCost fig(PlanLayer l, int64_t Bm, int64_t S, int64_t V)
 {
-	LayerShape sh = {Bm * S, Bm, S, V};
+	LayerShape sh = {Bm * S, Bm, S, V, 0};
 	return plan_layer_figures(&l, &sh);
 }
 

@@ -189,7 +189,7 @@ static void shards_match(const PlanLayer *ly, const LayerShape *sh, int tp, int 
 	one_close(&w);
 }
 
-static const LayerShape shape = {16, 2, 8, 24}; // 2 sequences of 8 tokens, 24 words
+static const LayerShape shape = {16, 2, 8, 24, 0}; // 2 sequences of 8 tokens, 24 words
 static int covered[LAYER_COUNT];
 
 static void tp__attention_gqa_rope_bias__shards_sum_to_whole(void **state)
