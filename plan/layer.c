@@ -39,7 +39,7 @@ static int has(const PlanLayer *l, LayerKey k)
 /* The last tensor added to list (n of them), rows x cols (each saturating). */
 static LayerTensor *add(LayerTensor *list, int *n, int64_t rows, int64_t cols, LayerInit init)
 {
-	list[*n] = (LayerTensor){rows, cols, init, 0, 0, 0, 0};
+	list[*n] = (LayerTensor){.rows = rows, .cols = cols, .init = init};
 	return &list[(*n)++];
 }
 

@@ -117,31 +117,6 @@ static void flash__figures__as_derived_by_hand(void **state)
 	plan_free(a);
 }
 
-/* plan with its first `from` replaced by `to`, read back: the error's line and text. */
-static void read_broken(const char *plan, const char *from, const char *to, const char *want)
-{
-	const char *at = strstr(plan, from);
-	if (!at)
-		fail_msg("'%s' is not in the plan", from);
-	size_t n = strlen(plan) + strlen(to) + 1;
-	char *text = malloc(n);
-	assert_non_null(text);
-	snprintf(text, n, "%.*s%s%s", (int)(at - plan), plan, to, at + strlen(from));
-	int64_t line = 1;
-	for (const char *s = plan; s < at; s++)
-		line += *s == '\n';
-	FILE *f = fmemopen(text, strlen(text), "r");
-	PlanError e;
-	Plan *q = plan_read(f, "mem", &e);
-	fclose(f);
-	if (q)
-		fail_msg("reads with '%s' in place of '%s'", to, from);
-	if (e.line != line || !strstr(e.msg, want))
-		fail_msg("'%s': line %lld: %s; want line %lld: %s", to, (long long)e.line, e.msg,
-		         (long long)line, want);
-	free(text);
-}
-
 /* The attention line carries `flash` (after the other flags, before dropout=P) and reads
  * back to the same plan; a plan without it has no `flash`; the reader refuses a valued
  * or misplaced one at its line (a version 1, unchecked plan). */
