@@ -265,6 +265,32 @@ static void rules__ROUTE_INVERSE__other_lines_route_refused(void **state)
 	plan_free(p);
 }
 
+/* P2P_ROUTE's other half: a SEND naming the route of its edge and direction on the other
+ * dp line (the right edge and direction, the wrong ranks). */
+static void rules__P2P_ROUTE__other_lines_route_refused(void **state)
+{
+	(void)state;
+	Plan *p = chain_dp();
+	PlanOp *o = NULL;
+	for (int64_t i = 0; i < p->ranks[0].nops && !o; i++)
+		if (plan_op_is_p2p(plan_op_kind(&p->ranks[0].ops[i])) &&
+		    plan_ops[p->ranks[0].ops[i].kind].sends)
+			o = &p->ranks[0].ops[i];
+	assert_non_null(o);
+	const PlanRoute *own = &p->routes[o->route];
+	int other = -1;
+	for (int i = 0; i < p->nroutes && other < 0; i++)
+		if (p->routes[i].edge == own->edge && p->routes[i].dir == own->dir &&
+		    p->routes[i].src_rank != own->src_rank)
+			other = i;
+	assert_true(other >= 0);
+	o->route = other;
+	PlanError e;
+	assert_int_equal(plan_verify(p, &e), -1);
+	assert_int_equal(e.rule, PLAN_RULE_P2P_ROUTE);
+	plan_free(p);
+}
+
 static Plan *bad_PEER_STAGE(void)
 {
 	Plan *p = chain();
@@ -950,17 +976,18 @@ int main(void)
 {
 	static int rows[PLAN_RULE_COUNT];
 	static char names[PLAN_RULE_COUNT][80];
-	static struct CMUnitTest tests[PLAN_RULE_COUNT + 4] = {
+	static struct CMUnitTest tests[PLAN_RULE_COUNT + 5] = {
 		cmocka_unit_test(rules__op_table_columns__agree),
 		cmocka_unit_test(rules__every_row__has_a_case),
 		cmocka_unit_test(rules__op_table_phrases__each_a_row),
 		cmocka_unit_test(rules__ROUTE_INVERSE__other_lines_route_refused),
+		cmocka_unit_test(rules__P2P_ROUTE__other_lines_route_refused),
 	};
 	for (int row = 0; row < PLAN_RULE_COUNT; row++) {
 		rows[row] = row;
 		snprintf(names[row], sizeof names[row], "rules__%s__bad_plan_breaks_it",
 		         plan_rules[row].name);
-		tests[4 + row] = (struct CMUnitTest){names[row], rules__row__bad_plan_breaks_it,
+		tests[5 + row] = (struct CMUnitTest){names[row], rules__row__bad_plan_breaks_it,
 		                                     NULL, NULL, &rows[row]};
 	}
 	/* Then the bad plans again with the verifier's walk on 3 workers: the same rows. */
