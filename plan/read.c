@@ -295,8 +295,8 @@ static int read_layer_keys(Rd *r, PlanLayer *ly, int left)
 			ly->flags |= LAYER_FLAG(k);
 			r->s += n;
 		} else {
-			return rd_fail(r, "unexpected '%.*s' on a %s layer", (int)(n < 20 ? n : 20), r->s,
-			            li->name);
+			return rd_fail(r, "unexpected '%.*s' on a%s %s layer", (int)(n < 20 ? n : 20), r->s,
+			               strchr("aeiou", li->name[0]) ? "n" : "", li->name);
 		}
 	}
 	if (li->arg == LAYER_ARG_HIDDEN && !ly->hidden)

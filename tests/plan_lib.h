@@ -108,6 +108,24 @@ static inline int written_orders(const char *src, const char *first, const char 
 	return 2;
 }
 
+/* .pipe text src compiled as pipecc does by default (every rank listed, not a line
+ * plan); a failed test, with the diagnostics, when it does not compile. */
+static inline Plan *compile_plan(const char *src)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *out = open_memstream(&buf, &len);
+	Diag d;
+	diag_init(&d, "test.pipe", src, strlen(src), out);
+	PipeccOptions o = {0};
+	Plan *p = pipecc_compile("test.pipe", src, strlen(src), &o, &d);
+	fclose(out);
+	if (!p)
+		fail_msg("does not compile:\n%s\n%s", src, buf ? buf : "");
+	free(buf);
+	return p;
+}
+
 /* .pipe text src (named path in messages) compiled into a line plan; a failed test
  * when it does not compile. */
 static inline Plan *compile_src(const char *path, const char *src, size_t len)
@@ -237,6 +255,19 @@ static inline void read_broken(const char *plan, const char *from, const char *t
 		fail_msg("'%s': line %lld: %s; want line %lld: %s", to, (long long)e.line, e.msg,
 		         (long long)line, want);
 	free(text);
+}
+
+/* plan's text as a version 1 plan (no checksum), so that a test may edit it and read
+ * it back.  The caller frees it. */
+static inline char *as_plain(const char *plan)
+{
+	const char *body = strchr(plan, '\n');
+	assert_non_null(body);
+	char *t = malloc(strlen(body) + 16);
+	assert_non_null(t);
+	strcpy(t, "pipecc-plan 1");
+	strcat(t, body);
+	return t;
 }
 
 #endif

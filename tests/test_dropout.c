@@ -144,9 +144,7 @@ static void dropout__plan_reader__located_errors(void **state)
 	(void)state;
 	Plan *p = program("0.25", "0.5", "", "");
 	size_t n;
-	char *t = text_of(p, &n), *plan = malloc(n + 16);
-	assert_non_null(plan);
-	snprintf(plan, n + 16, "pipecc-plan 1%s", strchr(t, '\n'));
+	char *t = text_of(p, &n), *plan = as_plain(t);
 	read_broken(plan, " p=0.25", "", "a dropout layer needs p=P");
 	read_broken(plan, "p=0.25", "p=1", "p= must be below 1");
 	read_broken(plan, "p=0.25", "p=-0.5", "p= must be a number in [0, 1]");

@@ -137,10 +137,8 @@ static void flash__plan_line__reads_back_and_errors_located(void **state)
 	assert_true(same_text(p, q));
 	assert_true(q->stages[0].layers[ATTN_AT].flags & LAYER_FLAG(LAYER_KEY_FLASH));
 	plan_free(q);
-	char *plan = malloc(n + 16);
-	assert_non_null(plan);
-	snprintf(plan, n + 16, "pipecc-plan 1%s", strchr(t, '\n'));
-	read_broken(plan, " flash", " flash=1", "unexpected 'flash' on a attention layer");
+	char *plan = as_plain(t);
+	read_broken(plan, " flash", " flash=1", "unexpected 'flash' on an attention layer");
 	read_broken(plan, "layer layernorm 16 16", "layer layernorm 16 16 flash",
 	            "unexpected 'flash' on a layernorm layer");
 	free(plan);

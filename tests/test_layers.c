@@ -112,22 +112,6 @@ static char *program_with(LayerKind k)
 	return buf;
 }
 
-static Plan *compile_text(const char *src)
-{
-	char *buf = NULL;
-	size_t len = 0;
-	FILE *out = open_memstream(&buf, &len);
-	Diag d;
-	diag_init(&d, "test.pipe", src, strlen(src), out);
-	PipeccOptions o = {0};
-	Plan *p = pipecc_compile("test.pipe", src, strlen(src), &o, &d);
-	fclose(out);
-	if (!p)
-		fail_msg("does not compile:\n%s\n%s", src, buf ? buf : "");
-	free(buf);
-	return p;
-}
-
 /* The plan's figures per stage against the layer table and the runtime's model (which
  * may refuse a kind it has no kernel for, saying so, unless the program is a matrix
  * one). */
@@ -202,7 +186,7 @@ static void layers__every_kind__check_lower_and_runtime_agree(void **state)
 	(void)state;
 	int used[LAYER_COUNT] = {0};
 	for (int k = 0; k < LAYER_COUNT; k++) {
-		Plan *p = compile_text(program_with((LayerKind)k));
+		Plan *p = compile_plan(program_with((LayerKind)k));
 		agree(p, used, !runtime_runs((LayerKind)k));
 		round_trip(p, plan_layers[k].name); // the plan file keeps every kind and key
 		plan_free(p);
@@ -217,7 +201,7 @@ static void layers__derived_cost__table_flops(void **state)
 {
 	(void)state;
 	for (int k = 0; k < LAYER_COUNT; k++) {
-		Plan *p = compile_text(program_with((LayerKind)k));
+		Plan *p = compile_plan(program_with((LayerKind)k));
 		LayerShape sh = plan_shape(p);
 		for (int s = 0; s < p->nstages; s++) {
 			const PlanStage *st = &p->stages[s];
@@ -563,7 +547,7 @@ static char *slurp(const char *path)
 
 static int64_t params_of(const char *src)
 {
-	Plan *p = compile_text(src);
+	Plan *p = compile_plan(src);
 	int64_t n = 0;
 	for (int s = 0; s < p->nstages; s++)
 		n += p->stages[s].params;
@@ -585,24 +569,11 @@ static void layers__examples__published_parameter_counts(void **state)
 	assert_int_equal(params_of(slurp("examples/llama2-7b.pipe")), 6738415616);
 }
 
-
-/* The plan text with its header made version 1 (no checksum), as hand edits must be. */
-static char *as_plain(const char *plan)
-{
-	const char *body = strchr(plan, '\n');
-	assert_non_null(body);
-	char *t = malloc(strlen(body) + 16);
-	assert_non_null(t);
-	strcpy(t, "pipecc-plan 1");
-	strcat(t, body);
-	return t;
-}
-
 /* The reader's located errors on what version 2 added, and version 1 still reads. */
 static void layers__plan_reader__located_errors(void **state)
 {
 	(void)state;
-	Plan *p = compile_text(slurp("examples/gpt-tiny.pipe"));
+	Plan *p = compile_plan(slurp("examples/gpt-tiny.pipe"));
 	p->optim = (PlanOptim){OPTIM_MOMENTUM, 1, 2e-3, 0, 0, 0, 0, 0.85};
 	round_trip(p, "gpt-tiny with momentum");
 	p->optim = (PlanOptim){OPTIM_ADAMW, 1, 1e-3, 0.9, 0.95, 1e-8, 0.1, 0};
@@ -632,7 +603,7 @@ static void layers__plan_reader__located_errors(void **state)
 	plan_free(p);
 
 	/* a version 1 plan reads as the same plan */
-	p = compile_text(slurp("examples/tiny.pipe"));
+	p = compile_plan(slurp("examples/tiny.pipe"));
 	plan = NULL;
 	f = open_memstream(&plan, &len);
 	assert_int_equal(plan_write(p, f), 0);
@@ -826,7 +797,7 @@ static void plan__tie_across_ranks__read_and_verified(void **state)
 	char *tied = malloc(n);
 	assert_non_null(tied);
 	snprintf(tied, n, "%.*shead tied;%s", (int)(at - src), src, at + 5);
-	Plan *p = compile_text(tied);
+	Plan *p = compile_plan(tied);
 	PlanError e;
 	assert_int_equal(plan_verify(p, &e), 0);
 	round_trip(p, "gpt-tiny tied across ranks");

@@ -19,23 +19,8 @@
 
 #include "../compiler/pipecc.h"
 #include "../plan/mem.h"
+#include "plan_lib.h"
 #include "../runtime/rt_private.h"
-
-static Plan *compile_text(const char *src)
-{
-	char *buf = NULL;
-	size_t len = 0;
-	FILE *out = open_memstream(&buf, &len);
-	Diag d;
-	diag_init(&d, "test.pipe", src, strlen(src), out);
-	PipeccOptions o = {0};
-	Plan *p = pipecc_compile("test.pipe", src, strlen(src), &o, &d);
-	fclose(out);
-	if (!p)
-		fail_msg("does not compile:\n%s", buf);
-	free(buf);
-	return p;
-}
 
 /* A host tensor over `data`, for direct device calls. */
 static RtTensor host(float *data, int64_t n)
@@ -260,7 +245,7 @@ static const char tiny_src[] = "pipeline tiny;\nmesh pp=2;\nmicrobatches 2;\ninp
 static void optim__stage_state__per_kind_zeroed_and_accounted(void **state)
 {
 	(void)state;
-	Plan *p = compile_text(tiny_src);
+	Plan *p = compile_plan(tiny_src);
 	char err[256];
 	for (int k = 0; k < OPTIM_COUNT; k++) {
 		RtWorld w = {.plan = p, .dev = &rt_device_cpu, .opt = {.seed = 1},
@@ -310,7 +295,7 @@ static void optim__adamw_runs__check_passes_and_loss_falls(void **state)
 		"optimizer adamw lr=1e-3 weight_decay=0.1;\n",
 	};
 	for (size_t i = 0; i < sizeof srcs / sizeof *srcs; i++) {
-		Plan *p = compile_text(srcs[i]);
+		Plan *p = compile_plan(srcs[i]);
 		assert_int_equal(p->optim.kind, OPTIM_ADAMW);
 		RtOptions o = {.backend = "threads", .steps = 4, .seed = 7, .check = 1,
 		               .timeout_s = 20, .blas_threads = 1};
@@ -343,7 +328,7 @@ static void optim__adamw_runs__check_passes_and_loss_falls(void **state)
 static void optim__momentum_run__check_passes_and_state_as_predicted(void **state)
 {
 	(void)state;
-	Plan *p = compile_text("pipeline mo;\nmesh pp=4;\nmicrobatches 4;\ninput 4x8;\n"
+	Plan *p = compile_plan("pipeline mo;\nmesh pp=4;\nmicrobatches 4;\ninput 4x8;\n"
 	                       "stage s0 { linear 8; relu; }\nstage s1 { linear 8; gelu; }\n"
 	                       "stage s2 { linear 8; relu; }\nstage s3 { linear 8; loss mse; }\n"
 	                       "skip s0 -> s2;\nschedule zbh1;\ncost * f=1 b=1 w=1;\nlink ideal;\n"
@@ -380,7 +365,7 @@ static void optim__momentum_run__check_passes_and_state_as_predicted(void **stat
 static void optim__sgd_run__no_state(void **state)
 {
 	(void)state;
-	Plan *p = compile_text(tiny_src);
+	Plan *p = compile_plan(tiny_src);
 	RtOptions o = {.backend = "threads", .steps = 2, .seed = 7, .timeout_s = 20,
 	               .blas_threads = 1};
 	char err[1024];

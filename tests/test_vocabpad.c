@@ -17,23 +17,8 @@
 
 #include "../compiler/pipecc.h"
 #include "../plan/io.h"
+#include "plan_lib.h"
 #include "../runtime/tkernels.h"
-
-static Plan *compile_text(const char *src)
-{
-	char *buf = NULL;
-	size_t len = 0;
-	FILE *out = open_memstream(&buf, &len);
-	Diag d;
-	diag_init(&d, "test.pipe", src, strlen(src), out);
-	PipeccOptions o = {0};
-	Plan *p = pipecc_compile("test.pipe", src, strlen(src), &o, &d);
-	fclose(out);
-	if (!p)
-		fail_msg("does not compile:\n%s\n%s", src, buf ? buf : "");
-	free(buf);
-	return p;
-}
 
 /* examples/gpt2.pipe with `mesh pp=4 tp=TP;` and `vocab=50257 pad=128`. */
 static Plan *gpt2(int tp, int tied)
@@ -55,7 +40,7 @@ static Plan *gpt2(int tp, int tied)
 		         at + strlen(from[i]));
 		memcpy(src, out, strlen(out) + 1);
 	}
-	return compile_text(src);
+	return compile_plan(src);
 }
 
 /* The whole model's parameters (each layer at tp 1, whatever the plan's tp). */
@@ -130,7 +115,7 @@ static void vocabpad__figures__span_the_padded_vocabulary(void **state)
 static void vocabpad__plan__round_trips_both_vocabularies(void **state)
 {
 	(void)state;
-	Plan *p = compile_text("pipeline v; mesh pp=2 tp=2; microbatches 2;\n"
+	Plan *p = compile_plan("pipeline v; mesh pp=2 tp=2; microbatches 2;\n"
 	                       "input tokens 2x8 vocab=257 pad=8;\n"
 	                       "stage s0 { embed 16; } stage s1 { head; loss xent; }\n"
 	                       "schedule 1f1b;\n");

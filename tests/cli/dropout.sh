@@ -28,13 +28,6 @@ sed 's/dropout 0.1;/dropout 1;/' "$dir/d.pipe" >"$dir/bad.pipe"
 t "dropout 1 is refused" 1 "$BIN/pipecc" "$dir/bad.pipe" -o "$dir/bad.plan"
 has "... at its place" "$dir/err" "bad.pipe:15:[0-9]*: error: 'dropout' probability must be in \[0, 1), got 1"
 
-# runs NAME PLAN [OPTIONS]: --check for 2 steps agrees
-runs() {
-	what=$1 plan=$2
-	shift 2
-	t "--check $what" 0 "$BIN/piperun" "$plan" --check --steps 2 "$@"
-	has "--check $what agrees" "$dir/out" "^check: .*: ok"
-}
 runs "gpt-tiny 1f1b" "$dir/d.plan"
 t "zbh2" 0 "$BIN/pipecc" "$dir/d.pipe" -s zbh2 -o "$dir/zbh2.plan"
 runs "gpt-tiny zbh2 (B and W apart)" "$dir/zbh2.plan"
@@ -63,19 +56,6 @@ c=$(loss)
 check "the same seed, the same losses" "$([ -n "$a" ] && [ "$a" = "$b" ]; echo $?)" "$a / $b"
 check "another seed, other losses" "$([ "$a" != "$c" ]; echo $?)" "$a / $c"
 
-case $BIN in
-*san*) echo "testing $TOOL under mpirun ... skipped: sanitizer builds test the threads backend" ;;
-*)
-	if command -v mpirun >/dev/null 2>&1 && "$BIN/piperun" --version | grep -q mpi; then
-		export OMPI_MCA_rmaps_base_oversubscribe=1
-		t "--check gpt-tiny with dropouts under mpirun -np 4" 0 timeout 300 mpirun \
-			--allow-run-as-root --oversubscribe --mca btl self,vader -np 4 \
-			"$BIN/piperun" "$dir/d.plan" --check --steps 2
-		has "--check under mpirun agrees" "$dir/out" "^check: .*: ok"
-	else
-		echo "testing $TOOL under mpirun ... skipped: no mpirun or no MPI backend"
-	fi
-	;;
-esac
+mpi_check "--check gpt-tiny with dropouts under mpirun -np 4" 4 "$dir/d.plan"
 
 [ "$fails" -eq 0 ]

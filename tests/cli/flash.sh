@@ -34,13 +34,6 @@ sed 's/ flash dropout/ flash=1 dropout/' "$dir/f.pipe" >"$dir/bad.pipe"
 t "flash=1 is refused" 1 "$BIN/pipecc" "$dir/bad.pipe" -o "$dir/bad.plan"
 has "... at its place" "$dir/err" "bad.pipe:11:[0-9]*: error: 'flash' takes no value"
 
-# runs NAME PLAN [OPTIONS]: --check for 2 steps agrees
-runs() {
-	what=$1 plan=$2
-	shift 2
-	t "--check $what" 0 "$BIN/piperun" "$plan" --check --steps 2 "$@"
-	has "--check $what agrees" "$dir/out" "^check: .*: ok"
-}
 runs "gpt-tiny flash 1f1b" "$dir/f.plan"
 runs "gpt-tiny flash without dropout" "$dir/m.plan"
 t "zbh2" 0 "$BIN/pipecc" "$dir/f.pipe" -s zbh2 -o "$dir/zbh2.plan"
@@ -57,19 +50,6 @@ with_flash examples/gpt-tp.pipe "$dir/tp.pipe" " dropout=0.1"
 t "compiles gpt-tp with flash" 0 "$BIN/pipecc" "$dir/tp.pipe" -o "$dir/tp.plan"
 runs "gpt-tp flash (tp=2 dp=2)" "$dir/tp.plan"
 
-case $BIN in
-*san*) echo "testing $TOOL under mpirun ... skipped: sanitizer builds test the threads backend" ;;
-*)
-	if command -v mpirun >/dev/null 2>&1 && "$BIN/piperun" --version | grep -q mpi; then
-		export OMPI_MCA_rmaps_base_oversubscribe=1
-		t "--check gpt-tiny with flash under mpirun -np 4" 0 timeout 300 mpirun \
-			--allow-run-as-root --oversubscribe --mca btl self,vader -np 4 \
-			"$BIN/piperun" "$dir/f.plan" --check --steps 2
-		has "--check under mpirun agrees" "$dir/out" "^check: .*: ok"
-	else
-		echo "testing $TOOL under mpirun ... skipped: no mpirun or no MPI backend"
-	fi
-	;;
-esac
+mpi_check "--check gpt-tiny with flash under mpirun -np 4" 4 "$dir/f.plan"
 
 [ "$fails" -eq 0 ]

@@ -12,12 +12,6 @@
 TOOL=tp-run
 . tests/lib/cli.sh
 
-# $1 name, $2 plan: --check for 2 steps agrees
-runs() {
-	t "--check $1" 0 "$BIN/piperun" "$2" --check --steps 2
-	has "--check $1 agrees" "$dir/out" "^check: .*: ok"
-}
-
 # A small GPT: d=32, 4 heads, MLP 64, 32 words, 2 sequences of 8 tokens.
 cat >"$dir/gpt.pipe" <<'PIPE'
 pipeline tp_tiny;

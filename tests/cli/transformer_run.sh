@@ -10,12 +10,6 @@
 TOOL=transformer-run
 . tests/lib/cli.sh
 
-# $1 name, $2 plan: --check for 2 steps agrees
-runs() {
-	t "--check $1" 0 "$BIN/piperun" "$2" --check --steps 2
-	has "--check $1 agrees" "$dir/out" "^check: .*: ok"
-}
-
 schedules=$(sed -n 's/.*\.name = "\([A-Za-z0-9_]*\)".*/\1/p' compiler/sched_*.c | sort -u)
 for s in $schedules; do
 	case $s in

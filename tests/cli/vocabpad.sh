@@ -78,20 +78,7 @@ sed 's/padded=272/padded=257/' "$dir/pad.plan" >"$dir/bad.plan"
 t "padded= not above vocab= is refused" 1 "$BIN/pipesim" -q "$dir/bad.plan"
 has "the reader names the key" "$dir/err" "padded="
 
-if command -v mpirun >/dev/null 2>&1 && "$BIN/piperun" --version | grep -q mpi; then
-	case $BIN in
-	*san*) echo "testing $TOOL under mpirun ... skipped: sanitizer build" ;;
-	*)
-		MPIRUN="mpirun --allow-run-as-root --oversubscribe --mca btl self,vader"
-		export OMPI_MCA_rmaps_base_oversubscribe=1
-		for m in pad tied; do
-			t "piperun --check $m under mpirun (np 4)" 0 timeout 300 $MPIRUN -np 4 \
-				"$BIN/piperun" "$dir/$m.plan" --check --steps 2
-			has "piperun --check $m agrees on mpi" "$dir/out" "^check: .*: ok"
-		done
-		;;
-	esac
-else
-	echo "testing $TOOL under mpirun ... skipped: no mpirun or no MPI backend"
-fi
+for m in pad tied; do
+	mpi_check "piperun --check $m under mpirun (np 4)" 4 "$dir/$m.plan"
+done
 [ "$fails" -eq 0 ]

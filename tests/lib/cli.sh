@@ -1,6 +1,7 @@
 # Shared by the CLI test scripts (sourced, with TOOL set to the name they print):
-# a scratch folder $dir, a failure count $fails, and three checks that print
-# "testing TOOL NAME ... passed" or "... FAILED (why)".
+# a scratch folder $dir, a failure count $fails, three checks that print
+# "testing TOOL NAME ... passed" or "... FAILED (why)", and piperun's --check run on
+# threads (runs) and under mpirun (mpi_check).
 : "${BIN:=bin}"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
@@ -41,4 +42,32 @@ check() {
 		echo "testing $TOOL $1 ... FAILED ($3)"
 		fails=$((fails + 1))
 	fi
+}
+
+# runs NAME PLAN [OPTIONS]: `piperun PLAN --check --steps 2 OPTIONS` exits 0 and its
+# check line says ok.
+runs() {
+	what=$1 plan=$2
+	shift 2
+	t "--check $what" 0 "$BIN/piperun" "$plan" --check --steps 2 "$@"
+	has "--check $what agrees" "$dir/out" "^check: .*: ok"
+}
+
+# mpi_check NAME NP PLAN: the same under `mpirun -np NP`.  Skipped under sanitizers
+# (those builds test the threads backend) and without mpirun or piperun's MPI backend.
+mpi_check() {
+	case $BIN in
+	*san*)
+		echo "testing $TOOL $1 ... skipped: sanitizer builds test the threads backend"
+		return 0
+		;;
+	esac
+	if ! command -v mpirun >/dev/null 2>&1 || ! "$BIN/piperun" --version | grep -q mpi; then
+		echo "testing $TOOL $1 ... skipped: no mpirun or no MPI backend"
+		return 0
+	fi
+	export OMPI_MCA_rmaps_base_oversubscribe=1
+	t "$1" 0 timeout 300 mpirun --allow-run-as-root --oversubscribe --mca btl self,vader \
+		-np "$2" "$BIN/piperun" "$3" --check --steps 2
+	has "$1: the check agrees" "$dir/out" "^check: .*: ok"
 }
