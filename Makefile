@@ -44,7 +44,7 @@ SANFLAGS :=
 OPT := -O2
 endif
 
-CFLAGS := -std=c11 -Wall -Wextra -Wpedantic $(OPT) -g -D_GNU_SOURCE -MMD -MP $(SANFLAGS)
+CFLAGS := -std=c11 -Wall -Wextra -Wpedantic -Werror=implicit-function-declaration $(OPT) -g -D_GNU_SOURCE -MMD -MP $(SANFLAGS)
 LDFLAGS := $(SANFLAGS)
 LDLIBS := -lpthread -lm
 

@@ -91,6 +91,7 @@ typedef enum {
 	AST_OPTIMIZER,    // optimizer NAME key=value...;
 	AST_DEVICE,       // device h100; or device peak=989TFLOPs memory=80GB;
 	AST_RECOMPUTE,    // recompute NAME|*;
+	AST_PRECISION,    // precision bf16;
 	AST_COUNT
 } AstKind;
 

@@ -78,7 +78,7 @@ int64_t auto_model_of_plan(AutoModel *md, const Plan *p, const int *stage_pp, in
 		int64_t sv[4] = {st->save_fb, st->save_fw, st->save_bw, st->save_re};
 		memcpy(md->save[i], sv, sizeof sv);
 		md->inb[i] = plan_stage_in_bytes(p, i);
-		md->outb[i] = (int64_t)p->rows * st->out * 4;
+		md->outb[i] = plan_stage_out_bytes(p, i);
 		if (md->inb[i] + md->outb[i] > tensor)
 			tensor = md->inb[i] + md->outb[i];
 	}
@@ -109,7 +109,7 @@ int64_t auto_model_of_plan(AutoModel *md, const Plan *p, const int *stage_pp, in
 			auto_oom(md);
 			break;
 		}
-		md->stat[i] = mm.params + mm.grads + mm.optim;
+		md->stat[i] = mm.params + mm.grads + mm.master + mm.optim;
 	}
 	return tensor;
 }

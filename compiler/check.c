@@ -621,6 +621,9 @@ static void check_stmt(Check *c, AstStmt *s)
 	case AST_RECOMPUTE:
 		check_recompute(c, s);
 		break;
+	case AST_PRECISION:
+		check_precision(c, s);
+		break;
 	default:
 		unreachable();
 	}

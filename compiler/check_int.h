@@ -76,6 +76,7 @@ void check_stage(Check *c, AstStmt *s);
 void check_block(Check *c, AstStmt *s);
 void check_optimizer(Check *c, AstStmt *s);
 void check_device(Check *c, AstStmt *s);
+void check_precision(Check *c, AstStmt *s);
 void check_layers(Check *c);
 /* Every layer's, stage's and the program's figures within what the tools count
  * (plan/layer.h, plan/mem.h), then each stage's F, B, W: its own cost line, else

@@ -454,6 +454,25 @@ static int real_in(Check *c, const AstNum *n, const char *what, double lo, doubl
 	return 1;
 }
 
+/* `precision NAME;`: a regime of plan/prec.h. */
+void check_precision(Check *c, AstStmt *s)
+{
+	const char *names[PREC_COUNT];
+	char list[64] = "";
+	for (int k = 0; k < PREC_COUNT; k++) {
+		names[k] = plan_precs[k].name;
+		snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", names[k],
+		         k + 2 < PREC_COUNT ? ", " : k + 1 < PREC_COUNT ? " or " : "");
+	}
+	int k = find_word(s->name.s, names, PREC_COUNT);
+	if (k < 0 && diag_suggest(s->name.s, names, PREC_COUNT))
+		unknown_word(c, &s->name, "precision", names, PREC_COUNT);
+	else if (k < 0)
+		diag_error(c->d, s->name.loc, "unknown precision '%s' (%s)", s->name.s, list);
+	else
+		c->p->prec = (uint8_t)k;
+}
+
 void check_optimizer(Check *c, AstStmt *s)
 {
 	PlanOptim *o = &c->p->optim;
@@ -493,16 +512,18 @@ void check_optimizer(Check *c, AstStmt *s)
 	}
 }
 
-/* The device presets: FLOP rate for derived costs and the memory the vendor names
- * (decimal GB), one row each. */
+/* The device presets (SXM parts), one row each: the dense GEMM rate of each precision's
+ * operands (plan/prec.h: f32 on the CUDA cores, tf32 and bf16 on the tensor cores, the
+ * vendor's datasheet figures without sparsity) and the memory the vendor names (decimal
+ * GB). */
 static const struct {
 	const char *name;
-	double flops;
+	double flops[PREC_COUNT];
 	int64_t mem;
 } device_presets[] = {
-	{"a100", 312e12, 80000000000},
-	{"h100", 989e12, 80000000000},
-	{"h200", 989e12, 141000000000},
+	{"a100", {[PREC_F32] = 19.5e12, [PREC_TF32] = 156e12, [PREC_BF16] = 312e12}, 80000000000},
+	{"h100", {[PREC_F32] = 67e12, [PREC_TF32] = 494.5e12, [PREC_BF16] = 989e12}, 80000000000},
+	{"h200", {[PREC_F32] = 67e12, [PREC_TF32] = 494.5e12, [PREC_BF16] = 989e12}, 141000000000},
 };
 #define NPRESETS ((int)(sizeof device_presets / sizeof device_presets[0]))
 
@@ -535,8 +556,10 @@ static void device_value(Check *c, const AstKv *kv, int mem)
 		else if (mem) {
 			c->p->mem_cap = (int64_t)v;
 			c->p->mem_loc = kv->loc;
-		} else
+		} else {
 			c->p->peak_flops = v;
+			c->p->peak_given = 1;
+		}
 	}
 }
 
@@ -568,8 +591,7 @@ void check_device(Check *c, AstStmt *s)
 			           device_presets[preset].name, names[k]);
 		} else if (k < NPRESETS) {
 			preset = k;
-			if (!given[0])
-				c->p->peak_flops = device_presets[k].flops;
+			c->p->device_preset = (uint8_t)(k + 1);
 			if (!given[1]) {
 				c->p->mem_cap = device_presets[k].mem;
 				c->p->mem_loc = kv->key.loc;
@@ -706,7 +728,7 @@ void check_layers(Check *c)
 static int64_t mem_share(const Program *p, int i, const LayerCost *sum)
 {
 	int64_t saved = sat_add(sat_add(sum->save_fb, sum->save_fw), sum->save_bw);
-	int64_t share = sat_add(sat_mul(sum->params, PLAN_MEM_PARAM_BYTES), sat_mul(sat_mul(saved, 2), p->microbatches));
+	int64_t share = sat_add(sat_mul(sum->params, PLAN_MEM_PARAM_BYTES(p->prec)), sat_mul(sat_mul(saved, 2), p->microbatches));
 	int edges = i + 1 < p->nstages;
 	for (int k = 0; k < p->nskips; k++)
 		edges += p->skips[k].src == i;
@@ -764,7 +786,9 @@ void check_costs(Check *c)
 {
 	Program *p = c->p;
 	LayerShape shape = {p->rows, p->seq ? p->rows / p->seq : p->rows, p->seq ? p->seq : 1,
-	                    p->vocab, p->vocab_real};
+	                    p->vocab, p->vocab_real, p->prec};
+	if (p->device_preset && !p->peak_given)
+		p->peak_flops = device_presets[p->device_preset - 1].flops[p->prec];
 	if (!c->widths_ok || !c->input_ok)
 		return;
 	int64_t mem = 0;

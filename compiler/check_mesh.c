@@ -115,7 +115,7 @@ void check_tp(Check *c)
 	if (tp <= 1 || !c->mesh_ok || !c->widths_ok || !c->input_ok)
 		return;
 	LayerShape shape = {p->rows, p->seq ? p->rows / p->seq : p->rows, p->seq ? p->seq : 1,
-	                    p->vocab, p->vocab_real};
+	                    p->vocab, p->vocab_real, p->prec};
 	int bad = 0, vocab = 0;
 	for (int i = 0; i < p->nstages; i++)
 		for (int j = 0; j < p->stages[i].nlayers; j++) {

@@ -105,11 +105,21 @@ static void summary_stages(const Plan *p, FILE *f)
 		total += st->params;
 		fprintf(f, "%-12s %2d %11" PRId64 " %11.4g %11.4g %11.4g %11" PRId64 " %21" PRId64 "\n",
 		        st->name, st->pp, st->params, fl[0], fl[1], fl[2],
-		        st->save_fb + st->save_fw + st->save_bw, st->params * (8 + state));
+		        st->save_fb + st->save_fw + st->save_bw,
+		        st->params * (plan_prec_param_bytes(p->prec) + state));
 	}
 	fprintf(f, "parameters %" PRId64 "; FLOPs per microbatch F %.4g B %.4g W %.4g; "
 	           "optimizer %s (%d bytes of state per parameter)\n",
 	        total - copies, tf[0], tf[1], tf[2], plan_optim_names[p->optim.kind], state);
+	if (p->prec != PREC_F32) {
+		const PlanPrecInfo *pi = plan_prec(p->prec);
+		fprintf(f, "precision %s: %d-byte parameters and activations, %d-byte gradients",
+		        pi->name, pi->param, pi->grad);
+		if (pi->master)
+			fprintf(f, ", %d-byte master weights", pi->master);
+		fprintf(f, " (%d bytes a parameter with the optimizer state)\n",
+		        plan_prec_param_bytes(p->prec) + state);
+	}
 	if (copies)
 		fprintf(f, "tied table: %" PRId64 " parameters held twice (embedding and head on two "
 		           "pipeline ranks, summed by TIEREDUCE), counted once above\n", copies);
@@ -120,7 +130,9 @@ static void summary_stages(const Plan *p, FILE *f)
 static int summary_memory(const Plan *p, FILE *f)
 {
 	char t[8][32];
-	fprintf(f, "memory per rank (peak = params + grads + optimizer + saved + in flight)");
+	int master = plan_prec(p->prec)->master > 0; // bf16: the f32 master weights too
+	fprintf(f, "memory per rank (peak = params + grads + %soptimizer + saved + in flight)",
+	        master ? "master weights + " : "");
 	if (p->mem_cap)
 		fprintf(f, ", device holds %s", plan_mem_text(t[0], 32, p->mem_cap));
 	fputc('\n', f);
@@ -145,10 +157,12 @@ static int summary_memory(const Plan *p, FILE *f)
 	int stride = plan_pp_stride(p);
 	for (int r = 0; r < plan_mesh_world(p); r++) {
 		PlanMem m = mem[p->line ? r / stride % p->dims[DIM_PP] : r];
-		fprintf(f, "  rank %d: peak %s = %s + %s + %s + %s + %s", r, plan_mem_text(t[1], 32, m.peak),
-		        plan_mem_text(t[2], 32, m.params), plan_mem_text(t[3], 32, m.grads),
-		        plan_mem_text(t[4], 32, m.optim), plan_mem_text(t[5], 32, m.saved),
-		        plan_mem_text(t[6], 32, m.comm));
+		fprintf(f, "  rank %d: peak %s = %s + %s + ", r, plan_mem_text(t[1], 32, m.peak),
+		        plan_mem_text(t[2], 32, m.params), plan_mem_text(t[3], 32, m.grads));
+		if (master)
+			fprintf(f, "%s + ", plan_mem_text(t[7], 32, m.master));
+		fprintf(f, "%s + %s + %s", plan_mem_text(t[4], 32, m.optim),
+		        plan_mem_text(t[5], 32, m.saved), plan_mem_text(t[6], 32, m.comm));
 		if (p->mem_cap)
 			fprintf(f, " (%.1f %% of the device)", 100.0 * (double)m.peak / (double)p->mem_cap);
 		fputc('\n', f);

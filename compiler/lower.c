@@ -147,6 +147,7 @@ static void fill_stages(Lw *w)
 	p->vocab = pr->vocab;
 	p->vocab_real = pr->vocab_real;
 	p->optim = pr->optim;
+	p->prec = pr->prec;
 	LayerShape shape = plan_shape(p);
 	int es = -1; // the embedding's stage: a head tied to it on another rank keeps a copy
 	for (int s = 0; s < pr->nstages && es < 0; s++)
@@ -206,7 +207,7 @@ static void fill_edges(Lw *w)
 	w->out_e = lw_calloc_int(w, (size_t)w->ne);
 	for (int e = 0; e < w->ne; e++) {
 		PlanEdge *ed = &p->edges[e];
-		ed->bytes = (int64_t)pr->rows * p->stages[ed->src].out * 4;
+		ed->bytes = plan_stage_out_bytes(p, ed->src);
 		w->in_off[ed->dst + 1]++;
 		w->out_off[ed->src + 1]++;
 	}

@@ -229,7 +229,7 @@ void lw_flush_reductions(Lw *w, int pp, int force, int finished)
 		if (dp > 1)
 			emit_sized(w, pp, (PlanOp){.kind = OP_ALLREDUCE, .stage = s, .mb = -1, .peer = -1,
 			                           .group = w->group[pp]++},
-			           w->plan->stages[s].params * 4, line);
+			           w->plan->stages[s].params * plan_prec(w->plan->prec)->grad, line);
 		emit(w, pp, (PlanOp){.kind = OP_OPTIM, .stage = s, .mb = -1, .peer = -1, .group = -1,
 		                     .route = -1}, line);
 	}

@@ -116,15 +116,18 @@ static int check_memory(const Program *pr, const Plan *p, Diag *d)
 	}
 	if (wr < 0)
 		return 0;
-	char t[7][32];
+	char t[8][32], master[48] = "";
 	const int *c = p->ranks[wr].coord;
+	if (worst.master)
+		snprintf(master, sizeof master, ", master weights %s",
+		         plan_mem_text(t[7], 32, worst.master));
 	diag_error(d, pr->mem_loc,
 	           "the plan does not fit: rank %d (pp %d, dp %d) needs %s at its peak, the device "
-	           "holds %s (parameters %s, gradients %s, optimizer state %s, saved activations "
+	           "holds %s (parameters %s, gradients %s%s, optimizer state %s, saved activations "
 	           "%s, in flight %s)",
 	           plan_world_rank(p, wr), c[DIM_PP], c[DIM_DP], plan_mem_text(t[0], 32, worst.peak),
 	           plan_mem_text(t[1], 32, p->mem_cap), plan_mem_text(t[2], 32, worst.params),
-	           plan_mem_text(t[3], 32, worst.grads), plan_mem_text(t[4], 32, worst.optim),
+	           plan_mem_text(t[3], 32, worst.grads), master, plan_mem_text(t[4], 32, worst.optim),
 	           plan_mem_text(t[5], 32, worst.saved), plan_mem_text(t[6], 32, worst.comm));
 	int lines = p->line ? plan_mesh_world(p) / p->world : 1; // each line's ranks alike
 	if (over * lines > 1)

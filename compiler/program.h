@@ -113,7 +113,11 @@ typedef struct {
 	Loc input_loc;
 
 	PlanOptim optim;               // optimizer NAME ...; (given 0 without one: SGD)
-	double peak_flops;             // device FLOP/s for costs derived from FLOPs
+	uint8_t prec;                  // PlanPrec of `precision NAME;` (PREC_F32 without one)
+	uint8_t device_preset;         // 1 + the `device` preset named, 0: none
+	uint8_t peak_given;            // 1: `device peak=` set peak_flops
+	double peak_flops;             // device FLOP/s for costs derived from FLOPs (the
+	                               // preset's rate at prec, set by check_costs)
 	int64_t mem_cap;               // device bytes (`device` preset or memory=); 0: none
 	Loc mem_loc;                   // where the capacity is stated
 	uint8_t recompute_all;         // PlanRecompute of `recompute * [MODE];`, or 0

@@ -44,7 +44,7 @@ static int too_long(const Program *pr, Diag *d)
 		int out = s + 1 < pr->nstages;
 		for (int k = 0; k < pr->nskips; k++)
 			out += pr->skips[k].src == s;
-		double bytes = (double)pr->rows * pr->stages[s].out * 4;
+		double bytes = (double)pr->rows * pr->stages[s].out * plan_prec(pr->prec)->act;
 		if (!pr->link_ideal)
 			work += 2 * m * out * ((double)pr->latency_ns + bytes * 1e9 / pr->bandwidth);
 	}

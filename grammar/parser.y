@@ -107,6 +107,7 @@ static AstStmt *bad(AstParse *ps, int kind, Loc loc)
 %token OPTIMIZER "'optimizer'"
 %token DEVICE "'device'"
 %token RECOMPUTE "'recompute'"
+%token PRECISION "'precision'"
 
 /* An error rule without its ';' or '}' ends at the next statement keyword (or the end
  * of file) but leaves a ';' to the rule that wants it. */
@@ -175,6 +176,10 @@ stmt
 	| DEVICE kvs ';'  {
 		$$ = ast_stmt(ps, AST_DEVICE, @1, ast_span(@1, @2));
 		$$->kvs = ast_vec_take(ps, $2, &$$->nkvs);
+	}
+	| PRECISION IDENT ';'  {
+		$$ = ast_stmt(ps, AST_PRECISION, @1, ast_span(@1, @2));
+		$$->name = $2;
 	}
 	| RECOMPUTE IDENT ';'  {
 		$$ = ast_stmt(ps, AST_RECOMPUTE, @1, ast_span(@1, @2));
@@ -315,6 +320,8 @@ stmt
 	| RECOMPUTE error ';'  { $$ = bad(ps, AST_RECOMPUTE, @1); yyerrok; }
 	| RECOMPUTE error %prec RECOVER  { $$ = bad(ps, AST_RECOMPUTE, @1); yyerrok; }
 	| DEVICE error %prec RECOVER  { $$ = bad(ps, AST_DEVICE, @1); yyerrok; }
+	| PRECISION error ';'  { $$ = bad(ps, AST_PRECISION, @1); yyerrok; }
+	| PRECISION error %prec RECOVER  { $$ = bad(ps, AST_PRECISION, @1); yyerrok; }
 	| error ';'           { $$ = NULL; yyerrok; }
 	| error braces       { $$ = NULL; yyerrok; }
 	| error %prec RECOVER { $$ = NULL; yyerrok; }

@@ -1,14 +1,15 @@
 /* The layer table: one row per LayerKind, each with the function that states the kind's
  * tensors by name (its slots in layer.h), and the figures derived from them.  Every
- * figure is per microbatch (LayerShape) and in f32 (4 bytes).
+ * figure is per microbatch (LayerShape), in the bytes of its precision (plan/prec.h).
  *
  * Memory convention (docs/semantics.md "Memory"): every layer keeps its input for the
  * backward pass, a layer with weights until W (save_fw), one without until B (save_fb),
  * except a kind whose row says `drops_x` (dropout keeps only its mask); a layer with
  * weights also keeps its output gradient from B to W (save_bw).  A kind adds what its
  * kernels save in F (its saved tensors, to save_fw, or to save_fb without weights) and
- * hold from B to W (its held tensors, to save_bw); a tensor is f32, or one byte an
- * element when it is a mask.  FLOPs count a multiply-add as two: 2 per row and GEMM
+ * hold from B to W (its held tensors, to save_bw); a tensor takes the precision's
+ * activation bytes an element, four when it is `wide` (statistics, ids), one when it is
+ * a mask.  FLOPs count a multiply-add as two: 2 per row and GEMM
  * weight element in each pass, plus what a row states besides (attention's scores);
  * elementwise work (dropout included) counts as free.  The runtime lays out the same
  * tensors on every device, so the table and the kernels cannot disagree. */
@@ -17,6 +18,7 @@
 #include <string.h>
 
 #include "layer.h"
+#include "prec.h"
 #include "tfcount.h"
 
 const LayerKeyInfo plan_layer_keys[LAYER_KEY_COUNT] = {
@@ -49,6 +51,13 @@ static LayerTensor *mask(LayerTensors *t, int64_t rows, int64_t cols)
 	LayerTensor *m = add(t->saved, &t->nsaved, rows, cols, LAYER_INIT_ZERO);
 	m->mask = 1;
 	return m;
+}
+
+/* A saved column of n f32 statistics (or int32 ids), four bytes each at every
+ * precision: a norm's mean and rstd, a log-sum-exp, targets. */
+static void stat(LayerTensors *t, int64_t n)
+{
+	add(t->saved, &t->nsaved, n, 1, LAYER_INIT_ZERO)->wide = 1;
 }
 
 /* A parameter: a GEMM weight (gemm 1) or a bias, gain or table (gemm 0). */
@@ -84,6 +93,7 @@ static void embed_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, Lay
 {
 	param(t, sh->vocab / tp, ly->out, LAYER_INIT_UNIFORM, 0); // EMBED_WTE
 	t->param[EMBED_WTE].fan = sh->real;
+	t->x_ids = 1;
 	split(t, tp, LAYER_SPLIT_ROWS, 1, &sh->vocab);
 	if (has(ly, LAYER_KEY_POSITIONS))
 		param(t, sh->seq, ly->out, LAYER_INIT_UNIFORM, 0); // EMBED_WPE
@@ -96,8 +106,8 @@ static void layernorm_tensors(const PlanLayer *ly, const LayerShape *sh, int tp,
 	(void)tp; // replicated
 	param(t, 1, ly->in, LAYER_INIT_ONE, 0);  // LAYERNORM_GAIN
 	param(t, 1, ly->in, LAYER_INIT_ZERO, 0); // LAYERNORM_BIAS
-	add(t->saved, &t->nsaved, sh->rows, 1, LAYER_INIT_ZERO); // LAYERNORM_MEAN
-	add(t->saved, &t->nsaved, sh->rows, 1, LAYER_INIT_ZERO); // LAYERNORM_RSTD
+	stat(t, sh->rows); // LAYERNORM_MEAN
+	stat(t, sh->rows); // LAYERNORM_RSTD
 }
 
 /* rmsnorm: gain 1 x d; saves rstd per row. */
@@ -105,7 +115,7 @@ static void rmsnorm_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, L
 {
 	(void)tp; // replicated
 	param(t, 1, ly->in, LAYER_INIT_ONE, 0);                  // RMSNORM_GAIN
-	add(t->saved, &t->nsaved, sh->rows, 1, LAYER_INIT_ZERO); // RMSNORM_RSTD
+	stat(t, sh->rows); // RMSNORM_RSTD
 }
 
 TkAttn plan_layer_attn(const PlanLayer *l, const LayerShape *sh)
@@ -153,7 +163,7 @@ static void attn_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, Laye
 	for (int i = 0; i < nss; i++)
 		*(flash ? &ss[i]->scratch : &ss[i]->rebuilt) = 1;
 	if (flash)
-		add(t->saved, &t->nsaved, heads, 1, LAYER_INIT_ZERO); // plan_attn_lse_slot
+		stat(t, heads); // plan_attn_lse_slot
 	add(t->held, &t->nheld, sh->rows, nqkv, LAYER_INIT_ZERO);    // ATTN_DQKV
 	t->work = (LayerTensor){.rows = 1, .cols = tk_attn_workspace(&a), .init = LAYER_INIT_ZERO};
 	int64_t sq = sat_mul(sat_mul(sat_mul(heads, a.S), hd), 2); // one S x S x hd GEMM a head
@@ -238,9 +248,10 @@ static void head_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, Laye
 static void xent_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, LayerTensors *t)
 {
 	t->in = ly->in / tp;
-	add(t->saved, &t->nsaved, sh->rows, 1, LAYER_INIT_ZERO); // XENT_LSE
-	add(t->saved, &t->nsaved, sh->rows, 1, LAYER_INIT_ZERO); // XENT_TARGETS
+	stat(t, sh->rows); // XENT_LSE
+	stat(t, sh->rows); // XENT_TARGETS (int32)
 	t->tp_floats[0] = 3;
+	t->tp_wide = 1;
 }
 
 /* dropout: keeps its mask, one byte an element (its input it drops: drops_x), from F to
@@ -326,7 +337,7 @@ LayerCost plan_layer_figures(const PlanLayer *l, const LayerShape *sh)
 LayerCost plan_layer_cost(LayerKind k, int64_t rows, int in, int out)
 {
 	PlanLayer l = {.kind = k, .in = in, .out = out};
-	LayerShape sh = {rows, rows, 1, 0, 0};
+	LayerShape sh = {rows, rows, 1, 0, 0, PREC_F32};
 	return plan_layer_figures(&l, &sh);
 }
 LayerKind plan_layer_parse(const char *word, const char *name)
@@ -372,19 +383,19 @@ static int64_t elems(const LayerTensor *list, int n)
 	return e;
 }
 
-int64_t plan_tensor_bytes(const LayerTensor *t)
+int64_t plan_tensor_bytes(const LayerTensor *t, int prec)
 {
-	return sat_mul(sat_mul(t->rows, t->cols), t->mask ? 1 : 4);
+	return sat_mul(sat_mul(t->rows, t->cols), t->mask ? 1 : t->wide ? 4 : plan_prec(prec)->act);
 }
 
 /* Bytes of list[0..n) that are kept (not scratch; those marked rebuilt only, with
  * `rebuilt`). */
-static int64_t bytes(const LayerTensor *list, int n, int rebuilt)
+static int64_t bytes(const LayerTensor *list, int n, int rebuilt, int prec)
 {
 	int64_t b = 0;
 	for (int i = 0; i < n; i++)
 		if (!list[i].scratch && (!rebuilt || list[i].rebuilt))
-			b = sat_add(b, plan_tensor_bytes(&list[i]));
+			b = sat_add(b, plan_tensor_bytes(&list[i], prec));
 	return b;
 }
 
@@ -392,7 +403,7 @@ int64_t plan_layer_rebuilt_bytes(const PlanLayer *l, const LayerShape *sh)
 {
 	LayerTensors t;
 	plan_layer_tensors(l, sh, 1, &t);
-	return bytes(t.saved, t.nsaved, 1);
+	return bytes(t.saved, t.nsaved, 1, sh->prec);
 }
 
 /* Everything follows from the row's tensors: the memory convention of the file's head
@@ -405,9 +416,13 @@ LayerCost plan_layer_figures_tp(const PlanLayer *l, const LayerShape *sh, int tp
 	tp = tp > 1 ? tp : 1;
 	plan_layer_tensors(l, sh, tp, &t);
 	c.params = elems(t.param + t.borrowed, t.nparams - t.borrowed);
-	int64_t x = plan_layers[l->kind].drops_x ? 0 : sat_mul(sat_mul(sh->rows, t.in), 4);
-	int64_t keep = sat_add(x, bytes(t.saved, t.nsaved, 0));
-	int64_t held = sat_add(sat_mul(sat_mul(sh->rows, t.out), 4), bytes(t.held, t.nheld, 0));
+	int act = plan_prec(sh->prec)->act;
+	int64_t x = sat_mul(sat_mul(sh->rows, t.in), t.x_ids ? 4 : act);
+	if (plan_layers[l->kind].drops_x)
+		x = 0;
+	int64_t keep = sat_add(x, bytes(t.saved, t.nsaved, 0, sh->prec));
+	int64_t held = sat_add(sat_mul(sat_mul(sh->rows, t.out), act),
+	                       bytes(t.held, t.nheld, 0, sh->prec));
 	if (plan_layers[l->kind].arg == LAYER_ARG_BODY)
 		keep = 0;
 	if (t.nparams) {
@@ -422,7 +437,7 @@ LayerCost plan_layer_figures_tp(const PlanLayer *l, const LayerShape *sh, int tp
 	for (int k = 0; k < 3; k++)
 		c.flops[k] = (double)sat_add(sat_mul(sat_mul(2, sh->rows), gemm), t.flops[k]);
 	for (int d = 0; d < 2 && tp > 1; d++)
-		c.tp_bytes[d] = sat_mul(sat_mul(sh->rows, t.tp_floats[d]), 4);
+		c.tp_bytes[d] = sat_mul(sat_mul(sh->rows, t.tp_floats[d]), t.tp_wide ? 4 : act);
 	return c;
 }
 

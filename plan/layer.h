@@ -104,6 +104,7 @@ typedef struct {
  * the loss's columns are below it; plan_vocab_real). */
 typedef struct {
 	int64_t rows, batch, seq, vocab, real;
+	int prec; // PlanPrec (plan/prec.h): what its tensors are stored in; 0: f32
 } LayerShape;
 
 /* The vocabulary token ids are below and the loss spans: sh->vocab less any padding. */
@@ -138,7 +139,9 @@ typedef struct {
 	int gemm;        // parameters: a GEMM weight, 2 FLOPs per row and element in each of
 	                 // F, B and W (docs/layers.md)
 	uint8_t mask;    // saved: one byte an element (a dropout mask of 0s and 1s, as PyTorch
-	                 // keeps a bool mask); else f32, four
+	                 // keeps a bool mask); else the precision's activation bytes
+	uint8_t wide;    // saved: four bytes an element at every precision (norm statistics,
+	                 // log-sum-exps and token ids, f32 or int32 under bf16 too)
 	uint8_t rebuilt; // saved: what selective recomputation drops after F and rebuilds
 	                 // before B (attention's S x S tensors)
 	uint8_t scratch; // saved slot, never kept: F computes it into scratch and frees it,
@@ -182,12 +185,16 @@ typedef struct {
 	LayerTensor held[LAYER_MAX_TENSORS];
 	LayerTensor work;                     // B's scratch (rows 0: none)
 	LayerSplit split[LAYER_MAX_TENSORS];  // with tp > 1: how each parameter is cut
+	uint8_t x_ids;                        // 1: x is token ids, four bytes each at every
+	                                      // precision (an embedding's)
 	int64_t in, out;                      // the rank's x and y widths: the layer's, but a
 	                                      // vocabulary slice (head out, xent in) at tp > 1
 	int64_t flops[3];                     // F, B, W FLOPs besides the GEMM weights'
 	                                      // (attention's scores and P·V)
 	int64_t tp_floats[2];                 // with tp > 1: floats per row all-reduced after
 	                                      // the layer in F and after its B (0: none)
+	uint8_t tp_wide;                      // 1: those floats are f32 at every precision
+	                                      // (xent's maxima and sums)
 } LayerTensors;
 
 /* Named slots: param[], saved[] and held[] indices of each kind with tensors. */
@@ -288,8 +295,9 @@ int64_t plan_layer_rebuilt_bytes(const PlanLayer *l, const LayerShape *sh);
 /* With flash, attention's saved slot of the rows' log-sum-exp (B*H*S floats, per tp rank
  * its heads'): after its S x S tensors; -1 without flash. */
 int plan_attn_lse_slot(const PlanLayer *l);
-/* Bytes of tensor t (f32, or one byte an element for a mask), saturating. */
-int64_t plan_tensor_bytes(const LayerTensor *t);
+/* Bytes of tensor t at precision prec (PlanPrec: its activation bytes an element, four
+ * for a wide tensor, one for a mask), saturating. */
+int64_t plan_tensor_bytes(const LayerTensor *t, int prec);
 /* Figures of one layer on one rank of a tp group of size tp (the whole layer at tp 1). */
 LayerCost plan_layer_figures_tp(const PlanLayer *l, const LayerShape *sh, int tp);
 /* NULL when tp splits layer l on shape sh evenly; else what tp must divide ("the number

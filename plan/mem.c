@@ -1,7 +1,7 @@
 /* The memory model of docs/semantics.md "Memory", one rank at a time.
  *
- * Static: every stage on the rank holds its parameters, their gradients and the
- * optimizer's state all step.  Dynamic, walked in list order: saved activations
+ * Static: every stage on the rank holds its parameters, their gradients, their master
+ * copy (bf16, plan/prec.h) and the optimizer's state all step.  Dynamic, walked in list order: saved activations
  * (plan_op_mem per compute op, as pipesim's engine counts them) and the tensors in
  * flight between stages: a stage output made by F (one tensor, shared by its out-edges)
  * or an input gradient made by B (shared by its in-edges) lives until every consumer
@@ -21,13 +21,15 @@
 
 int64_t plan_stage_in_bytes(const Plan *p, int s)
 {
-	return (int64_t)p->rows * p->stages[s].in * 4;
+	const PlanStage *st = &p->stages[s];
+	int ids = st->nlayers && st->layers[0].kind == LAYER_EMBED;
+	return (int64_t)p->rows * st->in * (ids ? 4 : plan_prec(p->prec)->act);
 }
 
-int64_t plan_mem_stage_share(const PlanStage *st, int m)
+int64_t plan_mem_stage_share(const PlanStage *st, int m, int prec)
 {
 	int64_t saved = sat_add(sat_add(st->save_fb, st->save_fw), sat_add(st->save_bw, st->save_re));
-	return sat_add(sat_mul(st->params, PLAN_MEM_PARAM_BYTES), sat_mul(saved, m));
+	return sat_add(sat_mul(st->params, PLAN_MEM_PARAM_BYTES(prec)), sat_mul(saved, m));
 }
 
 int64_t plan_mem_edge_share(int64_t bytes, int m)
@@ -35,9 +37,9 @@ int64_t plan_mem_edge_share(int64_t bytes, int m)
 	return sat_mul(sat_mul(bytes, 4), m);
 }
 
-static int64_t out_bytes(const Plan *p, int s)
+int64_t plan_stage_out_bytes(const Plan *p, int s)
 {
-	return (int64_t)p->rows * p->stages[s].out * 4;
+	return (int64_t)p->rows * p->stages[s].out * plan_prec(p->prec)->act;
 }
 
 /* Walk state: refs[(local[stage] * m + mb) * 2 + dir] consumers still to take a
@@ -208,15 +210,17 @@ int plan_mem_rank(const Plan *p, int r, PlanMem *out)
 	PlanMem *m = &w.fig;
 	int pp = rk->coord[DIM_PP];
 	int state = plan_optim_state_bytes(p->optim.kind);
+	const PlanPrecInfo *prec = plan_prec(p->prec);
 	size_t ns = (size_t)p->nstages, ne = (size_t)p->nedges, nloc = 0;
 	for (int s = 0; s < p->nstages; s++)
 		if (p->stages[s].pp == pp) {
-			m->params += p->stages[s].params * 4;
-			m->grads += p->stages[s].params * 4;
+			m->params += p->stages[s].params * prec->param;
+			m->grads += p->stages[s].params * prec->grad;
+			m->master += p->stages[s].params * prec->master;
 			m->optim += p->stages[s].params * state;
 			nloc++;
 		}
-	w.stat = m->params + m->grads + m->optim;
+	w.stat = m->params + m->grads + m->master + m->optim;
 	for (int k = 0; k < OP_COUNT; k++) {
 		int p2p = plan_op_is_p2p((OpKind)k), sends = plan_ops[k].sends;
 		w.comm_kinds |= (uint32_t)plan_op_is_comm((OpKind)k) << k;
@@ -240,7 +244,7 @@ int plan_mem_rank(const Plan *p, int r, PlanMem *out)
 	w.dmem = b64 + 4 * ns;
 	for (int s = 0, k = 0; s < p->nstages; s++) {
 		w.local[s] = p->stages[s].pp == pp ? k++ : -1;
-		w.bytes[2 * s + DIR_ACT] = out_bytes(p, s);
+		w.bytes[2 * s + DIR_ACT] = plan_stage_out_bytes(p, s);
 		w.bytes[2 * s + DIR_GRAD] = plan_stage_in_bytes(p, s);
 		for (int kind = 0; w.local[s] >= 0 && kind < OP_COUNT; kind++)
 			w.dmem[w.local[s] * OP_COUNT + kind] = plan_op_mem((OpKind)kind, &p->stages[s]);

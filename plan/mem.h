@@ -12,8 +12,9 @@
 /* One rank's memory.  The static parts are held all step; saved and comm are the
  * dynamic parts at the moment of the peak (peak = the five parts' sum). */
 typedef struct {
-	int64_t params;     // f32 weights of the rank's stages
+	int64_t params;     // weights of the rank's stages (the precision's parameter bytes)
 	int64_t grads;      // their f32 gradient accumulators
+	int64_t master;     // their f32 master copy the optimizer updates (bf16; else 0)
 	int64_t optim;      // optimizer state (plan_optim_state_bytes per parameter)
 	int64_t saved;      // saved activations at the peak
 	int64_t comm;       // stage outputs and input gradients in flight at the peak
@@ -38,15 +39,18 @@ int64_t plan_mem_peaks(const Plan *p, int64_t *peak);
  * below add up to less than PLAN_MEM_MAX (2^62 bytes, 4.6 EB) keeps every rank's and the
  * step's figures below it (a verified plan makes, saves and receives each tensor once a
  * microbatch).  The plan reader refuses the stage or edge past it, pipecc the stage.
- * A stage's share: 16 bytes a parameter (weights, gradients, the largest optimizer
- * state) and its saved bytes for each of m microbatches; an edge's: four copies of its
+ * A stage's share: PLAN_MEM_PARAM_BYTES(prec) a parameter (weights, gradients, master
+ * copy, the largest optimizer state) and its saved bytes for each of m microbatches; an edge's: four copies of its
  * tensor a microbatch (made and received, forward and backward).  Saturating. */
 #define PLAN_MEM_MAX ((int64_t)1 << 62)
-#define PLAN_MEM_PARAM_BYTES 16
-int64_t plan_mem_stage_share(const PlanStage *st, int m);
+#define PLAN_MEM_PARAM_BYTES(prec) (plan_prec_param_bytes(prec) + 8)
+int64_t plan_mem_stage_share(const PlanStage *st, int m, int prec);
 int64_t plan_mem_edge_share(int64_t bytes, int m);
-/* The bytes of stage s's input, what a recomputing stage keeps from F to B. */
+/* The bytes of stage s's input, what a recomputing stage keeps from F to B: the
+ * precision's activation bytes an element, four for the token ids an embedding takes. */
 int64_t plan_stage_in_bytes(const Plan *p, int s);
+/* The bytes of stage s's output (and of its gradient): an edge's tensor. */
+int64_t plan_stage_out_bytes(const Plan *p, int s);
 /* "80 GB", "1.5 MiB"-style: bytes b in decimal units (B, kB, MB, GB, TB, PB, EB), 3
  * significant digits, into buf.  Returns buf. */
 char *plan_mem_text(char *buf, size_t n, int64_t b);

@@ -30,8 +30,9 @@ int plan_edge_self(const Plan *p, int e)
 LayerShape plan_shape(const Plan *p)
 {
 	if (p->seq > 0)
-		return (LayerShape){p->rows, p->rows / p->seq, p->seq, p->vocab, p->vocab_real};
-	return (LayerShape){p->rows, p->rows, 1, 0, 0};
+		return (LayerShape){p->rows, p->rows / p->seq, p->seq, p->vocab, p->vocab_real,
+		                    p->prec};
+	return (LayerShape){p->rows, p->rows, 1, 0, 0, p->prec};
 }
 
 Plan *plan_new(void)

@@ -21,6 +21,7 @@
 #include "layer.h"
 #include "op.h"
 #include "optim.h"
+#include "prec.h"
 #include "sat.h"
 
 #define PLAN_FORMAT "pipecc-plan"
@@ -154,6 +155,7 @@ typedef struct {
 	int seq, vocab;        // token input: rows = sequences x seq tokens over vocab; else 0
 	int vocab_real;        // padded vocabulary (`padded=`): token ids < vocab_real, the
 	                       // loss leaves logits vocab_real.. out; 0: vocab, no padding
+	uint8_t prec;          // PlanPrec (plan/prec.h): what tensors are stored in
 	PlanOptim optim;
 	int64_t mem_cap;       // bytes each device holds (`device memory=`); 0: not stated
 	int link_ideal;        // 1: transfers are free

@@ -211,6 +211,18 @@ static int read_tokens(Rd *r, Plan *p)
 	return 0;
 }
 
+/* `precision bf16`: a regime of plan/prec.h other than f32 (which has no line). */
+static int read_prec(Rd *r, Plan *p)
+{
+	size_t n = word(r, "precision") ? 0 : (skip_sp(r), strcspn(r->s, " "));
+	PlanPrec k = plan_prec_find(r->s, n);
+	if (r->failed || k == PREC_COUNT || k == PREC_F32)
+		return r->failed ? -1 : rd_fail(r, "unknown precision '%.20s' (tf32 or bf16)", r->s);
+	p->prec = (uint8_t)k;
+	r->s += n;
+	return eol(r);
+}
+
 /* `optimizer sgd lr=X` or `optimizer adamw lr=X beta1=X beta2=X eps=X weight_decay=X`. */
 static int real(Rd *r, const char *k, double *v, double lo, double hi)
 {
@@ -581,9 +593,10 @@ static int read_stages(Rd *r, Plan *p)
 	int n;
 	if (rd_next_line(r, "'stages N'"))
 		return -1;
-	if (!strncmp(r->buf, "node ", 5) && (read_node(r, p) || rd_next_line(r, "'stages N'")))
-		return -1;
-	if (!strncmp(r->buf, "optimizer ", 10) && (read_optim(r, p) || rd_next_line(r, "'stages N'")))
+	const char *next = "'stages N'";
+	if ((!strncmp(r->buf, "node ", 5) && (read_node(r, p) || rd_next_line(r, next))) ||
+	    (!strncmp(r->buf, "precision ", 10) && (read_prec(r, p) || rd_next_line(r, next))) ||
+	    (!strncmp(r->buf, "optimizer ", 10) && (read_optim(r, p) || rd_next_line(r, next))))
 		return -1;
 	if (!strncmp(r->buf, "memory ", 7) &&
 	    (word(r, "memory") || kv64(r, "cap=", &p->mem_cap, 1, INT64_MAX / 4) || eol(r) ||
@@ -617,7 +630,7 @@ static int read_stages(Rd *r, Plan *p)
 		    kv64(r, "save_bw=", &st->save_bw, 0, INT64_MAX / 8) || read_recompute(r, st) ||
 		    kv(r, "layers=", &st->nlayers, 1, 1 << 20) || loc(r, &st->loc) || eol(r))
 			return -1;
-		if ((r->mem = sat_add(r->mem, plan_mem_stage_share(st, p->microbatches))) >= PLAN_MEM_MAX)
+		if ((r->mem = sat_add(r->mem, plan_mem_stage_share(st, p->microbatches, p->prec))) >= PLAN_MEM_MAX)
 			return too_much(r, "this stage", p->microbatches);
 		int64_t lcap = 0;
 		LayerCost sum = {0};

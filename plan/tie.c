@@ -67,6 +67,6 @@ int64_t plan_tie_bytes(const Plan *p)
 	int tp = p->dims[DIM_TP] > 1 ? p->dims[DIM_TP] : 1;
 	for (int l = 0; l < st->nlayers; l++)
 		if (st->layers[l].kind == LAYER_HEAD)
-			return (int64_t)(p->vocab / tp) * st->layers[l].in * 4;
+			return (int64_t)(p->vocab / tp) * st->layers[l].in * plan_prec(p->prec)->grad;
 	return 0;
 }

@@ -247,7 +247,8 @@ static int dep_op(PlanVc *v, Deps *d, int64_t i)
 		                     tied_of(d, s), d->m, d->dp);
 		if (!bad)
 			bad = edge_inputs(v, d, o, x, sizeof x);
-	} else if (in->over == OP_OVER_DP && d->dp > 1 && plan_op_bytes(p, o) != p->stages[s].params * 4)
+	} else if (in->over == OP_OVER_DP && d->dp > 1 &&
+	           plan_op_bytes(p, o) != p->stages[s].params * plan_prec(p->prec)->grad)
 		bad = "its size differs from the stage's gradients";
 	else
 		bad = plan_dep_apply(k, NULL, &d->sd[d->loc[s]], NULL, d->m, d->dp);

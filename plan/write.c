@@ -524,6 +524,8 @@ static void write_body(Out *o, const Plan *p)
 	if (p->dims[DIM_TP] > 1 && p->node_bandwidth > 0) // a read plan may have none: no node
 		putf(o, "node per_node=%d latency_ns=%" PRId64 " bandwidth=%.17g\n", p->per_node,
 		     p->node_latency_ns, p->node_bandwidth);
+	if (p->prec != PREC_F32)
+		putf(o, "precision %s\n", plan_prec(p->prec)->name);
 	if (p->optim.given)
 		put_optim(o, &p->optim);
 	if (p->mem_cap)

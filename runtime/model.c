@@ -14,6 +14,7 @@
  * so what a rank keeps is what the simulator predicts by construction.  One stage's
  * compute over the model is stage.c's. */
 #include "rt_private.h"
+#include "../plan/mem.h"
 #include "../plan/tie.h"
 
 #include <math.h>
@@ -291,9 +292,10 @@ static int build(RtModel *m, const Plan *p, char *err, size_t errn)
 		if (a->out != b->in)
 			return merr(err, errn, "edge %d: stage %s gives %d features, stage %s takes %d", e,
 			            a->name, a->out, b->name, b->in);
-		if (ed->bytes != rows * a->out * 4)
-			return merr(err, errn, "edge %d: bytes=%lld but %d x %d f32 is %lld bytes", e,
-			            (long long)ed->bytes, p->rows, a->out, (long long)(rows * a->out * 4));
+		if (ed->bytes != plan_stage_out_bytes(p, ed->src))
+			return merr(err, errn, "edge %d: bytes=%lld but %d x %d %s is %lld bytes", e,
+			            (long long)ed->bytes, p->rows, a->out, plan_prec(p->prec)->name,
+			            (long long)plan_stage_out_bytes(p, ed->src));
 		RtStageModel *sa = &m->st[ed->src], *sb = &m->st[ed->dst];
 		sa->out_edges[sa->nout++] = e;
 		sb->in_edges[sb->nin++] = e;
@@ -348,6 +350,12 @@ RtModel *rt_model_new(const Plan *p, int tp, char *err, size_t errn)
  * math. */
 const char *rt_device_check(const RtDevice *d, const Plan *p, char *err, size_t n)
 {
+	if (p->prec != PREC_F32) {
+		snprintf(err, n, "piperun runs f32 plans only, and this plan's precision is %s "
+		         "(pipecc and pipesim plan it; docs/runtime.md \"Precision\")",
+		         plan_prec(p->prec)->name);
+		return err;
+	}
 	for (int s = 0; s < p->nstages; s++) {
 		const PlanStage *st = &p->stages[s];
 		int first = 1, attends = 0;

@@ -71,6 +71,8 @@ static void header(FILE *f, const Plan *p, const char *file)
 	           "  \"line\": %s,\n  \"microbatches\": %d",
 	        p->dims[DIM_PP], p->dims[DIM_DP], p->dims[DIM_TP], plan_mesh_world(p),
 	        p->line ? "true" : "false", p->microbatches);
+	if (p->prec != PREC_F32) // f32 plans read as before
+		fprintf(f, ",\n  \"precision\": \"%s\"", plan_prec(p->prec)->name);
 }
 
 int sim_write_json(FILE *f, const Plan *p, const SimResult *res, const PlanError *verr,
@@ -125,9 +127,12 @@ int sim_write_json(FILE *f, const Plan *p, const SimResult *res, const PlanError
 		           ", \"grad_bytes\": %" PRId64 ", \"optim_state_bytes\": %" PRId64
 		           ", \"saved_bytes_at_peak\": %" PRId64 ", \"inflight_bytes_at_peak\": %" PRId64
 		           ", \"peak_op\": %" PRId64 ", \"peak_inflight_bytes\": %" PRId64
-		           ", \"fits\": %s}",
+		           ", \"fits\": %s",
 		        m.peak, m.params, m.grads, m.optim, m.saved, m.comm, m.peak_op, m.peak_comm,
 		        !p->mem_cap || m.peak <= p->mem_cap ? "true" : "false");
+		if (plan_prec(p->prec)->master) // bf16: the f32 master weights, a class of their own
+			fprintf(f, ", \"master_bytes\": %" PRId64, m.master);
+		fputc('}', f);
 	}
 	free(own);
 	fputs("\n  ],\n  \"links\": [", f);

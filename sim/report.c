@@ -59,17 +59,20 @@ int sim_report_memory(FILE *f, const Plan *p, const PlanMem *mem)
 	if (!mem && !(mem = own))
 		return -1;
 	char cap[32];
-	fprintf(f, "\nmemory (bytes; peak = params + grads + optim + saved + in flight)%s%s\n",
-	        p->mem_cap ? ", device holds " : "",
+	int master = plan_prec(p->prec)->master > 0; // bf16: the f32 master weights too
+	fprintf(f, "\nmemory (bytes; peak = params + grads + %soptim + saved + in flight)%s%s\n",
+	        master ? "master + " : "", p->mem_cap ? ", device holds " : "",
 	        p->mem_cap ? plan_mem_text(cap, sizeof cap, p->mem_cap) : "");
-	fprintf(f, " rank           peak         params          grads          optim          saved"
-	           "      in flight   at op\n");
+	fprintf(f, " rank           peak         params          grads%s          optim          saved"
+	           "      in flight   at op\n", master ? "         master" : "");
 	for (int r = 0; r < p->world; r++) {
 		const PlanMem m = mem[r];
-		fprintf(f, "%5d %14" PRId64 " %14" PRId64 " %14" PRId64 " %14" PRId64 " %14" PRId64
-		           " %14" PRId64 " %7" PRId64 "%s\n",
-		        plan_world_rank(p, r), m.peak, m.params, m.grads, m.optim, m.saved, m.comm,
-		        m.peak_op,
+		fprintf(f, "%5d %14" PRId64 " %14" PRId64 " %14" PRId64, plan_world_rank(p, r), m.peak,
+		        m.params, m.grads);
+		if (master)
+			fprintf(f, " %14" PRId64, m.master);
+		fprintf(f, " %14" PRId64 " %14" PRId64 " %14" PRId64 " %7" PRId64 "%s\n", m.optim,
+		        m.saved, m.comm, m.peak_op,
 		        p->mem_cap && m.peak > p->mem_cap ? "  does not fit" : "");
 	}
 	free(own);
@@ -96,7 +99,7 @@ int sim_report_summary(FILE *f, const Plan *p, const SimResult *res, const PlanM
 	        100.0 * res->bubble, 100.0 * sim_busy(res, -1));
 	/* model state: parameters, gradients (f32) and optimizer state of the rank's stages, as
 	 * the plan's per-rank figures give them (a tp rank's share) */
-	int state = 8 + plan_optim_state_bytes(p->optim.kind);
+	int state = plan_prec_param_bytes(p->prec) + plan_optim_state_bytes(p->optim.kind);
 	fprintf(f, "\n rank   busy %%   compute us      idle us   peak act bytes  peak act units"
 	           "  model state bytes\n");
 	for (int r = 0; r < res->world; r++) {

@@ -36,7 +36,9 @@ t "llama2-7b-tp summary" 0 "$BIN/pipecc" examples/llama2-7b-tp.pipe --emit summa
 cp "$dir/out" "$dir/s8"
 has "summary says the figures are per tp rank" "$dir/s8" "^per rank of a tp group of 8"
 sed 's/^mesh pp=4 dp=4 tp=8;/mesh pp=4 dp=4;/' examples/llama2-7b-tp.pipe >"$dir/l1.pipe"
-t "llama2-7b at tp=1 does not fit an h100" 1 "$BIN/pipecc" "$dir/l1.pipe" -o "$dir/l1.plan"
+t "llama2-7b at tp=1 fits an h100 in bf16 with flash" 0 "$BIN/pipecc" "$dir/l1.pipe" -o "$dir/l1.plan"
+sed 's/^precision bf16;/precision f32;/; s/ flash;/;/' "$dir/l1.pipe" >"$dir/l1f.pipe"
+t "llama2-7b at tp=1 does not fit an h100 in f32" 1 "$BIN/pipecc" "$dir/l1f.pipe" -o "$dir/l1.plan"
 has "the rank that does not fit is named" "$dir/err" "error: the plan does not fit: rank 0 (pp 0, dp 0)"
 sed -i 's/^device h100;/device h100 memory=1TB;/' "$dir/l1.pipe"
 t "llama2-7b at tp=1 summary" 0 "$BIN/pipecc" "$dir/l1.pipe" --emit summary

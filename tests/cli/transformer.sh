@@ -18,14 +18,28 @@ done
 t "gpt2 summary" 0 "$BIN/pipecc" examples/gpt2.pipe --emit summary
 has "GPT-2 small has 124,439,808 parameters" "$dir/out" "^parameters 124439808;"
 has "GPT-2 summary names AdamW" "$dir/out" "optimizer adamw (8 bytes of state"
-has "GPT-2 stage line: params + grads + AdamW = 16 bytes a parameter" "$dir/out" \
-	"^s1 .* 7087872 .* 113405952$"
-# a layer's activation bytes a microbatch (8 x 1024 tokens, d 768, 12 heads):
-# 1,082,261,504 without dropout (docs/layers.md's 100,679,680 bytes from F to B a
-# sequence, x 8, + 276,824,064 held from B to W), + attention's mask 8 x 12 x 1024^2 =
-# 100,663,296 bytes and its dropped probabilities, 4 x that, + two hidden masks of
-# 8192 x 768 bytes: 1,598,160,896
-has "GPT-2 layer with its dropouts keeps 1,598,160,896 bytes" "$dir/out" \
+has "GPT-2 summary names bf16" "$dir/out" "^precision bf16: .* (18 bytes a parameter"
+# bf16 (Megatron's mixed precision): bf16 parameters 2 + f32 main gradients 4 + f32
+# master weights 4 + AdamW 8 = 18 bytes a parameter (theoretical_memory_usage.py's 18)
+has "GPT-2 stage line: bf16 params + grads + master + AdamW = 18 bytes a parameter" \
+	"$dir/out" "^s1 .* 7087872 .* $((7087872 * 18))$"
+# a layer's activation bytes a microbatch at bf16 with flash attention, N = 8 x 1024
+# tokens, d 768, 12 heads: kept from F, 34 N d (Korthikanti et al. 2022's 34 sbh: the
+# norms' and the projections' inputs, qkv, the heads' output, the MLP's h and gelu(h),
+# two bytes each, and the two one-byte dropout masks) + the norms' f32 mean and rstd,
+# 16 N, + flash's f32 log-sum-exp, 4 x 8 x 12 x 1024 (no S x S tensor is kept); held
+# from B to W, 22 N d (each weighted layer's output gradient, dqkv and dh): 352,845,824
+n=$((8192 * 768))
+has "GPT-2 bf16 flash layer keeps 56 N d + 16 N + its log-sum-exp" "$dir/out" \
+	"^s1 .* $((56 * n + 16 * 8192 + 4 * 8 * 12 * 1024)) *$((7087872 * 18))$"
+# the same in f32 without flash: 1,082,261,504 without dropout (docs/layers.md's
+# 100,679,680 bytes from F to B a sequence, x 8, + 276,824,064 held from B to W), +
+# attention's mask 8 x 12 x 1024^2 = 100,663,296 bytes and its dropped probabilities, 4
+# x that, + two hidden masks of 8192 x 768 bytes: 1,598,160,896; params + grads + AdamW
+# = 16 bytes a parameter
+sed 's/^precision bf16;/precision f32;/; s/ flash;/;/' examples/gpt2.pipe >"$dir/f32.pipe"
+t "gpt2 f32 summary" 0 "$BIN/pipecc" "$dir/f32.pipe" --emit summary
+has "GPT-2 f32 layer with its dropouts keeps 1,598,160,896 bytes" "$dir/out" \
 	"^s1 .* $((1082261504 + 5 * 100663296 + 2 * 8192 * 768)) *113405952$"
 sed 's/head tied;/head;/' examples/gpt2.pipe >"$dir/untied.pipe"
 t "untied gpt2 summary" 0 "$BIN/pipecc" "$dir/untied.pipe" --emit summary
