@@ -3,8 +3,8 @@
  * cu_cs_begin()/cu_cs_end() (cuda_stream.cu); the transformer kinds' rows are
  * cuda_tf.cu's, and device_cuda.cu puts both lists of rows in the table by kind.
  *
- * Kernels are grid-stride loops; the arithmetic mirrors cpu.c (rounded intrinsics where
- * nvcc would otherwise fuse a multiply-add the CPU does not), so everything but the
+ * Kernels are grid-stride loops; the arithmetic mirrors cpu.c and cpu_layers.c (rounded
+ * intrinsics where nvcc would otherwise fuse a multiply-add the CPU does not), so everything but the
  * GEMMs, tanh and the mse loss's summation order matches the cpu device bit for bit.
  * GEMMs are cuBLAS's, column-major on row-major tensors (cu_gemm: one matrix or a
  * strided batch); with --dtype bf16 both operands are rounded to bf16 by a small kernel
@@ -584,7 +584,7 @@ static int mse_bwd_in(RtRank *r, const RtLayerCall *c)
 		return RT_EFAIL;
 	cu_cs_end(r, u, 3);
 	int64_t n = numel(c->x);
-	float k = (float)(2.0 * (double)c->scale / (double)n); // as cpu.c
+	float k = (float)(2.0 * (double)c->scale / (double)n); // as cpu_layers.c
 	LAUNCH(r, k_mse_bwd, n, F32(c->x), F32(c->target), k, F32(c->dx), n);
 	return RT_OK;
 }
