@@ -578,6 +578,34 @@ static int dropout_bwd_in(RtRank *r, const RtLayerCall *c)
 	return RT_OK;
 }
 
+/* squared_relu: y = relu(x)^2 (So et al. 2021, "Primer"; Nemotron-4's MLP activation);
+ * dy/dx = 2 relu(x), continuous at 0 unlike relu's.  Keeps x (no tensors of its own). */
+static int squared_relu_fwd(RtRank *r, const RtLayerCall *c)
+{
+	if (rt_layer_call_check(r, c))
+		return RT_EFAIL;
+	const float *a = F32(c->x);
+	float *o = F32(c->y);
+	for (int64_t i = 0, n = c->rows * c->layer->in; i < n; i++) {
+		float p = a[i] > 0 ? a[i] : 0;
+		o[i] = p * p;
+	}
+	return RT_OK;
+}
+
+static int squared_relu_bwd_in(RtRank *r, const RtLayerCall *c)
+{
+	if (rt_layer_call_check(r, c))
+		return RT_EFAIL;
+	const float *a = F32(c->x), *g = F32(c->dy);
+	float *o = F32(c->dx);
+	for (int64_t i = 0, n = c->rows * c->layer->in; i < n; i++) {
+		float p = a[i] > 0 ? a[i] : 0;
+		o[i] = (2.0f * p) * g[i]; // the cuda row's order: the same bits
+	}
+	return RT_OK;
+}
+
 const RtLayerKernels rt_cpu_layers[LAYER_COUNT] = {
 	[LAYER_LINEAR] = {linear_fwd, linear_bwd_in, linear_bwd_w},
 	[LAYER_RELU] = {relu_fwd, relu_bwd_in, NULL},
@@ -593,4 +621,5 @@ const RtLayerKernels rt_cpu_layers[LAYER_COUNT] = {
 	[LAYER_XENT] = {xent_fwd, xent_bwd_in, NULL, xent_tp_fwd},
 	[LAYER_GEGLU] = {geglu_fwd, geglu_bwd_in, swiglu_bwd_w},
 	[LAYER_DROPOUT] = {dropout_fwd, dropout_bwd_in, NULL},
+	[LAYER_SQUARED_RELU] = {squared_relu_fwd, squared_relu_bwd_in, NULL},
 };

@@ -615,6 +615,34 @@ static void runtime__layer_kernels__gradients_match_finite_differences(void **st
 	plan_free(p);
 }
 
+/* squared_relu by hand: y = relu(x)^2 and dx = 2 relu(x) dy, exact in f32 at these x
+ * (-1.5 and 0 give 0 and no gradient; 0.5 and 2 give 0.25 and 4). */
+static void runtime__squared_relu__hand_values(void **state)
+{
+	(void)state;
+	RtWorld w = {.dev = &rt_device_cpu, .opt = options(1, 0)};
+	RtRank r = {.w = &w, .rank = RT_REF_RANK, .dev = &rt_device_cpu};
+	PlanLayer ly = {.kind = LAYER_SQUARED_RELU, .in = 4, .out = 4};
+	LayerShape sh = {1, 1, 1, 0, 0};
+	OneLayer o;
+	one_layer_open(&r, &o, &ly, &sh);
+	const float x[4] = {-1.5f, 0, 0.5f, 2}, dy[4] = {3, 1, 2, -0.5f};
+	const float y[4] = {0, 0, 0.25f, 4}, dx[4] = {0, 0, 2, -2};
+	memcpy(o.x->data, x, sizeof x);
+	memcpy(o.dy->data, dy, sizeof dy);
+	const RtLayerKernels *row = &rt_device_cpu.layers[LAYER_SQUARED_RELU];
+	assert_int_equal(row->fwd(&r, &o.c), RT_OK);
+	RtLayerCall c = o.c;
+	c.y = NULL, c.dy = o.dy, c.dx = o.dx;
+	assert_int_equal(row->bwd_in(&r, &c), RT_OK);
+	for (int i = 0; i < 4; i++) {
+		assert_true(f32(o.y)[i] == y[i]);
+		assert_true(f32(o.dx)[i] == dx[i]);
+	}
+	assert_null(row->bwd_w); // no parameters
+	one_layer_close(&r, &o);
+}
+
 /* A device without a kernel a plan needs is refused when the world opens, naming the
  * device, the part and the kind; a part nobody needs (stage 0's first input gradient)
  * may be missing. */
@@ -850,6 +878,7 @@ int main(void)
 		cmocka_unit_test(runtime__registries__parts_complete_and_used),
 		cmocka_unit_test(runtime__layer_kernels__every_kind_has_a_cpu_row_or_is_refused),
 		cmocka_unit_test(runtime__layer_kernels__gradients_match_finite_differences),
+		cmocka_unit_test(runtime__squared_relu__hand_values),
 		cmocka_unit_test(runtime__device_without_row__refused_at_open),
 		cmocka_unit_test(runtime__deadlock__watchdog_names_blocked_sends),
 		cmocka_unit_test(runtime__missing_peer__is_an_error),
