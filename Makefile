@@ -177,8 +177,10 @@ $(BUILD)/plan/cli.o: plan/cli.c VERSION
 # values are unchanged: no fast-math, so no reassociation and no FMA contraction.
 $(BUILD)/runtime/tkernels.o: CFLAGS += -ftree-vectorize -fvect-cost-model=dynamic -fno-trapping-math
 
-# BLAS users: runtime/cpu.c and the transformer kernels (runtime/tkernels.c).
-$(BUILD)/runtime/cpu.o $(BUILD)/runtime/tkernels.o: $(BUILD)/runtime/%.o: runtime/%.c
+# BLAS users: the cpu device (runtime/cpu.c, its layer rows in runtime/cpu_layers.c) and
+# the transformer kernels (runtime/tkernels.c).
+$(BUILD)/runtime/cpu.o $(BUILD)/runtime/cpu_layers.o $(BUILD)/runtime/tkernels.o: \
+		$(BUILD)/runtime/%.o: runtime/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(BLAS_CFLAGS) -c -o $@ $<
 

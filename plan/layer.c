@@ -299,6 +299,8 @@ const LayerInfo plan_layers[LAYER_COUNT] = {
 	                 LAYER_TP_HIDDEN, swiglu_tensors},
 	[LAYER_DROPOUT] = {"dropout", "dropout", LAYER_ARG_PROB, "dropout 0.1", 0, 0, 0,
 	                   LAYER_OUT_SAME, LAYER_TP_WHOLE, dropout_tensors, 1},
+	[LAYER_SQUARED_RELU] = {"squared_relu", "squared_relu", LAYER_ARG_NONE, "squared_relu", 0, 0,
+	                        0, LAYER_OUT_SAME, LAYER_TP_WHOLE, NULL},
 };
 
 #undef K

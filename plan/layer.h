@@ -31,6 +31,7 @@ typedef enum {
 	LAYER_XENT,      // cross-entropy on next-token targets
 	LAYER_GEGLU,     // gated GeGLU MLP, hidden width, no biases (swiglu's tensors)
 	LAYER_DROPOUT,   // zeroes each element with probability P, scales the rest by 1/(1-P)
+	LAYER_SQUARED_RELU, // elementwise relu(x)^2 (Primer's squared ReLU)
 	LAYER_COUNT
 } LayerKind;
 

@@ -1,10 +1,10 @@
 /* The cuda device's tensor operations, GEMMs and the layer rows of the matrix and
- * elementwise kinds (linear, relu, gelu, mse, dropout), on the rank's compute stream, ordered by
- * cu_cs_begin()/cu_cs_end() (cuda_stream.cu); the transformer kinds' rows are
+ * elementwise kinds (linear, relu, squared_relu, gelu, mse, dropout), on the rank's
+ * compute stream, ordered by cu_cs_begin()/cu_cs_end() (cuda_stream.cu); the transformer kinds' rows are
  * cuda_tf.cu's, and device_cuda.cu puts both lists of rows in the table by kind.
  *
- * Kernels are grid-stride loops; the arithmetic mirrors cpu.c (rounded intrinsics where
- * nvcc would otherwise fuse a multiply-add the CPU does not), so everything but the
+ * Kernels are grid-stride loops; the arithmetic mirrors cpu.c and cpu_layers.c (rounded
+ * intrinsics where nvcc would otherwise fuse a multiply-add the CPU does not), so everything but the
  * GEMMs, tanh and the mse loss's summation order matches the cpu device bit for bit.
  * GEMMs are cuBLAS's, column-major on row-major tensors (cu_gemm: one matrix or a
  * strided batch); with --dtype bf16 both operands are rounded to bf16 by a small kernel
@@ -83,6 +83,25 @@ static __global__ void k_relu_bwd(const float *x, const float *dy, float *dx, in
 {
 	FOR_EACH(i, n)
 	dx[i] = x[i] > 0 ? dy[i] : 0;
+}
+
+/* squared_relu: y = relu(x)^2, dx = (2 relu(x)) dy, as cpu_layers.c multiplies. */
+static __global__ void k_squared_relu_fwd(const float *x, float *y, int64_t n)
+{
+	FOR_EACH(i, n)
+	{
+		float p = x[i] > 0 ? x[i] : 0;
+		y[i] = __fmul_rn(p, p);
+	}
+}
+
+static __global__ void k_squared_relu_bwd(const float *x, const float *dy, float *dx, int64_t n)
+{
+	FOR_EACH(i, n)
+	{
+		float p = x[i] > 0 ? x[i] : 0;
+		dx[i] = __fmul_rn(__fmul_rn(2.0f, p), dy[i]);
+	}
 }
 
 static __global__ void k_gelu_fwd(const float *x, float *y, int64_t n)
@@ -542,6 +561,16 @@ static int relu_bwd_in(RtRank *r, const RtLayerCall *c)
 	return ew_bwd_in(r, c, k_relu_bwd);
 }
 
+static int squared_relu_fwd(RtRank *r, const RtLayerCall *c)
+{
+	return ew_fwd(r, c, k_squared_relu_fwd);
+}
+
+static int squared_relu_bwd_in(RtRank *r, const RtLayerCall *c)
+{
+	return ew_bwd_in(r, c, k_squared_relu_bwd);
+}
+
 static int gelu_fwd(RtRank *r, const RtLayerCall *c)
 {
 	return ew_fwd(r, c, k_gelu_fwd);
@@ -584,7 +613,7 @@ static int mse_bwd_in(RtRank *r, const RtLayerCall *c)
 		return RT_EFAIL;
 	cu_cs_end(r, u, 3);
 	int64_t n = numel(c->x);
-	float k = (float)(2.0 * (double)c->scale / (double)n); // as cpu.c
+	float k = (float)(2.0 * (double)c->scale / (double)n); // as cpu_layers.c
 	LAUNCH(r, k_mse_bwd, n, F32(c->x), F32(c->target), k, F32(c->dx), n);
 	return RT_OK;
 }
@@ -737,6 +766,7 @@ extern const CuLayerRow cu_mat_rows[] = {
 	{LAYER_LINEAR, {linear_fwd, linear_bwd_in, linear_bwd_w}},
 	{LAYER_RELU, {relu_fwd, relu_bwd_in, nullptr}},
 	{LAYER_GELU, {gelu_fwd, gelu_bwd_in, nullptr}},
+	{LAYER_SQUARED_RELU, {squared_relu_fwd, squared_relu_bwd_in, nullptr}},
 	{LAYER_MSE, {mse_fwd, mse_bwd_in, nullptr}},
 	{LAYER_DROPOUT, {dropout_fwd, dropout_bwd_in, nullptr}},
 };

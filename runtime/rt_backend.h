@@ -347,6 +347,8 @@ extern const int rt_nbackends;
 /* The cpu device (cpu.c), which every --check reference runs on.  The other parts are
  * reached through the registries only (their declarations are registry.c's). */
 extern const RtDevice rt_device_cpu;
+/* Its layer kernels, one row per LayerKind (cpu_layers.c), which the device points to. */
+extern const RtLayerKernels rt_cpu_layers[LAYER_COUNT];
 /* Piece t (of a tp group) of a whole parameter, cut as sp says, into out (piece's shape);
  * a whole copy when sp says none. */
 void rt_split_copy(const LayerTensor *piece, const LayerSplit *sp, int tp, int t, const float *whole,

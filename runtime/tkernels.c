@@ -530,7 +530,7 @@ void tk_attn_bwd(const TkAttn *a, const float *x, const float *wqkv, const float
 
 /* ---- MLPs ---- */
 
-/* GPT-2's tanh GELU, the function of runtime/cpu.c, written through the identity
+/* GPT-2's tanh GELU, the function of runtime/cpu_layers.c, written through the identity
  * 0.5 (1 + tanh u) = sigmoid(2u): one exponential (tk_exp, which vectorizes) instead
  * of tanhf, which is several times slower in glibc and dominated small layers.  Equal
  * to the tanhf form to float rounding (not bit for bit). */

@@ -164,7 +164,7 @@ void tk_attn_bwd_in_drop(const TkAttn *a, const TkDrop *dr, const float *wqkv, c
                          const float *qkv, const float *p, const uint8_t *mask, const float *pd,
                          const float *dy, float *dqkv, float *dx, float *work);
 
-/* ---- MLP with GELU (tanh approximation, as GPT-2 and runtime/cpu.c) ----
+/* ---- MLP with GELU (tanh approximation, as GPT-2 and runtime/cpu_layers.c) ----
  * h = x W1 + b1 (N x f), a = gelu(h), y = a W2 + b2.  W1 d x f, W2 f x d, b1/b2 or NULL.
  * Saved: h (N*f), a (N*f), plus the input x (N*d).
  * Held for W: dh (N*f, gradient at h), plus dy (N*d). */

@@ -28,6 +28,7 @@
 #include "../compiler/pipecc.h"
 #include "../runtime/cuda_env.h"
 #include "cuda_test.h"
+#include "layer_samples.h"
 
 /* A world for the one-GPU plan with rank 0 opened on this thread. */
 typedef struct {
@@ -222,39 +223,78 @@ static void twin_compare(Gpu *g, RtTensor *const *d, const RtTensor *h, int n, d
 	}
 }
 
-/* The layers the kernel rows are checked on: every kind with a cpu row, in the
- * variants fd_layers (test_runtime.c) runs (biases, grouped-query and rotary attention,
- * learned positions), at odd sizes (no GEMM tile fits exactly).  Kinds on tokens run on
- * 3 sequences of 11 tokens over a vocabulary of 37. */
-#define FLAG(k) LAYER_FLAG(LAYER_KEY_##k)
-static const PlanLayer gpu_layers[] = {
-	{.kind = LAYER_LINEAR, .in = 70, .out = 45},
-	{.kind = LAYER_RELU, .in = 70, .out = 70},
-	{.kind = LAYER_GELU, .in = 70, .out = 70},
-	{.kind = LAYER_MSE, .in = 70, .out = 70},
-	{.kind = LAYER_EMBED, .in = 1, .out = 24},
-	{.kind = LAYER_EMBED, .in = 1, .out = 24, .flags = FLAG(POSITIONS)},
-	{.kind = LAYER_LAYERNORM, .in = 24, .out = 24},
-	{.kind = LAYER_RMSNORM, .in = 24, .out = 24},
-	{.kind = LAYER_ATTN, .in = 24, .out = 24, .heads = 3, .kv_heads = 3, .flags = FLAG(BIAS)},
-	{.kind = LAYER_ATTN, .in = 24, .out = 24, .heads = 4, .kv_heads = 2, .flags = FLAG(ROPE)},
-	{.kind = LAYER_ATTN, .in = 24, .out = 24, .heads = 6, .kv_heads = 1,
-	 .flags = FLAG(ROPE) | FLAG(BIAS)},
-	{.kind = LAYER_MLP, .in = 24, .out = 24, .hidden = 40, .flags = FLAG(BIAS)},
-	{.kind = LAYER_MLP, .in = 24, .out = 24, .hidden = 40},
-	{.kind = LAYER_SWIGLU, .in = 24, .out = 24, .hidden = 40},
-	{.kind = LAYER_GEGLU, .in = 24, .out = 24, .hidden = 40},
-	{.kind = LAYER_HEAD, .in = 24, .out = 37},
-	{.kind = LAYER_XENT, .in = 37, .out = 37},
-	{.kind = LAYER_DROPOUT, .in = 70, .out = 70, .drop = 0.3},
-	{.kind = LAYER_DROPOUT, .in = 70, .out = 70}, // P = 0: the identity
-	{.kind = LAYER_ATTN, .in = 24, .out = 24, .heads = 4, .kv_heads = 2, .flags = FLAG(ROPE),
-	 .drop = 0.2},
-	{.kind = LAYER_ATTN, .in = 24, .out = 24, .heads = 4, .kv_heads = 2,
-	 .flags = FLAG(ROPE) | FLAG(FLASH), .drop = 0.2},
-};
-#undef FLAG
+/* The layers the kernel rows are checked on: every sample (layer_samples.h) of every
+ * kind with a cpu row (biases, grouped-query and rotary attention, dropout, flash,
+ * learned positions), at odd sizes (no GEMM tile fits exactly, 3 heads).  Kinds on
+ * tokens run on 3 sequences of 11 tokens over a vocabulary of 37. */
+static const LayerSampleSize gpu_size = {.width = 24, .out = 45, .hidden = 40, .heads = 3};
 static const LayerShape gpu_shape = {33, 3, 11, 37, 0};
+
+/* One layer ly on the cuda row against the cpu row (cuda__kernels__match_cpu). */
+static void layer_matches_cpu(Gpu *g, const PlanLayer *ly, int bf16)
+{
+	RtRank *r = g->r;
+	const RtDevice *be = g->dev, *cpu = &rt_device_cpu;
+	int kind = ly->kind;
+	const RtLayerKernels *dk = &be->layers[kind], *hk = &cpu->layers[kind];
+	const char *name = plan_layers[kind].name;
+	if (!dk->fwd || !hk->fwd || !dk->bwd_in != !hk->bwd_in || !dk->bwd_w != !hk->bwd_w)
+		fail_msg("layer kind %s: the cuda and cpu rows differ or are empty", name);
+	LayerTensors lt;
+	plan_layer_tensors(ly, &gpu_shape, 1, &lt);
+	int gemms = 0; // several GEMMs chained: attention, the MLPs
+	for (int j = 0; j < lt.nparams; j++)
+		gemms += lt.param[j].gemm;
+	int chained = gemms > 1;
+	double gemm_tol = bf16 ? (chained ? 5e-2 : 2e-2) : (chained ? 1e-4 : 1e-5);
+	double tol = kind == LAYER_DROPOUT                             ? 0
+	             : plan_layer_figures(ly, &gpu_shape).flops[0] > 0 ? gemm_tol
+	                                                               : 1e-5;
+	double exact = kind == LAYER_EMBED ? 0 : tol;
+	Twin t;
+	twin_open(g, &t, ly, &gpu_shape);
+	RtLayerCall *dc = &t.dc, *hc = &t.hc;
+	int loss = plan_layers[kind].loss;
+	assert_int_equal(dk->fwd(r, dc), RT_OK);
+	assert_int_equal(hk->fwd(r, hc), RT_OK);
+	twin_compare(g, &t.d[loss ? T_LOSS : T_Y], &t.h[loss ? T_LOSS : T_Y], 1, exact,
+	             name, "F output");
+	for (int j = 0; j < hc->nsaved; j++)
+		if (lt.saved[j].mask) // drawn from the key alone: the same bits
+			same_bytes(g, t.ds[j], t.hs[j], name);
+		else
+			twin_compare(g, &t.ds[j], t.hs[j], 1, tol, name, "saved tensor");
+	dc->y = NULL, hc->y = NULL;
+	if (loss)
+		dc->scale = hc->scale = 0.25f;
+	else
+		dc->dy = t.d[T_DY], hc->dy = &t.h[T_DY];
+	dc->dx = t.d[T_DX], hc->dx = &t.h[T_DX];
+	if (plan_attn_lse_slot(ly) >= 0) { // flash: B rebuilds P from the log-sum-exp
+		assert_int_equal(dk->rebuild(r, dc), RT_OK);
+		assert_int_equal(hk->rebuild(r, hc), RT_OK);
+	}
+	if (dk->bwd_in) {
+		assert_int_equal(dk->bwd_in(r, dc), RT_OK);
+		assert_int_equal(hk->bwd_in(r, hc), RT_OK);
+		twin_compare(g, &t.d[T_DX], &t.h[T_DX], 1, tol, name, "B input gradient");
+		for (int j = 0; j < hc->nheld; j++)
+			twin_compare(g, &t.ds[hc->nsaved + j], t.hs[hc->nsaved + j], 1, tol,
+			             name, "held tensor");
+	}
+	if (dk->bwd_w) {
+		assert_int_equal(dk->bwd_w(r, dc), RT_OK);
+		assert_int_equal(hk->bwd_w(r, hc), RT_OK);
+		for (int j = 0; j < hc->nparams; j++) {
+			RtTensor dg = t.dg[j];
+			double bound = (kind == LAYER_LINEAR && j == 1) ? 0 : exact;
+			RtTensor *dgp = &dg;
+			twin_compare(g, &dgp, &t.hg[j], 1, bound, name, "W gradient");
+		}
+	}
+	assert_int_equal(be->sync(r), RT_OK);
+	twin_close(g, &t);
+}
 
 /* The tensor operations and every optimizer (two steps each, its state carried over)
  * on the device against the cpu's, bit for bit, on an m x n tensor. */
@@ -315,7 +355,7 @@ static void ops_match_cpu(Gpu *g, int64_t m, int64_t n)
 	free(hdy.data);
 }
 
-/* Every layer of gpu_layers on the cuda row against the cpu row: F (output and saved
+/* Every sample of gpu_size on the cuda row against the cpu row: F (output and saved
  * tensors), B (input gradient and held tensors) and W (parameter gradients, which
  * accumulate into random contents), for f32 and bf16 GEMMs.  A kind with GEMMs (FLOPs
  * in the layer table) is held to the GEMM bound (looser for the kinds that chain
@@ -330,71 +370,17 @@ void cuda__kernels__match_cpu(void **state)
 		Gpu g;
 		if (!gpu_open(&g, dtype))
 			skip();
-		RtRank *r = g.r;
-		const RtDevice *be = g.dev, *cpu = &rt_device_cpu;
+		const RtDevice *cpu = &rt_device_cpu;
 		int bf16 = dtype == RT_DTYPE_BF16;
 		int64_t m = gpu_shape.rows, n = 45;
 		int seen[LAYER_COUNT] = {0};
-		for (size_t i = 0; i < sizeof gpu_layers / sizeof *gpu_layers; i++) {
-			const PlanLayer *ly = &gpu_layers[i];
-			int kind = ly->kind;
-			const RtLayerKernels *dk = &be->layers[kind], *hk = &cpu->layers[kind];
-			const char *name = plan_layers[kind].name;
-			if (!dk->fwd || !hk->fwd || !dk->bwd_in != !hk->bwd_in || !dk->bwd_w != !hk->bwd_w)
-				fail_msg("layer kind %s: the cuda and cpu rows differ or are empty", name);
-			int chained = kind == LAYER_ATTN || kind == LAYER_MLP || kind == LAYER_SWIGLU ||
-			              kind == LAYER_GEGLU;
-			double gemm_tol = bf16 ? (chained ? 5e-2 : 2e-2) : (chained ? 1e-4 : 1e-5);
-			double tol = kind == LAYER_DROPOUT                             ? 0
-			             : plan_layer_figures(ly, &gpu_shape).flops[0] > 0 ? gemm_tol
-			                                                               : 1e-5;
-			double exact = kind == LAYER_EMBED ? 0 : tol;
-			LayerTensors lt;
-			plan_layer_tensors(ly, &gpu_shape, 1, &lt);
-			Twin t;
-			twin_open(&g, &t, ly, &gpu_shape);
-			RtLayerCall *dc = &t.dc, *hc = &t.hc;
-			int loss = plan_layers[kind].loss;
-			assert_int_equal(dk->fwd(r, dc), RT_OK);
-			assert_int_equal(hk->fwd(r, hc), RT_OK);
-			twin_compare(&g, &t.d[loss ? T_LOSS : T_Y], &t.h[loss ? T_LOSS : T_Y], 1, exact,
-			             name, "F output");
-			for (int j = 0; j < hc->nsaved; j++)
-				if (lt.saved[j].mask) // drawn from the key alone: the same bits
-					same_bytes(&g, t.ds[j], t.hs[j], name);
-				else
-					twin_compare(&g, &t.ds[j], t.hs[j], 1, tol, name, "saved tensor");
-			dc->y = NULL, hc->y = NULL;
-			if (loss)
-				dc->scale = hc->scale = 0.25f;
-			else
-				dc->dy = t.d[T_DY], hc->dy = &t.h[T_DY];
-			dc->dx = t.d[T_DX], hc->dx = &t.h[T_DX];
-			if (plan_attn_lse_slot(ly) >= 0) { // flash: B rebuilds P from the log-sum-exp
-				assert_int_equal(dk->rebuild(r, dc), RT_OK);
-				assert_int_equal(hk->rebuild(r, hc), RT_OK);
-			}
-			if (dk->bwd_in) {
-				assert_int_equal(dk->bwd_in(r, dc), RT_OK);
-				assert_int_equal(hk->bwd_in(r, hc), RT_OK);
-				twin_compare(&g, &t.d[T_DX], &t.h[T_DX], 1, tol, name, "B input gradient");
-				for (int j = 0; j < hc->nheld; j++)
-					twin_compare(&g, &t.ds[hc->nsaved + j], t.hs[hc->nsaved + j], 1, tol,
-					             name, "held tensor");
-			}
-			if (dk->bwd_w) {
-				assert_int_equal(dk->bwd_w(r, dc), RT_OK);
-				assert_int_equal(hk->bwd_w(r, hc), RT_OK);
-				for (int j = 0; j < hc->nparams; j++) {
-					RtTensor dg = t.dg[j];
-					double bound = (kind == LAYER_LINEAR && j == 1) ? 0 : exact;
-					RtTensor *dgp = &dg;
-					twin_compare(&g, &dgp, &t.hg[j], 1, bound, name, "W gradient");
-				}
-			}
-			assert_int_equal(be->sync(r), RT_OK);
-			twin_close(&g, &t);
-			seen[kind] = 1;
+		for (int kind = 0; kind < LAYER_COUNT; kind++) {
+			PlanLayer samples[LAYER_SAMPLES_MAX];
+			int ns = cpu->layers[kind].fwd ? layer_samples((LayerKind)kind, &gpu_shape,
+			                                               &gpu_size, samples) : 0;
+			for (int i = 0; i < ns; i++)
+				layer_matches_cpu(&g, &samples[i], bf16);
+			seen[kind] = ns > 0;
 		}
 		for (int k = 0; k < LAYER_COUNT; k++)
 			if (cpu->layers[k].fwd && !seen[k])

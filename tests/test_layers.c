@@ -27,6 +27,7 @@
 #include "../runtime/rt_private.h"
 #include "../plan/block.h"
 #include "../plan/tie.h"
+#include "layer_samples.h"
 #include "plan_lib.h"
 
 /* How a stage writes kind k: "linear 8", "relu", "loss mse", "attention heads=2
@@ -337,11 +338,6 @@ static void layers__transformer_rows__match_documented_formulas(void **state)
 }
 
 
-/* Tensor parallelism in the layer table: at tp = 1 every row is its whole figures with no
- * all-reduce; at tp = T a split row's FLOPs are the whole's / T exactly, its split
- * parameters / T with the rest whole, and it names the all-reduces Megatron places
- * (forward after a row-parallel output, backward after a column-parallel input); a whole
- * row is unchanged.  Loops over the table: every split kind must be met. */
 /* The slot names index the tensors each row states: the kernels read them by name. */
 static void layers__slots__name_the_stated_tensors(void **state)
 {
@@ -368,14 +364,18 @@ static void layers__slots__name_the_stated_tensors(void **state)
 	plan_layer_tensors(&mlp, &sh, 1, &t);
 	assert_true(t.param[MLP_W1].cols == F && t.param[MLP_B1].cols == F);
 	assert_true(t.param[MLP_W2].rows == F && t.param[MLP_B2].cols == D);
-	const LayerKind glu[] = {LAYER_SWIGLU, LAYER_GEGLU}; // the gated MLPs share their slots
-	for (size_t i = 0; i < sizeof glu / sizeof glu[0]; i++) {
-		PlanLayer gl = {glu[i], D, D, 0, 0, F, 0, 0, 0};
+	int gated = 0;
+	for (int k = 0; k < LAYER_COUNT; k++) { // the gated MLPs share swiglu's slots
+		if (plan_layers[k].tensors != plan_layers[LAYER_SWIGLU].tensors)
+			continue;
+		gated++;
+		PlanLayer gl = {(LayerKind)k, D, D, 0, 0, F, 0, 0, 0};
 		plan_layer_tensors(&gl, &sh, 1, &t);
 		assert_true(t.nparams == 3 && t.param[SWIGLU_WD].rows == F &&
 		            t.param[SWIGLU_WU].cols == F);
 		assert_true(t.nsaved == 3 && t.nheld == 2 && t.held[SWIGLU_DU].cols == F);
 	}
+	assert_true(gated >= 2); // swiglu, geglu
 	PlanLayer hd = {LAYER_HEAD, D, V, 0, 0, 0, 0, 0, 0};
 	plan_layer_tensors(&hd, &sh, 1, &t);
 	assert_true(t.param[HEAD_WV].rows == V && t.param[HEAD_WV].cols == D);
@@ -465,74 +465,82 @@ static void layers__counts__saturate_and_are_refused(void **state)
 	assert_int_equal(sum.params, TK_MANY);
 }
 
+/* Tensor parallelism in the layer table: at tp = 1 every row is its whole figures with no
+ * all-reduce; at tp = T a split row's FLOPs are the whole's / T exactly, its split
+ * parameters / T with the rest whole, and it names the all-reduces Megatron places
+ * (forward after a row-parallel output, backward after a column-parallel input); a whole
+ * row is unchanged.  Loops over the table (every sample of every kind, layer_samples.h):
+ * every split must be met. */
 static void layers__tp_figures__divide_as_split(void **state)
 {
 	(void)state;
-	enum { B = 2, S = 8, D = 16, H = 4, HKV = 2, F = 40, V = 24, T = 2 };
+	enum { B = 2, S = 8, D = 16, H = 4, F = 40, V = 24, T = 2 };
 	int64_t N = B * S;
 	LayerShape sh = {N, B, S, V, 0};
-	uint32_t bias = LAYER_FLAG(LAYER_KEY_BIAS);
-	const PlanLayer rows[LAYER_COUNT] = {
-	    [LAYER_LINEAR] = {LAYER_LINEAR, D, D, 0, 0, 0, 0, 0},
-	    [LAYER_RELU] = {LAYER_RELU, D, D, 0, 0, 0, 0, 0},
-	    [LAYER_GELU] = {LAYER_GELU, D, D, 0, 0, 0, 0, 0},
-	    [LAYER_MSE] = {LAYER_MSE, D, D, 0, 0, 0, 0, 0},
-	    [LAYER_EMBED] = {LAYER_EMBED, 1, D, 0, 0, 0, 0, LAYER_FLAG(LAYER_KEY_POSITIONS)},
-	    [LAYER_LAYERNORM] = {LAYER_LAYERNORM, D, D, 0, 0, 0, 0, 0},
-	    [LAYER_RMSNORM] = {LAYER_RMSNORM, D, D, 0, 0, 0, 0, 0},
-	    [LAYER_ATTN] = {LAYER_ATTN, D, D, H, HKV, 0, 0, bias | LAYER_FLAG(LAYER_KEY_ROPE), 0.1},
-	    [LAYER_MLP] = {LAYER_MLP, D, D, 0, 0, F, 0, bias},
-	    [LAYER_SWIGLU] = {LAYER_SWIGLU, D, D, 0, 0, F, 0, 0},
-	    [LAYER_RESIDUAL] = {LAYER_RESIDUAL, D, D, 0, 0, 0, 2, 0},
-	    [LAYER_HEAD] = {LAYER_HEAD, D, V, 0, 0, 0, 0, 0},
-	    [LAYER_XENT] = {LAYER_XENT, V, V, 0, 0, 0, 0, 0},
-	    [LAYER_GEGLU] = {LAYER_GEGLU, D, D, 0, 0, F, 0, 0},
-	    [LAYER_DROPOUT] = {LAYER_DROPOUT, D, D, 0, 0, 0, 0, 0, 0.1},
-	};
-	/* parameters that stay whole on every rank */
-	const int64_t whole[LAYER_COUNT] = {[LAYER_EMBED] = S * D, [LAYER_ATTN] = D,
-	                                    [LAYER_MLP] = D};
+	const LayerSampleSize size = {.width = D, .out = D, .hidden = F, .heads = H};
 	int seen[LAYER_TP_COUNT] = {0};
 	for (int k = 0; k < LAYER_COUNT; k++) {
-		const PlanLayer *l = &rows[k];
-		LayerCost one = plan_layer_figures(l, &sh), a = plan_layer_figures_tp(l, &sh, 1);
-		assert_memory_equal(&one, &a, sizeof one);
-		assert_true(one.tp_bytes[0] == 0 && one.tp_bytes[1] == 0);
-		LayerCost t = plan_layer_figures_tp(l, &sh, T);
-		char why[96];
-		assert_null(plan_layer_tp_check(l, &sh, T, why, sizeof why));
-		LayerTp split = plan_layers[k].tp;
-		seen[split]++;
-		if (split == LAYER_TP_WHOLE) {
-			assert_memory_equal(&one, &t, sizeof one);
-			continue;
+		PlanLayer samples[LAYER_SAMPLES_MAX];
+		int ns = layer_samples((LayerKind)k, &sh, &size, samples);
+		assert_true(ns > 0);
+		for (int i = 0; i < ns; i++) {
+			const PlanLayer *l = &samples[i];
+			LayerCost one = plan_layer_figures(l, &sh), a = plan_layer_figures_tp(l, &sh, 1);
+			assert_memory_equal(&one, &a, sizeof one);
+			assert_true(one.tp_bytes[0] == 0 && one.tp_bytes[1] == 0);
+			LayerCost t = plan_layer_figures_tp(l, &sh, T);
+			char why[96];
+			assert_null(plan_layer_tp_check(l, &sh, T, why, sizeof why));
+			LayerTp split = plan_layers[k].tp;
+			seen[split]++;
+			if (split == LAYER_TP_WHOLE) {
+				assert_memory_equal(&one, &t, sizeof one);
+				continue;
+			}
+			for (int f = 0; f < 3; f++)
+				assert_true(t.flops[f] * T == one.flops[f]);
+			LayerTensors lt; // parameters that stay whole on every rank
+			plan_layer_tensors(l, &sh, T, &lt);
+			int64_t whole = 0;
+			for (int j = 0; j < lt.nparams; j++)
+				if (lt.split[j].axis == LAYER_SPLIT_NONE)
+					whole += lt.param[j].rows * lt.param[j].cols;
+			assert_int_equal(t.params, (one.params - whole) / T + whole);
+			int64_t ts = t.save_fb + t.save_fw + t.save_bw;
+			int64_t os = one.save_fb + one.save_fw + one.save_bw;
+			assert_true(k == LAYER_EMBED ? ts == os : ts < os); // an embedding keeps the tokens
+			/* Megatron's all-reduces: after a row-parallel output in F and a column-parallel
+			 * input in B; of the vocabulary kinds the embedding sums its slices' rows in F,
+			 * the head its input gradients in B, the loss three floats a row in F. */
+			int vocab = split == LAYER_TP_VOCAB;
+			int fwd = !vocab || k != LAYER_HEAD, bwd = !vocab || k == LAYER_HEAD;
+			assert_int_equal(t.tp_bytes[0], !fwd ? 0 : k == LAYER_XENT ? N * 3 * 4 : N * D * 4);
+			assert_int_equal(t.tp_bytes[1], bwd ? N * D * 4 : 0);
 		}
-		for (int f = 0; f < 3; f++)
-			assert_true(t.flops[f] * T == one.flops[f]);
-		assert_int_equal(t.params, (one.params - whole[k]) / T + whole[k]);
-		int64_t ts = t.save_fb + t.save_fw + t.save_bw, os = one.save_fb + one.save_fw + one.save_bw;
-		assert_true(k == LAYER_EMBED ? ts == os : ts < os); // an embedding keeps only the tokens
-		int fwd = k != LAYER_HEAD, bwd = k == LAYER_ATTN || k == LAYER_MLP ||
-		                                 k == LAYER_SWIGLU || k == LAYER_GEGLU ||
-		                                 k == LAYER_HEAD;
-		assert_int_equal(t.tp_bytes[0], !fwd ? 0 : k == LAYER_XENT ? N * 3 * 4 : N * D * 4);
-		assert_int_equal(t.tp_bytes[1], bwd ? N * D * 4 : 0);
 	}
 	for (int s = 0; s < LAYER_TP_COUNT; s++)
 		assert_true(seen[s] > 0);
 	/* what tp must divide */
 	char why[96];
-	PlanLayer at = rows[LAYER_ATTN];
-	at.kv_heads = 1;
+	uint32_t bias = LAYER_FLAG(LAYER_KEY_BIAS);
+	PlanLayer at = {LAYER_ATTN, D, D, H, 1, 0, 0, bias | LAYER_FLAG(LAYER_KEY_ROPE), 0.1};
 	assert_non_null(plan_layer_tp_check(&at, &sh, 2, why, sizeof why));
 	assert_string_equal(why, "the number of key/value heads (1)");
-	assert_string_equal(plan_layer_tp_check(&rows[LAYER_ATTN], &sh, 3, why, sizeof why),
+	at.kv_heads = 2;
+	assert_string_equal(plan_layer_tp_check(&at, &sh, 3, why, sizeof why),
 	                    "the number of heads (4)");
-	assert_string_equal(plan_layer_tp_check(&rows[LAYER_SWIGLU], &sh, 3, why, sizeof why),
+	PlanLayer swi = {LAYER_SWIGLU, D, D, 0, 0, F, 0, 0, 0};
+	assert_string_equal(plan_layer_tp_check(&swi, &sh, 3, why, sizeof why),
 	                    "the hidden width (40)");
-	assert_string_equal(plan_layer_tp_check(&rows[LAYER_HEAD], &sh, 5, why, sizeof why),
+	PlanLayer hd = {LAYER_HEAD, D, V, 0, 0, 0, 0, 0, 0};
+	assert_string_equal(plan_layer_tp_check(&hd, &sh, 5, why, sizeof why),
 	                    "the vocabulary (24)");
-	assert_null(plan_layer_tp_check(&rows[LAYER_LINEAR], &sh, 7, why, sizeof why));
+	PlanLayer lin = {LAYER_LINEAR, D, D, 0, 0, 0, 0, 0, 0};
+	assert_null(plan_layer_tp_check(&lin, &sh, 7, why, sizeof why));
+	/* a body keeps nothing of its own: the same at any tp */
+	PlanLayer res = {LAYER_RESIDUAL, D, D, 0, 0, 0, 1, 0, 0};
+	LayerCost r1 = plan_layer_figures(&res, &sh), rt = plan_layer_figures_tp(&res, &sh, T);
+	assert_memory_equal(&r1, &rt, sizeof r1);
 }
 static char *slurp(const char *path)
 {

@@ -23,6 +23,7 @@
 #include "../compiler/schedule.h"
 #include "../runtime/rt_private.h"
 #include "../sim/sim.h"
+#include "layer_samples.h"
 #include "plan_lib.h" // compile_pipe
 
 /* ---- helpers ---- */
@@ -532,35 +533,9 @@ static int check_gradient(RtRank *r, OneLayer *o, RtTensor *t, const float *g,
 
 /* Every layer kind's cpu row (the table, not a hand list): the input gradient of B and
  * the parameter gradients of W match finite differences of F, B writes no parameter
- * gradient (zero-bubble's split), and W accumulates.  Kinds with keys also run in their
- * variants (biases, grouped-query and rotary attention, learned positions). */
-#define FLAG(k) LAYER_FLAG(LAYER_KEY_##k)
-static const PlanLayer fd_layers[] = {
-	{.kind = LAYER_LINEAR, .in = 5, .out = 4},
-	{.kind = LAYER_RELU, .in = 5, .out = 5},
-	{.kind = LAYER_GELU, .in = 5, .out = 5},
-	{.kind = LAYER_MSE, .in = 5, .out = 5},
-	{.kind = LAYER_EMBED, .in = 1, .out = 6},
-	{.kind = LAYER_EMBED, .in = 1, .out = 6, .flags = FLAG(POSITIONS)},
-	{.kind = LAYER_LAYERNORM, .in = 6, .out = 6},
-	{.kind = LAYER_RMSNORM, .in = 6, .out = 6},
-	{.kind = LAYER_ATTN, .in = 8, .out = 8, .heads = 2, .kv_heads = 2, .flags = FLAG(BIAS)},
-	{.kind = LAYER_ATTN, .in = 8, .out = 8, .heads = 4, .kv_heads = 2, .flags = FLAG(ROPE)},
-	{.kind = LAYER_ATTN, .in = 8, .out = 8, .heads = 2, .kv_heads = 1, .drop = 0.3},
-	{.kind = LAYER_ATTN, .in = 8, .out = 8, .heads = 2, .kv_heads = 2, .flags = FLAG(FLASH)},
-	{.kind = LAYER_ATTN, .in = 8, .out = 8, .heads = 4, .kv_heads = 2, .drop = 0.3,
-	 .flags = FLAG(FLASH) | FLAG(ROPE)},
-	{.kind = LAYER_MLP, .in = 6, .out = 6, .hidden = 8, .flags = FLAG(BIAS)},
-	{.kind = LAYER_MLP, .in = 6, .out = 6, .hidden = 8},
-	{.kind = LAYER_SWIGLU, .in = 6, .out = 6, .hidden = 8},
-	{.kind = LAYER_GEGLU, .in = 6, .out = 6, .hidden = 8},
-	{.kind = LAYER_HEAD, .in = 6, .out = 7},
-	{.kind = LAYER_XENT, .in = 7, .out = 7},
-	{.kind = LAYER_DROPOUT, .in = 5, .out = 5, .drop = 0.5},
-	{.kind = LAYER_DROPOUT, .in = 5, .out = 5}, // P = 0: the identity
-};
-#undef FLAG
-
+ * gradient (zero-bubble's split), and W accumulates.  Kinds with keys run in every
+ * variant layer_samples.h derives from their rows (biases, grouped-query and rotary
+ * attention, dropout, flash, learned positions). */
 static int fd_layer(RtRank *r, const PlanLayer *ly, const LayerShape *sh)
 {
 	const RtLayerKernels *row = &rt_device_cpu.layers[ly->kind];
@@ -623,16 +598,49 @@ static void runtime__layer_kernels__gradients_match_finite_differences(void **st
 	int seen[LAYER_COUNT] = {0};
 	/* Two sequences of 3 tokens over a vocabulary of 7. */
 	LayerShape sh = {6, 2, 3, 7, 0};
-	for (size_t i = 0; i < sizeof fd_layers / sizeof *fd_layers; i++) {
-		assert_non_null(rt_device_cpu.layers[fd_layers[i].kind].fwd);
-		assert_true(fd_layer(&r, &fd_layers[i], &sh) > 0);
-		seen[fd_layers[i].kind] = 1;
+	const LayerSampleSize size = {.width = 8, .out = 5, .hidden = 8, .heads = 2};
+	for (int k = 0; k < LAYER_COUNT; k++) {
+		if (!rt_device_cpu.layers[k].fwd) // a body kind: its layers' rows compute it
+			continue;
+		PlanLayer samples[LAYER_SAMPLES_MAX];
+		int ns = layer_samples((LayerKind)k, &sh, &size, samples);
+		for (int i = 0; i < ns; i++)
+			assert_true(fd_layer(&r, &samples[i], &sh) > 0);
+		seen[k] = ns > 0;
 	}
 	for (int k = 0; k < LAYER_COUNT; k++)
 		if (rt_device_cpu.layers[k].fwd && !seen[k])
 			fail_msg("layer kind %s has a cpu row but no finite-difference check",
 			         plan_layers[k].name);
 	plan_free(p);
+}
+
+/* squared_relu by hand: y = relu(x)^2 and dx = 2 relu(x) dy, exact in f32 at these x
+ * (-1.5 and 0 give 0 and no gradient; 0.5 and 2 give 0.25 and 4). */
+static void runtime__squared_relu__hand_values(void **state)
+{
+	(void)state;
+	RtWorld w = {.dev = &rt_device_cpu, .opt = options(1, 0)};
+	RtRank r = {.w = &w, .rank = RT_REF_RANK, .dev = &rt_device_cpu};
+	PlanLayer ly = {.kind = LAYER_SQUARED_RELU, .in = 4, .out = 4};
+	LayerShape sh = {1, 1, 1, 0, 0};
+	OneLayer o;
+	one_layer_open(&r, &o, &ly, &sh);
+	const float x[4] = {-1.5f, 0, 0.5f, 2}, dy[4] = {3, 1, 2, -0.5f};
+	const float y[4] = {0, 0, 0.25f, 4}, dx[4] = {0, 0, 2, -2};
+	memcpy(o.x->data, x, sizeof x);
+	memcpy(o.dy->data, dy, sizeof dy);
+	const RtLayerKernels *row = &rt_device_cpu.layers[LAYER_SQUARED_RELU];
+	assert_int_equal(row->fwd(&r, &o.c), RT_OK);
+	RtLayerCall c = o.c;
+	c.y = NULL, c.dy = o.dy, c.dx = o.dx;
+	assert_int_equal(row->bwd_in(&r, &c), RT_OK);
+	for (int i = 0; i < 4; i++) {
+		assert_true(f32(o.y)[i] == y[i]);
+		assert_true(f32(o.dx)[i] == dx[i]);
+	}
+	assert_null(row->bwd_w); // no parameters
+	one_layer_close(&r, &o);
 }
 
 /* A device without a kernel a plan needs is refused when the world opens, naming the
@@ -870,6 +878,7 @@ int main(void)
 		cmocka_unit_test(runtime__registries__parts_complete_and_used),
 		cmocka_unit_test(runtime__layer_kernels__every_kind_has_a_cpu_row_or_is_refused),
 		cmocka_unit_test(runtime__layer_kernels__gradients_match_finite_differences),
+		cmocka_unit_test(runtime__squared_relu__hand_values),
 		cmocka_unit_test(runtime__device_without_row__refused_at_open),
 		cmocka_unit_test(runtime__deadlock__watchdog_names_blocked_sends),
 		cmocka_unit_test(runtime__missing_peer__is_an_error),

@@ -310,7 +310,7 @@ static void tk__mlp_gelu__matches_reference_and_finite_differences(void **state)
 }
 
 /* With d = f = 1 and unit weights the MLP is gelu itself (and B gives gelu'): the tanh
- * form of GPT-2 and runtime/cpu.c, in double, over a range with saturated ends. */
+ * form of GPT-2 and runtime/cpu_layers.c, in double, over a range with saturated ends. */
 static void tk__mlp_gelu__equals_tanh_form_across_range(void **state)
 {
 	(void)state;

@@ -5,8 +5,8 @@
  * column-parallel ones), the whole layer's outputs and input gradients, and each rank's
  * weight gradients are the pieces of the whole layer's.  The vocabulary-parallel
  * cross-entropy, reduced as the runtime reduces it (maximum, then sums), gives the
- * whole loss and the pieces of its gradient.  A kind the table splits that no test
- * covers fails the registry test. */
+ * whole loss and the pieces of its gradient.  The layers are every sample of every such
+ * kind (layer_samples.h); a kind the table splits without one fails the registry test. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +19,7 @@
 #include <math.h>
 
 #include "../runtime/rt_private.h"
+#include "layer_samples.h"
 
 #define F32(t) ((float *)(t)->data)
 
@@ -127,7 +128,7 @@ static void shards_match(const PlanLayer *ly, const LayerShape *sh, int tp, int 
 	const RtLayerKernels *k = &rt_device_cpu.layers[ly->kind];
 	One w, s;
 	one_open(&w, ly, sh, 1, 0);
-	if (ly->kind == LAYER_EMBED)
+	if (plan_layers[ly->kind].tokens && ly->in == 1) // token ids (an embedding)
 		tokens(w.x, sh->vocab, 7);
 	else
 		fill(w.x, 7, 1.0f);
@@ -192,49 +193,12 @@ static void shards_match(const PlanLayer *ly, const LayerShape *sh, int tp, int 
 static const LayerShape shape = {16, 2, 8, 24, 0}; // 2 sequences of 8 tokens, 24 words
 static int covered[LAYER_COUNT];
 
-static void tp__attention_gqa_rope_bias__shards_sum_to_whole(void **state)
-{
-	(void)state;
-	uint32_t f = LAYER_FLAG(LAYER_KEY_BIAS) | LAYER_FLAG(LAYER_KEY_ROPE);
-	PlanLayer ly = {.kind = LAYER_ATTN, .in = 32, .out = 32, .heads = 8, .kv_heads = 4, .flags = f};
-	shards_match(&ly, &shape, 2, 1, 1);
-	shards_match(&ly, &shape, 4, 1, 1);
-	covered[LAYER_ATTN] = 1;
-}
-
-static void tp__mlp_and_swiglu__shards_sum_to_whole(void **state)
-{
-	(void)state;
-	PlanLayer mlp = {.kind = LAYER_MLP, .in = 16, .out = 16, .hidden = 40,
-	                 .flags = LAYER_FLAG(LAYER_KEY_BIAS)};
-	PlanLayer swi = {.kind = LAYER_SWIGLU, .in = 16, .out = 16, .hidden = 40};
-	PlanLayer geg = {.kind = LAYER_GEGLU, .in = 16, .out = 16, .hidden = 40};
-	shards_match(&mlp, &shape, 2, 1, 1);
-	shards_match(&mlp, &shape, 4, 1, 1);
-	shards_match(&swi, &shape, 2, 1, 1);
-	shards_match(&geg, &shape, 2, 1, 1);
-	covered[LAYER_MLP] = covered[LAYER_SWIGLU] = covered[LAYER_GEGLU] = 1;
-}
-
-static void tp__embed_and_head__vocabulary_slices(void **state)
-{
-	(void)state;
-	PlanLayer emb = {.kind = LAYER_EMBED, .in = 1, .out = 16,
-	                 .flags = LAYER_FLAG(LAYER_KEY_POSITIONS)};
-	PlanLayer head = {.kind = LAYER_HEAD, .in = 16, .out = 24};
-	shards_match(&emb, &shape, 2, 1, 0);
-	shards_match(&emb, &shape, 4, 1, 0);
-	shards_match(&head, &shape, 2, 0, 1);
-	shards_match(&head, &shape, 4, 0, 1);
-	covered[LAYER_EMBED] = covered[LAYER_HEAD] = 1;
-}
-
 /* The cross-entropy reduced as rt_stage_tp_reduce does: the maximum of row 0, phase 1,
  * the sum of rows 1 and 2, phase 2. */
-static void xent_case(int tp)
+static void xent_case(const PlanLayer *lp, int tp)
 {
-	PlanLayer ly = {.kind = LAYER_XENT, .in = 24, .out = 24};
-	const RtLayerKernels *k = &rt_device_cpu.layers[LAYER_XENT];
+	PlanLayer ly = *lp;
+	const RtLayerKernels *k = &rt_device_cpu.layers[ly.kind];
 	One w, s[4];
 	one_open(&w, &ly, &shape, 1, 0);
 	fill(w.x, 3, 4.0f);
@@ -273,15 +237,34 @@ static void xent_case(int tp)
 	one_close(&w);
 }
 
-static void tp__xent__vocabulary_parallel_equals_whole(void **state)
+/* Every sample (layer_samples.h) of every kind the layer table splits, at tp 2 and 4:
+ * the shards sum where the layer's tensors say the plan all-reduces (tp_floats: after F,
+ * after B), else each is its slice; a loss split over the vocabulary (a tp_fwd kernel)
+ * reduced as the runtime reduces it. */
+static void tp__split_kinds__shards_sum_to_whole(void **state)
 {
 	(void)state;
-	xent_case(2);
-	xent_case(4);
-	covered[LAYER_XENT] = 1;
+	const LayerSampleSize size = {.width = 32, .out = 16, .hidden = 40, .heads = 8};
+	for (int k = 0; k < LAYER_COUNT; k++) {
+		if (plan_layers[k].tp == LAYER_TP_WHOLE)
+			continue;
+		PlanLayer samples[LAYER_SAMPLES_MAX];
+		int ns = layer_samples((LayerKind)k, &shape, &size, samples);
+		for (int i = 0; i < ns; i++)
+			for (int tp = 2; tp <= 4; tp *= 2) {
+				LayerTensors t;
+				plan_layer_tensors(&samples[i], &shape, tp, &t);
+				if (rt_device_cpu.layers[k].tp_fwd)
+					xent_case(&samples[i], tp);
+				else
+					shards_match(&samples[i], &shape, tp, t.tp_floats[0] != 0,
+					             t.tp_floats[1] != 0);
+			}
+		covered[k] = ns > 0;
+	}
 }
 
-/* Runs last: every kind the layer table splits has a test above. */
+/* Runs last: every kind the layer table splits had a sample above. */
 static void tp__registry__every_split_kind_covered(void **state)
 {
 	(void)state;
@@ -294,10 +277,7 @@ static void tp__registry__every_split_kind_covered(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(tp__attention_gqa_rope_bias__shards_sum_to_whole),
-	    cmocka_unit_test(tp__mlp_and_swiglu__shards_sum_to_whole),
-	    cmocka_unit_test(tp__embed_and_head__vocabulary_slices),
-	    cmocka_unit_test(tp__xent__vocabulary_parallel_equals_whole),
+	    cmocka_unit_test(tp__split_kinds__shards_sum_to_whole),
 	    cmocka_unit_test(tp__registry__every_split_kind_covered),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
