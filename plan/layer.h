@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "prec.h"
+
 struct TkAttn;
 
 typedef enum {
