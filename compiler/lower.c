@@ -95,19 +95,34 @@ int *lw_calloc_int(const Lw *w, size_t n)
 	return lw_calloc(w, n + 1, sizeof(int));
 }
 
-/* Recomputation (docs/semantics.md "Memory"): F keeps only the stage input, B re-runs
- * F (its cost adds to B's), rebuilding the rest of what F saved (save_re), and keeps
- * what W needs from B to W. */
-static void recompute_stage(Plan *p, int s)
+/* Full recomputation (docs/semantics.md "Memory") of the stage's span
+ * (plan_recompute_span: its residual bodies, or every layer): F keeps the span's input
+ * and what the layers outside it save, B re-runs F over the span (its share of the
+ * stage's F FLOPs adds that much of f to b), rebuilding the rest of what F saved there
+ * (save_re), and keeps what W needs of it from B to W. */
+static void recompute_stage(Plan *p, int s, const LayerShape *sh)
 {
 	PlanStage *st = &p->stages[s];
-	int64_t in = plan_stage_in_bytes(p, s);
+	int lo, hi;
+	plan_recompute_span(st, &lo, &hi);
+	int64_t in = plan_layer_in_bytes(p, s, lo), fb = 0, fw = 0;
+	double fl = 0, span = 0;
+	for (int l = 0; l < st->nlayers; l++) {
+		LayerCost c = plan_layer_figures_tp(&st->layers[l], sh, p->dims[DIM_TP]);
+		fl += c.flops[0];
+		if (l >= lo && l < hi) {
+			fb += c.save_fb;
+			fw += c.save_fw;
+			span += c.flops[0];
+		}
+	}
+	int all = lo == 0 && hi == st->nlayers;
 	st->recompute = PLAN_RECOMPUTE_FULL;
-	st->save_re = st->save_fb + st->save_fw - in;
-	st->save_bw += st->save_fw;
-	st->save_fb = in;
-	st->save_fw = 0;
-	st->cost[1] += st->cost[0];
+	st->save_re = fb + fw - in;
+	st->save_bw += fw;
+	st->save_fb += in - fb;
+	st->save_fw -= fw;
+	st->cost[1] += all || !(fl > 0) ? st->cost[0] : llround((double)st->cost[0] * span / fl);
 }
 
 /* Selective recomputation (docs/semantics.md "Memory"): F drops the stage's attention
@@ -181,7 +196,7 @@ static void fill_stages(Lw *w)
 		}
 		int mode = prog_recompute(pr, s);
 		if (mode == PLAN_RECOMPUTE_FULL)
-			recompute_stage(p, s);
+			recompute_stage(p, s, &shape);
 		else if (mode == PLAN_RECOMPUTE_SELECTIVE)
 			selective_stage(p, s, &shape);
 	}

@@ -26,6 +26,33 @@ int64_t plan_stage_in_bytes(const Plan *p, int s)
 	return (int64_t)p->rows * st->in * (ids ? 4 : plan_prec(p->prec)->act);
 }
 
+void plan_recompute_span(const PlanStage *st, int *lo, int *hi)
+{
+	*lo = -1;
+	*hi = 0;
+	for (int l = 0; l < st->nlayers; l++)
+		if (plan_layers[st->layers[l].kind].arg == LAYER_ARG_BODY) {
+			if (*lo < 0)
+				*lo = l;
+			if (l + st->layers[l].span + 1 > *hi)
+				*hi = l + st->layers[l].span + 1;
+			l += st->layers[l].span; // nested bodies end inside it
+		}
+	if (*lo < 0) {
+		*lo = 0;
+		*hi = st->nlayers;
+	}
+}
+
+int64_t plan_layer_in_bytes(const Plan *p, int s, int l)
+{
+	const PlanStage *st = &p->stages[s];
+	if (l == 0)
+		return plan_stage_in_bytes(p, s);
+	int ids = st->layers[l].kind == LAYER_EMBED;
+	return (int64_t)p->rows * st->layers[l].in * (ids ? 4 : plan_prec(p->prec)->act);
+}
+
 int64_t plan_mem_stage_share(const PlanStage *st, int m, int prec)
 {
 	int64_t saved = sat_add(sat_add(st->save_fb, st->save_fw), sat_add(st->save_bw, st->save_re));

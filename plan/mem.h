@@ -46,6 +46,15 @@ int64_t plan_mem_peaks(const Plan *p, int64_t *peak);
 #define PLAN_MEM_PARAM_BYTES(prec) (plan_prec_param_bytes(prec) + 8)
 int64_t plan_mem_stage_share(const PlanStage *st, int m, int prec);
 int64_t plan_mem_edge_share(int64_t bytes, int m);
+/* The layers [*lo, *hi) full recomputation drops after F and re-runs in B (docs/
+ * semantics.md "Memory"): from the stage's first residual body to the end of its last,
+ * as Megatron recomputes transformer layers and leaves the embedding, the final norm,
+ * the output layer and the loss alone; a stage without bodies, all its layers. */
+void plan_recompute_span(const PlanStage *st, int *lo, int *hi);
+/* The bytes of the input of layer l of stage s (l = 0: the stage's input), what full
+ * recomputation keeps of its span from F to B: the precision's activation bytes an
+ * element, four for the token ids an embedding takes. */
+int64_t plan_layer_in_bytes(const Plan *p, int s, int l);
 /* The bytes of stage s's input, what a recomputing stage keeps from F to B: the
  * precision's activation bytes an element, four for the token ids an embedding takes. */
 int64_t plan_stage_in_bytes(const Plan *p, int s);

@@ -164,8 +164,9 @@ int rt_stage_tp_reduce(RtRank *r, int s, int mb, RtStageBufs *b, RtWalk *wk, RtT
  * gradient, NULL when not wanted), of class RT_MEM_COMM. */
 void rt_stage_walk_end(RtRank *r, RtWalk *wk, RtTensor **out);
 /* Recomputation (PlanStage.recompute): after F, rt_stage_drop frees every saved tensor
- * of the microbatch but the stage input; before B, rt_stage_recompute re-runs F on
- * that input to rebuild them (the same math, so the same values). */
+ * of the microbatch's span (plan_recompute_span: the stage's residual bodies, or all
+ * its layers) but the span's input; before B, rt_stage_recompute re-runs F over the
+ * span from that input to rebuild them (the same math, so the same values). */
 void rt_stage_drop(RtRank *r, int s, RtTensor **saved);
 int rt_stage_recompute(RtRank *r, int s, int mb, int step, int replica, RtStageBufs *b,
                        RtTensor **saved);

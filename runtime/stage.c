@@ -17,6 +17,7 @@
  * layer, microbatch, replica and step, so every run of a layer's F (recomputation, the
  * reference) draws the same ones. */
 #include "rt_private.h"
+#include "../plan/mem.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -362,38 +363,54 @@ int rt_stage_forward(RtRank *r, int s, int mb, int step, int replica, RtStageBuf
 	return RT_OK;
 }
 
-/* The slot of stage s's input in a microbatch's saved tensors: its first layer that is
- * not a body kind keeps it as its saved input. */
-static int input_slot(const RtRank *r, int s)
+/* The saved slots of full recomputation's span (plan_recompute_span): [*a, *b), and
+ * the slot of the span's input, which F keeps. */
+static int span_slots(const RtRank *r, int s, int64_t *a, int64_t *b, int *lo, int *hi)
 {
 	const PlanStage *st = &r->w->plan->stages[s];
-	int l = 0;
-	while (l + 1 < st->nlayers && plan_layers[st->layers[l].kind].arg == LAYER_ARG_BODY)
+	const RtStageModel *sm = &r->model->st[s];
+	plan_recompute_span(st, lo, hi);
+	*a = sm->at[*lo].slot;
+	*b = *hi < st->nlayers ? sm->at[*hi].slot : sm->nslots;
+	int l = *lo;
+	while (l + 1 < *hi && plan_layers[st->layers[l].kind].arg == LAYER_ARG_BODY)
 		l++;
-	return r->model->st[s].at[l].slot;
+	return sm->at[l].slot;
 }
 
 void rt_stage_drop(RtRank *r, int s, RtTensor **saved)
 {
-	int64_t n = r->model->st[s].nslots;
-	RtTensor *x = saved[input_slot(r, s)];
-	for (int64_t k = 0; k < n; k++)
+	int64_t a, b;
+	int lo, hi;
+	RtTensor *x = saved[span_slots(r, s, &a, &b, &lo, &hi)];
+	for (int64_t k = a; k < b; k++)
 		if (saved[k] != x) {
 			rt_tensor_free(r, saved[k]);
 			saved[k] = NULL;
 		}
 }
 
+/* F again over the span from its kept input: its layers save anew what F dropped; what
+ * the walk gives at its end (the next layer's input, kept by it, or the stage output,
+ * sent already) is a copy nobody needs. */
 int rt_stage_recompute(RtRank *r, int s, int mb, int step, int replica, RtStageBufs *b,
                        RtTensor **saved)
 {
-	RtTensor *x = saved[input_slot(r, s)], *y;
+	int64_t sa, sb;
+	int lo, hi;
+	RtTensor *x = saved[span_slots(r, s, &sa, &sb, &lo, &hi)], *y;
 	if (!x)
 		return rt_error(r, "internal: stage %s lost its input before recomputing",
 		                r->w->plan->stages[s].name);
-	if (rt_stage_forward(r, s, mb, step, replica, b, x, saved, &y))
+	RtWalk wk;
+	rt_walk_begin(r, s, DIR_ACT, x, &wk);
+	wk.l = lo;
+	if (rt_stage_fwd_run(r, s, mb, step, replica, b, &wk, hi, saved)) {
+		rt_walk_free(r, &wk);
 		return RT_EFAIL;
-	rt_tensor_free(r, y); // its consumers have it already
+	}
+	rt_stage_walk_end(r, &wk, &y);
+	rt_tensor_free(r, y);
 	return RT_OK;
 }
 

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "../compiler/pipecc.h"
+#include "../plan/mem.h"
 #include "../plan/io.h"
 #include "../plan/binary.h"
 #include "../plan/line.h"
@@ -277,6 +278,49 @@ static void lower__recompute__figures_and_cost(void **state)
 	assert_non_null(p);
 	for (int s = 0; s < 3; s++)
 		assert_int_equal(p->stages[s].recompute, 1);
+	plan_free(p);
+}
+
+/* Full recomputation of a transformer stage re-runs its residual bodies only, as
+ * Megatron recomputes transformer layers: the embedding, the final norm, the head and
+ * the loss keep what they save.  N = 16 tokens, d 16, mlp 32, V 32, f32 (bytes):
+ *   embed: x (ids) 64 to W; layernorm: x 1024 + mean, rstd 128 to W, dy 1024 to W;
+ *   mlp: x 1024, h 2048, a 2048 to W, dy 1024 + dh 2048 to W; head: x 1024 to W, dy
+ *   2048 to W; xent: logits 2048 + lse 64 + targets 64 to B.
+ * s0 (embed; a body of norm and mlp): the span is the body; F keeps its input (1024)
+ * and the embedding's ids (64), B rebuilds 6272 - 1024 = 5248 and holds the body's
+ * 6272 to W beside 1024 + 1024 + 3072; its FLOPs are all the body's: b gains f.
+ * s1 (a body; norm, head, loss): F keeps the stage input (1024) and the tail's 2176
+ * to B and 1152 + 1024 to W; B rebuilds 5248; the body has 32768 of the stage's 49152
+ * F FLOPs (the head 16384): b gains 2/3 of f. */
+static void lower__recompute__leaves_embedding_head_and_loss_alone(void **state)
+{
+	(void)state;
+	const char *src = "pipeline t;\nmesh pp=2;\nmicrobatches 2;\ninput tokens 2x8 vocab=32;\n"
+	                  "stage s0 { embed 16; residual { layernorm; mlp 32; } }\n"
+	                  "stage s1 { residual { layernorm; mlp 32; } layernorm; head; loss xent; }\n"
+	                  "cost * f=3us b=3us w=3us;\nrecompute *;\nschedule 1f1b;\n";
+	Plan *p = compile_text(src, NULL, NULL, 0);
+	assert_non_null(p);
+	const PlanStage *s0 = &p->stages[0], *s1 = &p->stages[1];
+	assert_int_equal(s0->recompute, PLAN_RECOMPUTE_FULL);
+	assert_int_equal(s0->save_fb, 1024);
+	assert_int_equal(s0->save_fw, 64);
+	assert_int_equal(s0->save_re, 5248);
+	assert_int_equal(s0->save_bw, 1024 + 1024 + 3072 + 6272);
+	assert_int_equal(s0->cost[1], 6000);
+	assert_int_equal(s1->save_fb, 1024 + 2176);
+	assert_int_equal(s1->save_fw, 1152 + 1024);
+	assert_int_equal(s1->save_re, 5248);
+	assert_int_equal(s1->save_bw, 1024 + 3072 + 1024 + 2048 + 6272);
+	assert_int_equal(s1->cost[1], 5000);
+	int lo, hi;
+	plan_recompute_span(s1, &lo, &hi);
+	assert_int_equal(lo, 0);
+	assert_int_equal(hi, 3);
+	plan_recompute_span(s0, &lo, &hi);
+	assert_int_equal(lo, 1);
+	assert_int_equal(hi, 4);
 	plan_free(p);
 }
 
@@ -853,6 +897,7 @@ int main(void)
 		cmocka_unit_test(lower__dp_allreduce__after_last_backward),
 		cmocka_unit_test(lower__plan__roundtrip_byte_identical),
 		cmocka_unit_test(lower__recompute__figures_and_cost),
+		cmocka_unit_test(lower__recompute__leaves_embedding_head_and_loss_alone),
 		cmocka_unit_test(lower__selective__figures_and_cost),
 		cmocka_unit_test(plan__reader__rejects_truncated_and_garbled),
 		cmocka_unit_test(lower__self_send__one_group_and_verified),
