@@ -186,7 +186,7 @@ static void stage_build(Stage *s, const Shape *p, RtRank *r)
 	add_layer(s, norm);
 	add_layer(s, mlp);
 	int64_t N = (int64_t)p->B * p->S;
-	s->sh = (LayerShape){N, p->B, p->S, 0, 0, PREC_F32};
+	s->sh = (LayerShape){N, p->B, p->S, 0, 0, PREC_F32, 1};
 	TkAttn a = plan_layer_attn(&attn, &s->sh);
 	const char *bad = tk_attn_check(&a);
 	if (bad)

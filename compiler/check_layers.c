@@ -786,7 +786,7 @@ void check_costs(Check *c)
 {
 	Program *p = c->p;
 	LayerShape shape = {p->rows, p->seq ? p->rows / p->seq : p->rows, p->seq ? p->seq : 1,
-	                    p->vocab, p->vocab_real, p->prec};
+	                    p->vocab, p->vocab_real, p->prec, p->sp ? p->dims[DIM_TP] : 1};
 	if (p->device_preset && !p->peak_given)
 		p->peak_flops = device_presets[p->device_preset - 1].flops[p->prec];
 	if (!c->widths_ok || !c->input_ok)

@@ -8,7 +8,7 @@
 
 #include "check_int.h"
 
-/* `mesh pp=P dp=D tp=T [tp_spans_nodes];`, dimensions outermost first. */
+/* `mesh pp=P dp=D tp=T [tp_spans_nodes] [sp];`, dimensions outermost first. */
 void check_mesh(Check *c, AstStmt *s)
 {
 	Program *p = c->p;
@@ -21,10 +21,15 @@ void check_mesh(Check *c, AstStmt *s)
 	}
 	for (int i = 0; i < s->nkvs; i++) {
 		AstKv *kv = &s->kvs[i];
-		if (!strcmp(kv->key.s, "tp_spans_nodes")) { // the opt-in for tp > devices per node
+		if (!strcmp(kv->key.s, "tp_spans_nodes") || !strcmp(kv->key.s, "sp")) {
 			if (kv->has_val)
-				diag_error(c->d, kv->val.loc, "'tp_spans_nodes' takes no value");
-			p->tp_spans_nodes = 1;
+				diag_error(c->d, kv->val.loc, "'%s' takes no value", kv->key.s);
+			if (kv->key.s[0] == 's') { // sequence parallelism (check_sp)
+				p->sp = 1;
+				p->sp_loc = kv->key.loc;
+			} else { // the opt-in for tp > devices per node
+				p->tp_spans_nodes = 1;
+			}
 			continue;
 		}
 		int d = find_word(kv->key.s, dims, DIM_COUNT);
@@ -108,14 +113,32 @@ void check_vocab_pad(Check *c)
 /* Tensor parallelism: every split layer divides evenly (heads, key/value heads, hidden
  * width, vocabulary), and the tp groups fit a node unless the mesh opts out with
  * `tp_spans_nodes` (a group that spans nodes anyway, by the mesh order, is a warning). */
+/* Sequence parallelism splits each sequence (a matrix input: its rows) over the tp
+ * group, as Megatron's --sequence-parallel does. */
+static void check_sp(Check *c)
+{
+	Program *p = c->p;
+	int tp = p->dims[DIM_TP], rows = p->seq ? p->seq : p->rows;
+	if (!p->sp || !c->mesh_ok || !c->input_ok)
+		return;
+	if (tp <= 1)
+		diag_error(c->d, p->sp_loc, "sequence parallelism (sp) splits along the tp group: "
+		           "it needs tp > 1");
+	else if (rows % tp)
+		diag_error(c->d, p->sp_loc, "sequence parallelism splits %s of %d %s over tp=%d: "
+		           "tp must divide it", p->seq ? "each sequence" : "the input", rows,
+		           p->seq ? "tokens" : "rows", tp);
+}
+
 void check_tp(Check *c)
 {
 	Program *p = c->p;
 	int tp = p->dims[DIM_TP];
+	check_sp(c);
 	if (tp <= 1 || !c->mesh_ok || !c->widths_ok || !c->input_ok)
 		return;
 	LayerShape shape = {p->rows, p->seq ? p->rows / p->seq : p->rows, p->seq ? p->seq : 1,
-	                    p->vocab, p->vocab_real, p->prec};
+	                    p->vocab, p->vocab_real, p->prec, p->sp ? tp : 1};
 	int bad = 0, vocab = 0;
 	for (int i = 0; i < p->nstages; i++)
 		for (int j = 0; j < p->stages[i].nlayers; j++) {

@@ -206,7 +206,7 @@ int pipecc_emit_summary(const Plan *p, FILE *f)
 	fprintf(f, "mesh");
 	for (int i = 0; i < DIM_COUNT; i++)
 		fprintf(f, " %s=%d", plan_dim_names[p->dim_order[i]], p->dims[p->dim_order[i]]);
-	fprintf(f, " (%d ranks)\n", plan_mesh_world(p));
+	fprintf(f, "%s (%d ranks)\n", p->sp ? " sp (sequence parallel)" : "", plan_mesh_world(p));
 	for (int q = 0; q < p->dims[DIM_PP]; q++) {
 		fprintf(f, "  pp %d:", q);
 		for (int s = 0; s < p->nstages; s++)

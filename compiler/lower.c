@@ -163,6 +163,7 @@ static void fill_stages(Lw *w)
 	p->vocab_real = pr->vocab_real;
 	p->optim = pr->optim;
 	p->prec = pr->prec;
+	p->sp = pr->sp;
 	LayerShape shape = plan_shape(p);
 	int es = -1; // the embedding's stage: a head tied to it on another rank keeps a copy
 	for (int s = 0; s < pr->nstages && es < 0; s++)

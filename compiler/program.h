@@ -148,6 +148,8 @@ typedef struct {
 	int64_t node_latency_ns;       // link node_latency=: tp collectives inside a node
 	double node_bandwidth;         // link node_bandwidth=, bytes per second
 	int tp_spans_nodes;            // mesh ... tp_spans_nodes: tp may exceed a node
+	uint8_t sp;                    // mesh ... sp: sequence parallelism over tp
+	Loc sp_loc;
 	Loc tp_loc;                    // the mesh's tp=N; 0:0 when not written
 	int ndevices;
 	int *devices;                  // devices [d0, d1, ...]: world rank -> local GPU

@@ -53,6 +53,14 @@ static LayerTensor *mask(LayerTensors *t, int64_t rows, int64_t cols)
 	return m;
 }
 
+/* The rows a replicated region's tensor keeps on one rank of a tp group of tp: all of
+ * them, or under sequence parallelism its share (Megatron's sequence parallelism: norms,
+ * dropouts and the inputs of the split GEMMs are kept split along the sequence). */
+static int64_t seq_rows(const LayerShape *sh, int tp)
+{
+	return tp > 1 && sh->sp > 1 ? sh->rows / sh->sp : sh->rows;
+}
+
 /* A saved column of n f32 statistics (or int32 ids), four bytes each at every
  * precision: a norm's mean and rstd, a log-sum-exp, targets. */
 static void stat(LayerTensors *t, int64_t n)
@@ -106,8 +114,8 @@ static void layernorm_tensors(const PlanLayer *ly, const LayerShape *sh, int tp,
 	(void)tp; // replicated
 	param(t, 1, ly->in, LAYER_INIT_ONE, 0);  // LAYERNORM_GAIN
 	param(t, 1, ly->in, LAYER_INIT_ZERO, 0); // LAYERNORM_BIAS
-	stat(t, sh->rows); // LAYERNORM_MEAN
-	stat(t, sh->rows); // LAYERNORM_RSTD
+	stat(t, seq_rows(sh, tp)); // LAYERNORM_MEAN
+	stat(t, seq_rows(sh, tp)); // LAYERNORM_RSTD
 }
 
 /* rmsnorm: gain 1 x d; saves rstd per row. */
@@ -115,7 +123,7 @@ static void rmsnorm_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, L
 {
 	(void)tp; // replicated
 	param(t, 1, ly->in, LAYER_INIT_ONE, 0);                  // RMSNORM_GAIN
-	stat(t, sh->rows); // RMSNORM_RSTD
+	stat(t, seq_rows(sh, tp)); // RMSNORM_RSTD
 }
 
 TkAttn plan_layer_attn(const PlanLayer *l, const LayerShape *sh)
@@ -250,6 +258,7 @@ static void xent_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, Laye
 	t->in = ly->in / tp;
 	stat(t, sh->rows); // XENT_LSE
 	stat(t, sh->rows); // XENT_TARGETS (int32)
+	t->x_whole = 1;
 	t->tp_floats[0] = 3;
 	t->tp_wide = 1;
 }
@@ -261,7 +270,7 @@ static void dropout_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, L
 {
 	(void)tp;
 	if (ly->drop > 0)
-		mask(t, sh->rows, ly->in); // DROPOUT_MASK
+		mask(t, seq_rows(sh, tp), ly->in); // DROPOUT_MASK
 }
 
 #define K(k) LAYER_FLAG(LAYER_KEY_##k)
@@ -339,7 +348,7 @@ LayerCost plan_layer_figures(const PlanLayer *l, const LayerShape *sh)
 LayerCost plan_layer_cost(LayerKind k, int64_t rows, int in, int out)
 {
 	PlanLayer l = {.kind = k, .in = in, .out = out};
-	LayerShape sh = {rows, rows, 1, 0, 0, PREC_F32};
+	LayerShape sh = {rows, rows, 1, 0, 0, PREC_F32, 1};
 	return plan_layer_figures(&l, &sh);
 }
 LayerKind plan_layer_parse(const char *word, const char *name)
@@ -375,6 +384,7 @@ void plan_layer_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, Layer
 		t->in = ly->in;
 	if (!t->out)
 		t->out = ly->out;
+	t->x_rows = t->x_ids || t->x_whole ? sh->rows : seq_rows(sh, tp);
 }
 
 static int64_t elems(const LayerTensor *list, int n)
@@ -419,11 +429,15 @@ LayerCost plan_layer_figures_tp(const PlanLayer *l, const LayerShape *sh, int tp
 	plan_layer_tensors(l, sh, tp, &t);
 	c.params = elems(t.param + t.borrowed, t.nparams - t.borrowed);
 	int act = plan_prec(sh->prec)->act;
-	int64_t x = sat_mul(sat_mul(sh->rows, t.in), t.x_ids ? 4 : act);
+	int64_t x = sat_mul(sat_mul(t.x_rows, t.in), t.x_ids ? 4 : act);
 	if (plan_layers[l->kind].drops_x)
 		x = 0;
 	int64_t keep = sat_add(x, bytes(t.saved, t.nsaved, 0, sh->prec));
-	int64_t held = sat_add(sat_mul(sat_mul(sh->rows, t.out), act),
+	/* A replicated layer works on the rank's rows under sequence parallelism: its dy
+	 * (B to W) and GEMM rows are split as its x; a split layer's W needs the whole
+	 * (gathered) output gradient. */
+	int64_t rows = plan_layers[l->kind].tp == LAYER_TP_WHOLE ? t.x_rows : sh->rows;
+	int64_t held = sat_add(sat_mul(sat_mul(rows, t.out), act),
 	                       bytes(t.held, t.nheld, 0, sh->prec));
 	if (plan_layers[l->kind].arg == LAYER_ARG_BODY)
 		keep = 0;
@@ -437,7 +451,7 @@ LayerCost plan_layer_figures_tp(const PlanLayer *l, const LayerShape *sh, int tp
 		if (t.param[i].gemm)
 			gemm = sat_add(gemm, sat_mul(t.param[i].rows, t.param[i].cols));
 	for (int k = 0; k < 3; k++)
-		c.flops[k] = (double)sat_add(sat_mul(sat_mul(2, sh->rows), gemm), t.flops[k]);
+		c.flops[k] = (double)sat_add(sat_mul(sat_mul(2, rows), gemm), t.flops[k]);
 	for (int d = 0; d < 2 && tp > 1; d++)
 		c.tp_bytes[d] = sat_mul(sat_mul(sh->rows, t.tp_floats[d]), t.tp_wide ? 4 : act);
 	return c;

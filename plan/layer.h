@@ -108,6 +108,8 @@ typedef struct {
 typedef struct {
 	int64_t rows, batch, seq, vocab, real;
 	int prec; // PlanPrec (plan/prec.h): what its tensors are stored in; 0: f32
+	int sp;   // sequence parallelism (`mesh ... sp`): the rows of the replicated regions
+	          // are split over the tp group, sp = tp; 0 or 1: not split
 } LayerShape;
 
 /* The vocabulary token ids are below and the loss spans: sh->vocab less any padding. */
@@ -190,6 +192,12 @@ typedef struct {
 	LayerSplit split[LAYER_MAX_TENSORS];  // with tp > 1: how each parameter is cut
 	uint8_t x_ids;                        // 1: x is token ids, four bytes each at every
 	                                      // precision (an embedding's)
+	int64_t x_rows;                       // rows of x it keeps: the microbatch's, or under
+	                                      // sequence parallelism the rank's share of them
+	                                      // (plan_layer_tensors fills it)
+	uint8_t x_whole;                      // 1: x keeps every row under sequence
+	                                      // parallelism (the loss's vocabulary-split
+	                                      // logits)
 	int64_t in, out;                      // the rank's x and y widths: the layer's, but a
 	                                      // vocabulary slice (head out, xent in) at tp > 1
 	int64_t flops[3];                     // F, B, W FLOPs besides the GEMM weights'

@@ -31,8 +31,8 @@ LayerShape plan_shape(const Plan *p)
 {
 	if (p->seq > 0)
 		return (LayerShape){p->rows, p->rows / p->seq, p->seq, p->vocab, p->vocab_real,
-		                    p->prec};
-	return (LayerShape){p->rows, p->rows, 1, 0, 0, p->prec};
+		                    p->prec, p->sp ? p->dims[DIM_TP] : 1};
+	return (LayerShape){p->rows, p->rows, 1, 0, 0, p->prec, p->sp ? p->dims[DIM_TP] : 1};
 }
 
 Plan *plan_new(void)

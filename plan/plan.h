@@ -156,6 +156,7 @@ typedef struct {
 	int vocab_real;        // padded vocabulary (`padded=`): token ids < vocab_real, the
 	                       // loss leaves logits vocab_real.. out; 0: vocab, no padding
 	uint8_t prec;          // PlanPrec (plan/prec.h): what tensors are stored in
+	uint8_t sp;            // 1: sequence parallelism over the tp group (`mesh ... sp`)
 	PlanOptim optim;
 	int64_t mem_cap;       // bytes each device holds (`device memory=`); 0: not stated
 	int link_ideal;        // 1: transfers are free

@@ -218,9 +218,7 @@ static int read_prec(Rd *r, Plan *p)
 	PlanPrec k = plan_prec_find(r->s, n);
 	if (r->failed || k == PREC_COUNT || k == PREC_F32)
 		return r->failed ? -1 : rd_fail(r, "unknown precision '%.20s' (tf32 or bf16)", r->s);
-	p->prec = (uint8_t)k;
-	r->s += n;
-	return eol(r);
+	return p->prec = (uint8_t)k, r->s += n, eol(r);
 }
 
 /* `optimizer sgd lr=X` or `optimizer adamw lr=X beta1=X beta2=X eps=X weight_decay=X`. */
@@ -464,7 +462,9 @@ static int read_header(Rd *r, Plan *p)
 		p->dim_order[i] = d;
 		world *= p->dims[d];
 	}
-	if (eol(r))
+	if ((p->sp = !strcmp(r->s + strspn(r->s, " "), "sp")) && p->dims[DIM_TP] < 2)
+		return rd_fail(r, "sequence parallelism (sp) needs tp > 1");
+	if (!p->sp && eol(r))
 		return -1;
 	if (world > (1 << 20))
 		return rd_fail(r, "mesh has %lld ranks, more than %d", (long long)world, 1 << 20);

@@ -505,6 +505,8 @@ static void write_body(Out *o, const Plan *p)
 	put(o, "mesh");
 	for (int i = 0; i < DIM_COUNT; i++)
 		putf(o, " %s=%d", plan_dim_names[p->dim_order[i]], p->dims[p->dim_order[i]]);
+	if (p->sp)
+		put(o, " sp");
 	putf(o, "\nworld %d\n", p->line ? plan_mesh_world(p) : p->world);
 	if (p->line)
 		putf(o, "lines %d devices_per_node=%d\n", plan_mesh_world(p) / p->dims[DIM_PP],

@@ -356,6 +356,11 @@ const char *rt_device_check(const RtDevice *d, const Plan *p, char *err, size_t 
 		         plan_prec(p->prec)->name);
 		return err;
 	}
+	if (p->sp) {
+		snprintf(err, n, "piperun does not run sequence parallelism yet (the plan's mesh "
+		         "says sp; pipecc and pipesim plan it; docs/runtime.md \"Precision\")");
+		return err;
+	}
 	for (int s = 0; s < p->nstages; s++) {
 		const PlanStage *st = &p->stages[s];
 		int first = 1, attends = 0;

@@ -73,6 +73,8 @@ static void header(FILE *f, const Plan *p, const char *file)
 	        p->line ? "true" : "false", p->microbatches);
 	if (p->prec != PREC_F32) // f32 plans read as before
 		fprintf(f, ",\n  \"precision\": \"%s\"", plan_prec(p->prec)->name);
+	if (p->sp)
+		fputs(",\n  \"sequence_parallel\": true", f);
 }
 
 int sim_write_json(FILE *f, const Plan *p, const SimResult *res, const PlanError *verr,

@@ -228,7 +228,7 @@ static void twin_compare(Gpu *g, RtTensor *const *d, const RtTensor *h, int n, d
  * learned positions), at odd sizes (no GEMM tile fits exactly, 3 heads).  Kinds on
  * tokens run on 3 sequences of 11 tokens over a vocabulary of 37. */
 static const LayerSampleSize gpu_size = {.width = 24, .out = 45, .hidden = 40, .heads = 3};
-static const LayerShape gpu_shape = {33, 3, 11, 37, 0, PREC_F32};
+static const LayerShape gpu_shape = {33, 3, 11, 37, 0, PREC_F32, 1};
 
 /* One layer ly on the cuda row against the cpu row (cuda__kernels__match_cpu). */
 static void layer_matches_cpu(Gpu *g, const PlanLayer *ly, int bf16)
@@ -400,7 +400,7 @@ void cuda__many_rows__bias_grad_and_loss(void **state)
 	(void)state;
 	static const PlanLayer lin = {.kind = LAYER_LINEAR, .in = 70, .out = 45};
 	static const PlanLayer mse = {.kind = LAYER_MSE, .in = 70, .out = 70};
-	static const LayerShape sh = {300, 3, 100, 37, 0, PREC_F32};
+	static const LayerShape sh = {300, 3, 100, 37, 0, PREC_F32, 1};
 	Gpu g;
 	if (!gpu_open(&g, RT_DTYPE_F32))
 		skip();

@@ -240,7 +240,7 @@ static void layers__table__rows_complete_and_found(void **state)
 		losses += l->loss;
 		/* A layer's figures grow with the rows it holds, never shrink below zero. */
 		PlanLayer ly = {(LayerKind)k, 4, 4, 2, 1, 6, 1, 0, 0};
-		LayerShape one = {1, 1, 1, 4, 0, PREC_F32}, two = {2, 2, 1, 4, 0, PREC_F32};
+		LayerShape one = {1, 1, 1, 4, 0, PREC_F32, 1}, two = {2, 2, 1, 4, 0, PREC_F32, 1};
 		LayerCost a = plan_layer_figures(&ly, &one), b = plan_layer_figures(&ly, &two);
 		assert_true(a.params >= 0 && a.params == b.params);
 		assert_true(b.save_fb >= a.save_fb && b.save_fw >= a.save_fw && b.save_bw >= a.save_bw);
@@ -264,7 +264,7 @@ static void layers__transformer_rows__match_documented_formulas(void **state)
 	(void)state;
 	enum { B = 2, S = 8, D = 16, H = 4, HKV = 2, F = 40, V = 23 };
 	int64_t N = B * S;
-	LayerShape sh = {N, B, S, V, 0, PREC_F32};
+	LayerShape sh = {N, B, S, V, 0, PREC_F32, 1};
 	int64_t nq = (H + 2 * HKV) * (D / H), sq = 2 * B * H * S * S * (D / H);
 	uint32_t bias = LAYER_FLAG(LAYER_KEY_BIAS), rope = LAYER_FLAG(LAYER_KEY_ROPE);
 
@@ -343,7 +343,7 @@ static void layers__slots__name_the_stated_tensors(void **state)
 {
 	(void)state;
 	enum { B = 2, S = 4, D = 8, H = 2, F = 12, V = 10 };
-	LayerShape sh = {B * S, B, S, V, 0, PREC_F32};
+	LayerShape sh = {B * S, B, S, V, 0, PREC_F32, 1};
 	LayerTensors t;
 	PlanLayer lin = {LAYER_LINEAR, D, 5, 0, 0, 0, 0, 0, 0};
 	plan_layer_tensors(&lin, &sh, 1, &t);
@@ -416,14 +416,14 @@ static void layers__counts__saturate_and_are_refused(void **state)
 	assert_int_equal(sat_div(64, 8), 8);
 	/* 2 x 2^24 x 2^24 x 2^24 FLOPs: 2^73, which wrapped to 0 before. */
 	PlanLayer lin = {LAYER_LINEAR, 1 << 24, 1 << 24, 0, 0, 0, 0, 0, 0};
-	LayerShape rows = {big, big, 1, 0, 0, PREC_F32};
+	LayerShape rows = {big, big, 1, 0, 0, PREC_F32, 1};
 	assert_true(plan_layer_figures(&lin, &rows).flops[0] == (double)TK_MANY);
 	assert_true(plan_layer_cost(LAYER_LINEAR, 3, 5, 7).flops[0] == 210.0);
 	TkAttn a = {16, 1 << 20, 1 << 16, 1 << 16, 1 << 16, 0, 10000.0, 1}; // B H S S = 2^60
 	assert_int_equal(tk_attn_p_elems(&a), (int64_t)1 << 60);
 	/* A rank's share at tp 4: N d + N nqkv / 4 + B H S S / 4 + N d / 4 floats, exact. */
 	PlanLayer at = {LAYER_ATTN, 1 << 16, 1 << 16, 1 << 16, 1 << 16, 0, 0, 0, 0};
-	LayerShape ash = {big, 16, 1 << 20, 0, 0, PREC_F32};
+	LayerShape ash = {big, 16, 1 << 20, 0, 0, PREC_F32, 1};
 	assert_int_equal(plan_layer_figures_tp(&at, &ash, 4).save_fw,
 	                 (big * (1 << 16) + (big * 3 * (1 << 16) + ((int64_t)1 << 60) + big * (1 << 16)) / 4) * 4);
 	a.H = a.Hkv = (int64_t)1 << 30; // B H S S = 2^74
@@ -450,7 +450,7 @@ static void layers__counts__saturate_and_are_refused(void **state)
 	                    "count");
 
 	/* A layer: whole and at tp; a linear of 2^30 x 2^30 has 2^60 parameters. */
-	LayerShape sh = {4, 4, 1, 0, 0, PREC_F32};
+	LayerShape sh = {4, 4, 1, 0, 0, PREC_F32, 1};
 	PlanLayer wide = {LAYER_LINEAR, 1 << 30, 1 << 30, 0, 0, 0, 0, 0, 0};
 	assert_string_equal(plan_layer_uncountable(&wide, &sh, 1, &v, &most), "parameters");
 	wide.in = (1 << 30) - 2; // (2^30 - 2) 2^30 + 2^30 bias: just below
@@ -476,7 +476,7 @@ static void layers__tp_figures__divide_as_split(void **state)
 	(void)state;
 	enum { B = 2, S = 8, D = 16, H = 4, F = 40, V = 24, T = 2 };
 	int64_t N = B * S;
-	LayerShape sh = {N, B, S, V, 0, PREC_F32};
+	LayerShape sh = {N, B, S, V, 0, PREC_F32, 1};
 	const LayerSampleSize size = {.width = D, .out = D, .hidden = F, .heads = H};
 	int seen[LAYER_TP_COUNT] = {0};
 	for (int k = 0; k < LAYER_COUNT; k++) {

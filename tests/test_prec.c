@@ -61,7 +61,7 @@ static void prec__gpt3_layer__korthikanti_table2(void **state)
 		{.kind = LAYER_DROPOUT, .in = h, .out = h, .drop = 0.1},
 	};
 	int n = sizeof ls / sizeof ls[0];
-	LayerShape sh = {s * b, b, s, 0, 0, PREC_BF16};
+	LayerShape sh = {s * b, b, s, 0, 0, PREC_BF16, 1};
 	int64_t saved, held, stats = 2 * 2 * 4 * s * b; // two norms' mean and rstd, f32
 	layers_bytes(ls, n, &sh, 1, &saved, &held);
 	assert_int_equal(saved, s * b * h * 34 + 5 * a * s * s * b + stats);
@@ -73,6 +73,14 @@ static void prec__gpt3_layer__korthikanti_table2(void **state)
 	 * attention's and the MLP's projections: 4 x 2sbh), dqkv 6sbh and dh 8sbh */
 	layers_bytes(ls, n, &sh, 1, &saved, &held);
 	assert_int_equal(held, s * b * h * (8 + 6 + 8));
+	/* sequence parallelism (Table 2, "tensor + sequence parallel"): sbh(34/t +
+	 * 5as/(ht)), the statistics split as well */
+	sh.sp = 8;
+	layers_bytes(ls, n, &sh, 8, &saved, &held);
+	assert_int_equal(saved, (s * b * h * 34 + 5 * a * s * s * b + stats) / 8);
+	layers_bytes(ls, n, &sh, 1, &saved, &held); // tp 1: nothing to split along
+	assert_int_equal(saved, s * b * h * 34 + 5 * a * s * s * b + stats);
+	sh.sp = 1;
 	/* f32 doubles every tensor but the one-byte masks and the f32 statistics: the
 	 * 32sbh of bf16 tensors, the probabilities and their dropped copy (4as^2b of the
 	 * 5), and leaves the masks (2sbh + as^2b) */
@@ -101,7 +109,7 @@ static void prec__llama2_70b_layer__by_hand(void **state)
 		{.kind = LAYER_SWIGLU, .in = h, .out = h, .hidden = f},
 	};
 	int n = sizeof ls / sizeof ls[0];
-	LayerShape sh = {s * b, b, s, 0, 0, PREC_BF16};
+	LayerShape sh = {s * b, b, s, 0, 0, PREC_BF16, 1};
 	int64_t params = 0;
 	for (int i = 0; i < n; i++)
 		params += plan_layer_figures(&ls[i], &sh).params;
@@ -122,6 +130,12 @@ static void prec__llama2_70b_layer__by_hand(void **state)
 	ls[1].flags |= LAYER_FLAG(LAYER_KEY_FLASH);
 	layers_bytes(ls, n, &sh, (int)t, &saved, &held);
 	assert_int_equal(saved, norms + attn - 2 * a * s * s * b / t + 4 * a * s * b / t + mlp);
+	/* sequence parallelism splits what tp left whole (the norms' x and rstd, the
+	 * attention's and the MLP's x) along the sequence too */
+	sh.sp = (int)t;
+	layers_bytes(ls, n, &sh, (int)t, &saved, &held);
+	assert_int_equal(saved, (norms + 2 * 2 * s * b * h) / t + attn - 2 * s * b * h -
+	                            2 * a * s * s * b / t + 4 * a * s * b / t + mlp - 2 * s * b * h);
 }
 
 static const char *two_stages =
@@ -295,6 +309,48 @@ static void prec__plan_line__round_trips_and_refused_by_piperun(void **state)
 	plan_free(p);
 }
 
+/* `mesh ... sp`: the tensors between stages are the rank's share of the sequence (and
+ * the recomputed stage input too); the plan's mesh line says sp and reads back; the
+ * reader refuses sp without tp; piperun refuses it (not run yet). */
+static void prec__sequence_parallel__plan(void **state)
+{
+	(void)state;
+	char one[1024], src[1024];
+	snprintf(one, sizeof one, two_stages, "precision bf16;\n", "");
+	char *at = strstr(one, "tp=2;");
+	snprintf(src, sizeof src, "%.*stp=2 sp;%s", (int)(at - one), one, at + 5);
+	Plan *sp = compile_plan(src), *whole = two("precision bf16;\n", "");
+	assert_int_equal(sp->sp, 1);
+	assert_int_equal(sp->edges[0].bytes * 2, whole->edges[0].bytes);
+	for (int r = 0; r < sp->world; r++)
+		assert_int_equal(op_bytes(sp, r, OP_SEND) * 2, op_bytes(whole, r, OP_SEND));
+	/* s0 (embed 32; a body of rmsnorm and attention with 4 heads): the body's kept x
+	 * and the norm's rstd halve; the embedding keeps every token id (32 rows x 4) */
+	const PlanStage *a = &sp->stages[0], *b = &whole->stages[0];
+	int64_t xs = 32 * 32 * 2, rstd = 32 * 4; // a norm's x and rstd, bf16 / f32
+	assert_int_equal(b->save_fw - a->save_fw, (xs + rstd + xs) / 2);
+	size_t n;
+	char *t = text_of(sp, &n);
+	assert_non_null(strstr(t, "\nmesh pp=2 dp=2 tp=2 sp\n"));
+	FILE *f = fmemopen(t, n, "r");
+	PlanError e;
+	Plan *q = plan_read(f, "mem", &e);
+	fclose(f);
+	assert_non_null(q);
+	assert_true(same_text(sp, q));
+	char *plain = as_plain(t);
+	read_broken(plain, "mesh pp=2 dp=2 tp=2 sp", "mesh pp=4 dp=2 tp=1 sp", "needs tp > 1");
+	free(plain);
+	char err[512];
+	q->prec = PREC_F32; // past the precision check
+	assert_non_null(rt_device_check(&rt_device_cpu, q, err, sizeof err));
+	assert_non_null(strstr(err, "sequence parallelism"));
+	plan_free(q);
+	free(t);
+	plan_free(sp);
+	plan_free(whole);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -304,6 +360,7 @@ int main(void)
 		cmocka_unit_test(prec__messages__at_their_type),
 		cmocka_unit_test(prec__derived_costs__at_the_operand_rate),
 		cmocka_unit_test(prec__plan_line__round_trips_and_refused_by_piperun),
+		cmocka_unit_test(prec__sequence_parallel__plan),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

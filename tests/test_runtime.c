@@ -597,7 +597,7 @@ static void runtime__layer_kernels__gradients_match_finite_differences(void **st
 	RtRank r = {.w = &w, .rank = RT_REF_RANK, .dev = &rt_device_cpu, .model = w.model};
 	int seen[LAYER_COUNT] = {0};
 	/* Two sequences of 3 tokens over a vocabulary of 7. */
-	LayerShape sh = {6, 2, 3, 7, 0, PREC_F32};
+	LayerShape sh = {6, 2, 3, 7, 0, PREC_F32, 1};
 	const LayerSampleSize size = {.width = 8, .out = 5, .hidden = 8, .heads = 2};
 	for (int k = 0; k < LAYER_COUNT; k++) {
 		if (!rt_device_cpu.layers[k].fwd) // a body kind: its layers' rows compute it
@@ -623,7 +623,7 @@ static void runtime__squared_relu__hand_values(void **state)
 	RtWorld w = {.dev = &rt_device_cpu, .opt = options(1, 0)};
 	RtRank r = {.w = &w, .rank = RT_REF_RANK, .dev = &rt_device_cpu};
 	PlanLayer ly = {.kind = LAYER_SQUARED_RELU, .in = 4, .out = 4};
-	LayerShape sh = {1, 1, 1, 0, 0, PREC_F32};
+	LayerShape sh = {1, 1, 1, 0, 0, PREC_F32, 1};
 	OneLayer o;
 	one_layer_open(&r, &o, &ly, &sh);
 	const float x[4] = {-1.5f, 0, 0.5f, 2}, dy[4] = {3, 1, 2, -0.5f};

@@ -743,7 +743,7 @@ static void tk__saved_buffers__match_documented_sizes(void **state)
 		assert_int_equal(tk_attn_p_elems(&a), a.B * a.H * a.S * a.S);
 		assert_int_equal(tk_attn_workspace(&a), N * d + a.S * a.S);
 		PlanLayer at = {LAYER_ATTN, (int)d, (int)d, (int)a.H, (int)a.Hkv, 0, 0, a.rope ? FLAG(ROPE) : 0, 0};
-		LayerTensors t = tensors_of(at, (LayerShape){N, a.B, a.S, 0, 0, PREC_F32});
+		LayerTensors t = tensors_of(at, (LayerShape){N, a.B, a.S, 0, 0, PREC_F32, 1});
 		assert_int_equal(elems(t.saved, t.nsaved), N * nq + a.B * a.H * a.S * a.S + N * d);
 		assert_int_equal(elems(t.held, t.nheld), N * nq);
 		assert_int_equal(elems(&t.work, 1), N * d + a.S * a.S);
@@ -764,7 +764,7 @@ static void tk__saved_buffers__match_documented_sizes(void **state)
 	}
 	Arena A = {.rng = 181};
 	/* the buffers below, kind by kind */
-	LayerShape sh = {N_, 1, N_, V_, 0, PREC_F32};
+	LayerShape sh = {N_, 1, N_, V_, 0, PREC_F32, 1};
 	LayerTensors t = tensors_of((PlanLayer){LAYER_MLP, D_, D_, 0, 0, F_, 0, 0, 0}, sh);
 	assert_int_equal(elems(t.saved, t.nsaved), 2 * N_ * F_); // h, a
 	assert_int_equal(elems(t.held, t.nheld), N_ * F_);       // dh
@@ -818,7 +818,7 @@ static void tk__saved_buffers__match_documented_sizes(void **state)
 /* One layer's figures on one sequence of S tokens (sequences Bm) with vocabulary V. */
 static LayerCost fig(PlanLayer l, int64_t Bm, int64_t S, int64_t V)
 {
-	LayerShape sh = {Bm * S, Bm, S, V, 0, PREC_F32};
+	LayerShape sh = {Bm * S, Bm, S, V, 0, PREC_F32, 1};
 	return plan_layer_figures(&l, &sh);
 }
 

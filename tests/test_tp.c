@@ -190,7 +190,7 @@ static void shards_match(const PlanLayer *ly, const LayerShape *sh, int tp, int 
 	one_close(&w);
 }
 
-static const LayerShape shape = {16, 2, 8, 24, 0, PREC_F32}; // 2 sequences of 8 tokens, 24 words
+static const LayerShape shape = {16, 2, 8, 24, 0, PREC_F32, 1}; // 2 sequences of 8 tokens, 24 words
 static int covered[LAYER_COUNT];
 
 /* The cross-entropy reduced as rt_stage_tp_reduce does: the maximum of row 0, phase 1,

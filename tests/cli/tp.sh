@@ -35,7 +35,7 @@ has "llama2-7b-tp runs to the end" "$dir/out" "^ok: 128 ranks"
 t "llama2-7b-tp summary" 0 "$BIN/pipecc" examples/llama2-7b-tp.pipe --emit summary
 cp "$dir/out" "$dir/s8"
 has "summary says the figures are per tp rank" "$dir/s8" "^per rank of a tp group of 8"
-sed 's/^mesh pp=4 dp=4 tp=8;/mesh pp=4 dp=4;/' examples/llama2-7b-tp.pipe >"$dir/l1.pipe"
+sed 's/^mesh pp=4 dp=4 tp=8 sp;/mesh pp=4 dp=4;/' examples/llama2-7b-tp.pipe >"$dir/l1.pipe"
 t "llama2-7b at tp=1 fits an h100 in bf16 with flash" 0 "$BIN/pipecc" "$dir/l1.pipe" -o "$dir/l1.plan"
 sed 's/^precision bf16;/precision f32;/; s/ flash;/;/' "$dir/l1.pipe" >"$dir/l1f.pipe"
 t "llama2-7b at tp=1 does not fit an h100 in f32" 1 "$BIN/pipecc" "$dir/l1f.pipe" -o "$dir/l1.plan"
