@@ -25,183 +25,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void skip_sp(Rd *r)
-{
-	while (*r->s == ' ')
-		r->s++;
-}
-
-/* How many leading bytes of s match the literal w: all of w's when s starts with it (the
- * NUL ending a line never matches, so this stops there).  No strlen, no strncmp: these
- * run on every field of every op line. */
-static inline size_t prefix(const char *s, const char *w)
-{
-	size_t n = 0;
-	while (w[n] && s[n] == w[n])
-		n++;
-	return n;
-}
-
-/* Matches a literal word followed by a space or the end of the line. */
-static int word(Rd *r, const char *w)
-{
-	skip_sp(r);
-	size_t n = prefix(r->s, w);
-	if (w[n] || (r->s[n] != ' ' && r->s[n] != 0)) {
-		char got[40];
-		size_t k = strcspn(r->s, " ");
-		snprintf(got, sizeof got, "%.*s", (int)(k < 32 ? k : 32), r->s);
-		return rd_fail(r, "expected '%s', found '%s'", w, got);
-	}
-	r->s += n;
-	return 0;
-}
-
-/* Matches a literal key such as "pp=" with no space before the value. */
-static int key(Rd *r, const char *k)
-{
-	skip_sp(r);
-	size_t n = prefix(r->s, k);
-	if (k[n])
-		return rd_fail(r, "expected '%s'", k);
-	r->s += n;
-	return 0;
-}
-
-static int num(Rd *r, int64_t *v, int64_t lo, int64_t hi, const char *what)
-{
-	if (r->failed)
-		return -1;
-	skip_sp(r);
-	const char *p = r->s;
-	int neg = 0;
-	if (*p == '-') {
-		neg = 1;
-		p++;
-	}
-	if (*p < '0' || *p > '9')
-		return rd_fail(r, "expected a number for %s", what);
-	uint64_t u = 0;
-	while (*p >= '0' && *p <= '9') {
-		if (u > (UINT64_MAX - 9) / 10 || u > (uint64_t)INT64_MAX)
-			return rd_fail(r, "number too large for %s", what);
-		u = u * 10 + (uint64_t)(*p++ - '0');
-	}
-	if (u > (uint64_t)INT64_MAX)
-		return rd_fail(r, "number too large for %s", what);
-	int64_t x = neg ? -(int64_t)u : (int64_t)u;
-	if (hi < lo) // a count of none (0 routes, say): no number is in range
-		return rd_fail(r, "%s %lld, but the plan declares none of these", what, (long long)x);
-	if (x < lo || x > hi)
-		return rd_fail(r, "%s %lld out of range [%lld, %lld]", what, (long long)x, (long long)lo,
-		            (long long)hi);
-	*v = x;
-	r->s = p;
-	return 0;
-}
-
-static int inum(Rd *r, int *v, int64_t lo, int64_t hi, const char *what)
-{
-	int64_t x = 0;
-	if (num(r, &x, lo, hi, what))
-		return -1;
-	*v = (int)x;
-	return 0;
-}
-
-static int kv(Rd *r, const char *k, int *v, int64_t lo, int64_t hi)
-{
-	if (key(r, k))
-		return -1;
-	return inum(r, v, lo, hi, k);
-}
-
-static int kv64(Rd *r, const char *k, int64_t *v, int64_t lo, int64_t hi)
-{
-	if (key(r, k))
-		return -1;
-	return num(r, v, lo, hi, k);
-}
-
-/* A token up to the next space, copied. */
-static char *token(Rd *r, const char *what)
-{
-	skip_sp(r);
-	size_t n = strcspn(r->s, " ");
-	if (n == 0) {
-		rd_fail(r, "expected %s", what);
-		return NULL;
-	}
-	char *t = strndup(r->s, n);
-	if (!t) {
-		rd_fail(r, "out of memory");
-		return NULL;
-	}
-	r->s += n;
-	return t;
-}
-
-static int eol(Rd *r)
-{
-	if (r->failed)
-		return -1;
-	skip_sp(r);
-	if (r->s[0] == '\r' && !r->s[1])
-		return rd_fail(r, "the line ends with a carriage return: plans have Unix line "
-		               "endings (was the file converted, e.g. by a Windows editor?)");
-	if (*r->s)
-		return rd_fail(r, "unexpected text '%.32s' at end of line", r->s);
-	return 0;
-}
-
-/* Optional " @line" or " @line:col". */
-static int loc(Rd *r, PlanLoc *l)
-{
-	skip_sp(r);
-	l->line = l->col = 0;
-	if (*r->s != '@')
-		return 0;
-	r->s++;
-	if (inum(r, &l->line, 0, INT_MAX, "source line"))
-		return -1;
-	if (*r->s == ':') {
-		r->s++;
-		return inum(r, &l->col, 0, INT_MAX, "source column");
-	}
-	return 0;
-}
-
-static int grow(Rd *r, void **arr, int64_t *cap, int64_t need, size_t size)
-{
-	if (need <= *cap)
-		return 0;
-	int64_t c = *cap ? *cap * 2 : 16;
-	while (c < need)
-		c *= 2;
-	void *p = realloc(*arr, (size_t)c * size);
-	if (!p) {
-		char t[512];
-		return rd_fail(r, "%s", plan_oom_text(t, sizeof t, r->ops, (size_t)c * size));
-	}
-	memset((char *)p + (size_t)*cap * size, 0, (size_t)(c - *cap) * size);
-	*arr = p;
-	*cap = c;
-	return 0;
-}
-
 /* `input tokens BxS vocab=V [padded=P]`: rows are the B*S tokens, one int32 id each. */
 static int read_tokens(Rd *r, Plan *p)
 {
 	int b, s;
-	if (inum(r, &b, 1, INT_MAX, "input sequences"))
+	if (rd_inum(r, &b, 1, INT_MAX, "input sequences"))
 		return -1;
 	if (*r->s != 'x')
 		return rd_fail(r, "expected 'x' between input sequences and length");
 	r->s++;
-	if (inum(r, &s, 1, INT_MAX, "sequence length") || kv(r, "vocab=", &p->vocab, 1, INT_MAX))
+	if (rd_inum(r, &s, 1, INT_MAX, "sequence length") || rd_kv(r, "vocab=", &p->vocab, 1, INT_MAX))
 		return -1;
 	p->vocab_real = strstr(r->s, "padded=") ? p->vocab : 0; // then vocab is the padded one
-	if ((p->vocab_real && kv(r, "padded=", &p->vocab, p->vocab + 1, INT_MAX)) || eol(r))
+	if ((p->vocab_real && rd_kv(r, "padded=", &p->vocab, p->vocab + 1, INT_MAX)) || rd_eol(r))
 		return -1;
 	if ((int64_t)b * s > INT_MAX)
 		return rd_fail(r, "input has %lld tokens, more than %d", (long long)b * s, INT_MAX);
@@ -214,17 +50,17 @@ static int read_tokens(Rd *r, Plan *p)
 /* `precision bf16`: a regime of plan/prec.h other than f32 (which has no line). */
 static int read_prec(Rd *r, Plan *p)
 {
-	size_t n = word(r, "precision") ? 0 : (skip_sp(r), strcspn(r->s, " "));
+	size_t n = rd_word(r, "precision") ? 0 : (rd_skip_sp(r), strcspn(r->s, " "));
 	PlanPrec k = plan_prec_find(r->s, n);
 	if (r->failed || k == PREC_COUNT || k == PREC_F32)
 		return r->failed ? -1 : rd_fail(r, "unknown precision '%.20s' (tf32 or bf16)", r->s);
-	return p->prec = (uint8_t)k, r->s += n, eol(r);
+	return p->prec = (uint8_t)k, r->s += n, rd_eol(r);
 }
 
 /* `optimizer sgd lr=X` or `optimizer adamw lr=X beta1=X beta2=X eps=X weight_decay=X`. */
 static int real(Rd *r, const char *k, double *v, double lo, double hi)
 {
-	if (key(r, k))
+	if (rd_key(r, k))
 		return -1;
 	errno = 0;
 	char *end;
@@ -238,9 +74,9 @@ static int real(Rd *r, const char *k, double *v, double lo, double hi)
 static int read_optim(Rd *r, Plan *p)
 {
 	PlanOptim *o = &p->optim;
-	if (word(r, "optimizer"))
+	if (rd_word(r, "optimizer"))
 		return -1;
-	skip_sp(r);
+	rd_skip_sp(r);
 	size_t n = strcspn(r->s, " ");
 	o->kind = OPTIM_COUNT;
 	for (int k = 0; k < OPTIM_COUNT; k++)
@@ -258,7 +94,7 @@ static int read_optim(Rd *r, Plan *p)
 		return -1;
 	if (o->kind == OPTIM_MOMENTUM && real(r, "momentum=", &o->momentum, 0, 1))
 		return -1;
-	return eol(r);
+	return rd_eol(r);
 }
 
 /* `k` and a probability in [0, 1), a dropout's P (-0 read as 0). */
@@ -279,11 +115,11 @@ static int read_layer_keys(Rd *r, PlanLayer *ly, int left)
 {
 	const LayerInfo *li = plan_layer(ly->kind);
 	int has_p = 0;
-	for (skip_sp(r); *r->s; skip_sp(r)) {
+	for (rd_skip_sp(r); *r->s; rd_skip_sp(r)) {
 		size_t n = strcspn(r->s, " =");
 		LayerKey k = plan_layer_key_find(r->s, n);
 		if (!strncmp(r->s, "hidden=", 7) && li->arg == LAYER_ARG_HIDDEN) {
-			if (kv(r, "hidden=", &ly->hidden, 1, INT_MAX))
+			if (rd_kv(r, "hidden=", &ly->hidden, 1, INT_MAX))
 				return -1;
 		} else if ((!strncmp(r->s, "p=", 2) && li->arg == LAYER_ARG_PROB) ||
 		           (k == LAYER_KEY_DROPOUT && (li->keys & LAYER_FLAG(k)))) {
@@ -291,10 +127,10 @@ static int read_layer_keys(Rd *r, PlanLayer *ly, int left)
 			if (prob(r, has_p ? "p=" : "dropout=", &ly->drop))
 				return -1;
 		} else if (!strncmp(r->s, "span=", 5) && li->arg == LAYER_ARG_BODY) {
-			if (kv(r, "span=", &ly->span, 1, left))
+			if (rd_kv(r, "span=", &ly->span, 1, left))
 				return -1;
 		} else if (k == LAYER_KEY_HEADS && (li->keys & LAYER_FLAG(k))) {
-			if (kv(r, "heads=", &ly->heads, 1, ly->in) || kv(r, "kv_heads=", &ly->kv_heads, 1,
+			if (rd_kv(r, "heads=", &ly->heads, 1, ly->in) || rd_kv(r, "kv_heads=", &ly->kv_heads, 1,
 			                                                 ly->heads))
 				return -1;
 			if (ly->in % ly->heads || ly->heads % ly->kv_heads)
@@ -359,16 +195,16 @@ static int read_format(Rd *r)
 		            PLAN_VERSION);
 	}
 	r->s += strlen(PLAN_FORMAT);
-	skip_sp(r);
+	rd_skip_sp(r);
 	int v;
-	if (inum(r, &v, 0, INT_MAX, "format version"))
+	if (rd_inum(r, &v, 0, INT_MAX, "format version"))
 		return -1;
 	if (v != PLAN_VERSION && v != PLAN_VERSION_EXPANDED && v != PLAN_VERSION_PLAIN)
 		return rd_fail(r, "plan format version %d is not supported (this build reads %d to %d)",
 		            v, PLAN_VERSION_PLAIN, PLAN_VERSION);
 	r->version = v;
 	if (v != PLAN_VERSION_PLAIN) {
-		skip_sp(r);
+		rd_skip_sp(r);
 		char *end;
 		char kinds[96];
 		int kind = plan_sum_key(r->s, kinds, sizeof kinds);
@@ -387,7 +223,7 @@ static int read_format(Rd *r)
 		if (kind == PLAN_SUM_BLOCKS && r->par && rd_par_scan(r))
 			return -1;
 	}
-	return eol(r);
+	return rd_eol(r);
 }
 
 /* `lines L devices_per_node=D` (format 3): the rank lists are one pipeline line's, L
@@ -395,8 +231,8 @@ static int read_format(Rd *r)
 static int read_lines_at(Rd *r, Plan *p)
 {
 	int n;
-	if (word(r, "lines") || inum(r, &n, 1, 1 << 20, "lines") ||
-	    kv(r, "devices_per_node=", &p->dev_per_node, 1, INT_MAX) || eol(r))
+	if (rd_word(r, "lines") || rd_inum(r, &n, 1, 1 << 20, "lines") ||
+	    rd_kv(r, "devices_per_node=", &p->dev_per_node, 1, INT_MAX) || rd_eol(r))
 		return -1;
 	if (n != p->world / p->dims[DIM_PP])
 		return rd_fail(r, "lines %d is not the world over pp (%d)", n, p->world / p->dims[DIM_PP]);
@@ -427,24 +263,24 @@ static int read_header(Rd *r, Plan *p)
 {
 	if (read_format(r))
 		return -1;
-	if (rd_next_line(r, "'pipeline NAME'") || word(r, "pipeline") || !(p->name = token(r, "a name")) ||
-	    eol(r))
+	if (rd_next_line(r, "'pipeline NAME'") || rd_word(r, "pipeline") || !(p->name = rd_token(r, "a name")) ||
+	    rd_eol(r))
 		return -1;
-	if (rd_next_line(r, "'source PATH'") || word(r, "source"))
+	if (rd_next_line(r, "'source PATH'") || rd_word(r, "source"))
 		return -1;
-	skip_sp(r);
+	rd_skip_sp(r);
 	if (!(p->source = strdup(r->s)))
 		return rd_fail(r, "out of memory");
-	if (rd_next_line(r, "'schedule NAME'") || word(r, "schedule") ||
-	    !(p->schedule = token(r, "a schedule name")) || eol(r))
+	if (rd_next_line(r, "'schedule NAME'") || rd_word(r, "schedule") ||
+	    !(p->schedule = rd_token(r, "a schedule name")) || rd_eol(r))
 		return -1;
 
-	if (rd_next_line(r, "'mesh ...'") || word(r, "mesh"))
+	if (rd_next_line(r, "'mesh ...'") || rd_word(r, "mesh"))
 		return -1;
 	int seen = 0;
 	int64_t world = 1;
 	for (int i = 0; i < DIM_COUNT; i++) {
-		skip_sp(r);
+		rd_skip_sp(r);
 		int d;
 		for (d = 0; d < DIM_COUNT; d++) {
 			size_t n = strlen(plan_dim_names[d]);
@@ -457,19 +293,19 @@ static int read_header(Rd *r, Plan *p)
 			return rd_fail(r, "mesh dimension %s repeated", plan_dim_names[d]);
 		seen |= 1 << d;
 		r->s += strlen(plan_dim_names[d]) + 1;
-		if (inum(r, &p->dims[d], 1, 1 << 20, plan_dim_names[d]))
+		if (rd_inum(r, &p->dims[d], 1, 1 << 20, plan_dim_names[d]))
 			return -1;
 		p->dim_order[i] = d;
 		world *= p->dims[d];
 	}
 	if ((p->sp = !strcmp(r->s + strspn(r->s, " "), "sp")) && p->dims[DIM_TP] < 2)
 		return rd_fail(r, "sequence parallelism (sp) needs tp > 1");
-	if (!p->sp && eol(r))
+	if (!p->sp && rd_eol(r))
 		return -1;
 	if (world > (1 << 20))
 		return rd_fail(r, "mesh has %lld ranks, more than %d", (long long)world, 1 << 20);
-	if (rd_next_line(r, "'world N'") || word(r, "world") ||
-	    inum(r, &p->world, 1, 1 << 20, "world") || eol(r))
+	if (rd_next_line(r, "'world N'") || rd_word(r, "world") ||
+	    rd_inum(r, &p->world, 1, 1 << 20, "world") || rd_eol(r))
 		return -1;
 	if (p->world != world)
 		return rd_fail(r, "world %d is not the product of the mesh dims (%lld)", p->world,
@@ -484,35 +320,35 @@ static int read_header(Rd *r, Plan *p)
 	if (r->version == PLAN_VERSION_PLAIN && !strncmp(r->buf, "lines ", 6) &&
 	    (read_lines_at(r, p) || rd_next_line(r, "'microbatches N'")))
 		return -1;
-	if (word(r, "microbatches") ||
-	    inum(r, &p->microbatches, 1, INT_MAX, "microbatches") || eol(r))
+	if (rd_word(r, "microbatches") ||
+	    rd_inum(r, &p->microbatches, 1, INT_MAX, "microbatches") || rd_eol(r))
 		return -1;
-	if (rd_next_line(r, "'input RxC'") || word(r, "input"))
+	if (rd_next_line(r, "'input RxC'") || rd_word(r, "input"))
 		return -1;
-	skip_sp(r);
+	rd_skip_sp(r);
 	if (!strncmp(r->s, "tokens ", 7)) {
 		r->s += 7;
 		if (read_tokens(r, p))
 			return -1;
 	} else {
-		if (inum(r, &p->rows, 1, INT_MAX, "input rows"))
+		if (rd_inum(r, &p->rows, 1, INT_MAX, "input rows"))
 			return -1;
 		if (*r->s != 'x')
 			return rd_fail(r, "expected 'x' between input rows and columns");
 		r->s++;
-		if (inum(r, &p->cols, 1, INT_MAX, "input columns") || eol(r))
+		if (rd_inum(r, &p->cols, 1, INT_MAX, "input columns") || rd_eol(r))
 			return -1;
 	}
 
-	if (rd_next_line(r, "'link ...'") || word(r, "link"))
+	if (rd_next_line(r, "'link ...'") || rd_word(r, "link"))
 		return -1;
-	skip_sp(r);
+	rd_skip_sp(r);
 	if (!strcmp(r->s, "ideal")) {
 		p->link_ideal = 1;
 		p->bandwidth = 0;
 		return 0;
 	}
-	if (kv64(r, "latency_ns=", &p->latency_ns, 0, INT64_MAX / 4) || key(r, "bandwidth="))
+	if (rd_kv64(r, "latency_ns=", &p->latency_ns, 0, INT64_MAX / 4) || rd_key(r, "bandwidth="))
 		return -1;
 	errno = 0;
 	char *end;
@@ -520,17 +356,17 @@ static int read_header(Rd *r, Plan *p)
 	if (end == r->s || errno || !(p->bandwidth > 0) || p->bandwidth > 1e18)
 		return rd_fail(r, "bandwidth must be a positive number of bytes per second");
 	r->s = end;
-	return eol(r);
+	return rd_eol(r);
 }
 
 /* A direction word, `act` or `grad` and a space, into *dir; `after` names what it follows
  * in the message (NULL: nothing). */
 static int read_dir(Rd *r, uint8_t *dir, const char *after)
 {
-	skip_sp(r);
-	if (prefix(r->s, "act ") == 4)
+	rd_skip_sp(r);
+	if (rd_prefix(r->s, "act ") == 4)
 		*dir = DIR_ACT;
-	else if (prefix(r->s, "grad ") == 5)
+	else if (rd_prefix(r->s, "grad ") == 5)
 		*dir = DIR_GRAD;
 	else
 		return rd_fail(r, "expected 'act' or 'grad'%s%s", after ? " after " : "", after ? after : "");
@@ -542,23 +378,23 @@ static int read_dir(Rd *r, uint8_t *dir, const char *after)
 static int read_node(Rd *r, Plan *p)
 {
 	r->s += 4;
-	if (kv(r, "per_node=", &p->per_node, 0, INT_MAX) ||
-	    kv64(r, "latency_ns=", &p->node_latency_ns, 0, INT64_MAX / 4) ||
+	if (rd_kv(r, "per_node=", &p->per_node, 0, INT_MAX) ||
+	    rd_kv64(r, "latency_ns=", &p->node_latency_ns, 0, INT64_MAX / 4) ||
 	    real(r, "bandwidth=", &p->node_bandwidth, 1e-300, 1e18))
 		return -1;
-	return eol(r);
+	return rd_eol(r);
 }
 
 /* Optional after save_bw: ` recompute [selective] save_re=N` (docs/plan-format.md). */
 static int read_recompute(Rd *r, PlanStage *st)
 {
-	skip_sp(r);
+	rd_skip_sp(r);
 	if (strncmp(r->s, "recompute ", 10))
 		return 0;
 	int sel = !strncmp(r->s + 9, " selective ", 11);
 	st->recompute = sel ? PLAN_RECOMPUTE_SELECTIVE : PLAN_RECOMPUTE_FULL;
 	r->s += sel ? 19 : 9; // at the space before save_re=
-	return kv64(r, "save_re=", &st->save_re, 0, INT64_MAX / 8);
+	return rd_kv64(r, "save_re=", &st->save_re, 0, INT64_MAX / 8);
 }
 
 /* The plan's memory passes PLAN_MEM_MAX at `what` (plan_mem_stage_share). */
@@ -599,36 +435,36 @@ static int read_stages(Rd *r, Plan *p)
 	    (!strncmp(r->buf, "optimizer ", 10) && (read_optim(r, p) || rd_next_line(r, next))))
 		return -1;
 	if (!strncmp(r->buf, "memory ", 7) &&
-	    (word(r, "memory") || kv64(r, "cap=", &p->mem_cap, 1, INT64_MAX / 4) || eol(r) ||
+	    (rd_word(r, "memory") || rd_kv64(r, "cap=", &p->mem_cap, 1, INT64_MAX / 4) || rd_eol(r) ||
 	     rd_next_line(r, "'stages N'")))
 		return -1;
-	if (word(r, "stages") ||
-	    inum(r, &n, 1, 1 << 20, "stages") || eol(r))
+	if (rd_word(r, "stages") ||
+	    rd_inum(r, &n, 1, 1 << 20, "stages") || rd_eol(r))
 		return -1;
 	int64_t cap = 0;
 	for (int s = 0; s < n; s++) {
-		if (grow(r, (void **)&p->stages, &cap, s + 1, sizeof *p->stages))
+		if (rd_grow(r, (void **)&p->stages, &cap, s + 1, sizeof *p->stages))
 			return -1;
 		p->nstages = s + 1; // only what exists, so plan_free stays safe
 		PlanStage *st = &p->stages[s];
 		int idx;
-		if (rd_next_line(r, "a 'stage' line") || word(r, "stage") ||
-		    inum(r, &idx, 0, INT_MAX, "stage index"))
+		if (rd_next_line(r, "a 'stage' line") || rd_word(r, "stage") ||
+		    rd_inum(r, &idx, 0, INT_MAX, "stage index"))
 			return -1;
 		if (idx != s)
 			return rd_fail(r, "stage %d where stage %d was expected", idx, s);
-		if (!(st->name = token(r, "a stage name")))
+		if (!(st->name = rd_token(r, "a stage name")))
 			return -1;
-		if (kv(r, "pp=", &st->pp, 0, p->dims[DIM_PP] - 1) ||
-		    kv(r, "in=", &st->in, 1, INT_MAX) || kv(r, "out=", &st->out, 1, INT_MAX) ||
-		    kv64(r, "f=", &st->cost[0], 0, INT64_MAX / 4) ||
-		    kv64(r, "b=", &st->cost[1], 0, INT64_MAX / 4) ||
-		    kv64(r, "w=", &st->cost[2], 0, INT64_MAX / 4) ||
-		    kv64(r, "params=", &st->params, 0, INT64_MAX / 8) ||
-		    kv64(r, "save_fb=", &st->save_fb, 0, INT64_MAX / 8) ||
-		    kv64(r, "save_fw=", &st->save_fw, 0, INT64_MAX / 8) ||
-		    kv64(r, "save_bw=", &st->save_bw, 0, INT64_MAX / 8) || read_recompute(r, st) ||
-		    kv(r, "layers=", &st->nlayers, 1, 1 << 20) || loc(r, &st->loc) || eol(r))
+		if (rd_kv(r, "pp=", &st->pp, 0, p->dims[DIM_PP] - 1) ||
+		    rd_kv(r, "in=", &st->in, 1, INT_MAX) || rd_kv(r, "out=", &st->out, 1, INT_MAX) ||
+		    rd_kv64(r, "f=", &st->cost[0], 0, INT64_MAX / 4) ||
+		    rd_kv64(r, "b=", &st->cost[1], 0, INT64_MAX / 4) ||
+		    rd_kv64(r, "w=", &st->cost[2], 0, INT64_MAX / 4) ||
+		    rd_kv64(r, "params=", &st->params, 0, INT64_MAX / 8) ||
+		    rd_kv64(r, "save_fb=", &st->save_fb, 0, INT64_MAX / 8) ||
+		    rd_kv64(r, "save_fw=", &st->save_fw, 0, INT64_MAX / 8) ||
+		    rd_kv64(r, "save_bw=", &st->save_bw, 0, INT64_MAX / 8) || read_recompute(r, st) ||
+		    rd_kv(r, "layers=", &st->nlayers, 1, 1 << 20) || rd_loc(r, &st->loc) || rd_eol(r))
 			return -1;
 		if ((r->mem = sat_add(r->mem, plan_mem_stage_share(st, p->microbatches, p->prec))) >= PLAN_MEM_MAX)
 			return too_much(r, "this stage", p->microbatches);
@@ -636,23 +472,23 @@ static int read_stages(Rd *r, Plan *p)
 		LayerCost sum = {0};
 		int open[PLAN_NEST_MAX], nopen = 0;
 		for (int l = 0; l < st->nlayers; l++) {
-			if (grow(r, (void **)&st->layers, &lcap, l + 1, sizeof *st->layers))
+			if (rd_grow(r, (void **)&st->layers, &lcap, l + 1, sizeof *st->layers))
 				return -1;
 			PlanLayer *ly = &st->layers[l];
-			if (rd_next_line(r, "a 'layer' line") || word(r, "layer"))
+			if (rd_next_line(r, "a 'layer' line") || rd_word(r, "layer"))
 				return -1;
-			skip_sp(r);
+			rd_skip_sp(r);
 			size_t n = strcspn(r->s, " \n");
 			LayerKind k = plan_layer_find(r->s, n);
 			if (k == LAYER_COUNT || r->s[n] != ' ')
 				return rd_fail(r, "unknown layer kind '%.20s'", r->s);
 			r->s += n;
 			ly->kind = k;
-			skip_sp(r);
-			if (inum(r, &ly->in, 1, INT_MAX, "layer input width"))
+			rd_skip_sp(r);
+			if (rd_inum(r, &ly->in, 1, INT_MAX, "layer input width"))
 				return -1;
-			skip_sp(r);
-			if (inum(r, &ly->out, 1, INT_MAX, "layer output width") ||
+			rd_skip_sp(r);
+			if (rd_inum(r, &ly->out, 1, INT_MAX, "layer output width") ||
 			    read_layer_keys(r, ly, st->nlayers - l - 1) || countable(r, p, ly, &sum) ||
 			    read_nest(r, ly, l, open, &nopen))
 				return -1;
@@ -663,25 +499,25 @@ static int read_stages(Rd *r, Plan *p)
 
 static int read_edges(Rd *r, Plan *p)
 {
-	if (rd_next_line(r, "'edges N'") || word(r, "edges") ||
-	    inum(r, &p->nedges, 0, 1 << 22, "edges") || eol(r))
+	if (rd_next_line(r, "'edges N'") || rd_word(r, "edges") ||
+	    rd_inum(r, &p->nedges, 0, 1 << 22, "edges") || rd_eol(r))
 		return -1;
 	int64_t cap = 0;
 	for (int e = 0; e < p->nedges; e++) {
-		if (grow(r, (void **)&p->edges, &cap, e + 1, sizeof *p->edges))
+		if (rd_grow(r, (void **)&p->edges, &cap, e + 1, sizeof *p->edges))
 			return -1;
 		PlanEdge *ed = &p->edges[e];
 		int idx;
-		if (rd_next_line(r, "an 'edge' line") || word(r, "edge") ||
-		    (skip_sp(r), inum(r, &idx, 0, INT_MAX, "edge index")))
+		if (rd_next_line(r, "an 'edge' line") || rd_word(r, "edge") ||
+		    (rd_skip_sp(r), rd_inum(r, &idx, 0, INT_MAX, "edge index")))
 			return -1;
 		if (idx != e)
 			return rd_fail(r, "edge %d where edge %d was expected", idx, e);
-		skip_sp(r);
-		if (inum(r, &ed->src, 0, p->nstages - 1, "edge source stage") || key(r, "->") ||
-		    inum(r, &ed->dst, 0, p->nstages - 1, "edge destination stage"))
+		rd_skip_sp(r);
+		if (rd_inum(r, &ed->src, 0, p->nstages - 1, "edge source stage") || rd_key(r, "->") ||
+		    rd_inum(r, &ed->dst, 0, p->nstages - 1, "edge destination stage"))
 			return -1;
-		skip_sp(r);
+		rd_skip_sp(r);
 		if (!strncmp(r->s, "chain ", 6))
 			ed->skip = 0;
 		else if (!strncmp(r->s, "skip ", 5))
@@ -689,7 +525,7 @@ static int read_edges(Rd *r, Plan *p)
 		else
 			return rd_fail(r, "expected 'chain' or 'skip'");
 		r->s += ed->skip ? 5 : 6;
-		if (kv64(r, "bytes=", &ed->bytes, 0, INT64_MAX / 8) || loc(r, &ed->loc) || eol(r))
+		if (rd_kv64(r, "bytes=", &ed->bytes, 0, INT64_MAX / 8) || rd_loc(r, &ed->loc) || rd_eol(r))
 			return -1;
 		if ((r->mem = sat_add(r->mem, plan_mem_edge_share(ed->bytes, p->microbatches))) >=
 		    PLAN_MEM_MAX)
@@ -704,36 +540,36 @@ static int read_edges(Rd *r, Plan *p)
 
 static int read_routes(Rd *r, Plan *p)
 {
-	if (rd_next_line(r, "'routes N'") || word(r, "routes") ||
-	    inum(r, &p->nroutes, 0, INT_MAX, "routes") || eol(r))
+	if (rd_next_line(r, "'routes N'") || rd_word(r, "routes") ||
+	    rd_inum(r, &p->nroutes, 0, INT_MAX, "routes") || rd_eol(r))
 		return -1;
 	int64_t cap = 0;
 	p->routes_line = r->line + 1;
 	for (int i = 0; i < p->nroutes; i++) {
-		if (grow(r, (void **)&p->routes, &cap, i + 1, sizeof *p->routes))
+		if (rd_grow(r, (void **)&p->routes, &cap, i + 1, sizeof *p->routes))
 			return -1;
 		PlanRoute *rt = &p->routes[i];
 		int idx;
-		if (rd_next_line(r, "a 'route' line") || word(r, "route") ||
-		    (skip_sp(r), inum(r, &idx, 0, INT_MAX, "route index")))
+		if (rd_next_line(r, "a 'route' line") || rd_word(r, "route") ||
+		    (rd_skip_sp(r), rd_inum(r, &idx, 0, INT_MAX, "route index")))
 			return -1;
 		if (idx != i)
 			return rd_fail(r, "route %d where route %d was expected", idx, i);
-		if (kv(r, "e=", &rt->edge, 0, p->nedges - 1))
+		if (rd_kv(r, "e=", &rt->edge, 0, p->nedges - 1))
 			return -1;
 		if (read_dir(r, &rt->dir, NULL))
 			return -1;
-		skip_sp(r);
-		if (inum(r, &rt->src_rank, 0, p->world - 1, "route source rank") || key(r, ".d") ||
-		    inum(r, &rt->src_dev, 0, INT_MAX, "route source device") || key(r, "->") ||
-		    inum(r, &rt->dst_rank, 0, p->world - 1, "route destination rank") ||
-		    key(r, ".d") || inum(r, &rt->dst_dev, 0, INT_MAX, "route destination device") ||
+		rd_skip_sp(r);
+		if (rd_inum(r, &rt->src_rank, 0, p->world - 1, "route source rank") || rd_key(r, ".d") ||
+		    rd_inum(r, &rt->src_dev, 0, INT_MAX, "route source device") || rd_key(r, "->") ||
+		    rd_inum(r, &rt->dst_rank, 0, p->world - 1, "route destination rank") ||
+		    rd_key(r, ".d") || rd_inum(r, &rt->dst_dev, 0, INT_MAX, "route destination device") ||
 		    line_ref(r, p, &rt->src_rank) || line_ref(r, p, &rt->dst_rank))
 			return -1;
 		rt->inverse_of = -1;
-		if (rt->dir == DIR_GRAD && kv(r, "inverse=", &rt->inverse_of, 0, p->nroutes - 1))
+		if (rt->dir == DIR_GRAD && rd_kv(r, "inverse=", &rt->inverse_of, 0, p->nroutes - 1))
 			return -1;
-		if (loc(r, &rt->loc) || eol(r))
+		if (rd_loc(r, &rt->loc) || rd_eol(r))
 			return -1;
 	}
 	return 0;
@@ -743,7 +579,7 @@ static int op_kind(Rd *r)
 {
 	for (int k = 0; k < OP_COUNT; k++) {
 		const char *name = plan_ops[k].name;
-		size_t n = prefix(r->s, name);
+		size_t n = rd_prefix(r->s, name);
 		if (!name[n] && (r->s[n] == ' ' || r->s[n] == 0)) {
 			r->s += n;
 			return k;
@@ -755,18 +591,18 @@ static int op_kind(Rd *r)
 /* A compute op's fields: "stage mb [part=P]" (part= where its kind has one). */
 static int read_compute(Rd *r, Plan *p, PlanOp *o)
 {
-	skip_sp(r);
-	if (inum(r, &o->stage, 0, p->nstages - 1, "stage"))
+	rd_skip_sp(r);
+	if (rd_inum(r, &o->stage, 0, p->nstages - 1, "stage"))
 		return -1;
-	skip_sp(r);
-	if (inum(r, &o->mb, 0, p->microbatches - 1, "microbatch"))
+	rd_skip_sp(r);
+	if (rd_inum(r, &o->mb, 0, p->microbatches - 1, "microbatch"))
 		return -1;
-	skip_sp(r);
+	rd_skip_sp(r);
 	if ((plan_ops[o->kind].fields & OP_FIELD_PART) && !strncmp(r->s, "part=", 5)) {
 		int part;
 		if (p->dims[DIM_TP] == 1)
 			return rd_fail(r, "part= in a plan with tp=1 (stages have one part each way)");
-		if (kv(r, "part=", &part, 1, UINT16_MAX))
+		if (rd_kv(r, "part=", &part, 1, UINT16_MAX))
 			return -1;
 		o->part = (uint16_t)part;
 	}
@@ -786,15 +622,15 @@ static int read_fields(Rd *r, Plan *p, PlanOp *o, int64_t *bytes)
 		               in->name);
 	if ((u & OP_FIELD_DIR) && read_dir(r, &o->dir, in->name))
 		return -1;
-	if (kv(r, edge ? "e=" : "s=", &o->stage, 0, (edge ? p->nedges : p->nstages) - 1) ||
-	    ((u & OP_FIELD_MB) && kv(r, "m=", &o->mb, 0, p->microbatches - 1)) ||
+	if (rd_kv(r, edge ? "e=" : "s=", &o->stage, 0, (edge ? p->nedges : p->nstages) - 1) ||
+	    ((u & OP_FIELD_MB) && rd_kv(r, "m=", &o->mb, 0, p->microbatches - 1)) ||
 	    ((u & OP_FIELD_PEER) &&
-	     (kv(r, plan_op_peer_key(k), &o->peer, 0, r->world - 1) || line_ref(r, p, &o->peer))) ||
-	    ((u & OP_FIELD_PART) && kv(r, "part=", &part, 0, UINT16_MAX)) ||
+	     (rd_kv(r, plan_op_peer_key(k), &o->peer, 0, r->world - 1) || line_ref(r, p, &o->peer))) ||
+	    ((u & OP_FIELD_PART) && rd_kv(r, "part=", &part, 0, UINT16_MAX)) ||
 	    ((u & OP_FIELD_BYTES) &&
-	     kv64(r, "bytes=", bytes, plan_op_bytes_min(k), INT64_MAX / 8)) ||
-	    ((u & OP_FIELD_GROUP) && kv(r, "g=", &o->group, 0, INT_MAX)) ||
-	    ((u & OP_FIELD_ROUTE) && kv(r, "r=", &o->route, 0, p->nroutes - 1)))
+	     rd_kv64(r, "bytes=", bytes, plan_op_bytes_min(k), INT64_MAX / 8)) ||
+	    ((u & OP_FIELD_GROUP) && rd_kv(r, "g=", &o->group, 0, INT_MAX)) ||
+	    ((u & OP_FIELD_ROUTE) && rd_kv(r, "r=", &o->route, 0, p->nroutes - 1)))
 		return -1;
 	o->part = (uint16_t)part;
 	return 0;
@@ -812,7 +648,7 @@ int rd_read_op(Rd *r, Plan *p, PlanOp *o, int32_t *line)
 	if (plan_op_is_compute((OpKind)k) ? read_compute(r, p, o) : read_fields(r, p, o, &bytes))
 		return -1;
 	PlanLoc l;
-	if (loc(r, &l) || eol(r))
+	if (rd_loc(r, &l) || rd_eol(r))
 		return -1;
 	*line = l.line;
 	int rc = plan_op_set_bytes(p, o, bytes);
@@ -840,18 +676,18 @@ static int read_ranks(Rd *r, Plan *p)
 		PlanRank *rk = &p->ranks[i];
 		int idx;
 		int64_t nops;
-		if (rd_next_line(r, "a 'rank' line") || word(r, "rank") ||
-		    (skip_sp(r), inum(r, &idx, 0, INT_MAX, "rank")))
+		if (rd_next_line(r, "a 'rank' line") || rd_word(r, "rank") ||
+		    (rd_skip_sp(r), rd_inum(r, &idx, 0, INT_MAX, "rank")))
 			return -1;
 		if (idx != i * stride)
 			return rd_fail(r, "rank %d where rank %d was expected", idx, i * stride);
 		rk->line = r->line;
-		if (kv(r, "pp=", &rk->coord[DIM_PP], 0, p->dims[DIM_PP] - 1) ||
-		    kv(r, "dp=", &rk->coord[DIM_DP], 0, p->dims[DIM_DP] - 1) ||
-		    kv(r, "tp=", &rk->coord[DIM_TP], 0, p->dims[DIM_TP] - 1) ||
-		    kv(r, "device=", &rk->device, 0, INT_MAX) ||
-		    kv(r, "peers=", &rk->npeers, 0, INT_MAX) ||
-		    kv64(r, "ops=", &nops, 0, INT64_MAX / 64) || eol(r))
+		if (rd_kv(r, "pp=", &rk->coord[DIM_PP], 0, p->dims[DIM_PP] - 1) ||
+		    rd_kv(r, "dp=", &rk->coord[DIM_DP], 0, p->dims[DIM_DP] - 1) ||
+		    rd_kv(r, "tp=", &rk->coord[DIM_TP], 0, p->dims[DIM_TP] - 1) ||
+		    rd_kv(r, "device=", &rk->device, 0, INT_MAX) ||
+		    rd_kv(r, "peers=", &rk->npeers, 0, INT_MAX) ||
+		    rd_kv64(r, "ops=", &nops, 0, INT64_MAX / 64) || rd_eol(r))
 			return -1;
 		r->ops += nops;
 		if (plan_mesh_rank(p, rk->coord) != idx)
@@ -859,13 +695,13 @@ static int read_ranks(Rd *r, Plan *p)
 			            plan_mesh_rank(p, rk->coord));
 		int64_t pcap = 0;
 		for (int j = 0; j < rk->npeers; j++) {
-			if (grow(r, (void **)&rk->peers, &pcap, j + 1, sizeof *rk->peers))
+			if (rd_grow(r, (void **)&rk->peers, &pcap, j + 1, sizeof *rk->peers))
 				return -1;
 			PlanPeer *pe = &rk->peers[j];
-			if (rd_next_line(r, "a 'peer' line") || word(r, "peer") ||
-			    kv(r, "s=", &pe->stage, 0, p->nstages - 1))
+			if (rd_next_line(r, "a 'peer' line") || rd_word(r, "peer") ||
+			    rd_kv(r, "s=", &pe->stage, 0, p->nstages - 1))
 				return -1;
-			skip_sp(r);
+			rd_skip_sp(r);
 			if (!strncmp(r->s, "in ", 3))
 				pe->in = 1;
 			else if (!strncmp(r->s, "out ", 4))
@@ -873,12 +709,12 @@ static int read_ranks(Rd *r, Plan *p)
 			else
 				return rd_fail(r, "expected 'in' or 'out'");
 			r->s += pe->in ? 3 : 4;
-			if (kv(r, "e=", &pe->edge, 0, p->nedges - 1) ||
-			    kv(r, "s=", &pe->peer_stage, 0, p->nstages - 1) ||
-			    kv(r, "rank=", &pe->peer_rank, 0, r->world - 1) ||
+			if (rd_kv(r, "e=", &pe->edge, 0, p->nedges - 1) ||
+			    rd_kv(r, "s=", &pe->peer_stage, 0, p->nstages - 1) ||
+			    rd_kv(r, "rank=", &pe->peer_rank, 0, r->world - 1) ||
 			    line_ref(r, p, &pe->peer_rank))
 				return -1;
-			skip_sp(r);
+			rd_skip_sp(r);
 			int k = 0;
 			while (k < PEER_COUNT && strcmp(r->s, plan_peer_names[k]))
 				k++;

@@ -49,6 +49,32 @@ enum {
 	RD_CHECK_APART,      // read_par.c hashed the blocks on threads (rd_par_scan)
 };
 
+/* How many leading bytes of s match the literal w: all of w's when s starts with it (the
+ * NUL ending a line never matches, so this stops there).  No strlen, no strncmp: these
+ * run on every field of every op line. */
+static inline size_t rd_prefix(const char *s, const char *w)
+{
+	size_t n = 0;
+	while (w[n] && s[n] == w[n])
+		n++;
+	return n;
+}
+
+/* The grammar's words (read_lex.c), each at r->s: it moves past what it took, or sets
+ * r's error and returns -1 (NULL). */
+void rd_skip_sp(Rd *r);                    // spaces
+int rd_word(Rd *r, const char *w);         // the word w and a space or the line's end
+int rd_key(Rd *r, const char *k);          // k, which ends in '=' ("bytes=")
+int rd_num(Rd *r, int64_t *v, int64_t lo, int64_t hi, const char *what); // in [lo, hi]
+int rd_inum(Rd *r, int *v, int64_t lo, int64_t hi, const char *what);
+int rd_kv(Rd *r, const char *k, int *v, int64_t lo, int64_t hi);    // " k=N"
+int rd_kv64(Rd *r, const char *k, int64_t *v, int64_t lo, int64_t hi);
+char *rd_token(Rd *r, const char *what);   // the next word, strdup'ed
+int rd_eol(Rd *r);                         // nothing but spaces left on the line
+int rd_loc(Rd *r, PlanLoc *l);             // optional " @line" or " @line:col"
+/* Room for need elements of size bytes in *arr (capacity *cap, doubled, zeroed). */
+int rd_grow(Rd *r, void **arr, int64_t *cap, int64_t need, size_t size);
+
 /* Sets r's error (the first one only) at the current line; returns -1. */
 int rd_fail(Rd *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void rd_init(Rd *r, FILE *f, const char *name, PlanError *err);
