@@ -89,7 +89,9 @@ done
 check "the schedule loop ran B and BW parts (at least 4 schedules)" "$([ "$ran" -ge 4 ]; echo $?)" "$ran"
 for v in drop-sel flash-sel; do
 	for s in 1f1b zbh2; do
-		"$BIN/pipecc" "$dir/$v.pipe" -s "$s" -o "$dir/$v-$s.plan"
+		t "$v $s compiles" 0 "$BIN/pipecc" "$dir/$v.pipe" -s "$s" -o "$dir/$v-$s.plan"
+		[ "$v" = flash-sel ] &&
+			has "$v $s: pipecc warns that nothing is rebuilt" "$dir/err" "every attention layer is flash"
 		runs "$v $s" "$dir/$v-$s.plan"
 		same "$v $s" "$dir/$v-$s.plan"
 	done
