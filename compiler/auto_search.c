@@ -92,7 +92,8 @@ static const char *recompute_name(int mode)
 }
 
 /* Whether `recompute * selective` is worth a setup: some stage has attention that is not
- * flash (flash keeps no probabilities to drop), tp = 1. */
+ * flash (flash keeps no probabilities to drop), tp = 1 (the search's fast model takes a
+ * stage whole, while at tp > 1 each part rebuilds its own: not modelled yet). */
 static int selective_helps(const Program *pr)
 {
 	int any = 0;

@@ -444,21 +444,21 @@ int prog_recompute(const Program *p, int s)
 }
 
 /* Selective recomputation rebuilds attention's probabilities: a stage named for it must
- * have attention, `recompute * selective` some stage, and tp must be 1 (a stage's parts
- * would each need their own figures).  Flash attention keeps no probabilities: selective
- * where all attention is flash is allowed (the plan says so, and nothing is dropped) but
- * warned about, as Megatron calls it unnecessary. */
+ * have attention, `recompute * selective` some stage.  Any tp will do: a rank rebuilds
+ * its own heads' probabilities from its own q and k, with no communication (each part of
+ * a stage rebuilds its own layers', plan/tp.c).  Flash attention keeps no
+ * probabilities: selective where all attention is flash is allowed (the plan says so,
+ * and nothing is dropped) but warned about, as Megatron calls it unnecessary. */
 static void check_selective(Check *c)
 {
 	Program *p = c->p;
-	int any = 0, attends = 0, flash_only = 1;
+	int attends = 0, flash_only = 1;
 	for (int s = 0; s < p->nstages; s++) {
 		const ProgStage *st = &p->stages[s];
 		if (st->recompute == PLAN_RECOMPUTE_SELECTIVE && !prog_stage_attends(st))
 			diag_error(c->d, st->recompute_loc,
 			           "stage '%s' has no attention layer: selective recomputation rebuilds "
 			           "attention's probabilities only", st->name);
-		any |= prog_recompute(p, s) == PLAN_RECOMPUTE_SELECTIVE;
 		attends |= prog_stage_attends(st);
 		flash_only &= !prog_stage_attends(st) || prog_stage_all_flash(st);
 		if (st->recompute == PLAN_RECOMPUTE_SELECTIVE && prog_stage_all_flash(st))
@@ -474,14 +474,6 @@ static void check_selective(Check *c)
 		diag_error(c->d, p->recompute_all_loc,
 		           "no stage has an attention layer: selective recomputation rebuilds "
 		           "attention's probabilities only");
-	if (any && p->dims[DIM_TP] > 1) {
-		Loc at = p->recompute_all_loc;
-		for (int s = 0; s < p->nstages; s++)
-			if (p->stages[s].recompute == PLAN_RECOMPUTE_SELECTIVE)
-				at = p->stages[s].recompute_loc;
-		diag_error(c->d, at, "selective recomputation at tp = %d is not supported: it needs "
-		           "tp = 1", p->dims[DIM_TP]);
-	}
 }
 
 static void check_link(Check *c, AstStmt *s)

@@ -130,21 +130,21 @@ static void recompute_stage(Plan *p, int s, const LayerShape *sh)
  * copy too: the layer table's rebuilt tensors), B rebuilds them first (scale q k^T and
  * the softmax, one of F's two S x S products per head: its share of the stage's F
  * FLOPs adds that much of f to b; the dropout is elementwise) and frees them with what
- * only it needs.  A flash attention layer keeps no probabilities: it adds nothing. */
+ * only it needs.  A flash attention layer keeps no probabilities: it adds nothing.  The
+ * figures are one tp rank's, as fill_stages' are: its heads' probabilities, and its
+ * share of the product over its share of F's FLOPs (its heads are its own, so the
+ * rebuild needs no communication). */
 static void selective_stage(Plan *p, int s, const LayerShape *sh)
 {
 	PlanStage *st = &p->stages[s];
+	int tp = p->dims[DIM_TP];
 	double fl = 0, core = 0;
 	int64_t probs = 0;
 	for (int l = 0; l < st->nlayers; l++) {
 		const PlanLayer *ly = &st->layers[l];
-		fl += plan_layer_figures_tp(ly, sh, 1).flops[0];
-		int64_t re = plan_layer_rebuilt_bytes(ly, sh);
-		probs = sat_add(probs, re);
-		if (ly->kind != LAYER_ATTN || !re) // flash: nothing to rebuild, B pays it already
-			continue;
-		TkAttn a = plan_layer_attn(ly, sh);
-		core += 2.0 * (double)tk_attn_p_elems(&a) * (double)(a.d / a.H);
+		fl += plan_layer_figures_tp(ly, sh, tp).flops[0];
+		probs = sat_add(probs, plan_layer_rebuilt_bytes(ly, sh, tp));
+		core += plan_layer_rebuild_flops(ly, sh, tp);
 	}
 	st->recompute = PLAN_RECOMPUTE_SELECTIVE;
 	st->save_re = probs;

@@ -411,11 +411,20 @@ static int64_t bytes(const LayerTensor *list, int n, int rebuilt, int prec)
 	return b;
 }
 
-int64_t plan_layer_rebuilt_bytes(const PlanLayer *l, const LayerShape *sh)
+int64_t plan_layer_rebuilt_bytes(const PlanLayer *l, const LayerShape *sh, int tp)
 {
 	LayerTensors t;
-	plan_layer_tensors(l, sh, 1, &t);
+	plan_layer_tensors(l, sh, tp > 1 ? tp : 1, &t);
 	return bytes(t.saved, t.nsaved, 1, sh->prec);
+}
+
+double plan_layer_rebuild_flops(const PlanLayer *l, const LayerShape *sh, int tp)
+{
+	if (l->kind != LAYER_ATTN || !plan_layer_rebuilt_bytes(l, sh, tp))
+		return 0;
+	TkAttn a = plan_layer_attn(l, sh);
+	/* The whole layer's product over tp: exact, as tp divides the heads (the checker). */
+	return 2.0 * (double)tk_attn_p_elems(&a) * (double)(a.d / a.H) / (tp > 1 ? tp : 1);
 }
 
 /* Everything follows from the row's tensors: the memory convention of the file's head

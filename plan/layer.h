@@ -301,8 +301,14 @@ LayerCost plan_layer_figures(const PlanLayer *l, const LayerShape *sh);
 struct TkAttn plan_layer_attn(const PlanLayer *l, const LayerShape *sh);
 /* Bytes of layer l's saved tensors that selective recomputation drops after F and
  * rebuilds before B (LayerTensor.rebuilt: attention's probabilities, and with dropout=P
- * their mask and dropped copy), for the whole layer; 0 for a kind without. */
-int64_t plan_layer_rebuilt_bytes(const PlanLayer *l, const LayerShape *sh);
+ * their mask and dropped copy) on one rank of a tp group of size tp (its H / tp heads';
+ * the whole layer's at tp 1); 0 for a kind without. */
+int64_t plan_layer_rebuilt_bytes(const PlanLayer *l, const LayerShape *sh, int tp);
+/* FLOPs of that rebuild on one rank of a tp group of size tp: the score product q k^T
+ * of its heads, 2 x sequences x H / tp x S x S x (width / H) (the softmax and dropout
+ * are elementwise: 0); 0 for a layer that rebuilds nothing (flash included, whose own
+ * B pays its rebuild). */
+double plan_layer_rebuild_flops(const PlanLayer *l, const LayerShape *sh, int tp);
 /* With flash, attention's saved slot of the rows' log-sum-exp (B*H*S floats, per tp rank
  * its heads'): after its S x S tensors; -1 without flash. */
 int plan_attn_lse_slot(const PlanLayer *l);

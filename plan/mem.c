@@ -9,8 +9,9 @@
  * received tensor lives from its RECV's group to the compute op that consumes it.
  * Samples are taken after every compute op, inside every comm group once its receives
  * hold their buffers and before its sends release theirs, and inside a recomputing B
- * once its forward is rebuilt (st->save_re more saved bytes) - the points where
- * piperun samples its allocations.  Convention: bytes, int64_t. */
+ * once its forward is rebuilt (st->save_re more saved bytes; at tp > 1 with selective
+ * recomputation inside each backward part that rebuilds, its PlanPart.rebuilt more) -
+ * the points where piperun samples its allocations.  Convention: bytes, int64_t. */
 #include "mem.h"
 #include "par.h"
 #include "tfcount.h"
@@ -197,8 +198,15 @@ STEP void compute(Walk *w, const PlanOp *o, int64_t i)
 	int dir = in->dir;
 	int n = pp ? pp->n[dir] : 1;
 	int first = !pp || o->part == 0, last = !pp || o->part + 1 >= n;
-	if ((in->frees & PLAN_SAVE_FB) && st->recompute && first)
-		sample(w, i, st->save_re); // B or BW first rebuilds what F dropped
+	/* B or BW first rebuilds what F dropped: at tp > 1 selective recomputation rebuilds
+	 * per part, each part its own layers' (PlanPart.rebuilt), freed by its end. */
+	int rebuilds = (in->frees & PLAN_SAVE_FB) && st->recompute;
+	if (rebuilds && pp && st->recompute == PLAN_RECOMPUTE_SELECTIVE) {
+		if (o->part < n && pp->part[dir][o->part].rebuilt)
+			sample(w, i, pp->part[dir][o->part].rebuilt);
+	} else if (rebuilds && first) {
+		sample(w, i, st->save_re);
+	}
 	if (per_mb && (in->needs & (PLAN_DEP_IN_ACT | PLAN_DEP_OUT_GRAD))) { // F, B, BW
 		if (first)
 			gather(w, o->stage, o->mb, dir);

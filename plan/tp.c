@@ -4,7 +4,13 @@
  * simulator and the runtime cut a stage the same way from its layer list and tp alone.
  * A stage's F, B and W costs are shared out over its parts by their layers' FLOPs
  * (evenly when the stage has none of a kind), cumulatively rounded, so the parts of a
- * stage sum to its costs exactly.  Saved bytes are the parts' own layers'. */
+ * stage sum to its costs exactly.  Saved bytes are the parts' own layers'.
+ *
+ * Selective recomputation (docs/semantics.md "Memory"): each part's F drops its own
+ * attention layers' rebuilt tensors (out of its save_fw), and the backward part that
+ * walks through such a layer rebuilds them at its start (PlanPart.rebuilt, held until
+ * it ends) and pays for it: the rebuild's FLOPs join that part's B weight, so the
+ * stage's b, which includes them (compiler/lower.c), is still shared out exactly. */
 #include "plan.h"
 #include "block.h"
 #include "line.h"
@@ -49,18 +55,28 @@ int plan_stage_parts(const Plan *p, int s, PlanParts *pp)
 	int tp = p->dims[DIM_TP], nl = st->nlayers;
 	LayerShape sh = plan_shape(p);
 	memset(pp, 0, sizeof *pp);
+	int sel = st->recompute == PLAN_RECOMPUTE_SELECTIVE;
 	LayerCost *lc = calloc((size_t)nl + 1, sizeof *lc);
 	double *w = calloc(2 * ((size_t)nl + 1), sizeof *w);
+	int64_t *re = calloc((size_t)nl + 1, sizeof *re); // per layer: the bytes B rebuilds
+	double *rf = w + nl + 1;                          // ... and the FLOPs it takes
 	for (int d = 0; d < DIR_COUNT; d++)
 		pp->part[d] = calloc((size_t)nl + 1, sizeof *pp->part[d]);
-	if (!lc || !w || !pp->part[0] || !pp->part[1]) {
+	if (!lc || !w || !re || !pp->part[0] || !pp->part[1]) {
 		free(lc);
 		free(w);
+		free(re);
 		plan_parts_free(pp);
 		return -1;
 	}
-	for (int l = 0; l < nl; l++)
+	for (int l = 0; l < nl; l++) {
 		lc[l] = plan_layer_figures_tp(&st->layers[l], &sh, tp);
+		if (sel) { // F drops them: not kept from F to W
+			re[l] = plan_layer_rebuilt_bytes(&st->layers[l], &sh, tp);
+			rf[l] = plan_layer_rebuild_flops(&st->layers[l], &sh, tp);
+			lc[l].save_fw -= re[l];
+		}
+	}
 	for (int d = 0; d < DIR_COUNT; d++) {
 		PlanPart *pt = pp->part[d];
 		int n = 0;
@@ -74,6 +90,8 @@ int plan_stage_parts(const Plan *p, int s, PlanParts *pp)
 				c->first = l, c->n++;
 			for (int k = 0; k < 3; k++)
 				c->save[k] += k == 0 ? lc[l].save_fb : k == 1 ? lc[l].save_fw : lc[l].save_bw;
+			if (d == DIR_GRAD)
+				c->rebuilt += re[l];
 			if (lc[l].tp_bytes[d] > 0) {
 				c->reduce = lc[l].tp_bytes[d];
 				if (j + 1 < nl)
@@ -86,13 +104,14 @@ int plan_stage_parts(const Plan *p, int s, PlanParts *pp)
 			for (int i = 0; i < pp->n[d]; i++) {
 				w[i] = 0;
 				for (int l = pt[i].first; l < pt[i].first + pt[i].n; l++)
-					w[i] += lc[l].flops[k];
+					w[i] += lc[l].flops[k] + (k == 1 ? rf[l] : 0);
 			}
 			share(pt, pp->n[d], k, st->cost[k], w);
 		}
 	}
 	free(lc);
 	free(w);
+	free(re);
 	return 0;
 }
 

@@ -19,7 +19,10 @@ typedef struct {
 	int first, n;     // layers [first, first + n) of the stage
 	int64_t reduce;   // bytes of the TPREDUCE after it; 0: none
 	int64_t cost[3];  // its share of the stage's F, B, W ns (by its layers' FLOPs)
-	int64_t save[3];  // its layers' save_fb, save_fw, save_bw
+	int64_t save[3];  // its layers' save_fb, save_fw, save_bw (selective: less rebuilt)
+	int64_t rebuilt;  // backward parts of a selective stage: the bytes its B (BW) rebuilds
+	                  // at its start (its attention layers' rebuilt tensors) and frees
+	                  // by its end; 0 otherwise
 } PlanPart;
 
 typedef struct {

@@ -408,7 +408,7 @@ static int op_forward(RtRank *r, LStage *ls, int mb, int step)
 	if (mode == PLAN_RECOMPUTE_FULL)
 		rt_stage_drop(r, ls->stage, saved);
 	else if (mode == PLAN_RECOMPUTE_SELECTIVE)
-		rt_stage_drop_probs(r, ls->stage, saved);
+		rt_stage_drop_probs(r, ls->stage, saved, 0, r->w->plan->stages[ls->stage].nlayers);
 	return y ? scatter_edges(r, ls, mb, DIR_ACT, y) : RT_OK;
 }
 
@@ -417,10 +417,11 @@ static int op_backward(RtRank *r, LStage *ls, int mb, int step)
 	const RtStageModel *sm = &r->model->st[ls->stage];
 	RtTensor **saved = saved_of(r, ls, mb);
 	int mode = r->w->plan->stages[ls->stage].recompute;
+	int nl = r->w->plan->stages[ls->stage].nlayers;
 	if (mode) {
 		if (mode == PLAN_RECOMPUTE_FULL
 		        ? rt_stage_recompute(r, ls->stage, mb, step, r->coord[DIM_DP], &ls->b, saved)
-		        : rt_stage_rebuild_probs(r, ls->stage, &ls->b, saved))
+		        : rt_stage_rebuild_probs(r, ls->stage, &ls->b, saved, 0, nl))
 			return RT_EFAIL;
 		rt_mem_sample(r, atomic_load(&r->cur_op)); // F rebuilt, B not begun
 	}
@@ -480,6 +481,15 @@ static int op_part(RtRank *r, LStage *ls, const PlanOp *o, int step, int64_t *sp
 	RtWalk *wk = &ls->walk[mb * DIR_COUNT + dir];
 	const PlanPart *pt = &ls->parts.part[dir][o->part];
 	RtTensor **saved = saved_of(r, ls, mb);
+	int selective = r->w->plan->stages[ls->stage].recompute == PLAN_RECOMPUTE_SELECTIVE;
+	/* Selective recomputation rebuilds, per backward part, its own layers' probabilities
+	 * at its start (before its first part takes the output gradient), as op_backward
+	 * does for the whole stage and the memory model for the part (PlanPart.rebuilt). */
+	if (selective && dir == DIR_GRAD && pt->rebuilt) {
+		if (rt_stage_rebuild_probs(r, ls->stage, &ls->b, saved, pt->first, pt->first + pt->n))
+			return RT_EFAIL;
+		rt_mem_sample(r, atomic_load(&r->cur_op)); // its layers' rebuilt, its B not begun
+	}
 	if (o->part == 0) {
 		RtTensor *t = NULL;
 		if (dir == DIR_ACT)
@@ -495,6 +505,8 @@ static int op_part(RtRank *r, LStage *ls, const PlanOp *o, int step, int64_t *sp
 	int rc = dir == DIR_ACT
 	             ? rt_stage_fwd_run(r, ls->stage, mb, step, replica, &ls->b, wk, pt->first + pt->n, saved)
 	             : rt_stage_bwd_run(r, ls->stage, mb, step, replica, &ls->b, wk, pt->first, saved);
+	if (rc == RT_OK && selective && dir == DIR_ACT) // each F part drops its own layers'
+		rt_stage_drop_probs(r, ls->stage, saved, pt->first, pt->first + pt->n);
 	/* A BW part (a part that makes the weight gradient too) is B then W of its own
 	 * layers, so it frees what they kept, as the memory model's BW part does
 	 * (plan_part_mem). */

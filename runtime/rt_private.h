@@ -171,13 +171,16 @@ void rt_stage_drop(RtRank *r, int s, RtTensor **saved);
 int rt_stage_recompute(RtRank *r, int s, int mb, int step, int replica, RtStageBufs *b,
                        RtTensor **saved);
 /* Selective recomputation (PLAN_RECOMPUTE_SELECTIVE): after F, rt_stage_drop_probs
- * frees the stage's attention probabilities (the layer table's `rebuilt` tensors, with
- * dropout=P their mask and dropped copy too); before B, rt_stage_rebuild_probs holds
- * them again and computes them from the saved q, k (the device's rebuild kernel: the
- * same math, so the same values; a layer with dropout=P at its B, where its masks' key
- * is known), and B frees each once its layer's input gradient is done. */
-void rt_stage_drop_probs(RtRank *r, int s, RtTensor **saved);
-int rt_stage_rebuild_probs(RtRank *r, int s, RtStageBufs *b, RtTensor **saved);
+ * frees the attention probabilities of the stage's layers [lo, hi) (the layer table's
+ * `rebuilt` tensors, with dropout=P their mask and dropped copy too); before B,
+ * rt_stage_rebuild_probs holds those of layers [lo, hi) again and computes them from
+ * the saved q, k (the device's rebuild kernel: the same math, so the same values; a
+ * layer with dropout=P at its B, where its masks' key is known), and B frees each once
+ * its layer's input gradient is done.  A whole F or B passes the whole stage; at tp > 1
+ * each part passes its own layers (a rank's heads are its own: no communication). */
+void rt_stage_drop_probs(RtRank *r, int s, RtTensor **saved, int lo, int hi);
+int rt_stage_rebuild_probs(RtRank *r, int s, RtStageBufs *b, RtTensor **saved, int lo,
+                           int hi);
 /* The synthetic input of a microbatch as a new tensor of class cls. */
 RtTensor *rt_stage_input(RtRank *r, int step, int replica, int mb, RtStageBufs *b, int cls);
 /* The optimizer step (optim.c): params from the gradient g (the dp average; the

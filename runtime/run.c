@@ -90,9 +90,11 @@ static int tp_refuse(const RtWorld *w, char *err, size_t errn)
 {
 	const Plan *p = w->plan;
 	const char *why = !w->dev->tp_split ? "its device does not compute tp shards yet" : NULL;
+	/* Full recomputation re-runs F, which needs the tp all-reduces again; selective
+	 * rebuilds a rank's own heads' probabilities from its own q and k, alone. */
 	for (int s = 0; s < p->nstages && !why; s++)
-		if (p->stages[s].recompute)
-			why = "recomputation (its forward would need the tp all-reduces again)";
+		if (p->stages[s].recompute == PLAN_RECOMPUTE_FULL)
+			why = "full recomputation (its forward would need the tp all-reduces again)";
 	if (!why)
 		return 0;
 	snprintf(err, errn, "piperun cannot run this tp=%d plan on the %s backend: %s",

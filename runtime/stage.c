@@ -434,9 +434,9 @@ static void free_rebuilt(RtRank *r, const RtLayerAt *at, RtTensor **slot)
 		}
 }
 
-void rt_stage_drop_probs(RtRank *r, int s, RtTensor **saved)
+void rt_stage_drop_probs(RtRank *r, int s, RtTensor **saved, int lo, int hi)
 {
-	for (int l = 0; l < r->w->plan->stages[s].nlayers; l++)
+	for (int l = lo; l < hi; l++)
 		free_rebuilt(r, &r->model->st[s].at[l], saved + r->model->st[s].at[l].slot);
 }
 
@@ -449,9 +449,10 @@ static int rebuild(RtRank *r, int s, int l, RtStageBufs *b, RtTensor **slot, uin
 	return r->dev->layers[c.layer->kind].rebuild(r, &c); // rt_device_check: it has one
 }
 
-int rt_stage_rebuild_probs(RtRank *r, int s, RtStageBufs *b, RtTensor **saved)
+int rt_stage_rebuild_probs(RtRank *r, int s, RtStageBufs *b, RtTensor **saved, int lo,
+                           int hi)
 {
-	for (int l = 0; l < r->w->plan->stages[s].nlayers; l++) {
+	for (int l = lo; l < hi; l++) {
 		const RtLayerAt *at = &r->model->st[s].at[l];
 		RtTensor **slot = saved + at->slot;
 		if (!rebuilds(at))

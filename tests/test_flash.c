@@ -90,8 +90,8 @@ static void flash__figures__as_derived_by_hand(void **state)
 	mat.flags &= ~LAYER_FLAG(LAYER_KEY_FLASH);
 	c = plan_layer_figures(&mat, &sh);
 	assert_true(c.flops[0] == 40960 && c.flops[1] == 49152 && c.flops[2] == 32768);
-	assert_int_equal(plan_layer_rebuilt_bytes(ly, &sh), 0);
-	assert_int_equal(plan_layer_rebuilt_bytes(&mat, &sh), 2304);
+	assert_int_equal(plan_layer_rebuilt_bytes(ly, &sh, 1), 0);
+	assert_int_equal(plan_layer_rebuilt_bytes(&mat, &sh, 1), 2304);
 	plan_free(p);
 	p = program("flash", "", "", NULL, 0);
 	assert_int_equal(p->stages[0].save_fw, 64 + 1152 + 5248);

@@ -333,7 +333,7 @@ static void layers__transformer_rows__match_documented_formulas(void **state)
 	at.drop = 0.1;
 	c = plan_layer_figures(&at, &sh);
 	assert_int_equal(c.save_fw, (N * D + N * nq + B * H * S * S + N * D) * 4 + 5 * B * H * S * S);
-	assert_int_equal(plan_layer_rebuilt_bytes(&at, &sh), 9 * B * H * S * S);
+	assert_int_equal(plan_layer_rebuilt_bytes(&at, &sh, 1), 9 * B * H * S * S);
 	assert_true(c.flops[0] == (double)(proj + 2 * sq) && c.flops[1] == (double)(proj + 4 * sq));
 }
 

@@ -4,7 +4,8 @@
  * Anchors, derived by hand in each test:
  * - Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer
  *   Models"), Table 2: a GPT layer keeps sbh(34 + 5as/h) bytes without parallelism and
- *   sbh(10 + 24/t + 5as/(ht)) with tensor parallelism t (bf16, one-byte dropout masks);
+ *   sbh(10 + 24/t + 5as/(ht)) with tensor parallelism t (bf16, one-byte dropout masks),
+ *   sbh(10 + 24/t) with selective recomputation besides (less the rebuilt tensors);
  *   pipecc adds the f32 statistics the paper leaves out (each layer norm's mean and
  *   rstd, 8 bytes a token), and the layer holds what its W needs from B to W besides.
  * - Megatron-LM's megatron/training/theoretical_memory_usage.py: 18 bytes a parameter
@@ -69,6 +70,15 @@ static void prec__gpt3_layer__korthikanti_table2(void **state)
 		layers_bytes(ls, n, &sh, t, &saved, &held);
 		assert_int_equal(saved, s * b * h * (10 + 24 / t) + 5 * a * s * s * b / t + stats);
 	}
+	/* selective recomputation drops the attention core's 5as^2b/t (probabilities 2,
+	 * mask 1, dropped copy 2 bytes each) on each rank: sbh(10 + 24/t), Table 2's
+	 * "selective activation recomputation" row with tensor parallelism, at t = 8 */
+	layers_bytes(ls, n, &sh, 8, &saved, &held);
+	int64_t re = 0;
+	for (int i = 0; i < n; i++)
+		re += plan_layer_rebuilt_bytes(&ls[i], &sh, 8);
+	assert_int_equal(re, 5 * a * s * s * b / 8);
+	assert_int_equal(saved - re, s * b * h * (10 + 24 / 8) + stats);
 	/* held from B to W at t = 1: each weighted layer's output gradient (two norms, the
 	 * attention's and the MLP's projections: 4 x 2sbh), dqkv 6sbh and dh 8sbh */
 	layers_bytes(ls, n, &sh, 1, &saved, &held);

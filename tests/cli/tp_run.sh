@@ -130,11 +130,11 @@ t "a stalled tp member is a deadlock" 1 env PIPERUN_FAULT=stall:rank=1:op=1 "$BI
 	"$dir/llama.plan" --steps 1 --timeout 2
 has "the report names rank 0's TPREDUCE" "$dir/err" "note: rank 0 blocked in step 1 at 'TPREDUCE act s=0 m=0 part=0 "
 
-# what piperun does not run at tp > 1, refused with the reason
+# what piperun does not run at tp > 1, refused with the reason (selective: selective_tp.sh)
 sed 's/^schedule 1f1b;$/recompute s1;\nschedule 1f1b;/' "$dir/gpt.pipe" >"$dir/re.pipe"
 if "$BIN/pipecc" "$dir/re.pipe" -o "$dir/re.plan" 2>/dev/null; then
 	t "recomputation at tp=2 is refused" 1 "$BIN/piperun" "$dir/re.plan" --steps 1
-	has "the refusal says why" "$dir/err" "cannot run this tp=2 plan on the threads backend: recomputation"
+	has "the refusal says why" "$dir/err" "cannot run this tp=2 plan on the threads backend: full recomputation"
 fi
 
 [ "$fails" -eq 0 ]
