@@ -88,6 +88,10 @@ static void prec__gpt3_layer__korthikanti_table2(void **state)
 	sh.sp = 8;
 	layers_bytes(ls, n, &sh, 8, &saved, &held);
 	assert_int_equal(saved, (s * b * h * 34 + 5 * a * s * s * b + stats) / 8);
+	/* with selective recomputation: theoretical_memory_usage.py's sbh(18 + 4 ffn/h)/t
+	 * (ffn = 4h), plus the statistics */
+	assert_int_equal(saved - plan_layer_rebuilt_bytes(&ls[1], &sh, 8),
+	                 s * b * h * (18 + 4 * 4) / 8 + stats / 8);
 	layers_bytes(ls, n, &sh, 1, &saved, &held); // tp 1: nothing to split along
 	assert_int_equal(saved, s * b * h * 34 + 5 * a * s * s * b + stats);
 	sh.sp = 1;
@@ -136,6 +140,13 @@ static void prec__llama2_70b_layer__by_hand(void **state)
 	int64_t saved, held;
 	layers_bytes(ls, n, &sh, (int)t, &saved, &held);
 	assert_int_equal(saved, norms + attn + mlp);
+	/* selective recomputation drops the rank's P: 375,422,976 bytes a layer, beside
+	 * theoretical_memory_usage.py's sbh(10 + 24/t) = 436,207,616 (docs/semantics.md,
+	 * "Against Megatron's formula", names each difference) */
+	assert_int_equal(plan_layer_rebuilt_bytes(&ls[1], &sh, (int)t), 2 * a * s * s * b / t);
+	assert_int_equal(saved - plan_layer_rebuilt_bytes(&ls[1], &sh, (int)t), 375422976);
+	assert_int_equal(s * b * h * (10 + 24 / t) - 375422976,
+	                 2 * s * b * h + 14680064 - 20971520 - 8 * s * b);
 	/* flash keeps each row's f32 log-sum-exp (4 a s b / t) instead of P */
 	ls[1].flags |= LAYER_FLAG(LAYER_KEY_FLASH);
 	layers_bytes(ls, n, &sh, (int)t, &saved, &held);

@@ -131,7 +131,7 @@ static void selective__tp1__whole_layer(void **state)
 	(void)state;
 	PlanLayer at = {.kind = LAYER_ATTN, .in = 32, .out = 32, .heads = 4, .kv_heads = 4,
 	                .drop = 0.1};
-	LayerShape sh = {32, 2, 16, 0, 0, PREC_F32};
+	LayerShape sh = {32, 2, 16, 0, 0, PREC_F32, 1};
 	assert_int_equal(plan_layer_rebuilt_bytes(&at, &sh, 1), 9 * 2 * 4 * 16 * 16);
 	assert_int_equal(plan_layer_rebuilt_bytes(&at, &sh, 2), 9 * 2 * 2 * 16 * 16);
 	assert_true(plan_layer_rebuild_flops(&at, &sh, 1) == 2 * CORE_RANK);
