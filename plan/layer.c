@@ -275,42 +275,13 @@ static void dropout_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, L
 
 #define K(k) LAYER_FLAG(LAYER_KEY_##k)
 
-const LayerInfo plan_layers[LAYER_COUNT] = {
-	[LAYER_LINEAR] = {"linear", "linear", LAYER_ARG_WIDTH, "linear 512", 0, 0, 0, LAYER_OUT_ARG,
-	                  LAYER_TP_WHOLE, linear_tensors},
-	[LAYER_RELU] = {"relu", "relu", LAYER_ARG_NONE, "relu", 0, 0, 0, LAYER_OUT_SAME,
-	                LAYER_TP_WHOLE, NULL},
-	[LAYER_GELU] = {"gelu", "gelu", LAYER_ARG_NONE, "gelu", 0, 0, 0, LAYER_OUT_SAME,
-	                LAYER_TP_WHOLE, NULL},
-	[LAYER_MSE] = {"mse", "loss", LAYER_ARG_NAME, "loss mse", 1, 0, 0, LAYER_OUT_SAME,
-	               LAYER_TP_WHOLE, NULL},
-	[LAYER_EMBED] = {"embed", "embed", LAYER_ARG_WIDTH, "embed 768 positions", 0, K(POSITIONS),
-	                 1, LAYER_OUT_ARG, LAYER_TP_VOCAB, embed_tensors},
-	[LAYER_LAYERNORM] = {"layernorm", "layernorm", LAYER_ARG_NONE, "layernorm", 0, 0, 0,
-	                     LAYER_OUT_SAME, LAYER_TP_WHOLE, layernorm_tensors},
-	[LAYER_RMSNORM] = {"rmsnorm", "rmsnorm", LAYER_ARG_NONE, "rmsnorm", 0, 0, 0, LAYER_OUT_SAME,
-	                   LAYER_TP_WHOLE, rmsnorm_tensors},
-	[LAYER_ATTN] = {"attention", "attention", LAYER_ARG_NONE, "attention heads=12", 0,
-	                K(HEADS) | K(KV_HEADS) | K(BIAS) | K(ROPE) | K(DROPOUT) | K(FLASH), 0,
-	                LAYER_OUT_SAME,
-	                LAYER_TP_HEADS, attn_tensors},
-	[LAYER_MLP] = {"mlp", "mlp", LAYER_ARG_HIDDEN, "mlp 3072 bias", 0, K(BIAS), 0,
-	               LAYER_OUT_SAME, LAYER_TP_HIDDEN, mlp_tensors},
-	[LAYER_SWIGLU] = {"swiglu", "swiglu", LAYER_ARG_HIDDEN, "swiglu 11008", 0, 0, 0,
-	                  LAYER_OUT_SAME, LAYER_TP_HIDDEN, swiglu_tensors},
-	[LAYER_RESIDUAL] = {"residual", "residual", LAYER_ARG_BODY, "residual { rmsnorm; ... }", 0,
-	                    0, 0, LAYER_OUT_SAME, LAYER_TP_WHOLE, NULL},
-	[LAYER_HEAD] = {"head", "head", LAYER_ARG_NONE, "head tied", 0, K(TIED), 1, LAYER_OUT_VOCAB,
-	                LAYER_TP_VOCAB, head_tensors},
-	[LAYER_XENT] = {"xent", "loss", LAYER_ARG_NAME, "loss xent", 1, 0, 1, LAYER_OUT_SAME,
-	                LAYER_TP_VOCAB, xent_tensors},
-	[LAYER_GEGLU] = {"geglu", "geglu", LAYER_ARG_HIDDEN, "geglu 2048", 0, 0, 0, LAYER_OUT_SAME,
-	                 LAYER_TP_HIDDEN, swiglu_tensors},
-	[LAYER_DROPOUT] = {"dropout", "dropout", LAYER_ARG_PROB, "dropout 0.1", 0, 0, 0,
-	                   LAYER_OUT_SAME, LAYER_TP_WHOLE, dropout_tensors, 1},
-	[LAYER_SQUARED_RELU] = {"squared_relu", "squared_relu", LAYER_ARG_NONE, "squared_relu", 0, 0,
-	                        0, LAYER_OUT_SAME, LAYER_TP_WHOLE, NULL},
-};
+#define ROW(kind, name, word, arg, example, loss, keys, tokens, out, tp, tensors, drops_x) \
+	[LAYER_##kind] = {name, word, LAYER_ARG_##arg, example, loss, keys, tokens,          \
+	                  LAYER_OUT_##out, LAYER_TP_##tp, tensors, drops_x},
+
+const LayerInfo plan_layers[LAYER_COUNT] = {PLAN_LAYER_KINDS(ROW)};
+
+#undef ROW
 
 #undef K
 

@@ -5,8 +5,9 @@
  * of F, B and W follow.
  * The checker (words, arguments, widths, FLOPs), the lowering (parameters, saved bytes)
  * and the runtime's model (the cross-check of the plan) read these rows and restate
- * nothing.  Adding a kind: its enum member here, its row in layer.c, its kernels in the
- * runtime, its test (docs/architecture.md, "Adding a layer kind"). */
+ * nothing.  Adding a kind: its row in PLAN_LAYER_KINDS below (and its tensors function
+ * in layer.c if it has tensors), its kernels in the runtime, its docs and test
+ * (docs/architecture.md, "Adding a layer kind"). */
 #ifndef PLAN_LAYER_H
 #define PLAN_LAYER_H
 
@@ -17,23 +18,57 @@
 
 struct TkAttn;
 
+/* The layer table, one row a kind (QBE's ops.h): it expands into the LayerKind enum
+ * here and into plan_layers[] (LayerInfo, below) in layer.c.  Columns: the kind, then
+ * LayerInfo's fields in order: name, word, arg (LAYER_ARG_), example, loss, keys
+ * (K(key) | ...), tokens, out (LAYER_OUT_), tp (LAYER_TP_), tensors (a function of
+ * layer.c, or NULL), drops_x. */
+#define PLAN_LAYER_KINDS(X) \
+	/* dense layer with bias, in -> out */ \
+	X(LINEAR, "linear", "linear", WIDTH, "linear 512", 0, 0, 0, ARG, WHOLE, linear_tensors, 0) \
+	/* elementwise max(x, 0) */ \
+	X(RELU, "relu", "relu", NONE, "relu", 0, 0, 0, SAME, WHOLE, NULL, 0) \
+	/* elementwise gelu (tanh approximation) */ \
+	X(GELU, "gelu", "gelu", NONE, "gelu", 0, 0, 0, SAME, WHOLE, NULL, 0) \
+	/* mean squared error loss against a synthetic target */ \
+	X(MSE, "mse", "loss", NAME, "loss mse", 1, 0, 0, SAME, WHOLE, NULL, 0) \
+	/* token embedding, tokens -> width (+ learned positions) */ \
+	X(EMBED, "embed", "embed", WIDTH, "embed 768 positions", 0, K(POSITIONS), 1, ARG, VOCAB, \
+	  embed_tensors, 0) \
+	/* layer normalization with gain and bias */ \
+	X(LAYERNORM, "layernorm", "layernorm", NONE, "layernorm", 0, 0, 0, SAME, WHOLE, \
+	  layernorm_tensors, 0) \
+	/* RMS normalization with gain */ \
+	X(RMSNORM, "rmsnorm", "rmsnorm", NONE, "rmsnorm", 0, 0, 0, SAME, WHOLE, rmsnorm_tensors, 0) \
+	/* causal multi-head self-attention with its projections (GQA, rotary) */ \
+	X(ATTN, "attention", "attention", NONE, "attention heads=12", 0, \
+	  K(HEADS) | K(KV_HEADS) | K(BIAS) | K(ROPE) | K(DROPOUT) | K(FLASH), 0, SAME, HEADS, \
+	  attn_tensors, 0) \
+	/* two-layer MLP with GELU, hidden width */ \
+	X(MLP, "mlp", "mlp", HIDDEN, "mlp 3072 bias", 0, K(BIAS), 0, SAME, HIDDEN, mlp_tensors, 0) \
+	/* gated SwiGLU MLP, hidden width, no biases */ \
+	X(SWIGLU, "swiglu", "swiglu", HIDDEN, "swiglu 11008", 0, 0, 0, SAME, HIDDEN, \
+	  swiglu_tensors, 0) \
+	/* x + f(x), f the next `span` layers */ \
+	X(RESIDUAL, "residual", "residual", BODY, "residual { rmsnorm; ... }", 0, 0, 0, SAME, \
+	  WHOLE, NULL, 0) \
+	/* vocabulary head, width -> vocab, no bias (tied or not) */ \
+	X(HEAD, "head", "head", NONE, "head tied", 0, K(TIED), 1, VOCAB, VOCAB, head_tensors, 0) \
+	/* cross-entropy on next-token targets */ \
+	X(XENT, "xent", "loss", NAME, "loss xent", 1, 0, 1, SAME, VOCAB, xent_tensors, 0) \
+	/* gated GeGLU MLP, hidden width, no biases (swiglu's tensors) */ \
+	X(GEGLU, "geglu", "geglu", HIDDEN, "geglu 2048", 0, 0, 0, SAME, HIDDEN, swiglu_tensors, 0) \
+	/* zeroes each element with probability P, scales the rest by 1/(1-P) */ \
+	X(DROPOUT, "dropout", "dropout", PROB, "dropout 0.1", 0, 0, 0, SAME, WHOLE, \
+	  dropout_tensors, 1) \
+	/* elementwise relu(x)^2 (Primer's squared ReLU) */ \
+	X(SQUARED_RELU, "squared_relu", "squared_relu", NONE, "squared_relu", 0, 0, 0, SAME, \
+	  WHOLE, NULL, 0)
+
 typedef enum {
-	LAYER_LINEAR,    // dense layer with bias, in -> out
-	LAYER_RELU,      // elementwise max(x, 0)
-	LAYER_GELU,      // elementwise gelu (tanh approximation)
-	LAYER_MSE,       // mean squared error loss against a synthetic target
-	LAYER_EMBED,     // token embedding, tokens -> width (+ learned positions)
-	LAYER_LAYERNORM, // layer normalization with gain and bias
-	LAYER_RMSNORM,   // RMS normalization with gain
-	LAYER_ATTN,      // causal multi-head self-attention with its projections (GQA, rotary)
-	LAYER_MLP,       // two-layer MLP with GELU, hidden width
-	LAYER_SWIGLU,    // gated SwiGLU MLP, hidden width, no biases
-	LAYER_RESIDUAL,  // x + f(x), f the next `span` layers
-	LAYER_HEAD,      // vocabulary head, width -> vocab, no bias (tied or not)
-	LAYER_XENT,      // cross-entropy on next-token targets
-	LAYER_GEGLU,     // gated GeGLU MLP, hidden width, no biases (swiglu's tensors)
-	LAYER_DROPOUT,   // zeroes each element with probability P, scales the rest by 1/(1-P)
-	LAYER_SQUARED_RELU, // elementwise relu(x)^2 (Primer's squared ReLU)
+#define PLAN_LAYER_ENUM(kind, ...) LAYER_##kind,
+	PLAN_LAYER_KINDS(PLAN_LAYER_ENUM)
+#undef PLAN_LAYER_ENUM
 	LAYER_COUNT
 } LayerKind;
 
