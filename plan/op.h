@@ -173,7 +173,7 @@ static inline int plan_op_is_p2p(OpKind k)
  * the tied table's other copy); the other ops' is -1. */
 static inline int plan_op_has_peer(OpKind k)
 {
-	return plan_ops[k].over == OP_OVER_PEER || plan_ops[k].over == OP_OVER_TIE;
+	return (plan_ops[k].fields & OP_FIELD_PEER) != 0;
 }
 
 /* What an op of kind k costs on a stage whose F, B, W cost cost[0..2] (0 for ops that
