@@ -231,6 +231,18 @@ static inline Plan *read_good(const char *path)
 	return p;
 }
 
+/* A plan's text of n bytes (text_of's) read back; a failed test when it does not read. */
+static inline Plan *reread(const char *t, size_t n)
+{
+	FILE *f = fmemopen((void *)t, n, "r");
+	PlanError e;
+	Plan *q = plan_read(f, "mem", &e);
+	fclose(f);
+	if (!q)
+		fail_msg("does not read back: line %lld: %s", (long long)e.line, e.msg);
+	return q;
+}
+
 /* plan with its first `from` replaced by `to`, read back: the error's line and text. */
 static inline void read_broken(const char *plan, const char *from, const char *to,
                                const char *want)

@@ -129,11 +129,7 @@ static void flash__plan_line__reads_back_and_errors_located(void **state)
 	char *t = text_of(p, &n), *tm = text_of(m, &nm);
 	assert_non_null(strstr(t, "layer attention 16 16 heads=2 kv_heads=2 flash dropout=0.5\n"));
 	assert_null(strstr(tm, "flash"));
-	FILE *f = fmemopen(t, n, "r");
-	PlanError e;
-	Plan *q = plan_read(f, "mem", &e);
-	fclose(f);
-	assert_non_null(q);
+	Plan *q = reread(t, n);
 	assert_true(same_text(p, q));
 	assert_true(q->stages[0].layers[ATTN_AT].flags & LAYER_FLAG(LAYER_KEY_FLASH));
 	plan_free(q);

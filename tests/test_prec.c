@@ -304,11 +304,7 @@ static void prec__plan_line__round_trips_and_refused_by_piperun(void **state)
 	size_t n;
 	char *t = text_of(p, &n);
 	assert_non_null(strstr(t, "\nprecision bf16\n"));
-	FILE *f = fmemopen(t, n, "r");
-	PlanError e;
-	Plan *q = plan_read(f, "mem", &e);
-	fclose(f);
-	assert_non_null(q);
+	Plan *q = reread(t, n);
 	assert_int_equal(q->prec, PREC_BF16);
 	assert_true(same_text(p, q));
 	char *plain = as_plain(t);
@@ -353,11 +349,7 @@ static void prec__sequence_parallel__plan(void **state)
 	size_t n;
 	char *t = text_of(sp, &n);
 	assert_non_null(strstr(t, "\nmesh pp=2 dp=2 tp=2 sp\n"));
-	FILE *f = fmemopen(t, n, "r");
-	PlanError e;
-	Plan *q = plan_read(f, "mem", &e);
-	fclose(f);
-	assert_non_null(q);
+	Plan *q = reread(t, n);
 	assert_true(same_text(sp, q));
 	char *plain = as_plain(t);
 	read_broken(plain, "mesh pp=2 dp=2 tp=2 sp", "mesh pp=4 dp=2 tp=1 sp", "needs tp > 1");
