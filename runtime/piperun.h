@@ -5,6 +5,7 @@
 
 #include "../plan/cli.h"
 #include "rt.h"
+#include "data.h"
 
 #define PIPERUN_BLAS_THREADS 1 // --blas-threads unless given
 
@@ -15,6 +16,9 @@ typedef struct {
 	int json;          // --json
 	int calibrate;     // --calibrate
 	const char *trace; // --trace FILE, or NULL
+	const char *data;  // --data FILE, or NULL (synthetic tokens)
+	const char *eval_data; // --eval-data FILE, or NULL
+	int data_format;   // RtDataFormat (--data-format), both files'
 } PiperunArgs;
 
 extern const char *const piperun_dtype_names[RT_DTYPE_COUNT];
