@@ -50,16 +50,7 @@ int main(int argc, char **argv)
 		 "GEMM operands (bf16: cuda backend only; f32\naccumulation, --check bound "
 		 CLI_XSTR(RT_CHECK_TOL_BF16) "; docs/gpu.md)", 1,
 		 .names = piperun_dtype_names, .nnames = RT_DTYPE_COUNT},
-		{"data", 0, CLI_STR, &a.data, "FILE",
-		 "train on the token ids in FILE, not synthetic ones\n(formats: --data-format)"},
-		{"data-format", 0, CLI_ENUM, &a.data_format, "FMT",
-		 "auto (by magic, else .npy .u8 .u16 .bin .u32), npy,\nllmc, u8, u16 or u32", 1,
-		 .names = rt_data_format_names, .nnames = RT_DATA_COUNT},
-		{"eval-data", 0, CLI_STR, &a.eval_data, "FILE",
-		 "print a held-out loss on a fixed set of FILE's\nsequences (forward only)"},
-		{"eval-every", 0, CLI_INT, &a.o.eval_every, "N",
-		 "with --eval-data: every N steps too, not only after\nthe last", 1, 1, 1000000},
-		{0},
+		PIPERUN_DATA_OPTIONS(a), {0}, // the data rows (piperun.h), then the end
 	};
 	CLI_TABLE_END
 	CliTool t = {
