@@ -221,6 +221,9 @@ fuzz: all
 
 fuzzers: $(FUZZERS)
 
+# The token-file readers depend on nothing else of the runtime (runtime/data.h).
+$(BIN)/fuzz_data: $(BUILD)/runtime/data.o
+
 $(BIN)/fuzz_%: $(BUILD)/tests/fuzz/fuzz_%.o $(COMP_OBJ) $(SIM_OBJ) $(PLAN_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(LDLIBS)

@@ -80,6 +80,25 @@ void rt_gen_tokens(uint64_t seed, int replica, int mb, const LayerShape *sh, int
 	}
 }
 
+/* A token file's sequences (docs/semantics.md "Model"): sequence b of a microbatch is the
+ * S + 1 tokens from offset mix(seed, 7, step, replica, mb, b) mod (N - S), the inputs its
+ * first S, the targets its last S.  Unlike the synthetic set the step enters the key, so
+ * the run walks over the file; the replica and microbatch indices name a sequence
+ * whatever the mesh, so runs on any pp, tp and schedule see the same batches.  The
+ * held-out set (eval) is keyed by 8 and no step: the same sequences every time. */
+void rt_data_tokens(const RtData *d, uint64_t seed, int eval, int step, int replica, int mb,
+                    const LayerShape *sh, int shift, float *out)
+{
+	uint64_t k = mix(mix(mix(mix(seed, eval ? 8 : 7), eval ? 0 : (uint64_t)step),
+	                     (uint64_t)replica), (uint64_t)mb);
+	uint64_t span = (uint64_t)(d->n - sh->seq); // rt_data_check: at least 1
+	for (int64_t b = 0; b < sh->batch; b++) {
+		int64_t off = (int64_t)(mix(k, (uint64_t)b) % span) + shift;
+		for (int64_t i = 0; i < sh->seq; i++)
+			out[b * sh->seq + i] = (float)rt_data_at(d, off + i);
+	}
+}
+
 /* The tensors a layer keeps on one rank of a tp group of size tp. */
 static LayerTensors layer_tensors(const PlanLayer *ly, const LayerShape *sh, int tp)
 {

@@ -107,6 +107,21 @@ static const char *bound_text(const RtResult *res, char *buf, size_t n)
 	return buf;
 }
 
+/* Tokens (rows of a non-token input) and model FLOPs (F, B and W of every layer, as the
+ * layer table counts them; recomputation not counted) of one step over all replicas. */
+static void step_work(const Plan *p, double *tokens, double *flops)
+{
+	LayerShape sh = plan_shape(p);
+	double mbs = (double)p->microbatches * p->dims[DIM_DP];
+	*tokens = (sh.vocab ? (double)sh.batch * (double)sh.seq : (double)p->rows) * mbs;
+	*flops = 0;
+	for (int s = 0; s < p->nstages; s++)
+		for (int l = 0; l < p->stages[s].nlayers; l++) {
+			LayerCost c = plan_layer_figures(&p->stages[s].layers[l], &sh);
+			*flops += (c.flops[0] + c.flops[1] + c.flops[2]) * mbs;
+		}
+}
+
 static void print_text(const Plan *p, const RtWorld *w, const RtResult *res)
 {
 	printf("piperun: %s (%s, pp=%d dp=%d tp=%d, %d ranks, %d microbatches of %dx%d) on %s, "
@@ -114,8 +129,16 @@ static void print_text(const Plan *p, const RtWorld *w, const RtResult *res)
 	       p->name, p->schedule, p->dims[DIM_PP], p->dims[DIM_DP], p->dims[DIM_TP], p->world,
 	       p->microbatches, p->rows, p->cols, rt_world_backend(w), res->steps);
 	print_optim(res);
-	for (int s = 0; s < res->steps; s++)
-		printf("step %d: loss %.6f time %.3f ms\n", s + 1, res->loss[s], res->step_ns[s] / 1e6);
+	double tok, fl;
+	step_work(p, &tok, &fl);
+	for (int s = 0; s < res->steps; s++) {
+		double sec = res->step_ns[s] / 1e9;
+		printf("step %d: loss %.6f time %.3f ms, %.0f tokens/s, %.4g TFLOP/s\n", s + 1,
+		       res->loss[s], sec * 1e3, sec > 0 ? tok / sec : 0, sec > 0 ? fl / sec / 1e12 : 0);
+		if (res->eval && !isnan(res->eval[s]))
+			printf("eval after step %d: loss %.6f (held-out, %d sequences)\n", s + 1,
+			       res->eval[s], res->eval_seqs);
+	}
 	if (res->steps > 1) {
 		double t = 0;
 		for (int s = 1; s < res->steps; s++)
@@ -176,7 +199,12 @@ static void print_json(const Plan *p, const RtWorld *w, const RtResult *res)
 	for (int s = 0; s < res->steps; s++) {
 		printf("%s{\"step\": %d, \"loss\": ", s ? ", " : "", s + 1);
 		jnum("%.9g", res->loss[s]);
-		printf(", \"time_us\": %.3f}", res->step_ns[s] / 1e3);
+		printf(", \"time_us\": %.3f", res->step_ns[s] / 1e3);
+		if (res->eval && !isnan(res->eval[s])) {
+			printf(", \"eval_loss\": ");
+			jnum("%.9g", res->eval[s]);
+		}
+		printf("}");
 	}
 	double mean = res->step_ns[0];
 	if (res->steps > 1) {
@@ -250,6 +278,11 @@ static int check_combinations(CliTool *t, PiperunArgs *a)
 		                          "or --trace");
 	if (cli_given(t, &a->o.tolerance) && !a->o.check)
 		return cli_usage_error(t, "--tolerance sets --check's bound; give --check too");
+	if (cli_given(t, &a->o.eval_every) && !a->eval_data)
+		return cli_usage_error(t, "--eval-every sets when --eval-data's loss is printed; give "
+		                          "--eval-data too");
+	if (cli_given(t, &a->data_format) && !a->data && !a->eval_data)
+		return cli_usage_error(t, "--data-format reads --data's file; give --data too");
 	if (a->trace && cli_is_std(a->trace) && a->json)
 		return cli_usage_error(t, "--json and --trace - both write to standard output");
 	char msg[512];
@@ -327,6 +360,37 @@ static int report(CliTool *t, PiperunArgs *a, const Plan *p, RtWorld *w, RtResul
 	return status;
 }
 
+/* Maps --data's and --eval-data's files into *d and *e (NULL: not given) and checks
+ * their ids against the plan's real vocabulary (never a padded row) and their length
+ * against one sequence.  Returns 0, or -1 having said why, naming the file. */
+static int open_data(const CliTool *t, const PiperunArgs *a, const Plan *p, RtData **d,
+                     RtData **e)
+{
+	const char *path[2] = {a->data, a->eval_data};
+	RtData **out[2] = {d, e};
+	LayerShape sh = plan_shape(p);
+	char msg[512];
+	*d = *e = NULL;
+	for (int i = 0; i < 2; i++) {
+		if (!path[i])
+			continue;
+		if (!sh.vocab) {
+			snprintf(msg, sizeof msg, "--%s needs a plan with token input (`input tokens BxS "
+			         "vocab=V;`)", i ? "eval-data" : "data");
+		} else if ((*out[i] = rt_data_open(path[i], a->data_format, msg, sizeof msg)) &&
+		           !rt_data_check(*out[i], plan_vocab_real(&sh), sh.seq, msg, sizeof msg)) {
+			continue;
+		}
+		if (!t->silent)
+			fprintf(stderr, "%s: error: %s\n", path[i], msg);
+		rt_data_close(*d);
+		rt_data_close(*e);
+		*d = *e = NULL;
+		return -1;
+	}
+	return 0;
+}
+
 int piperun_drive(CliTool *t, PiperunArgs *a)
 {
 	int rc = check_combinations(t, a);
@@ -363,10 +427,20 @@ int piperun_drive(CliTool *t, PiperunArgs *a)
 			return CLI_EXIT_FAIL;
 		}
 	}
+	RtData *data, *eval;
+	if (open_data(t, a, p, &data, &eval)) {
+		plan_free(p);
+		rt_launch_linger();
+		return CLI_EXIT_FAIL;
+	}
+	a->o.data = data;
+	a->o.eval_data = eval;
 	RtWorld *w = rt_world_open(p, &a->o, msg, sizeof msg);
 	if (!w) {
 		if (!t->silent)
 			fprintf(stderr, "%s: error: %s\n", t->in_name, msg);
+		rt_data_close(data);
+		rt_data_close(eval);
 		plan_free(p);
 		rt_launch_linger();
 		return CLI_EXIT_FAIL;
@@ -389,6 +463,8 @@ int piperun_drive(CliTool *t, PiperunArgs *a)
 	}
 	rt_result_free(&res);
 	rt_world_close(w, rc != 0);
+	rt_data_close(data);
+	rt_data_close(eval);
 	plan_free(p);
 	return status;
 }

@@ -5,6 +5,7 @@
 
 #include "../plan/cli.h"
 #include "rt.h"
+#include "data.h"
 
 #define PIPERUN_BLAS_THREADS 1 // --blas-threads unless given
 
@@ -15,9 +16,25 @@ typedef struct {
 	int json;          // --json
 	int calibrate;     // --calibrate
 	const char *trace; // --trace FILE, or NULL
+	const char *data;  // --data FILE, or NULL (synthetic tokens)
+	const char *eval_data; // --eval-data FILE, or NULL
+	int data_format;   // RtDataFormat (--data-format), both files'
 } PiperunArgs;
 
 extern const char *const piperun_dtype_names[RT_DTYPE_COUNT];
+
+/* The rows of main's option table (CliOpt, plan/cli.h) that say where the tokens come
+ * from, over PiperunArgs a: a macro, since their destinations are main's locals. */
+#define PIPERUN_DATA_OPTIONS(a)                                                            \
+	{"data", 0, CLI_STR, &(a).data, "FILE",                                            \
+	 "train on the token ids in FILE, not synthetic ones\n(formats: --data-format)"},  \
+	{"data-format", 0, CLI_ENUM, &(a).data_format, "FMT",                              \
+	 "how the files' bytes are ids: auto (by magic, else\nby .npy .u8 .u16 .bin .u32)", 1,\
+	 .names = rt_data_format_names, .nnames = RT_DATA_COUNT},                          \
+	{"eval-data", 0, CLI_STR, &(a).eval_data, "FILE",                                  \
+	 "print a held-out loss on a fixed set of FILE's\nsequences (forward only)"},      \
+	{"eval-every", 0, CLI_INT, &(a).o.eval_every, "N",                                 \
+	 "with --eval-data: every N steps too, not only after\nthe last", 0, 1, 1000000}
 
 /* Whether this is the process that prints (the first under mpirun or srun). */
 int piperun_first_process(void);

@@ -42,6 +42,7 @@ typedef struct {
 	RtTensor **y, **dx;
 	int **order;       // [d][2 k]: stage and microbatch of replica d's k-th W
 	int shadow;        // move every weight one ulp before each step (nudge)
+	double *eval;      // [steps] held-out losses (rt_reference_eval), or NULL
 } Ref;
 
 /* Stage and microbatch of every weight gradient of replica d (stages x microbatches
@@ -182,6 +183,49 @@ static int nudge(Ref *f, int step)
 	return RT_OK;
 }
 
+/* The held-out loss (rt_reference_eval): every replica's microbatches of the eval set
+ * forward through all stages, as in training (dropout included), no backward; the
+ * mean of their losses.  The saved tensors are dropped as each microbatch ends. */
+static int eval_pass(Ref *f, double *out, float *lbuf)
+{
+	RtRank *r = &f->r;
+	const Plan *p = r->w->plan;
+	int D = p->dims[DIM_DP], M = p->microbatches, rc = RT_OK;
+	RtTensor *ts[64];
+	double total = 0;
+	r->eval = 1;
+	for (int d = 0; d < D && rc == RT_OK; d++) {
+		for (int m = 0; m < M && rc == RT_OK; m++) {
+			for (int s = 0; s < p->nstages && rc == RT_OK; s++) {
+				const RtStageModel *sm = &r->model->st[s];
+				RtTensor *x;
+				if (sm->nin > 64)
+					return rt_error(r, "stage %s has more than 64 in-edges", p->stages[s].name);
+				for (int k = 0; k < sm->nin; k++)
+					ts[k] = f->y[p->edges[sm->in_edges[k]].src];
+				x = sm->nin ? sum(r, ts, sm->nin) : rt_stage_input(r, 0, d, m, &f->b[s], RT_MEM_TEMP);
+				rc = x ? rt_stage_forward(r, s, m, 0, d, &f->b[s], x, saved_of(f, s, m), &f->y[s])
+				       : RT_EFAIL;
+			}
+			for (int s = 0; s < p->nstages; s++) {
+				RtTensor **sv = saved_of(f, s, m);
+				for (int k = 0; k < r->model->st[s].nslots; k++) {
+					rt_tensor_free(r, sv[k]);
+					sv[k] = NULL;
+				}
+				rt_tensor_free(r, f->y[s]);
+				f->y[s] = NULL;
+			}
+		}
+		if (rc == RT_OK && (rc = r->dev->download(r, f->b[r->w->whole->loss_stage].loss, lbuf)) == RT_OK)
+			for (int m = 0; m < M; m++)
+				total += lbuf[m] / ((double)M * D);
+	}
+	r->eval = 0;
+	*out = total;
+	return rc;
+}
+
 static int run(Ref *f, double *loss)
 {
 	RtRank *r = &f->r;
@@ -227,16 +271,20 @@ static int run(Ref *f, double *loss)
 				rc = rt_stage_optim(r, &f->b[s], f->gacc[s]);
 		}
 		loss[step] = total;
+		int every = w->opt.eval_every ? w->opt.eval_every : w->opt.steps;
+		if (f->eval && rc == RT_OK && ((step + 1) % every == 0 || step + 1 == w->opt.steps))
+			rc = eval_pass(f, &f->eval[step], lbuf);
 	}
 	free(lbuf);
 	return rc;
 }
 
-int rt_reference(RtWorld *w, int shadow, double *loss, float **weights)
+static int reference(RtWorld *w, int shadow, double *loss, float **weights, double *eval)
 {
 	const Plan *p = w->plan;
 	int S = p->nstages, D = p->dims[DIM_DP];
 	Ref f = {0};
+	f.eval = eval;
 	f.r.w = w;
 	f.r.rank = RT_REF_RANK;
 	f.r.local = -1;
@@ -315,5 +363,36 @@ int rt_reference(RtWorld *w, int shadow, double *loss, float **weights)
 	free(f.y);
 	free(f.dx);
 	free(f.order);
+	return rc;
+}
+
+int rt_reference(RtWorld *w, int shadow, double *loss, float **weights)
+{
+	return reference(w, shadow, loss, weights, NULL);
+}
+
+/* A run of its own rather than a pass inside --check's: the check's reference must stay
+ * the plain one, and a run with --eval-data but no --check needs one anyway. */
+int rt_reference_eval(RtWorld *w, RtResult *res)
+{
+	const Plan *p = w->plan;
+	int steps = w->opt.steps;
+	double *loss = malloc((size_t)steps * sizeof *loss);
+	float **weights = calloc((size_t)p->nstages, sizeof *weights);
+	res->eval = malloc((size_t)steps * sizeof *res->eval);
+	if (!loss || !weights || !res->eval) {
+		free(loss);
+		free(weights);
+		return rt_world_error(w, "out of memory");
+	}
+	for (int s = 0; s < steps; s++)
+		res->eval[s] = NAN;
+	LayerShape sh = plan_shape(p);
+	res->eval_seqs = (int)(p->dims[DIM_DP] * p->microbatches * sh.batch);
+	int rc = reference(w, 0, loss, weights, res->eval);
+	for (int s = 0; s < p->nstages; s++)
+		free(weights[s]);
+	free(weights);
+	free(loss);
 	return rc;
 }

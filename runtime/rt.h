@@ -79,6 +79,13 @@ typedef struct {
 	const char *plan_path; // for messages: "file:line" of blocked ops
 	int dtype;            // RtDtype of the GEMM operands (bf16: cuda device only)
 	RtWrong wrong;        // test-only: a deliberately wrong run (above); zero: none
+	/* --data: the token file a transformer plan trains on (data.h), mapped by the caller
+	 * and shared by every rank; NULL: synthetic tokens (docs/semantics.md "Model"). */
+	const struct RtData *data;
+	/* --eval-data, --eval-every: the held-out file, and every how many steps (and after
+	 * the last) the reference computes its loss (RtResult.eval); NULL: none. */
+	const struct RtData *eval_data;
+	int eval_every;
 } RtOptions;
 
 #define RT_DEFAULT_STEPS 5
@@ -180,6 +187,10 @@ typedef struct {
 	double noise;                  // reference: the larger of its two errors
 	int check_ok;
 	int64_t nweights;
+	/* --eval-data: the held-out loss after step s, NAN where none was computed; NULL
+	 * without (and off the root).  eval_seqs: the sequences it is the mean over. */
+	double *eval;
+	int eval_seqs;
 } RtResult;
 
 typedef struct RtWorld RtWorld;

@@ -483,6 +483,7 @@ struct RtRank {
 	int coord[DIM_COUNT];
 	const PlanRank *pr;    // NULL for the reference
 	const RtDevice *dev;   // where this rank computes (the reference: rt_device_cpu)
+	int eval;              // the reference's held-out pass: tokens from opt.eval_data
 	void *state[RT_PART_COUNT]; // each part's per-rank state (no launcher state)
 	int status;            // what launch()'s fn returned
 	char err[1024];        // first error of this rank

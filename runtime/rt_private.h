@@ -16,6 +16,7 @@
 #define RT_PRIVATE_H
 
 #include "rt_backend.h"
+#include "data.h"
 
 typedef struct RtInterp RtInterp;
 
@@ -81,6 +82,10 @@ void rt_gen_values(uint64_t key, float *out, int64_t n);
  * the targets (shift 1). */
 void rt_gen_tokens(uint64_t seed, int replica, int mb, const LayerShape *sh, int shift,
                    float *out);
+/* The same from a token file (--data; eval: the --eval-data set, which has no step):
+ * sequence b is the S + 1 tokens at an offset keyed by seed, step, replica, mb and b. */
+void rt_data_tokens(const RtData *d, uint64_t seed, int eval, int step, int replica, int mb,
+                    const LayerShape *sh, int shift, float *out);
 void rt_gen_weights(uint64_t seed, const Plan *p, int stage, float *out); // whole stage
 
 /* The key of the dropout masks of layer l of stage s on microbatch mb of a replica in
@@ -202,6 +207,10 @@ void rt_rank_free(RtRank *r);
  * each stage's final weights (the whole model's, malloc'd) into weights[stage].  With
  * shadow, the shadow instead: every weight moved one ulp before each step (check.c). */
 int rt_reference(RtWorld *w, int shadow, double *loss, float **weights);
+/* --eval-data (on the root): the reference's training run again, with a forward-only
+ * pass over the held-out set after every opt.eval_every-th step and the last; fills
+ * res->eval and res->eval_seqs. */
+int rt_reference_eval(RtWorld *w, RtResult *res);
 
 /* --check (check.c): rank r keeps its stages' final weights on the host, after its last
  * step; then every process takes part in gathering them, and the root runs the

@@ -377,6 +377,8 @@ int rt_world_run(RtWorld *w, RtResult *res)
 	rc = gather_figures(w, res);
 	if (rc == RT_OK && w->opt.check)
 		rc = rt_check(w, res);
+	if (rc == RT_OK && w->opt.eval_data && w->root)
+		rc = rt_reference_eval(w, res);
 	for (int i = 0; i < w->nlocal; i++) {
 		free(w->ranks[i].weights);
 		w->ranks[i].weights = NULL;
@@ -393,6 +395,7 @@ void rt_result_free(RtResult *res)
 	free(res->held_end);
 	free(res->model_bytes);
 	free(res->mem_peak);
+	free(res->eval);
 	if (res->ev)
 		for (int r = 0; r < res->world; r++)
 			free(res->ev[r]);

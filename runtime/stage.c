@@ -103,11 +103,19 @@ static RtTensor *synth(RtRank *r, RtTensor *t, int what, int replica, int mb, Rt
 	return t;
 }
 
-/* Tokens, a sequential walk per sequence and few, are always made on the host. */
-static RtTensor *tokens(RtRank *r, RtTensor *t, int shift, int replica, int mb, RtStageBufs *b)
+/* Tokens, a sequential walk per sequence and few, are always made on the host: from the
+ * token file when there is one (the held-out one in the reference's eval pass), else
+ * synthetic.  Every rank and the reference get theirs here, so they read the same. */
+static RtTensor *tokens(RtRank *r, RtTensor *t, int shift, int step, int replica, int mb,
+                        RtStageBufs *b)
 {
 	LayerShape sh = plan_shape(r->w->plan);
-	rt_gen_tokens(r->w->opt.seed, replica, mb, &sh, shift, b->host);
+	const RtOptions *o = &r->w->opt;
+	const RtData *d = r->eval ? o->eval_data : o->data;
+	if (d)
+		rt_data_tokens(d, o->seed, r->eval, step, replica, mb, &sh, shift, b->host);
+	else
+		rt_gen_tokens(o->seed, replica, mb, &sh, shift, b->host);
 	if (r->dev->upload(r, t, b->host)) {
 		rt_tensor_free(r, t);
 		return NULL;
@@ -117,12 +125,11 @@ static RtTensor *tokens(RtRank *r, RtTensor *t, int shift, int replica, int mb, 
 
 RtTensor *rt_stage_input(RtRank *r, int step, int replica, int mb, RtStageBufs *b, int cls)
 {
-	(void)step; // the data set is fixed (model.c)
 	const Plan *p = r->w->plan;
 	RtTensor *x = rt_tensor_new(r, p->rows, p->cols, cls);
 	if (!x)
 		return NULL;
-	return plan_shape(p).vocab ? tokens(r, x, 0, replica, mb, b)
+	return plan_shape(p).vocab ? tokens(r, x, 0, step, replica, mb, b)
 	                           : synth(r, x, RT_GEN_INPUT, replica, mb, b);
 }
 
@@ -136,8 +143,7 @@ static RtTensor *target(RtRank *r, int s, int step, int replica, int mb, RtStage
 	RtTensor *t = rt_tensor_new(r, p->rows, width, RT_MEM_TEMP);
 	if (!t)
 		return NULL;
-	(void)step;
-	return is_tokens ? tokens(r, t, 1, replica, mb, b) : synth(r, t, RT_GEN_TARGET, replica, mb, b);
+	return is_tokens ? tokens(r, t, 1, step, replica, mb, b) : synth(r, t, RT_GEN_TARGET, replica, mb, b);
 }
 
 /* A layer's call and its parameter views (pv, gv: LAYER_MAX_TENSORS each); slot is

@@ -38,6 +38,7 @@ for f in "$FUZZBIN"/fuzz_*; do
 	case $name in
 	fuzz_compile) seeds=$work/pipe; extra="-dict=tests/fuzz/pipe.dict" ;;
 	fuzz_binplan) seeds=$work/binplan; extra="" ;;
+	fuzz_data) seeds=tests/fuzz/seeds/data; extra="" ;;
 	*) seeds=$work/plan; extra="" ;;
 	esac
 	mkdir -p "$work/corpus-$name"

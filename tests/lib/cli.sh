@@ -53,21 +53,23 @@ runs() {
 	has "--check $what agrees" "$dir/out" "^check: .*: ok"
 }
 
-# mpi_check NAME NP PLAN: the same under `mpirun -np NP`.  Skipped under sanitizers
+# mpi_check NAME NP PLAN [OPTIONS]: the same under `mpirun -np NP`.  Skipped under sanitizers
 # (those builds test the threads backend) and without mpirun or piperun's MPI backend.
 mpi_check() {
+	what=$1 np=$2 plan=$3
+	shift 3
 	case $BIN in
 	*san*)
-		echo "testing $TOOL $1 ... skipped: sanitizer builds test the threads backend"
+		echo "testing $TOOL $what ... skipped: sanitizer builds test the threads backend"
 		return 0
 		;;
 	esac
 	if ! command -v mpirun >/dev/null 2>&1 || ! "$BIN/piperun" --version | grep -q mpi; then
-		echo "testing $TOOL $1 ... skipped: no mpirun or no MPI backend"
+		echo "testing $TOOL $what ... skipped: no mpirun or no MPI backend"
 		return 0
 	fi
 	export OMPI_MCA_rmaps_base_oversubscribe=1
-	t "$1" 0 timeout 300 mpirun --allow-run-as-root --oversubscribe --mca btl self,vader \
-		-np "$2" "$BIN/piperun" "$3" --check --steps 2
-	has "$1: the check agrees" "$dir/out" "^check: .*: ok"
+	t "$what" 0 timeout 300 mpirun --allow-run-as-root --oversubscribe --mca btl self,vader \
+		-np "$np" "$BIN/piperun" "$plan" --check --steps 2 "$@"
+	has "$what: the check agrees" "$dir/out" "^check: .*: ok"
 }
