@@ -53,10 +53,9 @@ static LayerTensor *mask(LayerTensors *t, int64_t rows, int64_t cols)
 	return m;
 }
 
-/* The rows a replicated region's tensor keeps on one rank of a tp group of tp: all of
- * them, or under sequence parallelism its share (Megatron's sequence parallelism: norms,
- * dropouts and the inputs of the split GEMMs are kept split along the sequence). */
-static int64_t seq_rows(const LayerShape *sh, int tp)
+/* Megatron's sequence parallelism keeps norms, dropouts and the inputs of the split
+ * GEMMs split along the sequence. */
+int64_t plan_seq_rows(const LayerShape *sh, int tp)
 {
 	return tp > 1 && sh->sp > 1 ? sh->rows / sh->sp : sh->rows;
 }
@@ -114,8 +113,8 @@ static void layernorm_tensors(const PlanLayer *ly, const LayerShape *sh, int tp,
 	(void)tp; // replicated
 	param(t, 1, ly->in, LAYER_INIT_ONE, 0);  // LAYERNORM_GAIN
 	param(t, 1, ly->in, LAYER_INIT_ZERO, 0); // LAYERNORM_BIAS
-	stat(t, seq_rows(sh, tp)); // LAYERNORM_MEAN
-	stat(t, seq_rows(sh, tp)); // LAYERNORM_RSTD
+	stat(t, plan_seq_rows(sh, tp)); // LAYERNORM_MEAN
+	stat(t, plan_seq_rows(sh, tp)); // LAYERNORM_RSTD
 }
 
 /* rmsnorm: gain 1 x d; saves rstd per row. */
@@ -123,7 +122,7 @@ static void rmsnorm_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, L
 {
 	(void)tp; // replicated
 	param(t, 1, ly->in, LAYER_INIT_ONE, 0);                  // RMSNORM_GAIN
-	stat(t, seq_rows(sh, tp)); // RMSNORM_RSTD
+	stat(t, plan_seq_rows(sh, tp)); // RMSNORM_RSTD
 }
 
 TkAttn plan_layer_attn(const PlanLayer *l, const LayerShape *sh)
@@ -270,7 +269,7 @@ static void dropout_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, L
 {
 	(void)tp;
 	if (ly->drop > 0)
-		mask(t, seq_rows(sh, tp), ly->in); // DROPOUT_MASK
+		mask(t, plan_seq_rows(sh, tp), ly->in); // DROPOUT_MASK
 }
 
 #define K(k) LAYER_FLAG(LAYER_KEY_##k)
@@ -355,7 +354,7 @@ void plan_layer_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, Layer
 		t->in = ly->in;
 	if (!t->out)
 		t->out = ly->out;
-	t->x_rows = t->x_ids || t->x_whole ? sh->rows : seq_rows(sh, tp);
+	t->x_rows = t->x_ids || t->x_whole ? sh->rows : plan_seq_rows(sh, tp);
 }
 
 static int64_t elems(const LayerTensor *list, int n)

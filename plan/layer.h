@@ -347,6 +347,9 @@ double plan_layer_rebuild_flops(const PlanLayer *l, const LayerShape *sh, int tp
 /* With flash, attention's saved slot of the rows' log-sum-exp (B*H*S floats, per tp rank
  * its heads'): after its S x S tensors; -1 without flash. */
 int plan_attn_lse_slot(const PlanLayer *l);
+/* The rows a replicated region's tensor (and a tensor between stages) keeps on one rank
+ * of a tp group of tp: all of sh's, or under sequence parallelism (sh->sp) its share. */
+int64_t plan_seq_rows(const LayerShape *sh, int tp);
 /* Bytes of tensor t at precision prec (PlanPrec: its activation bytes an element, four
  * for a wide tensor, one for a mask), saturating. */
 int64_t plan_tensor_bytes(const LayerTensor *t, int prec);

@@ -20,18 +20,9 @@
 
 #include <stdlib.h>
 
-/* Rows of a tensor between stages: all, or under sequence parallelism the rank's share
- * (Megatron sends the sequence-split activations between pipeline stages). */
-static int64_t seq_rows(const Plan *p)
-{
-	return p->sp && p->dims[DIM_TP] > 1 ? p->rows / p->dims[DIM_TP] : p->rows;
-}
-
 int64_t plan_stage_in_bytes(const Plan *p, int s)
 {
-	const PlanStage *st = &p->stages[s];
-	int ids = st->nlayers && st->layers[0].kind == LAYER_EMBED;
-	return (ids ? p->rows : seq_rows(p)) * st->in * (ids ? 4 : plan_prec(p->prec)->act);
+	return plan_layer_in_bytes(p, s, 0);
 }
 
 void plan_recompute_span(const PlanStage *st, int *lo, int *hi)
@@ -52,13 +43,15 @@ void plan_recompute_span(const PlanStage *st, int *lo, int *hi)
 	}
 }
 
+/* The layer table says what a layer keeps of its input: its rows (split under sequence
+ * parallelism) and whether they are token ids. */
 int64_t plan_layer_in_bytes(const Plan *p, int s, int l)
 {
 	const PlanStage *st = &p->stages[s];
-	if (l == 0)
-		return plan_stage_in_bytes(p, s);
-	int ids = st->layers[l].kind == LAYER_EMBED;
-	return (ids ? p->rows : seq_rows(p)) * st->layers[l].in * (ids ? 4 : plan_prec(p->prec)->act);
+	LayerShape sh = plan_shape(p);
+	LayerTensors t;
+	plan_layer_tensors(&st->layers[l], &sh, p->dims[DIM_TP], &t);
+	return t.x_rows * st->layers[l].in * (t.x_ids ? 4 : plan_prec(p->prec)->act);
 }
 
 int64_t plan_mem_stage_share(const PlanStage *st, int m, int prec)
@@ -74,7 +67,8 @@ int64_t plan_mem_edge_share(int64_t bytes, int m)
 
 int64_t plan_stage_out_bytes(const Plan *p, int s)
 {
-	return seq_rows(p) * p->stages[s].out * plan_prec(p->prec)->act;
+	LayerShape sh = plan_shape(p);
+	return plan_seq_rows(&sh, p->dims[DIM_TP]) * p->stages[s].out * plan_prec(p->prec)->act;
 }
 
 /* Walk state: refs[(local[stage] * m + mb) * 2 + dir] consumers still to take a

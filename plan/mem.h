@@ -43,7 +43,8 @@ int64_t plan_mem_peaks(const Plan *p, int64_t *peak);
  * copy, the largest optimizer state) and its saved bytes for each of m microbatches; an edge's: four copies of its
  * tensor a microbatch (made and received, forward and backward).  Saturating. */
 #define PLAN_MEM_MAX ((int64_t)1 << 62)
-#define PLAN_MEM_PARAM_BYTES(prec) (plan_prec_param_bytes(prec) + 8)
+#define PLAN_MEM_PARAM_BYTES(prec) \
+	(plan_prec_param_bytes(prec) + plan_optim_state_bytes(OPTIM_ADAMW)) // AdamW's is the largest
 int64_t plan_mem_stage_share(const PlanStage *st, int m, int prec);
 int64_t plan_mem_edge_share(int64_t bytes, int m);
 /* The layers [*lo, *hi) full recomputation drops after F and re-runs in B (docs/
