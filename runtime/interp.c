@@ -721,6 +721,10 @@ static int run_op(RtRank *r, int64_t i, int step, int64_t *split)
 		return post_tiereduce(r, o, i);
 	case OP_TPREDUCE:
 		return op_tpreduce(r, o, i);
+	case OP_REDSCATTER: // rt_device_check refuses the distributed optimizer's plans
+	case OP_ALLGATHER:
+		return rt_error(r, "%s: piperun does not run the distributed optimizer",
+		                plan_ops[k].name);
 	case OP_COUNT:
 		break;
 	}

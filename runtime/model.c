@@ -380,6 +380,12 @@ const char *rt_device_check(const RtDevice *d, const Plan *p, char *err, size_t 
 		         "says sp; pipecc and pipesim plan it; docs/runtime.md \"Precision\")");
 		return err;
 	}
+	if (p->optim.distributed && p->dims[DIM_DP] > 1) {
+		snprintf(err, n, "piperun does not run the distributed optimizer yet (the plan's "
+		         "optimizer says distributed, over dp=%d; pipecc and pipesim plan it; "
+		         "docs/runtime.md \"Precision\")", p->dims[DIM_DP]);
+		return err;
+	}
 	for (int s = 0; s < p->nstages; s++) {
 		const PlanStage *st = &p->stages[s];
 		int first = 1, attends = 0;
