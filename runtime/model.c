@@ -380,12 +380,6 @@ const char *rt_device_check(const RtDevice *d, const Plan *p, char *err, size_t 
 		         "says sp; pipecc and pipesim plan it; docs/runtime.md \"Precision\")");
 		return err;
 	}
-	if (p->optim.distributed && p->dims[DIM_DP] > 1) {
-		snprintf(err, n, "piperun does not run the distributed optimizer yet (the plan's "
-		         "optimizer says distributed, over dp=%d; pipecc and pipesim plan it; "
-		         "docs/runtime.md \"Precision\")", p->dims[DIM_DP]);
-		return err;
-	}
 	for (int s = 0; s < p->nstages; s++) {
 		const PlanStage *st = &p->stages[s];
 		int first = 1, attends = 0;
@@ -485,6 +479,16 @@ void rt_tensor_reclass(RtRank *r, RtTensor *t, int cls)
 	r->mem[t->cls] -= t->bytes;
 	t->cls = (uint8_t)cls;
 	r->mem[cls] += t->bytes;
+}
+
+int64_t rt_shard(int64_t n, int dp, int i, int64_t *off, int64_t *len)
+{
+	if (dp <= 1)
+		i = 0; // one shard: all of it, whatever the rank's dp index
+	int64_t c = dp > 1 ? n / dp + (n % dp != 0) : n, o = c * i;
+	*off = o < n ? o : n;
+	*len = o < n ? (n - o < c ? n - o : c) : 0;
+	return c;
 }
 
 RtTensor rt_tensor_view(const RtTensor *parent, int64_t off, int64_t rows, int64_t cols)
