@@ -92,6 +92,30 @@ static int cpu_scale(RtRank *r, RtTensor *t, float alpha)
 	return RT_OK;
 }
 
+/* Round to nearest bf16, ties to even (the 16 bits kept are f32's top half); a NaN
+ * stays a NaN (quieted), an infinity an infinity, and a finite value past bf16's
+ * largest rounds to infinity, as a cast does. */
+float rt_bf16(float x)
+{
+	uint32_t u;
+	memcpy(&u, &x, 4);
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		u = (u | 0x00400000u) & 0xffff0000u;
+	else
+		u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+	memcpy(&x, &u, 4);
+	return x;
+}
+
+static int cpu_round_bf16(RtRank *r, RtTensor *t)
+{
+	(void)r;
+	float *d = F32(t);
+	for (int64_t i = 0, n = t->rows * t->cols; i < n; i++)
+		d[i] = rt_bf16(d[i]);
+	return RT_OK;
+}
+
 /* ---- the optimizer: one entry per OptimKind (rt_backend.h, "The optimizer") ---- */
 
 static int cpu_sgd(RtRank *r, const RtOptStep *s)
@@ -178,6 +202,7 @@ const RtDevice rt_device_cpu = {
 	.copy = cpu_copy,
 	.add = cpu_add,
 	.scale = cpu_scale,
+	.round_bf16 = cpu_round_bf16,
 	.layers = rt_cpu_layers,
 	.optim = cpu_optim,
 	.sync = cpu_sync,

@@ -81,7 +81,7 @@ static RtTensor *take_sum(RtRank *r, RtTensor ***slots, int n, int64_t rows, int
 		t->refs = 0;
 		return t;
 	}
-	RtTensor *x = rt_tensor_new(r, rows, cols, RT_MEM_TEMP);
+	RtTensor *x = rt_tensor_new_prec(r, rows, cols, RT_MEM_TEMP);
 	if (!x)
 		return NULL;
 	const RtDevice *dev = r->dev;
@@ -90,6 +90,10 @@ static RtTensor *take_sum(RtRank *r, RtTensor ***slots, int n, int64_t rows, int
 			rt_tensor_free(r, x);
 			return NULL;
 		}
+	}
+	if (rt_round(r, x)) {
+		rt_tensor_free(r, x);
+		return NULL;
 	}
 	for (int i = 0; i < n; i++)
 		slot_release(r, slots[i]);
@@ -615,7 +619,8 @@ static int post_shard(RtRank *r, const PlanOp *o, int64_t i, int gather)
 	LStage *ls = local_stage(r, o->stage, gather ? "ALLGATHER of" : "REDUCESCATTER of");
 	if (!ls)
 		return RT_EFAIL;
-	int64_t want = r->model->st[o->stage].nparams * 4;
+	const PlanPrecInfo *pi = plan_prec(p->prec);
+	int64_t want = r->model->st[o->stage].nparams * (gather ? pi->param : pi->grad);
 	if (msg.bytes != want)
 		return rt_error(r, "%s of stage %s moves bytes=%lld, but its %s are %lld bytes",
 		                plan_ops[o->kind].name, p->stages[o->stage].name, (long long)msg.bytes,
@@ -686,7 +691,7 @@ static int post_p2p(RtRank *r, const PlanOp *o, int64_t i)
 	if (*sl)
 		return rt_error(r, "the %s of edge %d for microbatch %d is received twice",
 		                dir == DIR_ACT ? "activation" : "gradient", e, o->mb);
-	RtTensor *t = rt_tensor_new(r, p->rows, width, RT_MEM_COMM);
+	RtTensor *t = rt_tensor_new_prec(r, p->rows, width, RT_MEM_COMM);
 	if (!t)
 		return RT_EFAIL;
 	t->refs = 1;

@@ -369,10 +369,15 @@ RtModel *rt_model_new(const Plan *p, int tp, char *err, size_t errn)
  * math. */
 const char *rt_device_check(const RtDevice *d, const Plan *p, char *err, size_t n)
 {
-	if (p->prec != PREC_F32) {
-		snprintf(err, n, "piperun runs f32 plans only, and this plan's precision is %s "
-		         "(pipecc and pipesim plan it; docs/runtime.md \"Precision\")",
-		         plan_prec(p->prec)->name);
+	if (p->prec == PREC_TF32) {
+		snprintf(err, n, "piperun runs f32 and bf16 plans, and this plan's precision is tf32 "
+		         "(pipecc and pipesim plan it; docs/runtime.md \"Precision\")");
+		return err;
+	}
+	if (p->prec == PREC_BF16 && !d->round_bf16) {
+		snprintf(err, n, "the %s device does not emulate bf16 storage yet, and this plan's "
+		         "precision is bf16 (the cpu device runs it; docs/runtime.md \"Precision\")",
+		         d->name);
 		return err;
 	}
 	if (p->sp) {
@@ -420,8 +425,10 @@ const char *rt_device_check(const RtDevice *d, const Plan *p, char *err, size_t 
 
 /* ---- tensors, accounted ---- */
 
-/* A tensor of rows x cols elements of `elem` bytes. */
-static RtTensor *tensor_new(RtRank *r, int64_t rows, int64_t cols, int64_t elem, int cls)
+/* A tensor of rows x cols elements of `elem` bytes, stored in bf16 when half (f32
+ * storage, half the bytes accounted). */
+static RtTensor *tensor_new(RtRank *r, int64_t rows, int64_t cols, int64_t elem, int half,
+                            int cls)
 {
 	RtTensor *t = calloc(1, sizeof *t);
 	if (!t) {
@@ -431,23 +438,43 @@ static RtTensor *tensor_new(RtRank *r, int64_t rows, int64_t cols, int64_t elem,
 	t->rows = rows;
 	t->cols = cols;
 	t->bytes = rows * cols * elem;
+	t->half = (uint8_t)half;
+	t->acct = half ? t->bytes / 2 : t->bytes;
 	t->cls = (uint8_t)cls;
 	if (r->dev->alloc(r, t)) {
 		free(t);
 		return NULL;
 	}
-	r->mem[cls] += t->bytes;
+	r->mem[cls] += t->acct;
 	return t;
 }
 
 RtTensor *rt_tensor_new(RtRank *r, int64_t rows, int64_t cols, int cls)
 {
-	return tensor_new(r, rows, cols, (int64_t)sizeof(float), cls);
+	return tensor_new(r, rows, cols, (int64_t)sizeof(float), 0, cls);
+}
+
+/* The plan stores activations in bf16: every rank emulates it, the --check reference
+ * too. */
+static int act_half(const RtRank *r)
+{
+	return r->w->plan->prec == PREC_BF16;
+}
+
+RtTensor *rt_tensor_new_prec(RtRank *r, int64_t rows, int64_t cols, int cls)
+{
+	return tensor_new(r, rows, cols, (int64_t)sizeof(float), act_half(r), cls);
 }
 
 RtTensor *rt_tensor_new_of(RtRank *r, const LayerTensor *sh, int cls)
 {
-	return tensor_new(r, sh->rows, sh->cols, sh->mask ? 1 : (int64_t)sizeof(float), cls);
+	return tensor_new(r, sh->rows, sh->cols, sh->mask ? 1 : (int64_t)sizeof(float),
+	                  act_half(r) && !sh->mask && !sh->wide, cls);
+}
+
+int rt_round(RtRank *r, RtTensor *t)
+{
+	return t && t->half ? r->dev->round_bf16(r, t) : RT_OK;
 }
 
 void rt_tensor_free(RtRank *r, RtTensor *t)
@@ -455,7 +482,7 @@ void rt_tensor_free(RtRank *r, RtTensor *t)
 	if (!t)
 		return;
 	if (!t->view) {
-		r->mem[t->cls] -= t->bytes;
+		r->mem[t->cls] -= t->acct;
 		r->dev->free(r, t);
 	}
 	free(t);
@@ -476,9 +503,9 @@ void rt_mem_sample(RtRank *r, int64_t op)
 
 void rt_tensor_reclass(RtRank *r, RtTensor *t, int cls)
 {
-	r->mem[t->cls] -= t->bytes;
+	r->mem[t->cls] -= t->acct;
 	t->cls = (uint8_t)cls;
-	r->mem[cls] += t->bytes;
+	r->mem[cls] += t->acct;
 }
 
 int64_t rt_shard(int64_t n, int dp, int i, int64_t *off, int64_t *len)
@@ -499,6 +526,7 @@ RtTensor rt_tensor_view(const RtTensor *parent, int64_t off, int64_t rows, int64
 	v.rows = rows;
 	v.cols = cols;
 	v.bytes = rows * cols * (int64_t)sizeof(float);
+	v.acct = v.half ? v.bytes / 2 : v.bytes;
 	v.view = 1;
 	v.refs = 0;
 	return v;

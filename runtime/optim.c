@@ -132,10 +132,13 @@ int rt_stage_optim(RtRank *r, RtStageBufs *b, const RtTensor *g)
 	if (!fn)
 		return rt_error(r, "internal: the %s device has no %s step", r->dev->name,
 		                plan_optim_names[o->kind]);
-	/* A distributed optimizer steps the rank's shard alone, its state being the shard's. */
+	/* A distributed optimizer steps the rank's shard alone, its state being the shard's;
+	 * under bf16 it updates the shard's f32 master weights, and the kernels' bf16
+	 * parameters are then rounded from them. */
 	int64_t off, len, n = b->params->rows * b->params->cols;
 	rt_shard(n, rt_optim_dp(r), r->coord[DIM_DP], &off, &len);
-	RtTensor w = rt_tensor_view(b->params, off, 1, len), gs = rt_tensor_view(g, off, 1, len);
+	RtTensor p = rt_tensor_view(b->params, off, 1, len), gs = rt_tensor_view(g, off, 1, len);
+	RtTensor w = b->master ? rt_tensor_view(b->master, 0, 1, len) : p;
 	RtTensor m, v;
 	if (b->m)
 		m = rt_tensor_view(b->m, 0, 1, len);
@@ -143,5 +146,9 @@ int rt_stage_optim(RtRank *r, RtStageBufs *b, const RtTensor *g)
 		v = rt_tensor_view(b->v, 0, 1, len);
 	RtOptStep s = {.w = &w, .g = &gs, .m = b->m ? &m : NULL, .v = b->v ? &v : NULL};
 	rt_optim_step_init(o, ++b->t, &s);
-	return len ? fn(r, &s) : RT_OK;
+	if (!len)
+		return RT_OK;
+	if (fn(r, &s))
+		return RT_EFAIL;
+	return b->master && (r->dev->copy(r, &p, &w) || rt_round(r, &p)) ? RT_EFAIL : RT_OK;
 }

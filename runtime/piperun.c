@@ -87,7 +87,7 @@ static void print_optim(const RtResult *res)
 			printf(" %s=%g", rt_hypers[h].name, *rt_hyper_field(&o, h));
 	int64_t state = 0;
 	for (int r = 0; r < res->world; r++)
-		state += res->model_bytes[3 * r + 2];
+		state += res->model_bytes[4 * r + 2];
 	printf(", state %" PRId64 " bytes\n", state);
 }
 
@@ -220,16 +220,20 @@ static void print_json(const Plan *p, const RtWorld *w, const RtResult *res)
 			printf(", \"%s\": %.9g", rt_hypers[h].name, *rt_hyper_field(&o, h));
 	printf("},\n \"mean_step_us\": %.3f,\n \"busy\": %.6f,\n \"ranks\": [", mean / 1e3,
 	       busy_of(res, -1));
-	for (int r = 0; r < res->world; r++)
+	for (int r = 0; r < res->world; r++) {
 		printf("%s{\"rank\": %d, \"busy\": %.6f, \"compute_us\": %.3f, \"peak_act_bytes\": %" PRId64
 		       ", \"held_at_end_bytes\": %" PRId64 ", \"param_bytes\": %" PRId64
-		       ", \"grad_bytes\": %" PRId64 ", \"optim_state_bytes\": %" PRId64
-		       ", \"peak_total_bytes\": %" PRId64 ", \"saved_bytes_at_peak\": %" PRId64
-		       ", \"inflight_bytes_at_peak\": %" PRId64 ", \"peak_op\": %" PRId64 "}",
+		       ", \"grad_bytes\": %" PRId64 ", \"optim_state_bytes\": %" PRId64,
 		       r ? ", " : "", r, busy_of(res, r), res->busy_ns[r] / 1e3 / res->steps,
-		       res->peak_act[r], res->held_end[r], res->model_bytes[3 * r],
-		       res->model_bytes[3 * r + 1], res->model_bytes[3 * r + 2], res->mem_peak[4 * r],
-		       res->mem_peak[4 * r + 1], res->mem_peak[4 * r + 2], res->mem_peak[4 * r + 3]);
+		       res->peak_act[r], res->held_end[r], res->model_bytes[4 * r],
+		       res->model_bytes[4 * r + 1], res->model_bytes[4 * r + 2]);
+		if (res->master) // bf16: the f32 master weights, a class of their own (as pipesim's)
+			printf(", \"master_bytes\": %" PRId64, res->model_bytes[4 * r + 3]);
+		printf(", \"peak_total_bytes\": %" PRId64 ", \"saved_bytes_at_peak\": %" PRId64
+		       ", \"inflight_bytes_at_peak\": %" PRId64 ", \"peak_op\": %" PRId64 "}",
+		       res->mem_peak[4 * r], res->mem_peak[4 * r + 1], res->mem_peak[4 * r + 2],
+		       res->mem_peak[4 * r + 3]);
+	}
 	printf("]");
 	if (res->checked) {
 		/* The bound's figures: null where they do not apply (the factor and the floor of

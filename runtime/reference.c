@@ -88,7 +88,7 @@ static RtTensor **saved_of(Ref *f, int s, int m)
 /* Sum of tensors ts[0..n) into a new tensor. */
 static RtTensor *sum(RtRank *r, RtTensor **ts, int n)
 {
-	RtTensor *x = rt_tensor_new(r, ts[0]->rows, ts[0]->cols, RT_MEM_TEMP);
+	RtTensor *x = rt_tensor_new_prec(r, ts[0]->rows, ts[0]->cols, RT_MEM_TEMP);
 	if (!x)
 		return NULL;
 	for (int i = 0; i < n; i++)
@@ -96,6 +96,10 @@ static RtTensor *sum(RtRank *r, RtTensor **ts, int n)
 			rt_tensor_free(r, x);
 			return NULL;
 		}
+	if (rt_round(r, x)) { // as the interpreter's sum of a stage's in-edges
+		rt_tensor_free(r, x);
+		return NULL;
+	}
 	return x;
 }
 

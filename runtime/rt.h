@@ -168,7 +168,9 @@ typedef struct {
 	int64_t *busy_ns;      // [world] compute time summed over all steps
 	int64_t *peak_act;     // [world] peak saved activation bytes (per op, list order)
 	int64_t *held_end;     // [world] activation bytes still held after the last op
-	int64_t *model_bytes;  // [world * 3] parameter, gradient and optimizer-state bytes
+	int master;            // the plan keeps f32 master weights (precision bf16)
+	int64_t *model_bytes;  // [world * 4] parameter, gradient, optimizer-state and (bf16)
+	                       // master-weight bytes
 	                       // of the rank's stages (RT_MEM_PARAM, _GRAD, _OPTIM)
 	int64_t *mem_peak;     // [world * 4] the memory model's peak total, its saved and
 	                       // in-flight bytes then, and the op (docs/semantics.md "Memory")

@@ -60,6 +60,7 @@ typedef enum {
 	RT_MEM_PARAM, // weights and biases
 	RT_MEM_GRAD,  // weight-gradient accumulators
 	RT_MEM_OPTIM, // optimizer state (AdamW's two moments; none for SGD)
+	RT_MEM_MASTER, // f32 master weights the optimizer updates (precision bf16)
 	RT_MEM_COMM,  // stage outputs and input gradients between stages (sent, received,
 	              // handed over locally)
 	RT_MEM_TEMP,  // scratch that lives inside one op
@@ -72,6 +73,10 @@ typedef struct {
 	void *aux;    // device's per-tensor extra (say, a CUDA block); NULL if unused
 	int64_t rows, cols;
 	int64_t bytes;
+	int64_t acct; // bytes the memory accounting counts: `bytes`, or half of them for a
+	              // tensor stored in bf16 (half)
+	uint8_t half; // stored in bf16 (precision bf16, docs/runtime.md "Precision"): its
+	              // values are rounded to bf16 where it is written (rt_round)
 	uint8_t cls;  // RtMemClass, for the core's memory accounting
 	uint8_t view; // 1: borrows another tensor's storage; never freed itself
 	int refs;     // hand-off references held by the interpreter's slots
@@ -267,6 +272,9 @@ typedef struct {
 	int (*copy)(RtRank *r, RtTensor *dst, const RtTensor *src);
 	int (*add)(RtRank *r, RtTensor *dst, const RtTensor *src);   // dst += src
 	int (*scale)(RtRank *r, RtTensor *t, float alpha);            // t *= alpha
+	/* t's values rounded to bf16 in place (to nearest, ties to even; NaN stays NaN):
+	 * what a bf16 store keeps.  NULL: the device does not emulate bf16 storage. */
+	int (*round_bf16)(RtRank *r, RtTensor *t);
 
 	/* Layers: one row per LayerKind (an array of LAYER_COUNT rows, RtLayerKernels
 	 * below).  A kind the device cannot compute has an empty row, and a plan using it is
@@ -519,7 +527,7 @@ struct RtRank {
 	int64_t peak_total[4];
 	/* Figures. */
 	int64_t held_end;      // saved-activation bytes still held after the last step
-	int64_t model_bytes[3]; // parameter, gradient, optimizer-state bytes (RtResult's)
+	int64_t model_bytes[4]; // parameter, gradient, optimizer-state, master bytes (RtResult's)
 	float *weights;        // --check: final weights of its stages, host copy
 	int64_t busy_ns;
 	double *loss_sum;      // [steps] sum of this rank's microbatch losses

@@ -97,6 +97,14 @@ uint64_t rt_drop_key(uint64_t seed, int step, int replica, int mb, int s, int l)
  * a layer's tensor as the layer table states it, f32 or a mask. */
 RtTensor *rt_tensor_new(RtRank *r, int64_t rows, int64_t cols, int cls);
 RtTensor *rt_tensor_new_of(RtRank *r, const LayerTensor *sh, int cls);
+/* A tensor at the plan's precision: the parameters the kernels read, an activation or
+ * its gradient (a layer's output, a stage's input or output, a message), stored in
+ * bf16 under precision bf16 (docs/semantics.md "Precision"), else f32. */
+RtTensor *rt_tensor_new_prec(RtRank *r, int64_t rows, int64_t cols, int cls);
+/* Rounds t to bf16 where it is stored so (RtTensor.half): after whatever wrote it. */
+int rt_round(RtRank *r, RtTensor *t);
+/* x rounded to bf16 (to nearest, ties to even), as f32 (cpu.c). */
+float rt_bf16(float x);
 void rt_tensor_free(RtRank *r, RtTensor *t);
 void rt_tensor_reclass(RtRank *r, RtTensor *t, int cls);
 /* Samples the memory model's total (every class but scratch) into r->peak_total at
@@ -112,7 +120,9 @@ int rt_optim_dp(const RtRank *r);
  * microbatch's RtStageModel.nslots tensor pointers (each layer's from RtLayerAt.slot:
  * its input, its output gradient for W, its saved and held tensors). */
 typedef struct RtStageBufs {
-	RtTensor *params, *grads;  // flat
+	RtTensor *params, *grads;  // flat; params at the plan's precision (rt_tensor_new_prec)
+	RtTensor *master;          // precision bf16: the f32 master weights of the rank's
+	                           // shard (rt_shard), which the optimizer updates; else NULL
 	RtTensor *m, *v;           // optimizer state, params' shape (adamw; else NULL), or
 	                           // the rank's shard's (rt_shard) under a distributed optimizer
 	int64_t t;                 // optimizer steps taken

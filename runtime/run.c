@@ -204,7 +204,7 @@ void rt_world_close(RtWorld *w, int failed)
 /* ---- running ---- */
 
 /* The classes of RtResult.model_bytes, in its order. */
-static const int model_mem[3] = {RT_MEM_PARAM, RT_MEM_GRAD, RT_MEM_OPTIM};
+static const int model_mem[4] = {RT_MEM_PARAM, RT_MEM_GRAD, RT_MEM_OPTIM, RT_MEM_MASTER};
 
 static int rank_entry(RtRank *r)
 {
@@ -215,7 +215,7 @@ static int rank_entry(RtRank *r)
 	if (rc == RT_OK)
 		rc = rt_rank_main(r);
 	r->held_end = r->mem[RT_MEM_SAVED];
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < 4; i++)
 		r->model_bytes[i] = r->mem[model_mem[i]];
 	if (rc == RT_OK && w->opt.check)
 		rc = rt_check_keep(r);
@@ -243,7 +243,7 @@ static int gather_figures(RtWorld *w, RtResult *res)
 {
 	const Plan *p = w->plan;
 	int steps = w->opt.steps;
-	enum { NFIX = 12 }; // fixed figures per rank, then 3 per step
+	enum { NFIX = 13 }; // fixed figures per rank, then 3 per step
 	int64_t n = (int64_t)(NFIX + 3 * steps) * 8;
 	char *mine = calloc((size_t)w->nlocal, (size_t)n);
 	if (!mine)
@@ -256,10 +256,10 @@ static int gather_figures(RtWorld *w, RtResult *res)
 		b[2] = r->held_end;
 		b[3] = r->nev;
 		b[4] = r->coord[DIM_TP] == 0 && r->coord[DIM_PP] == p->stages[w->model->loss_stage].pp;
-		for (int k = 0; k < 3; k++)
+		for (int k = 0; k < 4; k++)
 			b[5 + k] = r->model_bytes[k];
 		for (int k = 0; k < 4; k++)
-			b[8 + k] = r->peak_total[k];
+			b[9 + k] = r->peak_total[k];
 		for (int s = 0; s < steps; s++) {
 			memcpy(&b[NFIX + 3 * s], &r->loss_sum[s], 8);
 			b[NFIX + 1 + 3 * s] = r->step_t0[s];
@@ -280,9 +280,10 @@ static int gather_figures(RtWorld *w, RtResult *res)
 		res->busy_ns = calloc((size_t)p->world, sizeof *res->busy_ns);
 		res->peak_act = calloc((size_t)p->world, sizeof *res->peak_act);
 		res->held_end = calloc((size_t)p->world, sizeof *res->held_end);
-		res->model_bytes = calloc((size_t)p->world * 3, sizeof *res->model_bytes);
+		res->model_bytes = calloc((size_t)p->world * 4, sizeof *res->model_bytes);
 		res->mem_peak = calloc((size_t)p->world * 4, sizeof *res->mem_peak);
 		res->optim = w->optim;
+		res->master = plan_prec(p->prec)->master > 0;
 		res->nev = calloc((size_t)p->world, sizeof *res->nev);
 		res->ev = calloc((size_t)p->world, sizeof *res->ev);
 		if (!res->loss || !res->step_ns || !res->busy_ns || !res->peak_act || !res->held_end ||
@@ -304,10 +305,10 @@ static int gather_figures(RtWorld *w, RtResult *res)
 			res->peak_act[r] = b[1];
 			res->held_end[r] = b[2];
 			res->nev[r] = b[3];
-			for (int k = 0; k < 3; k++)
-				res->model_bytes[3 * r + k] = b[5 + k];
 			for (int k = 0; k < 4; k++)
-				res->mem_peak[4 * r + k] = b[8 + k];
+				res->model_bytes[4 * r + k] = b[5 + k];
+			for (int k = 0; k < 4; k++)
+				res->mem_peak[4 * r + k] = b[9 + k];
 			if (b[3] > maxev)
 				maxev = b[3];
 			for (int s = 0; s < steps; s++) {

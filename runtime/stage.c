@@ -44,17 +44,20 @@ int rt_stage_bufs_open(RtRank *r, int s, RtStageBufs *b)
 	if (!b->host)
 		return rt_error(r, "out of memory");
 	int64_t np = sm->nparams ? sm->nparams : 1;
-	if (!(b->params = rt_tensor_new(r, 1, np, RT_MEM_PARAM)) ||
+	if (!(b->params = rt_tensor_new_prec(r, 1, np, RT_MEM_PARAM)) ||
 	    !(b->grads = rt_tensor_new(r, 1, np, RT_MEM_GRAD)))
 		return RT_EFAIL;
 	if (sm->loss && !(b->loss = rt_tensor_new(r, 1, p->microbatches, RT_MEM_TEMP)))
 		return RT_EFAIL;
 	int nstate = plan_optim_state_bytes(r->w->optim.kind) / 4; // f32 buffers: m, then v
 	int64_t off, len, ns = rt_shard(np, rt_optim_dp(r), r->coord[DIM_DP], &off, &len);
+	if (b->params->half &&
+	    (!(b->master = rt_tensor_new(r, 1, ns, RT_MEM_MASTER)) || r->dev->zero(r, b->master)))
+		return RT_EFAIL;
 	if ((nstate >= 1 && (!(b->m = rt_tensor_new(r, 1, ns, RT_MEM_OPTIM)) || r->dev->zero(r, b->m))) ||
 	    (nstate >= 2 && (!(b->v = rt_tensor_new(r, 1, ns, RT_MEM_OPTIM)) || r->dev->zero(r, b->v))))
 		return RT_EFAIL;
-	memset(b->host, 0, (size_t)np * sizeof(float));
+	memset(b->host, 0, (size_t)nhost * sizeof(float));
 	if (r->model->tp > 1) { // the rank's pieces of the whole model's weights
 		float *whole = malloc((size_t)(r->w->whole->st[s].nparams + 1) * sizeof(float));
 		if (!whole)
@@ -68,6 +71,11 @@ int rt_stage_bufs_open(RtRank *r, int s, RtStageBufs *b)
 	const RtDevice *dev = r->dev;
 	if (dev->upload(r, b->params, b->host) || dev->zero(r, b->grads))
 		return RT_EFAIL;
+	if (b->master) { // the f32 weights of the shard; the kernels read them in bf16
+		RtTensor mv = rt_tensor_view(b->master, 0, 1, len);
+		if ((len && dev->upload(r, &mv, b->host + off)) || rt_round(r, b->params))
+			return RT_EFAIL;
+	}
 	if (b->loss && dev->zero(r, b->loss))
 		return RT_EFAIL;
 	return RT_OK;
@@ -79,6 +87,7 @@ void rt_stage_bufs_close(RtRank *r, RtStageBufs *b)
 	rt_tensor_free(r, b->grads);
 	rt_tensor_free(r, b->m);
 	rt_tensor_free(r, b->v);
+	rt_tensor_free(r, b->master);
 	rt_tensor_free(r, b->loss);
 	rt_tensor_free(r, b->stale);
 	free(b->host);
@@ -127,11 +136,20 @@ static RtTensor *tokens(RtRank *r, RtTensor *t, int shift, int step, int replica
 RtTensor *rt_stage_input(RtRank *r, int step, int replica, int mb, RtStageBufs *b, int cls)
 {
 	const Plan *p = r->w->plan;
-	RtTensor *x = rt_tensor_new(r, p->rows, p->cols, cls);
+	int ids = plan_shape(p).vocab > 0; // token ids: f32 (int32 on a GPU) in any precision
+	RtTensor *x = ids ? rt_tensor_new(r, p->rows, p->cols, cls)
+	                  : rt_tensor_new_prec(r, p->rows, p->cols, cls);
 	if (!x)
 		return NULL;
-	return plan_shape(p).vocab ? tokens(r, x, 0, step, replica, mb, b)
-	                           : synth(r, x, RT_GEN_INPUT, replica, mb, b);
+	if (ids)
+		return tokens(r, x, 0, step, replica, mb, b);
+	if (!synth(r, x, RT_GEN_INPUT, replica, mb, b))
+		return NULL;
+	if (rt_round(r, x)) {
+		rt_tensor_free(r, x);
+		return NULL;
+	}
+	return x;
 }
 
 /* The loss's target: next tokens for a loss on tokens, else rows x width values. */
@@ -219,6 +237,16 @@ static uint64_t drop_key(const RtRank *r, int s, int l, int mb, int step, int re
 	return rt_drop_key(r->w->opt.seed, step, replica, mb, s, l);
 }
 
+/* What a layer's kernel wrote to its n slots, as stored (rt_round): in bf16 under
+ * precision bf16 but for its f32 statistics and masks. */
+static int round_slots(RtRank *r, RtTensor **slot, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (rt_round(r, slot[i]))
+			return RT_EFAIL;
+	return RT_OK;
+}
+
 static void free_slots(RtRank *r, RtTensor **slot, int n)
 {
 	for (int i = 0; i < n; i++) {
@@ -252,7 +280,7 @@ static int body_push(RtRank *r, RtBodies *bd, int end, RtTensor *t)
 static int bodies_close(RtRank *r, RtWalk *wk, int l)
 {
 	for (; wk->bd.n && wk->bd.end[wk->bd.n - 1] == l; wk->bd.n--)
-		if (r->dev->add(r, wk->cur, wk->bd.t[wk->bd.n - 1]))
+		if (r->dev->add(r, wk->cur, wk->bd.t[wk->bd.n - 1]) || rt_round(r, wk->cur))
 			return RT_EFAIL;
 	return RT_OK;
 }
@@ -326,13 +354,17 @@ int rt_stage_fwd_run(RtRank *r, int s, int mb, int step, int replica, RtStageBuf
 		c.key = drop_key(r, s, l, mb, step, replica);
 		if (plan_layers[ly->kind].loss)
 			return loss_forward(r, s, l, mb, step, replica, b, wk, &c);
-		if (!(c.y = rt_tensor_new(r, p->rows, at->t.out, RT_MEM_TEMP)))
+		if (!(c.y = rt_tensor_new_prec(r, p->rows, at->t.out, RT_MEM_TEMP)))
 			return RT_EFAIL;
 		if (r->dev->layers[ly->kind].fwd(r, &c)) {
 			rt_tensor_free(r, c.y);
 			return RT_EFAIL;
 		}
 		free_scratch(r, at, slot); // flash attention keeps its log-sum-exp instead
+		if (round_slots(r, slot + 2, at->t.nsaved) || rt_round(r, c.y)) {
+			rt_tensor_free(r, c.y);
+			return RT_EFAIL;
+		}
 		if (plan_layers[ly->kind].drops_x) { // neither a stage's nor a body's input (model.c)
 			rt_tensor_free(r, slot[0]);
 			slot[0] = NULL;
@@ -453,7 +485,13 @@ static int rebuild(RtRank *r, int s, int l, RtStageBufs *b, RtTensor **slot, uin
 	RtTensor pv[LAYER_MAX_TENSORS], gv[LAYER_MAX_TENSORS];
 	RtLayerCall c = layer_call(r, s, l, b, slot, pv, gv);
 	c.key = key;
-	return r->dev->layers[c.layer->kind].rebuild(r, &c); // rt_device_check: it has one
+	if (r->dev->layers[c.layer->kind].rebuild(r, &c)) // rt_device_check: it has one
+		return RT_EFAIL;
+	/* what F stored, stored alike (flash attention's scratch stays f32, as in its kernel) */
+	for (int j = 0; j < c.nsaved; j++)
+		if (r->model->st[s].at[l].t.saved[j].rebuilt && rt_round(r, c.saved[j]))
+			return RT_EFAIL;
+	return RT_OK;
 }
 
 int rt_stage_rebuild_probs(RtRank *r, int s, RtStageBufs *b, RtTensor **saved, int lo,
@@ -505,7 +543,7 @@ static int layer_backward(RtRank *r, int s, int l, int mb, int step, int replica
 	int selective = p->stages[s].recompute == PLAN_RECOMPUTE_SELECTIVE;
 	if (selective && ly->drop > 0 && rebuilds(at) && rebuild(r, s, l, b, slot, c.key))
 		return RT_EFAIL;
-	if (need_dx && !(c.dx = rt_tensor_new(r, p->rows, at->t.in, RT_MEM_TEMP)))
+	if (need_dx && !(c.dx = rt_tensor_new_prec(r, p->rows, at->t.in, RT_MEM_TEMP)))
 		return RT_EFAIL;
 	/* Flash attention rebuilds its probabilities into scratch for its input gradient. */
 	int scratch = c.dx && has_scratch(at);
@@ -527,6 +565,8 @@ static int layer_backward(RtRank *r, int s, int l, int mb, int step, int replica
 			rc = RT_EFAIL;
 		if (rc == RT_OK)
 			rc = r->dev->layers[ly->kind].bwd_in(r, &c);
+		if (rc == RT_OK)
+			rc = rt_round(r, c.dx) || (has_w && round_slots(r, slot + 2 + at->t.nsaved, at->t.nheld)) ? RT_EFAIL : RT_OK;
 		if (scratch)
 			free_scratch(r, at, slot);
 		rt_tensor_free(r, c.work);
@@ -559,7 +599,7 @@ static int body_backward(RtRank *r, int l, RtBodies *bd, RtTensor **cur, int wan
 	RtTensor *skip = bd->t[--bd->n];
 	int rc = RT_OK;
 	if (*cur && want_dx)
-		rc = r->dev->add(r, *cur, skip);
+		rc = r->dev->add(r, *cur, skip) || rt_round(r, *cur) ? RT_EFAIL : RT_OK;
 	rt_tensor_free(r, skip);
 	if (!want_dx) {
 		rt_tensor_free(r, *cur);
@@ -576,7 +616,7 @@ static int body_enter(RtRank *r, const PlanStage *st, int l, RtBodies *bd, const
 		const PlanLayer *ly = &st->layers[i];
 		if (plan_layers[ly->kind].arg != LAYER_ARG_BODY || i + ly->span != l)
 			continue;
-		RtTensor *t = rt_tensor_new(r, dy->rows, dy->cols, RT_MEM_TEMP);
+		RtTensor *t = rt_tensor_new_prec(r, dy->rows, dy->cols, RT_MEM_TEMP);
 		if (!t || r->dev->copy(r, t, dy) || body_push(r, bd, i, t)) {
 			rt_tensor_free(r, t);
 			return RT_EFAIL;
@@ -690,7 +730,7 @@ int rt_stage_tp_reduce(RtRank *r, int s, int mb, RtStageBufs *b, RtWalk *wk, RtT
 		return RT_OK;
 	if (dir == DIR_ACT && plan_layers[r->w->plan->stages[s].layers[l].kind].loss)
 		return loss_reduce(r, s, l, mb, b, t, saved, m);
-	if (tp_reduce(r, t, 0, m))
+	if (tp_reduce(r, t, 0, m) || rt_round(r, t)) // a bf16 all-reduce's result is bf16
 		return RT_EFAIL;
 	return dir == DIR_ACT ? bodies_close(r, wk, l) : RT_OK;
 }

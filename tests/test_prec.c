@@ -332,7 +332,7 @@ static void prec__derived_costs__at_the_operand_rate(void **state)
 }
 
 /* The plan says `precision bf16`, reads back to the same plan, and its reader locates
- * a wrong regime; piperun refuses a plan it would run in the wrong precision. */
+ * a wrong regime; piperun runs bf16 where its device emulates it and refuses tf32. */
 static void prec__plan_line__round_trips_and_refused_by_piperun(void **state)
 {
 	(void)state;
@@ -349,10 +349,17 @@ static void prec__plan_line__round_trips_and_refused_by_piperun(void **state)
 	read_broken(plain, "precision bf16", "precision bf16 x", "unexpected text 'x'");
 	free(plain);
 	char err[512];
-	assert_non_null(rt_device_check(&rt_device_cpu, q, err, sizeof err));
-	assert_non_null(strstr(err, "piperun runs f32 plans only"));
+	assert_null(rt_device_check(&rt_device_cpu, q, err, sizeof err)); // the cpu emulates it
+	RtDevice plain_dev = rt_device_cpu;
+	plain_dev.round_bf16 = NULL;
+	assert_non_null(rt_device_check(&plain_dev, q, err, sizeof err));
+	assert_non_null(strstr(err, "does not emulate bf16 storage"));
 	plan_free(q);
 	free(t);
+	q = two("precision tf32;\n", "");
+	assert_non_null(rt_device_check(&rt_device_cpu, q, err, sizeof err));
+	assert_non_null(strstr(err, "piperun runs f32 and bf16 plans"));
+	plan_free(q);
 	Plan *g = two("", "");
 	t = text_of(g, &n);
 	assert_null(strstr(t, "precision")); // f32: no line, plans as before
@@ -409,6 +416,27 @@ static void prec__sequence_parallel__plan(void **state)
 	plan_free(whole);
 }
 
+/* piperun's bf16 storage (rt_bf16): to nearest, ties to even, as a cast to bf16 does. */
+static void prec__bf16_rounding__nearest_ties_to_even(void **state)
+{
+	(void)state;
+	const float e8 = 1.0f / 256, e7 = 1.0f / 128, e6 = 1.0f / 64;
+	assert_true(rt_bf16(1.0f) == 1.0f);
+	assert_true(rt_bf16(1.0f + e8) == 1.0f);                 // a tie: to the even 1
+	assert_true(rt_bf16(1.0f + e7 + e8) == 1.0f + e6);       // a tie: to the even 1 + 2^-6
+	assert_true(rt_bf16(1.0f + e8 + 1.0f / 1048576) == 1.0f + e7); // past the tie: up
+	assert_true(rt_bf16(3.14159265f) == 3.140625f);
+	assert_true(rt_bf16(-3.14159265f) == -3.140625f);
+	assert_true(isinf(rt_bf16(3.4e38f)) && rt_bf16(3.4e38f) > 0); // past bf16's largest
+	assert_true(isinf(rt_bf16(INFINITY)) && isnan(rt_bf16(NAN)));
+	float z = rt_bf16(-0.0f);
+	assert_true(z == 0.0f && signbit(z));
+	float t[3] = {1.0f + e8 + 1.0f / 1048576, 2.0f, 1.0f / 3};
+	RtTensor x = {.data = t, .rows = 1, .cols = 3, .bytes = sizeof t};
+	assert_int_equal(rt_device_cpu.round_bf16(NULL, &x), 0);
+	assert_true(t[0] == 1.0f + e7 && t[1] == 2.0f && t[2] == rt_bf16(1.0f / 3) && t[2] != 1.0f / 3);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -419,6 +447,7 @@ int main(void)
 		cmocka_unit_test(prec__derived_costs__at_the_operand_rate),
 		cmocka_unit_test(prec__plan_line__round_trips_and_refused_by_piperun),
 		cmocka_unit_test(prec__sequence_parallel__plan),
+		cmocka_unit_test(prec__bf16_rounding__nearest_ties_to_even),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
