@@ -108,7 +108,7 @@ static LayerTensors layer_tensors(const PlanLayer *ly, const LayerShape *sh, int
 }
 
 /* The first embedding layer: its stage into *stage and its index, or -1. */
-static int embed_layer(const Plan *p, int *stage)
+int rt_model_embed_layer(const Plan *p, int *stage)
 {
 	for (int s = 0; s < p->nstages; s++)
 		for (int l = 0; l < p->stages[s].nlayers; l++)
@@ -130,7 +130,7 @@ void rt_gen_weights(uint64_t seed, const Plan *p, int stage, float *out)
 	for (int l = 0; l < st->nlayers; l++) {
 		LayerTensors t = layer_tensors(&st->layers[l], &shape, 1);
 		int ks = stage, kl = l;
-		if (t.copy && (kl = embed_layer(p, &ks)) < 0)
+		if (t.copy && (kl = rt_model_embed_layer(p, &ks)) < 0)
 			kl = l, ks = stage; // the model refuses a copy without an embedding
 		uint64_t k = mix(mix(mix(seed, 3), (uint64_t)ks), (uint64_t)kl);
 		for (int j = t.borrowed; j < t.nparams; j++) {

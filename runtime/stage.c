@@ -24,6 +24,31 @@
 
 /* ---- one stage ---- */
 
+/* State k of stage s (0: the parameters, 1 and 2: the optimizer's buffers) as the run
+ * starts, in the rank's layout (its tp pieces of the whole): from --resume's checkpoint,
+ * else the initial weights (the buffers start zero and are not asked for). */
+static int initial(RtRank *r, int s, int k, float *out)
+{
+	const Plan *p = r->w->plan;
+	const RtCkpt *ck = r->w->opt.resume;
+	float *whole = out;
+	if (r->model->tp > 1 &&
+	    !(whole = malloc((size_t)(r->w->whole->st[s].nparams + 1) * sizeof(float))))
+		return rt_error(r, "out of memory");
+	if (!ck)
+		rt_gen_weights(r->w->opt.seed, p, s, whole);
+	else if (rt_ckpt_fill(ck, p, s, k, whole)) {
+		if (whole != out)
+			free(whole);
+		return rt_error(r, "out of memory");
+	}
+	if (whole != out) { // the rank's pieces of the whole model's
+		rt_model_shard(r->model, s, r->coord[DIM_TP], whole, out);
+		free(whole);
+	}
+	return RT_OK;
+}
+
 int rt_stage_bufs_open(RtRank *r, int s, RtStageBufs *b)
 {
 	const Plan *p = r->w->plan;
@@ -53,19 +78,17 @@ int rt_stage_bufs_open(RtRank *r, int s, RtStageBufs *b)
 	if ((nstate >= 1 && (!(b->m = rt_tensor_new(r, 1, np, RT_MEM_OPTIM)) || r->dev->zero(r, b->m))) ||
 	    (nstate >= 2 && (!(b->v = rt_tensor_new(r, 1, np, RT_MEM_OPTIM)) || r->dev->zero(r, b->v))))
 		return RT_EFAIL;
-	memset(b->host, 0, (size_t)np * sizeof(float));
-	if (r->model->tp > 1) { // the rank's pieces of the whole model's weights
-		float *whole = malloc((size_t)(r->w->whole->st[s].nparams + 1) * sizeof(float));
-		if (!whole)
-			return rt_error(r, "out of memory");
-		rt_gen_weights(r->w->opt.seed, p, s, whole);
-		rt_model_shard(r->model, s, r->coord[DIM_TP], whole, b->host);
-		free(whole);
-	} else {
-		rt_gen_weights(r->w->opt.seed, p, s, b->host);
-	}
 	const RtDevice *dev = r->dev;
-	if (dev->upload(r, b->params, b->host) || dev->zero(r, b->grads))
+	RtTensor *state[3] = {b->params, b->m, b->v};
+	const RtCkpt *ck = r->w->opt.resume;
+	for (int k = 0; k <= (ck ? nstate : 0); k++) {
+		memset(b->host, 0, (size_t)np * sizeof(float));
+		if (initial(r, s, k, b->host) || dev->upload(r, state[k], b->host))
+			return RT_EFAIL;
+	}
+	if (ck)
+		b->t = rt_ckpt_step(ck);
+	if (dev->zero(r, b->grads))
 		return RT_EFAIL;
 	if (b->loss && dev->zero(r, b->loss))
 		return RT_EFAIL;
@@ -113,7 +136,8 @@ static RtTensor *tokens(RtRank *r, RtTensor *t, int shift, int step, int replica
 	const RtOptions *o = &r->w->opt;
 	const RtData *d = r->eval ? o->eval_data : o->data;
 	if (d)
-		rt_data_tokens(d, o->seed, r->eval, step, replica, mb, &sh, shift, b->host);
+		rt_data_tokens(d, o->seed, r->eval, (int)r->w->step0 + step, replica, mb, &sh, shift,
+		               b->host);
 	else
 		rt_gen_tokens(o->seed, replica, mb, &sh, shift, b->host);
 	if (r->dev->upload(r, t, b->host)) {
@@ -215,7 +239,7 @@ static void free_scratch(RtRank *r, const RtLayerAt *at, RtTensor **slot)
 /* The key of layer l's dropout masks (rt_drop_key) on microbatch mb. */
 static uint64_t drop_key(const RtRank *r, int s, int l, int mb, int step, int replica)
 {
-	return rt_drop_key(r->w->opt.seed, step, replica, mb, s, l);
+	return rt_drop_key(r->w->opt.seed, (int)r->w->step0 + step, replica, mb, s, l);
 }
 
 static void free_slots(RtRank *r, RtTensor **slot, int n)

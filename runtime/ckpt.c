@@ -1,0 +1,812 @@
+/* Checkpoints (--save, --resume; docs/runtime.md "Checkpoints").
+ *
+ * A checkpoint is a directory DIR/step-N: one safetensors file per rank of dp replica 0
+ * (the replicas hold the same weights and state: they apply the same averaged gradient)
+ * and a text MANIFEST naming every tensor, its file, stage, layer, part, shape and shard,
+ * with a checksum per file and per tensor.  Tensors are named by the model's logical
+ * layout, never the mesh's: `layer<G>.<kind>.<P>` is parameter P (the layer table's
+ * order) of the layer at position G of the whole model (the stages' layers in stage
+ * order), with `.m` and `.v` for the optimizer's first and second buffers, and every
+ * tensor is whole (tp = 1).  So a plan with another pp split, dp or tp of the same
+ * layers reads the same names: resuming slices what it needs (rt_model_shard).  A tied
+ * head's copy of the embedding's table on another rank is the same numbers and is
+ * stored once, under the embedding's name.
+ *
+ * Saving is atomic: each writing rank puts its file (written, fsynced) and its lines of
+ * the manifest in DIR/.tmp-N; after a barrier over every rank world rank 0 joins the
+ * lines into MANIFEST, fsyncs it, renames the directory to DIR/step-N and points
+ * DIR/latest at it (written to a temporary name, fsynced, renamed).  A crash before the
+ * rename leaves a .tmp-N that the next --save removes and --resume never reads.
+ *
+ * Data sampling and dropout masks are pure functions of (seed, step, replica, microbatch,
+ * ...) (model.c), and the optimizer's step count is the step: seed and step are all a
+ * bit-exact resume needs beside the tensors. */
+#include "rt_private.h"
+#include "safet.h"
+#include "../plan/checksum.h"
+#include "../plan/line.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dirent.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define CK_MAGIC "pipecc-checkpoint"
+#define CK_VERSION 1
+#define CK_MANIFEST "MANIFEST"
+#define CK_SUM PLAN_SUM_BLOCKS // the checksum kind written
+#define CK_PATH (PATH_MAX + 128) // a file in a directory of PATH_MAX
+
+/* The optimizer state's buffers, as RtStageBufs holds them: suffix of each name. */
+static const char *const part_suffix[3] = {"", ".m", ".v"};
+
+static int fail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t n, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err, n, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+/* ---- the plan's tensors ---- */
+
+typedef struct {
+	char name[RT_ST_NAME]; // without the state's suffix
+	int layer, part;       // in the stage
+	int64_t rows, cols;    // whole
+	int64_t off;           // in the stage's whole (tp = 1) buffer
+	int copy;              // a tied head's copy: the embedding's table, stored by it
+} CkEnt;
+
+/* The position of stage s's layer l in the whole model. */
+static int global_layer(const Plan *p, int s, int l)
+{
+	int g = l;
+	for (int i = 0; i < s; i++)
+		g += p->stages[i].nlayers;
+	return g;
+}
+
+/* Stage s's parameters in its buffer's order (borrowed ones are not in it): *n of them
+ * into out (malloc'd). */
+static int stage_ents(const Plan *p, int s, CkEnt **out, int *n)
+{
+	const PlanStage *st = &p->stages[s];
+	LayerShape shape = plan_shape(p);
+	int cap = 0;
+	*n = 0;
+	for (int l = 0; l < st->nlayers; l++) {
+		LayerTensors t;
+		plan_layer_tensors(&st->layers[l], &shape, 1, &t);
+		cap += t.nparams;
+	}
+	*out = malloc((size_t)(cap ? cap : 1) * sizeof **out);
+	if (!*out)
+		return -1;
+	int64_t off = 0;
+	for (int l = 0; l < st->nlayers; l++) {
+		const PlanLayer *ly = &st->layers[l];
+		LayerTensors t;
+		plan_layer_tensors(ly, &shape, 1, &t);
+		for (int j = t.borrowed; j < t.nparams; j++) {
+			CkEnt *e = &(*out)[(*n)++];
+			e->layer = l;
+			e->part = j;
+			e->rows = t.param[j].rows;
+			e->cols = t.param[j].cols;
+			e->off = off;
+			e->copy = t.copy && j == 0;
+			int es = s, el = e->copy ? rt_model_embed_layer(p, &es) : l;
+			if (el < 0)
+				es = s, el = l;
+			snprintf(e->name, sizeof e->name, "layer%d.%s.%d", global_layer(p, es, el),
+			         plan_layers[p->stages[es].layers[el].kind].name, e->copy ? 0 : j);
+			off += e->rows * e->cols;
+		}
+	}
+	return 0;
+}
+
+/* ---- writing ---- */
+
+static int write_all(int fd, const void *buf, size_t n, PlanHash *h)
+{
+	const char *s = buf;
+	if (h)
+		plan_hash_update(h, buf, n);
+	while (n) {
+		ssize_t k = write(fd, s, n);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return -1;
+		s += k;
+		n -= (size_t)k;
+	}
+	return 0;
+}
+
+static int fsync_dir(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY);
+	if (fd < 0)
+		return -1;
+	int rc = fsync(fd);
+	close(fd);
+	return rc;
+}
+
+/* Writes n bytes to path (created) and fsyncs it. */
+static int write_file(const char *path, const void *buf, size_t n)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0666);
+	if (fd < 0)
+		return -1;
+	int rc = write_all(fd, buf, n, NULL) || fsync(fd) ? -1 : 0;
+	return close(fd) || rc ? -1 : 0;
+}
+
+/* Rank r's file of the checkpoint after step `step` into tmp: its stages' tensors
+ * (downloaded from its device), and its lines of the manifest in rank<R>.list. */
+static int write_rank(RtRank *r, const char *tmp, int64_t step, int n, const int *stages,
+                      RtStageBufs *const *bufs)
+{
+	const Plan *p = r->w->plan;
+	int nstate = plan_optim_state_bytes(r->w->optim.kind) / 4;
+	RtStFile f = {0};
+	char err[256], v[64], path[CK_PATH], fname[64];
+	float **host = calloc((size_t)(n ? n : 1) * 3, sizeof *host);
+	CkEnt **ents = calloc((size_t)(n ? n : 1), sizeof *ents);
+	int *nents = calloc((size_t)(n ? n : 1), sizeof *nents);
+	char *list = NULL;
+	size_t listlen = 0;
+	FILE *lf = NULL;
+	int rc = RT_EFAIL, fd = -1;
+	unsigned char *hdr = NULL;
+	if (!host || !ents || !nents)
+		goto oom;
+	snprintf(v, sizeof v, "%" PRId64, step);
+	if (rt_st_meta(&f, "format", CK_MAGIC, err, sizeof err) ||
+	    rt_st_meta(&f, "step", v, err, sizeof err) ||
+	    rt_st_meta(&f, "optimizer", plan_optim_names[r->w->optim.kind], err, sizeof err))
+		goto bad;
+	snprintf(v, sizeof v, "%d", r->rank);
+	if (rt_st_meta(&f, "rank", v, err, sizeof err))
+		goto bad;
+	for (int i = 0; i < n; i++) {
+		const RtStageBufs *b = bufs[i];
+		int64_t np = r->model->st[stages[i]].nparams;
+		if (stage_ents(p, stages[i], &ents[i], &nents[i]))
+			goto oom;
+		RtTensor *src[3] = {b->params, b->m, b->v};
+		for (int k = 0; k <= nstate; k++) {
+			if (!(host[3 * i + k] = malloc((size_t)(np ? np : 1) * sizeof(float))))
+				goto oom;
+			if (np && r->dev->download(r, src[k], host[3 * i + k]))
+				goto out;
+		}
+		for (int e = 0; e < nents[i]; e++) {
+			if (ents[i][e].copy)
+				continue;
+			for (int k = 0; k <= nstate; k++) {
+				char name[RT_ST_NAME + 4];
+				int64_t dim[2] = {ents[i][e].rows, ents[i][e].cols};
+				snprintf(name, sizeof name, "%s%s", ents[i][e].name, part_suffix[k]);
+				if (rt_st_add(&f, name, 2, dim, err, sizeof err))
+					goto bad;
+			}
+		}
+	}
+	size_t hlen;
+	if (!(hdr = rt_st_header(&f, &hlen)))
+		goto oom;
+	snprintf(fname, sizeof fname, "rank%d.safetensors", r->rank);
+	snprintf(path, sizeof path, "%s/%s", tmp, fname);
+	if ((fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0666)) < 0)
+		goto io;
+	if (!(lf = open_memstream(&list, &listlen)))
+		goto oom;
+	PlanHash h;
+	plan_hash_init(&h, CK_SUM);
+	if (write_all(fd, hdr, hlen, &h))
+		goto io;
+	int ti = 0;
+	for (int i = 0; i < n; i++)
+		for (int e = 0; e < nents[i]; e++) {
+			const CkEnt *c = &ents[i][e];
+			if (c->copy)
+				continue;
+			size_t bytes = (size_t)(c->rows * c->cols) * sizeof(float);
+			for (int k = 0; k <= nstate; k++, ti++) {
+				const float *d = host[3 * i + k] + c->off;
+				if (write_all(fd, d, bytes, &h))
+					goto io;
+				fprintf(lf, "tensor %s %s stage=%s layer=%d part=%d shape=%" PRId64 "x%" PRId64
+				        " shard=0/1 axis=none %s=%016" PRIx64 "\n", f.t[ti].name, fname,
+				        p->stages[stages[i]].name, c->layer, c->part, c->rows, c->cols,
+				        plan_sums[CK_SUM].name, plan_hash(CK_SUM, d, bytes));
+			}
+		}
+	if (fsync(fd))
+		goto io;
+	int cl = close(fd);
+	fd = -1;
+	if (cl)
+		goto io;
+	if (fclose(lf)) {
+		lf = NULL;
+		goto oom;
+	}
+	lf = NULL;
+	{
+		char head[256];
+		int hn = snprintf(head, sizeof head, "file %s %zu %s=%016" PRIx64 "\n", fname,
+		                  hlen + (size_t)f.datalen, plan_sums[CK_SUM].name, plan_hash_final(&h));
+		char *all = malloc((size_t)hn + listlen + 1);
+		if (!all)
+			goto oom;
+		memcpy(all, head, (size_t)hn);
+		memcpy(all + hn, list, listlen);
+		snprintf(path, sizeof path, "%s/rank%d.list", tmp, r->rank);
+		int wr = write_file(path, all, (size_t)hn + listlen);
+		free(all);
+		if (wr)
+			goto io;
+	}
+	rc = RT_OK;
+	goto out;
+oom:
+	rc = rt_error(r, "out of memory writing the checkpoint");
+	goto out;
+bad:
+	rc = rt_error(r, "checkpoint: %s", err);
+	goto out;
+io:
+	rc = rt_error(r, "checkpoint: %s: %s", path, strerror(errno));
+out:
+	if (fd >= 0)
+		close(fd);
+	if (lf)
+		fclose(lf);
+	free(list);
+	free(hdr);
+	rt_st_free(&f);
+	for (int i = 0; host && i < 3 * n; i++)
+		free(host[i]);
+	for (int i = 0; ents && i < n; i++)
+		free(ents[i]);
+	free(host);
+	free(ents);
+	free(nents);
+	return rc;
+}
+
+/* Removes a checkpoint directory's files we write, then the directory; 0 when done or
+ * absent. */
+static int remove_dir(const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return errno == ENOENT ? 0 : -1;
+	struct dirent *e;
+	char path[CK_PATH];
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.') {
+			snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+			unlink(path);
+		}
+	closedir(d);
+	return rmdir(dir);
+}
+
+/* World rank 0, once every rank's files are in tmp: the manifest, the rename, latest. */
+static int finish(RtRank *r, const char *tmp, int64_t step)
+{
+	RtWorld *w = r->w;
+	const Plan *p = w->plan;
+	const char *dir = w->opt.save;
+	char *man = NULL, path[CK_PATH], final[CK_PATH];
+	size_t len = 0;
+	FILE *m = open_memstream(&man, &len);
+	if (!m)
+		return rt_error(r, "out of memory writing the checkpoint");
+	fprintf(m, "%s %d\nstep %" PRId64 "\nseed %" PRIu64 "\noptimizer %s\n"
+	        "plan %s pp=%d dp=%d tp=%d\n", CK_MAGIC, CK_VERSION, step, w->opt.seed,
+	        plan_optim_names[w->optim.kind], p->name, p->dims[DIM_PP], p->dims[DIM_DP],
+	        p->dims[DIM_TP]);
+	int rc = 0;
+	for (int k = 0; k < p->world && !rc; k++) {
+		int c[DIM_COUNT];
+		plan_mesh_coords(p, k, c);
+		if (c[DIM_DP] || c[DIM_TP])
+			continue;
+		snprintf(path, sizeof path, "%s/rank%d.list", tmp, k);
+		FILE *f = fopen(path, "r");
+		if (!f) {
+			rc = -1;
+			break;
+		}
+		char buf[4096];
+		size_t got;
+		while ((got = fread(buf, 1, sizeof buf, f)))
+			fwrite(buf, 1, got, m);
+		rc = ferror(f) ? -1 : 0;
+		fclose(f);
+		unlink(path);
+	}
+	if (fclose(m) || rc) {
+		free(man);
+		return rt_error(r, "checkpoint: %s: %s", path, strerror(errno));
+	}
+	snprintf(path, sizeof path, "%s/" CK_MANIFEST, tmp);
+	rc = write_file(path, man, len);
+	free(man);
+	if (rc || fsync_dir(tmp))
+		return rt_error(r, "checkpoint: %s: %s", path, strerror(errno));
+	snprintf(final, sizeof final, "%s/step-%" PRId64, dir, step);
+	if (remove_dir(final) || rename(tmp, final))
+		return rt_error(r, "checkpoint: renaming %s to %s: %s", tmp, final, strerror(errno));
+	char line[64];
+	int n = snprintf(line, sizeof line, "step-%" PRId64 "\n", step);
+	snprintf(path, sizeof path, "%s/.latest.tmp", dir);
+	snprintf(final, sizeof final, "%s/latest", dir);
+	if (write_file(path, line, (size_t)n) || rename(path, final) || fsync_dir(dir))
+		return rt_error(r, "checkpoint: %s: %s", final, strerror(errno));
+	return RT_OK;
+}
+
+int rt_ckpt_save(RtRank *r, int run_step, int n, const int *stages, RtStageBufs *const *bufs)
+{
+	RtWorld *w = r->w;
+	int64_t step = w->step0 + run_step + 1; // steps done
+	int64_t t0 = rt_now_ns();
+	char tmp[PATH_MAX];
+	snprintf(tmp, sizeof tmp, "%s/.tmp-%" PRId64, w->opt.save, step);
+	if (r->coord[DIM_DP] == 0 && r->coord[DIM_TP] == 0) {
+		if (mkdir(tmp, 0777) && errno != EEXIST)
+			return rt_error(r, "checkpoint: %s: %s", tmp, strerror(errno));
+		if (write_rank(r, tmp, step, n, stages, bufs))
+			return RT_EFAIL;
+	}
+	rt_fault_save(r, run_step);
+	int rc = w->comm->barrier(r);
+	if (rc == RT_OK && r->rank == 0) {
+		rc = finish(r, tmp, step);
+		w->save_ns += rt_now_ns() - t0;
+		w->saves++;
+	}
+	return rc;
+}
+
+int rt_ckpt_prepare(const char *dir, char *err, size_t n)
+{
+	if (mkdir(dir, 0777) && errno != EEXIST)
+		return fail(err, n, "%s: %s", dir, strerror(errno));
+	DIR *d = opendir(dir);
+	if (!d)
+		return fail(err, n, "%s: %s", dir, strerror(errno));
+	struct dirent *e;
+	char path[CK_PATH];
+	int rc = 0;
+	while ((e = readdir(d)) && !rc)
+		if (!strncmp(e->d_name, ".tmp-", 5)) { // an interrupted save
+			snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+			if (remove_dir(path))
+				rc = fail(err, n, "%s: cannot remove an interrupted save: %s", path,
+				          strerror(errno));
+		}
+	closedir(d);
+	return rc;
+}
+
+/* ---- reading ---- */
+
+typedef struct {
+	char name[64];
+	int64_t bytes;
+	int sumkind;
+	uint64_t sum;
+	unsigned char *map;
+	size_t len;
+	RtStFile st;
+} CkFile;
+
+typedef struct {
+	char name[RT_ST_NAME];
+	int file;
+	int line;
+	int64_t rows, cols;
+	int sumkind;
+	uint64_t sum;
+	const RtStTensor *st;
+} CkTensor;
+
+struct RtCkpt {
+	char dir[PATH_MAX]; // the step directory
+	int64_t step;
+	uint64_t seed;
+	int optim;          // OptimKind
+	int nfiles, nt;
+	CkFile *f;
+	CkTensor *t;        // sorted by name
+};
+
+void rt_ckpt_close(RtCkpt *c)
+{
+	if (!c)
+		return;
+	for (int i = 0; i < c->nfiles; i++) {
+		if (c->f[i].map)
+			munmap(c->f[i].map, c->f[i].len);
+		rt_st_free(&c->f[i].st);
+	}
+	free(c->f);
+	free(c->t);
+	free(c);
+}
+
+int64_t rt_ckpt_step(const RtCkpt *c)
+{
+	return c->step;
+}
+
+uint64_t rt_ckpt_seed(const RtCkpt *c)
+{
+	return c->seed;
+}
+
+const char *rt_ckpt_dir(const RtCkpt *c)
+{
+	return c->dir;
+}
+
+static int by_name(const void *a, const void *b)
+{
+	return strcmp(((const CkTensor *)a)->name, ((const CkTensor *)b)->name);
+}
+
+static const CkTensor *find(const RtCkpt *c, const char *name)
+{
+	CkTensor key;
+	snprintf(key.name, sizeof key.name, "%s", name);
+	return bsearch(&key, c->t, (size_t)c->nt, sizeof *c->t, by_name);
+}
+
+/* "KIND=HEX" into *kind, *sum; -1 when it is not one. */
+static int parse_sum(const char *s, int *kind, uint64_t *sum)
+{
+	char kinds[128];
+	if (!s || (*kind = plan_sum_key(s, kinds, sizeof kinds)) < 0)
+		return -1;
+	const char *hex = strchr(s, '=') + 1;
+	char *end;
+	errno = 0;
+	*sum = strtoull(hex, &end, 16);
+	return errno || end == hex || *end || strlen(hex) != 16 ? -1 : 0;
+}
+
+/* The value of "key=..." in tok, or NULL. */
+static const char *val(const char *tok, const char *key)
+{
+	size_t k = strlen(key);
+	return tok && !strncmp(tok, key, k) && tok[k] == '=' ? tok + k + 1 : NULL;
+}
+
+static int map_file(const char *dir, CkFile *f, char *err, size_t n)
+{
+	char path[CK_PATH];
+	snprintf(path, sizeof path, "%s/%s", dir, f->name);
+	int fd = open(path, O_RDONLY);
+	struct stat sb;
+	if (fd < 0 || fstat(fd, &sb)) {
+		int e = errno;
+		if (fd >= 0)
+			close(fd);
+		return fail(err, n, "%s: error: %s", path, strerror(e));
+	}
+	f->len = (size_t)sb.st_size;
+	if (f->len != (size_t)f->bytes) {
+		close(fd);
+		return fail(err, n, "%s: error: %zu bytes, the manifest says %" PRId64 " (%s)", path,
+		            f->len, f->bytes, f->len < (size_t)f->bytes ? "truncated" : "grown");
+	}
+	f->map = f->len ? mmap(NULL, f->len, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
+	close(fd);
+	if (f->map == MAP_FAILED) {
+		f->map = NULL;
+		return fail(err, n, "%s: error: %s", path, strerror(errno));
+	}
+	char why[512];
+	int bad = plan_hash(f->sumkind, f->map, f->len) != f->sum;
+	if (rt_st_parse(&f->st, f->map, f->len, why, sizeof why))
+		return fail(err, n, "%s: error: %s%s", path, bad ? "checksum mismatch; " : "", why);
+	if (bad)
+		return fail(err, n, "%s: error: checksum mismatch (its header reads; a tensor's "
+		            "bytes or the header's changed)", path);
+	return 0;
+}
+
+/* After a file checksum mismatch, the tensor whose own checksum differs, if any. */
+static int locate(const RtCkpt *c, int file, char *err, size_t n)
+{
+	for (int i = 0; i < c->nt; i++) {
+		const CkTensor *t = &c->t[i];
+		if (t->file != file || !t->st)
+			continue;
+		const unsigned char *d = c->f[file].st.data + t->st->begin;
+		if (plan_hash(t->sumkind, d, (size_t)(t->st->end - t->st->begin)) != t->sum)
+			return fail(err, n, "%s/%s: error: tensor '%s' (data bytes %" PRId64 " to %" PRId64
+			            "): checksum mismatch (corrupted)", c->dir, c->f[file].name, t->name,
+			            t->st->begin, t->st->end);
+	}
+	return 0;
+}
+
+RtCkpt *rt_ckpt_open(const char *path, char *err, size_t n)
+{
+	RtCkpt *c = calloc(1, sizeof *c);
+	char mp[PATH_MAX + 16], line[1024];
+	FILE *mf = NULL;
+	if (!c) {
+		fail(err, n, "out of memory");
+		return NULL;
+	}
+	/* DIR with `latest`, or a step directory with a manifest. */
+	snprintf(mp, sizeof mp, "%s/latest", path);
+	FILE *lf = fopen(mp, "r");
+	if (lf) {
+		char step[256] = "";
+		int ok = fgets(step, sizeof step, lf) != NULL;
+		fclose(lf);
+		step[strcspn(step, "\n")] = 0;
+		if (!ok || strncmp(step, "step-", 5) || strchr(step, '/')) {
+			fail(err, n, "%s: error: not a step directory's name ('%s')", mp, step);
+			goto bad;
+		}
+		snprintf(c->dir, sizeof c->dir, "%s/%s", path, step);
+	} else {
+		snprintf(c->dir, sizeof c->dir, "%s", path);
+	}
+	snprintf(mp, sizeof mp, "%s/" CK_MANIFEST, c->dir);
+	if (!(mf = fopen(mp, "r"))) {
+		fail(err, n, "%s: error: %s (no checkpoint: --resume takes a --save directory or "
+		     "one of its step-N)", mp, strerror(errno));
+		goto bad;
+	}
+	int ln = 0, fcap = 0, tcap = 0, head = 0;
+	while (fgets(line, sizeof line, mf)) {
+		ln++;
+		size_t L = strlen(line);
+		if (!L || line[L - 1] != '\n') {
+			fail(err, n, "%s:%d: error: line too long or unterminated", mp, ln);
+			goto bad;
+		}
+		line[L - 1] = 0;
+		char *tok[16], *save = NULL;
+		int nt = 0;
+		for (char *s = strtok_r(line, " ", &save); s && nt < 16; s = strtok_r(NULL, " ", &save))
+			tok[nt++] = s;
+		char *end = NULL;
+		const char *why = NULL;
+		if (head == 0) {
+			if (nt != 2 || strcmp(tok[0], CK_MAGIC) || strcmp(tok[1], "1"))
+				why = "expected '" CK_MAGIC " 1' (not a checkpoint, or a newer format)";
+		} else if (head == 1 || head == 2) {
+			const char *key = head == 1 ? "step" : "seed";
+			unsigned long long v = 0;
+			if (nt == 2 && !strcmp(tok[0], key))
+				v = strtoull(tok[1], &end, 10);
+			if (nt != 2 || strcmp(tok[0], key) || !end || *end || end == tok[1])
+				why = head == 1 ? "expected 'step N'" : "expected 'seed S'";
+			else if (head == 1)
+				c->step = (int64_t)v;
+			else
+				c->seed = v;
+		} else if (head == 3) {
+			c->optim = -1;
+			for (int k = 0; k < OPTIM_COUNT && nt == 2 && !strcmp(tok[0], "optimizer"); k++)
+				if (!strcmp(tok[1], plan_optim_names[k]))
+					c->optim = k;
+			if (c->optim < 0)
+				why = "expected 'optimizer NAME'";
+		} else if (head == 4) {
+			if (nt < 1 || strcmp(tok[0], "plan"))
+				why = "expected 'plan NAME ...'";
+		} else if (nt == 4 && !strcmp(tok[0], "file")) {
+			if (c->nfiles == fcap) {
+				fcap = fcap ? 2 * fcap : 8;
+				CkFile *f = realloc(c->f, (size_t)fcap * sizeof *f);
+				if (!f) {
+					fail(err, n, "out of memory");
+					goto bad;
+				}
+				c->f = f;
+			}
+			CkFile *f = &c->f[c->nfiles];
+			memset(f, 0, sizeof *f);
+			long long b = strtoll(tok[2], &end, 10);
+			if (strlen(tok[1]) >= sizeof f->name || strchr(tok[1], '/') || *end || b < 0 ||
+			    parse_sum(tok[3], &f->sumkind, &f->sum))
+				why = "expected 'file NAME BYTES KIND=HEX'";
+			for (int k = 0; k < c->nfiles && !why; k++)
+				if (!strcmp(c->f[k].name, tok[1]))
+					why = "a file named twice";
+			if (!why) {
+				snprintf(f->name, sizeof f->name, "%s", tok[1]);
+				f->bytes = b;
+				c->nfiles++;
+			}
+		} else if (nt == 10 && !strcmp(tok[0], "tensor")) {
+			if (c->nt == tcap) {
+				tcap = tcap ? 2 * tcap : 64;
+				CkTensor *t = realloc(c->t, (size_t)tcap * sizeof *t);
+				if (!t) {
+					fail(err, n, "out of memory");
+					goto bad;
+				}
+				c->t = t;
+			}
+			CkTensor *t = &c->t[c->nt];
+			memset(t, 0, sizeof *t);
+			t->file = -1;
+			for (int k = 0; k < c->nfiles; k++)
+				if (!strcmp(c->f[k].name, tok[2]))
+					t->file = k;
+			const char *shape = val(tok[6], "shape");
+			long long r = -1, cl = -1;
+			char x = 0;
+			if (shape && (sscanf(shape, "%lld%c%lld", &r, &x, &cl) != 3 || x != 'x'))
+				r = -1;
+			if (strlen(tok[1]) >= sizeof t->name || t->file < 0)
+				why = "expected 'tensor NAME FILE ...' naming a file line above";
+			else if (!val(tok[3], "stage") || !val(tok[4], "layer") || !val(tok[5], "part") ||
+			         r < 0 || cl < 0 || !val(tok[7], "shard") || !val(tok[8], "axis") ||
+			         parse_sum(tok[9], &t->sumkind, &t->sum))
+				why = "expected 'tensor NAME FILE stage=S layer=L part=P shape=RxC shard=I/N "
+				      "axis=A KIND=HEX'";
+			else if (strcmp(val(tok[7], "shard"), "0/1") || strcmp(val(tok[8], "axis"), "none"))
+				why = "a tensor stored as a tp shard (this piperun stores whole tensors)";
+			if (!why) {
+				snprintf(t->name, sizeof t->name, "%s", tok[1]);
+				t->rows = r;
+				t->cols = cl;
+				t->line = ln;
+				c->nt++;
+			}
+		} else {
+			why = "expected a 'file' or 'tensor' line";
+		}
+		if (why) {
+			fail(err, n, "%s:%d: error: %s", mp, ln, why);
+			goto bad;
+		}
+		head++;
+	}
+	if (ferror(mf) || head < 5) {
+		fail(err, n, "%s:%d: error: %s", mp, ln, ferror(mf) ? strerror(errno) : "truncated");
+		goto bad;
+	}
+	fclose(mf);
+	mf = NULL;
+	qsort(c->t, (size_t)c->nt, sizeof *c->t, by_name);
+	for (int i = 0; i + 1 < c->nt; i++)
+		if (!strcmp(c->t[i].name, c->t[i + 1].name)) {
+			fail(err, n, "%s: error: tensor '%s' named twice", mp, c->t[i].name);
+			goto bad;
+		}
+	for (int k = 0; k < c->nfiles; k++) {
+		char why[1024];
+		if (map_file(c->dir, &c->f[k], why, sizeof why)) {
+			/* A checksum mismatch in a file whose header reads: name the tensor. */
+			if (c->f[k].st.datalen || c->f[k].st.n) {
+				for (int i = 0; i < c->nt; i++)
+					if (c->t[i].file == k)
+						c->t[i].st = rt_st_find(&c->f[k].st, c->t[i].name);
+				if (locate(c, k, err, n))
+					goto bad;
+			}
+			fail(err, n, "%s", why);
+			goto bad;
+		}
+		int count = 0;
+		for (int i = 0; i < c->nt; i++) {
+			CkTensor *t = &c->t[i];
+			if (t->file != k)
+				continue;
+			count++;
+			t->st = rt_st_find(&c->f[k].st, t->name);
+			if (!t->st || t->st->ndim != 2 || t->st->dim[0] != t->rows || t->st->dim[1] != t->cols) {
+				fail(err, n, "%s/%s: error: tensor '%s': %s the manifest's %" PRId64 "x%" PRId64,
+				     c->dir, c->f[k].name, t->name, t->st ? "its shape is not" : "absent, unlike",
+				     t->rows, t->cols);
+				goto bad;
+			}
+		}
+		if (count != c->f[k].st.n) {
+			fail(err, n, "%s/%s: error: %d tensors, the manifest names %d", c->dir, c->f[k].name,
+			     c->f[k].st.n, count);
+			goto bad;
+		}
+	}
+	return c;
+bad:
+	if (mf)
+		fclose(mf);
+	rt_ckpt_close(c);
+	return NULL;
+}
+
+/* ---- against a plan ---- */
+
+int rt_ckpt_check(const RtCkpt *c, const Plan *p, int optim, char *err, size_t n)
+{
+	if (c->optim != optim)
+		return fail(err, n, "checkpoint %s: saved with the %s optimizer, and this run's is %s (its "
+		            "state differs: give --optimizer %s)", c->dir, plan_optim_names[c->optim],
+		            plan_optim_names[optim], plan_optim_names[c->optim]);
+	int nstate = plan_optim_state_bytes(optim) / 4, rc = 0;
+	char *seen = calloc((size_t)(c->nt ? c->nt : 1), 1);
+	if (!seen)
+		return fail(err, n, "out of memory");
+	for (int s = 0; s < p->nstages && !rc; s++) {
+		CkEnt *e;
+		int ne;
+		if (stage_ents(p, s, &e, &ne)) {
+			rc = fail(err, n, "out of memory");
+			break;
+		}
+		for (int i = 0; i < ne && !rc; i++)
+			for (int k = 0; k <= nstate && !rc; k++) {
+				char name[RT_ST_NAME + 4];
+				snprintf(name, sizeof name, "%s%s", e[i].name, part_suffix[k]);
+				const CkTensor *t = find(c, name);
+				if (!t)
+					rc = fail(err, n, "checkpoint %s: the plan's tensor '%s' (stage %s, its layer %d) "
+					          "is not in the checkpoint (another model?)", c->dir, name,
+					          p->stages[s].name, e[i].layer);
+				else if (t->rows != e[i].rows || t->cols != e[i].cols)
+					rc = fail(err, n, "checkpoint %s/%s: tensor '%s' is %" PRId64 "x%" PRId64 ", and "
+					          "the plan's (stage %s, its layer %d) is %" PRId64 "x%" PRId64, c->dir,
+					          c->f[t->file].name, name, t->rows, t->cols, p->stages[s].name,
+					          e[i].layer, e[i].rows, e[i].cols);
+				else
+					seen[t - c->t] = 1;
+			}
+		free(e);
+	}
+	const CkTensor *first = NULL; // the first tensor of the manifest the plan lacks
+	for (int i = 0; i < c->nt && !rc; i++)
+		if (!seen[i] && (!first || c->t[i].line < first->line))
+			first = &c->t[i];
+	if (first)
+		rc = fail(err, n, "checkpoint %s/" CK_MANIFEST ":%d: tensor '%s' is not in the plan "
+		          "(another model?)", c->dir, first->line, first->name);
+	free(seen);
+	return rc;
+}
+
+int rt_ckpt_fill(const RtCkpt *c, const Plan *p, int s, int k, float *whole)
+{
+	CkEnt *e;
+	int ne;
+	if (stage_ents(p, s, &e, &ne))
+		return -1;
+	for (int i = 0; i < ne; i++) {
+		char name[RT_ST_NAME + 4];
+		snprintf(name, sizeof name, "%s%s", e[i].name, part_suffix[k]);
+		const CkTensor *t = find(c, name); // rt_ckpt_check found every one
+		memcpy(whole + e[i].off, c->f[t->file].st.data + t->st->begin,
+		       (size_t)(e[i].rows * e[i].cols) * sizeof(float));
+	}
+	free(e);
+	return 0;
+}
