@@ -24,6 +24,7 @@
 #include "rt_private.h"
 #include "safet.h"
 #include "../plan/checksum.h"
+#include "../plan/cli.h"
 #include "../plan/line.h"
 
 #include <errno.h>
@@ -43,6 +44,7 @@
 #define CK_MANIFEST "MANIFEST"
 #define CK_SUM PLAN_SUM_BLOCKS // the checksum kind written
 #define CK_PATH (PATH_MAX + 128) // a file in a directory of PATH_MAX
+#define RT_CKPT_MAX_SHARDS 4096  // tp pieces of a tensor, at most
 
 /* The optimizer state's buffers, as RtStageBufs holds them: suffix of each name. */
 static const char *const part_suffix[3] = {"", ".m", ".v"};
@@ -65,7 +67,15 @@ typedef struct {
 	int64_t rows, cols;    // whole
 	int64_t off;           // in the stage's whole (tp = 1) buffer
 	int copy;              // a tied head's copy: the embedding's table, stored by it
+	const PlanLayer *ly;
+	/* Written by a rank of a tp group (rank_pieces): its piece, shard of nshard cut
+	 * along axis (LayerSplitAxis), or the whole (nshard 1) from tp rank 0 alone (skip:
+	 * another tp rank's). */
+	int shard, nshard, axis, skip;
 } CkEnt;
+
+/* The tp cut's axes as the manifest spells them, per LayerSplitAxis. */
+static const char *const axis_names[LAYER_SPLIT_COUNT] = {"none", "rows", "cols"};
 
 /* The position of stage s's layer l in the whole model. */
 static int global_layer(const Plan *p, int s, int l)
@@ -105,6 +115,11 @@ static int stage_ents(const Plan *p, int s, CkEnt **out, int *n)
 			e->cols = t.param[j].cols;
 			e->off = off;
 			e->copy = t.copy && j == 0;
+			e->ly = ly;
+			e->shard = 0;
+			e->nshard = 1;
+			e->axis = LAYER_SPLIT_NONE;
+			e->skip = 0;
 			int es = s, el = e->copy ? rt_model_embed_layer(p, &es) : l;
 			if (el < 0)
 				es = s, el = l;
@@ -117,6 +132,29 @@ static int stage_ents(const Plan *p, int s, CkEnt **out, int *n)
 }
 
 /* ---- writing ---- */
+
+/* Rank r's pieces of stage s's entries e[0..n) (stage_ents' order): its layout's. */
+static void rank_pieces(const RtRank *r, int s, CkEnt *e, int n)
+{
+	const RtStageModel *sm = &r->model->st[s];
+	int tp = r->model->tp, i = 0;
+	for (int l = 0; l < r->w->plan->stages[s].nlayers; l++) {
+		const RtLayerAt *at = &sm->at[l];
+		int64_t off = at->off;
+		for (int j = at->t.borrowed; j < at->t.nparams && i < n; j++, i++) {
+			const LayerTensor *pc = &at->t.param[j];
+			int axis = tp > 1 ? at->t.split[j].axis : LAYER_SPLIT_NONE;
+			e[i].rows = pc->rows;
+			e[i].cols = pc->cols;
+			e[i].off = off;
+			e[i].axis = axis;
+			e[i].nshard = axis == LAYER_SPLIT_NONE ? 1 : tp;
+			e[i].shard = axis == LAYER_SPLIT_NONE ? 0 : r->coord[DIM_TP];
+			e[i].skip = axis == LAYER_SPLIT_NONE && r->coord[DIM_TP] != 0;
+			off += pc->rows * pc->cols;
+		}
+	}
+}
 
 static int write_all(int fd, const void *buf, size_t n, PlanHash *h)
 {
@@ -187,6 +225,7 @@ static int write_rank(RtRank *r, const char *tmp, int64_t step, int n, const int
 		int64_t np = r->model->st[stages[i]].nparams;
 		if (stage_ents(p, stages[i], &ents[i], &nents[i]))
 			goto oom;
+		rank_pieces(r, stages[i], ents[i], nents[i]);
 		RtTensor *src[3] = {b->params, b->m, b->v};
 		for (int k = 0; k <= nstate; k++) {
 			if (!(host[3 * i + k] = malloc((size_t)(np ? np : 1) * sizeof(float))))
@@ -195,7 +234,7 @@ static int write_rank(RtRank *r, const char *tmp, int64_t step, int n, const int
 				goto out;
 		}
 		for (int e = 0; e < nents[i]; e++) {
-			if (ents[i][e].copy)
+			if (ents[i][e].copy || ents[i][e].skip)
 				continue;
 			for (int k = 0; k <= nstate; k++) {
 				char name[RT_ST_NAME + 4];
@@ -223,7 +262,7 @@ static int write_rank(RtRank *r, const char *tmp, int64_t step, int n, const int
 	for (int i = 0; i < n; i++)
 		for (int e = 0; e < nents[i]; e++) {
 			const CkEnt *c = &ents[i][e];
-			if (c->copy)
+			if (c->copy || c->skip)
 				continue;
 			size_t bytes = (size_t)(c->rows * c->cols) * sizeof(float);
 			for (int k = 0; k <= nstate; k++, ti++) {
@@ -231,9 +270,10 @@ static int write_rank(RtRank *r, const char *tmp, int64_t step, int n, const int
 				if (write_all(fd, d, bytes, &h))
 					goto io;
 				fprintf(lf, "tensor %s %s stage=%s layer=%d part=%d shape=%" PRId64 "x%" PRId64
-				        " shard=0/1 axis=none %s=%016" PRIx64 "\n", f.t[ti].name, fname,
-				        p->stages[stages[i]].name, c->layer, c->part, c->rows, c->cols,
-				        plan_sums[CK_SUM].name, plan_hash(CK_SUM, d, bytes));
+				        " shard=%d/%d axis=%s %s=%016" PRIx64 "\n", f.t[ti].name, fname,
+				        p->stages[stages[i]].name, c->layer, c->part, c->rows, c->cols, c->shard,
+				        c->nshard, axis_names[c->axis], plan_sums[CK_SUM].name,
+				        plan_hash(CK_SUM, d, bytes));
 			}
 		}
 	if (fsync(fd))
@@ -327,7 +367,7 @@ static int finish(RtRank *r, const char *tmp, int64_t step)
 	for (int k = 0; k < p->world && !rc; k++) {
 		int c[DIM_COUNT];
 		plan_mesh_coords(p, k, c);
-		if (c[DIM_DP] || c[DIM_TP])
+		if (c[DIM_DP])
 			continue;
 		snprintf(path, sizeof path, "%s/rank%d.list", tmp, k);
 		FILE *f = fopen(path, "r");
@@ -371,7 +411,7 @@ int rt_ckpt_save(RtRank *r, int run_step, int n, const int *stages, RtStageBufs 
 	int64_t t0 = rt_now_ns();
 	char tmp[PATH_MAX];
 	snprintf(tmp, sizeof tmp, "%s/.tmp-%" PRId64, w->opt.save, step);
-	if (r->coord[DIM_DP] == 0 && r->coord[DIM_TP] == 0) {
+	if (r->coord[DIM_DP] == 0) {
 		if (mkdir(tmp, 0777) && errno != EEXIST)
 			return rt_error(r, "checkpoint: %s: %s", tmp, strerror(errno));
 		if (write_rank(r, tmp, step, n, stages, bufs))
@@ -425,6 +465,7 @@ typedef struct {
 	int file;
 	int line;
 	int64_t rows, cols;
+	int shard, nshard, axis; // piece shard of nshard cut along axis (1: whole)
 	int sumkind;
 	uint64_t sum;
 	const RtStTensor *st;
@@ -469,15 +510,20 @@ const char *rt_ckpt_dir(const RtCkpt *c)
 	return c->dir;
 }
 
+/* By name, then shard: a tensor's pieces follow one another. */
 static int by_name(const void *a, const void *b)
 {
-	return strcmp(((const CkTensor *)a)->name, ((const CkTensor *)b)->name);
+	const CkTensor *x = a, *y = b;
+	int d = strcmp(x->name, y->name);
+	return d ? d : (x->shard > y->shard) - (x->shard < y->shard);
 }
 
+/* The tensor named name, its first piece when cut. */
 static const CkTensor *find(const RtCkpt *c, const char *name)
 {
 	CkTensor key;
 	snprintf(key.name, sizeof key.name, "%s", name);
+	key.shard = 0;
 	return bsearch(&key, c->t, (size_t)c->nt, sizeof *c->t, by_name);
 }
 
@@ -492,6 +538,15 @@ static int parse_sum(const char *s, int *kind, uint64_t *sum)
 	errno = 0;
 	*sum = strtoull(hex, &end, 16);
 	return errno || end == hex || *end || strlen(hex) != 16 ? -1 : 0;
+}
+
+/* The LayerSplitAxis spelled s, or -1. */
+static int axis_of(const char *s)
+{
+	for (int a = 0; a < LAYER_SPLIT_COUNT; a++)
+		if (!strcmp(s, axis_names[a]))
+			return a;
+	return -1;
 }
 
 /* The value of "key=..." in tok, or NULL. */
@@ -673,8 +728,13 @@ RtCkpt *rt_ckpt_open(const char *path, char *err, size_t n)
 			         parse_sum(tok[9], &t->sumkind, &t->sum))
 				why = "expected 'tensor NAME FILE stage=S layer=L part=P shape=RxC shard=I/N "
 				      "axis=A KIND=HEX'";
-			else if (strcmp(val(tok[7], "shard"), "0/1") || strcmp(val(tok[8], "axis"), "none"))
-				why = "a tensor stored as a tp shard (this piperun stores whole tensors)";
+			else if (sscanf(val(tok[7], "shard"), "%d/%d%c", &t->shard, &t->nshard, &x) != 2 ||
+			         t->nshard < 1 || t->nshard > RT_CKPT_MAX_SHARDS || t->shard < 0 ||
+			         t->shard >= t->nshard)
+				why = "expected shard=I/N, 0 <= I < N <= " CLI_XSTR(RT_CKPT_MAX_SHARDS);
+			else if ((t->axis = axis_of(val(tok[8], "axis"))) < 0 ||
+			         (t->axis == LAYER_SPLIT_NONE) != (t->nshard == 1))
+				why = "expected axis=none for a whole tensor, rows or cols for a piece";
 			if (!why) {
 				snprintf(t->name, sizeof t->name, "%s", tok[1]);
 				t->rows = r;
@@ -699,8 +759,9 @@ RtCkpt *rt_ckpt_open(const char *path, char *err, size_t n)
 	mf = NULL;
 	qsort(c->t, (size_t)c->nt, sizeof *c->t, by_name);
 	for (int i = 0; i + 1 < c->nt; i++)
-		if (!strcmp(c->t[i].name, c->t[i + 1].name)) {
-			fail(err, n, "%s: error: tensor '%s' named twice", mp, c->t[i].name);
+		if (!by_name(&c->t[i], &c->t[i + 1])) {
+			fail(err, n, "%s: error: tensor '%s' (shard %d) named twice", mp, c->t[i].name,
+			     c->t[i].shard);
 			goto bad;
 		}
 	for (int k = 0; k < c->nfiles; k++) {
@@ -747,6 +808,42 @@ bad:
 
 /* ---- against a plan ---- */
 
+/* Entry e's piece when cut in nshard (its layer's tensors at that tp): shape, split. */
+static void piece_of(const Plan *p, const CkEnt *e, int nshard, LayerTensor *pc, LayerSplit *sp)
+{
+	LayerShape shape = plan_shape(p);
+	LayerTensors t;
+	plan_layer_tensors(e->ly, &shape, nshard, &t);
+	*pc = t.param[e->part];
+	*sp = t.split[e->part];
+}
+
+/* 0 when the pieces t[0..) of entry e (whole: e's shape) fit the plan's layer cut
+ * t->nshard ways, else -1 naming the first that does not. */
+static int check_pieces(const RtCkpt *c, const Plan *p, const CkEnt *e, const CkTensor *t,
+                        char *err, size_t n)
+{
+	int ns = t->nshard;
+	LayerTensor pc;
+	LayerSplit sp;
+	piece_of(p, e, ns, &pc, &sp);
+	int fits = sp.axis == t->axis;
+	for (int k = 0; k < sp.nseg && fits; k++)
+		fits = sp.seg[k] % ns == 0;
+	for (int k = 0; k < ns; k++) {
+		const CkTensor *q = t + k;
+		if (q >= c->t + c->nt || strcmp(q->name, t->name) || q->shard != k || q->nshard != ns)
+			return fail(err, n, "checkpoint %s: tensor '%s' lacks its shard %d of %d", c->dir,
+			            t->name, k, ns);
+		if (!fits || q->rows != pc.rows || q->cols != pc.cols)
+			return fail(err, n, "checkpoint %s/%s: tensor '%s' shard %d/%d is %" PRId64 "x%" PRId64
+			            " cut along %s, and the plan's cut %d ways is %" PRId64 "x%" PRId64
+			            " along %s", c->dir, c->f[q->file].name, t->name, k, ns, q->rows, q->cols,
+			            axis_names[q->axis], ns, pc.rows, pc.cols, axis_names[sp.axis]);
+	}
+	return 0;
+}
+
 int rt_ckpt_check(const RtCkpt *c, const Plan *p, int optim, char *err, size_t n)
 {
 	if (c->optim != optim)
@@ -773,13 +870,15 @@ int rt_ckpt_check(const RtCkpt *c, const Plan *p, int optim, char *err, size_t n
 					rc = fail(err, n, "checkpoint %s: the plan's tensor '%s' (stage %s, its layer %d) "
 					          "is not in the checkpoint (another model?)", c->dir, name,
 					          p->stages[s].name, e[i].layer);
+				else if (t->nshard > 1)
+					rc = check_pieces(c, p, &e[i], t, err, n);
 				else if (t->rows != e[i].rows || t->cols != e[i].cols)
 					rc = fail(err, n, "checkpoint %s/%s: tensor '%s' is %" PRId64 "x%" PRId64 ", and "
 					          "the plan's (stage %s, its layer %d) is %" PRId64 "x%" PRId64, c->dir,
 					          c->f[t->file].name, name, t->rows, t->cols, p->stages[s].name,
 					          e[i].layer, e[i].rows, e[i].cols);
-				else
-					seen[t - c->t] = 1;
+				for (int q = 0; !rc && q < t->nshard; q++)
+					seen[t - c->t + q] = 1;
 			}
 		free(e);
 	}
@@ -803,9 +902,26 @@ int rt_ckpt_fill(const RtCkpt *c, const Plan *p, int s, int k, float *whole)
 	for (int i = 0; i < ne; i++) {
 		char name[RT_ST_NAME + 4];
 		snprintf(name, sizeof name, "%s%s", e[i].name, part_suffix[k]);
-		const CkTensor *t = find(c, name); // rt_ckpt_check found every one
-		memcpy(whole + e[i].off, c->f[t->file].st.data + t->st->begin,
-		       (size_t)(e[i].rows * e[i].cols) * sizeof(float));
+		const CkTensor *t = find(c, name); // rt_ckpt_check found every one, and its pieces
+		if (t->nshard == 1) {
+			memcpy(whole + e[i].off, c->f[t->file].st.data + t->st->begin,
+			       (size_t)(e[i].rows * e[i].cols) * sizeof(float));
+			continue;
+		}
+		LayerTensor pc;
+		LayerSplit sp;
+		piece_of(p, &e[i], t->nshard, &pc, &sp);
+		float *buf = malloc((size_t)(pc.rows * pc.cols + 1) * sizeof(float));
+		if (!buf) {
+			free(e);
+			return -1;
+		}
+		for (int q = 0; q < t->nshard; q++) { // the file's bytes may lie unaligned
+			memcpy(buf, c->f[t[q].file].st.data + t[q].st->begin,
+			       (size_t)(pc.rows * pc.cols) * sizeof(float));
+			rt_split_put(&pc, &sp, t->nshard, q, buf, whole + e[i].off);
+		}
+		free(buf);
 	}
 	free(e);
 	return 0;

@@ -353,6 +353,9 @@ extern const RtLayerKernels rt_cpu_layers[LAYER_COUNT];
  * a whole copy when sp says none. */
 void rt_split_copy(const LayerTensor *piece, const LayerSplit *sp, int tp, int t, const float *whole,
                    float *out);
+/* The inverse: piece t (in, piece's shape) into its place in the whole. */
+void rt_split_put(const LayerTensor *piece, const LayerSplit *sp, int tp, int t, const float *in,
+                  float *whole);
 
 /* A backend by name, built or not; NULL when unknown. */
 const RtBackend *rt_backend_find(const char *name);

@@ -102,17 +102,11 @@ static int tp_refuse(const RtWorld *w, char *err, size_t errn)
 	return -1;
 }
 
-/* What --save and --resume cannot do with this run (docs/runtime.md "Checkpoints"), and
- * the checkpoint's seed and step taken over; 0 when fine. */
+/* Whether --resume's checkpoint fits this run (docs/runtime.md "Checkpoints"), its seed
+ * and step taken over; 0 when fine. */
 static int ckpt_refuse(RtWorld *w, char *err, size_t errn)
 {
 	const Plan *p = w->plan;
-	if (w->opt.save && p->dims[DIM_TP] > 1) {
-		snprintf(err, errn, "--save at tp=%d: piperun writes checkpoints of whole tensors, "
-		         "which a tp rank does not hold (run the save at tp=1; a tp>1 run resumes from "
-		         "one)", p->dims[DIM_TP]);
-		return -1;
-	}
 	if (!w->opt.resume)
 		return 0;
 	if (rt_ckpt_check(w->opt.resume, p, w->optim.kind, err, errn))

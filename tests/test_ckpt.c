@@ -246,10 +246,20 @@ static void ckpt__open__reads_and_locates_faults(void **state)
 	assert_non_null(strstr(err, "rank0.safetensors: error:"));
 	assert_non_null(strstr(err, "(truncated)"));
 
-	write_ckpt(buf, n, "tensor c rank0.safetensors stage=s layer=0 part=2 shape=2x2 shard=1/2 "
+	write_ckpt(buf, n, "tensor c rank0.safetensors stage=s layer=0 part=2 shape=2x2 shard=2/2 "
 	           "axis=rows blocks=0000000000000000");
 	assert_null(rt_ckpt_open(dir, err, sizeof err));
-	assert_non_null(strstr(err, "step-7/MANIFEST:9: error: a tensor stored as a tp shard"));
+	assert_non_null(strstr(err, "step-7/MANIFEST:9: error: expected shard=I/N, 0 <= I < N <= 4096"));
+	write_ckpt(buf, n, "tensor c rank0.safetensors stage=s layer=0 part=2 shape=2x2 shard=0/1 "
+	           "axis=rows blocks=0000000000000000");
+	assert_null(rt_ckpt_open(dir, err, sizeof err));
+	assert_non_null(strstr(err, "MANIFEST:9: error: expected axis=none for a whole tensor"));
+	write_ckpt(buf, n, "tensor c rank0.safetensors stage=s layer=0 part=2 shape=2x2 shard=1/2 "
+	           "axis=cols blocks=0000000000000000"); // a piece: read (its plan checks the rest)
+	RtCkpt *pc = rt_ckpt_open(dir, err, sizeof err);
+	if (!pc)
+		fail_msg("%s", err);
+	rt_ckpt_close(pc);
 
 	write_ckpt(buf, n, "tensor c rank0.safetensors stage=s layer=0 part=2 shape=4x1 shard=0/1 "
 	           "axis=none blocks=0000000000000000");

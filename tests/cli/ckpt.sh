@@ -2,10 +2,10 @@
 # piperun --save / --resume (docs/runtime.md "Checkpoints"): a run of 4 steps equals, bit
 # for bit (losses and the final weights' checksums), a run of 2 steps saved and resumed
 # for 2, under sgd, momentum and adamw, with dropout and a token file, on threads and
-# under mpirun; a checkpoint loads under another stage split and schedule (pp 4 -> 2),
-# another dp (2 -> 1, and dp 2 resumes bit for bit) and tp (1 -> 2); an interrupted save
-# leaves the previous checkpoint to resume from; and damaged or mismatched checkpoints
-# are refused naming the file and the tensor.
+# under mpirun; a checkpoint loads under another stage split and schedule (pp 4 -> 2,
+# bit for bit), another dp (2 -> 1; dp 2 resumes bit for bit) and tp (1 -> 2 -> 1; tp 2
+# resumes bit for bit); an interrupted save leaves the previous checkpoint to resume
+# from; and damaged or mismatched checkpoints are refused naming the file and the tensor.
 : "${BIN:=bin}"
 TOOL=ckpt
 . tests/lib/cli.sh
@@ -141,8 +141,18 @@ check "tp 1 -> 2: steps 3-4 within 1e-5 of tp=1's ($(tr '\n' ' ' <"$dir/tp2.loss
 	"$(paste "$dir/base-full.loss" "$dir/tp2.loss" | awk '
 		{ n++; d = $2 - $4; if (d < 0) d = -d; if ($1 != $3 || d > 1e-5 * $2) bad = 1 }
 		END { exit bad || n != 2 }'; echo $?)" "$(paste "$dir/base-full.loss" "$dir/tp2.loss")"
-t "--save at tp=2 is refused" 1 "$BIN/piperun" "$dir/tp2.plan" --steps 1 --save "$dir/tpsave"
-has "--save at tp=2 says why" "$dir/err" "error: --save at tp=2: piperun writes checkpoints of whole tensors"
+resume tp2 "$dir/tp2.plan" --optimizer adamw --lr 1e-2
+has "tp=2: a cut tensor's pieces, one per tp rank" "$dir/tp2-ck/step-2/MANIFEST" \
+	"^tensor layer3.attention.0 rank1.safetensors stage=a layer=3 part=0 shape=32x48 shard=1/2 axis=cols "
+has "tp=2: a whole one, from tp rank 0" "$dir/tp2-ck/step-2/MANIFEST" \
+	"^tensor layer2.layernorm.0 rank0.safetensors stage=a layer=2 part=0 shape=1x32 shard=0/1 axis=none "
+t "tp 2 -> 1: resumed" 0 "$BIN/piperun" "$dir/two.plan" --steps 2 --json --optimizer adamw \
+	--lr 1e-2 --resume "$dir/tp2-ck/step-2"
+losses "$dir/out" >"$dir/tp1.loss"
+check "tp 2 -> 1: steps 3-4 within 1e-5 of tp=2's ($(tr '\n' ' ' <"$dir/tp1.loss"))" \
+	"$(paste "$dir/tp2-full.loss" "$dir/tp1.loss" | awk '
+		{ n++; d = $2 - $4; if (d < 0) d = -d; if ($1 != $3 || d > 1e-5 * $2) bad = 1 }
+		END { exit bad || n != 2 }'; echo $?)" "$(paste "$dir/tp2-full.loss" "$dir/tp1.loss")"
 
 # an interrupted save: rank 1 stops after writing its files of step 4; killed there, the
 # directory keeps step-2 as latest, resumes from it, and the next save clears .tmp-4
