@@ -2,14 +2,16 @@
  *
  * A checkpoint is a directory DIR/step-N: one safetensors file per rank of dp replica 0
  * (the replicas hold the same weights and state: they apply the same averaged gradient)
- * and a text MANIFEST naming every tensor, its file, stage, layer, part, shape and shard,
- * with a checksum per file and per tensor.  Tensors are named by the model's logical
- * layout, never the mesh's: `layer<G>.<kind>.<P>` is parameter P (the layer table's
- * order) of the layer at position G of the whole model (the stages' layers in stage
- * order), with `.m` and `.v` for the optimizer's first and second buffers, and every
- * tensor is whole (tp = 1).  So a plan with another pp split, dp or tp of the same
- * layers reads the same names: resuming slices what it needs (rt_model_shard).  A tied
- * head's copy of the embedding's table on another rank is the same numbers and is
+ * and a text MANIFEST naming every tensor, its file, stage, layer, part, shape and tp
+ * shard, with a checksum per file and per tensor.  Tensors are named by the model's
+ * logical layout, never the mesh's: `layer<G>.<kind>.<P>` is parameter P (the layer
+ * table's order) of the layer at position G of the whole model (the stages' layers in
+ * stage order), with `.m` and `.v` for the optimizer's first and second buffers.  A
+ * tensor a tp group cuts is stored as its pieces, one per tp rank, and the manifest says
+ * how it was cut (shard I/N, axis); any other is stored whole, by tp rank 0.  So a plan
+ * with another pp split, dp or tp of the same layers reads the same names: resuming puts
+ * the pieces back whole (rt_split_put) and cuts what the rank needs (rt_model_shard).  A
+ * tied head's copy of the embedding's table on another rank is the same numbers and is
  * stored once, under the embedding's name.
  *
  * Saving is atomic: each writing rank puts its file (written, fsynced) and its lines of

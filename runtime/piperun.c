@@ -240,6 +240,17 @@ static void print_json(const Plan *p, const RtWorld *w, const RtResult *res)
 		       res->model_bytes[3 * r + 1], res->model_bytes[3 * r + 2], res->mem_peak[4 * r],
 		       res->mem_peak[4 * r + 1], res->mem_peak[4 * r + 2], res->mem_peak[4 * r + 3]);
 	printf("]");
+	const RtOptions *opt = rt_world_options(w);
+	if (opt->resume) {
+		printf(",\n \"resumed_from\": ");
+		jstr(rt_ckpt_dir(opt->resume));
+	}
+	if (res->saves) {
+		printf(",\n \"checkpoints\": {\"dir\": ");
+		jstr(opt->save);
+		printf(", \"written\": %d, \"latest\": %" PRId64 ", \"ms\": %.3f}", res->saves,
+		       res->first_step + res->steps, res->save_ns / 1e6);
+	}
 	if (res->checked) {
 		/* The bound's figures: null where they do not apply (the factor and the floor of
 		 * a bound set otherwise, the noise without a shadow run). */
