@@ -460,6 +460,7 @@ typedef struct {
 	unsigned char *map;
 	size_t len;
 	RtStFile st;
+	int parsed;        // st read whole (a failed parse leaves some of it)
 } CkFile;
 
 typedef struct {
@@ -586,6 +587,7 @@ static int map_file(const char *dir, CkFile *f, char *err, size_t n)
 	int bad = plan_hash(f->sumkind, f->map, f->len) != f->sum;
 	if (rt_st_parse(&f->st, f->map, f->len, why, sizeof why))
 		return fail(err, n, "%s: error: %s%s", path, bad ? "checksum mismatch; " : "", why);
+	f->parsed = 1;
 	if (bad)
 		return fail(err, n, "%s: error: checksum mismatch (its header reads; a tensor's "
 		            "bytes or the header's changed)", path);
@@ -770,7 +772,7 @@ RtCkpt *rt_ckpt_open(const char *path, char *err, size_t n)
 		char why[1024];
 		if (map_file(c->dir, &c->f[k], why, sizeof why)) {
 			/* A checksum mismatch in a file whose header reads: name the tensor. */
-			if (c->f[k].st.datalen || c->f[k].st.n) {
+			if (c->f[k].parsed) {
 				for (int i = 0; i < c->nt; i++)
 					if (c->t[i].file == k)
 						c->t[i].st = rt_st_find(&c->f[k].st, c->t[i].name);

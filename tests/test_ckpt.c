@@ -240,6 +240,19 @@ static void ckpt__open__reads_and_locates_faults(void **state)
 	assert_non_null(strstr(err, "step-7/rank0.safetensors: error: tensor 'c' (data bytes 44 to "
 	                            "60): checksum mismatch"));
 
+	/* the header damaged after two tensors read: the parse's error, nothing read past */
+	unsigned char *dt = NULL;
+	for (size_t i = 8; i + 5 < n; i++)
+		if (!memcmp(buf + i, "\"F32\"", 5))
+			dt = buf + i + 1;
+	assert_non_null(dt);
+	*dt = 'G';
+	put("step-7/rank0.safetensors", buf, n);
+	*dt = 'F';
+	assert_null(rt_ckpt_open(dir, err, sizeof err));
+	assert_non_null(strstr(err, "rank0.safetensors: error: checksum mismatch; tensor 'c': dtype "
+	                            "G32 (piperun reads F32 only)"));
+
 	write_ckpt(buf, n, NULL);
 	put("step-7/rank0.safetensors", buf, n - 3);
 	assert_null(rt_ckpt_open(dir, err, sizeof err));
