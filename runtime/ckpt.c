@@ -79,15 +79,6 @@ typedef struct {
 /* The tp cut's axes as the manifest spells them, per LayerSplitAxis. */
 static const char *const axis_names[LAYER_SPLIT_COUNT] = {"none", "rows", "cols"};
 
-/* The position of stage s's layer l in the whole model. */
-static int global_layer(const Plan *p, int s, int l)
-{
-	int g = l;
-	for (int i = 0; i < s; i++)
-		g += p->stages[i].nlayers;
-	return g;
-}
-
 /* Stage s's parameters in its buffer's order (borrowed ones are not in it): *n of them
  * into out (malloc'd). */
 static int stage_ents(const Plan *p, int s, CkEnt **out, int *n)
@@ -125,7 +116,7 @@ static int stage_ents(const Plan *p, int s, CkEnt **out, int *n)
 			int es = s, el = e->copy ? rt_model_embed_layer(p, &es) : l;
 			if (el < 0)
 				es = s, el = l;
-			snprintf(e->name, sizeof e->name, "layer%d.%s.%d", global_layer(p, es, el),
+			snprintf(e->name, sizeof e->name, "layer%d.%s.%d", rt_layer_position(p, es, el),
 			         plan_layers[p->stages[es].layers[el].kind].name, e->copy ? 0 : j);
 			off += e->rows * e->cols;
 		}

@@ -48,10 +48,18 @@ uint64_t rt_gen_key(uint64_t seed, int what, int replica, int mb)
 	return mix(mix(mix(seed, (uint64_t)what), (uint64_t)replica), (uint64_t)mb);
 }
 
-uint64_t rt_drop_key(uint64_t seed, int step, int replica, int mb, int s, int l)
+uint64_t rt_drop_key(uint64_t seed, int step, int replica, int mb, int g)
 {
 	uint64_t k = mix(mix(mix(seed, 6), (uint64_t)step), (uint64_t)replica);
-	return mix(mix(mix(k, (uint64_t)mb), (uint64_t)s), (uint64_t)l);
+	return mix(mix(k, (uint64_t)mb), (uint64_t)g);
+}
+
+int rt_layer_position(const Plan *p, int s, int l)
+{
+	int g = l;
+	for (int i = 0; i < s; i++)
+		g += p->stages[i].nlayers;
+	return g;
 }
 
 void rt_gen_values(uint64_t key, float *out, int64_t n)

@@ -91,10 +91,14 @@ void rt_data_tokens(const RtData *d, uint64_t seed, int eval, int step, int repl
                     const LayerShape *sh, int shift, float *out);
 void rt_gen_weights(uint64_t seed, const Plan *p, int stage, float *out); // whole stage
 
-/* The key of the dropout masks of layer l of stage s on microbatch mb of a replica in
- * a step: a fresh draw each step, and the same key in the pipelined run, under full or
- * selective recomputation and in the --check reference, which name the same ones. */
-uint64_t rt_drop_key(uint64_t seed, int step, int replica, int mb, int s, int l);
+/* The key of the dropout masks of the layer at position g of the whole model
+ * (rt_layer_position) on microbatch mb of a replica in a step: a fresh draw each step,
+ * and the same key in the pipelined run, under full or selective recomputation, in the
+ * --check reference and under any stage split of the same layers. */
+uint64_t rt_drop_key(uint64_t seed, int step, int replica, int mb, int g);
+/* The position of stage s's layer l in the whole model: the stages' layers in stage
+ * order (what checkpoints name tensors by, and dropout keys its masks by). */
+int rt_layer_position(const Plan *p, int s, int l);
 
 /* Tensors through the rank's device, accounted per class: f32, or (rt_tensor_new_of)
  * a layer's tensor as the layer table states it, f32 or a mask. */

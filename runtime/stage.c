@@ -13,9 +13,9 @@
  * held tensors from B to W (save_bw).  A layer's output is the next layer's saved
  * input, so F holds exactly save_fb + save_fw, B frees save_fb and holds save_bw, and W
  * frees the rest.  A kind whose row says drops_x (dropout) frees its input after its F:
- * its mask is all its B needs.  Dropout masks are drawn from rt_drop_key of the stage,
- * layer, microbatch, replica and step, so every run of a layer's F (recomputation, the
- * reference) draws the same ones. */
+ * its mask is all its B needs.  Dropout masks are drawn from rt_drop_key of the layer's
+ * position in the model, the microbatch, replica and step, so every run of a layer's F
+ * (recomputation, the reference, another stage split) draws the same ones. */
 #include "rt_private.h"
 #include "../plan/mem.h"
 
@@ -239,7 +239,8 @@ static void free_scratch(RtRank *r, const RtLayerAt *at, RtTensor **slot)
 /* The key of layer l's dropout masks (rt_drop_key) on microbatch mb. */
 static uint64_t drop_key(const RtRank *r, int s, int l, int mb, int step, int replica)
 {
-	return rt_drop_key(r->w->opt.seed, (int)r->w->step0 + step, replica, mb, s, l);
+	return rt_drop_key(r->w->opt.seed, (int)r->w->step0 + step, replica, mb,
+	                   rt_layer_position(r->w->plan, s, l));
 }
 
 static void free_slots(RtRank *r, RtTensor **slot, int n)
