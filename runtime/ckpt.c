@@ -26,7 +26,6 @@
 #include "rt_private.h"
 #include "safet.h"
 #include "../plan/checksum.h"
-#include "../plan/cli.h"
 #include "../plan/line.h"
 
 #include <errno.h>
@@ -47,6 +46,8 @@
 #define CK_SUM PLAN_SUM_BLOCKS // the checksum kind written
 #define CK_PATH (PATH_MAX + 128) // a file in a directory of PATH_MAX
 #define RT_CKPT_MAX_SHARDS 4096  // tp pieces of a tensor, at most
+#define CK_STR_(x) #x
+#define CK_XSTR(x) CK_STR_(x)
 
 /* The optimizer state's buffers, as RtStageBufs holds them: suffix of each name. */
 static const char *const part_suffix[3] = {"", ".m", ".v"};
@@ -726,7 +727,7 @@ RtCkpt *rt_ckpt_open(const char *path, char *err, size_t n)
 			else if (sscanf(val(tok[7], "shard"), "%d/%d%c", &t->shard, &t->nshard, &x) != 2 ||
 			         t->nshard < 1 || t->nshard > RT_CKPT_MAX_SHARDS || t->shard < 0 ||
 			         t->shard >= t->nshard)
-				why = "expected shard=I/N, 0 <= I < N <= " CLI_XSTR(RT_CKPT_MAX_SHARDS);
+				why = "expected shard=I/N, 0 <= I < N <= " CK_XSTR(RT_CKPT_MAX_SHARDS);
 			else if ((t->axis = axis_of(val(tok[8], "axis"))) < 0 ||
 			         (t->axis == LAYER_SPLIT_NONE) != (t->nshard == 1))
 				why = "expected axis=none for a whole tensor, rows or cols for a piece";
