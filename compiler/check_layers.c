@@ -476,13 +476,14 @@ void check_precision(Check *c, AstStmt *s)
 void check_optimizer(Check *c, AstStmt *s)
 {
 	PlanOptim *o = &c->p->optim;
-	/* Each kind's settings: lr first, then its own (a row per kind). */
-	static const char *const keys[OPTIM_COUNT][5] = {
-		[OPTIM_SGD] = {"lr"},
-		[OPTIM_ADAMW] = {"lr", "beta1", "beta2", "eps", "weight_decay"},
-		[OPTIM_MOMENTUM] = {"lr", "momentum"},
+	/* Each kind's settings: lr first, then its own (a row per kind), then the flag
+	 * `distributed` (Megatron's distributed optimizer), which every kind takes. */
+	static const char *const keys[OPTIM_COUNT][6] = {
+		[OPTIM_SGD] = {"lr", "distributed"},
+		[OPTIM_ADAMW] = {"lr", "beta1", "beta2", "eps", "weight_decay", "distributed"},
+		[OPTIM_MOMENTUM] = {"lr", "momentum", "distributed"},
 	};
-	static const int nkeys[OPTIM_COUNT] = {[OPTIM_SGD] = 1, [OPTIM_ADAMW] = 5, [OPTIM_MOMENTUM] = 2};
+	static const int nkeys[OPTIM_COUNT] = {[OPTIM_SGD] = 2, [OPTIM_ADAMW] = 6, [OPTIM_MOMENTUM] = 3};
 	int k = find_word(s->name.s, plan_optim_names, OPTIM_COUNT);
 	if (k < 0) {
 		unknown_word(c, &s->name, "optimizer", plan_optim_names, OPTIM_COUNT);
@@ -505,6 +506,11 @@ void check_optimizer(Check *c, AstStmt *s)
 			unknown_word(c, &kv->key, what, keys[k], nk);
 		else if (repeated_key(c, s->kvs, i, "optimizer setting"))
 			;
+		else if (j == nk - 1 && kv->has_val)
+			diag_error(c->d, kv->loc, "'distributed' takes no value: it shards the optimizer "
+			                          "over the dp group");
+		else if (j == nk - 1)
+			o->distributed = 1;
 		else if (!kv->has_val)
 			diag_error(c->d, kv->loc, "'%s' needs a value, e.g. %s=0.001", keys[k][j], keys[k][j]);
 		else

@@ -106,7 +106,7 @@ static void summary_stages(const Plan *p, FILE *f)
 		fprintf(f, "%-12s %2d %11" PRId64 " %11.4g %11.4g %11.4g %11" PRId64 " %21" PRId64 "\n",
 		        st->name, st->pp, st->params, fl[0], fl[1], fl[2],
 		        st->save_fb + st->save_fw + st->save_bw,
-		        st->params * (plan_prec_param_bytes(p->prec) + state));
+		        plan_stage_state_bytes(p, s));
 	}
 	fprintf(f, "parameters %" PRId64 "; FLOPs per microbatch F %.4g B %.4g W %.4g; "
 	           "optimizer %s (%d bytes of state per parameter)\n",
@@ -120,6 +120,11 @@ static void summary_stages(const Plan *p, FILE *f)
 		fprintf(f, " (%d bytes a parameter with the optimizer state)\n",
 		        plan_prec_param_bytes(p->prec) + state);
 	}
+	if (p->optim.distributed)
+		fprintf(f, "distributed optimizer: master weights and optimizer state sharded over "
+		           "dp=%d (%d + %d/%d bytes a parameter)\n", p->dims[DIM_DP],
+		        plan_prec(p->prec)->param + plan_prec(p->prec)->grad,
+		        plan_prec(p->prec)->master + state, p->dims[DIM_DP]);
 	if (copies)
 		fprintf(f, "tied table: %" PRId64 " parameters held twice (embedding and head on two "
 		           "pipeline ranks, summed by TIEREDUCE), counted once above\n", copies);
@@ -224,8 +229,8 @@ int pipecc_emit_summary(const Plan *p, FILE *f)
 	for (int k = 0; k < OP_COUNT; k++)
 		if (count[k])
 			fprintf(f, " %s %" PRId64, plan_ops[k].name, count[k]);
-	fprintf(f, "\nbytes moved per step: %" PRId64 " point-to-point, %" PRId64 " all-reduce",
-	        p2p_bytes, ar_bytes);
+	fprintf(f, "\nbytes moved per step: %" PRId64 " point-to-point, %" PRId64 " %s",
+	        p2p_bytes, ar_bytes, p->optim.distributed ? "reduce-scatter and all-gather" : "all-reduce");
 	if (p->dims[DIM_TP] > 1)
 		fprintf(f, ", %" PRId64 " tp all-reduce", tp_bytes);
 	fputc('\n', f);

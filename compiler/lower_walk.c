@@ -203,9 +203,10 @@ void lw_finish_compute(Lw *w, int pp, const SchedAct *a, int line)
 	finish_compute(w, pp, a, line);
 }
 
-/* The dp all-reduce and optimizer step of stages whose backward is done, once the
- * rank has sent what it still owed others (so the gradient a neighbour waits for does
- * not queue behind a reduction).  A stage holding a copy of a table tied across
+/* The dp all-reduce (a distributed optimizer's reduce-scatter) and optimizer step of
+ * stages whose backward is done (a distributed optimizer's step ends in its all-gather
+ * of the updated parameters), once the rank has sent what it still owed others (so the
+ * gradient a neighbour waits for does not queue behind a reduction).  A stage holding a copy of a table tied across
  * pipeline ranks waits until its rank has `finished` every action (Megatron sums the
  * embedding group's gradients after the whole backward): its TIEREDUCE, a rendezvous
  * with the other copy's rank, then comes after every transfer either rank owes, and
@@ -214,7 +215,7 @@ void lw_flush_reductions(Lw *w, int pp, int force, int finished)
 {
 	if (!w->nreduce[pp] || (w->pend[pp].n && !force))
 		return;
-	int dp = w->plan->dims[DIM_DP], keep = 0;
+	int dp = w->plan->dims[DIM_DP], keep = 0, dist = w->plan->optim.distributed;
 	for (int i = 0; i < w->nreduce[pp]; i++) {
 		int s = w->reduce[(size_t)pp * w->ns + i];
 		int line = w->pr->stages[s].loc.line;
@@ -226,12 +227,17 @@ void lw_flush_reductions(Lw *w, int pp, int force, int finished)
 			emit_sized(w, pp, (PlanOp){.kind = OP_TIEREDUCE, .stage = s, .mb = -1,
 			                           .peer = w->tie_peer[pp], .group = w->group[pp]++},
 			           plan_tie_bytes(w->plan), line);
+		OpKind red = dist ? OP_REDSCATTER : OP_ALLREDUCE;
 		if (dp > 1)
-			emit_sized(w, pp, (PlanOp){.kind = OP_ALLREDUCE, .stage = s, .mb = -1, .peer = -1,
+			emit_sized(w, pp, (PlanOp){.kind = red, .stage = s, .mb = -1, .peer = -1,
 			                           .group = w->group[pp]++},
-			           w->plan->stages[s].params * plan_prec(w->plan->prec)->grad, line);
+			           plan_dp_bytes(w->plan, red, s), line);
 		emit(w, pp, (PlanOp){.kind = OP_OPTIM, .stage = s, .mb = -1, .peer = -1, .group = -1,
 		                     .route = -1}, line);
+		if (dp > 1 && dist)
+			emit_sized(w, pp, (PlanOp){.kind = OP_ALLGATHER, .stage = s, .mb = -1, .peer = -1,
+			                           .group = w->group[pp]++},
+			           plan_dp_bytes(w->plan, OP_ALLGATHER, s), line);
 	}
 	w->nreduce[pp] = keep;
 	if (!keep)

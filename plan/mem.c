@@ -1,7 +1,10 @@
 /* The memory model of docs/semantics.md "Memory", one rank at a time.
  *
  * Static: every stage on the rank holds its parameters, their gradients, their master
- * copy (bf16, plan/prec.h) and the optimizer's state all step.  Dynamic, walked in list order: saved activations
+ * copy (bf16, plan/prec.h) and the optimizer's state all step, the last two of its
+ * shard alone under a distributed optimizer (its collectives work in place in the
+ * parameter and gradient buffers, as Megatron's do, so they add no buffer).  Dynamic,
+ * walked in list order: saved activations
  * (plan_op_mem per compute op, as pipesim's engine counts them) and the tensors in
  * flight between stages: a stage output made by F (one tensor, shared by its out-edges)
  * or an input gradient made by B (shared by its in-edges) lives until every consumer
@@ -239,6 +242,14 @@ STEP int64_t group(Walk *w, int64_t i, int64_t n)
 	return j;
 }
 
+int64_t plan_stage_state_bytes(const Plan *p, int s)
+{
+	const PlanPrecInfo *pi = plan_prec(p->prec);
+	int64_t n = p->stages[s].params;
+	return n * (pi->param + pi->grad) + plan_optim_shard(&p->optim, n, p->dims[DIM_DP]) *
+	       (pi->master + plan_optim_state_bytes(p->optim.kind));
+}
+
 int plan_mem_rank(const Plan *p, int r, PlanMem *out)
 {
 	const PlanRank *rk = &p->ranks[r];
@@ -250,10 +261,11 @@ int plan_mem_rank(const Plan *p, int r, PlanMem *out)
 	size_t ns = (size_t)p->nstages, ne = (size_t)p->nedges, nloc = 0;
 	for (int s = 0; s < p->nstages; s++)
 		if (p->stages[s].pp == pp) {
+			int64_t shard = plan_optim_shard(&p->optim, p->stages[s].params, p->dims[DIM_DP]);
 			m->params += p->stages[s].params * prec->param;
 			m->grads += p->stages[s].params * prec->grad;
-			m->master += p->stages[s].params * prec->master;
-			m->optim += p->stages[s].params * state;
+			m->master += shard * prec->master;
+			m->optim += shard * state;
 			nloc++;
 		}
 	w.stat = m->params + m->grads + m->master + m->optim;

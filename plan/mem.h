@@ -16,6 +16,8 @@ typedef struct {
 	int64_t grads;      // their f32 gradient accumulators
 	int64_t master;     // their f32 master copy the optimizer updates (bf16; else 0)
 	int64_t optim;      // optimizer state (plan_optim_state_bytes per parameter)
+	                    // (master and optim: of the rank's shard, plan_optim_shard, when
+	                    // the optimizer is distributed)
 	int64_t saved;      // saved activations at the peak
 	int64_t comm;       // stage outputs and input gradients in flight at the peak
 	int64_t peak;       // peak total bytes
@@ -24,6 +26,10 @@ typedef struct {
 	int64_t peak_comm;  // peak of the in-flight bytes alone
 } PlanMem;
 
+/* The model state of stage s on each of its ranks: its parameters and gradients, and
+ * the master weights and optimizer state of the rank's shard (plan_optim_shard: all of
+ * them unless the optimizer is distributed); PlanMem's static part. */
+int64_t plan_stage_state_bytes(const Plan *p, int s);
 /* The memory of world rank r over one step.  Returns 0, or -1 when out of memory. */
 int plan_mem_rank(const Plan *p, int r, PlanMem *m);
 /* plan_mem_rank of every rank into m[world], the ranks on par_for's workers with

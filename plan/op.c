@@ -59,6 +59,18 @@ const OpInfo plan_ops[OP_COUNT] = {
 	                 .sized = 1, .alone = 1,
 	                 .again = "a second tp all-reduce of this part",
 	                 .early = "a tp all-reduce out of order in its stage's parts"},
+	[OP_REDSCATTER] = {.name = "REDUCESCATTER", .role = OP_ROLE_COMM, .over = OP_OVER_DP,
+	                   .fields = OP_FIELD_GROUP | OP_FIELD_BYTES,
+	                   .sized = 1, .alone = 1, .dir = DIR_GRAD, .shard = 1,
+	                   .needs = PLAN_DEP_ALL_W | PLAN_DEP_TIED, .makes = PLAN_DEP_REDUCED,
+	                   .again = "a second one for this stage",
+	                   .early = "a reduction before the stage's last W"},
+	[OP_ALLGATHER] = {.name = "ALLGATHER", .role = OP_ROLE_COMM, .over = OP_OVER_DP,
+	                  .fields = OP_FIELD_GROUP | OP_FIELD_BYTES,
+	                  .sized = 1, .alone = 1, .dir = DIR_GRAD, .shard = 1,
+	                  .needs = PLAN_DEP_STEP, .makes = PLAN_DEP_GATHERED,
+	                  .again = "a second one for this stage",
+	                  .early = "an all-gather before the stage's optimizer step"},
 };
 
 const char *plan_dep_apply(OpKind k, uint8_t *mb, PlanStageDeps *st, PlanStageDeps *embed,
@@ -98,9 +110,13 @@ const char *plan_dep_apply(OpKind k, uint8_t *mb, PlanStageDeps *st, PlanStageDe
 			return "a TIEREDUCE after the stage's all-reduce or step";
 		st->tie_done = 1;
 	}
+	if ((o->makes & (PLAN_DEP_REDUCED | PLAN_DEP_GATHERED)) && o->shard != st->dist)
+		return o->shard ? "a distributed optimizer's collective in a plan whose optimizer "
+		                  "is not distributed"
+		                : "an all-reduce in a plan whose optimizer is distributed";
 	if (o->makes & PLAN_DEP_REDUCED) {
 		if (dp == 1)
-			return "an all-reduce with dp = 1";
+			return o->shard ? "a reduce-scatter with dp = 1" : "an all-reduce with dp = 1";
 		if (st->reduced)
 			return o->again;
 		st->reduced = 1;
@@ -111,6 +127,15 @@ const char *plan_dep_apply(OpKind k, uint8_t *mb, PlanStageDeps *st, PlanStageDe
 		if ((o->needs & PLAN_DEP_REDUCED) && dp > 1 && !st->reduced)
 			return "an optimizer step before the stage's all-reduce";
 		st->stepped = 1;
+	}
+	if (o->makes & PLAN_DEP_GATHERED) {
+		if (dp == 1)
+			return "an all-gather with dp = 1";
+		if (st->gathered)
+			return o->again;
+		if (!st->stepped)
+			return o->early;
+		st->gathered = 1;
 	}
 	return NULL;
 }

@@ -3,7 +3,7 @@
  *
  * A row says how the plan file and PyTorch spell the op, whether it computes or
  * communicates, and what it needs and makes in terms of the dependency rules.  The
- * rules themselves (F before B, W after B, ALLREDUCE after every W, OPTIM last) are
+ * rules themselves (F before B, W after B, ALLREDUCE after every W, OPTIM after it) are
  * plan_dep_apply(), the one place they are written: the verifier, the simulator and
  * the runtime's interpreter call it or read the needs/makes bits.  Adding an op kind:
  * its enum member and row here and in op.c (docs/architecture.md, "Adding an op kind"). */
@@ -23,6 +23,10 @@ typedef enum {
 	OP_OPTIM,     // optimizer step of a stage
 	OP_TIEREDUCE, // sum of a tied table's gradient with its copy on another pipeline rank
 	OP_TPREDUCE,  // all-reduce over the tp group inside a stage's F or backward (a part's end)
+	OP_REDSCATTER, // reduce-scatter of a stage's weight gradients over the dp group (the
+	               // distributed optimizer's ALLREDUCE: each rank keeps its shard's sum)
+	OP_ALLGATHER, // all-gather of a stage's parameters over the dp group after its OPTIM
+	              // (the distributed optimizer: each rank updated only its shard)
 	OP_COUNT
 } OpKind;
 
@@ -39,6 +43,8 @@ enum {
 	PLAN_DEP_STEP = 128,    // the stage's optimizer step
 	PLAN_DEP_TIED = 256,    // the tied table's gradient summed with its other copy's
 	                        // (needed only by a stage holding a copy, PlanStageDeps.tie)
+	PLAN_DEP_GATHERED = 512, // the stage's updated parameters all-gathered (distributed
+	                         // optimizer, dp > 1): what the next step's F reads
 };
 #define PLAN_DEP_MB (PLAN_DEP_ACT | PLAN_DEP_GRAD | PLAN_DEP_WGRAD)
 
@@ -112,6 +118,8 @@ typedef struct {
 	uint16_t fields;   // OP_FIELD_*: the PlanOp fields it uses
 	uint16_t needs;    // PLAN_DEP_* it waits for
 	uint16_t makes;    // PLAN_DEP_* it produces
+	uint8_t shard;     // a step of the distributed optimizer (REDUCESCATTER, ALLGATHER):
+	                   // in a plan whose optimizer is distributed, and only there
 	uint8_t costs;     // bit k: it costs the stage's cost[k] (0 F, 1 B, 2 W)
 	uint8_t saves;     // PLAN_SAVE_* it allocates (docs/semantics.md "Memory")
 	uint8_t frees;     // PLAN_SAVE_* it frees
@@ -133,6 +141,9 @@ typedef struct {
 	uint8_t tie;      // set by the caller: the stage holds one copy of a table tied across
 	                  // pipeline ranks (plan_tie_peer), summed by its TIEREDUCE
 	uint8_t tie_done; // its TIEREDUCE ran
+	uint8_t dist;     // set by the caller: the plan's optimizer is distributed (its
+	                  // reduction is a REDUCESCATTER and its OPTIM ends in an ALLGATHER)
+	uint8_t gathered; // its ALLGATHER ran
 } PlanStageDeps;
 
 /* The dependency rules, once.  May an op of kind k run now on a stage whose microbatch
@@ -151,13 +162,14 @@ static inline int plan_op_is_compute(OpKind k)
 	return plan_ops[k].role == OP_ROLE_COMPUTE;
 }
 
-/* SEND, RECV, ALLREDUCE, TIEREDUCE, TPREDUCE. */
+/* SEND, RECV and the collectives. */
 static inline int plan_op_is_comm(OpKind k)
 {
 	return plan_ops[k].role == OP_ROLE_COMM;
 }
 
-/* ALLREDUCE, TIEREDUCE, TPREDUCE: collectives, each over its communicator (over). */
+/* ALLREDUCE, REDUCESCATTER, ALLGATHER, TIEREDUCE, TPREDUCE: collectives, each over its
+ * communicator (over). */
 static inline int plan_op_is_coll(OpKind k)
 {
 	return plan_ops[k].over > OP_OVER_PEER;
@@ -199,11 +211,11 @@ typedef struct {
 	uint8_t dir;    // Dir, for SEND/RECV/TPREDUCE
 	uint16_t part;  // F, B, BW, TPREDUCE: the stage's part (plan_stage_parts); 0 otherwise
 	int32_t stage;  // stage, or edge for SEND/RECV
-	int32_t mb;     // microbatch, -1 for ALLREDUCE/TIEREDUCE/OPTIM
+	int32_t mb;     // microbatch, -1 for the dp collectives, TIEREDUCE and OPTIM
 	int32_t peer;   // peer world rank for SEND/RECV/TIEREDUCE, -1 otherwise
 	int32_t group;  // comm group number, unique per rank; consecutive ops with one number
 	                // form one group; -1 for compute and OPTIM
-	int32_t route;  // SEND/RECV: route index; ALLREDUCE, TIEREDUCE, TPREDUCE: -2 - the
+	int32_t route;  // SEND/RECV: route index; the collectives (plan_op_sized): -2 - the
 	                // index of its size in the plan's sizes[]; -1 otherwise
 } PlanOp;
 

@@ -13,3 +13,8 @@ int plan_optim_state_bytes(int kind)
 {
 	return kind == OPTIM_ADAMW ? 8 : kind == OPTIM_MOMENTUM ? 4 : 0;
 }
+
+int64_t plan_optim_shard(const PlanOptim *o, int64_t params, int dp)
+{
+	return o->distributed && dp > 1 ? params / dp + (params % dp != 0) : params;
+}

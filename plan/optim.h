@@ -16,6 +16,9 @@ typedef enum {
 typedef struct {
 	uint8_t kind;  // OptimKind
 	uint8_t given; // 1: the program has an `optimizer` statement (the plan says it)
+	uint8_t distributed; // 1: its master weights and state sharded over the dp group
+	                     // (ZeRO stage 1, Megatron's distributed optimizer): the step's
+	                     // REDUCESCATTER, OPTIM on the rank's shard, ALLGATHER
 	double lr, beta1, beta2, eps, weight_decay;
 	double momentum; // OPTIM_MOMENTUM: the buffer's decay
 } PlanOptim;
@@ -27,5 +30,9 @@ PlanOptim plan_optim_default(int kind);
 /* Optimizer state bytes per parameter: 0 for SGD, 4 for momentum (one f32 buffer), 8 for
  * AdamW (two f32 moments). */
 int plan_optim_state_bytes(int kind);
+/* The parameters of a stage of `params` whose master weights and optimizer state a
+ * rank keeps: a dp group of `dp` shards a distributed optimizer's flat buffer into dp
+ * equal pieces, the last padded (ceil(params / dp)); otherwise all of them. */
+int64_t plan_optim_shard(const PlanOptim *o, int64_t params, int dp);
 
 #endif

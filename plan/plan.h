@@ -231,6 +231,14 @@ static inline int64_t plan_op_bytes(const Plan *p, const PlanOp *o)
 		return p->edges[o->stage].bytes;
 	return o->route < -1 ? p->sizes[-2 - o->route] : 0;
 }
+/* The bytes a dp collective of kind k (ALLREDUCE, REDUCESCATTER, ALLGATHER) of stage s
+ * moves: the reductions the stage's gradients (the precision's gradient bytes, f32),
+ * the all-gather its parameters (the precision's parameter bytes: bf16 under bf16). */
+static inline int64_t plan_dp_bytes(const Plan *p, OpKind k, int s)
+{
+	const PlanPrecInfo *pi = plan_prec(p->prec);
+	return p->stages[s].params * (plan_ops[k].needs & PLAN_DEP_STEP ? pi->param : pi->grad);
+}
 /* Whether edge e travels through the communicator when both its stages share a rank:
  * the plan sends it to self (a route joins a rank to itself).  Remote edges always do. */
 int plan_edge_self(const Plan *p, int e);

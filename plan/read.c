@@ -57,7 +57,8 @@ static int read_prec(Rd *r, Plan *p)
 	return p->prec = (uint8_t)k, r->s += n, rd_eol(r);
 }
 
-/* `optimizer sgd lr=X` or `optimizer adamw lr=X beta1=X beta2=X eps=X weight_decay=X`. */
+/* `optimizer sgd lr=X` or `optimizer adamw lr=X beta1=X beta2=X eps=X weight_decay=X`,
+ * then ` distributed` when it is. */
 static int real(Rd *r, const char *k, double *v, double lo, double hi)
 {
 	if (rd_key(r, k))
@@ -94,6 +95,9 @@ static int read_optim(Rd *r, Plan *p)
 		return -1;
 	if (o->kind == OPTIM_MOMENTUM && real(r, "momentum=", &o->momentum, 0, 1))
 		return -1;
+	rd_skip_sp(r);
+	if (!strncmp(r->s, "distributed", 11) && (r->s[11] == '\n' || r->s[11] == ' ' || !r->s[11]))
+		o->distributed = 1, r->s += 11;
 	return rd_eol(r);
 }
 

@@ -51,6 +51,7 @@
 	X(NEVER_RUNS, "never runs") \
 	X(NEVER_REDUCED, "never all-reduces the gradients of stage") \
 	X(NEVER_OPTIM, "never runs OPTIM for stage") \
+	X(NEVER_GATHERED, "never all-gathers the parameters of stage") \
 	/* dependencies: the phrases the rules return (plan_rule_of) */ \
 	X(DEP_SECOND_F, "a second F of this stage and microbatch") \
 	X(DEP_SECOND_BACKWARD, "a second backward of this stage and microbatch") \
@@ -66,6 +67,12 @@
 	X(DEP_BEFORE_HEAD_W, "before the last weight gradient of the head tied to its embedding") \
 	X(DEP_BEFORE_TIE, "before the stage's TIEREDUCE") \
 	X(DEP_REDUCE_DP1, "an all-reduce with dp = 1") \
+	X(DEP_SCATTER_DP1, "a reduce-scatter with dp = 1") \
+	X(DEP_GATHER_DP1, "an all-gather with dp = 1") \
+	X(DEP_GATHER_EARLY, "an all-gather before the stage's optimizer step") \
+	X(DEP_SHARD_PLAIN, "a distributed optimizer's collective in a plan whose optimizer") \
+	X(DEP_PLAIN_SHARD, "an all-reduce in a plan whose optimizer is distributed") \
+	X(DEP_GATHER_SIZE, "its size differs from the stage's parameters") \
 	X(DEP_OPTIM_UNREDUCED, "an optimizer step before the stage's all-reduce") \
 	X(DEP_PART_NO_REDUCE, "no tp all-reduce follows this part") \
 	X(DEP_NO_PART, "the stage has no such part") \

@@ -247,9 +247,10 @@ static int dep_op(PlanVc *v, Deps *d, int64_t i)
 		                     tied_of(d, s), d->m, d->dp);
 		if (!bad)
 			bad = edge_inputs(v, d, o, x, sizeof x);
-	} else if (in->over == OP_OVER_DP && d->dp > 1 &&
-	           plan_op_bytes(p, o) != p->stages[s].params * plan_prec(p->prec)->grad)
-		bad = "its size differs from the stage's gradients";
+	} else if (in->over == OP_OVER_DP && d->dp > 1 && in->shard == p->optim.distributed &&
+	           plan_op_bytes(p, o) != plan_dp_bytes(p, k, s))
+		bad = in->needs & PLAN_DEP_STEP ? "its size differs from the stage's parameters"
+		                                : "its size differs from the stage's gradients";
 	else
 		bad = plan_dep_apply(k, NULL, &d->sd[d->loc[s]], NULL, d->m, d->dp);
 	return bad ? plan_vc_err(v, plan_rule_of(bad), d->r, i,
@@ -327,6 +328,10 @@ static int dep_complete(PlanVc *v, Deps *d)
 			return plan_vc_err(v, PLAN_RULE_NEVER_OPTIM, r, -1,
 					"rank %d never runs OPTIM for stage %d",
 			                   plan_vc_rank(v, r), s);
+		if (d->dp > 1 && v->p->optim.distributed && !d->sd[d->loc[s]].gathered)
+			return plan_vc_err(v, PLAN_RULE_NEVER_GATHERED, r, -1,
+					"rank %d never all-gathers the parameters of stage %d",
+			                   plan_vc_rank(v, r), s);
 	}
 	return 0;
 }
@@ -369,6 +374,8 @@ static int deps_begin(PlanVc *v, Deps *d, int r)
 	int ts;
 	if (plan_tie_peer(p, r, &ts) >= 0)
 		d->sd[d->loc[ts]].tie = 1;
+	for (int s = 0; s < nloc; s++)
+		d->sd[s].dist = p->optim.distributed;
 	return 0;
 }
 

@@ -395,7 +395,7 @@ static void put_optim(Out *o, const PlanOptim *op)
 		     op->eps, op->weight_decay);
 	if (op->kind == OPTIM_MOMENTUM)
 		putf(o, " momentum=%.15g", op->momentum);
-	put(o, "\n");
+	put(o, op->distributed ? " distributed\n" : "\n");
 }
 
 /* Rank r's own lines: `rank`, then its peers. */

@@ -50,6 +50,9 @@ typedef struct {
 	int peer;
 	uint8_t recv;       // a receive: its header is checked once it arrived
 	uint8_t avg;        // an all-reduce over dp: scaled by 1/dp once complete
+	uint8_t scatter;    // a reduce-scatter: its shard (MpRank.tmp) copied into t at off
+	                    // and scaled by 1/dp once complete
+	int64_t off;
 	RtTensor *t;
 } MpOp;
 
@@ -60,6 +63,9 @@ typedef struct {
 	int ndp;
 	MPI_Request *reqs;
 	int nreq, reqcap;
+	int *counts, *displs;    // the distributed optimizer's shards (rt_shard) per dp member
+	float *tmp;              // a reduce-scatter's result (alone in its group: one at a time)
+	int64_t tmpcap;
 	MpOp **ops;              // pool; pointers stay put while MPI holds their buffers
 	int nops, opcap;
 } MpRank;
@@ -164,6 +170,9 @@ static void mc_rank_close(RtRank *r)
 	for (int i = 0; i < t->opcap; i++)
 		free(t->ops[i]);
 	free(t->ops);
+	free(t->counts);
+	free(t->displs);
+	free(t->tmp);
 	free(t->reqs);
 	free(t);
 	r->state[RT_PART_COMM] = NULL;
@@ -287,6 +296,48 @@ static int mc_allreduce(RtRank *r, RtTensor *t, int over, int max, const RtMsg *
 	return RT_OK;
 }
 
+/* The distributed optimizer's collectives: MPI_Ireduce_scatter of the gradients into
+ * the rank's shard (then copied in and scaled by 1/dp), MPI_Iallgatherv of the
+ * parameters in place, on the rank's dp communicator, shards as rt_shard cuts them. */
+static int mc_shard(RtRank *r, RtTensor *t, int gather, const RtMsg *msg)
+{
+	MpRank *mr = mr_of(r);
+	int count = 0, n = mr->ndp, me = r->coord[DIM_DP];
+	MpOp *o = new_op(r, 1);
+	if (!o || count_of(r, t, &count))
+		return RT_EFAIL;
+	if (!mr->counts && (!(mr->counts = malloc((size_t)n * sizeof(int))) ||
+	                    !(mr->displs = malloc((size_t)n * sizeof(int)))))
+		return rt_error(r, "out of memory");
+	for (int i = 0; i < n; i++) {
+		int64_t off, len;
+		rt_shard(count, n, i, &off, &len);
+		mr->counts[i] = (int)len;
+		mr->displs[i] = (int)off;
+	}
+	o->want = *msg;
+	o->t = t;
+	if (gather) {
+		MPICHECK(r, MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, t->data, mr->counts,
+		                            mr->displs, MPI_FLOAT, mr->dim[DIM_DP],
+		                            &mr->reqs[mr->nreq++]));
+		return RT_OK;
+	}
+	int64_t len = mr->counts[me] ? mr->counts[me] : 1;
+	if (len > mr->tmpcap) {
+		float *x = realloc(mr->tmp, (size_t)len * sizeof(float));
+		if (!x)
+			return rt_error(r, "out of memory");
+		mr->tmp = x;
+		mr->tmpcap = len;
+	}
+	o->scatter = 1;
+	o->off = mr->displs[me];
+	MPICHECK(r, MPI_Ireduce_scatter(t->data, mr->tmp, mr->counts, MPI_FLOAT, MPI_SUM,
+	                                mr->dim[DIM_DP], &mr->reqs[mr->nreq++]));
+	return RT_OK;
+}
+
 /* Polls requests to completion; RT_EABORT when the world is aborted meanwhile. */
 static int wait_all(RtRank *r, int n, MPI_Request *reqs)
 {
@@ -331,6 +382,12 @@ static int mc_group_end(RtRank *r)
 		MpOp *o = mr->ops[i];
 		if (o->avg && (rc = r->dev->scale(r, o->t, 1.0f / (float)mr->ndp)))
 			return rc;
+		if (o->scatter && mr->counts[r->coord[DIM_DP]]) {
+			RtTensor v = rt_tensor_view(o->t, o->off, 1, mr->counts[r->coord[DIM_DP]]);
+			memcpy(v.data, mr->tmp, (size_t)v.bytes);
+			if ((rc = r->dev->scale(r, &v, 1.0f / (float)mr->ndp)))
+				return rc;
+		}
 		if (o->recv &&
 		    (o->hdr[HDR_EDGE] != o->want.edge || o->hdr[HDR_MB] != o->want.mb ||
 		     o->hdr[HDR_DIR] != o->want.dir || o->hdr[HDR_BYTES] != o->want.bytes))
@@ -359,6 +416,7 @@ const RtComm rt_comm_mpi = {
 	.send = mc_send,
 	.recv = mc_recv,
 	.allreduce = mc_allreduce,
+	.shard = mc_shard,
 	.group_end = mc_group_end,
 	.barrier = mc_barrier,
 };

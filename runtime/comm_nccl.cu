@@ -48,7 +48,8 @@ typedef struct {
 	int nslot;
 } NcWorld;
 
-enum { POST_SEND, POST_RECV, POST_ALLREDUCE, POST_BARRIER, POST_TIE, POST_TP_SUM, POST_TP_MAX };
+enum { POST_SEND, POST_RECV, POST_ALLREDUCE, POST_BARRIER, POST_TIE, POST_TP_SUM, POST_TP_MAX,
+       POST_SCATTER, POST_GATHER };
 
 typedef struct {
 	int kind;
@@ -225,6 +226,32 @@ static int nc_allreduce(RtRank *r, RtTensor *t, int over, int max, const RtMsg *
 	return add_post(r, POST_TIE, t, -1, m->op);
 }
 
+/* The distributed optimizer's collectives over the dp group (alone in their group). */
+static int nc_shard(RtRank *r, RtTensor *t, int gather, const RtMsg *m)
+{
+	return add_post(r, gather ? POST_GATHER : POST_SCATTER, t, -1, m->op);
+}
+
+/* A reduce-scatter (an ncclReduce of each member's shard, averaged, to that member) or
+ * an all-gather (an ncclBroadcast of each member's shard from it) of t over the dp
+ * group comm, inside the caller's NCCL group: shards of any length, as rt_shard cuts
+ * them, where ncclReduceScatter and ncclAllGather want equal ones. */
+static ncclResult_t shards(RtRank *r, const Post *p, ncclComm_t comm, cudaStream_t st)
+{
+	int n = rt_world_plan(rt_rank_world(r))->dims[DIM_DP];
+	ncclResult_t e = ncclSuccess;
+	for (int i = 0; i < n && (e == ncclSuccess || e == ncclInProgress); i++) {
+		int64_t off, len;
+		rt_shard(numel(p->t), n, i, &off, &len);
+		float *x = (float *)p->t->data + off;
+		if (len && p->kind == POST_SCATTER)
+			e = ncclReduce(x, x, (size_t)len, ncclFloat32, ncclAvg, i, comm, st);
+		else if (len)
+			e = ncclBroadcast(x, x, (size_t)len, ncclFloat32, i, comm, st);
+	}
+	return e;
+}
+
 /* Issues the posted ops as one NCCL group on ms, after the compute they depend on. */
 static int flush_group(RtRank *r)
 {
@@ -247,11 +274,13 @@ static int flush_group(RtRank *r)
 		const Block *b = blk(p->t);
 		int64_t want = !b ? c->cs_pos
 		               : p->kind == POST_SEND ? b->cs_write
-		               : p->kind == POST_ALLREDUCE || p->kind == POST_TIE ? c->cs_pos
+		               : p->kind == POST_ALLREDUCE || p->kind == POST_TIE ||
+		                         p->kind == POST_SCATTER || p->kind == POST_GATHER
+		                     ? c->cs_pos
 		                                                                : b->cs_last;
 		if (want > need)
 			need = want;
-		if (p->kind == POST_ALLREDUCE)
+		if (p->kind == POST_ALLREDUCE || p->kind == POST_SCATTER || p->kind == POST_GATHER)
 			ci = 1 + DIM_DP; // alone in its group (plan invariant)
 		if (p->kind == POST_TIE)
 			ci = CI_TIE; // alone in its group too
@@ -298,6 +327,10 @@ static int flush_group(RtRank *r)
 			break;
 		case POST_TP_MAX:
 			e = ncclAllReduce(p->t->data, p->t->data, count, ncclFloat32, ncclMax, comm, c->ms);
+			break;
+		case POST_SCATTER:
+		case POST_GATHER:
+			e = shards(r, p, comm, c->ms);
 			break;
 		}
 	}
@@ -572,6 +605,7 @@ extern "C" const RtComm rt_comm_nccl = {
 	.send = nc_send,
 	.recv = nc_recv,
 	.allreduce = nc_allreduce,
+	.shard = nc_shard,
 	.group_end = nc_group_end,
 	.barrier = nc_barrier,
 };

@@ -38,6 +38,8 @@ typedef struct Req {
 	uint8_t done;
 	uint8_t over;        // OP_OVER_PEER, or a collective's group (OP_OVER_DP, _TP, _TIE)
 	uint8_t max;         // over the tp group: the elementwise maximum instead of the sum
+	uint8_t shard;       // over the dp group: 0 an all-reduce, 1 + gather the distributed
+	                     // optimizer's reduce-scatter (1) or all-gather (2)
 	int ckey, cidx, cn;  // a collective: its first member, this rank's index, the member
 	                     // count
 	atomic_int *pending; // owner's count of incomplete ops
@@ -251,6 +253,47 @@ static int th_allreduce(RtRank *r, RtTensor *t, int over, int max, const RtMsg *
 	return RT_OK;
 }
 
+/* The distributed optimizer's collectives (RtComm.shard) over the rank's dp group. */
+static int th_shard(RtRank *r, RtTensor *t, int gather, const RtMsg *m)
+{
+	if (th_allreduce(r, t, OP_OVER_DP, 0, m))
+		return RT_EFAIL;
+	ThRank *tr = r->state[RT_PART_COMM];
+	tr->reqs[tr->nreq - 1].shard = (uint8_t)(1 + gather);
+	return RT_OK;
+}
+
+/* Completes the posted collective c of n members with shards (reqs[0]'s shard: 1 a
+ * reduce-scatter, 2 an all-gather): member i's shard of a reduce-scatter is summed in
+ * member order and scaled, as the all-reduce sums every element, so the two agree to
+ * the bit; an all-gather copies each member's shard to the others. */
+static void shards_locked(RtRank *r, Coll *c)
+{
+	Req **q = c->reqs;
+	int64_t n = q[0]->t->rows * q[0]->t->cols;
+	for (int i = 0; i < c->n; i++) {
+		int64_t off, len;
+		rt_shard(n, c->n, i, &off, &len);
+		if (!len)
+			continue;
+		RtTensor own = rt_tensor_view(q[i]->t, off, 1, len);
+		if (q[0]->shard == 2) {
+			for (int j = 0; j < c->n; j++)
+				if (j != i)
+					memcpy((float *)q[j]->t->data + off, own.data, (size_t)own.bytes);
+			continue;
+		}
+		RtTensor acc = rt_tensor_view(q[0]->t, off, 1, len);
+		for (int j = 1; j < c->n; j++) {
+			RtTensor x = rt_tensor_view(q[j]->t, off, 1, len);
+			r->dev->add(r, &acc, &x);
+		}
+		r->dev->scale(r, &acc, 1.0f / (float)c->n);
+		if (i != 0)
+			memcpy(own.data, acc.data, (size_t)acc.bytes);
+	}
+}
+
 static Coll **coll_slot(ThWorld *t, const Req *q)
 {
 	return &t->coll[(q->over - OP_OVER_DP) * t->world + q->ckey];
@@ -351,10 +394,19 @@ static int post_locked(RtRank *r, Req *q)
 			    (q->over == OP_OVER_TP && (c->reqs[i]->msg.mb != a->msg.mb ||
 			                               c->reqs[i]->msg.dir != a->msg.dir ||
 			                               c->reqs[i]->max != a->max)) ||
-			    c->reqs[i]->msg.bytes != a->msg.bytes) {
+			    c->reqs[i]->msg.bytes != a->msg.bytes || c->reqs[i]->shard != a->shard) {
 				fail_locked(w, "all-reduce members disagree", a, c->reqs[i]);
 				return RT_EABORT;
 			}
+		if (a->shard) {
+			shards_locked(r, c);
+			for (int i = 0; i < c->n; i++) {
+				done_locked(t, c->reqs[i]);
+				c->reqs[i] = NULL;
+			}
+			c->posted = 0;
+			return RT_OK;
+		}
 		/* Sum in member order into member 0's tensor, scale (dp), then copy out. */
 		RtTensor *acc = a->t;
 		for (int i = 1; i < c->n; i++)
@@ -523,6 +575,7 @@ const RtComm rt_comm_shm = {
 	.send = th_send,
 	.recv = th_recv,
 	.allreduce = th_allreduce,
+	.shard = th_shard,
 	.group_end = th_group_end,
 	.barrier = th_barrier,
 };

@@ -155,6 +155,8 @@ static int setup(RtRank *r)
 	int e = m->embed_stage;
 	for (int i = 0; i < in->nls; i++)
 		in->ls[i].b.embed = e >= 0 && in->local_of[e] >= 0 ? &in->ls[in->local_of[e]].b : NULL;
+	for (int i = 0; i < in->nls; i++)
+		in->ls[i].deps.dist = p->optim.distributed;
 	if (m->tied_head >= 0 && in->local_of[m->tied_head] >= 0 && in->local_of[e] >= 0)
 		in->ls[in->local_of[e]].deps.tied = 1;
 	/* A table tied across ranks: this rank's copy, summed with the other by TIEREDUCE. */
@@ -445,17 +447,30 @@ static int op_weights(RtRank *r, LStage *ls, int mb, int step, int lo, int hi)
 	return rt_wrong_w_end(r, &ls->b, keep) ? RT_EFAIL : rc;
 }
 
-static int op_optim(RtRank *r, LStage *ls, int step)
+/* The stage's step is over: the next starts afresh. */
+static void step_over(RtRank *r, LStage *ls)
 {
 	const Plan *p = r->w->plan;
+	memset(ls->state, 0, (size_t)p->microbatches);
+	if (ls->ps)
+		memset(ls->ps, 0, (size_t)p->microbatches * sizeof *ls->ps);
+	ls->deps = (PlanStageDeps){.tied = ls->deps.tied, .tie = ls->deps.tie, .dist = ls->deps.dist};
+}
+
+/* The stage's step ends with its ALLGATHER (a distributed optimizer at dp > 1). */
+static int gathers(RtRank *r)
+{
+	return rt_optim_dp(r) > 1;
+}
+
+static int op_optim(RtRank *r, LStage *ls, int step)
+{
 	const RtDevice *dev = r->dev;
 	if (rt_wrong_optim(r, &ls->b, step, 0) || rt_stage_optim(r, &ls->b, ls->b.grads) ||
 	    rt_wrong_optim(r, &ls->b, step, 1) || dev->zero(r, ls->b.grads))
 		return RT_EFAIL;
-	memset(ls->state, 0, (size_t)p->microbatches); // the next step starts afresh
-	if (ls->ps)
-		memset(ls->ps, 0, (size_t)p->microbatches * sizeof *ls->ps);
-	ls->deps = (PlanStageDeps){.tied = ls->deps.tied, .tie = ls->deps.tie};
+	if (!gathers(r))
+		step_over(r, ls);
 	return RT_OK;
 }
 
@@ -587,6 +602,29 @@ static int post_allreduce(RtRank *r, const PlanOp *o, int64_t i)
 	if (dep_rule(r, ls, o))
 		return RT_EFAIL;
 	return r->w->comm->allreduce(r, ls->b.grads, plan_ops[o->kind].over, 0, &msg);
+}
+
+/* The distributed optimizer's REDUCESCATTER of the stage's gradients (gather 0) or
+ * ALLGATHER of its updated parameters (gather 1), over the dp group. */
+static int post_shard(RtRank *r, const PlanOp *o, int64_t i, int gather)
+{
+	const Plan *p = r->w->plan;
+	if (group_open(r))
+		return RT_EFAIL;
+	RtMsg msg = msg_of(p, o, i, 1);
+	LStage *ls = local_stage(r, o->stage, gather ? "ALLGATHER of" : "REDUCESCATTER of");
+	if (!ls)
+		return RT_EFAIL;
+	int64_t want = r->model->st[o->stage].nparams * 4;
+	if (msg.bytes != want)
+		return rt_error(r, "%s of stage %s moves bytes=%lld, but its %s are %lld bytes",
+		                plan_ops[o->kind].name, p->stages[o->stage].name, (long long)msg.bytes,
+		                gather ? "parameters" : "gradients", (long long)want);
+	if (dep_rule(r, ls, o))
+		return RT_EFAIL;
+	if (gather)
+		step_over(r, ls);
+	return r->w->comm->shard(r, gather ? ls->b.params : ls->b.grads, gather, &msg);
 }
 
 /* A TIEREDUCE: the tied table's gradient, summed with its other copy's. */
@@ -721,6 +759,10 @@ static int run_op(RtRank *r, int64_t i, int step, int64_t *split)
 		return post_tiereduce(r, o, i);
 	case OP_TPREDUCE:
 		return op_tpreduce(r, o, i);
+	case OP_REDSCATTER:
+		return post_shard(r, o, i, 0);
+	case OP_ALLGATHER:
+		return post_shard(r, o, i, 1);
 	case OP_COUNT:
 		break;
 	}

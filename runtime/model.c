@@ -489,6 +489,16 @@ void rt_tensor_reclass(RtRank *r, RtTensor *t, int cls)
 	r->mem[cls] += t->bytes;
 }
 
+int64_t rt_shard(int64_t n, int dp, int i, int64_t *off, int64_t *len)
+{
+	if (dp <= 1)
+		i = 0; // one shard: all of it, whatever the rank's dp index
+	int64_t c = dp > 1 ? n / dp + (n % dp != 0) : n, o = c * i;
+	*off = o < n ? o : n;
+	*len = o < n ? (n - o < c ? n - o : c) : 0;
+	return c;
+}
+
 RtTensor rt_tensor_view(const RtTensor *parent, int64_t off, int64_t rows, int64_t cols)
 {
 	RtTensor v = *parent;

@@ -72,6 +72,7 @@ int rt_optim_resolve(const Plan *p, const RtOptions *o, PlanOptim *out, char *ms
 			e.lr = RT_DEFAULT_LR;
 	}
 	e.given = 1;
+	e.distributed = p->optim.distributed; // the plan's ops say how it steps
 	for (int h = 0; h < RT_HYPER_COUNT; h++) {
 		if (!(o->optim_set & RT_OPTIM_SET(h)))
 			continue;
@@ -118,6 +119,12 @@ void rt_optim_step_init(const PlanOptim *o, int64_t t, RtOptStep *s)
 	s->eps = (float)o->eps;
 }
 
+int rt_optim_dp(const RtRank *r)
+{
+	const Plan *p = r->w->plan;
+	return p->optim.distributed && r->rank != RT_REF_RANK ? p->dims[DIM_DP] : 1;
+}
+
 int rt_stage_optim(RtRank *r, RtStageBufs *b, const RtTensor *g)
 {
 	const PlanOptim *o = &r->w->optim;
@@ -125,7 +132,16 @@ int rt_stage_optim(RtRank *r, RtStageBufs *b, const RtTensor *g)
 	if (!fn)
 		return rt_error(r, "internal: the %s device has no %s step", r->dev->name,
 		                plan_optim_names[o->kind]);
-	RtOptStep s = {.w = b->params, .g = g, .m = b->m, .v = b->v};
+	/* A distributed optimizer steps the rank's shard alone, its state being the shard's. */
+	int64_t off, len, n = b->params->rows * b->params->cols;
+	rt_shard(n, rt_optim_dp(r), r->coord[DIM_DP], &off, &len);
+	RtTensor w = rt_tensor_view(b->params, off, 1, len), gs = rt_tensor_view(g, off, 1, len);
+	RtTensor m, v;
+	if (b->m)
+		m = rt_tensor_view(b->m, 0, 1, len);
+	if (b->v)
+		v = rt_tensor_view(b->v, 0, 1, len);
+	RtOptStep s = {.w = &w, .g = &gs, .m = b->m ? &m : NULL, .v = b->v ? &v : NULL};
 	rt_optim_step_init(o, ++b->t, &s);
-	return fn(r, &s);
+	return len ? fn(r, &s) : RT_OK;
 }

@@ -316,6 +316,13 @@ typedef struct {
 	 *                the embedding's rank first: the sum (TIEREDUCE)
 	 * (max is 0 over the others).  The part makes its groups when the rank opens. */
 	int (*allreduce)(RtRank *r, RtTensor *t, int over, int max, const RtMsg *m);
+	/* The distributed optimizer's collectives over the rank's dp group, on t (a stage's
+	 * flat gradients or parameters) cut into shards as rt_shard says (member i owns
+	 * [off_i, off_i + len_i)), alone in their group: gather 0, a reduce-scatter
+	 * (REDUCESCATTER): member i's shard becomes the dp average of every member's, in
+	 * member order where the part can choose, the rest of t undefined; gather 1, an
+	 * all-gather (ALLGATHER): every member's shard i becomes member i's. */
+	int (*shard)(RtRank *r, RtTensor *t, int gather, const RtMsg *m);
 	int (*group_end)(RtRank *r);
 	/* All ranks of the world (between steps, so steps are timed alike). */
 	int (*barrier)(RtRank *r);
@@ -424,6 +431,13 @@ int rt_world_bcast(RtWorld *w, void *buf, int64_t n);
  * new array (the caller frees it); collective under a multi-process launcher.  NULL
  * when one process holds every rank. */
 int rt_world_hosts(RtWorld *w, char **hosts);
+
+/* The shard of n parameters that dp-group member i of dp keeps under a distributed
+ * optimizer (docs/semantics.md "Data flow"): [*off, *off + *len), shards of
+ * plan_optim_shard's ceil(n / dp), the last ones shorter or empty.  Returns the shard's
+ * allocated size, ceil(n / dp).  With dp = 1 (or no distributed optimizer: dp given as
+ * 1) the whole of it. */
+int64_t rt_shard(int64_t n, int dp, int i, int64_t *off, int64_t *len);
 
 /* The rank, for parts. */
 RtWorld *rt_rank_world(const RtRank *r);

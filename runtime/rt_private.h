@@ -111,13 +111,17 @@ void rt_tensor_reclass(RtRank *r, RtTensor *t, int cls);
  * inside a recomputing B once its forward is rebuilt (docs/semantics.md "Memory"). */
 void rt_mem_sample(RtRank *r, int64_t op);
 RtTensor rt_tensor_view(const RtTensor *parent, int64_t off, int64_t rows, int64_t cols);
+/* The dp size rank r's optimizer shards over: the plan's dp under a distributed
+ * optimizer, else 1, and 1 for the --check reference, which steps whole (optim.c). */
+int rt_optim_dp(const RtRank *r);
 
 /* One stage's compute, shared by the interpreter and the reference.  `saved` holds a
  * microbatch's RtStageModel.nslots tensor pointers (each layer's from RtLayerAt.slot:
  * its input, its output gradient for W, its saved and held tensors). */
 typedef struct RtStageBufs {
 	RtTensor *params, *grads;  // flat
-	RtTensor *m, *v;           // optimizer state, params' shape (adamw; else NULL)
+	RtTensor *m, *v;           // optimizer state, params' shape (adamw; else NULL), or
+	                           // the rank's shard's (rt_shard) under a distributed optimizer
 	int64_t t;                 // optimizer steps taken
 	RtTensor *loss;            // 1 x microbatches, for the loss stage
 	float *host;               // scratch for synthetic data (rows x widest)

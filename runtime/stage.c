@@ -75,8 +75,9 @@ int rt_stage_bufs_open(RtRank *r, int s, RtStageBufs *b)
 	if (sm->loss && !(b->loss = rt_tensor_new(r, 1, p->microbatches, RT_MEM_TEMP)))
 		return RT_EFAIL;
 	int nstate = plan_optim_state_bytes(r->w->optim.kind) / 4; // f32 buffers: m, then v
-	if ((nstate >= 1 && (!(b->m = rt_tensor_new(r, 1, np, RT_MEM_OPTIM)) || r->dev->zero(r, b->m))) ||
-	    (nstate >= 2 && (!(b->v = rt_tensor_new(r, 1, np, RT_MEM_OPTIM)) || r->dev->zero(r, b->v))))
+	int64_t off, len, ns = rt_shard(np, rt_optim_dp(r), r->coord[DIM_DP], &off, &len);
+	if ((nstate >= 1 && (!(b->m = rt_tensor_new(r, 1, ns, RT_MEM_OPTIM)) || r->dev->zero(r, b->m))) ||
+	    (nstate >= 2 && (!(b->v = rt_tensor_new(r, 1, ns, RT_MEM_OPTIM)) || r->dev->zero(r, b->v))))
 		return RT_EFAIL;
 	const RtDevice *dev = r->dev;
 	RtTensor *state[3] = {b->params, b->m, b->v};

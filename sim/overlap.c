@@ -74,6 +74,9 @@ __attribute__((noinline)) static int compute_general(Sim *s, int r, int64_t i, c
 	k->cbind = REF(r, i);
 	if (plan_op_is_compute(o->kind) && produce(s, r, i, o, end))
 		return -1;
+	if (s->step_gather && (plan_ops[o->kind].makes & PLAN_DEP_STEP) &&
+	    sim_val_put(s, r, step_key(o->stage), end, REF(r, i), 1))
+		return -1;
 	return 1;
 }
 
@@ -188,7 +191,7 @@ static void sim_run_compute(Sim *s, int r)
 /* ---- the comm stream ---- */
 
 /* Whether the data of the group starting at op i is ready (its sends' tensors produced,
- * its all-reduce's last weight gradient done); the group's end in *end, the ready time
+ * its all-reduce's last weight gradient done, its all-gather's optimizer step done); the group's end in *end, the ready time
  * in *t, the entry of its send in *only when it has one (else NULL), in *p2p whether it
  * holds only SENDs and RECVs.  One pass: groups are short but this runs once per group. */
 static int group_ready(Sim *s, int r, int64_t i, int64_t *end, int64_t *t, int64_t *bind,
@@ -213,6 +216,10 @@ static int group_ready(Sim *s, int r, int64_t i, int64_t *end, int64_t *t, int64
 		} else if (plan_ops[o->kind].over == OP_OVER_TP) { // a part's output
 			coll = 1;
 			if (!(e = sim_val_find(s, r, tp_key(KEY_DATA, o->stage, o->dir, o->part, o->mb))))
+				return 0;
+		} else if (plan_ops[o->kind].needs & PLAN_DEP_STEP) { // an ALLGATHER: its OPTIM
+			coll = 1;
+			if (!(e = sim_val_find(s, r, step_key(o->stage))))
 				return 0;
 		} else { // a reduction of weight gradients (reduces_wgrad): every W of its stage
 			coll = 1;
@@ -314,7 +321,7 @@ __attribute__((always_inline)) static inline int group_done(Sim *s, int r, int64
 			if ((rc = tp_done(s, r, o)) < 0)
 				return -1;
 			any |= rc;
-		} else { // the stage's reduced weight gradients
+		} else if (reduces_wgrad(plan_op_kind(o))) { // the stage's reduced weight gradients
 			if (sim_val_put(s, r, reduced_key(over, o->stage), k->gmax, k->gmax_who, 1))
 				return -1;
 			any = 1;

@@ -97,9 +97,9 @@ int sim_report_summary(FILE *f, const Plan *p, const SimResult *res, const PlanM
 	put_us(f, res->makespan);
 	fprintf(f, " us\nbubble     %.2f %%\nbusy       %.2f %% (mean over ranks)\n",
 	        100.0 * res->bubble, 100.0 * sim_busy(res, -1));
-	/* model state: parameters, gradients (f32) and optimizer state of the rank's stages, as
-	 * the plan's per-rank figures give them (a tp rank's share) */
-	int state = plan_prec_param_bytes(p->prec) + plan_optim_state_bytes(p->optim.kind);
+	/* model state: parameters, gradients, master weights and optimizer state of the
+	 * rank's stages, as the plan's per-rank figures give them (a tp rank's share; the
+	 * rank's shard of the last two under a distributed optimizer) */
 	fprintf(f, "\n rank   busy %%   compute us      idle us   peak act bytes  peak act units"
 	           "  model state bytes\n");
 	for (int r = 0; r < res->world; r++) {
@@ -107,7 +107,7 @@ int sim_report_summary(FILE *f, const Plan *p, const SimResult *res, const PlanM
 		int64_t model = 0;
 		for (int s = 0; s < p->nstages; s++)
 			if (p->stages[s].pp == p->ranks[r].coord[DIM_PP])
-				model += p->stages[s].params * state;
+				model += plan_stage_state_bytes(p, s);
 		char busy[32], idle[32];
 		snprintf(busy, sizeof busy, "%" PRId64 ".%03d", rr->busy / 1000, (int)(rr->busy % 1000));
 		snprintf(idle, sizeof idle, "%" PRId64 ".%03d", rr->idle / 1000, (int)(rr->idle % 1000));
@@ -127,12 +127,14 @@ int sim_report_summary(FILE *f, const Plan *p, const SimResult *res, const PlanM
 			        res->links[i].transfers);
 	}
 	if (res->ncollectives) {
-		fprintf(f, "\nall-reduce (per dp group, and per pair holding a tied table's copies)\n");
+		int dist = p->optim.distributed; // a reduce-scatter and an all-gather a stage
+		fprintf(f, "\n%s (per dp group, and per pair holding a tied table's copies)\n",
+		        dist ? "reduce-scatter and all-gather" : "all-reduce");
 		for (int i = 0; i < res->ncollectives; i++)
-			fprintf(f, "  group of rank %d (%d ranks): %" PRId64 " bytes in %" PRId64
-			           " all-reduces\n",
+			fprintf(f, "  group of rank %d (%d ranks): %" PRId64 " bytes in %" PRId64 " %s\n",
 			        res->collectives[i].first_rank, res->collectives[i].members,
-			        res->collectives[i].bytes, res->collectives[i].count);
+			        res->collectives[i].bytes, res->collectives[i].count,
+			        dist ? "collectives" : "all-reduces");
 	}
 	if (res->ntp) {
 		fprintf(f, "\ntp all-reduce (per tp group, inside each stage)\n");

@@ -76,16 +76,28 @@ int sim_model_parse(const char *s)
 	return -1;
 }
 
-int64_t sim_allreduce_ns(const Plan *p, int n, int64_t bytes)
+/* A ring collective over n ranks in `steps` steps of bytes / n each: steps x latency
+ * plus steps / n x bytes at the bandwidth. */
+static int64_t ring_ns(const Plan *p, int n, int steps, int64_t bytes)
 {
 	if (p->link_ideal || n <= 1)
 		return 0;
-	double x = ceil(2.0 * (n - 1) / n * (double)bytes * 1e9 / p->bandwidth);
+	double x = ceil((double)steps / n * (double)bytes * 1e9 / p->bandwidth);
 	int64_t lat = p->latency_ns > INT64_MAX / (4 * (int64_t)n) ? INT64_MAX / 4
-	                                                           : 2 * (int64_t)(n - 1) * p->latency_ns;
+	                                                           : (int64_t)steps * p->latency_ns;
 	if (!(x < 4e18))
 		return INT64_MAX / 2;
 	return sat_add(lat, (int64_t)x);
+}
+
+int64_t sim_allreduce_ns(const Plan *p, int n, int64_t bytes)
+{
+	return ring_ns(p, n, 2 * (n - 1), bytes);
+}
+
+int64_t sim_coll_ns(const Plan *p, OpKind k, int n, int64_t bytes)
+{
+	return plan_ops[k].shard ? ring_ns(p, n, n - 1, bytes) : sim_allreduce_ns(p, n, bytes);
 }
 
 /* ---- verdicts found on the way ---- */
@@ -117,6 +129,7 @@ static void coll_arrive(Sim *s, Coll *c, int r, int64_t i, const PlanOp *o, int6
 		*c = (Coll){.n = c->n, .world_n = c->world_n, .members = c->members, .count = c->count,
 		            .total = c->total,
 		            .stage = o->stage, .mb = o->mb, .part = o->part, .dir = o->dir,
+		            .kind = o->kind,
 		            .bytes = plan_op_bytes(s->p, o), .maxpost = t, .last_who = REF(r, i), .first_rank = r,
 		            .first_op = i};
 	} else if (t >= c->maxpost) {
@@ -128,7 +141,7 @@ static void coll_arrive(Sim *s, Coll *c, int r, int64_t i, const PlanOp *o, int6
 	/* A line plan's groups hold line 0's member; the time is the world group's. */
 	int64_t ns = tp ? (s->p->line ? plan_tp_allreduce_ns(s->p, c->members[0], c->bytes)
 	                              : plan_allreduce_ns(s->p, c->members, c->n, c->bytes))
-	                : sim_allreduce_ns(s->p, c->world_n, c->bytes);
+	                : sim_coll_ns(s->p, (OpKind)c->kind, c->world_n, c->bytes);
 	int64_t end = sat_add(c->maxpost, ns);
 	c->arrived = 0;
 	c->count++;
@@ -141,7 +154,8 @@ static void coll_arrive(Sim *s, Coll *c, int r, int64_t i, const PlanOp *o, int6
 	}
 }
 
-/* A collective: an ALLREDUCE over the rank's dp group, or a TIEREDUCE over the pair
+/* A collective: an ALLREDUCE, REDUCESCATTER or ALLGATHER over the rank's dp group
+ * (every member's k-th one of the same kind and stage), or a TIEREDUCE over the pair
  * holding the two copies of a tied table (their stages differ: the embedding's and the
  * head's).  It completes when every member has posted, after the link model's time.
  * Not inlined, as post_tpreduce: rare, kept out of sim_post_group's loop over p2p ops. */
@@ -154,9 +168,12 @@ __attribute__((noinline)) static void post_allreduce(Sim *s, int r, int64_t i, c
 		return;
 	}
 	Coll *c = &s->coll[g];
-	if (c->arrived && ((o->stage != c->stage && !tie) || plan_op_bytes(s->p, o) != c->bytes)) {
+	if (c->arrived && ((o->stage != c->stage && !tie) || o->kind != c->kind ||
+	                   plan_op_bytes(s->p, o) != c->bytes)) {
 		sim_mismatch(s, c->first_rank, c->first_op, r, i,
 		             tie ? "the two copies of a tied table are reduced with different sizes"
+		             : o->kind != c->kind
+		                 ? "members of a dp group run different collectives at the same point"
 		             : o->stage != c->stage
 		                 ? "members of a dp group all-reduce different stages at the same point"
 		                 : "members of a dp group all-reduce different sizes");
@@ -209,6 +226,10 @@ int64_t sim_post_group(Sim *s, int r, int64_t i, int64_t end, int64_t t, int tak
 		const PlanOp *o = &ops[x];
 		if (s->coll_kinds >> o->kind & 1) {
 			record(s, r, x, t, -1, k->bind);
+			Value *e;
+			if (take && (plan_ops[o->kind].needs & PLAN_DEP_STEP) &&
+			    (e = sim_val_find(s, r, step_key(o->stage))))
+				val_use(s, r, e); // an ALLGATHER takes its OPTIM's step
 			if (plan_ops[o->kind].over == OP_OVER_TP)
 				post_tpreduce(s, r, x, o, t);
 			else

@@ -24,6 +24,7 @@ enum {
 	KEY_RECV = 1, // a completed RECV (dir, edge, mb): what a compute op consumes
 	KEY_DATA = 2, // a produced tensor (dir, stage, mb): what a SEND transmits
 	KEY_AR = 3,   // a stage's reduced weight gradients (reduced_key): what OPTIM consumes;
+	              // its step done (step_key), what its ALLGATHER consumes;
 	              // with tp > 1 also a TPREDUCE's result (tp_key)
 };
 
@@ -106,6 +107,7 @@ typedef struct {
 	int stage;
 	int64_t bytes;
 	int mb, part, dir;  // a tp group's: the TPREDUCE being posted (matched by these)
+	int kind;           // OpKind of the collective being posted
 	int64_t maxpost, last_who; // latest arrival and who it was
 	int first_rank;
 	int64_t first_op;
@@ -211,6 +213,8 @@ typedef struct {
 	 * kept as ends are written (each op's end is written once) so that the critical
 	 * path need not scan every op's time. */
 	int64_t last_end, last_ref;
+	int step_gather;     // overlap: the plan's steps end in ALLGATHERs, which wait for
+	                     // their OPTIM's step_key (a distributed optimizer at dp > 1)
 	int failed;          // a mismatch or out of memory stopped the run
 	int oom;
 } Sim;
@@ -242,7 +246,22 @@ static inline uint64_t reduced_key(int over, int stage)
 	return hkey(KEY_AR, over == OP_OVER_TIE, stage, 0);
 }
 
-/* Whether kind k reduces a stage's weight gradients across ranks (ALLREDUCE, TIEREDUCE):
+/* The key of a stage's optimizer step done (OPTIM), what its ALLGATHER (distributed
+ * optimizer) waits for on the comm stream: reduced_key's type with microbatch 1. */
+static inline uint64_t step_key(int stage)
+{
+	return hkey(KEY_AR, 0, stage, 1);
+}
+
+/* Whether kind k is a collective over the dp group or a tied pair (a rank's posted one
+ * is SimRank.ar_op); the other collective, over tp, is tp_op. */
+static inline int coll_ar(OpKind k)
+{
+	return plan_op_is_coll(k) && plan_ops[k].over != OP_OVER_TP;
+}
+
+/* Whether kind k reduces a stage's weight gradients across ranks (ALLREDUCE,
+ * REDUCESCATTER, TIEREDUCE):
  * a collective that waits for every W of its stage.  Its result is reduced_key's, a
  * rank's posted one SimRank.ar_op.  The other collective, over tp, reduces a part. */
 static inline int reduces_wgrad(OpKind k)

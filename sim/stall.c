@@ -94,13 +94,20 @@ static int want_wgrad(const PlanOp *o, const void *arg)
 	return (plan_ops[o->kind].makes & PLAN_DEP_WGRAD) && (uint64_t)o->stage == w->key;
 }
 
+/* The OPTIM of the stage in arg's key. */
+static int want_step(const PlanOp *o, const void *arg)
+{
+	return (plan_ops[o->kind].makes & PLAN_DEP_STEP) &&
+	       (uint64_t)o->stage == ((const Want *)arg)->key;
+}
+
 /* Whether op i of rank r (in its posted group) is still unmatched. */
 static int unmatched(Sim *s, int r, int64_t i)
 {
 	const PlanOp *o = &s->p->ranks[r].ops[i];
 	if (plan_ops[o->kind].over == OP_OVER_TP)
 		return s->rk[r].tp_op == i;
-	if (reduces_wgrad(plan_op_kind(o)))
+	if (coll_ar(plan_op_kind(o)))
 		return s->rk[r].ar_op == i;
 	if (plan_ops[o->kind].sends && s->opt.eager)
 		return 0;
@@ -219,6 +226,11 @@ static int agent_edge(Sim *s, int a, int idx, SimWait *w, int *to)
 					continue;
 				wt.op = o;
 				y = find_op(p, r, k->cpc, 0, want_tp_part, &wt);
+			} else if (in->needs & PLAN_DEP_STEP) { // an ALLGATHER: its OPTIM
+				if (sim_val_find(s, r, step_key(o->stage)))
+					continue;
+				wt.key = (uint64_t)o->stage;
+				y = find_op(p, r, k->cpc, 0, want_step, &wt);
 			} else if (reduces_wgrad(o->kind)) {
 				int ls = local_stage(s, r, o->stage);
 				if (ls < 0 || k->wdone[ls] >= p->microbatches)
@@ -247,7 +259,7 @@ static int agent_edge(Sim *s, int a, int idx, SimWait *w, int *to)
 				return 1;
 			continue;
 		}
-		if (reduces_wgrad(o->kind)) {
+		if (coll_ar(o->kind)) {
 			int g = s->collof[over][r];
 			if (g < 0) // a TIEREDUCE on a rank without a tied table
 				continue;

@@ -553,7 +553,7 @@ static int64_t move_ns(const Plan *p, int r, const PlanOp *o)
 	int64_t b = plan_op_bytes(p, o);
 	switch (plan_ops[o->kind].over) {
 	case OP_OVER_DP:
-		return sim_allreduce_ns(p, p->dims[DIM_DP], b);
+		return sim_coll_ns(p, plan_op_kind(o), p->dims[DIM_DP], b);
 	case OP_OVER_TIE:
 		return sim_allreduce_ns(p, 2, b);
 	case OP_OVER_TP:

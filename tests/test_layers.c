@@ -582,9 +582,12 @@ static void layers__plan_reader__located_errors(void **state)
 {
 	(void)state;
 	Plan *p = compile_plan(slurp("examples/gpt-tiny.pipe"));
-	p->optim = (PlanOptim){OPTIM_MOMENTUM, 1, 2e-3, 0, 0, 0, 0, 0.85};
+	p->optim = (PlanOptim){.kind = OPTIM_MOMENTUM, .given = 1, .lr = 2e-3, .momentum = 0.85};
 	round_trip(p, "gpt-tiny with momentum");
-	p->optim = (PlanOptim){OPTIM_ADAMW, 1, 1e-3, 0.9, 0.95, 1e-8, 0.1, 0};
+	p->optim.distributed = 1;
+	round_trip(p, "gpt-tiny with a distributed momentum optimizer");
+	p->optim = (PlanOptim){.kind = OPTIM_ADAMW, .given = 1, .lr = 1e-3, .beta1 = 0.9,
+	                       .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
 	char *plan = NULL;
 	size_t len = 0;
 	FILE *f = open_memstream(&plan, &len);
@@ -606,6 +609,7 @@ static void layers__plan_reader__located_errors(void **state)
 	read_broken(plan, "vocab=512", "vocab=0", "out of range");
 	read_broken(plan, "optimizer adamw", "optimizer adam", "unknown optimizer 'adam'");
 	read_broken(plan, "beta2=0.95", "beta2=2", "beta2= must be a number in [0, 1]");
+	read_broken(plan, "weight_decay=0.1", "weight_decay=0.1 distributedly", "unexpected text");
 	read_broken(plan, "pipecc-plan 1", "pipecc-plan 4", "version 4 is not supported");
 	free(plan);
 	plan_free(p);

@@ -187,20 +187,23 @@ static int64_t stage_params(const Plan *p, int pp)
 }
 
 /* The static classes per parameter: Megatron's 18 bytes for bf16 with Adam, and each
- * optimizer's state on top of the regime's 10 (bf16) or 8 (f32) bytes. */
+ * optimizer's state on top of the regime's 10 (bf16) or 8 (f32) bytes; a distributed
+ * optimizer keeps the master weights and state of its shard, ceil(params / dp). */
 static void prec__static_bytes__per_parameter(void **state)
 {
 	(void)state;
 	const struct {
 		const char *prec, *optim;
-		int param, grad, master, opt;
+		int param, grad, master, opt, dist;
 	} rows[] = {
-		{"precision bf16;\n", "optimizer adamw;\n", 2, 4, 4, 8},
-		{"precision bf16;\n", "optimizer momentum;\n", 2, 4, 4, 4},
-		{"precision bf16;\n", "", 2, 4, 4, 0},
-		{"precision f32;\n", "optimizer adamw;\n", 4, 4, 0, 8},
-		{"", "optimizer adamw;\n", 4, 4, 0, 8},
-		{"precision tf32;\n", "optimizer momentum;\n", 4, 4, 0, 4},
+		{"precision bf16;\n", "optimizer adamw distributed;\n", 2, 4, 4, 8, 1},
+		{"", "optimizer momentum lr=0.1 distributed;\n", 4, 4, 0, 4, 1},
+		{"precision bf16;\n", "optimizer adamw;\n", 2, 4, 4, 8, 0},
+		{"precision bf16;\n", "optimizer momentum;\n", 2, 4, 4, 4, 0},
+		{"precision bf16;\n", "", 2, 4, 4, 0, 0},
+		{"precision f32;\n", "optimizer adamw;\n", 4, 4, 0, 8, 0},
+		{"", "optimizer adamw;\n", 4, 4, 0, 8, 0},
+		{"precision tf32;\n", "optimizer momentum;\n", 4, 4, 0, 4, 0},
 	};
 	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
 		Plan *p = two(rows[i].prec, rows[i].optim);
@@ -211,11 +214,34 @@ static void prec__static_bytes__per_parameter(void **state)
 			assert_true(n > 0);
 			assert_int_equal(m.params, n * rows[i].param);
 			assert_int_equal(m.grads, n * rows[i].grad);
-			assert_int_equal(m.master, n * rows[i].master);
-			assert_int_equal(m.optim, n * rows[i].opt);
+			int64_t shard = rows[i].dist ? (n + 1) / 2 : n; // dp = 2
+			assert_int_equal(m.master, shard * rows[i].master);
+			assert_int_equal(m.optim, shard * rows[i].opt);
 			assert_true(m.peak >= m.params + m.grads + m.master + m.optim + m.saved);
 		}
 		plan_free(p);
+	}
+	PlanOptim o = plan_optim_default(OPTIM_ADAMW);
+	assert_int_equal(plan_optim_shard(&o, 7, 2), 7);
+	o.distributed = 1;
+	assert_int_equal(plan_optim_shard(&o, 7, 2), 4);
+	assert_int_equal(plan_optim_shard(&o, 9, 3), 3);
+	assert_int_equal(plan_optim_shard(&o, 7, 1), 7);
+	/* piperun's shards: ceil(n / dp) each, the last shorter or empty; one shard (dp 1)
+	 * is all of it whatever the rank's dp index */
+	const struct {
+		int64_t n;
+		int dp, i;
+		int64_t off, len, size;
+	} sh[] = {{10, 1, 1, 0, 10, 10}, {10, 3, 0, 0, 4, 4}, {10, 3, 1, 4, 4, 4},
+	          {10, 3, 2, 8, 2, 4},   {5, 4, 2, 4, 1, 2},   {5, 4, 3, 5, 0, 2}};
+	for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++) {
+		int64_t off, len;
+		assert_int_equal(rt_shard(sh[i].n, sh[i].dp, sh[i].i, &off, &len), sh[i].size);
+		assert_int_equal(off, sh[i].off);
+		assert_int_equal(len, sh[i].len);
+		o.distributed = 1;
+		assert_int_equal(plan_optim_shard(&o, sh[i].n, sh[i].dp), sh[i].size);
 	}
 }
 
@@ -248,6 +274,16 @@ static void prec__messages__at_their_type(void **state)
 	/* tp: rank 0 (stage s0: the embedding's and the attention's forward sums, the
 	 * attention's backward sum, 32 rows x 32 floats each, per microbatch) */
 	assert_int_equal(op_bytes(b, 0, OP_TPREDUCE) * 2, op_bytes(f, 0, OP_TPREDUCE));
+	/* the distributed optimizer reduce-scatters the f32 gradients and all-gathers the
+	 * parameters at their type */
+	Plan *d = two("precision bf16;\n", "optimizer adamw distributed;\n");
+	for (int r = 0; r < d->world; r++) {
+		int64_t n = stage_params(d, d->ranks[r].coord[DIM_PP]);
+		assert_int_equal(op_bytes(d, r, OP_ALLREDUCE), 0);
+		assert_int_equal(op_bytes(d, r, OP_REDSCATTER), n * 4);
+		assert_int_equal(op_bytes(d, r, OP_ALLGATHER), n * 2);
+	}
+	plan_free(d);
 	/* the last stage's cross-entropy all-reduces 3 f32 a row in either regime: the
 	 * difference between the regimes is the activation sums alone (swiglu F and B, the
 	 * head's B: 3 x 32 x 32 floats a microbatch, two bytes fewer each) */
@@ -321,6 +357,15 @@ static void prec__plan_line__round_trips_and_refused_by_piperun(void **state)
 	t = text_of(g, &n);
 	assert_null(strstr(t, "precision")); // f32: no line, plans as before
 	assert_null(rt_device_check(&rt_device_cpu, g, err, sizeof err));
+	free(t);
+	plan_free(g);
+	g = two("", "optimizer adamw distributed;\n"); // dp = 2, f32: piperun runs it
+	t = text_of(g, &n);
+	assert_non_null(strstr(t, " distributed\n"));
+	q = reread(t, n);
+	assert_true(q->optim.distributed && same_text(g, q));
+	assert_null(rt_device_check(&rt_device_cpu, q, err, sizeof err));
+	plan_free(q);
 	free(t);
 	plan_free(g);
 	plan_free(p);

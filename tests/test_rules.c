@@ -81,6 +81,13 @@ static Plan *chain_dp(void)
 	return good(program(2, 2, 2, 2, NULL), "gpipe");
 }
 
+/* chain_dp with the distributed optimizer: each rank ends with REDUCESCATTER, OPTIM,
+ * ALLGATHER. */
+static Plan *chain_dist(void)
+{
+	return good(program(2, 2, 2, 2, "optimizer adamw distributed;"), "gpipe");
+}
+
 /* Four stages on pp=2 in a V: rank 1 holds s1 and s2, joined by edge 1, handed over
  * locally or (self) sent to self, each SEND to self and its RECV in one group. */
 static Plan *vee(int self)
@@ -537,6 +544,18 @@ static Plan *bad_DEP_SECOND_W(void)
 	return p;
 }
 
+/* Both members of stage 0's dp group cut before their ALLGATHER. */
+static Plan *bad_NEVER_GATHERED(void)
+{
+	Plan *p = chain_dist();
+	for (int r = 0; r < 2; r++) {
+		PlanRank *rk = &p->ranks[r];
+		assert_int_equal(rk->ops[rk->nops - 1].kind, OP_ALLGATHER);
+		rk->nops--;
+	}
+	return p;
+}
+
 static Plan *bad_DEP_W_EARLY(void)
 {
 	Plan *p = chain();
@@ -638,6 +657,64 @@ static Plan *bad_DEP_REDUCE_DP1(void)
 	PlanOp t = {.kind = OP_ALLREDUCE, .stage = 0, .mb = -1, .peer = -1,
 	            .route = size_route(p, OP_ALLREDUCE, p->stages[0].params * 4)};
 	insert_op(p, 0, nth_op(p, 0, OP_OPTIM, 0), t, 0);
+	return p;
+}
+
+static Plan *bad_DEP_SCATTER_DP1(void)
+{
+	Plan *p = good(program(2, 2, 1, 2, "optimizer adamw distributed;"), "gpipe");
+	PlanOp t = {.kind = OP_REDSCATTER, .stage = 0, .mb = -1, .peer = -1,
+	            .route = size_route(p, OP_REDSCATTER, p->stages[0].params * 4)};
+	insert_op(p, 0, nth_op(p, 0, OP_OPTIM, 0), t, 0);
+	return p;
+}
+
+static Plan *bad_DEP_GATHER_DP1(void)
+{
+	Plan *p = good(program(2, 2, 1, 2, "optimizer adamw distributed;"), "gpipe");
+	PlanOp t = {.kind = OP_ALLGATHER, .stage = 0, .mb = -1, .peer = -1,
+	            .route = size_route(p, OP_ALLGATHER, p->stages[0].params * 4)};
+	insert_op(p, 0, p->ranks[0].nops, t, 0);
+	return p;
+}
+
+/* The ALLGATHER moved before its OPTIM on both members of the dp group. */
+static Plan *bad_DEP_GATHER_EARLY(void)
+{
+	Plan *p = chain_dist();
+	for (int r = 0; r < 2; r++) {
+		int64_t i = nth_op(p, r, OP_ALLGATHER, 0);
+		assert_int_equal(p->ranks[r].ops[i - 1].kind, OP_OPTIM);
+		swap_ops(p, r, i - 1, i);
+	}
+	return p;
+}
+
+/* A plain plan whose stage-0 ALLREDUCE says REDUCESCATTER on both members. */
+static Plan *bad_DEP_SHARD_PLAIN(void)
+{
+	Plan *p = chain_dp();
+	for (int r = 0; r < 2; r++)
+		op_of(p, r, OP_ALLREDUCE, 0)->kind = OP_REDSCATTER;
+	return p;
+}
+
+/* A distributed plan whose REDUCESCATTER says ALLREDUCE on both members. */
+static Plan *bad_DEP_PLAIN_SHARD(void)
+{
+	Plan *p = chain_dist();
+	for (int r = 0; r < 2; r++)
+		op_of(p, r, OP_REDSCATTER, 0)->kind = OP_ALLREDUCE;
+	return p;
+}
+
+static Plan *bad_DEP_GATHER_SIZE(void)
+{
+	Plan *p = chain_dist();
+	for (int r = 0; r < 2; r++) {
+		PlanOp *o = op_of(p, r, OP_ALLGATHER, 0);
+		o->route = size_route(p, OP_ALLGATHER, plan_op_bytes(p, o) + 4);
+	}
 	return p;
 }
 
@@ -840,6 +917,7 @@ static Plan *(*const cases[PLAN_RULE_COUNT])(void) = {
 	CASE(OP_PLACED),
 	CASE(NEVER_RUNS),
 	CASE(NEVER_REDUCED),
+	CASE(NEVER_GATHERED),
 	CASE(NEVER_OPTIM),
 	CASE(DEP_SECOND_F),
 	CASE(DEP_SECOND_BACKWARD),
@@ -855,6 +933,12 @@ static Plan *(*const cases[PLAN_RULE_COUNT])(void) = {
 	CASE(DEP_BEFORE_HEAD_W),
 	CASE(DEP_BEFORE_TIE),
 	CASE(DEP_REDUCE_DP1),
+	CASE(DEP_SCATTER_DP1),
+	CASE(DEP_GATHER_DP1),
+	CASE(DEP_GATHER_EARLY),
+	CASE(DEP_SHARD_PLAIN),
+	CASE(DEP_PLAIN_SHARD),
+	CASE(DEP_GATHER_SIZE),
 	CASE(DEP_OPTIM_UNREDUCED),
 	CASE(DEP_PART_NO_REDUCE),
 	CASE(DEP_NO_PART),
@@ -940,7 +1024,9 @@ static void rules__op_table_phrases__each_a_row(void **state)
  * (its pair's other rank), no other op.  The fields: a comm op has a group and
  * bytes, a p2p op a route, a peer and a direction; a TPREDUCE (over tp) ends a part,
  * so it has a microbatch, a part and a direction, a TIEREDUCE a peer; a compute op has
- * a microbatch, and a part where it is parted.  plan_op_of_over finds each collective. */
+ * a microbatch, and a part where it is parted.  plan_op_of_over finds the first
+ * collective over each communicator (the dp group's plain ALLREDUCE); the distributed
+ * optimizer's two (shard) are over dp too. */
 static void rules__op_table_columns__agree(void **state)
 {
 	(void)state;
@@ -960,8 +1046,10 @@ static void rules__op_table_columns__agree(void **state)
 		    (p2p || tp) != !!(f & OP_FIELD_DIR) || (o->parted || tp) != !!(f & OP_FIELD_PART) ||
 		    (compute || p2p || tp) != !!(f & OP_FIELD_MB))
 			fail_msg("%s: its fields disagree with its other columns", o->name);
-		if (coll && plan_op_of_over(o->over) != (OpKind)k)
+		if (coll && !o->shard && plan_op_of_over(o->over) != (OpKind)k)
 			fail_msg("%s: plan_op_of_over does not find it", o->name);
+		if (o->shard && (o->over != OP_OVER_DP || !coll))
+			fail_msg("%s: a distributed optimizer's op is not a dp collective", o->name);
 	}
 	assert_true(plan_op_has_peer(OP_TIEREDUCE) && !plan_op_has_peer(OP_ALLREDUCE) &&
 	            !plan_op_has_peer(OP_TPREDUCE) && !plan_op_has_peer(OP_OPTIM));

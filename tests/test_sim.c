@@ -222,6 +222,78 @@ static void sim__link_costs__transfer_and_allreduce_times(void **state)
 	plan_free(p);
 }
 
+/* Rank r's first op of kind k, or -1. */
+static int64_t first_op(const Plan *p, int r, int k)
+{
+	for (int64_t i = 0; i < p->ranks[r].nops; i++)
+		if (p->ranks[r].ops[i].kind == k)
+			return i;
+	return -1;
+}
+
+/* The distributed optimizer: a REDUCESCATTER and an ALLGATHER each take half the
+ * all-reduce's ring over their whole buffer (f32 gradients, parameters at the
+ * precision's bytes: in f32 the pair costs the all-reduce, in bf16 less), in order
+ * (reduce-scatter, step, all-gather) in both models; members that post different
+ * collectives at the same point are a mismatch. */
+static void sim__distributed_optimizer__half_rings_in_order(void **state)
+{
+	(void)state;
+	const char *link = "latency=1us bandwidth=1GB/s"; // 1 ns a byte
+	for (int bf16 = 0; bf16 < 2; bf16++) {
+		const char *extra = bf16 ? "precision bf16;\noptimizer adamw;" : "optimizer adamw;";
+		const char *dist = bf16 ? "precision bf16;\noptimizer adamw distributed;"
+		                        : "optimizer adamw distributed;";
+		Plan *plain = compile_text(program_text(1, 1, 4, 2, "gpipe", "f=1 b=1 w=1", link, extra),
+		                           NULL);
+		Plan *p = compile_text(program_text(1, 1, 4, 2, "gpipe", "f=1 b=1 w=1", link, dist), NULL);
+		assert_non_null(plain);
+		assert_non_null(p);
+		int64_t g = p->stages[0].params * 4, w = p->stages[0].params * (bf16 ? 2 : 4);
+		int64_t rs = 3000 + g * 3 / 4, ag = 3000 + w * 3 / 4;
+		assert_int_equal(sim_coll_ns(p, OP_REDSCATTER, 4, g), rs);
+		assert_int_equal(sim_coll_ns(p, OP_ALLGATHER, 4, w), ag);
+		assert_int_equal(sim_coll_ns(p, OP_ALLREDUCE, 4, g), sim_allreduce_ns(p, 4, g));
+		for (int model = 0; model < SIM_MODEL_COUNT; model++) {
+			SimOptions o = {.model = model, .record_ops = SIM_RECORD_ALL};
+			SimResult a, b;
+			assert_int_equal(sim_run(plain, &o, &a), 0);
+			assert_int_equal(sim_run(p, &o, &b), 0);
+			int64_t compute = 3 * 2 * 1000; // gpipe, 2 microbatches of f, b, w
+			assert_int_equal(a.makespan, compute + sim_allreduce_ns(p, 4, g));
+			assert_int_equal(b.makespan, compute + rs + ag);
+			if (!bf16)
+				assert_int_equal(a.makespan, b.makespan);
+			for (int r = 0; r < p->world; r++) {
+				int64_t i = first_op(p, r, OP_REDSCATTER), j = first_op(p, r, OP_OPTIM);
+				int64_t k = first_op(p, r, OP_ALLGATHER);
+				assert_true(i >= 0 && i < j && j < k);
+				SimOpTime ti = sim_op_time(&b, r, i), tj = sim_op_time(&b, r, j);
+				SimOpTime tk = sim_op_time(&b, r, k);
+				assert_int_equal(ti.end - ti.start, rs);
+				assert_int_equal(tk.end - tk.start, ag);
+				assert_true(tj.start >= ti.end && tk.start >= tj.end);
+			}
+			sim_result_free(&a);
+			sim_result_free(&b);
+		}
+		plan_free(plain);
+		if (bf16) {
+			plan_free(p);
+			continue;
+		}
+		/* Rank 1 all-reduces where its group reduce-scatters: a mismatch, both named. */
+		p->ranks[1].ops[first_op(p, 1, OP_REDSCATTER)].kind = OP_ALLREDUCE;
+		SimResult c;
+		SimOptions o = {.model = SIM_STRICT};
+		assert_int_equal(sim_run(p, &o, &c), 1);
+		assert_int_equal(c.verdict, SIM_MISMATCH);
+		assert_contains(c.message, "run different collectives at the same point");
+		sim_result_free(&c);
+		plan_free(p);
+	}
+}
+
 static void sim__overlap_model__hides_transfers_strict_does_not(void **state)
 {
 	(void)state;
@@ -964,6 +1036,7 @@ int main(void)
 	    cmocka_unit_test(sim__times_past_48_bits__kept_exact),
 	    cmocka_unit_test(sim__saturated_times__report_sums_saturate),
 	    cmocka_unit_test(sim__overlap_model__hides_transfers_strict_does_not),
+	    cmocka_unit_test(sim__distributed_optimizer__half_rings_in_order),
 	    cmocka_unit_test(sim__bad_corpus__verifier_names_both_ops),
 	    cmocka_unit_test(sim__bad_corpus__deadlocks_with_cycle),
 	    cmocka_unit_test(sim__tp_plans__collectives_and_cycles),

@@ -133,9 +133,10 @@ static void write__format_op__spells_every_kind_as_written(void **state)
 	                          "stage s0 { embed 32 positions; attention heads=2 bias; }\n"
 	                          "stage s1 { mlp 64 bias; layernorm; head tied; loss xent; }\n"
 	                          "schedule 1f1b;\n";
-	static const char *const sched[] = {"schedule zbh1;", "schedule 1f1b;"};
+	static const char *const sched[] = {"schedule zbh1;", "schedule 1f1b;",
+	                                    "schedule 1f1b;\noptimizer sgd distributed;"};
 	int64_t seen[OP_COUNT] = {0};
-	for (int s = 0; s < 2; s++) {
+	for (int s = 0; s < 3; s++) {
 		char *with = with_schedule(src, sched[s]);
 		Plan *p = compile_pipe(with, (PipeccOptions){0}, NULL, 0); // every world rank
 		assert_non_null(p);

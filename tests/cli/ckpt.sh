@@ -215,6 +215,11 @@ has "another model: the first tensor that differs" "$dir/err" \
 t "another optimizer is refused" 1 "$BIN/piperun" "$dir/model.plan" --optimizer sgd \
 	--resume "$dir/base-ck"
 has "another optimizer: says which" "$dir/err" "saved with the adamw optimizer, and this run's is sgd"
+sed 's/^schedule .*/optimizer adamw distributed;\n&/' "$dir/dp2.pipe" >"$dir/zero.pipe"
+"$BIN/pipecc" "$dir/zero.pipe" -o "$dir/zero.plan"
+t "a distributed optimizer is refused" 1 "$BIN/piperun" "$dir/zero.plan" --save "$dir/zero"
+has "a distributed optimizer: says why" "$dir/err" \
+	"zero.plan: error: --save: the plan's optimizer is distributed (each dp rank holds a shard of its state), which checkpoints do not store yet"
 t "--save-every needs --save" 2 "$BIN/piperun" "$dir/model.plan" --save-every 2
 t "--resume takes no --check" 2 "$BIN/piperun" "$dir/model.plan" --check --resume "$dir/base-ck"
 t "--resume takes no --seed" 2 "$BIN/piperun" "$dir/model.plan" --seed 3 --resume "$dir/base-ck"

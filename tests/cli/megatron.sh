@@ -2,7 +2,7 @@
 # pipecc's per-rank weights and optimizer bytes against Megatron-LM's own
 # megatron/training/theoretical_memory_usage.py (commit d98e8a6, run by hand on the
 # two configurations below: docs/semantics.md "Against Megatron's formula").  bf16 with
-# AdamW and no distributed optimizer is 18 bytes a parameter on both sides; the
+# AdamW is 18 bytes a parameter on both sides, 6 + 12/dp with the distributed optimizer; the
 # parameter counts differ only by the tensors the formula leaves out, each named here.
 : "${BIN:=bin}"
 TOOL=megatron
@@ -51,6 +51,16 @@ p0=$((1437894144 + 25165824 + 6 * 35328 - 1536))
 has "GPT-3 175B: stage 0 holds Megatron's shard + positions + biases - norm share" \
 	"$dir/out" "^s0 *0 *$p0 .* $((p0 * 18))$"
 has "GPT-3 175B: 18 bytes a parameter" "$dir/out" "(18 bytes a parameter with the optimizer"
+# With the distributed optimizer the formula gives 6 + 12/8 = 7.5 bytes a parameter:
+# 10,784,206,080 bytes for its shard; pipecc's stage 0 holds bf16 parameters and f32
+# gradients whole (6 bytes each) and 1/8 of the master weights and AdamW state (12)
+sed 's/^optimizer adamw;/optimizer adamw distributed;/' "$dir/gpt3.pipe" >"$dir/gpt3d.pipe"
+t "GPT-3 175B, distributed optimizer: summary" 0 "$BIN/pipecc" "$dir/gpt3d.pipe" --emit summary
+has "GPT-3 175B, distributed: 6 + 12/8 bytes a parameter on stage 0" \
+	"$dir/out" "^s0 *0 *$p0 .* $((p0 * 6 + (p0 + 7) / 8 * 12))$"
+check "... which is the formula's 7.5 bytes a parameter" \
+	"$([ $((p0 * 6 + (p0 + 7) / 8 * 12)) -eq $((p0 * 15 / 2)) ]; echo $?)" "$p0"
+has "... and the summary says so" "$dir/out" "sharded over dp=8 (6 + 12/8 bytes a parameter)"
 
 # Llama-2-70B: 80 layers, h 8192, 64 heads, 8 key/value groups, SwiGLU 28672, RMSNorm,
 # s 4096, vocabulary 32000, untied, tp 8, pp 8, dp 8
@@ -77,6 +87,11 @@ t "Llama-2-70B summary" 0 "$BIN/pipecc" "$dir/llama.pipe" --emit summary
 p0=$((1102480384 - 1024))
 has "Llama-2-70B: stage 0 holds Megatron's shard - norm share" \
 	"$dir/out" "^s0 *0 *$p0 .* $((p0 * 18))$"
+# distributed: the formula's 8,268,602,880 bytes less 7.5 x its norm share (7,680)
+sed 's/^optimizer adamw;/optimizer adamw distributed;/' "$dir/llama.pipe" >"$dir/llamad.pipe"
+t "Llama-2-70B, distributed optimizer: summary" 0 "$BIN/pipecc" "$dir/llamad.pipe" --emit summary
+has "Llama-2-70B, distributed: the formula's bytes less the norm share's" \
+	"$dir/out" "^s0 *0 *$p0 .* $((8268602880 - 7680))$"
 sed 's/^mesh pp=8 dp=8 tp=8;/mesh pp=8 dp=8;/' "$dir/llama.pipe" >"$dir/llama1.pipe"
 t "Llama-2-70B at tp=1 summary" 0 "$BIN/pipecc" "$dir/llama1.pipe" --emit summary
 has "Llama-2-70B: 68,976,648,192 parameters, the published 69.0B in closed form" "$dir/out" \
