@@ -187,140 +187,144 @@ static int write_file(const char *path, const void *buf, size_t n)
 	return close(fd) || rc ? -1 : 0;
 }
 
-/* Rank r's file of the checkpoint after step `step` into tmp: its stages' tensors
- * (downloaded from its device), and its lines of the manifest in rank<R>.list. */
-static int write_rank(RtRank *r, const char *tmp, int64_t step, int n, const int *stages,
-                      RtStageBufs *const *bufs)
+/* A rank's part of a checkpoint in memory: its stages' entries and their state on the
+ * host (host[3 * i + k]: stage i's state k), and the file's header. */
+typedef struct {
+	int n, nstate;
+	const int *stages;
+	CkEnt **ents;
+	int *nents;
+	float **host;
+	RtStFile f;
+} Part;
+
+static void part_free(Part *o)
+{
+	for (int i = 0; o->host && i < 3 * o->n; i++)
+		free(o->host[i]);
+	for (int i = 0; o->ents && i < o->n; i++)
+		free(o->ents[i]);
+	free(o->host);
+	free(o->ents);
+	free(o->nents);
+	rt_st_free(&o->f);
+}
+
+/* Rank r's part after step `step`: its n stages' state downloaded from its device, the
+ * header's metadata and tensors. */
+static int part_make(RtRank *r, int64_t step, RtStageBufs *const *bufs, Part *o)
 {
 	const Plan *p = r->w->plan;
-	int nstate = plan_optim_state_bytes(r->w->optim.kind) / 4;
-	RtStFile f = {0};
-	char err[256], v[64], path[CK_PATH], fname[64];
-	float **host = calloc((size_t)(n ? n : 1) * 3, sizeof *host);
-	CkEnt **ents = calloc((size_t)(n ? n : 1), sizeof *ents);
-	int *nents = calloc((size_t)(n ? n : 1), sizeof *nents);
-	char *list = NULL;
-	size_t listlen = 0;
-	FILE *lf = NULL;
-	int rc = RT_EFAIL, fd = -1;
-	unsigned char *hdr = NULL;
-	if (!host || !ents || !nents)
-		goto oom;
+	int n = o->n;
+	char err[256], v[64], rank[32];
+	o->nstate = plan_optim_state_bytes(r->w->optim.kind) / 4;
+	o->host = calloc((size_t)(n ? n : 1) * 3, sizeof *o->host);
+	o->ents = calloc((size_t)(n ? n : 1), sizeof *o->ents);
+	o->nents = calloc((size_t)(n ? n : 1), sizeof *o->nents);
+	if (!o->host || !o->ents || !o->nents)
+		return rt_error(r, "out of memory writing the checkpoint");
 	snprintf(v, sizeof v, "%" PRId64, step);
-	if (rt_st_meta(&f, "format", CK_MAGIC, err, sizeof err) ||
-	    rt_st_meta(&f, "step", v, err, sizeof err) ||
-	    rt_st_meta(&f, "optimizer", plan_optim_names[r->w->optim.kind], err, sizeof err))
-		goto bad;
-	snprintf(v, sizeof v, "%d", r->rank);
-	if (rt_st_meta(&f, "rank", v, err, sizeof err))
-		goto bad;
+	snprintf(rank, sizeof rank, "%d", r->rank);
+	if (rt_st_meta(&o->f, "format", CK_MAGIC, err, sizeof err) ||
+	    rt_st_meta(&o->f, "step", v, err, sizeof err) ||
+	    rt_st_meta(&o->f, "optimizer", plan_optim_names[r->w->optim.kind], err, sizeof err) ||
+	    rt_st_meta(&o->f, "rank", rank, err, sizeof err))
+		return rt_error(r, "checkpoint: %s", err);
 	for (int i = 0; i < n; i++) {
 		const RtStageBufs *b = bufs[i];
-		int64_t np = r->model->st[stages[i]].nparams;
-		if (stage_ents(p, stages[i], &ents[i], &nents[i]))
-			goto oom;
-		rank_pieces(r, stages[i], ents[i], nents[i]);
+		int64_t np = r->model->st[o->stages[i]].nparams;
+		if (stage_ents(p, o->stages[i], &o->ents[i], &o->nents[i]))
+			return rt_error(r, "out of memory writing the checkpoint");
+		rank_pieces(r, o->stages[i], o->ents[i], o->nents[i]);
 		RtTensor *src[3] = {b->params, b->m, b->v};
-		for (int k = 0; k <= nstate; k++) {
-			if (!(host[3 * i + k] = malloc((size_t)(np ? np : 1) * sizeof(float))))
-				goto oom;
-			if (np && r->dev->download(r, src[k], host[3 * i + k]))
-				goto out;
+		for (int k = 0; k <= o->nstate; k++) {
+			if (!(o->host[3 * i + k] = malloc((size_t)(np ? np : 1) * sizeof(float))))
+				return rt_error(r, "out of memory writing the checkpoint");
+			if (np && r->dev->download(r, src[k], o->host[3 * i + k]))
+				return RT_EFAIL;
 		}
-		for (int e = 0; e < nents[i]; e++) {
-			if (ents[i][e].copy || ents[i][e].skip)
-				continue;
-			for (int k = 0; k <= nstate; k++) {
+		for (int e = 0; e < o->nents[i]; e++) {
+			const CkEnt *c = &o->ents[i][e];
+			for (int k = 0; k <= o->nstate && !c->copy && !c->skip; k++) {
 				char name[RT_ST_NAME + 4];
-				int64_t dim[2] = {ents[i][e].rows, ents[i][e].cols};
-				snprintf(name, sizeof name, "%s%s", ents[i][e].name, part_suffix[k]);
-				if (rt_st_add(&f, name, 2, dim, err, sizeof err))
-					goto bad;
+				int64_t dim[2] = {c->rows, c->cols};
+				snprintf(name, sizeof name, "%s%s", c->name, part_suffix[k]);
+				if (rt_st_add(&o->f, name, 2, dim, err, sizeof err))
+					return rt_error(r, "checkpoint: %s", err);
 			}
 		}
 	}
-	size_t hlen;
-	if (!(hdr = rt_st_header(&f, &hlen)))
-		goto oom;
-	snprintf(fname, sizeof fname, "rank%d.safetensors", r->rank);
-	snprintf(path, sizeof path, "%s/%s", tmp, fname);
-	if ((fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0666)) < 0)
-		goto io;
-	if (!(lf = open_memstream(&list, &listlen)))
-		goto oom;
-	PlanHash h;
-	plan_hash_init(&h, CK_SUM);
-	if (write_all(fd, hdr, hlen, &h))
-		goto io;
+	return RT_OK;
+}
+
+/* Writes part o's file into fd (hashing it into h) and its manifest lines into lf. */
+static int part_write(const RtRank *r, const Part *o, const char *fname, int fd, PlanHash *h,
+                      FILE *lf)
+{
+	const Plan *p = r->w->plan;
 	int ti = 0;
-	for (int i = 0; i < n; i++)
-		for (int e = 0; e < nents[i]; e++) {
-			const CkEnt *c = &ents[i][e];
-			if (c->copy || c->skip)
-				continue;
+	for (int i = 0; i < o->n; i++)
+		for (int e = 0; e < o->nents[i]; e++) {
+			const CkEnt *c = &o->ents[i][e];
 			size_t bytes = (size_t)(c->rows * c->cols) * sizeof(float);
-			for (int k = 0; k <= nstate; k++, ti++) {
-				const float *d = host[3 * i + k] + c->off;
-				if (write_all(fd, d, bytes, &h))
-					goto io;
+			for (int k = 0; k <= o->nstate && !c->copy && !c->skip; k++, ti++) {
+				const float *d = o->host[3 * i + k] + c->off;
+				if (write_all(fd, d, bytes, h))
+					return -1;
 				fprintf(lf, "tensor %s %s stage=%s layer=%d part=%d shape=%" PRId64 "x%" PRId64
-				        " shard=%d/%d axis=%s %s=%016" PRIx64 "\n", f.t[ti].name, fname,
-				        p->stages[stages[i]].name, c->layer, c->part, c->rows, c->cols, c->shard,
-				        c->nshard, axis_names[c->axis], plan_sums[CK_SUM].name,
+				        " shard=%d/%d axis=%s %s=%016" PRIx64 "\n", o->f.t[ti].name, fname,
+				        p->stages[o->stages[i]].name, c->layer, c->part, c->rows, c->cols,
+				        c->shard, c->nshard, axis_names[c->axis], plan_sums[CK_SUM].name,
 				        plan_hash(CK_SUM, d, bytes));
 			}
 		}
-	if (fsync(fd))
-		goto io;
-	int cl = close(fd);
-	fd = -1;
-	if (cl)
-		goto io;
-	if (fclose(lf)) {
-		lf = NULL;
-		goto oom;
-	}
-	lf = NULL;
-	{
+	return 0;
+}
+
+/* Rank r's file of the checkpoint after step `step` into tmp (written, fsynced), and its
+ * lines of the manifest, the file's first, in rank<R>.list. */
+static int write_rank(RtRank *r, const char *tmp, int64_t step, int n, const int *stages,
+                      RtStageBufs *const *bufs)
+{
+	Part o = {.n = n, .stages = stages};
+	char path[CK_PATH], fname[64], *list = NULL;
+	size_t listlen = 0, hlen = 0;
+	unsigned char *hdr = NULL;
+	int rc = part_make(r, step, bufs, &o);
+	if (rc == RT_OK && !(hdr = rt_st_header(&o.f, &hlen)))
+		rc = rt_error(r, "out of memory writing the checkpoint");
+	snprintf(fname, sizeof fname, "rank%d.safetensors", r->rank);
+	snprintf(path, sizeof path, "%s/%s", tmp, fname);
+	int fd = rc ? -1 : open(path, O_WRONLY | O_CREAT | O_TRUNC, 0666);
+	FILE *lf = fd < 0 ? NULL : open_memstream(&list, &listlen);
+	PlanHash h;
+	plan_hash_init(&h, CK_SUM);
+	if (rc == RT_OK && (!lf || write_all(fd, hdr, hlen, &h) ||
+	                    part_write(r, &o, fname, fd, &h, lf) || fsync(fd)))
+		rc = rt_error(r, "checkpoint: %s: %s", path, strerror(errno));
+	if (fd >= 0 && close(fd) && rc == RT_OK)
+		rc = rt_error(r, "checkpoint: %s: %s", path, strerror(errno));
+	if (lf && fclose(lf) && rc == RT_OK)
+		rc = rt_error(r, "out of memory writing the checkpoint");
+	if (rc == RT_OK) {
 		char head[256];
 		int hn = snprintf(head, sizeof head, "file %s %zu %s=%016" PRIx64 "\n", fname,
-		                  hlen + (size_t)f.datalen, plan_sums[CK_SUM].name, plan_hash_final(&h));
+		                  hlen + (size_t)o.f.datalen, plan_sums[CK_SUM].name, plan_hash_final(&h));
 		char *all = malloc((size_t)hn + listlen + 1);
-		if (!all)
-			goto oom;
-		memcpy(all, head, (size_t)hn);
-		memcpy(all + hn, list, listlen);
 		snprintf(path, sizeof path, "%s/rank%d.list", tmp, r->rank);
-		int wr = write_file(path, all, (size_t)hn + listlen);
-		free(all);
-		if (wr)
-			goto io;
+		if (!all) {
+			rc = rt_error(r, "out of memory writing the checkpoint");
+		} else {
+			memcpy(all, head, (size_t)hn);
+			memcpy(all + hn, list, listlen);
+			if (write_file(path, all, (size_t)hn + listlen))
+				rc = rt_error(r, "checkpoint: %s: %s", path, strerror(errno));
+			free(all);
+		}
 	}
-	rc = RT_OK;
-	goto out;
-oom:
-	rc = rt_error(r, "out of memory writing the checkpoint");
-	goto out;
-bad:
-	rc = rt_error(r, "checkpoint: %s", err);
-	goto out;
-io:
-	rc = rt_error(r, "checkpoint: %s: %s", path, strerror(errno));
-out:
-	if (fd >= 0)
-		close(fd);
-	if (lf)
-		fclose(lf);
 	free(list);
 	free(hdr);
-	rt_st_free(&f);
-	for (int i = 0; host && i < 3 * n; i++)
-		free(host[i]);
-	for (int i = 0; ents && i < n; i++)
-		free(ents[i]);
-	free(host);
-	free(ents);
-	free(nents);
+	part_free(&o);
 	return rc;
 }
 
@@ -602,11 +606,192 @@ static int locate(const RtCkpt *c, int file, char *err, size_t n)
 	return 0;
 }
 
+/* A manifest's header line number head (0-4): the magic, step, seed, optimizer and
+ * plan lines, in that order.  NULL, or what was expected. */
+static const char *head_line(RtCkpt *c, int head, char **tok, int nt)
+{
+	char *end = NULL;
+	if (head == 0)
+		return nt != 2 || strcmp(tok[0], CK_MAGIC) || strcmp(tok[1], "1")
+		           ? "expected '" CK_MAGIC " 1' (not a checkpoint, or a newer format)"
+		           : NULL;
+	if (head == 1 || head == 2) {
+		const char *key = head == 1 ? "step" : "seed";
+		unsigned long long v = 0;
+		if (nt == 2 && !strcmp(tok[0], key))
+			v = strtoull(tok[1], &end, 10);
+		if (nt != 2 || strcmp(tok[0], key) || !end || *end || end == tok[1])
+			return head == 1 ? "expected 'step N'" : "expected 'seed S'";
+		if (head == 1)
+			c->step = (int64_t)v;
+		else
+			c->seed = v;
+		return NULL;
+	}
+	if (head == 3) {
+		c->optim = -1;
+		for (int k = 0; k < OPTIM_COUNT && nt == 2 && !strcmp(tok[0], "optimizer"); k++)
+			if (!strcmp(tok[1], plan_optim_names[k]))
+				c->optim = k;
+		return c->optim < 0 ? "expected 'optimizer NAME'" : NULL;
+	}
+	return nt < 1 || strcmp(tok[0], "plan") ? "expected 'plan NAME ...'" : NULL;
+}
+
+/* A `file NAME BYTES KIND=HEX` line into c->f (room made by the caller). */
+static const char *file_line(RtCkpt *c, char **tok)
+{
+	CkFile *f = &c->f[c->nfiles];
+	char *end;
+	memset(f, 0, sizeof *f);
+	long long b = strtoll(tok[2], &end, 10);
+	if (strlen(tok[1]) >= sizeof f->name || strchr(tok[1], '/') || *end || end == tok[2] ||
+	    b < 0 || parse_sum(tok[3], &f->sumkind, &f->sum))
+		return "expected 'file NAME BYTES KIND=HEX'";
+	for (int k = 0; k < c->nfiles; k++)
+		if (!strcmp(c->f[k].name, tok[1]))
+			return "a file named twice";
+	snprintf(f->name, sizeof f->name, "%s", tok[1]);
+	f->bytes = b;
+	c->nfiles++;
+	return NULL;
+}
+
+/* A `tensor NAME FILE stage= layer= part= shape= shard= axis= KIND=HEX` line into c->t
+ * (room made by the caller). */
+static const char *tensor_line(RtCkpt *c, char **tok, int ln)
+{
+	CkTensor *t = &c->t[c->nt];
+	memset(t, 0, sizeof *t);
+	t->file = -1;
+	for (int k = 0; k < c->nfiles; k++)
+		if (!strcmp(c->f[k].name, tok[2]))
+			t->file = k;
+	const char *shape = val(tok[6], "shape");
+	long long r = -1, cl = -1;
+	char x = 0;
+	if (shape && (sscanf(shape, "%lld%c%lld", &r, &x, &cl) != 3 || x != 'x'))
+		r = -1;
+	if (strlen(tok[1]) >= sizeof t->name || t->file < 0)
+		return "expected 'tensor NAME FILE ...' naming a file line above";
+	if (!val(tok[3], "stage") || !val(tok[4], "layer") || !val(tok[5], "part") || r < 0 ||
+	    cl < 0 || !val(tok[7], "shard") || !val(tok[8], "axis") ||
+	    parse_sum(tok[9], &t->sumkind, &t->sum))
+		return "expected 'tensor NAME FILE stage=S layer=L part=P shape=RxC shard=I/N axis=A "
+		       "KIND=HEX'";
+	if (sscanf(val(tok[7], "shard"), "%d/%d%c", &t->shard, &t->nshard, &x) != 2 ||
+	    t->nshard < 1 || t->nshard > RT_CKPT_MAX_SHARDS || t->shard < 0 || t->shard >= t->nshard)
+		return "expected shard=I/N, 0 <= I < N <= " CK_XSTR(RT_CKPT_MAX_SHARDS);
+	if ((t->axis = axis_of(val(tok[8], "axis"))) < 0 ||
+	    (t->axis == LAYER_SPLIT_NONE) != (t->nshard == 1))
+		return "expected axis=none for a whole tensor, rows or cols for a piece";
+	snprintf(t->name, sizeof t->name, "%s", tok[1]);
+	t->rows = r;
+	t->cols = cl;
+	t->line = ln;
+	c->nt++;
+	return NULL;
+}
+
+/* Grows an array of *cap elements of size sz holding n to hold one more; 0, or -1. */
+static int room(void **a, int n, int *cap, size_t sz)
+{
+	if (n < *cap)
+		return 0;
+	int k = *cap ? 2 * *cap : 16;
+	void *b = realloc(*a, (size_t)k * sz);
+	if (!b)
+		return -1;
+	*a = b;
+	*cap = k;
+	return 0;
+}
+
+/* The manifest mp, line by line, into c; its tensors sorted by name and shard. */
+static int read_manifest(RtCkpt *c, const char *mp, char *err, size_t n)
+{
+	FILE *mf = fopen(mp, "r");
+	if (!mf)
+		return fail(err, n, "%s: error: %s (no checkpoint: --resume takes a --save directory "
+		            "or one of its step-N)", mp, strerror(errno));
+	char line[1024];
+	int ln = 0, fcap = 0, tcap = 0, rc = 0;
+	while (!rc && fgets(line, sizeof line, mf)) {
+		size_t L = strlen(line);
+		ln++;
+		if (!L || line[L - 1] != '\n') {
+			rc = fail(err, n, "%s:%d: error: line too long or unterminated", mp, ln);
+			break;
+		}
+		line[L - 1] = 0;
+		char *tok[16], *save = NULL;
+		int nt = 0;
+		for (char *s = strtok_r(line, " ", &save); s && nt < 16; s = strtok_r(NULL, " ", &save))
+			tok[nt++] = s;
+		const char *why;
+		if (ln <= 5)
+			why = head_line(c, ln - 1, tok, nt);
+		else if (nt == 4 && !strcmp(tok[0], "file"))
+			why = room((void **)&c->f, c->nfiles, &fcap, sizeof *c->f) ? "out of memory"
+			                                                            : file_line(c, tok);
+		else if (nt == 10 && !strcmp(tok[0], "tensor"))
+			why = room((void **)&c->t, c->nt, &tcap, sizeof *c->t) ? "out of memory"
+			                                                       : tensor_line(c, tok, ln);
+		else
+			why = "expected a 'file' or 'tensor' line";
+		if (why)
+			rc = fail(err, n, "%s:%d: error: %s", mp, ln, why);
+	}
+	if (!rc && (ferror(mf) || ln < 5))
+		rc = fail(err, n, "%s:%d: error: %s", mp, ln, ferror(mf) ? strerror(errno) : "truncated");
+	fclose(mf);
+	if (rc)
+		return rc;
+	qsort(c->t, (size_t)c->nt, sizeof *c->t, by_name);
+	for (int i = 0; i + 1 < c->nt; i++)
+		if (!by_name(&c->t[i], &c->t[i + 1]))
+			return fail(err, n, "%s: error: tensor '%s' (shard %d) named twice", mp, c->t[i].name,
+			            c->t[i].shard);
+	return 0;
+}
+
+/* File k of c: mapped and verified, and its tensors those its manifest lines name. */
+static int open_file(RtCkpt *c, int k, char *err, size_t n)
+{
+	char why[1024];
+	if (map_file(c->dir, &c->f[k], why, sizeof why)) {
+		/* A checksum mismatch in a file whose header reads: name the tensor. */
+		if (c->f[k].parsed) {
+			for (int i = 0; i < c->nt; i++)
+				if (c->t[i].file == k)
+					c->t[i].st = rt_st_find(&c->f[k].st, c->t[i].name);
+			if (locate(c, k, err, n))
+				return -1;
+		}
+		return fail(err, n, "%s", why);
+	}
+	int count = 0;
+	for (int i = 0; i < c->nt; i++) {
+		CkTensor *t = &c->t[i];
+		if (t->file != k)
+			continue;
+		count++;
+		t->st = rt_st_find(&c->f[k].st, t->name);
+		if (!t->st || t->st->ndim != 2 || t->st->dim[0] != t->rows || t->st->dim[1] != t->cols)
+			return fail(err, n, "%s/%s: error: tensor '%s': %s the manifest's %" PRId64 "x%" PRId64,
+			            c->dir, c->f[k].name, t->name, t->st ? "its shape is not" : "absent, unlike",
+			            t->rows, t->cols);
+	}
+	if (count != c->f[k].st.n)
+		return fail(err, n, "%s/%s: error: %d tensors, the manifest names %d", c->dir,
+		            c->f[k].name, c->f[k].st.n, count);
+	return 0;
+}
+
 RtCkpt *rt_ckpt_open(const char *path, char *err, size_t n)
 {
 	RtCkpt *c = calloc(1, sizeof *c);
-	char mp[PATH_MAX + 16], line[1024];
-	FILE *mf = NULL;
+	char mp[PATH_MAX + 16];
 	if (!c) {
 		fail(err, n, "out of memory");
 		return NULL;
@@ -621,185 +806,22 @@ RtCkpt *rt_ckpt_open(const char *path, char *err, size_t n)
 		step[strcspn(step, "\n")] = 0;
 		if (!ok || strncmp(step, "step-", 5) || strchr(step, '/')) {
 			fail(err, n, "%s: error: not a step directory's name ('%s')", mp, step);
-			goto bad;
+			rt_ckpt_close(c);
+			return NULL;
 		}
 		snprintf(c->dir, sizeof c->dir, "%s/%s", path, step);
 	} else {
 		snprintf(c->dir, sizeof c->dir, "%s", path);
 	}
 	snprintf(mp, sizeof mp, "%s/" CK_MANIFEST, c->dir);
-	if (!(mf = fopen(mp, "r"))) {
-		fail(err, n, "%s: error: %s (no checkpoint: --resume takes a --save directory or "
-		     "one of its step-N)", mp, strerror(errno));
-		goto bad;
-	}
-	int ln = 0, fcap = 0, tcap = 0, head = 0;
-	while (fgets(line, sizeof line, mf)) {
-		ln++;
-		size_t L = strlen(line);
-		if (!L || line[L - 1] != '\n') {
-			fail(err, n, "%s:%d: error: line too long or unterminated", mp, ln);
-			goto bad;
-		}
-		line[L - 1] = 0;
-		char *tok[16], *save = NULL;
-		int nt = 0;
-		for (char *s = strtok_r(line, " ", &save); s && nt < 16; s = strtok_r(NULL, " ", &save))
-			tok[nt++] = s;
-		char *end = NULL;
-		const char *why = NULL;
-		if (head == 0) {
-			if (nt != 2 || strcmp(tok[0], CK_MAGIC) || strcmp(tok[1], "1"))
-				why = "expected '" CK_MAGIC " 1' (not a checkpoint, or a newer format)";
-		} else if (head == 1 || head == 2) {
-			const char *key = head == 1 ? "step" : "seed";
-			unsigned long long v = 0;
-			if (nt == 2 && !strcmp(tok[0], key))
-				v = strtoull(tok[1], &end, 10);
-			if (nt != 2 || strcmp(tok[0], key) || !end || *end || end == tok[1])
-				why = head == 1 ? "expected 'step N'" : "expected 'seed S'";
-			else if (head == 1)
-				c->step = (int64_t)v;
-			else
-				c->seed = v;
-		} else if (head == 3) {
-			c->optim = -1;
-			for (int k = 0; k < OPTIM_COUNT && nt == 2 && !strcmp(tok[0], "optimizer"); k++)
-				if (!strcmp(tok[1], plan_optim_names[k]))
-					c->optim = k;
-			if (c->optim < 0)
-				why = "expected 'optimizer NAME'";
-		} else if (head == 4) {
-			if (nt < 1 || strcmp(tok[0], "plan"))
-				why = "expected 'plan NAME ...'";
-		} else if (nt == 4 && !strcmp(tok[0], "file")) {
-			if (c->nfiles == fcap) {
-				fcap = fcap ? 2 * fcap : 8;
-				CkFile *f = realloc(c->f, (size_t)fcap * sizeof *f);
-				if (!f) {
-					fail(err, n, "out of memory");
-					goto bad;
-				}
-				c->f = f;
-			}
-			CkFile *f = &c->f[c->nfiles];
-			memset(f, 0, sizeof *f);
-			long long b = strtoll(tok[2], &end, 10);
-			if (strlen(tok[1]) >= sizeof f->name || strchr(tok[1], '/') || *end || b < 0 ||
-			    parse_sum(tok[3], &f->sumkind, &f->sum))
-				why = "expected 'file NAME BYTES KIND=HEX'";
-			for (int k = 0; k < c->nfiles && !why; k++)
-				if (!strcmp(c->f[k].name, tok[1]))
-					why = "a file named twice";
-			if (!why) {
-				snprintf(f->name, sizeof f->name, "%s", tok[1]);
-				f->bytes = b;
-				c->nfiles++;
-			}
-		} else if (nt == 10 && !strcmp(tok[0], "tensor")) {
-			if (c->nt == tcap) {
-				tcap = tcap ? 2 * tcap : 64;
-				CkTensor *t = realloc(c->t, (size_t)tcap * sizeof *t);
-				if (!t) {
-					fail(err, n, "out of memory");
-					goto bad;
-				}
-				c->t = t;
-			}
-			CkTensor *t = &c->t[c->nt];
-			memset(t, 0, sizeof *t);
-			t->file = -1;
-			for (int k = 0; k < c->nfiles; k++)
-				if (!strcmp(c->f[k].name, tok[2]))
-					t->file = k;
-			const char *shape = val(tok[6], "shape");
-			long long r = -1, cl = -1;
-			char x = 0;
-			if (shape && (sscanf(shape, "%lld%c%lld", &r, &x, &cl) != 3 || x != 'x'))
-				r = -1;
-			if (strlen(tok[1]) >= sizeof t->name || t->file < 0)
-				why = "expected 'tensor NAME FILE ...' naming a file line above";
-			else if (!val(tok[3], "stage") || !val(tok[4], "layer") || !val(tok[5], "part") ||
-			         r < 0 || cl < 0 || !val(tok[7], "shard") || !val(tok[8], "axis") ||
-			         parse_sum(tok[9], &t->sumkind, &t->sum))
-				why = "expected 'tensor NAME FILE stage=S layer=L part=P shape=RxC shard=I/N "
-				      "axis=A KIND=HEX'";
-			else if (sscanf(val(tok[7], "shard"), "%d/%d%c", &t->shard, &t->nshard, &x) != 2 ||
-			         t->nshard < 1 || t->nshard > RT_CKPT_MAX_SHARDS || t->shard < 0 ||
-			         t->shard >= t->nshard)
-				why = "expected shard=I/N, 0 <= I < N <= " CK_XSTR(RT_CKPT_MAX_SHARDS);
-			else if ((t->axis = axis_of(val(tok[8], "axis"))) < 0 ||
-			         (t->axis == LAYER_SPLIT_NONE) != (t->nshard == 1))
-				why = "expected axis=none for a whole tensor, rows or cols for a piece";
-			if (!why) {
-				snprintf(t->name, sizeof t->name, "%s", tok[1]);
-				t->rows = r;
-				t->cols = cl;
-				t->line = ln;
-				c->nt++;
-			}
-		} else {
-			why = "expected a 'file' or 'tensor' line";
-		}
-		if (why) {
-			fail(err, n, "%s:%d: error: %s", mp, ln, why);
-			goto bad;
-		}
-		head++;
-	}
-	if (ferror(mf) || head < 5) {
-		fail(err, n, "%s:%d: error: %s", mp, ln, ferror(mf) ? strerror(errno) : "truncated");
-		goto bad;
-	}
-	fclose(mf);
-	mf = NULL;
-	qsort(c->t, (size_t)c->nt, sizeof *c->t, by_name);
-	for (int i = 0; i + 1 < c->nt; i++)
-		if (!by_name(&c->t[i], &c->t[i + 1])) {
-			fail(err, n, "%s: error: tensor '%s' (shard %d) named twice", mp, c->t[i].name,
-			     c->t[i].shard);
-			goto bad;
-		}
-	for (int k = 0; k < c->nfiles; k++) {
-		char why[1024];
-		if (map_file(c->dir, &c->f[k], why, sizeof why)) {
-			/* A checksum mismatch in a file whose header reads: name the tensor. */
-			if (c->f[k].parsed) {
-				for (int i = 0; i < c->nt; i++)
-					if (c->t[i].file == k)
-						c->t[i].st = rt_st_find(&c->f[k].st, c->t[i].name);
-				if (locate(c, k, err, n))
-					goto bad;
-			}
-			fail(err, n, "%s", why);
-			goto bad;
-		}
-		int count = 0;
-		for (int i = 0; i < c->nt; i++) {
-			CkTensor *t = &c->t[i];
-			if (t->file != k)
-				continue;
-			count++;
-			t->st = rt_st_find(&c->f[k].st, t->name);
-			if (!t->st || t->st->ndim != 2 || t->st->dim[0] != t->rows || t->st->dim[1] != t->cols) {
-				fail(err, n, "%s/%s: error: tensor '%s': %s the manifest's %" PRId64 "x%" PRId64,
-				     c->dir, c->f[k].name, t->name, t->st ? "its shape is not" : "absent, unlike",
-				     t->rows, t->cols);
-				goto bad;
-			}
-		}
-		if (count != c->f[k].st.n) {
-			fail(err, n, "%s/%s: error: %d tensors, the manifest names %d", c->dir, c->f[k].name,
-			     c->f[k].st.n, count);
-			goto bad;
-		}
+	int rc = read_manifest(c, mp, err, n);
+	for (int k = 0; k < c->nfiles && !rc; k++)
+		rc = open_file(c, k, err, n);
+	if (rc) {
+		rt_ckpt_close(c);
+		return NULL;
 	}
 	return c;
-bad:
-	if (mf)
-		fclose(mf);
-	rt_ckpt_close(c);
-	return NULL;
 }
 
 /* ---- against a plan ---- */
