@@ -223,6 +223,8 @@ fuzzers: $(FUZZERS)
 
 # The token-file readers depend on nothing else of the runtime (runtime/data.h).
 $(BIN)/fuzz_data: $(BUILD)/runtime/data.o
+# ... and so does the checkpoints' safetensors reader (runtime/safet.h).
+$(BIN)/fuzz_safet: $(BUILD)/runtime/safet.o
 
 $(BIN)/fuzz_%: $(BUILD)/tests/fuzz/fuzz_%.o $(COMP_OBJ) $(SIM_OBJ) $(PLAN_OBJ)
 	@mkdir -p $(@D)

@@ -18,6 +18,10 @@
  * rank 0, without a launcher) for good before it opens the world: the others block in
  * the collective opening until their start guard ends them (watchdog.c).
  *
+ * PIPERUN_FAULT=stall-save:rank=R[:step=S] stops world rank R for good once it wrote its
+ * files of the checkpoint after step S (--save, ckpt.c), before the barrier that lets
+ * rank 0 rename it: a save interrupted by a crash (the test kills the process there).
+ *
  * RtOptions.wrong, set by a C test, makes one rank compute something wrong (rt.h,
  * RtWrongKind): its gradients dropped before an optimizer step, one microbatch's weight
  * gradient lost, or a step computed with the weights from before the previous update. */
@@ -48,9 +52,11 @@ int rt_fault_parse(RtWorld *w, const char *spec)
 	char buf[128], *save = NULL;
 	snprintf(buf, sizeof buf, "%s", spec);
 	char *tok = strtok_r(buf, ":", &save);
-	if (!tok || (strcmp(tok, "stall") && strcmp(tok, "hold") && strcmp(tok, "stall-open")))
+	if (!tok || (strcmp(tok, "stall") && strcmp(tok, "hold") && strcmp(tok, "stall-open") &&
+	             strcmp(tok, "stall-save")))
 		goto bad;
 	int open = !strcmp(tok, "stall-open"), hold = !strcmp(tok, "hold");
+	int at_save = !strcmp(tok, "stall-save");
 	while ((tok = strtok_r(NULL, ":", &save))) {
 		long long v, *to = NULL;
 		if ((v = field(tok, "rank")) != -1)
@@ -63,10 +69,11 @@ int rt_fault_parse(RtWorld *w, const char *spec)
 			goto bad;
 		*to = v;
 	}
-	if (strlen(spec) >= sizeof buf || rank < 0 || (op >= 0) != !open || step < 1 ||
+	if (strlen(spec) >= sizeof buf || rank < 0 || (op >= 0) != !(open || at_save) || step < 1 ||
 	    rank >= w->plan->world)
 		goto bad;
 	w->fault_open = open;
+	w->fault_save = at_save;
 	w->fault_hold = hold;
 	w->fault_rank = (int)rank;
 	w->fault_op = op;
@@ -74,7 +81,8 @@ int rt_fault_parse(RtWorld *w, const char *spec)
 	return RT_OK;
 bad:
 	return rt_world_error(w, "PIPERUN_FAULT='%s': expected stall:rank=R:op=N[:step=S], "
-	                      "hold:rank=R:op=N[:step=S] or stall-open:rank=R, R a rank of the "
+	                      "hold:rank=R:op=N[:step=S], stall-open:rank=R or stall-save:rank=R[:step=S], R a "
+	                      "rank of the "
 	                      "plan (0 to %d)", spec,
 	                      w->plan->world - 1);
 }
@@ -91,11 +99,21 @@ void rt_fault_open(const RtWorld *w)
 void rt_fault_at(RtRank *r, int step, int64_t op, int64_t end)
 {
 	const RtWorld *w = r->w;
-	if (w->fault_open || r->rank != w->fault_rank || step != w->fault_step || w->fault_op < op ||
+	if (w->fault_open || w->fault_save || r->rank != w->fault_rank || step != w->fault_step ||
+	    w->fault_op < op ||
 	    w->fault_op >= end)
 		return;
 	while (!w->fault_hold || !rt_aborted(w))
 		usleep(10000);
+}
+
+void rt_fault_save(const RtRank *r, int run_step)
+{
+	const RtWorld *w = r->w;
+	if (!w->fault_save || r->rank != w->fault_rank || run_step != w->fault_step)
+		return;
+	for (;;)
+		sleep(3600);
 }
 
 /* ---- wrong runs (RtOptions.wrong) ---- */

@@ -832,6 +832,31 @@ static int run_step(RtRank *r, int step)
 	return RT_OK;
 }
 
+/* Whether a checkpoint follows step `step` of this run (--save, --save-every). */
+static int save_due(const RtWorld *w, int step)
+{
+	const RtOptions *o = &w->opt;
+	return o->save && (step + 1 == o->steps ||
+	                   (o->save_every && (w->step0 + step + 1) % o->save_every == 0));
+}
+
+static int save(RtRank *r, int step)
+{
+	RtInterp *in = r->in;
+	int *stages = malloc((size_t)(in->nls + 1) * sizeof *stages);
+	RtStageBufs **bufs = malloc((size_t)(in->nls + 1) * sizeof *bufs);
+	int rc = stages && bufs ? RT_OK : rt_error(r, "out of memory");
+	for (int i = 0; i < in->nls && rc == RT_OK; i++) {
+		stages[i] = in->ls[i].stage;
+		bufs[i] = &in->ls[i].b;
+	}
+	if (rc == RT_OK)
+		rc = rt_ckpt_save(r, step, in->nls, stages, bufs);
+	free(stages);
+	free(bufs);
+	return rc;
+}
+
 int rt_rank_main(RtRank *r)
 {
 	const Plan *p = r->w->plan;
@@ -865,6 +890,8 @@ int rt_rank_main(RtRank *r)
 				s += lbuf[m];
 			r->loss_sum[step] = s;
 		}
+		if (rc == RT_OK && save_due(r->w, step))
+			rc = save(r, step);
 	}
 	free(lbuf);
 	return rc;

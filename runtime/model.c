@@ -48,10 +48,18 @@ uint64_t rt_gen_key(uint64_t seed, int what, int replica, int mb)
 	return mix(mix(mix(seed, (uint64_t)what), (uint64_t)replica), (uint64_t)mb);
 }
 
-uint64_t rt_drop_key(uint64_t seed, int step, int replica, int mb, int s, int l)
+uint64_t rt_drop_key(uint64_t seed, int step, int replica, int mb, int g)
 {
 	uint64_t k = mix(mix(mix(seed, 6), (uint64_t)step), (uint64_t)replica);
-	return mix(mix(mix(k, (uint64_t)mb), (uint64_t)s), (uint64_t)l);
+	return mix(mix(k, (uint64_t)mb), (uint64_t)g);
+}
+
+int rt_layer_position(const Plan *p, int s, int l)
+{
+	int g = l;
+	for (int i = 0; i < s; i++)
+		g += p->stages[i].nlayers;
+	return g;
 }
 
 void rt_gen_values(uint64_t key, float *out, int64_t n)
@@ -108,7 +116,7 @@ static LayerTensors layer_tensors(const PlanLayer *ly, const LayerShape *sh, int
 }
 
 /* The first embedding layer: its stage into *stage and its index, or -1. */
-static int embed_layer(const Plan *p, int *stage)
+int rt_model_embed_layer(const Plan *p, int *stage)
 {
 	for (int s = 0; s < p->nstages; s++)
 		for (int l = 0; l < p->stages[s].nlayers; l++)
@@ -130,7 +138,7 @@ void rt_gen_weights(uint64_t seed, const Plan *p, int stage, float *out)
 	for (int l = 0; l < st->nlayers; l++) {
 		LayerTensors t = layer_tensors(&st->layers[l], &shape, 1);
 		int ks = stage, kl = l;
-		if (t.copy && (kl = embed_layer(p, &ks)) < 0)
+		if (t.copy && (kl = rt_model_embed_layer(p, &ks)) < 0)
 			kl = l, ks = stage; // the model refuses a copy without an embedding
 		uint64_t k = mix(mix(mix(seed, 3), (uint64_t)ks), (uint64_t)kl);
 		for (int j = t.borrowed; j < t.nparams; j++) {

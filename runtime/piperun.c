@@ -129,14 +129,20 @@ static void print_text(const Plan *p, const RtWorld *w, const RtResult *res)
 	       p->name, p->schedule, p->dims[DIM_PP], p->dims[DIM_DP], p->dims[DIM_TP], p->world,
 	       p->microbatches, p->rows, p->cols, rt_world_backend(w), res->steps);
 	print_optim(res);
+	const RtOptions *o = rt_world_options(w);
+	if (o->resume)
+		printf("resumed from %s after step %" PRId64 "\n", rt_ckpt_dir(o->resume),
+		       res->first_step);
 	double tok, fl;
 	step_work(p, &tok, &fl);
 	for (int s = 0; s < res->steps; s++) {
 		double sec = res->step_ns[s] / 1e9;
-		printf("step %d: loss %.6f time %.3f ms, %.0f tokens/s, %.4g TFLOP/s\n", s + 1,
+		printf("step %" PRId64 ": loss %.6f time %.3f ms, %.0f tokens/s, %.4g TFLOP/s\n",
+		       res->first_step + s + 1,
 		       res->loss[s], sec * 1e3, sec > 0 ? tok / sec : 0, sec > 0 ? fl / sec / 1e12 : 0);
 		if (res->eval && !isnan(res->eval[s]))
-			printf("eval after step %d: loss %.6f (held-out, %d sequences)\n", s + 1,
+			printf("eval after step %" PRId64 ": loss %.6f (held-out, %d sequences)\n",
+			       res->first_step + s + 1,
 			       res->eval[s], res->eval_seqs);
 	}
 	if (res->steps > 1) {
@@ -154,6 +160,9 @@ static void print_text(const Plan *p, const RtWorld *w, const RtResult *res)
 		       c[DIM_DP], c[DIM_TP], 100.0 * busy_of(res, r), res->busy_ns[r] / 1e3 / res->steps,
 		       res->peak_act[r], res->mem_peak[4 * r]);
 	}
+	if (res->saves)
+		printf("checkpoints: %d written to %s (latest step-%" PRId64 "), %.3f ms in all\n",
+		       res->saves, o->save, res->first_step + res->steps, res->save_ns / 1e6);
 	if (res->checked) {
 		char bound[256];
 		printf("check: loss max abs err %.3g rel %.3g; weights max abs err %.3g rel %.3g "
@@ -197,7 +206,7 @@ static void print_json(const Plan *p, const RtWorld *w, const RtResult *res)
 	       rt_world_backend(w), p->world, p->dims[DIM_PP], p->dims[DIM_DP], p->dims[DIM_TP],
 	       p->microbatches);
 	for (int s = 0; s < res->steps; s++) {
-		printf("%s{\"step\": %d, \"loss\": ", s ? ", " : "", s + 1);
+		printf("%s{\"step\": %" PRId64 ", \"loss\": ", s ? ", " : "", res->first_step + s + 1);
 		jnum("%.9g", res->loss[s]);
 		printf(", \"time_us\": %.3f", res->step_ns[s] / 1e3);
 		if (res->eval && !isnan(res->eval[s])) {
@@ -235,6 +244,17 @@ static void print_json(const Plan *p, const RtWorld *w, const RtResult *res)
 		       res->mem_peak[4 * r + 3]);
 	}
 	printf("]");
+	const RtOptions *opt = rt_world_options(w);
+	if (opt->resume) {
+		printf(",\n \"resumed_from\": ");
+		jstr(rt_ckpt_dir(opt->resume));
+	}
+	if (res->saves) {
+		printf(",\n \"checkpoints\": {\"dir\": ");
+		jstr(opt->save);
+		printf(", \"written\": %d, \"latest\": %" PRId64 ", \"ms\": %.3f}", res->saves,
+		       res->first_step + res->steps, res->save_ns / 1e6);
+	}
 	if (res->checked) {
 		/* The bound's figures: null where they do not apply (the factor and the floor of
 		 * a bound set otherwise, the noise without a shadow run). */
@@ -287,6 +307,13 @@ static int check_combinations(CliTool *t, PiperunArgs *a)
 		                          "--eval-data too");
 	if (cli_given(t, &a->data_format) && !a->data && !a->eval_data)
 		return cli_usage_error(t, "--data-format reads --data's file; give --data too");
+	if (cli_given(t, &a->o.save_every) && !a->o.save)
+		return cli_usage_error(t, "--save-every sets when --save writes; give --save too");
+	if (a->resume && (a->o.check || a->eval_data))
+		return cli_usage_error(t, "--resume takes no --%s (its reference replays the training "
+		                          "from the start)", a->o.check ? "check" : "eval-data");
+	if (a->resume && cli_given(t, &a->o.seed))
+		return cli_usage_error(t, "--resume continues the checkpoint's seed; give no --seed");
 	if (a->trace && cli_is_std(a->trace) && a->json)
 		return cli_usage_error(t, "--json and --trace - both write to standard output");
 	char msg[512];
@@ -439,10 +466,23 @@ int piperun_drive(CliTool *t, PiperunArgs *a)
 	}
 	a->o.data = data;
 	a->o.eval_data = eval;
+	RtCkpt *ck = NULL;
+	if ((a->resume && !(ck = rt_ckpt_open(a->resume, msg, sizeof msg))) ||
+	    (a->o.save && piperun_first_process() && rt_ckpt_prepare(a->o.save, msg, sizeof msg))) {
+		if (!t->silent)
+			fprintf(stderr, "%s%s\n", a->resume && !ck ? "" : "piperun: error: --save ", msg);
+		rt_data_close(data);
+		rt_data_close(eval);
+		plan_free(p);
+		rt_launch_linger();
+		return CLI_EXIT_FAIL;
+	}
+	a->o.resume = ck;
 	RtWorld *w = rt_world_open(p, &a->o, msg, sizeof msg);
 	if (!w) {
 		if (!t->silent)
 			fprintf(stderr, "%s: error: %s\n", t->in_name, msg);
+		rt_ckpt_close(ck);
 		rt_data_close(data);
 		rt_data_close(eval);
 		plan_free(p);
@@ -467,6 +507,7 @@ int piperun_drive(CliTool *t, PiperunArgs *a)
 	}
 	rt_result_free(&res);
 	rt_world_close(w, rc != 0);
+	rt_ckpt_close(ck);
 	rt_data_close(data);
 	rt_data_close(eval);
 	plan_free(p);

@@ -19,6 +19,7 @@ typedef struct {
 	const char *data;  // --data FILE, or NULL (synthetic tokens)
 	const char *eval_data; // --eval-data FILE, or NULL
 	int data_format;   // RtDataFormat (--data-format), both files'
+	const char *resume; // --resume DIR, or NULL
 } PiperunArgs;
 
 extern const char *const piperun_dtype_names[RT_DTYPE_COUNT];
@@ -35,6 +36,16 @@ extern const char *const piperun_dtype_names[RT_DTYPE_COUNT];
 	 "print a held-out loss on a fixed set of FILE's\nsequences (forward only)"},      \
 	{"eval-every", 0, CLI_INT, &(a).o.eval_every, "N",                                 \
 	 "with --eval-data: every N steps too, not only after\nthe last", 0, 1, 1000000}
+
+/* The rows of main's option table for checkpoints (docs/runtime.md "Checkpoints"). */
+#define PIPERUN_CKPT_OPTIONS(a)                                                            \
+	{"save", 0, CLI_STR, &(a).o.save, "DIR",                                           \
+	 "write a checkpoint into DIR/step-N after the last\nstep (and see --save-every)"},  \
+	{"save-every", 0, CLI_INT, &(a).o.save_every, "N",                                 \
+	 "with --save: after every N-th step too", 0, 1, 1000000},                         \
+	{"resume", 0, CLI_STR, &(a).resume, "DIR",                                         \
+	 "start from the checkpoint DIR (a --save directory:\nits latest; or its step-N), "  \
+	 "with its seed and\nstep count; any mesh of the same layers"}
 
 /* Whether this is the process that prints (the first under mpirun or srun). */
 int piperun_first_process(void);

@@ -50,7 +50,7 @@ int main(int argc, char **argv)
 		 "GEMM operands (bf16: cuda backend only; f32\naccumulation, --check bound "
 		 CLI_XSTR(RT_CHECK_TOL_BF16) "; docs/gpu.md)", 1,
 		 .names = piperun_dtype_names, .nnames = RT_DTYPE_COUNT},
-		PIPERUN_DATA_OPTIONS(a), {0}, // the data rows (piperun.h), then the end
+		PIPERUN_DATA_OPTIONS(a), PIPERUN_CKPT_OPTIONS(a), {0}, // piperun.h's rows, the end
 	};
 	CLI_TABLE_END
 	CliTool t = {

@@ -86,6 +86,12 @@ typedef struct {
 	 * the last) the reference computes its loss (RtResult.eval); NULL: none. */
 	const struct RtData *eval_data;
 	int eval_every;
+	/* --save DIR, --save-every N: a checkpoint after every N-th step (0: none) and the
+	 * last, into DIR (rt_ckpt_prepare'd); NULL: none.  --resume: the checkpoint the run
+	 * starts from (rt_ckpt_open), whose seed and step it continues; NULL: none. */
+	const char *save;
+	int save_every;
+	const struct RtCkpt *resume;
 } RtOptions;
 
 #define RT_DEFAULT_STEPS 5
@@ -193,6 +199,11 @@ typedef struct {
 	 * without (and off the root).  eval_seqs: the sequences it is the mean over. */
 	double *eval;
 	int eval_seqs;
+	/* Checkpoints: the steps done before this run (--resume's), the checkpoints written
+	 * and world rank 0's time in them (its files, the barrier, the manifest, renames). */
+	int64_t first_step;
+	int saves;
+	int64_t save_ns;
 } RtResult;
 
 typedef struct RtWorld RtWorld;
@@ -245,6 +256,22 @@ const RtOptions *rt_world_options(const RtWorld *w);
 int64_t rt_world_progress(const RtWorld *w);
 int64_t rt_world_local_ops(const RtWorld *w);
 void rt_result_free(RtResult *res);
+
+/* ---- checkpoints (docs/runtime.md "Checkpoints") ---- */
+
+typedef struct RtCkpt RtCkpt;
+/* Opens the checkpoint at path: a --save directory (its `latest`) or one of its step-N
+ * directories.  Reads the manifest, maps every file, checks sizes, checksums and
+ * headers.  NULL with a located message ("DIR/step-4/rank1.safetensors: error: tensor
+ * 'layer3.linear.0' ...: checksum mismatch") in err. */
+RtCkpt *rt_ckpt_open(const char *path, char *err, size_t n);
+void rt_ckpt_close(RtCkpt *c);
+int64_t rt_ckpt_step(const RtCkpt *c);  // steps done
+uint64_t rt_ckpt_seed(const RtCkpt *c); // the run's seed
+const char *rt_ckpt_dir(const RtCkpt *c); // the step directory read
+/* --save DIR before a run: creates DIR and removes what an interrupted save left in it
+ * (.tmp-*).  0, or -1 with why in err. */
+int rt_ckpt_prepare(const char *dir, char *err, size_t n);
 
 /* Trace in pipesim's Chrome trace format (docs/runtime.md). */
 int rt_trace_write(const Plan *p, const RtResult *res, FILE *f);

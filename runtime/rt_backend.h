@@ -368,6 +368,9 @@ extern const RtLayerKernels rt_cpu_layers[LAYER_COUNT];
  * a whole copy when sp says none. */
 void rt_split_copy(const LayerTensor *piece, const LayerSplit *sp, int tp, int t, const float *whole,
                    float *out);
+/* The inverse: piece t (in, piece's shape) into its place in the whole. */
+void rt_split_put(const LayerTensor *piece, const LayerSplit *sp, int tp, int t, const float *in,
+                  float *whole);
 
 /* A backend by name, built or not; NULL when unknown. */
 const RtBackend *rt_backend_find(const char *name);
@@ -489,12 +492,16 @@ struct RtWorld {
 	char unable[1024];     // why this process cannot run (rt_world_unable)
 	char err[1024];        // process-level error
 	char host[RT_HOST_BYTES];
+	int64_t step0;         // steps done before this run (--resume's checkpoint)
+	int saves;             // checkpoints written, and world rank 0's time in them
+	int64_t save_ns;
 	/* Test-only fault (PIPERUN_FAULT, fault.c): world rank fault_rank stalls at op
 	 * fault_op of its list in step fault_step (0-based), for good or (fault_hold)
 	 * until the world is aborted, or (fault_open) the process of launcher rank
 	 * fault_rank while opening; fault_rank -1: none. */
 	int fault_rank, fault_step, fault_open, fault_hold;
 	int64_t fault_op;
+	int fault_save;        // ... or (stall-save) after writing its checkpoint files
 	int nstuck;            // rank threads still in an op when the launcher gave up
 };
 

@@ -70,6 +70,9 @@ void rt_model_shard(const RtModel *m, int s, int t, const float *whole, float *o
  * refuses the plan with the message. */
 const char *rt_device_check(const RtDevice *d, const Plan *p, char *err, size_t n);
 void rt_model_free(RtModel *m);
+/* The first embedding layer of p: its stage into *stage and its index, or -1. */
+int rt_model_embed_layer(const Plan *p, int *stage);
+
 
 /* Deterministic data (docs/semantics.md "Model"). */
 uint64_t rt_splitmix64(uint64_t x);
@@ -88,10 +91,14 @@ void rt_data_tokens(const RtData *d, uint64_t seed, int eval, int step, int repl
                     const LayerShape *sh, int shift, float *out);
 void rt_gen_weights(uint64_t seed, const Plan *p, int stage, float *out); // whole stage
 
-/* The key of the dropout masks of layer l of stage s on microbatch mb of a replica in
- * a step: a fresh draw each step, and the same key in the pipelined run, under full or
- * selective recomputation and in the --check reference, which name the same ones. */
-uint64_t rt_drop_key(uint64_t seed, int step, int replica, int mb, int s, int l);
+/* The key of the dropout masks of the layer at position g of the whole model
+ * (rt_layer_position) on microbatch mb of a replica in a step: a fresh draw each step,
+ * and the same key in the pipelined run, under full or selective recomputation, in the
+ * --check reference and under any stage split of the same layers. */
+uint64_t rt_drop_key(uint64_t seed, int step, int replica, int mb, int g);
+/* The position of stage s's layer l in the whole model: the stages' layers in stage
+ * order (what checkpoints name tensors by, and dropout keys its masks by). */
+int rt_layer_position(const Plan *p, int s, int l);
 
 /* Tensors through the rank's device, accounted per class: f32, or (rt_tensor_new_of)
  * a layer's tensor as the layer table states it, f32 or a mask. */
@@ -211,6 +218,18 @@ int rt_stage_optim(RtRank *r, RtStageBufs *b, const RtTensor *g);
 int rt_stage_bufs_open(RtRank *r, int s, RtStageBufs *b);
 void rt_stage_bufs_close(RtRank *r, RtStageBufs *b);
 
+/* Checkpoints (ckpt.c; rt.h has opening and closing).  rt_ckpt_save: rank r's part of
+ * the checkpoint after step run_step of this run (0-based): the files of its n stages
+ * (their buffers bufs) if it is of dp replica 0, a barrier over every rank, then on
+ * world rank 0 the manifest and the renames.  rt_ckpt_check: 0 when c holds exactly the
+ * tensors (names, shapes) of plan p run with optimizer kind optim, else -1 naming the
+ * first that differs.  rt_ckpt_fill: state k (0 parameters, 1 and 2 the optimizer's
+ * buffers) of stage s of p, in the whole (tp = 1) layout, from c (checked). */
+int rt_ckpt_save(RtRank *r, int run_step, int n, const int *stages,
+                 RtStageBufs *const *bufs);
+int rt_ckpt_check(const RtCkpt *c, const Plan *p, int optim, char *err, size_t n);
+int rt_ckpt_fill(const RtCkpt *c, const Plan *p, int s, int k, float *whole);
+
 /* The interpreter: runs the rank's list opt.steps times. */
 int rt_rank_main(RtRank *r);
 /* Copies a local stage's weights to host (for --check). */
@@ -239,13 +258,18 @@ int rt_check_bound(const RtOptions *o);
  * step S (default 1), as a kernel that never returns would; hold:... the same until the
  * world is aborted, then it goes on (an op that returns late); stall-open:rank=R stops the
  * process of launcher rank R (0 without a launcher) before it opens the world, as a
- * process stuck while starting would.  rt_fault_parse fills w's fault fields from the
+ * process stuck while starting would; stall-save:rank=R[:step=S] stops rank R for good
+ * once it wrote its files of the checkpoint after step S, before the rename (a save
+ * interrupted by a crash).  rt_fault_parse fills w's fault fields from the
  * variable's text (NULL: none); -1 with w->err on a bad one. */
 int rt_fault_parse(RtWorld *w, const char *spec);
 /* Called by rt_world_open before the collective opening (stall-open). */
 void rt_fault_open(const RtWorld *w);
 /* Called by the interpreter before the group [op, end) of a step. */
 void rt_fault_at(RtRank *r, int step, int64_t op, int64_t end);
+/* Called by rt_ckpt_save once the rank's files of the checkpoint after step run_step
+ * (0-based) are written, before the barrier (stall-save). */
+void rt_fault_save(const RtRank *r, int run_step);
 /* Test-only wrong runs (RtOptions.wrong, fault.c).  rt_wrong_check: 0 when o->wrong is
  * none or names a rank, step and microbatch of p's run, else -1 and why in err.  The
  * interpreter calls rt_wrong_optim before (after = 0) and after (after = 1) a stage's

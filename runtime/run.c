@@ -102,6 +102,26 @@ static int tp_refuse(const RtWorld *w, char *err, size_t errn)
 	return -1;
 }
 
+/* Whether --resume's checkpoint fits this run (docs/runtime.md "Checkpoints"), its seed
+ * and step taken over; 0 when fine. */
+static int ckpt_refuse(RtWorld *w, char *err, size_t errn)
+{
+	const Plan *p = w->plan;
+	if ((w->opt.save || w->opt.resume) && p->optim.distributed) {
+		snprintf(err, errn, "--%s: the plan's optimizer is distributed (each dp rank holds "
+		         "a shard of its state), which checkpoints do not store yet (drop "
+		         "`distributed` from its optimizer line)", w->opt.save ? "save" : "resume");
+		return -1;
+	}
+	if (!w->opt.resume)
+		return 0;
+	if (rt_ckpt_check(w->opt.resume, p, w->optim.kind, err, errn))
+		return -1;
+	w->opt.seed = rt_ckpt_seed(w->opt.resume);
+	w->step0 = rt_ckpt_step(w->opt.resume);
+	return 0;
+}
+
 RtWorld *rt_world_open(const Plan *p, const RtOptions *o, char *err, size_t errn)
 {
 	const char *name = o->backend ? o->backend : rt_backend_default();
@@ -134,6 +154,10 @@ RtWorld *rt_world_open(const Plan *p, const RtOptions *o, char *err, size_t errn
 	if (!w->dev->optim || !w->dev->optim[w->optim.kind]) {
 		snprintf(err, errn, "the %s device has no %s optimizer step", w->dev->name,
 		         plan_optim_names[w->optim.kind]);
+		free(w);
+		return NULL;
+	}
+	if (ckpt_refuse(w, err, errn)) {
 		free(w);
 		return NULL;
 	}
@@ -284,6 +308,9 @@ static int gather_figures(RtWorld *w, RtResult *res)
 		res->mem_peak = calloc((size_t)p->world * 4, sizeof *res->mem_peak);
 		res->optim = w->optim;
 		res->master = plan_prec(p->prec)->master > 0;
+		res->first_step = w->step0;
+		res->saves = w->saves;
+		res->save_ns = w->save_ns;
 		res->nev = calloc((size_t)p->world, sizeof *res->nev);
 		res->ev = calloc((size_t)p->world, sizeof *res->ev);
 		if (!res->loss || !res->step_ns || !res->busy_ns || !res->peak_act || !res->held_end ||

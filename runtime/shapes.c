@@ -6,11 +6,14 @@
 
 /* Walks the split axis segment by segment: piece t of segment k starts t * len into it
  * in the whole, and after the pieces of the segments before it in the rank's shard. */
-void rt_split_copy(const LayerTensor *piece, const LayerSplit *sp, int tp, int t, const float *whole,
-                   float *out)
+static void split_walk(const LayerTensor *piece, const LayerSplit *sp, int tp, int t, float *whole,
+                       float *out, int put)
 {
 	if (sp->axis == LAYER_SPLIT_NONE || tp <= 1) {
-		memcpy(out, whole, (size_t)(piece->rows * piece->cols) * sizeof(float));
+		if (put)
+			memcpy(whole, out, (size_t)(piece->rows * piece->cols) * sizeof(float));
+		else
+			memcpy(out, whole, (size_t)(piece->rows * piece->cols) * sizeof(float));
 		return;
 	}
 	int64_t wcols = sp->axis == LAYER_SPLIT_COLS ? 0 : piece->cols;
@@ -20,13 +23,33 @@ void rt_split_copy(const LayerTensor *piece, const LayerSplit *sp, int tp, int t
 	for (int k = 0; k < sp->nseg; k++) {
 		int64_t len = sp->seg[k] / tp, src = from + (int64_t)t * len;
 		for (int64_t i = 0; i < len; i++)
-			if (sp->axis == LAYER_SPLIT_ROWS)
+			if (sp->axis == LAYER_SPLIT_ROWS && put)
+				memcpy(whole + (src + i) * wcols, out + (at + i) * piece->cols,
+				       (size_t)piece->cols * sizeof(float));
+			else if (sp->axis == LAYER_SPLIT_ROWS)
 				memcpy(out + (at + i) * piece->cols, whole + (src + i) * wcols,
 				       (size_t)piece->cols * sizeof(float));
 			else
-				for (int64_t r = 0; r < piece->rows; r++)
-					out[r * piece->cols + at + i] = whole[r * wcols + src + i];
+				for (int64_t r = 0; r < piece->rows; r++) {
+					float *w = &whole[r * wcols + src + i], *o = &out[r * piece->cols + at + i];
+					if (put)
+						*w = *o;
+					else
+						*o = *w;
+				}
 		at += len;
 		from += sp->seg[k];
 	}
+}
+
+void rt_split_copy(const LayerTensor *piece, const LayerSplit *sp, int tp, int t, const float *whole,
+                   float *out)
+{
+	split_walk(piece, sp, tp, t, (float *)whole, out, 0);
+}
+
+void rt_split_put(const LayerTensor *piece, const LayerSplit *sp, int tp, int t, const float *in,
+                  float *whole)
+{
+	split_walk(piece, sp, tp, t, whole, (float *)in, 1);
 }

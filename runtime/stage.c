@@ -13,9 +13,9 @@
  * held tensors from B to W (save_bw).  A layer's output is the next layer's saved
  * input, so F holds exactly save_fb + save_fw, B frees save_fb and holds save_bw, and W
  * frees the rest.  A kind whose row says drops_x (dropout) frees its input after its F:
- * its mask is all its B needs.  Dropout masks are drawn from rt_drop_key of the stage,
- * layer, microbatch, replica and step, so every run of a layer's F (recomputation, the
- * reference) draws the same ones. */
+ * its mask is all its B needs.  Dropout masks are drawn from rt_drop_key of the layer's
+ * position in the model, the microbatch, replica and step, so every run of a layer's F
+ * (recomputation, the reference, another stage split) draws the same ones. */
 #include "rt_private.h"
 #include "../plan/mem.h"
 
@@ -23,6 +23,31 @@
 #include <string.h>
 
 /* ---- one stage ---- */
+
+/* State k of stage s (0: the parameters, 1 and 2: the optimizer's buffers) as the run
+ * starts, in the rank's layout (its tp pieces of the whole): from --resume's checkpoint,
+ * else the initial weights (the buffers start zero and are not asked for). */
+static int initial(RtRank *r, int s, int k, float *out)
+{
+	const Plan *p = r->w->plan;
+	const RtCkpt *ck = r->w->opt.resume;
+	float *whole = out;
+	if (r->model->tp > 1 &&
+	    !(whole = malloc((size_t)(r->w->whole->st[s].nparams + 1) * sizeof(float))))
+		return rt_error(r, "out of memory");
+	if (!ck)
+		rt_gen_weights(r->w->opt.seed, p, s, whole);
+	else if (rt_ckpt_fill(ck, p, s, k, whole)) {
+		if (whole != out)
+			free(whole);
+		return rt_error(r, "out of memory");
+	}
+	if (whole != out) { // the rank's pieces of the whole model's
+		rt_model_shard(r->model, s, r->coord[DIM_TP], whole, out);
+		free(whole);
+	}
+	return RT_OK;
+}
 
 int rt_stage_bufs_open(RtRank *r, int s, RtStageBufs *b)
 {
@@ -57,25 +82,23 @@ int rt_stage_bufs_open(RtRank *r, int s, RtStageBufs *b)
 	if ((nstate >= 1 && (!(b->m = rt_tensor_new(r, 1, ns, RT_MEM_OPTIM)) || r->dev->zero(r, b->m))) ||
 	    (nstate >= 2 && (!(b->v = rt_tensor_new(r, 1, ns, RT_MEM_OPTIM)) || r->dev->zero(r, b->v))))
 		return RT_EFAIL;
-	memset(b->host, 0, (size_t)nhost * sizeof(float));
-	if (r->model->tp > 1) { // the rank's pieces of the whole model's weights
-		float *whole = malloc((size_t)(r->w->whole->st[s].nparams + 1) * sizeof(float));
-		if (!whole)
-			return rt_error(r, "out of memory");
-		rt_gen_weights(r->w->opt.seed, p, s, whole);
-		rt_model_shard(r->model, s, r->coord[DIM_TP], whole, b->host);
-		free(whole);
-	} else {
-		rt_gen_weights(r->w->opt.seed, p, s, b->host);
-	}
 	const RtDevice *dev = r->dev;
-	if (dev->upload(r, b->params, b->host) || dev->zero(r, b->grads))
-		return RT_EFAIL;
-	if (b->master) { // the f32 weights of the shard; the kernels read them in bf16
-		RtTensor mv = rt_tensor_view(b->master, 0, 1, len);
-		if ((len && dev->upload(r, &mv, b->host + off)) || rt_round(r, b->params))
+	RtTensor *state[3] = {b->params, b->m, b->v};
+	const RtCkpt *ck = r->w->opt.resume;
+	for (int k = 0; k <= (ck ? nstate : 0); k++) {
+		memset(b->host, 0, (size_t)nhost * sizeof(float));
+		if (initial(r, s, k, b->host) || dev->upload(r, state[k], b->host))
 			return RT_EFAIL;
+		if (k == 0 && b->master) { // the shard's f32 weights; the kernels read them in bf16
+			RtTensor mv = rt_tensor_view(b->master, 0, 1, len);
+			if ((len && dev->upload(r, &mv, b->host + off)) || rt_round(r, b->params))
+				return RT_EFAIL;
+		}
 	}
+	if (ck)
+		b->t = rt_ckpt_step(ck);
+	if (dev->zero(r, b->grads))
+		return RT_EFAIL;
 	if (b->loss && dev->zero(r, b->loss))
 		return RT_EFAIL;
 	return RT_OK;
@@ -123,7 +146,8 @@ static RtTensor *tokens(RtRank *r, RtTensor *t, int shift, int step, int replica
 	const RtOptions *o = &r->w->opt;
 	const RtData *d = r->eval ? o->eval_data : o->data;
 	if (d)
-		rt_data_tokens(d, o->seed, r->eval, step, replica, mb, &sh, shift, b->host);
+		rt_data_tokens(d, o->seed, r->eval, (int)r->w->step0 + step, replica, mb, &sh, shift,
+		               b->host);
 	else
 		rt_gen_tokens(o->seed, replica, mb, &sh, shift, b->host);
 	if (r->dev->upload(r, t, b->host)) {
@@ -234,7 +258,8 @@ static void free_scratch(RtRank *r, const RtLayerAt *at, RtTensor **slot)
 /* The key of layer l's dropout masks (rt_drop_key) on microbatch mb. */
 static uint64_t drop_key(const RtRank *r, int s, int l, int mb, int step, int replica)
 {
-	return rt_drop_key(r->w->opt.seed, step, replica, mb, s, l);
+	return rt_drop_key(r->w->opt.seed, (int)r->w->step0 + step, replica, mb,
+	                   rt_layer_position(r->w->plan, s, l));
 }
 
 /* What a layer's kernel wrote to its n slots, as stored (rt_round): in bf16 under

@@ -290,7 +290,7 @@ check "threads: the held rank's thread returned" $? "$(grep "did not return" "$d
 t "a bad PIPERUN_FAULT is an error" 1 env PIPERUN_FAULT=stall:rank=7:op=1 \
 	"$BIN/piperun" "$dir/tiny.plan" --backend threads
 has "a bad PIPERUN_FAULT is named" "$dir/err" \
-	"PIPERUN_FAULT='stall:rank=7:op=1': expected stall:rank=R:op=N\[:step=S\], hold:rank=R:op=N\[:step=S\] or stall-open:rank=R, R a rank of the plan (0 to 1)"
+	"PIPERUN_FAULT='stall:rank=7:op=1': expected stall:rank=R:op=N\[:step=S\], hold:rank=R:op=N\[:step=S\], stall-open:rank=R or stall-save:rank=R\[:step=S\], R a rank of the plan (0 to 1)"
 
 # Inputs that never end: /dev/zero as a plan, a program or a CSV order, and a binary
 # plan whose text part claims a terabyte over endless zeros.  Each tool read on, filling

@@ -39,6 +39,7 @@ for f in "$FUZZBIN"/fuzz_*; do
 	fuzz_compile) seeds=$work/pipe; extra="-dict=tests/fuzz/pipe.dict" ;;
 	fuzz_binplan) seeds=$work/binplan; extra="" ;;
 	fuzz_data) seeds=tests/fuzz/seeds/data; extra="" ;;
+	fuzz_safet) seeds=tests/fuzz/seeds/safet; extra="" ;;
 	*) seeds=$work/plan; extra="" ;;
 	esac
 	mkdir -p "$work/corpus-$name"

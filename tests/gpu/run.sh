@@ -15,7 +15,8 @@
 #     loopedbfs), every example with `mesh pp=1` and `placement [0, 0, ...]` that pipecc
 #     takes, and V schedules (zbv, dualpipev) with both stages on one rank (a linear
 #     V and examples/gpt-tiny.pipe merged into two stages), gpt-tiny recomputing (full
-#     and selective), all --check'ed against the CPU reference, f32 and bf16;
+#     and selective), all --check'ed against the CPU reference, f32 and bf16; a
+#     checkpoint of the gpt-tiny V saved and resumed on the GPU, and on cpu threads;
 #   - with 2 or more GPUs: the examples at their own mesh when it fits (one process, a
 #     thread per GPU), under mpirun when there is one, and a deadlock ended by the
 #     watchdog with every rank's blocked op.
@@ -218,6 +219,42 @@ if [ -f "$dir/gpt-v-zbv.pipe" ]; then
 			check "pipecc takes the gpt-tiny V with recompute *$mode" 1 "$dir/err"
 		fi
 	done
+fi
+
+# Checkpoints on one GPU (docs/runtime.md "Checkpoints"): the gpt-tiny V saved after
+# step 2 of 4 and resumed for 2 gives steps 3-4's losses of the whole run (within 1e-5:
+# the device's sums need not repeat bit for bit), and the same checkpoint resumed on
+# the cpu threads backend within 1e-4 (the device's parameters and AdamW state, through
+# its download and upload).
+# losses_near NAME A B TOL: the "step loss" lines of files A and B agree within TOL.
+losses_near() {
+	paste "$2" "$3" | awk -v tol="$4" '
+		{ n++; d = $2 - $4; if (d < 0) d = -d; if ($1 != $3 || d > tol * $2) bad = 1 }
+		END { exit bad || n != 2 }'
+	check "$1 ($(tr '\n' ' ' <"$3"))" $? "$3"
+}
+steps_of() { # json file -> "step loss" lines
+	sed 's/}, {/\n/g' "$1" | sed -n 's/.*"step": \([0-9]*\), "loss": \([0-9.e+-]*\).*/\1 \2/p'
+}
+if [ -f "$dir/gpt-v-zbv.plan" ]; then
+	ck="--optimizer adamw --lr 1e-3 --json --blas-threads 8"
+	# shellcheck disable=SC2086
+	if run "one GPU, gpt-tiny V: 4 steps saved every 2" 240 "$BIN/piperun" \
+		"$dir/gpt-v-zbv.plan" --backend "$be" --steps 4 --save "$dir/ck" --save-every 2 $ck; then
+		steps_of "$dir/out" | sed -n '3,4p' >"$dir/ck-full"
+		# shellcheck disable=SC2086
+		run "one GPU, gpt-tiny V: resumed after step 2" 240 "$BIN/piperun" "$dir/gpt-v-zbv.plan" \
+			--backend "$be" --steps 2 --resume "$dir/ck/step-2" $ck &&
+			steps_of "$dir/out" >"$dir/ck-gpu" &&
+			losses_near "one GPU, gpt-tiny V: resumed, steps 3-4 as the whole run's" \
+				"$dir/ck-full" "$dir/ck-gpu" 1e-5
+		# shellcheck disable=SC2086
+		run "gpt-tiny V: the GPU's checkpoint resumed on cpu threads" 240 "$BIN/piperun" \
+			"$dir/gpt-v-zbv.plan" --backend threads --steps 2 --resume "$dir/ck/step-2" $ck &&
+			steps_of "$dir/out" >"$dir/ck-cpu" &&
+			losses_near "gpt-tiny V: on cpu threads, steps 3-4 as the GPU's" \
+				"$dir/ck-full" "$dir/ck-cpu" 1e-4
+	fi
 fi
 
 # ---- several GPUs ----
