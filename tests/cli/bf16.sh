@@ -67,6 +67,16 @@ check "... by less than 1e-3 relative" \
 	"$(awk -v a="$a" -v b="$b" 'BEGIN { d = (a - b) / a; if (d < 0) d = -d; print (a > 0 && d < 1e-3) ? 0 : 1 }')" \
 	"$a / $b"
 
+# a checkpoint keeps the f32 master weights: resuming gives the run that never stopped
+t "4 steps" 0 "$BIN/piperun" "$dir/gpt.plan" --steps 4
+grep '^step [34]:' "$dir/out" | sed 's/ time .*//' >"$dir/whole"
+t "2 steps, saved" 0 "$BIN/piperun" "$dir/gpt.plan" --steps 2 --save "$dir/ck"
+t "2 more, resumed" 0 "$BIN/piperun" "$dir/gpt.plan" --steps 2 --resume "$dir/ck"
+grep '^step [34]:' "$dir/out" | sed 's/ time .*//' >"$dir/resumed"
+check "bf16: resumed, steps 3 and 4 to the bit" \
+	"$([ -s "$dir/whole" ] && cmp -s "$dir/whole" "$dir/resumed"; echo $?)" \
+	"$(cat "$dir/whole" "$dir/resumed" | tr '\n' ' ')"
+
 sed 's/^precision bf16;/precision tf32;/' "$dir/gpt.pipe" >"$dir/tf32.pipe"
 t "tf32: compiles" 0 "$BIN/pipecc" "$dir/tf32.pipe" -o "$dir/tf32.plan"
 t "tf32: piperun refuses it" 1 "$BIN/piperun" "$dir/tf32.plan"
