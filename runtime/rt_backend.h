@@ -272,9 +272,6 @@ typedef struct {
 	int (*copy)(RtRank *r, RtTensor *dst, const RtTensor *src);
 	int (*add)(RtRank *r, RtTensor *dst, const RtTensor *src);   // dst += src
 	int (*scale)(RtRank *r, RtTensor *t, float alpha);            // t *= alpha
-	/* t's values rounded to bf16 in place (to nearest, ties to even; NaN stays NaN):
-	 * what a bf16 store keeps.  NULL: the device does not emulate bf16 storage. */
-	int (*round_bf16)(RtRank *r, RtTensor *t);
 
 	/* Layers: one row per LayerKind (an array of LAYER_COUNT rows, RtLayerKernels
 	 * below).  A kind the device cannot compute has an empty row, and a plan using it is
@@ -293,6 +290,10 @@ typedef struct {
 	 * tp_rank, the split tensors of plan_layer_tensors); 0: plans with tp > 1 are refused
 	 * when the world opens. */
 	int tp_split;
+	/* Optional, last: t's values rounded to bf16 in place (to nearest, ties to even; NaN
+	 * stays NaN): what a bf16 store keeps.  NULL: the device does not emulate bf16
+	 * storage, and bf16 plans are refused when the world opens. */
+	int (*round_bf16)(RtRank *r, RtTensor *t);
 } RtDevice;
 
 typedef struct {

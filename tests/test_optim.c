@@ -313,8 +313,8 @@ static void optim__adamw_runs__check_passes_and_loss_falls(void **state)
 				fail_msg("%s: loss %g at step %d, %g before", p->name, res.loss[s], s + 1,
 				         res.loss[s - 1]);
 		for (int r = 0; r < p->world; r++) {
-			assert_true(res.model_bytes[3 * r] > 0);
-			assert_int_equal(res.model_bytes[3 * r + 2], 2 * res.model_bytes[3 * r]);
+			assert_true(res.model_bytes[4 * r] > 0);
+			assert_int_equal(res.model_bytes[4 * r + 2], 2 * res.model_bytes[4 * r]);
 		}
 		rt_result_free(&res);
 		rt_world_close(w, 0);
@@ -352,9 +352,9 @@ static void optim__momentum_run__check_passes_and_state_as_predicted(void **stat
 	for (int r = 0; r < p->world; r++) {
 		PlanMem pm;
 		assert_int_equal(plan_mem_rank(p, r, &pm), 0);
-		assert_true(res.model_bytes[3 * r] > 0);
-		assert_int_equal(res.model_bytes[3 * r + 2], res.model_bytes[3 * r]);
-		assert_int_equal(res.model_bytes[3 * r + 2], pm.optim);
+		assert_true(res.model_bytes[4 * r] > 0);
+		assert_int_equal(res.model_bytes[4 * r + 2], res.model_bytes[4 * r]);
+		assert_int_equal(res.model_bytes[4 * r + 2], pm.optim);
 	}
 	rt_result_free(&res);
 	rt_world_close(w, 0);
@@ -375,8 +375,8 @@ static void optim__sgd_run__no_state(void **state)
 	assert_int_equal(rt_world_run(w, &res), RT_OK);
 	assert_int_equal(res.optim.kind, OPTIM_SGD);
 	for (int r = 0; r < p->world; r++) {
-		assert_int_equal(res.model_bytes[3 * r + 1], res.model_bytes[3 * r]);
-		assert_int_equal(res.model_bytes[3 * r + 2], 0);
+		assert_int_equal(res.model_bytes[4 * r + 1], res.model_bytes[4 * r]);
+		assert_int_equal(res.model_bytes[4 * r + 2], 0);
 	}
 	rt_result_free(&res);
 	rt_world_close(w, 0);
