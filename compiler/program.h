@@ -160,6 +160,9 @@ typedef struct {
 
 	int nroutes;                   // `route` statements (compiler/route.c)
 	struct ProgRoute *routes;
+
+	struct ProgPart *part;         // `model { ... }`: how pipecc cut it (compiler/part.h);
+	                               // NULL when the stages are written
 } Program;
 
 /* How a tensor between two stages on one rank moves (`peers ...;`, --same-rank). */
@@ -205,6 +208,9 @@ int prog_node_size(const Program *p);
 /* Stage s's recomputation (PlanRecompute): its own statement, else `recompute *`'s,
  * which in selective mode passes over stages without attention. */
 int prog_recompute(const Program *p, int s);
+
+/* The shape of one microbatch the layer table's figures take (plan/layer.h). */
+LayerShape prog_layer_shape(const Program *p);
 
 /* Parses and checks src; NULL after reporting errors to d. */
 Program *front_parse(Arena *a, Diag *d, const char *file, const char *src, size_t len);
