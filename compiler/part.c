@@ -15,9 +15,11 @@
  * probe that fails keeps the even cut: the real check reports why, at the layers.
  *
  * The memory each stage may hold is the device's capacity over the stages per rank;
- * a stage holds its parameters (PLAN_MEM_PARAM_BYTES each) and its saved bytes for
- * each microbatch in flight at its peak (all of them under gpipe, else at most the
- * stages from it to the last, as 1F1B holds them).  This is the DP's approximation:
+ * a stage holds its parameters (weights, gradients, master copy, optimizer state),
+ * its saved bytes for each microbatch whose backward is pending at its peak, its
+ * received input and its outputs not yet taken (every microbatch's under gpipe; as
+ * 1F1B holds them, k - j saved and two outputs at stage j of k, about what plan/mem.c
+ * measures of 1F1B; interleaved and V orders differ).  This is the DP's model:
  * the compiled plan is then checked against the capacity by the memory model
  * (plan/mem.c), as every plan is, and schedule auto confirms its orders in pipesim. */
 #include <inttypes.h>
@@ -25,6 +27,8 @@
 #include <string.h>
 
 #include "../plan/mem.h"
+#include "../plan/optim.h"
+#include "../plan/prec.h"
 #include "part.h"
 #include "schedule.h"
 
@@ -67,6 +71,19 @@ int64_t part_bottleneck(const PartProblem *pb, const int *cut)
 	return worst;
 }
 
+int64_t part_stage_mem(const PartProblem *pb, int j, int a, int b)
+{
+	int64_t m = 0;
+	for (int u = a; u < b; u++)
+		m += (pb->stat ? pb->stat[u] : 0) +
+		     (pb->inflight ? pb->inflight[j] : 1) * (pb->act ? pb->act[u] : 0);
+	if (pb->edge && a > 0)
+		m += pb->edge[a];
+	if (pb->edge && b < pb->n)
+		m += (pb->outflight ? pb->outflight[j] : 1) * pb->edge[b];
+	return m;
+}
+
 /* best[j][b]: the least bottleneck of j stages over units [0, b); from[j][b] the
  * first unit of the j-th.  A stage [a, b) as stage j - 1 may begin at a (cut_ok), may
  * not hold a pinned cut inside, and fits its share of memory. */
@@ -91,6 +108,7 @@ int64_t part_split(const PartProblem *pb, int *cut)
 	for (int j = 1; j <= k; j++) {
 		int64_t room = pb->cap;
 		int fl = pb->inflight ? pb->inflight[j - 1] : 1;
+		int out = pb->outflight ? pb->outflight[j - 1] : 1;
 		for (int b = j; b <= n - (k - j); b++) {
 			int lo = j - 1, hi = b - 1;
 			if (pb->max_len > 0 && b - pb->max_len > lo)
@@ -105,7 +123,9 @@ int64_t part_split(const PartProblem *pb, int *cut)
 					continue;
 				if (pins[b] - pins[a + 1] > 0) // a pinned cut strictly inside [a, b)
 					continue;
-				if (room > 0 && sum(sp, a, b) + fl * sum(ap, a, b) > room)
+				if (room > 0 && sum(sp, a, b) + fl * sum(ap, a, b) +
+				    (a > 0 && pb->edge ? pb->edge[a] : 0) +
+				    (b < n && pb->edge ? out * pb->edge[b] : 0) > room)
 					continue;
 				int64_t t = sum(tp, a, b), v = t > prev ? t : prev;
 				if (best[AT(j, b)] < 0 || v < best[AT(j, b)]) {
@@ -423,9 +443,11 @@ ProgPart *part_choose(Arena *a, Diag *d, PartCut *pc, const Program *pr)
 	int64_t *time = arena_alloc(a, (size_t)n * sizeof *time);
 	int64_t *stat = arena_alloc(a, (size_t)n * sizeof *stat);
 	int64_t *act = arena_alloc(a, (size_t)n * sizeof *act);
+	int64_t *edge = arena_alloc(a, ((size_t)n + 1) * sizeof *edge);
 	LayerShape sh = prog_layer_shape(pr);
 	int tp = pr->dims[DIM_TP];
 	int s = 0, l = 0;
+	int64_t per_param = plan_prec_param_bytes(pr->prec) + plan_optim_state_bytes(pr->optim.kind);
 	for (int u = 0; u < n; u++) {
 		double fl = 0;
 		for (int left = unit_size(pc->ast, &pc->units[u]); left > 0; left--) {
@@ -435,22 +457,31 @@ ProgPart *part_choose(Arena *a, Diag *d, PartCut *pc, const Program *pr)
 			}
 			if (s == pr->nstages)
 				die("part: the model's units outnumber the checked layers");
-			PlanLayer pl = prog_plan_layer(&pr->stages[s].layers[l++]);
+			const ProgLayer *ly = &pr->stages[s].layers[l++];
+			if (left == unit_size(pc->ast, &pc->units[u]))
+				edge[u] = (int64_t)pr->rows * ly->in * plan_prec(pr->prec)->act;
+			PlanLayer pl = prog_plan_layer(ly);
 			LayerCost lc = plan_layer_figures_tp(&pl, &sh, tp);
 			fl += lc.flops[0] + lc.flops[1] + lc.flops[2];
-			stat[u] += lc.params * PLAN_MEM_PARAM_BYTES(pr->prec);
-			act[u] += lc.save_fb + lc.save_fw + lc.save_bw;
+			stat[u] += lc.params * per_param;
+			act[u] += lc.save_fb + lc.save_fw; // what F saves (B to W: not counted)
 		}
 		double ns = fl * 1e9 / pr->peak_flops;
 		time[u] = ns < 1 ? 1 : (int64_t)(ns + 0.5);
 	}
+	/* 1F1B's peak at stage j: the saved bytes of k - j microbatches and two outputs in
+	 * flight (what plan/mem.c measures of it); gpipe's: every microbatch's */
 	int *inflight = arena_alloc(a, (size_t)k * sizeof *inflight);
+	int *outflight = arena_alloc(a, (size_t)k * sizeof *outflight);
 	const Schedule *row = sched_find(pr->schedule);
-	int gpipe = row && !strcmp(row->name, "gpipe");
-	for (int j = 0; j < k; j++)
-		inflight[j] = gpipe || k - j > pr->microbatches ? pr->microbatches : k - j;
-	PartProblem pb = {.n = n, .k = k, .time = time, .stat = stat, .act = act,
-	                  .cut_ok = pc->cut_ok, .pin = pc->pin, .inflight = inflight};
+	int gpipe = row && !strcmp(row->name, "gpipe"), m = pr->microbatches;
+	for (int j = 0; j < k; j++) {
+		inflight[j] = gpipe || k - j > m ? m : k - j;
+		outflight[j] = gpipe || m < 2 ? m : 2;
+	}
+	PartProblem pb = {.n = n, .k = k, .time = time, .stat = stat, .act = act, .edge = edge,
+	                  .cut_ok = pc->cut_ok, .pin = pc->pin, .inflight = inflight,
+	                  .outflight = outflight};
 	/* memory is the DP's to weigh only where the saved bytes are what it counts */
 	int recomputes = pr->recompute_all != 0;
 	for (int j = 0; j < pr->nstages; j++)
@@ -492,11 +523,11 @@ ProgPart *part_choose(Arena *a, Diag *d, PartCut *pc, const Program *pr)
 	pt->cap = pb.cap;
 	pt->time = arena_alloc(a, (size_t)k * sizeof *pt->time);
 	pt->mem = arena_alloc(a, (size_t)k * sizeof *pt->mem);
-	for (int j = 0; j < k; j++)
-		for (int u = pt->cut[j]; u < pt->cut[j + 1]; u++) {
+	for (int j = 0; j < k; j++) {
+		for (int u = pt->cut[j]; u < pt->cut[j + 1]; u++)
 			pt->time[j] += time[u];
-			pt->mem[j] += stat[u] + inflight[j] * act[u];
-		}
+		pt->mem[j] = part_stage_mem(&pb, j, pt->cut[j], pt->cut[j + 1]);
+	}
 	pt->bottleneck = part_bottleneck(&pb, pt->cut);
 	/* the best split of equal layer counts (n / k, or one more), for comparison */
 	PartProblem ub = {.n = n, .k = k, .time = time, .cut_ok = pc->cut_ok,

@@ -22,6 +22,9 @@ typedef struct {
 	const int64_t *act;    // per unit: bytes saved per microbatch in flight (NULL: none)
 	const uint8_t *cut_ok; // [n]: a stage may begin at unit u (NULL: anywhere); [0] unread
 	const uint8_t *pin;    // [n]: a stage must begin at unit u (NULL: none); [0] unread
+	const int64_t *edge;   // [n + 1]: bytes of the tensor entering unit u (NULL: none);
+	                       // a stage [a, b) holds edge[a] received (a > 0) and
+	const int *outflight;  // per stage: this many of edge[b] sent (b < n) at its peak
 	const int *inflight;   // per stage: microbatches whose saved bytes it holds at peak
 	int64_t cap;           // bytes each stage may hold; 0: memory is not checked
 	int min_len, max_len;  // units per stage, at least and at most (0: no bound)
@@ -37,6 +40,9 @@ enum {
  * cuts come first.  Returns the bottleneck, or PART_NONE / PART_OOM (cut untouched).
  * O(k n^2) time, O(k n) memory. */
 int64_t part_split(const PartProblem *pb, int *cut);
+
+/* The bytes stage j = [a, b) of pb holds at its peak, as the DP counts them. */
+int64_t part_stage_mem(const PartProblem *pb, int j, int a, int b);
 
 /* The time of the slowest stage of the split cut[0..k] of pb. */
 int64_t part_bottleneck(const PartProblem *pb, const int *cut);
