@@ -640,7 +640,7 @@ static void check_required(Check *c)
 		{AST_SCHEDULE, "missing 'schedule NAME;' statement"},
 	};
 	for (size_t i = 0; i < sizeof req / sizeof req[0]; i++)
-		if (!c->first[req[i].kind])
+		if (!c->first[req[i].kind] && !(req[i].kind == AST_STAGE && c->first[AST_MODEL]))
 			diag_error(c->d, (Loc){0}, "%s", req[i].msg);
 }
 
@@ -889,8 +889,10 @@ Program *front_parse(Arena *a, Diag *d, const char *file, const char *src, size_
 	if (ast->stopped)
 		return NULL;
 	PartCut *pc = NULL;
-	if (part_prepare(a, d, ast, &pc))
+	if (part_prepare(a, d, ast, &pc)) {
+		check(a, d, file, ast); // the rest of the file's errors too
 		return NULL;
+	}
 	ProgPart *part = NULL;
 	if (pc && !d->nerrors) {
 		/* the evenly cut program, checked quietly: its layers' figures choose the cut;

@@ -349,7 +349,7 @@ int part_prepare(Arena *a, Diag *d, AstProgram *ast, PartCut **out)
 			pc->n += t > 0 ? t : 1;
 		}
 	}
-	if (bad || model->bad)
+	if (model->bad)
 		return 1;
 	pc->units = arena_alloc(a, (size_t)pc->n * sizeof *pc->units);
 	pc->pin = arena_alloc(a, (size_t)pc->n + 1);
@@ -360,7 +360,9 @@ int part_prepare(Arena *a, Diag *d, AstProgram *ast, PartCut **out)
 		const AstLayer *al = &model->layers[i];
 		if (is_cut(al)) {
 			if (n == 0 || i == model->nlayers - 1 || is_cut(&model->layers[i + 1])) {
-				diag_error(d, al->loc, "a 'cut' stands between two layers of the model");
+				diag_error(d, al->loc, "a 'cut' stands between two layers of the model, %s",
+				           n == 0 ? "not before the first" : i == model->nlayers - 1 ?
+				           "not after the last" : "once");
 				bad++;
 			} else if (!pc->pin[n]) {
 				pc->pin[n] = 1;
