@@ -203,6 +203,68 @@ static int misplaced_cuts(Diag *d, const AstLayer *als, int n, const char *where
 	return bad;
 }
 
+/* The one block statement named by al's use, defined above `before`, sound; else NULL. */
+static const AstStmt *block_above(const AstProgram *ast, const AstLayer *al,
+                                  const AstStmt *before)
+{
+	const AstStmt *found = NULL;
+	for (const AstStmt *s = ast->head; s && s != before; s = s->next)
+		if (s->kind == AST_BLOCK && s->name.s && al->name.s && !strcmp(s->name.s, al->name.s)) {
+			if (found)
+				return NULL;
+			found = s;
+		}
+	return found && !found->bad && found->nlayers > 0 ? found : NULL;
+}
+
+/* Whether every block use in als[0..n) (bodies too) names a sound block above `before`
+ * whose own uses do likewise, at most 64 deep: what the checker accepts, so that its
+ * layers may be written out in a stage (the checker then sees no use to report on). */
+static int uses_ok(const AstProgram *ast, const AstLayer *als, int n, const AstStmt *before,
+                   int depth)
+{
+	for (int i = 0; i < n; i++) {
+		const AstLayer *al = &als[i];
+		if (al->name.s && find_block(ast, al->name.s)) {
+			const AstStmt *b = block_above(ast, al, before);
+			if (!b || !block_times(ast, al) || depth >= 64 ||
+			    !uses_ok(ast, b->layers, b->nlayers, b, depth + 1))
+				return 0;
+		} else if (al->has_body && !uses_ok(ast, al->layers, al->nlayers, before, depth)) {
+			return 0;
+		}
+	}
+	return 1;
+}
+
+/* Unit al (a layer of the model, or of a block written out in it) into pc->units[*n..]
+ * (counted only while pc->units is NULL).  A sound block use is written out: its
+ * top-level layers, N times, are units (a stage may begin at any of them); any other
+ * use stays whole, N copies of `NAME;`, for the checker to judge. */
+static void collect(PartCut *pc, const AstLayer *al, const AstStmt *before, int depth, int *n)
+{
+	int t = block_times(pc->ast, al);
+	const AstStmt *b = t > 0 ? block_above(pc->ast, al, before) : NULL;
+	if (b && uses_ok(pc->ast, al, 1, before, depth)) {
+		for (int c = 0; c < t; c++)
+			for (int i = 0; i < b->nlayers; i++)
+				collect(pc, &b->layers[i], b, depth + 1, n);
+		return;
+	}
+	for (int c = 0; c < (t > 0 ? t : 1); c++) {
+		if (pc->units) {
+			pc->units[*n] = *al;
+			if (t > 0) { // one copy of the block: `NAME;`
+				pc->units[*n].nargs = 0;
+				pc->units[*n].args = NULL;
+			}
+			/* `dropout` keeps only its mask: it cannot begin a stage */
+			pc->cut_ok[*n] = !(al->name.s && !strcmp(al->name.s, "dropout"));
+		}
+		(*n)++;
+	}
+}
+
 /* The checked layers unit al expands into (the probe checked it: its blocks exist). */
 static int unit_size(const AstProgram *ast, const AstLayer *al)
 {
@@ -344,10 +406,8 @@ int part_prepare(Arena *a, Diag *d, AstProgram *ast, PartCut **out)
 		const AstLayer *al = &model->layers[i];
 		if (al->has_body)
 			bad += misplaced_cuts(d, al->layers, al->nlayers, "a residual body");
-		if (!is_cut(al)) {
-			int t = block_times(ast, al);
-			pc->n += t > 0 ? t : 1;
-		}
+		if (!is_cut(al))
+			collect(pc, al, model, 0, &pc->n);
 	}
 	if (model->bad)
 		return 1;
@@ -371,17 +431,7 @@ int part_prepare(Arena *a, Diag *d, AstProgram *ast, PartCut **out)
 			}
 			continue;
 		}
-		int t = block_times(ast, al);
-		for (int c = 0; c < (t > 0 ? t : 1); c++) {
-			pc->units[n] = *al;
-			if (t > 0) { // one copy of the block: `NAME;`
-				pc->units[n].nargs = 0;
-				pc->units[n].args = NULL;
-			}
-			/* `dropout` keeps only its mask: it cannot begin a stage */
-			pc->cut_ok[n] = !(al->name.s && !strcmp(al->name.s, "dropout"));
-			n++;
-		}
+		collect(pc, al, model, 0, &n);
 	}
 	if (bad)
 		return 1;
@@ -591,4 +641,29 @@ void part_explain(FILE *f, const Program *p)
 	                                (double)pt->ubottleneck : 0.0;
 	fprintf(f, "\n  the cut's slowest stage is %.1f%% %s\n", gain < 0 ? -gain : gain,
 	        gain >= 0 ? "faster" : "slower (memory kept it off the uniform split)");
+}
+
+void part_warn_balance(const Program *pr, Diag *d)
+{
+	if (pr->part || pr->nstages < 2)
+		return;
+	double total = 0, worst = -1;
+	int at = 0;
+	for (int s = 0; s < pr->nstages; s++) {
+		const int64_t *c = pr->stages[s].cost;
+		double t = (double)c[0] + (double)c[1] + (double)c[2];
+		total += t;
+		if (t > worst) {
+			worst = t;
+			at = s;
+		}
+	}
+	double mean = total / pr->nstages;
+	char a[32], b[32];
+	if (worst > 1.1 * mean)
+		diag_warning(d, pr->stages[at].loc, "stage '%s' is the slowest: its F+B+W takes %s, "
+		             "%.0f%% above the mean stage's %s; 'model { ... }' with 'stages auto;' "
+		             "lets pipecc cut the layers evenly by time", pr->stages[at].name,
+		             ns_text(a, sizeof a, (int64_t)worst), 100 * (worst / mean - 1),
+		             ns_text(b, sizeof b, (int64_t)(mean + 0.5)));
 }

@@ -76,6 +76,10 @@ int part_prepare(Arena *a, Diag *d, AstProgram *ast, PartCut **pc);
  * pinned cut that leaves no split within the memory cap). */
 ProgPart *part_choose(Arena *a, Diag *d, PartCut *pc, const Program *probe);
 
+/* --emit summary: a warning at the slowest stage of a written split (not pipecc's cut)
+ * whose F+B+W is more than 10% above the mean stage's. */
+void part_warn_balance(const Program *p, Diag *d);
+
 /* --explain: the chosen cuts, each stage's time and memory, the best uniform split. */
 void part_explain(FILE *f, const Program *p);
 

@@ -343,37 +343,12 @@ static int verify(Compile *k)
 }
 
 /* Each pass returns nonzero where the pipeline stops: errors, or the dump asked for. */
-/* A written split whose slowest stage (F+B+W) is more than 10% above the mean stage's
- * is worth a warning at that stage: `model { ... }` would cut it evenly. */
-static void warn_balance(const Program *pr, Diag *d)
-{
-	if (pr->part || pr->nstages < 2)
-		return;
-	double total = 0, worst = -1;
-	int at = 0;
-	for (int s = 0; s < pr->nstages; s++) {
-		const int64_t *c = pr->stages[s].cost;
-		double t = (double)c[0] + (double)c[1] + (double)c[2];
-		total += t;
-		if (t > worst) {
-			worst = t;
-			at = s;
-		}
-	}
-	double mean = total / pr->nstages;
-	if (worst > 1.1 * mean)
-		diag_warning(d, pr->stages[at].loc, "stage '%s' is the slowest: its F+B+W takes "
-		             "%.3g ms, %.0f%% above the mean stage's %.3g ms; 'model { ... }' with "
-		             "'stages auto;' lets pipecc cut the layers evenly by time",
-		             pr->stages[at].name, worst / 1e6, 100 * (worst / mean - 1), mean / 1e6);
-}
-
 static void run_passes(Compile *k, const char *src, size_t len)
 {
 	if (parse(k, src, len) || dumped(k, PASS_PARSE))
 		return;
 	if (k->o->balance_warn)
-		warn_balance(k->pr, k->d);
+		part_warn_balance(k->pr, k->d);
 	if (search(k) || place(k) || dumped(k, PASS_PLACE))
 		return;
 	if (schedule(k) || dumped(k, PASS_SCHEDULE))
