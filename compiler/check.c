@@ -881,6 +881,12 @@ static ssize_t sink_write(void *cookie, const char *buf, size_t n)
 
 Program *front_parse(Arena *a, Diag *d, const char *file, const char *src, size_t len)
 {
+	return front_parse_cut(a, d, file, src, len, 0);
+}
+
+Program *front_parse_cut(Arena *a, Diag *d, const char *file, const char *src, size_t len,
+                         int per_rank)
+{
 	if (len > MAX_FILE) {
 		diag_error(d, (Loc){0}, "file too large (%zu bytes, at most %u)", len, MAX_FILE);
 		return NULL;
@@ -889,7 +895,7 @@ Program *front_parse(Arena *a, Diag *d, const char *file, const char *src, size_
 	if (ast->stopped)
 		return NULL;
 	PartCut *pc = NULL;
-	if (part_prepare(a, d, ast, &pc)) {
+	if (part_prepare(a, d, ast, per_rank, &pc)) {
 		check(a, d, file, ast); // the rest of the file's errors too
 		return NULL;
 	}

@@ -35,6 +35,7 @@
 struct PartCut {
 	AstStmt *model, *stages;
 	int n, k, per_rank;
+	int auto_count;        // the count is pp x per_rank (no `stages N;`)
 	AstLayer *units;       // [n]: the model's top-level layers, block uses repeated
 	uint8_t *pin;          // [n]: `cut;` before unit u
 	Loc *pin_loc;          // [n]: where
@@ -370,7 +371,7 @@ static void even_cut(const PartCut *pc, int *cut)
 		cut[j] = (int)((int64_t)j * pc->n / pc->k);
 }
 
-int part_prepare(Arena *a, Diag *d, AstProgram *ast, PartCut **out)
+int part_prepare(Arena *a, Diag *d, AstProgram *ast, int per_rank, PartCut **out)
 {
 	*out = NULL;
 	AstStmt *model = NULL, *stages = NULL, *stage = NULL;
@@ -438,6 +439,11 @@ int part_prepare(Arena *a, Diag *d, AstProgram *ast, PartCut **out)
 	int k;
 	if (stage_count(d, pc, &k))
 		return 1;
+	pc->auto_count = !stages || stages->bad || stages->name.s;
+	if (pc->auto_count && per_rank > 0) {
+		k = k / pc->per_rank * per_rank;
+		pc->per_rank = per_rank;
+	}
 	Loc at = stages ? stages->loc : model->loc;
 	if (n < k) {
 		diag_error(d, at, "the model has %d layer%s to cut, fewer than its %d stages", n,
@@ -544,6 +550,7 @@ ProgPart *part_choose(Arena *a, Diag *d, PartCut *pc, const Program *pr)
 	pt->n = n;
 	pt->k = k;
 	pt->per_rank = pc->per_rank;
+	pt->auto_count = pc->auto_count;
 	pt->cut = arena_alloc(a, ((size_t)k + 1) * sizeof *pt->cut);
 	int64_t r = part_split(&pb, pt->cut);
 	if (r == PART_NONE && pb.cap > 0) {

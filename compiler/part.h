@@ -59,6 +59,7 @@ typedef struct ProgPart {
 	int64_t ubottleneck;
 	int64_t cap;           // the share of a device each stage had (0: none)
 	int mem_model;         // 1: memory constrained the cut
+	int auto_count;        // 1: `stages auto` (or none): k is pp x per_rank
 } ProgPart;
 
 /* State between the two calls below (part.c). */
@@ -67,9 +68,10 @@ typedef struct PartCut PartCut;
 /* Before checking: finds `model` and `stages`, reports what is wrong with them
  * (both `model` and `stage`, `stages` without a model, a misplaced `cut`, fewer
  * layers than stages), and when a model is given, cuts it evenly into stage
- * statements placed after it.  *pc gets the state (NULL without a model).  Nonzero
+ * statements placed after it.  per_rank > 0 replaces the schedule's stages per rank
+ * where the count is automatic (pipecc weighing two a rank for schedule auto).  *pc gets the state (NULL without a model).  Nonzero
  * after reporting. */
-int part_prepare(Arena *a, Diag *d, AstProgram *ast, PartCut **pc);
+int part_prepare(Arena *a, Diag *d, AstProgram *ast, int per_rank, PartCut **pc);
 
 /* With the program checked as evenly cut (probe), chooses the cut, rewrites the stage
  * statements to it and returns what it chose; NULL after reporting an error to d (a

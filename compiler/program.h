@@ -214,6 +214,10 @@ LayerShape prog_layer_shape(const Program *p);
 
 /* Parses and checks src; NULL after reporting errors to d. */
 Program *front_parse(Arena *a, Diag *d, const char *file, const char *src, size_t len);
+/* The same, a `model` with an automatic stage count cut for per_rank stages per
+ * pipeline rank instead of its schedule's (0: the schedule's; compiler/part.h). */
+Program *front_parse_cut(Arena *a, Diag *d, const char *file, const char *src, size_t len,
+                         int per_rank);
 
 /* Values the command line gives instead of the file's (pipecc -s, -m, --from-torch-csv). */
 typedef struct {

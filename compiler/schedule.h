@@ -62,6 +62,7 @@ typedef struct {
 	SchedAct **acts;     // the compute order per pipeline index (heap: sched_choice_free)
 	int *nacts;
 	char label[96];      // the plan's schedule line: what was chosen
+	int64_t step;        // the winner's confirmed step, ns (pipesim's overlap model)
 } SchedChoice;
 
 typedef struct {

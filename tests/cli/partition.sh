@@ -17,8 +17,11 @@ has "--explain: s0 takes the embedding and 4 layers" "$dir/err" "^  s0 *0\.\.8 *
 has "--explain: s7 the norm, head and loss" "$dir/err" "^  s7 *60\.\.67 *64\.3 ms"
 has "--explain: the slowest stage" "$dir/err" "^  slowest stage 67\.7 ms$"
 has "--explain: the best uniform split beside it" "$dir/err" "^best uniform split (equal layer counts):"
+has "--explain: then two stages a rank" "$dir/err" "^model: 68 layers cut into 16 stages (2 per rank)"
+has "--explain: their slowest stage" "$dir/err" "^  slowest stage 38\.2 ms$"
+has "--explain: which wins" "$dir/err" "^two stages a rank win: 2285064\.643 us against 2340800\.579 us$"
 t "pipesim runs the cut plan" 0 "$BIN/pipesim" --model overlap "$dir/auto.plan"
-has "the example's stated step" "$dir/out" "^makespan   2340800\.579 us$"
+has "the example's stated step" "$dir/out" "^makespan   2285064\.643 us$"
 
 # the same model by hand: 4 layers a stage
 sed -e '/^model/d' -e '/^stages/d' "$ex" >"$dir/hand.pipe"
@@ -50,6 +53,13 @@ has "mlp4: s3 is named" "$dir/err" "mlp4.pipe:10:7: warning: stage 's3' is the s
 # deterministic: the same plan twice
 "$BIN/pipecc" "$ex" -o "$dir/again.plan" 2>/dev/null
 t "the cut is deterministic" 0 cmp "$dir/auto.plan" "$dir/again.plan"
+
+# `stages 8;` keeps one a rank: schedule auto weighs that cut alone
+sed 's/^stages auto;/stages 8;/' "$ex" >"$dir/eight.pipe"
+t "stages 8 compiles" 0 "$BIN/pipecc" "$dir/eight.pipe" --explain -o "$dir/eight.plan"
+check "stages 8: one cut weighed" "$(grep -c 'stages a rank' "$dir/err")" "a second cut"
+t "pipesim runs it" 0 "$BIN/pipesim" --model overlap "$dir/eight.plan"
+has "stages 8: the one-a-rank step" "$dir/out" "^makespan   2340800\.579 us$"
 
 # bad models: exit 1, located
 printf 'pipeline t;\nmesh pp=4;\nmicrobatches 8;\ninput 16x64;\nmodel { linear 64; loss mse; }\nschedule 1f1b;\n' >"$dir/few.pipe"
