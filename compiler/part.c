@@ -570,8 +570,6 @@ ProgPart *part_choose(Arena *a, Diag *d, PartCut *pc, const Program *pr)
 		}
 		pb.cap = 0; // nothing fits: the cut for speed, the memory check says the rest
 		r = part_split(&pb, pt->cut);
-	} else if (r >= 0 && pb.cap > 0) {
-		pt->mem_model = 1;
 	}
 	if (r == PART_OOM) {
 		diag_error(d, pc->model->loc, "out of memory cutting the model into stages");

@@ -57,8 +57,7 @@ typedef struct ProgPart {
 	int *ucut;             // [k + 1]: the best equal-layer-count split (NULL: none)
 	int64_t *utime;        // its stage times
 	int64_t ubottleneck;
-	int64_t cap;           // the share of a device each stage had (0: none)
-	int mem_model;         // 1: memory constrained the cut
+	int64_t cap;           // the share of a device each stage had (0: memory not weighed)
 	int auto_count;        // 1: `stages auto` (or none): k is pp x per_rank
 } ProgPart;
 
