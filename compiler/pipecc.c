@@ -246,7 +246,10 @@ static int parse(Compile *k, const char *src, size_t len)
 	Diag *d = k->d;
 	k->src = src;
 	k->len = len;
-	Program *pr = k->pr = front_parse(&k->arena, d, k->file, src, len);
+	/* -s NAME: a model with `stages auto;` is cut for that schedule's stages per rank */
+	const Schedule *over = o->schedule ? sched_find(o->schedule) : NULL;
+	int per_rank = over ? (over->chunks > 1 ? over->chunks : 1) : 0;
+	Program *pr = k->pr = front_parse_cut(&k->arena, d, k->file, src, len, per_rank);
 	if (!pr)
 		return 1;
 	ProgOverrides ov = {o->schedule, o->microbatches, o->from_csv};

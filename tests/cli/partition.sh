@@ -61,6 +61,14 @@ check "stages 8: one cut weighed" "$(grep -c 'stages a rank' "$dir/err")" "a sec
 t "pipesim runs it" 0 "$BIN/pipesim" --model overlap "$dir/eight.plan"
 has "stages 8: the one-a-rank step" "$dir/out" "^makespan   2340800\.579 us$"
 
+# -s NAME cuts for that schedule's stages per rank
+t "-s zbv on the example" 0 "$BIN/pipecc" "$ex" -s zbv --dump=parse
+check "-s zbv: 16 stages, two a rank" "$([ "$(grep -c '^stage ' "$dir/out")" -eq 16 ]; echo $?)" \
+	"$(grep -c '^stage ' "$dir/out") stages"
+t "-s 1f1b on the example" 0 "$BIN/pipecc" "$ex" -s 1f1b --dump=parse
+check "-s 1f1b: 8 stages" "$([ "$(grep -c '^stage ' "$dir/out")" -eq 8 ]; echo $?)" \
+	"$(grep -c '^stage ' "$dir/out") stages"
+
 # bad models: exit 1, located
 printf 'pipeline t;\nmesh pp=4;\nmicrobatches 8;\ninput 16x64;\nmodel { linear 64; loss mse; }\nschedule 1f1b;\n' >"$dir/few.pipe"
 t "a model with fewer layers than stages" 1 "$BIN/pipecc" "$dir/few.pipe" -o "$dir/x.plan"
