@@ -92,6 +92,8 @@ typedef enum {
 	AST_DEVICE,       // device h100; or device peak=989TFLOPs memory=80GB;
 	AST_RECOMPUTE,    // recompute NAME|*;
 	AST_PRECISION,    // precision bf16;
+	AST_MODEL,        // model { layers }: stages cut by pipecc (compiler/part.c)
+	AST_STAGES,       // stages N; | stages auto;
 	AST_COUNT
 } AstKind;
 
@@ -124,7 +126,7 @@ struct AstStmt {
 	Loc list_loc;
 	int nnums;
 	AstNum *nums;
-	int nlayers;      // stage, block
+	int nlayers;      // stage, block, model
 	AstLayer *layers;
 	uint8_t has_body; // schedule NAME { ranks }
 	int nranks;

@@ -848,6 +848,7 @@ static void take_winner(Search *s, Cand *w, SchedChoice *out)
 	out->tune_overlap = w->tune;
 	out->stage_pp = u->stage_pp;
 	out->recompute = (uint8_t)u->recompute;
+	out->step = w->step;
 }
 
 /* Frees what the search holds, on its way out or out of memory. */

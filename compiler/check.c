@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "check_int.h"
+#include "part.h"
 #include "schedule.h"
 
 int over_limit(const Check *c)
@@ -616,6 +617,9 @@ static void check_stmt(Check *c, AstStmt *s)
 	case AST_PRECISION:
 		check_precision(c, s);
 		break;
+	case AST_MODEL:  // compiler/part.c wrote its stages after it
+	case AST_STAGES:
+		break;
 	default:
 		unreachable();
 	}
@@ -636,7 +640,7 @@ static void check_required(Check *c)
 		{AST_SCHEDULE, "missing 'schedule NAME;' statement"},
 	};
 	for (size_t i = 0; i < sizeof req / sizeof req[0]; i++)
-		if (!c->first[req[i].kind])
+		if (!c->first[req[i].kind] && !(req[i].kind == AST_STAGE && c->first[AST_MODEL]))
 			diag_error(c->d, (Loc){0}, "%s", req[i].msg);
 }
 
@@ -867,14 +871,53 @@ static Program *check(Arena *a, Diag *d, const char *file, AstProgram *ast)
 	return p;
 }
 
+/* Where the probe's diagnostics go: nowhere. */
+static ssize_t sink_write(void *cookie, const char *buf, size_t n)
+{
+	(void)cookie;
+	(void)buf;
+	return (ssize_t)n;
+}
+
 Program *front_parse(Arena *a, Diag *d, const char *file, const char *src, size_t len)
+{
+	return front_parse_cut(a, d, file, src, len, 0);
+}
+
+Program *front_parse_cut(Arena *a, Diag *d, const char *file, const char *src, size_t len,
+                         int per_rank)
 {
 	if (len > MAX_FILE) {
 		diag_error(d, (Loc){0}, "file too large (%zu bytes, at most %u)", len, MAX_FILE);
 		return NULL;
 	}
 	AstProgram *ast = ast_parse(a, d, src, len);
-	Program *p = ast->stopped ? NULL : check(a, d, file, ast);
+	if (ast->stopped)
+		return NULL;
+	PartCut *pc = NULL;
+	if (part_prepare(a, d, ast, per_rank, &pc)) {
+		check(a, d, file, ast); // the rest of the file's errors too
+		return NULL;
+	}
+	ProgPart *part = NULL;
+	if (pc && !d->nerrors) {
+		/* the evenly cut program, checked quietly: its layers' figures choose the cut;
+		 * when it fails the even cut stays, for the real check to say why */
+		FILE *sink = fopencookie(NULL, "w", (cookie_io_functions_t){.write = sink_write});
+		Diag quiet;
+		diag_init(&quiet, file, src, len, sink);
+		quiet.max_errors = 1;
+		Program *probe = sink ? check(a, &quiet, file, ast) : NULL;
+		if (probe && !quiet.nerrors && !(part = part_choose(a, d, pc, probe))) {
+			fclose(sink);
+			return NULL;
+		}
+		if (sink)
+			fclose(sink);
+	}
+	Program *p = check(a, d, file, ast);
+	if (p)
+		p->part = part;
 	return d->nerrors > 0 ? NULL : p;
 }
 

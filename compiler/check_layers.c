@@ -788,11 +788,16 @@ static int count_stage(Check *c, int i, const LayerShape *sh, double *flops, int
 
 /* Each stage's F, B, W: its own cost line, else `cost *`, else from its FLOPs (the
  * layer table's, at PROG_DEFAULT_FLOPS). */
+LayerShape prog_layer_shape(const Program *p)
+{
+	return (LayerShape){p->rows, p->seq ? p->rows / p->seq : p->rows, p->seq ? p->seq : 1,
+	                    p->vocab, p->vocab_real, p->prec, p->sp ? p->dims[DIM_TP] : 1};
+}
+
 void check_costs(Check *c)
 {
 	Program *p = c->p;
-	LayerShape shape = {p->rows, p->seq ? p->rows / p->seq : p->rows, p->seq ? p->seq : 1,
-	                    p->vocab, p->vocab_real, p->prec, p->sp ? p->dims[DIM_TP] : 1};
+	LayerShape shape = prog_layer_shape(p);
 	if (p->device_preset && !p->peak_given)
 		p->peak_flops = device_presets[p->device_preset - 1].flops[p->prec];
 	if (!c->widths_ok || !c->input_ok)

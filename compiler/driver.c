@@ -176,6 +176,7 @@ int pipecc_drive(CliTool *t, PipeccArgs *a)
 	a->o.line = 1; // every emitter reads a line plan (pipecc --expand expands it to write)
 	a->o.dump = a->dump >= 0 ? (PipeccPass)(a->dump + 1) : PASS_NONE;
 	a->o.dump_out = stdout;
+	a->o.balance_warn = a->emit == EMIT_SUMMARY;
 
 	size_t len = 0;
 	char *src = pipecc_read_file(t->in, &len);

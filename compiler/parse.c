@@ -22,7 +22,7 @@
 const char *const ast_kind_names[AST_COUNT] = {
 	"pipeline", "mesh", "microbatches", "input", "stage", "skip",
 	"schedule", "placement", "cost", "link", "devices", "peers", "route",
-	"block", "optimizer", "device", "recompute", "precision",
+	"block", "optimizer", "device", "recompute", "precision", "model", "stages",
 };
 
 struct AstVec {

@@ -21,6 +21,7 @@
 #include "../plan/mem.h"
 #include "../plan/sysmem.h"
 #include "lower.h"
+#include "part.h"
 #include "place.h"
 #include "program.h"
 #include "schedule.h"
@@ -94,6 +95,8 @@ typedef struct {
 	int tune;    // the lowering's communication tuning: the option's, or the search's
 	Plan *plan;  // once lowered, until it is returned
 	int errors;  // errors located in the file, once the command line has its say; or -1
+	const char *src; // the source, for a model cut again (two_a_rank)
+	size_t len;
 } Compile;
 
 /* The device's capacity against every rank's peak (plan/mem.h): an error at the
@@ -241,7 +244,12 @@ static int parse(Compile *k, const char *src, size_t len)
 {
 	const PipeccOptions *o = k->o;
 	Diag *d = k->d;
-	Program *pr = k->pr = front_parse(&k->arena, d, k->file, src, len);
+	k->src = src;
+	k->len = len;
+	/* -s NAME: a model with `stages auto;` is cut for that schedule's stages per rank */
+	const Schedule *over = o->schedule ? sched_find(o->schedule) : NULL;
+	int per_rank = over ? (over->chunks > 1 ? over->chunks : 1) : 0;
+	Program *pr = k->pr = front_parse_cut(&k->arena, d, k->file, src, len, per_rank);
 	if (!pr)
 		return 1;
 	ProgOverrides ov = {o->schedule, o->microbatches, o->from_csv};
@@ -257,6 +265,59 @@ static int parse(Compile *k, const char *src, size_t len)
 	return 0;
 }
 
+/* Where the second cut's diagnostics go: nowhere (the first cut's were the user's). */
+static ssize_t sink_write(void *cookie, const char *buf, size_t n)
+{
+	(void)cookie;
+	(void)buf;
+	return (ssize_t)n;
+}
+
+/* `model` with `stages auto;` under schedule auto: the model cut again for two stages
+ * a rank and searched too; the faster confirmed step wins (ties: one a rank).  The
+ * second cut's checks and search are quiet: anything wrong there only loses it. */
+static void two_a_rank(Compile *k)
+{
+	Program *pr = k->pr;
+	const PipeccOptions *o = k->o;
+	if (!pr->part || !pr->part->auto_count || pr->part->per_rank != 1 ||
+	    pr->dims[DIM_PP] < 2 || pr->part->n < 2 * pr->dims[DIM_PP])
+		return;
+	FILE *sink = fopencookie(NULL, "w", (cookie_io_functions_t){.write = sink_write});
+	if (!sink)
+		return;
+	Diag quiet;
+	diag_init(&quiet, k->file, k->src, k->len, sink);
+	ProgOverrides ov = {o->schedule, o->microbatches, o->from_csv};
+	Program *p2 = front_parse_cut(&k->arena, &quiet, k->file, k->src, k->len, 2);
+	SchedChoice ch = {0};
+	if (p2 && !front_override(&k->arena, &quiet, p2, &ov) && !quiet.nerrors &&
+	    !too_big(p2, NULL, k->line, &quiet)) {
+		if (o->same_rank > 0)
+			p2->same_rank = o->same_rank - 1;
+		FILE *ex = o->explain ? stderr : NULL;
+		if (ex) {
+			fputs("\nand again for two stages a rank:\n", ex);
+			part_explain(ex, p2);
+		}
+		int bad = k->sched->search(p2, &k->arena, &quiet, ex, &ch);
+		if (!bad && ch.acts && ch.step < k->choice.step) {
+			if (ex)
+				fprintf(ex, "two stages a rank win: %.3f us against %.3f us\n",
+				        (double)ch.step / 1e3, (double)k->choice.step / 1e3);
+			sched_choice_free(&k->choice, pr->dims[DIM_PP]);
+			k->choice = ch;
+			k->pr = p2;
+			ch = (SchedChoice){0};
+		} else if (ex && !bad && ch.acts) {
+			fprintf(ex, "one stage a rank wins: %.3f us against %.3f us\n",
+			        (double)k->choice.step / 1e3, (double)ch.step / 1e3);
+		}
+	}
+	sched_choice_free(&ch, pr->dims[DIM_PP]);
+	fclose(sink);
+}
+
 /* A row that searches chooses the placement, recomputation, tuning and order, which
  * the program then states as if it had written them (its schedule line too, for the
  * plan: the search's name for its winner); any other row has nothing to weigh.  A
@@ -265,6 +326,8 @@ static int search(Compile *k)
 {
 	Program *pr = k->pr;
 	SchedChoice *ch = &k->choice;
+	if (k->o->explain && pr->part)
+		part_explain(stderr, pr);
 	if (!k->sched->search) {
 		if (k->o->explain)
 			fprintf(stderr, "schedule %s is given: nothing to weigh ('schedule auto;' "
@@ -274,6 +337,8 @@ static int search(Compile *k)
 	if (too_big(pr, NULL, k->line, k->d) ||
 	    k->sched->search(pr, &k->arena, k->d, k->o->explain ? stderr : NULL, ch))
 		return 1;
+	two_a_rank(k);
+	pr = k->pr;
 	pr->place = PLACE_LIST;
 	pr->place_list = ch->stage_pp;
 	if (ch->recompute)
@@ -344,6 +409,8 @@ static void run_passes(Compile *k, const char *src, size_t len)
 {
 	if (parse(k, src, len) || dumped(k, PASS_PARSE))
 		return;
+	if (k->o->balance_warn)
+		part_warn_balance(k->pr, k->d);
 	if (search(k) || place(k) || dumped(k, PASS_PLACE))
 		return;
 	if (schedule(k) || dumped(k, PASS_SCHEDULE))

@@ -25,7 +25,10 @@ typedef struct {
 	int tune_overlap;       // order communication for the overlap model (--tune=overlap)
 	const char *from_csv;   // take the schedule from this torch CSV, as `schedule csv`
 	int same_rank;          // 1 + SameRank (--same-rank), or 0 for the program's `peers`
-	int explain;            // schedule auto: print the candidates weighed to stderr
+	int explain;            // schedule auto: print the candidates weighed to stderr (and
+	                        // a model's cut, compiler/part.h)
+	int balance_warn;       // warn when a written split's slowest stage is more than
+	                        // 10% above the mean (--emit summary)
 	PipeccPass dump;        // print the state after this pass and stop
 	FILE *dump_out;
 	int line;               // lower one pipeline line: a line plan (docs/plan-format.md)

@@ -160,6 +160,9 @@ typedef struct {
 
 	int nroutes;                   // `route` statements (compiler/route.c)
 	struct ProgRoute *routes;
+
+	struct ProgPart *part;         // `model { ... }`: how pipecc cut it (compiler/part.h);
+	                               // NULL when the stages are written
 } Program;
 
 /* How a tensor between two stages on one rank moves (`peers ...;`, --same-rank). */
@@ -206,8 +209,15 @@ int prog_node_size(const Program *p);
  * which in selective mode passes over stages without attention. */
 int prog_recompute(const Program *p, int s);
 
+/* The shape of one microbatch the layer table's figures take (plan/layer.h). */
+LayerShape prog_layer_shape(const Program *p);
+
 /* Parses and checks src; NULL after reporting errors to d. */
 Program *front_parse(Arena *a, Diag *d, const char *file, const char *src, size_t len);
+/* The same, a `model` with an automatic stage count cut for per_rank stages per
+ * pipeline rank instead of its schedule's (0: the schedule's; compiler/part.h). */
+Program *front_parse_cut(Arena *a, Diag *d, const char *file, const char *src, size_t len,
+                         int per_rank);
 
 /* Values the command line gives instead of the file's (pipecc -s, -m, --from-torch-csv). */
 typedef struct {

@@ -114,6 +114,7 @@ static void fill(SchedCtx *c)
 
 const Schedule sched_dualpipev = {
 	.name = "dualpipev",
+	.chunks = 2,
 	.default_place = PLACE_V,
 	.placements = PLACEMENTS,
 	.check = check,

@@ -65,6 +65,7 @@ static void fill(SchedCtx *c)
 
 const Schedule sched_interleaved = {
 	.name = "interleaved",
+	.chunks = 2,
 	.default_place = PLACE_LOOP,
 	.placements = PLACEMENTS,
 	.check = check,

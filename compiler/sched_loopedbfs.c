@@ -33,6 +33,7 @@ static void fill(SchedCtx *c)
 
 const Schedule sched_loopedbfs = {
 	.name = "loopedbfs",
+	.chunks = 2,
 	.default_place = PLACE_LOOP,
 	.placements = "any placement",
 	.check = check,

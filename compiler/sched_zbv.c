@@ -77,6 +77,7 @@ static void fill(SchedCtx *c)
 
 const Schedule sched_zbv = {
 	.name = "zbv",
+	.chunks = 2,
 	.default_place = PLACE_V,
 	.placements = PLACEMENTS,
 	.check = check,

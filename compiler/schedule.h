@@ -62,11 +62,14 @@ typedef struct {
 	SchedAct **acts;     // the compute order per pipeline index (heap: sched_choice_free)
 	int *nacts;
 	char label[96];      // the plan's schedule line: what was chosen
+	int64_t step;        // the winner's confirmed step, ns (pipesim's overlap model)
 } SchedChoice;
 
 typedef struct {
 	const char *name;
 	uint8_t default_place;  // PlaceKind used when the program writes none
+	uint8_t chunks;         // stages per rank it runs when pipecc cuts a model
+	                        // (`stages auto;`, compiler/part.c); 0: one
 	uint8_t given;          // 1: the order is the program's own (custom, csv): no
 	                        // search picks this row, there is nothing to make
 	const char *placements; // words for errors: which placements work

@@ -108,6 +108,8 @@ static AstStmt *bad(AstParse *ps, int kind, Loc loc)
 %token DEVICE "'device'"
 %token RECOMPUTE "'recompute'"
 %token PRECISION "'precision'"
+%token MODEL "'model'"
+%token STAGES "'stages'"
 
 /* An error rule without its ';' or '}' ends at the next statement keyword (or the end
  * of file) but leaves a ';' to the rule that wants it. */
@@ -218,6 +220,30 @@ stmt
 		$$->bad = 1;
 		yyerrok;
 	}
+	| MODEL '{' layers '}'  {
+		$$ = ast_stmt(ps, AST_MODEL, @1, @1);
+		$$->layers = ast_vec_take(ps, $3, &$$->nlayers);
+	}
+	| MODEL '{' layers error '}'  {
+		$$ = ast_stmt(ps, AST_MODEL, @1, @1);
+		$$->layers = ast_vec_take(ps, $3, &$$->nlayers);
+		$$->bad = 1;
+		yyerrok;
+	}
+	| MODEL '{' layers error %prec RECOVER  {
+		$$ = ast_stmt(ps, AST_MODEL, @1, @1);
+		$$->layers = ast_vec_take(ps, $3, &$$->nlayers);
+		$$->bad = 1;
+		yyerrok;
+	}
+	| STAGES IDENT ';'  {
+		$$ = ast_stmt(ps, AST_STAGES, @1, ast_span(@1, @2));
+		$$->name = $2;
+	}
+	| STAGES num ';'  {
+		$$ = ast_stmt(ps, AST_STAGES, @1, ast_span(@1, @2));
+		$$->num = $2;
+	}
 	| SKIP IDENT ARROW IDENT ';'  {
 		$$ = ast_stmt(ps, AST_SKIP, @1, ast_span(@1, @4));
 		$$->name = $2;
@@ -320,6 +346,10 @@ stmt
 	| RECOMPUTE error ';'  { $$ = bad(ps, AST_RECOMPUTE, @1); yyerrok; }
 	| RECOMPUTE error %prec RECOVER  { $$ = bad(ps, AST_RECOMPUTE, @1); yyerrok; }
 	| DEVICE error %prec RECOVER  { $$ = bad(ps, AST_DEVICE, @1); yyerrok; }
+	| MODEL error ';'  { $$ = bad(ps, AST_MODEL, @1); yyerrok; }
+	| MODEL error %prec RECOVER  { $$ = bad(ps, AST_MODEL, @1); yyerrok; }
+	| STAGES error ';'  { $$ = bad(ps, AST_STAGES, @1); yyerrok; }
+	| STAGES error %prec RECOVER  { $$ = bad(ps, AST_STAGES, @1); yyerrok; }
 	| PRECISION error ';'  { $$ = bad(ps, AST_PRECISION, @1); yyerrok; }
 	| PRECISION error %prec RECOVER  { $$ = bad(ps, AST_PRECISION, @1); yyerrok; }
 	| error ';'           { $$ = NULL; yyerrok; }
