@@ -25,6 +25,7 @@
  * bit-exact resume needs beside the tensors. */
 #include "rt_private.h"
 #include "safet.h"
+#include "errf.h"
 #include "../plan/checksum.h"
 #include "../plan/line.h"
 
@@ -51,16 +52,6 @@
 
 /* The optimizer state's buffers, as RtStageBufs holds them: suffix of each name. */
 static const char *const part_suffix[3] = {"", ".m", ".v"};
-
-static int fail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t n, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, n, fmt, ap);
-	va_end(ap);
-	return -1;
-}
 
 /* ---- the plan's tensors ---- */
 
@@ -429,10 +420,10 @@ int rt_ckpt_save(RtRank *r, int run_step, int n, const int *stages, RtStageBufs 
 int rt_ckpt_prepare(const char *dir, char *err, size_t n)
 {
 	if (mkdir(dir, 0777) && errno != EEXIST)
-		return fail(err, n, "%s: %s", dir, strerror(errno));
+		return rt_errf(err, n, "%s: %s", dir, strerror(errno));
 	DIR *d = opendir(dir);
 	if (!d)
-		return fail(err, n, "%s: %s", dir, strerror(errno));
+		return rt_errf(err, n, "%s: %s", dir, strerror(errno));
 	struct dirent *e;
 	char path[CK_PATH];
 	int rc = 0;
@@ -440,7 +431,7 @@ int rt_ckpt_prepare(const char *dir, char *err, size_t n)
 		if (!strncmp(e->d_name, ".tmp-", 5)) { // an interrupted save
 			snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
 			if (remove_dir(path))
-				rc = fail(err, n, "%s: cannot remove an interrupted save: %s", path,
+				rc = rt_errf(err, n, "%s: cannot remove an interrupted save: %s", path,
 				          strerror(errno));
 		}
 	closedir(d);
@@ -566,27 +557,27 @@ static int map_file(const char *dir, CkFile *f, char *err, size_t n)
 		int e = errno;
 		if (fd >= 0)
 			close(fd);
-		return fail(err, n, "%s: error: %s", path, strerror(e));
+		return rt_errf(err, n, "%s: error: %s", path, strerror(e));
 	}
 	f->len = (size_t)sb.st_size;
 	if (f->len != (size_t)f->bytes) {
 		close(fd);
-		return fail(err, n, "%s: error: %zu bytes, the manifest says %" PRId64 " (%s)", path,
+		return rt_errf(err, n, "%s: error: %zu bytes, the manifest says %" PRId64 " (%s)", path,
 		            f->len, f->bytes, f->len < (size_t)f->bytes ? "truncated" : "grown");
 	}
 	f->map = f->len ? mmap(NULL, f->len, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
 	close(fd);
 	if (f->map == MAP_FAILED) {
 		f->map = NULL;
-		return fail(err, n, "%s: error: %s", path, strerror(errno));
+		return rt_errf(err, n, "%s: error: %s", path, strerror(errno));
 	}
 	char why[512];
 	int bad = plan_hash(f->sumkind, f->map, f->len) != f->sum;
 	if (rt_st_parse(&f->st, f->map, f->len, why, sizeof why))
-		return fail(err, n, "%s: error: %s%s", path, bad ? "checksum mismatch; " : "", why);
+		return rt_errf(err, n, "%s: error: %s%s", path, bad ? "checksum mismatch; " : "", why);
 	f->parsed = 1;
 	if (bad)
-		return fail(err, n, "%s: error: checksum mismatch (its header reads; a tensor's "
+		return rt_errf(err, n, "%s: error: checksum mismatch (its header reads; a tensor's "
 		            "bytes or the header's changed)", path);
 	return 0;
 }
@@ -600,7 +591,7 @@ static int locate(const RtCkpt *c, int file, char *err, size_t n)
 			continue;
 		const unsigned char *d = c->f[file].st.data + t->st->begin;
 		if (plan_hash(t->sumkind, d, (size_t)(t->st->end - t->st->begin)) != t->sum)
-			return fail(err, n, "%s/%s: error: tensor '%s' (data bytes %" PRId64 " to %" PRId64
+			return rt_errf(err, n, "%s/%s: error: tensor '%s' (data bytes %" PRId64 " to %" PRId64
 			            "): checksum mismatch (corrupted)", c->dir, c->f[file].name, t->name,
 			            t->st->begin, t->st->end);
 	}
@@ -713,7 +704,7 @@ static int read_manifest(RtCkpt *c, const char *mp, char *err, size_t n)
 {
 	FILE *mf = fopen(mp, "r");
 	if (!mf)
-		return fail(err, n, "%s: error: %s (no checkpoint: --resume takes a --save directory "
+		return rt_errf(err, n, "%s: error: %s (no checkpoint: --resume takes a --save directory "
 		            "or one of its step-N)", mp, strerror(errno));
 	char line[1024];
 	int ln = 0, fcap = 0, tcap = 0, rc = 0;
@@ -721,7 +712,7 @@ static int read_manifest(RtCkpt *c, const char *mp, char *err, size_t n)
 		size_t L = strlen(line);
 		ln++;
 		if (!L || line[L - 1] != '\n') {
-			rc = fail(err, n, "%s:%d: error: line too long or unterminated", mp, ln);
+			rc = rt_errf(err, n, "%s:%d: error: line too long or unterminated", mp, ln);
 			break;
 		}
 		line[L - 1] = 0;
@@ -741,17 +732,17 @@ static int read_manifest(RtCkpt *c, const char *mp, char *err, size_t n)
 		else
 			why = "expected a 'file' or 'tensor' line";
 		if (why)
-			rc = fail(err, n, "%s:%d: error: %s", mp, ln, why);
+			rc = rt_errf(err, n, "%s:%d: error: %s", mp, ln, why);
 	}
 	if (!rc && (ferror(mf) || ln < 5))
-		rc = fail(err, n, "%s:%d: error: %s", mp, ln, ferror(mf) ? strerror(errno) : "truncated");
+		rc = rt_errf(err, n, "%s:%d: error: %s", mp, ln, ferror(mf) ? strerror(errno) : "truncated");
 	fclose(mf);
 	if (rc)
 		return rc;
 	qsort(c->t, (size_t)c->nt, sizeof *c->t, by_name);
 	for (int i = 0; i + 1 < c->nt; i++)
 		if (!by_name(&c->t[i], &c->t[i + 1]))
-			return fail(err, n, "%s: error: tensor '%s' (shard %d) named twice", mp, c->t[i].name,
+			return rt_errf(err, n, "%s: error: tensor '%s' (shard %d) named twice", mp, c->t[i].name,
 			            c->t[i].shard);
 	return 0;
 }
@@ -769,7 +760,7 @@ static int open_file(RtCkpt *c, int k, char *err, size_t n)
 			if (locate(c, k, err, n))
 				return -1;
 		}
-		return fail(err, n, "%s", why);
+		return rt_errf(err, n, "%s", why);
 	}
 	int count = 0;
 	for (int i = 0; i < c->nt; i++) {
@@ -779,12 +770,12 @@ static int open_file(RtCkpt *c, int k, char *err, size_t n)
 		count++;
 		t->st = rt_st_find(&c->f[k].st, t->name);
 		if (!t->st || t->st->ndim != 2 || t->st->dim[0] != t->rows || t->st->dim[1] != t->cols)
-			return fail(err, n, "%s/%s: error: tensor '%s': %s the manifest's %" PRId64 "x%" PRId64,
+			return rt_errf(err, n, "%s/%s: error: tensor '%s': %s the manifest's %" PRId64 "x%" PRId64,
 			            c->dir, c->f[k].name, t->name, t->st ? "its shape is not" : "absent, unlike",
 			            t->rows, t->cols);
 	}
 	if (count != c->f[k].st.n)
-		return fail(err, n, "%s/%s: error: %d tensors, the manifest names %d", c->dir,
+		return rt_errf(err, n, "%s/%s: error: %d tensors, the manifest names %d", c->dir,
 		            c->f[k].name, c->f[k].st.n, count);
 	return 0;
 }
@@ -794,7 +785,7 @@ RtCkpt *rt_ckpt_open(const char *path, char *err, size_t n)
 	RtCkpt *c = calloc(1, sizeof *c);
 	char mp[PATH_MAX + 16];
 	if (!c) {
-		fail(err, n, "out of memory");
+		rt_errf(err, n, "out of memory");
 		return NULL;
 	}
 	/* DIR with `latest`, or a step directory with a manifest. */
@@ -806,7 +797,7 @@ RtCkpt *rt_ckpt_open(const char *path, char *err, size_t n)
 		fclose(lf);
 		step[strcspn(step, "\n")] = 0;
 		if (!ok || strncmp(step, "step-", 5) || strchr(step, '/')) {
-			fail(err, n, "%s: error: not a step directory's name ('%s')", mp, step);
+			rt_errf(err, n, "%s: error: not a step directory's name ('%s')", mp, step);
 			rt_ckpt_close(c);
 			return NULL;
 		}
@@ -852,10 +843,10 @@ static int check_pieces(const RtCkpt *c, const Plan *p, const CkEnt *e, const Ck
 	for (int k = 0; k < ns; k++) {
 		const CkTensor *q = t + k;
 		if (q >= c->t + c->nt || strcmp(q->name, t->name) || q->shard != k || q->nshard != ns)
-			return fail(err, n, "checkpoint %s: tensor '%s' lacks its shard %d of %d", c->dir,
+			return rt_errf(err, n, "checkpoint %s: tensor '%s' lacks its shard %d of %d", c->dir,
 			            t->name, k, ns);
 		if (!fits || q->rows != pc.rows || q->cols != pc.cols)
-			return fail(err, n, "checkpoint %s/%s: tensor '%s' shard %d/%d is %" PRId64 "x%" PRId64
+			return rt_errf(err, n, "checkpoint %s/%s: tensor '%s' shard %d/%d is %" PRId64 "x%" PRId64
 			            " cut along %s, and the plan's cut %d ways is %" PRId64 "x%" PRId64
 			            " along %s", c->dir, c->f[q->file].name, t->name, k, ns, q->rows, q->cols,
 			            axis_names[q->axis], ns, pc.rows, pc.cols, axis_names[sp.axis]);
@@ -866,18 +857,18 @@ static int check_pieces(const RtCkpt *c, const Plan *p, const CkEnt *e, const Ck
 int rt_ckpt_check(const RtCkpt *c, const Plan *p, int optim, char *err, size_t n)
 {
 	if (c->optim != optim)
-		return fail(err, n, "checkpoint %s: saved with the %s optimizer, and this run's is %s (its "
+		return rt_errf(err, n, "checkpoint %s: saved with the %s optimizer, and this run's is %s (its "
 		            "state differs: give --optimizer %s)", c->dir, plan_optim_names[c->optim],
 		            plan_optim_names[optim], plan_optim_names[c->optim]);
 	int nstate = plan_optim_state_bytes(optim) / 4, rc = 0;
 	char *seen = calloc((size_t)(c->nt ? c->nt : 1), 1);
 	if (!seen)
-		return fail(err, n, "out of memory");
+		return rt_errf(err, n, "out of memory");
 	for (int s = 0; s < p->nstages && !rc; s++) {
 		CkEnt *e;
 		int ne;
 		if (stage_ents(p, s, &e, &ne)) {
-			rc = fail(err, n, "out of memory");
+			rc = rt_errf(err, n, "out of memory");
 			break;
 		}
 		for (int i = 0; i < ne && !rc; i++)
@@ -886,13 +877,13 @@ int rt_ckpt_check(const RtCkpt *c, const Plan *p, int optim, char *err, size_t n
 				snprintf(name, sizeof name, "%s%s", e[i].name, part_suffix[k]);
 				const CkTensor *t = find(c, name);
 				if (!t)
-					rc = fail(err, n, "checkpoint %s: the plan's tensor '%s' (stage %s, its layer %d) "
+					rc = rt_errf(err, n, "checkpoint %s: the plan's tensor '%s' (stage %s, its layer %d) "
 					          "is not in the checkpoint (another model?)", c->dir, name,
 					          p->stages[s].name, e[i].layer);
 				else if (t->nshard > 1)
 					rc = check_pieces(c, p, &e[i], t, err, n);
 				else if (t->rows != e[i].rows || t->cols != e[i].cols)
-					rc = fail(err, n, "checkpoint %s/%s: tensor '%s' is %" PRId64 "x%" PRId64 ", and "
+					rc = rt_errf(err, n, "checkpoint %s/%s: tensor '%s' is %" PRId64 "x%" PRId64 ", and "
 					          "the plan's (stage %s, its layer %d) is %" PRId64 "x%" PRId64, c->dir,
 					          c->f[t->file].name, name, t->rows, t->cols, p->stages[s].name,
 					          e[i].layer, e[i].rows, e[i].cols);
@@ -906,7 +897,7 @@ int rt_ckpt_check(const RtCkpt *c, const Plan *p, int optim, char *err, size_t n
 		if (!seen[i] && (!first || c->t[i].line < first->line))
 			first = &c->t[i];
 	if (first)
-		rc = fail(err, n, "checkpoint %s/" CK_MANIFEST ":%d: tensor '%s' is not in the plan "
+		rc = rt_errf(err, n, "checkpoint %s/" CK_MANIFEST ":%d: tensor '%s' is not in the plan "
 		          "(another model?)", c->dir, first->line, first->name);
 	free(seen);
 	return rc;

@@ -8,6 +8,7 @@
  * True/False, tuples of integers), and refuses any other key, so a file it accepts means
  * what it says.  The formats' facts (names, widths) are the tables at the top. */
 #include "data.h"
+#include "errf.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -40,15 +41,6 @@ static const struct {
 	{".u32", RT_DATA_U32, 4},
 };
 #define RAW_NEXTS (int)(sizeof raw_exts / sizeof *raw_exts)
-
-static int fail(char *err, size_t n, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, n, fmt, ap);
-	va_end(ap);
-	return -1;
-}
 
 static uint64_t le(const unsigned char *p, int width)
 {
@@ -146,14 +138,14 @@ static int npy_dict(const char *h, size_t len, char *descr, size_t dn, int *fort
 	Cur c = {h, h + len};
 	int seen = 0;
 	if (!eat(&c, '{'))
-		return fail(err, n, ".npy header is not a dict literal");
+		return rt_errf(err, n, ".npy header is not a dict literal");
 	while (!eat(&c, '}')) {
 		char key[32];
 		if (!str(&c, key, sizeof key) || !eat(&c, ':'))
-			return fail(err, n, ".npy header: a key and ':' expected");
+			return rt_errf(err, n, ".npy header: a key and ':' expected");
 		if (!strcmp(key, "descr")) {
 			if (!str(&c, descr, dn))
-				return fail(err, n, ".npy header: 'descr' is not a short string");
+				return rt_errf(err, n, ".npy header: 'descr' is not a short string");
 			seen |= 1;
 		} else if (!strcmp(key, "fortran_order")) {
 			if (word(&c, "True"))
@@ -161,20 +153,20 @@ static int npy_dict(const char *h, size_t len, char *descr, size_t dn, int *fort
 			else if (word(&c, "False"))
 				*fortran = 0;
 			else
-				return fail(err, n, ".npy header: 'fortran_order' is not True or False");
+				return rt_errf(err, n, ".npy header: 'fortran_order' is not True or False");
 			seen |= 2;
 		} else if (!strcmp(key, "shape")) {
 			if (!tuple(&c, dims, nd))
-				return fail(err, n, ".npy header: 'shape' is not a tuple of integers");
+				return rt_errf(err, n, ".npy header: 'shape' is not a tuple of integers");
 			seen |= 4;
 		} else {
-			return fail(err, n, ".npy header: unknown key '%s'", key);
+			return rt_errf(err, n, ".npy header: unknown key '%s'", key);
 		}
 		if (!eat(&c, ',') && !(ws(&c), c.s < c.end && *c.s == '}'))
-			return fail(err, n, ".npy header: ',' or '}' expected");
+			return rt_errf(err, n, ".npy header: ',' or '}' expected");
 	}
 	if (seen != 7)
-		return fail(err, n, ".npy header lacks '%s'",
+		return rt_errf(err, n, ".npy header lacks '%s'",
 		            !(seen & 1) ? "descr" : !(seen & 2) ? "fortran_order" : "shape");
 	return 0;
 }
@@ -182,16 +174,16 @@ static int npy_dict(const char *h, size_t len, char *descr, size_t dn, int *fort
 static int parse_npy(RtData *d, const unsigned char *buf, size_t len, char *err, size_t n)
 {
 	if (len < 10 || memcmp(buf, "\x93NUMPY", 6))
-		return fail(err, n, "not a .npy file (no \\x93NUMPY magic)");
+		return rt_errf(err, n, "not a .npy file (no \\x93NUMPY magic)");
 	int major = buf[6];
 	size_t at = major == 1 ? 10 : 12;
 	if (major < 1 || major > 3)
-		return fail(err, n, ".npy version %d is not supported (1, 2 or 3)", major);
+		return rt_errf(err, n, ".npy version %d is not supported (1, 2 or 3)", major);
 	if (len < at)
-		return fail(err, n, ".npy header is cut short");
+		return rt_errf(err, n, ".npy header is cut short");
 	size_t hlen = (size_t)le(buf + 8, major == 1 ? 2 : 4);
 	if (hlen > len - at)
-		return fail(err, n, ".npy header of %zu bytes runs past the file's end", hlen);
+		return rt_errf(err, n, ".npy header of %zu bytes runs past the file's end", hlen);
 	char descr[16];
 	int fortran = 0, nd = 0;
 	int64_t dims[8];
@@ -201,24 +193,24 @@ static int parse_npy(RtData *d, const unsigned char *buf, size_t len, char *err,
 	while (t < NPY_NTYPES && strcmp(npy_types[t].descr, descr))
 		t++;
 	if (t == NPY_NTYPES)
-		return fail(err, n, "dtype '%s' is not supported (token ids are |u1, <u2, <u4, <i4 or "
+		return rt_errf(err, n, "dtype '%s' is not supported (token ids are |u1, <u2, <u4, <i4 or "
 		                    "<i8: unsigned or signed integers, little-endian)", descr);
 	if (fortran)
-		return fail(err, n, "fortran_order is True: only C order is read (np.ascontiguousarray)");
+		return rt_errf(err, n, "fortran_order is True: only C order is read (np.ascontiguousarray)");
 	if (nd < 1 || nd > 2)
-		return fail(err, n, "the array has %d dimensions; a token file has 1 or 2 (read flat)",
+		return rt_errf(err, n, "the array has %d dimensions; a token file has 1 or 2 (read flat)",
 		            nd);
 	int64_t count = 1;
 	for (int i = 0; i < nd; i++) {
 		if (dims[i] && count > INT64_MAX / 8 / dims[i])
-			return fail(err, n, ".npy shape is too large");
+			return rt_errf(err, n, ".npy shape is too large");
 		count *= dims[i];
 	}
 	d->width = npy_types[t].width;
 	d->is_signed = npy_types[t].is_signed;
 	d->tok = buf + at + hlen;
 	if ((uint64_t)count * (uint64_t)d->width > len - at - hlen)
-		return fail(err, n, "the shape says %lld tokens of %d bytes, the file holds %zu bytes "
+		return rt_errf(err, n, "the shape says %lld tokens of %d bytes, the file holds %zu bytes "
 		                    "of data", (long long)count, d->width, len - at - hlen);
 	d->n = count;
 	return 0;
@@ -227,14 +219,14 @@ static int parse_npy(RtData *d, const unsigned char *buf, size_t len, char *err,
 static int parse_llmc(RtData *d, const unsigned char *buf, size_t len, char *err, size_t n)
 {
 	if (len < RT_DATA_LLMC_HEADER || le(buf, 4) != RT_DATA_LLMC_MAGIC)
-		return fail(err, n, "not an llm.c token file (no %d-byte header with magic %d)",
+		return rt_errf(err, n, "not an llm.c token file (no %d-byte header with magic %d)",
 		            RT_DATA_LLMC_HEADER, RT_DATA_LLMC_MAGIC);
 	uint64_t version = le(buf + 4, 4), count = le(buf + 8, 4);
 	if (version != 1)
-		return fail(err, n, "llm.c token file version %llu is not supported (1: uint16 tokens)",
+		return rt_errf(err, n, "llm.c token file version %llu is not supported (1: uint16 tokens)",
 		            (unsigned long long)version);
 	if (count * 2 > len - RT_DATA_LLMC_HEADER)
-		return fail(err, n, "the llm.c header says %llu tokens, the file holds %zu",
+		return rt_errf(err, n, "the llm.c header says %llu tokens, the file holds %zu",
 		            (unsigned long long)count, (len - RT_DATA_LLMC_HEADER) / 2);
 	d->tok = buf + RT_DATA_LLMC_HEADER;
 	d->width = 2;
@@ -257,7 +249,7 @@ static int detect(const unsigned char *buf, size_t len, const char *name, char *
 	}
 	if (k >= 4 && !strcmp(name + k - 4, ".npy"))
 		return RT_DATA_NPY; // its magic is missing: parse_npy says so
-	return fail(err, n, "cannot tell the token format: no .npy or llm.c magic, and the name "
+	return rt_errf(err, n, "cannot tell the token format: no .npy or llm.c magic, and the name "
 	                    "does not end in .npy, .u8, .u16, .bin or .u32 (--data-format)");
 }
 
@@ -274,7 +266,7 @@ int rt_data_parse(RtData *d, const unsigned char *buf, size_t len, int format,
 		return parse_llmc(d, buf, len, err, n);
 	d->width = format == RT_DATA_U8 ? 1 : format == RT_DATA_U16 ? 2 : 4;
 	if (len % (size_t)d->width)
-		return fail(err, n, "%zu bytes are not a whole number of %d-byte tokens (%s)", len,
+		return rt_errf(err, n, "%zu bytes are not a whole number of %d-byte tokens (%s)", len,
 		            d->width, rt_data_format_names[format]);
 	d->tok = buf;
 	d->n = (int64_t)(len / (size_t)d->width);
@@ -286,7 +278,7 @@ RtData *rt_data_open(const char *path, int format, char *err, size_t n)
 	int fd = open(path, O_RDONLY);
 	struct stat st;
 	if (fd < 0 || fstat(fd, &st)) {
-		fail(err, n, "cannot read the token file: %s", strerror(errno));
+		rt_errf(err, n, "cannot read the token file: %s", strerror(errno));
 		if (fd >= 0)
 			close(fd);
 		return NULL;
@@ -298,13 +290,13 @@ RtData *rt_data_open(const char *path, int format, char *err, size_t n)
 	int e = errno;
 	close(fd);
 	if (len && map == MAP_FAILED) {
-		fail(err, n, "cannot map the token file: %s", strerror(e));
+		rt_errf(err, n, "cannot map the token file: %s", strerror(e));
 		return NULL;
 	}
 	RtData *d = malloc(sizeof *d);
 	if (!d || rt_data_parse(d, map ? map : (const void *)"", len, format, path, err, n)) {
 		if (!d)
-			fail(err, n, "out of memory");
+			rt_errf(err, n, "out of memory");
 		free(d);
 		if (map)
 			munmap(map, len);
@@ -327,14 +319,14 @@ void rt_data_close(RtData *d)
 int rt_data_check(const RtData *d, int64_t vocab, int64_t seq, char *err, size_t n)
 {
 	if (d->n < seq + 1)
-		return fail(err, n, "%lld tokens, shorter than one sequence of %lld (the plan's "
+		return rt_errf(err, n, "%lld tokens, shorter than one sequence of %lld (the plan's "
 		                    "sequence length + 1)", (long long)d->n, (long long)(seq + 1));
 	/* Every id once, before the run: a bad id is found here, where it can be named, not
 	 * as a wrong row of the embedding in some step. */
 	for (int64_t i = 0; i < d->n; i++) {
 		int64_t v = rt_data_at(d, i);
 		if (v < 0 || v >= vocab)
-			return fail(err, n, "token %lld (0-based) is %lld, not a token id of the plan's "
+			return rt_errf(err, n, "token %lld (0-based) is %lld, not a token id of the plan's "
 			                    "vocabulary of %lld", (long long)i, (long long)v, (long long)vocab);
 	}
 	return 0;

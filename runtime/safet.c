@@ -5,34 +5,25 @@
  * format's own rule: no holes, no overlap), so a truncated or padded file is refused
  * before a checksum is even consulted. */
 #include "safet.h"
+#include "errf.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int fail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t n, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, n, fmt, ap);
-	va_end(ap);
-	return -1;
-}
-
 /* ---- writing ---- */
 
 int rt_st_add(RtStFile *f, const char *name, int ndim, const int64_t *dim, char *err, size_t n)
 {
 	if (strlen(name) >= RT_ST_NAME || ndim < 1 || ndim > RT_ST_MAX_DIMS)
-		return fail(err, n, "tensor '%s': name longer than %d bytes or %d dimensions", name,
+		return rt_errf(err, n, "tensor '%s': name longer than %d bytes or %d dimensions", name,
 		            RT_ST_NAME - 1, ndim);
 	if (f->n == f->cap) {
 		int cap = f->cap ? 2 * f->cap : 16;
 		RtStTensor *t = realloc(f->t, (size_t)cap * sizeof *t);
 		if (!t)
-			return fail(err, n, "out of memory");
+			return rt_errf(err, n, "out of memory");
 		f->t = t;
 		f->cap = cap;
 	}
@@ -51,12 +42,12 @@ int rt_st_add(RtStFile *f, const char *name, int ndim, const int64_t *dim, char 
 int rt_st_meta(RtStFile *f, const char *key, const char *val, char *err, size_t n)
 {
 	if (strlen(key) >= RT_ST_NAME || strlen(val) >= RT_ST_NAME)
-		return fail(err, n, "metadata '%s': longer than %d bytes", key, RT_ST_NAME - 1);
+		return rt_errf(err, n, "metadata '%s': longer than %d bytes", key, RT_ST_NAME - 1);
 	if (f->nmeta == f->capmeta) {
 		int cap = f->capmeta ? 2 * f->capmeta : 8;
 		RtStMeta *m = realloc(f->meta, (size_t)cap * sizeof *m);
 		if (!m)
-			return fail(err, n, "out of memory");
+			return rt_errf(err, n, "out of memory");
 		f->meta = m;
 		f->capmeta = cap;
 	}
@@ -131,7 +122,7 @@ typedef struct {
 
 static int jfail(Json *j, const char *what)
 {
-	return fail(j->err, j->errn, "header byte %zu: %s", j->i, what);
+	return rt_errf(j->err, j->errn, "header byte %zu: %s", j->i, what);
 }
 
 static void ws(Json *j)
@@ -261,7 +252,7 @@ static int tensor(Json *j, RtStTensor *t)
 		          : !strcmp(key, "data_offsets") ? 4 : 0;
 		if (!bit || (seen & bit)) {
 			j->i = at;
-			return fail(j->err, j->errn, "header byte %zu: tensor '%s': %s key '%s'", at, t->name,
+			return rt_errf(j->err, j->errn, "header byte %zu: tensor '%s': %s key '%s'", at, t->name,
 			            bit ? "repeated" : "unknown", key);
 		}
 		seen |= bit;
@@ -269,7 +260,7 @@ static int tensor(Json *j, RtStTensor *t)
 			if (jstring(j, val))
 				return -1;
 			if (strcmp(val, "F32"))
-				return fail(j->err, j->errn, "tensor '%s': dtype %s (piperun reads F32 only)",
+				return rt_errf(j->err, j->errn, "tensor '%s': dtype %s (piperun reads F32 only)",
 				            t->name, val);
 		} else if (bit == 2) {
 			if (jints(j, t->dim, RT_ST_MAX_DIMS, &t->ndim))
@@ -281,19 +272,19 @@ static int tensor(Json *j, RtStTensor *t)
 	if (expect(j, '}'))
 		return -1;
 	if (seen != 7)
-		return fail(j->err, j->errn, "tensor '%s': needs dtype, shape and data_offsets", t->name);
+		return rt_errf(j->err, j->errn, "tensor '%s': needs dtype, shape and data_offsets", t->name);
 	if (noff != 2)
-		return fail(j->err, j->errn, "tensor '%s': data_offsets is not [begin, end]", t->name);
+		return rt_errf(j->err, j->errn, "tensor '%s': data_offsets is not [begin, end]", t->name);
 	t->begin = off[0];
 	t->end = off[1];
 	int64_t e = 1;
 	for (int d = 0; d < t->ndim; d++) {
 		if (t->dim[d] && e > (((int64_t)1 << 53) / 4) / t->dim[d])
-			return fail(j->err, j->errn, "tensor '%s': shape too large", t->name);
+			return rt_errf(j->err, j->errn, "tensor '%s': shape too large", t->name);
 		e *= t->dim[d];
 	}
 	if (t->begin > t->end || t->end - t->begin != 4 * e)
-		return fail(j->err, j->errn, "tensor '%s': data_offsets [%" PRId64 ", %" PRId64 "] "
+		return rt_errf(j->err, j->errn, "tensor '%s': data_offsets [%" PRId64 ", %" PRId64 "] "
 		            "do not hold its %" PRId64 " F32 elements", t->name, t->begin, t->end, e);
 	return 0;
 }
@@ -309,7 +300,7 @@ static int tiled(RtStFile *f, char *err, size_t errn)
 {
 	const RtStTensor **o = malloc((size_t)(f->n ? f->n : 1) * sizeof *o);
 	if (!o)
-		return fail(err, errn, "out of memory");
+		return rt_errf(err, errn, "out of memory");
 	for (int i = 0; i < f->n; i++)
 		o[i] = &f->t[i];
 	qsort(o, (size_t)f->n, sizeof *o, by_begin);
@@ -317,13 +308,13 @@ static int tiled(RtStFile *f, char *err, size_t errn)
 	int rc = 0;
 	for (int i = 0; i < f->n && !rc; i++) {
 		if (o[i]->begin != at)
-			rc = fail(err, errn, "tensor '%s': its data start at byte %" PRId64 " of the data, "
+			rc = rt_errf(err, errn, "tensor '%s': its data start at byte %" PRId64 " of the data, "
 			          "not %" PRId64 " (%s)", o[i]->name, o[i]->begin, at,
 			          o[i]->begin < at ? "overlap" : "a hole");
 		at = o[i]->end;
 	}
 	if (!rc && at != f->datalen)
-		rc = fail(err, errn, "the tensors end at byte %" PRId64 " of the data, the file has %"
+		rc = rt_errf(err, errn, "the tensors end at byte %" PRId64 " of the data, the file has %"
 		          PRId64 " (%s)", at, f->datalen, at > f->datalen ? "truncated" : "trailing bytes");
 	free(o);
 	return rc;
@@ -333,12 +324,12 @@ int rt_st_parse(RtStFile *f, const unsigned char *buf, size_t n, char *err, size
 {
 	memset(f, 0, sizeof *f);
 	if (n < 8)
-		return fail(err, errn, "%zu bytes: shorter than the 8-byte header length", n);
+		return rt_errf(err, errn, "%zu bytes: shorter than the 8-byte header length", n);
 	uint64_t h = 0;
 	for (int i = 0; i < 8; i++)
 		h |= (uint64_t)buf[i] << (8 * i);
 	if (h < 2 || h > RT_ST_MAX_HEADER || h > n - 8)
-		return fail(err, errn, "header length %" PRIu64 " %s", h,
+		return rt_errf(err, errn, "header length %" PRIu64 " %s", h,
 		            h > n - 8 ? "runs past the end of the file (truncated?)"
 		                      : "out of range");
 	Json j = {buf + 8, (size_t)h, 0, err, errn};
@@ -363,7 +354,7 @@ int rt_st_parse(RtStFile *f, const unsigned char *buf, size_t n, char *err, size
 					if (jstring(&j, k) || expect(&j, ':') || jstring(&j, v))
 						return -1;
 					if (rt_st_get(f, k))
-						return fail(err, errn, "metadata '%s' given twice", k);
+						return rt_errf(err, errn, "metadata '%s' given twice", k);
 					if (rt_st_meta(f, k, v, err, errn))
 						return -1;
 				} while (next_is(&j, ','));
@@ -372,7 +363,7 @@ int rt_st_parse(RtStFile *f, const unsigned char *buf, size_t n, char *err, size
 				continue;
 			}
 			if (rt_st_find(f, key))
-				return fail(err, errn, "header byte %zu: tensor '%s' named twice", at, key);
+				return rt_errf(err, errn, "header byte %zu: tensor '%s' named twice", at, key);
 			int64_t one = 1;
 			if (rt_st_add(f, key, 1, &one, err, errn)) // its fields follow
 				return -1;
