@@ -520,7 +520,8 @@ int64_t rt_shard(int64_t n, int dp, int i, int64_t *off, int64_t *len)
 {
 	if (dp <= 1)
 		i = 0; // one shard: all of it, whatever the rank's dp index
-	int64_t c = dp > 1 ? n / dp + (n % dp != 0) : n, o = c * i;
+	PlanOptim sharded = {.distributed = 1}; // the memory model's shard size, the one rule
+	int64_t c = plan_optim_shard(&sharded, n, dp), o = c * i;
 	*off = o < n ? o : n;
 	*len = o < n ? (n - o < c ? n - o : c) : 0;
 	return c;

@@ -443,7 +443,7 @@ int rt_world_hosts(RtWorld *w, char **hosts);
 
 /* The shard of n parameters that dp-group member i of dp keeps under a distributed
  * optimizer (docs/semantics.md "Data flow"): [*off, *off + *len), shards of
- * plan_optim_shard's ceil(n / dp), the last ones shorter or empty.  Returns the shard's
+ * plan_optim_shard's ceil(n / dp) (called, not restated), the last ones shorter or empty.  Returns the shard's
  * allocated size, ceil(n / dp).  With dp = 1 (or no distributed optimizer: dp given as
  * 1) the whole of it. */
 int64_t rt_shard(int64_t n, int dp, int i, int64_t *off, int64_t *len);
