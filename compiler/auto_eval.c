@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "../plan/mem.h"
+#include "../plan/tp.h"
 
 struct AutoScratch {
 	int64_t *t[3];   // end time of F, B, W per (stage * m + mb); -1: not yet
@@ -56,6 +57,25 @@ static int world_rank_of(const Plan *p, int q)
 	return 0;
 }
 
+/* At tp > 1 every part that ends in a cut waits for its TPREDUCE, which the tp group's
+ * members post together (they run the same order): the model adds each one's time, as
+ * the simulator takes it, to the F or B it follows.  -1 when out of memory. */
+static int add_tp_reduces(const Plan *p, int s, int rank, int64_t cost[3])
+{
+	if (p->dims[DIM_TP] == 1)
+		return 0;
+	PlanParts pp;
+	if (plan_stage_parts(p, s, &pp))
+		return -1;
+	for (int dir = 0; dir < DIR_COUNT; dir++)
+		for (int k = 0; k < pp.n[dir]; k++)
+			if (pp.part[dir][k].reduce)
+				cost[dir == DIR_ACT ? AUTO_F : AUTO_B] +=
+				        plan_tp_allreduce_ns(p, rank, pp.part[dir][k].reduce);
+	plan_parts_free(&pp);
+	return 0;
+}
+
 int64_t auto_model_of_plan(AutoModel *md, const Plan *p, const int *stage_pp, int local,
                            Arena *a, int *wr, AutoEdge **down)
 {
@@ -72,9 +92,15 @@ int64_t auto_model_of_plan(AutoModel *md, const Plan *p, const int *stage_pp, in
 	md->ein = arena_alloc(a, (size_t)(md->ne + 1) * sizeof(int));
 	md->eout = arena_alloc(a, (size_t)(md->ne + 1) * sizeof(int));
 	int64_t tensor = 0;
+	for (int i = 0; i < md->pp; i++)
+		wr[i] = world_rank_of(p, i);
 	for (int i = 0; i < md->ns; i++) {
 		const PlanStage *st = &p->stages[i];
 		memcpy(md->cost[i], st->cost, sizeof md->cost[i]);
+		if (add_tp_reduces(p, i, wr[stage_pp[i]], md->cost[i])) {
+			auto_oom(md);
+			break;
+		}
 		int64_t sv[4] = {st->save_fb, st->save_fw, st->save_bw, st->save_re};
 		memcpy(md->save[i], sv, sizeof sv);
 		md->inb[i] = plan_stage_in_bytes(p, i);
@@ -104,7 +130,6 @@ int64_t auto_model_of_plan(AutoModel *md, const Plan *p, const int *stage_pp, in
 	}
 	for (int i = 0; i < md->pp; i++) {
 		PlanMem mm;
-		wr[i] = world_rank_of(p, i);
 		if (plan_mem_rank(p, wr[i], &mm)) { // it fails for want of memory alone
 			auto_oom(md);
 			break;

@@ -92,14 +92,13 @@ static const char *recompute_name(int mode)
 }
 
 /* Whether `recompute * selective` is worth a setup: some stage has attention that is not
- * flash (flash keeps no probabilities to drop), tp = 1 (the search's fast model takes a
- * stage whole, while at tp > 1 each part rebuilds its own: not modelled yet). */
+ * flash (flash keeps no probabilities to drop). */
 static int selective_helps(const Program *pr)
 {
 	int any = 0;
 	for (int i = 0; i < pr->nstages; i++)
 		any |= prog_stage_attends(&pr->stages[i]) && !prog_stage_all_flash(&pr->stages[i]);
-	return any && pr->dims[DIM_TP] == 1;
+	return any;
 }
 
 static Program *program_with(Search *s, int recompute)
