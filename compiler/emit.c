@@ -146,9 +146,14 @@ static int summary_memory(const Plan *p, FILE *f)
 			fprintf(f, "  stage %s recomputes attention's probabilities: F keeps %" PRId64
 			           " bytes, B rebuilds %" PRId64 "\n", p->stages[s].name,
 			        p->stages[s].save_fb + p->stages[s].save_fw, p->stages[s].save_re);
-		else if (p->stages[s].recompute)
-			fprintf(f, "  stage %s recomputes: F keeps %" PRId64 " bytes, B rebuilds %" PRId64
-			           "\n", p->stages[s].name, p->stages[s].save_fb, p->stages[s].save_re);
+		else if (p->stages[s].recompute) {
+			char res[48] = "";
+			if (p->stages[s].recompute_res)
+				snprintf(res, sizeof res, " its first %d residual bodies", p->stages[s].recompute_res);
+			fprintf(f, "  stage %s recomputes%s: F keeps %" PRId64 " bytes, B rebuilds %" PRId64
+			           "\n", p->stages[s].name, res, p->stages[s].save_fb + p->stages[s].save_fw,
+			        p->stages[s].save_re);
+		}
 	PlanMem *mem = calloc((size_t)p->world, sizeof *mem);
 	for (int r = 0; mem && r < p->world; r++)
 		if (plan_mem_rank(p, r, &mem[r])) {

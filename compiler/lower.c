@@ -196,6 +196,7 @@ static void fill_stages(Lw *w)
 			st->save_bw = sat_add(st->save_bw, lc.save_bw);
 		}
 		int mode = prog_recompute(pr, s);
+		st->recompute_res = prog_recompute_residuals(pr, s);
 		if (mode == PLAN_RECOMPUTE_FULL)
 			recompute_stage(p, s, &shape);
 		else if (mode == PLAN_RECOMPUTE_SELECTIVE)

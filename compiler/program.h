@@ -38,6 +38,7 @@ typedef struct {
 	                       // stage cost, else `cost *`, else derived from FLOPs)
 	Loc cost_loc;
 	uint8_t recompute;     // PlanRecompute of its own `recompute NAME [MODE];`, or 0
+	int recompute_res;     // its `residuals=N` (full: the first N residual bodies), or 0
 	Loc recompute_loc;
 } ProgStage;
 
@@ -121,6 +122,7 @@ typedef struct {
 	int64_t mem_cap;               // device bytes (`device` preset or memory=); 0: none
 	Loc mem_loc;                   // where the capacity is stated
 	uint8_t recompute_all;         // PlanRecompute of `recompute * [MODE];`, or 0
+	int recompute_all_res;         // its `residuals=N`, or 0
 	Loc recompute_all_loc;
 
 	int nstages;
@@ -208,6 +210,9 @@ int prog_node_size(const Program *p);
 /* Stage s's recomputation (PlanRecompute): its own statement, else `recompute *`'s,
  * which in selective mode passes over stages without attention. */
 int prog_recompute(const Program *p, int s);
+/* Full recomputation's residual bodies for stage s (`residuals=N`): 0 for all of them
+ * (`recompute *`'s N at or above the stage's count too). */
+int prog_recompute_residuals(const Program *p, int s);
 
 /* The shape of one microbatch the layer table's figures take (plan/layer.h). */
 LayerShape prog_layer_shape(const Program *p);

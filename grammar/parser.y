@@ -183,23 +183,15 @@ stmt
 		$$ = ast_stmt(ps, AST_PRECISION, @1, ast_span(@1, @2));
 		$$->name = $2;
 	}
-	| RECOMPUTE IDENT ';'  {
+	| RECOMPUTE IDENT kvs ';'  {
 		$$ = ast_stmt(ps, AST_RECOMPUTE, @1, ast_span(@1, @2));
 		$$->name = $2;
+		$$->kvs = ast_vec_take(ps, $3, &$$->nkvs);
 	}
-	| RECOMPUTE IDENT IDENT ';'  {
-		$$ = ast_stmt(ps, AST_RECOMPUTE, @1, ast_span(@1, @3));
-		$$->name = $2;
-		$$->name2 = $3;
-	}
-	| RECOMPUTE '*' ';'  {
+	| RECOMPUTE '*' kvs ';'  {
 		$$ = ast_stmt(ps, AST_RECOMPUTE, @1, ast_span(@1, @2));
 		$$->name = (AstName){"*", @2};
-	}
-	| RECOMPUTE '*' IDENT ';'  {
-		$$ = ast_stmt(ps, AST_RECOMPUTE, @1, ast_span(@1, @3));
-		$$->name = (AstName){"*", @2};
-		$$->name2 = $3;
+		$$->kvs = ast_vec_take(ps, $3, &$$->nkvs);
 	}
 	| STAGE IDENT '{' layers '}'  {
 		$$ = ast_stmt(ps, AST_STAGE, @1, ast_span(@1, @2));

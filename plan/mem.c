@@ -32,13 +32,14 @@ void plan_recompute_span(const PlanStage *st, int *lo, int *hi)
 {
 	*lo = -1;
 	*hi = 0;
-	for (int l = 0; l < st->nlayers; l++)
+	for (int l = 0, n = 0; l < st->nlayers && (!st->recompute_res || n < st->recompute_res); l++)
 		if (plan_layers[st->layers[l].kind].arg == LAYER_ARG_BODY) {
 			if (*lo < 0)
 				*lo = l;
 			if (l + st->layers[l].span + 1 > *hi)
 				*hi = l + st->layers[l].span + 1;
 			l += st->layers[l].span; // nested bodies end inside it
+			n++;
 		}
 	if (*lo < 0) {
 		*lo = 0;

@@ -67,6 +67,8 @@ typedef struct PlanStage {
 	 * includes the score products'. */
 	uint8_t recompute;
 	int64_t save_re;
+	int recompute_res;      // full: the residual bodies it re-runs, from the first (the
+	                        // plan's `residuals=`, Megatron's block method); 0: all
 	PlanLoc loc;
 } PlanStage;
 

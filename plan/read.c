@@ -389,7 +389,8 @@ static int read_node(Rd *r, Plan *p)
 	return rd_eol(r);
 }
 
-/* Optional after save_bw: ` recompute [selective] save_re=N` (docs/plan-format.md). */
+/* Optional after save_bw: ` recompute [selective] save_re=N [residuals=K]`
+ * (docs/plan-format.md). */
 static int read_recompute(Rd *r, PlanStage *st)
 {
 	rd_skip_sp(r);
@@ -398,7 +399,12 @@ static int read_recompute(Rd *r, PlanStage *st)
 	int sel = !strncmp(r->s + 9, " selective ", 11);
 	st->recompute = sel ? PLAN_RECOMPUTE_SELECTIVE : PLAN_RECOMPUTE_FULL;
 	r->s += sel ? 19 : 9; // at the space before save_re=
-	return rd_kv64(r, "save_re=", &st->save_re, 0, INT64_MAX / 8);
+	if (rd_kv64(r, "save_re=", &st->save_re, 0, INT64_MAX / 8))
+		return -1;
+	rd_skip_sp(r);
+	if (sel || strncmp(r->s, "residuals=", 10))
+		return 0;
+	return rd_kv(r, "residuals=", &st->recompute_res, 1, INT_MAX);
 }
 
 /* The plan's memory passes PLAN_MEM_MAX at `what` (plan_mem_stage_share). */

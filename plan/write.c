@@ -544,6 +544,8 @@ static void write_body(Out *o, const Plan *p)
 		if (st->recompute)
 			putf(o, " recompute%s save_re=%" PRId64,
 			     st->recompute == PLAN_RECOMPUTE_SELECTIVE ? " selective" : "", st->save_re);
+		if (st->recompute_res)
+			putf(o, " residuals=%d", st->recompute_res);
 		putf(o, " layers=%d @%d:%d\n", st->nlayers, st->loc.line, st->loc.col);
 		for (int l = 0; l < st->nlayers; l++)
 			put_layer(o, &st->layers[l]);

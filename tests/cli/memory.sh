@@ -146,6 +146,18 @@ done
 check "the recompute loop ran" "$([ $ran -gt 8 ]; echo $?)" "only $ran runs"
 grep -q "^stage 0 .* recompute save_re=" "$dir/mlp4-1f1b-re.plan"
 check "the plan records recomputation" $? "no 'recompute save_re=' on stage 0"
+# Megatron's block method (`residuals=N`): gpt-tiny's stages re-run their first residual
+# body (the attention) of two; bit-exact, measured == predicted, and between no and full
+# recomputation in saved bytes and in B's cost
+ran=0
+recomputes blk 'recompute * full residuals=1;' examples/gpt-tiny.pipe 1f1b zbh1 gpipe
+check "the block loop ran" "$([ $ran -eq 3 ]; echo $?)" "only $ran runs"
+has "the plan records residuals=1" "$dir/gpt-tiny-1f1b-blk.plan" "^stage 1 .* recompute save_re=[0-9]* residuals=1 "
+stage1() { sed -n "s/^stage 1 .* b=\([0-9]*\) .* save_fw=\([0-9]*\) .*/\1 \2/p" "$1"; }
+between=$(echo "$(stage1 "$dir/gpt-tiny-1f1b.plan") $(stage1 "$dir/gpt-tiny-1f1b-blk.plan") $(stage1 "$dir/gpt-tiny-1f1b-re.plan")" |
+	awk '{ print ($1 < $3 && $3 < $5 && $2 > $4 && $4 > $6) ? 0 : 1 }')
+check "residuals=1 lies between no and full recomputation (B's cost, F's saved bytes)" "$between" \
+	"$(stage1 "$dir/gpt-tiny-1f1b.plan") / $(stage1 "$dir/gpt-tiny-1f1b-blk.plan") / $(stage1 "$dir/gpt-tiny-1f1b-re.plan")"
 # B's cost includes F's
 fb=$(sed -n 's/^stage 0 .* f=\([0-9]*\) b=\([0-9]*\) .*/\1 \2/p' "$dir/mlp4-1f1b.plan")
 fb2=$(sed -n 's/^stage 0 .* f=\([0-9]*\) b=\([0-9]*\) .*/\1 \2/p' "$dir/mlp4-1f1b-re.plan")
