@@ -85,9 +85,14 @@ int rt_stage_bufs_open(RtRank *r, int s, RtStageBufs *b)
 	const RtDevice *dev = r->dev;
 	RtTensor *state[3] = {b->params, b->m, b->v};
 	const RtCkpt *ck = r->w->opt.resume;
+	/* The state is whole (the weights, or a checkpoint's whole buffers, which may have
+	 * been saved under another dp or none): a distributed optimizer's rank keeps its
+	 * shard [off, off + len) of the buffers, and of the master weights below. */
 	for (int k = 0; k <= (ck ? nstate : 0); k++) {
 		memset(b->host, 0, (size_t)nhost * sizeof(float));
-		if (initial(r, s, k, b->host) || dev->upload(r, state[k], b->host))
+		RtTensor mine = k ? rt_tensor_view(state[k], 0, 1, len) : *state[k];
+		if (initial(r, s, k, b->host) ||
+		    ((k == 0 || len) && dev->upload(r, &mine, b->host + (k ? off : 0))))
 			return RT_EFAIL;
 		if (k == 0 && b->master) { // the shard's f32 weights; the kernels read them in bf16
 			RtTensor mv = rt_tensor_view(b->master, 0, 1, len);
