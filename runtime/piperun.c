@@ -357,6 +357,43 @@ static int64_t ops_done(void *arg)
 	return rt_world_progress(arg);
 }
 
+/* The training's progress line (cli_progress_text): each step's number, loss, tokens/s
+ * and time, the time left at the mean step time so far, and the model FLOP utilisation
+ * against the plan's device rate (`device peak=`, when it states one), as llm.c prints. */
+typedef struct {
+	const Plan *p;
+	const RtWorld *w;
+	int steps, next;   // the run's steps; the next one to report
+	int64_t first;     // steps done before the run (--resume)
+	double tok, fl;    // one step's tokens and model FLOPs (step_work)
+	double loss;       // the last reported step's loss and time
+	int64_t ns, sum_ns; // ... and the reported steps' time
+} Live;
+
+static int live_text(void *arg, char *buf, size_t n, int latest)
+{
+	Live *v = arg;
+	int got = 0;
+	while (v->next < v->steps && (!got || latest) &&
+	       !rt_world_step_live(v->w, v->next, &v->loss, &v->ns)) {
+		v->sum_ns += v->ns;
+		v->next++;
+		got = 1;
+	}
+	if (!got && (!latest || !v->next))
+		return 0;
+	double sec = (double)v->ns / 1e9, left = (double)v->sum_ns / 1e9 / v->next * (v->steps - v->next);
+	char loss[32] = "-", mfu[48] = ""; // "-": the loss stage runs in another process
+	if (!isnan(v->loss))
+		snprintf(loss, sizeof loss, "%.6f", v->loss);
+	if (v->p->peak_flops > 0 && sec > 0)
+		snprintf(mfu, sizeof mfu, " | MFU %.3g%%", 100.0 * v->fl / sec / (v->p->peak_flops * v->p->world));
+	snprintf(buf, n, "step %" PRId64 "/%" PRId64 " | loss %s | %.0f tok/s | %.1f ms | %.1f s left%s",
+	         v->first + v->next, v->first + v->steps, loss, sec > 0 ? v->tok / sec : 0, sec * 1e3,
+	         left, mfu);
+	return 1;
+}
+
 /* Prints the figures; returns the exit status. */
 static int report(CliTool *t, PiperunArgs *a, const Plan *p, RtWorld *w, RtResult *res)
 {
@@ -492,8 +529,11 @@ int piperun_drive(CliTool *t, PiperunArgs *a)
 	int64_t total = rt_world_local_ops(w);
 	char what[64];
 	snprintf(what, sizeof what, "running %d steps on %s, ops", a->o.steps, rt_world_backend(w));
-	pr = cli_progress_start(t, what);
+	Live live = {.p = p, .w = w, .steps = a->o.steps, .first = ck ? rt_ckpt_step(ck) : 0};
+	step_work(p, &live.tok, &live.fl);
+	pr = a->progress ? cli_progress_lines(t, what) : cli_progress_start(t, what);
 	cli_progress_count(pr, ops_done, w, total * a->o.steps);
+	cli_progress_text(pr, live_text, &live);
 	RtResult res;
 	rc = rt_world_run(w, &res);
 	cli_progress_end(pr);

@@ -14,6 +14,7 @@ typedef struct {
 	int dtype;         // RtDtype (--dtype)
 	int optim;         // OptimKind (--optimizer)
 	int json;          // --json
+	int progress;      // --progress: the progress line as lines when not on a terminal
 	int calibrate;     // --calibrate
 	const char *trace; // --trace FILE, or NULL
 	const char *data;  // --data FILE, or NULL (synthetic tokens)
