@@ -5,6 +5,7 @@
  * the trace through cli_write (whole or not at all).  Under a launcher only the first
  * process prints what every process would. */
 #include "piperun.h"
+#include "hf.h"
 #include "../plan/io.h"
 #include "../plan/oom.h"
 #include "../plan/line.h"
@@ -312,6 +313,11 @@ static int check_combinations(CliTool *t, PiperunArgs *a)
 	if (a->resume && (a->o.check || a->eval_data))
 		return cli_usage_error(t, "--resume takes no --%s (its reference replays the training "
 		                          "from the start)", a->o.check ? "check" : "eval-data");
+	if (a->export_path && !a->o.save)
+		return cli_usage_error(t, "--export writes the last checkpoint's weights; give --save "
+		                          "too");
+	if (a->init && a->resume)
+		return cli_usage_error(t, "--init and --resume both give the starting weights; give one");
 	if (a->resume && cli_given(t, &a->o.seed))
 		return cli_usage_error(t, "--resume continues the checkpoint's seed; give no --seed");
 	if (a->trace && cli_is_std(a->trace) && a->json)
@@ -459,6 +465,19 @@ static int open_data(const CliTool *t, const PiperunArgs *a, const Plan *p, RtDa
 	return 0;
 }
 
+/* --export: the last checkpoint's weights (the run's final ones) with Hugging Face's
+ * names; 0, or -1 having said why. */
+static int export_model(const PiperunArgs *a, const Plan *p, int optim)
+{
+	char msg[1024];
+	RtCkpt *c = rt_ckpt_open(a->o.save, msg, sizeof msg);
+	int rc = !c || rt_hf_export(c, p, optim, a->export_path, msg, sizeof msg);
+	if (rc)
+		fprintf(stderr, "piperun: error: --export %s: %s\n", a->export_path, msg);
+	rt_ckpt_close(c);
+	return rc ? -1 : 0;
+}
+
 int piperun_drive(CliTool *t, PiperunArgs *a)
 {
 	int rc = check_combinations(t, a);
@@ -515,11 +534,24 @@ int piperun_drive(CliTool *t, PiperunArgs *a)
 		return CLI_EXIT_FAIL;
 	}
 	a->o.resume = ck;
+	RtHf *hf = NULL;
+	if (a->init && !(hf = rt_hf_open(a->init, p, msg, sizeof msg))) {
+		if (!t->silent)
+			fprintf(stderr, "%s\n", msg);
+		rt_ckpt_close(ck);
+		rt_data_close(data);
+		rt_data_close(eval);
+		plan_free(p);
+		rt_launch_linger();
+		return CLI_EXIT_FAIL;
+	}
+	a->o.init = hf;
 	RtWorld *w = rt_world_open(p, &a->o, msg, sizeof msg);
 	if (!w) {
 		if (!t->silent)
 			fprintf(stderr, "%s: error: %s\n", t->in_name, msg);
 		rt_ckpt_close(ck);
+		rt_hf_close(hf);
 		rt_data_close(data);
 		rt_data_close(eval);
 		plan_free(p);
@@ -544,10 +576,13 @@ int piperun_drive(CliTool *t, PiperunArgs *a)
 		status = CLI_EXIT_FAIL;
 	} else if (rt_world_root(w)) {
 		status = report(t, a, p, w, &res);
+		if (a->export_path && export_model(a, p, res.optim.kind))
+			status = CLI_EXIT_FAIL;
 	}
 	rt_result_free(&res);
 	rt_world_close(w, rc != 0);
 	rt_ckpt_close(ck);
+	rt_hf_close(hf);
 	rt_data_close(data);
 	rt_data_close(eval);
 	plan_free(p);

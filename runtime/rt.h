@@ -92,6 +92,8 @@ typedef struct {
 	const char *save;
 	int save_every;
 	const struct RtCkpt *resume;
+	/* --init: the Hugging Face file the weights start from (rt_hf_open); NULL: none. */
+	const struct RtHf *init;
 } RtOptions;
 
 #define RT_DEFAULT_STEPS 5
