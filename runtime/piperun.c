@@ -316,6 +316,8 @@ static int check_combinations(CliTool *t, PiperunArgs *a)
 	if (a->export_path && !a->o.save)
 		return cli_usage_error(t, "--export writes the last checkpoint's weights; give --save "
 		                          "too");
+	if (a->export_path && cli_is_std(a->export_path))
+		return cli_usage_error(t, "--export writes a file, not standard output");
 	if (a->init && a->resume)
 		return cli_usage_error(t, "--init and --resume both give the starting weights; give one");
 	if (a->resume && cli_given(t, &a->o.seed))

@@ -118,6 +118,7 @@ check "no Hugging Face names: no file left" "$([ ! -e "$dir/mlp4.safetensors" ];
 t "a damaged file is refused" 1 "$BIN/piperun" "$dir/llama.plan" --init "$dir/llama.names"
 has "a damaged file: located" "$dir/err" "llama.names: error: "
 t "--export needs --save" 2 "$BIN/piperun" "$dir/llama.plan" --export "$dir/x.safetensors"
+t "--export takes no -" 2 "$BIN/piperun" "$dir/llama.plan" --save "$dir/x" --export -
 t "--init takes no --resume" 2 "$BIN/piperun" "$dir/llama.plan" --init "$dir/llama.safetensors" \
 	--resume "$dir/llama-ck"
 
