@@ -387,6 +387,8 @@ static int lower(Compile *k)
 	if (!k->plan)
 		return 1;
 	k->plan->mem_cap = k->pr->mem_cap;
+	if (k->pr->device_preset || k->pr->peak_given)
+		k->plan->peak_flops = k->pr->peak_flops;
 	return 0;
 }
 

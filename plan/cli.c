@@ -662,9 +662,12 @@ struct CliProgress {
 	int64_t (*done)(void *);
 	void *arg;
 	int64_t total;
+	int (*text)(void *arg, char *buf, size_t n, int latest); // the caller's lines, or NULL
+	void *targ;
 	struct timespec t0;
 	long after_ms;
 	int stop, drawn;
+	int lines; // 1: not a terminal (cli_progress_lines): each text a line, no redrawing
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	pthread_t thread;
@@ -680,16 +683,23 @@ static double since(const struct timespec *t0)
 /* Called with p->mu held. */
 static void draw(CliProgress *p)
 {
-	char line[256];
-	int n = snprintf(line, sizeof line, "\r\033[K%s: %s", p->tool, p->what);
-	if (p->done && p->total > 0 && n < (int)sizeof line) {
+	char line[256], own[200];
+	if (p->lines) {
+		while (p->text && p->text(p->targ, own, sizeof own, 0))
+			fprintf(stderr, "%s: %s\n", p->tool, own);
+		fflush(stderr);
+		return;
+	}
+	int mine = p->text && p->text(p->targ, own, sizeof own, 1);
+	int n = snprintf(line, sizeof line, "\r\033[K%s: %s", p->tool, mine ? own : p->what);
+	if (!mine && p->done && p->total > 0 && n < (int)sizeof line) {
 		int64_t d = p->done(p->arg);
 		if (d > p->total)
 			d = p->total;
 		n += snprintf(line + n, sizeof line - (size_t)n, " %" PRId64 "/%" PRId64 " (%.0f%%)", d,
 		              p->total, 100.0 * (double)d / (double)p->total);
 	}
-	if (n < (int)sizeof line)
+	if (!mine && n < (int)sizeof line)
 		snprintf(line + n, sizeof line - (size_t)n, " %.1f s", since(&p->t0));
 	fputs(line, stderr);
 	fflush(stderr);
@@ -725,13 +735,15 @@ static void *progress_thread(void *arg)
 	return NULL;
 }
 
-CliProgress *cli_progress_start(const CliTool *t, const char *what)
+static CliProgress *progress_open(const CliTool *t, const char *what, int force)
 {
-	if (t->quiet || t->silent || !isatty(STDERR_FILENO))
+	int tty = isatty(STDERR_FILENO);
+	if (t->quiet || t->silent || (!tty && !force))
 		return NULL;
 	CliProgress *p = calloc(1, sizeof *p);
 	if (!p)
 		return NULL;
+	p->lines = !tty;
 	p->tool = t->tool;
 	snprintf(p->what, sizeof p->what, "%s", what);
 	p->after_ms = CLI_PROGRESS_AFTER_MS;
@@ -765,6 +777,16 @@ CliProgress *cli_progress_start(const CliTool *t, const char *what)
 	return p;
 }
 
+CliProgress *cli_progress_start(const CliTool *t, const char *what)
+{
+	return progress_open(t, what, 0);
+}
+
+CliProgress *cli_progress_lines(const CliTool *t, const char *what)
+{
+	return progress_open(t, what, 1);
+}
+
 void cli_progress_phase(CliProgress *p, const char *what)
 {
 	if (!p)
@@ -789,6 +811,17 @@ void cli_progress_count(CliProgress *p, int64_t (*done)(void *arg), void *arg, i
 	pthread_mutex_unlock(&p->mu);
 }
 
+void cli_progress_text(CliProgress *p, int (*text)(void *arg, char *buf, size_t n, int latest),
+                       void *arg)
+{
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->mu);
+	p->text = text;
+	p->targ = arg;
+	pthread_mutex_unlock(&p->mu);
+}
+
 void cli_progress_end(CliProgress *p)
 {
 	if (!p)
@@ -798,6 +831,8 @@ void cli_progress_end(CliProgress *p)
 	pthread_cond_signal(&p->cv);
 	pthread_mutex_unlock(&p->mu);
 	pthread_join(p->thread, NULL);
+	if (p->lines) // the lines that came after the last draw
+		draw(p);
 	if (p->drawn) {
 		fputs("\r\033[K", stderr);
 		fflush(stderr);

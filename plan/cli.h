@@ -136,6 +136,15 @@ CliProgress *cli_progress_start(const CliTool *t, const char *what);
 void cli_progress_phase(CliProgress *p, const char *what);
 /* Shows done(arg) out of total; done is called from the progress thread. */
 void cli_progress_count(CliProgress *p, int64_t (*done)(void *arg), void *arg, int64_t total);
+/* The caller's own lines instead ("TOOL: TEXT"): text(arg, buf, n, latest) writes one
+ * into buf and returns 1, or returns 0 when it has none (yet).  A terminal shows the
+ * latest (latest 1); with lines (cli_progress_lines) each is written once, in order
+ * (latest 0: the next one), as text of its own, the last ones by cli_progress_end. */
+void cli_progress_text(CliProgress *p, int (*text)(void *arg, char *buf, size_t n, int latest),
+                       void *arg);
+/* cli_progress_start, but when stderr is not a terminal the line is on too, as lines
+ * of text ending in newlines (a flag that forces it: piperun's --progress). */
+CliProgress *cli_progress_lines(const CliTool *t, const char *what);
 void cli_progress_end(CliProgress *p);
 
 #endif

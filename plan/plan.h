@@ -161,6 +161,8 @@ typedef struct {
 	uint8_t sp;            // 1: sequence parallelism over the tp group (`mesh ... sp`)
 	PlanOptim optim;
 	int64_t mem_cap;       // bytes each device holds (`device memory=`); 0: not stated
+	double peak_flops;     // the device's dense FLOP rate at the plan's precision (`device`
+	                       // preset or peak=), FLOP/s; 0: not stated
 	int link_ideal;        // 1: transfers are free
 	int64_t latency_ns;    // p2p latency
 	double bandwidth;      // p2p bytes per second

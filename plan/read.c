@@ -448,6 +448,10 @@ static int read_stages(Rd *r, Plan *p)
 	    (rd_word(r, "memory") || rd_kv64(r, "cap=", &p->mem_cap, 1, INT64_MAX / 4) || rd_eol(r) ||
 	     rd_next_line(r, "'stages N'")))
 		return -1;
+	if (!strncmp(r->buf, "device ", 7) &&
+	    (rd_word(r, "device") || real(r, "peak=", &p->peak_flops, 1e9, 1e18) || rd_eol(r) ||
+	     rd_next_line(r, next)))
+		return -1;
 	if (rd_word(r, "stages") ||
 	    rd_inum(r, &n, 1, 1 << 20, "stages") || rd_eol(r))
 		return -1;

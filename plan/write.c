@@ -532,6 +532,8 @@ static void write_body(Out *o, const Plan *p)
 		put_optim(o, &p->optim);
 	if (p->mem_cap)
 		putf(o, "memory cap=%" PRId64 "\n", p->mem_cap);
+	if (p->peak_flops > 0)
+		putf(o, "device peak=%.17g\n", p->peak_flops);
 
 	putf(o, "stages %d\n", p->nstages);
 	for (int s = 0; s < p->nstages; s++) {

@@ -8,6 +8,7 @@
 #include "rt_private.h"
 #include "../plan/line.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -199,6 +200,29 @@ int rt_world_root(const RtWorld *w)
 int64_t rt_world_progress(const RtWorld *w)
 {
 	return (int64_t)atomic_load(&((RtWorld *)w)->progress);
+}
+
+int rt_world_step_live(const RtWorld *w, int step, double *loss, int64_t *ns)
+{
+	double sum = 0;
+	int nloss = 0;
+	int64_t t0 = 0, t1 = 0;
+	for (int i = 0; i < w->nlocal; i++) {
+		RtRank *r = &w->ranks[i];
+		if (atomic_load_explicit(&r->steps_done, memory_order_acquire) <= step)
+			return -1;
+		if (i == 0 || r->step_t0[step] < t0)
+			t0 = r->step_t0[step];
+		if (i == 0 || r->step_t1[step] > t1)
+			t1 = r->step_t1[step];
+		if (r->loss_rank) {
+			sum += r->loss_sum[step];
+			nloss++;
+		}
+	}
+	*loss = nloss ? sum / ((double)nloss * w->plan->microbatches) : NAN;
+	*ns = t1 - t0;
+	return 0;
 }
 
 int64_t rt_world_local_ops(const RtWorld *w)

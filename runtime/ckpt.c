@@ -1,7 +1,9 @@
 /* Checkpoints (--save, --resume; docs/runtime.md "Checkpoints").
  *
  * A checkpoint is a directory DIR/step-N: one safetensors file per rank of dp replica 0
- * (the replicas hold the same weights and state: they apply the same averaged gradient)
+ * (the replicas hold the same weights and state: they apply the same averaged gradient;
+ * under a distributed optimizer, where each holds a shard of the master weights and the
+ * optimizer state, the dp group all-gathers them first, so the file is the same whole)
  * and a text MANIFEST naming every tensor, its file, stage, layer, part, shape and tp
  * shard, with a checksum per file and per tensor.  Tensors are named by the model's
  * logical layout, never the mesh's: `layer<G>.<kind>.<P>` is parameter P (the layer
@@ -201,18 +203,69 @@ static void part_free(Part *o)
 	rt_st_free(&o->f);
 }
 
-/* Rank r's part after step `step`: its n stages' state downloaded from its device, the
- * header's metadata and tensors. */
-static int part_make(RtRank *r, int64_t step, RtStageBufs *const *bufs, Part *o)
+/* State k of local stage s (0 the parameters, or under bf16 the f32 master weights whose
+ * rounding the kernels' parameters are; 1 and 2 the optimizer's buffers) whole, in the
+ * rank's tp layout, into host.  Under a distributed optimizer the rank holds its shard
+ * (rt_shard) of the master weights and the buffers: every dp member then all-gathers
+ * the shards into a whole through the communicator's ALLGATHER (outside the plan's ops;
+ * the shards are disjoint, so the whole is exact). */
+static int fetch_state(RtRank *r, int s, const RtStageBufs *b, int k, float *host)
+{
+	RtTensor *src[3] = {b->master ? b->master : b->params, b->m, b->v};
+	int64_t np = r->model->st[s].nparams, off, len;
+	int dp = rt_optim_dp(r);
+	if (!np)
+		return RT_OK;
+	if (dp == 1 || (k == 0 && !b->master))
+		return r->dev->download(r, src[k], host);
+	rt_shard(np, dp, r->coord[DIM_DP], &off, &len);
+	RtTensor *all = rt_tensor_new(r, 1, np, RT_MEM_TEMP);
+	if (!all)
+		return RT_EFAIL;
+	RtTensor mine = rt_tensor_view(all, off, 1, len), have = rt_tensor_view(src[k], 0, 1, len);
+	/* op 0: a mismatch (which every member's same walk rules out) names the list's first */
+	RtMsg msg = {.edge = s, .mb = -1, .dir = -1, .op = 0, .bytes = np * 4};
+	const RtComm *c = r->w->comm;
+	int rc = (len && r->dev->copy(r, &mine, &have)) || c->group_start(r) ||
+	                 c->shard(r, all, 1, &msg) || c->group_end(r) || r->dev->sync(r) ||
+	                 r->dev->download(r, all, host)
+	             ? RT_EFAIL
+	             : RT_OK;
+	rt_tensor_free(r, all);
+	return rc;
+}
+
+/* Rank r's n stages' state on the host (o->host), whole: collective over the dp group
+ * under a distributed optimizer, so every member calls it. */
+static int part_fetch(RtRank *r, RtStageBufs *const *bufs, Part *o)
+{
+	int n = o->n;
+	o->nstate = plan_optim_state_bytes(r->w->optim.kind) / 4;
+	o->host = calloc((size_t)(n ? n : 1) * 3, sizeof *o->host);
+	if (!o->host)
+		return rt_error(r, "out of memory writing the checkpoint");
+	for (int i = 0; i < n; i++) {
+		int64_t np = r->model->st[o->stages[i]].nparams;
+		for (int k = 0; k <= o->nstate; k++) {
+			if (!(o->host[3 * i + k] = malloc((size_t)(np ? np : 1) * sizeof(float))))
+				return rt_error(r, "out of memory writing the checkpoint");
+			if (fetch_state(r, o->stages[i], bufs[i], k, o->host[3 * i + k]))
+				return RT_EFAIL;
+		}
+	}
+	return RT_OK;
+}
+
+/* Rank r's part after step `step` (its state fetched): its entries, the header's
+ * metadata and tensors. */
+static int part_make(RtRank *r, int64_t step, Part *o)
 {
 	const Plan *p = r->w->plan;
 	int n = o->n;
 	char err[256], v[64], rank[32];
-	o->nstate = plan_optim_state_bytes(r->w->optim.kind) / 4;
-	o->host = calloc((size_t)(n ? n : 1) * 3, sizeof *o->host);
 	o->ents = calloc((size_t)(n ? n : 1), sizeof *o->ents);
 	o->nents = calloc((size_t)(n ? n : 1), sizeof *o->nents);
-	if (!o->host || !o->ents || !o->nents)
+	if (!o->ents || !o->nents)
 		return rt_error(r, "out of memory writing the checkpoint");
 	snprintf(v, sizeof v, "%" PRId64, step);
 	snprintf(rank, sizeof rank, "%d", r->rank);
@@ -222,19 +275,9 @@ static int part_make(RtRank *r, int64_t step, RtStageBufs *const *bufs, Part *o)
 	    rt_st_meta(&o->f, "rank", rank, err, sizeof err))
 		return rt_error(r, "checkpoint: %s", err);
 	for (int i = 0; i < n; i++) {
-		const RtStageBufs *b = bufs[i];
-		int64_t np = r->model->st[o->stages[i]].nparams;
 		if (stage_ents(p, o->stages[i], &o->ents[i], &o->nents[i]))
 			return rt_error(r, "out of memory writing the checkpoint");
 		rank_pieces(r, o->stages[i], o->ents[i], o->nents[i]);
-		/* bf16: the f32 master weights, whose rounding the kernels' parameters are */
-		RtTensor *src[3] = {b->master ? b->master : b->params, b->m, b->v};
-		for (int k = 0; k <= o->nstate; k++) {
-			if (!(o->host[3 * i + k] = malloc((size_t)(np ? np : 1) * sizeof(float))))
-				return rt_error(r, "out of memory writing the checkpoint");
-			if (np && r->dev->download(r, src[k], o->host[3 * i + k]))
-				return RT_EFAIL;
-		}
 		for (int e = 0; e < o->nents[i]; e++) {
 			const CkEnt *c = &o->ents[i][e];
 			for (int k = 0; k <= o->nstate && !c->copy && !c->skip; k++) {
@@ -273,17 +316,15 @@ static int part_write(const RtRank *r, const Part *o, const char *fname, int fd,
 	return 0;
 }
 
-/* Rank r's file of the checkpoint after step `step` into tmp (written, fsynced), and its
- * lines of the manifest, the file's first, in rank<R>.list. */
-static int write_rank(RtRank *r, const char *tmp, int64_t step, int n, const int *stages,
-                      RtStageBufs *const *bufs)
+/* Rank r's file of the checkpoint after step `step` (its part o, state fetched) into tmp
+ * (written, fsynced), and its lines of the manifest, the file's first, in rank<R>.list. */
+static int write_rank(RtRank *r, const char *tmp, int64_t step, Part *o)
 {
-	Part o = {.n = n, .stages = stages};
 	char path[CK_PATH], fname[64], *list = NULL;
 	size_t listlen = 0, hlen = 0;
 	unsigned char *hdr = NULL;
-	int rc = part_make(r, step, bufs, &o);
-	if (rc == RT_OK && !(hdr = rt_st_header(&o.f, &hlen)))
+	int rc = part_make(r, step, o);
+	if (rc == RT_OK && !(hdr = rt_st_header(&o->f, &hlen)))
 		rc = rt_error(r, "out of memory writing the checkpoint");
 	snprintf(fname, sizeof fname, "rank%d.safetensors", r->rank);
 	snprintf(path, sizeof path, "%s/%s", tmp, fname);
@@ -292,7 +333,7 @@ static int write_rank(RtRank *r, const char *tmp, int64_t step, int n, const int
 	PlanHash h;
 	plan_hash_init(&h, CK_SUM);
 	if (rc == RT_OK && (!lf || write_all(fd, hdr, hlen, &h) ||
-	                    part_write(r, &o, fname, fd, &h, lf) || fsync(fd)))
+	                    part_write(r, o, fname, fd, &h, lf) || fsync(fd)))
 		rc = rt_error(r, "checkpoint: %s: %s", path, strerror(errno));
 	if (fd >= 0 && close(fd) && rc == RT_OK)
 		rc = rt_error(r, "checkpoint: %s: %s", path, strerror(errno));
@@ -301,7 +342,7 @@ static int write_rank(RtRank *r, const char *tmp, int64_t step, int n, const int
 	if (rc == RT_OK) {
 		char head[256];
 		int hn = snprintf(head, sizeof head, "file %s %zu %s=%016" PRIx64 "\n", fname,
-		                  hlen + (size_t)o.f.datalen, plan_sums[CK_SUM].name, plan_hash_final(&h));
+		                  hlen + (size_t)o->f.datalen, plan_sums[CK_SUM].name, plan_hash_final(&h));
 		char *all = malloc((size_t)hn + listlen + 1);
 		snprintf(path, sizeof path, "%s/rank%d.list", tmp, r->rank);
 		if (!all) {
@@ -316,7 +357,6 @@ static int write_rank(RtRank *r, const char *tmp, int64_t step, int n, const int
 	}
 	free(list);
 	free(hdr);
-	part_free(&o);
 	return rc;
 }
 
@@ -401,14 +441,20 @@ int rt_ckpt_save(RtRank *r, int run_step, int n, const int *stages, RtStageBufs 
 	int64_t t0 = rt_now_ns();
 	char tmp[PATH_MAX];
 	snprintf(tmp, sizeof tmp, "%s/.tmp-%" PRId64, w->opt.save, step);
-	if (r->coord[DIM_DP] == 0) {
-		if (mkdir(tmp, 0777) && errno != EEXIST)
-			return rt_error(r, "checkpoint: %s: %s", tmp, strerror(errno));
-		if (write_rank(r, tmp, step, n, stages, bufs))
-			return RT_EFAIL;
-	}
+	/* dp replica 0 writes; under a distributed optimizer its dp peers help it gather */
+	Part o = {.n = n, .stages = stages};
+	int writes = r->coord[DIM_DP] == 0, rc = RT_OK;
+	if (writes || rt_optim_dp(r) > 1)
+		rc = part_fetch(r, bufs, &o);
+	if (rc == RT_OK && writes && mkdir(tmp, 0777) && errno != EEXIST)
+		rc = rt_error(r, "checkpoint: %s: %s", tmp, strerror(errno));
+	if (rc == RT_OK && writes)
+		rc = write_rank(r, tmp, step, &o);
+	part_free(&o);
+	if (rc)
+		return rc;
 	rt_fault_save(r, run_step);
-	int rc = w->comm->barrier(r);
+	rc = w->comm->barrier(r);
 	if (rc == RT_OK && r->rank == 0) {
 		rc = finish(r, tmp, step);
 		w->save_ns += rt_now_ns() - t0;

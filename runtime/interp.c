@@ -868,6 +868,7 @@ int rt_rank_main(RtRank *r)
 	LStage *loss = NULL;
 	if (r->in->local_of[r->model->loss_stage] >= 0 && r->coord[DIM_TP] == 0)
 		loss = &r->in->ls[r->in->local_of[r->model->loss_stage]];
+	r->loss_rank = loss != NULL;
 	float *lbuf = malloc((size_t)p->microbatches * sizeof(float));
 	if (!lbuf)
 		return rt_error(r, "out of memory");
@@ -892,6 +893,7 @@ int rt_rank_main(RtRank *r)
 		}
 		if (rc == RT_OK && save_due(r->w, step))
 			rc = save(r, step);
+		atomic_store_explicit(&r->steps_done, step + 1, memory_order_release);
 	}
 	free(lbuf);
 	return rc;

@@ -5,6 +5,7 @@
  * the trace through cli_write (whole or not at all).  Under a launcher only the first
  * process prints what every process would. */
 #include "piperun.h"
+#include "hf.h"
 #include "../plan/io.h"
 #include "../plan/oom.h"
 #include "../plan/line.h"
@@ -312,6 +313,13 @@ static int check_combinations(CliTool *t, PiperunArgs *a)
 	if (a->resume && (a->o.check || a->eval_data))
 		return cli_usage_error(t, "--resume takes no --%s (its reference replays the training "
 		                          "from the start)", a->o.check ? "check" : "eval-data");
+	if (a->export_path && !a->o.save)
+		return cli_usage_error(t, "--export writes the last checkpoint's weights; give --save "
+		                          "too");
+	if (a->export_path && cli_is_std(a->export_path))
+		return cli_usage_error(t, "--export writes a file, not standard output");
+	if (a->init && a->resume)
+		return cli_usage_error(t, "--init and --resume both give the starting weights; give one");
 	if (a->resume && cli_given(t, &a->o.seed))
 		return cli_usage_error(t, "--resume continues the checkpoint's seed; give no --seed");
 	if (a->trace && cli_is_std(a->trace) && a->json)
@@ -355,6 +363,43 @@ static int write_trace(FILE *f, void *arg)
 static int64_t ops_done(void *arg)
 {
 	return rt_world_progress(arg);
+}
+
+/* The training's progress line (cli_progress_text): each step's number, loss, tokens/s
+ * and time, the time left at the mean step time so far, and the model FLOP utilisation
+ * against the plan's device rate (`device peak=`, when it states one), as llm.c prints. */
+typedef struct {
+	const Plan *p;
+	const RtWorld *w;
+	int steps, next;   // the run's steps; the next one to report
+	int64_t first;     // steps done before the run (--resume)
+	double tok, fl;    // one step's tokens and model FLOPs (step_work)
+	double loss;       // the last reported step's loss and time
+	int64_t ns, sum_ns; // ... and the reported steps' time
+} Live;
+
+static int live_text(void *arg, char *buf, size_t n, int latest)
+{
+	Live *v = arg;
+	int got = 0;
+	while (v->next < v->steps && (!got || latest) &&
+	       !rt_world_step_live(v->w, v->next, &v->loss, &v->ns)) {
+		v->sum_ns += v->ns;
+		v->next++;
+		got = 1;
+	}
+	if (!got && (!latest || !v->next))
+		return 0;
+	double sec = (double)v->ns / 1e9, left = (double)v->sum_ns / 1e9 / v->next * (v->steps - v->next);
+	char loss[32] = "-", mfu[48] = ""; // "-": the loss stage runs in another process
+	if (!isnan(v->loss))
+		snprintf(loss, sizeof loss, "%.6f", v->loss);
+	if (v->p->peak_flops > 0 && sec > 0)
+		snprintf(mfu, sizeof mfu, " | MFU %.3g%%", 100.0 * v->fl / sec / (v->p->peak_flops * v->p->world));
+	snprintf(buf, n, "step %" PRId64 "/%" PRId64 " | loss %s | %.0f tok/s | %.1f ms | %.1f s left%s",
+	         v->first + v->next, v->first + v->steps, loss, sec > 0 ? v->tok / sec : 0, sec * 1e3,
+	         left, mfu);
+	return 1;
 }
 
 /* Prints the figures; returns the exit status. */
@@ -422,6 +467,19 @@ static int open_data(const CliTool *t, const PiperunArgs *a, const Plan *p, RtDa
 	return 0;
 }
 
+/* --export: the last checkpoint's weights (the run's final ones) with Hugging Face's
+ * names; 0, or -1 having said why. */
+static int export_model(const PiperunArgs *a, const Plan *p, int optim)
+{
+	char msg[1024];
+	RtCkpt *c = rt_ckpt_open(a->o.save, msg, sizeof msg);
+	int rc = !c || rt_hf_export(c, p, optim, a->export_path, msg, sizeof msg);
+	if (rc)
+		fprintf(stderr, "piperun: error: --export %s: %s\n", a->export_path, msg);
+	rt_ckpt_close(c);
+	return rc ? -1 : 0;
+}
+
 int piperun_drive(CliTool *t, PiperunArgs *a)
 {
 	int rc = check_combinations(t, a);
@@ -478,11 +536,24 @@ int piperun_drive(CliTool *t, PiperunArgs *a)
 		return CLI_EXIT_FAIL;
 	}
 	a->o.resume = ck;
+	RtHf *hf = NULL;
+	if (a->init && !(hf = rt_hf_open(a->init, p, msg, sizeof msg))) {
+		if (!t->silent)
+			fprintf(stderr, "%s\n", msg);
+		rt_ckpt_close(ck);
+		rt_data_close(data);
+		rt_data_close(eval);
+		plan_free(p);
+		rt_launch_linger();
+		return CLI_EXIT_FAIL;
+	}
+	a->o.init = hf;
 	RtWorld *w = rt_world_open(p, &a->o, msg, sizeof msg);
 	if (!w) {
 		if (!t->silent)
 			fprintf(stderr, "%s: error: %s\n", t->in_name, msg);
 		rt_ckpt_close(ck);
+		rt_hf_close(hf);
 		rt_data_close(data);
 		rt_data_close(eval);
 		plan_free(p);
@@ -492,8 +563,11 @@ int piperun_drive(CliTool *t, PiperunArgs *a)
 	int64_t total = rt_world_local_ops(w);
 	char what[64];
 	snprintf(what, sizeof what, "running %d steps on %s, ops", a->o.steps, rt_world_backend(w));
-	pr = cli_progress_start(t, what);
+	Live live = {.p = p, .w = w, .steps = a->o.steps, .first = ck ? rt_ckpt_step(ck) : 0};
+	step_work(p, &live.tok, &live.fl);
+	pr = a->progress ? cli_progress_lines(t, what) : cli_progress_start(t, what);
 	cli_progress_count(pr, ops_done, w, total * a->o.steps);
+	cli_progress_text(pr, live_text, &live);
 	RtResult res;
 	rc = rt_world_run(w, &res);
 	cli_progress_end(pr);
@@ -504,10 +578,13 @@ int piperun_drive(CliTool *t, PiperunArgs *a)
 		status = CLI_EXIT_FAIL;
 	} else if (rt_world_root(w)) {
 		status = report(t, a, p, w, &res);
+		if (a->export_path && export_model(a, p, res.optim.kind))
+			status = CLI_EXIT_FAIL;
 	}
 	rt_result_free(&res);
 	rt_world_close(w, rc != 0);
 	rt_ckpt_close(ck);
+	rt_hf_close(hf);
 	rt_data_close(data);
 	rt_data_close(eval);
 	plan_free(p);

@@ -14,12 +14,15 @@ typedef struct {
 	int dtype;         // RtDtype (--dtype)
 	int optim;         // OptimKind (--optimizer)
 	int json;          // --json
+	int progress;      // --progress: the progress line as lines when not on a terminal
 	int calibrate;     // --calibrate
 	const char *trace; // --trace FILE, or NULL
 	const char *data;  // --data FILE, or NULL (synthetic tokens)
 	const char *eval_data; // --eval-data FILE, or NULL
 	int data_format;   // RtDataFormat (--data-format), both files'
 	const char *resume; // --resume DIR, or NULL
+	const char *export_path; // --export FILE, or NULL
+	const char *init;  // --init FILE, or NULL
 } PiperunArgs;
 
 extern const char *const piperun_dtype_names[RT_DTYPE_COUNT];
@@ -45,7 +48,11 @@ extern const char *const piperun_dtype_names[RT_DTYPE_COUNT];
 	 "with --save: after every N-th step too", 0, 1, 1000000},                         \
 	{"resume", 0, CLI_STR, &(a).resume, "DIR",                                         \
 	 "start from the checkpoint DIR (a --save directory:\nits latest; or its step-N), "  \
-	 "with its seed and\nstep count; any mesh of the same layers"}
+	 "with its seed and\nstep count; any mesh of the same layers"},                       \
+	{"export", 0, CLI_OUT, &(a).export_path, "FILE",                                   \
+	 "with --save: the final weights as FILE, with\nHugging Face's GPT-2 or Llama names"}, \
+	{"init", 0, CLI_STR, &(a).init, "FILE",                                            \
+	 "start from the weights in FILE (safetensors with\nHugging Face's names, as --export writes)"}
 
 /* Whether this is the process that prints (the first under mpirun or srun). */
 int piperun_first_process(void);

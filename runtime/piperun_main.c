@@ -37,6 +37,8 @@ int main(int argc, char **argv)
 		 "relative error that passes, in (0, 1] (no shadow)", 0, .rlo = 0, .rhi = RT_CHECK_TOL_MAX},
 		{"no-memory-check", 0, CLI_FLAG, &a.o.no_mem_check, NULL, "run even if it cannot fit in memory"},
 		{"json", 'j', CLI_FLAG, &a.json, NULL, "print the figures as one JSON object"},
+		{"progress", 0, CLI_FLAG, &a.progress, NULL, "a progress line per step on stderr (step, loss,\n"
+		 "tokens/s, time left, MFU) when not a terminal too"},
 		{"trace", 't', CLI_OUT, &a.trace, "FILE",
 		 "write the measured timeline (Chrome trace, as pipesim's)"},
 		{"timeout", 0, CLI_REAL, &a.o.timeout_s, "SEC",

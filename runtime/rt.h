@@ -92,6 +92,8 @@ typedef struct {
 	const char *save;
 	int save_every;
 	const struct RtCkpt *resume;
+	/* --init: the Hugging Face file the weights start from (rt_hf_open); NULL: none. */
+	const struct RtHf *init;
 } RtOptions;
 
 #define RT_DEFAULT_STEPS 5
@@ -255,6 +257,12 @@ const RtOptions *rt_world_options(const RtWorld *w);
  * ops of one step on those ranks: a progress count. */
 int64_t rt_world_progress(const RtWorld *w);
 int64_t rt_world_local_ops(const RtWorld *w);
+/* A step's figures while the run goes on (a progress line; any thread): 0 once every rank
+ * of this process completed step `step` of this run (0-based), with its time (the
+ * ranks' first start to last end) and its loss, the mean per microbatch over the dp
+ * replicas whose loss stage runs in this process (all on threads; NAN: none here);
+ * -1 until then. */
+int rt_world_step_live(const RtWorld *w, int step, double *loss, int64_t *ns);
 void rt_result_free(RtResult *res);
 
 /* ---- checkpoints (docs/runtime.md "Checkpoints") ---- */

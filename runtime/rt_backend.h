@@ -539,6 +539,8 @@ struct RtRank {
 	float *weights;        // --check: final weights of its stages, host copy
 	int64_t busy_ns;
 	double *loss_sum;      // [steps] sum of this rank's microbatch losses
+	int loss_rank;         // 1: its loss_sum counts (the loss stage, tp rank 0)
+	atomic_int steps_done; // steps completed, loss_sum and step_t1 set (a progress line's)
 	int64_t *step_t0, *step_t1; // [steps] start (after the barrier) and end, ns since
 	                            // the world's start
 	RtEvent *ev;

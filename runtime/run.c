@@ -107,12 +107,6 @@ static int tp_refuse(const RtWorld *w, char *err, size_t errn)
 static int ckpt_refuse(RtWorld *w, char *err, size_t errn)
 {
 	const Plan *p = w->plan;
-	if ((w->opt.save || w->opt.resume) && p->optim.distributed) {
-		snprintf(err, errn, "--%s: the plan's optimizer is distributed (each dp rank holds "
-		         "a shard of its state), which checkpoints do not store yet (drop "
-		         "`distributed` from its optimizer line)", w->opt.save ? "save" : "resume");
-		return -1;
-	}
 	if (!w->opt.resume)
 		return 0;
 	if (rt_ckpt_check(w->opt.resume, p, w->optim.kind, err, errn))

@@ -17,6 +17,7 @@
  * position in the model, the microbatch, replica and step, so every run of a layer's F
  * (recomputation, the reference, another stage split) draws the same ones. */
 #include "rt_private.h"
+#include "hf.h"
 #include "../plan/mem.h"
 
 #include <stdlib.h>
@@ -26,7 +27,8 @@
 
 /* State k of stage s (0: the parameters, 1 and 2: the optimizer's buffers) as the run
  * starts, in the rank's layout (its tp pieces of the whole): from --resume's checkpoint,
- * else the initial weights (the buffers start zero and are not asked for). */
+ * else --init's file, else the initial weights (the buffers start zero and are not
+ * asked for). */
 static int initial(RtRank *r, int s, int k, float *out)
 {
 	const Plan *p = r->w->plan;
@@ -35,9 +37,10 @@ static int initial(RtRank *r, int s, int k, float *out)
 	if (r->model->tp > 1 &&
 	    !(whole = malloc((size_t)(r->w->whole->st[s].nparams + 1) * sizeof(float))))
 		return rt_error(r, "out of memory");
-	if (!ck)
+	const RtHf *hf = r->w->opt.init;
+	if (!ck && !hf)
 		rt_gen_weights(r->w->opt.seed, p, s, whole);
-	else if (rt_ckpt_fill(ck, p, s, k, whole)) {
+	else if (ck ? rt_ckpt_fill(ck, p, s, k, whole) : rt_hf_fill(hf, p, s, whole)) {
 		if (whole != out)
 			free(whole);
 		return rt_error(r, "out of memory");
@@ -85,9 +88,14 @@ int rt_stage_bufs_open(RtRank *r, int s, RtStageBufs *b)
 	const RtDevice *dev = r->dev;
 	RtTensor *state[3] = {b->params, b->m, b->v};
 	const RtCkpt *ck = r->w->opt.resume;
+	/* The state is whole (the weights, or a checkpoint's whole buffers, which may have
+	 * been saved under another dp or none): a distributed optimizer's rank keeps its
+	 * shard [off, off + len) of the buffers, and of the master weights below. */
 	for (int k = 0; k <= (ck ? nstate : 0); k++) {
 		memset(b->host, 0, (size_t)nhost * sizeof(float));
-		if (initial(r, s, k, b->host) || dev->upload(r, state[k], b->host))
+		RtTensor mine = k ? rt_tensor_view(state[k], 0, 1, len) : *state[k];
+		if (initial(r, s, k, b->host) ||
+		    ((k == 0 || len) && dev->upload(r, &mine, b->host + (k ? off : 0))))
 			return RT_EFAIL;
 		if (k == 0 && b->master) { // the shard's f32 weights; the kernels read them in bf16
 			RtTensor mv = rt_tensor_view(b->master, 0, 1, len);

@@ -4,7 +4,9 @@
 # for 2, under sgd, momentum and adamw, with dropout and a token file, on threads and
 # under mpirun; a checkpoint loads under another stage split and schedule (pp 4 -> 2,
 # bit for bit), another dp (2 -> 1; dp 2 resumes bit for bit) and tp (1 -> 2 -> 1; tp 2
-# resumes bit for bit); an interrupted save leaves the previous checkpoint to resume
+# resumes bit for bit) and under a distributed optimizer (its shards gathered: the
+# all-reduce run's checkpoint, loading onto either optimizer at dp 2 and 1, threads and
+# mpirun); an interrupted save leaves the previous checkpoint to resume
 # from; and damaged or mismatched checkpoints are refused naming the file and the tensor.
 : "${BIN:=bin}"
 TOOL=ckpt
@@ -43,9 +45,10 @@ stage b { layer; layer; layernorm; head; loss xent; }
 schedule gpipe;
 PIPE
 sed -e 's/mesh pp=2;/mesh pp=2 dp=2;/' -e 's/microbatches 4;/microbatches 2;/' "$dir/two.pipe" >"$dir/dp2.pipe"
+sed 's/^schedule .*/optimizer adamw distributed;\n&/' "$dir/dp2.pipe" >"$dir/zero.pipe"
 sed 's/mesh pp=2;/mesh pp=2 tp=2;/' "$dir/two.pipe" >"$dir/tp2.pipe"
 sed 's/mlp 64;/mlp 96;/' "$dir/model.pipe" >"$dir/wider.pipe"
-for m in model two dp2 tp2 wider; do
+for m in model two dp2 zero tp2 wider; do
 	"$BIN/pipecc" "$dir/$m.pipe" -o "$dir/$m.plan" || echo "pipecc $m failed"
 done
 
@@ -96,11 +99,75 @@ check "dp=2: replica 0 alone writes (rank0, rank2)" \
 	"$(cd "$dir/dp2-full/step-4" && [ "$(ls | tr '\n' ' ')" = "MANIFEST rank0.safetensors rank2.safetensors " ]; echo $?)" \
 	"$(ls "$dir/dp2-full/step-4")"
 
+# the distributed optimizer: each dp rank holds a shard of the state, gathered to the
+# whole on save, so the checkpoint is the all-reduce run's (which loses the same to the
+# bit, tests/cli/distopt.sh), and it loads onto either optimizer, at any dp
+resume zero "$dir/zero.plan" --optimizer adamw --lr 1e-2
+same "distributed: the same checkpoint as the all-reduce run's" \
+	"$dir/dp2-full/step-2/MANIFEST" "$dir/zero-full/step-2/MANIFEST"
+t "distributed -> all-reduce, dp=2: resumed" 0 "$BIN/piperun" "$dir/dp2.plan" --steps 2 \
+	--json --optimizer adamw --lr 1e-2 --resume "$dir/zero-ck/step-2" --save "$dir/z2d"
+losses "$dir/out" >"$dir/z2d.loss"
+same "distributed -> all-reduce, dp=2: steps 3-4 lose the same" "$dir/zero-full.loss" \
+	"$dir/z2d.loss"
+same "distributed -> all-reduce, dp=2: the same state after step 4" \
+	"$dir/zero-full/step-4/MANIFEST" "$dir/z2d/step-4/MANIFEST"
+t "all-reduce -> distributed, dp=2: resumed" 0 "$BIN/piperun" "$dir/zero.plan" --steps 2 \
+	--json --optimizer adamw --lr 1e-2 --resume "$dir/dp2-ck/step-2"
+losses "$dir/out" >"$dir/d2z.loss"
+same "all-reduce -> distributed, dp=2: steps 3-4 lose the same" "$dir/dp2-full.loss" \
+	"$dir/d2z.loss"
+for from in zero dp2; do
+	t "$from dp=2 -> dp=1: resumed" 0 "$BIN/piperun" "$dir/two.plan" --steps 2 --json \
+		--optimizer adamw --lr 1e-2 --resume "$dir/$from-ck/step-2" --save "$dir/$from-1"
+	losses "$dir/out" >"$dir/$from-1.loss"
+done
+same "distributed dp=2 -> dp=1: steps 3-4 lose as from the all-reduce run's checkpoint" \
+	"$dir/dp2-1.loss" "$dir/zero-1.loss"
+same "distributed dp=2 -> dp=1: the same state after step 4" "$dir/dp2-1/step-4/MANIFEST" \
+	"$dir/zero-1/step-4/MANIFEST"
+# shards of uneven length (dp=3: the last one shorter), bf16's f32 master weights, tp=2
+sed 's/mesh pp=2 dp=2;/mesh pp=2 dp=3;/' "$dir/dp2.pipe" >"$dir/dp3.pipe"
+sed 's/mesh pp=2 dp=2;/mesh pp=2 dp=3;/' "$dir/zero.pipe" >"$dir/zero3.pipe"
+sed 's/^schedule .*/precision bf16;\n&/' "$dir/dp2.pipe" >"$dir/bf.pipe"
+sed 's/^schedule .*/precision bf16;\n&/' "$dir/zero.pipe" >"$dir/zerobf.pipe"
+sed 's/mesh pp=2;/mesh pp=2 dp=2 tp=2;/; s/microbatches 4;/microbatches 2;/' "$dir/two.pipe" >"$dir/tpdp.pipe"
+sed 's/^schedule .*/optimizer adamw distributed;\n&/' "$dir/tpdp.pipe" >"$dir/zerotp.pipe"
+for m in dp3 zero3 bf zerobf tpdp zerotp; do
+	"$BIN/pipecc" "$dir/$m.pipe" -o "$dir/$m.plan" || echo "pipecc $m failed"
+done
+for pair in "dp=3:dp3:zero3" "bf16:bf:zerobf" "tp=2 dp=2:tpdp:zerotp"; do
+	what=${pair%%:*} ar=${pair#*:} ar=${ar%%:*} zr=${pair##*:}
+	for m in $ar $zr; do
+		t "$what, $m: 2 steps, saved" 0 "$BIN/piperun" "$dir/$m.plan" --steps 2 \
+			--optimizer adamw --lr 1e-2 --save "$dir/$m-ck"
+	done
+	same "$what distributed: the same checkpoint as the all-reduce run's" \
+		"$dir/$ar-ck/step-2/MANIFEST" "$dir/$zr-ck/step-2/MANIFEST"
+done
+resume zero3 "$dir/zero3.plan" --optimizer adamw --lr 1e-2
+resume zerobf "$dir/zerobf.plan" --optimizer adamw --lr 1e-2
+
 if command -v mpirun >/dev/null 2>&1 && "$BIN/piperun" --version | grep -q mpi &&
 	! echo "$BIN" | grep -q san; then
 	export OMPI_MCA_rmaps_base_oversubscribe=1
 	RUN="timeout 300 mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -np 4"
 	resume mpi "$dir/model.plan" --optimizer adamw --lr 1e-2
+	resume mpizero "$dir/zero.plan" --optimizer adamw --lr 1e-2
+	same "distributed: mpirun and threads save the same checkpoint" \
+		"$dir/zero-full/step-4/MANIFEST" "$dir/mpizero-full/step-4/MANIFEST"
+	t "distributed under mpirun -> all-reduce on threads: resumed" 0 "$BIN/piperun" \
+		"$dir/dp2.plan" --steps 2 --json --optimizer adamw --lr 1e-2 \
+		--resume "$dir/mpizero-ck/step-2"
+	losses "$dir/out" >"$dir/mz2d.loss"
+	same "distributed under mpirun -> all-reduce on threads: steps 3-4 lose the same" \
+		"$dir/zero-full.loss" "$dir/mz2d.loss"
+	t "distributed on threads -> all-reduce under mpirun: resumed" 0 $RUN "$BIN/piperun" \
+		"$dir/dp2.plan" --steps 2 --json --optimizer adamw --lr 1e-2 \
+		--resume "$dir/zero-ck/step-2"
+	losses "$dir/out" >"$dir/z2md.loss"
+	same "distributed on threads -> all-reduce under mpirun: steps 3-4 lose the same" \
+		"$dir/zero-full.loss" "$dir/z2md.loss"
 	RUN=
 	t "threads, adamw without data" 0 "$BIN/piperun" "$dir/model.plan" --steps 4 \
 		--optimizer adamw --lr 1e-2 --save "$dir/thr"
@@ -215,11 +282,6 @@ has "another model: the first tensor that differs" "$dir/err" \
 t "another optimizer is refused" 1 "$BIN/piperun" "$dir/model.plan" --optimizer sgd \
 	--resume "$dir/base-ck"
 has "another optimizer: says which" "$dir/err" "saved with the adamw optimizer, and this run's is sgd"
-sed 's/^schedule .*/optimizer adamw distributed;\n&/' "$dir/dp2.pipe" >"$dir/zero.pipe"
-"$BIN/pipecc" "$dir/zero.pipe" -o "$dir/zero.plan"
-t "a distributed optimizer is refused" 1 "$BIN/piperun" "$dir/zero.plan" --save "$dir/zero"
-has "a distributed optimizer: says why" "$dir/err" \
-	"zero.plan: error: --save: the plan's optimizer is distributed (each dp rank holds a shard of its state), which checkpoints do not store yet"
 t "--save-every needs --save" 2 "$BIN/piperun" "$dir/model.plan" --save-every 2
 t "--resume takes no --check" 2 "$BIN/piperun" "$dir/model.plan" --check --resume "$dir/base-ck"
 t "--resume takes no --seed" 2 "$BIN/piperun" "$dir/model.plan" --seed 3 --resume "$dir/base-ck"
