@@ -44,6 +44,8 @@ typedef struct {
 	uint8_t *block_ok;          // its statement is sound (its layers are checked on use)
 	int nblocks;                // blocks declared so far
 	int in_blocks, in_bodies;   // the layer expansion's depth: block uses, bodies open
+	const char *block;          // the block being expanded (ProgLayer.block), its use
+	Loc block_use;
 
 	AstStmt *cost_all;          // `cost *`
 	AstStmt **recompute_stmt;   // per stage: its `recompute NAME` statement
