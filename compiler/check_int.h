@@ -69,6 +69,7 @@ int whole(Check *c, const AstNum *n, const char *what, long min, long max, int *
 int unit_scale(Check *c, const AstNum *n, const Unit *units, int nu,
 	const char *kind, const char *expected, double *scale);
 int real(Check *c, const AstNum *n, double *v);
+void word_list(char *list, size_t size, const char *const *words, int n);
 void unknown_word(Check *c, const AstName *w, const char *what,
 	const char *const *words, int n);
 int find_word(const char *s, const char *const *words, int n);

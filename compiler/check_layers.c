@@ -141,6 +141,28 @@ static int prob(Check *c, const AstNum *n, const char *what, double *out)
 	return 1;
 }
 
+/* `attention kv=8`: a key the layer kind does not take, with the one it may mean (`kv` is
+ * short for `kv_heads`) or the keys it takes. */
+static void unknown_key(Check *c, const LayerInfo *li, const AstName *key)
+{
+	const char *keys[LAYER_KEY_COUNT];
+	char list[256];
+	int n = 0;
+	for (int k = 0; k < LAYER_KEY_COUNT; k++)
+		if (li->keys & LAYER_FLAG(k))
+			keys[n++] = plan_layer_keys[k].name;
+	const char *s = diag_suggest(key->s, keys, n);
+	word_list(list, sizeof list, keys, n);
+	if (s)
+		diag_error(c->d, key->loc, "'%s' takes no key '%s'; did you mean '%s'?", li->word,
+		           key->s, s);
+	else if (n)
+		diag_error(c->d, key->loc, "'%s' takes no key '%s'; its keys are: %s", li->word,
+		           key->s, list);
+	else
+		diag_error(c->d, key->loc, "'%s' takes no key '%s'", li->word, key->s);
+}
+
 /* The keys of one layer (`heads=12`, `bias`, `dropout=0.1`) into l; 0 after reporting. */
 static int layer_keys(Check *c, const AstLayer *al, const LayerInfo *li, ProgLayer *l)
 {
@@ -152,7 +174,7 @@ static int layer_keys(Check *c, const AstLayer *al, const LayerInfo *li, ProgLay
 		LayerKey k = plan_layer_key_find(a->name.s, strlen(a->name.s));
 		if (k == LAYER_KEY_COUNT) {
 			if (a->has_val) {
-				diag_error(c->d, a->name.loc, "'%s' takes no key '%s'", li->word, a->name.s);
+				unknown_key(c, li, &a->name);
 				ok = 0;
 			}
 			continue; // a positional name (`loss mse`), checked by the caller
