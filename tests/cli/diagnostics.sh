@@ -189,4 +189,42 @@ t "a rank waiting on itself" 1 "$BIN/pipecc" "$dir/self.pipe" --allow-deadlock -
 has "both actions are named" "$dir/err" \
 	"self.pipe:12:18: error: '0B0' needs '1B0', which comes later on rank 0"
 
+# ---- hand-edited plans -----------------------------------------------------------
+# A rank whose op lines disagree with its header's ops= is reported as that, at the line
+# where they part (tests/golden/plan/op_count.err); an edit that parses fails only on its
+# checksum, whose message names the way out, and `pipecc PLAN --rehash -o PLAN` takes it:
+# the header's checksum is all that changes.
+"$BIN/pipecc" examples/tiny.pipe -o "$dir/tiny.plan"
+r0=$(grep -n '^rank 0 ' "$dir/tiny.plan" | cut -d: -f1)
+r1=$(grep -n '^rank 1 ' "$dir/tiny.plan" | cut -d: -f1)
+sed "$((r1 - 1))d" "$dir/tiny.plan" >"$dir/deleted.plan"
+sed "${r0}s/ops=\([0-9]*\)/ops=1\1/" "$dir/tiny.plan" >"$dir/more.plan"
+sed "${r1}s/ops=17/ops=16/" "$dir/tiny.plan" >"$dir/fewer.plan"
+for k in deleted more fewer; do
+	(cd "$dir" && "$pc" "$k.plan" -o /dev/null) 2>>"$dir/opcount"
+	check "a $k op line is refused" $((! $?)) "pipecc took $k.plan"
+done
+same "op counts against the rank's header" "$dir/opcount" <tests/golden/plan/op_count.err
+sed 's/ f=1000 / f=1200 /' "$dir/tiny.plan" >"$dir/edited.plan"
+t "an edited plan is refused" 1 "$BIN/pipesim" "$dir/edited.plan"
+has "the checksum message names --rehash" "$dir/err" \
+	"edited.plan:1: error: checksum mismatch: .*; if the change was meant, \`pipecc $dir/edited.plan --rehash -o $dir/edited.plan\` checks it"
+cp "$dir/edited.plan" "$dir/rehashed.plan"
+t "--rehash writes the plan over itself" 0 "$BIN/pipecc" "$dir/rehashed.plan" --rehash \
+	-o "$dir/rehashed.plan"
+check "--rehash changes the checksum line alone" \
+	"$(diff "$dir/edited.plan" "$dir/rehashed.plan" | grep -c '^[<>] [^p]')" "other lines differ"
+! cmp -s "$dir/edited.plan" "$dir/rehashed.plan"
+check "--rehash changes the checksum" $? "the checksum line is the same"
+t "the rehashed plan reads" 0 "$BIN/pipesim" "$dir/rehashed.plan"
+has "the rehashed plan keeps the edit" "$dir/rehashed.plan" " f=1200 "
+cp "$dir/deleted.plan" "$dir/still.plan"
+t "--rehash still checks the plan" 1 "$BIN/pipecc" "$dir/still.plan" --rehash -o "$dir/still.plan"
+cmp -s "$dir/deleted.plan" "$dir/still.plan"
+check "a refused --rehash leaves the file" $? "the file changed"
+t "--rehash of a program" 2 "$BIN/pipecc" examples/tiny.pipe --rehash -o "$dir/x.plan"
+has "--rehash of a program says why" "$dir/err" "rehash is for a plan as the input"
+t "without --rehash a plan is not written over itself" 2 "$BIN/pipecc" "$dir/edited.plan" \
+	-o "$dir/edited.plan"
+
 [ "$fails" -eq 0 ]
