@@ -47,6 +47,19 @@ static int read_tokens(Rd *r, Plan *p)
 	return 0;
 }
 
+/* ` tune=overlap` after the schedule's name: the model its communication is ordered
+ * for, when not the strict model (plans without it read as they always did). */
+static int read_tune(Rd *r, Plan *p)
+{
+	rd_skip_sp(r);
+	if (strncmp(r->s, "tune=", 5) != 0)
+		return 0;
+	if (rd_word(r, "tune=overlap"))
+		return -1;
+	p->tuned_overlap = 1;
+	return 0;
+}
+
 /* `precision bf16`: a regime of plan/prec.h other than f32 (which has no line). */
 static int read_prec(Rd *r, Plan *p)
 {
@@ -276,7 +289,7 @@ static int read_header(Rd *r, Plan *p)
 	if (!(p->source = strdup(r->s)))
 		return rd_fail(r, "out of memory");
 	if (rd_next_line(r, "'schedule NAME'") || rd_word(r, "schedule") ||
-	    !(p->schedule = rd_token(r, "a schedule name")) || rd_eol(r))
+	    !(p->schedule = rd_token(r, "a schedule name")) || read_tune(r, p) || rd_eol(r))
 		return -1;
 
 	if (rd_next_line(r, "'mesh ...'") || rd_word(r, "mesh"))

@@ -26,7 +26,8 @@ mkdir "$dir/plain" "$dir/bom" "$dir/crlf"
 cp examples/tiny.pipe "$dir/plain/x.pipe"
 printf '\357\273\277' | cat - examples/tiny.pipe >"$dir/bom/x.pipe"
 sed 's/$/\r/' examples/tiny.pipe >"$dir/crlf/x.pipe"
-case $BIN in /*) pc=$BIN/pipecc ;; *) pc=$PWD/$BIN/pipecc ;; esac
+case $BIN in /*) BIN_ABS=$BIN ;; *) BIN_ABS=$PWD/$BIN ;; esac
+pc=$BIN_ABS/pipecc
 for k in plain bom crlf; do
 	(cd "$dir/$k" && "$pc" x.pipe -o x.plan) 2>"$dir/err-$k"
 	check "a $k .pipe compiles" $? "$(head -1 "$dir/err-$k")"
@@ -226,5 +227,32 @@ t "--rehash of a program" 2 "$BIN/pipecc" examples/tiny.pipe --rehash -o "$dir/x
 has "--rehash of a program says why" "$dir/err" "rehash is for a plan as the input"
 t "without --rehash a plan is not written over itself" 2 "$BIN/pipecc" "$dir/edited.plan" \
 	-o "$dir/edited.plan"
+
+# ---- the model a plan is tuned for --------------------------------------------------
+# pipecc --tune=overlap (and schedule auto, which ranks in the overlap model) records
+# ` tune=overlap` on the plan's schedule line; pipesim then simulates it in that model
+# unless --model says otherwise, and says which (tests/golden/plan/tuned.out).  A plan
+# without it reads as before, in the strict model; the record survives the binary form.
+"$BIN/pipecc" examples/tiny.pipe --tune=overlap -o "$dir/tuned.plan"
+"$BIN/pipecc" examples/tiny.pipe -o "$dir/plain.plan"
+has "the plan records its tuning" "$dir/tuned.plan" "^schedule 1f1b tune=overlap$"
+has "a strict plan records none" "$dir/plain.plan" "^schedule 1f1b$"
+: >"$dir/tuned"
+for run in "tuned.plan" "tuned.plan --model strict" "tuned.plan --model overlap" "plain.plan"; do
+	(cd "$dir" && "$BIN_ABS/pipesim" $run | head -1) >>"$dir/tuned"
+done
+same "pipesim states the model and the plan's tuning" "$dir/tuned" <tests/golden/plan/tuned.out
+"$BIN/pipesim" "$dir/tuned.plan" | grep makespan >"$dir/m-default"
+"$BIN/pipesim" "$dir/tuned.plan" --model overlap | grep makespan >"$dir/m-overlap"
+cmp -s "$dir/m-default" "$dir/m-overlap"
+check "a tuned plan's default run is the overlap model's" $? "$(cat "$dir/m-default")"
+"$BIN/pipecc" "$dir/tuned.plan" --plan-format binary -o "$dir/tuned.bin"
+"$BIN/pipecc" "$dir/tuned.bin" -o "$dir/tuned2.plan"
+cmp -s "$dir/tuned.plan" "$dir/tuned2.plan"
+check "the tuning survives the binary form" $? "the plans differ"
+sed 's/^schedule 1f1b tune=overlap$/schedule 1f1b tune=fast/' "$dir/tuned.plan" >"$dir/badtune.plan"
+t "an unknown tuning is refused" 1 "$BIN/pipesim" "$dir/badtune.plan"
+has "an unknown tuning is located" "$dir/err" \
+	"badtune.plan:4: error: expected 'tune=overlap', found 'tune=fast'"
 
 [ "$fails" -eq 0 ]
