@@ -13,8 +13,8 @@
  *
  * Errors are counted; past max_errors they are counted but not printed, with one line
  * saying so, and notes follow the fate of their error.  An error the same as one printed
- * before, word for word and place for place, is neither printed nor counted again.  Warnings are counted apart and
- * printed until the errors pass the limit. */
+ * before, word for word and place for place, is neither printed nor counted again.
+ * Warnings are counted apart and printed until the errors pass the limit. */
 #include "diag.h"
 
 #include <stdarg.h>
@@ -200,10 +200,11 @@ static int lower(int c)
 	return c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c;
 }
 
-/* Levenshtein distance, letters compared without case (`1F1B` is `1f1b`), with one row; gives up (returns limit + 1) once the row's
- * minimum passes limit, so long unrelated names cost little.  The row is on the stack:
- * the names suggested are short (the registries' and the program's, AST_NAME_MAX at
- * most), so a suggestion never needs the heap. */
+/* Levenshtein distance, letters compared without case (`1F1B` is `1f1b`), with one row;
+ * gives up (returns limit + 1) once the row's minimum passes limit, so long unrelated
+ * names cost little.  The row is on the stack: the names suggested are short (the
+ * registries' and the program's, AST_NAME_MAX at most), so a suggestion never needs the
+ * heap. */
 static size_t distance(const char *a, const char *b, size_t limit)
 {
 	size_t n = strlen(a), m = strlen(b);

@@ -4,7 +4,8 @@
  *        ^~~~
  * Errors are counted, not fatal; after max_errors further ones are dropped with one
  * notice.  An error repeated word for word at the same place (a layer in a block that
- * part.c copied into many stages) is printed and counted once.  Internal bugs are not diagnostics: they go through die(). */
+ * part.c copied into many stages) is printed and counted once.  Internal bugs are not
+ * diagnostics: they go through die(). */
 #ifndef DIAG_H
 #define DIAG_H
 
