@@ -164,6 +164,13 @@ typedef struct {
 	Loc end;        // just after the last token: where end of file is reported
 	Loc prev_end;   // just after the token before it
 	int at_stmt;    // the last token started a statement (nothing, ';' or '}' before)
+	int depth;      // braces open
+	int held;       // a '}' held back behind a ';' handed to the parser in its place
+	int inserted;   // that ';' is the token the parser has now
+	int quiet;      // a syntax error since the last ';', '{' or '}': the parser is
+	                // skipping, and a ';' it takes from the lexer is no news
+	Loc held_loc;
+	size_t held_off;
 } AstParse;
 
 /* Parses src into a syntax tree, reporting syntax errors to d.  Never NULL. */

@@ -702,13 +702,16 @@ static void explain(FILE *f, const Search *s, const int *ix, int win, int nconf)
 		if (ix[k] != win && c->state == 1 && c->fits && (second < 0 || c->step < s->c[second].step))
 			second = ix[k];
 	}
-	fprintf(f, "chosen: %s: %.3f us a step, the lowest of the confirmed candidates that fit",
-	        w->label, (double)w->step / 1000);
+	fprintf(f, "chosen: %s: %.3f us a step in the overlap model, the lowest of the confirmed "
+	        "candidates that fit", w->label, (double)w->step / 1000);
 	if (second >= 0)
 		fprintf(f, "; next %s at %.3f us (+%.2f%%)", s->c[second].label,
 		        (double)s->c[second].step / 1000,
 		        100.0 * (double)(s->c[second].step - w->step) / (double)w->step);
-	fputc('\n', f);
+	fputs(w->tune ? "\nthe plan records tune=overlap: pipesim simulates it in that model "
+	                "unless given --model\n"
+	              : "\nits communication is ordered for the strict model, pipesim's default\n",
+	      f);
 }
 
 /* Placements and recomputation choices to weigh: the program's placement when it writes

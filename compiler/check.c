@@ -163,13 +163,30 @@ static int bandwidth(Check *c, const AstNum *n, double *out)
 
 /* ---- names -------------------------------------------------------------------- */
 
-/* Reports a word that is not one of words[0..n); `what` names the kind of word. */
+/* "a, b, c": words[0..n) joined into list (size size), or "" if they are too many to
+ * read (the layer kinds have their own list: check_layers.c). */
+void word_list(char *list, size_t size, const char *const *words, int n)
+{
+	enum { LIST_MAX = 24 };
+	size_t len = 0;
+	list[0] = 0;
+	for (int i = 0; i < n && n <= LIST_MAX && len < size; i++)
+		if (words[i])
+			len += (size_t)snprintf(list + len, size - len, "%s%s", len ? ", " : "", words[i]);
+}
+
+/* Reports a word that is not one of words[0..n); `what` names the kind of word.  With
+ * no close word to suggest, the message lists them. */
 void unknown_word(Check *c, const AstName *w, const char *what,
 	const char *const *words, int n)
 {
 	const char *s = diag_suggest(w->s, words, n);
+	char list[512];
+	word_list(list, sizeof list, words, n);
 	if (s)
 		diag_error(c->d, w->loc, "unknown %s '%s'; did you mean '%s'?", what, w->s, s);
+	else if (list[0])
+		diag_error(c->d, w->loc, "unknown %s '%s'; valid: %s", what, w->s, list);
 	else
 		diag_error(c->d, w->loc, "unknown %s '%s'", what, w->s);
 }
@@ -623,9 +640,17 @@ static void check_devices(Check *c, AstStmt *s)
 	}
 }
 
+/* The statements that declare a name, which the plan and the reports carry. */
+static const uint8_t declares_name[AST_COUNT] = {
+	[AST_PIPELINE] = 1, [AST_STAGE] = 1, [AST_BLOCK] = 1,
+};
+
 static void check_stmt(Check *c, AstStmt *s)
 {
 	Program *p = c->p;
+	if (declares_name[s->kind] && s->name.s && strchr(s->name.s, '-'))
+		diag_error(c->d, s->name.loc, "'%s' is not a name: names are letters, digits and "
+		           "'_'", s->name.s);
 	switch (s->kind) {
 	case AST_PIPELINE:
 		p->name = s->name.s;

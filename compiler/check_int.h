@@ -44,6 +44,8 @@ typedef struct {
 	uint8_t *block_ok;          // its statement is sound (its layers are checked on use)
 	int nblocks;                // blocks declared so far
 	int in_blocks, in_bodies;   // the layer expansion's depth: block uses, bodies open
+	const char *block;          // the block being expanded (ProgLayer.block), its use
+	Loc block_use;
 
 	AstStmt *cost_all;          // `cost *`
 	AstStmt **recompute_stmt;   // per stage: its `recompute NAME` statement
@@ -67,6 +69,7 @@ int whole(Check *c, const AstNum *n, const char *what, long min, long max, int *
 int unit_scale(Check *c, const AstNum *n, const Unit *units, int nu,
 	const char *kind, const char *expected, double *scale);
 int real(Check *c, const AstNum *n, double *v);
+void word_list(char *list, size_t size, const char *const *words, int n);
 void unknown_word(Check *c, const AstName *w, const char *what,
 	const char *const *words, int n);
 int find_word(const char *s, const char *const *words, int n);

@@ -141,6 +141,28 @@ static int prob(Check *c, const AstNum *n, const char *what, double *out)
 	return 1;
 }
 
+/* `attention kv=8`: a key the layer kind does not take, with the one it may mean (`kv` is
+ * short for `kv_heads`) or the keys it takes. */
+static void unknown_key(Check *c, const LayerInfo *li, const AstName *key)
+{
+	const char *keys[LAYER_KEY_COUNT];
+	char list[256];
+	int n = 0;
+	for (int k = 0; k < LAYER_KEY_COUNT; k++)
+		if (li->keys & LAYER_FLAG(k))
+			keys[n++] = plan_layer_keys[k].name;
+	const char *s = diag_suggest(key->s, keys, n);
+	word_list(list, sizeof list, keys, n);
+	if (s)
+		diag_error(c->d, key->loc, "'%s' takes no key '%s'; did you mean '%s'?", li->word,
+		           key->s, s);
+	else if (n)
+		diag_error(c->d, key->loc, "'%s' takes no key '%s'; its keys are: %s", li->word,
+		           key->s, list);
+	else
+		diag_error(c->d, key->loc, "'%s' takes no key '%s'", li->word, key->s);
+}
+
 /* The keys of one layer (`heads=12`, `bias`, `dropout=0.1`) into l; 0 after reporting. */
 static int layer_keys(Check *c, const AstLayer *al, const LayerInfo *li, ProgLayer *l)
 {
@@ -152,7 +174,7 @@ static int layer_keys(Check *c, const AstLayer *al, const LayerInfo *li, ProgLay
 		LayerKey k = plan_layer_key_find(a->name.s, strlen(a->name.s));
 		if (k == LAYER_KEY_COUNT) {
 			if (a->has_val) {
-				diag_error(c->d, a->name.loc, "'%s' takes no key '%s'", li->word, a->name.s);
+				unknown_key(c, li, &a->name);
 				ok = 0;
 			}
 			continue; // a positional name (`loss mse`), checked by the caller
@@ -340,10 +362,16 @@ static int expand(Check *c, const AstLayer *als, int n, int within, LayerList *l
 		if (b >= 0) {
 			const AstStmt *bs = c->block_stmt[b];
 			int bok = c->block_ok[b];
+			const char *outer = c->block;
+			Loc outer_use = c->block_use;
+			c->block = bs->name.s;
+			c->block_use = al->name.loc;
 			c->in_blocks++;
 			for (int t = 0; t < times && bok; t++)
 				bok = expand(c, bs->layers, bs->nlayers, b, ls);
 			c->in_blocks--;
+			c->block = outer;
+			c->block_use = outer_use;
 			c->block_ok[b] = (uint8_t)bok; // its errors are reported once
 			ok &= bok;
 			continue;
@@ -363,6 +391,8 @@ static int expand(Check *c, const AstLayer *als, int n, int within, LayerList *l
 		if (!slot)
 			return 0;
 		*slot = l;
+		slot->block = c->block;
+		slot->use = c->block_use;
 		if (!al->has_body)
 			continue;
 		c->in_bodies++;
@@ -609,57 +639,135 @@ void check_device(Check *c, AstStmt *s)
 	}
 }
 
-/* What one layer asks of the widths and the input, once its input width is known. */
-static int check_layer_widths(Check *c, const ProgStage *st, int j, int first,
-                              const ProgLayer *embed)
+/* The divisors of d from h / 2 to 2 h, or failing any there the nearest one below h
+ * and above it, as "8, 16" into buf: what `heads=` could be instead of h. */
+static void divisors_near(int d, int h, char *buf, size_t n)
 {
-	Program *p = c->p;
+	int below = 0, above = 0, k = 0;
+	size_t len = 0;
+	buf[0] = 0;
+	for (int v = 1; v <= d; v++) {
+		if (d % v)
+			continue;
+		if (v < h)
+			below = v;
+		else if (!above)
+			above = v;
+		if (v >= h / 2 && v <= 2 * h && len < n)
+			len += (size_t)snprintf(buf + len, n - len, "%s%d", k++ ? ", " : "", v);
+	}
+	if (!k && above)
+		snprintf(buf, n, "%d, %d", below, above);
+	else if (!k)
+		snprintf(buf, n, "%d", below);
+}
+
+/* A layer's errors after the widths are known, held until every stage is walked so that
+ * a layer in a block used N times is reported once, with a note at the block's first
+ * failing use and how many more copies fail the same way; same source place and text
+ * is the same error.  Past MAX_FAULTS distinct ones the rest are reported as they come
+ * (the diagnostics' own limit stops them soon after). */
+enum { MAX_FAULTS = 2 * DIAG_MAX_ERRORS };
+
+typedef struct {
+	Loc loc, use;
+	const char *block;
+	int copies;
+	char msg[320];
+} LayerFault;
+
+typedef struct {
+	LayerFault v[MAX_FAULTS];
+	int n;
+} Faults;
+
+static void layer_fault(Check *c, Faults *f, const ProgLayer *l, const char *msg)
+{
+	for (int i = 0; l->block && i < f->n; i++) {
+		LayerFault *x = &f->v[i];
+		if (x->block && x->loc.line == l->loc.line && x->loc.col == l->loc.col &&
+		    !strcmp(x->msg, msg)) {
+			x->copies++;
+			return;
+		}
+	}
+	if (f->n == MAX_FAULTS) {
+		diag_error(c->d, l->loc, "%s", msg);
+		return;
+	}
+	LayerFault *x = &f->v[f->n++];
+	*x = (LayerFault){.loc = l->loc, .use = l->use, .block = l->block, .copies = 1};
+	snprintf(x->msg, sizeof x->msg, "%s", msg);
+}
+
+static void faults_report(Check *c, const Faults *f)
+{
+	for (int i = 0; i < f->n; i++) {
+		const LayerFault *x = &f->v[i];
+		diag_error(c->d, x->loc, "%s", x->msg);
+		if (x->block && x->copies > 1)
+			diag_note(c->d, x->use, "in block '%s' used here, and in %d more cop%s of it",
+			          x->block, x->copies - 1, x->copies > 2 ? "ies" : "y");
+		else if (x->block)
+			diag_note(c->d, x->use, "in block '%s' used here", x->block);
+	}
+}
+
+/* What one layer asks of the widths and the input, once its input width is known; 0
+ * with the reason in msg (the caller reports it: layer_fault). */
+static int check_layer_widths(const Check *c, const ProgStage *st, int j, int first,
+                              const ProgLayer *embed, char *msg, size_t n)
+{
+	const Program *p = c->p;
 	const ProgLayer *l = &st->layers[j];
 	const LayerInfo *li = &plan_layers[l->kind];
 	if (li->tokens && !p->seq) {
-		diag_error(c->d, l->loc, "'%s' needs a token input: write 'input tokens BxS vocab=V;'",
+		snprintf(msg, n, "'%s' needs a token input: write 'input tokens BxS vocab=V;'",
 		           li->word);
 		return 0;
 	}
 	if (p->seq && first && l->kind != LAYER_EMBED) {
-		diag_error(c->d, l->loc, "a token input goes into 'embed' first, e.g. %s",
+		snprintf(msg, n, "a token input goes into 'embed' first, e.g. %s",
 		           plan_layers[LAYER_EMBED].example);
 		return 0;
 	}
 	if (l->kind == LAYER_EMBED && !first) {
-		diag_error(c->d, l->loc, "'embed' must be the first layer of the first stage");
+		snprintf(msg, n, "'embed' must be the first layer of the first stage");
 		return 0;
 	}
 	if (li->drops_x && (j == 0 || plan_layers[st->layers[j - 1].kind].arg == LAYER_ARG_BODY)) {
-		diag_error(c->d, l->loc, "'%s' keeps only its mask, not its input, so it cannot "
+		snprintf(msg, n, "'%s' keeps only its mask, not its input, so it cannot "
 		           "begin a %s, whose first layer keeps that input; put it after another "
 		           "layer", li->word, j == 0 ? "stage" : "residual body");
 		return 0;
 	}
 	if (l->heads && l->in % l->heads) {
-		diag_error(c->d, l->loc, "heads=%d does not divide the width %d", l->heads, l->in);
+		char near[128];
+		divisors_near(l->in, l->heads, near, sizeof near);
+		snprintf(msg, n, "heads=%d does not divide the width %d; head counts near %d that "
+		         "divide it: %s", l->heads, l->in, l->heads, near);
 		return 0;
 	}
 	if (l->heads && l->heads % l->kv_heads) {
-		diag_error(c->d, l->loc, "kv_heads=%d does not divide heads=%d", l->kv_heads, l->heads);
+		snprintf(msg, n, "kv_heads=%d does not divide heads=%d", l->kv_heads, l->heads);
 		return 0;
 	}
 	if (l->heads && (l->flags & LAYER_FLAG(LAYER_KEY_ROPE)) && (l->in / l->heads) % 2) {
-		diag_error(c->d, l->loc, "rope needs an even head width, got %d / %d = %d", l->in,
+		snprintf(msg, n, "rope needs an even head width, got %d / %d = %d", l->in,
 		           l->heads, l->in / l->heads);
 		return 0;
 	}
 	if (l->kind == LAYER_XENT && l->in != p->vocab) {
-		diag_error(c->d, l->loc, "'loss xent' takes logits over the vocabulary (%d wide), got "
+		snprintf(msg, n, "'loss xent' takes logits over the vocabulary (%d wide), got "
 		           "width %d; put 'head' before it", p->vocab, l->in);
 		return 0;
 	}
 	if ((l->flags & LAYER_FLAG(LAYER_KEY_TIED)) && (!embed || embed->out != l->in)) {
 		if (embed)
-			diag_error(c->d, l->loc, "'head tied' takes width %d but the embedding it ties "
+			snprintf(msg, n, "'head tied' takes width %d but the embedding it ties "
 			           "to has width %d", l->in, embed->out);
 		else
-			diag_error(c->d, l->loc, "'head tied' needs an 'embed' to tie to");
+			snprintf(msg, n, "'head tied' needs an 'embed' to tie to");
 		return 0;
 	}
 	return 1;
@@ -693,6 +801,9 @@ void check_layers(Check *c)
 		return;
 	int w = p->cols, ok = 1;
 	const ProgLayer *embed = NULL;
+	Faults *f = arena_alloc(c->a, sizeof *f);
+	f->n = 0;
+	char msg[sizeof f->v[0].msg];
 	for (int i = 0; i < n; i++) {
 		ProgStage *st = &p->stages[i];
 		st->in = w;
@@ -700,7 +811,10 @@ void check_layers(Check *c)
 			ProgLayer *l = &st->layers[j];
 			l->in = w;
 			w = l->out = plan_layer_out(l->kind, w, l->kind == LAYER_HEAD ? p->vocab : l->out);
-			ok &= check_layer_widths(c, st, j, i == 0 && j == 0, embed);
+			if (!check_layer_widths(c, st, j, i == 0 && j == 0, embed, msg, sizeof msg)) {
+				layer_fault(c, f, l, msg);
+				ok = 0;
+			}
 			if (l->kind == LAYER_EMBED)
 				embed = l;
 		}
@@ -708,12 +822,14 @@ void check_layers(Check *c)
 		for (int j = 0; j < st->nlayers; j++) {
 			const ProgLayer *l = &st->layers[j];
 			if (l->kind == LAYER_RESIDUAL && st->layers[j + l->span].out != l->in) {
-				diag_error(c->d, l->loc, "the body of 'residual' changes the width from %d "
-				           "to %d", l->in, st->layers[j + l->span].out);
+				snprintf(msg, sizeof msg, "the body of 'residual' changes the width from "
+				         "%d to %d", l->in, st->layers[j + l->span].out);
+				layer_fault(c, f, l, msg);
 				ok = 0;
 			}
 		}
 	}
+	faults_report(c, f);
 	if (!ok) {
 		c->widths_ok = 0;
 		return;

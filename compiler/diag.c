@@ -12,8 +12,9 @@
  * under the value.
  *
  * Errors are counted; past max_errors they are counted but not printed, with one line
- * saying so, and notes follow the fate of their error.  Warnings are counted apart and
- * printed until the errors pass the limit. */
+ * saying so, and notes follow the fate of their error.  An error the same as one printed
+ * before, word for word and place for place, is neither printed nor counted again.
+ * Warnings are counted apart and printed until the errors pass the limit. */
 #include "diag.h"
 
 #include <stdarg.h>
@@ -119,8 +120,49 @@ static void report(Diag *d, Loc loc, const char *kind, const char *fmt, va_list 
 	quote(d, loc);
 }
 
+/* FNV-1a over the place and the text of a message. */
+static uint64_t message_hash(Loc loc, const char *msg)
+{
+	uint64_t h = 1469598103934665603u;
+	int at[3] = {loc.line, loc.col, loc.len};
+	const unsigned char *b = (const unsigned char *)at;
+	for (size_t i = 0; i < sizeof at; i++)
+		h = (h ^ b[i]) * 1099511628211u;
+	for (const char *p = msg; *p; p++)
+		h = (h ^ (unsigned char)*p) * 1099511628211u;
+	return h;
+}
+
+/* Whether the error msg at loc was printed before; remembers it if not. */
+static int repeated(Diag *d, Loc loc, const char *msg)
+{
+	uint64_t h = message_hash(loc, msg);
+	for (int i = 0; i < d->nseen; i++)
+		if (d->seen[i] == h)
+			return 1;
+	if (d->nseen < DIAG_MAX_ERRORS)
+		d->seen[d->nseen++] = h;
+	return 0;
+}
+
+static void print(Diag *d, Loc loc, const char *kind, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	report(d, loc, kind, fmt, ap);
+	va_end(ap);
+}
+
 void diag_error(Diag *d, Loc loc, const char *fmt, ...)
 {
+	char msg[2048];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	d->muted = repeated(d, loc, msg);
+	if (d->muted)
+		return;
 	d->nerrors++;
 	d->ncmdline_errors += loc.line == DIAG_CMDLINE;
 	if (d->nerrors > error_limit(d)) {
@@ -128,15 +170,13 @@ void diag_error(Diag *d, Loc loc, const char *fmt, ...)
 			fputs("too many errors, stopping\n", d->out ? d->out : stderr);
 		return;
 	}
-	va_list ap;
-	va_start(ap, fmt);
-	report(d, loc, "error", fmt, ap);
-	va_end(ap);
+	print(d, loc, "error", "%s", msg);
 }
 
 void diag_warning(Diag *d, Loc loc, const char *fmt, ...)
 {
 	d->nwarnings++;
+	d->muted = 0;
 	if (d->nerrors > error_limit(d))
 		return;
 	va_list ap;
@@ -147,7 +187,7 @@ void diag_warning(Diag *d, Loc loc, const char *fmt, ...)
 
 void diag_note(Diag *d, Loc loc, const char *fmt, ...)
 {
-	if (d->nerrors > error_limit(d))
+	if (d->nerrors > error_limit(d) || d->muted)
 		return;
 	va_list ap;
 	va_start(ap, fmt);
@@ -155,10 +195,16 @@ void diag_note(Diag *d, Loc loc, const char *fmt, ...)
 	va_end(ap);
 }
 
-/* Levenshtein distance with one row; gives up (returns limit + 1) once the row's
- * minimum passes limit, so long unrelated names cost little.  The row is on the stack:
- * the names suggested are short (the registries' and the program's, AST_NAME_MAX at
- * most), so a suggestion never needs the heap. */
+static int lower(int c)
+{
+	return c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c;
+}
+
+/* Levenshtein distance, letters compared without case (`1F1B` is `1f1b`), with one row;
+ * gives up (returns limit + 1) once the row's minimum passes limit, so long unrelated
+ * names cost little.  The row is on the stack: the names suggested are short (the
+ * registries' and the program's, AST_NAME_MAX at most), so a suggestion never needs the
+ * heap. */
 static size_t distance(const char *a, const char *b, size_t limit)
 {
 	size_t n = strlen(a), m = strlen(b);
@@ -172,7 +218,7 @@ static size_t distance(const char *a, const char *b, size_t limit)
 		row[0] = i;
 		for (size_t j = 1; j <= m; j++) {
 			size_t up = row[j];
-			size_t v = diag + (a[i - 1] != b[j - 1]);
+			size_t v = diag + (lower(a[i - 1]) != lower(b[j - 1]));
 			if (up + 1 < v)
 				v = up + 1;
 			if (row[j - 1] + 1 < v)
@@ -186,6 +232,26 @@ static size_t distance(const char *a, const char *b, size_t limit)
 			return limit + 1;
 	}
 	return row[m];
+}
+
+/* The one name of names[0..n) that s abbreviates, case aside: s (two letters or more)
+ * begins it and is its first part (`kv` for `kv_heads`) or half of it at least; NULL
+ * if none or several. */
+static const char *completion(const char *s, const char *const *names, int n)
+{
+	size_t len = strlen(s);
+	const char *found = NULL;
+	for (int i = 0; i < n && len >= 2; i++) {
+		size_t k = 0;
+		while (names[i] && k < len && lower(s[k]) == lower(names[i][k]))
+			k++;
+		if (k == len && names[i][k] && (names[i][k] == '_' || 2 * len >= strlen(names[i]))) {
+			if (found)
+				return NULL;
+			found = names[i];
+		}
+	}
+	return found;
 }
 
 const char *diag_suggest(const char *s, const char *const *names, int n)
@@ -204,7 +270,7 @@ const char *diag_suggest(const char *s, const char *const *names, int n)
 			bestd = dist;
 		}
 	}
-	return best;
+	return best ? best : completion(s, names, n);
 }
 
 _Noreturn void die_at(const char *file, int line, const char *fmt, ...)

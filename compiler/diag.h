@@ -3,13 +3,16 @@
  *    line text
  *        ^~~~
  * Errors are counted, not fatal; after max_errors further ones are dropped with one
- * notice.  Internal bugs are not diagnostics: they go through die(). */
+ * notice.  An error repeated word for word at the same place (a layer in a block that
+ * part.c copied into many stages) is printed and counted once.  Internal bugs are not
+ * diagnostics: they go through die(). */
 #ifndef DIAG_H
 #define DIAG_H
 
 #define DIAG_MAX_ERRORS 20 // errors printed before the rest are only counted
 #define DIAG_SUGGEST_MAX 256 // names longer than this get no "did you mean"
 
+#include <stdint.h>
 #include <stdio.h>
 
 typedef struct {
@@ -34,6 +37,9 @@ typedef struct {
 	int noom;          // of nerrors, out of memory (a pass that failed for want of
 	                   // memory, not for anything in the program: lower_program)
 	const char *cmdline; // the options standing in for the file's statements, as text
+	uint64_t seen[DIAG_MAX_ERRORS]; // the errors printed, hashed with their place
+	int nseen;
+	int muted;         // the last error repeated one printed: its notes are dropped
 } Diag;
 
 void diag_init(Diag *d, const char *file, const char *src, size_t len, FILE *out);
@@ -44,7 +50,8 @@ void diag_warning(Diag *d, Loc loc, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 void diag_note(Diag *d, Loc loc, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
-/* The closest of names[0..n) to s by edit distance, or NULL if none is close. */
+/* The closest of names[0..n) to s by edit distance with case ignored, else the one name
+ * s abbreviates, or NULL if none is close. */
 const char *diag_suggest(const char *s, const char *const *names, int n);
 
 _Noreturn void die_at(const char *file, int line, const char *fmt, ...)

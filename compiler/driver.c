@@ -72,7 +72,7 @@ static int write_output(CliTool *t, const PipeccArgs *a, const Plan *plan)
 
 /* What pipecc takes with a plan as its input; the rest are about compiling a program. */
 static const char *const convert_opts[] = {"output", "plan-format", "expand", "stats", "emit",
-                                           "threads"};
+                                           "threads", "rehash"};
 
 /* Whether the first n bytes of an input s are a plan's, text or binary. */
 static int starts_as_plan(const char *s, size_t n)
@@ -111,12 +111,15 @@ static int convert(CliTool *t, PipeccArgs *a, const struct timespec *t0, char *s
 	if (a->emit != EMIT_PLAN)
 		return cli_usage_error(t, "the input is a plan: it is written again as a plan, not "
 		                          "--emit %s", pipecc_emit_names[a->emit]);
+	t->in_place = a->rehash; // read whole before the output replaces it
 	int rc = cli_check_outputs(t);
 	if (rc)
 		return rc;
 	PlanError e;
+	unsigned keep = PLAN_KEEP_ALL | (a->rehash ? PLAN_READ_REHASH : 0);
 	FILE *f = src ? fmemopen(src, len, "r") : NULL;
-	Plan *p = src ? (f ? plan_read(f, t->in_name, &e) : NULL) : plan_read_file(t->in, &e);
+	Plan *p = src ? (f ? plan_read_as(f, t->in_name, keep, &e) : NULL)
+	              : plan_read_file_as(t->in, keep, &e);
 	if (f)
 		fclose(f);
 	if (src && !f)
@@ -158,6 +161,8 @@ int pipecc_drive(CliTool *t, PipeccArgs *a)
 		return rc;
 	if (file_is_plan(t->in))
 		return convert(t, a, &t0, NULL, 0);
+	if (a->rehash && !cli_is_std(t->in))
+		return cli_usage_error(t, "--rehash is for a plan as the input, not a program");
 	if (cli_given(t, &a->plan_format) && a->emit != EMIT_PLAN)
 		return cli_usage_error(t, "--plan-format goes with --emit plan");
 	if (a->o.from_csv && a->o.schedule)
@@ -186,6 +191,10 @@ int pipecc_drive(CliTool *t, PipeccArgs *a)
 		rc = convert(t, a, &t0, src, len);
 		free(src);
 		return rc;
+	}
+	if (a->rehash) {
+		free(src);
+		return cli_usage_error(t, "--rehash is for a plan as the input, not a program");
 	}
 	CliProgress *pr = cli_progress_start(t, "compiling");
 	Diag d;

@@ -578,6 +578,7 @@ Plan *lower_program(const Program *pr, const SchedCtx *sc, Diag *d, int allow_de
 	p->name = strdup(pr->name);
 	p->source = strdup(pr->file);
 	p->schedule = strdup(pr->schedule);
+	p->tuned_overlap = (uint8_t)(tune_overlap != 0);
 	if (!p->name || !p->source || !p->schedule)
 		lw_oom(w, strlen(pr->file) + 1);
 	for (int i = 0; i < DIM_COUNT; i++) {

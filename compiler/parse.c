@@ -139,6 +139,7 @@ void ast_syntax_error(AstParse *ps, Loc loc, const char *msg)
 		diag_error(ps->diag, loc, "%s", msg);
 		return;
 	}
+	ps->quiet = 1;
 	if (ps->at_stmt)
 		ps->prog->lost++; // whatever statement this was, it is gone
 	if (ps->tok == TOK_IDENT && ps->at_stmt) {
@@ -157,6 +158,11 @@ void ast_syntax_error(AstParse *ps, Loc loc, const char *msg)
 	const char *p = msg + sizeof unexpected - 1;
 	const char *e = strstr(p, expecting);
 	append(what, sizeof what, p, e ? (size_t)(e - p) : strlen(p));
+	if (ps->inserted) { // the ';' the lexer put before a '}' does not fit either
+		ps->inserted = 0;
+		snprintf(what, sizeof what, "'}'");
+		loc = ps->held_loc;
+	}
 	if (quotes_text(ps->tok)) {
 		append(what, sizeof what, " '", 2);
 		append(what, sizeof what, text, (size_t)tlen);

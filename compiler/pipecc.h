@@ -71,6 +71,7 @@ typedef struct {
 	int max_errors;   // --max-errors
 	int stats;        // --stats
 	int expand;       // --expand: write every world rank (format 2)
+	int rehash;       // --rehash: a plan input's checksum is not checked (a hand edit)
 	int plan_format;  // --plan-format: a PlanFormat (plan/binary.h)
 } PipeccArgs;
 

@@ -46,6 +46,10 @@ int main(int argc, char **argv)
 		{"expand", 0, CLI_FLAG, &a.expand, NULL,
 		 "write every world rank's lists (plan format 2)\n"
 		 "instead of one pipeline line's (format 3)"},
+		{"rehash", 0, CLI_FLAG, &a.rehash, NULL,
+		 "with a text plan as the input: take it though its\n"
+		 "checksum disagrees (a hand edit), check it and write it\n"
+		 "again with a new checksum"},
 		{"plan-format", 0, CLI_ENUM, &a.plan_format, "FORMAT", "the plan's form: text (the reference) or binary", 1, .names = plan_format_names, .nnames = PLAN_FORMAT_COUNT},
 		{"stats", 0, CLI_FLAG, &a.stats, NULL, "print time, ops per second and peak memory to stderr"},
 		{"threads", 0, CLI_INT, &plan_threads, "N", "worker threads for verifying and writing the plan\n(0: one per CPU)", 1, 0, PAR_MAX_THREADS},

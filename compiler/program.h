@@ -18,6 +18,8 @@ typedef struct {
 	uint32_t flags;
 	double drop;  // as PlanLayer's: a dropout's probability, an attention's dropout=
 	Loc loc;
+	const char *block; // the innermost block it was written in, NULL for none
+	Loc use;           // where that block is used to make this copy
 } ProgLayer;
 
 /* The plan's form of a layer. */

@@ -468,7 +468,7 @@ static int check_distinct(const CliTool *t, int i, const char *p)
 	}
 	for (int k = -1; !std && !dev && (k < 0 || t->opts[k].name); k++) {
 		const char *in = input_of(t, k);
-		if (in && same_file(p, in))
+		if (in && same_file(p, in) && !(k < 0 && t->in_place))
 			return cli_usage_error(t, "--%s would write over the input %s%s%s", o->name, in,
 			                       k < 0 ? "" : " of --", k < 0 ? "" : t->opts[k].name);
 	}

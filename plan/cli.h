@@ -73,6 +73,8 @@ typedef struct {
 	const char *version_extra; // a second --version line ("plan format 1"), or NULL
 	const CliOpt *opts;     // ended by a row whose name is NULL
 	int silent;             // print no messages (piperun's processes other than the first)
+	int in_place;           // the input may be an output too: it is read whole before
+	                        // the output replaces it (pipecc PLAN --rehash -o PLAN)
 	/* Filled by cli_parse. */
 	int quiet;              // -q, --quiet
 	const char *in;         // the input path ("-": standard input)

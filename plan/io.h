@@ -27,7 +27,9 @@ Plan *plan_read_file(const char *path, PlanError *err);
  * The file is checked alike either way. */
 enum {
 	PLAN_KEEP_LINES = 1, // each op's .pipe line (PlanRank.lines), which only writers put
-	PLAN_KEEP_ALL = PLAN_KEEP_LINES
+	PLAN_KEEP_ALL = PLAN_KEEP_LINES,
+	PLAN_READ_REHASH = 2, // take a text plan whose checksum disagrees with its text (a
+	                      // hand edit that pipecc --rehash then checks and writes again)
 };
 Plan *plan_read_as(FILE *f, const char *name, unsigned keep, PlanError *err);
 Plan *plan_read_text_as(FILE *f, const char *name, unsigned keep, PlanError *err);

@@ -137,6 +137,8 @@ typedef struct {
 	char *name;
 	char *source;          // .pipe path it was compiled from
 	char *schedule;        // schedule name
+	uint8_t tuned_overlap; // its communication is ordered for the overlap model (pipecc
+	                       // --tune=overlap, or schedule auto's winner): pipesim's default
 	int ndims;
 	/* A line plan (format 3, docs/plan-format.md "Lines"): ranks[] holds one pipeline
 	 * line, the ranks with dp = tp = 0, indexed by pipeline index, and `world` is that

@@ -47,6 +47,19 @@ static int read_tokens(Rd *r, Plan *p)
 	return 0;
 }
 
+/* ` tune=overlap` after the schedule's name: the model its communication is ordered
+ * for, when not the strict model (plans without it read as they always did). */
+static int read_tune(Rd *r, Plan *p)
+{
+	rd_skip_sp(r);
+	if (strncmp(r->s, "tune=", 5) != 0)
+		return 0;
+	if (rd_word(r, "tune=overlap"))
+		return -1;
+	p->tuned_overlap = 1;
+	return 0;
+}
+
 /* `precision bf16`: a regime of plan/prec.h other than f32 (which has no line). */
 static int read_prec(Rd *r, Plan *p)
 {
@@ -276,7 +289,7 @@ static int read_header(Rd *r, Plan *p)
 	if (!(p->source = strdup(r->s)))
 		return rd_fail(r, "out of memory");
 	if (rd_next_line(r, "'schedule NAME'") || rd_word(r, "schedule") ||
-	    !(p->schedule = rd_token(r, "a schedule name")) || rd_eol(r))
+	    !(p->schedule = rd_token(r, "a schedule name")) || read_tune(r, p) || rd_eol(r))
 		return -1;
 
 	if (rd_next_line(r, "'mesh ...'") || rd_word(r, "mesh"))
@@ -650,6 +663,28 @@ static int read_fields(Rd *r, Plan *p, PlanOp *o, int64_t *bytes)
 	return 0;
 }
 
+/* A rank's op count against its op lines, said as such rather than as whatever the
+ * next line then fails as (a hand-deleted op line would read as "unknown op 'rank'").
+ * ops_short: a 'rank' or 'end' line stands where rank rk's next op line should. */
+static int ops_short(Rd *r, const PlanRank *rk, int idx, int64_t nops)
+{
+	if (strncmp(r->buf, "rank ", 5) != 0 && strcmp(r->buf, "end") != 0)
+		return 0;
+	return rd_fail(r, "rank %d's header (line %" PRId64 ") says ops=%" PRId64 ", but %" PRId64
+	               " op line%s follow%s it", idx, rk->line, nops, rk->nops,
+	               rk->nops == 1 ? "" : "s", rk->nops == 1 ? "s" : "");
+}
+
+/* ops_over: an op line stands where the line `want` ("rank " or "end") after rank i - 1's
+ * nops ops should. */
+static int ops_over(Rd *r, const Plan *p, int i, int stride, int64_t nops, const char *want)
+{
+	if (i == 0 || !strncmp(r->buf, want, strlen(want)) || op_kind(r) < 0)
+		return 0;
+	return rd_fail(r, "rank %d's header (line %" PRId64 ") says ops=%" PRId64 ", but more op "
+	               "lines follow it", (i - 1) * stride, p->ranks[i - 1].line, nops);
+}
+
 int rd_read_op(Rd *r, Plan *p, PlanOp *o, int32_t *line)
 {
 	int k = op_kind(r);
@@ -686,12 +721,12 @@ static int read_ranks(Rd *r, Plan *p)
 		if (rd_par_ranks(r, n))
 			return -1;
 	}
+	int64_t nops = 0; // the rank's op count; at the next rank's line, the last one's
 	for (int i = 0; i < n; i++) {
 		PlanRank *rk = &p->ranks[i];
 		int idx;
-		int64_t nops;
-		if (rd_next_line(r, "a 'rank' line") || rd_word(r, "rank") ||
-		    (rd_skip_sp(r), rd_inum(r, &idx, 0, INT_MAX, "rank")))
+		if (rd_next_line(r, "a 'rank' line") || ops_over(r, p, i, stride, nops, "rank ") ||
+		    rd_word(r, "rank") || (rd_skip_sp(r), rd_inum(r, &idx, 0, INT_MAX, "rank")))
 			return -1;
 		if (idx != i * stride)
 			return rd_fail(r, "rank %d where rank %d was expected", idx, i * stride);
@@ -758,7 +793,7 @@ static int read_ranks(Rd *r, Plan *p)
 			int32_t line;
 			if (rd_line_in(r, "an op line") ||
 			    (!plan_read_op_fast(r->buf, r->end, &lim, &o, &line) &&
-			     (rd_no_nul(r) || rd_read_op(r, p, &o, &line))))
+			     (rd_no_nul(r) || ops_short(r, rk, idx, nops) || rd_read_op(r, p, &o, &line))))
 				return -1;
 			if (rk->nops == rk->ops_cap && rd_grow_ops(r, rk, nops))
 				return -1;
@@ -767,7 +802,7 @@ static int read_ranks(Rd *r, Plan *p)
 			rk->ops[rk->nops++] = o;
 		}
 	}
-	if (rd_next_line(r, "'end'"))
+	if (rd_next_line(r, "'end'") || ops_over(r, p, n, stride, nops, "end"))
 		return -1;
 	if (strcmp(r->buf, "end") != 0)
 		return rd_fail(r, "expected 'end' after the last rank's ops (op count too small?)");
@@ -781,11 +816,13 @@ static int read_ranks(Rd *r, Plan *p)
 	uint64_t h = r->check == RD_CHECK_APART ? rd_par_sum(r)
 	             : r->check                 ? plan_hash_final(&r->h)
 	                                        : 0;
-	if (r->check && h != r->want) {
+	if (r->check && h != r->want && !(r->keep & PLAN_READ_REHASH)) {
+		const char *f = strcmp(r->name, "<stdin>") ? r->name : "PLAN";
 		r->line = 1;
 		return rd_fail(r, "checksum mismatch: the plan was changed after pipecc wrote it (the "
-		               "header says %016" PRIx64 ", the text hashes to %016" PRIx64 ")",
-		            r->want, h);
+		               "header says %016" PRIx64 ", the text hashes to %016" PRIx64 "); if the "
+		               "change was meant, `pipecc %s --rehash -o %s` checks it and writes it "
+		               "with a new checksum", r->want, h, f, f);
 	}
 	return 0;
 }

@@ -501,7 +501,7 @@ static void write_body(Out *o, const Plan *p)
 {
 	putf(o, "pipeline %s\n", p->name);
 	putf(o, "source %s\n", p->source ? p->source : "-");
-	putf(o, "schedule %s\n", p->schedule);
+	putf(o, "schedule %s%s\n", p->schedule, p->tuned_overlap ? " tune=overlap" : "");
 	put(o, "mesh");
 	for (int i = 0; i < DIM_COUNT; i++)
 		putf(o, " %s=%d", plan_dim_names[p->dim_order[i]], p->dims[p->dim_order[i]]);

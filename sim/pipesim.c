@@ -192,6 +192,8 @@ int pipesim_drive(CliTool *t, PipesimArgs *a)
 	PlanError perr;
 	CliProgress *pr = cli_progress_start(t, "reading the plan");
 	Plan *p = plan_read_file_as(t->in, 0, &perr); // writes no plan: no source lines
+	if (p && p->tuned_overlap && !cli_given(t, &a->model))
+		opt.model = SIM_OVERLAP; // the model the plan's order was made for
 	/* A line plan simulated whole (below) is expanded first: it does not run beside. */
 	int expand = p && p->line && (a->expand || !plan_line_uniform(p));
 	Ahead ahead = {0};

@@ -81,10 +81,14 @@ int sim_report_memory(FILE *f, const Plan *p, const PlanMem *mem)
 
 int sim_report_summary(FILE *f, const Plan *p, const SimResult *res, const PlanMem *mem)
 {
-	fprintf(f, "%s: %s schedule, mesh pp=%d dp=%d tp=%d%s, %d microbatches, %s model, %s sends\n",
-	        p->name ? p->name : "plan", p->schedule ? p->schedule : "?", p->dims[DIM_PP],
-	        p->dims[DIM_DP], p->dims[DIM_TP], p->sp ? " sp" : "", p->microbatches,
-	        sim_model_names[res->model], res->eager ? "eager" : "rendezvous");
+	const char *tuned = !p->tuned_overlap           ? ""
+	                    : res->model == SIM_OVERLAP ? " (the plan's tuning)"
+	                                                : " (the plan is tuned for overlap)";
+	fprintf(f, "%s: %s schedule, mesh pp=%d dp=%d tp=%d%s, %d microbatches, %s model%s, %s "
+	        "sends\n", p->name ? p->name : "plan", p->schedule ? p->schedule : "?",
+	        p->dims[DIM_PP], p->dims[DIM_DP], p->dims[DIM_TP], p->sp ? " sp" : "",
+	        p->microbatches, sim_model_names[res->model], tuned,
+	        res->eager ? "eager" : "rendezvous");
 	if (p->line) { // one line ran for all of them (docs/pipesim.md "Line plans")
 		int lines = plan_mesh_world(p) / p->world;
 		fprintf(f, "ok: %d ranks ran %" PRId64 " ops to the end (%d lines, each as the one "

@@ -571,7 +571,7 @@ static void front__override__located_on_the_command_line(void **state)
 	run_free(&r);
 }
 
-static void front__suggest__closest_within_a_third(void **state)
+static void front__suggest__closest_within_a_third_or_abbreviated(void **state)
 {
 	(void)state;
 	static const char *const names[] = {"gpipe", "1f1b", "interleaved", "zbv", NULL};
@@ -583,6 +583,14 @@ static void front__suggest__closest_within_a_third(void **state)
 	assert_null(diag_suggest("gp", names, 5));
 	assert_string_equal(diag_suggest("zb", names, 5), "zbv");
 	assert_null(diag_suggest("x", names, 0));
+	/* case aside, and a first part for the whole */
+	assert_string_equal(diag_suggest("1F1B", names, 5), "1f1b");
+	assert_string_equal(diag_suggest("ZBV", names, 5), "zbv");
+	static const char *const keys[] = {"heads", "kv_heads", "node_latency", "node_bandwidth"};
+	assert_string_equal(diag_suggest("kv", keys, 4), "kv_heads");
+	assert_string_equal(diag_suggest("KV", keys, 4), "kv_heads");
+	assert_null(diag_suggest("node", keys, 4)); // two names begin so
+	assert_null(diag_suggest("he", keys, 4));   // too short a part of "heads"
 }
 
 static void front__caret__keeps_tabs_and_spans(void **state)
@@ -964,7 +972,7 @@ int main(void)
 		cmocka_unit_test(front__names__digits_first),
 		cmocka_unit_test(front__every_registered_schedule__accepted),
 		cmocka_unit_test(front__override__located_on_the_command_line),
-		cmocka_unit_test(front__suggest__closest_within_a_third),
+		cmocka_unit_test(front__suggest__closest_within_a_third_or_abbreviated),
 		cmocka_unit_test(front__caret__keeps_tabs_and_spans),
 		cmocka_unit_test(front__long_line__quote_is_cut),
 		cmocka_unit_test(front__max_errors__stops_with_one_line),

@@ -26,7 +26,8 @@ mkdir "$dir/plain" "$dir/bom" "$dir/crlf"
 cp examples/tiny.pipe "$dir/plain/x.pipe"
 printf '\357\273\277' | cat - examples/tiny.pipe >"$dir/bom/x.pipe"
 sed 's/$/\r/' examples/tiny.pipe >"$dir/crlf/x.pipe"
-case $BIN in /*) pc=$BIN/pipecc ;; *) pc=$PWD/$BIN/pipecc ;; esac
+case $BIN in /*) BIN_ABS=$BIN ;; *) BIN_ABS=$PWD/$BIN ;; esac
+pc=$BIN_ABS/pipecc
 for k in plain bom crlf; do
 	(cd "$dir/$k" && "$pc" x.pipe -o x.plan) 2>"$dir/err-$k"
 	check "a $k .pipe compiles" $? "$(head -1 "$dir/err-$k")"
@@ -188,5 +189,70 @@ dl self "[0, 0, 1, 1]" "" "0F0 1F0 0B0 0F1 1F1 1B0 1B1 0B1" "2F0 3F0 2F1 3F1 3B0
 t "a rank waiting on itself" 1 "$BIN/pipecc" "$dir/self.pipe" --allow-deadlock -o "$dir/self.plan"
 has "both actions are named" "$dir/err" \
 	"self.pipe:12:18: error: '0B0' needs '1B0', which comes later on rank 0"
+
+# ---- hand-edited plans -----------------------------------------------------------
+# A rank whose op lines disagree with its header's ops= is reported as that, at the line
+# where they part (tests/golden/plan/op_count.err); an edit that parses fails only on its
+# checksum, whose message names the way out, and `pipecc PLAN --rehash -o PLAN` takes it:
+# the header's checksum is all that changes.
+"$BIN/pipecc" examples/tiny.pipe -o "$dir/tiny.plan"
+r0=$(grep -n '^rank 0 ' "$dir/tiny.plan" | cut -d: -f1)
+r1=$(grep -n '^rank 1 ' "$dir/tiny.plan" | cut -d: -f1)
+sed "$((r1 - 1))d" "$dir/tiny.plan" >"$dir/deleted.plan"
+sed "${r0}s/ops=\([0-9]*\)/ops=1\1/" "$dir/tiny.plan" >"$dir/more.plan"
+sed "${r1}s/ops=17/ops=16/" "$dir/tiny.plan" >"$dir/fewer.plan"
+for k in deleted more fewer; do
+	(cd "$dir" && "$pc" "$k.plan" -o /dev/null) 2>>"$dir/opcount"
+	check "a $k op line is refused" $((! $?)) "pipecc took $k.plan"
+done
+same "op counts against the rank's header" "$dir/opcount" <tests/golden/plan/op_count.err
+sed 's/ f=1000 / f=1200 /' "$dir/tiny.plan" >"$dir/edited.plan"
+t "an edited plan is refused" 1 "$BIN/pipesim" "$dir/edited.plan"
+has "the checksum message names --rehash" "$dir/err" \
+	"edited.plan:1: error: checksum mismatch: .*; if the change was meant, \`pipecc $dir/edited.plan --rehash -o $dir/edited.plan\` checks it"
+cp "$dir/edited.plan" "$dir/rehashed.plan"
+t "--rehash writes the plan over itself" 0 "$BIN/pipecc" "$dir/rehashed.plan" --rehash \
+	-o "$dir/rehashed.plan"
+check "--rehash changes the checksum line alone" \
+	"$(diff "$dir/edited.plan" "$dir/rehashed.plan" | grep -c '^[<>] [^p]')" "other lines differ"
+! cmp -s "$dir/edited.plan" "$dir/rehashed.plan"
+check "--rehash changes the checksum" $? "the checksum line is the same"
+t "the rehashed plan reads" 0 "$BIN/pipesim" "$dir/rehashed.plan"
+has "the rehashed plan keeps the edit" "$dir/rehashed.plan" " f=1200 "
+cp "$dir/deleted.plan" "$dir/still.plan"
+t "--rehash still checks the plan" 1 "$BIN/pipecc" "$dir/still.plan" --rehash -o "$dir/still.plan"
+cmp -s "$dir/deleted.plan" "$dir/still.plan"
+check "a refused --rehash leaves the file" $? "the file changed"
+t "--rehash of a program" 2 "$BIN/pipecc" examples/tiny.pipe --rehash -o "$dir/x.plan"
+has "--rehash of a program says why" "$dir/err" "rehash is for a plan as the input"
+t "without --rehash a plan is not written over itself" 2 "$BIN/pipecc" "$dir/edited.plan" \
+	-o "$dir/edited.plan"
+
+# ---- the model a plan is tuned for --------------------------------------------------
+# pipecc --tune=overlap (and schedule auto, which ranks in the overlap model) records
+# ` tune=overlap` on the plan's schedule line; pipesim then simulates it in that model
+# unless --model says otherwise, and says which (tests/golden/plan/tuned.out).  A plan
+# without it reads as before, in the strict model; the record survives the binary form.
+"$BIN/pipecc" examples/tiny.pipe --tune=overlap -o "$dir/tuned.plan"
+"$BIN/pipecc" examples/tiny.pipe -o "$dir/plain.plan"
+has "the plan records its tuning" "$dir/tuned.plan" "^schedule 1f1b tune=overlap$"
+has "a strict plan records none" "$dir/plain.plan" "^schedule 1f1b$"
+: >"$dir/tuned"
+for run in "tuned.plan" "tuned.plan --model strict" "tuned.plan --model overlap" "plain.plan"; do
+	(cd "$dir" && "$BIN_ABS/pipesim" $run | head -1) >>"$dir/tuned"
+done
+same "pipesim states the model and the plan's tuning" "$dir/tuned" <tests/golden/plan/tuned.out
+"$BIN/pipesim" "$dir/tuned.plan" | grep makespan >"$dir/m-default"
+"$BIN/pipesim" "$dir/tuned.plan" --model overlap | grep makespan >"$dir/m-overlap"
+cmp -s "$dir/m-default" "$dir/m-overlap"
+check "a tuned plan's default run is the overlap model's" $? "$(cat "$dir/m-default")"
+"$BIN/pipecc" "$dir/tuned.plan" --plan-format binary -o "$dir/tuned.bin"
+"$BIN/pipecc" "$dir/tuned.bin" -o "$dir/tuned2.plan"
+cmp -s "$dir/tuned.plan" "$dir/tuned2.plan"
+check "the tuning survives the binary form" $? "the plans differ"
+sed 's/^schedule 1f1b tune=overlap$/schedule 1f1b tune=fast/' "$dir/tuned.plan" >"$dir/badtune.plan"
+t "an unknown tuning is refused" 1 "$BIN/pipesim" "$dir/badtune.plan"
+has "an unknown tuning is located" "$dir/err" \
+	"badtune.plan:4: error: expected 'tune=overlap', found 'tune=fast'"
 
 [ "$fails" -eq 0 ]
