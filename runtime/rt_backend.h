@@ -152,6 +152,9 @@ typedef struct {
 	int slot;                // ... and the element it writes (the microbatch)
 	float scale;             // B of a loss: factor of the gradient (1/microbatches)
 	int tp, tp_rank;         // the layer's tp group size (1: whole) and the rank's place
+	int64_t row0;            // the call's first row in the microbatch: the rank's slice's
+	                         // under sequence parallelism (dropout keys its mask by the
+	                         // global position), else 0
 	int phase;               // tp_fwd of a vocabulary-parallel loss: 1 or 2 (below)
 	uint64_t key;            // a layer with dropout (PlanLayer.drop), F and rebuild: the
 	                         // key its masks are drawn from (rt_drop_key; tk_drop)
@@ -332,6 +335,13 @@ typedef struct {
 	 * member order where the part can choose, the rest of t undefined; gather 1, an
 	 * all-gather (ALLGATHER): every member's shard i becomes member i's. */
 	int (*shard)(RtRank *r, RtTensor *t, int gather, const RtMsg *m);
+	/* Sequence parallelism's collectives over the rank's tp group, alone in their group:
+	 * member i's piece is rows [i n, (i + 1) n) of the whole (n = piece's rows).  gather 0,
+	 * a reduce-scatter: piece becomes the sum of every member's whole's rows of it, in
+	 * member order where the part can choose (the all-reduce's order: the same bits);
+	 * gather 1, an all-gather: whole's rows of member i become member i's piece.  m->bytes:
+	 * the whole's.  NULL: the part does not run sequence parallelism. */
+	int (*seq)(RtRank *r, RtTensor *whole, RtTensor *piece, int gather, const RtMsg *m);
 	int (*group_end)(RtRank *r);
 	/* All ranks of the world (between steps, so steps are timed alike). */
 	int (*barrier)(RtRank *r);
