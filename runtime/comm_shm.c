@@ -14,7 +14,8 @@
  * members' tensors in dp order and scales by 1/dp, so the result is the same whichever
  * thread arrives last (and equals the sequential reference's).  One over a tied table's
  * pair works alike, the embedding's rank first, without the scale, and so does one over
- * the tp group, in tp order (a sum, or an elementwise maximum).
+ * the tp group, in tp order (a sum, or an elementwise maximum).  Sequence parallelism's
+ * reduce-scatter sums each member's rows in that order too, into the member's piece.
  *
  * Waiting spins briefly (when there are cores to spare) and then sleeps on the rank's
  * condition variable; abort() broadcasts them all so the watchdog or a failing rank can

@@ -390,17 +390,6 @@ const char *rt_device_check(const RtDevice *d, const Plan *p, char *err, size_t 
 		         d->name);
 		return err;
 	}
-	if (p->sp && d != &rt_device_cpu) {
-		snprintf(err, n, "the %s device does not run sequence parallelism yet, and this "
-		         "plan's mesh says sp (the cpu device runs it; docs/runtime.md \"Sequence "
-		         "parallelism\")", d->name);
-		return err;
-	}
-	if (p->sp && plan_shape(p).vocab == 0) {
-		snprintf(err, n, "piperun runs sequence parallelism on token input (an embedding, "
-		         "the loss xent), and this plan's input is a matrix (docs/runtime.md \"Sequence parallelism\")");
-		return err;
-	}
 	for (int s = 0; s < p->nstages; s++) {
 		const PlanStage *st = &p->stages[s];
 		int first = 1, attends = 0;

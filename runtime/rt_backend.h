@@ -293,6 +293,10 @@ typedef struct {
 	 * tp_rank, the split tensors of plan_layer_tensors); 0: plans with tp > 1 are refused
 	 * when the world opens. */
 	int tp_split;
+	/* 1: its layer rows run a replicated layer on a rank's rows under sequence parallelism
+	 * (RtLayerCall.row0: dropout keys its mask by the global position); 0: sp plans are
+	 * refused when the world opens. */
+	int seq_split;
 	/* Optional, last: t's values rounded to bf16 in place (to nearest, ties to even; NaN
 	 * stays NaN): what a bf16 store keeps.  NULL: the device does not emulate bf16
 	 * storage, and bf16 plans are refused when the world opens. */

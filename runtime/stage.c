@@ -5,7 +5,10 @@
  * after a layer that ends in a tp all-reduce (its part, plan_stage_parts): the
  * interpreter then runs the plan's TPREDUCE (rt_stage_tp_reduce) and the next part
  * resumes the walk.  At tp = 1 there are no such layers, and rt_stage_forward and
- * rt_stage_backward walk the whole stage at once, as the reference always does.
+ * rt_stage_backward walk the whole stage at once, as the reference always does.  Under
+ * sequence parallelism (docs/runtime.md) the replicated layers and the walk's tensors
+ * between parts are the rank's rows (RtModel.rows): a TPREDUCE is a reduce-scatter, and
+ * a split layer gathers its input (F, W) and its output gradient (B) over the tp group.
  *
  * Memory convention (docs/semantics.md "Memory"): every layer keeps its input and its
  * saved tensors for the backward pass (until W for a kind with parameters: save_fw;
@@ -720,6 +723,20 @@ static int body_enter(RtRank *r, const PlanStage *st, int l, RtBodies *bd, const
 	return RT_OK;
 }
 
+/* Megatron's all-gather of a row-parallel output's gradient: a split layer l's B and W
+ * take all the microbatch's rows, so *dy (owned; the rank's rows under sequence
+ * parallelism) is replaced by its gather.  The residual bodies copied it before. */
+static int seq_dy(RtRank *r, int s, int l, int mb, RtTensor **dy)
+{
+	LayerShape sh = plan_shape(r->w->plan);
+	if (!*dy || (*dy)->rows == plan_layer_rows(&r->w->plan->stages[s].layers[l], &sh, r->model->tp))
+		return RT_OK;
+	RtTensor *g = seq_gather(r, *dy, s, mb, DIR_GRAD);
+	rt_tensor_free(r, *dy);
+	*dy = g;
+	return g ? RT_OK : RT_EFAIL;
+}
+
 int rt_stage_bwd_run(RtRank *r, int s, int mb, int step, int replica, RtStageBufs *b,
                      RtWalk *wk, int end, RtTensor **saved)
 {
@@ -742,18 +759,7 @@ int rt_stage_bwd_run(RtRank *r, int s, int mb, int step, int replica, RtStageBuf
 			return rt_error(r, "internal: layer %d of stage %d lost its saved input", l, s);
 		RtTensor *dy = wk->cur;
 		wk->cur = NULL;
-		if (dy && body_enter(r, st, l, &wk->bd, dy))
-			return RT_EFAIL;
-		/* Megatron's all-gather of a row-parallel output's gradient: the split layer's B
-		 * and W take all the microbatch's rows. */
-		LayerShape sh = plan_shape(r->w->plan);
-		if (dy && dy->rows != plan_layer_rows(&st->layers[l], &sh, r->model->tp)) {
-			RtTensor *g = seq_gather(r, dy, s, mb, DIR_GRAD);
-			rt_tensor_free(r, dy);
-			if (!(dy = g))
-				return RT_EFAIL;
-		}
-		if (
+		if ((dy && body_enter(r, st, l, &wk->bd, dy)) || seq_dy(r, s, l, mb, &dy) ||
 		    layer_backward(r, s, l, mb, step, replica, b, slot, dy, want_dx, &wk->cur))
 			return RT_EFAIL;
 		if (sm->at[l].cut[DIR_GRAD]) { // its input gradient is a partial sum

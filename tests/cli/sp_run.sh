@@ -119,10 +119,10 @@ mpi_check "sp llama-style under mpirun -np 4" 4 "$dir/llama.plan"
 sed 's/mesh pp=4 dp=2; .*/mesh pp=4 tp=2 sp;/' examples/mlp4.pipe >"$dir/mlp.pipe"
 t "mlp4 with sp compiles" 0 "$BIN/pipecc" "$dir/mlp.pipe" -o "$dir/mlp.plan"
 t "sp on a matrix input is refused" 1 "$BIN/piperun" "$dir/mlp.plan" --steps 1
-has "the refusal says why" "$dir/err" "piperun runs sequence parallelism on token input"
+has "the refusal says why" "$dir/err" "cannot run this tp=2 plan on the threads backend: sequence parallelism on a matrix input"
 if "$BIN/piperun" --version | grep -q cuda; then
 	t "sp on the cuda device is refused" 1 "$BIN/piperun" "$dir/base.plan" --backend cuda --steps 1
-	has "the cuda refusal says why" "$dir/err" "the cuda device does not run sequence parallelism yet"
+	has "the cuda refusal says why" "$dir/err" "on the cuda backend: sequence parallelism (its device does not split the sequence yet)"
 fi
 
 [ "$fails" -eq 0 ]
