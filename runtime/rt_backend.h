@@ -132,9 +132,11 @@ typedef struct {
 /* One kernel call.  Arrays are in LayerTensors' order; unused members are NULL/0. */
 typedef struct {
 	const PlanLayer *layer;  // kind and widths (in, out)
-	int64_t rows;            // rows of the microbatch (sh.rows)
+	int64_t rows;            // rows it runs on (plan_layer_rows): the microbatch's
+	                         // (sh.rows), a replicated layer's share under sp
 	LayerShape sh;           // the microbatch: sequences, tokens each, vocabulary
-	const RtTensor *x;       // input, rows x in
+	const RtTensor *x;       // input, rows x in (NULL in a split layer's B and rebuild
+	                         // under sp, which do not read it; F and W get it gathered)
 	RtTensor *y;             // F: output, rows x out (NULL for a loss)
 	const RtTensor *dy;      // B, W: output gradient, rows x out (NULL for a loss)
 	RtTensor *dx;            // B: input gradient, rows x in (NULL: not wanted)

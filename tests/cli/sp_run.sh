@@ -1,13 +1,15 @@
 #!/bin/sh
 # Sequence parallelism trained by piperun (`mesh ... tp=2 sp`, docs/runtime.md "Sequence
 # parallelism"): --check passes on threads and under mpirun for a small GPT (1f1b and
-# zbh2), with dropout, in bf16, with AdamW's distributed optimizer, a Llama-style model
-# (rmsnorm, rotary grouped-query flash attention, swiglu), a tied head under zbv, a skip
-# edge and selective recomputation at tp=4; the first step's loss equals the same plan's
-# without sp to the bit (the forward makes the same sums: dropout masks keyed by global
-# position, the reduce-scatter summing in the all-reduce's order) and the printed losses
-# of four steps agree; every rank's measured memory equals pipesim's, class by class,
-# and is below the plan's without sp; what piperun does not run with sp is refused.
+# zbh2), with dropout, in bf16, with AdamW's distributed optimizer, with a replicated
+# linear, a Llama-style model (rmsnorm, rotary grouped-query flash attention, swiglu), a
+# tied head under zbv, a skip edge and selective recomputation at tp=4; the first step's
+# loss equals the same plan's without sp to the bit (the forward makes the same sums:
+# dropout masks keyed by global position, the reduce-scatter summing in the all-reduce's
+# order) and the printed losses of four steps agree; every rank's measured memory equals
+# pipesim's, class by class (on threads, and under mpirun), and is below the plan's
+# without sp; a checkpoint resumes to the bit, and into the plan without sp; what
+# piperun does not run with sp is refused.
 : "${BIN:=bin}"
 TOOL=sp-run
 . tests/lib/cli.sh
@@ -35,6 +37,7 @@ variant zbh2 's/schedule 1f1b;/schedule zbh2;/'
 variant drop 's/heads=4 bias;/heads=4 bias dropout=0.1;/; s/mlp 64 bias; }/mlp 64 bias; dropout 0.1; }/'
 variant bf16 's/schedule 1f1b;/precision bf16;\nschedule 1f1b;/'
 variant dist 's/schedule 1f1b;/optimizer adamw lr=0.01 distributed;\nschedule 1f1b;/'
+variant lin 's/stage s0 { embed 32 positions; gpt; }/stage s0 { embed 32 positions; linear 32; gelu; gpt; }/'
 variant skip 's/mesh pp=2 dp=2 tp=2 sp;/mesh pp=4 tp=2 sp;/; s/^stage s0 { embed 32 positions; gpt; }$/&\nstage sa { gpt; }\nstage sb { gpt; }/; s/schedule 1f1b;/skip s0 -> sb;\nschedule 1f1b;/'
 cat >"$dir/llama.pipe" <<'PIPE'
 pipeline llama_sp;
@@ -56,7 +59,7 @@ sed 's/mesh pp=2 tp=2 sp;/mesh pp=1 tp=4 sp;/; s/kv_heads=2 rope flash;/kv_heads
 	s/^stage s0 { embed 32; layer; }$//; s/stage s1 { layer;/stage s1 { embed 32; layer; layer;/;
 	s/schedule zbh1;/recompute s1 selective;\nschedule 1f1b;/' "$dir/llama.pipe" >"$dir/sel4.pipe"
 
-plans="base zbh2 drop bf16 dist skip llama tied sel4"
+plans="base zbh2 drop bf16 dist lin skip llama tied sel4"
 for b in $plans; do
 	t "$b compiles with sp" 0 "$BIN/pipecc" "$dir/$b.pipe" -o "$dir/$b.plan"
 	has "$b's plan says sp" "$dir/$b.plan" "^mesh .* sp$"
@@ -104,6 +107,23 @@ n=$(grep -o '"peak_act_bytes": [0-9]*' "$dir/nosp.json" | head -1 | sed 's/.*: /
 check "sp keeps fewer activation bytes on rank 0 than the plan without" \
 	"$([ -n "$a" ] && [ -n "$n" ] && [ "$a" -lt "$n" ]; echo $?)" "sp $a, without $n"
 
+# checkpoints: an sp run resumed from its step-2 checkpoint gives the uninterrupted run's
+# losses to the bit; the plan without sp (the same shards) resumes from it too
+"$BIN/piperun" "$dir/base.plan" --steps 4 --json 2>/dev/null | grep -o '"loss": [-0-9.e]*' |
+	tail -2 >"$dir/whole.loss"
+t "an sp run saves a checkpoint" 0 "$BIN/piperun" "$dir/base.plan" --steps 2 --save "$dir/ck"
+"$BIN/piperun" "$dir/base.plan" --steps 2 --resume "$dir/ck" --json 2>/dev/null |
+	grep -o '"loss": [-0-9.e]*' >"$dir/resumed.loss"
+check "resumed, it gives the uninterrupted run's losses to the bit" \
+	"$([ "$(wc -l <"$dir/whole.loss")" -eq 2 ] && cmp -s "$dir/whole.loss" "$dir/resumed.loss"; echo $?)" \
+	"$(tr '\n' ' ' <"$dir/whole.loss") vs $(tr '\n' ' ' <"$dir/resumed.loss")"
+t "the plan without sp resumes from it" 0 "$BIN/piperun" "$dir/base-nosp.plan" --steps 2 \
+	--resume "$dir/ck"
+grep '^step' "$dir/out" | sed 's/ time.*//' >"$dir/nosp.loss"
+check "and prints the sp run's losses of steps 3 and 4" \
+	"$([ "$(wc -l <"$dir/nosp.loss")" -eq 2 ] && tail -2 "$dir/base.loss" | cmp -s - "$dir/nosp.loss"; echo $?)" \
+	"$(tr '\n' ' ' <"$dir/nosp.loss")"
+
 # examples/gpt-tp.pipe with sp
 sed 's/mesh pp=2 dp=2 tp=2;/mesh pp=2 dp=2 tp=2 sp;/' examples/gpt-tp.pipe >"$dir/gpt-tp.pipe"
 t "gpt-tp with sp compiles" 0 "$BIN/pipecc" "$dir/gpt-tp.pipe" -o "$dir/gpt-tp.plan"
@@ -114,6 +134,19 @@ mpi_check "sp under mpirun -np 8" 8 "$dir/base.plan"
 mpi_check "sp with dropout under mpirun -np 8" 8 "$dir/drop.plan"
 mpi_check "sp in bf16 under mpirun -np 8" 8 "$dir/bf16.plan"
 mpi_check "sp llama-style under mpirun -np 4" 4 "$dir/llama.plan"
+case $BIN in *san*) mpi=0 ;; *) mpi=1 ;; esac
+if [ "$mpi" = 1 ] && command -v mpirun >/dev/null 2>&1 && "$BIN/piperun" --version | grep -q mpi; then
+	timeout 300 mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -np 8 \
+		"$BIN/piperun" "$dir/drop.plan" --json --steps 1 >"$dir/run.json" 2>/dev/null
+	"$BIN/pipesim" --expand --json "$dir/drop.plan" >"$dir/sim.json"
+	for f in peak_total_bytes inflight_bytes_at_peak saved_bytes_at_peak peak_op; do
+		got=$(grep -o "\"$f\": -*[0-9]*" "$dir/run.json" | tr '\n' ' ')
+		want=$(grep -o "\"$f\": -*[0-9]*" "$dir/sim.json" | tr '\n' ' ')
+		[ -n "$got" ] && [ "$got" = "$want" ] || echo "$f: measured $got, predicted $want"
+	done >"$dir/bad"
+	check "under mpirun -np 8 every rank's memory equals pipesim's" \
+		"$([ ! -s "$dir/bad" ]; echo $?)" "$(cat "$dir/bad")"
+fi
 
 # refused with the reason: a matrix input; the cuda device
 sed 's/mesh pp=4 dp=2; .*/mesh pp=4 tp=2 sp;/' examples/mlp4.pipe >"$dir/mlp.pipe"
