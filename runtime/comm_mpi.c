@@ -441,7 +441,7 @@ const RtComm rt_comm_mpi = {
 	.recv = mc_recv,
 	.allreduce = mc_allreduce,
 	.shard = mc_shard,
-	.seq = mc_seq,
 	.group_end = mc_group_end,
 	.barrier = mc_barrier,
+	.seq = mc_seq,
 };

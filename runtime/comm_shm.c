@@ -613,7 +613,7 @@ const RtComm rt_comm_shm = {
 	.recv = th_recv,
 	.allreduce = th_allreduce,
 	.shard = th_shard,
-	.seq = th_seq,
 	.group_end = th_group_end,
 	.barrier = th_barrier,
+	.seq = th_seq,
 };

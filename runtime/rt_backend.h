@@ -341,16 +341,16 @@ typedef struct {
 	 * member order where the part can choose, the rest of t undefined; gather 1, an
 	 * all-gather (ALLGATHER): every member's shard i becomes member i's. */
 	int (*shard)(RtRank *r, RtTensor *t, int gather, const RtMsg *m);
-	/* Sequence parallelism's collectives over the rank's tp group, alone in their group:
-	 * member i's piece is rows [i n, (i + 1) n) of the whole (n = piece's rows).  gather 0,
+	int (*group_end)(RtRank *r);
+	/* All ranks of the world (between steps, so steps are timed alike). */
+	int (*barrier)(RtRank *r);
+	/* Optional, last: sequence parallelism's collectives over the rank's tp group, alone
+	 * in their group: member i's piece is rows [i n, (i + 1) n) of the whole (n = piece's rows).  gather 0,
 	 * a reduce-scatter: piece becomes the sum of every member's whole's rows of it, in
 	 * member order where the part can choose (the all-reduce's order: the same bits);
 	 * gather 1, an all-gather: whole's rows of member i become member i's piece.  m->bytes:
 	 * the whole's.  NULL: the part does not run sequence parallelism. */
 	int (*seq)(RtRank *r, RtTensor *whole, RtTensor *piece, int gather, const RtMsg *m);
-	int (*group_end)(RtRank *r);
-	/* All ranks of the world (between steps, so steps are timed alike). */
-	int (*barrier)(RtRank *r);
 } RtComm;
 
 /* A backend: a name for a combination.  auto_launcher: the launcher is chosen from
