@@ -60,6 +60,11 @@ int64_t plan_seq_rows(const LayerShape *sh, int tp)
 	return tp > 1 && sh->sp > 1 ? sh->rows / sh->sp : sh->rows;
 }
 
+int64_t plan_layer_rows(const PlanLayer *l, const LayerShape *sh, int tp)
+{
+	return plan_layers[l->kind].tp == LAYER_TP_WHOLE ? plan_seq_rows(sh, tp) : sh->rows;
+}
+
 /* A saved column of n f32 statistics (or int32 ids), four bytes each at every
  * precision: a norm's mean and rstd, a log-sum-exp, targets. */
 static void stat(LayerTensors *t, int64_t n)
@@ -415,7 +420,7 @@ LayerCost plan_layer_figures_tp(const PlanLayer *l, const LayerShape *sh, int tp
 	/* A replicated layer works on the rank's rows under sequence parallelism: its dy
 	 * (B to W) and GEMM rows are split as its x; a split layer's W needs the whole
 	 * (gathered) output gradient. */
-	int64_t rows = plan_layers[l->kind].tp == LAYER_TP_WHOLE ? t.x_rows : sh->rows;
+	int64_t rows = plan_layer_rows(l, sh, tp);
 	int64_t held = sat_add(sat_mul(sat_mul(rows, t.out), act),
 	                       bytes(t.held, t.nheld, 0, sh->prec));
 	if (plan_layers[l->kind].arg == LAYER_ARG_BODY)

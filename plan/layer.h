@@ -350,6 +350,10 @@ int plan_attn_lse_slot(const PlanLayer *l);
 /* The rows a replicated region's tensor (and a tensor between stages) keeps on one rank
  * of a tp group of tp: all of sh's, or under sequence parallelism (sh->sp) its share. */
 int64_t plan_seq_rows(const LayerShape *sh, int tp);
+/* The rows layer l's kernels run over on one rank of a tp group of tp: a replicated
+ * kind's x_rows (the rank's share under sequence parallelism), a split kind's all the
+ * microbatch's (its input gathered, its output reduce-scattered after it). */
+int64_t plan_layer_rows(const PlanLayer *l, const LayerShape *sh, int tp);
 /* Bytes of tensor t at precision prec (PlanPrec: its activation bytes an element, four
  * for a wide tensor, one for a mask), saturating. */
 int64_t plan_tensor_bytes(const LayerTensor *t, int prec);

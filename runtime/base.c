@@ -271,9 +271,10 @@ int rt_layer_call_check(RtRank *r, const RtLayerCall *c)
 		if (t[i] && (t[i]->rows != rows || t[i]->cols != cols[i]))
 			return wrong_shape(r, c, t[i], rows, cols[i]);
 	}
-	if (c->rows != c->sh.rows)
-		return rt_error(r, "internal: %s layer called on %lld rows of a %lld-row microbatch",
-		                plan_layers[ly->kind].name, (long long)c->rows, (long long)c->sh.rows);
+	int64_t want = plan_layer_rows(ly, &c->sh, c->tp);
+	if (c->rows != want)
+		return rt_error(r, "internal: %s layer called on %lld rows where it runs on %lld",
+		                plan_layers[ly->kind].name, (long long)c->rows, (long long)want);
 	if (check_list(r, c, c->param, NULL, c->nparams, k.param, k.nparams) ||
 	    (c->grad && check_list(r, c, c->grad, NULL, c->nparams, k.param, k.nparams)) ||
 	    check_list(r, c, NULL, c->saved, c->nsaved, k.saved, k.nsaved) ||

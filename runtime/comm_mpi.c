@@ -21,6 +21,8 @@
  * from the world when the rank opens (the embedding's rank first), without a scale.  A
  * TPREDUCE is MPI_Iallreduce on the rank's tp communicator (split with the others), a
  * sum or, for a vocabulary-split loss's row maxima, MPI_MAX.
+ * Sequence parallelism's reduce-scatter and all-gather (RtComm.seq) are
+ * MPI_Ireduce_scatter_block and MPI_Iallgather on the same communicator.
  *
  * A group's requests are completed together by polling MPI_Testall, which checks
  * rt_aborted() between polls: the watchdog can end a deadlock (abort has nothing to
@@ -339,6 +341,28 @@ static int mc_shard(RtRank *r, RtTensor *t, int gather, const RtMsg *msg)
 }
 
 /* Polls requests to completion; RT_EABORT when the world is aborted meanwhile. */
+/* Sequence parallelism's collectives on the rank's tp communicator: a reduce-scatter of
+ * equal row blocks (MPI_Ireduce_scatter_block, MPI's summation order) or an all-gather
+ * (MPI_Iallgather). */
+static int mc_seq(RtRank *r, RtTensor *whole, RtTensor *piece, int gather, const RtMsg *msg)
+{
+	MpRank *mr = mr_of(r);
+	MpOp *o = new_op(r, 1);
+	int count = 0;
+	if (!o || count_of(r, piece, &count))
+		return RT_EFAIL;
+	o->want = *msg;
+	o->t = gather ? whole : piece;
+	MPI_Request *q = &mr->reqs[mr->nreq++];
+	if (gather)
+		MPICHECK(r, MPI_Iallgather(piece->data, count, MPI_FLOAT, whole->data, count, MPI_FLOAT,
+		                           mr->dim[DIM_TP], q));
+	else
+		MPICHECK(r, MPI_Ireduce_scatter_block(whole->data, piece->data, count, MPI_FLOAT,
+		                                      MPI_SUM, mr->dim[DIM_TP], q));
+	return RT_OK;
+}
+
 static int wait_all(RtRank *r, int n, MPI_Request *reqs)
 {
 	int flag = 0;
@@ -419,4 +443,5 @@ const RtComm rt_comm_mpi = {
 	.shard = mc_shard,
 	.group_end = mc_group_end,
 	.barrier = mc_barrier,
+	.seq = mc_seq,
 };

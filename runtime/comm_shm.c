@@ -14,7 +14,8 @@
  * members' tensors in dp order and scales by 1/dp, so the result is the same whichever
  * thread arrives last (and equals the sequential reference's).  One over a tied table's
  * pair works alike, the embedding's rank first, without the scale, and so does one over
- * the tp group, in tp order (a sum, or an elementwise maximum).
+ * the tp group, in tp order (a sum, or an elementwise maximum).  Sequence parallelism's
+ * reduce-scatter sums each member's rows in that order too, into the member's piece.
  *
  * Waiting spins briefly (when there are cores to spare) and then sleeps on the rank's
  * condition variable; abort() broadcasts them all so the watchdog or a failing rank can
@@ -38,8 +39,10 @@ typedef struct Req {
 	uint8_t done;
 	uint8_t over;        // OP_OVER_PEER, or a collective's group (OP_OVER_DP, _TP, _TIE)
 	uint8_t max;         // over the tp group: the elementwise maximum instead of the sum
-	uint8_t shard;       // over the dp group: 0 an all-reduce, 1 + gather the distributed
-	                     // optimizer's reduce-scatter (1) or all-gather (2)
+	uint8_t shard;       // 0 an all-reduce; over the dp group 1 + gather, the distributed
+	                     // optimizer's reduce-scatter (1) or all-gather (2); over the tp
+	                     // group 3 + gather, sequence parallelism's (RtComm.seq)
+	RtTensor *piece;     // sequence parallelism's: the member's rows of t
 	int ckey, cidx, cn;  // a collective: its first member, this rank's index, the member
 	                     // count
 	atomic_int *pending; // owner's count of incomplete ops
@@ -263,6 +266,40 @@ static int th_shard(RtRank *r, RtTensor *t, int gather, const RtMsg *m)
 	return RT_OK;
 }
 
+/* Sequence parallelism's collectives (RtComm.seq) over the rank's tp group. */
+static int th_seq(RtRank *r, RtTensor *whole, RtTensor *piece, int gather, const RtMsg *m)
+{
+	if (th_allreduce(r, whole, OP_OVER_TP, 0, m))
+		return RT_EFAIL;
+	ThRank *tr = r->state[RT_PART_COMM];
+	tr->reqs[tr->nreq - 1].shard = (uint8_t)(3 + gather);
+	tr->reqs[tr->nreq - 1].piece = piece;
+	return RT_OK;
+}
+
+/* Completes sequence parallelism's collective c (reqs[0]'s shard: 3 a reduce-scatter,
+ * 4 an all-gather): member i's rows of a reduce-scatter are summed in member order, as
+ * the all-reduce sums them, into its piece; an all-gather copies each piece into every
+ * member's whole. */
+static void rows_locked(RtRank *r, Coll *c)
+{
+	Req **q = c->reqs;
+	int64_t n = q[0]->piece->rows * q[0]->piece->cols;
+	for (int i = 0; i < c->n; i++) {
+		RtTensor *own = q[i]->piece;
+		if (q[0]->shard == 4) {
+			for (int j = 0; j < c->n; j++)
+				memcpy((float *)q[j]->t->data + i * n, own->data, (size_t)own->bytes);
+			continue;
+		}
+		memcpy(own->data, (float *)q[0]->t->data + i * n, (size_t)own->bytes);
+		for (int j = 1; j < c->n; j++) {
+			RtTensor x = rt_tensor_view(q[j]->t, i * n, own->rows, own->cols);
+			r->dev->add(r, own, &x);
+		}
+	}
+}
+
 /* Completes the posted collective c of n members with shards (reqs[0]'s shard: 1 a
  * reduce-scatter, 2 an all-gather): member i's shard of a reduce-scatter is summed in
  * member order and scaled, as the all-reduce sums every element, so the two agree to
@@ -399,7 +436,7 @@ static int post_locked(RtRank *r, Req *q)
 				return RT_EABORT;
 			}
 		if (a->shard) {
-			shards_locked(r, c);
+			(a->shard >= 3 ? rows_locked : shards_locked)(r, c);
 			for (int i = 0; i < c->n; i++) {
 				done_locked(t, c->reqs[i]);
 				c->reqs[i] = NULL;
@@ -578,4 +615,5 @@ const RtComm rt_comm_shm = {
 	.shard = th_shard,
 	.group_end = th_group_end,
 	.barrier = th_barrier,
+	.seq = th_seq,
 };

@@ -207,4 +207,5 @@ const RtDevice rt_device_cpu = {
 	.optim = cpu_optim,
 	.sync = cpu_sync,
 	.tp_split = 1,
+	.seq_split = 1,
 };

@@ -564,7 +564,7 @@ static int dropout_fwd(RtRank *r, const RtLayerCall *c)
 		return RT_EFAIL;
 	TkDrop dr = tk_drop(c->layer->drop, c->key);
 	tk_dropout_fwd(&dr, F32(c->x), c->nsaved ? MASK(c, DROPOUT_MASK) : NULL, F32(c->y),
-	               c->rows * c->layer->in);
+	               c->rows * c->layer->in, (uint64_t)(c->row0 * c->layer->in));
 	return RT_OK;
 }
 

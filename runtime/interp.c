@@ -309,7 +309,7 @@ static RtTensor *gather_edges(RtRank *r, LStage *ls, int mb, int dir)
 			goto out;
 		}
 	}
-	x = take_sum(r, sl, n, p->rows,
+	x = take_sum(r, sl, n, r->model->rows,
 	             dir == DIR_ACT ? p->stages[ls->stage].in : p->stages[ls->stage].out);
 out:
 	if (sl != slots)
@@ -470,7 +470,8 @@ static int gathers(RtRank *r)
 static int op_optim(RtRank *r, LStage *ls, int step)
 {
 	const RtDevice *dev = r->dev;
-	if (rt_wrong_optim(r, &ls->b, step, 0) || rt_stage_optim(r, &ls->b, ls->b.grads) ||
+	if (rt_stage_seq_grads(r, ls->stage, &ls->b) || rt_wrong_optim(r, &ls->b, step, 0) ||
+	    rt_stage_optim(r, &ls->b, ls->b.grads) ||
 	    rt_wrong_optim(r, &ls->b, step, 1) || dev->zero(r, ls->b.grads))
 		return RT_EFAIL;
 	if (!gathers(r))
@@ -537,10 +538,9 @@ static int op_part(RtRank *r, LStage *ls, const PlanOp *o, int step, int64_t *sp
 	}
 	if (rc)
 		return rc;
-	/* The last part makes the outgoing tensor (in flight from now, as the memory model
-	 * counts it), even when a TPREDUCE is still to sum it in place. */
-	if (o->part + 1 >= ls->parts.n[dir] && wk->cur)
-		rt_tensor_reclass(r, wk->cur, RT_MEM_COMM);
+	/* The last part makes the outgoing tensor, even when a TPREDUCE is still to sum it. */
+	if (o->part + 1 >= ls->parts.n[dir] && wk->cur && rt_stage_walk_out(r, wk))
+		return RT_EFAIL;
 	return done != OP_COUNT ? seq_done(r, ls, mb, dir) : RT_OK;
 }
 
@@ -691,7 +691,7 @@ static int post_p2p(RtRank *r, const PlanOp *o, int64_t i)
 	if (*sl)
 		return rt_error(r, "the %s of edge %d for microbatch %d is received twice",
 		                dir == DIR_ACT ? "activation" : "gradient", e, o->mb);
-	RtTensor *t = rt_tensor_new_prec(r, p->rows, width, RT_MEM_COMM);
+	RtTensor *t = rt_tensor_new_prec(r, r->model->rows, width, RT_MEM_COMM);
 	if (!t)
 		return RT_EFAIL;
 	t->refs = 1;

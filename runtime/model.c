@@ -351,6 +351,8 @@ RtModel *rt_model_new(const Plan *p, int tp, char *err, size_t errn)
 	}
 	m->p = p;
 	m->tp = tp > 1 ? tp : 1;
+	LayerShape sh = plan_shape(p);
+	m->rows = plan_seq_rows(&sh, m->tp);
 	m->loss_stage = -1;
 	m->embed_stage = -1;
 	m->copy_head = -1;
@@ -386,11 +388,6 @@ const char *rt_device_check(const RtDevice *d, const Plan *p, char *err, size_t 
 		snprintf(err, n, "the %s device does not emulate bf16 storage yet, and this plan's "
 		         "precision is bf16 (the cpu device runs it; docs/runtime.md \"Precision\")",
 		         d->name);
-		return err;
-	}
-	if (p->sp) {
-		snprintf(err, n, "piperun does not run sequence parallelism yet (the plan's mesh "
-		         "says sp; pipecc and pipesim plan it; docs/runtime.md \"Precision\")");
 		return err;
 	}
 	for (int s = 0; s < p->nstages; s++) {

@@ -132,9 +132,11 @@ typedef struct {
 /* One kernel call.  Arrays are in LayerTensors' order; unused members are NULL/0. */
 typedef struct {
 	const PlanLayer *layer;  // kind and widths (in, out)
-	int64_t rows;            // rows of the microbatch (sh.rows)
+	int64_t rows;            // rows it runs on (plan_layer_rows): the microbatch's
+	                         // (sh.rows), a replicated layer's share under sp
 	LayerShape sh;           // the microbatch: sequences, tokens each, vocabulary
-	const RtTensor *x;       // input, rows x in
+	const RtTensor *x;       // input, rows x in (NULL in a split layer's B and rebuild
+	                         // under sp, which do not read it; F and W get it gathered)
 	RtTensor *y;             // F: output, rows x out (NULL for a loss)
 	const RtTensor *dy;      // B, W: output gradient, rows x out (NULL for a loss)
 	RtTensor *dx;            // B: input gradient, rows x in (NULL: not wanted)
@@ -152,6 +154,9 @@ typedef struct {
 	int slot;                // ... and the element it writes (the microbatch)
 	float scale;             // B of a loss: factor of the gradient (1/microbatches)
 	int tp, tp_rank;         // the layer's tp group size (1: whole) and the rank's place
+	int64_t row0;            // the call's first row in the microbatch: the rank's slice's
+	                         // under sequence parallelism (dropout keys its mask by the
+	                         // global position), else 0
 	int phase;               // tp_fwd of a vocabulary-parallel loss: 1 or 2 (below)
 	uint64_t key;            // a layer with dropout (PlanLayer.drop), F and rebuild: the
 	                         // key its masks are drawn from (rt_drop_key; tk_drop)
@@ -290,6 +295,10 @@ typedef struct {
 	 * tp_rank, the split tensors of plan_layer_tensors); 0: plans with tp > 1 are refused
 	 * when the world opens. */
 	int tp_split;
+	/* 1: its layer rows run a replicated layer on a rank's rows under sequence parallelism
+	 * (RtLayerCall.row0: dropout keys its mask by the global position); 0: sp plans are
+	 * refused when the world opens. */
+	int seq_split;
 	/* Optional, last: t's values rounded to bf16 in place (to nearest, ties to even; NaN
 	 * stays NaN): what a bf16 store keeps.  NULL: the device does not emulate bf16
 	 * storage, and bf16 plans are refused when the world opens. */
@@ -335,6 +344,13 @@ typedef struct {
 	int (*group_end)(RtRank *r);
 	/* All ranks of the world (between steps, so steps are timed alike). */
 	int (*barrier)(RtRank *r);
+	/* Optional, last: sequence parallelism's collectives over the rank's tp group, alone
+	 * in their group: member i's piece is rows [i n, (i + 1) n) of the whole (n = piece's rows).  gather 0,
+	 * a reduce-scatter: piece becomes the sum of every member's whole's rows of it, in
+	 * member order where the part can choose (the all-reduce's order: the same bits);
+	 * gather 1, an all-gather: whole's rows of member i become member i's piece.  m->bytes:
+	 * the whole's.  NULL: the part does not run sequence parallelism. */
+	int (*seq)(RtRank *r, RtTensor *whole, RtTensor *piece, int gather, const RtMsg *m);
 } RtComm;
 
 /* A backend: a name for a combination.  auto_launcher: the launcher is chosen from

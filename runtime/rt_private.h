@@ -44,6 +44,8 @@ typedef struct {
 typedef struct RtModel {
 	const Plan *p;
 	int tp;            // the tp group size whose one rank's share this model is (1: whole)
+	int64_t rows;      // rows of a replicated layer's tensors and of those between stages:
+	                   // the microbatch's, or under sequence parallelism the rank's 1/tp
 	RtStageModel *st;
 	int loss_stage;
 	int embed_stage;   // the embedding's stage (-1: none), whose table a tied head borrows
@@ -169,6 +171,8 @@ typedef struct {
 	RtTensor *cur; // between layers: F's activation, B's gradient (NULL: none wanted)
 	RtTensor *red; // what the pending TPREDUCE sums: cur, or a vocabulary-split loss's
 	               // statistics (3 x rows, rt_backend.h tp_fwd); NULL: none
+	RtTensor *piece; // sequence parallelism: the rank's rows of red's sum when they are
+	                 // the walk's result, made by its last part (rt_stage_walk_out)
 	RtBodies bd;
 } RtWalk;
 
@@ -183,9 +187,18 @@ int rt_stage_bwd_run(RtRank *r, int s, int mb, int step, int replica, RtStageBuf
                      RtWalk *wk, int end, RtTensor **saved);
 /* The TPREDUCE after the walk's cut in direction dir (msg: the op, for matching), then
  * what waits for it: F's residual adds, or a vocabulary-split loss's two reductions and
- * its loss. */
+ * its loss.  Under sequence parallelism a reduce-scatter instead of the all-reduce
+ * (but the loss's): cur becomes the rank's rows of the sum. */
 int rt_stage_tp_reduce(RtRank *r, int s, int mb, RtStageBufs *b, RtWalk *wk, RtTensor **saved,
                        int dir, const RtMsg *m);
+/* Sequence parallelism: the replicated layers' weight gradients of stage s, each rank's
+ * over its rows, summed over the tp group before the step (Megatron's all-reduce of the
+ * sequence-parallel parameters' gradients); nothing without it. */
+int rt_stage_seq_grads(RtRank *r, int s, RtStageBufs *b);
+/* The last part of a walk has made its result, in flight from now (RT_MEM_COMM) as the
+ * memory model counts it, though a TPREDUCE may still sum it; under sequence
+ * parallelism that is the piece the reduce-scatter fills. */
+int rt_stage_walk_out(RtRank *r, RtWalk *wk);
 /* The walk's result, owned (F: the stage output, NULL after a loss; B: the input
  * gradient, NULL when not wanted), of class RT_MEM_COMM. */
 void rt_stage_walk_end(RtRank *r, RtWalk *wk, RtTensor **out);

@@ -95,6 +95,14 @@ static int tp_refuse(const RtWorld *w, char *err, size_t errn)
 	for (int s = 0; s < p->nstages && !why; s++)
 		if (p->stages[s].recompute == PLAN_RECOMPUTE_FULL)
 			why = "full recomputation (its forward would need the tp all-reduces again)";
+	/* Sequence parallelism: the device's rows on a rank's rows, the communicator's
+	 * reduce-scatter and all-gather, and a loss over all rows (xent on tokens; an mse
+	 * over a rank's rows would need a sum of its own). */
+	if (!why && p->sp)
+		why = !w->dev->seq_split ? "sequence parallelism (its device does not split the sequence yet)"
+		      : !w->comm->seq    ? "sequence parallelism (its communicator has no reduce-scatter by rows)"
+		      : !plan_shape(p).vocab ? "sequence parallelism on a matrix input (it runs on token input)"
+		                             : NULL;
 	if (!why)
 		return 0;
 	snprintf(err, errn, "piperun cannot run this tp=%d plan on the %s backend: %s",

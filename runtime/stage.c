@@ -5,7 +5,10 @@
  * after a layer that ends in a tp all-reduce (its part, plan_stage_parts): the
  * interpreter then runs the plan's TPREDUCE (rt_stage_tp_reduce) and the next part
  * resumes the walk.  At tp = 1 there are no such layers, and rt_stage_forward and
- * rt_stage_backward walk the whole stage at once, as the reference always does.
+ * rt_stage_backward walk the whole stage at once, as the reference always does.  Under
+ * sequence parallelism (docs/runtime.md) the replicated layers and the walk's tensors
+ * between parts are the rank's rows (RtModel.rows): a TPREDUCE is a reduce-scatter, and
+ * a split layer gathers its input (F, W) and its output gradient (B) over the tp group.
  *
  * Memory convention (docs/semantics.md "Memory"): every layer keeps its input and its
  * saved tensors for the backward pass (until W for a kind with parameters: save_fw;
@@ -205,8 +208,13 @@ static RtLayerCall layer_call(RtRank *r, int s, int l, RtStageBufs *b, RtTensor 
 	const PlanLayer *ly = &r->w->plan->stages[s].layers[l];
 	const RtModel *m = r->model;
 	const RtLayerAt *at = &m->st[s].at[l];
-	RtLayerCall c = {.layer = ly, .rows = r->w->plan->rows, .sh = plan_shape(r->w->plan),
-	                 .x = slot[0]};
+	RtLayerCall c = {.layer = ly, .sh = plan_shape(r->w->plan), .x = slot[0]};
+	c.rows = plan_layer_rows(ly, &c.sh, m->tp);
+	/* Sequence parallelism: a replicated layer runs on the rank's rows; a split layer
+	 * keeps its input split, and the kernels that read it get it gathered (seq_x). */
+	c.row0 = c.rows < c.sh.rows ? c.rows * r->coord[DIM_TP] : 0;
+	if (slot[0] && slot[0]->rows != c.rows)
+		c.x = NULL;
 	int64_t off = at->off;
 	for (int j = 0; j < at->t.nparams; j++) {
 		const LayerTensor *sh = &at->t.param[j];
@@ -231,6 +239,52 @@ static RtLayerCall layer_call(RtRank *r, int s, int l, RtStageBufs *b, RtTensor 
 	c.tp = m->tp;
 	c.tp_rank = r->coord[DIM_TP];
 	return c;
+}
+
+/* Sequence parallelism's collective on piece (the rank's rows) and whole (the
+ * microbatch's) over the tp group, alone in its group (RtComm.seq). */
+static int seq_coll(RtRank *r, RtTensor *whole, RtTensor *piece, int gather, RtMsg msg)
+{
+	const RtComm *comm = r->w->comm;
+	msg.bytes = whole->bytes;
+	int rc = comm->group_start(r);
+	if (rc == RT_OK)
+		rc = comm->seq(r, whole, piece, gather, &msg);
+	return rc == RT_OK ? comm->group_end(r) : rc;
+}
+
+/* A new tensor of rows x t's columns, stored as t is (bf16 or f32). */
+static RtTensor *like(RtRank *r, const RtTensor *t, int64_t rows)
+{
+	return t->half ? rt_tensor_new_prec(r, rows, t->cols, RT_MEM_TEMP)
+	               : rt_tensor_new(r, rows, t->cols, RT_MEM_TEMP);
+}
+
+/* The microbatch's rows of t (the rank's rows under sequence parallelism), gathered over
+ * the tp group into a new tensor (Megatron's all-gather before a column-parallel layer);
+ * stage s, microbatch mb and direction dir name it. */
+static RtTensor *seq_gather(RtRank *r, const RtTensor *t, int s, int mb, int dir)
+{
+	RtTensor *w = like(r, t, r->w->plan->rows);
+	RtMsg m = {.edge = s, .mb = mb, .dir = dir, .op = (int32_t)atomic_load(&r->cur_op)};
+	if (w && seq_coll(r, w, (RtTensor *)t, 1, m)) {
+		rt_tensor_free(r, w);
+		return NULL;
+	}
+	return w;
+}
+
+/* c's input gathered into *xg when c runs on more rows than its layer keeps of it (a
+ * split layer's F and W under sequence parallelism); *xg NULL when not needed. */
+static int seq_x(RtRank *r, int s, int mb, int dir, RtTensor *kept, RtLayerCall *c, RtTensor **xg)
+{
+	*xg = NULL;
+	if (c->x || !kept)
+		return RT_OK;
+	if (!(*xg = seq_gather(r, kept, s, mb, dir)))
+		return RT_EFAIL;
+	c->x = *xg;
+	return RT_OK;
 }
 
 /* New tensors of class cls into out[0..n); scratch ones (LayerTensor.scratch: flash
@@ -327,6 +381,7 @@ void rt_walk_begin(RtRank *r, int s, int dir, RtTensor *t, RtWalk *wk)
 
 void rt_walk_free(RtRank *r, RtWalk *wk)
 {
+	rt_tensor_free(r, wk->piece);
 	if (wk->red != wk->cur)
 		rt_tensor_free(r, wk->red);
 	rt_tensor_free(r, wk->cur);
@@ -387,9 +442,15 @@ int rt_stage_fwd_run(RtRank *r, int s, int mb, int step, int replica, RtStageBuf
 		c.key = drop_key(r, s, l, mb, step, replica);
 		if (plan_layers[ly->kind].loss)
 			return loss_forward(r, s, l, mb, step, replica, b, wk, &c);
-		if (!(c.y = rt_tensor_new_prec(r, p->rows, at->t.out, RT_MEM_TEMP)))
+		RtTensor *xg;
+		if (seq_x(r, s, mb, DIR_ACT, slot[0], &c, &xg) ||
+		    !(c.y = rt_tensor_new_prec(r, c.rows, at->t.out, RT_MEM_TEMP))) {
+			rt_tensor_free(r, xg);
 			return RT_EFAIL;
-		if (r->dev->layers[ly->kind].fwd(r, &c)) {
+		}
+		int rc = r->dev->layers[ly->kind].fwd(r, &c);
+		rt_tensor_free(r, xg);
+		if (rc) {
 			rt_tensor_free(r, c.y);
 			return RT_EFAIL;
 		}
@@ -410,6 +471,18 @@ int rt_stage_fwd_run(RtRank *r, int s, int mb, int step, int replica, RtStageBuf
 		if (bodies_close(r, wk, l))
 			return RT_EFAIL;
 	}
+	return RT_OK;
+}
+
+int rt_stage_walk_out(RtRank *r, RtWalk *wk)
+{
+	if (wk->red != wk->cur || wk->cur->rows <= r->model->rows) {
+		rt_tensor_reclass(r, wk->cur, RT_MEM_COMM);
+		return RT_OK;
+	}
+	if (!(wk->piece = like(r, wk->cur, r->model->rows)))
+		return RT_EFAIL;
+	rt_tensor_reclass(r, wk->piece, RT_MEM_COMM);
 	return RT_OK;
 }
 
@@ -576,7 +649,7 @@ static int layer_backward(RtRank *r, int s, int l, int mb, int step, int replica
 	int selective = p->stages[s].recompute == PLAN_RECOMPUTE_SELECTIVE;
 	if (selective && ly->drop > 0 && rebuilds(at) && rebuild(r, s, l, b, slot, c.key))
 		return RT_EFAIL;
-	if (need_dx && !(c.dx = rt_tensor_new_prec(r, p->rows, at->t.in, RT_MEM_TEMP)))
+	if (need_dx && !(c.dx = rt_tensor_new_prec(r, c.rows, at->t.in, RT_MEM_TEMP)))
 		return RT_EFAIL;
 	/* Flash attention rebuilds its probabilities into scratch for its input gradient. */
 	int scratch = c.dx && has_scratch(at);
@@ -658,6 +731,20 @@ static int body_enter(RtRank *r, const PlanStage *st, int l, RtBodies *bd, const
 	return RT_OK;
 }
 
+/* Megatron's all-gather of a row-parallel output's gradient: a split layer l's B and W
+ * take all the microbatch's rows, so *dy (owned; the rank's rows under sequence
+ * parallelism) is replaced by its gather.  The residual bodies copied it before. */
+static int seq_dy(RtRank *r, int s, int l, int mb, RtTensor **dy)
+{
+	LayerShape sh = plan_shape(r->w->plan);
+	if (!*dy || (*dy)->rows == plan_layer_rows(&r->w->plan->stages[s].layers[l], &sh, r->model->tp))
+		return RT_OK;
+	RtTensor *g = seq_gather(r, *dy, s, mb, DIR_GRAD);
+	rt_tensor_free(r, *dy);
+	*dy = g;
+	return g ? RT_OK : RT_EFAIL;
+}
+
 int rt_stage_bwd_run(RtRank *r, int s, int mb, int step, int replica, RtStageBufs *b,
                      RtWalk *wk, int end, RtTensor **saved)
 {
@@ -680,7 +767,7 @@ int rt_stage_bwd_run(RtRank *r, int s, int mb, int step, int replica, RtStageBuf
 			return rt_error(r, "internal: layer %d of stage %d lost its saved input", l, s);
 		RtTensor *dy = wk->cur;
 		wk->cur = NULL;
-		if ((dy && body_enter(r, st, l, &wk->bd, dy)) ||
+		if ((dy && body_enter(r, st, l, &wk->bd, dy)) || seq_dy(r, s, l, mb, &dy) ||
 		    layer_backward(r, s, l, mb, step, replica, b, slot, dy, want_dx, &wk->cur))
 			return RT_EFAIL;
 		if (sm->at[l].cut[DIR_GRAD]) { // its input gradient is a partial sum
@@ -719,17 +806,24 @@ static int tp_reduce(RtRank *r, RtTensor *t, int max, const RtMsg *m)
 	return rc;
 }
 
-/* Reduces rows [row, row + n) of t over the tp group through a tensor of their own (an
- * asynchronous device orders work on whole tensors, not on views of them). */
-static int reduce_rows(RtRank *r, RtTensor *t, int64_t row, int64_t n, int max, const RtMsg *m)
+/* Reduces t's rows x cols view from element off over the tp group through a tensor of its
+ * own (an asynchronous device orders work on whole tensors, not on views of them). */
+static int reduce_view(RtRank *r, RtTensor *t, int64_t off, int64_t rows, int64_t cols, int max,
+                       const RtMsg *m)
 {
-	RtTensor v = rt_tensor_view(t, row * t->cols, n, t->cols);
-	RtTensor *x = rt_tensor_new(r, n, t->cols, RT_MEM_TEMP);
+	RtTensor v = rt_tensor_view(t, off, rows, cols);
+	RtTensor *x = rt_tensor_new(r, rows, cols, RT_MEM_TEMP);
 	int rc = !x || r->dev->copy(r, x, &v) || tp_reduce(r, x, max, m) || r->dev->copy(r, &v, x)
 	             ? RT_EFAIL
 	             : RT_OK;
 	rt_tensor_free(r, x);
 	return rc;
+}
+
+/* Reduces rows [row, row + n) of t over the tp group. */
+static int reduce_rows(RtRank *r, RtTensor *t, int64_t row, int64_t n, int max, const RtMsg *m)
+{
+	return reduce_view(r, t, row * t->cols, n, t->cols, max, m);
 }
 
 /* The vocabulary-parallel loss at layer l: the maximum over the group first, so every
@@ -763,9 +857,37 @@ int rt_stage_tp_reduce(RtRank *r, int s, int mb, RtStageBufs *b, RtWalk *wk, RtT
 		return RT_OK;
 	if (dir == DIR_ACT && plan_layers[r->w->plan->stages[s].layers[l].kind].loss)
 		return loss_reduce(r, s, l, mb, b, t, saved, m);
-	if (tp_reduce(r, t, 0, m) || rt_round(r, t)) // a bf16 all-reduce's result is bf16
+	if (r->model->rows < t->rows) { // sequence parallelism: Megatron's reduce-scatter
+		RtTensor *piece = wk->piece ? wk->piece : like(r, t, r->model->rows);
+		wk->piece = NULL;
+		int rc = !piece || seq_coll(r, t, piece, 0, *m) ? RT_EFAIL : RT_OK;
+		rt_tensor_free(r, t);
+		wk->cur = piece;
+		if (rc)
+			return RT_EFAIL;
+		t = piece;
+	} else if (tp_reduce(r, t, 0, m))
+		return RT_EFAIL;
+	if (rt_round(r, t)) // a bf16 reduction's result is bf16
 		return RT_EFAIL;
 	return dir == DIR_ACT ? bodies_close(r, wk, l) : RT_OK;
+}
+
+int rt_stage_seq_grads(RtRank *r, int s, RtStageBufs *b)
+{
+	const PlanStage *st = &r->w->plan->stages[s];
+	const RtStageModel *sm = &r->model->st[s];
+	RtMsg m = {.edge = s, .mb = -1, .dir = -1, .op = (int32_t)atomic_load(&r->cur_op)};
+	for (int l = 0; l < st->nlayers && r->model->rows < r->w->plan->rows; l++) {
+		const RtLayerAt *at = &sm->at[l];
+		int64_t n = 0;
+		for (int j = at->t.borrowed; j < at->t.nparams; j++)
+			n += at->t.param[j].rows * at->t.param[j].cols;
+		if (n && plan_layers[st->layers[l].kind].tp == LAYER_TP_WHOLE &&
+		    reduce_view(r, b->grads, at->off, 1, n, 0, &m))
+			return RT_EFAIL;
+	}
+	return RT_OK;
 }
 
 int rt_stage_weights(RtRank *r, int s, RtStageBufs *b, RtTensor **saved)
@@ -789,7 +911,12 @@ int rt_stage_weights_of(RtRank *r, int s, RtStageBufs *b, RtTensor **saved, int 
 			return rt_error(r, "internal: layer %d of stage %d lost its saved tensors", l, s);
 		RtLayerCall c = layer_call(r, s, l, b, slot, pv, gv);
 		c.dy = slot[1];
-		if (r->dev->layers[st->layers[l].kind].bwd_w(r, &c))
+		RtTensor *xg;
+		int rc = seq_x(r, s, -1, DIR_GRAD, slot[0], &c, &xg);
+		if (rc == RT_OK)
+			rc = r->dev->layers[st->layers[l].kind].bwd_w(r, &c);
+		rt_tensor_free(r, xg);
+		if (rc)
 			return RT_EFAIL;
 		free_slots(r, slot, 2 + at->t.nsaved + at->t.nheld);
 	}

@@ -273,10 +273,11 @@ int tk_drop_keep(const TkDrop *dr, uint64_t i)
 	return (z >> 32) >= dr->thr;
 }
 
-void tk_dropout_fwd(const TkDrop *dr, const float *x, uint8_t *mask, float *y, int64_t n)
+void tk_dropout_fwd(const TkDrop *dr, const float *x, uint8_t *mask, float *y, int64_t n,
+                    uint64_t first)
 {
 	for (int64_t i = 0; i < n; i++) {
-		int keep = tk_drop_keep(dr, (uint64_t)i);
+		int keep = tk_drop_keep(dr, first + (uint64_t)i);
 		if (mask)
 			mask[i] = (uint8_t)keep;
 		y[i] = keep ? x[i] * dr->scale : 0.0f;

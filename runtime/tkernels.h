@@ -136,8 +136,10 @@ typedef struct {
 TkDrop tk_drop(double p, uint64_t key);
 /* 1 when element i of dr's mask is kept. */
 int tk_drop_keep(const TkDrop *dr, uint64_t i);
-/* y and mask (NULL at P = 0) from x, n elements. */
-void tk_dropout_fwd(const TkDrop *dr, const float *x, uint8_t *mask, float *y, int64_t n);
+/* y and mask (NULL at P = 0) from x, n elements; x[0] is element `first` of the whole
+ * tensor (a rank's rows under sequence parallelism), whose index keys its mask bit. */
+void tk_dropout_fwd(const TkDrop *dr, const float *x, uint8_t *mask, float *y, int64_t n,
+                    uint64_t first);
 /* dx = dy * mask * scale (dy at P = 0, mask NULL). */
 void tk_dropout_bwd(const TkDrop *dr, const uint8_t *mask, const float *dy, float *dx, int64_t n);
 /* Attention with dropout on its probabilities (Megatron's attention dropout): F draws

@@ -323,7 +323,7 @@ static void tk__dropout__masks_scale_and_backward_by_hand(void **state)
 	static uint8_t mask[n], mask2[n];
 	TkDrop dr = tk_drop(0.25, 0xfeed);
 	assert_true(dr.thr == 1073741824u && dr.scale == 4.0f / 3.0f);
-	tk_dropout_fwd(&dr, x, mask, y, n);
+	tk_dropout_fwd(&dr, x, mask, y, n, 0);
 	tk_dropout_bwd(&dr, mask, dy, dx, n);
 	for (int i = 0; i < n; i++) {
 		int keep = (splitmix(0xfeedull ^ (uint64_t)i) >> 32) >= 1073741824u;
@@ -332,10 +332,15 @@ static void tk__dropout__masks_scale_and_backward_by_hand(void **state)
 			fail_msg("dropout element %d: mask %d (want %d), y %g (%g), dx %g (%g)", i,
 			         mask[i], keep, (double)y[i], (double)want, (double)dx[i], (double)dwant);
 	}
-	tk_dropout_fwd(&dr, x, mask2, y2, n); // the same key: the same mask
+	tk_dropout_fwd(&dr, x, mask2, y2, n, 0); // the same key: the same mask
 	assert_memory_equal(mask, mask2, n);
+	/* a slice from element n/4 on (a rank's rows under sequence parallelism): the whole's bits */
+	memset(mask2, 7, n);
+	tk_dropout_fwd(&dr, x + n / 4, mask2, y2, n / 2, n / 4);
+	assert_memory_equal(mask + n / 4, mask2, n / 2);
+	same_bits(y2, y + n / 4, n / 2, "dropout of a slice: y");
 	TkDrop other = tk_drop(0.25, 0xfeee);
-	tk_dropout_fwd(&other, x, mask2, y2, n);
+	tk_dropout_fwd(&other, x, mask2, y2, n, 0);
 	int differ = 0;
 	for (int i = 0; i < n; i++)
 		differ += mask[i] != mask2[i];
@@ -343,7 +348,7 @@ static void tk__dropout__masks_scale_and_backward_by_hand(void **state)
 	TkDrop none = tk_drop(0, 0xfeed);
 	assert_true(none.thr == 0 && none.scale == 1.0f);
 	x[0] = -0.0f;
-	tk_dropout_fwd(&none, x, NULL, y, n);
+	tk_dropout_fwd(&none, x, NULL, y, n, 0);
 	tk_dropout_bwd(&none, NULL, dy, dx, n);
 	same_bits(y, x, n, "dropout at P = 0: y");
 	same_bits(dx, dy, n, "dropout at P = 0: dx");
