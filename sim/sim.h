@@ -133,11 +133,14 @@ typedef struct {
 	int64_t transfers;
 } SimLink;
 
-/* All-reduce traffic of one dp group, named by its first member. */
+/* All-reduce traffic of one dp group (or tp group, or pair holding a tied table's two
+ * copies), named by its first member. */
 typedef struct {
 	int first_rank, members;
 	int64_t bytes;          // sum of the all-reduced sizes
 	int64_t count;          // all-reduces done
+	int tie_head;           // a tied table's pair: the head's rank (first_rank the
+	                        // embedding's); else -1
 } SimCollective;
 
 /* One op of a rank (or of one of its streams). */

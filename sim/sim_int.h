@@ -188,7 +188,8 @@ typedef struct {
 	RouteChan *routechan; // route * 2 + (1 receiving): the chan its rank found
 	Coll *coll;          // the dp groups, the tp groups, the pairs of a table tied across ranks
 	int ncoll;
-	int ntpcoll;         // the tp groups follow the dp groups in coll
+	int ndpcoll;         // coll holds the dp groups first,
+	int ntpcoll;         // then the tp groups, then the tied table's pairs
 	/* By what a collective communicates over (its kind's OpInfo.over: dp, tp, tie):
 	 * rank -> its group in coll (a tied pair's: -1 when it holds no tied table). */
 	int *collof[OP_OVER_COUNT];

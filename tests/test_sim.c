@@ -158,14 +158,14 @@ static void sim__saturated_times__report_sums_saturate(void **state)
 	fclose(f);
 	const char *cp = strstr(buf, "critical path:");
 	assert_non_null(cp);
-	assert_non_null(strstr(cp, "9223372036854775.807 us of compute, 0.000 us of communication"));
+	assert_non_null(strstr(cp, "9223372037 s of compute, 0 ns of communication"));
 	free(buf);
 	/* The grid's columns up to INT64_MAX, one per cost (the costs' gcd) and a last short
 	 * one: INT64_MAX = 4 (INT64_MAX / 4) + 3. */
 	f = open_memstream(&buf, &len);
 	assert_int_equal(sim_report_grid(f, p, &res, 60), 0);
 	fclose(f);
-	assert_non_null(strstr(buf, "us, 5 columns;"));
+	assert_non_null(strstr(buf, " s, 5 columns;"));
 	assert_null(strstr(buf, "-"));
 	free(buf);
 	sim_result_free(&res);
@@ -699,9 +699,9 @@ static void sim__reports__json_trace_svg_grid(void **state)
 	assert_contains(g, "rank 1 | .  F0 B0 B0 F1 B1 B1 .  .  |");
 	free(g);
 	char *sum = capture(3, p, &res);
-	assert_contains(sum, "makespan   9.000 us");
+	assert_contains(sum, "makespan   9 us");
 	assert_contains(sum, "busy       66.67 % (mean over ranks)");
-	assert_contains(sum, "    0   66.67        6.000        3.000");
+	assert_contains(sum, " 0           66.67       6 us       3 us");
 	assert_contains(sum, "critical path");
 	free(sum);
 	sim_result_free(&res);
