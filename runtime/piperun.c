@@ -504,7 +504,8 @@ int piperun_drive(CliTool *t, PiperunArgs *a)
 	}
 	int64_t total = rt_world_local_ops(w);
 	char what[64];
-	snprintf(what, sizeof what, "running %d steps on %s, ops", a->o.steps, rt_world_backend(w));
+	snprintf(what, sizeof what, "running %d step%s on %s, ops", a->o.steps,
+	         a->o.steps == 1 ? "" : "s", rt_world_backend(w));
 	pr = cli_progress_start(t, what);
 	cli_progress_count(pr, ops_done, w, total * a->o.steps);
 	RtResult res;
