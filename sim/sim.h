@@ -83,6 +83,9 @@ typedef struct {
 	 * (dp = tp = 1, no table tied across ranks) and is not eager, and without
 	 * SIM_RECORD_ALL; any other run, and one the threads find stuck, runs on one. */
 	int threads;
+	/* Not NULL: the run adds the ops it has finished to *progress as it goes (relaxed
+	 * atomics; pipesim's progress line reads it from its own thread). */
+	int64_t *progress;
 } SimOptions;
 
 /* Times of one op.  Compute ops: when they ran.  Comm ops: start is when their group

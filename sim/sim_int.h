@@ -228,6 +228,13 @@ static inline int sim_stopped(const Sim *s)
 	return s->opt.stop && __atomic_load_n(s->opt.stop, __ATOMIC_RELAXED);
 }
 
+/* Rank r's stream went from op pc0 to its pc now: count the ops (SimOptions.progress). */
+static inline void sim_count(const Sim *s, int r, int64_t pc0)
+{
+	if (s->opt.progress && s->rk[r].pc > pc0)
+		__atomic_fetch_add(s->opt.progress, s->rk[r].pc - pc0, __ATOMIC_RELAXED);
+}
+
 static inline int64_t max64(int64_t a, int64_t b)
 {
 	return a > b ? a : b;

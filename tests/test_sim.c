@@ -590,6 +590,30 @@ static void sim__stop_flag__set_stops_clear_changes_nothing(void **state)
 	plan_free(p);
 }
 
+/* SimOptions.progress ends at the plan's op count, in both models and on threads (the
+ * progress line's done/total). */
+static void sim__progress__counts_every_op(void **state)
+{
+	(void)state;
+	const char *plans[] = {"tests/plans/good/dp2x2.plan", "tests/plans/good/tiny2.plan"};
+	for (size_t k = 0; k < sizeof plans / sizeof *plans; k++) {
+		Plan *p = read_good(plans[k]);
+		for (int model = 0; model < SIM_MODEL_COUNT; model++)
+			for (int threads = 1; threads <= 4; threads += 3) {
+				int64_t done = 0;
+				SimOptions o = {.model = model, .verified = 1, .threads = threads,
+				                .progress = &done};
+				SimResult res;
+				assert_int_equal(sim_run(p, &o, &res), 0);
+				if (done != plan_total_ops(p))
+					fail_msg("%s model %d threads %d: %lld of %lld ops", plans[k], model,
+					         threads, (long long)done, (long long)plan_total_ops(p));
+				sim_result_free(&res);
+			}
+		plan_free(p);
+	}
+}
+
 /* ---- reports ---- */
 
 static char *capture(int which, const Plan *p, const SimResult *res)
@@ -1043,6 +1067,7 @@ int main(void)
 	    cmocka_unit_test(sim__unverified_mismatch__run_names_both_ops),
 	    cmocka_unit_test(sim__good_plans__run_in_both_models),
 	    cmocka_unit_test(sim__stop_flag__set_stops_clear_changes_nothing),
+	    cmocka_unit_test(sim__progress__counts_every_op),
 	    cmocka_unit_test(sim__reports__json_trace_svg_grid),
 	    cmocka_unit_test(sim__svg_comm_dominated__every_box_labelled),
 	    cmocka_unit_test(sim__svg_stall_at_zero__axis_0_to_1_us),
