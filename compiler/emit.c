@@ -75,7 +75,9 @@ int pipecc_emit_torch_csv(const Plan *p, FILE *f, int comms)
 
 /* Per stage: parameters, FLOPs of F, B and W per microbatch (the layer table's, from the
  * plan's layers), activation bytes saved per microbatch, and the bytes of parameters,
- * gradients and optimizer state (f32; AdamW keeps two moments per parameter).  A tied
+ * gradients and optimizer state (f32; AdamW keeps two moments per parameter).  Exact
+ * counts, not scaled as the rest: they are the figures checked byte for byte against
+ * published formulas (Megatron's, Korthikanti et al.'s; tests/cli/megatron.sh).  A tied
  * head's copy of the table (`copy`) counts on its stage, which holds it, and not in the
  * model's total, which counts the table once. */
 static void summary_stages(const Plan *p, FILE *f)
@@ -88,8 +90,8 @@ static void summary_stages(const Plan *p, FILE *f)
 		fprintf(f, "per rank of a tp group of %d (Megatron split: attention by heads, mlp by "
 		           "hidden width, embedding, head and loss by vocabulary; the rest whole):\n",
 		        p->dims[DIM_TP]);
-	fprintf(f, "stage        pp      params     F flops     B flops     W flops   act saved"
-	           "  param+grad+opt\n");
+	fprintf(f, "stage        pp      params     F flops     B flops     W flops   act bytes"
+	           "  param+grad+opt bytes\n");
 	for (int s = 0; s < p->nstages; s++) {
 		const PlanStage *st = &p->stages[s];
 		double fl[3] = {0, 0, 0};
@@ -103,11 +105,9 @@ static void summary_stages(const Plan *p, FILE *f)
 		for (int k = 0; k < 3; k++)
 			tf[k] += fl[k];
 		total += st->params;
-		char act[32], state_b[32];
-		fprintf(f, "%-12s %2d %11" PRId64 " %11.4g %11.4g %11.4g %11s %15s\n", st->name, st->pp,
-		        st->params, fl[0], fl[1], fl[2],
-		        plan_mem_text(act, sizeof act, st->save_fb + st->save_fw + st->save_bw),
-		        plan_mem_text(state_b, sizeof state_b, plan_stage_state_bytes(p, s)));
+		fprintf(f, "%-12s %2d %11" PRId64 " %11.4g %11.4g %11.4g %11" PRId64 " %21" PRId64 "\n",
+		        st->name, st->pp, st->params, fl[0], fl[1], fl[2],
+		        st->save_fb + st->save_fw + st->save_bw, plan_stage_state_bytes(p, s));
 	}
 	fprintf(f, "parameters %" PRId64 "; FLOPs per microbatch F %.4g B %.4g W %.4g; "
 	           "optimizer %s (%d bytes of state per parameter)\n",
