@@ -151,20 +151,19 @@ static int link_follows(const SimLink *a, const SimLink *b)
 
 /* "0 -> 1: 1.05 MB in 8 transfers"; a run of links alike, one rank apart, once:
  * "0 -> 1 .. 126 -> 127 (127 links, each): ...". */
-static void report_links(FILE *f, const Plan *p, const SimResult *res)
+static int report_links(FILE *f, const Plan *p, const SimResult *res)
 {
 	if (!res->nlinks)
-		return;
-	SimLink *l = malloc((size_t)res->nlinks * sizeof *l);
-	if (l) {
-		memcpy(l, res->links, (size_t)res->nlinks * sizeof *l);
-		qsort(l, (size_t)res->nlinks, sizeof *l, cmp_link_run);
-	}
-	const SimLink *ls = l ? l : res->links; // unsorted, uncollapsed without memory
+		return 0;
+	SimLink *ls = malloc((size_t)res->nlinks * sizeof *ls);
+	if (!ls) // out of memory: no report rather than another one
+		return -1;
+	memcpy(ls, res->links, (size_t)res->nlinks * sizeof *ls);
+	qsort(ls, (size_t)res->nlinks, sizeof *ls, cmp_link_run);
 	fprintf(f, "\nlinks (p2p)\n");
 	for (int i = 0, k; i < res->nlinks; i += k) {
 		char b[32];
-		for (k = 1; l && i + k < res->nlinks && link_follows(&ls[i + k - 1], &ls[i + k]); k++)
+		for (k = 1; i + k < res->nlinks && link_follows(&ls[i + k - 1], &ls[i + k]); k++)
 			;
 		fprintf(f, "  %d -> %d", plan_world_rank(p, ls[i].src), plan_world_rank(p, ls[i].dst));
 		if (k > 1)
@@ -173,7 +172,8 @@ static void report_links(FILE *f, const Plan *p, const SimResult *res)
 		fprintf(f, ": %s in %" PRId64 " transfer%s\n", plan_mem_text(b, sizeof b, ls[i].bytes),
 		        ls[i].transfers, ls[i].transfers == 1 ? "" : "s");
 	}
-	free(l);
+	free(ls);
+	return 0;
 }
 
 /* Groups' traffic: "group of rank 0 (8 ranks): 4.2 MB in 1 all-reduce", groups alike
@@ -243,8 +243,7 @@ int sim_report_summary(FILE *f, const Plan *p, const SimResult *res, const PlanM
 	        100.0 * res->bubble, 100.0 * sim_busy(res, -1));
 	if (report_ranks(f, p, res) || sim_report_memory(f, p, mem))
 		return -1;
-	report_links(f, p, res);
-	if (report_colls(f, p, res))
+	if (report_links(f, p, res) || report_colls(f, p, res))
 		return -1;
 	if (res->npath) {
 		int64_t comp = 0; // saturating, as the run's times are
