@@ -9,10 +9,17 @@
 #   make fuzz       libFuzzer targets (clang) in bin/fuzz, each run FUZZ_SECONDS
 #   make install    the 3 tools into $(DESTDIR)$(PREFIX)/bin and their 5 man pages into
 #                   $(DESTDIR)$(PREFIX)/share/man/man1 and man5 (PREFIX=/usr/local)
-#   make uninstall  remove exactly what install installs (same PREFIX and DESTDIR)
+#   make uninstall  remove exactly what install installs (same PREFIX and DESTDIR), and
+#                   the folders install made, once empty
+# Builds run one job a CPU unless the command line gives -j (make -j1: one at a time).
 # MPI and CUDA parts are built when found (mpicc; nvcc under CUDA_HOME, and nccl.h under
 # CUDA_HOME, NCCL_HOME or /usr as libnccl-dev installs it) and left out with a notice
 # when not.
+
+# One job a CPU by default: a fresh build on 2 cores takes half the time.
+ifeq ($(filter -j%,$(MAKEFLAGS)),)
+MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 1)
+endif
 
 CC ?= cc
 PREFIX ?= /usr/local
@@ -246,9 +253,16 @@ $(BUILD)/bench/tf_bench: bench/tf_bench.c $(RT_OBJ) $(PLAN_OBJ)
 
 MAN1 := man/pipecc.1 man/pipesim.1 man/piperun.1
 MAN5 := man/pipe.5 man/pipecc-plan.5
+# The folders install needs, parents first.  Those missing before it are written to
+# INST_RECORD (the first install's list stays), and uninstall removes those, once empty,
+# and no other: /usr/local/bin empty on a fresh machine was there before.
+INST_DIRS := $(PREFIX) $(PREFIX)/bin $(PREFIX)/share $(PREFIX)/share/man \
+	$(PREFIX)/share/man/man1 $(PREFIX)/share/man/man5 $(PREFIX)/share/pipecc
+INST_RECORD := $(DESTDIR)$(PREFIX)/share/pipecc/installed-folders
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
-		$(DESTDIR)$(PREFIX)/share/man/man5
+	@new=; for d in $(INST_DIRS); do [ -d "$(DESTDIR)$$d" ] || new="$$new $$d"; done; \
+	install -d $(addprefix $(DESTDIR),$(INST_DIRS)) && \
+	{ [ -f $(INST_RECORD) ] || printf '%s\n' $$new >$(INST_RECORD); }
 	install -m 755 $(TOOLS) $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 $(MAN1) $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 644 $(MAN5) $(DESTDIR)$(PREFIX)/share/man/man5/
@@ -257,6 +271,10 @@ uninstall:
 	rm -f $(addprefix $(DESTDIR)$(PREFIX)/bin/,$(notdir $(TOOLS))) \
 		$(addprefix $(DESTDIR)$(PREFIX)/share/man/man1/,$(notdir $(MAN1))) \
 		$(addprefix $(DESTDIR)$(PREFIX)/share/man/man5/,$(notdir $(MAN5)))
+	@if [ -f $(INST_RECORD) ]; then \
+		dirs=$$(sort -r $(INST_RECORD)); rm -f $(INST_RECORD); \
+		for d in $$dirs; do rmdir "$(DESTDIR)$$d" 2>/dev/null || true; done; \
+	fi
 
 clean:
 	rm -rf build bin

@@ -74,8 +74,8 @@ auto() {
 # step FILE: pipesim's overlap-model step in ms, or nothing when pipecc refuses it
 step() {
 	"$BIN/pipecc" "$1" -o "$dir/x.plan" 2>/dev/null || return 0
-	"$BIN/pipesim" --model overlap "$dir/x.plan" 2>/dev/null |
-		awk '/^makespan/ { printf "%.1f", $2 / 1000 }'
+	"$BIN/pipesim" --model overlap --json "$dir/x.plan" 2>/dev/null |
+		sed -n 's/^  "makespan": \([0-9.]*\),$/\1/p' | awk '{ printf "%.1f", $1 / 1000 }'
 }
 
 # best LABEL: the least of the "sched step" lines on stdin, as "step (sched)"

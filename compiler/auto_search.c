@@ -661,12 +661,12 @@ static void explain_row(FILE *f, const Search *s, const Cand *c)
 	const AutoFig *x = &c->fast;
 	char pk[32], step[24] = "-", bub[16] = "-", fast[24] = "-";
 	if (x->makespan >= 0) {
-		snprintf(fast, sizeof fast, "%.3f", (double)x->makespan / 1000);
+		plan_time_text(fast, sizeof fast, x->makespan);
 		double b = x->makespan ? 1 - (double)x->busy / ((double)u->md.pp * x->makespan) : 0;
 		snprintf(bub, sizeof bub, "%.1f%%", 100 * (c->state == 1 ? c->bubble : b));
 	}
 	if (c->state == 1)
-		snprintf(step, sizeof step, "%.3f", (double)c->step / 1000);
+		plan_time_text(step, sizeof step, c->step);
 	plan_mem_text(pk, sizeof pk, c->state == 1 ? c->peak : x->peak);
 	const char *fits = c->state == 1 ? (c->fits ? "yes" : "no")
 	                   : x->makespan < 0 ? "-" : c->fast_fits ? "yes?" : "no";
@@ -687,7 +687,7 @@ static void explain(FILE *f, const Search *s, const int *ix, int win, int nconf)
 	           "overlap model; device memory %s\n",
 	        s->n, s->evals, nconf, s->cap ? plan_mem_text(t, sizeof t, s->cap) : "not stated");
 	fprintf(f, "  %-26s %-5s %6s %-9s %10s %10s %7s %10s %-4s\n", "candidate", "place", "chunks",
-	        "recompute", "fast us", "step us", "bubble", "peak", "fits");
+	        "recompute", "fast", "step", "bubble", "peak", "fits");
 	for (int k = 0; k < s->n; k++)
 		explain_row(f, s, &s->c[ix[k]]);
 	fprintf(f, "  (fast: the search's own model; step, bubble, peak and fits of confirmed rows "
@@ -702,11 +702,12 @@ static void explain(FILE *f, const Search *s, const int *ix, int win, int nconf)
 		if (ix[k] != win && c->state == 1 && c->fits && (second < 0 || c->step < s->c[second].step))
 			second = ix[k];
 	}
-	fprintf(f, "chosen: %s: %.3f us a step in the overlap model, the lowest of the confirmed "
-	        "candidates that fit", w->label, (double)w->step / 1000);
+	char a[32], b[32];
+	fprintf(f, "chosen: %s: %s a step in the overlap model, the lowest of the confirmed "
+	        "candidates that fit", w->label, plan_time_text(a, sizeof a, w->step));
 	if (second >= 0)
-		fprintf(f, "; next %s at %.3f us (+%.2f%%)", s->c[second].label,
-		        (double)s->c[second].step / 1000,
+		fprintf(f, "; next %s at %s (+%.2f%%)", s->c[second].label,
+		        plan_time_text(b, sizeof b, s->c[second].step),
 		        100.0 * (double)(s->c[second].step - w->step) / (double)w->step);
 	fputs(w->tune ? "\nthe plan records tune=overlap: pipesim simulates it in that model "
 	                "unless given --model\n"

@@ -141,14 +141,21 @@ static int convert(CliTool *t, PipeccArgs *a, const struct timespec *t0, char *s
 	return rc;
 }
 
-/* A binary plan on standard output would garble a terminal (gzip refuses so too). */
-static int binary_to_terminal(CliTool *t, const PipeccArgs *a)
+/* A plan on a terminal by default is a mistake: a binary one garbles it (gzip refuses
+ * so too), a text one is thousands of lines no one reads there.  Refused before any
+ * work, with the way out; `-o -` asks for a text plan on the terminal all the same.
+ * Refusing beats writing NAME.plan: a file appears only where the command line names
+ * one, and what goes to standard output does not depend on where it leads. */
+static int plan_to_terminal(CliTool *t, const PipeccArgs *a)
 {
-	if (a->plan_format != PLAN_FORMAT_BINARY || a->emit != EMIT_PLAN || a->dump >= 0 ||
-	    !cli_is_std(a->out) || !isatty(STDOUT_FILENO))
+	int binary = a->plan_format == PLAN_FORMAT_BINARY;
+	if (a->emit != EMIT_PLAN || a->dump >= 0 || !cli_is_std(a->out) ||
+	    !isatty(STDOUT_FILENO) || (!binary && cli_given(t, &a->out)))
 		return 0;
-	return cli_usage_error(t, "the binary plan would go to a terminal: give -o FILE, or "
-	                          "redirect standard output");
+	return cli_usage_error(t, binary ? "the binary plan would go to a terminal: give -o FILE, "
+	                                   "or redirect standard output"
+	                                 : "the plan would go to a terminal: give -o FILE, "
+	                                   "redirect standard output, or -o - to see it there");
 }
 
 int pipecc_drive(CliTool *t, PipeccArgs *a)
@@ -156,7 +163,7 @@ int pipecc_drive(CliTool *t, PipeccArgs *a)
 	struct timespec t0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	par_threads_auto();
-	int rc = binary_to_terminal(t, a);
+	int rc = plan_to_terminal(t, a);
 	if (rc)
 		return rc;
 	if (file_is_plan(t->in))

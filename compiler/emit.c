@@ -75,7 +75,9 @@ int pipecc_emit_torch_csv(const Plan *p, FILE *f, int comms)
 
 /* Per stage: parameters, FLOPs of F, B and W per microbatch (the layer table's, from the
  * plan's layers), activation bytes saved per microbatch, and the bytes of parameters,
- * gradients and optimizer state (f32; AdamW keeps two moments per parameter).  A tied
+ * gradients and optimizer state (f32; AdamW keeps two moments per parameter).  Exact
+ * counts, not scaled as the rest: they are the figures checked byte for byte against
+ * published formulas (Megatron's, Korthikanti et al.'s; tests/cli/megatron.sh).  A tied
  * head's copy of the table (`copy`) counts on its stage, which holds it, and not in the
  * model's total, which counts the table once. */
 static void summary_stages(const Plan *p, FILE *f)
@@ -105,8 +107,7 @@ static void summary_stages(const Plan *p, FILE *f)
 		total += st->params;
 		fprintf(f, "%-12s %2d %11" PRId64 " %11.4g %11.4g %11.4g %11" PRId64 " %21" PRId64 "\n",
 		        st->name, st->pp, st->params, fl[0], fl[1], fl[2],
-		        st->save_fb + st->save_fw + st->save_bw,
-		        plan_stage_state_bytes(p, s));
+		        st->save_fb + st->save_fw + st->save_bw, plan_stage_state_bytes(p, s));
 	}
 	fprintf(f, "parameters %" PRId64 "; FLOPs per microbatch F %.4g B %.4g W %.4g; "
 	           "optimizer %s (%d bytes of state per parameter)\n",
@@ -141,19 +142,18 @@ static int summary_memory(const Plan *p, FILE *f)
 	if (p->mem_cap)
 		fprintf(f, ", device holds %s", plan_mem_text(t[0], 32, p->mem_cap));
 	fputc('\n', f);
-	for (int s = 0; s < p->nstages; s++)
-		if (p->stages[s].recompute == PLAN_RECOMPUTE_SELECTIVE)
-			fprintf(f, "  stage %s recomputes attention's probabilities: F keeps %" PRId64
-			           " bytes, B rebuilds %" PRId64 "\n", p->stages[s].name,
-			        p->stages[s].save_fb + p->stages[s].save_fw, p->stages[s].save_re);
-		else if (p->stages[s].recompute) {
-			char res[48] = "";
-			if (p->stages[s].recompute_res)
-				snprintf(res, sizeof res, " its first %d residual bodies", p->stages[s].recompute_res);
-			fprintf(f, "  stage %s recomputes%s: F keeps %" PRId64 " bytes, B rebuilds %" PRId64
-			           "\n", p->stages[s].name, res, p->stages[s].save_fb + p->stages[s].save_fw,
-			        p->stages[s].save_re);
-		}
+	for (int s = 0; s < p->nstages; s++) {
+		const PlanStage *st = &p->stages[s];
+		int sel = st->recompute == PLAN_RECOMPUTE_SELECTIVE;
+		char res[48] = "";
+		if (st->recompute_res)
+			snprintf(res, sizeof res, " its first %d residual bodies", st->recompute_res);
+		if (st->recompute)
+			fprintf(f, "  stage %s recomputes%s: F keeps %s, B rebuilds %s\n", st->name,
+			        sel ? " attention's probabilities" : res,
+			        plan_mem_text(t[0], 32, st->save_fb + st->save_fw),
+			        plan_mem_text(t[1], 32, st->save_re));
+	}
 	PlanMem *mem = calloc((size_t)p->world, sizeof *mem);
 	for (int r = 0; mem && r < p->world; r++)
 		if (plan_mem_rank(p, r, &mem[r])) {
@@ -164,20 +164,31 @@ static int summary_memory(const Plan *p, FILE *f)
 		errno = ENOMEM;
 		return -1;
 	}
-	int stride = plan_pp_stride(p);
-	for (int r = 0; r < plan_mesh_world(p); r++) {
+	int stride = plan_pp_stride(p), world = plan_mesh_world(p);
+	enum { ROW = 200 };
+	char *text = malloc((size_t)world * ROW);
+	int *id = malloc((size_t)world * sizeof *id);
+	for (int r = 0; text && id && r < world; r++) {
 		PlanMem m = mem[p->line ? r / stride % p->dims[DIM_PP] : r];
-		fprintf(f, "  rank %d: peak %s = %s + %s + ", r, plan_mem_text(t[1], 32, m.peak),
-		        plan_mem_text(t[2], 32, m.params), plan_mem_text(t[3], 32, m.grads));
+		char *row = text + (size_t)r * ROW;
+		id[r] = r;
+		int k = snprintf(row, ROW, ": peak %s = %s + %s + ", plan_mem_text(t[1], 32, m.peak),
+		                 plan_mem_text(t[2], 32, m.params), plan_mem_text(t[3], 32, m.grads));
 		if (master)
-			fprintf(f, "%s + ", plan_mem_text(t[7], 32, m.master));
-		fprintf(f, "%s + %s + %s", plan_mem_text(t[4], 32, m.optim),
-		        plan_mem_text(t[5], 32, m.saved), plan_mem_text(t[6], 32, m.comm));
+			k += snprintf(row + k, ROW - (size_t)k, "%s + ", plan_mem_text(t[7], 32, m.master));
+		k += snprintf(row + k, ROW - (size_t)k, "%s + %s + %s", plan_mem_text(t[4], 32, m.optim),
+		              plan_mem_text(t[5], 32, m.saved), plan_mem_text(t[6], 32, m.comm));
 		if (p->mem_cap)
-			fprintf(f, " (%.1f %% of the device)", 100.0 * (double)m.peak / (double)p->mem_cap);
-		fputc('\n', f);
+			snprintf(row + k, ROW - (size_t)k, " (%.1f %% of the device)",
+			         100.0 * (double)m.peak / (double)p->mem_cap);
 	}
-	free(mem);
+	if (text && id) // uniform ranks in one line ("ranks 4-127: ...")
+		plan_rows_put(f, "  ", "rank", "ranks", 0, id, text, ROW, world);
+	free(text), free(id), free(mem);
+	if (!text || !id) {
+		errno = ENOMEM;
+		return -1;
+	}
 	return 0;
 }
 
@@ -202,17 +213,19 @@ int pipecc_emit_summary(const Plan *p, FILE *f)
 	p2p_bytes *= lines;
 	ar_bytes *= lines;
 	tp_bytes *= lines;
-	if (p->seq > 0 && p->vocab_real)
-		fprintf(f, "pipeline %s: schedule %s, %d stages, %d microbatches of %dx%d tokens "
-		           "(vocabulary %d, padded to %d)\n", p->name, p->schedule, p->nstages,
-		        p->microbatches, p->rows / p->seq, p->seq, p->vocab_real, p->vocab);
-	else if (p->seq > 0)
-		fprintf(f, "pipeline %s: schedule %s, %d stages, %d microbatches of %dx%d tokens "
-		           "(vocabulary %d)\n", p->name, p->schedule, p->nstages, p->microbatches,
-		        p->rows / p->seq, p->seq, p->vocab);
-	else
-		fprintf(f, "pipeline %s: schedule %s, %d stages, %d microbatches of %dx%d\n", p->name,
-		        p->schedule, p->nstages, p->microbatches, p->rows, p->cols);
+	fprintf(f, "pipeline %s: schedule %s, %d stage%s, %d microbatch%s of ", p->name,
+	        p->schedule, p->nstages, p->nstages == 1 ? "" : "s", p->microbatches,
+	        p->microbatches == 1 ? "" : "es");
+	if (p->seq > 0) {
+		int seqs = p->rows / p->seq;
+		fprintf(f, "%d sequence%s x %d tokens (vocabulary %d", seqs, seqs == 1 ? "" : "s",
+		        p->seq, p->vocab_real ? p->vocab_real : p->vocab);
+		if (p->vocab_real)
+			fprintf(f, ", padded to %d", p->vocab);
+		fprintf(f, ")\n");
+	} else {
+		fprintf(f, "%dx%d\n", p->rows, p->cols);
+	}
 	fprintf(f, "mesh");
 	for (int i = 0; i < DIM_COUNT; i++)
 		fprintf(f, " %s=%d", plan_dim_names[p->dim_order[i]], p->dims[p->dim_order[i]]);
@@ -234,10 +247,12 @@ int pipecc_emit_summary(const Plan *p, FILE *f)
 	for (int k = 0; k < OP_COUNT; k++)
 		if (count[k])
 			fprintf(f, " %s %" PRId64, plan_ops[k].name, count[k]);
-	fprintf(f, "\nbytes moved per step: %" PRId64 " point-to-point, %" PRId64 " %s",
-	        p2p_bytes, ar_bytes, p->optim.distributed ? "reduce-scatter and all-gather" : "all-reduce");
+	char b[3][32];
+	fprintf(f, "\nbytes moved per step: %s point-to-point, %s %s",
+	        plan_mem_text(b[0], 32, p2p_bytes), plan_mem_text(b[1], 32, ar_bytes),
+	        p->optim.distributed ? "reduce-scatter and all-gather" : "all-reduce");
 	if (p->dims[DIM_TP] > 1)
-		fprintf(f, ", %" PRId64 " tp all-reduce", tp_bytes);
+		fprintf(f, ", %s tp all-reduce", plan_mem_text(b[2], 32, tp_bytes));
 	fputc('\n', f);
 	summary_stages(p, f);
 	return summary_memory(p, f) || ferror(f) ? -1 : 0;

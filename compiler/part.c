@@ -602,20 +602,6 @@ ProgPart *part_choose(Arena *a, Diag *d, PartCut *pc, const Program *pr)
 	return pt;
 }
 
-/* A time as --explain prints it: three significant digits in ns, us, ms or s. */
-static const char *ns_text(char *buf, size_t n, int64_t ns)
-{
-	static const struct {
-		double scale;
-		const char *unit;
-	} u[] = {{1e9, "s"}, {1e6, "ms"}, {1e3, "us"}, {1, "ns"}};
-	int i = 0;
-	while (i < 3 && (double)ns < u[i].scale)
-		i++;
-	snprintf(buf, n, "%.3g %s", (double)ns / u[i].scale, u[i].unit);
-	return buf;
-}
-
 void part_explain(FILE *f, const Program *p)
 {
 	const ProgPart *pt = p->part;
@@ -629,9 +615,9 @@ void part_explain(FILE *f, const Program *p)
 	fputs("\n  stage  layers         F+B+W        memory\n", f);
 	for (int j = 0; j < pt->k; j++)
 		fprintf(f, "  %-6s %4d..%-4d %10s  %12s\n", p->stages[j].name, pt->cut[j],
-		        pt->cut[j + 1] - 1, ns_text(t, sizeof t, pt->time[j]),
+		        pt->cut[j + 1] - 1, plan_time_text(t, sizeof t, pt->time[j]),
 		        pt->cap > 0 ? plan_mem_text(m, sizeof m, pt->mem[j]) : "-");
-	fprintf(f, "  slowest stage %s\n", ns_text(t, sizeof t, pt->bottleneck));
+	fprintf(f, "  slowest stage %s\n", plan_time_text(t, sizeof t, pt->bottleneck));
 	if (!pt->ucut) {
 		fputs("best uniform split: none (no split of equal layer counts is possible)\n", f);
 		return;
@@ -639,9 +625,9 @@ void part_explain(FILE *f, const Program *p)
 	fputs("best uniform split (equal layer counts):", f);
 	for (int j = 0; j < pt->k; j++)
 		fprintf(f, " %d", pt->ucut[j + 1] - pt->ucut[j]);
-	fprintf(f, "\n  slowest stage %s;", ns_text(t, sizeof t, pt->ubottleneck));
+	fprintf(f, "\n  slowest stage %s;", plan_time_text(t, sizeof t, pt->ubottleneck));
 	for (int j = 0; j < pt->k; j++)
-		fprintf(f, " %s", ns_text(t, sizeof t, pt->utime[j]));
+		fprintf(f, " %s", plan_time_text(t, sizeof t, pt->utime[j]));
 	double gain = pt->ubottleneck ? 100.0 * (double)(pt->ubottleneck - pt->bottleneck) /
 	                                (double)pt->ubottleneck : 0.0;
 	fprintf(f, "\n  the cut's slowest stage is %.1f%% %s\n", gain < 0 ? -gain : gain,
@@ -669,6 +655,6 @@ void part_warn_balance(const Program *pr, Diag *d)
 		diag_warning(d, pr->stages[at].loc, "stage '%s' is the slowest: its F+B+W takes %s, "
 		             "%.0f%% above the mean stage's %s; 'model { ... }' with 'stages auto;' "
 		             "lets pipecc cut the layers evenly by time", pr->stages[at].name,
-		             ns_text(a, sizeof a, (int64_t)worst), 100 * (worst / mean - 1),
-		             ns_text(b, sizeof b, (int64_t)(mean + 0.5)));
+		             plan_time_text(a, sizeof a, (int64_t)worst), 100 * (worst / mean - 1),
+		             plan_time_text(b, sizeof b, (int64_t)(mean + 0.5)));
 }

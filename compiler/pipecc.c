@@ -291,6 +291,7 @@ static void two_a_rank(Compile *k)
 	ProgOverrides ov = {o->schedule, o->microbatches, o->from_csv};
 	Program *p2 = front_parse_cut(&k->arena, &quiet, k->file, k->src, k->len, 2);
 	SchedChoice ch = {0};
+	char t[2][32];
 	if (p2 && !front_override(&k->arena, &quiet, p2, &ov) && !quiet.nerrors &&
 	    !too_big(p2, NULL, k->line, &quiet)) {
 		if (o->same_rank > 0)
@@ -303,15 +304,15 @@ static void two_a_rank(Compile *k)
 		int bad = k->sched->search(p2, &k->arena, &quiet, ex, &ch);
 		if (!bad && ch.acts && ch.step < k->choice.step) {
 			if (ex)
-				fprintf(ex, "two stages a rank win: %.3f us against %.3f us\n",
-				        (double)ch.step / 1e3, (double)k->choice.step / 1e3);
+				fprintf(ex, "two stages a rank win: %s against %s\n",
+				        plan_time_text(t[0], 32, ch.step), plan_time_text(t[1], 32, k->choice.step));
 			sched_choice_free(&k->choice, pr->dims[DIM_PP]);
 			k->choice = ch;
 			k->pr = p2;
 			ch = (SchedChoice){0};
 		} else if (ex && !bad && ch.acts) {
-			fprintf(ex, "one stage a rank wins: %.3f us against %.3f us\n",
-			        (double)k->choice.step / 1e3, (double)ch.step / 1e3);
+			fprintf(ex, "one stage a rank wins: %s against %s\n",
+			        plan_time_text(t[0], 32, k->choice.step), plan_time_text(t[1], 32, ch.step));
 		}
 	}
 	sched_choice_free(&ch, pr->dims[DIM_PP]);

@@ -12,7 +12,7 @@ int main(int argc, char **argv)
 	PipeccArgs a = {.out = "-", .emit = EMIT_PLAN, .dump = -1, .same_rank = -1, .max_errors = DIAG_MAX_ERRORS};
 	CLI_TABLE_BEGIN
 	const CliOpt opts[] = {
-		{"output", 'o', CLI_OUT, &a.out, "PLAN", "where to write", 1},
+		{"output", 'o', CLI_OUT, &a.out, "PLAN", "where to write (a plan goes to a terminal\nonly as -o -)", 1},
 		{"schedule", 's', CLI_STR, &a.o.schedule, "NAME", "override the program's schedule"},
 		{"microbatches", 'm', CLI_INT, &a.o.microbatches, "N",
 		 "override the program's microbatch count", 0, 1, 1 << 30},
@@ -32,9 +32,9 @@ int main(int argc, char **argv)
 		 "and bandwidth have brought it)", 1, .names = tunes, .nnames = 2},
 		{"same-rank", 0, CLI_ENUM, &a.same_rank, "HOW",
 		 "how a tensor between two stages on one rank moves:\n"
-		 "handed over in memory (local, the default) or sent\n"
-		 "to self through the communicator (self-send);\n"
-		 "overrides the program's `peers` statement", 1,
+		 "handed over in memory (local) or sent to self through\n"
+		 "the communicator (self-send); default: the program's\n"
+		 "`peers` statement, else local", 0,
 		 .names = prog_same_rank_names, .nnames = SAME_RANK_COUNT},
 		{"explain", 0, CLI_FLAG, &a.o.explain, NULL,
 		 "with `schedule auto;`: print to stderr every candidate\n"

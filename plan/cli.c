@@ -664,7 +664,7 @@ struct CliProgress {
 	int64_t total;
 	int (*text)(void *arg, char *buf, size_t n, int latest); // the caller's lines, or NULL
 	void *targ;
-	struct timespec t0;
+	struct timespec t0, c0; // the start; the count's start (its rate's)
 	long after_ms;
 	int stop, drawn;
 	int lines; // 1: not a terminal (cli_progress_lines): each text a line, no redrawing
@@ -696,8 +696,13 @@ static void draw(CliProgress *p)
 		int64_t d = p->done(p->arg);
 		if (d > p->total)
 			d = p->total;
-		n += snprintf(line + n, sizeof line - (size_t)n, " %" PRId64 "/%" PRId64 " (%.0f%%)", d,
+		double s = since(&p->c0);
+		n += snprintf(line + n, sizeof line - (size_t)n, " %" PRId64 "/%" PRId64 " (%.0f%%", d,
 		              p->total, 100.0 * (double)d / (double)p->total);
+		if (s > 0 && d > 0 && n < (int)sizeof line)
+			n += snprintf(line + n, sizeof line - (size_t)n, ", %.0f a second", (double)d / s);
+		if (n < (int)sizeof line)
+			n += snprintf(line + n, sizeof line - (size_t)n, ")");
 	}
 	if (!mine && n < (int)sizeof line)
 		snprintf(line + n, sizeof line - (size_t)n, " %.1f s", since(&p->t0));
@@ -808,6 +813,7 @@ void cli_progress_count(CliProgress *p, int64_t (*done)(void *arg), void *arg, i
 	p->done = done;
 	p->arg = arg;
 	p->total = total;
+	clock_gettime(CLOCK_MONOTONIC, &p->c0);
 	pthread_mutex_unlock(&p->mu);
 }
 

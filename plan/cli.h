@@ -127,7 +127,7 @@ int cli_write(const CliTool *t, const char *path, int (*fn)(FILE *f, void *arg),
  * (a full disk, a closed pipe), else 0. */
 int cli_stdout_close(const CliTool *t);
 
-/* The progress line: "TOOL: WHAT [DONE/TOTAL, P%] S s" on stderr, drawn by a thread
+/* The progress line: "TOOL: WHAT [DONE/TOTAL (P%, R a second)] S s" on stderr, drawn by a thread
  * once the work has taken CLI_PROGRESS_AFTER_MS (the environment variable
  * PIPECC_PROGRESS_AFTER_MS overrides it, for tests), only when stderr is a terminal and
  * without --quiet; cleared by cli_progress_end.  cli_progress_start returns NULL when

@@ -397,17 +397,3 @@ int64_t plan_mem_peaks(const Plan *p, int64_t *peak)
 	free(m);
 	return max;
 }
-
-char *plan_mem_text(char *buf, size_t n, int64_t b)
-{
-	static const char *const unit[] = {"B", "kB", "MB", "GB", "TB", "PB", "EB"};
-	double v = (double)b;
-	int k = 0;
-	while (v >= 1000 && k < 6)
-		v /= 1000, k++;
-	if (k == 0)
-		snprintf(buf, n, "%lld B", (long long)b);
-	else
-		snprintf(buf, n, "%.3g %s", v, unit[k]);
-	return buf;
-}

@@ -8,6 +8,7 @@
 #define PLAN_MEM_H
 
 #include "plan.h"
+#include "units.h"
 
 /* One rank's memory.  The static parts are held all step; saved and comm are the
  * dynamic parts at the moment of the peak (peak = the five parts' sum). */
@@ -67,8 +68,5 @@ int64_t plan_layer_in_bytes(const Plan *p, int s, int l);
 int64_t plan_stage_in_bytes(const Plan *p, int s);
 /* The bytes of stage s's output (and of its gradient): an edge's tensor. */
 int64_t plan_stage_out_bytes(const Plan *p, int s);
-/* "80 GB", "1.5 MiB"-style: bytes b in decimal units (B, kB, MB, GB, TB, PB, EB), 3
- * significant digits, into buf.  Returns buf. */
-char *plan_mem_text(char *buf, size_t n, int64_t b);
 
 #endif

@@ -2,29 +2,18 @@
  * where that is more than the machine has (plan_sysmem_limit), what it has. */
 #include "oom.h"
 #include "sysmem.h"
+#include "units.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
-/* A size in bytes as people read it: "512 MiB". */
-static void human_bytes(char *buf, size_t n, double b)
-{
-	static const char *const units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
-	int u = 0;
-	while (b >= 1024 && u < 4) {
-		b /= 1024;
-		u++;
-	}
-	snprintf(buf, n, u >= 3 ? "%.1f %s" : "%.0f %s", b, units[u]);
-}
-
 char *plan_oom_text(char *buf, size_t n, int64_t ops, size_t failed)
 {
 	char need[32], got[32], what[2400];
 	double bytes = (double)ops * (double)sizeof(PlanOp);
-	human_bytes(need, sizeof need, bytes);
-	human_bytes(got, sizeof got, (double)failed);
+	plan_mem_text(need, sizeof need, (int64_t)bytes);
+	plan_mem_text(got, sizeof got, (int64_t)failed);
 	int k = snprintf(buf, n, "out of memory");
 	if (ops > 0 && k < (int)n)
 		k += snprintf(buf + k, n - (size_t)k, ": the plan needs %.1f M ops (about %s)",
@@ -38,7 +27,7 @@ char *plan_oom_text(char *buf, size_t n, int64_t ops, size_t failed)
 		bytes = (double)failed;
 	int64_t limit = bytes > 0 ? plan_sysmem_limit(what, sizeof what) : -1;
 	if (limit >= 0 && bytes > (double)limit && k < (int)n) {
-		human_bytes(got, sizeof got, (double)limit);
+		plan_mem_text(got, sizeof got, limit);
 		snprintf(buf + k, n - (size_t)k, ": more than the %s %s", got, what);
 	}
 	return buf;

@@ -9,10 +9,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* "out of memory: the plan needs 12.5 M ops (about 610 MiB); allocating 512 MiB
+/* "out of memory: the plan needs 12.5 M ops (about 300 MB); allocating 537 MB
  * failed" into buf: ops is the plan size in ops (0 when unknown), failed the bytes of
  * the allocation that failed; where either is more than the machine has
- * (plan_sysmem_limit), ": more than the 22.9 GiB available (MemAvailable,
+ * (plan_sysmem_limit), ": more than the 24.6 GB available (MemAvailable,
  * /proc/meminfo)" follows.  Returns buf. */
 char *plan_oom_text(char *buf, size_t n, int64_t ops, size_t failed);
 /* Whether e is the reader's or the verifier's "out of memory" (plan_oom_text's words)

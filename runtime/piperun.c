@@ -9,6 +9,7 @@
 #include "../plan/io.h"
 #include "../plan/oom.h"
 #include "../plan/line.h"
+#include "../plan/units.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -89,7 +90,8 @@ static void print_optim(const RtResult *res)
 	int64_t state = 0;
 	for (int r = 0; r < res->world; r++)
 		state += res->model_bytes[4 * r + 2];
-	printf(", state %" PRId64 " bytes\n", state);
+	char b[32];
+	printf(", state %s\n", plan_mem_text(b, sizeof b, state));
 }
 
 /* The check's bound and what set it (docs/runtime.md "--check and its bound"). */
@@ -125,10 +127,16 @@ static void step_work(const Plan *p, double *tokens, double *flops)
 
 static void print_text(const Plan *p, const RtWorld *w, const RtResult *res)
 {
-	printf("piperun: %s (%s, pp=%d dp=%d tp=%d, %d ranks, %d microbatches of %dx%d) on %s, "
-	       "%d steps\n",
-	       p->name, p->schedule, p->dims[DIM_PP], p->dims[DIM_DP], p->dims[DIM_TP], p->world,
-	       p->microbatches, p->rows, p->cols, rt_world_backend(w), res->steps);
+	char t[4][32];
+	printf("piperun: %s (%s, pp=%d dp=%d tp=%d, %d rank%s, %d microbatch%s of ", p->name,
+	       p->schedule, p->dims[DIM_PP], p->dims[DIM_DP], p->dims[DIM_TP], p->world,
+	       p->world == 1 ? "" : "s", p->microbatches, p->microbatches == 1 ? "" : "es");
+	if (p->seq > 0)
+		printf("%d sequence%s x %d tokens", p->rows / p->seq, p->rows / p->seq == 1 ? "" : "s",
+		       p->seq);
+	else
+		printf("%dx%d", p->rows, p->cols);
+	printf(") on %s, %d step%s\n", rt_world_backend(w), res->steps, res->steps == 1 ? "" : "s");
 	print_optim(res);
 	const RtOptions *o = rt_world_options(w);
 	if (o->resume)
@@ -138,32 +146,37 @@ static void print_text(const Plan *p, const RtWorld *w, const RtResult *res)
 	step_work(p, &tok, &fl);
 	for (int s = 0; s < res->steps; s++) {
 		double sec = res->step_ns[s] / 1e9;
-		printf("step %" PRId64 ": loss %.6f time %.3f ms, %.0f tokens/s, %.4g TFLOP/s\n",
-		       res->first_step + s + 1,
-		       res->loss[s], sec * 1e3, sec > 0 ? tok / sec : 0, sec > 0 ? fl / sec / 1e12 : 0);
+		printf("step %" PRId64 ": loss %.6f time %s, %.0f tokens/s, %.4g TFLOP/s\n",
+		       res->first_step + s + 1, res->loss[s],
+		       plan_time_text(t[0], 32, (int64_t)res->step_ns[s]), sec > 0 ? tok / sec : 0,
+		       sec > 0 ? fl / sec / 1e12 : 0);
 		if (res->eval && !isnan(res->eval[s]))
 			printf("eval after step %" PRId64 ": loss %.6f (held-out, %d sequences)\n",
 			       res->first_step + s + 1,
 			       res->eval[s], res->eval_seqs);
 	}
 	if (res->steps > 1) {
-		double t = 0;
+		double sum = 0;
 		for (int s = 1; s < res->steps; s++)
-			t += (double)res->step_ns[s];
-		printf("mean step time (steps 2-%d): %.3f ms\n", res->steps, t / (res->steps - 1) / 1e6);
+			sum += (double)res->step_ns[s];
+		printf("mean step time (steps 2-%d): %s\n", res->steps,
+		       plan_time_text(t[0], 32, (int64_t)(sum / (res->steps - 1))));
 	}
 	printf("busy %.2f %% (mean over ranks)\n", 100.0 * busy_of(res, -1));
-	printf("rank  pp  dp  tp   busy %%   compute us  peak_act_bytes  peak_total_bytes\n");
+	printf("rank  pp  dp  tp   busy %%    compute   peak act peak total\n");
 	for (int r = 0; r < res->world; r++) {
 		int c[DIM_COUNT];
 		plan_mesh_coords(p, r, c);
-		printf("%4d %3d %3d %3d %7.2f %12.3f  %14" PRId64 "  %16" PRId64 "\n", r, c[DIM_PP],
-		       c[DIM_DP], c[DIM_TP], 100.0 * busy_of(res, r), res->busy_ns[r] / 1e3 / res->steps,
-		       res->peak_act[r], res->mem_peak[4 * r]);
+		printf("%4d %3d %3d %3d %7.2f %10s %10s %10s\n", r, c[DIM_PP], c[DIM_DP], c[DIM_TP],
+		       100.0 * busy_of(res, r),
+		       plan_time_text(t[1], 32, (int64_t)(res->busy_ns[r] / res->steps)),
+		       plan_mem_text(t[2], 32, res->peak_act[r]),
+		       plan_mem_text(t[3], 32, res->mem_peak[4 * r]));
 	}
 	if (res->saves)
-		printf("checkpoints: %d written to %s (latest step-%" PRId64 "), %.3f ms in all\n",
-		       res->saves, o->save, res->first_step + res->steps, res->save_ns / 1e6);
+		printf("checkpoints: %d written to %s (latest step-%" PRId64 "), %s in all\n",
+		       res->saves, o->save, res->first_step + res->steps,
+		       plan_time_text(t[0], 32, (int64_t)res->save_ns));
 	if (res->checked) {
 		char bound[256];
 		printf("check: loss max abs err %.3g rel %.3g; weights max abs err %.3g rel %.3g "
@@ -562,7 +575,8 @@ int piperun_drive(CliTool *t, PiperunArgs *a)
 	}
 	int64_t total = rt_world_local_ops(w);
 	char what[64];
-	snprintf(what, sizeof what, "running %d steps on %s, ops", a->o.steps, rt_world_backend(w));
+	snprintf(what, sizeof what, "running %d step%s on %s, ops", a->o.steps,
+	         a->o.steps == 1 ? "" : "s", rt_world_backend(w));
 	Live live = {.p = p, .w = w, .steps = a->o.steps, .first = ck ? rt_ckpt_step(ck) : 0};
 	step_work(p, &live.tok, &live.fl);
 	pr = a->progress ? cli_progress_lines(t, what) : cli_progress_start(t, what);

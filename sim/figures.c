@@ -54,16 +54,19 @@ void sim_figures(Sim *s)
 				                                       s->ch[i].bytes, s->ch[i].transfers};
 		qsort(res->links, (size_t)res->nlinks, sizeof *res->links, cmp_link);
 	}
-	/* dp groups first in coll, then the tp groups (their own list) */
-	int ndp = s->ncoll - s->ntpcoll;
-	res->collectives = sim_xcalloc(s, (size_t)ndp, sizeof *res->collectives);
-	res->tp = sim_xcalloc(s, (size_t)s->ntpcoll, sizeof *res->tp);
+	/* dp groups first in coll, then the tp groups (their own list), then the tied
+	 * table's pairs (with the dp groups: a gradient's all-reduce too) */
+	int ndp = s->ndpcoll, ntp = s->ntpcoll;
+	res->collectives = sim_xcalloc(s, (size_t)(s->ncoll - ntp), sizeof *res->collectives);
+	res->tp = sim_xcalloc(s, (size_t)ntp, sizeof *res->tp);
 	for (int i = 0; i < s->ncoll; i++) {
 		const Coll *c = &s->coll[i];
-		SimCollective x = {plan_world_rank(s->p, c->members[0]), c->world_n, c->total, c->count};
-		if (c->count > 0 && i < ndp && res->collectives)
+		int tp = i >= ndp && i < ndp + ntp;
+		SimCollective x = {plan_world_rank(s->p, c->members[0]), c->world_n, c->total, c->count,
+		                   i >= ndp + ntp ? plan_world_rank(s->p, c->members[1]) : -1};
+		if (c->count > 0 && !tp && res->collectives)
 			res->collectives[res->ncollectives++] = x;
-		else if (c->count > 0 && i >= ndp && res->tp)
+		else if (c->count > 0 && tp && res->tp)
 			res->tp[res->ntp++] = x;
 	}
 }

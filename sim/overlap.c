@@ -396,9 +396,11 @@ void sim_run_overlap(Sim *s)
 		unsigned a = (unsigned)s->work[--s->nwork];
 		int r = (int)(a >> 1);
 		s->rk[r].queued[a & 1] = 0;
+		int64_t pc0 = s->rk[r].pc; // the rank stream's: it walks every op
 		if (a & 1)
 			sim_run_compute(s, r);
 		else
 			sim_run_comm(s, r);
+		sim_count(s, r, pc0);
 	}
 }

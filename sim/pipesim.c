@@ -168,6 +168,11 @@ static int too_long(const CliTool *t, Plan *p, SimResult *res, PlanMem *mem)
 	return CLI_EXIT_FAIL;
 }
 
+static int64_t ops_simulated(void *arg)
+{
+	return __atomic_load_n((int64_t *)arg, __ATOMIC_RELAXED);
+}
+
 int pipesim_drive(CliTool *t, PipesimArgs *a)
 {
 	int rc = check_combinations(t, a);
@@ -188,6 +193,8 @@ int pipesim_drive(CliTool *t, PipesimArgs *a)
 	                                : uses_times ? SIM_RECORD_ALL
 	                                : report     ? SIM_RECORD_PATH
 	                                             : SIM_RECORD_NONE};
+	int64_t simulated = 0; // ops the run has finished, for the progress line
+	opt.progress = &simulated;
 
 	PlanError perr;
 	CliProgress *pr = cli_progress_start(t, "reading the plan");
@@ -233,9 +240,8 @@ int pipesim_drive(CliTool *t, PipesimArgs *a)
 		plan_free(p);
 		p = e;
 	}
-	char what[64];
-	snprintf(what, sizeof what, "simulating %lld ops", (long long)plan_total_ops(p));
-	cli_progress_phase(pr, what);
+	cli_progress_phase(pr, "simulating, ops");
+	cli_progress_count(pr, ops_simulated, &simulated, plan_total_ops(p));
 	/* The verifier's thread is free: it first pages in the per-op times the run will
 	 * write (par_prefault, which the run left for a thread done with its own work). */
 	if (ahead.task)

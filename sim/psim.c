@@ -347,7 +347,9 @@ static void *thread_main(void *arg)
 		int went = 0;
 		for (int j = 0; j < nlive; j++) {
 			int r = live[j];
+			int64_t pc0 = t->s.rk[r].pc;
 			went |= run_rank(t, r);
+			sim_count(&t->s, r, pc0);
 			if (t->s.rk[r].state == AG_DONE)
 				live[j--] = live[--nlive];
 		}

@@ -37,9 +37,22 @@ static void name_op(char *buf, size_t n, const Plan *p, const SimOpRef *x)
 		         text, x->op);
 }
 
-static void put_us(FILE *f, int64_t ns)
+/* A time as people read it (plan_time_text): "57.12 us". */
+static void put_time(FILE *f, int64_t ns)
 {
-	fprintf(f, "%" PRId64 ".%03" PRId64, ns / 1000, (ns < 0 ? -ns : ns) % 1000);
+	char t[32];
+	fputs(plan_time_text(t, sizeof t, ns), f);
+}
+
+/* One text row per rank, laid out by the caller; plan_rows_put says uniform runs once. */
+enum { ROW_CHARS = 200 };
+
+static int *world_ids(const Plan *p)
+{
+	int *id = malloc((size_t)p->world * sizeof *id);
+	for (int r = 0; id && r < p->world; r++)
+		id[r] = plan_world_rank(p, r);
+	return id;
 }
 
 double sim_busy(const SimResult *res, int r)
@@ -58,24 +71,154 @@ int sim_report_memory(FILE *f, const Plan *p, const PlanMem *mem)
 	PlanMem *own = mem ? NULL : plan_mem_all(p);
 	if (!mem && !(mem = own))
 		return -1;
-	char cap[32];
+	char *text = malloc((size_t)p->world * ROW_CHARS), t[8][32];
+	int *id = world_ids(p);
+	if (!text || !id) {
+		free(text), free(id), free(own);
+		return -1;
+	}
 	int master = plan_prec(p->prec)->master > 0; // bf16: the f32 master weights too
-	fprintf(f, "\nmemory (bytes; peak = params + grads + %soptim + saved + in flight)%s%s\n",
+	fprintf(f, "\nmemory (peak = params + grads + %soptim + saved + in flight)%s%s\n",
 	        master ? "master + " : "", p->mem_cap ? ", device holds " : "",
-	        p->mem_cap ? plan_mem_text(cap, sizeof cap, p->mem_cap) : "");
-	fprintf(f, " rank           peak         params          grads%s          optim          saved"
-	           "      in flight   at op\n", master ? "         master" : "");
+	        p->mem_cap ? plan_mem_text(t[0], 32, p->mem_cap) : "");
+	fprintf(f, " rank           peak    params     grads%s     optim     saved in flight   at op\n",
+	        master ? "    master" : "");
 	for (int r = 0; r < p->world; r++) {
 		const PlanMem m = mem[r];
-		fprintf(f, "%5d %14" PRId64 " %14" PRId64 " %14" PRId64, plan_world_rank(p, r), m.peak,
-		        m.params, m.grads);
+		char *row = text + (size_t)r * ROW_CHARS;
+		int k = snprintf(row, ROW_CHARS, " %9s %9s %9s", plan_mem_text(t[0], 32, m.peak),
+		                 plan_mem_text(t[1], 32, m.params), plan_mem_text(t[2], 32, m.grads));
 		if (master)
-			fprintf(f, " %14" PRId64, m.master);
-		fprintf(f, " %14" PRId64 " %14" PRId64 " %14" PRId64 " %7" PRId64 "%s\n", m.optim,
-		        m.saved, m.comm, m.peak_op,
-		        p->mem_cap && m.peak > p->mem_cap ? "  does not fit" : "");
+			k += snprintf(row + k, ROW_CHARS - (size_t)k, " %9s",
+			              plan_mem_text(t[3], 32, m.master));
+		snprintf(row + k, ROW_CHARS - (size_t)k, " %9s %9s %9s %7" PRId64 "%s",
+		         plan_mem_text(t[4], 32, m.optim), plan_mem_text(t[5], 32, m.saved),
+		         plan_mem_text(t[6], 32, m.comm), m.peak_op,
+		         p->mem_cap && m.peak > p->mem_cap ? "  does not fit" : "");
 	}
-	free(own);
+	plan_rows_put(f, " ", "", "", 9, id, text, ROW_CHARS, p->world);
+	free(text), free(id), free(own);
+	return 0;
+}
+
+/* Per rank: busy share, compute and idle time, peak activations, and the model state:
+ * parameters, gradients, master weights and optimizer state of the rank's stages, as
+ * the plan's per-rank figures give them (a tp rank's share; the rank's shard of the
+ * last two under a distributed optimizer).  Uniform ranks share a row. */
+static int report_ranks(FILE *f, const Plan *p, const SimResult *res)
+{
+	char *text = malloc((size_t)res->world * ROW_CHARS), t[4][32];
+	int *id = world_ids(p);
+	if (!text || !id) {
+		free(text), free(id);
+		return -1;
+	}
+	fprintf(f, "\n rank       busy %%    compute       idle   peak act  peak act units  model state\n");
+	for (int r = 0; r < res->world; r++) {
+		const SimRankResult *rr = &res->ranks[r];
+		int64_t model = 0;
+		for (int s = 0; s < p->nstages; s++)
+			if (p->stages[s].pp == p->ranks[r].coord[DIM_PP])
+				model += plan_stage_state_bytes(p, s);
+		snprintf(text + (size_t)r * ROW_CHARS, ROW_CHARS,
+		         " %7.2f %10s %10s %10s %15" PRId64 " %12s", 100.0 * sim_busy(res, r),
+		         plan_time_text(t[0], 32, rr->busy), plan_time_text(t[1], 32, rr->idle),
+		         plan_mem_text(t[2], 32, rr->peak_act_bytes), rr->peak_act_units,
+		         plan_mem_text(t[3], 32, model));
+	}
+	plan_rows_put(f, " ", "", "", 9, id, text, ROW_CHARS, res->world);
+	free(text), free(id);
+	return 0;
+}
+
+/* Links in the order that makes uniform ones neighbours: by direction (dst - src),
+ * then src. */
+static int cmp_link_run(const void *x, const void *y)
+{
+	const SimLink *a = x, *b = y;
+	int da = a->dst - a->src, db = b->dst - b->src;
+	if (da != db)
+		return da < db ? -1 : 1;
+	return a->src < b->src ? -1 : a->src > b->src;
+}
+
+/* Whether link b carries what link a does, one rank further along. */
+static int link_follows(const SimLink *a, const SimLink *b)
+{
+	return b->src == a->src + 1 && b->dst == a->dst + 1 && b->bytes == a->bytes &&
+	       b->transfers == a->transfers;
+}
+
+/* "0 -> 1: 1.05 MB in 8 transfers"; a run of links alike, one rank apart, once:
+ * "0 -> 1 .. 126 -> 127 (127 links, each): ...". */
+static int report_links(FILE *f, const Plan *p, const SimResult *res)
+{
+	if (!res->nlinks)
+		return 0;
+	SimLink *ls = malloc((size_t)res->nlinks * sizeof *ls);
+	if (!ls) // out of memory: no report rather than another one
+		return -1;
+	memcpy(ls, res->links, (size_t)res->nlinks * sizeof *ls);
+	qsort(ls, (size_t)res->nlinks, sizeof *ls, cmp_link_run);
+	fprintf(f, "\nlinks (p2p)\n");
+	for (int i = 0, k; i < res->nlinks; i += k) {
+		char b[32];
+		for (k = 1; i + k < res->nlinks && link_follows(&ls[i + k - 1], &ls[i + k]); k++)
+			;
+		fprintf(f, "  %d -> %d", plan_world_rank(p, ls[i].src), plan_world_rank(p, ls[i].dst));
+		if (k > 1)
+			fprintf(f, " .. %d -> %d (%d links, each)", plan_world_rank(p, ls[i + k - 1].src),
+			        plan_world_rank(p, ls[i + k - 1].dst), k);
+		fprintf(f, ": %s in %" PRId64 " transfer%s\n", plan_mem_text(b, sizeof b, ls[i].bytes),
+		        ls[i].transfers, ls[i].transfers == 1 ? "" : "s");
+	}
+	free(ls);
+	return 0;
+}
+
+/* Groups' traffic: "group of rank 0 (8 ranks): 4.2 MB in 1 all-reduce", groups alike
+ * once ("groups of ranks 0-14 by 2 (2 ranks): ..."), and a tied table's pair by
+ * name (summed by TIEREDUCE, an all-reduce whatever the optimizer). */
+static int put_colls(FILE *f, const SimCollective *c, int n, const char *one, const char *many)
+{
+	char *text = calloc((size_t)(n > 0 ? n : 1), ROW_CHARS), b[32];
+	int *id = calloc((size_t)(n > 0 ? n : 1), sizeof *id), ng = 0;
+	if (!text || !id) {
+		free(text), free(id);
+		return -1;
+	}
+	for (int i = 0; i < n; i++)
+		if (c[i].tie_head < 0) {
+			id[ng] = c[i].first_rank;
+			snprintf(text + (size_t)ng++ * ROW_CHARS, ROW_CHARS,
+			         " (%d ranks): %s in %" PRId64 " %s", c[i].members,
+			         plan_mem_text(b, sizeof b, c[i].bytes), c[i].count,
+			         c[i].count == 1 ? one : many);
+		}
+	plan_rows_put(f, "  ", "group of rank", "groups of ranks", 0, id, text, ROW_CHARS, ng);
+	for (int i = 0; i < n; i++)
+		if (c[i].tie_head >= 0)
+			fprintf(f, "  tied table's copies (embedding on rank %d, head on rank %d): %s in %" PRId64
+			           " all-reduce%s\n", c[i].first_rank, c[i].tie_head,
+			        plan_mem_text(b, sizeof b, c[i].bytes), c[i].count, c[i].count == 1 ? "" : "s");
+	free(text), free(id);
+	return 0;
+}
+
+static int report_colls(FILE *f, const Plan *p, const SimResult *res)
+{
+	int dist = p->optim.distributed; // a reduce-scatter and an all-gather a stage
+	if (res->ncollectives) {
+		fprintf(f, "\n%s (per dp group, and per pair holding a tied table's copies)\n",
+		        dist ? "reduce-scatter and all-gather" : "all-reduce");
+		if (put_colls(f, res->collectives, res->ncollectives, dist ? "collective" : "all-reduce",
+		              dist ? "collectives" : "all-reduces"))
+			return -1;
+	}
+	if (res->ntp) {
+		fprintf(f, "\ntp all-reduce (per tp group, inside each stage)\n");
+		return put_colls(f, res->tp, res->ntp, "all-reduce", "all-reduces");
+	}
 	return 0;
 }
 
@@ -84,13 +227,13 @@ int sim_report_summary(FILE *f, const Plan *p, const SimResult *res, const PlanM
 	const char *tuned = !p->tuned_overlap           ? ""
 	                    : res->model == SIM_OVERLAP ? " (the plan's tuning)"
 	                                                : " (the plan is tuned for overlap)";
-	fprintf(f, "%s: %s schedule, mesh pp=%d dp=%d tp=%d%s, %d microbatches, %s model%s, %s "
+	fprintf(f, "%s: %s schedule, mesh pp=%d dp=%d tp=%d%s, %d microbatch%s, %s model%s, %s "
 	        "sends\n", p->name ? p->name : "plan", p->schedule ? p->schedule : "?",
 	        p->dims[DIM_PP], p->dims[DIM_DP], p->dims[DIM_TP], p->sp ? " sp" : "",
-	        p->microbatches, sim_model_names[res->model], tuned,
+	        p->microbatches, p->microbatches == 1 ? "" : "es", sim_model_names[res->model], tuned,
 	        res->eager ? "eager" : "rendezvous");
-	if (p->line) { // one line ran for all of them (docs/pipesim.md "Line plans")
-		int lines = plan_mesh_world(p) / p->world;
+	int lines = plan_mesh_world(p) / p->world;
+	if (p->line && lines > 1) { // one line ran for all of them (docs/pipesim.md "Line plans")
 		fprintf(f, "ok: %d ranks ran %" PRId64 " ops to the end (%d lines, each as the one "
 		           "simulated; ranks below are line 0's)\n",
 		        plan_mesh_world(p), res->ops * lines, lines);
@@ -98,65 +241,23 @@ int sim_report_summary(FILE *f, const Plan *p, const SimResult *res, const PlanM
 		fprintf(f, "ok: %d ranks ran %" PRId64 " ops to the end\n", res->world, res->ops);
 	}
 	fprintf(f, "makespan   ");
-	put_us(f, res->makespan);
-	fprintf(f, " us\nbubble     %.2f %%\nbusy       %.2f %% (mean over ranks)\n",
+	put_time(f, res->makespan);
+	fprintf(f, "\nbubble     %.2f %%\nbusy       %.2f %% (mean over ranks)\n",
 	        100.0 * res->bubble, 100.0 * sim_busy(res, -1));
-	/* model state: parameters, gradients, master weights and optimizer state of the
-	 * rank's stages, as the plan's per-rank figures give them (a tp rank's share; the
-	 * rank's shard of the last two under a distributed optimizer) */
-	fprintf(f, "\n rank   busy %%   compute us      idle us   peak act bytes  peak act units"
-	           "  model state bytes\n");
-	for (int r = 0; r < res->world; r++) {
-		const SimRankResult *rr = &res->ranks[r];
-		int64_t model = 0;
-		for (int s = 0; s < p->nstages; s++)
-			if (p->stages[s].pp == p->ranks[r].coord[DIM_PP])
-				model += plan_stage_state_bytes(p, s);
-		char busy[32], idle[32];
-		snprintf(busy, sizeof busy, "%" PRId64 ".%03d", rr->busy / 1000, (int)(rr->busy % 1000));
-		snprintf(idle, sizeof idle, "%" PRId64 ".%03d", rr->idle / 1000, (int)(rr->idle % 1000));
-		fprintf(f, "%5d %7.2f %12s %12s %16" PRId64 " %15" PRId64 " %18" PRId64 "\n",
-		        plan_world_rank(p, r),
-		        100.0 * sim_busy(res, r), busy, idle, rr->peak_act_bytes, rr->peak_act_units,
-		        model);
-	}
-	if (sim_report_memory(f, p, mem))
+	if (report_ranks(f, p, res) || sim_report_memory(f, p, mem))
 		return -1;
-	if (res->nlinks) {
-		fprintf(f, "\nlinks (p2p)\n");
-		for (int i = 0; i < res->nlinks; i++)
-			fprintf(f, "  %d -> %d: %" PRId64 " bytes in %" PRId64 " transfers\n",
-			        plan_world_rank(p, res->links[i].src), plan_world_rank(p, res->links[i].dst),
-			        res->links[i].bytes,
-			        res->links[i].transfers);
-	}
-	if (res->ncollectives) {
-		int dist = p->optim.distributed; // a reduce-scatter and an all-gather a stage
-		fprintf(f, "\n%s (per dp group, and per pair holding a tied table's copies)\n",
-		        dist ? "reduce-scatter and all-gather" : "all-reduce");
-		for (int i = 0; i < res->ncollectives; i++)
-			fprintf(f, "  group of rank %d (%d ranks): %" PRId64 " bytes in %" PRId64 " %s\n",
-			        res->collectives[i].first_rank, res->collectives[i].members,
-			        res->collectives[i].bytes, res->collectives[i].count,
-			        dist ? "collectives" : "all-reduces");
-	}
-	if (res->ntp) {
-		fprintf(f, "\ntp all-reduce (per tp group, inside each stage)\n");
-		for (int i = 0; i < res->ntp; i++)
-			fprintf(f, "  group of rank %d (%d ranks): %" PRId64 " bytes in %" PRId64
-			           " all-reduces\n",
-			        res->tp[i].first_rank, res->tp[i].members, res->tp[i].bytes,
-			        res->tp[i].count);
-	}
+	if (report_links(f, p, res) || report_colls(f, p, res))
+		return -1;
 	if (res->npath) {
 		int64_t comp = 0; // saturating, as the run's times are
 		for (int64_t i = 0; i < res->npath; i++)
 			comp = sat_add(comp, res->path[i].compute);
-		fprintf(f, "\ncritical path: %" PRId64 " stretches, ", res->npath);
-		put_us(f, comp);
-		fprintf(f, " us of compute, ");
-		put_us(f, res->makespan > comp ? res->makespan - comp : 0);
-		fprintf(f, " us of communication and waiting\n");
+		fprintf(f, "\ncritical path: %" PRId64 " stretch%s, ", res->npath,
+		        res->npath == 1 ? "" : "es");
+		put_time(f, comp);
+		fprintf(f, " of compute, ");
+		put_time(f, res->makespan > comp ? res->makespan - comp : 0);
+		fprintf(f, " of communication and waiting\n");
 		int64_t shown = res->npath <= 12 ? res->npath : 10;
 		for (int64_t i = 0; i < shown; i++) {
 			const SimPathStep *st = &res->path[i];
@@ -164,10 +265,10 @@ int sim_report_summary(FILE *f, const Plan *p, const SimResult *res, const PlanM
 			name_op(a, sizeof a, p, &(SimOpRef){st->rank, st->first_op, SIM_STREAM_RANK});
 			name_op(b, sizeof b, p, &(SimOpRef){st->rank, st->last_op, SIM_STREAM_RANK});
 			fprintf(f, "  ");
-			put_us(f, st->start);
+			put_time(f, st->start);
 			fprintf(f, " .. ");
-			put_us(f, st->end);
-			fprintf(f, " us  %s", a);
+			put_time(f, st->end);
+			fprintf(f, "  %s", a);
 			if (st->last_op != st->first_op)
 				fprintf(f, " .. %s", strchr(b, ' ') ? strchr(strchr(b, ' ') + 1, ' ') + 1 : b);
 			fprintf(f, "\n");
@@ -334,10 +435,10 @@ int sim_report_grid(FILE *f, const Plan *p, const SimResult *res, int max_cols)
 	if (ncols < 1)
 		ncols = 1;
 	fprintf(f, "grid: 1 column = ");
-	put_us(f, q);
-	fprintf(f, " us, %d columns; F forward, B backward (B or BW), W weight gradient, "
+	put_time(f, q);
+	fprintf(f, ", %d column%s; F forward, B backward (B or BW), W weight gradient, "
 	           "O optimizer, +N N ops in one column, . idle or communicating\n",
-	        ncols);
+	        ncols, ncols == 1 ? "" : "s");
 	grid_rows(f, p, res, 0, q, ncols, NULL);
 	return ferror(f) ? -1 : 0;
 }
@@ -422,12 +523,12 @@ int sim_report_failure(FILE *f, const Plan *p, const SimResult *res, const char 
 			}
 		}
 		fprintf(f, "last steps before the stall (1 column = ");
-		put_us(f, q);
-		fprintf(f, " us, ");
-		put_us(f, t0);
+		put_time(f, q);
+		fprintf(f, ", ");
+		put_time(f, t0);
 		fprintf(f, " .. ");
-		put_us(f, res->stall_time);
-		fprintf(f, " us):\n");
+		put_time(f, res->stall_time);
+		fprintf(f, "):\n");
 		grid_rows(f, p, res, t0, q, ncols, (const char *const *)suffix);
 		if (suffix)
 			for (int r = 0; r < p->world; r++)

@@ -258,7 +258,7 @@ int sim_setup(Sim *s)
 		return -1;
 	if (add_groups(s, DIM_DP, s->collof[OP_OVER_DP]))
 		return -1;
-	int ndp = s->ncoll;
+	int ndp = s->ndpcoll = s->ncoll;
 	if (s->tp > 1 && add_groups(s, DIM_TP, s->collof[OP_OVER_TP]))
 		return -1;
 	s->ntpcoll = s->ncoll - ndp;

@@ -330,7 +330,9 @@ int sim_run(const Plan *p, const SimOptions *opt, SimResult *res)
 		unsigned a = (unsigned)s.work[--s.nwork];
 		int r = (int)(a >> 1);
 		s.rk[r].queued[a & 1] = 0;
+		int64_t pc0 = s.rk[r].pc;
 		run_strict(&s, r);
+		sim_count(&s, r, pc0);
 	}
 	if (s.oom || sim_stopped(&s)) {
 		if (!s.oom)

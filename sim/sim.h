@@ -83,6 +83,9 @@ typedef struct {
 	 * (dp = tp = 1, no table tied across ranks) and is not eager, and without
 	 * SIM_RECORD_ALL; any other run, and one the threads find stuck, runs on one. */
 	int threads;
+	/* Not NULL: the run adds the ops it has finished to *progress as it goes (relaxed
+	 * atomics; pipesim's progress line reads it from its own thread). */
+	int64_t *progress;
 } SimOptions;
 
 /* Times of one op.  Compute ops: when they ran.  Comm ops: start is when their group
@@ -133,11 +136,14 @@ typedef struct {
 	int64_t transfers;
 } SimLink;
 
-/* All-reduce traffic of one dp group, named by its first member. */
+/* All-reduce traffic of one dp group (or tp group, or pair holding a tied table's two
+ * copies), named by its first member. */
 typedef struct {
 	int first_rank, members;
 	int64_t bytes;          // sum of the all-reduced sizes
 	int64_t count;          // all-reduces done
+	int tie_head;           // a tied table's pair: the head's rank (first_rank the
+	                        // embedding's); else -1
 } SimCollective;
 
 /* One op of a rank (or of one of its streams). */

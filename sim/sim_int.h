@@ -188,7 +188,8 @@ typedef struct {
 	RouteChan *routechan; // route * 2 + (1 receiving): the chan its rank found
 	Coll *coll;          // the dp groups, the tp groups, the pairs of a table tied across ranks
 	int ncoll;
-	int ntpcoll;         // the tp groups follow the dp groups in coll
+	int ndpcoll;         // coll holds the dp groups first,
+	int ntpcoll;         // then the tp groups, then the tied table's pairs
 	/* By what a collective communicates over (its kind's OpInfo.over: dp, tp, tie):
 	 * rank -> its group in coll (a tied pair's: -1 when it holds no tied table). */
 	int *collof[OP_OVER_COUNT];
@@ -225,6 +226,13 @@ typedef struct {
 static inline int sim_stopped(const Sim *s)
 {
 	return s->opt.stop && __atomic_load_n(s->opt.stop, __ATOMIC_RELAXED);
+}
+
+/* Rank r's stream went from op pc0 to its pc now: count the ops (SimOptions.progress). */
+static inline void sim_count(const Sim *s, int r, int64_t pc0)
+{
+	if (s->opt.progress && s->rk[r].pc > pc0)
+		__atomic_fetch_add(s->opt.progress, s->rk[r].pc - pc0, __ATOMIC_RELAXED);
 }
 
 static inline int64_t max64(int64_t a, int64_t b)

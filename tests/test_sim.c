@@ -158,14 +158,14 @@ static void sim__saturated_times__report_sums_saturate(void **state)
 	fclose(f);
 	const char *cp = strstr(buf, "critical path:");
 	assert_non_null(cp);
-	assert_non_null(strstr(cp, "9223372036854775.807 us of compute, 0.000 us of communication"));
+	assert_non_null(strstr(cp, "9223372037 s of compute, 0 ns of communication"));
 	free(buf);
 	/* The grid's columns up to INT64_MAX, one per cost (the costs' gcd) and a last short
 	 * one: INT64_MAX = 4 (INT64_MAX / 4) + 3. */
 	f = open_memstream(&buf, &len);
 	assert_int_equal(sim_report_grid(f, p, &res, 60), 0);
 	fclose(f);
-	assert_non_null(strstr(buf, "us, 5 columns;"));
+	assert_non_null(strstr(buf, " s, 5 columns;"));
 	assert_null(strstr(buf, "-"));
 	free(buf);
 	sim_result_free(&res);
@@ -590,6 +590,30 @@ static void sim__stop_flag__set_stops_clear_changes_nothing(void **state)
 	plan_free(p);
 }
 
+/* SimOptions.progress ends at the plan's op count, in both models and on threads (the
+ * progress line's done/total). */
+static void sim__progress__counts_every_op(void **state)
+{
+	(void)state;
+	const char *plans[] = {"tests/plans/good/dp2x2.plan", "tests/plans/good/tiny2.plan"};
+	for (size_t k = 0; k < sizeof plans / sizeof *plans; k++) {
+		Plan *p = read_good(plans[k]);
+		for (int model = 0; model < SIM_MODEL_COUNT; model++)
+			for (int threads = 1; threads <= 4; threads += 3) {
+				int64_t done = 0;
+				SimOptions o = {.model = model, .verified = 1, .threads = threads,
+				                .progress = &done};
+				SimResult res;
+				assert_int_equal(sim_run(p, &o, &res), 0);
+				if (done != plan_total_ops(p))
+					fail_msg("%s model %d threads %d: %lld of %lld ops", plans[k], model,
+					         threads, (long long)done, (long long)plan_total_ops(p));
+				sim_result_free(&res);
+			}
+		plan_free(p);
+	}
+}
+
 /* ---- reports ---- */
 
 static char *capture(int which, const Plan *p, const SimResult *res)
@@ -699,9 +723,9 @@ static void sim__reports__json_trace_svg_grid(void **state)
 	assert_contains(g, "rank 1 | .  F0 B0 B0 F1 B1 B1 .  .  |");
 	free(g);
 	char *sum = capture(3, p, &res);
-	assert_contains(sum, "makespan   9.000 us");
+	assert_contains(sum, "makespan   9 us");
 	assert_contains(sum, "busy       66.67 % (mean over ranks)");
-	assert_contains(sum, "    0   66.67        6.000        3.000");
+	assert_contains(sum, " 0           66.67       6 us       3 us");
 	assert_contains(sum, "critical path");
 	free(sum);
 	sim_result_free(&res);
@@ -1043,6 +1067,7 @@ int main(void)
 	    cmocka_unit_test(sim__unverified_mismatch__run_names_both_ops),
 	    cmocka_unit_test(sim__good_plans__run_in_both_models),
 	    cmocka_unit_test(sim__stop_flag__set_stops_clear_changes_nothing),
+	    cmocka_unit_test(sim__progress__counts_every_op),
 	    cmocka_unit_test(sim__reports__json_trace_svg_grid),
 	    cmocka_unit_test(sim__svg_comm_dominated__every_box_labelled),
 	    cmocka_unit_test(sim__svg_stall_at_zero__axis_0_to_1_us),

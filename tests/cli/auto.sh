@@ -91,7 +91,7 @@ t "deterministic" 0 cmp "$dir/d1.plan" "$dir/d2.plan"
 has "the plan names what was chosen" "$dir/d1.plan" "^schedule auto/"
 t "pipesim runs it (strict)" 0 "$BIN/pipesim" "$dir/d1.plan"
 t "--explain" 0 "$BIN/pipecc" --explain "$dir/d.pipe" -o /dev/null
-has "--explain: the table" "$dir/err" "candidate .*place .*chunks .*recompute .*step us .*bubble .*peak .*fits"
+has "--explain: the table" "$dir/err" "candidate .*place .*chunks .*recompute .*step .*bubble .*peak .*fits"
 has "--explain: a registry row" "$dir/err" "^  zbh1 "
 has "--explain: a list-scheduler row" "$dir/err" "^  list/"
 has "--explain: why the winner won" "$dir/err" "^chosen: .* the lowest of the confirmed candidates that fit"

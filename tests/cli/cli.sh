@@ -5,7 +5,8 @@
 # output option writes standard output with '-', outputs are checked before the work,
 # failed writes say why and leave no file, the progress line shows only on a terminal,
 # every --help option is in the man page, man pages render without warnings, and
-# `make install` / `make uninstall` put and remove exactly 3 tools and 5 man pages.
+# `make install` / `make uninstall` put and remove exactly 3 tools and 5 man pages (and
+# the record of the folders install made, which uninstall removes once empty, no other).
 : "${BIN:=bin}"
 TOOL=cli
 . tests/lib/cli.sh
@@ -168,13 +169,23 @@ t "make install" 0 make -s --no-print-directory $san install DESTDIR="$root" PRE
 found=$(cd "$root" && find . -type f | sort | tr '\n' ' ')
 want="./usr/bin/pipecc ./usr/bin/piperun ./usr/bin/pipesim ./usr/share/man/man1/pipecc.1 \
 ./usr/share/man/man1/piperun.1 ./usr/share/man/man1/pipesim.1 ./usr/share/man/man5/pipe.5 \
-./usr/share/man/man5/pipecc-plan.5 "
+./usr/share/man/man5/pipecc-plan.5 ./usr/share/pipecc/installed-folders "
 [ "$found" = "$want" ]
-check "installs exactly 3 tools and 5 man pages" $? "found: $found"
+check "installs exactly 3 tools, 5 man pages and the folders' record" $? "found: $found"
 "$root/usr/bin/pipesim" --version >"$dir/out" 2>&1
 has "the installed pipesim runs" "$dir/out" "pipesim $version"
 t "make uninstall" 0 make -s --no-print-directory $san uninstall DESTDIR="$root" PREFIX=/usr
 [ -z "$(cd "$root" && find . -type f)" ]
 check "uninstall leaves no file" $? "$(cd "$root" && find . -type f)"
+[ -z "$(cd "$root" && find . -mindepth 1)" ]
+check "... and no folder it made" $? "$(cd "$root" && find . -mindepth 1)"
+# folders there before install stay, empty or not
+mkdir -p "$root/usr/bin" "$root/usr/share/man/man1"
+t "make install over folders that exist" 0 make -s --no-print-directory $san install \
+	DESTDIR="$root" PREFIX=/usr
+t "make uninstall again" 0 make -s --no-print-directory $san uninstall DESTDIR="$root" PREFIX=/usr
+left=$(cd "$root" && find . -mindepth 1 | sort | tr '\n' ' ')
+[ "$left" = "./usr ./usr/bin ./usr/share ./usr/share/man ./usr/share/man/man1 " ]
+check "... keeps those, removes man5 and share/pipecc" $? "left: $left"
 
 [ "$fails" -eq 0 ]

@@ -56,9 +56,11 @@ check "... once" "$(grep -c 'too large to count' "$dir/err" | grep -qx 1; echo $
 two 1048576x1048576 'linear 1048576;' 'linear 1048576; loss mse;' 32768 \
 	'cost * f=1 b=1 w=1; link ideal;' | sed 's/1f1b/gpipe/' >"$dir/big.pipe"
 t "a program of 2^58 saved bytes compiles" 0 "$BIN/pipecc" "$dir/big.pipe" -o "$dir/big.plan"
-t "... and pipesim counts its memory" 0 "$BIN/pipesim" "$dir/big.plan"
+t "... and pipesim counts its memory" 0 "$BIN/pipesim" --json "$dir/big.plan"
 has "... exactly" "$dir/out" \
-	"^    1 288239172253122560  4398050705408  4398050705408              0 288230376151711744              0 "
+	'{"rank": 1, .*"peak_total_bytes": 288239172253122560, "param_bytes": 4398050705408, "grad_bytes": 4398050705408, "optim_state_bytes": 0, "saved_bytes_at_peak": 288230376151711744, "inflight_bytes_at_peak": 0,'
+t "... and its text report in scaled units" 0 "$BIN/pipesim" "$dir/big.plan"
+has "... rank 1's peak 288 PB" "$dir/out" "^ 1  *288 PB  *4\.4 TB  *4\.4 TB "
 
 # The plan reader: a version-1 plan (no checksum) from tests/plans with one figure
 # raised.  Stage 0's parameters at 2^58, the fewest whose 16 bytes each reach 2^62;

@@ -36,7 +36,7 @@ last=$(sed -n 's/^step 8: loss \([0-9.]*\).*/\1/p' "$dir/out")
 check "the loss falls (step 1 $first, step 8 $last)" \
 	"$(awk -v a="$first" -v b="$last" 'BEGIN { print (b < a - 0.5) ? 0 : 1 }')" "$first -> $last"
 has "steps print tokens/s and TFLOP/s" "$dir/out" \
-	"^step 8: loss [0-9.]* time [0-9.]* ms, [0-9]* tokens/s, [0-9.e+-]* TFLOP/s$"
+	"^step 8: loss [0-9.]* time [0-9.]* [mun]*s, [0-9]* tokens/s, [0-9.e+-]* TFLOP/s$"
 
 # two meshes, one data set: the step-1 loss is the same number to the last digit (the
 # same stage code on the same sequences from the same weights; the step's loss is the

@@ -25,11 +25,13 @@ same() {
 		why="$why; the ok lines differ"
 	[ "$(grep -o 'error: deadlock: .*' "$dir/ae")" = "$(grep -o 'error: deadlock: .*' "$dir/be")" ] ||
 		why="$why; the deadlock verdicts differ"
-	# every rank row of the line (busy, memory) is the expanded run's row of that rank
-	awk '/^ rank/{t=1; next} /^$/{t=0} t' "$dir/a" >"$dir/rows"
+	# every rank row of the line (busy, memory) has the figures of an expanded run's row
+	# (the label, ranks of a run alike said once, is the first 10 columns)
+	awk '/^ rank/{t=1; next} /^$/{t=0} t' "$dir/a" | cut -c11- >"$dir/rows"
+	cut -c11- "$dir/b" >"$dir/bfig"
 	[ "$ra" != 0 ] || [ -s "$dir/rows" ] || why="$why; no rank rows"
 	while IFS= read -r row; do
-		grep -qxF -- "$row" "$dir/b" || why="$why; row '$row' not in --expand's"
+		grep -qxF -- "$row" "$dir/bfig" || why="$why; row '$row' not in --expand's"
 	done <"$dir/rows"
 	check "$name" "$([ -z "$why" ]; echo $?)" "$why"
 }

@@ -97,7 +97,7 @@ printf 'recompute *;\n' | cat tests/golden/memory/preset.pipe - >"$dir/fits.pipe
 t "recompute makes it fit" 0 "$BIN/pipecc" "$dir/fits.pipe" -o "$dir/fits.plan"
 has "the plan carries the capacity" "$dir/fits.plan" "^memory cap=80000000000$"
 t "summary" 0 "$BIN/pipecc" "$dir/fits.pipe" --emit summary
-has "summary: rank 0 against the device" "$dir/out" "^  rank 0: peak .* % of the device)$"
+has "summary: rank 0 against the device" "$dir/out" "^  ranks* 0[-0-9]*: peak .* % of the device)$"
 "$BIN/pipesim" --json "$dir/fits.plan" >"$dir/sim.json"
 has "pipesim: the capacity" "$dir/sim.json" '"memory_cap_bytes": 80000000000'
 has "pipesim: it fits" "$dir/sim.json" '"fits": true'

@@ -47,7 +47,7 @@ printf 'optimizer adamw lr=2e-3 beta1=0.8 beta2=0.99 eps=1e-7 weight_decay=0.05;
 "$BIN/pipecc" "$dir/adam.pipe" -o "$dir/adam.plan"
 t "the plan's adamw runs" 0 "$BIN/piperun" "$dir/adam.plan" --steps 3 --check
 has "with the plan's settings" "$dir/out" \
-	"^optimizer adamw lr=0.002 beta1=0.8 beta2=0.99 eps=1e-07 weight_decay=0.05, state 1152 bytes"
+	"^optimizer adamw lr=0.002 beta1=0.8 beta2=0.99 eps=1e-07 weight_decay=0.05, state 1.15 kB"
 has "and --check passes" "$dir/out" "^check: .*: ok"
 t "--lr and --beta2 replace the plan's" 0 "$BIN/piperun" "$dir/adam.plan" --steps 1 --lr 0.01 \
 	--beta2 0.9
@@ -55,12 +55,12 @@ has "only those fields" "$dir/out" \
 	"^optimizer adamw lr=0.01 beta1=0.8 beta2=0.9 eps=1e-07 weight_decay=0.05,"
 t "--optimizer sgd replaces the plan's kind" 0 "$BIN/piperun" "$dir/adam.plan" --steps 1 \
 	--optimizer sgd
-has "sgd at its default lr, no state" "$dir/out" "^optimizer sgd lr=0.5, state 0 bytes"
+has "sgd at its default lr, no state" "$dir/out" "^optimizer sgd lr=0.5, state 0 B"
 
 # ---- SGD: by default, by name, unchanged ----
 "$BIN/pipecc" examples/tiny.pipe -o "$dir/tiny.plan"
 t "default run" 0 "$BIN/piperun" "$dir/tiny.plan" --steps 4 --check
-has "the default is sgd at 0.5" "$dir/out" "^optimizer sgd lr=0.5, state 0 bytes"
+has "the default is sgd at 0.5" "$dir/out" "^optimizer sgd lr=0.5, state 0 B"
 grep '^step' "$dir/out" | sed 's/ time.*//' >"$dir/default"
 t "--optimizer sgd --lr 0.5" 0 "$BIN/piperun" "$dir/tiny.plan" --steps 4 --optimizer sgd --lr 0.5
 grep '^step' "$dir/out" | sed 's/ time.*//' >"$dir/named"
@@ -120,7 +120,7 @@ pb=$(grep -o '"param_bytes": [0-9]*' "$dir/out" | head -1 | sed 's/.*: //')
 has "momentum keeps one f32 per parameter" "$dir/out" "\"optim_state_bytes\": $pb"
 t "--optimizer momentum --momentum 0.5 over sgd" 0 "$BIN/piperun" "$dir/tiny.plan" --steps 2 \
 	--optimizer momentum --momentum 0.5 --check
-has "momentum at the language's lr" "$dir/out" "^optimizer momentum lr=0.001 momentum=0.5, state 576 bytes"
+has "momentum at the language's lr" "$dir/out" "^optimizer momentum lr=0.001 momentum=0.5, state 576 B"
 t "--momentum for an sgd plan" 1 "$BIN/piperun" "$dir/tiny.plan" --momentum 0.5 --steps 1
 has "says momentum is momentum's" "$dir/err" \
 	"error: momentum is a momentum setting and the optimizer is sgd"

@@ -13,15 +13,15 @@ ex=examples/llama3-8b-auto.pipe
 
 t "the example compiles with --explain" 0 "$BIN/pipecc" "$ex" --explain -o "$dir/auto.plan"
 has "--explain says how it cut" "$dir/err" "^model: 68 layers cut into 8 stages (1 per rank)"
-has "--explain: s0 takes the embedding and 4 layers" "$dir/err" "^  s0 *0\.\.8 *58\.9 ms"
-has "--explain: s7 the norm, head and loss" "$dir/err" "^  s7 *60\.\.67 *64\.3 ms"
-has "--explain: the slowest stage" "$dir/err" "^  slowest stage 67\.7 ms$"
+has "--explain: s0 takes the embedding and 4 layers" "$dir/err" "^  s0 *0\.\.8 *58\.92 ms"
+has "--explain: s7 the norm, head and loss" "$dir/err" "^  s7 *60\.\.67 *64\.32 ms"
+has "--explain: the slowest stage" "$dir/err" "^  slowest stage 67\.68 ms$"
 has "--explain: the best uniform split beside it" "$dir/err" "^best uniform split (equal layer counts):"
 has "--explain: then two stages a rank" "$dir/err" "^model: 68 layers cut into 16 stages (2 per rank)"
-has "--explain: their slowest stage" "$dir/err" "^  slowest stage 38\.2 ms$"
-has "--explain: which wins" "$dir/err" "^two stages a rank win: 2285064\.643 us against 2340800\.579 us$"
-t "pipesim runs the cut plan" 0 "$BIN/pipesim" --model overlap "$dir/auto.plan"
-has "the example's stated step" "$dir/out" "^makespan   2285064\.643 us$"
+has "--explain: their slowest stage" "$dir/err" "^  slowest stage 38\.22 ms$"
+has "--explain: which wins" "$dir/err" "^two stages a rank win: 2\.285 s against 2\.341 s$"
+t "pipesim runs the cut plan" 0 "$BIN/pipesim" --model overlap --json "$dir/auto.plan"
+has "the example's stated step" "$dir/out" '"makespan": 2285064\.643,$'
 
 # the same model by hand: 4 layers a stage
 sed -e '/^model/d' -e '/^stages/d' "$ex" >"$dir/hand.pipe"
@@ -37,9 +37,9 @@ t "the hand-written split compiles" 0 "$BIN/pipecc" "$dir/hand.pipe" -o "$dir/ha
 check "no warning without --emit summary" "$([ ! -s "$dir/err" ]; echo $?)" "$(head -2 "$dir/err")"
 t "--emit summary on it" 0 "$BIN/pipecc" "$dir/hand.pipe" --emit summary
 has "--emit summary warns at the slowest stage" "$dir/err" \
-	"hand.pipe:.*: warning: stage 's7' is the slowest: its F+B+W takes 85 ms, 37% above the mean stage's 62.2 ms"
-t "pipesim runs the hand-written plan" 0 "$BIN/pipesim" --model overlap "$dir/hand.plan"
-has "the example's stated step by hand" "$dir/out" "^makespan   2949808\.727 us$"
+	"hand.pipe:.*: warning: stage 's7' is the slowest: its F+B+W takes 85.03 ms, 37% above the mean stage's 62.19 ms"
+t "pipesim runs the hand-written plan" 0 "$BIN/pipesim" --model overlap --json "$dir/hand.plan"
+has "the example's stated step by hand" "$dir/out" '"makespan": 2949808\.727,$'
 t "--emit summary on the cut plan" 0 "$BIN/pipecc" "$ex" --emit summary
 check "no balance warning on pipecc's own cut" "$(grep -c 'is the slowest' "$dir/err")" "warned"
 
@@ -48,7 +48,7 @@ check "no balance warning on pipecc's own cut" "$(grep -c 'is the slowest' "$dir
 t "--emit summary on a balanced split" 0 "$BIN/pipecc" examples/tiny.pipe --emit summary
 check "no warning on tiny" "$(grep -c warning "$dir/err")" "warned"
 t "--emit summary on mlp4" 0 "$BIN/pipecc" examples/mlp4.pipe --emit summary
-has "mlp4: s3 is named" "$dir/err" "mlp4.pipe:10:7: warning: stage 's3' is the slowest: its F+B+W takes 5.5 us, 52% above the mean stage's 3.62 us"
+has "mlp4: s3 is named" "$dir/err" "mlp4.pipe:10:7: warning: stage 's3' is the slowest: its F+B+W takes 5.5 us, 52% above the mean stage's 3.625 us"
 
 # deterministic: the same plan twice
 "$BIN/pipecc" "$ex" -o "$dir/again.plan" 2>/dev/null
@@ -58,8 +58,8 @@ t "the cut is deterministic" 0 cmp "$dir/auto.plan" "$dir/again.plan"
 sed 's/^stages auto;/stages 8;/' "$ex" >"$dir/eight.pipe"
 t "stages 8 compiles" 0 "$BIN/pipecc" "$dir/eight.pipe" --explain -o "$dir/eight.plan"
 check "stages 8: one cut weighed" "$(grep -c 'stages a rank' "$dir/err")" "a second cut"
-t "pipesim runs it" 0 "$BIN/pipesim" --model overlap "$dir/eight.plan"
-has "stages 8: the one-a-rank step" "$dir/out" "^makespan   2340800\.579 us$"
+t "pipesim runs it" 0 "$BIN/pipesim" --model overlap --json "$dir/eight.plan"
+has "stages 8: the one-a-rank step" "$dir/out" '"makespan": 2340800\.579,$'
 
 # -s NAME cuts for that schedule's stages per rank
 t "-s zbv on the example" 0 "$BIN/pipecc" "$ex" -s zbv --dump=parse

@@ -252,8 +252,8 @@ t "a launch of one process runs" 0 env OMPI_COMM_WORLD_SIZE=1 OMPI_COMM_WORLD_RA
 
 # ---- outputs ----
 t "plain run" 0 "$BIN/piperun" "$dir/tiny.plan" --steps 3
-has "prints loss and time per step" "$dir/out" "^step 3: loss [0-9.]* time [0-9.]* ms"
-has "prints peak activation bytes per rank" "$dir/out" "peak_act_bytes"
+has "prints loss and time per step" "$dir/out" "^step 3: loss [0-9.]* time [0-9.]* [mun]*s"
+has "prints peak activation bytes per rank, scaled" "$dir/out" "^   0   0   0   0 .* 512 B  *1\.34 kB$"
 t "plan from stdin" 0 sh -c "'$BIN/piperun' - --steps 1 <'$dir/tiny.plan'"
 t "--json" 0 "$BIN/piperun" "$dir/tiny.plan" --json --check --steps 2
 has "--json has the check" "$dir/out" '"check": {"ok": true'

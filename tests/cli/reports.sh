@@ -96,9 +96,9 @@ for j in sim run; do
 	check "$j JSON: top-level busy is the mean over ranks" $? "$top vs $(cat "$dir/$j.mean")"
 done
 t "pipesim text" 0 "$SIM" "$dir/tiny.plan"
-has "pipesim text prints busy in percent" "$dir/out" '^ rank   busy %   compute us'
+has "pipesim text prints busy in percent" "$dir/out" '^ rank       busy %    compute       idle'
 t "piperun text" 0 "$RUN" "$dir/tiny.plan" --steps 2
-has "piperun text prints busy in percent" "$dir/out" '^rank  pp  dp  tp   busy %   compute us'
+has "piperun text prints busy in percent" "$dir/out" '^rank  pp  dp  tp   busy %    compute'
 
 # ---- make demo ----
 t "scripts/demo.sh" 0 sh scripts/demo.sh "$BIN" "$dir/demo-out"

@@ -35,10 +35,14 @@ has "the summary names both" "$dir/sum" "tokens (vocabulary 257, padded to 272)"
 # tables would be 257/2 rows: not whole.
 has "s0 counts its half of the padded table" "$dir/sum" "^s0  *0  *2848 "
 has "s1 counts its half of the padded head" "$dir/sum" "^s1  *1  *2208 "
-t "pipesim proves the padded plan" 0 "$BIN/pipesim" "$dir/pad.plan"
-# pipesim's memory table: params bytes 4 x 2848 on rank 0, 4 x 2208 on rank 2.
-has "pipesim holds rank 0's padded table" "$dir/out" "^ *0  *[0-9]*  *11392  *11392 "
-has "pipesim holds rank 2's padded head" "$dir/out" "^ *2  *[0-9]*  *8832  *8832 "
+t "pipesim proves the padded plan" 0 "$BIN/pipesim" --json "$dir/pad.plan"
+# pipesim's memory figures: params bytes 4 x 2848 on rank 0, 4 x 2208 on rank 2.
+has "pipesim holds rank 0's padded table" "$dir/out" \
+	'{"rank": 0, .*"param_bytes": 11392, "grad_bytes": 11392,'
+has "pipesim holds rank 2's padded head" "$dir/out" \
+	'{"rank": 2, .*"param_bytes": 8832, "grad_bytes": 8832,'
+t "pipesim's text report" 0 "$BIN/pipesim" "$dir/pad.plan"
+has "... rank 0's params and grads in kB" "$dir/out" "^ 0 *[0-9.]* [kM]B *11\.4 kB *11\.4 kB "
 "$BIN/pipecc" "$dir/pad.pipe" --plan-format binary -q -o "$dir/pad.bin"
 "$BIN/pipecc" "$dir/pad.bin" -q -o "$dir/back.plan"
 cmp -s "$dir/pad.plan" "$dir/back.plan"
