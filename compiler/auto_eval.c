@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "../plan/mem.h"
+#include "../plan/link.h"
 
 struct AutoScratch {
 	int64_t *t[3];   // end time of F, B, W per (stage * m + mb); -1: not yet
@@ -87,8 +88,9 @@ int64_t auto_model_of_plan(AutoModel *md, const Plan *p, const int *stage_pp, in
 	for (int e = 0; e < md->ne; e++) {
 		const PlanEdge *pe = &p->edges[e];
 		int same = stage_pp[pe->src] == stage_pp[pe->dst] && local;
-		md->edges[e] = (AutoEdge){pe->src, pe->dst, same ? 0 : plan_transfer_ns(p, pe->bytes), same};
-		dn[e] = (AutoEdge){pe->src, pe->dst, same ? 0 : plan_transfer_ns_floor(p, pe->bytes), same};
+		int a = world_rank_of(p, stage_pp[pe->src]), b = world_rank_of(p, stage_pp[pe->dst]);
+		md->edges[e] = (AutoEdge){pe->src, pe->dst, same ? 0 : plan_p2p_ns(p, a, b, pe->bytes), same};
+		dn[e] = (AutoEdge){pe->src, pe->dst, same ? 0 : plan_p2p_ns_floor(p, a, b, pe->bytes), same};
 		rounds |= dn[e].ns != md->edges[e].ns;
 	}
 	*down = rounds ? dn : NULL;

@@ -8,6 +8,7 @@
 #include "pipesim.h"
 #include "../plan/oom.h"
 #include "../plan/line.h"
+#include "../plan/link.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -181,7 +181,7 @@ static void meet(PsimThread *t, int r, int64_t x, const PlanOp *o, Port *pt, int
 	Sim *s = &t->s;
 	SimRank *k = &s->rk[r];
 	int64_t b = s->p->edges[o->stage].bytes;
-	int64_t end = sat_add(max64(k->t, ppost), xfer(s, b));
+	int64_t end = sat_add(max64(k->t, ppost), xfer(s, r, o->peer, b));
 	if (s->opt.record_ops)
 		record_code(s, r, x, k->t, end,
 		            ppost > k->t ? peer_code(s, r, x, o->peer, pop) : pred_of(s, r, x, k->bind));

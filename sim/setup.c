@@ -292,7 +292,7 @@ int sim_setup(Sim *s)
 		s->send_kinds |= (uint32_t)plan_ops[k].sends << k;
 	}
 	s->step_gather = s->p->optim.distributed && s->p->dims[DIM_DP] > 1;
-	s->xfer_bytes = -1;
+	s->xfer_bytes[0] = s->xfer_bytes[1] = -1;
 	s->last_end = -1;
 	s->last_ref = REF_NONE;
 	return 0;
