@@ -62,6 +62,7 @@ typedef struct {
 typedef struct {
 	int src, dst;
 	uint8_t side;       // what q holds: 0 sends of src, 1 receives of dst
+	uint8_t node;       // src and dst share a node: the node link times it (plan/link.h)
 	int64_t head, n, cap; // cap: 0 or a power of two (the ring is indexed by masking)
 	ChanEntry *q;
 	int64_t bytes, transfers;

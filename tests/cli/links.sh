@@ -42,4 +42,10 @@ check "one node of 8 is faster than two nodes ($one < $two ns)" "$([ "$one" -lt 
 check "by whole transfers: $d ns = $((d / (net - node))) x ($net - $node) ns" \
 	"$([ $((d % (net - node))) -eq 0 ]; echo $?)" "$d is no multiple of $((net - node))"
 check "two nodes of 1 time as no nodes at all" "$([ "$two" = "$none" ]; echo $?)" "$two vs $none"
+# the threaded strict model (psim.c) times each pair by its own link too
+for n in one two; do
+	eval "want=\$$n"
+	got=$("$BIN/pipesim" --threads 4 --json "$dir/$n.plan" | sed -n 's/^  "makespan": \([0-9.]*\),$/\1/p' | awk '{printf "%.0f", $1 * 1000}')
+	check "$n.plan on 4 threads: the same step ($got ns)" "$([ "$got" = "$want" ]; echo $?)" "$got vs $want"
+done
 [ "$fails" -eq 0 ]
