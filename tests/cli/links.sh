@@ -42,6 +42,16 @@ check "one node of 8 is faster than two nodes ($one < $two ns)" "$([ "$one" -lt 
 check "by whole transfers: $d ns = $((d / (net - node))) x ($net - $node) ns" \
 	"$([ $((d % (net - node))) -eq 0 ]; echo $?)" "$d is no multiple of $((net - node))"
 check "two nodes of 1 time as no nodes at all" "$([ "$two" = "$none" ]; echo $?)" "$two vs $none"
+# A plan's algorithm: an old node line (no collective=) reads as auto, a stated one
+# round-trips, an unknown one is refused at its line.
+node='^node per_node=8 latency_ns=1000 bandwidth=300000000000$'
+sed "s/$node/& collective=tree/" tests/plans/good/tp2.plan >"$dir/tree.plan"
+sed "s/$node/& collective=hierarchical/" tests/plans/good/tp2.plan >"$dir/hier.plan"
+t "an old node line reads" 0 "$BIN/pipesim" tests/plans/good/tp2.plan
+t "collective=hierarchical reads" 0 "$BIN/pipesim" "$dir/hier.plan"
+t "collective=tree is refused" 1 "$BIN/pipesim" "$dir/tree.plan"
+has "at its line" "$dir/err" "tree.plan:10: error: unknown collective algorithm 'tree'"
+
 # the threaded strict model (psim.c) times each pair by its own link too
 for n in one two; do
 	eval "want=\$$n"
