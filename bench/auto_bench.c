@@ -36,6 +36,7 @@
 #include <time.h>
 
 #include "../compiler/auto.h"
+#include "../plan/link.h"
 #include "../compiler/pipecc.h"
 #include "../plan/mem.h"
 #include "../sim/sim.h"
@@ -125,7 +126,7 @@ static void model_from_plan(Model *x, const Plan *plan)
 	}
 	for (int e = 0; e < plan->nedges; e++) { // edge e runs from stage e to e + 1
 		x->edges[e] = (AutoEdge){plan->edges[e].src, plan->edges[e].dst,
-		                         plan_transfer_ns(plan, plan->edges[e].bytes), 0};
+		                         plan_link_ns(plan, 0, plan->edges[e].bytes), 0};
 		x->ein[e] = x->eout[e] = e;
 	}
 	for (int s = 0; s <= ns; s++) {

@@ -34,10 +34,12 @@ typedef struct {
 	AstNum rows, cols;
 } AstShape;
 
-/* `key=value`, or a bare `key` (has_val 0). */
+/* `key=value`, or a bare `key` (has_val 0).  `key=name` has the name in word and, for
+ * the number readers to refuse, as val's unit with no digits. */
 typedef struct {
 	AstName key;
 	AstNum val;
+	AstName word;  // key=name: the name; NULL s otherwise
 	uint8_t has_val;
 	Loc loc;
 } AstKv;

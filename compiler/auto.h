@@ -70,10 +70,10 @@ typedef struct {
 
 /* The fast model's facts of plan p, lowered from any order of a program whose placement
  * is stage_pp (auto_search.c lowers a topological one), its arrays from arena a: each
- * stage's costs, saved bytes and tensors, each edge's transfer time (plan_transfer_ns;
- * none across an edge within a rank when local) and each pipeline index's static bytes,
+ * stage's costs, saved bytes and tensors, each edge's transfer time (plan_p2p_ns
+ * between its ranks; none across an edge within a rank when local) and each pipeline index's static bytes,
  * world rank on the first line into wr[pipeline index].  *down gets the edges again with
- * each transfer's bandwidth term rounded down (plan_transfer_ns_floor), what a model in
+ * each transfer's bandwidth term rounded down (plan_p2p_ns_floor), what a model in
  * real numbers is given for a link whose term is no whole number of ns (Zero Bubble's
  * heuristic: auto_search.c runs it on both), or NULL where that changes none.  md->oom
  * is kept, and set when the memory model fails for want of memory.  Returns the largest

@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "../plan/mem.h"
+#include "../plan/link.h"
 #include "../plan/tp.h"
 
 struct AutoScratch {
@@ -71,7 +72,7 @@ static int add_tp_reduces(const Plan *p, int s, int rank, int64_t cost[3])
 		for (int k = 0; k < pp.n[dir]; k++)
 			if (pp.part[dir][k].reduce)
 				cost[dir == DIR_ACT ? AUTO_F : AUTO_B] +=
-				        plan_tp_allreduce_ns(p, rank, pp.part[dir][k].reduce);
+				        plan_dim_coll_ns(p, OP_TPREDUCE, DIM_TP, rank, pp.part[dir][k].reduce);
 	plan_parts_free(&pp);
 	return 0;
 }
@@ -113,8 +114,9 @@ int64_t auto_model_of_plan(AutoModel *md, const Plan *p, const int *stage_pp, in
 	for (int e = 0; e < md->ne; e++) {
 		const PlanEdge *pe = &p->edges[e];
 		int same = stage_pp[pe->src] == stage_pp[pe->dst] && local;
-		md->edges[e] = (AutoEdge){pe->src, pe->dst, same ? 0 : plan_transfer_ns(p, pe->bytes), same};
-		dn[e] = (AutoEdge){pe->src, pe->dst, same ? 0 : plan_transfer_ns_floor(p, pe->bytes), same};
+		int a = world_rank_of(p, stage_pp[pe->src]), b = world_rank_of(p, stage_pp[pe->dst]);
+		md->edges[e] = (AutoEdge){pe->src, pe->dst, same ? 0 : plan_p2p_ns(p, a, b, pe->bytes), same};
+		dn[e] = (AutoEdge){pe->src, pe->dst, same ? 0 : plan_p2p_ns_floor(p, a, b, pe->bytes), same};
 		rounds |= dn[e].ns != md->edges[e].ns;
 	}
 	*down = rounds ? dn : NULL;

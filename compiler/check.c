@@ -31,9 +31,18 @@ int over_limit(const Check *c)
 /* ---- numbers ------------------------------------------------------------------ */
 
 /* A whole number without unit in [min, max] into *out; 0 after reporting. */
+/* A name where a number belongs (`key=name`: no digits); reports it. */
+static int not_number(Check *c, const AstNum *n)
+{
+	if (n->digits[0])
+		return 0;
+	diag_error(c->d, n->loc, "expected a number, got '%s'", n->unit);
+	return 1;
+}
+
 int whole(Check *c, const AstNum *n, const char *what, long min, long max, int *out)
 {
-	if (n->bad)
+	if (n->bad || not_number(c, n))
 		return 0;
 	if (n->unit[0]) {
 		diag_error(c->d, n->loc, "%s takes no unit, got '%s'", what, n->unit);
@@ -81,6 +90,8 @@ int unit_scale(Check *c, const AstNum *n, const Unit *units, int nu,
 	const char *kind, const char *expected, double *scale)
 {
 	const char *names[16];
+	if (not_number(c, n))
+		return 0;
 	for (int i = 0; i < nu; i++) {
 		names[i] = units[i].name;
 		if (strcmp(n->unit, units[i].name) == 0) {
@@ -100,6 +111,8 @@ int unit_scale(Check *c, const AstNum *n, const Unit *units, int nu,
 
 int real(Check *c, const AstNum *n, double *v)
 {
+	if (not_number(c, n))
+		return 0;
 	*v = strtod(n->digits, NULL);
 	if (!isfinite(*v) || *v > 1e300) {
 		diag_error(c->d, n->loc, "number too large");
@@ -109,10 +122,10 @@ int real(Check *c, const AstNum *n, double *v)
 }
 
 /* A time in integer nanoseconds; a bare number is microseconds. */
-static int time_ns(Check *c, const AstNum *n, const char *what, int64_t *out)
+int time_ns(Check *c, const AstNum *n, const char *what, int64_t *out)
 {
 	double scale = 1e3, v;
-	if (n->bad)
+	if (n->bad || not_number(c, n))
 		return 0;
 	if (n->unit[0] && !unit_scale(c, n, time_units, 4, "time", "ns, us, ms or s", &scale))
 		return 0;
@@ -130,10 +143,10 @@ static int time_ns(Check *c, const AstNum *n, const char *what, int64_t *out)
 	return 1;
 }
 
-static int bandwidth(Check *c, const AstNum *n, double *out)
+int bandwidth(Check *c, const AstNum *n, double *out)
 {
 	double scale, v;
-	if (n->bad)
+	if (n->bad || not_number(c, n))
 		return 0;
 	if (!n->unit[0]) {
 		diag_error(c->d, n->loc, "bandwidth needs a unit, e.g. 50GB/s");
@@ -561,83 +574,6 @@ static void check_selective(Check *c)
 		diag_error(c->d, p->recompute_all_loc,
 		           "no stage has an attention layer: selective recomputation rebuilds "
 		           "attention's probabilities only");
-}
-
-static void check_link(Check *c, AstStmt *s)
-{
-	Program *p = c->p;
-	static const char *const keys[] = {"latency", "bandwidth", "ideal", "node_latency",
-	                                    "node_bandwidth"};
-	int ideal = -1, other = -1;
-	p->link_loc = s->span;
-	if (s->nkvs == 0)
-		diag_error(c->d, s->span, "'link' needs latency=, bandwidth= or ideal");
-	for (int i = 0; i < s->nkvs; i++) {
-		AstKv *kv = &s->kvs[i];
-		int k = find_word(kv->key.s, keys, 5);
-		if (k < 0) {
-			unknown_word(c, &kv->key, "link property", keys, 5);
-			continue;
-		}
-		if (repeated_key(c, s->kvs, i, "link property"))
-			continue;
-		if (k == 2) {
-			ideal = i;
-			if (kv->has_val)
-				diag_error(c->d, kv->val.loc, "'ideal' takes no value");
-			continue;
-		}
-		if (other < 0)
-			other = i;
-		if (!kv->has_val)
-			diag_error(c->d, kv->loc, "'%s' needs a value, e.g. %s", keys[k],
-				k == 0 ? "latency=5us" : k == 1 ? "bandwidth=50GB/s"
-				: k == 3 ? "node_latency=1us" : "node_bandwidth=300GB/s");
-		else if (k == 0)
-			time_ns(c, &kv->val, "latency", &p->latency_ns);
-		else if (k == 1)
-			bandwidth(c, &kv->val, &p->bandwidth);
-		else if (k == 3)
-			time_ns(c, &kv->val, "node_latency", &p->node_latency_ns);
-		else
-			bandwidth(c, &kv->val, &p->node_bandwidth);
-	}
-	if (ideal >= 0 && other >= 0) {
-		diag_error(c->d, s->kvs[ideal].key.loc,
-			"'ideal' cannot be combined with latency or bandwidth");
-	} else if (ideal >= 0) {
-		p->link_ideal = 1;
-		p->latency_ns = 0;
-	}
-}
-
-static void check_devices(Check *c, AstStmt *s)
-{
-	Program *p = c->p;
-	p->devices_loc = s->span;
-	if (s->has_list) {
-		p->device_per_node = 0;
-		p->ndevices = s->nnums;
-		p->devices = arena_alloc(c->a, (size_t)s->nnums * sizeof *p->devices);
-		for (int i = 0; i < s->nnums; i++)
-			whole(c, &s->nums[i], "device index", 0, MAX_DEVICE, &p->devices[i]);
-		c->devices = s;
-		return;
-	}
-	static const char *const keys[] = {"per_node"};
-	if (s->nkvs == 0)
-		diag_error(c->d, s->span, "'devices' needs per_node=N or a list [d0, d1, ...]");
-	for (int i = 0; i < s->nkvs; i++) {
-		AstKv *kv = &s->kvs[i];
-		if (strcmp(kv->key.s, "per_node") != 0)
-			unknown_word(c, &kv->key, "devices property", keys, 1);
-		else if (repeated_key(c, s->kvs, i, "devices property"))
-			;
-		else if (!kv->has_val)
-			diag_error(c->d, kv->loc, "'per_node' needs a value, e.g. per_node=8");
-		else
-			whole(c, &kv->val, "'per_node'", 1, MAX_DEVICE, &p->device_per_node);
-	}
 }
 
 /* The statements that declare a name, which the plan and the reports carry. */

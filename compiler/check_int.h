@@ -70,6 +70,12 @@ int unit_scale(Check *c, const AstNum *n, const Unit *units, int nu,
 	const char *kind, const char *expected, double *scale);
 int real(Check *c, const AstNum *n, double *v);
 void word_list(char *list, size_t size, const char *const *words, int n);
+/* A time in integer ns (a bare number is us), a bandwidth in bytes/s; 0 after reporting. */
+int time_ns(Check *c, const AstNum *n, const char *what, int64_t *out);
+int bandwidth(Check *c, const AstNum *n, double *out);
+/* `link ...;` and `devices ...;` (check_mesh.c). */
+void check_link(Check *c, AstStmt *s);
+void check_devices(Check *c, AstStmt *s);
 void unknown_word(Check *c, const AstName *w, const char *what,
 	const char *const *words, int n);
 int find_word(const char *s, const char *const *words, int n);

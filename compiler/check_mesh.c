@@ -1,5 +1,6 @@
 /* The checker's mesh: the `mesh` statement (its dimensions in order, their sizes, the
- * world's size, the `tp_spans_nodes` opt-in) and, once every stage is read, tensor
+ * world's size, the `tp_spans_nodes` opt-in), the nodes and links ranks talk over
+ * (`devices`, `link`: plan/link.h times them) and, once every stage is read, tensor
  * parallelism against the layers and the nodes.  Part of check.c's single pass over the
  * statements (see its opening comment); how tp splits a layer is the layer table's
  * (plan_layer_tp_check, plan/layer.c). */
@@ -7,6 +8,7 @@
 #include <string.h>
 
 #include "check_int.h"
+#include "../plan/link.h"
 
 /* `mesh pp=P dp=D tp=T [tp_spans_nodes] [sp];`, dimensions outermost first. */
 void check_mesh(Check *c, AstStmt *s)
@@ -178,5 +180,124 @@ void check_tp(Check *c)
 				last / node, node);
 			return;
 		}
+	}
+}
+
+/* `link collective=NAME`: the algorithm of collectives spanning nodes (plan/link.h). */
+static void link_collective(Check *c, const AstKv *kv)
+{
+	int a = kv->word.s ? plan_coll_parse(kv->word.s) : -1;
+	if (a >= 0) {
+		c->p->coll_algo = (uint8_t)a;
+		return;
+	}
+	const char *s = kv->word.s ? diag_suggest(kv->word.s, plan_coll_names, PLAN_COLL_COUNT) : NULL;
+	if (s)
+		diag_error(c->d, kv->val.loc, "unknown collective algorithm '%s'; did you mean '%s'?",
+		           kv->word.s, s);
+	else
+		diag_error(c->d, kv->val.loc, "'collective' must be one of %s, %s or %s",
+		           plan_coll_names[0], plan_coll_names[1], plan_coll_names[2]);
+}
+
+/* The keys of `link`: a row each (ideal is the one without a value). */
+enum { LINK_LATENCY, LINK_BANDWIDTH, LINK_IDEAL, LINK_NODE_LATENCY, LINK_NODE_BANDWIDTH,
+       LINK_COLLECTIVE, LINK_COUNT };
+static const struct {
+	const char *key, *eg;
+	uint8_t node; // states how ranks sit on nodes (Program.nodes_stated)
+} link_keys[LINK_COUNT] = {
+	[LINK_LATENCY] = {"latency", "latency=5us", 0},
+	[LINK_BANDWIDTH] = {"bandwidth", "bandwidth=50GB/s", 0},
+	[LINK_IDEAL] = {"ideal", "ideal", 0},
+	[LINK_NODE_LATENCY] = {"node_latency", "node_latency=1us", 1},
+	[LINK_NODE_BANDWIDTH] = {"node_bandwidth", "node_bandwidth=300GB/s", 1},
+	[LINK_COLLECTIVE] = {"collective", "collective=hierarchical", 1},
+};
+
+static void link_value(Check *c, int k, const AstKv *kv)
+{
+	Program *p = c->p;
+	p->nodes_stated |= link_keys[k].node;
+	if (k == LINK_LATENCY)
+		time_ns(c, &kv->val, "latency", &p->latency_ns);
+	else if (k == LINK_BANDWIDTH)
+		bandwidth(c, &kv->val, &p->bandwidth);
+	else if (k == LINK_NODE_LATENCY)
+		time_ns(c, &kv->val, "node_latency", &p->node_latency_ns);
+	else if (k == LINK_NODE_BANDWIDTH)
+		bandwidth(c, &kv->val, &p->node_bandwidth);
+	else
+		link_collective(c, kv);
+}
+
+void check_link(Check *c, AstStmt *s)
+{
+	Program *p = c->p;
+	const char *keys[LINK_COUNT];
+	for (int k = 0; k < LINK_COUNT; k++)
+		keys[k] = link_keys[k].key;
+	int ideal = -1, other = -1;
+	p->link_loc = s->span;
+	if (s->nkvs == 0)
+		diag_error(c->d, s->span, "'link' needs latency=, bandwidth= or ideal");
+	for (int i = 0; i < s->nkvs; i++) {
+		AstKv *kv = &s->kvs[i];
+		int k = find_word(kv->key.s, keys, LINK_COUNT);
+		if (k < 0) {
+			unknown_word(c, &kv->key, "link property", keys, LINK_COUNT);
+			continue;
+		}
+		if (repeated_key(c, s->kvs, i, "link property"))
+			continue;
+		if (k == LINK_IDEAL) {
+			ideal = i;
+			if (kv->has_val)
+				diag_error(c->d, kv->val.loc, "'ideal' takes no value");
+			continue;
+		}
+		if (other < 0 && k != LINK_COLLECTIVE)
+			other = i;
+		if (!kv->has_val)
+			diag_error(c->d, kv->loc, "'%s' needs a value, e.g. %s", keys[k], link_keys[k].eg);
+		else
+			link_value(c, k, kv);
+	}
+	if (ideal >= 0 && other >= 0) {
+		diag_error(c->d, s->kvs[ideal].key.loc,
+			"'ideal' cannot be combined with latency or bandwidth");
+	} else if (ideal >= 0) {
+		p->link_ideal = 1;
+		p->latency_ns = 0;
+	}
+}
+
+void check_devices(Check *c, AstStmt *s)
+{
+	Program *p = c->p;
+	p->devices_loc = s->span;
+	p->nodes_stated = 1;
+	if (s->has_list) {
+		p->device_per_node = 0;
+		p->ndevices = s->nnums;
+		p->devices = arena_alloc(c->a, (size_t)s->nnums * sizeof *p->devices);
+		for (int i = 0; i < s->nnums; i++)
+			whole(c, &s->nums[i], "device index", 0, MAX_DEVICE, &p->devices[i]);
+		c->devices = s;
+		return;
+	}
+	static const char *const keys[] = {"per_node"};
+	if (s->nkvs == 0)
+		diag_error(c->d, s->span, "'devices' needs per_node=N or a list [d0, d1, ...]");
+	for (int i = 0; i < s->nkvs; i++) {
+		AstKv *kv = &s->kvs[i];
+		if (strcmp(kv->key.s, "per_node") != 0)
+			unknown_word(c, &kv->key, "devices property", keys, 1);
+		else if (repeated_key(c, s->kvs, i, "devices property"))
+			;
+		else if (!kv->has_val)
+			diag_error(c->d, kv->loc, "'per_node' needs a value, e.g. per_node=8");
+		else
+			whole(c, &kv->val, "'per_node'", 1, MAX_DEVICE, &p->device_per_node);
 	}
 }

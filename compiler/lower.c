@@ -592,9 +592,12 @@ Plan *lower_program(const Program *pr, const SchedCtx *sc, Diag *d, int allow_de
 	p->link_ideal = pr->link_ideal;
 	p->latency_ns = pr->link_ideal ? 0 : pr->latency_ns;
 	p->bandwidth = pr->link_ideal ? 0 : pr->bandwidth;
-	p->per_node = prog_node_size(pr);
+	/* Nodes as the program states them (tp > 1 places its groups on the default node
+	 * as it always did); otherwise every rank is apart and talks over `link`. */
+	p->per_node = pr->nodes_stated || pr->dims[DIM_TP] > 1 ? prog_node_size(pr) : 0;
 	p->node_latency_ns = pr->link_ideal ? 0 : pr->node_latency_ns;
 	p->node_bandwidth = pr->node_bandwidth;
+	p->coll_algo = pr->coll_algo;
 	fill_stages(w);
 	fill_edges(w);
 	w->line = line && line_ok(pr, p);

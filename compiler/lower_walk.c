@@ -8,6 +8,8 @@
 #include "../plan/block.h"
 #include "../plan/tie.h"
 #include "../plan/sizes.h"
+#include "../plan/line.h"
+#include "../plan/link.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -321,7 +323,8 @@ static inline int clock_open(Lw *w, int r, int64_t now, int join)
 
 static void clock_move(Lw *w, int q, int to, size_t t, int64_t bytes)
 {
-	int64_t x = plan_transfer_ns(w->plan, bytes); // <= INT64_MAX / 4
+	int st = plan_pp_stride(w->plan); // the walk's ranks are line 0's pipeline indices
+	int64_t x = plan_link_ns(w->plan, plan_same_node(w->plan, q * st, to * st), bytes);
 	int64_t s = w->gstart[q] > w->gstart[to] ? w->gstart[q] : w->gstart[to];
 	int64_t end = s > INT64_MAX / 2 ? s : s + x;
 	int gq = w->glast[q], gt = w->glast[to];

@@ -149,8 +149,11 @@ typedef struct {
 	Loc link_loc;
 
 	int device_per_node;           // devices per_node=N; 0 when a list is given
-	int64_t node_latency_ns;       // link node_latency=: tp collectives inside a node
+	int64_t node_latency_ns;       // link node_latency=: transfers inside a node
 	double node_bandwidth;         // link node_bandwidth=, bytes per second
+	uint8_t coll_algo;             // link collective=: PlanColl (plan/link.h)
+	uint8_t nodes_stated;          // `devices` or a node key of `link` written: the plan
+	                               // places ranks on nodes (docs/semantics.md "Links")
 	int tp_spans_nodes;            // mesh ... tp_spans_nodes: tp may exceed a node
 	uint8_t sp;                    // mesh ... sp: sequence parallelism over tp
 	Loc sp_loc;

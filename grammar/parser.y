@@ -391,6 +391,8 @@ kvs
 
 kv
 	: IDENT '=' num  { $$ = (AstKv){.key = $1, .val = $3, .has_val = 1, .loc = @$}; }
+	| IDENT '=' IDENT  { $$ = (AstKv){.key = $1, .word = $3, .has_val = 1, .loc = @$,
+	                                  .val = {.digits = "", .unit = $3.s, .loc = $3.loc}}; }
 	| IDENT          { $$ = (AstKv){.key = $1, .loc = @$}; }
 	;
 

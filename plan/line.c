@@ -23,12 +23,17 @@ int plan_mesh_world(const Plan *p)
 	return p->dims[DIM_PP] * p->dims[DIM_DP] * p->dims[DIM_TP];
 }
 
-int plan_pp_stride(const Plan *p)
+int plan_dim_stride(const Plan *p, int dim)
 {
 	int stride = 1;
-	for (int i = DIM_COUNT - 1; i >= 0 && p->dim_order[i] != DIM_PP; i--)
+	for (int i = DIM_COUNT - 1; i >= 0 && p->dim_order[i] != dim; i--)
 		stride *= p->dims[p->dim_order[i]];
 	return stride;
+}
+
+int plan_pp_stride(const Plan *p)
+{
+	return plan_dim_stride(p, DIM_PP);
 }
 
 int plan_mesh_rank(const Plan *p, const int coord[DIM_COUNT])
@@ -292,28 +297,6 @@ Plan *plan_expand_for(const Plan *p, int only, size_t *failed)
 		}
 	*failed = 0;
 	return e;
-}
-
-int plan_line_uniform(const Plan *p)
-{
-	int tp = p->dims[DIM_TP];
-	if (!p->line || tp == 1 || p->per_node <= 0 || p->link_ideal)
-		return 1;
-	int tstride = 1;
-	for (int i = DIM_COUNT - 1; i >= 0 && p->dim_order[i] != DIM_TP; i--)
-		tstride *= p->dims[p->dim_order[i]];
-	int world = plan_mesh_world(p), stride = plan_pp_stride(p);
-	for (int w = 0; w < world; w++) {
-		int c[DIM_COUNT];
-		plan_mesh_coords(p, w, c);
-		if (c[DIM_TP] != 0)
-			continue;
-		int q0 = c[DIM_PP] * stride; // the line-0 rank at w's pipeline index
-		int last = w + (tp - 1) * tstride, last0 = q0 + (tp - 1) * tstride;
-		if ((w / p->per_node == last / p->per_node) != (q0 / p->per_node == last0 / p->per_node))
-			return 0;
-	}
-	return 1;
 }
 
 /* In a line plan ranks are pipeline indices of line 0 (dp = tp = 0): other

@@ -14,6 +14,7 @@
 #include <stddef.h>
 
 int plan_mesh_world(const Plan *p);               // product of the dims
+int plan_dim_stride(const Plan *p, int dim);      // world-rank distance along dim
 int plan_pp_stride(const Plan *p);                // world-rank distance along pp
 int plan_mesh_rank(const Plan *p, const int coord[DIM_COUNT]); // world rank of coord
 void plan_mesh_coords(const Plan *p, int world_rank, int coord[DIM_COUNT]);
@@ -44,9 +45,6 @@ PlanOp plan_rank_op(const Plan *p, int r, int64_t i);
 /* The number of the pipeline line whose pipeline index 0 is world rank base (lines are
  * numbered by increasing base; line l's routes follow the l * nroutes0 before it). */
 int plan_line_of_base(const Plan *p, int base);
-/* Whether every line's collectives take the time line 0's take (the tp groups sit in
- * one node or span nodes alike): then one line's run is every line's run (docs/pipesim.md,
- * "Line plans").  Work O(world / tp), no ops. */
-int plan_line_uniform(const Plan *p);
+/* Whether one line's run is every line's: plan_line_uniform (plan/link.h). */
 
 #endif

@@ -87,22 +87,6 @@ int64_t plan_total_ops(const Plan *p)
 	return n;
 }
 
-int64_t plan_transfer_ns(const Plan *p, int64_t bytes)
-{
-	if (p->link_ideal)
-		return 0;
-	double t = (double)p->latency_ns + ceil((double)bytes * 1e9 / p->bandwidth);
-	return t < (double)(INT64_MAX / 4) ? (int64_t)t : INT64_MAX / 4; // no overflow UB
-}
-
-int64_t plan_transfer_ns_floor(const Plan *p, int64_t bytes)
-{
-	if (p->link_ideal)
-		return 0;
-	double t = (double)p->latency_ns + floor((double)bytes * 1e9 / p->bandwidth);
-	return t < (double)(INT64_MAX / 4) ? (int64_t)t : INT64_MAX / 4;
-}
-
 int plan_is_comm(int kind)
 {
 	return kind >= 0 && kind < OP_COUNT && plan_op_is_comm((OpKind)kind);

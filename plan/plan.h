@@ -168,12 +168,14 @@ typedef struct {
 	int link_ideal;        // 1: transfers are free
 	int64_t latency_ns;    // p2p latency
 	double bandwidth;      // p2p bytes per second
-	/* The tp collectives' link model (docs/semantics.md, "Tensor parallelism"): ranks
-	 * r / per_node share a node and talk over node_latency_ns and node_bandwidth; a
-	 * group spanning nodes uses latency_ns and bandwidth.  Written when tp > 1. */
+	/* The node link (plan/link.h, docs/semantics.md "Links"): world ranks w / per_node
+	 * equal share a node and talk over node_latency_ns and node_bandwidth, any others
+	 * over latency_ns and bandwidth; per_node 0: no node stated, every rank apart.
+	 * coll_algo: how a collective spanning nodes runs (PlanColl). */
 	int per_node;
 	int64_t node_latency_ns;
 	double node_bandwidth;
+	uint8_t coll_algo;
 	int nstages;
 	PlanStage *stages;
 	int nedges;
@@ -219,11 +221,6 @@ LayerShape plan_shape(const Plan *p);
 Plan *plan_new(void); // NULL when out of memory
 void plan_free(Plan *p);
 int64_t plan_total_ops(const Plan *p);
-int64_t plan_transfer_ns(const Plan *p, int64_t bytes); // latency + bytes / bandwidth
-/* The same with the bandwidth term rounded down: the transfer time a model in real
- * numbers is given for a link whose term is no whole number of ns (schedule auto runs
- * Zero Bubble's heuristic on both). */
-int64_t plan_transfer_ns_floor(const Plan *p, int64_t bytes);
 
 /* Times are int64 nanoseconds.  A step of PLAN_TIME_MAX (2^62 ns, 146 years) or more
  * cannot be counted: the clocks (the lowering's walk, schedule auto's model, the

@@ -13,6 +13,7 @@
 #include "checksum.h"
 #include "oom.h"
 #include "line.h"
+#include "link.h"
 #include "sizes.h"
 #include "read_int.h"
 #include "read_op.h"
@@ -391,7 +392,8 @@ static int read_dir(Rd *r, uint8_t *dir, const char *after)
 	return 0;
 }
 
-/* `node per_node=N latency_ns=L bandwidth=B`: the tp collectives' node link. */
+/* `node per_node=N latency_ns=L bandwidth=B[ collective=A]`: the node link (plan/link.h);
+ * without collective=, auto. */
 static int read_node(Rd *r, Plan *p)
 {
 	r->s += 4;
@@ -399,7 +401,19 @@ static int read_node(Rd *r, Plan *p)
 	    rd_kv64(r, "latency_ns=", &p->node_latency_ns, 0, INT64_MAX / 4) ||
 	    real(r, "bandwidth=", &p->node_bandwidth, 1e-300, 1e18))
 		return -1;
-	return rd_eol(r);
+	rd_skip_sp(r);
+	if (*r->s && !rd_key(r, "collective=")) {
+		size_t n = strcspn(r->s, " ");
+		char name[32];
+		snprintf(name, sizeof name, "%.*s", (int)(n < 31 ? n : 31), r->s);
+		int a = plan_coll_parse(name);
+		if (a < 0 || n > 31)
+			return rd_fail(r, "unknown collective algorithm '%s' (auto, ring or hierarchical)",
+			               name);
+		p->coll_algo = (uint8_t)a;
+		r->s += n;
+	}
+	return r->failed ? -1 : rd_eol(r);
 }
 
 /* Optional after save_bw: ` recompute [selective] save_re=N [residuals=K]`

@@ -199,39 +199,6 @@ int64_t plan_part_mem(const PlanParts *pp, const PlanOp *o)
 	return plan_op_mem(plan_op_kind(o), &st);
 }
 
-/* Members are in coordinate order, so ranks increase: the first and last share a node
- * exactly when all do. */
-static int64_t ring_ns(const Plan *p, int first, int last, int n, int64_t bytes)
-{
-	if (p->link_ideal || n <= 1)
-		return 0;
-	int node = p->per_node > 0 && first / p->per_node == last / p->per_node;
-	double bw = node ? p->node_bandwidth : p->bandwidth;
-	int64_t lat = node ? p->node_latency_ns : p->latency_ns;
-	double x = ceil(2.0 * (n - 1) / n * (double)bytes * 1e9 / bw);
-	if (!(x < 4e18) || lat > INT64_MAX / (4 * (int64_t)n))
-		return INT64_MAX / 2;
-	return 2 * (int64_t)(n - 1) * lat + (int64_t)x;
-}
-
-int64_t plan_allreduce_ns(const Plan *p, const int *members, int n, int64_t bytes)
-{
-	return n > 0 ? ring_ns(p, members[0], members[n - 1], n, bytes) : 0;
-}
-
-int64_t plan_tp_allreduce_ns(const Plan *p, int rank, int64_t bytes)
-{
-	int stride = 1, tp = p->dims[DIM_TP];
-	for (int i = DIM_COUNT - 1; i >= 0 && p->dim_order[i] != DIM_TP; i--)
-		stride *= p->dims[p->dim_order[i]];
-	if (p->line) // the group of line 0's rank in the world: tp coordinate 0
-		rank = plan_world_rank(p, rank);
-	int c[DIM_COUNT];
-	plan_mesh_coords(p, rank, c);
-	int first = rank - c[DIM_TP] * stride;
-	return ring_ns(p, first, first + (tp - 1) * stride, tp, bytes);
-}
-
 /* Pushes o, from source line `line`, onto out; 0, or -1 with the bytes that failed in
  * *failed. */
 static int push(PlanRank *out, PlanOp o, int32_t line, size_t *failed)

@@ -57,10 +57,6 @@ const char *plan_part_apply(const PlanParts *pp, const PlanOp *o, uint8_t mb,
 /* ns and saved-byte change of compute op o (F, B, W, BW of a part) on a stage with parts pp. */
 int64_t plan_part_cost(const PlanParts *pp, const PlanOp *o, const int64_t stage_cost[3]);
 int64_t plan_part_mem(const PlanParts *pp, const PlanOp *o);
-/* Time of a ring all-reduce of bytes over the n ranks in members: 2(n-1)/n bytes over
- * the link plus 2(n-1) latencies, on the node link when all share a node. */
-int64_t plan_allreduce_ns(const Plan *p, const int *members, int n, int64_t bytes);
-/* The same for the tp group of rank (the TPREDUCE time pipesim uses). */
-int64_t plan_tp_allreduce_ns(const Plan *p, int rank, int64_t bytes);
+/* The TPREDUCE's time: plan_dim_coll_ns over DIM_TP (plan/link.h). */
 
 #endif

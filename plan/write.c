@@ -9,6 +9,7 @@
 #include "checksum.h"
 #include "prefetch.h"
 #include "line.h"
+#include "link.h"
 #include "op_line.h"
 
 #include "par.h"
@@ -523,9 +524,13 @@ static void write_body(Out *o, const Plan *p)
 		put(o, "link ideal\n");
 	else
 		putf(o, "link latency_ns=%" PRId64 " bandwidth=%.17g\n", p->latency_ns, p->bandwidth);
-	if (p->dims[DIM_TP] > 1 && p->node_bandwidth > 0) // a read plan may have none: no node
-		putf(o, "node per_node=%d latency_ns=%" PRId64 " bandwidth=%.17g\n", p->per_node,
+	if (p->per_node > 0 && p->node_bandwidth > 0) { // a read plan may have none: no node
+		putf(o, "node per_node=%d latency_ns=%" PRId64 " bandwidth=%.17g", p->per_node,
 		     p->node_latency_ns, p->node_bandwidth);
+		if (p->coll_algo != PLAN_COLL_AUTO && p->coll_algo < PLAN_COLL_COUNT)
+			putf(o, " collective=%s", plan_coll_names[p->coll_algo]);
+		put(o, "\n");
+	}
 	if (p->prec != PREC_F32)
 		putf(o, "precision %s\n", plan_prec(p->prec)->name);
 	if (p->optim.given)

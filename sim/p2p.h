@@ -7,24 +7,29 @@
 
 #include "sim_int.h"
 #include "../plan/oom.h"
+#include "../plan/line.h"
+#include "../plan/link.h"
 
 #include <stdlib.h>
 
-/* plan_transfer_ns, saturated for absurd sizes, cached for the common repeated size. */
-static inline int64_t xfer(Sim *s, int64_t bytes)
+/* The transfer time of bytes over the node link (node 1) or the network: plan_link_ns
+ * (plan/link.h), saturated for absurd sizes, cached per link for the common repeated
+ * size.  Whether a pair shares a node is found once, when its chan (or port) is made. */
+static inline int64_t xfer(Sim *s, int node, int64_t bytes)
 {
-	if (bytes == s->xfer_bytes)
-		return s->xfer_ns;
+	if (bytes == s->xfer_bytes[node])
+		return s->xfer_ns[node];
 	const Plan *p = s->p;
 	int64_t ns;
+	double bw = node ? p->node_bandwidth : p->bandwidth;
 	if (p->link_ideal)
 		ns = 0;
-	else if ((double)bytes * 1e9 / p->bandwidth > 4e18)
+	else if ((double)bytes * 1e9 / bw > 4e18)
 		ns = INT64_MAX / 2;
 	else
-		ns = plan_transfer_ns(p, bytes);
-	s->xfer_bytes = bytes;
-	s->xfer_ns = ns;
+		ns = plan_link_ns(p, node, bytes);
+	s->xfer_bytes[node] = bytes;
+	s->xfer_ns[node] = ns;
 	return ns;
 }
 
@@ -123,7 +128,7 @@ static inline void p2p_meet(Sim *s, int r, int64_t i, const PlanOp *o, int64_t t
 	SimRank *k = &s->rk[r];
 	int q = o->peer;
 	int64_t b = s->p->edges[o->stage].bytes;
-	int64_t x = xfer(s, b);
+	int64_t x = xfer(s, ch->node, b);
 	ch->bytes = sat_add(ch->bytes, b);
 	ch->transfers++;
 	int64_t end = sat_add(max64(t, e.post), x);
@@ -171,7 +176,7 @@ static inline void post_p2p(Sim *s, int r, int64_t i, const PlanOp *o, int64_t t
 		if (!s->opt.verified && check_pair(s, sr, si, rr, ri))
 			return;
 		int64_t b = s->p->edges[o->stage].bytes;
-		int64_t x = xfer(s, b);
+		int64_t x = xfer(s, ch->node, b);
 		ch->bytes = sat_add(ch->bytes, b);
 		ch->transfers++;
 		int64_t arrive = sat_add(sp, x);

@@ -8,6 +8,7 @@
 #include "pipesim.h"
 #include "../plan/oom.h"
 #include "../plan/line.h"
+#include "../plan/link.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -222,12 +223,13 @@ int pipesim_drive(CliTool *t, PipesimArgs *a)
 			plan_free(p);
 		return CLI_EXIT_FAIL;
 	}
-	/* One line stands for all when every line's collectives take its times
-	 * (docs/pipesim.md "Line plans"); otherwise, or when asked, the world runs. */
+	/* One line stands for all when every line's transfers and collectives take its
+	 * times (docs/pipesim.md "Line plans"); otherwise, or when asked, the world runs. */
 	if (expand) {
 		if (!a->expand && !t->quiet)
-			fprintf(stderr, "pipesim: note: the tp groups of some lines span nodes and others' "
-			                "do not: simulating every world rank\n");
+			fprintf(stderr, "pipesim: note: the lines do not all sit on the nodes alike "
+			                "(a pipeline pair or a tp or dp group shares a node on some lines "
+			                "only): simulating every world rank\n");
 		size_t failed;
 		Plan *e = plan_expand(p, &failed);
 		if (!e) {

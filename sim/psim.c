@@ -59,6 +59,7 @@ typedef struct {
 /* A rank's side of a chan. */
 typedef struct {
 	int peer, recv;
+	int node; // its chan's (the node link times it)
 	Pair *pair;
 	Feed *out, *in;
 	int64_t npub, ndone; // its ops posted, and completed, on this chan
@@ -151,6 +152,7 @@ static Port *port_make(PsimThread *t, int r, int peer, int recv)
 	Psim *ps = t->ps;
 	pthread_mutex_lock(&ps->mu);
 	int c = sim_chan_of(ps->s, r, peer, recv);
+	int node = c >= 0 && ps->s->ch[c].node; // read under the lock: ch may move
 	Pair *pr = NULL;
 	if (c >= 0 && c >= ps->npair) {
 		Pair **np = realloc(ps->pair, (size_t)(c + 1) * sizeof *np);
@@ -170,7 +172,7 @@ static Port *port_make(PsimThread *t, int r, int peer, int recv)
 	if (!pr)
 		return NULL;
 	Port *pt = &g->port[g->nport++];
-	*pt = (Port){.peer = peer, .recv = recv, .pair = pr, .out = recv ? &pr->recvs : &pr->sends,
+	*pt = (Port){.peer = peer, .recv = recv, .pair = pr, .node = node, .out = recv ? &pr->recvs : &pr->sends,
 	             .in = recv ? &pr->sends : &pr->recvs};
 	return pt;
 }
@@ -181,7 +183,7 @@ static void meet(PsimThread *t, int r, int64_t x, const PlanOp *o, Port *pt, int
 	Sim *s = &t->s;
 	SimRank *k = &s->rk[r];
 	int64_t b = s->p->edges[o->stage].bytes;
-	int64_t end = sat_add(max64(k->t, ppost), xfer(s, b));
+	int64_t end = sat_add(max64(k->t, ppost), xfer(s, pt->node, b));
 	if (s->opt.record_ops)
 		record_code(s, r, x, k->t, end,
 		            ppost > k->t ? peer_code(s, r, x, o->peer, pop) : pred_of(s, r, x, k->bind));

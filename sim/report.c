@@ -6,6 +6,7 @@
 #include "sim.h"
 #include "../plan/mem.h"
 #include "../plan/line.h"
+#include "../plan/link.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -315,9 +316,10 @@ static int64_t quantum(const Plan *p, int64_t window, int max_cols)
 	for (int s = 0; s < p->nstages; s++)
 		for (int k = 0; k < 3; k++)
 			g = gcd64(g, p->stages[s].cost[k]);
-	if (!p->link_ideal) {
+	if (!p->link_ideal) { // each edge's time over either link (plan/link.h)
 		for (int e = 0; e < p->nedges; e++)
-			g = gcd64(g, plan_transfer_ns(p, p->edges[e].bytes));
+			for (int node = 0; node <= (p->per_node > 0); node++)
+				g = gcd64(g, plan_link_ns(p, node, p->edges[e].bytes));
 	}
 	if (g <= 0)
 		g = 1;

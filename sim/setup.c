@@ -9,6 +9,7 @@
 #include "../plan/tie.h"
 #include "../plan/tp.h"
 #include "../plan/line.h"
+#include "../plan/link.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -292,7 +293,7 @@ int sim_setup(Sim *s)
 		s->send_kinds |= (uint32_t)plan_ops[k].sends << k;
 	}
 	s->step_gather = s->p->optim.distributed && s->p->dims[DIM_DP] > 1;
-	s->xfer_bytes = -1;
+	s->xfer_bytes[0] = s->xfer_bytes[1] = -1;
 	s->last_end = -1;
 	s->last_ref = REF_NONE;
 	return 0;
@@ -393,7 +394,9 @@ int sim_chan_of(Sim *s, int r, int peer, int recv)
 			return -1;
 		s->chcap = (int)cap;
 		c = s->nch++;
-		s->ch[c] = (Chan){.src = src, .dst = dst};
+		s->ch[c] = (Chan){.src = src, .dst = dst,
+		                  .node = (uint8_t)plan_same_node(s->p, plan_world_rank(s->p, src),
+		                                                  plan_world_rank(s->p, dst))};
 		s->pairkey[i] = pk;
 		s->pairval[i] = c;
 	}

@@ -20,6 +20,7 @@
 #include "../plan/prefetch.h"
 #include "../plan/oom.h"
 #include "../plan/tp.h"
+#include "../plan/link.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -76,30 +77,6 @@ int sim_model_parse(const char *s)
 	return -1;
 }
 
-/* A ring collective over n ranks in `steps` steps of bytes / n each: steps x latency
- * plus steps / n x bytes at the bandwidth. */
-static int64_t ring_ns(const Plan *p, int n, int steps, int64_t bytes)
-{
-	if (p->link_ideal || n <= 1)
-		return 0;
-	double x = ceil((double)steps / n * (double)bytes * 1e9 / p->bandwidth);
-	int64_t lat = p->latency_ns > INT64_MAX / (4 * (int64_t)n) ? INT64_MAX / 4
-	                                                           : (int64_t)steps * p->latency_ns;
-	if (!(x < 4e18))
-		return INT64_MAX / 2;
-	return sat_add(lat, (int64_t)x);
-}
-
-int64_t sim_allreduce_ns(const Plan *p, int n, int64_t bytes)
-{
-	return ring_ns(p, n, 2 * (n - 1), bytes);
-}
-
-int64_t sim_coll_ns(const Plan *p, OpKind k, int n, int64_t bytes)
-{
-	return plan_ops[k].shard ? ring_ns(p, n, n - 1, bytes) : sim_allreduce_ns(p, n, bytes);
-}
-
 /* ---- verdicts found on the way ---- */
 
 void sim_mismatch(Sim *s, int ra, int64_t a, int rb, int64_t b, const char *why)
@@ -120,6 +97,24 @@ void sim_mismatch(Sim *s, int ra, int64_t a, int rb, int64_t b, const char *why)
 
 /* ---- groups ---- */
 
+/* The time of c's collective (plan/link.h): over the world group of its first member
+ * (a line plan's groups hold line 0's member alone), or over a tied pair; cached. */
+static int64_t coll_ns(const Plan *p, Coll *c)
+{
+	if (c->time.kind == c->kind && c->time.bytes == c->bytes)
+		return c->time.ns;
+	OpKind k = (OpKind)c->kind;
+	int over = plan_ops[k].over;
+	int64_t ns = over == OP_OVER_TIE
+	                 ? plan_pair_coll_ns(p, k, c->members[0], c->members[c->n - 1], c->bytes)
+	                 : plan_dim_coll_ns(p, k, over == OP_OVER_TP ? DIM_TP : DIM_DP,
+	                                    c->members[0], c->bytes);
+	c->time.kind = c->kind;
+	c->time.bytes = c->bytes;
+	c->time.ns = ns;
+	return ns;
+}
+
 /* Member r's op i (o) arrives at collective c at time t; the first sets what the others
  * must match.  Once all have, every member's posted op (ar_op, or tp_op for a tp group)
  * completes when the last arrival and the ring time allow. */
@@ -131,18 +126,14 @@ static void coll_arrive(Sim *s, Coll *c, int r, int64_t i, const PlanOp *o, int6
 		            .stage = o->stage, .mb = o->mb, .part = o->part, .dir = o->dir,
 		            .kind = o->kind,
 		            .bytes = plan_op_bytes(s->p, o), .maxpost = t, .last_who = REF(r, i), .first_rank = r,
-		            .first_op = i};
+		            .first_op = i, .time = c->time};
 	} else if (t >= c->maxpost) {
 		c->maxpost = t;
 		c->last_who = REF(r, i);
 	}
 	if (++c->arrived < c->n)
 		return;
-	/* A line plan's groups hold line 0's member; the time is the world group's. */
-	int64_t ns = tp ? (s->p->line ? plan_tp_allreduce_ns(s->p, c->members[0], c->bytes)
-	                              : plan_allreduce_ns(s->p, c->members, c->n, c->bytes))
-	                : sim_coll_ns(s->p, (OpKind)c->kind, c->world_n, c->bytes);
-	int64_t end = sat_add(c->maxpost, ns);
+	int64_t end = sat_add(c->maxpost, coll_ns(s->p, c));
 	c->arrived = 0;
 	c->count++;
 	c->total = sat_add(c->total, c->bytes);

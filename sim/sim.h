@@ -242,13 +242,7 @@ extern const char *const sim_verdict_names[SIM_VERDICT_COUNT];
 /* Parses "strict" / "overlap"; -1 when neither. */
 int sim_model_parse(const char *s);
 
-/* All-reduce time over n ranks (docs/semantics.md "Timing"); p2p is plan_transfer_ns. */
-int64_t sim_allreduce_ns(const Plan *p, int n, int64_t bytes);
-/* The time of a collective of kind k over a dp group or tied pair of n ranks: the
- * all-reduce's (ALLREDUCE, TIEREDUCE), or half its ring, n - 1 steps, for the
- * distributed optimizer's reduce-scatter and all-gather (`bytes` being the whole
- * buffer's: the gradients scattered, the parameters gathered). */
-int64_t sim_coll_ns(const Plan *p, OpKind k, int n, int64_t bytes);
+/* Transfer and collective times: plan/link.h. */
 
 /* Plan-file line of op i of rank r (first_line + i), 0 when the plan was not read
  * from a file. */

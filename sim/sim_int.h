@@ -62,6 +62,7 @@ typedef struct {
 typedef struct {
 	int src, dst;
 	uint8_t side;       // what q holds: 0 sends of src, 1 receives of dst
+	uint8_t node;       // src and dst share a node: the node link times it (plan/link.h)
 	int64_t head, n, cap; // cap: 0 or a power of two (the ring is indexed by masking)
 	ChanEntry *q;
 	int64_t bytes, transfers;
@@ -112,6 +113,7 @@ typedef struct {
 	int first_rank;
 	int64_t first_op;
 	int64_t count, total;
+	struct { int64_t bytes, ns; int kind; } time; // the last time computed (kind 0: none)
 } Coll;
 
 /* A rank's state in the run: its agents' cursors and times, its figures, its records. */
@@ -199,7 +201,7 @@ typedef struct {
 	int64_t nwork;
 	WideTime *wide;      // record_ops: times SimOpRec cannot hold, in the order set
 	int64_t nwide, widecap;
-	int64_t xfer_bytes, xfer_ns; // last transfer time computed
+	int64_t xfer_bytes[2], xfer_ns[2]; // last transfer time computed, per link (node 1)
 	int *cls_pp, *cls_ring; // overlap: per class (sim_class) its pp index and ring there
 	int *send_cls;       // per edge e, 2 e + (dir != DIR_ACT): the class of the tensor its
 	                     // SENDs transmit (send_key's), -1 when its stage is out of range

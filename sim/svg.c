@@ -18,6 +18,7 @@
 #include "sim.h"
 #include "../plan/line.h"
 #include "../plan/tp.h"
+#include "../plan/link.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -378,7 +379,7 @@ static int64_t draw_transfers(FILE *f, const Plan *p, const SimResult *res, cons
 			SimOpTime ts = sim_op_time(res, s, sends[s][lo + k].op);
 			if (ts.start < 0)
 				continue;
-			int64_t t0 = td.end - plan_transfer_ns(p, plan_op_bytes(p, o));
+			int64_t t0 = td.end - plan_p2p_ns(p, s, d, plan_op_bytes(p, o));
 			if (t0 < ts.start)
 				t0 = ts.start;
 			double x0 = left + warp_x(w, t0), x1 = left + warp_x(w, td.end);
@@ -546,22 +547,6 @@ static void pic_rows(Pic *c)
 	}
 }
 
-/* How long comm op o of rank r spends moving data: its communicator's time in the link
- * model (a collective's ring, a p2p op's transfer). */
-static int64_t move_ns(const Plan *p, int r, const PlanOp *o)
-{
-	int64_t b = plan_op_bytes(p, o);
-	switch (plan_ops[o->kind].over) {
-	case OP_OVER_DP:
-		return sim_coll_ns(p, plan_op_kind(o), p->dims[DIM_DP], b);
-	case OP_OVER_TIE:
-		return sim_allreduce_ns(p, 2, b);
-	case OP_OVER_TP:
-		return plan_tp_allreduce_ns(p, r, b);
-	}
-	return plan_transfer_ns(p, b);
-}
-
 /* Rank r's comm group [i, j): a bar under the row, pale while it waits, red when it
  * never completes, and darker where each op moves data. */
 static void pic_group(Pic *c, int r, int64_t i, int64_t j)
@@ -592,7 +577,7 @@ static void pic_group(Pic *c, int r, int64_t i, int64_t j)
 	}
 	/* the part of each op spent moving data, darker */
 	for (int64_t k = i; k < j && !stuck; k++) {
-		int64_t d = move_ns(p, r, &pr->ops[k]);
+		int64_t d = plan_op_move_ns(p, r, &pr->ops[k]);
 		int64_t e = sim_op_time(c->res, r, k).end, a = e - d < start ? start : e - d;
 		double xa = c->left + warp_x(&c->wp, a), xb = c->left + warp_x(&c->wp, e);
 		if (xb - xa >= 0.5) {

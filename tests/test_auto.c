@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "../compiler/auto.h"
+#include "../plan/link.h"
 #include "../compiler/pipecc.h"
 #include "../plan/mem.h"
 #include "../sim/sim.h"
@@ -116,7 +117,7 @@ static void fm_from_plan(Fm *f, const Plan *p)
 	for (int e = 0; e < ne; e++) {
 		const PlanEdge *pe = &p->edges[e];
 		int same = f->stage_pp[pe->src] == f->stage_pp[pe->dst];
-		f->edges[e] = (AutoEdge){pe->src, pe->dst, same ? 0 : plan_transfer_ns(p, pe->bytes), same};
+		f->edges[e] = (AutoEdge){pe->src, pe->dst, same ? 0 : plan_link_ns(p, 0, pe->bytes), same};
 	}
 	for (int s = 0, ki = 0, ko = 0; s < ns; s++) {
 		f->ioff[s] = ki, f->ooff[s] = ko;

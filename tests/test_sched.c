@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "../compiler/pipecc.h"
+#include "../plan/link.h"
 #include "../compiler/schedule.h"
 #include "../sim/sim.h"
 #include "sched_lib.h"
@@ -421,7 +422,7 @@ static void sched__gpipe_overlap_tuned__hides_link_latency(void **state)
 		for (int m = 1; m <= 2 * pp + 1; m++) {
 			Plan *p = compile_with(program_link(pp, pp, m, "gpipe", 10, 10, 10, 2, NULL), &o, NULL);
 			assert_non_null(p);
-			int64_t x = plan_transfer_ns(p, p->edges[0].bytes);
+			int64_t x = plan_link_ns(p, 0, p->edges[0].bytes);
 			assert_true(x > 2 * US);
 			int64_t want = (int64_t)(m + pp - 1) * 30 * US + 2LL * (pp - 1) * x;
 			Measure ms = measure(p, SIM_OVERLAP, 0);

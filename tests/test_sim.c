@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "../compiler/pipecc.h"
+#include "../plan/link.h"
 #include "../plan/io.h"
 #include "../plan/mem.h"
 #include "../sim/sim.h"
@@ -180,7 +181,7 @@ static void sim__link_costs__transfer_and_allreduce_times(void **state)
 	Plan *p = compile_text(program(2, 1, 1, "gpipe", "f=1 b=2 w=3", "latency=2us bandwidth=1GB/s"),
 	                       NULL);
 	assert_non_null(p);
-	int64_t x = plan_transfer_ns(p, p->edges[0].bytes);
+	int64_t x = plan_link_ns(p, 0, p->edges[0].bytes);
 	assert_true(x > 2000);
 	SimResult res;
 	SimOptions o = {.model = SIM_STRICT, .record_ops = 1};
@@ -215,7 +216,7 @@ static void sim__link_costs__transfer_and_allreduce_times(void **state)
 	assert_non_null(p);
 	int64_t bytes = p->stages[0].params * 4;
 	int64_t ar = 6 * 1000 + (int64_t)((6.0 / 4) * (double)bytes); // 1 GB/s: 1 ns per byte
-	assert_int_equal(sim_allreduce_ns(p, 4, bytes), ar);
+	assert_int_equal(plan_dim_coll_ns(p, OP_ALLREDUCE, DIM_DP, 0, bytes), ar);
 	assert_int_equal(sim_run(p, &o, &res), 0);
 	assert_int_equal(res.makespan, 3000 + ar);
 	sim_result_free(&res);
@@ -251,16 +252,17 @@ static void sim__distributed_optimizer__half_rings_in_order(void **state)
 		assert_non_null(p);
 		int64_t g = p->stages[0].params * 4, w = p->stages[0].params * (bf16 ? 2 : 4);
 		int64_t rs = 3000 + g * 3 / 4, ag = 3000 + w * 3 / 4;
-		assert_int_equal(sim_coll_ns(p, OP_REDSCATTER, 4, g), rs);
-		assert_int_equal(sim_coll_ns(p, OP_ALLGATHER, 4, w), ag);
-		assert_int_equal(sim_coll_ns(p, OP_ALLREDUCE, 4, g), sim_allreduce_ns(p, 4, g));
+		int64_t ar = plan_dim_coll_ns(p, OP_ALLREDUCE, DIM_DP, 0, g);
+		assert_int_equal(plan_dim_coll_ns(p, OP_REDSCATTER, DIM_DP, 0, g), rs);
+		assert_int_equal(plan_dim_coll_ns(p, OP_ALLGATHER, DIM_DP, 0, w), ag);
+		assert_int_equal(ar, 6000 + g * 6 / 4);
 		for (int model = 0; model < SIM_MODEL_COUNT; model++) {
 			SimOptions o = {.model = model, .record_ops = SIM_RECORD_ALL};
 			SimResult a, b;
 			assert_int_equal(sim_run(plain, &o, &a), 0);
 			assert_int_equal(sim_run(p, &o, &b), 0);
 			int64_t compute = 3 * 2 * 1000; // gpipe, 2 microbatches of f, b, w
-			assert_int_equal(a.makespan, compute + sim_allreduce_ns(p, 4, g));
+			assert_int_equal(a.makespan, compute + ar);
 			assert_int_equal(b.makespan, compute + rs + ag);
 			if (!bf16)
 				assert_int_equal(a.makespan, b.makespan);

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "../compiler/pipecc.h"
+#include "../plan/link.h"
 #include "../sim/sim.h"
 #include "../plan/line.h"
 
@@ -130,7 +131,7 @@ static int ref_send(RefRun *x, int a, int64_t i)
 			continue;
 		if (x->post[b][j] < 0 || x->end[b][j] >= 0)
 			break;
-		int64_t tr = plan_transfer_ns(p, plan_op_bytes(p, o));
+		int64_t tr = plan_p2p_ns(p, a, b, plan_op_bytes(p, o));
 		int64_t ps = x->post[a][i], rp = x->post[b][j];
 		if (x->eager)
 			x->end[b][j] = ps + tr > rp ? ps + tr : rp;
@@ -160,7 +161,8 @@ static int ref_allreduce(RefRun *x, int a, int64_t i)
 			mx = x->post[mem[m]][idx[m]];
 	}
 	for (int m = 0; m < n; m++)
-		x->end[mem[m]][idx[m]] = mx + sim_allreduce_ns(p, n, plan_op_bytes(p, &p->ranks[a].ops[i]));
+		x->end[mem[m]][idx[m]] = mx + plan_dim_coll_ns(p, OP_ALLREDUCE, DIM_DP, a,
+		                                                plan_op_bytes(p, &p->ranks[a].ops[i]));
 	return 1;
 }
 
