@@ -67,6 +67,8 @@ int whole(Check *c, const AstNum *n, const char *what, long min, long max, int *
 int unit_scale(Check *c, const AstNum *n, const Unit *units, int nu,
 	const char *kind, const char *expected, double *scale);
 int real(Check *c, const AstNum *n, double *v);
+/* A rate with its unit (50GB/s) in [1MB/s, 1000TB/s]: a link's or a device's memory. */
+int bandwidth(Check *c, const AstNum *n, double *out);
 void unknown_word(Check *c, const AstName *w, const char *what,
 	const char *const *words, int n);
 int find_word(const char *s, const char *const *words, int n);

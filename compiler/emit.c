@@ -235,5 +235,8 @@ int pipecc_emit_summary(const Plan *p, FILE *f)
 		fprintf(f, ", %" PRId64 " tp all-reduce", tp_bytes);
 	fputc('\n', f);
 	summary_stages(p, f);
+	char line[256];
+	plan_bottleneck(p, line, sizeof line);
+	fprintf(f, "%s\n", line);
 	return summary_memory(p, f) || ferror(f) ? -1 : 0;
 }

@@ -168,3 +168,28 @@ int plan_format_op(const Plan *p, const PlanOp *o, char *buf, size_t n)
 		put(t, &m, sizeof t, " r=%d", o->route);
 	return snprintf(buf, n, "%s", t);
 }
+
+/* A stage's work a step: every microbatch's F, B and W and its optimizer step. */
+static double stage_work(const Plan *p, int s)
+{
+	const PlanStage *st = &p->stages[s];
+	return (double)p->microbatches * ((double)st->cost[0] + (double)st->cost[1] +
+	                                  (double)st->cost[2]) + (double)st->optim;
+}
+
+int plan_bottleneck(const Plan *p, char *buf, size_t n)
+{
+	int at = 0;
+	double total = 0;
+	for (int s = 0; s < p->nstages; s++) {
+		total += stage_work(p, s);
+		if (stage_work(p, s) > stage_work(p, at))
+			at = s;
+	}
+	double mean = p->nstages ? total / p->nstages : 0, worst = p->nstages ? stage_work(p, at) : 0;
+	snprintf(buf, n, "bottleneck stage %s (pp %d): %.1f us of work a step (%d x (F+B+W) + "
+	         "optimizer), %.1f %% above the mean stage's %.1f us",
+	         p->nstages ? p->stages[at].name : "-", p->nstages ? p->stages[at].pp : 0, worst / 1e3, p->microbatches,
+	         mean > 0 ? 100.0 * (worst / mean - 1) : 0.0, mean / 1e3);
+	return at;
+}

@@ -97,6 +97,9 @@ int sim_report_summary(FILE *f, const Plan *p, const SimResult *res, const PlanM
 	put_us(f, res->makespan);
 	fprintf(f, " us\nbubble     %.2f %%\nbusy       %.2f %% (mean over ranks)\n",
 	        100.0 * res->bubble, 100.0 * sim_busy(res, -1));
+	char line[256];
+	plan_bottleneck(p, line, sizeof line);
+	fprintf(f, "%s\n", line);
 	/* model state: parameters, gradients, master weights and optimizer state of the
 	 * rank's stages, as the plan's per-rank figures give them (a tp rank's share; the
 	 * rank's shard of the last two under a distributed optimizer) */
