@@ -186,10 +186,10 @@ int plan_bottleneck(const Plan *p, char *buf, size_t n)
 		if (stage_work(p, s) > stage_work(p, at))
 			at = s;
 	}
-	double mean = p->nstages ? total / p->nstages : 0, worst = p->nstages ? stage_work(p, at) : 0;
+	double mean = total / p->nstages, worst = stage_work(p, at); // a plan has a stage
 	snprintf(buf, n, "bottleneck stage %s (pp %d): %.1f us of work a step (%d x (F+B+W) + "
-	         "optimizer), %.1f %% above the mean stage's %.1f us",
-	         p->nstages ? p->stages[at].name : "-", p->nstages ? p->stages[at].pp : 0, worst / 1e3, p->microbatches,
+	         "optimizer), %.1f %% above the mean stage's %.1f us", p->stages[at].name,
+	         p->stages[at].pp, worst / 1e3, p->microbatches,
 	         mean > 0 ? 100.0 * (worst / mean - 1) : 0.0, mean / 1e3);
 	return at;
 }
