@@ -818,6 +818,8 @@ static Program *check(Arena *a, Diag *d, const char *file, AstProgram *ast)
 	p->node_latency_ns = PROG_DEFAULT_NODE_LATENCY_NS;
 	p->node_bandwidth = PROG_DEFAULT_NODE_BANDWIDTH;
 	p->peak_flops = PROG_DEFAULT_FLOPS;
+	for (int k = 0; k < ROOF_COUNT; k++)
+		p->eff[k] = plan_roof_classes[k].eff;
 
 	int nstage_stmts = 0, nskip_stmts = 0;
 	for (AstStmt *s = ast->head; s; s = s->next) {

@@ -550,18 +550,28 @@ void check_optimizer(Check *c, AstStmt *s)
 
 /* The device presets (SXM parts), one row each: the dense GEMM rate of each precision's
  * operands (plan/prec.h: f32 on the CUDA cores, tf32 and bf16 on the tensor cores, the
- * vendor's datasheet figures without sparsity) and the memory the vendor names (decimal
- * GB). */
+ * vendor's datasheet figures without sparsity), the memory the vendor names (decimal
+ * GB) and its HBM bandwidth (the datasheets: A100 80GB SXM 2,039 GB/s, H100 SXM
+ * 3.35 TB/s, H200 SXM 4.8 TB/s; docs/semantics.md "Costs"). */
 static const struct {
 	const char *name;
 	double flops[PREC_COUNT];
 	int64_t mem;
+	double bw;
 } device_presets[] = {
-	{"a100", {[PREC_F32] = 19.5e12, [PREC_TF32] = 156e12, [PREC_BF16] = 312e12}, 80000000000},
-	{"h100", {[PREC_F32] = 67e12, [PREC_TF32] = 494.5e12, [PREC_BF16] = 989e12}, 80000000000},
-	{"h200", {[PREC_F32] = 67e12, [PREC_TF32] = 494.5e12, [PREC_BF16] = 989e12}, 141000000000},
+	{"a100", {[PREC_F32] = 19.5e12, [PREC_TF32] = 156e12, [PREC_BF16] = 312e12}, 80000000000,
+	 2.039e12},
+	{"h100", {[PREC_F32] = 67e12, [PREC_TF32] = 494.5e12, [PREC_BF16] = 989e12}, 80000000000,
+	 3.35e12},
+	{"h200", {[PREC_F32] = 67e12, [PREC_TF32] = 494.5e12, [PREC_BF16] = 989e12}, 141000000000,
+	 4.8e12},
 };
 #define NPRESETS ((int)(sizeof device_presets / sizeof device_presets[0]))
+
+/* The device's settings with a unit, after the presets among its words; the kernel
+ * classes' efficiencies (plan_roof_classes) follow them. */
+enum { DEV_PEAK, DEV_MEMORY, DEV_BANDWIDTH, DEV_COUNT };
+static const char *const device_keys[DEV_COUNT] = {"peak", "memory", "bandwidth"};
 
 /* `device peak=N;` or `device memory=N;`: a rate or a capacity with its unit. */
 static void device_value(Check *c, const AstKv *kv, int mem)
@@ -599,26 +609,51 @@ static void device_value(Check *c, const AstKv *kv, int mem)
 	}
 }
 
-/* `device NAME;` (a preset: FLOP rate and memory), `device peak=NTFLOPs;`,
- * `device memory=80GB;`, or a preset with either setting replacing its own. */
-void check_device(Check *c, AstStmt *s)
+/* Setting k of device_keys, or efficiency k - DEV_COUNT: `gemm=0.8`, in (0, 1]. */
+static void device_setting(Check *c, const AstKv *kv, int k)
 {
-	const char *names[NPRESETS + 2];
-	for (int k = 0; k < NPRESETS; k++)
-		names[k] = device_presets[k].name;
-	names[NPRESETS] = "peak";
-	names[NPRESETS + 1] = "memory";
-	if (s->nkvs == 0) {
-		diag_error(c->d, s->span, "'device' takes a preset (a100, h100, h200), peak=N or "
-		           "memory=N, e.g. device h100; or device peak=989TFLOPs memory=80GB;");
+	if (k < DEV_BANDWIDTH) {
+		device_value(c, kv, k == DEV_MEMORY);
 		return;
 	}
-	int preset = -1, given[2] = {0, 0};
+	const char *key = k == DEV_BANDWIDTH ? "bandwidth" : plan_roof_classes[k - DEV_COUNT].name;
+	double v;
+	if (!kv->has_val)
+		diag_error(c->d, kv->loc, "'%s' needs a value, e.g. %s=%s", key, key,
+		           k == DEV_BANDWIDTH ? "3.35TB/s" : "0.8");
+	else if (k == DEV_BANDWIDTH && bandwidth(c, &kv->val, &v))
+		c->p->hbm_bw = v;
+	else if (k > DEV_BANDWIDTH && real_in(c, &kv->val, key, 0, 1, &v) && v <= 0)
+		diag_error(c->d, kv->val.loc, "%s must be above 0", key);
+	else if (k > DEV_BANDWIDTH)
+		c->p->eff[k - DEV_COUNT] = v;
+}
+
+/* `device NAME;` (a preset: FLOP rate, memory and bandwidth), `device peak=NTFLOPs;`,
+ * `device memory=80GB;`, `device bandwidth=3.35TB/s;`, the kernel classes' efficiencies
+ * (`gemm=0.8`), or a preset with settings replacing its own. */
+void check_device(Check *c, AstStmt *s)
+{
+	enum { NWORDS = NPRESETS + DEV_COUNT + ROOF_COUNT };
+	const char *names[NWORDS];
+	for (int k = 0; k < NPRESETS; k++)
+		names[k] = device_presets[k].name;
+	for (int k = 0; k < DEV_COUNT; k++)
+		names[NPRESETS + k] = device_keys[k];
+	for (int k = 0; k < ROOF_COUNT; k++)
+		names[NPRESETS + DEV_COUNT + k] = plan_roof_classes[k].name;
+	if (s->nkvs == 0) {
+		diag_error(c->d, s->span, "'device' takes a preset (a100, h100, h200), peak=N, "
+		           "memory=N or bandwidth=N, e.g. device h100; or device peak=989TFLOPs "
+		           "memory=80GB bandwidth=3.35TB/s;");
+		return;
+	}
+	int preset = -1, given[DEV_COUNT] = {0};
 	for (int i = 0; i < s->nkvs; i++) {
 		AstKv *kv = &s->kvs[i];
-		int k = find_word(kv->key.s, names, NPRESETS + 2);
+		int k = find_word(kv->key.s, names, NWORDS);
 		if (k < 0) {
-			unknown_word(c, &kv->key, "device", names, NPRESETS + 2);
+			unknown_word(c, &kv->key, "device", names, NWORDS);
 		} else if (repeated_key(c, s->kvs, i, "device setting")) {
 		} else if (k < NPRESETS && kv->has_val) {
 			diag_error(c->d, kv->val.loc, "'%s' takes no value", names[k]);
@@ -628,13 +663,16 @@ void check_device(Check *c, AstStmt *s)
 		} else if (k < NPRESETS) {
 			preset = k;
 			c->p->device_preset = (uint8_t)(k + 1);
-			if (!given[1]) {
+			if (!given[DEV_MEMORY]) {
 				c->p->mem_cap = device_presets[k].mem;
 				c->p->mem_loc = kv->key.loc;
 			}
+			if (!given[DEV_BANDWIDTH])
+				c->p->hbm_bw = device_presets[k].bw;
 		} else {
-			given[k - NPRESETS] = 1;
-			device_value(c, kv, k == NPRESETS + 1);
+			if (k - NPRESETS < DEV_COUNT)
+				given[k - NPRESETS] = 1;
+			device_setting(c, kv, k - NPRESETS);
 		}
 	}
 }
@@ -859,9 +897,11 @@ static int64_t mem_share(const Program *p, int i, const LayerCost *sum)
 }
 
 /* Stage i's layers: every figure, their sums and the program's memory so far (*mem)
- * within what the tools count (plan/layer.h, plan/mem.h); their FLOPs per rank into
- * flops[3].  0, or -1 after an error. */
-static int count_stage(Check *c, int i, const LayerShape *sh, double *flops, int64_t *mem)
+ * within what the tools count (plan/layer.h, plan/mem.h); their F, B, W ns per rank on
+ * device d into ns[3] (plan/roof.h) and the parameters of one rank of its tp group into
+ * *params.  0, or -1 after an error. */
+static int count_stage(Check *c, int i, const LayerShape *sh, const PlanRoof *d, double *ns,
+                       int64_t *params, int64_t *mem)
 {
 	Program *p = c->p;
 	ProgStage *st = &p->stages[i];
@@ -882,9 +922,11 @@ static int count_stage(Check *c, int i, const LayerShape *sh, double *flops, int
 		}
 		LayerCost whole = plan_layer_figures(&pl, sh);
 		plan_cost_add(&sum, &whole);
-		LayerCost lc = plan_layer_figures_tp(&pl, sh, p->dims[DIM_TP]);
+		RoofWork w[3];
+		plan_layer_work(&pl, sh, p->dims[DIM_TP], w);
+		*params = sat_add(*params, plan_layer_figures_tp(&pl, sh, p->dims[DIM_TP]).params);
 		for (int k = 0; k < 3; k++)
-			flops[k] += lc.flops[k];
+			ns[k] += plan_roof_ns(d, &w[k]);
 	}
 	if (bad)
 		return -1;
@@ -910,22 +952,34 @@ LayerShape prog_layer_shape(const Program *p)
 	                    p->vocab, p->vocab_real, p->prec, p->sp ? p->dims[DIM_TP] : 1};
 }
 
+PlanRoof prog_roof(const Program *p)
+{
+	PlanRoof d = plan_roof(p->peak_flops, p->hbm_bw);
+	for (int k = 0; k < ROOF_COUNT; k++)
+		d.eff[k] = p->eff[k];
+	return d;
+}
+
 void check_costs(Check *c)
 {
 	Program *p = c->p;
 	LayerShape shape = prog_layer_shape(p);
 	if (p->device_preset && !p->peak_given)
 		p->peak_flops = device_presets[p->device_preset - 1].flops[p->prec];
+	PlanRoof dev = prog_roof(p);
 	if (!c->widths_ok || !c->input_ok)
 		return;
 	int64_t mem = 0;
 	for (int i = 0; i < p->nstages; i++) {
 		ProgStage *st = &p->stages[i];
-		double flops[3] = {0, 0, 0}, worst = 0;
-		if (count_stage(c, i, &shape, flops, &mem))
+		double t[3] = {0, 0, 0}, worst = 0;
+		int64_t params = 0;
+		if (count_stage(c, i, &shape, &dev, t, &params, &mem))
 			continue;
+		int64_t shard = plan_optim_shard(&p->optim, params, p->dims[DIM_DP]);
+		st->optim = llround(plan_roof_optim_ns(&dev, p->optim.kind, p->prec, shard));
 		for (int k = 0; k < 3; k++) {
-			double ns = flops[k] * 1e9 / p->peak_flops;
+			double ns = t[k];
 			if (c->cost_has[i][k]) {
 				st->cost[k] = c->cost[i][k];
 			} else if (c->all_has[k]) {

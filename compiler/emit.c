@@ -255,5 +255,8 @@ int pipecc_emit_summary(const Plan *p, FILE *f)
 		fprintf(f, ", %s tp all-reduce", plan_mem_text(b[2], 32, tp_bytes));
 	fputc('\n', f);
 	summary_stages(p, f);
+	char line[256];
+	plan_bottleneck(p, line, sizeof line);
+	fprintf(f, "%s\n", line);
 	return summary_memory(p, f) || ferror(f) ? -1 : 0;
 }

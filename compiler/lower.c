@@ -178,6 +178,7 @@ static void fill_stages(Lw *w)
 		st->in = ps->in;
 		st->out = ps->out;
 		memcpy(st->cost, ps->cost, sizeof st->cost);
+		st->optim = ps->optim;
 		st->loc = (PlanLoc){ps->loc.line, ps->loc.col};
 		st->nlayers = ps->nlayers;
 		st->layers = lw_calloc(w, (size_t)ps->nlayers, sizeof *st->layers);

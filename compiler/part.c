@@ -506,8 +506,9 @@ ProgPart *part_choose(Arena *a, Diag *d, PartCut *pc, const Program *pr)
 	int tp = pr->dims[DIM_TP];
 	int s = 0, l = 0;
 	int64_t per_param = plan_prec_param_bytes(pr->prec) + plan_optim_state_bytes(pr->optim.kind);
+	PlanRoof dev = prog_roof(pr);
 	for (int u = 0; u < n; u++) {
-		double fl = 0;
+		double ns = 0;
 		for (int left = unit_size(pc->ast, &pc->units[u]); left > 0; left--) {
 			while (s < pr->nstages && l == pr->stages[s].nlayers) {
 				s++;
@@ -520,11 +521,13 @@ ProgPart *part_choose(Arena *a, Diag *d, PartCut *pc, const Program *pr)
 				edge[u] = (int64_t)pr->rows * ly->in * plan_prec(pr->prec)->act;
 			PlanLayer pl = prog_plan_layer(ly);
 			LayerCost lc = plan_layer_figures_tp(&pl, &sh, tp);
-			fl += lc.flops[0] + lc.flops[1] + lc.flops[2];
+			RoofWork w[3];
+			plan_layer_work(&pl, &sh, tp, w);
+			for (int k = 0; k < 3; k++)
+				ns += plan_roof_ns(&dev, &w[k]);
 			stat[u] += lc.params * per_param;
 			act[u] += lc.save_fb + lc.save_fw; // what F saves (B to W: not counted)
 		}
-		double ns = fl * 1e9 / pr->peak_flops;
 		time[u] = ns < 1 ? 1 : (int64_t)(ns + 0.5);
 	}
 	/* 1F1B's peak at stage j: the saved bytes of k - j microbatches and two outputs in

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "../plan/plan.h"
+#include "../plan/roof.h"
 #include "arena.h"
 #include "diag.h"
 
@@ -38,6 +39,8 @@ typedef struct {
 	int has_cost;          // a `cost NAME ...` line names it
 	int64_t cost[3];       // F, B, W ns (filled for every stage after checking:
 	                       // stage cost, else `cost *`, else derived from FLOPs)
+	int64_t optim;         // ns of its optimizer step on one rank (the roofline's; 0:
+	                       // no memory bandwidth, free)
 	Loc cost_loc;
 	uint8_t recompute;     // PlanRecompute of its own `recompute NAME [MODE];`, or 0
 	int recompute_res;     // its `residuals=N` (full: the first N residual bodies), or 0
@@ -121,6 +124,9 @@ typedef struct {
 	uint8_t peak_given;            // 1: `device peak=` set peak_flops
 	double peak_flops;             // device FLOP/s for costs derived from FLOPs (the
 	                               // preset's rate at prec, set by check_costs)
+	double hbm_bw;                 // device memory bytes/s (`device` preset or bandwidth=);
+	                               // 0: none, costs from FLOPs alone (plan/roof.h)
+	double eff[ROOF_COUNT];        // each kernel class's efficiency (`device gemm=0.8`)
 	int64_t mem_cap;               // device bytes (`device` preset or memory=); 0: none
 	Loc mem_loc;                   // where the capacity is stated
 	uint8_t recompute_all;         // PlanRecompute of `recompute * [MODE];`, or 0
@@ -221,6 +227,9 @@ int prog_recompute_residuals(const Program *p, int s);
 
 /* The shape of one microbatch the layer table's figures take (plan/layer.h). */
 LayerShape prog_layer_shape(const Program *p);
+/* The device the program's costs are timed on: its rate at the program's precision, its
+ * memory bandwidth (0: none) and the kernel classes' efficiencies. */
+PlanRoof prog_roof(const Program *p);
 
 /* Parses and checks src; NULL after reporting errors to d. */
 Program *front_parse(Arena *a, Diag *d, const char *file, const char *src, size_t len);

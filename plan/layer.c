@@ -109,6 +109,12 @@ static void embed_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, Lay
 	split(t, tp, LAYER_SPLIT_ROWS, 1, &sh->vocab);
 	if (has(ly, LAYER_KEY_POSITIONS))
 		param(t, sh->seq, ly->out, LAYER_INIT_UNIFORM, 0); // EMBED_WPE
+	/* F reads the ids and each table's rows and writes y; W reads dy and adds it into
+	 * each table's gradient rows (read and written) */
+	const PlanPrecInfo *pr = plan_prec(sh->prec);
+	int64_t nd = sat_mul(sh->rows, ly->out);
+	t->moved[0] = sat_add(sat_mul(4, sh->rows), sat_mul(nd, pr->act * (t->nparams + 1)));
+	t->moved[2] = sat_mul(nd, t->nparams * (pr->act + 2 * pr->grad));
 	t->tp_floats[0] = ly->out;
 }
 
@@ -134,6 +140,25 @@ TkAttn plan_layer_attn(const PlanLayer *l, const LayerShape *sh)
 {
 	return (TkAttn){sh->batch, sh->seq, l->in, l->heads, l->kv_heads ? l->kv_heads : l->heads,
 	                has(l, LAYER_KEY_ROPE), 10000.0, 1};
+}
+
+/* Attention's own traffic (ROOF_ATTENTION) for p elements of S x S per rank and att
+ * elements of the heads' output, nqkv of qkv a row.  Without flash, F reads qkv, writes
+ * the scores, reads and writes them in the softmax, reads P in P·V and writes att (4p);
+ * B reads datt and qkv, writes dP, reads P and dP and writes dS, reads dS twice and
+ * writes dqkv (6p); dropout=P adds its mask (one byte) and dropped copy each way.  With
+ * flash no S x S tensor leaves the chip: qkv and att each way, the log-sum-exps. */
+static void attn_moved(LayerTensors *t, const LayerShape *sh, int64_t p, int64_t att,
+                       int drop, int flash)
+{
+	double a = plan_prec(sh->prec)->act, qkv = (double)sh->rows * (double)t->param[0].cols;
+	double ss = flash || !drop ? 0 : (double)p * (1 + a);
+	double lse = flash ? 4.0 * (double)p / (double)sh->seq : 0; // one a row of scores
+	double f = a * (qkv + (double)att) + (flash ? lse : 4 * a * (double)p + ss);
+	double b = a * 2 * (qkv + (double)att) + (flash ? lse : 6 * a * (double)p + ss);
+	t->moved[0] = f < (double)TK_MANY ? (int64_t)f : TK_MANY;
+	t->moved[1] = b < (double)TK_MANY ? (int64_t)b : TK_MANY;
+	t->softmax = 1;
 }
 
 /* attention: wqkv d x nqkv (+ bqkv), wo d x d (+ bo); saves qkv, P and the heads'
@@ -181,6 +206,7 @@ static void attn_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, Laye
 	int64_t sq = sat_mul(sat_mul(sat_mul(heads, a.S), hd), 2); // one S x S x hd GEMM a head
 	t->flops[0] = sat_mul(2, sq);
 	t->flops[1] = sat_mul(flash ? 5 : 4, sq);
+	attn_moved(t, sh, sat_mul(heads, a.S), sat_mul(sh->rows, d / tp), ly->drop > 0, flash);
 	t->tp_floats[0] = ly->out;
 	t->tp_floats[1] = ly->in;
 }
@@ -211,6 +237,9 @@ static void mlp_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, Layer
 	add(t->saved, &t->nsaved, sh->rows, f, LAYER_INIT_ZERO); // MLP_H
 	add(t->saved, &t->nsaved, sh->rows, f, LAYER_INIT_ZERO); // MLP_A
 	add(t->held, &t->nheld, sh->rows, f, LAYER_INIT_ZERO);   // MLP_DH
+	int64_t nf = sat_mul(sat_mul(sh->rows, f), plan_prec(sh->prec)->act);
+	t->moved[0] = sat_mul(2, nf); // gelu: reads h, writes a
+	t->moved[1] = sat_mul(3, nf); // reads h and da, writes dh
 	t->tp_floats[0] = ly->out;
 	t->tp_floats[1] = ly->in;
 }
@@ -232,6 +261,9 @@ static void swiglu_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, La
 	add(t->saved, &t->nsaved, sh->rows, f, LAYER_INIT_ZERO); // SWIGLU_A
 	add(t->held, &t->nheld, sh->rows, f, LAYER_INIT_ZERO);   // SWIGLU_DG
 	add(t->held, &t->nheld, sh->rows, f, LAYER_INIT_ZERO);   // SWIGLU_DU
+	int64_t nf = sat_mul(sat_mul(sh->rows, f), plan_prec(sh->prec)->act);
+	t->moved[0] = sat_mul(3, nf); // reads g and u, writes a
+	t->moved[1] = sat_mul(5, nf); // reads g, u and da, writes dg and du
 	t->tp_floats[0] = ly->out;
 	t->tp_floats[1] = ly->in;
 }
@@ -265,6 +297,11 @@ static void xent_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, Laye
 	t->x_whole = 1;
 	t->tp_floats[0] = 3;
 	t->tp_wide = 1;
+	/* F reads the logits, writes the log-sum-exps; B reads them again, writes dlogits */
+	int64_t nv = sat_mul(sat_mul(sh->rows, t->in), plan_prec(sh->prec)->act);
+	t->moved[0] = sat_add(nv, sat_mul(8, sh->rows));
+	t->moved[1] = sat_add(sat_mul(2, nv), sat_mul(8, sh->rows));
+	t->softmax = 1;
 }
 
 /* dropout: keeps its mask, one byte an element (its input it drops: drops_x), from F to
@@ -273,19 +310,27 @@ static void xent_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, Laye
 static void dropout_tensors(const PlanLayer *ly, const LayerShape *sh, int tp, LayerTensors *t)
 {
 	(void)tp;
-	if (ly->drop > 0)
+	if (ly->drop > 0) {
 		mask(t, plan_seq_rows(sh, tp), ly->in); // DROPOUT_MASK
+		int64_t nd = sat_mul(plan_seq_rows(sh, tp), ly->in);
+		// F reads x, writes y and the mask; B reads dy and the mask, writes dx
+		t->moved[0] = t->moved[1] = sat_mul(nd, 2 * plan_prec(sh->prec)->act + 1);
+	}
 }
 
 #define K(k) LAYER_FLAG(LAYER_KEY_##k)
 
-#define ROW(kind, name, word, arg, example, loss, keys, tokens, out, tp, tensors, drops_x) \
+#define IO(f, b, w) {f, b, w}
+
+#define ROW(kind, name, word, arg, example, loss, keys, tokens, out, tp, tensors, drops_x, \
+            io)                                                                          \
 	[LAYER_##kind] = {name, word, LAYER_ARG_##arg, example, loss, keys, tokens,          \
-	                  LAYER_OUT_##out, LAYER_TP_##tp, tensors, drops_x},
+	                  LAYER_OUT_##out, LAYER_TP_##tp, tensors, drops_x, io},
 
 const LayerInfo plan_layers[LAYER_COUNT] = {PLAN_LAYER_KINDS(ROW)};
 
 #undef ROW
+#undef IO
 
 #undef K
 
@@ -439,6 +484,39 @@ LayerCost plan_layer_figures_tp(const PlanLayer *l, const LayerShape *sh, int tp
 	for (int d = 0; d < 2 && tp > 1; d++)
 		c.tp_bytes[d] = sat_mul(sat_mul(sh->rows, t.tp_floats[d]), t.tp_wide ? 4 : act);
 	return c;
+}
+
+/* Everything from the row and its tensors (docs/semantics.md "Costs"): each GEMM weight
+ * r x c reads its rows x r or x c operand and writes the other, reads the weight (F, B)
+ * or reads and writes its gradient (W); each gain or bias reads dy over its columns and
+ * updates its gradient in W; the io passes and the kind's own traffic (moved, flops). */
+void plan_layer_work(const PlanLayer *l, const LayerShape *sh, int tp, RoofWork w[3])
+{
+	LayerTensors t;
+	tp = tp > 1 ? tp : 1;
+	plan_layer_tensors(l, sh, tp, &t);
+	const PlanPrecInfo *pr = plan_prec(sh->prec);
+	double rows = (double)(plan_layers[l->kind].tp == LAYER_TP_WHOLE ? t.x_rows : sh->rows);
+	int own = t.softmax ? ROOF_ATTENTION : ROOF_ELEMENTWISE;
+	for (int k = 0; k < 3; k++) {
+		w[k] = (RoofWork){{0}, {0}};
+		w[k].bytes[ROOF_ELEMENTWISE] = (double)pr->act * (double)t.x_rows * (double)t.in *
+		                               plan_layers[l->kind].io[k];
+		w[k].bytes[own] += (double)t.moved[k];
+		w[k].flops[own] += (double)t.flops[k];
+	}
+	for (int i = 0; i < t.nparams; i++) {
+		double r = (double)t.param[i].rows, c = (double)t.param[i].cols;
+		if (t.param[i].gemm) {
+			for (int k = 0; k < 3; k++) {
+				w[k].flops[ROOF_GEMM] += 2 * rows * r * c;
+				w[k].bytes[ROOF_GEMM] += pr->act * rows * (r + c) +
+				                         r * c * (k < 2 ? pr->param : 2 * pr->grad);
+			}
+		} else if (r == 1) {
+			w[2].bytes[ROOF_ELEMENTWISE] += (pr->act * rows + 2 * pr->grad) * c;
+		}
+	}
 }
 
 const char *plan_cost_uncountable(const LayerCost *c, double *value, double *limit)

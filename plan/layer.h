@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "prec.h"
+#include "roof.h"
 
 struct TkAttn;
 
@@ -22,48 +23,54 @@ struct TkAttn;
  * here and into plan_layers[] (LayerInfo, below) in layer.c.  Columns: the kind, then
  * LayerInfo's fields in order: name, word, arg (LAYER_ARG_), example, loss, keys
  * (K(key) | ...), tokens, out (LAYER_OUT_), tp (LAYER_TP_), tensors (a function of
- * layer.c, or NULL), drops_x. */
+ * layer.c, or NULL), drops_x, io (IO(F, B, W): passes over an input-sized tensor). */
 #define PLAN_LAYER_KINDS(X) \
 	/* dense layer with bias, in -> out */ \
-	X(LINEAR, "linear", "linear", WIDTH, "linear 512", 0, 0, 0, ARG, WHOLE, linear_tensors, 0) \
+	X(LINEAR, "linear", "linear", WIDTH, "linear 512", 0, 0, 0, ARG, WHOLE, linear_tensors, 0, \
+	  IO(0, 0, 0)) \
 	/* elementwise max(x, 0) */ \
-	X(RELU, "relu", "relu", NONE, "relu", 0, 0, 0, SAME, WHOLE, NULL, 0) \
+	X(RELU, "relu", "relu", NONE, "relu", 0, 0, 0, SAME, WHOLE, NULL, 0, IO(2, 3, 0)) \
 	/* elementwise gelu (tanh approximation) */ \
-	X(GELU, "gelu", "gelu", NONE, "gelu", 0, 0, 0, SAME, WHOLE, NULL, 0) \
+	X(GELU, "gelu", "gelu", NONE, "gelu", 0, 0, 0, SAME, WHOLE, NULL, 0, IO(2, 3, 0)) \
 	/* mean squared error loss against a synthetic target */ \
-	X(MSE, "mse", "loss", NAME, "loss mse", 1, 0, 0, SAME, WHOLE, NULL, 0) \
+	X(MSE, "mse", "loss", NAME, "loss mse", 1, 0, 0, SAME, WHOLE, NULL, 0, IO(2, 3, 0)) \
 	/* token embedding, tokens -> width (+ learned positions) */ \
 	X(EMBED, "embed", "embed", WIDTH, "embed 768 positions", 0, K(POSITIONS), 1, ARG, VOCAB, \
-	  embed_tensors, 0) \
+	  embed_tensors, 0, IO(0, 0, 0)) \
 	/* layer normalization with gain and bias */ \
 	X(LAYERNORM, "layernorm", "layernorm", NONE, "layernorm", 0, 0, 0, SAME, WHOLE, \
-	  layernorm_tensors, 0) \
+	  layernorm_tensors, 0, IO(2, 3, 0)) \
 	/* RMS normalization with gain */ \
-	X(RMSNORM, "rmsnorm", "rmsnorm", NONE, "rmsnorm", 0, 0, 0, SAME, WHOLE, rmsnorm_tensors, 0) \
+	X(RMSNORM, "rmsnorm", "rmsnorm", NONE, "rmsnorm", 0, 0, 0, SAME, WHOLE, \
+	  rmsnorm_tensors, 0, IO(2, 3, 0)) \
 	/* causal multi-head self-attention with its projections (GQA, rotary) */ \
 	X(ATTN, "attention", "attention", NONE, "attention heads=12", 0, \
 	  K(HEADS) | K(KV_HEADS) | K(BIAS) | K(ROPE) | K(DROPOUT) | K(FLASH), 0, SAME, HEADS, \
-	  attn_tensors, 0) \
+	  attn_tensors, 0, IO(0, 0, 0)) \
 	/* two-layer MLP with GELU, hidden width */ \
-	X(MLP, "mlp", "mlp", HIDDEN, "mlp 3072 bias", 0, K(BIAS), 0, SAME, HIDDEN, mlp_tensors, 0) \
+	X(MLP, "mlp", "mlp", HIDDEN, "mlp 3072 bias", 0, K(BIAS), 0, SAME, HIDDEN, \
+	  mlp_tensors, 0, IO(0, 0, 0)) \
 	/* gated SwiGLU MLP, hidden width, no biases */ \
 	X(SWIGLU, "swiglu", "swiglu", HIDDEN, "swiglu 11008", 0, 0, 0, SAME, HIDDEN, \
-	  swiglu_tensors, 0) \
+	  swiglu_tensors, 0, IO(0, 0, 0)) \
 	/* x + f(x), f the next `span` layers */ \
 	X(RESIDUAL, "residual", "residual", BODY, "residual { rmsnorm; ... }", 0, 0, 0, SAME, \
-	  WHOLE, NULL, 0) \
+	  WHOLE, NULL, 0, IO(3, 3, 0)) \
 	/* vocabulary head, width -> vocab, no bias (tied or not) */ \
-	X(HEAD, "head", "head", NONE, "head tied", 0, K(TIED), 1, VOCAB, VOCAB, head_tensors, 0) \
+	X(HEAD, "head", "head", NONE, "head tied", 0, K(TIED), 1, VOCAB, VOCAB, \
+	  head_tensors, 0, IO(0, 0, 0)) \
 	/* cross-entropy on next-token targets */ \
-	X(XENT, "xent", "loss", NAME, "loss xent", 1, 0, 1, SAME, VOCAB, xent_tensors, 0) \
+	X(XENT, "xent", "loss", NAME, "loss xent", 1, 0, 1, SAME, VOCAB, \
+	  xent_tensors, 0, IO(0, 0, 0)) \
 	/* gated GeGLU MLP, hidden width, no biases (swiglu's tensors) */ \
-	X(GEGLU, "geglu", "geglu", HIDDEN, "geglu 2048", 0, 0, 0, SAME, HIDDEN, swiglu_tensors, 0) \
+	X(GEGLU, "geglu", "geglu", HIDDEN, "geglu 2048", 0, 0, 0, SAME, HIDDEN, \
+	  swiglu_tensors, 0, IO(0, 0, 0)) \
 	/* zeroes each element with probability P, scales the rest by 1/(1-P) */ \
 	X(DROPOUT, "dropout", "dropout", PROB, "dropout 0.1", 0, 0, 0, SAME, WHOLE, \
-	  dropout_tensors, 1) \
+	  dropout_tensors, 1, IO(0, 0, 0)) \
 	/* elementwise relu(x)^2 (Primer's squared ReLU) */ \
 	X(SQUARED_RELU, "squared_relu", "squared_relu", NONE, "squared_relu", 0, 0, 0, SAME, \
-	  WHOLE, NULL, 0)
+	  WHOLE, NULL, 0, IO(2, 3, 0))
 
 typedef enum {
 #define PLAN_LAYER_ENUM(kind, ...) LAYER_##kind,
@@ -241,6 +248,12 @@ typedef struct {
 	                                      // the layer in F and after its B (0: none)
 	uint8_t tp_wide;                      // 1: those floats are f32 at every precision
 	                                      // (xent's maxima and sums)
+	int64_t moved[3];                     // F, B, W bytes its own kernels read and write
+	                                      // besides the GEMM weights' operands, the io
+	                                      // passes and the gains' and biases' reductions
+	uint8_t softmax;                      // 1: that work and flops[] are ROOF_ATTENTION's
+	                                      // (attention, the loss's softmax); else
+	                                      // ROOF_ELEMENTWISE's
 } LayerTensors;
 
 /* Named slots: param[], saved[] and held[] indices of each kind with tensors. */
@@ -316,6 +329,10 @@ typedef struct {
 	 * neither kept nor counted.  Such a layer cannot begin a stage or a body, whose
 	 * input that first layer keeps (the checker and the runtime's model refuse it). */
 	int drops_x;
+	/* F, B, W passes of its elementwise kernels over an input-sized tensor (rows x in at
+	 * the activation bytes), each a read or a write: relu reads x and writes y in F (2),
+	 * reads x and dy and writes dx in B (3).  docs/semantics.md "Costs". */
+	uint8_t io[3];
 } LayerInfo;
 
 extern const LayerInfo plan_layers[LAYER_COUNT];
@@ -357,6 +374,9 @@ int64_t plan_layer_rows(const PlanLayer *l, const LayerShape *sh, int tp);
 /* Bytes of tensor t at precision prec (PlanPrec: its activation bytes an element, four
  * for a wide tensor, one for a mask), saturating. */
 int64_t plan_tensor_bytes(const LayerTensor *t, int prec);
+/* The F, B and W work of layer l on one rank of a tp group of size tp, per roofline
+ * class (plan/roof.h; the bytes of docs/semantics.md "Costs"), into w[3]. */
+void plan_layer_work(const PlanLayer *l, const LayerShape *sh, int tp, RoofWork w[3]);
 /* Figures of one layer on one rank of a tp group of size tp (the whole layer at tp 1). */
 LayerCost plan_layer_figures_tp(const PlanLayer *l, const LayerShape *sh, int tp);
 /* NULL when tp splits layer l on shape sh evenly; else what tp must divide ("the number

@@ -2,6 +2,7 @@
  * same way (transfer time, comm groups, op text).  Keeping them here is
  * what makes the compiler, the simulator and the runtime agree. */
 #include "plan.h"
+#include "units.h"
 #include "block.h"
 #include "line.h"
 #include "par.h"
@@ -151,4 +152,31 @@ int plan_format_op(const Plan *p, const PlanOp *o, char *buf, size_t n)
 	if (u & OP_FIELD_ROUTE)
 		put(t, &m, sizeof t, " r=%d", o->route);
 	return snprintf(buf, n, "%s", t);
+}
+
+/* A stage's work a step: every microbatch's F, B and W and its optimizer step. */
+static double stage_work(const Plan *p, int s)
+{
+	const PlanStage *st = &p->stages[s];
+	return (double)p->microbatches * ((double)st->cost[0] + (double)st->cost[1] +
+	                                  (double)st->cost[2]) + (double)st->optim;
+}
+
+int plan_bottleneck(const Plan *p, char *buf, size_t n)
+{
+	int at = 0;
+	double total = 0;
+	for (int s = 0; s < p->nstages; s++) {
+		total += stage_work(p, s);
+		if (stage_work(p, s) > stage_work(p, at))
+			at = s;
+	}
+	double mean = total / p->nstages, worst = stage_work(p, at); // a plan has a stage
+	char a[32], b[32];
+	snprintf(buf, n, "bottleneck stage %s (pp %d): %s of work a step (%d x (F+B+W) + "
+	         "optimizer), %.1f %% above the mean stage's %s", p->stages[at].name,
+	         p->stages[at].pp, plan_time_text(a, sizeof a, (int64_t)llround(worst)),
+	         p->microbatches, mean > 0 ? 100.0 * (worst / mean - 1) : 0.0,
+	         plan_time_text(b, sizeof b, (int64_t)llround(mean)));
+	return at;
 }

@@ -54,6 +54,7 @@ typedef struct PlanStage {
 	int nlayers;
 	PlanLayer *layers;
 	int64_t cost[3];        // F, B, W nanoseconds per microbatch (BW costs B + W)
+	int64_t optim;          // nanoseconds of its OPTIM on each rank (0: free; plan/roof.h)
 	int64_t params;         // number of f32 parameters (weights and biases)
 	/* Saved activation bytes per microbatch; see docs/semantics.md "Memory".
 	 * F allocates save_fb + save_fw; B frees save_fb and allocates save_bw;
@@ -251,6 +252,10 @@ int64_t plan_group_end(const PlanRank *r, int64_t i);
 /* Formats op o as the text the plan file carries (no location): peers as world ranks, also
  * those of a line plan, whose ops hold pipeline indices. */
 int plan_format_op(const Plan *p, const PlanOp *o, char *buf, size_t n);
+/* The stage with the most work a step (microbatches x (F + B + W) plus its optimizer
+ * step), the one that bounds a balanced schedule's step: its index, and into buf the
+ * line the summaries print, naming it and how far it is above the mean stage. */
+int plan_bottleneck(const Plan *p, char *buf, size_t n);
 
 /* The verifier: structural invariants every plan must meet (see docs/plan-format.md,
  * "Invariants").  Returns 0 when they hold, else -1 with the first violation in err. */

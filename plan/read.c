@@ -434,6 +434,15 @@ static int read_recompute(Rd *r, PlanStage *st)
 	return rd_kv(r, "residuals=", &st->recompute_res, 1, INT_MAX);
 }
 
+/* A stage's optional ` o=NS`: its OPTIM's time (0 when absent). */
+static int read_step(Rd *r, PlanStage *st)
+{
+	rd_skip_sp(r);
+	if (strncmp(r->s, "o=", 2))
+		return 0;
+	return rd_kv64(r, "o=", &st->optim, 0, INT64_MAX / 4);
+}
+
 /* The plan's memory passes PLAN_MEM_MAX at `what` (plan_mem_stage_share). */
 static int too_much(Rd *r, const char *what, int m)
 {
@@ -504,7 +513,8 @@ static int read_stages(Rd *r, Plan *p)
 		    rd_kv64(r, "params=", &st->params, 0, INT64_MAX / 8) ||
 		    rd_kv64(r, "save_fb=", &st->save_fb, 0, INT64_MAX / 8) ||
 		    rd_kv64(r, "save_fw=", &st->save_fw, 0, INT64_MAX / 8) ||
-		    rd_kv64(r, "save_bw=", &st->save_bw, 0, INT64_MAX / 8) || read_recompute(r, st) ||
+		    rd_kv64(r, "save_bw=", &st->save_bw, 0, INT64_MAX / 8) || read_step(r, st) ||
+		    read_recompute(r, st) ||
 		    rd_kv(r, "layers=", &st->nlayers, 1, 1 << 20) || rd_loc(r, &st->loc) || rd_eol(r))
 			return -1;
 		if ((r->mem = sat_add(r->mem, plan_mem_stage_share(st, p->microbatches, p->prec))) >= PLAN_MEM_MAX)

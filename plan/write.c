@@ -548,6 +548,8 @@ static void write_body(Out *o, const Plan *p)
 		     " params=%" PRId64 " save_fb=%" PRId64 " save_fw=%" PRId64 " save_bw=%" PRId64,
 		     s, st->name, st->pp, st->in, st->out, st->cost[0], st->cost[1], st->cost[2],
 		     st->params, st->save_fb, st->save_fw, st->save_bw);
+		if (st->optim)
+			putf(o, " o=%" PRId64, st->optim);
 		if (st->recompute)
 			putf(o, " recompute%s save_re=%" PRId64,
 			     st->recompute == PLAN_RECOMPUTE_SELECTIVE ? " selective" : "", st->save_re);

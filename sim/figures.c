@@ -170,7 +170,8 @@ void sim_critical_path(Sim *s)
 		int64_t i = REF_OP(x);
 		SimOpTime t = path_only ? (SimOpTime){-1, -1} : sim_op_time(res, r, i);
 		const PlanOp *o = &s->p->ranks[r].ops[i];
-		int64_t c = !plan_op_is_compute(o->kind) ? 0
+		int64_t c = plan_ops[o->kind].role == OP_ROLE_STEP ? s->st[o->stage].cost[o->kind]
+		            : !plan_op_is_compute(o->kind) ? 0
 		            : s->tp > 1 ? plan_part_cost(&s->st[o->stage].parts, o, s->p->stages[o->stage].cost)
 		                        : s->st[o->stage].cost[o->kind];
 		if (n && path[n - 1].rank == r) {

@@ -245,6 +245,9 @@ int sim_report_summary(FILE *f, const Plan *p, const SimResult *res, const PlanM
 	put_time(f, res->makespan);
 	fprintf(f, "\nbubble     %.2f %%\nbusy       %.2f %% (mean over ranks)\n",
 	        100.0 * res->bubble, 100.0 * sim_busy(res, -1));
+	char line[256];
+	plan_bottleneck(p, line, sizeof line);
+	fprintf(f, "%s\n", line);
 	if (report_ranks(f, p, res) || sim_report_memory(f, p, mem))
 		return -1;
 	if (report_links(f, p, res) || report_colls(f, p, res))

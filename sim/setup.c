@@ -247,6 +247,7 @@ int sim_setup(Sim *s)
 			st->cost[k] = plan_op_cost((OpKind)k, ps->cost);
 			st->dmem[k] = plan_op_mem((OpKind)k, ps);
 		}
+		st->cost[OP_OPTIM] = ps->optim; // the step's own time, not a pass's
 		if (ps->pp >= 0 && ps->pp < p->dims[DIM_PP])
 			s->local_idx[i] = s->nlocal[ps->pp]++;
 		if (s->tp > 1 && plan_stage_parts(p, i, &st->parts)) {

@@ -661,6 +661,9 @@ static inline int64_t do_compute(Sim *s, int r, int64_t i, const PlanOp *o, int6
 		} else if ((makes & PLAN_DEP_WGRAD) && last) {
 			k->units--;
 		}
+	} else if (plan_ops[o->kind].role == OP_ROLE_STEP) {
+		end = sat_add(start, s->st[o->stage].cost[o->kind]);
+		k->busy = sat_add(k->busy, s->st[o->stage].cost[o->kind]);
 	}
 	k->done++;
 	record(s, r, i, start, end, pred);

@@ -295,7 +295,11 @@ static void prec__messages__at_their_type(void **state)
 }
 
 /* Derived costs use the preset's rate for the regime's GEMM operands; peak= is the
- * rate whatever the regime. */
+ * rate whatever the regime.  With the preset's bandwidth the roofline's default
+ * efficiencies apply (docs/semantics.md "Costs"): the 4096 x 4096 GEMM is compute-bound
+ * at 0.75 of the rate on every preset, in F the loss reads x
+ * and its target (2 passes of 1024 x 4096 at the activation bytes) at 0.8 of the
+ * bandwidth; without a device, FLOPs over the rate alone. */
 static void prec__derived_costs__at_the_operand_rate(void **state)
 {
 	(void)state;
@@ -303,31 +307,36 @@ static void prec__derived_costs__at_the_operand_rate(void **state)
 	                  "%s%s\nstage s0 { linear 4096; loss mse; }\nschedule 1f1b;\n";
 	const struct {
 		const char *prec, *device;
-		double rate;
+		double rate, bw, act;
 	} rows[] = {
-		{"", "device h100;", 67e12},
-		{"precision tf32;\n", "device h100;", 494.5e12},
-		{"precision bf16;\n", "device h100;", 989e12},
-		{"precision bf16;\n", "device a100;", 312e12},
-		{"precision f32;\n", "device a100;", 19.5e12},
-		{"precision tf32;\n", "device h200;", 494.5e12},
-		{"precision f32;\n", "device h100 peak=500TFLOPs;", 500e12},
-		{"precision bf16;\n", "device peak=500TFLOPs h100;", 500e12},
-		{"precision bf16;\n", "", 100e12}, // PROG_DEFAULT_FLOPS
+		{"", "device h100;", 67e12, 3.35e12, 4},
+		{"precision tf32;\n", "device h100;", 494.5e12, 3.35e12, 4},
+		{"precision bf16;\n", "device h100;", 989e12, 3.35e12, 2},
+		{"precision bf16;\n", "device a100;", 312e12, 2.039e12, 2},
+		{"precision f32;\n", "device a100;", 19.5e12, 2.039e12, 4},
+		{"precision tf32;\n", "device h200;", 494.5e12, 4.8e12, 4},
+		{"precision f32;\n", "device h100 peak=500TFLOPs;", 500e12, 3.35e12, 4},
+		{"precision bf16;\n", "device peak=500TFLOPs h100;", 500e12, 3.35e12, 2},
+		{"precision bf16;\n", "", 100e12, 0, 2}, // PROG_DEFAULT_FLOPS, no bandwidth
+		{"precision bf16;\n", "device peak=989TFLOPs;", 989e12, 0, 2},
 	};
 	double flops = 2.0 * 1024 * 4096 * 4096;
 	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
 		char src[512];
 		snprintf(src, sizeof src, fmt, rows[i].device, rows[i].prec);
 		Plan *p = compile_plan(src);
-		assert_int_equal(p->stages[0].cost[0], llround(flops * 1e9 / rows[i].rate));
+		double mse = 2 * rows[i].act * 1024 * 4096 * 1e9 / (rows[i].bw * 0.8);
+		double ns = rows[i].bw > 0 ? flops * 1e9 / (rows[i].rate * 0.75) + mse
+		                           : flops * 1e9 / rows[i].rate;
+		assert_int_equal(p->stages[0].cost[0], llround(ns));
 		plan_free(p);
 	}
 	/* the statement may come before or after `device` */
 	char src[512];
 	snprintf(src, sizeof src, fmt, "precision bf16;\n", "device h100;");
 	Plan *p = compile_plan(src);
-	assert_int_equal(p->stages[0].cost[0], llround(flops * 1e9 / 989e12));
+	assert_int_equal(p->stages[0].cost[0], llround(flops * 1e9 / (989e12 * 0.75) +
+	                                               2.0 * 2 * 1024 * 4096 * 1e9 / (3.35e12 * 0.8)));
 	plan_free(p);
 }
 
