@@ -31,7 +31,7 @@ enum {
 	TOP = 44,
 	ROW = 30,          // row pitch without the memory track
 	MEM_H = 26,        // height of a rank's memory track, under its comm bars
-	MEM_GAP = 6,       // from the comm bars to the memory track
+	MEM_GAP = 10,      // from the comm bars to the memory track (room for the peak mark)
 	SHADES = 4,        // shades of a kind's colour, one per stage a rank holds (mod)
 	BOX = 22,          // box height
 	PLOT_W = 1100,     // width of the time axis
@@ -531,12 +531,16 @@ static void pic_mem(Pic *c)
 		fprintf(f, "<text x=\"%d\" y=\"%.1f\" font-size=\"9\" fill=\"#666\" "
 		           "text-anchor=\"end\">%s</text>\n",
 		        c->left - 8, mem_y(c, r, c->mem_top) + 8, top);
+		fprintf(f, "<text x=\"%d\" y=\"%.1f\" font-size=\"9\" fill=\"#666\" "
+		           "text-anchor=\"end\">0</text>\n",
+		        c->left - 8, mem_y(c, r, 0));
 		double x = c->left + (at >= 0 ? warp_x(&c->wp, sim_op_time(c->res, r, at).start) : 0);
 		double y = mem_y(c, r, peak);
 		plan_mem_text(pk, sizeof pk, peak);
 		fprintf(f, "<path d=\"M%.2f,%.1f l-4,-5 h8 z\" fill=\"#cc0000\"/>\n", x, y);
 		fprintf(f, "<text x=\"%.2f\" y=\"%.1f\" font-size=\"9\" fill=\"#cc0000\" "
-		           "text-anchor=\"%s\" class=\"peak\">peak %s</text>\n</g>\n",
+		           "text-anchor=\"%s\" stroke=\"white\" stroke-width=\"2.5\" paint-order=\"stroke\" "
+		           "class=\"peak\">peak %s</text>\n</g>\n",
 		        x + (x > c->left + c->plot_w - 80 ? -6 : 6), y + 3,
 		        x > c->left + c->plot_w - 80 ? "end" : "start", pk);
 		c->shown[MARK_PEAK] = 1;
@@ -647,7 +651,7 @@ static void pic_rows(Pic *c)
 		c->ngaps++;
 		fprintf(f, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" "
 		           "fill=\"url(#hatch)\"/>\n",
-		        left + c->wp.x[k], TOP - 2, c->wp.x[k + 1] - c->wp.x[k], c->p->world * c->row - MEM_GAP - MEM_H);
+		        left + c->wp.x[k], TOP - 2, c->wp.x[k + 1] - c->wp.x[k], c->p->world * c->row);
 	}
 }
 
