@@ -1,12 +1,14 @@
 /* The SVG timeline, drawn the way the pipeline-schedule papers draw them: a row per
  * rank (labelled with its mesh coordinates), time to the right, one box per compute op
- * coloured by kind (F, B, W, fused BW, optimizer) and labelled stage, kind and
- * microbatch (`3F0`), idle time left as the pale background so bubbles show.  Under
+ * coloured by kind (F, B, W, fused BW, optimizer), shaded by the stage where a rank
+ * holds several, and labelled kind and microbatch (`F0`; `3F0` with the stage where a
+ * rank holds several), idle time left as the pale background so bubbles show.  Under
  * each row a thin bar per communication group, pale while the rank waits for its peer
- * and dark while data moves, and an arrow per p2p transfer from the sender to the
- * receiver, so the picture says what waits for what.  A legend and a time axis close
- * the picture; a deadlocked run gets a red line at the stall and the op each rank is
- * stuck at.
+ * and dark while data moves, an arrow per p2p transfer from the sender to the
+ * receiver, so the picture says what waits for what, and the rank's memory track: the
+ * memory model's bytes by class over the step, its peak marked.  A legend and a time
+ * axis (1-2-5 ticks in us, ms or s) close the picture; a deadlocked run gets a red
+ * line at the stall and the op each rank is stuck at.
  *
  * Time is drawn to scale, widened up to PLOT_W_MAX so that every compute box holds the
  * longest label (`2BW7`).  When that does not fit (small models whose links cost more
