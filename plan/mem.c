@@ -22,6 +22,7 @@
 #include "tp.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 int64_t plan_stage_in_bytes(const Plan *p, int s)
 {
@@ -99,6 +100,7 @@ typedef struct {
 	uint32_t recv_kinds; // bit k: a p2p op that receives (RECV)
 	int64_t saved, comm, stat;
 	PlanMem fig;        // the figures so far (copied out at the end)
+	PlanMemAt *at;       // plan_mem_track's per-op highest points, or NULL
 } Walk;
 
 /* The walk's steps below run once or more per op: inlined into the one loop. */
@@ -112,6 +114,8 @@ STEP void sample(Walk *w, int64_t op, int64_t extra_saved)
 		m->peak_saved = w->saved + extra_saved;
 	if (w->comm > m->peak_comm)
 		m->peak_comm = w->comm;
+	if (w->at && w->saved + extra_saved + w->comm > w->at[op].saved + w->at[op].comm)
+		w->at[op] = (PlanMemAt){w->saved + extra_saved, w->comm};
 	if (total > m->peak) {
 		m->peak = total;
 		m->peak_op = op;
@@ -253,8 +257,15 @@ int64_t plan_stage_state_bytes(const Plan *p, int s)
 
 int plan_mem_rank(const Plan *p, int r, PlanMem *out)
 {
+	return plan_mem_track(p, r, out, NULL);
+}
+
+int plan_mem_track(const Plan *p, int r, PlanMem *out, PlanMemAt *at)
+{
 	const PlanRank *rk = &p->ranks[r];
-	Walk w = {.p = p, .rk = rk, .m = p->microbatches, .fig = {.peak_op = -1}};
+	Walk w = {.p = p, .rk = rk, .m = p->microbatches, .fig = {.peak_op = -1}, .at = at};
+	if (at)
+		memset(at, 0, (size_t)rk->nops * sizeof *at);
 	PlanMem *m = &w.fig;
 	int pp = rk->coord[DIM_PP];
 	int state = plan_optim_state_bytes(p->optim.kind);
@@ -340,7 +351,10 @@ int plan_mem_rank(const Plan *p, int r, PlanMem *out)
 	for (int64_t i = 0, n = rk->nops; i < n && !rc;) {
 		plan_prefetch_one(ops, i, n);
 		if (w.comm_kinds >> ops[i].kind & 1) {
-			i = group(&w, i, n);
+			int64_t j = group(&w, i, n);
+			for (int64_t k = i + 1; at && k < j; k++)
+				at[k] = at[i];
+			i = j;
 		} else {
 			compute(&w, &ops[i], i);
 			i++;

@@ -33,6 +33,15 @@ typedef struct {
 int64_t plan_stage_state_bytes(const Plan *p, int s);
 /* The memory of world rank r over one step.  Returns 0, or -1 when out of memory. */
 int plan_mem_rank(const Plan *p, int r, PlanMem *m);
+/* One op's dynamic memory at its highest point: saved activations and bytes in flight
+ * (the static part, PlanMem's params + grads + master + optim, adds to both). */
+typedef struct {
+	int64_t saved, comm;
+} PlanMemAt;
+/* plan_mem_rank, also filling at[the rank's nops] (at may be NULL): each op's
+ * highest point, a comm group's for each of its ops, so that the largest static +
+ * saved + comm is m->peak; the pictures draw it (pipesim --svg, --trace). */
+int plan_mem_track(const Plan *p, int r, PlanMem *m, PlanMemAt *at);
 /* plan_mem_rank of every rank into m[world], the ranks on par_for's workers with
  * `--threads` (plan/par.h): the same figures.  0, or -1 when out of memory. */
 int plan_mem_ranks(const Plan *p, PlanMem *m);

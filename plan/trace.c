@@ -4,6 +4,7 @@
 #include "line.h"
 
 #include <inttypes.h>
+#include <stdlib.h>
 
 static void us(FILE *f, int64_t ns)
 {
@@ -35,6 +36,7 @@ void plan_trace_begin(PlanTrace *t, FILE *f, const Plan *p, const char *other)
 	t->f = f;
 	t->p = p;
 	t->sep = "";
+	t->flows = 0;
 	fputs("{\"displayTimeUnit\": \"ns\", \"otherData\": {\"pipeline\": ", f);
 	jtext(f, p->name ? p->name : "");
 	if (other)
@@ -119,4 +121,120 @@ int plan_trace_end(PlanTrace *t)
 {
 	fputs("\n]}\n", t->f);
 	return ferror(t->f) ? -1 : 0;
+}
+
+void plan_trace_flow(PlanTrace *t, int src, int64_t s0, int64_t s1, int dst, int64_t r0,
+                     int64_t r1, int step)
+{
+	int64_t id = ++t->flows;
+	int64_t ts_src = s0 + (s1 - s0 > 1 ? 1 : 0), ts_dst = r1 - (r1 - r0 > 1 ? 1 : 0);
+	if (ts_dst < ts_src) // a send that took no time (ideal links): its end
+		ts_dst = r1;
+	const char *ph[2] = {"s", "f"};
+	int rank[2] = {src, dst};
+	int64_t ts[2] = {ts_src, ts_dst};
+	for (int k = 0; k < 2; k++) {
+		fprintf(t->f, "%s{\"ph\": \"%s\", \"id\": %" PRId64 ", \"pid\": %d, \"tid\": 1, "
+		              "\"name\": \"transfer\", \"cat\": \"p2p\"%s, \"ts\": ",
+		        t->sep, ph[k], id, plan_world_rank(t->p, rank[k]), k ? ", \"bp\": \"e\"" : "");
+		t->sep = ",\n";
+		us(t->f, ts[k]);
+		if (step >= 0)
+			fprintf(t->f, ", \"args\": {\"step\": %d}", step + 1);
+		fputs("}", t->f);
+	}
+}
+
+void plan_trace_memory(PlanTrace *t, int r, int64_t ts, int64_t stat, int64_t saved,
+                       int64_t comm)
+{
+	fprintf(t->f, "%s{\"ph\": \"C\", \"pid\": %d, \"name\": \"memory bytes\", \"ts\": ", t->sep,
+	        plan_world_rank(t->p, r));
+	t->sep = ",\n";
+	us(t->f, ts);
+	fprintf(t->f, ", \"args\": {\"model state\": %" PRId64 ", \"saved activations\": %" PRId64
+	              ", \"in flight\": %" PRId64 "}}",
+	        stat, saved, comm);
+}
+
+/* ---- p2p pairs ---- */
+
+static int cmp_pair(const void *a, const void *b) // by receiver, then by sender's op
+{
+	const PlanPair *x = a, *y = b;
+	if (x->dst != y->dst)
+		return (x->dst > y->dst) - (x->dst < y->dst);
+	return (x->send > y->send) - (x->send < y->send);
+}
+
+/* Whether op o is the sending (1) or receiving (0) side of a p2p pair; -1 neither. */
+static int p2p_side(const PlanOp *o)
+{
+	return plan_op_is_p2p(plan_op_kind(o)) ? plan_ops[o->kind].sends != 0 : -1;
+}
+
+int64_t plan_p2p_pairs(const Plan *p, PlanPair **out)
+{
+	int world = p->world;
+	*out = NULL;
+	PlanPair **sends = calloc((size_t)world, sizeof *sends); // per sender, by receiver
+	int64_t *nsends = calloc((size_t)world, sizeof *nsends), *seen = NULL, n = 0, cap = 0;
+	int rc = sends && nsends ? 0 : -1;
+	for (int s = 0; s < world && !rc; s++) {
+		PlanRank tmp;
+		const PlanRank *pr = plan_rank(p, s, &tmp);
+		for (int64_t i = 0; pr && i < pr->nops; i++)
+			nsends[s] += p2p_side(&pr->ops[i]) == 1;
+		if (!nsends[s])
+			continue;
+		if (!(sends[s] = malloc((size_t)nsends[s] * sizeof *sends[s]))) {
+			rc = -1;
+			break;
+		}
+		int64_t k = 0;
+		for (int64_t i = 0; i < pr->nops; i++)
+			if (p2p_side(&pr->ops[i]) == 1)
+				sends[s][k++] = (PlanPair){s, plan_rank_op(p, s, i).peer, i, -1};
+		qsort(sends[s], (size_t)k, sizeof *sends[s], cmp_pair);
+		cap += k;
+	}
+	if (!rc && (!(seen = calloc((size_t)world, sizeof *seen)) ||
+	            !(*out = malloc((size_t)(cap + 1) * sizeof **out))))
+		rc = -1;
+	for (int d = 0; d < world && !rc; d++) {
+		PlanRank tmp;
+		const PlanRank *pr = plan_rank(p, d, &tmp);
+		for (int64_t i = 0; pr && i < pr->nops; i++) {
+			int s = plan_rank_op(p, d, i).peer;
+			if (p2p_side(&pr->ops[i]) || s < 0 || s >= world || s == d)
+				continue;
+			int64_t lo = 0, hi = nsends[s]; // s's first send to d
+			while (lo < hi) {
+				int64_t mid = lo + (hi - lo) / 2;
+				if (sends[s][mid].dst < d)
+					lo = mid + 1;
+				else
+					hi = mid;
+			}
+			int64_t k = lo + seen[s]++;
+			if (k < nsends[s] && sends[s][k].dst == d)
+				(*out)[n++] = (PlanPair){s, d, sends[s][k].send, i};
+		}
+		for (int64_t i = 0; pr && i < pr->nops; i++) {
+			int s = plan_rank_op(p, d, i).peer;
+			if (s >= 0 && s < world)
+				seen[s] = 0;
+		}
+	}
+	for (int s = 0; sends && s < world; s++)
+		free(sends[s]);
+	free(sends);
+	free(nsends);
+	free(seen);
+	if (rc) {
+		free(*out);
+		*out = NULL;
+		return -1;
+	}
+	return n;
 }

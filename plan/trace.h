@@ -13,6 +13,7 @@ typedef struct {
 	FILE *f;
 	const Plan *p;
 	const char *sep;
+	int64_t flows; // flow ids given out
 } PlanTrace;
 
 /* other: extra members of "otherData", already JSON (`"model": "strict"`), or NULL. */
@@ -25,7 +26,26 @@ void plan_trace_compute(PlanTrace *t, int r, int64_t op, int64_t t0, int64_t t1,
  * never completed (a deadlock). */
 void plan_trace_group(PlanTrace *t, int r, int64_t op, int64_t op_end, int64_t t0, int64_t t1,
                       int step, int stuck);
+/* A flow arrow (a p2p transfer) from the start of the send, which ran over [s0, s1] on
+ * rank src, to the end of the receive, over [r0, r1] on rank dst: a nanosecond inside
+ * each, so that it binds to the comm event there, and forward in time. */
+void plan_trace_flow(PlanTrace *t, int src, int64_t s0, int64_t s1, int dst, int64_t r0,
+                     int64_t r1, int step);
+/* Rank r's memory counter from ts on: model state, saved activations, in flight. */
+void plan_trace_memory(PlanTrace *t, int r, int64_t ts, int64_t stat, int64_t saved,
+                       int64_t comm);
 /* Closes the JSON; -1 when writing failed. */
 int plan_trace_end(PlanTrace *t);
+
+/* One p2p transfer: op `send` of rank src and op `recv` of rank dst (ranks[] indices). */
+typedef struct {
+	int src, dst;
+	int64_t send, recv;
+} PlanPair;
+/* Every p2p transfer of p between two ranks: the k-th RECV on d from s pairs with the
+ * k-th SEND on s to d (FIFO per ordered pair of ranks, docs/semantics.md), listed by
+ * receiver and its op order, into *out (the caller frees it).  Returns the count, or -1
+ * when out of memory.  The SVG's arrows and both traces' flows are these. */
+int64_t plan_p2p_pairs(const Plan *p, PlanPair **out);
 
 #endif

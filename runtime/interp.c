@@ -710,8 +710,10 @@ static void record(RtRank *r, int64_t t0, int64_t t1, int64_t op, int64_t end, i
 		r->ev = e;
 		r->ev_cap = cap;
 	}
+	int64_t *hi = r->ev_hi;
 	r->ev[r->nev++] = (RtEvent){.t0 = t0 - r->w->t0, .t1 = t1 - r->w->t0, .op = op,
-	                            .op_end = end, .step = step, .split = (int32_t)split};
+	                            .op_end = end, .step = step, .split = (int32_t)split,
+	                            .mem = {hi[0] - hi[1] - hi[2], hi[1], hi[2]}};
 }
 
 /* A BW: B, then W of all the stage's layers; *split: its B time. */
@@ -821,11 +823,12 @@ static int run_step(RtRank *r, int step)
 		int64_t t1 = rt_now_ns();
 		if (!plan_is_comm(o->kind))
 			r->busy_ns += t1 - t0;
-		if (timed)
-			record(r, t0, t1, i, j, step, split);
 		if (r->mem[RT_MEM_SAVED] > r->peak_act)
 			r->peak_act = r->mem[RT_MEM_SAVED];
 		rt_mem_sample(r, i);
+		if (timed)
+			record(r, t0, t1, i, j, step, split);
+		r->ev_hi[0] = -1; // the next event's highest point starts afresh
 		atomic_fetch_add_explicit(&r->w->progress, j - i, memory_order_relaxed);
 		i = j;
 	}

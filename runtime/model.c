@@ -498,6 +498,11 @@ void rt_mem_sample(RtRank *r, int64_t op)
 	int64_t total = 0;
 	for (int c = 0; c < RT_MEM_COUNT; c++)
 		total += c == RT_MEM_TEMP ? 0 : r->mem[c];
+	if (total > r->ev_hi[0]) {
+		r->ev_hi[0] = total;
+		r->ev_hi[1] = r->mem[RT_MEM_SAVED];
+		r->ev_hi[2] = r->mem[RT_MEM_COMM];
+	}
 	if (total > r->peak_total[0]) {
 		r->peak_total[0] = total;
 		r->peak_total[1] = r->mem[RT_MEM_SAVED];

@@ -166,6 +166,8 @@ typedef struct {
 	int64_t op_end;   // one past the group's last op (op + 1 for compute)
 	int32_t step;
 	int32_t split;    // BW: ns spent in its B part; 0 otherwise
+	int64_t mem[3];   // memory at the op's highest point (rt_mem_sample): model state,
+	                  // saved activations, in flight
 } RtEvent;
 
 typedef struct {

@@ -549,6 +549,9 @@ struct RtRank {
 	/* The memory model's peak (docs/semantics.md "Memory", rt_mem_sample): total bytes of
 	 * every class but RT_MEM_TEMP, its saved and in-flight parts then, and the op. */
 	int64_t peak_total[4];
+	/* The highest total sampled since the last recorded event: total, saved, in flight
+	 * (the event's memory, RtEvent.mem). */
+	int64_t ev_hi[3];
 	/* Figures. */
 	int64_t held_end;      // saved-activation bytes still held after the last step
 	int64_t model_bytes[4]; // parameter, gradient, optimizer-state, master bytes (RtResult's)

@@ -1,12 +1,14 @@
 /* The SVG timeline, drawn the way the pipeline-schedule papers draw them: a row per
  * rank (labelled with its mesh coordinates), time to the right, one box per compute op
- * coloured by kind (F, B, W, fused BW, optimizer) and labelled stage, kind and
- * microbatch (`3F0`), idle time left as the pale background so bubbles show.  Under
+ * coloured by kind (F, B, W, fused BW, optimizer), shaded by the stage where a rank
+ * holds several, and labelled kind and microbatch (`F0`; `3F0` with the stage where a
+ * rank holds several), idle time left as the pale background so bubbles show.  Under
  * each row a thin bar per communication group, pale while the rank waits for its peer
- * and dark while data moves, and an arrow per p2p transfer from the sender to the
- * receiver, so the picture says what waits for what.  A legend and a time axis close
- * the picture; a deadlocked run gets a red line at the stall and the op each rank is
- * stuck at.
+ * and dark while data moves, an arrow per p2p transfer from the sender to the
+ * receiver, so the picture says what waits for what, and the rank's memory track: the
+ * memory model's bytes by class over the step, its peak marked.  A legend and a time
+ * axis (1-2-5 ticks in us, ms or s) close the picture; a deadlocked run gets a red
+ * line at the stall and the op each rank is stuck at.
  *
  * Time is drawn to scale, widened up to PLOT_W_MAX so that every compute box holds the
  * longest label (`2BW7`).  When that does not fit (small models whose links cost more
@@ -19,6 +21,7 @@
 #include "../plan/line.h"
 #include "../plan/tp.h"
 #include "../plan/link.h"
+#include "../plan/trace.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -29,7 +32,10 @@
 enum {
 	RIGHT = 24,
 	TOP = 44,
-	ROW = 30,          // row pitch
+	ROW = 30,          // row pitch without the memory track
+	MEM_H = 26,        // height of a rank's memory track, under its comm bars
+	MEM_GAP = 10,      // from the comm bars to the memory track (room for the peak mark)
+	SHADES = 4,        // shades of a kind's colour, one per stage a rank holds (mod)
 	BOX = 22,          // box height
 	PLOT_W = 1100,     // width of the time axis
 	PLOT_W_MAX = 2400, // widest the axis grows to give every box room for a label
@@ -45,12 +51,31 @@ enum {
 	MARK_XFER,            // a transfer arrow
 	MARK_GAP,             // a compressed stretch
 	MARK_STUCK,           // a group that never completes
+	MARK_STATIC,          // memory: model state
+	MARK_SAVED,           // memory: saved activations
+	MARK_INFLIGHT,        // memory: stage outputs and gradients in flight
+	MARK_PEAK,            // memory: a rank's peak
+	MARK_CHUNKS,          // shades: a rank's stages
 	MARK_COUNT
 };
 
-static const char *const fill[OP_COUNT] = {
-    [OP_F] = "#6fa8dc", [OP_B] = "#93c47d", [OP_W] = "#f6b26b",
-    [OP_BW] = "#6aa84f", [OP_OPTIM] = "#b4a7d6",
+/* A kind's colour, shade c for a rank's (c mod SHADES)-th stage: the first is the kind's
+ * own colour, the others darker and lighter, so that the stages (chunks) of zbv,
+ * dualpipev and interleaved schedules can be told apart within a kind. */
+static const char *const fill[OP_COUNT][SHADES] = {
+    [OP_F] = {"#6fa8dc", "#2f6fae", "#a9cdee", "#1c4587"},
+    [OP_B] = {"#93c47d", "#4f8a36", "#c2e0b4", "#274e13"},
+    [OP_W] = {"#f6b26b", "#c27020", "#fbd5aa", "#7f4a10"},
+    [OP_BW] = {"#6aa84f", "#38761d", "#a8d08d", "#1e4d0f"},
+    [OP_OPTIM] = {"#b4a7d6", "#7d67b8", "#d9d2ee", "#4c3a85"},
+};
+
+/* Memory classes of the track, bottom up: colour and legend mark. */
+static const struct {
+	const char *color;
+	int mark;
+} mem_class[3] = {
+    {"#c9c9c9", MARK_STATIC}, {"#76a5af", MARK_SAVED}, {"#e06666", MARK_INFLIGHT},
 };
 
 static void esc(FILE *f, const char *s)
@@ -305,103 +330,33 @@ linear:
 
 /* ---- transfers ---- */
 
-typedef struct {
-	int32_t dst;
-	int64_t op;
-} SendRef;
-
-static int cmp_send(const void *a, const void *b)
-{
-	const SendRef *x = a, *y = b;
-	if (x->dst != y->dst)
-		return (x->dst > y->dst) - (x->dst < y->dst);
-	return (x->op > y->op) - (x->op < y->op);
-}
-
-/* Whether o is the receiving side of a p2p pair (a RECV). */
-static int is_recv(const PlanOp *o)
-{
-	return plan_op_is_p2p(plan_op_kind(o)) && !plan_ops[o->kind].sends;
-}
-
-/* An arrow per completed p2p transfer, from the sender's row where the data leaves to
- * the receiver's row where it lands.  Sends pair with receives FIFO per ordered pair of
- * ranks (docs/semantics.md), so the k-th RECV on d from s is the k-th SEND on s to d.
- * Returns the arrows drawn, or -1 when out of memory. */
+/* An arrow per completed p2p transfer (plan_p2p_pairs), from the sender's row where
+ * the data leaves to the receiver's row where it lands.  Returns the arrows drawn, or
+ * -1 when out of memory. */
 static int64_t draw_transfers(FILE *f, const Plan *p, const SimResult *res, const Warp *w,
-                              int left)
+                              int left, int pitch)
 {
-	int world = p->world;
-	SendRef **sends = calloc((size_t)world, sizeof *sends);
-	int64_t *nsends = calloc((size_t)world, sizeof *nsends);
-	int64_t *seen = calloc((size_t)world, sizeof *seen), drawn = 0;
-	if (!sends || !nsends || !seen) {
-		drawn = -1;
-		goto out;
-	}
-	for (int s = 0; s < world; s++) {
-		const PlanRank *pr = &p->ranks[s];
-		int64_t n = 0;
-		for (int64_t i = 0; i < pr->nops; i++)
-			n += plan_ops[pr->ops[i].kind].sends;
-		if (!n)
+	PlanPair *pairs;
+	int64_t n = plan_p2p_pairs(p, &pairs), drawn = 0;
+	for (int64_t k = 0; k < n; k++) {
+		const PlanPair *q = &pairs[k];
+		SimOpTime td = sim_op_time(res, q->dst, q->recv), ts = sim_op_time(res, q->src, q->send);
+		if (td.end < 0 || ts.start < 0)
 			continue;
-		sends[s] = malloc((size_t)n * sizeof *sends[s]);
-		if (!sends[s]) {
-			drawn = -1;
-			goto out;
-		}
-		for (int64_t i = 0; i < pr->nops; i++)
-			if (plan_ops[pr->ops[i].kind].sends)
-				sends[s][nsends[s]++] = (SendRef){pr->ops[i].peer, i};
-		qsort(sends[s], (size_t)n, sizeof *sends[s], cmp_send);
+		const PlanOp *o = &p->ranks[q->dst].ops[q->recv];
+		int64_t t0 = td.end - plan_p2p_ns(p, q->src, q->dst, plan_op_bytes(p, o));
+		if (t0 < ts.start)
+			t0 = ts.start;
+		double x0 = left + warp_x(w, t0), x1 = left + warp_x(w, td.end);
+		int ys = TOP + q->src * pitch, yd = TOP + q->dst * pitch, down = q->dst > q->src;
+		double y0 = down ? ys + BOX + 4 : ys, y1 = down ? yd : yd + BOX + 4;
+		fprintf(f, "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" "
+		           "class=\"xfer\" marker-end=\"url(#arrow)\"/>\n",
+		        x0, y0, x1, y1);
+		drawn++;
 	}
-	for (int d = 0; d < world; d++) {
-		const PlanRank *pr = &p->ranks[d];
-		for (int64_t i = 0; i < pr->nops; i++) {
-			const PlanOp *o = &pr->ops[i];
-			if (!is_recv(o) || o->peer < 0 || o->peer >= world || o->peer == d)
-				continue;
-			int s = o->peer;
-			int64_t k = seen[s]++;
-			/* first send of s to d */
-			int64_t lo = 0, hi = nsends[s];
-			while (lo < hi) {
-				int64_t mid = lo + (hi - lo) / 2;
-				if (sends[s][mid].dst < d)
-					lo = mid + 1;
-				else
-					hi = mid;
-			}
-			SimOpTime td = sim_op_time(res, d, i);
-			if (lo + k >= nsends[s] || sends[s][lo + k].dst != d || td.end < 0)
-				continue;
-			SimOpTime ts = sim_op_time(res, s, sends[s][lo + k].op);
-			if (ts.start < 0)
-				continue;
-			int64_t t0 = td.end - plan_p2p_ns(p, s, d, plan_op_bytes(p, o));
-			if (t0 < ts.start)
-				t0 = ts.start;
-			double x0 = left + warp_x(w, t0), x1 = left + warp_x(w, td.end);
-			int ys = TOP + s * ROW, yd = TOP + d * ROW;
-			double y0 = d > s ? ys + BOX + 4 : ys, y1 = d > s ? yd : yd + BOX + 4;
-			fprintf(f, "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" "
-			           "class=\"xfer\" marker-end=\"url(#arrow)\"/>\n",
-			        x0, y0, x1, y1);
-			drawn++;
-		}
-		for (int64_t i = 0; i < pr->nops; i++)
-			if (is_recv(&pr->ops[i]) && pr->ops[i].peer >= 0 && pr->ops[i].peer < world)
-				seen[pr->ops[i].peer] = 0;
-	}
-out:
-	if (sends)
-		for (int s = 0; s < world; s++)
-			free(sends[s]);
-	free(sends);
-	free(nsends);
-	free(seen);
-	return drawn;
+	free(pairs);
+	return n < 0 ? -1 : drawn;
 }
 
 /* "r5 pp=1 dp=1": the rank and its coordinate along every mesh dim longer than 1. */
@@ -415,13 +370,15 @@ static void rank_label(const Plan *p, int r, char *buf, size_t n)
 			              p->ranks[r].coord[d]);
 }
 
-/* "3F0": stage, kind, microbatch; "3O" for a stage's optimizer step. */
-static void box_label(const PlanOp *o, char *buf, size_t n)
+/* "F0": kind and microbatch, "O" for a stage's optimizer step; with the stage in front
+ * ("3F0", "3O") where a rank holds several stages. */
+static void box_label(const PlanOp *o, int several, char *buf, size_t n)
 {
+	int k = several ? snprintf(buf, n, "%d", (int)o->stage) : 0;
 	if (plan_ops[o->kind].role == OP_ROLE_STEP) // no microbatch
-		snprintf(buf, n, "%dO", (int)o->stage);
+		snprintf(buf + k, n - (size_t)k, "O");
 	else
-		snprintf(buf, n, "%d%s%d", (int)o->stage, plan_ops[plan_op_kind(o)].name, (int)o->mb);
+		snprintf(buf + k, n - (size_t)k, "%s%d", plan_ops[plan_op_kind(o)].name, (int)o->mb);
 }
 
 /* ---- the picture ---- */
@@ -440,7 +397,158 @@ typedef struct {
 	int left, plot_w, w, h; // plot's left edge and width, picture's size
 	int ngaps;         // compressed stretches
 	int shown[MARK_COUNT];
+	int row;           // row pitch: ROW and the memory track
+	int *chunk;        // [nstages] the stage's index among its rank's stages
+	int several;       // some rank holds several stages
+	PlanMem *mem;      // [world] the memory model's figures (plan/mem.h)
+	PlanMemAt **at;    // [world][nops] each op's highest point
+	int64_t mem_top;   // the memory tracks' common scale: the largest peak
+	int oom;
 } Pic;
+
+/* The y of rank r's row. */
+static int row_y(const Pic *c, int r)
+{
+	return TOP + r * c->row;
+}
+
+/* Each stage's chunk (its index among the stages on its pp index, in stage order),
+ * and whether any rank holds several. */
+static void pic_chunks(Pic *c)
+{
+	const Plan *p = c->p;
+	c->chunk = calloc((size_t)p->nstages + 1, sizeof *c->chunk);
+	if (!c->chunk) {
+		c->oom = 1;
+		return;
+	}
+	for (int s = 0; s < p->nstages; s++)
+		for (int t = 0; t < s; t++)
+			if (p->stages[t].pp == p->stages[s].pp && ++c->chunk[s])
+				c->several = 1;
+}
+
+/* The memory model's track of every rank (plan_mem_track) and their common scale. */
+static void pic_mem_walk(Pic *c)
+{
+	const Plan *p = c->p;
+	c->mem = calloc((size_t)p->world, sizeof *c->mem);
+	c->at = calloc((size_t)p->world, sizeof *c->at);
+	for (int r = 0; c->mem && c->at && r < p->world; r++) {
+		c->at[r] = malloc(((size_t)p->ranks[r].nops + 1) * sizeof **c->at);
+		if (!c->at[r] || plan_mem_track(p, r, &c->mem[r], c->at[r]))
+			break;
+		if (c->mem[r].peak > c->mem_top)
+			c->mem_top = c->mem[r].peak;
+		if (r + 1 == p->world)
+			return;
+	}
+	c->oom = 1;
+}
+
+static void pic_free(Pic *c)
+{
+	for (int r = 0; c->at && r < c->p->world; r++)
+		free(c->at[r]);
+	free(c->at);
+	free(c->mem);
+	free(c->chunk);
+	warp_free(&c->wp);
+}
+
+/* The shade of compute op o's kind: its stage's chunk. */
+static int shade(const Pic *c, const PlanOp *o)
+{
+	return c->chunk && o->stage >= 0 && o->stage < c->p->nstages ? c->chunk[o->stage] % SHADES
+	                                                               : 0;
+}
+
+/* The y of a memory track at level b bytes (0 at its bottom, mem_top at its top). */
+static double mem_y(const Pic *c, int r, int64_t b)
+{
+	double base = row_y(c, r) + BOX + MEM_GAP + MEM_H;
+	return base - (double)MEM_H * (double)b / (double)(c->mem_top > 0 ? c->mem_top : 1);
+}
+
+/* Rank r's level `cls` (0: model state; 1: and saved activations; 2: and in flight)
+ * after op i: what the track's stacked areas draw. */
+static int64_t mem_level(const Pic *c, int r, int64_t i, int cls)
+{
+	const PlanMem *m = &c->mem[r];
+	int64_t v = m->params + m->grads + m->master + m->optim;
+	if (i >= 0 && cls >= 1)
+		v += c->at[r][i].saved;
+	if (i >= 0 && cls >= 2)
+		v += c->at[r][i].comm;
+	return v;
+}
+
+/* One class's stacked area of rank r: a step function that takes each op's highest
+ * point from the op's start to the next op's start, the model state before the first. */
+static void mem_area(Pic *c, int r, int cls)
+{
+	FILE *f = c->f;
+	const PlanRank *pr = &c->p->ranks[r];
+	double base = mem_y(c, r, 0);
+	double y = mem_y(c, r, mem_level(c, r, -1, cls));
+	fprintf(f, "<path fill=\"%s\" d=\"M%d,%.1f V%.1f", mem_class[cls].color, c->left, base, y);
+	for (int64_t i = 0, j; i < pr->nops; i = j) {
+		j = plan_is_comm(pr->ops[i].kind) ? plan_group_end(pr, i) : i + 1;
+		SimOpTime t = sim_op_time(c->res, r, i);
+		if (t.start < 0)
+			continue;
+		double yi = mem_y(c, r, mem_level(c, r, i, cls));
+		if (fabs(yi - y) >= 0.05) // a step the picture shows
+			fprintf(f, " H%.2f V%.1f", c->left + warp_x(&c->wp, t.start), yi);
+		y = yi;
+	}
+	fprintf(f, " H%d V%.1f Z\"/>\n", c->left + c->plot_w, base);
+}
+
+/* Under each rank's row its memory over the step (plan_mem_track): model state, saved
+ * activations and bytes in flight stacked, on one scale for all ranks (its top written
+ * at the left), and the rank's peak marked with its figure. */
+static void pic_mem(Pic *c)
+{
+	FILE *f = c->f;
+	char top[32], pk[32];
+	plan_mem_text(top, sizeof top, c->mem_top);
+	for (int r = 0; r < c->p->world; r++) {
+		const PlanMem *m = &c->mem[r];
+		int64_t peak = -1, at = -1;
+		for (int64_t i = -1; i < c->p->ranks[r].nops; i++) {
+			int64_t v = mem_level(c, r, i, 2);
+			if ((i < 0 || sim_op_time(c->res, r, i).start >= 0) && v > peak) {
+				peak = v;
+				at = i;
+			}
+		}
+		fprintf(f, "<g class=\"mem\" data-rank=\"%d\" data-peak=\"%" PRId64 "\" "
+		           "data-static=\"%" PRId64 "\">\n",
+		        plan_world_rank(c->p, r), peak, m->params + m->grads + m->master + m->optim);
+		for (int cls = 2; cls >= 0; cls--)
+			mem_area(c, r, cls);
+		c->shown[MARK_STATIC] = 1;
+		c->shown[MARK_SAVED] |= m->peak_saved > 0;
+		c->shown[MARK_INFLIGHT] |= m->peak_comm > 0;
+		fprintf(f, "<text x=\"%d\" y=\"%.1f\" font-size=\"9\" fill=\"#666\" "
+		           "text-anchor=\"end\">%s</text>\n",
+		        c->left - 8, mem_y(c, r, c->mem_top) + 8, top);
+		fprintf(f, "<text x=\"%d\" y=\"%.1f\" font-size=\"9\" fill=\"#666\" "
+		           "text-anchor=\"end\">0</text>\n",
+		        c->left - 8, mem_y(c, r, 0));
+		double x = c->left + (at >= 0 ? warp_x(&c->wp, sim_op_time(c->res, r, at).start) : 0);
+		double y = mem_y(c, r, peak);
+		plan_mem_text(pk, sizeof pk, peak);
+		fprintf(f, "<path d=\"M%.2f,%.1f l-4,-5 h8 z\" fill=\"#cc0000\"/>\n", x, y);
+		fprintf(f, "<text x=\"%.2f\" y=\"%.1f\" font-size=\"9\" fill=\"#cc0000\" "
+		           "text-anchor=\"%s\" stroke=\"white\" stroke-width=\"2.5\" paint-order=\"stroke\" "
+		           "class=\"peak\">peak %s</text>\n</g>\n",
+		        x + (x > c->left + c->plot_w - 80 ? -6 : 6), y + 3,
+		        x > c->left + c->plot_w - 80 ? "end" : "start", pk);
+		c->shown[MARK_PEAK] = 1;
+	}
+}
 
 /* Sizes: the axis, the narrowest labelled box, the time map, margins. */
 static void pic_size(Pic *c)
@@ -452,14 +560,17 @@ static void pic_size(Pic *c)
 	if (c->span <= 0)
 		c->span = 1000;
 	c->detail = plan_total_ops(p) <= DETAIL_OPS;
+	c->row = ROW + MEM_GAP + MEM_H;
+	pic_chunks(c);
+	pic_mem_walk(c);
 	/* the narrowest box that holds the longest label, 6 px a character */
 	size_t maxbox = 1;
-	for (int r = 0; r < p->world && c->detail; r++)
+	for (int r = 0; r < p->world && c->detail && !c->oom; r++)
 		for (int64_t i = 0; i < p->ranks[r].nops; i++) {
 			char lab[48];
 			if (plan_is_comm(p->ranks[r].ops[i].kind))
 				continue;
-			box_label(&p->ranks[r].ops[i], lab, sizeof lab);
+			box_label(&p->ranks[r].ops[i], c->several, lab, sizeof lab);
 			if (strlen(lab) > maxbox)
 				maxbox = strlen(lab);
 		}
@@ -476,7 +587,7 @@ static void pic_size(Pic *c)
 	c->left = 16 + 7 * maxlab;
 	if (c->left < 78)
 		c->left = 78;
-	c->h = TOP + p->world * ROW + 92;
+	c->h = TOP + p->world * c->row + 112;
 	/* A deadlock gets a margin on the right for what each rank is stuck at. */
 	int right = res->verdict == SIM_OK ? RIGHT : 430;
 	c->w = c->left + c->plot_w + right;
@@ -531,7 +642,7 @@ static void pic_rows(Pic *c)
 	for (int r = 0; r < c->p->world; r++) {
 		char lab[64];
 		rank_label(c->p, r, lab, sizeof lab);
-		int y = TOP + r * ROW;
+		int y = row_y(c, r);
 		fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"12\" text-anchor=\"end\">%s</text>\n",
 		        left - 8, y + BOX / 2 + 4, lab);
 		fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#f1f1f1\"/>\n",
@@ -543,7 +654,7 @@ static void pic_rows(Pic *c)
 		c->ngaps++;
 		fprintf(f, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" "
 		           "fill=\"url(#hatch)\"/>\n",
-		        left + c->wp.x[k], TOP - 2, c->wp.x[k + 1] - c->wp.x[k], c->p->world * ROW);
+		        left + c->wp.x[k], TOP - 2, c->wp.x[k + 1] - c->wp.x[k], c->p->world * c->row);
 	}
 }
 
@@ -554,7 +665,7 @@ static void pic_group(Pic *c, int r, int64_t i, int64_t j)
 	FILE *f = c->f;
 	const Plan *p = c->p;
 	const PlanRank *pr = &p->ranks[r];
-	int y = TOP + r * ROW;
+	int y = row_y(c, r);
 	int64_t end = -1;
 	int stuck = 0;
 	for (int64_t k = i; k < j; k++) {
@@ -596,7 +707,7 @@ static void pic_ops(Pic *c)
 	const Plan *p = c->p;
 	for (int r = 0; r < p->world; r++) {
 		const PlanRank *pr = &p->ranks[r];
-		int y = TOP + r * ROW;
+		int y = row_y(c, r);
 		for (int64_t i = 0; i < pr->nops;) {
 			const PlanOp *o = &pr->ops[i];
 			if (plan_is_comm(o->kind)) {
@@ -611,11 +722,14 @@ static void pic_ops(Pic *c)
 				double x1 = c->left + warp_x(&c->wp, t.end);
 				fprintf(f, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\" "
 				           "stroke=\"white\" stroke-width=\"%s\"/>\n",
-				        x0, y, x1 - x0, BOX, fill[o->kind] ? fill[o->kind] : "#999",
+				        x0, y, x1 - x0, BOX, fill[o->kind][0] ? fill[o->kind][shade(c, o)] : "#999",
 				        x1 - x0 > 4 ? "1" : "0");
 				c->shown[o->kind] = 1;
 				char lab[48];
-				box_label(o, lab, sizeof lab);
+				box_label(o, c->several, lab, sizeof lab);
+				if (x1 - x0 + 0.01 < 6.0 * (double)strlen(lab) + 4 && o->mb >= 0 &&
+				    plan_ops[o->kind].role != OP_ROLE_STEP)
+					snprintf(lab, sizeof lab, "%d", (int)o->mb); // colour and shade say the rest
 				if (c->detail && x1 - x0 + 0.01 >= 6.0 * (double)strlen(lab) + 4)
 					fprintf(f, "<text x=\"%.2f\" y=\"%d\" class=\"lab\">%s</text>\n",
 					        (x0 + x1) / 2, y + BOX / 2 + 4, lab);
@@ -623,7 +737,7 @@ static void pic_ops(Pic *c)
 			i++;
 		}
 	}
-	int64_t arrows = c->detail ? draw_transfers(f, p, c->res, &c->wp, c->left) : 0;
+	int64_t arrows = c->detail ? draw_transfers(f, p, c->res, &c->wp, c->left, c->row) : 0;
 	if (arrows < 0)
 		c->wp.oom = 1;
 	c->shown[MARK_XFER] = arrows > 0;
@@ -638,7 +752,7 @@ static void pic_stall(Pic *c)
 	double x = c->left + warp_x(&c->wp, res->stall_time > 0 ? res->stall_time : 0);
 	fprintf(f, "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"#cc0000\" "
 	           "stroke-width=\"2\"/>\n",
-	        x, TOP - 4, x, TOP + p->world * ROW);
+	        x, TOP - 4, x, TOP + p->world * c->row);
 	double xs = c->left + c->plot_w;
 	for (int i = 0; i < res->nstuck; i++) {
 		const SimOpRef *s = &res->stuck[i];
@@ -649,7 +763,7 @@ static void pic_stall(Pic *c)
 		char text[256];
 		plan_format_op(p, &p->ranks[s->rank].ops[s->op], text, sizeof text);
 		fprintf(f, "<text x=\"%.2f\" y=\"%d\" font-size=\"11\" fill=\"#cc0000\">stuck: ",
-		        xs + 8, TOP + s->rank * ROW + BOX / 2 + 4);
+		        xs + 8, row_y(c, s->rank) + BOX / 2 + 4);
 		esc(f, text);
 		int64_t line = sim_op_line(p, s->rank, s->op);
 		if (line)
@@ -658,45 +772,81 @@ static void pic_stall(Pic *c)
 	}
 }
 
-/* Time axis: nice ticks, dropped where they would crowd (a stretched or compressed
- * part of a warped axis) or fall inside a compressed stretch, which gets a break mark
- * instead.  Returns the axis's y. */
+/* The axis's unit: the largest whose one fits in the span. */
+static const struct {
+	const char *name;
+	double ns;
+} time_unit[] = {{"us", 1e3}, {"ms", 1e6}, {"s", 1e9}};
+
+/* v with `dec` decimals, trailing zeros dropped ("0.5", "12"), into buf; its width in
+ * pixels (6 a character, 10 px font). */
+static double tick_text(char *buf, size_t n, double v, int dec)
+{
+	snprintf(buf, n, "%.*f", dec, v);
+	if (strchr(buf, '.')) {
+		size_t k = strlen(buf);
+		while (buf[k - 1] == '0')
+			buf[--k] = 0;
+		if (buf[k - 1] == '.')
+			buf[--k] = 0;
+	}
+	return 6.0 * (double)strlen(buf);
+}
+
+/* A tick at x labelled buf, when it keeps its distance from the last one drawn (at
+ * *last, *last_w wide): labels never overlap.  Returns whether it was drawn. */
+static int tick(Pic *c, int ay, double x, const char *buf, double w, double *last,
+                double *last_w)
+{
+	if (x - *last < (w + *last_w) / 2 + 16)
+		return 0;
+	fprintf(c->f, "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"#333\"/>\n", x,
+	        ay, x, ay + 4);
+	fprintf(c->f, "<text x=\"%.2f\" y=\"%d\" font-size=\"10\" text-anchor=\"middle\" "
+	              "class=\"tick\">%s</text>\n",
+	        x, ay + 15, buf);
+	*last = x;
+	*last_w = w;
+	return 1;
+}
+
+/* Time axis: nice ticks (1, 2 or 5 times a power of ten) in us, ms or s, dropped where
+ * their labels would touch (a stretched or compressed part of a warped axis) or where
+ * they fall inside a compressed stretch, which gets a break mark instead; the end of
+ * the axis (makespan or stall) labelled when it has room.  Returns the axis's y. */
 static int pic_axis(Pic *c)
 {
 	FILE *f = c->f;
 	int left = c->left, plot_w = c->plot_w;
 	const Warp *wp = &c->wp;
-	int ay = TOP + c->p->world * ROW + 4;
+	int ay = TOP + c->p->world * c->row + 4;
 	fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#333\"/>\n", left, ay,
 	        left + plot_w, ay);
-	double span_us = (double)c->span / 1000;
-	double step = tick_step(span_us, c->warped ? plot_w / 50.0 : 10);
-	double last = -1e9;
+	size_t u = 0;
+	while (u + 1 < sizeof time_unit / sizeof time_unit[0] &&
+	       (double)c->span >= time_unit[u + 1].ns)
+		u++;
+	double span = (double)c->span / time_unit[u].ns;
+	double step = tick_step(span, c->warped ? plot_w / 50.0 : 10);
+	int dec = step >= 1 ? 0 : (int)ceil(-log10(step) - 1e-9);
+	double last = -1e9, last_w = 0;
+	char buf[48];
 	for (int64_t k = 0;; k++) {
 		double v = (double)k * step;
-		if (v > span_us * (1 + 1e-9))
+		if (v > span * (1 + 1e-9))
 			break;
-		int64_t ns = (int64_t)llround(v * 1000);
-		double x = left + warp_x(wp, ns);
+		int64_t ns = (int64_t)llround(v * time_unit[u].ns);
 		int in_gap = 0;
 		if (wp->n) {
 			int64_t g = find_t(wp, ns); // first breakpoint at or after ns
 			in_gap = g > 0 && wp->t[g] != ns && wp->gap[g - 1];
 		}
-		if (in_gap || x - last < 40)
-			continue;
-		last = x;
-		fprintf(f, "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"#333\"/>\n", x,
-		        ay, x, ay + 4);
-		fprintf(f, "<text x=\"%.2f\" y=\"%d\" font-size=\"10\" text-anchor=\"middle\">%g</text>\n",
-		        x, ay + 15, v);
+		double w = tick_text(buf, sizeof buf, v, dec);
+		if (!in_gap)
+			tick(c, ay, left + warp_x(wp, ns), buf, w, &last, &last_w);
 	}
-	if (left + plot_w - last >= 40) { // the end of the axis: makespan or stall
-		fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#333\"/>\n",
-		        left + plot_w, ay, left + plot_w, ay + 4);
-		fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"middle\">%g</text>\n",
-		        left + plot_w, ay + 15, span_us);
-	}
+	double w = tick_text(buf, sizeof buf, span, dec + 1);
+	tick(c, ay, left + plot_w, buf, w, &last, &last_w);
 	for (int64_t k = 0; k + 1 < wp->n; k++) {
 		if (!wp->gap[k])
 			continue;
@@ -705,8 +855,9 @@ static int pic_axis(Pic *c)
 		           "stroke-width=\"1.2\"/>\n",
 		        xm - 5, ay + 4, xm, ay + 4);
 	}
-	fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"end\">time (us)%s</text>\n",
-	        left + plot_w, ay + 28, c->ngaps ? "; // marks a compressed stretch" : "");
+	fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"end\">time (%s)%s</text>\n",
+	        left + plot_w, ay + 28, time_unit[u].name,
+	        c->ngaps ? "; // marks a compressed stretch" : "");
 	return ay;
 }
 
@@ -717,19 +868,24 @@ static void pic_legend(Pic *c, int ay)
 	int left = c->left;
 	static const struct {
 		const char *label, *color;
-		int shape, mark; // shape 0 box, 1 bar, 2 arrow, 3 hatch
-	} legend[] = {
-	    {"F forward", "#6fa8dc", 0, OP_F},
-	    {"B input gradient", "#93c47d", 0, OP_B},
-	    {"W weight gradient", "#f6b26b", 0, OP_W},
-	    {"BW fused backward", "#6aa84f", 0, OP_BW},
-	    {"optimizer", "#b4a7d6", 0, OP_OPTIM},
+		int shape, mark; // shape 0 box, 1 bar, 2 arrow, 3 hatch, 4 F's shades
+	} legend[] = { // a NULL colour: the op kind's (fill), or the memory class's
+	    {"F forward", NULL, 0, OP_F},
+	    {"B input gradient", NULL, 0, OP_B},
+	    {"W weight gradient", NULL, 0, OP_W},
+	    {"BW fused backward", NULL, 0, OP_BW},
+	    {"optimizer", NULL, 0, OP_OPTIM},
+	    {"shades: a rank's 1st, 2nd, 3rd, 4th stage", NULL, 4, MARK_CHUNKS},
 	    {"idle", "#f1f1f1", 0, MARK_IDLE},
 	    {"waiting for a peer", "#bbbbbb", 1, MARK_WAIT},
 	    {"moving data", "#555555", 1, MARK_MOVE},
 	    {"stuck", "#cc0000", 1, MARK_STUCK},
 	    {"transfer, send to receive", "#555555", 2, MARK_XFER},
 	    {"no rank computing (compressed)", "", 3, MARK_GAP},
+	    {"memory: model state", NULL, 0, MARK_STATIC},
+	    {"saved activations", NULL, 0, MARK_SAVED},
+	    {"in flight", NULL, 0, MARK_INFLIGHT},
+	    {"a rank's memory peak", "#cc0000", 5, MARK_PEAK},
 	};
 	int lx = left, ly = ay + 40;
 	for (size_t i = 0; i < sizeof legend / sizeof legend[0]; i++) {
@@ -740,9 +896,22 @@ static void pic_legend(Pic *c, int ay)
 			lx = left;
 			ly += 20;
 		}
-		if (legend[i].shape == 1)
+		const char *color = legend[i].color;
+		for (int k = 0; !color && k < 3; k++)
+			if (mem_class[k].mark == legend[i].mark)
+				color = mem_class[k].color;
+		if (!color)
+			color = fill[legend[i].mark < OP_COUNT ? legend[i].mark : OP_F][0];
+		if (legend[i].shape == 4)
+			for (int k = 0; k < SHADES; k++)
+				fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"4\" height=\"14\" fill=\"%s\"/>\n",
+				        lx + 4 * k, ly, fill[OP_F][k]);
+		else if (legend[i].shape == 5)
+			fprintf(f, "<path d=\"M%d,%d l-4,-5 h8 z\" fill=\"%s\"/>\n", lx + 7, ly + 10,
+			        color);
+		else if (legend[i].shape == 1)
 			fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"3\" fill=\"%s\"/>\n", lx,
-			        ly + 5, legend[i].color);
+			        ly + 5, color);
 		else if (legend[i].shape == 2)
 			fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" class=\"xfer\" "
 			           "marker-end=\"url(#arrow)\"/>\n",
@@ -750,7 +919,7 @@ static void pic_legend(Pic *c, int ay)
 		else
 			fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"14\" fill=\"%s\" "
 			           "stroke=\"#bbb\" stroke-width=\"0.5\"/>\n",
-			        lx, ly, legend[i].shape == 3 ? "url(#hatch)" : legend[i].color);
+			        lx, ly, legend[i].shape == 3 ? "url(#hatch)" : color);
 		fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"11\">%s</text>\n", lx + 18, ly + 11,
 		        legend[i].label);
 		lx += lw;
@@ -769,12 +938,16 @@ int sim_write_svg(FILE *f, const Plan *p, const SimResult *res)
 	pic_rows(&c);
 	c.shown[MARK_IDLE] = 1;
 	c.shown[MARK_GAP] = c.ngaps > 0;
-	pic_ops(&c);
+	c.shown[MARK_CHUNKS] = c.several;
+	if (!c.oom) {
+		pic_ops(&c);
+		pic_mem(&c);
+	}
 	if (res->verdict != SIM_OK)
 		pic_stall(&c);
 	pic_legend(&c, pic_axis(&c));
-	int oom = c.wp.oom;
-	warp_free(&c.wp);
+	int oom = c.wp.oom || c.oom;
+	pic_free(&c);
 	fputs("</svg>\n", f);
 	if (oom) // a picture without what it could not draw is not written (cli_write)
 		errno = ENOMEM;

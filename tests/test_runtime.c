@@ -842,7 +842,7 @@ static void runtime__trace_and_calibrate__cover_every_compute_op(void **state)
 	RtResult res;
 	assert_int_equal(run_plan(p, &o, &res, NULL), 0);
 	for (int r = 0; r < p->world; r++) {
-		int64_t want = 0, got = 0;
+		int64_t want = 0, got = 0, hi = 0;
 		for (int64_t i = 0; i < p->ranks[r].nops; i++)
 			want += !plan_is_comm(p->ranks[r].ops[i].kind);
 		for (int64_t i = 0; i < res.nev[r]; i++) {
@@ -851,8 +851,13 @@ static void runtime__trace_and_calibrate__cover_every_compute_op(void **state)
 			assert_true(e->t1 >= e->t0);
 			if (i)
 				assert_true(e->t0 >= res.ev[r][i - 1].t1);
+			int64_t m = e->mem[0] + e->mem[1] + e->mem[2];
+			assert_true(e->mem[0] > 0 && e->mem[1] >= 0 && e->mem[2] >= 0);
+			if (m > hi)
+				hi = m;
 		}
 		assert_int_equal(got, 3 * want);
+		assert_int_equal(hi, res.mem_peak[r * 4]); // the events' highest point is the peak
 	}
 	char *buf = NULL;
 	size_t len = 0;
@@ -863,6 +868,8 @@ static void runtime__trace_and_calibrate__cover_every_compute_op(void **state)
 	assert_non_null(strstr(buf, "\"traceEvents\""));
 	assert_non_null(strstr(buf, "\"name\": \"F 0 0\", \"cat\": \"F\""));
 	assert_non_null(strstr(buf, "\"thread_name\", \"pid\": 7, \"tid\": 1"));
+	assert_non_null(strstr(buf, "\"ph\": \"f\", \"id\": 1,")); // flows and memory counters
+	assert_non_null(strstr(buf, "\"name\": \"memory bytes\""));
 	assert_non_null(strstr(buf, "cost s3 f="));
 	free(buf);
 	rt_result_free(&res);

@@ -712,13 +712,17 @@ static void sim__reports__json_trace_svg_grid(void **state)
 	assert_contains(t, "\"name\": \"process_name\", \"pid\": 1");
 	assert_contains(t, "\"name\": \"F 0 0\", \"cat\": \"F\", \"ts\": 0.000, \"dur\": 1.000");
 	assert_contains(t, "\"tid\": 1, \"name\": \"RECV +1\"");
+	assert_contains(t, "\"ph\": \"s\", \"id\": 1, \"pid\": 1"); // a flow from the send
+	assert_contains(t, "\"ph\": \"f\", \"id\": 1, \"pid\": 0");
+	assert_contains(t, "\"name\": \"memory bytes\"");
 	free(t);
 	char *s = capture(2, p, &res);
 	assert_contains(s, "<svg");
 	assert_contains(s, "F forward");
 	assert_contains(s, ">r1 pp=1</text>");
-	assert_contains(s, ">0F0</text>");
-	assert_contains(s, ">1BW1</text>");
+	assert_contains(s, ">F0</text>"); // one stage a rank: kind and microbatch
+	assert_contains(s, ">BW1</text>");
+	assert_contains(s, "class=\"mem\" data-rank=\"0\" data-peak=\"1344\""); // as the JSON's
 	free(s);
 	char *g = capture(4, p, &res);
 	assert_contains(g, "rank 0 | F0 F1 .  .  B0 B0 .  B1 B1 |");
@@ -965,8 +969,8 @@ static void sim__svg_comm_dominated__every_box_labelled(void **state)
 	assert_true(res.bubble > 0.5);
 	char *s = capture(2, p, &res);
 	assert_int_equal(count_of(s, "class=\"lab\""), timed_ops(p, &res, -1));
-	assert_contains(s, ">3F0</text>");
-	assert_contains(s, ">0BW7</text>");
+	assert_contains(s, ">F0</text>");
+	assert_contains(s, ">BW7</text>");
 	assert_contains(s, ">r5 pp=2 dp=1</text>");
 	assert_contains(s, "time not to scale");
 	int recvs = 0;
@@ -991,8 +995,8 @@ static void sim__svg_stall_at_zero__axis_0_to_1_us(void **state)
 	assert_int_equal(res.stall_time, 0);
 	char *s = capture(2, p, &res);
 	assert_contains(s, "deadlock at 0.000 us");
-	assert_contains(s, "text-anchor=\"middle\">0.5</text>");
-	assert_contains(s, "text-anchor=\"middle\">1</text>");
+	assert_contains(s, "class=\"tick\">0.5</text>");
+	assert_contains(s, "class=\"tick\">1</text>");
 	assert_null(strstr(s, ">0.001</text>"));
 	assert_null(strstr(s, ">0.0001</text>"));
 	assert_contains(s, "stuck: RECV grad");
