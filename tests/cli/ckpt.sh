@@ -7,7 +7,7 @@
 # resumes bit for bit) and under a distributed optimizer (its shards gathered: the
 # all-reduce run's checkpoint, loading onto either optimizer at dp 2 and 1, threads and
 # mpirun); an interrupted save leaves the previous checkpoint to resume
-# from; and damaged or mismatched checkpoints are refused naming the file and the tensor.
+# from (on threads, and under mpirun with one rank or the whole job killed); and damaged or mismatched checkpoints are refused naming the file and the tensor.
 : "${BIN:=bin}"
 TOOL=ckpt
 . tests/lib/cli.sh
@@ -168,6 +168,38 @@ if command -v mpirun >/dev/null 2>&1 && "$BIN/piperun" --version | grep -q mpi &
 	losses "$dir/out" >"$dir/z2md.loss"
 	same "distributed on threads -> all-reduce under mpirun: steps 3-4 lose the same" \
 		"$dir/zero-full.loss" "$dir/z2md.loss"
+	# an interrupted save under mpirun: rank 1 stalls after writing its files of step 4;
+	# then kill -9 of that rank's process alone (mpirun ends the job), or of every process
+	# of the job (a lost machine).  Either way step-2 stays the latest and resumes.
+	for target in rank job; do
+		rm -rf "$dir/mcrash"
+		PIPERUN_FAULT=stall-save:rank=1:step=4 $RUN -x PIPERUN_FAULT "$BIN/piperun" \
+			"$dir/model.plan" --steps 4 --save-every 2 --save "$dir/mcrash" --optimizer adamw \
+			--lr 1e-2 --timeout 120 >"$dir/mcrash.out" 2>&1 &
+		pid=$!
+		n=0
+		while [ ! -f "$dir/mcrash/.tmp-4/rank1.list" ] && [ $n -lt 1200 ]; do
+			sleep 0.1
+			n=$((n + 1))
+		done
+		for p in $(pgrep -f "piperun $dir/model.plan --steps 4 --save-every 2 --save $dir/mcrash"); do
+			[ "$target" = job ] || tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null |
+				grep -qx 'OMPI_COMM_WORLD_RANK=1' && kill -9 "$p"
+		done
+		[ "$target" = job ] && kill -9 "$pid" 2>/dev/null
+		wait "$pid" 2>/dev/null
+		check "mpirun crash ($target killed): step 4 never completed" \
+			"$([ -d "$dir/mcrash/.tmp-4" ] && [ ! -d "$dir/mcrash/step-4" ]; echo $?)" \
+			"$(ls -a "$dir/mcrash")"
+		check "mpirun crash ($target killed): latest is still step-2" \
+			"$([ "$(cat "$dir/mcrash/latest")" = step-2 ]; echo $?)" "$(cat "$dir/mcrash/latest")"
+		t "mpirun crash ($target killed): resumes from step 2 under mpirun" 0 $RUN "$BIN/piperun" \
+			"$dir/model.plan" --steps 2 --json --optimizer adamw --lr 1e-2 --resume "$dir/mcrash" \
+			--save "$dir/mcrash"
+		losses "$dir/out" >"$dir/mcrash.loss"
+		same "mpirun crash ($target killed): steps 3-4 lose as without the crash" \
+			"$dir/mpi-full.loss" "$dir/mcrash.loss"
+	done
 	RUN=
 	t "threads, adamw without data" 0 "$BIN/piperun" "$dir/model.plan" --steps 4 \
 		--optimizer adamw --lr 1e-2 --save "$dir/thr"
