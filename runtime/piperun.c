@@ -11,6 +11,7 @@
 #include "../plan/line.h"
 #include "../plan/units.h"
 
+#include <ftw.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -326,9 +327,6 @@ static int check_combinations(CliTool *t, PiperunArgs *a)
 	if (a->resume && (a->o.check || a->eval_data))
 		return cli_usage_error(t, "--resume takes no --%s (its reference replays the training "
 		                          "from the start)", a->o.check ? "check" : "eval-data");
-	if (a->export_path && !a->o.save)
-		return cli_usage_error(t, "--export writes the last checkpoint's weights; give --save "
-		                          "too");
 	if (a->export_path && cli_is_std(a->export_path))
 		return cli_usage_error(t, "--export writes a file, not standard output");
 	if (a->init && a->resume)
@@ -493,7 +491,48 @@ static int export_model(const PiperunArgs *a, const Plan *p, int optim)
 	return rc ? -1 : 0;
 }
 
+/* --export without --save writes the run's checkpoint to FILE.ckpt-tmp beside FILE (a
+ * folder every process sees when FILE's does) and removes it once FILE is written. */
+static int export_scratch(PiperunArgs *a)
+{
+	if (!a->export_path || a->o.save)
+		return 0;
+	size_t n = strlen(a->export_path) + sizeof ".ckpt-tmp";
+	if (!(a->export_ck = malloc(n)))
+		return -1;
+	snprintf(a->export_ck, n, "%s.ckpt-tmp", a->export_path);
+	a->o.save = a->export_ck;
+	return 0;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st, (void)flag, (void)ftw;
+	return remove(path);
+}
+
+static void export_scratch_end(PiperunArgs *a)
+{
+	if (a->export_ck && piperun_first_process())
+		nftw(a->export_ck, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+	free(a->export_ck);
+	a->export_ck = NULL;
+}
+
+static int drive(CliTool *t, PiperunArgs *a);
+
 int piperun_drive(CliTool *t, PiperunArgs *a)
+{
+	if (export_scratch(a)) {
+		fprintf(stderr, "piperun: error: out of memory\n");
+		return CLI_EXIT_FAIL;
+	}
+	int rc = drive(t, a);
+	export_scratch_end(a);
+	return rc;
+}
+
+static int drive(CliTool *t, PiperunArgs *a)
 {
 	int rc = check_combinations(t, a);
 	if (rc || (rc = cli_check_outputs(t)))

@@ -22,6 +22,7 @@ typedef struct {
 	int data_format;   // RtDataFormat (--data-format), both files'
 	const char *resume; // --resume DIR, or NULL
 	const char *export_path; // --export FILE, or NULL
+	char *export_ck;   // without --save: the scratch checkpoint FILE.ckpt-tmp, removed after
 	const char *init;  // --init FILE, or NULL
 } PiperunArgs;
 
@@ -50,7 +51,7 @@ extern const char *const piperun_dtype_names[RT_DTYPE_COUNT];
 	 "start from the checkpoint DIR (a --save directory:\nits latest; or its step-N), "  \
 	 "with its seed and\nstep count; any mesh of the same layers"},                       \
 	{"export", 0, CLI_OUT, &(a).export_path, "FILE",                                   \
-	 "with --save: the final weights as FILE, with\nHugging Face's GPT-2 or Llama names"}, \
+	 "the final weights as FILE, with Hugging Face's\nGPT-2 or Llama names"},               \
 	{"init", 0, CLI_STR, &(a).init, "FILE",                                            \
 	 "start from the weights in FILE (safetensors with\nHugging Face's names, as --export writes)"}
 

@@ -96,6 +96,12 @@ if command -v mpirun >/dev/null 2>&1 && "$BIN/piperun" --version | grep -q mpi &
 		--save "$dir/mpi-ck" --export "$dir/mpi.safetensors"
 	check "under mpirun: the threads' file, byte for byte" \
 		"$(cmp -s "$dir/llama.safetensors" "$dir/mpi.safetensors"; echo $?)" "they differ"
+	t "under mpirun: exported without --save" 0 timeout 300 mpirun --allow-run-as-root \
+		--oversubscribe --mca btl self,vader -np 2 "$BIN/piperun" "$dir/llama.plan" --steps 2 $O \
+		--export "$dir/mpi-nosave.safetensors"
+	check "under mpirun without --save: the same file, no scratch left" \
+		"$(cmp -s "$dir/llama.safetensors" "$dir/mpi-nosave.safetensors" &&
+			[ ! -e "$dir/mpi-nosave.safetensors.ckpt-tmp" ]; echo $?)" "$(ls "$dir")"
 else
 	echo "testing $TOOL under mpirun ... skipped: no mpirun or no MPI backend"
 fi
@@ -117,7 +123,13 @@ has "no Hugging Face names: --export says why" "$dir/err" "piperun: error: --exp
 check "no Hugging Face names: no file left" "$([ ! -e "$dir/mlp4.safetensors" ]; echo $?)" "$(ls "$dir")"
 t "a damaged file is refused" 1 "$BIN/piperun" "$dir/llama.plan" --init "$dir/llama.names"
 has "a damaged file: located" "$dir/err" "llama.names: error: "
-t "--export needs --save" 2 "$BIN/piperun" "$dir/llama.plan" --export "$dir/x.safetensors"
+# without --save: the same file, through a scratch checkpoint beside it that is gone after
+t "--export without --save" 0 "$BIN/piperun" "$dir/llama.plan" --steps 2 $O \
+	--export "$dir/nosave.safetensors"
+check "--export without --save: the file --save gives" \
+	"$(cmp -s "$dir/llama.safetensors" "$dir/nosave.safetensors"; echo $?)" "they differ"
+check "--export without --save: no scratch checkpoint left" \
+	"$([ ! -e "$dir/nosave.safetensors.ckpt-tmp" ]; echo $?)" "$(ls "$dir")"
 t "--export takes no -" 2 "$BIN/piperun" "$dir/llama.plan" --save "$dir/x" --export -
 t "--init takes no --resume" 2 "$BIN/piperun" "$dir/llama.plan" --init "$dir/llama.safetensors" \
 	--resume "$dir/llama-ck"
