@@ -76,6 +76,11 @@ int bandwidth(Check *c, const AstNum *n, double *out);
 /* `link ...;` and `devices ...;` (check_mesh.c). */
 void check_link(Check *c, AstStmt *s);
 void check_devices(Check *c, AstStmt *s);
+/* The index of the stage n names, declared above it; -1 after reporting. */
+int check_resolve(Check *c, const AstName *n);
+/* `recompute ...;` (check_recompute.c), and its rules once every statement is read. */
+void check_recompute(Check *c, AstStmt *s);
+void check_selective(Check *c);
 void unknown_word(Check *c, const AstName *w, const char *what,
 	const char *const *words, int n);
 int find_word(const char *s, const char *const *words, int n);

@@ -36,18 +36,14 @@ int main(int argc, char **argv)
 		 "the communicator (self-send); default: the program's\n"
 		 "`peers` statement, else local", 0,
 		 .names = prog_same_rank_names, .nnames = SAME_RANK_COUNT},
-		{"explain", 0, CLI_FLAG, &a.o.explain, NULL,
-		 "with `schedule auto;`: print to stderr every candidate\n"
+		{"explain", 0, CLI_FLAG, &a.o.explain, NULL, "with `schedule auto;`: print to stderr every candidate\n"
 		 "weighed (step, bubble, peak, fits) and why one won"},
-		{"allow-deadlock", 0, CLI_FLAG, &a.o.allow_deadlock, NULL,
-		 "emit a plan even when the order cannot run across\n"
+		{"allow-deadlock", 0, CLI_FLAG, &a.o.allow_deadlock, NULL, "emit a plan even when the order cannot run across\n"
 		 "ranks, for pipesim to show the cycle"},
 		{"max-errors", 0, CLI_INT, &a.max_errors, "N", "stop after N errors", 1, 1, 1 << 30},
-		{"expand", 0, CLI_FLAG, &a.expand, NULL,
-		 "write every world rank's lists (plan format 2)\n"
+		{"expand", 0, CLI_FLAG, &a.expand, NULL, "write every world rank's lists (plan format 2)\n"
 		 "instead of one pipeline line's (format 3)"},
-		{"rehash", 0, CLI_FLAG, &a.rehash, NULL,
-		 "with a text plan as the input: take it though its\n"
+		{"rehash", 0, CLI_FLAG, &a.rehash, NULL, "with a text plan as the input: take it though its\n"
 		 "checksum disagrees (a hand edit), check it and write it\n"
 		 "again with a new checksum"},
 		{"plan-format", 0, CLI_ENUM, &a.plan_format, "FORMAT", "the plan's form: text (the reference) or binary", 1, .names = plan_format_names, .nnames = PLAN_FORMAT_COUNT},
