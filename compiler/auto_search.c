@@ -263,7 +263,7 @@ static int list_cand(Search *s, int k, const AutoListOpt *o, const char *label)
 		if (c->fast_fits || c->fast.makespan < 0 || round == AUTO_REFIT)
 			break;
 		c->lo.extra = cut_by_overshoot(s, k, c->lo.extra);
-		snprintf(c->label, sizeof c->label, "%.40s+fit%d", label, round + 1);
+		snprintf(c->label, sizeof c->label, "%.40s+fit%u", label, (unsigned)(round + 1) % 1000u);
 	}
 	return (int)(c - s->c);
 }
@@ -773,7 +773,7 @@ static void repair(Search *s, int *win)
 			}
 			o.extra = extra;
 			char label[48];
-			snprintf(label, sizeof label, "%.36s+cut%d", s->c[k].label, round + 1);
+			snprintf(label, sizeof label, "%.36s+cut%u", s->c[k].label, (unsigned)(round + 1) % 1000u);
 			int i = list_cand(s, s->c[k].setup, &o, label);
 			if (!s->c[i].fast_fits)
 				break;
