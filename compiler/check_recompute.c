@@ -8,12 +8,15 @@
 #include "check_int.h"
 
 /* The residual bodies at the top of stage st (those full recomputation's span covers,
- * plan_recompute_span). */
+ * plan_recompute_span); -1 when the checker refused one of its layers (an unknown kind:
+ * reported already, so nothing more is said of the stage). */
 static int stage_bodies(const ProgStage *st)
 {
 	int n = 0;
 	for (int l = 0; l < st->nlayers; l++)
-		if (plan_layers[st->layers[l].kind].arg == LAYER_ARG_BODY) {
+		if ((unsigned)st->layers[l].kind >= LAYER_COUNT)
+			return -1;
+		else if (plan_layers[st->layers[l].kind].arg == LAYER_ARG_BODY) {
 			n++;
 			l += st->layers[l].span;
 		}
@@ -95,8 +98,8 @@ void check_recompute(Check *c, AstStmt *s)
 		diag_note(c->d, c->recompute_stmt[target]->name.loc, "first given here");
 		return;
 	}
-	int nb = stage_bodies(&p->stages[target]);
-	if (res > nb) {
+	int nb = res ? stage_bodies(&p->stages[target]) : 0;
+	if (nb >= 0 && res > nb) {
 		diag_error(c->d, rkv->loc, "stage '%s' has %d residual bod%s, fewer than "
 		           "residuals=%d", s->name.s, nb, nb == 1 ? "y" : "ies", res);
 		return;
