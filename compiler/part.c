@@ -371,32 +371,127 @@ static void even_cut(const PartCut *pc, int *cut)
 		cut[j] = (int)((int64_t)j * pc->n / pc->k);
 }
 
-int part_prepare(Arena *a, Diag *d, AstProgram *ast, int per_rank, PartCut **out)
+/* The program's first `model`, `stages` and `stage` statements; cuts in blocks are
+ * reported (their count added to *bad).  -1 when the three do not go together. */
+static int find_model(Diag *d, AstProgram *ast, AstStmt **model, AstStmt **stages, int *bad)
 {
-	*out = NULL;
-	AstStmt *model = NULL, *stages = NULL, *stage = NULL;
-	int bad = 0;
+	AstStmt *stage = NULL;
+	*model = *stages = NULL;
 	for (AstStmt *s = ast->head; s; s = s->next) {
-		if (s->kind == AST_MODEL && !model)
-			model = s;
-		else if (s->kind == AST_STAGES && !stages)
-			stages = s;
+		if (s->kind == AST_MODEL && !*model)
+			*model = s;
+		else if (s->kind == AST_STAGES && !*stages)
+			*stages = s;
 		else if (s->kind == AST_STAGE && !stage)
 			stage = s;
 		if (s->kind == AST_BLOCK)
-			bad += misplaced_cuts(d, s->layers, s->nlayers, "a block");
+			*bad += misplaced_cuts(d, s->layers, s->nlayers, "a block");
 	}
-	if (model && stage) {
-		diag_error(d, model->loc, "a program gives either 'model' (pipecc cuts it into "
+	if (*model && stage) {
+		diag_error(d, (*model)->loc, "a program gives either 'model' (pipecc cuts it into "
 		           "stages) or 'stage' statements, not both");
 		diag_note(d, stage->loc, "a stage is declared here");
-		return 1;
+		return -1;
 	}
-	if (stages && !model) {
-		diag_error(d, stages->loc, "'stages' says how many stages to cut a 'model { ... }' "
+	if (*stages && !*model) {
+		diag_error(d, (*stages)->loc, "'stages' says how many stages to cut a 'model { ... }' "
 		           "into, and there is no model");
-		return 1;
+		return -1;
 	}
+	return 0;
+}
+
+/* The model's units (collect) and its pinned cuts: pc->pin, pc->pin_loc; *npins of them.
+ * Returns the misplaced cuts reported. */
+static int read_units(Arena *a, Diag *d, PartCut *pc, int *npins)
+{
+	const AstStmt *model = pc->model;
+	pc->units = arena_alloc(a, (size_t)pc->n * sizeof *pc->units);
+	pc->pin = arena_alloc(a, (size_t)pc->n + 1);
+	pc->pin_loc = arena_alloc(a, ((size_t)pc->n + 1) * sizeof *pc->pin_loc);
+	pc->cut_ok = arena_alloc(a, (size_t)pc->n + 1);
+	int n = 0, bad = 0;
+	*npins = 0;
+	for (int i = 0; i < model->nlayers; i++) {
+		const AstLayer *al = &model->layers[i];
+		if (!is_cut(al)) {
+			collect(pc, al, model, 0, &n);
+			continue;
+		}
+		if (n == 0 || i == model->nlayers - 1 || is_cut(&model->layers[i + 1])) {
+			diag_error(d, al->loc, "a 'cut' stands between two layers of the model, %s",
+			           n == 0 ? "not before the first" : i == model->nlayers - 1 ?
+			           "not after the last" : "once");
+			bad++;
+		} else if (!pc->pin[n]) {
+			pc->pin[n] = 1;
+			pc->pin_loc[n] = al->loc;
+			++*npins;
+		}
+	}
+	return bad;
+}
+
+/* Whether k stages can be cut from the pc->n units with the pins given; 0, or -1 after
+ * reporting. */
+static int cut_possible(Diag *d, const PartCut *pc, int k, int npins)
+{
+	const AstStmt *stages = pc->stages;
+	int n = pc->n;
+	Loc at = stages ? stages->loc : pc->model->loc;
+	if (n < k) {
+		diag_error(d, at, "the model has %d layer%s to cut, fewer than its %d stages", n,
+		           n == 1 ? "" : "s", k);
+		if (!stages || stages->name.s)
+			diag_note(d, at, "%d pipeline ranks x %d stage%s per rank (the schedule's)",
+			          k / pc->per_rank, pc->per_rank, pc->per_rank == 1 ? "" : "s");
+		return -1;
+	}
+	for (int u = 1, seen = 0; u < n && npins > k - 1; u++)
+		if (pc->pin[u] && ++seen == k) {
+			diag_error(d, pc->pin_loc[u], "this cut makes %d stages, more than the %d "
+			           "the model is cut into", npins + 1, k);
+			return -1;
+		}
+	for (int u = 1; u < n; u++)
+		if (pc->pin[u] && !pc->cut_ok[u]) {
+			diag_error(d, pc->pin_loc[u], "a stage cannot begin with 'dropout' (it keeps "
+			           "only its mask, not its input): cut before the layer above it");
+			return -1;
+		}
+	return 0;
+}
+
+/* k stage statements s0 .. s(k-1) after the model's, their layers still to be given. */
+static void insert_stages(Arena *a, AstProgram *ast, PartCut *pc, int k)
+{
+	AstStmt *model = pc->model, *after = model, *rest = model->next;
+	pc->k = k;
+	pc->st = arena_alloc(a, (size_t)k * sizeof *pc->st);
+	pc->cut = arena_alloc(a, ((size_t)k + 1) * sizeof *pc->cut);
+	for (int j = 0; j < k; j++) {
+		AstStmt *s = arena_alloc(a, sizeof *s);
+		char name[16];
+		snprintf(name, sizeof name, "s%d", j);
+		s->kind = AST_STAGE;
+		s->loc = model->loc;
+		s->span = model->span;
+		s->name = (AstName){arena_strdup(a, name), model->loc};
+		after->next = s;
+		after = s;
+		pc->st[j] = s;
+	}
+	after->next = rest;
+	ast->nstmts += k;
+}
+
+int part_prepare(Arena *a, Diag *d, AstProgram *ast, int per_rank, PartCut **out)
+{
+	*out = NULL;
+	AstStmt *model, *stages;
+	int bad = 0;
+	if (find_model(d, ast, &model, &stages, &bad))
+		return 1;
 	if (!model)
 		return bad;
 	PartCut *pc = arena_alloc(a, sizeof *pc);
@@ -412,80 +507,18 @@ int part_prepare(Arena *a, Diag *d, AstProgram *ast, int per_rank, PartCut **out
 	}
 	if (model->bad)
 		return 1;
-	pc->units = arena_alloc(a, (size_t)pc->n * sizeof *pc->units);
-	pc->pin = arena_alloc(a, (size_t)pc->n + 1);
-	pc->pin_loc = arena_alloc(a, ((size_t)pc->n + 1) * sizeof *pc->pin_loc);
-	pc->cut_ok = arena_alloc(a, (size_t)pc->n + 1);
-	int n = 0, npins = 0;
-	for (int i = 0; i < model->nlayers; i++) {
-		const AstLayer *al = &model->layers[i];
-		if (is_cut(al)) {
-			if (n == 0 || i == model->nlayers - 1 || is_cut(&model->layers[i + 1])) {
-				diag_error(d, al->loc, "a 'cut' stands between two layers of the model, %s",
-				           n == 0 ? "not before the first" : i == model->nlayers - 1 ?
-				           "not after the last" : "once");
-				bad++;
-			} else if (!pc->pin[n]) {
-				pc->pin[n] = 1;
-				pc->pin_loc[n] = al->loc;
-				npins++;
-			}
-			continue;
-		}
-		collect(pc, al, model, 0, &n);
-	}
-	if (bad)
-		return 1;
-	int k;
-	if (stage_count(d, pc, &k))
+	int npins, k;
+	bad += read_units(a, d, pc, &npins);
+	if (bad || stage_count(d, pc, &k))
 		return 1;
 	pc->auto_count = !stages || stages->bad || stages->name.s;
 	if (pc->auto_count && per_rank > 0) {
 		k = k / pc->per_rank * per_rank;
 		pc->per_rank = per_rank;
 	}
-	Loc at = stages ? stages->loc : model->loc;
-	if (n < k) {
-		diag_error(d, at, "the model has %d layer%s to cut, fewer than its %d stages", n,
-		           n == 1 ? "" : "s", k);
-		if (!stages || stages->name.s)
-			diag_note(d, at, "%d pipeline ranks x %d stage%s per rank (the schedule's)",
-			          k / pc->per_rank, pc->per_rank, pc->per_rank == 1 ? "" : "s");
+	if (cut_possible(d, pc, k, npins))
 		return 1;
-	}
-	if (npins > k - 1) {
-		int seen = 0;
-		for (int u = 1; u < n; u++)
-			if (pc->pin[u] && ++seen == k) {
-				diag_error(d, pc->pin_loc[u], "this cut makes %d stages, more than the %d "
-				           "the model is cut into", npins + 1, k);
-				return 1;
-			}
-	}
-	for (int u = 1; u < n; u++)
-		if (pc->pin[u] && !pc->cut_ok[u]) {
-			diag_error(d, pc->pin_loc[u], "a stage cannot begin with 'dropout' (it keeps "
-			           "only its mask, not its input): cut before the layer above it");
-			return 1;
-		}
-	pc->k = k;
-	pc->st = arena_alloc(a, (size_t)k * sizeof *pc->st);
-	pc->cut = arena_alloc(a, ((size_t)k + 1) * sizeof *pc->cut);
-	AstStmt *after = model, *rest = model->next;
-	for (int j = 0; j < k; j++) {
-		AstStmt *s = arena_alloc(a, sizeof *s);
-		char name[16];
-		snprintf(name, sizeof name, "s%d", j);
-		s->kind = AST_STAGE;
-		s->loc = model->loc;
-		s->span = model->span;
-		s->name = (AstName){arena_strdup(a, name), model->loc};
-		after->next = s;
-		after = s;
-		pc->st[j] = s;
-	}
-	after->next = rest;
-	ast->nstmts += k;
+	insert_stages(a, ast, pc, k);
 	int *cut = arena_alloc(a, ((size_t)k + 1) * sizeof *cut);
 	even_cut(pc, cut);
 	set_stages(pc, cut);
