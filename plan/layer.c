@@ -496,7 +496,7 @@ void plan_layer_work(const PlanLayer *l, const LayerShape *sh, int tp, RoofWork 
 	tp = tp > 1 ? tp : 1;
 	plan_layer_tensors(l, sh, tp, &t);
 	const PlanPrecInfo *pr = plan_prec(sh->prec);
-	double rows = (double)(plan_layers[l->kind].tp == LAYER_TP_WHOLE ? t.x_rows : sh->rows);
+	double rows = (double)plan_layer_rows(l, sh, tp);
 	int own = t.softmax ? ROOF_ATTENTION : ROOF_ELEMENTWISE;
 	for (int k = 0; k < 3; k++) {
 		w[k] = (RoofWork){{0}, {0}};

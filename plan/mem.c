@@ -280,7 +280,7 @@ int plan_mem_track(const Plan *p, int r, PlanMem *out, PlanMemAt *at)
 			m->optim += shard * state;
 			nloc++;
 		}
-	w.stat = m->params + m->grads + m->master + m->optim;
+	w.stat = plan_mem_static(m);
 	for (int k = 0; k < OP_COUNT; k++) {
 		int p2p = plan_op_is_p2p((OpKind)k), sends = plan_ops[k].sends;
 		w.comm_kinds |= (uint32_t)plan_op_is_comm((OpKind)k) << k;
