@@ -411,3 +411,16 @@ int64_t plan_mem_peaks(const Plan *p, int64_t *peak)
 	free(m);
 	return max;
 }
+
+int plan_mem_parts(const Plan *p, const PlanMem *m, int64_t v[PLAN_MEM_PARTS])
+{
+	int n = 0;
+	v[n++] = m->params;
+	v[n++] = m->grads;
+	if (plan_prec(p->prec)->master > 0)
+		v[n++] = m->master;
+	v[n++] = m->optim;
+	v[n++] = m->saved;
+	v[n++] = m->comm;
+	return n;
+}

@@ -34,6 +34,12 @@ static inline int64_t plan_mem_static(const PlanMem *m)
 	return m->params + m->grads + m->master + m->optim;
 }
 
+/* The parts of m's peak in the order every report lists them: params, grads, master
+ * (only under a precision with master weights, plan/prec.h), optim, saved, comm.  Into
+ * v[], returns how many. */
+enum { PLAN_MEM_PARTS = 6 };
+int plan_mem_parts(const Plan *p, const PlanMem *m, int64_t v[PLAN_MEM_PARTS]);
+
 /* The model state of stage s on each of its ranks: its parameters and gradients, and
  * the master weights and optimizer state of the rank's shard (plan_optim_shard: all of
  * them unless the optimizer is distributed); PlanMem's static part. */
