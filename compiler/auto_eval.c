@@ -136,7 +136,7 @@ int64_t auto_model_of_plan(AutoModel *md, const Plan *p, const int *stage_pp, in
 			auto_oom(md);
 			break;
 		}
-		md->stat[i] = mm.params + mm.grads + mm.master + mm.optim;
+		md->stat[i] = plan_mem_static(&mm);
 	}
 	return tensor;
 }

@@ -616,7 +616,7 @@ static void device_setting(Check *c, const AstKv *kv, int k)
 		device_value(c, kv, k == DEV_MEMORY);
 		return;
 	}
-	const char *key = k == DEV_BANDWIDTH ? "bandwidth" : plan_roof_classes[k - DEV_COUNT].name;
+	const char *key = k < DEV_COUNT ? device_keys[k] : plan_roof_classes[k - DEV_COUNT].name;
 	double v;
 	if (!kv->has_val)
 		diag_error(c->d, kv->loc, "'%s' needs a value, e.g. %s=%s", key, key,

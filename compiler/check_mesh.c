@@ -186,6 +186,7 @@ void check_tp(Check *c)
 /* `link collective=NAME`: the algorithm of collectives spanning nodes (plan/link.h). */
 static void link_collective(Check *c, const AstKv *kv)
 {
+	char list[64];
 	int a = kv->word.s ? plan_coll_parse(kv->word.s) : -1;
 	if (a >= 0) {
 		c->p->coll_algo = (uint8_t)a;
@@ -196,8 +197,8 @@ static void link_collective(Check *c, const AstKv *kv)
 		diag_error(c->d, kv->val.loc, "unknown collective algorithm '%s'; did you mean '%s'?",
 		           kv->word.s, s);
 	else
-		diag_error(c->d, kv->val.loc, "'collective' must be one of %s, %s or %s",
-		           plan_coll_names[0], plan_coll_names[1], plan_coll_names[2]);
+		diag_error(c->d, kv->val.loc, "'collective' must be one of %s",
+		           plan_coll_list(list, sizeof list));
 }
 
 /* The keys of `link`: a row each (ideal is the one without a value). */

@@ -28,31 +28,32 @@ static int stage_bodies(const ProgStage *st)
 static int recompute_words(Check *c, const AstStmt *s, uint8_t *mode, int *res,
                            const AstKv **rkvp)
 {
-	static const char *const words[] = {"full", "selective", "residuals"};
+	enum { W_FULL, W_SELECTIVE, W_RESIDUALS, W_COUNT }; // the modes, then the key
+	static const char *const words[W_COUNT] = {"full", "selective", "residuals"};
 	const AstKv *mkv = NULL, *rkv = NULL;
 	for (int i = 0; i < s->nkvs; i++) {
 		const AstKv *kv = &s->kvs[i];
-		int j = find_word(kv->key.s, words, 3);
+		int j = find_word(kv->key.s, words, W_COUNT);
 		if (j < 0) {
-			const char *sug = diag_suggest(kv->key.s, words, 3);
+			const char *sug = diag_suggest(kv->key.s, words, W_COUNT);
 			diag_error(c->d, kv->key.loc, "unknown recomputation '%s'%s%s%s (valid: full, "
 			           "selective, residuals=N)", kv->key.s, sug ? "; did you mean '" : "",
 			           sug ? sug : "", sug ? "'?" : "");
 			return -1;
 		}
-		if (j < 2 && (kv->has_val || mkv)) {
+		if (j < W_RESIDUALS && (kv->has_val || mkv)) {
 			diag_error(c->d, kv->loc, kv->has_val ? "'%s' takes no value"
 			                                      : "'%s': a recompute statement names one mode",
 			           kv->key.s);
 			return -1;
 		}
-		if (j == 2 && (!kv->has_val || rkv)) {
+		if (j == W_RESIDUALS && (!kv->has_val || rkv)) {
 			diag_error(c->d, kv->loc, rkv ? "duplicate 'residuals'"
 			                              : "'residuals' needs a value, e.g. residuals=2");
 			return -1;
 		}
-		*(j < 2 ? &mkv : &rkv) = kv;
-		if (j == 1)
+		*(j < W_RESIDUALS ? &mkv : &rkv) = kv;
+		if (j == W_SELECTIVE)
 			*mode = PLAN_RECOMPUTE_SELECTIVE;
 	}
 	if (rkv && *mode != PLAN_RECOMPUTE_FULL) {

@@ -16,6 +16,7 @@
  * before, word for word and place for place, is neither printed nor counted again.
  * Warnings are counted apart and printed until the errors pass the limit. */
 #include "diag.h"
+#include "../plan/checksum.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
@@ -120,17 +121,13 @@ static void report(Diag *d, Loc loc, const char *kind, const char *fmt, va_list 
 	quote(d, loc);
 }
 
-/* FNV-1a over the place and the text of a message. */
+/* FNV-1a (the plan checksum's, plan/checksum.h) over the place and the text of a
+ * message. */
 static uint64_t message_hash(Loc loc, const char *msg)
 {
-	uint64_t h = 1469598103934665603u;
 	int at[3] = {loc.line, loc.col, loc.len};
-	const unsigned char *b = (const unsigned char *)at;
-	for (size_t i = 0; i < sizeof at; i++)
-		h = (h ^ b[i]) * 1099511628211u;
-	for (const char *p = msg; *p; p++)
-		h = (h ^ (unsigned char)*p) * 1099511628211u;
-	return h;
+	uint64_t h = plan_fnv1a(PLAN_FNV_OFFSET, (const char *)at, sizeof at);
+	return plan_fnv1a(h, msg, strlen(msg));
 }
 
 /* Whether the error msg at loc was printed before; remembers it if not. */

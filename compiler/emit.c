@@ -135,7 +135,7 @@ static void summary_stages(const Plan *p, FILE *f)
  * On a line plan every line's rank at pipeline index q has line rank q's figures. */
 static int summary_memory(const Plan *p, FILE *f)
 {
-	char t[8][32];
+	char t[2][32];
 	int master = plan_prec(p->prec)->master > 0; // bf16: the f32 master weights too
 	fprintf(f, "memory per rank (peak = params + grads + %soptimizer + saved + in flight)",
 	        master ? "master weights + " : "");
@@ -154,12 +154,7 @@ static int summary_memory(const Plan *p, FILE *f)
 			        plan_mem_text(t[0], 32, st->save_fb + st->save_fw),
 			        plan_mem_text(t[1], 32, st->save_re));
 	}
-	PlanMem *mem = calloc((size_t)p->world, sizeof *mem);
-	for (int r = 0; mem && r < p->world; r++)
-		if (plan_mem_rank(p, r, &mem[r])) {
-			free(mem);
-			mem = NULL;
-		}
+	PlanMem *mem = plan_mem_all(p);
 	if (!mem) { // the summary is not written without it (write_output)
 		errno = ENOMEM;
 		return -1;
@@ -172,12 +167,12 @@ static int summary_memory(const Plan *p, FILE *f)
 		PlanMem m = mem[p->line ? r / stride % p->dims[DIM_PP] : r];
 		char *row = text + (size_t)r * ROW;
 		id[r] = r;
-		int k = snprintf(row, ROW, ": peak %s = %s + %s + ", plan_mem_text(t[1], 32, m.peak),
-		                 plan_mem_text(t[2], 32, m.params), plan_mem_text(t[3], 32, m.grads));
-		if (master)
-			k += snprintf(row + k, ROW - (size_t)k, "%s + ", plan_mem_text(t[7], 32, m.master));
-		k += snprintf(row + k, ROW - (size_t)k, "%s + %s + %s", plan_mem_text(t[4], 32, m.optim),
-		              plan_mem_text(t[5], 32, m.saved), plan_mem_text(t[6], 32, m.comm));
+		int64_t v[PLAN_MEM_PARTS];
+		int n = plan_mem_parts(p, &m, v);
+		int k = snprintf(row, ROW, ": peak %s =", plan_mem_text(t[0], 32, m.peak));
+		for (int i = 0; i < n; i++)
+			k += snprintf(row + k, ROW - (size_t)k, "%s %s", i ? " +" : "",
+			              plan_mem_text(t[0], 32, v[i]));
 		if (p->mem_cap)
 			snprintf(row + k, ROW - (size_t)k, " (%.1f %% of the device)",
 			         100.0 * (double)m.peak / (double)p->mem_cap);

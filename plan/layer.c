@@ -142,6 +142,12 @@ TkAttn plan_layer_attn(const PlanLayer *l, const LayerShape *sh)
 	                has(l, LAYER_KEY_ROPE), 10000.0, 1};
 }
 
+/* x as a count: TK_MANY from 2^63 on. */
+static int64_t sat_of(double x)
+{
+	return x < (double)TK_MANY ? (int64_t)x : TK_MANY;
+}
+
 /* Attention's own traffic (ROOF_ATTENTION) for p elements of S x S per rank and att
  * elements of the heads' output, nqkv of qkv a row.  Without flash, F reads qkv, writes
  * the scores, reads and writes them in the softmax, reads P in P·V and writes att (4p);
@@ -151,13 +157,14 @@ TkAttn plan_layer_attn(const PlanLayer *l, const LayerShape *sh)
 static void attn_moved(LayerTensors *t, const LayerShape *sh, int64_t p, int64_t att,
                        int drop, int flash)
 {
-	double a = plan_prec(sh->prec)->act, qkv = (double)sh->rows * (double)t->param[0].cols;
+	double a = plan_prec(sh->prec)->act;
+	double qkv = (double)sh->rows * (double)t->param[ATTN_WQKV].cols;
 	double ss = flash || !drop ? 0 : (double)p * (1 + a);
 	double lse = flash ? 4.0 * (double)p / (double)sh->seq : 0; // one a row of scores
 	double f = a * (qkv + (double)att) + (flash ? lse : 4 * a * (double)p + ss);
 	double b = a * 2 * (qkv + (double)att) + (flash ? lse : 6 * a * (double)p + ss);
-	t->moved[0] = f < (double)TK_MANY ? (int64_t)f : TK_MANY;
-	t->moved[1] = b < (double)TK_MANY ? (int64_t)b : TK_MANY;
+	t->moved[0] = sat_of(f);
+	t->moved[1] = sat_of(b);
 	t->softmax = 1;
 }
 
@@ -496,7 +503,7 @@ void plan_layer_work(const PlanLayer *l, const LayerShape *sh, int tp, RoofWork 
 	tp = tp > 1 ? tp : 1;
 	plan_layer_tensors(l, sh, tp, &t);
 	const PlanPrecInfo *pr = plan_prec(sh->prec);
-	double rows = (double)(plan_layers[l->kind].tp == LAYER_TP_WHOLE ? t.x_rows : sh->rows);
+	double rows = (double)plan_layer_rows(l, sh, tp);
 	int own = t.softmax ? ROOF_ATTENTION : ROOF_ELEMENTWISE;
 	for (int k = 0; k < 3; k++) {
 		w[k] = (RoofWork){{0}, {0}};

@@ -15,6 +15,7 @@
 #include "tie.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 const char *const plan_coll_names[PLAN_COLL_COUNT] = {"auto", "ring", "hierarchical"};
@@ -25,6 +26,17 @@ int plan_coll_parse(const char *s)
 		if (!strcmp(s, plan_coll_names[i]))
 			return i;
 	return -1;
+}
+
+char *plan_coll_list(char *buf, size_t n)
+{
+	size_t len = 0;
+	buf[0] = 0;
+	for (int i = 0; i < PLAN_COLL_COUNT && len < n; i++)
+		len += (size_t)snprintf(buf + len, n - len, "%s%s",
+		                        !i ? "" : i + 1 < PLAN_COLL_COUNT ? ", " : " or ",
+		                        plan_coll_names[i]);
+	return buf;
 }
 
 int plan_same_node(const Plan *p, int a, int b)

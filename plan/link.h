@@ -22,6 +22,8 @@ typedef enum {
 extern const char *const plan_coll_names[PLAN_COLL_COUNT]; // "auto", "ring", "hierarchical"
 /* The algorithm named s, or -1. */
 int plan_coll_parse(const char *s);
+/* "auto, ring or hierarchical" into buf, for messages.  Returns buf. */
+char *plan_coll_list(char *buf, size_t n);
 
 /* Whether world ranks a and b share a node. */
 int plan_same_node(const Plan *p, int a, int b);

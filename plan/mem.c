@@ -280,7 +280,7 @@ int plan_mem_track(const Plan *p, int r, PlanMem *out, PlanMemAt *at)
 			m->optim += shard * state;
 			nloc++;
 		}
-	w.stat = m->params + m->grads + m->master + m->optim;
+	w.stat = plan_mem_static(m);
 	for (int k = 0; k < OP_COUNT; k++) {
 		int p2p = plan_op_is_p2p((OpKind)k), sends = plan_ops[k].sends;
 		w.comm_kinds |= (uint32_t)plan_op_is_comm((OpKind)k) << k;
@@ -410,4 +410,17 @@ int64_t plan_mem_peaks(const Plan *p, int64_t *peak)
 	}
 	free(m);
 	return max;
+}
+
+int plan_mem_parts(const Plan *p, const PlanMem *m, int64_t v[PLAN_MEM_PARTS])
+{
+	int n = 0;
+	v[n++] = m->params;
+	v[n++] = m->grads;
+	if (plan_prec(p->prec)->master > 0)
+		v[n++] = m->master;
+	v[n++] = m->optim;
+	v[n++] = m->saved;
+	v[n++] = m->comm;
+	return n;
 }

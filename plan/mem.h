@@ -27,6 +27,19 @@ typedef struct {
 	int64_t peak_comm;  // peak of the in-flight bytes alone
 } PlanMem;
 
+/* PlanMem's static part, held all step: params + grads + master + optim (the
+ * pictures' and schedule auto's model state). */
+static inline int64_t plan_mem_static(const PlanMem *m)
+{
+	return m->params + m->grads + m->master + m->optim;
+}
+
+/* The parts of m's peak in the order every report lists them: params, grads, master
+ * (only under a precision with master weights, plan/prec.h), optim, saved, comm.  Into
+ * v[], returns how many. */
+enum { PLAN_MEM_PARTS = 6 };
+int plan_mem_parts(const Plan *p, const PlanMem *m, int64_t v[PLAN_MEM_PARTS]);
+
 /* The model state of stage s on each of its ranks: its parameters and gradients, and
  * the master weights and optimizer state of the rank's shard (plan_optim_shard: all of
  * them unless the optimizer is distributed); PlanMem's static part. */
@@ -34,7 +47,7 @@ int64_t plan_stage_state_bytes(const Plan *p, int s);
 /* The memory of world rank r over one step.  Returns 0, or -1 when out of memory. */
 int plan_mem_rank(const Plan *p, int r, PlanMem *m);
 /* One op's dynamic memory at its highest point: saved activations and bytes in flight
- * (the static part, PlanMem's params + grads + master + optim, adds to both). */
+ * (the static part, plan_mem_static, adds to both). */
 typedef struct {
 	int64_t saved, comm;
 } PlanMemAt;

@@ -407,9 +407,10 @@ static int read_node(Rd *r, Plan *p)
 		char name[32];
 		snprintf(name, sizeof name, "%.*s", (int)(n < 31 ? n : 31), r->s);
 		int a = plan_coll_parse(name);
+		char list[64];
 		if (a < 0 || n > 31)
-			return rd_fail(r, "unknown collective algorithm '%s' (auto, ring or hierarchical)",
-			               name);
+			return rd_fail(r, "unknown collective algorithm '%s' (%s)", name,
+			               plan_coll_list(list, sizeof list));
 		p->coll_algo = (uint8_t)a;
 		r->s += n;
 	}

@@ -6,22 +6,37 @@
 #include <inttypes.h>
 #include <stdlib.h>
 
-static void us(FILE *f, int64_t ns)
+void plan_json_str(FILE *f, const char *s)
 {
-	if (ns < 0)
-		ns = 0;
+	fputc('"', f);
+	for (const unsigned char *c = (const unsigned char *)(s ? s : ""); *c; c++) {
+		if (*c == '"' || *c == '\\')
+			fprintf(f, "\\%c", *c);
+		else if (*c == '\n')
+			fputs("\\n", f);
+		else if (*c == '\t')
+			fputs("\\t", f);
+		else if (*c < 0x20)
+			fprintf(f, "\\u%04x", *c);
+		else
+			fputc(*c, f);
+	}
+	fputc('"', f);
+}
+
+void plan_json_us(FILE *f, int64_t ns)
+{
+	if (ns < 0) {
+		fputs("-", f);
+		ns = -ns;
+	}
 	fprintf(f, "%" PRId64 ".%03" PRId64, ns / 1000, ns % 1000);
 }
 
-static void jtext(FILE *f, const char *s)
+/* A trace's times never go below 0. */
+static void us(FILE *f, int64_t ns)
 {
-	fputc('"', f);
-	for (; *s; s++) {
-		if (*s == '"' || *s == '\\')
-			fputc('\\', f);
-		fputc(*s, f);
-	}
-	fputc('"', f);
+	plan_json_us(f, ns < 0 ? 0 : ns);
 }
 
 static int64_t line_of(const Plan *p, int r, int64_t op)
@@ -38,7 +53,7 @@ void plan_trace_begin(PlanTrace *t, FILE *f, const Plan *p, const char *other)
 	t->sep = "";
 	t->flows = 0;
 	fputs("{\"displayTimeUnit\": \"ns\", \"otherData\": {\"pipeline\": ", f);
-	jtext(f, p->name ? p->name : "");
+	plan_json_str(f, p->name ? p->name : "");
 	if (other)
 		fprintf(f, ", %s", other);
 	fputs("},\n\"traceEvents\": [\n", f);
@@ -73,7 +88,7 @@ void plan_trace_compute(PlanTrace *t, int r, int64_t op, int64_t t0, int64_t t1,
 	fprintf(t->f, "%s{\"ph\": \"X\", \"pid\": %d, \"tid\": 0, \"name\": ", t->sep,
 	        plan_world_rank(t->p, r));
 	t->sep = ",\n";
-	jtext(t->f, text);
+	plan_json_str(t->f, text);
 	fprintf(t->f, ", \"cat\": \"%s\", \"ts\": ", plan_ops[o->kind].name);
 	us(t->f, t0);
 	fputs(", \"dur\": ", t->f);
@@ -112,7 +127,7 @@ void plan_trace_group(PlanTrace *t, int r, int64_t op, int64_t op_end, int64_t t
 		plan_format_op(t->p, &x, text, sizeof text);
 		if (j > op)
 			fputs(", ", t->f);
-		jtext(t->f, text);
+		plan_json_str(t->f, text);
 	}
 	fputs("]}}", t->f);
 }

@@ -9,6 +9,12 @@
 
 #include "plan.h"
 
+/* The two primitives of the tools' hand-written JSON (this writer's and pipesim --json's):
+ * s quoted and escaped (NULL: ""), and ns nanoseconds as microseconds with three
+ * decimals, exact. */
+void plan_json_str(FILE *f, const char *s);
+void plan_json_us(FILE *f, int64_t ns);
+
 typedef struct {
 	FILE *f;
 	const Plan *p;

@@ -5,50 +5,24 @@
 #include "sim.h"
 #include "../plan/mem.h"
 #include "../plan/line.h"
+#include "../plan/trace.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void jstr(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (const unsigned char *c = (const unsigned char *)(s ? s : ""); *c; c++) {
-		if (*c == '"' || *c == '\\')
-			fprintf(f, "\\%c", *c);
-		else if (*c == '\n')
-			fputs("\\n", f);
-		else if (*c == '\t')
-			fputs("\\t", f);
-		else if (*c < 0x20)
-			fprintf(f, "\\u%04x", *c);
-		else
-			fputc(*c, f);
-	}
-	fputc('"', f);
-}
-
-static void jus(FILE *f, int64_t ns)
-{
-	if (ns < 0) {
-		fputs("-", f);
-		ns = -ns;
-	}
-	fprintf(f, "%" PRId64 ".%03" PRId64, ns / 1000, ns % 1000);
-}
 
 static const char *const stream_names[SIM_STREAM_COUNT] = {"rank", "compute", "comm"};
 
 static void jop(FILE *f, const Plan *p, const SimOpRef *x)
 {
 	fprintf(f, "{\"rank\": %d, \"stream\": ", plan_world_rank(p, x->rank));
-	jstr(f, x->stream < SIM_STREAM_COUNT ? stream_names[x->stream] : "rank");
+	plan_json_str(f, x->stream < SIM_STREAM_COUNT ? stream_names[x->stream] : "rank");
 	fprintf(f, ", \"op\": %" PRId64, x->op);
 	if (x->rank >= 0 && x->rank < p->world && x->op >= 0 && x->op < p->ranks[x->rank].nops) {
 		char text[256];
 		plan_format_op(p, &p->ranks[x->rank].ops[x->op], text, sizeof text);
 		fprintf(f, ", \"line\": %" PRId64 ", \"text\": ", sim_op_line(p, x->rank, x->op));
-		jstr(f, text);
+		plan_json_str(f, text);
 	} else {
 		fputs(", \"line\": 0, \"text\": null", f);
 	}
@@ -58,13 +32,13 @@ static void jop(FILE *f, const Plan *p, const SimOpRef *x)
 static void header(FILE *f, const Plan *p, const char *file)
 {
 	fprintf(f, "{\n  \"pipesim\": \"%s\",\n  \"plan\": ", SIM_VERSION);
-	jstr(f, file);
+	plan_json_str(f, file);
 	if (!p)
 		return;
 	fputs(",\n  \"pipeline\": ", f);
-	jstr(f, p->name);
+	plan_json_str(f, p->name);
 	fputs(",\n  \"schedule\": ", f);
-	jstr(f, p->schedule);
+	plan_json_str(f, p->schedule);
 	/* A line plan: "world" is the mesh's, "line": true, and the ranks listed are line
 	 * 0's, by world rank (every line runs alike, docs/pipesim.md "Line plans"). */
 	fprintf(f, ",\n  \"mesh\": {\"pp\": %d, \"dp\": %d, \"tp\": %d},\n  \"world\": %d,\n"
@@ -85,7 +59,7 @@ int sim_write_json(FILE *f, const Plan *p, const SimResult *res, const PlanError
 		fputs(",\n  \"ok\": false,\n  \"deadlock\": false,\n  \"verdict\": \"invalid\",\n"
 		      "  \"error\": ",
 		      f);
-		jstr(f, verr ? verr->msg : "no result");
+		plan_json_str(f, verr ? verr->msg : "no result");
 		if (verr)
 			fprintf(f, ",\n  \"error_%s\": %" PRId64 ",\n  \"error_rank\": %d,\n"
 			           "  \"error_op\": %" PRId64,
@@ -101,11 +75,11 @@ int sim_write_json(FILE *f, const Plan *p, const SimResult *res, const PlanError
 	        res->verdict == SIM_DEADLOCK ? "true" : "false", sim_verdict_names[res->verdict]);
 	fprintf(f, ",\n  \"memory_cap_bytes\": %" PRId64, p->mem_cap);
 	fputs(",\n  \"makespan\": ", f);
-	jus(f, res->makespan);
+	plan_json_us(f, res->makespan);
 	fprintf(f, ",\n  \"bubble\": %.6f,\n  \"ops\": %" PRId64 ",\n  \"ops_done\": %" PRId64
 	           ",\n  \"busy\": %.6f,\n  \"compute\": ",
 	        res->bubble, res->ops, res->ops_done, sim_busy(res, -1));
-	jus(f, res->busy);
+	plan_json_us(f, res->busy);
 	if (res->world != p->world)
 		return -1;
 	PlanMem *own = mem ? NULL : plan_mem_all(p);
@@ -116,11 +90,11 @@ int sim_write_json(FILE *f, const Plan *p, const SimResult *res, const PlanError
 		const SimRankResult *rr = &res->ranks[r];
 		fprintf(f, "%s\n    {\"rank\": %d, \"busy\": %.6f, \"compute\": ", r ? "," : "",
 		        plan_world_rank(p, r), sim_busy(res, r));
-		jus(f, rr->busy);
+		plan_json_us(f, rr->busy);
 		fputs(", \"idle\": ", f);
-		jus(f, rr->idle);
+		plan_json_us(f, rr->idle);
 		fputs(", \"finish\": ", f);
-		jus(f, rr->finish);
+		plan_json_us(f, rr->finish);
 		fprintf(f, ", \"ops_done\": %" PRId64 ", \"peak_activation_bytes\": %" PRId64
 		           ", \"peak_activation_units\": %" PRId64,
 		        rr->ops_done, rr->peak_act_bytes, rr->peak_act_units);
@@ -162,19 +136,19 @@ int sim_write_json(FILE *f, const Plan *p, const SimResult *res, const PlanError
 		           ", \"first_line\": %" PRId64 ", \"last_line\": %" PRId64 ", \"start\": ",
 		        i ? "," : "", plan_world_rank(p, st->rank), st->first_op, st->last_op,
 		        sim_op_line(p, st->rank, st->first_op), sim_op_line(p, st->rank, st->last_op));
-		jus(f, st->start);
+		plan_json_us(f, st->start);
 		fputs(", \"end\": ", f);
-		jus(f, st->end);
+		plan_json_us(f, st->end);
 		fputs(", \"compute\": ", f);
-		jus(f, st->compute);
+		plan_json_us(f, st->compute);
 		fputc('}', f);
 	}
 	fputs(res->npath ? "\n  ]" : "]", f);
 	if (res->verdict != SIM_OK) {
 		fputs(",\n  \"error\": ", f);
-		jstr(f, res->message);
+		plan_json_str(f, res->message);
 		fputs(",\n  \"stall_time\": ", f);
-		jus(f, res->stall_time);
+		plan_json_us(f, res->stall_time);
 		fputs(res->verdict == SIM_DEADLOCK ? ",\n  \"blocked\": [" : ",\n  \"mismatch\": [", f);
 		for (int i = 0; i < res->nstuck; i++) {
 			fputs(i ? ",\n    " : "\n    ", f);

@@ -72,7 +72,7 @@ int sim_report_memory(FILE *f, const Plan *p, const PlanMem *mem)
 	PlanMem *own = mem ? NULL : plan_mem_all(p);
 	if (!mem && !(mem = own))
 		return -1;
-	char *text = malloc((size_t)p->world * ROW_CHARS), t[8][32];
+	char *text = malloc((size_t)p->world * ROW_CHARS), t[32];
 	int *id = world_ids(p);
 	if (!text || !id) {
 		free(text), free(id), free(own);
@@ -81,20 +81,19 @@ int sim_report_memory(FILE *f, const Plan *p, const PlanMem *mem)
 	int master = plan_prec(p->prec)->master > 0; // bf16: the f32 master weights too
 	fprintf(f, "\nmemory (peak = params + grads + %soptim + saved + in flight)%s%s\n",
 	        master ? "master + " : "", p->mem_cap ? ", device holds " : "",
-	        p->mem_cap ? plan_mem_text(t[0], 32, p->mem_cap) : "");
+	        p->mem_cap ? plan_mem_text(t, sizeof t, p->mem_cap) : "");
 	fprintf(f, " rank           peak    params     grads%s     optim     saved in flight   at op\n",
 	        master ? "    master" : "");
 	for (int r = 0; r < p->world; r++) {
 		const PlanMem m = mem[r];
 		char *row = text + (size_t)r * ROW_CHARS;
-		int k = snprintf(row, ROW_CHARS, " %9s %9s %9s", plan_mem_text(t[0], 32, m.peak),
-		                 plan_mem_text(t[1], 32, m.params), plan_mem_text(t[2], 32, m.grads));
-		if (master)
+		int64_t v[PLAN_MEM_PARTS];
+		int n = plan_mem_parts(p, &m, v);
+		int k = snprintf(row, ROW_CHARS, " %9s", plan_mem_text(t, sizeof t, m.peak));
+		for (int i = 0; i < n; i++)
 			k += snprintf(row + k, ROW_CHARS - (size_t)k, " %9s",
-			              plan_mem_text(t[3], 32, m.master));
-		snprintf(row + k, ROW_CHARS - (size_t)k, " %9s %9s %9s %7" PRId64 "%s",
-		         plan_mem_text(t[4], 32, m.optim), plan_mem_text(t[5], 32, m.saved),
-		         plan_mem_text(t[6], 32, m.comm), m.peak_op,
+			              plan_mem_text(t, sizeof t, v[i]));
+		snprintf(row + k, ROW_CHARS - (size_t)k, " %7" PRId64 "%s", m.peak_op,
 		         p->mem_cap && m.peak > p->mem_cap ? "  does not fit" : "");
 	}
 	plan_rows_put(f, " ", "", "", 9, id, text, ROW_CHARS, p->world);

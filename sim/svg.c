@@ -475,7 +475,7 @@ static double mem_y(const Pic *c, int r, int64_t b)
 static int64_t mem_level(const Pic *c, int r, int64_t i, int cls)
 {
 	const PlanMem *m = &c->mem[r];
-	int64_t v = m->params + m->grads + m->master + m->optim;
+	int64_t v = plan_mem_static(m);
 	if (i >= 0 && cls >= 1)
 		v += c->at[r][i].saved;
 	if (i >= 0 && cls >= 2)
@@ -525,7 +525,7 @@ static void pic_mem(Pic *c)
 		}
 		fprintf(f, "<g class=\"mem\" data-rank=\"%d\" data-peak=\"%" PRId64 "\" "
 		           "data-static=\"%" PRId64 "\">\n",
-		        plan_world_rank(c->p, r), peak, m->params + m->grads + m->master + m->optim);
+		        plan_world_rank(c->p, r), peak, plan_mem_static(m));
 		for (int cls = 2; cls >= 0; cls--)
 			mem_area(c, r, cls);
 		c->shown[MARK_STATIC] = 1;

@@ -17,7 +17,7 @@ static void trace_rank(PlanTrace *t, const Plan *p, const SimResult *res, int r,
                        const PlanMem *m, const PlanMemAt *at)
 {
 	const PlanRank *pr = &p->ranks[r];
-	int64_t stat = m->params + m->grads + m->master + m->optim;
+	int64_t stat = plan_mem_static(m);
 	plan_trace_rank(t, r);
 	if (at)
 		plan_trace_memory(t, r, 0, stat, 0, 0);
@@ -73,7 +73,7 @@ int sim_write_trace(FILE *f, const Plan *p, const SimResult *res)
 	plan_trace_begin(&t, f, p, other);
 	int oom = 0;
 	for (int r = 0; r < p->world; r++) {
-		PlanMem m;
+		PlanMem m = {0};
 		PlanMemAt *at = malloc(((size_t)p->ranks[r].nops + 1) * sizeof *at);
 		if (!at || plan_mem_track(p, r, &m, at))
 			oom = 1;

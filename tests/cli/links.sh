@@ -50,7 +50,7 @@ sed "s/$node/& collective=hierarchical/" tests/plans/good/tp2.plan >"$dir/hier.p
 t "an old node line reads" 0 "$BIN/pipesim" tests/plans/good/tp2.plan
 t "collective=hierarchical reads" 0 "$BIN/pipesim" "$dir/hier.plan"
 t "collective=tree is refused" 1 "$BIN/pipesim" "$dir/tree.plan"
-has "at its line" "$dir/err" "tree.plan:10: error: unknown collective algorithm 'tree'"
+has "at its line" "$dir/err" "tree.plan:10: error: unknown collective algorithm 'tree' (auto, ring or hierarchical)"
 
 # the threaded strict model (psim.c) times each pair by its own link too
 for n in one two; do
