@@ -43,7 +43,7 @@ static int initial(RtRank *r, int s, int k, float *out)
 	const RtHf *hf = r->w->opt.init;
 	if (!ck && !hf)
 		rt_gen_weights(r->w->opt.seed, p, s, whole);
-	else if (ck ? rt_ckpt_fill(ck, p, s, k, whole) : rt_hf_fill(hf, p, s, whole)) {
+	else if (ck ? rt_ckpt_fill(ck, p, s, k, whole) : rt_hf_fill(hf, s, whole)) {
 		if (whole != out)
 			free(whole);
 		return rt_error(r, "out of memory");
