@@ -28,6 +28,7 @@
 #include "rt_private.h"
 #include "safet.h"
 #include "errf.h"
+#include "mapf.h"
 #include "../plan/checksum.h"
 #include "../plan/line.h"
 
@@ -490,7 +491,7 @@ typedef struct {
 	int64_t bytes;
 	int sumkind;
 	uint64_t sum;
-	unsigned char *map;
+	void *map;
 	size_t len;
 	RtStFile st;
 	int parsed;        // st read whole (a failed parse leaves some of it)
@@ -522,7 +523,7 @@ void rt_ckpt_close(RtCkpt *c)
 	if (!c)
 		return;
 	for (int i = 0; i < c->nfiles; i++) {
-		rt_st_unmap(c->f[i].map, c->f[i].len);
+		rt_unmap_file(c->f[i].map, c->f[i].len);
 		rt_st_free(&c->f[i].st);
 	}
 	free(c->f);
@@ -595,7 +596,7 @@ static int map_file(const char *dir, CkFile *f, char *err, size_t n)
 {
 	char path[CK_PATH];
 	snprintf(path, sizeof path, "%s/%s", dir, f->name);
-	int e = rt_st_map(path, &f->map, &f->len); // a size without a map: a wrong size first
+	int e = rt_map_file(path, &f->map, &f->len); // a size without a map: a wrong size first
 	if (e && !f->len)
 		return rt_errf(err, n, "%s: error: %s", path, strerror(e));
 	if (f->len != (size_t)f->bytes) // mapped or not: rt_ckpt_close unmaps it

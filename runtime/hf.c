@@ -16,6 +16,7 @@
 #include "rt_private.h"
 #include "safet.h"
 #include "errf.h"
+#include "mapf.h"
 #include "../plan/tfcount.h"
 
 #include <errno.h>
@@ -88,7 +89,7 @@ typedef struct {
 struct RtHf {
 	HfTensor *t;
 	int n;
-	unsigned char *map;
+	void *map;
 	size_t len;
 	RtStFile st;
 };
@@ -355,7 +356,7 @@ void rt_hf_close(RtHf *h)
 {
 	if (!h)
 		return;
-	rt_st_unmap(h->map, h->len);
+	rt_unmap_file(h->map, h->len);
 	rt_st_free(&h->st);
 	free(h->t);
 	free(h);
@@ -392,7 +393,7 @@ RtHf *rt_hf_open(const char *path, const Plan *p, char *err, size_t n)
 		return NULL;
 	}
 	char why[512];
-	int e = rt_st_map(path, &h->map, &h->len), rc = 0;
+	int e = rt_map_file(path, &h->map, &h->len), rc = 0;
 	if (e)
 		rc = rt_errf(err, n, "%s: error: %s", path, strerror(e));
 	if (!rc && rt_st_parse(&h->st, h->map, h->len, why, sizeof why))

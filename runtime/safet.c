@@ -7,15 +7,10 @@
 #include "safet.h"
 #include "errf.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 /* ---- writing ---- */
 
@@ -419,26 +414,4 @@ void rt_st_free(RtStFile *f)
 	free(f->t);
 	free(f->meta);
 	memset(f, 0, sizeof *f);
-}
-
-int rt_st_map(const char *path, unsigned char **map, size_t *len)
-{
-	struct stat sb;
-	int fd = open(path, O_RDONLY), e = 0;
-	*map = NULL;
-	*len = 0;
-	if (fd < 0 || fstat(fd, &sb))
-		e = errno;
-	else if ((*len = (size_t)sb.st_size) &&
-	         (*map = mmap(NULL, *len, PROT_READ, MAP_PRIVATE, fd, 0)) == MAP_FAILED)
-		e = errno, *map = NULL;
-	if (fd >= 0)
-		close(fd);
-	return e;
-}
-
-void rt_st_unmap(unsigned char *map, size_t len)
-{
-	if (map)
-		munmap(map, len);
 }

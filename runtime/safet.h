@@ -58,10 +58,5 @@ const char *rt_st_get(const RtStFile *f, const char *key);
 /* Elements of t (the product of its dimensions). */
 int64_t rt_st_elems(const RtStTensor *t);
 void rt_st_free(RtStFile *f);
-/* Maps the file at path read-only for rt_st_parse (*map NULL when it is empty, *len its
- * bytes, known also when the mapping failed); 0, or the errno of what failed.
- * rt_st_unmap undoes it (NULL: nothing). */
-int rt_st_map(const char *path, unsigned char **map, size_t *len);
-void rt_st_unmap(unsigned char *map, size_t len);
 
 #endif
