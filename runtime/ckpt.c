@@ -28,6 +28,7 @@
 #include "rt_private.h"
 #include "safet.h"
 #include "errf.h"
+#include "mapf.h"
 #include "../plan/checksum.h"
 #include "../plan/line.h"
 
@@ -39,7 +40,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -491,7 +491,7 @@ typedef struct {
 	int64_t bytes;
 	int sumkind;
 	uint64_t sum;
-	unsigned char *map;
+	void *map;
 	size_t len;
 	RtStFile st;
 	int parsed;        // st read whole (a failed parse leaves some of it)
@@ -523,8 +523,7 @@ void rt_ckpt_close(RtCkpt *c)
 	if (!c)
 		return;
 	for (int i = 0; i < c->nfiles; i++) {
-		if (c->f[i].map)
-			munmap(c->f[i].map, c->f[i].len);
+		rt_unmap_file(c->f[i].map, c->f[i].len);
 		rt_st_free(&c->f[i].st);
 	}
 	free(c->f);
@@ -597,26 +596,14 @@ static int map_file(const char *dir, CkFile *f, char *err, size_t n)
 {
 	char path[CK_PATH];
 	snprintf(path, sizeof path, "%s/%s", dir, f->name);
-	int fd = open(path, O_RDONLY);
-	struct stat sb;
-	if (fd < 0 || fstat(fd, &sb)) {
-		int e = errno;
-		if (fd >= 0)
-			close(fd);
+	int e = rt_map_file(path, &f->map, &f->len); // a size without a map: a wrong size first
+	if (e && !f->len)
 		return rt_errf(err, n, "%s: error: %s", path, strerror(e));
-	}
-	f->len = (size_t)sb.st_size;
-	if (f->len != (size_t)f->bytes) {
-		close(fd);
+	if (f->len != (size_t)f->bytes) // mapped or not: rt_ckpt_close unmaps it
 		return rt_errf(err, n, "%s: error: %zu bytes, the manifest says %" PRId64 " (%s)", path,
 		            f->len, f->bytes, f->len < (size_t)f->bytes ? "truncated" : "grown");
-	}
-	f->map = f->len ? mmap(NULL, f->len, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
-	close(fd);
-	if (f->map == MAP_FAILED) {
-		f->map = NULL;
-		return rt_errf(err, n, "%s: error: %s", path, strerror(errno));
-	}
+	if (e)
+		return rt_errf(err, n, "%s: error: %s", path, strerror(e));
 	char why[512];
 	int bad = plan_hash(f->sumkind, f->map, f->len) != f->sum;
 	if (rt_st_parse(&f->st, f->map, f->len, why, sizeof why))

@@ -340,7 +340,6 @@ static int mc_shard(RtRank *r, RtTensor *t, int gather, const RtMsg *msg)
 	return RT_OK;
 }
 
-/* Polls requests to completion; RT_EABORT when the world is aborted meanwhile. */
 /* Sequence parallelism's collectives on the rank's tp communicator: a reduce-scatter of
  * equal row blocks (MPI_Ireduce_scatter_block, MPI's summation order) or an all-gather
  * (MPI_Iallgather). */
@@ -363,6 +362,7 @@ static int mc_seq(RtRank *r, RtTensor *whole, RtTensor *piece, int gather, const
 	return RT_OK;
 }
 
+/* Polls requests to completion; RT_EABORT when the world is aborted meanwhile. */
 static int wait_all(RtRank *r, int n, MPI_Request *reqs)
 {
 	int flag = 0;

@@ -39,15 +39,23 @@ typedef struct Req {
 	uint8_t done;
 	uint8_t over;        // OP_OVER_PEER, or a collective's group (OP_OVER_DP, _TP, _TIE)
 	uint8_t max;         // over the tp group: the elementwise maximum instead of the sum
-	uint8_t shard;       // 0 an all-reduce; over the dp group 1 + gather, the distributed
-	                     // optimizer's reduce-scatter (1) or all-gather (2); over the tp
-	                     // group 3 + gather, sequence parallelism's (RtComm.seq)
+	uint8_t shard;       // SHARD_NONE (an all-reduce) or the split it makes
 	RtTensor *piece;     // sequence parallelism's: the member's rows of t
 	int ckey, cidx, cn;  // a collective: its first member, this rank's index, the member
 	                     // count
 	atomic_int *pending; // owner's count of incomplete ops
 	struct Req *next;
 } Req;
+
+/* A collective that splits its tensor (Req.shard), and how each member's part completes
+ * (complete_locked). */
+enum {
+	SHARD_NONE,        // an all-reduce: every member gets the whole sum
+	SHARD_OPT_SCATTER, // the distributed optimizer's reduce-scatter over dp (RtComm.shard)
+	SHARD_OPT_GATHER,  // its all-gather
+	SHARD_SEQ_SCATTER, // sequence parallelism's reduce-scatter by rows over tp (RtComm.seq)
+	SHARD_SEQ_GATHER,  // its all-gather
+};
 
 typedef struct {
 	Req *sh, *st;      // unmatched sends, oldest first
@@ -256,29 +264,34 @@ static int th_allreduce(RtRank *r, RtTensor *t, int over, int max, const RtMsg *
 	return RT_OK;
 }
 
+/* Posts t's collective over group `over` as an all-reduce's, splitting it as `shard`
+ * says (piece: the member's rows, for sequence parallelism's). */
+static int post_split(RtRank *r, RtTensor *t, int over, int shard, RtTensor *piece,
+                      const RtMsg *m)
+{
+	if (th_allreduce(r, t, over, 0, m))
+		return RT_EFAIL;
+	ThRank *tr = r->state[RT_PART_COMM];
+	tr->reqs[tr->nreq - 1].shard = (uint8_t)shard;
+	tr->reqs[tr->nreq - 1].piece = piece;
+	return RT_OK;
+}
+
 /* The distributed optimizer's collectives (RtComm.shard) over the rank's dp group. */
 static int th_shard(RtRank *r, RtTensor *t, int gather, const RtMsg *m)
 {
-	if (th_allreduce(r, t, OP_OVER_DP, 0, m))
-		return RT_EFAIL;
-	ThRank *tr = r->state[RT_PART_COMM];
-	tr->reqs[tr->nreq - 1].shard = (uint8_t)(1 + gather);
-	return RT_OK;
+	return post_split(r, t, OP_OVER_DP, gather ? SHARD_OPT_GATHER : SHARD_OPT_SCATTER, NULL, m);
 }
 
 /* Sequence parallelism's collectives (RtComm.seq) over the rank's tp group. */
 static int th_seq(RtRank *r, RtTensor *whole, RtTensor *piece, int gather, const RtMsg *m)
 {
-	if (th_allreduce(r, whole, OP_OVER_TP, 0, m))
-		return RT_EFAIL;
-	ThRank *tr = r->state[RT_PART_COMM];
-	tr->reqs[tr->nreq - 1].shard = (uint8_t)(3 + gather);
-	tr->reqs[tr->nreq - 1].piece = piece;
-	return RT_OK;
+	return post_split(r, whole, OP_OVER_TP, gather ? SHARD_SEQ_GATHER : SHARD_SEQ_SCATTER, piece,
+	                  m);
 }
 
-/* Completes sequence parallelism's collective c (reqs[0]'s shard: 3 a reduce-scatter,
- * 4 an all-gather): member i's rows of a reduce-scatter are summed in member order, as
+/* Completes sequence parallelism's collective c (reqs[0]'s shard: SHARD_SEQ_SCATTER
+ * or _GATHER): member i's rows of a reduce-scatter are summed in member order, as
  * the all-reduce sums them, into its piece; an all-gather copies each piece into every
  * member's whole. */
 static void rows_locked(RtRank *r, Coll *c)
@@ -287,7 +300,7 @@ static void rows_locked(RtRank *r, Coll *c)
 	int64_t n = q[0]->piece->rows * q[0]->piece->cols;
 	for (int i = 0; i < c->n; i++) {
 		RtTensor *own = q[i]->piece;
-		if (q[0]->shard == 4) {
+		if (q[0]->shard == SHARD_SEQ_GATHER) {
 			for (int j = 0; j < c->n; j++)
 				memcpy((float *)q[j]->t->data + i * n, own->data, (size_t)own->bytes);
 			continue;
@@ -300,8 +313,8 @@ static void rows_locked(RtRank *r, Coll *c)
 	}
 }
 
-/* Completes the posted collective c of n members with shards (reqs[0]'s shard: 1 a
- * reduce-scatter, 2 an all-gather): member i's shard of a reduce-scatter is summed in
+/* Completes the posted collective c of n members with shards (reqs[0]'s shard:
+ * SHARD_OPT_SCATTER or _GATHER): member i's shard of a reduce-scatter is summed in
  * member order and scaled, as the all-reduce sums every element, so the two agree to
  * the bit; an all-gather copies each member's shard to the others. */
 static void shards_locked(RtRank *r, Coll *c)
@@ -314,7 +327,7 @@ static void shards_locked(RtRank *r, Coll *c)
 		if (!len)
 			continue;
 		RtTensor own = rt_tensor_view(q[i]->t, off, 1, len);
-		if (q[0]->shard == 2) {
+		if (q[0]->shard == SHARD_OPT_GATHER) {
 			for (int j = 0; j < c->n; j++)
 				if (j != i)
 					memcpy((float *)q[j]->t->data + off, own.data, (size_t)own.bytes);
@@ -330,6 +343,13 @@ static void shards_locked(RtRank *r, Coll *c)
 			memcpy(own.data, acc.data, (size_t)acc.bytes);
 	}
 }
+
+static void (*const complete_locked[])(RtRank *, Coll *) = {
+	[SHARD_OPT_SCATTER] = shards_locked,
+	[SHARD_OPT_GATHER] = shards_locked,
+	[SHARD_SEQ_SCATTER] = rows_locked,
+	[SHARD_SEQ_GATHER] = rows_locked,
+};
 
 static Coll **coll_slot(ThWorld *t, const Req *q)
 {
@@ -436,7 +456,7 @@ static int post_locked(RtRank *r, Req *q)
 				return RT_EABORT;
 			}
 		if (a->shard) {
-			(a->shard >= 3 ? rows_locked : shards_locked)(r, c);
+			complete_locked[a->shard](r, c);
 			for (int i = 0; i < c->n; i++) {
 				done_locked(t, c->reqs[i]);
 				c->reqs[i] = NULL;

@@ -9,16 +9,12 @@
  * what it says.  The formats' facts (names, widths) are the tables at the top. */
 #include "data.h"
 #include "errf.h"
+#include "mapf.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 const char *const rt_data_format_names[RT_DATA_COUNT] = {"auto", "npy", "llmc", "u8", "u16",
                                                          "u32"};
@@ -275,22 +271,11 @@ int rt_data_parse(RtData *d, const unsigned char *buf, size_t len, int format,
 
 RtData *rt_data_open(const char *path, int format, char *err, size_t n)
 {
-	int fd = open(path, O_RDONLY);
-	struct stat st;
-	if (fd < 0 || fstat(fd, &st)) {
-		rt_errf(err, n, "cannot read the token file: %s", strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		return NULL;
-	}
-	size_t len = (size_t)st.st_size;
-	/* A private read-only mapping: pages come in as sampled and are shared with the
-	 * page cache, so the ranks of a process and the processes of a host hold one copy. */
-	void *map = len ? mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
-	int e = errno;
-	close(fd);
-	if (len && map == MAP_FAILED) {
-		rt_errf(err, n, "cannot map the token file: %s", strerror(e));
+	void *map;
+	size_t len;
+	int e = rt_map_file(path, &map, &len); // mapf.h: pages come in as sampled
+	if (e) {
+		rt_errf(err, n, "cannot %s the token file: %s", len ? "map" : "read", strerror(e));
 		return NULL;
 	}
 	RtData *d = malloc(sizeof *d);
@@ -298,8 +283,7 @@ RtData *rt_data_open(const char *path, int format, char *err, size_t n)
 		if (!d)
 			rt_errf(err, n, "out of memory");
 		free(d);
-		if (map)
-			munmap(map, len);
+		rt_unmap_file(map, len);
 		return NULL;
 	}
 	d->map = map;
@@ -311,8 +295,7 @@ void rt_data_close(RtData *d)
 {
 	if (!d)
 		return;
-	if (d->map)
-		munmap(d->map, d->map_len);
+	rt_unmap_file(d->map, d->map_len);
 	free(d);
 }
 

@@ -16,15 +16,13 @@
 #include "rt_private.h"
 #include "safet.h"
 #include "errf.h"
+#include "mapf.h"
 #include "../plan/tfcount.h"
 
 #include <errno.h>
 #include <inttypes.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 const char *const rt_hf_arch_names[RT_HF_COUNT] = {"gpt2", "llama"};
@@ -91,7 +89,7 @@ typedef struct {
 struct RtHf {
 	HfTensor *t;
 	int n;
-	unsigned char *map;
+	void *map;
 	size_t len;
 	RtStFile st;
 };
@@ -266,6 +264,23 @@ static const char *dims_text(int nd, const int64_t *d, char *buf, size_t n)
 	return buf;
 }
 
+/* Elements of x in Hugging Face's layout. */
+static int64_t elems(const HfTensor *x)
+{
+	return x->rows * (x->c1 - x->c0);
+}
+
+/* A buffer for the largest of the n tensors at t on stage s (-1: on any); NULL when out
+ * of memory. */
+static float *buf_for(const HfTensor *t, int n, int s)
+{
+	int64_t most = 1;
+	for (int i = 0; i < n; i++)
+		if ((s < 0 || t[i].stage == s) && elems(&t[i]) > most)
+			most = elems(&t[i]);
+	return malloc((size_t)most * sizeof(float));
+}
+
 static int write_all(FILE *f, const void *buf, size_t n)
 {
 	return fwrite(buf, 1, n, f) == n ? 0 : -1;
@@ -276,18 +291,14 @@ static int write_hf(FILE *f, const HfTensor *t, int n, float *const *whole, char
 {
 	RtStFile st = {0};
 	int rc = rt_st_meta(&st, "format", "pt", err, en);
-	int64_t most = 1;
 	for (int i = 0; i < n && !rc; i++) {
 		int64_t dim[2];
-		if (t[i].dup)
-			continue;
-		rc = rt_st_add(&st, t[i].name, shape_of(&t[i], dim), dim, err, en);
-		if (t[i].rows * (t[i].c1 - t[i].c0) > most)
-			most = t[i].rows * (t[i].c1 - t[i].c0);
+		if (!t[i].dup)
+			rc = rt_st_add(&st, t[i].name, shape_of(&t[i], dim), dim, err, en);
 	}
 	size_t hlen = 0;
 	unsigned char *hdr = rc ? NULL : rt_st_header(&st, &hlen);
-	float *buf = hdr ? malloc((size_t)most * sizeof(float)) : NULL;
+	float *buf = hdr ? buf_for(t, n, -1) : NULL;
 	if (!rc && !buf)
 		rc = rt_errf(err, en, "out of memory");
 	if (!rc && write_all(f, hdr, hlen))
@@ -296,7 +307,7 @@ static int write_hf(FILE *f, const HfTensor *t, int n, float *const *whole, char
 		if (t[i].dup)
 			continue;
 		move(&t[i], whole[t[i].stage], buf, 1);
-		if (write_all(f, buf, (size_t)(t[i].rows * (t[i].c1 - t[i].c0)) * sizeof(float)))
+		if (write_all(f, buf, (size_t)elems(&t[i]) * sizeof(float)))
 			rc = rt_errf(err, en, "%s", strerror(errno));
 	}
 	free(buf);
@@ -345,8 +356,7 @@ void rt_hf_close(RtHf *h)
 {
 	if (!h)
 		return;
-	if (h->map)
-		munmap(h->map, h->len);
+	rt_unmap_file(h->map, h->len);
 	rt_st_free(&h->st);
 	free(h->t);
 	free(h);
@@ -383,17 +393,9 @@ RtHf *rt_hf_open(const char *path, const Plan *p, char *err, size_t n)
 		return NULL;
 	}
 	char why[512];
-	int fd = open(path, O_RDONLY), rc = 0;
-	struct stat sb;
-	if (fd < 0 || fstat(fd, &sb))
-		rc = rt_errf(err, n, "%s: error: %s", path, strerror(errno));
-	h->len = rc ? 0 : (size_t)sb.st_size;
-	if (!rc && h->len && (h->map = mmap(NULL, h->len, PROT_READ, MAP_PRIVATE, fd, 0)) == MAP_FAILED) {
-		h->map = NULL;
-		rc = rt_errf(err, n, "%s: error: %s", path, strerror(errno));
-	}
-	if (fd >= 0)
-		close(fd);
+	int e = rt_map_file(path, &h->map, &h->len), rc = 0;
+	if (e)
+		rc = rt_errf(err, n, "%s: error: %s", path, strerror(e));
 	if (!rc && rt_st_parse(&h->st, h->map, h->len, why, sizeof why))
 		rc = rt_errf(err, n, "%s: error: %s", path, why);
 	if (!rc && hf_list(p, &h->t, &h->n, why, sizeof why))
@@ -407,14 +409,9 @@ RtHf *rt_hf_open(const char *path, const Plan *p, char *err, size_t n)
 	return h;
 }
 
-int rt_hf_fill(const RtHf *h, const Plan *p, int s, float *whole)
+int rt_hf_fill(const RtHf *h, int s, float *whole)
 {
-	(void)p;
-	int64_t most = 1;
-	for (int i = 0; i < h->n; i++)
-		if (h->t[i].stage == s && h->t[i].rows * (h->t[i].c1 - h->t[i].c0) > most)
-			most = h->t[i].rows * (h->t[i].c1 - h->t[i].c0);
-	float *buf = malloc((size_t)most * sizeof(float));
+	float *buf = buf_for(h->t, h->n, s);
 	if (!buf)
 		return -1;
 	for (int i = 0; i < h->n; i++) {

@@ -26,7 +26,7 @@ int rt_hf_export(const RtCkpt *c, const Plan *p, int optim, const char *path, ch
  * tensor.  rt_hf_fill: stage s's parameters in the whole (tp = 1) layout from it. */
 typedef struct RtHf RtHf;
 RtHf *rt_hf_open(const char *path, const Plan *p, char *err, size_t n);
-int rt_hf_fill(const RtHf *h, const Plan *p, int s, float *whole);
+int rt_hf_fill(const RtHf *h, int s, float *whole);
 void rt_hf_close(RtHf *h);
 
 #endif

@@ -493,22 +493,26 @@ void rt_tensor_free(RtRank *r, RtTensor *t)
 	free(t);
 }
 
+/* A high point hi (the total, and the saved and communication bytes at it) raised to
+ * total when that is higher; 1 if it was. */
+static int raise_high(const RtRank *r, int64_t total, int64_t *hi)
+{
+	if (total <= hi[0])
+		return 0;
+	hi[0] = total;
+	hi[1] = r->mem[RT_MEM_SAVED];
+	hi[2] = r->mem[RT_MEM_COMM];
+	return 1;
+}
+
 void rt_mem_sample(RtRank *r, int64_t op)
 {
 	int64_t total = 0;
 	for (int c = 0; c < RT_MEM_COUNT; c++)
 		total += c == RT_MEM_TEMP ? 0 : r->mem[c];
-	if (total > r->ev_hi[0]) {
-		r->ev_hi[0] = total;
-		r->ev_hi[1] = r->mem[RT_MEM_SAVED];
-		r->ev_hi[2] = r->mem[RT_MEM_COMM];
-	}
-	if (total > r->peak_total[0]) {
-		r->peak_total[0] = total;
-		r->peak_total[1] = r->mem[RT_MEM_SAVED];
-		r->peak_total[2] = r->mem[RT_MEM_COMM];
+	raise_high(r, total, r->ev_hi);
+	if (raise_high(r, total, r->peak_total))
 		r->peak_total[3] = op;
-	}
 }
 
 void rt_tensor_reclass(RtRank *r, RtTensor *t, int cls)

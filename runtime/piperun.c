@@ -519,27 +519,60 @@ static void export_scratch_end(PiperunArgs *a)
 	a->export_ck = NULL;
 }
 
-static int drive(CliTool *t, PiperunArgs *a);
+/* The files a run reads besides its plan: --data's, --eval-data's, --resume's, --init's. */
+typedef struct {
+	RtData *data, *eval;
+	RtCkpt *ck;
+	RtHf *hf;
+} Inputs;
 
-int piperun_drive(CliTool *t, PiperunArgs *a)
+static void inputs_close(Inputs *in)
 {
-	if (export_scratch(a)) {
-		fprintf(stderr, "piperun: error: out of memory\n");
-		return CLI_EXIT_FAIL;
-	}
-	int rc = drive(t, a);
-	export_scratch_end(a);
-	return rc;
+	rt_ckpt_close(in->ck);
+	rt_hf_close(in->hf);
+	rt_data_close(in->data);
+	rt_data_close(in->eval);
 }
 
-static int drive(CliTool *t, PiperunArgs *a)
+/* Opens the run's input files into in and a->o (and prepares --save's folder); 0, or -1
+ * having said why, all closed. */
+static int inputs_open(const CliTool *t, PiperunArgs *a, const Plan *p, Inputs *in)
 {
-	int rc = check_combinations(t, a);
-	if (rc || (rc = cli_check_outputs(t)))
-		return rc;
-	a->o.trace = a->trace || a->calibrate;
-	a->o.plan_path = t->in;
+	char msg[1024];
+	const char *say = NULL; // the message's prefix when one failed
+	*in = (Inputs){0};
+	if (open_data(t, a, p, &in->data, &in->eval))
+		return -1;
+	if ((a->resume && !(in->ck = rt_ckpt_open(a->resume, msg, sizeof msg))) ||
+	    (a->o.save && piperun_first_process() && rt_ckpt_prepare(a->o.save, msg, sizeof msg)))
+		say = a->resume && !in->ck ? "" : "piperun: error: --save ";
+	else if (a->init && !(in->hf = rt_hf_open(a->init, p, msg, sizeof msg)))
+		say = "";
+	if (say) {
+		if (!t->silent)
+			fprintf(stderr, "%s%s\n", say, msg);
+		inputs_close(in);
+		return -1;
+	}
+	a->o.data = in->data;
+	a->o.eval_data = in->eval;
+	a->o.resume = in->ck;
+	a->o.init = in->hf;
+	return 0;
+}
 
+/* A run that ends before it starts: p freed, the process kept for its peers' sake. */
+static int fail_early(Plan *p)
+{
+	plan_free(p);
+	rt_launch_linger();
+	return CLI_EXIT_FAIL;
+}
+
+/* The plan read, verified and (a line plan) expanded for this process; NULL having said
+ * why. */
+static Plan *read_plan(const CliTool *t)
+{
 	PlanError err;
 	CliProgress *pr = cli_progress_start(t, "reading the plan");
 	Plan *p = plan_read_file_as(t->in, 0, &err); // writes no plan: no source lines
@@ -549,80 +582,37 @@ static int drive(CliTool *t, PiperunArgs *a)
 	if (!p || bad) {
 		plan_error(t, p, &err);
 		plan_free(p);
-		rt_launch_linger();
-		return CLI_EXIT_FAIL;
+		return NULL;
 	}
-	char msg[1024];
 	/* Read and verified as one line; the runtime takes world ranks.  A process that runs
 	 * one rank of many derives lists for line 0 and itself only (the others borrow line
 	 * 0's), so its start-up does not grow with dp or tp beyond a rank table. */
 	if (p->line) {
 		size_t failed;
+		char msg[1024];
 		Plan *e = plan_expand_for(p, rt_launch_one_rank(plan_mesh_world(p)), &failed);
 		plan_free(p);
-		if (!(p = e)) {
-			if (!t->silent)
-				fprintf(stderr, "%s: error: %s\n", t->in_name,
-				        plan_oom_text(msg, sizeof msg, 0, failed));
-			rt_launch_linger();
-			return CLI_EXIT_FAIL;
-		}
+		if (!(p = e) && !t->silent)
+			fprintf(stderr, "%s: error: %s\n", t->in_name,
+			        plan_oom_text(msg, sizeof msg, 0, failed));
 	}
-	RtData *data, *eval;
-	if (open_data(t, a, p, &data, &eval)) {
-		plan_free(p);
-		rt_launch_linger();
-		return CLI_EXIT_FAIL;
-	}
-	a->o.data = data;
-	a->o.eval_data = eval;
-	RtCkpt *ck = NULL;
-	if ((a->resume && !(ck = rt_ckpt_open(a->resume, msg, sizeof msg))) ||
-	    (a->o.save && piperun_first_process() && rt_ckpt_prepare(a->o.save, msg, sizeof msg))) {
-		if (!t->silent)
-			fprintf(stderr, "%s%s\n", a->resume && !ck ? "" : "piperun: error: --save ", msg);
-		rt_data_close(data);
-		rt_data_close(eval);
-		plan_free(p);
-		rt_launch_linger();
-		return CLI_EXIT_FAIL;
-	}
-	a->o.resume = ck;
-	RtHf *hf = NULL;
-	if (a->init && !(hf = rt_hf_open(a->init, p, msg, sizeof msg))) {
-		if (!t->silent)
-			fprintf(stderr, "%s\n", msg);
-		rt_ckpt_close(ck);
-		rt_data_close(data);
-		rt_data_close(eval);
-		plan_free(p);
-		rt_launch_linger();
-		return CLI_EXIT_FAIL;
-	}
-	a->o.init = hf;
-	RtWorld *w = rt_world_open(p, &a->o, msg, sizeof msg);
-	if (!w) {
-		if (!t->silent)
-			fprintf(stderr, "%s: error: %s\n", t->in_name, msg);
-		rt_ckpt_close(ck);
-		rt_hf_close(hf);
-		rt_data_close(data);
-		rt_data_close(eval);
-		plan_free(p);
-		rt_launch_linger();
-		return CLI_EXIT_FAIL;
-	}
+	return p;
+}
+
+/* Runs the world w of p with the progress line; the tool's status. */
+static int run_world(CliTool *t, PiperunArgs *a, const Plan *p, RtWorld *w, const RtCkpt *ck)
+{
 	int64_t total = rt_world_local_ops(w);
 	char what[64];
 	snprintf(what, sizeof what, "running %d step%s on %s, ops", a->o.steps,
 	         a->o.steps == 1 ? "" : "s", rt_world_backend(w));
 	Live live = {.p = p, .w = w, .steps = a->o.steps, .first = ck ? rt_ckpt_step(ck) : 0};
 	step_work(p, &live.tok, &live.fl);
-	pr = a->progress ? cli_progress_lines(t, what) : cli_progress_start(t, what);
+	CliProgress *pr = a->progress ? cli_progress_lines(t, what) : cli_progress_start(t, what);
 	cli_progress_count(pr, ops_done, w, total * a->o.steps);
 	cli_progress_text(pr, live_text, &live);
 	RtResult res;
-	rc = rt_world_run(w, &res);
+	int rc = rt_world_run(w, &res);
 	cli_progress_end(pr);
 	int status = CLI_EXIT_OK;
 	if (rc) {
@@ -636,10 +626,41 @@ static int drive(CliTool *t, PiperunArgs *a)
 	}
 	rt_result_free(&res);
 	rt_world_close(w, rc != 0);
-	rt_ckpt_close(ck);
-	rt_hf_close(hf);
-	rt_data_close(data);
-	rt_data_close(eval);
+	return status;
+}
+
+static int drive(CliTool *t, PiperunArgs *a)
+{
+	int rc = check_combinations(t, a);
+	if (rc || (rc = cli_check_outputs(t)))
+		return rc;
+	a->o.trace = a->trace || a->calibrate;
+	a->o.plan_path = t->in;
+	Plan *p = read_plan(t);
+	Inputs in;
+	if (!p || inputs_open(t, a, p, &in))
+		return fail_early(p);
+	char msg[1024];
+	RtWorld *w = rt_world_open(p, &a->o, msg, sizeof msg);
+	if (!w) {
+		if (!t->silent)
+			fprintf(stderr, "%s: error: %s\n", t->in_name, msg);
+		inputs_close(&in);
+		return fail_early(p);
+	}
+	int status = run_world(t, a, p, w, in.ck);
+	inputs_close(&in);
 	plan_free(p);
 	return status;
+}
+
+int piperun_drive(CliTool *t, PiperunArgs *a)
+{
+	if (export_scratch(a)) {
+		fprintf(stderr, "piperun: error: out of memory\n");
+		return CLI_EXIT_FAIL;
+	}
+	int rc = drive(t, a);
+	export_scratch_end(a);
+	return rc;
 }

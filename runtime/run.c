@@ -265,101 +265,109 @@ static int gather(RtWorld *w, const void *mine, int64_t n, void **all)
 	return rt_world_gather(w, mine, n, w->root ? *all : NULL);
 }
 
-static int gather_figures(RtWorld *w, RtResult *res)
+enum { NFIX = 13 }; // gathered figures: fixed words per rank, then 3 per step
+
+/* Rank r's figures as words: NFIX fixed ones, then per step the loss sum, start, end. */
+static void pack_figures(const RtWorld *w, const RtRank *r, int64_t *b)
 {
 	const Plan *p = w->plan;
-	int steps = w->opt.steps;
-	enum { NFIX = 13 }; // fixed figures per rank, then 3 per step
-	int64_t n = (int64_t)(NFIX + 3 * steps) * 8;
-	char *mine = calloc((size_t)w->nlocal, (size_t)n);
-	if (!mine)
-		return rt_world_error(w, "out of memory");
-	for (int i = 0; i < w->nlocal; i++) {
-		RtRank *r = &w->ranks[i];
-		int64_t *b = (int64_t *)(mine + i * n);
-		b[0] = r->busy_ns;
-		b[1] = r->peak_act;
-		b[2] = r->held_end;
-		b[3] = r->nev;
-		b[4] = r->coord[DIM_TP] == 0 && r->coord[DIM_PP] == p->stages[w->model->loss_stage].pp;
-		for (int k = 0; k < 4; k++)
-			b[5 + k] = r->model_bytes[k];
-		for (int k = 0; k < 4; k++)
-			b[9 + k] = r->peak_total[k];
-		for (int s = 0; s < steps; s++) {
-			memcpy(&b[NFIX + 3 * s], &r->loss_sum[s], 8);
-			b[NFIX + 1 + 3 * s] = r->step_t0[s];
-			b[NFIX + 2 + 3 * s] = r->step_t1[s];
-		}
+	b[0] = r->busy_ns;
+	b[1] = r->peak_act;
+	b[2] = r->held_end;
+	b[3] = r->nev;
+	b[4] = r->coord[DIM_TP] == 0 && r->coord[DIM_PP] == p->stages[w->model->loss_stage].pp;
+	for (int k = 0; k < 4; k++)
+		b[5 + k] = r->model_bytes[k];
+	for (int k = 0; k < 4; k++)
+		b[9 + k] = r->peak_total[k];
+	for (int s = 0; s < w->opt.steps; s++) {
+		memcpy(&b[NFIX + 3 * s], &r->loss_sum[s], 8);
+		b[NFIX + 1 + 3 * s] = r->step_t0[s];
+		b[NFIX + 2 + 3 * s] = r->step_t1[s];
 	}
-	void *all;
-	int rc = gather(w, mine, n, &all);
-	free(mine);
-	if (rc)
-		return rc;
-	int64_t maxev = 0;
-	if (w->root) {
-		res->world = p->world;
-		res->steps = steps;
-		res->loss = calloc((size_t)steps, sizeof *res->loss);
-		res->step_ns = calloc((size_t)steps, sizeof *res->step_ns);
-		res->busy_ns = calloc((size_t)p->world, sizeof *res->busy_ns);
-		res->peak_act = calloc((size_t)p->world, sizeof *res->peak_act);
-		res->held_end = calloc((size_t)p->world, sizeof *res->held_end);
-		res->model_bytes = calloc((size_t)p->world * 4, sizeof *res->model_bytes);
-		res->mem_peak = calloc((size_t)p->world * 4, sizeof *res->mem_peak);
-		res->optim = w->optim;
-		res->master = plan_prec(p->prec)->master > 0;
-		res->first_step = w->step0;
-		res->saves = w->saves;
-		res->save_ns = w->save_ns;
-		res->nev = calloc((size_t)p->world, sizeof *res->nev);
-		res->ev = calloc((size_t)p->world, sizeof *res->ev);
-		if (!res->loss || !res->step_ns || !res->busy_ns || !res->peak_act || !res->held_end ||
-		    !res->model_bytes || !res->mem_peak || !res->nev || !res->ev) {
-			free(all);
-			return rt_world_error(w, "out of memory");
-		}
-		double norm = (double)p->microbatches * p->dims[DIM_DP];
-		int64_t *t0 = calloc((size_t)steps, sizeof *t0), *t1 = calloc((size_t)steps, sizeof *t1);
-		if (!t0 || !t1) {
-			free(t0);
-			free(t1);
-			free(all);
-			return rt_world_error(w, "out of memory");
-		}
-		for (int r = 0; r < p->world; r++) {
-			const int64_t *b = (const int64_t *)((char *)all + r * n);
-			res->busy_ns[r] = b[0];
-			res->peak_act[r] = b[1];
-			res->held_end[r] = b[2];
-			res->nev[r] = b[3];
-			for (int k = 0; k < 4; k++)
-				res->model_bytes[4 * r + k] = b[5 + k];
-			for (int k = 0; k < 4; k++)
-				res->mem_peak[4 * r + k] = b[9 + k];
-			if (b[3] > maxev)
-				maxev = b[3];
-			for (int s = 0; s < steps; s++) {
-				double l;
-				memcpy(&l, &b[NFIX + 3 * s], 8);
-				if (b[4])
-					res->loss[s] += l / norm;
-				if (r == 0 || b[NFIX + 1 + 3 * s] < t0[s])
-					t0[s] = b[NFIX + 1 + 3 * s];
-				if (r == 0 || b[NFIX + 2 + 3 * s] > t1[s])
-					t1[s] = b[NFIX + 2 + 3 * s];
-			}
-		}
-		for (int s = 0; s < steps; s++)
-			res->step_ns[s] = t1[s] - t0[s];
+}
+
+/* The root's result: the run's facts and its arrays, sized to the world; 0, or -1. */
+static int alloc_result(const RtWorld *w, RtResult *res)
+{
+	const Plan *p = w->plan;
+	size_t steps = (size_t)w->opt.steps, world = (size_t)p->world;
+	res->world = p->world;
+	res->steps = w->opt.steps;
+	res->optim = w->optim;
+	res->master = plan_prec(p->prec)->master > 0;
+	res->first_step = w->step0;
+	res->saves = w->saves;
+	res->save_ns = w->save_ns;
+	res->loss = calloc(steps, sizeof *res->loss);
+	res->step_ns = calloc(steps, sizeof *res->step_ns);
+	res->busy_ns = calloc(world, sizeof *res->busy_ns);
+	res->peak_act = calloc(world, sizeof *res->peak_act);
+	res->held_end = calloc(world, sizeof *res->held_end);
+	res->model_bytes = calloc(world * 4, sizeof *res->model_bytes);
+	res->mem_peak = calloc(world * 4, sizeof *res->mem_peak);
+	res->nev = calloc(world, sizeof *res->nev);
+	res->ev = calloc(world, sizeof *res->ev);
+	return res->loss && res->step_ns && res->busy_ns && res->peak_act && res->held_end &&
+	               res->model_bytes && res->mem_peak && res->nev && res->ev
+	           ? 0
+	           : -1;
+}
+
+/* Rank r's words (b) into the result; t0 and t1 keep each step's earliest start and
+ * latest end so far. */
+static void unpack_figures(const RtWorld *w, RtResult *res, int r, const int64_t *b,
+                           int64_t *t0, int64_t *t1)
+{
+	const Plan *p = w->plan;
+	double norm = (double)p->microbatches * p->dims[DIM_DP];
+	res->busy_ns[r] = b[0];
+	res->peak_act[r] = b[1];
+	res->held_end[r] = b[2];
+	res->nev[r] = b[3];
+	for (int k = 0; k < 4; k++)
+		res->model_bytes[4 * r + k] = b[5 + k];
+	for (int k = 0; k < 4; k++)
+		res->mem_peak[4 * r + k] = b[9 + k];
+	for (int s = 0; s < w->opt.steps; s++) {
+		double l;
+		memcpy(&l, &b[NFIX + 3 * s], 8);
+		if (b[4])
+			res->loss[s] += l / norm;
+		if (r == 0 || b[NFIX + 1 + 3 * s] < t0[s])
+			t0[s] = b[NFIX + 1 + 3 * s];
+		if (r == 0 || b[NFIX + 2 + 3 * s] > t1[s])
+			t1[s] = b[NFIX + 2 + 3 * s];
+	}
+}
+
+/* The root's result from every rank's n-byte block of words (all); *maxev the longest
+ * event list. */
+static int merge_figures(RtWorld *w, RtResult *res, const char *all, int64_t n, int64_t *maxev)
+{
+	int steps = w->opt.steps;
+	int64_t *t0 = calloc((size_t)steps, sizeof *t0), *t1 = calloc((size_t)steps, sizeof *t1);
+	if (alloc_result(w, res) || !t0 || !t1) {
 		free(t0);
 		free(t1);
+		return rt_world_error(w, "out of memory");
 	}
-	free(all);
-	if (!w->opt.trace)
-		return RT_OK;
-	/* Events: padded to the longest list. */
+	for (int r = 0; r < w->plan->world; r++) {
+		unpack_figures(w, res, r, (const int64_t *)(all + r * n), t0, t1);
+		if (res->nev[r] > *maxev)
+			*maxev = res->nev[r];
+	}
+	for (int s = 0; s < steps; s++)
+		res->step_ns[s] = t1[s] - t0[s];
+	free(t0);
+	free(t1);
+	return RT_OK;
+}
+
+/* Every rank's events to the root's result, padded to the longest list (maxev, the
+ * root's, sent to all). */
+static int gather_events(RtWorld *w, RtResult *res, int64_t maxev)
+{
 	if (rt_world_bcast(w, &maxev, sizeof maxev))
 		return RT_EFAIL;
 	int64_t en = (maxev ? maxev : 1) * (int64_t)sizeof(RtEvent);
@@ -369,22 +377,37 @@ static int gather_figures(RtWorld *w, RtResult *res)
 	for (int i = 0; i < w->nlocal; i++)
 		if (w->ranks[i].nev)
 			memcpy(ev + i * en, w->ranks[i].ev, (size_t)w->ranks[i].nev * sizeof(RtEvent));
-	rc = gather(w, ev, en, &all);
+	void *all;
+	int rc = gather(w, ev, en, &all);
 	free(ev);
-	if (rc)
-		return rc;
-	if (w->root) {
-		for (int r = 0; r < p->world; r++) {
-			res->ev[r] = malloc((size_t)(res->nev[r] + 1) * sizeof(RtEvent));
-			if (!res->ev[r]) {
-				free(all);
-				return rt_world_error(w, "out of memory");
-			}
+	for (int r = 0; !rc && w->root && r < w->plan->world; r++) {
+		if (!(res->ev[r] = malloc((size_t)(res->nev[r] + 1) * sizeof(RtEvent))))
+			rc = rt_world_error(w, "out of memory");
+		else
 			memcpy(res->ev[r], (char *)all + r * en, (size_t)res->nev[r] * sizeof(RtEvent));
-		}
 	}
 	free(all);
-	return RT_OK;
+	return rc;
+}
+
+/* Every rank's figures (and with --trace its events) into the root's result. */
+static int gather_figures(RtWorld *w, RtResult *res)
+{
+	int64_t n = (int64_t)(NFIX + 3 * w->opt.steps) * 8, maxev = 0;
+	char *mine = calloc((size_t)w->nlocal, (size_t)n);
+	if (!mine)
+		return rt_world_error(w, "out of memory");
+	for (int i = 0; i < w->nlocal; i++)
+		pack_figures(w, &w->ranks[i], (int64_t *)(mine + i * n));
+	void *all;
+	int rc = gather(w, mine, n, &all);
+	free(mine);
+	if (!rc && w->root)
+		rc = merge_figures(w, res, all, n, &maxev);
+	free(all);
+	if (rc || !w->opt.trace)
+		return rc;
+	return gather_events(w, res, maxev);
 }
 
 int rt_world_run(RtWorld *w, RtResult *res)

@@ -43,7 +43,7 @@ static int initial(RtRank *r, int s, int k, float *out)
 	const RtHf *hf = r->w->opt.init;
 	if (!ck && !hf)
 		rt_gen_weights(r->w->opt.seed, p, s, whole);
-	else if (ck ? rt_ckpt_fill(ck, p, s, k, whole) : rt_hf_fill(hf, p, s, whole)) {
+	else if (ck ? rt_ckpt_fill(ck, p, s, k, whole) : rt_hf_fill(hf, s, whole)) {
 		if (whole != out)
 			free(whole);
 		return rt_error(r, "out of memory");
@@ -878,7 +878,9 @@ int rt_stage_seq_grads(RtRank *r, int s, RtStageBufs *b)
 	const PlanStage *st = &r->w->plan->stages[s];
 	const RtStageModel *sm = &r->model->st[s];
 	RtMsg m = {.edge = s, .mb = -1, .dir = -1, .op = (int32_t)atomic_load(&r->cur_op)};
-	for (int l = 0; l < st->nlayers && r->model->rows < r->w->plan->rows; l++) {
+	if (r->model->rows == r->w->plan->rows) // no sequence parallelism
+		return RT_OK;
+	for (int l = 0; l < st->nlayers; l++) {
 		const RtLayerAt *at = &sm->at[l];
 		int64_t n = 0;
 		for (int j = at->t.borrowed; j < at->t.nparams; j++)
