@@ -1,7 +1,7 @@
-/* What the simulator tests share (test_sim.c, test_sim_ref.c): a program compiled in
- * memory, the program of a chain of stages, a failure report's text, fixed-seed random
- * numbers; and plan_lib.h's helpers (read_good: a plan file that must read).  Included
- * once per test program, after cmocka.h, compiler/pipecc.h and sim/sim.h. */
+/* What the simulator tests share (test_sim.c, test_sim_reports.c, test_sim_ref.c, ...): a
+ * program compiled in memory, the program of a chain of stages, a failure report's text,
+ * fixed-seed random numbers; and plan_lib.h's helpers (read_good: a plan file that must
+ * read).  Included once per test program, after cmocka.h, compiler/pipecc.h and sim/sim.h. */
 #ifndef TESTS_SIM_LIB_H
 #define TESTS_SIM_LIB_H
 

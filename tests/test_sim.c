@@ -1,8 +1,9 @@
 /* Simulator tests: unit-cost makespans of the compiler's schedules, the bad-plan corpus
  * in tests/plans/bad (each caught with the right ops named), verdicts that depend on
- * buffering, both timing models, memory, the critical path, the reports, and the
- * reader + verifier + simulator on fuzzed plan files (fixed seed: never a crash, always
- * a located error).  The independent reference for the strict model is test_sim_ref.c.
+ * buffering, both timing models, peak activations, the critical path, link costs, stop and
+ * progress, and the reader + verifier + simulator on fuzzed plan files (fixed seed: never a
+ * crash, always a located error).  The memory model and the reports are tested in
+ * test_sim_reports.c; the independent reference for the strict model is test_sim_ref.c.
  * Paths are relative to the repository root, where make runs us. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -616,143 +617,6 @@ static void sim__progress__counts_every_op(void **state)
 	}
 }
 
-/* ---- reports ---- */
-
-static char *capture(int which, const Plan *p, const SimResult *res)
-{
-	char *buf = NULL;
-	size_t len = 0;
-	FILE *f = open_memstream(&buf, &len);
-	int rc = 0;
-	switch (which) {
-	case 0:
-		rc = sim_write_json(f, p, res, NULL, "x.plan", NULL);
-		break;
-	case 1:
-		rc = sim_write_trace(f, p, res);
-		break;
-	case 2:
-		rc = sim_write_svg(f, p, res);
-		break;
-	case 3:
-		rc = sim_report_summary(f, p, res, NULL);
-		break;
-	case 4:
-		rc = sim_report_grid(f, p, res, 60);
-		break;
-	}
-	fclose(f);
-	assert_int_equal(rc, 0);
-	return buf;
-}
-
-/* tiny2.plan by hand (docs/semantics.md "Memory"): rank 0 holds 72 params and their
- * gradients (576 B); F 0 0 saves 256 and makes its 128-byte output; its SEND frees it;
- * F 0 1 saves 256 more; group 1 receives a gradient (128) while its send still holds
- * F 0 1's output (128): 576 + 512 + 256 = 1344 at op 3.  Rank 1 peaks at its first F
- * (the received input is consumed, 256 saved): 832 at op 1. */
-static void mem__tiny_plan__peak_and_parts_by_hand(void **state)
-{
-	(void)state;
-	Plan *p = read_good("tests/plans/good/tiny2.plan");
-	PlanMem m;
-	assert_int_equal(plan_mem_rank(p, 0, &m), 0);
-	assert_int_equal(m.params, 288);
-	assert_int_equal(m.grads, 288);
-	assert_int_equal(m.optim, 0);
-	assert_int_equal(m.peak, 1344);
-	assert_int_equal(m.saved, 512);
-	assert_int_equal(m.comm, 256);
-	assert_int_equal(m.peak_op, 3);
-	assert_int_equal(m.peak_saved, 512);
-	assert_int_equal(plan_mem_rank(p, 1, &m), 0);
-	assert_int_equal(m.peak, 832);
-	assert_int_equal(m.saved, 256);
-	assert_int_equal(m.comm, 0);
-	assert_int_equal(m.peak_op, 1);
-	/* Stage 0 recomputes: F keeps its 128-byte input; B rebuilds 128 more (the linear's
-	 * input is the stage input, relu's 128 is rebuilt) and holds 256 for W. */
-	PlanStage *st = &p->stages[0];
-	st->recompute = 1;
-	st->save_re = 128;
-	st->save_fb = 128;
-	st->save_fw = 0;
-	st->save_bw = 256;
-	assert_int_equal(plan_mem_rank(p, 0, &m), 0);
-	assert_int_equal(m.peak, 1088);
-	assert_int_equal(m.saved, 256);
-	assert_int_equal(m.peak_saved, 384); // inside BW 0 0: 256 + the rebuilt 128
-	/* AdamW: 8 bytes of state per parameter. */
-	p->optim.kind = OPTIM_ADAMW;
-	assert_int_equal(plan_mem_rank(p, 0, &m), 0);
-	assert_int_equal(m.optim, 576);
-	assert_int_equal(m.peak, 1088 + 576);
-	plan_free(p);
-}
-
-static void sim__reports__json_trace_svg_grid(void **state)
-{
-	(void)state;
-	Plan *p = read_good("tests/plans/good/tiny2.plan");
-	SimResult res;
-	SimOptions o = {.model = SIM_STRICT, .record_ops = 1};
-	assert_int_equal(sim_run(p, &o, &res), 0);
-	char *j = capture(0, p, &res);
-	assert_contains(j, "\"ok\": true");
-	assert_contains(j, "\"deadlock\": false");
-	assert_contains(j, "\"makespan\": 9.000");
-	assert_contains(j, "\"bubble\": 0.333333");
-	assert_contains(j, "{\"rank\": 0, \"busy\": 0.666667, \"compute\": 6.000, \"idle\": 3.000");
-	assert_contains(j, "\"busy\": 0.666667,\n  \"compute\": 12.000,");
-	assert_contains(j, "\"peak_activation_bytes\": 512, \"peak_activation_units\": 2, "
-	                   "\"peak_total_bytes\": 1344");
-	free(j);
-	char *t = capture(1, p, &res);
-	assert_contains(t, "\"traceEvents\"");
-	assert_contains(t, "\"name\": \"process_name\", \"pid\": 1");
-	assert_contains(t, "\"name\": \"F 0 0\", \"cat\": \"F\", \"ts\": 0.000, \"dur\": 1.000");
-	assert_contains(t, "\"tid\": 1, \"name\": \"RECV +1\"");
-	assert_contains(t, "\"ph\": \"s\", \"id\": 1, \"pid\": 1"); // a flow from the send
-	assert_contains(t, "\"ph\": \"f\", \"id\": 1, \"pid\": 0");
-	assert_contains(t, "\"name\": \"memory bytes\"");
-	free(t);
-	char *s = capture(2, p, &res);
-	assert_contains(s, "<svg");
-	assert_contains(s, "F forward");
-	assert_contains(s, ">r1 pp=1</text>");
-	assert_contains(s, ">F0</text>"); // one stage a rank: kind and microbatch
-	assert_contains(s, ">BW1</text>");
-	assert_contains(s, "class=\"mem\" data-rank=\"0\" data-peak=\"1344\""); // as the JSON's
-	free(s);
-	char *g = capture(4, p, &res);
-	assert_contains(g, "rank 0 | F0 F1 .  .  B0 B0 .  B1 B1 |");
-	assert_contains(g, "rank 1 | .  F0 B0 B0 F1 B1 B1 .  .  |");
-	free(g);
-	char *sum = capture(3, p, &res);
-	assert_contains(sum, "makespan   9 us");
-	assert_contains(sum, "busy       66.67 % (mean over ranks)");
-	assert_contains(sum, " 0           66.67       6 us       3 us");
-	assert_contains(sum, "critical path");
-	free(sum);
-	sim_result_free(&res);
-
-	/* A deadlock in JSON: the cycle with both ends of each edge. */
-	Plan *q = read_good("tests/plans/bad/head_to_head.plan");
-	assert_int_equal(sim_run(q, &o, &res), 1);
-	j = capture(0, q, &res);
-	assert_contains(j, "\"ok\": false");
-	assert_contains(j, "\"deadlock\": true");
-	assert_contains(j, "\"cycle\": [");
-	assert_contains(j, "\"waits_for\": {\"rank\": 1, \"stream\": \"rank\", \"op\": 4, \"line\": 39");
-	free(j);
-	t = capture(1, q, &res);
-	assert_contains(t, "STUCK SEND");
-	free(t);
-	sim_result_free(&res);
-	plan_free(q);
-	plan_free(p);
-}
-
 /* ---- malformed input ---- */
 
 static char *slurp(const char *path, size_t *len)
@@ -931,136 +795,10 @@ static void sim__malformed_plans__located_error_no_crash(void **state)
 	assert_true(read_ok < total);
 }
 
-static int count_of(const char *hay, const char *needle)
-{
-	int n = 0;
-	size_t len = strlen(needle);
-	for (size_t i = 0; hay[i]; i++)
-		n += !strncmp(hay + i, needle, len);
-	return n;
-}
-
-/* Compute ops that took time (the ones a picture or grid can show), per rank or all. */
-static int64_t timed_ops(const Plan *p, const SimResult *res, int rank)
-{
-	int64_t n = 0;
-	for (int r = 0; r < p->world; r++) {
-		if (rank >= 0 && r != rank)
-			continue;
-		for (int64_t i = 0; i < p->ranks[r].nops; i++)
-			n += !plan_is_comm(p->ranks[r].ops[i].kind) &&
-			     sim_op_time(res, r, i).end > sim_op_time(res, r, i).start;
-	}
-	return n;
-}
-
-/* Links far slower than the computes: the SVG still labels every box (stage, kind,
- * microbatch), names ranks by mesh coordinates and draws one arrow per transfer. */
-static void sim__svg_comm_dominated__every_box_labelled(void **state)
-{
-	(void)state;
-	Plan *p = compile_text(program(4, 2, 8, "1f1b", "f=1 b=1 w=1",
-	                               "latency=5us bandwidth=50GB/s"),
-	                       NULL);
-	assert_non_null(p);
-	SimResult res;
-	SimOptions o = {.model = SIM_STRICT, .record_ops = 1};
-	assert_int_equal(sim_run(p, &o, &res), 0);
-	assert_true(res.bubble > 0.5);
-	char *s = capture(2, p, &res);
-	assert_int_equal(count_of(s, "class=\"lab\""), timed_ops(p, &res, -1));
-	assert_contains(s, ">F0</text>");
-	assert_contains(s, ">BW7</text>");
-	assert_contains(s, ">r5 pp=2 dp=1</text>");
-	assert_contains(s, "time not to scale");
-	int recvs = 0;
-	for (int r = 0; r < p->world; r++)
-		for (int64_t i = 0; i < p->ranks[r].nops; i++)
-			recvs += p->ranks[r].ops[i].kind == OP_RECV;
-	assert_true(recvs > 0);
-	assert_int_equal(count_of(s, "marker-end="), recvs + 1); // + the legend's
-	free(s);
-	sim_result_free(&res);
-	plan_free(p);
-}
-
-/* A stall at t = 0: the axis runs 0 .. 1 us with its last tick at 1. */
-static void sim__svg_stall_at_zero__axis_0_to_1_us(void **state)
-{
-	(void)state;
-	Plan *p = read_good("tests/plans/bad/stall_at_zero.plan");
-	SimResult res;
-	SimOptions o = {.model = SIM_STRICT, .record_ops = 1};
-	assert_int_equal(sim_run(p, &o, &res), 1);
-	assert_int_equal(res.stall_time, 0);
-	char *s = capture(2, p, &res);
-	assert_contains(s, "deadlock at 0.000 us");
-	assert_contains(s, "class=\"tick\">0.5</text>");
-	assert_contains(s, "class=\"tick\">1</text>");
-	assert_null(strstr(s, ">0.001</text>"));
-	assert_null(strstr(s, ">0.0001</text>"));
-	assert_contains(s, "stuck: RECV grad");
-	free(s);
-	sim_result_free(&res);
-	plan_free(p);
-}
-
-/* Columns much longer than the ops: each row still accounts for every op, by name or
- * in a `+N` cell. */
-static void sim__grid_narrow__every_op_named_or_counted(void **state)
-{
-	(void)state;
-	Plan *p = compile_text(program(4, 1, 8, "1f1b", "f=1 b=1 w=1",
-	                               "latency=5us bandwidth=50GB/s"),
-	                       NULL);
-	assert_non_null(p);
-	SimResult res;
-	SimOptions o = {.model = SIM_STRICT, .record_ops = 1};
-	assert_int_equal(sim_run(p, &o, &res), 0);
-	static const int widths[] = {60, 20, 7};
-	int marked = 0;
-	for (size_t k = 0; k < sizeof widths / sizeof widths[0]; k++) {
-		char *buf = NULL;
-		size_t len = 0;
-		FILE *f = open_memstream(&buf, &len);
-		assert_int_equal(sim_report_grid(f, p, &res, widths[k]), 0);
-		fclose(f);
-		for (int r = 0; r < p->world; r++) {
-			char head[32];
-			snprintf(head, sizeof head, "rank %d |", r);
-			const char *row = strstr(buf, head);
-			assert_non_null(row);
-			row += strlen(head);
-			/* one stage per rank: equal neighbouring names are one op's cells */
-			int64_t seen = 0;
-			char prev[16] = "", tok[16];
-			int used;
-			while (sscanf(row, " %15s%n", tok, &used) == 1 && strcmp(tok, "|")) {
-				row += used;
-				if (tok[0] == '+') {
-					seen += atoi(tok + 1);
-					marked++;
-				} else if (tok[0] != '.' && strcmp(tok, prev)) {
-					seen++;
-				}
-				snprintf(prev, sizeof prev, "%s", tok);
-			}
-			if (seen != timed_ops(p, &res, r))
-				fail_msg("width %d rank %d: %lld ops in the grid, %lld ran:\n%s", widths[k], r,
-				         (long long)seen, (long long)timed_ops(p, &res, r), buf);
-		}
-		free(buf);
-	}
-	assert_true(marked > 0);
-	sim_result_free(&res);
-	plan_free(p);
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(sim__unit_cost_schedules__makespan_3_m_plus_p_minus_1),
-	    cmocka_unit_test(mem__tiny_plan__peak_and_parts_by_hand),
 	    cmocka_unit_test(sim__dp_replicas__same_makespan_and_allreduce_counted),
 	    cmocka_unit_test(sim__link_costs__transfer_and_allreduce_times),
 	    cmocka_unit_test(sim__times_past_48_bits__kept_exact),
@@ -1074,10 +812,6 @@ int main(void)
 	    cmocka_unit_test(sim__good_plans__run_in_both_models),
 	    cmocka_unit_test(sim__stop_flag__set_stops_clear_changes_nothing),
 	    cmocka_unit_test(sim__progress__counts_every_op),
-	    cmocka_unit_test(sim__reports__json_trace_svg_grid),
-	    cmocka_unit_test(sim__svg_comm_dominated__every_box_labelled),
-	    cmocka_unit_test(sim__svg_stall_at_zero__axis_0_to_1_us),
-	    cmocka_unit_test(sim__grid_narrow__every_op_named_or_counted),
 	    cmocka_unit_test(sim__malformed_plans__located_error_no_crash),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

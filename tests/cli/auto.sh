@@ -115,6 +115,17 @@ t "a cap nothing fits" 1 "$BIN/pipecc" "$dir/n.pipe" -o "$dir/n.plan"
 has "located at the capacity" "$dir/err" "n.pipe:12:8: error: schedule auto: no candidate fits the device's 2 MB: the smallest peak any of the [0-9]* candidates reached is [0-9.]* MB"
 check "no plan written" "$([ ! -s "$dir/n.plan" ]; echo $?)" "a plan was written"
 
+# selective_wins NAME BASE N WHERE: pipecc --explain on $dir/BASE.pipe compiles, weighs
+# selective recomputation and picks it on N stages; pipesim says the plan fits.
+selective_wins() {
+	t "$1" 0 "$BIN/pipecc" --explain "$dir/$2.pipe" -o "$dir/$2.plan"
+	has "--explain weighs selective$4" "$dir/err" "^  [^ ]* *[a-z]* *[0-9]* selective "
+	check "selective wins$4" "$([ "$(grep -c ' recompute selective ' "$dir/$2.plan")" -eq "$3" ]; echo $?)" \
+		"$(grep '^stage' "$dir/$2.plan")"
+	"$BIN/pipesim" --json "$dir/$2.plan" >"$dir/$2.json"
+	has "it fits" "$dir/$2.json" '"fits": true'
+}
+
 # selective recomputation is a choice: gpt-tiny (1F1B peak 11.9 MB) under 11.5 MB fits
 # with selective (11.0 MB) and with full recomputation (4.7 MB); selective's B costs
 # less, so it wins; under 10 MB only full fits.  Costs from FLOPs alone (the h100's f32
@@ -123,12 +134,7 @@ check "no plan written" "$([ ! -s "$dir/n.plan" ]; echo $?)" "a plan was written
 # (`pipecc --explain`)
 sed -e 's/^schedule .*/schedule auto;/' -e 's/^device h100;/device peak=67TFLOPs memory=11.5MB;/' \
 	examples/gpt-tiny.pipe >"$dir/g.pipe"
-t "gpt-tiny under 11.5 MB" 0 "$BIN/pipecc" --explain "$dir/g.pipe" -o "$dir/g.plan"
-has "--explain weighs selective" "$dir/err" "^  [^ ]* *[a-z]* *[0-9]* selective "
-check "selective wins under 11.5 MB" "$([ "$(grep -c ' recompute selective ' "$dir/g.plan")" -eq 4 ]; echo $?)" \
-	"$(grep '^stage' "$dir/g.plan")"
-"$BIN/pipesim" --json "$dir/g.plan" >"$dir/g.json"
-has "it fits" "$dir/g.json" '"fits": true'
+selective_wins "gpt-tiny under 11.5 MB" g 4 " under 11.5 MB"
 sed 's/memory=11.5MB/memory=10MB/' "$dir/g.pipe" >"$dir/g10.pipe"
 t "gpt-tiny under 10 MB" 0 "$BIN/pipecc" "$dir/g10.pipe" -o "$dir/g10.plan"
 check "full recomputation under 10 MB" "$([ "$(grep -c ' recompute save_re=' "$dir/g10.plan")" -eq 4 ]; echo $?)" \
@@ -141,12 +147,7 @@ check "full recomputation under 10 MB" "$([ "$(grep -c ' recompute save_re=' "$d
 # kept the slower order)
 sed -e 's/^schedule .*/schedule auto;/' -e 's/^device h100;/device h100 memory=7.7MB;/' \
 	examples/gpt-tp.pipe >"$dir/gtp.pipe"
-t "gpt-tp under 7.7 MB" 0 "$BIN/pipecc" --explain "$dir/gtp.pipe" -o "$dir/gtp.plan"
-has "--explain weighs selective at tp=2" "$dir/err" "^  [^ ]* *[a-z]* *[0-9]* selective "
-check "selective wins at tp=2" "$([ "$(grep -c ' recompute selective ' "$dir/gtp.plan")" -eq 2 ]; echo $?)" \
-	"$(grep '^stage' "$dir/gtp.plan")"
-"$BIN/pipesim" --json "$dir/gtp.plan" >"$dir/gtp.json"
-has "it fits" "$dir/gtp.json" '"fits": true'
+selective_wins "gpt-tp under 7.7 MB" gtp 2 " at tp=2"
 near=$(awk 'function us(v, u) { return v * (u == "ns" ? 1e-3 : u == "ms" ? 1e3 : u == "s" ? 1e6 : 1) }
 	$1 == "1f1b" && $4 == "selective" && $8 ~ /s$/ { print (us($5, $6) >= 0.7 * us($7, $8)) }' "$dir/err" | head -1)
 check "the fast model's 1F1B step is within 30% of pipesim's at tp=2" "$([ "$near" = 1 ]; echo $?)" \

@@ -10,20 +10,7 @@ TOOL=check
 . tests/lib/cli.sh
 
 # A small GPT under AdamW at tp=2 (its error exceeds the floor) and tp=1 (bit for bit).
-cat >"$dir/g.pipe" <<'PIPE'
-pipeline g;
-mesh pp=2 tp=2;
-microbatches 4;
-input tokens 2x8 vocab=32;
-block gpt {
-	residual { layernorm; attention heads=4 bias; }
-	residual { layernorm; mlp 64 bias; }
-}
-stage s0 { embed 32 positions; gpt; }
-stage s1 { gpt; layernorm; head; loss xent; }
-schedule 1f1b;
-optimizer adamw;
-PIPE
+small_gpt g "pp=2 tp=2" 2 "optimizer adamw;" >"$dir/g.pipe"
 sed 's/^mesh pp=2 tp=2;/mesh pp=2;/' "$dir/g.pipe" >"$dir/g1.pipe"
 "$BIN/pipecc" "$dir/g.pipe" -o "$dir/g.plan" || exit 1
 "$BIN/pipecc" "$dir/g1.pipe" -o "$dir/g1.plan" || exit 1

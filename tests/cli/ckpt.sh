@@ -48,14 +48,8 @@ sed -e 's/mesh pp=2;/mesh pp=2 dp=2;/' -e 's/microbatches 4;/microbatches 2;/' "
 sed 's/^schedule .*/optimizer adamw distributed;\n&/' "$dir/dp2.pipe" >"$dir/zero.pipe"
 sed 's/mesh pp=2;/mesh pp=2 tp=2;/' "$dir/two.pipe" >"$dir/tp2.pipe"
 sed 's/mlp 64;/mlp 96;/' "$dir/model.pipe" >"$dir/wider.pipe"
-for m in model two dp2 zero tp2 wider; do
-	"$BIN/pipecc" "$dir/$m.pipe" -o "$dir/$m.plan" || echo "pipecc $m failed"
-done
+compile model two dp2 zero tp2 wider
 
-# losses FILE: "step loss" per line of a --json output
-losses() {
-	sed 's/}, {/\n/g' "$1" | sed -n 's/.*"step": \([0-9]*\), "loss": \([0-9.e+-]*\).*/\1 \2/p'
-}
 # sums DIR: the tensors' names and checksums, sorted (the same weights, any mesh)
 sums() {
 	awk '$1 == "tensor" { print $2, $NF }' "$1/MANIFEST" | sort
@@ -74,11 +68,11 @@ resume() {
 	rm -rf "$dir/$p-full" "$dir/$p-ck"
 	t "$p: 4 steps, saved every 2" 0 $RUN "$BIN/piperun" "$plan" --steps 4 --json \
 		--save "$dir/$p-full" --save-every 2 "$@"
-	losses "$dir/out" | sed -n '3,4p' >"$dir/$p-full.loss"
+	step_losses "$dir/out" | sed -n '3,4p' >"$dir/$p-full.loss"
 	t "$p: 2 steps, saved" 0 $RUN "$BIN/piperun" "$plan" --steps 2 --save "$dir/$p-ck" "$@"
 	t "$p: resumed for 2 steps" 0 $RUN "$BIN/piperun" "$plan" --steps 2 --json \
 		--resume "$dir/$p-ck" --save "$dir/$p-ck" "$@"
-	losses "$dir/out" >"$dir/$p-ck.loss"
+	step_losses "$dir/out" >"$dir/$p-ck.loss"
 	same "$p: steps 3-4 lose the same ($(tr '\n' ' ' <"$dir/$p-ck.loss"))" \
 		"$dir/$p-full.loss" "$dir/$p-ck.loss"
 	same "$p: the same weights and state after step 4" "$dir/$p-full/step-4/MANIFEST" \
@@ -107,20 +101,20 @@ same "distributed: the same checkpoint as the all-reduce run's" \
 	"$dir/dp2-full/step-2/MANIFEST" "$dir/zero-full/step-2/MANIFEST"
 t "distributed -> all-reduce, dp=2: resumed" 0 "$BIN/piperun" "$dir/dp2.plan" --steps 2 \
 	--json --optimizer adamw --lr 1e-2 --resume "$dir/zero-ck/step-2" --save "$dir/z2d"
-losses "$dir/out" >"$dir/z2d.loss"
+step_losses "$dir/out" >"$dir/z2d.loss"
 same "distributed -> all-reduce, dp=2: steps 3-4 lose the same" "$dir/zero-full.loss" \
 	"$dir/z2d.loss"
 same "distributed -> all-reduce, dp=2: the same state after step 4" \
 	"$dir/zero-full/step-4/MANIFEST" "$dir/z2d/step-4/MANIFEST"
 t "all-reduce -> distributed, dp=2: resumed" 0 "$BIN/piperun" "$dir/zero.plan" --steps 2 \
 	--json --optimizer adamw --lr 1e-2 --resume "$dir/dp2-ck/step-2"
-losses "$dir/out" >"$dir/d2z.loss"
+step_losses "$dir/out" >"$dir/d2z.loss"
 same "all-reduce -> distributed, dp=2: steps 3-4 lose the same" "$dir/dp2-full.loss" \
 	"$dir/d2z.loss"
 for from in zero dp2; do
 	t "$from dp=2 -> dp=1: resumed" 0 "$BIN/piperun" "$dir/two.plan" --steps 2 --json \
 		--optimizer adamw --lr 1e-2 --resume "$dir/$from-ck/step-2" --save "$dir/$from-1"
-	losses "$dir/out" >"$dir/$from-1.loss"
+	step_losses "$dir/out" >"$dir/$from-1.loss"
 done
 same "distributed dp=2 -> dp=1: steps 3-4 lose as from the all-reduce run's checkpoint" \
 	"$dir/dp2-1.loss" "$dir/zero-1.loss"
@@ -133,9 +127,7 @@ sed 's/^schedule .*/precision bf16;\n&/' "$dir/dp2.pipe" >"$dir/bf.pipe"
 sed 's/^schedule .*/precision bf16;\n&/' "$dir/zero.pipe" >"$dir/zerobf.pipe"
 sed 's/mesh pp=2;/mesh pp=2 dp=2 tp=2;/; s/microbatches 4;/microbatches 2;/' "$dir/two.pipe" >"$dir/tpdp.pipe"
 sed 's/^schedule .*/optimizer adamw distributed;\n&/' "$dir/tpdp.pipe" >"$dir/zerotp.pipe"
-for m in dp3 zero3 bf zerobf tpdp zerotp; do
-	"$BIN/pipecc" "$dir/$m.pipe" -o "$dir/$m.plan" || echo "pipecc $m failed"
-done
+compile dp3 zero3 bf zerobf tpdp zerotp
 for pair in "dp=3:dp3:zero3" "bf16:bf:zerobf" "tp=2 dp=2:tpdp:zerotp"; do
 	what=${pair%%:*} ar=${pair#*:} ar=${ar%%:*} zr=${pair##*:}
 	for m in $ar $zr; do
@@ -159,13 +151,13 @@ if command -v mpirun >/dev/null 2>&1 && "$BIN/piperun" --version | grep -q mpi &
 	t "distributed under mpirun -> all-reduce on threads: resumed" 0 "$BIN/piperun" \
 		"$dir/dp2.plan" --steps 2 --json --optimizer adamw --lr 1e-2 \
 		--resume "$dir/mpizero-ck/step-2"
-	losses "$dir/out" >"$dir/mz2d.loss"
+	step_losses "$dir/out" >"$dir/mz2d.loss"
 	same "distributed under mpirun -> all-reduce on threads: steps 3-4 lose the same" \
 		"$dir/zero-full.loss" "$dir/mz2d.loss"
 	t "distributed on threads -> all-reduce under mpirun: resumed" 0 $RUN "$BIN/piperun" \
 		"$dir/dp2.plan" --steps 2 --json --optimizer adamw --lr 1e-2 \
 		--resume "$dir/zero-ck/step-2"
-	losses "$dir/out" >"$dir/z2md.loss"
+	step_losses "$dir/out" >"$dir/z2md.loss"
 	same "distributed on threads -> all-reduce under mpirun: steps 3-4 lose the same" \
 		"$dir/zero-full.loss" "$dir/z2md.loss"
 	# an interrupted save under mpirun: rank 1 stalls after writing its files of step 4;
@@ -196,7 +188,7 @@ if command -v mpirun >/dev/null 2>&1 && "$BIN/piperun" --version | grep -q mpi &
 		t "mpirun crash ($target killed): resumes from step 2 under mpirun" 0 $RUN "$BIN/piperun" \
 			"$dir/model.plan" --steps 2 --json --optimizer adamw --lr 1e-2 --resume "$dir/mcrash" \
 			--save "$dir/mcrash"
-		losses "$dir/out" >"$dir/mcrash.loss"
+		step_losses "$dir/out" >"$dir/mcrash.loss"
 		same "mpirun crash ($target killed): steps 3-4 lose as without the crash" \
 			"$dir/mpi-full.loss" "$dir/mcrash.loss"
 	done
@@ -215,7 +207,7 @@ resume base "$dir/model.plan" --optimizer adamw --lr 1e-2
 sums "$dir/base-full/step-4" >"$dir/base.sums"
 t "pp 4 -> 2 (other stages, gpipe): resumed" 0 "$BIN/piperun" "$dir/two.plan" --steps 2 \
 	--json --optimizer adamw --lr 1e-2 --resume "$dir/base-ck/step-2" --save "$dir/two"
-losses "$dir/out" >"$dir/two.loss"
+step_losses "$dir/out" >"$dir/two.loss"
 same "pp 4 -> 2: steps 3-4 lose the same" "$dir/base-full.loss" "$dir/two.loss"
 sums "$dir/two/step-4" >"$dir/two.sums"
 same "pp 4 -> 2: the same weights after step 4" "$dir/base.sums" "$dir/two.sums"
@@ -225,16 +217,16 @@ has "pp 2 -> 4: continues at step 5" "$dir/out" '"step": 5, "loss"'
 
 t "dp 2 -> 1: resumed" 0 "$BIN/piperun" "$dir/model.plan" --steps 1 --json --optimizer adamw \
 	--lr 1e-2 --resume "$dir/dp2-ck/step-2"
-losses "$dir/out" >"$dir/dp1.loss"
+step_losses "$dir/out" >"$dir/dp1.loss"
 t "dp 1 from scratch" 0 "$BIN/piperun" "$dir/model.plan" --steps 3 --json --optimizer adamw \
 	--lr 1e-2
-losses "$dir/out" | sed -n 3p >"$dir/scratch.loss"
+step_losses "$dir/out" | sed -n 3p >"$dir/scratch.loss"
 check "dp 2 -> 1: step 3 starts from the dp=2 weights ($(cat "$dir/dp1.loss"), from scratch $(cat "$dir/scratch.loss"))" \
 	"$(grep -q '^3 ' "$dir/dp1.loss" && ! cmp -s "$dir/dp1.loss" "$dir/scratch.loss"; echo $?)" "same as scratch"
 
 t "tp 1 -> 2: resumed" 0 "$BIN/piperun" "$dir/tp2.plan" --steps 2 --json --optimizer adamw \
 	--lr 1e-2 --resume "$dir/base-ck/step-2"
-losses "$dir/out" >"$dir/tp2.loss"
+step_losses "$dir/out" >"$dir/tp2.loss"
 check "tp 1 -> 2: steps 3-4 within 1e-5 of tp=1's ($(tr '\n' ' ' <"$dir/tp2.loss"))" \
 	"$(paste "$dir/base-full.loss" "$dir/tp2.loss" | awk '
 		{ n++; d = $2 - $4; if (d < 0) d = -d; if ($1 != $3 || d > 1e-5 * $2) bad = 1 }
@@ -246,7 +238,7 @@ has "tp=2: a whole one, from tp rank 0" "$dir/tp2-ck/step-2/MANIFEST" \
 	"^tensor layer2.layernorm.0 rank0.safetensors stage=a layer=2 part=0 shape=1x32 shard=0/1 axis=none "
 t "tp 2 -> 1: resumed" 0 "$BIN/piperun" "$dir/two.plan" --steps 2 --json --optimizer adamw \
 	--lr 1e-2 --resume "$dir/tp2-ck/step-2"
-losses "$dir/out" >"$dir/tp1.loss"
+step_losses "$dir/out" >"$dir/tp1.loss"
 check "tp 2 -> 1: steps 3-4 within 1e-5 of tp=2's ($(tr '\n' ' ' <"$dir/tp1.loss"))" \
 	"$(paste "$dir/tp2-full.loss" "$dir/tp1.loss" | awk '
 		{ n++; d = $2 - $4; if (d < 0) d = -d; if ($1 != $3 || d > 1e-5 * $2) bad = 1 }
@@ -272,7 +264,7 @@ check "crash: latest is still step-2" "$([ "$(cat "$dir/crash/latest")" = step-2
 	"$(cat "$dir/crash/latest")"
 t "crash: resumes from step 2" 0 "$BIN/piperun" "$dir/model.plan" --steps 2 --json \
 	--optimizer adamw --lr 1e-2 --resume "$dir/crash" --save "$dir/crash"
-losses "$dir/out" >"$dir/crash.loss"
+step_losses "$dir/out" >"$dir/crash.loss"
 same "crash: and steps 3-4 lose as without the crash" "$dir/base-full.loss" "$dir/crash.loss"
 check "crash: the next save removed .tmp-4" "$([ ! -e "$dir/crash/.tmp-4" ]; echo $?)" \
 	"$(ls -a "$dir/crash")"

@@ -11,10 +11,6 @@
 TOOL=distopt
 . tests/lib/cli.sh
 
-# the JSON's per-step losses, for comparing runs
-loss() { sed -n 's/.*"steps": \[\(.*\)\],$/\1/p' "$dir/out" | sed 's/"time_us": [0-9.]*//g'; }
-figs() { grep -o "\"$2\": -*[0-9]*" "$1" | sed 's/.*: //' | tr '\n' ' '; }
-
 for opt in "sgd lr=0.05" "momentum lr=0.01" "adamw lr=1e-3"; do
 	k=${opt%% *}
 	sed "s/^schedule .*/optimizer $opt;\n&/" examples/mlp4.pipe >"$dir/$k.pipe"
@@ -24,9 +20,9 @@ for opt in "sgd lr=0.05" "momentum lr=0.01" "adamw lr=1e-3"; do
 	has "$k distributed: reduce-scatters" "$dir/$k-d.plan" "^REDUCESCATTER s=0 bytes=2101248 "
 	has "$k distributed: all-gathers" "$dir/$k-d.plan" "^ALLGATHER s=0 bytes=2101248 "
 	t "$k: runs" 0 "$BIN/piperun" "$dir/$k.plan" --steps 3 --json
-	a=$(loss)
+	a=$(json_steps)
 	t "$k distributed: runs" 0 "$BIN/piperun" "$dir/$k-d.plan" --steps 3 --json
-	b=$(loss)
+	b=$(json_steps)
 	cp "$dir/out" "$dir/run.json"
 	check "$k: distributed, the same losses to the bit" "$([ -n "$a" ] && [ "$a" = "$b" ]; echo $?)" \
 		"$a / $b"

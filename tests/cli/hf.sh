@@ -40,9 +40,7 @@ PIPE
 sed 's/mesh pp=2;/mesh pp=2 tp=2;/' "$dir/llama.pipe" >"$dir/llama-tp.pipe"
 sed 's/swiglu 96;/swiglu 128;/' "$dir/llama.pipe" >"$dir/llama-wide.pipe"
 sed 's/stage b { layer;/stage b { layer; layer;/' "$dir/llama.pipe" >"$dir/llama-deep.pipe"
-for m in gpt llama llama-tp llama-wide llama-deep; do
-	"$BIN/pipecc" "$dir/$m.pipe" -o "$dir/$m.plan" || echo "pipecc $m failed"
-done
+compile gpt llama llama-tp llama-wide llama-deep
 "$BIN/pipecc" examples/mlp4.pipe -o "$dir/mlp4.plan"
 
 # names FILE: each tensor's name and shape in the safetensors header
@@ -50,10 +48,6 @@ names() {
 	n=$(od -An -tu8 -N8 "$1" | tr -d ' ')
 	dd if="$1" bs=1 skip=8 count="$n" 2>/dev/null | sed 's/"dtype":"F32",//g' |
 		grep -o '"[a-z_.0-9]*":{"shape":\[[0-9,]*\]' | sed 's/"//g; s/:{shape:\[/ /; s/\]$//'
-}
-# losses FILE: the --json output's losses
-losses() {
-	sed 's/}, {/\n/g' "$1" | sed -n 's/.*"step": \([0-9]*\), "loss": \([0-9.e+-]*\).*/\1 \2/p'
 }
 O="--optimizer sgd --lr 0.1"
 
@@ -63,10 +57,10 @@ for m in gpt llama; do
 	names "$dir/$m.safetensors" >"$dir/$m.names"
 	t "$m: resumed for 2 steps" 0 "$BIN/piperun" "$dir/$m.plan" --steps 2 $O --json \
 		--resume "$dir/$m-ck"
-	losses "$dir/out" | sed 's/^[0-9]* //' >"$dir/$m-resumed.loss"
+	step_losses "$dir/out" | sed 's/^[0-9]* //' >"$dir/$m-resumed.loss"
 	t "$m: 2 steps from the export" 0 "$BIN/piperun" "$dir/$m.plan" --steps 2 $O --json \
 		--init "$dir/$m.safetensors"
-	losses "$dir/out" | sed 's/^[0-9]* //' >"$dir/$m-init.loss"
+	step_losses "$dir/out" | sed 's/^[0-9]* //' >"$dir/$m-init.loss"
 	check "$m: the same losses as the resumed run ($(tr '\n' ' ' <"$dir/$m-init.loss"))" \
 		"$(cmp -s "$dir/$m-resumed.loss" "$dir/$m-init.loss" && [ -s "$dir/$m-init.loss" ]; echo $?)" \
 		"$(paste "$dir/$m-resumed.loss" "$dir/$m-init.loss" | tr '\n' ' ')"

@@ -11,26 +11,6 @@ TOOL=memory
 [ -x "$BIN/pipesim" ] || { echo "note: memory: pipesim not built: skipped"; exit 0; }
 
 fields="peak_total_bytes param_bytes grad_bytes optim_state_bytes saved_bytes_at_peak inflight_bytes_at_peak peak_op"
-# figs FILE FIELD: the field's values, one per rank, on one line.
-figs() {
-	grep -o "\"$2\": -*[0-9]*" "$1" | sed 's/.*: //' | tr '\n' ' '
-}
-
-# same NAME PLAN [PIPERUN OPTIONS]: every field of every rank agrees.
-same() {
-	name=$1 plan=$2
-	shift 2
-	"$BIN/piperun" "$plan" --json --steps 2 "$@" >"$dir/run.json" 2>"$dir/err"
-	# piperun runs every world rank: pipesim --expand predicts each (a line plan's
-	# run lists only line 0's)
-	"$BIN/pipesim" --expand --json "$plan" >"$dir/sim.json" 2>>"$dir/err"
-	bad=""
-	for f in $fields; do
-		got=$(figs "$dir/run.json" "$f") want=$(figs "$dir/sim.json" "$f")
-		[ -n "$got" ] && [ "$got" = "$want" ] || bad="$bad $f: measured $got, predicted $want;"
-	done
-	check "memory of $name: measured == predicted" "$([ -z "$bad" ]; echo $?)" "$bad"
-}
 
 sed 's/^schedule .*/optimizer adamw;\n&/' examples/mlp4.pipe >"$dir/mlp4-adamw.pipe"
 sed 's/^schedule .*/optimizer momentum momentum=0.8;\n&/' examples/mlp4.pipe >"$dir/mlp4-momentum.pipe"
@@ -55,7 +35,7 @@ for p in examples/tiny.pipe examples/mlp4.pipe examples/skips.pipe examples/gpt-
 	"$dir/mlp4-momentum.pipe" "$dir/mlp4-adamw.pipe"; do # AdamW last: its figures below
 	b=$(basename "$p" .pipe)
 	t "compiles $b" 0 "$BIN/pipecc" "$p" -o "$dir/$b.plan"
-	same "$b" "$dir/$b.plan"
+	mem_same "$b" "$dir/$b.plan" "$fields"
 	[ "$b" = mlp4-momentum ] && cp "$dir/sim.json" "$dir/momentum.json"
 done
 has "AdamW's state is in the peak" "$dir/sim.json" '"optim_state_bytes": [1-9]'
@@ -73,7 +53,7 @@ schedules=$(sed -n 's/.*\.name = "\([A-Za-z0-9_]*\)".*/\1/p' compiler/sched_*.c 
 ran=0
 for s in $schedules; do
 	"$BIN/pipecc" examples/mlp4.pipe -s "$s" -o "$dir/m-$s.plan" >/dev/null 2>&1 || continue
-	same "mlp4 under $s" "$dir/m-$s.plan"
+	mem_same "mlp4 under $s" "$dir/m-$s.plan" "$fields"
 	ran=$((ran + 1))
 done
 check "the schedule loop ran" "$([ $ran -gt 3 ]; echo $?)" "only $ran schedules"
@@ -125,7 +105,7 @@ recomputes() {
 		"$BIN/pipecc" "$p" -s "$s" -o "$dir/$b-$s.plan" >/dev/null 2>&1 || continue
 		t "$b under $s with $stmt compiles" 0 "$BIN/pipecc" "$dir/$b-$sfx.pipe" -s "$s" \
 			-o "$dir/$b-$s-$sfx.plan"
-		same "$b under $s with $stmt" "$dir/$b-$s-$sfx.plan" --check
+		mem_same "$b under $s with $stmt" "$dir/$b-$s-$sfx.plan" "$fields" --check
 		has "--check $b under $s with $stmt agrees" "$dir/run.json" '"check": {"ok": true'
 		"$BIN/pipesim" --expand --json "$dir/$b-$s.plan" >"$dir/without.json"
 		with=$(figs "$dir/run.json" peak_act_bytes) without=$(figs "$dir/without.json" peak_activation_bytes)

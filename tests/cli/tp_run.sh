@@ -12,22 +12,7 @@
 TOOL=tp-run
 . tests/lib/cli.sh
 
-# A small GPT: d=32, 4 heads, MLP 64, 32 words, 2 sequences of 8 tokens.
-cat >"$dir/gpt.pipe" <<'PIPE'
-pipeline tp_tiny;
-mesh pp=4 tp=2;
-microbatches 4;
-input tokens 2x8 vocab=32;
-block gpt {
-	residual { layernorm; attention heads=4 bias; }
-	residual { layernorm; mlp 64 bias; }
-}
-stage s0 { embed 32 positions; gpt; }
-stage s1 { gpt; }
-stage s2 { gpt; }
-stage s3 { gpt; layernorm; head; loss xent; }
-schedule 1f1b;
-PIPE
+small_gpt tp_tiny "pp=4 tp=2" 4 >"$dir/gpt.pipe"
 
 ran=0
 schedules=$(sed -n 's/.*\.name = "\([A-Za-z0-9_]*\)".*/\1/p' compiler/sched_*.c | sort -u)
@@ -68,20 +53,7 @@ has "the plan has the skip edge" "$dir/skipdp.plan" "^edge .* skip"
 runs "skip dp=2 tp=2" "$dir/skipdp.plan"
 
 # Llama-style: rmsnorm, rotary grouped-query attention (2 kv heads: one a rank), swiglu
-cat >"$dir/llama.pipe" <<'PIPE'
-pipeline llama_tp;
-mesh pp=2 tp=2;
-microbatches 4;
-input tokens 2x16 vocab=64;
-block layer {
-	residual { rmsnorm; attention heads=4 kv_heads=2 rope; }
-	residual { rmsnorm; swiglu 48; }
-}
-stage s0 { embed 32; layer; }
-stage s1 { layer; rmsnorm; head; loss xent; }
-schedule zbh1;
-optimizer adamw lr=0.01;
-PIPE
+small_llama llama_tp "pp=2 tp=2" rope >"$dir/llama.pipe"
 t "llama-style tp=2 compiles" 0 "$BIN/pipecc" "$dir/llama.pipe" -o "$dir/llama.plan"
 runs "llama-style tp=2 zbh1 adamw" "$dir/llama.plan"
 
