@@ -77,13 +77,113 @@ static const char *out_name(const char *path)
 }
 
 /* ------------------------------------------------------------------------------------
+ * Short options.  One table for the three tools: a letter is one long option wherever
+ * it is typed, so `-s` after pipecc and after pipesim cannot mean two things.  A tool's
+ * option has the letter of its long name's row here, and no option has another. */
+
+CLI_TABLE_BEGIN
+static const struct {
+	int letter;
+	const char *name;  // the long option, without "--"; NULL: a letter kept free
+	const char *tools; // the tools that have it, for messages; NULL: every tool
+	const char *free;  // a letter kept free: why
+} letters[] = {
+	{'o', "output", "pipecc"},
+	{'s', "schedule", "pipecc"},
+	{'m', "microbatches", "pipecc"},
+	{'e', "emit", "pipecc"},
+	{'g', "grid", "pipesim"},
+	{'w', "width", "pipesim"},
+	{'b', "backend", "piperun"},
+	{'n', "steps", "piperun"},
+	{'c', "check", "piperun"},
+	{'t', "trace", "pipesim and piperun"},
+	{'q', "quiet"},
+	{'h', "help"},
+	{'V', "version"},
+	{'j', .free = "left free for the jobs make users expect"},
+};
+CLI_TABLE_END
+
+/* The letters the tools gave up when their short options became one table: each
+ * answers with the long option to write, and what the letter means now. */
+static const struct {
+	const char *tool;
+	int letter;
+	const char *name; // the long option it was
+} retired[] = {
+	{"pipesim", 'm', "model"},
+	{"pipesim", 'e', "eager"},
+	{"pipesim", 's', "svg"},
+	{"pipesim", 'n', "no-record"},
+	{"pipesim", 'j', "json"},
+	{"piperun", 's', "seed"},
+	{"piperun", 'j', "json"},
+};
+
+#define COUNT(a) (sizeof(a) / sizeof *(a))
+
+int cli_letter(const char *name)
+{
+	for (size_t i = 0; i < COUNT(letters); i++)
+		if (letters[i].name && !strcmp(letters[i].name, name))
+			return letters[i].letter;
+	return 0;
+}
+
+static int letter_row(int c)
+{
+	for (size_t i = 0; i < COUNT(letters); i++)
+		if (letters[i].letter == c)
+			return (int)i;
+	return -1;
+}
+
+/* "-s is pipecc's --schedule" into buf: what letter c means across the tools. */
+static void letter_meaning(int c, char *buf, size_t n)
+{
+	int r = letter_row(c);
+	if (r < 0)
+		snprintf(buf, n, "-%c is no tool's", c);
+	else if (!letters[r].name)
+		snprintf(buf, n, "-%c is %s", c, letters[r].free);
+	else
+		snprintf(buf, n, "-%c is %s%s--%s", c, letters[r].tools ? letters[r].tools : "",
+		         letters[r].tools ? "'s " : "", letters[r].name);
+}
+
+static const char one_meaning[] = "short options mean one thing across pipecc, pipesim and piperun";
+
+/* The usage error for -c, which t does not have: a retired letter names the long
+ * option to write; a letter another tool has says whose it is. */
+static int unknown_letter(const CliTool *t, int c)
+{
+	char now[160];
+	letter_meaning(c, now, sizeof now);
+	for (size_t i = 0; i < COUNT(retired); i++) {
+		if (retired[i].letter != c || strcmp(retired[i].tool, t->tool))
+			continue;
+		const char *arg = NULL;
+		for (const CliOpt *o = t->opts; o->name && !arg; o++)
+			if (!strcmp(o->name, retired[i].name))
+				arg = o->kind == CLI_FLAG || o->kind == CLI_LIST ? "" : o->arg;
+		return cli_usage_error(t, "-%c is not --%s: write --%s%s%s (%s; %s)", c,
+		                       retired[i].name, retired[i].name, arg && *arg ? " " : "",
+		                       arg ? arg : "", now, one_meaning);
+	}
+	if (letter_row(c) >= 0)
+		return cli_usage_error(t, "unknown option '-%c' (%s; %s)", c, now, one_meaning);
+	return cli_usage_error(t, "unknown option '-%c'", c);
+}
+
+/* ------------------------------------------------------------------------------------
  * Help. */
 
 /* The built-in rows every tool has, after its own. */
 static const CliOpt builtin[] = {
-	{.name = "quiet", .short_name = 'q', .kind = CLI_FLAG, .help = "no progress line on stderr"},
-	{.name = "help", .short_name = 'h', .kind = CLI_FLAG, .help = "this text"},
-	{.name = "version", .short_name = 'V', .kind = CLI_FLAG, .help = "the version"},
+	{.name = "quiet", .kind = CLI_FLAG, .help = "no progress line on stderr"},
+	{.name = "help", .kind = CLI_FLAG, .help = "this text"},
+	{.name = "version", .kind = CLI_FLAG, .help = "the version"},
 };
 enum { B_QUIET, B_HELP, B_VERSION, B_COUNT };
 
@@ -131,8 +231,9 @@ static void format_default(const CliOpt *o, char *buf, size_t n)
 static void help_row(FILE *f, const CliOpt *o, const char *extra)
 {
 	char head[128];
-	int n = snprintf(head, sizeof head, "  %c%c%s--%s%s%s", o->short_name ? '-' : ' ',
-	                 o->short_name ? o->short_name : ' ', o->short_name ? ", " : "  ", o->name,
+	int c = cli_letter(o->name);
+	int n = snprintf(head, sizeof head, "  %c%c%s--%s%s%s", c ? '-' : ' ', c ? c : ' ',
+	                 c ? ", " : "  ", o->name,
 	                 o->kind == CLI_FLAG || o->kind == CLI_LIST ? "" : " ",
 	                 o->kind == CLI_FLAG || o->kind == CLI_LIST ? "" : o->arg);
 	fputs(head, f);
@@ -277,8 +378,8 @@ int cli_parse(CliTool *t, int argc, char **argv)
 		const CliOpt *o = i < n ? &t->opts[i] : &builtin[i - n];
 		int has_arg = o->kind == CLI_FLAG || o->kind == CLI_LIST ? no_argument : required_argument;
 		longs[i] = (struct option){o->name, has_arg, NULL, LONG_BASE + i};
-		if (o->short_name) {
-			shorts[ns++] = (char)o->short_name;
+		if (cli_letter(o->name)) {
+			shorts[ns++] = (char)cli_letter(o->name);
 			if (has_arg)
 				shorts[ns++] = ':';
 		}
@@ -288,14 +389,14 @@ int cli_parse(CliTool *t, int argc, char **argv)
 
 	int c;
 	opterr = 0;
-	optind = 1;
+	optind = 0; // 0, not 1: glibc then also forgets a bundle (-qj) a parse left half read
 	while ((c = getopt_long(argc, argv, shorts, longs, NULL)) != -1) {
 		int i = -1;
 		if (c >= LONG_BASE)
 			i = c - LONG_BASE;
 		else if (c != '?' && c != ':')
 			for (int k = 0; k < n + B_COUNT && i < 0; k++)
-				if ((k < n ? t->opts[k].short_name : builtin[k - n].short_name) == c)
+				if (cli_letter(k < n ? t->opts[k].name : builtin[k - n].name) == c)
 					i = k;
 		if (c == ':') {
 			if (optopt && optopt < LONG_BASE)
@@ -304,7 +405,7 @@ int cli_parse(CliTool *t, int argc, char **argv)
 		}
 		if (i < 0) {
 			if (optopt && optopt < LONG_BASE)
-				return cli_usage_error(t, "unknown option '-%c'", optopt);
+				return unknown_letter(t, optopt);
 			return cli_usage_error(t, "unknown option '%s'", argv[optind - 1]);
 		}
 		if (i >= n) {

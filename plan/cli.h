@@ -41,8 +41,7 @@ typedef enum {
 } CliKind;
 
 typedef struct {
-	const char *name; // long name, without "--"
-	int short_name;   // the one-letter form, or 0
+	const char *name; // long name, without "--"; its letter, if any, is cli_letter's
 	CliKind kind;
 	void *dest;
 	const char *arg;  // value placeholder in the help ("N", "FILE"); unused for flags
@@ -56,7 +55,7 @@ typedef struct {
 } CliOpt;
 
 /* A table's rows name the fields they use, in order, and leave the rest zero:
- * {"steps", 'n', CLI_INT, &steps, "N", "steps to run", 1, 1, 1000000}.  These two
+ * {"steps", CLI_INT, &steps, "N", "steps to run", 1, 1, 1000000}.  These two
  * macros around the table keep -Wextra from asking for every field of every row. */
 #define CLI_TABLE_BEGIN                                                                    \
 	_Pragma("GCC diagnostic push")                                                      \
@@ -81,6 +80,11 @@ typedef struct {
 	const char *in_name;    // the input for messages ("<stdin>" for "-")
 	unsigned char given[CLI_MAX_OPTS]; // per row of opts: given on the command line
 } CliTool;
+
+/* The short form of the long option NAME ("schedule": 's'), or 0.  One table in cli.c
+ * gives every letter for the three tools, so a letter means one long option wherever
+ * it is typed; a row of a tool's table has no letter of its own. */
+int cli_letter(const char *name);
 
 /* Parses argv by t->opts plus -q/--quiet, -h/--help and -V/--version, and wants
  * exactly one input.  Returns CLI_RUN, or the exit status to end with: 0 after --help

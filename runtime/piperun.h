@@ -31,28 +31,28 @@ extern const char *const piperun_dtype_names[RT_DTYPE_COUNT];
 /* The rows of main's option table (CliOpt, plan/cli.h) that say where the tokens come
  * from, over PiperunArgs a: a macro, since their destinations are main's locals. */
 #define PIPERUN_DATA_OPTIONS(a)                                                            \
-	{"data", 0, CLI_STR, &(a).data, "FILE",                                            \
+	{"data", CLI_STR, &(a).data, "FILE",                                               \
 	 "train on the token ids in FILE, not synthetic ones\n(formats: --data-format)"},  \
-	{"data-format", 0, CLI_ENUM, &(a).data_format, "FMT",                              \
+	{"data-format", CLI_ENUM, &(a).data_format, "FMT",                                 \
 	 "how the files' bytes are ids: auto (by magic, else\nby .npy .u8 .u16 .bin .u32)", 1,\
 	 .names = rt_data_format_names, .nnames = RT_DATA_COUNT},                          \
-	{"eval-data", 0, CLI_STR, &(a).eval_data, "FILE",                                  \
+	{"eval-data", CLI_STR, &(a).eval_data, "FILE",                                     \
 	 "print a held-out loss on a fixed set of FILE's\nsequences (forward only)"},      \
-	{"eval-every", 0, CLI_INT, &(a).o.eval_every, "N",                                 \
+	{"eval-every", CLI_INT, &(a).o.eval_every, "N",                                    \
 	 "with --eval-data: every N steps too, not only after\nthe last", 0, 1, 1000000}
 
 /* The rows of main's option table for checkpoints (docs/runtime.md "Checkpoints"). */
 #define PIPERUN_CKPT_OPTIONS(a)                                                            \
-	{"save", 0, CLI_STR, &(a).o.save, "DIR",                                           \
+	{"save", CLI_STR, &(a).o.save, "DIR",                                              \
 	 "write a checkpoint into DIR/step-N after the last\nstep (and see --save-every)"},  \
-	{"save-every", 0, CLI_INT, &(a).o.save_every, "N",                                 \
+	{"save-every", CLI_INT, &(a).o.save_every, "N",                                    \
 	 "with --save: after every N-th step too", 0, 1, 1000000},                         \
-	{"resume", 0, CLI_STR, &(a).resume, "DIR",                                         \
+	{"resume", CLI_STR, &(a).resume, "DIR",                                            \
 	 "start from the checkpoint DIR (a --save directory:\nits latest; or its step-N), "  \
 	 "with its seed and\nstep count; any mesh of the same layers"},                       \
-	{"export", 0, CLI_OUT, &(a).export_path, "FILE",                                   \
+	{"export", CLI_OUT, &(a).export_path, "FILE",                                      \
 	 "the final weights as FILE, with Hugging Face's\nGPT-2 or Llama names"},               \
-	{"init", 0, CLI_STR, &(a).init, "FILE",                                            \
+	{"init", CLI_STR, &(a).init, "FILE",                                               \
 	 "start from the weights in FILE (safetensors with\nHugging Face's names, as --export writes)"}
 
 /* Whether this is the process that prints (the first under mpirun or srun). */

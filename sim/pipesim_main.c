@@ -10,25 +10,25 @@ int main(int argc, char **argv)
 	PipesimArgs a = {.model = SIM_STRICT, .width = PIPESIM_GRID_WIDTH};
 	CLI_TABLE_BEGIN
 	const CliOpt opts[] = {
-		{"model", 'm', CLI_ENUM, &a.model, "MODEL",
+		{"model", CLI_ENUM, &a.model, "MODEL",
 		 "strict: a rank waits for each group; overlap: compute\n"
 		 "and communication streams", 1, .names = sim_model_names, .nnames = SIM_MODEL_COUNT},
-		{"eager", 'e', CLI_FLAG, &a.eager, NULL,
+		{"eager", CLI_FLAG, &a.eager, NULL,
 		 "sends complete without a receiver (buffered), to see\n"
 		 "which verdicts depend on buffering"},
-		{"json", 'j', CLI_FLAG, &a.json, NULL,
+		{"json", CLI_FLAG, &a.json, NULL,
 		 "print one JSON object instead of text (docs/pipesim.md)"},
-		{"trace", 't', CLI_OUT, &a.trace, "FILE", "write a Chrome trace / Perfetto JSON timeline"},
-		{"svg", 's', CLI_OUT, &a.svg, "FILE", "write the timeline as an SVG picture"},
-		{"grid", 'g', CLI_FLAG, &a.grid, NULL, "print a text grid of the timeline"},
-		{"width", 'w', CLI_INT, &a.width, "N", "grid columns at most", 1, 1, 100000},
-		{"expand", 0, CLI_FLAG, &a.expand, NULL,
+		{"trace", CLI_OUT, &a.trace, "FILE", "write a Chrome trace / Perfetto JSON timeline"},
+		{"svg", CLI_OUT, &a.svg, "FILE", "write the timeline as an SVG picture"},
+		{"grid", CLI_FLAG, &a.grid, NULL, "print a text grid of the timeline"},
+		{"width", CLI_INT, &a.width, "N", "grid columns at most", 1, 1, 100000},
+		{"expand", CLI_FLAG, &a.expand, NULL,
 		 "simulate every world rank, not one pipeline line\n"
 		 "(cross-checks a line plan's verdict, docs/pipesim.md)"},
-		{"no-record", 'n', CLI_FLAG, &a.no_record, NULL,
+		{"no-record", CLI_FLAG, &a.no_record, NULL,
 		 "keep no per-op times (16 bytes per op less): no\n"
 		 "critical path, grid or pictures"},
-		{"threads", 0, CLI_INT, &plan_threads, "N",
+		{"threads", CLI_INT, &plan_threads, "N",
 		 "worker threads for reading and verifying the plan,\nthe simulation beside (0: one per CPU)", 1, 0, PAR_MAX_THREADS},
 		{0},
 	};

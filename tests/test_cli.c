@@ -27,19 +27,20 @@ typedef struct {
 
 static const char *const kinds[] = {"red", "green", "blue"};
 
-/* A tool with one option of each kind; messages are not printed. */
+/* A tool with one option of each kind; messages are not printed.  The short letters
+ * are the shared table's: -n (--steps), -c (--check), -o (--output). */
 static CliTool tool_of(Vals *v, CliOpt *opts)
 {
 	CLI_TABLE_BEGIN
 	const CliOpt rows[] = {
-		{"number", 'n', CLI_INT, &v->n, "N", "a number", 1, 1, 9},
-		{"flag", 'f', CLI_FLAG, &v->flag, NULL, "a flag"},
-		{"kind", 0, CLI_ENUM, &v->kind, "KIND", "a kind", 1, .names = kinds, .nnames = 3},
-		{"real", 0, CLI_REAL, &v->x, "X", "a real", 1, .rlo = 0, .rhi = 10},
-		{"seed", 0, CLI_U64, &v->seed, "S", "a seed"},
-		{"out", 'o', CLI_OUT, &v->out, "FILE", "an output"},
-		{"out2", 0, CLI_OUT, &v->out2, "FILE", "another output"},
-		{"name", 0, CLI_STR, &v->name, "NAME", "a name"},
+		{"steps", CLI_INT, &v->n, "N", "a number", 1, 1, 9},
+		{"check", CLI_FLAG, &v->flag, NULL, "a flag"},
+		{"kind", CLI_ENUM, &v->kind, "KIND", "a kind", 1, .names = kinds, .nnames = 3},
+		{"real", CLI_REAL, &v->x, "X", "a real", 1, .rlo = 0, .rhi = 10},
+		{"seed", CLI_U64, &v->seed, "S", "a seed"},
+		{"output", CLI_OUT, &v->out, "FILE", "an output"},
+		{"out2", CLI_OUT, &v->out2, "FILE", "another output"},
+		{"name", CLI_STR, &v->name, "NAME", "a name"},
 		{0},
 	};
 	CLI_TABLE_END
@@ -66,7 +67,7 @@ static void cli__values__converted_into_destinations(void **state)
 	Vals v = {.n = 3};
 	CliOpt opts[16];
 	CliTool t = tool_of(&v, opts);
-	assert_int_equal(parse(&t, "in -n 7 --flag --kind blue --real 2.5 --seed 0x10 -q"),
+	assert_int_equal(parse(&t, "in -n 7 --check --kind blue --real 2.5 --seed 0x10 -q"),
 	                 CLI_RUN);
 	assert_int_equal(v.n, 7);
 	assert_int_equal(v.flag, 1);
@@ -106,7 +107,7 @@ static void cli__help__defaults_from_destinations_and_exit_statuses(void **state
 	cli_help(&t, f);
 	fclose(f);
 	assert_non_null(strstr(buf, "usage: t IN [options]"));
-	assert_non_null(strstr(buf, "--number N"));
+	assert_non_null(strstr(buf, "-n, --steps N"));
 	assert_non_null(strstr(buf, "(default: 4)"));
 	assert_non_null(strstr(buf, "one of: red, green, blue (default: green)"));
 	assert_non_null(strstr(buf, "(default: 0.25)"));
@@ -114,6 +115,66 @@ static void cli__help__defaults_from_destinations_and_exit_statuses(void **state
 	assert_non_null(strstr(buf, "  0  ok"));
 	assert_non_null(strstr(buf, "  2  a usage error"));
 	free(buf);
+}
+
+static void cli__letters__one_meaning_from_the_shared_table(void **state)
+{
+	(void)state;
+	assert_int_equal(cli_letter("schedule"), 's');
+	assert_int_equal(cli_letter("steps"), 'n');
+	assert_int_equal(cli_letter("quiet"), 'q');
+	assert_int_equal(cli_letter("json"), 0); // -j is kept free
+	assert_int_equal(cli_letter("svg"), 0);
+	const char *taken[] = {"schedule", "microbatches", "emit", "output", "steps",
+	                       "grid", "width", "backend", "check", "trace"};
+	for (size_t i = 0; i < sizeof taken / sizeof *taken; i++)
+		for (size_t k = 0; k < i; k++)
+			if (cli_letter(taken[i]) == cli_letter(taken[k]))
+				fail_msg("--%s and --%s share -%c", taken[i], taken[k], cli_letter(taken[i]));
+	Vals v = {0};
+	CliOpt opts[16];
+	CliTool t = tool_of(&v, opts);
+	assert_int_equal(parse(&t, "in -c -o /dev/null"), CLI_RUN);
+	assert_int_equal(v.flag, 1);
+	assert_string_equal(v.out, "/dev/null");
+	t = tool_of(&v, opts);
+	assert_int_equal(parse(&t, "in -s x"), CLI_EXIT_USAGE); // pipecc's letter, not t's
+}
+
+/* A letter a tool gave up is a usage error there, its long name still works, and the
+ * same letter stays the other tools' (cli.sh pins the messages). */
+static void cli__retired_letters__usage_errors_long_names_kept(void **state)
+{
+	(void)state;
+	Vals v = {0};
+	CliOpt opts[16];
+	CLI_TABLE_BEGIN
+	CliOpt rows[] = {
+		{"seed", CLI_U64, &v.seed, "S", "a seed"},
+		{"json", CLI_FLAG, &v.flag, NULL, "JSON"},
+		{"steps", CLI_INT, &v.n, "N", "steps", 1, 1, 9},
+		{0},
+	};
+	CLI_TABLE_END
+	const struct {
+		const char *tool, *args;
+		int rc;
+	} cases[] = {
+		{"piperun", "in -s 3", CLI_EXIT_USAGE},
+		{"piperun", "in -j", CLI_EXIT_USAGE},
+		{"piperun", "in -qj", CLI_EXIT_USAGE},
+		{"piperun", "in --seed 3 --json -n 2", CLI_RUN},
+		{"pipesim", "in -j", CLI_EXIT_USAGE},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		memcpy(opts, rows, sizeof rows);
+		CliTool t = {.tool = cases[i].tool, .input = "IN", .input_what = "input",
+		             .opts = opts, .silent = 1};
+		if (parse(&t, cases[i].args) != cases[i].rc)
+			fail_msg("%s %s: wanted %d", cases[i].tool, cases[i].args, cases[i].rc);
+	}
+	assert_int_equal(v.seed, 3);
+	assert_int_equal(v.n, 2);
 }
 
 static void cli__outputs__checked_before_work(void **state)
@@ -343,6 +404,8 @@ int main(void)
 		cmocka_unit_test(cli__values__converted_into_destinations),
 		cmocka_unit_test(cli__bad_values__usage_error),
 		cmocka_unit_test(cli__help__defaults_from_destinations_and_exit_statuses),
+		cmocka_unit_test(cli__letters__one_meaning_from_the_shared_table),
+		cmocka_unit_test(cli__retired_letters__usage_errors_long_names_kept),
 		cmocka_unit_test(cli__outputs__checked_before_work),
 		cmocka_unit_test(cli__write__whole_or_not_at_all),
 		cmocka_unit_test(cli__write__replaces_existing_files),

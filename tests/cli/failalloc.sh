@@ -84,7 +84,7 @@ for mode in "" +; do
 	[ -z "$mode" ] && sweep "pipecc custom schedule fail allocation N" "$dir/c.plan" "" \
 		"$FA/pipecc" examples/custom.pipe -o "$dir/c.plan"
 	sweep "pipesim fail allocation N$mode" "$dir/s.svg" "$mode" \
-		"$FA/pipesim" "$dir/demo.plan" -m overlap -g --svg "$dir/s.svg"
+		"$FA/pipesim" "$dir/demo.plan" --model overlap -g --svg "$dir/s.svg"
 done
 unset ASAN_OPTIONS
 # The other outputs, in the N mode: pipecc's binary plan, its summary (with the memory
@@ -102,7 +102,7 @@ sweep "pipecc -e summary fail allocation N" - "" "$FA/pipecc" examples/demo.pipe
 sweep "pipecc --dump lower fail allocation N" - "" "$FA/pipecc" examples/demo.pipe --dump lower
 sweep "pipecc gpt-tp fail allocation N" "$dir/t2.plan" "" \
 	"$FA/pipecc" examples/gpt-tp.pipe -o "$dir/t2.plan"
-sweep "pipesim gpt-tp overlap fail allocation N" - "" "$FA/pipesim" "$dir/tp.plan" -m overlap -g
+sweep "pipesim gpt-tp overlap fail allocation N" - "" "$FA/pipesim" "$dir/tp.plan" --model overlap -g
 STEP=7
 sweep "pipecc schedule auto fail allocation N" "$dir/auto.plan" "" \
 	"$FA/pipecc" "$dir/auto.pipe" -o "$dir/auto.plan"
@@ -115,9 +115,9 @@ sweep "pipesim --threads 2 fail allocation N" - "" "$FA/pipesim" "$dir/demo.plan
 sweep "pipesim deadlock fail allocation N" "$dir/d.svg" "" \
 	"$FA/pipesim" tests/plans/bad/head_to_head.plan --svg "$dir/d.svg"
 sweep "pipesim --trace fail allocation N" "$dir/t.json" "" \
-	"$FA/pipesim" "$dir/demo.plan" -m overlap --trace "$dir/t.json"
+	"$FA/pipesim" "$dir/demo.plan" --model overlap --trace "$dir/t.json"
 sweep "pipesim times past 48 bits fail allocation N" "$dir/w.json" "" \
-	"$FA/pipesim" "$dir/wide.plan" -m overlap --trace "$dir/w.json"
+	"$FA/pipesim" "$dir/wide.plan" --model overlap --trace "$dir/w.json"
 sweep "pipecc --expand, ranks in blocks, fail allocation N" "$dir/fb.bin" "" \
 	"$FA/pipecc" --expand --plan-format=binary "$dir/fbig.pipe" -o "$dir/fb.bin"
 sweep "pipesim, ranks in blocks, fail allocation N" - "" "$FA/pipesim" "$dir/fbig.plan"

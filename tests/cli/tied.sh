@@ -63,7 +63,7 @@ for case in "t 1f1b" "t zbh1" "dp 1f1b" "dp zbh1" "i interleaved" "idp interleav
 		has "$1 $2: rank $er sums with rank $hr" "$p" "^TIEREDUCE s=0 with=$hr "
 	done
 	t "pipesim proves $1 $2" 0 "$BIN/pipesim" "$p"
-	t "pipesim proves $1 $2 (overlap model)" 0 "$BIN/pipesim" -m overlap "$p"
+	t "pipesim proves $1 $2 (overlap model)" 0 "$BIN/pipesim" --model overlap "$p"
 	t "--check $1 $2" 0 "$BIN/piperun" "$p" --check --steps 2
 	has "--check $1 $2 agrees" "$dir/out" "^check: .*: ok"
 done
@@ -102,7 +102,7 @@ awk -v r=3 '
 	}' "$dir/t-1f1b.plan" >"$dir/dl.plan"
 has "the edit moves rank 3's TIEREDUCE before its last SEND" "$dir/dl.plan" "^TIEREDUCE s=3 with=0 .* g=9"
 for m in strict overlap; do
-	t "pipesim finds the deadlock ($m)" 1 "$BIN/pipesim" -m "$m" "$dir/dl.plan"
+	t "pipesim finds the deadlock ($m)" 1 "$BIN/pipesim" --model "$m" "$dir/dl.plan"
 	has "it is a deadlock ($m)" "$dir/err" "error: deadlock: 4 of 4 ranks can never finish"
 	has "the cycle goes from the head's TIEREDUCE to the embedding's ($m)" "$dir/err" \
 		"rank 3 .*TIEREDUCE s=3 with=0 .* waits for rank 0 .*TIEREDUCE s=0 with=3"

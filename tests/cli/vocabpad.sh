@@ -51,7 +51,7 @@ t "piperun --check on threads" 0 "$BIN/piperun" "$dir/pad.plan" --check --steps 
 has "piperun --check agrees" "$dir/out" "^check: .*: ok"
 
 # The loss with padding equals the unpadded model's (tp=1), step by step.
-losses() { "$BIN/piperun" "$1" --steps 3 -q -j | grep -o '"loss": [^,]*'; }
+losses() { "$BIN/piperun" "$1" --steps 3 -q --json | grep -o '"loss": [^,]*'; }
 for m in "" tied; do
 	"$BIN/pipecc" "$dir/${m:-pad}.pipe" -q -o "$dir/a.plan"
 	"$BIN/pipecc" "$dir/${m}nopad.pipe" -q -o "$dir/b.plan"
