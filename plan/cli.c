@@ -4,6 +4,8 @@
  * option, its parsing and its help line are one fact.  Defaults are not written in help
  * texts: a row with show_default prints the value its destination holds before
  * parsing, which the tool set from its named constant.
+ * Short letters are not the tools' own: one table here gives each long option its
+ * letter in all three, so a letter cannot mean two things.
  *
  * Output files are written whole or not at all: a regular file goes through a
  * temporary file beside it and a rename, every stdio error (at fwrite, fflush or
