@@ -221,7 +221,7 @@ int64_t sim_post_group(Sim *s, int r, int64_t i, int64_t end, int64_t t, int tak
 			if (take && (plan_ops[o->kind].needs & PLAN_DEP_STEP) &&
 			    (e = sim_val_find(s, r, step_key(o->stage))))
 				val_use(s, r, e); // an ALLGATHER takes its OPTIM's step
-			if (plan_ops[o->kind].over == OP_OVER_TP)
+			if (plan_ops[o->kind].part_end)
 				post_tpreduce(s, r, x, o, t);
 			else
 				post_allreduce(s, r, x, o, t);
