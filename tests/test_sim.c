@@ -21,6 +21,7 @@
 #include "../plan/io.h"
 #include "../plan/mem.h"
 #include "../plan/tp.h"
+#include "../plan/sizes.h"
 #include "../sim/sim.h"
 
 #include "sim_lib.h"
@@ -302,7 +303,8 @@ static void sim__distributed_optimizer__half_rings_in_order(void **state)
  * replicated linear: 64 + 32 x 32 + 32 parameters, f32 gradients also under bf16) each
  * rank holds gradients of over its rows only.  The stage's SPREDUCE sums them over the
  * tp group after its last W and before its OPTIM, for the tp ring's time (the link
- * model's, plan/link.h), which ends the step in both models; without sp there is none. */
+ * model's, plan/link.h), which ends the step in both models; without sp there is none;
+ * a member summing other bytes is a mismatch of the tp group. */
 static void sim__sp_reduce__tp_ring_before_the_step(void **state)
 {
 	(void)state;
@@ -344,6 +346,16 @@ static void sim__sp_reduce__tp_ring_before_the_step(void **state)
 						assert_true(sim_op_time(&a, r, k).end <= ti.start);
 			}
 			sim_result_free(&a);
+		}
+		if (v == 0) { // rank 1 sums other bytes: a mismatch in its tp group
+			PlanOp *x = &p->ranks[1].ops[first_op(p, 1, OP_SPREDUCE)];
+			assert_int_equal(plan_op_set_bytes(p, x, bytes + 4), 0);
+			SimOptions o = {.model = SIM_STRICT};
+			SimResult c;
+			assert_int_equal(sim_run(p, &o, &c), 1);
+			assert_int_equal(c.verdict, SIM_MISMATCH);
+			assert_contains(c.message, "members of a tp group all-reduce different sizes");
+			sim_result_free(&c);
 		}
 		plan_free(p);
 	}
