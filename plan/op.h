@@ -124,7 +124,7 @@ typedef struct {
 	uint16_t makes;    // PLAN_DEP_* it produces
 	uint8_t part_end;  // ends a tp part (TPREDUCE): the tp group meets by the part's
 	                   // identity; the other collective over tp (SPREDUCE) is a stage's,
-	                   // after its last W, and meets by count as the dp ones do
+	                   // after its dp reduction, and meets by count as the dp ones do
 	uint8_t shard;     // a step of the distributed optimizer (REDUCESCATTER, ALLGATHER):
 	                   // in a plan whose optimizer is distributed, and only there
 	uint8_t costs;     // bit k: it costs the stage's cost[k] (0 F, 1 B, 2 W)
