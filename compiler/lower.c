@@ -405,7 +405,7 @@ static void reserve_ops(Lw *w, int allow_deadlock)
 				n += remote_in[a->stage] + remote_out[a->stage];
 		}
 		for (int s = 0; s < w->ns; s++)
-			n += (p->stages[s].pp == q) * (1 + (dp > 1));
+			n += (p->stages[s].pp == q) * (1 + (dp > 1) + (plan_sp_bytes(p, s) > 0));
 		need[q] = n;
 		total += n;
 	}

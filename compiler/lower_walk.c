@@ -10,6 +10,7 @@
 #include "../plan/sizes.h"
 #include "../plan/line.h"
 #include "../plan/link.h"
+#include "../plan/tp.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -212,7 +213,8 @@ void lw_finish_compute(Lw *w, int pp, const SchedAct *a, int line)
  * pipeline ranks waits until its rank has `finished` every action (Megatron sums the
  * embedding group's gradients after the whole backward): its TIEREDUCE, a rendezvous
  * with the other copy's rank, then comes after every transfer either rank owes, and
- * before the stage's all-reduce and step. */
+ * before the stage's all-reduce and step.  Under sequence parallelism the stage's SPREDUCE
+ * (its replicated layers' gradients over tp, plan_sp_bytes) follows its dp reduction. */
 void lw_flush_reductions(Lw *w, int pp, int force, int finished)
 {
 	if (!w->nreduce[pp] || (w->pend[pp].n && !force))
@@ -234,6 +236,11 @@ void lw_flush_reductions(Lw *w, int pp, int force, int finished)
 			emit_sized(w, pp, (PlanOp){.kind = red, .stage = s, .mb = -1, .peer = -1,
 			                           .group = w->group[pp]++},
 			           plan_dp_bytes(w->plan, red, s), line);
+		int64_t sp = plan_sp_bytes(w->plan, s);
+		if (sp > 0) // its replicated layers' gradients, summed over tp after dp (plan/tp.h)
+			emit_sized(w, pp, (PlanOp){.kind = OP_SPREDUCE, .stage = s, .mb = -1, .peer = -1,
+			                           .group = w->group[pp]++},
+			           sp, line);
 		emit(w, pp, (PlanOp){.kind = OP_OPTIM, .stage = s, .mb = -1, .peer = -1, .group = -1,
 		                     .route = -1}, line);
 		if (dp > 1 && dist)

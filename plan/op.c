@@ -44,7 +44,7 @@ const OpInfo plan_ops[OP_COUNT] = {
 	                  .again = "a second one for this stage",
 	                  .early = "a reduction before the stage's last W"},
 	[OP_OPTIM] = {.name = "OPTIM", .role = OP_ROLE_STEP, .dir = DIR_GRAD,
-	              .needs = PLAN_DEP_ALL_W | PLAN_DEP_REDUCED | PLAN_DEP_TIED,
+	              .needs = PLAN_DEP_ALL_W | PLAN_DEP_REDUCED | PLAN_DEP_TIED | PLAN_DEP_SEQ,
 	              .makes = PLAN_DEP_STEP, .again = "a second one for this stage",
 	              .early = "an optimizer step before the stage's last W"},
 	[OP_TIEREDUCE] = {.name = "TIEREDUCE", .role = OP_ROLE_COMM, .over = OP_OVER_TIE,
@@ -56,7 +56,7 @@ const OpInfo plan_ops[OP_COUNT] = {
 	[OP_TPREDUCE] = {.name = "TPREDUCE", .role = OP_ROLE_COMM, .over = OP_OVER_TP,
 	                 .fields = OP_FIELD_MB | OP_FIELD_GROUP | OP_FIELD_BYTES | OP_FIELD_DIR |
 	                           OP_FIELD_PART,
-	                 .sized = 1, .alone = 1,
+	                 .sized = 1, .alone = 1, .part_end = 1,
 	                 .again = "a second tp all-reduce of this part",
 	                 .early = "a tp all-reduce out of order in its stage's parts"},
 	[OP_REDSCATTER] = {.name = "REDUCESCATTER", .role = OP_ROLE_COMM, .over = OP_OVER_DP,
@@ -71,7 +71,31 @@ const OpInfo plan_ops[OP_COUNT] = {
 	                  .needs = PLAN_DEP_STEP, .makes = PLAN_DEP_GATHERED,
 	                  .again = "a second one for this stage",
 	                  .early = "an all-gather before the stage's optimizer step"},
+	[OP_SPREDUCE] = {.name = "SPREDUCE", .role = OP_ROLE_COMM, .over = OP_OVER_TP,
+	                 .fields = OP_FIELD_GROUP | OP_FIELD_BYTES,
+	                 .sized = 1, .alone = 1, .dir = DIR_GRAD,
+	                 .needs = PLAN_DEP_ALL_W | PLAN_DEP_TIED | PLAN_DEP_REDUCED,
+	                 .makes = PLAN_DEP_SEQ,
+	                 .again = "a second one for this stage",
+	                 .early = "a sequence-parallel gradients' all-reduce before the stage's last W"},
 };
+
+/* SPREDUCE (o): once, on a stage with sequence-parallel gradients, after its dp
+ * reduction (the runtime sums over dp first, then over tp, as Megatron does) and before
+ * its step. */
+static const char *seq_apply(const OpInfo *o, PlanStageDeps *st, int dp)
+{
+	if (!st->sp)
+		return "an SPREDUCE on a stage without sequence-parallel gradients";
+	if (st->sp_done)
+		return o->again;
+	if (st->stepped)
+		return "an SPREDUCE after the stage's optimizer step";
+	if (dp > 1 && !st->reduced)
+		return "an SPREDUCE before the stage's dp reduction";
+	st->sp_done = 1;
+	return NULL;
+}
 
 const char *plan_dep_apply(OpKind k, uint8_t *mb, PlanStageDeps *st, PlanStageDeps *embed,
                            int m, int dp)
@@ -87,6 +111,8 @@ const char *plan_dep_apply(OpKind k, uint8_t *mb, PlanStageDeps *st, PlanStageDe
 			return "a weight gradient after the stage's all-reduce";
 		if (wgrad && st->tie_done)
 			return "a weight gradient after the stage's TIEREDUCE";
+		if (wgrad && st->sp_done)
+			return "a weight gradient after the stage's SPREDUCE";
 		if (wgrad && embed && (embed->reduced || embed->stepped))
 			return "a tied head's weight gradient after its embedding's all-reduce or step";
 		*mb |= o->makes;
@@ -121,11 +147,15 @@ const char *plan_dep_apply(OpKind k, uint8_t *mb, PlanStageDeps *st, PlanStageDe
 			return o->again;
 		st->reduced = 1;
 	}
+	if (o->makes & PLAN_DEP_SEQ)
+		return seq_apply(o, st, dp);
 	if (o->makes & PLAN_DEP_STEP) {
 		if (st->stepped)
 			return o->again;
 		if ((o->needs & PLAN_DEP_REDUCED) && dp > 1 && !st->reduced)
 			return "an optimizer step before the stage's all-reduce";
+		if ((o->needs & PLAN_DEP_SEQ) && st->sp && !st->sp_done)
+			return "an optimizer step before the stage's SPREDUCE";
 		st->stepped = 1;
 	}
 	if (o->makes & PLAN_DEP_GATHERED) {

@@ -27,6 +27,8 @@ typedef enum {
 	               // distributed optimizer's ALLREDUCE: each rank keeps its shard's sum)
 	OP_ALLGATHER, // all-gather of a stage's parameters over the dp group after its OPTIM
 	              // (the distributed optimizer: each rank updated only its shard)
+	OP_SPREDUCE,  // all-reduce over the tp group of a stage's replicated layers' weight
+	              // gradients under sequence parallelism (each rank's covers its rows)
 	OP_COUNT
 } OpKind;
 
@@ -45,6 +47,8 @@ enum {
 	                        // (needed only by a stage holding a copy, PlanStageDeps.tie)
 	PLAN_DEP_GATHERED = 512, // the stage's updated parameters all-gathered (distributed
 	                         // optimizer, dp > 1): what the next step's F reads
+	PLAN_DEP_SEQ = 1024,     // the stage's replicated layers' gradients summed over the tp group
+	                         // (needed only by a stage with sequence-parallel ones, .sp)
 };
 #define PLAN_DEP_MB (PLAN_DEP_ACT | PLAN_DEP_GRAD | PLAN_DEP_WGRAD)
 
@@ -118,6 +122,9 @@ typedef struct {
 	uint16_t fields;   // OP_FIELD_*: the PlanOp fields it uses
 	uint16_t needs;    // PLAN_DEP_* it waits for
 	uint16_t makes;    // PLAN_DEP_* it produces
+	uint8_t part_end;  // ends a tp part (TPREDUCE): the tp group meets by the part's
+	                   // identity; the other collective over tp (SPREDUCE) is a stage's,
+	                   // after its dp reduction, and meets by count as the dp ones do
 	uint8_t shard;     // a step of the distributed optimizer (REDUCESCATTER, ALLGATHER):
 	                   // in a plan whose optimizer is distributed, and only there
 	uint8_t costs;     // bit k: it costs the stage's cost[k] (0 F, 1 B, 2 W)
@@ -144,6 +151,9 @@ typedef struct {
 	uint8_t dist;     // set by the caller: the plan's optimizer is distributed (its
 	                  // reduction is a REDUCESCATTER and its OPTIM ends in an ALLGATHER)
 	uint8_t gathered; // its ALLGATHER ran
+	uint8_t sp;       // set by the caller: the stage has replicated layers' gradients to sum
+	                  // over the tp group under sequence parallelism (plan_sp_bytes > 0)
+	uint8_t sp_done;  // its SPREDUCE ran
 } PlanStageDeps;
 
 /* The dependency rules, once.  May an op of kind k run now on a stage whose microbatch
@@ -168,8 +178,8 @@ static inline int plan_op_is_comm(OpKind k)
 	return plan_ops[k].role == OP_ROLE_COMM;
 }
 
-/* ALLREDUCE, REDUCESCATTER, ALLGATHER, TIEREDUCE, TPREDUCE: collectives, each over its
- * communicator (over). */
+/* ALLREDUCE, REDUCESCATTER, ALLGATHER, TIEREDUCE, TPREDUCE, SPREDUCE: collectives, each
+ * over its communicator (over). */
 static inline int plan_op_is_coll(OpKind k)
 {
 	return plan_ops[k].over > OP_OVER_PEER;
@@ -231,7 +241,8 @@ static inline int plan_op_sized(int kind)
 	return kind >= 0 && kind < OP_COUNT && plan_ops[kind].sized;
 }
 /* The fewest bytes an op of kind k may move: a tp all-reduce (TPREDUCE) follows only a
- * part whose output is a partial sum, so it moves something; the rest may move 0. */
+ * part whose output is a partial sum, and an SPREDUCE only a stage with such gradients,
+ * so they move something; the rest may move 0. */
 static inline int64_t plan_op_bytes_min(OpKind k)
 {
 	return plan_ops[k].over == OP_OVER_TP;

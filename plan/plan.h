@@ -184,7 +184,7 @@ typedef struct {
 	int nroutes;
 	PlanRoute *routes;
 	int64_t routes_line;   // plan-file line of routes[0] when read from a file, else 0
-	/* The sizes the ALLREDUCE, TIEREDUCE and TPREDUCE ops move, each once (plan_op_set_bytes
+	/* The sizes the collectives (plan_op_sized) move, each once (plan_op_set_bytes
 	 * adds them; an op's route names one), and a hash of them: slots hold index + 1. */
 	int64_t *sizes;
 	int32_t nsizes, sizes_cap;

@@ -7,10 +7,11 @@
  * (verify.c, verify_ops.c); the dependency rows (DEP_ and P2P_ onwards) are the phrases
  * the dependency rules return (plan_dep_apply, the op table's again and early,
  * plan_part_apply, the walk's own), and plan_rule_of finds a fault's row by its phrase.
- * plan_dep_apply has five phrases more that no verified walk reaches, since an earlier
- * rule always fires first (a weight gradient after the all-reduce or TIEREDUCE: those
- * need all m, and a microbatch's second is `a second`; a TIEREDUCE on a stage without a
- * copy, or after its all-reduce or step: check_tie and DEP_BEFORE_TIE come first); they
+ * plan_dep_apply has seven phrases more that no verified walk reaches, since an earlier
+ * rule always fires first (a weight gradient after the all-reduce, TIEREDUCE or SPREDUCE:
+ * those need all m, and a microbatch's second is `a second`; a TIEREDUCE on a stage
+ * without a copy, or after its all-reduce or step: check_tie and DEP_BEFORE_TIE come
+ * first; an SPREDUCE after the step: the step waits for it, DEP_OPTIM_BEFORE_SP); they
  * guard its other callers and tests/test_layers.c holds them, and they have no row.
  * Adding a rule: its row here, its check, its bad plan in tests/test_rules.c. */
 #ifndef PLAN_RULES_H
@@ -86,6 +87,11 @@
 	X(DEP_STAGE_AWAY, "the stage is not on this rank") \
 	X(DEP_TP_AT_TP1, "a TPREDUCE in a plan with tp=1") \
 	X(DEP_REDUCE_SIZE, "its size differs from the stage's gradients") \
+	X(DEP_SP_EARLY, "a sequence-parallel gradients' all-reduce before the stage's last W") \
+	X(DEP_OPTIM_BEFORE_SP, "an optimizer step before the stage's SPREDUCE") \
+	X(DEP_SP_NONE, "an SPREDUCE on a stage without sequence-parallel gradients") \
+	X(DEP_SP_BEFORE_DP, "an SPREDUCE before the stage's dp reduction") \
+	X(DEP_SP_SIZE, "its size differs from the stage's sequence-parallel gradients") \
 	X(P2P_NOT_HERE, "the edge's stage at this end is not on this rank") \
 	X(P2P_PEER, "the peer is not the rank holding the other end of the edge") \
 	X(P2P_SAME_RANK, "a transfer to the same rank, on an edge its peer tables hand over locally") \

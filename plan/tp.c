@@ -284,3 +284,22 @@ int plan_tp_expand(Plan *p, PlanRank *rk, size_t *failed)
 	free(parts);
 	return rc;
 }
+
+int64_t plan_sp_bytes(const Plan *p, int s)
+{
+	int tp = p->dims[DIM_TP];
+	if (!p->sp || tp == 1)
+		return 0;
+	const PlanStage *st = &p->stages[s];
+	LayerShape sh = plan_shape(p);
+	int64_t n = 0;
+	for (int l = 0; l < st->nlayers; l++) {
+		if (plan_layers[st->layers[l].kind].tp != LAYER_TP_WHOLE)
+			continue;
+		LayerTensors t;
+		plan_layer_tensors(&st->layers[l], &sh, tp, &t);
+		for (int j = t.borrowed; j < t.nparams; j++)
+			n += (int64_t)t.param[j].rows * t.param[j].cols;
+	}
+	return n * plan_prec(p->prec)->grad;
+}

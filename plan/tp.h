@@ -57,6 +57,12 @@ const char *plan_part_apply(const PlanParts *pp, const PlanOp *o, uint8_t mb,
 /* ns and saved-byte change of compute op o (F, B, W, BW of a part) on a stage with parts pp. */
 int64_t plan_part_cost(const PlanParts *pp, const PlanOp *o, const int64_t stage_cost[3]);
 int64_t plan_part_mem(const PlanParts *pp, const PlanOp *o);
+/* The bytes of stage s's SPREDUCE: under sequence parallelism at tp > 1 each rank's
+ * gradient of a replicated layer (LAYER_TP_WHOLE: a norm, a replicated linear) covers
+ * only its rows, and the stage sums them over the tp group before its step: those
+ * layers' own parameters times the precision's gradient bytes (f32 under bf16); 0 without
+ * sequence parallelism, at tp = 1, or on a stage without such parameters. */
+int64_t plan_sp_bytes(const Plan *p, int s);
 /* The TPREDUCE's time: plan_dim_coll_ns over DIM_TP (plan/link.h). */
 
 #endif

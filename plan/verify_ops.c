@@ -198,7 +198,7 @@ static const char *part_rule(const PlanVc *v, Deps *d, const PlanOp *o, char *x,
 	const PlanParts *pp = &v->parts[o->stage];
 	size_t at = (size_t)d->loc[o->stage] * d->m + o->mb;
 	PlanPartState *ps = &d->ps[at];
-	int red = plan_ops[o->kind].over == OP_OVER_TP; // a TPREDUCE, else a part
+	int red = plan_ops[o->kind].part_end; // a TPREDUCE, else a part
 	int dir = plan_op_dir(o);
 	int first = !red && ps->step[dir] == 0;
 	if (red && o->part < pp->n[dir] &&
@@ -238,9 +238,9 @@ static int dep_op(PlanVc *v, Deps *d, int64_t i)
 		                   d->pp);
 	else if (d->loc[s] < 0)
 		bad = "the stage is not on this rank";
-	else if (in->over == OP_OVER_TP && !v->parts)
+	else if (in->part_end && !v->parts)
 		bad = "a TPREDUCE in a plan with tp=1";
-	else if (v->parts && (in->parted || in->over == OP_OVER_TP)) // a part or its end
+	else if (v->parts && (in->parted || in->part_end)) // a part or its end
 		bad = part_rule(v, d, o, x, sizeof x);
 	else if (plan_op_is_compute(k)) {
 		bad = plan_dep_apply(k, &d->st[(size_t)d->loc[s] * d->m + o->mb], &d->sd[d->loc[s]],
@@ -251,6 +251,9 @@ static int dep_op(PlanVc *v, Deps *d, int64_t i)
 	           plan_op_bytes(p, o) != plan_dp_bytes(p, k, s))
 		bad = in->needs & PLAN_DEP_STEP ? "its size differs from the stage's parameters"
 		                                : "its size differs from the stage's gradients";
+	else if ((in->makes & PLAN_DEP_SEQ) && d->sd[d->loc[s]].sp &&
+	         plan_op_bytes(p, o) != plan_sp_bytes(p, s))
+		bad = "its size differs from the stage's sequence-parallel gradients";
 	else
 		bad = plan_dep_apply(k, NULL, &d->sd[d->loc[s]], NULL, d->m, d->dp);
 	return bad ? plan_vc_err(v, plan_rule_of(bad), d->r, i,
@@ -376,6 +379,9 @@ static int deps_begin(PlanVc *v, Deps *d, int r)
 		d->sd[d->loc[ts]].tie = 1;
 	for (int s = 0; s < nloc; s++)
 		d->sd[s].dist = p->optim.distributed;
+	for (int s = 0; s < p->nstages; s++)
+		if (d->loc[s] >= 0)
+			d->sd[d->loc[s]].sp = plan_sp_bytes(p, s) > 0;
 	return 0;
 }
 

@@ -159,8 +159,10 @@ static int setup(RtRank *r)
 	int e = m->embed_stage;
 	for (int i = 0; i < in->nls; i++)
 		in->ls[i].b.embed = e >= 0 && in->local_of[e] >= 0 ? &in->ls[in->local_of[e]].b : NULL;
-	for (int i = 0; i < in->nls; i++)
+	for (int i = 0; i < in->nls; i++) {
 		in->ls[i].deps.dist = p->optim.distributed;
+		in->ls[i].deps.sp = rt_stage_seq_params(r, in->ls[i].stage) > 0;
+	}
 	if (m->tied_head >= 0 && in->local_of[m->tied_head] >= 0 && in->local_of[e] >= 0)
 		in->ls[in->local_of[e]].deps.tied = 1;
 	/* A table tied across ranks: this rank's copy, summed with the other by TIEREDUCE. */
@@ -458,7 +460,8 @@ static void step_over(RtRank *r, LStage *ls)
 	memset(ls->state, 0, (size_t)p->microbatches);
 	if (ls->ps)
 		memset(ls->ps, 0, (size_t)p->microbatches * sizeof *ls->ps);
-	ls->deps = (PlanStageDeps){.tied = ls->deps.tied, .tie = ls->deps.tie, .dist = ls->deps.dist};
+	ls->deps = (PlanStageDeps){.tied = ls->deps.tied, .tie = ls->deps.tie, .dist = ls->deps.dist,
+	                           .sp = ls->deps.sp};
 }
 
 /* The stage's step ends with its ALLGATHER (a distributed optimizer at dp > 1). */
@@ -470,7 +473,7 @@ static int gathers(RtRank *r)
 static int op_optim(RtRank *r, LStage *ls, int step)
 {
 	const RtDevice *dev = r->dev;
-	if (rt_stage_seq_grads(r, ls->stage, &ls->b) || rt_wrong_optim(r, &ls->b, step, 0) ||
+	if (rt_wrong_optim(r, &ls->b, step, 0) ||
 	    rt_stage_optim(r, &ls->b, ls->b.grads) ||
 	    rt_wrong_optim(r, &ls->b, step, 1) || dev->zero(r, ls->b.grads))
 		return RT_EFAIL;
@@ -632,6 +635,25 @@ static int post_shard(RtRank *r, const PlanOp *o, int64_t i, int gather)
 	return r->w->comm->shard(r, gather ? ls->b.params : ls->b.grads, gather, &msg);
 }
 
+/* An SPREDUCE: the stage's replicated layers' gradients, each rank's over its rows under
+ * sequence parallelism, summed over the tp group (the sums run now, as a TPREDUCE's). */
+static int op_spreduce(RtRank *r, const PlanOp *o, int64_t i)
+{
+	const Plan *p = r->w->plan;
+	LStage *ls = local_stage(r, o->stage, "SPREDUCE of");
+	if (!ls)
+		return RT_EFAIL;
+	int64_t want = rt_stage_seq_params(r, o->stage) * plan_prec(p->prec)->grad;
+	if (plan_op_bytes(p, o) != want)
+		return rt_error(r, "SPREDUCE of stage %s moves bytes=%lld, but its replicated layers' "
+		                   "gradients are %lld bytes",
+		                p->stages[o->stage].name, (long long)plan_op_bytes(p, o), (long long)want);
+	if (dep_rule(r, ls, o))
+		return RT_EFAIL;
+	RtMsg msg = {.edge = o->stage, .mb = -1, .dir = -1, .op = (int32_t)i};
+	return rt_stage_seq_grads(r, o->stage, &ls->b, &msg);
+}
+
 /* A TIEREDUCE: the tied table's gradient, summed with its other copy's. */
 static int post_tiereduce(RtRank *r, const PlanOp *o, int64_t i)
 {
@@ -770,6 +792,8 @@ static int run_op(RtRank *r, int64_t i, int step, int64_t *split)
 		return post_shard(r, o, i, 0);
 	case OP_ALLGATHER:
 		return post_shard(r, o, i, 1);
+	case OP_SPREDUCE:
+		return op_spreduce(r, o, i);
 	case OP_COUNT:
 		break;
 	}

@@ -191,10 +191,14 @@ int rt_stage_bwd_run(RtRank *r, int s, int mb, int step, int replica, RtStageBuf
  * (but the loss's): cur becomes the rank's rows of the sum. */
 int rt_stage_tp_reduce(RtRank *r, int s, int mb, RtStageBufs *b, RtWalk *wk, RtTensor **saved,
                        int dir, const RtMsg *m);
-/* Sequence parallelism: the replicated layers' weight gradients of stage s, each rank's
- * over its rows, summed over the tp group before the step (Megatron's all-reduce of the
- * sequence-parallel parameters' gradients); nothing without it. */
-int rt_stage_seq_grads(RtRank *r, int s, RtStageBufs *b);
+/* Sequence parallelism: the parameters of stage s's replicated layers, whose weight
+ * gradients each rank holds over its rows only (0 without it; the plan's SPREDUCE moves
+ * them, plan_sp_bytes). */
+int64_t rt_stage_seq_params(RtRank *r, int s);
+/* Its SPREDUCE (m: the op, for matching): those gradients summed over the tp group, layer
+ * by layer, after the dp reduction and before the step (Megatron's all-reduce of the
+ * sequence-parallel parameters' gradients). */
+int rt_stage_seq_grads(RtRank *r, int s, RtStageBufs *b, const RtMsg *m);
 /* The last part of a walk has made its result, in flight from now (RT_MEM_COMM) as the
  * memory model counts it, though a TPREDUCE may still sum it; under sequence
  * parallelism that is the piece the reduce-scatter fills. */

@@ -873,20 +873,34 @@ int rt_stage_tp_reduce(RtRank *r, int s, int mb, RtStageBufs *b, RtWalk *wk, RtT
 	return dir == DIR_ACT ? bodies_close(r, wk, l) : RT_OK;
 }
 
-int rt_stage_seq_grads(RtRank *r, int s, RtStageBufs *b)
+/* The replicated layers' own parameters of layer l of stage s (0 for a split one or
+ * without sequence parallelism, whose gradients need no sum over tp). */
+static int64_t seq_layer_params(RtRank *r, int s, int l)
 {
-	const PlanStage *st = &r->w->plan->stages[s];
+	const RtLayerAt *at = &r->model->st[s].at[l];
+	int64_t n = 0;
+	if (r->model->rows == r->w->plan->rows || // no sequence parallelism
+	    plan_layers[r->w->plan->stages[s].layers[l].kind].tp != LAYER_TP_WHOLE)
+		return 0;
+	for (int j = at->t.borrowed; j < at->t.nparams; j++)
+		n += at->t.param[j].rows * at->t.param[j].cols;
+	return n;
+}
+
+int64_t rt_stage_seq_params(RtRank *r, int s)
+{
+	int64_t n = 0;
+	for (int l = 0; l < r->w->plan->stages[s].nlayers; l++)
+		n += seq_layer_params(r, s, l);
+	return n;
+}
+
+int rt_stage_seq_grads(RtRank *r, int s, RtStageBufs *b, const RtMsg *m)
+{
 	const RtStageModel *sm = &r->model->st[s];
-	RtMsg m = {.edge = s, .mb = -1, .dir = -1, .op = (int32_t)atomic_load(&r->cur_op)};
-	if (r->model->rows == r->w->plan->rows) // no sequence parallelism
-		return RT_OK;
-	for (int l = 0; l < st->nlayers; l++) {
-		const RtLayerAt *at = &sm->at[l];
-		int64_t n = 0;
-		for (int j = at->t.borrowed; j < at->t.nparams; j++)
-			n += at->t.param[j].rows * at->t.param[j].cols;
-		if (n && plan_layers[st->layers[l].kind].tp == LAYER_TP_WHOLE &&
-		    reduce_view(r, b->grads, at->off, 1, n, 0, &m))
+	for (int l = 0; l < r->w->plan->stages[s].nlayers; l++) {
+		int64_t n = seq_layer_params(r, s, l);
+		if (n && reduce_view(r, b->grads, sm->at[l].off, 1, n, 0, m))
 			return RT_EFAIL;
 	}
 	return RT_OK;

@@ -95,10 +95,18 @@ int32_t sim_pred_code(const Sim *s, int r, int64_t i, int64_t ref)
 		return o->peer == q ? (int32_t)((1 << PRED_BITS) | v) : -1;
 	case OP_OVER_DP:
 		return (int32_t)((2 << PRED_BITS) | q);
-	case OP_OVER_TP:
-		return (int32_t)((3 << PRED_BITS) | q);
+	case OP_OVER_TP: // a part's TPREDUCE meets by identity, a stage's SPREDUCE by count
+		return (int32_t)(((plan_ops[o->kind].part_end ? 3 : 2) << PRED_BITS) | q);
 	}
 	return -1;
+}
+
+/* Whether op x is a collective met by count on o's communicator (a dp one, or a
+ * stage's SPREDUCE over tp; not a part's TPREDUCE): members meet the k-th of these. */
+static int by_count(const PlanOp *x, const PlanOp *o)
+{
+	const OpInfo *in = &plan_ops[x->kind];
+	return in->over == plan_ops[o->kind].over && plan_op_is_coll(x->kind) && !in->part_end;
 }
 
 int64_t sim_pred_ref(const Sim *s, int r, int64_t i)
@@ -113,13 +121,13 @@ int64_t sim_pred_ref(const Sim *s, int r, int64_t i)
 		return REF(r, v);
 	case 1:
 		return REF(o->peer, v);
-	case 2: { // the member's all-reduce with the same count as ours
+	case 2: { // the member's collective met by count with the same count as ours
 		int64_t k = 0;
 		for (int64_t j = 0; j < i; j++)
-			k += plan_ops[s->p->ranks[r].ops[j].kind].over == OP_OVER_DP;
+			k += by_count(&s->p->ranks[r].ops[j], o);
 		const PlanRank *pm = &s->p->ranks[v];
 		for (int64_t j = 0; j < pm->nops; j++)
-			if (plan_ops[pm->ops[j].kind].over == OP_OVER_DP && k-- == 0)
+			if (by_count(&pm->ops[j], o) && k-- == 0)
 				return REF(v, j);
 		return REF_NONE;
 	}

@@ -213,7 +213,7 @@ static int group_ready(Sim *s, int r, int64_t i, int64_t *end, int64_t *t, int64
 			one = nsend++ ? NULL : e;
 		} else if (!(s->coll_kinds >> o->kind & 1)) {
 			continue; // a RECV: its data comes from its peer
-		} else if (plan_ops[o->kind].over == OP_OVER_TP) { // a part's output
+		} else if (plan_ops[o->kind].part_end) { // a part's output
 			coll = 1;
 			if (!(e = sim_val_find(s, r, tp_key(KEY_DATA, o->stage, o->dir, o->part, o->mb))))
 				return 0;
@@ -310,19 +310,20 @@ __attribute__((always_inline)) static inline int group_done(Sim *s, int r, int64
 	int any = 0;
 	for (int64_t x = i; x < k->gend; x++) {
 		const PlanOp *o = &pr->ops[x];
-		int over, rc;
+		int rc;
 		if (!(s->coll_kinds >> o->kind & 1)) { // a RECV publishes its data, a SEND nothing
 			if (s->send_kinds >> o->kind & 1)
 				continue;
 			if (put_recv(s, r, o, k->gmax, k->gmax_who))
 				return -1;
 			any = 1;
-		} else if ((over = plan_ops[o->kind].over) == OP_OVER_TP) {
+		} else if (plan_ops[o->kind].part_end) {
 			if ((rc = tp_done(s, r, o)) < 0)
 				return -1;
 			any |= rc;
 		} else if (reduces_wgrad(plan_op_kind(o))) { // the stage's reduced weight gradients
-			if (sim_val_put(s, r, reduced_key(over, o->stage), k->gmax, k->gmax_who, 1))
+			uint64_t key = reduced_key(plan_ops[o->kind].over, o->stage);
+			if (sim_val_put(s, r, key, k->gmax, k->gmax_who, 1))
 				return -1;
 			any = 1;
 		}

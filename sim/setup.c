@@ -248,6 +248,7 @@ int sim_setup(Sim *s)
 			st->dmem[k] = plan_op_mem((OpKind)k, ps);
 		}
 		st->cost[OP_OPTIM] = ps->optim; // the step's own time, not a pass's
+		st->sp = plan_sp_bytes(p, i) > 0;
 		if (ps->pp >= 0 && ps->pp < p->dims[DIM_PP])
 			s->local_idx[i] = s->nlocal[ps->pp]++;
 		if (s->tp > 1 && plan_stage_parts(p, i, &st->parts)) {

@@ -145,8 +145,9 @@ static void coll_arrive(Sim *s, Coll *c, int r, int64_t i, const PlanOp *o, int6
 	}
 }
 
-/* A collective: an ALLREDUCE, REDUCESCATTER or ALLGATHER over the rank's dp group
- * (every member's k-th one of the same kind and stage), or a TIEREDUCE over the pair
+/* A collective met by count: an ALLREDUCE, REDUCESCATTER or ALLGATHER over the rank's dp
+ * group, or a stage's SPREDUCE over its tp group (every member's k-th one of the same
+ * kind and stage), or a TIEREDUCE over the pair
  * holding the two copies of a tied table (their stages differ: the embedding's and the
  * head's).  It completes when every member has posted, after the link model's time.
  * Not inlined, as post_tpreduce: rare, kept out of sim_post_group's loop over p2p ops. */
@@ -161,13 +162,13 @@ __attribute__((noinline)) static void post_allreduce(Sim *s, int r, int64_t i, c
 	Coll *c = &s->coll[g];
 	if (c->arrived && ((o->stage != c->stage && !tie) || o->kind != c->kind ||
 	                   plan_op_bytes(s->p, o) != c->bytes)) {
+		char why[100];
+		snprintf(why, sizeof why, "members of a %s group %s", over == OP_OVER_TP ? "tp" : "dp",
+		         o->kind != c->kind     ? "run different collectives at the same point"
+		         : o->stage != c->stage ? "all-reduce different stages at the same point"
+		                                : "all-reduce different sizes");
 		sim_mismatch(s, c->first_rank, c->first_op, r, i,
-		             tie ? "the two copies of a tied table are reduced with different sizes"
-		             : o->kind != c->kind
-		                 ? "members of a dp group run different collectives at the same point"
-		             : o->stage != c->stage
-		                 ? "members of a dp group all-reduce different stages at the same point"
-		                 : "members of a dp group all-reduce different sizes");
+		             tie ? "the two copies of a tied table are reduced with different sizes" : why);
 		return;
 	}
 	s->rk[r].ar_op = i;
@@ -221,7 +222,7 @@ int64_t sim_post_group(Sim *s, int r, int64_t i, int64_t end, int64_t t, int tak
 			if (take && (plan_ops[o->kind].needs & PLAN_DEP_STEP) &&
 			    (e = sim_val_find(s, r, step_key(o->stage))))
 				val_use(s, r, e); // an ALLGATHER takes its OPTIM's step
-			if (plan_ops[o->kind].over == OP_OVER_TP)
+			if (plan_ops[o->kind].part_end)
 				post_tpreduce(s, r, x, o, t);
 			else
 				post_allreduce(s, r, x, o, t);

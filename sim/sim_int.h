@@ -164,6 +164,7 @@ typedef struct {
 	int data_ring[DIR_COUNT];
 	uint8_t fast;
 	int fast_pp;       // pp when fast, else -4 (no rank's): compute_fast's one test
+	uint8_t sp;        // its OPTIM waits for its SPREDUCE (plan_sp_bytes > 0, overlap)
 } StageInfo;
 
 /* One simulation: the plan, the options, every rank's and stage's state, the chans and
@@ -250,10 +251,11 @@ static inline uint64_t hkey(int type, int dir, int idx, int mb)
 }
 
 /* The key of a stage's reduced weight gradients by what the reduction communicated
- * over: its ALLREDUCE's over dp (dir 0), its TIEREDUCE's over a tied pair (dir 1). */
+ * over: its ALLREDUCE's over dp (dir 0), its TIEREDUCE's over a tied pair (dir 1), its
+ * SPREDUCE's over tp (microbatch 2: step_key holds 1). */
 static inline uint64_t reduced_key(int over, int stage)
 {
-	return hkey(KEY_AR, over == OP_OVER_TIE, stage, 0);
+	return hkey(KEY_AR, over == OP_OVER_TIE, stage, over == OP_OVER_TP ? 2 : 0);
 }
 
 /* The key of a stage's optimizer step done (OPTIM), what its ALLGATHER (distributed
@@ -263,17 +265,18 @@ static inline uint64_t step_key(int stage)
 	return hkey(KEY_AR, 0, stage, 1);
 }
 
-/* Whether kind k is a collective over the dp group or a tied pair (a rank's posted one
- * is SimRank.ar_op); the other collective, over tp, is tp_op. */
+/* Whether kind k is a collective met by count (a rank's posted one is SimRank.ar_op):
+ * over the dp group, a tied pair, or a stage's SPREDUCE over tp; a part's TPREDUCE
+ * (part_end) is tp_op. */
 static inline int coll_ar(OpKind k)
 {
-	return plan_op_is_coll(k) && plan_ops[k].over != OP_OVER_TP;
+	return plan_op_is_coll(k) && !plan_ops[k].part_end;
 }
 
 /* Whether kind k reduces a stage's weight gradients across ranks (ALLREDUCE,
- * REDUCESCATTER, TIEREDUCE):
+ * REDUCESCATTER, TIEREDUCE, SPREDUCE):
  * a collective that waits for every W of its stage.  Its result is reduced_key's, a
- * rank's posted one SimRank.ar_op.  The other collective, over tp, reduces a part. */
+ * rank's posted one SimRank.ar_op.  A TPREDUCE reduces a part. */
 static inline int reduces_wgrad(OpKind k)
 {
 	return plan_op_is_coll(k) && (plan_ops[k].needs & PLAN_DEP_ALL_W);
@@ -283,7 +286,7 @@ static inline int reduces_wgrad(OpKind k)
  * part): the members of a tp group meet by identity, not by count (sim.c). */
 static inline int tp_same(const PlanOp *o, const PlanOp *x)
 {
-	return plan_ops[o->kind].over == OP_OVER_TP && o->stage == x->stage && o->mb == x->mb &&
+	return plan_ops[o->kind].part_end && o->stage == x->stage && o->mb == x->mb &&
 	       o->dir == x->dir && o->part == x->part;
 }
 
@@ -403,6 +406,8 @@ static inline int consumed_keys(Sim *s, const PlanOp *o, uint64_t *keys, int n)
 		keys[c++] = reduced_key(OP_OVER_DP, o->stage);
 	if ((needs & PLAN_DEP_TIED) && c < n && (o->stage == s->tie_e || o->stage == s->tie_h))
 		keys[c++] = reduced_key(OP_OVER_TIE, o->stage);
+	if ((needs & PLAN_DEP_SEQ) && c < n && s->st[o->stage].sp)
+		keys[c++] = reduced_key(OP_OVER_TP, o->stage);
 	return c;
 }
 

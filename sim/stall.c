@@ -57,7 +57,7 @@ static int want_tp(const PlanOp *o, const void *arg)
 /* The TPREDUCE whose result is key (tp_key KEY_AR). */
 static int want_tp_done(const PlanOp *o, const void *arg)
 {
-	return plan_ops[o->kind].over == OP_OVER_TP &&
+	return plan_ops[o->kind].part_end &&
 	       tp_key(KEY_AR, o->stage, o->dir, o->part, o->mb) == ((const Want *)arg)->key;
 }
 
@@ -105,7 +105,7 @@ static int want_step(const PlanOp *o, const void *arg)
 static int unmatched(Sim *s, int r, int64_t i)
 {
 	const PlanOp *o = &s->p->ranks[r].ops[i];
-	if (plan_ops[o->kind].over == OP_OVER_TP)
+	if (plan_ops[o->kind].part_end)
 		return s->rk[r].tp_op == i;
 	if (coll_ar(plan_op_kind(o)))
 		return s->rk[r].ar_op == i;
@@ -221,7 +221,7 @@ static int agent_edge(Sim *s, int a, int idx, SimWait *w, int *to)
 				if (sim_val_find(s, r, wt.key))
 					continue;
 				y = find_op(p, r, k->cpc, 0, want_producer, &wt);
-			} else if (in->over == OP_OVER_TP) {
+			} else if (in->part_end) {
 				if (sim_val_find(s, r, tp_key(KEY_DATA, o->stage, o->dir, o->part, o->mb)))
 					continue;
 				wt.op = o;
@@ -254,7 +254,7 @@ static int agent_edge(Sim *s, int a, int idx, SimWait *w, int *to)
 			continue;
 		const PlanOp *o = &pr->ops[x];
 		int over = plan_ops[o->kind].over;
-		if (over == OP_OVER_TP) {
+		if (plan_ops[o->kind].part_end) {
 			if (tp_edge(s, r, x, &e, idx, w, to, stream))
 				return 1;
 			continue;

@@ -797,6 +797,49 @@ static void ops__dep_rules__tie_reduce_after_last_w_before_step(void **state)
 	                    "a weight gradient after the stage's TIEREDUCE");
 }
 
+/* A stage with sequence-parallel gradients (PlanStageDeps.sp): its SPREDUCE comes after
+ * its last W and its dp reduction and before its step, once; a stage without has none. */
+static void ops__dep_rules__sp_reduce_after_dp_before_step(void **state)
+{
+	(void)state;
+	const struct {
+		OpKind k[5];
+		int n, dp, sp;
+		const char *why; // NULL: accepted
+	} cases[] = {
+		{{OP_F, OP_BW, OP_ALLREDUCE, OP_SPREDUCE, OP_OPTIM}, 5, 2, 1, NULL},
+		{{OP_F, OP_B, OP_W, OP_SPREDUCE, OP_OPTIM}, 5, 1, 1, NULL},
+		{{OP_F, OP_B, OP_W, OP_OPTIM}, 4, 1, 0, NULL},
+		{{OP_F, OP_B, OP_SPREDUCE}, 3, 1, 1,
+		 "a sequence-parallel gradients' all-reduce before the stage's last W"},
+		{{OP_F, OP_BW, OP_SPREDUCE}, 3, 2, 1, "an SPREDUCE before the stage's dp reduction"},
+		{{OP_F, OP_BW, OP_OPTIM}, 3, 1, 1, "an optimizer step before the stage's SPREDUCE"},
+		{{OP_F, OP_BW, OP_SPREDUCE, OP_SPREDUCE}, 4, 1, 1, "a second one for this stage"},
+		{{OP_F, OP_BW, OP_SPREDUCE}, 3, 1, 0,
+		 "an SPREDUCE on a stage without sequence-parallel gradients"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		uint8_t mb = 0;
+		PlanStageDeps st = {.sp = (uint8_t)cases[i].sp};
+		const char *why = NULL;
+		for (int j = 0; j < cases[i].n && !why; j++)
+			why = plan_dep_apply(cases[i].k[j], plan_op_is_compute(cases[i].k[j]) ? &mb : NULL,
+			                     &st, NULL, 1, cases[i].dp);
+		if (cases[i].why ? !why || strcmp(why, cases[i].why) : why != NULL)
+			fail_msg("case %zu: got '%s', want '%s'", i, why ? why : "(accepted)",
+			         cases[i].why ? cases[i].why : "(accepted)");
+	}
+	/* what no verified walk reaches: a W after the SPREDUCE, an SPREDUCE after the step */
+	uint8_t mb[2] = {0};
+	PlanStageDeps st = {.sp = 1, .sp_done = 1};
+	assert_null(plan_dep_apply(OP_F, &mb[0], &st, NULL, 2, 1));
+	assert_string_equal(plan_dep_apply(OP_BW, &mb[0], &st, NULL, 2, 1),
+	                    "a weight gradient after the stage's SPREDUCE");
+	st = (PlanStageDeps){.sp = 1, .nw = 1, .stepped = 1};
+	assert_string_equal(plan_dep_apply(OP_SPREDUCE, NULL, &st, NULL, 1, 1),
+	                    "an SPREDUCE after the stage's optimizer step");
+}
+
 /* gpt-tiny with its head tied at pp=4: a copy of the table on the head's rank, and a
  * TIEREDUCE on both ranks; the reader and the verifier locate what is wrong in one. */
 static void plan__tie_across_ranks__read_and_verified(void **state)
@@ -900,6 +943,7 @@ int main(void)
 		cmocka_unit_test(ops__dep_rules__order_enforced),
 		cmocka_unit_test(ops__dep_rules__tied_head_before_embedding_step),
 		cmocka_unit_test(ops__dep_rules__tie_reduce_after_last_w_before_step),
+		cmocka_unit_test(ops__dep_rules__sp_reduce_after_dp_before_step),
 		cmocka_unit_test(plan__tie_across_ranks__read_and_verified),
 		cmocka_unit_test(ops__group_end__spans_one_group),
 		cmocka_unit_test(layers__tp_figures__divide_as_split),

@@ -885,6 +885,88 @@ static Plan *bad_P2P_ROUTE(void)
 	return p;
 }
 
+/* A one-stage model on pp=1 x dp x tp=2 with sequence parallelism (`sp` 1) or without:
+ * its layernorm's gradients are each rank's over its rows, summed by the stage's
+ * SPREDUCE (after the dp reduction, before OPTIM). */
+static Plan *chain_sp(int dp, int sp)
+{
+	char src[512];
+	snprintf(src, sizeof src,
+	         "pipeline t;\nmesh pp=1 dp=%d tp=2%s;\nmicrobatches 2;\ninput tokens 2x8 vocab=32;\n"
+	         "stage s0 { embed 32; layernorm; head; loss xent; }\nschedule gpipe;\n",
+	         dp, sp ? " sp" : "");
+	return good(src, "gpipe");
+}
+
+/* Ops i and j of rank r swapped, each group number left in its place. */
+static void swap_in_groups(Plan *p, int r, int64_t i, int64_t j)
+{
+	swap_ops(p, r, i, j);
+	int32_t g = p->ranks[r].ops[i].group;
+	p->ranks[r].ops[i].group = p->ranks[r].ops[j].group;
+	p->ranks[r].ops[j].group = g;
+}
+
+/* The SPREDUCE moved before the stage's last weight gradient on both tp members. */
+static Plan *bad_DEP_SP_EARLY(void)
+{
+	Plan *p = chain_sp(1, 1);
+	for (int r = 0; r < 2; r++) {
+		int64_t i = nth_op(p, r, OP_SPREDUCE, 0), j = i;
+		while (!(plan_ops[p->ranks[r].ops[j].kind].makes & PLAN_DEP_WGRAD))
+			j--;
+		PlanOp t = p->ranks[r].ops[i];
+		drop_op(p, r, i);
+		insert_op(p, r, j, t, 0);
+	}
+	return p;
+}
+
+/* OPTIM before the SPREDUCE on both tp members. */
+static Plan *bad_DEP_OPTIM_BEFORE_SP(void)
+{
+	Plan *p = chain_sp(1, 1);
+	for (int r = 0; r < 2; r++) {
+		int64_t i = nth_op(p, r, OP_SPREDUCE, 0);
+		assert_int_equal(p->ranks[r].ops[i + 1].kind, OP_OPTIM);
+		swap_ops(p, r, i, i + 1);
+	}
+	return p;
+}
+
+/* An SPREDUCE on both tp members of a plan without sequence parallelism. */
+static Plan *bad_DEP_SP_NONE(void)
+{
+	Plan *p = chain_sp(1, 0);
+	PlanOp t = {.kind = OP_SPREDUCE, .stage = 0, .mb = -1, .peer = -1,
+	            .route = size_route(p, OP_SPREDUCE, 256)};
+	for (int r = 0; r < 2; r++)
+		insert_op(p, r, nth_op(p, r, OP_OPTIM, 0), t, 0);
+	return p;
+}
+
+/* The SPREDUCE before the dp ALLREDUCE on every rank. */
+static Plan *bad_DEP_SP_BEFORE_DP(void)
+{
+	Plan *p = chain_sp(2, 1);
+	for (int r = 0; r < 4; r++) {
+		int64_t i = nth_op(p, r, OP_ALLREDUCE, 0);
+		assert_int_equal(p->ranks[r].ops[i + 1].kind, OP_SPREDUCE);
+		swap_in_groups(p, r, i, i + 1);
+	}
+	return p;
+}
+
+static Plan *bad_DEP_SP_SIZE(void)
+{
+	Plan *p = chain_sp(1, 1);
+	for (int r = 0; r < 2; r++) {
+		PlanOp *o = op_of(p, r, OP_SPREDUCE, 0);
+		o->route = size_route(p, OP_SPREDUCE, plan_op_bytes(p, o) + 4);
+	}
+	return p;
+}
+
 /* One per row of plan/rules.h (rules__every_row__has_a_case fails on a row left out). */
 #define CASE(name) [PLAN_RULE_##name] = bad_##name
 static Plan *(*const cases[PLAN_RULE_COUNT])(void) = {
@@ -952,6 +1034,11 @@ static Plan *(*const cases[PLAN_RULE_COUNT])(void) = {
 	CASE(DEP_STAGE_AWAY),
 	CASE(DEP_TP_AT_TP1),
 	CASE(DEP_REDUCE_SIZE),
+	CASE(DEP_SP_EARLY),
+	CASE(DEP_OPTIM_BEFORE_SP),
+	CASE(DEP_SP_NONE),
+	CASE(DEP_SP_BEFORE_DP),
+	CASE(DEP_SP_SIZE),
 	CASE(P2P_NOT_HERE),
 	CASE(P2P_PEER),
 	CASE(P2P_SAME_RANK),
@@ -1022,18 +1109,19 @@ static void rules__op_table_phrases__each_a_row(void **state)
  * it, a collective is sized by the sizes table and alone in its group, only a compute
  * op runs in tp parts, only a p2p op sends, a p2p op has a peer and so does TIEREDUCE
  * (its pair's other rank), no other op.  The fields: a comm op has a group and
- * bytes, a p2p op a route, a peer and a direction; a TPREDUCE (over tp) ends a part,
- * so it has a microbatch, a part and a direction, a TIEREDUCE a peer; a compute op has
- * a microbatch, and a part where it is parted.  plan_op_of_over finds the first
- * collective over each communicator (the dp group's plain ALLREDUCE); the distributed
- * optimizer's two (shard) are over dp too. */
+ * bytes, a p2p op a route, a peer and a direction; a TPREDUCE (part_end, over tp) ends a
+ * part, so it has a microbatch, a part and a direction, a TIEREDUCE a peer; a compute op
+ * has a microbatch, and a part where it is parted.  plan_op_of_over finds the first
+ * collective over each communicator (the dp group's plain ALLREDUCE, tp's TPREDUCE,
+ * which the tp expansion asks it for); the distributed optimizer's two (shard) are over
+ * dp too, and the SPREDUCE (a stage's, PLAN_DEP_SEQ) over tp. */
 static void rules__op_table_columns__agree(void **state)
 {
 	(void)state;
 	for (int k = 0; k < OP_COUNT; k++) {
 		const OpInfo *o = &plan_ops[k];
 		int p2p = plan_op_is_p2p((OpKind)k), coll = plan_op_is_coll((OpKind)k);
-		int comm = plan_op_is_comm((OpKind)k), tp = o->over == OP_OVER_TP;
+		int comm = plan_op_is_comm((OpKind)k), tp = o->part_end;
 		int compute = plan_op_is_compute((OpKind)k);
 		unsigned f = o->fields;
 		if (o->over >= OP_OVER_COUNT || p2p != (o->at == OP_AT_EDGE) || coll != o->sized || coll != o->alone ||
@@ -1046,7 +1134,9 @@ static void rules__op_table_columns__agree(void **state)
 		    (p2p || tp) != !!(f & OP_FIELD_DIR) || (o->parted || tp) != !!(f & OP_FIELD_PART) ||
 		    (compute || p2p || tp) != !!(f & OP_FIELD_MB))
 			fail_msg("%s: its fields disagree with its other columns", o->name);
-		if (coll && !o->shard && plan_op_of_over(o->over) != (OpKind)k)
+		if (o->part_end && o->over != OP_OVER_TP)
+			fail_msg("%s: ends a tp part but is not over tp", o->name);
+		if (coll && !o->shard && !(o->makes & PLAN_DEP_SEQ) && plan_op_of_over(o->over) != (OpKind)k)
 			fail_msg("%s: plan_op_of_over does not find it", o->name);
 		if (o->shard && (o->over != OP_OVER_DP || !coll))
 			fail_msg("%s: a distributed optimizer's op is not a dp collective", o->name);

@@ -20,6 +20,8 @@
 #include "../plan/link.h"
 #include "../plan/io.h"
 #include "../plan/mem.h"
+#include "../plan/tp.h"
+#include "../plan/sizes.h"
 #include "../sim/sim.h"
 
 #include "sim_lib.h"
@@ -293,6 +295,68 @@ static void sim__distributed_optimizer__half_rings_in_order(void **state)
 		assert_int_equal(c.verdict, SIM_MISMATCH);
 		assert_contains(c.message, "run different collectives at the same point");
 		sim_result_free(&c);
+		plan_free(p);
+	}
+}
+
+/* Sequence parallelism: a one-stage model whose replicated layers (a layernorm, a
+ * replicated linear: 64 + 32 x 32 + 32 parameters, f32 gradients also under bf16) each
+ * rank holds gradients of over its rows only.  The stage's SPREDUCE sums them over the
+ * tp group after its last W and before its OPTIM, for the tp ring's time (the link
+ * model's, plan/link.h), which ends the step in both models; without sp there is none;
+ * a member summing other bytes is a mismatch of the tp group. */
+static void sim__sp_reduce__tp_ring_before_the_step(void **state)
+{
+	(void)state;
+	static const char *const fmt =
+	    "pipeline t;\nmesh pp=1 tp=2%s;\nmicrobatches 2;\ninput tokens 2x8 vocab=32;\n"
+	    "stage s0 { embed 32; layernorm; linear 32; head; loss xent; }\nschedule gpipe;\n"
+	    "cost * f=1 b=1 w=1;\nlink latency=1us bandwidth=1GB/s;\n%s\n";
+	int64_t bytes = (64 + 32 * 32 + 32) * 4;
+	for (int v = 0; v < 3; v++) {
+		char src[1024];
+		snprintf(src, sizeof src, fmt, v == 2 ? "" : " sp", v == 1 ? "precision bf16;" : "");
+		Plan *p = compile_text(src, NULL);
+		assert_non_null(p);
+		for (int r = 0; r < p->world; r++) {
+			int64_t i = first_op(p, r, OP_SPREDUCE);
+			if (v == 2) {
+				assert_int_equal(i, -1);
+				continue;
+			}
+			assert_true(i >= 0);
+			assert_int_equal(plan_op_bytes(p, &p->ranks[r].ops[i]), bytes);
+			assert_int_equal(plan_sp_bytes(p, 0), bytes);
+		}
+		int64_t ring = plan_dim_coll_ns(p, OP_SPREDUCE, DIM_TP, 0, bytes);
+		assert_true(ring > 1000); // its latency at least
+		for (int model = 0; model < SIM_MODEL_COUNT && v < 2; model++) {
+			SimOptions o = {.model = model, .record_ops = SIM_RECORD_ALL};
+			SimResult a;
+			assert_int_equal(sim_run(p, &o, &a), 0);
+			for (int r = 0; r < p->world; r++) {
+				int64_t i = first_op(p, r, OP_SPREDUCE), j = first_op(p, r, OP_OPTIM);
+				assert_true(i >= 0 && i < j);
+				SimOpTime ti = sim_op_time(&a, r, i), tj = sim_op_time(&a, r, j);
+				assert_int_equal(ti.end - ti.start, ring);
+				assert_true(tj.start >= ti.end);
+				assert_int_equal(a.makespan, tj.end);
+				for (int64_t k = 0; k < i; k++) // every W before it
+					if (plan_ops[p->ranks[r].ops[k].kind].makes & PLAN_DEP_WGRAD)
+						assert_true(sim_op_time(&a, r, k).end <= ti.start);
+			}
+			sim_result_free(&a);
+		}
+		if (v == 0) { // rank 1 sums other bytes: a mismatch in its tp group
+			PlanOp *x = &p->ranks[1].ops[first_op(p, 1, OP_SPREDUCE)];
+			assert_int_equal(plan_op_set_bytes(p, x, bytes + 4), 0);
+			SimOptions o = {.model = SIM_STRICT};
+			SimResult c;
+			assert_int_equal(sim_run(p, &o, &c), 1);
+			assert_int_equal(c.verdict, SIM_MISMATCH);
+			assert_contains(c.message, "members of a tp group all-reduce different sizes");
+			sim_result_free(&c);
+		}
 		plan_free(p);
 	}
 }
@@ -805,6 +869,7 @@ int main(void)
 	    cmocka_unit_test(sim__saturated_times__report_sums_saturate),
 	    cmocka_unit_test(sim__overlap_model__hides_transfers_strict_does_not),
 	    cmocka_unit_test(sim__distributed_optimizer__half_rings_in_order),
+	    cmocka_unit_test(sim__sp_reduce__tp_ring_before_the_step),
 	    cmocka_unit_test(sim__bad_corpus__verifier_names_both_ops),
 	    cmocka_unit_test(sim__bad_corpus__deadlocks_with_cycle),
 	    cmocka_unit_test(sim__tp_plans__collectives_and_cycles),

@@ -124,7 +124,7 @@ static void write__op_lines__each_spells_its_own_fields(void **state)
 /* Every kind's op line as plan_format_op spells it is the line the writer wrote, but
  * its " @line": both spell the fields the op table gives the kind (OpInfo.fields).  A
  * tied head across pipeline ranks at dp = tp = 2, with B and W (zbh1) and with BW
- * (1f1b), has every kind. */
+ * (1f1b), with the distributed optimizer and with sequence parallelism, has every kind. */
 static void write__format_op__spells_every_kind_as_written(void **state)
 {
 	(void)state;
@@ -134,10 +134,14 @@ static void write__format_op__spells_every_kind_as_written(void **state)
 	                          "stage s1 { mlp 64 bias; layernorm; head tied; loss xent; }\n"
 	                          "schedule 1f1b;\n";
 	static const char *const sched[] = {"schedule zbh1;", "schedule 1f1b;",
-	                                    "schedule 1f1b;\noptimizer sgd distributed;"};
+	                                    "schedule 1f1b;\noptimizer sgd distributed;",
+	                                    "schedule 1f1b;"};
+	char sp[sizeof src + 8]; // with sequence parallelism (its SPREDUCE) in the last
+	snprintf(sp, sizeof sp, "%.*s sp%s", (int)(strstr(src, ";\nmicro") - src), src,
+	         strstr(src, ";\nmicro"));
 	int64_t seen[OP_COUNT] = {0};
-	for (int s = 0; s < 3; s++) {
-		char *with = with_schedule(src, sched[s]);
+	for (int s = 0; s < 4; s++) {
+		char *with = with_schedule(s == 3 ? sp : src, sched[s]);
 		Plan *p = compile_pipe(with, (PipeccOptions){0}, NULL, 0); // every world rank
 		assert_non_null(p);
 		size_t n;

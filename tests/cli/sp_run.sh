@@ -58,6 +58,27 @@ for b in base drop bf16 dist; do
 		"$(tr '\n' ' ' <"$dir/$b.loss") vs $(tr '\n' ' ' <"$dir/$b-nosp.loss")"
 done
 
+# the SPREDUCE (docs/semantics.md "Tensor parallelism"): each stage's replicated layers'
+# gradients, its layernorms' (2 x 64 parameters on s0, 3 x 64 on s1, f32 also in bf16),
+# summed over the tp group right after the dp all-reduce and before OPTIM; none without
+# sp; pipesim's timeline times it, rank 0's ending the step
+for b in base bf16; do
+	has "$b sums s0's layernorm gradients over tp after the dp all-reduce" "$dir/$b.plan" \
+		"^SPREDUCE s=0 bytes=512 g="
+	has "$b sums s1's likewise" "$dir/$b.plan" "^SPREDUCE s=1 bytes=768 g="
+	grep -A2 '^ALLREDUCE s=0 ' "$dir/$b.plan" | tr '\n' ' ' >"$dir/order"
+	has "$b: ALLREDUCE, SPREDUCE, OPTIM in that order" "$dir/order" \
+		"^ALLREDUCE s=0 [^@]*@[0-9]* SPREDUCE s=0 [^@]*@[0-9]* OPTIM s=0"
+done
+check "without sp there is no SPREDUCE" "$(grep -c '^SPREDUCE' "$dir/base-nosp.plan")" \
+	"$(grep '^SPREDUCE' "$dir/base-nosp.plan" | head -2)"
+"$BIN/pipesim" "$dir/base.plan" -q --trace "$dir/trace.json"
+"$BIN/pipesim" "$dir/base.plan" --json >"$dir/simj.json"
+span=$(grep -o '"makespan": [0-9.]*' "$dir/simj.json" | sed 's/.*: //')
+end=$(grep -o '"name": "SPREDUCE", "cat": "comm", "ts": [0-9.]*, "dur": [0-9.]*' "$dir/trace.json" |
+	sed 's/.*"ts": \([0-9.]*\), "dur": \([0-9.]*\)/\1 \2/' | awk '$2 > 0 { e = $1 + $2; if (e > m) m = e } END { printf "%.3f", m }')
+check "pipesim times the SPREDUCE, the last one ending the step ($span us)" \
+	"$([ -n "$span" ] && [ "$end" = "$(printf %.3f "$span")" ]; echo $?)" "SPREDUCEs end at $end"
 # measured memory == pipesim's, every rank, every class; below the plan's without sp
 fields="peak_total_bytes inflight_bytes_at_peak saved_bytes_at_peak peak_op param_bytes
 	grad_bytes optim_state_bytes peak_act_bytes=peak_activation_bytes"
