@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "check_int.h"
+#include "batch.h"
 #include "part.h"
 #include "schedule.h"
 
@@ -444,6 +445,8 @@ static void check_stmt(Check *c, AstStmt *s)
 		check_mesh(c, s);
 		break;
 	case AST_MICROBATCHES:
+		if (s->name.s) // auto with an input the checker refuses (compiler/batch.c)
+			break;
 		whole(c, &s->num, "microbatches", 1, MAX_MICROBATCHES, &p->microbatches);
 		p->mb_loc = s->num.loc;
 		break;
@@ -767,6 +770,12 @@ Program *front_parse(Arena *a, Diag *d, const char *file, const char *src, size_
 Program *front_parse_cut(Arena *a, Diag *d, const char *file, const char *src, size_t len,
                          int per_rank)
 {
+	return front_parse_split(a, d, file, src, len, per_rank, 0);
+}
+
+Program *front_parse_split(Arena *a, Diag *d, const char *file, const char *src, size_t len,
+                           int per_rank, int m)
+{
 	if (len > MAX_FILE) {
 		diag_error(d, (Loc){0}, "file too large (%zu bytes, at most %u)", len, MAX_FILE);
 		return NULL;
@@ -774,8 +783,10 @@ Program *front_parse_cut(Arena *a, Diag *d, const char *file, const char *src, s
 	AstProgram *ast = ast_parse(a, d, src, len);
 	if (ast->stopped)
 		return NULL;
+	BatchAuto ba;
+	int split = batch_find(ast, &ba);
 	PartCut *pc = NULL;
-	if (part_prepare(a, d, ast, per_rank, &pc)) {
+	if ((split && batch_split(a, d, &ba, m)) || part_prepare(a, d, ast, per_rank, &pc)) {
 		check(a, d, file, ast); // the rest of the file's errors too
 		return NULL;
 	}
@@ -796,8 +807,10 @@ Program *front_parse_cut(Arena *a, Diag *d, const char *file, const char *src, s
 			fclose(sink);
 	}
 	Program *p = check(a, d, file, ast);
-	if (p)
+	if (p) {
 		p->part = part;
+		p->batch = split ? ba.batch : 0;
+	}
 	return d->nerrors > 0 ? NULL : p;
 }
 

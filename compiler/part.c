@@ -283,8 +283,7 @@ static int unit_size(const AstProgram *ast, const AstLayer *al)
 	return size;
 }
 
-/* pp as the mesh writes it (1 when it does not, or writes it wrong: the checker says). */
-static int mesh_pp(const AstProgram *ast)
+int part_mesh_pp(const AstProgram *ast)
 {
 	for (const AstStmt *s = ast->head; s; s = s->next)
 		for (int i = 0; s->kind == AST_MESH && !s->bad && i < s->nkvs; i++) {
@@ -315,7 +314,7 @@ static int stage_count(Diag *d, PartCut *pc, int *k)
 	const AstStmt *s = pc->stages;
 	const Schedule *row = file_schedule(pc->ast);
 	pc->per_rank = row && row->chunks > 1 ? row->chunks : 1;
-	*k = mesh_pp(pc->ast) * pc->per_rank;
+	*k = part_mesh_pp(pc->ast) * pc->per_rank;
 	if (!s || s->bad)
 		return 0;
 	if (s->name.s) {
@@ -336,7 +335,7 @@ static int stage_count(Diag *d, PartCut *pc, int *k)
 		return 1;
 	}
 	*k = (int)n;
-	int pp = mesh_pp(pc->ast);
+	int pp = part_mesh_pp(pc->ast);
 	pc->per_rank = (int)((n + pp - 1) / pp);
 	return 0;
 }

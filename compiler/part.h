@@ -81,6 +81,9 @@ ProgPart *part_choose(Arena *a, Diag *d, PartCut *pc, const Program *probe);
  * whose F+B+W is more than 10% above the mean stage's. */
 void part_warn_balance(const Program *p, Diag *d);
 
+/* pp as the mesh writes it (1 when it does not, or writes it wrong: the checker says). */
+int part_mesh_pp(const AstProgram *ast);
+
 /* --explain: the chosen cuts, each stage's time and memory, the best uniform split. */
 void part_explain(FILE *f, const Program *p);
 

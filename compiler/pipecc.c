@@ -20,6 +20,7 @@
 #include "../plan/binary.h"
 #include "../plan/mem.h"
 #include "../plan/sysmem.h"
+#include "batch.h"
 #include "lower.h"
 #include "part.h"
 #include "place.h"
@@ -95,8 +96,10 @@ typedef struct {
 	int tune;    // the lowering's communication tuning: the option's, or the search's
 	Plan *plan;  // once lowered, until it is returned
 	int errors;  // errors located in the file, once the command line has its say; or -1
-	const char *src; // the source, for a model cut again (two_a_rank)
+	const char *src; // the source, for the program parsed again in another form (weigh)
 	size_t len;
+	int per_rank;    // stages a rank the program was cut for (0: its schedule's)
+	char form[96];   // the form of k->pr when several are weighed (form())
 } Compile;
 
 /* The device's capacity against every rank's peak (plan/mem.h): an error at the
@@ -249,7 +252,9 @@ static int parse(Compile *k, const char *src, size_t len)
 	/* -s NAME: a model with `stages auto;` is cut for that schedule's stages per rank */
 	const Schedule *over = o->schedule ? sched_find(o->schedule) : NULL;
 	int per_rank = over ? (over->chunks > 1 ? over->chunks : 1) : 0;
-	Program *pr = k->pr = front_parse_cut(&k->arena, d, k->file, src, len, per_rank);
+	k->per_rank = per_rank;
+	Program *pr = k->pr = front_parse_split(&k->arena, d, k->file, src, len, per_rank,
+	                                        o->microbatches > 0 ? o->microbatches : 0);
 	if (!pr)
 		return 1;
 	ProgOverrides ov = {o->schedule, o->microbatches, o->from_csv};
@@ -273,50 +278,101 @@ static ssize_t sink_write(void *cookie, const char *buf, size_t n)
 	return (ssize_t)n;
 }
 
-/* `model` with `stages auto;` under schedule auto: the model cut again for two stages
- * a rank and searched too; the faster confirmed step wins (ties: one a rank).  The
- * second cut's checks and search are quiet: anything wrong there only loses it. */
-static void two_a_rank(Compile *k)
+/* The form p is weighed in: its microbatches under `microbatches auto;` and, with
+ * stages (a model cut both ways), its stages a rank: "16 microbatches of 2 sequences,
+ * two stages a rank". */
+static void form(char *buf, size_t n, const Program *p, int per_rank, int stages)
 {
-	Program *pr = k->pr;
+	int k = 0, each = p->batch ? p->batch / p->microbatches : 0;
+	if (p->batch)
+		k = snprintf(buf, n, "%d microbatches of %d %s%s", p->microbatches, each,
+		             p->seq ? "sequence" : "row", each == 1 ? "" : "s");
+	if (stages)
+		snprintf(buf + k, n - (size_t)k, "%s%s stage%s a rank", k ? ", " : "",
+		         per_rank == 2 ? "two" : "one", per_rank == 2 ? "s" : "");
+}
+
+/* "two stages a rank win", "one stage a rank wins". */
+static const char *wins(const char *form)
+{
+	return strcmp(form, "one stage a rank") ? "win" : "wins";
+}
+
+/* The program parsed again for per_rank stages a rank and m microbatches, and searched
+ * quietly (anything wrong there only loses it: the first parse's diagnostics were the
+ * user's); it replaces k's program when its confirmed step is shorter (ties: k's). */
+static void weigh(Compile *k, int per_rank, int m, int stages)
+{
 	const PipeccOptions *o = k->o;
-	if (!pr->part || !pr->part->auto_count || pr->part->per_rank != 1 ||
-	    pr->dims[DIM_PP] < 2 || pr->part->n < 2 * pr->dims[DIM_PP])
-		return;
 	FILE *sink = fopencookie(NULL, "w", (cookie_io_functions_t){.write = sink_write});
 	if (!sink)
 		return;
 	Diag quiet;
 	diag_init(&quiet, k->file, k->src, k->len, sink);
 	ProgOverrides ov = {o->schedule, o->microbatches, o->from_csv};
-	Program *p2 = front_parse_cut(&k->arena, &quiet, k->file, k->src, k->len, 2);
+	Program *p2 = front_parse_split(&k->arena, &quiet, k->file, k->src, k->len, per_rank, m);
 	SchedChoice ch = {0};
-	char t[2][32];
+	char t[2][32], what[96];
 	if (p2 && !front_override(&k->arena, &quiet, p2, &ov) && !quiet.nerrors &&
 	    !too_big(p2, NULL, k->line, &quiet)) {
 		if (o->same_rank > 0)
 			p2->same_rank = o->same_rank - 1;
+		form(what, sizeof what, p2, per_rank, stages);
 		FILE *ex = o->explain ? stderr : NULL;
 		if (ex) {
-			fputs("\nand again for two stages a rank:\n", ex);
-			part_explain(ex, p2);
+			fprintf(ex, "\nand again for %s:\n", what);
+			if (p2->part)
+				part_explain(ex, p2);
 		}
-		int bad = k->sched->search(p2, &k->arena, &quiet, ex, &ch);
-		if (!bad && ch.acts && ch.step < k->choice.step) {
+		if (!k->sched->search(p2, &k->arena, &quiet, ex, &ch) && ch.acts) {
+			int won = ch.step < k->choice.step;
+			const char *f = won ? what : k->form;
 			if (ex)
-				fprintf(ex, "two stages a rank win: %s against %s\n",
-				        plan_time_text(t[0], 32, ch.step), plan_time_text(t[1], 32, k->choice.step));
-			sched_choice_free(&k->choice, pr->dims[DIM_PP]);
-			k->choice = ch;
-			k->pr = p2;
-			ch = (SchedChoice){0};
-		} else if (ex && !bad && ch.acts) {
-			fprintf(ex, "one stage a rank wins: %s against %s\n",
-			        plan_time_text(t[0], 32, k->choice.step), plan_time_text(t[1], 32, ch.step));
+				fprintf(ex, "%s %s: %s against %s\n", f, wins(f),
+				        plan_time_text(t[0], 32, won ? ch.step : k->choice.step),
+				        plan_time_text(t[1], 32, won ? k->choice.step : ch.step));
+			if (won) {
+				sched_choice_free(&k->choice, k->pr->dims[DIM_PP]);
+				k->choice = ch;
+				k->pr = p2;
+				snprintf(k->form, sizeof k->form, "%s", what);
+				ch = (SchedChoice){0};
+			}
 		}
 	}
-	sched_choice_free(&ch, pr->dims[DIM_PP]);
+	sched_choice_free(&ch, p2 ? p2->dims[DIM_PP] : 0);
 	fclose(sink);
+}
+
+/* Whether a `model` with `stages auto;` is cut for two stages a rank as well as one. */
+static int cut_both(const Program *pr)
+{
+	int pp = pr->dims[DIM_PP];
+	return pr->part && pr->part->auto_count && pr->part->per_rank == 1 && pp >= 2 &&
+	       pr->part->n >= 2 * pp;
+}
+
+/* Under schedule auto, the program's other forms are searched too and the fastest
+ * confirmed step wins: a `model` with `stages auto;` cut for two stages a rank as well
+ * as one, and under `microbatches auto;` every count of microbatches the batch allows,
+ * the most first (the first parse's). */
+static void weigh_forms(Compile *k, int stages)
+{
+	const Program *pr = k->pr;
+	int pp = pr->dims[DIM_PP], first = pr->microbatches;
+	if (stages)
+		weigh(k, 2, pr->batch ? first : 0, stages);
+	if (!pr->batch || k->o->microbatches)
+		return;
+	BatchAuto b = {.batch = pr->batch, .pp = pp};
+	int m[BATCH_COUNTS], n = batch_counts(&b, m, BATCH_COUNTS);
+	for (int i = n - 1; i >= 0; i--) { // down from the most: ties keep the most
+		if (m[i] == first)
+			continue;
+		weigh(k, k->per_rank, m[i], stages);
+		if (stages)
+			weigh(k, 2, m[i], stages);
+	}
 }
 
 /* A row that searches chooses the placement, recomputation, tuning and order, which
@@ -329,16 +385,28 @@ static int search(Compile *k)
 	SchedChoice *ch = &k->choice;
 	if (k->o->explain && pr->part)
 		part_explain(stderr, pr);
+	if (!k->sched->search && pr->batch && !k->o->microbatches) {
+		diag_error(k->d, pr->mb_loc, "microbatches auto is chosen by schedule auto's search, "
+		           "and schedule %s does not search: write 'schedule auto;', or "
+		           "'microbatches N;'", pr->schedule);
+		return 1;
+	}
 	if (!k->sched->search) {
 		if (k->o->explain)
 			fprintf(stderr, "schedule %s is given: nothing to weigh ('schedule auto;' "
 			                "searches)\n", pr->schedule);
 		return 0;
 	}
+	int stages = cut_both(pr);
+	form(k->form, sizeof k->form, pr, k->per_rank, stages);
+	if (k->o->explain && pr->batch && !k->o->microbatches)
+		fprintf(stderr, "microbatches auto: the step's %d %s cut into every count of "
+		        "microbatches of at least pp=%d that divides it; first %s:\n", pr->batch,
+		        pr->seq ? "sequences" : "rows", pr->dims[DIM_PP], k->form);
 	if (too_big(pr, NULL, k->line, k->d) ||
 	    k->sched->search(pr, &k->arena, k->d, k->o->explain ? stderr : NULL, ch))
 		return 1;
-	two_a_rank(k);
+	weigh_forms(k, stages);
 	pr = k->pr;
 	pr->place = PLACE_LIST;
 	pr->place_list = ch->stage_pp;

@@ -109,6 +109,9 @@ typedef struct {
 
 	int microbatches;
 	Loc mb_loc;
+	int batch;                     // `microbatches auto;`: the step's batch (the input's
+	                               // first number as written), cut into microbatches
+	                               // microbatches of rows/seq (or rows) each; else 0
 	int rows, cols;                // a token input: rows = sequences x seq, cols = 1
 	int seq, vocab;                // a token input's sequence length and vocabulary (padded
 	                               // when pad= is given: what tables and logits span); else 0
@@ -237,6 +240,11 @@ Program *front_parse(Arena *a, Diag *d, const char *file, const char *src, size_
  * pipeline rank instead of its schedule's (0: the schedule's; compiler/part.h). */
 Program *front_parse_cut(Arena *a, Diag *d, const char *file, const char *src, size_t len,
                          int per_rank);
+
+/* The same, with `microbatches auto;` tried at m microbatches (0: the most the batch
+ * allows; compiler/batch.h). */
+Program *front_parse_split(Arena *a, Diag *d, const char *file, const char *src, size_t len,
+                           int per_rank, int m);
 
 /* Values the command line gives instead of the file's (pipecc -s, -m, --from-torch-csv). */
 typedef struct {

@@ -147,6 +147,10 @@ stmt
 		$$ = ast_stmt(ps, AST_MICROBATCHES, @1, ast_span(@1, @2));
 		$$->num = $2;
 	}
+	| MICROBATCHES IDENT ';'  {
+		$$ = ast_stmt(ps, AST_MICROBATCHES, @1, ast_span(@1, @2));
+		$$->name = $2;
+	}
 	| INPUT SHAPE kvs ';'  {
 		$$ = ast_stmt(ps, AST_INPUT, @1, ast_span(@1, @2));
 		$$->shape = $2;

@@ -3,7 +3,8 @@
  * writes back stably.  When the order cannot run, the --allow-deadlock plan reaches
  * pipesim's deadlock report (a cycle), never a mismatch.
  *
- * Inputs that would make huge plans (mesh or microbatch numbers over LIMIT) and inputs
+ * Inputs that would make huge plans (mesh or microbatch numbers over LIMIT, and under
+ * `microbatches auto` an input's first number, the most microbatches tried) and inputs
  * naming a CSV file (the compile would read the disk) are skipped: they test memory and
  * the file system, not the compiler's logic. */
 #include <ctype.h>
@@ -13,10 +14,23 @@
 
 enum { LIMIT = 64 };
 
+/* Whether s says `microbatches auto`: the input's rows are then microbatch counts. */
+static int mb_auto(const char *s, size_t n)
+{
+	const char *k = memmem(s, n, "microbatches", 12);
+	if (!k)
+		return 0;
+	size_t i = (size_t)(k - s) + 12;
+	while (i < n && isspace((unsigned char)s[i]))
+		i++;
+	return n - i >= 4 && !memcmp(s + i, "auto", 4);
+}
+
 static int too_big(const char *s, size_t n)
 {
 	if (memmem(s, n, "csv", 3) || memmem(s, n, "CSV", 3))
 		return 1;
+	int rows_count = mb_auto(s, n);
 	for (size_t i = 0; i < n; i++) {
 		if (!isdigit((unsigned char)s[i]) || (i > 0 && isalnum((unsigned char)s[i - 1])))
 			continue;
@@ -25,7 +39,7 @@ static int too_big(const char *s, size_t n)
 		while (j < n && isdigit((unsigned char)s[j]) && v <= 1 << 20)
 			v = v * 10 + (s[j++] - '0');
 		/* a shape (16x512) or a width may be large: only bare numbers count */
-		if (v > LIMIT && (j >= n || s[j] != 'x') && (i < 2 || s[i - 2] != 'x'))
+		if (v > LIMIT && (rows_count || j >= n || s[j] != 'x') && (i < 2 || s[i - 2] != 'x'))
 			return 1;
 		i = j;
 	}
