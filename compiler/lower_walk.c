@@ -253,12 +253,15 @@ static inline void start_compute(Lw *w, int pp, const SchedAct *a, int line)
 	o->kind = (uint8_t)a->kind;
 	o->stage = a->stage;
 	o->mb = a->mb;
+	o->dir = a->pair; // plan_op_paired
 	o->peer = o->group = o->route = -1;
 }
 
 void lw_start_compute(Lw *w, int pp, const SchedAct *a, int line)
 {
-	start_compute(w, pp, a, line);
+	SchedAct h = *a; // the naive rest (lower_stall.c) may put receives between a pair's
+	h.pair = 0;   // halves: it runs them as two actions
+	start_compute(w, pp, &h, line);
 }
 
 static inline int64_t act_cost(const Lw *w, const SchedAct *a)
@@ -277,6 +280,23 @@ static inline int src_line_of(const Lw *w, int pp, const SchedAct *a)
 int lw_src_line_of(const Lw *w, int pp, const SchedAct *a)
 {
 	return src_line_of(w, pp, a);
+}
+
+/* When action a, with the second half of its F&B pair if it is one (SchedAct.pair), has
+ * its inputs: a pair is one slot of the rank, started when both halves can start. */
+static inline int64_t slot_inputs_at(const Lw *w, const SchedAct *a)
+{
+	int64_t at = inputs_at(w, a), bt;
+	if (!a->pair || at < 0)
+		return at;
+	bt = inputs_at(w, a + 1);
+	return bt < 0 ? -1 : bt > at ? bt : at;
+}
+
+/* What the slot of action a takes: a pair runs its halves back to back (F + B). */
+static inline int64_t slot_cost(const Lw *w, const SchedAct *a)
+{
+	return a->pair ? sat_add(act_cost(w, a), act_cost(w, a + 1)) : act_cost(w, a);
 }
 
 /* "3F1", "0I2", "1B0": PyTorch's letters, from the op table. */
@@ -369,6 +389,11 @@ static void walk_finish(Lw *w, Walk *k)
 				continue;
 			}
 			finish_compute(w, p, &k->run[p], k->run_line[p]);
+			if (k->run[p].pair) // its second half, the next action
+				{
+				const SchedAct *b = &sc->acts[p][++k->cur[p]];
+				finish_compute(w, p, b, src_line_of(w, p, b));
+			}
 			if (++k->cur[p] == sc->nacts[p]) {
 				set_del(k->todo, p);
 				k->ntodo--;
@@ -382,7 +407,7 @@ static void walk_finish(Lw *w, Walk *k)
  * action (the one after its running action, if busy) consumes. */
 static int holds_next(const Lw *w, const Walk *k, int r)
 {
-	int i = (int)k->cur[r] + set_has(k->busy, r);
+	int i = (int)k->cur[r] + (set_has(k->busy, r) ? 1 + k->run[r].pair : 0);
 	if (i >= w->sc->nacts[r])
 		return 0;
 	const SchedAct *a = &w->sc->acts[r][i];
@@ -473,7 +498,7 @@ static void walk_start(Lw *w, Walk *k, int64_t *next)
 			const SchedAct *a = &sc->acts[p][k->cur[p]];
 			if (k->cur[p] + 8 < sc->nacts[p]) // 128 ranks' lists are too many streams for the
 				__builtin_prefetch(a + 8);   // hardware to follow
-			int64_t at = inputs_at(w, a);
+			int64_t at = slot_inputs_at(w, a);
 			if (at < 0 || at > k->now) {
 				if (at > k->now && at < *next)
 					*next = at;
@@ -482,8 +507,10 @@ static void walk_start(Lw *w, Walk *k, int64_t *next)
 			k->run[p] = *a;
 			k->run_line[p] = src_line_of(w, p, a);
 			start_compute(w, p, a, k->run_line[p]);
+			if (a->pair)
+				start_compute(w, p, a + 1, src_line_of(w, p, a + 1));
 			set_add(k->busy, p);
-			k->end[p] = sat_add(k->now, act_cost(w, a));
+			k->end[p] = sat_add(k->now, slot_cost(w, a));
 			if (k->end[p] > PLAN_TIME_MAX) // still an event: the walk stops there
 				k->end[p] = PLAN_TIME_MAX;
 			k->minend = k->end[p] < k->minend ? k->end[p] : k->minend;
