@@ -1,7 +1,8 @@
 #!/bin/sh
 # Schedules from the command line: textbook unit-cost makespans read from
 # `pipesim --json`, every schedule's plan runs, placements rejected with what works,
-# custom and CSV orders with located errors, --from-torch-csv round trips, and an
+# custom and CSV orders with located errors, --from-torch-csv round trips, F&B pairs
+# (marked, kept in binary, run bit-identical to their halves apart), and an
 # order that cannot run across ranks (pipecc says so; with --allow-deadlock pipesim
 # shows the cycle).
 : "${BIN:=bin}"
@@ -163,5 +164,30 @@ t "with --allow-deadlock the plan is written" 0 \
 	"$BIN/pipecc" "$dir/d.pipe" --allow-deadlock -o "$dir/d.plan"
 t "pipesim finds the deadlock" 1 "$BIN/pipesim" "$dir/d.plan"
 has "pipesim shows the cycle" "$dir/err" "wait-for cycle (2 edges)"
+
+
+# An F&B pair written in a custom order (docs/semantics.md, "Overlapped pairs"): the
+# plan marks it and keeps it through the binary form; piperun runs it bit-identical to
+# the same order written apart (one compute stream), and --emit torch-csv writes
+# PyTorch's OVERLAP_F_B cell, which reads back to the same plan.
+sed 's/3F2 3I2 3W2 0I1 0W1/3F2\&0I1 3I2 3W2 0W1/' examples/custom.pipe >"$dir/p.pipe"
+sed 's/3F2 3I2 3W2 0I1 0W1/3F2 0I1 3I2 3W2 0W1/' examples/custom.pipe >"$dir/a.pipe"
+t "a custom F&B pair compiles" 0 "$BIN/pipecc" "$dir/p.pipe" -o "$dir/p.plan"
+has "the plan marks the pair" "$dir/p.plan" "^F 3 2 pair @"
+t "the paired plan in binary" 0 "$BIN/pipecc" "$dir/p.plan" --plan-format=binary -o "$dir/p.bin"
+t "and back to text" 0 "$BIN/pipecc" "$dir/p.bin" -o "$dir/p2.plan"
+cmp -s "$dir/p.plan" "$dir/p2.plan"
+check "the pair survives the binary form" $? "the plans differ"
+t "the order written apart compiles" 0 "$BIN/pipecc" "$dir/a.pipe" -o "$dir/a.plan"
+t "piperun runs the pair" 0 "$BIN/piperun" "$dir/p.plan" --steps 2 --save "$dir/sp"
+t "piperun runs the order apart" 0 "$BIN/piperun" "$dir/a.plan" --steps 2 --save "$dir/sa"
+cmp -s "$dir/sp/step-2/rank0.safetensors" "$dir/sa/step-2/rank0.safetensors" &&
+	cmp -s "$dir/sp/step-2/rank1.safetensors" "$dir/sa/step-2/rank1.safetensors"
+check "the pair's weights are bit-identical to the order apart" $? "the weights differ"
+t "the pair as a torch CSV" 0 "$BIN/pipecc" "$dir/p.pipe" --emit torch-csv -o "$dir/p.csv"
+has "the CSV has PyTorch's overlapped cell" "$dir/p.csv" ",(3F2;0I1)OVERLAP_F_B,"
+t "the CSV reads back" 0 "$BIN/pipecc" "$dir/p.pipe" --from-torch-csv "$dir/p.csv" \
+	-o "$dir/p3.plan"
+has "with its pair" "$dir/p3.plan" "^F 3 2 pair @"
 
 [ "$fails" -eq 0 ]
