@@ -360,6 +360,7 @@ static void clock_move(Lw *w, int q, int to, size_t t, int64_t bytes)
 typedef struct {
 	int64_t now;
 	int64_t *cur, *end;
+	int64_t *mid;        // per busy rank running a pair's first half: when that half ends
 	int64_t minend;      // the earliest end of a busy rank; INT64_MAX when none is
 	int nw;              // words of a rank set
 	uint64_t *busy;      // ranks computing
@@ -384,16 +385,19 @@ static void walk_finish(Lw *w, Walk *k)
 	for (int j = 0; j < k->nw; j++)
 		for (uint64_t x = k->busy[j]; x; x &= x - 1) {
 			int p = set_first(j, x);
-			if (k->end[p] > k->now) {
-				minend = k->end[p] < minend ? k->end[p] : minend;
+			/* A pair's first half ends: its outputs may move (tuned for overlap, where the
+			 * comm stream sends them during the second half), the rank stays busy. */
+			if (k->run[p].pair && k->mid[p] <= k->now) {
+				finish_compute(w, p, &k->run[p], k->run_line[p]);
+				k->run[p] = sc->acts[p][++k->cur[p]];
+				k->run_line[p] = src_line_of(w, p, &k->run[p]);
+			}
+			int64_t end = k->run[p].pair ? k->mid[p] : k->end[p];
+			if (end > k->now) {
+				minend = end < minend ? end : minend;
 				continue;
 			}
 			finish_compute(w, p, &k->run[p], k->run_line[p]);
-			if (k->run[p].pair) // its second half, the next action
-				{
-				const SchedAct *b = &sc->acts[p][++k->cur[p]];
-				finish_compute(w, p, b, src_line_of(w, p, b));
-			}
 			if (++k->cur[p] == sc->nacts[p]) {
 				set_del(k->todo, p);
 				k->ntodo--;
@@ -513,7 +517,10 @@ static void walk_start(Lw *w, Walk *k, int64_t *next)
 			k->end[p] = sat_add(k->now, slot_cost(w, a));
 			if (k->end[p] > PLAN_TIME_MAX) // still an event: the walk stops there
 				k->end[p] = PLAN_TIME_MAX;
-			k->minend = k->end[p] < k->minend ? k->end[p] : k->minend;
+			k->mid[p] = a->pair ? sat_add(k->now, act_cost(w, a)) : k->end[p];
+			if (k->mid[p] > k->end[p])
+				k->mid[p] = k->end[p];
+			k->minend = k->mid[p] < k->minend ? k->mid[p] : k->minend;
 		}
 }
 
@@ -530,6 +537,7 @@ int lw_place_comms(Lw *w, int allow_deadlock)
 	Walk k = {.minend = INT64_MAX, .nw = (pp + 63) / 64};
 	k.cur = lw_calloc(w, (size_t)pp, sizeof *k.cur);
 	k.end = lw_calloc(w, (size_t)pp, sizeof *k.end);
+	k.mid = lw_calloc(w, (size_t)pp, sizeof *k.mid);
 	k.busy = lw_calloc(w, (size_t)k.nw, sizeof *k.busy);
 	k.todo = lw_calloc(w, (size_t)k.nw, sizeof *k.todo);
 	k.gphase = lw_calloc_int(w, (size_t)pp);
@@ -593,6 +601,7 @@ int lw_place_comms(Lw *w, int allow_deadlock)
 	w->opc = NULL;
 	free(k.cur);
 	free(k.end);
+	free(k.mid);
 	free(k.busy);
 	free(k.todo);
 	free(k.gphase);

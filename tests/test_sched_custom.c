@@ -581,6 +581,44 @@ static void sched__custom_pair__adjacent_and_checked(void **state)
 	                 "                     ^~~~~~~~~~~~~~~~~~~~\n");
 }
 
+/* The pair is one slot in the overlap model too: its forward waits for what its
+ * backward half receives (here 1B0's gradient from rank 1), where the same order written
+ * apart starts the forward at once; the backward follows the forward without a gap. */
+static int64_t paired_start(const char *r0, int half)
+{
+	char body[256];
+	snprintf(body, sizeof body, "%s  rank 1: 2F0 3F0 3I0 3W0 2B0 2F1 3F1 3I1 2B1 3W1;\n", r0);
+	Plan *p = compile(custom(body, NULL));
+	assert_non_null(p);
+	SimOptions so = {.model = SIM_OVERLAP, .record_ops = 1};
+	SimResult r;
+	assert_int_equal(sim_run(p, &so, &r), 0);
+	assert_int_equal(r.verdict, SIM_OK);
+	const PlanRank *rk = pp_rank(p, 0);
+	int64_t t = -1, fend = -1;
+	for (int64_t i = 0; i < rk->nops; i++) {
+		const PlanOp *o = &rk->ops[i];
+		if (o->kind == OP_F && o->stage == 0 && o->mb == 1) {
+			t = half ? t : sim_op_time(&r, 0, i).start;
+			fend = sim_op_time(&r, 0, i).end;
+		}
+		if (half && o->kind == OP_BW && o->stage == 1 && o->mb == 0)
+			assert_int_equal(sim_op_time(&r, 0, i).start, fend);
+	}
+	sim_result_free(&r);
+	plan_free(p);
+	return t;
+}
+
+static void sim__custom_pair__one_slot_in_the_overlap_model(void **state)
+{
+	(void)state;
+	int64_t paired = paired_start("  rank 0: 0F0 1F0 0F1&1B0 1F1 0B0 1B1 0B1;\n", 0);
+	int64_t apart = paired_start("  rank 0: 0F0 1F0 0F1 1B0 1F1 0B0 1B1 0B1;\n", 0);
+	assert_true(apart >= 0 && paired > apart);
+	paired_start("  rank 0: 0F0 1F0 0F1&1B0 1F1 0B0 1B1 0B1;\n", 1);
+}
+
 static void sched__csv__errors_located_in_the_csv(void **state)
 {
 	(void)state;
@@ -656,6 +694,7 @@ int main(void)
 		cmocka_unit_test(sched__csv__emit_roundtrip_every_schedule),
 		cmocka_unit_test(sched__csv__errors_located_in_the_csv),
 		cmocka_unit_test(sched__custom_pair__adjacent_and_checked),
+		cmocka_unit_test(sim__custom_pair__one_slot_in_the_overlap_model),
 	};
 	return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);
 }
