@@ -80,6 +80,44 @@ else
 	fails=$((fails + 1))
 fi
 
+# DualPipe's README gives DualPipeV's bubble as (PP/2 - 1)(F&B + B - 3W), PP the stages
+# (2p), B a full backward (b + w), W a weight gradient (w) and F&B an overlapped pair,
+# F + B here (docs/semantics.md, "Overlapped pairs"): (p - 1)(f + 2b - w).  pipecc's
+# dualpipev stays within it (the step less a rank's work, 2m(f + b + w)), in both models
+# (docs/schedules.md, "dualpipev").
+dualpipe_bubble() {
+	ok=0
+	for c in "1 1 1" "1 2 1" "2 2 1" "10 12 6" "3 1 1"; do
+		set -- $c
+		f=$1 b=$2 w=$3
+		for p in 2 3 4; do
+			for m in $((2 * p)) $((3 * p + 1)); do
+				program $((2 * p)) $p $m dualpipev |
+					sed "s/^cost .*/cost * f=$f b=$b w=$w;/" >"$dir/dp.pipe"
+				"$BIN/pipecc" "$dir/dp.pipe" -o "$dir/dp.plan" || { ok=1; continue; }
+				want=$(((p - 1) * (f + 2 * b - w)))
+				for model in strict overlap; do
+					got=$("$BIN/pipesim" --json --model $model "$dir/dp.plan" |
+						sed -n 's/^  "makespan": \([0-9]*\)\.000,$/\1/p')
+					bubble=$((got - 2 * m * (f + b + w)))
+					echo "p=$p m=$m $f:$b:$w $model: bubble $bubble, formula $want"
+					[ "$bubble" -ge 0 ] && [ "$bubble" -le "$want" ] || ok=1
+				done
+			done
+		done
+	done
+	return $ok
+}
+if dualpipe_bubble >"$dir/dpb" 2>&1; then
+	echo "testing schedules dualpipev within DualPipe's bubble formula ($(wc -l <"$dir/dpb") cases) ... passed"
+else
+	echo "testing schedules dualpipev within DualPipe's bubble formula ... FAILED"
+	grep -v "^p=" "$dir/dpb" | sed 's/^/  | /' | head -5
+	awk '/^p=/ { split($6, b, ","); if (b[1] + 0 > $8 + 0 || b[1] + 0 < 0) print "  | " $0 }' \
+		"$dir/dpb" | head -10
+	fails=$((fails + 1))
+fi
+
 for f in examples/interleaved.pipe examples/zbv.pipe examples/custom.pipe \
 	examples/fromcsv.pipe; do
 	t "compiles $f" 0 "$BIN/pipecc" "$f" -o "$dir/e.plan"
