@@ -407,14 +407,9 @@ static void walk_finish(Lw *w, Walk *k)
 	k->minend = minend;
 }
 
-/* Whether rank r's last group holds a receive that r's next
- * action (the one after its running action, if busy) consumes. */
-static int holds_next(const Lw *w, const Walk *k, int r)
+/* Whether rank r's last group holds a receive that action a consumes. */
+static int holds_for(const Lw *w, int r, const SchedAct *a)
 {
-	int i = (int)k->cur[r] + (set_has(k->busy, r) ? 1 + k->run[r].pair : 0);
-	if (i >= w->sc->nacts[r])
-		return 0;
-	const SchedAct *a = &w->sc->acts[r][i];
 	uint16_t needs = plan_ops[a->kind].needs;
 	const OpCursor *c = &w->opc[r];
 	int g = c->at[-1].group;
@@ -427,6 +422,15 @@ static int holds_next(const Lw *w, const Walk *k, int r)
 			return 1;
 	}
 	return 0;
+}
+
+/* The same for r's next slot: the action after its running one (if busy), with the
+ * second half of an F&B pair (both halves' inputs start it). */
+static int holds_next(const Lw *w, const Walk *k, int r)
+{
+	int i = (int)k->cur[r] + (set_has(k->busy, r) ? 1 + k->run[r].pair : 0), n = w->sc->nacts[r];
+	const SchedAct *a = i < n ? &w->sc->acts[r][i] : NULL;
+	return a && (holds_for(w, r, a) || (a->pair && i + 1 < n && holds_for(w, r, a + 1)));
 }
 
 /* Whether rank r's transfers of this step join its last group, which is still running
