@@ -227,5 +227,10 @@ has "the CSV has PyTorch's overlapped cell" "$dir/p.csv" ",(3F2;0I1)OVERLAP_F_B,
 t "the CSV reads back" 0 "$BIN/pipecc" "$dir/p.pipe" --from-torch-csv "$dir/p.csv" \
 	-o "$dir/p3.plan"
 has "with its pair" "$dir/p3.plan" "^F 3 2 pair @"
+sed 's/^mesh pp=2;/mesh pp=2 tp=2;/' "$dir/p.pipe" >"$dir/ptp.pipe"
+t "a pair at tp = 2 compiles" 0 "$BIN/pipecc" "$dir/ptp.pipe" -o "$dir/ptp.plan"
+! grep -q '^F .* pair' "$dir/ptp.plan"
+check "at tp = 2 the pair runs as its halves (no mark)" $? "a pair mark at tp = 2"
+t "and the tp = 2 plan runs" 0 "$BIN/pipesim" "$dir/ptp.plan"
 
 [ "$fails" -eq 0 ]
