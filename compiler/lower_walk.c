@@ -389,8 +389,9 @@ static void walk_finish(Lw *w, Walk *k)
 			 * comm stream sends them during the second half), the rank stays busy. */
 			if (k->run[p].pair && k->mid[p] <= k->now) {
 				finish_compute(w, p, &k->run[p], k->run_line[p]);
-				k->run[p] = sc->acts[p][++k->cur[p]];
-				k->run_line[p] = src_line_of(w, p, &k->run[p]);
+				const SchedAct *b = &sc->acts[p][++k->cur[p]]; // sched_loc: in the order
+				k->run[p] = *b;
+				k->run_line[p] = src_line_of(w, p, b);
 			}
 			int64_t end = k->run[p].pair ? k->mid[p] : k->end[p];
 			if (end > k->now) {
