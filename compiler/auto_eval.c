@@ -329,6 +329,23 @@ static int64_t rank_peak(const AutoModel *md, AutoScratch *sc, int p, SchedAct *
 	return peak;
 }
 
+/* Rank p's action i, with the second half of its F&B pair if it is one (SchedAct.pair:
+ * one slot, started when both halves have their inputs, as the lowering starts it):
+ * the actions run, or 0 while an input is missing. */
+static int run_slot(const AutoModel *md, AutoScratch *sc, int p, int i, const SchedAct *a, int n)
+{
+	int pair = a->pair && i + 1 < n;
+	int64_t r = ready_at(md, sc, a), r2 = pair ? ready_at(md, sc, a + 1) : 0;
+	if (r < 0 || r2 < 0)
+		return 0;
+	r = r2 > r ? r2 : r;
+	run_op(md, sc, p, i, a, r > sc->free_at[p] ? r : sc->free_at[p]);
+	if (!pair)
+		return 1;
+	run_op(md, sc, p, i + 1, a + 1, sc->free_at[p]);
+	return 2;
+}
+
 void auto_eval(const AutoModel *md, AutoScratch *sc, SchedAct *const *acts, const int *nacts,
                AutoFig *out)
 {
@@ -349,12 +366,8 @@ void auto_eval(const AutoModel *md, AutoScratch *sc, SchedAct *const *acts, cons
 			int i = sc->pos[p];
 			if (i == nacts[p])
 				continue;
-			for (; i < nacts[p]; i++) {
-				int64_t r = ready_at(md, sc, &acts[p][i]);
-				if (r < 0)
-					break;
-				run_op(md, sc, p, i, &acts[p][i], r > sc->free_at[p] ? r : sc->free_at[p]);
-			}
+			for (int k; i < nacts[p] && (k = run_slot(md, sc, p, i, &acts[p][i], nacts[p])); )
+				i += k;
 			moved |= i > sc->pos[p];
 			sc->pos[p] = i;
 			left -= i == nacts[p];

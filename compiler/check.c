@@ -590,10 +590,10 @@ static void check_lists(Check *c)
 	}
 }
 
-/* "12F3": stage digits, one letter, microbatch digits (the lexer made sure). */
-static int action(Check *c, const AstName *t, ProgAction *a)
+/* "12F3" at s in token t: stage digits, one letter, microbatch digits (the lexer made
+ * sure; a pair `0F3&3B1` is two, check_custom reads each); *end: past it. */
+static int action(Check *c, const AstName *t, const char *s, const char **end, ProgAction *a)
 {
-	const char *s = t->s;
 	long v[2] = {0, 0};
 	char kind = 0;
 	for (int part = 0; part < 2; part++) {
@@ -619,7 +619,8 @@ static int action(Check *c, const AstName *t, ProgAction *a)
 			c->p->nstages == 1 ? "" : "s");
 		return 0;
 	}
-	*a = (ProgAction){k, (int)v[0], (int)v[1], t->loc};
+	*a = (ProgAction){.kind = k, .stage = (int)v[0], .mb = (int)v[1], .loc = t->loc};
+	*end = s;
 	return 1;
 }
 
@@ -642,10 +643,14 @@ static void check_custom(Check *c)
 			cr->rank >= p->dims[DIM_PP])
 			diag_error(c->d, r->index.loc, "rank %d is out of range: the mesh has pp=%d",
 				cr->rank, p->dims[DIM_PP]);
-		cr->acts = arena_alloc(c->a, (size_t)r->nacts * sizeof *cr->acts);
+		cr->acts = arena_alloc(c->a, (size_t)r->nacts * 2 * sizeof *cr->acts); // pairs: two
 		for (int j = 0; j < r->nacts && !over_limit(c); j++)
-			if (action(c, &r->acts[j], &cr->acts[cr->nacts]))
-				cr->nacts++;
+			for (const char *s = r->acts[j].s;
+			     action(c, &r->acts[j], s, &s, &cr->acts[cr->nacts]); s++) {
+				ProgAction *a = &cr->acts[cr->nacts++];
+				if (!(a->pair = *s == '&'))
+					break;
+			}
 	}
 }
 

@@ -18,6 +18,14 @@ static void cell(FILE *f, int *first, const char *fmt, int stage, const char *wo
 	*first = 0;
 }
 
+/* The cell of F&B pair a, b (plan_op_paired): PyTorch's `(0F3;3B1)OVERLAP_F_B`. */
+static void pair_cell(FILE *f, int *first, const PlanOp *a, const PlanOp *b)
+{
+	fprintf(f, "%s(%d%c%d;%d%c%d)OVERLAP_F_B", *first ? "" : ",", a->stage, plan_ops[a->kind].torch,
+	        a->mb, b->stage, plan_ops[b->kind].torch, b->mb);
+	*first = 0;
+}
+
 static int in_group(const PlanOp *o, int group)
 {
 	return plan_op_is_p2p(o->kind) && o->group == group;
@@ -48,7 +56,9 @@ int pipecc_emit_torch_csv(const Plan *p, FILE *f, int comms)
 			char kind[2] = {plan_ops[o->kind].torch, 0};
 			if (plan_op_is_compute(o->kind) && o->part > 0)
 				continue; // a tp part: PyTorch's action is the whole op, at its first part
-			if (plan_op_is_compute(o->kind))
+			if (plan_op_paired(o) && i + 1 < rk->nops) // an F&B pair: one cell
+				pair_cell(f, &first, o, &rk->ops[++i]);
+			else if (plan_op_is_compute(o->kind))
 				cell(f, &first, "%d%s%d", o->stage, kind, o->mb);
 			else if (comms && plan_ops[o->kind].role == OP_ROLE_STEP) {
 				cell(f, &first, "%d%s", o->stage, "REDUCE_GRAD", 0);

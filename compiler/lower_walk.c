@@ -260,12 +260,15 @@ static inline void start_compute(Lw *w, int pp, const SchedAct *a, int line)
 	o->kind = (uint8_t)a->kind;
 	o->stage = a->stage;
 	o->mb = a->mb;
+	o->dir = a->pair; // plan_op_paired
 	o->peer = o->group = o->route = -1;
 }
 
 void lw_start_compute(Lw *w, int pp, const SchedAct *a, int line)
 {
-	start_compute(w, pp, a, line);
+	SchedAct h = *a; // the naive rest (lower_stall.c) may put receives between a pair's
+	h.pair = 0;   // halves: it runs them as two actions
+	start_compute(w, pp, &h, line);
 }
 
 static inline int64_t act_cost(const Lw *w, const SchedAct *a)
@@ -284,6 +287,23 @@ static inline int src_line_of(const Lw *w, int pp, const SchedAct *a)
 int lw_src_line_of(const Lw *w, int pp, const SchedAct *a)
 {
 	return src_line_of(w, pp, a);
+}
+
+/* When action a, with the second half of its F&B pair if it is one (SchedAct.pair), has
+ * its inputs: a pair is one slot of the rank, started when both halves can start. */
+static inline int64_t slot_inputs_at(const Lw *w, const SchedAct *a)
+{
+	int64_t at = inputs_at(w, a), bt;
+	if (!a->pair || at < 0)
+		return at;
+	bt = inputs_at(w, a + 1);
+	return bt < 0 ? -1 : bt > at ? bt : at;
+}
+
+/* What the slot of action a takes: a pair runs its halves back to back (F + B). */
+static inline int64_t slot_cost(const Lw *w, const SchedAct *a)
+{
+	return a->pair ? sat_add(act_cost(w, a), act_cost(w, a + 1)) : act_cost(w, a);
 }
 
 /* "3F1", "0I2", "1B0": PyTorch's letters, from the op table. */
@@ -347,6 +367,7 @@ static void clock_move(Lw *w, int q, int to, size_t t, int64_t bytes)
 typedef struct {
 	int64_t now;
 	int64_t *cur, *end;
+	int64_t *mid;        // per busy rank running a pair's first half: when that half ends
 	int64_t minend;      // the earliest end of a busy rank; INT64_MAX when none is
 	int nw;              // words of a rank set
 	uint64_t *busy;      // ranks computing
@@ -371,8 +392,17 @@ static void walk_finish(Lw *w, Walk *k)
 	for (int j = 0; j < k->nw; j++)
 		for (uint64_t x = k->busy[j]; x; x &= x - 1) {
 			int p = set_first(j, x);
-			if (k->end[p] > k->now) {
-				minend = k->end[p] < minend ? k->end[p] : minend;
+			/* A pair's first half ends: its outputs may move (tuned for overlap, where the
+			 * comm stream sends them during the second half), the rank stays busy. */
+			if (k->run[p].pair && k->mid[p] <= k->now) {
+				finish_compute(w, p, &k->run[p], k->run_line[p]);
+				const SchedAct *b = &sc->acts[p][++k->cur[p]]; // sched_loc: in the order
+				k->run[p] = *b;
+				k->run_line[p] = src_line_of(w, p, b);
+			}
+			int64_t end = k->run[p].pair ? k->mid[p] : k->end[p];
+			if (end > k->now) {
+				minend = end < minend ? end : minend;
 				continue;
 			}
 			finish_compute(w, p, &k->run[p], k->run_line[p]);
@@ -385,14 +415,9 @@ static void walk_finish(Lw *w, Walk *k)
 	k->minend = minend;
 }
 
-/* Whether rank r's last group holds a receive that r's next
- * action (the one after its running action, if busy) consumes. */
-static int holds_next(const Lw *w, const Walk *k, int r)
+/* Whether rank r's last group holds a receive that action a consumes. */
+static int holds_for(const Lw *w, int r, const SchedAct *a)
 {
-	int i = (int)k->cur[r] + set_has(k->busy, r);
-	if (i >= w->sc->nacts[r])
-		return 0;
-	const SchedAct *a = &w->sc->acts[r][i];
 	uint16_t needs = plan_ops[a->kind].needs;
 	const OpCursor *c = &w->opc[r];
 	int g = c->at[-1].group;
@@ -405,6 +430,15 @@ static int holds_next(const Lw *w, const Walk *k, int r)
 			return 1;
 	}
 	return 0;
+}
+
+/* The same for r's next slot: the action after its running one (if busy), with the
+ * second half of an F&B pair (both halves' inputs start it). */
+static int holds_next(const Lw *w, const Walk *k, int r)
+{
+	int i = (int)k->cur[r] + (set_has(k->busy, r) ? 1 + k->run[r].pair : 0), n = w->sc->nacts[r];
+	const SchedAct *a = i < n ? &w->sc->acts[r][i] : NULL;
+	return a && (holds_for(w, r, a) || (a->pair && i + 1 < n && holds_for(w, r, a + 1)));
 }
 
 /* Whether rank r's transfers of this step join its last group, which is still running
@@ -480,7 +514,7 @@ static void walk_start(Lw *w, Walk *k, int64_t *next)
 			const SchedAct *a = &sc->acts[p][k->cur[p]];
 			if (k->cur[p] + 8 < sc->nacts[p]) // 128 ranks' lists are too many streams for the
 				__builtin_prefetch(a + 8);   // hardware to follow
-			int64_t at = inputs_at(w, a);
+			int64_t at = slot_inputs_at(w, a);
 			if (at < 0 || at > k->now) {
 				if (at > k->now && at < *next)
 					*next = at;
@@ -489,11 +523,16 @@ static void walk_start(Lw *w, Walk *k, int64_t *next)
 			k->run[p] = *a;
 			k->run_line[p] = src_line_of(w, p, a);
 			start_compute(w, p, a, k->run_line[p]);
+			if (a->pair)
+				start_compute(w, p, a + 1, src_line_of(w, p, a + 1));
 			set_add(k->busy, p);
-			k->end[p] = sat_add(k->now, act_cost(w, a));
+			k->end[p] = sat_add(k->now, slot_cost(w, a));
 			if (k->end[p] > PLAN_TIME_MAX) // still an event: the walk stops there
 				k->end[p] = PLAN_TIME_MAX;
-			k->minend = k->end[p] < k->minend ? k->end[p] : k->minend;
+			k->mid[p] = a->pair ? sat_add(k->now, act_cost(w, a)) : k->end[p];
+			if (k->mid[p] > k->end[p])
+				k->mid[p] = k->end[p];
+			k->minend = k->mid[p] < k->minend ? k->mid[p] : k->minend;
 		}
 }
 
@@ -510,6 +549,7 @@ int lw_place_comms(Lw *w, int allow_deadlock)
 	Walk k = {.minend = INT64_MAX, .nw = (pp + 63) / 64};
 	k.cur = lw_calloc(w, (size_t)pp, sizeof *k.cur);
 	k.end = lw_calloc(w, (size_t)pp, sizeof *k.end);
+	k.mid = lw_calloc(w, (size_t)pp, sizeof *k.mid);
 	k.busy = lw_calloc(w, (size_t)k.nw, sizeof *k.busy);
 	k.todo = lw_calloc(w, (size_t)k.nw, sizeof *k.todo);
 	k.gphase = lw_calloc_int(w, (size_t)pp);
@@ -573,6 +613,7 @@ int lw_place_comms(Lw *w, int allow_deadlock)
 	w->opc = NULL;
 	free(k.cur);
 	free(k.end);
+	free(k.mid);
 	free(k.busy);
 	free(k.todo);
 	free(k.gphase);

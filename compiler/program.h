@@ -87,6 +87,7 @@ typedef struct {
 	OpKind kind;  // OP_F, OP_B, OP_W or OP_BW (PyTorch's F, I, W, B)
 	int stage;    // stage index
 	int mb;
+	uint8_t pair; // written `a&b` with the next action: an F&B pair (sched_pair)
 	Loc loc;
 } ProgAction;
 

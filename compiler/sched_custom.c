@@ -3,10 +3,10 @@
  * the CSV that `pipecc --emit torch-csv` or PyTorch's _dump_csv writes: a row per
  * pipeline rank, one action per cell.  Actions use PyTorch's notation: stage, kind,
  * microbatch, where F is a forward, B a fused backward (our BW), I an input gradient
- * (our B) and W a weight gradient; (a;b)OVERLAP_F_B is a then b.  A CSV without SEND/RECV
- * cells leaves communication to the lowering; one with them (PyTorch's compute_comms
- * format) has them checked and kept in c->comms, in their order (keep_comms,
- * lower_given.c).  Waits, UNSHARD/RESHARD and empty cells are skipped.
+ * (our B) and W a weight gradient; (a;b)OVERLAP_F_B is the F&B pair a&b.  A CSV
+ * without SEND/RECV cells leaves communication to the lowering; one with them
+ * (PyTorch's compute_comms format) has them checked and kept in c->comms, in their
+ * order (keep_comms, lower_given.c).  Waits, UNSHARD/RESHARD and empty cells are skipped.
  *
  * The order is loaded into the schedule context once, by whichever of infer_place
  * (no `placement` written: each stage goes where it appears) or check (a placement
@@ -88,6 +88,11 @@ static int load_custom(Load *L)
 		for (int j = 0; j < cr->nacts; j++) {
 			const ProgAction *a = &cr->acts[j];
 			sched_push_at(c, cr->rank, a->kind, a->stage, a->mb, a->loc);
+			const char *why = j > 0 && cr->acts[j - 1].pair ? sched_pair(c, cr->rank) : NULL;
+			if (why) {
+				diag_error(L->d, a->loc, "%s", why);
+				errs++;
+			}
 		}
 	}
 	return errs;
@@ -201,8 +206,8 @@ static int cell_error(Load *L, Loc at, const char *a, const char *b)
 }
 
 /* One cell [a, b) of row `row`, at `at`: its actions pushed, its communication kept.
- * An overlapped pair `(0F3;3B1)OVERLAP_F_B` is its actions in order: one compute
- * stream.  Sets *got when the cell holds something for the plan; returns errors. */
+ * An overlapped pair `(0F3;3B1)OVERLAP_F_B` is an F&B pair (SchedAct.pair, sched_pair).
+ * Sets *got when the cell holds something for the plan; returns errors. */
 static int csv_take(Load *L, int row, const char *a, const char *b, Loc at, int *got)
 {
 	SchedCtx *c = L->c;
@@ -244,6 +249,11 @@ static int csv_take(Load *L, int row, const char *a, const char *b, Loc at, int 
 		}
 		if (k == CELL_ACT) {
 			sched_push_at(c, row, cl.kind, cl.stage, cl.mb, at);
+			const char *why = close && p > a + 1 ? sched_pair(c, row) : NULL;
+			if (why) {
+				diag_error(L->d, at, "in '%.*s': %s", (int)(b - a), a, why);
+				return 1;
+			}
 			continue;
 		}
 		L->sendrecv |= cl.kind != SCHED_COMM_REDUCE;

@@ -69,6 +69,20 @@ void sched_push_at(SchedCtx *c, int pp, int kind, int stage, int mb, Loc loc)
 	c->locs[pp][c->nacts[pp] - 1] = loc;
 }
 
+/* The rule of an F&B pair, the one the plan verifier applies to its ops (plan_op_paired):
+ * a forward, then a backward (B or BW) of another stage. */
+const char *sched_pair(SchedCtx *c, int pp)
+{
+	int n = c->nacts[pp];
+	SchedAct *a = n >= 2 ? &c->acts[pp][n - 2] : NULL;
+	if (!a || a->kind != OP_F || (a[1].kind != OP_B && a[1].kind != OP_BW) ||
+	    a[1].stage == a->stage)
+		return "an overlapped pair is a forward and then a backward (B or I) of another "
+		       "stage, like 0F3&3B1";
+	a->pair = 1;
+	return NULL;
+}
+
 void sched_drop_locs(SchedCtx *c)
 {
 	for (int p = 0; c->locs && p < c->pp; p++)

@@ -16,6 +16,7 @@ typedef struct {
 	int stage;
 	int mb;
 	uint8_t kind; // OP_F, OP_B, OP_W or OP_BW
+	uint8_t pair; // runs overlapped with the next action: an F&B pair (sched_pair)
 } SchedAct;
 
 /* A communication action a CSV order names (PyTorch's compute_comms format): the plan
@@ -94,6 +95,9 @@ const Schedule *sched_find(const char *name);
 void sched_push(SchedCtx *c, int pp, int kind, int stage, int mb);
 /* The same, written at loc by a custom schedule (c->locs, allocated at the first). */
 void sched_push_at(SchedCtx *c, int pp, int kind, int stage, int mb, Loc loc);
+/* Marks pipeline index pp's last two actions an F&B pair, overlapped (SchedAct.pair):
+ * NULL, or why they cannot be one (the caller says where). */
+const char *sched_pair(SchedCtx *c, int pp);
 /* Where action a (of pipeline index pp's order) was written; zero for a generated one. */
 static inline Loc sched_loc(const SchedCtx *c, int pp, const SchedAct *a)
 {

@@ -9,7 +9,7 @@
 #define BIN_KIND_MASK 0x0f
 #define BIN_SAME_GROUP 0x10    // a comm op in the group of the rank's previous comm op
 #define BIN_FIELDS_FOLLOW 0x20 // a field mask byte and the fields it names follow
-#define BIN_GRAD 0x40          // SEND, RECV, TPREDUCE: direction grad (else act)
+#define BIN_GRAD 0x40          // SEND, RECV, TPREDUCE: direction grad (else act); compute: paired
 #define BIN_HEAD_RESERVED 0x80
 #define BIN_FIELDS 8           // bits of the field mask, in the order the fields follow
 #define BIN_OP_MAX (2 + BIN_FIELDS * 10) // the longest coding of an op
@@ -32,10 +32,12 @@ _Static_assert(BF_MB == 2 && BF_PEER == 4 && BF_GROUP == 8 && BF_ROUTE == 16 && 
                        BF_PART == 128 && BF_DIR == 256,
                "the binary form's field mask bits moved");
 
-/* The fields kind k (below OP_COUNT) uses. */
+/* The fields kind k (below OP_COUNT) uses: a compute kind's dir is its pair bit
+ * (plan_op_paired), coded as the others' direction, in the header's BIN_GRAD. */
 static inline unsigned plan_bin_uses(unsigned k)
 {
-	return plan_ops[k].fields | BF_STAGE | BF_LINE;
+	return plan_ops[k].fields | BF_STAGE | BF_LINE |
+	       (plan_op_is_compute((OpKind)k) ? (unsigned)BF_DIR : 0u);
 }
 
 /* Per rank: the previous op of each slot (a kind and, for kinds with one, a direction:

@@ -85,7 +85,7 @@ enum {
 
 /* The PlanOp fields an op of a kind uses beside its stage (OpInfo.fields); the others
  * hold the empty op's values (-1; dir and part 0).  In the plan file, a compute op's
- * line is "F stage mb [part=]"; any other's is its name, its direction where it has
+ * line is "F stage mb [part=] [pair]"; any other's is its name, its direction where it has
  * one, then s= (e= for OP_AT_EDGE), m=, the peer, part=, bytes=, g=, r= where it has
  * them (plan/read.c, plan/write.c, plan_format_op).  The binary form's field mask codes
  * the bits as they are (plan/binary_int.h): keep their values. */
@@ -218,7 +218,7 @@ OpKind plan_op_of_over(int over);
  * TIEREDUCE's peer holds the table's other copy. */
 typedef struct {
 	uint8_t kind;   // OpKind, read through plan_op_kind()
-	uint8_t dir;    // Dir, for SEND/RECV/TPREDUCE
+	uint8_t dir;    // Dir, for SEND/RECV/TPREDUCE; a compute op's pair bit (plan_op_paired)
 	uint16_t part;  // F, B, BW, TPREDUCE: the stage's part (plan_stage_parts); 0 otherwise
 	int32_t stage;  // stage, or edge for SEND/RECV
 	int32_t mb;     // microbatch, -1 for the dp collectives, TIEREDUCE and OPTIM
@@ -258,6 +258,18 @@ static inline int plan_op_dir(const PlanOp *o)
 static inline const char *plan_op_peer_key(OpKind k)
 {
 	return plan_ops[k].sends ? "to=" : plan_op_is_p2p(k) ? "from=" : "with=";
+}
+/* Whether compute op o runs overlapped with the next op of its rank, another compute op:
+ * an F&B pair (DualPipe's overlapped forward and backward of two chunks).  A compute
+ * kind has no direction field (its kind's rules), so its dir byte holds this bit; the
+ * plan file writes it as ` pair` after the microbatch.  Cost model (docs/semantics.md
+ * "Overlapped pairs"): the two halves run back to back on the one compute stream, F + B,
+ * and no communication op lies between them; what overlaps is the pair's transfers
+ * with its compute (the overlap model's comm stream moves the first half's output
+ * while the second half runs). */
+static inline int plan_op_paired(const PlanOp *o)
+{
+	return o->kind < OP_COUNT && plan_op_is_compute((OpKind)o->kind) && o->dir;
 }
 int plan_is_comm(int kind);                          // plan_op_is_comm on a raw kind
 

@@ -133,6 +133,8 @@ int plan_format_op(const Plan *p, const PlanOp *o, char *buf, size_t n)
 		put(t, &m, sizeof t, "%s %d %d", in->name, o->stage, o->mb);
 		if (o->part)
 			put(t, &m, sizeof t, " part=%d", o->part);
+		if (o->dir)
+			put(t, &m, sizeof t, " pair");
 		return snprintf(buf, n, "%s", t);
 	}
 	put(t, &m, sizeof t, "%s", in->name);

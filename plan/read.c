@@ -658,6 +658,12 @@ static int read_compute(Rd *r, Plan *p, PlanOp *o)
 			return -1;
 		o->part = (uint16_t)part;
 	}
+	rd_skip_sp(r);
+	if (!strncmp(r->s, "pair", 4) && (r->s[4] == ' ' || r->s[4] == '\n' || !r->s[4])) {
+		o->dir = 1; // plan_op_paired
+		r->s += 4;
+		rd_skip_sp(r);
+	}
 	return 0;
 }
 

@@ -31,6 +31,7 @@
 	/* comm groups, sends to self, matching */ \
 	X(GROUP_ALONE, "must be alone in its group") \
 	X(GROUP_ORDER, "group numbers must increase along a rank's list") \
+	X(PAIR, "a pair must be an F followed by a B or BW of another stage") \
 	X(SELF_RECV, "a receive from self without its SEND to self in the same group") \
 	X(SELF_SEND_GROUP, "a send to self must be in the group of its RECV from self") \
 	X(SELF_SEND_ALONE, "a send to self without its RECV from self in the same group") \

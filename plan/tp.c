@@ -240,6 +240,7 @@ static int expand(Plan *p, const PlanParts *parts, PlanRank *rk, PlanRank *out,
 		for (int k = 0; k < pp->n[dir]; k++) {
 			PlanOp c = o;
 			c.part = (uint16_t)k;
+			c.dir = 0; // with tp > 1 a pair runs as its halves' parts (plan_op_paired)
 			if (push(out, c, line, failed))
 				return -1;
 			if (!pp->part[dir][k].reduce)

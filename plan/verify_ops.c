@@ -408,6 +408,24 @@ static void group_fault(PlanVc *v, int r, int64_t i, int same, int64_t last)
 		            (long long)last);
 }
 
+/* Whether op i of rank r, paired (plan_op_paired), is an F&B pair's first half: a
+ * forward, then at once a backward (B or BW) of another stage.  No op lies between the
+ * halves, so the pair is one compute slot in every model. */
+static int pair_ok(PlanVc *v, int r, int64_t i)
+{
+	const PlanRank *rk = &v->p->ranks[r];
+	const PlanOp *o = &rk->ops[i], *b = i + 1 < rk->nops ? o + 1 : NULL;
+	if (!plan_op_paired(o) ||
+	    (o->kind == OP_F && b && (b->kind == OP_B || b->kind == OP_BW) && b->stage != o->stage &&
+	     !b->dir))
+		return 1;
+	char a[300];
+	v->stop = PLAN_VC_GROUPS;
+	plan_vc_err(v, PLAN_RULE_PAIR, r, i, "%s: a pair must be an F followed by a B or BW of "
+	            "another stage", plan_vc_opdesc(v, r, i, a, sizeof a));
+	return 0;
+}
+
 static int cmp_int(const void *a, const void *b)
 {
 	int x = *(const int *)a, y = *(const int *)b;
@@ -693,6 +711,8 @@ static int walk_rank(PlanVc *v, Walk *w, int r)
 			}
 		} else {
 			prev_comm = 0;
+			if (!pair_ok(v, r, i))
+				return 0;
 		}
 		if (stop > PLAN_VC_DEPS && !dep_fast(v, &w->d, o, cls) && dep_op(v, &w->d, i))
 			v->stop = stop = PLAN_VC_DEPS;

@@ -257,7 +257,7 @@ static inline char *by_tpl(const LineTpl *t, char *d, const PlanOp *op, int32_t 
 {
 	const PlanOp *k = &t->key;
 	if (!t->ok || t->line != line || op->part != k->part || op->stage != k->stage ||
-	    op->peer != k->peer || op->route != k->route) // kind and dir: the shape's
+	    op->peer != k->peer || op->route != k->route || op->dir != k->dir) // kind: the shape's
 		return NULL;
 	memcpy(d, t->a, TPL_A);
 	d = put_num(d + t->na, op->mb);
@@ -315,6 +315,8 @@ static char *put_fields(const Out *o, char *d, const PlanOp *op, int32_t line, c
 			LIT(d, " part=");
 			d = put_num(d, op->part);
 		}
+		if (op->dir) // plan_op_paired
+			LIT(d, " pair");
 	} else {
 		d = put_other(d, o->p, op, o->mul);
 	}

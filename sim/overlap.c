@@ -80,6 +80,26 @@ __attribute__((noinline)) static int compute_general(Sim *s, int r, int64_t i, c
 	return 1;
 }
 
+/* An F&B pair is one slot (docs/semantics.md, "Overlapped pairs"): its first half
+ * starts once what the second half, b, consumes is there too.  Raises the stream's time
+ * to theirs; 0 while one is missing (a receive completing wakes the stream). */
+static int pair_wait(Sim *s, int r, const PlanOp *b)
+{
+	SimRank *k = &s->rk[r];
+	uint64_t keys[MAXKEYS];
+	int nk = consumed_keys(s, b, keys, MAXKEYS);
+	for (int j = 0; j < nk; j++) {
+		const Value *e = sim_val_find(s, r, keys[j]);
+		if (!e)
+			return 0;
+		if (e->time > k->ct) {
+			k->ct = e->time;
+			k->cbind = e->who;
+		}
+	}
+	return 1;
+}
+
 /* The common compute op o (op i of rank r, st its stage's; see sim_run_compute):
  * compute_general's steps with its values found in their rings by class.  1 ran,
  * 0 waits, -1 out of memory. */
@@ -167,6 +187,8 @@ static void sim_run_compute(Sim *s, int r)
 		if (comm >> kind & 1)
 			continue;
 		const StageInfo *st = &sts[o->stage]; // read only for compute kinds
+		if (o->dir && i + 1 < n && plan_op_paired(o) && !(rc = pair_wait(s, r, &ops[i + 1])))
+			break;
 		if ((fast >> kind & 1) && st->fast_pp == pp && (uint32_t)o->mb < m)
 			rc = compute_fast(s, r, i, o, st);
 		else

@@ -189,23 +189,26 @@ static int agent_edge(Sim *s, int a, int idx, SimWait *w, int *to)
 	                                             : SIM_STREAM_COMM;
 	uint8_t cstream = s->opt.model == SIM_STRICT ? SIM_STREAM_RANK : SIM_STREAM_COMM;
 	int e = 0;
-	if (a & 1) { // compute stream: the receives (or all-reduce) it consumes
-		const PlanOp *o = &pr->ops[k->cpc];
-		uint64_t keys[MAXKEYS];
-		int nk = consumed_keys(s, o, keys, MAXKEYS);
-		for (int j = 0; j < nk; j++) {
-			if (sim_val_find(s, r, keys[j]))
-				continue;
-			if (e++ != idx)
-				continue;
-			Want wt = {.key = keys[j]};
-			int tpk = (keys[j] >> 62) == KEY_AR && ((keys[j] >> 31) & (1u << 29));
-			int64_t y = tpk                         ? find_op(p, r, k->pc, 0, want_tp_done, &wt)
-			            : (keys[j] >> 62) == KEY_AR ? find_op(p, r, k->pc, 0, want_ar, &wt)
-			                                        : find_op(p, r, k->pc, 0, want_recv_key, &wt);
-			*w = (SimWait){{r, k->cpc, stream}, {r, y, cstream}, {r, -1, cstream}};
-			*to = r * 2;
-			return 1;
+	if (a & 1) { // compute stream: the receives (or all-reduce) it consumes, both halves'
+		// of an F&B pair (one slot)
+		int64_t last = k->cpc + (k->cpc + 1 < pr->nops && plan_op_paired(&pr->ops[k->cpc]));
+		for (int64_t c = k->cpc; c <= last; c++) {
+			uint64_t keys[MAXKEYS];
+			int nk = consumed_keys(s, &pr->ops[c], keys, MAXKEYS);
+			for (int j = 0; j < nk; j++) {
+				if (sim_val_find(s, r, keys[j]))
+					continue;
+				if (e++ != idx)
+					continue;
+				Want wt = {.key = keys[j]};
+				int tpk = (keys[j] >> 62) == KEY_AR && ((keys[j] >> 31) & (1u << 29));
+				int64_t y = tpk                         ? find_op(p, r, k->pc, 0, want_tp_done, &wt)
+				            : (keys[j] >> 62) == KEY_AR ? find_op(p, r, k->pc, 0, want_ar, &wt)
+				                                        : find_op(p, r, k->pc, 0, want_recv_key, &wt);
+				*w = (SimWait){{r, k->cpc, stream}, {r, y, cstream}, {r, -1, cstream}};
+				*to = r * 2;
+				return 1;
+			}
 		}
 		return 0;
 	}

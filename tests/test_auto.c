@@ -147,7 +147,8 @@ static void fm_from_plan(Fm *f, const Plan *p)
 			const PlanOp *o = &p->ranks[r].ops[i];
 			int k = plan_op_kind(o);
 			if (k == OP_F || k == OP_B || k == OP_W || k == OP_BW)
-				f->acts[q][f->nacts[q]++] = (SchedAct){.kind = k, .stage = o->stage, .mb = o->mb};
+				f->acts[q][f->nacts[q]++] = (SchedAct){.kind = k, .stage = o->stage, .mb = o->mb,
+				                                      .pair = (uint8_t)plan_op_paired(o)};
 		}
 	}
 }

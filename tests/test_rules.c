@@ -359,6 +359,14 @@ static Plan *bad_GROUP_ORDER(void)
 	return p;
 }
 
+/* An F marked paired (plan_op_paired) with a SEND after it. */
+static Plan *bad_PAIR(void)
+{
+	Plan *p = chain();
+	op_of(p, 0, OP_F, 0)->dir = 1;
+	return p;
+}
+
 static Plan *bad_SELF_RECV(void)
 {
 	Plan *p = vee(1);
@@ -981,6 +989,7 @@ static Plan *(*const cases[PLAN_RULE_COUNT])(void) = {
 	CASE(PEER_MISSING),
 	CASE(GROUP_ALONE),
 	CASE(GROUP_ORDER),
+	CASE(PAIR),
 	CASE(SELF_RECV),
 	CASE(SELF_SEND_GROUP),
 	CASE(SELF_SEND_ALONE),

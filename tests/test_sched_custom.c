@@ -528,6 +528,97 @@ static void sched__csv__emit_roundtrip_every_schedule(void **state)
 		}
 }
 
+/* An F&B pair written `3F1&2B0` (and its CSV form `(3F1;2B0)OVERLAP_F_B`): its two ops
+ * lie side by side in the plan, the first marked paired, and the plan runs in both
+ * models; a pair that is not a forward then another stage's backward is refused where
+ * it is written. */
+#define PAIR_R1 "  rank 1: 2F0 3F0 3I0 3W0 2F1 3F1&2B0 3I1 2B1 3W1;\n"
+
+static void pair_is_adjacent(const Plan *p)
+{
+	const PlanRank *r = pp_rank(p, 1);
+	int pairs = 0;
+	for (int64_t i = 0; i < r->nops; i++) {
+		if (!plan_op_paired(&r->ops[i]))
+			continue;
+		pairs++;
+		assert_int_equal(r->ops[i].kind, OP_F);
+		assert_int_equal(r->ops[i].stage, 3);
+		assert_int_equal(r->ops[i].mb, 1);
+		assert_true(i + 1 < r->nops);
+		assert_int_equal(r->ops[i + 1].kind, OP_BW);
+		assert_int_equal(r->ops[i + 1].stage, 2);
+		assert_int_equal(r->ops[i + 1].mb, 0);
+	}
+	assert_int_equal(pairs, 1);
+	assert_int_equal(measure(p, SIM_STRICT, 0).verdict, SIM_OK);
+	assert_int_equal(measure(p, SIM_OVERLAP, 0).verdict, SIM_OK);
+}
+
+static void sched__custom_pair__adjacent_and_checked(void **state)
+{
+	(void)state;
+	Plan *p = compile(custom(GOOD_R0 PAIR_R1, NULL));
+	assert_non_null(p);
+	pair_is_adjacent(p);
+	plan_free(p);
+	const char *path = write_tmp("pair.csv", "0F0,1F0,0F1,1F1,1B0,0B0,1B1,0B1\n"
+	                                         "2F0,3F0,3I0,3W0,2F1,(3F1;2B0)OVERLAP_F_B,3I1,2B1,3W1\n");
+	p = compile(csv_program(path));
+	assert_non_null(p);
+	pair_is_adjacent(p);
+	plan_free(p);
+	expect_error(custom("  rank 0: 0F0 1F0 0F1 1F1 1B0&0B0 1B1 0B1;\n" GOOD_R1, NULL),
+	             "test.pipe:12:27: error: an overlapped pair is a forward and then a backward "
+	             "(B or I) of another stage, like 0F3&3B1\n"
+	             "   rank 0: 0F0 1F0 0F1 1F1 1B0&0B0 1B1 0B1;\n"
+	             "                           ^~~~~~~\n");
+	expect_csv_error("0F0,1F0,0F1,1F1,1B0,(0B0;1B1)OVERLAP_F_B,0B1\n"
+	                 "2F0,3F0,2F1,3F1,3I0,3W0,2B0,3I1,2B1,3W1\n",
+	                 "%s:1:21: error: in '(0B0;1B1)OVERLAP_F_B': an overlapped pair is a "
+	                 "forward and then a backward (B or I) of another stage, like 0F3&3B1\n"
+	                 " 0F0,1F0,0F1,1F1,1B0,(0B0;1B1)OVERLAP_F_B,0B1\n"
+	                 "                     ^~~~~~~~~~~~~~~~~~~~\n");
+}
+
+/* The pair is one slot in the overlap model too: its forward waits for what its
+ * backward half receives (here 1B0's gradient from rank 1), where the same order written
+ * apart starts the forward at once; the backward follows the forward without a gap. */
+static int64_t paired_start(const char *r0, int half)
+{
+	char body[256];
+	snprintf(body, sizeof body, "%s  rank 1: 2F0 3F0 3I0 3W0 2B0 2F1 3F1 3I1 2B1 3W1;\n", r0);
+	Plan *p = compile(custom(body, NULL));
+	assert_non_null(p);
+	SimOptions so = {.model = SIM_OVERLAP, .record_ops = 1};
+	SimResult r;
+	assert_int_equal(sim_run(p, &so, &r), 0);
+	assert_int_equal(r.verdict, SIM_OK);
+	const PlanRank *rk = pp_rank(p, 0);
+	int64_t t = -1, fend = -1;
+	for (int64_t i = 0; i < rk->nops; i++) {
+		const PlanOp *o = &rk->ops[i];
+		if (o->kind == OP_F && o->stage == 0 && o->mb == 1) {
+			t = half ? t : sim_op_time(&r, 0, i).start;
+			fend = sim_op_time(&r, 0, i).end;
+		}
+		if (half && o->kind == OP_BW && o->stage == 1 && o->mb == 0)
+			assert_int_equal(sim_op_time(&r, 0, i).start, fend);
+	}
+	sim_result_free(&r);
+	plan_free(p);
+	return t;
+}
+
+static void sim__custom_pair__one_slot_in_the_overlap_model(void **state)
+{
+	(void)state;
+	int64_t paired = paired_start("  rank 0: 0F0 1F0 0F1&1B0 1F1 0B0 1B1 0B1;\n", 0);
+	int64_t apart = paired_start("  rank 0: 0F0 1F0 0F1 1B0 1F1 0B0 1B1 0B1;\n", 0);
+	assert_true(apart >= 0 && paired > apart);
+	paired_start("  rank 0: 0F0 1F0 0F1&1B0 1F1 0B0 1B1 0B1;\n", 1);
+}
+
 static void sched__csv__errors_located_in_the_csv(void **state)
 {
 	(void)state;
@@ -602,6 +693,8 @@ int main(void)
 		cmocka_unit_test(sched__csv__torch_dump_reads),
 		cmocka_unit_test(sched__csv__emit_roundtrip_every_schedule),
 		cmocka_unit_test(sched__csv__errors_located_in_the_csv),
+		cmocka_unit_test(sched__custom_pair__adjacent_and_checked),
+		cmocka_unit_test(sim__custom_pair__one_slot_in_the_overlap_model),
 	};
 	return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);
 }

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Schedules from the command line: textbook unit-cost makespans read from
 # `pipesim --json`, every schedule's plan runs, placements rejected with what works,
-# custom and CSV orders with located errors, --from-torch-csv round trips, and an
+# custom and CSV orders with located errors, --from-torch-csv round trips, F&B pairs
+# (marked, kept in binary, run bit-identical to their halves apart), and an
 # order that cannot run across ranks (pipecc says so; with --allow-deadlock pipesim
 # shows the cycle).
 : "${BIN:=bin}"
@@ -76,6 +77,44 @@ if formulas >"$dir/formulas" 2>&1; then
 else
 	echo "testing schedules unit-cost makespans match the formulas ... FAILED"
 	sed 's/^/  | /' "$dir/formulas" | head -20
+	fails=$((fails + 1))
+fi
+
+# DualPipe's README gives DualPipeV's bubble as (PP/2 - 1)(F&B + B - 3W), PP the stages
+# (2p), B a full backward (b + w), W a weight gradient (w) and F&B an overlapped pair,
+# F + B here (docs/semantics.md, "Overlapped pairs"): (p - 1)(f + 2b - w).  pipecc's
+# dualpipev stays within it (the step less a rank's work, 2m(f + b + w)), in both models
+# (docs/schedules.md, "dualpipev").
+dualpipe_bubble() {
+	ok=0
+	for c in "1 1 1" "1 2 1" "2 2 1" "10 12 6" "3 1 1"; do
+		set -- $c
+		f=$1 b=$2 w=$3
+		for p in 2 3 4; do
+			for m in $((2 * p)) $((3 * p + 1)); do
+				program $((2 * p)) $p $m dualpipev |
+					sed "s/^cost .*/cost * f=$f b=$b w=$w;/" >"$dir/dp.pipe"
+				"$BIN/pipecc" "$dir/dp.pipe" -o "$dir/dp.plan" || { ok=1; continue; }
+				want=$(((p - 1) * (f + 2 * b - w)))
+				for model in strict overlap; do
+					got=$("$BIN/pipesim" --json --model $model "$dir/dp.plan" |
+						sed -n 's/^  "makespan": \([0-9]*\)\.000,$/\1/p')
+					bubble=$((got - 2 * m * (f + b + w)))
+					echo "p=$p m=$m $f:$b:$w $model: bubble $bubble, formula $want"
+					[ "$bubble" -ge 0 ] && [ "$bubble" -le "$want" ] || ok=1
+				done
+			done
+		done
+	done
+	return $ok
+}
+if dualpipe_bubble >"$dir/dpb" 2>&1; then
+	echo "testing schedules dualpipev within DualPipe's bubble formula ($(wc -l <"$dir/dpb") cases) ... passed"
+else
+	echo "testing schedules dualpipev within DualPipe's bubble formula ... FAILED"
+	grep -v "^p=" "$dir/dpb" | sed 's/^/  | /' | head -5
+	awk '/^p=/ { split($6, b, ","); if (b[1] + 0 > $8 + 0 || b[1] + 0 < 0) print "  | " $0 }' \
+		"$dir/dpb" | head -10
 	fails=$((fails + 1))
 fi
 
@@ -163,5 +202,35 @@ t "with --allow-deadlock the plan is written" 0 \
 	"$BIN/pipecc" "$dir/d.pipe" --allow-deadlock -o "$dir/d.plan"
 t "pipesim finds the deadlock" 1 "$BIN/pipesim" "$dir/d.plan"
 has "pipesim shows the cycle" "$dir/err" "wait-for cycle (2 edges)"
+
+
+# An F&B pair written in a custom order (docs/semantics.md, "Overlapped pairs"): the
+# plan marks it and keeps it through the binary form; piperun runs it bit-identical to
+# the same order written apart (one compute stream), and --emit torch-csv writes
+# PyTorch's OVERLAP_F_B cell, which reads back to the same plan.
+sed 's/3F2 3I2 3W2 0I1 0W1/3F2\&0I1 3I2 3W2 0W1/' examples/custom.pipe >"$dir/p.pipe"
+sed 's/3F2 3I2 3W2 0I1 0W1/3F2 0I1 3I2 3W2 0W1/' examples/custom.pipe >"$dir/a.pipe"
+t "a custom F&B pair compiles" 0 "$BIN/pipecc" "$dir/p.pipe" -o "$dir/p.plan"
+has "the plan marks the pair" "$dir/p.plan" "^F 3 2 pair @"
+t "the paired plan in binary" 0 "$BIN/pipecc" "$dir/p.plan" --plan-format=binary -o "$dir/p.bin"
+t "and back to text" 0 "$BIN/pipecc" "$dir/p.bin" -o "$dir/p2.plan"
+cmp -s "$dir/p.plan" "$dir/p2.plan"
+check "the pair survives the binary form" $? "the plans differ"
+t "the order written apart compiles" 0 "$BIN/pipecc" "$dir/a.pipe" -o "$dir/a.plan"
+t "piperun runs the pair" 0 "$BIN/piperun" "$dir/p.plan" --steps 2 --save "$dir/sp"
+t "piperun runs the order apart" 0 "$BIN/piperun" "$dir/a.plan" --steps 2 --save "$dir/sa"
+cmp -s "$dir/sp/step-2/rank0.safetensors" "$dir/sa/step-2/rank0.safetensors" &&
+	cmp -s "$dir/sp/step-2/rank1.safetensors" "$dir/sa/step-2/rank1.safetensors"
+check "the pair's weights are bit-identical to the order apart" $? "the weights differ"
+t "the pair as a torch CSV" 0 "$BIN/pipecc" "$dir/p.pipe" --emit torch-csv -o "$dir/p.csv"
+has "the CSV has PyTorch's overlapped cell" "$dir/p.csv" ",(3F2;0I1)OVERLAP_F_B,"
+t "the CSV reads back" 0 "$BIN/pipecc" "$dir/p.pipe" --from-torch-csv "$dir/p.csv" \
+	-o "$dir/p3.plan"
+has "with its pair" "$dir/p3.plan" "^F 3 2 pair @"
+sed 's/^mesh pp=2;/mesh pp=2 tp=2;/' "$dir/p.pipe" >"$dir/ptp.pipe"
+t "a pair at tp = 2 compiles" 0 "$BIN/pipecc" "$dir/ptp.pipe" -o "$dir/ptp.plan"
+! grep -q '^F .* pair' "$dir/ptp.plan"
+check "at tp = 2 the pair runs as its halves (no mark)" $? "a pair mark at tp = 2"
+t "and the tp = 2 plan runs" 0 "$BIN/pipesim" "$dir/ptp.plan"
 
 [ "$fails" -eq 0 ]

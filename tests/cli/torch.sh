@@ -54,11 +54,11 @@ DualPipeV-p2-m16 98 144 98
 DualPipeV-p2-m4 26 36 26
 DualPipeV-p2-m6 38 54 38
 DualPipeV-p2-m8 50 72 50
-DualPipeV-p4-m12 78 117 105
-DualPipeV-p4-m16 102 153 141
-DualPipeV-p4-m8 53 81 69
-DualPipeV-p8-m16 107 173 149
-DualPipeV-p8-m24 158 245 221
+DualPipeV-p4-m12 78 117 106
+DualPipeV-p4-m16 102 153 142
+DualPipeV-p4-m8 54 81 70
+DualPipeV-p8-m16 110 173 154
+DualPipeV-p8-m24 158 245 226
 GPipe-p2-m16 51 51 51
 GPipe-p2-m2 9 9 9
 GPipe-p2-m4 15 15 15
