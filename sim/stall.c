@@ -177,6 +177,35 @@ static int tp_edge(Sim *s, int r, int64_t x, int *e, int idx, SimWait *w, int *t
 	return 0;
 }
 
+/* agent_edge's compute stream of rank r: the receives (or all-reduces) its op consumes,
+ * both halves' of an F&B pair (one slot). */
+static int compute_edge(Sim *s, int r, int idx, SimWait *w, int *to, uint8_t stream,
+                        uint8_t cstream)
+{
+	const SimRank *k = &s->rk[r];
+	const Plan *p = s->p;
+	const PlanRank *pr = &p->ranks[r];
+	int e = 0;
+	int64_t last = k->cpc + (k->cpc + 1 < pr->nops && plan_op_paired(&pr->ops[k->cpc]));
+	for (int64_t c = k->cpc; c <= last; c++) {
+		uint64_t keys[MAXKEYS];
+		int nk = consumed_keys(s, &pr->ops[c], keys, MAXKEYS);
+		for (int j = 0; j < nk; j++) {
+			if (sim_val_find(s, r, keys[j]) || e++ != idx)
+				continue;
+			Want wt = {.key = keys[j]};
+			int tpk = (keys[j] >> 62) == KEY_AR && ((keys[j] >> 31) & (1u << 29));
+			int64_t y = tpk                         ? find_op(p, r, k->pc, 0, want_tp_done, &wt)
+			            : (keys[j] >> 62) == KEY_AR ? find_op(p, r, k->pc, 0, want_ar, &wt)
+			                                        : find_op(p, r, k->pc, 0, want_recv_key, &wt);
+			*w = (SimWait){{r, k->cpc, stream}, {r, y, cstream}, {r, -1, cstream}};
+			*to = r * 2;
+			return 1;
+		}
+	}
+	return 0;
+}
+
 /* The edges of agent a, in order; fills w for the idx-th.  0 when none left. */
 static int agent_edge(Sim *s, int a, int idx, SimWait *w, int *to)
 {
@@ -189,29 +218,8 @@ static int agent_edge(Sim *s, int a, int idx, SimWait *w, int *to)
 	                                             : SIM_STREAM_COMM;
 	uint8_t cstream = s->opt.model == SIM_STRICT ? SIM_STREAM_RANK : SIM_STREAM_COMM;
 	int e = 0;
-	if (a & 1) { // compute stream: the receives (or all-reduce) it consumes, both halves'
-		// of an F&B pair (one slot)
-		int64_t last = k->cpc + (k->cpc + 1 < pr->nops && plan_op_paired(&pr->ops[k->cpc]));
-		for (int64_t c = k->cpc; c <= last; c++) {
-			uint64_t keys[MAXKEYS];
-			int nk = consumed_keys(s, &pr->ops[c], keys, MAXKEYS);
-			for (int j = 0; j < nk; j++) {
-				if (sim_val_find(s, r, keys[j]))
-					continue;
-				if (e++ != idx)
-					continue;
-				Want wt = {.key = keys[j]};
-				int tpk = (keys[j] >> 62) == KEY_AR && ((keys[j] >> 31) & (1u << 29));
-				int64_t y = tpk                         ? find_op(p, r, k->pc, 0, want_tp_done, &wt)
-				            : (keys[j] >> 62) == KEY_AR ? find_op(p, r, k->pc, 0, want_ar, &wt)
-				                                        : find_op(p, r, k->pc, 0, want_recv_key, &wt);
-				*w = (SimWait){{r, k->cpc, stream}, {r, y, cstream}, {r, -1, cstream}};
-				*to = r * 2;
-				return 1;
-			}
-		}
-		return 0;
-	}
+	if (a & 1)
+		return compute_edge(s, r, idx, w, to, stream, cstream);
 	if (k->state == AG_WAIT) { // comm stream: the data of its sends
 		int64_t end = plan_group_end(pr, k->pc);
 		for (int64_t x = k->pc; x < end; x++) {
