@@ -399,7 +399,7 @@ typedef struct {
 	int shown[MARK_COUNT];
 	int row;           // row pitch: ROW and the memory track
 	int *chunk;        // [nstages] the stage's index among its rank's stages
-	int several;       // some rank holds several stages
+	int several;       // the most stages a rank holds, when more than one; else 0
 	PlanMem *mem;      // [world] the memory model's figures (plan/mem.h)
 	PlanMemAt **at;    // [world][nops] each op's highest point
 	int64_t mem_top;   // the memory tracks' common scale: the largest peak
@@ -413,7 +413,7 @@ static int row_y(const Pic *c, int r)
 }
 
 /* Each stage's chunk (its index among the stages on its pp index, in stage order),
- * and whether any rank holds several. */
+ * and the most stages a rank holds when that is several. */
 static void pic_chunks(Pic *c)
 {
 	const Plan *p = c->p;
@@ -422,10 +422,12 @@ static void pic_chunks(Pic *c)
 		c->oom = 1;
 		return;
 	}
-	for (int s = 0; s < p->nstages; s++)
+	for (int s = 0; s < p->nstages; s++) {
 		for (int t = 0; t < s; t++)
-			if (p->stages[t].pp == p->stages[s].pp && ++c->chunk[s])
-				c->several = 1;
+			c->chunk[s] += p->stages[t].pp == p->stages[s].pp;
+		if (c->chunk[s] && c->chunk[s] + 1 > c->several)
+			c->several = c->chunk[s] + 1;
+	}
 }
 
 /* The memory model's track of every rank (plan_mem_track) and their common scale. */
@@ -875,7 +877,7 @@ static void pic_legend(Pic *c, int ay)
 	    {"W weight gradient", NULL, 0, OP_W},
 	    {"BW fused backward", NULL, 0, OP_BW},
 	    {"optimizer", NULL, 0, OP_OPTIM},
-	    {"shades: a rank's 1st, 2nd, 3rd, 4th stage", NULL, 4, MARK_CHUNKS},
+	    {NULL, NULL, 4, MARK_CHUNKS}, // its label: shades[], by the stages a rank holds
 	    {"idle", "#f1f1f1", 0, MARK_IDLE},
 	    {"waiting for a peer", "#bbbbbb", 1, MARK_WAIT},
 	    {"moving data", "#555555", 1, MARK_MOVE},
@@ -887,11 +889,19 @@ static void pic_legend(Pic *c, int ay)
 	    {"in flight", NULL, 0, MARK_INFLIGHT},
 	    {"a rank's memory peak", "#cc0000", 5, MARK_PEAK},
 	};
+	static const char *const shades[] = { // by the most stages a rank holds
+	    "", "", "shades: a rank's 1st and 2nd stage", "shades: a rank's 1st, 2nd and 3rd stage",
+	    "shades: a rank's 1st, 2nd, 3rd and 4th stage",
+	    "shades: a rank's 1st to 4th stage, then again from the 1st"};
+	int nshades = c->several < SHADES ? c->several : SHADES;
 	int lx = left, ly = ay + 40;
 	for (size_t i = 0; i < sizeof legend / sizeof legend[0]; i++) {
 		if (!c->shown[legend[i].mark])
 			continue;
-		int lw = 18 + 6 * (int)strlen(legend[i].label) + 18;
+		const char *label = legend[i].mark == MARK_CHUNKS
+		                        ? shades[c->several < SHADES + 1 ? c->several : SHADES + 1]
+		                        : legend[i].label;
+		int lw = 18 + 6 * (int)strlen(label) + 18;
 		if (lx > left && lx + lw > c->w) {
 			lx = left;
 			ly += 20;
@@ -903,7 +913,7 @@ static void pic_legend(Pic *c, int ay)
 		if (!color)
 			color = fill[legend[i].mark < OP_COUNT ? legend[i].mark : OP_F][0];
 		if (legend[i].shape == 4)
-			for (int k = 0; k < SHADES; k++)
+			for (int k = 0; k < nshades; k++)
 				fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"4\" height=\"14\" fill=\"%s\"/>\n",
 				        lx + 4 * k, ly, fill[OP_F][k]);
 		else if (legend[i].shape == 5)
@@ -921,7 +931,7 @@ static void pic_legend(Pic *c, int ay)
 			           "stroke=\"#bbb\" stroke-width=\"0.5\"/>\n",
 			        lx, ly, legend[i].shape == 3 ? "url(#hatch)" : color);
 		fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"11\">%s</text>\n", lx + 18, ly + 11,
-		        legend[i].label);
+		        label);
 		lx += lw;
 	}
 }
