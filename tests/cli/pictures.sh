@@ -72,7 +72,9 @@ check "zbv.svg is well-formed XML" $? "xmllint refused it"
 n=$(grep -o 'fill="#[0-9a-f]*" stroke="white"' "$dir/zbv.svg" | sort -u | wc -l)
 [ "$n" -ge 6 ]
 check "zbv's two stages a rank get their own shades of F, B and W" $? "$n box colours"
-has "zbv's legend explains the shades" "$dir/zbv.svg" "shades: a rank's 1st"
+has "zbv's legend explains the shades, two a rank" "$dir/zbv.svg" "shades: a rank's 1st and 2nd stage<"
+n=$(grep -c '<rect x="[0-9]*" y="[0-9]*" width="4" height="14"' "$dir/zbv.svg")
+check "... with two swatches" "$([ "$n" -eq 2 ]; echo $?)" "$n swatches"
 has "zbv's boxes name the stage (a rank holds two)" "$dir/zbv.svg" 'class="lab">[0-9][0-9]*F[0-9][0-9]*<'
 "$PCC" examples/demo.pipe -o "$dir/demo.plan" 2>"$dir/err"
 t "pipesim --svg of demo (1f1b)" 0 "$SIM" "$dir/demo.plan" --svg "$dir/demo.svg" --json
