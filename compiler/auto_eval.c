@@ -23,6 +23,13 @@
  * so a RECV may land a group off where the lowering's walk differs; the confirmation
  * decides.
  *
+ * The search's local moves (auto_list.c: swaps, fits, annealing) change one rank's order
+ * from some position on, so their evaluations start from the last kept sweep
+ * (auto_eval_keep): the ops that started before the first moved op keep their times,
+ * the sweep goes on from there (start_from says why that is exact).  A swap that
+ * must beat the best order (auto_eval_beats) stops once an op ends after its makespan
+ * and skips the memory walk when it is no faster: most swaps are rejected.
+ *
  * The model's facts (AutoModel) are read from a plan once (auto_model_of_plan): the
  * search lowers a topological order of each setup and reads its stage, edge and rank
  * tables. */
@@ -47,6 +54,9 @@ struct AutoScratch {
 	int64_t *mem;    // ... and its change of the saved bytes (plan_op_mem), both read
 	                 // from the model once here rather than per op of every evaluation
 	int *peak_op;    // per rank: the op at (or just before) which its peak is reached
+	int64_t *kt, *kst; // the kept evaluation (auto_eval_keep): t[0..3) and st, en as one
+	int *kix;         // block each, and ix[0..2)
+	int kept;         // 1: they hold a whole sweep
 };
 
 static int world_rank_of(const Plan *p, int q)
@@ -146,8 +156,8 @@ AutoScratch *auto_scratch_new(const AutoModel *md)
 	size_t n = (size_t)md->ns * (size_t)md->m, pp = (size_t)md->pp;
 	size_t nst = 3 * n + 1, nk = (size_t)md->ns * OP_COUNT;
 	size_t bytes = sizeof(AutoScratch) +
-	               (3 * n + 3 * pp + 2 * nst + 9 * n + 6 + 2 * nk) * sizeof(int64_t) +
-	               (2 * n + 3 * pp + 1) * sizeof(int);
+	               (6 * n + 3 * pp + 4 * nst + 9 * n + 6 + 2 * nk) * sizeof(int64_t) +
+	               (4 * n + 3 * pp + 1) * sizeof(int);
 	AutoScratch *sc = malloc(bytes);
 	if (!sc) {
 		auto_oom(md);
@@ -164,6 +174,9 @@ AutoScratch *auto_scratch_new(const AutoModel *md)
 	sc->d = sc->en + nst;
 	sc->cost = sc->d + 9 * n + 6;
 	sc->mem = sc->cost + nk;
+	sc->kt = sc->mem + nk;
+	sc->kst = sc->kt + 3 * n;
+	sc->kept = 0;
 	for (int s = 0; s < md->ns; s++) {
 		const int64_t *sv = md->save[s];
 		PlanStage st = {.save_fb = sv[0], .save_fw = sv[1], .save_bw = sv[2]};
@@ -172,12 +185,13 @@ AutoScratch *auto_scratch_new(const AutoModel *md)
 			sc->mem[s * OP_COUNT + k] = plan_op_mem((OpKind)k, &st);
 		}
 	}
-	int *iq = (int *)(sc->mem + nk);
+	int *iq = (int *)(sc->kst + 2 * nst);
 	sc->ix[0] = iq;
 	sc->ix[1] = iq + n;
 	sc->pos = iq + 2 * n;
 	sc->peak_op = sc->pos + pp;
 	sc->off = sc->peak_op + pp;
+	sc->kix = sc->off + pp + 1;
 	sc->off[0] = 0;
 	for (int p = 0; p < md->pp; p++) {
 		size_t k = 0;
@@ -329,23 +343,72 @@ static int64_t rank_peak(const AutoModel *md, AutoScratch *sc, int p, SchedAct *
 	return peak;
 }
 
-void auto_eval(const AutoModel *md, AutoScratch *sc, SchedAct *const *acts, const int *nacts,
-               AutoFig *out)
+/* A sweep from the start: no op has run. */
+static void start_all(const AutoModel *md, AutoScratch *sc)
 {
 	size_t n = (size_t)md->ns * (size_t)md->m;
 	for (int k = 0; k < 3; k++)
 		for (size_t i = 0; i < n; i++)
 			sc->t[k][i] = -1;
-	int left = 0;
 	for (int p = 0; p < md->pp; p++) {
 		sc->pos[p] = 0;
 		sc->free_at[p] = 0;
-		left += nacts[p] > 0;
 	}
-	*out = (AutoFig){0};
+}
+
+/* A sweep of an order that is the kept one's (auto_eval_keep) but from rank p's
+ * position i on: every op that started before the kept op there, T, runs as it ran.
+ * Such an op's inputs and its rank's earlier ops started before T too, so none of them
+ * is one that moved or waits on one that moved: its times are the kept ones.  On each
+ * rank those ops are a prefix of its order (starts never fall along a rank): the kept
+ * times are copied back whole, those of the ops after each prefix unset, and the
+ * sweep goes on from there.  0, or -1 when there is no such kept sweep. */
+static int start_from(const AutoModel *md, AutoScratch *sc, SchedAct *const *acts,
+                      const int *nacts, int p, int i)
+{
+	size_t n = (size_t)md->ns * (size_t)md->m, nst = (size_t)sc->off[md->pp] + 1;
+	if (!sc->kept || i >= nacts[p])
+		return -1;
+	for (int q = 0; q < md->pp; q++)
+		if (nacts[q] > sc->off[q + 1] - sc->off[q])
+			return -1; // no room kept the starts of all its ops
+	memcpy(sc->t[0], sc->kt, 3 * n * sizeof *sc->kt);
+	memcpy(sc->st, sc->kst, 2 * nst * sizeof *sc->kst);
+	memcpy(sc->ix[0], sc->kix, 2 * n * sizeof *sc->kix);
+	int64_t t = sc->st[sc->off[p] + i];
+	for (int q = 0; q < md->pp; q++) {
+		int j = nacts[q], o = sc->off[q];
+		while (j > 0 && sc->st[o + j - 1] >= t)
+			j--;
+		sc->pos[q] = j;
+		sc->free_at[q] = j ? sc->en[o + j - 1] : 0;
+		for (; j < nacts[q]; j++) {
+			const SchedAct *a = &acts[q][j];
+			int x = a->stage * md->m + a->mb;
+			unsigned makes = plan_ops[a->kind].makes;
+			sc->t[AUTO_F][x] = makes & PLAN_DEP_ACT ? -1 : sc->t[AUTO_F][x];
+			sc->t[AUTO_B][x] = makes & PLAN_DEP_GRAD ? -1 : sc->t[AUTO_B][x];
+			sc->t[AUTO_W][x] = makes & PLAN_DEP_WGRAD ? -1 : sc->t[AUTO_W][x];
+		}
+	}
+	return 0;
+}
+
+/* The timing sweep from where start_all or start_from left it: every op's start and
+ * end, each rank's finish in free_at.  Stops as soon as an op ends after bound (what a
+ * caller that only wants a faster order needs: such an order's makespan is above bound
+ * already).  Returns 0 when every op ran, 1 when it stopped at the bound, -1 when the
+ * order is stuck. */
+static int sweep(const AutoModel *md, AutoScratch *sc, SchedAct *const *acts,
+                 const int *nacts, int64_t bound)
+{
+	int left = 0, down = 0;
+	for (int p = 0; p < md->pp; p++)
+		left += sc->pos[p] < nacts[p];
 	while (left > 0) {
 		int moved = 0;
-		for (int p = 0; p < md->pp; p++) {
+		for (int k = 0; k < md->pp; k++) {
+			int p = down ? md->pp - 1 - k : k;
 			int i = sc->pos[p];
 			if (i == nacts[p])
 				continue;
@@ -354,17 +417,34 @@ void auto_eval(const AutoModel *md, AutoScratch *sc, SchedAct *const *acts, cons
 				if (r < 0)
 					break;
 				run_op(md, sc, p, i, &acts[p][i], r > sc->free_at[p] ? r : sc->free_at[p]);
+				if (sc->free_at[p] > bound)
+					return 1;
 			}
 			moved |= i > sc->pos[p];
 			sc->pos[p] = i;
 			left -= i == nacts[p];
 		}
-		if (!moved) {
-			out->makespan = -1;
-			return;
-		}
+		if (!moved)
+			return -1;
+		down = !down;
 	}
-	out->peak_rank = 0;
+	return 0;
+}
+
+/* The sweep, from the start or (rank p >= 0) from the kept sweep's prefix. */
+static int run_times(const AutoModel *md, AutoScratch *sc, SchedAct *const *acts,
+                     const int *nacts, int p, int i, int64_t bound)
+{
+	if (p < 0 || start_from(md, sc, acts, nacts, p, i))
+		start_all(md, sc);
+	return sweep(md, sc, acts, nacts, bound);
+}
+
+/* The figures of an order whose sweep ran to the end: makespan, finish times, busy
+ * time, and each rank's peak (the memory walk, rank_peak). */
+static void figures(const AutoModel *md, AutoScratch *sc, SchedAct *const *acts,
+                    const int *nacts, AutoFig *out)
+{
 	for (int p = 0; p < md->pp; p++) {
 		int64_t f = sc->free_at[p];
 		if (f > out->makespan)
@@ -382,6 +462,41 @@ void auto_eval(const AutoModel *md, AutoScratch *sc, SchedAct *const *acts, cons
 		out->busy += md->m * (md->cost[s][0] + md->cost[s][1] + md->cost[s][2]);
 }
 
+void auto_eval(const AutoModel *md, AutoScratch *sc, SchedAct *const *acts, const int *nacts,
+               AutoFig *out)
+{
+	auto_eval_from(md, sc, acts, nacts, -1, 0, out);
+}
+
+void auto_eval_from(const AutoModel *md, AutoScratch *sc, SchedAct *const *acts,
+                    const int *nacts, int p, int i, AutoFig *out)
+{
+	*out = (AutoFig){0};
+	if (run_times(md, sc, acts, nacts, p, i, INT64_MAX) < 0)
+		out->makespan = -1;
+	else
+		figures(md, sc, acts, nacts, out);
+}
+
+int auto_eval_beats(const AutoModel *md, AutoScratch *sc, SchedAct *const *acts,
+                    const int *nacts, const AutoFig *beat, int p, int i,
+                    AutoFig *out)
+{
+	*out = (AutoFig){.makespan = -1};
+	if (beat->makespan < 0 || run_times(md, sc, acts, nacts, p, i, beat->makespan))
+		return 0;
+	int64_t end = 0, sum = 0;
+	for (int q = 0; q < md->pp; q++) {
+		end = sc->free_at[q] > end ? sc->free_at[q] : end;
+		sum = sat_add(sum, sc->free_at[q]);
+	}
+	if (end == beat->makespan && sum >= beat->finish_sum)
+		return 0; // no faster: the memory walk is not worth making
+	*out = (AutoFig){0};
+	figures(md, sc, acts, nacts, out);
+	return 1;
+}
+
 const int64_t *auto_eval_peaks(const AutoScratch *sc)
 {
 	return sc->peak;
@@ -390,4 +505,13 @@ const int64_t *auto_eval_peaks(const AutoScratch *sc)
 const int *auto_eval_peak_ops(const AutoScratch *sc)
 {
 	return sc->peak_op;
+}
+
+void auto_eval_keep(const AutoModel *md, AutoScratch *sc)
+{
+	size_t n = (size_t)md->ns * (size_t)md->m, nst = (size_t)sc->off[md->pp] + 1;
+	memcpy(sc->kt, sc->t[0], 3 * n * sizeof *sc->kt);
+	memcpy(sc->kst, sc->st, 2 * nst * sizeof *sc->kst);
+	memcpy(sc->kix, sc->ix[0], 2 * n * sizeof *sc->kix);
+	sc->kept = 1;
 }
