@@ -57,6 +57,8 @@ struct AutoScratch {
 	int64_t *kt, *kst; // the kept evaluation (auto_eval_keep): t[0..3) and st, en as one
 	int *kix;         // block each, and ix[0..2)
 	int kept;         // 1: they hold a whole sweep
+	int spill;        // 1: an op of the last sweep found no room in st (a rank that runs
+	                  // more than 3m ops a stage): that sweep is not kept
 };
 
 static int world_rank_of(const Plan *p, int q)
@@ -176,7 +178,7 @@ AutoScratch *auto_scratch_new(const AutoModel *md)
 	sc->mem = sc->cost + nk;
 	sc->kt = sc->mem + nk;
 	sc->kst = sc->kt + 3 * n;
-	sc->kept = 0;
+	sc->kept = sc->spill = 0;
 	for (int s = 0; s < md->ns; s++) {
 		const int64_t *sv = md->save[s];
 		PlanStage st = {.save_fb = sv[0], .save_fw = sv[1], .save_bw = sv[2]};
@@ -258,6 +260,8 @@ static void run_op(const AutoModel *md, AutoScratch *sc, int p, int i, const Sch
 	if (i < sc->off[p + 1] - sc->off[p]) {
 		sc->st[sc->off[p] + i] = at;
 		sc->en[sc->off[p] + i] = end;
+	} else {
+		sc->spill = 1;
 	}
 	sc->free_at[p] = end;
 }
@@ -346,6 +350,7 @@ static int64_t rank_peak(const AutoModel *md, AutoScratch *sc, int p, SchedAct *
 /* A sweep from the start: no op has run. */
 static void start_all(const AutoModel *md, AutoScratch *sc)
 {
+	sc->spill = 0;
 	size_t n = (size_t)md->ns * (size_t)md->m;
 	for (int k = 0; k < 3; k++)
 		for (size_t i = 0; i < n; i++)
@@ -356,32 +361,45 @@ static void start_all(const AutoModel *md, AutoScratch *sc)
 	}
 }
 
+/* The first of the kept sweep's positions 0..n of the rank whose starts begin at st
+ * that starts at or after t (starts never fall along a rank). */
+static int kept_prefix(const int64_t *st, int n, int64_t t)
+{
+	int lo = 0, hi = n;
+	while (lo < hi) {
+		int mid = lo + (hi - lo) / 2;
+		if (st[mid] < t)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
 /* A sweep of an order that is the kept one's (auto_eval_keep) but from rank p's
  * position i on: every op that started before the kept op there, T, runs as it ran.
  * Such an op's inputs and its rank's earlier ops started before T too, so none of them
  * is one that moved or waits on one that moved: its times are the kept ones.  On each
  * rank those ops are a prefix of its order (starts never fall along a rank): the kept
- * times are copied back whole, those of the ops after each prefix unset, and the
- * sweep goes on from there.  0, or -1 when there is no such kept sweep. */
+ * times are copied back, those of the ops after each prefix unset, and the sweep goes
+ * on from there.  0, or -1 when there is no such kept sweep. */
 static int start_from(const AutoModel *md, AutoScratch *sc, SchedAct *const *acts,
                       const int *nacts, int p, int i)
 {
 	size_t n = (size_t)md->ns * (size_t)md->m, nst = (size_t)sc->off[md->pp] + 1;
 	if (!sc->kept || i >= nacts[p])
 		return -1;
-	for (int q = 0; q < md->pp; q++)
-		if (nacts[q] > sc->off[q + 1] - sc->off[q])
-			return -1; // no room kept the starts of all its ops
+	const int64_t *kst = sc->kst, *ken = sc->kst + nst;
 	memcpy(sc->t[0], sc->kt, 3 * n * sizeof *sc->kt);
-	memcpy(sc->st, sc->kst, 2 * nst * sizeof *sc->kst);
 	memcpy(sc->ix[0], sc->kix, 2 * n * sizeof *sc->kix);
-	int64_t t = sc->st[sc->off[p] + i];
+	sc->spill = 0;
+	int64_t t = kst[sc->off[p] + i];
 	for (int q = 0; q < md->pp; q++) {
-		int j = nacts[q], o = sc->off[q];
-		while (j > 0 && sc->st[o + j - 1] >= t)
-			j--;
+		int o = sc->off[q], j = kept_prefix(kst + o, nacts[q], t);
+		memcpy(sc->st + o, kst + o, (size_t)j * sizeof *kst);
+		memcpy(sc->en + o, ken + o, (size_t)j * sizeof *ken);
 		sc->pos[q] = j;
-		sc->free_at[q] = j ? sc->en[o + j - 1] : 0;
+		sc->free_at[q] = j ? ken[o + j - 1] : 0;
 		for (; j < nacts[q]; j++) {
 			const SchedAct *a = &acts[q][j];
 			int x = a->stage * md->m + a->mb;
@@ -513,5 +531,5 @@ void auto_eval_keep(const AutoModel *md, AutoScratch *sc)
 	memcpy(sc->kt, sc->t[0], 3 * n * sizeof *sc->kt);
 	memcpy(sc->kst, sc->st, 2 * nst * sizeof *sc->kst);
 	memcpy(sc->kix, sc->ix[0], 2 * n * sizeof *sc->kix);
-	sc->kept = 1;
+	sc->kept = !sc->spill;
 }
