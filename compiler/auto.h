@@ -106,6 +106,12 @@ void auto_eval_from(const AutoModel *md, AutoScratch *sc, SchedAct *const *acts,
  * beat's makespan.  p and i as auto_eval_from's; the figures are auto_eval's. */
 int auto_eval_beats(const AutoModel *md, AutoScratch *sc, SchedAct *const *acts,
                     const int *nacts, const AutoFig *beat, int p, int i, AutoFig *out);
+/* 1 when the order in acts is the kept one (auto_eval_keep) with rank p's ops at i and
+ * i + 1 swapped and the swap cannot make it faster nor its summed finish times smaller
+ * (auto_improve's test): the op now first could not have started before the other
+ * ended anyway.  0: it may (auto_eval_beats tells). */
+int auto_eval_swap_later(const AutoModel *md, const AutoScratch *sc, SchedAct *const *acts,
+                         int p, int i);
 /* Keeps the times of the order the last auto_eval or auto_eval_from ran (makespan >= 0),
  * or the last auto_eval_beats that returned 1 ran, for the next ones to start from. */
 void auto_eval_keep(const AutoModel *md, AutoScratch *sc);

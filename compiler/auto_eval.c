@@ -26,9 +26,11 @@
  * The search's local moves (auto_list.c: swaps, fits, annealing) change one rank's order
  * from some position on, so their evaluations start from the last kept sweep
  * (auto_eval_keep): the ops that started before the first moved op keep their times,
- * the sweep goes on from there (start_from says why that is exact).  A swap that
- * must beat the best order (auto_eval_beats) stops once an op ends after its makespan
- * and skips the memory walk when it is no faster: most swaps are rejected.
+ * the sweep goes on from there (start_from says why that is exact).  A swap, which
+ * must beat the best order, is ruled out unrun when the op it moves up could not have
+ * started earlier anyway (auto_eval_swap_later), and otherwise (auto_eval_beats) stops
+ * once an op ends after the best makespan and skips the memory walk when it is no
+ * faster: most swaps are rejected.
  *
  * The model's facts (AutoModel) are read from a plan once (auto_model_of_plan): the
  * search lowers a topological order of each setup and reads its stage, edge and rank
@@ -206,8 +208,10 @@ AutoScratch *auto_scratch_new(const AutoModel *md)
 
 /* When op a's inputs are all there: its ready time, or -1 when one is missing.  What it
  * needs is the op table's: F the activations of its in-edges' sources, W its own input
- * gradient, B and BW their own forward and the gradients of their out-edges' ends. */
-static int64_t ready_at(const AutoModel *md, const AutoScratch *sc, const SchedAct *a)
+ * gradient, B and BW their own forward and the gradients of their out-edges' ends.
+ * t: end times of F, B, W per (stage * m + mb), the sweep's or the kept ones. */
+__attribute__((always_inline)) static inline int64_t
+ready_at(const AutoModel *md, const int64_t *const *t, const SchedAct *a)
 {
 	int m = md->m, s = a->stage, mb = a->mb;
 	unsigned needs = plan_ops[a->kind].needs;
@@ -215,26 +219,26 @@ static int64_t ready_at(const AutoModel *md, const AutoScratch *sc, const SchedA
 	if (needs & PLAN_DEP_IN_ACT) {
 		for (int k = md->ioff[s]; k < md->ioff[s + 1]; k++) {
 			const AutoEdge *e = &md->edges[md->ein[k]];
-			int64_t t = sc->t[AUTO_F][e->src * m + mb];
-			if (t < 0)
+			int64_t x = t[AUTO_F][e->src * m + mb];
+			if (x < 0)
 				return -1;
-			if (sat_add(t, e->ns) > r)
-				r = sat_add(t, e->ns);
+			if (sat_add(x, e->ns) > r)
+				r = sat_add(x, e->ns);
 		}
 		return r;
 	}
 	if (needs & PLAN_DEP_GRAD)
-		return sc->t[AUTO_B][s * m + mb];
-	r = sc->t[AUTO_F][s * m + mb]; // needs PLAN_DEP_ACT and PLAN_DEP_OUT_GRAD
+		return t[AUTO_B][s * m + mb];
+	r = t[AUTO_F][s * m + mb]; // needs PLAN_DEP_ACT and PLAN_DEP_OUT_GRAD
 	if (r < 0)
 		return -1;
 	for (int k = md->ooff[s]; k < md->ooff[s + 1]; k++) {
 		const AutoEdge *e = &md->edges[md->eout[k]];
-		int64_t t = sc->t[AUTO_B][e->dst * m + mb];
-		if (t < 0)
+		int64_t x = t[AUTO_B][e->dst * m + mb];
+		if (x < 0)
 			return -1;
-		if (sat_add(t, e->ns) > r)
-			r = sat_add(t, e->ns);
+		if (sat_add(x, e->ns) > r)
+			r = sat_add(x, e->ns);
 	}
 	return r;
 }
@@ -420,6 +424,7 @@ static int start_from(const AutoModel *md, AutoScratch *sc, SchedAct *const *act
 static int sweep(const AutoModel *md, AutoScratch *sc, SchedAct *const *acts,
                  const int *nacts, int64_t bound)
 {
+	const int64_t *const t[3] = {sc->t[0], sc->t[1], sc->t[2]};
 	int left = 0, down = 0;
 	for (int p = 0; p < md->pp; p++)
 		left += sc->pos[p] < nacts[p];
@@ -431,7 +436,7 @@ static int sweep(const AutoModel *md, AutoScratch *sc, SchedAct *const *acts,
 			if (i == nacts[p])
 				continue;
 			for (; i < nacts[p]; i++) {
-				int64_t r = ready_at(md, sc, &acts[p][i]);
+				int64_t r = ready_at(md, t, &acts[p][i]);
 				if (r < 0)
 					break;
 				run_op(md, sc, p, i, &acts[p][i], r > sc->free_at[p] ? r : sc->free_at[p]);
@@ -532,4 +537,20 @@ void auto_eval_keep(const AutoModel *md, AutoScratch *sc)
 	memcpy(sc->kst, sc->st, 2 * nst * sizeof *sc->kst);
 	memcpy(sc->kix, sc->ix[0], 2 * n * sizeof *sc->kix);
 	sc->kept = !sc->spill;
+}
+
+/* The kept order with ops a and b at rank p's positions i and i + 1 swapped (b first):
+ * when b's inputs, in the kept times, arrive no earlier than a's kept end, b starts
+ * as it did and ends as it did, a only later, and no op starts earlier than it did (the
+ * times are maxima of sums, each op's over what it follows; its inputs' times hold
+ * unless they wait on a, and then the order is stuck).  So it is no faster. */
+int auto_eval_swap_later(const AutoModel *md, const AutoScratch *sc, SchedAct *const *acts,
+                         int p, int i)
+{
+	size_t n = (size_t)md->ns * (size_t)md->m, nst = (size_t)sc->off[md->pp] + 1;
+	if (!sc->kept)
+		return 0;
+	const int64_t *const kt[3] = {sc->kt, sc->kt + n, sc->kt + 2 * n};
+	int64_t r = ready_at(md, kt, &acts[p][i]);
+	return r >= 0 && r >= sc->kst[nst + (size_t)sc->off[p] + (size_t)i];
 }

@@ -279,7 +279,8 @@ int auto_improve(const AutoModel *md, AutoScratch *sc, SchedAct **acts, const in
 				SchedAct tmp = *a;
 				*a = *b, *b = tmp;
 				evals++; // one evaluation, however early it stops
-				if (auto_eval_beats(md, sc, acts, nacts, fig, kept ? p : -1, i, &f) &&
+				if (!(kept && auto_eval_swap_later(md, sc, acts, p, i)) &&
+				    auto_eval_beats(md, sc, acts, nacts, fig, kept ? p : -1, i, &f) &&
 				    f.peak <= limit) {
 					*fig = f;
 					auto_eval_keep(md, sc);

@@ -312,13 +312,14 @@ static int same_fig(const AutoFig *a, const int64_t *pa, const int *oa, const Au
  * local moves evaluate) gives what the whole sweep gives, for random moves of an op on
  * its rank (stuck orders included), on registry orders of one and two stages a rank,
  * with and without latency; auto_eval_beats says 1 exactly when the order is faster (or
- * as fast with smaller summed finish times) than the kept one. */
+ * as fast with smaller summed finish times) than the kept one, and a neighbour swap
+ * auto_eval_swap_later rules out is never faster. */
 static void auto__fast_model__resumed_sweep_matches_whole(void **state)
 {
 	(void)state;
 	static const char *const scheds[] = {"1f1b", "zbh1", "zbv", "interleaved"};
 	unsigned seed = 7;
-	int moves = 0, stuck = 0, beats = 0;
+	int moves = 0, stuck = 0, beats = 0, swaps = 0, later = 0;
 	for (int li = 0; li < 2; li++)
 		for (size_t k = 0; k < sizeof scheds / sizeof *scheds; k++) {
 			int p = 3, m = 6, n = !strcmp(scheds[k], "zbv") || !strcmp(scheds[k], "interleaved") ? 2 * p : p;
@@ -361,14 +362,30 @@ static void auto__fast_model__resumed_sweep_matches_whole(void **state)
 				        (size_t)(i < j ? j - i : i - j) * sizeof *v);
 				v[i] = a;
 			}
+			for (int q = 0; q < p; q++) // every neighbour swap auto_eval_swap_later rules out
+				for (int i = 0; i + 1 < f.nacts[q]; i++) {
+					SchedAct *v = f.acts[q], a = v[i];
+					v[i] = v[i + 1], v[i + 1] = a;
+					if (auto_eval_swap_later(&f.md, sc, f.acts, q, i)) {
+						auto_eval(&f.md, ref, f.acts, f.nacts, &whole);
+						if (whole.makespan >= 0 &&
+						    (whole.makespan < base.makespan ||
+						     (whole.makespan == base.makespan && whole.finish_sum < base.finish_sum)))
+							fail_msg("%s: swap %d on rank %d ruled out but faster", scheds[k], i, q);
+						later++;
+					}
+					swaps++;
+					v[i + 1] = v[i], v[i] = a;
+				}
 			free(ref);
 			free(sc);
 			fm_free(&f);
 			plan_free(pl);
 			free(src);
 		}
-	if (!(moves >= 1500 && stuck > 0 && stuck < moves && beats > 0))
-		fail_msg("%d moves, %d stuck, %d faster", moves, stuck, beats);
+	if (!(moves >= 1500 && stuck > 0 && stuck < moves && beats > 0 && later > 0 && later < swaps))
+		fail_msg("%d moves, %d stuck, %d faster; %d of %d swaps ruled out", moves, stuck, beats,
+		         later, swaps);
 }
 
 /* The list scheduler: 3m + p - 1 with unit costs and no cap; within a budget; stalls
