@@ -94,6 +94,27 @@ AutoScratch *auto_scratch_new(const AutoModel *md);
  * received when made (--tune=overlap's posting). */
 void auto_eval(const AutoModel *md, AutoScratch *sc, SchedAct *const *acts, const int *nacts,
                AutoFig *out);
+/* auto_eval of an order that is the one auto_eval_keep kept but from rank p's position i
+ * on (p < 0: any order): the ops that started before the kept op there are not run
+ * again.  The figures are auto_eval's. */
+void auto_eval_from(const AutoModel *md, AutoScratch *sc, SchedAct *const *acts,
+                    const int *nacts, int p, int i, AutoFig *out);
+/* auto_eval when the order only matters if it beats `beat`: faster, or as fast with a
+ * smaller sum of finish times (auto_improve's test).  Returns 1 with out filled when
+ * it does; 0 when it does not (out then holds no figures, nor sc the peaks), found
+ * without the memory walk, and without the rest of the sweep once an op ends after
+ * beat's makespan.  p and i as auto_eval_from's; the figures are auto_eval's. */
+int auto_eval_beats(const AutoModel *md, AutoScratch *sc, SchedAct *const *acts,
+                    const int *nacts, const AutoFig *beat, int p, int i, AutoFig *out);
+/* 1 when the order in acts is the kept one (auto_eval_keep) with rank p's ops at i and
+ * i + 1 swapped and the swap cannot make it faster nor its summed finish times smaller
+ * (auto_improve's test): the op now first could not have started before the other
+ * ended anyway.  0: it may (auto_eval_beats tells). */
+int auto_eval_swap_later(const AutoModel *md, const AutoScratch *sc, SchedAct *const *acts,
+                         int p, int i);
+/* Keeps the times of the order the last auto_eval or auto_eval_from ran (makespan >= 0),
+ * or the last auto_eval_beats that returned 1 ran, for the next ones to start from. */
+void auto_eval_keep(const AutoModel *md, AutoScratch *sc);
 /* The last auto_eval's per-rank peaks (pipeline index; valid while sc lives and the
  * order ran). */
 const int64_t *auto_eval_peaks(const AutoScratch *sc);

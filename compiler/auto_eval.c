@@ -23,6 +23,15 @@
  * so a RECV may land a group off where the lowering's walk differs; the confirmation
  * decides.
  *
+ * The search's local moves (auto_list.c: swaps, fits, annealing) change one rank's order
+ * from some position on, so their evaluations start from the last kept sweep
+ * (auto_eval_keep): the ops that started before the first moved op keep their times,
+ * the sweep goes on from there (start_from says why that is exact).  A swap, which
+ * must beat the best order, is ruled out unrun when the op it moves up could not have
+ * started earlier anyway (auto_eval_swap_later), and otherwise (auto_eval_beats) stops
+ * once an op ends after the best makespan and skips the memory walk when it is no
+ * faster: most swaps are rejected.
+ *
  * The model's facts (AutoModel) are read from a plan once (auto_model_of_plan): the
  * search lowers a topological order of each setup and reads its stage, edge and rank
  * tables. */
@@ -47,6 +56,11 @@ struct AutoScratch {
 	int64_t *mem;    // ... and its change of the saved bytes (plan_op_mem), both read
 	                 // from the model once here rather than per op of every evaluation
 	int *peak_op;    // per rank: the op at (or just before) which its peak is reached
+	int64_t *kt, *kst; // the kept evaluation (auto_eval_keep): t[0..3) and st, en as one
+	int *kix;         // block each, and ix[0..2)
+	int kept;         // 1: they hold a whole sweep
+	int spill;        // 1: an op of the last sweep found no room in st (a rank that runs
+	                  // more than 3m ops a stage): that sweep is not kept
 };
 
 static int world_rank_of(const Plan *p, int q)
@@ -146,8 +160,8 @@ AutoScratch *auto_scratch_new(const AutoModel *md)
 	size_t n = (size_t)md->ns * (size_t)md->m, pp = (size_t)md->pp;
 	size_t nst = 3 * n + 1, nk = (size_t)md->ns * OP_COUNT;
 	size_t bytes = sizeof(AutoScratch) +
-	               (3 * n + 3 * pp + 2 * nst + 9 * n + 6 + 2 * nk) * sizeof(int64_t) +
-	               (2 * n + 3 * pp + 1) * sizeof(int);
+	               (6 * n + 3 * pp + 4 * nst + 9 * n + 6 + 2 * nk) * sizeof(int64_t) +
+	               (4 * n + 3 * pp + 1) * sizeof(int);
 	AutoScratch *sc = malloc(bytes);
 	if (!sc) {
 		auto_oom(md);
@@ -164,6 +178,9 @@ AutoScratch *auto_scratch_new(const AutoModel *md)
 	sc->d = sc->en + nst;
 	sc->cost = sc->d + 9 * n + 6;
 	sc->mem = sc->cost + nk;
+	sc->kt = sc->mem + nk;
+	sc->kst = sc->kt + 3 * n;
+	sc->kept = sc->spill = 0;
 	for (int s = 0; s < md->ns; s++) {
 		const int64_t *sv = md->save[s];
 		PlanStage st = {.save_fb = sv[0], .save_fw = sv[1], .save_bw = sv[2]};
@@ -172,12 +189,13 @@ AutoScratch *auto_scratch_new(const AutoModel *md)
 			sc->mem[s * OP_COUNT + k] = plan_op_mem((OpKind)k, &st);
 		}
 	}
-	int *iq = (int *)(sc->mem + nk);
+	int *iq = (int *)(sc->kst + 2 * nst);
 	sc->ix[0] = iq;
 	sc->ix[1] = iq + n;
 	sc->pos = iq + 2 * n;
 	sc->peak_op = sc->pos + pp;
 	sc->off = sc->peak_op + pp;
+	sc->kix = sc->off + pp + 1;
 	sc->off[0] = 0;
 	for (int p = 0; p < md->pp; p++) {
 		size_t k = 0;
@@ -190,8 +208,10 @@ AutoScratch *auto_scratch_new(const AutoModel *md)
 
 /* When op a's inputs are all there: its ready time, or -1 when one is missing.  What it
  * needs is the op table's: F the activations of its in-edges' sources, W its own input
- * gradient, B and BW their own forward and the gradients of their out-edges' ends. */
-static int64_t ready_at(const AutoModel *md, const AutoScratch *sc, const SchedAct *a)
+ * gradient, B and BW their own forward and the gradients of their out-edges' ends.
+ * t: end times of F, B, W per (stage * m + mb), the sweep's or the kept ones. */
+__attribute__((always_inline)) static inline int64_t
+ready_at(const AutoModel *md, const int64_t *const *t, const SchedAct *a)
 {
 	int m = md->m, s = a->stage, mb = a->mb;
 	unsigned needs = plan_ops[a->kind].needs;
@@ -199,26 +219,26 @@ static int64_t ready_at(const AutoModel *md, const AutoScratch *sc, const SchedA
 	if (needs & PLAN_DEP_IN_ACT) {
 		for (int k = md->ioff[s]; k < md->ioff[s + 1]; k++) {
 			const AutoEdge *e = &md->edges[md->ein[k]];
-			int64_t t = sc->t[AUTO_F][e->src * m + mb];
-			if (t < 0)
+			int64_t x = t[AUTO_F][e->src * m + mb];
+			if (x < 0)
 				return -1;
-			if (sat_add(t, e->ns) > r)
-				r = sat_add(t, e->ns);
+			if (sat_add(x, e->ns) > r)
+				r = sat_add(x, e->ns);
 		}
 		return r;
 	}
 	if (needs & PLAN_DEP_GRAD)
-		return sc->t[AUTO_B][s * m + mb];
-	r = sc->t[AUTO_F][s * m + mb]; // needs PLAN_DEP_ACT and PLAN_DEP_OUT_GRAD
+		return t[AUTO_B][s * m + mb];
+	r = t[AUTO_F][s * m + mb]; // needs PLAN_DEP_ACT and PLAN_DEP_OUT_GRAD
 	if (r < 0)
 		return -1;
 	for (int k = md->ooff[s]; k < md->ooff[s + 1]; k++) {
 		const AutoEdge *e = &md->edges[md->eout[k]];
-		int64_t t = sc->t[AUTO_B][e->dst * m + mb];
-		if (t < 0)
+		int64_t x = t[AUTO_B][e->dst * m + mb];
+		if (x < 0)
 			return -1;
-		if (sat_add(t, e->ns) > r)
-			r = sat_add(t, e->ns);
+		if (sat_add(x, e->ns) > r)
+			r = sat_add(x, e->ns);
 	}
 	return r;
 }
@@ -244,6 +264,8 @@ static void run_op(const AutoModel *md, AutoScratch *sc, int p, int i, const Sch
 	if (i < sc->off[p + 1] - sc->off[p]) {
 		sc->st[sc->off[p] + i] = at;
 		sc->en[sc->off[p] + i] = end;
+	} else {
+		sc->spill = 1;
 	}
 	sc->free_at[p] = end;
 }
@@ -332,10 +354,11 @@ static int64_t rank_peak(const AutoModel *md, AutoScratch *sc, int p, SchedAct *
 /* Rank p's action i, with the second half of its F&B pair if it is one (SchedAct.pair:
  * one slot, started when both halves have their inputs, as the lowering starts it):
  * the actions run, or 0 while an input is missing. */
-static int run_slot(const AutoModel *md, AutoScratch *sc, int p, int i, const SchedAct *a, int n)
+static int run_slot(const AutoModel *md, AutoScratch *sc, const int64_t *const t[3], int p,
+                    int i, const SchedAct *a, int n)
 {
 	int pair = a->pair && i + 1 < n;
-	int64_t r = ready_at(md, sc, a), r2 = pair ? ready_at(md, sc, a + 1) : 0;
+	int64_t r = ready_at(md, t, a), r2 = pair ? ready_at(md, t, a + 1) : 0;
 	if (r < 0 || r2 < 0)
 		return 0;
 	r = r2 > r ? r2 : r;
@@ -346,38 +369,120 @@ static int run_slot(const AutoModel *md, AutoScratch *sc, int p, int i, const Sc
 	return 2;
 }
 
-void auto_eval(const AutoModel *md, AutoScratch *sc, SchedAct *const *acts, const int *nacts,
-               AutoFig *out)
+/* A sweep from the start: no op has run. */
+static void start_all(const AutoModel *md, AutoScratch *sc)
 {
+	sc->spill = 0;
 	size_t n = (size_t)md->ns * (size_t)md->m;
 	for (int k = 0; k < 3; k++)
 		for (size_t i = 0; i < n; i++)
 			sc->t[k][i] = -1;
-	int left = 0;
 	for (int p = 0; p < md->pp; p++) {
 		sc->pos[p] = 0;
 		sc->free_at[p] = 0;
-		left += nacts[p] > 0;
 	}
-	*out = (AutoFig){0};
+}
+
+/* The first of the kept sweep's positions 0..n of the rank whose starts begin at st
+ * that starts at or after t (starts never fall along a rank). */
+static int kept_prefix(const int64_t *st, int n, int64_t t)
+{
+	int lo = 0, hi = n;
+	while (lo < hi) {
+		int mid = lo + (hi - lo) / 2;
+		if (st[mid] < t)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* A sweep of an order that is the kept one's (auto_eval_keep) but from rank p's
+ * position i on: every op that started before the kept op there, T, runs as it ran.
+ * Such an op's inputs and its rank's earlier ops started before T too, so none of them
+ * is one that moved or waits on one that moved: its times are the kept ones.  On each
+ * rank those ops are a prefix of its order (starts never fall along a rank): the kept
+ * times are copied back, those of the ops after each prefix unset, and the sweep goes
+ * on from there.  0, or -1 when there is no such kept sweep. */
+static int start_from(const AutoModel *md, AutoScratch *sc, SchedAct *const *acts,
+                      const int *nacts, int p, int i)
+{
+	size_t n = (size_t)md->ns * (size_t)md->m, nst = (size_t)sc->off[md->pp] + 1;
+	if (!sc->kept || i >= nacts[p])
+		return -1;
+	const int64_t *kst = sc->kst, *ken = sc->kst + nst;
+	memcpy(sc->t[0], sc->kt, 3 * n * sizeof *sc->kt);
+	memcpy(sc->ix[0], sc->kix, 2 * n * sizeof *sc->kix);
+	sc->spill = 0;
+	int64_t t = kst[sc->off[p] + i];
+	for (int q = 0; q < md->pp; q++) {
+		int o = sc->off[q], j = kept_prefix(kst + o, nacts[q], t);
+		memcpy(sc->st + o, kst + o, (size_t)j * sizeof *kst);
+		memcpy(sc->en + o, ken + o, (size_t)j * sizeof *ken);
+		sc->pos[q] = j;
+		sc->free_at[q] = j ? ken[o + j - 1] : 0;
+		for (; j < nacts[q]; j++) {
+			const SchedAct *a = &acts[q][j];
+			int x = a->stage * md->m + a->mb;
+			unsigned makes = plan_ops[a->kind].makes;
+			sc->t[AUTO_F][x] = makes & PLAN_DEP_ACT ? -1 : sc->t[AUTO_F][x];
+			sc->t[AUTO_B][x] = makes & PLAN_DEP_GRAD ? -1 : sc->t[AUTO_B][x];
+			sc->t[AUTO_W][x] = makes & PLAN_DEP_WGRAD ? -1 : sc->t[AUTO_W][x];
+		}
+	}
+	return 0;
+}
+
+/* The timing sweep from where start_all or start_from left it: every op's start and
+ * end, each rank's finish in free_at.  Stops as soon as an op ends after bound (what a
+ * caller that only wants a faster order needs: such an order's makespan is above bound
+ * already).  Returns 0 when every op ran, 1 when it stopped at the bound, -1 when the
+ * order is stuck. */
+static int sweep(const AutoModel *md, AutoScratch *sc, SchedAct *const *acts,
+                 const int *nacts, int64_t bound)
+{
+	const int64_t *const t[3] = {sc->t[0], sc->t[1], sc->t[2]};
+	int left = 0, down = 0;
+	for (int p = 0; p < md->pp; p++)
+		left += sc->pos[p] < nacts[p];
 	while (left > 0) {
 		int moved = 0;
-		for (int p = 0; p < md->pp; p++) {
+		for (int k = 0; k < md->pp; k++) {
+			int p = down ? md->pp - 1 - k : k;
 			int i = sc->pos[p];
 			if (i == nacts[p])
 				continue;
-			for (int k; i < nacts[p] && (k = run_slot(md, sc, p, i, &acts[p][i], nacts[p])); )
+			for (int k; i < nacts[p] && (k = run_slot(md, sc, t, p, i, &acts[p][i], nacts[p]));) {
 				i += k;
+				if (sc->free_at[p] > bound)
+					return 1;
+			}
 			moved |= i > sc->pos[p];
 			sc->pos[p] = i;
 			left -= i == nacts[p];
 		}
-		if (!moved) {
-			out->makespan = -1;
-			return;
-		}
+		if (!moved)
+			return -1;
+		down = !down;
 	}
-	out->peak_rank = 0;
+	return 0;
+}
+
+/* The sweep, from the start or (rank p >= 0) from the kept sweep's prefix. */
+static int run_times(const AutoModel *md, AutoScratch *sc, SchedAct *const *acts,
+                     const int *nacts, int p, int i, int64_t bound)
+{
+	if (p < 0 || start_from(md, sc, acts, nacts, p, i))
+		start_all(md, sc);
+	return sweep(md, sc, acts, nacts, bound);
+}
+
+/* The figures of an order whose sweep ran to the end: makespan, finish times, busy
+ * time, and each rank's peak (the memory walk, rank_peak). */
+static void figures(const AutoModel *md, AutoScratch *sc, SchedAct *const *acts,
+                    const int *nacts, AutoFig *out)
+{
 	for (int p = 0; p < md->pp; p++) {
 		int64_t f = sc->free_at[p];
 		if (f > out->makespan)
@@ -395,6 +500,41 @@ void auto_eval(const AutoModel *md, AutoScratch *sc, SchedAct *const *acts, cons
 		out->busy += md->m * (md->cost[s][0] + md->cost[s][1] + md->cost[s][2]);
 }
 
+void auto_eval(const AutoModel *md, AutoScratch *sc, SchedAct *const *acts, const int *nacts,
+               AutoFig *out)
+{
+	auto_eval_from(md, sc, acts, nacts, -1, 0, out);
+}
+
+void auto_eval_from(const AutoModel *md, AutoScratch *sc, SchedAct *const *acts,
+                    const int *nacts, int p, int i, AutoFig *out)
+{
+	*out = (AutoFig){0};
+	if (run_times(md, sc, acts, nacts, p, i, INT64_MAX) < 0)
+		out->makespan = -1;
+	else
+		figures(md, sc, acts, nacts, out);
+}
+
+int auto_eval_beats(const AutoModel *md, AutoScratch *sc, SchedAct *const *acts,
+                    const int *nacts, const AutoFig *beat, int p, int i,
+                    AutoFig *out)
+{
+	*out = (AutoFig){.makespan = -1};
+	if (beat->makespan < 0 || run_times(md, sc, acts, nacts, p, i, beat->makespan))
+		return 0;
+	int64_t end = 0, sum = 0;
+	for (int q = 0; q < md->pp; q++) {
+		end = sc->free_at[q] > end ? sc->free_at[q] : end;
+		sum = sat_add(sum, sc->free_at[q]);
+	}
+	if (end == beat->makespan && sum >= beat->finish_sum)
+		return 0; // no faster: the memory walk is not worth making
+	*out = (AutoFig){0};
+	figures(md, sc, acts, nacts, out);
+	return 1;
+}
+
 const int64_t *auto_eval_peaks(const AutoScratch *sc)
 {
 	return sc->peak;
@@ -403,4 +543,29 @@ const int64_t *auto_eval_peaks(const AutoScratch *sc)
 const int *auto_eval_peak_ops(const AutoScratch *sc)
 {
 	return sc->peak_op;
+}
+
+void auto_eval_keep(const AutoModel *md, AutoScratch *sc)
+{
+	size_t n = (size_t)md->ns * (size_t)md->m, nst = (size_t)sc->off[md->pp] + 1;
+	memcpy(sc->kt, sc->t[0], 3 * n * sizeof *sc->kt);
+	memcpy(sc->kst, sc->st, 2 * nst * sizeof *sc->kst);
+	memcpy(sc->kix, sc->ix[0], 2 * n * sizeof *sc->kix);
+	sc->kept = !sc->spill;
+}
+
+/* The kept order with ops a and b at rank p's positions i and i + 1 swapped (b first):
+ * when b's inputs, in the kept times, arrive no earlier than a's kept end, b starts
+ * as it did and ends as it did, a only later, and no op starts earlier than it did (the
+ * times are maxima of sums, each op's over what it follows; its inputs' times hold
+ * unless they wait on a, and then the order is stuck).  So it is no faster. */
+int auto_eval_swap_later(const AutoModel *md, const AutoScratch *sc, SchedAct *const *acts,
+                         int p, int i)
+{
+	size_t n = (size_t)md->ns * (size_t)md->m, nst = (size_t)sc->off[md->pp] + 1;
+	if (!sc->kept || acts[p][i].pair || acts[p][i + 1].pair || (i > 0 && acts[p][i - 1].pair))
+		return 0; // a pair's halves move together: not this rule's case
+	const int64_t *const kt[3] = {sc->kt, sc->kt + n, sc->kt + 2 * n};
+	int64_t r = ready_at(md, kt, &acts[p][i]);
+	return r >= 0 && r >= sc->kst[nst + (size_t)sc->off[p] + (size_t)i];
 }

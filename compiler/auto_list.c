@@ -36,6 +36,9 @@ typedef struct {
 	int *wq, *wh, *wt;       // per rank: FIFO of deferred W's (stage * m + mb)
 	int64_t *now, *cur;      // per rank: time and saved bytes
 	int *held, *blocked;     // per rank: forwards awaiting their B; nothing known to run
+	                         // (blocked: while it equals epoch)
+	int epoch;               // ops emitted: an op emitted unblocks every rank
+	int *total;              // per rank: its ops (3m a stage)
 	int *pos;                // per rank: pipeline position of its first stage
 	int *local;              // per rank: stages on it, by index (CSR loff)
 	int *loff;
@@ -80,8 +83,7 @@ static void emit(Ls *l, int p, int kind, int s, int mb, int64_t cost)
 {
 	l->acts[p][l->nacts[p]++] = (SchedAct){.kind = kind, .stage = s, .mb = mb};
 	l->now[p] += cost;
-	for (int q = 0; q < l->md->pp; q++)
-		l->blocked[q] = 0;
+	l->epoch++;
 }
 
 static void run_w(Ls *l, int p)
@@ -173,7 +175,7 @@ static int step(Ls *l, int p)
 		l->now[p] = next;
 		return 0;
 	}
-	l->blocked[p] = 1;
+	l->blocked[p] = l->epoch;
 	return 0;
 }
 
@@ -188,7 +190,7 @@ int auto_list_fill(const AutoModel *md, const AutoListOpt *o, SchedAct **acts, i
 	(void)cap;
 	size_t n = (size_t)md->ns * (size_t)md->m, pp = (size_t)md->pp;
 	int *ia[16], ni = 0, rc = 0;
-	Ls l = {.md = md, .o = o, .acts = acts, .nacts = nacts};
+	Ls l = {.md = md, .o = o, .acts = acts, .nacts = nacts, .epoch = 1};
 	int64_t *t64 = calloc(2 * n + 2 * pp, sizeof *t64);
 	l.fnext = ialloc((size_t)md->ns, ia, &ni);
 	l.bnext = ialloc((size_t)md->ns, ia, &ni);
@@ -197,6 +199,7 @@ int auto_list_fill(const AutoModel *md, const AutoListOpt *o, SchedAct **acts, i
 	l.wt = ialloc(pp, ia, &ni);
 	l.held = ialloc(pp, ia, &ni);
 	l.blocked = ialloc(pp, ia, &ni);
+	l.total = ialloc(pp, ia, &ni);
 	l.pos = ialloc(pp, ia, &ni);
 	l.local = ialloc((size_t)md->ns, ia, &ni);
 	l.loff = ialloc(pp + 1, ia, &ni);
@@ -220,6 +223,7 @@ int auto_list_fill(const AutoModel *md, const AutoListOpt *o, SchedAct **acts, i
 					l.pos[p] = s;
 			}
 		l.loff[p + 1] = j;
+		l.total[p] = (l.loff[p + 1] - l.loff[p]) * md->m * 3;
 		nacts[p] = 0;
 	}
 	/* Queue FIFO indexes are per rank: rank p's W's live at wq[loff[p] * m ...]. */
@@ -228,11 +232,10 @@ int auto_list_fill(const AutoModel *md, const AutoListOpt *o, SchedAct **acts, i
 	for (;;) {
 		int p = -1, live = 0;
 		for (int q = 0; q < md->pp; q++) {
-			int total = (l.loff[q + 1] - l.loff[q]) * md->m * 3;
-			if (nacts[q] == total)
+			if (nacts[q] == l.total[q])
 				continue;
 			live = 1;
-			if (!l.blocked[q] && (p < 0 || l.now[q] < l.now[p]))
+			if (l.blocked[q] != l.epoch && (p < 0 || l.now[q] < l.now[p]))
 				p = q;
 		}
 		if (!live)
@@ -261,6 +264,11 @@ int auto_improve(const AutoModel *md, AutoScratch *sc, SchedAct **acts, const in
                  int64_t limit, int max_evals, AutoFig *fig)
 {
 	int evals = 0, gained = 1;
+	AutoFig f;
+	auto_eval(md, sc, acts, nacts, &f); // the times each swap starts from (not counted)
+	int kept = f.makespan >= 0;
+	if (kept)
+		auto_eval_keep(md, sc);
 	while (gained && evals < max_evals) {
 		gained = 0;
 		for (int p = 0; p < md->pp && evals < max_evals; p++) {
@@ -270,11 +278,13 @@ int auto_improve(const AutoModel *md, AutoScratch *sc, SchedAct **acts, const in
 					continue; // dependent, or the same op kind of one stage reordered
 				SchedAct tmp = *a;
 				*a = *b, *b = tmp;
-				AutoFig f;
-				auto_eval(md, sc, acts, nacts, &f);
-				evals++;
-				if (better(&f, fig) && f.peak <= limit) {
+				evals++; // one evaluation, however early it stops
+				if (!(kept && auto_eval_swap_later(md, sc, acts, p, i)) &&
+				    auto_eval_beats(md, sc, acts, nacts, fig, kept ? p : -1, i, &f) &&
+				    f.peak <= limit) {
 					*fig = f;
+					auto_eval_keep(md, sc);
+					kept = 1;
 					gained = 1;
 				} else {
 					tmp = *a, *a = *b, *b = tmp;
@@ -334,6 +344,9 @@ int auto_fit(const AutoModel *md, AutoScratch *sc, SchedAct **acts, const int *n
 	}
 	auto_eval(md, sc, acts, nacts, fig);
 	int64_t over = overshoot(md, sc, limit);
+	int kept = fig->makespan >= 0;
+	if (kept)
+		auto_eval_keep(md, sc);
 	memcpy(peak, auto_eval_peaks(sc), (size_t)pp * sizeof *peak);
 	memcpy(at, auto_eval_peak_ops(sc), (size_t)pp * sizeof *at);
 	int gained = fig->makespan >= 0;
@@ -351,7 +364,7 @@ int auto_fit(const AutoModel *md, AutoScratch *sc, SchedAct **acts, const int *n
 						continue;
 					move_op(acts[p], i, k);
 					AutoFig f;
-					auto_eval(md, sc, acts, nacts, &f);
+					auto_eval_from(md, sc, acts, nacts, kept ? p : -1, i < k ? i : k, &f);
 					evals++;
 					int64_t o = f.makespan < 0 ? INT64_MAX : overshoot(md, sc, limit);
 					if (o < over || (o == over && better(&f, fig))) {
@@ -359,6 +372,8 @@ int auto_fit(const AutoModel *md, AutoScratch *sc, SchedAct **acts, const int *n
 						over = o;
 						memcpy(peak, auto_eval_peaks(sc), (size_t)pp * sizeof *peak);
 						memcpy(at, auto_eval_peak_ops(sc), (size_t)pp * sizeof *at);
+						auto_eval_keep(md, sc);
+						kept = 1;
 						gained = 1;
 					} else {
 						move_op(acts[p], k, i);
@@ -416,6 +431,9 @@ int auto_anneal(const AutoModel *md, AutoScratch *sc, SchedAct **acts, const int
 	unit = unit > 0 ? unit : 1;
 	AutoFig f;
 	auto_eval(md, sc, acts, nacts, &f);
+	int kept = f.makespan >= 0;
+	if (kept)
+		auto_eval_keep(md, sc);
 	double cur = anneal_score(md, sc, &f, limit, 2 * u, unit), top = cur;
 	int fits = cur >= 0 && overshoot(md, sc, limit) == 0;
 	AutoFig keep = f;
@@ -431,7 +449,7 @@ int auto_anneal(const AutoModel *md, AutoScratch *sc, SchedAct **acts, const int
 		if (i == k || !may_move(acts[p], i, k))
 			continue;
 		move_op(acts[p], i, k);
-		auto_eval(md, sc, acts, nacts, &f);
+		auto_eval_from(md, sc, acts, nacts, kept ? p : -1, i < k ? i : k, &f);
 		evals++;
 		double x = anneal_score(md, sc, &f, limit, 2 * u, unit);
 		int ok = x >= 0 && overshoot(md, sc, limit) == 0;
@@ -439,6 +457,8 @@ int auto_anneal(const AutoModel *md, AutoScratch *sc, SchedAct **acts, const int
 		double r = (double)(next_rand(&seed) % 1000000u) / 1e6;
 		if (x >= 0 && (x <= cur || exp((cur - x) / t) > r)) {
 			cur = x;
+			auto_eval_keep(md, sc);
+			kept = 1;
 			if (ok > fits || (ok == fits && (x < top || (x == top && better(&f, &keep))))) {
 				top = x;
 				fits = ok;

@@ -292,6 +292,103 @@ static void auto__fast_model__stuck_order_is_stuck(void **state)
 	free(src);
 }
 
+/* Whether two evaluations agree in every figure and every rank's peak and peak op. */
+static int same_fig(const AutoFig *a, const int64_t *pa, const int *oa, const AutoFig *b,
+                    const int64_t *pb, const int *ob, int pp)
+{
+	if (a->makespan != b->makespan)
+		return 0;
+	if (a->makespan < 0)
+		return 1;
+	if (a->finish_sum != b->finish_sum || a->busy != b->busy || a->peak != b->peak ||
+	    a->low != b->low || a->peak_rank != b->peak_rank)
+		return 0;
+	for (int q = 0; q < pp; q++)
+		if (pa[q] != pb[q] || oa[q] != ob[q])
+			return 0;
+	return 1;
+}
+
+/* The sweep resumed from a kept one (auto_eval_from, auto_eval_beats: what the search's
+ * local moves evaluate) gives what the whole sweep gives, for random moves of an op on
+ * its rank (stuck orders included), on registry orders of one and two stages a rank,
+ * with and without latency; auto_eval_beats says 1 exactly when the order is faster (or
+ * as fast with smaller summed finish times) than the kept one, and a neighbour swap
+ * auto_eval_swap_later rules out is never faster. */
+static void auto__fast_model__resumed_sweep_matches_whole(void **state)
+{
+	(void)state;
+	static const char *const scheds[] = {"1f1b", "zbh1", "zbv", "interleaved"};
+	unsigned seed = 7;
+	int moves = 0, stuck = 0, beats = 0, swaps = 0, later = 0;
+	for (int li = 0; li < 2; li++)
+		for (size_t k = 0; k < sizeof scheds / sizeof *scheds; k++) {
+			int p = 3, m = 6, n = !strcmp(scheds[k], "zbv") || !strcmp(scheds[k], "interleaved") ? 2 * p : p;
+			char *src = program_with(n, p, m, scheds[k], "f=10us b=12us w=6us",
+			                         li ? "latency=1us bandwidth=50GB/s" : "ideal", NULL, 1);
+			Plan *pl = compile_tuned(src, 1);
+			assert_non_null(pl);
+			Fm f;
+			AutoFig base, whole, from, fast;
+			AutoScratch *sc = fast_run(pl, &f, &base);
+			AutoScratch *ref = auto_scratch_new(&f.md);
+			auto_eval_keep(&f.md, sc);
+			for (int t = 0; t < 300; t++) {
+				seed = seed * 1664525u + 1013904223u;
+				int q = (int)((seed >> 8) % (unsigned)p), nq = f.nacts[q];
+				int i = (int)((seed >> 12) % (unsigned)nq), j = (int)((seed >> 20) % (unsigned)nq);
+				if (i == j)
+					continue;
+				SchedAct *v = f.acts[q], a = v[i];
+				memmove(i < j ? v + i : v + j + 1, i < j ? v + i + 1 : v + j,
+				        (size_t)(i < j ? j - i : i - j) * sizeof *v);
+				v[j] = a;
+				auto_eval(&f.md, ref, f.acts, f.nacts, &whole);
+				auto_eval_from(&f.md, sc, f.acts, f.nacts, q, i < j ? i : j, &from);
+				if (!same_fig(&whole, auto_eval_peaks(ref), auto_eval_peak_ops(ref), &from,
+				              auto_eval_peaks(sc), auto_eval_peak_ops(sc), p))
+					fail_msg("%s%s: move %d -> %d on rank %d: whole %lld, resumed %lld",
+					         scheds[k], li ? " latency" : "", i, j, q, (long long)whole.makespan,
+					         (long long)from.makespan);
+				int faster = whole.makespan >= 0 &&
+				             (whole.makespan < base.makespan ||
+				              (whole.makespan == base.makespan && whole.finish_sum < base.finish_sum));
+				int b = auto_eval_beats(&f.md, sc, f.acts, f.nacts, &base, q, i < j ? i : j, &fast);
+				assert_int_equal(b, faster);
+				if (b && !same_fig(&whole, auto_eval_peaks(ref), auto_eval_peak_ops(ref), &fast,
+				                   auto_eval_peaks(sc), auto_eval_peak_ops(sc), p))
+					fail_msg("%s: auto_eval_beats' figures differ from auto_eval's", scheds[k]);
+				moves++, stuck += whole.makespan < 0, beats += b;
+				memmove(i < j ? v + i + 1 : v + j, i < j ? v + i : v + j + 1,
+				        (size_t)(i < j ? j - i : i - j) * sizeof *v);
+				v[i] = a;
+			}
+			for (int q = 0; q < p; q++) // every neighbour swap auto_eval_swap_later rules out
+				for (int i = 0; i + 1 < f.nacts[q]; i++) {
+					SchedAct *v = f.acts[q], a = v[i];
+					v[i] = v[i + 1], v[i + 1] = a;
+					if (auto_eval_swap_later(&f.md, sc, f.acts, q, i)) {
+						auto_eval(&f.md, ref, f.acts, f.nacts, &whole);
+						if (whole.makespan >= 0 &&
+						    (whole.makespan < base.makespan ||
+						     (whole.makespan == base.makespan && whole.finish_sum < base.finish_sum)))
+							fail_msg("%s: swap %d on rank %d ruled out but faster", scheds[k], i, q);
+						later++;
+					}
+					swaps++;
+					v[i + 1] = v[i], v[i] = a;
+				}
+			free(ref);
+			free(sc);
+			fm_free(&f);
+			plan_free(pl);
+			free(src);
+		}
+	if (!(moves >= 1500 && stuck > 0 && stuck < moves && beats > 0 && later > 0 && later < swaps))
+		fail_msg("%d moves, %d stuck, %d faster; %d of %d swaps ruled out", moves, stuck, beats,
+		         later, swaps);
+}
+
 /* The list scheduler: 3m + p - 1 with unit costs and no cap; within a budget; stalls
  * when not even one forward fits; the improvement keeps its limit and never slows. */
 static void auto__list_scheduler__bound_budget_stall_improve(void **state)
@@ -702,6 +799,7 @@ int main(void)
 		cmocka_unit_test(auto__fast_model__matches_pipesim_on_registry_orders),
 		cmocka_unit_test(auto__fast_model__memory_matches_overlap_lowering),
 		cmocka_unit_test(auto__fast_model__stuck_order_is_stuck),
+		cmocka_unit_test(auto__fast_model__resumed_sweep_matches_whole),
 		cmocka_unit_test(auto__list_scheduler__bound_budget_stall_improve),
 		cmocka_unit_test(auto__zb_heuristic__runs_within_budget),
 		cmocka_unit_test(auto__search__never_slower_than_zb_heuristic),
