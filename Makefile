@@ -51,7 +51,11 @@ SANFLAGS :=
 OPT := -O2
 endif
 
+# Every object is position independent (-fPIC), so that the same ones make the tools and
+# libpipecc.so; -fno-semantic-interposition keeps the calls inside it direct, so the code
+# is what -fPIE (Debian gcc's default for the tools) makes.
 CFLAGS := -std=c11 -Wall -Wextra -Wpedantic -Werror=implicit-function-declaration $(OPT) -g -D_GNU_SOURCE -MMD -MP $(SANFLAGS)
+CFLAGS += -fPIC -fno-semantic-interposition
 LDFLAGS := $(SANFLAGS)
 LDLIBS := -lpthread -lm
 
@@ -91,6 +95,7 @@ endif
 PLAN_SRC := $(wildcard plan/*.c)
 COMP_SRC := $(filter-out %_main.c,$(wildcard compiler/*.c))
 SIM_SRC := $(filter-out %_main.c,$(wildcard sim/*.c))
+API_SRC := $(wildcard api/*.c)
 RT_MPI_ALL := runtime/launch_mpi.c runtime/comm_mpi.c
 RT_SRC := $(filter-out %_main.c $(RT_MPI_ALL),$(wildcard runtime/*.c))
 RT_MPI_SRC := $(if $(HAVE_MPI),$(RT_MPI_ALL))
@@ -101,11 +106,20 @@ obj = $(patsubst %.c,$(BUILD)/%.o,$(1))
 PLAN_OBJ := $(call obj,$(PLAN_SRC))
 COMP_OBJ := $(call obj,$(COMP_SRC)) $(GRAM_C:.c=.o)
 SIM_OBJ := $(call obj,$(SIM_SRC))
+API_OBJ := $(call obj,$(API_SRC))
 RT_OBJ := $(call obj,$(RT_SRC) $(RT_MPI_SRC)) $(patsubst %.cu,$(BUILD)/%.o,$(RT_CU_SRC))
-ALL_LIBS_OBJ := $(RT_OBJ) $(SIM_OBJ) $(COMP_OBJ) $(PLAN_OBJ)
+ALL_LIBS_OBJ := $(RT_OBJ) $(API_OBJ) $(SIM_OBJ) $(COMP_OBJ) $(PLAN_OBJ)
 RT_LIBS := $(MPI_LIBS) $(CUDA_LIBS)
 
 TOOLS := $(BIN)/pipecc $(BIN)/pipesim $(BIN)/piperun
+# libpipecc (include/pipecc.h, docs/api.md): the compiler, the plan and the simulator, not
+# the runtime; static, and shared with only the pcc_ names exported (api/libpipecc.map).
+LIB_OBJ := $(API_OBJ) $(COMP_OBJ) $(SIM_OBJ) $(PLAN_OBJ)
+LIB_MAJOR := $(firstword $(subst ., ,$(VERSION)))
+LIB_A := $(BUILD)/lib/libpipecc.a
+LIB_SO := $(BUILD)/lib/libpipecc.so.$(VERSION)
+LIB_SONAME := libpipecc.so.$(LIB_MAJOR)
+LIBS := $(LIB_A) $(LIB_SO)
 TEST_SRC := $(wildcard tests/test_*.c)
 TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 
@@ -120,7 +134,7 @@ FUZZ_SECONDS ?= 60
 
 .PHONY: all demo check check-torch test bench mutate clean help notices fuzz fuzzers install uninstall
 .SECONDARY: # keep the objects of test binaries (they are intermediate files)
-all: notices $(TOOLS)
+all: notices $(TOOLS) $(LIBS)
 
 notices:
 ifneq ($(HAVE_MPI),1)
@@ -141,6 +155,16 @@ $(BIN)/pipesim: $(BUILD)/sim/pipesim_main.o $(SIM_OBJ) $(PLAN_OBJ)
 $(BIN)/piperun: $(BUILD)/runtime/piperun_main.o $(RT_OBJ) $(PLAN_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(RT_LIBS) $(BLAS_LIBS) $(LDLIBS)
+
+$(LIB_A): $(LIB_OBJ)
+	@mkdir -p $(@D)
+	rm -f $@
+	$(AR) rcs $@ $^
+
+$(LIB_SO): $(LIB_OBJ) api/libpipecc.map
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -shared -Wl,-soname,$(LIB_SONAME) -Wl,--version-script=api/libpipecc.map \
+		-o $@ $(LIB_OBJ) $(LDLIBS)
 
 $(BUILD)/failalloc/pipecc: $(BUILD)/compiler/pipecc_main.o $(COMP_OBJ) $(SIM_OBJ) $(PLAN_OBJ) \
 		$(BUILD)/tests/failalloc/failalloc.o

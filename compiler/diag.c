@@ -14,7 +14,8 @@
  * Errors are counted; past max_errors they are counted but not printed, with one line
  * saying so, and notes follow the fate of their error.  An error the same as one printed
  * before, word for word and place for place, is neither printed nor counted again.
- * Warnings are counted apart and printed until the errors pass the limit. */
+ * Warnings are counted apart and printed until the errors pass the limit.  With a sink
+ * (Diag.sink) every message that would be printed goes to it whole instead, as an object. */
 #include "diag.h"
 #include "../plan/checksum.h"
 
@@ -104,8 +105,24 @@ static void quote(const Diag *d, Loc loc)
 	fputc('\n', f);
 }
 
-static void report(Diag *d, Loc loc, const char *kind, const char *fmt, va_list ap)
+static const char *const kind_names[DIAG_KIND_COUNT] = {"error", "warning", "note"};
+
+/* The message to the sink, whole, in place of the printed lines. */
+static void to_sink(Diag *d, Loc loc, DiagKind kind, const char *fmt, va_list ap)
 {
+	char msg[2048];
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	DiagMsg m = {kind, loc.line == DIAG_CMDLINE ? "<command line>" : d->file, loc, msg};
+	d->sink(d->sink_ctx, &m);
+}
+
+static void report(Diag *d, Loc loc, DiagKind k, const char *fmt, va_list ap)
+{
+	if (d->sink) {
+		to_sink(d, loc, k, fmt, ap);
+		return;
+	}
+	const char *kind = kind_names[k];
 	FILE *f = d->out ? d->out : stderr;
 	d->out = f;
 	if (loc.line == DIAG_CMDLINE)
@@ -142,7 +159,7 @@ static int repeated(Diag *d, Loc loc, const char *msg)
 	return 0;
 }
 
-static void print(Diag *d, Loc loc, const char *kind, const char *fmt, ...)
+static void print(Diag *d, Loc loc, DiagKind kind, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -163,11 +180,11 @@ void diag_error(Diag *d, Loc loc, const char *fmt, ...)
 	d->nerrors++;
 	d->ncmdline_errors += loc.line == DIAG_CMDLINE;
 	if (d->nerrors > error_limit(d)) {
-		if (d->nerrors == error_limit(d) + 1)
+		if (d->nerrors == error_limit(d) + 1 && !d->sink)
 			fputs("too many errors, stopping\n", d->out ? d->out : stderr);
 		return;
 	}
-	print(d, loc, "error", "%s", msg);
+	print(d, loc, DIAG_ERROR, "%s", msg);
 }
 
 void diag_warning(Diag *d, Loc loc, const char *fmt, ...)
@@ -178,7 +195,7 @@ void diag_warning(Diag *d, Loc loc, const char *fmt, ...)
 		return;
 	va_list ap;
 	va_start(ap, fmt);
-	report(d, loc, "warning", fmt, ap);
+	report(d, loc, DIAG_WARNING, fmt, ap);
 	va_end(ap);
 }
 
@@ -188,7 +205,7 @@ void diag_note(Diag *d, Loc loc, const char *fmt, ...)
 		return;
 	va_list ap;
 	va_start(ap, fmt);
-	report(d, loc, "note", fmt, ap);
+	report(d, loc, DIAG_NOTE, fmt, ap);
 	va_end(ap);
 }
 

@@ -25,6 +25,26 @@ typedef struct {
  * line, under the name "<command line>". */
 #define DIAG_CMDLINE (-1)
 
+/* What a message is, for a sink (below). */
+typedef enum {
+	DIAG_ERROR,   // the input is wrong; the compilation fails
+	DIAG_WARNING, // worth saying, never failing the run
+	DIAG_NOTE,    // more about the message before it
+	DIAG_KIND_COUNT
+} DiagKind;
+
+/* A message as a sink receives it: file is "<command line>" for a value given there
+ * (loc.line DIAG_CMDLINE), msg the text without place or kind. */
+typedef struct {
+	DiagKind kind;
+	const char *file;
+	Loc loc;
+	const char *msg;
+} DiagMsg;
+/* Receives each message that would be printed (the same ones, in the same order),
+ * instead of printing it: the library (include/pipecc.h) keeps them as objects. */
+typedef void DiagSink(void *ctx, const DiagMsg *m);
+
 typedef struct {
 	const char *file;  // name shown in messages
 	const char *src;   // whole source text, for the quoted line
@@ -40,6 +60,8 @@ typedef struct {
 	uint64_t seen[DIAG_MAX_ERRORS]; // the errors printed, hashed with their place
 	int nseen;
 	int muted;         // the last error repeated one printed: its notes are dropped
+	DiagSink *sink;    // not NULL: messages go to sink(sink_ctx, ...), not to out
+	void *sink_ctx;
 } Diag;
 
 void diag_init(Diag *d, const char *file, const char *src, size_t len, FILE *out);
