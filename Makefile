@@ -7,8 +7,8 @@
 #   make mutate     mutation testing: bench/mutations.txt, each alone (bench/mutate.sh)
 #   make SAN=1 ...  the same with ASan + UBSan, in build/san and bin/san
 #   make fuzz       libFuzzer targets (clang) in bin/fuzz, each run FUZZ_SECONDS
-#   make install    the 3 tools into $(DESTDIR)$(PREFIX)/bin and their 5 man pages into
-#                   $(DESTDIR)$(PREFIX)/share/man/man1 and man5 (PREFIX=/usr/local)
+#   make install    the 3 tools, libpipecc (include/pipecc.h, lib/, pkgconfig/pipecc.pc) and
+#                   6 man pages (man1, man3, man5) under $(DESTDIR)$(PREFIX) (/usr/local)
 #   make uninstall  remove exactly what install installs (same PREFIX and DESTDIR), and
 #                   the folders install made, once empty
 # Builds run one job a CPU unless the command line gives -j (make -j1: one at a time).
@@ -277,11 +277,16 @@ $(BUILD)/bench/tf_bench: bench/tf_bench.c $(RT_OBJ) $(PLAN_OBJ)
 
 MAN1 := man/pipecc.1 man/pipesim.1 man/piperun.1
 MAN5 := man/pipe.5 man/pipecc-plan.5
+MAN3 := man/pipecc.3
+# The library's files under $(PREFIX)/lib: both libraries and the two links to the shared
+# one (the soname's, and the bare name the linker's -lpipecc finds).
+LIB_FILES := $(notdir $(LIBS)) $(LIB_SONAME) libpipecc.so
 # The folders install needs, parents first.  Those missing before it are written to
 # INST_RECORD (the first install's list stays), and uninstall removes those, once empty,
 # and no other: /usr/local/bin empty on a fresh machine was there before.
 INST_DIRS := $(PREFIX) $(PREFIX)/bin $(PREFIX)/share $(PREFIX)/share/man \
-	$(PREFIX)/share/man/man1 $(PREFIX)/share/man/man5 $(PREFIX)/share/pipecc
+	$(PREFIX)/share/man/man1 $(PREFIX)/share/man/man3 $(PREFIX)/share/man/man5 \
+	$(PREFIX)/share/pipecc $(PREFIX)/include $(PREFIX)/lib $(PREFIX)/lib/pkgconfig
 INST_RECORD := $(DESTDIR)$(PREFIX)/share/pipecc/installed-folders
 install: all
 	@new=; for d in $(INST_DIRS); do [ -d "$(DESTDIR)$$d" ] || new="$$new $$d"; done; \
@@ -289,12 +294,23 @@ install: all
 	{ [ -f $(INST_RECORD) ] || printf '%s\n' $$new >$(INST_RECORD); }
 	install -m 755 $(TOOLS) $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 $(MAN1) $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 644 $(MAN3) $(DESTDIR)$(PREFIX)/share/man/man3/
 	install -m 644 $(MAN5) $(DESTDIR)$(PREFIX)/share/man/man5/
+	install -m 644 include/pipecc.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(LIB_A) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/
+	ln -sf $(notdir $(LIB_SO)) $(DESTDIR)$(PREFIX)/lib/$(LIB_SONAME)
+	ln -sf $(LIB_SONAME) $(DESTDIR)$(PREFIX)/lib/libpipecc.so
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' api/pipecc.pc.in \
+		>$(DESTDIR)$(PREFIX)/lib/pkgconfig/pipecc.pc
 
 uninstall:
 	rm -f $(addprefix $(DESTDIR)$(PREFIX)/bin/,$(notdir $(TOOLS))) \
 		$(addprefix $(DESTDIR)$(PREFIX)/share/man/man1/,$(notdir $(MAN1))) \
-		$(addprefix $(DESTDIR)$(PREFIX)/share/man/man5/,$(notdir $(MAN5)))
+		$(addprefix $(DESTDIR)$(PREFIX)/share/man/man3/,$(notdir $(MAN3))) \
+		$(addprefix $(DESTDIR)$(PREFIX)/share/man/man5/,$(notdir $(MAN5))) \
+		$(DESTDIR)$(PREFIX)/include/pipecc.h $(DESTDIR)$(PREFIX)/lib/pkgconfig/pipecc.pc \
+		$(addprefix $(DESTDIR)$(PREFIX)/lib/,$(LIB_FILES))
 	@if [ -f $(INST_RECORD) ]; then \
 		dirs=$$(sort -r $(INST_RECORD)); rm -f $(INST_RECORD); \
 		for d in $$dirs; do rmdir "$(DESTDIR)$$d" 2>/dev/null || true; done; \

@@ -5,8 +5,9 @@
 # output option writes standard output with '-', outputs are checked before the work,
 # failed writes say why and leave no file, the progress line shows only on a terminal,
 # every --help option is in the man page, man pages render without warnings, and
-# `make install` / `make uninstall` put and remove exactly 3 tools and 5 man pages (and
-# the record of the folders install made, which uninstall removes once empty, no other).
+# `make install` / `make uninstall` put and remove exactly 3 tools, the library
+# (docs/api.md) and 6 man pages (and the record of the folders install made, which
+# uninstall removes once empty, no other).
 : "${BIN:=bin}"
 TOOL=cli
 . tests/lib/cli.sh
@@ -145,7 +146,7 @@ defaults piperun --blas-threads runtime/piperun.h PIPERUN_BLAS_THREADS
 check "the loop ran over the three tools" $? "ran:$ran"
 
 TOOL=man
-pages="man/pipecc.1 man/pipesim.1 man/piperun.1 man/pipe.5 man/pipecc-plan.5"
+pages="man/pipecc.1 man/pipesim.1 man/piperun.1 man/pipecc.3 man/pipe.5 man/pipecc-plan.5"
 n=0
 for page in $pages; do
 	n=$((n + 1))
@@ -158,8 +159,8 @@ for page in $pages; do
 		check "man -l $page shows it" $? "$(head -5 "$dir/manerr")"
 	fi
 done
-[ "$n" -eq 5 ] && [ "$(ls man | wc -l)" -eq 5 ]
-check "five man pages, all checked" $? "$(ls man)"
+[ "$n" -eq 6 ] && [ "$(ls man | wc -l)" -eq 6 ]
+check "six man pages, all checked" $? "$(ls man)"
 
 TOOL=install
 san=""
@@ -167,11 +168,13 @@ case $BIN in *san*) san="SAN=1" ;; esac
 root="$dir/root"
 t "make install" 0 make -s --no-print-directory $san install DESTDIR="$root" PREFIX=/usr
 found=$(cd "$root" && find . -type f | sort | tr '\n' ' ')
-want="./usr/bin/pipecc ./usr/bin/piperun ./usr/bin/pipesim ./usr/share/man/man1/pipecc.1 \
-./usr/share/man/man1/piperun.1 ./usr/share/man/man1/pipesim.1 ./usr/share/man/man5/pipe.5 \
-./usr/share/man/man5/pipecc-plan.5 ./usr/share/pipecc/installed-folders "
+want="./usr/bin/pipecc ./usr/bin/piperun ./usr/bin/pipesim ./usr/include/pipecc.h \
+./usr/lib/libpipecc.a ./usr/lib/libpipecc.so.$version ./usr/lib/pkgconfig/pipecc.pc \
+./usr/share/man/man1/pipecc.1 ./usr/share/man/man1/piperun.1 ./usr/share/man/man1/pipesim.1 \
+./usr/share/man/man3/pipecc.3 ./usr/share/man/man5/pipe.5 ./usr/share/man/man5/pipecc-plan.5 \
+./usr/share/pipecc/installed-folders "
 [ "$found" = "$want" ]
-check "installs exactly 3 tools, 5 man pages and the folders' record" $? "found: $found"
+check "installs exactly 3 tools, the library, 6 man pages and the folders' record" $? "found: $found"
 "$root/usr/bin/pipesim" --version >"$dir/out" 2>&1
 has "the installed pipesim runs" "$dir/out" "pipesim $version"
 t "make uninstall" 0 make -s --no-print-directory $san uninstall DESTDIR="$root" PREFIX=/usr
@@ -186,6 +189,6 @@ t "make install over folders that exist" 0 make -s --no-print-directory $san ins
 t "make uninstall again" 0 make -s --no-print-directory $san uninstall DESTDIR="$root" PREFIX=/usr
 left=$(cd "$root" && find . -mindepth 1 | sort | tr '\n' ' ')
 [ "$left" = "./usr ./usr/bin ./usr/share ./usr/share/man ./usr/share/man/man1 " ]
-check "... keeps those, removes man5 and share/pipecc" $? "left: $left"
+check "... keeps those, removes man3, man5, include, lib and share/pipecc" $? "left: $left"
 
 [ "$fails" -eq 0 ]
