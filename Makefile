@@ -256,6 +256,8 @@ fuzzers: $(FUZZERS)
 $(BIN)/fuzz_data: $(BUILD)/runtime/data.o
 # ... and so does the checkpoints' safetensors reader (runtime/safet.h).
 $(BIN)/fuzz_safet: $(BUILD)/runtime/safet.o
+# ... and the public API's over the library's objects.
+$(BIN)/fuzz_api: $(API_OBJ)
 
 $(BIN)/fuzz_%: $(BUILD)/tests/fuzz/fuzz_%.o $(COMP_OBJ) $(SIM_OBJ) $(PLAN_OBJ)
 	@mkdir -p $(@D)

@@ -167,6 +167,11 @@ int pcc_plan_world(const PccPlan *h)
 	return h->p->world;
 }
 
+int64_t pcc_plan_ops(const PccPlan *h)
+{
+	return plan_total_ops(h->p);
+}
+
 PccPlan *pcc_compile(const char *file, const char *src, size_t len, const PccOptions *o,
                      PccDiags **diags)
 {

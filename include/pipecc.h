@@ -50,6 +50,7 @@ void pcc_diags_free(PccDiags *ds);
 typedef struct PccPlan PccPlan;
 void pcc_plan_free(PccPlan *p);
 int pcc_plan_world(const PccPlan *p); // ranks
+int64_t pcc_plan_ops(const PccPlan *p); // ops over every rank
 
 /* What a compilation may override of the source: NULL or 0 keeps the source's. */
 typedef struct {

@@ -11,7 +11,8 @@
 # package:why, one per word.  tests/cli/deps.sh checks that every -l library in the
 # link lines comes from one of these packages (or from what they depend on).
 REQUIRED="gcc:compiler make:build libc6-dev:libc,-lm,-lpthread flex:lexer bison:parser
-libcmocka-dev:unit-tests libopenblas-dev:piperun-GEMMs groff-base:man-page-lint"
+libcmocka-dev:unit-tests libopenblas-dev:piperun-GEMMs groff-base:man-page-lint
+pkgconf:pkg-config(OpenBLAS-flags,tests/cli/api.sh)"
 OPTIONAL="libopenmpi-dev:MPI-backend openmpi-bin:mpirun"
 FUZZ="clang:make-fuzz libclang-rt-dev:libFuzzer,ASan-runtime"
 

@@ -69,6 +69,10 @@ static void api__compile_examples__verified_plans(void **state)
 	for (int i = 0; i < NEXAMPLES; i++) {
 		PccPlan *p = compile_ok(examples[i]);
 		assert_true(pcc_plan_world(p) >= 2);
+		Plan *q = internal_copy(p);
+		assert_true(pcc_plan_ops(p) > 0);
+		assert_int_equal(pcc_plan_ops(p), plan_total_ops(q));
+		plan_free(q);
 		PccDiags *ds;
 		assert_int_equal(pcc_plan_verify(p, &ds), 0);
 		assert_int_equal(pcc_diags_count(ds), 0);

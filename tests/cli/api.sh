@@ -8,8 +8,9 @@
 TOOL=api
 . tests/lib/cli.sh
 
-san=""
-case $BIN in *san*) san="SAN=1" ;; esac
+san="" sanflags=""
+# a sanitized library (SAN=1) needs its runtime linked into the program too
+case $BIN in *san*) san="SAN=1" sanflags="-fsanitize=address,undefined" ;; esac
 prefix="$dir/prefix"
 t "make install PREFIX=<scratch>" 0 make -s --no-print-directory $san install PREFIX="$prefix"
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
@@ -54,7 +55,7 @@ C
 cc=${CC:-cc}
 # shellcheck disable=SC2046
 t "a program builds against the shared library" 0 \
-	$cc -o "$dir/use" "$dir/use.c" $(pkg-config --cflags --libs pipecc)
+	$cc $sanflags -o "$dir/use" "$dir/use.c" $(pkg-config --cflags --libs pipecc)
 t "... and runs from the prefix" 0 env LD_LIBRARY_PATH="$prefix/lib" "$dir/use" examples/mlp4.pipe
 cp "$dir/out" "$dir/use.out"
 has "... reporting the library's version" "$dir/use.out" "^version $(cat VERSION)\$"
@@ -84,7 +85,7 @@ check "... and nothing printed by the library" $? "$(head -3 "$dir/err")"
 
 # shellcheck disable=SC2046
 t "the program builds against the static library" 0 \
-	$cc -o "$dir/use_static" "$dir/use.c" "$prefix/lib/libpipecc.a" \
+	$cc $sanflags -o "$dir/use_static" "$dir/use.c" "$prefix/lib/libpipecc.a" \
 	$(pkg-config --cflags --libs-only-other --static pipecc) \
 	$(pkg-config --libs-only-l --static pipecc | sed 's/-lpipecc//')
 t "... and runs alike" 0 "$dir/use_static" examples/mlp4.pipe
