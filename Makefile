@@ -53,7 +53,8 @@ endif
 
 # Every object is position independent (-fPIC), so that the same ones make the tools and
 # libpipecc.so; -fno-semantic-interposition keeps the calls inside it direct, so the code
-# is what -fPIE (Debian gcc's default for the tools) makes.
+# is nearly what -fPIE (Debian gcc's default for the tools) makes: sim/sim.o's, read_op.o's
+# and verify_ops.o's text within 0.6%.
 CFLAGS := -std=c11 -Wall -Wextra -Wpedantic -Werror=implicit-function-declaration $(OPT) -g -D_GNU_SOURCE -MMD -MP $(SANFLAGS)
 CFLAGS += -fPIC -fno-semantic-interposition
 LDFLAGS := $(SANFLAGS)
