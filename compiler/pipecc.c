@@ -292,25 +292,39 @@ static void form(char *buf, size_t n, const Program *p, int per_rank, int stages
 		         per_rank == 2 ? "two" : "one", per_rank == 2 ? "s" : "");
 }
 
+/* Appends to the form's words the cuts `to` moved from `from` (k stages): ", s1 from
+ * unit 9 at 10". */
+static void moved(char *buf, size_t n, const int *from, const int *to, int k)
+{
+	size_t at = strlen(buf);
+	for (int j = 1; j < k && at < n; j++)
+		if (from[j] != to[j])
+			at += (size_t)snprintf(buf + at, n - at, "%ss%d from unit %d to %d",
+			                       at ? ", " : "", j, from[j], to[j]);
+}
+
 /* "two stages a rank win", "one stage a rank wins". */
 static const char *wins(const char *form)
 {
 	return strcmp(form, "one stage a rank") ? "win" : "wins";
 }
 
-/* The program parsed again for per_rank stages a rank and m microbatches, and searched
- * quietly (anything wrong there only loses it: the first parse's diagnostics were the
- * user's); it replaces k's program when its confirmed step is shorter (ties: k's). */
-static void weigh(Compile *k, int per_rank, int m, int stages)
+/* The program parsed again for per_rank stages a rank and m microbatches (cut at cut
+ * when not NULL, a move of part_moves), and searched quietly (anything wrong there only
+ * loses it: the first parse's diagnostics were the user's); it replaces k's program
+ * when its confirmed step is shorter (ties: k's).  1 when it does. */
+static int weigh_at(Compile *k, int per_rank, int m, int stages, const int *cut)
 {
+	int took = 0;
 	const PipeccOptions *o = k->o;
 	FILE *sink = fopencookie(NULL, "w", (cookie_io_functions_t){.write = sink_write});
 	if (!sink)
-		return;
+		return 0;
 	Diag quiet;
 	diag_init(&quiet, k->file, k->src, k->len, sink);
 	ProgOverrides ov = {o->schedule, o->microbatches, o->from_csv};
-	Program *p2 = front_parse_split(&k->arena, &quiet, k->file, k->src, k->len, per_rank, m);
+	Program *p2 = front_parse_given(&k->arena, &quiet, k->file, k->src, k->len, per_rank, m,
+	                                cut);
 	SchedChoice ch = {0};
 	char t[2][32], what[96];
 	if (p2 && !front_override(&k->arena, &quiet, p2, &ov) && !quiet.nerrors &&
@@ -318,6 +332,8 @@ static void weigh(Compile *k, int per_rank, int m, int stages)
 		if (o->same_rank > 0)
 			p2->same_rank = o->same_rank - 1;
 		form(what, sizeof what, p2, per_rank, stages);
+		if (cut)
+			moved(what, sizeof what, k->pr->part->cut, cut, p2->part->k);
 		FILE *ex = o->explain ? stderr : NULL;
 		if (ex) {
 			fprintf(ex, "\nand again for %s:\n", what);
@@ -337,11 +353,49 @@ static void weigh(Compile *k, int per_rank, int m, int stages)
 				k->pr = p2;
 				snprintf(k->form, sizeof k->form, "%s", what);
 				ch = (SchedChoice){0};
+				took = 1;
 			}
 		}
 	}
 	sched_choice_free(&ch, p2 ? p2->dims[DIM_PP] : 0);
 	fclose(sink);
+	return took;
+}
+
+static void weigh(Compile *k, int per_rank, int m, int stages)
+{
+	weigh_at(k, per_rank, m, stages, NULL);
+}
+
+/* The search's work for one cut of pr, in stage-microbatches (the budget's unit). */
+static int64_t cut_work(const Program *pr)
+{
+	return (int64_t)pr->nstages * pr->microbatches;
+}
+
+/* Under schedule auto, the winning form's cut moved where it pays: its neighbours
+ * (part_moves: the cuts next to the first and the last stage and around the slowest,
+ * one unit either way) are each parsed at that cut and searched, the first whose
+ * confirmed step is shorter taken, and again from there until no neighbour is shorter
+ * or MOVE_WORK stage-microbatches of searching are spent.  Only under `stages auto;`:
+ * a count the program writes keeps the cut pipecc's DP makes, as it always did.  The DP's objective (the
+ * slowest stage) misses the fill and the drain, where the first and the last stages'
+ * times count apart from the bottleneck; only a confirmed step decides. */
+enum { MOVE_WORK = 2048 };
+
+static void move_cuts(Compile *k, int stages)
+{
+	int64_t left = MOVE_WORK;
+	for (int took = 1; took && k->pr->part && k->pr->part->auto_count;) {
+		const ProgPart *pt = k->pr->part;
+		int *next = arena_alloc(&k->arena, (size_t)PART_MOVES * ((size_t)pt->k + 1) *
+		                                   sizeof *next);
+		int n = part_moves(pt, pt->cut, next), m = k->pr->batch ? k->pr->microbatches : 0;
+		took = 0;
+		for (int i = 0; i < n && !took && (left -= cut_work(k->pr)) >= 0; i++)
+			took = weigh_at(k, pt->per_rank, m, stages,
+			                next + (size_t)i * ((size_t)pt->k + 1));
+	}
 }
 
 /* Whether a `model` with `stages auto;` is cut for two stages a rank as well as one. */
@@ -407,6 +461,7 @@ static int search(Compile *k)
 	    k->sched->search(pr, &k->arena, k->d, k->o->explain ? stderr : NULL, ch))
 		return 1;
 	weigh_forms(k, stages);
+	move_cuts(k, stages);
 	pr = k->pr;
 	pr->place = PLACE_LIST;
 	pr->place_list = ch->stage_pp;
