@@ -367,34 +367,37 @@ static void weigh(Compile *k, int per_rank, int m, int stages)
 	weigh_at(k, per_rank, m, stages, NULL);
 }
 
-/* The search's work for one cut of pr, in stage-microbatches (the budget's unit). */
-static int64_t cut_work(const Program *pr)
-{
-	return (int64_t)pr->nstages * pr->microbatches;
-}
-
-/* Under schedule auto, the winning form's cut moved where it pays: its neighbours
- * (part_moves: the cuts next to the first and the last stage and around the slowest,
- * one unit either way) are each parsed at that cut and searched, the first whose
- * confirmed step is shorter taken, and again from there until no neighbour is shorter
- * or MOVE_WORK stage-microbatches of searching are spent.  Only under `stages auto;`:
- * a count the program writes keeps the cut pipecc's DP makes, as it always did.  The DP's objective (the
- * slowest stage) misses the fill and the drain, where the first and the last stages'
- * times count apart from the bottleneck; only a confirmed step decides. */
-enum { MOVE_WORK = 2048 };
+/* Under schedule auto with `stages auto;`, the winning form's cut moved where it pays:
+ * its neighbours (part_moves: one or two of the cuts next to the first and the last
+ * stage and around the slowest, one unit either way) are each parsed at that cut and
+ * searched, the first whose confirmed step is shorter taken, and again from there,
+ * until no neighbour is shorter or the budget is spent: MOVE_WORK stage-microbatches
+ * (a search's work grows with stages x microbatches) or MOVE_TRIES searches; a program
+ * whose one search costs more than a quarter of MOVE_WORK keeps its cut (its searches
+ * are the slow ones: four more would pass the second the compile may take).  The DP's
+ * objective, the slowest stage, misses the fill and the drain (the first and the last
+ * stages count apart), a V order's pairing of stages on a rank and the transfer at a
+ * cut; only a confirmed step decides.  A count the program writes keeps the DP's cut. */
+enum { MOVE_WORK = 2048, MOVE_TRIES = 32 };
 
 static void move_cuts(Compile *k, int stages)
 {
 	int64_t left = MOVE_WORK;
+	int tries = MOVE_TRIES;
+	if (4 * (int64_t)k->pr->nstages * k->pr->microbatches > MOVE_WORK)
+		return;
 	for (int took = 1; took && k->pr->part && k->pr->part->auto_count;) {
 		const ProgPart *pt = k->pr->part;
-		int *next = arena_alloc(&k->arena, (size_t)PART_MOVES * ((size_t)pt->k + 1) *
-		                                   sizeof *next);
+		size_t len = (size_t)pt->k + 1;
+		int *next = arena_alloc(&k->arena, PART_MOVES * len * sizeof *next);
 		int n = part_moves(pt, pt->cut, next), m = k->pr->batch ? k->pr->microbatches : 0;
 		took = 0;
-		for (int i = 0; i < n && !took && (left -= cut_work(k->pr)) >= 0; i++)
-			took = weigh_at(k, pt->per_rank, m, stages,
-			                next + (size_t)i * ((size_t)pt->k + 1));
+		for (int i = 0; i < n && !took && tries-- > 0; i++) {
+			left -= (int64_t)k->pr->nstages * k->pr->microbatches;
+			if (left < 0)
+				return;
+			took = weigh_at(k, pt->per_rank, m, stages, next + (size_t)i * len);
+		}
 	}
 }
 
