@@ -86,7 +86,8 @@ enum { PART_MOVES = 32 }; // at most this many neighbours (part_moves)
 
 /* The neighbours of cut[0..k] worth confirming: the cut after the first stage, the
  * one before the last and the two around the slowest stage, each moved one unit either
- * way where the stages stay non-empty, a stage may begin there and no `cut;` pins it.
+ * way, then every two of them so moved together, where the stages stay non-empty, each
+ * begins where a stage may and every `cut;` stays.
  * Writes them to out (PART_MOVES x (k + 1) ints) and returns their count. */
 int part_moves(const ProgPart *pt, const int *cut, int *out);
 

@@ -293,7 +293,7 @@ static void form(char *buf, size_t n, const Program *p, int per_rank, int stages
 }
 
 /* Appends to the form's words the cuts `to` moved from `from` (k stages): ", s1 from
- * unit 9 at 10". */
+ * unit 9 to 10". */
 static void moved(char *buf, size_t n, const int *from, const int *to, int k)
 {
 	size_t at = strlen(buf);
@@ -303,10 +303,11 @@ static void moved(char *buf, size_t n, const int *from, const int *to, int k)
 			                       at ? ", " : "", j, from[j], to[j]);
 }
 
-/* "two stages a rank win", "one stage a rank wins". */
+/* "two stages a rank win", "one stage a rank wins" (its cuts moved or not). */
 static const char *wins(const char *form)
 {
-	return strcmp(form, "one stage a rank") ? "win" : "wins";
+	static const char one[] = "one stage a rank";
+	return strncmp(form, one, sizeof one - 1) ? "win" : "wins";
 }
 
 /* The program parsed again for per_rank stages a rank and m microbatches (cut at cut
@@ -332,7 +333,7 @@ static int weigh_at(Compile *k, int per_rank, int m, int stages, const int *cut)
 		if (o->same_rank > 0)
 			p2->same_rank = o->same_rank - 1;
 		form(what, sizeof what, p2, per_rank, stages);
-		if (cut)
+		if (cut && p2->part)
 			moved(what, sizeof what, k->pr->part->cut, cut, p2->part->k);
 		FILE *ex = o->explain ? stderr : NULL;
 		if (ex) {
