@@ -13,7 +13,8 @@
 #     2 pp stages; the best predicted step;
 #   - auto: the same model written once, cut by pipecc for each registry schedule
 #     (stages auto: pp or 2 pp stages) and for `schedule auto` (cut for pp and for 2 pp
-#     stages, each searched, the faster kept); the best predicted step.
+#     stages, each searched, the faster kept, its cut then moved where a confirmed step is
+#     shorter); the best predicted step.
 # Steps are pipesim's overlap model (what schedule auto confirms with), in ms.  Then the
 # time pipecc takes to cut an 80-layer model into 16 stages (front end only: --dump
 # parse), the median of 5, and the whole compile of it at pp=16 (1f1b; schedule auto),
@@ -164,4 +165,4 @@ for sched in 1f1b auto; do
 done | awk '{ print (NR > 1 ? "                " : "whole compile, 80 layers on pp=16, 64 microbatches, least of 5:\n                ") $0 }'
 "$BIN/pipecc" --explain "$dir/whole.pipe" -o /dev/null 2>&1 |
 	sed -n 's/^schedule auto: .* candidates, \([0-9]*\) fast evaluations.*/\1/p' |
-	awk '{ printf "%s%s", (NR > 1 ? " + " : "schedule auto there: fast evaluations "), $1 } END { print " (one stage a rank + two)" }'
+	awk '{ printf "%s%s", (NR > 1 ? " + " : "schedule auto there: fast evaluations "), $1 } END { print " (one stage a rank + two + each moved cut tried)" }'

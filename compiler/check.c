@@ -781,6 +781,12 @@ Program *front_parse_cut(Arena *a, Diag *d, const char *file, const char *src, s
 Program *front_parse_split(Arena *a, Diag *d, const char *file, const char *src, size_t len,
                            int per_rank, int m)
 {
+	return front_parse_given(a, d, file, src, len, per_rank, m, NULL);
+}
+
+Program *front_parse_given(Arena *a, Diag *d, const char *file, const char *src, size_t len,
+                           int per_rank, int m, const int *cut)
+{
 	if (len > MAX_FILE) {
 		diag_error(d, (Loc){0}, "file too large (%zu bytes, at most %u)", len, MAX_FILE);
 		return NULL;
@@ -804,7 +810,7 @@ Program *front_parse_split(Arena *a, Diag *d, const char *file, const char *src,
 		diag_init(&quiet, file, src, len, sink);
 		quiet.max_errors = 1;
 		Program *probe = sink ? check(a, &quiet, file, ast) : NULL;
-		if (probe && !quiet.nerrors && !(part = part_choose(a, d, pc, probe))) {
+		if (probe && !quiet.nerrors && !(part = part_choose(a, d, pc, probe, cut))) {
 			fclose(sink);
 			return NULL;
 		}

@@ -527,7 +527,71 @@ int part_prepare(Arena *a, Diag *d, AstProgram *ast, int per_rank, PartCut **out
 
 /* ---- choosing the cut ---------------------------------------------------------- */
 
-ProgPart *part_choose(Arena *a, Diag *d, PartCut *pc, const Program *pr)
+/* Whether cut[0..k] (k = pt->k) splits pt->n units into non-empty stages that each
+ * begin where a stage may, every `cut;` kept. */
+static int cut_valid(const ProgPart *pt, const int *cut)
+{
+	if (cut[0] != 0 || cut[pt->k] != pt->n)
+		return 0;
+	for (int j = 1; j <= pt->k; j++)
+		if (cut[j] <= cut[j - 1] || (j < pt->k && !pt->cut_ok[cut[j]]))
+			return 0;
+	for (int u = 1, j = 1; u < pt->n; u++) {
+		while (j < pt->k && cut[j] < u)
+			j++;
+		if (pt->pin[u] && (j == pt->k || cut[j] != u))
+			return 0;
+	}
+	return 1;
+}
+
+/* The stage of cut[0..k] with the most F+B+W (the first of equals). */
+static int slowest(const ProgPart *pt, const int *cut)
+{
+	int slow = 0;
+	int64_t worst = -1;
+	for (int j = 0; j < pt->k; j++) {
+		int64_t t = 0;
+		for (int u = cut[j]; u < cut[j + 1]; u++)
+			t += pt->unit[u];
+		if (t > worst)
+			worst = t, slow = j;
+	}
+	return slow;
+}
+
+/* cut with cut i moved by di and cut j (when j > 0) by dj, into c; whether valid. */
+static int move(const ProgPart *pt, const int *cut, int i, int di, int j, int dj, int *c)
+{
+	memcpy(c, cut, ((size_t)pt->k + 1) * sizeof *c);
+	c[i] += di;
+	if (j > 0)
+		c[j] += dj;
+	return cut_valid(pt, c);
+}
+
+int part_moves(const ProgPart *pt, const int *cut, int *out)
+{
+	int k = pt->k, slow = slowest(pt, cut), js[4], nj = 0, n = 0;
+	const int which[4] = {1, k - 1, slow, slow + 1}; // cut indices, in this order
+	for (int i = 0; i < 4; i++) {
+		int seen = which[i] < 1 || which[i] > k - 1;
+		for (int e = 0; e < nj; e++)
+			seen |= js[e] == which[i];
+		if (!seen)
+			js[nj++] = which[i];
+	}
+	size_t len = (size_t)k + 1;
+	for (int a = 0; a < 2 * nj; a++) // one cut, one unit either way
+		n += move(pt, cut, js[a / 2], a % 2 ? 1 : -1, 0, 0, out + (size_t)n * len);
+	for (int a = 0; a < 2 * nj; a++) // two of them
+		for (int b = (a / 2 + 1) * 2; b < 2 * nj; b++)
+			n += move(pt, cut, js[a / 2], a % 2 ? 1 : -1, js[b / 2], b % 2 ? 1 : -1,
+			          out + (size_t)n * len);
+	return n;
+}
+
+ProgPart *part_choose(Arena *a, Diag *d, PartCut *pc, const Program *pr, const int *given)
 {
 	int n = pc->n, k = pc->k;
 	int64_t *time = arena_alloc(a, (size_t)n * sizeof *time);
@@ -586,6 +650,9 @@ ProgPart *part_choose(Arena *a, Diag *d, PartCut *pc, const Program *pr)
 	pt->k = k;
 	pt->per_rank = pc->per_rank;
 	pt->auto_count = pc->auto_count;
+	pt->unit = time;
+	pt->cut_ok = pc->cut_ok;
+	pt->pin = pc->pin;
 	pt->cut = arena_alloc(a, ((size_t)k + 1) * sizeof *pt->cut);
 	int64_t r = part_split(&pb, pt->cut);
 	if (r == PART_NONE && pb.cap > 0) {
@@ -612,6 +679,8 @@ ProgPart *part_choose(Arena *a, Diag *d, PartCut *pc, const Program *pr)
 	}
 	if (r < 0) // the pins and the dropouts leave no cut: keep the even one
 		memcpy(pt->cut, pc->cut, ((size_t)k + 1) * sizeof *pt->cut);
+	if (given && cut_valid(pt, given)) // pipecc moving a cut (part_moves)
+		memcpy(pt->cut, given, ((size_t)k + 1) * sizeof *pt->cut);
 	pt->cap = pb.cap;
 	pt->time = arena_alloc(a, (size_t)k * sizeof *pt->time);
 	pt->mem = arena_alloc(a, (size_t)k * sizeof *pt->mem);

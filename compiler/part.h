@@ -59,6 +59,9 @@ typedef struct ProgPart {
 	int64_t ubottleneck;
 	int64_t cap;           // the share of a device each stage had (0: memory not weighed)
 	int auto_count;        // 1: `stages auto` (or none): k is pp x per_rank
+	const int64_t *unit;   // [n]: each unit's F+B+W ns
+	const uint8_t *cut_ok; // [n]: a stage may begin at unit u
+	const uint8_t *pin;    // [n]: a stage must begin at unit u (`cut;`)
 } ProgPart;
 
 /* State between the two calls below (part.c). */
@@ -72,10 +75,21 @@ typedef struct PartCut PartCut;
  * after reporting. */
 int part_prepare(Arena *a, Diag *d, AstProgram *ast, int per_rank, PartCut **pc);
 
-/* With the program checked as evenly cut (probe), chooses the cut, rewrites the stage
+/* With the program checked as evenly cut (probe), chooses the cut (given, when it is
+ * not NULL and a cut the stages may take: given[0..k]), rewrites the stage
  * statements to it and returns what it chose; NULL after reporting an error to d (a
  * pinned cut that leaves no split within the memory cap). */
-ProgPart *part_choose(Arena *a, Diag *d, PartCut *pc, const Program *probe);
+ProgPart *part_choose(Arena *a, Diag *d, PartCut *pc, const Program *probe,
+                      const int *given);
+
+enum { PART_MOVES = 32 }; // at most this many neighbours (part_moves)
+
+/* The neighbours of cut[0..k] worth confirming: the cut after the first stage, the
+ * one before the last and the two around the slowest stage, each moved one unit either
+ * way, then every two of them so moved together, where the stages stay non-empty, each
+ * begins where a stage may and every `cut;` stays.
+ * Writes them to out (PART_MOVES x (k + 1) ints) and returns their count. */
+int part_moves(const ProgPart *pt, const int *cut, int *out);
 
 /* --emit summary: a warning at the slowest stage of a written split (not pipecc's cut)
  * whose F+B+W is more than 10% above the mean stage's. */

@@ -292,25 +292,40 @@ static void form(char *buf, size_t n, const Program *p, int per_rank, int stages
 		         per_rank == 2 ? "two" : "one", per_rank == 2 ? "s" : "");
 }
 
-/* "two stages a rank win", "one stage a rank wins". */
-static const char *wins(const char *form)
+/* Appends to the form's words the cuts `to` moved from `from` (k stages): ", s1 from
+ * unit 9 to 10". */
+static void moved(char *buf, size_t n, const int *from, const int *to, int k)
 {
-	return strcmp(form, "one stage a rank") ? "win" : "wins";
+	size_t at = strlen(buf);
+	for (int j = 1; j < k && at < n; j++)
+		if (from[j] != to[j])
+			at += (size_t)snprintf(buf + at, n - at, "%ss%d from unit %d to %d",
+			                       at ? ", " : "", j, from[j], to[j]);
 }
 
-/* The program parsed again for per_rank stages a rank and m microbatches, and searched
- * quietly (anything wrong there only loses it: the first parse's diagnostics were the
- * user's); it replaces k's program when its confirmed step is shorter (ties: k's). */
-static void weigh(Compile *k, int per_rank, int m, int stages)
+/* "two stages a rank win", "one stage a rank wins" (its cuts moved or not). */
+static const char *wins(const char *form)
 {
+	static const char one[] = "one stage a rank";
+	return strncmp(form, one, sizeof one - 1) ? "win" : "wins";
+}
+
+/* The program parsed again for per_rank stages a rank and m microbatches (cut at cut
+ * when not NULL, a move of part_moves), and searched quietly (anything wrong there only
+ * loses it: the first parse's diagnostics were the user's); it replaces k's program
+ * when its confirmed step is shorter (ties: k's).  1 when it does. */
+static int weigh_at(Compile *k, int per_rank, int m, int stages, const int *cut)
+{
+	int took = 0;
 	const PipeccOptions *o = k->o;
 	FILE *sink = fopencookie(NULL, "w", (cookie_io_functions_t){.write = sink_write});
 	if (!sink)
-		return;
+		return 0;
 	Diag quiet;
 	diag_init(&quiet, k->file, k->src, k->len, sink);
 	ProgOverrides ov = {o->schedule, o->microbatches, o->from_csv};
-	Program *p2 = front_parse_split(&k->arena, &quiet, k->file, k->src, k->len, per_rank, m);
+	Program *p2 = front_parse_given(&k->arena, &quiet, k->file, k->src, k->len, per_rank, m,
+	                                cut);
 	SchedChoice ch = {0};
 	char t[2][32], what[96];
 	if (p2 && !front_override(&k->arena, &quiet, p2, &ov) && !quiet.nerrors &&
@@ -318,6 +333,8 @@ static void weigh(Compile *k, int per_rank, int m, int stages)
 		if (o->same_rank > 0)
 			p2->same_rank = o->same_rank - 1;
 		form(what, sizeof what, p2, per_rank, stages);
+		if (cut && p2->part)
+			moved(what, sizeof what, k->pr->part->cut, cut, p2->part->k);
 		FILE *ex = o->explain ? stderr : NULL;
 		if (ex) {
 			fprintf(ex, "\nand again for %s:\n", what);
@@ -337,11 +354,52 @@ static void weigh(Compile *k, int per_rank, int m, int stages)
 				k->pr = p2;
 				snprintf(k->form, sizeof k->form, "%s", what);
 				ch = (SchedChoice){0};
+				took = 1;
 			}
 		}
 	}
 	sched_choice_free(&ch, p2 ? p2->dims[DIM_PP] : 0);
 	fclose(sink);
+	return took;
+}
+
+static void weigh(Compile *k, int per_rank, int m, int stages)
+{
+	weigh_at(k, per_rank, m, stages, NULL);
+}
+
+/* Under schedule auto with `stages auto;`, the winning form's cut moved where it pays:
+ * its neighbours (part_moves: one or two of the cuts next to the first and the last
+ * stage and around the slowest, one unit either way) are each parsed at that cut and
+ * searched, the first whose confirmed step is shorter taken, and again from there,
+ * until no neighbour is shorter or the budget is spent: MOVE_WORK stage-microbatches
+ * (a search's work grows with stages x microbatches) or MOVE_TRIES searches; a program
+ * whose one search costs more than a quarter of MOVE_WORK keeps its cut (its searches
+ * are the slow ones: four more would pass the second the compile may take).  The DP's
+ * objective, the slowest stage, misses the fill and the drain (the first and the last
+ * stages count apart), a V order's pairing of stages on a rank and the transfer at a
+ * cut; only a confirmed step decides.  A count the program writes keeps the DP's cut. */
+enum { MOVE_WORK = 2048, MOVE_TRIES = 32 };
+
+static void move_cuts(Compile *k, int stages)
+{
+	int64_t left = MOVE_WORK;
+	int tries = MOVE_TRIES;
+	if (4 * (int64_t)k->pr->nstages * k->pr->microbatches > MOVE_WORK)
+		return;
+	for (int took = 1; took && k->pr->part && k->pr->part->auto_count;) {
+		const ProgPart *pt = k->pr->part;
+		size_t len = (size_t)pt->k + 1;
+		int *next = arena_alloc(&k->arena, PART_MOVES * len * sizeof *next);
+		int n = part_moves(pt, pt->cut, next), m = k->pr->batch ? k->pr->microbatches : 0;
+		took = 0;
+		for (int i = 0; i < n && !took && tries-- > 0; i++) {
+			left -= (int64_t)k->pr->nstages * k->pr->microbatches;
+			if (left < 0)
+				return;
+			took = weigh_at(k, pt->per_rank, m, stages, next + (size_t)i * len);
+		}
+	}
 }
 
 /* Whether a `model` with `stages auto;` is cut for two stages a rank as well as one. */
@@ -407,6 +465,7 @@ static int search(Compile *k)
 	    k->sched->search(pr, &k->arena, k->d, k->o->explain ? stderr : NULL, ch))
 		return 1;
 	weigh_forms(k, stages);
+	move_cuts(k, stages);
 	pr = k->pr;
 	pr->place = PLACE_LIST;
 	pr->place_list = ch->stage_pp;

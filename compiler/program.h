@@ -247,6 +247,12 @@ Program *front_parse_cut(Arena *a, Diag *d, const char *file, const char *src, s
 Program *front_parse_split(Arena *a, Diag *d, const char *file, const char *src, size_t len,
                            int per_rank, int m);
 
+/* The same, a `model` cut at cut[0..k] (k its stage count) instead of the cut pipecc
+ * would choose, when that cut is one a stage may take (part_move made it); NULL: the
+ * chosen one. */
+Program *front_parse_given(Arena *a, Diag *d, const char *file, const char *src, size_t len,
+                           int per_rank, int m, const int *cut);
+
 /* Values the command line gives instead of the file's (pipecc -s, -m, --from-torch-csv). */
 typedef struct {
 	const char *schedule;          // a registry name, or NULL for the file's
