@@ -124,6 +124,13 @@ LIBS := $(LIB_A) $(LIB_SO)
 TEST_SRC := $(wildcard tests/test_*.c)
 TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 
+# The flags the objects were compiled with, kept in a file that changes only when they
+# do: a change (a build from before -fPIC, say) rebuilds every object rather than
+# linking old ones with new (the rule is under `all`, which stays the first goal).
+FLAGS_STAMP := $(BUILD)/cflags
+$(shell mkdir -p $(BUILD) && printf '%s\n' '$(CFLAGS)' | cmp -s - $(FLAGS_STAMP) || \
+	printf '%s\n' '$(CFLAGS)' >$(FLAGS_STAMP))
+
 # The tools again with every allocation of their own code through tests/failalloc/
 # (PIPECC_FAIL_ALLOC=N makes the N-th fail): for tests/cli/failalloc.sh only.
 FA_WRAP := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup,--wrap=strndup
@@ -136,6 +143,9 @@ FUZZ_SECONDS ?= 60
 .PHONY: all demo check check-torch test bench mutate clean help notices fuzz fuzzers install uninstall
 .SECONDARY: # keep the objects of test binaries (they are intermediate files)
 all: notices $(TOOLS) $(LIBS)
+
+# Every object is rebuilt when the flags change (FLAGS_STAMP).
+$(ALL_LIBS_OBJ) $(call obj,$(wildcard */*_main.c)) $(TESTS:=.o): $(FLAGS_STAMP)
 
 notices:
 ifneq ($(HAVE_MPI),1)
