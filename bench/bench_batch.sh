@@ -16,6 +16,7 @@ for tool in pipecc pipesim; do
 done
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
+. bench/models.sh
 
 # prog PP MICROBATCHES SEQUENCES
 prog() {
@@ -37,19 +38,13 @@ schedule auto;
 EOF
 }
 
-# step FILE: pipesim's overlap-model step in ms, or "-" when pipecc refuses it
-step() {
-	"$BIN/pipecc" "$1" -o "$dir/x.plan" 2>/dev/null || { echo -; return 0; }
-	"$BIN/pipesim" --model overlap --json "$dir/x.plan" 2>/dev/null |
-		sed -n 's/^  "makespan": \([0-9.]*\),$/\1/p' | awk '{ printf "%.1f", $1 / 1000 }'
-}
-
 run_model() {
 	for pp in 4 8; do
 		b=$((4 * pp)) line=
 		for m in $pp $((2 * pp)) $b; do
 			prog $pp $m $((b / m)) >"$dir/m.pipe"
-			line="$line  m=$m: $(step "$dir/m.pipe")"
+			s=$(step "$dir/m.pipe")
+			line="$line  m=$m: ${s:--}"
 		done
 		prog $pp auto $b >"$dir/a.pipe"
 		s0=$(date +%s%N)
@@ -64,11 +59,7 @@ run_model() {
 
 echo "predicted step, ms (pipesim overlap model), a step of 4 x pp 4096-token sequences cut"
 echo "into m microbatches (stages auto, schedule auto), and what microbatches auto chooses"
-NAME=llama3-8b L=32 VOCAB=128256 EMBED="embed 4096;" FINAL="rmsnorm; head; loss xent;"
-BLOCK="	residual { rmsnorm; attention heads=32 kv_heads=8 rope flash; }
-	residual { rmsnorm; swiglu 14336; }"
+llama3_8b
 run_model
-NAME=gpt2-xl L=48 VOCAB=50257 EMBED="embed 1600 positions;" FINAL="layernorm; head tied; loss xent;"
-BLOCK="	residual { layernorm; attention heads=25 bias flash; }
-	residual { layernorm; mlp 6400 bias; }"
+gpt2_xl
 run_model

@@ -33,6 +33,7 @@ for tool in pipecc pipesim; do
 done
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
+. bench/models.sh
 scheds=$("$BIN/pipecc" --list-schedules | grep -v -e custom -e csv -e auto)
 
 # head NAME PP: the statements before the layers
@@ -75,13 +76,6 @@ auto() {
 	echo "schedule $2;"
 }
 
-# step FILE: pipesim's overlap-model step in ms, or nothing when pipecc refuses it
-step() {
-	"$BIN/pipecc" "$1" -o "$dir/x.plan" 2>/dev/null || return 0
-	"$BIN/pipesim" --model overlap --json "$dir/x.plan" 2>/dev/null |
-		sed -n 's/^  "makespan": \([0-9.]*\),$/\1/p' | awk '{ printf "%.1f", $1 / 1000 }'
-}
-
 # best LABEL: the least of the "sched step" lines on stdin, as "step (sched)"
 best() {
 	sort -k2 -n | awk 'NF == 2 { print $2 " (" $1 ")"; exit }'
@@ -117,20 +111,15 @@ if [ -z "${BIG_ONLY:-}" ]; then
 echo "predicted step, ms (pipesim overlap model; best schedule in parentheses, /v: stages a"
 echo "rank); the gain of auto (cut + schedule) over uniform (written + best registry schedule);"
 echo "beside: the uniform split under schedule auto, and the cut under the best registry schedule"
-NAME=llama3-8b L=32 VOCAB=128256 EMBED="embed 4096;" FINAL="rmsnorm; head; loss xent;"
-BLOCK="	residual { rmsnorm; attention heads=32 kv_heads=8 rope flash; }
-	residual { rmsnorm; swiglu 14336; }"
+llama3_8b
 run_model
-NAME=gpt2-xl L=48 VOCAB=50257 EMBED="embed 1600 positions;" FINAL="layernorm; head tied; loss xent;"
-BLOCK="	residual { layernorm; attention heads=25 bias flash; }
-	residual { layernorm; mlp 6400 bias; }"
+gpt2_xl
 run_model
 fi
 
 # the time to cut: 80 layers into 16 stages
-L=80 VOCAB=128256 EMBED="embed 4096;" FINAL="rmsnorm; head; loss xent;"
-BLOCK="	residual { rmsnorm; attention heads=32 kv_heads=8 rope flash; }
-	residual { rmsnorm; swiglu 14336; }"
+llama3_8b
+L=80
 { head big 16; echo "model { $EMBED layer x $L; $FINAL }"; echo "stages 16;"; echo "schedule 1f1b;"; } >"$dir/big.pipe"
 for i in 1 2 3 4 5; do
 	s0=$(date +%s%N)

@@ -753,16 +753,36 @@ static void ops__dep_rules__order_enforced(void **state)
 	}
 }
 
+/* One stage's ops in order through plan_dep_apply, one microbatch: a case's verdict is
+ * why (NULL: accepted).  The stage is on when the case says so (a tied table, sequence-
+ * parallel gradients: whatever flag on sets), else a plain one. */
+typedef struct {
+	OpKind k[5];
+	int n, dp, on;
+	const char *why;
+} DepCase;
+
+static void dep_cases(const DepCase *c, size_t n, PlanStageDeps on)
+{
+	for (size_t i = 0; i < n; i++) {
+		uint8_t mb = 0;
+		PlanStageDeps st = c[i].on ? on : (PlanStageDeps){0};
+		const char *why = NULL;
+		for (int j = 0; j < c[i].n && !why; j++)
+			why = plan_dep_apply(c[i].k[j], plan_op_is_compute(c[i].k[j]) ? &mb : NULL, &st,
+			                     NULL, 1, c[i].dp);
+		if (c[i].why ? !why || strcmp(why, c[i].why) : why != NULL)
+			fail_msg("case %zu: got '%s', want '%s'", i, why ? why : "(accepted)",
+			         c[i].why ? c[i].why : "(accepted)");
+	}
+}
+
 /* A stage holding a copy of a table tied across ranks: its TIEREDUCE comes after its
  * last W and before its all-reduce and step, once; a stage without one has none. */
 static void ops__dep_rules__tie_reduce_after_last_w_before_step(void **state)
 {
 	(void)state;
-	const struct {
-		OpKind k[5];
-		int n, dp, tie;
-		const char *why; // NULL: accepted
-	} cases[] = {
+	static const DepCase cases[] = {
 		{{OP_F, OP_BW, OP_TIEREDUCE, OP_ALLREDUCE, OP_OPTIM}, 5, 2, 1, NULL},
 		{{OP_F, OP_B, OP_W, OP_TIEREDUCE, OP_OPTIM}, 5, 1, 1, NULL},
 		{{OP_F, OP_B, OP_TIEREDUCE}, 3, 1, 1, "a tied table's reduction before the stage's last W"},
@@ -774,17 +794,7 @@ static void ops__dep_rules__tie_reduce_after_last_w_before_step(void **state)
 		{{OP_F, OP_BW, OP_TIEREDUCE}, 3, 1, 0,
 		 "a TIEREDUCE on a stage that holds no table tied across pipeline ranks"},
 	};
-	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-		uint8_t mb = 0;
-		PlanStageDeps st = {.tie = (uint8_t)cases[i].tie};
-		const char *why = NULL;
-		for (int j = 0; j < cases[i].n && !why; j++)
-			why = plan_dep_apply(cases[i].k[j], plan_op_is_compute(cases[i].k[j]) ? &mb : NULL,
-			                     &st, NULL, 1, cases[i].dp);
-		if (cases[i].why ? !why || strcmp(why, cases[i].why) : why != NULL)
-			fail_msg("case %zu: got '%s', want '%s'", i, why ? why : "(accepted)",
-			         cases[i].why ? cases[i].why : "(accepted)");
-	}
+	dep_cases(cases, sizeof cases / sizeof cases[0], (PlanStageDeps){.tie = 1});
 	/* a W of another microbatch after the TIEREDUCE */
 	uint8_t mb[2] = {0};
 	PlanStageDeps st = {.tie = 1};
@@ -802,11 +812,7 @@ static void ops__dep_rules__tie_reduce_after_last_w_before_step(void **state)
 static void ops__dep_rules__sp_reduce_after_dp_before_step(void **state)
 {
 	(void)state;
-	const struct {
-		OpKind k[5];
-		int n, dp, sp;
-		const char *why; // NULL: accepted
-	} cases[] = {
+	static const DepCase cases[] = {
 		{{OP_F, OP_BW, OP_ALLREDUCE, OP_SPREDUCE, OP_OPTIM}, 5, 2, 1, NULL},
 		{{OP_F, OP_B, OP_W, OP_SPREDUCE, OP_OPTIM}, 5, 1, 1, NULL},
 		{{OP_F, OP_B, OP_W, OP_OPTIM}, 4, 1, 0, NULL},
@@ -818,17 +824,7 @@ static void ops__dep_rules__sp_reduce_after_dp_before_step(void **state)
 		{{OP_F, OP_BW, OP_SPREDUCE}, 3, 1, 0,
 		 "an SPREDUCE on a stage without sequence-parallel gradients"},
 	};
-	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-		uint8_t mb = 0;
-		PlanStageDeps st = {.sp = (uint8_t)cases[i].sp};
-		const char *why = NULL;
-		for (int j = 0; j < cases[i].n && !why; j++)
-			why = plan_dep_apply(cases[i].k[j], plan_op_is_compute(cases[i].k[j]) ? &mb : NULL,
-			                     &st, NULL, 1, cases[i].dp);
-		if (cases[i].why ? !why || strcmp(why, cases[i].why) : why != NULL)
-			fail_msg("case %zu: got '%s', want '%s'", i, why ? why : "(accepted)",
-			         cases[i].why ? cases[i].why : "(accepted)");
-	}
+	dep_cases(cases, sizeof cases / sizeof cases[0], (PlanStageDeps){.sp = 1});
 	/* what no verified walk reaches: a W after the SPREDUCE, an SPREDUCE after the step */
 	uint8_t mb[2] = {0};
 	PlanStageDeps st = {.sp = 1, .sp_done = 1};
