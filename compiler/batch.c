@@ -73,9 +73,9 @@ int batch_split(Arena *a, Diag *d, const BatchAuto *b, int m)
 		           "the step's batch of %d (the input's first number)", m, b->batch);
 		return 1;
 	}
-	for (int c = b->batch < MAX_MICROBATCHES ? b->batch : MAX_MICROBATCHES; !m && c >= b->pp; c--)
-		if (b->batch % c == 0) // the most microbatches: the smallest, likeliest to fit
-			m = c;
+	int counts[BATCH_COUNTS], n = batch_counts(b, counts, BATCH_COUNTS);
+	if (!m && n) // the most of the counts weighed: the smallest microbatches, likeliest to fit
+		m = counts[n - 1];
 	if (!m) {
 		diag_error(d, s->name.loc, "microbatches auto: the step's batch of %d (the input's "
 		           "first number) has no divisor of at least pp=%d, so no count keeps every "

@@ -19,9 +19,9 @@ typedef struct {
 int batch_find(AstProgram *ast, BatchAuto *b);
 /* The counts the batch may be cut into, ascending, at most max of them: m in m[]. */
 int batch_counts(const BatchAuto *b, int *m, int max);
-/* Writes count m (0: the largest) into the tree: `microbatches m;` and the input's
- * first number batch/m.  Nonzero after reporting (a word other than auto, an m that
- * does not divide the batch, no count at all). */
+/* Writes count m (0: the largest of those batch_counts gives) into the tree:
+ * `microbatches m;` and the input's first number batch/m.  Nonzero after reporting (a
+ * word other than auto, an m that does not divide the batch, no count at all). */
 int batch_split(Arena *a, Diag *d, const BatchAuto *b, int m);
 
 #endif
